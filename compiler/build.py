@@ -1,0 +1,101 @@
+"""Stage 3 of compiling: validated models to the canonical compiled estate."""
+
+from __future__ import annotations
+
+from . import compiled as c
+from .models import Group, Policy, Pool, Price, Profile, Settings
+from .resolve import execution_order, pool_capacity, resolve_pools
+from .source import SourceMap
+from .units import money_str
+
+
+def build(sources: SourceMap) -> c.CompiledEstate:
+    settings: Settings = sources.settings.model if sources.settings else Settings()  # type: ignore[assignment]
+    pools: list[Pool] = [o.model for o in sources.of("pool").values()]  # type: ignore[misc]
+    profiles: list[Profile] = [o.model for o in sources.of("profile").values()]  # type: ignore[misc]
+    policies: list[Policy] = [o.model for o in sources.of("policy").values()]  # type: ignore[misc]
+    groups: list[Group] = [o.model for o in sources.of("group").values()]  # type: ignore[misc]
+    prices: list[Price] = [o.model for o in sources.of("price").values()]  # type: ignore[misc]
+
+    resolved = {p.name: resolve_pools(p, pools) for p in profiles}
+    users_of_pool: dict[str, list[str]] = {q.name: [] for q in pools}
+    for prof in profiles:  # declaration order
+        for q in resolved[prof.name]:
+            users_of_pool[q].append(prof.name)
+
+    cpools = [
+        c.CPool(
+            name=q.name, kind=q.kind, capacity_milli=pool_capacity(q), gpu_type=q.gpu_type,
+            gpu_memory_gb=q.gpu_memory_gb, generation=q.generation, labels=dict(q.labels),
+            execution_order=execution_order(q, users_of_pool[q.name]),
+            autoscale=(c.CAutoscale(max_milli=q.autoscale.max,
+                                    idle_timeout_s=q.autoscale.idle_timeout,
+                                    spot_first=q.autoscale.spot_first)
+                       if q.autoscale else None),
+            settings=dict(q.settings),
+        ) for q in pools
+    ]
+    cprofiles = []
+    for p in profiles:
+        fixed = p.gpus if isinstance(p.gpus, int) else None
+        ft = None if isinstance(p.gpus, int) else c.CFromTask(
+            param=p.gpus.from_task, default_milli=p.gpus.default, max_milli=p.gpus.max)
+        cprofiles.append(c.CProfile(
+            name=p.name, gpus_milli=fixed, from_task=ft, time_weight_milli=p.time_weight,
+            pools=resolved[p.name], policies=list(dict.fromkeys(p.policies)),
+            queueing=p.queueing))
+    connected: dict[str, list[str]] = {pol.name: [] for pol in policies}
+    for p in profiles:
+        for pol in dict.fromkeys(p.policies):
+            connected[pol].append(p.name)
+    cpolicies = [
+        c.CPolicy(
+            name=pol.name, group=pol.group, reservation_milli=pol.reservation,
+            limit_milli=pol.limit,
+            budget=(c.CBudget(hours_milli=pol.budget.hours, period=pol.budget.period,
+                              low_watermark_s=(pol.budget.low_watermark
+                                               if pol.budget.low_watermark is not None
+                                               else settings.low_watermark),
+                              alert_at_milli=sorted(set(pol.budget.alert_at)))
+                    if pol.budget else None),
+            pools_allowed=(c.CPoolsAllowed(labels=dict(pol.pools_allowed.labels),
+                                           pools=(sorted(pol.pools_allowed.pools)
+                                                  if pol.pools_allowed.pools is not None
+                                                  else None))
+                           if pol.pools_allowed else None),
+            profiles=connected[pol.name],
+        ) for pol in policies
+    ]
+    by_name = {g.name: g for g in groups}
+    policy_of = {pol.group: pol.name for pol in policies}
+    cgroups = []
+    for g in groups:
+        ancestors: list[str] = []
+        cur = g.parent
+        while cur is not None and cur not in ancestors and cur in by_name:
+            ancestors.append(cur)
+            cur = by_name[cur].parent
+        cgroups.append(c.CGroup(
+            name=g.name, parent=g.parent, ancestors=ancestors, users=sorted(set(g.users)),
+            admins=sorted(set(g.admins)), projects=sorted(set(g.projects)),
+            policy=policy_of.get(g.name)))
+    cprices = [c.CPrice(gpu_type=p.gpu_type, per_gpu_hour=money_str(p.per_gpu_hour),
+                        effective_from=p.effective_from) for p in prices]
+    group_of = {pol.name: pol.group for pol in policies}
+    resources = [
+        c.CComputeResource(name=f"{pol}/{p.name}", policy=pol, profile=p.name,
+                           group=group_of[pol])
+        for p in profiles for pol in dict.fromkeys(p.policies)
+    ]
+    estate = c.CompiledEstate(
+        settings=c.CSettings(pass_interval_s=settings.pass_interval,
+                             low_watermark_s=settings.low_watermark,
+                             currency=settings.currency),
+        pools=sorted(cpools, key=lambda x: x.name),
+        profiles=sorted(cprofiles, key=lambda x: x.name),
+        policies=sorted(cpolicies, key=lambda x: x.name),
+        groups=sorted(cgroups, key=lambda x: x.name),
+        pricing=sorted(cprices, key=lambda x: (x.gpu_type, x.effective_from)),
+        compute_resources=sorted(resources, key=lambda x: x.name),
+    )
+    return estate.with_revision()

@@ -1,0 +1,161 @@
+"""The compiled estate: the one canonical state that the daemon, the engine and the simulator
+consume. This is the seam between the compiler and everything downstream.
+
+Everything a runtime needs is explicit here: defaults applied, ``pools_by`` resolved to a pool
+list, every pool's execution order complete, compute resources listed. Amounts are integer
+thousandths (``*_milli``) and durations whole seconds (``*_s``), so consumers never parse.
+Lists of objects are sorted by name, and the JSON is written with sorted keys, so the same
+estate gives the same bytes whatever its file split or key order; ``revision`` is the digest
+of those bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+FORMAT_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CSettings(_Frozen):
+    pass_interval_s: int
+    low_watermark_s: int
+    currency: str
+
+
+class CAutoscale(_Frozen):
+    max_milli: int
+    idle_timeout_s: int
+    spot_first: bool
+
+
+class CPool(_Frozen):
+    name: str
+    kind: Literal["kubernetes", "baremetal", "hpc", "cloud"]
+    capacity_milli: int
+    """Declared capacity; for an autoscaled cloud pool, ``autoscale.max``."""
+    gpu_type: str
+    gpu_memory_gb: int | None
+    generation: int | None
+    labels: dict[str, str]
+    execution_order: list[str]
+    """Every profile that uses this pool, first = placed first (listed, then the rest in
+    declaration order)."""
+    autoscale: CAutoscale | None
+    settings: dict[str, str]
+    """Free-form executor settings for the pool's workers (partition, namespace, ...)."""
+
+
+class CFromTask(_Frozen):
+    param: Literal["gpus"]
+    default_milli: int
+    max_milli: int
+
+
+class CProfile(_Frozen):
+    name: str
+    gpus_milli: int | None
+    """The fixed size of every task; None when the task sets its size (``from_task``)."""
+    from_task: CFromTask | None
+    time_weight_milli: int
+    pools: list[str]
+    """Pool order, first = tried first (``pools_by`` resolved)."""
+    policies: list[str]
+    """Queuing priority, first = placed first."""
+    queueing: Literal["strict", "best_effort"]
+
+
+class CBudget(_Frozen):
+    hours_milli: int
+    period: Literal["day", "week", "month"]
+    low_watermark_s: int
+    alert_at_milli: list[int]
+
+
+class CPoolsAllowed(_Frozen):
+    labels: dict[str, str]
+    pools: list[str] | None
+
+
+class CPolicy(_Frozen):
+    name: str
+    group: str
+    reservation_milli: int
+    limit_milli: int
+    budget: CBudget | None
+    pools_allowed: CPoolsAllowed | None
+    profiles: list[str]
+    """The profiles connected to this policy, in declaration order."""
+
+
+class CGroup(_Frozen):
+    name: str
+    parent: str | None
+    ancestors: list[str]
+    """Parent first, then its parent, up to the top."""
+    users: list[str]
+    admins: list[str]
+    projects: list[str]
+    policy: str | None
+
+
+class CPrice(_Frozen):
+    gpu_type: str
+    per_gpu_hour: str
+    """Decimal text in ``settings.currency``: reporting only."""
+    effective_from: str
+
+
+class CComputeResource(_Frozen):
+    name: str
+    """``<policy>/<profile>``: what users and agents send work to."""
+    policy: str
+    profile: str
+    group: str
+
+
+class CompiledEstate(_Frozen):
+    format: int = FORMAT_VERSION
+    revision: str = ""
+    """``sha256:<hex>`` of the canonical JSON of everything else."""
+    settings: CSettings
+    pools: list[CPool]
+    profiles: list[CProfile]
+    policies: list[CPolicy]
+    groups: list[CGroup]
+    pricing: list[CPrice]
+    compute_resources: list[CComputeResource]
+
+    def canonical_json(self) -> str:
+        """The byte-stable text: sorted keys, two-space indent, a final newline."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=2,
+                          ensure_ascii=False) + "\n"
+
+    def with_revision(self) -> "CompiledEstate":
+        body = self.model_copy(update={"revision": ""}).canonical_json()
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        return self.model_copy(update={"revision": f"sha256:{digest}"})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "CompiledEstate":
+        return cls.model_validate_json(text)
+
+    # Lookups by name; cheap enough for the compiler and plan, the engine builds its own index.
+    def pool(self, name: str) -> CPool | None:
+        return next((p for p in self.pools if p.name == name), None)
+
+    def profile(self, name: str) -> CProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+    def policy(self, name: str) -> CPolicy | None:
+        return next((p for p in self.policies if p.name == name), None)
+
+    def group(self, name: str) -> CGroup | None:
+        return next((g for g in self.groups if g.name == name), None)

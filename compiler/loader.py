@@ -1,0 +1,233 @@
+"""Safe YAML loading that keeps every position.
+
+Estate files come from pull requests, so the loader treats them as untrusted: a size cap,
+strict UTF-8, no tabs in indentation, no duplicate keys, and a cap on alias expansion (the
+"billion laughs" attack) are checked here, each reported as a diagnostic with its place.
+The ruamel.yaml round-trip tree is kept as is, because its ``.lc`` line/column data is how
+every later error finds its way back to ``file:line:col``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.constructor import DuplicateKeyError, RoundTripConstructor
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from .diagnostics import Diagnostic, Position, error
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+MAX_NODES = 1_000_000
+"""Nodes one file may expand to through aliases: far above any real estate (an XL estate of
+10,000 compute resources is about 200,000), far below what exhausts memory."""
+
+
+class _Constructor(RoundTripConstructor):
+    """Keeps timestamps as their text: the models parse times themselves, strictly UTC."""
+
+
+_Constructor.add_constructor(
+    "tag:yaml.org,2002:timestamp",
+    lambda loader, node: loader.construct_scalar(node),  # type: ignore[no-any-return]
+)
+
+
+def _yaml() -> YAML:
+    y = YAML(typ="rt")
+    y.Constructor = _Constructor
+    y.allow_duplicate_keys = False
+    return y
+
+
+@dataclass
+class LoadedYaml:
+    file: str
+    root: Any = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def _decode(file: str, data: bytes) -> tuple[str | None, Diagnostic | None]:
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        return None, error(
+            "yaml-encoding",
+            f"the file is not UTF-8: byte 0x{data[exc.start]:02x} cannot be decoded",
+            Position(file, line, col),
+            "save the file as UTF-8",
+        )
+
+
+def _tab_indents(file: str, text: str) -> list[Diagnostic]:
+    diags = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        stripped = line.lstrip(" \t")
+        indent = line[: len(line) - len(stripped)]
+        if "\t" in indent and stripped and not stripped.startswith("#"):
+            diags.append(error(
+                "yaml-tab",
+                "a tab in the indentation: YAML indents with spaces only",
+                Position(file, n, indent.index("\t") + 1),
+                "replace the tab with spaces",
+            ))
+    return diags
+
+
+def _mark_position(file: str, mark: Any) -> Position | None:
+    if mark is None:
+        return None
+    return Position(file, mark.line + 1, mark.column + 1)
+
+
+def load_yaml(file: str, data: bytes) -> LoadedYaml:
+    """Parse one file. Never raises for bad input: problems come back as diagnostics."""
+    out = LoadedYaml(file)
+    if len(data) > MAX_FILE_BYTES:
+        out.diagnostics.append(error(
+            "yaml-too-large",
+            f"the file is {len(data) / 1048576:.1f} MiB; the limit is "
+            f"{MAX_FILE_BYTES // 1048576} MiB",
+            Position(file),
+            "split the estate over several files",
+        ))
+        return out
+    text, diag = _decode(file, data)
+    if diag is not None or text is None:
+        out.diagnostics.append(diag)  # type: ignore[arg-type]
+        return out
+    tabs = _tab_indents(file, text)
+    if tabs:
+        out.diagnostics.extend(tabs)
+        return out
+    try:
+        root = _yaml().load(text)
+    except DuplicateKeyError as exc:
+        out.diagnostics.append(error(
+            "yaml-duplicate-key",
+            f"duplicate key {_duplicate_key_name(exc)}: a key may appear once per mapping",
+            _mark_position(file, exc.problem_mark),
+            f"the first one is at {_mark_position(file, exc.context_mark)}; remove or merge one",
+        ))
+        return out
+    except MarkedYAMLError as exc:
+        problem = (exc.problem or exc.context or "malformed YAML").strip()
+        out.diagnostics.append(error(
+            "yaml-syntax",
+            f"malformed YAML: {problem}",
+            _mark_position(file, exc.problem_mark or exc.context_mark) or Position(file),
+        ))
+        return out
+    except (YAMLError, RecursionError, ValueError) as exc:
+        out.diagnostics.append(error("yaml-syntax", f"malformed YAML: {exc}", Position(file)))
+        return out
+    size_diag = check_expansion(file, root)
+    if size_diag is not None:
+        out.diagnostics.append(size_diag)
+        return out
+    out.root = root
+    return out
+
+
+def _duplicate_key_name(exc: DuplicateKeyError) -> str:
+    text = str(exc.problem or "")
+    # ruamel says: found duplicate key "name" with value "x" (original value: "y")
+    if 'key "' in text:
+        return '"' + text.split('key "', 1)[1].split('"', 1)[0] + '"'
+    return "found"
+
+
+def check_expansion(file: str, root: Any) -> Diagnostic | None:
+    """Counts the nodes the tree expands to (aliases included) up to MAX_NODES, and finds
+    aliases that contain themselves; both would make later stages loop or exhaust memory."""
+    count = 0
+    stack: list[tuple[Any, int]] = [(root, 0)]
+    on_path: dict[int, int] = {}
+    path: list[int] = []
+    while stack:
+        node, depth = stack.pop()
+        while len(path) > depth:
+            on_path.pop(path.pop(), None)
+        count += 1
+        if count > MAX_NODES:
+            return error(
+                "yaml-alias-limit",
+                f"the file expands to more than {MAX_NODES:,} values through aliases",
+                Position(file, 1, 1),
+                "write the values out, or use fewer nested aliases",
+            )
+        if isinstance(node, (dict, list)):
+            if id(node) in on_path:
+                return error("yaml-alias-limit", "an alias refers to a node that contains it",
+                             _node_position(file, node), "remove the recursive alias")
+            on_path[id(node)] = depth
+            path.append(id(node))
+            children = node.values() if isinstance(node, dict) else node
+            for child in children:
+                stack.append((child, depth + 1))
+    return None
+
+
+def _node_position(file: str, node: Any) -> Position:
+    lc = getattr(node, "lc", None)
+    if lc is not None and lc.line is not None:
+        return Position(file, lc.line + 1, lc.col + 1)
+    return Position(file)
+
+
+def to_plain(node: Any) -> Any:
+    """The ruamel tree as plain dicts, lists and scalars (ints, floats, strs, bools, None)."""
+    if isinstance(node, dict):
+        return {str(k) if not isinstance(k, (int, float, bool)) else k: to_plain(v)
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [to_plain(v) for v in node]
+    if isinstance(node, bool):
+        return bool(node)
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, (datetime, date)):
+        return node.isoformat()
+    return node
+
+
+def position_of(file: str, root: Any, path: tuple[Any, ...], *, key: bool = False) -> Position:
+    """The deepest known place of ``path`` below ``root``: the value, or with ``key`` the key
+    itself (an unknown field is reported at its name)."""
+    node = root
+    best = _node_position(file, root)
+    for i, step in enumerate(path):
+        last = i == len(path) - 1
+        if isinstance(node, CommentedMap) and step in node:
+            try:
+                line, col = node.lc.key(step) if (last and key) else node.lc.value(step)
+                best = Position(file, line + 1, col + 1)
+            except (KeyError, TypeError):
+                pass
+            node = node[step]
+        elif isinstance(node, CommentedSeq) and isinstance(step, int) and 0 <= step < len(node):
+            try:
+                line, col = node.lc.item(step)
+                best = Position(file, line + 1, col + 1)
+            except (KeyError, TypeError):
+                pass
+            node = node[step]
+        else:
+            break
+    return best

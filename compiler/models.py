@@ -1,0 +1,235 @@
+"""The estate as IT writes it (estate.md), as pydantic models with unknown fields forbidden.
+
+These models are the single source of the estate's shape: the compiler validates with them
+and ``schemas/estate.schema.json`` is generated from them, so an editor and the compiler can
+never disagree. Amounts are parsed straight to integer thousandths, durations to seconds.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+)
+
+from . import units
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$"
+DURATION_PATTERN = r"^\d+(s|m|h|d|w)?$"
+
+
+def _amount(what: str):
+    def parse(value: Any) -> int:
+        if isinstance(value, str) or isinstance(value, bool):
+            raise ValueError(f"{what} must be a number such as 0.25, 1 or 8, "
+                             f"found {value!r}")
+        return units.to_milli(value, what)
+    return parse
+
+
+def _duration(value: Any) -> int:
+    return units.parse_duration(value)
+
+
+def _time(value: Any) -> str:
+    return units.time_str(units.parse_time(value))
+
+
+def _money(value: Any) -> Decimal:
+    if isinstance(value, bool):
+        raise ValueError("a price must be a number")
+    d = units.to_decimal(value)
+    if d < 0:
+        raise ValueError(f"a price must be >= 0, found {d}")
+    return d
+
+
+_NUMBER_SCHEMA = {"type": "number", "minimum": 0}
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, -")]
+User = Annotated[str, Field(pattern=USER_PATTERN, description="a user identity")]
+GpuAmount = Annotated[
+    int,
+    BeforeValidator(_amount("a GPU amount")),
+    WithJsonSchema({**_NUMBER_SCHEMA,
+                    "description": "GPUs: a decimal >= 0 with at most 3 decimal places"}),
+]
+Weight = Annotated[
+    int,
+    BeforeValidator(_amount("a time weight")),
+    WithJsonSchema({**_NUMBER_SCHEMA,
+                    "description": "budget hours per hour of one task, at most 3 decimals"}),
+]
+Hours = Annotated[
+    int,
+    BeforeValidator(_amount("budget hours")),
+    WithJsonSchema({**_NUMBER_SCHEMA, "description": "budget hours, at most 3 decimals"}),
+]
+Fraction = Annotated[
+    int,
+    BeforeValidator(_amount("an alert fraction")),
+    WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+]
+Duration = Annotated[
+    int,
+    BeforeValidator(_duration),
+    WithJsonSchema({"anyOf": [
+        {"type": "string", "pattern": DURATION_PATTERN},
+        {"type": "integer", "minimum": 0},
+    ], "description": "30s, 15m, 2h, 1d, 1w or a number of seconds"}),
+]
+Time = Annotated[
+    str,
+    BeforeValidator(_time),
+    WithJsonSchema({"type": "string", "format": "date-time",
+                    "description": "RFC 3339, UTC, e.g. 2026-01-01T00:00:00Z"}),
+]
+Money = Annotated[
+    Decimal,
+    BeforeValidator(_money),
+    WithJsonSchema({**_NUMBER_SCHEMA, "description": "price per GPU-hour"}),
+]
+Labels = dict[str, str]
+PoolKind = Literal["kubernetes", "baremetal", "hpc", "cloud"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True,
+                              arbitrary_types_allowed=False)
+
+
+class _Named(_Model):
+    name: Name
+    description: str | None = Field(None, description="free text for people (extension)")
+    renamed_from: Name | None = Field(
+        None, description="the old name: `kliqued plan` shows a rename (extension)")
+
+
+class Settings(_Model):
+    pass_interval: Duration = Field(1, description="how often the engine runs a pass")
+    low_watermark: Duration = Field(900, description="default start check for every budget")
+    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "EUR"
+
+
+class Autoscale(_Model):
+    max: GpuAmount
+    idle_timeout: Duration = 600
+    spot_first: bool = True
+
+
+class Pool(_Named):
+    kind: PoolKind
+    capacity: GpuAmount | None = Field(
+        None, description="declared GPUs; a cloud pool with autoscale uses autoscale.max")
+    gpu_type: Name
+    gpu_memory_gb: Annotated[int, Field(ge=0)] | None = None
+    generation: int | None = None
+    labels: Labels = Field(default_factory=dict)
+    execution_order: list[Name] | None = None
+    autoscale: Autoscale | None = None
+    settings: dict[str, str] = Field(
+        default_factory=dict, description="executor settings for the pool's workers (extension)")
+
+
+class FromTask(_Model):
+    from_task: Literal["gpus"]
+    default: GpuAmount = 1000
+    max: GpuAmount
+
+
+class PoolsBy(_Model):
+    min_gpu_memory_gb: Annotated[int, Field(ge=0)] | None = None
+    min_generation: int | None = None
+    labels: Labels = Field(default_factory=dict)
+    kinds: list[PoolKind] | None = None
+    gpu_types: list[Name] | None = None
+
+
+def _size_tag(value: Any) -> str:
+    return "from_task" if isinstance(value, dict) else "fixed"
+
+
+GpuSize = Annotated[
+    Union[Annotated[FromTask, Tag("from_task")], Annotated[GpuAmount, Tag("fixed")]],
+    Discriminator(_size_tag),
+]
+
+
+class Profile(_Named):
+    gpus: GpuSize
+    time_weight: Weight = 1000
+    pools: list[Name] | None = None
+    pools_by: PoolsBy | None = None
+    policies: list[Name] = Field(default_factory=list)
+    queueing: Literal["strict", "best_effort"] = "strict"
+
+
+class Budget(_Model):
+    hours: Hours
+    period: Literal["day", "week", "month"]
+    low_watermark: Duration | None = None
+    alert_at: list[Fraction] = Field(default_factory=list)
+
+
+class PoolsAllowed(_Model):
+    labels: Labels = Field(default_factory=dict)
+    pools: list[Name] | None = Field(None, description="pool names (extension)")
+
+
+class Policy(_Named):
+    group: Name
+    reservation: GpuAmount = 0
+    limit: GpuAmount
+    budget: Budget | None = None
+    pools_allowed: PoolsAllowed | None = None
+
+
+class Group(_Named):
+    parent: Name | None = None
+    users: list[User] = Field(default_factory=list)
+    admins: list[User] = Field(default_factory=list)
+    projects: list[Name] = Field(default_factory=list)
+
+
+class Price(_Model):
+    gpu_type: Name
+    per_gpu_hour: Money
+    effective_from: Time
+
+
+SECTIONS: dict[str, type[_Model]] = {
+    "pools": Pool,
+    "profiles": Profile,
+    "policies": Policy,
+    "groups": Group,
+    "pricing": Price,
+}
+"""Top-level list sections and the model of one item; ``settings`` and ``version`` aside."""
+
+KIND_OF_SECTION = {"pools": "pool", "profiles": "profile", "policies": "policy",
+                   "groups": "group", "pricing": "price"}
+
+
+class EstateFile(_Model):
+    """One file of the estate: every section optional, lists merged across files. Used for
+    the JSON Schema; the compiler validates item by item to report every error."""
+
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              title="Klique estate file",
+                              json_schema_extra={"$id": "https://klique.dev/schemas/estate.schema.json"})
+    version: Literal[1] | None = None
+    settings: Settings | None = None
+    pools: list[Pool] = Field(default_factory=list)
+    profiles: list[Profile] = Field(default_factory=list)
+    policies: list[Policy] = Field(default_factory=list)
+    groups: list[Group] = Field(default_factory=list)
+    pricing: list[Price] = Field(default_factory=list)

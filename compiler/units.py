@@ -1,0 +1,121 @@
+"""Exact units of the estate: GPU amounts, durations, times, money.
+
+GPU amounts and weights are kept as integer thousandths (``milli``) so that no sum over a
+month of placements ever drifts; the compiled estate and the engine only see integers.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
+
+MILLI = 1000
+
+_DURATION = re.compile(r"^(?P<n>\d+)(?P<unit>s|m|h|d|w)?$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def to_decimal(value: object) -> Decimal:
+    """A YAML number or numeric string as an exact decimal (floats via their shortest repr)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, found a boolean")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("expected a finite number")
+        return Decimal(repr(value))
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, str):
+        try:
+            d = Decimal(value.strip())
+        except InvalidOperation:
+            raise ValueError(f"expected a number, found {value!r}") from None
+        if not d.is_finite():
+            raise ValueError("expected a finite number")
+        return d
+    raise ValueError(f"expected a number, found {type(value).__name__}")
+
+
+def to_milli(value: object, what: str = "amount") -> int:
+    """A decimal >= 0 with at most 3 decimal places, as integer thousandths."""
+    d = to_decimal(value)
+    if d < 0:
+        raise ValueError(f"{what} must be >= 0, found {d}")
+    scaled = d * MILLI
+    if scaled != scaled.to_integral_value():
+        raise ValueError(f"{what} has more than 3 decimal places: {d}")
+    return int(scaled)
+
+
+def milli_str(milli: int) -> str:
+    """Integer thousandths back to the shortest decimal text: 64000 -> '64', 250 -> '0.25'."""
+    sign = "-" if milli < 0 else ""
+    whole, frac = divmod(abs(milli), MILLI)
+    if frac == 0:
+        return f"{sign}{whole}"
+    return f"{sign}{whole}.{frac:03d}".rstrip("0")
+
+
+def parse_duration(value: object) -> int:
+    """`30s`, `15m`, `2h`, `1d`, `1w` or a whole number of seconds, as seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30s, 15m, 2h or 1d, found a boolean")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a duration must be >= 0, found {value}")
+        return value
+    if isinstance(value, str):
+        m = _DURATION.match(value.strip())
+        if m:
+            return int(m["n"]) * _UNIT_SECONDS[m["unit"] or "s"]
+    raise ValueError(f"expected a duration such as 30s, 15m, 2h or 1d, found {value!r}")
+
+
+def duration_str(seconds: int) -> str:
+    """Seconds as the largest exact unit: 900 -> '15m', 86400 -> '1d'."""
+    for unit in ("w", "d", "h", "m"):
+        size = _UNIT_SECONDS[unit]
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def parse_time(value: object) -> datetime:
+    """An RFC 3339 time in UTC (a `Z` or `+00:00` offset), as an aware datetime."""
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if not re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:\d{2})$", text):
+            raise ValueError(f"expected an RFC 3339 time such as 2026-01-01T00:00:00Z, found {value!r}")
+        try:
+            dt = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"not a valid time: {value!r}") from None
+    else:
+        raise ValueError(f"expected an RFC 3339 time, found {type(value).__name__}")
+    if dt.tzinfo is None:
+        raise ValueError("a time needs a UTC offset, e.g. 2026-01-01T00:00:00Z")
+    if dt.utcoffset() != timezone.utc.utcoffset(None):
+        raise ValueError(f"times are UTC: write {dt.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    return dt.astimezone(timezone.utc)
+
+
+def time_str(dt: datetime) -> str:
+    """Canonical UTC text: 2026-01-01T00:00:00Z (fractions of a second kept when present)."""
+    dt = dt.astimezone(timezone.utc)
+    if dt.microsecond:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def money_str(value: object) -> str:
+    """A price as canonical decimal text (no exponent, no trailing zeros past the point)."""
+    d = to_decimal(value)
+    if d < 0:
+        raise ValueError(f"a price must be >= 0, found {d}")
+    text = format(d.normalize(), "f")
+    return text

@@ -1,0 +1,51 @@
+"""The ``kliqued`` command: one entry point, one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from kliqued.commands._common import HelpFormatter
+
+COMMANDS = ["validate", "compile", "plan", "schema", "simulate"]
+"""Subcommand modules under kliqued.commands, in the order ``--help`` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kliqued",
+        description="Klique: GPU allocation and cost-governance control plane.",
+        epilog="examples:\n  kliqued validate estate\n  kliqued plan --format markdown\n"
+               "  kliqued <command> --help",
+        formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"kliqued.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"kliqued.commands.{name}":
+                continue  # not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(handler(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

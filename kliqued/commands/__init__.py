@@ -1,0 +1,1 @@
+"""One module per ``kliqued`` subcommand; each exposes ``register(subparsers)``."""
