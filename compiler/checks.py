@@ -287,9 +287,11 @@ def _check_execution_order(pools: dict[str, SourceObject], profiles: dict[str, S
                                      obj.pos("execution_order", i), "remove it from the list"))
         missing = [p for p in users[name] if p not in pool.execution_order]
         if missing:
-            diags.append(warning("execution-order-unlisted", f"{obj.label}: profiles "
-                                 f"{', '.join(missing)} use this pool but are not in its "
-                                 "execution_order; they are placed after the listed ones",
+            text = (f"profile '{missing[0]}' uses this pool but is not in its "
+                    "execution_order; it is placed after the listed ones" if len(missing) == 1
+                    else f"profiles {', '.join(missing)} use this pool but are not in its "
+                    "execution_order; they are placed after the listed ones")
+            diags.append(warning("execution-order-unlisted", f"{obj.label}: {text}",
                                  obj.pos("execution_order"), "list them where they belong"))
     return diags
 

@@ -115,14 +115,16 @@ class _Named(_Model):
 
 
 class Settings(_Model):
-    pass_interval: Duration = Field(1, description="how often the engine runs a pass")
-    low_watermark: Duration = Field(900, description="default start check for every budget")
+    pass_interval: Duration = Field("1s", validate_default=True,
+                                    description="how often the engine runs a pass")
+    low_watermark: Duration = Field("15m", validate_default=True,
+                                    description="default start check for every budget")
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "EUR"
 
 
 class Autoscale(_Model):
     max: GpuAmount
-    idle_timeout: Duration = 600
+    idle_timeout: Duration = Field("10m", validate_default=True)
     spot_first: bool = True
 
 
@@ -142,7 +144,7 @@ class Pool(_Named):
 
 class FromTask(_Model):
     from_task: Literal["gpus"]
-    default: GpuAmount = 1000
+    default: GpuAmount = Field(1, validate_default=True)
     max: GpuAmount
 
 
@@ -166,7 +168,7 @@ GpuSize = Annotated[
 
 class Profile(_Named):
     gpus: GpuSize
-    time_weight: Weight = 1000
+    time_weight: Weight = Field(1, validate_default=True)
     pools: list[Name] | None = None
     pools_by: PoolsBy | None = None
     policies: list[Name] = Field(default_factory=list)

@@ -14,11 +14,16 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .diagnostics import Diagnostic, Position, error
 from .loader import position_of, to_plain
-from .models import KIND_OF_SECTION, NAME_PATTERN, SECTIONS, Settings
+from .models import KIND_OF_SECTION, NAME_PATTERN, SECTIONS, USER_PATTERN, Settings
 from .source import SourceMap, SourceObject
 
 TOP_LEVEL = ["version", "settings", *SECTIONS]
 _UNION_TAGS = {"fixed", "from_task"}
+_PATTERN_TEXT = {
+    USER_PATTERN: ("is not a valid user identity",
+                   "letters, digits and . _ @ + -, such as alice or alice@example.com"),
+    r"^[A-Z]{3}$": ("must be a 3-letter currency code", "for example EUR, USD or CHF"),
+}
 
 
 def _close(word: str, options: list[str]) -> str | None:
@@ -117,11 +122,18 @@ def pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], label: st
                 f"found {err['input']!r}", position_of(file, node, loc),
                 _close(str(err["input"]), [e.strip(" '") for e in expected.replace(" or ", ",").split(",")]),
             ))
+        elif etype == "string_pattern_mismatch":
+            text, hint = _PATTERN_TEXT.get(err["ctx"].get("pattern"),
+                                           (f"must match {err['ctx'].get('pattern')}", None))
+            diags.append(error("invalid-value", f"{label}: '{where}' {text}; found "
+                               f"{err['input']!r}", position_of(file, node, loc), hint))
         else:
             msg = err["msg"].removeprefix("Value error, ")
             hint = None
-            if etype == "string_type" and isinstance(err["input"], (int, float, bool)):
-                hint = f"quote it: \"{err['input']}\""
+            if etype == "string_type":
+                msg = f"expected a string, found {type(err['input']).__name__}"
+                if isinstance(err["input"], (int, float, bool)):
+                    hint = f"quote it: \"{err['input']}\""
             elif etype in ("model_type", "dict_type"):
                 msg = f"expected a mapping, found {type(err['input']).__name__}"
             elif etype == "list_type":
@@ -212,12 +224,10 @@ def _section(file: str, root: CommentedMap, section: str,
                 diags.append(error(
                     "duplicate-price",
                     f"two prices for '{model.gpu_type}' from {model.effective_from}",
-                    here, f"the other is at {first}; remove one or change its effective_from",
-                    related=(first,)))
+                    here, f"the other is at {first}; remove one or change its effective_from"))
             else:
                 diags.append(error("duplicate-name", f"{kind} '{obj_name}' is declared twice",
-                                   here, f"the first is at {first}; names are unique per kind",
-                                   related=(first,)))
+                                   here, f"the first is at {first}; names are unique per kind"))
             continue
         sources.add(SourceObject(kind, obj_name, model, file, item))
     return diags

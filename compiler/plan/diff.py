@@ -1,0 +1,317 @@
+"""What changed between two compiled estates, shown the way IT writes the estate.
+
+The diff runs on the compiled objects, not on the YAML, so a change that only moves an
+object to another file, reorders keys or spells a default out is no change at all, and a
+change whose effect is indirect (a new pool that a ``pools_by`` profile now resolves to, a
+settings ``low_watermark`` that a budget inherits) shows where it takes effect. Values are
+then turned back into the estate's own notation (``capacity = 64``, ``15m``) because the
+reader is the person who wrote the YAML, not the engine.
+
+Renames (``renamed_from``) are applied to the base before comparing: the renamed object is
+one ``~`` change, and every reference to it elsewhere (a profile's ``pools``, a policy's
+``group``) is translated, so a rename does not ripple through the plan as noise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..compiled import CGroup, CompiledEstate, CPolicy, CPool, CPrice, CProfile, CSettings
+from ..diagnostics import Position
+from ..source import SourceMap, SourceObject
+from ..units import duration_str, milli_str
+from .model import AttrChange, ObjectChange
+
+RENAMABLE = ("pool", "profile", "policy", "group")
+
+Rank = tuple[int, str]
+Flat = list[tuple[Rank, tuple[str, ...], str]]
+"""An object as (sort rank, attribute path as IT writes it, display value)."""
+
+
+@dataclass
+class Renames:
+    """Per kind, base name → head name, for the objects whose head declares
+    ``renamed_from``."""
+
+    by_kind: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def new(self, kind: str, name: str) -> str:
+        return self.by_kind.get(kind, {}).get(name, name)
+
+    def old_of(self, kind: str, new_name: str) -> str | None:
+        for old, new in self.by_kind.get(kind, {}).items():
+            if new == new_name:
+                return old
+        return None
+
+    def names(self, kind: str, names: Iterable[str]) -> list[str]:
+        return [self.new(kind, n) for n in names]
+
+    def __bool__(self) -> bool:
+        return any(self.by_kind.values())
+
+
+NO_RENAMES = Renames()
+
+
+def find_renames(base: CompiledEstate | None, head: CompiledEstate | None,
+                 head_sources: SourceMap) -> Renames:
+    """A rename counts only when it is unambiguous: the old name exists in the base and is
+    gone from the head, and the new name is new. A stale ``renamed_from`` (the rename was
+    merged long ago) is then simply ignored, and never turns a real remove into a rename."""
+    out = Renames()
+    if base is None or head is None:
+        return out
+    for kind in RENAMABLE:
+        base_names = {o.name for o in _objects(base, kind)}
+        head_names = {o.name for o in _objects(head, kind)}
+        taken: set[str] = set()
+        for name, src in head_sources.of(kind).items():
+            old = getattr(src.model, "renamed_from", None)
+            if (old and name in head_names and old in base_names and old not in head_names
+                    and name not in base_names and old not in taken):
+                taken.add(old)
+                out.by_kind.setdefault(kind, {})[old] = name
+    return out
+
+
+# --- display values -------------------------------------------------------------------------
+
+def q(text: str) -> str:
+    """A string value, quoted as in HCL/JSON so that spaces and empty strings are visible."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def flow(items: Iterable[str]) -> str:
+    """A list the way it is written inline in YAML: ``[a, b]``."""
+    return "[" + ", ".join(items) + "]"
+
+
+def _dict(rank: int, prefix: tuple[str, ...], values: dict[str, str]) -> Flat:
+    return [((rank, k), (*prefix, k), q(v)) for k, v in sorted(values.items())]
+
+
+def _flat_settings(s: CSettings) -> Flat:
+    return [((0, ""), ("pass_interval",), duration_str(s.pass_interval_s)),
+            ((1, ""), ("low_watermark",), duration_str(s.low_watermark_s)),
+            ((2, ""), ("currency",), q(s.currency))]
+
+
+def _flat_pool(p: CPool, rn: Renames) -> Flat:
+    out: Flat = [((0, ""), ("kind",), q(p.kind)),
+                 ((1, ""), ("capacity",), milli_str(p.capacity_milli)),
+                 ((2, ""), ("gpu_type",), q(p.gpu_type))]
+    if p.gpu_memory_gb is not None:
+        out.append(((3, ""), ("gpu_memory_gb",), str(p.gpu_memory_gb)))
+    if p.generation is not None:
+        out.append(((4, ""), ("generation",), str(p.generation)))
+    out += _dict(5, ("labels",), p.labels)
+    if p.execution_order:
+        out.append(((6, ""), ("execution_order",),
+                    flow(rn.names("profile", p.execution_order))))
+    if p.autoscale is not None:
+        a = p.autoscale
+        out += [((7, "0"), ("autoscale", "max"), milli_str(a.max_milli)),
+                ((7, "1"), ("autoscale", "idle_timeout"), duration_str(a.idle_timeout_s)),
+                ((7, "2"), ("autoscale", "spot_first"), _bool(a.spot_first))]
+    out += _dict(8, ("settings",), p.settings)
+    return out
+
+
+def _flat_profile(p: CProfile, rn: Renames) -> Flat:
+    out: Flat = []
+    if p.gpus_milli is not None:
+        out.append(((0, ""), ("gpus",), milli_str(p.gpus_milli)))
+    if p.from_task is not None:
+        f = p.from_task
+        out += [((0, "0"), ("gpus", "from_task"), f.param),
+                ((0, "1"), ("gpus", "default"), milli_str(f.default_milli)),
+                ((0, "2"), ("gpus", "max"), milli_str(f.max_milli))]
+    out += [((1, ""), ("time_weight",), milli_str(p.time_weight_milli)),
+            ((2, ""), ("pools",), flow(rn.names("pool", p.pools))),
+            ((3, ""), ("policies",), flow(rn.names("policy", p.policies))),
+            ((4, ""), ("queueing",), q(p.queueing))]
+    return out
+
+
+def _flat_policy(p: CPolicy, rn: Renames) -> Flat:
+    out: Flat = [((0, ""), ("group",), q(rn.new("group", p.group))),
+                 ((1, ""), ("reservation",), milli_str(p.reservation_milli)),
+                 ((2, ""), ("limit",), milli_str(p.limit_milli))]
+    if p.budget is not None:
+        b = p.budget
+        out += [((3, "0"), ("budget", "hours"), milli_str(b.hours_milli)),
+                ((3, "1"), ("budget", "period"), q(b.period)),
+                ((3, "2"), ("budget", "low_watermark"), duration_str(b.low_watermark_s))]
+        if b.alert_at_milli:
+            out.append(((3, "3"), ("budget", "alert_at"),
+                        flow(milli_str(a) for a in b.alert_at_milli)))
+    if p.pools_allowed is not None:
+        pa = p.pools_allowed
+        out += [((4, "labels." + k), ("pools_allowed", "labels", k), q(v))
+                for k, v in sorted(pa.labels.items())]
+        if pa.pools is not None:
+            out.append(((4, "pools"), ("pools_allowed", "pools"),
+                        flow(sorted(rn.names("pool", pa.pools)))))
+    # ``profiles`` is the inverse of each profile's ``policies``: shown there, not twice.
+    return out
+
+
+def _flat_group(g: CGroup, rn: Renames) -> Flat:
+    out: Flat = []
+    if g.parent is not None:
+        out.append(((0, ""), ("parent",), q(rn.new("group", g.parent))))
+    # ``ancestors`` and ``policy`` are derived from parents and policies: shown there.
+    out += [((1, ""), ("users",), flow(g.users)),
+            ((2, ""), ("admins",), flow(g.admins)),
+            ((3, ""), ("projects",), flow(g.projects))]
+    return [a for a in out if a[2] != "[]"]
+
+
+def _flat_price(p: CPrice) -> Flat:
+    return [((0, ""), ("gpu_type",), q(p.gpu_type)),
+            ((1, ""), ("per_gpu_hour",), p.per_gpu_hour),
+            ((2, ""), ("effective_from",), q(p.effective_from))]
+
+
+def _bool(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def flatten(kind: str, obj: BaseModel, rn: Renames = NO_RENAMES) -> Flat:
+    if kind == "settings":
+        return _flat_settings(obj)  # type: ignore[arg-type]
+    if kind == "pool":
+        return _flat_pool(obj, rn)  # type: ignore[arg-type]
+    if kind == "profile":
+        return _flat_profile(obj, rn)  # type: ignore[arg-type]
+    if kind == "policy":
+        return _flat_policy(obj, rn)  # type: ignore[arg-type]
+    if kind == "group":
+        return _flat_group(obj, rn)  # type: ignore[arg-type]
+    if kind == "price":
+        return _flat_price(obj)  # type: ignore[arg-type]
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+# --- objects and their places ---------------------------------------------------------------
+
+def object_key(kind: str, obj: Any) -> str:
+    if kind == "price":
+        return f"{obj.gpu_type}@{obj.effective_from}"
+    if kind == "settings":
+        return "settings"
+    return obj.name
+
+
+def _objects(est: CompiledEstate, kind: str) -> list[Any]:
+    return {"pool": est.pools, "profile": est.profiles, "policy": est.policies,
+            "group": est.groups, "price": est.pricing, "settings": [est.settings]}[kind]
+
+
+def source_of(sources: SourceMap, kind: str, name: str) -> SourceObject | None:
+    if kind == "settings":
+        return sources.settings
+    return sources.get(kind, name)
+
+
+def line_only(pos: Position | None) -> Position | None:
+    """Plans cite ``file:line``: a column adds noise for a reviewer and nothing for CI."""
+    return None if pos is None else Position(pos.file, pos.line)
+
+
+def object_pos(sources: SourceMap, kind: str, name: str) -> Position | None:
+    src = source_of(sources, kind, name)
+    return line_only(src.pos()) if src is not None else None
+
+
+def attr_pos(src: SourceObject | None, kind: str, path: tuple[str, ...],
+             fallback: Position | None) -> Position | None:
+    """The source field's place when the source writes it; otherwise the nearest enclosing
+    place that it does write (``labels`` for a removed label, the object for a default)."""
+    if src is None:
+        return fallback
+    model = src.model
+    if kind == "profile" and path == ("pools",) and getattr(model, "pools", None) is None \
+            and getattr(model, "pools_by", None) is not None:
+        path = ("pools_by",)
+    elif kind == "pool" and path == ("capacity",) and getattr(model, "capacity", None) is None \
+            and getattr(model, "autoscale", None) is not None:
+        path = ("autoscale", "max")
+    return line_only(src.pos(*path))
+
+
+def _attr_changes(kind: str, before: Flat, after: Flat, src: SourceObject | None,
+                  fallback: Position | None) -> list[AttrChange]:
+    old = {path: (rank, v) for rank, path, v in before}
+    new = {path: (rank, v) for rank, path, v in after}
+    paths = sorted(set(old) | set(new), key=lambda p: ((new.get(p) or old[p])[0], p))
+    out = []
+    for path in paths:
+        b = old[path][1] if path in old else None
+        a = new[path][1] if path in new else None
+        if a == b:
+            continue
+        op = "+" if b is None else "-" if a is None else "~"
+        out.append(AttrChange(path, op, b, a, attr_pos(src, kind, path, fallback)))
+    return out
+
+
+def _all_attrs(kind: str, flat: Flat, op: str, src: SourceObject | None,
+               fallback: Position | None) -> list[AttrChange]:
+    return [AttrChange(path, op, v if op == "-" else None, v if op == "+" else None,  # type: ignore[arg-type]
+                       attr_pos(src, kind, path, fallback))
+            for _, path, v in sorted(flat, key=lambda x: (x[0], x[1]))]
+
+
+def _dump(obj: BaseModel) -> dict[str, Any]:
+    return obj.model_dump(mode="json")
+
+
+def diff(base: CompiledEstate | None, head: CompiledEstate | None,
+         base_sources: SourceMap, head_sources: SourceMap,
+         renames: Renames | None = None) -> list[ObjectChange]:
+    """Every object that differs, in estate order. ``None`` for an estate that does not
+    exist at that revision: then everything is added (or removed), settings included."""
+    rn = renames if renames is not None else find_renames(base, head, head_sources)
+    changes: list[ObjectChange] = []
+    for kind in ("settings", "pool", "profile", "policy", "group", "price"):
+        old = {rn.new(kind, object_key(kind, o)): o for o in (_objects(base, kind) if base else [])}
+        new = {object_key(kind, o): o for o in (_objects(head, kind) if head else [])}
+        for name in sorted(set(old) | set(new)):
+            changes.extend(_one(kind, name, old.get(name), new.get(name), rn,
+                                base_sources, head_sources))
+    return sorted(changes, key=ObjectChange.sort_key)
+
+
+def _one(kind: str, name: str, before: Any, after: Any, rn: Renames,
+         base_sources: SourceMap, head_sources: SourceMap) -> Iterator[ObjectChange]:
+    if after is None:
+        old_name = object_key(kind, before)
+        src = source_of(base_sources, kind, old_name)
+        pos = object_pos(base_sources, kind, old_name)
+        yield ObjectChange(kind, old_name, "delete", pos,
+                           tuple(_all_attrs(kind, flatten(kind, before), "-", src, pos)),
+                           before=_dump(before))
+        return
+    src = source_of(head_sources, kind, name)
+    pos = object_pos(head_sources, kind, name)
+    if before is None:
+        yield ObjectChange(kind, name, "create", pos,
+                           tuple(_all_attrs(kind, flatten(kind, after), "+", src, pos)),
+                           after=_dump(after))
+        return
+    old_name = object_key(kind, before)
+    attrs = _attr_changes(kind, flatten(kind, before, rn), flatten(kind, after), src, pos)
+    if old_name != name:
+        yield ObjectChange(kind, name, "rename", pos, tuple(attrs), old_name=old_name,
+                           before=_dump(before), after=_dump(after))
+    elif attrs:
+        yield ObjectChange(kind, name, "update", pos, tuple(attrs),
+                           before=_dump(before), after=_dump(after))

@@ -1,0 +1,154 @@
+"""The plan as data: what changed between two estates, and what that does to running work.
+
+Every renderer is a pure function of a ``Plan``, so the four formats can never disagree on
+what the plan is, and the exit code is decided here, once, not per format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..diagnostics import Diagnostic, Position
+
+Action = Literal["create", "update", "delete", "rename"]
+Severity = Literal["error", "warn", "info"]
+
+SEVERITY_ORDER: dict[str, int] = {"error": 0, "warn": 1, "info": 2}
+KIND_ORDER: dict[str, int] = {"settings": 0, "pool": 1, "profile": 2, "policy": 3, "group": 4,
+                              "price": 5}
+"""The order of the estate's sections in estate.md: a reviewer reads a plan top down the
+same way they read the estate."""
+
+SYMBOL: dict[str, str] = {"create": "+", "delete": "-", "update": "~", "rename": "~"}
+
+EXIT_NO_CHANGES = 0
+EXIT_INVALID = 1
+EXIT_CHANGES = 2
+
+
+@dataclass(frozen=True)
+class AttrChange:
+    """One attribute as IT writes it (``capacity``, ``labels.country``), already formatted
+    for display (``64``, ``"de"``, ``15m``, ``[a, b]``): every renderer shows the same text."""
+
+    path: tuple[str, ...]
+    op: Literal["+", "-", "~"]
+    before: str | None
+    after: str | None
+    pos: Position | None
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+
+@dataclass(frozen=True)
+class ObjectChange:
+    kind: str
+    """settings, pool, profile, policy, group or price."""
+    name: str
+    """The head's name; for a delete, the base's. Prices: ``gpu_type@effective_from``."""
+    action: Action
+    pos: Position | None
+    """Where the object is in the head (a delete: in the base)."""
+    attrs: tuple[AttrChange, ...] = ()
+    old_name: str | None = None
+    """Only for a rename: the base's name (the head's ``renamed_from``)."""
+    before: dict[str, Any] | None = None
+    """The compiled base object (JSON form), for machine readers of the JSON plan."""
+    after: dict[str, Any] | None = None
+
+    @property
+    def address(self) -> str:
+        return self.kind if self.kind == "settings" else f"{self.kind}.{self.name}"
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOL[self.action]
+
+    def sort_key(self) -> tuple[int, str]:
+        return (KIND_ORDER.get(self.kind, 99), self.name)
+
+
+@dataclass(frozen=True)
+class Impact:
+    severity: Severity
+    kind: str
+    """A stable identifier of the rule that found it, e.g. ``reservation-headroom``."""
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    subject: tuple[str, str] | None = None
+    """(kind, name) of the object the impact is about, to find its place in the sources."""
+    side: Literal["base", "head"] = "head"
+    """Which revision the subject lives in (a removed object: the base)."""
+    pos: Position | None = None
+
+    def sort_key(self) -> tuple[int, str, str]:
+        return (SEVERITY_ORDER[self.severity], self.kind, self.message)
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One side of the plan."""
+
+    label: str
+    """What the user asked for (``main``, ``HEAD~1``, ``working tree``)."""
+    commit: str | None
+    """The full commit id; None for the working tree."""
+    estate_revision: str | None
+    """The compiled estate's content digest; None when the estate did not compile."""
+    valid: bool = True
+    exists: bool = True
+    """False when the estate path is absent at this revision (an empty estate)."""
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    @property
+    def short(self) -> str:
+        if self.commit is None:
+            return self.label
+        return f"{self.label} ({self.commit[:7]})"
+
+
+@dataclass(frozen=True)
+class Plan:
+    base: Revision
+    head: Revision
+    estate_path: str
+    changes: tuple[ObjectChange, ...] = ()
+    impacts: tuple[Impact, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return self.base.valid and self.head.valid
+
+    @property
+    def add(self) -> int:
+        return sum(c.action == "create" for c in self.changes)
+
+    @property
+    def change(self) -> int:
+        return sum(c.action in ("update", "rename") for c in self.changes)
+
+    @property
+    def remove(self) -> int:
+        return sum(c.action == "delete" for c in self.changes)
+
+    @property
+    def summary_line(self) -> str:
+        if not self.valid:
+            return "Plan failed: " + ("the head estate is invalid." if not self.head.valid
+                                      else "the base estate is invalid.")
+        if not self.changes:
+            return "No changes."
+        return f"Plan: {self.add} to add, {self.change} to change, {self.remove} to remove."
+
+    def impacts_of(self, severity: str) -> list[Impact]:
+        return [i for i in self.impacts if i.severity == severity]
+
+    @property
+    def exit_code(self) -> int:
+        """0: nothing to apply; 2: changes to review; 1: something must be fixed first."""
+        if not self.valid or any(i.severity == "error" for i in self.impacts):
+            return EXIT_INVALID
+        return EXIT_CHANGES if self.changes else EXIT_NO_CHANGES

@@ -1,0 +1,145 @@
+"""The budget meter: exact weighted charges per group, per UTC day.
+
+Charges are integers (time weight in milli x milliseconds), so a month of placements sums with
+no drift, and a budget of ``hours_milli`` is ``hours_milli * 3_600_000`` of the same units.
+Every group is metered whether or not it has a budget, because a budget added in the middle of
+a period must count what the group already spent in it (engine.md). Charges are kept per UTC
+day: every period kind is a run of whole days, so one set of buckets answers a day, a week or
+a month, and a placement across a boundary is split at it for free.
+
+A meter only changes when its group's rate changes (a placement, preemption or end) or the
+engine is switched on or off; between those, usage is ``closed + rate * (now - since)``.
+"""
+
+from __future__ import annotations
+
+from compiler.compiled import CBudget
+
+from .periods import DAY_MS, HOUR_MS, Period, next_period_start, period_start
+
+UNITS_PER_HOUR_MILLI = HOUR_MS
+"""A budget of ``hours_milli`` is ``hours_milli * HOUR_MS`` charge units."""
+
+_KEEP_DAYS = 40
+"""Days of buckets kept: more than the longest period (a month)."""
+
+
+class Meter:
+    """Weighted (budget) and GPU (ledger) time of one group's placed tasks."""
+
+    __slots__ = ("rate", "weighted_tasks", "since", "days", "gpu_rate", "gpu_units",
+                 "gpu_since", "_prior_key", "_prior")
+
+    def __init__(self, now: int) -> None:
+        self.rate = 0
+        """Sum of the time weights (milli) of the group's placed tasks."""
+        self.weighted_tasks = 0
+        """How many placed tasks have a weight above 0 (the start check's exception)."""
+        self.since = now
+        self.days: dict[int, int] = {}
+        self.gpu_rate = 0
+        self.gpu_units = 0
+        """Milli-GPU x milliseconds, whatever the engine's state (the ledger)."""
+        self.gpu_since = now
+        self._prior_key: tuple[int, int] | None = None
+        self._prior = 0
+
+    def settle(self, now: int, charging: bool) -> None:
+        """Closes the charges up to ``now`` into day buckets; call before changing a rate."""
+        if now < self.since:
+            raise ValueError(f"time went backwards: {now} < {self.since}")
+        if charging and self.rate and now > self.since:
+            t = self.since
+            days = self.days
+            while t < now:
+                d = t // DAY_MS
+                end = min(now, (d + 1) * DAY_MS)
+                days[d] = days.get(d, 0) + self.rate * (end - t)
+                t = end
+            first_kept = now // DAY_MS - _KEEP_DAYS
+            if len(days) > _KEEP_DAYS + 2:
+                for d in [d for d in days if d < first_kept]:
+                    del days[d]
+        self.since = now
+        self.gpu_units += self.gpu_rate * (now - self.gpu_since)
+        self.gpu_since = now
+
+    def change(self, now: int, charging: bool, weight: int, size: int) -> None:
+        """A task of this weight and size was placed (+) or left its pool (-)."""
+        self.settle(now, charging)
+        self.rate += weight
+        self.gpu_rate += size
+
+    def used(self, period: Period, now: int, charging: bool) -> int:
+        """Charge units of the period containing ``now``, up to ``now``."""
+        ps = period_start(period, now)
+        ps_day = ps // DAY_MS
+        since_day = self.since // DAY_MS
+        total = 0
+        if since_day >= ps_day:
+            # Buckets before the day of `since` are closed for good, so their sum is cached.
+            key = (ps_day, since_day)
+            if key != self._prior_key:
+                self._prior = sum(v for d, v in self.days.items() if ps_day <= d < since_day)
+                self._prior_key = key
+            total = self._prior + self.days.get(since_day, 0)
+        if charging and self.rate and now > self.since:
+            total += self.rate * (now - max(self.since, ps))
+        return total
+
+    def gpu_used(self, now: int) -> int:
+        return self.gpu_units + self.gpu_rate * (max(now, self.gpu_since) - self.gpu_since)
+
+
+def budget_units(budget: CBudget) -> int:
+    return budget.hours_milli * UNITS_PER_HOUR_MILLI
+
+
+def remaining(meter: Meter, budget: CBudget, now: int, charging: bool) -> int:
+    return budget_units(budget) - meter.used(budget.period, now, charging)
+
+
+def start_ok(meter: Meter, budget: CBudget, weight: int, now: int, charging: bool) -> bool:
+    """engine.md's start check for a task of ``weight`` (> 0) of a group with ``budget``.
+
+    ``remaining / (rate + w) >= low_watermark`` in hours is, in integer units,
+    ``remaining >= (rate + w) * low_watermark_ms``; the one-task exception applies while the
+    group has no placed task with a weight above 0.
+    """
+    left = remaining(meter, budget, now, charging)
+    if left <= 0:
+        return False
+    if meter.weighted_tasks == 0:
+        return True
+    return left >= (meter.rate + weight) * budget.low_watermark_s * 1000
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_budget_event(meter: Meter, budget: CBudget, now: int, charging: bool,
+                      raised: frozenset[int] | set[int]) -> int | None:
+    """The next moment this budget needs a pass on its own: it runs out, or usage crosses an
+    alert threshold not yet raised in the period. None when neither happens in this period
+    (the period start is a trigger of its own)."""
+    if not charging or meter.rate <= 0:
+        return None
+    used = meter.used(budget.period, now, charging)
+    total = budget_units(budget)
+    end = next_period_start(budget.period, now)
+    best: int | None = None
+    if used < total and meter.weighted_tasks:
+        best = now + ceil_div(total - used, meter.rate)
+    for a in budget.alert_at_milli:
+        if a in raised:
+            continue
+        threshold = budget.hours_milli * a * (HOUR_MS // 1000)
+        if threshold > used:
+            t = now + ceil_div(threshold - used, meter.rate)
+            if best is None or t < best:
+                best = t
+            break  # thresholds are sorted: the first unraised one above usage comes first
+    if best is not None and best >= end:
+        return None
+    return best

@@ -1,0 +1,96 @@
+"""What a pass decides: plain frozen records, so the daemon can persist them and the simulator
+can print and check them without knowing the engine's internals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Phase = Literal["reserve", "reclaim", "lend"]
+PreemptKind = Literal["reclaimed", "budget"]
+ReasonKind = Literal["order", "limit", "budget", "capacity", "pending"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    task: str
+    resource: str
+    group: str
+    pool: str
+    size_milli: int
+    phase: Phase
+    """Which phase placed it: reservations filled, a reclaim made room, or idle capacity lent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    task: str
+    resource: str
+    group: str
+    pool: str
+    kind: PreemptKind
+    text: str
+    """As a person reads it: ``reclaimed by team-a`` or ``budget used up``."""
+    by: str | None = None
+    """The group whose reclaim took it, or None for a budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    task: str
+    resource: str
+    group: str
+    text: str
+    """e.g. ``compute resource team-a/standard was removed from the estate``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    kind: ReasonKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    policy: str
+    group: str
+    threshold_milli: int
+    """The ``alert_at`` fraction crossed, in thousandths (800 = 0.8)."""
+    period_start: int
+    used_units: int
+    budget_units: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    """One policy's budget as the policy view shows it ("seen before it hits")."""
+
+    policy: str
+    group: str
+    period: str
+    period_start: int
+    resets_at: int
+    budget_units: int
+    """``hours_milli * 3_600_000``: the same units as charges (weight milli x ms)."""
+    used_units: int
+    burn_rate_milli: int
+    """Budget hours per hour, in milli: the sum of the weights of the group's placed tasks."""
+    runout_at: int | None
+    """When the budget runs out at the current rate, if before the reset; None otherwise."""
+
+    @property
+    def left_units(self) -> int:
+        return self.budget_units - self.used_units
+
+    @property
+    def used_hours(self) -> float:
+        return self.used_units / 3_600_000_000
+
+    @property
+    def left_hours(self) -> float:
+        return self.left_units / 3_600_000_000
+
+    @property
+    def burn_rate(self) -> float:
+        return self.burn_rate_milli / 1000

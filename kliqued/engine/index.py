@@ -1,0 +1,149 @@
+"""The per-revision lookup tables the engine works from.
+
+A pass must not search lists of the compiled estate: at 10,000 compute resources that alone
+would blow the time budget of a pass. Everything static about the estate (each compute
+resource's pool order, its place in every pool's execution order, its policy's place on the
+profile, its group's numbers) is computed once per compiled revision and cached by revision,
+so the daemon and the simulator pay for it only when the estate changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from threading import Lock
+
+from compiler.compiled import CBudget, CompiledEstate
+
+
+@dataclass(frozen=True, slots=True)
+class CRInfo:
+    """A compute resource with everything a pass needs about it, resolved."""
+
+    name: str
+    policy: str
+    profile: str
+    group: str
+    fixed_size: int | None
+    """The profile's size in milli-GPUs; None for a ``from_task`` profile."""
+    default_size: int
+    max_size: int | None
+    weight: int
+    """Time weight in milli (budget milli-hours per hour)."""
+    pools: tuple[str, ...]
+    strict: bool
+    policy_pos: int
+    """Queuing priority: the policy's place on the profile (0 = first)."""
+    exec_pos: dict[str, int] = field(hash=False, compare=False)
+    """Execution priority: the profile's place in each of its pools' execution order."""
+    first_exec_pos: int = 0
+    """``exec_pos`` of the profile's first pool: phase 2 compares on it (engine.md)."""
+
+    def size_for(self, requested: int | None) -> int:
+        if self.fixed_size is not None:
+            return self.fixed_size
+        return self.default_size if requested is None else requested
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    name: str
+    policy: str
+    reservation: int
+    limit: int
+    budget: CBudget | None
+    resources: tuple[str, ...]
+    """Its compute resources, in name order."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInfo:
+    name: str
+    capacity: int
+    resources: tuple[str, ...]
+    """Compute resources whose profile lists this pool."""
+
+
+@dataclass(frozen=True)
+class EstateIndex:
+    """Read-only, shared between passes; build with :meth:`build` (cached by revision)."""
+
+    estate: CompiledEstate
+    revision: str
+    resources: dict[str, CRInfo]
+    groups: dict[str, GroupInfo]
+    """Groups that have a policy (only they can own compute resources)."""
+    pools: dict[str, PoolInfo]
+    users: dict[str, frozenset[str]]
+    projects: dict[str, frozenset[str]]
+    budget_periods: frozenset[str]
+    """The period kinds in use by some budget: a pass must run at each of their starts."""
+
+    @staticmethod
+    def build(estate: CompiledEstate) -> "EstateIndex":
+        """The index of ``estate``; the same object for the same revision (a small cache)."""
+        rev = estate.revision
+        if rev:
+            with _LOCK:
+                hit = _CACHE.get(rev)
+                if hit is not None:
+                    return hit
+        idx = _build(estate)
+        if rev:
+            with _LOCK:
+                _CACHE[rev] = idx
+                while len(_CACHE) > _CACHE_SIZE:
+                    _CACHE.pop(next(iter(_CACHE)))
+        return idx
+
+
+_CACHE: dict[str, EstateIndex] = {}
+_CACHE_SIZE = 8
+_LOCK = Lock()
+
+
+def _build(estate: CompiledEstate) -> EstateIndex:
+    profiles = {p.name: p for p in estate.profiles}
+    policies = {p.name: p for p in estate.policies}
+    exec_pos: dict[str, dict[str, int]] = {}
+    for pool in estate.pools:
+        for i, prof in enumerate(pool.execution_order):
+            exec_pos.setdefault(prof, {})[pool.name] = i
+    resources: dict[str, CRInfo] = {}
+    by_group: dict[str, list[str]] = {}
+    by_pool: dict[str, list[str]] = {p.name: [] for p in estate.pools}
+    for cr in estate.compute_resources:
+        prof = profiles[cr.profile]
+        pos = exec_pos.get(prof.name, {})
+        # A pool missing from an execution order cannot happen in a compiled estate; the
+        # fallback keeps a hand-built estate usable (after every listed profile).
+        epos = {pl: pos.get(pl, len(pos)) for pl in prof.pools}
+        ft = prof.from_task
+        info = CRInfo(
+            name=cr.name, policy=cr.policy, profile=cr.profile, group=cr.group,
+            fixed_size=prof.gpus_milli if ft is None else None,
+            default_size=ft.default_milli if ft is not None else (prof.gpus_milli or 0),
+            max_size=ft.max_milli if ft is not None else None,
+            weight=prof.time_weight_milli, pools=tuple(prof.pools),
+            strict=prof.queueing == "strict",
+            policy_pos=prof.policies.index(cr.policy) if cr.policy in prof.policies else 0,
+            exec_pos=epos, first_exec_pos=epos[prof.pools[0]] if prof.pools else 0,
+        )
+        resources[cr.name] = info
+        by_group.setdefault(cr.group, []).append(cr.name)
+        for pl in prof.pools:
+            by_pool.setdefault(pl, []).append(cr.name)
+    groups: dict[str, GroupInfo] = {}
+    for pol in estate.policies:
+        groups[pol.group] = GroupInfo(
+            name=pol.group, policy=pol.name, reservation=pol.reservation_milli,
+            limit=pol.limit_milli, budget=pol.budget,
+            resources=tuple(sorted(by_group.get(pol.group, []))))
+    pools = {p.name: PoolInfo(p.name, p.capacity_milli, tuple(by_pool.get(p.name, [])))
+             for p in estate.pools}
+    return EstateIndex(
+        estate=estate, revision=estate.revision, resources=resources, groups=groups,
+        pools=pools,
+        users={g.name: frozenset(g.users) for g in estate.groups},
+        projects={g.name: frozenset(g.projects) for g in estate.groups},
+        budget_periods=frozenset(p.budget.period for p in policies.values() if p.budget),
+    )

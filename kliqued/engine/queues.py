@@ -1,0 +1,101 @@
+"""A compute resource's queue.
+
+engine.md's queue order is a total order: tasks that ran before (were preempted) come first,
+by their original submission, then tasks that never ran, by submission. So the queue is two
+parts: a heap for the preempted (rare, any order of arrival) and a FIFO for the rest (always
+appended in submission order). Removal is lazy, by a token per enqueue, because finishing or
+cancelling a queued task, or a best_effort placement past the head, must not cost a scan.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from .state import Task
+
+QUEUED = 0
+PLACED = 1
+ENDED = 2
+
+
+class CRQueue:
+    __slots__ = ("front", "back", "live", "sizes", "stale")
+
+    def __init__(self) -> None:
+        self.front: list[tuple[int, int, Task]] = []
+        """Heap of (submission seq, token, task) of tasks that ran before."""
+        self.back: deque[tuple[Task, int]] = deque()
+        """(task, token) of tasks that never ran, in submission order."""
+        self.live = 0
+        self.sizes: dict[int, int] = {}
+        """How many queued tasks have each size: best_effort skips a queue at once when even
+        its smallest task cannot go anywhere."""
+        self.stale = 0
+
+    @staticmethod
+    def _valid(t: "Task", token: int) -> bool:
+        return t.status == QUEUED and t.qtoken == token
+
+    def _count(self, size: int, d: int) -> None:
+        n = self.sizes.get(size, 0) + d
+        if n:
+            self.sizes[size] = n
+        else:
+            self.sizes.pop(size, None)
+
+    def push(self, t: "Task") -> None:
+        """Enqueues ``t`` (already marked queued) in its place: front if it ran before."""
+        t.qtoken += 1
+        if t.ran_before:
+            heapq.heappush(self.front, (t.seq, t.qtoken, t))
+        else:
+            self.back.append((t, t.qtoken))
+        self.live += 1
+        self._count(t.size, 1)
+
+    def left(self, t: "Task") -> None:
+        """``t`` left the queue (placed or ended); its entry is dropped lazily."""
+        self.live -= 1
+        self.stale += 1
+        self._count(t.size, -1)
+        if self.stale > 64 and self.stale > self.live:
+            self._compact()
+
+    def resized(self, t: "Task", old: int) -> None:
+        self._count(old, -1)
+        self._count(t.size, 1)
+
+    def _compact(self) -> None:
+        self.front = [e for e in self.front if self._valid(e[2], e[1])]
+        heapq.heapify(self.front)
+        self.back = deque(e for e in self.back if self._valid(e[0], e[1]))
+        self.stale = 0
+
+    def head(self) -> "Task | None":
+        front, back = self.front, self.back
+        while front and not self._valid(front[0][2], front[0][1]):
+            heapq.heappop(front)
+            self.stale -= 1
+        if front:
+            return front[0][2]
+        while back and not self._valid(back[0][0], back[0][1]):
+            back.popleft()
+            self.stale -= 1
+        if back:
+            return back[0][0]
+        return None
+
+    def __iter__(self) -> Iterator["Task"]:
+        """Queued tasks in queue order."""
+        for _, tok, t in sorted(self.front, key=lambda e: e[0]):
+            if self._valid(t, tok):
+                yield t
+        for t, tok in self.back:
+            if self._valid(t, tok):
+                yield t
+
+    def min_size(self) -> int | None:
+        return min(self.sizes) if self.sizes else None

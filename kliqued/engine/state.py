@@ -1,0 +1,379 @@
+"""The engine's state: tasks, queues, what is placed where, and the budget meters.
+
+The caller (daemon or simulator) owns one ``State`` and tells it what happened (a task was
+submitted, ended, the engine switched off); ``run_pass`` then decides and applies its own
+decisions to the same object. The state keeps every counter a pass needs (used per group, free
+per pool, placed tasks per pool and group in placement order) up to date as things happen, so
+a pass costs what changed, not the size of the estate. Nothing here reads a clock: every call
+carries its time, in integer milliseconds, and times never go backwards.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from .budget import Meter
+from .decisions import Cancellation
+from .index import CRInfo, EstateIndex
+from .queues import ENDED, PLACED, QUEUED, CRQueue
+
+__all__ = ["Task", "State", "QUEUED", "PLACED", "ENDED", "check_submission", "SubmissionError"]
+
+
+class Task:
+    """One task as the engine sees it; the caller may read it, never write it."""
+
+    __slots__ = ("id", "resource", "group", "user", "project", "requested", "size", "weight",
+                 "seq", "submitted_at", "status", "pool", "placed_at", "place_seq",
+                 "ran_before", "preemptions", "last_preempt_kind", "last_preempt_text",
+                 "end_kind", "ended_at", "orphan", "qtoken")
+
+    def __init__(self, id: str, resource: str, group: str, user: str, project: str | None,
+                 requested: int | None, size: int, weight: int, seq: int, at: int) -> None:
+        self.id = id
+        self.resource = resource
+        self.group = group
+        self.user = user
+        self.project = project
+        self.requested = requested
+        self.size = size
+        self.weight = weight
+        self.seq = seq
+        self.submitted_at = at
+        self.status = QUEUED
+        self.pool: str | None = None
+        self.placed_at: int | None = None
+        self.place_seq = 0
+        self.ran_before = False
+        self.preemptions = 0
+        self.last_preempt_kind: str | None = None
+        self.last_preempt_text: str | None = None
+        self.end_kind: str | None = None
+        self.ended_at: int | None = None
+        self.orphan = False
+        """Its compute resource was removed: it keeps its place to its end, never preempted."""
+        self.qtoken = 0
+
+    @property
+    def state(self) -> str:
+        return ("queued", "placed", "ended")[self.status]
+
+    def __repr__(self) -> str:
+        return f"Task({self.id!r}, {self.resource!r}, {self.state}, size={self.size})"
+
+
+class SubmissionError(ValueError):
+    """A submission the estate does not allow (unknown resource, user not in group, ...)."""
+
+
+def check_submission(index: EstateIndex, resource: str, user: str, project: str | None,
+                     gpus_milli: int | None) -> int:
+    """The task's size in milli-GPUs, or a :class:`SubmissionError` saying why the estate does
+    not accept it. The daemon's API and the simulator both call this, so the rules for who may
+    send what are written once."""
+    cr = index.resources.get(resource)
+    if cr is None:
+        raise SubmissionError(f"unknown compute resource {resource!r}")
+    users = index.users.get(cr.group, frozenset())
+    if user not in users:
+        raise SubmissionError(f"user {user!r} is not in group {cr.group!r}'s users")
+    projects = index.projects.get(cr.group, frozenset())
+    if project is not None and projects and project not in projects:
+        raise SubmissionError(f"project {project!r} is not one of group {cr.group!r}'s "
+                              f"projects ({', '.join(sorted(projects))})")
+    if gpus_milli is not None:
+        if cr.fixed_size is not None:
+            raise SubmissionError(f"profile {cr.profile!r} has a fixed size; a task cannot "
+                                  f"set gpus")
+        if gpus_milli < 0:
+            raise SubmissionError("gpus must be >= 0")
+        if cr.max_size is not None and gpus_milli > cr.max_size:
+            raise SubmissionError(f"gpus {gpus_milli / 1000:g} is above profile "
+                                  f"{cr.profile!r}'s max {cr.max_size / 1000:g}")
+    size = cr.size_for(gpus_milli)
+    g = index.groups.get(cr.group)
+    if g is not None and size > g.limit:
+        raise SubmissionError(f"gpus {size / 1000:g} is above group {cr.group!r}'s limit "
+                              f"{g.limit / 1000:g}")
+    return size
+
+
+@dataclass(slots=True)
+class _Watch:
+    version: int = 0
+
+
+class State:
+    """Everything that changes; one per daemon or simulation."""
+
+    def __init__(self, index: EstateIndex, now: int, enabled: bool = True) -> None:
+        self.index: EstateIndex | None = None
+        self.clock = now
+        self.enabled = enabled
+        self.tasks: dict[str, Task] = {}
+        self.queues: dict[str, CRQueue] = {}
+        self.used: dict[str, int] = {}
+        self.pool_used: dict[str, int] = {}
+        self.free: dict[str, int] = {}
+        self.placed_by_group: dict[str, dict[str, Task]] = {}
+        self.placed_by_pool_group: dict[str, dict[str, dict[str, Task]]] = {}
+        self.pool_group_used: dict[str, dict[str, int]] = {}
+        self.meters: dict[str, Meter] = {}
+        self.submit_seq = 0
+        self.place_seq = 0
+        # What the next pass must look at (see passes.py).
+        self.dirty = True
+        self.active: set[str] = set()
+        self.reclaim: set[str] = set()
+        self.freed_pools: set[str] = set()
+        self.pool_watch: dict[str, list[tuple[int, int, str]]] = {}
+        self.watch_version: dict[str, int] = {}
+        self.rate_changed: set[str] = set()
+        self.triggers: list[tuple[int, str, int]] = []
+        self.trigger_version: dict[str, int] = {}
+        self.budget_check_all = True
+        self.alerts_raised: dict[str, tuple[int, set[int]]] = {}
+        self.last_pass_at: int | None = None
+        self.pending_cancellations: list[Cancellation] = []
+        self.version = 0
+        """Bumped by every change: a PassResult's lazy views refuse a changed state."""
+        self.bind(index, now)
+
+    # ---------------------------------------------------------------- reading
+    def meter(self, group: str) -> Meter:
+        m = self.meters.get(group)
+        if m is None:
+            m = self.meters[group] = Meter(self.clock)
+        return m
+
+    def queue(self, resource: str) -> list[Task]:
+        q = self.queues.get(resource)
+        return list(q) if q else []
+
+    def placed_tasks(self) -> list[Task]:
+        return [t for d in self.placed_by_group.values() for t in d.values()]
+
+    def gpu_units(self, group: str, now: int) -> int:
+        """Ledger milli-GPU x ms of the group up to ``now`` (counts while disabled too)."""
+        m = self.meters.get(group)
+        return m.gpu_used(now) if m else 0
+
+    def weighted_units(self, group: str, period: str, now: int) -> int:
+        m = self.meters.get(group)
+        return m.used(period, now, self.enabled) if m else 0  # type: ignore[arg-type]
+
+    # ---------------------------------------------------------------- changes from outside
+    def _tick(self, at: int) -> None:
+        if at < self.clock:
+            raise ValueError(f"time went backwards: {at} < {self.clock}")
+        self.clock = at
+        self.version += 1
+        self.dirty = True
+
+    def submit(self, task_id: str, resource: str, user: str, project: str | None = None,
+               gpus_milli: int | None = None, *, at: int) -> Task:
+        """Queues a new task at the back of its compute resource. Raises SubmissionError for
+        what the estate does not allow, ValueError for a task id already used."""
+        assert self.index is not None
+        if task_id in self.tasks:
+            raise ValueError(f"task id {task_id!r} is already used")
+        size = check_submission(self.index, resource, user, project, gpus_milli)
+        self._tick(at)
+        cr = self.index.resources[resource]
+        self.submit_seq += 1
+        t = Task(task_id, resource, cr.group, user, project, gpus_milli, size, cr.weight,
+                 self.submit_seq, at)
+        self.tasks[task_id] = t
+        q = self.queues.get(resource)
+        if q is None:
+            q = self.queues[resource] = CRQueue()
+        q.push(t)
+        self.active.add(resource)
+        return t
+
+    def end(self, task_id: str, at: int, kind: str = "finished") -> bool:
+        """The task finished, failed or was cancelled. A task that already ended is left as
+        it is (False)."""
+        t = self.tasks.get(task_id)
+        if t is None:
+            raise KeyError(task_id)
+        if t.status == ENDED:
+            return False
+        self._tick(at)
+        if t.status == PLACED:
+            self._unplace(t, at)
+        else:
+            self._dequeue(t)
+        t.status = ENDED
+        t.end_kind = kind
+        t.ended_at = at
+        return True
+
+    def set_enabled(self, enabled: bool, at: int) -> None:
+        """Switches the engine. While off there are no passes and no budget charge; the
+        ledger's GPU-hours still count."""
+        if enabled == self.enabled:
+            return
+        self._tick(at)
+        for m in self.meters.values():
+            m.settle(at, self.enabled)
+        self.enabled = enabled
+        self.budget_check_all = True
+        self.rate_changed.update(self.meters)
+
+    def forget(self, task_id: str) -> None:
+        """Drops an ended task (a long-running daemon's memory)."""
+        t = self.tasks.get(task_id)
+        if t is not None and t.status == ENDED:
+            del self.tasks[task_id]
+
+    # ---------------------------------------------------------------- the estate
+    def bind(self, index: EstateIndex, at: int) -> list[Cancellation]:
+        """Adopts a new compiled estate. Queued tasks of a removed compute resource are
+        cancelled (returned, and reported by the next pass); its placed tasks keep running to
+        their end. Queued tasks take their profile's current size and weight; placed tasks
+        keep what they were placed with. Nothing is preempted here: a lowered limit or
+        capacity only makes new work wait (engine.md)."""
+        if index is self.index:
+            return []
+        self._tick(at)
+        self.index = index
+        cancels: list[Cancellation] = []
+        for name, q in self.queues.items():
+            cr = index.resources.get(name)
+            if cr is None:
+                for t in list(q):
+                    self._dequeue(t)
+                    t.status = ENDED
+                    t.end_kind = "cancelled"
+                    t.ended_at = at
+                    c = Cancellation(t.id, name, t.group,
+                                     f"compute resource {name} was removed from the estate")
+                    cancels.append(c)
+                continue
+            for t in list(q):
+                old = t.size
+                t.size = cr.size_for(t.requested)
+                t.weight = cr.weight
+                if t.size != old:
+                    q.resized(t, old)
+        for d in self.placed_by_group.values():
+            for t in d.values():
+                t.orphan = t.resource not in index.resources
+        self.free = {p: info.capacity - self.pool_used.get(p, 0)
+                     for p, info in index.pools.items()}
+        self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}
+        self.reclaim = set()
+        self.pool_watch = {p: [] for p in index.pools}
+        self.freed_pools = set()
+        self.budget_check_all = True
+        self.rate_changed.update(self.meters)
+        self.pending_cancellations.extend(cancels)
+        return cancels
+
+    # ---------------------------------------------------------------- used by the pass
+    def _dequeue(self, t: Task) -> None:
+        q = self.queues[t.resource]
+        q.left(t)
+        t.status = ENDED  # provisional; callers set the final status
+        if self.index is not None and t.resource in self.index.resources:
+            self.active.add(t.resource)
+
+    def place(self, t: Task, pool: str, now: int) -> None:
+        q = self.queues[t.resource]
+        q.left(t)
+        t.status = PLACED
+        t.pool = pool
+        t.placed_at = now
+        self.place_seq += 1
+        t.place_seq = self.place_seq
+        g = t.group
+        size = t.size
+        self.used[g] = self.used.get(g, 0) + size
+        self.pool_used[pool] = self.pool_used.get(pool, 0) + size
+        if pool in self.free:
+            self.free[pool] -= size
+        self.placed_by_group.setdefault(g, {})[t.id] = t
+        self.placed_by_pool_group.setdefault(pool, {}).setdefault(g, {})[t.id] = t
+        pg = self.pool_group_used.setdefault(pool, {})
+        pg[g] = pg.get(g, 0) + size
+        m = self.meter(g)
+        m.change(now, self.enabled, t.weight, size)
+        if t.weight > 0:
+            m.weighted_tasks += 1
+        self.rate_changed.add(g)
+        self.version += 1
+
+    def _unplace(self, t: Task, now: int) -> None:
+        pool = t.pool
+        assert pool is not None
+        g = t.group
+        size = t.size
+        self.used[g] -= size
+        self.pool_used[pool] -= size
+        if pool in self.free:
+            self.free[pool] += size
+            self.freed_pools.add(pool)
+        del self.placed_by_group[g][t.id]
+        del self.placed_by_pool_group[pool][g][t.id]
+        self.pool_group_used[pool][g] -= size
+        m = self.meter(g)
+        m.change(now, self.enabled, -t.weight, -size)
+        if t.weight > 0:
+            m.weighted_tasks -= 1
+        self.rate_changed.add(g)
+        t.pool = None
+        self.version += 1
+        # Room and headroom were given back: the group's waiting work may now go.
+        idx = self.index
+        if idx is not None:
+            gi = idx.groups.get(g)
+            if gi is not None:
+                for name in gi.resources:
+                    q = self.queues.get(name)
+                    if q is not None and q.live:
+                        self.active.add(name)
+
+    def preempt(self, t: Task, now: int, kind: str, text: str) -> None:
+        self._unplace(t, now)
+        t.status = QUEUED
+        t.ran_before = True
+        t.preemptions += 1
+        t.last_preempt_kind = kind
+        t.last_preempt_text = text
+        t.placed_at = None
+        self.queues[t.resource].push(t)
+        self.active.add(t.resource)
+
+    def watch(self, cr: CRInfo, need: int) -> None:
+        """Parks a compute resource that cannot place now until one of its pools has
+        ``need`` free (or its group's usage falls, or its budget resets)."""
+        v = self.watch_version.get(cr.name, 0) + 1
+        self.watch_version[cr.name] = v
+        for p in cr.pools:
+            h = self.pool_watch.get(p)
+            if h is None:
+                continue
+            heapq.heappush(h, (need, v, cr.name))
+            if len(h) > 64 and len(h) > 4 * len(self.index.pools[p].resources):  # type: ignore[union-attr]
+                wv = self.watch_version
+                h[:] = [e for e in h if wv.get(e[2]) == e[1]]
+                heapq.heapify(h)
+
+    def unwatch(self, name: str) -> None:
+        self.watch_version[name] = self.watch_version.get(name, 0) + 1
+
+    def wake_freed_pools(self) -> None:
+        free = self.free
+        wv = self.watch_version
+        for p in self.freed_pools:
+            h = self.pool_watch.get(p)
+            if not h:
+                continue
+            f = free[p]
+            while h and h[0][0] <= f:
+                need, v, name = heapq.heappop(h)
+                if wv.get(name) == v:
+                    self.active.add(name)
+        self.freed_pools.clear()
