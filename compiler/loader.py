@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError, RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, SequenceNode
 
 from .diagnostics import Diagnostic, Position, error
 
@@ -41,6 +42,72 @@ def _yaml() -> YAML:
     y.Constructor = _Constructor
     y.allow_duplicate_keys = False
     return y
+
+
+try:  # the C parser (ruamel.yaml.clib) composes an XL estate about 8x faster
+    from ruamel.yaml.cyaml import CParser as _CParser  # noqa: F401
+    HAVE_C_PARSER = True
+except ImportError:  # pragma: no cover - the pure parser gives the same tree, slower
+    HAVE_C_PARSER = False
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: object, first: tuple[int, int], second: tuple[int, int]) -> None:
+        self.key, self.first, self.second = key, first, second
+
+
+def _fast_load(text: str) -> Any:
+    """Composes with the C parser and builds the same round-trip types the pure loader gives
+    (CommentedMap/CommentedSeq with ``.lc`` positions), aliases kept as shared objects."""
+    y = YAML(typ="safe", pure=False)
+    node = y.compose(text)
+    if node is None:
+        return None
+    constructor = y.constructor
+    memo: dict[int, Any] = {}
+
+    def build(n: Any) -> Any:
+        if id(n) in memo:
+            return memo[id(n)]
+        if isinstance(n, MappingNode):
+            m = CommentedMap()
+            memo[id(n)] = m
+            m._yaml_set_line_col(n.start_mark.line, n.start_mark.column)
+            for k_node, v_node in n.value:
+                if k_node.tag == _MERGE:
+                    raise MarkedYAMLError(problem="merge keys (<<) are not supported",
+                                          problem_mark=k_node.start_mark)
+                key = build(k_node)
+                if isinstance(key, (dict, list)):
+                    raise MarkedYAMLError(problem="a key must be a plain value",
+                                          problem_mark=k_node.start_mark)
+                if key in m:
+                    first = m.lc.key(key)
+                    raise _Duplicate(key, first, (k_node.start_mark.line,
+                                                  k_node.start_mark.column))
+                m[key] = build(v_node)
+                m.lc.add_kv_line_col(key, [k_node.start_mark.line, k_node.start_mark.column,
+                                           v_node.start_mark.line, v_node.start_mark.column])
+            return m
+        if isinstance(n, SequenceNode):
+            seq = CommentedSeq()
+            memo[id(n)] = seq
+            seq._yaml_set_line_col(n.start_mark.line, n.start_mark.column)
+            for i, item in enumerate(n.value):
+                seq.append(build(item))
+                seq.lc.add_kv_line_col(i, [item.start_mark.line, item.start_mark.column])
+            return seq
+        if n.tag == _TIMESTAMP:
+            value: Any = str(n.value)
+        else:
+            value = constructor.construct_object(n, deep=True)
+        memo[id(n)] = value
+        return value
+
+    return build(node)
 
 
 @dataclass
@@ -92,6 +159,19 @@ def _mark_position(file: str, mark: Any) -> Position | None:
     return Position(file, mark.line + 1, mark.column + 1)
 
 
+def _load_tree(text: str) -> Any:
+    """The C parser first; on any syntax error the pure YAML 1.2 parser decides, because
+    libyaml is stricter in places (a time like 12:00 inside a flow mapping)."""
+    if HAVE_C_PARSER:
+        try:
+            return _fast_load(text)
+        except _Duplicate:
+            raise
+        except (YAMLError, ValueError):
+            pass
+    return _yaml().load(text)
+
+
 def load_yaml(file: str, data: bytes) -> LoadedYaml:
     """Parse one file. Never raises for bad input: problems come back as diagnostics."""
     out = LoadedYaml(file)
@@ -113,7 +193,16 @@ def load_yaml(file: str, data: bytes) -> LoadedYaml:
         out.diagnostics.extend(tabs)
         return out
     try:
-        root = _yaml().load(text)
+        root = _load_tree(text)
+    except _Duplicate as dup:
+        out.diagnostics.append(error(
+            "yaml-duplicate-key",
+            f'duplicate key "{dup.key}": a key may appear once per mapping',
+            Position(file, dup.second[0] + 1, dup.second[1] + 1),
+            f"the first one is at {Position(file, dup.first[0] + 1, dup.first[1] + 1)}; "
+            "remove or merge one",
+        ))
+        return out
     except DuplicateKeyError as exc:
         out.diagnostics.append(error(
             "yaml-duplicate-key",

@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): performance targets live here, not in timed tests."""
