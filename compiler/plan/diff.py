@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -44,17 +44,8 @@ class Renames:
     def new(self, kind: str, name: str) -> str:
         return self.by_kind.get(kind, {}).get(name, name)
 
-    def old_of(self, kind: str, new_name: str) -> str | None:
-        for old, new in self.by_kind.get(kind, {}).items():
-            if new == new_name:
-                return old
-        return None
-
     def names(self, kind: str, names: Iterable[str]) -> list[str]:
         return [self.new(kind, n) for n in names]
-
-    def __bool__(self) -> bool:
-        return any(self.by_kind.values())
 
 
 NO_RENAMES = Renames()
@@ -258,14 +249,14 @@ def _attr_changes(kind: str, before: Flat, after: Flat, src: SourceObject | None
         a = new[path][1] if path in new else None
         if a == b:
             continue
-        op = "+" if b is None else "-" if a is None else "~"
+        op: Literal["+", "-", "~"] = "+" if b is None else "-" if a is None else "~"
         out.append(AttrChange(path, op, b, a, attr_pos(src, kind, path, fallback)))
     return out
 
 
-def _all_attrs(kind: str, flat: Flat, op: str, src: SourceObject | None,
+def _all_attrs(kind: str, flat: Flat, op: Literal["+", "-"], src: SourceObject | None,
                fallback: Position | None) -> list[AttrChange]:
-    return [AttrChange(path, op, v if op == "-" else None, v if op == "+" else None,  # type: ignore[arg-type]
+    return [AttrChange(path, op, v if op == "-" else None, v if op == "+" else None,
                        attr_pos(src, kind, path, fallback))
             for _, path, v in sorted(flat, key=lambda x: (x[0], x[1]))]
 

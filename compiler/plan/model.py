@@ -83,9 +83,11 @@ class Impact:
     side: Literal["base", "head"] = "head"
     """Which revision the subject lives in (a removed object: the base)."""
     pos: Position | None = None
+    rank: int = 0
+    """Order within a kind, most pressing first (e.g. the tightest headroom)."""
 
-    def sort_key(self) -> tuple[int, str, str]:
-        return (SEVERITY_ORDER[self.severity], self.kind, self.message)
+    def sort_key(self) -> tuple[int, str, int, str]:
+        return (SEVERITY_ORDER[self.severity], self.kind, self.rank, self.message)
 
 
 @dataclass(frozen=True)

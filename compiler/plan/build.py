@@ -1,0 +1,58 @@
+"""From the estate files of two revisions to a Plan: compile both, diff, grade the impacts.
+
+Pure: the files come in as bytes (from git objects or the disk, the caller decides), so a
+plan can be made and tested without a repository.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..api import CompileResult, SourceFile, compile_files
+from ..source import SourceMap
+from .diff import diff, find_renames, object_pos
+from .impact import impacts
+from .model import Impact, Plan, Revision
+
+
+@dataclass(frozen=True)
+class Side:
+    """One revision's estate as read: ``files`` is None when the estate path is absent."""
+
+    label: str
+    commit: str | None
+    files: list[SourceFile] | None
+
+
+def _compile(side: Side) -> tuple[Revision, CompileResult | None]:
+    if side.files is None:
+        return Revision(side.label, side.commit, None, valid=True, exists=False), None
+    result = compile_files(side.files)
+    est = result.estate
+    return Revision(side.label, side.commit, est.revision if est else None, valid=est is not None,
+                    exists=True, diagnostics=tuple(result.diagnostics)), result
+
+
+def make_plan(base: Side, head: Side, estate_path: str) -> Plan:
+    base_rev, base_res = _compile(base)
+    head_rev, head_res = _compile(head)
+    if not base_rev.valid or not head_rev.valid:
+        return Plan(base_rev, head_rev, estate_path)
+    base_est = base_res.estate if base_res else None
+    head_est = head_res.estate if head_res else None
+    base_src = base_res.sources if base_res else SourceMap()
+    head_src = head_res.sources if head_res else SourceMap()
+    renames = find_renames(base_est, head_est, head_src)
+    changes = diff(base_est, head_est, base_src, head_src, renames)
+    found = [_locate(i, base_src, head_src) for i in impacts(base_est, head_est, renames)]
+    return Plan(base_rev, head_rev, estate_path, tuple(changes), tuple(found))
+
+
+def _locate(impact: Impact, base_src: SourceMap, head_src: SourceMap) -> Impact:
+    """Impacts are computed from compiled estates, which carry no positions; the place is
+    looked up afterwards so that CI annotations land on the line that caused them."""
+    if impact.subject is None:
+        return impact
+    kind, name = impact.subject
+    pos = object_pos(head_src if impact.side == "head" else base_src, kind, name)
+    return replace(impact, pos=pos)

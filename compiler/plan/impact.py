@@ -1,0 +1,348 @@
+"""What a change does to work, as opposed to what it changes in the YAML.
+
+A reviewer of an estate change rarely asks "did capacity go from 64 to 32?" (the diff says
+so) but "does every guarantee still fit, whose queue disappears, who burns budget faster?".
+Each rule here answers one such question from the two compiled estates alone, so the answer
+is the same whatever the files look like, and it is graded: ``error`` (the change cannot
+work), ``warn`` (work will wait, stop or be cancelled because of it), ``info`` (good to know).
+
+What the engine does on such changes is engine.md's "Changes of the estate while work
+runs": a lowered limit or capacity preempts nothing, a lowered reservation makes a group a
+borrower, a removed compute resource cancels its queue and lets placed tasks finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..compiled import CBudget, CompiledEstate, CPolicy, CSettings
+from ..models import Settings
+from ..reservations import Headroom, check_reservations, headroom_by_pool_set
+from ..units import duration_str, milli_str
+from .diff import NO_RENAMES, Renames
+from .model import Impact
+
+
+def empty_estate() -> CompiledEstate:
+    """The estate of a revision where the estate path does not exist yet: nothing but the
+    default settings, so adding the first estate is a plan like any other."""
+    s = Settings()
+    return CompiledEstate(
+        settings=CSettings(pass_interval_s=s.pass_interval, low_watermark_s=s.low_watermark,
+                           currency=s.currency),
+        pools=[], profiles=[], policies=[], groups=[], pricing=[], compute_resources=[],
+    ).with_revision()
+
+
+def gpus(milli: int) -> str:
+    n = milli_str(milli)
+    return f"{n} GPU" if n == "1" else f"{n} GPUs"
+
+
+def hours(milli: int) -> str:
+    return f"{milli_str(milli)} h"
+
+
+def pool_list(pools: tuple[str, ...] | list[str]) -> str:
+    return "[" + ", ".join(pools) + "]"
+
+
+def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
+            renames: Renames = NO_RENAMES) -> list[Impact]:
+    """Every impact of going from ``base`` to ``head``, most severe first. Base names are
+    read through ``renames``, so a renamed pool or policy is the same one on both sides."""
+    b = base if base is not None else empty_estate()
+    h = head if head is not None else empty_estate()
+    found: list[Impact] = []
+    for rule in (_headroom, _compute_resources, _budgets, _weights, _capacity, _guarantees):
+        found.extend(rule(b, h, renames))
+    return sorted(found, key=Impact.sort_key)
+
+
+# --- reservations per pool set --------------------------------------------------------------
+
+def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[tuple[str, ...], Headroom]:
+    profiles = {p.name: p for p in est.profiles}
+    reservations = {rn.new("policy", p.name): p.reservation_milli for p in est.policies}
+    reach: dict[str, list[str]] = {}
+    for pol in est.policies:
+        pools: list[str] = []
+        for prof in pol.profiles:
+            for q in profiles[prof].pools if prof in profiles else []:
+                if rn.new("pool", q) not in pools:
+                    pools.append(rn.new("pool", q))
+        reach[rn.new("policy", pol.name)] = pools
+    capacity = {rn.new("pool", q.name): q.capacity_milli for q in est.pools}
+    return {h.pools: h for h in headroom_by_pool_set(reservations, reach, capacity)}
+
+
+def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+    before = _headroom_of(base, rn)
+    after = _headroom_of(head, NO_RENAMES)
+    old_capacity = {rn.new("pool", q.name): q.capacity_milli for q in base.pools}
+    old_reserved = {rn.new("policy", p.name): p.reservation_milli for p in base.policies}
+    changed_pools = [q.name for q in head.pools if old_capacity.get(q.name) != q.capacity_milli]
+    changed_policies = [p.name for p in head.policies
+                        if old_reserved.get(p.name) != p.reservation_milli]
+    for pools in sorted(set(before) | set(after)):
+        b, a = before.get(pools), after.get(pools)
+        where = f"reservation headroom on pools {pool_list(pools)}"
+        details: dict = {"pools": list(pools)}
+        if b is not None:
+            details["before"] = _headroom_json(b)
+        if a is not None:
+            details["after"] = _headroom_json(a)
+        # Cite what changed, so an annotation lands on the line that moved the headroom.
+        subject = next((("pool", q) for q in changed_pools if q in pools),
+                       next((("policy", p) for p in changed_policies
+                             if a is not None and p in a.policies), ("pool", pools[0])))
+        if a is None:
+            assert b is not None
+            yield Impact("info", "reservation-headroom",
+                         f"{where}: no reservation depends on these pools any more "
+                         f"(was {gpus(b.headroom_milli)} free of {gpus(b.capacity_milli)})",
+                         details, subject, "base")
+            continue
+        if b is not None and (b.capacity_milli, b.reserved_milli) == (a.capacity_milli,
+                                                                      a.reserved_milli):
+            continue
+        by = ", ".join(a.policies)
+        if b is None:
+            text = (f"{where}: {gpus(a.headroom_milli)} (capacity {gpus(a.capacity_milli)}, "
+                    f"reserved {gpus(a.reserved_milli)} by {by})")
+        else:
+            text = (f"{where}: {milli_str(b.headroom_milli)} -> {gpus(a.headroom_milli)} "
+                    f"(capacity {_arrow(b.capacity_milli, a.capacity_milli)}, reserved "
+                    f"{_arrow(b.reserved_milli, a.reserved_milli)} by {by})")
+        if a.headroom_milli < 0:
+            severity = "error"
+            text += f": the reservations exceed the capacity by {gpus(-a.headroom_milli)}"
+        elif b is not None and a.headroom_milli < b.headroom_milli:
+            # A drop is worth a warning only where it leaves the pool set tight; elsewhere
+            # one capacity change would raise a warning for every pool set it is part of.
+            tight = a.headroom_milli * 100 < TIGHT_HEADROOM_PERCENT * a.capacity_milli
+            severity = "warn" if tight else "info"
+            text += ("; under 25% of the capacity is left to lend" if tight
+                     else "; less capacity is left to lend")
+        else:
+            severity = "info"
+        yield Impact(severity, "reservation-headroom", text, details,  # type: ignore[arg-type]
+                     subject, rank=a.headroom_milli)
+
+
+TIGHT_HEADROOM_PERCENT = 25
+"""Below this share of a pool set's capacity unreserved, a lowered headroom is a warning."""
+
+
+def _headroom_json(h: Headroom) -> dict:
+    return {"policies": list(h.policies), "capacity_milli": h.capacity_milli,
+            "reserved_milli": h.reserved_milli, "headroom_milli": h.headroom_milli}
+
+
+def _arrow(before: int, after: int) -> str:
+    if before == after:
+        return milli_str(after)
+    return f"{milli_str(before)} -> {milli_str(after)}"
+
+
+# --- compute resources ----------------------------------------------------------------------
+
+def _compute_resources(base: CompiledEstate, head: CompiledEstate,
+                       rn: Renames) -> Iterator[Impact]:
+    old = {f"{rn.new('policy', c.policy)}/{rn.new('profile', c.profile)}": c
+           for c in base.compute_resources}
+    new = {c.name: c for c in head.compute_resources}
+    for name in sorted(set(old) | set(new)):
+        o, n = old.get(name), new.get(name)
+        if o is None and n is not None:
+            yield Impact("info", "compute-resource-created",
+                         f"compute resource {name} is created: group {n.group} can send work "
+                         f"to profile {n.profile}",
+                         {"compute_resource": name, "group": n.group}, ("profile", n.profile))
+        elif n is None and o is not None:
+            yield Impact("warn", "compute-resource-removed",
+                         f"compute resource {o.name} is removed: its queued tasks are "
+                         f"cancelled, placed tasks run to their end",
+                         {"compute_resource": o.name, "group": o.group},
+                         ("profile", o.profile), "base")
+        elif o is not None and n is not None and o.name != n.name:
+            yield Impact("warn", "compute-resource-renamed",
+                         f"compute resource {o.name} becomes {n.name}: to the engine that is a "
+                         f"new compute resource, so queued tasks of {o.name} are cancelled, "
+                         f"placed tasks run to their end",
+                         {"compute_resource": n.name, "before": o.name, "group": n.group},
+                         ("profile", n.profile))
+
+
+# --- budgets, weights -----------------------------------------------------------------------
+
+def _pairs(base: CompiledEstate, head: CompiledEstate,
+           rn: Renames) -> Iterator[tuple[CPolicy, CPolicy]]:
+    old = {rn.new("policy", p.name): p for p in base.policies}
+    for p in head.policies:
+        if p.name in old:
+            yield old[p.name], p
+
+
+def _budget_text(b: CBudget) -> str:
+    return f"{hours(b.hours_milli)} per {b.period}"
+
+
+def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+    for o, n in _pairs(base, head, rn):
+        s = ("policy", n.name)
+        name = n.name
+        ob, nb = o.budget, n.budget
+        if ob is None and nb is None:
+            continue
+        if ob is None and nb is not None:
+            yield Impact("warn", "budget-added",
+                         f"{name} now has a budget of {_budget_text(nb)}: the group's work "
+                         f"can now wait for budget, and is requeued when it is used up",
+                         {"policy": name, "after": nb.model_dump()}, s)
+            continue
+        if nb is None and ob is not None:
+            yield Impact("info", "budget-removed",
+                         f"{name} no longer has a budget (was {_budget_text(ob)}): its work "
+                         f"never waits for budget", {"policy": name, "before": ob.model_dump()},
+                         s)
+            continue
+        assert ob is not None and nb is not None
+        if nb.period != ob.period:
+            yield Impact("warn", "budget-period",
+                         f"budget period of {name}: {ob.period} -> {nb.period} "
+                         f"({_budget_text(ob)} -> {_budget_text(nb)}); the new period starts "
+                         f"with the next UTC {nb.period}",
+                         {"policy": name, "before": ob.period, "after": nb.period}, s)
+        elif nb.hours_milli < ob.hours_milli:
+            yield Impact("warn", "budget-lowered",
+                         f"budget of {name} lowered: {milli_str(ob.hours_milli)} -> "
+                         f"{hours(nb.hours_milli)} per {nb.period}; if more is already spent "
+                         f"this period, its budgeted work stops until the reset",
+                         {"policy": name, "before_milli": ob.hours_milli,
+                          "after_milli": nb.hours_milli, "period": nb.period}, s)
+        elif nb.hours_milli > ob.hours_milli:
+            yield Impact("info", "budget-raised",
+                         f"budget of {name} raised: {milli_str(ob.hours_milli)} -> "
+                         f"{hours(nb.hours_milli)} per {nb.period}; work waiting for budget "
+                         f"can start at once",
+                         {"policy": name, "before_milli": ob.hours_milli,
+                          "after_milli": nb.hours_milli, "period": nb.period}, s)
+        if nb.low_watermark_s != ob.low_watermark_s:
+            yield Impact("info", "budget-low-watermark",
+                         f"start check of {name}: new work starts only if the budget lasts "
+                         f"{duration_str(nb.low_watermark_s)} (was "
+                         f"{duration_str(ob.low_watermark_s)})",
+                         {"policy": name, "before_s": ob.low_watermark_s,
+                          "after_s": nb.low_watermark_s}, s)
+
+
+def _weights(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+    old = {rn.new("profile", p.name): p for p in base.profiles}
+    policies = {p.name: p for p in head.policies}
+    for prof in head.profiles:
+        before = old.get(prof.name)
+        if before is None or before.time_weight_milli == prof.time_weight_milli:
+            continue
+        w0, w1 = before.time_weight_milli, prof.time_weight_milli
+        for pol_name in prof.policies:
+            pol = policies.get(pol_name)
+            budgeted = pol is not None and pol.budget is not None
+            text = (f"each task of {pol_name} on {prof.name} now burns {milli_str(w1)} "
+                    f"instead of {milli_str(w0)} budget hours per hour ({_percent(w0, w1)})")
+            if not budgeted:
+                text += f"; {pol_name} has no budget, so nothing is charged"
+            severity = "warn" if (w1 > w0 and budgeted) else "info"
+            yield Impact(severity, "time-weight", text,  # type: ignore[arg-type]
+                         {"profile": prof.name, "policy": pol_name,
+                          "before_milli": w0, "after_milli": w1, "budgeted": budgeted},
+                         ("profile", prof.name))
+
+
+def _percent(before: int, after: int) -> str:
+    if before == 0:
+        return "was exempt"
+    if after == 0:
+        return "now exempt"
+    change = (after - before) * 100 / before
+    text = f"{change:+.1f}".removesuffix(".0")
+    return f"{text}%"
+
+
+# --- capacity, reservations and limits ------------------------------------------------------
+
+def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+    old = {rn.new("pool", p.name): p for p in base.pools}
+    new = {p.name: p for p in head.pools}
+    short_pools = _short_pools(head)
+    for name in sorted(set(old) | set(new)):
+        o, n = old.get(name), new.get(name)
+        if n is None and o is not None:
+            yield Impact("warn", "capacity-removed",
+                         f"pool {o.name} is removed: {gpus(o.capacity_milli)} leave the estate; "
+                         f"its profiles fall back to their other pools",
+                         {"pool": o.name, "before_milli": o.capacity_milli, "after_milli": 0},
+                         ("pool", o.name), "base")
+        elif o is None and n is not None:
+            yield Impact("info", "capacity-added", f"pool {n.name} adds {gpus(n.capacity_milli)}",
+                         {"pool": n.name, "before_milli": 0, "after_milli": n.capacity_milli},
+                         ("pool", n.name))
+        elif o is not None and n is not None and o.capacity_milli != n.capacity_milli:
+            details = {"pool": n.name, "before_milli": o.capacity_milli,
+                       "after_milli": n.capacity_milli}
+            if n.capacity_milli > o.capacity_milli:
+                yield Impact("info", "capacity-added",
+                             f"capacity of {n.name} raised: {milli_str(o.capacity_milli)} -> "
+                             f"{gpus(n.capacity_milli)}", details, ("pool", n.name))
+                continue
+            text = (f"capacity of {n.name} lowered: {milli_str(o.capacity_milli)} -> "
+                    f"{gpus(n.capacity_milli)}; nothing is preempted, new work waits until "
+                    f"use falls below it")
+            if name in short_pools:
+                yield Impact("error", "capacity-removed",
+                             text + "; the reservations that depend on it no longer fit",
+                             details, ("pool", n.name))
+            else:
+                yield Impact("warn", "capacity-removed", text, details, ("pool", n.name))
+
+
+def _short_pools(est: CompiledEstate) -> set[str]:
+    """Pools in a set whose reservations do not fit. A valid head never has one (the
+    compiler rejects it), but the plan must not rely on that to grade the change."""
+    profiles = {p.name: p for p in est.profiles}
+    reach = {pol.name: sorted({q for prof in pol.profiles if prof in profiles
+                               for q in profiles[prof].pools}) for pol in est.policies}
+    shortfalls = check_reservations({p.name: p.reservation_milli for p in est.policies}, reach,
+                                    {q.name: q.capacity_milli for q in est.pools})
+    return {q for s in shortfalls for q in s.pools}
+
+
+def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+    for o, n in _pairs(base, head, rn):
+        s = ("policy", n.name)
+        if n.reservation_milli < o.reservation_milli:
+            yield Impact("warn", "reservation-lowered",
+                         f"reservation of {n.name} lowered: {milli_str(o.reservation_milli)} -> "
+                         f"{gpus(n.reservation_milli)}; its work above that is borrowed and can "
+                         f"be reclaimed",
+                         {"policy": n.name, "before_milli": o.reservation_milli,
+                          "after_milli": n.reservation_milli}, s)
+        elif n.reservation_milli > o.reservation_milli:
+            yield Impact("info", "reservation-raised",
+                         f"reservation of {n.name} raised: {milli_str(o.reservation_milli)} -> "
+                         f"{gpus(n.reservation_milli)} guaranteed",
+                         {"policy": n.name, "before_milli": o.reservation_milli,
+                          "after_milli": n.reservation_milli}, s)
+        if n.limit_milli < o.limit_milli:
+            yield Impact("info", "limit-lowered",
+                         f"limit of {n.name} lowered: {milli_str(o.limit_milli)} -> "
+                         f"{gpus(n.limit_milli)}; nothing is preempted, new work waits while "
+                         f"the group uses that much",
+                         {"policy": n.name, "before_milli": o.limit_milli,
+                          "after_milli": n.limit_milli}, s)
+        elif n.limit_milli > o.limit_milli:
+            yield Impact("info", "limit-raised",
+                         f"limit of {n.name} raised: {milli_str(o.limit_milli)} -> "
+                         f"{gpus(n.limit_milli)}",
+                         {"policy": n.name, "before_milli": o.limit_milli,
+                          "after_milli": n.limit_milli}, s)

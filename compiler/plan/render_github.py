@@ -1,0 +1,74 @@
+"""The plan as GitHub Actions workflow commands: each finding lands as an annotation on the
+line of the pull request that caused it, and the job log keeps the Plan line."""
+
+from __future__ import annotations
+
+from ..diagnostics import Diagnostic, Position
+from .model import Impact, ObjectChange, Plan
+from .render_text import attr_text, object_title
+
+LEVEL = {"error": "error", "warn": "warning", "info": "notice"}
+
+
+def _data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _prop(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(level: str, message: str, pos: Position | None = None,
+               title: str | None = None) -> str:
+    props = []
+    if pos is not None:
+        props.append(f"file={_prop(pos.file)}")
+        if pos.line:
+            props.append(f"line={pos.line}")
+    if title:
+        props.append(f"title={_prop(title)}")
+    return f"::{level} {','.join(props)}::{_data(message)}" if props \
+        else f"::{level}::{_data(message)}"
+
+
+def _diagnostic(d: Diagnostic, base: bool = False) -> str:
+    # Base diagnostics point into files of another revision: no file= there, or GitHub
+    # would pin them onto lines of the pull request that say something else.
+    msg = d.message + (f" (hint: {d.hint})" if d.hint else "")
+    if base:
+        return annotation("error" if d.is_error else "warning",
+                          f"base estate: {d.pos}: {msg}" if d.pos else f"base estate: {msg}",
+                          title=d.code)
+    level = "error" if d.is_error else "warning"
+    props = []
+    if d.pos is not None:
+        props.append(f"file={_prop(d.pos.file)}")
+        if d.pos.line:
+            props.append(f"line={d.pos.line}")
+        if d.pos.col:
+            props.append(f"col={d.pos.col}")
+    props.append(f"title={_prop(d.code)}")
+    return f"::{level} {','.join(props)}::{_data(msg)}"
+
+
+def _impact(i: Impact) -> str:
+    return annotation(LEVEL[i.severity], i.message, i.pos if i.side == "head" else None,
+                      f"klique plan: {i.kind}")
+
+
+def _change(c: ObjectChange) -> str:
+    body = "\n".join(attr_text(a) for a in c.attrs) or object_title(c)
+    return annotation("notice", body, c.pos if c.action != "delete" else None, object_title(c))
+
+
+def render_github(plan: Plan) -> str:
+    lines = [_diagnostic(d) for d in plan.head.diagnostics]
+    if not plan.base.valid:
+        lines.append(annotation("error", f"the base estate ({plan.base.short}) is invalid; fix "
+                                "it there or pass another --base", title="klique plan"))
+        lines += [_diagnostic(d, base=True) for d in plan.base.diagnostics]
+    if plan.valid:
+        lines += [_impact(i) for i in plan.impacts]
+        lines += [_change(c) for c in plan.changes]
+    lines.append(plan.summary_line)
+    return "\n".join(lines) + "\n"

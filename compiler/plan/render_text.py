@@ -1,0 +1,125 @@
+"""The plan for a terminal, in the shape ``terraform plan`` taught everyone to read.
+
+Also the body of the markdown rendering's ``diff`` block (without colour), so a reviewer
+sees the same lines in a terminal and in the pull request.
+"""
+
+from __future__ import annotations
+
+from ..diagnostics import Diagnostic, Position, render_all
+from .model import AttrChange, Impact, ObjectChange, Plan
+
+GREEN, RED, YELLOW, CYAN, BOLD, DIM, RESET = ("\033[32m", "\033[31m", "\033[33m", "\033[36m",
+                                              "\033[1m", "\033[2m", "\033[0m")
+OP_COLOUR = {"+": GREEN, "-": RED, "~": YELLOW}
+SEVERITY_COLOUR = {"error": RED + BOLD, "warn": YELLOW, "info": CYAN}
+MAX_ALIGN = 56
+"""Attribute lines are padded to align their places, up to this width: a long list value
+must not push every place of the object off the screen."""
+
+
+def where(pos: Position | None) -> str:
+    if pos is None:
+        return ""
+    return f"{pos.file}:{pos.line}" if pos.line else pos.file
+
+
+def _paint(text: str, colour: str, on: bool) -> str:
+    return f"{colour}{text}{RESET}" if on and colour else text
+
+
+def attr_text(a: AttrChange) -> str:
+    if a.op == "~":
+        return f"{a.op} {a.name} = {a.before} -> {a.after}"
+    return f"{a.op} {a.name} = {a.after if a.op == '+' else a.before}"
+
+
+def object_title(c: ObjectChange) -> str:
+    if c.kind == "settings":
+        return f"{c.symbol} settings"
+    if c.action == "rename":
+        return f'{c.symbol} {c.kind} "{c.old_name}" → "{c.name}"'
+    return f'{c.symbol} {c.kind} "{c.name}"'
+
+
+def change_lines(c: ObjectChange, colour: bool = False) -> list[str]:
+    """One object: its title with its place, then one line per attribute. A removed object
+    cites only its old place: its attributes' old lines would point into files that the
+    reviewer no longer sees."""
+    title = object_title(c)
+    head = f"  {_paint(title, OP_COLOUR[c.symbol], colour)}"
+    if c.pos is not None:
+        head += f"  ({where(c.pos)})"
+    lines = [head]
+    texts = [attr_text(a) for a in c.attrs]
+    width = min(max((len(t) for t in texts), default=0), MAX_ALIGN)
+    for a, t in zip(c.attrs, texts):
+        line = "      " + _paint(t, OP_COLOUR[a.op], colour)
+        if c.action != "delete" and a.pos is not None:
+            line += " " * max(width - len(t) + 2, 2) + _paint(f"({where(a.pos)})", DIM, colour)
+        lines.append(line)
+    return lines
+
+
+def impact_line(i: Impact, colour: bool = False) -> str:
+    label = _paint(f"{i.severity:<5}", SEVERITY_COLOUR[i.severity], colour)
+    text = f"  {label}  {i.message}"
+    if i.pos is not None:
+        text += f"  ({where(i.pos)}{' in the base' if i.side == 'base' else ''})"
+    return text
+
+
+def header(plan: Plan) -> str:
+    return f"kliqued plan: {plan.estate_path or '.'}/ at {plan.base.short} -> {plan.head.short}"
+
+
+def _diagnostic_block(title: str, diags: tuple[Diagnostic, ...]) -> list[str]:
+    return [title, *("  " + line for line in render_all(list(diags)).splitlines())]
+
+
+def render_text(plan: Plan, colour: bool = False) -> str:
+    lines = [header(plan), ""]
+    if not plan.head.valid:
+        lines += _diagnostic_block(f"The head estate ({plan.head.short}) is invalid:",
+                                   plan.head.diagnostics)
+        lines.append("")
+    if not plan.base.valid:
+        lines += _diagnostic_block(
+            f"The base estate ({plan.base.short}) is invalid; fix it there or pass another "
+            "--base:", plan.base.diagnostics)
+        lines.append("")
+    if not plan.valid:
+        lines.append(_paint(plan.summary_line, RED + BOLD, colour))
+        return "\n".join(lines) + "\n"
+    warnings = tuple(d for d in plan.head.diagnostics if not d.is_error)
+    if warnings:
+        lines += _diagnostic_block("Warnings in the head estate:", warnings)
+        lines.append("")
+    for note in _notes(plan):
+        lines += [note, ""]
+    if not plan.changes:
+        lines.append(_paint("No changes.", BOLD, colour)
+                     + " The head estate compiles to the same objects as the base.")
+        return "\n".join(lines) + "\n"
+    lines.append("Changes (+ add, - remove, ~ change):")
+    lines.append("")
+    for c in plan.changes:
+        lines += change_lines(c, colour)
+        lines.append("")
+    if plan.impacts:
+        lines.append("Impact:")
+        lines += [impact_line(i, colour) for i in plan.impacts]
+        lines.append("")
+    lines.append(_paint(plan.summary_line, BOLD, colour))
+    return "\n".join(lines) + "\n"
+
+
+def _notes(plan: Plan) -> list[str]:
+    notes = []
+    if not plan.base.exists:
+        notes.append(f"{plan.estate_path}/ does not exist at {plan.base.short}: "
+                     "everything is added.")
+    if not plan.head.exists:
+        notes.append(f"{plan.estate_path}/ does not exist at {plan.head.short}: "
+                     "everything is removed.")
+    return notes
