@@ -75,6 +75,7 @@ class EstateIndex:
     pools: dict[str, PoolInfo]
     users: dict[str, frozenset[str]]
     projects: dict[str, frozenset[str]]
+    group_of_policy: dict[str, str]
     budget_periods: frozenset[str]
     """The period kinds in use by some budget: a pass must run at each of their starts."""
 
@@ -145,5 +146,6 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         pools=pools,
         users={g.name: frozenset(g.users) for g in estate.groups},
         projects={g.name: frozenset(g.projects) for g in estate.groups},
+        group_of_policy={p.name: p.group for p in estate.policies},
         budget_periods=frozenset(p.budget.period for p in policies.values() if p.budget),
     )

@@ -10,13 +10,12 @@ carries its time, in integer milliseconds, and times never go backwards.
 
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass
 
 from .budget import Meter
 from .decisions import Cancellation
-from .index import CRInfo, EstateIndex
+from .index import EstateIndex
 from .queues import ENDED, PLACED, QUEUED, CRQueue
+from .watch import Watchers
 
 __all__ = ["Task", "State", "QUEUED", "PLACED", "ENDED", "check_submission", "SubmissionError"]
 
@@ -77,10 +76,10 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
         raise SubmissionError(f"unknown compute resource {resource!r}")
     users = index.users.get(cr.group, frozenset())
     if user not in users:
-        raise SubmissionError(f"user {user!r} is not in group {cr.group!r}'s users")
+        raise SubmissionError(f"user {user!r} is not in the users of group {cr.group!r}")
     projects = index.projects.get(cr.group, frozenset())
     if project is not None and projects and project not in projects:
-        raise SubmissionError(f"project {project!r} is not one of group {cr.group!r}'s "
+        raise SubmissionError(f"project {project!r} is not one of the projects of group {cr.group!r} "
                               f"projects ({', '.join(sorted(projects))})")
     if gpus_milli is not None:
         if cr.fixed_size is not None:
@@ -97,11 +96,6 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
         raise SubmissionError(f"gpus {size / 1000:g} is above group {cr.group!r}'s limit "
                               f"{g.limit / 1000:g}")
     return size
-
-
-@dataclass(slots=True)
-class _Watch:
-    version: int = 0
 
 
 class State:
@@ -127,8 +121,7 @@ class State:
         self.active: set[str] = set()
         self.reclaim: set[str] = set()
         self.freed_pools: set[str] = set()
-        self.pool_watch: dict[str, list[tuple[int, int, str]]] = {}
-        self.watch_version: dict[str, int] = {}
+        self.watchers = Watchers({})
         self.rate_changed: set[str] = set()
         self.triggers: list[tuple[int, str, int]] = []
         self.trigger_version: dict[str, int] = {}
@@ -265,8 +258,8 @@ class State:
                      for p, info in index.pools.items()}
         self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}
         self.reclaim = set()
-        self.pool_watch = {p: [] for p in index.pools}
-        self.freed_pools = set()
+        self.watchers = Watchers({p: len(info.resources) for p, info in index.pools.items()})
+        self.freed_pools = set(index.pools)
         self.budget_check_all = True
         self.rate_changed.update(self.meters)
         self.pending_cancellations.extend(cancels)
@@ -345,35 +338,3 @@ class State:
         t.placed_at = None
         self.queues[t.resource].push(t)
         self.active.add(t.resource)
-
-    def watch(self, cr: CRInfo, need: int) -> None:
-        """Parks a compute resource that cannot place now until one of its pools has
-        ``need`` free (or its group's usage falls, or its budget resets)."""
-        v = self.watch_version.get(cr.name, 0) + 1
-        self.watch_version[cr.name] = v
-        for p in cr.pools:
-            h = self.pool_watch.get(p)
-            if h is None:
-                continue
-            heapq.heappush(h, (need, v, cr.name))
-            if len(h) > 64 and len(h) > 4 * len(self.index.pools[p].resources):  # type: ignore[union-attr]
-                wv = self.watch_version
-                h[:] = [e for e in h if wv.get(e[2]) == e[1]]
-                heapq.heapify(h)
-
-    def unwatch(self, name: str) -> None:
-        self.watch_version[name] = self.watch_version.get(name, 0) + 1
-
-    def wake_freed_pools(self) -> None:
-        free = self.free
-        wv = self.watch_version
-        for p in self.freed_pools:
-            h = self.pool_watch.get(p)
-            if not h:
-                continue
-            f = free[p]
-            while h and h[0][0] <= f:
-                need, v, name = heapq.heappop(h)
-                if wv.get(name) == v:
-                    self.active.add(name)
-        self.freed_pools.clear()

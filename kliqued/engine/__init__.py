@@ -1,0 +1,22 @@
+"""The compute policy engine: (compiled estate, state, time) -> decisions.
+
+One set of rules for the daemon and the simulator (engine.md). Pure in the sense that matters:
+no I/O, no clock, no randomness; ``run_pass`` mutates only the ``State`` it is given and
+returns what it decided. Times are integer milliseconds since the Unix epoch (UTC), amounts
+integer milli-GPUs, budget charges integer (weight milli x milliseconds).
+"""
+
+from .decisions import (Alert, BudgetStatus, Cancellation, Phase, Placement, PreemptKind,
+                        Preemption, Reason, ReasonKind)
+from .index import CRInfo, EstateIndex, GroupInfo, PoolInfo
+from .passes import run_pass
+from .reasons import budget_status, waiting_reason, waiting_reasons
+from .result import PassResult, StaleResult
+from .state import ENDED, PLACED, QUEUED, State, SubmissionError, Task, check_submission
+
+__all__ = [
+    "Alert", "BudgetStatus", "Cancellation", "Phase", "Placement", "PreemptKind", "Preemption",
+    "Reason", "ReasonKind", "CRInfo", "EstateIndex", "GroupInfo", "PoolInfo", "run_pass",
+    "budget_status", "waiting_reason", "waiting_reasons", "PassResult", "StaleResult",
+    "State", "SubmissionError", "Task", "check_submission", "QUEUED", "PLACED", "ENDED",
+]

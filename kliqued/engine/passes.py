@@ -1,0 +1,458 @@
+"""One pass of the compute policy engine (engine.md "Each pass"), repeated at one moment until
+nothing changes.
+
+``run_pass(index, state, now)`` mutates only ``state`` and returns what it decided. It reads no
+clock, does no I/O and uses no randomness: the same estate, state and time give the same
+decisions. To cost what changed rather than the size of the estate, it only looks at compute
+resources that may have become placeable (the state's ``active`` set, kept by every change),
+at each of them only its queue head (or, for best_effort, its first placeable task), and
+compares competitors through a heap on engine.md's order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+from .budget import budget_units, next_budget_event, remaining, start_ok
+from .decisions import Alert, Cancellation, Placement, Preemption
+from .index import CRInfo, EstateIndex
+from .periods import next_period_start, period_start
+from .reclaim import choose_victims
+from .result import PassResult
+from .state import State, Task
+
+MAX_REPEATS = 10_000
+"""A guard, never reached by engine.md's rules: each repeat either places within-reservation
+work or fills idle capacity, both finite."""
+
+Key = tuple[int, int, int, str]
+Decision = Placement | Preemption | Cancellation | Alert
+
+
+def run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
+    """Runs the passes due at ``now`` and applies them to ``state``; returns the decisions.
+
+    When nothing changed since the last pass and no budget or period moment is due, this
+    returns at once with no decisions (the "nothing new" pass)."""
+    if now < state.clock:
+        raise ValueError(f"time went backwards: {now} < {state.clock}")
+    if state.index is not index:
+        state.bind(index, now)
+    state.clock = now
+    decisions: list[Decision] = list(state.pending_cancellations)
+    state.pending_cancellations.clear()
+    if not state.enabled:
+        state.version += 1
+        return PassResult(index, state, now, decisions, None, 0)
+    due = _due_budget_groups(index, state, now)
+    if not state.dirty and not due and not decisions:
+        return PassResult(index, state, now, decisions, _next_pass_at(index, state, now), 0)
+    state.version += 1
+    repeats = 0
+    while True:
+        repeats += 1
+        changed = False
+        if repeats == 1:
+            changed |= _phase_budgets(index, state, now, due, decisions)
+        changed |= _fill(index, state, now, "reserve", decisions)
+        changed |= _reclaim(index, state, now, decisions)
+        changed |= _fill(index, state, now, "lend", decisions)
+        if not changed or repeats >= MAX_REPEATS:
+            break
+    _alerts(index, state, now, due, decisions)
+    state.rate_changed |= due  # a new period or estate moves their next budget moment
+    state.dirty = False
+    state.last_pass_at = now
+    state.version += 1
+    return PassResult(index, state, now, decisions, _next_pass_at(index, state, now), repeats)
+
+
+# ------------------------------------------------------------------------ budgets and time
+
+def _due_budget_groups(index: EstateIndex, state: State, now: int) -> set[str]:
+    """Groups whose budget needs a look at ``now``: a run-out or alert moment came, a period
+    started since the last pass, or the estate or engine switch changed."""
+    due: set[str] = set()
+    if state.budget_check_all:
+        due.update(g for g, gi in index.groups.items() if gi.budget is not None)
+        state.budget_check_all = False
+    h = state.triggers
+    tv = state.trigger_version
+    while h and h[0][0] <= now:
+        _, g, v = heapq.heappop(h)
+        if tv.get(g) == v:
+            due.add(g)
+    last = state.last_pass_at
+    if last is not None:
+        for kind in index.budget_periods:
+            if period_start(kind, now) > last:  # type: ignore[arg-type]
+                for g, gi in index.groups.items():
+                    if gi.budget is not None and gi.budget.period == kind:
+                        due.add(g)
+                        for name in gi.resources:
+                            q = state.queues.get(name)
+                            if q is not None and q.live:
+                                state.active.add(name)
+    return due
+
+
+def _phase_budgets(index: EstateIndex, state: State, now: int, due: set[str],
+                   out: list[Decision]) -> bool:
+    """Phase 0: a used-up budget preempts the group's weighted work, newest placement first."""
+    changed = False
+    for g in sorted(due):
+        gi = index.groups.get(g)
+        if gi is None or gi.budget is None:
+            continue
+        m = state.meters.get(g)
+        if m is None or m.weighted_tasks == 0:
+            continue
+        if remaining(m, gi.budget, now, state.enabled) > 0:
+            continue
+        victims = [t for t in reversed(state.placed_by_group.get(g, {}).values())
+                   if t.weight > 0 and not t.orphan]
+        for t in victims:
+            pool = t.pool
+            state.preempt(t, now, "budget", "budget used up")
+            out.append(Preemption(t.id, t.resource, g, pool or "", "budget", "budget used up"))
+            changed = True
+    return changed
+
+
+def _alerts(index: EstateIndex, state: State, now: int, due: set[str],
+            out: list[Decision]) -> None:
+    for g in sorted(due):
+        gi = index.groups.get(g)
+        if gi is None or gi.budget is None or not gi.budget.alert_at_milli:
+            continue
+        b = gi.budget
+        ps = period_start(b.period, now)
+        raised = state.alerts_raised.get(g)
+        if raised is None or raised[0] != ps:
+            raised = state.alerts_raised[g] = (ps, set())
+        used = state.meter(g).used(b.period, now, state.enabled)
+        total = budget_units(b)
+        for a in b.alert_at_milli:
+            if a in raised[1]:
+                continue
+            if used * 1000 >= total * a:
+                raised[1].add(a)
+                out.append(Alert(gi.policy, g, a, ps, used, total,
+                                 f"{gi.policy}: {a / 10:g}% of the {b.period}'s budget used "
+                                 f"({used / 3.6e9:.1f} of {b.hours_milli / 1000:g} h)"))
+
+
+def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
+    """The latest moment the next pass must run for the engine to act on time by itself."""
+    tv = state.trigger_version
+    for g in state.rate_changed:
+        gi = index.groups.get(g)
+        v = tv.get(g, 0) + 1
+        tv[g] = v
+        if gi is None or gi.budget is None:
+            continue
+        ps = period_start(gi.budget.period, now)
+        raised = state.alerts_raised.get(g)
+        done = raised[1] if raised is not None and raised[0] == ps else set()
+        t = next_budget_event(state.meter(g), gi.budget, now, state.enabled, done)
+        if t is not None:
+            heapq.heappush(state.triggers, (t, g, v))
+    state.rate_changed.clear()
+    h = state.triggers
+    while h and tv.get(h[0][1]) != h[0][2]:
+        heapq.heappop(h)
+    if len(h) > 64 and len(h) > 4 * len(tv):
+        h[:] = [e for e in h if tv.get(e[1]) == e[2]]
+        heapq.heapify(h)
+    best = h[0][0] if h else None
+    for kind in index.budget_periods:
+        t = next_period_start(kind, now)  # type: ignore[arg-type]
+        if best is None or t < best:
+            best = t
+    return best
+
+
+# ------------------------------------------------------------------------ phases 1 and 3
+
+def _start_ok(index: EstateIndex, state: State, cr: CRInfo, now: int) -> bool:
+    if cr.weight <= 0:
+        return True
+    gi = index.groups[cr.group]
+    if gi.budget is None:
+        return True
+    return start_ok(state.meter(cr.group), gi.budget, cr.weight, now, state.enabled)
+
+
+def _first_fit(state: State, cr: CRInfo, size: int) -> str | None:
+    free = state.free
+    for p in cr.pools:
+        if free.get(p, -1) >= size:
+            return p
+    return None
+
+
+def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
+               now: int) -> tuple[Task, str] | None:
+    """The task this compute resource may place now in this phase, and its pool."""
+    q = state.queues.get(cr.name)
+    if q is None or not q.live:
+        return None
+    gi = index.groups[cr.group]
+    cap = gi.limit if lend else min(gi.reservation, gi.limit)
+    headroom = cap - state.used.get(cr.group, 0)
+    if cr.strict:
+        t = q.head()
+        if t is None or t.size > headroom:
+            return None
+        if not _start_ok(index, state, cr, now):
+            return None
+        pool = _first_fit(state, cr, t.size)
+        return (t, pool) if pool is not None else None
+    smallest = q.min_size()
+    if smallest is None or smallest > headroom:
+        return None
+    maxfree = max((state.free.get(p, -1) for p in cr.pools), default=-1)
+    lim = min(headroom, maxfree)
+    if smallest > lim or not _start_ok(index, state, cr, now):
+        return None
+    for t in q:
+        if t.size <= lim:
+            pool = _first_fit(state, cr, t.size)
+            if pool is not None:
+                return t, pool
+    return None
+
+
+def _fill(index: EstateIndex, state: State, now: int, phase: str,
+          out: list[Decision]) -> bool:
+    """Phases 1 (``reserve``: within reservation) and 3 (``lend``: up to the limit).
+
+    Candidates are compared on (the profile's place in the target pool's execution order, the
+    policy's place on the profile, submission, task id); after each placement only what it
+    can have changed is looked at again: the same compute resource, candidates aimed at the
+    same pool that no longer fit there (their key changes with the pool), and best_effort
+    resources of the same group whose first placeable task may now be another one. In phase
+    3, queues parked on a pool that gained room are woken one at a time in that order."""
+    lend = phase == "lend"
+    w = state.watchers
+    if not lend:
+        for p in state.freed_pools:
+            w.wake_reserve(p, state.free.get(p, -1), state.active)
+    if not state.active and not (lend and state.freed_pools):
+        if lend:
+            state.freed_pools.clear()
+        return False
+    resources = index.resources
+    heap: list[tuple[Key, int, str]] = []
+    cand: dict[str, tuple[int, Task, str]] = {}
+    by_pool: dict[str, list[tuple[int, int, str]]] = {}
+    counter = 0
+
+    def evaluate(name: str) -> None:
+        nonlocal counter
+        cr = resources.get(name)
+        w.forget(name)
+        c = _candidate(index, state, cr, lend, now) if cr is not None else None
+        counter += 1
+        if c is None:
+            cand.pop(name, None)
+            if lend and cr is not None:
+                _park(index, state, cr, now)
+            return
+        t, pool = c
+        cand[name] = (counter, t, pool)
+        heapq.heappush(heap, ((cr.exec_pos[pool], cr.policy_pos, t.seq, t.id), counter, name))
+        heapq.heappush(by_pool.setdefault(pool, []), (-t.size, counter, name))
+
+    wakes: dict[str, tuple[int, str]] = {}
+
+    def pull(pool: str) -> None:
+        """Puts the next parked queue of ``pool`` that fits into the competition."""
+        nxt = w.next_lend(pool, state.free.get(pool, -1))
+        if nxt is not None:
+            key, v, name = nxt
+            wakes[name] = (v, pool)
+            heapq.heappush(heap, (key, -v, name))
+
+    for name in sorted(state.active):
+        evaluate(name)
+    if lend:
+        for p in sorted(state.freed_pools):
+            pull(p)
+    changed = False
+    groups = index.groups
+    while heap:
+        _, ver, name = heapq.heappop(heap)
+        if ver < 0:  # a parked queue's turn on a pool that gained room
+            wk = wakes.get(name)
+            if wk is None or wk[0] != -ver or not w.current(name, -ver):
+                continue
+            del wakes[name]
+            pool = wk[1]
+            evaluate(name)
+            pull(pool)
+            continue
+        c = cand.get(name)
+        if c is None or c[0] != ver:
+            continue
+        _, t, pool = c
+        cr = resources[name]
+        gi = groups[cr.group]
+        cap = gi.limit if lend else min(gi.reservation, gi.limit)
+        if (state.free.get(pool, -1) < t.size
+                or state.used.get(cr.group, 0) + t.size > cap
+                or not _start_ok(index, state, cr, now)):
+            evaluate(name)
+            continue
+        del cand[name]
+        state.place(t, pool, now)
+        out.append(Placement(t.id, name, t.group, pool, t.size, phase))  # type: ignore[arg-type]
+        changed = True
+        evaluate(name)
+        # Candidates aimed at this pool that no longer fit move to their next pool.
+        ph = by_pool.get(pool)
+        free = state.free[pool]
+        while ph and -ph[0][0] > free:
+            _, v2, n2 = heapq.heappop(ph)
+            c2 = cand.get(n2)
+            if c2 is not None and c2[0] == v2:
+                evaluate(n2)
+        for n2 in gi.resources:
+            cr2 = resources[n2]
+            if n2 != name and not cr2.strict and cr2.fixed_size is None and n2 in cand:
+                evaluate(n2)
+    if lend:
+        w.restore()
+        state.freed_pools.clear()
+    return changed
+
+
+def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
+    """After phase 3 a compute resource with nothing placeable sleeps until something it
+    waits on changes: its group's usage falls or its budget resets (it is woken with its
+    group), or, when only room holds it back, one of its pools gains room. It is also
+    remembered for phase 2 when its head is within reservation."""
+    state.active.discard(cr.name)
+    q = state.queues.get(cr.name)
+    w = state.watchers
+    if q is None or not q.live:
+        state.reclaim.discard(cr.name)
+        return
+    head = q.head()
+    assert head is not None
+    need = head.size if cr.strict else (q.min_size() or 0)
+    gi = index.groups[cr.group]
+    within = _reclaim_candidate(index, state, cr) is not None
+    if within:
+        state.reclaim.add(cr.name)
+    else:
+        state.reclaim.discard(cr.name)
+    if need > gi.limit - state.used.get(cr.group, 0):
+        return  # held by the limit: woken when the group's usage falls
+    if not _start_ok(index, state, cr, now):
+        return  # held by the budget: woken by its group or the period start
+    if within:
+        w.park_reserve(cr.name, cr.pools, need)
+    else:
+        w.park_lend(cr.name, cr.pools,
+                    [(cr.exec_pos[p], cr.policy_pos, head.seq, head.id) for p in cr.pools],
+                    need)
+
+
+# ------------------------------------------------------------------------ phase 2
+
+def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo) -> Task | None:
+    """The head within reservation (best_effort: the first task within reservation)."""
+    q = state.queues.get(cr.name)
+    if q is None or not q.live:
+        return None
+    gi = index.groups[cr.group]
+    headroom = min(gi.reservation, gi.limit) - state.used.get(cr.group, 0)
+    if cr.strict:
+        t = q.head()
+        return t if t is not None and t.size <= headroom else None
+    smallest = q.min_size()
+    if smallest is None or smallest > headroom:
+        return None
+    for t in q:
+        if t.size <= headroom:
+            return t
+    return None
+
+
+def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:
+    """Phase 2: work within reservation takes back borrowed capacity, only as much as it
+    needs, in the first pool of its profile where enough can be freed."""
+    names = state.reclaim | state.active
+    if not names:
+        return False
+    resources = index.resources
+    heap: list[tuple[Key, str, str]] = []
+    queued: dict[str, str] = {}
+
+    def push(name: str) -> None:
+        cr = resources.get(name)
+        if cr is None:
+            return
+        t = _reclaim_candidate(index, state, cr)
+        if t is None:
+            queued.pop(name, None)
+            state.reclaim.discard(name)
+            return
+        if queued.get(name) == t.id:
+            return
+        queued[name] = t.id
+        heapq.heappush(heap, ((cr.first_exec_pos, cr.policy_pos, t.seq, t.id), t.id, name))
+
+    for name in sorted(names):
+        push(name)
+    changed = False
+    done: set[str] = set()
+    while heap:
+        _, tid, name = heapq.heappop(heap)
+        if name in done or queued.get(name) != tid:
+            continue
+        cr = resources[name]
+        t = _reclaim_candidate(index, state, cr)
+        if t is None or t.id != tid:
+            queued.pop(name, None)
+            push(name)
+            continue
+        if not _start_ok(index, state, cr, now):
+            done.add(name)  # a task that fails its start check triggers no reclaim
+            continue
+        pool = _first_fit(state, cr, t.size)
+        if pool is None:
+            for p in cr.pools:
+                if p not in state.free:
+                    continue
+                need = t.size - state.free[p]
+                victims = choose_victims(index, state, p, cr.group, need)
+                if victims is None:
+                    continue
+                victim_groups = set()
+                for v in victims:
+                    state.preempt(v, now, "reclaimed", f"reclaimed by {cr.group}")
+                    out.append(Preemption(v.id, v.resource, v.group, p, "reclaimed",
+                                          f"reclaimed by {cr.group}", cr.group))
+                    victim_groups.add(v.group)
+                pool = p
+                break
+            else:
+                done.add(name)  # no pool can be freed enough: preempt nothing
+                continue
+        else:
+            victim_groups = set()
+        state.place(t, pool, now)
+        out.append(Placement(t.id, name, t.group, pool, t.size, "reclaim"))
+        changed = True
+        state.active.add(name)
+        queued.pop(name, None)
+        push(name)
+        for g in sorted(victim_groups):
+            gi = index.groups.get(g)
+            for n2 in (gi.resources if gi is not None else ()):
+                if n2 not in done:
+                    push(n2)
+    return changed

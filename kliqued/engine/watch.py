@@ -1,0 +1,109 @@
+"""Compute resources parked until room frees in one of their pools.
+
+After a pass, most queues in a big estate cannot place anything. Looking at all of them again
+whenever any GPU frees would make every pass cost the whole estate, and waking every queue
+that waits on a pool when one GPU frees there (a thundering herd of a hundred queues) still
+costs far more than the placement it leads to. So a queue blocked only by room is parked on
+each of its pools, keyed by the order it would be placed in on that pool (engine.md's order
+among competitors), and phase 3 wakes parked queues one at a time in that order, only while
+the pool has room for them. The key stored is a lower bound of the queue's real key, so no
+queue is ever woken later than its turn; waking one early only costs a look.
+
+Queues whose head is within reservation are few (a reclaim normally serves them) and must be
+considered in phase 1, so they are parked separately by size and all woken at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+Key = tuple[int, int, int, str]
+
+
+class Watchers:
+    __slots__ = ("version", "lend", "lend_need", "reserve", "_aside", "_users")
+
+    def __init__(self, pools: dict[str, int]) -> None:
+        """``pools``: each pool and how many compute resources use it (to bound garbage)."""
+        self._users = pools
+        self.version: dict[str, int] = {}
+        self.lend: dict[str, list[tuple[Key, int, str, int]]] = {p: [] for p in pools}
+        """Per pool: (key on this pool, version, resource, size needed)."""
+        self.lend_need: dict[str, list[tuple[int, int, str]]] = {p: [] for p in pools}
+        """The same entries by size, to know at once whether any could fit."""
+        self.reserve: dict[str, list[tuple[int, int, str]]] = {p: [] for p in pools}
+        self._aside: dict[str, list[tuple[Key, int, str, int]]] = {}
+
+    def forget(self, name: str) -> int:
+        """Invalidates the resource's entries (it is being looked at); the new version."""
+        v = self.version.get(name, 0) + 1
+        self.version[name] = v
+        return v
+
+    def current(self, name: str, v: int) -> bool:
+        return self.version.get(name) == v
+
+    def park_lend(self, name: str, pools: tuple[str, ...], keys: list[Key], need: int) -> None:
+        v = self.forget(name)
+        for p, key in zip(pools, keys):
+            h = self.lend.get(p)
+            if h is None:
+                continue
+            heapq.heappush(h, (key, v, name, need))
+            heapq.heappush(self.lend_need[p], (need, v, name))
+            if len(h) > 256 and len(h) > 4 * self._users.get(p, 0):
+                self._compact(p)
+
+    def park_reserve(self, name: str, pools: tuple[str, ...], need: int) -> None:
+        v = self.forget(name)
+        for p in pools:
+            h = self.reserve.get(p)
+            if h is not None:
+                heapq.heappush(h, (need, v, name))
+                if len(h) > 256 and len(h) > 4 * self._users.get(p, 0):
+                    self._compact(p)
+
+    def _compact(self, p: str) -> None:
+        ver = self.version
+        self.lend[p] = [e for e in self.lend[p] if ver.get(e[2]) == e[1]]
+        heapq.heapify(self.lend[p])
+        self.lend_need[p] = [e for e in self.lend_need[p] if ver.get(e[2]) == e[1]]
+        heapq.heapify(self.lend_need[p])
+        self.reserve[p] = [e for e in self.reserve[p] if ver.get(e[2]) == e[1]]
+        heapq.heapify(self.reserve[p])
+
+    def wake_reserve(self, pool: str, free: int, out: set[str]) -> None:
+        """Every queue within reservation parked on ``pool`` that now fits there."""
+        h = self.reserve.get(pool)
+        ver = self.version
+        while h and h[0][0] <= free:
+            _, v, name = heapq.heappop(h)
+            if ver.get(name) == v:
+                out.add(name)
+
+    def next_lend(self, pool: str, free: int) -> tuple[Key, int, str] | None:
+        """The parked queue that comes first on ``pool`` among those that fit in ``free``;
+        the ones passed over (too big now) are kept for :meth:`restore`."""
+        ver = self.version
+        hn = self.lend_need.get(pool)
+        while hn and ver.get(hn[0][2]) != hn[0][1]:
+            heapq.heappop(hn)
+        if not hn or hn[0][0] > free:
+            return None
+        h = self.lend[pool]
+        while h:
+            key, v, name, need = heapq.heappop(h)
+            if ver.get(name) != v:
+                continue
+            if need > free:
+                self._aside.setdefault(pool, []).append((key, v, name, need))
+                continue
+            return key, v, name
+        return None
+
+    def restore(self) -> None:
+        for p, entries in self._aside.items():
+            h = self.lend[p]
+            for e in entries:
+                heapq.heappush(h, e)
+        self._aside.clear()

@@ -1,0 +1,87 @@
+"""``kliqued simulate``: exit codes and what it prints."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+from kliqued.commands import simulate
+
+GOOD = """
+name: t
+estate:
+  pools: [{name: p, kind: baremetal, capacity: 2, gpu_type: h100}]
+  profiles: [{name: gpu1, gpus: 1, pools: [p], policies: [a]}]
+  policies: [{name: a, group: a, reservation: 0, limit: 2}]
+  groups: [{name: a, users: [alice], projects: [x]}]
+events:
+  - at: 0s
+    submit: {resource: a/gpu1, user: alice, id: t, count: 3}
+expect:
+  - at: 1s
+    running: {a: %s}
+    waiting_reason: {t-3: limit}
+"""
+
+
+def _run(tmp_path: Path, text: str, *extra: str) -> tuple[int, str]:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    simulate.register(sub)
+    args = parser.parse_args(["simulate", *extra, str(f)])
+    out = io.StringIO()
+    return args.handler(args, out=out), out.getvalue()
+
+
+def test_ok(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, GOOD % 2)
+    assert code == 0, out
+
+
+def test_miss_lists_time_key_expected_found(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, GOOD % 3)
+    assert code == 1
+    assert "running.a: expected 3, found 2" in out and "+1s" in out
+
+
+def test_timeline(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, GOOD % 2, "--timeline")
+    assert code == 0
+    assert "place    t-1 on p" in out and "waits    t-3: limit: group at limit (2/2 GPUs)" in out
+
+
+def test_invalid_with_file_and_line(tmp_path: Path) -> None:
+    bad = GOOD % 2 + """  - at: 2s
+    running: {nobody: 1}
+"""
+    bad = bad.replace("user: alice, id: t", "user: mallory, id: t")
+    bad = bad.replace("resource: a/gpu1, user: mallory, id: t, count: 3}",
+                      "resource: a/gpu1, user: mallory, id: t, count: 3}\n"
+                      "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: u, gpus: 2}\n"
+                      "  - at: 0s\n    submit: {resource: a/nope, user: alice, id: v}\n"
+                      "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: w, project: y}")
+    code, out = _run(tmp_path, bad)
+    assert code == 2
+    assert "s.yaml:10: error[scenario]: submit: user 'mallory'" in out
+    assert "fixed size" in out and "unknown compute resource 'a/nope'" in out
+    assert "project 'y'" in out and "unknown group 'nobody'" in out
+    assert "not run" in out
+
+
+def test_events_out_of_order_and_bad_time(tmp_path: Path) -> None:
+    text = (GOOD % 2).replace("events:\n", "events:\n  - at: 1h\n    finish: []\n"
+                                           "  - at: 5q\n    finish: []\n")
+    code, out = _run(tmp_path, text)
+    assert code == 2
+    assert "events out of time order" in out and "unparsable time '5q'" in out
+
+
+def test_set_that_breaks_the_estate_shows_compile_errors(tmp_path: Path) -> None:
+    text = (GOOD % 2).replace("expect:", "  - at: 1h\n    set: {policies.a.reservation: 5}\n"
+                                         "expect:")
+    code, out = _run(tmp_path, text)
+    assert code == 2
+    assert "this set makes the estate invalid" in out and "reservation" in out
