@@ -110,7 +110,7 @@ def compile_files(files: list[SourceFile]) -> CompileResult:
         diags.extend(loaded.diagnostics)
         if loaded.ok:
             docs.append(Document(f.path, loaded.root))
-    result = compile_documents(docs)
+    result = compile_documents(docs, complete=not any(d.is_error for d in diags))
     result.diagnostics = sorted_diagnostics(diags + result.diagnostics)
     result.files = [f.path for f in files]
     if any(d.is_error for d in diags):
@@ -122,12 +122,15 @@ def compile_files(files: list[SourceFile]) -> CompileResult:
     return result
 
 
-def compile_documents(docs: list[Document]) -> CompileResult:
+def compile_documents(docs: list[Document], complete: bool = True) -> CompileResult:
+    """``complete=False``: some file of the estate could not be read, so only each object's
+    own validity is checked; references and totals wait until every file parses."""
     sources = SourceMap()
     diags: list[Diagnostic] = []
     for doc in docs:
         diags.extend(validate_document(doc.file, doc.root, sources))
-    diags.extend(run_checks(sources))
+    if complete and not sources.incomplete:
+        diags.extend(run_checks(sources))
     diags = sorted_diagnostics(diags)
     estate = None if any(d.is_error for d in diags) else build(sources)
     return CompileResult(estate, diags, sources, [d.file for d in docs])

@@ -7,13 +7,17 @@ the object's name and a hint. Checks never stop at the first finding.
 from __future__ import annotations
 
 import difflib
+import re
 
 from .diagnostics import Diagnostic, error, warning
-from .models import Group, Policy, Pool, Price, Profile
+from .models import NAME_PATTERN, Group, Policy, Pool, Profile
 from .reservations import check_reservations
 from .resolve import allowed, pool_capacity, resolve_pools
 from .source import SourceMap, SourceObject
 from .units import milli_str
+
+
+_VALID_NAME = re.compile(NAME_PATTERN)
 
 
 def _did_you_mean(word: str, options: list[str]) -> str | None:
@@ -28,7 +32,8 @@ def _gpus(milli: int) -> str:
 def _ref(sources: SourceMap, obj: SourceObject, kind: str, name: str, *path) -> Diagnostic | None:
     if sources.exists(kind, name):
         return None
-    options = sorted(sources.of(kind)) + sorted(sources.broken.get(kind, set()))
+    options = sorted(sources.of(kind)) + sorted(
+        n for n in sources.broken.get(kind, set()) if _VALID_NAME.match(n))
     return error("unknown-reference",
                  f"{obj.label} refers to {kind} '{name}', which does not exist",
                  obj.pos(*path), _did_you_mean(name, options) or
@@ -93,7 +98,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
         if name not in used_pools:
             diags.append(warning("unused-pool", f"{obj.label} is used by no profile",
                                  obj.pos("name"), "list it under some profile's 'pools'"))
-    diags += _check_execution_order(pools, profiles, resolved)
+    diags += _check_execution_order(sources, pools, profiles, resolved)
     for name, obj in profiles.items():
         if not obj.model.policies:  # type: ignore[attr-defined]
             diags.append(warning("unused-profile", f"{obj.label} is connected to no policy, "
@@ -264,7 +269,8 @@ def _check_connection(obj: SourceObject, prof: Profile, index: int, pol_obj: Sou
     return diags
 
 
-def _check_execution_order(pools: dict[str, SourceObject], profiles: dict[str, SourceObject],
+def _check_execution_order(sources: SourceMap, pools: dict[str, SourceObject],
+                           profiles: dict[str, SourceObject],
                            resolved: dict[str, list[str]]) -> list[Diagnostic]:
     diags = []
     users: dict[str, list[str]] = {p: [] for p in pools}
@@ -276,6 +282,8 @@ def _check_execution_order(pools: dict[str, SourceObject], profiles: dict[str, S
         if pool.execution_order is None:
             continue
         for i, prof in enumerate(pool.execution_order):
+            if prof not in profiles and sources.exists("profile", prof):
+                continue  # it failed validation: that error is reported already
             if prof not in profiles:
                 diags.append(error("unknown-reference", f"{obj.label}: execution_order names "
                                    f"profile '{prof}', which does not exist", obj.pos(

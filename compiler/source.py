@@ -40,6 +40,9 @@ class SourceMap:
     """Names of objects that failed validation: they exist, so references to them are not
     reported a second time as unknown."""
     settings: SourceObject | None = None
+    incomplete: bool = False
+    """Part of the estate could not be read (a file that did not parse, an unknown section):
+    checks across objects are skipped, since what is missing could be what they look for."""
 
     def add(self, obj: SourceObject) -> None:
         self.objects.setdefault(obj.kind, {})[obj.name] = obj

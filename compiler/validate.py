@@ -150,6 +150,7 @@ def validate_document(file: str, root: Any, sources: SourceMap) -> list[Diagnost
     if root is None:
         return diags
     if not isinstance(root, CommentedMap):
+        sources.incomplete = True
         return [error("invalid-value", "an estate file must be a mapping of sections "
                       f"({', '.join(TOP_LEVEL)})", position_of(file, root, ()))]
     for key in root:
@@ -164,6 +165,7 @@ def validate_document(file: str, root: Any, sources: SourceMap) -> list[Diagnost
         elif key in SECTIONS:
             diags.extend(_section(file, root, key, sources))
         else:
+            sources.incomplete = True
             diags.append(error("unknown-field", f"unknown section '{key}'",
                                position_of(file, root, (key,), key=True),
                                _close(str(key), TOP_LEVEL) or f"sections: {', '.join(TOP_LEVEL)}"))
@@ -176,8 +178,7 @@ def _settings(file: str, root: CommentedMap, sources: SourceMap) -> list[Diagnos
     if sources.settings is not None:
         first = sources.settings.pos()
         return [error("settings-repeated", "settings appear more than once in the estate",
-                      pos, f"keep one settings section; the other is at {first}",
-                      related=(first,))]
+                      pos, f"keep one settings section; the other is at {first}")]
     if node is None:
         node = CommentedMap()
     try:

@@ -91,3 +91,18 @@ def test_top_level_not_a_mapping() -> None:
 def test_empty_file_is_fine() -> None:
     result = compile_files([SourceFile("empty.yaml", b""), SourceFile("m.yaml", MINIMAL.encode())])
     assert result.ok
+
+
+def test_a_file_that_does_not_parse_causes_no_false_reference_errors() -> None:
+    groups_broken = SourceFile("groups.yaml", b"groups:\n  - {name: team-a\n")
+    rest = MINIMAL.split("groups:")[0] + "pricing:" + MINIMAL.split("pricing:")[1]
+    result = compile_files([groups_broken, SourceFile("rest.yaml", rest.encode())])
+    assert codes(result) == ["yaml-syntax"]
+
+
+def test_an_invalid_profile_is_not_reported_again_as_unknown() -> None:
+    text = MINIMAL.replace("capacity: 8, gpu_type: h100}",
+                           "capacity: 8, gpu_type: h100, execution_order: [gpu1]}")
+    text = text.replace("gpus: 1,", 'gpus: "1",')
+    result = compile_files([SourceFile("e.yaml", text.encode())])
+    assert codes(result) == ["invalid-value"]
