@@ -88,14 +88,14 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
                     diags.append(error("invalid-value", f"{obj.label}: alert_at "
                                        f"{milli_str(frac)} is not a fraction in (0, 1]",
                                        obj.pos("budget", "alert_at", i), "write 0.8 for 80%"))
-        if not connected[name]:
+        if not connected[name] and not sources.broken.get("profile"):
             diags.append(warning("unused-policy", f"{obj.label} is connected to no profile, "
                                  "so its group cannot send work", obj.pos("name"),
                                  "list the policy under some profile's 'policies'"))
 
     used_pools = {q for qs in resolved.values() for q in qs}
     for name, obj in pools.items():
-        if name not in used_pools:
+        if name not in used_pools and not sources.broken.get("profile"):
             diags.append(warning("unused-pool", f"{obj.label} is used by no profile",
                                  obj.pos("name"), "list it under some profile's 'pools'"))
     diags += _check_execution_order(sources, pools, profiles, resolved)
