@@ -31,7 +31,7 @@ def annotation(level: str, message: str, pos: Position | None = None,
         else f"::{level}::{_data(message)}"
 
 
-def _diagnostic(d: Diagnostic, base: bool = False) -> str:
+def diagnostic_annotation(d: Diagnostic, base: bool = False) -> str:
     # Base diagnostics point into files of another revision: no file= there, or GitHub
     # would pin them onto lines of the pull request that say something else.
     msg = d.message + (f" (hint: {d.hint})" if d.hint else "")
@@ -62,11 +62,11 @@ def _change(c: ObjectChange) -> str:
 
 
 def render_github(plan: Plan) -> str:
-    lines = [_diagnostic(d) for d in plan.head.diagnostics]
+    lines = [diagnostic_annotation(d) for d in plan.head.diagnostics]
     if not plan.base.valid:
         lines.append(annotation("error", f"the base estate ({plan.base.short}) is invalid; fix "
                                 "it there or pass another --base", title="klique plan"))
-        lines += [_diagnostic(d, base=True) for d in plan.base.diagnostics]
+        lines += [diagnostic_annotation(d, base=True) for d in plan.base.diagnostics]
     if plan.valid:
         lines += [_impact(i) for i in plan.impacts]
         lines += [_change(c) for c in plan.changes]

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from compiler.diagnostics import Diagnostic, render_all
+from compiler.plan.render_github import diagnostic_annotation
 
 DEFAULT_ESTATE = "estate"
 
@@ -42,18 +43,9 @@ def write_atomic(path: str | Path, text: str) -> None:
 
 
 def github_annotation(d: Diagnostic) -> str:
-    level = "error" if d.is_error else "warning"
-    props = []
-    if d.pos is not None:
-        props.append(f"file={d.pos.file}")
-        if d.pos.line:
-            props.append(f"line={d.pos.line}")
-        if d.pos.col:
-            props.append(f"col={d.pos.col}")
-    props.append(f"title={d.code}")
-    msg = d.message + (f" (hint: {d.hint})" if d.hint else "")
-    msg = msg.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return f"::{level} {','.join(props)}::{msg}"
+    """One workflow command per diagnostic; the same text ``kliqued plan --format github``
+    writes, so CI shows validate and plan findings alike."""
+    return diagnostic_annotation(d)
 
 
 def print_diagnostics(diags: list[Diagnostic], fmt: str = "text", stream=None) -> None:
