@@ -1,0 +1,50 @@
+"""The facts the Slurm executor relies on, checked on the real Slurm the suite starts."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+
+def _wait_gone(slurm, job: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm.env,
+                             capture_output=True, text=True).stdout.strip()
+        if not out:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job} still in squeue")
+
+
+def _sbatch(slurm, tmp: Path, script: str, *args: str) -> str:
+    path = tmp / "job.sh"
+    path.write_text("#!/bin/bash\n" + script)
+    p = subprocess.run(["sbatch", "--parsable", "-o", str(tmp / "out-%j.txt"), *args, str(path)],
+                       env=slurm.env, capture_output=True, text=True, check=True, cwd=tmp)
+    return p.stdout.strip().split(";")[0]
+
+
+def test_gres_gives_gpu_indices(slurm, tmp_path: Path) -> None:
+    job = _sbatch(slurm, tmp_path, "echo gpus=$CUDA_VISIBLE_DEVICES\n", "--gres=gpu:3")
+    _wait_gone(slurm, job)
+    assert (tmp_path / f"out-{job}.txt").read_text().strip() == "gpus=0,1,2"
+
+
+def test_scancel_full_term_reaches_the_batch_script(slurm, tmp_path: Path) -> None:
+    marker = tmp_path / "got-term"
+    script = (f"trap 'touch {marker}; exit 0' TERM\n"
+              "sleep 60 &\nwait\n")
+    job = _sbatch(slurm, tmp_path, script, "--gres=gpu:1")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm.env,
+                               capture_output=True, text=True).stdout.strip()
+        if state == "RUNNING":
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=TERM", "--full", job], env=slurm.env, check=True)
+    _wait_gone(slurm, job)
+    assert marker.exists()
