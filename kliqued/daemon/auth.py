@@ -1,0 +1,142 @@
+"""Identity and access: principals, the token book, and who may see or do what.
+
+Principals (api-contract.md "Auth"): ``user:<name>``, ``worker:<pool>``, ``role:admin``,
+``role:finance``. Group membership and group admins come from the compiled estate, so a change
+of ``groups.yaml`` changes access at the next estate revision, with no token reissued. An
+admin of a group is also an admin of every group below it (a department head manages the
+department's teams: seed section 01); membership (``users``) does not inherit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from compiler.compiled import CompiledEstate
+
+from .errors import ApiError, forbidden
+from .ids import token_hash
+
+Kind = Literal["user", "worker", "role"]
+ROLES = ("admin", "finance")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    kind: Kind
+    name: str
+    token_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.kind == "role" and self.name == "admin"
+
+    @property
+    def is_finance(self) -> bool:
+        return self.kind == "role" and self.name == "finance"
+
+    @property
+    def is_user(self) -> bool:
+        return self.kind == "user"
+
+    @property
+    def is_worker(self) -> bool:
+        return self.kind == "worker"
+
+    @staticmethod
+    def parse(text: str, token_id: str | None = None) -> "Principal":
+        kind, _, name = text.partition(":")
+        if kind not in ("user", "worker", "role") or not name:
+            raise ValueError(f"not a principal: {text!r}")
+        if kind == "role" and name not in ROLES:
+            raise ValueError(f"unknown role {name!r}")
+        return Principal(kind, name, token_id)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class TokenRecord:
+    id: str
+    hash: str
+    principal: str
+    name: str | None
+    created_at: int
+    created_by: str | None
+    revoked_at: int | None = None
+
+
+class TokenBook:
+    """Every token by hash (authentication) and by id (listing, revocation)."""
+
+    def __init__(self) -> None:
+        self.by_hash: dict[str, TokenRecord] = {}
+        self.by_id: dict[str, TokenRecord] = {}
+
+    def add(self, rec: TokenRecord) -> None:
+        self.by_hash[rec.hash] = rec
+        self.by_id[rec.id] = rec
+
+    def authenticate(self, header: str | None) -> Principal:
+        if not header:
+            raise ApiError(401, "unauthenticated",
+                           "no token: send the header 'Authorization: Bearer <token>'")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "unauthenticated",
+                           "the Authorization header must be 'Bearer <token>'")
+        rec = self.by_hash.get(token_hash(token.strip()))
+        if rec is None:
+            raise ApiError(401, "unauthenticated", "unknown token")
+        if rec.revoked_at is not None:
+            raise ApiError(401, "unauthenticated", f"token {rec.id} was revoked")
+        return Principal.parse(rec.principal, rec.id)
+
+
+class Access:
+    """Who is in and who administers which group, for one estate revision."""
+
+    def __init__(self, estate: CompiledEstate) -> None:
+        self.revision = estate.revision
+        member: dict[str, set[str]] = {}
+        admin: dict[str, set[str]] = {}
+        below: dict[str, set[str]] = {g.name: {g.name} for g in estate.groups}
+        for g in estate.groups:
+            for anc in g.ancestors:
+                below.setdefault(anc, {anc}).add(g.name)
+        for g in estate.groups:
+            for u in g.users:
+                member.setdefault(u, set()).add(g.name)
+            for u in g.admins:
+                admin.setdefault(u, set()).update(below.get(g.name, {g.name}))
+        self._member = {u: frozenset(s) for u, s in member.items()}
+        self._admin = {u: frozenset(s) for u, s in admin.items()}
+
+    def groups_of(self, user: str) -> frozenset[str]:
+        """Groups that list ``user`` in ``users``: where they may send work."""
+        return self._member.get(user, frozenset())
+
+    def admin_of(self, user: str) -> frozenset[str]:
+        return self._admin.get(user, frozenset())
+
+    def sees_group(self, p: Principal, group: str) -> bool:
+        """Queues, policies and usage of ``group``."""
+        if p.is_admin:
+            return True
+        if p.is_user:
+            return group in self.groups_of(p.name) or group in self.admin_of(p.name)
+        return False
+
+    def sees_task(self, p: Principal, user: str, group: str) -> bool:
+        """A task's details (command, payload, labels): its user, its group's admins,
+        platform admins."""
+        if p.is_admin:
+            return True
+        return p.is_user and (user == p.name or group in self.admin_of(p.name))
+
+
+def require(ok: bool, message: str) -> None:
+    if not ok:
+        raise forbidden(message)

@@ -1,0 +1,42 @@
+"""Event log records: what happened, in the order it happened.
+
+Kinds (``data`` fields in brackets):
+- ``estate_applied`` [source, estate: the compiled estate's JSON]
+- ``submitted`` [resource, user, project, gpus_milli, command, payload, labels,
+  idempotency_key] (``actor`` is the principal that sent it, ``usr`` the task's user)
+- ``placed`` [pool, resource, size_milli, phase, interval]
+- ``preempted`` [pool, kind, text, by, interval]
+- ``cancelled`` [text, by: request|estate, interval|null]
+- ``ended`` [kind: finished|failed|..., interval|null] (workers, issue 5)
+- ``engine_disabled`` / ``engine_enabled``
+- ``alert`` [policy, threshold_milli, period_start, used_units, budget_units, text]
+- ``token_created`` [id, principal, name] / ``token_revoked`` [id]
+- ``estate_refused`` [revision, errors] (GitOps reload, issue 5)
+
+``grp`` and ``usr`` are columns (not only data) so the audit log can be filtered to what a
+user may see without parsing JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Event:
+    kind: str
+    task: str | None = None
+    actor: str | None = None
+    revision: str | None = None
+    grp: str | None = None
+    usr: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, seq: int, at_ms: int) -> tuple:
+        return (seq, at_ms, self.kind, self.task, self.actor, self.revision, self.grp,
+                self.usr, json.dumps(self.data, separators=(",", ":"), ensure_ascii=False))
+
+
+COLUMNS = ("seq", "at_ms", "kind", "task", "actor", "revision", "grp", "usr", "data")

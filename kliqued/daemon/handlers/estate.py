@@ -1,0 +1,12 @@
+"""The running estate revision (and, with GitOps reload, the last refused one)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .. import views
+from ..app import ctx, reply
+
+
+async def get_estate(request: web.Request) -> web.Response:
+    return reply(views.estate(ctx(request).daemon))

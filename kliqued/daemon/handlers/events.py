@@ -1,0 +1,42 @@
+"""The event and audit log: who started what, on which compute resource and pool, under
+which estate revision, why it was preempted. Read from DuckDB (committed events only)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .. import views
+from ..app import ctx, reply
+from ..errors import forbidden
+from .params import int_param, str_param
+
+
+async def list_events(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    if not (p.is_admin or p.is_finance or p.is_user):
+        raise forbidden(f"{p.text} cannot read the event log")
+    task = str_param(request, "task")
+    kind = str_param(request, "kind")
+    since = int_param(request, "since", 0, 0, 2**62)
+    limit = int_param(request, "limit", 100, 1, 1000)
+    assert limit is not None
+    where: list[str] = ["seq > ?"]
+    params: list = [since]
+    if task is not None:
+        where.append("task = ?")
+        params.append(task)
+    if kind is not None:
+        where.append("kind = ?")
+        params.append(kind)
+    if p.is_user:
+        acc = d.acc()
+        admin = sorted(acc.admin_of(p.name))
+        groups = sorted(acc.groups_of(p.name) | acc.admin_of(p.name))
+        where.append("(usr = ? OR list_contains(?::VARCHAR[], grp) OR "
+                     "(kind = 'alert' AND list_contains(?::VARCHAR[], grp)))")
+        params += [p.name, admin, groups]
+    rows = await c.store.read(lambda cur: c.store.query_events(cur, where, params, limit))
+    return reply({"events": [views.event(r) for r in rows],
+                  "next": rows[-1]["seq"] if len(rows) == limit else None})

@@ -1,0 +1,64 @@
+"""The usage ledger for finance: read-only SQL and CSV export (the SQL sandbox and the
+export are ``kliqued.ledger``'s; here: who may call them, and running them off the event
+loop on their own cursor, which sees a consistent snapshot of committed data)."""
+
+from __future__ import annotations
+
+import asyncio
+from aiohttp import web
+
+from .. import ledger_bridge
+from ..app import ctx, read_json, reply
+from ..errors import ApiError, Unavailable, bad_request, forbidden
+from .params import str_param, time_param
+
+
+def _finance(request: web.Request) -> None:
+    p = request["principal"]
+    if not (p.is_finance or p.is_admin):
+        raise forbidden("the ledger is for finance and admins")
+
+
+async def sql(request: web.Request) -> web.Response:
+    _finance(request)
+    c = ctx(request)
+    body = await read_json(request, "LedgerSql")
+    mod = ledger_bridge.sql_module()
+    if mod is None:
+        raise Unavailable("the usage ledger is not installed in this build")
+    limit = body.get("limit", 10000)
+    try:
+        res = await c.store.read(lambda cur: mod.run_readonly(cur, body["sql"], limit=limit))
+    except mod.LedgerSqlError as exc:
+        status = 422 if exc.code == "timeout" else 400
+        raise ApiError(status, exc.code, exc.message) from None
+    return reply(res.to_json())
+
+
+async def export(request: web.Request) -> web.StreamResponse:
+    _finance(request)
+    c = ctx(request)
+    fmt = str_param(request, "format", ("csv",)) or "csv"
+    start, end = time_param(request, "from"), time_param(request, "to")
+    if end < start:
+        raise bad_request("`to` is before `from`")
+    mod = ledger_bridge.export_module()
+    if mod is None:
+        raise Unavailable("the usage ledger is not installed in this build")
+    loop = asyncio.get_running_loop()
+    cur = c.store.conn.cursor()
+    try:
+        gen = mod.export_csv(cur, start, end)
+        first = await loop.run_in_executor(None, next, gen, None)
+        resp = web.StreamResponse(headers={
+            "Content-Type": "text/csv; charset=utf-8",
+            "Content-Disposition": f'attachment; filename="ledger.{fmt}"'})
+        await resp.prepare(request)
+        chunk = first
+        while chunk is not None:
+            await resp.write(chunk.encode("utf-8"))
+            chunk = await loop.run_in_executor(None, next, gen, None)
+        await resp.write_eof()
+        return resp
+    finally:
+        cur.close()

@@ -1,0 +1,35 @@
+"""Policies: use against reservation and limit, budget used and left, burn rate, run-out."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .. import views
+from ..app import ctx, reply
+from ..errors import forbidden, not_found
+
+
+async def list_policies(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = request["principal"]
+    if p.is_worker:
+        raise forbidden(f"{p.text} cannot see policies")
+    idx, acc = d.idx(), d.acc()
+    now = d.clock.now()
+    names = sorted(n for n, g in idx.group_of_policy.items()
+                   if p.is_finance or acc.sees_group(p, g))
+    return reply({"policies": [views.policy(d, n, now) for n in names]})
+
+
+async def get_policy(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = request["principal"]
+    if p.is_worker:
+        raise forbidden(f"{p.text} cannot see policies")
+    name = request.match_info["name"]
+    g = d.idx().group_of_policy.get(name)
+    if g is None:
+        raise not_found(f"no policy {name}")
+    if not (p.is_finance or d.acc().sees_group(p, g)):
+        raise forbidden(f"{p.text} is not in group {g}")
+    return reply(views.policy(d, name, d.clock.now()))

@@ -1,0 +1,52 @@
+"""Compute resources and their queues."""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from aiohttp import web
+
+from .. import views
+from ..app import ctx, reply
+from ..errors import forbidden, not_found
+from ..units import gpus, iso
+from .params import int_param
+
+
+async def list_resources(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = request["principal"]
+    idx = d.idx()
+    if p.is_admin or p.is_finance:
+        names = sorted(idx.resources)
+    elif p.is_user:
+        acc = d.acc()
+        names = sorted(n for n, cr in idx.resources.items() if acc.sees_group(p, cr.group))
+    else:
+        raise forbidden(f"{p.text} cannot list compute resources")
+    return reply({"resources": [views.resource(d, n) for n in names]})
+
+
+async def queue(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = request["principal"]
+    if not (p.is_user or p.is_admin):
+        raise forbidden(f"{p.text} cannot see queues")
+    name = f"{request.match_info['policy']}/{request.match_info['profile']}"
+    limit = int_param(request, "limit", 1000, 1, 10000)
+    cr = d.idx().resources.get(name)
+    if cr is None:
+        raise not_found(f"no compute resource {name}")
+    if not d.acc().sees_group(p, cr.group):
+        raise forbidden(f"{p.text} is not in group {cr.group}")
+    q = d.st().queues.get(name)
+    tasks = list(islice(iter(q), limit)) if q is not None else []
+    entries = []
+    many = len(tasks) > 20
+    for pos, t in enumerate(tasks, 1):
+        rec = d.records[t.id]
+        entries.append({"id": t.id, "user": t.user, "position": pos, "gpus": gpus(t.size),
+                        "waiting_reason": views.reason_json(d.reason(rec, many)),
+                        "submitted_at": iso(t.submitted_at)})
+    return reply({"resource": name, "queued": q.live if q is not None else 0,
+                  "queue": entries})

@@ -1,0 +1,120 @@
+"""Tasks: submit, list, get, cancel.
+
+A submission is checked against the estate (``check_submission``) before anything is logged:
+a refused one is a 422 with the engine's own words and leaves no trace. A task the caller may
+not see is a 404, as if it did not exist: task ids are not disclosed to other users.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from aiohttp import web
+
+from kliqued.engine import SubmissionError, check_submission
+
+from .. import views
+from ..app import ctx, read_json, reply
+from ..errors import ApiError, bad_request, forbidden, not_found
+from ..openapi import submission_surely_valid
+from ..records import TaskRecord
+from ..units import to_milli
+from .params import int_param, str_param
+
+
+def _visible(request: web.Request, rec: TaskRecord) -> TaskRecord:
+    p = request["principal"]
+    if not (p.is_user or p.is_admin):
+        raise forbidden(f"{p.text} cannot see tasks")
+    if not ctx(request).daemon.acc().sees_task(p, rec.user, rec.group):
+        raise not_found(f"no task {rec.id}")
+    return rec
+
+
+async def submit(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    if not (p.is_user or p.is_admin):
+        raise forbidden(f"{p.text} sends no work: use a user's token")
+    body = await read_json(request, "TaskSubmission", submission_surely_valid)
+    user = body.get("user")
+    if p.is_admin:
+        if not user:
+            raise bad_request("an admin sends work only on behalf of a user: give `user`")
+    elif user is None:
+        user = p.name
+    elif user != p.name:
+        raise forbidden("only an admin may send work on behalf of another user")
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= 256:
+        raise bad_request("Idempotency-Key must be 1 to 256 characters")
+    try:
+        gpus = None if body.get("gpus") is None else to_milli(body["gpus"])
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    fields = {"resource": body["resource"], "user": user, "project": body.get("project"),
+              "gpus_milli": gpus, "command": body.get("command"),
+              "payload": body.get("payload"), "labels": body.get("labels") or {}}
+    if key is None or (p.text, key) not in d.idem:
+        try:  # fail fast; the sequencer checks again against the estate of the commit
+            check_submission(d.idx(), fields["resource"], user, fields["project"], gpus)
+        except SubmissionError as exc:
+            raise ApiError(422, "submission-refused", str(exc)) from None
+    status, task_id = await c.seq.submit(
+        lambda now, ov: d.prepare_submit(p, fields, key, now, ov))
+    return reply(views.task(d, d.records[task_id]), status)
+
+
+async def get_task(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    rec = _visible(request, d.record(request.match_info["id"]))
+    return reply(views.task(d, rec))
+
+
+async def cancel(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    rec = _visible(request, d.record(request.match_info["id"]))
+    await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov))
+    return reply(views.task(d, rec))
+
+
+async def list_tasks(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = request["principal"]
+    if not (p.is_user or p.is_admin):
+        raise forbidden(f"{p.text} cannot list tasks")
+    state = str_param(request, "state", ("queued", "placed", "ended"))
+    resource = str_param(request, "resource")
+    user = str_param(request, "user")
+    group = str_param(request, "group")
+    after = str_param(request, "after")
+    limit = int_param(request, "limit", 100, 1, 1000)
+    assert limit is not None
+    acc = d.acc()
+    mine = acc.admin_of(p.name) if p.is_user else frozenset()
+    start = bisect_right(d.ids, after) if after else 0
+    out: list[TaskRecord] = []
+    more = False
+    records = d.records
+    for tid in d.ids[start:] if start else d.ids:
+        rec = records[tid]
+        if state is not None and rec.state != state:
+            continue
+        if resource is not None and rec.resource != resource:
+            continue
+        if user is not None and rec.user != user:
+            continue
+        if group is not None and rec.group != group:
+            continue
+        if p.is_user and rec.user != p.name and rec.group not in mine:
+            continue
+        if len(out) == limit:
+            more = True
+            break
+        out.append(rec)
+    many = sum(r.state == "queued" for r in out) > 20
+    return reply({"tasks": [views.task(d, r, many) for r in out],
+                  "next": out[-1].id if more and out else None})

@@ -1,0 +1,201 @@
+"""The sequencer: the one coroutine that changes the daemon's state, runs the engine and
+commits the event log (group commit).
+
+Each cycle:
+1. if a pass is due, run it (the engine changes the State at once) and keep its events;
+2. take every request waiting (up to an estate change, which goes alone), prepare each in
+   order against what the earlier ones will do (validation happens here, so a refused request
+   logs nothing);
+3. commit the pass's events, then the requests' events, in one transaction (DuckDB work runs
+   on the store's writer thread: the event loop keeps serving);
+4. apply the requests to the State in log order and answer them: a 2xx is sent only after
+   its change is durable.
+So the log order is the order the State changed in, and replay rebuilds the same State.
+
+A pass runs every ``pass_interval``, at the engine's ``next_pass_at``, and ``SETTLE_S``
+after a submission, cancellation, engine switch or estate change (coalesced: a burst of
+requests gets one pass soon after it, not one per request). While a cycle commits, new
+requests queue for the next one: the busier the daemon, the larger its batches.
+
+A failed commit is fatal: the State may be ahead of the log, so the process exits and a restart
+rebuilds from what is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .core import Daemon, Overlay, Prepared
+from .errors import ApiError, Unavailable
+from .events import Event
+from .store import Batch, Store
+
+log = logging.getLogger("kliqued")
+
+SETTLE_S = 0.02
+"""Delay from a change to the pass that handles it: long enough to gather a burst."""
+
+SLOW_COMMIT_S = 0.1
+"""A commit slower than this is logged (DuckDB checkpoints, a slow disk)."""
+
+PrepareFn = Callable[[int, Overlay], Prepared]
+
+
+@dataclass
+class _Request:
+    prepare: PrepareFn
+    future: asyncio.Future
+    barrier: bool
+
+
+class Sequencer:
+    def __init__(self, daemon: Daemon, store: Store, pass_interval_s: float = 1.0) -> None:
+        self.d = daemon
+        self.store = store
+        self.pass_interval_s = pass_interval_s
+        self._pending: list[_Request] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._next_timer: float | None = None
+        self._soon: float | None = None
+        self._engine_at: float | None = None
+        self.failed: BaseException | None = None
+        self.on_fatal: Callable[[BaseException], None] | None = None
+        self.commits = 0
+
+    # ------------------------------------------------------------------ requests
+    async def submit(self, prepare: PrepareFn, barrier: bool = False) -> Any:
+        """Queues a change; returns what its ``apply`` returns once it is durable."""
+        if self._stopping or self.failed is not None:
+            raise Unavailable("kliqued is shutting down: nothing was recorded; retry later")
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append(_Request(prepare, fut, barrier))
+        self._wake.set()
+        return await fut
+
+    def request_pass(self, delay_s: float = SETTLE_S) -> None:
+        t = time.monotonic() + delay_s
+        if self._soon is None or t < self._soon:
+            self._soon = t
+            self._wake.set()
+
+    # ------------------------------------------------------------------ the cycle
+    def _due_at(self) -> float | None:
+        times = [t for t in (self._next_timer, self._soon, self._engine_at) if t is not None]
+        return min(times) if times else None
+
+    async def run(self) -> None:
+        self._next_timer = time.monotonic() + self.pass_interval_s
+        while True:
+            if self._stopping and not self._pending:
+                return
+            due = self._due_at()
+            if not self._pending:
+                timeout = None if due is None else max(0.0, due - time.monotonic())
+                if timeout is None or timeout > 0:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout)
+                    except asyncio.TimeoutError:
+                        pass
+            self._wake.clear()
+            try:
+                await self._cycle()
+            except Exception as exc:  # a failed commit: see the module docstring
+                self.failed = exc
+                log.error("kliqued: cannot write the event log (%s: %s); stopping so that a "
+                          "restart rebuilds the state from what is durable",
+                          type(exc).__name__, exc)
+                for r in self._pending:
+                    if not r.future.done():
+                        r.future.set_exception(Unavailable("the event log cannot be written"))
+                self._pending.clear()
+                if self.on_fatal is not None:
+                    self.on_fatal(exc)
+                return
+
+    async def _cycle(self) -> None:
+        d = self.d
+        events: list[Event] = []
+        batch = Batch()
+        due = self._due_at()
+        if d.ready and not self._stopping and due is not None and due <= time.monotonic():
+            t0 = time.perf_counter()
+            now = d.clock.now()
+            pev, pops, counts = d.run_pass(now)
+            events.extend(pev)
+            batch.ops.extend(pops)
+            mono = time.monotonic()
+            self._next_timer = mono + self.pass_interval_s
+            self._soon = None
+            nxt = d.last_result.next_pass_at if d.last_result is not None else None
+            self._engine_at = None if nxt is None else mono + max(0, nxt - now) / 1000
+            if counts:
+                log.info("pass: %s (%.1f ms)", ", ".join(f"{n} {k}" for k, n in
+                                                         sorted(counts.items())),
+                         (time.perf_counter() - t0) * 1000)
+        # Requests, in arrival order, up to (and alone if it is) a barrier.
+        taken: list[_Request] = []
+        while self._pending:
+            r = self._pending[0]
+            if r.barrier and taken:
+                break
+            taken.append(self._pending.pop(0))
+            if r.barrier:
+                break
+        if self._pending:
+            self._wake.set()
+        prepared: list[tuple[_Request, Prepared]] = []
+        ov = Overlay()
+        now = d.clock.now()
+        for r in taken:
+            try:
+                p = r.prepare(now, ov)
+            except ApiError as exc:
+                r.future.set_exception(exc)
+                continue
+            except Exception as exc:  # a bug: the request gets a 500, nothing is logged
+                r.future.set_exception(exc)
+                continue
+            prepared.append((r, p))
+            events.extend(p.events)
+            batch.ops.extend(p.ops)
+        if events or batch.ops:
+            pass_events = len(events) - sum(len(p.events) for _, p in prepared)
+            for i, ev in enumerate(events):
+                d.seq += 1
+                at = d.last_pass_at if i < pass_events and d.last_pass_at is not None else now
+                batch.rows.append(ev.row(d.seq, at))
+            t0 = time.perf_counter()
+            try:
+                await self.store.commit(batch)
+            except BaseException:
+                for r, _ in prepared:
+                    if not r.future.done():
+                        r.future.set_exception(Unavailable("the event log cannot be written"))
+                raise
+            self.commits += 1
+            took = time.perf_counter() - t0
+            if took > SLOW_COMMIT_S:
+                log.warning("slow commit: %.0f ms for %d events", took * 1000, len(batch.rows))
+        wants_pass = False
+        for r, p in prepared:
+            try:
+                result = p.apply()
+            except Exception as exc:  # durable but not applied: a bug; fail loudly
+                r.future.set_exception(exc)
+                raise
+            if not r.future.done():
+                r.future.set_result(result)
+            wants_pass |= p.wants_pass
+        if wants_pass:
+            self.request_pass()
+
+    # ------------------------------------------------------------------ shutdown
+    async def stop(self) -> None:
+        """Takes no new request, commits those already taken, and returns."""
+        self._stopping = True
+        self._wake.set()

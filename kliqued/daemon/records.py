@@ -1,0 +1,98 @@
+"""What the API shows about a task beyond the engine's ``Task``, and each queue's positions.
+
+The engine keeps what its rules need (size, weight, queue order) and may forget ended tasks;
+the daemon keeps, per task, what people ask about: the command or payload, labels, who sent
+it, under which revision, when it was placed and ended, its last preemption. Records are
+updated by the same code on the live path and during replay (``core.Daemon.on_*``).
+
+``QueuePositions`` answers "my place in line" in O(log n): the engine's queue is iterated in
+order only, which costs O(n) per question. It mirrors engine.md's queue order (tasks that ran
+before first, by submission; then the others, by submission) from the engine's own ``seq`` and
+``ran_before``; a test checks it against the engine's iteration. (Engine request: a
+``State.position(task_id)`` would make this mirror unnecessary.)
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import Any
+
+
+class TaskRecord:
+    __slots__ = ("id", "resource", "policy", "profile", "group", "user", "actor", "project",
+                 "labels", "command", "payload", "gpus_milli", "submitted_at", "revision",
+                 "idempotency_key", "state", "pool", "placed_at", "ended_at", "end_reason",
+                 "preemptions", "last_preemption", "intervals", "submitted_pass")
+
+    def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
+                 user: str, actor: str, project: str | None, labels: dict[str, str],
+                 command: list[str] | None, payload: Any, gpus_milli: int | None,
+                 submitted_at: int, revision: str, idempotency_key: str | None) -> None:
+        self.id = id
+        self.resource = resource
+        self.policy = policy
+        self.profile = profile
+        self.group = group
+        self.user = user
+        self.actor = actor
+        self.project = project
+        self.labels = labels
+        self.command = command
+        self.payload = payload
+        self.gpus_milli = gpus_milli
+        self.submitted_at = submitted_at
+        self.revision = revision
+        self.idempotency_key = idempotency_key
+        self.state = "queued"
+        self.pool: str | None = None
+        self.placed_at: int | None = None
+        self.ended_at: int | None = None
+        self.end_reason: str | None = None
+        self.preemptions = 0
+        self.last_preemption: tuple[str, str, int] | None = None
+        self.intervals = 0
+        """How many times it was placed: the ledger's interval id is ``<id>#<intervals>``."""
+        self.submitted_pass = 0
+        """How many passes had run when it was submitted: until another runs, its reason is
+        "waits for the next pass", without asking the engine."""
+
+    @property
+    def interval_id(self) -> str:
+        return f"{self.id}#{self.intervals}"
+
+
+def _remove(lst: list[int], seq: int) -> None:
+    i = bisect_left(lst, seq)
+    if i < len(lst) and lst[i] == seq:
+        del lst[i]
+
+
+class QueuePositions:
+    """Per compute resource: sorted submission seqs of queued tasks that ran before (front)
+    and of those that never ran (back)."""
+
+    __slots__ = ("front", "back")
+
+    def __init__(self) -> None:
+        self.front: list[int] = []
+        self.back: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.front) + len(self.back)
+
+    def queued(self, seq: int, ran_before: bool) -> None:
+        if ran_before:
+            insort(self.front, seq)
+        elif not self.back or self.back[-1] < seq:
+            self.back.append(seq)
+        else:
+            insort(self.back, seq)
+
+    def left(self, seq: int, ran_before: bool) -> None:
+        _remove(self.front if ran_before else self.back, seq)
+
+    def position(self, seq: int, ran_before: bool) -> int:
+        """1-based place in line."""
+        if ran_before:
+            return bisect_left(self.front, seq) + 1
+        return len(self.front) + bisect_left(self.back, seq) + 1

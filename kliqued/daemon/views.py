@@ -1,0 +1,160 @@
+"""The API's JSON shapes (api-contract.md), computed from the daemon's live state.
+
+Views read, never change, the state; they run on the event loop between sequencer cycles, so
+they see one consistent State.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kliqued.engine import budget_status
+
+from .auth import Principal
+from .core import Daemon
+from .records import TaskRecord
+from .units import gpus, iso
+
+
+def reason_json(r: Any) -> dict[str, str] | None:
+    return None if r is None else {"kind": r.kind, "text": r.text}
+
+
+def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
+    t = d.state.tasks.get(rec.id) if d.state is not None else None
+    size = t.size if t is not None else None
+    lp = rec.last_preemption
+    return {
+        "id": rec.id, "resource": rec.resource, "policy": rec.policy, "profile": rec.profile,
+        "group": rec.group, "user": rec.user, "actor": rec.actor, "project": rec.project,
+        "labels": rec.labels, "command": rec.command, "payload": rec.payload,
+        "gpus": gpus(size if size is not None else rec.gpus_milli),
+        "state": rec.state, "end_reason": rec.end_reason,
+        "pool": rec.pool, "submitted_at": iso(rec.submitted_at),
+        "placed_at": iso(rec.placed_at), "ended_at": iso(rec.ended_at),
+        "position": d.position(rec),
+        "waiting_reason": reason_json(d.reason(rec, many)),
+        "preemptions": rec.preemptions,
+        "last_preemption": None if lp is None else {"kind": lp[0], "text": lp[1],
+                                                    "at": iso(lp[2])},
+        "revision": rec.revision,
+    }
+
+
+def resource(d: Daemon, name: str) -> dict[str, Any]:
+    cr = d.idx().resources[name]
+    q = d.st().queues.get(name)
+    return {
+        "name": name, "policy": cr.policy, "profile": cr.profile, "group": cr.group,
+        "gpus": gpus(cr.fixed_size),
+        "from_task": None if cr.fixed_size is not None else {
+            "default": gpus(cr.default_size), "max": gpus(cr.max_size)},
+        "time_weight": gpus(cr.weight), "pools": list(cr.pools),
+        "queued": q.live if q is not None else 0,
+        "placed": d.placed_count.get(name, 0),
+    }
+
+
+def policy(d: Daemon, name: str, now: int) -> dict[str, Any]:
+    idx, st = d.idx(), d.st()
+    g = idx.group_of_policy[name]
+    gi = idx.groups[g]
+    used = st.used.get(g, 0)
+    out: dict[str, Any] = {
+        "name": name, "group": g, "reservation": gpus(gi.reservation),
+        "limit": gpus(gi.limit), "used": gpus(used),
+        "borrowed": gpus(max(0, used - gi.reservation)), "budget": None,
+    }
+    b = budget_status(idx, st, name, now)
+    if b is not None and gi.budget is not None:
+        alerts = [{"threshold": a["threshold_milli"] / 1000, "at": iso(a["at"]),
+                   "text": a["text"]}
+                  for a in d.alerts.get(name, []) if a["period_start"] == b.period_start]
+        out["budget"] = {
+            "hours": gi.budget.hours_milli / 1000, "period": b.period,
+            "period_start": iso(b.period_start), "resets_at": iso(b.resets_at),
+            "used_hours": b.used_hours, "left_hours": b.left_hours,
+            "burn_rate": b.burn_rate, "runout_at": iso(b.runout_at), "alerts": alerts,
+        }
+    return out
+
+
+def borrowed_by_pool(d: Daemon) -> dict[str, int]:
+    """GPUs on each pool held by groups above their reservation. A group's borrowed amount
+    (used - reservation) is counted on its newest placements, the ones a reclaim takes
+    first (engine.md), so the figure says where reclaimable work sits."""
+    idx, st = d.idx(), d.st()
+    out: dict[str, int] = {}
+    for g, tasks in st.placed_by_group.items():
+        gi = idx.groups.get(g)
+        over = st.used.get(g, 0) - (gi.reservation if gi is not None else 0)
+        if over <= 0:
+            continue
+        for t in reversed(list(tasks.values())):
+            if over <= 0:
+                break
+            take = min(over, t.size)
+            if t.pool is not None:
+                out[t.pool] = out.get(t.pool, 0) + take
+            over -= take
+    return out
+
+
+def pools(d: Daemon, only: str | None = None) -> list[dict[str, Any]]:
+    st = d.st()
+    borrowed = borrowed_by_pool(d)
+    out = []
+    for p in d.idx().estate.pools:
+        if only is not None and p.name != only:
+            continue
+        used = st.pool_used.get(p.name, 0)
+        out.append({"name": p.name, "kind": p.kind, "gpu_type": p.gpu_type,
+                    "capacity": gpus(p.capacity_milli), "used": gpus(used),
+                    "borrowed": gpus(borrowed.get(p.name, 0)),
+                    "free": gpus(max(0, p.capacity_milli - used)), "labels": p.labels})
+    return out
+
+
+def engine(d: Daemon, pass_interval_s: float) -> dict[str, Any]:
+    return {"enabled": d.st().enabled, "last_pass_at": iso(d.last_pass_at),
+            "pass_interval_s": pass_interval_s, "revision": d.estate.revision}
+
+
+def refused(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The last refused revision (GitOps reload, issue 5): ``at`` is kept in ms."""
+    if r is None:
+        return None
+    return {"revision": r.get("revision"), "at": iso(r["at"]), "source": r.get("source"),
+            "errors": [str(e) for e in r.get("errors", [])]}
+
+
+def estate(d: Daemon) -> dict[str, Any]:
+    e = d.idx().estate
+    return {"revision": d.estate.revision, "applied_at": iso(d.estate.applied_at),
+            "source": d.estate.source, "pools": len(e.pools), "profiles": len(e.profiles),
+            "policies": len(e.policies), "compute_resources": len(e.compute_resources),
+            "refused": refused(d.estate.refused)}
+
+
+def whoami(d: Daemon, p: Principal) -> dict[str, Any]:
+    acc = d.acc()
+    groups = sorted(acc.groups_of(p.name)) if p.is_user else []
+    admin_of = sorted(acc.admin_of(p.name)) if p.is_user else []
+    return {"principal": p.text, "kind": p.kind, "name": p.name, "groups": groups,
+            "admin_of": admin_of, "roles": [p.name] if p.kind == "role" else [],
+            "token_id": p.token_id}
+
+
+def token(rec: Any) -> dict[str, Any]:
+    return {"id": rec.id, "principal": rec.principal, "name": rec.name,
+            "created_at": iso(rec.created_at), "created_by": rec.created_by,
+            "revoked_at": iso(rec.revoked_at)}
+
+
+def event(row: dict[str, Any]) -> dict[str, Any]:
+    data = row["data"]
+    if row["kind"] == "estate_applied" and isinstance(data, dict):
+        data = {"source": data.get("source")}  # the compiled estate itself is large
+    return {"seq": row["seq"], "at": iso(row["at_ms"]), "kind": row["kind"],
+            "task": row["task"], "actor": row["actor"], "revision": row["revision"],
+            "data": data}

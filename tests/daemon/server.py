@@ -1,0 +1,140 @@
+"""A real ``kliqued serve`` in a subprocess, on a free loopback port, and a tiny client.
+
+No mocks: the tests talk HTTP to the same program an operator runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL_ESTATE = Path(__file__).resolve().parent / "estate"
+EXAMPLE_ESTATE = ROOT / "estate"
+ADMIN = "kq_test-admin-token-0000000000000000000000000"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    started: list["Server"] = []
+    """Every server a test started: conftest kills what is left at the end of the session."""
+
+    def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE, db: Path | None = None,
+                 admin: str | None = ADMIN) -> None:
+        self.tmp = Path(tmp)
+        self.estate = estate
+        self.db = db or self.tmp / "kliqued.duckdb"
+        self.admin = admin
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.tmp / f"serve-{self.port}.log"
+        self.starts = 0
+
+    # ------------------------------------------------------------------ process
+    def argv(self) -> list[str]:
+        args = [sys.executable, "-m", "kliqued.cli", "serve", "--db", str(self.db),
+                "--listen", f"127.0.0.1:{self.port}"]
+        if self.estate is not None:
+            args += ["--estate", str(self.estate)]
+        return args
+
+    def start(self, wait: bool = True, timeout: float = 30) -> "Server":
+        env = dict(os.environ)
+        env.pop("KLIQUE_ADMIN_TOKEN", None)
+        if self.admin:
+            env["KLIQUE_ADMIN_TOKEN"] = self.admin
+        self.starts += 1
+        log = open(self.log_path, "a")
+        log.write(f"--- start {self.starts}\n")
+        log.flush()
+        self.proc = subprocess.Popen(self.argv(), cwd=ROOT, env=env, stdout=log, stderr=log)
+        Server.started.append(self)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"kliqued serve exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                status, body = self.call("GET", "/v1/health", token=None, timeout=1)
+                if status == 200 and body.get("status") == "ok":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"kliqued serve did not answer in {timeout} s:\n{self.log()}")
+
+    def stop(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text()
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------------ HTTP
+    def call(self, method: str, path: str, body: Any = None, token: str | None = "admin",
+             headers: dict[str, str] | None = None, raw: bytes | None = None,
+             timeout: float = 30) -> tuple[int, Any]:
+        """(status, parsed JSON or text). ``token="admin"`` means the admin token."""
+        if token == "admin":
+            token = self.admin
+        data = raw if raw is not None else (None if body is None else
+                                            json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, _parse(resp.read(), resp.headers.get("Content-Type"))
+        except urllib.error.HTTPError as exc:
+            return exc.code, _parse(exc.read(), exc.headers.get("Content-Type"))
+
+    def ok(self, method: str, path: str, body: Any = None, token: str | None = "admin",
+           expect: int | tuple[int, ...] = (200, 201, 204), **kw: Any) -> Any:
+        status, data = self.call(method, path, body, token, **kw)
+        want = (expect,) if isinstance(expect, int) else expect
+        assert status in want, f"{method} {path}: {status} {data}"
+        return data
+
+    def token(self, body: dict[str, Any]) -> str:
+        return self.ok("POST", "/v1/tokens", body, expect=201)["token"]
+
+
+def _parse(raw: bytes, ctype: str | None) -> Any:
+    if not raw:
+        return None
+    if ctype and "json" in ctype:
+        return json.loads(raw)
+    return raw.decode("utf-8", "replace")

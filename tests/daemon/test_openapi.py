@@ -1,0 +1,79 @@
+"""The OpenAPI document: valid OpenAPI 3.1, the routes the daemon serves, and API fuzzing
+driven by it (schemathesis, on a daemon of its own): no 5xx, no traceback, and every answer
+as the document says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import schemathesis
+from schemathesis.config import SchemathesisConfig
+from hypothesis import HealthCheck, settings
+from openapi_spec_validator import validate
+
+from kliqued.daemon.app import Context, make_app
+from kliqued.daemon.openapi import document
+
+from .server import EXAMPLE_ESTATE, Server
+
+DOC = document()
+
+
+def test_document_is_valid_openapi_31() -> None:
+    validate(DOC)
+    assert DOC["openapi"] == "3.1.0"
+
+
+def test_document_lists_every_route() -> None:
+    app = make_app(Context(None, None, None, 1.0))  # type: ignore[arg-type]
+    served = set()
+    for route in app.router.routes():
+        if route.method == "HEAD":
+            continue
+        path = route.resource.canonical if route.resource else ""
+        served.add((route.method.lower(), path))
+    documented = {(m, p) for p, ops in DOC["paths"].items() for m in ops}
+    assert served == documented
+
+
+def test_contract_mentions_every_documented_route() -> None:
+    contract = (Path(__file__).resolve().parents[2] / "docs" / "api-contract.md").read_text()
+    for path, ops in DOC["paths"].items():
+        for method in ops:
+            assert f"{method.upper()} {path[3:]}" in contract, (method, path)
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory) -> Server:
+    # The example estate: the document's examples (llm-research/h100, alice) are valid there.
+    s = Server(tmp_path_factory.mktemp("fuzz"), estate=EXAMPLE_ESTATE).start()
+    alice = s.token({"user": "alice"})
+    for body in ({"resource": "llm-research/h100"}, {"resource": "llm-research/h100-8x"}):
+        s.ok("POST", "/v1/tasks", body, alice, expect=201)
+    yield s
+    log = s.log()
+    assert s.stop() == 0, log
+    assert "Traceback" not in log, log
+
+
+# Bounded to about 200 requests: the examples and fuzzing phases (positive and negative
+# data), 10 examples per operation; the exhaustive coverage phase alone sends ~500.
+schema = schemathesis.openapi.from_dict(DOC, config=SchemathesisConfig.from_dict(
+    {"phases": {"coverage": {"enabled": False}, "stateful": {"enabled": False}}}))
+
+
+@schema.parametrize()
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+def test_fuzz(case, fuzz_server: Server) -> None:
+    response = case.call(base_url=fuzz_server.url,
+                         headers={"Authorization": f"Bearer {fuzz_server.admin}"})
+    assert response.status_code < 500, (case.method, case.path, response.text[:500])
+    assert "Traceback" not in response.text
+    case.validate_response(response, checks=[
+        schemathesis.checks.not_a_server_error,
+        schemathesis.checks.status_code_conformance,
+        schemathesis.checks.content_type_conformance,
+        schemathesis.checks.response_schema_conformance,
+    ])
