@@ -1,0 +1,148 @@
+"""The process executor with real processes: environment, logs, exit codes and signals,
+stops (SIGTERM, grace, SIGKILL), the wrapper's exit record for an adopted process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.workers.conftest import pid_alive, wait_until
+from workers.executors import RUNNING, Exited, StartError
+from workers.executors.process import ProcessExecutor
+
+
+def lease(command, task="t-1", epoch=1, **extra):
+    return {"task": task, "epoch": epoch, "command": command, "gpus": 1.0, "user": "alice",
+            "project": "llm", "resource": "team-a/standard", **extra}
+
+
+def wait_exit(ex, handle, timeout=10.0) -> Exited:
+    return wait_until(lambda: (r := ex.poll(handle)) is not RUNNING and r, timeout, "exit")
+
+
+PY = sys.executable
+
+
+def test_runs_the_command_with_its_environment_and_captures_the_log(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    ex = ProcessExecutor(tmp_path / "state", venv=venv, workdir=tmp_path)
+    log = tmp_path / "state" / "logs" / "t-1.e4.log"
+    script = ("import os, sys\n"
+              "for k in ('CUDA_VISIBLE_DEVICES', 'KLIQUE_TASK_ID', 'KLIQUE_EPOCH', "
+              "'VIRTUAL_ENV', 'KLIQUE_USER', 'FROM_LEASE'):\n"
+              "    print(k, os.environ.get(k))\n"
+              "print('PATH0', os.environ['PATH'].split(os.pathsep)[0])\n"
+              "print('CWD', os.getcwd())\n"
+              "print('to stderr', file=sys.stderr)\n"
+              "sys.exit(3)\n")
+    h = ex.start(lease([PY, "-c", script], epoch=4,
+                       env={"FROM_LEASE": "yes", "KLIQUE_TASK_ID": "forged"}), [2, 3], log)
+    assert os.getpgid(h.pid) == h.pid != os.getpgid(0)  # its own process group
+    assert wait_exit(ex, h) == Exited(3, None)
+    text = log.read_text()
+    assert "CUDA_VISIBLE_DEVICES 2,3" in text
+    assert "KLIQUE_TASK_ID t-1" in text           # a lease cannot override KLIQUE_*
+    assert "KLIQUE_EPOCH 4" in text
+    assert f"VIRTUAL_ENV {venv.resolve()}" in text
+    assert f"PATH0 {venv.resolve() / 'bin'}" in text
+    assert "KLIQUE_USER alice" in text and "FROM_LEASE yes" in text
+    assert f"CWD {tmp_path}" in text
+    assert "to stderr" in text
+
+
+def test_exit_by_signal_and_command_not_found(tmp_path):
+    ex = ProcessExecutor(tmp_path)
+    h = ex.start(lease(["sh", "-c", "kill -USR1 $$"]), [0], tmp_path / "a.log")
+    assert wait_exit(ex, h) == Exited(None, "SIGUSR1")
+    h = ex.start(lease(["no-such-command-klique"], task="t-2"), [0], tmp_path / "b.log")
+    result = wait_exit(ex, h)
+    assert result.exit_code == 127
+    assert "cannot run 'no-such-command-klique'" in (tmp_path / "b.log").read_text()
+    with pytest.raises(StartError, match="has none"):
+        ex.start(lease(None, task="t-3"), [0], tmp_path / "c.log")
+
+
+TRAPS_TERM = """
+import signal, sys, time
+def on_term(*_):
+    open(sys.argv[1], "w").write("checkpointed")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+IGNORES_TERM = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _ready(log: Path) -> bool:
+    return log.exists() and "ready" in log.read_text()
+
+
+def test_stop_sends_sigterm_and_a_trapping_child_checkpoints_and_exits_0(tmp_path):
+    ex = ProcessExecutor(tmp_path)
+    marker, log = tmp_path / "marker", tmp_path / "t.log"
+    h = ex.start(lease([PY, "-c", TRAPS_TERM, str(marker)]), [0], log)
+    wait_until(lambda: _ready(log), 10, "child ready")
+    t0 = time.monotonic()
+    result = asyncio.run(ex.stop(h, 5.0))
+    assert result == Exited(0, None)
+    assert time.monotonic() - t0 < 3
+    assert marker.read_text() == "checkpointed"
+
+
+def test_a_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
+    ex = ProcessExecutor(tmp_path)
+    log = tmp_path / "t.log"
+    # the command starts a grandchild in its group: the stop reaches it too
+    h = ex.start(lease(["sh", "-c", f"{PY} -c 'import time; time.sleep(60)' & "
+                                    f"exec {PY} -c '{IGNORES_TERM}'"]), [0], log)
+    wait_until(lambda: _ready(log), 10, "child ready")
+    from workers.executors.process import group_members
+    members = group_members(h.pgid)
+    assert len(members) >= 3  # wrapper, command, grandchild
+    t0 = time.monotonic()
+    result = asyncio.run(ex.stop(h, 1.0))
+    elapsed = time.monotonic() - t0
+    assert result == Exited(None, "SIGKILL")
+    assert 0.9 <= elapsed < 4
+    wait_until(lambda: not any(pid_alive(p) for p in members), 5, "group gone")
+
+
+def test_the_wrapper_records_the_exit_of_an_adopted_process(tmp_path):
+    first = ProcessExecutor(tmp_path)
+    h = first.start(lease(["sh", "-c", "sleep 0.6; exit 7"]), [0], tmp_path / "t.log")
+    record = h.to_record()
+    # a new executor (a restarted worker) takes it back by its record: not its child
+    again = ProcessExecutor(tmp_path)
+    adopted = again.adopt(record)
+    assert adopted.popen is None
+    assert again.poll(adopted) is RUNNING
+    assert wait_exit(again, adopted) == Exited(7, None)
+    h.popen.wait()  # reap it for the first "worker" (the test's own child)
+
+    # ended by a signal while nobody watched: the wrapper knows
+    h = first.start(lease(["sh", "-c", "sleep 0.3; kill -TERM $$"], task="t-2"), [0],
+                    tmp_path / "u.log")
+    record = h.to_record()
+    h.popen.wait()
+    assert wait_exit(ProcessExecutor(tmp_path), first.adopt(record)) == Exited(None, "SIGTERM")
+
+
+def test_a_recycled_pid_is_not_taken_for_the_task(tmp_path):
+    ex = ProcessExecutor(tmp_path)
+    record = {"pid": os.getpid(), "pgid": os.getpgid(0), "start_ticks": 1,
+              "exit_path": str(tmp_path / "missing.exit")}
+    result = ex.poll(ex.adopt(record))   # alive pid, other start time: not our task
+    assert isinstance(result, Exited) and result.exit_code is None and result.message

@@ -1,0 +1,132 @@
+"""`klique-worker`: the worker daemon of a pool (docs/workers.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import sys
+
+from kliqued.commands._common import HelpFormatter
+
+EXAMPLES = """\
+  # a bare-metal server with NVIDIA GPUs (found with nvidia-smi)
+  klique-worker --url https://klique.example.com --pool onprem-baremetal \\
+      --token-file /etc/klique/worker.token
+
+  # a machine without GPUs, declaring two fake ones (development, tests)
+  klique-worker --url http://127.0.0.1:8080 --pool onprem-baremetal \\
+      --token-file worker.token --state-dir /tmp/kw --gpus 0,1
+
+  # only GPUs 4-7 of this server, tasks in a given virtual env, a private CA, 2 minutes
+  # for a preempted task to checkpoint
+  klique-worker --url https://klique.internal --pool hpc-a100 --token-file /etc/klique/t \\
+      --gpus 4,5,6,7 --venv /opt/envs/torch --ca-file /etc/klique/ca.pem --grace 2m
+"""
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """`30s`, `2m`, `1h`, `1.5s`, `500ms`, or plain seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 2m or 1h")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="klique-worker", formatter_class=HelpFormatter,
+        description="The Klique worker daemon: pulls the tasks placed on its pool from the\n"
+                    "control plane over outbound HTTPS, runs them on its GPUs, reports their\n"
+                    "ends and uploads their logs. Its restart is safe: running tasks keep\n"
+                    "running and are taken back (docs/workers.md).",
+        epilog="examples:\n" + EXAMPLES)
+    p.add_argument("--url", required=True,
+                   help="the control plane, e.g. https://klique.example.com")
+    p.add_argument("--pool", required=True, help="the pool this worker serves (the token's pool)")
+    p.add_argument("--token-file", required=True,
+                   help="file holding the worker token (kliqued token create --worker --pool "
+                        "NAME); read again when it changes")
+    p.add_argument("--state-dir", default=None,
+                   help="where the worker keeps its id, task records and logs (default "
+                        "/var/lib/klique-worker as root, else ~/.local/state/klique-worker); "
+                        "one worker per state dir")
+    p.add_argument("--gpus", default="auto",
+                   help="`auto` (nvidia-smi), a list of GPU indices `0,1,2,3` (restricts "
+                        "nvidia-smi's GPUs, or declares GPUs where there is no nvidia-smi), "
+                        "or `none` (default: auto)")
+    p.add_argument("--executor", default="process", choices=["process"],
+                   help="how tasks run (default: process)")
+    p.add_argument("--venv", default=None,
+                   help="virtual env the tasks run in (default: the worker's own)")
+    p.add_argument("--workdir", default=None,
+                   help="working directory of the tasks (default: the worker's)")
+    p.add_argument("--grace", type=duration, default=30.0,
+                   help="time between SIGTERM and SIGKILL when a task is stopped, unless the "
+                        "lease or the stop instruction says otherwise (default: 30s)")
+    p.add_argument("--ca-file", default=None,
+                   help="PEM file of the CA that signed the control plane's certificate")
+    p.add_argument("--retry-max", type=duration, default=30.0,
+                   help="longest wait between retries while the control plane is down "
+                        "(default: 30s)")
+    p.add_argument("--log-interval", type=duration, default=2.0,
+                   help="how often running tasks' logs are uploaded (default: 2s)")
+    p.add_argument("--log-retention", type=duration, default=7 * 86400.0,
+                   help="how long logs of ended tasks are kept in the state dir (default: 7d)")
+    p.add_argument("--log-level", default="info",
+                   choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("klique.worker")
+
+    from workers.client import ControlPlaneClient
+    from workers.daemon import WorkerConfig, WorkerDaemon
+    from workers.executors import make_executor
+    from workers.gpus import GpuDiscoveryError, discover
+    from workers.state import StateDir, StateDirBusy, default_state_dir
+
+    state_dir = args.state_dir or str(default_state_dir())
+    try:
+        gpus, source = discover(args.gpus)
+        try:
+            client = ControlPlaneClient(args.url, args.token_file, args.ca_file)
+        except OSError as exc:
+            raise ValueError(f"cannot read the token file {args.token_file}: "
+                             f"{exc.strerror or exc}") from None
+        state = StateDir(state_dir)
+        state.lock()
+        executor = make_executor(args.executor, state_dir=state.root, venv=args.venv,
+                                 workdir=args.workdir)
+    except (GpuDiscoveryError, StateDirBusy, ValueError, OSError) as exc:
+        print(f"klique-worker: {exc}", file=sys.stderr)
+        return 2
+    log.info("GPUs: %s, %s", [g.index for g in gpus], source)
+    if os.stat(args.token_file).st_mode & 0o077:
+        log.warning("the token file %s is readable by other users; chmod 600 it",
+                    args.token_file)
+    cfg = WorkerConfig(url=args.url, pool=args.pool, token_file=args.token_file,
+                       state_dir=str(state.root), executor=args.executor, grace_s=args.grace,
+                       retry_max_s=args.retry_max, log_interval_s=args.log_interval,
+                       log_retention_s=args.log_retention)
+
+    async def run() -> None:
+        await WorkerDaemon(cfg, gpus, executor, state, client).run()
+
+    try:
+        asyncio.run(run())
+    finally:
+        state.unlock()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The worker's HTTP client for the control plane (docs/worker-protocol.md).
+
+Outbound only, aiohttp, TLS verified by default (``ca_file`` for a private CA). Errors come
+in three kinds, which the daemon treats differently:
+
+- ``Unreachable``: the control plane could not answer (connection refused, timeout, 5xx,
+  429, 401 while a token is being rotated): wait and retry, never give up;
+- ``StaleEpoch``: ``409 stale-epoch``: fencing, the task must be stopped at once;
+- ``ApiError``: any other refusal (400, 403, 404, 409 conflict, ...): retrying cannot help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from workers import __version__
+
+LOG_CHUNK = 256 * 1024
+
+
+class Unreachable(Exception):
+    pass
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+class StaleEpoch(ApiError):
+    pass
+
+
+def base_url(url: str) -> str:
+    url = url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[:-3]
+    return url + "/v1"
+
+
+class TokenFile:
+    """Reads the token file again when it changes, so a rotated token is picked up."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser()
+        self._mtime: float | None = None
+        self._token = ""
+        self.read()
+
+    def read(self) -> str:
+        st = self.path.stat()
+        if st.st_mtime != self._mtime:
+            token = self.path.read_text(encoding="utf-8").strip()
+            if not token:
+                raise ValueError(f"the token file {self.path} is empty")
+            self._token, self._mtime = token, st.st_mtime
+        return self._token
+
+    def get(self) -> str:
+        try:
+            return self.read()
+        except (OSError, ValueError):
+            return self._token  # keep the last good one
+
+
+class ControlPlaneClient:
+    def __init__(self, url: str, token_file: str | Path, ca_file: str | None = None):
+        self.base = base_url(url)
+        self.token = TokenFile(token_file)
+        self.ca_file = ca_file
+        self._session: aiohttp.ClientSession | None = None
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        if self.ca_file:
+            return ssl.create_default_context(cafile=self.ca_file)
+        return True
+
+    async def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=16),
+                headers={"User-Agent": f"klique-worker/{__version__}"})
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _request(self, method: str, path: str, *, json_body: Any = None,
+                       data: bytes | None = None, params: dict | None = None,
+                       timeout_s: float = 30) -> Any:
+        session = await self.session()
+        headers = {"Authorization": f"Bearer {self.token.get()}"}
+        if data is not None:
+            headers["Content-Type"] = "application/octet-stream"
+        try:
+            async with session.request(
+                    method, self.base + path, json=json_body, data=data, params=params,
+                    headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                body = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise Unreachable(f"{type(exc).__name__}: {exc}" if str(exc)
+                              else type(exc).__name__) from exc
+        if 200 <= status < 300:
+            if not body:
+                return {}
+            try:
+                return json.loads(body)
+            except ValueError as exc:
+                raise Unreachable(f"{method} {path}: answer is not JSON") from exc
+        code, message = "http-" + str(status), body[:300].decode("utf-8", "replace")
+        try:
+            err = json.loads(body)["error"]
+            code, message = err.get("code", code), err.get("message", "") or ""
+        except (ValueError, KeyError, TypeError):
+            pass
+        if status >= 500 or status in (408, 429) or status == 401:
+            raise Unreachable(f"{method} {path}: {status} {code}: {message}".rstrip(": "))
+        if status == 409 and code == "stale-epoch":
+            raise StaleEpoch(status, code, message)
+        raise ApiError(status, code, message)
+
+    # the protocol ------------------------------------------------------------------------
+    async def register(self, body: dict) -> dict:
+        return await self._request("POST", "/workers/register", json_body=body)
+
+    async def lease(self, worker_id: str, body: dict, wait_s: float) -> list[dict]:
+        answer = await self._request(
+            "POST", f"/workers/{worker_id}/lease", json_body=body,
+            params={"wait": str(int(wait_s))}, timeout_s=wait_s + 15)
+        return list(answer.get("leases") or [])
+
+    async def heartbeat(self, worker_id: str, running: list[dict], timeout_s: float) -> dict:
+        return await self._request("POST", f"/workers/{worker_id}/heartbeat",
+                                   json_body={"running": running}, timeout_s=timeout_s)
+
+    async def report(self, task: str, body: dict) -> dict:
+        return await self._request("POST", f"/tasks/{task}/report", json_body=body)
+
+    async def upload_log(self, task: str, epoch: int, offset: int, chunk: bytes) -> int:
+        answer = await self._request("POST", f"/tasks/{task}/log", data=chunk,
+                                     params={"offset": str(offset), "epoch": str(epoch)})
+        return int(answer.get("size", offset + len(chunk)))

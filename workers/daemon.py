@@ -1,0 +1,590 @@
+"""The worker daemon: registers, leases work, runs it, heartbeats, reports, uploads logs.
+
+Four asyncio loops over one state (``self.records``):
+
+- lease: long-polls ``/workers/{id}/lease`` while some GPU has room and no lease is waiting
+  for GPUs; each lease is recorded on disk before anything else happens;
+- heartbeat: every TTL/3, carries the tasks it runs, receives stop instructions;
+- outbox: sends the reports (started, then finished/failed/stopped) and uploads the logs,
+  retried until acknowledged; a ``409 stale-epoch`` kills the task at once and forgets it;
+- one supervisor per running task: polls the executor, carries out a stop, records the end.
+
+The control plane being down never stops the worker: every call is retried with backoff and
+the tasks keep running. See docs/workers.md and docs/decisions-workers.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import shlex
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from workers import __version__
+from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
+from workers.executors.base import Executor, Exited, Handle, StartError
+from workers.gpus import MILLI, Gpu, GpuAllocator, to_milli
+from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
+
+log = logging.getLogger("klique.worker")
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class WorkerConfig:
+    url: str
+    pool: str
+    token_file: str
+    state_dir: str
+    executor: str = "process"
+    grace_s: float = 30.0
+    retry_max_s: float = 30.0
+    log_interval_s: float = 2.0
+    log_retention_s: float = 7 * 86400
+    hostname: str = ""
+
+
+class Backoff:
+    def __init__(self, initial: float = 0.5, maximum: float = 30.0):
+        self.initial, self.maximum, self.current = initial, maximum, initial
+
+    def next(self) -> float:
+        delay = self.current * random.uniform(0.8, 1.2)
+        self.current = min(self.current * 2, self.maximum)
+        return min(delay, self.maximum)
+
+    def reset(self) -> None:
+        self.current = self.initial
+
+
+class NeedsRegister(Exception):
+    """The control plane does not know this worker (any more): register again."""
+
+
+class WorkerDaemon:
+    def __init__(self, cfg: WorkerConfig, gpus: list[Gpu], executor: Executor,
+                 state: StateDir, client: ControlPlaneClient):
+        self.cfg, self.gpus, self.executor, self.state, self.client = (
+            cfg, gpus, executor, state, client)
+        self.worker_id = state.worker_id()
+        self.alloc = GpuAllocator([g.index for g in gpus])
+        self.records: dict[str, TaskRecord] = {}
+        self.handles: dict[str, Handle] = {}
+        self.supervisors: dict[str, asyncio.Task] = {}
+        self.stop_events: dict[str, asyncio.Event] = {}
+        self.ttl_s = 15.0
+        self.poll_wait_s = 30.0
+        self.registered = asyncio.Event()
+        self.room = asyncio.Event()      # set when GPUs were freed or a lease placed
+        self.outbox_wake = asyncio.Event()
+        self.shutdown = asyncio.Event()
+        self._down_since: float | None = None
+        self._down_logged = 0.0
+        self._register_lock = asyncio.Lock()
+
+    # connectivity log lines --------------------------------------------------------------
+    def _unreachable(self, what: str, exc: Exception, retry_in: float) -> None:
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+            self._down_logged = now
+            log.warning("control plane %s unreachable (%s: %s); retrying in %.1fs, tasks keep "
+                        "running", self.client.base, what, exc, retry_in)
+        elif now - self._down_logged >= 60:
+            self._down_logged = now
+            log.warning("control plane still unreachable after %.0fs (%s: %s)",
+                        now - self._down_since, what, exc)
+        else:
+            log.debug("%s: %s; retrying in %.1fs", what, exc, retry_in)
+
+    def _reachable(self) -> None:
+        if self._down_since is not None:
+            log.info("control plane reachable again after %.1fs",
+                     time.monotonic() - self._down_since)
+            self._down_since = None
+
+    # records -----------------------------------------------------------------------------
+    def _save(self, rec: TaskRecord) -> None:
+        self.state.save(rec)
+
+    def _forget(self, rec: TaskRecord) -> None:
+        self.state.delete(rec)
+        self.records.pop(rec.key, None)
+        self.handles.pop(rec.key, None)
+        self.stop_events.pop(rec.key, None)
+        self.supervisors.pop(rec.key, None)
+
+    def _find(self, task: str, epoch: int | None = None) -> list[TaskRecord]:
+        return [r for r in self.records.values()
+                if r.task == task and (epoch is None or r.epoch == epoch)]
+
+    def _task_log(self, rec: TaskRecord, text: str) -> None:
+        """A line of the worker's own in the task's log (stops, kills), so its owner sees
+        why the task ended."""
+        try:
+            with open(rec.log_path, "ab") as fh:
+                fh.write(f"[klique-worker {now_rfc3339()}] {text}\n".encode())
+        except OSError:
+            pass
+
+    def _end(self, rec: TaskRecord, event: str, exit_code=None, sig=None,
+             message: str | None = None) -> None:
+        if rec.gpus and rec.state == RUNNING:
+            self.alloc.release(rec.gpus, rec.milli)
+            self.room.set()
+        rec.state = ENDED
+        rec.outcome = {"event": event, "exit_code": exit_code, "signal": sig,
+                       "at": now_rfc3339(), "message": message}
+        self._save(rec)
+        self.outbox_wake.set()
+        log.info("task %s (epoch %s) %s: exit code %s, signal %s%s", rec.task, rec.epoch,
+                 event, exit_code, sig, f" ({message})" if message else "")
+
+    # startup -----------------------------------------------------------------------------
+    def load(self) -> None:
+        """Reads the records an earlier run left; takes back the tasks that were running
+        (their processes are watched by pid; their exits come from the wrapper's file)."""
+        for rec in self.state.load_all():
+            self.records[rec.key] = rec
+            if rec.state == RUNNING and rec.handle is not None:
+                handle = self.executor.adopt(rec.handle)
+                try:
+                    self.alloc.take(rec.gpus, rec.milli)
+                except Exception as exc:  # a changed --gpus list
+                    log.warning("task %s: its GPUs %s cannot be taken back (%s)",
+                                rec.task, rec.gpus, exc)
+                self.handles[rec.key] = handle
+                log.info("taking back task %s (epoch %s, pid %s)", rec.task, rec.epoch,
+                         rec.handle.get("pid"))
+                self._supervise(rec)
+            elif rec.state == RUNNING:  # the worker died between start and its record
+                self._end(rec, "failed", message="the worker restarted while starting the task")
+        self.state.prune_logs(self.cfg.log_retention_s, set(self.records))
+
+    def register_body(self) -> dict:
+        return {"worker_id": self.worker_id,
+                "hostname": self.cfg.hostname or socket.gethostname(),
+                "pool": self.cfg.pool, "executor": self.executor.name,
+                "gpus": [g.to_json() for g in self.gpus], "version": __version__}
+
+    async def register(self) -> None:
+        """Registers (until it works) and reconciles the control plane's `running` list with
+        the records."""
+        async with self._register_lock:
+            self.registered.clear()
+            backoff = Backoff(maximum=self.cfg.retry_max_s)
+            while not self.shutdown.is_set():
+                try:
+                    answer = await self.client.register(self.register_body())
+                    break
+                except Unreachable as exc:
+                    delay = backoff.next()
+                    self._unreachable("register", exc, delay)
+                    await self._sleep(delay)
+                except ApiError as exc:
+                    delay = max(backoff.next(), 5.0)
+                    log.error("the control plane refuses to register this worker: %s; "
+                              "retrying in %.0fs", exc, delay)
+                    await self._sleep(delay)
+            else:
+                return
+            self._reachable()
+            self.ttl_s = float(answer.get("heartbeat_ttl_s") or self.ttl_s)
+            self.poll_wait_s = float(answer.get("poll_wait_s") or self.poll_wait_s)
+            self.reconcile(answer.get("running") or [])
+            log.info("registered as %s in pool %s with %d GPUs (heartbeat TTL %.0fs)",
+                     self.worker_id, self.cfg.pool, len(self.gpus), self.ttl_s)
+            self.registered.set()
+            self.room.set()
+            self._place_pending()
+
+    def reconcile(self, running: list[dict]) -> None:
+        listed = {(str(r["task"]), int(r["epoch"])) for r in running}
+        newest = {}
+        for task, epoch in listed:
+            newest[task] = max(epoch, newest.get(task, epoch))
+        for rec in list(self.records.values()):
+            if rec.fenced or rec.state == ENDED:
+                continue  # the outbox reports the recorded end; fencing answers the rest
+            if (rec.task, rec.epoch) in listed:
+                continue
+            if newest.get(rec.task, -1) > rec.epoch:
+                self._fence(rec, f"the control plane runs it at epoch {newest[rec.task]}")
+            else:
+                self._request_stop(rec, "unlisted", "the control plane no longer lists this "
+                                   "task for this worker", None)
+        for task, epoch in sorted(listed):
+            if not self._find(task, epoch):
+                log.warning("the control plane lists task %s (epoch %s) on this worker, which "
+                            "has no record of it: reporting it as failed", task, epoch)
+                rec = TaskRecord(task=task, epoch=epoch, lease={"task": task, "epoch": epoch})
+                rec.log_path = str(self.state.log_path(rec))
+                self.records[rec.key] = rec
+                self._end(rec, "failed", message="worker-lost: the worker restarted and has "
+                          "no record of this task (its state dir was lost or the lease never "
+                          "reached it)")
+
+    # leases ------------------------------------------------------------------------------
+    def accept(self, lease: dict) -> None:
+        task, epoch = str(lease["task"]), int(lease["epoch"])
+        if self._find(task, epoch):
+            return  # the same lease again: nothing to do
+        for older in self._find(task):
+            if older.epoch < epoch and not older.fenced and older.state != ENDED:
+                self._fence(older, f"leased again at epoch {epoch}")
+        rec = TaskRecord(task=task, epoch=epoch, lease=lease, milli=to_milli(lease.get("gpus")))
+        rec.log_path = str(self.state.log_path(rec))
+        self.records[rec.key] = rec
+        self._save(rec)
+        command = shlex.join(lease.get("command") or []) or "(no command)"
+        log.info("leased task %s (epoch %s, %s GPUs): %s", task, epoch, lease.get("gpus"),
+                 command if len(command) <= 200 else command[:197] + "...")
+        if not self.alloc.fits_ever(rec.milli):
+            self._end(rec, "failed", message=f"the task needs {lease.get('gpus')} GPUs and "
+                      f"worker {self.worker_id} has {len(self.gpus)}")
+
+    def _place_pending(self) -> None:
+        if not self.registered.is_set():
+            return
+        for rec in sorted(self.records.values(), key=lambda r: r.leased_at):
+            if rec.state != STARTING or rec.fenced:
+                continue
+            if rec.stop is not None:
+                self._end(rec, "stopped", message=self._stop_text(rec))
+                continue
+            gpus = self.alloc.place(rec.milli)
+            if gpus is None:
+                continue  # waits for GPUs (a task being stopped frees them)
+            self._start(rec, gpus)
+
+    def _start(self, rec: TaskRecord, gpus: list[int]) -> None:
+        rec.gpus = gpus
+        try:
+            handle = self.executor.start(rec.lease, gpus, Path(rec.log_path))
+        except StartError as exc:
+            self.alloc.release(gpus, rec.milli)
+            self._end(rec, "failed", message=str(exc))
+            return
+        rec.state, rec.handle, rec.started_at = RUNNING, handle.to_record(), now_rfc3339()
+        self.handles[rec.key] = handle
+        self._save(rec)
+        log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
+        self._supervise(rec)
+        self.outbox_wake.set()
+
+    def _has_room(self) -> bool:
+        waiting = any(r.state == STARTING and not r.fenced for r in self.records.values())
+        return self.alloc.has_room() and not waiting
+
+    def _lease_body(self) -> dict:
+        free = self.alloc.free()
+        return {"free_gpus": self.alloc.fully_free(),
+                # an extension proposed in docs/decisions-workers.md: room on shared GPUs
+                "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f]}
+
+    async def lease_loop(self) -> None:
+        backoff = Backoff(maximum=self.cfg.retry_max_s)
+        while not self.shutdown.is_set():
+            await self.registered.wait()
+            if not self._has_room():
+                self.room.clear()
+                await self._wait(self.room)
+                continue
+            try:
+                leases = await self.client.lease(self.worker_id, self._lease_body(),
+                                                 self.poll_wait_s)
+            except Unreachable as exc:
+                delay = backoff.next()
+                self._unreachable("lease", exc, delay)
+                await self._sleep(delay)
+                continue
+            except ApiError as exc:
+                if exc.status == 404:
+                    log.warning("the control plane does not know this worker: registering again")
+                    await self.register()
+                    continue
+                delay = max(backoff.next(), 5.0)
+                log.error("lease refused: %s; retrying in %.0fs", exc, delay)
+                await self._sleep(delay)
+                continue
+            backoff.reset()
+            self._reachable()
+            for lease in leases:
+                try:
+                    self.accept(lease)
+                except (KeyError, ValueError, TypeError) as exc:
+                    log.error("ignoring a malformed lease %r: %s", lease, exc)
+            self._place_pending()
+
+    # heartbeats and stop instructions ----------------------------------------------------
+    def running_list(self) -> list[dict]:
+        out = []
+        for rec in self.records.values():
+            if rec.fenced:
+                continue
+            state = "starting" if rec.state == STARTING else "running"
+            out.append({"task": rec.task, "epoch": rec.epoch, "state": state})
+        return out
+
+    async def heartbeat_loop(self) -> None:
+        while not self.shutdown.is_set():
+            await self.registered.wait()
+            interval = max(self.ttl_s / 3, 0.2)
+            try:
+                answer = await self.client.heartbeat(self.worker_id, self.running_list(),
+                                                     timeout_s=max(interval, 2.0))
+            except Unreachable as exc:
+                self._unreachable("heartbeat", exc, interval)
+            except ApiError as exc:
+                if exc.status == 404:
+                    log.warning("heartbeat: the control plane does not know this worker "
+                                "(declared lost?): registering again")
+                    await self.register()
+                    continue
+                log.error("heartbeat refused: %s", exc)
+            else:
+                self._reachable()
+                if answer.get("ttl_s"):
+                    self.ttl_s = float(answer["ttl_s"])
+                for stop in answer.get("stop") or []:
+                    self.on_stop_instruction(stop)
+            await self._sleep(max(self.ttl_s / 3, 0.2))
+
+    def on_stop_instruction(self, stop: dict) -> None:
+        task, epoch = str(stop.get("task")), stop.get("epoch")
+        recs = self._find(task, int(epoch) if epoch is not None else None)
+        if not recs:
+            log.debug("stop instruction for unknown task %s (epoch %s)", task, epoch)
+        for rec in recs:
+            if stop.get("reason") == "stale-epoch":   # proposed: fencing through a heartbeat
+                self._fence(rec, f"stop instruction: stale epoch {stop.get('text') or ''}")
+                continue
+            self._request_stop(rec, stop.get("reason") or "stopped", stop.get("text") or "",
+                               stop.get("grace_s"))
+
+    def _stop_text(self, rec: TaskRecord) -> str:
+        s = rec.stop or {}
+        return f"{s.get('reason')}: {s.get('text')}" if s.get("text") else str(s.get("reason"))
+
+    def _request_stop(self, rec: TaskRecord, reason: str, text: str, grace_s) -> None:
+        if rec.stop is not None or rec.state == ENDED or rec.fenced:
+            return
+        if grace_s is None:
+            grace_s = rec.lease.get("grace_s", self.cfg.grace_s)
+        rec.stop = {"reason": reason, "text": text, "grace_s": float(grace_s),
+                    "at": now_rfc3339()}
+        self._save(rec)
+        log.info("stop task %s (epoch %s): %s; grace %.0fs", rec.task, rec.epoch,
+                 self._stop_text(rec), float(grace_s))
+        if rec.state == STARTING:
+            self._end(rec, "stopped", message=self._stop_text(rec))
+            self._place_pending()
+        elif rec.key in self.stop_events:
+            self.stop_events[rec.key].set()
+
+    def _fence(self, rec: TaskRecord, why: str) -> None:
+        """Stale epoch: kill the task at once and forget it; nothing more is reported."""
+        if rec.fenced:
+            return
+        log.warning("task %s (epoch %s) is fenced (%s): killing it at once", rec.task,
+                    rec.epoch, why)
+        rec.fenced = True
+        self._save(rec)
+        if rec.state == RUNNING and rec.key in self.stop_events:
+            self._task_log(rec, f"fenced: {why}; killing the task at once")
+            self.stop_events[rec.key].set()
+        else:
+            if rec.state == STARTING:
+                self._place_pending()
+            self._forget(rec)
+
+    # supervision -------------------------------------------------------------------------
+    def _supervise(self, rec: TaskRecord) -> None:
+        self.stop_events[rec.key] = event = asyncio.Event()
+        if rec.stop is not None or rec.fenced:
+            event.set()  # a stop requested before a restart is carried out
+        self.supervisors[rec.key] = asyncio.get_running_loop().create_task(
+            self._supervisor(rec, self.handles[rec.key], event), name=f"task {rec.key}")
+
+    async def _supervisor(self, rec: TaskRecord, handle: Handle, event: asyncio.Event) -> None:
+        try:
+            while True:
+                if event.is_set():
+                    if rec.fenced:
+                        result = await self.executor.stop(handle, 0)
+                    else:
+                        grace = float((rec.stop or {}).get("grace_s", self.cfg.grace_s))
+                        self._task_log(rec, f"stop ({self._stop_text(rec)}): SIGTERM now, "
+                                            f"SIGKILL after {grace:g}s if still running")
+                        result = await self.executor.stop(handle, grace)
+                    break
+                result = self.executor.poll(handle)
+                if isinstance(result, Exited):
+                    break
+                try:
+                    await asyncio.wait_for(event.wait(), 0.25)
+                except asyncio.TimeoutError:
+                    pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never let one task take the worker down
+            log.exception("task %s: supervision failed", rec.task)
+            result = Exited(None, None, f"the worker could not watch the task: {exc}")
+        self._finish(rec, result)
+
+    def _finish(self, rec: TaskRecord, result: Exited) -> None:
+        if rec.fenced:
+            if rec.gpus and rec.state == RUNNING:
+                self.alloc.release(rec.gpus, rec.milli)
+                self.room.set()
+            log.info("fenced task %s (epoch %s) is gone; forgotten", rec.task, rec.epoch)
+            self._forget(rec)
+            self._place_pending()
+            return
+        if rec.stop is not None:
+            event = "stopped"
+            message = self._stop_text(rec)
+            ended = (f"exit code {result.exit_code}" if result.signal is None
+                     else f"signal {result.signal}")
+            self._task_log(rec, f"stopped ({ended})")
+        elif result.exit_code == 0 and result.signal is None:
+            event, message = "finished", result.message
+        else:
+            event, message = "failed", result.message
+        self._end(rec, event, result.exit_code, result.signal, message)
+        self._place_pending()
+
+    # reports and logs --------------------------------------------------------------------
+    async def outbox_loop(self) -> None:
+        backoff = Backoff(maximum=self.cfg.retry_max_s)
+        while not self.shutdown.is_set():
+            await self.registered.wait()
+            self.outbox_wake.clear()
+            try:
+                for rec in sorted(self.records.values(), key=lambda r: r.leased_at):
+                    await self._flush(rec)
+            except Unreachable as exc:
+                delay = backoff.next()
+                self._unreachable("report", exc, delay)
+                await self._sleep(delay)
+                continue
+            backoff.reset()
+            busy = any(r.state != STARTING for r in self.records.values())
+            await self._wait(self.outbox_wake,
+                             self.cfg.log_interval_s if busy else max(self.ttl_s, 5))
+
+    async def _flush(self, rec: TaskRecord) -> None:
+        if rec.fenced or rec.state == STARTING or rec.key not in self.records:
+            return
+        try:
+            if rec.started_at and not rec.started_reported:
+                await self._report(rec, {"event": "started", "at": rec.started_at,
+                                         "exit_code": None, "signal": None, "message": None})
+                rec.started_reported = True
+                self._save(rec)
+            await self._upload_log(rec)
+            if rec.state == ENDED and (rec.outcome or {}).get("event"):
+                await self._report(rec, dict(rec.outcome))
+                log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch,
+                         rec.outcome["event"])
+                self._forget(rec)
+        except StaleEpoch as exc:
+            self._fence(rec, f"409 stale-epoch from the control plane: {exc.message}")
+        except ApiError as exc:
+            if exc.status == 404:
+                log.warning("the control plane does not know task %s: stopping and "
+                            "forgetting it", rec.task)
+                self._fence(rec, "the control plane does not know the task")
+            else:
+                log.error("task %s: report refused (%s); giving up on it", rec.task, exc)
+                if rec.state == ENDED:
+                    self._forget(rec)
+                else:
+                    rec.started_reported = True
+                    self._save(rec)
+
+    async def _report(self, rec: TaskRecord, body: dict) -> None:
+        body = {"epoch": rec.epoch, **body}
+        await self.client.report(rec.task, body)
+
+    async def _upload_log(self, rec: TaskRecord) -> None:
+        if rec.log_broken:
+            return
+        try:
+            size = os.path.getsize(rec.log_path)
+        except OSError:
+            return
+        for _ in range(8):  # at most 2 MiB a round per task, so that others get their turn
+            if rec.log_uploaded >= size:
+                return
+            with open(rec.log_path, "rb") as fh:
+                fh.seek(rec.log_uploaded)
+                chunk = fh.read(LOG_CHUNK)
+            try:
+                new = await self.client.upload_log(rec.task, rec.epoch, rec.log_uploaded, chunk)
+            except StaleEpoch:
+                raise
+            except ApiError as exc:
+                if exc.status == 404:
+                    raise
+                rec.log_broken = str(exc)
+                log.error("task %s: log upload refused (%s); no more log is sent", rec.task,
+                          exc)
+                self._save(rec)
+                return
+            rec.log_uploaded = max(0, new)
+            self._save(rec)
+
+    # running -----------------------------------------------------------------------------
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.shutdown.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _wait(self, event: asyncio.Event, timeout: float | None = None) -> None:
+        waits = [asyncio.ensure_future(event.wait()),
+                 asyncio.ensure_future(self.shutdown.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.shutdown.set)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover
+                pass
+        log.info("klique-worker %s starting: id %s, pool %s, control plane %s, state %s",
+                 __version__, self.worker_id, self.cfg.pool, self.client.base, self.state.root)
+        self.load()
+        loops = [loop.create_task(self.register(), name="register"),
+                 loop.create_task(self.lease_loop(), name="lease"),
+                 loop.create_task(self.heartbeat_loop(), name="heartbeat"),
+                 loop.create_task(self.outbox_loop(), name="outbox")]
+        try:
+            await self.shutdown.wait()
+        finally:
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            for t in list(self.supervisors.values()):
+                t.cancel()
+            await asyncio.gather(*self.supervisors.values(), return_exceptions=True)
+            await self.client.close()
+            alive = sum(r.state == RUNNING for r in self.records.values())
+            log.info("klique-worker stopped; %d task(s) keep running and are taken back when "
+                     "the worker starts again with the same --state-dir", alive)

@@ -1,0 +1,73 @@
+"""The Executor interface: what the worker daemon needs from whatever runs a task.
+
+The daemon owns placement (which GPUs), the per-task records, the reports and the log
+upload; an executor only starts, watches, stops and takes back processes (or jobs, or
+containers). A handle is executor-specific; ``handle.to_record()`` is the JSON the daemon
+persists for it, and ``adopt(record)`` rebuilds a handle from that JSON after the worker's
+own restart.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class Running:
+    """The task is still running."""
+
+    def __repr__(self) -> str:
+        return "RUNNING"
+
+
+RUNNING = Running()
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The task is gone. `exit_code` for a normal exit, `signal` (a name such as "SIGKILL")
+    when a signal ended it; both None when its end could not be known (then `message`
+    says why)."""
+    exit_code: int | None
+    signal: str | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict:
+        return {"exit_code": self.exit_code, "signal": self.signal, "message": self.message}
+
+
+class StartError(Exception):
+    """The task cannot be started at all (no command, command not runnable by this executor);
+    the daemon reports it as failed with this message."""
+
+
+class Handle(ABC):
+    @abstractmethod
+    def to_record(self) -> dict[str, Any]:
+        """JSON-able data from which ``Executor.adopt`` rebuilds the handle."""
+
+
+class Executor(ABC):
+    name: str
+
+    @abstractmethod
+    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> Handle:
+        """Starts the lease's command on the given GPUs, its output appended to `log_path`.
+        Raises StartError if it cannot."""
+
+    @abstractmethod
+    def poll(self, handle: Handle) -> Running | Exited:
+        """RUNNING, or how the task ended. Never blocks."""
+
+    @abstractmethod
+    async def stop(self, handle: Handle, grace_s: float) -> Exited:
+        """Asks the task to end (SIGTERM or the equivalent), waits up to `grace_s` seconds for
+        it, then ends it by force; returns how it ended. `grace_s=0` kills at once
+        (fencing)."""
+
+    @abstractmethod
+    def adopt(self, record: dict[str, Any]) -> Handle:
+        """Takes back a task started by an earlier run of the worker, from
+        ``handle.to_record()``; poll() then says whether it still runs."""

@@ -1,0 +1,232 @@
+"""The process executor: a task is a child process group on this machine.
+
+Every command runs under ``wrapper.py`` (see there), in its own session and process group
+(``start_new_session``), so that a stop reaches the command and everything it started, and
+so that the task outlives a restart of the worker. The environment is the worker's own (or
+``--venv``'s virtual env) plus the lease's ``env`` plus CUDA_VISIBLE_DEVICES and the
+KLIQUE_* variables, which a lease cannot override.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
+
+WRAPPER = str(Path(__file__).with_name("wrapper.py"))
+POLL_S = 0.05
+# After SIGKILL went to the command, the wrapper gets this long to record the exit.
+WRAPPER_RECORD_S = 2.0
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, pgrp, start time in clock ticks) of a live pid from /proc, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return None
+    rest = data[data.rindex(")") + 2:].split()
+    # fields after "pid (comm)": state is field 3, pgrp field 5, starttime field 22
+    return rest[0], int(rest[2]), int(rest[19])
+
+
+def process_alive(pid: int, start_ticks: int | None) -> bool:
+    """True if `pid` is the same live process (not a zombie, not a recycled pid)."""
+    if not os.path.isdir("/proc/self"):  # pragma: no cover - not Linux
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    st = proc_stat(pid)
+    if st is None:
+        return False
+    state, _, ticks = st
+    if state in ("Z", "X", "x"):
+        return False
+    return start_ticks is None or ticks == start_ticks
+
+
+def group_members(pgid: int) -> list[int]:
+    pids = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # pragma: no cover
+        return pids
+    for name in names:
+        if not name.isdigit():
+            continue
+        st = proc_stat(int(name))
+        if st and st[1] == pgid and st[0] not in ("Z", "X", "x"):
+            pids.append(int(name))
+    return pids
+
+
+@dataclass
+class ProcessHandle(Handle):
+    pid: int            # the wrapper's pid, also the process group id
+    pgid: int
+    start_ticks: int | None
+    exit_path: str
+    popen: subprocess.Popen | None = field(default=None, repr=False)
+    seen_alive: bool = False
+    killed_by: str | None = None    # the signal the executor sent last
+
+    def to_record(self) -> dict[str, Any]:
+        return {"pid": self.pid, "pgid": self.pgid, "start_ticks": self.start_ticks,
+                "exit_path": self.exit_path}
+
+
+class ProcessExecutor(Executor):
+    name = "process"
+
+    def __init__(self, state_dir: str | Path, venv: str | Path | None = None,
+                 workdir: str | Path | None = None, base_env: dict[str, str] | None = None):
+        self.run_dir = Path(state_dir) / "run"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.venv = Path(venv).resolve() if venv else None
+        if self.venv and not (self.venv / "bin").is_dir():
+            raise ValueError(f"--venv {venv}: no bin/ directory there; is it a virtual env?")
+        self.workdir = str(workdir) if workdir else None
+        self.base_env = dict(base_env if base_env is not None else os.environ)
+
+    # environment -------------------------------------------------------------------------
+    def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
+        env = dict(self.base_env)
+        venv = self.venv
+        if venv is None and sys.prefix != sys.base_prefix:
+            venv = Path(sys.prefix)         # the worker's own virtual env
+        if venv is not None:
+            env["VIRTUAL_ENV"] = str(venv)
+            env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
+            env.pop("PYTHONHOME", None)
+        for key, value in (lease.get("env") or {}).items():
+            env[str(key)] = str(value)
+        env.update({
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indices),
+            "KLIQUE_TASK_ID": str(lease["task"]),
+            "KLIQUE_EPOCH": str(lease["epoch"]),
+            "KLIQUE_GPUS": str(lease.get("gpus", "")),
+            "KLIQUE_USER": str(lease.get("user") or ""),
+            "KLIQUE_PROJECT": str(lease.get("project") or ""),
+            "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
+        })
+        return env
+
+    # Executor ----------------------------------------------------------------------------
+    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ProcessHandle:
+        command = lease.get("command")
+        if not command:
+            raise StartError("the process executor runs commands and this task has none "
+                             "(a payload-only task needs an executor that understands it)")
+        if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+            raise StartError(f"the task's command must be a list of strings, not {command!r}")
+        exit_path = self.run_dir / f"{Path(log_path).stem}.exit"
+        exit_path.unlink(missing_ok=True)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            try:
+                popen = subprocess.Popen(
+                    [sys.executable, "-I", WRAPPER, str(exit_path), "--", *command],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, cwd=self.workdir,
+                    env=self.environment(lease, gpu_indices))
+            except OSError as exc:
+                raise StartError(f"cannot start the task's wrapper: {exc}") from exc
+        st = proc_stat(popen.pid)
+        return ProcessHandle(pid=popen.pid, pgid=popen.pid, start_ticks=st[2] if st else None,
+                             exit_path=str(exit_path), popen=popen, seen_alive=True)
+
+    def adopt(self, record: dict[str, Any]) -> ProcessHandle:
+        return ProcessHandle(pid=int(record["pid"]), pgid=int(record["pgid"]),
+                             start_ticks=record.get("start_ticks"),
+                             exit_path=str(record["exit_path"]))
+
+    def _alive(self, h: ProcessHandle) -> bool:
+        if h.popen is not None:
+            return h.popen.poll() is None
+        return process_alive(h.pid, h.start_ticks)
+
+    def poll(self, h: ProcessHandle) -> Running | Exited:
+        if self._alive(h):
+            h.seen_alive = True
+            return RUNNING
+        result = self._result(h)
+        if h.seen_alive:
+            # the wrapper is gone; anything the command left behind in its group goes too
+            # (the group id cannot be reused while members remain)
+            self._signal_group(h, signal.SIGKILL)
+            h.seen_alive = False
+        return result
+
+    def _result(self, h: ProcessHandle) -> Exited:
+        try:
+            data = json.loads(Path(h.exit_path).read_text(encoding="utf-8"))
+            return Exited(data.get("exit_code"), data.get("signal"), data.get("message"))
+        except (OSError, ValueError):
+            pass
+        if h.popen is not None and h.popen.returncode is not None:
+            rc = h.popen.returncode
+            if rc < 0:
+                return Exited(None, _signal_name(-rc))
+            return Exited(rc, None, "the wrapper ended without recording the task's exit")
+        if h.killed_by:
+            return Exited(None, h.killed_by)
+        return Exited(None, None, "the task ended while the worker was down and its exit was "
+                                  "not recorded (its wrapper was killed)")
+
+    def _signal_group(self, h: ProcessHandle, sig: int) -> None:
+        try:
+            os.killpg(h.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def stop(self, h: ProcessHandle, grace_s: float) -> Exited:
+        if not self._alive(h):
+            return self.poll(h)  # type: ignore[return-value]
+        if grace_s > 0:
+            h.killed_by = "SIGTERM"
+            self._signal_group(h, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                if not self._alive(h):
+                    return self.poll(h)  # type: ignore[return-value]
+                await asyncio.sleep(POLL_S)
+        # SIGKILL to the command and whatever it started, but not to the wrapper, which then
+        # records the exit; then the whole group, wrapper included.
+        h.killed_by = "SIGKILL"
+        for pid in group_members(h.pgid):
+            if pid != h.pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        deadline = time.monotonic() + WRAPPER_RECORD_S
+        while time.monotonic() < deadline and self._alive(h):
+            await asyncio.sleep(POLL_S)
+        self._signal_group(h, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self._alive(h):
+            await asyncio.sleep(POLL_S)
+        return self.poll(h)  # type: ignore[return-value]
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"

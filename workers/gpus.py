@@ -1,0 +1,174 @@
+"""GPU inventory of a worker and the placement of whole and fractional tasks on it.
+
+Amounts are kept as integer milli-GPUs (the API's GPU numbers have at most 3 decimals), so
+that fractions add up exactly: no GPU ever holds more than 1000 milli-GPUs of tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+MILLI = 1000
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    memory_mb: int | None
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "uuid": self.uuid, "memory_mb": self.memory_mb}
+
+
+class GpuDiscoveryError(Exception):
+    pass
+
+
+NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+
+
+def parse_nvidia_smi(text: str) -> list[Gpu]:
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 3:
+            raise GpuDiscoveryError(f"unexpected nvidia-smi line {line!r}")
+        index, uuid, memory = parts
+        try:
+            mem = int(float(memory))
+        except ValueError:  # "[N/A]" on some MIG setups
+            mem = None
+        gpus.append(Gpu(int(index), uuid, mem))
+    return gpus
+
+
+def parse_gpu_list(spec: str) -> list[int] | None:
+    """``auto`` → None; ``0,1,3`` → [0, 1, 3]; ``none`` or empty → []."""
+    spec = spec.strip().lower()
+    if spec == "auto":
+        return None
+    if spec in ("", "none"):
+        return []
+    out = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise GpuDiscoveryError(
+                f"--gpus {spec!r}: expected `auto` or GPU indices like `0,1,2,3`")
+        if int(part) in out:
+            raise GpuDiscoveryError(f"--gpus {spec!r}: GPU {part} is listed twice")
+        out.append(int(part))
+    return out
+
+
+def discover(spec: str, nvidia_smi: str | None = None) -> tuple[list[Gpu], str]:
+    """The worker's GPUs and where they came from.
+
+    nvidia-smi present: its GPUs, restricted to the declared indices if a list is given.
+    nvidia-smi absent: the declared list (fake GPUs: `uuid` says so, memory unknown);
+    `auto` without nvidia-smi is an error that says to declare the list.
+    """
+    wanted = parse_gpu_list(spec)
+    smi = nvidia_smi or shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True,
+                                 timeout=30, check=True).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise GpuDiscoveryError(f"{smi} failed: {exc}") from exc
+        found = parse_nvidia_smi(out)
+        if wanted is None:
+            return found, f"nvidia-smi ({len(found)} GPUs)"
+        by_index = {g.index: g for g in found}
+        missing = [i for i in wanted if i not in by_index]
+        if missing:
+            raise GpuDiscoveryError(
+                f"--gpus lists {missing} but nvidia-smi shows only {sorted(by_index)}")
+        return [by_index[i] for i in wanted], f"nvidia-smi, restricted by --gpus to {wanted}"
+    if wanted is None:
+        raise GpuDiscoveryError(
+            "no nvidia-smi on this machine: declare the GPUs with --gpus 0,1,... "
+            "(or --gpus none for a worker without GPUs)")
+    return [Gpu(i, f"declared-{i}", None) for i in wanted], f"declared by --gpus {wanted}"
+
+
+def to_milli(gpus: float | int | None) -> int:
+    return round(float(gpus or 0) * MILLI)
+
+
+class PlacementError(Exception):
+    pass
+
+
+class GpuAllocator:
+    """Per-GPU allocated milli-GPUs. A task of 1 or more GPUs takes whole, entirely free GPUs
+    (a non-integer amount above 1 is rounded up); a fraction below 1 shares one GPU with other
+    fractions, best fit (the fullest GPU it fits on), so that whole GPUs stay free for whole
+    tasks. Never more than one GPU's worth is placed on a GPU."""
+
+    def __init__(self, indices: list[int]):
+        self.used: dict[int, int] = {i: 0 for i in indices}
+
+    @property
+    def total_milli(self) -> int:
+        return MILLI * len(self.used)
+
+    def free(self) -> dict[int, int]:
+        return {i: MILLI - u for i, u in self.used.items()}
+
+    def fully_free(self) -> list[int]:
+        return [i for i, u in self.used.items() if u == 0]
+
+    def has_room(self) -> bool:
+        return any(u < MILLI for u in self.used.values())
+
+    def fits_ever(self, milli: int) -> bool:
+        if milli < MILLI:
+            return bool(self.used) or milli == 0
+        return math.ceil(milli / MILLI) <= len(self.used)
+
+    def place(self, milli: int) -> list[int] | None:
+        """The GPU indices for a task of `milli` milli-GPUs, reserved; None if it does not
+        fit now."""
+        if milli <= 0:
+            return []
+        if milli < MILLI:
+            candidates = [(u, i) for i, u in self.used.items() if u + milli <= MILLI]
+            if not candidates:
+                return None
+            _, index = max(candidates, key=lambda c: (c[0], -c[1]))
+            self.used[index] += milli
+            return [index]
+        n = math.ceil(milli / MILLI)
+        free = self.fully_free()
+        if len(free) < n:
+            return None
+        chosen = free[:n]
+        for i in chosen:
+            self.used[i] = MILLI
+        return chosen
+
+    def take(self, indices: list[int], milli: int) -> None:
+        """Re-reserves a placement made before (a task taken back after a restart)."""
+        if not indices:
+            return
+        per = milli if milli < MILLI else MILLI
+        for i in indices:
+            if i not in self.used:
+                raise PlacementError(f"GPU {i} is not one of this worker's GPUs")
+            if self.used[i] + per > MILLI:
+                raise PlacementError(f"GPU {i} would hold more than one GPU's worth")
+        for i in indices:
+            self.used[i] += per
+
+    def release(self, indices: list[int], milli: int) -> None:
+        per = milli if milli < MILLI else MILLI
+        for i in indices:
+            if i in self.used:
+                self.used[i] = max(0, self.used[i] - per)

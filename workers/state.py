@@ -1,0 +1,161 @@
+"""The worker's state directory: its stable id, a lock, one record per task, the task logs.
+
+    STATE_DIR/worker-id             the stable worker id (created once)
+    STATE_DIR/lock                  flock'ed by the running worker: one worker per state dir
+    STATE_DIR/tasks/<key>.json      one record per task on this worker (written atomically)
+    STATE_DIR/logs/<key>.log        the task's stdout+stderr
+    STATE_DIR/run/<key>.exit        the task's exit, written by the wrapper
+
+``<key>`` is ``<task>.e<epoch>``: the same task leased again (a new epoch) is another record.
+A record lives from the lease until the control plane acknowledged the task's last report.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import secrets
+import socket
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from kliqued.commands._common import write_atomic
+
+log = logging.getLogger("klique.worker")
+
+STARTING, RUNNING, ENDED = "starting", "running", "ended"
+
+
+def default_state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/klique-worker")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "klique-worker"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:200]
+
+
+@dataclass
+class TaskRecord:
+    task: str
+    epoch: int
+    lease: dict
+    state: str = STARTING               # starting (leased, waiting for GPUs) | running | ended
+    leased_at: float = field(default_factory=time.time)
+    milli: int = 0                      # milli-GPUs the lease asked for
+    gpus: list[int] = field(default_factory=list)
+    handle: dict | None = None          # the executor's record (pid, pgid, ...)
+    started_at: str | None = None
+    log_path: str = ""
+    log_uploaded: int = 0               # bytes of the log the control plane has
+    log_broken: str | None = None       # why the log upload was given up
+    started_reported: bool = False
+    stop: dict | None = None            # {"reason", "text", "grace_s", "at"}
+    fenced: bool = False                # stale epoch: killed at once, never reported again
+    outcome: dict | None = None         # {"event", "exit_code", "signal", "at", "message"}
+
+    @property
+    def key(self) -> str:
+        return f"{_safe(self.task)}.e{self.epoch}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TaskRecord":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class StateDirBusy(Exception):
+    pass
+
+
+class StateDir:
+    def __init__(self, root: str | Path):
+        self.root = Path(root).expanduser().resolve()
+        self.tasks = self.root / "tasks"
+        self.logs = self.root / "logs"
+        for d in (self.root, self.tasks, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Only one worker may use a state dir (two with the same id would fight over the
+        same tasks). The lock dies with the process, so a kill -9 leaves nothing to clean."""
+        path = self.root / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                holder = path.read_text().strip() or "?"
+                raise StateDirBusy(f"another klique-worker (pid {holder}) uses the state dir "
+                                   f"{self.root}; give each worker its own --state-dir") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def worker_id(self) -> str:
+        path = self.root / "worker-id"
+        if path.exists():
+            wid = path.read_text(encoding="utf-8").strip()
+            if wid:
+                return wid
+        host = _safe(socket.gethostname().split(".")[0]).lower() or "worker"
+        wid = f"w-{host}-{secrets.token_hex(4)}"
+        write_atomic(path, wid + "\n")
+        return wid
+
+    def log_path(self, rec: TaskRecord) -> Path:
+        return self.logs / f"{rec.key}.log"
+
+    def save(self, rec: TaskRecord) -> None:
+        write_atomic(self.tasks / f"{rec.key}.json", json.dumps(rec.to_json(), indent=1))
+
+    def delete(self, rec: TaskRecord) -> None:
+        (self.tasks / f"{rec.key}.json").unlink(missing_ok=True)
+
+    def load_all(self) -> list[TaskRecord]:
+        out = []
+        for path in sorted(self.tasks.glob("*.json")):
+            try:
+                out.append(TaskRecord.from_json(json.loads(path.read_text(encoding="utf-8"))))
+            except (OSError, ValueError, TypeError) as exc:
+                bad = path.with_suffix(".json.bad")
+                log.error("task record %s is unreadable (%s); moved to %s", path, exc, bad)
+                path.replace(bad)
+        out.sort(key=lambda r: r.leased_at)
+        return out
+
+    def prune_logs(self, keep_s: float, active: set[str]) -> int:
+        """Removes logs (and exit files) of ended tasks older than `keep_s` seconds."""
+        now, removed = time.time(), 0
+        for d, suffix in ((self.logs, ".log"), (self.root / "run", ".exit")):
+            if not d.is_dir():
+                continue
+            for path in d.glob(f"*{suffix}"):
+                if path.name[: -len(suffix)] in active:
+                    continue
+                try:
+                    if now - path.stat().st_mtime > keep_s:
+                        path.unlink()
+                        removed += 1
+                except OSError:
+                    pass
+        return removed
