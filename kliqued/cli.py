@@ -8,7 +8,8 @@ import sys
 
 from kliqued.commands._common import HelpFormatter
 
-COMMANDS = ["validate", "compile", "plan", "schema", "simulate"]
+COMMANDS = ["validate", "compile", "plan", "schema", "simulate", "trace", "serve", "token",
+            "submit", "status", "queue", "cancel", "budget", "pools", "ledger"]
 """Subcommand modules under kliqued.commands, in the order ``--help`` lists them."""
 
 

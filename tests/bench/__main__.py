@@ -9,7 +9,7 @@ import os
 import platform
 import sys
 
-MODULES = ["bench_compiler", "bench_engine"]
+MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_daemon"]
 
 
 def machine() -> str:

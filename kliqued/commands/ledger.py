@@ -1,0 +1,119 @@
+"""``kliqued ledger``: finance's read-only SQL on the usage ledger, and exports."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from datetime import datetime, timezone
+
+from kliqued.sdk import KliqueError
+
+from ._client import add_client_flags, client, handles_errors, print_json, table
+from ._common import HelpFormatter, add_command
+
+
+def register(subparsers) -> None:
+    p = add_command(
+        subparsers, "ledger", help="query (read-only SQL) and export the usage ledger",
+        description="The usage ledger records every placement interval against the user, "
+                    "project and group, priced per GPU type (docs/ledger.md). Finance and "
+                    "admins may query it with one read-only SELECT, on a consistent snapshot, "
+                    "within a time limit, and export intervals as CSV or Parquet.",
+        examples="  kliqued ledger sql \"SELECT \\\"group\\\", month, round(sum(gpu_hours), 1) "
+                 "AS gpu_hours FROM usage_monthly GROUP BY ALL ORDER BY ALL\"\n"
+                 "  kliqued ledger sql --csv \"SELECT * FROM usage_priced\" > usage.csv\n"
+                 "  kliqued ledger export --from 2026-11-01 --to 2026-12-01 --format parquet "
+                 "-o nov.parquet")
+    sub = p.add_subparsers(dest="ledger_command", metavar="<sql|export>")
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+
+    s = sub.add_parser(
+        "sql", help="run one read-only SELECT", formatter_class=HelpFormatter,
+        description="Runs one SELECT on the ledger's tables and views (ledger, prices, usage, "
+                    "usage_priced, usage_by_month, usage_monthly, price_periods) and prints "
+                    "the rows as a "
+                    "table, JSON or CSV. Anything but a single SELECT is refused; file and "
+                    "network functions are disabled; a query is stopped after 10 s. Exit 1 "
+                    "with the reason when it fails.",
+        epilog="examples:\n"
+               "  kliqued ledger sql \"SELECT \\\"user\\\", round(sum(cost), 2) AS eur FROM "
+               "usage_monthly WHERE month = DATE '2026-11-01' GROUP BY ALL ORDER BY eur DESC "
+               "LIMIT 10\"\n"
+               "  kliqued ledger sql --json \"SELECT * FROM prices\"\n")
+    s.add_argument("sql", metavar="SELECT", help="the query (quote it)")
+    s.add_argument("--limit", type=int, default=10000, metavar="N",
+                   help="at most N rows (default: 10000; the server's maximum is 100000)")
+    fmt = s.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV with a header")
+    add_client_flags(s, json_flag=False)
+    fmt.add_argument("--json", action="store_true", help="print the server's JSON")
+    s.set_defaults(handler=run_sql)
+
+    e = sub.add_parser(
+        "export", help="export intervals as CSV or Parquet", formatter_class=HelpFormatter,
+        description="Writes the ledger intervals that overlap [--from, --to) with their price "
+                    "and cost to a file, whole intervals (not clipped to the range). The file "
+                    "appears complete or not at all. Parquet is made on this machine from the "
+                    "server's CSV.",
+        epilog="examples:\n"
+               "  kliqued ledger export --from 2026-11-01 --to 2026-12-01 -o nov.csv\n"
+               "  kliqued ledger export --from 2026-10-01T00:00:00Z --to 2026-11-01T00:00:00Z "
+               "--format parquet -o oct.parquet\n")
+    e.add_argument("--from", dest="start", required=True, metavar="TIME",
+                   help="start, RFC 3339 UTC or a date (2026-11-01 = midnight UTC)")
+    e.add_argument("--to", dest="end", required=True, metavar="TIME",
+                   help="end (exclusive), same forms")
+    e.add_argument("--format", choices=("csv", "parquet"), default=None,
+                   help="csv or parquet (default: from the file's extension, else csv)")
+    e.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    add_client_flags(e, json_flag=False)
+    e.set_defaults(handler=run_export)
+
+
+@handles_errors
+def run_sql(args: argparse.Namespace) -> int:
+    res = client(args).ledger_sql(args.sql, limit=args.limit)
+    if args.json:
+        print_json(res)
+        return 0
+    if args.csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(res["columns"])
+        w.writerows([["" if v is None else v for v in r] for r in res["rows"]])
+    else:
+        types = res.get("types", [])
+        numeric = [i for i, t in enumerate(types)
+                   if t.split("(")[0] in ("DECIMAL", "DOUBLE", "FLOAT", "BIGINT", "INTEGER",
+                                          "HUGEINT", "SMALLINT", "TINYINT", "UBIGINT")]
+        print(table(res["columns"], res["rows"], right=numeric))
+    n = len(res["rows"])
+    more = " (truncated: raise --limit or aggregate)" if res.get("truncated") else ""
+    print(f"{n} row{'s' if n != 1 else ''} in {res.get('elapsed_ms', 0):g} ms{more}",
+          file=sys.stderr)
+    return 0
+
+
+def parse_when(text: str, flag: str) -> str:
+    """An RFC 3339 UTC time or a plain date, as the API's RFC 3339 text."""
+    t = text.strip()
+    try:
+        if len(t) == 10:
+            return datetime.strptime(t, "%Y-%m-%d").strftime("%Y-%m-%dT00:00:00Z")
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise KliqueError(None, "invalid-request",
+                          f"{flag} {text!r} is not a time: write 2026-11-01 or "
+                          "2026-11-01T00:00:00Z") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@handles_errors
+def run_export(args: argparse.Namespace) -> int:
+    fmt = args.format or ("parquet" if args.output.endswith(".parquet") else "csv")
+    start, end = parse_when(args.start, "--from"), parse_when(args.end, "--to")
+    path = client(args).ledger_export(start, end, args.output, format=fmt)
+    print(f"wrote {path} ({fmt}, intervals overlapping [{start}, {end}))", file=sys.stderr)
+    return 0

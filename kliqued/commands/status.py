@@ -1,0 +1,104 @@
+"""``kliqued status``: one task in detail, or your tasks as a table."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+from ._client import (add_client_flags, client, handles_errors, num, print_json, reason,
+                      table, when)
+from ._common import add_command
+
+STATES = ("active", "queued", "placed", "ended", "all")
+
+
+def register(subparsers) -> None:
+    p = add_command(
+        subparsers, "status", help="a task in detail, or your tasks as a table",
+        description="With a task id: where the task is (queued with its place in line and "
+                    "why it waits, placed on which pool, or ended and why), its preemptions "
+                    "and its command. Without: the tasks you may see (yours, and your groups' "
+                    "if you are a group admin), queued and placed ones by default.",
+        examples="  kliqued status\n"
+                 "  kliqued status t-01M8K8MWK70000\n"
+                 "  kliqued status --state all --resource llm-research/h100\n"
+                 "  kliqued status --json")
+    p.add_argument("id", nargs="?", metavar="ID", help="a task id")
+    p.add_argument("--state", choices=STATES, default="active",
+                   help="which tasks to list (default: active = queued and placed)")
+    p.add_argument("--resource", metavar="POLICY/PROFILE", help="only this compute resource")
+    p.add_argument("--user", metavar="NAME", help="only this user's tasks (group admins)")
+    p.add_argument("--group", metavar="NAME", help="only this group's tasks")
+    p.add_argument("--limit", type=int, default=200, metavar="N",
+                   help="list at most N tasks (default: 200)")
+    add_client_flags(p)
+    p.set_defaults(handler=run)
+
+
+@handles_errors
+def run(args: argparse.Namespace) -> int:
+    k = client(args)
+    if args.id:
+        task = k.task(args.id)
+        if args.json:
+            print_json(task)
+        else:
+            print(detail(task))
+        return 0
+    states = {"active": ["queued", "placed"], "all": [None]}.get(args.state, [args.state])
+    tasks = []
+    for state in states:
+        it = k.tasks(state=state, resource=args.resource, user=args.user, group=args.group,
+                     page_size=min(max(args.limit, 1), 1000))
+        tasks += list(itertools.islice(it, args.limit))
+    tasks.sort(key=lambda t: t["submitted_at"] or "")
+    tasks = tasks[-args.limit:] if args.limit > 0 else tasks
+    if args.json:
+        print_json({"tasks": tasks})
+        return 0
+    if not tasks:
+        print("no tasks" + ("" if args.state == "all" else f" ({args.state}); "
+                            "--state all lists ended ones too"))
+        return 0
+    rows = []
+    for t in tasks:
+        where = (f"#{t['position']}" if t["state"] == "queued" and t.get("position")
+                 else t.get("pool") or "-")
+        why = (reason(t.get("waiting_reason")) if t["state"] == "queued"
+               else t.get("end_reason") or "-")
+        rows.append([t["id"], t["resource"], t["user"], t["state"], where, num(t.get("gpus")),
+                     (t.get("submitted_at") or "-").replace("T", " "), why])
+    print(table(["ID", "RESOURCE", "USER", "STATE", "WHERE", "GPUS", "SUBMITTED", "REASON"],
+                rows, right=[5]))
+    return 0
+
+
+def detail(t: dict) -> str:
+    lines = [f"task      {t['id']}",
+             f"state     {t['state']}" + (f" ({t['end_reason']})" if t.get("end_reason") else ""),
+             f"resource  {t['resource']}  (group {t['group']}, policy {t['policy']}, "
+             f"profile {t['profile']})",
+             f"user      {t['user']}" + (f"  project {t['project']}" if t.get("project") else ""),
+             f"gpus      {num(t.get('gpus'))}"]
+    if t["state"] == "queued":
+        lines.append(f"position  {t.get('position') or '-'}")
+        lines.append(f"waiting   {reason(t.get('waiting_reason'))}")
+    if t.get("pool"):
+        lines.append(f"pool      {t['pool']}")
+    lines.append(f"submitted {when(t.get('submitted_at'))}")
+    if t.get("placed_at"):
+        lines.append(f"placed    {when(t['placed_at'])}")
+    if t.get("ended_at"):
+        lines.append(f"ended     {when(t['ended_at'])}")
+    if t.get("preemptions"):
+        lp = t.get("last_preemption") or {}
+        lines.append(f"preempted {t['preemptions']}x, last {when(lp.get('at'))}: "
+                     f"{lp.get('text') or lp.get('kind')}")
+    if t.get("command"):
+        lines.append("command   " + " ".join(t["command"]))
+    if t.get("payload") is not None:
+        lines.append(f"payload   {t['payload']}")
+    if t.get("labels"):
+        lines.append("labels    " + ", ".join(f"{k}={v}" for k, v in sorted(t["labels"].items())))
+    lines.append(f"revision  {t.get('revision') or '-'}")
+    return "\n".join(lines)

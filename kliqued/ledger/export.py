@@ -1,0 +1,110 @@
+"""Ledger export: CSV streamed by the daemon, Parquet made from it by the client.
+
+The server never writes a file: ``export_csv`` yields the CSV text in chunks for the HTTP
+response, and ``csv_to_parquet`` runs in the CLI's own process with an in-memory DuckDB.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+EXPORT_COLUMNS: list[tuple[str, str]] = [
+    ("interval_id", "VARCHAR"), ("task", "VARCHAR"), ("user", "VARCHAR"),
+    ("project", "VARCHAR"), ("group", "VARCHAR"), ("policy", "VARCHAR"),
+    ("profile", "VARCHAR"), ("resource", "VARCHAR"), ("pool", "VARCHAR"),
+    ("gpu_type", "VARCHAR"), ("gpus", "DECIMAL(12,3)"), ("time_weight", "DECIMAL(12,3)"),
+    ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
+    ("revision", "VARCHAR"), ("hours", "DOUBLE"), ("gpu_hours", "DOUBLE"),
+    ("budget_hours", "DOUBLE"), ("per_gpu_hour", "DECIMAL(18,6)"), ("currency", "VARCHAR"),
+    ("cost", "DOUBLE"),
+]
+"""The CSV's columns and the types they have in the ledger (and in the Parquet file)."""
+
+CHUNK_ROWS = 5000
+_TS = "'%Y-%m-%dT%H:%M:%S.%gZ'"
+
+
+def _select_list() -> str:
+    out = []
+    for name, typ in EXPORT_COLUMNS:
+        col = f'u."{name}"'
+        if typ == "TIMESTAMP":
+            out.append(f"strftime({col}, {_TS})")
+        elif typ == "VARCHAR":
+            out.append(col)
+        else:
+            out.append(f"CAST({col} AS VARCHAR)")
+    return ", ".join(out)
+
+
+EXPORT_SQL = f"""
+SELECT {_select_list()}
+FROM usage_priced u
+WHERE u.start_at < make_timestamp(CAST(? AS BIGINT) * 1000)
+  AND (u.until_at > make_timestamp(CAST(? AS BIGINT) * 1000)
+       OR u.start_at >= make_timestamp(CAST(? AS BIGINT) * 1000))
+ORDER BY u.start_at, u.interval_id"""
+"""Rows whose interval overlaps [from, to): started before ``to`` and not ended by ``from``
+(a zero-length interval counts when it starts inside the range). Whole intervals, not clipped
+to the range: ``usage_by_month`` has the pieces."""
+
+
+def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS) -> Iterator[str]:
+    """The ledger rows overlapping [from_ms, to_ms) with their price and cost, as CSV text in
+    chunks (a header first). Times are RFC 3339 UTC with milliseconds, amounts exact decimal
+    text, an empty field is NULL (an open interval has no ``end_at``; its hours run to now).
+    One query, so one consistent snapshot; pass a cursor the caller uses for nothing else
+    while iterating."""
+    if to_ms < from_ms:
+        raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([name for name, _ in EXPORT_COLUMNS])
+    result = conn.execute(EXPORT_SQL, [int(to_ms), int(from_ms), int(from_ms)])
+    header = buf.getvalue()
+    buf.seek(0)
+    buf.truncate()
+    yield header
+    while True:
+        rows = result.fetchmany(chunk_rows)
+        if not rows:
+            break
+        writer.writerows(rows)
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def csv_to_parquet(csv_path: str | os.PathLike, parquet_path: str | os.PathLike) -> int:
+    """Converts an export CSV into Parquet with the ledger's column types (TIMESTAMP in UTC,
+    DECIMAL amounts), written through a temporary file and a rename. Returns the row count.
+    Runs in an in-memory DuckDB of the calling process."""
+    target = Path(parquet_path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".parquet", dir=target.parent)
+    os.close(fd)
+    columns = "{" + ", ".join(f"{_sql_text(n)}: {_sql_text(t)}" for n, t in EXPORT_COLUMNS) + "}"
+    con = duckdb.connect(":memory:")
+    try:
+        count = con.execute(
+            f"COPY (SELECT * FROM read_csv({_sql_text(str(csv_path))}, header = true, "
+            f"columns = {columns}, nullstr = '')) "
+            f"TO {_sql_text(tmp)} (FORMAT parquet, COMPRESSION zstd)").fetchone()[0]
+        os.replace(tmp, target)
+        return int(count)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        con.close()

@@ -1,0 +1,289 @@
+"""The ledger's tables and views (DuckDB). ``ensure_schema`` is idempotent: tables are created
+when missing, views are replaced so that their definition always follows this code.
+
+Layout, for "GPU-hours by group and month over 10 million ledger rows within 1 s" on 2 cores:
+
+- ``ledger`` (one row per placement interval) has exactly one index, the primary key on
+  ``interval_id`` (an ART index), which closing an interval uses for its point update and the
+  batch close for an index join. Aggregations never use an ART index and each extra index
+  slows every insert, so there is no other. Rows are appended as placements happen, so the
+  table is ordered by ``start_at`` and DuckDB's per-row-group min/max (zonemaps) prune time
+  ranges and find the open intervals (``end_at IS NULL``) without reading the rest.
+- ``usage_by_month`` computes month pieces from ``ledger`` at query time: exact and always
+  current, about 1 s of CPU per 10 million rows (calendar arithmetic, a price join).
+- ``ledger_monthly`` is the same pieces of the closed intervals, aggregated per month, user,
+  project, group, policy, profile, resource, pool, GPU type and price period, in exact integer
+  milliseconds and thousandths. The writer copies each interval it closes to
+  ``ledger_monthly_pending`` in the same transaction (a point insert, about as cheap as the
+  close itself), and folds the pending rows into ``ledger_monthly`` once there are
+  ``FLUSH_AT`` of them (and at start): one aggregate per ten thousand closes instead of one
+  per close. A GPU type's rows are rebuilt when it gains or loses a price period.
+  ``usage_monthly`` = ``ledger_monthly`` + the pending and the open intervals' pieces computed
+  live, priced by a join on (gpu_type, price_from): it answers "by group and month" from
+  thousands of rows instead of millions, and always agrees with ``usage_by_month``.
+- Derived hours and costs are DOUBLE (docs/decisions-ledger.md); ``ms`` is the exact
+  duration in integer milliseconds for reconciliation.
+"""
+
+from __future__ import annotations
+
+LEDGER_COLUMNS = [
+    ("interval_id", "VARCHAR"), ("task", "VARCHAR"), ("user", "VARCHAR"),
+    ("project", "VARCHAR"), ("group", "VARCHAR"), ("policy", "VARCHAR"),
+    ("profile", "VARCHAR"), ("resource", "VARCHAR"), ("pool", "VARCHAR"),
+    ("gpu_type", "VARCHAR"), ("gpus", "DECIMAL(12,3)"), ("time_weight", "DECIMAL(12,3)"),
+    ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
+    ("revision", "VARCHAR"),
+]
+"""The ledger's columns in table order (``user`` and ``group`` are quoted in SQL)."""
+
+DIMENSIONS = ["group", "project", "user", "policy", "profile", "resource", "pool", "gpu_type"]
+"""What ``ledger_monthly`` and ``usage_monthly`` are broken down by, besides the month."""
+
+_RESERVED = {"user", "group"}
+
+
+def q(name: str) -> str:
+    """A column name as SQL: ``user`` and ``group`` are reserved words."""
+    return f'"{name}"' if name in _RESERVED else name
+
+
+def _cols(alias: str) -> str:
+    return ", ".join(f"{alias}.{q(n)}" for n, _ in LEDGER_COLUMNS)
+
+
+NOW = "make_timestamp(epoch_us(current_timestamp))"
+"""Now as a UTC TIMESTAMP, whatever the session's TimeZone: the start of the current
+transaction, so every row of one query sees the same now."""
+
+FAR_FUTURE = "TIMESTAMP '9999-12-31 23:59:59'"
+NO_PRICE = "TIMESTAMP '-infinity'"
+"""``ledger_monthly.price_from`` of pieces that have no price (a key column cannot be NULL)."""
+
+_UNTIL = f"greatest(l.start_at, coalesce(l.end_at, {NOW}))"
+"""End of an interval, or now for an open one; never before its start."""
+
+_HOURS = "date_diff('millisecond', {a}, {b}) / 3600000.0"
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS ledger (
+    interval_id  VARCHAR PRIMARY KEY,
+    task         VARCHAR NOT NULL,
+    "user"       VARCHAR NOT NULL,
+    project      VARCHAR,
+    "group"      VARCHAR NOT NULL,
+    policy       VARCHAR NOT NULL,
+    profile      VARCHAR NOT NULL,
+    resource     VARCHAR NOT NULL,
+    pool         VARCHAR NOT NULL,
+    gpu_type     VARCHAR NOT NULL,
+    gpus         DECIMAL(12,3) NOT NULL,
+    time_weight  DECIMAL(12,3) NOT NULL,
+    start_at     TIMESTAMP NOT NULL,
+    end_at       TIMESTAMP,
+    end_reason   VARCHAR,
+    revision     VARCHAR
+);
+CREATE TABLE IF NOT EXISTS prices (
+    gpu_type       VARCHAR NOT NULL,
+    per_gpu_hour   DECIMAL(18,6) NOT NULL,
+    currency       VARCHAR NOT NULL,
+    effective_from TIMESTAMP NOT NULL
+);
+"""
+
+FLUSH_AT = 10_000
+"""Pending closed intervals folded into ``ledger_monthly`` at once."""
+
+MONTHLY_TABLE = """
+CREATE TABLE IF NOT EXISTS ledger_monthly (
+    month       DATE NOT NULL,
+    "group"     VARCHAR NOT NULL,
+    project     VARCHAR NOT NULL,   -- '' for none
+    "user"      VARCHAR NOT NULL,
+    policy      VARCHAR NOT NULL,
+    profile     VARCHAR NOT NULL,
+    resource    VARCHAR NOT NULL,
+    pool        VARCHAR NOT NULL,
+    gpu_type    VARCHAR NOT NULL,
+    price_from  TIMESTAMP NOT NULL, -- effective_from of the price at the piece's start
+    pieces      BIGINT NOT NULL,
+    ms          BIGINT NOT NULL,
+    gpu_ms      DECIMAL(38,3) NOT NULL,
+    budget_ms   DECIMAL(38,3) NOT NULL,
+    PRIMARY KEY (month, "group", project, "user", policy, profile, resource, pool, gpu_type,
+                 price_from)
+);
+"""
+
+PENDING_TABLE = """
+CREATE TABLE IF NOT EXISTS ledger_monthly_pending AS SELECT * FROM ledger WITH NO DATA;
+"""
+
+
+def pieces_sql(source: str) -> str:
+    """The month pieces of the ledger rows of ``source`` (a table or a parenthesised query
+    with the ledger's columns, aliased ``l``): one row per interval and UTC month it touches.
+    Most intervals sit in one month and are kept whole (the first branch); the few that cross
+    a month end are cut at each boundary (the second)."""
+    return f"""
+    SELECT {_cols("l")}, date_trunc('month', l.start_at) AS month_start,
+           l.start_at AS piece_start, {_UNTIL} AS piece_end
+    FROM {source} l
+    WHERE date_diff('month', l.start_at, {_UNTIL}) = 0
+    UNION ALL
+    SELECT {_cols("l")}, m.month_start,
+           greatest(l.start_at, m.month_start) AS piece_start,
+           least({_UNTIL}, m.month_start + INTERVAL 1 MONTH) AS piece_end
+    FROM {source} l, LATERAL (
+        SELECT unnest(generate_series(date_trunc('month', l.start_at),
+                                      greatest(l.start_at, {_UNTIL} - INTERVAL 1 MICROSECOND),
+                                      INTERVAL 1 MONTH)) AS month_start) m
+    WHERE date_diff('month', l.start_at, {_UNTIL}) <> 0"""
+
+
+def monthly_rows_sql(source: str) -> str:
+    """``ledger_monthly`` rows (not yet merged with existing ones) for the rows of
+    ``source``."""
+    return f"""
+SELECT CAST(p.month_start AS DATE) AS month, p."group", coalesce(p.project, '') AS project,
+       p."user", p.policy, p.profile, p.resource, p.pool, p.gpu_type,
+       coalesce(pp.effective_from, {NO_PRICE}) AS price_from,
+       count(*) AS pieces,
+       sum(date_diff('millisecond', p.piece_start, p.piece_end)) AS ms,
+       sum(p.gpus * date_diff('millisecond', p.piece_start, p.piece_end)) AS gpu_ms,
+       sum(p.time_weight * date_diff('millisecond', p.piece_start, p.piece_end)) AS budget_ms
+FROM ({pieces_sql(source)}) p
+LEFT JOIN price_periods pp
+       ON p.gpu_type = pp.gpu_type
+      AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to
+GROUP BY ALL"""
+
+
+MERGE_MONTHLY = """
+INSERT INTO ledger_monthly ({rows})
+ON CONFLICT DO UPDATE SET pieces = pieces + excluded.pieces, ms = ms + excluded.ms,
+    gpu_ms = gpu_ms + excluded.gpu_ms, budget_ms = budget_ms + excluded.budget_ms"""
+
+_DIMS = ", ".join(q(d) for d in DIMENSIONS)
+
+VIEWS = {
+    # Each price with the time it stops applying: the next price's effective_from for the
+    # same GPU type, or the far future.
+    "price_periods": f"""
+SELECT gpu_type, per_gpu_hour, currency, effective_from,
+       coalesce(lead(effective_from) OVER (PARTITION BY gpu_type ORDER BY effective_from),
+                {FAR_FUTURE}) AS effective_to
+FROM prices""",
+
+    "usage": f"""
+SELECT u.*,
+       date_diff('millisecond', u.start_at, u.until_at) AS ms,
+       {_HOURS.format(a="u.start_at", b="u.until_at")} AS hours,
+       {_HOURS.format(a="u.start_at", b="u.until_at")} * CAST(u.gpus AS DOUBLE) AS gpu_hours,
+       {_HOURS.format(a="u.start_at", b="u.until_at")} * CAST(u.time_weight AS DOUBLE)
+           AS budget_hours
+FROM (SELECT {_cols("l")}, {_UNTIL} AS until_at FROM ledger l) u""",
+
+    "usage_priced": """
+SELECT u.*, p.per_gpu_hour, p.currency, p.effective_from AS price_from,
+       u.gpu_hours * CAST(p.per_gpu_hour AS DOUBLE) AS cost
+FROM usage u
+ASOF LEFT JOIN prices p ON u.gpu_type = p.gpu_type AND u.start_at >= p.effective_from""",
+
+    # Each piece priced by the price in effect at the piece's start: a hash join on gpu_type
+    # and a range test on price_periods, the same answer as an ASOF join and about 7x faster
+    # over 10 million rows.
+    "usage_by_month": f"""
+SELECT {_cols("p")}, CAST(p.month_start AS DATE) AS month, p.piece_start, p.piece_end,
+       date_diff('millisecond', p.piece_start, p.piece_end) AS ms,
+       {_HOURS.format(a="p.piece_start", b="p.piece_end")} AS hours,
+       {_HOURS.format(a="p.piece_start", b="p.piece_end")} * CAST(p.gpus AS DOUBLE) AS gpu_hours,
+       {_HOURS.format(a="p.piece_start", b="p.piece_end")} * CAST(p.time_weight AS DOUBLE)
+           AS budget_hours,
+       pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from,
+       {_HOURS.format(a="p.piece_start", b="p.piece_end")} * CAST(p.gpus AS DOUBLE)
+           * CAST(pp.per_gpu_hour AS DOUBLE) AS cost
+FROM ({pieces_sql("ledger")}) p
+LEFT JOIN price_periods pp
+       ON p.gpu_type = pp.gpu_type
+      AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to""",
+
+    # usage_by_month summed per month and dimension: the closed intervals from ledger_monthly,
+    # the open ones computed live (they are few, and the zonemaps find them).
+    "usage_monthly": f"""
+WITH m AS (
+    SELECT month, {_DIMS}, price_from, pieces, ms, gpu_ms, budget_ms FROM ledger_monthly
+    UNION ALL
+    {monthly_rows_sql("(SELECT * FROM ledger WHERE end_at IS NULL)")}
+    UNION ALL
+    {monthly_rows_sql("ledger_monthly_pending")}
+)
+SELECT m.month, m."group", nullif(m.project, '') AS project, m."user", m.policy, m.profile,
+       m.resource, m.pool, m.gpu_type,
+       sum(m.pieces) AS pieces, sum(m.ms) AS ms,
+       sum(m.ms) / 3600000.0 AS hours,
+       CAST(sum(m.gpu_ms) AS DOUBLE) / 3600000.0 AS gpu_hours,
+       CAST(sum(m.budget_ms) AS DOUBLE) / 3600000.0 AS budget_hours,
+       any_value(p.currency) AS currency,
+       sum(CAST(m.gpu_ms AS DOUBLE) * CAST(p.per_gpu_hour AS DOUBLE)) / 3600000.0 AS cost
+FROM m
+LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_from
+GROUP BY ALL""",
+}
+
+
+def ensure_schema(conn) -> None:
+    """Creates the tables when missing, (re)creates the views and folds pending closed
+    intervals into ``ledger_monthly``. Safe to call at every start, inside or outside a
+    transaction. A database from before ``ledger_monthly`` gets it built from its closed
+    intervals. Turns off DuckDB's progress bar on ``conn`` (it would print on stderr)."""
+    conn.execute("PRAGMA disable_progress_bar")
+    conn.execute(TABLES)
+    for name in ("price_periods", "usage", "usage_priced", "usage_by_month"):
+        conn.execute(f"CREATE OR REPLACE VIEW {name} AS {VIEWS[name]}")
+    had_monthly = conn.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ledger_monthly' "
+        "AND database_name = current_database() AND schema_name = current_schema()"
+    ).fetchone()[0]
+    conn.execute(MONTHLY_TABLE)
+    conn.execute(PENDING_TABLE)
+    conn.execute(f"CREATE OR REPLACE VIEW usage_monthly AS {VIEWS['usage_monthly']}")
+    if not had_monthly:
+        rebuild_monthly(conn)
+    else:
+        flush_monthly(conn)
+
+
+_FLUSH = MERGE_MONTHLY.format(rows=monthly_rows_sql("ledger_monthly_pending"))
+
+
+def flush_monthly(conn) -> int:
+    """Folds the pending closed intervals into ``ledger_monthly``; returns how many. Runs in
+    the caller's transaction; the writer calls it every ``FLUSH_AT`` closes."""
+    n = conn.execute("SELECT count(*) FROM ledger_monthly_pending").fetchone()[0]
+    if n:
+        conn.execute(_FLUSH)
+        conn.execute("DELETE FROM ledger_monthly_pending")
+    return int(n)
+
+
+def rebuild_monthly(conn, gpu_types: list[str] | None = None) -> None:
+    """Recomputes ``ledger_monthly`` from the closed intervals of ``ledger``, all of it or
+    only some GPU types (after their price periods changed). Runs in the caller's
+    transaction."""
+    if gpu_types is None:
+        conn.execute("DELETE FROM ledger_monthly")
+        conn.execute("DELETE FROM ledger_monthly_pending")
+        source = "(SELECT * FROM ledger WHERE end_at IS NOT NULL)"
+        conn.execute(f"INSERT INTO ledger_monthly {monthly_rows_sql(source)}")
+        return
+    if not gpu_types:
+        return
+    types = [list(gpu_types)]
+    conn.execute("DELETE FROM ledger_monthly WHERE list_contains(?::VARCHAR[], gpu_type)", types)
+    conn.execute("DELETE FROM ledger_monthly_pending "
+                 "WHERE list_contains(?::VARCHAR[], gpu_type)", types)
+    source = ("(SELECT * FROM ledger WHERE end_at IS NOT NULL "
+              "AND list_contains(?::VARCHAR[], gpu_type))")
+    conn.execute(f"INSERT INTO ledger_monthly {monthly_rows_sql(source)}", types * 2)

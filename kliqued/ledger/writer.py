@@ -1,0 +1,189 @@
+"""Writing the ledger: the daemon opens an interval when it places a task and closes it when the
+task is preempted or ends. Every function runs inside the caller's transaction and never
+commits, so a ledger row is durable exactly when the event that caused it is.
+
+Times are integer milliseconds since the epoch (UTC), GPU amounts and weights integer
+thousandths, as in the engine; they are stored as TIMESTAMP and DECIMAL(12,3) exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Iterable
+
+from compiler.units import milli_str, parse_time
+
+from .schema import FLUSH_AT, flush_monthly, rebuild_monthly
+
+BATCH = 10_000
+"""Rows per statement in the batch functions."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalRow:
+    """One placement of a task: ``interval_id`` is ``<task>#<n>``, the task's nth placement."""
+
+    interval_id: str
+    task: str
+    user: str
+    project: str | None
+    group: str
+    policy: str
+    profile: str
+    resource: str
+    pool: str
+    gpu_type: str
+    gpus_milli: int
+    weight_milli: int
+    start_ms: int
+    revision: str | None
+
+
+# Batches bind one list per column and unnest them side by side: DuckDB binds 14 list
+# parameters instead of 14 x N scalars and plans one projection instead of N VALUES rows.
+# Measured on this 2-core machine (10M-row ledger): about 0.01 ms/row, against 0.2 ms/row for a
+# multi-row VALUES with flattened parameters and 0.8 ms/row for executemany. A list plan has a
+# fixed cost of about 2 ms, so fewer than SMALL rows go through a multi-row VALUES instead.
+# Amounts travel as exact decimal text ("1.5"), times as integer milliseconds.
+_OPEN_SQL = """
+INSERT INTO ledger (interval_id, task, "user", project, "group", policy, profile, resource,
+                    pool, gpu_type, gpus, time_weight, start_at, end_at, end_reason, revision)
+SELECT interval_id, task, "user", project, "group", policy, profile, resource, pool, gpu_type,
+       CAST(gpus AS DECIMAL(12,3)), CAST(time_weight AS DECIMAL(12,3)),
+       make_timestamp(start_ms * 1000), NULL, NULL, revision
+FROM (SELECT unnest(?::VARCHAR[]) AS interval_id, unnest(?::VARCHAR[]) AS task,
+             unnest(?::VARCHAR[]) AS "user", unnest(?::VARCHAR[]) AS project,
+             unnest(?::VARCHAR[]) AS "group", unnest(?::VARCHAR[]) AS policy,
+             unnest(?::VARCHAR[]) AS profile, unnest(?::VARCHAR[]) AS resource,
+             unnest(?::VARCHAR[]) AS pool, unnest(?::VARCHAR[]) AS gpu_type,
+             unnest(?::VARCHAR[]) AS gpus, unnest(?::VARCHAR[]) AS time_weight,
+             unnest(?::BIGINT[]) AS start_ms, unnest(?::VARCHAR[]) AS revision)"""
+
+
+_OPEN_VALUES_SQL = """
+INSERT INTO ledger (interval_id, task, "user", project, "group", policy, profile, resource,
+                    pool, gpu_type, gpus, time_weight, start_at, end_at, end_reason, revision)
+VALUES {rows}"""
+_OPEN_VALUES_ROW = ("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                    "make_timestamp(CAST(? AS BIGINT) * 1000), NULL, NULL, ?)")
+SMALL = 24
+"""Below this many rows, a multi-row VALUES with flattened parameters is cheaper than binding
+lists (whose plan costs a few milliseconds whatever the size)."""
+
+
+def _count(result) -> int:
+    row = result.fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def open_interval(conn, row: IntervalRow) -> None:
+    """Records a placement: a ledger row with no end yet. An ``interval_id`` that already
+    exists raises ``duckdb.ConstraintException`` (the caller's transaction must roll back):
+    two placements with one id are a bug to surface, not to hide."""
+    open_intervals(conn, [row])
+
+
+def open_intervals(conn, rows: Iterable[IntervalRow]) -> int:
+    """Records many placements, ``BATCH`` rows per statement; returns how many. Raises like
+    :func:`open_interval` on a duplicate id."""
+    rows = list(rows)
+    written = 0
+    for i in range(0, len(rows), BATCH):
+        chunk = rows[i:i + BATCH]
+        if len(chunk) < SMALL:
+            params = []
+            for r in chunk:
+                params += [r.interval_id, r.task, r.user, r.project, r.group, r.policy,
+                           r.profile, r.resource, r.pool, r.gpu_type, milli_str(r.gpus_milli),
+                           milli_str(r.weight_milli), int(r.start_ms), r.revision]
+            sql = _OPEN_VALUES_SQL.format(rows=", ".join([_OPEN_VALUES_ROW] * len(chunk)))
+            written += _count(conn.execute(sql, params))
+            continue
+        columns = [
+            [r.interval_id for r in chunk], [r.task for r in chunk], [r.user for r in chunk],
+            [r.project for r in chunk], [r.group for r in chunk], [r.policy for r in chunk],
+            [r.profile for r in chunk], [r.resource for r in chunk], [r.pool for r in chunk],
+            [r.gpu_type for r in chunk], [milli_str(r.gpus_milli) for r in chunk],
+            [milli_str(r.weight_milli) for r in chunk], [int(r.start_ms) for r in chunk],
+            [r.revision for r in chunk],
+        ]
+        written += _count(conn.execute(_OPEN_SQL, columns))
+    return written
+
+
+_CLOSE_SQL = """
+UPDATE ledger SET end_at = make_timestamp(v.end_ms * 1000), end_reason = v.reason
+FROM (SELECT unnest(?::VARCHAR[]) AS interval_id, unnest(?::BIGINT[]) AS end_ms,
+             unnest(?::VARCHAR[]) AS reason) v
+WHERE ledger.interval_id = v.interval_id AND ledger.end_at IS NULL
+RETURNING ledger.interval_id"""
+
+_CLOSE_ONE_SQL = """
+UPDATE ledger SET end_at = make_timestamp(CAST(? AS BIGINT) * 1000), end_reason = ?
+WHERE interval_id = ? AND end_at IS NULL"""
+
+_PENDING_ONE = "INSERT INTO ledger_monthly_pending SELECT * FROM ledger WHERE interval_id = ?"
+_PENDING_MANY = ("INSERT INTO ledger_monthly_pending SELECT * FROM ledger "
+                 "WHERE interval_id IN (SELECT unnest(?::VARCHAR[]))")
+
+
+def close_interval(conn, interval_id: str, end_ms: int, reason: str) -> bool:
+    """Ends an open interval (preempted, finished, cancelled, ...). Returns False when there is
+    no open interval with that id (already closed, or never opened): closing twice is a no-op,
+    so replaying an event log is safe."""
+    if _count(conn.execute(_CLOSE_ONE_SQL, [int(end_ms), reason, interval_id])) != 1:
+        return False
+    conn.execute(_PENDING_ONE, [interval_id])
+    return True
+
+
+def close_intervals(conn, items: Iterable[tuple[str, int, str]]) -> int:
+    """Ends many open intervals, given as ``(interval_id, end_ms, reason)``; returns how many
+    were open. The first item wins when an id appears twice. DuckDB joins the batch to the
+    ledger through the primary-key index, so this costs the batch, not the ledger's size.
+    Folds the pending closed intervals into ``ledger_monthly`` when there are enough."""
+    seen: dict[str, tuple[int, str]] = {}
+    for interval_id, end_ms, reason in items:
+        seen.setdefault(interval_id, (int(end_ms), reason))
+    ids = list(seen)
+    if len(ids) <= 2:  # a point update is cheaper than planning the list join
+        closed = sum(close_interval(conn, k, *seen[k]) for k in ids)
+    else:
+        closed = 0
+        for i in range(0, len(ids), BATCH):
+            chunk = ids[i:i + BATCH]
+            done = [r[0] for r in conn.execute(
+                _CLOSE_SQL, [chunk, [seen[k][0] for k in chunk],
+                             [seen[k][1] for k in chunk]]).fetchall()]
+            if done:
+                conn.execute(_PENDING_MANY, [done])
+            closed += len(done)
+    if closed and conn.execute(
+            "SELECT count(*) FROM ledger_monthly_pending").fetchone()[0] >= FLUSH_AT:
+        flush_monthly(conn)
+    return closed
+
+
+def _naive_utc(text: str) -> datetime:
+    return parse_time(text).astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def replace_prices(conn, estate) -> int:
+    """Replaces the prices table with the estate's pricing (a :class:`CompiledEstate`), in
+    ``settings.currency``. Past usage keeps its price because old rows stay in the estate with
+    their ``effective_from``; returns how many prices were written. When a GPU type gains or
+    loses a price period, its ``ledger_monthly`` rows are rebuilt (a changed amount needs
+    nothing: the amount is joined at query time)."""
+    before = set(conn.execute("SELECT gpu_type, effective_from FROM prices").fetchall())
+    conn.execute("DELETE FROM prices")
+    rows = [(p.gpu_type, Decimal(p.per_gpu_hour), estate.settings.currency,
+             _naive_utc(p.effective_from)) for p in estate.pricing]
+    if rows:
+        params = [v for r in rows for v in r]
+        conn.execute("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from) "
+                     "VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(rows)), params)
+    after = {(r[0], r[3]) for r in rows}
+    rebuild_monthly(conn, sorted({g for g, _ in before ^ after}))
+    return len(rows)

@@ -1,0 +1,351 @@
+"""A synchronous client for the kliqued HTTP API (docs/api-contract.md), standard library only.
+
+    from kliqued.sdk import Client
+    k = Client.from_config()                 # --url/--token, KLIQUE_URL/KLIQUE_TOKEN, config
+    task = k.submit("llm-research/h100", command=["python", "train.py"], project="rlhf")
+    print(task["state"], task["position"], task["waiting_reason"])
+
+Every method returns the server's JSON (dicts and lists) and raises :class:`KliqueError` on
+any failure. GETs and requests that are safe to repeat (a submission carries an
+``Idempotency-Key``, a fresh one per call unless given; cancel and the engine switch are
+idempotent) are retried on connection errors and 503, three times with backoff.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shlex
+import socket
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from .config import resolve
+from .errors import KliqueError
+
+__all__ = ["Client", "KliqueError"]
+
+USER_AGENT = "klique-sdk/0.1"
+RETRIES = 3
+BACKOFF_S = 0.25
+
+
+def _time_text(value: datetime | str) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        text = value.strftime("%Y-%m-%dT%H:%M:%S")
+        if value.microsecond:
+            text += f".{value.microsecond // 1000:03d}"
+        return text + "Z"
+    return str(value)
+
+
+class Client:
+    """One server and one token. ``url`` is the server's root (``http://127.0.0.1:8080``)."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30, *,
+                 retries: int = RETRIES, backoff_s: float = BACKOFF_S,
+                 ca_file: str | None = None) -> None:
+        if not url:
+            raise KliqueError(None, "config", "no server URL given")
+        url = url.strip().rstrip("/")
+        if "://" not in url:
+            url = "http://" + url
+        if url.endswith("/v1"):
+            url = url[:-3]
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise KliqueError(None, "config", f"not a server URL: {url!r} (expected "
+                                              "http://HOST:PORT or https://HOST:PORT)")
+        self.url = url
+        self.token = (token or "").strip()
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._ssl = ssl.create_default_context(cafile=ca_file) if ca_file else None
+
+    @classmethod
+    def from_config(cls, url: str | None = None, token: str | None = None,
+                    context: str | None = None, timeout: float = 30) -> "Client":
+        """Resolves the URL and token like kubectl (see :mod:`kliqued.sdk.config`)."""
+        r = resolve(url, token, context)
+        return cls(r.url, r.token, timeout, ca_file=r.ca_file)
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    # ------------------------------------------------------------------ transport
+    def _open(self, method: str, path: str, query: dict | None = None, body: Any = None,
+              headers: dict | None = None, retry: bool | None = None):
+        """The raw response of one request (the caller closes it), after retries."""
+        url = f"{self.url}/v1{path}"
+        if query:
+            pairs = {k: v for k, v in query.items() if v is not None}
+            if pairs:
+                url += "?" + urllib.parse.urlencode(pairs)
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        h = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        if data is not None:
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        if retry is None:
+            retry = method == "GET"
+        attempts = 1 + (self.retries if retry else 0)
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            req = urllib.request.Request(url, data=data, headers=h, method=method)
+            try:
+                return urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 503 and not last:
+                    exc.close()
+                    self._sleep(attempt, exc.headers.get("Retry-After"))
+                    continue
+                raise self._http_error(exc, method, path) from None
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
+                    socket.timeout, TimeoutError) as exc:
+                if not last:
+                    self._sleep(attempt)
+                    continue
+                raise self._unreachable(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _sleep(self, attempt: int, retry_after: str | None = None) -> None:
+        delay = self.backoff_s * (2 ** attempt)
+        if retry_after:
+            try:
+                delay = max(delay, min(float(retry_after), 10.0))
+            except ValueError:
+                pass
+        time.sleep(delay)
+
+    def _unreachable(self, exc: BaseException) -> KliqueError:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, ssl.SSLError):
+            return KliqueError(None, "unreachable",
+                               f"TLS to {self.url} failed ({reason}): check the URL's scheme "
+                               "(http or https) and the server's certificate (ca-file in the "
+                               "config context)")
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            return KliqueError(None, "unreachable",
+                               f"{self.url} did not answer within {self.timeout:g} s: is the "
+                               "server overloaded, or is the URL right?")
+        text = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+        return KliqueError(None, "unreachable",
+                           f"cannot reach {self.url} ({text}): is `kliqued serve` running "
+                           "there? Check --url, KLIQUE_URL or the config context")
+
+    def _http_error(self, exc: urllib.error.HTTPError, method: str, path: str) -> KliqueError:
+        try:
+            raw = exc.read()
+        except OSError:
+            raw = b""
+        finally:
+            exc.close()
+        code, message, details = None, None, None
+        try:
+            err = json.loads(raw.decode("utf-8")).get("error") or {}
+            code, message, details = err.get("code"), err.get("message"), err.get("details")
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            pass
+        if exc.code == 401:
+            message = (f"{message or 'unauthenticated'}: the server at {self.url} does not "
+                       "accept this token (check --token, KLIQUE_TOKEN or the config context)")
+        if not code:
+            code = {401: "unauthenticated", 403: "forbidden", 404: "not-found"}.get(
+                exc.code, "http-error")
+        if not message:
+            snippet = raw[:200].decode("utf-8", "replace").strip()
+            message = (f"{method} {path}: HTTP {exc.code} {exc.reason}"
+                       + (f": {snippet}" if snippet else "")
+                       + (" (is this a kliqued server?)" if exc.code == 404 else ""))
+        return KliqueError(exc.code, code, message, details)
+
+    def _call(self, method: str, path: str, query: dict | None = None, body: Any = None,
+              headers: dict | None = None, retry: bool | None = None) -> Any:
+        with self._open(method, path, query, body, headers, retry) as resp:
+            raw = resp.read()
+            if not raw:
+                return None
+            try:
+                return json.loads(raw.decode("utf-8"))
+            except ValueError:
+                raise KliqueError(resp.status, "bad-response",
+                                  f"{method} {path}: the answer is not JSON (is {self.url} a "
+                                  "kliqued server?)") from None
+
+    @staticmethod
+    def _seg(value: str) -> str:
+        return urllib.parse.quote(str(value), safe="")
+
+    # ------------------------------------------------------------------ identity, estate
+    def health(self) -> dict:
+        return self._call("GET", "/health")
+
+    def whoami(self) -> dict:
+        return self._call("GET", "/whoami")
+
+    def estate(self) -> dict:
+        return self._call("GET", "/estate")
+
+    def engine(self) -> dict:
+        return self._call("GET", "/engine")
+
+    def set_engine(self, enabled: bool) -> dict:
+        return self._call("POST", "/engine", body={"enabled": bool(enabled)}, retry=True)
+
+    # ------------------------------------------------------------------ tasks
+    def submit(self, resource: str, command: Sequence[str] | str | None = None,
+               payload: Any = None, gpus: float | None = None, project: str | None = None,
+               labels: dict[str, str] | None = None, idempotency_key: str | None = None,
+               user: str | None = None) -> dict:
+        """Sends a task to a compute resource (``policy/profile``); returns the Task with its
+        state, place in line and waiting reason. A command given as one string is split like a
+        shell would. ``user`` is for admins acting on behalf of a user."""
+        if isinstance(command, str):
+            command = shlex.split(command)
+        body: dict[str, Any] = {"resource": resource,
+                                "command": list(command) if command is not None else None,
+                                "payload": payload, "gpus": gpus, "project": project,
+                                "labels": dict(labels or {})}
+        if user is not None:
+            body["user"] = user
+        key = idempotency_key or str(uuid.uuid4())
+        return self._call("POST", "/tasks", body=body, headers={"Idempotency-Key": key},
+                          retry=True)
+
+    def task(self, id: str) -> dict:
+        return self._call("GET", f"/tasks/{self._seg(id)}")
+
+    def tasks(self, state: str | None = None, resource: str | None = None,
+              user: str | None = None, group: str | None = None, page_size: int = 500,
+              after: str | None = None, **filters: Any) -> Iterator[dict]:
+        """Every task the token may see that matches, across pages (lazily)."""
+        query = {"state": state, "resource": resource, "user": user, "group": group,
+                 "limit": page_size, **filters}
+        while True:
+            page = self._call("GET", "/tasks", {**query, "after": after})
+            yield from page.get("tasks", [])
+            after = page.get("next")
+            if not after:
+                return
+
+    def cancel(self, id: str) -> dict:
+        """Cancels a queued or placed task; cancelling an ended task returns it unchanged."""
+        return self._call("POST", f"/tasks/{self._seg(id)}/cancel", retry=True)
+
+    # ------------------------------------------------------------------ resources, policies
+    def resources(self) -> list[dict]:
+        return self._call("GET", "/resources")["resources"]
+
+    def queue(self, resource: str, limit: int | None = None) -> dict:
+        """The queue of a compute resource ``policy/profile``, in order (the first ``limit``
+        tasks; ``queued`` is the total)."""
+        policy, sep, profile = resource.partition("/")
+        if not sep or not policy or not profile:
+            raise KliqueError(None, "invalid-request",
+                              f"a compute resource is written policy/profile, e.g. "
+                              f"team-a/standard; found {resource!r}")
+        return self._call("GET", f"/resources/{self._seg(policy)}/{self._seg(profile)}/queue",
+                          {"limit": limit})
+
+    def policies(self) -> list[dict]:
+        return self._call("GET", "/policies")["policies"]
+
+    def policy(self, name: str) -> dict:
+        return self._call("GET", f"/policies/{self._seg(name)}")
+
+    def pools(self) -> list[dict]:
+        return self._call("GET", "/pools")["pools"]
+
+    def events(self, task: str | None = None, kind: str | None = None, since: int = 0,
+               page_size: int = 500, **filters: Any) -> Iterator[dict]:
+        """The audit log from ``since`` (a sequence number), across pages (lazily)."""
+        query = {"task": task, "kind": kind, "limit": page_size, **filters}
+        while True:
+            page = self._call("GET", "/events", {**query, "since": since})
+            yield from page.get("events", [])
+            nxt = page.get("next")
+            if nxt is None:
+                return
+            since = nxt
+
+    # ------------------------------------------------------------------ tokens (admin)
+    def create_token(self, user: str | None = None, *, worker: bool = False,
+                     pool: str | None = None, role: str | None = None,
+                     name: str | None = None) -> dict:
+        """A new token for a user, a worker bound to a pool, or a role (``finance``,
+        ``admin``); the answer holds the token text, shown only this once."""
+        body: dict[str, Any] = {}
+        if user is not None:
+            body["user"] = user
+        if worker:
+            body["worker"] = True
+            body["pool"] = pool
+        if role is not None:
+            body["role"] = role
+        if name is not None:
+            body["name"] = name
+        return self._call("POST", "/tokens", body=body)
+
+    def tokens(self) -> list[dict]:
+        return self._call("GET", "/tokens")["tokens"]
+
+    def revoke_token(self, id: str) -> None:
+        """Revokes a token (idempotent: revoking it again changes nothing)."""
+        self._call("DELETE", f"/tokens/{self._seg(id)}", retry=True)
+
+    # ------------------------------------------------------------------ ledger (finance)
+    def ledger_sql(self, sql: str, limit: int = 10000) -> dict:
+        """Runs one read-only SELECT on the ledger: ``{columns, types, rows, truncated,
+        elapsed_ms}``; DECIMALs come back as exact text, times as RFC 3339 UTC."""
+        return self._call("POST", "/ledger/sql", body={"sql": sql, "limit": limit},
+                          retry=True)
+
+    def ledger_export(self, from_: datetime | str, to: datetime | str,
+                      path: str | os.PathLike, format: str = "csv") -> Path:
+        """Writes the ledger rows overlapping [from_, to) to ``path`` as CSV or Parquet. The
+        file appears whole or not at all (a temporary file and a rename); Parquet is made
+        locally from the server's CSV with an in-memory DuckDB."""
+        if format not in ("csv", "parquet"):
+            raise KliqueError(None, "invalid-request",
+                              f"format must be csv or parquet, found {format!r}")
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        query = {"from": _time_text(from_), "to": _time_text(to), "format": "csv"}
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".csv", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as out, \
+                    self._open("GET", "/ledger/export", query,
+                               headers={"Accept": "text/csv"}) as resp:
+                while True:
+                    chunk = resp.read(1 << 16)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            if format == "csv":
+                os.replace(tmp, target)
+            else:
+                from kliqued.ledger.export import csv_to_parquet
+                csv_to_parquet(tmp, target)
+        except (OSError, http.client.HTTPException) as exc:
+            raise KliqueError(None, "unreachable",
+                              f"the export from {self.url} broke off: {exc}") from None
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return target

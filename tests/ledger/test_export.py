@@ -1,0 +1,74 @@
+"""export_csv: the rows overlapping [from, to), priced; csv_to_parquet round trip."""
+
+from __future__ import annotations
+
+import csv
+import io
+from decimal import Decimal
+
+import duckdb
+import pytest
+
+from kliqued.ledger import close_intervals, open_intervals
+from kliqued.ledger.export import EXPORT_COLUMNS, csv_to_parquet, export_csv
+
+from .conftest import ms, row, set_prices
+
+
+@pytest.fixture
+def filled(db):
+    set_prices(db, ("h100", "2.35", "2026-01-01"), ("h100", "1.95", "2026-07-01"))
+    open_intervals(db, [
+        row(1, "2026-05-31T00:00"),                 # ends before the range
+        row(2, "2026-05-31T23:00", gpus_milli=2000, project=None),  # overlaps the start
+        row(3, "2026-06-15T00:00", user="bob, jr."),  # inside (a name with a comma)
+        row(4, "2026-07-01T00:00"),                 # starts at `to`: outside
+        row(5, "2026-06-20T00:00"),                 # open: overlaps
+    ])
+    close_intervals(db, [("t-1#1", ms("2026-06-01T00:00"), "finished"),
+                         ("t-2#1", ms("2026-06-01T01:00"), "reclaimed by team-b"),
+                         ("t-3#1", ms("2026-06-15T02:30"), "failed"),
+                         ("t-4#1", ms("2026-07-01T01:00"), "finished")])
+    return db
+
+
+def test_export_rows_and_header(filled):
+    chunks = list(export_csv(filled, ms("2026-06-01T00:00"), ms("2026-07-01T00:00"),
+                             chunk_rows=1))
+    assert len(chunks) == 4  # the header, then one chunk per row
+    rows = list(csv.DictReader(io.StringIO("".join(chunks))))
+    assert list(rows[0]) == [n for n, _ in EXPORT_COLUMNS]
+    assert [r["interval_id"] for r in rows] == ["t-2#1", "t-3#1", "t-5#1"]
+    r2, r3, r5 = rows
+    assert r2["project"] == "" and r2["gpus"] == "2.000" and r2["hours"] == "2.0"
+    assert r2["start_at"] == "2026-05-31T23:00:00.000Z"
+    assert r2["end_at"] == "2026-06-01T01:00:00.000Z"
+    assert r2["end_reason"] == "reclaimed by team-b"
+    assert r2["per_gpu_hour"] == "2.350000" and float(r2["cost"]) == pytest.approx(9.4)
+    assert r3["user"] == "bob, jr." and r3["currency"] == "EUR"
+    assert r5["end_at"] == "" and float(r5["hours"]) > 0
+
+
+def test_export_empty_range_has_a_header(filled):
+    text = "".join(export_csv(filled, ms("2030-01-01T00:00"), ms("2030-02-01T00:00")))
+    assert text.splitlines() == [",".join(n for n, _ in EXPORT_COLUMNS)]
+    with pytest.raises(ValueError):
+        list(export_csv(filled, 2, 1))
+
+
+def test_csv_to_parquet_round_trip(filled, tmp_path):
+    src = tmp_path / "ledger.csv"
+    src.write_text("".join(export_csv(filled, ms("2026-01-01T00:00"), ms("2027-01-01T00:00"))))
+    out = tmp_path / "sub" / "ledger.parquet"
+    assert csv_to_parquet(src, out) == 5
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp left
+    con = duckdb.connect()
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM "
+                             f"read_parquet('{out}'))").fetchall())
+    assert types == dict(EXPORT_COLUMNS)
+    back = con.execute(f"SELECT interval_id, gpus, start_at, end_at, project, cost "
+                       f"FROM read_parquet('{out}') ORDER BY interval_id").fetchall()
+    assert back[1][0] == "t-2#1" and back[1][1] == Decimal("2.000")
+    assert back[1][2].isoformat() == "2026-05-31T23:00:00" and back[1][4] is None
+    assert back[1][5] == pytest.approx(9.4)
+    assert back[4][3] is None  # the open interval

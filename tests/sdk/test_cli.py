@@ -1,0 +1,153 @@
+"""The user commands against a real running `kliqued serve`, run in-process (main(argv)) with
+one subprocess to check the whole process (exit code, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import duckdb
+import pytest
+
+from kliqued.cli import main
+from kliqued.sdk import Client
+from tests.conftest import REPO
+
+from .conftest import free_port
+
+
+@pytest.fixture
+def run(capsys):
+    """`kliqued ARGV...` in-process: (exit code, stdout, stderr)."""
+    def call(argv):
+        capsys.readouterr()
+        rc = main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+    return call
+
+
+@pytest.fixture
+def as_user(server, monkeypatch, no_klique_env, run):
+    """Runs `kliqued ...` in-process as a principal (KLIQUE_URL and KLIQUE_TOKEN set)."""
+    monkeypatch.setenv("KLIQUE_URL", server.url)
+
+    def call(who: str, *argv: str):
+        monkeypatch.setenv("KLIQUE_TOKEN", server.token(who))
+        return run(argv)
+    return call
+
+
+def test_submit_status_queue_cancel(server, as_user):
+    admin = Client(server.url, server.admin)
+    admin.set_engine(False)
+    try:
+        rc, out, err = as_user("alice", "submit", "--resource", "llm-research/h100",
+                               "--project", "rlhf", "--label", "run=7", "--", "python",
+                               "train.py", "--epochs", "3")
+        assert rc == 0, err
+        task_id, state = out.split()[:2]
+        assert task_id.startswith("t-") and state == "queued"
+        assert "position" in out and "waiting:" in out
+        rc, out, _ = as_user("alice", "status", task_id)
+        assert rc == 0 and "python train.py --epochs 3" in out and "run=7" in out
+        rc, out, _ = as_user("alice", "status")
+        assert rc == 0 and task_id in out and out.startswith("ID")
+        rc, out, _ = as_user("alice", "queue", "llm-research/h100")
+        assert rc == 0 and task_id in out and "POS" in out
+        rc, out, _ = as_user("alice", "queue", "llm-research/h100", "--json")
+        assert task_id in [i["id"] for i in json.loads(out)["queue"]]
+        rc, out, _ = as_user("alice", "cancel", task_id)
+        assert rc == 0 and f"{task_id}  cancelled" in out
+        rc, out, _ = as_user("alice", "status", task_id, "--json")
+        assert json.loads(out)["end_reason"] == "cancelled"
+    finally:
+        admin.set_engine(True)
+
+
+def test_submit_json_and_refusal(as_user):
+    rc, out, _ = as_user("alice", "submit", "-r", "llm-research/h100", "--json", "--", "true")
+    assert rc == 0 and json.loads(out)["resource"] == "llm-research/h100"
+    as_user("alice", "cancel", json.loads(out)["id"])
+    rc, out, err = as_user("alice", "submit", "-r", "vision/h100", "--", "true")
+    assert rc == 1 and err.startswith("kliqued: ") and "vision" in err and out == ""
+    rc, _, err = as_user("alice", "submit", "-r", "llm-research/h100")
+    assert rc == 1 and "nothing to run" in err
+    rc, _, err = as_user("alice", "cancel", "t-nope")
+    assert rc == 1 and "t-nope" in err
+
+
+def test_budget_and_pools(as_user):
+    rc, out, _ = as_user("alice", "budget")
+    assert rc == 0 and "llm-research" in out and "RUN-OUT" in out
+    rc, out, _ = as_user("alice", "budget", "llm-research")
+    assert rc == 0 and "burn rate" in out and "resets" in out
+    rc, out, _ = as_user("alice", "budget", "--json")
+    assert any(p["name"] == "llm-research" for p in json.loads(out)["policies"])
+    rc, out, _ = as_user("alice", "pools")
+    assert rc == 0 and "onprem-k8s" in out and out.splitlines()[-1].startswith("total")
+    rc, out, _ = as_user("role:finance", "pools", "--json")
+    assert {p["name"] for p in json.loads(out)["pools"]} >= {"onprem-k8s"}
+
+
+def test_ledger_sql_and_export(as_user, tmp_path):
+    rc, out, _ = as_user("alice", "submit", "-r", "llm-research/h100", "-p", "evals", "--json",
+                         "--", "sleep", "5")
+    tid = json.loads(out)["id"]
+    sql = f"SELECT task, \"user\", gpus FROM ledger WHERE task = '{tid}'"
+    for _ in range(100):
+        rc, out, err = as_user("role:finance", "ledger", "sql", "--json", sql)
+        if json.loads(out)["rows"]:
+            break
+        time.sleep(0.1)
+    assert json.loads(out)["rows"] == [[tid, "alice", "1.000"]]
+    rc, out, err = as_user("role:finance", "ledger", "sql", sql)
+    assert rc == 0 and tid in out and "1 row" in err
+    rc, out, _ = as_user("role:finance", "ledger", "sql", "--csv", sql)
+    assert out.splitlines() == ["task,user,gpus", f"{tid},alice,1.000"]
+    rc, _, err = as_user("role:finance", "ledger", "sql", "UPDATE ledger SET gpus = 0")
+    assert rc == 1 and "only SELECT" in err
+    rc, _, err = as_user("alice", "ledger", "sql", "SELECT 1")
+    assert rc == 1 and "finance" in err
+    as_user("alice", "cancel", tid)
+    out_file = tmp_path / "nov.parquet"
+    rc, _, err = as_user("role:finance", "ledger", "export", "--from", "2026-01-01",
+                         "--to", "2100-01-01", "-o", str(out_file))
+    assert rc == 0, err
+    got = duckdb.connect().execute(
+        f"SELECT task, end_reason FROM read_parquet('{out_file}') WHERE task = ?",
+        [tid]).fetchall()
+    assert got == [(tid, "cancelled")]
+    rc, _, err = as_user("role:finance", "ledger", "export", "--from", "yesterday",
+                         "--to", "2100-01-01", "-o", str(tmp_path / "x.csv"))
+    assert rc == 1 and "--from" in err and not (tmp_path / "x.csv").exists()
+
+
+def test_errors_are_one_line_without_traceback(server, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "KLIQUE_CONFIG": str(tmp_path / "absent.yaml"),
+           "KLIQUE_URL": f"http://127.0.0.1:{free_port()}", "KLIQUE_TOKEN": "kq_x"}
+
+    def kliqued(*argv, **extra):
+        return subprocess.run([sys.executable, "-m", "kliqued.cli", *argv], cwd=REPO,
+                              capture_output=True, text=True, env={**env, **extra})
+    p = kliqued("pools")
+    assert p.returncode == 1 and p.stderr.startswith("kliqued: cannot reach http://127.0.0.1:")
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    p = kliqued("status", KLIQUE_URL=server.url, KLIQUE_TOKEN="kq_wrong")
+    assert p.returncode == 1 and "token" in p.stderr and "Traceback" not in p.stderr
+    p = kliqued("queue", "llm-research/h100", KLIQUE_URL="", KLIQUE_TOKEN="")
+    assert p.returncode == 1 and "no server URL" in p.stderr and "KLIQUE_URL" in p.stderr
+
+
+def test_context_flag(server, tmp_path, monkeypatch, no_klique_env, run):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"current-context: a\ncontexts:\n"
+                   f"  - name: a\n    url: http://127.0.0.1:9\n    token: kq_x\n"
+                   f"  - name: b\n    url: {server.url}\n    token: {server.token('alice')}\n")
+    monkeypatch.setenv("KLIQUE_CONFIG", str(cfg))
+    rc, out, err = run(["pools", "--context", "b", "--json"])
+    assert rc == 0, err
+    rc, out, err = run(["pools", "--url", server.url, "--token", server.token("alice")])
+    assert rc == 0 and "onprem-k8s" in out
