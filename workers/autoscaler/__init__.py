@@ -1,0 +1,19 @@
+"""The cloud autoscaler: adds nodes to a ``kind: cloud`` pool with ``autoscale`` when placed
+work waits there (spot first, on-demand as the fallback, up to ``autoscale.max``) and
+releases a node idle for ``autoscale.idle_timeout``. docs/autoscaling.md.
+
+- ``decide``: the scaling decision, a pure function;
+- ``providers``: the Provider interface and the built-in ``local`` provider;
+- ``loop``: observe (control plane + provider), decide, act.
+
+Run it with ``kliqued autoscale --pool NAME --provider local``.
+"""
+
+from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
+                                       decide)
+from workers.autoscaler.loop import Autoscaler
+from workers.autoscaler.providers import (CapacityUnavailable, LocalProvider, Node, Provider,
+                                          make_provider)
+
+__all__ = ["Autoscaler", "CapacityUnavailable", "Launch", "LocalProvider", "Node", "NodeView",
+           "Observation", "Provider", "ScalePolicy", "Terminate", "decide", "make_provider"]

@@ -1,0 +1,147 @@
+"""The autoscaler's loop: observe, decide (workers/autoscaler/decide.py), act.
+
+Every ``interval`` seconds (default 10):
+
+1. **observe**: the pool's placed tasks from the control plane (``GET /v1/tasks?state=placed``
+   with an admin token, filtered by ``pool`` here: the API has no pool filter), and the
+   provider's nodes with the tasks each one's worker holds. A placed task no node holds is
+   *waiting*. A task the API shows with a ``worker`` (once the control plane exposes the
+   lease) counts as held by that worker's node too.
+2. **decide**: ``decide(Observation)`` gives launches and releases.
+3. **act**: a spot launch refused with CapacityUnavailable marks spot unavailable for
+   ``spot_retry_s`` and the decision is made again at once, which asks for on-demand (the
+   fallback); an on-demand refusal is logged and retried next round. Releases terminate.
+
+The control plane being unreachable skips a round (nothing is released on missing data).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from kliqued.sdk import Client, KliqueError
+from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
+                                       decide, track_idle)
+from workers.autoscaler.providers import CapacityUnavailable, Node, Provider
+from workers.gpus import to_milli
+
+log = logging.getLogger("klique.autoscaler")
+
+
+@dataclass
+class RoundReport:
+    waiting: int = 0
+    nodes: int = 0
+    launched: list[Node] = field(default_factory=list)
+    terminated: list[tuple[str, str]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+    def line(self) -> str:
+        if self.skipped:
+            return f"skipped: {self.skipped}"
+        parts = [f"{self.waiting} waiting task(s), {self.nodes} node(s)"]
+        parts += [f"launched {n.id} ({n.gpus} GPU(s), {'spot' if n.spot else 'on-demand'})"
+                  for n in self.launched]
+        parts += [f"released {nid} ({why})" for nid, why in self.terminated]
+        parts += [f"refused: {r}" for r in self.refused]
+        return "; ".join(parts)
+
+
+class Autoscaler:
+    def __init__(self, client: Client, provider: Provider, pool: str, policy: ScalePolicy,
+                 clock=time.monotonic, wall=time.time):
+        self.client, self.provider, self.pool, self.policy = client, provider, pool, policy
+        self.clock, self.wall = clock, wall
+        self.idle_since: dict[str, float] = {}
+        self.spot_unavailable_until = float("-inf")
+
+    def placed_tasks(self) -> list[dict]:
+        return [t for t in self.client.tasks(state="placed") if t.get("pool") == self.pool]
+
+    def observe(self) -> tuple[Observation, dict[str, Node], int]:
+        tasks = self.placed_tasks()
+        nodes = self.provider.list(self.pool)
+        now, wall = self.clock(), self.wall()
+        by_worker = {n.worker_id: n for n in nodes if n.worker_id}
+        held: dict[str, dict[str, int]] = {n.id: dict(n.running or {}) for n in nodes}
+        placed = {t["id"]: to_milli(t.get("gpus") or 1) for t in tasks}
+        for t in tasks:   # the control plane's word, where it gives it
+            node = by_worker.get(t.get("worker") or "")
+            if node is not None:
+                held[node.id][t["id"]] = placed[t["id"]]
+        # a task held but no longer placed (ended, requeued) frees its room once the worker
+        # forgets it; until then it still takes room
+        on_nodes = {tid for h in held.values() for tid in h}
+        waiting = tuple(m for tid, m in placed.items() if tid not in on_nodes)
+        used = {n.id: sum(held[n.id].values()) for n in nodes if n.up and not n.gone}
+        self.idle_since = track_idle(self.idle_since, used, now)
+        views = tuple(NodeView(
+            n.id, n.gpus, n.spot, launched_at=now - max(0.0, wall - n.launched_at), up=n.up,
+            gone=n.gone, used_milli=sum(held[n.id].values()),
+            idle_since=self.idle_since.get(n.id)) for n in nodes)
+        obs = Observation(now, self.policy, views, waiting, self.spot_unavailable_until)
+        return obs, {n.id: n for n in nodes}, len(placed)
+
+    def step(self) -> RoundReport:
+        report = RoundReport()
+        try:
+            obs, nodes, _ = self.observe()
+        except KliqueError as exc:
+            report.skipped = f"the control plane: {exc.message}"
+            log.warning("round skipped: %s", report.skipped)
+            return report
+        report.waiting, report.nodes = len(obs.waiting), len(nodes)
+        actions = decide(obs)
+        for _ in range(3):
+            retry = False
+            for action in actions:
+                if isinstance(action, Terminate):
+                    node = nodes.pop(action.node, None)
+                    if node is not None:
+                        log.info("releasing node %s: %s", action.node, action.reason)
+                        self.provider.terminate(node)
+                        self.idle_since.pop(action.node, None)
+                        report.terminated.append((action.node, action.reason))
+                elif isinstance(action, Launch):
+                    try:
+                        node = self.provider.launch(self.pool, action.gpus, action.spot)
+                    except CapacityUnavailable as exc:
+                        report.refused.append(str(exc))
+                        if action.spot:
+                            log.info("spot refused (%s): on-demand instead", exc)
+                            self.spot_unavailable_until = (self.clock()
+                                                           + self.policy.spot_retry_s)
+                            retry = True
+                            break
+                        log.warning("on-demand refused (%s): retrying next round", exc)
+                        continue
+                    log.info("launched node %s: %d GPU(s), %s, for %d waiting task(s)",
+                             node.id, node.gpus, "spot" if node.spot else "on-demand",
+                             len(action.for_milli))
+                    report.launched.append(node)
+            if not retry:
+                break
+            # decide again with spot marked unavailable (and the nodes launched so far)
+            obs, nodes, _ = self.observe()
+            actions = [a for a in decide(obs) if isinstance(a, Launch)]
+        return report
+
+    def run(self, interval_s: float = 10.0, rounds: int | None = None,
+            stop=lambda: False, echo=None) -> None:
+        n = 0
+        while not stop():
+            started = self.clock()
+            report = self.step()
+            if echo is not None and (report.launched or report.terminated or report.refused
+                                     or report.skipped):
+                echo(report.line())
+            n += 1
+            if rounds is not None and n >= rounds:
+                return
+            delay = interval_s - (self.clock() - started)
+            end = self.clock() + max(0.0, delay)
+            while self.clock() < end and not stop():
+                time.sleep(min(0.1, end - self.clock()))
