@@ -59,8 +59,42 @@ def parser() -> argparse.ArgumentParser:
                    help="`auto` (nvidia-smi), a list of GPU indices `0,1,2,3` (restricts "
                         "nvidia-smi's GPUs, or declares GPUs where there is no nvidia-smi), "
                         "or `none` (default: auto)")
-    p.add_argument("--executor", default="process", choices=["process"],
-                   help="how tasks run (default: process)")
+    p.add_argument("--executor", default="process",
+                   choices=["process", "slurm", "docker", "podman", "kubernetes"],
+                   help="how tasks run: child processes here, sbatch jobs, containers "
+                        "(docker, podman) or Kubernetes Jobs (default: process; "
+                        "docs/executors.md)")
+    p.add_argument("--gpu-memory", type=int, default=None, metavar="MIB",
+                   help="memory of each declared GPU in MiB, where nvidia-smi cannot say "
+                        "(sets the memory cap of fractions)")
+    slurm = p.add_argument_group("slurm executor")
+    slurm.add_argument("--partition", default=None,
+                       help="the Slurm partition of the pool's jobs (default: Slurm's default)")
+    slurm.add_argument("--slurm-conf", default=None,
+                       help="slurm.conf for sbatch/squeue/scancel (sets SLURM_CONF)")
+    slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                       help="extra sbatch argument, e.g. --sbatch-arg=--account=ml (repeatable)")
+    ctr = p.add_argument_group("docker, podman and kubernetes executors")
+    ctr.add_argument("--image", default=None,
+                     help="the image of tasks whose lease names none")
+    ctr.add_argument("--container-arg", action="append", default=[], metavar="ARG",
+                     help="extra `run` argument for docker/podman, e.g. "
+                          "--container-arg=--network=none (repeatable)")
+    ctr.add_argument("--container-memory-per-gpu", type=int, default=None, metavar="MIB",
+                     help="host memory of one GPU's worth, in MiB: a fraction gets --memory = "
+                          "fraction x this (default: host memory / GPUs)")
+    k8s = p.add_argument_group("kubernetes executor")
+    k8s.add_argument("--namespace", default="default", help="namespace of the Jobs")
+    k8s.add_argument("--kubeconfig", default=None,
+                     help="kubeconfig file (default: in-cluster service account, else "
+                          "~/.kube/config)")
+    k8s.add_argument("--k8s-fraction-resource", default=None, metavar="NAME",
+                     help="resource a fraction asks for, e.g. nvidia.com/mig-1g.10gb or "
+                          "nvidia.com/gpu.shared (default: a whole nvidia.com/gpu)")
+    k8s.add_argument("--k8s-fraction-units", type=int, default=1, metavar="N",
+                     help="units of --k8s-fraction-resource in one GPU (time-slicing "
+                          "replicas; 1 for MIG)")
+    k8s.add_argument("--service-account", default=None, help="service account of the pods")
     p.add_argument("--venv", default=None,
                    help="virtual env the tasks run in (default: the worker's own)")
     p.add_argument("--workdir", default=None,
@@ -91,12 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     from workers.client import ControlPlaneClient
     from workers.daemon import WorkerConfig, WorkerDaemon
     from workers.executors import make_executor
-    from workers.gpus import GpuDiscoveryError, discover
+    from workers.executors.k8s_manifest import K8sSettings
+    from workers.gpus import Gpu, GpuDiscoveryError, discover
     from workers.state import StateDir, StateDirBusy, default_state_dir
 
     state_dir = args.state_dir or str(default_state_dir())
     try:
         gpus, source = discover(args.gpus)
+        if args.gpu_memory:
+            gpus = [g if g.memory_mb is not None else Gpu(g.index, g.uuid, args.gpu_memory)
+                    for g in gpus]
         try:
             client = ControlPlaneClient(args.url, args.token_file, args.ca_file)
         except OSError as exc:
@@ -104,8 +142,15 @@ def main(argv: list[str] | None = None) -> int:
                              f"{exc.strerror or exc}") from None
         state = StateDir(state_dir)
         state.lock()
-        executor = make_executor(args.executor, state_dir=state.root, venv=args.venv,
-                                 workdir=args.workdir)
+        executor = make_executor(
+            args.executor, state_dir=state.root, venv=args.venv, workdir=args.workdir,
+            gpus=gpus, partition=args.partition, slurm_conf=args.slurm_conf,
+            sbatch_args=args.sbatch_arg, image=args.image, container_args=args.container_arg,
+            memory_per_gpu_mb=args.container_memory_per_gpu, kubeconfig=args.kubeconfig,
+            settings=K8sSettings(namespace=args.namespace, image=args.image,
+                                 fraction_resource=args.k8s_fraction_resource,
+                                 fraction_units_per_gpu=args.k8s_fraction_units,
+                                 service_account=args.service_account))
     except (GpuDiscoveryError, StateDirBusy, ValueError, OSError) as exc:
         print(f"klique-worker: {exc}", file=sys.stderr)
         return 2

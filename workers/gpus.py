@@ -172,3 +172,47 @@ class GpuAllocator:
         for i in indices:
             if i in self.used:
                 self.used[i] = max(0, self.used[i] - per)
+
+
+# The memory cap of a fraction ----------------------------------------------------------------
+# A fraction shares one GPU with other fractions. Nothing on a bare GPU enforces a memory
+# share (only MIG, MPS or a container runtime with a memory limit do), so a fractional task is
+# told its share and is expected to keep to it:
+#
+#   KLIQUE_GPU_MEMORY_MB               fraction x the GPU's memory (when the worker knows it:
+#                                      nvidia-smi found the GPU); read it and cap yourself, e.g.
+#                                      torch.cuda.set_per_process_memory_fraction or
+#                                      XLA_PYTHON_CLIENT_MEM_FRACTION
+#   KLIQUE_GPU_MEMORY_FRACTION         the fraction itself (0.5), always set for a fraction
+#   CUDA_MPS_PINNED_DEVICE_MEM_LIMIT   "0=<MB>M": enforced by the CUDA driver for clients of an
+#                                      MPS server (Volta+). The device is ordinal 0 because MPS
+#                                      clients count the devices they see (a fraction sees exactly
+#                                      one, through CUDA_VISIBLE_DEVICES)
+#
+# Whole-GPU tasks get none of these. docs/executors.md says which frameworks honour what.
+
+MEMORY_MB_VAR = "KLIQUE_GPU_MEMORY_MB"
+MEMORY_FRACTION_VAR = "KLIQUE_GPU_MEMORY_FRACTION"
+MPS_LIMIT_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+
+def fraction_memory_mb(memory_mb: int | None, milli: int) -> int | None:
+    """The memory share (MiB, rounded down) of a fraction of `milli` milli-GPUs on a GPU of
+    `memory_mb` MiB; None for a whole GPU or an unknown memory size."""
+    if memory_mb is None or milli <= 0 or milli >= MILLI:
+        return None
+    return memory_mb * milli // MILLI
+
+
+def memory_cap_env(gpus: list[Gpu] | None, indices: list[int], milli: int) -> dict[str, str]:
+    """The variables that tell a fractional task its memory share (see above); {} for a task of
+    one or more whole GPUs."""
+    if milli <= 0 or milli >= MILLI or len(indices) != 1:
+        return {}
+    env = {MEMORY_FRACTION_VAR: f"{milli / MILLI:g}"}
+    memory = next((g.memory_mb for g in gpus or [] if g.index == indices[0]), None)
+    mb = fraction_memory_mb(memory, milli)
+    if mb is not None:
+        env[MEMORY_MB_VAR] = str(mb)
+        env[MPS_LIMIT_VAR] = f"0={mb}M"
+    return env

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
+from workers.gpus import Gpu, memory_cap_env, to_milli
 
 WRAPPER = str(Path(__file__).with_name("wrapper.py"))
 POLL_S = 0.05
@@ -95,7 +96,9 @@ class ProcessExecutor(Executor):
     name = "process"
 
     def __init__(self, state_dir: str | Path, venv: str | Path | None = None,
-                 workdir: str | Path | None = None, base_env: dict[str, str] | None = None):
+                 workdir: str | Path | None = None, base_env: dict[str, str] | None = None,
+                 gpus: list[Gpu] | None = None):
+        self.gpus = list(gpus or [])     # the worker's GPUs (their memory caps fractions)
         self.run_dir = Path(state_dir) / "run"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.venv = Path(venv).resolve() if venv else None
@@ -125,6 +128,9 @@ class ProcessExecutor(Executor):
             "KLIQUE_PROJECT": str(lease.get("project") or ""),
             "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
         })
+        for key in ("KLIQUE_GPU_MEMORY_MB", "KLIQUE_GPU_MEMORY_FRACTION"):
+            env.pop(key, None)  # only the worker sets a fraction's memory share
+        env.update(memory_cap_env(self.gpus, gpu_indices, to_milli(lease.get("gpus"))))
         return env
 
     # Executor ----------------------------------------------------------------------------

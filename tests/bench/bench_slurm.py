@@ -1,0 +1,195 @@
+"""Slurm benchmark (issue 6): 500 trivial one-GPU tasks (`true`), submission to the last end,
+side by side:
+
+1. straight into the local Slurm (tests/harness/slurm.py: slurmctld + slurmd, 8 fake GRES
+   GPUs, batch_sched_delay=0): a loop of `sbatch --gres=gpu:1 --wrap true`, then squeue until
+   every job is COMPLETED;
+2. through `kliqued serve` and one `klique-worker --executor process --gpus 0,...,7` (the
+   control plane's worker endpoints), the tasks submitted over HTTP, until all have ended;
+3. through the same worker against the protocol's reference peer (tests/workers/
+   protocol_peer.py): the worker's own overhead without the control plane's.
+
+The issue's goal: Klique at least 10x Slurm's jobs/s; the kliqued row's target is a tenth of
+Slurm's time. A side that cannot run here (no Slurm, not root) is left out with a note.
+
+Run: ``PATH=$PWD/.venv/bin:$PATH .venv/bin/python -m tests.bench bench_slurm``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TASKS = 500
+GPUS = 8
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(name: str, seconds: float, submit_s: float, target_s: float | None = None,
+         note: str = "") -> dict[str, Any]:
+    rate = TASKS / seconds if seconds else 0.0
+    row = {"name": name, "size": f"{TASKS} tasks, {GPUS} GPUs", "median_s": seconds,
+           "max_s": seconds,
+           "extra": [f"  - {name}: {rate:.1f} jobs/s end to end, submissions took "
+                     f"{submit_s:.2f} s ({TASKS / submit_s:.0f}/s){note}"]}
+    if target_s:
+        row["target_s"] = target_s
+    return row
+
+
+# ------------------------------------------------------------------------------------- Slurm
+def bench_slurm(tmp: Path) -> tuple[float, float] | str:
+    from tests.harness.slurm import LocalSlurm, missing_binaries
+    if missing_binaries():
+        return f"Slurm is not installed ({', '.join(missing_binaries())} missing)"
+    if os.geteuid() != 0:
+        return "the local Slurm runs its daemons as root"
+    with LocalSlurm(tmp / "slurm", gpus=GPUS) as slurm:
+        env = slurm.env
+        t0 = time.perf_counter()
+        for _ in range(TASKS):
+            subprocess.run(["sbatch", "--parsable", "--gres=gpu:1", "--partition",
+                            slurm.partition, "-o", "/dev/null", "--wrap", "true"],
+                           env=env, check=True, capture_output=True)
+        submitted = time.perf_counter() - t0
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T"], env=env,
+                                 capture_output=True, text=True).stdout.split()
+            if len(out) >= TASKS and all(s == "COMPLETED" for s in out):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("the Slurm jobs did not all complete within 600 s")
+        return time.perf_counter() - t0, submitted
+
+
+# ----------------------------------------------------------------- klique-worker + the peer
+def bench_peer(tmp: Path) -> tuple[float, float]:
+    from tests.workers.conftest import WorkerProcess
+    from tests.workers.protocol_peer import ProtocolPeer
+    peer = ProtocolPeer(ttl_s=15, poll_wait_s=30)
+    (tmp / "peer").mkdir()
+    w = WorkerProcess(peer, tmp / "peer" / "state", gpus=",".join(map(str, range(GPUS))),
+                      extra=["--log-level", "warning", "--log-interval", "2s"])
+    try:
+        w.start()
+        peer.wait_for(lambda: peer.lease_calls, 30, "the worker's first poll")
+        t0 = time.perf_counter()
+        ids = [peer.submit(["true"], gpus=1) for _ in range(TASKS)]
+        submitted = time.perf_counter() - t0
+        peer.wait_for(lambda: all(peer.tasks[i].end for i in ids), 600, "all tasks ended")
+        took = time.perf_counter() - t0
+        bad = [i for i in ids if peer.tasks[i].end["event"] != "finished"]
+        if bad:
+            raise RuntimeError(f"{len(bad)} tasks did not finish: {peer.tasks[bad[0]].end}")
+        return took, submitted
+    finally:
+        w.stop()
+        peer.close()
+
+
+# ------------------------------------------------------------- kliqued serve + klique-worker
+POOLS = f"""\
+pools:
+  - name: bare
+    kind: baremetal
+    capacity: {GPUS}
+    gpu_type: l40s-48gb
+  - name: other
+    kind: baremetal
+    capacity: 2
+    gpu_type: l40s-48gb
+"""
+POLICIES = f"""\
+policies:
+  - name: team-a
+    group: team-a
+    reservation: 0
+    limit: {GPUS}
+  - name: team-b
+    group: team-b
+    reservation: 0
+    limit: {GPUS}
+"""
+
+
+def kliqued_ready() -> str | None:
+    app = ROOT / "kliqued" / "daemon" / "app.py"
+    if not app.exists() or "/v1/workers/register" not in app.read_text():
+        return "the control plane has no worker endpoints yet"
+    return None
+
+
+def bench_kliqued(tmp: Path) -> tuple[float, float]:
+    from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, wait_for, write_estate
+    estate = write_estate(tmp / "estate", {**ESTATE, "pools.yaml": POOLS,
+                                           "policies.yaml": POLICIES})
+    (tmp / "kq").mkdir()
+    fs = FleetServer(tmp / "kq", estate=estate, ttl="15s").start()
+    worker = None
+    try:
+        user = fs.token({"user": "erin"})
+        wt = fs.token({"worker": True, "pool": "bare"})
+        worker = RealWorker(fs, wt, tmp / "kq" / "w", gpus=",".join(map(str, range(GPUS))))
+        worker.start()
+        wait_for(lambda: fs.ok("GET", "/v1/workers").get("workers"), 30, "the worker registered")
+        t0 = time.perf_counter()
+        for _ in range(TASKS):
+            fs.submit(user, "team-b/one", ["true"])
+        submitted = time.perf_counter() - t0
+
+        def ended() -> list[dict]:
+            got = fs.ok("GET", "/v1/tasks?state=ended&limit=1000")["tasks"]
+            return got if len(got) >= TASKS else []
+        tasks = wait_for(ended, 600, "all tasks ended", every=0.1)
+        took = time.perf_counter() - t0
+        bad = [t for t in tasks if t.get("outcome", t.get("end_reason")) not in
+               (None, "finished", "succeeded")]
+        if bad and os.environ.get("KLIQUE_BENCH_STRICT"):
+            raise RuntimeError(f"{len(bad)} tasks did not finish: {bad[0]}")
+        return took, submitted
+    finally:
+        if worker is not None:
+            worker.stop()
+        fs.stop()
+
+
+def run() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-slurm-") as d:
+        tmp = Path(d)
+        slurm = bench_slurm(tmp)
+        slurm_s = None
+        if isinstance(slurm, str):
+            print(f"bench_slurm: Slurm side skipped: {slurm}", file=sys.stderr)
+        else:
+            slurm_s = slurm[0]
+            print(f"bench_slurm: Slurm {slurm[0]:.1f} s", file=sys.stderr, flush=True)
+            rows.append(_row("sbatch into the local Slurm", slurm[0], slurm[1]))
+        why = kliqued_ready()
+        if why is None:
+            try:
+                took, submitted = bench_kliqued(tmp)
+            except Exception as exc:  # the control plane is another issue's, in progress
+                why = f"the kliqued side failed: {type(exc).__name__}: {exc}"
+        if why is None:
+            rows.append(_row("kliqued serve + klique-worker (process, 8 GPUs)", took, submitted,
+                             target_s=slurm_s / 10 if slurm_s else None,
+                             note=(f"; {slurm_s / took:.1f}x Slurm" if slurm_s else "")))
+        else:
+            print(f"bench_slurm: kliqued side skipped: {why}", file=sys.stderr)
+        took, submitted = bench_peer(tmp)
+        rows.append(_row("klique-worker (process, 8 GPUs) + protocol peer", took, submitted,
+                         note=(f"; {slurm_s / took:.1f}x Slurm" if slurm_s else "")))
+    return rows
+
+
+if __name__ == "__main__":
+    for r in run():
+        print(r["name"], f"{r['median_s']:.2f}s", *r["extra"])

@@ -1,0 +1,218 @@
+"""The Kubernetes Job of a lease, and the mapping of a Job and its Pod to a task state.
+
+Pure functions on plain data (manifests as dicts; the Job and the Pod as the official client's
+models, V1Job and V1Pod), so that they are tested without a cluster: the manifests against
+golden files, the mapping against API responses deserialised with the client's ApiClient.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from workers.gpus import MILLI, Gpu, memory_cap_env, to_milli
+
+MANAGED_BY = "klique-worker"
+GPU_RESOURCE = "nvidia.com/gpu"
+# Kubernetes' own signal convention for a container's exit code: 128 + N
+SIGNALS = {129: "SIGHUP", 130: "SIGINT", 131: "SIGQUIT", 134: "SIGABRT", 137: "SIGKILL",
+           139: "SIGSEGV", 141: "SIGPIPE", 142: "SIGALRM", 143: "SIGTERM"}
+
+
+@dataclass(frozen=True)
+class K8sSettings:
+    """The pool's Kubernetes settings (worker flags; the rollout templates them from the pool).
+
+    fraction_resource: the extended resource a fraction asks for instead of a whole
+      `nvidia.com/gpu`: a MIG profile (`nvidia.com/mig-1g.10gb`: one instance per fraction)
+      or a shared-GPU resource (`nvidia.com/gpu.shared` from the device plugin's time-slicing
+      with `renameByDefault`). None: a fraction takes a whole `nvidia.com/gpu`.
+    fraction_units_per_gpu: how many units of `fraction_resource` make one GPU (the
+      time-slicing `replicas`); a fraction asks for ceil(fraction x units), at least 1. 1 for
+      MIG (one instance, whatever the fraction).
+    """
+    namespace: str = "default"
+    image: str | None = None
+    fraction_resource: str | None = None
+    fraction_units_per_gpu: int = 1
+    service_account: str | None = None
+    ttl_after_finished_s: int = 86400
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    """A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric."""
+    out = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return out[:limit].rstrip("-") or "x"
+
+
+def job_name(task: str, epoch: int) -> str:
+    suffix = f"-{int(epoch)}"
+    return "klique-" + dns_label(str(task), 63 - len("klique-") - len(suffix)) + suffix
+
+
+def label_value(text: str) -> str:
+    out = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))[:63]
+    return out.strip("_.-") or "x"
+
+
+def gpu_resources(milli: int, s: K8sSettings) -> dict[str, str]:
+    if milli <= 0:
+        return {}
+    if milli < MILLI and s.fraction_resource:
+        units = max(1, math.ceil(milli * max(1, s.fraction_units_per_gpu) / MILLI))
+        return {s.fraction_resource: str(units)}
+    return {GPU_RESOURCE: str(max(1, math.ceil(milli / MILLI)))}
+
+
+def task_env(lease: dict, gpus: list[Gpu] | None, gpu_indices: list[int],
+             s: K8sSettings | None = None) -> list[dict]:
+    env = {str(k): str(v) for k, v in (lease.get("env") or {}).items()}
+    env.update({
+        "KLIQUE_TASK_ID": str(lease["task"]),
+        "KLIQUE_EPOCH": str(lease["epoch"]),
+        "KLIQUE_GPUS": str(lease.get("gpus", "")),
+        "KLIQUE_USER": str(lease.get("user") or ""),
+        "KLIQUE_PROJECT": str(lease.get("project") or ""),
+        "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
+    })
+    milli = to_milli(lease.get("gpus"))
+    caps = memory_cap_env(gpus, gpu_indices[:1] if 0 < milli < MILLI else gpu_indices, milli)
+    if caps and s is not None and (s.fraction_resource or "").startswith("nvidia.com/mig-"):
+        # a MIG instance's memory is enforced by the hardware: only the fraction is said
+        caps = {k: v for k, v in caps.items() if k == "KLIQUE_GPU_MEMORY_FRACTION"}
+    env.update(caps)
+    return [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
+                 gpu_indices: list[int] | None = None) -> dict[str, Any]:
+    """The batch/v1 Job of a lease: one pod, never restarted (the control plane requeues),
+    `nvidia.com/gpu: N` (or the pool's fraction resource) as limits."""
+    task, epoch = str(lease["task"]), int(lease["epoch"])
+    payload = lease.get("payload")
+    image = lease.get("image") or (payload.get("image") if isinstance(payload, dict) else None) \
+        or s.image
+    if not image:
+        raise ValueError("no image for this task: the lease names none and the worker has no "
+                         "--image")
+    labels = {"app.kubernetes.io/managed-by": MANAGED_BY,
+              "klique.io/task": label_value(task), "klique.io/epoch": str(epoch)}
+    annotations = {"klique.io/task": task,
+                   "klique.io/user": str(lease.get("user") or ""),
+                   "klique.io/project": str(lease.get("project") or ""),
+                   "klique.io/resource": str(lease.get("resource") or ""),
+                   "klique.io/gpus": str(lease.get("gpus", ""))}
+    container: dict[str, Any] = {"name": "task", "image": image,
+                                 "env": task_env(lease, gpus, gpu_indices or [], s)}
+    if lease.get("command"):
+        container["command"] = list(lease["command"])
+    resources = gpu_resources(to_milli(lease.get("gpus")), s)
+    if resources:
+        container["resources"] = {"limits": resources}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": int(math.ceil(float(lease.get("grace_s", 30)))),
+        "containers": [container],
+    }
+    if s.service_account:
+        pod_spec["serviceAccountName"] = s.service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(task, epoch), "namespace": s.namespace,
+                     "labels": labels, "annotations": annotations},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": s.ttl_after_finished_s,
+            "template": {"metadata": {"labels": labels, "annotations": annotations},
+                         "spec": pod_spec},
+        },
+    }
+
+
+# state mapping --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PodState:
+    """A task's state from its Job and Pod: `starting` (Pending), `running`, `finished`
+    (Succeeded), `failed` (Failed: exit code or signal, and the reason: OOMKilled, Error,
+    Evicted, DeadlineExceeded, ...)."""
+    state: str
+    exit_code: int | None = None
+    signal: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("finished", "failed")
+
+
+def _statuses(pod) -> list:
+    """The container statuses, the task's container first."""
+    if pod is None or pod.status is None:
+        return []
+    statuses = list(pod.status.container_statuses or [])
+    return sorted(statuses, key=lambda cs: cs.name != "task")
+
+
+def _terminated(pod) -> Any:
+    for cs in _statuses(pod):
+        for st in (cs.state, cs.last_state):
+            if st is not None and st.terminated is not None:
+                return st.terminated
+    return None
+
+
+def _waiting(pod) -> Any:
+    for cs in _statuses(pod):
+        if cs.state is not None and cs.state.waiting is not None:
+            return cs.state.waiting
+    return None
+
+
+def _from_exit(code: int | None, reason: str | None, message: str | None,
+               state: str) -> PodState:
+    if code is not None and code in SIGNALS:
+        return PodState(state, None, SIGNALS[code], reason, message)
+    return PodState(state, code, None, reason, message)
+
+
+def pod_state(job, pod) -> PodState:
+    """Maps a V1Job and its (newest) V1Pod, either possibly None, to a task state."""
+    phase = pod.status.phase if pod is not None and pod.status is not None else None
+    if phase == "Succeeded":
+        return PodState("finished", 0, None, "Completed")
+    if phase == "Failed":
+        term = _terminated(pod)
+        reason = (term.reason if term is not None else None) or pod.status.reason
+        message = (term.message if term is not None else None) or pod.status.message
+        code = term.exit_code if term is not None else None
+        return _from_exit(code, reason, message, "failed")
+    if phase == "Running":
+        return PodState("running")
+    if phase == "Pending":
+        waiting = _waiting(pod)
+        if waiting is not None:
+            return PodState("starting", reason=waiting.reason, message=waiting.message)
+        for cond in pod.status.conditions or []:      # e.g. Unschedulable: no GPU free
+            if cond.type == "PodScheduled" and cond.status == "False":
+                return PodState("starting", reason=cond.reason, message=cond.message)
+        return PodState("starting", reason=pod.status.reason, message=pod.status.message)
+    # no pod (not created yet, or deleted): the Job's conditions say the rest
+    if job is not None and job.status is not None:
+        for cond in job.status.conditions or []:
+            if cond.status != "True":
+                continue
+            if cond.type == "Complete":
+                return PodState("finished", 0, None, "Completed")
+            if cond.type == "Failed":
+                return PodState("failed", None, None, cond.reason, cond.message)
+        if job.status.succeeded:
+            return PodState("finished", 0, None, "Completed")
+        if job.status.failed:
+            return PodState("failed", None, None, "Failed", "the job's pod failed")
+    if job is None and pod is None:
+        return PodState("failed", None, None, "NotFound", "the job and its pod are gone")
+    return PodState("starting", reason="NoPodYet")
