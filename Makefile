@@ -10,12 +10,14 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,ops]'
 	touch $(STAMP)
 
+# The product on one machine: kliqued on estate/ (watched) with run/kliqued.duckdb, a local
+# worker for the bare-metal pool, a token per example user in run/tokens/; Ctrl-C stops it.
 run: $(STAMP)
-	$(BIN)/kliqued validate estate
-	$(BIN)/kliqued compile estate --summary
+	@$(BIN)/kliqued validate estate
+	@$(BIN)/kliqued dev --estate estate --dir run
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

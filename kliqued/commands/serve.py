@@ -3,35 +3,90 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from ._common import add_command
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+
+
+def duration(text: str) -> float:
+    """`30s`, `2m`, `500ms`, or plain seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 2m or 500ms")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*(KiB|MiB|GiB|K|M|G)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 64MiB")
+    mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get((m.group(2) or " ")[0], 1)
+    return int(m.group(1)) * mult
 
 
 def register(subparsers) -> None:
     p = add_command(
         subparsers, "serve", help="run the control plane daemon (API, engine, ledger)",
         description="Runs the daemon: the HTTP API under /v1 (OpenAPI at /v1/openapi.json), "
-                    "the compute policy engine about once per pass_interval, and the event "
-                    "log and usage ledger in one DuckDB file, which only this process opens. "
-                    "At the first start an admin token is printed once to stderr (or taken "
-                    "from KLIQUE_ADMIN_TOKEN). SIGTERM or SIGINT stop it cleanly. Exit 1 on "
-                    "an error (the database is in use, the port is taken), 2 when the estate "
-                    "is invalid (its diagnostics are printed).",
+                    "the compute policy engine about once per pass_interval, the worker "
+                    "protocol, and the event log and usage ledger in one DuckDB file, which "
+                    "only this process opens. It follows the estate: --estate DIR is watched "
+                    "and --git REPO polled, and every valid new revision is applied between "
+                    "two passes (an invalid one is refused and shown by GET /v1/estate; the "
+                    "running one stays). At the first start an admin token is printed once to "
+                    "stderr (or taken from KLIQUE_ADMIN_TOKEN). SIGTERM or SIGINT stop it "
+                    "cleanly. Exit 1 on an error (the database is in use, the port is taken), "
+                    "2 when the estate is invalid at start (its diagnostics are printed).",
         examples="  kliqued serve --estate estate --db kliqued.duckdb\n"
+                 "  kliqued serve --git /srv/estate-repo --branch main --estate-path estate "
+                 "--poll 30s\n"
                  "  kliqued serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem\n"
                  "  KLIQUE_ADMIN_TOKEN=kq_... kliqued serve --estate estate")
-    p.add_argument("--estate", metavar="DIR", default=None,
-                   help="the estate directory (default: estate, or on a restart the last "
-                        "estate applied, from the log)")
+    src = p.add_argument_group("the estate")
+    src.add_argument("--estate", metavar="DIR", default=None,
+                     help="the estate directory, watched for changes (default: estate, or on "
+                          "a restart the last estate applied, from the log)")
+    src.add_argument("--no-watch", dest="watch", action="store_false",
+                     help="apply --estate at start only; do not follow its changes")
+    src.add_argument("--git", metavar="REPO", default=None,
+                     help="follow a git repository instead of a directory: the estate is read "
+                          "from the branch's commits (fetched when it has a remote)")
+    src.add_argument("--branch", metavar="NAME", default="main",
+                     help="the branch --git follows (default: %(default)s)")
+    src.add_argument("--estate-path", metavar="PATH", default="estate",
+                     help="the estate's directory inside the repository (default: "
+                          "%(default)s)")
+    src.add_argument("--poll", metavar="DURATION", type=duration, default=30.0,
+                     help="how often --git polls the branch (default: 30s)")
     p.add_argument("--db", metavar="FILE", default="kliqued.duckdb",
-                   help="the DuckDB file: event log, tokens, ledger (default: %(default)s)")
+                   help="the DuckDB file: event log, tokens, ledger; task logs go in "
+                        "FILE.logs/ (default: %(default)s)")
     p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8080",
                    help="where to listen (default: %(default)s)")
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (HTTPS)")
     p.add_argument("--tls-key", metavar="FILE", help="PEM private key (HTTPS)")
+    w = p.add_argument_group("workers")
+    w.add_argument("--worker-ttl", metavar="DURATION", type=duration, default=15.0,
+                   help="a worker silent this long is lost and its tasks requeued "
+                        "(default: 15s)")
+    w.add_argument("--poll-wait", metavar="DURATION", type=duration, default=30.0,
+                   help="longest wait of a worker's lease request (default: 30s)")
+    w.add_argument("--stop-grace", metavar="DURATION", type=duration, default=30.0,
+                   help="time a stopped task gets between SIGTERM and SIGKILL (default: 30s)")
+    w.add_argument("--log-cap", metavar="SIZE", type=size, default=64 * 1024 * 1024,
+                   help="the most log kept per task, all attempts (default: 64MiB)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kliqued.daemon.server import Options, serve
-    return serve(Options(args.estate, args.db, args.listen, args.tls_cert, args.tls_key))
+    if args.git and args.estate:
+        print("kliqued serve: give --estate DIR or --git REPO, not both")
+        return 1
+    return serve(Options(args.estate, args.db, args.listen, args.tls_cert, args.tls_key,
+                         watch=args.watch, git=args.git, branch=args.branch,
+                         estate_path=args.estate_path, poll_s=args.poll,
+                         worker_ttl_s=args.worker_ttl, poll_wait_s=args.poll_wait,
+                         grace_s=args.stop_grace, log_cap=args.log_cap))

@@ -90,6 +90,13 @@ def detail(t: dict) -> str:
         lines.append(f"placed    {when(t['placed_at'])}")
     if t.get("ended_at"):
         lines.append(f"ended     {when(t['ended_at'])}")
+    if t.get("worker"):  # issue 5: the worker that ran it, its exit, its GPU-hours
+        lines.append(f"worker    {t['worker']} (attempt {t.get('epoch') or 1})"
+                     + (f", started {when(t['started_at'])}" if t.get("started_at") else ""))
+    if t.get("exit_code") is not None or t.get("signal"):
+        lines.append(f"exit      {t.get('signal') or t.get('exit_code')}")
+    if t.get("gpu_hours") is not None and t["state"] == "ended" or t.get("gpu_hours"):
+        lines.append(f"gpu-hours {t['gpu_hours']:g}")
     if t.get("preemptions"):
         lp = t.get("last_preemption") or {}
         lines.append(f"preempted {t['preemptions']}x, last {when(lp.get('at'))}: "

@@ -8,16 +8,18 @@ with the traceback; a traceback never reaches a client.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 from .core import Daemon
 from .errors import ApiError, bad_request
+from .logs import LogStore
 from .loop import Sequencer
 from .openapi import validator
 from .store import Store
@@ -38,6 +40,26 @@ class Context:
     store: Store
     pass_interval_s: float
     server_url: str | None = None
+    logs: LogStore | None = None  # type: ignore[assignment]
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the daemon stops: long polls answer at once."""
+    pool_events: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def pool_event(self, pool: str) -> asyncio.Event:
+        """What a long poll of ``pool`` waits on; replaced by each wake-up."""
+        ev = self.pool_events.get(pool)
+        if ev is None:
+            ev = self.pool_events[pool] = asyncio.Event()
+        return ev
+
+    def wake(self, pool: str) -> None:
+        ev = self.pool_events.pop(pool, None)
+        if ev is not None:
+            ev.set()
+
+    def wake_all(self) -> None:
+        for pool in list(self.pool_events):
+            self.wake(pool)
 
 
 def ctx(request: web.Request) -> Context:
@@ -117,7 +139,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 def make_app(context: Context) -> web.Application:
     from .handlers import engine, estate, events, ledger, meta, policies, pools, resources
-    from .handlers import tasks, tokens
+    from .handlers import tasks, tokens, workers
     app = web.Application(client_max_size=MAX_BODY,
                           middlewares=[errors_middleware, auth_middleware])
     app[CTX] = context
@@ -129,6 +151,13 @@ def make_app(context: Context) -> web.Application:
     r.add_get("/v1/tasks", tasks.list_tasks)
     r.add_get("/v1/tasks/{id}", tasks.get_task)
     r.add_post("/v1/tasks/{id}/cancel", tasks.cancel)
+    r.add_post("/v1/tasks/{id}/report", workers.report)
+    r.add_post("/v1/tasks/{id}/log", workers.upload_log)
+    r.add_get("/v1/tasks/{id}/log", workers.read_log)
+    r.add_post("/v1/workers/register", workers.register)
+    r.add_get("/v1/workers", workers.list_workers)
+    r.add_post("/v1/workers/{id}/lease", workers.lease)
+    r.add_post("/v1/workers/{id}/heartbeat", workers.heartbeat)
     r.add_get("/v1/resources", resources.list_resources)
     r.add_get("/v1/resources/{policy}/{profile}/queue", resources.queue)
     r.add_get("/v1/policies", policies.list_policies)

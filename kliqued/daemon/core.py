@@ -29,6 +29,8 @@ from .auth import Access, Principal, TokenBook, TokenRecord
 from .errors import ApiError, not_found
 from .events import Event
 from .ids import IdMaker, new_token, token_hash
+from .leases import (ACTIVE, CLOSED, FENCED, LOST_TEXT, STOP_REASON, STOPPING, Lease,
+                     WorkerInfo)
 from .records import QueuePositions, TaskRecord
 from .store import DbOp
 
@@ -63,6 +65,8 @@ class Prepared:
     apply: Callable[[], Any] = lambda: None
     """Runs after the commit; its return value answers the request."""
     wants_pass: bool = False
+    closes: list[tuple[str, int, str]] = field(default_factory=list)
+    """Ledger intervals to close (id, end ms, reason): a batch's closes are one write."""
 
 
 @dataclass
@@ -74,6 +78,14 @@ class Overlay:
     ended: set[str] = field(default_factory=set)
     enabled: bool | None = None
     revoked: set[str] = field(default_factory=set)
+    leased: set[str] = field(default_factory=set)
+    """Tasks leased by an earlier request of the batch."""
+    leases: dict[tuple[str, int], str] = field(default_factory=dict)
+    """Lease statuses an earlier request of the batch changes."""
+    requeued: set[str] = field(default_factory=set)
+    """Placed tasks an earlier request of the batch puts back in their queue (lost)."""
+    lost: set[str] = field(default_factory=set)
+    """Workers an earlier request of the batch declares lost."""
 
 
 @dataclass
@@ -82,6 +94,18 @@ class EstateInfo:
     applied_at: int | None = None
     source: str | None = None
     refused: dict[str, Any] | None = None
+    commit: str | None = None
+    """The git commit the running revision was read from (``--git``)."""
+
+
+@dataclass
+class WorkerSettings:
+    ttl_s: float = 15.0
+    """A worker silent this long is lost."""
+    poll_wait_s: float = 30.0
+    """How long a lease request waits for work at most."""
+    grace_s: float = 30.0
+    """SIGTERM to SIGKILL for a stopped task (in every lease and stop instruction)."""
 
 
 class Daemon:
@@ -107,6 +131,13 @@ class Daemon:
         self.passes = 0
         self.last_pass_at: int | None = None
         self._reasons: tuple[int, dict[str, Reason]] | None = None
+        self.workers: dict[str, WorkerInfo] = {}
+        self.unleased: dict[str, dict[str, None]] = {}
+        """Per pool: placed tasks no worker holds yet, in placement order."""
+        self.worker_settings = WorkerSettings()
+        self.mono: Callable[[], float] = time.monotonic
+        self.on_work: Callable[[str], None] | None = None
+        """Called with a pool that has new work for its workers (wakes their long polls)."""
 
     # ------------------------------------------------------------------ reading
     @property
@@ -165,7 +196,8 @@ class Daemon:
         return _reason(self.idx(), st, t, st.clock, qp.position(t.seq, t.ran_before) - 1)
 
     # ------------------------------------------------------------------ changes (live and replay)
-    def on_estate(self, compiled: CompiledEstate, source: str | None, at: int) -> None:
+    def on_estate(self, compiled: CompiledEstate, source: str | None, at: int,
+                  commit: str | None = None) -> None:
         index = EstateIndex.build(compiled)
         if self.state is None:
             self.state = State(index, at)
@@ -180,7 +212,8 @@ class Daemon:
         self.index = index
         self.access = Access(compiled)
         self.gpu_type = {p.name: p.gpu_type for p in compiled.pools}
-        self.estate = EstateInfo(compiled.revision, at, source, self.estate.refused)
+        # A revision applied after a refused one supersedes the refusal.
+        self.estate = EstateInfo(compiled.revision, at, source, None, commit)
 
     def on_submitted(self, task_id: str, at: int, actor: str, revision: str,
                      data: dict[str, Any]) -> TaskRecord:
@@ -213,8 +246,44 @@ class Daemon:
         rec.pool = pool
         rec.placed_at = at
         rec.intervals += 1
+        rec.size = t.size
+        rec.started_at = None
         self.placed_count[rec.resource] += 1
+        self.unleased.setdefault(pool, {})[task_id] = None
+        if self.on_work is not None:
+            self.on_work(pool)
         return rec
+
+    def _close_gpu_time(self, rec: TaskRecord, at: int) -> None:
+        if rec.state == "placed" and rec.placed_at is not None and rec.size:
+            rec.gpu_ms += rec.size * max(0, at - rec.placed_at)
+
+    def _drop_unleased(self, rec: TaskRecord) -> None:
+        if rec.pool is not None:
+            waiting = self.unleased.get(rec.pool)
+            if waiting is not None:
+                waiting.pop(rec.id, None)
+
+    def _stop_lease(self, rec: TaskRecord, reason: str, text: str) -> None:
+        """The task's active lease is to stop (preempted, cancelled): its worker hears it in
+        its next heartbeat. Its capacity is free in the engine already."""
+        lease = rec.current_lease
+        if lease is not None and lease.status == ACTIVE:
+            lease.status = STOPPING
+            lease.stop_reason = reason
+            lease.stop_text = text
+
+    def _end_lease(self, lease: Lease, status: str, outcome: str | None = None) -> None:
+        lease.status = status
+        if outcome is not None:
+            lease.outcome = outcome
+        w = self.workers.get(lease.worker)
+        if w is not None:
+            w.leases.pop(lease.key, None)
+        rec = self.records.get(lease.task)
+        if rec is not None and rec.state == "placed" and rec.id in self.unleased.get(
+                rec.pool or "", {}) and self.on_work is not None and rec.pool is not None:
+            self.on_work(rec.pool)  # a task waiting for its old attempt to stop may go now
 
     def on_preempted(self, task_id: str, at: int, kind: str, text: str,
                      replay: bool) -> TaskRecord:
@@ -222,8 +291,22 @@ class Daemon:
         t = st.tasks[task_id]
         if replay:
             st.preempt(t, at, kind, text)
+            if kind == "lost":
+                # State.preempt is the pass's own call and does not mark the state changed
+                # (``end`` does); from outside, the next pass must look (engine request:
+                # ``preempt`` to tick like ``end``).
+                st.dirty = True
         rec = self.records[task_id]
         self.positions.setdefault(rec.resource, QueuePositions()).queued(t.seq, True)
+        self._close_gpu_time(rec, at)
+        self._drop_unleased(rec)
+        if kind == "lost":
+            rec.lost += 1
+            lease = rec.current_lease
+            if lease is not None and lease.status in (ACTIVE, STOPPING):
+                self._end_lease(lease, FENCED)
+        else:
+            self._stop_lease(rec, STOP_REASON.get(kind, "preempted"), text)
         rec.state = "queued"
         rec.pool = None
         rec.placed_at = None
@@ -232,12 +315,32 @@ class Daemon:
         self.placed_count[rec.resource] -= 1
         return rec
 
-    def on_ended(self, task_id: str, at: int, kind: str) -> TaskRecord | None:
+    def on_ended(self, task_id: str, at: int, kind: str, reason: str | None = None,
+                 epoch: int | None = None, exit_code: int | None = None,
+                 signal: str | None = None, lost: bool = False) -> TaskRecord | None:
         """Finished, failed or cancelled (by a request, or because the estate removed its
-        compute resource: the engine already ended it then)."""
+        compute resource: the engine already ended it then). ``epoch``: the lease whose
+        report ended it (closed), or which was lost (``lost``: fenced); without it, a
+        cancellation: the active lease is told to stop."""
         rec = self.records.get(task_id)
         if rec is None or rec.state == "ended":
+            if rec is not None and epoch is not None:
+                lease = rec.lease(epoch)
+                if lease is not None and lease.status in (ACTIVE, STOPPING):
+                    self._end_lease(lease, FENCED if lost else CLOSED, kind)
             return rec
+        if epoch is not None:
+            lease = rec.lease(epoch)
+            if lease is not None and lease.status in (ACTIVE, STOPPING):
+                self._end_lease(lease, FENCED if lost else CLOSED, kind)
+            if not lost:
+                rec.exit_code, rec.signal = exit_code, signal
+        else:
+            self._stop_lease(rec, STOP_REASON.get(kind, kind), reason or kind)
+        if lost:
+            rec.lost += 1
+        self._close_gpu_time(rec, at)
+        self._drop_unleased(rec)
         st = self.st()
         t = st.tasks.get(task_id)
         if t is not None:
@@ -254,9 +357,85 @@ class Daemon:
         if rec.state == "placed":
             self.placed_count[rec.resource] -= 1
         rec.state = "ended"
-        rec.end_reason = kind
+        rec.end_reason = reason if lost and reason else kind
         rec.ended_at = at
         return rec
+
+    # ------------------------------------------------------------------ workers and leases
+    def on_worker_registered(self, data: dict[str, Any], at: int) -> WorkerInfo:
+        wid = data["worker_id"]
+        w = self.workers.get(wid)
+        if w is None:
+            w = self.workers[wid] = WorkerInfo(wid, data["pool"])
+        w.pool = data["pool"]
+        w.hostname = data.get("hostname")
+        w.executor = data.get("executor")
+        w.gpus = list(data.get("gpus") or [])
+        w.version = data.get("version")
+        w.registered_at = at
+        w.lost_at = None
+        w.last_seen = self.mono()
+        if self.on_work is not None:
+            self.on_work(w.pool)
+        return w
+
+    def on_leased(self, task_id: str, worker: str, epoch: int, at: int) -> Lease:
+        rec = self.records[task_id]
+        w = self.workers[worker]
+        size = rec.size if rec.size is not None else (rec.gpus_milli or 0)
+        lease = Lease(task_id, epoch, worker, w.pool, size, at, self.mono())
+        if rec.leases is None:
+            rec.leases = []
+        if len(rec.leases) != epoch - 1:
+            raise ValueError(f"lease epoch {epoch} of {task_id} after {len(rec.leases)}")
+        rec.leases.append(lease)
+        rec.worker = worker
+        rec.started_at = None
+        rec.exit_code = rec.signal = None
+        w.leases[lease.key] = lease
+        self._drop_unleased(rec)
+        return lease
+
+    def on_started(self, task_id: str, epoch: int, at: int) -> None:
+        rec = self.records[task_id]
+        lease = rec.lease(epoch)
+        if lease is not None and lease.started_at is None:
+            lease.started_at = at
+            if epoch == rec.epoch:
+                rec.started_at = at
+
+    def on_stopped(self, task_id: str, epoch: int, at: int, data: dict[str, Any]) -> None:
+        """The process of a lease told to stop is gone."""
+        rec = self.records[task_id]
+        lease = rec.lease(epoch)
+        if lease is not None and lease.status in (ACTIVE, STOPPING):
+            self._end_lease(lease, CLOSED, "stopped")
+        if epoch == rec.epoch:
+            rec.exit_code, rec.signal = data.get("exit_code"), data.get("signal")
+
+    def on_unleased(self, task_id: str, epoch: int, at: int) -> None:
+        """A lease withdrawn before its worker took it (the answer never reached it): the
+        task waits for a worker again, at the next epoch."""
+        rec = self.records[task_id]
+        lease = rec.lease(epoch)
+        if lease is not None and lease.status in (ACTIVE, STOPPING):
+            was_active = lease.status == ACTIVE
+            self._end_lease(lease, FENCED)
+            if was_active and rec.state == "placed" and rec.pool is not None:
+                self.unleased.setdefault(rec.pool, {})[task_id] = None
+                if self.on_work is not None:
+                    self.on_work(rec.pool)
+
+    def on_worker_lost(self, worker: str, at: int) -> None:
+        """Its leases are fenced; what happens to its tasks follows as their own events
+        (``preempted`` with kind ``lost``, or ``ended`` the third time)."""
+        w = self.workers.get(worker)
+        if w is None:
+            return
+        w.lost_at = at
+        for lease in list(w.leases.values()):
+            self._end_lease(lease, FENCED)
+        w.leases.clear()
 
     def on_engine(self, enabled: bool, at: int) -> None:
         self.st().set_enabled(enabled, at)
@@ -366,9 +545,11 @@ class Daemon:
         if rec.state == "ended" or task_id in ov.ended:
             return Prepared(apply=lambda: task_id)
         ov.ended.add(task_id)
-        interval = rec.interval_id if rec.state == "placed" else None
+        placed = rec.state == "placed" and task_id not in ov.requeued
+        interval = rec.interval_id if placed else None
         ev = Event("cancelled", task_id, p.text, self.idx().revision, rec.group, rec.user,
-                   {"text": f"cancelled by {p.text}", "by": "request", "was": rec.state,
+                   {"text": f"cancelled by {p.text}", "by": "request",
+                    "was": rec.state if placed or rec.state != "placed" else "queued",
                     "pool": rec.pool, "interval": interval})
         ops = []
         if interval is not None:
@@ -377,7 +558,7 @@ class Daemon:
                 ops.append(op)
 
         def apply() -> str:
-            self.on_ended(task_id, now, "cancelled")
+            self.on_ended(task_id, now, "cancelled", reason=f"cancelled by {p.text}")
             return task_id
         return Prepared([ev], ops, apply, wants_pass=True)
 
@@ -394,18 +575,30 @@ class Daemon:
         return Prepared([ev], [], apply, wants_pass=True)
 
     def prepare_estate(self, compiled: CompiledEstate, source: str | None, actor: str,
-                       now: int, ov: Overlay) -> Prepared:
-        ev = Event("estate_applied", None, actor, compiled.revision, None, None,
-                   {"source": source, "estate": compiled.model_dump(mode="json")})
+                       now: int, ov: Overlay, commit: str | None = None) -> Prepared:
+        data: dict[str, Any] = {"source": source, "estate": compiled.model_dump(mode="json")}
+        if commit is not None:
+            data["commit"] = commit
+        ev = Event("estate_applied", None, actor, compiled.revision, None, None, data)
         ops = []
         op = ledger_bridge.replace_prices(compiled)
         if op is not None:
             ops.append(op)
 
         def apply() -> str:
-            self.on_estate(compiled, source, now)
+            self.on_estate(compiled, source, now, commit)
             return compiled.revision
         return Prepared([ev], ops, apply, wants_pass=True)
+
+    def prepare_refused(self, refused: dict[str, Any], now: int, ov: Overlay) -> Prepared:
+        """An estate revision that does not compile: logged, shown by GET /v1/estate, while
+        the running revision keeps running."""
+        ev = Event("estate_refused", None, "kliqued", self.estate.revision, None, None,
+                   refused)
+
+        def apply() -> None:
+            self.estate.refused = {**refused, "at": now}
+        return Prepared([ev], [], apply)
 
     def prepare_token(self, p: Principal | None, principal: str, name: str | None,
                       now: int, ov: Overlay, secret: str | None = None) -> Prepared:

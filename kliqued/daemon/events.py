@@ -7,11 +7,17 @@ Kinds (``data`` fields in brackets):
 - ``placed`` [pool, resource, size_milli, phase, interval]
 - ``preempted`` [pool, kind, text, by, interval]
 - ``cancelled`` [text, by: request|estate, interval|null]
-- ``ended`` [kind: finished|failed|..., interval|null] (workers, issue 5)
+- ``ended`` [kind: finished|failed, epoch, worker, exit_code, signal, message, interval;
+  reason and lost for a task lost the third time] (a worker's report)
+- ``worker_registered`` [worker, pool, hostname, executor, gpus, version]
+- ``leased`` [worker, epoch, pool, size_milli] / ``started`` [worker, epoch, ...] /
+  ``stopped`` [worker, epoch, report, reason, exit_code, signal] / ``unleased`` [worker,
+  epoch] (a lease its worker never took)
+- ``worker_lost`` [worker, pool, tasks] (then each task's ``preempted`` with kind ``lost``)
 - ``engine_disabled`` / ``engine_enabled``
 - ``alert`` [policy, threshold_milli, period_start, used_units, budget_units, text]
 - ``token_created`` [id, principal, name] / ``token_revoked`` [id]
-- ``estate_refused`` [revision, errors] (GitOps reload, issue 5)
+- ``estate_refused`` [revision, commit, source, errors] (GitOps reload)
 
 ``grp`` and ``usr`` are columns (not only data) so the audit log can be filtered to what a
 user may see without parsing JSON.

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import ledger_bridge
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, Unavailable
 from .events import Event
@@ -149,6 +150,7 @@ class Sequencer:
         if self._pending:
             self._wake.set()
         prepared: list[tuple[_Request, Prepared]] = []
+        closes: list[tuple[str, int, str]] = []
         ov = Overlay()
         now = d.clock.now()
         for r in taken:
@@ -163,6 +165,11 @@ class Sequencer:
             prepared.append((r, p))
             events.extend(p.events)
             batch.ops.extend(p.ops)
+            closes.extend(p.closes)
+        if closes:
+            op = ledger_bridge.intervals([], closes)
+            if op is not None:
+                batch.ops.append(op)
         if events or batch.ops:
             pass_events = len(events) - sum(len(p.events) for _, p in prepared)
             for i, ev in enumerate(events):

@@ -22,7 +22,8 @@ class TaskRecord:
     __slots__ = ("id", "resource", "policy", "profile", "group", "user", "actor", "project",
                  "labels", "command", "payload", "gpus_milli", "submitted_at", "revision",
                  "idempotency_key", "state", "pool", "placed_at", "ended_at", "end_reason",
-                 "preemptions", "last_preemption", "intervals", "submitted_pass")
+                 "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
+                 "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
@@ -55,10 +56,38 @@ class TaskRecord:
         self.submitted_pass = 0
         """How many passes had run when it was submitted: until another runs, its reason is
         "waits for the next pass", without asking the engine."""
+        self.leases: list[Any] | None = None
+        """Its leases to workers, oldest first: ``leases[e - 1]`` has epoch ``e``."""
+        self.worker: str | None = None
+        """The worker of its latest lease."""
+        self.started_at: int | None = None
+        """When its latest lease's process started (the worker's report)."""
+        self.exit_code: int | None = None
+        self.signal: str | None = None
+        self.lost = 0
+        """How many times a worker running it was lost (the third time it fails)."""
+        self.gpu_ms = 0
+        """Milli-GPU x ms of its closed placement intervals (the open one is added live)."""
+        self.size: int | None = None
+        """Its size in milli-GPUs at its latest placement."""
 
     @property
     def interval_id(self) -> str:
         return f"{self.id}#{self.intervals}"
+
+    @property
+    def epoch(self) -> int:
+        """The latest lease's fencing epoch (0: never leased)."""
+        return len(self.leases) if self.leases else 0
+
+    def lease(self, epoch: int) -> Any:
+        if self.leases and 1 <= epoch <= len(self.leases):
+            return self.leases[epoch - 1]
+        return None
+
+    @property
+    def current_lease(self) -> Any:
+        return self.leases[-1] if self.leases else None
 
 
 def _remove(lst: list[int], seq: int) -> None:

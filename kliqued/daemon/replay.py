@@ -65,16 +65,29 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
             elif kind == "preempted":
                 d.on_preempted(task, at, data["kind"], data["text"], replay=True)
             elif kind == "cancelled":
-                d.on_ended(task, at, "cancelled")
+                d.on_ended(task, at, "cancelled", reason=data.get("text"))
             elif kind == "ended":
-                d.on_ended(task, at, data["kind"])
+                d.on_ended(task, at, data["kind"], data.get("reason"), data.get("epoch"),
+                           data.get("exit_code"), data.get("signal"), bool(data.get("lost")))
+            elif kind == "leased":
+                d.on_leased(task, data["worker"], data["epoch"], at)
+            elif kind == "started":
+                d.on_started(task, data["epoch"], at)
+            elif kind == "stopped":
+                d.on_stopped(task, data["epoch"], at, data)
+            elif kind == "unleased":
+                d.on_unleased(task, data["epoch"], at)
+            elif kind == "worker_registered":
+                d.on_worker_registered(data, at)
+            elif kind == "worker_lost":
+                d.on_worker_lost(data["worker"], at)
             elif kind in ("engine_enabled", "engine_disabled"):
                 d.on_engine(kind == "engine_enabled", at)
             elif kind == "alert":
                 d.on_alert(data, at, replay=True)
             elif kind == "estate_applied":
                 d.on_estate(CompiledEstate.model_validate(data["estate"]), data.get("source"),
-                            at)
+                            at, data.get("commit"))
             elif kind == "estate_refused":
                 d.estate.refused = {**data, "at": at}
             # token_created / token_revoked: the tokens table is their state

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from compiler.api import compile_dir
 from compiler.compiled import CompiledEstate
 
 from . import ledger_bridge
 from .app import Context, make_app
-from .core import Daemon
+from .core import Daemon, WorkerSettings
+from .gitops import DirSource, Follower, GitSource, Snapshot
+from .logs import DEFAULT_CAP, LogStore
 from .ids import token_hash
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
@@ -43,6 +44,16 @@ class Options:
     listen: str
     tls_cert: str | None = None
     tls_key: str | None = None
+    watch: bool = True
+    """Watch ``--estate`` and apply each valid change (GitOps reload)."""
+    git: str | None = None
+    branch: str = "main"
+    estate_path: str = "estate"
+    poll_s: float = 30.0
+    worker_ttl_s: float = 15.0
+    poll_wait_s: float = 30.0
+    grace_s: float = 30.0
+    log_cap: int = DEFAULT_CAP
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -101,21 +112,46 @@ def serve(opts: Options) -> int:
             return EXIT_ERROR
         log.info("started: %s, replayed %d events (%d tasks) in %.2f s", opts.db, stats.events,
                  stats.tasks, stats.seconds)
+        d.worker_settings = WorkerSettings(opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s)
         compiled: CompiledEstate | None = None
         source = None
-        if opts.estate is not None or d.state is None:
+        follow: DirSource | GitSource | None = None
+        snap: Snapshot | None = None
+        if opts.git is not None:
+            from compiler.plan.gitsource import GitSourceError
+            try:
+                follow = GitSource(opts.git, opts.branch, opts.estate_path, opts.poll_s)
+                snap = follow.read()
+            except GitSourceError as exc:
+                print(f"kliqued serve: error: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+            except Exception as exc:  # git itself failed (fetch, permissions)
+                print(f"kliqued serve: error: cannot read {opts.git}: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+            source = snap.label
+        elif opts.estate is not None or d.state is None:
             source = opts.estate or "estate"
-            result = compile_dir(source)
+            src = DirSource(source)
+            snap = src.read()
+            if opts.watch:
+                follow = src
+        if snap is not None:
+            result = snap.result
             if result.estate is None:
                 for diag in result.diagnostics:
                     print(diag.render(), file=sys.stderr)
-                print(f"kliqued serve: the estate in {source} is not valid ({len(result.errors)}"
-                      f" errors): not starting", file=sys.stderr)
-                return EXIT_INVALID_ESTATE
-            compiled = result.estate
+                if d.state is None or opts.git is None:
+                    print(f"kliqued serve: the estate in {source} is not valid "
+                          f"({len(result.errors)} errors): not starting", file=sys.stderr)
+                    return EXIT_INVALID_ESTATE
+                # GitOps: the branch is broken right now; run the last applied revision and
+                # report the refusal (the follower's first check).
+                snap = None
+            else:
+                compiled = result.estate
         if not ledger_bridge.available():
             log.warning("the usage ledger (kliqued.ledger) is not installed: events only")
-        return asyncio.run(_run(opts, store, d, compiled, source, host, port))
+        return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap))
     finally:
         try:
             store.close()
@@ -124,7 +160,9 @@ def serve(opts: Options) -> int:
 
 
 async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate | None,
-               source: str | None, host: str, port: int) -> int:
+               source: str | None, host: str, port: int,
+               follow: DirSource | GitSource | None = None,
+               snap: Snapshot | None = None) -> int:
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
     seq = Sequencer(d, store, float(interval))
     runner_task = asyncio.create_task(seq.run())
@@ -138,8 +176,11 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         stop.set()
     seq.on_fatal = fatal
 
-    if compiled is not None and compiled.revision != d.estate.revision:
-        await seq.submit(lambda now, ov: d.prepare_estate(compiled, source, "kliqued", now, ov),
+    commit = snap.commit if snap is not None else None
+    if compiled is not None and (compiled.revision != d.estate.revision
+                                 or commit != d.estate.commit and commit is not None):
+        await seq.submit(lambda now, ov: d.prepare_estate(compiled, source, "kliqued", now, ov,
+                                                          commit),
                          barrier=True)
         e = compiled
         log.info("estate applied: %s from %s (%d pools, %d profiles, %d policies, %d compute "
@@ -174,7 +215,11 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if opts.tls_cert:
         ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ssl_ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
-    app = make_app(Context(d, seq, store, float(interval), url))
+    ctx = Context(d, seq, store, float(interval), url, LogStore.beside(opts.db, opts.log_cap))
+    d.on_work = ctx.wake
+    for w in d.workers.values():  # after a restart every known worker gets a full TTL
+        w.last_seen = d.mono()
+    app = make_app(ctx)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, backlog=1024)
@@ -191,10 +236,50 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         loop.add_signal_handler(sig, stop.set)
     log.info("serving on %s (pid %d, %d tasks, engine %s)", url, os.getpid(), len(d.records),
              "enabled" if d.st().enabled else "disabled")
+    background = [asyncio.create_task(_watch_workers(d, seq, stop))]
+    follower = None
+    if follow is not None:
+        follower = Follower(follow, d, seq, snap.key if snap is not None else None)
+        if snap is None:
+            await follower.check()
+        background.append(asyncio.create_task(follower.run()))
     await stop.wait()
     log.info("stopping: no new connections; finishing requests in flight")
+    ctx.closing.set()
+    ctx.wake_all()
+    if follower is not None:
+        follower.stop.set()
+    for t in background:
+        t.cancel()
+    await asyncio.gather(*background, return_exceptions=True)
     await runner.cleanup()
     await seq.stop()
     await runner_task
     log.info("stopped: %d events in the log", d.seq)
     return exit_code
+
+
+async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None:
+    """Declares lost every worker silent for longer than its TTL (its tasks go back to the
+    front of their queues, or fail the third time)."""
+    from .fleet import prepare_worker_lost
+    ttl = d.worker_settings.ttl_s
+    step = max(0.05, min(1.0, ttl / 4))
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), step)
+            return
+        except asyncio.TimeoutError:
+            pass
+        now = d.mono()
+        for w in list(d.workers.values()):
+            if w.lost or now - w.last_seen <= ttl:
+                continue
+            log.warning("worker %s (pool %s) lost: no heartbeat for %.1f s; its %d task(s) "
+                        "go back to their queues", w.id, w.pool, now - w.last_seen,
+                        len(w.leases))
+            try:
+                await seq.submit(lambda n, ov, wid=w.id: prepare_worker_lost(d, wid, n, ov))
+            except Exception as exc:  # shutting down
+                log.debug("worker lost not recorded: %s", exc)
+                return

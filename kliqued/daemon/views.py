@@ -20,16 +20,32 @@ def reason_json(r: Any) -> dict[str, str] | None:
     return None if r is None else {"kind": r.kind, "text": r.text}
 
 
+def state(rec: TaskRecord) -> str:
+    """``running`` is a sub-state of ``placed``: placed, and its worker reported it
+    started."""
+    if rec.state == "placed" and rec.started_at is not None:
+        return "running"
+    return rec.state
+
+
+def gpu_hours(rec: TaskRecord) -> float:
+    """GPU-hours of its closed placement intervals (the ledger's ``gpu_hours`` of its
+    ended intervals), to 4 decimals: the current placement counts once it ends (the
+    ledger's ``usage`` view has it live). Stable, so a task reads the same after a
+    restart."""
+    return round(rec.gpu_ms / 3_600_000_000, 4)
+
+
 def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
     t = d.state.tasks.get(rec.id) if d.state is not None else None
-    size = t.size if t is not None else None
+    size = t.size if t is not None else rec.size
     lp = rec.last_preemption
     return {
         "id": rec.id, "resource": rec.resource, "policy": rec.policy, "profile": rec.profile,
         "group": rec.group, "user": rec.user, "actor": rec.actor, "project": rec.project,
         "labels": rec.labels, "command": rec.command, "payload": rec.payload,
         "gpus": gpus(size if size is not None else rec.gpus_milli),
-        "state": rec.state, "end_reason": rec.end_reason,
+        "state": state(rec), "end_reason": rec.end_reason,
         "pool": rec.pool, "submitted_at": iso(rec.submitted_at),
         "placed_at": iso(rec.placed_at), "ended_at": iso(rec.ended_at),
         "position": d.position(rec),
@@ -38,6 +54,8 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
         "last_preemption": None if lp is None else {"kind": lp[0], "text": lp[1],
                                                     "at": iso(lp[2])},
         "revision": rec.revision,
+        "worker": rec.worker, "epoch": rec.epoch, "started_at": iso(rec.started_at),
+        "exit_code": rec.exit_code, "signal": rec.signal, "gpu_hours": gpu_hours(rec),
     }
 
 
@@ -124,14 +142,15 @@ def refused(r: dict[str, Any] | None) -> dict[str, Any] | None:
     """The last refused revision (GitOps reload, issue 5): ``at`` is kept in ms."""
     if r is None:
         return None
-    return {"revision": r.get("revision"), "at": iso(r["at"]), "source": r.get("source"),
-            "errors": [str(e) for e in r.get("errors", [])]}
+    return {"revision": r.get("revision"), "commit": r.get("commit"), "at": iso(r["at"]),
+            "source": r.get("source"), "errors": [str(e) for e in r.get("errors", [])]}
 
 
 def estate(d: Daemon) -> dict[str, Any]:
     e = d.idx().estate
     return {"revision": d.estate.revision, "applied_at": iso(d.estate.applied_at),
-            "source": d.estate.source, "pools": len(e.pools), "profiles": len(e.profiles),
+            "source": d.estate.source, "commit": d.estate.commit,
+            "pools": len(e.pools), "profiles": len(e.profiles),
             "policies": len(e.policies), "compute_resources": len(e.compute_resources),
             "refused": refused(d.estate.refused)}
 
@@ -158,3 +177,15 @@ def event(row: dict[str, Any]) -> dict[str, Any]:
     return {"seq": row["seq"], "at": iso(row["at_ms"]), "kind": row["kind"],
             "task": row["task"], "actor": row["actor"], "revision": row["revision"],
             "data": data}
+
+
+def worker(d: Daemon, w: Any) -> dict[str, Any]:
+    ttl = d.worker_settings.ttl_s
+    return {"id": w.id, "pool": w.pool, "hostname": w.hostname, "executor": w.executor,
+            "gpus": len(w.gpus), "version": w.version,
+            "registered_at": iso(w.registered_at),
+            "state": "lost" if w.lost else ("alive" if d.mono() - w.last_seen <= ttl
+                                            else "silent"),
+            "lost_at": iso(w.lost_at),
+            "leases": [{"task": lease.task, "epoch": lease.epoch, "status": lease.status}
+                       for lease in sorted(w.leases.values(), key=lambda x: x.key)]}

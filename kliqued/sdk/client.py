@@ -243,6 +243,24 @@ class Client:
             if not after:
                 return
 
+    def task_log(self, id: str, offset: int = 0, epoch: int | None = None,
+                 limit: int | None = None) -> dict:
+        """A task's log (one attempt: ``epoch``, default the latest) from byte ``offset``,
+        as uploaded by its worker: ``{"data": bytes, "text", "offset", "next_offset",
+        "epoch", "epochs": [1, 2, ...], "size", "complete"}``. ``complete`` is true once no
+        more of that attempt will come; read again from ``next_offset`` to follow it."""
+        query = {"offset": offset, "epoch": epoch, "limit": limit}
+        with self._open("GET", f"/tasks/{self._seg(id)}/log", query,
+                        headers={"Accept": "text/plain"}) as resp:
+            data = resp.read()
+            h = resp.headers
+        epochs = [int(e) for e in (h.get("X-Klique-Epochs") or "").split(",") if e.strip()]
+        return {"data": data, "text": data.decode("utf-8", "replace"), "offset": offset,
+                "next_offset": int(h.get("X-Klique-Next-Offset") or offset + len(data)),
+                "epoch": int(h.get("X-Klique-Epoch") or 0), "epochs": epochs,
+                "size": int(h.get("X-Klique-Log-Size") or 0),
+                "complete": h.get("X-Klique-Log-Complete") == "true"}
+
     def cancel(self, id: str) -> dict:
         """Cancels a queued or placed task; cancelling an ended task returns it unchanged."""
         return self._call("POST", f"/tasks/{self._seg(id)}/cancel", retry=True)

@@ -9,7 +9,8 @@ import os
 import platform
 import sys
 
-MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_daemon"]
+MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_daemon", "bench_slurm",
+           "bench_workers"]
 
 
 def machine() -> str:

@@ -1,0 +1,265 @@
+"""``kliqued dev``: the whole product on one machine (what ``make run`` starts).
+
+It starts ``kliqued serve`` on the estate (watched: edits apply live) with a local DuckDB
+file, creates a token for every user of the estate through the API with the admin token
+(``run/tokens/<user>.token``), starts a local ``klique-worker`` for the bare-metal pool
+(process executor, declared GPUs), prints the URL and ready-to-use ``export`` lines, and
+stays in the foreground until Ctrl-C, which stops the worker, then the daemon. Running it
+again reuses the database, the tokens and the worker's state: nothing is lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ._common import add_command
+
+DEFAULT_POOL = "onprem-baremetal"
+SHOWN_USERS = ("alice", "heidi", "zoe")
+"""Whose export lines are printed (alice: llm-research; heidi and zoe: groups with the
+cpu-only profile, whose first pool is the bare-metal pool the local worker serves)."""
+
+
+def register(subparsers) -> None:
+    p = add_command(
+        subparsers, "dev", help="run the control plane and a local worker (make run)",
+        description="Starts kliqued serve on the estate (watched) with a database in "
+                    "--dir, a token per user of the estate in DIR/tokens/, and a local "
+                    "klique-worker for a pool (process executor: commands run as processes "
+                    "on this machine, with declared GPUs unless --gpus auto). Prints the URL "
+                    "and export lines for the users, then stays in the foreground: Ctrl-C "
+                    "stops the worker and the daemon cleanly. Logs: DIR/kliqued.log, "
+                    "DIR/worker-<pool>.log.",
+        examples="  kliqued dev                                   # what make run does\n"
+                 "  kliqued dev --listen 127.0.0.1:9090 --dir /tmp/klique\n"
+                 "  kliqued dev --pool onprem-baremetal --pool onprem-k8s   # two local workers\n"
+                 "  # then, in another terminal, as heidi (group climate):\n"
+                 "  export KLIQUE_URL=http://127.0.0.1:8080 KLIQUE_TOKEN=$(cat run/tokens/heidi.token)\n"
+                 "  kliqued submit --resource climate/cpu-only -- python -c \"print('hello')\"\n"
+                 "  kliqued logs t-01M8K8MWK70000")
+    p.add_argument("--estate", metavar="DIR", default="estate",
+                   help="the estate directory (default: %(default)s)")
+    p.add_argument("--dir", metavar="DIR", default="run",
+                   help="database, tokens, logs and worker state (default: %(default)s)")
+    p.add_argument("--listen", metavar="HOST:PORT", default=None,
+                   help="where the API listens (default: 127.0.0.1:8080, or the next free "
+                        "port)")
+    p.add_argument("--pool", action="append", default=None, metavar="NAME",
+                   help=f"run a local worker for this pool (repeatable; default: "
+                        f"{DEFAULT_POOL})")
+    p.add_argument("--gpus", default=None, metavar="LIST",
+                   help="the worker's GPUs: auto (nvidia-smi), 0,1,2,3, or none (default: "
+                        "as many declared GPUs as the pool's capacity)")
+    p.add_argument("--no-worker", action="store_true", help="start no worker")
+    p.add_argument("--grace", default="10s", metavar="DURATION",
+                   help="SIGTERM to SIGKILL for a stopped task (default: %(default)s)")
+    p.set_defaults(handler=run)
+
+
+def _free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _listen(arg: str | None) -> str:
+    if arg:
+        return arg
+    for port in range(8080, 8100):
+        if _free("127.0.0.1", port):
+            return f"127.0.0.1:{port}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def _write_secret(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    os.chmod(path, 0o600)
+
+
+def _token_ok(url: str, token: str) -> bool:
+    from kliqued.sdk import Client, KliqueError
+    try:
+        Client(url, token, timeout=5, retries=0).whoami()
+        return True
+    except KliqueError:
+        return False
+
+
+def _token(url: str, admin, path: Path, **kind) -> str:
+    """The token in ``path`` if the server still accepts it, else a new one."""
+    if path.exists():
+        old = path.read_text().strip()
+        if old and _token_ok(url, old):
+            return old
+    made = admin.create_token(name="kliqued dev", **kind)["token"]
+    _write_secret(path, made)
+    return made
+
+
+def _stop(proc: subprocess.Popen | None, what: str, timeout: float) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        print(f"kliqued dev: {what} did not stop within {timeout:.0f} s: killing it",
+              file=sys.stderr)
+        proc.kill()
+        proc.wait(5)
+
+
+def _tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def run(args: argparse.Namespace) -> int:
+    from compiler.api import compile_dir
+    from kliqued.daemon.ids import new_token
+    from kliqued.sdk import Client, KliqueError
+
+    home = Path(args.dir)
+    tokens = home / "tokens"
+    home.mkdir(parents=True, exist_ok=True)
+    tokens.mkdir(exist_ok=True)
+    result = compile_dir(args.estate)
+    if result.estate is None:
+        for d in result.errors:
+            print(d.render(), file=sys.stderr)
+        print(f"kliqued dev: the estate in {args.estate} is not valid", file=sys.stderr)
+        return 2
+    estate = result.estate
+    pools = args.pool or ([] if args.no_worker else [DEFAULT_POOL])
+    if args.no_worker:
+        pools = []
+    for pool in pools:
+        if estate.pool(pool) is None:
+            print(f"kliqued dev: no pool {pool!r} in {args.estate}", file=sys.stderr)
+            return 2
+    listen = _listen(args.listen)
+    url = f"http://{listen}"
+    admin_file = tokens / "admin.token"
+    admin_token = admin_file.read_text().strip() if admin_file.exists() else ""
+    if not admin_token:
+        admin_token = new_token()
+        _write_secret(admin_file, admin_token)
+    env = {**os.environ, "KLIQUE_ADMIN_TOKEN": admin_token}
+    daemon_log = home / "kliqued.log"
+    procs: list[tuple[str, subprocess.Popen, Path]] = []
+    stopping = False
+
+    def on_signal(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    serve = None
+    try:
+        with open(daemon_log, "a") as fh:
+            serve = subprocess.Popen(
+                [sys.executable, "-m", "kliqued.cli", "serve", "--estate", args.estate,
+                 "--db", str(home / "kliqued.duckdb"), "--listen", listen],
+                env=env, stdout=fh, stderr=fh, start_new_session=True)
+        procs.append(("kliqued serve", serve, daemon_log))
+        admin = Client(url, admin_token, timeout=10, retries=0)
+        deadline = time.monotonic() + 60
+        while True:
+            if serve.poll() is not None:
+                print(f"kliqued dev: kliqued serve exited ({serve.returncode}):\n"
+                      f"{_tail(daemon_log)}", file=sys.stderr)
+                return 1
+            try:
+                if admin.health().get("status") == "ok":
+                    break
+            except KliqueError:
+                pass
+            if time.monotonic() > deadline or stopping:
+                print(f"kliqued dev: kliqued serve did not come up:\n{_tail(daemon_log)}",
+                      file=sys.stderr)
+                return 1
+            time.sleep(0.1)
+        users = sorted({u for g in estate.groups for u in (*g.users, *g.admins)})
+        user_tokens = {}
+        for u in users:
+            safe = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in u)
+            user_tokens[u] = _token(url, admin, tokens / f"{safe}.token", user=u)
+        _token(url, admin, tokens / "finance.token", role="finance")
+        for pool in pools:
+            tfile = tokens / f"worker-{pool}.token"
+            _token(url, admin, tfile, worker=True, pool=pool)
+            capacity = int(estate.pool(pool).capacity_milli // 1000) or 1
+            gpus = args.gpus or ",".join(str(i) for i in range(capacity))
+            wlog = home / f"worker-{pool}.log"
+            with open(wlog, "a") as fh:
+                w = subprocess.Popen(
+                    [sys.executable, "-m", "workers.cli", "--url", url, "--pool", pool,
+                     "--token-file", str(tfile), "--state-dir", str(home / f"worker-{pool}"),
+                     "--gpus", gpus, "--grace", args.grace],
+                    stdout=fh, stderr=fh, start_new_session=True)
+            procs.append((f"klique-worker ({pool})", w, wlog))
+        print(banner(url, args, estate, home, pools, user_tokens, admin_token), flush=True)
+        while not stopping:
+            for what, proc, logf in procs:
+                if proc.poll() is not None:
+                    print(f"kliqued dev: {what} exited ({proc.returncode}); stopping. Its "
+                          f"log ({logf}):\n{_tail(logf)}", file=sys.stderr)
+                    return 1
+            time.sleep(0.2)
+        print("\nkliqued dev: stopping the worker, then the daemon ...", flush=True)
+        return 0
+    finally:
+        for what, proc, _ in reversed(procs):  # workers first, the daemon last
+            _stop(proc, what, 25 if proc is serve else 15)
+        for s, h in old.items():
+            signal.signal(s, h)
+        if stopping:
+            print("kliqued dev: stopped (a task still running keeps running; the next "
+                  "kliqued dev takes it back)", flush=True)
+
+
+def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[str],
+           user_tokens: dict[str, str], admin_token: str) -> str:
+    line = "-" * 78
+    kq = f"{sys.executable.rsplit('/', 1)[0]}/kliqued"
+    rel = os.path.relpath(kq) if kq.startswith(os.getcwd()) else kq
+    out = [line, f"Klique is running at {url}   (estate {args.estate}/, watched; "
+                 f"revision {estate.revision[:19]})", ""]
+    for pool in pools:
+        p = estate.pool(pool)
+        out.append(f"  worker   {pool}: {args.gpus or f'{p.capacity_milli // 1000} declared GPUs'}"
+                   f", process executor, log {home}/worker-{pool}.log")
+    out += [f"  daemon   log {home}/kliqued.log, database {home}/kliqued.duckdb",
+            f"  tokens   {home}/tokens/<user>.token for every user of the estate "
+            f"({len(user_tokens)}), admin.token, finance.token", "",
+            "In another terminal, as one of the example users:", ""]
+    for u in SHOWN_USERS:
+        if u in user_tokens:
+            groups = [g.name for g in estate.groups if u in g.users]
+            out.append(f"  # {u} ({', '.join(groups) or 'admin'})")
+            out.append(f"  export KLIQUE_URL={url} KLIQUE_TOKEN={user_tokens[u]}")
+    out += ["  # the platform admin",
+            f"  export KLIQUE_URL={url} KLIQUE_TOKEN={admin_token}", "",
+            "Then, as heidi (climate/cpu-only runs on the bare-metal pool first):", "",
+            f"  {rel} submit --resource climate/cpu-only -- python -c \"print('hello')\"",
+            f"  {rel} status <ID>        # running, then ended (finished), GPU-hours",
+            f"  {rel} logs <ID>          # hello", "",
+            "Ctrl-C stops the worker and the daemon.", line]
+    return "\n".join(out)

@@ -1,0 +1,77 @@
+"""``kliqued logs``: a task's log, as its worker uploaded it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ._client import add_client_flags, client, handles_errors
+from ._common import add_command
+
+
+def register(subparsers) -> None:
+    p = add_command(
+        subparsers, "logs", help="a task's log (its stdout and stderr, from its worker)",
+        description="Prints the log of a task: what its command wrote to stdout and stderr, "
+                    "uploaded by the worker that ran it every few seconds and before its end "
+                    "is reported. A task that ran more than once (preempted, or its worker "
+                    "lost) has one log per attempt: all are printed, each under a header, "
+                    "unless --attempt picks one. --follow keeps printing the latest attempt "
+                    "until the task ends. Readable by the task's user, its group's admins "
+                    "and admins.",
+        examples="  kliqued logs t-01M8K8MWK70000\n"
+                 "  kliqued logs t-01M8K8MWK70000 --follow\n"
+                 "  kliqued logs t-01M8K8MWK70000 --attempt 1")
+    p.add_argument("id", metavar="ID", help="a task id")
+    p.add_argument("--attempt", type=int, metavar="N",
+                   help="only attempt N (the lease epoch; default: every attempt)")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep printing the latest attempt until the task ends")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+                   help="seconds between reads with --follow (default: 1)")
+    add_client_flags(p, json_flag=False)
+    p.set_defaults(handler=run)
+
+
+def _write(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+
+
+@handles_errors
+def run(args: argparse.Namespace) -> int:
+    k = client(args)
+    first = k.task_log(args.id, 0, args.attempt)
+    epochs = [args.attempt] if args.attempt else (first["epochs"] or [first["epoch"]])
+    several = len(epochs) > 1
+    offset = 0
+    epoch = epochs[-1]
+    for e in epochs:
+        page = first if e == first["epoch"] else k.task_log(args.id, 0, e)
+        if several:
+            _write(f"==> {args.id} attempt {e} <==\n".encode())
+        _write(page["data"])
+        offset = page["next_offset"]
+        while page["data"] and page["next_offset"] < page["size"]:
+            page = k.task_log(args.id, page["next_offset"], e)
+            _write(page["data"])
+            offset = page["next_offset"]
+        epoch = e
+    if not args.follow:
+        return 0
+    while True:
+        task = k.task(args.id)
+        page = k.task_log(args.id, offset, epoch)
+        _write(page["data"])
+        offset = page["next_offset"]
+        if page["data"]:
+            continue
+        latest = task.get("epoch") or epoch
+        if latest > epoch and not args.attempt:
+            epoch, offset = latest, 0
+            _write(f"==> {args.id} attempt {epoch} <==\n".encode())
+            continue
+        if task["state"] == "ended" and page["complete"]:
+            return 0
+        time.sleep(args.interval)

@@ -1,0 +1,371 @@
+"""The worker protocol's changes (docs/worker-protocol.md), prepared for the sequencer like
+every other request: validated against the state and what earlier requests of the batch do
+(``Overlay``), their events and ledger closes built, applied after the commit through the
+``Daemon.on_*`` methods that replay uses too.
+
+- register: ``worker_registered``; the answer lists the leases the control plane believes
+  the worker holds;
+- lease: ``leased`` (task, worker, epoch) for every placed task of the worker's pool that
+  fits its free GPUs, oldest placement first;
+- report: ``started``; ``ended`` (finished, failed: the ledger interval closes in the same
+  transaction); ``stopped`` (a lease told to stop); a stale epoch is ``409 stale-epoch``; a
+  report for a closed lease changes nothing (idempotent);
+- a worker silent longer than its TTL: ``worker_lost``, then for each task it ran a
+  ``preempted`` (kind ``lost``, back at the front of its queue) or, the third time, an
+  ``ended`` (failed, ``worker lost 3 times``);
+- a lease its worker never took (not in its heartbeats): ``unleased``, leased again later at
+  the next epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .auth import Principal
+from .core import Daemon, Overlay, Prepared
+from .errors import ApiError, forbidden
+from .events import Event
+from .leases import (ACTIVE, CLOSED, FENCED, LOST_FAIL_TEXT, LOST_TEXT, MAX_LOSSES,
+                     STOPPING, Lease, WorkerInfo, gpu_fits)
+from .records import TaskRecord
+from .units import gpus
+
+MAX_LEASES = 64
+"""Leases in one answer at most (tasks of 0 GPUs always fit)."""
+
+SCAN = 2000
+"""Waiting tasks looked at per lease request at most."""
+
+
+def stale(rec: TaskRecord, epoch: int) -> ApiError:
+    return ApiError(409, "stale-epoch",
+                    f"task {rec.id}: epoch {epoch} is not a lease the control plane still "
+                    f"knows (the task's latest epoch is {rec.epoch}); stop this copy")
+
+
+def worker_of(d: Daemon, p: Principal, wid: str) -> WorkerInfo:
+    """The worker ``wid`` for a worker token of its pool: 403 for any other principal or
+    pool, 404 for an unknown or lost worker (it registers again)."""
+    if not p.is_worker:
+        raise forbidden(f"{p.text} is not a worker: worker endpoints need a worker token")
+    w = d.workers.get(wid)
+    if w is None:
+        raise ApiError(404, "not-found", f"no worker {wid}: register first")
+    if w.pool != p.name:
+        raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to {p.name}")
+    if w.lost:
+        raise ApiError(404, "not-found", f"worker {wid} was declared lost (no heartbeat "
+                                         f"within its TTL): register again")
+    return w
+
+
+def leases_of(w: WorkerInfo) -> list[dict[str, Any]]:
+    return [{"task": t, "epoch": e} for (t, e) in sorted(w.leases)]
+
+
+# ---------------------------------------------------------------------- register
+def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
+                     ov: Overlay) -> Prepared:
+    wid = body["worker_id"]
+    w = d.workers.get(wid)
+    if w is not None and w.pool != body["pool"]:
+        raise ApiError(409, "conflict", f"worker id {wid} is registered with pool {w.pool}; "
+                                        f"a worker keeps its pool (give it another state dir)")
+    data = {"worker_id": wid, "pool": body["pool"], "hostname": body.get("hostname"),
+            "executor": body.get("executor"), "gpus": body.get("gpus") or [],
+            "version": body.get("version")}
+    ev = Event("worker_registered", None, p.text, d.idx().revision, None, None,
+               {"worker": wid, **data})
+
+    def apply() -> dict[str, Any]:
+        w = d.on_worker_registered(data, now)
+        s = d.worker_settings
+        return {"worker_id": wid, "heartbeat_ttl_s": s.ttl_s, "poll_wait_s": s.poll_wait_s,
+                "running": leases_of(w)}
+    return Prepared([ev], [], apply)
+
+
+# ---------------------------------------------------------------------- lease
+def room(body: dict[str, Any]) -> tuple[int, list[int]]:
+    """(entirely free GPUs, room in milli on every GPU with room) from a lease request."""
+    free = [int(i) for i in body.get("free_gpus") or []]
+    shared: list[int] = []
+    if body.get("gpu_free") is not None:
+        for g in body["gpu_free"]:
+            f = max(0, min(1000, round(float(g.get("free", 0)) * 1000)))
+            if f:
+                shared.append(f)
+    else:
+        shared = [1000] * len(free)
+    return len(free), shared
+
+
+def _stopping(rec: TaskRecord, ov: Overlay) -> bool:
+    for lease in rec.leases or ():
+        if ov.leases.get(lease.key, lease.status) == STOPPING:
+            return True
+    return False
+
+
+def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = None
+               ) -> list[TaskRecord]:
+    """Placed tasks of the worker's pool that no worker holds, no older attempt of which
+    is still stopping, and that fit the worker's room, oldest placement first."""
+    waiting = d.unleased.get(w.pool)
+    if not waiting:
+        return []
+    ov = ov or Overlay()
+    whole, shared = room(body)
+    out: list[TaskRecord] = []
+    for n, tid in enumerate(waiting):
+        if n >= SCAN or len(out) >= MAX_LEASES:
+            break
+        rec = d.records.get(tid)
+        if rec is None or rec.state != "placed" or tid in ov.leased or tid in ov.ended \
+                or tid in ov.requeued or _stopping(rec, ov):
+            continue
+        ok, whole, shared = gpu_fits(rec.size or 0, whole, shared)
+        if ok:
+            out.append(rec)
+    return out
+
+
+def lease_json(d: Daemon, rec: TaskRecord, lease: Lease) -> dict[str, Any]:
+    return {"task": rec.id, "epoch": lease.epoch, "command": rec.command,
+            "payload": rec.payload, "gpus": gpus(lease.size), "resource": rec.resource,
+            "user": rec.user, "project": rec.project, "labels": rec.labels,
+            "grace_s": d.worker_settings.grace_s, "env": {}}
+
+
+def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: int,
+                  ov: Overlay) -> Prepared:
+    w = d.workers.get(wid)
+    if w is None or w.lost or wid in ov.lost:
+        return Prepared(apply=lambda: [])
+    picks = candidates(d, w, body, ov)
+    if not picks:
+        return Prepared(apply=lambda: [])
+    rev = d.idx().revision
+    events = []
+    chosen: list[tuple[str, int]] = []
+    for rec in picks:
+        ov.leased.add(rec.id)
+        epoch = rec.epoch + 1
+        chosen.append((rec.id, epoch))
+        events.append(Event("leased", rec.id, p.text, rev, rec.group, rec.user,
+                            {"worker": wid, "epoch": epoch, "pool": w.pool,
+                             "size_milli": rec.size or 0}))
+
+    def apply() -> list[dict[str, Any]]:
+        out = []
+        for tid, epoch in chosen:
+            lease = d.on_leased(tid, wid, epoch, now)
+            out.append(lease_json(d, d.records[tid], lease))
+        return out
+    return Prepared(events, [], apply)
+
+
+# ---------------------------------------------------------------------- losing a task
+def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor: str,
+          detail: dict[str, Any]) -> Prepared:
+    """The task's worker is gone (or says it lost the task): back to the front of its queue
+    with ``worker lost``, or failed the third time."""
+    rev = d.idx().revision
+    interval = rec.interval_id
+    ov.leases[lease.key] = FENCED
+    data = {"pool": rec.pool, "epoch": lease.epoch, "worker": lease.worker,
+            "interval": interval, **detail}
+    if rec.lost + 1 >= MAX_LOSSES:
+        ov.ended.add(rec.id)
+        ev = Event("ended", rec.id, actor, rev, rec.group, rec.user,
+                   {"kind": "failed", "reason": LOST_FAIL_TEXT, "lost": True, **data})
+
+        def apply() -> None:
+            d.on_ended(rec.id, now, "failed", LOST_FAIL_TEXT, lease.epoch, lost=True)
+    else:
+        ov.requeued.add(rec.id)
+        ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
+                   {"kind": "lost", "text": LOST_TEXT, "by": lease.worker, **data})
+
+        def apply() -> None:
+            d.on_preempted(rec.id, now, "lost", LOST_TEXT, replay=True)
+    return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, LOST_TEXT)])
+
+
+def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
+    w = d.workers.get(wid)
+    if w is None or w.lost or wid in ov.lost:
+        return Prepared()
+    ov.lost.add(wid)
+    rev = d.idx().revision
+    subs: list[Prepared] = []
+    tasks = []
+    for lease in sorted(w.leases.values(), key=lambda x: x.key):
+        status = ov.leases.get(lease.key, lease.status)
+        rec = d.records.get(lease.task)
+        tasks.append({"task": lease.task, "epoch": lease.epoch, "status": status})
+        if rec is not None and status == ACTIVE and rec.state == "placed" \
+                and lease is rec.current_lease and rec.id not in ov.ended \
+                and rec.id not in ov.requeued:
+            subs.append(_lose(d, rec, lease, now, ov, "kliqued", {}))
+        ov.leases[lease.key] = FENCED
+    ev = Event("worker_lost", None, "kliqued", rev, None, None,
+               {"worker": wid, "pool": w.pool, "tasks": tasks,
+                "ttl_s": d.worker_settings.ttl_s})
+
+    def apply() -> None:
+        d.on_worker_lost(wid, now)
+        for s in subs:
+            s.apply()
+    return Prepared([ev] + [e for s in subs for e in s.events], [], apply,
+                    wants_pass=bool(subs), closes=[c for s in subs for c in s.closes])
+
+
+# ---------------------------------------------------------------------- reports
+def lease_for_report(d: Daemon, p: Principal, task_id: str, epoch: int
+                     ) -> tuple[TaskRecord, Lease | None]:
+    """The task and its lease ``epoch``, for a worker token of the lease's pool (403 for
+    another pool, 404 for no such task)."""
+    if not p.is_worker:
+        raise forbidden(f"{p.text} is not a worker: only workers report")
+    rec = d.record(task_id)
+    lease = rec.lease(epoch)
+    pool = lease.pool if lease is not None else (rec.current_lease.pool if rec.leases
+                                                 else rec.pool)
+    if pool != p.name:
+        raise forbidden(f"task {task_id} is not on pool {p.name}")
+    return rec, lease
+
+
+def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], now: int,
+                   ov: Overlay) -> Prepared:
+    epoch, event = int(body["epoch"]), body["event"]
+    rec, lease = lease_for_report(d, p, task_id, epoch)
+    if lease is None:
+        raise stale(rec, epoch)
+    key = lease.key
+    status = ov.leases.get(key, lease.status)
+    if status == FENCED:
+        raise stale(rec, epoch)
+    done = Prepared(apply=lambda: task_id)
+    if status == CLOSED:
+        return done  # a retry: it changes nothing
+    rev = d.idx().revision
+    message = body.get("message")
+    data = {"worker": lease.worker, "epoch": epoch, "exit_code": body.get("exit_code"),
+            "signal": body.get("signal"), "message": message, "at": body.get("at")}
+    ended_here = task_id in ov.ended or task_id in ov.requeued
+    if status == ACTIVE and ended_here:
+        status = STOPPING  # an earlier request of the batch ends or requeues it
+    if event == "started":
+        if status != ACTIVE or lease.started_at is not None or key in ov.leases:
+            return done
+        ov.leases[key] = ACTIVE  # marks "started in this batch"
+        ev = Event("started", task_id, p.text, rev, rec.group, rec.user, data)
+
+        def apply_started() -> str:
+            d.on_started(task_id, epoch, now)
+            return task_id
+        return Prepared([ev], [], apply_started)
+    lost = event == "lost" or (event == "failed" and isinstance(message, str)
+                               and message.startswith("worker-lost"))
+    if status == ACTIVE:
+        if lost or event == "stopped":
+            # The worker lost it, or stopped it without being told to: it did not end by
+            # itself, so it runs again (the third time it fails).
+            sub = _lose(d, rec, lease, now, ov, p.text, {"report": event, "message": message})
+            return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
+                            sub.closes)
+        interval = rec.interval_id
+        ov.ended.add(task_id)
+        ov.leases[key] = CLOSED
+        ev = Event("ended", task_id, p.text, rev, rec.group, rec.user,
+                   {"kind": event, **data, "interval": interval})
+
+        def apply_ended() -> str:
+            d.on_ended(task_id, now, event, None, epoch, body.get("exit_code"),
+                       body.get("signal"))
+            return task_id
+        return Prepared([ev], [], apply_ended, True, [(interval, now, event)])
+    # A lease told to stop: its process is gone.
+    ov.leases[key] = CLOSED
+    if event == "finished" and rec.state == "queued" and not ended_here \
+            and task_id not in ov.leased and lease.stop_reason in ("preempted", "budget"):
+        # It completed before the stop reached it: done, not run again.
+        ov.ended.add(task_id)
+        ev = Event("ended", task_id, p.text, rev, rec.group, rec.user,
+                   {"kind": "finished", **data, "interval": None, "after_stop": True})
+
+        def apply_done() -> str:
+            d.on_ended(task_id, now, "finished", None, epoch, body.get("exit_code"),
+                       body.get("signal"))
+            return task_id
+        return Prepared([ev], [], apply_done, True)
+    ev = Event("stopped", task_id, p.text, rev, rec.group, rec.user,
+               {**data, "report": event, "reason": lease.stop_reason})
+
+    def apply_stopped() -> str:
+        d.on_stopped(task_id, epoch, now, data)
+        return task_id
+    return Prepared([ev], [], apply_stopped)
+
+
+# ---------------------------------------------------------------------- heartbeats
+def heartbeat(d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: float
+              ) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+    """Stop instructions for the worker (its leases told to stop; fencing of copies it
+    lists that are no longer its own), and the active leases it does not list long after
+    they were leased (their answer never reached it)."""
+    listed: set[tuple[str, int]] = set()
+    for r in body.get("running") or ():
+        try:
+            listed.add((str(r["task"]), int(r["epoch"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    grace = d.worker_settings.grace_s
+    stops: list[dict[str, Any]] = []
+    withdraw: list[tuple[str, int]] = []
+    mono = d.mono()
+    for lease in w.leases.values():
+        if lease.status == STOPPING:
+            stops.append({"task": lease.task, "epoch": lease.epoch,
+                          "reason": lease.stop_reason or "preempted",
+                          "text": lease.stop_text or "", "grace_s": grace})
+        elif lease.status == ACTIVE and lease.key not in listed \
+                and mono - lease.leased_mono > withdraw_after_s:
+            withdraw.append(lease.key)
+    for task, epoch in sorted(listed):
+        if (task, epoch) in w.leases:
+            continue
+        rec = d.records.get(task)
+        lease = rec.lease(epoch) if rec is not None else None
+        if lease is not None and lease.status == CLOSED and lease.worker == w.id:
+            continue  # its last report was acknowledged; the worker forgets it
+        stops.append({"task": task, "epoch": epoch, "reason": "stale-epoch",
+                      "text": f"this worker no longer holds task {task} at epoch {epoch}",
+                      "grace_s": 0})
+    return stops, withdraw
+
+
+def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, int]],
+                     now: int, ov: Overlay) -> Prepared:
+    rev = d.idx().revision
+    events = []
+    todo = []
+    for task, epoch in keys:
+        rec = d.records.get(task)
+        lease = rec.lease(epoch) if rec is not None else None
+        if lease is None or lease.worker != wid \
+                or ov.leases.get(lease.key, lease.status) != ACTIVE or task in ov.ended \
+                or task in ov.requeued:
+            continue
+        ov.leases[lease.key] = FENCED
+        todo.append((task, epoch))
+        events.append(Event("unleased", task, p.text, rev, rec.group, rec.user,
+                            {"worker": wid, "epoch": epoch,
+                             "text": "the worker never listed this lease in its heartbeats"}))
+
+    def apply() -> None:
+        for task, epoch in todo:
+            d.on_unleased(task, epoch, now)
+    return Prepared(events, [], apply)

@@ -1,0 +1,205 @@
+"""GitOps reload: the daemon follows the estate as IT changes it.
+
+- ``--estate DIR``: the directory is watched (watchfiles, debounced: an editor's save or a
+  ``git pull`` that touches many files is one change);
+- ``--git REPO --branch main``: the branch is polled (GitPython): fetched when the repository
+  has a remote, else its local head is read; the estate is read straight from the commit's
+  tree (``compiler.plan.gitsource``), never from a checkout.
+
+Each new revision is compiled off the event loop and, when valid, applied through the same
+``Daemon.prepare_estate`` as at start, as a barrier request of the sequencer: between two
+passes, atomically. An invalid one is refused: an ``estate_refused`` event, its rendered
+diagnostics in ``GET /v1/estate`` (``refused``) and in the log, while the running revision
+keeps running. Decisions record the revision they ran under (every event carries it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from compiler.api import CompileResult, EstateReadError, SourceFile, compile_files, read_dir
+from compiler.diagnostics import Position, error
+
+log = logging.getLogger("kliqued")
+
+
+@dataclass
+class Snapshot:
+    key: str
+    """What was read: the commit, or a digest of the directory's files."""
+    result: CompileResult
+    commit: str | None = None
+    label: str = ""
+    """As logs and GET /v1/estate show the source, e.g. ``git repo@main 3f2a1c9``."""
+    errors: list[str] = field(default_factory=list)
+
+
+def _digest(files: list[SourceFile]) -> str:
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.path):
+        h.update(f.path.encode() + b"\0" + hashlib.sha256(f.data).digest())
+    return "files:" + h.hexdigest()
+
+
+def _refusal(where: str, message: str) -> CompileResult:
+    return CompileResult(None, [error("estate-path", message, Position(where))])
+
+
+class DirSource:
+    """An estate directory on disk, watched."""
+
+    def __init__(self, path: str, debounce_ms: int = 500) -> None:
+        self.path = path
+        self.debounce_ms = debounce_ms
+        self.label = path
+
+    def read(self) -> Snapshot:
+        try:
+            files = read_dir(self.path)
+        except EstateReadError as exc:
+            return Snapshot(f"error:{exc}", _refusal(self.path, str(exc)), label=self.label)
+        return Snapshot(_digest(files), compile_files(files), label=self.label)
+
+    async def changes(self, stop: asyncio.Event) -> AsyncIterator[None]:
+        import watchfiles
+        async for _ in watchfiles.awatch(self.path, debounce=self.debounce_ms, step=50,
+                                         stop_event=stop, recursive=True,
+                                         ignore_permission_denied=True):
+            yield None
+
+
+class GitSource:
+    """A branch of a git repository, polled; the estate read from the commit's tree."""
+
+    def __init__(self, repo: str, branch: str = "main", estate_path: str = "estate",
+                 poll_s: float = 30.0) -> None:
+        from compiler.plan.gitsource import normalise_estate_path
+        self.repo_path = repo
+        self.branch = branch
+        self.estate_path = normalise_estate_path(estate_path)
+        self.poll_s = poll_s
+        self.label = f"git {repo}@{branch}:{self.estate_path or '.'}"
+        self._repo: Any = None
+        self._warned = False
+
+    def repo(self) -> Any:
+        if self._repo is None:
+            from compiler.plan.gitsource import open_repo
+            self._repo = open_repo(self.repo_path)
+        return self._repo
+
+    def head(self) -> Any:
+        """The branch's commit: the remote's after a fetch when there is a remote, else the
+        local branch."""
+        from compiler.plan.gitsource import resolve
+        repo = self.repo()
+        if repo.remotes:
+            remote = next((r for r in repo.remotes if r.name == "origin"), repo.remotes[0])
+            try:
+                remote.fetch(self.branch)
+                self._warned = False
+                return resolve(repo, f"{remote.name}/{self.branch}")
+            except Exception as exc:  # the network, credentials: keep the last good one
+                if not self._warned:
+                    log.warning("git fetch %s %s failed (%s); trying again every %.0f s",
+                                remote.name, self.branch, str(exc).strip().splitlines()[-1]
+                                if str(exc).strip() else type(exc).__name__, self.poll_s)
+                    self._warned = True
+                raise
+        return resolve(repo, self.branch)
+
+    def read(self) -> Snapshot:
+        from compiler.plan.gitsource import GitSourceError, files_at
+        try:
+            commit = self.head()
+        except GitSourceError as exc:
+            return Snapshot(f"error:{exc}", _refusal(self.repo_path, str(exc)),
+                            label=self.label)
+        sha = commit.hexsha
+        label = f"{self.label} {sha[:12]}"
+        files = files_at(commit, self.estate_path)
+        if files is None:
+            return Snapshot(sha, _refusal(self.estate_path or ".",
+                                          f"no estate at '{self.estate_path}' in commit "
+                                          f"{sha[:12]}"), sha, label)
+        return Snapshot(sha, compile_files(files), sha, label)
+
+    async def changes(self, stop: asyncio.Event) -> AsyncIterator[None]:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.poll_s)
+            except asyncio.TimeoutError:
+                yield None
+
+
+def rendered(result: CompileResult) -> list[str]:
+    return [d.render() for d in result.errors]
+
+
+class Follower:
+    """Reads the source on every change, applies what is new and valid, refuses the rest."""
+
+    def __init__(self, source: DirSource | GitSource, d: Any, seq: Any,
+                 last_key: str | None = None) -> None:
+        self.source = source
+        self.d = d
+        self.seq = seq
+        self.last_key = last_key
+        self.stop = asyncio.Event()
+        self.applied = 0
+        self.refused = 0
+
+    async def check(self) -> None:
+        try:
+            snap = await asyncio.to_thread(self.source.read)
+        except Exception as exc:  # a fetch failed: said once by the source; try later
+            log.debug("estate source %s: %s", self.source.label, exc)
+            return
+        if snap.key == self.last_key:
+            return
+        self.last_key = snap.key
+        d = self.d
+        result = snap.result
+        if result.estate is None:
+            errors = rendered(result)
+            refused = {"revision": None, "commit": snap.commit, "source": snap.label,
+                       "errors": errors}
+            log.error("estate refused: %s is not valid (%d errors); still running %s:\n%s",
+                      snap.label, len(errors), d.estate.revision, "\n".join(errors))
+            await self.seq.submit(lambda now, ov: d.prepare_refused(refused, now, ov))
+            self.refused += 1
+            return
+        compiled = result.estate
+        if compiled.revision == d.estate.revision and d.estate.refused is None:
+            log.info("estate: %s unchanged (%s)", compiled.revision, snap.label)
+            return
+        await self.seq.submit(lambda now, ov: d.prepare_estate(
+            compiled, snap.label, "kliqued", now, ov, snap.commit), barrier=True)
+        self.applied += 1
+        e = compiled
+        log.info("estate applied: %s from %s (%d pools, %d profiles, %d policies, %d compute "
+                 "resources)", e.revision, snap.label, len(e.pools), len(e.profiles),
+                 len(e.policies), len(e.compute_resources))
+
+    async def run(self) -> None:
+        log.info("following the estate: %s", self.source.label + (
+            f" (every {self.source.poll_s:g} s)" if isinstance(self.source, GitSource)
+            else " (watching)"))
+        try:
+            async for _ in self.source.changes(self.stop):
+                if self.stop.is_set():
+                    return
+                await self.check()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the estate follower stopped: the running revision stays")
+
+
+def exists(path: str) -> bool:
+    return Path(path).exists()

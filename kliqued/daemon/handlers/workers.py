@@ -1,0 +1,164 @@
+"""The worker protocol (docs/worker-protocol.md): register, long-poll lease, heartbeat with
+stop instructions, reports, and task logs (upload by workers, reading by people).
+
+A worker token (``worker:<pool>``) sees only its pool's workers and tasks (403 otherwise).
+Every change goes through the sequencer (``fleet.prepare_*``): a lease is answered only once
+its ``leased`` event is durable, a report only once its event is. A long poll waits on its
+pool's wake-up (set when the engine places work there, a worker registers, or a stopping
+attempt ends), bounded by ``wait`` and the daemon's ``poll_wait_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from .. import fleet, views
+from ..app import ctx, read_json, reply
+from ..errors import ApiError, bad_request, forbidden
+from ..leases import CLOSED, FENCED
+from ..logs import MAX_READ
+from .params import int_param
+from .tasks import _visible
+
+
+async def register(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    if not p.is_worker:
+        raise forbidden(f"{p.text} is not a worker: register with a worker token "
+                        f"(kliqued token create --worker --pool NAME)")
+    body = await read_json(request, "WorkerRegistration")
+    if body["pool"] != p.name:
+        raise forbidden(f"this token is bound to pool {p.name}, not {body['pool']}")
+    if d.idx().estate.pool(p.name) is None:
+        raise ApiError(422, "unknown-pool", f"no pool {p.name!r} in the running estate")
+    answer = await c.seq.submit(lambda now, ov: fleet.prepare_register(d, p, body, now, ov))
+    return reply(answer)
+
+
+async def lease(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    wid = request.match_info["id"]
+    w = fleet.worker_of(d, p, wid)
+    limit = d.worker_settings.poll_wait_s
+    raw = request.query.get("wait")
+    try:
+        wait = limit if raw in (None, "") else float(raw)
+    except ValueError:
+        raise bad_request(f"wait must be a number of seconds, found {raw[:50]!r}") from None
+    if not 0 <= wait <= 3600:
+        raise bad_request(f"wait must be between 0 and 3600 seconds, found {raw}")
+    wait = min(wait, limit)
+    body = await read_json(request, "LeaseRequest")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        w.last_seen = d.mono()
+        if c.closing.is_set() or w.lost:
+            return reply({"leases": []})
+        if fleet.candidates(d, w, body):
+            leases = await c.seq.submit(
+                lambda now, ov: fleet.prepare_lease(d, p, wid, body, now, ov))
+            if leases:
+                return reply({"leases": leases})
+        left = deadline - loop.time()
+        if left <= 0:
+            return reply({"leases": []})
+        event = c.pool_event(w.pool)
+        try:
+            await asyncio.wait_for(event.wait(), left)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    wid = request.match_info["id"]
+    w = fleet.worker_of(d, p, wid)
+    body = await read_json(request, "Heartbeat")
+    w.last_seen = d.mono()
+    ttl = d.worker_settings.ttl_s
+    stops, withdraw = fleet.heartbeat(d, w, body, max(5.0, ttl))
+    if withdraw:
+        await c.seq.submit(lambda now, ov: fleet.prepare_withdraw(d, p, wid, withdraw, now, ov))
+    return reply({"stop": stops, "ttl_s": ttl})
+
+
+async def report(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    tid = request.match_info["id"]
+    if not p.is_worker:
+        raise forbidden(f"{p.text} is not a worker: only workers report")
+    body = await read_json(request, "TaskReport")
+    fleet.lease_for_report(d, p, tid, int(body["epoch"]))  # 403/404 before queueing
+    await c.seq.submit(lambda now, ov: fleet.prepare_report(d, p, tid, body, now, ov))
+    rec = d.records[tid]
+    lease = rec.lease(int(body["epoch"]))
+    if lease is not None:
+        w = d.workers.get(lease.worker)
+        if w is not None and not w.lost:
+            w.last_seen = d.mono()
+    return reply({"task": views.task(d, rec)})
+
+
+async def upload_log(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    tid = request.match_info["id"]
+    if not p.is_worker:
+        raise forbidden(f"{p.text} is not a worker: only workers upload logs")
+    offset = int_param(request, "offset", None, 0, 2**62)
+    if offset is None:
+        raise bad_request("offset is required: the byte offset of this chunk in the log")
+    rec = d.record(tid)
+    epoch = int_param(request, "epoch", rec.epoch, 1, 2**31)
+    assert epoch is not None
+    rec, lease = fleet.lease_for_report(d, p, tid, epoch)
+    if lease is None or lease.status == FENCED:
+        raise fleet.stale(rec, epoch)
+    data = await request.read()
+    size = await c.logs.write(tid, epoch, offset, data)
+    return reply({"size": size})
+
+
+async def read_log(request: web.Request) -> web.StreamResponse:
+    c = ctx(request)
+    d = c.daemon
+    rec = _visible(request, d.record(request.match_info["id"]))
+    epoch = int_param(request, "epoch", rec.epoch, 0, 2**31)
+    offset = int_param(request, "offset", 0, 0, 2**62)
+    limit = int_param(request, "limit", MAX_READ, 1, MAX_READ)
+    assert epoch is not None and offset is not None and limit is not None
+    if epoch == 0 or epoch > rec.epoch:
+        data, size = b"", 0
+    else:
+        data, size = await c.logs.read(rec.id, epoch, offset, limit)
+    lease = rec.lease(epoch)
+    complete = rec.epoch == 0 and rec.state == "ended" or (
+        lease is not None and lease.status in (CLOSED, FENCED))
+    headers = {"X-Klique-Epoch": str(epoch),
+               "X-Klique-Epochs": ",".join(str(e) for e in range(1, rec.epoch + 1)),
+               "X-Klique-Log-Size": str(size),
+               "X-Klique-Next-Offset": str(offset + len(data)),
+               "X-Klique-Log-Complete": "true" if complete else "false"}
+    return web.Response(body=data, headers=headers, content_type="text/plain",
+                        charset="utf-8")
+
+
+async def list_workers(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = request["principal"]
+    if not (p.is_admin or p.is_worker):
+        raise forbidden(f"{p.text} cannot list workers")
+    ws = [w for w in d.workers.values() if p.is_admin or w.pool == p.name]
+    return reply({"workers": [views.worker(d, w) for w in sorted(ws, key=lambda w: w.id)]})

@@ -1,0 +1,120 @@
+"""Workers and leases: which worker runs which placed task, under which fencing epoch.
+
+The engine decides *which pool* a task runs on; the control plane then hands it to one worker
+of that pool (a **lease**, docs/worker-protocol.md). Each lease of a task has the next epoch
+(1, 2, ...). A lease is
+
+- ``active``: the lease of the task's current placement (its worker may report
+  started/finished/failed);
+- ``stopping``: the task was preempted or cancelled while leased; its worker gets a stop
+  instruction in every heartbeat until it reports the process gone (``stopped``);
+- ``closed``: its worker reported its end (a retry of that report changes nothing);
+- ``fenced``: taken away without the worker's word (the worker was lost, or the lease never
+  reached it): any report or log upload for it is ``409 stale-epoch``.
+
+A task is leased again only once no older lease of it is ``stopping``: two attempts of one
+task never run at the same time (a preempted training job writes its checkpoint before the
+next attempt reads it).
+
+All of this is rebuilt by replay from the ``worker_registered``, ``leased``, ``started``,
+``stopped``, ``unleased``, ``worker_lost``, ``preempted``, ``cancelled`` and ``ended``
+events, through the same ``Daemon.on_*`` methods as the live path. Liveness (the last
+heartbeat) is not logged: after a restart every known worker gets a full TTL to show up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ACTIVE, STOPPING, CLOSED, FENCED = "active", "stopping", "closed", "fenced"
+
+STOP_REASON = {"reclaimed": "preempted", "budget": "budget", "cancelled": "cancelled"}
+"""Engine preemption kinds (and cancellation) to the protocol's stop reasons."""
+
+LOST_TEXT = "worker lost"
+LOST_FAIL_TEXT = "worker lost 3 times"
+MAX_LOSSES = 3
+
+
+class Lease:
+    __slots__ = ("task", "epoch", "worker", "pool", "size", "leased_at", "leased_mono",
+                 "started_at", "status", "stop_reason", "stop_text", "outcome")
+
+    def __init__(self, task: str, epoch: int, worker: str, pool: str, size: int,
+                 at: int, mono: float) -> None:
+        self.task = task
+        self.epoch = epoch
+        self.worker = worker
+        self.pool = pool
+        self.size = size
+        self.leased_at = at
+        self.leased_mono = mono
+        """Monotonic time it was leased (live only): a heartbeat that still does not list
+        it well after this means the lease's answer never reached the worker."""
+        self.started_at: int | None = None
+        self.status = ACTIVE
+        self.stop_reason: str | None = None
+        self.stop_text: str | None = None
+        self.outcome: str | None = None
+        """The report that closed it: finished, failed, stopped."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task, self.epoch)
+
+    def __repr__(self) -> str:
+        return f"Lease({self.task}#{self.epoch} on {self.worker}, {self.status})"
+
+
+class WorkerInfo:
+    __slots__ = ("id", "pool", "hostname", "executor", "gpus", "version", "registered_at",
+                 "last_seen", "lost_at", "leases")
+
+    def __init__(self, id: str, pool: str) -> None:
+        self.id = id
+        self.pool = pool
+        self.hostname: str | None = None
+        self.executor: str | None = None
+        self.gpus: list[dict[str, Any]] = []
+        self.version: str | None = None
+        self.registered_at: int | None = None
+        self.last_seen = 0.0
+        """Monotonic time of its last register, lease or heartbeat call."""
+        self.lost_at: int | None = None
+        self.leases: dict[tuple[str, int], Lease] = {}
+        """Its active and stopping leases."""
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_at is not None
+
+    def json(self) -> dict[str, Any]:
+        return {"id": self.id, "pool": self.pool, "hostname": self.hostname,
+                "executor": self.executor, "gpus": len(self.gpus), "version": self.version,
+                "lost": self.lost,
+                "running": sorted(f"{t}#{e}" for (t, e) in self.leases)}
+
+
+def gpu_fits(size: int, whole: int, shared: list[int]) -> tuple[bool, int, list[int]]:
+    """Whether a task of ``size`` milli-GPUs fits a worker with ``whole`` entirely free GPUs
+    and ``shared`` room (milli) on each GPU with room, as the worker places it (a fraction
+    on the fullest GPU it fits on, whole GPUs for the rest); the room left after it."""
+    if size <= 0:
+        return True, whole, shared
+    if size >= 1000:
+        n = -(-size // 1000)
+        if n > whole:
+            return False, whole, shared
+        left = list(shared)
+        for _ in range(n):
+            if 1000 in left:
+                left.remove(1000)
+        return True, whole - n, left
+    fit = [i for i, f in enumerate(shared) if f >= size]
+    if not fit:
+        return False, whole, shared
+    best = min(fit, key=lambda i: shared[i])
+    left = list(shared)
+    was_whole = left[best] == 1000
+    left[best] -= size
+    return True, whole - (1 if was_whole else 0), left

@@ -1,0 +1,261 @@
+"""Helpers of the worker and GitOps tests: a real ``kliqued serve`` with short worker TTLs, a
+small estate with one bare-metal pool of 2 GPUs shared by two teams, a plain-HTTP worker
+(the protocol driven by hand: a real client, no mocks) and real ``klique-worker`` processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+from .server import ROOT, Server
+
+PY = sys.executable
+
+ESTATE = {
+    "settings.yaml": """\
+version: 1
+settings:
+  pass_interval: 1s
+  low_watermark: 15m
+  currency: EUR
+""",
+    "pools.yaml": """\
+pools:
+  - name: bare
+    kind: baremetal
+    capacity: 2
+    gpu_type: l40s-48gb
+  - name: other
+    kind: baremetal
+    capacity: 2
+    gpu_type: l40s-48gb
+""",
+    "groups.yaml": """\
+groups:
+  - name: lab
+    admins: [walter]
+  - name: team-a
+    parent: lab
+    users: [alice]
+    admins: [alice]
+  - name: team-b
+    parent: lab
+    users: [erin, bob]
+    admins: [erin]
+""",
+    "policies.yaml": """\
+policies:
+  - name: team-a
+    group: team-a
+    reservation: 2
+    limit: 2
+  - name: team-b
+    group: team-b
+    reservation: 0
+    limit: 2
+""",
+    "profiles.yaml": """\
+profiles:
+  - name: one
+    gpus: 1
+    pools: [bare]
+    policies: [team-a, team-b]
+  - name: elsewhere
+    gpus: 1
+    pools: [other]
+    policies: [team-a]
+""",
+    "pricing.yaml": """\
+pricing:
+  - gpu_type: l40s-48gb
+    per_gpu_hour: 1.0
+    effective_from: "2026-01-01T00:00:00Z"
+""",
+}
+
+
+def write_estate(where: Path, files: dict[str, str] | None = None) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or ESTATE).items():
+        (where / name).write_text(text)
+    return where
+
+
+class FleetServer(Server):
+    """``kliqued serve`` with worker flags (a short TTL), or following a git repository."""
+
+    def __init__(self, tmp: Path, estate: Path | None = None, extra: list[str] | None = None,
+                 ttl: str = "1.5s", **kw: Any) -> None:
+        if estate is None and not any(a == "--git" for a in extra or []):
+            estate = write_estate(Path(tmp) / "estate")
+        super().__init__(tmp, estate=estate, **kw)
+        self.extra = ["--worker-ttl", ttl, "--poll-wait", "2s", "--stop-grace", "2s",
+                      *(extra or [])]
+
+    def argv(self) -> list[str]:
+        return super().argv() + self.extra
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        super().wait_ready(timeout)
+
+    def events(self, task: str | None = None, kind: str | None = None) -> list[dict]:
+        q = "&".join(f"{k}={v}" for k, v in (("task", task), ("kind", kind)) if v)
+        return self.ok("GET", f"/v1/events?limit=1000&{q}")["events"]
+
+    def task(self, tid: str) -> dict:
+        return self.ok("GET", f"/v1/tasks/{tid}")
+
+    def submit(self, token: str, resource: str, command: list[str], **kw: Any) -> str:
+        return self.ok("POST", "/v1/tasks", {"resource": resource, "command": command, **kw},
+                       token, expect=201)["id"]
+
+    def sql(self, sql: str) -> list[list]:
+        return self.ok("POST", "/v1/ledger/sql", {"sql": sql})["rows"]
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 10, what: str = "condition",
+             every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(every)
+
+
+class HttpWorker:
+    """The worker protocol spoken by hand, over real HTTP."""
+
+    def __init__(self, server: Server, token: str, wid: str, pool: str = "bare",
+                 gpus: int = 2) -> None:
+        self.s, self.token, self.id, self.pool, self.gpus = server, token, wid, pool, gpus
+
+    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+             timeout: float = 30) -> tuple[int, Any]:
+        return self.s.call(method, path, body, self.token, raw=raw, timeout=timeout)
+
+    def register(self) -> dict:
+        st, body = self.call("POST", "/v1/workers/register", {
+            "worker_id": self.id, "hostname": "test", "pool": self.pool,
+            "executor": "process", "version": "test",
+            "gpus": [{"index": i, "uuid": f"declared-{i}", "memory_mb": None}
+                     for i in range(self.gpus)]})
+        assert st == 200, body
+        return body
+
+    def lease(self, free: list[int] | None = None, wait: float = 0) -> list[dict]:
+        st, body = self.call("POST", f"/v1/workers/{self.id}/lease?wait={wait}",
+                             {"free_gpus": list(range(self.gpus)) if free is None else free})
+        assert st == 200, body
+        return body["leases"]
+
+    def heartbeat(self, running: list[tuple[str, int]]) -> dict:
+        st, body = self.call("POST", f"/v1/workers/{self.id}/heartbeat", {
+            "running": [{"task": t, "epoch": e, "state": "running"} for t, e in running]})
+        assert st == 200, body
+        return body
+
+    def report(self, task: str, epoch: int, event: str, exit_code: int | None = None,
+               signal_name: str | None = None, message: str | None = None) -> tuple[int, Any]:
+        return self.call("POST", f"/v1/tasks/{task}/report", {
+            "epoch": epoch, "event": event, "exit_code": exit_code, "signal": signal_name,
+            "at": "2026-11-29T08:00:00Z", "message": message})
+
+
+class RealWorker:
+    """A ``klique-worker`` process (the other engineer's, workers/) against the daemon."""
+
+    def __init__(self, server: Server, token: str, state_dir: Path, pool: str = "bare",
+                 gpus: str = "0,1", grace: str = "2s") -> None:
+        self.s, self.state_dir, self.pool, self.gpus, self.grace = (server, state_dir, pool,
+                                                                    gpus, grace)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.token_file = state_dir.parent / f"{state_dir.name}.token"
+        self.token_file.write_text(token + "\n")
+        os.chmod(self.token_file, 0o600)
+        self.proc: subprocess.Popen | None = None
+        self.runs = 0
+        self.logs: list[Path] = []
+
+    def start(self) -> "RealWorker":
+        self.runs += 1
+        path = self.state_dir.parent / f"{self.state_dir.name}-{self.runs}.stderr"
+        self.logs.append(path)
+        fh = open(path, "w")
+        self.proc = subprocess.Popen(
+            [PY, "-m", "workers.cli", "--url", self.s.url, "--pool", self.pool,
+             "--token-file", str(self.token_file), "--state-dir", str(self.state_dir),
+             "--gpus", self.gpus, "--grace", self.grace, "--retry-max", "0.5s",
+             "--log-interval", "0.2s", "--log-level", "debug"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=fh)
+        fh.close()
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(5)  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def stderr(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
+
+    def worker_id(self) -> str:
+        return (self.state_dir / "worker-id").read_text().strip()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def kill_pids_in(files: list[Path]) -> None:
+    """Cleans up task processes a test left (workers leave their tasks running by design)."""
+    for f in files:
+        try:
+            pid = int(f.read_text().split()[0])
+            os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            try:
+                os.kill(pid, signal.SIGKILL)  # type: ignore[possibly-undefined]
+            except Exception:
+                pass

@@ -1,0 +1,86 @@
+"""``make run`` end to end: ``kliqued dev`` starts the daemon on the example estate and a
+local worker for the bare-metal pool, prints ready-to-use tokens; a user's ``kliqued submit``
+then really runs on the worker, ends, and its log, status and GPU-hours are read back; Ctrl-C
+stops everything cleanly, and a second start reuses what the first made."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.daemon.server import ROOT, free_port
+
+KLIQUED = [sys.executable, "-m", "kliqued.cli"]
+
+
+def start(tmp: Path, port: int) -> tuple[subprocess.Popen, str]:
+    out = tmp / f"dev-{time.monotonic_ns()}.out"
+    proc = subprocess.Popen([*KLIQUED, "dev", "--dir", str(tmp / "run"), "--listen",
+                             f"127.0.0.1:{port}"], cwd=ROOT, stdout=open(out, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while "Ctrl-C stops" not in out.read_text():
+        assert proc.poll() is None, out.read_text()
+        assert time.monotonic() < deadline, out.read_text()
+        time.sleep(0.1)
+    return proc, out.read_text()
+
+
+def cli(env: dict, *args: str) -> str:
+    p = subprocess.run([*KLIQUED, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr + p.stdout
+    return p.stdout
+
+
+def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
+    port = free_port()
+    proc, banner = start(tmp_path, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert f"Klique is running at {url}" in banner
+        exports = dict(re.findall(r"# ([\w.@-]+) \([^)]*\)\n  export KLIQUE_URL=\S+ "
+                                  r"KLIQUE_TOKEN=(\S+)", banner))
+        assert set(exports) >= {"alice", "heidi", "zoe"}
+        assert (tmp_path / "run" / "tokens" / "heidi.token").read_text().strip() \
+            == exports["heidi"]
+        env = {**os.environ, "KLIQUE_URL": url, "KLIQUE_TOKEN": exports["heidi"]}
+        out = cli(env, "submit", "--json", "--resource", "climate/cpu-only", "--",
+                  "python", "-c", "print('hello')")
+        tid = json.loads(out)["id"]
+        deadline = time.monotonic() + 30
+        while json.loads(cli(env, "status", tid, "--json"))["state"] != "ended":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        task = json.loads(cli(env, "status", tid, "--json"))
+        assert (task["end_reason"], task["exit_code"], task["pool"]) == \
+            ("finished", 0, "onprem-baremetal")
+        assert task["worker"] and task["gpu_hours"] == 0  # cpu-only: 0 GPUs
+        assert "state     ended (finished)" in cli(env, "status", tid)
+        assert cli(env, "logs", tid) == "hello\n"
+        fin = {**env, "KLIQUE_TOKEN": (tmp_path / "run/tokens/finance.token").read_text()
+               .strip()}
+        rows = json.loads(cli(fin, "ledger", "sql", "--json", f"SELECT end_reason, gpu_hours "
+                                                               f"FROM usage WHERE task = '{tid}'"))
+        assert rows["rows"][0][0] == "finished", rows
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(40) == 0
+    log = (tmp_path / "run" / "kliqued.log").read_text()
+    assert "stopped:" in log and "Traceback" not in log
+    # A second start reuses the database, the tokens and the worker's state.
+    proc, banner2 = start(tmp_path, port)
+    try:
+        assert exports["heidi"] in banner2
+        env = {**os.environ, "KLIQUE_URL": f"http://127.0.0.1:{port}",
+               "KLIQUE_TOKEN": exports["heidi"]}
+        assert json.loads(cli(env, "status", tid, "--json"))["end_reason"] == "finished"
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(40) == 0
