@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from workers import __version__
+from workers import __version__, idle
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator, to_milli
@@ -431,6 +431,7 @@ class WorkerDaemon:
                 result = self.executor.poll(handle)
                 if isinstance(result, Exited):
                     break
+                idle.watch(self, rec, handle)   # session idle limits (workers/idle.py)
                 try:
                     await asyncio.wait_for(event.wait(), 0.25)
                 except asyncio.TimeoutError:
