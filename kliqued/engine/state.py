@@ -121,6 +121,9 @@ class State:
         self.active: set[str] = set()
         self.reclaim: set[str] = set()
         self.freed_pools: set[str] = set()
+        self.held: dict[str, set[str]] = {}
+        """Per group: its compute resources that phase 3 left waiting on the group's limit or
+        budget (no pool watches them), woken when the group's usage falls."""
         self.watchers = Watchers({})
         self.rate_changed: set[str] = set()
         self.triggers: list[tuple[int, str, int]] = []
@@ -258,6 +261,7 @@ class State:
                      for p, info in index.pools.items()}
         self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}
         self.reclaim = set()
+        self.held = {}
         self.watchers = Watchers({p: len(info.resources) for p, info in index.pools.items()})
         self.freed_pools = set(index.pools)
         self.budget_check_all = True
@@ -318,18 +322,32 @@ class State:
         self.rate_changed.add(g)
         t.pool = None
         self.version += 1
-        # Room and headroom were given back: the group's waiting work may now go.
+        # Room and headroom were given back: the group's waiting work may now go. Queues
+        # that wait for room are parked on their pools and woken by the room; the group's
+        # usage matters to the ones held by its limit or budget, and, once the group is
+        # back within its reservation, to all of them (phases 1 and 2 may now serve them).
         idx = self.index
         if idx is not None:
             gi = idx.groups.get(g)
             if gi is not None:
-                for name in gi.resources:
-                    q = self.queues.get(name)
+                used = self.used[g]
+                if used <= gi.reservation and used <= gi.limit:
+                    names: tuple[str, ...] | set[str] = gi.resources
+                    self.held.pop(g, None)
+                else:
+                    names = self.held.pop(g, ())
+                queues = self.queues
+                for name in names:
+                    q = queues.get(name)
                     if q is not None and q.live:
                         self.active.add(name)
 
     def preempt(self, t: Task, now: int, kind: str, text: str) -> None:
+        """Back to the front of its queue. The pass calls this for reclaims and budgets; the
+        daemon calls it for a lost worker, so it also marks the state changed: the next pass
+        must look at the requeued task and the room it gave back."""
         self._unplace(t, now)
+        self.dirty = True
         t.status = QUEUED
         t.ran_before = True
         t.preemptions += 1

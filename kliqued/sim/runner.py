@@ -1,4 +1,4 @@
-"""Running a scenario in simulated time on the daemon's engine.
+"""Running work in simulated time on the daemon's engine: scenarios and traces.
 
 Simulated time jumps from one moment to the next where something can happen: an event, an
 expectation, a task's runtime running out, or a moment the engine asked for (``next_pass_at``:
@@ -6,15 +6,21 @@ a budget runs out, a period starts). At each moment, in scenarios.md's order: ta
 runtime is up end, then the events of that time apply in file order, then the engine runs its
 passes, then expectations of that time are checked. So the result never depends on
 ``pass_interval`` and times are exact.
+
+:class:`Driver` is that loop, written once: a scenario (:class:`Simulator`) and a trace replay
+(``trace.Replay``) differ only in where their events come from, what they check after a
+moment and when they stop.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Callable
 
+from compiler.compiled import CompiledEstate
 from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placement,
-                            Preemption, State, run_pass)
+                            Preemption, State, Task, run_pass)
 from kliqued.engine.periods import format_time
 
 from .expect import Miss, check
@@ -23,7 +29,7 @@ from .scenario import Event, Scenario
 _PHASE_TEXT = {"reserve": "fill reservation", "reclaim": "reclaim", "lend": "lend idle"}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     runtime: int
     checkpoint: int | None
@@ -32,40 +38,31 @@ class _Run:
     token: int = 0
 
 
-@dataclass
-class SimResult:
-    scenario: Scenario
-    misses: list[Miss] = field(default_factory=list)
-    timeline: list[str] = field(default_factory=list)
-    decisions: list[tuple[int, object]] = field(default_factory=list)
-    """Every decision of the run with its time (placements, preemptions, cancellations,
-    alerts)."""
-    passes: int = 0
+class Driver:
+    """An engine, its state and the runtimes of tasks, advanced through simulated time.
 
-    @property
-    def ok(self) -> bool:
-        return not self.misses
+    Subclasses feed events through :meth:`drive`'s callbacks and may override the ``on_*``
+    hooks to watch what happens (they are no-ops here)."""
 
-
-class Simulator:
-    """One scenario's run. ``timeline=True`` keeps a line per decision and per change of a
-    waiting reason (for ``--timeline``)."""
-
-    def __init__(self, scenario: Scenario, timeline: bool = False) -> None:
-        self.sc = scenario
-        self.want_timeline = timeline
-        self.index = EstateIndex.build(scenario.estate)
-        self.state = State(self.index, scenario.start)
+    def __init__(self, estate: CompiledEstate, start: int) -> None:
+        self.start = start
+        self.index = EstateIndex.build(estate)
+        self.state = State(self.index, start)
         self.runs: dict[str, _Run] = {}
         self.ends: list[tuple[int, int, str, int]] = []
         self._end_seq = 0
-        self.result = SimResult(scenario)
-        self._reasons: dict[str, str] = {}
+        self.passes = 0
+        self.now = start
 
-    # ------------------------------------------------------------------ timeline
-    def _log(self, t: int, text: str) -> None:
-        if self.want_timeline:
-            self.result.timeline.append(f"{format_time(t)} {self.sc.offset(t):>10}  {text}")
+    # ------------------------------------------------------------------ hooks
+    def on_decision(self, now: int, d: object) -> None:
+        """Every decision of every pass, in order (after the runtimes are updated)."""
+
+    def on_runtime_end(self, tid: str, now: int) -> None:
+        """A task's runtime ran out (before the state is told)."""
+
+    def on_pass(self, now: int, res: PassResult) -> None:
+        """After each pass at ``now``, its decisions handled."""
 
     # ------------------------------------------------------------------ runtime bookkeeping
     def _placed(self, tid: str, now: int) -> None:
@@ -88,80 +85,159 @@ class Simulator:
         if preempted:
             r.progress = (r.progress // r.checkpoint) * r.checkpoint if r.checkpoint else 0
 
-    def _next_end(self) -> int | None:
+    def next_end(self) -> int | None:
+        """When the next placed task's runtime runs out, if any."""
         h = self.ends
+        runs = self.runs
         while h:
             t, _, tid, tok = h[0]
-            r = self.runs.get(tid)
+            r = runs.get(tid)
             if r is not None and r.token == tok and r.placed_at is not None:
                 return t
             heapq.heappop(h)
         return None
 
-    def _end_due(self, now: int) -> bool:
+    def end_due(self, now: int) -> bool:
+        """Ends every task whose runtime is up at ``now``; True if any did."""
         any_ended = False
         while True:
-            t = self._next_end()
+            t = self.next_end()
             if t is None or t > now:
                 return any_ended
             _, _, tid, _ = heapq.heappop(self.ends)
+            self.on_runtime_end(tid, now)
             self._unplaced(tid, now, preempted=False)
+            del self.runs[tid]
             self.state.end(tid, now, "finished")
-            self._log(now, f"end      {tid}: runtime done")
             any_ended = True
 
-    # ------------------------------------------------------------------ events
-    def _apply(self, ev: Event, now: int) -> None:
-        st = self.state
-        if ev.kind == "submit":
-            s = ev.submit
-            assert s is not None
-            for tid in s.ids:
-                st.submit(tid, s.resource, s.user, s.project,
-                          s.gpus_milli, at=now)
-                if s.runtime_ms is not None:
-                    self.runs[tid] = _Run(s.runtime_ms, s.checkpoint_ms)
-            n = len(s.ids)
-            self._log(now, f"submit   {s.ids[0]}{f' .. {s.ids[-1]}' if n > 1 else ''} "
-                           f"to {s.resource} (user {s.user})")
-        elif ev.kind in ("finish", "cancel"):
-            for tid in ev.tasks:
-                t = st.tasks.get(tid)
-                if t is None or t.state == "ended":
-                    continue
-                self._unplaced(tid, now, preempted=False)
-                self.runs.pop(tid, None)
-                st.end(tid, now, "finished" if ev.kind == "finish" else "cancelled")
-                self._log(now, f"{ev.kind:<8} {tid}")
-        elif ev.kind == "engine":
-            st.set_enabled(ev.enabled, now)
-            self._log(now, f"engine   {'enabled' if ev.enabled else 'disabled'}")
-        elif ev.kind == "set":
-            assert ev.estate is not None
-            self.index = EstateIndex.build(ev.estate)
-            st.bind(self.index, now)
-            changes = ", ".join(f"{k}: {v}" for k, v in ev.changes.items())
-            self._log(now, f"set      {changes} (revision {ev.estate.revision[:19]})")
+    # ------------------------------------------------------------------ changes
+    def submit(self, tid: str, resource: str, user: str, project: str | None,
+               gpus_milli: int | None, runtime_ms: int | None, checkpoint_ms: int | None,
+               now: int) -> Task:
+        t = self.state.submit(tid, resource, user, project, gpus_milli, at=now)
+        if runtime_ms is not None:
+            self.runs[tid] = _Run(runtime_ms, checkpoint_ms)
+        return t
+
+    def end_task(self, tid: str, now: int, kind: str) -> bool:
+        """``finish`` or ``cancel`` from outside; False if the task had already ended."""
+        t = self.state.tasks.get(tid)
+        if t is None or t.state == "ended":
+            return False
+        self._unplaced(tid, now, preempted=False)
+        self.runs.pop(tid, None)
+        self.state.end(tid, now, kind)
+        return True
+
+    def set_estate(self, estate: CompiledEstate, now: int) -> None:
+        self.index = EstateIndex.build(estate)
+        self.state.bind(self.index, now)
 
     # ------------------------------------------------------------------ passes
-    def _pass(self, now: int) -> PassResult:
+    def run_pass(self, now: int) -> PassResult:
         res = run_pass(self.index, self.state, now)
         if res.repeats:
-            self.result.passes += 1
+            self.passes += 1
         for d in res.decisions:
-            self.result.decisions.append((now, d))
             if isinstance(d, Placement):
                 self._placed(d.task, now)
-                self._log(now, f"place    {d.task} on {d.pool} ({d.resource}, "
-                               f"{_PHASE_TEXT[d.phase]})")
             elif isinstance(d, Preemption):
                 self._unplaced(d.task, now, preempted=True)
-                self._log(now, f"preempt  {d.task} from {d.pool} ({d.resource}): {d.text}")
             elif isinstance(d, Cancellation):
                 self.runs.pop(d.task, None)
-                self._log(now, f"cancel   {d.task}: {d.text}")
-            elif isinstance(d, Alert):
-                self._log(now, f"alert    {d.text}")
+            self.on_decision(now, d)
+        self.on_pass(now, res)
+        return res
+
+    def drive(self, next_event: Callable[[], int | None], apply: Callable[[int], None],
+              after: Callable[[int], None] | None = None,
+              stop: Callable[[int, bool], bool] | None = None) -> int:
+        """The loop. ``next_event()``: the time of the next event or expectation (None when
+        there are no more); ``apply(now)``: applies the events due at ``now``; ``after(now)``:
+        runs after the passes of ``now`` (expectations); ``stop(t, engine_only)``: True to
+        stop before moving to ``t`` (``engine_only``: only the engine's own moment is left,
+        no event and no runtime end). Returns the time of the last moment run."""
+        next_engine: int | None = None
+        now = self.now
+        state = self.state
+        while True:
+            t = next_event()
+            e = self.next_end()
+            only_engine = False
+            if e is not None and (t is None or e < t):
+                t = e
+            if next_engine is not None and state.enabled and (t is None or next_engine < t):
+                only_engine = t is None
+                t = next_engine
+            if t is None:
+                break
+            if stop is not None and stop(t, only_engine):
+                break
+            now = max(now, t)
+            self.now = now
+            self.end_due(now)
+            apply(now)
+            res = self.run_pass(now)
+            # A runtime of 0, or one that ran out exactly now, ends now and may free room.
+            while self.end_due(now):
+                res = self.run_pass(now)
+            next_engine = res.next_pass_at
+            if after is not None:
+                after(now)
+        return now
+
+
+@dataclass
+class SimResult:
+    scenario: Scenario
+    misses: list[Miss] = field(default_factory=list)
+    timeline: list[str] = field(default_factory=list)
+    decisions: list[tuple[int, object]] = field(default_factory=list)
+    """Every decision of the run with its time (placements, preemptions, cancellations,
+    alerts)."""
+    passes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.misses
+
+
+class Simulator(Driver):
+    """One scenario's run. ``timeline=True`` keeps a line per decision and per change of a
+    waiting reason (for ``--timeline``)."""
+
+    def __init__(self, scenario: Scenario, timeline: bool = False) -> None:
+        super().__init__(scenario.estate, scenario.start)
+        self.sc = scenario
+        self.want_timeline = timeline
+        self.result = SimResult(scenario)
+        self._reasons: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ timeline
+    def _log(self, t: int, text: str) -> None:
+        if self.want_timeline:
+            self.result.timeline.append(f"{format_time(t)} {self.sc.offset(t):>10}  {text}")
+
+    def on_runtime_end(self, tid: str, now: int) -> None:
+        self._log(now, f"end      {tid}: runtime done")
+
+    def on_decision(self, now: int, d: object) -> None:
+        self.result.decisions.append((now, d))
+        if not self.want_timeline:
+            return
+        if isinstance(d, Placement):
+            self._log(now, f"place    {d.task} on {d.pool} ({d.resource}, "
+                           f"{_PHASE_TEXT[d.phase]})")
+        elif isinstance(d, Preemption):
+            self._log(now, f"preempt  {d.task} from {d.pool} ({d.resource}): {d.text}")
+        elif isinstance(d, Cancellation):
+            self._log(now, f"cancel   {d.task}: {d.text}")
+        elif isinstance(d, Alert):
+            self._log(now, f"alert    {d.text}")
+
+    def on_pass(self, now: int, res: PassResult) -> None:
+        self.result.passes = self.passes
         if self.want_timeline:
             reasons = res.waiting_reasons()
             for tid, r in reasons.items():
@@ -169,45 +245,59 @@ class Simulator:
                 if self._reasons.get(tid) != text:
                     self._log(now, f"waits    {tid}: {text}")
             self._reasons = {tid: f"{r.kind}: {r.text}" for tid, r in reasons.items()}
-        return res
+
+    # ------------------------------------------------------------------ events
+    def _apply(self, ev: Event, now: int) -> None:
+        if ev.kind == "submit":
+            s = ev.submit
+            assert s is not None
+            for tid in s.ids:
+                self.submit(tid, s.resource, s.user, s.project, s.gpus_milli, s.runtime_ms,
+                            s.checkpoint_ms, now)
+            n = len(s.ids)
+            self._log(now, f"submit   {s.ids[0]}{f' .. {s.ids[-1]}' if n > 1 else ''} "
+                           f"to {s.resource} (user {s.user})")
+        elif ev.kind in ("finish", "cancel"):
+            for tid in ev.tasks:
+                if self.end_task(tid, now, "finished" if ev.kind == "finish" else "cancelled"):
+                    self._log(now, f"{ev.kind:<8} {tid}")
+        elif ev.kind == "engine":
+            self.state.set_enabled(ev.enabled, now)
+            self._log(now, f"engine   {'enabled' if ev.enabled else 'disabled'}")
+        elif ev.kind == "set":
+            assert ev.estate is not None
+            self.set_estate(ev.estate, now)
+            changes = ", ".join(f"{k}: {v}" for k, v in ev.changes.items())
+            self._log(now, f"set      {changes} (revision {ev.estate.revision[:19]})")
 
     def run(self) -> SimResult:
         sc = self.sc
         events = sc.events
         exps = sc.expectations
-        ei = xi = 0
-        next_engine: int | None = None
+        pos = [0, 0]  # next event, next expectation
         last = max([e.at for e in events] + [x.at for x in exps] + [sc.start])
-        now = sc.start
-        while True:
+
+        def next_event() -> int | None:
+            ei, xi = pos
             cands = []
             if ei < len(events):
                 cands.append(events[ei].at)
             if xi < len(exps):
                 cands.append(exps[xi].at)
-            e = self._next_end()
-            if e is not None:
-                cands.append(e)
-            if next_engine is not None and self.state.enabled:
-                cands.append(next_engine)
-            if not cands:
-                break
-            t = min(cands)
-            if t > last:
-                break
-            now = max(now, t)
-            self._end_due(now)
-            while ei < len(events) and events[ei].at <= now:
-                self._apply(events[ei], now)
-                ei += 1
-            res = self._pass(now)
-            # A runtime of 0, or one that ran out exactly now, ends now and may free room.
-            while self._end_due(now):
-                res = self._pass(now)
-            next_engine = res.next_pass_at
-            while xi < len(exps) and exps[xi].at <= now:
-                self.result.misses.extend(check(exps[xi], self.index, self.state, now))
-                xi += 1
+            return min(cands) if cands else None
+
+        def apply(now: int) -> None:
+            while pos[0] < len(events) and events[pos[0]].at <= now:
+                self._apply(events[pos[0]], now)
+                pos[0] += 1
+
+        def after(now: int) -> None:
+            while pos[1] < len(exps) and exps[pos[1]].at <= now:
+                self.result.misses.extend(check(exps[pos[1]], self.index, self.state, now))
+                pos[1] += 1
+
+        self.drive(next_event, apply, after, stop=lambda t, _: t > last)
+        self.result.passes = self.passes
         return self.result
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kliqued.engine import StaleResult
+from kliqued.engine import EstateIndex, StaleResult, State, run_pass
 from kliqued.engine.periods import (DAY_MS, format_minute, next_period_start, period_start)
 
 from .helpers import HOUR, MIN, START, Engine, build_estate
@@ -113,3 +113,31 @@ def test_time_never_goes_backwards() -> None:
     e.run(START + 1000)
     with pytest.raises(ValueError):
         e.run(START)
+
+
+def test_queues_parked_on_several_pools_all_wake_when_those_pools_free_together() -> None:
+    """Regression: a queue parked on two pools that free up at the same moment used to wake
+    only one of them, so other work that fit stayed queued until the next event."""
+
+    est = build_estate(
+        [{"name": "A", "capacity": 2}, {"name": "B", "capacity": 1}],
+        [{"name": "r", "gpus": 1, "pools": ["A", "B"], "policies": ["g1"]},
+         {"name": "s", "gpus": 1, "pools": ["A"], "policies": ["g2"]},
+         {"name": "t", "gpus": 1, "pools": ["A", "B"], "policies": ["g3"]}],
+        [{"name": "g1", "reservation": 0, "limit": 5},
+         {"name": "g2", "reservation": 0, "limit": 5},
+         {"name": "g3", "reservation": 0, "limit": 5}])
+    idx = EstateIndex.build(est)
+    st = State(idx, START)
+    for i in range(3):
+        st.submit(f"z{i}", "g3/t", "u", None, None, at=START)
+    run_pass(idx, st, START)
+    st.submit("x", "g1/r", "u", None, None, at=START + MIN)
+    st.submit("y", "g2/s", "u", None, None, at=START + MIN)
+    run_pass(idx, st, START + MIN)
+    for i in range(3):
+        st.end(f"z{i}", START + 2 * MIN)
+    run_pass(idx, st, START + 2 * MIN)
+    assert st.tasks["x"].state == "placed" and st.tasks["y"].state == "placed"
+    later = run_pass(idx, st, START + 3 * MIN)
+    assert later.placements == []

@@ -117,7 +117,10 @@ def check(index, state, res, now, queue_before=None):
             cr = index.resources.get(name)
             if cr is None or not cr.strict:
                 continue
-            still = [t for t in before if state.tasks[t].status == 0]
+            # A task placed and then reclaimed within the same pass is queued again at the
+            # front; engine.md lets the next task of the queue be lent in that pass.
+            still = [t for t in before if state.tasks[t].status == 0
+                     and t not in preempted_now]
             for tid in before:
                 if tid in placed_now and tid not in preempted_now:
                     assert not still or before.index(tid) < before.index(still[0]), \
