@@ -23,8 +23,8 @@ from ._common import add_command
 
 DEFAULT_POOL = "onprem-baremetal"
 SHOWN_USERS = ("alice", "heidi", "zoe")
-"""Whose export lines are printed (alice: llm-research; heidi and zoe: groups with the
-cpu-only profile, whose first pool is the bare-metal pool the local worker serves)."""
+"""Whose export lines are printed (alice: llm-research, whose l40s-1x profile lists the
+bare-metal pool the local worker serves first; heidi and zoe: groups with cpu-only)."""
 
 
 def register(subparsers) -> None:
@@ -40,9 +40,9 @@ def register(subparsers) -> None:
         examples="  kliqued dev                                   # what make run does\n"
                  "  kliqued dev --listen 127.0.0.1:9090 --dir /tmp/klique\n"
                  "  kliqued dev --pool onprem-baremetal --pool onprem-k8s   # two local workers\n"
-                 "  # then, in another terminal, as heidi (group climate):\n"
-                 "  export KLIQUE_URL=http://127.0.0.1:8080 KLIQUE_TOKEN=$(cat run/tokens/heidi.token)\n"
-                 "  kliqued submit --resource climate/cpu-only -- python -c \"print('hello')\"\n"
+                 "  # then, in another terminal, as alice (group llm-research):\n"
+                 "  export KLIQUE_URL=http://127.0.0.1:8080 KLIQUE_TOKEN=$(cat run/tokens/alice.token)\n"
+                 "  kliqued submit --resource llm-research/l40s-1x -- python -c \"print('hello')\"\n"
                  "  kliqued logs t-01M8K8MWK70000")
     p.add_argument("--estate", metavar="DIR", default="estate",
                    help="the estate directory (default: %(default)s)")
@@ -257,8 +257,8 @@ def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[s
             out.append(f"  export KLIQUE_URL={url} KLIQUE_TOKEN={user_tokens[u]}")
     out += ["  # the platform admin",
             f"  export KLIQUE_URL={url} KLIQUE_TOKEN={admin_token}", "",
-            "Then, as heidi (climate/cpu-only runs on the bare-metal pool first):", "",
-            f"  {rel} submit --resource climate/cpu-only -- python -c \"print('hello')\"",
+            "Then, as alice (llm-research/l40s-1x: one GPU, bare-metal pool first):", "",
+            f"  {rel} submit --resource llm-research/l40s-1x -- python -c \"print('hello')\"",
             f"  {rel} status <ID>        # running, then ended (finished), GPU-hours",
             f"  {rel} logs <ID>          # hello", "",
             "Ctrl-C stops the worker and the daemon.", line]

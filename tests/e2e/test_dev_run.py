@@ -50,8 +50,8 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
         assert set(exports) >= {"alice", "heidi", "zoe"}
         assert (tmp_path / "run" / "tokens" / "heidi.token").read_text().strip() \
             == exports["heidi"]
-        env = {**os.environ, "KLIQUE_URL": url, "KLIQUE_TOKEN": exports["heidi"]}
-        out = cli(env, "submit", "--json", "--resource", "climate/cpu-only", "--",
+        env = {**os.environ, "KLIQUE_URL": url, "KLIQUE_TOKEN": exports["alice"]}
+        out = cli(env, "submit", "--json", "--resource", "llm-research/l40s-1x", "--",
                   "python", "-c", "print('hello')")
         tid = json.loads(out)["id"]
         deadline = time.monotonic() + 30
@@ -61,7 +61,7 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
         task = json.loads(cli(env, "status", tid, "--json"))
         assert (task["end_reason"], task["exit_code"], task["pool"]) == \
             ("finished", 0, "onprem-baremetal")
-        assert task["worker"] and task["gpu_hours"] == 0  # cpu-only: 0 GPUs
+        assert task["worker"] and task["gpu_hours"] > 0  # one GPU, held while it ran
         assert "state     ended (finished)" in cli(env, "status", tid)
         assert cli(env, "logs", tid) == "hello\n"
         fin = {**env, "KLIQUE_TOKEN": (tmp_path / "run/tokens/finance.token").read_text()
@@ -77,9 +77,9 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
     # A second start reuses the database, the tokens and the worker's state.
     proc, banner2 = start(tmp_path, port)
     try:
-        assert exports["heidi"] in banner2
+        assert exports["heidi"] in banner2 and exports["alice"] in banner2
         env = {**os.environ, "KLIQUE_URL": f"http://127.0.0.1:{port}",
-               "KLIQUE_TOKEN": exports["heidi"]}
+               "KLIQUE_TOKEN": exports["alice"]}
         assert json.loads(cli(env, "status", tid, "--json"))["end_reason"] == "finished"
     finally:
         os.killpg(proc.pid, signal.SIGINT)
