@@ -22,7 +22,6 @@ from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placem
                             Preemption, Reason, State, SubmissionError,
                             check_submission, waiting_reason, waiting_reasons)
 
-from kliqued.engine.reasons import _reason
 
 from . import ledger_bridge
 from .auth import Access, Principal, TokenBook, TokenRecord
@@ -192,8 +191,9 @@ class Daemon:
         if t is None or qp is None:
             return waiting_reason(self.idx(), st, rec.id, st.clock)
         # With its position known the engine skips walking the queue to find it (O(n) in a
-        # strict queue). Engine request: a public ``waiting_reason(..., position=)``.
-        return _reason(self.idx(), st, t, st.clock, qp.position(t.seq, t.ran_before) - 1)
+        # strict queue).
+        return waiting_reason(self.idx(), st, rec.id, st.clock,
+                              position=qp.position(t.seq, t.ran_before) - 1)
 
     # ------------------------------------------------------------------ changes (live and replay)
     def on_estate(self, compiled: CompiledEstate, source: str | None, at: int,
@@ -443,17 +443,10 @@ class Daemon:
     def on_alert(self, data: dict[str, Any], at: int, replay: bool) -> None:
         self.alerts.setdefault(data["policy"], []).append({**data, "at": at})
         if replay:
-            # The engine raises each threshold once per period; there is no State method to
-            # say it was raised before (engine request: ``State.note_alert``), so replay
-            # restores the pass's own record of it.
-            st = self.st()
+            # The engine raises each threshold once per period: tell it this one was.
             g = data.get("group") or self.idx().group_of_policy.get(data["policy"])
             if g is not None:
-                ps = data["period_start"]
-                raised = st.alerts_raised.get(g)
-                if raised is None or raised[0] != ps:
-                    raised = st.alerts_raised[g] = (ps, set())
-                raised[1].add(data["threshold_milli"])
+                self.st().note_alert(g, data["period_start"], data["threshold_milli"])
 
     # ------------------------------------------------------------------ the engine pass
     def run_pass(self, now: int) -> tuple[list[Event], list[DbOp], Counter[str]]:

@@ -20,12 +20,14 @@ def _gpus(milli: int) -> str:
     return milli_str(milli)
 
 
-def waiting_reason(index: EstateIndex, state: State, task_id: str, now: int) -> Reason | None:
-    """The reason ``task_id`` waits, or None if it is not queued."""
+def waiting_reason(index: EstateIndex, state: State, task_id: str, now: int,
+                   position: int | None = None) -> Reason | None:
+    """The reason ``task_id`` waits, or None if it is not queued. ``position`` (0 = the
+    head), when the caller keeps it, saves walking a strict queue to find the task."""
     t = state.tasks.get(task_id)
     if t is None or t.status != QUEUED:
         return None
-    return _reason(index, state, t, now, None)
+    return _reason(index, state, t, now, position)
 
 
 def waiting_reasons(index: EstateIndex, state: State, now: int) -> dict[str, Reason]:

@@ -218,6 +218,14 @@ class State:
         self.budget_check_all = True
         self.rate_changed.update(self.meters)
 
+    def note_alert(self, group: str, period_start: int, threshold_milli: int) -> None:
+        """Records that an alert was already raised (a daemon replaying its log), so the
+        engine does not raise it a second time in the same period."""
+        raised = self.alerts_raised.get(group)
+        if raised is None or raised[0] != period_start:
+            raised = self.alerts_raised[group] = (period_start, set())
+        raised[1].add(threshold_milli)
+
     def forget(self, task_id: str) -> None:
         """Drops an ended task (a long-running daemon's memory)."""
         t = self.tasks.get(task_id)
