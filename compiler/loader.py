@@ -10,6 +10,7 @@ every later error finds its way back to ``file:line:col``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from datetime import date, datetime
 from typing import Any
 
@@ -228,6 +229,16 @@ def load_yaml(file: str, data: bytes) -> LoadedYaml:
         return out
     out.root = root
     return out
+
+
+def load_yaml_path(path: str, code: str = "yaml-read") -> LoadedYaml:
+    """Reads and parses one file; an unreadable file is a diagnostic (``code``) too."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return LoadedYaml(path, None, [error(code, f"cannot read: {exc.strerror or exc}",
+                                             Position(path))])
+    return load_yaml(path, data)
 
 
 def _duplicate_key_name(exc: DuplicateKeyError) -> str:

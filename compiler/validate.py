@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from .diagnostics import Diagnostic, Position, error
+from .diagnostics import Diagnostic, error
 from .loader import position_of, to_plain
 from .models import KIND_OF_SECTION, NAME_PATTERN, SECTIONS, USER_PATTERN, Settings
 from .source import SourceMap, SourceObject

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-from typing import Callable
 
 from .budget import budget_units, next_budget_event, remaining, start_ok
 from .decisions import Alert, Cancellation, Placement, Preemption

@@ -31,12 +31,11 @@ import io
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
-from compiler.loader import load_yaml
+from compiler.loader import load_yaml_path
 from compiler.units import milli_str
 
 from kliqued.engine import CRInfo, EstateIndex
@@ -228,12 +227,7 @@ def eligible_groups(index: EstateIndex) -> list[str]:
 
 def load_mapping(path: str, index: EstateIndex) -> dict[str, Target]:
     """``users: {<trace user>: <compute resource> | <group> | {resource|group, user}}``."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConvertError([error("mapping", f"cannot read: {exc.strerror or exc}",
-                                  Position(path))]) from None
-    loaded = load_yaml(path, data)
+    loaded = load_yaml_path(path, "mapping")
     if not loaded.ok:
         raise ConvertError([d for d in loaded.diagnostics if d.is_error])
     root = loaded.root

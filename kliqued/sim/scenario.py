@@ -20,7 +20,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from compiler.api import Document, compile_documents, read_dir, EstateReadError
 from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
-from compiler.loader import load_yaml
+from compiler.loader import load_yaml, load_yaml_path
 from compiler.units import parse_duration, parse_time, to_milli
 
 from kliqued.engine import EstateIndex, SubmissionError, check_submission
@@ -260,12 +260,7 @@ class _Loader:
 def load_scenario(path: str) -> Scenario:
     """The scenario at ``path``, checked; raises ScenarioError listing every problem."""
     ld = _Loader(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ScenarioError([error("scenario", f"cannot read: {exc.strerror or exc}",
-                                   Position(path))]) from None
-    loaded = load_yaml(path, data)
+    loaded = load_yaml_path(path, "scenario")
     if not loaded.ok:
         raise ScenarioError([d for d in loaded.diagnostics if d.is_error])
     root = loaded.root
@@ -397,7 +392,6 @@ def load_scenario(path: str) -> Scenario:
                 if new is None:
                     continue
                 docs = new_docs
-                cur_estate = new
                 cur_index = EstateIndex.build(new)
                 events.append(Event(at, kline, "set", changes=dict(v), estate=new))
             else:
