@@ -290,7 +290,6 @@ def load_scenario(path: str) -> Scenario:
     warnings: list[Diagnostic] = []
 
     events: list[Event] = []
-    cur_estate = estate
     cur_index = EstateIndex.build(estate)
     submitted: set[str] = set()
     last_at: int | None = None
