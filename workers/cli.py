@@ -113,6 +113,10 @@ def parser() -> argparse.ArgumentParser:
                    help="how long logs of ended tasks are kept in the state dir (default: 7d)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
+    p.add_argument("--drain", action="store_true",
+                   help="on SIGTERM/SIGINT, stop every task (SIGTERM, grace, SIGKILL), hand "
+                        "them back to the control plane and deregister; without it a stop "
+                        "leaves the tasks running for the next start to take back")
     return p
 
 
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = WorkerConfig(url=args.url, pool=args.pool, token_file=args.token_file,
                        state_dir=str(state.root), executor=args.executor, grace_s=args.grace,
                        retry_max_s=args.retry_max, log_interval_s=args.log_interval,
-                       log_retention_s=args.log_retention)
+                       log_retention_s=args.log_retention, drain=args.drain)
 
     async def run() -> None:
         await WorkerDaemon(cfg, gpus, executor, state, client).run()

@@ -145,6 +145,21 @@ class ControlPlaneClient:
     async def report(self, task: str, body: dict) -> dict:
         return await self._request("POST", f"/tasks/{task}/report", json_body=body)
 
+    async def reports(self, worker_id: str, reports: list[dict]) -> list[dict]:
+        """Several reports in one request (``{"task", "epoch", "event", ...}`` each); one
+        answer each, in order: ``{"task", "epoch", "status": 200}`` or ``{..., "status":
+        409, "error": {"code": "stale-epoch", ...}}``."""
+        answer = await self._request("POST", f"/workers/{worker_id}/reports",
+                                     json_body={"reports": reports})
+        results = list(answer.get("results") or [])
+        if len(results) != len(reports):
+            raise Unreachable(f"the batch report answered {len(results)} results for "
+                              f"{len(reports)} reports")
+        return results
+
+    async def deregister(self, worker_id: str) -> dict:
+        return await self._request("DELETE", f"/workers/{worker_id}")
+
     async def upload_log(self, task: str, epoch: int, offset: int, chunk: bytes) -> int:
         answer = await self._request("POST", f"/tasks/{task}/log", data=chunk,
                                      params={"offset": str(offset), "epoch": str(epoch)})

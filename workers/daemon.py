@@ -5,9 +5,16 @@ Four asyncio loops over one state (``self.records``):
 - lease: long-polls ``/workers/{id}/lease`` while some GPU has room and no lease is waiting
   for GPUs; each lease is recorded on disk before anything else happens;
 - heartbeat: every TTL/3, carries the tasks it runs, receives stop instructions;
-- outbox: sends the reports (started, then finished/failed/stopped) and uploads the logs,
-  retried until acknowledged; a ``409 stale-epoch`` kills the task at once and forgets it;
-- one supervisor per running task: polls the executor, carries out a stop, records the end.
+- outbox: uploads the logs, then sends the reports (started, then finished/failed/stopped)
+  of every task at once in one request (``POST /workers/{id}/reports``; one request a task
+  against a control plane without it), retried until acknowledged; a ``409 stale-epoch``
+  kills the task at once and forgets it;
+- one supervisor per running task: notices the task's end at once (the executor's
+  ``exit_waiter``, a pidfd; else it polls every 0.25 s), carries out a stop, records the end.
+
+Task records are written atomically (a rename) as things happen, so a restart of the worker
+process finds them; they are made durable (fsync, in a thread, for all of them at once)
+before any report that depends on them is sent.
 
 The control plane being down never stops the worker: every call is retried with backoff and
 the tasks keep running. See docs/workers.md and docs/decisions-workers.md.
@@ -16,6 +23,7 @@ the tasks keep running. See docs/workers.md and docs/decisions-workers.md.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -52,6 +60,7 @@ class WorkerConfig:
     log_interval_s: float = 2.0
     log_retention_s: float = 7 * 86400
     hostname: str = ""
+    drain: bool = False     # on shutdown: stop and hand back every task, then deregister
 
 
 class Backoff:
@@ -91,6 +100,8 @@ class WorkerDaemon:
         self._down_since: float | None = None
         self._down_logged = 0.0
         self._register_lock = asyncio.Lock()
+        self._dirty: set[Path] = set()      # records written but not fsync'ed yet
+        self._batch_reports = True          # the control plane has POST /workers/{id}/reports
 
     # connectivity log lines --------------------------------------------------------------
     def _unreachable(self, what: str, exc: Exception, retry_in: float) -> None:
@@ -115,10 +126,25 @@ class WorkerDaemon:
 
     # records -----------------------------------------------------------------------------
     def _save(self, rec: TaskRecord) -> None:
-        self.state.save(rec)
+        """Writes the record atomically (temporary file and rename: a restarted worker
+        process finds it); ``_make_durable`` fsyncs it before anything is reported."""
+        path = self.state.tasks / f"{rec.key}.json"
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec.to_json()))
+        os.replace(tmp, path)
+        self._dirty.add(path)
+
+    async def _make_durable(self) -> None:
+        if not self._dirty:
+            return
+        paths, self._dirty = self._dirty, set()
+        await asyncio.get_running_loop().run_in_executor(None, _fsync_all, paths,
+                                                         self.state.tasks)
 
     def _forget(self, rec: TaskRecord) -> None:
         self.state.delete(rec)
+        self._dirty.discard(self.state.tasks / f"{rec.key}.json")
         self.records.pop(rec.key, None)
         self.handles.pop(rec.key, None)
         self.stop_events.pop(rec.key, None)
@@ -145,6 +171,10 @@ class WorkerDaemon:
         rec.state = ENDED
         rec.outcome = {"event": event, "exit_code": exit_code, "signal": sig,
                        "at": now_rfc3339(), "message": message}
+        if event == "stopped" and rec.stop is not None:
+            # why it was stopped: the control plane's instruction, or the worker's own
+            # decision ("idle": an idle limit; "shutdown": handed back by --drain)
+            rec.outcome["reason"] = rec.stop.get("reason")
         self._save(rec)
         self.outbox_wake.set()
         log.info("task %s (epoch %s) %s: exit code %s, signal %s%s", rec.task, rec.epoch,
@@ -417,6 +447,8 @@ class WorkerDaemon:
             self._supervisor(rec, self.handles[rec.key], event), name=f"task {rec.key}")
 
     async def _supervisor(self, rec: TaskRecord, handle: Handle, event: asyncio.Event) -> None:
+        waiter = getattr(self.executor, "exit_waiter", None)
+        exited = waiter(handle) if waiter is not None else None
         try:
             while True:
                 if event.is_set():
@@ -432,15 +464,23 @@ class WorkerDaemon:
                 if isinstance(result, Exited):
                     break
                 idle.watch(self, rec, handle)   # session idle limits (workers/idle.py)
+                stop_wait = asyncio.ensure_future(event.wait())
+                waits = {stop_wait}
+                if exited is not None and not exited.done():
+                    waits.add(exited)
                 try:
-                    await asyncio.wait_for(event.wait(), 0.25)
-                except asyncio.TimeoutError:
-                    pass
+                    await asyncio.wait(waits, timeout=0.25,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop_wait.cancel()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never let one task take the worker down
             log.exception("task %s: supervision failed", rec.task)
             result = Exited(None, None, f"the worker could not watch the task: {exc}")
+        finally:
+            if exited is not None:
+                exited.cancel()
         self._finish(rec, result)
 
     def _finish(self, rec: TaskRecord, result: Exited) -> None:
@@ -472,8 +512,7 @@ class WorkerDaemon:
             await self.registered.wait()
             self.outbox_wake.clear()
             try:
-                for rec in sorted(self.records.values(), key=lambda r: r.leased_at):
-                    await self._flush(rec)
+                await self._flush_all()
             except Unreachable as exc:
                 delay = backoff.next()
                 self._unreachable("report", exc, delay)
@@ -484,35 +523,104 @@ class WorkerDaemon:
             await self._wait(self.outbox_wake,
                              self.cfg.log_interval_s if busy else max(self.ttl_s, 5))
 
+    def _reportable(self) -> list[TaskRecord]:
+        return [r for r in sorted(self.records.values(), key=lambda r: r.leased_at)
+                if not r.fenced and r.state != STARTING]
+
+    async def _flush_all(self) -> None:
+        """Uploads the logs, then sends every report due in one request."""
+        if not self._batch_reports:
+            for rec in self._reportable():
+                await self._flush(rec)
+            return
+        items: list[tuple[TaskRecord, dict]] = []
+        for rec in self._reportable():
+            try:
+                await self._upload_log(rec)
+            except ApiError as exc:
+                self._refused(rec, exc)
+                continue
+            if rec.key not in self.records or rec.fenced:
+                continue
+            if rec.started_at and not rec.started_reported:
+                items.append((rec, {"event": "started", "at": rec.started_at,
+                                    "exit_code": None, "signal": None, "message": None}))
+            if rec.state == ENDED and (rec.outcome or {}).get("event"):
+                items.append((rec, dict(rec.outcome)))
+        if not items:
+            return
+        await self._make_durable()
+        try:
+            answers = await self.client.reports(
+                self.worker_id, [{"task": r.task, "epoch": r.epoch, **b} for r, b in items])
+        except ApiError as exc:
+            if exc.status in (404, 405) and exc.code != "unknown-worker" \
+                    and "worker" not in exc.message:
+                log.info("the control plane has no batch report endpoint (%s): one report "
+                         "a request", exc)
+                self._batch_reports = False
+                return await self._flush_all()
+            if exc.status == 404:
+                log.warning("reports: the control plane does not know this worker: "
+                            "registering again")
+                await self.register()
+                return
+            raise Unreachable(str(exc)) from exc
+        for (rec, body), answer in zip(items, answers):
+            if rec.key not in self.records or rec.fenced:
+                continue
+            status = int(answer.get("status", 200))
+            if 200 <= status < 300:
+                if body["event"] == "started":
+                    rec.started_reported = True
+                    if rec.state != ENDED:
+                        self._save(rec)
+                else:
+                    log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch,
+                             body["event"])
+                    self._forget(rec)
+                continue
+            err = answer.get("error") or {}
+            code, message = err.get("code", f"http-{status}"), err.get("message", "")
+            if status >= 500 or status in (408, 429):
+                continue  # retried with the next round
+            exc_cls = StaleEpoch if status == 409 and code == "stale-epoch" else ApiError
+            self._refused(rec, exc_cls(status, code, message))
+
+    def _refused(self, rec: TaskRecord, exc: ApiError) -> None:
+        if isinstance(exc, StaleEpoch):
+            self._fence(rec, f"409 stale-epoch from the control plane: {exc.message}")
+        elif exc.status == 404:
+            log.warning("the control plane does not know task %s: stopping and "
+                        "forgetting it", rec.task)
+            self._fence(rec, "the control plane does not know the task")
+        else:
+            log.error("task %s: report refused (%s); giving up on it", rec.task, exc)
+            if rec.state == ENDED:
+                self._forget(rec)
+            else:
+                rec.started_reported = True
+                self._save(rec)
+
     async def _flush(self, rec: TaskRecord) -> None:
         if rec.fenced or rec.state == STARTING or rec.key not in self.records:
             return
         try:
             if rec.started_at and not rec.started_reported:
+                await self._make_durable()
                 await self._report(rec, {"event": "started", "at": rec.started_at,
                                          "exit_code": None, "signal": None, "message": None})
                 rec.started_reported = True
                 self._save(rec)
             await self._upload_log(rec)
             if rec.state == ENDED and (rec.outcome or {}).get("event"):
+                await self._make_durable()
                 await self._report(rec, dict(rec.outcome))
                 log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch,
                          rec.outcome["event"])
                 self._forget(rec)
-        except StaleEpoch as exc:
-            self._fence(rec, f"409 stale-epoch from the control plane: {exc.message}")
         except ApiError as exc:
-            if exc.status == 404:
-                log.warning("the control plane does not know task %s: stopping and "
-                            "forgetting it", rec.task)
-                self._fence(rec, "the control plane does not know the task")
-            else:
-                log.error("task %s: report refused (%s); giving up on it", rec.task, exc)
-                if rec.state == ENDED:
-                    self._forget(rec)
-                else:
-                    rec.started_reported = True
-                    self._save(rec)
+            self._refused(rec, exc)
 
     async def _report(self, rec: TaskRecord, body: dict) -> None:
         body = {"epoch": rec.epoch, **body}
@@ -562,6 +670,37 @@ class WorkerDaemon:
             for w in waits:
                 w.cancel()
 
+    async def drain(self) -> None:
+        """``--drain``: stops every task (SIGTERM, grace, SIGKILL), reports them ``stopped``
+        with ``reason: "shutdown"`` (the control plane requeues them at the front without
+        counting a loss), then deregisters (``DELETE /workers/{id}``). A second signal, or
+        the control plane staying away for a minute, ends the wait; what is left is taken
+        back at the next start as after any stop."""
+        log.info("draining: stopping %d task(s) and handing them back",
+                 sum(r.state != ENDED and not r.fenced for r in self.records.values()))
+        for rec in list(self.records.values()):
+            if rec.state != ENDED and not rec.fenced:
+                self._request_stop(rec, "shutdown", "the worker is shutting down (--drain)",
+                                   None)
+        await asyncio.gather(*list(self.supervisors.values()), return_exceptions=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                await self._flush_all()
+            except Unreachable as exc:
+                log.warning("draining: reports not sent yet (%s)", exc)
+                await asyncio.sleep(1)
+                continue
+            if not any(not r.fenced for r in self.records.values()):
+                break
+            await asyncio.sleep(0.2)
+        try:
+            await self.client.deregister(self.worker_id)
+            log.info("deregistered %s", self.worker_id)
+        except (Unreachable, ApiError) as exc:
+            log.warning("deregistering failed (%s): the control plane declares this worker "
+                        "lost after its TTL", exc)
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -578,6 +717,8 @@ class WorkerDaemon:
                  loop.create_task(self.outbox_loop(), name="outbox")]
         try:
             await self.shutdown.wait()
+            if self.cfg.drain:
+                await self.drain()
         finally:
             for t in loops:
                 t.cancel()
@@ -585,7 +726,27 @@ class WorkerDaemon:
             for t in list(self.supervisors.values()):
                 t.cancel()
             await asyncio.gather(*self.supervisors.values(), return_exceptions=True)
+            close = getattr(self.executor, "close", None)
+            if close is not None:
+                close()
             await self.client.close()
             alive = sum(r.state == RUNNING for r in self.records.values())
             log.info("klique-worker stopped; %d task(s) keep running and are taken back when "
                      "the worker starts again with the same --state-dir", alive)
+
+
+def _fsync_all(paths: set[Path], directory: Path) -> None:
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # forgotten since
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -56,10 +56,12 @@ class Context:
         ev = self.pool_events.pop(pool, None)
         if ev is not None:
             ev.set()
+        self.seq.unpark(pool)  # parked long polls: leased in the cycle of the placement
 
     def wake_all(self) -> None:
         for pool in list(self.pool_events):
             self.wake(pool)
+        self.seq.unpark_all([])
 
 
 def ctx(request: web.Request) -> Context:
@@ -158,6 +160,8 @@ def make_app(context: Context) -> web.Application:
     r.add_get("/v1/workers", workers.list_workers)
     r.add_post("/v1/workers/{id}/lease", workers.lease)
     r.add_post("/v1/workers/{id}/heartbeat", workers.heartbeat)
+    r.add_post("/v1/workers/{id}/reports", workers.reports)
+    r.add_delete("/v1/workers/{id}", workers.deregister)
     r.add_get("/v1/resources", resources.list_resources)
     r.add_get("/v1/resources/{policy}/{profile}/queue", resources.queue)
     r.add_get("/v1/policies", policies.list_policies)

@@ -28,8 +28,8 @@ from .auth import Access, Principal, TokenBook, TokenRecord
 from .errors import ApiError, not_found
 from .events import Event
 from .ids import IdMaker, new_token, token_hash
-from .leases import (ACTIVE, CLOSED, FENCED, LOST_TEXT, STOP_REASON, STOPPING, Lease,
-                     WorkerInfo)
+from .leases import (ACTIVE, CLOSED, FENCED, LOST_TEXT, RETURNED, STOP_REASON, STOPPING,
+                     Lease, WorkerInfo)
 from .records import QueuePositions, TaskRecord
 from .store import DbOp
 
@@ -66,6 +66,9 @@ class Prepared:
     wants_pass: bool = False
     closes: list[tuple[str, int, str]] = field(default_factory=list)
     """Ledger intervals to close (id, end ms, reason): a batch's closes are one write."""
+    frees: bool = False
+    """It frees capacity (a worker's report ended or requeued a task): the pass that fills
+    it runs almost at once (loop.REPORT_SETTLE_S) rather than after a burst's delay."""
 
 
 @dataclass
@@ -291,7 +294,7 @@ class Daemon:
         t = st.tasks[task_id]
         if replay:
             st.preempt(t, at, kind, text)
-            if kind == "lost":
+            if kind in ("lost", RETURNED):
                 # State.preempt is the pass's own call and does not mark the state changed
                 # (``end`` does); from outside, the next pass must look (engine request:
                 # ``preempt`` to tick like ``end``).
@@ -300,11 +303,13 @@ class Daemon:
         self.positions.setdefault(rec.resource, QueuePositions()).queued(t.seq, True)
         self._close_gpu_time(rec, at)
         self._drop_unleased(rec)
-        if kind == "lost":
-            rec.lost += 1
+        if kind in ("lost", RETURNED):
+            if kind == "lost":
+                rec.lost += 1
             lease = rec.current_lease
             if lease is not None and lease.status in (ACTIVE, STOPPING):
-                self._end_lease(lease, FENCED)
+                self._end_lease(lease, FENCED if kind == "lost" else CLOSED,
+                                None if kind == "lost" else "stopped")
         else:
             self._stop_lease(rec, STOP_REASON.get(kind, "preempted"), text)
         rec.state = "queued"
@@ -357,7 +362,7 @@ class Daemon:
         if rec.state == "placed":
             self.placed_count[rec.resource] -= 1
         rec.state = "ended"
-        rec.end_reason = reason if lost and reason else kind
+        rec.end_reason = reason if reason and (lost or kind == "stopped") else kind
         rec.ended_at = at
         return rec
 
@@ -435,6 +440,18 @@ class Daemon:
         w.lost_at = at
         for lease in list(w.leases.values()):
             self._end_lease(lease, FENCED)
+        w.leases.clear()
+
+    def on_worker_deregistered(self, worker: str, at: int) -> None:
+        """The worker left (``DELETE /workers/{id}``): its active leases are fenced (their
+        tasks follow as ``preempted``/``ended`` events, as for a lost worker), the leases
+        it was told to stop are closed (stopped anyway), and it is forgotten."""
+        w = self.workers.pop(worker, None)
+        if w is None:
+            return
+        for lease in list(w.leases.values()):
+            self._end_lease(lease, FENCED if lease.status == ACTIVE else CLOSED,
+                            None if lease.status == ACTIVE else "stopped")
         w.leases.clear()
 
     def on_engine(self, enabled: bool, at: int) -> None:

@@ -14,6 +14,12 @@ Kinds (``data`` fields in brackets):
   ``stopped`` [worker, epoch, report, reason, exit_code, signal] / ``unleased`` [worker,
   epoch] (a lease its worker never took)
 - ``worker_lost`` [worker, pool, tasks] (then each task's ``preempted`` with kind ``lost``)
+- ``worker_deregistered`` [worker, pool, tasks] (``DELETE /workers/{id}``; then each
+  active lease's task ``preempted`` with kind ``lost``)
+- a ``preempted`` with kind ``returned`` is a task its worker handed back on a clean
+  shutdown (a ``stopped`` report with ``reason: "shutdown"``): not counted as a loss; an
+  ``ended`` with kind ``stopped`` and ``reason: "stopped: idle (cpu 30m)"`` is a session
+  the worker stopped for an idle limit
 - ``engine_disabled`` / ``engine_enabled``
 - ``alert`` [policy, threshold_milli, period_start, used_units, budget_units, text]
 - ``token_created`` [id, principal, name] / ``token_revoked`` [id]

@@ -26,7 +26,7 @@ from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, forbidden
 from .events import Event
 from .leases import (ACTIVE, CLOSED, FENCED, LOST_FAIL_TEXT, LOST_TEXT, MAX_LOSSES,
-                     STOPPING, Lease, WorkerInfo, gpu_fits)
+                     RETURNED, RETURNED_TEXT, STOPPING, Lease, WorkerInfo, gpu_fits)
 from .records import TaskRecord
 from .units import gpus
 
@@ -167,14 +167,25 @@ def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: 
 
 # ---------------------------------------------------------------------- losing a task
 def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor: str,
-          detail: dict[str, Any]) -> Prepared:
+          detail: dict[str, Any], returned: bool = False) -> Prepared:
     """The task's worker is gone (or says it lost the task): back to the front of its queue
-    with ``worker lost``, or failed the third time."""
+    with ``worker lost``, or failed the third time. ``returned``: the worker handed it back
+    (it stopped it on a clean shutdown and said so): back to the front, not counted as a
+    loss."""
     rev = d.idx().revision
     interval = rec.interval_id
-    ov.leases[lease.key] = FENCED
+    ov.leases[lease.key] = CLOSED if returned else FENCED
     data = {"pool": rec.pool, "epoch": lease.epoch, "worker": lease.worker,
             "interval": interval, **detail}
+    if returned:
+        ov.requeued.add(rec.id)
+        ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
+                   {"kind": RETURNED, "text": RETURNED_TEXT, "by": lease.worker, **data})
+
+        def apply_returned() -> None:
+            d.on_preempted(rec.id, now, RETURNED, RETURNED_TEXT, replay=True)
+        return Prepared([ev], [], apply_returned, wants_pass=True,
+                        closes=[(interval, now, RETURNED_TEXT)], frees=True)
     if rec.lost + 1 >= MAX_LOSSES:
         ov.ended.add(rec.id)
         ev = Event("ended", rec.id, actor, rev, rec.group, rec.user,
@@ -273,20 +284,33 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         if lost or event == "stopped":
             # The worker lost it, or stopped it without being told to: it did not end by
             # itself, so it runs again (the third time it fails).
-            sub = _lose(d, rec, lease, now, ov, p.text, {"report": event, "message": message})
-            return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
-                            sub.closes)
+            if event == "stopped" and body.get("reason") == "shutdown":
+                sub = _lose(d, rec, lease, now, ov, p.text,
+                            {"report": event, "message": message}, returned=True)
+                return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
+                                sub.closes, frees=True)
+            idle = event == "stopped" and _idle_text(body)
+            if not idle:
+                sub = _lose(d, rec, lease, now, ov, p.text,
+                            {"report": event, "message": message})
+                return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
+                                sub.closes, frees=True)
         interval = rec.interval_id
         ov.ended.add(task_id)
         ov.leases[key] = CLOSED
+        reason = None
+        if event == "stopped":  # the worker stopped an idle session (workers/idle.py)
+            reason = f"stopped: idle ({_idle_text(body)})"
         ev = Event("ended", task_id, p.text, rev, rec.group, rec.user,
-                   {"kind": event, **data, "interval": interval})
+                   {"kind": event, **data, "interval": interval,
+                    **({"reason": reason} if reason else {})})
 
         def apply_ended() -> str:
-            d.on_ended(task_id, now, event, None, epoch, body.get("exit_code"),
+            d.on_ended(task_id, now, event, reason, epoch, body.get("exit_code"),
                        body.get("signal"))
             return task_id
-        return Prepared([ev], [], apply_ended, True, [(interval, now, event)])
+        return Prepared([ev], [], apply_ended, True, [(interval, now, reason or event)],
+                        frees=True)
     # A lease told to stop: its process is gone.
     ov.leases[key] = CLOSED
     if event == "finished" and rec.state == "queued" and not ended_here \
@@ -300,7 +324,7 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
             d.on_ended(task_id, now, "finished", None, epoch, body.get("exit_code"),
                        body.get("signal"))
             return task_id
-        return Prepared([ev], [], apply_done, True)
+        return Prepared([ev], [], apply_done, True, frees=True)
     ev = Event("stopped", task_id, p.text, rev, rec.group, rec.user,
                {**data, "report": event, "reason": lease.stop_reason})
 
@@ -308,6 +332,88 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         d.on_stopped(task_id, epoch, now, data)
         return task_id
     return Prepared([ev], [], apply_stopped)
+
+
+def _idle_text(body: dict[str, Any]) -> str | None:
+    """The limit an idle stop reports (``cpu 30m``): a ``stopped`` report with ``reason:
+    "idle"``, or (workers before the field) a message ``idle: cpu 30m``."""
+    message = body.get("message")
+    text = message[5:].strip() if isinstance(message, str) and message.startswith("idle:") \
+        else None
+    if body.get("reason") == "idle":
+        return text or (message if isinstance(message, str) and message else "limit")
+    return text
+
+
+def prepare_reports(d: Daemon, p: Principal, wid: str, items: list[dict[str, Any]],
+                    now: int, ov: Overlay) -> Prepared:
+    """Several reports of one worker as one change (one transaction); each is prepared as
+    ``POST /tasks/{id}/report`` would be, against what the earlier ones do, and a refused
+    one (stale epoch, unknown task) is answered on its own without refusing the others."""
+    events: list[Event] = []
+    ops: list[Any] = []
+    closes: list[tuple[str, int, str]] = []
+    applies = []
+    results: list[dict[str, Any]] = []
+    wants = frees = False
+    for item in items:
+        tid, epoch = str(item["task"]), int(item["epoch"])
+        res: dict[str, Any] = {"task": tid, "epoch": epoch, "status": 200}
+        results.append(res)
+        try:
+            pr = prepare_report(d, p, tid, item, now, ov)
+        except ApiError as exc:
+            res["status"] = exc.status
+            res["error"] = exc.body()["error"]
+            continue
+        events.extend(pr.events)
+        ops.extend(pr.ops)
+        closes.extend(pr.closes)
+        applies.append(pr.apply)
+        wants |= pr.wants_pass
+        frees |= pr.frees
+
+    def apply() -> list[dict[str, Any]]:
+        for a in applies:
+            a()
+        return results
+    return Prepared(events, ops, apply, wants, closes, frees=frees)
+
+
+# ---------------------------------------------------------------------- deregistering
+def prepare_deregister(d: Daemon, p: Principal, wid: str, now: int, ov: Overlay) -> Prepared:
+    """A worker leaves (``DELETE /workers/{id}``): like a lost worker, its active leases are
+    fenced and their tasks requeued at the front (``worker lost``, counted toward the 3), but
+    leases it was told to stop and has not reported yet are only closed (they were stopped
+    anyway: no loss), and the worker is removed from the list rather than marked lost."""
+    w = d.workers.get(wid)
+    if w is None or wid in ov.lost:
+        raise ApiError(404, "not-found", f"no worker {wid}")
+    ov.lost.add(wid)
+    rev = d.idx().revision
+    subs: list[Prepared] = []
+    tasks = []
+    for lease in sorted(w.leases.values(), key=lambda x: x.key):
+        status = ov.leases.get(lease.key, lease.status)
+        rec = d.records.get(lease.task)
+        tasks.append({"task": lease.task, "epoch": lease.epoch, "status": status})
+        if rec is not None and status == ACTIVE and rec.state == "placed" \
+                and lease is rec.current_lease and rec.id not in ov.ended \
+                and rec.id not in ov.requeued:
+            subs.append(_lose(d, rec, lease, now, ov, p.text, {"deregistered": True}))
+        ov.leases[lease.key] = FENCED if status == ACTIVE else CLOSED
+    ev = Event("worker_deregistered", None, p.text, rev, None, None,
+               {"worker": wid, "pool": w.pool, "tasks": tasks})
+
+    def apply() -> dict[str, Any]:
+        d.on_worker_deregistered(wid, now)
+        for sub in subs:
+            sub.apply()
+        return {"worker": wid, "pool": w.pool, "requeued": [t["task"] for t in tasks
+                                            if t["status"] == ACTIVE]}
+    return Prepared([ev] + [e for sub in subs for e in sub.events], [], apply,
+                    wants_pass=bool(subs), closes=[c for sub in subs for c in sub.closes],
+                    frees=bool(subs))
 
 
 # ---------------------------------------------------------------------- heartbeats

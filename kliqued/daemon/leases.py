@@ -32,6 +32,9 @@ STOP_REASON = {"reclaimed": "preempted", "budget": "budget", "cancelled": "cance
 """Engine preemption kinds (and cancellation) to the protocol's stop reasons."""
 
 LOST_TEXT = "worker lost"
+RETURNED = "returned"
+"""Preemption kind of a task its worker handed back on a clean shutdown (not a loss)."""
+RETURNED_TEXT = "worker shut down"
 LOST_FAIL_TEXT = "worker lost 3 times"
 MAX_LOSSES = 3
 

@@ -14,7 +14,10 @@ So the log order is the order the State changed in, and replay rebuilds the same
 
 A pass runs every ``pass_interval``, at the engine's ``next_pass_at``, and ``SETTLE_S``
 after a submission, cancellation, engine switch or estate change (coalesced: a burst of
-requests gets one pass soon after it, not one per request). While a cycle commits, new
+requests gets one pass soon after it, not one per request), ``REPORT_SETTLE_S`` after a
+worker's report that freed capacity. Long polls waiting for work are *parked* here
+(``park``): when a pass places work on their pool, their leases are prepared in the same
+cycle, after the pass, and committed with its placements. While a cycle commits, new
 requests queue for the next one: the busier the daemon, the larger its batches.
 
 A failed commit is fatal: the State may be ahead of the log, so the process exits and a restart
@@ -40,6 +43,11 @@ log = logging.getLogger("kliqued")
 SETTLE_S = 0.02
 """Delay from a change to the pass that handles it: long enough to gather a burst."""
 
+REPORT_SETTLE_S = 0.002
+"""Delay from a report that frees capacity (a task ended, lost, stopped) to the pass that
+fills it: short, so that a pool of short tasks stays busy; reports arriving together (a
+worker's batch) still make one pass."""
+
 SLOW_COMMIT_S = 0.1
 """A commit slower than this is logged (DuckDB checkpoints, a slow disk)."""
 
@@ -51,6 +59,7 @@ class _Request:
     prepare: PrepareFn
     future: asyncio.Future
     barrier: bool
+    parked: bool = False
 
 
 class Sequencer:
@@ -64,6 +73,7 @@ class Sequencer:
         self._next_timer: float | None = None
         self._soon: float | None = None
         self._engine_at: float | None = None
+        self._parked: dict[str, list[_Request]] = {}
         self.failed: BaseException | None = None
         self.on_fatal: Callable[[BaseException], None] | None = None
         self.commits = 0
@@ -77,6 +87,36 @@ class Sequencer:
         self._pending.append(_Request(prepare, fut, barrier))
         self._wake.set()
         return await fut
+
+    def park(self, key: str, prepare: PrepareFn) -> _Request:
+        """A change to make when ``key`` (a pool) gets work: a long poll's lease. ``unpark``
+        (called while the engine places work there, during a pass) queues it into the same
+        cycle as the pass, so the placement and the lease are one commit. Its ``future``
+        gets what ``apply`` returns; cancel it while ``parked`` to give up."""
+        if self._stopping or self.failed is not None:
+            raise Unavailable("kliqued is shutting down: nothing was recorded; retry later")
+        r = _Request(prepare, asyncio.get_running_loop().create_future(), False, True)
+        self._parked.setdefault(key, []).append(r)
+        return r
+
+    def unpark(self, key: str) -> None:
+        reqs = self._parked.pop(key, None)
+        if not reqs:
+            return
+        for r in reqs:
+            r.parked = False
+            if not r.future.done():
+                self._pending.append(r)
+        self._wake.set()
+
+    def unpark_all(self, result: Any) -> None:
+        """Answers every parked change with ``result`` (shutting down)."""
+        parked, self._parked = self._parked, {}
+        for reqs in parked.values():
+            for r in reqs:
+                r.parked = False
+                if not r.future.done():
+                    r.future.set_result(result)
 
     def request_pass(self, delay_s: float = SETTLE_S) -> None:
         t = time.monotonic() + delay_s
@@ -154,6 +194,8 @@ class Sequencer:
         ov = Overlay()
         now = d.clock.now()
         for r in taken:
+            if r.future.done():
+                continue  # a parked change given up
             try:
                 p = r.prepare(now, ov)
             except ApiError as exc:
@@ -189,6 +231,7 @@ class Sequencer:
             if took > SLOW_COMMIT_S:
                 log.warning("slow commit: %.0f ms for %d events", took * 1000, len(batch.rows))
         wants_pass = False
+        soon = False
         for r, p in prepared:
             try:
                 result = p.apply()
@@ -198,11 +241,13 @@ class Sequencer:
             if not r.future.done():
                 r.future.set_result(result)
             wants_pass |= p.wants_pass
+            soon |= p.wants_pass and p.frees
         if wants_pass:
-            self.request_pass()
+            self.request_pass(REPORT_SETTLE_S if soon else SETTLE_S)
 
     # ------------------------------------------------------------------ shutdown
     async def stop(self) -> None:
         """Takes no new request, commits those already taken, and returns."""
         self._stopping = True
+        self.unpark_all([])
         self._wake.set()

@@ -250,9 +250,31 @@ SCHEMAS: dict[str, Any] = {
         "exit_code": {"type": ["integer", "null"]},
         "signal": {"type": ["string", "null"], "maxLength": 32},
         "at": {"type": ["string", "null"], "maxLength": 64},
-        "message": {"type": ["string", "null"], "maxLength": 4096}},
+        "message": {"type": ["string", "null"], "maxLength": 4096},
+        "reason": {"type": ["string", "null"], "maxLength": 64,
+                   "description": "for a `stopped` the worker decided itself: `idle` (an "
+                                  "idle limit: the task ends `stopped: idle (<limit>)`) or "
+                                  "`shutdown` (handed back on a clean shutdown: requeued, "
+                                  "not counted as lost)"}},
         required=["epoch", "event"], extra=True),
     "ReportAnswer": _obj({"task": _ref("Task")}),
+    "WorkerReports": _obj({"reports": {"type": "array", "minItems": 1, "maxItems": 1000,
+                                       "items": _obj({
+        "task": {"type": "string", "minLength": 1, "maxLength": 128},
+        "epoch": {"type": "integer", "minimum": 1},
+        "event": {"type": "string", "enum": ["started", "finished", "failed", "stopped",
+                                             "lost"]},
+        "exit_code": {"type": ["integer", "null"]},
+        "signal": {"type": ["string", "null"], "maxLength": 32},
+        "at": {"type": ["string", "null"], "maxLength": 64},
+        "message": {"type": ["string", "null"], "maxLength": 4096},
+        "reason": {"type": ["string", "null"], "maxLength": 64}},
+        required=["task", "epoch", "event"], extra=True)}}, required=["reports"]),
+    "ReportResults": _obj({"results": {"type": "array", "items": _obj({
+        "task": {"type": "string"}, "epoch": {"type": "integer"},
+        "status": {"type": "integer"}, "error": {"type": "object"}})}}),
+    "Deregistered": _obj({"worker": {"type": "string"}, "pool": {"type": "string"},
+                          "requeued": {"type": "array", "items": {"type": "string"}}}),
     "LogSize": _obj({"size": {"type": "integer", "minimum": 0}}),
     "Worker": _obj({
         "id": {"type": "string"}, "pool": {"type": "string"},
@@ -386,6 +408,8 @@ PATHS: dict[str, Any] = {
                     _q("resource", {"type": "string"}, "only this compute resource"),
                     _q("user", {"type": "string"}, "only this user's tasks"),
                     _q("group", {"type": "string"}, "only this group's tasks"),
+                    _q("pool", {"type": "string"}, "only tasks placed (or last placed) on "
+                                                   "this pool"),
                     _q("limit", LIMIT, "page size"),
                     _q("after", {"type": "string"}, "the `next` of the previous page")]),
     },
@@ -434,7 +458,19 @@ PATHS: dict[str, Any] = {
             errors=AUTH_ERR + ("404",)),
     },
     "/v1/workers": {"get": _op("listWorkers", "registered workers and their leases",
-                               "admins (all), workers (their pool's)", _ok("WorkerList"))},
+                               "admins (all), workers (their pool's)", _ok("WorkerList"),
+                               params=[_q("pool", {"type": "string"},
+                                          "only this pool's workers")])},
+    "/v1/workers/{id}": {"delete": _op(
+        "deregisterWorker", "a worker leaves: its active leases' tasks go back to the front "
+                            "of their queues (see docs/worker-protocol.md)",
+        "the worker's pool's token, admins", _ok("Deregistered"),
+        params=[_p("id", "worker id")], errors=AUTH_ERR + ("404",))},
+    "/v1/workers/{id}/reports": {"post": _op(
+        "reportTasks", "several reports of one worker in one request and one transaction; "
+                       "one result each (200, or the error the single report would get)",
+        "the worker's pool's token", _ok("ReportResults"),
+        params=[_p("id", "worker id")], body="WorkerReports", errors=AUTH_ERR + ("404",))},
     "/v1/workers/register": {"post": _op(
         "registerWorker", "a worker registers with its pool and GPUs; the answer lists the "
                           "leases the control plane believes it holds",

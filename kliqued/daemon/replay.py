@@ -81,6 +81,8 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
                 d.on_worker_registered(data, at)
             elif kind == "worker_lost":
                 d.on_worker_lost(data["worker"], at)
+            elif kind == "worker_deregistered":
+                d.on_worker_deregistered(data["worker"], at)
             elif kind in ("engine_enabled", "engine_disabled"):
                 d.on_engine(kind == "engine_enabled", at)
             elif kind == "alert":

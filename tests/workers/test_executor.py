@@ -120,8 +120,9 @@ def test_a_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
     wait_until(lambda: not any(pid_alive(p) for p in members), 5, "group gone")
 
 
-def test_the_wrapper_records_the_exit_of_an_adopted_process(tmp_path):
-    first = ProcessExecutor(tmp_path)
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_the_wrapper_records_the_exit_of_an_adopted_process(tmp_path, fork_server):
+    first = ProcessExecutor(tmp_path, use_fork_server=fork_server)
     h = first.start(lease(["sh", "-c", "sleep 0.6; exit 7"]), [0], tmp_path / "t.log")
     record = h.to_record()
     # a new executor (a restarted worker) takes it back by its record: not its child
@@ -130,13 +131,17 @@ def test_the_wrapper_records_the_exit_of_an_adopted_process(tmp_path):
     assert adopted.popen is None
     assert again.poll(adopted) is RUNNING
     assert wait_exit(again, adopted) == Exited(7, None)
-    h.popen.wait()  # reap it for the first "worker" (the test's own child)
+    if h.popen is not None:
+        h.popen.wait()  # reap it for the first "worker" (the test's own child)
+    assert h.forked == fork_server
 
     # ended by a signal while nobody watched: the wrapper knows
     h = first.start(lease(["sh", "-c", "sleep 0.3; kill -TERM $$"], task="t-2"), [0],
                     tmp_path / "u.log")
     record = h.to_record()
-    h.popen.wait()
+    if h.popen is not None:
+        h.popen.wait()
+    wait_until(lambda: not pid_alive(h.pid), 10, "the wrapper gone")
     assert wait_exit(ProcessExecutor(tmp_path), first.adopt(record)) == Exited(None, "SIGTERM")
 
 
@@ -146,3 +151,47 @@ def test_a_recycled_pid_is_not_taken_for_the_task(tmp_path):
               "exit_path": str(tmp_path / "missing.exit")}
     result = ex.poll(ex.adopt(record))   # alive pid, other start time: not our task
     assert isinstance(result, Exited) and result.exit_code is None and result.message
+
+
+def test_exit_waiter_notices_the_end_at_once(tmp_path):
+    """The pidfd future is done as soon as the wrapper is gone (no polling delay), for a
+    task of this run and for an adopted one; the exit code still comes from the exit file."""
+    ex = ProcessExecutor(tmp_path)
+
+    async def main() -> tuple[float, Exited, Exited]:
+        h = ex.start(lease(["sh", "-c", "sleep 0.2; exit 5"]), [0], tmp_path / "t.log")
+        fut = ex.exit_waiter(h)
+        assert fut is not None and not fut.done()
+        t0 = time.monotonic()
+        await asyncio.wait_for(fut, 10)
+        took = time.monotonic() - t0
+        first = ex.poll(h)
+        h2 = ex.start(lease(["true"], task="t-2"), [0], tmp_path / "u.log")
+        adopted = ProcessExecutor(tmp_path).adopt(h2.to_record())
+        await asyncio.wait_for(ProcessExecutor(tmp_path).exit_waiter(adopted), 10)
+        return took, first, ex.poll(adopted)
+    took, first, second = asyncio.run(main())
+    assert took < 0.5
+    assert first == Exited(5, None)
+    assert second == Exited(0, None)
+    ex.close()
+
+
+def test_fork_server_wrapper_keeps_the_semantics(tmp_path):
+    """Exit 130 is an exit code, SIGINT a signal; a missing command is 127; the task's
+    environment and cwd are the lease's, not the fork server's."""
+    ex = ProcessExecutor(tmp_path, workdir=tmp_path)
+    cases = [(["sh", "-c", "exit 130"], Exited(130, None)),
+             (["sh", "-c", "kill -INT $$"], Exited(None, "SIGINT")),
+             (["no-such-command-klique"], Exited(127, None, "cannot run 'no-such-command-klique'")),
+             ([PY, "-c", "import signal, sys; sys.exit(0 if signal.getsignal(signal.SIGINT) "
+                         "is signal.default_int_handler and signal.getsignal(signal.SIGTERM) "
+                         "== signal.SIG_DFL else 9)"], Exited(0, None))]
+    for i, (cmd, want) in enumerate(cases):
+        h = ex.start(lease(cmd, task=f"t-{i}"), [0], tmp_path / f"{i}.log")
+        assert h.forked
+        assert wait_exit(ex, h) == want, (cmd, (tmp_path / f"{i}.log").read_text())
+    with pytest.raises(StartError):
+        ProcessExecutor(tmp_path, workdir=tmp_path / "missing").start(
+            lease(["true"], task="t-x"), [0], tmp_path / "x.log")
+    ex.close()

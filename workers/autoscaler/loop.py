@@ -59,7 +59,10 @@ class Autoscaler:
         self.spot_unavailable_until = float("-inf")
 
     def placed_tasks(self) -> list[dict]:
-        return [t for t in self.client.tasks(state="placed") if t.get("pool") == self.pool]
+        # the control plane filters by pool (GET /v1/tasks?pool=); the check here stays for
+        # one that does not know the filter yet
+        return [t for t in self.client.tasks(state="placed", pool=self.pool)
+                if t.get("pool") == self.pool]
 
     def observe(self) -> tuple[Observation, dict[str, Node], int]:
         tasks = self.placed_tasks()

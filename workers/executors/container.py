@@ -171,7 +171,8 @@ class ContainerExecutor(ProcessExecutor):
         finally:
             self._client_env = None
         return ContainerHandle(pid=h.pid, pgid=h.pgid, start_ticks=h.start_ticks,
-                               exit_path=h.exit_path, popen=h.popen, seen_alive=True, name=name)
+                               exit_path=h.exit_path, popen=h.popen, seen_alive=True, name=name,
+                               forked=h.forked)
 
     _client_env: dict | None = None
 

@@ -2,7 +2,13 @@
 
 Every command runs under ``wrapper.py`` (see there), in its own session and process group
 (``start_new_session``), so that a stop reaches the command and everything it started, and
-so that the task outlives a restart of the worker. The environment is the worker's own (or
+so that the task outlives a restart of the worker. The wrappers are forked by one long-lived
+``wrapper.py --serve`` (a fork server: ~1 ms a task instead of a Python start); when it
+cannot run, each task's wrapper is started as ``python -I wrapper.py`` as before.
+
+A task's end is noticed at once: ``exit_waiter`` watches the wrapper's pid through a pidfd
+(``os.pidfd_open``, Linux 5.3+) on the event loop; the exit file stays the record of the
+exit code, so an adopted task (after the worker's restart) is watched the same way. The environment is the worker's own (or
 ``--venv``'s virtual env) plus the lease's ``env`` plus CUDA_VISIBLE_DEVICES and the
 KLIQUE_* variables, which a lease cannot override.
 """
@@ -11,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +34,8 @@ from workers.gpus import Gpu, memory_cap_env, to_milli
 
 WRAPPER = str(Path(__file__).with_name("wrapper.py"))
 POLL_S = 0.05
+SPAWN_TIMEOUT_S = 10.0
+_log = logging.getLogger("klique.worker")
 # After SIGKILL went to the command, the wrapper gets this long to record the exit.
 WRAPPER_RECORD_S = 2.0
 
@@ -85,6 +96,7 @@ class ProcessHandle(Handle):
     exit_path: str
     popen: subprocess.Popen | None = field(default=None, repr=False)
     seen_alive: bool = False
+    forked: bool = False    # started by the fork server (this run of the worker)
     killed_by: str | None = None    # the signal the executor sent last
 
     def to_record(self) -> dict[str, Any]:
@@ -92,12 +104,65 @@ class ProcessHandle(Handle):
                 "exit_path": self.exit_path}
 
 
+class ForkServer:
+    """The worker's ``wrapper.py --serve`` (see wrapper.py): one JSON line a request."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+        self.broken: str | None = None
+
+    def _ensure(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", WRAPPER, "--serve"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
+        return self.proc
+
+    def _ask(self, req: bytes) -> dict:
+        proc = self._ensure()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(req)
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], SPAWN_TIMEOUT_S)
+        if not ready:
+            proc.kill()
+            raise OSError("the fork server did not answer")
+        line = proc.stdout.readline()
+        if not line:
+            raise OSError("the fork server is gone")
+        return json.loads(line)
+
+    def spawn(self, req: dict) -> dict:
+        data = json.dumps(req).encode() + b"\n"
+        with self.lock:
+            try:
+                return self._ask(data)
+            except (OSError, ValueError):
+                self.close()
+                return self._ask(data)  # once more with a new server
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(2)
+        except Exception:
+            proc.kill()
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
 class ProcessExecutor(Executor):
     name = "process"
 
     def __init__(self, state_dir: str | Path, venv: str | Path | None = None,
                  workdir: str | Path | None = None, base_env: dict[str, str] | None = None,
-                 gpus: list[Gpu] | None = None):
+                 gpus: list[Gpu] | None = None, use_fork_server: bool = True):
         self.gpus = list(gpus or [])     # the worker's GPUs (their memory caps fractions)
         self.run_dir = Path(state_dir) / "run"
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -106,6 +171,8 @@ class ProcessExecutor(Executor):
             raise ValueError(f"--venv {venv}: no bin/ directory there; is it a virtual env?")
         self.workdir = str(workdir) if workdir else None
         self.base_env = dict(base_env if base_env is not None else os.environ)
+        self.use_fork_server = use_fork_server
+        self.fork_server = ForkServer()
 
     # environment -------------------------------------------------------------------------
     def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
@@ -144,13 +211,28 @@ class ProcessExecutor(Executor):
         exit_path = self.run_dir / f"{Path(log_path).stem}.exit"
         exit_path.unlink(missing_ok=True)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        env = self.environment(lease, gpu_indices)
+        if self.use_fork_server and self.fork_server.broken is None:
+            try:
+                answer = self.fork_server.spawn({
+                    "exit_file": str(exit_path), "command": command, "env": env,
+                    "cwd": self.workdir, "log": str(log_path)})
+            except (OSError, ValueError) as exc:
+                self.fork_server.broken = str(exc)
+                _log.warning("the wrappers' fork server cannot run (%s): every task's wrapper "
+                            "starts its own Python from now on", exc)
+            else:
+                if "error" in answer:
+                    raise StartError(f"cannot start the task's wrapper: {answer['error']}")
+                pid = int(answer["pid"])
+                return ProcessHandle(pid=pid, pgid=pid, start_ticks=answer.get("start_ticks"),
+                                     exit_path=str(exit_path), seen_alive=True, forked=True)
         with open(log_path, "ab") as log:
             try:
                 popen = subprocess.Popen(
                     [sys.executable, "-I", WRAPPER, str(exit_path), "--", *command],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True, cwd=self.workdir,
-                    env=self.environment(lease, gpu_indices))
+                    start_new_session=True, close_fds=True, cwd=self.workdir, env=env)
             except OSError as exc:
                 raise StartError(f"cannot start the task's wrapper: {exc}") from exc
         st = proc_stat(popen.pid)
@@ -161,6 +243,47 @@ class ProcessExecutor(Executor):
         return ProcessHandle(pid=int(record["pid"]), pgid=int(record["pgid"]),
                              start_ticks=record.get("start_ticks"),
                              exit_path=str(record["exit_path"]))
+
+    def close(self) -> None:
+        """Ends the fork server (the wrappers it forked live on)."""
+        self.fork_server.close()
+
+    def exit_waiter(self, h: ProcessHandle) -> asyncio.Future | None:
+        """A future done as soon as the task's wrapper is gone (a pidfd on the event loop),
+        or None where pidfds do not exist (then the caller polls). Cancel it to stop
+        watching."""
+        if not hasattr(os, "pidfd_open"):
+            return None
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+        try:
+            fd = os.pidfd_open(h.pid)
+        except ProcessLookupError:
+            fut.set_result(None)
+            return fut
+        except OSError:
+            return None
+        # the pid may have been reused before the pidfd was opened: check it is the wrapper
+        if h.popen is None and not process_alive(h.pid, h.start_ticks):
+            os.close(fd)
+            fut.set_result(None)
+            return fut
+        closed = False
+
+        def cleanup(_: object = None) -> None:
+            nonlocal closed
+            if not closed:
+                closed = True
+                loop.remove_reader(fd)
+                os.close(fd)
+
+        def ready() -> None:
+            cleanup()
+            if not fut.done():
+                fut.set_result(None)
+        loop.add_reader(fd, ready)
+        fut.add_done_callback(cleanup)
+        return fut
 
     def _alive(self, h: ProcessHandle) -> bool:
         if h.popen is not None:
@@ -192,6 +315,8 @@ class ProcessExecutor(Executor):
             return Exited(rc, None, "the wrapper ended without recording the task's exit")
         if h.killed_by:
             return Exited(None, h.killed_by)
+        if h.forked:
+            return Exited(None, None, "the wrapper ended without recording the task's exit")
         return Exited(None, None, "the task ended while the worker was down and its exit was "
                                   "not recorded (its wrapper was killed)")
 

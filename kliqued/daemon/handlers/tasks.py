@@ -90,6 +90,7 @@ async def list_tasks(request: web.Request) -> web.Response:
     resource = str_param(request, "resource")
     user = str_param(request, "user")
     group = str_param(request, "group")
+    pool = str_param(request, "pool")
     after = str_param(request, "after")
     limit = int_param(request, "limit", 100, 1, 1000)
     assert limit is not None
@@ -108,6 +109,8 @@ async def list_tasks(request: web.Request) -> web.Response:
         if user is not None and rec.user != user:
             continue
         if group is not None and rec.group != group:
+            continue
+        if pool is not None and rec.pool != pool:
             continue
         if p.is_user and rec.user != p.name and rec.group not in mine:
             continue

@@ -57,23 +57,32 @@ async def lease(request: web.Request) -> web.Response:
     body = await read_json(request, "LeaseRequest")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
+
+    def prepare(now: int, ov: fleet.Overlay) -> fleet.Prepared:
+        return fleet.prepare_lease(d, p, wid, body, now, ov)
     while True:
         w.last_seen = d.mono()
-        if c.closing.is_set() or w.lost:
+        if c.closing.is_set() or w.lost or d.workers.get(wid) is not w:
             return reply({"leases": []})
         if fleet.candidates(d, w, body):
-            leases = await c.seq.submit(
-                lambda now, ov: fleet.prepare_lease(d, p, wid, body, now, ov))
+            leases = await c.seq.submit(prepare)
             if leases:
                 return reply({"leases": leases})
         left = deadline - loop.time()
         if left <= 0:
             return reply({"leases": []})
-        event = c.pool_event(w.pool)
+        # Parked: when the engine places work on the pool, this lease is prepared in the
+        # same sequencer cycle as the placement (one commit), see loop.Sequencer.park.
+        parked = c.seq.park(w.pool, prepare)
         try:
-            await asyncio.wait_for(event.wait(), left)
+            leases = await asyncio.wait_for(asyncio.shield(parked.future), left)
         except asyncio.TimeoutError:
-            pass
+            if parked.parked:
+                parked.future.cancel()  # never taken: nothing was leased
+                continue
+            leases = await parked.future  # taken by the sequencer: its answer is coming
+        if leases:
+            return reply({"leases": leases})
 
 
 async def heartbeat(request: web.Request) -> web.Response:
@@ -108,6 +117,44 @@ async def report(request: web.Request) -> web.Response:
         if w is not None and not w.lost:
             w.last_seen = d.mono()
     return reply({"task": views.task(d, rec)})
+
+
+async def reports(request: web.Request) -> web.Response:
+    """Several reports of one worker in one request, one transaction; one result each."""
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    wid = request.match_info["id"]
+    w = fleet.worker_of(d, p, wid)
+    body = await read_json(request, "WorkerReports")
+    items = body["reports"]
+    results = await c.seq.submit(
+        lambda now, ov: fleet.prepare_reports(d, p, wid, items, now, ov))
+    if not w.lost:
+        w.last_seen = d.mono()
+    return reply({"results": results})
+
+
+async def deregister(request: web.Request) -> web.Response:
+    """``DELETE /workers/{id}``: the worker itself on a clean shutdown (``--drain``), or an
+    admin. Its active leases' tasks go back to the front of their queues (counted as lost,
+    unless the worker reported them ``stopped`` with ``reason: "shutdown"`` before)."""
+    c = ctx(request)
+    d = c.daemon
+    p = request["principal"]
+    wid = request.match_info["id"]
+    w = d.workers.get(wid)
+    if p.is_worker:
+        if w is None:
+            raise ApiError(404, "not-found", f"no worker {wid}")
+        if w.pool != p.name:
+            raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to "
+                            f"{p.name}")
+    elif not p.is_admin:
+        raise forbidden(f"{p.text} cannot deregister workers")
+    answer = await c.seq.submit(lambda now, ov: fleet.prepare_deregister(d, p, wid, now, ov))
+    c.wake(answer.get("pool") or (w.pool if w is not None else ""))
+    return reply(answer)
 
 
 async def upload_log(request: web.Request) -> web.Response:
@@ -160,5 +207,7 @@ async def list_workers(request: web.Request) -> web.Response:
     p = request["principal"]
     if not (p.is_admin or p.is_worker):
         raise forbidden(f"{p.text} cannot list workers")
-    ws = [w for w in d.workers.values() if p.is_admin or w.pool == p.name]
+    pool = request.query.get("pool") or None
+    ws = [w for w in d.workers.values() if (p.is_admin or w.pool == p.name)
+          and (pool is None or w.pool == pool)]
     return reply({"workers": [views.worker(d, w) for w in sorted(ws, key=lambda w: w.id)]})
