@@ -17,7 +17,7 @@ process finds them; they are made durable (fsync, in a thread, for all of them a
 before any report that depends on them is sent.
 
 The control plane being down never stops the worker: every call is retried with backoff and
-the tasks keep running. See docs/workers.md and docs/decisions-workers.md.
+the tasks keep running. See docs/workers.md and docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ class WorkerDaemon:
     def _lease_body(self) -> dict:
         free = self.alloc.free()
         return {"free_gpus": self.alloc.fully_free(),
-                # an extension proposed in docs/decisions-workers.md: room on shared GPUs
+                # an extension agreed in docs/worker-protocol.md: room on shared GPUs
                 "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f]}
 
     async def lease_loop(self) -> None:

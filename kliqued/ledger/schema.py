@@ -21,7 +21,7 @@ Layout, for "GPU-hours by group and month over 10 million ledger rows within 1 s
   ``usage_monthly`` = ``ledger_monthly`` + the pending and the open intervals' pieces computed
   live, priced by a join on (gpu_type, price_from): it answers "by group and month" from
   thousands of rows instead of millions, and always agrees with ``usage_by_month``.
-- Derived hours and costs are DOUBLE (docs/decisions-ledger.md); ``ms`` is the exact
+- Derived hours and costs are DOUBLE (docs/decisions.md, the ledger); ``ms`` is the exact
   duration in integer milliseconds for reconciliation.
 """
 

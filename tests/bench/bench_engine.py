@@ -326,13 +326,11 @@ def bench_scaling(reps: int = 30) -> dict:
         del xl
     lines.append("")
     lines.append("A steady-state pass looks at what the changes touched: the queues that got "
-                 "a submission, every compute resource of each group whose task ended (a group "
-                 "has 5, 20 and 80 of them at 1x, 4x and 16x the compute resources), and the "
-                 "queue heads parked on the pools that gained room; never at the tasks behind "
-                 "a head. So with 1x to 16x the tasks on the same compute resources it costs "
-                 "about the same, and with the compute resources it grows with the compute "
-                 "resources per group (docs/decisions-trace.md, E2, says how it need not). "
-                 "The first pass looks at every queue head once.")
+                 "a submission, the compute resources of a group whose task ended that its "
+                 "limit or budget held back (all of them only when the group is back within "
+                 "its reservation), and the queue heads parked on the pools that gained room; "
+                 "never at the tasks behind a head. The first pass looks at every queue head "
+                 "once. See docs/decisions.md, section Engine performance.")
     return {"name": "steady-state pass at 16x tasks and compute resources (median)",
             "size": "1.6M queued tasks, 160,000 compute resources; table below",
             "median_s": rows_t[-1], "max_s": worst, "target_s": None, "extra": lines}
