@@ -34,6 +34,7 @@ def main() -> int:
     print("| benchmark | size | median | max | target | |")
     print("| --- | --- | --- | --- | --- | --- |")
     failed = False
+    notes: list[str] = []
     for name in MODULES:
         if only and name not in only:
             continue
@@ -51,8 +52,12 @@ def main() -> int:
             print(f"| {row['name']} | {row.get('size', '')} | {row['median_s'] * 1000:.1f} ms "
                   f"| {row['max_s'] * 1000:.1f} ms | {target} | {'ok' if ok else 'MISS'} |",
                   flush=True)
-            for extra in row.get("extra", []):
-                print(extra)
+            notes.extend(row.get("extra", []))
+    # Notes and sub-tables after the main table, so it stays one Markdown table.
+    if notes:
+        print()
+        for line in notes:
+            print(line)
     return 1 if failed else 0
 
 
