@@ -22,8 +22,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Figures for docs/benchmarks.md (not a test: nothing here fails the build).
 bench: $(STAMP)
-	$(BIN)/python -m tests.bench
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.bench
+
+# The conformance scenarios (../shared) and the project's own, on the real engine.
+scenarios: $(STAMP)
+	$(BIN)/kliqued simulate $(wildcard ../shared/scenarios/*.yaml) tests/scenarios/*.yaml
 
 schema: $(STAMP)
 	$(BIN)/kliqued schema -o schemas/estate.schema.json
