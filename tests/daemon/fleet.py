@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .server import ROOT, Server
+from tests.harness.procs import pid_alive  # noqa: F401  (used here and by tests)
 
 PY = sys.executable
 
@@ -225,20 +226,6 @@ class RealWorker:
 
     def worker_id(self) -> str:
         return (self.state_dir / "worker-id").read_text().strip()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def read_json(path: Path) -> Any:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.workers.protocol_peer import ProtocolPeer
+from tests.harness.procs import pid_alive  # noqa: F401  (used here and by tests)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,14 +113,6 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
             return value
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 def kill_quietly(pid: int) -> None:
