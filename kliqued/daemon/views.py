@@ -30,10 +30,10 @@ def state(rec: TaskRecord) -> str:
 
 def gpu_hours(rec: TaskRecord) -> float:
     """GPU-hours of its closed placement intervals (the ledger's ``gpu_hours`` of its
-    ended intervals), to 4 decimals: the current placement counts once it ends (the
-    ledger's ``usage`` view has it live). Stable, so a task reads the same after a
-    restart."""
-    return round(rec.gpu_ms / 3_600_000_000, 4)
+    ended intervals), to 6 decimals (a few milliseconds of one GPU, so a short task does
+    not read 0): the current placement counts once it ends (the ledger's ``usage`` view has
+    it live). Stable, so a task reads the same after a restart."""
+    return round(rec.gpu_ms / 3_600_000_000, 6)
 
 
 def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
