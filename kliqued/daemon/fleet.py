@@ -19,7 +19,7 @@ every other request: validated against the state and what earlier requests of th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .auth import Principal
 from .core import Daemon, Overlay, Prepared
@@ -203,12 +203,12 @@ def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor
     return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, LOST_TEXT)])
 
 
-def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
-    w = d.workers.get(wid)
-    if w is None or w.lost or wid in ov.lost:
-        return Prepared()
-    ov.lost.add(wid)
-    rev = d.idx().revision
+def _requeue_leases(d: Daemon, w: WorkerInfo, now: int, ov: Overlay, actor: str,
+                    extra: dict[str, Any], closed_as: Callable[[str], str]
+                    ) -> tuple[list[Prepared], list[dict[str, Any]]]:
+    """A worker that is gone (lost, or deregistered) gives back every task it holds: each
+    placed task under its current lease goes back to the front of its queue, and every
+    lease of the worker ends (``closed_as`` of its status)."""
     subs: list[Prepared] = []
     tasks = []
     for lease in sorted(w.leases.values(), key=lambda x: x.key):
@@ -218,8 +218,18 @@ def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
         if rec is not None and status == ACTIVE and rec.state == "placed" \
                 and lease is rec.current_lease and rec.id not in ov.ended \
                 and rec.id not in ov.requeued:
-            subs.append(_lose(d, rec, lease, now, ov, "kliqued", {}))
-        ov.leases[lease.key] = FENCED
+            subs.append(_lose(d, rec, lease, now, ov, actor, extra))
+        ov.leases[lease.key] = closed_as(status)
+    return subs, tasks
+
+
+def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
+    w = d.workers.get(wid)
+    if w is None or w.lost or wid in ov.lost:
+        return Prepared()
+    ov.lost.add(wid)
+    rev = d.idx().revision
+    subs, tasks = _requeue_leases(d, w, now, ov, "kliqued", {}, lambda status: FENCED)
     ev = Event("worker_lost", None, "kliqued", rev, None, None,
                {"worker": wid, "pool": w.pool, "tasks": tasks,
                 "ttl_s": d.worker_settings.ttl_s})
@@ -391,17 +401,8 @@ def prepare_deregister(d: Daemon, p: Principal, wid: str, now: int, ov: Overlay)
         raise ApiError(404, "not-found", f"no worker {wid}")
     ov.lost.add(wid)
     rev = d.idx().revision
-    subs: list[Prepared] = []
-    tasks = []
-    for lease in sorted(w.leases.values(), key=lambda x: x.key):
-        status = ov.leases.get(lease.key, lease.status)
-        rec = d.records.get(lease.task)
-        tasks.append({"task": lease.task, "epoch": lease.epoch, "status": status})
-        if rec is not None and status == ACTIVE and rec.state == "placed" \
-                and lease is rec.current_lease and rec.id not in ov.ended \
-                and rec.id not in ov.requeued:
-            subs.append(_lose(d, rec, lease, now, ov, p.text, {"deregistered": True}))
-        ov.leases[lease.key] = FENCED if status == ACTIVE else CLOSED
+    subs, tasks = _requeue_leases(d, w, now, ov, p.text, {"deregistered": True},
+                                  lambda status: FENCED if status == ACTIVE else CLOSED)
     ev = Event("worker_deregistered", None, p.text, rev, None, None,
                {"worker": wid, "pool": w.pool, "tasks": tasks})
 

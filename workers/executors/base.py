@@ -71,3 +71,18 @@ class Executor(ABC):
     def adopt(self, record: dict[str, Any]) -> Handle:
         """Takes back a task started by an earlier run of the worker, from
         ``handle.to_record()``; poll() then says whether it still runs."""
+
+
+def klique_env(lease: dict) -> dict[str, str]:
+    """The variables every executor gives a task: the lease's own ``env``, then the
+    ``KLIQUE_*`` ones, which a lease cannot override (the task must be able to trust them)."""
+    env = {str(k): str(v) for k, v in (lease.get("env") or {}).items()}
+    env.update({
+        "KLIQUE_TASK_ID": str(lease["task"]),
+        "KLIQUE_EPOCH": str(lease["epoch"]),
+        "KLIQUE_GPUS": str(lease.get("gpus", "")),
+        "KLIQUE_USER": str(lease.get("user") or ""),
+        "KLIQUE_PROJECT": str(lease.get("project") or ""),
+        "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
+    })
+    return env

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workers.executors.base import Exited, Running, StartError
+from workers.executors.base import Exited, Running, StartError, klique_env
 from workers.executors.process import ProcessExecutor, ProcessHandle, _signal_name
 from workers.gpus import MILLI, Gpu, memory_cap_env, to_milli
 
@@ -62,15 +62,7 @@ def task_variables(lease: dict, gpu_indices: list[int], gpus: list[Gpu],
                    fake_gpus: bool) -> dict[str, str]:
     """The variables a containerised task sees: the lease's env, then the KLIQUE_* ones (which
     it cannot override), CUDA_VISIBLE_DEVICES for declared GPUs, the fraction's memory cap."""
-    env = {str(k): str(v) for k, v in (lease.get("env") or {}).items()}
-    env.update({
-        "KLIQUE_TASK_ID": str(lease["task"]),
-        "KLIQUE_EPOCH": str(lease["epoch"]),
-        "KLIQUE_GPUS": str(lease.get("gpus", "")),
-        "KLIQUE_USER": str(lease.get("user") or ""),
-        "KLIQUE_PROJECT": str(lease.get("project") or ""),
-        "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
-    })
+    env = klique_env(lease)
     if fake_gpus and gpu_indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
     env.update(memory_cap_env(gpus, gpu_indices, to_milli(lease.get("gpus"))))

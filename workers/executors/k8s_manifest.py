@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from workers.executors.base import klique_env
 from workers.gpus import MILLI, Gpu, memory_cap_env, to_milli
 
 MANAGED_BY = "klique-worker"
@@ -68,15 +69,7 @@ def gpu_resources(milli: int, s: K8sSettings) -> dict[str, str]:
 
 def task_env(lease: dict, gpus: list[Gpu] | None, gpu_indices: list[int],
              s: K8sSettings | None = None) -> list[dict]:
-    env = {str(k): str(v) for k, v in (lease.get("env") or {}).items()}
-    env.update({
-        "KLIQUE_TASK_ID": str(lease["task"]),
-        "KLIQUE_EPOCH": str(lease["epoch"]),
-        "KLIQUE_GPUS": str(lease.get("gpus", "")),
-        "KLIQUE_USER": str(lease.get("user") or ""),
-        "KLIQUE_PROJECT": str(lease.get("project") or ""),
-        "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
-    })
+    env = klique_env(lease)
     milli = to_milli(lease.get("gpus"))
     caps = memory_cap_env(gpus, gpu_indices[:1] if 0 < milli < MILLI else gpu_indices, milli)
     if caps and s is not None and (s.fraction_resource or "").startswith("nvidia.com/mig-"):

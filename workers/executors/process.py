@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
+from workers.executors.base import (RUNNING, Executor, Exited, Handle, Running, StartError,
+                                    klique_env)
 from workers.gpus import Gpu, memory_cap_env, to_milli
 
 WRAPPER = str(Path(__file__).with_name("wrapper.py"))
@@ -184,17 +185,8 @@ class ProcessExecutor(Executor):
             env["VIRTUAL_ENV"] = str(venv)
             env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
             env.pop("PYTHONHOME", None)
-        for key, value in (lease.get("env") or {}).items():
-            env[str(key)] = str(value)
-        env.update({
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indices),
-            "KLIQUE_TASK_ID": str(lease["task"]),
-            "KLIQUE_EPOCH": str(lease["epoch"]),
-            "KLIQUE_GPUS": str(lease.get("gpus", "")),
-            "KLIQUE_USER": str(lease.get("user") or ""),
-            "KLIQUE_PROJECT": str(lease.get("project") or ""),
-            "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
-        })
+        env.update(klique_env(lease))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
         for key in ("KLIQUE_GPU_MEMORY_MB", "KLIQUE_GPU_MEMORY_FRACTION"):
             env.pop(key, None)  # only the worker sets a fraction's memory share
         env.update(memory_cap_env(self.gpus, gpu_indices, to_milli(lease.get("gpus"))))
