@@ -1,6 +1,6 @@
 """The daemon's live state and every change to it.
 
-``Daemon`` holds the engine's ``State`` and index, the task records, queue positions, tokens
+``Daemon`` holds the engine's ``State`` and index, the task records, tokens
 and idempotency keys. Each kind of event has one ``on_<kind>`` method that changes all of it;
 the live path and replay call the same methods, so a rebuilt daemon equals the one that
 stopped. On the live path a request's change is *prepared* (validated, its events and ledger
@@ -30,7 +30,7 @@ from .events import Event
 from .ids import IdMaker, new_token, token_hash
 from .leases import (ACTIVE, CLOSED, FENCED, LOST_TEXT, RETURNED, STOP_REASON, STOPPING,
                      Lease, WorkerInfo)
-from .records import QueuePositions, TaskRecord
+from .records import TaskRecord
 from .store import DbOp
 
 log = logging.getLogger("kliqued")
@@ -120,7 +120,6 @@ class Daemon:
         self.records: dict[str, TaskRecord] = {}
         self.ids: list[str] = []
         """Task ids in submission order, which is id order: paging bisects it."""
-        self.positions: dict[str, QueuePositions] = {}
         self.placed_count: Counter[str] = Counter()
         self.idem: dict[tuple[str, str], str] = {}
         self.tokens = TokenBook()
@@ -167,11 +166,8 @@ class Daemon:
     def position(self, rec: TaskRecord) -> int | None:
         if rec.state != "queued":
             return None
-        t = self.st().tasks.get(rec.id)
-        qp = self.positions.get(rec.resource)
-        if t is None or qp is None:
-            return None
-        return qp.position(t.seq, t.ran_before)
+        pos = self.st().position(rec.id)
+        return None if pos is None else pos + 1
 
     def reason(self, rec: TaskRecord, many: bool = False) -> Reason | None:
         """Why a queued task waits, computed by the engine from the current state (the last
@@ -189,14 +185,9 @@ class Daemon:
                 cached = self._reasons = (st.version, waiting_reasons(self.idx(), st,
                                                                       st.clock))
             return cached[1].get(rec.id)
-        t = st.tasks.get(rec.id)
-        qp = self.positions.get(rec.resource)
-        if t is None or qp is None:
-            return waiting_reason(self.idx(), st, rec.id, st.clock)
         # With its position known the engine skips walking the queue to find it (O(n) in a
         # strict queue).
-        return waiting_reason(self.idx(), st, rec.id, st.clock,
-                              position=qp.position(t.seq, t.ran_before) - 1)
+        return waiting_reason(self.idx(), st, rec.id, st.clock, position=st.position(rec.id))
 
     # ------------------------------------------------------------------ changes (live and replay)
     def on_estate(self, compiled: CompiledEstate, source: str | None, at: int,
@@ -205,13 +196,7 @@ class Daemon:
         if self.state is None:
             self.state = State(index, at)
         else:
-            for c in self.state.bind(index, at):
-                rec = self.records.get(c.task)
-                t = self.state.tasks.get(c.task)
-                if rec is not None and t is not None:
-                    qp = self.positions.get(rec.resource)
-                    if qp is not None:
-                        qp.left(t.seq, t.ran_before)
+            self.state.bind(index, at)
         self.index = index
         self.access = Access(compiled)
         self.gpu_type = {p.name: p.gpu_type for p in compiled.pools}
@@ -231,7 +216,6 @@ class Daemon:
         rec.submitted_pass = self.passes
         self.records[task_id] = rec
         self.ids.append(task_id)
-        self.positions.setdefault(t.resource, QueuePositions()).queued(t.seq, False)
         if rec.idempotency_key is not None:
             self.idem[(actor, rec.idempotency_key)] = task_id
         return rec
@@ -242,9 +226,6 @@ class Daemon:
         if replay:
             st.place(t, pool, at)
         rec = self.records[task_id]
-        qp = self.positions.get(rec.resource)
-        if qp is not None:
-            qp.left(t.seq, t.ran_before)
         rec.state = "placed"
         rec.pool = pool
         rec.placed_at = at
@@ -294,13 +275,7 @@ class Daemon:
         t = st.tasks[task_id]
         if replay:
             st.preempt(t, at, kind, text)
-            if kind in ("lost", RETURNED):
-                # State.preempt is the pass's own call and does not mark the state changed
-                # (``end`` does); from outside, the next pass must look (engine request:
-                # ``preempt`` to tick like ``end``).
-                st.dirty = True
         rec = self.records[task_id]
-        self.positions.setdefault(rec.resource, QueuePositions()).queued(t.seq, True)
         self._close_gpu_time(rec, at)
         self._drop_unleased(rec)
         if kind in ("lost", RETURNED):
@@ -349,10 +324,6 @@ class Daemon:
         st = self.st()
         t = st.tasks.get(task_id)
         if t is not None:
-            if rec.state == "queued":
-                qp = self.positions.get(rec.resource)
-                if qp is not None:
-                    qp.left(t.seq, t.ran_before)
             st.end(task_id, at, kind)
             if st.pending_cancellations and any(c.task == task_id
                                                 for c in st.pending_cancellations):

@@ -1,20 +1,13 @@
-"""What the API shows about a task beyond the engine's ``Task``, and each queue's positions.
+"""What the API shows about a task beyond the engine's ``Task``.
 
 The engine keeps what its rules need (size, weight, queue order) and may forget ended tasks;
 the daemon keeps, per task, what people ask about: the command or payload, labels, who sent
 it, under which revision, when it was placed and ended, its last preemption. Records are
 updated by the same code on the live path and during replay (``core.Daemon.on_*``).
-
-``QueuePositions`` answers "my place in line" in O(log n): the engine's queue is iterated in
-order only, which costs O(n) per question. It mirrors engine.md's queue order (tasks that ran
-before first, by submission; then the others, by submission) from the engine's own ``seq`` and
-``ran_before``; a test checks it against the engine's iteration. (Engine request: a
-``State.position(task_id)`` would make this mirror unnecessary.)
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from typing import Any
 
 
@@ -88,40 +81,3 @@ class TaskRecord:
     @property
     def current_lease(self) -> Any:
         return self.leases[-1] if self.leases else None
-
-
-def _remove(lst: list[int], seq: int) -> None:
-    i = bisect_left(lst, seq)
-    if i < len(lst) and lst[i] == seq:
-        del lst[i]
-
-
-class QueuePositions:
-    """Per compute resource: sorted submission seqs of queued tasks that ran before (front)
-    and of those that never ran (back)."""
-
-    __slots__ = ("front", "back")
-
-    def __init__(self) -> None:
-        self.front: list[int] = []
-        self.back: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.front) + len(self.back)
-
-    def queued(self, seq: int, ran_before: bool) -> None:
-        if ran_before:
-            insort(self.front, seq)
-        elif not self.back or self.back[-1] < seq:
-            self.back.append(seq)
-        else:
-            insort(self.back, seq)
-
-    def left(self, seq: int, ran_before: bool) -> None:
-        _remove(self.front if ran_before else self.back, seq)
-
-    def position(self, seq: int, ran_before: bool) -> int:
-        """1-based place in line."""
-        if ran_before:
-            return bisect_left(self.front, seq) + 1
-        return len(self.front) + bisect_left(self.back, seq) + 1

@@ -5,6 +5,8 @@ by their original submission, then tasks that never ran, by submission. So the q
 parts: a heap for the preempted (rare, any order of arrival) and a FIFO for the rest (always
 appended in submission order). Removal is lazy, by a token per enqueue, because finishing or
 cancelling a queued task, or a best_effort placement past the head, must not cost a scan.
+Two sorted lists of the queued tasks' submission seqs, one per part, answer "my place in
+line" in O(log n) (sortedcontainers), so no caller keeps a second copy of the order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Iterator
+
+from sortedcontainers import SortedList
 
 if TYPE_CHECKING:
     from .state import Task
@@ -22,7 +26,7 @@ ENDED = 2
 
 
 class CRQueue:
-    __slots__ = ("front", "back", "live", "sizes", "stale")
+    __slots__ = ("front", "back", "live", "sizes", "stale", "front_seqs", "back_seqs")
 
     def __init__(self) -> None:
         self.front: list[tuple[int, int, Task]] = []
@@ -34,6 +38,8 @@ class CRQueue:
         """How many queued tasks have each size: best_effort skips a queue at once when even
         its smallest task cannot go anywhere."""
         self.stale = 0
+        self.front_seqs = SortedList()
+        self.back_seqs = SortedList()
 
     @staticmethod
     def _valid(t: "Task", token: int) -> bool:
@@ -51,13 +57,16 @@ class CRQueue:
         t.qtoken += 1
         if t.ran_before:
             heapq.heappush(self.front, (t.seq, t.qtoken, t))
+            self.front_seqs.add(t.seq)
         else:
             self.back.append((t, t.qtoken))
+            self.back_seqs.add(t.seq)
         self.live += 1
         self._count(t.size, 1)
 
     def left(self, t: "Task") -> None:
         """``t`` left the queue (placed or ended); its entry is dropped lazily."""
+        (self.front_seqs if t.ran_before else self.back_seqs).discard(t.seq)
         self.live -= 1
         self.stale += 1
         self._count(t.size, -1)
@@ -96,6 +105,12 @@ class CRQueue:
         for t, tok in self.back:
             if self._valid(t, tok):
                 yield t
+
+    def position(self, t: "Task") -> int:
+        """0-based place of queued ``t`` in queue order (0 = the head)."""
+        if t.ran_before:
+            return self.front_seqs.bisect_left(t.seq)
+        return len(self.front_seqs) + self.back_seqs.bisect_left(t.seq)
 
     def min_size(self) -> int | None:
         return min(self.sizes) if self.sizes else None

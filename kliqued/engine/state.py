@@ -147,6 +147,14 @@ class State:
         q = self.queues.get(resource)
         return list(q) if q else []
 
+    def position(self, task_id: str) -> int | None:
+        """0-based place in line of a queued task (0 = the head of its compute resource), in
+        O(log n); None when it is not queued."""
+        t = self.tasks.get(task_id)
+        if t is None or t.status != QUEUED:
+            return None
+        return self.queues[t.resource].position(t)
+
     def placed_tasks(self) -> list[Task]:
         return [t for d in self.placed_by_group.values() for t in d.values()]
 

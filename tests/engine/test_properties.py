@@ -127,6 +127,10 @@ def check(index, state, res, now, queue_before=None):
                         f"strict queue {name} started {tid} out of order"
     reasons = res.waiting_reasons()
     queued = {t.id for t in state.tasks.values() if t.status == 0}
+    # Every queued task knows its place in line, and it is the queue's own order.
+    for name in state.queues:
+        order = [t.id for t in state.queue(name)]
+        assert [state.position(tid) for tid in order] == list(range(len(order))), name
     assert set(reasons) == queued, "a queued task without a reason"
     assert all(r.kind != "pending" for r in reasons.values()), \
         [(k, r) for k, r in reasons.items() if r.kind == "pending"]
