@@ -317,32 +317,29 @@ def _short_pools(est: CompiledEstate) -> set[str]:
     return {q for s in shortfalls for q in s.pools}
 
 
+_GUARANTEES = (
+    # field, (severity, kind, what follows) when lowered, the same when raised
+    ("reservation", ("warn", "reservation-lowered",
+                     "; its work above that is borrowed and can be reclaimed"),
+                    ("info", "reservation-raised", " guaranteed")),
+    ("limit", ("info", "limit-lowered",
+               "; nothing is preempted, new work waits while the group uses that much"),
+              ("info", "limit-raised", "")),
+)
+"""How a change of a policy's reservation or limit reads, by direction (engine.md, "Changes
+of the estate while work runs")."""
+
+
 def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
     for o, n in _pairs(base, head, rn):
-        s = ("policy", n.name)
-        if n.reservation_milli < o.reservation_milli:
-            yield Impact("warn", "reservation-lowered",
-                         f"reservation of {n.name} lowered: {milli_str(o.reservation_milli)} -> "
-                         f"{gpus(n.reservation_milli)}; its work above that is borrowed and can "
-                         f"be reclaimed",
-                         {"policy": n.name, "before_milli": o.reservation_milli,
-                          "after_milli": n.reservation_milli}, s)
-        elif n.reservation_milli > o.reservation_milli:
-            yield Impact("info", "reservation-raised",
-                         f"reservation of {n.name} raised: {milli_str(o.reservation_milli)} -> "
-                         f"{gpus(n.reservation_milli)} guaranteed",
-                         {"policy": n.name, "before_milli": o.reservation_milli,
-                          "after_milli": n.reservation_milli}, s)
-        if n.limit_milli < o.limit_milli:
-            yield Impact("info", "limit-lowered",
-                         f"limit of {n.name} lowered: {milli_str(o.limit_milli)} -> "
-                         f"{gpus(n.limit_milli)}; nothing is preempted, new work waits while "
-                         f"the group uses that much",
-                         {"policy": n.name, "before_milli": o.limit_milli,
-                          "after_milli": n.limit_milli}, s)
-        elif n.limit_milli > o.limit_milli:
-            yield Impact("info", "limit-raised",
-                         f"limit of {n.name} raised: {milli_str(o.limit_milli)} -> "
-                         f"{gpus(n.limit_milli)}",
-                         {"policy": n.name, "before_milli": o.limit_milli,
-                          "after_milli": n.limit_milli}, s)
+        for field, lowered, raised in _GUARANTEES:
+            before, after = getattr(o, f"{field}_milli"), getattr(n, f"{field}_milli")
+            if before == after:
+                continue
+            severity, kind, tail = lowered if after < before else raised
+            verb = "lowered" if after < before else "raised"
+            yield Impact(severity, kind,  # type: ignore[arg-type]
+                         f"{field} of {n.name} {verb}: {milli_str(before)} -> "
+                         f"{gpus(after)}{tail}",
+                         {"policy": n.name, "before_milli": before, "after_milli": after},
+                         ("policy", n.name))
