@@ -32,19 +32,9 @@ class CloudPeer(ProtocolPeer):
     """The reference peer for one cloud pool, plus `GET /v1/tasks` for an admin token: a task
     not ended is `placed` on the pool (the engine's part is not simulated)."""
 
-    def up(self) -> None:
-        async def start():
-            app = web.Application()
-            app.router.add_post("/v1/workers/register", self.register)
-            app.router.add_post("/v1/workers/{id}/lease", self.lease)
-            app.router.add_post("/v1/workers/{id}/heartbeat", self.heartbeat)
-            app.router.add_post("/v1/tasks/{id}/report", self.report)
-            app.router.add_post("/v1/tasks/{id}/log", self.post_log)
-            app.router.add_get("/v1/tasks", self.list_tasks)
-            self._runner = web.AppRunner(app, shutdown_timeout=0.1)
-            await self._runner.setup()
-            await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
-        self._call(start())
+    def routes(self, app: web.Application) -> None:
+        super().routes(app)
+        app.router.add_get("/v1/tasks", self.list_tasks)
 
     async def list_tasks(self, request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {ADMIN}":

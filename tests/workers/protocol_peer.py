@@ -73,14 +73,18 @@ class ProtocolPeer:
     async def _setup(self) -> None:
         self._cond = asyncio.Condition()
 
+    def routes(self, app: web.Application) -> None:
+        """The protocol's endpoints; a subclass adds what its tests need."""
+        app.router.add_post("/v1/workers/register", self.register)
+        app.router.add_post("/v1/workers/{id}/lease", self.lease)
+        app.router.add_post("/v1/workers/{id}/heartbeat", self.heartbeat)
+        app.router.add_post("/v1/tasks/{id}/report", self.report)
+        app.router.add_post("/v1/tasks/{id}/log", self.post_log)
+
     def up(self) -> None:
         async def start():
             app = web.Application()
-            app.router.add_post("/v1/workers/register", self.register)
-            app.router.add_post("/v1/workers/{id}/lease", self.lease)
-            app.router.add_post("/v1/workers/{id}/heartbeat", self.heartbeat)
-            app.router.add_post("/v1/tasks/{id}/report", self.report)
-            app.router.add_post("/v1/tasks/{id}/log", self.post_log)
+            self.routes(app)
             self._runner = web.AppRunner(app, shutdown_timeout=0.1)
             await self._runner.setup()
             await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
