@@ -20,8 +20,13 @@ worker's report that freed capacity. Long polls waiting for work are *parked* he
 cycle, after the pass, and committed with its placements. While a cycle commits, new
 requests queue for the next one: the busier the daemon, the larger its batches.
 
-A failed commit is fatal: the State may be ahead of the log, so the process exits and a restart
-rebuilds from what is durable.
+A commit refused for its data (``unstorable``: text DuckDB cannot hold, a value it cannot
+convert) is not fatal: one request's data must never stop the daemon. The cycle then commits
+the pass's events alone, and each request alone, re-prepared and applied in order
+(``_isolate``): the request whose data is refused gets a 422 ``unstorable``, the others go
+through. Any other failed commit (I/O, a full disk, an invalidated database) is fatal: the
+State may be ahead of the log, so the process exits and a restart rebuilds from what is
+durable.
 """
 
 from __future__ import annotations
@@ -29,8 +34,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import duckdb
 
 from . import ledger_bridge
 from .core import Daemon, Overlay, Prepared
@@ -52,6 +60,18 @@ SLOW_COMMIT_S = 0.1
 """A commit slower than this is logged (DuckDB checkpoints, a slow disk)."""
 
 PrepareFn = Callable[[int, Overlay], Prepared]
+
+_DATA_ERRORS: tuple[type[BaseException], ...] = (
+    duckdb.InvalidInputException, duckdb.ConversionException, duckdb.ConstraintException,
+    duckdb.TypeMismatchException, UnicodeError, TypeError, ValueError, OverflowError)
+"""Errors a commit raises for the data it was given (not for the database or the disk):
+retrying the batch item by item finds the item, and the rest can be committed."""
+
+
+def unstorable(exc: BaseException) -> bool:
+    """True when ``exc`` is about the batch's data, so the store itself is still sound."""
+    return isinstance(exc, _DATA_ERRORS) and not isinstance(
+        exc, (duckdb.IOException, duckdb.FatalException, duckdb.InternalException))
 
 
 @dataclass
@@ -189,6 +209,7 @@ class Sequencer:
                 break
         if self._pending:
             self._wake.set()
+        pass_events, pass_ops = len(events), len(batch.ops)
         prepared: list[tuple[_Request, Prepared]] = []
         closes: list[tuple[str, int, str]] = []
         ov = Overlay()
@@ -212,26 +233,36 @@ class Sequencer:
             op = ledger_bridge.intervals([], closes)
             if op is not None:
                 batch.ops.append(op)
+        wants_pass = False
+        soon = False
         if events or batch.ops:
-            pass_events = len(events) - sum(len(p.events) for _, p in prepared)
-            for i, ev in enumerate(events):
-                d.seq += 1
-                at = d.last_pass_at if i < pass_events and d.last_pass_at is not None else now
-                batch.rows.append(ev.row(d.seq, at))
+            base = d.seq
             t0 = time.perf_counter()
             try:
+                for i, ev in enumerate(events):
+                    d.seq += 1
+                    at = (d.last_pass_at if i < pass_events and d.last_pass_at is not None
+                          else now)
+                    batch.rows.append(ev.row(d.seq, at))
                 await self.store.commit(batch)
-            except BaseException:
-                for r, _ in prepared:
-                    if not r.future.done():
-                        r.future.set_exception(Unavailable("the event log cannot be written"))
-                raise
+            except BaseException as exc:
+                if not unstorable(exc):
+                    for r, _ in prepared:
+                        if not r.future.done():
+                            r.future.set_exception(
+                                Unavailable("the event log cannot be written"))
+                    raise
+                log.warning("a commit of %d events was refused for its data (%s: %s); "
+                            "committing its parts one by one", len(batch.rows),
+                            type(exc).__name__, str(exc)[:200])
+                d.seq = base
+                await self._isolate(events[:pass_events], batch.ops[:pass_ops],
+                                    [r for r, _ in prepared])
+                return
             self.commits += 1
             took = time.perf_counter() - t0
             if took > SLOW_COMMIT_S:
                 log.warning("slow commit: %.0f ms for %d events", took * 1000, len(batch.rows))
-        wants_pass = False
-        soon = False
         for r, p in prepared:
             try:
                 result = p.apply()
@@ -244,6 +275,70 @@ class Sequencer:
             soon |= p.wants_pass and p.frees
         if wants_pass:
             self.request_pass(REPORT_SETTLE_S if soon else SETTLE_S)
+
+    async def _isolate(self, pass_events: list[Event], pass_ops: list[Any],
+                       requests: list[_Request]) -> None:
+        """After a commit refused for its data: the pass's part (already in the State, so it
+        must be durable: its failure is fatal), then each request alone, prepared again
+        against the State as the earlier ones left it, committed, applied and answered. A
+        request whose own commit is refused gets a 422 and leaves no trace."""
+        d = self.d
+        if pass_events or pass_ops:
+            at = d.last_pass_at if d.last_pass_at is not None else d.clock.now()
+            await self.store.commit(Batch(self._rows(pass_events, at), list(pass_ops)))
+            self.commits += 1
+        wants_pass = soon = False
+        for r in requests:
+            if r.future.done():
+                continue
+            now = d.clock.now()
+            try:
+                p = r.prepare(now, Overlay())
+            except Exception as exc:  # an ApiError now, or a bug: a 500, nothing logged
+                r.future.set_exception(exc)
+                continue
+            ops = list(p.ops)
+            if p.closes:
+                op = ledger_bridge.intervals([], p.closes)
+                if op is not None:
+                    ops.append(op)
+            base = d.seq
+            if p.events or ops:
+                try:
+                    await self.store.commit(Batch(self._rows(p.events, now), ops))
+                except BaseException as exc:
+                    d.seq = base
+                    if not unstorable(exc):
+                        r.future.set_exception(Unavailable("the event log cannot be written"))
+                        raise
+                    eid = uuid.uuid4().hex[:12]
+                    log.error("error %s: a request's data cannot be stored (%s: %s); it is "
+                              "refused, the daemon goes on", eid, type(exc).__name__,
+                              str(exc)[:500])
+                    r.future.set_exception(ApiError(
+                        422, "unstorable", f"the request's data cannot be stored; nothing "
+                        f"was recorded (error {eid}: the daemon's log has the details)"))
+                    continue
+                self.commits += 1
+            try:
+                result = p.apply()
+            except Exception as exc:  # durable but not applied: a bug; fail loudly
+                r.future.set_exception(exc)
+                raise
+            if not r.future.done():
+                r.future.set_result(result)
+            wants_pass |= p.wants_pass
+            soon |= p.wants_pass and p.frees
+        if wants_pass:
+            self.request_pass(REPORT_SETTLE_S if soon else SETTLE_S)
+
+    def _rows(self, events: list[Event], at: int) -> list[tuple]:
+        """Rows for ``events``, the next sequence numbers assigned."""
+        rows = []
+        for ev in events:
+            self.d.seq += 1
+            rows.append(ev.row(self.d.seq, at))
+        return rows
 
     # ------------------------------------------------------------------ shutdown
     async def stop(self) -> None:

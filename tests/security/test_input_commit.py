@@ -1,0 +1,79 @@
+"""Finding 1, defence in depth: no single request's data may make a group commit fatal.
+
+The edge refuses the text DuckDB cannot hold (test_input_text.py); this checks the layer
+below it with a real Daemon, Store (DuckDB) and Sequencer: a request whose events cannot be
+stored, committed in one batch with good ones, is refused alone; the others are durable, the
+sequencer goes on, and the log has no gap in its sequence numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from compiler.api import compile_dir
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.core import Daemon, Prepared
+from kliqued.daemon.errors import ApiError
+from kliqued.daemon.events import Event
+from kliqued.daemon.loop import Sequencer
+from kliqued.daemon.store import Store
+
+from tests.daemon.server import SMALL_ESTATE
+
+ALICE = Principal("user", "alice")
+
+
+def _fields(command: list[str]) -> dict:
+    return {"resource": "team-a/one", "user": "alice", "project": None, "gpus_milli": None,
+            "command": command, "payload": None, "labels": {}}
+
+
+async def _run(db: Path) -> tuple[list, Sequencer, Daemon]:
+    store = Store(str(db))
+    store.ensure_schema()
+    d = Daemon()
+    seq = Sequencer(d, store, 3600.0)
+    runner = asyncio.create_task(seq.run())
+    compiled = compile_dir(SMALL_ESTATE).estate
+    assert compiled is not None
+    await seq.submit(lambda now, ov: d.prepare_estate(compiled, "test", "test", now, ov),
+                     barrier=True)
+
+    def bad(now: int, ov: object) -> Prepared:  # what the edge would refuse, let through
+        return Prepared([Event("submitted", "t-bad", ALICE.text, data={"x": "\ud800"})])
+
+    good = [lambda now, ov, i=i: d.prepare_submit(ALICE, _fields(["echo", str(i)]), None,
+                                                  now, ov) for i in range(3)]
+    # One batch: nothing yields between these submissions, so one cycle takes all four.
+    futs = [asyncio.ensure_future(seq.submit(f)) for f in (good[0], bad, good[1], good[2])]
+    results = await asyncio.gather(*futs, return_exceptions=True)
+    await seq.stop()
+    await runner
+    store.close()
+    return results, seq, d
+
+
+def test_one_unstorable_request_is_refused_alone(tmp_path: Path) -> None:
+    db = tmp_path / "k.duckdb"
+    results, seq, d = asyncio.run(_run(db))
+    assert seq.failed is None
+    err = results[1]
+    assert isinstance(err, ApiError) and err.status == 422 and err.code == "unstorable"
+    ok = [r for i, r in enumerate(results) if i != 1]
+    assert all(isinstance(r, tuple) and r[0] == 201 for r in ok), results
+    assert sorted(d.records) == sorted(r[1] for r in ok)
+    store = Store(str(db))
+    try:
+        rows = store.conn.execute("SELECT seq, kind FROM events ORDER BY seq").fetchall()
+    finally:
+        store.close()
+    assert [s for s, _ in rows] == list(range(1, len(rows) + 1))  # no gap
+    assert [k for _, k in rows].count("submitted") == 3
+    assert d.seq == len(rows)
+
+
+if __name__ == "__main__":
+    pytest.main([__file__, "-q"])
