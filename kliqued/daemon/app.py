@@ -19,6 +19,7 @@ from aiohttp import web
 
 from .core import Daemon
 from .errors import ApiError, bad_request
+from .inputs import check_params, parse_body
 from .logs import LogStore
 from .loop import Sequencer
 from .openapi import validator
@@ -80,17 +81,13 @@ async def read_json(request: web.Request, schema: str,
                     surely_valid: Callable[[Any], bool] | None = None) -> dict[str, Any]:
     """The body, parsed and validated against the OpenAPI schema ``schema`` (skipped when
     ``surely_valid`` vouches for it: a conservative fast check of a hot path)."""
-    raw = await request.read()
-    try:
-        body = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid-json", f"the body is not JSON: {exc}") from None
+    body = parse_body(await request.read(), schema)  # text, numbers, depth: inputs.py
     if surely_valid is not None and surely_valid(body):
         return body
     errors = sorted(validator(schema).iter_errors(body), key=lambda e: list(e.path))
     if errors:
         e = errors[0]
-        where = "/".join(str(p) for p in e.path) or "(body)"
+        where = "".join(f"/{p}" for p in e.path) or "(body)"
         raise bad_request(f"{where}: {e.message}"[:2000],
                           {"schema": schema, "path": [str(p) for p in e.path]})
     return body
@@ -129,6 +126,16 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 @web.middleware
+async def input_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The query string, path variables and read headers, checked before any handler reads
+    them (bodies: ``read_json``)."""
+    exc = request.match_info.http_exception
+    if exc is None:
+        check_params(request.query, request.match_info, request.headers)
+    return await handler(request)
+
+
+@web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     exc = request.match_info.http_exception
     if exc is not None:
@@ -143,7 +150,7 @@ def make_app(context: Context) -> web.Application:
     from .handlers import engine, estate, events, ledger, meta, policies, pools, resources
     from .handlers import tasks, tokens, workers
     app = web.Application(client_max_size=MAX_BODY,
-                          middlewares=[errors_middleware, auth_middleware])
+                          middlewares=[errors_middleware, input_middleware, auth_middleware])
     app[CTX] = context
     r = app.router
     r.add_get("/v1/health", meta.health)

@@ -17,16 +17,18 @@ from .server import Server
 
 WHO = ["admin", "finance", "alice", "bob", "erin", "walter", "worker", "none", "revoked"]
 
+CMD = {"command": ["true"]}  # a task needs a command or a payload
+
 # endpoint -> (method, path, body, statuses in WHO order)
 # {task} is a fresh task of bob's, {token} a fresh token id.
 MATRIX: dict[str, tuple[str, str, Any, list[int]]] = {
     "health": ("GET", "/v1/health", None, [200] * 9),
     "openapi": ("GET", "/v1/openapi.json", None, [200] * 9),
     "whoami": ("GET", "/v1/whoami", None, [200] * 7 + [401, 401]),
-    "submit": ("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001},
+    "submit": ("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
                [400, 403, 201, 201, 422, 422, 403, 401, 401]),
     "submit-for-bob": ("POST", "/v1/tasks",
-                       {"resource": "team-a/sized", "gpus": 0.001, "user": "bob"},
+                       {"resource": "team-a/sized", "gpus": 0.001, "user": "bob", **CMD},
                        [201, 403, 403, 201, 403, 403, 403, 401, 401]),
     "list-tasks": ("GET", "/v1/tasks", None, [200, 403, 200, 200, 200, 200, 403, 401, 401]),
     "get-task": ("GET", "/v1/tasks/{task}", None,
@@ -74,7 +76,7 @@ def test_matrix(server: Server, who, endpoint: str, i: int, principal: str) -> N
         want = 503  # the daemon says the ledger is not installed; nothing else changes
     token = None if principal == "none" else getattr(who, principal)
     if "{task}" in path:
-        t = server.ok("POST", "/v1/tasks", {"resource": "team-a/one", "user": "bob"},
+        t = server.ok("POST", "/v1/tasks", {"resource": "team-a/one", "user": "bob", **CMD},
                       expect=201)
         path = path.replace("{task}", t["id"])
     if "{token}" in path:
@@ -99,9 +101,9 @@ def test_bad_tokens(server: Server) -> None:
 
 def test_visibility_of_lists(server: Server, who) -> None:
     """What each sees, not only whether it may ask."""
-    mine = server.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001},
+    mine = server.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
                      token=who.alice, expect=201)
-    bobs = server.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001},
+    bobs = server.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
                      token=who.bob, expect=201)
     try:
         ids: Callable[[str], set[str]] = lambda tok: {  # noqa: E731

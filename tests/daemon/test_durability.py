@@ -18,6 +18,8 @@ import pytest
 from .server import ROOT, SMALL_ESTATE, Server
 from .test_endpoints import wait_for
 
+CMD = {"command": ["true"]}  # a task needs a command or a payload
+
 
 def all_tasks(s: Server) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -65,11 +67,12 @@ def test_restart_rebuilds_the_same_state(tmp_path: Path) -> None:
     s = Server(tmp_path).start()
     bob = s.token({"user": "bob"})
     erin = s.token({"user": "erin"})
-    a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one"}, bob)["id"] for _ in range(4)]
+    a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"] for _ in range(4)]
     wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in a))
     for _ in range(3):
-        s.ok("POST", "/v1/tasks", {"resource": "team-b/one"}, erin)
-    sized = [s.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": g}, bob)["id"]
+        s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)
+    sized = [s.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": g, **CMD},
+                  bob)["id"]
              for g in (4, 3, 2, 0.5)]
     s.ok("POST", f"/v1/tasks/{sized[-1]}/cancel", token=bob)
     settled(s)
@@ -115,9 +118,9 @@ class Load(threading.Thread):
                 return
             who = rnd.choice(["bob", "erin"])
             res = "team-a" if who == "bob" else "team-b"
-            body: dict[str, Any] = ({"resource": f"{res}/one"} if rnd.random() < 0.5 else
-                                    {"resource": f"{res}/sized",
-                                     "gpus": rnd.choice([0.5, 1, 2])})
+            body: dict[str, Any] = ({"resource": f"{res}/one", **CMD} if rnd.random() < 0.5
+                                    else {"resource": f"{res}/sized", **CMD,
+                                          "gpus": rnd.choice([0.5, 1, 2])})
             key = f"k{i}"
             body["labels"] = {"key": key}
             self.bodies[key] = (who, body)

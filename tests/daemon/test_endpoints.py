@@ -32,6 +32,7 @@ def valid(schema: str, data: Any) -> Any:
 
 def submit(s: Server, token: str, body: dict[str, Any], expect: int = 201,
            **kw: Any) -> dict[str, Any]:
+    body = {"command": ["true"], **body}  # a task needs a command or a payload
     return valid("Task", s.ok("POST", "/v1/tasks", body, token, expect=expect, **kw))
 
 
@@ -109,7 +110,7 @@ def test_idempotency_key(server: Server, who) -> None:
     ({"resource": "team-a/one", "user": "alice"}, 403, "forbidden"),
 ])
 def test_submission_refused(server: Server, who, body, status, code) -> None:
-    got, err = server.call("POST", "/v1/tasks", body, who.bob)
+    got, err = server.call("POST", "/v1/tasks", {"command": ["true"], **body}, who.bob)
     assert got == status, err
     assert valid("Error", err)["error"]["code"] == code
 
@@ -132,7 +133,8 @@ def test_admin_on_behalf_of_a_user(server: Server, who) -> None:
     t = submit(server, who.admin, {"resource": "team-a/sized", "user": "bob", "gpus": 0.5})
     assert (t["user"], t["actor"]) == ("bob", "role:admin")
     assert server.ok("GET", f"/v1/tasks/{t['id']}", token=who.bob)["id"] == t["id"]
-    status, err = server.call("POST", "/v1/tasks", {"resource": "team-a/sized"}, who.admin)
+    status, err = server.call("POST", "/v1/tasks", {"resource": "team-a/sized",
+                                                    "command": ["true"]}, who.admin)
     assert status == 400 and "user" in err["error"]["message"]
     cancel_all(server, [t["id"]])
 

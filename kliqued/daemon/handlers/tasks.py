@@ -38,6 +38,10 @@ async def submit(request: web.Request) -> web.Response:
     if not (p.is_user or p.is_admin):
         raise forbidden(f"{p.text} sends no work: use a user's token")
     body = await read_json(request, "TaskSubmission", submission_surely_valid)
+    if not body.get("command") and body.get("payload") is None:
+        raise ApiError(422, "invalid-task", "a task needs `command` (a non-empty list of "
+                       "arguments) or `payload` (data for its channel); both are missing",
+                       {"fields": ["command", "payload"]})
     user = body.get("user")
     if p.is_admin:
         if not user:
