@@ -23,7 +23,7 @@ from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placem
                             check_submission, waiting_reason, waiting_reasons)
 
 
-from . import ledger_bridge
+from . import ledger_bridge, limits
 from .auth import Access, Principal, TokenBook, TokenRecord
 from .errors import ApiError, not_found
 from .events import Event
@@ -88,6 +88,8 @@ class Overlay:
     """Placed tasks an earlier request of the batch puts back in their queue (lost)."""
     lost: set[str] = field(default_factory=set)
     """Workers an earlier request of the batch declares lost."""
+    stored: Counter[str] = field(default_factory=Counter)
+    """Task data bytes earlier submissions of the batch add, per user."""
 
 
 @dataclass
@@ -121,6 +123,8 @@ class Daemon:
         self.ids: list[str] = []
         """Task ids in submission order, which is id order: paging bisects it."""
         self.placed_count: Counter[str] = Counter()
+        self.stored: Counter[str] = Counter()
+        """Per user: the command and payload bytes of their tasks not yet ended."""
         self.idem: dict[tuple[str, str], str] = {}
         self.tokens = TokenBook()
         self.alerts: dict[str, list[dict[str, Any]]] = {}
@@ -136,6 +140,7 @@ class Daemon:
         self.unleased: dict[str, dict[str, None]] = {}
         """Per pool: placed tasks no worker holds yet, in placement order."""
         self.worker_settings = WorkerSettings()
+        self.max_user_bytes = limits.MAX_USER_BYTES
         self.mono: Callable[[], float] = time.monotonic
         self.on_work: Callable[[str], None] | None = None
         """Called with a pool that has new work for its workers (wakes their long polls)."""
@@ -214,6 +219,8 @@ class Daemon:
                          data.get("payload"), data.get("gpus_milli"), at, revision,
                          data.get("idempotency_key"))
         rec.submitted_pass = self.passes
+        rec.data_bytes = limits.task_bytes(rec.command, rec.payload)
+        self.stored[rec.user] += rec.data_bytes
         self.records[task_id] = rec
         self.ids.append(task_id)
         if rec.idempotency_key is not None:
@@ -333,6 +340,9 @@ class Daemon:
         if rec.state == "placed":
             self.placed_count[rec.resource] -= 1
         rec.state = "ended"
+        self.stored[rec.user] -= rec.data_bytes
+        if self.stored[rec.user] <= 0:
+            del self.stored[rec.user]
         rec.end_reason = reason if reason and (lost or kind == "stopped") else kind
         rec.ended_at = at
         return rec
@@ -498,11 +508,23 @@ class Daemon:
 
     # ------------------------------------------------------------------ requests
     def prepare_submit(self, p: Principal, f: dict[str, Any], key: str | None, now: int,
-                       ov: Overlay) -> Prepared:
+                       ov: Overlay, data_bytes: int | None = None) -> Prepared:
         if key is not None:
             existing = ov.keys.get((p.text, key)) or self.idem.get((p.text, key))
             if existing is not None:
                 return Prepared(apply=lambda: (200, existing))
+        if data_bytes is None:
+            data_bytes = limits.task_bytes(f.get("command"), f.get("payload"))
+        user = f["user"]
+        held = self.stored[user] + ov.stored[user]
+        if data_bytes and held + data_bytes > self.max_user_bytes:
+            raise ApiError(429, "user-quota", f"{user}'s tasks not yet ended hold "
+                           f"{limits.mib(held)} of commands and payloads; this one "
+                           f"({limits.mib(data_bytes)}) would pass the limit of "
+                           f"{limits.mib(self.max_user_bytes)} per user: wait for some to "
+                           f"end, or cancel some",
+                           {"held_bytes": held, "task_bytes": data_bytes,
+                            "limit_bytes": self.max_user_bytes})
         idx = self.idx()
         try:
             check_submission(idx, f["resource"], f["user"], f.get("project"),
@@ -515,6 +537,7 @@ class Daemon:
         ev = Event("submitted", task_id, p.text, idx.revision, cr.group, f["user"], data)
         if key is not None:
             ov.keys[(p.text, key)] = task_id
+        ov.stored[user] += data_bytes
 
         def apply() -> tuple[int, str]:
             self.on_submitted(task_id, now, p.text, idx.revision, data)

@@ -16,7 +16,8 @@ class TaskRecord:
                  "labels", "command", "payload", "gpus_milli", "submitted_at", "revision",
                  "idempotency_key", "state", "pool", "placed_at", "ended_at", "end_reason",
                  "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
-                 "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size")
+                 "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
+                 "data_bytes")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
@@ -63,6 +64,9 @@ class TaskRecord:
         """Milli-GPU x ms of its closed placement intervals (the open one is added live)."""
         self.size: int | None = None
         """Its size in milli-GPUs at its latest placement."""
+        self.data_bytes = 0
+        """Its command and payload's bytes (limits.task_bytes): counted against its user's
+        stored bytes until it ends, and against a listing page's size."""
 
     @property
     def interval_id(self) -> str:

@@ -156,6 +156,26 @@ class Store:
         return [{"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3], "actor": r[4],
                  "revision": r[5], "data": json.loads(r[6]) if r[6] else {}} for r in rows]
 
+    def page_events(self, cur: duckdb.DuckDBPyConnection, where: list[str], params: list,
+                    limit: int, max_bytes: int) -> tuple[list[dict], bool]:
+        """Like ``query_events``, but the page also stops once its events' data passes
+        ``max_bytes`` (at least one event): (events, whether more may follow)."""
+        sql = (f"SELECT seq, at_ms, kind, task, actor, revision, data FROM events"
+               f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq LIMIT ?")
+        cur.execute(sql, [*params, limit])
+        out: list[dict] = []
+        budget = max_bytes
+        while len(out) < limit:
+            r = cur.fetchone()
+            if r is None:
+                return out, False
+            if budget < 0:
+                return out, True
+            budget -= len(r[6] or "") + 256
+            out.append({"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3], "actor": r[4],
+                        "revision": r[5], "data": json.loads(r[6]) if r[6] else {}})
+        return out, True
+
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
         """Checkpoint (the WAL folded into the file) and close; called after the last

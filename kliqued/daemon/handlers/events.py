@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .. import views
+from .. import limits, views
 from ..app import ctx, reply
 from ..errors import forbidden
 from .params import int_param, str_param
@@ -37,6 +37,7 @@ async def list_events(request: web.Request) -> web.Response:
         where.append("(usr = ? OR list_contains(?::VARCHAR[], grp) OR "
                      "(kind = 'alert' AND list_contains(?::VARCHAR[], grp)))")
         params += [p.name, admin, groups]
-    rows = await c.store.read(lambda cur: c.store.query_events(cur, where, params, limit))
+    rows, more = await c.store.read(lambda cur: c.store.page_events(
+        cur, where, params, limit, limits.MAX_PAGE_BYTES))
     return reply({"events": [views.event(r) for r in rows],
-                  "next": rows[-1]["seq"] if len(rows) == limit else None})
+                  "next": rows[-1]["seq"] if more and rows else None})

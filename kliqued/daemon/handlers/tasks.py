@@ -13,7 +13,7 @@ from aiohttp import web
 
 from kliqued.engine import SubmissionError, check_submission
 
-from .. import views
+from .. import limits, views
 from ..app import ctx, read_json, reply
 from ..errors import ApiError, bad_request, forbidden, not_found
 from ..openapi import submission_surely_valid
@@ -42,6 +42,7 @@ async def submit(request: web.Request) -> web.Response:
         raise ApiError(422, "invalid-task", "a task needs `command` (a non-empty list of "
                        "arguments) or `payload` (data for its channel); both are missing",
                        {"fields": ["command", "payload"]})
+    data_bytes = _sized(body)
     user = body.get("user")
     if p.is_admin:
         if not user:
@@ -66,8 +67,26 @@ async def submit(request: web.Request) -> web.Response:
         except SubmissionError as exc:
             raise ApiError(422, "submission-refused", str(exc)) from None
     status, task_id = await c.seq.submit(
-        lambda now, ov: d.prepare_submit(p, fields, key, now, ov))
+        lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes))
     return reply(views.task(d, d.records[task_id]), status)
+
+
+def _sized(body: dict) -> int:
+    """The task's data bytes; a command or payload over its cap is a 413 naming it."""
+    cmd = limits.command_bytes(body.get("command"))
+    if cmd > limits.MAX_COMMAND_BYTES:
+        raise ApiError(413, "too-large", f"/command: {limits.mib(cmd)}; a task's command may "
+                       f"hold {limits.mib(limits.MAX_COMMAND_BYTES)} at most (put data in a "
+                       f"file the task reads)", {"pointer": "/command", "bytes": cmd,
+                                                 "limit_bytes": limits.MAX_COMMAND_BYTES})
+    pay = limits.payload_bytes(body.get("payload"))
+    if pay > limits.MAX_PAYLOAD_BYTES:
+        raise ApiError(413, "too-large", f"/payload: {limits.mib(pay)}; a task's payload may "
+                       f"hold {limits.mib(limits.MAX_PAYLOAD_BYTES)} at most (send a "
+                       f"reference to the data instead)",
+                       {"pointer": "/payload", "bytes": pay,
+                        "limit_bytes": limits.MAX_PAYLOAD_BYTES})
+    return cmd + pay
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -104,6 +123,7 @@ async def list_tasks(request: web.Request) -> web.Response:
     out: list[TaskRecord] = []
     more = False
     records = d.records
+    budget = limits.MAX_PAGE_BYTES
     for tid in d.ids[start:] if start else d.ids:
         rec = records[tid]
         if state is not None and rec.state != state:
@@ -118,10 +138,11 @@ async def list_tasks(request: web.Request) -> web.Response:
             continue
         if p.is_user and rec.user != p.name and rec.group not in mine:
             continue
-        if len(out) == limit:
+        if len(out) == limit or budget < 0:
             more = True
             break
         out.append(rec)
+        budget -= rec.data_bytes + 1024  # with the rest of its view
     many = sum(r.state == "queued" for r in out) > 20
     return reply({"tasks": [views.task(d, r, many) for r in out],
                   "next": out[-1].id if more and out else None})
