@@ -10,7 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from kliqued.daemon.errors import ApiError
+from kliqued.daemon.inputs import check_tree
 from tests.daemon.server import Server
 
 from .edge_client import alive, send
@@ -169,3 +173,26 @@ def test_the_daemon_survived_the_module(srv: Server) -> None:
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q", "-x", str(Path(__file__))])
+
+
+# ---------------------------------------------------------------- the edge's promise
+
+any_char = st.integers(0, 0x10FFFF).map(chr)  # surrogates included
+any_text = st.lists(any_char, max_size=6).map("".join)
+any_json = st.recursive(
+    st.one_of(any_text, st.integers(-(2**70), 2**70), st.floats(), st.booleans(), st.none()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(any_text, inner, max_size=3)), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=any_json, schema=st.sampled_from([None, "TaskSubmission", "TaskReport"]))
+def test_what_the_edge_accepts_the_event_log_can_store(body: object, schema: str) -> None:
+    """Either a 400, or text DuckDB and every client can hold (UTF-8 encodable, finite)."""
+    try:
+        check_tree(body, schema)
+    except ApiError as exc:
+        assert exc.status == 400 and exc.message
+        exc.message.encode("utf-8")  # the refusal itself never echoes a surrogate
+        return
+    json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
