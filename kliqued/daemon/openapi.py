@@ -295,14 +295,23 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _ERRORS = {
-    "400": "invalid request (`invalid-request`, `invalid-json`)",
+    "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
+           "the JSON pointer of the field (`/command/1`) or the parameter it is about. "
+           "Refused at the edge: lone UTF-16 surrogates anywhere, control characters in "
+           "names and ids, NUL in commands, NaN, Infinity and numbers beyond a double or "
+           "64 bits, nesting deeper than 32",
     "401": "no token, an unknown token or a revoked one (`unauthenticated`)",
     "403": "the principal may not do this (`forbidden`)",
     "404": "no such object, or not visible to the caller (`not-found`)",
-    "413": "body over 1 MiB (`request-too-large`)",
+    "413": "body over 1 MiB (`request-too-large`), or a task's command or payload over "
+           "64 KiB (`too-large`)",
     "409": "a stale fencing epoch (`stale-epoch`: stop this copy of the task), or a "
            "conflict (`conflict`)",
-    "422": "the estate does not allow it (`submission-refused`, `unknown-pool`)",
+    "422": "the estate does not allow it (`submission-refused`, `unknown-pool`), a task "
+           "with neither command nor payload (`invalid-task`), or data the event log cannot "
+           "store (`unstorable`)",
+    "429": "the user's tasks not yet ended already hold 16 MiB of commands and payloads "
+           "(`user-quota`): wait for some to end, or cancel some",
     "500": "an unexpected error, logged with the id in the message (`internal`)",
     "503": "shutting down, or the log cannot be written (`unavailable`)",
 }
@@ -398,9 +407,10 @@ PATHS: dict[str, Any] = {
                      "schema": {"type": "string", "minLength": 1, "maxLength": 256},
                      "description": "a retry with the same key and principal returns the "
                                     "first task (200) instead of creating another"}],
-            body="TaskSubmission", errors=AUTH_ERR + ("422",)),
+            body="TaskSubmission", errors=AUTH_ERR + ("422", "429")),
         "get": _op(
-            "listTasks", "tasks, newest last, in pages",
+            "listTasks", "tasks, newest last, in pages (a page also stops once its tasks "
+                         "hold 4 MiB of commands and payloads: follow `next`)",
             "users (their own and their admin groups' tasks), admins (all)",
             _ok("TaskList"),
             params=[_q("state", {"type": "string", "enum": ["queued", "placed", "ended"]},
@@ -508,7 +518,8 @@ PATHS: dict[str, Any] = {
     "/v1/pools": {"get": _op("listPools", "pools with capacity, used, borrowed and free",
                              "any token (a worker: its own pool)", _ok("PoolList"))},
     "/v1/events": {"get": _op(
-        "listEvents", "the event and audit log",
+        "listEvents", "the event and audit log, in pages (a page also stops after 4 MiB "
+                      "of event data: follow `next`)",
         "admins and finance (all); users (their tasks, their admin groups' tasks, their "
         "groups' alerts)", _ok("EventList"),
         params=[_q("task", {"type": "string"}, "one task's events"),
