@@ -132,6 +132,11 @@ async def input_middleware(request: web.Request, handler: Handler) -> web.Stream
     exc = request.match_info.http_exception
     if exc is None:
         check_params(request.query, request.match_info, request.headers)
+        auth = request.headers.get("Authorization")
+        if auth is not None and request.path not in PUBLIC and not (
+                auth.isascii() and auth.isprintable()):
+            raise ApiError(401, "unauthenticated", "the Authorization header holds "
+                           "characters no token has (a token is printable ASCII)")
     return await handler(request)
 
 

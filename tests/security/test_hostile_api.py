@@ -55,6 +55,10 @@ HOSTILE_TEXT = [
 RAW_BYTES = [b"\xff", b"\xed\xa0\x80", b"a\x00b", b"\x1b[2J", b"\xc3\x28"]
 """Raw (not percent-encoded) bytes in the request target and headers."""
 
+RAW_AUTH = [b"Bearer kq_\xff", b"Bearer \xed\xa0\x80", b"Bearer kq_a\x01", b"\xff",
+            b"Bearer", b"Bearer kq_" + b"k" * 8100, b"Basic YTpi", b"Bearer kq_\x7f"]
+"""Authorization headers no token has."""
+
 
 def _operations() -> list[tuple[str, str, dict[str, Any]]]:
     doc = document()
@@ -237,11 +241,17 @@ def test_hostile_input_never_gets_a_5xx_nor_stops_the_daemon(srv: Server, method
               suppress_health_check=list(HealthCheck))
     @given(who=st.sampled_from(sorted(srv.tokens)), body=bodies(op),  # type: ignore
            target=targets(path, op, srv.plausible),  # type: ignore[attr-defined]
-           key=st.one_of(st.none(), st.sampled_from(RAW_BYTES)))
-    def check(who: str, body: bytes | None, target: bytes, key: bytes | None) -> None:
-        headers = {"Idempotency-Key": key} if key is not None else {}
-        status, data = send(srv, method, target, body, srv.tokens[who],  # type: ignore
-                            headers=headers, timeout=20)
+           key=st.one_of(st.none(), st.sampled_from(RAW_BYTES)),
+           auth=st.one_of(st.none(), st.none(), st.sampled_from(RAW_AUTH)))
+    def check(who: str, body: bytes | None, target: bytes, key: bytes | None,
+              auth: bytes | None) -> None:
+        headers: dict[str, bytes | str] = {}
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        token = srv.tokens[who]  # type: ignore[attr-defined]
+        if auth is not None:
+            headers["Authorization"], token, who = auth, None, f"raw {auth[:20]!r}"
+        status, data = send(srv, method, target, body, token, headers=headers, timeout=20)
         shown = (body or b"")[:300]
         assert status < 500, (f"{method} {target[:200]!r} as {who}: {status} {data!r:.500}\n"
                               f"body {shown!r}\nlog tail:\n{srv.log()[-2000:]}")

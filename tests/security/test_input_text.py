@@ -196,3 +196,11 @@ def test_what_the_edge_accepts_the_event_log_can_store(body: object, schema: str
         exc.message.encode("utf-8")  # the refusal itself never echoes a surrogate
         return
     json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("header", [b"Bearer kq_\xff", b"Bearer \xed\xa0\x80"])
+def test_an_authorization_header_no_token_has_is_a_401(srv: Server, header: bytes) -> None:
+    status, data = send(srv, "GET", "/v1/whoami", headers={"Authorization": header})
+    assert status == 401 and data["error"]["code"] == "unauthenticated", data
+    status, _ = send(srv, "GET", "/v1/health", headers={"Authorization": header})
+    assert status == 200
