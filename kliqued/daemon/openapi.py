@@ -286,7 +286,8 @@ SCHEMAS: dict[str, Any] = {
         "leases": {"type": "array", "items": _obj({
             "task": {"type": "string"}, "epoch": {"type": "integer"},
             "status": {"type": "string", "enum": ["active", "stopping"]}})}}),
-    "WorkerList": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
+    "WorkerList": _obj({"workers": {"type": "array", "items": _ref("Worker")},
+                        "next": {"type": ["string", "null"]}}),
     "SqlResult": _obj({"columns": {"type": "array", "items": {"type": "string"}},
                        "types": {"type": "array", "items": {"type": "string"}},
                        "rows": {"type": "array", "items": {"type": "array"}},
@@ -470,7 +471,11 @@ PATHS: dict[str, Any] = {
     "/v1/workers": {"get": _op("listWorkers", "registered workers and their leases",
                                "admins (all), workers (their pool's)", _ok("WorkerList"),
                                params=[_q("pool", {"type": "string"},
-                                          "only this pool's workers")])},
+                                          "only this pool's workers"),
+                                       _q("limit", {**LIMIT, "default": 1000},
+                                          "page size (by worker id)"),
+                                       _q("after", {"type": "string"},
+                                          "the `next` of the previous page")])},
     "/v1/workers/{id}": {"delete": _op(
         "deregisterWorker", "a worker leaves: its active leases' tasks go back to the front "
                             "of their queues (see docs/worker-protocol.md)",

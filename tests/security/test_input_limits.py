@@ -87,5 +87,22 @@ def test_listing_pages_are_bounded_in_bytes_and_the_sdk_follows_them(srv: Server
     assert len(events) > len(ev["events"])
 
 
+def test_the_worker_listing_is_paged(srv: Server) -> None:
+    worker = srv.token({"worker": True, "pool": "pool-1"})
+    for i in range(5):
+        srv.ok("POST", "/v1/workers/register", {"worker_id": f"w-page-{i}", "pool": "pool-1"},
+               token=worker)
+    seen: list[str] = []
+    after = ""
+    while True:
+        status, page = send(srv, "GET", f"/v1/workers?limit=2&after={after}", token=worker)
+        assert status == 200 and len(page["workers"]) <= 2, page
+        seen += [w["id"] for w in page["workers"]]
+        if page["next"] is None:
+            break
+        after = page["next"]
+    assert seen == [f"w-page-{i}" for i in range(5)]
+
+
 if __name__ == "__main__":
     pytest.main([__file__, "-q", str(Path(__file__))])

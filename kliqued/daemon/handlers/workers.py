@@ -208,6 +208,11 @@ async def list_workers(request: web.Request) -> web.Response:
     if not (p.is_admin or p.is_worker):
         raise forbidden(f"{p.text} cannot list workers")
     pool = request.query.get("pool") or None
-    ws = [w for w in d.workers.values() if (p.is_admin or w.pool == p.name)
-          and (pool is None or w.pool == pool)]
-    return reply({"workers": [views.worker(d, w) for w in sorted(ws, key=lambda w: w.id)]})
+    limit = int_param(request, "limit", 1000, 1, 1000)
+    assert limit is not None
+    after = request.query.get("after") or ""
+    ws = sorted((w for w in d.workers.values() if (p.is_admin or w.pool == p.name)
+                 and (pool is None or w.pool == pool) and w.id > after), key=lambda w: w.id)
+    page = ws[:limit]  # worker ids are any a worker token registers: pages keep it bounded
+    return reply({"workers": [views.worker(d, w) for w in page],
+                  "next": page[-1].id if len(ws) > limit else None})
