@@ -50,28 +50,38 @@ async def _run(db: Path) -> tuple[list, Sequencer, Daemon]:
     # One batch: nothing yields between these submissions, so one cycle takes all four.
     futs = [asyncio.ensure_future(seq.submit(f)) for f in (good[0], bad, good[1], good[2])]
     results = await asyncio.gather(*futs, return_exceptions=True)
+    # And with a pass in the same cycle: its placements (events and ledger intervals) are
+    # committed before the requests, alone.
+    seq.request_pass(0)
+    futs = [asyncio.ensure_future(seq.submit(f)) for f in (bad, good[0])]
+    late = await asyncio.gather(*futs, return_exceptions=True)
+    assert isinstance(late[0], ApiError) and isinstance(late[1], tuple), late
     await seq.stop()
     await runner
     store.close()
     return results, seq, d
 
 
-def test_one_unstorable_request_is_refused_alone(tmp_path: Path) -> None:
+def test_one_unstorable_request_is_refused_alone(tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
     db = tmp_path / "k.duckdb"
     results, seq, d = asyncio.run(_run(db))
+    assert caplog.text.count("committing its parts one by one") == 2
     assert seq.failed is None
     err = results[1]
     assert isinstance(err, ApiError) and err.status == 422 and err.code == "unstorable"
     ok = [r for i, r in enumerate(results) if i != 1]
     assert all(isinstance(r, tuple) and r[0] == 201 for r in ok), results
-    assert sorted(d.records) == sorted(r[1] for r in ok)
+    assert {r[1] for r in ok} <= set(d.records) and len(d.records) == 4
+    assert any(rec.state == "placed" for rec in d.records.values())
     store = Store(str(db))
     try:
         rows = store.conn.execute("SELECT seq, kind FROM events ORDER BY seq").fetchall()
     finally:
         store.close()
     assert [s for s, _ in rows] == list(range(1, len(rows) + 1))  # no gap
-    assert [k for _, k in rows].count("submitted") == 3
+    assert [k for _, k in rows].count("submitted") == 4
+    assert "placed" in [k for _, k in rows]
     assert d.seq == len(rows)
 
 
