@@ -132,5 +132,11 @@ def compile_documents(docs: list[Document], complete: bool = True) -> CompileRes
     if complete and not sources.incomplete:
         diags.extend(run_checks(sources))
     diags = sorted_diagnostics(diags)
-    estate = None if any(d.is_error for d in diags) else build(sources)
+    # Build assumes what the checks establish (every reference resolves), so it runs only on
+    # a checked, error-free model set: with a file that did not load, the references into it
+    # were never checked, and building would trip on them.
+    # (``complete=False`` comes with the caller's load errors; ``sources.incomplete`` with
+    # the validation error that set it.)
+    checked = complete and not sources.incomplete
+    estate = build(sources) if checked and not any(d.is_error for d in diags) else None
     return CompileResult(estate, diags, sources, [d.file for d in docs])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from .diagnostics import Diagnostic, error, warning
+from .diagnostics import Diagnostic, error, plural_word, warning
 from .models import NAME_PATTERN, Group, Policy, Pool, Profile
 from .reservations import check_reservations
 from .resolve import allowed, pool_capacity, resolve_pools
@@ -37,7 +37,7 @@ def _ref(sources: SourceMap, obj: SourceObject, kind: str, name: str, *path) -> 
     return error("unknown-reference",
                  f"{obj.label} refers to {kind} '{name}', which does not exist",
                  obj.pos(*path), _did_you_mean(name, options) or
-                 (f"known {kind}s: {', '.join(options[:8])}" if options else f"declare the {kind}"))
+                 (f"known {plural_word(kind)}: {', '.join(options[:8])}" if options else f"declare the {kind}"))
 
 
 def run_checks(sources: SourceMap) -> list[Diagnostic]:

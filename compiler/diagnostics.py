@@ -95,10 +95,25 @@ def sorted_diagnostics(diags: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
+PLURALS = {"policy": "policies"}
+"""The irregular plurals of the words that messages count (kinds of estate object)."""
+
+
+def plural_word(word: str, n: int = 2) -> str:
+    """``policy`` → ``policies``: one place for the plurals of every message."""
+    if n == 1:
+        return word
+    return PLURALS.get(word, word + "s")
+
+
+def plural(n: int, word: str) -> str:
+    """``1 error``, ``2 errors``, ``0 errors``: counts in messages are never ``1 errors``."""
+    return f"{n} {plural_word(word, n)}"
+
+
 def render_all(diags: list[Diagnostic]) -> str:
     errors = sum(d.is_error for d in diags)
     warnings = len(diags) - errors
     lines = [d.render() for d in diags]
-    lines.append(f"{errors} error{'s' if errors != 1 else ''}, "
-                 f"{warnings} warning{'s' if warnings != 1 else ''}")
+    lines.append(f"{plural(errors, 'error')}, {plural(warnings, 'warning')}")
     return "\n".join(lines)

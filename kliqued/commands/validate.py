@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from compiler.api import compile_dir
+from compiler.diagnostics import plural
 
 from ._common import DEFAULT_ESTATE, add_command, print_diagnostics
 
@@ -33,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "text" and result.ok:
         est = result.estate
         assert est is not None
-        print(f"{args.estate}: valid ({len(result.files)} files, {len(est.pools)} pools, "
-              f"{len(est.profiles)} profiles, {len(est.policies)} policies, "
-              f"{len(est.compute_resources)} compute resources; revision {est.revision[:19]})")
+        print(f"{args.estate}: valid ({plural(len(result.files), 'file')}, "
+              f"{plural(len(est.pools), 'pool')}, {plural(len(est.profiles), 'profile')}, "
+              f"{plural(len(est.policies), 'policy')}, "
+              f"{plural(len(est.compute_resources), 'compute resource')}; "
+              f"revision {est.revision[:19]})")
     return 0 if result.ok else 1

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 from compiler.api import CompileResult, EstateReadError, SourceFile, compile_files, read_dir
-from compiler.diagnostics import Position, error
+from compiler.diagnostics import Position, error, plural
 
 log = logging.getLogger("kliqued")
 
@@ -46,8 +46,19 @@ def _digest(files: list[SourceFile]) -> str:
     return "files:" + h.hexdigest()
 
 
-def _refusal(where: str, message: str) -> CompileResult:
-    return CompileResult(None, [error("estate-path", message, Position(where))])
+def _refusal(where: str, message: str, code: str = "estate-path") -> CompileResult:
+    return CompileResult(None, [error(code, message, Position(where))])
+
+
+def _compile(files: list[SourceFile], where: str) -> CompileResult:
+    """The compiler returns diagnostics for any input; should it still raise (a bug), the
+    revision is refused like any invalid one, visibly, rather than lost in the follower."""
+    try:
+        return compile_files(files)
+    except Exception as exc:  # noqa: BLE001 - reported as a refusal, with the traceback
+        log.exception("the compiler failed on %s", where)
+        return _refusal(where, f"the compiler failed on this revision ({type(exc).__name__}: "
+                        f"{exc}); please report it", "internal-error")
 
 
 class DirSource:
@@ -63,7 +74,7 @@ class DirSource:
             files = read_dir(self.path)
         except EstateReadError as exc:
             return Snapshot(f"error:{exc}", _refusal(self.path, str(exc)), label=self.label)
-        return Snapshot(_digest(files), compile_files(files), label=self.label)
+        return Snapshot(_digest(files), _compile(files, self.path), label=self.label)
 
     async def changes(self, stop: asyncio.Event) -> AsyncIterator[None]:
         import watchfiles
@@ -127,7 +138,7 @@ class GitSource:
             return Snapshot(sha, _refusal(self.estate_path or ".",
                                           f"no estate at '{self.estate_path}' in commit "
                                           f"{sha[:12]}"), sha, label)
-        return Snapshot(sha, compile_files(files), sha, label)
+        return Snapshot(sha, _compile(files, label), sha, label)
 
     async def changes(self, stop: asyncio.Event) -> AsyncIterator[None]:
         while not stop.is_set():
@@ -157,8 +168,12 @@ class Follower:
     async def check(self) -> None:
         try:
             snap = await asyncio.to_thread(self.source.read)
-        except Exception as exc:  # a fetch failed: said once by the source; try later
-            log.debug("estate source %s: %s", self.source.label, exc)
+        except Exception as exc:
+            if isinstance(self.source, GitSource):  # a fetch failed: said once; try later
+                log.debug("estate source %s: %s", self.source.label, exc)
+            else:
+                log.exception("estate source %s could not be read; trying on its next "
+                              "change", self.source.label)
             return
         if snap.key == self.last_key:
             return
@@ -169,8 +184,9 @@ class Follower:
             errors = rendered(result)
             refused = {"revision": None, "commit": snap.commit, "source": snap.label,
                        "errors": errors}
-            log.error("estate refused: %s is not valid (%d errors); still running %s:\n%s",
-                      snap.label, len(errors), d.estate.revision, "\n".join(errors))
+            log.error("estate refused: %s is not valid (%s); still running %s:\n%s",
+                      snap.label, plural(len(errors), "error"), d.estate.revision,
+                      "\n".join(errors))
             await self.seq.submit(lambda now, ov: d.prepare_refused(refused, now, ov))
             self.refused += 1
             return
@@ -182,9 +198,10 @@ class Follower:
             compiled, snap.label, "kliqued", now, ov, snap.commit), barrier=True)
         self.applied += 1
         e = compiled
-        log.info("estate applied: %s from %s (%d pools, %d profiles, %d policies, %d compute "
-                 "resources)", e.revision, snap.label, len(e.pools), len(e.profiles),
-                 len(e.policies), len(e.compute_resources))
+        log.info("estate applied: %s from %s (%s, %s, %s, %s)", e.revision, snap.label,
+                 plural(len(e.pools), "pool"), plural(len(e.profiles), "profile"),
+                 plural(len(e.policies), "policy"),
+                 plural(len(e.compute_resources), "compute resource"))
 
     async def run(self) -> None:
         log.info("following the estate: %s", self.source.label + (

@@ -129,3 +129,36 @@ def test_a_clone_follows_its_remote(tmp_path, stop_after) -> None:
     applied = wait_for(lambda: estate(s)["commit"] == merged and estate(s), 10, "fetched")
     assert applied["revision"] != first["revision"]
     assert clone.head.commit.hexsha != merged  # read from git objects, no checkout
+
+
+def test_a_file_cut_off_mid_write_is_refused_visibly_then_its_fix_applied(
+        tmp_path, stop_after) -> None:
+    """Issue 9, finding 8: a policy file truncated inside ``limit:`` (an editor caught
+    mid-save) used to make the compiler raise in the daemon's follower, which logged it at
+    debug level only: the revision was neither applied nor refused, and nothing said so."""
+    root = write_estate(tmp_path / "estate")
+    s = FleetServer(tmp_path, estate=root).start()
+    stop_after(s)
+    erin = s.token({"user": "erin"})
+    first = estate(s)
+    applied = len(s.events(kind="estate_applied"))
+    running = s.submit(erin, "team-b/one", ["sleep", "100"])
+    wait_for(lambda: s.task(running)["state"] == "placed")
+    text = ESTATE["policies.yaml"]
+    (root / "policies.yaml").write_text(text[:text.rindex("limit:") + 2])
+    refused = wait_for(lambda: estate(s)["refused"], 10, "the refusal")
+    assert refused["revision"] is None
+    assert any(e.startswith(f"{root / 'policies.yaml'}:") and "yaml-syntax" in e
+               for e in refused["errors"]), refused
+    assert s.events(kind="estate_refused")[-1]["data"]["errors"] == refused["errors"]
+    assert "estate refused" in s.log() and "policies.yaml" in s.log()
+    assert estate(s)["revision"] == first["revision"]
+    assert s.task(running)["state"] == "placed"
+    assert placed_revision(s, erin)[1] == first["revision"]
+    # The editor finishes the save: the same revision as before runs, the refusal cleared.
+    (root / "policies.yaml").write_text(text)
+    wait_for(lambda: estate(s)["refused"] is None, 10, "the refusal cleared")
+    assert estate(s)["revision"] == first["revision"]
+    again = s.events(kind="estate_applied")
+    assert len(again) == applied + 1 and again[-1]["revision"] == first["revision"]
+    assert s.task(running)["state"] == "placed"
