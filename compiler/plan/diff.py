@@ -15,6 +15,7 @@ one ``~`` change, and every reference to it elsewhere (a profile's ``pools``, a 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,8 +31,38 @@ from .model import AttrChange, ObjectChange
 RENAMABLE = ("pool", "profile", "policy", "group")
 
 Rank = tuple[int, str]
-Flat = list[tuple[Rank, tuple[str, ...], str]]
+
+
+class Shown(str):
+    """A value as the estate writes it (``64``, ``"de"``, ``15m``, ``[a, b]``), carrying its
+    typed value (64, "de", "15m", ["a", "b"]) for machine readers of the plan: the text is
+    what people compare, the value what the JSON plan holds."""
+
+    value: Any
+
+    def __new__(cls, text: str, value: Any) -> "Shown":
+        obj = super().__new__(cls, text)
+        obj.value = value
+        return obj
+
+
+Flat = list[tuple[Rank, tuple[str, ...], Shown]]
 """An object as (sort rank, attribute path as IT writes it, display value)."""
+
+
+def typed(value: str | None) -> Any:
+    """The typed value of a displayed one (a plain string is its own value)."""
+    return getattr(value, "value", value)
+
+
+def amount(milli: int) -> Shown:
+    """A GPU amount, weight or number of hours: ``0.25`` shown, 0.25 as the value."""
+    return Shown(milli_str(milli), milli // 1000 if milli % 1000 == 0 else milli / 1000)
+
+
+def dur(seconds: int) -> Shown:
+    text = duration_str(seconds)
+    return Shown(text, text)
 
 
 @dataclass
@@ -74,14 +105,15 @@ def find_renames(base: CompiledEstate | None, head: CompiledEstate | None,
 
 # --- display values -------------------------------------------------------------------------
 
-def q(text: str) -> str:
+def q(text: str) -> Shown:
     """A string value, quoted as in HCL/JSON so that spaces and empty strings are visible."""
-    return json.dumps(text, ensure_ascii=False)
+    return Shown(json.dumps(text, ensure_ascii=False), text)
 
 
-def flow(items: Iterable[str]) -> str:
+def flow(items: Iterable[str]) -> Shown:
     """A list the way it is written inline in YAML: ``[a, b]``."""
-    return "[" + ", ".join(items) + "]"
+    texts = list(items)
+    return Shown("[" + ", ".join(texts) + "]", [typed(t) for t in texts])
 
 
 def _dict(rank: int, prefix: tuple[str, ...], values: dict[str, str]) -> Flat:
@@ -89,27 +121,27 @@ def _dict(rank: int, prefix: tuple[str, ...], values: dict[str, str]) -> Flat:
 
 
 def _flat_settings(s: CSettings) -> Flat:
-    return [((0, ""), ("pass_interval",), duration_str(s.pass_interval_s)),
-            ((1, ""), ("low_watermark",), duration_str(s.low_watermark_s)),
+    return [((0, ""), ("pass_interval",), dur(s.pass_interval_s)),
+            ((1, ""), ("low_watermark",), dur(s.low_watermark_s)),
             ((2, ""), ("currency",), q(s.currency))]
 
 
 def _flat_pool(p: CPool, rn: Renames) -> Flat:
     out: Flat = [((0, ""), ("kind",), q(p.kind)),
-                 ((1, ""), ("capacity",), milli_str(p.capacity_milli)),
+                 ((1, ""), ("capacity",), amount(p.capacity_milli)),
                  ((2, ""), ("gpu_type",), q(p.gpu_type))]
     if p.gpu_memory_gb is not None:
-        out.append(((3, ""), ("gpu_memory_gb",), str(p.gpu_memory_gb)))
+        out.append(((3, ""), ("gpu_memory_gb",), Shown(str(p.gpu_memory_gb), p.gpu_memory_gb)))
     if p.generation is not None:
-        out.append(((4, ""), ("generation",), str(p.generation)))
+        out.append(((4, ""), ("generation",), Shown(str(p.generation), p.generation)))
     out += _dict(5, ("labels",), p.labels)
     if p.execution_order:
         out.append(((6, ""), ("execution_order",),
                     flow(rn.names("profile", p.execution_order))))
     if p.autoscale is not None:
         a = p.autoscale
-        out += [((7, "0"), ("autoscale", "max"), milli_str(a.max_milli)),
-                ((7, "1"), ("autoscale", "idle_timeout"), duration_str(a.idle_timeout_s)),
+        out += [((7, "0"), ("autoscale", "max"), amount(a.max_milli)),
+                ((7, "1"), ("autoscale", "idle_timeout"), dur(a.idle_timeout_s)),
                 ((7, "2"), ("autoscale", "spot_first"), _bool(a.spot_first))]
     out += _dict(8, ("settings",), p.settings)
     return out
@@ -118,13 +150,13 @@ def _flat_pool(p: CPool, rn: Renames) -> Flat:
 def _flat_profile(p: CProfile, rn: Renames) -> Flat:
     out: Flat = []
     if p.gpus_milli is not None:
-        out.append(((0, ""), ("gpus",), milli_str(p.gpus_milli)))
+        out.append(((0, ""), ("gpus",), amount(p.gpus_milli)))
     if p.from_task is not None:
         f = p.from_task
-        out += [((0, "0"), ("gpus", "from_task"), f.param),
-                ((0, "1"), ("gpus", "default"), milli_str(f.default_milli)),
-                ((0, "2"), ("gpus", "max"), milli_str(f.max_milli))]
-    out += [((1, ""), ("time_weight",), milli_str(p.time_weight_milli)),
+        out += [((0, "0"), ("gpus", "from_task"), Shown(f.param, f.param)),
+                ((0, "1"), ("gpus", "default"), amount(f.default_milli)),
+                ((0, "2"), ("gpus", "max"), amount(f.max_milli))]
+    out += [((1, ""), ("time_weight",), amount(p.time_weight_milli)),
             ((2, ""), ("pools",), flow(rn.names("pool", p.pools))),
             ((3, ""), ("policies",), flow(rn.names("policy", p.policies))),
             ((4, ""), ("queueing",), q(p.queueing))]
@@ -133,16 +165,16 @@ def _flat_profile(p: CProfile, rn: Renames) -> Flat:
 
 def _flat_policy(p: CPolicy, rn: Renames) -> Flat:
     out: Flat = [((0, ""), ("group",), q(rn.new("group", p.group))),
-                 ((1, ""), ("reservation",), milli_str(p.reservation_milli)),
-                 ((2, ""), ("limit",), milli_str(p.limit_milli))]
+                 ((1, ""), ("reservation",), amount(p.reservation_milli)),
+                 ((2, ""), ("limit",), amount(p.limit_milli))]
     if p.budget is not None:
         b = p.budget
-        out += [((3, "0"), ("budget", "hours"), milli_str(b.hours_milli)),
+        out += [((3, "0"), ("budget", "hours"), amount(b.hours_milli)),
                 ((3, "1"), ("budget", "period"), q(b.period)),
-                ((3, "2"), ("budget", "low_watermark"), duration_str(b.low_watermark_s))]
+                ((3, "2"), ("budget", "low_watermark"), dur(b.low_watermark_s))]
         if b.alert_at_milli:
             out.append(((3, "3"), ("budget", "alert_at"),
-                        flow(milli_str(a) for a in b.alert_at_milli)))
+                        flow(amount(a) for a in b.alert_at_milli)))
     if p.pools_allowed is not None:
         pa = p.pools_allowed
         out += [((4, "labels." + k), ("pools_allowed", "labels", k), q(v))
@@ -167,12 +199,18 @@ def _flat_group(g: CGroup, rn: Renames) -> Flat:
 
 def _flat_price(p: CPrice) -> Flat:
     return [((0, ""), ("gpu_type",), q(p.gpu_type)),
-            ((1, ""), ("per_gpu_hour",), p.per_gpu_hour),
+            ((1, ""), ("per_gpu_hour",), Shown(p.per_gpu_hour, money_value(p.per_gpu_hour))),
             ((2, ""), ("effective_from",), q(p.effective_from))]
 
 
-def _bool(v: bool) -> str:
-    return "true" if v else "false"
+def _bool(v: bool) -> Shown:
+    return Shown("true" if v else "false", v)
+
+
+def money_value(text: str) -> int | float:
+    """A price as a JSON number (``2.50`` → 2.5): exact for the cents that prices have."""
+    d = Decimal(text)
+    return int(d) if d == d.to_integral_value() else float(d)
 
 
 def flatten(kind: str, obj: BaseModel, rn: Renames = NO_RENAMES) -> Flat:
@@ -250,14 +288,16 @@ def _attr_changes(kind: str, before: Flat, after: Flat, src: SourceObject | None
         if a == b:
             continue
         op: Literal["+", "-", "~"] = "+" if b is None else "-" if a is None else "~"
-        out.append(AttrChange(path, op, b, a, attr_pos(src, kind, path, fallback)))
+        out.append(AttrChange(path, op, b, a, attr_pos(src, kind, path, fallback),
+                              typed(b), typed(a)))
     return out
 
 
 def _all_attrs(kind: str, flat: Flat, op: Literal["+", "-"], src: SourceObject | None,
                fallback: Position | None) -> list[AttrChange]:
     return [AttrChange(path, op, v if op == "-" else None, v if op == "+" else None,
-                       attr_pos(src, kind, path, fallback))
+                       attr_pos(src, kind, path, fallback),
+                       typed(v) if op == "-" else None, typed(v) if op == "+" else None)
             for _, path, v in sorted(flat, key=lambda x: (x[0], x[1]))]
 
 

@@ -37,6 +37,10 @@ class AttrChange:
     before: str | None
     after: str | None
     pos: Position | None
+    before_value: Any = None
+    """The typed value (a number, string, bool or list, as the estate writes it): what the
+    JSON plan holds, where ``before``/``after`` are the text people read."""
+    after_value: Any = None
 
     @property
     def name(self) -> str:
@@ -147,6 +151,14 @@ class Plan:
 
     def impacts_of(self, severity: str) -> list[Impact]:
         return [i for i in self.impacts if i.severity == severity]
+
+    @property
+    def error_count(self) -> int:
+        """Errors of the plan: error impacts, and the errors of a revision that does not
+        compile (a failed plan has no impacts, yet it is not error-free)."""
+        invalid = [r for r in (self.base, self.head) if not r.valid]
+        return (len(self.impacts_of("error"))
+                + sum(d.is_error for r in invalid for d in r.diagnostics))
 
     @property
     def exit_code(self) -> int:

@@ -28,7 +28,7 @@ def _revision(r: Revision) -> dict[str, Any]:
 
 
 def _attr(a: AttrChange) -> dict[str, Any]:
-    return {"path": a.name, "op": a.op, "before": a.before, "after": a.after,
+    return {"path": a.name, "op": a.op, "before": a.before_value, "after": a.after_value,
             "source": _source(a.pos)}
 
 
@@ -65,7 +65,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "changes": [_change(c) for c in plan.changes],
         "impacts": [_impact(i) for i in plan.impacts],
         "summary": {"add": plan.add, "change": plan.change, "remove": plan.remove,
-                    "errors": len(plan.impacts_of("error")),
+                    "errors": plan.error_count,
                     "warnings": len(plan.impacts_of("warn")),
                     "infos": len(plan.impacts_of("info")),
                     "text": plan.summary_line},

@@ -235,3 +235,34 @@ def test_colour_changes_nothing_but_colour() -> None:
     coloured = render_text(plan, colour=True)
     assert "\033[" in coloured
     assert re.sub(r"\033\[[0-9;]*m", "", coloured) == render_text(plan)
+
+
+def test_json_attribute_values_are_typed_as_in_the_estate() -> None:
+    """Issue 10, bug 7: ``"after": "8"`` was a string holding JSON; Terraform's plan JSON
+    holds typed values, and so does this one."""
+    from compiler.plan.render_json import plan_json
+    head = (BASE.replace("capacity: 8", "capacity: 6")
+            .replace("budget: {hours: 100, period: week}",
+                     "budget: {hours: 100, period: week, low_watermark: 30m, alert_at: [0.5]}")
+            .replace("pools: [onprem, cloud]", "pools: [cloud, onprem]")
+            .replace("per_gpu_hour: 2.5", "per_gpu_hour: 2.75")
+            .replace("  - name: cloud\n", "  - name: cloud\n    labels: {site: fra1}\n"))
+    got = {(c["address"], a["path"]): (a["before"], a["after"])
+           for c in plan_json(plan_of(BASE, head))["changes"] for a in c["attributes"]}
+    assert got[("pool.onprem", "capacity")] == (8, 6)
+    assert got[("pool.cloud", "labels.site")] == (None, "fra1")
+    assert got[("profile.gpu1", "pools")] == (["onprem", "cloud"], ["cloud", "onprem"])
+    assert got[("policy.team-a", "budget.low_watermark")] == ("15m", "30m")
+    assert got[("policy.team-a", "budget.alert_at")] == (None, [0.5])
+    assert got[("price.h100@2026-01-01T00:00:00Z", "per_gpu_hour")] == (2.5, 2.75)
+
+
+def test_a_failed_plan_counts_its_errors() -> None:
+    """Issue 10, bug 7: a failed plan's summary said 0 errors."""
+    from compiler.plan.render_json import plan_json
+    head = BASE.replace("policies: [team-a, team-b]", "policies: [team-a, team-c]") \
+        .replace("limit: 4", "limit: x")
+    plan = plan_json(plan_of(BASE, head))
+    assert plan["valid"] is False and plan["exit_code"] == 1
+    assert plan["summary"]["errors"] == 2 == sum(
+        d["severity"] == "error" for d in plan["head"]["diagnostics"])
