@@ -6,12 +6,14 @@ plan can be made and tested without a repository.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 from ..api import CompileResult, SourceFile, compile_files
 from ..source import SourceMap
 from .diff import diff, find_renames, object_pos
 from .impact import impacts
+from .live import LiveState
 from .model import Impact, Plan, Revision
 
 
@@ -33,19 +35,26 @@ def _compile(side: Side) -> tuple[Revision, CompileResult | None]:
                     exists=True, diagnostics=tuple(result.diagnostics)), result
 
 
-def make_plan(base: Side, head: Side, estate_path: str) -> Plan:
+def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = None,
+              live: LiveState | None = None) -> Plan:
+    """``now_ms``: the plan's time, which decides whether a price change reprices recorded
+    usage (default: the live state's time, else the clock: the only thing read here that is
+    not an argument). ``live``: the running system's counts (``--against``)."""
+    if now_ms is None:
+        now_ms = live.at_ms if live is not None else int(time.time() * 1000)
     base_rev, base_res = _compile(base)
     head_rev, head_res = _compile(head)
     if not base_rev.valid or not head_rev.valid:
-        return Plan(base_rev, head_rev, estate_path)
+        return Plan(base_rev, head_rev, estate_path, live=live)
     base_est = base_res.estate if base_res else None
     head_est = head_res.estate if head_res else None
     base_src = base_res.sources if base_res else SourceMap()
     head_src = head_res.sources if head_res else SourceMap()
     renames = find_renames(base_est, head_est, head_src)
     changes = diff(base_est, head_est, base_src, head_src, renames)
-    found = [_locate(i, base_src, head_src) for i in impacts(base_est, head_est, renames)]
-    return Plan(base_rev, head_rev, estate_path, tuple(changes), tuple(found))
+    found = [_locate(i, base_src, head_src)
+             for i in impacts(base_est, head_est, renames, now_ms, live)]
+    return Plan(base_rev, head_rev, estate_path, tuple(changes), tuple(found), live=live)
 
 
 def _locate(impact: Impact, base_src: SourceMap, head_src: SourceMap) -> Impact:

@@ -75,6 +75,13 @@ class Renames:
     def new(self, kind: str, name: str) -> str:
         return self.by_kind.get(kind, {}).get(name, name)
 
+    def old(self, kind: str, name: str) -> str:
+        """The base's name of a head object (the inverse of ``new``)."""
+        for before, after in self.by_kind.get(kind, {}).items():
+            if after == name:
+                return before
+        return name
+
     def names(self, kind: str, names: Iterable[str]) -> list[str]:
         return [self.new(kind, n) for n in names]
 

@@ -18,9 +18,12 @@ from collections.abc import Iterator
 from ..compiled import CBudget, CompiledEstate, CPolicy, CSettings
 from ..models import Settings
 from ..reservations import Headroom, check_reservations, headroom_by_pool_set
+from ..diagnostics import plural
 from ..units import duration_str, milli_str
 from .diff import NO_RENAMES, Renames
+from .live import LiveState
 from .model import Impact
+from .prices import price_impacts
 
 
 def empty_estate() -> CompiledEstate:
@@ -48,14 +51,19 @@ def pool_list(pools: tuple[str, ...] | list[str]) -> str:
 
 
 def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
-            renames: Renames = NO_RENAMES) -> list[Impact]:
+            renames: Renames = NO_RENAMES, now_ms: int | None = None,
+            live: LiveState | None = None) -> list[Impact]:
     """Every impact of going from ``base`` to ``head``, most severe first. Base names are
-    read through ``renames``, so a renamed pool or policy is the same one on both sides."""
+    read through ``renames``, so a renamed pool or policy is the same one on both sides.
+    ``now_ms`` is the plan's time (prices before it reprice recorded usage); ``live``, the
+    running system's counts (``--against``), turns "if" into "how many"."""
     b = base if base is not None else empty_estate()
     h = head if head is not None else empty_estate()
     found: list[Impact] = []
     for rule in (_headroom, _compute_resources, _budgets, _weights, _capacity, _guarantees):
-        found.extend(rule(b, h, renames))
+        found.extend(rule(b, h, renames, live))
+    if now_ms is not None:
+        found.extend(price_impacts(b, h, now_ms, live))
     return sorted(found, key=Impact.sort_key)
 
 
@@ -76,7 +84,8 @@ def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[tuple[str, ...], Head
     return {h.pools: h for h in headroom_by_pool_set(reservations, reach, capacity)}
 
 
-def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
+              live: LiveState | None = None) -> Iterator[Impact]:
     before = _headroom_of(base, rn)
     after = _headroom_of(head, NO_RENAMES)
     old_capacity = {rn.new("pool", q.name): q.capacity_milli for q in base.pools}
@@ -148,7 +157,8 @@ def _arrow(before: int, after: int) -> str:
 # --- compute resources ----------------------------------------------------------------------
 
 def _compute_resources(base: CompiledEstate, head: CompiledEstate,
-                       rn: Renames) -> Iterator[Impact]:
+                       rn: Renames,
+                       live: LiveState | None = None) -> Iterator[Impact]:
     old = {f"{rn.new('policy', c.policy)}/{rn.new('profile', c.profile)}": c
            for c in base.compute_resources}
     new = {c.name: c for c in head.compute_resources}
@@ -160,18 +170,31 @@ def _compute_resources(base: CompiledEstate, head: CompiledEstate,
                          f"to profile {n.profile}",
                          {"compute_resource": name, "group": n.group}, ("profile", n.profile))
         elif n is None and o is not None:
+            details = {"compute_resource": o.name, "group": o.group}
             yield Impact("warn", "compute-resource-removed",
-                         f"compute resource {o.name} is removed: its queued tasks are "
-                         f"cancelled, placed tasks run to their end",
-                         {"compute_resource": o.name, "group": o.group},
-                         ("profile", o.profile), "base")
+                         f"compute resource {o.name} is removed: "
+                         + _cancels(o.name, live, details),
+                         details, ("profile", o.profile), "base")
         elif o is not None and n is not None and o.name != n.name:
+            details = {"compute_resource": n.name, "before": o.name, "group": n.group}
             yield Impact("warn", "compute-resource-renamed",
                          f"compute resource {o.name} becomes {n.name}: to the engine that is a "
-                         f"new compute resource, so queued tasks of {o.name} are cancelled, "
-                         f"placed tasks run to their end",
-                         {"compute_resource": n.name, "before": o.name, "group": n.group},
-                         ("profile", n.profile))
+                         f"new compute resource, so of {o.name}: "
+                         + _cancels(o.name, live, details),
+                         details, ("profile", n.profile))
+
+
+def _cancels(running_name: str, live: LiveState | None, details: dict) -> str:
+    """What removing a compute resource does to its tasks, counted when the plan has the
+    running system's state."""
+    if live is None:
+        return "its queued tasks are cancelled, placed tasks run to their end"
+    r = live.resource(running_name)
+    details["live"] = {"queued": r.queued, "placed": r.placed,
+                       "placed_gpus": r.placed_gpus_milli / 1000}
+    return (f"it cancels {plural(r.queued, 'queued task')} now; "
+            f"{plural(r.placed, 'placed task')} ({gpus(r.placed_gpus_milli)}) "
+            f"{'runs to its end' if r.placed == 1 else 'run to their end'}")
 
 
 # --- budgets, weights -----------------------------------------------------------------------
@@ -188,7 +211,8 @@ def _budget_text(b: CBudget) -> str:
     return f"{hours(b.hours_milli)} per {b.period}"
 
 
-def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames,
+             live: LiveState | None = None) -> Iterator[Impact]:
     for o, n in _pairs(base, head, rn):
         s = ("policy", n.name)
         name = n.name
@@ -196,10 +220,11 @@ def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterato
         if ob is None and nb is None:
             continue
         if ob is None and nb is not None:
+            details = {"policy": name, "after": nb.model_dump()}
             yield Impact("warn", "budget-added",
                          f"{name} now has a budget of {_budget_text(nb)}: the group's work "
-                         f"can now wait for budget, and is requeued when it is used up",
-                         {"policy": name, "after": nb.model_dump()}, s)
+                         f"can now wait for budget, and is requeued when it is used up"
+                         + _spent(o.name, nb, live, details), details, s)
             continue
         if nb is None and ob is not None:
             yield Impact("info", "budget-removed",
@@ -209,18 +234,21 @@ def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterato
             continue
         assert ob is not None and nb is not None
         if nb.period != ob.period:
+            details = {"policy": name, "before": ob.period, "after": nb.period}
             yield Impact("warn", "budget-period",
                          f"budget period of {name}: {ob.period} -> {nb.period} "
                          f"({_budget_text(ob)} -> {_budget_text(nb)}); the new period starts "
-                         f"with the next UTC {nb.period}",
-                         {"policy": name, "before": ob.period, "after": nb.period}, s)
+                         f"with the next UTC {nb.period}" + _spent(o.name, nb, live, details),
+                         details, s)
         elif nb.hours_milli < ob.hours_milli:
-            yield Impact("warn", "budget-lowered",
-                         f"budget of {name} lowered: {milli_str(ob.hours_milli)} -> "
-                         f"{hours(nb.hours_milli)} per {nb.period}; if more is already spent "
-                         f"this period, its budgeted work stops until the reset",
-                         {"policy": name, "before_milli": ob.hours_milli,
-                          "after_milli": nb.hours_milli, "period": nb.period}, s)
+            details = {"policy": name, "before_milli": ob.hours_milli,
+                       "after_milli": nb.hours_milli, "period": nb.period}
+            text = (f"budget of {name} lowered: {milli_str(ob.hours_milli)} -> "
+                    f"{hours(nb.hours_milli)} per {nb.period}")
+            text += (_spent(o.name, nb, live, details) if live is not None else
+                     "; if more is already spent this period, its budgeted work stops until "
+                     "the reset")
+            yield Impact("warn", "budget-lowered", text, details, s)
         elif nb.hours_milli > ob.hours_milli:
             yield Impact("info", "budget-raised",
                          f"budget of {name} raised: {milli_str(ob.hours_milli)} -> "
@@ -237,7 +265,25 @@ def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterato
                           "after_s": nb.low_watermark_s}, s)
 
 
-def _weights(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+def _spent(running_name: str, nb: CBudget, live: LiveState | None, details: dict) -> str:
+    """Against the running system: what the group has spent this period, and whether the
+    new budget is already used up (then phase 0 preempts its weighted running tasks at the
+    next pass: engine.md, "Changes of the estate while work runs")."""
+    if live is None:
+        return ""
+    pol = live.policy(running_name)
+    used = pol.budget_used_milli.get(nb.period, 0)
+    details["live"] = {"spent_hours": used / 1000, "weighted_placed": pol.weighted_placed}
+    if used >= nb.hours_milli:
+        return (f"; {hours(used)} are already spent this {nb.period}, so it preempts "
+                f"{plural(pol.weighted_placed, 'running budgeted task')} at once and "
+                f"nothing budgeted starts until the reset")
+    return (f"; {hours(used)} spent this {nb.period}, {hours(nb.hours_milli - used)} left: "
+            "nothing is preempted now")
+
+
+def _weights(base: CompiledEstate, head: CompiledEstate, rn: Renames,
+             live: LiveState | None = None) -> Iterator[Impact]:
     old = {rn.new("profile", p.name): p for p in base.profiles}
     policies = {p.name: p for p in head.policies}
     for prof in head.profiles:
@@ -252,11 +298,16 @@ def _weights(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterato
                     f"instead of {milli_str(w0)} budget hours per hour ({_percent(w0, w1)})")
             if not budgeted:
                 text += f"; {pol_name} has no budget, so nothing is charged"
+            details = {"profile": prof.name, "policy": pol_name,
+                       "before_milli": w0, "after_milli": w1, "budgeted": budgeted}
+            if live is not None:
+                running = f"{rn.old('policy', pol_name)}/{rn.old('profile', prof.name)}"
+                r = live.resource(running)
+                details["live"] = {"placed": r.placed}
+                text += f"; {plural(r.placed, 'task')} of it running now"
             severity = "warn" if (w1 > w0 and budgeted) else "info"
             yield Impact(severity, "time-weight", text,  # type: ignore[arg-type]
-                         {"profile": prof.name, "policy": pol_name,
-                          "before_milli": w0, "after_milli": w1, "budgeted": budgeted},
-                         ("profile", prof.name))
+                         details, ("profile", prof.name))
 
 
 def _percent(before: int, after: int) -> str:
@@ -271,18 +322,23 @@ def _percent(before: int, after: int) -> str:
 
 # --- capacity, reservations and limits ------------------------------------------------------
 
-def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames,
+              live: LiveState | None = None) -> Iterator[Impact]:
     old = {rn.new("pool", p.name): p for p in base.pools}
     new = {p.name: p for p in head.pools}
     short_pools = _short_pools(head)
     for name in sorted(set(old) | set(new)):
         o, n = old.get(name), new.get(name)
         if n is None and o is not None:
-            yield Impact("warn", "capacity-removed",
-                         f"pool {o.name} is removed: {gpus(o.capacity_milli)} leave the estate; "
-                         f"its profiles fall back to their other pools",
-                         {"pool": o.name, "before_milli": o.capacity_milli, "after_milli": 0},
-                         ("pool", o.name), "base")
+            details = {"pool": o.name, "before_milli": o.capacity_milli, "after_milli": 0}
+            text = (f"pool {o.name} is removed: {gpus(o.capacity_milli)} leave the estate; "
+                    f"its profiles fall back to their other pools")
+            if live is not None:
+                q = live.pool(o.name)
+                details["live"] = {"placed": q.placed, "used_gpus": q.used_milli / 1000}
+                text += (f"; {plural(q.placed, 'task')} ({gpus(q.used_milli)}) "
+                         f"{'is' if q.placed == 1 else 'are'} placed on it now")
+            yield Impact("warn", "capacity-removed", text, details, ("pool", o.name), "base")
         elif o is None and n is not None:
             yield Impact("info", "capacity-added", f"pool {n.name} adds {gpus(n.capacity_milli)}",
                          {"pool": n.name, "before_milli": 0, "after_milli": n.capacity_milli},
@@ -298,6 +354,12 @@ def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterat
             text = (f"capacity of {n.name} lowered: {milli_str(o.capacity_milli)} -> "
                     f"{gpus(n.capacity_milli)}; nothing is preempted, new work waits until "
                     f"use falls below it")
+            if live is not None:
+                used = live.pool(o.name).used_milli
+                details["live"] = {"used_gpus": used / 1000}
+                text += (f"; {gpus(used)} in use now, "
+                         + (f"{gpus(used - n.capacity_milli)} over" if used > n.capacity_milli
+                            else "within it"))
             if name in short_pools:
                 yield Impact("error", "capacity-removed",
                              text + "; the reservations that depend on it no longer fit",
@@ -330,7 +392,8 @@ _GUARANTEES = (
 of the estate while work runs")."""
 
 
-def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iterator[Impact]:
+def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames,
+                live: LiveState | None = None) -> Iterator[Impact]:
     for o, n in _pairs(base, head, rn):
         for field, lowered, raised in _GUARANTEES:
             before, after = getattr(o, f"{field}_milli"), getattr(n, f"{field}_milli")
@@ -338,8 +401,18 @@ def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames) -> Iter
                 continue
             severity, kind, tail = lowered if after < before else raised
             verb = "lowered" if after < before else "raised"
+            details = {"policy": n.name, "before_milli": before, "after_milli": after}
+            if live is not None and after < before:
+                used = live.policy(o.name).used_milli
+                details["live"] = {"used_gpus": used / 1000}
+                if field == "limit":
+                    tail += (f"; the group uses {gpus(used)} now"
+                             + (f", {gpus(used - after)} over the new limit" if used > after
+                                else ""))
+                else:
+                    newly = max(0, used - after) - max(0, used - before)
+                    tail += (f"; {gpus(newly)} of its running work become borrowed now"
+                             if newly else "; none of its running work becomes borrowed")
             yield Impact(severity, kind,  # type: ignore[arg-type]
                          f"{field} of {n.name} {verb}: {milli_str(before)} -> "
-                         f"{gpus(after)}{tail}",
-                         {"policy": n.name, "before_milli": before, "after_milli": after},
-                         ("policy", n.name))
+                         f"{gpus(after)}{tail}", details, ("policy", n.name))

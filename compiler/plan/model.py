@@ -123,6 +123,9 @@ class Plan:
     estate_path: str
     changes: tuple[ObjectChange, ...] = ()
     impacts: tuple[Impact, ...] = ()
+    live: Any = None
+    """The running system's state the impacts were counted against (``LiveState``), or
+    None when the plan compares the two revisions only."""
 
     @property
     def valid(self) -> bool:

@@ -62,6 +62,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "base": _revision(plan.base),
         "head": _revision(plan.head),
         "valid": plan.valid,
+        "against": None if plan.live is None else {
+            "source": plan.live.source, "revision": plan.live.revision, "at": plan.live.at},
         "changes": [_change(c) for c in plan.changes],
         "impacts": [_impact(i) for i in plan.impacts],
         "summary": {"add": plan.add, "change": plan.change, "remove": plan.remove,

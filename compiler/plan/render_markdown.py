@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from .model import Impact, Plan
-from .render_text import change_lines, where
+from .render_text import against_line, change_lines, where
 
 MARKER = "<!-- klique-plan -->"
 MAX_CHARS = 60_000
@@ -62,6 +62,9 @@ def _summary(plan: Plan, max_chars: int) -> list[str]:
         lines += [f"**{plan.summary_line}** {rev}", ""]
         return lines
     lines += [f"**{plan.summary_line}** {rev}", ""]
+    against = against_line(plan)
+    if against:
+        lines += [_cell(against), ""]
     if plan.impacts:
         lines += [f"Impact: {_severity_counts(plan)}.", "",
                   "| Severity | Impact | Where |", "|---|---|---|"]

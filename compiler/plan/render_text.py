@@ -73,12 +73,27 @@ def header(plan: Plan) -> str:
     return f"kliqued plan: {plan.estate_path or '.'}/ at {plan.base.short} -> {plan.head.short}"
 
 
+def against_line(plan: Plan) -> str | None:
+    """Where the live counts come from, and a word when the daemon does not run the base:
+    the counts are then of what runs, which is what the change will meet."""
+    live = plan.live
+    if live is None:
+        return None
+    text = f"Counted against {live.source}: revision {live.revision[:19]} at {live.at}"
+    if plan.base.estate_revision is not None and live.revision != plan.base.estate_revision:
+        text += " (the daemon does not run the base revision: the counts are of what it runs)"
+    return text
+
+
 def _diagnostic_block(title: str, diags: tuple[Diagnostic, ...]) -> list[str]:
     return [title, *("  " + line for line in render_all(list(diags)).splitlines())]
 
 
 def render_text(plan: Plan, colour: bool = False) -> str:
     lines = [header(plan), ""]
+    against = against_line(plan)
+    if against:
+        lines += [against, ""]
     if not plan.head.valid:
         lines += _diagnostic_block(f"The head estate ({plan.head.short}) is invalid:",
                                    plan.head.diagnostics)

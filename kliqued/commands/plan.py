@@ -8,6 +8,9 @@ import sys
 
 from compiler.plan import make_plan, render_github, render_json, render_markdown, render_text
 from compiler.plan.gitsource import GitSourceError, normalise_estate_path, open_repo, read_sides
+from compiler.plan.live import LiveState, LiveStateError, parse_live_state
+from compiler.units import parse_time
+from kliqued.sdk import Client, KliqueError
 
 from ._common import DEFAULT_ESTATE, add_command, write_atomic
 
@@ -27,7 +30,8 @@ def register(subparsers) -> None:
                  "  kliqued plan --base main --head HEAD  # two commits\n"
                  "  kliqued plan --format markdown -o plan.md   # a pull-request comment\n"
                  "  kliqued plan --format github          # annotations in GitHub Actions\n"
-                 "  kliqued plan --repo ../estate-repo --estate-path clusters/estate")
+                 "  kliqued plan --repo ../estate-repo --estate-path clusters/estate\n"
+                 "  kliqued plan --against $KLIQUE_URL --token $PLANNER_TOKEN  # live counts")
     p.add_argument("--base", metavar="REV",
                    help="revision to compare with (default: the merge base of HEAD with main, "
                         "else origin/main, else master)")
@@ -41,6 +45,22 @@ def register(subparsers) -> None:
     p.add_argument("--repo", metavar="DIR",
                    help="the git repository (default: the one containing the current "
                         "directory)")
+    live = p.add_argument_group(
+        "against the running system",
+        "--against reads the daemon's live counts (GET /v1/plan/state, a role:planner "
+        "token), so each change says how many tasks it preempts, cancels or leaves over a "
+        "limit")
+    live.add_argument("--against", metavar="URL",
+                      help="the daemon, e.g. https://klique.example.com:8443")
+    live.add_argument("--token", metavar="TOKEN",
+                      help="a role:planner (or admin) token (default: KLIQUE_TOKEN or the "
+                           "config context)")
+    live.add_argument("--context", metavar="NAME",
+                      help="a context of the client config file for the token")
+    p.add_argument("--at", metavar="TIME",
+                   help="the plan's time, RFC 3339 UTC (default: now, or the daemon's with "
+                        "--against): a price that takes effect before it reprices usage "
+                        "already recorded")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the plan here (atomically) instead of to stdout; the exit code "
                         "is the same")
@@ -52,6 +72,25 @@ def _colour(args: argparse.Namespace) -> bool:
             and not os.environ.get("NO_COLOR"))
 
 
+def _at(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(parse_time(text).timestamp() * 1000)
+    except ValueError as exc:
+        raise ValueError(f"--at: {exc}") from None
+
+
+def _live(args: argparse.Namespace) -> LiveState:
+    """The daemon's live counts; a missing role or an unreachable daemon fails the plan
+    (exit 1) rather than silently planning without them."""
+    c = Client.from_config(url=args.against, token=args.token, context=args.context)
+    try:
+        return parse_live_state(c.plan_state(), c.url)
+    except LiveStateError as exc:
+        raise LiveStateError(f"{c.url}/v1/plan/state: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         estate_path = normalise_estate_path(args.estate_path)
@@ -61,7 +100,13 @@ def run(args: argparse.Namespace) -> int:
     except GitSourceError as exc:
         print(f"kliqued plan: {exc}", file=sys.stderr)
         return 1
-    plan = make_plan(base, head, estate_path)
+    try:
+        now_ms = _at(args.at)
+        live = _live(args) if args.against else None
+    except (ValueError, KliqueError, LiveStateError) as exc:
+        print(f"kliqued plan: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    plan = make_plan(base, head, estate_path, now_ms, live)
     if args.format == "text":
         text = render_text(plan, colour=_colour(args))
     else:

@@ -152,7 +152,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def make_app(context: Context) -> web.Application:
-    from .handlers import engine, estate, events, ledger, meta, policies, pools, resources
+    from .handlers import engine, estate, events, ledger, meta, plan, policies, pools
+    from .handlers import resources
     from .handlers import tasks, tokens, workers
     app = web.Application(client_max_size=MAX_BODY,
                           middlewares=[errors_middleware, input_middleware, auth_middleware])
@@ -183,6 +184,7 @@ def make_app(context: Context) -> web.Application:
     r.add_get("/v1/engine", engine.get_engine)
     r.add_post("/v1/engine", engine.set_engine)
     r.add_get("/v1/estate", estate.get_estate)
+    r.add_get("/v1/plan/state", plan.plan_state)
     r.add_post("/v1/tokens", tokens.create)
     r.add_get("/v1/tokens", tokens.list_tokens)
     r.add_delete("/v1/tokens/{id}", tokens.revoke)

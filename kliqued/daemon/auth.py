@@ -1,7 +1,7 @@
 """Identity and access: principals, the token book, and who may see or do what.
 
 Principals (api-contract.md "Auth"): ``user:<name>``, ``worker:<pool>``, ``role:admin``,
-``role:finance``. Group membership and group admins come from the compiled estate, so a change
+``role:finance``, ``role:planner``. Group membership and group admins come from the compiled estate, so a change
 of ``groups.yaml`` changes access at the next estate revision, with no token reissued. An
 admin of a group is also an admin of every group below it (a department head manages the
 department's teams: seed section 01); membership (``users``) does not inherit.
@@ -18,7 +18,9 @@ from .errors import ApiError, forbidden
 from .ids import token_hash
 
 Kind = Literal["user", "worker", "role"]
-ROLES = ("admin", "finance")
+ROLES = ("admin", "finance", "planner")
+"""``planner``: CI's read-only role for ``kliqued plan --against``; it reads the running
+revision and the live counts of ``GET /v1/plan/state`` (and the estate), nothing else."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,10 @@ class Principal:
     @property
     def is_finance(self) -> bool:
         return self.kind == "role" and self.name == "finance"
+
+    @property
+    def is_planner(self) -> bool:
+        return self.kind == "role" and self.name == "planner"
 
     @property
     def is_user(self) -> bool:

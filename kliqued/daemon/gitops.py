@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator
 
 from compiler.api import CompileResult, EstateReadError, SourceFile, compile_files, read_dir
 from compiler.diagnostics import Position, error, plural
+from compiler.plan.prices import price_impacts
 
 log = logging.getLogger("kliqued")
 
@@ -194,6 +195,9 @@ class Follower:
         if compiled.revision == d.estate.revision and d.estate.refused is None:
             log.info("estate: %s unchanged (%s)", compiled.revision, snap.label)
             return
+        for i in price_impacts(d.idx().estate, compiled, d.clock.now()):
+            if i.severity == "warn":  # the ledger prices at read time: say it loud
+                log.warning("estate %s reprices recorded usage: %s", compiled.revision, i.message)
         await self.seq.submit(lambda now, ov: d.prepare_estate(
             compiled, snap.label, "kliqued", now, ov, snap.commit), barrier=True)
         self.applied += 1

@@ -55,7 +55,7 @@ SCHEMAS: dict[str, Any] = {
         "name": {"type": "string"},
         "groups": {"type": "array", "items": {"type": "string"}},
         "admin_of": {"type": "array", "items": {"type": "string"}},
-        "roles": {"type": "array", "items": {"type": "string", "enum": ["admin", "finance"]}},
+        "roles": {"type": "array", "items": {"type": "string", "enum": ["admin", "finance", "planner"]}},
         "token_id": {"type": ["string", "null"]}}),
     "TaskSubmission": _obj({
         "resource": {"type": "string", "minLength": 1, "maxLength": 512,
@@ -166,6 +166,21 @@ SCHEMAS: dict[str, Any] = {
     "Engine": _obj({"enabled": {"type": "boolean"}, "last_pass_at": TIME_OR_NULL,
                     "pass_interval_s": {"type": "number"}, "revision": {"type": "string"}}),
     "EngineSwitch": _obj({"enabled": {"type": "boolean"}}),
+    "PlanState": _obj({
+        "revision": {"type": "string"}, "commit": {"type": ["string", "null"]}, "at": TIME,
+        "compute_resources": {"type": "object", "additionalProperties": _obj({
+            "queued": {"type": "integer"}, "placed": {"type": "integer"},
+            "placed_gpus": {"type": "number"}, "weighted_placed": {"type": "integer"}})},
+        "policies": {"type": "object", "additionalProperties": _obj({
+            "group": {"type": "string"}, "used_gpus": {"type": "number"},
+            "placed": {"type": "integer"}, "weighted_placed": {"type": "integer"},
+            "budget_used_hours": _obj({p: {"type": "number"}
+                                       for p in ("day", "week", "month")})})},
+        "pools": {"type": "object", "additionalProperties": _obj({
+            "placed": {"type": "integer"}, "used_gpus": {"type": "number"}})},
+        "usage": {"type": ["array", "null"], "items": _obj({
+            "gpu_type": {"type": "string"}, "month": {"type": "string"},
+            "gpu_hours": {"type": "number"}})}}),
     "Estate": _obj({
         "revision": {"type": "string"}, "applied_at": TIME_OR_NULL,
         "source": {"type": ["string", "null"]},
@@ -185,7 +200,7 @@ SCHEMAS: dict[str, Any] = {
             _obj({"worker": {"const": True}, "pool": NAME,
                   "name": {"type": ["string", "null"], "maxLength": 256}},
                  required=["worker", "pool"]),
-            _obj({"role": {"type": "string", "enum": ["admin", "finance"]},
+            _obj({"role": {"type": "string", "enum": ["admin", "finance", "planner"]},
                   "name": {"type": ["string", "null"], "maxLength": 256}},
                  required=["role"]),
         ]},
@@ -540,6 +555,10 @@ PATHS: dict[str, Any] = {
     },
     "/v1/estate": {"get": _op("getEstate", "the running estate revision, and the last "
                                            "refused one", "any token", _ok("Estate"))},
+    "/v1/plan/state": {"get": _op(
+        "getPlanState", "the running revision and the live counts `kliqued plan --against` "
+        "reads: per compute resource, policy and pool; GPU-hours per GPU type and month",
+        "role:planner (CI's read-only role) and admins", _ok("PlanState"))},
     "/v1/tokens": {
         "post": _op("createToken", "a token for a user, a worker (one pool) or a role",
                     "admins", _ok("TokenCreated", "201", "created: the only time the token "

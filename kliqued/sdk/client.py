@@ -204,6 +204,11 @@ class Client:
     def engine(self) -> dict:
         return self._call("GET", "/engine")
 
+    def plan_state(self) -> dict:
+        """The running revision and live counts ``kliqued plan --against`` reads (a
+        ``role:planner`` or admin token)."""
+        return self._call("GET", "/plan/state")
+
     def set_engine(self, enabled: bool) -> dict:
         return self._call("POST", "/engine", body={"enabled": bool(enabled)}, retry=True)
 

@@ -162,3 +162,20 @@ def test_a_file_cut_off_mid_write_is_refused_visibly_then_its_fix_applied(
     again = s.events(kind="estate_applied")
     assert len(again) == applied + 1 and again[-1]["revision"] == first["revision"]
     assert s.task(running)["state"] == "placed"
+
+
+def test_a_backdated_price_is_applied_with_a_warning_that_it_reprices_usage(
+        tmp_path, stop_after) -> None:
+    """Issue 10, bug 6: the ledger prices usage when it is read, so a price backdated into
+    usage already recorded reprices it; the daemon applies it (a correction is legitimate)
+    and says so in its log, as ``kliqued plan`` does in review."""
+    root = write_estate(tmp_path / "estate")
+    s = FleetServer(tmp_path, estate=root).start()
+    stop_after(s)
+    first = estate(s)
+    (root / "pricing.yaml").write_text(ESTATE["pricing.yaml"].replace("per_gpu_hour: 1.0",
+                                                                      "per_gpu_hour: 1.2"))
+    wait_for(lambda: estate(s)["revision"] != first["revision"], 10, "the change applied")
+    wait_for(lambda: "reprices recorded usage: price of l40s-48gb from "
+             "2026-01-01T00:00:00Z: 1 EUR -> 1.2 EUR per GPU-hour (+20%)" in s.log(), 5,
+             "the warning")

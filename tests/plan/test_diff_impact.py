@@ -266,3 +266,50 @@ def test_a_failed_plan_counts_its_errors() -> None:
     assert plan["valid"] is False and plan["exit_code"] == 1
     assert plan["summary"]["errors"] == 2 == sum(
         d["severity"] == "error" for d in plan["head"]["diagnostics"])
+
+
+NOW = 1_790_000_000_000  # 2026-09-21T...Z: the plan's time in the price tests
+
+
+def price_impacts_of(head_pricing: str) -> list[Impact]:
+    head = BASE.replace(
+        '  - {gpu_type: h100, per_gpu_hour: 2.5, effective_from: "2026-01-01T00:00:00Z"}\n',
+        head_pricing)
+    plan = make_plan(side(BASE, "base"), side(head, "head"), "estate", now_ms=NOW)
+    assert plan.valid, plan.head.diagnostics
+    return [i for i in plan.impacts if i.kind.startswith("price")]
+
+
+def test_a_backdated_price_warns_naming_the_period_it_reprices() -> None:
+    """Issue 10, bug 6: the ledger prices usage when it is read, so a price that takes effect
+    in the past reprices usage already recorded; the plan says so."""
+    [i] = price_impacts_of(
+        '  - {gpu_type: h100, per_gpu_hour: 2.5, effective_from: "2026-01-01T00:00:00Z"}\n'
+        '  - {gpu_type: h100, per_gpu_hour: 3, effective_from: "2026-06-01T00:00:00Z"}\n')
+    assert i.severity == "warn" and i.kind == "price-backdated"
+    assert i.message.startswith("price of h100 from 2026-06-01T00:00:00Z: 2.5 EUR -> 3 EUR "
+                                "per GPU-hour (+20%); the usage already recorded from "
+                                "2026-06-01T00:00:00Z to 2026-09-21T"), i.message
+    assert i.details["before"] == "2.5" and i.details["after"] == "3"
+    assert i.pos is not None and i.pos.line == 37  # the new price's line
+
+
+def test_a_changed_amount_reprices_its_whole_past_period() -> None:
+    [i] = price_impacts_of(
+        '  - {gpu_type: h100, per_gpu_hour: 2.75, effective_from: "2026-01-01T00:00:00Z"}\n')
+    assert i.severity == "warn" and "from 2026-01-01T00:00:00Z to" in i.message
+
+
+def test_a_future_price_is_information_with_old_and_new_price() -> None:
+    [i] = price_impacts_of(
+        '  - {gpu_type: h100, per_gpu_hour: 2.5, effective_from: "2026-01-01T00:00:00Z"}\n'
+        '  - {gpu_type: h100, per_gpu_hour: 2, effective_from: "2027-01-01T00:00:00Z"}\n')
+    assert (i.severity, i.kind) == ("info", "price-changed")
+    assert i.message == ("price of h100 from 2027-01-01T00:00:00Z: 2.5 EUR -> 2 EUR per "
+                         "GPU-hour (-20%)")
+
+
+def test_a_removed_past_price_is_a_warning_too() -> None:
+    [i] = price_impacts_of("")
+    assert i.severity == "warn" and "2.5 EUR -> no price" in i.message
+    assert i.side == "base"
