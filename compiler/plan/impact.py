@@ -69,7 +69,8 @@ def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
 
 # --- reservations per pool set --------------------------------------------------------------
 
-def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[tuple[str, ...], Headroom]:
+def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[str, Headroom]:
+    """Per policy with a reservation: the headroom of the set of pools it reaches."""
     profiles = {p.name: p for p in est.profiles}
     reservations = {rn.new("policy", p.name): p.reservation_milli for p in est.policies}
     reach: dict[str, list[str]] = {}
@@ -81,11 +82,20 @@ def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[tuple[str, ...], Head
                     pools.append(rn.new("pool", q))
         reach[rn.new("policy", pol.name)] = pools
     capacity = {rn.new("pool", q.name): q.capacity_milli for q in est.pools}
-    return {h.pools: h for h in headroom_by_pool_set(reservations, reach, capacity)}
+    by_set = {h.pools: h for h in headroom_by_pool_set(reservations, reach, capacity)}
+    out = {}
+    for name, r in reservations.items():
+        key = tuple(sorted(set(q for q in reach.get(name, []) if q in capacity)))
+        if r > 0 and key in by_set:
+            out[name] = by_set[key]
+    return out
 
 
 def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
               live: LiveState | None = None) -> Iterator[Impact]:
+    """One line per policy whose reserved pools' headroom changed, before and after: a
+    reviewer asks "does my guarantee still fit, and how much is left to lend around it",
+    and pool sets that appear and vanish when a pool is added do not answer that."""
     before = _headroom_of(base, rn)
     after = _headroom_of(head, NO_RENAMES)
     old_capacity = {rn.new("pool", q.name): q.capacity_milli for q in base.pools}
@@ -93,42 +103,37 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
     changed_pools = [q.name for q in head.pools if old_capacity.get(q.name) != q.capacity_milli]
     changed_policies = [p.name for p in head.policies
                         if old_reserved.get(p.name) != p.reservation_milli]
-    for pools in sorted(set(before) | set(after)):
-        b, a = before.get(pools), after.get(pools)
-        where = f"reservation headroom on pools {pool_list(pools)}"
-        details: dict = {"pools": list(pools)}
+    for name in sorted(after):
+        a, b = after[name], before.get(name)
+        if b is not None and (b.pools, b.capacity_milli, b.reserved_milli) == (
+                a.pools, a.capacity_milli, a.reserved_milli):
+            continue
+        details: dict = {"policy": name, "pools": list(a.pools), "after": _headroom_json(a)}
         if b is not None:
             details["before"] = _headroom_json(b)
-        if a is not None:
-            details["after"] = _headroom_json(a)
         # Cite what changed, so an annotation lands on the line that moved the headroom.
-        subject = next((("pool", q) for q in changed_pools if q in pools),
-                       next((("policy", p) for p in changed_policies
-                             if a is not None and p in a.policies), ("pool", pools[0])))
-        if a is None:
-            assert b is not None
-            yield Impact("info", "reservation-headroom",
-                         f"{where}: no reservation depends on these pools any more "
-                         f"(was {gpus(b.headroom_milli)} free of {gpus(b.capacity_milli)})",
-                         details, subject, "base")
-            continue
-        if b is not None and (b.capacity_milli, b.reserved_milli) == (a.capacity_milli,
-                                                                      a.reserved_milli):
-            continue
-        by = ", ".join(a.policies)
+        subject = next((("pool", q) for q in changed_pools if q in a.pools),
+                       next((("policy", p) for p in changed_policies if p in a.policies),
+                            ("policy", name)))
+        where = f"reservation headroom for {name}"
         if b is None:
-            text = (f"{where}: {gpus(a.headroom_milli)} (capacity {gpus(a.capacity_milli)}, "
-                    f"reserved {gpus(a.reserved_milli)} by {by})")
+            text = (f"{where}: {gpus(a.headroom_milli)} to lend in the pools it reaches "
+                    f"{pool_list(a.pools)} (capacity {gpus(a.capacity_milli)}, reserved "
+                    f"{gpus(a.reserved_milli)} by {', '.join(a.policies)})")
         else:
+            pools = (pool_list(a.pools) if a.pools == b.pools
+                     else f"{pool_list(b.pools)} -> {pool_list(a.pools)}")
             text = (f"{where}: {milli_str(b.headroom_milli)} -> {gpus(a.headroom_milli)} "
-                    f"(capacity {_arrow(b.capacity_milli, a.capacity_milli)}, reserved "
-                    f"{_arrow(b.reserved_milli, a.reserved_milli)} by {by})")
+                    f"to lend in the pools it reaches {pools} (capacity "
+                    f"{_arrow(b.capacity_milli, a.capacity_milli)}, reserved "
+                    f"{_arrow(b.reserved_milli, a.reserved_milli)} by "
+                    f"{', '.join(a.policies)})")
         if a.headroom_milli < 0:
             severity = "error"
             text += f": the reservations exceed the capacity by {gpus(-a.headroom_milli)}"
         elif b is not None and a.headroom_milli < b.headroom_milli:
             # A drop is worth a warning only where it leaves the pool set tight; elsewhere
-            # one capacity change would raise a warning for every pool set it is part of.
+            # one capacity change would raise a warning for every policy that reaches it.
             tight = a.headroom_milli * 100 < TIGHT_HEADROOM_PERCENT * a.capacity_milli
             severity = "warn" if tight else "info"
             text += ("; under 25% of the capacity is left to lend" if tight

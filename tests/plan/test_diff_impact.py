@@ -313,3 +313,22 @@ def test_a_removed_past_price_is_a_warning_too() -> None:
     [i] = price_impacts_of("")
     assert i.severity == "warn" and "2.5 EUR -> no price" in i.message
     assert i.side == "base"
+
+
+def test_headroom_is_one_line_per_policy_before_and_after_when_a_pool_is_added() -> None:
+    """Issue 10: pool sets that appear and disappear when a pool is added were hard to
+    read; each policy's line says its pools and headroom before and after."""
+    head = BASE.replace("pools: [onprem, cloud]", "pools: [onprem, cloud, extra]").replace(
+        "profiles:\n", "  - {name: extra, kind: baremetal, capacity: 4, gpu_type: h100}\n"
+        "profiles:\n", 1)
+    lines = [i for i in impacts_of(BASE, head) if i.kind == "reservation-headroom"]
+    assert [i.details["policy"] for i in lines] == ["team-a", "team-b"]
+    for i in lines:
+        assert "the pools it reaches [cloud, onprem] -> [cloud, extra, onprem]" in i.message
+        assert "(capacity 24 -> 28, reserved 3 by team-a, team-b)" in i.message, i.message
+        assert i.message.startswith(f"reservation headroom for {i.details['policy']}: 21 -> "
+                                    "25 GPUs")
+
+
+def impacts_of(base: str, head: str) -> list[Impact]:
+    return list(plan_of(base, head).impacts)
