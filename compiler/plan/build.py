@@ -15,6 +15,7 @@ from .diff import diff, find_renames, object_pos
 from .impact import impacts
 from .live import LiveState
 from .model import Impact, Plan, Revision
+from .touched import touched
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,9 @@ def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = Non
         now_ms = live.at_ms if live is not None else int(time.time() * 1000)
     base_rev, base_res = _compile(base)
     head_rev, head_res = _compile(head)
+    hunks = tuple(touched(base.files, head.files))
     if not base_rev.valid or not head_rev.valid:
-        return Plan(base_rev, head_rev, estate_path, live=live)
+        return Plan(base_rev, head_rev, estate_path, touched=hunks, live=live)
     base_est = base_res.estate if base_res else None
     head_est = head_res.estate if head_res else None
     base_src = base_res.sources if base_res else SourceMap()
@@ -54,7 +56,8 @@ def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = Non
     changes = diff(base_est, head_est, base_src, head_src, renames)
     found = [_locate(i, base_src, head_src)
              for i in impacts(base_est, head_est, renames, now_ms, live)]
-    return Plan(base_rev, head_rev, estate_path, tuple(changes), tuple(found), live=live)
+    return Plan(base_rev, head_rev, estate_path, tuple(changes), tuple(found), touched=hunks,
+                live=live)
 
 
 def _locate(impact: Impact, base_src: SourceMap, head_src: SourceMap) -> Impact:

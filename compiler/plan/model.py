@@ -123,6 +123,9 @@ class Plan:
     estate_path: str
     changes: tuple[ObjectChange, ...] = ()
     impacts: tuple[Impact, ...] = ()
+    touched: tuple[Any, ...] = ()
+    """The head's changed line ranges (``touched.Hunk``), to report errors caused by the
+    change on the lines it touched as well as where they show."""
     live: Any = None
     """The running system's state the impacts were counted against (``LiveState``), or
     None when the plan compares the two revisions only."""

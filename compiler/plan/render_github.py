@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..diagnostics import Diagnostic, Position
 from .model import Impact, ObjectChange, Plan
 from .render_text import attr_text, object_title
+from .touched import MAX_HUNKS, caused_elsewhere
 
 LEVEL = {"error": "error", "warn": "warning", "info": "notice"}
 
@@ -61,8 +62,24 @@ def _change(c: ObjectChange) -> str:
     return annotation("notice", body, c.pos if c.action != "delete" else None, object_title(c))
 
 
+def caused_annotations(plan: Plan) -> list[str]:
+    """The head's errors that show away from the change, repeated on each changed hunk so
+    they appear on the pull request's diff."""
+    if not plan.base.valid:
+        return []
+    elsewhere = caused_elsewhere(plan.head.diagnostics, list(plan.touched))
+    if not elsewhere:
+        return []
+    text = "\n".join(f"this change causes: {d.message} at {d.pos}" if d.pos
+                     else f"this change causes: {d.message}" for d in elsewhere)
+    return [annotation("error", text, Position(h.file, h.first),
+                       "klique plan: caused by this change")
+            for h in plan.touched[:MAX_HUNKS]]
+
+
 def render_github(plan: Plan) -> str:
     lines = [diagnostic_annotation(d) for d in plan.head.diagnostics]
+    lines += caused_annotations(plan)
     if not plan.base.valid:
         lines.append(annotation("error", f"the base estate ({plan.base.short}) is invalid; fix "
                                 "it there or pass another --base", title="klique plan"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from .model import Impact, Plan
-from .render_text import against_line, change_lines, where
+from .render_text import against_line, caused_line, change_lines, where
 
 MARKER = "<!-- klique-plan -->"
 MAX_CHARS = 60_000
@@ -60,6 +60,9 @@ def _summary(plan: Plan, max_chars: int) -> list[str]:
            f"{_code(plan.head.short)}")
     if not plan.valid:
         lines += [f"**{plan.summary_line}** {rev}", ""]
+        caused = caused_line(plan)
+        if caused:
+            lines += [_cell(caused), ""]
         return lines
     lines += [f"**{plan.summary_line}** {rev}", ""]
     against = against_line(plan)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..diagnostics import Diagnostic, Position, render_all
 from .model import AttrChange, Impact, ObjectChange, Plan
+from .touched import caused_elsewhere
 
 GREEN, RED, YELLOW, CYAN, BOLD, DIM, RESET = ("\033[32m", "\033[31m", "\033[33m", "\033[36m",
                                               "\033[1m", "\033[2m", "\033[0m")
@@ -69,6 +70,21 @@ def impact_line(i: Impact, colour: bool = False) -> str:
     return text
 
 
+def caused_line(plan: Plan) -> str | None:
+    """Where the change is, when its errors show elsewhere: the reader of an invalid plan
+    looks for the line to fix, which is often not the line the error is reported at."""
+    if not plan.base.valid or not plan.touched:
+        return None
+    n = len(caused_elsewhere(plan.head.diagnostics, list(plan.touched)))
+    if not n:
+        return None
+    places = ", ".join(f"{h.file}:{h.first}" for h in plan.touched[:5])
+    more = f" and {len(plan.touched) - 5} more" if len(plan.touched) > 5 else ""
+    return (f"{'This error shows' if n == 1 else 'These errors show'} away from the lines "
+            f"the change touched ({places}{more}); the change causes "
+            f"{'it' if n == 1 else 'them'}.")
+
+
 def header(plan: Plan) -> str:
     return f"kliqued plan: {plan.estate_path or '.'}/ at {plan.base.short} -> {plan.head.short}"
 
@@ -98,6 +114,9 @@ def render_text(plan: Plan, colour: bool = False) -> str:
         lines += _diagnostic_block(f"The head estate ({plan.head.short}) is invalid:",
                                    plan.head.diagnostics)
         lines.append("")
+        caused = caused_line(plan)
+        if caused:
+            lines += [caused, ""]
     if not plan.base.valid:
         lines += _diagnostic_block(
             f"The base estate ({plan.base.short}) is invalid; fix it there or pass another "

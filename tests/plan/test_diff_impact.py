@@ -332,3 +332,27 @@ def test_headroom_is_one_line_per_policy_before_and_after_when_a_pool_is_added()
 
 def impacts_of(base: str, head: str) -> list[Impact]:
     return list(plan_of(base, head).impacts)
+
+
+def test_an_error_caused_away_from_the_change_is_also_reported_on_the_changed_lines() -> None:
+    """Issue 10: an edit in one file reported only where the error shows (another file) never
+    appears on the pull request's diff; the plan repeats it on the lines the change touched."""
+    from compiler.plan.render_github import render_github
+    pools = ("pools:\n  - name: onprem\n    kind: baremetal\n    capacity: 8\n"
+             "    gpu_type: h100\n  - name: cloud\n    kind: cloud\n    gpu_type: h100\n"
+             "    autoscale:\n      max: 16\n")
+    rest = BASE[BASE.index("profiles:"):].replace("settings: {low_watermark: 15m}\n", "")
+    base = [SourceFile("estate/pools.yaml", pools.encode()),
+            SourceFile("estate/rest.yaml", rest.encode())]
+    head = [SourceFile("estate/pools.yaml", pools.replace("  - name: cloud", "  - name: cloud2")
+                       .encode()), base[1]]
+    plan = make_plan(Side("main", None, base), Side("head", None, head), "estate")
+    assert not plan.head.valid
+    [err] = [d for d in plan.head.diagnostics if d.is_error]
+    assert err.pos is not None and err.pos.file == "estate/rest.yaml"
+    out = render_github(plan)
+    assert ("::error file=estate/pools.yaml,line=6,title=klique plan%3A caused by this change::"
+            f"this change causes: {err.message} at {err.pos}") in out, out
+    text = render_text(plan)
+    assert "This error shows away from the lines the change touched (estate/pools.yaml:6); " \
+           "the change causes it." in text, text
