@@ -88,13 +88,13 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
         if gpus_milli < 0:
             raise SubmissionError("gpus must be >= 0")
         if cr.max_size is not None and gpus_milli > cr.max_size:
-            raise SubmissionError(f"gpus {gpus_milli / 1000:g} is above profile "
-                                  f"{cr.profile!r}'s max {cr.max_size / 1000:g}")
+            raise SubmissionError(f"gpus {gpus_milli / 1000:g} is above the maximum of "
+                                  f"profile '{cr.profile}' ({cr.max_size / 1000:g})")
     size = cr.size_for(gpus_milli)
     g = index.groups.get(cr.group)
     if g is not None and size > g.limit:
-        raise SubmissionError(f"gpus {size / 1000:g} is above group {cr.group!r}'s limit "
-                              f"{g.limit / 1000:g}")
+        raise SubmissionError(f"gpus {size / 1000:g} is above the limit of group "
+                              f"'{cr.group}' ({g.limit / 1000:g})")
     return size
 
 

@@ -157,7 +157,7 @@ def test_cli_text_and_json_are_deterministic(tmp_path: Path, estate_dir: Path,
 BAD = [
     ("b-1,0,b/nope,bob,,,1h", 2, "unknown compute resource 'b/nope'"),
     ("b-1,0,b/gpu1,alice,,,1h", 2, "user 'alice' is not in the users of group 'b'"),
-    ("a-1,0,a/any,alice,,9,1h", 2, "above profile 'any''s max 8"),
+    ("a-1,0,a/any,alice,,9,1h", 2, "above the maximum of profile 'any' (8)"),
     ("b-1,0,b/gpu1,bob,,2,1h", 2, "has a fixed size"),
     ("a-1,0,a/any,alice,y,1,1h", 2, "project 'y'"),
     ("b-1,60,b/gpu1,bob,,,1h\nb-2,30,b/gpu1,bob,,,1h", 3, "rows out of time order"),
@@ -192,7 +192,7 @@ def test_group_limit_is_checked(tmp_path: Path) -> None:
     est = compile_dir(d).estate
     with pytest.raises(TraceError) as exc:
         load_trace(str(_write(tmp_path, HEADER + "a-1,0,a/any,alice,,6,1h\n")), est)
-    assert "t.csv:2: error[trace]: gpus: gpus 6 is above group 'a''s limit 5" in str(exc.value)
+    assert "t.csv:2: error[trace]: gpus: gpus 6 is above the limit of group 'a' (5)" in str(exc.value)
 
 
 def test_missing_column_and_every_error_listed(tmp_path: Path, estate_dir: Path,
