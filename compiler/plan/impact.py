@@ -116,18 +116,16 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                        next((("policy", p) for p in changed_policies if p in a.policies),
                             ("policy", name)))
         where = f"reservation headroom for {name}"
+        who = _names(a.policies, "policy")
         if b is None:
-            text = (f"{where}: {gpus(a.headroom_milli)} to lend in the pools it reaches "
-                    f"{pool_list(a.pools)} (capacity {gpus(a.capacity_milli)}, reserved "
-                    f"{gpus(a.reserved_milli)} by {', '.join(a.policies)})")
+            text = (f"{where}: {gpus(a.headroom_milli)} to lend (capacity "
+                    f"{gpus(a.capacity_milli)} in {_names(a.pools, 'pool')}, reserved "
+                    f"{gpus(a.reserved_milli)} by {who})")
         else:
-            pools = (pool_list(a.pools) if a.pools == b.pools
-                     else f"{pool_list(b.pools)} -> {pool_list(a.pools)}")
             text = (f"{where}: {milli_str(b.headroom_milli)} -> {gpus(a.headroom_milli)} "
-                    f"to lend in the pools it reaches {pools} (capacity "
-                    f"{_arrow(b.capacity_milli, a.capacity_milli)}, reserved "
-                    f"{_arrow(b.reserved_milli, a.reserved_milli)} by "
-                    f"{', '.join(a.policies)})")
+                    f"to lend (capacity {_arrow(b.capacity_milli, a.capacity_milli)} in "
+                    f"{_pools_change(b.pools, a.pools)}, reserved "
+                    f"{_arrow(b.reserved_milli, a.reserved_milli)} by {who})")
         if a.headroom_milli < 0:
             severity = "error"
             text += f": the reservations exceed the capacity by {gpus(-a.headroom_milli)}"
@@ -142,6 +140,25 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
             severity = "info"
         yield Impact(severity, "reservation-headroom", text, details,  # type: ignore[arg-type]
                      subject, rank=a.headroom_milli)
+
+
+SHOW_NAMES = 3
+"""Up to this many pool or policy names are written out in a headroom line; more are
+counted (the JSON details list them all): long name lists made the lines unreadable."""
+
+
+def _names(names: tuple[str, ...], word: str) -> str:
+    return pool_list(names) if len(names) <= SHOW_NAMES else plural(len(names), word)
+
+
+def _pools_change(before: tuple[str, ...], after: tuple[str, ...]) -> str:
+    if before == after:
+        return _names(after, "pool")
+    if len(before) <= SHOW_NAMES and len(after) <= SHOW_NAMES:
+        return f"{pool_list(before)} -> {pool_list(after)}"
+    delta = [f"+{q}" for q in after if q not in before] + [f"-{q}" for q in before
+                                                            if q not in after]
+    return f"{len(before)} -> {plural(len(after), 'pool')} ({', '.join(delta)})"
 
 
 TIGHT_HEADROOM_PERCENT = 25

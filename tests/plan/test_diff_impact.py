@@ -324,8 +324,9 @@ def test_headroom_is_one_line_per_policy_before_and_after_when_a_pool_is_added()
     lines = [i for i in impacts_of(BASE, head) if i.kind == "reservation-headroom"]
     assert [i.details["policy"] for i in lines] == ["team-a", "team-b"]
     for i in lines:
-        assert "the pools it reaches [cloud, onprem] -> [cloud, extra, onprem]" in i.message
-        assert "(capacity 24 -> 28, reserved 3 by team-a, team-b)" in i.message, i.message
+        assert ("(capacity 24 -> 28 in [cloud, onprem] -> [cloud, extra, onprem], reserved 3 "
+                "by [team-a, team-b])") in i.message, i.message
+        assert i.details["pools"] == ["cloud", "extra", "onprem"]
         assert i.message.startswith(f"reservation headroom for {i.details['policy']}: 21 -> "
                                     "25 GPUs")
 
