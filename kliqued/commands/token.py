@@ -29,7 +29,9 @@ def register(subparsers) -> None:
     who = c.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", metavar="NAME", help="a user's token")
     who.add_argument("--worker", action="store_true", help="a worker's token (give --pool)")
-    who.add_argument("--role", choices=["finance", "admin"], help="a role's token")
+    who.add_argument("--role", choices=["finance", "admin", "planner"],
+                     help="a role's token (planner: CI's read-only role for "
+                          "`kliqued plan --against`)")
     c.add_argument("--pool", metavar="NAME", help="the worker's pool")
     c.add_argument("--name", help="a note, e.g. who holds it")
     add_client_flags(c)
