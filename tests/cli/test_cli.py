@@ -83,3 +83,19 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     if r.returncode != 0 and "invalid choice" in r.stderr:
         pytest.fail(f"kliqued {command} does not exist")
     assert r.returncode == 0 and "examples:" in r.stdout and f"kliqued {command}" in r.stdout
+
+
+def test_validate_a_file_cut_off_mid_write_reports_it_and_never_crashes(tmp_path: Path) -> None:
+    """Issue 9, finding 8: ``KeyError: 'llm-research'`` from a policy file cut off inside
+    its first policy."""
+    import shutil
+    estate = tmp_path / "estate"
+    shutil.copytree(REPO / "estate", estate)
+    policy = estate / "policies" / "ai-lab.yaml"
+    data = policy.read_bytes()
+    policy.write_bytes(data[:data.index(b"    description: Foundation") + 6])
+    r = kliqued("validate", str(estate))
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "KeyError" not in r.stderr
+    assert f"{policy}:10:7: error[yaml-syntax]" in r.stdout, r.stdout
+    assert r.stdout.rstrip().endswith("1 error, 0 warnings")
