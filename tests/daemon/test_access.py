@@ -46,6 +46,7 @@ MATRIX: dict[str, tuple[str, str, Any, list[int]]] = {
     "get-engine": ("GET", "/v1/engine", None, [200] * 7 + [401, 401]),
     "set-engine": ("POST", "/v1/engine", {"enabled": True}, [200] + [403] * 6 + [401, 401]),
     "estate": ("GET", "/v1/estate", None, [200] * 7 + [401, 401]),
+    "plan-state": ("GET", "/v1/plan/state", None, [200] + [403] * 6 + [401, 401]),
     "create-token": ("POST", "/v1/tokens", {"user": "zed"}, [201] + [403] * 6 + [401, 401]),
     "list-tokens": ("GET", "/v1/tokens", None, [200] + [403] * 6 + [401, 401]),
     "revoke-token": ("DELETE", "/v1/tokens/{token}", None, [204] + [403] * 6 + [401, 401]),
