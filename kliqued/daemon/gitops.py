@@ -149,6 +149,19 @@ class GitSource:
                 yield None
 
 
+def _warn_repricing(running: Any, compiled: Any, now: int) -> None:
+    """The ledger prices usage when it is read, so a price backdated into recorded usage
+    reprices it: applied (a correction is legitimate), and said in the log. Never stops the
+    follower: the warning is a courtesy, the revision is valid."""
+    try:
+        found = [i for i in price_impacts(running, compiled, now) if i.severity == "warn"]
+    except Exception:  # noqa: BLE001 - logged; applying the valid revision goes on
+        log.exception("could not compare the prices of %s", compiled.revision)
+        return
+    for i in found:
+        log.warning("estate %s reprices recorded usage: %s", compiled.revision, i.message)
+
+
 def rendered(result: CompileResult) -> list[str]:
     return [d.render() for d in result.errors]
 
@@ -195,9 +208,7 @@ class Follower:
         if compiled.revision == d.estate.revision and d.estate.refused is None:
             log.info("estate: %s unchanged (%s)", compiled.revision, snap.label)
             return
-        for i in price_impacts(d.idx().estate, compiled, d.clock.now()):
-            if i.severity == "warn":  # the ledger prices at read time: say it loud
-                log.warning("estate %s reprices recorded usage: %s", compiled.revision, i.message)
+        _warn_repricing(d.idx().estate, compiled, d.clock.now())
         await self.seq.submit(lambda now, ov: d.prepare_estate(
             compiled, snap.label, "kliqued", now, ov, snap.commit), barrier=True)
         self.applied += 1
