@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 from ..compiled import CBudget, CompiledEstate, CPolicy, CSettings
 from ..models import Settings
-from ..reservations import Headroom, check_reservations, headroom_by_pool_set
 from ..diagnostics import plural
+from ..reservations import Headroom, check_reservations, headroom_by_pool_set
 from ..units import duration_str, milli_str
 from .diff import NO_RENAMES, Renames
 from .live import LiveState
@@ -67,7 +67,7 @@ def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
     return sorted(found, key=Impact.sort_key)
 
 
-# --- reservations per pool set --------------------------------------------------------------
+# --- reservation headroom per policy-----------------------------------------------------------
 
 def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[str, Headroom]:
     """Per policy with a reservation: the headroom of the set of pools it reaches."""
