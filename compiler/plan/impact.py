@@ -67,7 +67,7 @@ def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
     return sorted(found, key=Impact.sort_key)
 
 
-# --- reservation headroom per policy-----------------------------------------------------------
+# --- reservation headroom per policy ---------------------------------------------------------
 
 def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[str, Headroom]:
     """Per policy with a reservation: the headroom of the set of pools it reaches."""
