@@ -26,6 +26,12 @@ def size(text: str) -> int:
     return int(m.group(1)) * mult
 
 
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
 def register(subparsers) -> None:
     p = add_command(
         subparsers, "serve", help="run the control plane daemon (API, engine, ledger)",
@@ -67,6 +73,20 @@ def register(subparsers) -> None:
                    help="where to listen (default: %(default)s)")
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (HTTPS)")
     p.add_argument("--tls-key", metavar="FILE", help="PEM private key (HTTPS)")
+    c = p.add_argument_group("connections")
+    c.add_argument("--header-timeout", metavar="DURATION", type=duration, default=10.0,
+                   help="a request's headers must arrive within this of the connection's "
+                        "opening or of the request's first byte, else the connection is "
+                        "closed (default: 10s)")
+    c.add_argument("--idle-timeout", metavar="DURATION", type=duration, default=60.0,
+                   help="a keep-alive connection idle this long is closed (default: 60s)")
+    c.add_argument("--body-timeout", metavar="DURATION", type=duration, default=30.0,
+                   help="a request's body must arrive within this of its headers, else 408 "
+                        "(default: 30s)")
+    c.add_argument("--max-connections", metavar="N", type=_positive, default=10_000,
+                   help="open connections at most; more get 503 at once. Kept below the "
+                        "open-files limit, which is raised to its hard limit at start "
+                        "(default: %(default)s)")
     w = p.add_argument_group("workers")
     w.add_argument("--worker-ttl", metavar="DURATION", type=duration, default=15.0,
                    help="a worker silent this long is lost and its tasks requeued "
@@ -81,6 +101,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kliqued.daemon.listener import Limits
     from kliqued.daemon.server import Options, serve
     if args.git and args.estate:
         print("kliqued serve: give --estate DIR or --git REPO, not both")
@@ -89,4 +110,6 @@ def run(args: argparse.Namespace) -> int:
                          watch=args.watch, git=args.git, branch=args.branch,
                          estate_path=args.estate_path, poll_s=args.poll,
                          worker_ttl_s=args.worker_ttl, poll_wait_s=args.poll_wait,
-                         grace_s=args.stop_grace, log_cap=args.log_cap))
+                         grace_s=args.stop_grace, log_cap=args.log_cap,
+                         limits=Limits(args.header_timeout, args.idle_timeout,
+                                       args.body_timeout, args.max_connections)))

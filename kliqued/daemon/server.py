@@ -10,6 +10,7 @@ finish (their changes are committed), checkpoint the file, exit 0.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -28,6 +29,10 @@ from .core import Daemon, WorkerSettings
 from .gitops import DirSource, Follower, GitSource, Snapshot
 from .logs import DEFAULT_CAP, LogStore
 from .ids import token_hash
+from .listener import Limits, ListenSite, body_timeout_middleware, connection_cap
+from .listener import plain_http_warning, raise_nofile
+from . import logsetup
+from kliqued.filemodes import private_dir, private_umask, tighten
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
 from .store import DatabaseLocked, Store
@@ -54,6 +59,8 @@ class Options:
     poll_wait_s: float = 30.0
     grace_s: float = 30.0
     log_cap: int = DEFAULT_CAP
+    limits: Limits = Limits()
+    """Connection timeouts and the connection cap (kliqued/daemon/listener.py)."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -61,16 +68,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"--listen must be HOST:PORT, e.g. 127.0.0.1:8080; found {text!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def _setup_logging() -> None:
-    if log.handlers:
-        return
-    h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(logging.Formatter("%(asctime)s kliqued %(levelname)s %(message)s"))
-    log.addHandler(h)
-    log.setLevel(logging.INFO)
-    log.propagate = False
 
 
 def _banner(token: str, url: str) -> str:
@@ -88,7 +85,9 @@ def _banner(token: str, url: str) -> str:
 
 
 def serve(opts: Options) -> int:
-    _setup_logging()
+    logsetup.setup()
+    private_umask()  # the database, its WAL and the task logs: 0600, their directories 0700
+    nofile = raise_nofile()
     try:
         host, port = parse_listen(opts.listen)
     except ValueError as exc:
@@ -103,6 +102,8 @@ def serve(opts: Options) -> int:
         print(f"kliqued serve: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
+        for path in (opts.db, f"{opts.db}.wal"):  # made 0644 by an earlier version
+            tighten(path)
         store.ensure_schema()
         d = Daemon()
         try:
@@ -151,7 +152,12 @@ def serve(opts: Options) -> int:
                 compiled = result.estate
         if not ledger_bridge.available():
             log.warning("the usage ledger (kliqued.ledger) is not installed: events only")
-        return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap))
+        cap = connection_cap(opts.limits.max_connections, nofile)
+        if cap < opts.limits.max_connections:
+            log.info("at most %d connections (the open-files limit is %d)", cap, nofile)
+        limits = dataclasses.replace(opts.limits, max_connections=cap)
+        return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap,
+                                limits))
     finally:
         try:
             store.close()
@@ -162,7 +168,7 @@ def serve(opts: Options) -> int:
 async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate | None,
                source: str | None, host: str, port: int,
                follow: DirSource | GitSource | None = None,
-               snap: Snapshot | None = None) -> int:
+               snap: Snapshot | None = None, limits: Limits = Limits()) -> int:
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
     seq = Sequencer(d, store, float(interval))
     runner_task = asyncio.create_task(seq.run())
@@ -215,14 +221,17 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if opts.tls_cert:
         ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ssl_ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
-    ctx = Context(d, seq, store, float(interval), url, LogStore.beside(opts.db, opts.log_cap))
+    logs = LogStore.beside(opts.db, opts.log_cap)
+    private_dir(logs.root)
+    ctx = Context(d, seq, store, float(interval), url, logs)
     d.on_work = ctx.wake
     for w in d.workers.values():  # after a restart every known worker gets a full TTL
         w.last_seen = d.mono()
     app = make_app(ctx)
+    app.middlewares.append(body_timeout_middleware(limits.body_timeout_s))  # after auth
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, backlog=1024)
+    site = ListenSite(runner, host, port, limits=limits, ssl_context=ssl_ctx, backlog=1024)
     try:
         await site.start()
     except OSError as exc:
@@ -236,6 +245,9 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         loop.add_signal_handler(sig, stop.set)
     log.info("serving on %s (pid %d, %d tasks, engine %s)", url, os.getpid(), len(d.records),
              "enabled" if d.st().enabled else "disabled")
+    warning = plain_http_warning(host, ssl_ctx is not None)
+    if warning:
+        log.warning(warning)
     background = [asyncio.create_task(_watch_workers(d, seq, stop))]
     follower = None
     if follow is not None:
