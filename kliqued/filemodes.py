@@ -14,6 +14,7 @@ writing shared results must not find them private all of a sudden.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 PRIVATE_UMASK = 0o077
@@ -44,11 +45,15 @@ def original_umask() -> int:
 
 def private_dir(path: str | Path) -> Path:
     """Creates ``path`` (and missing parents, 0700) and makes ``path`` itself 0700. For
-    directories Klique owns: a state dir's parts, ``<db>.logs/``; never a directory a user
-    gave as a place to put things in (see ``tighten``)."""
+    directories dedicated to Klique: a worker's state dir and its parts, ``<db>.logs/``,
+    ``kliqued dev``'s directory. A shared directory (sticky bit, like /tmp) or one owned by
+    another user is never changed."""
     p = Path(path)
     p.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    _chmod(p, DIR_MODE)
+    st = p.stat()
+    if st.st_mode & 0o777 != DIR_MODE and not st.st_mode & stat.S_ISVTX \
+            and st.st_uid == os.geteuid():
+        _chmod(p, DIR_MODE)
     return p
 
 

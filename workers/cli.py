@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("klique.worker")
+    from kliqued.filemodes import private_umask
+    private_umask()  # the state dir, records and logs: 0600 / 0700 (tasks keep the original)
 
     from workers.client import ControlPlaneClient
     from workers.daemon import WorkerConfig, WorkerDaemon

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kliqued.commands._common import write_atomic
+from kliqued.filemodes import open_private, private_dir
 
 log = logging.getLogger("klique.worker")
 
@@ -84,15 +85,16 @@ class StateDir:
         self.root = Path(root).expanduser().resolve()
         self.tasks = self.root / "tasks"
         self.logs = self.root / "logs"
+        # task records hold commands and environments, logs what tasks print: 0700 / 0600
         for d in (self.root, self.tasks, self.logs):
-            d.mkdir(parents=True, exist_ok=True)
+            private_dir(d)
         self._lock_fd: int | None = None
 
     def lock(self) -> None:
         """Only one worker may use a state dir (two with the same id would fight over the
         same tasks). The lock dies with the process, so a kill -9 leaves nothing to clean."""
         path = self.root / "lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -137,10 +137,12 @@ def run(args: argparse.Namespace) -> int:
     from kliqued.daemon.ids import new_token
     from kliqued.sdk import Client, KliqueError
 
+    from kliqued.filemodes import original_umask, private_dir, private_umask
+    private_umask()  # tokens, the database, logs; inherited by the daemon and the workers
     home = Path(args.dir)
     tokens = home / "tokens"
-    home.mkdir(parents=True, exist_ok=True)
-    tokens.mkdir(exist_ok=True)
+    private_dir(home)
+    private_dir(tokens)
     result = compile_dir(args.estate)
     if result.estate is None:
         for d in result.errors:
@@ -177,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
             serve = subprocess.Popen(
                 [sys.executable, "-m", "kliqued.cli", "serve", "--estate", args.estate,
                  "--db", str(home / "kliqued.duckdb"), "--listen", listen],
-                env=env, stdout=fh, stderr=fh, start_new_session=True)
+                env=env, stdout=fh, stderr=fh, start_new_session=True,
+                umask=original_umask())  # each sets 077 itself; tasks get the original
         procs.append(("kliqued serve", serve, daemon_log))
         admin = Client(url, admin_token, timeout=10, retries=0)
         deadline = time.monotonic() + 60
@@ -213,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
                     [sys.executable, "-m", "workers.cli", "--url", url, "--pool", pool,
                      "--token-file", str(tfile), "--state-dir", str(home / f"worker-{pool}"),
                      "--gpus", gpus, "--grace", args.grace],
-                    stdout=fh, stderr=fh, start_new_session=True)
+                    stdout=fh, stderr=fh, start_new_session=True, umask=original_umask())
             procs.append((f"klique-worker ({pool})", w, wlog))
         print(banner(url, args, estate, home, pools, user_tokens, admin_token), flush=True)
         while not stopping:

@@ -17,6 +17,8 @@ import os
 import re
 from pathlib import Path
 
+from kliqued.filemodes import open_private, private_dir
+
 DEFAULT_CAP = 64 * 1024 * 1024
 MAX_CHUNK = 256 * 1024
 MAX_READ = 4 * 1024 * 1024
@@ -67,7 +69,7 @@ class LogStore:
 
     def _write(self, task: str, epoch: int, offset: int, data: bytes) -> int:
         p = self.path(task, epoch)
-        p.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(p.parent)  # what a task prints is its owner's business: 0700 / 0600
         try:
             size = p.stat().st_size
         except FileNotFoundError:
@@ -89,7 +91,7 @@ class LogStore:
         if room <= 0:  # truncated already: acknowledged, dropped
             self._virtual[(task, epoch)] = end
             return end
-        with open(p, "ab") as fh:
+        with open(open_private(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
             if room >= len(data):
                 fh.write(data)
             else:

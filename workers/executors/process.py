@@ -31,6 +31,7 @@ from typing import Any
 
 from workers.executors.base import (RUNNING, Executor, Exited, Handle, Running, StartError,
                                     klique_env)
+from kliqued.filemodes import open_private, original_umask
 from workers.gpus import Gpu, memory_cap_env, to_milli
 
 WRAPPER = str(Path(__file__).with_name("wrapper.py"))
@@ -115,9 +116,10 @@ class ForkServer:
 
     def _ensure(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen(
+            self.proc = subprocess.Popen(  # tasks get the umask the worker started with
                 [sys.executable, "-I", "-S", WRAPPER, "--serve"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
+                stdout=subprocess.PIPE, start_new_session=True, close_fds=True,
+                umask=original_umask())
         return self.proc
 
     def _ask(self, req: bytes) -> dict:
@@ -219,12 +221,13 @@ class ProcessExecutor(Executor):
                 pid = int(answer["pid"])
                 return ProcessHandle(pid=pid, pgid=pid, start_ticks=answer.get("start_ticks"),
                                      exit_path=str(exit_path), seen_alive=True, forked=True)
-        with open(log_path, "ab") as log:
+        with open(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             try:
                 popen = subprocess.Popen(
                     [sys.executable, "-I", WRAPPER, str(exit_path), "--", *command],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True, cwd=self.workdir, env=env)
+                    start_new_session=True, close_fds=True, cwd=self.workdir, env=env,
+                    umask=original_umask())
             except OSError as exc:
                 raise StartError(f"cannot start the task's wrapper: {exc}") from exc
         st = proc_stat(popen.pid)

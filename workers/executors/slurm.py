@@ -46,6 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kliqued.filemodes import open_private, original_umask
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
 from workers.executors.process import WRAPPER, ProcessExecutor, _signal_name
 from workers.gpus import MILLI, Gpu, to_milli
@@ -248,9 +249,13 @@ class SlurmExecutor(Executor):
         cmd = sbatch_command(lease, partition=self.partition, log_path=log_path,
                              workdir=self.workdir, extra=self.sbatch_args)
         script = job_script(lease, exit_path, self.python)
+        # Slurm appends to the log (--open-mode=append): made 0600 here, it stays private;
+        # the job itself gets the umask the worker started with (sbatch passes its own on)
+        os.close(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
         try:
             p = subprocess.run(cmd, input=script, capture_output=True, text=True,
-                               env=self.environment(lease, gpu_indices), timeout=CMD_TIMEOUT_S)
+                               env=self.environment(lease, gpu_indices), timeout=CMD_TIMEOUT_S,
+                               umask=original_umask())
         except (OSError, subprocess.SubprocessError) as exc:
             raise StartError(f"sbatch failed: {exc}") from exc
         job = p.stdout.strip().split(";")[0]

@@ -134,7 +134,8 @@ def _spawn(req: dict) -> dict:
     cwd = req.get("cwd")
     if cwd and not os.path.isdir(cwd):
         raise FileNotFoundError(2, "no such directory", cwd)
-    log_fd = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    # the task's log is private (0600) whatever the task's umask (kliqued/filemodes.py)
+    log_fd = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
