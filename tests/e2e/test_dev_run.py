@@ -76,6 +76,11 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
         assert proc.wait(40) == 0
     log = (tmp_path / "run" / "kliqued.log").read_text()
     assert "stopped:" in log and "Traceback" not in log
+    # tokens, the database, task and worker logs: private (issue 9, finding 14)
+    loose = {str(p): oct(p.stat().st_mode & 0o777) for p in [tmp_path / "run",
+                                                             *(tmp_path / "run").rglob("*")]
+             if p.stat().st_mode & 0o077}
+    assert not loose, f"readable by others: {loose}"
     # A second start reuses the database, the tokens and the worker's state.
     proc, banner2 = start(tmp_path, port)
     try:

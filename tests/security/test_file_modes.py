@@ -58,7 +58,7 @@ def test_daemon_and_worker_files_are_private(tmp_path: Path, umask_022) -> None:
         _assert_private(daemon_files)
         # the worker: its state dir's records, logs, id and lock
         state = tmp_path / "w"
-        worker_files = [p for p in state.rglob("*") if not p.name.endswith(".exit")]
+        worker_files = list(state.rglob("*"))
         assert any(p.suffix == ".log" for p in worker_files), worker_files
         _assert_private(worker_files + [state])
     finally:
