@@ -77,14 +77,14 @@ def test_half_open_and_slowloris_connections_are_closed(short: FleetServer) -> N
     t.start()
     try:
         # the daemon answers others at once meanwhile
-        assert max(_health_time(short) for _ in range(5)) < 1.0
+        assert max(_health_time(short) for _ in range(5)) < 2.0
         t0 = time.monotonic()
         for s in idle + partial:
             assert _closed_by_peer(s, within=max(0.1, 6.0 - (time.monotonic() - t0))), \
                 "a connection that never finished its headers was left open"
         assert _closed_by_peer(loris, within=5.0) or loris_closed.is_set(), \
             "a slowloris connection (one byte a second) was left open"
-        assert _health_time(short) < 1.0
+        assert _health_time(short) < 2.0
     finally:
         stop.set()
         for s in idle + partial + [loris]:
@@ -122,7 +122,7 @@ def test_slow_body_times_out_with_408(short: FleetServer) -> None:
     finally:
         s.close()
     assert data.startswith(b"HTTP/1.1 408"), data[:200]
-    assert _health_time(short) < 1.0
+    assert _health_time(short) < 2.0
 
 
 def test_long_poll_outlasts_the_connection_timeouts(short: FleetServer) -> None:
@@ -151,7 +151,7 @@ def test_connections_are_capped_and_the_cap_is_logged_once(tmp_path: Path) -> No
         for c in held:
             c.close()
         time.sleep(0.3)
-        assert _health_time(s) < 1.0
+        assert _health_time(s) < 2.0
         limits = Path(f"/proc/{s.proc.pid}/limits").read_text()
         line = next(li for li in limits.splitlines() if li.startswith("Max open files"))
         soft, hard = line.split()[3:5]
