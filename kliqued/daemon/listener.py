@@ -63,10 +63,18 @@ def raise_nofile() -> int:
     return soft
 
 
+def listen_backlog(nofile: int) -> int:
+    """The listen backlog, which is also how many connections asyncio accepts in one go,
+    before the cap (checked when each one's protocol is made) can refuse any of them."""
+    return max(16, min(1024, nofile // 16))
+
+
 def connection_cap(requested: int, nofile: int) -> int:
     """The cap in force: ``requested``, but leaving an eighth of the file handles (at least 64)
-    to the database, task logs, git and the listening socket."""
-    reserve = max(64, nofile // 8)
+    to the database, task logs and git, and room for the accepts past the cap: a refused
+    connection holds its handle for a few loop turns (its 503 written, then closed), while
+    asyncio accepts a batch of up to a backlog each turn (measured: three batches suffice)."""
+    reserve = max(64, nofile // 8) + 3 * listen_backlog(nofile)
     return max(16, min(requested, nofile - reserve))
 
 

@@ -103,6 +103,27 @@ class FloodFilter(logging.Filter):
         return True
 
 
+    def held_back(self) -> list[tuple[str, str, int]]:
+        """(logger, message template, count) of records held back and not yet reported; the
+        counts are reset."""
+        out = []
+        for (name, msg, _), state in self._kinds.items():
+            if state[2]:
+                out.append((name, msg, int(state[2])))
+                state[2] = 0
+        return out
+
+
+def report_held_back() -> None:
+    """Says, at a stop, how many client-driven records were held back since last shown."""
+    for h in logging.getLogger().handlers:
+        for f in h.filters:
+            if isinstance(f, FloodFilter):
+                for name, msg, count in f.held_back():
+                    logging.getLogger("kliqued").info(
+                        "%d more log lines of [%s] %r were not shown", count, name, msg)
+
+
 _FORMAT = "%(asctime)s kliqued %(levelname)s %(message)s"
 
 

@@ -30,6 +30,7 @@ from .gitops import DirSource, Follower, GitSource, Snapshot
 from .logs import DEFAULT_CAP, LogStore
 from .ids import token_hash
 from .listener import Limits, ListenSite, body_timeout_middleware, connection_cap
+from .listener import listen_backlog
 from .listener import plain_http_warning, raise_nofile
 from . import logsetup
 from kliqued.filemodes import private_dir, private_umask, tighten
@@ -157,7 +158,7 @@ def serve(opts: Options) -> int:
             log.info("at most %d connections (the open-files limit is %d)", cap, nofile)
         limits = dataclasses.replace(opts.limits, max_connections=cap)
         return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap,
-                                limits))
+                                limits, listen_backlog(nofile)))
     finally:
         try:
             store.close()
@@ -168,7 +169,8 @@ def serve(opts: Options) -> int:
 async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate | None,
                source: str | None, host: str, port: int,
                follow: DirSource | GitSource | None = None,
-               snap: Snapshot | None = None, limits: Limits = Limits()) -> int:
+               snap: Snapshot | None = None, limits: Limits = Limits(),
+               backlog: int = 1024) -> int:
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
     seq = Sequencer(d, store, float(interval))
     runner_task = asyncio.create_task(seq.run())
@@ -231,7 +233,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     app.middlewares.append(body_timeout_middleware(limits.body_timeout_s))  # after auth
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
-    site = ListenSite(runner, host, port, limits=limits, ssl_context=ssl_ctx, backlog=1024)
+    site = ListenSite(runner, host, port, limits=limits, ssl_context=ssl_ctx, backlog=backlog)
     try:
         await site.start()
     except OSError as exc:
@@ -267,6 +269,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     await runner.cleanup()
     await seq.stop()
     await runner_task
+    logsetup.report_held_back()
     log.info("stopped: %d events in the log", d.seq)
     return exit_code
 
