@@ -7,7 +7,9 @@ A real ``kliqued serve`` with short timeouts; raw sockets play the attacker.
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -161,3 +163,41 @@ def test_connections_are_capped_and_the_cap_is_logged_once(tmp_path: Path) -> No
     text = s.log()
     assert text.count("WARNING connection limit") == 1, text
     assert "29 more log lines of [kliqued.http] 'connection limit" in text, text
+
+
+class _TlsServer(FleetServer):
+    def __init__(self, tmp: Path, cert: Path, key: Path) -> None:
+        super().__init__(tmp, extra=[*SHORT, "--tls-cert", str(cert), "--tls-key", str(key)])
+        self.url = f"https://127.0.0.1:{self.port}"
+
+    def call(self, method, path, body=None, token="admin", headers=None, raw=None,
+             timeout=30):
+        import ssl
+        import urllib.request
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx))
+        old = urllib.request._opener  # type: ignore[attr-defined]
+        urllib.request.install_opener(opener)
+        try:
+            return super().call(method, path, body, token, headers, raw, timeout)
+        finally:
+            urllib.request.install_opener(old)
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make a certificate")
+def test_tls_serves_and_a_connection_that_never_handshakes_is_closed(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    s = _TlsServer(tmp_path, cert, key).start()
+    try:
+        silent = [_connect(s.port) for _ in range(20)]  # no ClientHello, ever
+        assert _health_time(s) < 2.0
+        for c in silent:
+            assert _closed_by_peer(c, within=6.0), "a connection that never began TLS stayed"
+            c.close()
+    finally:
+        assert s.stop() == 0, s.log()
+    assert "plain HTTP" not in s.log() and "Traceback" not in s.log()
