@@ -22,7 +22,10 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # an Authorization header as a line, in a repr of bytes, or in a dict: its whole value
     (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)[^\r\n'\"]*"), r"\1" + _REDACTED),
     # a scheme and its credential anywhere (a header value quoted on its own)
-    (re.compile(r"(?i)\b(bearer|basic|token)(\s+)[^\s'\"\\,;]+"), r"\1\2" + _REDACTED),
+    (re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s'\"\\,;]+"), r"\1\2" + _REDACTED),
+    # ``token=...``, ``"secret": "..."``; not "token t-01..." (an id, worth reading)
+    (re.compile(r"(?i)\b(token|secret|password)(['\"]?\s*[=:]\s*['\"]?)[^\s'\"\\,;}]+"),
+     r"\1\2" + _REDACTED),
     # Klique's own token shape, wherever it appears
     (re.compile(r"kq_[A-Za-z0-9_\-]{6,}"), "kq_" + _REDACTED),
     # environment assignments of secrets (a command line echoed in an error)

@@ -85,6 +85,7 @@ def test_a_malformed_header_never_logs_or_echoes_the_token(daemon: Server, shape
     "{'Authorization': 'SECRETVALUE123'}",
     "token kq_SECRETVALUE123abc in a message",
     "env KLIQUE_TOKEN=SECRETVALUE123 in a command",
+    "{'token': 'SECRETVALUE123', 'name': 'ci'}",
 ])
 def test_the_log_filter_redacts_every_credential_shape(text: str) -> None:
     stream = io.StringIO()
@@ -125,3 +126,8 @@ def test_a_flood_of_one_message_is_shown_once_with_a_count() -> None:
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2, lines[:5]
     assert "999 more like this" in lines[1]
+
+
+def test_the_log_filter_keeps_ids_and_plain_words() -> None:
+    text = "KLIQUE_ADMIN_TOKEN is a revoked token (tok-01M8S1): not restored; task t-01ABC"
+    assert logsetup.redact(text) == text
