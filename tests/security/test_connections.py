@@ -18,7 +18,7 @@ import pytest
 
 from tests.daemon.fleet import FleetServer, HttpWorker
 
-SHORT = ["--header-timeout", "2s", "--idle-timeout", "3s", "--body-timeout", "2s",
+SHORT = ["--header-timeout", "2s", "--idle-timeout", "5s", "--body-timeout", "2s",
          "--poll-wait", "5s"]
 
 
@@ -104,8 +104,33 @@ def test_idle_keepalive_connection_is_closed_but_kept_between_requests(
         s.settimeout(5)
         assert s.recv(65536).startswith(b"HTTP/1.1 200")
         time.sleep(1.0)
-    assert _closed_by_peer(s, within=5.0), "an idle keep-alive connection was left open"
+    assert _closed_by_peer(s, within=6.0), "an idle keep-alive connection was left open"
     s.close()
+
+
+def test_a_keepalive_connection_trickling_its_next_request_is_closed(short: FleetServer
+                                                                      ) -> None:
+    """The header timeout restarts at the next request's first byte: a connection that made
+    one good request and then sends headers a byte at a time is closed after 2 s, well before
+    the idle timeout (5 s) would have closed it."""
+    s = _connect(short.port)
+    s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.settimeout(5)
+    assert s.recv(65536).startswith(b"HTTP/1.1 200")
+    t0 = time.monotonic()
+    s.sendall(b"GET /v1/health HTTP/1.1\r\n")
+    closed = False
+    while time.monotonic() - t0 < 6:
+        try:
+            s.sendall(b"x")
+        except OSError:
+            closed = True
+            break
+        if _closed_by_peer(s, within=0.5):
+            closed = True
+            break
+    s.close()
+    assert closed and time.monotonic() - t0 < 4.0, time.monotonic() - t0
 
 
 def test_slow_body_times_out_with_408(short: FleetServer) -> None:
