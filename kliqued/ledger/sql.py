@@ -150,17 +150,17 @@ def _clean(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def json_size(row: list) -> int:
-    """The bytes ``row`` takes in the daemon's JSON answer (compact, UTF-8): what the byte
-    cap counts, exactly."""
-    return len(json.dumps(row, ensure_ascii=False, separators=(",", ":"),
+def json_size(value: list) -> int:
+    """The bytes ``value`` (a row, or a list of rows) takes in the daemon's JSON answer
+    (compact, UTF-8): what the byte cap counts, exactly."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"),
                           default=str).encode("utf-8"))
 
 
-FIRST_CHUNK = 16
-"""Rows fetched first; each later fetch doubles, up to ``LAST_CHUNK``: few rows are held
-before their size is known, and a large answer costs few calls."""
 LAST_CHUNK = 2048
+"""The most rows fetched at once. Fetches start at one row and double, but never ask for
+many more rows than the bytes left could hold at the rows' average size so far: little is
+held before its size is known, and a large answer of small rows costs few calls."""
 
 
 def timeout_error(limit_s: float, queued: bool = False) -> LedgerSqlError:
@@ -264,19 +264,25 @@ def _fetch(conn, types: list[str], limit: int, max_bytes: int, deadline: float,
     convert = [t not in _PLAIN for t in types]
     rows: list[list] = []
     size = 2  # the rows' enclosing []
-    chunk = FIRST_CHUNK
+    chunk = 1
     while True:
-        batch = conn.fetchmany(min(chunk, limit + 1 - len(rows)))
+        want = min(chunk, limit - len(rows))
+        batch = conn.fetchmany(want + 1 if want == limit - len(rows) else want)
         if not batch:
             return rows, False
-        for raw in batch:
-            if len(rows) == limit:
-                return rows, True
-            row = [to_json_value(v) if c else v for v, c in zip(raw, convert)]
-            size += json_size(row) + (1 if rows else 0)
+        more = len(rows) + len(batch) > limit
+        batch = [[to_json_value(v) if c else v for v, c in zip(raw, convert)]
+                 for raw in batch[:limit - len(rows)]]
+        if batch:
+            # the batch's rows as the answer will hold them: the same bytes as each row's
+            # json_size plus the commas between them
+            size += json_size(batch) - 2 + (1 if rows else 0)
             if size > max_bytes:
                 raise _too_large(max_bytes)
-            rows.append(row)
+            rows.extend(batch)
+        if more:
+            return rows, True
         if time.monotonic() >= deadline:
             raise timeout_error(timeout_s)
-        chunk = min(chunk * 2, LAST_CHUNK)
+        average = max(1, (size - 2) // len(rows))
+        chunk = max(1, min(chunk * 2, LAST_CHUNK, (max_bytes - size) // average + 1))
