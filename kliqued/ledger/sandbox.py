@@ -130,6 +130,8 @@ def _check_table_ref(node: dict, kind: str, scope: frozenset[str], db: str) -> N
         catalog = str(node.get("catalog_name", "")).lower()
         if not schema and not catalog and name in scope:
             return  # a CTE of the query
+        if not catalog and schema == db:
+            catalog, schema = db, ""  # `kliqued.ledger`: the database, not a schema
         if catalog not in ("", db) or schema not in ("", "main") or name not in RELATIONS:
             shown = ".".join(p for p in (catalog, schema, name) if p)
             raise _refuse_relation(shown)

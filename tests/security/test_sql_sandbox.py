@@ -68,6 +68,14 @@ LEAKS = [
     "SELECT * FROM duckdb_settings()",
     "SELECT * FROM duckdb_functions()",
     "SELECT * FROM glob('*')",
+    "SELECT * FROM (SHOW TABLES)",
+    "SELECT * FROM (SHOW ALL TABLES)",
+    "SELECT * FROM (FROM duckdb_tables())",
+    'SELECT * FROM "information_schema"."tables"',
+    "SELECT * FROM unnest((SELECT list(hash) FROM tokens))",
+    "SELECT json_execute_serialized_sql(json_serialize_sql('SELECT * FROM tokens'))",
+    "SELECT * FROM json_execute_serialized_sql(json_serialize_sql('SELECT * FROM tokens'))",
+    "SELECT * FROM read_json_auto('/etc/hostname')",
 ]
 
 
@@ -139,7 +147,11 @@ ALLOWED = [
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
     "SELECT * FROM r",
     "WITH ledger AS (SELECT 1 AS x) SELECT * FROM ledger",
-    "SELECT * FROM main.ledger, kliqued.main.prices",
+    "SELECT * FROM main.ledger, kliqued.main.prices, kliqued.usage",
+    "SELECT * FROM ledger l JOIN LATERAL (SELECT * FROM prices p "
+    "WHERE p.gpu_type = l.gpu_type) x ON true",
+    "SELECT * FROM ledger UNION ALL BY NAME SELECT * FROM ledger USING SAMPLE 10%",
+    "SELECT list_transform([1, 2], lambda x: x + 1)",
     "SELECT * FROM range(3), generate_series(1, 2), unnest([1, 2])",
     "SELECT * FROM (VALUES (1), (2)) v(x)",
     "SELECT * FROM price_periods, usage_priced LIMIT 1",
