@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from typing import Any, Callable, TypeVar
 
@@ -40,6 +41,8 @@ class QueryPool:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             threads, thread_name_prefix="ledger-sql")
         self._pending = 0  # running + waiting; changed on the event loop's thread only
+        self._running: set[Any] = set()  # cursors of running queries, for shutdown
+        self._lock = threading.Lock()
 
     @property
     def pending(self) -> int:
@@ -60,9 +63,13 @@ class QueryPool:
             if time.monotonic() >= deadline:
                 raise Expired()
             cur = self._conn.cursor()
+            with self._lock:
+                self._running.add(cur)
             try:
                 return fn(cur)
             finally:
+                with self._lock:
+                    self._running.discard(cur)
                 cur.close()
 
         try:
@@ -81,5 +88,10 @@ class QueryPool:
             self._pending -= 1
 
     def shutdown(self) -> None:
-        """Drops waiting queries and waits for the running ones (each ends by its deadline)."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Drops waiting queries, interrupts the running ones and waits for them to end, so
+        that a stop does not wait for a finance query's deadline."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for cur in self._running:
+                cur.interrupt()
+        self._executor.shutdown(wait=True)
