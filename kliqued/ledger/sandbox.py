@@ -37,10 +37,13 @@ TABLE_FUNCTIONS = ("range", "generate_series", "unnest")
 """Table functions that compute rows from their arguments only."""
 
 DENIED_FUNCTIONS = frozenset({
-    "nextval", "currval", "setseed", "current_setting", "getvariable", "getenv",
-    "checkpoint", "force_checkpoint", "query", "query_table", "json_execute_serialized_sql",
+    "nextval", "currval", "setval", "setseed", "write_log", "sleep_ms", "current_setting",
+    "getvariable", "getenv", "checkpoint", "force_checkpoint", "query", "query_table",
+    "json_execute_serialized_sql",
 })
-"""Scalar functions with a side effect or that read the server's state or settings."""
+"""Scalar functions with a side effect (a sequence, the RNG, DuckDB's log, a thread held
+asleep) or that read the server's state or settings: DuckDB's non-CONSISTENT functions, less
+the harmless ones (clocks, random, uuid, ids of the current query)."""
 
 _TABLE_REFS = frozenset({"BASE_TABLE", "TABLE_FUNCTION", "SUBQUERY", "JOIN", "EMPTY",
                          "EXPRESSION_LIST"})

@@ -98,6 +98,9 @@ SIDE_EFFECTS = [
     "SELECT setseed(0.5)",
     "SELECT current_setting('memory_limit')",
     "SELECT getvariable('x')",
+    "SELECT setval('s', 10)",
+    "SELECT write_log('hello')",
+    "SELECT sleep_ms(600000)",
 ]
 
 
