@@ -228,6 +228,11 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
             timer.cancel()
     except sandbox.NotAllowed as exc:
         raise LedgerSqlError("not-allowed", str(exc)) from None
+    except RecursionError:
+        # a parse tree, plan or value nested deeper than Python walks (DuckDB's own limit on
+        # expression depth is 1,000; its JSON tree is deeper than that)
+        raise LedgerSqlError("sql-error", "the query or a value of its answer is nested too "
+                                          "deeply for ledger SQL; flatten it") from None
     except duckdb.InterruptException:
         raise timeout_error(timeout_s) from None
     except duckdb.PermissionException as exc:

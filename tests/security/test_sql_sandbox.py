@@ -172,3 +172,18 @@ def test_a_recursive_cte_sees_itself_only_in_its_recursive_part(store):
         run_readonly(store.conn.cursor(), "WITH RECURSIVE tokens AS (SELECT * FROM tokens "
                                           "UNION ALL SELECT * FROM tokens) SELECT * FROM tokens")
     assert err.value.code == "not-allowed"
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT " + "(" * 600 + "1" + ")" * 600,
+    "SELECT " + "-" * 900 + "1",
+    "SELECT " + "[" * 400 + "1" + "]" * 400,
+    "SELECT * FROM " + "(SELECT * " * 300 + "FROM ledger" + ")" * 300,
+])
+def test_deep_nesting_is_a_clear_error(store, sql):
+    """Python's JSON decoder and walks stop at about 1,000 levels; DuckDB's parser allows
+    1,000 levels of expression, whose JSON tree is deeper: a clear 400, never a 500."""
+    try:
+        run_readonly(store.conn.cursor(), sql)
+    except LedgerSqlError as err:
+        assert err.code in ("sql-error", "not-allowed") and err.message
