@@ -35,9 +35,11 @@ def register(subparsers) -> None:
         description="Runs one SELECT on the ledger's tables and views (ledger, prices, usage, "
                     "usage_priced, usage_by_month, usage_monthly, price_periods) and prints "
                     "the rows as a "
-                    "table, JSON or CSV. Anything but a single SELECT is refused; file and "
-                    "network functions are disabled; a query is stopped after 10 s. Exit 1 "
-                    "with the reason when it fails.",
+                    "table (values as the query returns them), JSON or CSV. Anything but a "
+                    "single SELECT on those relations is refused, as are other tables, the "
+                    "catalog, file and network functions and functions with side effects; a "
+                    "query is stopped 10 s after it reaches the server, and an answer over "
+                    "32 MiB is refused. Exit 1 with the reason when it fails.",
         epilog="examples:\n"
                "  kliqued ledger sql \"SELECT \\\"user\\\", round(sum(cost), 2) AS eur FROM "
                "usage_monthly WHERE month = DATE '2026-11-01' GROUP BY ALL ORDER BY eur DESC "
