@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from datetime import datetime, timezone
+from typing import Any
 
 from kliqued.sdk import KliqueError
 
@@ -33,9 +35,11 @@ def register(subparsers) -> None:
         description="Runs one SELECT on the ledger's tables and views (ledger, prices, usage, "
                     "usage_priced, usage_by_month, usage_monthly, price_periods) and prints "
                     "the rows as a "
-                    "table, JSON or CSV. Anything but a single SELECT is refused; file and "
-                    "network functions are disabled; a query is stopped after 10 s. Exit 1 "
-                    "with the reason when it fails.",
+                    "table (values as the query returns them), JSON or CSV. Anything but a "
+                    "single SELECT on those relations is refused, as are other tables, the "
+                    "catalog, file and network functions and functions with side effects; a "
+                    "query is stopped 10 s after it reaches the server, and an answer over "
+                    "32 MiB is refused. Exit 1 with the reason when it fails.",
         epilog="examples:\n"
                "  kliqued ledger sql \"SELECT \\\"user\\\", round(sum(cost), 2) AS eur FROM "
                "usage_monthly WHERE month = DATE '2026-11-01' GROUP BY ALL ORDER BY eur DESC "
@@ -82,16 +86,38 @@ def run_sql(args: argparse.Namespace) -> int:
         w.writerow(res["columns"])
         w.writerows([["" if v is None else v for v in r] for r in res["rows"]])
     else:
-        types = res.get("types", [])
-        numeric = [i for i, t in enumerate(types)
-                   if t.split("(")[0] in ("DECIMAL", "DOUBLE", "FLOAT", "BIGINT", "INTEGER",
-                                          "HUGEINT", "SMALLINT", "TINYINT", "UBIGINT")]
-        print(table(res["columns"], res["rows"], right=numeric))
+        print(render_table(res))
     n = len(res["rows"])
     more = " (truncated: raise --limit or aggregate)" if res.get("truncated") else ""
     print(f"{n} row{'s' if n != 1 else ''} in {res.get('elapsed_ms', 0):g} ms{more}",
           file=sys.stderr)
     return 0
+
+
+NUMERIC = ("DECIMAL", "DOUBLE", "FLOAT", "BIGINT", "INTEGER", "HUGEINT", "SMALLINT", "TINYINT",
+           "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT", "UHUGEINT")
+
+
+def sql_cell(value: Any) -> str:
+    """A value as the query returned it: a DOUBLE in Python's shortest exact form (3.49, not
+    3.5; 0.0004, not 0), a DECIMAL's exact text as the server sent it, NULL as NULL. Unlike
+    the other commands' tables, nothing is rounded for display: the query decides that with
+    ``round()``."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def render_table(res: dict) -> str:
+    """The answer of ``POST /v1/ledger/sql`` as a plain-text table, numbers right-aligned."""
+    types = res.get("types", [])
+    numeric = [i for i, t in enumerate(types) if t.split("(")[0] in NUMERIC]
+    return table(res["columns"], [[sql_cell(v) for v in r] for r in res["rows"]],
+                 right=numeric)
 
 
 def parse_when(text: str, flag: str) -> str:

@@ -213,7 +213,10 @@ SCHEMAS: dict[str, Any] = {
                    "created_by": {"type": ["string", "null"]}, "revoked_at": TIME_OR_NULL}),
     "TokenList": _obj({"tokens": {"type": "array", "items": _ref("Token")}}),
     "LedgerSql": _obj({"sql": {"type": "string", "minLength": 1, "maxLength": 100_000},
-                       "limit": {"type": "integer", "minimum": 1, "maximum": 100_000}},
+                       "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+                       "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 10,
+                                     "description": "time limit counted from arrival "
+                                                    "(default and maximum 10)"}},
                       required=["sql"]),
     "WorkerRegistration": _obj({
         "worker_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},

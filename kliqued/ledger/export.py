@@ -21,9 +21,9 @@ EXPORT_COLUMNS: list[tuple[str, str]] = [
     ("profile", "VARCHAR"), ("resource", "VARCHAR"), ("pool", "VARCHAR"),
     ("gpu_type", "VARCHAR"), ("gpus", "DECIMAL(12,3)"), ("time_weight", "DECIMAL(12,3)"),
     ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
-    ("revision", "VARCHAR"), ("hours", "DOUBLE"), ("gpu_hours", "DOUBLE"),
-    ("budget_hours", "DOUBLE"), ("per_gpu_hour", "DECIMAL(18,6)"), ("currency", "VARCHAR"),
-    ("cost", "DOUBLE"),
+    ("revision", "VARCHAR"), ("hours", "DECIMAL(18,6)"), ("gpu_hours", "DECIMAL(18,6)"),
+    ("budget_hours", "DECIMAL(18,6)"), ("per_gpu_hour", "DECIMAL(18,6)"),
+    ("currency", "VARCHAR"), ("cost", "DECIMAL(18,6)"),
 ]
 """The CSV's columns and the types they have in the ledger (and in the Parquet file)."""
 
@@ -89,9 +89,9 @@ def _sql_text(value: str) -> str:
 def csv_to_parquet(csv_path: str | os.PathLike, parquet_path: str | os.PathLike) -> int:
     """Converts an export CSV into Parquet with the ledger's column types (TIMESTAMP in UTC,
     DECIMAL amounts), written through a temporary file and a rename. Returns the row count.
-    Runs in an in-memory DuckDB of the calling process."""
+    Runs in an in-memory DuckDB of the calling process. Creates no directory: a missing one
+    raises ``FileNotFoundError``."""
     target = Path(parquet_path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".parquet", dir=target.parent)
     os.close(fd)
     columns = "{" + ", ".join(f"{_sql_text(n)}: {_sql_text(t)}" for n, t in EXPORT_COLUMNS) + "}"

@@ -21,8 +21,10 @@ Layout, for "GPU-hours by group and month over 10 million ledger rows within 1 s
   ``usage_monthly`` = ``ledger_monthly`` + the pending and the open intervals' pieces computed
   live, priced by a join on (gpu_type, price_from): it answers "by group and month" from
   thousands of rows instead of millions, and always agrees with ``usage_by_month``.
-- Derived hours and costs are DOUBLE (docs/decisions.md, the ledger); ``ms`` is the exact
-  duration in integer milliseconds for reconciliation.
+- Derived hours and costs are DECIMAL(18,6) (sums DECIMAL(38,6)), computed exactly from
+  integer milliseconds, thousandths of a GPU or weight and millionths of a price, and rounded
+  half up to the millionth once: a query's ``round()`` and ``sum()`` then act on exact values,
+  as finance expects of money. ``ms`` is the exact duration in integer milliseconds.
 """
 
 from __future__ import annotations
@@ -63,7 +65,62 @@ NO_PRICE = "TIMESTAMP '-infinity'"
 _UNTIL = f"greatest(l.start_at, coalesce(l.end_at, {NOW}))"
 """End of an interval, or now for an open one; never before its start."""
 
-_HOURS = "date_diff('millisecond', {a}, {b}) / 3600000.0"
+_MS = "date_diff('millisecond', {a}, {b})"
+
+
+def _milli(amount: str) -> str:
+    """A DECIMAL amount (GPUs, a time weight: 3 decimals) as exact integer thousandths."""
+    return f"CAST({amount} * 1000 AS BIGINT)"
+
+
+def _micro(amount: str) -> str:
+    """A DECIMAL(18,6) price as exact integer millionths."""
+    return f"CAST({amount} * 1000000 AS BIGINT)"
+
+
+def _round_div(numerator: str, denominator: int) -> str:
+    """Integer division rounded half up, for a non-negative numerator."""
+    return f"(({numerator}) + {denominator // 2}) // {denominator}"
+
+
+def _dec(micro: str, typ: str = "DECIMAL(18,6)") -> str:
+    """Integer millionths as a DECIMAL with 6 decimals (exact)."""
+    width = 38 if "38" in typ else 18
+    return f"CAST(CAST({micro} AS DECIMAL({width},0)) * 0.000001 AS {typ})"
+
+
+def _hours(ms: str) -> str:
+    """Milliseconds as hours, rounded half up to the millionth."""
+    return _dec(_round_div(f"{ms} * 10", 36))
+
+
+def _amount_micro(ms: str, amount: str) -> str:
+    """Milliseconds times a 3-decimal amount (GPUs, a weight) in millionths of an hour,
+    rounded half up: ms * milli / 3600."""
+    return _round_div(f"{ms} * {_milli(amount)}", 3600)
+
+
+def _amount_hours(ms: str, amount: str) -> str:
+    """Milliseconds times a 3-decimal amount as hours, rounded half up to the millionth."""
+    return _dec(_amount_micro(ms, amount))
+
+
+_MAX_BIGINT = 9_000_000_000_000_000_000
+
+
+def _cost(ms: str, gpus: str, price: str) -> str:
+    """A row's GPU-hours (as shown, from ``ms`` and ``gpus``) times its price, rounded half up
+    to the millionth, in BIGINT (HUGEINT only for a product that would not fit): exactly what
+    a reader recomputes from the row's gpu_hours and per_gpu_hour."""
+    gh, pm = _amount_micro(ms, gpus), _micro(price)
+    small = _round_div(f"({gh}) * {pm}", 10**6)
+    large = f"CAST({_round_div(f'CAST({gh} AS HUGEINT) * {pm}', 10**6)} AS BIGINT)"
+    return _dec(f"CASE WHEN {gh} <= {_MAX_BIGINT} // greatest({pm}, 1) THEN {small} "
+                f"ELSE {large} END")
+
+
+_SUM = "DECIMAL(38,6)"
+"""The type of usage_monthly's sums."""
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS ledger (
@@ -178,16 +235,15 @@ FROM prices""",
 
     "usage": f"""
 SELECT u.*,
-       date_diff('millisecond', u.start_at, u.until_at) AS ms,
-       {_HOURS.format(a="u.start_at", b="u.until_at")} AS hours,
-       {_HOURS.format(a="u.start_at", b="u.until_at")} * CAST(u.gpus AS DOUBLE) AS gpu_hours,
-       {_HOURS.format(a="u.start_at", b="u.until_at")} * CAST(u.time_weight AS DOUBLE)
-           AS budget_hours
-FROM (SELECT {_cols("l")}, {_UNTIL} AS until_at FROM ledger l) u""",
+       {_hours("u.ms")} AS hours,
+       {_amount_hours("u.ms", "u.gpus")} AS gpu_hours,
+       {_amount_hours("u.ms", "u.time_weight")} AS budget_hours
+FROM (SELECT {_cols("l")}, {_UNTIL} AS until_at,
+             {_MS.format(a="l.start_at", b=_UNTIL)} AS ms FROM ledger l) u""",
 
-    "usage_priced": """
+    "usage_priced": f"""
 SELECT u.*, p.per_gpu_hour, p.currency, p.effective_from AS price_from,
-       u.gpu_hours * CAST(p.per_gpu_hour AS DOUBLE) AS cost
+       {_cost("u.ms", "u.gpus", "p.per_gpu_hour")} AS cost
 FROM usage u
 ASOF LEFT JOIN prices p ON u.gpu_type = p.gpu_type AND u.start_at >= p.effective_from""",
 
@@ -195,16 +251,15 @@ ASOF LEFT JOIN prices p ON u.gpu_type = p.gpu_type AND u.start_at >= p.effective
     # and a range test on price_periods, the same answer as an ASOF join and about 7x faster
     # over 10 million rows.
     "usage_by_month": f"""
-SELECT {_cols("p")}, CAST(p.month_start AS DATE) AS month, p.piece_start, p.piece_end,
-       date_diff('millisecond', p.piece_start, p.piece_end) AS ms,
-       {_HOURS.format(a="p.piece_start", b="p.piece_end")} AS hours,
-       {_HOURS.format(a="p.piece_start", b="p.piece_end")} * CAST(p.gpus AS DOUBLE) AS gpu_hours,
-       {_HOURS.format(a="p.piece_start", b="p.piece_end")} * CAST(p.time_weight AS DOUBLE)
-           AS budget_hours,
-       pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from,
-       {_HOURS.format(a="p.piece_start", b="p.piece_end")} * CAST(p.gpus AS DOUBLE)
-           * CAST(pp.per_gpu_hour AS DOUBLE) AS cost
-FROM ({pieces_sql("ledger")}) p
+SELECT p.*, pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from,
+       {_cost("p.ms", "p.gpus", "pp.per_gpu_hour")} AS cost
+FROM (SELECT q.*,
+             {_hours("q.ms")} AS hours,
+             {_amount_hours("q.ms", "q.gpus")} AS gpu_hours,
+             {_amount_hours("q.ms", "q.time_weight")} AS budget_hours
+      FROM (SELECT {_cols("l")}, CAST(l.month_start AS DATE) AS month, l.piece_start,
+                   l.piece_end, {_MS.format(a="l.piece_start", b="l.piece_end")} AS ms
+            FROM ({pieces_sql("ledger")}) l) q) p
 LEFT JOIN price_periods pp
        ON p.gpu_type = pp.gpu_type
       AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to""",
@@ -222,11 +277,13 @@ WITH m AS (
 SELECT m.month, m."group", nullif(m.project, '') AS project, m."user", m.policy, m.profile,
        m.resource, m.pool, m.gpu_type,
        sum(m.pieces) AS pieces, sum(m.ms) AS ms,
-       sum(m.ms) / 3600000.0 AS hours,
-       CAST(sum(m.gpu_ms) AS DOUBLE) / 3600000.0 AS gpu_hours,
-       CAST(sum(m.budget_ms) AS DOUBLE) / 3600000.0 AS budget_hours,
+       {_dec(_round_div("CAST(sum(m.ms) AS HUGEINT) * 10", 36), _SUM)} AS hours,
+       {_dec(_round_div("CAST(sum(m.gpu_ms) * 1000 AS HUGEINT)", 3600), _SUM)} AS gpu_hours,
+       {_dec(_round_div("CAST(sum(m.budget_ms) * 1000 AS HUGEINT)", 3600), _SUM)}
+           AS budget_hours,
        any_value(p.currency) AS currency,
-       sum(CAST(m.gpu_ms AS DOUBLE) * CAST(p.per_gpu_hour AS DOUBLE)) / 3600000.0 AS cost
+       {_dec(_round_div("sum(CAST(m.gpu_ms * 1000 AS HUGEINT) * CAST(p.per_gpu_hour * 1000000 "
+                        "AS HUGEINT))", 3_600_000_000), _SUM)} AS cost
 FROM m
 LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_from
 GROUP BY ALL""",

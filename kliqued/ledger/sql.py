@@ -3,9 +3,12 @@
 Read-only by construction, not by pattern matching: DuckDB's own parser splits the text into
 statements (``duckdb.extract_statements``); there must be exactly one and its type must be
 SELECT. It then runs in its own ``BEGIN TRANSACTION READ ONLY`` (one consistent snapshot, and
-DuckDB itself refuses any write) that is always rolled back, and a timer interrupts it after
-``timeout_s``. File and network table functions fail because the daemon opens the database
-with ``enable_external_access = false``.
+DuckDB itself refuses any write) that is always rolled back, and a timer interrupts it at its
+deadline. Its parse tree and plan may touch only the ledger's relations and side-effect-free
+functions (``sandbox``): not the event log, not tokens, not the catalog. File and network
+table functions fail because the daemon opens the database with
+``enable_external_access = false``. The answer is capped exactly: ``limit`` rows (then
+``truncated``) and ``max_bytes`` of JSON (then refused as ``too-large``).
 
 Values come back JSON-ready: DECIMAL as text (exact: ``"1.850000"``), timestamps as RFC 3339
 UTC text (``2026-01-01T00:00:00Z``, with milliseconds when present), dates as ``2026-01-01``,
@@ -25,13 +28,17 @@ from decimal import Decimal
 
 import duckdb
 
+from . import sandbox
+
 MAX_LIMIT = 100_000
 """The most rows one query may return; larger results belong in ``kliqued ledger export``."""
 
 MAX_BYTES = 32 * 2**20
-"""The most JSON one result may take (about), whatever its row count."""
+"""The most bytes the rows of one answer may take as JSON (counted exactly), whatever their
+count."""
 
-CODES = ("not-read-only", "multiple-statements", "sql-error", "timeout", "too-large")
+CODES = ("not-read-only", "multiple-statements", "not-allowed", "sql-error", "timeout",
+         "too-large")
 
 
 class LedgerSqlError(Exception):
@@ -113,8 +120,9 @@ _PLAIN = frozenset({"VARCHAR", "BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIG
 
 # --- the query ----------------------------------------------------------------------------
 
-def check_read_only(sql: str) -> None:
-    """Raises unless ``sql`` is exactly one SELECT statement, as DuckDB's parser sees it."""
+def check_read_only(sql: str) -> str:
+    """Raises unless ``sql`` is exactly one SELECT statement, as DuckDB's parser sees it;
+    returns that statement's text."""
     if not sql or not sql.strip():
         raise LedgerSqlError("sql-error", "empty query: send one SELECT statement")
     try:
@@ -133,6 +141,7 @@ def check_read_only(sql: str) -> None:
         raise LedgerSqlError("not-read-only",
                              f"only SELECT queries may run on the ledger; this statement is "
                              f"{name} (the ledger is read-only for every role)")
+    return statements[0].query
 
 
 def _clean(exc: BaseException) -> str:
@@ -141,17 +150,56 @@ def _clean(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def json_size(value: list) -> int:
+    """The bytes ``value`` (a row, or a list of rows) takes in the daemon's JSON answer
+    (compact, UTF-8): what the byte cap counts, exactly."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                          default=str).encode("utf-8"))
+
+
+LAST_CHUNK = 2048
+"""The most rows fetched at once. Fetches start at one row and double, but never ask for
+many more rows than the bytes left could hold at the rows' average size so far: little is
+held before its size is known, and a large answer of small rows costs few calls."""
+
+
+def timeout_error(limit_s: float, queued: bool = False) -> LedgerSqlError:
+    """The error of a query past its deadline: ``queued`` when it never got to run."""
+    if queued:
+        return LedgerSqlError("timeout", f"the query waited for a free query slot longer than its "
+                                         f"time limit of {limit_s:g} s (other ledger queries "
+                                         "were running); try again, or narrow them")
+    return LedgerSqlError("timeout", f"the query ran longer than {limit_s:g} s and was stopped; "
+                                     "narrow it (a WHERE on start_at) or aggregate more")
+
+
+def _too_large(max_bytes: int) -> LedgerSqlError:
+    size = (f"{max_bytes / 2**20:g} MiB" if max_bytes >= 2**20 else f"{max_bytes} bytes")
+    return LedgerSqlError("too-large", f"the answer is larger than {size}; add a LIMIT, select "
+                                       "fewer columns, aggregate, or use `kliqued ledger export`")
+
+
 def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
-                 max_bytes: int = MAX_BYTES) -> SqlResult:
+                 max_bytes: int = MAX_BYTES, deadline: float | None = None) -> SqlResult:
     """Runs one read-only SELECT on ``conn`` (use a cursor of its own: the query runs in its
     own transaction, which must not already be open on it) and returns at most ``limit``
-    rows. Raises :class:`LedgerSqlError`."""
+    rows (``truncated`` when there were more) whose JSON takes at most ``max_bytes``.
+
+    The query may read only the ledger's relations (:mod:`kliqued.ledger.sandbox`). It is
+    interrupted at ``deadline`` (``time.monotonic()``; default: now + ``timeout_s``): a caller
+    that queued the query passes the deadline counted from the request's arrival, so waiting
+    counts against the limit. Raises :class:`LedgerSqlError`."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, found {limit!r}")
     if limit > MAX_LIMIT:
         raise LedgerSqlError("too-large", f"limit {limit} is above the maximum of {MAX_LIMIT} "
                                           "rows; aggregate in SQL or use `kliqued ledger export`")
-    check_read_only(sql)
+    query = check_read_only(sql)
+    if deadline is None:
+        deadline = time.monotonic() + timeout_s
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise timeout_error(timeout_s, queued=True)
 
     state = {"done": False, "fired": False}
     lock = threading.Lock()
@@ -163,55 +211,83 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
                 conn.interrupt()
 
     started = time.perf_counter()
-    conn.execute("BEGIN TRANSACTION READ ONLY")
-    timer = threading.Timer(timeout_s, on_timeout)
+    timer = threading.Timer(remaining, on_timeout)
     timer.daemon = True
+    conn.execute("BEGIN TRANSACTION READ ONLY")
     timer.start()
     try:
         try:
-            conn.execute(sql)
+            _check_sandbox(conn, query)
+            conn.execute(query)
             description = conn.description or []
-            fetched = conn.fetchmany(limit + 1)
+            types = [str(d[1]) for d in description]
+            rows, truncated = _fetch(conn, types, limit, max_bytes, deadline, timeout_s)
         finally:
             with lock:
                 state["done"] = True
             timer.cancel()
+    except sandbox.NotAllowed as exc:
+        raise LedgerSqlError("not-allowed", str(exc)) from None
+    except RecursionError:
+        # a parse tree, plan or value nested deeper than Python walks (DuckDB's own limit on
+        # expression depth is 1,000; its JSON tree is deeper than that)
+        raise LedgerSqlError("sql-error", "the query or a value of its answer is nested too "
+                                          "deeply for ledger SQL; flatten it") from None
     except duckdb.InterruptException:
-        raise LedgerSqlError("timeout", f"the query ran longer than {timeout_s:g} s and was "
-                                        "stopped; narrow it (a WHERE on start_at) or aggregate "
-                                        "more") from None
+        raise timeout_error(timeout_s) from None
     except duckdb.PermissionException as exc:
         first = _clean(exc).splitlines()[0]
         raise LedgerSqlError("sql-error", "file and network access is disabled on the ledger: "
                                           f"query its tables and views only ({first})") from None
     except duckdb.Error as exc:
         if state["fired"]:
-            raise LedgerSqlError("timeout", f"the query ran longer than {timeout_s:g} s and "
-                                            "was stopped") from None
+            raise timeout_error(timeout_s) from None
         raise LedgerSqlError("sql-error", _clean(exc)) from None
     finally:
         try:
             conn.execute("ROLLBACK")
         except duckdb.Error:
             pass
+    elapsed = round((time.perf_counter() - started) * 1000, 1)
+    return SqlResult([d[0] for d in description], types, rows, truncated, elapsed)
 
-    truncated = len(fetched) > limit
-    if truncated:
-        fetched = fetched[:limit]
-    columns = [d[0] for d in description]
-    types = [str(d[1]) for d in description]
+
+def _check_sandbox(conn, query: str) -> None:
+    """The query's parse tree and plan stay inside the ledger (``sandbox``)."""
+    database = conn.execute("SELECT current_database()").fetchone()[0]
+    sandbox.check_tree(sandbox.parsed(conn, query), database)
+    plan = conn.execute("EXPLAIN (FORMAT json) " + query).fetchall()
+    for _key, text in plan:
+        sandbox.check_plan(text, database)
+
+
+def _fetch(conn, types: list[str], limit: int, max_bytes: int, deadline: float,
+           timeout_s: float) -> tuple[list[list], bool]:
+    """At most ``limit`` rows, converted, counting their exact JSON bytes as they come:
+    refused as soon as the answer passes ``max_bytes``, so no more than one chunk beyond the
+    cap is ever held."""
     convert = [t not in _PLAIN for t in types]
     rows: list[list] = []
-    approx = 0
-    for i, raw in enumerate(fetched):
-        row = [to_json_value(v) if c else v for v, c in zip(raw, convert)]
-        rows.append(row)
-        if i % 64 == 0:  # estimate the JSON size from a sample of the rows
-            approx += 64 * len(json.dumps(row, default=str))
-            if approx > max_bytes:
-                raise LedgerSqlError(
-                    "too-large", f"the result is larger than about {max_bytes // 2**20} MiB; "
-                                 "select fewer columns or rows, aggregate, or use `kliqued "
-                                 "ledger export`")
-    elapsed = round((time.perf_counter() - started) * 1000, 1)
-    return SqlResult(columns, types, rows, truncated, elapsed)
+    size = 2  # the rows' enclosing []
+    chunk = 1
+    while True:
+        want = min(chunk, limit - len(rows))
+        batch = conn.fetchmany(want + 1 if want == limit - len(rows) else want)
+        if not batch:
+            return rows, False
+        more = len(rows) + len(batch) > limit
+        batch = [[to_json_value(v) if c else v for v, c in zip(raw, convert)]
+                 for raw in batch[:limit - len(rows)]]
+        if batch:
+            # the batch's rows as the answer will hold them: the same bytes as each row's
+            # json_size plus the commas between them
+            size += json_size(batch) - 2 + (1 if rows else 0)
+            if size > max_bytes:
+                raise _too_large(max_bytes)
+            rows.extend(batch)
+        if more:
+            return rows, True
+        if time.monotonic() >= deadline:
+            raise timeout_error(timeout_s)
+        average = max(1, (size - 2) // len(rows))
+        chunk = max(1, min(chunk * 2, LAST_CHUNK, (max_bytes - size) // average + 1))

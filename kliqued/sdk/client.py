@@ -347,9 +347,20 @@ class Client:
             raise KliqueError(None, "invalid-request",
                               f"format must be csv or parquet, found {format!r}")
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_dir():
+            raise KliqueError(None, "invalid-request",
+                              f"{target} is a directory: name the file to write")
+        if not target.parent.is_dir():
+            raise KliqueError(None, "invalid-request",
+                              f"the directory {target.parent} does not exist: create it first "
+                              "(an export never creates directories)")
         query = {"from": _time_text(from_), "to": _time_text(to), "format": "csv"}
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".csv", dir=target.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".csv",
+                                       dir=target.parent)
+        except OSError as exc:
+            raise KliqueError(None, "invalid-request",
+                              f"cannot write in {target.parent}: {exc.strerror}") from None
         try:
             with os.fdopen(fd, "wb") as out, \
                     self._open("GET", "/ledger/export", query,

@@ -100,8 +100,9 @@ def run(rows: int = ROWS, repeat: int = 5) -> list[dict]:
         by_month = conn.execute(BY_GROUP_MONTH.format(view="usage_by_month")).fetchall()
         monthly = conn.execute(BY_GROUP_MONTH.format(view="usage_monthly")).fetchall()
         assert len(by_month) == len(monthly) and all(
-            a[:2] == b[:2] and abs(a[2] - b[2]) < 1e-6 * max(1, a[2])
-            and abs(a[3] - b[3]) < 1e-6 * max(1, a[3]) for a, b in zip(by_month, monthly))
+            a[:2] == b[:2] and float(abs(a[2] - b[2])) < 1e-6 * max(1, float(a[2]))
+            and float(abs(a[3] - b[3])) < 1e-6 * max(1, float(a[3]))
+            for a, b in zip(by_month, monthly))
         out = [
             _row("GPU-hours and cost by group and month (usage_monthly)",
                  _timed(conn, BY_GROUP_MONTH.format(view="usage_monthly"), repeat), size, 1.0),

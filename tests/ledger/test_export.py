@@ -40,11 +40,11 @@ def test_export_rows_and_header(filled):
     assert list(rows[0]) == [n for n, _ in EXPORT_COLUMNS]
     assert [r["interval_id"] for r in rows] == ["t-2#1", "t-3#1", "t-5#1"]
     r2, r3, r5 = rows
-    assert r2["project"] == "" and r2["gpus"] == "2.000" and r2["hours"] == "2.0"
+    assert r2["project"] == "" and r2["gpus"] == "2.000" and r2["hours"] == "2.000000"
     assert r2["start_at"] == "2026-05-31T23:00:00.000Z"
     assert r2["end_at"] == "2026-06-01T01:00:00.000Z"
     assert r2["end_reason"] == "reclaimed by team-b"
-    assert r2["per_gpu_hour"] == "2.350000" and float(r2["cost"]) == pytest.approx(9.4)
+    assert r2["per_gpu_hour"] == "2.350000" and r2["cost"] == "9.400000"
     assert r3["user"] == "bob, jr." and r3["currency"] == "EUR"
     assert r5["end_at"] == "" and float(r5["hours"]) > 0
 
@@ -60,6 +60,7 @@ def test_csv_to_parquet_round_trip(filled, tmp_path):
     src = tmp_path / "ledger.csv"
     src.write_text("".join(export_csv(filled, ms("2026-01-01T00:00"), ms("2027-01-01T00:00"))))
     out = tmp_path / "sub" / "ledger.parquet"
+    out.parent.mkdir()  # the export creates no directory
     assert csv_to_parquet(src, out) == 5
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp left
     con = duckdb.connect()
@@ -70,5 +71,33 @@ def test_csv_to_parquet_round_trip(filled, tmp_path):
                        f"FROM read_parquet('{out}') ORDER BY interval_id").fetchall()
     assert back[1][0] == "t-2#1" and back[1][1] == Decimal("2.000")
     assert back[1][2].isoformat() == "2026-05-31T23:00:00" and back[1][4] is None
-    assert back[1][5] == pytest.approx(9.4)
+    assert back[1][5] == Decimal("9.400000")
     assert back[4][3] is None  # the open interval
+
+
+def test_export_never_creates_directories(tmp_path, capsys, monkeypatch):
+    """Issue 9, finding 15: `ledger export -o` created missing directories (as root, for a
+    root user) without asking. A missing directory is an error naming it, before any
+    request is made (the URL here answers nothing)."""
+    from kliqued.cli import main
+    from kliqued.sdk import Client, KliqueError
+
+    missing = tmp_path / "no" / "such"
+    client = Client("http://127.0.0.1:9", "kq_test")
+    for fmt in ("csv", "parquet"):
+        with pytest.raises(KliqueError) as err:
+            client.ledger_export("2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z",
+                                 missing / f"out.{fmt}", format=fmt)
+        assert str(missing) in err.value.message and "does not exist" in err.value.message
+    monkeypatch.setenv("KLIQUE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("KLIQUE_TOKEN", "kq_test")
+    rc = main(["ledger", "export", "--from", "2026-01-01", "--to", "2026-02-01",
+               "-o", str(missing / "nov.parquet")])
+    err_text = capsys.readouterr().err
+    assert rc == 1 and str(missing) in err_text and "Traceback" not in err_text
+    with pytest.raises(FileNotFoundError):
+        csv_to_parquet(tmp_path / "in.csv", missing / "x.parquet")
+    assert not (tmp_path / "no").exists()
+    with pytest.raises(KliqueError) as err:  # an existing directory is not a file
+        client.ledger_export("2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z", tmp_path)
+    assert "is a directory" in err.value.message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 from datetime import datetime, timezone
 
 import pytest
@@ -57,11 +58,11 @@ def test_usage_priced_asof_picks_the_price_in_effect_at_start(db):
         (4, "2026-01-01T01:00"), (5, "2026-07-05T10:00"), (6, "2026-07-05T01:00")]])
     p = {r["interval_id"]: r for r in one(db, "SELECT * FROM usage_priced")}
     assert str(p["t-1#1"]["per_gpu_hour"]) == "2.350000"
-    assert p["t-1#1"]["cost"] == pytest.approx(12 * 2.35)  # whole interval at the start price
+    assert p["t-1#1"]["cost"] == Decimal("28.200000")  # whole interval at the start price
     assert str(p["t-2#1"]["per_gpu_hour"]) == "1.950000"
-    assert p["t-3#1"]["cost"] == pytest.approx(2 * 1.95)
+    assert p["t-3#1"]["cost"] == Decimal("3.900000")
     assert p["t-4#1"]["per_gpu_hour"] is None and p["t-4#1"]["cost"] is None
-    assert p["t-5#1"]["cost"] == pytest.approx(10 * 0.35) and p["t-5#1"]["currency"] == "EUR"
+    assert p["t-5#1"]["cost"] == Decimal("3.500000") and p["t-5#1"]["currency"] == "EUR"
     assert p["t-6#1"]["cost"] is None and p["t-6#1"]["gpu_hours"] == 1.0
 
 
@@ -90,8 +91,8 @@ def test_usage_by_month_splits_at_month_ends(db):
     ]
     june, july = rows[0], rows[1]
     # each piece is priced by the price in effect at its own start
-    assert june["cost"] == pytest.approx(12 * 2 * 2.35)
-    assert july["cost"] == pytest.approx(24 * 2 * 1.95)
+    assert june["cost"] == Decimal("56.400000")
+    assert july["cost"] == Decimal("93.600000")
     assert july["piece_start"].isoformat() == "2026-07-01T00:00:00"
 
 
@@ -136,3 +137,40 @@ def test_pieces_add_up_and_agree_with_usage_priced(db):
           AND (p.per_gpu_hour IS DISTINCT FROM m.per_gpu_hour
                OR abs(coalesce(p.cost, 0) - coalesce(m.cost, 0)) > 1e-9)""").fetchall()
     assert differ == []
+
+
+def test_hours_and_costs_are_exact_decimals(db):
+    """Issue 10, bug 1: hours and costs were DOUBLE, so 3.49 h came back 3.4899999... and a
+    query's round() acted on an inexact value. They are DECIMAL, rounded once to the
+    millionth from exact integers."""
+    set_prices(db, ("h100", "1.850000", "2026-01-01"))
+    # 3.49 h on 1.5 GPUs at 1.85 = 9.68475; 1.44 s on one GPU = 0.0004 h
+    open_intervals(db, [row(1, "2026-03-01T00:00", gpus_milli=1500, weight_milli=2500),
+                        row(2, "2026-03-02T00:00")])
+    close_intervals(db, [("t-1#1", ms("2026-03-01T00:00") + 3490 * H // 1000, "finished"),
+                         ("t-2#1", ms("2026-03-02T00:00") + 1440, "finished")])
+    for view in ("usage_priced", "usage_by_month"):
+        cur = db.execute(f"SELECT interval_id, hours, gpu_hours, budget_hours, cost FROM {view} "
+                         "ORDER BY interval_id")
+        assert [d[1] for d in cur.description][1:] == ["DECIMAL(18,6)"] * 4, view
+        assert cur.fetchall() == [
+            ("t-1#1", Decimal("3.490000"), Decimal("5.235000"), Decimal("8.725000"),
+             Decimal("9.684750")),
+            ("t-2#1", Decimal("0.000400"), Decimal("0.000400"), Decimal("0.000400"),
+             Decimal("0.000740")),
+        ]
+    cur = db.execute("SELECT hours, gpu_hours, budget_hours, cost, round(cost, 2) AS eur "
+                     "FROM usage_monthly")
+    assert [str(d[1]) for d in cur.description] == ["DECIMAL(38,6)"] * 4 + ["DECIMAL(38,2)"]
+    assert cur.fetchall() == [(Decimal("3.490400"), Decimal("5.235400"), Decimal("8.725400"),
+                               Decimal("9.685490"), Decimal("9.69"))]
+
+
+def test_a_cost_too_large_for_64_bits_in_millionths_is_still_exact(db):
+    # a year on 1,000 GPUs at 2,000.000001 a GPU-hour: GPU-hours times price in millionths
+    # passes 2**63, so the cost is computed in 128 bits
+    set_prices(db, ("h100", "2000.000001", "2026-01-01"))
+    open_intervals(db, [row(1, "2026-01-01T00:00", gpus_milli=1_000_000)])
+    close_intervals(db, [("t-1#1", ms("2027-01-01T00:00"), "finished")])
+    (r,) = one(db, "SELECT gpu_hours, cost FROM usage_priced")
+    assert r == {"gpu_hours": Decimal("8760000.000000"), "cost": Decimal("17520000008.760000")}

@@ -107,6 +107,11 @@ def test_ledger_sql_and_export(as_user, tmp_path):
     assert rc == 0 and tid in out and "1 row" in err
     rc, out, _ = as_user("role:finance", "ledger", "sql", "--csv", sql)
     assert out.splitlines() == ["task,user,gpus", f"{tid},alice,1.000"]
+    # numbers as the query returns them (issue 10, bug 1: 3.49 showed as 3.5, 0.0004 as 0)
+    rc, out, _ = as_user("role:finance", "ledger", "sql",
+                         "SELECT 3.49::DOUBLE AS a, 0.0004::DOUBLE AS b, "
+                         "round(2.34567::DOUBLE, 3) AS c, 1.85::DECIMAL(18,6) AS d")
+    assert rc == 0 and out.splitlines()[1].split() == ["3.49", "0.0004", "2.346", "1.850000"]
     rc, _, err = as_user("role:finance", "ledger", "sql", "UPDATE ledger SET gpus = 0")
     assert rc == 1 and "only SELECT" in err
     rc, _, err = as_user("alice", "ledger", "sql", "SELECT 1")

@@ -5,11 +5,14 @@ loop on their own cursor, which sees a consistent snapshot of committed data).""
 from __future__ import annotations
 
 import asyncio
+import time
+
 from aiohttp import web
 
 from .. import ledger_bridge
 from ..app import ctx, read_json, reply
 from ..errors import ApiError, Unavailable, bad_request, forbidden
+from ..querypool import Busy, Expired
 from .params import str_param, time_param
 
 
@@ -19,7 +22,15 @@ def _finance(request: web.Request) -> None:
         raise forbidden("the ledger is for finance and admins")
 
 
+TIMEOUT_S = 10.0
+"""A ledger query's time limit, counted from its arrival (a request may ask for less)."""
+
+STATUS = {"timeout": 422, "too-large": 413}
+"""HTTP status of a refused or failed query by its code; the others are 400."""
+
+
 async def sql(request: web.Request) -> web.Response:
+    arrived = time.monotonic()
     _finance(request)
     c = ctx(request)
     body = await read_json(request, "LedgerSql")
@@ -27,11 +38,20 @@ async def sql(request: web.Request) -> web.Response:
     if mod is None:
         raise Unavailable("the usage ledger is not installed in this build")
     limit = body.get("limit", 10000)
+    timeout = float(body.get("timeout_s", TIMEOUT_S))
+    deadline = arrived + timeout
     try:
-        res = await c.store.read(lambda cur: mod.run_readonly(cur, body["sql"], limit=limit))
+        res = await c.store.ledger_queries.run(
+            lambda cur: mod.run_readonly(cur, body["sql"], limit=limit, timeout_s=timeout,
+                                         deadline=deadline), deadline)
+    except Busy as exc:
+        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
+                       {"retry_after_s": 2}) from None
+    except Expired:
+        exc = mod.timeout_error(timeout, queued=True)
+        raise ApiError(STATUS["timeout"], exc.code, exc.message) from None
     except mod.LedgerSqlError as exc:
-        status = 422 if exc.code == "timeout" else 400
-        raise ApiError(status, exc.code, exc.message) from None
+        raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
     return reply(res.to_json())
 
 
