@@ -19,8 +19,9 @@ from .fleet import (PY, FleetServer, HttpWorker, RealWorker, kill_pids_in, pid_a
 
 
 @pytest.fixture
-def fs(tmp_path):
-    s = FleetServer(tmp_path).start()
+def fs(request, tmp_path):
+    ttl = request.node.get_closest_marker("worker_ttl")
+    s = FleetServer(tmp_path, **({"ttl": ttl.args[0]} if ttl else {})).start()
     s.alice = s.token({"user": "alice"})  # type: ignore[attr-defined]
     s.erin = s.token({"user": "erin"})    # type: ignore[attr-defined]
     s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
@@ -298,6 +299,7 @@ def test_kill_9_of_a_worker_requeues_its_tasks_and_fences_the_old_copies(fs, rea
              "the new copy")
 
 
+@pytest.mark.worker_ttl("10s")  # a restart on a loaded machine can take more than 1.5 s
 def test_a_worker_restart_loses_nothing(fs, real, tmp_path) -> None:
     w = real(gpus="0")
     tid = fs.submit(fs.erin, "team-b/one", [PY, "-c", "import time; print('a', flush=True); "
