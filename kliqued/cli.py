@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from kliqued.commands._common import HelpFormatter
@@ -41,12 +42,33 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(handler(args))
+        code = int(handler(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return 0
+        return _reader_gone()
+
+
+SIGPIPE_EXIT = 141
+"""128 + SIGPIPE: what a shell reports for a command whose reader went away (`yes | head`)."""
+
+
+def _reader_gone() -> int:
+    """Stdout's reader closed the pipe (``kliqued status | head -1``): stop quietly, as a
+    command killed by SIGPIPE does. Stdout is pointed at /dev/null so that the interpreter's
+    final flush of what is still buffered does not fail again with a message on stderr (the
+    recipe of Python's signal documentation; SIGPIPE itself stays ignored so that the daemon
+    never dies of a client that hung up)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return SIGPIPE_EXIT
 
 
 if __name__ == "__main__":

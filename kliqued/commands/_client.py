@@ -51,6 +51,8 @@ def handles_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[..., int
             return fn(args)
         except KliqueError as exc:
             return fail(exc.message)
+        except BrokenPipeError:
+            raise  # the reader of stdout went away: kliqued.cli stops quietly
         except OSError as exc:
             where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
             return fail(f"{exc.strerror or exc}{':' if where else ''}{where}")

@@ -78,9 +78,15 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
     if user not in users:
         raise SubmissionError(f"user {user!r} is not in the users of group {cr.group!r}")
     projects = index.projects.get(cr.group, frozenset())
-    if project is not None and projects and project not in projects:
-        raise SubmissionError(f"project {project!r} is not one of the projects of group {cr.group!r} "
-                              f"projects ({', '.join(sorted(projects))})")
+    if projects and project not in projects:
+        # estate.md: when a group lists projects, a task names one of them (its use is
+        # recorded against it); say which ones it may name.
+        allowed = ", ".join(sorted(projects))
+        if project is None:
+            raise SubmissionError(f"project required: group {cr.group!r} records its use "
+                                  f"against a project; give one of {allowed}")
+        raise SubmissionError(f"project {project!r} is not a project of group {cr.group!r}: "
+                              f"give one of {allowed}")
     if gpus_milli is not None:
         if cr.fixed_size is not None:
             raise SubmissionError(f"profile {cr.profile!r} has a fixed size; a task cannot "

@@ -19,7 +19,8 @@ The default mapping (docs/simulation.md):
   pool large enough for the task count; ties go to the smaller profile, then by name.
 - A job of 0 GPUs goes to a 0-GPU profile of the group, else it is dropped (and counted); a
   job larger than the group's limit, or than every profile of the group, is dropped too.
-- The estate user is the group's users in turn, job by job.
+- The estate user is the group's users in turn, job by job; the project is the group's
+  first project by name when it lists any (a task must then name one of them).
 - ``--mapping FILE`` overrides this per trace user: a compute resource, a group, or
   ``{resource|group: ..., user: ...}``.
 """
@@ -432,7 +433,8 @@ def convert(source: str, path: str, estate: CompiledEstate, mapping: str | None 
             members = sorted(index.users[group])
             user = members[turn[group] % len(members)]
             turn[group] += 1
-        conv.rows.append((j.id, j.submit_s, resource, user, "",
+        projects = sorted(index.projects.get(group, ()))
+        conv.rows.append((j.id, j.submit_s, resource, user, projects[0] if projects else "",
                           milli_str(j.gpus_milli) if own else "", j.runtime_s))
         conv.per_user.setdefault(j.user, Counter())[resource] += 1
     return conv

@@ -31,6 +31,8 @@ SECONDS = 10
 CONNECTIONS = 50
 TASKS_IN_STATE = 100_000
 
+PROJECT = {"alice": "rlhf", "dave": "inspection", "frank": "recsys", "heidi": "ocean-2040"}
+"""A project of each user's group: the example groups list projects, so a task names one."""
 USERS = {  # user -> compute resources of their group
     "alice": ["llm-research/h100", "llm-research/bigmem-2x"],
     "dave": ["vision/standard", "vision/h100"],
@@ -158,7 +160,7 @@ def build_state(db: Path, n: int) -> dict[str, Any]:
         for _ in range(min(1000, n - i)):
             user = users[i % len(users)]
             res = USERS[user][(i // len(users)) % len(USERS[user])]
-            f = {"resource": res, "user": user, "project": None,
+            f = {"resource": res, "user": user, "project": PROJECT[user],
                  "gpus_milli": (1 + i % 3) * 1000 if res.endswith("/batch") else None,
                  "command": ["python", "job.py", str(i)], "payload": None, "labels": {}}
             prepared.append(d.prepare_submit(Principal("user", user), f, None, now, ov))

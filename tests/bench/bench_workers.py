@@ -34,6 +34,8 @@ TASKS = 1000
 BURSTS, PER_BURST = 30, 20
 POOLS = ["onprem-k8s", "onprem-baremetal", "paris-k8s", "hpc-slurm", "aws-eu-burst",
          "azure-nl-reserved", "neocloud-nordic", "neocloud-de"]
+PROJECT = {"alice": "rlhf", "dave": "inspection", "frank": "recsys", "heidi": "ocean-2040"}
+"""A project of each user's group (the example groups list projects)."""
 LOAD = {"alice": ["llm-research/h100", "llm-research/bigmem-2x"],
         "dave": ["vision/standard", "vision/h100"],
         "frank": ["applied-ml/standard", "applied-ml/finetune-2x"],
@@ -101,7 +103,7 @@ async def _submit_bursts(url: str, tokens: dict[str, str]) -> list[str]:
             for _ in range(PER_BURST):
                 user = users[n % len(users)]
                 res = LOAD[user][(n // len(users)) % 2]
-                body = {"resource": res, "command": ["true"]}
+                body = {"resource": res, "command": ["true"], "project": PROJECT[user]}
                 if res.endswith("/batch"):
                     body["gpus"] = 1
                 reqs.append(session.post(f"{url}/v1/tasks", json=body, headers={

@@ -100,7 +100,6 @@ def test_idempotency_key(server: Server, who) -> None:
     ({"resource": "team-b/one"}, 422, "submission-refused"),        # not bob's group
     ({"resource": "team-a/one", "gpus": 1}, 422, "submission-refused"),  # fixed size
     ({"resource": "team-a/sized", "gpus": 5}, 422, "submission-refused"),  # above max
-    ({"resource": "team-a/sized", "project": "nope"}, 422, "submission-refused"),
     ({"resource": "nope/none"}, 422, "submission-refused"),
     ({"resource": "team-a/sized", "gpus": 1.0005}, 400, "invalid-request"),
     ({"resource": "team-a/sized", "gpus": -1}, 400, "invalid-request"),

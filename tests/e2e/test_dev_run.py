@@ -51,7 +51,8 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
         assert (tmp_path / "run" / "tokens" / "heidi.token").read_text().strip() \
             == exports["heidi"]
         env = {**os.environ, "KLIQUE_URL": url, "KLIQUE_TOKEN": exports["alice"]}
-        out = cli(env, "submit", "--json", "--resource", "llm-research/l40s-1x", "--",
+        out = cli(env, "submit", "--json", "--resource", "llm-research/l40s-1x", "-p", "evals",
+                  "--",
                   "python", "-c", "import time; print('hello'); time.sleep(0.5)")
         tid = json.loads(out)["id"]
         deadline = time.monotonic() + 30

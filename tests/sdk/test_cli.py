@@ -4,6 +4,7 @@ one subprocess to check the whole process (exit code, no traceback)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -68,7 +69,8 @@ def test_submit_status_queue_cancel(server, as_user):
 
 
 def test_submit_json_and_refusal(as_user):
-    rc, out, _ = as_user("alice", "submit", "-r", "llm-research/h100", "--json", "--", "true")
+    rc, out, _ = as_user("alice", "submit", "-r", "llm-research/h100", "-p", "evals", "--json",
+                         "--", "true")
     assert rc == 0 and json.loads(out)["resource"] == "llm-research/h100"
     as_user("alice", "cancel", json.loads(out)["id"])
     rc, out, err = as_user("alice", "submit", "-r", "vision/h100", "--", "true")
@@ -156,3 +158,28 @@ def test_context_flag(server, tmp_path, monkeypatch, no_klique_env, run):
     assert rc == 0, err
     rc, out, err = run(["pools", "--url", server.url, "--token", server.token("alice")])
     assert rc == 0 and "onprem-k8s" in out
+
+
+def test_status_into_a_closed_pipe_is_silent(server, tmp_path):
+    """`kliqued status | head -1` once head has gone: no `kliqued: Broken pipe` (bug 9)."""
+    alice = Client(server.url, server.token("alice"))
+    tid = alice.submit("llm-research/h100", command=["true"], project="evals")["id"]
+    env = {"PATH": "/usr/bin:/bin", "KLIQUE_CONFIG": str(tmp_path / "absent.yaml"),
+           "KLIQUE_URL": server.url, "KLIQUE_TOKEN": server.token("alice")}
+    try:
+        for argv in (["status", "--state", "all"], ["status", tid], ["pools"]):
+            r, w = os.pipe()
+            os.close(r)
+            try:
+                p = subprocess.run([sys.executable, "-m", "kliqued.cli", *argv], cwd=REPO,
+                                   env=env, stdout=w, stderr=subprocess.PIPE, text=True,
+                                   timeout=60)
+            finally:
+                os.close(w)
+            assert (p.returncode, p.stderr) == (141, ""), argv
+        p = subprocess.run(f"'{sys.executable}' -m kliqued.cli status --state all | head -1",
+                           shell=True, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.stdout.startswith("ID") and p.stderr == ""
+    finally:
+        alice.cancel(tid)

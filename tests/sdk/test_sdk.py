@@ -55,7 +55,8 @@ def test_submit_status_queue_cancel(alice, admin):
     try:
         first = alice.submit("llm-research/h100", command=["python", "train.py"],
                              project="rlhf", labels={"run": "1"})
-        second = alice.submit("llm-research/h100", command="python eval.py --fast")
+        second = alice.submit("llm-research/h100", command="python eval.py --fast",
+                              project="evals")
         assert first["state"] == "queued" and first["user"] == "alice"
         assert first["labels"] == {"run": "1"} and second["command"] == [
             "python", "eval.py", "--fast"]
@@ -81,10 +82,12 @@ def test_submit_status_queue_cancel(alice, admin):
 
 
 def test_idempotency_key_returns_the_first_answer(alice):
-    a = alice.submit("llm-research/h100", command=["true"], idempotency_key="same-key-1")
-    b = alice.submit("llm-research/h100", command=["true"], idempotency_key="same-key-1")
+    a = alice.submit("llm-research/h100", command=["true"], project="evals",
+                     idempotency_key="same-key-1")
+    b = alice.submit("llm-research/h100", command=["true"], project="evals",
+                     idempotency_key="same-key-1")
     assert a["id"] == b["id"]
-    c = alice.submit("llm-research/h100", command=["true"])  # a fresh key each call
+    c = alice.submit("llm-research/h100", command=["true"], project="evals")  # a fresh key
     assert c["id"] != a["id"]
     for t in (a, c):
         alice.cancel(t["id"])
@@ -133,7 +136,7 @@ def test_ledger_sql_as_finance(alice, finance):
 
 
 def test_export_csv_and_parquet(alice, finance, tmp_path):
-    t = alice.submit("llm-research/h100", command=["true"])
+    t = alice.submit("llm-research/h100", command=["true"], project="evals")
     assert wait_for(lambda: alice.task(t["id"])["state"] == "placed")
     alice.cancel(t["id"])
     csv_path = finance.ledger_export("2026-01-01T00:00:00Z", "2100-01-01T00:00:00Z",

@@ -17,7 +17,7 @@ estate:
   groups: [{name: a, users: [alice], projects: [x]}]
 events:
   - at: 0s
-    submit: {resource: a/gpu1, user: alice, id: t, count: 3}
+    submit: {resource: a/gpu1, user: alice, id: t, count: 3, project: x}
 expect:
   - at: 1s
     running: {a: %s}
@@ -58,9 +58,10 @@ def test_invalid_with_file_and_line(tmp_path: Path) -> None:
     running: {nobody: 1}
 """
     bad = bad.replace("user: alice, id: t", "user: mallory, id: t")
-    bad = bad.replace("resource: a/gpu1, user: mallory, id: t, count: 3}",
-                      "resource: a/gpu1, user: mallory, id: t, count: 3}\n"
-                      "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: u, gpus: 2}\n"
+    bad = bad.replace("resource: a/gpu1, user: mallory, id: t, count: 3, project: x}",
+                      "resource: a/gpu1, user: mallory, id: t, count: 3, project: x}\n"
+                      "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: u, gpus: 2, "
+                      "project: x}\n"
                       "  - at: 0s\n    submit: {resource: a/nope, user: alice, id: v}\n"
                       "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: w, project: y}")
     code, out = _run(tmp_path, bad)

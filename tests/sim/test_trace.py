@@ -98,7 +98,7 @@ def test_a_finished_replay_is_not_cut_by_the_horizon(tmp_path: Path, estate_dir:
 def test_budget_exhaustion_and_checkpoint(tmp_path: Path, estate_dir: Path) -> None:
     # 5 h on a 3 h/day budget: runs out at 3h (preempted, checkpointed at 3h), resumes at
     # the next day's start and ends at 26h.
-    text = HEADER.rstrip("\n") + ",checkpoint\na-1,0,a/any,alice,,1,5h,1h\n"
+    text = HEADER.rstrip("\n") + ",checkpoint\na-1,0,a/any,alice,x,1,5h,1h\n"
     d = _replay(estate_dir, _write(tmp_path, text))
     a = d["groups"]["a"]
     assert a["budget_exhaustions"] == 1
@@ -110,7 +110,7 @@ def test_budget_exhaustion_and_checkpoint(tmp_path: Path, estate_dir: Path) -> N
 def test_work_that_never_finishes_stops_at_the_horizon(tmp_path: Path,
                                                        estate_dir: Path) -> None:
     # Without a checkpoint a 5 h task restarts from zero every day: it can never finish.
-    trace = _write(tmp_path, HEADER + "a-1,0,a/any,alice,,1,5h\n")
+    trace = _write(tmp_path, HEADER + "a-1,0,a/any,alice,x,1,5h\n")
     est = compile_dir(estate_dir).estate
     tr = load_trace(str(trace), est)
     d = replay(tr, est, until=tr.start + 50 * 3_600_000).data
@@ -122,7 +122,7 @@ def test_work_that_never_finishes_stops_at_the_horizon(tmp_path: Path,
 
 def test_a_task_no_pool_can_hold_ends_the_replay(tmp_path: Path, estate_dir: Path) -> None:
     # 6 GPUs is within a's limit and the profile's max, but no pool has 6.
-    d = _replay(estate_dir, _write(tmp_path, HEADER + "a-1,0,a/any,alice,,6,1h\n"
+    d = _replay(estate_dir, _write(tmp_path, HEADER + "a-1,0,a/any,alice,x,6,1h\n"
                                                       "b-1,10,b/gpu1,bob,,,1h\n"))
     assert d["groups"]["a"]["never_placed"] == 1 and d["groups"]["a"]["unfinished"] == 1
     assert d["groups"]["a"]["wait_s"]["p50"] is None
@@ -157,9 +157,10 @@ def test_cli_text_and_json_are_deterministic(tmp_path: Path, estate_dir: Path,
 BAD = [
     ("b-1,0,b/nope,bob,,,1h", 2, "unknown compute resource 'b/nope'"),
     ("b-1,0,b/gpu1,alice,,,1h", 2, "user 'alice' is not in the users of group 'b'"),
-    ("a-1,0,a/any,alice,,9,1h", 2, "above the maximum of profile 'any' (8)"),
+    ("a-1,0,a/any,alice,x,9,1h", 2, "above the maximum of profile 'any' (8)"),
     ("b-1,0,b/gpu1,bob,,2,1h", 2, "has a fixed size"),
     ("a-1,0,a/any,alice,y,1,1h", 2, "project 'y'"),
+    ("a-1,0,a/any,alice,,1,1h", 2, "project: project required: group 'a'"),
     ("b-1,60,b/gpu1,bob,,,1h\nb-2,30,b/gpu1,bob,,,1h", 3, "rows out of time order"),
     ("b-1,soon,b/gpu1,bob,,,1h", 2, "unparsable time 'soon'"),
     ("b-1,2026-13-01T00:00:00Z,b/gpu1,bob,,,1h", 2, "unparsable time"),
@@ -191,7 +192,7 @@ def test_group_limit_is_checked(tmp_path: Path) -> None:
                                                                           "limit: 5"))
     est = compile_dir(d).estate
     with pytest.raises(TraceError) as exc:
-        load_trace(str(_write(tmp_path, HEADER + "a-1,0,a/any,alice,,6,1h\n")), est)
+        load_trace(str(_write(tmp_path, HEADER + "a-1,0,a/any,alice,x,6,1h\n")), est)
     assert "t.csv:2: error[trace]: gpus: gpus 6 is above the limit of group 'a' (5)" in str(exc.value)
 
 
