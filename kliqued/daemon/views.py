@@ -28,12 +28,14 @@ def state(rec: TaskRecord) -> str:
     return rec.state
 
 
-def gpu_hours(rec: TaskRecord) -> float:
-    """GPU-hours of its closed placement intervals (the ledger's ``gpu_hours`` of its
-    ended intervals), to 6 decimals (a few milliseconds of one GPU, so a short task does
-    not read 0): the current placement counts once it ends (the ledger's ``usage`` view has
-    it live). Stable, so a task reads the same after a restart."""
-    return round(rec.gpu_ms / 3_600_000_000, 6)
+def gpu_hours(rec: TaskRecord, now: int) -> float:
+    """GPU-hours of its placements, the current one up to ``now`` included (as the ledger's
+    ``usage`` view counts it), to 6 decimals (a few milliseconds of one GPU, so a short task
+    does not read 0). Once it ends the figure is fixed: it reads the same after a restart."""
+    ms = rec.gpu_ms
+    if rec.state == "placed" and rec.placed_at is not None and rec.size:
+        ms += rec.size * max(0, now - rec.placed_at)
+    return round(ms / 3_600_000_000, 6)
 
 
 def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
@@ -55,7 +57,8 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
                                                     "at": iso(lp[2])},
         "revision": rec.revision,
         "worker": rec.worker, "epoch": rec.epoch, "started_at": iso(rec.started_at),
-        "exit_code": rec.exit_code, "signal": rec.signal, "gpu_hours": gpu_hours(rec),
+        "exit_code": rec.exit_code, "signal": rec.signal,
+        "gpu_hours": gpu_hours(rec, d.clock.now()),
     }
 
 
