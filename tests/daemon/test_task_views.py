@@ -22,3 +22,17 @@ def test_gpu_hours_count_the_current_placement(server: Server, who) -> None:
         ended = server.ok("POST", f"/v1/tasks/{t['id']}/cancel", token=who.bob)
     assert ended["gpu_hours"] >= first
     assert task_state(server, t["id"])["gpu_hours"] == ended["gpu_hours"]  # closed: stable
+
+
+def test_a_filter_beyond_ones_rights_is_refused_not_empty(server: Server, who) -> None:
+    status, body = server.call("GET", "/v1/tasks?user=alice", token=who.bob)
+    assert status == 403 and body["error"]["message"].startswith(
+        "bob may not see alice's tasks"), body
+    status, body = server.call("GET", "/v1/tasks?group=team-b", token=who.bob)
+    assert status == 403 and "bob may not see group team-b's tasks" in body["error"]["message"]
+    status, body = server.call("GET", "/v1/tasks?user=nobody", token=who.bob)
+    assert status == 403
+    for token, query in ((who.alice, "user=bob"), (who.walter, "user=bob"),
+                         (who.bob, "user=bob"), (who.bob, "group=team-a"),
+                         (who.admin, "user=alice")):
+        assert server.call("GET", f"/v1/tasks?{query}", token=token)[0] == 200, query

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from kliqued.cli import main
+
 from tests.conftest import ESTATE, REPO
 
 
@@ -105,3 +107,25 @@ def no_klique_env(monkeypatch, tmp_path):
     for name in ("KLIQUE_URL", "KLIQUE_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("KLIQUE_CONFIG", str(tmp_path / "absent.yaml"))
+
+
+@pytest.fixture
+def run(capsys):
+    """`kliqued ARGV...` in-process: (exit code, stdout, stderr)."""
+    def call(argv):
+        capsys.readouterr()
+        rc = main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+    return call
+
+
+@pytest.fixture
+def as_user(server, monkeypatch, no_klique_env, run):
+    """Runs `kliqued ...` in-process as a principal (KLIQUE_URL and KLIQUE_TOKEN set)."""
+    monkeypatch.setenv("KLIQUE_URL", server.url)
+
+    def call(who: str, *argv: str):
+        monkeypatch.setenv("KLIQUE_TOKEN", server.token(who))
+        return run(argv)
+    return call

@@ -12,33 +12,10 @@ import time
 import duckdb
 import pytest
 
-from kliqued.cli import main
 from kliqued.sdk import Client
 from tests.conftest import REPO
 
 from .conftest import free_port
-
-
-@pytest.fixture
-def run(capsys):
-    """`kliqued ARGV...` in-process: (exit code, stdout, stderr)."""
-    def call(argv):
-        capsys.readouterr()
-        rc = main(list(argv))
-        out, err = capsys.readouterr()
-        return rc, out, err
-    return call
-
-
-@pytest.fixture
-def as_user(server, monkeypatch, no_klique_env, run):
-    """Runs `kliqued ...` in-process as a principal (KLIQUE_URL and KLIQUE_TOKEN set)."""
-    monkeypatch.setenv("KLIQUE_URL", server.url)
-
-    def call(who: str, *argv: str):
-        monkeypatch.setenv("KLIQUE_TOKEN", server.token(who))
-        return run(argv)
-    return call
 
 
 def test_submit_status_queue_cancel(server, as_user):

@@ -17,3 +17,8 @@ def test_a_group_with_projects_needs_one_of_them(server):
         assert "evals, foundation-7b, rlhf" in e.value.message, e.value.message
     t = alice.submit("llm-research/h100", command=["true"], project="rlhf")
     alice.cancel(t["id"])
+
+
+def test_status_of_someone_elses_tasks_says_it_is_not_allowed(as_user):
+    rc, out, err = as_user("bob", "status", "--user", "alice")
+    assert rc == 1 and out == "" and "bob may not see alice's tasks" in err, err

@@ -15,6 +15,7 @@ from kliqued.engine import SubmissionError, check_submission
 
 from .. import limits, views
 from ..app import ctx, read_json, reply
+from ..auth import Access
 from ..errors import ApiError, bad_request, forbidden, not_found
 from ..openapi import submission_surely_valid
 from ..records import TaskRecord
@@ -29,6 +30,18 @@ def _visible(request: web.Request, rec: TaskRecord) -> TaskRecord:
     if not ctx(request).daemon.acc().sees_task(p, rec.user, rec.group):
         raise not_found(f"no task {rec.id}")
     return rec
+
+
+def _may_filter(acc: Access, name: str, mine: frozenset[str], user: str | None,
+                group: str | None) -> None:
+    """A filter on tasks the caller may not see is a 403 saying so, not an empty list that
+    reads as "no tasks" (issue 10): another user's tasks are for their groups' admins."""
+    if user is not None and user != name and not acc.groups_of(user) & mine:
+        raise forbidden(f"{name} may not see {user}'s tasks: only the admins of {user}'s "
+                        "groups and platform admins may")
+    if group is not None and group not in mine and group not in acc.groups_of(name):
+        raise forbidden(f"{name} may not see group {group}'s tasks: {name} is neither in it "
+                        "nor one of its admins")
 
 
 async def submit(request: web.Request) -> web.Response:
@@ -119,6 +132,8 @@ async def list_tasks(request: web.Request) -> web.Response:
     assert limit is not None
     acc = d.acc()
     mine = acc.admin_of(p.name) if p.is_user else frozenset()
+    if p.is_user:
+        _may_filter(acc, p.name, mine, user, group)
     start = bisect_right(d.ids, after) if after else 0
     out: list[TaskRecord] = []
     more = False
