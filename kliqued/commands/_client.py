@@ -90,8 +90,9 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def num(value: Any, digits: int = 1) -> str:
-    """12.0 -> '12', 0.25 -> '0.25', 3.14159 -> '3.1'."""
+def num(value: Any) -> str:
+    """A GPU amount (exact thousandths): 12.0 -> '12', 0.25 -> '0.25', 1.125 -> '1.125';
+    never '-0'. Hours and costs go through :func:`kliqued.fmt.hours` instead."""
     if value is None:
         return "-"
     if isinstance(value, str):
@@ -99,11 +100,8 @@ def num(value: Any, digits: int = 1) -> str:
             value = float(value)
         except ValueError:
             return value
-    if float(value).is_integer():
-        return str(int(value))
-    if abs(value) < 1:
-        return f"{value:.3f}".rstrip("0").rstrip(".")
-    return f"{value:.{digits}f}"
+    text = f"{float(value):.3f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def when(text: str | None, now: datetime | None = None) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from kliqued.fmt import hours, percent
+
 from ._client import add_client_flags, client, handles_errors, num, print_json, table, when
 from ._common import add_command
 
@@ -44,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
         gpus = f"{num(p.get('used'))}/{num(p.get('reservation'))}/{num(p.get('limit'))}"
         if b:
             rows.append([p["name"], p.get("group"), gpus,
-                         f"{num(b.get('hours'))} h/{b.get('period')}", num(b.get("used_hours")),
-                         num(b.get("left_hours")), num(b.get("burn_rate")),
+                         f"{hours(b.get('hours'))} h/{b.get('period')}",
+                         hours(b.get("used_hours")), hours(b.get("left_hours")),
+                         hours(b.get("burn_rate")),
                          short(b.get("runout_at")), short(b.get("resets_at"))])
         else:
             rows.append([p["name"], p.get("group"), gpus, "none", "-", "-", "-", "-", "-"])
@@ -66,13 +69,13 @@ def detail(p: dict) -> str:
     if not b:
         lines.append("budget       none (reservation and limit only)")
         return "\n".join(lines)
-    used, hours = float(b.get("used_hours") or 0), float(b.get("hours") or 0)
-    pct = f" ({used / hours * 100:.0f}%)" if hours else ""
-    lines += [f"budget       {num(b.get('hours'))} budget hours per {b.get('period')}",
+    used, total = float(b.get("used_hours") or 0), float(b.get("hours") or 0)
+    pct = f" ({percent(used, total)})" if total else ""
+    lines += [f"budget       {hours(b.get('hours'))} budget hours per {b.get('period')}",
               f"period       from {when(b.get('period_start'))}",
-              f"used         {num(used)} h{pct}",
-              f"left         {num(b.get('left_hours'))} h",
-              f"burn rate    {num(b.get('burn_rate'))} budget hours per hour",
+              f"used         {hours(used)} h{pct}",
+              f"left         {hours(b.get('left_hours'))} h",
+              f"burn rate    {hours(b.get('burn_rate'))} budget hours per hour",
               "runs out     " + (when(b["runout_at"]) if b.get("runout_at")
                                    else "not at this rate before the reset"),
               f"resets       {when(b.get('resets_at'))}"]

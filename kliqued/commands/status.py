@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import shlex
+
+from kliqued.fmt import hours
 
 from ._client import (add_client_flags, client, handles_errors, num, print_json, reason,
                       table, when)
@@ -96,15 +100,15 @@ def detail(t: dict) -> str:
     if t.get("exit_code") is not None or t.get("signal"):
         lines.append(f"exit      {t.get('signal') or t.get('exit_code')}")
     if t.get("gpu_hours") is not None and t["state"] == "ended" or t.get("gpu_hours"):
-        lines.append(f"gpu-hours {t['gpu_hours']:g}")
+        lines.append(f"gpu-hours {hours(t['gpu_hours'])}")
     if t.get("preemptions"):
         lp = t.get("last_preemption") or {}
         lines.append(f"preempted {t['preemptions']}x, last {when(lp.get('at'))}: "
                      f"{lp.get('text') or lp.get('kind')}")
     if t.get("command"):
-        lines.append("command   " + " ".join(t["command"]))
+        lines.append("command   " + shlex.join(t["command"]))
     if t.get("payload") is not None:
-        lines.append(f"payload   {t['payload']}")
+        lines.append(f"payload   {json.dumps(t['payload'], ensure_ascii=False)}")
     if t.get("labels"):
         lines.append("labels    " + ", ".join(f"{k}={v}" for k, v in sorted(t["labels"].items())))
     lines.append(f"revision  {t.get('revision') or '-'}")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import gc
 import heapq
 
+from kliqued.fmt import hours, percent
+
 from .budget import budget_units, next_budget_event, remaining, start_ok
 from .decisions import Alert, Cancellation, Placement, Preemption
 from .index import CRInfo, EstateIndex
@@ -153,9 +155,12 @@ def _alerts(index: EstateIndex, state: State, now: int, due: set[str],
                 continue
             if used * 1000 >= total * a:
                 raised[1].add(a)
+                # Worded from the figures, not the threshold: a budget lowered below what is
+                # used crosses every threshold at once, at well over each of them.
                 out.append(Alert(gi.policy, g, a, ps, used, total,
-                                 f"{gi.policy}: {a / 10:g}% of the {b.period}'s budget used "
-                                 f"({used / 3.6e9:.1f} of {b.hours_milli / 1000:g} h)"))
+                                 f"{gi.policy}: {percent(used, total)} of the {b.period}'s "
+                                 f"budget used ({hours(used / 3.6e9)} of "
+                                 f"{hours(b.hours_milli / 1000)} h; alert at {a / 10:g}%)"))
 
 
 def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:

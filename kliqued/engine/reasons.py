@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from compiler.units import milli_str
 
+from kliqued.fmt import hours
+
 from .budget import budget_units, remaining, start_ok
 from .decisions import BudgetStatus, Reason
 from .index import EstateIndex
@@ -67,8 +69,8 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
             return Reason("budget", f"budget used up: resets "
                                     f"{format_minute(next_period_start(b.period, now))}")
         if not start_ok(m, b, t.weight, now, state.enabled):
-            return Reason("budget", f"budget start check: {left / 3.6e9:.1f} h left at "
-                                    f"{(m.rate + t.weight) / 1000:.1f} h/h")
+            return Reason("budget", f"budget start check: {hours(left / 3.6e9)} h left at "
+                                    f"{hours((m.rate + t.weight) / 1000)} h/h")
     if not any(state.free.get(p, -1) >= t.size for p in cr.pools):
         return Reason("capacity", f"no room in pools {', '.join(cr.pools)}")
     if not state.enabled:

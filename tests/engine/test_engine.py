@@ -60,7 +60,7 @@ def test_start_check_reason_text() -> None:
     res = e2.run()
     assert [p.task for p in res.placements] == ["a", "b"]
     r = res.waiting_reason("c")
-    assert (r.kind, r.text) == ("budget", "budget start check: 0.5 h left at 3.0 h/h")
+    assert (r.kind, r.text) == ("budget", "budget start check: 0.5 h left at 3 h/h")
 
 
 def test_limit_and_capacity_reason_texts() -> None:

@@ -1,0 +1,55 @@
+"""Hours and costs as people read them: one rule, used by the engine's alert and reason texts,
+the daemon's views and every CLI command.
+
+A fixed number of decimals fails both ways (issue 10): ``0.04 h`` reads ``0.0 h left``, a
+small overrun ``left -0 h``, a short task's ``2.2e-05`` GPU-hours comes out in exponent form.
+So an amount keeps three significant digits (never fewer than its whole part), drops trailing
+zeros, is never written with an exponent, and zero is ``0`` whatever its sign.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any
+
+SIGNIFICANT = 3
+
+
+def amount(value: Any, significant: int = SIGNIFICANT) -> str:
+    """``1234.56 -> '1235'``, ``12.345 -> '12.3'``, ``0.04 -> '0.04'``,
+    ``0.000022 -> '0.000022'``, ``-0.0004 -> '-0.0004'``, ``-0.0 -> '0'``; None is ``-``.
+    Text that is a number (an exact DECIMAL from the API) is read as one; other text is
+    returned as it is."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        try:
+            value = Decimal(value)
+        except ArithmeticError:
+            return value
+    x = float(value)
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(x)))
+    decimals = max(0, significant - 1 - magnitude)
+    text = f"{x:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def hours(value: Any) -> str:
+    """Hours (GPU-hours, budget hours, burn rates): :func:`amount`."""
+    return amount(value)
+
+
+def percent(part: float, whole: float) -> str:
+    """``part`` of ``whole`` in whole percent, rounded down, so a threshold crossed reads at
+    least its own figure (``90%`` once 90% is used, ``180%`` for a budget lowered below what
+    is already used)."""
+    if whole <= 0:
+        return "-"
+    return f"{math.floor(part * 100 / whole)}%"

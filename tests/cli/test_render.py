@@ -1,0 +1,32 @@
+"""What the user commands print from the server's JSON (issue 10: bugs 5, 10 and 14)."""
+
+from __future__ import annotations
+
+import json
+
+from kliqued.commands import budget, status
+
+TASK = {"id": "t-1", "state": "ended", "end_reason": "finished", "resource": "a/one",
+        "group": "a", "policy": "a", "profile": "one", "user": "alice", "project": None,
+        "gpus": 1, "submitted_at": "2026-11-29T09:00:00Z", "gpu_hours": 2.2e-05,
+        "command": ["python", "-c", "print('hello world')"],
+        "payload": {"notebook": True, "name": None}, "revision": "sha256:x"}
+
+POLICY = {"name": "a", "group": "a", "used": 1, "limit": 4, "reservation": 2, "borrowed": 0,
+          "budget": {"hours": 0.1, "period": "day", "period_start": "2026-11-29T00:00:00Z",
+                     "resets_at": "2026-11-30T00:00:00Z", "used_hours": 0.1004,
+                     "left_hours": -0.0004, "burn_rate": 1.0, "runout_at": None,
+                     "alerts": []}}
+
+
+def test_status_shows_small_gpu_hours_json_payload_and_a_quoted_command() -> None:
+    text = status.detail(TASK)
+    assert "gpu-hours 0.000022" in text and "e-05" not in text
+    assert """command   python -c 'print('"'"'hello world'"'"')'""" in text
+    assert f"payload   {json.dumps(TASK['payload'])}" in text
+    assert "True" not in text
+
+
+def test_budget_left_is_never_minus_zero() -> None:
+    text = budget.detail(POLICY)
+    assert "left         -0.0004 h" in text and "used         0.1 h (100%)" in text
