@@ -10,7 +10,8 @@ import sys
 from kliqued.commands._common import HelpFormatter
 
 COMMANDS = ["validate", "compile", "plan", "schema", "simulate", "trace", "serve", "dev",
-            "token", "submit", "status", "logs", "queue", "cancel", "budget", "pools", "ledger",
+            "token", "whoami", "resources", "submit", "status", "logs", "events", "queue", "cancel",
+            "budget", "pools", "ledger",
             "workers", "autoscale"]
 """Subcommand modules under kliqued.commands, in the order ``--help`` lists them."""
 

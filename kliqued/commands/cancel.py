@@ -18,8 +18,11 @@ def register(subparsers) -> None:
                     "nothing. The owner, the group's admins and platform admins may cancel. "
                     "Exit 1 if any could not be cancelled.",
         examples="  kliqued cancel t-01M8K8MWK70000\n"
+                 "  kliqued cancel t-01M8K8MWK70000 --reason 'wrong data set'\n"
                  "  kliqued cancel t-01M8K8MWK70000 t-01M8K8MWGH0000 --json")
     p.add_argument("ids", nargs="+", metavar="ID", help="task ids")
+    p.add_argument("--reason", metavar="TEXT",
+                   help="why: the task's owner reads it in `kliqued status` and `logs`")
     add_client_flags(p)
     p.set_defaults(handler=run)
 
@@ -30,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     out, rc = [], 0
     for tid in args.ids:
         try:
-            t = k.cancel(tid)
+            t = k.cancel(tid, args.reason)
         except KliqueError as exc:
             rc = fail(f"{tid}: {exc.message}")
             continue

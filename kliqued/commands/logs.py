@@ -8,6 +8,7 @@ import time
 
 from ._client import add_client_flags, client, handles_errors
 from ._common import add_command
+from .status import ended
 
 
 def register(subparsers) -> None:
@@ -19,7 +20,8 @@ def register(subparsers) -> None:
                     "lost) has one log per attempt: all are printed, each under a header, "
                     "unless --attempt picks one. --follow keeps printing the latest attempt "
                     "until the task ends. Readable by the task's user, its group's admins "
-                    "and admins.",
+                    "and admins. Once the task has ended, why it ended follows on stderr "
+                    "(stdout stays the task's own output).",
         examples="  kliqued logs t-01M8K8MWK70000\n"
                  "  kliqued logs t-01M8K8MWK70000 --follow\n"
                  "  kliqued logs t-01M8K8MWK70000 --attempt 1")
@@ -37,6 +39,15 @@ def register(subparsers) -> None:
 def _write(data: bytes) -> None:
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
+
+
+def _ending(task_id: str, task: dict) -> None:
+    """An ended task's log is followed by why it ended, on stderr so that stdout stays the
+    task's own output: ``==> t-... ended: failed: exit code 3: CUDA out of memory``."""
+    text = ended(task) if task.get("state") == "ended" else None
+    if text:
+        sys.stdout.flush()
+        print(f"==> {task_id} ended: {text}", file=sys.stderr)
 
 
 @handles_errors
@@ -59,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             offset = page["next_offset"]
         epoch = e
     if not args.follow:
+        _ending(args.id, k.task(args.id))
         return 0
     while True:
         task = k.task(args.id)
@@ -73,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
             _write(f"==> {args.id} attempt {epoch} <==\n".encode())
             continue
         if task["state"] == "ended" and page["complete"]:
+            _ending(args.id, task)
             return 0
         time.sleep(args.interval)

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         where = (f"#{t['position']}" if t["state"] == "queued" and t.get("position")
                  else t.get("pool") or "-")
         why = (reason(t.get("waiting_reason")) if t["state"] == "queued"
-               else t.get("end_reason") or "-")
+               else ended(t) or "-")
         rows.append([t["id"], t["resource"], t["user"], t["state"], where, num(t.get("gpus")),
                      (t.get("submitted_at") or "-").replace("T", " "), why])
     print(table(["ID", "RESOURCE", "USER", "STATE", "WHERE", "GPUS", "SUBMITTED", "REASON"],
@@ -77,9 +77,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def ended(t: dict) -> str | None:
+    """Why it ended, with who ended it (``end.text``; a server before it: ``end_reason``)."""
+    end = t.get("end") or {}
+    return end.get("text") or t.get("end_reason")
+
+
 def detail(t: dict) -> str:
     lines = [f"task      {t['id']}",
-             f"state     {t['state']}" + (f" ({t['end_reason']})" if t.get("end_reason") else ""),
+             f"state     {t['state']}" + (f" ({ended(t)})" if ended(t) else ""),
              f"resource  {t['resource']}  (group {t['group']}, policy {t['policy']}, "
              f"profile {t['profile']})",
              f"user      {t['user']}" + (f"  project {t['project']}" if t.get("project") else ""),

@@ -304,7 +304,8 @@ class Daemon:
 
     def on_ended(self, task_id: str, at: int, kind: str, reason: str | None = None,
                  epoch: int | None = None, exit_code: int | None = None,
-                 signal: str | None = None, lost: bool = False) -> TaskRecord | None:
+                 signal: str | None = None, lost: bool = False, by: str | None = None,
+                 message: str | None = None) -> TaskRecord | None:
         """Finished, failed or cancelled (by a request, or because the estate removed its
         compute resource: the engine already ended it then). ``epoch``: the lease whose
         report ended it (closed), or which was lost (``lost``: fenced); without it, a
@@ -344,6 +345,8 @@ class Daemon:
         if self.stored[rec.user] <= 0:
             del self.stored[rec.user]
         rec.end_reason = reason if reason and (lost or kind == "stopped") else kind
+        rec.end_note, rec.ended_by = reason, by
+        rec.end_message = message if isinstance(message, str) and message else None
         rec.ended_at = at
         return rec
 
@@ -488,7 +491,7 @@ class Daemon:
                 counts["preempted"] += 1
             elif isinstance(d, Cancellation):
                 rec = self.records.get(d.task)
-                self.on_ended(d.task, now, "cancelled")
+                self.on_ended(d.task, now, "cancelled", reason=d.text, by="estate")
                 events.append(Event("cancelled", d.task, "engine", rev, d.group,
                                     rec.user if rec else None,
                                     {"text": d.text, "by": "estate", "interval": None}))
@@ -544,15 +547,17 @@ class Daemon:
             return 201, task_id
         return Prepared([ev], [], apply, wants_pass=True)
 
-    def prepare_cancel(self, p: Principal, task_id: str, now: int, ov: Overlay) -> Prepared:
+    def prepare_cancel(self, p: Principal, task_id: str, now: int, ov: Overlay,
+                       reason: str | None = None) -> Prepared:
         rec = self.record(task_id)
         if rec.state == "ended" or task_id in ov.ended:
             return Prepared(apply=lambda: task_id)
         ov.ended.add(task_id)
         placed = rec.state == "placed" and task_id not in ov.requeued
         interval = rec.interval_id if placed else None
+        text = f"cancelled by {p.text}" + (f": {reason}" if reason else "")
         ev = Event("cancelled", task_id, p.text, self.idx().revision, rec.group, rec.user,
-                   {"text": f"cancelled by {p.text}", "by": "request",
+                   {"text": text, "by": "request",
                     "was": rec.state if placed or rec.state != "placed" else "queued",
                     "pool": rec.pool, "interval": interval})
         ops = []
@@ -562,7 +567,7 @@ class Daemon:
                 ops.append(op)
 
         def apply() -> str:
-            self.on_ended(task_id, now, "cancelled", reason=f"cancelled by {p.text}")
+            self.on_ended(task_id, now, "cancelled", reason=text, by=p.text)
             return task_id
         return Prepared([ev], ops, apply, wants_pass=True)
 

@@ -317,7 +317,7 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
 
         def apply_ended() -> str:
             d.on_ended(task_id, now, event, reason, epoch, body.get("exit_code"),
-                       body.get("signal"))
+                       body.get("signal"), message=message)
             return task_id
         return Prepared([ev], [], apply_ended, True, [(interval, now, reason or event)],
                         frees=True)

@@ -110,9 +110,20 @@ SCHEMAS: dict[str, Any] = {
         "exit_code": {"type": ["integer", "null"]},
         "signal": {"type": ["string", "null"], "description": "e.g. SIGKILL"},
         "gpu_hours": {"type": "number", "minimum": 0,
-                      "description": "GPU-hours of its ended placement intervals (the "
-                                     "current one counts once it ends)"},
+                      "description": "GPU-hours of its placements, the current one up to "
+                                     "now included"},
+        "end": _nullable(_obj({
+            "text": {"type": "string", "description": "why it ended, e.g. `failed: exit "
+                                                      "code 3: CUDA out of memory`, "
+                                                      "`cancelled by user:erin: reason`"},
+            "by": {"type": ["string", "null"],
+                   "description": "who cancelled it: a principal, or `estate`"},
+            "message": {"type": ["string", "null"],
+                        "description": "the message of the worker's report that ended it"}})),
     }),
+    "CancelRequest": _obj({"reason": {"type": ["string", "null"], "maxLength": 1024,
+                                      "description": "why, shown to the task's owner"}},
+                          required=[]),
     "TaskList": _obj({"tasks": {"type": "array", "items": _ref("Task")},
                       "next": {"type": ["string", "null"]}}),
     "Resource": _obj({
@@ -449,7 +460,7 @@ PATHS: dict[str, Any] = {
     "/v1/tasks/{id}/cancel": {"post": _op(
         "cancelTask", "cancel a queued or placed task (idempotent)",
         "its user, its group's admins, admins", _ok("Task"), params=[_p("id", "task id")],
-        errors=AUTH_ERR + ("404",))},
+        body="CancelRequest", errors=AUTH_ERR + ("404",))},
     "/v1/tasks/{id}/report": {"post": _op(
         "reportTask", "a worker reports a lease's start or end (idempotent; fenced by epoch)",
         "the worker token of the lease's pool", _ok("ReportAnswer"),
@@ -545,11 +556,12 @@ PATHS: dict[str, Any] = {
                       "of event data: follow `next`)",
         "admins and finance (all); users (their tasks, their admin groups' tasks, their "
         "groups' alerts)", _ok("EventList"),
-        params=[_q("task", {"type": "string"}, "one task's events"),
+        params=[_q("task", {"type": "string"}, "one task's events (404 for a task the "
+                                                   "caller may not see)"),
                 _q("kind", {"type": "string"}, "one kind, e.g. preempted"),
                 _q("since", {"type": "integer", "minimum": 0},
                    "events after this seq (the `next` of the previous page)"),
-                _q("limit", LIMIT, "page size")])},
+                _q("limit", LIMIT, "page size")], errors=AUTH_ERR + ("404",))},
     "/v1/engine": {
         "get": _op("getEngine", "the engine switch and its last pass", "any token",
                    _ok("Engine")),
@@ -587,6 +599,7 @@ PATHS: dict[str, Any] = {
                 _q("format", {"type": "string", "enum": ["csv"], "default": "csv"},
                    "csv (the CLI writes parquet from it)")])},
 }
+PATHS["/v1/tasks/{id}/cancel"]["post"]["requestBody"]["required"] = False  # reason: optional
 
 
 def document(server_url: str | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ class TaskRecord:
                  "idempotency_key", "state", "pool", "placed_at", "ended_at", "end_reason",
                  "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
                  "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
-                 "data_bytes")
+                 "data_bytes", "end_note", "ended_by", "end_message")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
@@ -67,6 +67,13 @@ class TaskRecord:
         self.data_bytes = 0
         """Its command and payload's bytes (limits.task_bytes): counted against its user's
         stored bytes until it ends, and against a listing page's size."""
+        self.end_note: str | None = None
+        """Why it ended, beyond its kind: a cancellation's ``cancelled by user:x: reason`` or
+        the estate's text, ``worker lost 3 times``, an idle stop."""
+        self.ended_by: str | None = None
+        """Who cancelled it: a principal, or ``estate`` (its compute resource was removed)."""
+        self.end_message: str | None = None
+        """The message of the worker's report that ended it (an executor's error)."""
 
     @property
     def interval_id(self) -> str:

@@ -65,10 +65,12 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
             elif kind == "preempted":
                 d.on_preempted(task, at, data["kind"], data["text"], replay=True)
             elif kind == "cancelled":
-                d.on_ended(task, at, "cancelled", reason=data.get("text"))
+                d.on_ended(task, at, "cancelled", reason=data.get("text"),
+                           by=actor if data.get("by") == "request" else data.get("by"))
             elif kind == "ended":
                 d.on_ended(task, at, data["kind"], data.get("reason"), data.get("epoch"),
-                           data.get("exit_code"), data.get("signal"), bool(data.get("lost")))
+                           data.get("exit_code"), data.get("signal"), bool(data.get("lost")),
+                           message=data.get("message"))
             elif kind == "leased":
                 d.on_leased(task, data["worker"], data["epoch"], at)
             elif kind == "started":

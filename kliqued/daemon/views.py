@@ -38,6 +38,32 @@ def gpu_hours(rec: TaskRecord, now: int) -> float:
     return round(ms / 3_600_000_000, 6)
 
 
+def end_text(rec: TaskRecord) -> str:
+    """Why it ended, as its owner reads it: ``failed: exit code 3: CUDA out of memory``,
+    ``failed: killed by SIGKILL``, ``cancelled by user:erin: wrong data set``, ``cancelled:
+    compute resource a/b was removed from the estate``, ``failed: worker lost 3 times``."""
+    reason = rec.end_reason or "ended"
+    if reason == "cancelled":
+        note = rec.end_note or reason
+        return note if note.startswith("cancelled") else f"cancelled: {note}"
+    if rec.end_note and reason == rec.end_note and not reason.startswith("stopped"):
+        reason = f"failed: {reason}"  # worker lost 3 times
+    parts = [reason]
+    if rec.signal:
+        parts.append(f"killed by {rec.signal}")
+    elif rec.exit_code is not None and (rec.exit_code != 0 or reason != "finished"):
+        parts.append(f"exit code {rec.exit_code}")
+    if rec.end_message:
+        parts.append(rec.end_message)
+    return ": ".join(parts)
+
+
+def end(rec: TaskRecord) -> dict[str, Any] | None:
+    if rec.state != "ended":
+        return None
+    return {"text": end_text(rec), "by": rec.ended_by, "message": rec.end_message}
+
+
 def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
     t = d.state.tasks.get(rec.id) if d.state is not None else None
     size = t.size if t is not None else rec.size
@@ -58,7 +84,7 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
         "revision": rec.revision,
         "worker": rec.worker, "epoch": rec.epoch, "started_at": iso(rec.started_at),
         "exit_code": rec.exit_code, "signal": rec.signal,
-        "gpu_hours": gpu_hours(rec, d.clock.now()),
+        "gpu_hours": gpu_hours(rec, d.clock.now()), "end": end(rec),
     }
 
 

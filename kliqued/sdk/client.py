@@ -266,9 +266,12 @@ class Client:
                 "size": int(h.get("X-Klique-Log-Size") or 0),
                 "complete": h.get("X-Klique-Log-Complete") == "true"}
 
-    def cancel(self, id: str) -> dict:
-        """Cancels a queued or placed task; cancelling an ended task returns it unchanged."""
-        return self._call("POST", f"/tasks/{self._seg(id)}/cancel", retry=True)
+    def cancel(self, id: str, reason: str | None = None) -> dict:
+        """Cancels a queued or placed task; cancelling an ended task returns it unchanged.
+        ``reason`` is shown to the task's owner (``end.text``: ``cancelled by user:x:
+        reason``)."""
+        body = {"reason": reason} if reason else None
+        return self._call("POST", f"/tasks/{self._seg(id)}/cancel", body=body, retry=True)
 
     # ------------------------------------------------------------------ resources, policies
     def resources(self) -> list[dict]:

@@ -58,7 +58,11 @@ def snapshot(s: Server) -> dict[str, Any]:
                 p["budget"].pop(k)
     queues = {r["name"]: s.ok("GET", f"/v1/resources/{r['name']}/queue")["queue"]
               for r in s.ok("GET", "/v1/resources")["resources"]}
-    return {"tasks": all_tasks(s), "policies": pols, "pools": s.ok("GET", "/v1/pools"),
+    tasks = all_tasks(s)
+    for t in tasks:  # a placed task's GPU-hours grow with time too; an ended one's are fixed
+        if t["state"] != "ended":
+            t.pop("gpu_hours")
+    return {"tasks": tasks, "policies": pols, "pools": s.ok("GET", "/v1/pools"),
             "resources": s.ok("GET", "/v1/resources"), "queues": queues,
             "tokens": s.ok("GET", "/v1/tokens")}
 

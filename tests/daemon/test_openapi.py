@@ -49,8 +49,8 @@ def fuzz_server(tmp_path_factory) -> Server:
     # The example estate: the document's examples (llm-research/h100, alice) are valid there.
     s = Server(tmp_path_factory.mktemp("fuzz"), estate=EXAMPLE_ESTATE).start()
     alice = s.token({"user": "alice"})
-    for body in ({"resource": "llm-research/h100", "command": ["true"]},
-                 {"resource": "llm-research/h100-8x", "command": ["true"]}):
+    for body in ({"resource": "llm-research/h100", "command": ["true"], "project": "evals"},
+                 {"resource": "llm-research/h100-8x", "command": ["true"], "project": "evals"}):
         s.ok("POST", "/v1/tasks", body, alice, expect=201)
     yield s
     log = s.log()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from .fleet import FleetServer, HttpWorker
 from .server import Server
 from .test_endpoints import submit, task_state, wait_for
 
@@ -36,3 +37,41 @@ def test_a_filter_beyond_ones_rights_is_refused_not_empty(server: Server, who) -
                          (who.bob, "user=bob"), (who.bob, "group=team-a"),
                          (who.admin, "user=alice")):
         assert server.call("GET", f"/v1/tasks?{query}", token=token)[0] == 200, query
+
+
+def test_why_a_task_ended_and_who_ended_it(tmp_path) -> None:
+    """A failure's exit code and the worker's message, a cancellation's author and reason,
+    shown to the owner in the task itself, the same after a restart (bug 5)."""
+    s = FleetServer(tmp_path).start()
+    try:
+        erin, bob = s.token({"user": "erin"}), s.token({"user": "bob"})
+        w = HttpWorker(s, s.token({"worker": True, "pool": "bare"}), "w-1")
+        w.register()
+        failed = s.submit(bob, "team-b/one", ["python", "train.py"])
+        wait_for(lambda: s.task(failed)["state"] == "placed")
+        assert [x["task"] for x in w.lease()] == [failed]
+        assert w.report(failed, 1, "started")[0] == 200
+        assert w.report(failed, 1, "failed", 3, message="CUDA out of memory")[0] == 200
+        cancelled = s.submit(bob, "team-b/one", ["sleep", "1"])
+        st, t = s.call("POST", f"/v1/tasks/{cancelled}/cancel",
+                       {"reason": "wrong data set"}, erin)
+        assert st == 200, t
+        queued = s.submit(bob, "team-b/one", ["true"])
+        s.ok("POST", f"/v1/tasks/{queued}/cancel", token=bob)
+        for _ in range(2):
+            t = s.ok("GET", f"/v1/tasks/{failed}", token=bob)
+            assert (t["end_reason"], t["exit_code"]) == ("failed", 3)
+            assert t["end"] == {"text": "failed: exit code 3: CUDA out of memory",
+                                "by": None, "message": "CUDA out of memory"}
+            t = s.ok("GET", f"/v1/tasks/{cancelled}", token=bob)
+            assert t["end"] == {"text": "cancelled by user:erin: wrong data set",
+                                "by": "user:erin", "message": None}
+            t = s.ok("GET", f"/v1/tasks/{queued}", token=bob)
+            assert t["end"]["text"] == "cancelled by user:bob" and t["end"]["by"] == "user:bob"
+            assert s.ok("GET", f"/v1/tasks/{queued}", token=bob)["end_reason"] == "cancelled"
+            s.stop()
+            s.start()
+        st, body = s.call("POST", f"/v1/tasks/{queued}/cancel", {"reason": 7}, bob)
+        assert st == 400 and "reason" in body["error"]["message"]
+    finally:
+        s.stop()

@@ -7,7 +7,7 @@ from aiohttp import web
 
 from .. import limits, views
 from ..app import ctx, reply
-from ..errors import forbidden
+from ..errors import forbidden, not_found
 from .params import int_param, str_param
 
 
@@ -25,6 +25,12 @@ async def list_events(request: web.Request) -> web.Response:
     where: list[str] = ["seq > ?"]
     params: list = [since]
     if task is not None:
+        rec = d.records.get(task)
+        if rec is None or not d.acc().sees_task(p, rec.user, rec.group) and not (
+                p.is_admin or p.is_finance):
+            # as GET /tasks/{id}: another user's task is not disclosed, and an empty log
+            # would read as "nothing happened"
+            raise not_found(f"no task {task}")
         where.append("task = ?")
         params.append(task)
     if kind is not None:

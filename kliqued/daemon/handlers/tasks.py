@@ -113,7 +113,9 @@ async def cancel(request: web.Request) -> web.Response:
     d = c.daemon
     p = request["principal"]
     rec = _visible(request, d.record(request.match_info["id"]))
-    await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov))
+    body = await read_json(request, "CancelRequest") if request.body_exists else None
+    reason = (body or {}).get("reason") or None
+    await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov, reason))
     return reply(views.task(d, rec))
 
 
