@@ -64,7 +64,8 @@ def detail(e: dict[str, Any]) -> str:
         return f"{d.get('resource')}" + (f" project {d['project']}" if d.get("project") else "")
     if kind == "placed":
         size = d.get("size_milli")
-        return f"on {d.get('pool')}" + (f", {num(size / 1000)} GPUs" if size is not None else "")
+        n = "" if size is None else num(size / 1000)
+        return f"on {d.get('pool')}" + (f", {n} GPU{'' if n == '1' else 's'}" if n else "")
     if kind in ("preempted", "cancelled"):
         return str(d.get("text") or d.get("kind") or "")
     if kind in ("leased", "started", "stopped", "unleased"):

@@ -135,7 +135,17 @@ SCHEMAS: dict[str, Any] = {
         "time_weight": {"type": "number"},
         "pools": {"type": "array", "items": {"type": "string"}},
         "queued": {"type": "integer", "minimum": 0},
-        "placed": {"type": "integer", "minimum": 0}}),
+        "placed": {"type": "integer", "minimum": 0},
+        "may_submit": {"type": "boolean",
+                       "description": "the caller is one of the group's users"},
+        "room": _obj({
+            "group": {"type": "string"}, "used": {"type": "number"},
+            "reservation": {"type": "number"}, "limit": {"type": "number"},
+            "free": {"type": "number", "description": "GPUs below the group's limit"},
+            "budget": _nullable(_obj({
+                "hours": {"type": "number"}, "period": {"type": "string"},
+                "used_hours": {"type": "number"}, "left_hours": {"type": "number"},
+                "resets_at": TIME}))})}),
     "ResourceList": _obj({"resources": {"type": "array", "items": _ref("Resource")}}),
     "QueueEntry": _obj({
         "id": {"type": "string"}, "user": {"type": "string"},

@@ -88,9 +88,41 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
     }
 
 
-def resource(d: Daemon, name: str) -> dict[str, Any]:
-    cr = d.idx().resources[name]
+def room(d: Daemon, group: str, now: int) -> dict[str, Any]:
+    """A group's room: GPUs used against its reservation and limit, and its budget left in
+    the current period (what ``kliqued resources`` shows next to each compute resource)."""
+    idx, st = d.idx(), d.st()
+    gi = idx.groups[group]
+    used = st.used.get(group, 0)
+    out: dict[str, Any] = {"group": group, "used": gpus(used), "reservation": gpus(gi.reservation),
+                           "limit": gpus(gi.limit), "free": gpus(max(0, gi.limit - used)),
+                           "budget": None}
+    b = budget_status(idx, st, gi.policy, now) if gi.policy is not None else None
+    if b is not None and gi.budget is not None:
+        out["budget"] = {"hours": gi.budget.hours_milli / 1000, "period": b.period,
+                         "used_hours": b.used_hours, "left_hours": b.left_hours,
+                         "resets_at": iso(b.resets_at)}
+    return out
+
+
+def submittable(d: Daemon, user: str) -> list[str]:
+    """The compute resources ``user`` may send work to: those of the groups listing them in
+    ``users``."""
+    idx = d.idx()
+    return sorted(n for n, cr in idx.resources.items() if user in idx.users.get(cr.group, ()))
+
+
+def resource(d: Daemon, name: str, p: Principal | None = None,
+             rooms: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A compute resource; ``may_submit`` is whether ``p`` (a user) may send work to it,
+    ``room`` its group's room (``rooms`` caches it per group within one answer)."""
+    idx = d.idx()
+    cr = idx.resources[name]
     q = d.st().queues.get(name)
+    rooms = {} if rooms is None else rooms
+    if cr.group not in rooms:
+        rooms[cr.group] = room(d, cr.group, d.clock.now())
+    may = p is not None and p.is_user and p.name in idx.users.get(cr.group, ())
     return {
         "name": name, "policy": cr.policy, "profile": cr.profile, "group": cr.group,
         "gpus": gpus(cr.fixed_size),
@@ -99,6 +131,7 @@ def resource(d: Daemon, name: str) -> dict[str, Any]:
         "time_weight": gpus(cr.weight), "pools": list(cr.pools),
         "queued": q.live if q is not None else 0,
         "placed": d.placed_count.get(name, 0),
+        "may_submit": may, "room": rooms[cr.group],
     }
 
 

@@ -24,7 +24,8 @@ async def list_resources(request: web.Request) -> web.Response:
         names = sorted(n for n, cr in idx.resources.items() if acc.sees_group(p, cr.group))
     else:
         raise forbidden(f"{p.text} cannot list compute resources")
-    return reply({"resources": [views.resource(d, n) for n in names]})
+    rooms: dict = {}
+    return reply({"resources": [views.resource(d, n, p, rooms) for n in names]})
 
 
 async def queue(request: web.Request) -> web.Response:

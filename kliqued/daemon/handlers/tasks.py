@@ -44,6 +44,15 @@ def _may_filter(acc: Access, name: str, mine: frozenset[str], user: str | None,
                         "nor one of its admins")
 
 
+def _with_options(d, user: str, body: dict, exc: SubmissionError) -> str:
+    """A resource the user may not send to names the ones they may (issue 10)."""
+    cr = d.idx().resources.get(body["resource"])
+    if cr is not None and user in d.idx().users.get(cr.group, ()):
+        return str(exc)
+    mine = views.submittable(d, user)
+    return f"{exc}; {user} may submit to " + (", ".join(mine) if mine else "nothing")
+
+
 async def submit(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
@@ -78,7 +87,8 @@ async def submit(request: web.Request) -> web.Response:
         try:  # fail fast; the sequencer checks again against the estate of the commit
             check_submission(d.idx(), fields["resource"], user, fields["project"], gpus)
         except SubmissionError as exc:
-            raise ApiError(422, "submission-refused", str(exc)) from None
+            raise ApiError(422, "submission-refused", _with_options(d, user, body, exc)) \
+                from None
     status, task_id = await c.seq.submit(
         lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes))
     return reply(views.task(d, d.records[task_id]), status)
