@@ -11,6 +11,7 @@ again reuses the database, the tokens and the worker's state: nothing is lost.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ._common import add_command
 
@@ -36,13 +38,15 @@ def register(subparsers) -> None:
                     "on this machine, with declared GPUs unless --gpus auto). Prints the URL "
                     "and export lines for the users, then stays in the foreground: Ctrl-C "
                     "stops the worker and the daemon cleanly. Logs: DIR/kliqued.log, "
-                    "DIR/worker-<pool>.log.",
+                    "DIR/worker-<pool>.log; the URL is in DIR/url (port 8080, or the next "
+                    "free one, said when 8080 is taken). One kliqued dev per --dir: a second "
+                    "one stops at once, naming the first (DIR/dev.lock).",
         examples="  kliqued dev                                   # what make run does\n"
                  "  kliqued dev --listen 127.0.0.1:9090 --dir /tmp/klique\n"
                  "  kliqued dev --pool onprem-baremetal --pool onprem-k8s   # two local workers\n"
                  "  # then, in another terminal, as alice (group llm-research):\n"
-                 "  export KLIQUE_URL=http://127.0.0.1:8080 KLIQUE_TOKEN=$(cat run/tokens/alice.token)\n"
-                 "  kliqued submit --resource llm-research/l40s-1x -- python -c \"print('hello')\"\n"
+                 "  export KLIQUE_URL=$(cat run/url) KLIQUE_TOKEN=$(cat run/tokens/alice.token)\n"
+                 "  kliqued submit --resource llm-research/l40s-1x -p evals -- python -c \"print('hello')\"\n"
                  "  kliqued logs t-01M8K8MWK70000")
     p.add_argument("--estate", metavar="DIR", default="estate",
                    help="the estate directory (default: %(default)s)")
@@ -73,15 +77,55 @@ def _free(host: str, port: int) -> bool:
     return True
 
 
-def _listen(arg: str | None) -> str:
+DEFAULT_PORT = 8080
+
+
+def _listen(arg: str | None, first: int = DEFAULT_PORT) -> tuple[str, str | None]:
+    """Where to listen, and a note when it is not the default: ``first`` taken (another
+    kliqued dev, or anything else) is said out loud, since the README's and a colleague's
+    ``KLIQUE_URL`` say 8080 (issue 10, bug 13)."""
     if arg:
-        return arg
-    for port in range(8080, 8100):
+        return arg, None
+    for port in range(first, first + 20):
         if _free("127.0.0.1", port):
-            return f"127.0.0.1:{port}"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+            break
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    if port == first:
+        return f"127.0.0.1:{port}", None
+    return f"127.0.0.1:{port}", (f"port {first} is in use: listening on 127.0.0.1:{port} "
+                                 "instead (the export lines below say so)")
+
+
+class AlreadyRunning(Exception):
+    """Another kliqued dev holds the directory."""
+
+
+def _hold(home: Path) -> Any:
+    """Takes DIR/dev.lock (an exclusive flock, released by the kernel however this process
+    ends) before anything in DIR is touched: a second ``kliqued dev`` on the same directory
+    stops here, instead of starting a daemon that fails on the locked database and writes
+    its error into the running daemon's log. The lock file holds the holder's pid and URL
+    for that message."""
+    home.mkdir(parents=True, exist_ok=True)
+    fh = open(home / "dev.lock", "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise AlreadyRunning(holder) from None
+    return fh
+
+
+def _note_holder(fh: Any, url: str) -> None:
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}, {url}\n")
+    fh.flush()
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -133,15 +177,29 @@ def _tail(path: Path, n: int = 30) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.api import compile_dir
-    from kliqued.daemon.ids import new_token
-    from kliqued.sdk import Client, KliqueError
-
-    from kliqued.filemodes import original_umask, private_dir, private_umask
+    from kliqued.filemodes import private_dir, private_umask
     private_umask()  # tokens, the database, logs; inherited by the daemon and the workers
     home = Path(args.dir)
     tokens = home / "tokens"
     private_dir(home)
+    try:
+        lock = _hold(home)
+    except AlreadyRunning as exc:
+        print(f"kliqued dev: already running in {home}/ ({exc}): use that one, stop it "
+              "(Ctrl-C in its terminal), or give another --dir", file=sys.stderr)
+        return 1
+    try:
+        return _run(args, home, tokens, lock)
+    finally:
+        lock.close()
+
+
+def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
+    from compiler.api import compile_dir
+    from kliqued.daemon.ids import new_token
+    from kliqued.sdk import Client, KliqueError
+
+    from kliqued.filemodes import original_umask, private_dir
     private_dir(tokens)
     result = compile_dir(args.estate)
     if result.estate is None:
@@ -157,8 +215,12 @@ def run(args: argparse.Namespace) -> int:
         if estate.pool(pool) is None:
             print(f"kliqued dev: no pool {pool!r} in {args.estate}", file=sys.stderr)
             return 2
-    listen = _listen(args.listen)
+    listen, note = _listen(args.listen)
     url = f"http://{listen}"
+    if note:
+        print(f"kliqued dev: {note}", file=sys.stderr, flush=True)
+    _note_holder(lock, url)
+    (home / "url").write_text(url + "\n")
     admin_file = tokens / "admin.token"
     admin_token = admin_file.read_text().strip() if admin_file.exists() else ""
     if not admin_token:
@@ -218,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
                      "--gpus", gpus, "--grace", args.grace],
                     stdout=fh, stderr=fh, start_new_session=True, umask=original_umask())
             procs.append((f"klique-worker ({pool})", w, wlog))
-        print(banner(url, args, estate, home, pools, user_tokens, admin_token), flush=True)
+        print(banner(url, args, estate, home, pools, user_tokens), flush=True)
         while not stopping:
             for what, proc, logf in procs:
                 if proc.poll() is not None:
@@ -239,29 +301,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[str],
-           user_tokens: dict[str, str], admin_token: str) -> str:
+           user_tokens: dict[str, str]) -> str:
+    """What ``make run`` prints. No token appears on the terminal (a scrollback or a screen
+    share would show it): each export line reads its 0600 file."""
     line = "-" * 78
     kq = f"{sys.executable.rsplit('/', 1)[0]}/kliqued"
     rel = os.path.relpath(kq) if kq.startswith(os.getcwd()) else kq
+    tokens = home / "tokens"
     out = [line, f"Klique is running at {url}   (estate {args.estate}/, watched; "
                  f"revision {estate.revision[:19]})", ""]
     for pool in pools:
         p = estate.pool(pool)
         out.append(f"  worker   {pool}: {args.gpus or f'{p.capacity_milli // 1000} declared GPUs'}"
                    f", process executor, log {home}/worker-{pool}.log")
-    out += [f"  daemon   log {home}/kliqued.log, database {home}/kliqued.duckdb",
-            f"  tokens   {home}/tokens/<user>.token for every user of the estate "
-            f"({len(user_tokens)}), admin.token, finance.token", "",
-            "In another terminal, as one of the example users:", ""]
+    out += [f"  daemon   log {home}/kliqued.log, database {home}/kliqued.duckdb, URL in "
+            f"{home}/url",
+            f"  tokens   {tokens}/<user>.token for every user of the estate "
+            f"({len(user_tokens)}), admin.token, finance.token (each readable by you only)",
+            "", "In another terminal, as one of the example users:", ""]
     for u in SHOWN_USERS:
         if u in user_tokens:
             groups = [g.name for g in estate.groups if u in g.users]
             out.append(f"  # {u} ({', '.join(groups) or 'admin'})")
-            out.append(f"  export KLIQUE_URL={url} KLIQUE_TOKEN={user_tokens[u]}")
+            out.append(f"  export KLIQUE_URL={url} KLIQUE_TOKEN=$(cat {tokens}/{u}.token)")
     out += ["  # the platform admin",
-            f"  export KLIQUE_URL={url} KLIQUE_TOKEN={admin_token}", "",
+            f"  export KLIQUE_URL={url} KLIQUE_TOKEN=$(cat {tokens}/admin.token)", "",
             "Then, as alice (llm-research/l40s-1x: one GPU, bare-metal pool first):", "",
-            f"  {rel} submit --resource llm-research/l40s-1x -- python -c \"print('hello')\"",
+            f"  {rel} resources          # what you may submit to, and your group's room",
+            f"  {rel} submit --resource llm-research/l40s-1x --project evals -- "
+            "python -c \"print('hello')\"",
             f"  {rel} status <ID>        # running, then ended (finished), GPU-hours",
             f"  {rel} logs <ID>          # hello", "",
             "Ctrl-C stops the worker and the daemon.", line]

@@ -9,11 +9,13 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from kliqued.commands.dev import _listen
 from tests.daemon.server import ROOT, free_port
 
 KLIQUED = [sys.executable, "-m", "kliqued.cli"]
@@ -45,9 +47,16 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
     try:
         url = f"http://127.0.0.1:{port}"
         assert f"Klique is running at {url}" in banner
-        exports = dict(re.findall(r"# ([\w.@-]+) \([^)]*\)\n  export KLIQUE_URL=\S+ "
-                                  r"KLIQUE_TOKEN=(\S+)", banner))
-        assert set(exports) >= {"alice", "heidi", "zoe"}
+        files = dict(re.findall(r"# ([\w.@-]+) \([^)]*\)\n  export KLIQUE_URL=\S+ "
+                                r"KLIQUE_TOKEN=\$\(cat (\S+)\)", banner))
+        assert set(files) >= {"alice", "heidi", "zoe"}
+        exports = {u: Path(f).read_text().strip() for u, f in files.items()}
+        admin = (tmp_path / "run" / "tokens" / "admin.token")
+        assert f"KLIQUE_TOKEN=$(cat {admin})" in banner
+        assert oct(admin.stat().st_mode & 0o777) == "0o600"
+        for token in (*exports.values(), admin.read_text().strip()):
+            assert token not in banner  # no token on the terminal
+        assert (tmp_path / "run" / "url").read_text().strip() == url
         assert (tmp_path / "run" / "tokens" / "heidi.token").read_text().strip() \
             == exports["heidi"]
         env = {**os.environ, "KLIQUE_URL": url, "KLIQUE_TOKEN": exports["alice"]}
@@ -85,10 +94,42 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
     # A second start reuses the database, the tokens and the worker's state.
     proc, banner2 = start(tmp_path, port)
     try:
-        assert exports["heidi"] in banner2 and exports["alice"] in banner2
+        assert f"KLIQUE_TOKEN=$(cat {files['heidi']})" in banner2
+        assert (tmp_path / "run/tokens/heidi.token").read_text().strip() == exports["heidi"]
         env = {**os.environ, "KLIQUE_URL": f"http://127.0.0.1:{port}",
                "KLIQUE_TOKEN": exports["alice"]}
         assert json.loads(cli(env, "status", tid, "--json"))["end_reason"] == "finished"
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(40) == 0
+
+
+def test_a_second_dev_on_the_same_dir_stops_without_touching_the_first(tmp_path) -> None:
+    """Bug 13: it used to start a daemon that failed on the locked database and wrote its
+    error into the running daemon's log."""
+    port = free_port()
+    proc, _ = start(tmp_path, port)
+    try:
+        log = tmp_path / "run" / "kliqued.log"
+        size = log.stat().st_size
+        p = subprocess.run([*KLIQUED, "dev", "--dir", str(tmp_path / "run"), "--listen",
+                            f"127.0.0.1:{free_port()}"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert f"already running in {tmp_path / 'run'}/ (pid {proc.pid}, " \
+               f"http://127.0.0.1:{port})" in p.stderr, p.stderr
+        assert log.stat().st_size == size and "Traceback" not in p.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(40) == 0
+
+
+def test_a_taken_default_port_is_said_and_used() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        first = busy.getsockname()[1]
+        listen, note = _listen(None, first)
+    assert listen != f"127.0.0.1:{first}" and note is not None
+    assert f"port {first} is in use: listening on {listen}" in note
+    assert _listen("127.0.0.1:9999", first) == ("127.0.0.1:9999", None)
