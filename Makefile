@@ -4,33 +4,47 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test bench schema scenarios clean
+.PHONY: run test system-packages bench schema scenarios clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+# The product alone (`make run`): no test or Ansible packages.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+# The product with what the tests use (`make test`, `make bench`).
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,ops]'
 	touch $(STAMP)
 
 # The product on one machine: kliqued on estate/ (watched) with run/kliqued.duckdb, a local
 # worker for the bare-metal pool, a token per example user in run/tokens/; Ctrl-C stops it.
-run: $(STAMP)
+run: $(RUN_STAMP)
 	@$(BIN)/kliqued validate estate
 	@$(BIN)/kliqued dev --estate estate --dir run
 
-test: $(STAMP)
+# Slurm, Podman and the rest from Debian's packages when root with apt-get (else it says
+# which tests will skip), then every test.
+test: $(STAMP) system-packages
 	$(BIN)/python -m pytest
+
+system-packages:
+	@tests/setup/system-packages.sh
 
 # Figures for docs/benchmarks.md (not a test: nothing here fails the build).
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.bench
 
 # The conformance scenarios (../shared) and the project's own, on the real engine.
-scenarios: $(STAMP)
+scenarios: $(RUN_STAMP)
 	$(BIN)/kliqued simulate $(wildcard ../shared/scenarios/*.yaml) tests/scenarios/*.yaml
 
-schema: $(STAMP)
+schema: $(RUN_STAMP)
 	$(BIN)/kliqued schema -o schemas/estate.schema.json
 
 clean:

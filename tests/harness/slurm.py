@@ -1,8 +1,9 @@
 """A real single-node Slurm for tests and benchmarks, started and stopped by pid (no systemd).
 
-Debian's slurm-wlm and munge packages (installed by .ci/run) provide the daemons; this writes
-a throw-away configuration with fake GPUs declared through GRES (a `File=` per GPU, symlinks
-to /dev/null: `Count=` alone makes slurmd drop them), starts munged, slurmctld and slurmd,
+Debian's slurm-wlm and munge packages (`make test` installs them:
+tests/setup/system-packages.sh) provide the daemons; this writes a throw-away
+configuration with fake GPUs declared through GRES (a `File=` per GPU, symlinks to
+/dev/null: `Count=` alone makes slurmd drop them), starts munged, slurmctld and slurmd,
 and waits until the node is idle. Facts behind each setting: ../shared/notes.
 """
 

@@ -14,7 +14,8 @@ def slurm(tmp_path_factory):
     missing = missing_binaries()
     if missing:
         pytest.skip(f"Slurm is not installed here ({', '.join(missing)} missing): "
-                    "`.ci/run` installs slurm-wlm and munge from Debian's packages")
+                    "`make test` installs slurm-wlm and munge from Debian's packages "
+                    "(tests/setup/system-packages.sh)")
     if os.geteuid() != 0:
         pytest.skip("the local Slurm runs its daemons as root")
     cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), gpus=8)

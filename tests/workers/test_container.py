@@ -1,5 +1,5 @@
 """The container executors (docker, podman): the command lines they build (always), and real
-containers run by Podman when it is installed (`.ci/run` installs podman, runc and
+containers run by Podman when it is installed (`make test` installs podman, runc and
 busybox-static; the image is a busybox root filesystem imported with `podman import`, since
 images cannot be pulled here). Podman's settings on these machines: ../shared/notes."""
 
@@ -104,7 +104,7 @@ def test_exit_codes_128_plus_n_are_signals(tmp_path):
 # real containers through Podman ---------------------------------------------------------------
 def _podman_missing() -> str | None:
     if not shutil.which("podman"):
-        return "podman is not installed (`.ci/run` installs podman, runc and busybox-static)"
+        return "podman is not installed (`make test` installs podman, runc and busybox-static)"
     if not shutil.which("runc"):
         return "runc is not installed (podman needs the runc runtime here: ../shared/notes)"
     if not (shutil.which("busybox") or Path("/bin/busybox").exists()):

@@ -1,0 +1,50 @@
+"""The two set-up commands (issue 10): `make test` installs the system packages its tests use
+on the way to pytest, so CI only calls it; `make run` installs the product alone."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif(not shutil.which("make"), reason="make is not installed")
+
+
+def make_n(*args: str) -> list[str]:
+    """What make would run (-n), as if pyproject.toml had changed (-W): the install steps."""
+    p = subprocess.run(["make", "-n", "-W", "pyproject.toml", *args], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+def test_make_run_installs_only_the_product() -> None:
+    lines = make_n("run")
+    installs = [x for x in lines if "pip install" in x and "--upgrade pip" not in x]
+    assert installs == [".venv/bin/pip install --quiet -e ."], lines
+    assert "touch .venv/.installed-run" in lines and "touch .venv/.installed" not in lines
+
+
+def test_make_test_installs_system_packages_then_runs_pytest() -> None:
+    lines = make_n("test")
+    assert any("-e '.[test,ops]'" in x for x in lines)
+    assert lines.index("tests/setup/system-packages.sh") < lines.index(
+        ".venv/bin/python -m pytest")
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "apt-get" not in ci and ci.rstrip().endswith("make test")
+
+
+def test_system_packages_say_what_will_skip() -> None:
+    """Nothing to be found on PATH: it names each missing package and what skips, installs
+    nothing (--check), and does not fail the build."""
+    p = subprocess.run(["/bin/bash", "tests/setup/system-packages.sh", "--check"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/nonexistent"})
+    assert p.returncode == 0 and p.stdout == ""
+    if "podman" not in p.stderr:
+        pytest.skip("podman is found outside PATH here")
+    assert "podman: the container executor's real tests" in p.stderr
+    assert p.stderr.startswith("system packages: missing")
