@@ -42,12 +42,21 @@ def _write(data: bytes) -> None:
 
 
 def _ending(task_id: str, task: dict) -> None:
-    """An ended task's log is followed by why it ended, on stderr so that stdout stays the
-    task's own output: ``==> t-... ended: failed: exit code 3: CUDA out of memory``."""
+    """The log is followed by why the task ran again and why it ended, on stderr so that
+    stdout stays the task's own output: ``==> t-... preempted 1x, last: reclaimed by
+    vision`` and ``==> t-... ended: failed: exit code 3: CUDA out of memory``."""
+    notes = []
+    if task.get("preemptions"):
+        last = task.get("last_preemption") or {}
+        notes.append(f"preempted {task['preemptions']}x, last: "
+                     f"{last.get('text') or last.get('kind') or '-'}")
     text = ended(task) if task.get("state") == "ended" else None
     if text:
+        notes.append(f"ended: {text}")
+    if notes:
         sys.stdout.flush()
-        print(f"==> {task_id} ended: {text}", file=sys.stderr)
+        for note in notes:
+            print(f"==> {task_id} {note}", file=sys.stderr)
 
 
 @handles_errors

@@ -30,3 +30,17 @@ def test_status_shows_small_gpu_hours_json_payload_and_a_quoted_command() -> Non
 def test_budget_left_is_never_minus_zero() -> None:
     text = budget.detail(POLICY)
     assert "left         -0.0004 h" in text and "used         0.1 h (100%)" in text
+
+
+def test_logs_end_with_why_it_ran_again_and_why_it_ended(capsys) -> None:
+    from kliqued.commands import logs
+    task = {**TASK, "state": "ended", "preemptions": 2,
+            "last_preemption": {"kind": "reclaim", "text": "reclaimed by vision",
+                                "at": "2026-11-29T09:00:00Z"},
+            "end": {"text": "failed: exit code 3: CUDA out of memory", "by": None,
+                    "message": "CUDA out of memory"}}
+    logs._ending("t-1", task)
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        "==> t-1 preempted 2x, last: reclaimed by vision",
+        "==> t-1 ended: failed: exit code 3: CUDA out of memory"]
