@@ -216,7 +216,8 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     example = document()["paths"]["/v1/workers/register"]["post"]["requestBody"]
     reg = example["content"]["application/json"]["example"]
     s.ok("POST", "/v1/workers/register", reg, token=tokens["worker"])
-    task = s.ok("POST", "/v1/tasks", {"resource": "llm-research/h100", "command": ["true"]},
+    task = s.ok("POST", "/v1/tasks", {"resource": "llm-research/h100", "command": ["true"],
+                                      "project": "evals"},
                 token=tokens["alice"], expect=201)
     s.tokens = tokens  # type: ignore[attr-defined]
     s.plausible = {"id": task["id"], "worker": reg["worker_id"],  # type: ignore
