@@ -77,7 +77,8 @@ def test_compile_summary() -> None:
     assert r.returncode == 0 and "compute resources" in r.stdout and "unreserved" in r.stdout
 
 
-@pytest.mark.parametrize("command", ["validate", "compile", "schema", "plan", "simulate"])
+@pytest.mark.parametrize("command", ["validate", "compile", "schema", "plan", "simulate",
+                                     "whoami", "resources", "events", "cancel", "status"])
 def test_every_command_has_help_with_an_example(command: str) -> None:
     r = kliqued(command, "--help")
     if r.returncode != 0 and "invalid choice" in r.stderr:
