@@ -16,11 +16,11 @@ from typing import Any
 SIGNIFICANT = 3
 
 
-def amount(value: Any, significant: int = SIGNIFICANT) -> str:
+def amount(value: Any, significant: int = SIGNIFICANT, grouped: bool = False) -> str:
     """``1234.56 -> '1235'``, ``12.345 -> '12.3'``, ``0.04 -> '0.04'``,
     ``0.000022 -> '0.000022'``, ``-0.0004 -> '-0.0004'``, ``-0.0 -> '0'``; None is ``-``.
     Text that is a number (an exact DECIMAL from the API) is read as one; other text is
-    returned as it is."""
+    returned as it is. ``grouped`` separates thousands (``12,346``) for report tables."""
     if value is None:
         return "-"
     if isinstance(value, str):
@@ -35,7 +35,7 @@ def amount(value: Any, significant: int = SIGNIFICANT) -> str:
         return "0"
     magnitude = math.floor(math.log10(abs(x)))
     decimals = max(0, significant - 1 - magnitude)
-    text = f"{x:.{decimals}f}"
+    text = f"{x:,.{decimals}f}" if grouped else f"{x:.{decimals}f}"
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text

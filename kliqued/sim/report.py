@@ -28,6 +28,7 @@ from compiler.units import milli_str
 from kliqued.engine import EstateIndex, Placement, Preemption, State
 from kliqued.engine.budget import remaining
 from kliqued.engine.periods import HOUR_MS, format_time, period_start
+from kliqued.fmt import amount
 
 if TYPE_CHECKING:
     from .trace import Trace
@@ -228,7 +229,8 @@ def _pctf(x: float | None) -> str:
 
 
 def _num(x: float) -> str:
-    return f"{x:,.1f}"
+    """GPU-hours and budget hours: the one rule for hours (kliqued/fmt.py), grouped."""
+    return amount(x, grouped=True)
 
 
 class Report:

@@ -28,3 +28,8 @@ def test_amount_is_never_minus_zero_nor_an_exponent(x: float) -> None:
 def test_percent_rounds_down() -> None:
     assert percent(0.18, 0.1) == "180%" and percent(0.8999, 1) == "89%"
     assert percent(0.9, 1) == "90%"
+
+
+def test_grouped_for_report_tables() -> None:
+    assert amount(12345.6, grouped=True) == "12,346" and amount(0.04, grouped=True) == "0.04"
+    assert amount(1234.5678, grouped=True) == "1,235"
