@@ -46,7 +46,8 @@ def register(subparsers) -> None:
                  "  kliqued dev --pool onprem-baremetal --pool onprem-k8s   # two local workers\n"
                  "  # then, in another terminal, as alice (group llm-research):\n"
                  "  export KLIQUE_URL=$(cat run/url) KLIQUE_TOKEN=$(cat run/tokens/alice.token)\n"
-                 "  kliqued submit --resource llm-research/l40s-1x -p evals -- python -c \"print('hello')\"\n"
+                 "  kliqued submit --resource llm-research/l40s-1x -p evals -- \\\n"
+                 "      python -c \"print('hello')\"\n"
                  "  kliqued logs t-01M8K8MWK70000")
     p.add_argument("--estate", metavar="DIR", default="estate",
                    help="the estate directory (default: %(default)s)")

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
 def detail(e: dict[str, Any]) -> str:
     """One line saying what the event did, from its data."""
-    d = e.get("data") if isinstance(e.get("data"), dict) else {}
+    data = e.get("data")
+    d: dict[str, Any] = data if isinstance(data, dict) else {}
     kind = e["kind"]
     if kind == "submitted":
         return f"{d.get('resource')}" + (f" project {d['project']}" if d.get("project") else "")

@@ -20,14 +20,16 @@ def register(subparsers) -> None:
                     "idempotency key. Exit 1 when the server refuses it (the message says "
                     "why).",
         examples="  kliqued submit --resource llm-research/h100 --project rlhf -- python train.py\n"
-                 "  kliqued submit --resource climate/batch --gpus 2 --label run=42 -- ./sim.sh\n"
-                 "  kliqued submit --resource vision/standard --payload '{\"notebook\": true}'\n"
-                 "  kliqued submit --resource vision/standard --json -- python eval.py")
+                 "  kliqued submit -r climate/batch -p ocean-2040 --gpus 2 --label run=42 -- ./sim.sh\n"
+                 "  kliqued submit -r vision/standard -p inspection --payload '{\"notebook\": true}'\n"
+                 "  kliqued submit -r vision/standard -p satellite --json -- python eval.py")
     p.add_argument("--resource", "-r", required=True, metavar="POLICY/PROFILE",
                    help="the compute resource, e.g. llm-research/h100")
     p.add_argument("--gpus", type=float, metavar="N",
                    help="GPUs, for profiles whose size comes from the task")
-    p.add_argument("--project", "-p", metavar="P", help="the project to record the use against")
+    p.add_argument("--project", "-p", metavar="P",
+                   help="the project to record the use against (required when the group lists "
+                        "projects; `kliqued submit` without it names them)")
     p.add_argument("--label", "-l", action="append", default=[], metavar="K=V",
                    help="a label (repeatable)")
     p.add_argument("--payload", metavar="JSON", help="a JSON payload instead of or with a "
