@@ -48,3 +48,23 @@ def test_system_packages_say_what_will_skip() -> None:
         pytest.skip("podman is found outside PATH here")
     assert "podman: the container executor's real tests" in p.stderr
     assert p.stderr.startswith("system packages: missing")
+
+
+def test_system_packages_installs_only_what_is_missing(tmp_path) -> None:
+    """As root with apt-get: one `apt-get install` of the missing packages, quiet. apt-get is
+    a stand-in here that records its arguments (the real one would install Chromium on a
+    shared machine); everything else is the script as `make test` runs it."""
+    calls = tmp_path / "calls"
+    for name, body in (("apt-get", f'echo "$*" >> {calls}'), ("id", "echo 0")):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    p = subprocess.run(["/bin/bash", "tests/setup/system-packages.sh"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60,
+                       env={"PATH": f"{tmp_path}:/nonexistent"})
+    assert p.returncode == 0 and p.stdout == ""
+    made = calls.read_text().splitlines()
+    assert made[0] == "update -qq"
+    args = made[1].split()
+    assert args[:4] == ["install", "-y", "-qq", "--no-install-recommends"]
+    assert "podman" in args[4:] and "chromium" in args[4:]  # not found on this PATH
+    assert p.stderr.startswith("installing from Debian's packages: ")
