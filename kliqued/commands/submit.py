@@ -20,8 +20,8 @@ def register(subparsers) -> None:
                     "idempotency key. Exit 1 when the server refuses it (the message says "
                     "why).",
         examples="  kliqued submit --resource llm-research/h100 --project rlhf -- python train.py\n"
-                 "  kliqued submit -r climate/batch -p ocean-2040 --gpus 2 --label run=42 -- ./sim.sh\n"
-                 "  kliqued submit -r vision/standard -p inspection --payload '{\"notebook\": true}'\n"
+                 "  kliqued submit -r climate/batch -p ocean-2040 --gpus 2 -l run=42 -- ./sim.sh\n"
+                 "  kliqued submit -r vision/standard -p inspection --payload '{\"nb\": true}'\n"
                  "  kliqued submit -r vision/standard -p satellite --json -- python eval.py")
     p.add_argument("--resource", "-r", required=True, metavar="POLICY/PROFILE",
                    help="the compute resource, e.g. llm-research/h100")

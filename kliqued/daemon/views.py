@@ -94,9 +94,9 @@ def room(d: Daemon, group: str, now: int) -> dict[str, Any]:
     idx, st = d.idx(), d.st()
     gi = idx.groups[group]
     used = st.used.get(group, 0)
-    out: dict[str, Any] = {"group": group, "used": gpus(used), "reservation": gpus(gi.reservation),
-                           "limit": gpus(gi.limit), "free": gpus(max(0, gi.limit - used)),
-                           "budget": None}
+    out: dict[str, Any] = {"group": group, "used": gpus(used),
+                           "reservation": gpus(gi.reservation), "limit": gpus(gi.limit),
+                           "free": gpus(max(0, gi.limit - used)), "budget": None}
     b = budget_status(idx, st, gi.policy, now) if gi.policy is not None else None
     if b is not None and gi.budget is not None:
         out["budget"] = {"hours": gi.budget.hours_milli / 1000, "period": b.period,

@@ -193,7 +193,8 @@ def test_group_limit_is_checked(tmp_path: Path) -> None:
     est = compile_dir(d).estate
     with pytest.raises(TraceError) as exc:
         load_trace(str(_write(tmp_path, HEADER + "a-1,0,a/any,alice,x,6,1h\n")), est)
-    assert "t.csv:2: error[trace]: gpus: gpus 6 is above the limit of group 'a' (5)" in str(exc.value)
+    assert "t.csv:2: error[trace]: gpus: gpus 6 is above the limit of group 'a' (5)" \
+        in str(exc.value)
 
 
 def test_missing_column_and_every_error_listed(tmp_path: Path, estate_dir: Path,

@@ -16,6 +16,7 @@ from kliqued.engine import SubmissionError, check_submission
 from .. import limits, views
 from ..app import ctx, read_json, reply
 from ..auth import Access
+from ..core import Daemon
 from ..errors import ApiError, bad_request, forbidden, not_found
 from ..openapi import submission_surely_valid
 from ..records import TaskRecord
@@ -44,7 +45,7 @@ def _may_filter(acc: Access, name: str, mine: frozenset[str], user: str | None,
                         "nor one of its admins")
 
 
-def _with_options(d, user: str, body: dict, exc: SubmissionError) -> str:
+def _with_options(d: Daemon, user: str, body: dict, exc: SubmissionError) -> str:
     """A resource the user may not send to names the ones they may (issue 10)."""
     cr = d.idx().resources.get(body["resource"])
     if cr is not None and user in d.idx().users.get(cr.group, ()):
