@@ -49,7 +49,7 @@ def hours(value: Any) -> str:
 def percent(part: float, whole: float) -> str:
     """``part`` of ``whole`` in whole percent, rounded down, so a threshold crossed reads at
     least its own figure (``90%`` once 90% is used, ``180%`` for a budget lowered below what
-    is already used)."""
+    is already used). A budget of 0 is all used: ``100%``."""
     if whole <= 0:
-        return "-"
+        return "100%"
     return f"{math.floor(part * 100 / whole)}%"

@@ -27,7 +27,7 @@ def test_amount_is_never_minus_zero_nor_an_exponent(x: float) -> None:
 
 def test_percent_rounds_down() -> None:
     assert percent(0.18, 0.1) == "180%" and percent(0.8999, 1) == "89%"
-    assert percent(0.9, 1) == "90%"
+    assert percent(0.9, 1) == "90%" and percent(0, 0) == "100%"  # a budget of 0 h
 
 
 def test_grouped_for_report_tables() -> None:
