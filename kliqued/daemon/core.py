@@ -531,7 +531,7 @@ class Daemon:
         idx = self.idx()
         try:
             check_submission(idx, f["resource"], f["user"], f.get("project"),
-                             f.get("gpus_milli"))
+                             f.get("gpus_milli"), require_project=True)
         except SubmissionError as exc:
             raise ApiError(422, "submission-refused", str(exc)) from None
         cr = idx.resources[f["resource"]]

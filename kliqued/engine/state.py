@@ -67,10 +67,15 @@ class SubmissionError(ValueError):
 
 
 def check_submission(index: EstateIndex, resource: str, user: str, project: str | None,
-                     gpus_milli: int | None) -> int:
+                     gpus_milli: int | None, *, require_project: bool = False) -> int:
     """The task's size in milli-GPUs, or a :class:`SubmissionError` saying why the estate does
     not accept it. The daemon's API and the simulator both call this, so the rules for who may
-    send what are written once."""
+    send what are written once.
+
+    A named project must be one of the group's projects when it lists any (scenarios.md). A
+    task may name none (organisation.md orders "tasks of no listed project last"), so the
+    engine and the simulator accept that; the daemon's API passes ``require_project`` because
+    it records use against a project (docs/decisions.md, issue 10)."""
     cr = index.resources.get(resource)
     if cr is None:
         raise SubmissionError(f"unknown compute resource {resource!r}")
@@ -78,9 +83,7 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
     if user not in users:
         raise SubmissionError(f"user {user!r} is not in the users of group {cr.group!r}")
     projects = index.projects.get(cr.group, frozenset())
-    if projects and project not in projects:
-        # estate.md: when a group lists projects, a task names one of them (its use is
-        # recorded against it); say which ones it may name.
+    if projects and project not in projects and (project is not None or require_project):
         allowed = ", ".join(sorted(projects))
         if project is None:
             raise SubmissionError(f"project required: group {cr.group!r} records its use "

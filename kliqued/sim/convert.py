@@ -20,7 +20,7 @@ The default mapping (docs/simulation.md):
 - A job of 0 GPUs goes to a 0-GPU profile of the group, else it is dropped (and counted); a
   job larger than the group's limit, or than every profile of the group, is dropped too.
 - The estate user is the group's users in turn, job by job; the project is the group's
-  first project by name when it lists any (a task must then name one of them).
+  first project by name when it lists any (as the daemon's API requires one).
 - ``--mapping FILE`` overrides this per trace user: a compute resource, a group, or
   ``{resource|group: ..., user: ...}``.
 """

@@ -160,7 +160,6 @@ BAD = [
     ("a-1,0,a/any,alice,x,9,1h", 2, "above the maximum of profile 'any' (8)"),
     ("b-1,0,b/gpu1,bob,,2,1h", 2, "has a fixed size"),
     ("a-1,0,a/any,alice,y,1,1h", 2, "project 'y'"),
-    ("a-1,0,a/any,alice,,1,1h", 2, "project: project required: group 'a'"),
     ("b-1,60,b/gpu1,bob,,,1h\nb-2,30,b/gpu1,bob,,,1h", 3, "rows out of time order"),
     ("b-1,soon,b/gpu1,bob,,,1h", 2, "unparsable time 'soon'"),
     ("b-1,2026-13-01T00:00:00Z,b/gpu1,bob,,,1h", 2, "unparsable time"),

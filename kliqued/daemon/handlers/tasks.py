@@ -86,7 +86,8 @@ async def submit(request: web.Request) -> web.Response:
               "payload": body.get("payload"), "labels": body.get("labels") or {}}
     if key is None or (p.text, key) not in d.idem:
         try:  # fail fast; the sequencer checks again against the estate of the commit
-            check_submission(d.idx(), fields["resource"], user, fields["project"], gpus)
+            check_submission(d.idx(), fields["resource"], user, fields["project"], gpus,
+                             require_project=True)
         except SubmissionError as exc:
             raise ApiError(422, "submission-refused", _with_options(d, user, body, exc)) \
                 from None
