@@ -2,8 +2,9 @@
 
 Four asyncio loops over one state (``self.records``):
 
-- lease: long-polls ``/workers/{id}/lease`` while some GPU has room and no lease is waiting
-  for GPUs; each lease is recorded on disk before anything else happens;
+- lease: long-polls ``/workers/{id}/lease`` while some GPU has room, or a CPU-only slot
+  (``--cpu-tasks``) is free, and no lease is waiting for that room; each lease is recorded
+  on disk before anything else happens;
 - heartbeat: every TTL/3, carries the tasks it runs, receives stop instructions;
 - outbox: uploads the logs, then sends the reports (started, then finished/failed/stopped)
   of every task at once in one request (``POST /workers/{id}/reports``; one request a task
@@ -61,6 +62,14 @@ class WorkerConfig:
     log_retention_s: float = 7 * 86400
     hostname: str = ""
     drain: bool = False     # on shutdown: stop and hand back every task, then deregister
+    cpu_tasks: int = 1      # CPU-only (0-GPU) tasks run at once, beside the GPU tasks
+
+
+def default_cpu_tasks() -> int:
+    """Half the machine's CPUs (at least 1): CPU-only tasks (preprocessing, evaluation)
+    start even when every GPU is busy, and the other half stays for the GPU tasks' own CPU
+    work (data loaders)."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 class Backoff:
@@ -165,9 +174,7 @@ class WorkerDaemon:
 
     def _end(self, rec: TaskRecord, event: str, exit_code=None, sig=None,
              message: str | None = None) -> None:
-        if rec.gpus and rec.state == RUNNING:
-            self.alloc.release(rec.gpus, rec.milli)
-            self.room.set()
+        self._free_room(rec)
         rec.state = ENDED
         rec.outcome = {"event": event, "exit_code": exit_code, "signal": sig,
                        "at": now_rfc3339(), "message": message}
@@ -179,6 +186,16 @@ class WorkerDaemon:
         self.outbox_wake.set()
         log.info("task %s (epoch %s) %s: exit code %s, signal %s%s", rec.task, rec.epoch,
                  event, exit_code, sig, f" ({message})" if message else "")
+
+    def _free_room(self, rec: TaskRecord) -> None:
+        """A running task is ending: its GPUs (or its CPU-only slot) are free again."""
+        if rec.state != RUNNING:
+            return
+        if rec.gpus:
+            self.alloc.release(rec.gpus, rec.milli)
+            self.room.set()
+        elif rec.milli == 0:
+            self.room.set()
 
     # startup -----------------------------------------------------------------------------
     def load(self) -> None:
@@ -279,7 +296,10 @@ class WorkerDaemon:
         command = shlex.join(lease.get("command") or []) or "(no command)"
         log.info("leased task %s (epoch %s, %s GPUs): %s", task, epoch, lease.get("gpus"),
                  command if len(command) <= 200 else command[:197] + "...")
-        if not self.alloc.fits_ever(rec.milli):
+        if rec.milli == 0 and self.cfg.cpu_tasks <= 0:
+            self._end(rec, "failed", message=f"worker {self.worker_id} runs no CPU-only "
+                      "tasks (--cpu-tasks 0)")
+        elif not self.alloc.fits_ever(rec.milli):
             self._end(rec, "failed", message=f"the task needs {lease.get('gpus')} GPUs and "
                       f"worker {self.worker_id} has {len(self.gpus)}")
 
@@ -291,6 +311,11 @@ class WorkerDaemon:
                 continue
             if rec.stop is not None:
                 self._end(rec, "stopped", message=self._stop_text(rec))
+                continue
+            if rec.milli == 0:
+                if self._cpu_running() >= self.cfg.cpu_tasks:
+                    continue  # waits for a CPU-only slot
+                self._start(rec, [])
                 continue
             gpus = self.alloc.place(rec.milli)
             if gpus is None:
@@ -312,15 +337,31 @@ class WorkerDaemon:
         self._supervise(rec)
         self.outbox_wake.set()
 
+    def _cpu_running(self) -> int:
+        """CPU-only tasks holding a slot (running, or being stopped)."""
+        return sum(r.milli == 0 and r.state == RUNNING for r in self.records.values())
+
+    def _cpu_free(self) -> int:
+        """CPU-only tasks this worker would start now: the cap less those running or leased
+        and waiting."""
+        waiting = sum(r.milli == 0 and r.state == STARTING and not r.fenced
+                      for r in self.records.values())
+        return max(0, self.cfg.cpu_tasks - self._cpu_running() - waiting)
+
     def _has_room(self) -> bool:
-        waiting = any(r.state == STARTING and not r.fenced for r in self.records.values())
-        return self.alloc.has_room() and not waiting
+        """Whether to ask for work: a GPU with room and no GPU task waiting for GPUs, or a
+        free CPU-only slot (a 0-GPU task must not wait for a GPU to free)."""
+        gpu_waiting = any(r.state == STARTING and not r.fenced and r.milli > 0
+                          for r in self.records.values())
+        return (self.alloc.has_room() and not gpu_waiting) or self._cpu_free() > 0
 
     def _lease_body(self) -> dict:
         free = self.alloc.free()
         return {"free_gpus": self.alloc.fully_free(),
                 # an extension agreed in docs/worker-protocol.md: room on shared GPUs
-                "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f]}
+                "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f],
+                # and how many CPU-only (0-GPU) tasks it starts now (--cpu-tasks)
+                "cpu_free": self._cpu_free()}
 
     async def lease_loop(self) -> None:
         backoff = Backoff(maximum=self.cfg.retry_max_s)
@@ -485,9 +526,7 @@ class WorkerDaemon:
 
     def _finish(self, rec: TaskRecord, result: Exited) -> None:
         if rec.fenced:
-            if rec.gpus and rec.state == RUNNING:
-                self.alloc.release(rec.gpus, rec.milli)
-                self.room.set()
+            self._free_room(rec)
             log.info("fenced task %s (epoch %s) is gone; forgotten", rec.task, rec.epoch)
             self._forget(rec)
             self._place_pending()
