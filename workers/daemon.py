@@ -40,6 +40,7 @@ from workers import __version__, idle
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator, to_milli
+from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
 
 log = logging.getLogger("klique.worker")
@@ -111,6 +112,20 @@ class WorkerDaemon:
         self._register_lock = asyncio.Lock()
         self._dirty: set[Path] = set()      # records written but not fsync'ed yet
         self._batch_reports = True          # the control plane has POST /workers/{id}/reports
+        # what the tasks' wrappers watch to stop orphans in time (workers/liveness.py)
+        self.liveness = Liveness(state.root)
+
+    def _contact(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` (monotonic) was answered: the control plane counts
+        its lost-worker TTL from then or later. The first one is written at once: a task
+        leased by it must never start before its wrapper can see a deadline."""
+        first = self.liveness.contact_at is None or self.liveness.ttl_s != self.ttl_s
+        self.liveness.contact(sent_at, self.ttl_s)
+        if first:
+            try:
+                self.liveness.write()
+            except OSError as exc:
+                log.warning("cannot write %s: %s", self.liveness.path, exc)
 
     # connectivity log lines --------------------------------------------------------------
     def _unreachable(self, what: str, exc: Exception, retry_in: float) -> None:
@@ -201,6 +216,9 @@ class WorkerDaemon:
     def load(self) -> None:
         """Reads the records an earlier run left; takes back the tasks that were running
         (their processes are watched by pid; their exits come from the wrapper's file)."""
+        # first of all: this process is the worker the tasks' wrappers watch now
+        self.liveness.inherit()
+        self.liveness.write()
         for rec in self.state.load_all():
             self.records[rec.key] = rec
             if rec.state == RUNNING and rec.handle is not None:
@@ -232,6 +250,7 @@ class WorkerDaemon:
             backoff = Backoff(maximum=self.cfg.retry_max_s)
             while not self.shutdown.is_set():
                 try:
+                    sent_at = time.monotonic()
                     answer = await self.client.register(self.register_body())
                     break
                 except Unreachable as exc:
@@ -248,6 +267,7 @@ class WorkerDaemon:
             self._reachable()
             self.ttl_s = float(answer.get("heartbeat_ttl_s") or self.ttl_s)
             self.poll_wait_s = float(answer.get("poll_wait_s") or self.poll_wait_s)
+            self._contact(sent_at)
             self.reconcile(answer.get("running") or [])
             log.info("registered as %s in pool %s with %d GPUs (heartbeat TTL %.0fs)",
                      self.worker_id, self.cfg.pool, len(self.gpus), self.ttl_s)
@@ -372,6 +392,7 @@ class WorkerDaemon:
                 await self._wait(self.room)
                 continue
             try:
+                sent_at = time.monotonic()
                 leases = await self.client.lease(self.worker_id, self._lease_body(),
                                                  self.poll_wait_s)
             except Unreachable as exc:
@@ -390,6 +411,7 @@ class WorkerDaemon:
                 continue
             backoff.reset()
             self._reachable()
+            self._contact(sent_at)
             for lease in leases:
                 try:
                     self.accept(lease)
@@ -412,6 +434,7 @@ class WorkerDaemon:
             await self.registered.wait()
             interval = max(self.ttl_s / 3, 0.2)
             try:
+                sent_at = time.monotonic()
                 answer = await self.client.heartbeat(self.worker_id, self.running_list(),
                                                      timeout_s=max(interval, 2.0))
             except Unreachable as exc:
@@ -427,6 +450,7 @@ class WorkerDaemon:
                 self._reachable()
                 if answer.get("ttl_s"):
                     self.ttl_s = float(answer["ttl_s"])
+                self._contact(sent_at)
                 for stop in answer.get("stop") or []:
                     self.on_stop_instruction(stop)
             await self._sleep(max(self.ttl_s / 3, 0.2))
@@ -537,6 +561,10 @@ class WorkerDaemon:
             ended = (f"exit code {result.exit_code}" if result.signal is None
                      else f"signal {result.signal}")
             self._task_log(rec, f"stopped ({ended})")
+        elif (result.message or "").startswith("worker-lost"):
+            # its wrapper stopped it because this worker was gone too long (an orphan,
+            # workers/liveness.py): lost, so that the control plane runs it again
+            event, message = "failed", result.message
         elif result.exit_code == 0 and result.signal is None:
             event, message = "finished", result.message
         else:
@@ -590,6 +618,7 @@ class WorkerDaemon:
             return
         await self._make_durable()
         try:
+            sent_at = time.monotonic()
             answers = await self.client.reports(
                 self.worker_id, [{"task": r.task, "epoch": r.epoch, **b} for r, b in items])
         except ApiError as exc:
@@ -605,6 +634,7 @@ class WorkerDaemon:
                 await self.register()
                 return
             raise Unreachable(str(exc)) from exc
+        self._contact(sent_at)
         for (rec, body), answer in zip(items, answers):
             if rec.key not in self.records or rec.fenced:
                 continue
@@ -709,6 +739,16 @@ class WorkerDaemon:
             for w in waits:
                 w.cancel()
 
+    async def liveness_loop(self) -> None:
+        """Rewrites the liveness file every second: the tasks' wrappers see this worker alive
+        (and its last contact with the control plane, from which they count)."""
+        while not self.shutdown.is_set():
+            try:
+                self.liveness.write()
+            except OSError as exc:
+                log.warning("cannot write %s: %s", self.liveness.path, exc)
+            await self._sleep(WRITE_EVERY_S)
+
     async def drain(self) -> None:
         """``--drain``: stops every task (SIGTERM, grace, SIGKILL), reports them ``stopped``
         with ``reason: "shutdown"`` (the control plane requeues them at the front without
@@ -753,7 +793,8 @@ class WorkerDaemon:
         loops = [loop.create_task(self.register(), name="register"),
                  loop.create_task(self.lease_loop(), name="lease"),
                  loop.create_task(self.heartbeat_loop(), name="heartbeat"),
-                 loop.create_task(self.outbox_loop(), name="outbox")]
+                 loop.create_task(self.outbox_loop(), name="outbox"),
+                 loop.create_task(self.liveness_loop(), name="liveness")]
         try:
             await self.shutdown.wait()
             if self.cfg.drain:

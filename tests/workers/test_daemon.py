@@ -176,6 +176,8 @@ def test_a_control_plane_that_is_down_is_waited_for(peer, worker):
 
 
 def test_a_restarted_worker_takes_its_task_back_and_reports_its_end(peer, worker, tmp_path):
+    # a TTL the restart fits in: past TTL - margin an orphan stops (tests/workers/test_orphans.py)
+    peer.ttl_s = 10.0
     w = worker("0,1")
     long = peer.submit(["sh", "-c", "echo before; sleep 2.5; echo after; exit 4"])
     short = peer.submit(["sh", "-c", "sleep 0.8; exit 0"])
