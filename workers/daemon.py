@@ -1,10 +1,10 @@
 """The worker daemon: registers, leases work, runs it, heartbeats, reports, uploads logs.
 
-Four asyncio loops over one state (``self.records``):
+Asyncio loops over one state (``self.records``):
 
-- lease: long-polls ``/workers/{id}/lease`` while some GPU has room, or a CPU-only slot
-  (``--cpu-tasks``) is free, and no lease is waiting for that room; each lease is recorded
-  on disk before anything else happens;
+- lease (two of them): long-polls ``/workers/{id}/lease`` while some GPU has room and no
+  lease is waiting for GPUs, and, in a request of its own, while a CPU-only slot
+  (``--cpu-tasks``) is free; each lease is recorded on disk before anything else happens;
 - heartbeat: every TTL/3, carries the tasks it runs, receives stop instructions;
 - outbox: uploads the logs, then sends the reports (started, then finished/failed/stopped)
   of every task at once in one request (``POST /workers/{id}/reports``; one request a task
@@ -105,6 +105,7 @@ class WorkerDaemon:
         self.poll_wait_s = 30.0
         self.registered = asyncio.Event()
         self.room = asyncio.Event()      # set when GPUs were freed or a lease placed
+        self.cpu_room = asyncio.Event()  # set when a CPU-only slot was freed
         self.outbox_wake = asyncio.Event()
         self.shutdown = asyncio.Event()
         self._down_since: float | None = None
@@ -203,14 +204,12 @@ class WorkerDaemon:
                  event, exit_code, sig, f" ({message})" if message else "")
 
     def _free_room(self, rec: TaskRecord) -> None:
-        """A running task is ending: its GPUs (or its CPU-only slot) are free again."""
-        if rec.state != RUNNING:
-            return
-        if rec.gpus:
+        """A task is ending: its GPUs (or its CPU-only slot) are free again, or it no longer
+        waits for them; the lease loop of that kind of room asks for work."""
+        if rec.state == RUNNING and rec.gpus:
             self.alloc.release(rec.gpus, rec.milli)
-            self.room.set()
-        elif rec.milli == 0:
-            self.room.set()
+        if rec.state in (RUNNING, STARTING):
+            (self.cpu_room if rec.milli == 0 else self.room).set()
 
     # startup -----------------------------------------------------------------------------
     def load(self) -> None:
@@ -273,6 +272,7 @@ class WorkerDaemon:
                      self.worker_id, self.cfg.pool, len(self.gpus), self.ttl_s)
             self.registered.set()
             self.room.set()
+            self.cpu_room.set()
             self._place_pending()
 
     def reconcile(self, running: list[dict]) -> None:
@@ -368,33 +368,45 @@ class WorkerDaemon:
                       for r in self.records.values())
         return max(0, self.cfg.cpu_tasks - self._cpu_running() - waiting)
 
-    def _has_room(self) -> bool:
-        """Whether to ask for work: a GPU with room and no GPU task waiting for GPUs, or a
-        free CPU-only slot (a 0-GPU task must not wait for a GPU to free)."""
+    def _has_gpu_room(self) -> bool:
+        """Whether to ask for GPU work: a GPU with room and no GPU task waiting for GPUs."""
         gpu_waiting = any(r.state == STARTING and not r.fenced and r.milli > 0
                           for r in self.records.values())
-        return (self.alloc.has_room() and not gpu_waiting) or self._cpu_free() > 0
+        return self.alloc.has_room() and not gpu_waiting
 
-    def _lease_body(self) -> dict:
+    def _gpu_lease_body(self) -> dict:
         free = self.alloc.free()
         return {"free_gpus": self.alloc.fully_free(),
                 # an extension agreed in docs/worker-protocol.md: room on shared GPUs
                 "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f],
-                # and how many CPU-only (0-GPU) tasks it starts now (--cpu-tasks)
-                "cpu_free": self._cpu_free()}
+                # CPU-only work comes through the other loop's requests
+                "cpu_free": 0}
 
-    async def lease_loop(self) -> None:
+    def _cpu_lease_body(self) -> dict:
+        """CPU-only slots only (--cpu-tasks): never GPU room, so that the two loops' polls,
+        held at the same time, never lease the same room twice."""
+        return {"free_gpus": [], "gpu_free": [], "cpu_free": self._cpu_free()}
+
+    async def lease_loop(self, kind: str = "gpu") -> None:
+        """Long-polls for one kind of room: GPU room, or CPU-only slots. Two loops, because
+        a held poll is never cancelled (W13) and keeps the room it was sent with: a poll for
+        CPU-only slots held while every GPU is busy must not delay the GPU work that a freed
+        GPU can take at once."""
+        if kind == "gpu":
+            has_room, room, body = self._has_gpu_room, self.room, self._gpu_lease_body
+        else:
+            has_room, room, body = (lambda: self._cpu_free() > 0), self.cpu_room, \
+                self._cpu_lease_body
         backoff = Backoff(maximum=self.cfg.retry_max_s)
         while not self.shutdown.is_set():
             await self.registered.wait()
-            if not self._has_room():
-                self.room.clear()
-                await self._wait(self.room)
+            if not has_room():
+                room.clear()
+                await self._wait(room)
                 continue
             try:
                 sent_at = time.monotonic()
-                leases = await self.client.lease(self.worker_id, self._lease_body(),
-                                                 self.poll_wait_s)
+                leases = await self.client.lease(self.worker_id, body(), self.poll_wait_s)
             except Unreachable as exc:
                 delay = backoff.next()
                 self._unreachable("lease", exc, delay)
@@ -791,7 +803,8 @@ class WorkerDaemon:
                  __version__, self.worker_id, self.cfg.pool, self.client.base, self.state.root)
         self.load()
         loops = [loop.create_task(self.register(), name="register"),
-                 loop.create_task(self.lease_loop(), name="lease"),
+                 loop.create_task(self.lease_loop("gpu"), name="lease"),
+                 loop.create_task(self.lease_loop("cpu"), name="lease cpu-only"),
                  loop.create_task(self.heartbeat_loop(), name="heartbeat"),
                  loop.create_task(self.outbox_loop(), name="outbox"),
                  loop.create_task(self.liveness_loop(), name="liveness")]

@@ -84,6 +84,26 @@ def test_cpu_only_tasks_start_while_every_gpu_is_busy_up_to_the_cap(peer, worker
     peer.wait_for(lambda: all(peer.end(t) for t in [gpu_task, *cpu]), 10, "all stopped")
 
 
+def test_a_freed_gpu_is_leased_at_once_while_a_cpu_only_poll_is_held(peer, worker):
+    """CPU-only slots keep a long poll open while every GPU is busy; it must not delay GPU
+    work: the poll for GPU room is a request of its own, sent as soon as a GPU frees."""
+    peer.poll_wait_s = 10.0
+    worker("0", extra=["--cpu-tasks", "1"])
+    first = peer.submit(["sleep", "30"])
+    peer.wait_for(lambda: "started" in peer.events(first), 10, "the GPU task started")
+    time.sleep(0.5)                      # a CPU-only poll is held now (no CPU work queued)
+    second = peer.submit(["sleep", "30"])
+    peer.stop(first, grace_s=0.2)
+    peer.wait_for(lambda: peer.end(first), 5, "the first stopped")
+    t0 = time.monotonic()
+    peer.wait_for(lambda: "started" in peer.events(second), 5, "the second started")
+    assert time.monotonic() - t0 < 2.0   # not after the held poll's 10 s
+    gpu_polls = [b for _, b, _ in peer.lease_calls if b["free_gpus"]]
+    assert gpu_polls and all(b["cpu_free"] == 0 for b in gpu_polls)
+    peer.stop(second, grace_s=0.2)
+    peer.wait_for(lambda: peer.end(second), 5, "stopped")
+
+
 def test_a_worker_without_gpus_runs_cpu_only_tasks(peer, worker):
     worker("none")
     tid = peer.submit(["sh", "-c", "echo cpu only"], gpus=0)
