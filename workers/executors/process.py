@@ -3,9 +3,10 @@
 Every command runs under ``wrapper.py`` (see there), in its own session and process group
 (``start_new_session``), so that a stop reaches the command and everything it started, and
 so that the task outlives a restart of the worker. The wrapper watches the worker's liveness
-file (workers/liveness.py) and stops an orphaned task before the control plane requeues it. The wrappers are forked by one long-lived
-``wrapper.py --serve`` (a fork server: ~1 ms a task instead of a Python start); when it
-cannot run, each task's wrapper is started as ``python -I wrapper.py`` as before.
+file (workers/liveness.py) and stops an orphaned task before the control plane requeues it.
+The wrappers are forked by one long-lived ``wrapper.py --serve`` (a fork server: ~1 ms a
+task instead of a Python start); when it cannot run, each task's wrapper is started as
+``python -I wrapper.py`` as before.
 
 A task's end is noticed at once: ``exit_waiter`` watches the wrapper's pid through a pidfd
 (``os.pidfd_open``, Linux 5.3+) on the event loop; the exit file stays the record of the

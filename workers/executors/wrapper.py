@@ -35,8 +35,8 @@ machine), more than everything else a trivial task costs. So the worker keeps on
     python -I -S wrapper.py --serve
 
 running (``ProcessExecutor``): it reads one JSON request a line on stdin (``{"exit_file",
-"command", "env", "cwd", "log"}``, optionally ``"watch"`` and ``"orphan_kill"``), forks, and the forked child becomes exactly the wrapper
-above (a session and process group of its own, stdin ``/dev/null``, stdout and stderr
+"command", "env", "cwd", "log"}``, optionally ``"watch"`` and ``"orphan_kill"``), forks,
+and the forked child becomes exactly the wrapper above (a session and process group of its own, stdin ``/dev/null``, stdout and stderr
 appended to ``log``, in ``cwd``, then ``run``: the same code as the command-line form), and
 answers ``{"pid", "start_ticks"}`` (or ``{"error"}``) on stdout. A fork of this small process
 costs about a millisecond. The wrappers do not depend on the server once forked: if the
