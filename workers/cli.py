@@ -95,6 +95,10 @@ def parser() -> argparse.ArgumentParser:
                      help="units of --k8s-fraction-resource in one GPU (time-slicing "
                           "replicas; 1 for MIG)")
     k8s.add_argument("--service-account", default=None, help="service account of the pods")
+    p.add_argument("--cpu-tasks", type=int, default=None, metavar="N",
+                   help="CPU-only (0-GPU) tasks run at once beside the GPU tasks; they start "
+                        "even when every GPU is busy; 0: none (default: half the CPUs, at "
+                        "least 1)")
     p.add_argument("--venv", default=None,
                    help="virtual env the tasks run in (default: the worker's own)")
     p.add_argument("--workdir", default=None,
@@ -122,6 +126,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.cpu_tasks is not None and args.cpu_tasks < 0:
+        print(f"klique-worker: --cpu-tasks must be 0 or more, not {args.cpu_tasks}",
+              file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("klique.worker")
@@ -129,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     private_umask()  # the state dir, records and logs: 0600 / 0700 (tasks keep the original)
 
     from workers.client import ControlPlaneClient
-    from workers.daemon import WorkerConfig, WorkerDaemon
+    from workers.daemon import WorkerConfig, WorkerDaemon, default_cpu_tasks
     from workers.executors import make_executor
     from workers.executors.k8s_manifest import K8sSettings
     from workers.gpus import Gpu, GpuDiscoveryError, discover
@@ -167,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = WorkerConfig(url=args.url, pool=args.pool, token_file=args.token_file,
                        state_dir=str(state.root), executor=args.executor, grace_s=args.grace,
                        retry_max_s=args.retry_max, log_interval_s=args.log_interval,
-                       log_retention_s=args.log_retention, drain=args.drain)
+                       log_retention_s=args.log_retention, drain=args.drain,
+                       cpu_tasks=(default_cpu_tasks() if args.cpu_tasks is None
+                                  else args.cpu_tasks))
 
     async def run() -> None:
         await WorkerDaemon(cfg, gpus, executor, state, client).run()

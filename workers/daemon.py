@@ -1,9 +1,10 @@
 """The worker daemon: registers, leases work, runs it, heartbeats, reports, uploads logs.
 
-Four asyncio loops over one state (``self.records``):
+Asyncio loops over one state (``self.records``):
 
-- lease: long-polls ``/workers/{id}/lease`` while some GPU has room and no lease is waiting
-  for GPUs; each lease is recorded on disk before anything else happens;
+- lease (two of them): long-polls ``/workers/{id}/lease`` while some GPU has room and no
+  lease is waiting for GPUs, and, in a request of its own, while a CPU-only slot
+  (``--cpu-tasks``) is free; each lease is recorded on disk before anything else happens;
 - heartbeat: every TTL/3, carries the tasks it runs, receives stop instructions;
 - outbox: uploads the logs, then sends the reports (started, then finished/failed/stopped)
   of every task at once in one request (``POST /workers/{id}/reports``; one request a task
@@ -39,6 +40,7 @@ from workers import __version__, idle
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator, to_milli
+from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
 
 log = logging.getLogger("klique.worker")
@@ -61,6 +63,14 @@ class WorkerConfig:
     log_retention_s: float = 7 * 86400
     hostname: str = ""
     drain: bool = False     # on shutdown: stop and hand back every task, then deregister
+    cpu_tasks: int = 1      # CPU-only (0-GPU) tasks run at once, beside the GPU tasks
+
+
+def default_cpu_tasks() -> int:
+    """Half the machine's CPUs (at least 1): CPU-only tasks (preprocessing, evaluation)
+    start even when every GPU is busy, and the other half stays for the GPU tasks' own CPU
+    work (data loaders)."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 class Backoff:
@@ -95,6 +105,7 @@ class WorkerDaemon:
         self.poll_wait_s = 30.0
         self.registered = asyncio.Event()
         self.room = asyncio.Event()      # set when GPUs were freed or a lease placed
+        self.cpu_room = asyncio.Event()  # set when a CPU-only slot was freed
         self.outbox_wake = asyncio.Event()
         self.shutdown = asyncio.Event()
         self._down_since: float | None = None
@@ -102,6 +113,20 @@ class WorkerDaemon:
         self._register_lock = asyncio.Lock()
         self._dirty: set[Path] = set()      # records written but not fsync'ed yet
         self._batch_reports = True          # the control plane has POST /workers/{id}/reports
+        # what the tasks' wrappers watch to stop orphans in time (workers/liveness.py)
+        self.liveness = Liveness(state.root)
+
+    def _contact(self, sent_at: float) -> None:
+        """A request sent at ``sent_at`` (monotonic) was answered: the control plane counts
+        its lost-worker TTL from then or later. The first one is written at once: a task
+        leased by it must never start before its wrapper can see a deadline."""
+        first = self.liveness.contact_at is None or self.liveness.ttl_s != self.ttl_s
+        self.liveness.contact(sent_at, self.ttl_s)
+        if first:
+            try:
+                self.liveness.write()
+            except OSError as exc:
+                log.warning("cannot write %s: %s", self.liveness.path, exc)
 
     # connectivity log lines --------------------------------------------------------------
     def _unreachable(self, what: str, exc: Exception, retry_in: float) -> None:
@@ -165,9 +190,7 @@ class WorkerDaemon:
 
     def _end(self, rec: TaskRecord, event: str, exit_code=None, sig=None,
              message: str | None = None) -> None:
-        if rec.gpus and rec.state == RUNNING:
-            self.alloc.release(rec.gpus, rec.milli)
-            self.room.set()
+        self._free_room(rec)
         rec.state = ENDED
         rec.outcome = {"event": event, "exit_code": exit_code, "signal": sig,
                        "at": now_rfc3339(), "message": message}
@@ -180,10 +203,21 @@ class WorkerDaemon:
         log.info("task %s (epoch %s) %s: exit code %s, signal %s%s", rec.task, rec.epoch,
                  event, exit_code, sig, f" ({message})" if message else "")
 
+    def _free_room(self, rec: TaskRecord) -> None:
+        """A task is ending: its GPUs (or its CPU-only slot) are free again, or it no longer
+        waits for them; the lease loop of that kind of room asks for work."""
+        if rec.state == RUNNING and rec.gpus:
+            self.alloc.release(rec.gpus, rec.milli)
+        if rec.state in (RUNNING, STARTING):
+            (self.cpu_room if rec.milli == 0 else self.room).set()
+
     # startup -----------------------------------------------------------------------------
     def load(self) -> None:
         """Reads the records an earlier run left; takes back the tasks that were running
         (their processes are watched by pid; their exits come from the wrapper's file)."""
+        # first of all: this process is the worker the tasks' wrappers watch now
+        self.liveness.inherit()
+        self.liveness.write()
         for rec in self.state.load_all():
             self.records[rec.key] = rec
             if rec.state == RUNNING and rec.handle is not None:
@@ -215,6 +249,7 @@ class WorkerDaemon:
             backoff = Backoff(maximum=self.cfg.retry_max_s)
             while not self.shutdown.is_set():
                 try:
+                    sent_at = time.monotonic()
                     answer = await self.client.register(self.register_body())
                     break
                 except Unreachable as exc:
@@ -231,11 +266,13 @@ class WorkerDaemon:
             self._reachable()
             self.ttl_s = float(answer.get("heartbeat_ttl_s") or self.ttl_s)
             self.poll_wait_s = float(answer.get("poll_wait_s") or self.poll_wait_s)
+            self._contact(sent_at)
             self.reconcile(answer.get("running") or [])
             log.info("registered as %s in pool %s with %d GPUs (heartbeat TTL %.0fs)",
                      self.worker_id, self.cfg.pool, len(self.gpus), self.ttl_s)
             self.registered.set()
             self.room.set()
+            self.cpu_room.set()
             self._place_pending()
 
     def reconcile(self, running: list[dict]) -> None:
@@ -279,7 +316,10 @@ class WorkerDaemon:
         command = shlex.join(lease.get("command") or []) or "(no command)"
         log.info("leased task %s (epoch %s, %s GPUs): %s", task, epoch, lease.get("gpus"),
                  command if len(command) <= 200 else command[:197] + "...")
-        if not self.alloc.fits_ever(rec.milli):
+        if rec.milli == 0 and self.cfg.cpu_tasks <= 0:
+            self._end(rec, "failed", message=f"worker {self.worker_id} runs no CPU-only "
+                      "tasks (--cpu-tasks 0)")
+        elif not self.alloc.fits_ever(rec.milli):
             self._end(rec, "failed", message=f"the task needs {lease.get('gpus')} GPUs and "
                       f"worker {self.worker_id} has {len(self.gpus)}")
 
@@ -291,6 +331,11 @@ class WorkerDaemon:
                 continue
             if rec.stop is not None:
                 self._end(rec, "stopped", message=self._stop_text(rec))
+                continue
+            if rec.milli == 0:
+                if self._cpu_running() >= self.cfg.cpu_tasks:
+                    continue  # waits for a CPU-only slot
+                self._start(rec, [])
                 continue
             gpus = self.alloc.place(rec.milli)
             if gpus is None:
@@ -312,27 +357,56 @@ class WorkerDaemon:
         self._supervise(rec)
         self.outbox_wake.set()
 
-    def _has_room(self) -> bool:
-        waiting = any(r.state == STARTING and not r.fenced for r in self.records.values())
-        return self.alloc.has_room() and not waiting
+    def _cpu_running(self) -> int:
+        """CPU-only tasks holding a slot (running, or being stopped)."""
+        return sum(r.milli == 0 and r.state == RUNNING for r in self.records.values())
 
-    def _lease_body(self) -> dict:
+    def _cpu_free(self) -> int:
+        """CPU-only tasks this worker would start now: the cap less those running or leased
+        and waiting."""
+        waiting = sum(r.milli == 0 and r.state == STARTING and not r.fenced
+                      for r in self.records.values())
+        return max(0, self.cfg.cpu_tasks - self._cpu_running() - waiting)
+
+    def _has_gpu_room(self) -> bool:
+        """Whether to ask for GPU work: a GPU with room and no GPU task waiting for GPUs."""
+        gpu_waiting = any(r.state == STARTING and not r.fenced and r.milli > 0
+                          for r in self.records.values())
+        return self.alloc.has_room() and not gpu_waiting
+
+    def _gpu_lease_body(self) -> dict:
         free = self.alloc.free()
         return {"free_gpus": self.alloc.fully_free(),
                 # an extension agreed in docs/worker-protocol.md: room on shared GPUs
-                "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f]}
+                "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f],
+                # CPU-only work comes through the other loop's requests
+                "cpu_free": 0}
 
-    async def lease_loop(self) -> None:
+    def _cpu_lease_body(self) -> dict:
+        """CPU-only slots only (--cpu-tasks): never GPU room, so that the two loops' polls,
+        held at the same time, never lease the same room twice."""
+        return {"free_gpus": [], "gpu_free": [], "cpu_free": self._cpu_free()}
+
+    async def lease_loop(self, kind: str = "gpu") -> None:
+        """Long-polls for one kind of room: GPU room, or CPU-only slots. Two loops, because
+        a held poll is never cancelled (W13) and keeps the room it was sent with: a poll for
+        CPU-only slots held while every GPU is busy must not delay the GPU work that a freed
+        GPU can take at once."""
+        if kind == "gpu":
+            has_room, room, body = self._has_gpu_room, self.room, self._gpu_lease_body
+        else:
+            has_room, room, body = (lambda: self._cpu_free() > 0), self.cpu_room, \
+                self._cpu_lease_body
         backoff = Backoff(maximum=self.cfg.retry_max_s)
         while not self.shutdown.is_set():
             await self.registered.wait()
-            if not self._has_room():
-                self.room.clear()
-                await self._wait(self.room)
+            if not has_room():
+                room.clear()
+                await self._wait(room)
                 continue
             try:
-                leases = await self.client.lease(self.worker_id, self._lease_body(),
-                                                 self.poll_wait_s)
+                sent_at = time.monotonic()
+                leases = await self.client.lease(self.worker_id, body(), self.poll_wait_s)
             except Unreachable as exc:
                 delay = backoff.next()
                 self._unreachable("lease", exc, delay)
@@ -349,6 +423,7 @@ class WorkerDaemon:
                 continue
             backoff.reset()
             self._reachable()
+            self._contact(sent_at)
             for lease in leases:
                 try:
                     self.accept(lease)
@@ -371,6 +446,7 @@ class WorkerDaemon:
             await self.registered.wait()
             interval = max(self.ttl_s / 3, 0.2)
             try:
+                sent_at = time.monotonic()
                 answer = await self.client.heartbeat(self.worker_id, self.running_list(),
                                                      timeout_s=max(interval, 2.0))
             except Unreachable as exc:
@@ -386,6 +462,7 @@ class WorkerDaemon:
                 self._reachable()
                 if answer.get("ttl_s"):
                     self.ttl_s = float(answer["ttl_s"])
+                self._contact(sent_at)
                 for stop in answer.get("stop") or []:
                     self.on_stop_instruction(stop)
             await self._sleep(max(self.ttl_s / 3, 0.2))
@@ -485,9 +562,7 @@ class WorkerDaemon:
 
     def _finish(self, rec: TaskRecord, result: Exited) -> None:
         if rec.fenced:
-            if rec.gpus and rec.state == RUNNING:
-                self.alloc.release(rec.gpus, rec.milli)
-                self.room.set()
+            self._free_room(rec)
             log.info("fenced task %s (epoch %s) is gone; forgotten", rec.task, rec.epoch)
             self._forget(rec)
             self._place_pending()
@@ -498,6 +573,10 @@ class WorkerDaemon:
             ended = (f"exit code {result.exit_code}" if result.signal is None
                      else f"signal {result.signal}")
             self._task_log(rec, f"stopped ({ended})")
+        elif (result.message or "").startswith("worker-lost"):
+            # its wrapper stopped it because this worker was gone too long (an orphan,
+            # workers/liveness.py): lost, so that the control plane runs it again
+            event, message = "failed", result.message
         elif result.exit_code == 0 and result.signal is None:
             event, message = "finished", result.message
         else:
@@ -551,6 +630,7 @@ class WorkerDaemon:
             return
         await self._make_durable()
         try:
+            sent_at = time.monotonic()
             answers = await self.client.reports(
                 self.worker_id, [{"task": r.task, "epoch": r.epoch, **b} for r, b in items])
         except ApiError as exc:
@@ -566,6 +646,7 @@ class WorkerDaemon:
                 await self.register()
                 return
             raise Unreachable(str(exc)) from exc
+        self._contact(sent_at)
         for (rec, body), answer in zip(items, answers):
             if rec.key not in self.records or rec.fenced:
                 continue
@@ -670,6 +751,16 @@ class WorkerDaemon:
             for w in waits:
                 w.cancel()
 
+    async def liveness_loop(self) -> None:
+        """Rewrites the liveness file every second: the tasks' wrappers see this worker alive
+        (and its last contact with the control plane, from which they count)."""
+        while not self.shutdown.is_set():
+            try:
+                self.liveness.write()
+            except OSError as exc:
+                log.warning("cannot write %s: %s", self.liveness.path, exc)
+            await self._sleep(WRITE_EVERY_S)
+
     async def drain(self) -> None:
         """``--drain``: stops every task (SIGTERM, grace, SIGKILL), reports them ``stopped``
         with ``reason: "shutdown"`` (the control plane requeues them at the front without
@@ -712,9 +803,11 @@ class WorkerDaemon:
                  __version__, self.worker_id, self.cfg.pool, self.client.base, self.state.root)
         self.load()
         loops = [loop.create_task(self.register(), name="register"),
-                 loop.create_task(self.lease_loop(), name="lease"),
+                 loop.create_task(self.lease_loop("gpu"), name="lease"),
+                 loop.create_task(self.lease_loop("cpu"), name="lease cpu-only"),
                  loop.create_task(self.heartbeat_loop(), name="heartbeat"),
-                 loop.create_task(self.outbox_loop(), name="outbox")]
+                 loop.create_task(self.outbox_loop(), name="outbox"),
+                 loop.create_task(self.liveness_loop(), name="liveness")]
         try:
             await self.shutdown.wait()
             if self.cfg.drain:

@@ -84,6 +84,26 @@ class RolloutResult:
         return sum(h.changed for h in self.hosts.values())
 
 
+def failure_text(res: dict, limit: int = 20) -> list[str]:
+    """Why a task failed, from its result: the module's ``msg``, then what the command
+    printed (``stderr``, else ``stdout``: a ``command`` task's msg is only "non-zero return
+    code"), then the failed items of a loop; the last ``limit`` lines of each."""
+    lines: list[str] = []
+
+    def add(text: object) -> None:
+        text = str(text or "").strip()
+        if text and text not in lines:
+            lines.extend(text.splitlines()[-limit:])
+    add(res.get("msg"))
+    if res.get("rc") not in (None, 0) or res.get("stderr") or res.get("module_stderr"):
+        add(res.get("stderr") or res.get("module_stderr") or res.get("stdout"))
+    for item in res.get("results") or []:
+        if isinstance(item, dict) and item.get("failed"):
+            add(f"item {item.get('item')!r}: {item.get('msg') or ''}".rstrip(": "))
+            add(item.get("stderr"))
+    return lines or ["(ansible gave no reason)"]
+
+
 def _progress(out: Callable[[str], None], verbose: bool):
     """ansible-runner's event handler: one line per host and task as results arrive."""
     width = [12]
@@ -100,9 +120,11 @@ def _progress(out: Callable[[str], None], verbose: bool):
         if kind == "runner_on_ok":
             say(host, task, "changed" if res.get("changed") else "ok")
         elif kind == "runner_on_failed":
-            msg = res.get("msg") or res.get("stderr") or ""
+            first, *rest = failure_text(res)
             ignored = " (ignored)" if data.get("ignore_errors") else ""
-            say(host, f"{task}: {str(msg).strip()[:500]}{ignored}", "FAILED")
+            say(host, f"{task}: {first[:500]}{ignored}", "FAILED")
+            for line in rest:   # the reason, indented under the host's line
+                out(f"{' ' * (width[0] + 11)}{line[:500]}")
         elif kind == "runner_on_unreachable":
             say(host, f"{task}: {str(res.get('msg', '')).strip()[:500]}", "UNREACH")
         elif kind == "runner_retry":

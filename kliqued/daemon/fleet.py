@@ -116,6 +116,8 @@ def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | Non
         return []
     ov = ov or Overlay()
     whole, shared = room(body)
+    # CPU-only tasks the worker starts now (its --cpu-tasks); absent: no limit (older workers)
+    cpu_free = body.get("cpu_free")
     out: list[TaskRecord] = []
     for n, tid in enumerate(waiting):
         if n >= SCAN or len(out) >= MAX_LEASES:
@@ -124,6 +126,10 @@ def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | Non
         if rec is None or rec.state != "placed" or tid in ov.leased or tid in ov.ended \
                 or tid in ov.requeued or _stopping(rec, ov):
             continue
+        if not rec.size and cpu_free is not None:
+            if cpu_free <= 0:
+                continue
+            cpu_free -= 1
         ok, whole, shared = gpu_fits(rec.size or 0, whole, shared)
         if ok:
             out.append(rec)

@@ -260,7 +260,10 @@ SCHEMAS: dict[str, Any] = {
                      "items": _obj({"index": {"type": "integer", "minimum": 0},
                                     "free": {"type": "number", "minimum": 0,
                                              "maximum": 1}}, extra=True),
-                     "description": "room on every GPU with room (fractions)"}},
+                     "description": "room on every GPU with room (fractions)"},
+        "cpu_free": {"type": "integer", "minimum": 0, "maximum": 1000000,
+                     "description": "CPU-only (0-GPU) tasks the worker starts now; absent: "
+                                    "no limit"}},
         required=["free_gpus"], extra=True),
     "Lease": _obj({
         "task": {"type": "string"}, "epoch": {"type": "integer", "minimum": 1},

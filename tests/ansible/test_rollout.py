@@ -146,3 +146,69 @@ def test_failed_host_exits_1(site, tmp_path):
                   out=lines.append)
     assert not res.ok and res.hosts["localhost"].failed == 1
     assert any("FAILED" in line and "virtual env" in line for line in lines), lines
+
+
+def test_the_reason_of_a_failed_task_is_printed():
+    """Issue 10, bug 3: a failed command's line said only "non-zero return code"."""
+    from workers.rollout import failure_text
+    res = {"msg": "non-zero return code", "rc": 1, "stdout": "",
+           "stderr": "klique-worker did not start; the end of /x/klique-worker.log:\n"
+                     "klique-worker: --gpus [0, 1]: not a list of GPU indices"}
+    assert failure_text(res) == ["non-zero return code",
+                                 "klique-worker did not start; the end of /x/klique-worker.log:",
+                                 "klique-worker: --gpus [0, 1]: not a list of GPU indices"]
+    loop = {"msg": "One or more items failed", "results": [
+        {"item": "a", "failed": False}, {"item": "b", "failed": True, "msg": "mkdir: denied"}]}
+    assert failure_text(loop) == ["One or more items failed", "item 'b': mkdir: denied"]
+    assert failure_text({}) == ["(ansible gave no reason)"]
+
+
+@pytest.mark.parametrize("form", ["ini", "yaml"])
+def test_gpus_from_an_ini_or_yaml_inventory_change_nothing(site, form, tmp_path):
+    """Issue 10, bug 3: `host klique_gpus=0,1` in an INI inventory (read as a list by
+    Ansible) wrote KLIQUE_WORKER_GPUS=[0, 1] and the worker did not start. Both forms give
+    the flag the first run wrote from `-e klique_gpus=0,1`: nothing changes."""
+    if form == "ini":
+        inv = tmp_path / "hosts.ini"
+        inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter="
+                       f"{sys.executable} klique_gpus=0,1\n")
+    else:
+        inv = tmp_path / "hosts.yml"
+        inv.write_text(f"all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                       f"      ansible_python_interpreter: {sys.executable}\n"
+                       f"      klique_gpus: [0, 1]\n")
+    extra = {k: v for k, v in site["extra"].items() if k != "klique_gpus"}
+    lines: list[str] = []
+    res = rollout(inv, POOL, site["srv"].url, site["token"], prefix=str(site["prefix"]),
+                  package=site["wheel"], extravars=extra, out=lines.append)
+    assert res.ok and res.changed == 0, "\n".join(lines)
+    assert "KLIQUE_WORKER_GPUS=0,1\n" in (site["prefix"] / "etc" / "worker.env").read_text()
+
+
+def test_bad_gpus_in_an_inventory_are_refused_with_the_variable_named(site, tmp_path):
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter="
+                   f"{sys.executable} klique_gpus=0;1\n")
+    extra = {k: v for k, v in site["extra"].items() if k != "klique_gpus"}
+    lines: list[str] = []
+    res = rollout(inv, POOL, site["srv"].url, site["token"], prefix=str(site["prefix"]),
+                  package=site["wheel"], extravars=extra, out=lines.append)
+    assert not res.ok
+    out = "\n".join(lines)
+    assert "FAILED   check klique_gpus: klique_gpus must be auto, none or GPU indices" in out
+    assert "not 0;1" in out
+
+
+def test_zz_a_worker_that_does_not_start_says_why(site):
+    """Last in this module: it leaves the worker stopped. The failing task's line is
+    followed by the worker's own error (issue 10, bug 3: no reason, even with -v)."""
+    extra = dict(site["extra"], klique_worker_args="--cpu-tasks -1")
+    lines: list[str] = []
+    res = rollout(site["inventory"], POOL, site["srv"].url, site["token"],
+                  prefix=str(site["prefix"]), package=site["wheel"], extravars=extra,
+                  out=lines.append)
+    out = "\n".join(lines)
+    assert not res.ok and res.hosts["localhost"].failed >= 1, out
+    assert "FAILED   restart klique-worker (pid file): non-zero return code" in out, out
+    assert "klique-worker did not start" in out
+    assert "klique-worker: --cpu-tasks must be 0 or more, not -1" in out

@@ -301,7 +301,9 @@ def test_kill_9_of_a_worker_requeues_its_tasks_and_fences_the_old_copies(fs, rea
              "the new copy")
 
 
-@pytest.mark.worker_ttl("10s")  # a restart on a loaded machine can take more than 1.5 s
+# A restart on a loaded machine can take more than 1.5 s, and an orphan stops at TTL - margin
+# after the worker's last contact (workers/liveness.py): 0.75 s with a 1.5 s TTL.
+@pytest.mark.worker_ttl("10s")
 def test_a_worker_restart_loses_nothing(fs, real, tmp_path) -> None:
     w = real(gpus="0")
     tid = fs.submit(fs.erin, "team-b/one", [PY, "-c", "import time; print('a', flush=True); "

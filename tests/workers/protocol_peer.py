@@ -199,13 +199,19 @@ class ProtocolPeer:
         whole = len(body.get("free_gpus") or [])
         shared = sorted((round(g["free"] * MILLI) for g in body.get("gpu_free") or []),
                         reverse=True)
+        cpu_free = body.get("cpu_free")     # CPU-only tasks it still starts (None: any)
         leases = []
         with self.lock:
             for t in self.tasks.values():
                 if t.state != "queued":
                     continue
                 milli = round(t.gpus * MILLI)
-                if milli >= MILLI:
+                if milli == 0:
+                    if cpu_free is not None:
+                        if cpu_free <= 0:
+                            continue
+                        cpu_free -= 1
+                elif milli >= MILLI:
                     n = -(-milli // MILLI)
                     if n > whole:
                         continue

@@ -208,3 +208,34 @@ def test_podman_task_is_taken_back_after_a_restart(podman, image, tmp_path):
     assert asyncio.run(wait_exit(again, h2)).exit_code == 6
     if h.popen is not None:
         h.popen.wait(5)   # reap the first executor's child
+
+
+def test_podman_container_of_a_gone_worker_is_killed_before_the_requeue(podman, tmp_path):
+    """Orphans (issue 9, finding 11): the worker is gone (a dead pid in its liveness file)
+    and its deadlines pass: the container, which ignores SIGTERM, is killed by name before
+    `kill_at` (``--orphan-kill``), and ``--rm`` removes it."""
+    import json
+    from workers.liveness import path_in
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    log = tmp_path / "o.log"
+    h = podman.start(lease("ptest-orphan", ["sh", "-c", "trap '' TERM; echo ready; sleep 30"]),
+                     [0], log)
+    wait_log(log, "ready")
+    now = time.monotonic()
+    watch = path_in(tmp_path / "state")
+    watch.write_text(json.dumps({"pid": dead.pid, "alive_at": now, "contact_at": now - 5,
+                                 "ttl_s": 6, "term_at": now + 0.5, "kill_at": now + 1.5}))
+    r = asyncio.run(wait_exit(podman, h, timeout=15))
+    assert time.monotonic() - now < 8
+    assert r.message and r.message.startswith("worker-lost:"), r
+    names = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"],
+                           capture_output=True, text=True).stdout.split()
+    assert "klique-ptest-orphan-3" not in names
+
+
+def test_an_orphans_message_survives_the_exit_code_translation(tmp_path):
+    ex = ContainerExecutor(tmp_path, runtime="docker", image="x")
+    h = ContainerHandle(pid=1, pgid=1, start_ticks=None, exit_path="x", name="n")
+    r = ex._translate(h, Exited(143, None, "worker-lost: its worker (pid 9) is gone"))
+    assert (r.signal, r.message) == ("SIGTERM", "worker-lost: its worker (pid 9) is gone")

@@ -33,7 +33,7 @@ def test_a_task_runs_end_to_end_with_its_log_and_reports(peer, worker):
 
 def test_long_poll_leases_at_once_and_only_with_free_gpus(peer, worker):
     peer.poll_wait_s = 10.0                  # a poll is held up to 10 s
-    worker("0")
+    worker("0", extra=["--cpu-tasks", "0"])  # GPU work only (CPU-only work: the next test)
     peer.wait_for(lambda: peer.lease_calls, 10, "first long-poll")
     time.sleep(1.0)
     assert len(peer.lease_calls) == 1        # one poll held open: no busy polling
@@ -52,6 +52,63 @@ def test_long_poll_leases_at_once_and_only_with_free_gpus(peer, worker):
     peer.wait_for(lambda: peer.end(tid), 5, "stopped")
     assert peer.end(tid)["event"] == "stopped"
     peer.wait_for(lambda: len(peer.lease_calls) > calls, 5, "polling again once free")
+
+
+def test_cpu_only_tasks_start_while_every_gpu_is_busy_up_to_the_cap(peer, worker, tmp_path):
+    """Issue 10, bug 2: a 0-GPU task placed on a full pool started only once a GPU freed."""
+    peer.poll_wait_s = 10.0
+    worker("0", extra=["--cpu-tasks", "2"])
+    gpu_task = peer.submit(["sleep", "30"])
+    peer.wait_for(lambda: "started" in peer.events(gpu_task), 10, "the GPU task started")
+    out = tmp_path / "cpu"
+    out.mkdir()
+    script = f"import os, time; open('{out}/' + os.environ['KLIQUE_TASK_ID'], 'w').write(" \
+             "os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(30)"
+    cpu = [peer.submit([PY, "-c", script], gpus=0) for _ in range(3)]
+    wait_until(lambda: len(list(out.iterdir())) == 2, 10, "two CPU-only tasks running")
+    time.sleep(0.5)
+    assert sorted(p.name for p in out.iterdir()) == cpu[:2]   # the cap: 2 at a time
+    assert all(p.read_text() == "" for p in out.iterdir())    # no GPU for them
+    assert peer.tasks[cpu[2]].state == "queued"    # never leased beyond the cap
+    # it asked with its GPU busy and its free CPU-only slots, and asks no more while all are
+    # taken
+    last = peer.lease_calls[-1][1]
+    assert last["free_gpus"] == last["gpu_free"] == [] and last["cpu_free"] in (1, 2)
+    calls = len(peer.lease_calls)
+    time.sleep(0.5)
+    assert len(peer.lease_calls) == calls
+    peer.stop(cpu[0], grace_s=0.2)
+    wait_until(lambda: (out / cpu[2]).exists(), 10, "the third once a CPU slot freed")
+    for t in [gpu_task, *cpu[1:]]:
+        peer.stop(t, grace_s=0.2)
+    peer.wait_for(lambda: all(peer.end(t) for t in [gpu_task, *cpu]), 10, "all stopped")
+
+
+def test_a_freed_gpu_is_leased_at_once_while_a_cpu_only_poll_is_held(peer, worker):
+    """CPU-only slots keep a long poll open while every GPU is busy; it must not delay GPU
+    work: the poll for GPU room is a request of its own, sent as soon as a GPU frees."""
+    peer.poll_wait_s = 10.0
+    worker("0", extra=["--cpu-tasks", "1"])
+    first = peer.submit(["sleep", "30"])
+    peer.wait_for(lambda: "started" in peer.events(first), 10, "the GPU task started")
+    time.sleep(0.5)                      # a CPU-only poll is held now (no CPU work queued)
+    second = peer.submit(["sleep", "30"])
+    peer.stop(first, grace_s=0.2)
+    peer.wait_for(lambda: peer.end(first), 5, "the first stopped")
+    t0 = time.monotonic()
+    peer.wait_for(lambda: "started" in peer.events(second), 5, "the second started")
+    assert time.monotonic() - t0 < 2.0   # not after the held poll's 10 s
+    gpu_polls = [b for _, b, _ in peer.lease_calls if b["free_gpus"]]
+    assert gpu_polls and all(b["cpu_free"] == 0 for b in gpu_polls)
+    peer.stop(second, grace_s=0.2)
+    peer.wait_for(lambda: peer.end(second), 5, "stopped")
+
+
+def test_a_worker_without_gpus_runs_cpu_only_tasks(peer, worker):
+    worker("none")
+    tid = peer.submit(["sh", "-c", "echo cpu only"], gpus=0)
+    end = peer.wait_for(lambda: peer.end(tid), 10, "finished")
+    assert end["event"] == "finished" and peer.log(tid) == b"cpu only\n"
 
 
 def test_fractions_share_one_gpu_up_to_one_gpu_worth(peer, worker, tmp_path):
@@ -139,6 +196,8 @@ def test_a_control_plane_that_is_down_is_waited_for(peer, worker):
 
 
 def test_a_restarted_worker_takes_its_task_back_and_reports_its_end(peer, worker, tmp_path):
+    # a TTL the restart fits in: past TTL - margin an orphan stops (tests/workers/test_orphans.py)
+    peer.ttl_s = 10.0
     w = worker("0,1")
     long = peer.submit(["sh", "-c", "echo before; sleep 2.5; echo after; exit 4"])
     short = peer.submit(["sh", "-c", "sleep 0.8; exit 0"])

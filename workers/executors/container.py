@@ -17,6 +17,9 @@ docker-compatible CLI.
   that they never show in `ps`).
 - Stop: `docker stop -t GRACE NAME` (SIGTERM to the container's PID 1, SIGKILL after the
   grace); an exit code 128+N is reported as signal N.
+- Orphans (the worker gone longer than the control plane waits, workers/liveness.py): the
+  wrapper's SIGTERM reaches the container through the attached client (`--sig-proxy`, the
+  default), and before the SIGKILL the wrapper runs `docker kill NAME`.
 - Image: the lease's `image` (or `payload.image`), else the worker's `--image`.
 """
 
@@ -168,6 +171,11 @@ class ContainerExecutor(ProcessExecutor):
 
     _client_env: dict | None = None
 
+    def orphan_kill(self, lease: dict) -> list[str] | None:
+        """The container is not in the wrapper's process group (the daemon runs it): an
+        orphan's wrapper kills it by name (``--rm`` then removes it)."""
+        return [self.cli, "kill", container_name(str(lease["task"]), int(lease["epoch"]))]
+
     def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
         if self._client_env is not None:
             return self._client_env
@@ -186,6 +194,11 @@ class ContainerExecutor(ProcessExecutor):
 
     def _translate(self, h: ContainerHandle, r: Exited) -> Exited:
         code = r.exit_code
+        if (r.message or "").startswith("worker-lost"):
+            # stopped as an orphan (workers/liveness.py): the message says so, whatever the
+            # exit code, so that the task is requeued rather than failed
+            return Exited(None, SIGNAL_EXITS[code], r.message) if code in SIGNAL_EXITS \
+                and r.signal is None else r
         if code in SIGNAL_EXITS and r.signal is None:
             hint = ""
             if code == 137 and not h.stopped:

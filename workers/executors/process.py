@@ -2,9 +2,11 @@
 
 Every command runs under ``wrapper.py`` (see there), in its own session and process group
 (``start_new_session``), so that a stop reaches the command and everything it started, and
-so that the task outlives a restart of the worker. The wrappers are forked by one long-lived
-``wrapper.py --serve`` (a fork server: ~1 ms a task instead of a Python start); when it
-cannot run, each task's wrapper is started as ``python -I wrapper.py`` as before.
+so that the task outlives a restart of the worker. The wrapper watches the worker's liveness
+file (workers/liveness.py) and stops an orphaned task before the control plane requeues it.
+The wrappers are forked by one long-lived ``wrapper.py --serve`` (a fork server: ~1 ms a
+task instead of a Python start); when it cannot run, each task's wrapper is started as
+``python -I wrapper.py`` as before.
 
 A task's end is noticed at once: ``exit_waiter`` watches the wrapper's pid through a pidfd
 (``os.pidfd_open``, Linux 5.3+) on the event loop; the exit file stays the record of the
@@ -33,6 +35,7 @@ from workers.executors.base import (RUNNING, Executor, Exited, Handle, Running, 
                                     klique_env)
 from kliqued.filemodes import open_private, original_umask
 from workers.gpus import Gpu, memory_cap_env, to_milli
+from workers.liveness import path_in as liveness_path
 
 WRAPPER = str(Path(__file__).with_name("wrapper.py"))
 POLL_S = 0.05
@@ -176,6 +179,14 @@ class ProcessExecutor(Executor):
         self.base_env = dict(base_env if base_env is not None else os.environ)
         self.use_fork_server = use_fork_server
         self.fork_server = ForkServer()
+        # the worker's liveness file: each wrapper stops its task once the worker is gone
+        # for longer than the control plane waits before requeueing it (workers/liveness.py)
+        self.watch = str(liveness_path(state_dir))
+
+    def orphan_kill(self, lease: dict) -> list[str] | None:
+        """A command the wrapper of an orphaned task runs before its SIGKILL, for what is
+        not in its process group (a container); None for a plain process."""
+        return None
 
     # environment -------------------------------------------------------------------------
     def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
@@ -206,11 +217,13 @@ class ProcessExecutor(Executor):
         exit_path.unlink(missing_ok=True)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         env = self.environment(lease, gpu_indices)
+        orphan_kill = self.orphan_kill(lease)
         if self.use_fork_server and self.fork_server.broken is None:
             try:
                 answer = self.fork_server.spawn({
                     "exit_file": str(exit_path), "command": command, "env": env,
-                    "cwd": self.workdir, "log": str(log_path)})
+                    "cwd": self.workdir, "log": str(log_path), "watch": self.watch,
+                    "orphan_kill": orphan_kill})
             except (OSError, ValueError) as exc:
                 self.fork_server.broken = str(exc)
                 _log.warning("the wrappers' fork server cannot run (%s): every task's wrapper "
@@ -224,7 +237,9 @@ class ProcessExecutor(Executor):
         with open(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             try:
                 popen = subprocess.Popen(
-                    [sys.executable, "-I", WRAPPER, str(exit_path), "--", *command],
+                    [sys.executable, "-I", WRAPPER, str(exit_path), "--watch", self.watch,
+                     *(["--orphan-kill", json.dumps(orphan_kill)] if orphan_kill else []),
+                     "--", *command],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, close_fds=True, cwd=self.workdir, env=env,
                     umask=original_umask())

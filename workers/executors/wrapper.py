@@ -1,6 +1,6 @@
 """The tiny wrapper every task command runs under.
 
-    python -I wrapper.py EXIT_FILE -- COMMAND [ARGS...]
+    python -I wrapper.py EXIT_FILE [--watch WORKER_FILE [--orphan-kill JSON]] -- COMMAND...
 
 It starts COMMAND as its child (same process group, same stdout/stderr: the task's log),
 waits for it and writes its end to EXIT_FILE atomically:
@@ -17,6 +17,17 @@ so that it stays to record the exit. It installs Python handlers rather than SIG
 command starts with default dispositions. Standard library only, run with ``-I`` so that
 neither the task's environment (PYTHONPATH, ...) nor its virtual env can break it.
 
+**Orphans.** With ``--watch WORKER_FILE`` (the worker's liveness file, workers/liveness.py)
+a thread of the wrapper watches its worker. While the worker runs (its pid, or a fresh
+``alive_at``) nothing happens, even when the control plane is unreachable. Once the worker
+is gone, the task gets SIGTERM (its process group, as a stop does) at the file's
+``term_at`` and SIGKILL at ``kill_at``, both before the control plane can declare the worker
+lost and requeue the task: two copies never run. A worker restarted before ``term_at``
+rewrites the file and keeps the task. ``--orphan-kill`` is a command run just before the
+SIGKILL (the container executor's ``docker kill NAME``: a container is not in the group).
+The exit record then says ``"message": "worker-lost: ..."``, which the worker reports as a
+lost task (requeued, not failed) if the control plane has not fenced it already.
+
 **Fork server.** Starting a Python interpreter for every task costs tens of milliseconds
 of CPU (measured here: ~90 ms wall for ``python -I wrapper.py ... true`` on a busy 2-core
 machine), more than everything else a trivial task costs. So the worker keeps one
@@ -24,8 +35,8 @@ machine), more than everything else a trivial task costs. So the worker keeps on
     python -I -S wrapper.py --serve
 
 running (``ProcessExecutor``): it reads one JSON request a line on stdin (``{"exit_file",
-"command", "env", "cwd", "log"}``), forks, and the forked child becomes exactly the wrapper
-above (a session and process group of its own, stdin ``/dev/null``, stdout and stderr
+"command", "env", "cwd", "log"}``, optionally ``"watch"`` and ``"orphan_kill"``), forks,
+and the forked child becomes exactly the wrapper above (a session and process group of its own, stdin ``/dev/null``, stdout and stderr
 appended to ``log``, in ``cwd``, then ``run``: the same code as the command-line form), and
 answers ``{"pid", "start_ticks"}`` (or ``{"error"}``) on stdout. A fork of this small process
 costs about a millisecond. The wrappers do not depend on the server once forked: if the
@@ -41,6 +52,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -73,9 +85,110 @@ def _signal_name(signum: int) -> str:
         return f"SIG{signum}"
 
 
-def run(exit_file: str, command: list[str], env: dict[str, str] | None = None) -> int:
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _alive(pid: object, start_ticks: object) -> bool:
+    """The same live process (not a zombie, not a recycled pid)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read().decode("ascii", "replace")
+    except OSError:
+        try:
+            os.kill(pid, 0)   # no /proc: whether the pid exists at all
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
+    rest = data[data.rindex(")") + 2:].split()
+    if rest[0] in ("Z", "X", "x"):
+        return False
+    return start_ticks is None or int(rest[19]) == start_ticks
+
+
+def worker_gone(info: dict, now: float, stale_s: float = 5.0) -> bool:
+    """Whether the worker of a liveness record (workers/liveness.py) is gone: its process
+    ended, or it has not rewritten the file for ``stale_s`` (hung, stopped)."""
+    alive_at = info.get("alive_at")
+    if isinstance(alive_at, (int, float)) and now - alive_at > stale_s:
+        return True
+    return not _alive(info.get("pid"), info.get("start_ticks"))
+
+
+def _group_kill(sig: int) -> None:
+    """``sig`` to every process of the wrapper's group but the wrapper itself."""
+    me, group = os.getpid(), os.getpgrp()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        names = []
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read().decode("ascii", "replace")
+            if int(data[data.rindex(")") + 2:].split()[2]) == group:
+                os.kill(int(name), sig)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def watch_worker(watch: str, done: threading.Event, stopped: dict,
+                 orphan_kill: list[str] | None = None) -> None:
+    """The orphan watch (see the module's docstring): returns when the task is done, or
+    once it was killed. ``stopped["message"]`` says why it was stopped."""
+    termed = False
+    while not done.is_set():
+        info = _read_json(watch)
+        delay = 0.5
+        if info is not None:
+            term_at, kill_at = info.get("term_at"), info.get("kill_at")
+            if isinstance(term_at, (int, float)) and isinstance(kill_at, (int, float)):
+                delay = min(0.5, max(0.05, (kill_at - term_at) / 2))
+                now = time.monotonic()
+                if worker_gone(info, now):
+                    if now >= kill_at:
+                        if orphan_kill:
+                            try:
+                                subprocess.run(orphan_kill, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL, timeout=10)
+                            except (OSError, subprocess.SubprocessError):
+                                pass
+                        _group_kill(signal.SIGKILL)
+                        return
+                    if now >= term_at and not termed:
+                        termed = True
+                        stopped["message"] = (
+                            f"worker-lost: its worker (pid {info.get('pid')}) is gone and its "
+                            f"last contact with the control plane was "
+                            f"{now - float(info.get('contact_at') or now):.1f}s ago; stopped "
+                            f"before the control plane requeues it (heartbeat TTL "
+                            f"{info.get('ttl_s')}s)")
+                        sys.stderr.write(f"[klique-worker {_now()}] {stopped['message']}: "
+                                         f"SIGTERM now, SIGKILL in "
+                                         f"{max(0.0, kill_at - now):.1f}s\n")
+                        sys.stderr.flush()
+                        _group_kill(signal.SIGTERM)
+                    delay = max(0.01, min(delay, (kill_at if termed else term_at) - now))
+        done.wait(delay)
+
+
+def run(exit_file: str, command: list[str], env: dict[str, str] | None = None,
+        watch: str | None = None, orphan_kill: list[str] | None = None) -> int:
     """Runs ``command`` (in ``env``, else this process's environment), waits for it, records
-    its end in ``exit_file``; returns the wrapper's own exit code."""
+    its end in ``exit_file``; returns the wrapper's own exit code. ``watch``: the worker's
+    liveness file (stop the task when its worker is gone, see the module's docstring)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
     try:
@@ -87,7 +200,12 @@ def run(exit_file: str, command: list[str], env: dict[str, str] | None = None) -
         _write_exit(exit_file, {"exit_code": code, "signal": None, "pid": None,
                                 "ended_at": _now(), "message": f"cannot run {command[0]!r}"})
         return code
+    done, stopped = threading.Event(), {}
+    if watch:
+        threading.Thread(target=watch_worker, args=(watch, done, stopped, orphan_kill),
+                         daemon=True).start()
     rc = child.wait()
+    done.set()
     if rc < 0:
         record = {"exit_code": None, "signal": _signal_name(-rc)}
         code = 128 - rc
@@ -95,6 +213,8 @@ def run(exit_file: str, command: list[str], env: dict[str, str] | None = None) -
         record = {"exit_code": rc, "signal": None}
         code = rc
     record.update(pid=child.pid, ended_at=_now())
+    if stopped.get("message"):
+        record["message"] = stopped["message"]
     _write_exit(exit_file, record)
     return code
 
@@ -102,10 +222,16 @@ def run(exit_file: str, command: list[str], env: dict[str, str] | None = None) -
 def main(argv: list[str]) -> int:
     if argv == ["--serve"]:
         return serve()
-    if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("usage: wrapper.py EXIT_FILE -- COMMAND [ARGS...] | --serve\n")
+    opts: dict[str, str] = {}
+    rest = argv[1:]
+    while len(rest) >= 2 and rest[0] in ("--watch", "--orphan-kill"):
+        opts[rest[0]], rest = rest[1], rest[2:]
+    if not argv or len(rest) < 2 or rest[0] != "--":
+        sys.stderr.write("usage: wrapper.py EXIT_FILE [--watch FILE [--orphan-kill JSON]] -- "
+                         "COMMAND [ARGS...] | --serve\n")
         return 2
-    return run(argv[0], argv[2:])
+    kill = json.loads(opts["--orphan-kill"]) if "--orphan-kill" in opts else None
+    return run(argv[0], rest[1:], watch=opts.get("--watch"), orphan_kill=kill)
 
 
 # ------------------------------------------------------------------------- the fork server
@@ -130,6 +256,8 @@ def _reap(*_: object) -> None:
 
 def _spawn(req: dict) -> dict:
     exit_file, command = str(req["exit_file"]), [str(a) for a in req["command"]]
+    watch = str(req["watch"]) if req.get("watch") else None
+    orphan_kill = [str(a) for a in req["orphan_kill"]] if req.get("orphan_kill") else None
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
     cwd = req.get("cwd")
     if cwd and not os.path.isdir(cwd):
@@ -159,7 +287,7 @@ def _spawn(req: dict) -> dict:
                 os.closerange(3, 1 << 16)  # ready_w too: the server may answer now
                 if cwd:
                     os.chdir(cwd)
-                code = run(exit_file, command, env)
+                code = run(exit_file, command, env, watch, orphan_kill)
             except BaseException as exc:  # pragma: no cover - a broken child
                 try:
                     os.write(2, f"[klique-worker] the task's wrapper failed: {exc}\n".encode())
