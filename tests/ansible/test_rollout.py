@@ -71,7 +71,7 @@ def test_first_run_installs_configures_starts_and_registers(site):
     first, prefix, srv, api = site["first"], site["prefix"], site["srv"], site["api"]
     assert first.ok, "\n".join(site["lines"])
     assert list(first.hosts) == ["localhost"] and first.changed > 0
-    assert site["first_s"] < 90
+    # how long it took is a benchmark figure (docs/benchmarks.md), not a test
     out = "\n".join(site["lines"])
     assert "changed  install the worker" in out
     assert "skipped" not in out                               # skipped tasks are not printed
