@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import compiled as c
+from .hierarchy import organisation
 from .models import Group, Policy, Pool, Price, Profile, Settings
 from .resolve import execution_order, pool_capacity, resolve_pools
 from .source import SourceMap
@@ -48,6 +49,7 @@ def build(sources: SourceMap) -> c.CompiledEstate:
     for p in profiles:
         for pol in dict.fromkeys(p.policies):
             connected[pol].append(p.name)
+    org = organisation(policies, groups)
     cpolicies = [
         c.CPolicy(
             name=pol.name, group=pol.group, reservation_milli=pol.reservation,
@@ -64,6 +66,11 @@ def build(sources: SourceMap) -> c.CompiledEstate:
                                                   else None))
                            if pol.pools_allowed else None),
             profiles=connected[pol.name],
+            user_limit_milli=pol.user_limit,
+            envelope=org.is_envelope(pol.name),
+            levels=org.levels[pol.name],
+            below=org.nearest.get(pol.name, []),
+            shared_reservation_milli=org.shared.get(pol.name, 0),
         ) for pol in policies
     ]
     by_name = {g.name: g for g in groups}
@@ -78,7 +85,8 @@ def build(sources: SourceMap) -> c.CompiledEstate:
         cgroups.append(c.CGroup(
             name=g.name, parent=g.parent, ancestors=ancestors, users=sorted(set(g.users)),
             admins=sorted(set(g.admins)), projects=sorted(set(g.projects)),
-            policy=policy_of.get(g.name)))
+            policy=policy_of.get(g.name), project_priority=g.project_priority,
+            project_order=list(dict.fromkeys(g.projects)) if g.project_priority else []))
     cprices = [c.CPrice(gpu_type=p.gpu_type, per_gpu_hour=money_str(p.per_gpu_hour),
                         effective_from=p.effective_from) for p in prices]
     group_of = {pol.name: pol.group for pol in policies}

@@ -10,7 +10,9 @@ import difflib
 import re
 
 from .diagnostics import Diagnostic, error, plural_word, warning
+from .hierarchy import Organisation, organisation, reservation_demands
 from .models import NAME_PATTERN, Group, Policy, Pool, Profile
+from .org_checks import check_connection, check_tree, listed_envelope
 from .reservations import check_reservations
 from .resolve import allowed, pool_capacity, resolve_pools
 from .source import SourceMap, SourceObject
@@ -50,6 +52,9 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
 
     diags += _check_pools(sources, pools)
     diags += _check_groups(sources, groups, policies)
+    org = organisation([o.model for o in policies.values()],  # type: ignore[misc]
+                       [o.model for o in groups.values()])  # type: ignore[misc]
+    diags += check_tree(org, policies, groups)
 
     resolved: dict[str, list[str]] = {}
     for name, obj in profiles.items():
@@ -70,9 +75,14 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
             d = _ref(sources, obj, "policy", pol, "policies", i)
             if d:
                 diags.append(d)
+            elif pol in policies and org.is_envelope(pol):
+                diags.append(listed_envelope(org, obj, i, policies[pol]))
             elif pol in policies:
                 connected[pol].append(name)
                 diags += _check_connection(obj, prof, i, policies[pol], resolved[name], pools)
+                size, maximum = _size(prof)
+                diags += check_connection(org, obj, prof, i, policies[pol], size, maximum,
+                                          resolved[name], policies, pools)
 
     for name, obj in policies.items():
         pol: Policy = obj.model  # type: ignore[assignment]
@@ -88,7 +98,8 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
                     diags.append(error("invalid-value", f"{obj.label}: alert_at "
                                        f"{milli_str(frac)} is not a fraction in (0, 1]",
                                        obj.pos("budget", "alert_at", i), "write 0.8 for 80%"))
-        if not connected[name] and not sources.broken.get("profile"):
+        if (not connected[name] and not org.is_envelope(name)
+                and not sources.broken.get("profile")):
             diags.append(warning("unused-policy", f"{obj.label} is connected to no profile, "
                                  "so its group cannot send work", obj.pos("name"),
                                  "list the policy under some profile's 'policies'"))
@@ -111,7 +122,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
     cascading = any(sources.broken.get(k) for k in ("pool", "profile", "policy")) or any(
         d.code in ("unknown-reference", "profile-pools", "profile-no-pool") for d in diags)
     if not cascading:
-        diags += _check_reservations(policies, connected, resolved, pools)
+        diags += _check_reservations(org, policies, connected, resolved, pools)
     if sources.settings is not None and sources.settings.model.pass_interval <= 0:  # type: ignore[attr-defined]
         diags.append(error("invalid-value", "settings: pass_interval must be above 0",
                            sources.settings.pos("pass_interval"), "the default is 1s"))
@@ -318,17 +329,21 @@ def _check_pricing(sources: SourceMap, pools: dict[str, SourceObject]) -> list[D
     return diags
 
 
-def _check_reservations(policies: dict[str, SourceObject], connected: dict[str, list[str]],
-                        resolved: dict[str, list[str]],
+def _check_reservations(org: Organisation, policies: dict[str, SourceObject],
+                        connected: dict[str, list[str]], resolved: dict[str, list[str]],
                         pools: dict[str, SourceObject]) -> list[Diagnostic]:
-    reservations = {n: o.model.reservation for n, o in policies.items()}  # type: ignore[attr-defined]
+    """Max flow over every reservation at once; an envelope's demand is its shared
+    reservation, which any pool reachable from a policy below it may serve."""
+    own = {n: o.model.reservation for n, o in policies.items()}  # type: ignore[attr-defined]
     reach = {n: sorted({q for prof in connected[n] for q in resolved.get(prof, [])})
              for n in policies}
+    reservations, reach = reservation_demands(org, own, reach)
     capacity = {n: pool_capacity(o.model) for n, o in pools.items()}  # type: ignore[arg-type]
     diags = []
     for short in check_reservations(reservations, reach, capacity):
         first = policies[short.policies[0]]
-        pol_names = ", ".join(short.policies)
+        pol_names = ", ".join(f"{p} (its shared reservation)" if org.is_envelope(p) else p
+                              for p in short.policies)
         pool_names = ", ".join(short.pools) if short.pools else "no pool"
         one = len(short.policies) == 1
         diags.append(error(

@@ -93,6 +93,19 @@ class CPolicy(_Frozen):
     pools_allowed: CPoolsAllowed | None
     profiles: list[str]
     """The profiles connected to this policy, in declaration order."""
+    user_limit_milli: int | None = None
+    """Most GPUs one user of the group holds at once; None: no per-user limit."""
+    envelope: bool = False
+    """The policy of a group with groups below it: its numbers apply to the whole subtree,
+    and no profile is connected to it (organisation.md)."""
+    levels: list[str] = []
+    """The policies met going up from this policy's group: itself, then each envelope above
+    it, nearest first. A flat estate: ``[name]``."""
+    below: list[str] = []
+    """An envelope's nearest policies below it (whose next level up is this one)."""
+    shared_reservation_milli: int = 0
+    """An envelope's ``reservation - sum of the nearest reservations below``: the part any
+    policy below it may use. 0 for a policy that is not an envelope."""
 
 
 class CGroup(_Frozen):
@@ -103,7 +116,12 @@ class CGroup(_Frozen):
     users: list[str]
     admins: list[str]
     projects: list[str]
+    """Sorted; see ``project_order`` for the queue order."""
     policy: str | None
+    project_priority: bool = False
+    project_order: list[str] = []
+    """With ``project_priority``: the projects as listed, first = queued first (tasks of no
+    listed project after them). Empty without it: submission order only."""
 
 
 class CPrice(_Frozen):

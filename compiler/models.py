@@ -192,7 +192,11 @@ class Policy(_Named):
     reservation: GpuAmount = 0
     limit: GpuAmount
     budget: Budget | None = None
-    pools_allowed: PoolsAllowed | None = None
+    pools_allowed: PoolsAllowed | None = Field(
+        None, description="pools the group's work may use; on an envelope (the policy of a "
+        "group with groups below it) it binds every profile of every policy below")
+    user_limit: GpuAmount | None = Field(
+        None, description="most GPUs one user of the group holds at once (not on an envelope)")
 
 
 class Group(_Named):
@@ -200,6 +204,9 @@ class Group(_Named):
     users: list[User] = Field(default_factory=list)
     admins: list[User] = Field(default_factory=list)
     projects: list[Name] = Field(default_factory=list)
+    project_priority: bool = Field(
+        False, description="queue the group's work by the position of its project in "
+        "'projects', earlier first (needs 'projects')")
 
 
 class Price(_Model):
