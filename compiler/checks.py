@@ -342,7 +342,7 @@ def _check_reservations(org: Organisation, policies: dict[str, SourceObject],
     diags = []
     for short in check_reservations(reservations, reach, capacity):
         first = policies[short.policies[0]]
-        pol_names = ", ".join(f"{p} (its shared reservation)" if org.is_envelope(p) else p
+        pol_names = ", ".join(f"{p} (shared {_gpus(reservations[p])})" if org.is_envelope(p) else p
                               for p in short.policies)
         pool_names = ", ".join(short.pools) if short.pools else "no pool"
         one = len(short.policies) == 1

@@ -62,7 +62,7 @@ def organisation(policies: list[Policy], groups: list[Group]) -> Organisation:
     levels: dict[str, list[str]] = {}
     for pol in policies:
         above = [policy_of_group[a] for a in ancestors.get(pol.group, [])
-                 if a in policy_of_group]
+                 if policy_of_group.get(a) in envelopes]
         levels[pol.name] = [pol.name] + [e for e in above if e != pol.name]
     nearest: dict[str, list[str]] = {e: [] for e in envelopes}
     subtree: dict[str, list[str]] = {e: [] for e in envelopes}

@@ -77,8 +77,8 @@ def _envelope_reservation(org: Organisation, name: str,
                       if _policy(p).reservation > 0)
     return [error(
         "envelope-reservation-exceeded",
-        f"the policies just below envelope {obj.label} reserve {_gpus(total)} ({parts}), "
-        f"above its reservation of {_gpus(own)}: over by {_gpus(total - own)}",
+        f"{obj.label} (an envelope) reserves {_gpus(own)}, but the policies just below it "
+        f"reserve {_gpus(total)} ({parts}): over by {_gpus(total - own)}",
         obj.pos("reservation"),
         f"their reservations are part of the envelope's: lower them by {_gpus(total - own)} "
         f"in all, or raise the envelope's reservation to {_gpus(total)}",

@@ -49,5 +49,9 @@ def test_golden_cases_cover_every_code() -> None:
         "duplicate-price", "missing-price", "execution-order-unlisted",
         "execution-order-unused", "unused-pool", "unused-policy", "unused-profile",
         "cloud-capacity",
+        # Departments (organisation.md)
+        "envelope-reservation-exceeded", "limit-above-envelope", "user-limit-on-envelope",
+        "user-limit-above-limit", "profile-above-user-limit", "profile-lists-envelope",
+        "project-priority-without-projects",
     }
     assert expected - seen == set()
