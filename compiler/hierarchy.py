@@ -8,8 +8,12 @@ cycle of parents (reported by the checks) or an unknown parent never loops or ra
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .models import Group, Policy
+
+if TYPE_CHECKING:
+    from .compiled import CompiledEstate
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,25 @@ def reservation_demands(org: Organisation, reservations: dict[str, int],
                  if p in org.envelopes else list(reach.get(p, [])))
              for p in reservations}
     return demand, where
+
+
+def compiled_demands(est: "CompiledEstate") -> tuple[dict[str, int], dict[str, list[str]]]:
+    """``reservation_demands`` of a compiled estate: policy → demand (an envelope's shared
+    reservation) and policy → the pools that may serve it (an envelope's: every pool that
+    a profile of a policy below it reaches), for the plan's headroom and shortfalls."""
+    profiles = {p.name: p for p in est.profiles}
+    reach: dict[str, list[str]] = {}
+    for pol in est.policies:
+        pools: list[str] = []
+        for prof in pol.profiles:
+            for q in profiles[prof].pools if prof in profiles else []:
+                if q not in pools:
+                    pools.append(q)
+        reach[pol.name] = pools
+    for pol in est.policies:
+        for env in pol.levels[1:]:
+            if env in reach:
+                reach[env] += [q for q in reach[pol.name] if q not in reach[env]]
+    demand = {p.name: (p.shared_reservation_milli if p.envelope else p.reservation_milli)
+              for p in est.policies}
+    return demand, reach

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from ..compiled import CBudget, CompiledEstate, CPolicy, CSettings
 from ..models import Settings
 from ..diagnostics import plural
+from ..hierarchy import compiled_demands
 from ..reservations import Headroom, check_reservations, headroom_by_pool_set
 from ..units import duration_str, milli_str
 from .diff import NO_RENAMES, Renames
@@ -71,16 +72,15 @@ def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
 
 def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[str, Headroom]:
     """Per policy with a reservation: the headroom of the set of pools it reaches."""
-    profiles = {p.name: p for p in est.profiles}
-    reservations = {rn.new("policy", p.name): p.reservation_milli for p in est.policies}
+    demand, where = compiled_demands(est)
+    reservations = {rn.new("policy", p): r for p, r in demand.items()}
     reach: dict[str, list[str]] = {}
-    for pol in est.policies:
+    for pol, qs in where.items():
         pools: list[str] = []
-        for prof in pol.profiles:
-            for q in profiles[prof].pools if prof in profiles else []:
-                if rn.new("pool", q) not in pools:
-                    pools.append(rn.new("pool", q))
-        reach[rn.new("policy", pol.name)] = pools
+        for q in qs:
+            if rn.new("pool", q) not in pools:
+                pools.append(rn.new("pool", q))
+        reach[rn.new("policy", pol)] = pools
     capacity = {rn.new("pool", q.name): q.capacity_milli for q in est.pools}
     by_set = {h.pools: h for h in headroom_by_pool_set(reservations, reach, capacity)}
     out = {}
@@ -393,11 +393,8 @@ def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames,
 def _short_pools(est: CompiledEstate) -> set[str]:
     """Pools in a set whose reservations do not fit. A valid head never has one (the
     compiler rejects it), but the plan must not rely on that to grade the change."""
-    profiles = {p.name: p for p in est.profiles}
-    reach = {pol.name: sorted({q for prof in pol.profiles if prof in profiles
-                               for q in profiles[prof].pools}) for pol in est.policies}
-    shortfalls = check_reservations({p.name: p.reservation_milli for p in est.policies}, reach,
-                                    {q.name: q.capacity_milli for q in est.pools})
+    demand, reach = compiled_demands(est)
+    shortfalls = check_reservations(demand, reach, {q.name: q.capacity_milli for q in est.pools})
     return {q for s in shortfalls for q in s.pools}
 
 

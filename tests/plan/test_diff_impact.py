@@ -357,3 +357,27 @@ def test_an_error_caused_away_from_the_change_is_also_reported_on_the_changed_li
     text = render_text(plan)
     assert "This error shows away from the lines the change touched (estate/pools.yaml:6); " \
            "the change causes it." in text, text
+
+
+DEPARTMENT = BASE.replace(
+    "policies:\n",
+    "policies:\n  - {name: dept, group: dept, reservation: 4, limit: 12}\n", 1).replace(
+    "  - {name: team-a, users: [alice]}\n  - {name: team-b, users: [bob]}\n",
+    "  - {name: dept}\n  - {name: team-a, parent: dept, users: [alice]}\n"
+    "  - {name: team-b, parent: dept, users: [bob]}\n")
+
+
+def test_headroom_counts_a_departments_shared_reservation_once_in_its_teams_pools() -> None:
+    """Issue 12: an envelope reserves for its teams, so only its shared part (4 - 2 - 1) is a
+    demand of its own, served by its teams' pools; its whole reservation on top of its
+    teams' would report headroom that is not lost."""
+    head = DEPARTMENT.replace("pools: [onprem, cloud]", "pools: [onprem, cloud, extra]").replace(
+        "profiles:\n", "  - {name: extra, kind: baremetal, capacity: 4, gpu_type: h100}\n"
+        "profiles:\n", 1)
+    found = impacts_of(DEPARTMENT, head)
+    assert not [i for i in found if i.severity == "error"], [i.message for i in found]
+    lines = [i for i in found if i.kind == "reservation-headroom"]
+    assert [i.details["policy"] for i in lines] == ["dept", "team-a", "team-b"]
+    for i in lines:
+        assert "reserved 4 by [dept, team-a, team-b]" in i.message, i.message
+        assert ": 20 -> 24 GPUs" in i.message, i.message
