@@ -7,6 +7,7 @@ import sys
 
 from compiler.api import compile_dir
 from compiler.compiled import CompiledEstate
+from compiler.hierarchy import compiled_demands
 from compiler.units import milli_str
 
 from ._common import DEFAULT_ESTATE, add_command, print_diagnostics, write_atomic
@@ -73,9 +74,12 @@ def summary(est: CompiledEstate) -> str:
     for p in est.policies:
         budget = (f"{milli_str(p.budget.hours_milli)} h/{p.budget.period}" if p.budget
                   else "no budget")
+        envelope = (f"  (envelope: {milli_str(p.shared_reservation_milli)} shared)"
+                    if p.envelope else "")
         lines.append(f"  {p.name:<24} reservation {milli_str(p.reservation_milli):>4}  "
-                     f"limit {milli_str(p.limit_milli):>4}  {budget}")
-    reserved = sum(p.reservation_milli for p in est.policies)
+                     f"limit {milli_str(p.limit_milli):>4}  {budget}{envelope}")
+    # An envelope's reservation holds its teams' reservations: count only its shared part.
+    reserved = sum(compiled_demands(est)[0].values())
     lines.append(f"  reserved {milli_str(reserved)} of {milli_str(total)} GPUs; "
                  f"{milli_str(total - reserved)} unreserved for lending")
     lines.append("")

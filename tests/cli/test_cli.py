@@ -100,3 +100,14 @@ def test_validate_a_file_cut_off_mid_write_reports_it_and_never_crashes(tmp_path
     assert "Traceback" not in r.stderr and "KeyError" not in r.stderr
     assert f"{policy}:10:7: error[yaml-syntax]" in r.stdout, r.stdout
     assert r.stdout.rstrip().endswith("1 error, 0 warnings")
+
+
+def test_compile_summary_counts_a_departments_reservation_once() -> None:
+    """Issue 12: an envelope's reservation is made of its teams' reservations plus its
+    shared part; adding it on top of theirs told IT that GPUs were reserved that are not.
+    The example estate: teams 87 GPUs, digital shares 2, hpc-centre and commercial 0."""
+    r = kliqued("compile", "--summary")
+    assert r.returncode == 0, r.stderr
+    assert "reserved 89 of 240 GPUs; 151 unreserved for lending" in r.stdout, r.stdout
+    assert "digital                  reservation    8  limit   20  3000 h/month  " \
+           "(envelope: 2 shared)" in r.stdout, r.stdout
