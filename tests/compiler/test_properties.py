@@ -132,3 +132,71 @@ def test_max_flow_agrees_with_every_subset(res: dict, cap: dict, data) -> None:
         assert s.reserved_milli == sum(res[p] for p in s.policies)
         assert s.capacity_milli == sum(cap[q] for q in s.pools)
         assert s.short_milli > 0
+
+
+@st.composite
+def trees(draw) -> dict:
+    """Estates with departments. Half are tidy (departments above teams, no cycle, envelopes
+    that reserve nothing of their own, user limits that fit), so that valid trees are
+    common; the others take any parents (cycles, unknown names, self-parents), envelopes
+    listed by profiles, and any user limit."""
+    data = draw(estates())
+    tidy = draw(st.booleans())
+    names = [g["name"] for g in data["groups"]]
+    extra = [f"d{n}" for n in draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))]
+    groups = []
+    for i, name in enumerate(names + extra):
+        g: dict = {"name": name}
+        if not tidy:
+            options = [None] + names + extra + ["nowhere"]
+        elif name in extra:
+            options = [None] + extra[:extra.index(name)]
+        else:
+            options = [None] + extra
+        parent = draw(st.sampled_from(options))
+        if parent is not None:
+            g["parent"] = parent
+        groups.append(g)
+    data["groups"] = groups
+    for name in extra:
+        if draw(st.booleans()):
+            limit = draw(st.integers(4 if tidy else 1, 32))
+            pol: dict = {"name": name, "group": name, "limit": limit,
+                         "reservation": draw(st.integers(0, 4 if tidy else limit))}
+            if not tidy and draw(st.booleans()):
+                pol["user_limit"] = draw(st.integers(0, 8))
+            data["policies"].append(pol)
+    has_parent = {g["name"] for g in groups if "parent" in g}
+    for pol in data["policies"]:
+        if tidy and pol["name"] not in extra and pol["group"] in has_parent:
+            pol["reservation"] = 0  # the department reserves for its teams
+        if pol["name"] not in extra and draw(st.booleans()):
+            pol["user_limit"] = (draw(st.integers(min(2, pol["limit"]), pol["limit"])) if tidy
+                                 else draw(st.integers(0, 8)))
+    return data
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees())
+def test_any_tree_compiles_or_fails_cleanly_and_a_valid_one_is_consistent(data: dict) -> None:
+    result = compile_files([SourceFile("e.yaml", _dump(data))])
+    assert all(d.pos is not None for d in result.diagnostics)
+    est = result.estate
+    if est is None:
+        assert result.errors
+        return
+    policies = {p.name: p for p in est.policies}
+    for p in est.policies:
+        assert p.levels[0] == p.name and len(set(p.levels)) == len(p.levels)
+        assert all(policies[e].envelope for e in p.levels[1:])
+        if p.envelope:
+            assert not p.profiles and p.user_limit_milli is None
+            nearest = sum(policies[b].reservation_milli for b in p.below)
+            assert p.shared_reservation_milli == p.reservation_milli - nearest >= 0
+            assert all(policies[b].levels[1] == p.name for b in p.below)
+        else:
+            assert p.shared_reservation_milli == 0 and p.below == []
+            if p.user_limit_milli is not None:
+                assert p.user_limit_milli <= p.limit_milli
+    assert not {c.policy for c in est.compute_resources} & {
+        p.name for p in est.policies if p.envelope}
