@@ -174,6 +174,8 @@ def _flat_policy(p: CPolicy, rn: Renames) -> Flat:
     out: Flat = [((0, ""), ("group",), q(rn.new("group", p.group))),
                  ((1, ""), ("reservation",), amount(p.reservation_milli)),
                  ((2, ""), ("limit",), amount(p.limit_milli))]
+    if p.user_limit_milli is not None:
+        out.append(((2, "user_limit"), ("user_limit",), amount(p.user_limit_milli)))
     if p.budget is not None:
         b = p.budget
         out += [((3, "0"), ("budget", "hours"), amount(b.hours_milli)),
@@ -198,9 +200,13 @@ def _flat_group(g: CGroup, rn: Renames) -> Flat:
     if g.parent is not None:
         out.append(((0, ""), ("parent",), q(rn.new("group", g.parent))))
     # ``ancestors`` and ``policy`` are derived from parents and policies: shown there.
+    # With project_priority the listed order is the queue order, so it is what is shown.
     out += [((1, ""), ("users",), flow(g.users)),
             ((2, ""), ("admins",), flow(g.admins)),
-            ((3, ""), ("projects",), flow(g.projects))]
+            ((3, ""), ("projects",), flow(g.project_order if g.project_priority
+                                          else g.projects))]
+    if g.project_priority:
+        out.append(((4, ""), ("project_priority",), _bool(True)))
     return [a for a in out if a[2] != "[]"]
 
 

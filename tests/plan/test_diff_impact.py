@@ -381,3 +381,19 @@ def test_headroom_counts_a_departments_shared_reservation_once_in_its_teams_pool
     for i in lines:
         assert "reserved 4 by [dept, team-a, team-b]" in i.message, i.message
         assert ": 20 -> 24 GPUs" in i.message, i.message
+
+
+def test_the_diff_shows_user_limit_and_project_priority_in_the_listed_order() -> None:
+    """Issue 12: a change to who may use how much of a team's share, or to which project
+    goes first, is what a team lead's review is about; the plan must show it."""
+    head = (BASE.replace("    reservation: 1\n    limit: 4\n",
+                         "    reservation: 1\n    limit: 4\n    user_limit: 2\n")
+            .replace("{name: team-b, users: [bob]}",
+                     "{name: team-b, users: [bob], projects: [zeta, alpha], "
+                     "project_priority: true}"))
+    changes = {c.address: c for c in plan_of(BASE, head).changes}
+    attrs = {".".join(a.path): (a.op, a.before, a.after) for a in changes["policy.team-b"].attrs}
+    assert attrs == {"user_limit": ("+", None, "2")}
+    attrs = {".".join(a.path): (a.op, a.before, a.after) for a in changes["group.team-b"].attrs}
+    assert attrs == {"projects": ("+", None, "[zeta, alpha]"),
+                     "project_priority": ("+", None, "true")}
