@@ -22,6 +22,7 @@ import aiohttp
 from workers import __version__
 
 LOG_CHUNK = 256 * 1024
+WORKER_KEY_HEADER = "X-Klique-Worker-Key"
 
 
 class Unreachable(Exception):
@@ -75,6 +76,9 @@ class ControlPlaneClient:
         self.base = base_url(url)
         self.token = TokenFile(token_file)
         self.ca_file = ca_file
+        self.worker_key: str | None = None
+        """Sent on every call (``X-Klique-Worker-Key``): proves which worker of the pool
+        this is (the token is the pool's). Set from the state dir (StateDir.worker_key)."""
         self._session: aiohttp.ClientSession | None = None
 
     def _ssl(self) -> ssl.SSLContext | bool:
@@ -98,6 +102,8 @@ class ControlPlaneClient:
                        timeout_s: float = 30) -> Any:
         session = await self.session()
         headers = {"Authorization": f"Bearer {self.token.get()}"}
+        if self.worker_key:
+            headers[WORKER_KEY_HEADER] = self.worker_key
         if data is not None:
             headers["Content-Type"] = "application/octet-stream"
         try:

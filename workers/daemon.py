@@ -96,6 +96,7 @@ class WorkerDaemon:
         self.cfg, self.gpus, self.executor, self.state, self.client = (
             cfg, gpus, executor, state, client)
         self.worker_id = state.worker_id()
+        client.worker_key = state.worker_key()  # proves this worker's id on every call
         self.alloc = GpuAllocator([g.index for g in gpus])
         self.records: dict[str, TaskRecord] = {}
         self.handles: dict[str, Handle] = {}

@@ -1,6 +1,8 @@
 """The worker's state directory: its stable id, a lock, one record per task, the task logs.
 
     STATE_DIR/worker-id             the stable worker id (created once)
+    STATE_DIR/worker-key            the worker's secret key, 0600 (created once): proves to
+                                    the control plane that this worker owns its id and leases
     STATE_DIR/lock                  flock'ed by the running worker: one worker per state dir
     STATE_DIR/tasks/<key>.json      one record per task on this worker (written atomically)
     STATE_DIR/logs/<key>.log        the task's stdout+stderr
@@ -20,6 +22,7 @@ import os
 import re
 import secrets
 import socket
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -123,6 +126,26 @@ class StateDir:
         wid = f"w-{host}-{secrets.token_hex(4)}"
         write_atomic(path, wid + "\n")
         return wid
+
+    def worker_key(self) -> str:
+        """The random key this worker proves its id with (sent on every call; the control
+        plane binds the id to it at the first registration). Kept beside the id, so a
+        restart, which adopts the running tasks, proves the same identity."""
+        path = self.root / "worker-key"
+        try:
+            key = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            key = ""
+        if key:
+            return key
+        key = secrets.token_urlsafe(32)
+        fd, tmp = tempfile.mkstemp(prefix=".worker-key.", dir=self.root)  # 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(key + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return key
 
     def log_path(self, rec: TaskRecord) -> Path:
         return self.logs / f"{rec.key}.log"

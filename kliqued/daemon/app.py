@@ -146,8 +146,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if exc is not None:
         raise exc
     if request.path not in PUBLIC:
-        request["principal"] = ctx(request).daemon.tokens.authenticate(
-            request.headers.get("Authorization"))
+        d = ctx(request).daemon
+        request["principal"] = d.tokens.authenticate(request.headers.get("Authorization"),
+                                                      d.clock.now())
     return await handler(request)
 
 
@@ -188,6 +189,7 @@ def make_app(context: Context) -> web.Application:
     r.add_post("/v1/tokens", tokens.create)
     r.add_get("/v1/tokens", tokens.list_tokens)
     r.add_delete("/v1/tokens/{id}", tokens.revoke)
+    r.add_post("/v1/tokens/{id}/rotate", tokens.rotate)
     r.add_post("/v1/ledger/sql", ledger.sql)
     r.add_get("/v1/ledger/export", ledger.export)
     return app

@@ -15,7 +15,8 @@ from typing import Literal
 from compiler.compiled import CompiledEstate
 
 from .errors import ApiError, forbidden
-from .ids import token_hash
+from .ids import TokenHasher
+from .units import iso
 
 Kind = Literal["user", "worker", "role"]
 ROLES = ("admin", "finance", "planner")
@@ -72,20 +73,43 @@ class TokenRecord:
     created_at: int
     created_by: str | None
     revoked_at: int | None = None
+    expires_at: int | None = None
+    """Refused from this instant on (``--expires 90d``, or a rotation's grace)."""
+
+    def refusal(self, now: int) -> str | None:
+        """Why this token no longer works at ``now``, or None."""
+        if self.revoked_at is not None:
+            return f"token {self.id} was revoked on {iso(self.revoked_at)}"
+        if self.expires_at is not None and now >= self.expires_at:
+            return f"token {self.id} expired on {iso(self.expires_at)}"
+        return None
 
 
 class TokenBook:
-    """Every token by hash (authentication) and by id (listing, revocation)."""
+    """Every token by keyed hash (authentication: one HMAC and a dict look-up per request)
+    and by id (listing, revocation). ``hasher`` is set at start from the key file."""
 
-    def __init__(self) -> None:
+    def __init__(self, hasher: TokenHasher | None = None) -> None:
+        self.hasher = hasher
         self.by_hash: dict[str, TokenRecord] = {}
         self.by_id: dict[str, TokenRecord] = {}
+
+    def hash(self, secret: str) -> str:
+        if self.hasher is None:
+            raise RuntimeError("the token key is not loaded")
+        return self.hasher.hash(secret)
 
     def add(self, rec: TokenRecord) -> None:
         self.by_hash[rec.hash] = rec
         self.by_id[rec.id] = rec
 
-    def authenticate(self, header: str | None) -> Principal:
+    def usable(self, token_id: str | None, now: int) -> bool:
+        """Whether the token ``token_id`` still works (long polls check it while they
+        wait: a revoked or expired token's poll ends at once)."""
+        rec = self.by_id.get(token_id or "")
+        return rec is not None and rec.refusal(now) is None
+
+    def authenticate(self, header: str | None, now: int) -> Principal:
         if not header:
             raise ApiError(401, "unauthenticated",
                            "no token: send the header 'Authorization: Bearer <token>'")
@@ -93,11 +117,12 @@ class TokenBook:
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(401, "unauthenticated",
                            "the Authorization header must be 'Bearer <token>'")
-        rec = self.by_hash.get(token_hash(token.strip()))
+        rec = self.by_hash.get(self.hash(token.strip()))
         if rec is None:
             raise ApiError(401, "unauthenticated", "unknown token")
-        if rec.revoked_at is not None:
-            raise ApiError(401, "unauthenticated", f"token {rec.id} was revoked")
+        why = rec.refusal(now)
+        if why is not None:
+            raise ApiError(401, "unauthenticated", why)
         return Principal.parse(rec.principal, rec.id)
 
 

@@ -27,7 +27,7 @@ from . import ledger_bridge, limits
 from .auth import Access, Principal, TokenBook, TokenRecord
 from .errors import ApiError, not_found
 from .events import Event
-from .ids import IdMaker, new_token, token_hash
+from .ids import IdMaker, new_token
 from .leases import (ACTIVE, CLOSED, FENCED, LOST_TEXT, RETURNED, STOP_REASON, STOPPING,
                      Lease, WorkerInfo)
 from .records import TaskRecord
@@ -362,6 +362,8 @@ class Daemon:
         w.gpus = list(data.get("gpus") or [])
         w.version = data.get("version")
         w.registered_at = at
+        if w.key_hash is None:  # the first registration with a key binds the id to it
+            w.key_hash = data.get("key_hash")
         w.lost_at = None
         w.last_seen = self.mono()
         if self.on_work is not None:
@@ -610,19 +612,27 @@ class Daemon:
         return Prepared([ev], [], apply)
 
     def prepare_token(self, p: Principal | None, principal: str, name: str | None,
-                      now: int, ov: Overlay, secret: str | None = None) -> Prepared:
-        """A new token for ``principal``; ``secret`` is given only for KLIQUE_ADMIN_TOKEN."""
+                      now: int, ov: Overlay, secret: str | None = None,
+                      expires_at: int | None = None,
+                      rotated_from: str | None = None) -> Prepared:
+        """A new token for ``principal``; ``secret`` is given only for KLIQUE_ADMIN_TOKEN.
+        Only its keyed hash is stored (ids.TokenHasher)."""
         token = secret or new_token()
         tid = self.token_ids.next(now)
-        rec = TokenRecord(tid, token_hash(token), principal, name, now,
-                          p.text if p else "kliqued")
-        ev = Event("token_created", None, rec.created_by, None, None, None,
-                   {"id": tid, "principal": principal, "name": name})
+        rec = TokenRecord(tid, self.tokens.hash(token), principal, name, now,
+                          p.text if p else "kliqued", expires_at=expires_at)
+        data: dict[str, Any] = {"id": tid, "principal": principal, "name": name}
+        if expires_at is not None:
+            data["expires_at"] = expires_at
+        if rotated_from is not None:
+            data["rotated_from"] = rotated_from
+        ev = Event("token_created", None, rec.created_by, None, None, None, data)
 
         def op(conn: Any) -> None:
-            conn.execute("INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, NULL)",
+            conn.execute("INSERT INTO tokens (id, hash, principal, name, created_at_ms, "
+                         "created_by, expires_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
                          [rec.id, rec.hash, rec.principal, rec.name, rec.created_at,
-                          rec.created_by])
+                          rec.created_by, rec.expires_at])
 
         def apply() -> tuple[TokenRecord, str]:
             self.tokens.add(rec)
@@ -644,3 +654,44 @@ class Daemon:
         def apply() -> None:
             rec.revoked_at = now
         return Prepared([ev], [op], apply)
+
+    def prepare_rotate(self, p: Principal, token_id: str, grace_ms: int,
+                       expires_at: int | None, now: int, ov: Overlay) -> Prepared:
+        """A new secret for the principal of ``token_id`` (same name; the same lifetime
+        unless ``expires_at`` is given), and the old token ends: now, or after
+        ``grace_ms`` (so the holders can switch without a gap)."""
+        old = self.tokens.by_id.get(token_id)
+        if old is None:
+            raise not_found(f"no token {token_id}")
+        why = old.refusal(now)
+        if why is not None or token_id in ov.revoked:
+            raise ApiError(409, "conflict", f"{why or f'token {token_id} was revoked'}: "
+                           f"create a new token instead (kliqued token create)")
+        ov.revoked.add(token_id)
+        if expires_at is None and old.expires_at is not None:
+            expires_at = now + (old.expires_at - old.created_at)
+        created = self.prepare_token(p, old.principal, old.name, now, ov,
+                                     expires_at=expires_at, rotated_from=token_id)
+        new_id = created.events[0].data["id"]
+        end = now + grace_ms
+        if old.expires_at is not None:
+            end = min(end, old.expires_at)
+        ev = Event("token_rotated", None, p.text, None, None, None,
+                   {"id": token_id, "to": new_id, "old_ends_at": end})
+
+        def op(conn: Any) -> None:
+            if grace_ms > 0:
+                conn.execute("UPDATE tokens SET expires_at_ms = ? WHERE id = ?",
+                             [end, token_id])
+            else:
+                conn.execute("UPDATE tokens SET revoked_at_ms = ? WHERE id = ?",
+                             [now, token_id])
+
+        def apply() -> tuple[TokenRecord, str, TokenRecord]:
+            if grace_ms > 0:
+                old.expires_at = end
+            else:
+                old.revoked_at = now
+            rec, token = created.apply()
+            return rec, token, old
+        return Prepared(created.events + [ev], created.ops + [op], apply)

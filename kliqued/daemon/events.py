@@ -9,7 +9,8 @@ Kinds (``data`` fields in brackets):
 - ``cancelled`` [text, by: request|estate, interval|null]
 - ``ended`` [kind: finished|failed, epoch, worker, exit_code, signal, message, interval;
   reason and lost for a task lost the third time] (a worker's report)
-- ``worker_registered`` [worker, pool, hostname, executor, gpus, version]
+- ``worker_registered`` [worker, pool, hostname, executor, gpus, version, key_hash] (the
+  keyed hash of the worker's key, which binds the id to that worker: never shown by the API)
 - ``leased`` [worker, epoch, pool, size_milli] / ``started`` [worker, epoch, ...] /
   ``stopped`` [worker, epoch, report, reason, exit_code, signal] / ``unleased`` [worker,
   epoch] (a lease its worker never took)
@@ -22,7 +23,11 @@ Kinds (``data`` fields in brackets):
   the worker stopped for an idle limit
 - ``engine_disabled`` / ``engine_enabled``
 - ``alert`` [policy, threshold_milli, period_start, used_units, budget_units, text]
-- ``token_created`` [id, principal, name] / ``token_revoked`` [id]
+- ``token_created`` [id, principal, name, expires_at?, rotated_from?] / ``token_revoked``
+  [id] / ``token_rotated`` [id, to, old_ends_at] (the old token ends then: at once, or after
+  the rotation's grace)
+- ``worker_refused`` [call, worker, holder?, reason] (a worker call that did not prove the
+  identity it claims: another worker's id, lease or key; refused with 403)
 - ``estate_refused`` [revision, commit, source, errors] (GitOps reload)
 
 ``grp`` and ``usr`` are columns (not only data) so the audit log can be filtered to what a

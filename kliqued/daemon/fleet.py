@@ -19,6 +19,8 @@ every other request: validated against the state and what earlier requests of th
 
 from __future__ import annotations
 
+import hmac
+import re
 from typing import Any, Callable
 
 from .auth import Principal
@@ -37,15 +39,72 @@ SCAN = 2000
 """Waiting tasks looked at per lease request at most."""
 
 
+KEY_HEADER = "X-Klique-Worker-Key"
+"""The worker's proof of identity, sent on every worker call: a random key the worker keeps
+in its state dir (workers/state.py). A pool token is shared by the pool's workers; the key
+tells them apart, so one cannot take over another's id, leases or reports."""
+KEY_RE = re.compile(r"^[A-Za-z0-9_-]{32,128}$")
+
+
+class Refused(ApiError):
+    """A worker call that does not prove the identity it claims; audited (``worker_refused``)
+    before the refusal is answered."""
+
+    def __init__(self, status: int, code: str, message: str, audit: dict[str, Any]) -> None:
+        super().__init__(status, code, message)
+        self.audit = audit
+
+
+def refused_event(d: Daemon, p: Principal, exc: Refused, task: str | None = None) -> Event:
+    return Event("worker_refused", task, p.text, d.idx().revision, None, None,
+                 {**exc.audit, "reason": exc.code})
+
+
+def prepare_refused(d: Daemon, p: Principal, exc: Refused, now: int, ov: Overlay) -> Prepared:
+    return Prepared([refused_event(d, p, exc, exc.audit.get("task"))], [], lambda: None)
+
+
+def _same_key(w: WorkerInfo, key_hash: str | None) -> bool:
+    """Whether ``key_hash`` is the key ``w`` registered with (a worker registered before
+    keys existed has none, and keeps working until it registers with one)."""
+    if w.key_hash is None:
+        return True
+    return key_hash is not None and hmac.compare_digest(w.key_hash, key_hash)
+
+
+def _no_key(key_hash: str | None) -> str:
+    return f" (this call carries no {KEY_HEADER} header)" if key_hash is None else ""
+
+
+def check_key(w: WorkerInfo, key_hash: str | None, call: str) -> None:
+    if not _same_key(w, key_hash):
+        raise Refused(403, "wrong-worker-key",
+                      f"worker {w.id} registered with another key: this is not worker {w.id} "
+                      f"(each worker keeps its own key in its state dir){_no_key(key_hash)}",
+                      {"call": call, "worker": w.id})
+
+
+def check_register(d: Daemon, wid: str, key_hash: str) -> None:
+    """A registration may take an id only with the key the id was first registered with."""
+    w = d.workers.get(wid)
+    if w is not None and not _same_key(w, key_hash):
+        raise Refused(409, "worker-id-taken",
+                      f"worker id {wid} belongs to another worker (registered with another "
+                      f"key): give this worker its own state dir, or an admin deregisters "
+                      f"{wid} first (DELETE /v1/workers/{wid})",
+                      {"call": "register", "worker": wid})
+
+
 def stale(rec: TaskRecord, epoch: int) -> ApiError:
     return ApiError(409, "stale-epoch",
                     f"task {rec.id}: epoch {epoch} is not a lease the control plane still "
                     f"knows (the task's latest epoch is {rec.epoch}); stop this copy")
 
 
-def worker_of(d: Daemon, p: Principal, wid: str) -> WorkerInfo:
-    """The worker ``wid`` for a worker token of its pool: 403 for any other principal or
-    pool, 404 for an unknown or lost worker (it registers again)."""
+def worker_of(d: Daemon, p: Principal, wid: str, key_hash: str | None,
+              call: str = "worker") -> WorkerInfo:
+    """The worker ``wid`` for a worker token of its pool carrying ``wid``'s key: 403 for any
+    other principal, pool or key, 404 for an unknown or lost worker (it registers again)."""
     if not p.is_worker:
         raise forbidden(f"{p.text} is not a worker: worker endpoints need a worker token")
     w = d.workers.get(wid)
@@ -53,6 +112,7 @@ def worker_of(d: Daemon, p: Principal, wid: str) -> WorkerInfo:
         raise ApiError(404, "not-found", f"no worker {wid}: register first")
     if w.pool != p.name:
         raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to {p.name}")
+    check_key(w, key_hash, call)
     if w.lost:
         raise ApiError(404, "not-found", f"worker {wid} was declared lost (no heartbeat "
                                          f"within its TTL): register again")
@@ -65,15 +125,16 @@ def leases_of(w: WorkerInfo) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------- register
 def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
-                     ov: Overlay) -> Prepared:
+                     ov: Overlay, key_hash: str) -> Prepared:
     wid = body["worker_id"]
     w = d.workers.get(wid)
     if w is not None and w.pool != body["pool"]:
         raise ApiError(409, "conflict", f"worker id {wid} is registered with pool {w.pool}; "
                                         f"a worker keeps its pool (give it another state dir)")
+    check_register(d, wid, key_hash)
     data = {"worker_id": wid, "pool": body["pool"], "hostname": body.get("hostname"),
             "executor": body.get("executor"), "gpus": body.get("gpus") or [],
-            "version": body.get("version")}
+            "version": body.get("version"), "key_hash": key_hash}
     ev = Event("worker_registered", None, p.text, d.idx().revision, None, None,
                {"worker": wid, **data})
 
@@ -146,8 +207,9 @@ def lease_json(d: Daemon, rec: TaskRecord, lease: Lease) -> dict[str, Any]:
 def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: int,
                   ov: Overlay) -> Prepared:
     w = d.workers.get(wid)
-    if w is None or w.lost or wid in ov.lost:
-        return Prepared(apply=lambda: [])
+    if w is None or w.lost or wid in ov.lost or p.token_id in ov.revoked \
+            or not d.tokens.usable(p.token_id, now):
+        return Prepared(apply=lambda: [])  # a revoked token's poll gets nothing
     picks = candidates(d, w, body, ov)
     if not picks:
         return Prepared(apply=lambda: [])
@@ -249,10 +311,12 @@ def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
 
 
 # ---------------------------------------------------------------------- reports
-def lease_for_report(d: Daemon, p: Principal, task_id: str, epoch: int
+def lease_for_report(d: Daemon, p: Principal, task_id: str, epoch: int,
+                     key_hash: str | None, call: str = "report"
                      ) -> tuple[TaskRecord, Lease | None]:
-    """The task and its lease ``epoch``, for a worker token of the lease's pool (403 for
-    another pool, 404 for no such task)."""
+    """The task and its lease ``epoch``, for the worker holding that lease (its pool's
+    token and its key): 403 for another pool or another worker of the pool, 404 for no
+    such task."""
     if not p.is_worker:
         raise forbidden(f"{p.text} is not a worker: only workers report")
     rec = d.record(task_id)
@@ -261,13 +325,20 @@ def lease_for_report(d: Daemon, p: Principal, task_id: str, epoch: int
                                                  else rec.pool)
     if pool != p.name:
         raise forbidden(f"task {task_id} is not on pool {p.name}")
+    holder = d.workers.get(lease.worker) if lease is not None else None
+    if holder is not None and not _same_key(holder, key_hash):
+        raise Refused(403, "not-lease-holder",
+                      f"task {task_id} epoch {epoch} is held by worker {holder.id}, and this "
+                      f"caller is not that worker (its key differs): only the holder reports "
+                      f"on a lease{_no_key(key_hash)}", {"call": call, "task": task_id, "epoch": epoch,
+                                      "holder": holder.id})
     return rec, lease
 
 
 def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], now: int,
-                   ov: Overlay) -> Prepared:
+                   ov: Overlay, key_hash: str | None) -> Prepared:
     epoch, event = int(body["epoch"]), body["event"]
-    rec, lease = lease_for_report(d, p, task_id, epoch)
+    rec, lease = lease_for_report(d, p, task_id, epoch, key_hash)
     if lease is None:
         raise stale(rec, epoch)
     key = lease.key
@@ -362,7 +433,7 @@ def _idle_text(body: dict[str, Any]) -> str | None:
 
 
 def prepare_reports(d: Daemon, p: Principal, wid: str, items: list[dict[str, Any]],
-                    now: int, ov: Overlay) -> Prepared:
+                    now: int, ov: Overlay, key_hash: str | None) -> Prepared:
     """Several reports of one worker as one change (one transaction); each is prepared as
     ``POST /tasks/{id}/report`` would be, against what the earlier ones do, and a refused
     one (stale epoch, unknown task) is answered on its own without refusing the others."""
@@ -377,10 +448,12 @@ def prepare_reports(d: Daemon, p: Principal, wid: str, items: list[dict[str, Any
         res: dict[str, Any] = {"task": tid, "epoch": epoch, "status": 200}
         results.append(res)
         try:
-            pr = prepare_report(d, p, tid, item, now, ov)
+            pr = prepare_report(d, p, tid, item, now, ov, key_hash)
         except ApiError as exc:
             res["status"] = exc.status
             res["error"] = exc.body()["error"]
+            if isinstance(exc, Refused):
+                events.append(refused_event(d, p, exc, tid))
             continue
         events.extend(pr.events)
         ops.extend(pr.ops)

@@ -8,6 +8,7 @@ made by the one sequencer coroutine, so no lock is needed.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 
 _B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -67,6 +68,36 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def token_hash(token: str) -> str:
-    """Only this is stored: a leaked database gives no usable token."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+KEYED = "hmac-sha256:"
+"""Prefix of a keyed hash; a bare 64-hex value is the old unkeyed SHA-256 (migrated at start,
+see ``TokenHasher.rekey``)."""
+
+
+def legacy_hash(token: str) -> str:
+    """The unkeyed SHA-256 hex that databases before keyed hashes stored."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class TokenHasher:
+    """What is stored for a secret (API token, worker key): HMAC-SHA256 under the daemon's
+    key (kliqued/daemon/keyfile.py), so a leaked table alone does not let anyone check a
+    guess. The HMAC is taken over the SHA-256 hex of the secret, which lets an old database's
+    unkeyed hashes be converted without knowing the tokens (``rekey``). One HMAC per request:
+    look-up stays a dict access, and the keyed value an attacker would need to time is one
+    they cannot compute."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 32:
+            raise ValueError("the token key must be at least 32 bytes")
+        self._key = key
+
+    def rekey(self, old_hex: str) -> str:
+        """An old unkeyed SHA-256 hex as the keyed hash of the same secret."""
+        return KEYED + hmac.new(self._key, old_hex.encode("ascii"), hashlib.sha256).hexdigest()
+
+    def hash(self, secret: str) -> str:
+        return self.rekey(legacy_hash(secret))
+
+    @staticmethod
+    def is_keyed(stored: str) -> bool:
+        return stored.startswith(KEYED)

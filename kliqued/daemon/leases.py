@@ -71,7 +71,7 @@ class Lease:
 
 class WorkerInfo:
     __slots__ = ("id", "pool", "hostname", "executor", "gpus", "version", "registered_at",
-                 "last_seen", "lost_at", "leases")
+                 "last_seen", "lost_at", "leases", "key_hash")
 
     def __init__(self, id: str, pool: str) -> None:
         self.id = id
@@ -86,6 +86,10 @@ class WorkerInfo:
         self.lost_at: int | None = None
         self.leases: dict[tuple[str, int], Lease] = {}
         """Its active and stopping leases."""
+        self.key_hash: str | None = None
+        """Keyed hash of the key it registered with: every call of this worker, and every
+        report for its leases, must carry that key (one pool token is shared by the pool's
+        workers; the key tells them apart). None only for workers registered before keys."""
 
     @property
     def lost(self) -> bool:

@@ -22,6 +22,13 @@ TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 GPUS = {"type": "number", "minimum": 0, "multipleOf": 0.001,
         "description": "GPUs, at most 3 decimals"}
 NAME = {"type": "string", "minLength": 1, "maxLength": 256}
+_DURATION = {"type": ["string", "integer", "null"], "maxLength": 32, "minimum": 0,
+             "description": "a duration: 90d, 12h, 30m, 45s, 2w, or whole seconds"}
+_TOKEN_OPTS: dict[str, Any] = {
+    "name": {"type": ["string", "null"], "maxLength": 256},
+    "expires_in": {**_DURATION, "description": "the token stops working this long after "
+                                               "its creation (e.g. 90d); default: never"},
+    "expires_at": {**TIME_OR_NULL, "description": "or: the instant it stops working"}}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -216,22 +223,29 @@ SCHEMAS: dict[str, Any] = {
                                   required=["revision", "at", "errors"]))}),
     "TokenRequest": {
         "oneOf": [
-            _obj({"user": NAME, "name": {"type": ["string", "null"], "maxLength": 256}},
-                 required=["user"]),
-            _obj({"worker": {"const": True}, "pool": NAME,
-                  "name": {"type": ["string", "null"], "maxLength": 256}},
+            _obj({"user": NAME, **_TOKEN_OPTS}, required=["user"]),
+            _obj({"worker": {"const": True}, "pool": NAME, **_TOKEN_OPTS},
                  required=["worker", "pool"]),
             _obj({"role": {"type": "string", "enum": ["admin", "finance", "planner"]},
-                  "name": {"type": ["string", "null"], "maxLength": 256}},
+                  **_TOKEN_OPTS},
                  required=["role"]),
         ]},
+    "TokenRotation": _obj({
+        "grace": {**_DURATION, "description": "how long the old token keeps working (e.g. "
+                                               "1h); default 0: it stops at once"},
+        "expires_in": _TOKEN_OPTS["expires_in"], "expires_at": _TOKEN_OPTS["expires_at"]},
+        required=[]),
     "TokenCreated": _obj({"id": {"type": "string"},
                           "token": {"type": "string", "pattern": "^kq_"},
                           "principal": {"type": "string"}, "name": {"type": ["string", "null"]},
-                          "created_at": TIME}),
+                          "created_at": TIME, "expires_at": TIME_OR_NULL,
+                          "rotated_from": {"type": ["string", "null"]}},
+                         required=["id", "token", "principal", "name", "created_at",
+                                   "expires_at"]),
     "Token": _obj({"id": {"type": "string"}, "principal": {"type": "string"},
                    "name": {"type": ["string", "null"]}, "created_at": TIME,
-                   "created_by": {"type": ["string", "null"]}, "revoked_at": TIME_OR_NULL}),
+                   "created_by": {"type": ["string", "null"]}, "revoked_at": TIME_OR_NULL,
+                   "expires_at": TIME_OR_NULL}),
     "TokenList": _obj({"tokens": {"type": "array", "items": _ref("Token")}}),
     "LedgerSql": _obj({"sql": {"type": "string", "minLength": 1, "maxLength": 100_000},
                        "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
@@ -595,6 +609,11 @@ PATHS: dict[str, Any] = {
         "get": _op("listTokens", "every token (never the secret)", "admins",
                    _ok("TokenList")),
     },
+    "/v1/tokens/{id}/rotate": {"post": _op(
+        "rotateToken", "a new secret for the same principal and name; the old token stops "
+                       "at once, or after `grace`", "admins", _ok("TokenCreated", "201"),
+        params=[_p("id", "token id")], body="TokenRotation",
+        errors=AUTH_ERR + ("404", "409", "422"))},
     "/v1/tokens/{id}": {"delete": _op(
         "revokeToken", "revoke a token (idempotent)", "admins",
         {"204": {"description": "revoked"}}, params=[_p("id", "token id")],

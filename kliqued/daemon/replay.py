@@ -100,7 +100,7 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
                               f"{type(exc).__name__}: {exc}") from exc
         d.seq = seq
     d.task_ids.seed(last_task)
-    for tid, h, principal, name, created, by, revoked in store.read_tokens():
-        d.tokens.add(TokenRecord(tid, h, principal, name, created, by, revoked))
+    for tid, h, principal, name, created, by, revoked, expires in store.read_tokens():
+        d.tokens.add(TokenRecord(tid, h, principal, name, created, by, revoked, expires))
         d.token_ids.seed(tid)
     return ReplayStats(n, len(d.records), time.perf_counter() - t0)

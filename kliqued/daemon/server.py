@@ -28,7 +28,7 @@ from .app import Context, make_app
 from .core import Daemon, WorkerSettings
 from .gitops import DirSource, Follower, GitSource, Snapshot
 from .logs import DEFAULT_CAP, LogStore
-from .ids import token_hash
+from . import keyfile, strength
 from .listener import Limits, ListenSite, body_timeout_middleware, connection_cap
 from .listener import listen_backlog
 from .listener import plain_http_warning, raise_nofile
@@ -97,6 +97,12 @@ def serve(opts: Options) -> int:
     if bool(opts.tls_cert) != bool(opts.tls_key):
         print("kliqued serve: give both --tls-cert and --tls-key, or neither", file=sys.stderr)
         return EXIT_ERROR
+    env_token = os.environ.get("KLIQUE_ADMIN_TOKEN")
+    weak = strength.weakness(env_token) if env_token else None
+    if weak is not None:
+        print(f"kliqued serve: KLIQUE_ADMIN_TOKEN is too weak to be an admin token: {weak}; "
+              f"{strength.advice()}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         store = Store(opts.db)
     except DatabaseLocked as exc:
@@ -107,6 +113,14 @@ def serve(opts: Options) -> int:
             tighten(path)
         store.ensure_schema()
         d = Daemon()
+        try:
+            d.tokens.hasher, migrated = keyfile.open_hasher(opts.db, store)
+        except keyfile.KeyFileError as exc:
+            print(f"kliqued serve: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        if migrated:
+            log.info("%d token hash(es) moved under the token key %s", migrated,
+                     keyfile.key_path(opts.db))
         try:
             stats = rebuild(d, store)
         except ReplayError as exc:
@@ -207,12 +221,12 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     url = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
     env_token = os.environ.get("KLIQUE_ADMIN_TOKEN")
     if env_token:
-        rec = d.tokens.by_hash.get(token_hash(env_token))
+        rec = d.tokens.by_hash.get(d.tokens.hash(env_token))
         if rec is None:
             await seq.submit(lambda now, ov: d.prepare_token(
                 None, "role:admin", "KLIQUE_ADMIN_TOKEN", now, ov, secret=env_token))
-        elif rec.revoked_at is not None:
-            log.warning("KLIQUE_ADMIN_TOKEN is a revoked token (%s): not restored", rec.id)
+        elif rec.refusal(d.clock.now()) is not None:
+            log.warning("KLIQUE_ADMIN_TOKEN is not restored: %s", rec.refusal(d.clock.now()))
     elif not d.tokens.by_id:
         _, token = await seq.submit(lambda now, ov: d.prepare_token(
             None, "role:admin", "first admin", now, ov))

@@ -32,6 +32,7 @@ SCHEMA = [
         id VARCHAR PRIMARY KEY, hash VARCHAR NOT NULL UNIQUE, principal VARCHAR NOT NULL,
         name VARCHAR, created_at_ms BIGINT NOT NULL, created_by VARCHAR,
         revoked_at_ms BIGINT)""",
+    "ALTER TABLE tokens ADD COLUMN IF NOT EXISTS expires_at_ms BIGINT",
 ]
 
 CHECKPOINT_WAL = "256MB"
@@ -107,8 +108,8 @@ class Store:
 
     def read_tokens(self) -> list[tuple]:
         return self.conn.execute(
-            "SELECT id, hash, principal, name, created_at_ms, created_by, revoked_at_ms "
-            "FROM tokens ORDER BY id").fetchall()
+            "SELECT id, hash, principal, name, created_at_ms, created_by, revoked_at_ms, "
+            "expires_at_ms FROM tokens ORDER BY id").fetchall()
 
     # ------------------------------------------------------------------ writes
     def _commit(self, batch: Batch) -> None:

@@ -229,13 +229,15 @@ def whoami(d: Daemon, p: Principal) -> dict[str, Any]:
 def token(rec: Any) -> dict[str, Any]:
     return {"id": rec.id, "principal": rec.principal, "name": rec.name,
             "created_at": iso(rec.created_at), "created_by": rec.created_by,
-            "revoked_at": iso(rec.revoked_at)}
+            "revoked_at": iso(rec.revoked_at), "expires_at": iso(rec.expires_at)}
 
 
 def event(row: dict[str, Any]) -> dict[str, Any]:
     data = row["data"]
     if row["kind"] == "estate_applied" and isinstance(data, dict):
         data = {"source": data.get("source")}  # the compiled estate itself is large
+    elif row["kind"] == "worker_registered" and isinstance(data, dict) and "key_hash" in data:
+        data = {k: v for k, v in data.items() if k != "key_hash"}  # a secret's hash
     return {"seq": row["seq"], "at": iso(row["at_ms"]), "kind": row["kind"],
             "task": row["task"], "actor": row["actor"], "revision": row["revision"],
             "data": data}

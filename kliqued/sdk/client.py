@@ -312,10 +312,13 @@ class Client:
     # ------------------------------------------------------------------ tokens (admin)
     def create_token(self, user: str | None = None, *, worker: bool = False,
                      pool: str | None = None, role: str | None = None,
-                     name: str | None = None) -> dict:
+                     name: str | None = None, expires_in: str | None = None) -> dict:
         """A new token for a user, a worker bound to a pool, or a role (``finance``,
-        ``admin``); the answer holds the token text, shown only this once."""
+        ``admin``); the answer holds the token text, shown only this once. ``expires_in``:
+        a duration (``90d``) after which the token stops working."""
         body: dict[str, Any] = {}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
         if user is not None:
             body["user"] = user
         if worker:
@@ -329,6 +332,27 @@ class Client:
 
     def tokens(self) -> list[dict]:
         return self._call("GET", "/tokens")["tokens"]
+
+    def rotate_token(self, id: str, grace: str | None = None,
+                     expires_in: str | None = None) -> dict:
+        """A new secret for token ``id``'s principal; the old one stops at once, or after
+        ``grace`` (``1h``). The answer holds the new token, shown only this once."""
+        body: dict[str, Any] = {}
+        if grace is not None:
+            body["grace"] = grace
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        return self._call("POST", f"/tokens/{self._seg(id)}/rotate", body=body)
+
+    def deregister_worker(self, id: str) -> dict | None:
+        """Removes worker ``id`` (admins): its tasks go back to their queues. None when the
+        control plane does not know it (already gone)."""
+        try:
+            return self._call("DELETE", f"/workers/{self._seg(id)}")
+        except KliqueError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def revoke_token(self, id: str) -> None:
         """Revokes a token (idempotent: revoking it again changes nothing)."""

@@ -168,6 +168,52 @@ def test_with_kliqued_serve(tmp_path):
             assert api.task(task["id"])["end_reason"] == "finished"
             _wait(lambda: scaler.step().terminated, 15, "the idle node's release")
             assert provider.list("burst") == []
+            # issue 10 bug 12: the released node's worker said goodbye; it is not "lost"
+            assert srv.ok("GET", "/v1/workers?pool=burst")["workers"] == []
+            events = srv.ok("GET", "/v1/events?limit=1000")["events"]
+            assert "worker_lost" not in [e["kind"] for e in events]
+            gone, = [e for e in events if e["kind"] == "worker_deregistered"]
+            assert gone["actor"] == "worker:burst"  # the worker's own goodbye (--drain)
+        finally:
+            for n in provider.list("burst"):
+                provider.terminate(n)
+    finally:
+        srv.stop()
+
+
+def test_a_vanished_node_s_worker_is_deregistered_by_the_autoscaler(tmp_path):
+    """A cloud machine can vanish without its worker saying goodbye: the autoscaler removes
+    the worker at the control plane itself (issue 10 bug 12), so it is not shown lost."""
+    from tests.daemon.server import ADMIN as SERVE_ADMIN, Server
+
+    class Vanishing(LocalProvider):
+        def terminate(self, node):  # the machine is gone at once: no drain, no goodbye
+            try:
+                os.killpg(node.meta["pid"], 9)
+            except ProcessLookupError:
+                pass
+            super().terminate(node)
+
+    srv = Server(tmp_path, estate=ESTATE).start()
+    try:
+        api = Client(srv.url, SERVE_ADMIN)
+        token = tmp_path / "burst.token"
+        token.write_text(api.create_token(worker=True, pool="burst")["token"] + "\n")
+        token.chmod(0o600)
+        provider = Vanishing(tmp_path / "nodes", srv.url, token, spot_capacity=0,
+                             worker_args=WORKER_ARGS)
+        scaler = Autoscaler(api, provider, "burst",
+                            ScalePolicy(max_milli=2000, idle_timeout_s=1, node_gpus=1))
+        try:
+            task = api.submit("team-a/one", ["true"], user="alice")
+            _wait(lambda: api.task(task["id"])["state"] == "placed", 10, "placement")
+            scaler.step()
+            _wait(lambda: api.task(task["id"])["state"] == "ended", 30, "the task's end")
+            _wait(lambda: scaler.step().terminated, 15, "the idle node's release")
+            assert srv.ok("GET", "/v1/workers?pool=burst")["workers"] == []
+            events = srv.ok("GET", "/v1/events?limit=1000")["events"]
+            gone, = [e for e in events if e["kind"] == "worker_deregistered"]
+            assert gone["actor"] == "role:admin"
         finally:
             for n in provider.list("burst"):
                 provider.terminate(n)

@@ -122,6 +122,7 @@ def build_state(db: Path, n: int) -> dict[str, Any]:
     """Writes ``n`` submissions (and the passes that place what fits) through the daemon's
     own prepare/commit/apply path, as a live daemon would log them."""
     from compiler.api import compile_dir
+    from kliqued.daemon import keyfile
     from kliqued.daemon.auth import Principal
     from kliqued.daemon.core import Daemon, Overlay
     from kliqued.daemon.store import Batch, Store
@@ -129,6 +130,7 @@ def build_state(db: Path, n: int) -> dict[str, Any]:
     store = Store(str(db))
     store.ensure_schema()
     d = Daemon()
+    d.tokens.hasher, _ = keyfile.open_hasher(db, store)  # the key the daemon will read
     estate = compile_dir(EXAMPLE_ESTATE).estate
     assert estate is not None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -139,12 +140,16 @@ class HttpWorker:
     """The worker protocol spoken by hand, over real HTTP."""
 
     def __init__(self, server: Server, token: str, wid: str, pool: str = "bare",
-                 gpus: int = 2) -> None:
+                 gpus: int = 2, key: str | None = None) -> None:
         self.s, self.token, self.id, self.pool, self.gpus = server, token, wid, pool, gpus
+        self.key = key or secrets.token_urlsafe(32)
+        """Its worker key (X-Klique-Worker-Key): what tells it from the pool's other
+        workers, which share the token."""
 
     def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
              timeout: float = 30) -> tuple[int, Any]:
-        return self.s.call(method, path, body, self.token, raw=raw, timeout=timeout)
+        return self.s.call(method, path, body, self.token, raw=raw, timeout=timeout,
+                           headers={"X-Klique-Worker-Key": self.key})
 
     def register(self) -> dict:
         st, body = self.call("POST", "/v1/workers/register", {

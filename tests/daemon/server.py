@@ -20,7 +20,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_ESTATE = Path(__file__).resolve().parent / "estate"
 EXAMPLE_ESTATE = ROOT / "estate"
-ADMIN = "kq_test-admin-token-0000000000000000000000000"
+ADMIN = "kq_test-admin-6qG2VhZbR1xN8tLw4PmJ0sYkE7cUaDf3oH9iT5nQ"
+"""A fixed admin token for the tests: strong enough for the daemon's check of a chosen
+KLIQUE_ADMIN_TOKEN (kliqued/daemon/strength.py)."""
 
 
 def free_port() -> int:

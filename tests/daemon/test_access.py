@@ -47,7 +47,7 @@ MATRIX: dict[str, tuple[str, str, Any, list[int]]] = {
     "set-engine": ("POST", "/v1/engine", {"enabled": True}, [200] + [403] * 6 + [401, 401]),
     "estate": ("GET", "/v1/estate", None, [200] * 7 + [401, 401]),
     "plan-state": ("GET", "/v1/plan/state", None, [200] + [403] * 6 + [401, 401]),
-    "create-token": ("POST", "/v1/tokens", {"user": "zed"}, [201] + [403] * 6 + [401, 401]),
+    "create-token": ("POST", "/v1/tokens", {"user": "erin"}, [201] + [403] * 6 + [401, 401]),
     "list-tokens": ("GET", "/v1/tokens", None, [200] + [403] * 6 + [401, 401]),
     "revoke-token": ("DELETE", "/v1/tokens/{token}", None, [204] + [403] * 6 + [401, 401]),
     "ledger-sql": ("POST", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"},
@@ -81,7 +81,7 @@ def test_matrix(server: Server, who, endpoint: str, i: int, principal: str) -> N
                       expect=201)
         path = path.replace("{task}", t["id"])
     if "{token}" in path:
-        tk = server.ok("POST", "/v1/tokens", {"user": "zed"}, expect=201)
+        tk = server.ok("POST", "/v1/tokens", {"user": "erin"}, expect=201)
         path = path.replace("{token}", tk["id"])
     status, data = server.call(method, path, body, token)
     assert status == want, f"{principal} {method} {path}: {status} {data}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,3 +32,25 @@ def test_token_create_list_revoke(server: Server) -> None:
     assert server.call("GET", "/v1/whoami", token=token)[0] == 401
     bad = kliqued(server, "token", "create", "--role", "finance", "--token", "kq_nope")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
+
+
+def test_token_expires_and_rotate(server: Server) -> None:
+    """Issue 10: ``--expires 90d``, ``token rotate ID [--grace]``, expiry in ``token list``."""
+    p = kliqued(server, "token", "create", "--user", "alice", "--expires", "90d", "--json")
+    assert p.returncode == 0, p.stderr
+    made = json.loads(p.stdout)
+    assert made["expires_at"] is not None
+    listed = kliqued(server, "token", "list")
+    assert "EXPIRES" in listed.stdout and made["expires_at"] in listed.stdout
+    r = kliqued(server, "token", "rotate", made["id"], "--grace", "1h")
+    assert r.returncode == 0, r.stderr
+    new = r.stdout.strip()
+    assert new.startswith("kq_") and "keeps working for 1h" in r.stderr
+    assert server.ok("GET", "/v1/whoami", token=new)["name"] == "alice"
+    assert server.ok("GET", "/v1/whoami", token=made["token"])["name"] == "alice"  # grace
+    new_id = r.stderr.split()[1]  # "rotated: tk-... for user:alice ..."
+    again = kliqued(server, "token", "rotate", new_id)
+    assert again.returncode == 0 and "is revoked" in again.stderr, again.stderr
+    assert server.call("GET", "/v1/whoami", token=new)[0] == 401  # no grace: at once
+    bad = kliqued(server, "token", "create", "--user", "alice", "--expires", "soon")
+    assert bad.returncode == 1 and "expires_in" in bad.stderr and "Traceback" not in bad.stderr

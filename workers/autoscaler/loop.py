@@ -10,7 +10,11 @@ Every ``interval`` seconds (default 10):
 2. **decide**: ``decide(Observation)`` gives launches and releases.
 3. **act**: a spot launch refused with CapacityUnavailable marks spot unavailable for
    ``spot_retry_s`` and the decision is made again at once, which asks for on-demand (the
-   fallback); an on-demand refusal is logged and retried next round. Releases terminate.
+   fallback); an on-demand refusal is logged and retried next round. Releases terminate
+   the node (the local provider's worker drains and deregisters itself), then make sure
+   its worker is deregistered at the control plane: a released node's worker leaves the
+   worker list at once instead of being declared ``lost`` a TTL later (a cloud machine
+   that vanished cannot say goodbye itself).
 
 The control plane being unreachable skips a round (nothing is released on missing data).
 """
@@ -106,6 +110,7 @@ class Autoscaler:
                     if node is not None:
                         log.info("releasing node %s: %s", action.node, action.reason)
                         self.provider.terminate(node)
+                        self._deregister(node)
                         self.idle_since.pop(action.node, None)
                         report.terminated.append((action.node, action.reason))
                 elif isinstance(action, Launch):
@@ -131,6 +136,21 @@ class Autoscaler:
             obs, nodes, _ = self.observe()
             actions = [a for a in decide(obs) if isinstance(a, Launch)]
         return report
+
+    def _deregister(self, node: Node) -> None:
+        """The released node's worker leaves the control plane's list (if its own goodbye
+        did not already): its tasks, if any, go back to their queues now."""
+        if not node.worker_id:
+            return
+        try:
+            gone = self.client.deregister_worker(node.worker_id)
+        except KliqueError as exc:
+            log.warning("node %s released, but its worker %s could not be deregistered (%s):"
+                        " the control plane declares it lost after its TTL", node.id,
+                        node.worker_id, exc.message)
+            return
+        if gone is not None:
+            log.info("deregistered worker %s of released node %s", node.worker_id, node.id)
 
     def run(self, interval_s: float = 10.0, rounds: int | None = None,
             stop=lambda: False, echo=None) -> None:

@@ -145,9 +145,12 @@ class LocalProvider(Provider):
         state_dir = self.root / node_id
         state_dir.mkdir(parents=True)
         log = open(state_dir / "worker.log", "ab")
+        # --drain: a node is released for good, so its worker hands back what it runs and
+        # deregisters on the SIGTERM of terminate(), rather than being declared lost
         argv = [self.python, "-m", "workers.cli", "--url", self.url, "--pool", pool,
                 "--token-file", self.token_file, "--state-dir", str(state_dir),
-                "--gpus", ",".join(str(i) for i in range(gpus)) or "none", *self.worker_args]
+                "--gpus", ",".join(str(i) for i in range(gpus)) or "none", "--drain",
+                *self.worker_args]
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True, close_fds=True)

@@ -23,6 +23,32 @@ from .params import int_param
 from .tasks import _visible
 
 
+def _key_hash(request: web.Request, required: bool = False) -> str | None:
+    """The keyed hash of the worker key the call carries (``X-Klique-Worker-Key``); None
+    when it carries none (then only a worker registered before keys accepts the call)."""
+    key = request.headers.get(fleet.KEY_HEADER)
+    if key is None and not required:
+        return None
+    if not key or not fleet.KEY_RE.match(key):
+        raise bad_request(f"header {fleet.KEY_HEADER}: a worker proves which worker it is with "
+                          f"the random key it keeps in its state dir (32 to 128 characters of "
+                          f"A-Z a-z 0-9 _ -); {'missing' if not key else 'malformed'}: "
+                          f"upgrade klique-worker", {"header": fleet.KEY_HEADER})
+    return ctx(request).daemon.tokens.hash(key)
+
+
+async def _audited(request: web.Request, check):
+    """Runs ``check``; a refusal of a worker that claims another's identity is logged
+    (``worker_refused``) before it is answered."""
+    try:
+        return check()
+    except fleet.Refused as exc:
+        c = ctx(request)
+        p = request["principal"]
+        await c.seq.submit(lambda now, ov: fleet.prepare_refused(c.daemon, p, exc, now, ov))
+        raise
+
+
 async def register(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
@@ -35,7 +61,11 @@ async def register(request: web.Request) -> web.Response:
         raise forbidden(f"this token is bound to pool {p.name}, not {body['pool']}")
     if d.idx().estate.pool(p.name) is None:
         raise ApiError(422, "unknown-pool", f"no pool {p.name!r} in the running estate")
-    answer = await c.seq.submit(lambda now, ov: fleet.prepare_register(d, p, body, now, ov))
+    key = _key_hash(request, required=True)
+    assert key is not None
+    await _audited(request, lambda: fleet.check_register(d, body["worker_id"], key))
+    answer = await c.seq.submit(
+        lambda now, ov: fleet.prepare_register(d, p, body, now, ov, key))
     return reply(answer)
 
 
@@ -44,7 +74,8 @@ async def lease(request: web.Request) -> web.Response:
     d = c.daemon
     p = request["principal"]
     wid = request.match_info["id"]
-    w = fleet.worker_of(d, p, wid)
+    key = _key_hash(request)
+    w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "lease"))
     limit = d.worker_settings.poll_wait_s
     raw = request.query.get("wait")
     try:
@@ -61,6 +92,9 @@ async def lease(request: web.Request) -> web.Response:
     def prepare(now: int, ov: fleet.Overlay) -> fleet.Prepared:
         return fleet.prepare_lease(d, p, wid, body, now, ov)
     while True:
+        why = d.tokens.by_id[p.token_id].refusal(d.clock.now()) if p.token_id else None
+        if why is not None:  # revoked or expired while polling: the poll ends now
+            raise ApiError(401, "unauthenticated", why)
         w.last_seen = d.mono()
         if c.closing.is_set() or w.lost or d.workers.get(wid) is not w:
             return reply({"leases": []})
@@ -90,7 +124,8 @@ async def heartbeat(request: web.Request) -> web.Response:
     d = c.daemon
     p = request["principal"]
     wid = request.match_info["id"]
-    w = fleet.worker_of(d, p, wid)
+    key = _key_hash(request)
+    w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "heartbeat"))
     body = await read_json(request, "Heartbeat")
     w.last_seen = d.mono()
     ttl = d.worker_settings.ttl_s
@@ -108,8 +143,11 @@ async def report(request: web.Request) -> web.Response:
     if not p.is_worker:
         raise forbidden(f"{p.text} is not a worker: only workers report")
     body = await read_json(request, "TaskReport")
-    fleet.lease_for_report(d, p, tid, int(body["epoch"]))  # 403/404 before queueing
-    await c.seq.submit(lambda now, ov: fleet.prepare_report(d, p, tid, body, now, ov))
+    key = _key_hash(request)
+    epoch = int(body["epoch"])
+    await _audited(request,  # 403/404 before queueing
+                   lambda: fleet.lease_for_report(d, p, tid, epoch, key))
+    await c.seq.submit(lambda now, ov: fleet.prepare_report(d, p, tid, body, now, ov, key))
     rec = d.records[tid]
     lease = rec.lease(int(body["epoch"]))
     if lease is not None:
@@ -125,11 +163,12 @@ async def reports(request: web.Request) -> web.Response:
     d = c.daemon
     p = request["principal"]
     wid = request.match_info["id"]
-    w = fleet.worker_of(d, p, wid)
+    key = _key_hash(request)
+    w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "reports"))
     body = await read_json(request, "WorkerReports")
     items = body["reports"]
     results = await c.seq.submit(
-        lambda now, ov: fleet.prepare_reports(d, p, wid, items, now, ov))
+        lambda now, ov: fleet.prepare_reports(d, p, wid, items, now, ov, key))
     if not w.lost:
         w.last_seen = d.mono()
     return reply({"results": results})
@@ -150,6 +189,8 @@ async def deregister(request: web.Request) -> web.Response:
         if w.pool != p.name:
             raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to "
                             f"{p.name}")
+        key = _key_hash(request)
+        await _audited(request, lambda: fleet.check_key(w, key, "deregister"))
     elif not p.is_admin:
         raise forbidden(f"{p.text} cannot deregister workers")
     answer = await c.seq.submit(lambda now, ov: fleet.prepare_deregister(d, p, wid, now, ov))
@@ -170,7 +211,9 @@ async def upload_log(request: web.Request) -> web.Response:
     rec = d.record(tid)
     epoch = int_param(request, "epoch", rec.epoch, 1, 2**31)
     assert epoch is not None
-    rec, lease = fleet.lease_for_report(d, p, tid, epoch)
+    key = _key_hash(request)
+    rec, lease = await _audited(request,
+                                lambda: fleet.lease_for_report(d, p, tid, epoch, key, "log"))
     if lease is None or lease.status == FENCED:
         raise fleet.stale(rec, epoch)
     data = await request.read()
