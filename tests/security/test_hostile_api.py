@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -215,7 +216,9 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     spare = s.ok("POST", "/v1/tokens", {"user": "carol", "name": "spare"}, expect=201)
     example = document()["paths"]["/v1/workers/register"]["post"]["requestBody"]
     reg = example["content"]["application/json"]["example"]
-    s.ok("POST", "/v1/workers/register", reg, token=tokens["worker"])
+    s.worker_key = secrets.token_urlsafe(32)  # type: ignore[attr-defined]
+    s.ok("POST", "/v1/workers/register", reg, token=tokens["worker"],
+         headers={"X-Klique-Worker-Key": s.worker_key})  # type: ignore[attr-defined]
     task = s.ok("POST", "/v1/tasks", {"resource": "llm-research/h100", "command": ["true"],
                                       "project": "evals"},
                 token=tokens["alice"], expect=201)
@@ -250,6 +253,8 @@ def test_hostile_input_never_gets_a_5xx_nor_stops_the_daemon(srv: Server, method
         if key is not None:
             headers["Idempotency-Key"] = key
         token = srv.tokens[who]  # type: ignore[attr-defined]
+        if who == "worker":  # the registered worker's key: its calls reach the handlers
+            headers["X-Klique-Worker-Key"] = srv.worker_key  # type: ignore[attr-defined]
         if auth is not None:
             headers["Authorization"], token, who = auth, None, f"raw {auth[:20]!r}"
         status, data = send(srv, method, target, body, token, headers=headers, timeout=20)

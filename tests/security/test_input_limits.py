@@ -91,7 +91,7 @@ def test_the_worker_listing_is_paged(srv: Server) -> None:
     worker = srv.token({"worker": True, "pool": "pool-1"})
     for i in range(5):
         srv.ok("POST", "/v1/workers/register", {"worker_id": f"w-page-{i}", "pool": "pool-1"},
-               token=worker)
+               token=worker, headers={"X-Klique-Worker-Key": "k" * 43})
     seen: list[str] = []
     after = ""
     while True:

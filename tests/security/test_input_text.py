@@ -124,10 +124,12 @@ def test_non_finite_gpus_is_a_400_naming_gpus(srv: Server, gpus: str) -> None:
 
 
 def test_nan_gpu_free_in_a_lease_request_is_a_400(srv: Server) -> None:
+    key = {"X-Klique-Worker-Key": "n" * 43}  # the worker's proof of identity
     send(srv, "POST", "/v1/workers/register", b'{"worker_id":"w-nan","pool":"pool-1"}',
-         srv.worker)
+         srv.worker, headers=key)
     status, data = send(srv, "POST", "/v1/workers/w-nan/lease?wait=0",
-                        b'{"free_gpus":[],"gpu_free":[{"index":0,"free":NaN}]}', srv.worker)
+                        b'{"free_gpus":[],"gpu_free":[{"index":0,"free":NaN}]}', srv.worker,
+                        headers=key)
     _refused(srv, status, data, "/gpu_free/0/free")
 
 

@@ -114,6 +114,9 @@ def test_a_lost_key_file_is_a_clear_refusal_not_a_lockout(tmp_path) -> None:
 ])
 def test_token_creation_checks_the_principal_and_name(server: Server, body, field) -> None:
     st, answer = server.call("POST", "/v1/tokens", body)
+    if st == 400:  # control characters: refused at the edge already, naming the field
+        assert answer["error"]["details"]["pointer"] == f"/{field}", answer
+        return
     assert st == 422, answer
     assert answer["error"]["details"]["field"] == field
     assert field in answer["error"]["message"]
