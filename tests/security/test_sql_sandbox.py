@@ -18,8 +18,8 @@ SECRET = "f00dfacecafe0123456789abcdef0123456789abcdef0123456789abcdef0123"
 def store(tmp_path):
     s = Store(str(tmp_path / "kliqued.duckdb"))
     s.ensure_schema()
-    s.conn.execute("INSERT INTO tokens VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, "
-                   "'role:admin', NULL)", [SECRET])
+    s.conn.execute("INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
+                   " VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, 'role:admin')", [SECRET])
     s.conn.execute("INSERT INTO events VALUES (1, 1, 'submitted', 't-1', 'user:alice', NULL, "
                    "'team-a', 'alice', '{\"command\": [\"echo\", \"private\"]}')")
     yield s

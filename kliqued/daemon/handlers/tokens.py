@@ -152,7 +152,7 @@ async def rotate(request: web.Request) -> web.Response:
     c = ctx(request)
     p = _admin(request)
     tid = request.match_info["id"]
-    body = await read_json(request, "TokenRotation") if request.can_read_body else {}
+    body = await read_json(request, "TokenRotation") if await request.read() else {}
     grace = _duration_ms(body, "grace") or 0
     expires = _expires_at(body, c.daemon.clock.now())
     rec, token, old = await c.seq.submit(
