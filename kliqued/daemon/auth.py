@@ -1,10 +1,12 @@
 """Identity and access: principals, the token book, and who may see or do what.
 
 Principals (api-contract.md "Auth"): ``user:<name>``, ``worker:<pool>``, ``role:admin``,
-``role:finance``, ``role:planner``. Group membership and group admins come from the compiled estate, so a change
-of ``groups.yaml`` changes access at the next estate revision, with no token reissued. An
-admin of a group is also an admin of every group below it (a department head manages the
-department's teams: seed section 01); membership (``users``) does not inherit.
+``role:finance``, ``role:planner``. Group membership and group admins come from the
+compiled estate, so a change of ``groups.yaml`` changes access at the next estate revision,
+with no token reissued. An admin of a group is also an admin of every group below it (a
+department head manages the department's teams: seed section 01); membership (``users``)
+does not inherit. Tokens may expire; a revoked or expired one is refused at once, saying
+which and when.
 """
 
 from __future__ import annotations

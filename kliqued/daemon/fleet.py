@@ -330,8 +330,8 @@ def lease_for_report(d: Daemon, p: Principal, task_id: str, epoch: int,
         raise Refused(403, "not-lease-holder",
                       f"task {task_id} epoch {epoch} is held by worker {holder.id}, and this "
                       f"caller is not that worker (its key differs): only the holder reports "
-                      f"on a lease{_no_key(key_hash)}", {"call": call, "task": task_id, "epoch": epoch,
-                                      "holder": holder.id})
+                      f"on a lease{_no_key(key_hash)}",
+                      {"call": call, "task": task_id, "epoch": epoch, "holder": holder.id})
     return rec, lease
 
 
