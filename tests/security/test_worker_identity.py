@@ -17,7 +17,7 @@ from tests.daemon.fleet import PY, FleetServer, HttpWorker, RealWorker, wait_for
 
 @pytest.fixture
 def fs(tmp_path):
-    s = FleetServer(tmp_path, ttl="5s").start()
+    s = FleetServer(tmp_path, ttl="10s").start()  # a restart on a loaded machine is slow
     s.erin = s.token({"user": "erin"})  # type: ignore[attr-defined]
     s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
     yield s
