@@ -11,4 +11,5 @@ from .writer import (IntervalRow, close_interval, close_intervals, fill_group_pa
                      group_paths, open_interval, open_intervals, replace_prices)
 
 __all__ = ["ensure_schema", "IntervalRow", "open_interval", "open_intervals", "close_interval",
-           "close_intervals", "replace_prices", "group_paths", "fill_group_paths", "run_readonly", "SqlResult", "LedgerSqlError"]
+           "close_intervals", "replace_prices", "group_paths", "fill_group_paths",
+           "run_readonly", "SqlResult", "LedgerSqlError"]
