@@ -15,6 +15,7 @@ check still allows only the ledger's tables.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from .schema import VIEW_ORDER, VIEWS
@@ -44,7 +45,23 @@ def scoped(query: str, groups: Sequence[str]) -> str:
     runs for an admin of ``groups``: every ledger relation it may name stands for the rows of
     their subtrees only. Its columns and row order are the query's own (DuckDB keeps a
     subquery's order through ``SELECT *``); a duplicated column name gets a suffix."""
+    return f"{_prefix(groups)}{query}\n) AS scoped"
+
+
+def _prefix(groups: Sequence[str]) -> str:
     ctes = [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}") for t in FILTERED]
     ctes += [(name, VIEWS[name]) for name in VIEW_ORDER]
     head = ",\n".join(f"{name} AS ({body}\n)" for name, body in ctes)
-    return f"WITH {head}\nSELECT * FROM (\n{query}\n) AS scoped"
+    return f"WITH {head}\nSELECT * FROM (\n"
+
+
+_LINES_BEFORE = _prefix(["x"]).count("\n")
+"""Lines of the WITH before the query's first line (group names hold no newline)."""
+
+_LINE = re.compile(r"\bLINE (\d+):")
+
+
+def relocate(message: str) -> str:
+    """A DuckDB error message about a scoped query, with its ``LINE n:`` counted in the
+    query as its author wrote it rather than in the WITH around it."""
+    return _LINE.sub(lambda m: f"LINE {max(1, int(m.group(1)) - _LINES_BEFORE)}:", message)

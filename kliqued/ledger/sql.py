@@ -245,7 +245,9 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     except duckdb.Error as exc:
         if state["fired"]:
             raise timeout_error(timeout_s) from None
-        raise LedgerSqlError("sql-error", _clean(exc)) from None
+        message = _clean(exc)
+        raise LedgerSqlError("sql-error", message if groups is None
+                             else scope.relocate(message)) from None
     finally:
         try:
             conn.execute("ROLLBACK")

@@ -170,3 +170,9 @@ def test_the_export_is_scoped_too(store):
     assert len(lines) == 3 and not [o for o in OTHERS if o in mine]
     assert "group_path,business_unit,department" in lines[0]
     assert ",north/ml/team-a,north,ml," in lines[1]
+
+
+def test_an_error_points_at_the_querys_own_line(store):
+    with pytest.raises(LedgerSqlError) as err:
+        run_readonly(store.conn.cursor(), "SELECT 1 AS one,\n  nope FROM usage", groups=["ml"])
+    assert err.value.code == "sql-error" and "LINE 2:   nope FROM usage" in err.value.message
