@@ -233,11 +233,12 @@ _DIMS = ", ".join(q(d) for d in DIMENSIONS)
 
 
 def _levels(alias: str) -> str:
-    """The convenience columns of a row with ``group_path``: its first level (the business
-    unit, in an estate whose top groups are business units) and its second (the
-    department); NULL where the path is shorter or unknown."""
-    return (f"nullif(split_part({alias}.group_path, '/', 1), '') AS business_unit, "
-            f"nullif(split_part({alias}.group_path, '/', 2), '') AS department")
+    """The convenience columns of a row with ``group_path``, counted up from its group (a
+    team: work is always sent to a team): ``department`` is the group above it and
+    ``business_unit`` the group above that, so an estate with or without a company group at
+    the top reads the same. NULL where the path is shorter or unknown."""
+    return (f"string_split({alias}.group_path, '/')[-3] AS business_unit, "
+            f"string_split({alias}.group_path, '/')[-2] AS department")
 
 
 _MONTHLY_PIECES = f"""
@@ -261,7 +262,6 @@ _MONTHLY_SUMS = f"""sum(m.pieces) AS pieces, sum(m.ms) AS ms,
 """The measures of ``m`` rows joined to their price ``p``, each rounded once from the exact
 sums."""
 
-_ROLLUP_MEASURES = "pieces, ms, hours, gpu_hours, budget_hours, currency, cost"
 
 VIEWS = {
     # Each price with the time it stops applying: the next price's effective_from for the
@@ -330,14 +330,27 @@ FROM e
 LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
 GROUP BY ALL""",
 
+    # usage_monthly rolled up by business unit (and department) as _levels names them, exact
+    # like usage_by_level.
     "usage_by_business_unit": f"""
-SELECT month, name AS business_unit, {_ROLLUP_MEASURES}
-FROM usage_by_level WHERE level = 1""",
+WITH m AS ({_MONTHLY_PIECES}),
+e AS (SELECT m.*, string_split(m.group_path, '/')[-3] AS business_unit FROM m
+      WHERE m.group_path <> '')
+SELECT e.month, e.business_unit, {_MONTHLY_SUMS.replace("m.", "e.")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+WHERE e.business_unit IS NOT NULL
+GROUP BY ALL""",
 
     "usage_by_department": f"""
-SELECT month, split_part(path, '/', 1) AS business_unit, name AS department,
-       {_ROLLUP_MEASURES}
-FROM usage_by_level WHERE level = 2""",
+WITH m AS ({_MONTHLY_PIECES}),
+e AS (SELECT m.*, string_split(m.group_path, '/')[-3] AS business_unit,
+             string_split(m.group_path, '/')[-2] AS department FROM m WHERE m.group_path <> '')
+SELECT e.month, e.business_unit, e.department, {_MONTHLY_SUMS.replace("m.", "e.")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+WHERE e.department IS NOT NULL
+GROUP BY ALL""",
 }
 
 

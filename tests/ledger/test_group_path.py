@@ -35,15 +35,28 @@ def test_an_open_records_the_path_and_the_views_split_it(db, n):
     assert got == [("north/ml/team-a", "north", "ml")] * 3
 
 
-def test_a_top_group_has_no_department_and_an_unknown_path_no_level(db):
+def test_levels_are_counted_up_from_the_team(db):
+    """A department is the group above the team and a business unit the one above that,
+    with or without a company group at the top (the example estate has northwind)."""
     t0 = ms("2026-03-01T00:00")
-    open_intervals(db, [row(1, t0, group="solo", group_path="solo"),
-                        row(2, t0, group="gone", group_path=None)])
-    got = db.execute("SELECT \"group\", group_path, business_unit, department FROM usage "
+    open_intervals(db, [row(1, t0, group="llm", group_path="corp/science/ai-lab/llm"),
+                        row(2, t0, group="serving", group_path="corp/it/serving"),
+                        row(3, t0, group="team-a", group_path="ml/team-a"),
+                        row(4, t0, group="solo", group_path="solo"),
+                        row(5, t0, group="gone", group_path=None)])
+    got = db.execute("SELECT \"group\", business_unit, department FROM usage "
                      "ORDER BY 1").fetchall()
-    assert got == [("gone", None, None, None), ("solo", "solo", "solo", None)]
-    levels = db.execute("SELECT DISTINCT level, name, path FROM usage_by_level").fetchall()
-    assert levels == [(1, "solo", "solo")]
+    assert got == [("gone", None, None), ("llm", "science", "ai-lab"),
+                   ("serving", "corp", "it"), ("solo", None, None), ("team-a", None, "ml")]
+    units = db.execute("SELECT DISTINCT business_unit FROM usage_by_business_unit "
+                       "ORDER BY 1").fetchall()
+    assert units == [("corp",), ("science",)]
+    depts = db.execute("SELECT DISTINCT business_unit, department FROM usage_by_department "
+                       "ORDER BY 2").fetchall()
+    assert depts == [("science", "ai-lab"), ("corp", "it"), (None, "ml")]
+    levels = db.execute("SELECT DISTINCT level, name, path FROM usage_by_level WHERE level = 1 "
+                        "ORDER BY 2").fetchall()
+    assert levels == [(1, "corp", "corp"), (1, "ml", "ml"), (1, "solo", "solo")]
 
 
 def _org_usage(db):
@@ -158,7 +171,7 @@ def test_an_older_database_gains_the_column_and_the_estates_paths(db):
     kept = db.execute("SELECT \"group\", group_path FROM ledger_monthly ORDER BY 1").fetchall()
     assert kept == [("gone", ""), ("team-a", "lab/team-a")]
     assert mismatches(db) == []
-    dept = db.execute("SELECT business_unit, gpu_hours FROM usage_by_business_unit "
+    dept = db.execute("SELECT department, gpu_hours FROM usage_by_department "
                       "WHERE month = DATE '2026-02-01'").fetchall()
     assert dept[0][0] == "lab" and dept[0][1] > Decimal("3")  # team-a's 3 h and team-b's
     # a second start changes nothing: the paths are history now
