@@ -19,9 +19,11 @@ def register(subparsers) -> None:
     p = add_command(
         subparsers, "ledger", help="query (read-only SQL) and export the usage ledger",
         description="The usage ledger records every placement interval against the user, "
-                    "project and group, priced per GPU type (docs/ledger.md). Finance and "
-                    "admins may query it with one read-only SELECT, on a consistent snapshot, "
-                    "within a time limit, and export intervals as CSV or Parquet.",
+                    "project and group (with the group's path: business unit, department), "
+                    "priced per GPU type (docs/ledger.md). Finance and admins may query it "
+                    "with one read-only SELECT, on a consistent snapshot, within a time "
+                    "limit, and export intervals as CSV or Parquet; a group admin may too, "
+                    "and sees the rows of their groups' subtrees only.",
         examples="  kliqued ledger sql \"SELECT \\\"group\\\", month, round(sum(gpu_hours), 1) "
                  "AS gpu_hours FROM usage_monthly GROUP BY ALL ORDER BY ALL\"\n"
                  "  kliqued ledger sql --csv \"SELECT * FROM usage_priced\" > usage.csv\n"
@@ -33,7 +35,8 @@ def register(subparsers) -> None:
     s = sub.add_parser(
         "sql", help="run one read-only SELECT", formatter_class=HelpFormatter,
         description="Runs one SELECT on the ledger's tables and views (ledger, prices, usage, "
-                    "usage_priced, usage_by_month, usage_monthly, price_periods) and prints "
+                    "usage_priced, usage_by_month, usage_monthly, usage_by_level, "
+                    "usage_by_business_unit, usage_by_department, price_periods) and prints "
                     "the rows as a "
                     "table (values as the query returns them), JSON or CSV. Anything but a "
                     "single SELECT on those relations is refused, as are other tables, the "
@@ -44,6 +47,8 @@ def register(subparsers) -> None:
                "  kliqued ledger sql \"SELECT \\\"user\\\", round(sum(cost), 2) AS eur FROM "
                "usage_monthly WHERE month = DATE '2026-11-01' GROUP BY ALL ORDER BY eur DESC "
                "LIMIT 10\"\n"
+               "  kliqued ledger sql \"SELECT month, business_unit, round(cost, 2) AS eur FROM "
+               "usage_by_business_unit ORDER BY ALL\"\n"
                "  kliqued ledger sql --json \"SELECT * FROM prices\"\n")
     s.add_argument("sql", metavar="SELECT", help="the query (quote it)")
     s.add_argument("--limit", type=int, default=10000, metavar="N",

@@ -119,6 +119,8 @@ class Daemon:
         self.state: State | None = None
         self.access: Access | None = None
         self.gpu_type: dict[str, str] = {}
+        self.group_path: dict[str, str] = {}
+        """Each group's path in the estate in force: recorded on the intervals it opens."""
         self.records: dict[str, TaskRecord] = {}
         self.ids: list[str] = []
         """Task ids in submission order, which is id order: paging bisects it."""
@@ -205,6 +207,7 @@ class Daemon:
         self.index = index
         self.access = Access(compiled)
         self.gpu_type = {p.name: p.gpu_type for p in compiled.pools}
+        self.group_path = ledger_bridge.group_paths(compiled)
         # A revision applied after a refused one supersedes the refusal.
         self.estate = EstateInfo(compiled.revision, at, source, None, commit)
 
@@ -480,7 +483,8 @@ class Daemon:
                     project=rec.project, group=rec.group, policy=rec.policy,
                     profile=rec.profile, resource=rec.resource, pool=d.pool,
                     gpu_type=self.gpu_type.get(d.pool, ""), gpus_milli=t.size,
-                    weight_milli=t.weight, start_ms=now, revision=rev))
+                    weight_milli=t.weight, start_ms=now, revision=rev,
+                    group_path=self.group_path.get(rec.group)))
                 counts["placed"] += 1
             elif isinstance(d, Preemption):
                 rec = self.records[d.task]

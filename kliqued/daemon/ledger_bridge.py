@@ -58,6 +58,29 @@ def replace_prices(compiled: Any) -> DbOp | None:
     return lambda conn: w.replace_prices(conn, compiled)
 
 
+def group_paths(compiled: Any) -> dict[str, str]:
+    """Each group's path (its ancestors top first, then itself) for the intervals opened
+    under ``compiled``; empty when the ledger is not installed."""
+    w = _module("writer")
+    return {} if w is None else w.group_paths(compiled)
+
+
+def fill_group_paths(conn: Any, compiled: Any) -> int:
+    """At start: the rows from before the ledger recorded paths get the paths of the estate
+    in force (``writer.fill_group_paths``); returns how many."""
+    w = _module("writer")
+    if w is None:
+        return 0
+    conn.execute("BEGIN")  # the paths and the monthly aggregate rebuilt from them, or neither
+    try:
+        filled = w.fill_group_paths(conn, w.group_paths(compiled))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return filled
+
+
 def sql_module() -> Any | None:
     return _module("sql")
 

@@ -620,10 +620,12 @@ PATHS: dict[str, Any] = {
         errors=AUTH_ERR + ("404",))},
     "/v1/ledger/sql": {"post": _op(
         "ledgerSql", "read-only SQL on the usage ledger (one statement, a snapshot, no file "
-                     "or network access, a time limit)", "finance, admins",
+                     "or network access, a time limit)",
+        "finance, admins; group admins: their groups' subtrees only",
         _ok("SqlResult"), body="LedgerSql", errors=AUTH_ERR + ("422",))},
     "/v1/ledger/export": {"get": _op(
-        "ledgerExport", "ledger intervals overlapping [from, to), as CSV", "finance, admins",
+        "ledgerExport", "ledger intervals overlapping [from, to), as CSV",
+        "finance, admins; group admins: their groups' subtrees only",
         {"200": {"description": "CSV, streamed",
                  "content": {"text/csv": {"schema": {"type": "string"}}}}},
         params=[{**_q("from", TIME, "start (inclusive)"), "required": True},

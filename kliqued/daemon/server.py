@@ -128,6 +128,11 @@ def serve(opts: Options) -> int:
             return EXIT_ERROR
         log.info("started: %s, replayed %d events (%d tasks) in %.2f s", opts.db, stats.events,
                  stats.tasks, stats.seconds)
+        if d.state is not None:  # rows from before the ledger kept paths: the paths of now
+            filled = ledger_bridge.fill_group_paths(store.conn, d.idx().estate)
+            if filled:
+                log.info("ledger: %d intervals given the group paths of %s", filled,
+                         d.estate.revision)
         d.worker_settings = WorkerSettings(opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s)
         compiled: CompiledEstate | None = None
         source = None

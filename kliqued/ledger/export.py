@@ -11,13 +11,16 @@ import io
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import duckdb
 
+from . import scope
+
 EXPORT_COLUMNS: list[tuple[str, str]] = [
     ("interval_id", "VARCHAR"), ("task", "VARCHAR"), ("user", "VARCHAR"),
-    ("project", "VARCHAR"), ("group", "VARCHAR"), ("policy", "VARCHAR"),
+    ("project", "VARCHAR"), ("group", "VARCHAR"), ("group_path", "VARCHAR"),
+    ("business_unit", "VARCHAR"), ("department", "VARCHAR"), ("policy", "VARCHAR"),
     ("profile", "VARCHAR"), ("resource", "VARCHAR"), ("pool", "VARCHAR"),
     ("gpu_type", "VARCHAR"), ("gpus", "DECIMAL(12,3)"), ("time_weight", "DECIMAL(12,3)"),
     ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
@@ -50,24 +53,30 @@ FROM usage_priced u
 WHERE u.start_at < make_timestamp(CAST(? AS BIGINT) * 1000)
   AND (u.until_at > make_timestamp(CAST(? AS BIGINT) * 1000)
        OR u.start_at >= make_timestamp(CAST(? AS BIGINT) * 1000))
+  {{scope}}
 ORDER BY u.start_at, u.interval_id"""
 """Rows whose interval overlaps [from, to): started before ``to`` and not ended by ``from``
 (a zero-length interval counts when it starts inside the range). Whole intervals, not clipped
-to the range: ``usage_by_month`` has the pieces."""
+to the range: ``usage_by_month`` has the pieces. ``{{scope}}`` is empty for the whole ledger,
+or the subtree filter of :mod:`kliqued.ledger.scope` for a group admin."""
 
 
-def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS) -> Iterator[str]:
+def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
+               groups: Sequence[str] | None = None) -> Iterator[str]:
     """The ledger rows overlapping [from_ms, to_ms) with their price and cost, as CSV text in
     chunks (a header first). Times are RFC 3339 UTC with milliseconds, amounts exact decimal
     text, an empty field is NULL (an open interval has no ``end_at``; its hours run to now).
-    One query, so one consistent snapshot; pass a cursor the caller uses for nothing else
-    while iterating."""
+    ``groups``: only the rows whose group path passes through one of them (a group admin's
+    subtree, :func:`kliqued.ledger.scope.visible`); None for every row. One query, so one
+    consistent snapshot; pass a cursor the caller uses for nothing else while iterating."""
     if to_ms < from_ms:
         raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
+    where = "" if groups is None else "AND " + scope.visible("u", groups)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([name for name, _ in EXPORT_COLUMNS])
-    result = conn.execute(EXPORT_SQL, [int(to_ms), int(from_ms), int(from_ms)])
+    result = conn.execute(EXPORT_SQL.format(scope=where), [int(to_ms), int(from_ms),
+                                                           int(from_ms)])
     header = buf.getvalue()
     buf.seek(0)
     buf.truncate()

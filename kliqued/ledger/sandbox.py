@@ -26,8 +26,9 @@ import json
 from typing import Any
 
 RELATIONS = ("ledger", "prices", "price_periods", "usage", "usage_priced", "usage_by_month",
-             "usage_monthly")
-"""The relations finance's SQL may name: the ledger's tables and documented views."""
+             "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department")
+"""The relations finance's SQL may name: the ledger's tables and documented views (a group
+admin's names the same, over their subtree's rows: :mod:`kliqued.ledger.scope`)."""
 
 BASE_TABLES = ("ledger", "prices", "ledger_monthly", "ledger_monthly_pending")
 """The tables the plans of those relations scan (``usage_monthly`` reads the internal
@@ -76,16 +77,18 @@ def parsed(conn: Any, sql: str) -> dict:
     return tree
 
 
-def check_tree(tree: dict, database: str) -> None:
+def check_tree(tree: dict, database: str, qualified: bool = True) -> None:
     """Raises :class:`NotAllowed` unless every relation, table function and function the
-    parse tree names is allowed (see the module's docstring)."""
-    _walk(tree.get("statements", []), frozenset(), database.lower())
+    parse tree names is allowed (see the module's docstring). ``qualified=False``: a
+    relation may not name its schema or database either (a query scoped to a group admin's
+    subtree, :mod:`kliqued.ledger.scope`, whose unqualified names are its filtered rows)."""
+    _walk(tree.get("statements", []), frozenset(), database.lower(), qualified)
 
 
-def _walk(node: Any, scope: frozenset[str], db: str) -> None:
+def _walk(node: Any, scope: frozenset[str], db: str, qualified: bool = True) -> None:
     if isinstance(node, list):
         for item in node:
-            _walk(item, scope, db)
+            _walk(item, scope, db, qualified)
         return
     if not isinstance(node, dict):
         return
@@ -100,29 +103,30 @@ def _walk(node: Any, scope: frozenset[str], db: str) -> None:
             if (query.get("type") == "RECURSIVE_CTE_NODE"
                     and str(query.get("cte_name", "")).lower() == name):
                 # only the recursive part (right of the UNION) sees the CTE itself
-                _walk({k: v for k, v in body.items() if k != "query_node"}, here, db)
-                _walk({k: v for k, v in query.items() if k != "right"}, here, db)
-                _walk(query.get("right"), here | {name}, db)
+                _walk({k: v for k, v in body.items() if k != "query_node"}, here, db, qualified)
+                _walk({k: v for k, v in query.items() if k != "right"}, here, db, qualified)
+                _walk(query.get("right"), here | {name}, db, qualified)
             else:
-                _walk(body, here, db)
+                _walk(body, here, db, qualified)
             inner.add(name)
         rest = {k: v for k, v in node.items() if k != "cte_map"}
-        _walk(rest, frozenset(inner), db)
+        _walk(rest, frozenset(inner), db, qualified)
         return
     kind = node.get("type")
     if "class" not in node and "sample" in node and "alias" in node \
             and isinstance(kind, str) and not kind.endswith("_NODE"):
-        _check_table_ref(node, kind, scope, db)
+        _check_table_ref(node, kind, scope, db, qualified)
     if node.get("class") == "FUNCTION":
         name = str(node.get("function_name", "")).lower()
         if name in DENIED_FUNCTIONS:
             raise NotAllowed(f"{name}() is not available in ledger SQL: it has side effects "
                              "or reads the server's state")
     for value in node.values():
-        _walk(value, scope, db)
+        _walk(value, scope, db, qualified)
 
 
-def _check_table_ref(node: dict, kind: str, scope: frozenset[str], db: str) -> None:
+def _check_table_ref(node: dict, kind: str, scope: frozenset[str], db: str,
+                     qualified: bool = True) -> None:
     if kind not in _TABLE_REFS:
         what = {"SHOW_REF": "DESCRIBE, SUMMARIZE and SHOW"}.get(kind, kind)
         raise NotAllowed(f"{what} cannot be used in ledger SQL; the tables and views are "
@@ -133,6 +137,10 @@ def _check_table_ref(node: dict, kind: str, scope: frozenset[str], db: str) -> N
         catalog = str(node.get("catalog_name", "")).lower()
         if not schema and not catalog and name in scope:
             return  # a CTE of the query
+        if (schema or catalog) and not qualified:
+            shown = ".".join(p for p in (catalog, schema, name) if p)
+            raise NotAllowed(f"{shown!r}: name the ledger's tables and views without a schema "
+                             f"or database ({name}), they hold the rows you may read")
         if not catalog and schema == db:
             catalog, schema = db, ""  # `kliqued.ledger`: the database, not a schema
         if catalog not in ("", db) or schema not in ("", "main") or name not in RELATIONS:

@@ -35,11 +35,15 @@ LEDGER_COLUMNS = [
     ("profile", "VARCHAR"), ("resource", "VARCHAR"), ("pool", "VARCHAR"),
     ("gpu_type", "VARCHAR"), ("gpus", "DECIMAL(12,3)"), ("time_weight", "DECIMAL(12,3)"),
     ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
-    ("revision", "VARCHAR"),
+    ("revision", "VARCHAR"), ("group_path", "VARCHAR"),
 ]
-"""The ledger's columns in table order (``user`` and ``group`` are quoted in SQL)."""
+"""The ledger's columns in table order (``user`` and ``group`` are quoted in SQL).
+``group_path`` is the interval's group and its ancestors, top first, joined by ``/``
+(``northwind/research/team-a``), as the estate in force at the interval's open had them; it
+is last because databases from before it get it by ``ALTER TABLE ... ADD COLUMN``."""
 
-DIMENSIONS = ["group", "project", "user", "policy", "profile", "resource", "pool", "gpu_type"]
+DIMENSIONS = ["group", "group_path", "project", "user", "policy", "profile", "resource", "pool",
+              "gpu_type"]
 """What ``ledger_monthly`` and ``usage_monthly`` are broken down by, besides the month."""
 
 _RESERVED = {"user", "group"}
@@ -139,7 +143,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     start_at     TIMESTAMP NOT NULL,
     end_at       TIMESTAMP,
     end_reason   VARCHAR,
-    revision     VARCHAR
+    revision     VARCHAR,
+    group_path   VARCHAR
 );
 CREATE TABLE IF NOT EXISTS prices (
     gpu_type       VARCHAR NOT NULL,
@@ -156,6 +161,7 @@ MONTHLY_TABLE = """
 CREATE TABLE IF NOT EXISTS ledger_monthly (
     month       DATE NOT NULL,
     "group"     VARCHAR NOT NULL,
+    group_path  VARCHAR NOT NULL,   -- '' for none (see ensure_schema)
     project     VARCHAR NOT NULL,   -- '' for none
     "user"      VARCHAR NOT NULL,
     policy      VARCHAR NOT NULL,
@@ -168,8 +174,8 @@ CREATE TABLE IF NOT EXISTS ledger_monthly (
     ms          BIGINT NOT NULL,
     gpu_ms      DECIMAL(38,3) NOT NULL,
     budget_ms   DECIMAL(38,3) NOT NULL,
-    PRIMARY KEY (month, "group", project, "user", policy, profile, resource, pool, gpu_type,
-                 price_from)
+    PRIMARY KEY (month, "group", group_path, project, "user", policy, profile, resource, pool,
+                 gpu_type, price_from)
 );
 """
 
@@ -203,7 +209,8 @@ def monthly_rows_sql(source: str) -> str:
     """``ledger_monthly`` rows (not yet merged with existing ones) for the rows of
     ``source``."""
     return f"""
-SELECT CAST(p.month_start AS DATE) AS month, p."group", coalesce(p.project, '') AS project,
+SELECT CAST(p.month_start AS DATE) AS month, p."group",
+       coalesce(p.group_path, '') AS group_path, coalesce(p.project, '') AS project,
        p."user", p.policy, p.profile, p.resource, p.pool, p.gpu_type,
        coalesce(pp.effective_from, {NO_PRICE}) AS price_from,
        count(*) AS pieces,
@@ -224,6 +231,38 @@ ON CONFLICT DO UPDATE SET pieces = pieces + excluded.pieces, ms = ms + excluded.
 
 _DIMS = ", ".join(q(d) for d in DIMENSIONS)
 
+
+def _levels(alias: str) -> str:
+    """The convenience columns of a row with ``group_path``, counted up from its group (a
+    team: work is always sent to a team): ``department`` is the group above it and
+    ``business_unit`` the group above that, so an estate with or without a company group at
+    the top reads the same. NULL where the path is shorter or unknown."""
+    return (f"string_split({alias}.group_path, '/')[-3] AS business_unit, "
+            f"string_split({alias}.group_path, '/')[-2] AS department")
+
+
+_MONTHLY_PIECES = f"""
+    SELECT month, {_DIMS}, price_from, pieces, ms, gpu_ms, budget_ms FROM ledger_monthly
+    UNION ALL
+    {monthly_rows_sql("(SELECT * FROM ledger WHERE end_at IS NULL)")}
+    UNION ALL
+    {monthly_rows_sql("ledger_monthly_pending")}
+"""
+"""Every month piece as ``ledger_monthly`` rows (``m``): the aggregate of the closed
+intervals, the open intervals computed live and the pending closed ones."""
+
+_MONTHLY_SUMS = f"""sum(m.pieces) AS pieces, sum(m.ms) AS ms,
+       {_dec(_round_div("CAST(sum(m.ms) AS HUGEINT) * 10", 36), _SUM)} AS hours,
+       {_dec(_round_div("CAST(sum(m.gpu_ms) * 1000 AS HUGEINT)", 3600), _SUM)} AS gpu_hours,
+       {_dec(_round_div("CAST(sum(m.budget_ms) * 1000 AS HUGEINT)", 3600), _SUM)}
+           AS budget_hours,
+       any_value(p.currency) AS currency,
+       {_dec(_round_div("sum(CAST(m.gpu_ms * 1000 AS HUGEINT) * CAST(p.per_gpu_hour * 1000000 "
+                        "AS HUGEINT))", 3_600_000_000), _SUM)} AS cost"""
+"""The measures of ``m`` rows joined to their price ``p``, each rounded once from the exact
+sums."""
+
+
 VIEWS = {
     # Each price with the time it stops applying: the next price's effective_from for the
     # same GPU type, or the far future.
@@ -234,7 +273,7 @@ SELECT gpu_type, per_gpu_hour, currency, effective_from,
 FROM prices""",
 
     "usage": f"""
-SELECT u.*,
+SELECT u.*, {_levels("u")},
        {_hours("u.ms")} AS hours,
        {_amount_hours("u.ms", "u.gpus")} AS gpu_hours,
        {_amount_hours("u.ms", "u.time_weight")} AS budget_hours
@@ -253,7 +292,7 @@ ASOF LEFT JOIN prices p ON u.gpu_type = p.gpu_type AND u.start_at >= p.effective
     "usage_by_month": f"""
 SELECT p.*, pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from,
        {_cost("p.ms", "p.gpus", "pp.per_gpu_hour")} AS cost
-FROM (SELECT q.*,
+FROM (SELECT q.*, {_levels("q")},
              {_hours("q.ms")} AS hours,
              {_amount_hours("q.ms", "q.gpus")} AS gpu_hours,
              {_amount_hours("q.ms", "q.time_weight")} AS budget_hours
@@ -267,46 +306,93 @@ LEFT JOIN price_periods pp
     # usage_by_month summed per month and dimension: the closed intervals from ledger_monthly,
     # the open ones computed live (they are few, and the zonemaps find them).
     "usage_monthly": f"""
-WITH m AS (
-    SELECT month, {_DIMS}, price_from, pieces, ms, gpu_ms, budget_ms FROM ledger_monthly
-    UNION ALL
-    {monthly_rows_sql("(SELECT * FROM ledger WHERE end_at IS NULL)")}
-    UNION ALL
-    {monthly_rows_sql("ledger_monthly_pending")}
-)
-SELECT m.month, m."group", nullif(m.project, '') AS project, m."user", m.policy, m.profile,
+WITH m AS ({_MONTHLY_PIECES})
+SELECT m.month, m."group", nullif(m.group_path, '') AS group_path, {_levels("m")},
+       nullif(m.project, '') AS project, m."user", m.policy, m.profile,
        m.resource, m.pool, m.gpu_type,
-       sum(m.pieces) AS pieces, sum(m.ms) AS ms,
-       {_dec(_round_div("CAST(sum(m.ms) AS HUGEINT) * 10", 36), _SUM)} AS hours,
-       {_dec(_round_div("CAST(sum(m.gpu_ms) * 1000 AS HUGEINT)", 3600), _SUM)} AS gpu_hours,
-       {_dec(_round_div("CAST(sum(m.budget_ms) * 1000 AS HUGEINT)", 3600), _SUM)}
-           AS budget_hours,
-       any_value(p.currency) AS currency,
-       {_dec(_round_div("sum(CAST(m.gpu_ms * 1000 AS HUGEINT) * CAST(p.per_gpu_hour * 1000000 "
-                        "AS HUGEINT))", 3_600_000_000), _SUM)} AS cost
+       {_MONTHLY_SUMS}
 FROM m
 LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_from
 GROUP BY ALL""",
+
+    # usage_monthly rolled up to every level of the group path: one row per month and group
+    # of any level (a business unit, a department, a team), summing its whole subtree as the
+    # paths recorded it, exact from the integer milliseconds like usage_monthly. Rows with no
+    # recorded path are in no level.
+    "usage_by_level": f"""
+WITH m AS ({_MONTHLY_PIECES}),
+x AS (SELECT m.*, string_split(m.group_path, '/') AS parts FROM m WHERE m.group_path <> ''),
+e AS (SELECT x.*, unnest(generate_series(1, len(x.parts))) AS level FROM x)
+SELECT e.month, CAST(e.level AS INTEGER) AS level, e.parts[e.level] AS name,
+       array_to_string(e.parts[1:e.level], '/') AS path,
+       {_MONTHLY_SUMS.replace("m.", "e.")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+GROUP BY ALL""",
+
+    # usage_monthly rolled up by business unit (and department) as _levels names them, exact
+    # like usage_by_level.
+    "usage_by_business_unit": f"""
+WITH m AS ({_MONTHLY_PIECES}),
+e AS (SELECT m.*, string_split(m.group_path, '/')[-3] AS business_unit FROM m
+      WHERE m.group_path <> '')
+SELECT e.month, e.business_unit, {_MONTHLY_SUMS.replace("m.", "e.")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+WHERE e.business_unit IS NOT NULL
+GROUP BY ALL""",
+
+    "usage_by_department": f"""
+WITH m AS ({_MONTHLY_PIECES}),
+e AS (SELECT m.*, string_split(m.group_path, '/')[-3] AS business_unit,
+             string_split(m.group_path, '/')[-2] AS department FROM m WHERE m.group_path <> '')
+SELECT e.month, e.business_unit, e.department, {_MONTHLY_SUMS.replace("m.", "e.")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+WHERE e.department IS NOT NULL
+GROUP BY ALL""",
 }
+
+
+def _columns(conn, table: str) -> list[str] | None:
+    """The columns of ``table`` in this database's current schema, or None when it does not
+    exist."""
+    rows = conn.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
+        "AND database_name = current_database() AND schema_name = current_schema() "
+        "ORDER BY column_index", [table]).fetchall()
+    return [r[0] for r in rows] or None
+
+
+VIEW_ORDER = ("price_periods", "usage", "usage_priced", "usage_by_month", "usage_monthly",
+              "usage_by_level", "usage_by_business_unit", "usage_by_department")
+"""The views in an order where each reads only tables and views before it."""
 
 
 def ensure_schema(conn) -> None:
     """Creates the tables when missing, (re)creates the views and folds pending closed
     intervals into ``ledger_monthly``. Safe to call at every start, inside or outside a
     transaction. A database from before ``ledger_monthly`` gets it built from its closed
-    intervals. Turns off DuckDB's progress bar on ``conn`` (it would print on stderr)."""
+    intervals; one from before ``group_path`` gets the column (NULL on its rows until
+    :func:`kliqued.ledger.writer.fill_group_paths` runs with the estate) and its
+    ``ledger_monthly`` rebuilt with the path as a dimension. Turns off DuckDB's progress bar
+    on ``conn`` (it would print on stderr)."""
     conn.execute("PRAGMA disable_progress_bar")
     conn.execute(TABLES)
-    for name in ("price_periods", "usage", "usage_priced", "usage_by_month"):
-        conn.execute(f"CREATE OR REPLACE VIEW {name} AS {VIEWS[name]}")
-    had_monthly = conn.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'ledger_monthly' "
-        "AND database_name = current_database() AND schema_name = current_schema()"
-    ).fetchone()[0]
+    conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS group_path VARCHAR")
+    pending = _columns(conn, "ledger_monthly_pending")
+    if pending is not None and "group_path" not in pending:
+        conn.execute("ALTER TABLE ledger_monthly_pending ADD COLUMN group_path VARCHAR")
+    monthly = _columns(conn, "ledger_monthly")
+    if monthly is not None and "group_path" not in monthly:
+        conn.execute("DROP VIEW IF EXISTS usage_monthly")
+        conn.execute("DROP TABLE ledger_monthly")  # its key gains group_path: rebuilt below
+        monthly = None
     conn.execute(MONTHLY_TABLE)
     conn.execute(PENDING_TABLE)
-    conn.execute(f"CREATE OR REPLACE VIEW usage_monthly AS {VIEWS['usage_monthly']}")
-    if not had_monthly:
+    for name in VIEW_ORDER:
+        conn.execute(f"CREATE OR REPLACE VIEW {name} AS {VIEWS[name]}")
+    if monthly is None:
         rebuild_monthly(conn)
     else:
         flush_monthly(conn)

@@ -25,10 +25,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Sequence
 
 import duckdb
 
-from . import sandbox
+from . import sandbox, scope
 
 MAX_LIMIT = 100_000
 """The most rows one query may return; larger results belong in ``kliqued ledger export``."""
@@ -180,7 +181,8 @@ def _too_large(max_bytes: int) -> LedgerSqlError:
 
 
 def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
-                 max_bytes: int = MAX_BYTES, deadline: float | None = None) -> SqlResult:
+                 max_bytes: int = MAX_BYTES, deadline: float | None = None,
+                 groups: Sequence[str] | None = None) -> SqlResult:
     """Runs one read-only SELECT on ``conn`` (use a cursor of its own: the query runs in its
     own transaction, which must not already be open on it) and returns at most ``limit``
     rows (``truncated`` when there were more) whose JSON takes at most ``max_bytes``.
@@ -188,7 +190,9 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     The query may read only the ledger's relations (:mod:`kliqued.ledger.sandbox`). It is
     interrupted at ``deadline`` (``time.monotonic()``; default: now + ``timeout_s``): a caller
     that queued the query passes the deadline counted from the request's arrival, so waiting
-    counts against the limit. Raises :class:`LedgerSqlError`."""
+    counts against the limit. ``groups``: the query sees only the rows of these groups'
+    subtrees (a group admin's, :mod:`kliqued.ledger.scope`); None: the whole ledger. Raises
+    :class:`LedgerSqlError`."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, found {limit!r}")
     if limit > MAX_LIMIT:
@@ -217,8 +221,7 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     timer.start()
     try:
         try:
-            _check_sandbox(conn, query)
-            conn.execute(query)
+            conn.execute(_check_sandbox(conn, query, groups))
             description = conn.description or []
             types = [str(d[1]) for d in description]
             rows, truncated = _fetch(conn, types, limit, max_bytes, deadline, timeout_s)
@@ -242,7 +245,9 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     except duckdb.Error as exc:
         if state["fired"]:
             raise timeout_error(timeout_s) from None
-        raise LedgerSqlError("sql-error", _clean(exc)) from None
+        message = _clean(exc)
+        raise LedgerSqlError("sql-error", message if groups is None
+                             else scope.relocate(message)) from None
     finally:
         try:
             conn.execute("ROLLBACK")
@@ -252,13 +257,17 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     return SqlResult([d[0] for d in description], types, rows, truncated, elapsed)
 
 
-def _check_sandbox(conn, query: str) -> None:
-    """The query's parse tree and plan stay inside the ledger (``sandbox``)."""
+def _check_sandbox(conn, query: str, groups: Sequence[str] | None = None) -> str:
+    """The query's parse tree and plan stay inside the ledger (``sandbox``); returns the SQL
+    to run: the query, or for ``groups`` the query over their subtrees' rows only."""
     database = conn.execute("SELECT current_database()").fetchone()[0]
-    sandbox.check_tree(sandbox.parsed(conn, query), database)
+    sandbox.check_tree(sandbox.parsed(conn, query), database, qualified=groups is None)
+    if groups is not None:
+        query = scope.scoped(query, groups)
     plan = conn.execute("EXPLAIN (FORMAT json) " + query).fetchall()
     for _key, text in plan:
         sandbox.check_plan(text, database)
+    return query
 
 
 def _fetch(conn, types: list[str], limit: int, max_bytes: int, deadline: float,

@@ -361,7 +361,8 @@ class Client:
     # ------------------------------------------------------------------ ledger (finance)
     def ledger_sql(self, sql: str, limit: int = 10000) -> dict:
         """Runs one read-only SELECT on the ledger: ``{columns, types, rows, truncated,
-        elapsed_ms}``; DECIMALs come back as exact text, times as RFC 3339 UTC."""
+        elapsed_ms}``; DECIMALs come back as exact text, times as RFC 3339 UTC. For finance
+        and admins; a group admin's query sees their groups' subtrees only."""
         return self._call("POST", "/ledger/sql", body={"sql": sql, "limit": limit},
                           retry=True)
 

@@ -39,7 +39,8 @@ SELECT 't-' || i || '#1', 't-' || i, 'user-' || (i * 7 % 500), 'project-' || (i 
                                                  THEN hash(i * 3) % 3456000000
                                                  ELSE hash(i * 3) % 172800000 END) END,
        CASE WHEN i >= {n} - 1000 THEN NULL ELSE 'finished' END,
-       'sha256:bench'
+       'sha256:bench',
+       'bu-' || (i % 30 % 2) || '/dept-' || (i % 30 % 6) || '/group-' || (i % 30)
 FROM (SELECT i, TIMESTAMP '2025-01-01' + to_milliseconds(i * {step}) AS start_at
       FROM range({n}) t(i))
 """
@@ -56,6 +57,9 @@ INSERT INTO prices VALUES
 BY_GROUP_MONTH = """
 SELECT "group", month, sum(gpu_hours) AS gpu_hours, sum(cost) AS cost
 FROM {view} GROUP BY ALL ORDER BY ALL"""
+
+BY_UNIT_MONTH = """
+SELECT business_unit, month, gpu_hours, cost FROM usage_by_business_unit ORDER BY ALL"""
 
 ASOF = """
 SELECT "group", date_trunc('month', start_at) AS month, sum(gpu_hours), sum(cost)
@@ -110,6 +114,8 @@ def run(rows: int = ROWS, repeat: int = 5) -> list[dict]:
                  _timed(conn, BY_GROUP_MONTH.format(view="usage_by_month"), repeat),
                  f"{rows / 1e6:g}M intervals, generated in {gen:.0f} s; ledger_monthly "
                  f"built from them in {build:.1f} s", None),
+            _row("GPU-hours and cost by business unit and month (usage_by_business_unit)",
+                 _timed(conn, BY_UNIT_MONTH, repeat), size + ", 2 business units", 1.0),
             _row("GPU-hours and cost by group and start month (usage_priced, ASOF join)",
                  _timed(conn, ASOF, max(1, repeat // 2)), f"{rows / 1e6:g}M intervals", None),
         ]
@@ -125,7 +131,8 @@ def _write_bench(conn, batch: int = 5000, rounds: int = 4) -> dict:
     for r in range(rounds):
         rows = [IntervalRow(f"w-{r}-{i}#1", f"w-{r}-{i}", "alice", None, "group-1", "group-1",
                             "profile-1", "group-1/profile-1", "pool-1", "h100-80gb", 1000, 1000,
-                            start + i, "sha256:bench") for i in range(batch)]
+                            start + i, "sha256:bench", "bu-1/dept-1/group-1")
+                for i in range(batch)]
         t = time.perf_counter()
         conn.execute("BEGIN")
         open_intervals(conn, rows)

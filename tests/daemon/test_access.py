@@ -50,10 +50,11 @@ MATRIX: dict[str, tuple[str, str, Any, list[int]]] = {
     "create-token": ("POST", "/v1/tokens", {"user": "erin"}, [201] + [403] * 6 + [401, 401]),
     "list-tokens": ("GET", "/v1/tokens", None, [200] + [403] * 6 + [401, 401]),
     "revoke-token": ("DELETE", "/v1/tokens/{token}", None, [204] + [403] * 6 + [401, 401]),
+    # group admins (alice: team-a, walter: the department) read their subtree's rows
     "ledger-sql": ("POST", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"},
-                   [200, 200] + [403] * 5 + [401, 401]),
+                   [200, 200, 200, 403, 403, 200, 403, 401, 401]),
     "ledger-export": ("GET", "/v1/ledger/export?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z",
-                      None, [200, 200] + [403] * 5 + [401, 401]),
+                      None, [200, 200, 200, 403, 403, 200, 403, 401, 401]),
 }
 
 CASES = [(ep, i, w) for ep in MATRIX for i, w in enumerate(WHO)]

@@ -19,13 +19,15 @@ def ms(text: str) -> int:
 
 def row(n: int, start: str | int, *, task: str | None = None, user: str = "alice",
         group: str = "team-a", gpu_type: str = "h100", gpus_milli: int = 1000,
-        weight_milli: int = 1000, project: str | None = "llm", place: int = 1) -> IntervalRow:
+        weight_milli: int = 1000, project: str | None = "llm", place: int = 1,
+        group_path: str | None = None) -> IntervalRow:
     task = task or f"t-{n}"
     return IntervalRow(
         interval_id=f"{task}#{place}", task=task, user=user, project=project, group=group,
         policy=group, profile="standard", resource=f"{group}/standard", pool="onprem-k8s",
         gpu_type=gpu_type, gpus_milli=gpus_milli, weight_milli=weight_milli,
-        start_ms=start if isinstance(start, int) else ms(start), revision="sha256:test")
+        start_ms=start if isinstance(start, int) else ms(start), revision="sha256:test",
+        group_path=group_path)
 
 
 @pytest.fixture

@@ -28,7 +28,8 @@ def filled(db):
     now = int(time.time() * 1000)
     rows = [row(i, now - (i + 1) * 20 * H, user=["alice", "bob", "carol"][i % 3],
                 group=["llm-research", "vision"][i % 2], gpu_type=["h100", "l4", "b200"][i % 3],
-                project=[None, "rlhf"][i % 2], gpus_milli=[1000, 8000, 500][i % 3])
+                project=[None, "rlhf"][i % 2], gpus_milli=[1000, 8000, 500][i % 3],
+                group_path=["research/ml/llm-research", "product/apps/vision"][i % 2])
             for i in range(60)]
     open_intervals(db, rows)
     close_intervals(db, [(r.interval_id, r.start_ms + 10 * H,
@@ -43,3 +44,11 @@ def filled(db):
 def test_doc_query_runs(filled, sql):
     res = run_readonly(filled.cursor(), sql)
     assert res.columns
+
+
+@pytest.mark.parametrize("sql", QUERIES, ids=[f"query{i}" for i in range(len(QUERIES))])
+def test_doc_query_runs_for_a_department_head(filled, sql):
+    """The same SQL with a department head's scope: the same columns, their rows only."""
+    res = run_readonly(filled.cursor(), sql, groups=["ml"])
+    assert res.columns == run_readonly(filled.cursor(), sql).columns
+    assert "vision" not in str(res.rows) and "product" not in str(res.rows)

@@ -114,10 +114,11 @@ def test_usage_monthly_columns(db):
     cur = db.execute("SELECT * FROM usage_monthly")
     cols = [d[0] for d in cur.description]
     r = dict(zip(cols, cur.fetchone()))
-    assert cols == ["month", "group", "project", "user", "policy", "profile", "resource",
-                    "pool", "gpu_type", "pieces", "ms", "hours", "gpu_hours", "budget_hours",
-                    "currency", "cost"]
+    assert cols == ["month", "group", "group_path", "business_unit", "department", "project",
+                    "user", "policy", "profile", "resource", "pool", "gpu_type", "pieces", "ms",
+                    "hours", "gpu_hours", "budget_hours", "currency", "cost"]
     assert r["project"] is None and r["hours"] == 2.0 and r["gpu_hours"] == 4.0
+    assert r["group_path"] is None and r["business_unit"] is None  # the row has no path
     assert r["budget_hours"] == Decimal("3.000000") and r["cost"] is None and r["pieces"] == 1
 
 

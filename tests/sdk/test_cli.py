@@ -93,8 +93,10 @@ def test_ledger_sql_and_export(as_user, tmp_path):
     assert rc == 0 and out.splitlines()[1].split() == ["3.49", "0.0004", "2.346", "1.850000"]
     rc, _, err = as_user("role:finance", "ledger", "sql", "UPDATE ledger SET gpus = 0")
     assert rc == 1 and "only SELECT" in err
-    rc, _, err = as_user("alice", "ledger", "sql", "SELECT 1")
-    assert rc == 1 and "finance" in err
+    rc, _, err = as_user("bob", "ledger", "sql", "SELECT 1")  # a member: administers nothing
+    assert rc == 1 and "finance" in err and "group admins" in err
+    rc, out, _ = as_user("alice", "ledger", "sql", sql)  # llm-research's admin: her team's rows
+    assert rc == 0 and tid in out
     as_user("alice", "cancel", tid)
     out_file = tmp_path / "nov.parquet"
     rc, _, err = as_user("role:finance", "ledger", "export", "--from", "2026-01-01",

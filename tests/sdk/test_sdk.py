@@ -93,7 +93,7 @@ def test_idempotency_key_returns_the_first_answer(alice):
         alice.cancel(t["id"])
 
 
-def test_refusals_carry_the_servers_error(alice, finance):
+def test_refusals_carry_the_servers_error(server, alice, finance):
     with pytest.raises(KliqueError) as err:
         alice.submit("vision/h100", command=["x"])
     assert err.value.status == 422 and err.value.code == "submission-refused"
@@ -101,9 +101,11 @@ def test_refusals_carry_the_servers_error(alice, finance):
     with pytest.raises(KliqueError) as err:
         alice.task("t-does-not-exist")
     assert err.value.status == 404 and err.value.code == "not-found"
+    bob = Client(alice.url, server.token("bob"))  # a member who administers nothing
     with pytest.raises(KliqueError) as err:
-        alice.ledger_sql("SELECT 1")
+        bob.ledger_sql("SELECT 1")
     assert err.value.status == 403
+    assert alice.ledger_sql("SELECT 1 AS one")["rows"] == [[1]]  # llm-research's admin
     with pytest.raises(KliqueError) as err:
         finance.submit("llm-research/h100", command=["x"])
     assert err.value.status == 403

@@ -1,6 +1,7 @@
-"""The usage ledger for finance: read-only SQL and CSV export (the SQL sandbox and the
-export are ``kliqued.ledger``'s; here: who may call them, and running them off the event
-loop on their own cursor, which sees a consistent snapshot of committed data)."""
+"""The usage ledger for finance and group admins: read-only SQL and CSV export (the SQL
+sandbox, the export and a group admin's scope are ``kliqued.ledger``'s; here: who may call
+them and on which rows, and running them off the event loop on their own cursor, which sees a
+consistent snapshot of committed data)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,21 @@ from ..querypool import Busy, Expired
 from .params import str_param, time_param
 
 
-def _finance(request: web.Request) -> None:
+def _scope(request: web.Request) -> list[str] | None:
+    """The groups whose subtrees the caller reads, or None for the whole ledger (finance and
+    platform admins). A group admin (of a department, or of a team: a subtree of one) reads
+    the rows whose recorded group path passes through a group whose ``admins`` list them;
+    everyone else is refused."""
     p = request["principal"]
-    if not (p.is_finance or p.is_admin):
-        raise forbidden("the ledger is for finance and admins")
+    if p.is_finance or p.is_admin:
+        return None
+    index = ctx(request).daemon.index
+    if p.is_user and index is not None:
+        heads = sorted(g.name for g in index.estate.groups if p.name in g.admins)
+        if heads:
+            return heads
+    raise forbidden("the ledger is for finance, admins and group admins (who read their "
+                    "groups' subtrees)")
 
 
 TIMEOUT_S = 10.0
@@ -31,7 +43,7 @@ STATUS = {"timeout": 422, "too-large": 413}
 
 async def sql(request: web.Request) -> web.Response:
     arrived = time.monotonic()
-    _finance(request)
+    groups = _scope(request)
     c = ctx(request)
     body = await read_json(request, "LedgerSql")
     mod = ledger_bridge.sql_module()
@@ -43,7 +55,7 @@ async def sql(request: web.Request) -> web.Response:
     try:
         res = await c.store.ledger_queries.run(
             lambda cur: mod.run_readonly(cur, body["sql"], limit=limit, timeout_s=timeout,
-                                         deadline=deadline), deadline)
+                                         deadline=deadline, groups=groups), deadline)
     except Busy as exc:
         raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
                        {"retry_after_s": 2}) from None
@@ -56,7 +68,7 @@ async def sql(request: web.Request) -> web.Response:
 
 
 async def export(request: web.Request) -> web.StreamResponse:
-    _finance(request)
+    groups = _scope(request)
     c = ctx(request)
     fmt = str_param(request, "format", ("csv",)) or "csv"
     start, end = time_param(request, "from"), time_param(request, "to")
@@ -68,7 +80,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     cur = c.store.conn.cursor()
     try:
-        gen = mod.export_csv(cur, start, end)
+        gen = mod.export_csv(cur, start, end, groups=groups)
         first = await loop.run_in_executor(None, next, gen, None)
         resp = web.StreamResponse(headers={
             "Content-Type": "text/csv; charset=utf-8",

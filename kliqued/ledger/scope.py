@@ -1,0 +1,67 @@
+"""A group admin's part of the ledger: the rows whose recorded group path passes through a
+group they administer (their subtree, as it was when each interval opened), and nothing else,
+whatever the query.
+
+The server does not try to see which rows a query asks for: a subquery, a join, a UNION or an
+aggregate could always reach around such a check. It changes what the names mean instead.
+The query runs inside a WITH clause that defines every relation ledger SQL may name
+(:data:`kliqued.ledger.sandbox.RELATIONS`) and the internal tables the views read, with the
+schema's own view definitions over the filtered rows. So ``ledger``, ``usage_monthly``,
+``usage_by_level``... name the principal's rows only, in the query and inside the views'
+bodies alike. A qualified name (``main.ledger``) would name the real table past the WITH: the
+sandbox refuses those for a scoped query (``check_tree(..., qualified=False)``), and the plan
+check still allows only the ledger's tables.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from .schema import VIEW_ORDER, VIEWS
+
+FILTERED = ("ledger", "ledger_monthly", "ledger_monthly_pending")
+"""The tables that hold group rows: each is replaced by its visible rows."""
+
+COVERED = frozenset({*FILTERED, "prices", *VIEW_ORDER})
+"""Every relation a scoped query reads: the filtered tables, the prices (the same for
+everyone), and the views rebuilt on the filtered tables."""
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def visible(alias: str, groups: Sequence[str]) -> str:
+    """SQL true for a row (``alias``) whose ``group_path`` has one of ``groups`` at any level:
+    the row belongs to their subtrees. A row with no recorded path (NULL, or '' in the
+    monthly aggregate) is in no subtree."""
+    names = ", ".join(_literal(g) for g in sorted(set(groups)))
+    return f"list_has_any(string_split({alias}.group_path, '/'), [{names}]::VARCHAR[])"
+
+
+def scoped(query: str, groups: Sequence[str]) -> str:
+    """``query`` (one SELECT, already checked by the sandbox with ``qualified=False``) as it
+    runs for an admin of ``groups``: every ledger relation it may name stands for the rows of
+    their subtrees only. Its columns and row order are the query's own (DuckDB keeps a
+    subquery's order through ``SELECT *``); a duplicated column name gets a suffix."""
+    return f"{_prefix(groups)}{query}\n) AS scoped"
+
+
+def _prefix(groups: Sequence[str]) -> str:
+    ctes = [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}") for t in FILTERED]
+    ctes += [(name, VIEWS[name]) for name in VIEW_ORDER]
+    head = ",\n".join(f"{name} AS ({body}\n)" for name, body in ctes)
+    return f"WITH {head}\nSELECT * FROM (\n"
+
+
+_LINES_BEFORE = _prefix(["x"]).count("\n")
+"""Lines of the WITH before the query's first line (group names hold no newline)."""
+
+_LINE = re.compile(r"\bLINE (\d+):")
+
+
+def relocate(message: str) -> str:
+    """A DuckDB error message about a scoped query, with its ``LINE n:`` counted in the
+    query as its author wrote it rather than in the WITH around it."""
+    return _LINE.sub(lambda m: f"LINE {max(1, int(m.group(1)) - _LINES_BEFORE)}:", message)
