@@ -25,8 +25,8 @@ OTHERS = ("carl", "team-c", "south", "ops", "zed", "gone", SECRET)
 def store(tmp_path):
     s = Store(str(tmp_path / "kliqued.duckdb"))
     s.ensure_schema()
-    s.conn.execute("INSERT INTO tokens VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, "
-                   "'role:admin', NULL)", [SECRET])
+    s.conn.execute("INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
+                   " VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, 'role:admin')", [SECRET])
     s.conn.execute("INSERT INTO prices VALUES ('h100', 2.5, 'EUR', TIMESTAMP '2026-01-01')")
     t0 = ms("2026-03-01T00:00")
     open_intervals(s.conn, [
