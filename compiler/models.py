@@ -57,6 +57,9 @@ _NUMBER_SCHEMA = {"type": "number", "minimum": 0}
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, -")]
 User = Annotated[str, Field(pattern=USER_PATTERN, description="a user identity")]
+Handle = Annotated[str, Field(
+    pattern=r"^(@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:/[A-Za-z0-9._-]+)?|[^@\s]+@[^@\s]+)$",
+    description="a forge handle as CODEOWNERS writes it: @user, @org/team or an email")]
 GpuAmount = Annotated[
     int,
     BeforeValidator(_amount("a GPU amount")),
@@ -120,6 +123,13 @@ class Settings(_Model):
     low_watermark: Duration = Field("15m", validate_default=True,
                                     description="default start check for every budget")
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "EUR"
+    approvers: list[User] | None = Field(
+        None, description="who approves changes to shared objects (pools, profiles, prices, "
+        "settings) in `kliqued plan` and CODEOWNERS; default: the admins of the top group "
+        "(extension)")
+    forge_handles: dict[User, Handle] = Field(
+        default_factory=dict, description="estate user -> forge handle (@user, @org/team or "
+        "an email), for `kliqued codeowners` and the plan's approvals (extension)")
 
 
 class Autoscale(_Model):

@@ -11,7 +11,9 @@ from dataclasses import dataclass, replace
 
 from ..api import CompileResult, SourceFile, compile_files
 from ..source import SourceMap
+from .approvals import approvals
 from .diff import diff, find_renames, object_pos
+from .envelopes import envelope_rows
 from .impact import impacts
 from .live import LiveState
 from .model import Impact, Plan, Revision
@@ -57,7 +59,9 @@ def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = Non
     found = [_locate(i, base_src, head_src)
              for i in impacts(base_est, head_est, renames, now_ms, live)]
     return Plan(base_rev, head_rev, estate_path, tuple(changes), tuple(found), touched=hunks,
-                live=live)
+                live=live,
+                approvals=approvals(changes, base_est, head_est, base_src, head_src),
+                envelopes=envelope_rows(changes, base_est, head_est))
 
 
 def _locate(impact: Impact, base_src: SourceMap, head_src: SourceMap) -> Impact:

@@ -95,6 +95,69 @@ class Impact:
 
 
 @dataclass(frozen=True)
+class Approver:
+    """One admin whose approval a change needs, and why (organisation.md: the admins of the
+    groups a change touches and of the groups above them; IT for shared objects)."""
+
+    user: str
+    group: str | None
+    """The group they administer that makes them an approver; None for ``settings.approvers``."""
+    role: Literal["group", "above", "it"]
+    """``group``: admin of the changed group; ``above``: of a group above it; ``it``: an
+    approver of shared objects (pools, profiles, prices, settings)."""
+    handle: str | None = None
+    """Their forge handle (``settings.forge_handles``), when the estate names one."""
+
+    @property
+    def text(self) -> str:
+        who = f"{self.user} {self.handle}" if self.handle else self.user
+        return f"{who} (IT)" if self.role == "it" and self.group is None else \
+            f"{who} ({self.group}{', IT' if self.role == 'it' else ''})"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """The approvals one change needs."""
+
+    address: str
+    """The change's address (``policy.team-a``)."""
+    approvers: tuple[Approver, ...]
+    """Nearest first: the changed group's admins, then each group above, then IT."""
+
+
+@dataclass(frozen=True)
+class EnvelopeFigures:
+    """A department's envelope at one revision, in integer thousandths like the compiled
+    estate: what a department head compares before and after a change."""
+
+    group: str
+    reservation_milli: int
+    shared_milli: int
+    """The part of the reservation no team below holds: any team may use it."""
+    team_limits_milli: int
+    """The sum of the limits of the nearest policies below."""
+    limit_milli: int
+    budget_hours_milli: int | None
+    budget_period: str | None
+    teams: tuple[str, ...]
+
+    @property
+    def oversubscription(self) -> float | None:
+        """Sum of team limits / the envelope's limit; None for a limit of 0."""
+        return self.team_limits_milli / self.limit_milli if self.limit_milli else None
+
+
+@dataclass(frozen=True)
+class EnvelopeRow:
+    """An envelope (the policy of a group with groups below it) that a change touches."""
+
+    name: str
+    before: EnvelopeFigures | None
+    """None: not an envelope in the base (new, or its group had nothing below it)."""
+    after: EnvelopeFigures | None
+
+
+@dataclass(frozen=True)
 class Revision:
     """One side of the plan."""
 
@@ -129,6 +192,19 @@ class Plan:
     live: Any = None
     """The running system's state the impacts were counted against (``LiveState``), or
     None when the plan compares the two revisions only."""
+    approvals: tuple[Approval, ...] = ()
+    """Per change, in the order of ``changes``: whose approval it needs."""
+    envelopes: tuple[EnvelopeRow, ...] = ()
+    """The departments' envelopes the changes touch, before and after."""
+
+    @property
+    def approvers(self) -> list[Approver]:
+        """Every approver of the plan once (first mention wins), for the summary line."""
+        seen: dict[str, Approver] = {}
+        for a in self.approvals:
+            for p in a.approvers:
+                seen.setdefault(p.user, p)
+        return sorted(seen.values(), key=lambda p: p.user)
 
     @property
     def valid(self) -> bool:

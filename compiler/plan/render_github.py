@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..diagnostics import Diagnostic, Position
 from .model import Impact, ObjectChange, Plan
-from .render_text import attr_text, object_title
+from .render_text import (APPROVALS_TITLE, ENVELOPE_COLUMNS, ENVELOPE_TITLE, approval_rows,
+                          approvers_line, attr_text, envelope_cells, object_title)
 from .touched import MAX_HUNKS, caused_elsewhere
 
 LEVEL = {"error": "error", "warn": "warning", "info": "notice"}
@@ -77,6 +78,19 @@ def caused_annotations(plan: Plan) -> list[str]:
             for h in plan.touched[:MAX_HUNKS]]
 
 
+def review_annotations(plan: Plan) -> list[str]:
+    """The approvals and the envelope table as two notices of the job (no file: they are
+    about the whole change), so the run's summary says who must review."""
+    out = []
+    if plan.envelopes:
+        rows = [" | ".join(ENVELOPE_COLUMNS)] + [" | ".join(r) for r in envelope_cells(plan)]
+        out.append(annotation("notice", "\n".join(rows), title=ENVELOPE_TITLE.rstrip(":")))
+    if plan.approvals:
+        body = [f"{a}: {who}" for a, who in approval_rows(plan)] + [approvers_line(plan)]
+        out.append(annotation("notice", "\n".join(body), title=APPROVALS_TITLE.split(" (")[0]))
+    return out
+
+
 def render_github(plan: Plan) -> str:
     lines = [diagnostic_annotation(d) for d in plan.head.diagnostics]
     lines += caused_annotations(plan)
@@ -87,5 +101,6 @@ def render_github(plan: Plan) -> str:
     if plan.valid:
         lines += [_impact(i) for i in plan.impacts]
         lines += [_change(c) for c in plan.changes]
+        lines += review_annotations(plan)
     lines.append(plan.summary_line)
     return "\n".join(lines) + "\n"

@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from ..diagnostics import Position
-from .model import AttrChange, Impact, ObjectChange, Plan, Revision
+from .model import (Approval, AttrChange, EnvelopeFigures, EnvelopeRow, Impact, ObjectChange,
+                    Plan, Revision)
 
 FORMAT_VERSION = "1.0"
 
@@ -55,6 +56,29 @@ def _impact(i: Impact) -> dict[str, Any]:
             "details": i.details, "source": _source(i.pos)}
 
 
+def _approval(a: Approval) -> dict[str, Any]:
+    return {"address": a.address,
+            "approvers": [{"user": p.user, "handle": p.handle, "group": p.group, "role": p.role}
+                          for p in a.approvers]}
+
+
+def _figures(f: EnvelopeFigures | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    r = f.oversubscription
+    return {"group": f.group, "reservation_milli": f.reservation_milli,
+            "shared_reservation_milli": f.shared_milli,
+            "team_limits_milli": f.team_limits_milli, "limit_milli": f.limit_milli,
+            "budget": None if f.budget_hours_milli is None else {
+                "hours_milli": f.budget_hours_milli, "period": f.budget_period},
+            "oversubscription": None if r is None else round(r, 4),
+            "teams": list(f.teams)}
+
+
+def _envelope(e: EnvelopeRow) -> dict[str, Any]:
+    return {"policy": e.name, "before": _figures(e.before), "after": _figures(e.after)}
+
+
 def plan_json(plan: Plan) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
@@ -66,6 +90,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "source": plan.live.source, "revision": plan.live.revision, "at": plan.live.at},
         "changes": [_change(c) for c in plan.changes],
         "impacts": [_impact(i) for i in plan.impacts],
+        "approvals": [_approval(a) for a in plan.approvals],
+        "approvers": [p.user for p in plan.approvers],
+        "envelopes": [_envelope(e) for e in plan.envelopes],
         "summary": {"add": plan.add, "change": plan.change, "remove": plan.remove,
                     "errors": plan.error_count,
                     "warnings": len(plan.impacts_of("warn")),

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 from .model import Impact, Plan
-from .render_text import against_line, caused_line, change_lines, where
+from .render_text import (ENVELOPE_COLUMNS, ENVELOPE_TITLE, against_line, approval_rows,
+                          caused_line, change_lines, envelope_cells, where)
 
 MARKER = "<!-- klique-plan -->"
 MAX_CHARS = 60_000
@@ -84,6 +85,23 @@ def _summary(plan: Plan, max_chars: int) -> list[str]:
         rest = len(plan.impacts) - shown
         if rest > 0:
             lines.append(f"| | … and {rest} more: see *All impacts* below | |")
+        lines.append("")
+    return lines + _review(plan)
+
+
+def _review(plan: Plan) -> list[str]:
+    """Who must approve, and the departments' envelopes: on the first screen, since that is
+    what a department head opens the comment for."""
+    lines: list[str] = []
+    if plan.approvers:
+        who = ", ".join(_code(p.handle) if p.handle else _cell(p.user) for p in plan.approvers)
+        lines += [f"**Approvals needed:** {who} (per change below).", ""]
+    if plan.envelopes:
+        lines += [ENVELOPE_TITLE.replace("->", "→"), "",
+                  "| " + " | ".join(ENVELOPE_COLUMNS) + " |",
+                  "|" + "---|" * len(ENVELOPE_COLUMNS)]
+        lines += ["| " + " | ".join(_cell(c.replace(" -> ", " → ")) for c in row) + " |"
+                  for row in envelope_cells(plan)]
         lines.append("")
     return lines
 
@@ -157,6 +175,10 @@ def render_markdown(plan: Plan, max_chars: int = MAX_CHARS) -> str:
                            [f"- **{i.severity}** {_cell(i.message)}"
                             + (f" ({_place(i)})" if i.pos else "")
                             for i in plan.impacts], None))
+        if plan.approvals:
+            blocks.append((f"Approvals per change ({len(plan.approvals)})",
+                           [f"- {_code(a)}: {_cell(who)}" for a, who in approval_rows(plan)],
+                           None))
         warnings = [d.render() for d in plan.head.diagnostics if not d.is_error]
         if warnings:
             blocks.append((f"Compiler warnings ({len(warnings)})", warnings, "text"))

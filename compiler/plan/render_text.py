@@ -7,7 +7,8 @@ sees the same lines in a terminal and in the pull request.
 from __future__ import annotations
 
 from ..diagnostics import Diagnostic, Position, render_all
-from .model import AttrChange, Impact, ObjectChange, Plan
+from ..units import milli_str
+from .model import AttrChange, EnvelopeFigures, Impact, ObjectChange, Plan
 from .touched import caused_elsewhere
 
 GREEN, RED, YELLOW, CYAN, BOLD, DIM, RESET = ("\033[32m", "\033[31m", "\033[33m", "\033[36m",
@@ -85,6 +86,81 @@ def caused_line(plan: Plan) -> str | None:
             f"{'it' if n == 1 else 'them'}.")
 
 
+APPROVALS_TITLE = ("Approvals needed (admins of the groups each change touches and of the "
+                   "groups above them; IT for shared objects):")
+NO_APPROVER = "nobody named: set settings.approvers or admins on a top group"
+ENVELOPE_TITLE = "Departments' envelopes the change touches (before -> after):"
+ENVELOPE_COLUMNS = ("envelope", "reserved", "shared", "team limits", "limit", "budget",
+                    "over-subscription")
+
+
+def approval_rows(plan: Plan) -> list[tuple[str, str]]:
+    """(change address, its approvers as text), in the order of the changes."""
+    return [(a.address, ", ".join(p.text for p in a.approvers) or NO_APPROVER)
+            for a in plan.approvals]
+
+
+def approvers_line(plan: Plan) -> str:
+    who = plan.approvers
+    return "All approvers: " + (", ".join(f"{p.user} {p.handle}" if p.handle else p.user
+                                          for p in who) if who else "none named") + "."
+
+
+def _budget(f: EnvelopeFigures) -> str:
+    if f.budget_hours_milli is None:
+        return "none"
+    return f"{milli_str(f.budget_hours_milli)} h/{f.budget_period}"
+
+
+def _ratio(f: EnvelopeFigures) -> str:
+    r = f.oversubscription
+    return "-" if r is None else f"{r:.2f}x"
+
+
+ENVELOPE_FIELDS = (
+    lambda f: milli_str(f.reservation_milli),
+    lambda f: milli_str(f.shared_milli),
+    lambda f: milli_str(f.team_limits_milli),
+    lambda f: milli_str(f.limit_milli),
+    _budget,
+    _ratio,
+)
+"""The figures of one envelope as text, in the order of ``ENVELOPE_COLUMNS[1:]``."""
+
+
+def envelope_cells(plan: Plan) -> list[list[str]]:
+    """One row of cells per envelope: ``a -> b`` where the change moves a figure, the value
+    alone where it does not, ``-`` on a side where the policy is no envelope."""
+    rows = []
+    for row in plan.envelopes:
+        cells = [row.name]
+        for field in ENVELOPE_FIELDS:
+            before = field(row.before) if row.before else "-"
+            after = field(row.after) if row.after else "-"
+            cells.append(after if before == after else f"{before} -> {after}")
+        rows.append(cells)
+    return rows
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def review_lines(plan: Plan) -> list[str]:
+    """The approvals and the envelope table, for the terminal and the markdown diff."""
+    lines: list[str] = []
+    if plan.envelopes:
+        lines += [ENVELOPE_TITLE, *_table([list(ENVELOPE_COLUMNS), *envelope_cells(plan)]), ""]
+    if plan.approvals:
+        lines.append(APPROVALS_TITLE)
+        rows = approval_rows(plan)
+        width = min(max(len(a) for a, _ in rows), MAX_ALIGN)
+        lines += [f"  {a.ljust(width)}  {who}" for a, who in rows]
+        lines += [approvers_line(plan), ""]
+    return lines
+
+
 def header(plan: Plan) -> str:
     return f"kliqued plan: {plan.estate_path or '.'}/ at {plan.base.short} -> {plan.head.short}"
 
@@ -144,6 +220,7 @@ def render_text(plan: Plan, colour: bool = False) -> str:
         lines.append("Impact:")
         lines += [impact_line(i, colour) for i in plan.impacts]
         lines.append("")
+    lines += review_lines(plan)
     lines.append(_paint(plan.summary_line, BOLD, colour))
     return "\n".join(lines) + "\n"
 

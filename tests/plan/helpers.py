@@ -36,7 +36,9 @@ def put_estate(repo: Path, source: Path, estate_path: str = "estate") -> None:
     target = repo / estate_path
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(source, target)
+    # Fresh mtimes (not copy2's): two estates whose files have the same size and the same
+    # mtime would look unchanged to git's index and the second commit would be empty.
+    shutil.copytree(source, target, copy_function=shutil.copy)
 
 
 def commit_all(repo: Path, message: str) -> str:
@@ -51,13 +53,13 @@ def init_repo(path: Path, branch: str = "main") -> Path:
     return path
 
 
-def two_commit_repo(path: Path) -> tuple[Path, str, str]:
+def two_commit_repo(path: Path, v1: Path = V1, v2: Path = V2) -> tuple[Path, str, str]:
     """main: the v1 estate; branch ``change`` (checked out): the v2 estate."""
     repo = init_repo(path)
-    put_estate(repo, V1)
+    put_estate(repo, v1)
     base = commit_all(repo, "estate v1")
     git(repo, "checkout", "-q", "-b", "change")
-    put_estate(repo, V2)
+    put_estate(repo, v2)
     head = commit_all(repo, "estate v2")
     return repo, base, head
 

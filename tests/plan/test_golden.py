@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import run_plan, two_commit_repo
+from .helpers import ESTATES, run_plan, two_commit_repo
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 FORMATS = {"text": "txt", "markdown": "md", "json": "json", "github": "github"}
@@ -26,15 +26,22 @@ def normalise(text: str, shas: dict[str, str]) -> str:
     return text
 
 
+PAIRS = {"plan": ("v1", "v2"), "org": ("org1", "org2")}
+"""Golden sets: ``plan`` is the flat estate's change; ``org`` gives a team of a department
+(an envelope) more GPUs and IT's pool more capacity: the approvals and the envelope table."""
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_golden(tmp_path: Path, capsys, fmt: str) -> None:
-    repo, base, head = two_commit_repo(tmp_path / "repo")
+@pytest.mark.parametrize("pair", list(PAIRS))
+def test_golden(tmp_path: Path, capsys, fmt: str, pair: str) -> None:
+    v1, v2 = PAIRS[pair]
+    repo, base, head = two_commit_repo(tmp_path / "repo", ESTATES / v1, ESTATES / v2)
     code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main", "--head", "change",
                               "--format", fmt)
     assert code == 2, err
     assert str(tmp_path) not in out
     got = normalise(out, {"base": base, "head": head})
-    path = GOLDEN / f"plan.{FORMATS[fmt]}"
+    path = GOLDEN / f"{pair}.{FORMATS[fmt]}"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(got, encoding="utf-8")
     assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/plan"
