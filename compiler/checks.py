@@ -12,7 +12,7 @@ import re
 from .diagnostics import Diagnostic, error, plural_word, warning
 from .hierarchy import Organisation, organisation, reservation_demands
 from .models import NAME_PATTERN, Group, Policy, Pool, Profile
-from .org_checks import check_connection, check_tree, listed_envelope
+from .org_checks import check_connection, check_handles, check_tree, listed_envelope
 from .reservations import check_reservations
 from .resolve import allowed, pool_capacity, resolve_pools
 from .source import SourceMap, SourceObject
@@ -55,6 +55,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
     org = organisation([o.model for o in policies.values()],  # type: ignore[misc]
                        [o.model for o in groups.values()])  # type: ignore[misc]
     diags += check_tree(org, policies, groups)
+    diags += check_handles(sources.settings, groups)
 
     resolved: dict[str, list[str]] = {}
     for name, obj in profiles.items():

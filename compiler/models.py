@@ -57,8 +57,10 @@ _NUMBER_SCHEMA = {"type": "number", "minimum": 0}
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, -")]
 User = Annotated[str, Field(pattern=USER_PATTERN, description="a user identity")]
+HANDLE_PATTERN = (r"^(@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:/[A-Za-z0-9._-]+)?"
+                  r"|[^@\s]+@[^@\s]+)$")
 Handle = Annotated[str, Field(
-    pattern=r"^(@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:/[A-Za-z0-9._-]+)?|[^@\s]+@[^@\s]+)$",
+    pattern=HANDLE_PATTERN,
     description="a forge handle as CODEOWNERS writes it: @user, @org/team or an email")]
 GpuAmount = Annotated[
     int,
@@ -125,7 +127,8 @@ class Settings(_Model):
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "EUR"
     approvers: list[User] | None = Field(
         None, description="who approves changes to shared objects (pools, profiles, prices, "
-        "settings) in `kliqued plan` and CODEOWNERS; default: the admins of the top group "
+        "settings) in `kliqued plan` and CODEOWNERS; default: the admins of each top group "
+        "with groups below it "
         "(extension)")
     forge_handles: dict[User, Handle] = Field(
         default_factory=dict, description="estate user -> forge handle (@user, @org/team or "

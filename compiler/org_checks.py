@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .diagnostics import Diagnostic, error, warning
 from .hierarchy import Organisation
-from .models import Group, Policy, Pool, Profile
+from .models import Group, Policy, Pool, Profile, Settings
 from .resolve import allowed
 from .source import SourceObject
 from .units import milli_str
@@ -168,4 +168,35 @@ def check_connection(org: Organisation, obj: SourceObject, prof: Profile, index:
                 obj.pos(*path),
                 "an envelope's pools_allowed binds every team below it: give the group a "
                 "profile that lists allowed pools only"))
+    return diags
+
+
+def check_handles(settings: SourceObject | None,
+                  groups: dict[str, SourceObject]) -> list[Diagnostic]:
+    """With a ``forge_handles`` map, every admin and approver should have a handle: one
+    without is left out of CODEOWNERS, so the changes they approve would need nobody's
+    review from them. Without the map, nothing is asked (CODEOWNERS is optional)."""
+    if settings is None:
+        return []
+    model: Settings = settings.model  # type: ignore[assignment]
+    if not model.forge_handles:
+        return []
+    handles = model.forge_handles
+    diags: list[Diagnostic] = []
+    hint = ("add 'user: \"@their-handle\"' to settings.forge_handles; until then "
+            "kliqued codeowners leaves them out")
+    for i, user in enumerate(model.approvers or []):
+        if user not in handles:
+            diags.append(warning(
+                "admin-without-handle",
+                f"settings: approver '{user}' has no forge handle in settings.forge_handles",
+                settings.pos("approvers", i), hint))
+    for obj in groups.values():
+        g: Group = obj.model  # type: ignore[assignment]
+        missing = [(i, u) for i, u in enumerate(g.admins) if u not in handles]
+        for i, user in missing:
+            diags.append(warning(
+                "admin-without-handle",
+                f"{obj.label}: admin '{user}' has no forge handle in settings.forge_handles",
+                obj.pos("admins", i), hint))
     return diags

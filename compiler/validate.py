@@ -14,7 +14,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .diagnostics import Diagnostic, error
 from .loader import position_of, to_plain
-from .models import KIND_OF_SECTION, NAME_PATTERN, SECTIONS, USER_PATTERN, Settings
+from .models import (HANDLE_PATTERN, KIND_OF_SECTION, NAME_PATTERN, SECTIONS, USER_PATTERN,
+                     Settings)
 from .source import SourceMap, SourceObject
 
 TOP_LEVEL = ["version", "settings", *SECTIONS]
@@ -23,6 +24,8 @@ _PATTERN_TEXT = {
     USER_PATTERN: ("is not a valid user identity",
                    "letters, digits and . _ @ + -, such as alice or alice@example.com"),
     r"^[A-Z]{3}$": ("must be a 3-letter currency code", "for example EUR, USD or CHF"),
+    HANDLE_PATTERN: ("is not a forge handle",
+                     "as CODEOWNERS writes owners: @user, @org/team or an email"),
 }
 
 

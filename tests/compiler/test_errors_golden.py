@@ -52,6 +52,6 @@ def test_golden_cases_cover_every_code() -> None:
         # Departments (organisation.md)
         "envelope-reservation-exceeded", "limit-above-envelope", "user-limit-on-envelope",
         "user-limit-above-limit", "profile-above-user-limit", "profile-lists-envelope",
-        "project-priority-without-projects",
+        "project-priority-without-projects", "admin-without-handle",
     }
     assert expected - seen == set()
