@@ -9,7 +9,7 @@ import sys
 
 from kliqued.commands._common import HelpFormatter
 
-COMMANDS = ["validate", "compile", "plan", "schema", "simulate", "trace", "serve", "dev",
+COMMANDS = ["validate", "compile", "plan", "codeowners", "schema", "simulate", "trace", "serve", "dev",
             "token", "whoami", "resources", "submit", "status", "logs", "events", "queue", "cancel",
             "budget", "pools", "ledger",
             "workers", "autoscale"]
