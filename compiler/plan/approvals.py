@@ -99,7 +99,8 @@ def approvals(changes: Iterable[ObjectChange], base: CompiledEstate | None,
         for g in in_base:
             found += group_chain(base, g)
         if c.kind in SHARED_KINDS or not found:
-            # A group with no admins anywhere above it falls to IT rather than to nobody.
-            found += it
+            # IT first for its shared objects; a group with no admins anywhere above it
+            # falls to IT rather than to nobody.
+            found = it + found
         out.append(Approval(c.address, _dedupe(found, handles)))
     return tuple(out)
