@@ -126,7 +126,7 @@ class Settings(_Model):
                                     description="default start check for every budget")
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "EUR"
     approvers: list[User] | None = Field(
-        None, description="who approves changes to shared objects (pools, profiles, prices, "
+        default=None, description="who approves changes to shared objects (pools, profiles, prices, "
         "settings) in `kliqued plan` and CODEOWNERS; default: the admins of each top group "
         "with groups below it "
         "(extension)")

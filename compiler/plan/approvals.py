@@ -26,7 +26,8 @@ def settings_of(sources: SourceMap) -> Settings:
     """The estate's settings as written (handles and approvers are review data: they are not
     in the compiled estate, so the daemon does not reload when a handle changes)."""
     obj = sources.settings
-    return obj.model if obj is not None and isinstance(obj.model, Settings) else Settings()
+    return (obj.model if obj is not None and isinstance(obj.model, Settings)
+            else Settings.model_validate({}))
 
 
 def group_chain(est: CompiledEstate | None, group: str) -> list[Approver]:

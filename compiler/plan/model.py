@@ -110,9 +110,10 @@ class Approver:
 
     @property
     def text(self) -> str:
+        """``ursula @ursula-nw (digital)``, ``trent (northwind, IT)``, ``ian (IT)``."""
         who = f"{self.user} {self.handle}" if self.handle else self.user
-        return f"{who} (IT)" if self.role == "it" and self.group is None else \
-            f"{who} ({self.group}{', IT' if self.role == 'it' else ''})"
+        why = [w for w in (self.group, "IT" if self.role == "it" else None) if w]
+        return f"{who} ({', '.join(why)})"
 
 
 @dataclass(frozen=True)
