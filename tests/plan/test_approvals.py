@@ -105,3 +105,12 @@ groups: [{name: a, users: [al]}]
     plan = plan_of(flat, flat.replace("capacity: 8", "capacity: 9"))
     assert approvers(plan, "pool.p") == []
     assert "nobody named: set settings.approvers" in render_text(plan)
+
+
+def test_handles_are_review_data_not_a_new_revision() -> None:
+    """The engine never reads handles or approvers: editing them makes no plan change."""
+    head = ORG.replace('ursula: "@ursula-nw"', 'ursula: "@ursula"').replace(
+        "settings:\n", "settings:\n  approvers: [ian]\n")
+    plan = plan_of(ORG, head)
+    assert plan.base.estate_revision == plan.head.estate_revision
+    assert plan.changes == () and plan.approvals == ()
