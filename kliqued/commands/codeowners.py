@@ -73,9 +73,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"kliqued codeowners: {args.estate} is outside {root}: run it from the "
               "repository that holds the estate", file=sys.stderr)
         return 1
+    # A single-file estate has no directory line: the file's own line is all there is.
+    if estate_dir == "." or estate.is_file():
+        estate_dir = ""
     text = render_codeowners(
-        result, lambda f: Path(f).resolve().relative_to(root).as_posix(),
-        "" if estate_dir == "." else estate_dir, _command(args))
+        result, lambda f: Path(f).resolve().relative_to(root).as_posix(), estate_dir,
+        _command(args))
+    # Who is left out, and why: the one warning that changes this file.
+    left_out = [d for d in result.diagnostics if d.code == "admin-without-handle"]
+    if left_out:
+        print_diagnostics(left_out, stream=sys.stderr)
     if args.check:
         try:
             current = Path(args.output).read_text(encoding="utf-8")

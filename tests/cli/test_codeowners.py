@@ -66,6 +66,7 @@ def test_files_split_by_team_and_settings_approvers(repo: Path, capsys) -> None:
                                        + "  approvers: [ian]\n")
     code, out, err = run(capsys, "../clusters/estate")
     assert code == 0, err
+    assert "warning[admin-without-handle]: settings: approver 'ian'" in err
     got = owners(out)
     # Nearest first, object by object: the team's lead, the department, the company; then
     # the next object's owners not already named.
@@ -118,6 +119,20 @@ def test_an_invalid_estate_gives_its_errors_not_a_file(repo: Path, capsys) -> No
     assert "groups.yaml:" in err and "nowhere" in err and "is invalid" in err
     assert "Traceback" not in err
     assert not target.exists()
+
+
+def test_a_single_file_estate_has_no_directory_line(tmp_path: Path, monkeypatch,
+                                                    capsys) -> None:
+    root = init_repo(tmp_path / "repo")
+    text = "\n".join((ORG / f).read_text() for f in ("settings.yaml", "groups.yaml",
+                                                       "policies.yaml", "pools.yaml",
+                                                       "profiles.yaml", "pricing.yaml"))
+    (root / "estate.yaml").write_text(text)
+    monkeypatch.chdir(root)
+    code, out, err = run(capsys, "estate.yaml")
+    assert code == 0, err
+    assert owners(out) == {"/estate.yaml": ["@ursula-nw", "@northwind/it", "@rupert",
+                                            "@mallory"]}
 
 
 def test_help_has_an_example(capsys) -> None:
