@@ -9,7 +9,7 @@ plan shows exactly what the compiler decided.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..compiled import CompiledEstate, CPolicy
 from .approvals import touched_groups
@@ -47,7 +47,7 @@ def _envelopes_of(est: CompiledEstate | None, groups: Iterable[str]) -> set[str]
     return out
 
 
-def envelope_rows(changes: Iterable[ObjectChange], base: CompiledEstate | None,
+def envelope_rows(changes: Sequence[ObjectChange], base: CompiledEstate | None,
                   head: CompiledEstate | None) -> tuple[EnvelopeRow, ...]:
     """Rows for the envelopes that a policy or group change touches, on either side, in
     the head's declaration order (then the base's, for an envelope that is gone)."""
@@ -58,13 +58,18 @@ def envelope_rows(changes: Iterable[ObjectChange], base: CompiledEstate | None,
         # Both sides: a team moved from one department to another changes both.
         in_head, in_base = touched_groups(c, base, head)
         touched |= _envelopes_of(head, in_head) | _envelopes_of(base, in_base)
+    # A renamed envelope is one row under its new name, its base figures under the old.
+    old_of = {c.name: c.old_name for c in changes if c.kind == "policy" and c.old_name}
+    renamed = set(old_of.values())
+    touched |= {new for new, old in old_of.items() if old in touched}
     order = [p.name for p in (head.policies if head else [])]
-    order += [p.name for p in (base.policies if base else []) if p.name not in order]
+    order += [p.name for p in (base.policies if base else [])
+              if p.name not in order and p.name not in renamed]
     rows = []
     for name in order:
         if name not in touched:
             continue
-        b = base.policy(name) if base else None
+        b = base.policy(old_of.get(name, name)) if base else None
         h = head.policy(name) if head else None
         rows.append(EnvelopeRow(
             name,

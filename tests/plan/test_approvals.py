@@ -114,3 +114,13 @@ def test_handles_are_review_data_not_a_new_revision() -> None:
     plan = plan_of(ORG, head)
     assert plan.base.estate_revision == plan.head.estate_revision
     assert plan.changes == () and plan.approvals == ()
+
+
+def test_a_renamed_envelope_is_one_row_with_both_sides() -> None:
+    head = (ORG.replace("{name: digital, group: digital, reservation: 8, limit: 20,",
+                        "{name: digital-products, renamed_from: digital, group: digital,\n"
+                        "     reservation: 8, limit: 24,"))
+    plan = plan_of(ORG, head)
+    (row,) = plan.envelopes
+    assert row.name == "digital-products"
+    assert (row.before.limit_milli, row.after.limit_milli) == (20000, 24000)
