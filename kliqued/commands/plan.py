@@ -24,7 +24,10 @@ def register(subparsers) -> None:
                     "checkout) and shows what changed, object by object and attribute by "
                     "attribute with file:line, and its impact on work: reservation headroom "
                     "per pool set, compute resources created or removed, budgets, time "
-                    "weights, capacity. Exit 0: no changes; 2: changes; 1: a revision is "
+                    "weights, capacity; who must approve each change (the admins of the "
+                    "groups it touches and every group above them, IT for pools, profiles, "
+                    "prices and settings) and the departments' envelopes before and after. "
+                    "Exit 0: no changes; 2: changes; 1: a revision is "
                     "invalid, an impact is an error, or git failed.",
         examples="  kliqued plan                          # working tree vs merge base with main\n"
                  "  kliqued plan --base main --head HEAD  # two commits\n"
