@@ -25,13 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"kliqued.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"kliqued.commands.{name}":
-                continue  # not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"kliqued.commands.{name}").register(sub)
     return parser
 
 

@@ -15,20 +15,22 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from compiler.compiled import CompiledEstate
 from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placement,
                             Preemption, Reason, State, SubmissionError,
                             check_submission, waiting_reason, waiting_reasons)
+from kliqued.ledger import writer as ledger
 
 
-from . import ledger_bridge, limits
+from . import limits
 from .auth import Access, Principal, TokenBook, TokenRecord
 from .errors import ApiError, not_found
 from .events import Event
 from .ids import IdMaker, new_token
-from .leases import (ACTIVE, CLOSED, FENCED, LOST_TEXT, RETURNED, STOP_REASON, STOPPING,
+from .leases import (ACTIVE, CLOSED, FENCED, RETURNED, STOP_REASON, STOPPING,
                      Lease, WorkerInfo)
 from .records import TaskRecord
 from .store import DbOp
@@ -207,7 +209,7 @@ class Daemon:
         self.index = index
         self.access = Access(compiled)
         self.gpu_type = {p.name: p.gpu_type for p in compiled.pools}
-        self.group_path = ledger_bridge.group_paths(compiled)
+        self.group_path = ledger.group_paths(compiled)
         # A revision applied after a refused one supersedes the refusal.
         self.estate = EstateInfo(compiled.revision, at, source, None, commit)
 
@@ -510,9 +512,11 @@ class Daemon:
                 self.on_alert(data, now, replay=False)
                 events.append(Event("alert", None, "engine", rev, d.group, None, data))
                 counts["alerts"] += 1
-        op = ledger_bridge.intervals(opens, closes)
-        if op is not None:
-            ops.append(op)
+        if opens:  # opened before closed: a task lent and reclaimed in one pass has both
+            ops.append(partial(ledger.open_intervals, rows=[ledger.IntervalRow(**f)
+                                                            for f in opens]))
+        if closes:
+            ops.append(partial(ledger.close_intervals, items=closes))
         return events, ops, counts
 
     # ------------------------------------------------------------------ requests
@@ -566,11 +570,10 @@ class Daemon:
                    {"text": text, "by": "request",
                     "was": rec.state if placed or rec.state != "placed" else "queued",
                     "pool": rec.pool, "interval": interval})
-        ops = []
+        ops: list[DbOp] = []
         if interval is not None:
-            op = ledger_bridge.close_interval(interval, now, "cancelled")
-            if op is not None:
-                ops.append(op)
+            ops.append(partial(ledger.close_interval, interval_id=interval, end_ms=now,
+                               reason="cancelled"))
 
         def apply() -> str:
             self.on_ended(task_id, now, "cancelled", reason=text, by=p.text)
@@ -595,10 +598,7 @@ class Daemon:
         if commit is not None:
             data["commit"] = commit
         ev = Event("estate_applied", None, actor, compiled.revision, None, None, data)
-        ops = []
-        op = ledger_bridge.replace_prices(compiled)
-        if op is not None:
-            ops.append(op)
+        ops: list[DbOp] = [partial(ledger.replace_prices, estate=compiled)]
 
         def apply() -> str:
             self.on_estate(compiled, source, now, commit)

@@ -36,11 +36,13 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import duckdb
 
-from . import ledger_bridge
+from kliqued.ledger import writer as ledger
+
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, Unavailable
 from .events import Event
@@ -96,7 +98,6 @@ class Sequencer:
         self._parked: dict[str, list[_Request]] = {}
         self.failed: BaseException | None = None
         self.on_fatal: Callable[[BaseException], None] | None = None
-        self.commits = 0
 
     # ------------------------------------------------------------------ requests
     async def submit(self, prepare: PrepareFn, barrier: bool = False) -> Any:
@@ -230,9 +231,7 @@ class Sequencer:
             batch.ops.extend(p.ops)
             closes.extend(p.closes)
         if closes:
-            op = ledger_bridge.intervals([], closes)
-            if op is not None:
-                batch.ops.append(op)
+            batch.ops.append(partial(ledger.close_intervals, items=closes))
         wants_pass = False
         soon = False
         if events or batch.ops:
@@ -259,7 +258,6 @@ class Sequencer:
                 await self._isolate(events[:pass_events], batch.ops[:pass_ops],
                                     [r for r, _ in prepared])
                 return
-            self.commits += 1
             took = time.perf_counter() - t0
             if took > SLOW_COMMIT_S:
                 log.warning("slow commit: %.0f ms for %d events", took * 1000, len(batch.rows))
@@ -286,7 +284,6 @@ class Sequencer:
         if pass_events or pass_ops:
             at = d.last_pass_at if d.last_pass_at is not None else d.clock.now()
             await self.store.commit(Batch(self._rows(pass_events, at), list(pass_ops)))
-            self.commits += 1
         wants_pass = soon = False
         for r in requests:
             if r.future.done():
@@ -299,9 +296,7 @@ class Sequencer:
                 continue
             ops = list(p.ops)
             if p.closes:
-                op = ledger_bridge.intervals([], p.closes)
-                if op is not None:
-                    ops.append(op)
+                ops.append(partial(ledger.close_intervals, items=p.closes))
             base = d.seq
             if p.events or ops:
                 try:
@@ -319,7 +314,6 @@ class Sequencer:
                         422, "unstorable", f"the request's data cannot be stored; nothing "
                         f"was recorded (error {eid}: the daemon's log has the details)"))
                     continue
-                self.commits += 1
             try:
                 result = p.apply()
             except Exception as exc:  # durable but not applied: a bug; fail loudly

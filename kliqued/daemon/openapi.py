@@ -19,8 +19,6 @@ URN = "urn:kliqued:openapi"
 TIME = {"type": "string", "format": "date-time",
         "description": "RFC 3339 UTC, e.g. 2026-11-29T08:00:00Z (milliseconds allowed)"}
 TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
-GPUS = {"type": "number", "minimum": 0, "multipleOf": 0.001,
-        "description": "GPUs, at most 3 decimals"}
 NAME = {"type": "string", "minLength": 1, "maxLength": 256}
 _DURATION = {"type": ["string", "integer", "null"], "maxLength": 32, "minimum": 0,
              "description": "a duration: 90d, 12h, 30m, 45s, 2w, or whole seconds"}
@@ -206,7 +204,7 @@ SCHEMAS: dict[str, Any] = {
                                        for p in ("day", "week", "month")})})},
         "pools": {"type": "object", "additionalProperties": _obj({
             "placed": {"type": "integer"}, "used_gpus": {"type": "number"}})},
-        "usage": {"type": ["array", "null"], "items": _obj({
+        "usage": {"type": "array", "items": _obj({
             "gpu_type": {"type": "string"}, "month": {"type": "string"},
             "gpu_hours": {"type": "number"}})}}),
     "Estate": _obj({

@@ -19,11 +19,12 @@ import ssl
 import sys
 from dataclasses import dataclass
 
+import duckdb
 from aiohttp import web
 
 from compiler.compiled import CompiledEstate
+from kliqued.ledger import writer as ledger
 
-from . import ledger_bridge
 from .app import Context, make_app
 from .core import Daemon, WorkerSettings
 from .gitops import DirSource, Follower, GitSource, Snapshot
@@ -129,7 +130,7 @@ def serve(opts: Options) -> int:
         log.info("started: %s, replayed %d events (%d tasks) in %.2f s", opts.db, stats.events,
                  stats.tasks, stats.seconds)
         if d.state is not None:  # rows from before the ledger kept paths: the paths of now
-            filled = ledger_bridge.fill_group_paths(store.conn, d.idx().estate)
+            filled = _fill_group_paths(store.conn, d.idx().estate)
             if filled:
                 log.info("ledger: %d intervals given the group paths of %s", filled,
                          d.estate.revision)
@@ -170,8 +171,6 @@ def serve(opts: Options) -> int:
                 snap = None
             else:
                 compiled = result.estate
-        if not ledger_bridge.available():
-            log.warning("the usage ledger (kliqued.ledger) is not installed: events only")
         cap = connection_cap(opts.limits.max_connections, nofile)
         if cap < opts.limits.max_connections:
             log.info("at most %d connections (the open-files limit is %d)", cap, nofile)
@@ -183,6 +182,20 @@ def serve(opts: Options) -> int:
             store.close()
         except Exception:  # already closed, or the process is going down anyway
             pass
+
+
+def _fill_group_paths(conn: duckdb.DuckDBPyConnection, compiled: CompiledEstate) -> int:
+    """At start: the ledger rows from before it recorded group paths get the paths of the
+    estate in force (``writer.fill_group_paths``), and the monthly aggregate rebuilt from
+    them, or neither; returns how many rows."""
+    conn.execute("BEGIN")
+    try:
+        filled = ledger.fill_group_paths(conn, ledger.group_paths(compiled))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return filled
 
 
 async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate | None,

@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator
 
 import duckdb
 
+from kliqued.ledger import schema as ledger_schema
+
 from .events import COLUMNS
 from .querypool import QueryPool
 
@@ -80,13 +82,7 @@ class Store:
         self.conn.execute(f"SET checkpoint_threshold = '{CHECKPOINT_WAL}'")
         for stmt in SCHEMA:
             self.conn.execute(stmt)
-        try:
-            from kliqued.ledger.schema import ensure_schema
-        except ModuleNotFoundError as exc:  # the ledger module is a separate deliverable
-            if exc.name and exc.name.startswith("kliqued.ledger"):
-                return
-            raise
-        ensure_schema(self.conn)
+        ledger_schema.ensure_schema(self.conn)
 
     def last_seq(self) -> int:
         row = self.conn.execute("SELECT max(seq) FROM events").fetchone()
@@ -152,18 +148,10 @@ class Store:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, run)
 
-    def query_events(self, cur: duckdb.DuckDBPyConnection, where: list[str], params: list,
-                     limit: int) -> list[dict]:
-        sql = (f"SELECT seq, at_ms, kind, task, actor, revision, data FROM events"
-               f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq LIMIT ?")
-        rows = cur.execute(sql, [*params, limit]).fetchall()
-        return [{"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3], "actor": r[4],
-                 "revision": r[5], "data": json.loads(r[6]) if r[6] else {}} for r in rows]
-
     def page_events(self, cur: duckdb.DuckDBPyConnection, where: list[str], params: list,
                     limit: int, max_bytes: int) -> tuple[list[dict], bool]:
-        """Like ``query_events``, but the page also stops once its events' data passes
-        ``max_bytes`` (at least one event): (events, whether more may follow)."""
+        """At most ``limit`` events in log order, the page also stopping once its events' data
+        passes ``max_bytes`` (at least one event): (events, whether more may follow)."""
         sql = (f"SELECT seq, at_ms, kind, task, actor, revision, data FROM events"
                f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq LIMIT ?")
         cur.execute(sql, [*params, limit])

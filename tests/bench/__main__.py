@@ -38,12 +38,7 @@ def main() -> int:
     for name in MODULES:
         if only and name not in only:
             continue
-        try:
-            module = importlib.import_module(f"tests.bench.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"tests.bench.{name}":
-                continue
-            raise
+        module = importlib.import_module(f"tests.bench.{name}")
         print(f"running {name}...", file=sys.stderr, flush=True)
         for row in module.run():
             ok = row["median_s"] <= row["target_s"] if row.get("target_s") else True

@@ -38,11 +38,7 @@ def bench_compile(repeat: int = 3) -> dict:
                     f"resources, {sum(len(f.data) for f in files) / 1e6:.1f} MB YAML"}
 
 
-def bench_plan(repeat: int = 3) -> dict | None:
-    try:
-        from compiler.plan import gitsource  # noqa: F401
-    except ImportError:
-        return None
+def bench_plan(repeat: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
         git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True,  # noqa: E731
@@ -72,8 +68,4 @@ def bench_plan(repeat: int = 3) -> dict | None:
 
 
 def run() -> list[dict]:
-    rows = [bench_compile()]
-    plan = bench_plan()
-    if plan:
-        rows.append(plan)
-    return rows
+    return [bench_compile(), bench_plan()]

@@ -10,9 +10,11 @@ import time
 
 from aiohttp import web
 
-from .. import ledger_bridge
+from kliqued.ledger import export as ledger_export
+from kliqued.ledger import sql as ledger_sql
+
 from ..app import ctx, read_json, reply
-from ..errors import ApiError, Unavailable, bad_request, forbidden
+from ..errors import ApiError, bad_request, forbidden
 from ..querypool import Busy, Expired
 from .params import str_param, time_param
 
@@ -46,23 +48,22 @@ async def sql(request: web.Request) -> web.Response:
     groups = _scope(request)
     c = ctx(request)
     body = await read_json(request, "LedgerSql")
-    mod = ledger_bridge.sql_module()
-    if mod is None:
-        raise Unavailable("the usage ledger is not installed in this build")
     limit = body.get("limit", 10000)
     timeout = float(body.get("timeout_s", TIMEOUT_S))
     deadline = arrived + timeout
     try:
         res = await c.store.ledger_queries.run(
-            lambda cur: mod.run_readonly(cur, body["sql"], limit=limit, timeout_s=timeout,
-                                         deadline=deadline, groups=groups), deadline)
+            lambda cur: ledger_sql.run_readonly(cur, body["sql"], limit=limit,
+                                                timeout_s=timeout, deadline=deadline,
+                                                groups=groups),
+            deadline)
     except Busy as exc:
         raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
                        {"retry_after_s": 2}) from None
     except Expired:
-        exc = mod.timeout_error(timeout, queued=True)
-        raise ApiError(STATUS["timeout"], exc.code, exc.message) from None
-    except mod.LedgerSqlError as exc:
+        err = ledger_sql.timeout_error(timeout, queued=True)
+        raise ApiError(STATUS["timeout"], err.code, err.message) from None
+    except ledger_sql.LedgerSqlError as exc:
         raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
     return reply(res.to_json())
 
@@ -74,13 +75,10 @@ async def export(request: web.Request) -> web.StreamResponse:
     start, end = time_param(request, "from"), time_param(request, "to")
     if end < start:
         raise bad_request("`to` is before `from`")
-    mod = ledger_bridge.export_module()
-    if mod is None:
-        raise Unavailable("the usage ledger is not installed in this build")
     loop = asyncio.get_running_loop()
     cur = c.store.conn.cursor()
     try:
-        gen = mod.export_csv(cur, start, end, groups=groups)
+        gen = ledger_export.export_csv(cur, start, end, groups=groups)
         first = await loop.run_in_executor(None, next, gen, None)
         resp = web.StreamResponse(headers={
             "Content-Type": "text/csv; charset=utf-8",

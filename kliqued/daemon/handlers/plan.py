@@ -13,7 +13,6 @@ from aiohttp import web
 
 from kliqued.engine.budget import UNITS_PER_HOUR_MILLI
 
-from .. import ledger_bridge
 from ..app import ctx, reply
 from ..errors import forbidden
 from ..units import iso
@@ -80,10 +79,7 @@ async def plan_state(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
     out = live_state(d, d.clock.now())
-    out["usage"] = None
-    mod = ledger_bridge.sql_module()
-    if mod is not None:
-        rows = await c.store.read(lambda cur: cur.execute(USAGE_SQL).fetchall())
-        out["usage"] = [{"gpu_type": g, "month": m, "gpu_hours": round(float(h or 0), 6)}
-                        for g, m, h in rows]
+    rows = await c.store.read(lambda cur: cur.execute(USAGE_SQL).fetchall())
+    out["usage"] = [{"gpu_type": g, "month": m, "gpu_hours": round(float(h or 0), 6)}
+                    for g, m, h in rows]
     return reply(out)
