@@ -86,10 +86,6 @@ class Backoff:
         self.current = self.initial
 
 
-class NeedsRegister(Exception):
-    """The control plane does not know this worker (any more): register again."""
-
-
 class WorkerDaemon:
     def __init__(self, cfg: WorkerConfig, gpus: list[Gpu], executor: Executor,
                  state: StateDir, client: ControlPlaneClient):

@@ -115,10 +115,6 @@ class GpuAllocator:
     def __init__(self, indices: list[int]):
         self.used: dict[int, int] = {i: 0 for i in indices}
 
-    @property
-    def total_milli(self) -> int:
-        return MILLI * len(self.used)
-
     def free(self) -> dict[int, int]:
         return {i: MILLI - u for i, u in self.used.items()}
 

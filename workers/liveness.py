@@ -16,7 +16,8 @@ machine, so the worker and the wrappers compare them directly).
 - ``term_at = contact_at + ttl_s - margin`` and ``kill_at = contact_at + ttl_s - margin / 2``
   (``margin(ttl_s)``): when an orphan gets SIGTERM and SIGKILL.
 - ``alive_at``: the worker's last write; with ``pid`` + ``start_ticks`` it says whether the
-  worker still runs (a worker whose loop hangs counts as gone after ``STALE_S``).
+  worker still runs (a worker whose loop hangs counts as gone after the wrapper's
+  ``stale_s``, 5 s: ``wrapper.worker_gone``).
 
 The wrapper (``workers/executors/wrapper.py``, standard library only, so it reads these keys
 itself) stops its task only when the worker is gone *and* ``term_at`` has passed: a worker
@@ -33,7 +34,6 @@ import time
 from pathlib import Path
 
 FILE_NAME = "worker.json"
-STALE_S = 5.0          # a worker that has not written the file for this long counts as gone
 WRITE_EVERY_S = 1.0
 
 

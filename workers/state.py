@@ -150,9 +150,6 @@ class StateDir:
     def log_path(self, rec: TaskRecord) -> Path:
         return self.logs / f"{rec.key}.log"
 
-    def save(self, rec: TaskRecord) -> None:
-        write_atomic(self.tasks / f"{rec.key}.json", json.dumps(rec.to_json(), indent=1))
-
     def delete(self, rec: TaskRecord) -> None:
         (self.tasks / f"{rec.key}.json").unlink(missing_ok=True)
 

@@ -12,9 +12,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kliqued.sdk import Client, KliqueError
 
-CONNECTION_HELP = ("connection: --url, --token and --context, else KLIQUE_URL and "
-                   "KLIQUE_TOKEN, else the current context of $KLIQUE_CONFIG or "
-                   "~/.config/klique/config.yaml (docs/cli.md)")
 
 
 def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None:

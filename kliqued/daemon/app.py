@@ -44,24 +44,13 @@ class Context:
     logs: LogStore | None = None  # type: ignore[assignment]
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the daemon stops: long polls answer at once."""
-    pool_events: dict[str, asyncio.Event] = field(default_factory=dict)
-
-    def pool_event(self, pool: str) -> asyncio.Event:
-        """What a long poll of ``pool`` waits on; replaced by each wake-up."""
-        ev = self.pool_events.get(pool)
-        if ev is None:
-            ev = self.pool_events[pool] = asyncio.Event()
-        return ev
 
     def wake(self, pool: str) -> None:
-        ev = self.pool_events.pop(pool, None)
-        if ev is not None:
-            ev.set()
-        self.seq.unpark(pool)  # parked long polls: leased in the cycle of the placement
+        """Parked long polls of ``pool`` lease in the cycle of the placement."""
+        self.seq.unpark(pool)
 
     def wake_all(self) -> None:
-        for pool in list(self.pool_events):
-            self.wake(pool)
+        """Stopping: every parked long poll answers at once, with nothing."""
         self.seq.unpark_all([])
 
 

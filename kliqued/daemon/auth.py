@@ -16,7 +16,7 @@ from typing import Literal
 
 from compiler.compiled import CompiledEstate
 
-from .errors import ApiError, forbidden
+from .errors import ApiError
 from .ids import TokenHasher
 from .units import iso
 
@@ -168,8 +168,3 @@ class Access:
         if p.is_admin:
             return True
         return p.is_user and (user == p.name or group in self.admin_of(p.name))
-
-
-def require(ok: bool, message: str) -> None:
-    if not ok:
-        raise forbidden(message)

@@ -20,7 +20,6 @@ from pathlib import Path
 from kliqued.filemodes import open_private, private_dir
 
 DEFAULT_CAP = 64 * 1024 * 1024
-MAX_CHUNK = 256 * 1024
 MAX_READ = 4 * 1024 * 1024
 
 _SAFE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")

@@ -117,13 +117,11 @@ def decide(obs: Observation) -> list[Action]:
             given.add(i)
 
     # 2. idle nodes that got no work are released after the idle timeout
-    released = 0
     for i, n in enumerate(live):
         if (n.up and i not in given and n.used_milli == 0 and n.idle_since is not None
                 and now - n.idle_since >= pol.idle_timeout_s):
             actions.append(Terminate(n.id, f"idle for {now - n.idle_since:.0f}s "
                                            f"(idle timeout {pol.idle_timeout_s:g}s)"))
-            released += n.gpus
 
     # 3. new nodes for the rest, within max (released nodes still count until they are gone,
     #    so a release and a launch never race past max)
