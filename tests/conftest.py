@@ -19,6 +19,9 @@ def require_shared(*parts: str) -> Path:
     return path
 
 
-@pytest.fixture
-def repo_root() -> Path:
-    return REPO
+@pytest.fixture(scope="session", autouse=True)
+def _no_server_left_behind():
+    """No ``kliqued serve`` a test started outlives the session, whichever test forgot it."""
+    yield
+    from tests.harness.daemon import kill_leftovers
+    kill_leftovers()

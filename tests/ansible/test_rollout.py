@@ -24,7 +24,8 @@ pytest.importorskip("ansible_runner", reason="ansible-runner is not installed: "
                                              "pip install -e '.[ops]' (make test does)")
 
 from kliqued.sdk import Client  # noqa: E402
-from tests.daemon.server import ADMIN, SMALL_ESTATE, Server  # noqa: E402
+from tests.harness.daemon import ADMIN, SMALL_ESTATE, Server  # noqa: E402
+from tests.harness.wait import wait_for  # noqa: E402
 from workers.rollout import ANSIBLE_DIR, build_wheel, rollout  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,10 +97,8 @@ def test_first_run_installs_configures_starts_and_registers(site):
     workers = {w["id"]: w for w in api._call("GET", "/workers")["workers"]}
     assert workers[wid]["pool"] == POOL and workers[wid]["gpus"] == 2
     task = api.submit("team-a/one", ["sh", "-c", "echo rolled out"], user="alice")
-    deadline = time.monotonic() + 30
-    while api.task(task["id"])["state"] != "ended" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    done = api.task(task["id"])
+    done = wait_for(lambda: (t := api.task(task["id"]))["state"] == "ended" and t, 30,
+                    "the task's end", every=0.2)
     assert done["end_reason"] == "finished" and done.get("worker") == wid, done
 
 

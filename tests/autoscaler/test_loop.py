@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from kliqued.sdk import Client
+from tests.harness.wait import wait_for
 from tests.workers.protocol_peer import ProtocolPeer
 from workers.autoscaler import Autoscaler, LocalProvider, ScalePolicy
 
@@ -61,15 +62,6 @@ def cloud(tmp_path):
     peer.close()
 
 
-def _wait(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (v := pred()):
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def test_scale_up_on_demand_fallback_run_and_release_after_idle(cloud):
     peer, provider, _ = cloud
     pol = ScalePolicy(max_milli=2000, idle_timeout_s=2, spot_first=True, node_gpus=1)
@@ -87,7 +79,7 @@ def test_scale_up_on_demand_fallback_run_and_release_after_idle(cloud):
     end = peer.wait_for(lambda: peer.end(tid), 20, "the task to finish on the new node")
     assert end["event"] == "finished" and peer.events(tid) == ["started", "finished"]
     assert next(iter(peer.workers.values()))["pool"] == "burst"
-    _wait(lambda: not provider.list("burst")[0].running, 5, "the worker to forget the task")
+    wait_for(lambda: not provider.list("burst")[0].running, 5, "the worker to forget the task")
     t_idle = time.monotonic()
     r = scaler.step()                                        # idle from now on: kept
     assert r.terminated == [] and len(provider.list("burst")) == 1
@@ -96,7 +88,7 @@ def test_scale_up_on_demand_fallback_run_and_release_after_idle(cloud):
         r = scaler.step()
         assert r.terminated == []                            # not before the timeout
         time.sleep(0.2)
-    r = _wait(lambda: (x := scaler.step()).terminated and x, 5, "the idle node's release")
+    r = wait_for(lambda: (x := scaler.step()).terminated and x, 5, "the idle node's release")
     assert r.terminated[0][0] == node.id and "idle" in r.terminated[0][1]
     assert provider.list("burst") == []
     assert not os.path.exists(f"/proc/{node.meta['pid']}") or \
@@ -144,7 +136,7 @@ def test_cli_once_reads_the_estate_and_reports_the_round(cloud):
 
 
 def test_with_kliqued_serve(tmp_path):
-    from tests.daemon.server import ADMIN as SERVE_ADMIN, Server
+    from tests.harness.daemon import ADMIN as SERVE_ADMIN, Server
     srv = Server(tmp_path, estate=ESTATE).start()
     try:
         status, doc = srv.call("GET", "/v1/openapi.json", token=None)
@@ -161,12 +153,12 @@ def test_with_kliqued_serve(tmp_path):
                             ScalePolicy(max_milli=2000, idle_timeout_s=2, node_gpus=1))
         try:
             task = api.submit("team-a/one", ["sleep", "1"], user="alice")
-            _wait(lambda: api.task(task["id"])["state"] == "placed", 10, "placement")
+            wait_for(lambda: api.task(task["id"])["state"] == "placed", 10, "placement")
             r = scaler.step()
             assert [n.spot for n in r.launched] == [False]
-            _wait(lambda: api.task(task["id"])["state"] == "ended", 30, "the task's end")
+            wait_for(lambda: api.task(task["id"])["state"] == "ended", 30, "the task's end")
             assert api.task(task["id"])["end_reason"] == "finished"
-            _wait(lambda: scaler.step().terminated, 15, "the idle node's release")
+            wait_for(lambda: scaler.step().terminated, 15, "the idle node's release")
             assert provider.list("burst") == []
             # issue 10 bug 12: the released node's worker said goodbye; it is not "lost"
             assert srv.ok("GET", "/v1/workers?pool=burst")["workers"] == []

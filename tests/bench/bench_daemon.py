@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.daemon.server import ADMIN, EXAMPLE_ESTATE, ROOT, Server
+from tests.harness.daemon import ADMIN, EXAMPLE_ESTATE, ROOT, Server
 
 RATE = 1000
 SECONDS = 10

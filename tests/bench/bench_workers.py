@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, write_estate
-from tests.daemon.server import EXAMPLE_ESTATE, Server
+from tests.harness.daemon import EXAMPLE_ESTATE, Server
 
 WORKERS = 1000
 TASKS = 1000

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from .server import Server
+from tests.harness.daemon import Server
 
 
 @dataclass
@@ -21,14 +21,6 @@ class Principals:
     walter: str   # admin of the department `lab` (above team-a and team-b), no group member
     worker: str   # worker:pool-1
     revoked: str  # was bob's
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_server_left_behind():
-    yield
-    for s in Server.started:
-        if s.proc is not None and s.proc.poll() is None:
-            s.kill()
 
 
 @pytest.fixture(scope="session")

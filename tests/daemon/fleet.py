@@ -11,14 +11,14 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .server import ROOT, Server
+from tests.harness.daemon import ROOT, Server
 from tests.harness.procs import pid_alive  # noqa: F401  (used here and by tests)
+from tests.harness.wait import wait_for  # noqa: F401  (the old import path of tests)
 
 PY = sys.executable
 
@@ -106,9 +106,6 @@ class FleetServer(Server):
     def argv(self) -> list[str]:
         return super().argv() + self.extra
 
-    def wait_ready(self, timeout: float = 30) -> None:
-        super().wait_ready(timeout)
-
     def events(self, task: str | None = None, kind: str | None = None) -> list[dict]:
         q = "&".join(f"{k}={v}" for k, v in (("task", task), ("kind", kind)) if v)
         return self.ok("GET", f"/v1/events?limit=1000&{q}")["events"]
@@ -122,18 +119,6 @@ class FleetServer(Server):
 
     def sql(self, sql: str) -> list[list]:
         return self.ok("POST", "/v1/ledger/sql", {"sql": sql})["rows"]
-
-
-def wait_for(pred: Callable[[], Any], timeout: float = 10, what: str = "condition",
-             every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
 
 
 class HttpWorker:

@@ -4,24 +4,14 @@ one-GPU tasks, pool-2 8 GPUs of task-sized work)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from kliqued.daemon.openapi import validator
 
-from .server import Server
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
+from tests.harness.daemon import Server
+from tests.harness.wait import wait_for  # also the old import path of other tests
 
 
 def valid(schema: str, data: Any) -> Any:
@@ -282,7 +272,6 @@ def test_tokens(server: Server, who) -> None:
 
 
 def test_ledger_endpoints(server: Server, who) -> None:
-    pytest.importorskip("kliqued.ledger.sql", reason="the ledger module is not installed")
     res = valid("SqlResult", server.ok("POST", "/v1/ledger/sql",
                                        {"sql": "SELECT count(*) AS n FROM ledger"},
                                        token=who.finance))
@@ -297,7 +286,6 @@ def test_ledger_endpoints(server: Server, who) -> None:
 
 
 def test_ledger_export(server: Server, who) -> None:
-    pytest.importorskip("kliqued.ledger.export", reason="the ledger module is not installed")
     status, csv = server.call("GET", "/v1/ledger/export?from=2026-01-01T00:00:00Z"
                                      "&to=2100-01-01T00:00:00Z", token=who.finance)
     assert status == 200 and isinstance(csv, str) and "\n" in csv

@@ -11,7 +11,8 @@ from pathlib import Path
 import git
 import pytest
 
-from .fleet import ESTATE, FleetServer, wait_for, write_estate
+from .fleet import ESTATE, FleetServer, write_estate
+from tests.harness.wait import wait_for
 
 ACTOR = git.Actor("IT", "it@example.com")
 BROKEN = "pools:\n  - name: bare\n    kind: baremetal\n    capacity: lots\n"

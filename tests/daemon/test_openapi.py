@@ -15,7 +15,7 @@ from openapi_spec_validator import validate
 from kliqued.daemon.app import Context, make_app
 from kliqued.daemon.openapi import document
 
-from .server import EXAMPLE_ESTATE, Server
+from tests.harness.daemon import EXAMPLE_ESTATE, Server
 
 DOC = document()
 

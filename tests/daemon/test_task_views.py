@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 from .fleet import FleetServer, HttpWorker
-from .server import Server
-from .test_endpoints import submit, task_state, wait_for
+from tests.harness.daemon import Server
+from .test_endpoints import submit, task_state
+from tests.harness.wait import wait_for
 
 
 def test_gpu_hours_count_the_current_placement(server: Server, who) -> None:

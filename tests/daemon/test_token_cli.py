@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from .server import ROOT, Server
+from tests.harness.daemon import ROOT, Server
 
 
 def kliqued(server: Server, *args: str) -> subprocess.CompletedProcess:

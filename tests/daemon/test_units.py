@@ -14,7 +14,7 @@ from kliqued.daemon.core import Daemon, Overlay
 from kliqued.daemon.ids import IdMaker
 from kliqued.daemon.openapi import submission_surely_valid, validator
 
-from .server import SMALL_ESTATE
+from tests.harness.daemon import SMALL_ESTATE
 
 
 def _daemon() -> Daemon:

@@ -7,7 +7,8 @@ import os
 import signal
 import subprocess
 
-from .fleet import PY, FleetServer, RealWorker, pid_alive, wait_for
+from .fleet import PY, FleetServer, RealWorker, pid_alive
+from tests.harness.wait import wait_for
 
 
 def test_drain_hands_the_tasks_back_and_deregisters(tmp_path) -> None:

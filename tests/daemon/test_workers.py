@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from .fleet import (PY, FleetServer, HttpWorker, RealWorker, kill_pids_in, pid_alive,
-                    wait_for)
+from .fleet import PY, FleetServer, HttpWorker, RealWorker, kill_pids_in, pid_alive
+from tests.harness.wait import wait_for
 
 
 @pytest.fixture

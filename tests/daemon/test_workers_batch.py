@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from .fleet import FleetServer, HttpWorker, wait_for
+from .fleet import FleetServer, HttpWorker
+from tests.harness.wait import wait_for
 
 
 @pytest.fixture

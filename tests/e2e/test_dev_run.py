@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from kliqued.commands.dev import _listen
-from tests.daemon.server import ROOT, free_port
+from tests.harness.daemon import ROOT, free_port
+from tests.harness.wait import wait_for
 
 KLIQUED = [sys.executable, "-m", "kliqued.cli"]
 
@@ -26,11 +27,13 @@ def start(tmp: Path, port: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([*KLIQUED, "dev", "--dir", str(tmp / "run"), "--listen",
                              f"127.0.0.1:{port}"], cwd=ROOT, stdout=open(out, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while "Ctrl-C stops" not in out.read_text():
+    def ready() -> bool:
         assert proc.poll() is None, out.read_text()
-        assert time.monotonic() < deadline, out.read_text()
-        time.sleep(0.1)
+        return "Ctrl-C stops" in out.read_text()
+    try:
+        wait_for(ready, 60, "kliqued dev's banner")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{out.read_text()}") from None
     return proc, out.read_text()
 
 
@@ -64,10 +67,8 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
                   "--",
                   "python", "-c", "import time; print('hello'); time.sleep(0.5)")
         tid = json.loads(out)["id"]
-        deadline = time.monotonic() + 30
-        while json.loads(cli(env, "status", tid, "--json"))["state"] != "ended":
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_for(lambda: json.loads(cli(env, "status", tid, "--json"))["state"] == "ended", 30,
+                 "the task's end", every=0.2)
         task = json.loads(cli(env, "status", tid, "--json"))
         assert (task["end_reason"], task["exit_code"], task["pool"]) == \
             ("finished", 0, "onprem-baremetal")

@@ -14,8 +14,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
+
+from tests.harness.wait import wait_for
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
@@ -23,6 +24,14 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sin
 def missing_binaries() -> list[str]:
     return [b for b in BINARIES if shutil.which(b) is None
             and not Path(f"/usr/sbin/{b}").exists()]
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _bin(name: str) -> str:
@@ -111,18 +120,20 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         self._pids.append(self.root / "slurmctld.pid")
         subprocess.run([_bin("slurmd")], env=env, check=True, capture_output=True)
         self._pids.append(self.root / "slurmd.pid")
-        deadline = time.monotonic() + timeout_s
         state = ""
-        while time.monotonic() < deadline:
-            p = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True,
-                               text=True)
-            state = p.stdout.strip()
-            if state.startswith("idle") or state.startswith("mixed"):
-                return self
-            time.sleep(0.2)
-        logs = "\n".join(f.read_text()[-2000:] for f in (self.root / "log").glob("*.log"))
-        self.stop()
-        raise RuntimeError(f"slurm node did not become idle (state {state!r}):\n{logs}")
+
+        def idle() -> bool:
+            nonlocal state
+            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env,
+                                   capture_output=True, text=True).stdout.strip()
+            return state.startswith(("idle", "mixed"))
+        try:
+            wait_for(idle, timeout_s, "the slurm node to become idle", every=0.2)
+            return self
+        except AssertionError:
+            logs = "\n".join(f.read_text()[-2000:] for f in (self.root / "log").glob("*.log"))
+            self.stop()
+            raise RuntimeError(f"slurm node did not become idle (state {state!r}):\n{logs}")
 
     def stop(self) -> None:
         for pidfile in reversed(self._pids):
@@ -134,13 +145,9 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 continue
-            for _ in range(50):
-                try:
-                    os.kill(pid, 0)
-                    time.sleep(0.1)
-                except ProcessLookupError:
-                    break
-            else:
+            try:
+                wait_for(lambda: not _exists(pid), 5, f"pid {pid} to exit", every=0.1)
+            except AssertionError:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.fleet import ESTATE, FleetServer, wait_for, write_estate
+from tests.daemon.fleet import ESTATE, FleetServer, write_estate
 
 from .helpers import commit_all, init_repo, run_plan
+from tests.harness.wait import wait_for
 
 
 @pytest.fixture

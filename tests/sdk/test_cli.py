@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import duckdb
 import pytest
@@ -15,7 +14,8 @@ import pytest
 from kliqued.sdk import Client
 from tests.conftest import REPO
 
-from .conftest import free_port
+from tests.harness.daemon import free_port
+from tests.harness.wait import wait_for
 
 
 def test_submit_status_queue_cancel(server, as_user):
@@ -76,12 +76,9 @@ def test_ledger_sql_and_export(as_user, tmp_path):
                          "--", "sleep", "5")
     tid = json.loads(out)["id"]
     sql = f"SELECT task, \"user\", gpus FROM ledger WHERE task = '{tid}'"
-    for _ in range(100):
-        rc, out, err = as_user("role:finance", "ledger", "sql", "--json", sql)
-        if json.loads(out)["rows"]:
-            break
-        time.sleep(0.1)
-    assert json.loads(out)["rows"] == [[tid, "alice", "1.000"]]
+    rows = wait_for(lambda: json.loads(as_user("role:finance", "ledger", "sql", "--json",
+                                                sql)[1])["rows"], 10, "the ledger row")
+    assert rows == [[tid, "alice", "1.000"]]
     rc, out, err = as_user("role:finance", "ledger", "sql", sql)
     assert rc == 0 and tid in out and "1 row" in err
     rc, out, _ = as_user("role:finance", "ledger", "sql", "--csv", sql)

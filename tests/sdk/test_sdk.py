@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import duckdb
 import pytest
 
 from kliqued.sdk import Client, ConfigError, KliqueError
 
-from .conftest import free_port
-
-
-def wait_for(fn, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
+from tests.harness.daemon import free_port
+from tests.harness.wait import wait_for
 
 
 @pytest.fixture
@@ -72,8 +62,7 @@ def test_submit_status_queue_cancel(alice, admin):
         assert alice.cancel(second["id"])["end_reason"] == "cancelled"  # idempotent
     finally:
         admin.set_engine(True)
-    placed = wait_for(lambda: alice.task(first["id"])["state"] == "placed")
-    assert placed, alice.task(first["id"])
+    wait_for(lambda: alice.task(first["id"])["state"] == "placed", what="placement")
     assert alice.task(first["id"])["pool"]
     # The API shows a pass's placement as soon as the pass made it; its event is readable
     # once that cycle's commit lands (docs/daemon.md), milliseconds later.

@@ -8,7 +8,7 @@ import json
 import socket
 from typing import Any
 
-from tests.daemon.server import Server
+from tests.harness.daemon import Server
 
 
 def send(server: Server, method: str, path: bytes | str, body: bytes | None = None,

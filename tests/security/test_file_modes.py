@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from kliqued import filemodes
-from tests.daemon.fleet import PY, FleetServer, RealWorker, kill_pids_in, wait_for
+from tests.daemon.fleet import PY, FleetServer, RealWorker, kill_pids_in
+from tests.harness.wait import wait_for
 
 
 def _mode(p: Path) -> int:

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kliqued.daemon.openapi import document
-from tests.daemon.server import EXAMPLE_ESTATE, Server
+from tests.harness.daemon import EXAMPLE_ESTATE, Server
 
 from .edge_client import alive, send
 

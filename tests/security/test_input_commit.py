@@ -21,7 +21,7 @@ from kliqued.daemon.events import Event
 from kliqued.daemon.loop import Sequencer
 from kliqued.daemon.store import Store
 
-from tests.daemon.server import SMALL_ESTATE
+from tests.harness.daemon import SMALL_ESTATE
 
 ALICE = Principal("user", "alice")
 

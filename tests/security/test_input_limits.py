@@ -10,7 +10,7 @@ import pytest
 
 from kliqued.daemon import limits
 from kliqued.sdk.client import Client
-from tests.daemon.server import Server
+from tests.harness.daemon import Server
 
 from .edge_client import alive, send
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.inputs import check_tree
-from tests.daemon.server import Server
+from tests.harness.daemon import Server
 
 from .edge_client import alive, send
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kliqued.daemon import logsetup
-from tests.daemon.server import Server
+from tests.harness.daemon import Server
 
 
 def _raw(port: int, request: bytes) -> bytes:

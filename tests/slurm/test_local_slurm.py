@@ -6,16 +6,17 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.harness.wait import wait_for
+
+
+def _state(slurm, job: str) -> str:
+    """The job's state in squeue, or "" once it left the queue."""
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm.env,
+                          capture_output=True, text=True).stdout.strip()
+
 
 def _wait_gone(slurm, job: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm.env,
-                             capture_output=True, text=True).stdout.strip()
-        if not out:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"job {job} still in squeue")
+    wait_for(lambda: not _state(slurm, job), timeout, f"job {job} to leave squeue", every=0.2)
 
 
 def _sbatch(slurm, tmp: Path, script: str, *args: str) -> str:
@@ -37,13 +38,7 @@ def test_scancel_full_term_reaches_the_batch_script(slurm, tmp_path: Path) -> No
     script = (f"trap 'touch {marker}; exit 0' TERM\n"
               "sleep 60 &\nwait\n")
     job = _sbatch(slurm, tmp_path, script, "--gres=gpu:1")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm.env,
-                               capture_output=True, text=True).stdout.strip()
-        if state == "RUNNING":
-            break
-        time.sleep(0.2)
+    wait_for(lambda: _state(slurm, job) == "RUNNING", 20, f"job {job} to run", every=0.2)
     time.sleep(0.5)
     subprocess.run(["scancel", "--signal=TERM", "--full", job], env=slurm.env, check=True)
     _wait_gone(slurm, job)

@@ -10,10 +10,10 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.harness.wait import wait_for_async, wait_for_text
 from tests.workers.conftest import WorkerProcess
 from tests.workers.protocol_peer import ProtocolPeer
 from workers.executors.base import Exited
@@ -59,22 +59,8 @@ def run(coro):
 
 
 async def wait_exit(ex, h, timeout: float = 20.0) -> Exited:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r = ex.poll(h)
-        if isinstance(r, Exited):
-            return r
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"slurm job {h.job_id} did not end in {timeout}s")
-
-
-def wait_log(path: Path, text: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {path} after {timeout}s")
+    return await wait_for_async(lambda: r if isinstance(r := ex.poll(h), Exited) else None,
+                                timeout, f"slurm job {h.job_id} to end")
 
 
 def scontrol(ex, job: str) -> str:
@@ -143,7 +129,7 @@ def test_exit_codes_signals_and_times_come_back(executor, tmp_path):
 def test_a_stop_reaches_a_trapping_child_as_sigterm(executor, tmp_path):
     marker, log = tmp_path / "checkpoint", tmp_path / "t.log"
     h = executor.start(lease("traps", [PY, "-c", TRAPS, str(marker)]), [0], log)
-    wait_log(log, "ready")
+    wait_for_text(log, "ready")
     t0 = time.monotonic()
     r = run(executor.stop(h, 10))
     assert time.monotonic() - t0 < 3           # it exited by itself, well within the grace
@@ -154,7 +140,7 @@ def test_a_stop_reaches_a_trapping_child_as_sigterm(executor, tmp_path):
 def test_a_child_ignoring_sigterm_is_killed_after_the_grace(executor, tmp_path):
     log = tmp_path / "i.log"
     h = executor.start(lease("ignores", [PY, "-c", IGNORES]), [0], log)
-    wait_log(log, "ready")
+    wait_for_text(log, "ready")
     t0 = time.monotonic()
     r = run(executor.stop(h, 1.0))
     took = time.monotonic() - t0

@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.workers.protocol_peer import ProtocolPeer
 from tests.harness.procs import pid_alive  # noqa: F401  (used here and by tests)
+from tests.harness.wait import wait_for as wait_until  # noqa: F401  (the old name)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,16 +103,6 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
-
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def kill_quietly(pid: int) -> None:

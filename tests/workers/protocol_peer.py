@@ -7,8 +7,8 @@ over a REAL aiohttp server in a background thread, so that the tests drive real
 that): no engine, no ledger, one pool, tasks leased in submission order. When the real
 /v1/workers/* endpoints exist, the same tests should run against them too.
 
-Test-side helpers: submit(), stop(), steal() (re-lease elsewhere: the next report from the
-old worker is 409 stale-epoch), down()/up() (the control plane is unreachable), wait_for().
+Test-side helpers: submit(), stop(), forget(), down()/up() (the control plane is
+unreachable), wait_for().
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
+
+from tests.harness.wait import wait_for
 
 MILLI = 1000
 
@@ -133,13 +135,6 @@ class ProtocolPeer:
                 stop["grace_s"] = grace_s
             self.stops.setdefault(t.worker, []).append(stop)
 
-    def steal(self, task: str) -> None:
-        """The task is leased again elsewhere (as after a lost worker): a new epoch."""
-        with self.lock:
-            t = self.tasks[task]
-            t.epoch += 1
-            t.worker = "w-elsewhere"
-
     def forget(self, task: str) -> None:
         """The task ended on the control plane's side (cancelled) while the worker was away."""
         with self.lock:
@@ -159,14 +154,11 @@ class ProtocolPeer:
             return bytes(self.logs.get(task, b""))
 
     def wait_for(self, predicate, timeout: float = 10.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """:func:`tests.harness.wait.wait_for`, each check under the peer's lock."""
+        def locked():
             with self.lock:
-                value = predicate()
-            if value:
-                return value
-            time.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+                return predicate()
+        return wait_for(locked, timeout, what)
 
     def _notify(self) -> None:
         async def notify():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.wait import wait_for_async, wait_for_text
 from workers.executors.base import Exited, StartError
 from workers.executors.container import ContainerExecutor, ContainerHandle, container_name, \
     run_command
@@ -147,22 +148,8 @@ def podman(image, tmp_path):
 
 
 async def wait_exit(ex, h, timeout=20.0) -> Exited:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r = ex.poll(h)
-        if isinstance(r, Exited):
-            return r
-        await asyncio.sleep(0.05)
-    raise AssertionError("the container did not end")
-
-
-def wait_log(path: Path, text: str, timeout=20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {path}: {path.read_text() if path.exists() else ''}")
+    return await wait_for_async(lambda: r if isinstance(r := ex.poll(h), Exited) else None,
+                                timeout, "the container's end")
 
 
 def test_podman_runs_a_container_with_its_variables_and_exit_code(podman, tmp_path):
@@ -183,8 +170,8 @@ def test_podman_stop_sends_sigterm_then_sigkill_after_the_grace(podman, tmp_path
         [0], log1)
     ignores = podman.start(lease("ptest-ignores", [
         "sh", "-c", "trap '' TERM; echo ready; sleep 30"]), [1], log2)
-    wait_log(log1, "ready")
-    wait_log(log2, "ready")
+    wait_for_text(log1, "ready")
+    wait_for_text(log2, "ready")
     t0 = time.monotonic()
     r1 = asyncio.run(podman.stop(traps, 10))
     assert time.monotonic() - t0 < 5
@@ -200,7 +187,7 @@ def test_podman_task_is_taken_back_after_a_restart(podman, image, tmp_path):
     log = tmp_path / "r.log"
     h = podman.start(lease("ptest-adopt", ["sh", "-c", "echo ready; sleep 1.5; exit 6"]),
                      [0], log)
-    wait_log(log, "ready")
+    wait_for_text(log, "ready")
     again = ContainerExecutor(tmp_path / "state", runtime="podman", image=image,
                               gpus=FAKE_GPUS, container_args=PODMAN_ARGS)
     h2 = again.adopt(h.to_record())
@@ -221,7 +208,7 @@ def test_podman_container_of_a_gone_worker_is_killed_before_the_requeue(podman, 
     log = tmp_path / "o.log"
     h = podman.start(lease("ptest-orphan", ["sh", "-c", "trap '' TERM; echo ready; sleep 30"]),
                      [0], log)
-    wait_log(log, "ready")
+    wait_for_text(log, "ready")
     now = time.monotonic()
     watch = path_in(tmp_path / "state")
     watch.write_text(json.dumps({"pid": dead.pid, "alive_at": now, "contact_at": now - 5,

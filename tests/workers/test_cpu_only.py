@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.daemon.fleet import ESTATE, FleetServer, HttpWorker, wait_for, write_estate
+from tests.daemon.fleet import ESTATE, FleetServer, HttpWorker, write_estate
+from tests.harness.wait import wait_for
 
 CPU_PROFILE = """\
   - name: cpu

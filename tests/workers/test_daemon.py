@@ -8,7 +8,8 @@ import json
 import sys
 import time
 
-from tests.workers.conftest import kill_quietly, pid_alive, wait_until
+from tests.harness.wait import wait_for
+from tests.workers.conftest import kill_quietly, pid_alive
 
 PY = sys.executable
 
@@ -65,7 +66,7 @@ def test_cpu_only_tasks_start_while_every_gpu_is_busy_up_to_the_cap(peer, worker
     script = f"import os, time; open('{out}/' + os.environ['KLIQUE_TASK_ID'], 'w').write(" \
              "os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(30)"
     cpu = [peer.submit([PY, "-c", script], gpus=0) for _ in range(3)]
-    wait_until(lambda: len(list(out.iterdir())) == 2, 10, "two CPU-only tasks running")
+    wait_for(lambda: len(list(out.iterdir())) == 2, 10, "two CPU-only tasks running")
     time.sleep(0.5)
     assert sorted(p.name for p in out.iterdir()) == cpu[:2]   # the cap: 2 at a time
     assert all(p.read_text() == "" for p in out.iterdir())    # no GPU for them
@@ -78,7 +79,7 @@ def test_cpu_only_tasks_start_while_every_gpu_is_busy_up_to_the_cap(peer, worker
     time.sleep(0.5)
     assert len(peer.lease_calls) == calls
     peer.stop(cpu[0], grace_s=0.2)
-    wait_until(lambda: (out / cpu[2]).exists(), 10, "the third once a CPU slot freed")
+    wait_for(lambda: (out / cpu[2]).exists(), 10, "the third once a CPU slot freed")
     for t in [gpu_task, *cpu[1:]]:
         peer.stop(t, grace_s=0.2)
     peer.wait_for(lambda: all(peer.end(t) for t in [gpu_task, *cpu]), 10, "all stopped")
@@ -118,13 +119,13 @@ def test_fractions_share_one_gpu_up_to_one_gpu_worth(peer, worker, tmp_path):
     script = f"import os, time; open('{out}/' + os.environ['KLIQUE_TASK_ID'], 'w').write(" \
              "os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(30)"
     tasks = [peer.submit([PY, "-c", script], gpus=g) for g in (0.5, 0.25, 0.5)]
-    wait_until(lambda: len(list(out.iterdir())) == 2, 10, "two fractions running")
+    wait_for(lambda: len(list(out.iterdir())) == 2, 10, "two fractions running")
     time.sleep(0.5)
     assert sorted(p.name for p in out.iterdir()) == tasks[:2]  # 0.5 + 0.25; 0.5 waits
     assert all(p.read_text() == "0" for p in out.iterdir())
     assert peer.tasks[tasks[2]].state == "queued"
     peer.stop(tasks[0], grace_s=0.2)
-    wait_until(lambda: (out / tasks[2]).exists(), 10, "third fraction after the first stop")
+    wait_for(lambda: (out / tasks[2]).exists(), 10, "third fraction after the first stop")
     for t in tasks[1:]:
         peer.stop(t, grace_s=0.2)
     peer.wait_for(lambda: all(peer.end(t) for t in tasks), 10, "all stopped")
@@ -167,12 +168,12 @@ def test_fencing_a_stale_epoch_kills_the_task_at_once(peer, worker, tmp_path):
     tid = peer.submit([PY, "-c", f"import os, time; open('{pidfile}', 'w').write(str(os.getpid()));"
                                  " time.sleep(60)"], grace_s=30)
     peer.steal_on_start.add(tid)   # the started report meets a newer epoch: 409 stale-epoch
-    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text(), 10, "pid"))
-    wait_until(lambda: not pid_alive(pid), 3, "fenced task killed (not after its 30s grace)")
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 10, "pid"))
+    wait_for(lambda: not pid_alive(pid), 3, "fenced task killed (not after its 30s grace)")
     time.sleep(0.5)
     statuses = [(body["event"], status) for t, body, status in peer.reports if t == tid]
     assert statuses == [("started", 409)]     # forgotten: nothing more is reported
-    wait_until(lambda: not list((w.state_dir / "tasks").glob("*.json")), 5, "record gone")
+    wait_for(lambda: not list((w.state_dir / "tasks").glob("*.json")), 5, "record gone")
     # and the worker has its GPU back for new work
     nxt = peer.submit(["true"])
     peer.wait_for(lambda: peer.end(nxt), 10, "next task")
@@ -181,7 +182,7 @@ def test_fencing_a_stale_epoch_kills_the_task_at_once(peer, worker, tmp_path):
 def test_a_control_plane_that_is_down_is_waited_for(peer, worker):
     peer.down()
     w = worker("0")
-    wait_until(lambda: "unreachable" in w.log_file.read_text(), 10, "a log line")
+    wait_for(lambda: "unreachable" in w.log_file.read_text(), 10, "a log line")
     assert w.proc.poll() is None
     peer.up()
     tid = peer.submit(["sh", "-c", "sleep 0.5; echo done"])
@@ -231,8 +232,8 @@ def test_a_task_the_control_plane_no_longer_lists_is_stopped_after_a_restart(pee
     w.kill9()
     peer.forget(tid)          # e.g. cancelled while its worker was away
     w.start()
-    wait_until(lambda: not pid_alive(rec["handle"]["pid"]), 10, "unlisted task stopped")
-    wait_until(lambda: not list((w.state_dir / "tasks").glob("*.json")), 5, "record gone")
+    wait_for(lambda: not pid_alive(rec["handle"]["pid"]), 10, "unlisted task stopped")
+    wait_for(lambda: not list((w.state_dir / "tasks").glob("*.json")), 5, "record gone")
 
 
 def test_a_listed_task_the_worker_has_no_record_of_is_reported(peer, worker):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.conftest import pid_alive, wait_until
+from tests.harness.wait import wait_for
+from tests.workers.conftest import pid_alive
 from workers.executors import RUNNING, Exited, StartError
 from workers.executors.process import ProcessExecutor
 
@@ -22,7 +23,7 @@ def lease(command, task="t-1", epoch=1, **extra):
 
 
 def wait_exit(ex, handle, timeout=10.0) -> Exited:
-    return wait_until(lambda: (r := ex.poll(handle)) is not RUNNING and r, timeout, "exit")
+    return wait_for(lambda: (r := ex.poll(handle)) is not RUNNING and r, timeout, "exit")
 
 
 PY = sys.executable
@@ -94,7 +95,7 @@ def test_stop_sends_sigterm_and_a_trapping_child_checkpoints_and_exits_0(tmp_pat
     ex = ProcessExecutor(tmp_path)
     marker, log = tmp_path / "marker", tmp_path / "t.log"
     h = ex.start(lease([PY, "-c", TRAPS_TERM, str(marker)]), [0], log)
-    wait_until(lambda: _ready(log), 10, "child ready")
+    wait_for(lambda: _ready(log), 10, "child ready")
     t0 = time.monotonic()
     result = asyncio.run(ex.stop(h, 5.0))
     assert result == Exited(0, None)
@@ -108,7 +109,7 @@ def test_a_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
     # the command starts a grandchild in its group: the stop reaches it too
     h = ex.start(lease(["sh", "-c", f"{PY} -c 'import time; time.sleep(60)' & "
                                     f"exec {PY} -c '{IGNORES_TERM}'"]), [0], log)
-    wait_until(lambda: _ready(log), 10, "child ready")
+    wait_for(lambda: _ready(log), 10, "child ready")
     from workers.executors.process import group_members
     members = group_members(h.pgid)
     assert len(members) >= 3  # wrapper, command, grandchild
@@ -117,7 +118,7 @@ def test_a_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
     elapsed = time.monotonic() - t0
     assert result == Exited(None, "SIGKILL")
     assert 0.9 <= elapsed < 4
-    wait_until(lambda: not any(pid_alive(p) for p in members), 5, "group gone")
+    wait_for(lambda: not any(pid_alive(p) for p in members), 5, "group gone")
 
 
 @pytest.mark.parametrize("fork_server", [True, False])
@@ -141,7 +142,7 @@ def test_the_wrapper_records_the_exit_of_an_adopted_process(tmp_path, fork_serve
     record = h.to_record()
     if h.popen is not None:
         h.popen.wait()
-    wait_until(lambda: not pid_alive(h.pid), 10, "the wrapper gone")
+    wait_for(lambda: not pid_alive(h.pid), 10, "the wrapper gone")
     assert wait_exit(ProcessExecutor(tmp_path), first.adopt(record)) == Exited(None, "SIGTERM")
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from tests.workers.conftest import wait_until
 from workers.executors import RUNNING
 from workers.executors.process import ProcessExecutor
 from workers.gpus import Gpu, fraction_memory_mb, memory_cap_env
+from tests.harness.wait import wait_for
 
 PY = sys.executable
 SHOW = ("import os; print(*(os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', "
@@ -34,7 +34,7 @@ def lease(gpus, **extra):
 
 def run(ex, lease_, indices, log):
     h = ex.start(lease_, indices, log)
-    wait_until(lambda: ex.poll(h) is not RUNNING, 10, "exit")
+    wait_for(lambda: ex.poll(h) is not RUNNING, 10, "exit")
     return log.read_text().split()
 
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.harness.wait import wait_for
 from tests.workers.protocol_peer import ProtocolPeer
 from tests.workers.conftest import WorkerProcess
 from workers.idle import (IdleLimits, IdleTracker, Sample, cpu_seconds, group_pids,
@@ -81,13 +82,10 @@ def test_cpu_of_a_process_group_sleeping_and_busy():
         a = (cpu_seconds(group_pids(sleeper.pid)), cpu_seconds(group_pids(busy.pid)))
         # On a loaded machine the busy loop gets less than a core: wait for its CPU time to
         # grow rather than for a fixed wall time (bounded), then compare with the sleeper.
-        deadline = time.monotonic() + 15
-        while True:
-            time.sleep(0.2)
+        def grown() -> tuple[float, float] | None:
             b = (cpu_seconds(group_pids(sleeper.pid)), cpu_seconds(group_pids(busy.pid)))
-            if b[1] - a[1] > 0.3 or time.monotonic() > deadline:
-                break
-        assert b[1] - a[1] > 0.3
+            return b if b[1] - a[1] > 0.3 else None
+        b = wait_for(grown, 15, "the busy loop's CPU time to grow", every=0.2)
         assert b[0] - a[0] < 0.05
         assert net_bytes(sleeper.pid) is not None
         assert group_pids(sleeper.pid) == [sleeper.pid]

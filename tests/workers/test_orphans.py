@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.fleet import FleetServer, RealWorker, kill_pids_in, pid_alive, wait_for
+from tests.daemon.fleet import FleetServer, RealWorker, kill_pids_in, pid_alive
 from workers.executors.process import WRAPPER
 from workers.liveness import Liveness, margin
+from tests.harness.wait import wait_for
 
 PY = sys.executable
 

@@ -1,0 +1,167 @@
+"""The tests' one way to run the daemon: a real ``kliqued serve`` in a subprocess, on a free
+loopback port, with its own database, and a tiny HTTP client.
+
+No mocks: the tests talk HTTP to the same program an operator runs. The API tests use the
+small estate of tests/daemon/estate; the SDK and CLI tests the repo's example estate/; the
+worker and GitOps tests extend :class:`Server` (tests/daemon/fleet.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.harness.wait import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL_ESTATE = ROOT / "tests" / "daemon" / "estate"
+EXAMPLE_ESTATE = ROOT / "estate"
+ADMIN = "kq_test-admin-6qG2VhZbR1xN8tLw4PmJ0sYkE7cUaDf3oH9iT5nQ"
+"""A fixed admin token for the tests: strong enough for the daemon's check of a chosen
+KLIQUE_ADMIN_TOKEN (kliqued/daemon/strength.py)."""
+
+CLIENT_ENV = ("KLIQUE_ADMIN_TOKEN", "KLIQUE_URL", "KLIQUE_TOKEN", "KLIQUE_CONFIG")
+"""The developer's shell variables the daemon must not see: the test decides them."""
+
+
+def free_port() -> int:
+    """A loopback port free right now (the kernel's choice, so parallel tests do not clash)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    started: list["Server"] = []
+    """Every server a test started: the root conftest kills what is left at session end."""
+
+    def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE, db: Path | None = None,
+                 admin: str | None = ADMIN) -> None:
+        self.tmp = Path(tmp)
+        self.estate = estate
+        self.db = db or self.tmp / "kliqued.duckdb"
+        self.admin = admin
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.tmp / f"serve-{self.port}.log"
+        self.starts = 0
+        self.tokens: dict[str, str] = {}
+        """Tokens made by :meth:`token` for a name (``alice``, ``role:finance``)."""
+
+    # ------------------------------------------------------------------ process
+    def argv(self) -> list[str]:
+        args = [sys.executable, "-m", "kliqued.cli", "serve", "--db", str(self.db),
+                "--listen", f"127.0.0.1:{self.port}"]
+        if self.estate is not None:
+            args += ["--estate", str(self.estate)]
+        return args
+
+    def start(self, wait: bool = True, timeout: float = 30) -> "Server":
+        env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
+        if self.admin:
+            env["KLIQUE_ADMIN_TOKEN"] = self.admin
+        self.starts += 1
+        with open(self.log_path, "a") as log:
+            log.write(f"--- start {self.starts}\n")
+            log.flush()
+            self.proc = subprocess.Popen(self.argv(), cwd=ROOT, env=env, stdout=log,
+                                         stderr=log)
+        Server.started.append(self)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Until ``/v1/health`` answers ok; fails at once, with the log, if serve exits."""
+        def ready() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"kliqued serve exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                status, body = self.call("GET", "/v1/health", token=None, timeout=1)
+            except OSError:
+                return False
+            return status == 200 and body.get("status") == "ok"
+        try:
+            wait_for(ready, timeout, "kliqued serve to answer")
+        except AssertionError as exc:
+            raise RuntimeError(f"{exc}:\n{self.log()}") from None
+
+    def stop(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text()
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------------ HTTP
+    def call(self, method: str, path: str, body: Any = None, token: str | None = "admin",
+             headers: dict[str, str] | None = None, raw: bytes | None = None,
+             timeout: float = 30) -> tuple[int, Any]:
+        """(status, parsed JSON or text). ``token="admin"`` means the admin token."""
+        if token == "admin":
+            token = self.admin
+        data = raw if raw is not None else (None if body is None else
+                                            json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, _parse(resp.read(), resp.headers.get("Content-Type"))
+        except urllib.error.HTTPError as exc:
+            return exc.code, _parse(exc.read(), exc.headers.get("Content-Type"))
+
+    def ok(self, method: str, path: str, body: Any = None, token: str | None = "admin",
+           expect: int | tuple[int, ...] = (200, 201, 204), **kw: Any) -> Any:
+        status, data = self.call(method, path, body, token, **kw)
+        want = (expect,) if isinstance(expect, int) else expect
+        assert status in want, f"{method} {path}: {status} {data}"
+        return data
+
+    def token(self, who: str | dict[str, Any]) -> str:
+        """A new token for a ``POST /v1/tokens`` body (``{"user": "bob"}``), or the one token
+        of a name, made once: ``alice`` (a user) or ``role:finance``."""
+        if isinstance(who, dict):
+            return self.ok("POST", "/v1/tokens", who, expect=201)["token"]
+        if who not in self.tokens:
+            body = {"role": who[5:]} if who.startswith("role:") else {"user": who}
+            self.tokens[who] = self.token(body)
+        return self.tokens[who]
+
+
+def _parse(raw: bytes, ctype: str | None) -> Any:
+    if not raw:
+        return None
+    if ctype and "json" in ctype:
+        return json.loads(raw)
+    return raw.decode("utf-8", "replace")
+
+
+def kill_leftovers() -> None:
+    """Kills every server a test started and left running (called at session end)."""
+    for s in Server.started:
+        if s.proc is not None and s.proc.poll() is None:
+            s.kill()
