@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.harness.wait import wait_for
+
 TASKS = 500
 GPUS = 8
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,15 +59,11 @@ def bench_slurm(tmp: Path) -> tuple[float, float] | str:
                             slurm.partition, "-o", "/dev/null", "--wrap", "true"],
                            env=env, check=True, capture_output=True)
         submitted = time.perf_counter() - t0
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
+        def completed() -> bool:
             out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T"], env=env,
                                  capture_output=True, text=True).stdout.split()
-            if len(out) >= TASKS and all(s == "COMPLETED" for s in out):
-                break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("the Slurm jobs did not all complete within 600 s")
+            return len(out) >= TASKS and all(s == "COMPLETED" for s in out)
+        wait_for(completed, 600, "the Slurm jobs to complete", every=0.1)
         return time.perf_counter() - t0, submitted
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, write_estate
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
+from tests.harness.wait import wait_for
 
 WORKERS = 1000
 TASKS = 1000
@@ -221,16 +222,9 @@ def bench_end_to_end() -> list[dict]:
             t0 = time.perf_counter()
             asyncio.run(submit_all())
             submitted = time.perf_counter() - t0
-            deadline = time.monotonic() + 600
-            while True:
-                ended = s.ok("POST", "/v1/ledger/sql", {
-                    "sql": "SELECT count(*) FROM ledger WHERE end_reason = 'finished'"})
-                n = ended["rows"][0][0]
-                if n >= TASKS:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {n} of {TASKS} tasks finished")
-                time.sleep(0.1)
+            wait_for(lambda: s.ok("POST", "/v1/ledger/sql", {
+                "sql": "SELECT count(*) FROM ledger WHERE end_reason = 'finished'"})["rows"][0][0]
+                >= TASKS, 600, f"{TASKS} tasks to finish", every=0.1)
             took = time.perf_counter() - t0
         finally:
             if w is not None:
