@@ -39,7 +39,9 @@ SCHEMA = [
 
 CHECKPOINT_WAL = "256MB"
 
-DbOp = Callable[[duckdb.DuckDBPyConnection], None]
+DbOp = Callable[[duckdb.DuckDBPyConnection], object]
+"""A write of a batch's transaction, on its connection (what it returns is ignored: the
+ledger's writers return counts)."""
 
 
 class DatabaseLocked(Exception):
