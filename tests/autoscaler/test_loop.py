@@ -176,7 +176,7 @@ def test_with_kliqued_serve(tmp_path):
 def test_a_vanished_node_s_worker_is_deregistered_by_the_autoscaler(tmp_path):
     """A cloud machine can vanish without its worker saying goodbye: the autoscaler removes
     the worker at the control plane itself (issue 10 bug 12), so it is not shown lost."""
-    from tests.daemon.server import ADMIN as SERVE_ADMIN, Server
+    from tests.harness.daemon import ADMIN as SERVE_ADMIN, Server
 
     class Vanishing(LocalProvider):
         def terminate(self, node):  # the machine is gone at once: no drain, no goodbye
@@ -198,10 +198,10 @@ def test_a_vanished_node_s_worker_is_deregistered_by_the_autoscaler(tmp_path):
                             ScalePolicy(max_milli=2000, idle_timeout_s=1, node_gpus=1))
         try:
             task = api.submit("team-a/one", ["true"], user="alice")
-            _wait(lambda: api.task(task["id"])["state"] == "placed", 10, "placement")
+            wait_for(lambda: api.task(task["id"])["state"] == "placed", 10, "placement")
             scaler.step()
-            _wait(lambda: api.task(task["id"])["state"] == "ended", 30, "the task's end")
-            _wait(lambda: scaler.step().terminated, 15, "the idle node's release")
+            wait_for(lambda: api.task(task["id"])["state"] == "ended", 30, "the task's end")
+            wait_for(lambda: scaler.step().terminated, 15, "the idle node's release")
             assert srv.ok("GET", "/v1/workers?pool=burst")["workers"] == []
             events = srv.ok("GET", "/v1/events?limit=1000")["events"]
             gone, = [e for e in events if e["kind"] == "worker_deregistered"]

@@ -144,7 +144,7 @@ def _submit_concurrently(url: str, token: str, n: int) -> None:
 
 
 def bench_kliqued(tmp: Path) -> tuple[float, float]:
-    from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, wait_for, write_estate
+    from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, write_estate
     estate = write_estate(tmp / "estate", {**ESTATE, "pools.yaml": POOLS,
                                            "policies.yaml": POLICIES})
     (tmp / "kq").mkdir()

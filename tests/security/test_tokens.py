@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.daemon.server import ADMIN, ROOT, SMALL_ESTATE, Server
+from tests.harness.daemon import ADMIN, ROOT, SMALL_ESTATE, Server
 
 
 @pytest.fixture(scope="module")

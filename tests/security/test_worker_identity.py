@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.daemon.fleet import PY, FleetServer, HttpWorker, RealWorker, wait_for
+from tests.daemon.fleet import PY, FleetServer, HttpWorker, RealWorker
+from tests.harness.wait import wait_for
 
 
 @pytest.fixture
