@@ -6,15 +6,13 @@ north, dana ml, olga ops, sue south."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from .server import Server
-
-pytest.importorskip("kliqued.ledger.sql", reason="the ledger module is not installed")
+from tests.harness.daemon import Server
+from tests.harness.wait import wait_for
 
 ESTATE = Path(__file__).resolve().parent / "estate_org"
 CMD = {"command": ["true"]}
@@ -28,13 +26,13 @@ def _sql(server: Server, token: str, sql: str) -> tuple[int, dict]:
 
 
 def _wait_for_rows(server: Server, n: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    def reached() -> bool:
         status, res = _sql(server, "admin", "SELECT count(*) FROM ledger")
-        if status == 200 and res["rows"][0][0] >= n:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the ledger did not reach {n} rows:\n{server.log()}")
+        return status == 200 and res["rows"][0][0] >= n
+    try:
+        wait_for(reached, 20, f"the ledger to reach {n} rows", every=0.1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{server.log()}") from None
 
 
 @pytest.fixture(scope="module")
