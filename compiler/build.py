@@ -33,6 +33,8 @@ def build(sources: SourceMap) -> c.CompiledEstate:
                                     idle_timeout_s=q.autoscale.idle_timeout,
                                     spot_first=q.autoscale.spot_first)
                        if q.autoscale else None),
+            start_timeout_s=(q.start_timeout if q.start_timeout is not None
+                             else settings.start_timeout),
             settings=dict(q.settings),
         ) for q in pools
     ]
@@ -98,6 +100,7 @@ def build(sources: SourceMap) -> c.CompiledEstate:
     estate = c.CompiledEstate(
         settings=c.CSettings(pass_interval_s=settings.pass_interval,
                              low_watermark_s=settings.low_watermark,
+                             start_timeout_s=settings.start_timeout,
                              currency=settings.currency),
         pools=sorted(cpools, key=lambda x: x.name),
         profiles=sorted(cprofiles, key=lambda x: x.name),

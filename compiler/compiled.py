@@ -28,6 +28,8 @@ class CSettings(_Frozen):
     pass_interval_s: int
     low_watermark_s: int
     currency: str
+    start_timeout_s: int = 600
+    """The estate-wide start timeout (each pool has its own resolved one)."""
 
 
 class CAutoscale(_Frozen):
@@ -49,6 +51,8 @@ class CPool(_Frozen):
     """Every profile that uses this pool, first = placed first (listed, then the rest in
     declaration order)."""
     autoscale: CAutoscale | None
+    start_timeout_s: int = 600
+    """A placed task no worker has taken within this long is requeued; 0 = never."""
     settings: dict[str, str]
     """Free-form executor settings for the pool's workers (partition, namespace, ...)."""
 

@@ -133,6 +133,10 @@ class Settings(_Model):
     forge_handles: dict[User, Handle] = Field(
         default_factory=dict, description="estate user -> forge handle (@user, @org/team or "
         "an email), for `kliqued codeowners` and the plan's approvals (extension)")
+    start_timeout: Duration = Field(
+        "10m", validate_default=True,
+        description="a placed task no worker has taken within this long goes back to the "
+                    "front of its queue; 0 = never (extension)")
 
 
 class Autoscale(_Model):
@@ -151,6 +155,9 @@ class Pool(_Named):
     labels: Labels = Field(default_factory=dict)
     execution_order: list[Name] | None = None
     autoscale: Autoscale | None = None
+    start_timeout: Duration | None = Field(
+        None, description="this pool's start timeout, else settings.start_timeout: longer "
+                          "where a start waits for a node to boot (extension)")
     settings: dict[str, str] = Field(
         default_factory=dict, description="executor settings for the pool's workers (extension)")
 

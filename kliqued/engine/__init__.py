@@ -6,8 +6,9 @@ returns what it decided. Times are integer milliseconds since the Unix epoch (UT
 integer milli-GPUs, budget charges integer (weight milli x milliseconds).
 """
 
-from .decisions import (Alert, BudgetStatus, Cancellation, Phase, Placement, PreemptKind,
-                        Preemption, Reason, ReasonKind)
+from .decisions import (UNSTARTED, Alert, BudgetStatus, Cancellation, Phase, Placement,
+                        PreemptKind, Preemption, Reason, ReasonKind, no_worker_text,
+                        unstarted_text)
 from .index import CRInfo, EstateIndex, GroupInfo, PoolInfo
 from .passes import run_pass
 from .reasons import budget_status, waiting_reason, waiting_reasons
@@ -15,7 +16,7 @@ from .result import PassResult, StaleResult
 from .state import ENDED, PLACED, QUEUED, State, SubmissionError, Task, check_submission
 
 __all__ = [
-    "Alert", "BudgetStatus", "Cancellation", "Phase", "Placement", "PreemptKind", "Preemption",
+    "UNSTARTED", "no_worker_text", "unstarted_text", "Alert", "BudgetStatus", "Cancellation", "Phase", "Placement", "PreemptKind", "Preemption",
     "Reason", "ReasonKind", "CRInfo", "EstateIndex", "GroupInfo", "PoolInfo", "run_pass",
     "budget_status", "waiting_reason", "waiting_reasons", "PassResult", "StaleResult",
     "State", "SubmissionError", "Task", "check_submission", "QUEUED", "PLACED", "ENDED",

@@ -6,9 +6,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from compiler.units import duration_str
+
 Phase = Literal["reserve", "reclaim", "lend"]
-PreemptKind = Literal["reclaimed", "budget"]
+PreemptKind = Literal["reclaimed", "budget", "unstarted"]
 ReasonKind = Literal["order", "limit", "budget", "capacity", "pending"]
+
+UNSTARTED = "unstarted"
+"""Preemption kind of a placed task no worker took within its pool's start timeout."""
+
+
+def unstarted_text(pool: str, timeout_ms: int) -> str:
+    """``requeued: not started within 5m on onprem``."""
+    return f"requeued: not started within {duration_str(timeout_ms // 1000)} on {pool}"
+
+
+def no_worker_text(pool: str) -> str:
+    return f"no live worker in {pool}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,8 @@ class PoolInfo:
     capacity: int
     resources: tuple[str, ...]
     """Compute resources whose profile lists this pool."""
+    start_timeout: int = 0
+    """Milliseconds a placed task may wait for a worker to take it; 0 = no limit."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,8 @@ def _build(estate: CompiledEstate) -> EstateIndex:
             name=pol.group, policy=pol.name, reservation=pol.reservation_milli,
             limit=pol.limit_milli, budget=pol.budget,
             resources=tuple(sorted(by_group.get(pol.group, []))))
-    pools = {p.name: PoolInfo(p.name, p.capacity_milli, tuple(by_pool.get(p.name, [])))
+    pools = {p.name: PoolInfo(p.name, p.capacity_milli, tuple(by_pool.get(p.name, [])),
+                              p.start_timeout_s * 1000)
              for p in estate.pools}
     return EstateIndex(
         estate=estate, revision=estate.revision, resources=resources, groups=groups,

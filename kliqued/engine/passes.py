@@ -17,7 +17,7 @@ import heapq
 from kliqued.fmt import hours, percent
 
 from .budget import budget_units, next_budget_event, remaining, start_ok
-from .decisions import Alert, Cancellation, Placement, Preemption
+from .decisions import UNSTARTED, Alert, Cancellation, Placement, Preemption, unstarted_text
 from .index import CRInfo, EstateIndex
 from .periods import next_period_start, period_start
 from .reclaim import choose_victims
@@ -63,7 +63,8 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
         state.version += 1
         return PassResult(index, state, now, decisions, None, 0)
     due = _due_budget_groups(index, state, now)
-    if not state.dirty and not due and not decisions:
+    starts = state.start_due(now)
+    if not state.dirty and not due and not decisions and not starts:
         return PassResult(index, state, now, decisions, _next_pass_at(index, state, now), 0)
     state.version += 1
     repeats = 0
@@ -71,6 +72,8 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
         repeats += 1
         changed = False
         if repeats == 1:
+            if starts:
+                changed |= _requeue_unstarted(state, now, decisions)
             changed |= _phase_budgets(index, state, now, due, decisions)
         changed |= _fill(index, state, now, "reserve", decisions)
         changed |= _reclaim(index, state, now, decisions)
@@ -112,6 +115,27 @@ def _due_budget_groups(index: EstateIndex, state: State, now: int) -> set[str]:
                             if q is not None and q.live:
                                 state.active.add(name)
     return due
+
+
+def _requeue_unstarted(state: State, now: int, out: list[Decision]) -> bool:
+    """Before phase 0: a placed task that no worker took within its pool's start timeout,
+    on a pool with no live worker, goes back to the front of its compute resource (as
+    preempted work does), so it can run elsewhere and stops holding capacity and budget on a
+    pool that cannot run it. A task of a removed compute resource keeps its place
+    (engine.md): it has no queue to go back to."""
+    h = state.start_deadlines
+    changed = False
+    while h and h[0][0] <= now:
+        entry = heapq.heappop(h)
+        t = state.start_entry_task(entry)
+        if t is None or t.orphan:
+            continue
+        pool = t.pool or ""
+        text = unstarted_text(pool, t.start_timeout)
+        state.preempt(t, now, UNSTARTED, text)
+        out.append(Preemption(t.id, t.resource, t.group, pool, UNSTARTED, text))
+        changed = True
+    return changed
 
 
 def _phase_budgets(index: EstateIndex, state: State, now: int, due: set[str],
@@ -186,6 +210,9 @@ def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
         h[:] = [e for e in h if tv.get(e[1]) == e[2]]
         heapq.heapify(h)
     best = h[0][0] if h else None
+    s = state.next_start_deadline()
+    if s is not None and (best is None or s < best):
+        best = s
     for kind in index.budget_periods:
         t = next_period_start(kind, now)  # type: ignore[arg-type]
         if best is None or t < best:

@@ -12,7 +12,7 @@ from compiler.units import milli_str
 from kliqued.fmt import hours
 
 from .budget import budget_units, remaining, start_ok
-from .decisions import BudgetStatus, Reason
+from .decisions import BudgetStatus, Reason, no_worker_text
 from .index import EstateIndex
 from .periods import format_minute, next_period_start, period_start
 from .state import QUEUED, State, Task
@@ -72,7 +72,14 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
             return Reason("budget", f"budget start check: {hours(left / 3.6e9)} h left at "
                                     f"{hours((m.rate + t.weight) / 1000)} h/h")
     if not any(state.free.get(p, -1) >= t.size for p in cr.pools):
-        return Reason("capacity", f"no room in pools {', '.join(cr.pools)}")
+        down = [p for p in cr.pools if p in state.unavailable]
+        if not down:
+            return Reason("capacity", f"no room in pools {', '.join(cr.pools)}")
+        text = no_worker_text(", ".join(down))
+        full = [p for p in cr.pools if p not in state.unavailable]
+        if full:
+            text = f"no room in pools {', '.join(full)}; {text}"
+        return Reason("capacity", text)
     if not state.enabled:
         return Reason("pending", "the engine is disabled: no placements until it is enabled")
     return Reason("pending", "waits for the next pass")

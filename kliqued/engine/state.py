@@ -10,6 +10,7 @@ carries its time, in integer milliseconds, and times never go backwards.
 
 from __future__ import annotations
 
+import heapq
 
 from .budget import Meter
 from .decisions import Cancellation
@@ -26,7 +27,8 @@ class Task:
     __slots__ = ("id", "resource", "group", "user", "project", "requested", "size", "weight",
                  "seq", "submitted_at", "status", "pool", "placed_at", "place_seq",
                  "ran_before", "preemptions", "last_preempt_kind", "last_preempt_text",
-                 "end_kind", "ended_at", "orphan", "qtoken")
+                 "end_kind", "ended_at", "orphan", "qtoken", "started", "start_token",
+                 "start_deadline", "start_timeout")
 
     def __init__(self, id: str, resource: str, group: str, user: str, project: str | None,
                  requested: int | None, size: int, weight: int, seq: int, at: int) -> None:
@@ -53,6 +55,14 @@ class Task:
         self.orphan = False
         """Its compute resource was removed: it keeps its place to its end, never preempted."""
         self.qtoken = 0
+        self.started = False
+        """Placed, and a worker took it (the caller says so with ``set_started``)."""
+        self.start_token = 0
+        """Which entries of ``State.start_deadlines`` are the task's current ones."""
+        self.start_deadline: int | None = None
+        """Placed and not started: from when it may be requeued if its pool has no live
+        worker (None: its pool has no start timeout)."""
+        self.start_timeout = 0
 
     @property
     def state(self) -> str:
@@ -143,6 +153,18 @@ class State:
         self.pending_cancellations: list[Cancellation] = []
         self.version = 0
         """Bumped by every change: a PassResult's lazy views refuse a changed state."""
+        self.unavailable: set[str] = set()
+        """Pools that take no new placements: no live worker there (the caller decides which
+        pools need one; see ``set_pool_available``). They are absent from ``free``."""
+        self.self_starting: set[str] | None = None
+        """Pools whose tasks count as started once placed; None: every pool (a caller that
+        has no workers to wait for). The daemon sets an empty set and reports each start
+        (``set_started``); the simulator keeps the pools a scenario gives no ``workers``."""
+        self.start_deadlines: list[tuple[int, int, str, int]] = []
+        """Heap of (moment, place seq, task id, start token): when a placed task that no
+        worker took goes back to its queue, its start timeout being over and its pool
+        without a live worker. An entry applies only while the task is placed, unstarted,
+        with the same token, on an unavailable pool; the others are dropped on the way."""
         self.bind(index, now)
 
     # ---------------------------------------------------------------- reading
@@ -235,6 +257,86 @@ class State:
         self.budget_check_all = True
         self.rate_changed.update(self.meters)
 
+    def set_pool_available(self, pool: str, available: bool, at: int) -> None:
+        """Whether ``pool`` may take new placements (it has a live worker). Its placed tasks
+        stay: those no worker took go back to their queue after the pool's start timeout,
+        like anywhere else. A pool coming back is looked at by the next pass as if room had
+        just freed there."""
+        if available == (pool not in self.unavailable):
+            return
+        self._tick(at)
+        if not available:
+            self.unavailable.add(pool)
+            self.free.pop(pool, None)
+            # Its unstarted work goes back at its deadline, or now if that is past: a rare
+            # change, so looking at the pool's placed tasks here is cheap.
+            for d in self.placed_by_pool_group.get(pool, {}).values():
+                for t in d.values():
+                    if not t.started and t.start_deadline is not None:
+                        heapq.heappush(self.start_deadlines, (max(t.start_deadline, at),
+                                                              t.place_seq, t.id, t.start_token))
+            return
+        self.unavailable.discard(pool)
+        info = self.index.pools.get(pool) if self.index is not None else None
+        if info is not None:
+            self.free[pool] = info.capacity - self.pool_used.get(pool, 0)
+            self.freed_pools.add(pool)
+
+    def set_started(self, task_id: str, started: bool, at: int) -> None:
+        """A worker took the placed task (``True``), or gave it back unstarted (``False``:
+        its start timeout counts again from ``at``). Ignored for a task not placed."""
+        t = self.tasks.get(task_id)
+        if t is None or t.status != PLACED or t.started == started:
+            return
+        t.started = started
+        if started:
+            t.start_token += 1  # its pending deadline no longer applies
+            return
+        self._tick(at)
+        self._start_timer(t, at)
+
+    def restart_start_timers(self, at: int) -> None:
+        """Every placed task no worker took gets its full start timeout again from ``at``: a
+        restarted daemon gives workers time to come back rather than requeueing at once the
+        work that waited while it was down. Once per start, O(placed tasks)."""
+        for d in self.placed_by_group.values():
+            for t in d.values():
+                if not t.started:
+                    self._start_timer(t, at)
+        self.version += 1
+
+    def _start_timer(self, t: Task, at: int) -> None:
+        t.start_token += 1
+        info = self.index.pools.get(t.pool or "") if self.index is not None else None
+        timeout = info.start_timeout if info is not None else 0
+        t.start_timeout = timeout
+        t.start_deadline = at + timeout if timeout > 0 else None
+        if t.start_deadline is not None and t.pool in self.unavailable:
+            heapq.heappush(self.start_deadlines,
+                           (t.start_deadline, t.place_seq, t.id, t.start_token))
+
+    def start_entry_task(self, entry: tuple[int, int, str, int]) -> Task | None:
+        t = self.tasks.get(entry[2])
+        if t is not None and t.status == PLACED and not t.started \
+                and t.start_token == entry[3] and t.pool in self.unavailable:
+            return t
+        return None
+
+    def start_due(self, now: int) -> bool:
+        """Whether some placed task's start deadline is at or before ``now`` (the entries of
+        tasks started, requeued or ended since are dropped on the way)."""
+        h = self.start_deadlines
+        while h:
+            if self.start_entry_task(h[0]) is not None:
+                return h[0][0] <= now
+            heapq.heappop(h)
+        return False
+
+    def next_start_deadline(self) -> int | None:
+        """The earliest start deadline still pending, if any."""
+        self.start_due(-1)  # drops the entries that no longer apply from the top
+        return self.start_deadlines[0][0] if self.start_deadlines else None
+
     def note_alert(self, group: str, period_start: int, threshold_milli: int) -> None:
         """Records that an alert was already raised (a daemon replaying its log), so the
         engine does not raise it a second time in the same period."""
@@ -283,7 +385,7 @@ class State:
             for t in d.values():
                 t.orphan = t.resource not in index.resources
         self.free = {p: info.capacity - self.pool_used.get(p, 0)
-                     for p, info in index.pools.items()}
+                     for p, info in index.pools.items() if p not in self.unavailable}
         self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}
         self.reclaim = set()
         self.held = {}
@@ -320,6 +422,12 @@ class State:
         self.placed_by_pool_group.setdefault(pool, {}).setdefault(g, {})[t.id] = t
         pg = self.pool_group_used.setdefault(pool, {})
         pg[g] = pg.get(g, 0) + size
+        t.started = self.self_starting is None or pool in self.self_starting
+        if t.started:
+            t.start_token += 1
+            t.start_deadline = None
+        else:
+            self._start_timer(t, now)
         m = self.meter(g)
         m.change(now, self.enabled, t.weight, size)
         if t.weight > 0:
