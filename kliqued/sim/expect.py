@@ -88,6 +88,12 @@ def check(exp: Expectation, index: EstateIndex, state: State, now: int) -> list[
                 got = state.gpu_units(name, now) / (1000 * HOUR_MS)
                 if abs(got - want) > TOLERANCE_HOURS + 1e-9:
                     miss(kind, name, want, round(got, 3))
+            elif kind == "started":
+                t = state.tasks.get(name)
+                if t is None or t.state != "placed":
+                    miss(kind, name, want, t.state if t is not None else "not submitted yet")
+                elif t.started != want:
+                    miss(kind, name, want, t.started)
             elif kind == "waiting_reason":
                 t = state.tasks.get(name)
                 if t is None or t.state != "queued":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from compiler.compiled import CompiledEstate
+from compiler.units import milli_str
 from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placement,
                             Preemption, State, Task, run_pass)
 from kliqued.engine.periods import format_time
@@ -53,6 +54,13 @@ class Driver:
         self._end_seq = 0
         self.passes = 0
         self.now = start
+        # Workers, for the pools a scenario gives them (``workers`` events); every other pool
+        # starts its tasks once placed. As the daemon's workers do, a pool's workers start
+        # its placed tasks oldest placement first while their GPUs have room.
+        self.worker_gpus: dict[str, int] = {}
+        self.busy: dict[str, int] = {}
+        self.started_size: dict[str, tuple[str, int]] = {}
+        self.unstarted: dict[str, dict[str, None]] = {}
 
     # ------------------------------------------------------------------ hooks
     def on_decision(self, now: int, d: object) -> None:
@@ -63,6 +71,52 @@ class Driver:
 
     def on_pass(self, now: int, res: PassResult) -> None:
         """After each pass at ``now``, its decisions handled."""
+
+    # ------------------------------------------------------------------ workers
+    def set_workers(self, pool: str, gpus_milli: int, now: int) -> None:
+        """The pool's live workers have ``gpus_milli`` GPUs from ``now`` (0: none, so the
+        pool takes no new placements). Tasks already running there keep running: losing
+        running work is the daemon's lost-worker rule, not the engine's."""
+        st = self.state
+        if st.self_starting is None:
+            st.self_starting = set(self.index.pools)
+        if pool in st.self_starting:
+            st.self_starting.discard(pool)
+            self.busy[pool] = sum(t.size for g in st.placed_by_pool_group.get(pool, {}).values()
+                                  for t in g.values())
+            for g in st.placed_by_pool_group.get(pool, {}).values():
+                for t in g.values():
+                    self.started_size[t.id] = (pool, t.size)
+        self.worker_gpus[pool] = gpus_milli
+        st.set_pool_available(pool, gpus_milli > 0, now)
+        self._start_waiting(pool, now)
+
+    def _start_waiting(self, pool: str, now: int) -> None:
+        cap = self.worker_gpus.get(pool, 0)
+        waiting = self.unstarted.get(pool)
+        if not waiting or cap <= 0:
+            return
+        busy = self.busy.get(pool, 0)
+        for tid in list(waiting):
+            t = self.state.tasks[tid]
+            if busy + t.size <= cap:
+                del waiting[tid]
+                busy += t.size
+                self.started_size[tid] = (pool, t.size)
+                self.state.set_started(tid, True, now)
+                self._placed(tid, now)
+        self.busy[pool] = busy
+
+    def _left_pool(self, tid: str, pool: str | None) -> str | None:
+        """``tid`` no longer holds ``pool`` (ended or preempted): its workers' room is back.
+        The pool whose waiting tasks may start now, if any."""
+        held = self.started_size.pop(tid, None)
+        if held is not None:
+            self.busy[held[0]] -= held[1]
+            return held[0]
+        if pool is not None:
+            self.unstarted.get(pool, {}).pop(tid, None)
+        return None
 
     # ------------------------------------------------------------------ runtime bookkeeping
     def _placed(self, tid: str, now: int) -> None:
@@ -108,7 +162,10 @@ class Driver:
             self.on_runtime_end(tid, now)
             self._unplaced(tid, now, preempted=False)
             del self.runs[tid]
+            freed = self._left_pool(tid, self.state.tasks[tid].pool)
             self.state.end(tid, now, "finished")
+            if freed is not None:
+                self._start_waiting(freed, now)
             any_ended = True
 
     # ------------------------------------------------------------------ changes
@@ -127,7 +184,10 @@ class Driver:
             return False
         self._unplaced(tid, now, preempted=False)
         self.runs.pop(tid, None)
+        freed = self._left_pool(tid, t.pool)
         self.state.end(tid, now, kind)
+        if freed is not None:
+            self._start_waiting(freed, now)
         return True
 
     def set_estate(self, estate: CompiledEstate, now: int) -> None:
@@ -139,14 +199,24 @@ class Driver:
         res = run_pass(self.index, self.state, now)
         if res.repeats:
             self.passes += 1
+        touched: set[str] = set()
         for d in res.decisions:
             if isinstance(d, Placement):
-                self._placed(d.task, now)
+                if d.pool in self.worker_gpus:
+                    self.unstarted.setdefault(d.pool, {})[d.task] = None
+                    touched.add(d.pool)
+                else:
+                    self._placed(d.task, now)
             elif isinstance(d, Preemption):
                 self._unplaced(d.task, now, preempted=True)
+                freed = self._left_pool(d.task, d.pool)
+                if freed is not None:
+                    touched.add(freed)
             elif isinstance(d, Cancellation):
                 self.runs.pop(d.task, None)
             self.on_decision(now, d)
+        for pool in sorted(touched):
+            self._start_waiting(pool, now)
         self.on_pass(now, res)
         return res
 
@@ -264,6 +334,11 @@ class Simulator(Driver):
         elif ev.kind == "engine":
             self.state.set_enabled(ev.enabled, now)
             self._log(now, f"engine   {'enabled' if ev.enabled else 'disabled'}")
+        elif ev.kind == "workers":
+            for pool, gpus in ev.workers.items():
+                self.set_workers(pool, gpus, now)
+                self._log(now, f"workers  {pool}: "
+                               f"{milli_str(gpus) + ' GPUs' if gpus else 'none live'}")
         elif ev.kind == "set":
             assert ev.estate is not None
             self.set_estate(ev.estate, now)

@@ -28,10 +28,10 @@ from kliqued.engine.periods import to_ms
 
 DEFAULT_START = "2026-01-05T00:00:00Z"
 EXPECT_KEYS = ("running", "pools", "tasks", "placed_on", "queue", "preempted", "budget_used",
-               "gpu_hours", "waiting_reason")
+               "gpu_hours", "waiting_reason", "started")
 TASK_STATES = ("placed", "queued", "ended")
 REASON_KINDS = ("order", "limit", "budget", "capacity", "pending")
-PREEMPT_KINDS = ("reclaimed", "budget")
+PREEMPT_KINDS = ("reclaimed", "budget", "unstarted")
 SET_SECTIONS = ("pools", "profiles", "policies", "groups", "pricing", "settings")
 
 
@@ -52,13 +52,15 @@ class Event:
     """Milliseconds since the epoch."""
     line: int
     kind: str
-    """submit | finish | cancel | set | engine"""
+    """submit | finish | cancel | set | engine | workers"""
     submit: Submit | None = None
     tasks: list[str] = field(default_factory=list)
     enabled: bool = True
     changes: dict[str, Any] = field(default_factory=dict)
     estate: CompiledEstate | None = None
     """For ``set``: the estate after the change."""
+    workers: dict[str, int] = field(default_factory=dict)
+    """For ``workers``: milli-GPUs of the live workers of each pool named (0: none)."""
 
 
 @dataclass
@@ -301,7 +303,7 @@ def load_scenario(path: str) -> Scenario:
         line = _line(raw_events, i)
         if not isinstance(ev, CommentedMap) or "at" not in ev:
             ld.err(line, "an event is a mapping with `at` and one of submit, finish, cancel, "
-                         "set, engine")
+                         "set, engine, workers")
             continue
         at = ld.time(ev["at"], start, _line(ev, "at"))
         if at is None:
@@ -312,7 +314,7 @@ def load_scenario(path: str) -> Scenario:
         last_at = at if last_at is None else max(last_at, at)
         actions = [k for k in ev if k != "at"]
         if not actions:
-            ld.err(line, "an event needs one of submit, finish, cancel, set, engine")
+            ld.err(line, "an event needs one of submit, finish, cancel, set, engine, workers")
         for k in actions:
             v = ev[k]
             kline = _line(ev, k)
@@ -393,9 +395,13 @@ def load_scenario(path: str) -> Scenario:
                 docs = new_docs
                 cur_index = EstateIndex.build(new)
                 events.append(Event(at, kline, "set", changes=dict(v), estate=new))
+            elif k == "workers":
+                w = _workers(ld, v, kline, cur_index)
+                if w is not None:
+                    events.append(Event(at, kline, "workers", workers=w))
             else:
                 ld.err(kline, f"unknown event {k!r}",
-                       "one of submit, finish, cancel, set, engine")
+                       "one of submit, finish, cancel, set, engine, workers")
 
     expectations: list[Expectation] = []
     raw_expect = root.get("expect") or []
@@ -441,7 +447,7 @@ def load_scenario(path: str) -> Scenario:
                     ld.err(vline, f"pools: unknown pool {name!r}")
                 elif k == "queue" and name not in all_crs:
                     ld.err(vline, f"queue: unknown compute resource {name!r}")
-                elif k in ("tasks", "placed_on", "preempted", "waiting_reason") \
+                elif k in ("tasks", "placed_on", "preempted", "waiting_reason", "started") \
                         and name not in submitted:
                     ld.err(vline, f"{k}: unknown task id {name!r}")
                 if k in ("running", "pools", "budget_used", "gpu_hours"):
@@ -459,7 +465,10 @@ def load_scenario(path: str) -> Scenario:
                 elif k == "preempted" and not (
                         val in PREEMPT_KINDS or (isinstance(val, int) and not isinstance(val, bool)
                                                  and val >= 0)):
-                    ld.err(vline, f"preempted.{name}: expected reclaimed, budget or a count")
+                    ld.err(vline, f"preempted.{name}: expected reclaimed, budget, unstarted "
+                                  f"or a count")
+                elif k == "started" and not isinstance(val, bool):
+                    ld.err(vline, f"started.{name}: expected true or false, found {val!r}")
                 elif k == "queue":
                     if not isinstance(val, list):
                         ld.err(vline, f"queue.{name}: expected a list of task ids")
@@ -474,3 +483,24 @@ def load_scenario(path: str) -> Scenario:
         raise ScenarioError(ld.diags)
     expectations.sort(key=lambda x: x.at)  # stable: same-time ones keep file order
     return Scenario(path, sc_name, start, estate, events, expectations, warnings)
+
+
+def _workers(ld: Any, v: Any, line: int, index: EstateIndex) -> dict[str, int] | None:
+    """``workers: {pool: GPUs}``: the GPUs of the pool's live workers from now on (0: no live
+    worker, so the pool takes no new placements). A pool never named has workers for all of
+    its capacity, so its tasks start once placed."""
+    if not isinstance(v, CommentedMap) or not v:
+        ld.err(line, "workers: expected a mapping of <pool>: <GPUs of its live workers>")
+        return None
+    out: dict[str, int] = {}
+    for pool, gpus in v.items():
+        pline = _line(v, pool) or line
+        if str(pool) not in index.pools:
+            ld.err(pline, f"workers: unknown pool {pool!r}",
+                   f"one of {', '.join(sorted(index.pools))}")
+            continue
+        try:
+            out[str(pool)] = to_milli(gpus, f"workers.{pool}")
+        except ValueError as exc:
+            ld.err(pline, f"workers: {exc}")
+    return out if len(out) == len(v) else None
