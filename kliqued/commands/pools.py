@@ -10,9 +10,11 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "pools", help="capacity, use and borrowed GPUs per pool",
+        subparsers, "pools", help="capacity, use, borrowed GPUs and live workers per pool",
         description="Every pool with its declared capacity, the GPUs in use, those used by "
-                    "groups above their reservation (borrowed) and those free.",
+                    "groups above their reservation (borrowed), those free, and its live "
+                    "workers (how many, with how many GPUs). A pool with no live worker "
+                    "takes no new work (an autoscaled pool does: its workers come with it).",
         examples="  kliqued pools\n"
                  "  kliqued pools --json")
     add_client_flags(p)
@@ -26,10 +28,26 @@ def run(args: argparse.Namespace) -> int:
         print_json({"pools": pools})
         return 0
     rows = [[p["name"], p.get("kind"), p.get("gpu_type"), num(p.get("capacity")),
-             num(p.get("used")), num(p.get("borrowed")), num(p.get("free"))] for p in pools]
+             num(p.get("used")), num(p.get("borrowed")), num(p.get("free")), workers(p)]
+            for p in pools]
     total = [sum(float(p.get(k) or 0) for p in pools)
              for k in ("capacity", "used", "borrowed", "free")]
-    rows.append(["total", "", "", *(num(v) for v in total)])
-    print(table(["POOL", "KIND", "GPU TYPE", "CAPACITY", "USED", "BORROWED", "FREE"], rows,
-                right=[3, 4, 5, 6]))
+    live = sum((p.get("workers") or {}).get("live", 0) for p in pools)
+    rows.append(["total", "", "", *(num(v) for v in total), f"{live} live"])
+    print(table(["POOL", "KIND", "GPU TYPE", "CAPACITY", "USED", "BORROWED", "FREE",
+                 "WORKERS"], rows, right=[3, 4, 5, 6]))
+    idle = [p["name"] for p in pools if p.get("takes_work") is False]
+    if idle:
+        print(f"\nno live worker in {', '.join(idle)}: no new work is placed there until a "
+              f"worker registers (klique-worker --pool NAME)")
     return 0
+
+
+def workers(p: dict) -> str:
+    """``2 (8 GPUs)``, ``none``, or for an autoscaled pool ``none (autoscaled)``."""
+    w = p.get("workers")
+    if w is None:  # a daemon before liveness
+        return "-"
+    text = f"{w['live']} ({w['gpus']} GPU{'' if w['gpus'] == 1 else 's'})" if w["live"] \
+        else "none"
+    return text + (" (autoscaled)" if p.get("autoscaled") and not w["live"] else "")

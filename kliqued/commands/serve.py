@@ -97,6 +97,10 @@ def register(subparsers) -> None:
                    help="time a stopped task gets between SIGTERM and SIGKILL (default: 30s)")
     w.add_argument("--log-cap", metavar="SIZE", type=size, default=64 * 1024 * 1024,
                    help="the most log kept per task, all attempts (default: 64MiB)")
+    w.add_argument("--place-without-workers", dest="require_workers", action="store_false",
+                   help="place work on pools that have no live worker (by default such a "
+                        "pool takes no new work and says so; an autoscaled pool always "
+                        "does): for work that something other than klique-worker runs")
     p.set_defaults(handler=run)
 
 
@@ -112,4 +116,5 @@ def run(args: argparse.Namespace) -> int:
                          worker_ttl_s=args.worker_ttl, poll_wait_s=args.poll_wait,
                          grace_s=args.stop_grace, log_cap=args.log_cap,
                          limits=Limits(args.header_timeout, args.idle_timeout,
-                                       args.body_timeout, args.max_connections)))
+                                       args.body_timeout, args.max_connections),
+                         require_workers=args.require_workers))

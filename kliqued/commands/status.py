@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     for t in tasks:
         where = (f"#{t['position']}" if t["state"] == "queued" and t.get("position")
                  else t.get("pool") or "-")
-        why = (reason(t.get("waiting_reason")) if t["state"] == "queued"
+        why = (reason(t.get("waiting_reason")) if t.get("waiting_reason")
                else ended(t) or "-")
         rows.append([t["id"], t["resource"], t["user"], t["state"], where, num(t.get("gpus")),
                      (t.get("submitted_at") or "-").replace("T", " "), why])
@@ -95,6 +95,8 @@ def detail(t: dict) -> str:
         lines.append(f"waiting   {reason(t.get('waiting_reason'))}")
     if t.get("pool"):
         lines.append(f"pool      {t['pool']}")
+    if t["state"] == "placed" and t.get("waiting_reason"):  # no worker took it yet
+        lines.append(f"waiting   {reason(t.get('waiting_reason'))}")
     lines.append(f"submitted {when(t.get('submitted_at'))}")
     if t.get("placed_at"):
         lines.append(f"placed    {when(t['placed_at'])}")

@@ -21,7 +21,8 @@ from typing import Any, Callable
 from compiler.compiled import CompiledEstate
 from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placement,
                             Preemption, Reason, State, SubmissionError,
-                            check_submission, waiting_reason, waiting_reasons)
+                            check_submission, no_worker_text, waiting_reason,
+                            waiting_reasons)
 from kliqued.ledger import writer as ledger
 
 
@@ -34,6 +35,7 @@ from .leases import (ACTIVE, CLOSED, FENCED, RETURNED, STOP_REASON, STOPPING,
                      Lease, WorkerInfo)
 from .records import TaskRecord
 from .store import DbOp
+from .units import iso
 
 log = logging.getLogger("kliqued")
 
@@ -145,6 +147,10 @@ class Daemon:
         """Per pool: placed tasks no worker holds yet, in placement order."""
         self.worker_settings = WorkerSettings()
         self.max_user_bytes = limits.MAX_USER_BYTES
+        self.require_workers = True
+        """False (``--place-without-workers``): every pool takes work, live worker or not."""
+        self.autoscaled: set[str] = set()
+        """Pools whose workers come with demand (autoscale): they need no live worker."""
         self.mono: Callable[[], float] = time.monotonic
         self.on_work: Callable[[str], None] | None = None
         """Called with a pool that has new work for its workers (wakes their long polls)."""
@@ -182,7 +188,9 @@ class Daemon:
         """Why a queued task waits, computed by the engine from the current state (the last
         pass's view while nothing changed since). ``many``: every reason at once, cached
         until the state changes (listings). A task no pass has seen yet waits for the next
-        pass."""
+        pass. A placed task that no worker holds says why it has not started."""
+        if rec.state == "placed":
+            return self.start_reason(rec)
         if rec.state != "queued":
             return None
         if rec.submitted_pass >= self.passes:
@@ -198,15 +206,51 @@ class Daemon:
         # strict queue).
         return waiting_reason(self.idx(), st, rec.id, st.clock, position=st.position(rec.id))
 
+    # ------------------------------------------------------------------ liveness
+    def pool_live(self, pool: str) -> bool:
+        """Whether ``pool`` may take new placements: it has a worker not declared lost, or
+        it is autoscaled (its workers come with the demand placed on it: the autoscaler
+        launches nodes for placed work). docs/decisions.md, "Liveness"."""
+        if pool in self.autoscaled or not self.require_workers:
+            return True
+        return any(w.pool == pool and not w.lost for w in self.workers.values())
+
+    def live_workers(self, pool: str) -> list[WorkerInfo]:
+        return [w for w in self.workers.values() if w.pool == pool and not w.lost]
+
+    def _sync_pool(self, pool: str, at: int) -> None:
+        """Tells the engine whether ``pool`` takes placements (after any change of its
+        workers or of the estate; replay makes the same calls, so a restarted daemon starts
+        from what its log says of every worker, each then given a full TTL to show up)."""
+        if self.state is not None:
+            self.state.set_pool_available(pool, self.pool_live(pool), at)
+
+    def start_reason(self, rec: TaskRecord) -> Reason | None:
+        """Why a placed task has not started: no worker of its pool holds it yet."""
+        pool = rec.pool
+        if pool is None or rec.id not in self.unleased.get(pool, {}):
+            return None
+        if pool in self.st().unavailable:
+            return Reason("worker", f"placed on {pool}, not started: "
+                                    f"{no_worker_text(pool)}")
+        since = rec.placed_at if rec.unleased_at is None else max(rec.placed_at or 0,
+                                                                   rec.unleased_at)
+        return Reason("worker", f"placed on {pool}, waiting for a worker to start it since "
+                                f"{iso(since)}")
+
     # ------------------------------------------------------------------ changes (live and replay)
     def on_estate(self, compiled: CompiledEstate, source: str | None, at: int,
                   commit: str | None = None) -> None:
         index = EstateIndex.build(compiled)
         if self.state is None:
             self.state = State(index, at)
+            self.state.self_starting = set()  # workers report every start (on_leased)
         else:
             self.state.bind(index, at)
         self.index = index
+        self.autoscaled = {p.name for p in compiled.pools if p.autoscale is not None}
+        for p in compiled.pools:
+            self._sync_pool(p.name, at)
         self.access = Access(compiled)
         self.gpu_type = {p.name: p.gpu_type for p in compiled.pools}
         self.group_path = ledger.group_paths(compiled)
@@ -244,6 +288,7 @@ class Daemon:
         rec.intervals += 1
         rec.size = t.size
         rec.started_at = None
+        rec.unleased_at = None
         self.placed_count[rec.resource] += 1
         self.unleased.setdefault(pool, {})[task_id] = None
         if self.on_work is not None:
@@ -371,6 +416,7 @@ class Daemon:
             w.key_hash = data.get("key_hash")
         w.lost_at = None
         w.last_seen = self.mono()
+        self._sync_pool(w.pool, at)
         if self.on_work is not None:
             self.on_work(w.pool)
         return w
@@ -390,6 +436,7 @@ class Daemon:
         rec.exit_code = rec.signal = None
         w.leases[lease.key] = lease
         self._drop_unleased(rec)
+        self.st().set_started(task_id, True, at)
         return lease
 
     def on_started(self, task_id: str, epoch: int, at: int) -> None:
@@ -419,6 +466,8 @@ class Daemon:
             self._end_lease(lease, FENCED)
             if was_active and rec.state == "placed" and rec.pool is not None:
                 self.unleased.setdefault(rec.pool, {})[task_id] = None
+                rec.unleased_at = at
+                self.st().set_started(task_id, False, at)
                 if self.on_work is not None:
                     self.on_work(rec.pool)
 
@@ -432,6 +481,7 @@ class Daemon:
         for lease in list(w.leases.values()):
             self._end_lease(lease, FENCED)
         w.leases.clear()
+        self._sync_pool(w.pool, at)
 
     def on_worker_deregistered(self, worker: str, at: int) -> None:
         """The worker left (``DELETE /workers/{id}``): its active leases are fenced (their
@@ -444,6 +494,7 @@ class Daemon:
             self._end_lease(lease, FENCED if lease.status == ACTIVE else CLOSED,
                             None if lease.status == ACTIVE else "stopped")
         w.leases.clear()
+        self._sync_pool(w.pool, at)
 
     def on_engine(self, enabled: bool, at: int) -> None:
         self.st().set_enabled(enabled, at)

@@ -17,7 +17,8 @@ class TaskRecord:
                  "idempotency_key", "state", "pool", "placed_at", "ended_at", "end_reason",
                  "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
                  "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
-                 "data_bytes", "end_note", "ended_by", "end_message")
+                 "data_bytes", "end_note", "ended_by", "end_message",
+                 "unleased_at")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
@@ -60,6 +61,9 @@ class TaskRecord:
         self.signal: str | None = None
         self.lost = 0
         """How many times a worker running it was lost (the third time it fails)."""
+        self.unleased_at: int | None = None
+        """When a lease of its current placement was withdrawn (it waits for a worker again
+        since then)."""
         self.gpu_ms = 0
         """Milli-GPU x ms of its closed placement intervals (the open one is added live)."""
         self.size: int | None = None

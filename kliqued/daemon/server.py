@@ -63,6 +63,8 @@ class Options:
     log_cap: int = DEFAULT_CAP
     limits: Limits = Limits()
     """Connection timeouts and the connection cap (kliqued/daemon/listener.py)."""
+    require_workers: bool = True
+    """A pool takes placements only while it has a live worker (or autoscales)."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -114,6 +116,7 @@ def serve(opts: Options) -> int:
             tighten(path)
         store.ensure_schema()
         d = Daemon()
+        d.require_workers = opts.require_workers  # before replay: it decides availability
         try:
             d.tokens.hasher, migrated = keyfile.open_hasher(opts.db, store)
         except keyfile.KeyFileError as exc:
@@ -204,6 +207,8 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
                snap: Snapshot | None = None, limits: Limits = Limits(),
                backlog: int = 1024) -> int:
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
+    if d.ready:  # a restart: tasks no worker took get their start timeout again from now
+        d.st().restart_start_timers(d.clock.now())
     seq = Sequencer(d, store, float(interval))
     runner_task = asyncio.create_task(seq.run())
     seq.request_pass(0)  # after a replay, the first pass looks at everything at once

@@ -188,10 +188,16 @@ def pools(d: Daemon, only: str | None = None) -> list[dict[str, Any]]:
         if only is not None and p.name != only:
             continue
         used = st.pool_used.get(p.name, 0)
+        live = d.live_workers(p.name)
         out.append({"name": p.name, "kind": p.kind, "gpu_type": p.gpu_type,
                     "capacity": gpus(p.capacity_milli), "used": gpus(used),
                     "borrowed": gpus(borrowed.get(p.name, 0)),
-                    "free": gpus(max(0, p.capacity_milli - used)), "labels": p.labels})
+                    "free": gpus(max(0, p.capacity_milli - used)), "labels": p.labels,
+                    # liveness (issue 10): who can start the work placed here
+                    "workers": {"live": len(live), "gpus": sum(len(w.gpus) for w in live)},
+                    "takes_work": p.name not in st.unavailable,
+                    "autoscaled": p.autoscale is not None,
+                    "start_timeout_s": p.start_timeout_s})
     return out
 
 

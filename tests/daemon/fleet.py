@@ -99,6 +99,7 @@ class FleetServer(Server):
                  ttl: str = "1.5s", **kw: Any) -> None:
         if estate is None and not any(a == "--git" for a in extra or []):
             estate = write_estate(Path(tmp) / "estate")
+        kw.setdefault("workers", True)  # pools need a live worker, as in production
         super().__init__(tmp, estate=estate, **kw)
         self.extra = ["--worker-ttl", ttl, "--poll-wait", "2s", "--stop-grace", "2s",
                       *(extra or [])]

@@ -56,7 +56,7 @@ def stop_after():
 
 def test_a_watched_directory_is_followed(tmp_path, stop_after) -> None:
     root = write_estate(tmp_path / "estate")
-    s = FleetServer(tmp_path, estate=root).start()
+    s = FleetServer(tmp_path, estate=root, workers=False).start()  # no worker in these tests
     stop_after(s)
     erin = s.token({"user": "erin"})
     first = estate(s)
@@ -96,7 +96,7 @@ def test_a_git_branch_is_followed_and_an_invalid_commit_refused(tmp_path, stop_a
     repo = git.Repo.init(tmp_path / "repo", initial_branch="main")
     c1 = commit(repo, ESTATE, "the estate")
     s = FleetServer(tmp_path, extra=["--git", str(tmp_path / "repo"), "--branch", "main",
-                                     "--poll", "0.2s"]).start()
+                                     "--poll", "0.2s"], workers=False).start()
     stop_after(s)
     erin = s.token({"user": "erin"})
     first = estate(s)
@@ -123,7 +123,8 @@ def test_a_clone_follows_its_remote(tmp_path, stop_after) -> None:
     origin = git.Repo.init(tmp_path / "origin", initial_branch="main")
     commit(origin, ESTATE, "the estate")
     clone = git.Repo.clone_from(str(tmp_path / "origin"), tmp_path / "clone")
-    s = FleetServer(tmp_path, extra=["--git", clone.working_tree_dir, "--poll", "0.2s"]).start()
+    s = FleetServer(tmp_path, extra=["--git", clone.working_tree_dir, "--poll", "0.2s"],
+                    workers=False).start()  # no worker: every pool takes work
     stop_after(s)
     first = estate(s)
     merged = commit(origin, bigger(ESTATE, 5), "merged upstream")

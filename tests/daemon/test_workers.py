@@ -120,8 +120,11 @@ def test_a_lost_worker_is_fenced_and_its_task_requeued_at_the_front(fs) -> None:
     lost = fs.events(kind="worker_lost")
     assert lost[-1]["data"]["worker"] == "w-1"
     assert lost[-1]["data"]["tasks"] == [{"task": tid, "epoch": 1, "status": "active"}]
-    wait_for(lambda: placed(fs, tid), 5, "placed again")
+    # The pool has no live worker left: the task waits, saying why, until w-2 registers.
+    wait_for(lambda: (fs.task(tid)["waiting_reason"] or {}).get("text")
+             == "no live worker in bare", 5, "the reason")
     w2.register()
+    wait_for(lambda: placed(fs, tid), 5, "placed again")
     assert [x["epoch"] for x in w2.lease()] == [2]
     # The stale copy is refused: report, log; its heartbeats must register again, then say
     # stop at once.

@@ -44,8 +44,12 @@ class Server:
     """Every server a test started: the root conftest kills what is left at session end."""
 
     def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE, db: Path | None = None,
-                 admin: str | None = ADMIN) -> None:
+                 admin: str | None = ADMIN, workers: bool = False) -> None:
+        """``workers``: pools take work only while they have a live worker, as in production;
+        without it (the API tests, which run no worker) every pool takes work
+        (``--place-without-workers``)."""
         self.tmp = Path(tmp)
+        self.workers = workers
         self.estate = estate
         self.db = db or self.tmp / "kliqued.duckdb"
         self.admin = admin
@@ -63,6 +67,8 @@ class Server:
                 "--listen", f"127.0.0.1:{self.port}"]
         if self.estate is not None:
             args += ["--estate", str(self.estate)]
+        if not self.workers:
+            args.append("--place-without-workers")
         return args
 
     def start(self, wait: bool = True, timeout: float = 30) -> "Server":

@@ -1,0 +1,133 @@
+"""Pools with no live worker (issue 10) on a real ``kliqued serve`` with real
+``klique-worker`` processes: such a pool takes no placement and says why, a worker that
+registers gets the work and runs it, and when the pool's last worker goes, its placed work
+that no worker took is requeued at the start timeout with the reason."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .fleet import (ESTATE, PY, FleetServer, RealWorker, kill_pids_in, wait_for,
+                    write_estate)
+from .server import ROOT
+from .test_workers import trap
+
+SETTINGS = """\
+version: 1
+settings:
+  pass_interval: 1s
+  low_watermark: 15m
+  currency: EUR
+  start_timeout: 2s
+"""
+
+
+@pytest.fixture
+def fs(tmp_path):
+    estate = write_estate(tmp_path / "estate", {**ESTATE, "settings.yaml": SETTINGS})
+    s = FleetServer(tmp_path, estate=estate).start()
+    s.erin = s.token({"user": "erin"})  # type: ignore[attr-defined]
+    s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
+    yield s
+    log = s.log()
+    assert s.stop() == 0, log
+    assert "Traceback" not in log, log
+
+
+@pytest.fixture
+def real(fs, tmp_path):
+    started: list[RealWorker] = []
+
+    def make(name: str = "w1", gpus: str = "0,1") -> RealWorker:
+        w = RealWorker(fs, fs.wt, tmp_path / name, gpus=gpus).start()
+        started.append(w)
+        return w
+    yield make
+    for w in started:
+        w.stop()
+    kill_pids_in(list(tmp_path.glob("*.pid")))
+    for w in started:
+        assert "Traceback" not in w.stderr(), w.stderr()
+
+
+def pools(fs: FleetServer) -> dict[str, dict]:
+    return {p["name"]: p for p in fs.ok("GET", "/v1/pools")["pools"]}
+
+
+def reason(fs: FleetServer, tid: str) -> tuple[str, str] | None:
+    r = fs.task(tid)["waiting_reason"]
+    return None if r is None else (r["kind"], r["text"])
+
+
+def cli(fs: FleetServer, *argv: str) -> str:
+    env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": fs.admin}
+    env.pop("KLIQUE_CONFIG", None)
+    p = subprocess.run([PY, "-m", "kliqued.cli", *argv], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_a_pool_without_a_live_worker_takes_no_work_until_one_registers(fs, real) -> None:
+    tid = fs.submit(fs.erin, "team-b/one", [PY, "-c", "print('hello')"])
+    wait_for(lambda: reason(fs, tid) == ("capacity", "no live worker in bare"), 5,
+             "the reason naming the pool")
+    assert fs.task(tid)["state"] == "queued" and not fs.events(tid, "placed")
+    bare = pools(fs)["bare"]
+    assert (bare["workers"], bare["takes_work"], bare["used"]) == (
+        {"live": 0, "gpus": 0}, False, 0)
+    out = cli(fs, "pools")
+    assert "no live worker in bare, other" in out
+    row = next(line for line in out.splitlines() if line.startswith("bare "))
+    assert row.rstrip().endswith("none")
+
+    real(gpus="0")
+    wait_for(lambda: fs.task(tid)["state"] == "ended", 15, "placed and run once a worker is in")
+    t = fs.task(tid)
+    assert (t["end_reason"], t["exit_code"], t["pool"]) == ("finished", 0, "bare")
+    bare = pools(fs)["bare"]
+    assert (bare["workers"], bare["takes_work"]) == ({"live": 1, "gpus": 1}, True)
+    row = next(line for line in cli(fs, "pools").splitlines() if line.startswith("bare "))
+    assert row.rstrip().endswith("1 (1 GPU)")
+
+
+def test_work_no_worker_took_is_requeued_at_the_start_timeout_once_the_worker_is_gone(
+        fs, real, tmp_path: Path) -> None:
+    w = real(gpus="0")  # one GPU of the pool's declared two: one task runs, one waits
+    wait_for(lambda: pools(fs)["bare"]["takes_work"], 10, "the worker registered")
+    t1 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "s1"))
+    t2 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "s2"))
+    wait_for(lambda: {fs.task(t1)["state"], fs.task(t2)["state"]} == {"running", "placed"},
+             15, "one running, one placed")
+    waiting = t1 if fs.task(t1)["state"] == "placed" else t2
+    running = t2 if waiting == t1 else t1
+    kind, text = reason(fs, waiting)
+    assert kind == "worker" and text.startswith(
+        "placed on bare, waiting for a worker to start it since ")
+    assert "waiting   placed on bare, waiting for a worker" in cli(fs, "status", waiting)
+    # Past its start timeout, the waiting task stays while the pool has a live worker.
+    time.sleep(2.5)
+    assert fs.task(waiting)["state"] == "placed"
+
+    w.kill9()  # the pool's only worker: lost after its TTL
+    wait_for(lambda: fs.task(waiting)["state"] == "queued", 10, "requeued")
+    t = fs.task(waiting)
+    assert t["last_preemption"]["text"] == "requeued: not started within 2s on bare"
+    assert t["last_preemption"]["kind"] == "unstarted"
+    ev = fs.events(waiting, "preempted")[-1]["data"]
+    assert (ev["kind"], ev["pool"]) == ("unstarted", "bare")
+    wait_for(lambda: fs.task(running)["state"] == "queued", 10, "the running one, lost")
+    assert fs.task(running)["last_preemption"]["text"] == "worker lost"
+    # Both are back at the front, in their submission order (as preempted work); the head
+    # says why it waits.
+    q = fs.ok("GET", "/v1/resources/team-b/one/queue")["queue"]
+    assert [x["id"] for x in q] == [t1, t2]
+    wait_for(lambda: reason(fs, t1) == ("capacity", "no live worker in bare"), 5,
+             "the head's reason")
+    rows = fs.sql(f"SELECT end_reason FROM ledger WHERE task = '{waiting}'")
+    assert rows == [["requeued: not started within 2s on bare"]]
