@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from .fleet import (ESTATE, PY, FleetServer, RealWorker, kill_pids_in, wait_for,
-                    write_estate)
+from .fleet import (ESTATE, PY, FleetServer, HttpWorker, RealWorker, kill_pids_in,
+                    wait_for, write_estate)
 from .server import ROOT
 from .test_workers import trap
 
@@ -131,3 +132,35 @@ def test_work_no_worker_took_is_requeued_at_the_start_timeout_once_the_worker_is
              "the head's reason")
     rows = fs.sql(f"SELECT end_reason FROM ledger WHERE task = '{waiting}'")
     assert rows == [["requeued: not started within 2s on bare"]]
+
+
+def test_a_restart_gives_unstarted_work_its_start_timeout_again(tmp_path: Path) -> None:
+    """The daemon was down longer than the start timeout: its known worker gets a full TTL
+    to come back, and once it is lost the task no worker took is requeued a full start
+    timeout after the restart, not at once."""
+    settings = SETTINGS.replace("start_timeout: 2s", "start_timeout: 6s")
+    estate = write_estate(tmp_path / "estate", {**ESTATE, "settings.yaml": settings})
+    fs = FleetServer(tmp_path, estate=estate).start()
+    try:
+        erin = fs.token({"user": "erin"})
+        w = HttpWorker(fs, fs.token({"worker": True, "pool": "bare"}), "w-gone", gpus=1)
+        w.register()
+        tid = fs.submit(erin, "team-b/one", ["sleep", "100"])
+        wait_for(lambda: fs.task(tid)["state"] == "placed", 10, "placed")  # never leased
+        assert fs.stop() == 0
+        time.sleep(7)  # longer than the start timeout
+        restarted = time.time()
+        fs.start()
+        wait_for(lambda: fs.events(kind="worker_lost"), 10, "the silent worker lost")
+        assert fs.task(tid)["state"] == "placed"
+        assert reason(fs, tid) == ("worker", "placed on bare, not started: "
+                                             "no live worker in bare")
+        wait_for(lambda: fs.task(tid)["state"] == "queued", 15, "requeued")
+        lp = fs.task(tid)["last_preemption"]
+        assert lp["text"] == "requeued: not started within 6s on bare"
+        at = datetime.fromisoformat(lp["at"].replace("Z", "+00:00")).timestamp()
+        assert at - restarted >= 5.5
+    finally:
+        log = fs.log()
+        assert fs.stop() == 0, log
+        assert "Traceback" not in log, log
