@@ -16,7 +16,8 @@ from .result import PassResult, StaleResult
 from .state import ENDED, PLACED, QUEUED, State, SubmissionError, Task, check_submission
 
 __all__ = [
-    "UNSTARTED", "no_worker_text", "unstarted_text", "Alert", "BudgetStatus", "Cancellation", "Phase", "Placement", "PreemptKind", "Preemption",
+    "UNSTARTED", "no_worker_text", "unstarted_text",
+    "Alert", "BudgetStatus", "Cancellation", "Phase", "Placement", "PreemptKind", "Preemption",
     "Reason", "ReasonKind", "CRInfo", "EstateIndex", "GroupInfo", "PoolInfo", "run_pass",
     "budget_status", "waiting_reason", "waiting_reasons", "PassResult", "StaleResult",
     "State", "SubmissionError", "Task", "check_submission", "QUEUED", "PLACED", "ENDED",

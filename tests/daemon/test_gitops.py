@@ -139,7 +139,7 @@ def test_a_file_cut_off_mid_write_is_refused_visibly_then_its_fix_applied(
     mid-save) used to make the compiler raise in the daemon's follower, which logged it at
     debug level only: the revision was neither applied nor refused, and nothing said so."""
     root = write_estate(tmp_path / "estate")
-    s = FleetServer(tmp_path, estate=root).start()
+    s = FleetServer(tmp_path, estate=root, workers=False).start()  # no worker in these tests
     stop_after(s)
     erin = s.token({"user": "erin"})
     first = estate(s)
@@ -172,7 +172,7 @@ def test_a_backdated_price_is_applied_with_a_warning_that_it_reprices_usage(
     usage already recorded reprices it; the daemon applies it (a correction is legitimate)
     and says so in its log, as ``kliqued plan`` does in review."""
     root = write_estate(tmp_path / "estate")
-    s = FleetServer(tmp_path, estate=root).start()
+    s = FleetServer(tmp_path, estate=root, workers=False).start()  # no worker in these tests
     stop_after(s)
     first = estate(s)
     (root / "pricing.yaml").write_text(ESTATE["pricing.yaml"].replace("per_gpu_hour: 1.0",

@@ -21,10 +21,10 @@ def g(x: float) -> int:
 
 def build_estate(pools: list[dict[str, Any]], profiles: list[dict[str, Any]],
                  policies: list[dict[str, Any]], low_watermark_s: int = 900) -> CompiledEstate:
-    """pools: {name, capacity, execution_order?, start_timeout_s?}; profiles: {name, gpus | from_task:(default,
-    max), weight=1, pools, policies, queueing='strict'}; policies: {name, reservation,
-    limit, budget?: {hours, period, low_watermark_s?, alert_at?}, users?}. GPU amounts in
-    GPUs, as in an estate file."""
+    """pools: {name, capacity, execution_order?, start_timeout_s?}; profiles: {name,
+    gpus | from_task:(default, max), weight=1, pools, policies, queueing='strict'};
+    policies: {name, reservation, limit, budget?: {hours, period, low_watermark_s?,
+    alert_at?}, users?}. GPU amounts in GPUs, as in an estate file."""
     users_of: dict[str, list[str]] = {}
     for pr in profiles:
         for pl in pr["pools"]:

@@ -23,7 +23,8 @@ def running(tmp_path: Path):
     repo = init_repo(tmp_path / "repo")
     write_estate(repo / "estate")
     commit_all(repo, "the estate")
-    s = FleetServer(tmp_path, estate=repo / "estate", extra=["--no-watch"]).start()
+    s = FleetServer(tmp_path, estate=repo / "estate", extra=["--no-watch"],
+                    workers=False).start()  # no worker: every pool takes work
     erin = s.token({"user": "erin"})
     placed = [s.submit(erin, "team-b/one", ["sleep", "100"]) for _ in range(2)]
     queued = s.submit(erin, "team-b/one", ["sleep", "100"])
