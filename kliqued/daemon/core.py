@@ -147,8 +147,10 @@ class Daemon:
         """Per pool: placed tasks no worker holds yet, in placement order."""
         self.worker_settings = WorkerSettings()
         self.max_user_bytes = limits.MAX_USER_BYTES
-        self.require_workers = True
-        """False (``--place-without-workers``): every pool takes work, live worker or not."""
+        self.require_workers = False
+        """Pools take work only while they have a live worker (or autoscale). ``kliqued
+        serve`` sets it (on unless ``--place-without-workers``); an in-process Daemon with
+        no workers (tests) places as the engine alone would."""
         self.autoscaled: set[str] = set()
         """Pools whose workers come with demand (autoscale): they need no live worker."""
         self.mono: Callable[[], float] = time.monotonic

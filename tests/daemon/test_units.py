@@ -19,7 +19,6 @@ from tests.harness.daemon import SMALL_ESTATE
 
 def _daemon() -> Daemon:
     d = Daemon()
-    d.require_workers = False  # no worker here: every pool takes work
     estate = compile_dir(SMALL_ESTATE).estate
     assert estate is not None
     d.prepare_estate(estate, "test", "test", d.clock.now(), Overlay()).apply()
