@@ -72,6 +72,10 @@ class Driver:
     def on_pass(self, now: int, res: PassResult) -> None:
         """After each pass at ``now``, its decisions handled."""
 
+    def on_started(self, tid: str, pool: str, now: int) -> None:
+        """A worker of a pool with ``workers`` took a placed task (the other pools' tasks
+        start once placed, with no call)."""
+
     # ------------------------------------------------------------------ workers
     def set_workers(self, pool: str, gpus_milli: int, now: int) -> None:
         """The pool's live workers have ``gpus_milli`` GPUs from ``now`` (0: none, so the
@@ -105,6 +109,7 @@ class Driver:
                 self.started_size[tid] = (pool, t.size)
                 self.state.set_started(tid, True, now)
                 self._placed(tid, now)
+                self.on_started(tid, pool, now)
         self.busy[pool] = busy
 
     def _left_pool(self, tid: str, pool: str | None) -> str | None:
@@ -291,6 +296,9 @@ class Simulator(Driver):
 
     def on_runtime_end(self, tid: str, now: int) -> None:
         self._log(now, f"end      {tid}: runtime done")
+
+    def on_started(self, tid: str, pool: str, now: int) -> None:
+        self._log(now, f"start    {tid} on {pool} (its workers took it)")
 
     def on_decision(self, now: int, d: object) -> None:
         self.result.decisions.append((now, d))

@@ -86,3 +86,26 @@ def test_set_that_breaks_the_estate_shows_compile_errors(tmp_path: Path) -> None
     code, out = _run(tmp_path, text)
     assert code == 2
     assert "this set makes the estate invalid" in out and "reservation" in out
+
+
+def test_bad_workers_events_and_started_expectations_name_their_line(tmp_path: Path) -> None:
+    text = (GOOD % 2).replace("events:\n", "events:\n  - at: 0s\n    workers: {nope: 1}\n"
+                                           "  - at: 0s\n    workers: {p: -1}\n"
+                                           "  - at: 0s\n    workers: []\n")
+    text += "    started: {t-1: yes}\n    preempted: {t-2: unstarted}\n"
+    code, out = _run(tmp_path, text)
+    assert code == 2, out
+    assert "s.yaml:10: error[scenario]: workers: unknown pool 'nope'" in out
+    assert "s.yaml:12: error[scenario]: workers: " in out and "p" in out
+    assert "workers: expected a mapping of <pool>: <GPUs of its live workers>" in out
+    assert "started.t-1: expected true or false, found 'yes'" in out
+    assert "preempted.t-2" not in out  # unstarted is a preemption kind
+
+
+def test_a_pool_with_no_live_worker_in_the_timeline(tmp_path: Path) -> None:
+    text = (GOOD % 0).replace("events:\n", "events:\n  - at: 0s\n    workers: {p: 0}\n")
+    text = text.replace("waiting_reason: {t-3: limit}", "waiting_reason: {t-1: capacity}")
+    code, out = _run(tmp_path, text, "--timeline")
+    assert code == 0, out
+    assert "workers  p: none live" in out
+    assert "waits    t-1: capacity: no live worker in p" in out
