@@ -281,6 +281,7 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
                      "--gpus", gpus, "--grace", args.grace],
                     stdout=fh, stderr=fh, start_new_session=True, umask=original_umask())
             procs.append((f"klique-worker ({pool})", w, wlog))
+        _wait_for_workers(admin, pools, procs, lambda: stopping)
         print(banner(url, args, estate, home, pools, user_tokens), flush=True)
         while not stopping:
             for what, proc, logf in procs:
@@ -299,6 +300,24 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
         if stopping:
             print("kliqued dev: stopped (a task still running keeps running; the next "
                   "kliqued dev takes it back)", flush=True)
+
+
+def _wait_for_workers(admin, pools: list[str], procs: list, stopping) -> None:
+    """Until every started worker has registered (a pool with no live worker takes no work,
+    so "running" is said once work can run), 60 s at most; a worker that exits is reported
+    by the caller's loop."""
+    from kliqued.sdk import KliqueError
+    deadline = time.monotonic() + 60
+    while not stopping() and time.monotonic() < deadline:
+        if any(proc.poll() is not None for _, proc, _ in procs):
+            return
+        try:
+            live = {p["name"] for p in admin.pools() if (p.get("workers") or {}).get("live")}
+        except KliqueError:
+            live = set()
+        if live >= set(pools):
+            return
+        time.sleep(0.1)
 
 
 def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[str],

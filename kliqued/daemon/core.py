@@ -151,8 +151,6 @@ class Daemon:
         """Pools take work only while they have a live worker (or autoscale). ``kliqued
         serve`` sets it (on unless ``--place-without-workers``); an in-process Daemon with
         no workers (tests) places as the engine alone would."""
-        self.autoscaled: set[str] = set()
-        """Pools whose workers come with demand (autoscale): they need no live worker."""
         self.mono: Callable[[], float] = time.monotonic
         self.on_work: Callable[[str], None] | None = None
         """Called with a pool that has new work for its workers (wakes their long polls)."""
@@ -210,10 +208,10 @@ class Daemon:
 
     # ------------------------------------------------------------------ liveness
     def pool_live(self, pool: str) -> bool:
-        """Whether ``pool`` may take new placements: it has a worker not declared lost, or
-        it is autoscaled (its workers come with the demand placed on it: the autoscaler
-        launches nodes for placed work). docs/decisions.md, "Liveness"."""
-        if pool in self.autoscaled or not self.require_workers:
+        """Whether ``pool`` has a worker not declared lost (always, without
+        ``require_workers``). What follows for placements is the engine's rule
+        (docs/decisions.md, "pools with no live worker")."""
+        if not self.require_workers:
             return True
         return any(w.pool == pool and not w.lost for w in self.workers.values())
 
@@ -225,14 +223,14 @@ class Daemon:
         workers or of the estate; replay makes the same calls, so a restarted daemon starts
         from what its log says of every worker, each then given a full TTL to show up)."""
         if self.state is not None:
-            self.state.set_pool_available(pool, self.pool_live(pool), at)
+            self.state.set_pool_live(pool, self.pool_live(pool), at)
 
     def start_reason(self, rec: TaskRecord) -> Reason | None:
         """Why a placed task has not started: no worker of its pool holds it yet."""
         pool = rec.pool
         if pool is None or rec.id not in self.unleased.get(pool, {}):
             return None
-        if pool in self.st().unavailable:
+        if pool in self.st().no_worker:
             return Reason("worker", f"placed on {pool}, not started: "
                                     f"{no_worker_text(pool)}")
         since = rec.placed_at if rec.unleased_at is None else max(rec.placed_at or 0,
@@ -250,7 +248,6 @@ class Daemon:
         else:
             self.state.bind(index, at)
         self.index = index
-        self.autoscaled = {p.name for p in compiled.pools if p.autoscale is not None}
         for p in compiled.pools:
             self._sync_pool(p.name, at)
         self.access = Access(compiled)

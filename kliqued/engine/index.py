@@ -63,6 +63,8 @@ class PoolInfo:
     """Compute resources whose profile lists this pool."""
     start_timeout: int = 0
     """Milliseconds a placed task may wait for a worker to take it; 0 = no limit."""
+    autoscaled: bool = False
+    """It takes placements with no live worker: its nodes come with the demand."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def _build(estate: CompiledEstate) -> EstateIndex:
             limit=pol.limit_milli, budget=pol.budget,
             resources=tuple(sorted(by_group.get(pol.group, []))))
     pools = {p.name: PoolInfo(p.name, p.capacity_milli, tuple(by_pool.get(p.name, [])),
-                              p.start_timeout_s * 1000)
+                              p.start_timeout_s * 1000, p.autoscale is not None)
              for p in estate.pools}
     return EstateIndex(
         estate=estate, revision=estate.revision, resources=resources, groups=groups,

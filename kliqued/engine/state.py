@@ -153,9 +153,11 @@ class State:
         self.pending_cancellations: list[Cancellation] = []
         self.version = 0
         """Bumped by every change: a PassResult's lazy views refuse a changed state."""
+        self.no_worker: set[str] = set()
+        """Pools with no live worker (the caller says so: ``set_pool_live``)."""
         self.unavailable: set[str] = set()
-        """Pools that take no new placements: no live worker there (the caller decides which
-        pools need one; see ``set_pool_available``). They are absent from ``free``."""
+        """Pools that take no new placements: those with no live worker, except autoscaled
+        ones (their nodes come with the demand placed on them). Absent from ``free``."""
         self.self_starting: set[str] | None = None
         """Pools whose tasks count as started once placed; None: every pool (a caller that
         has no workers to wait for). The daemon sets an empty set and reports each start
@@ -164,7 +166,8 @@ class State:
         """Heap of (moment, place seq, task id, start token): when a placed task that no
         worker took goes back to its queue, its start timeout being over and its pool
         without a live worker. An entry applies only while the task is placed, unstarted,
-        with the same token, on an unavailable pool; the others are dropped on the way."""
+        with the same token, on a pool with no live worker; the others are dropped on the
+        way."""
         self.bind(index, now)
 
     # ---------------------------------------------------------------- reading
@@ -257,17 +260,21 @@ class State:
         self.budget_check_all = True
         self.rate_changed.update(self.meters)
 
-    def set_pool_available(self, pool: str, available: bool, at: int) -> None:
-        """Whether ``pool`` may take new placements (it has a live worker). Its placed tasks
-        stay: those no worker took go back to their queue after the pool's start timeout,
-        like anywhere else. A pool coming back is looked at by the next pass as if room had
-        just freed there."""
-        if available == (pool not in self.unavailable):
+    def set_pool_live(self, pool: str, live: bool, at: int) -> None:
+        """Whether ``pool`` has a live worker. Without one it takes no new placements, unless
+        it autoscales (the autoscaler launches nodes for the work placed there); its placed
+        tasks stay, and those no worker took go back to their queue once their start timeout
+        is over. A pool coming back is looked at by the next pass as if room had just freed
+        there."""
+        if live == (pool not in self.no_worker):
             return
         self._tick(at)
-        if not available:
-            self.unavailable.add(pool)
-            self.free.pop(pool, None)
+        if not live:
+            self.no_worker.add(pool)
+            info = self.index.pools.get(pool) if self.index is not None else None
+            if info is None or not info.autoscaled:
+                self.unavailable.add(pool)
+                self.free.pop(pool, None)
             # Its unstarted work goes back at its deadline, or now if that is past: a rare
             # change, so looking at the pool's placed tasks here is cheap.
             for d in self.placed_by_pool_group.get(pool, {}).values():
@@ -276,11 +283,13 @@ class State:
                         heapq.heappush(self.start_deadlines, (max(t.start_deadline, at),
                                                               t.place_seq, t.id, t.start_token))
             return
-        self.unavailable.discard(pool)
-        info = self.index.pools.get(pool) if self.index is not None else None
-        if info is not None:
-            self.free[pool] = info.capacity - self.pool_used.get(pool, 0)
-            self.freed_pools.add(pool)
+        self.no_worker.discard(pool)
+        if pool in self.unavailable:
+            self.unavailable.discard(pool)
+            info = self.index.pools.get(pool) if self.index is not None else None
+            if info is not None:
+                self.free[pool] = info.capacity - self.pool_used.get(pool, 0)
+                self.freed_pools.add(pool)
 
     def set_started(self, task_id: str, started: bool, at: int) -> None:
         """A worker took the placed task (``True``), or gave it back unstarted (``False``:
@@ -311,14 +320,14 @@ class State:
         timeout = info.start_timeout if info is not None else 0
         t.start_timeout = timeout
         t.start_deadline = at + timeout if timeout > 0 else None
-        if t.start_deadline is not None and t.pool in self.unavailable:
+        if t.start_deadline is not None and t.pool in self.no_worker:
             heapq.heappush(self.start_deadlines,
                            (t.start_deadline, t.place_seq, t.id, t.start_token))
 
     def start_entry_task(self, entry: tuple[int, int, str, int]) -> Task | None:
         t = self.tasks.get(entry[2])
         if t is not None and t.status == PLACED and not t.started \
-                and t.start_token == entry[3] and t.pool in self.unavailable:
+                and t.start_token == entry[3] and t.pool in self.no_worker:
             return t
         return None
 
@@ -384,6 +393,8 @@ class State:
         for d in self.placed_by_group.values():
             for t in d.values():
                 t.orphan = t.resource not in index.resources
+        self.unavailable = {p for p in self.no_worker
+                            if p not in index.pools or not index.pools[p].autoscaled}
         self.free = {p: info.capacity - self.pool_used.get(p, 0)
                      for p, info in index.pools.items() if p not in self.unavailable}
         self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}

@@ -92,7 +92,7 @@ class Driver:
                 for t in g.values():
                     self.started_size[t.id] = (pool, t.size)
         self.worker_gpus[pool] = gpus_milli
-        st.set_pool_available(pool, gpus_milli > 0, now)
+        st.set_pool_live(pool, gpus_milli > 0, now)
         self._start_waiting(pool, now)
 
     def _start_waiting(self, pool: str, now: int) -> None:

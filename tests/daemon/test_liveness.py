@@ -120,7 +120,8 @@ def test_work_no_worker_took_is_requeued_at_the_start_timeout_once_the_worker_is
     t = fs.task(waiting)
     assert t["last_preemption"]["text"] == "requeued: not started within 2s on bare"
     assert t["last_preemption"]["kind"] == "unstarted"
-    ev = fs.events(waiting, "preempted")[-1]["data"]
+    # The state changes with the pass; its event (and ledger close) with the commit after it.
+    ev = wait_for(lambda: fs.events(waiting, "preempted"), 5, "the event")[-1]["data"]
     assert (ev["kind"], ev["pool"]) == ("unstarted", "bare")
     wait_for(lambda: fs.task(running)["state"] == "queued", 10, "the running one, lost")
     assert fs.task(running)["last_preemption"]["text"] == "worker lost"

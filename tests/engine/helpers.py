@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.compiled import (CBudget, CComputeResource, CFromTask, CGroup, CompiledEstate,
-                               CPolicy, CPool, CProfile, CSettings)
+from compiler.compiled import (CAutoscale, CBudget, CComputeResource, CFromTask, CGroup,
+                               CompiledEstate, CPolicy, CPool, CProfile, CSettings)
 
 from kliqued.engine import EstateIndex, State, run_pass
 
@@ -21,8 +21,8 @@ def g(x: float) -> int:
 
 def build_estate(pools: list[dict[str, Any]], profiles: list[dict[str, Any]],
                  policies: list[dict[str, Any]], low_watermark_s: int = 900) -> CompiledEstate:
-    """pools: {name, capacity, execution_order?, start_timeout_s?}; profiles: {name,
-    gpus | from_task:(default, max), weight=1, pools, policies, queueing='strict'};
+    """pools: {name, capacity, execution_order?, start_timeout_s?, autoscale?}; profiles:
+    {name, gpus | from_task:(default, max), weight=1, pools, policies, queueing='strict'};
     policies: {name, reservation, limit, budget?: {hours, period, low_watermark_s?,
     alert_at?}, users?}. GPU amounts in GPUs, as in an estate file."""
     users_of: dict[str, list[str]] = {}
@@ -35,7 +35,10 @@ def build_estate(pools: list[dict[str, Any]], profiles: list[dict[str, Any]],
         order += [x for x in users_of.get(p["name"], []) if x not in order]
         cpools.append(CPool(name=p["name"], kind="baremetal", capacity_milli=g(p["capacity"]),
                             gpu_type="h100", gpu_memory_gb=None, generation=None, labels={},
-                            execution_order=order, autoscale=None, settings={},
+                            execution_order=order,
+                            autoscale=(CAutoscale(max_milli=g(p["capacity"]), idle_timeout_s=600,
+                                                  spot_first=True)
+                                       if p.get("autoscale") else None), settings={},
                             start_timeout_s=p.get("start_timeout_s", 600)))
     cprofiles = []
     for pr in profiles:

@@ -1,6 +1,6 @@
 """Pools with no live worker and placed tasks no worker starts (issue 10): the engine's side.
 
-The caller says which pools take placements (``State.set_pool_available``) and which placed
+The caller says which pools take placements (``State.set_pool_live``) and which placed
 tasks a worker took (``State.set_started``); the engine never reads a clock, so the start
 timeout is a time trigger like a budget's run-out.
 """
@@ -28,26 +28,26 @@ def _engine(estate) -> Engine:
 
 def test_a_pool_without_a_live_worker_takes_no_placement_and_the_reason_names_it() -> None:
     e = _engine(_two_pools())
-    e.state.set_pool_available("a", False, START)
+    e.state.set_pool_live("a", False, START)
     for i in range(3):
         e.submit(f"t{i}", "g/gpu1")
     e.run()
     assert [e.where(f"t{i}") for i in range(3)] == ["b", "b", "queued"]
     r = e.last.waiting_reason("t2")
     assert (r.kind, r.text) == ("capacity", "no room in pools b; no live worker in a")
-    e.state.set_pool_available("b", False, START + 1)
+    e.state.set_pool_live("b", False, START + 1)
     e.run(START + 1)
     assert e.last.waiting_reason("t2").text == "no live worker in a, b"
 
 
 def test_a_pool_whose_worker_comes_back_takes_the_waiting_work_at_the_next_pass() -> None:
     e = _engine(_two_pools())
-    e.state.set_pool_available("a", False, START)
-    e.state.set_pool_available("b", False, START)
+    e.state.set_pool_live("a", False, START)
+    e.state.set_pool_live("b", False, START)
     e.submit("t", "g/gpu1")
     e.run()
     assert e.where("t") == "queued"
-    e.state.set_pool_available("b", True, START + MIN)
+    e.state.set_pool_live("b", True, START + MIN)
     res = e.run(START + MIN)
     assert [(p.task, p.pool) for p in res.placements] == [("t", "b")]
 
@@ -59,13 +59,13 @@ def test_unstarted_work_is_requeued_at_its_start_timeout_keeping_its_place() -> 
     e.run()
     e.state.set_started("x", True, START + MIN)
     e.now = START + 2 * MIN
-    e.state.set_pool_available("a", False, e.now)  # its worker stops
+    e.state.set_pool_live("a", False, e.now)  # its worker stops
     e.submit("z", "g/gpu1")
     res = e.run()
     assert e.where("z") == "b"
     assert res.next_pass_at == START + 5 * MIN  # the engine asks for a pass at y's deadline
     e.now = START + 3 * MIN
-    e.state.set_pool_available("b", False, e.now)
+    e.state.set_pool_live("b", False, e.now)
     e.submit("w", "g/gpu1")
     res = e.advance(START + 5 * MIN)[-1]
     pre = res.preemptions
@@ -84,7 +84,7 @@ def test_a_task_handed_back_unstarted_gets_a_full_timeout_again() -> None:
     e.run()
     e.state.set_started("x", True, START + MIN)
     e.state.set_started("x", False, START + 4 * MIN)  # the lease never reached its worker
-    e.state.set_pool_available("a", False, START + 4 * MIN)
+    e.state.set_pool_live("a", False, START + 4 * MIN)
     res = e.advance(START + 8 * MIN)[-1]
     assert not res.preemptions and e.where("x") == "a"
     res = e.run(START + 9 * MIN)
@@ -95,7 +95,7 @@ def test_a_restart_gives_unstarted_work_its_timeout_again() -> None:
     e = _engine(_two_pools(timeout_s=300))
     e.submit("x", "g/gpu1")
     e.run()
-    e.state.set_pool_available("a", False, START + MIN)
+    e.state.set_pool_live("a", False, START + MIN)
     e.state.restart_start_timers(START + 30 * MIN)  # the daemon was down for half an hour
     res = e.run(START + 30 * MIN)
     assert not res.preemptions and e.where("x") == "a"
@@ -106,7 +106,7 @@ def test_no_timeout_and_self_starting_pools_never_requeue() -> None:
     e = _engine(_two_pools(timeout_s=0))
     e.submit("x", "g/gpu1")
     e.run()
-    e.state.set_pool_available("a", False, START)
+    e.state.set_pool_live("a", False, START)
     res = e.run()
     assert res.next_pass_at is None
     e.run(START + 600 * MIN)
@@ -123,7 +123,7 @@ def test_a_removed_compute_resource_keeps_its_unstarted_task() -> None:
     e = _engine(_two_pools(timeout_s=60))
     e.submit("x", "g/gpu1")
     e.run()
-    e.state.set_pool_available("a", False, START)
+    e.state.set_pool_live("a", False, START)
     other = build_estate([{"name": "a", "capacity": 2, "start_timeout_s": 60},
                           {"name": "b", "capacity": 2, "start_timeout_s": 60}],
                          [{"name": "cpu", "gpus": 0, "pools": ["a"], "policies": ["g"]}],
@@ -143,7 +143,28 @@ def test_a_pool_with_a_live_worker_keeps_its_unstarted_work_until_the_worker_goe
     assert res.next_pass_at is None  # nothing is due while a has a live worker
     res = e.run(START + 20 * MIN)
     assert not res.preemptions and e.where("x") == "a"
-    e.state.set_pool_available("a", False, START + 21 * MIN)
+    e.state.set_pool_live("a", False, START + 21 * MIN)
     res = e.run(START + 21 * MIN)
     assert [(p.task, p.kind) for p in res.preemptions] == [("x", UNSTARTED)]
     assert e.where("x") == "b"  # requeued, and placed where a worker is, in the same pass
+
+
+def test_an_autoscaled_pool_takes_work_with_no_worker_and_times_out_its_starts() -> None:
+    """Its nodes come with the demand placed on it, so it takes placements without a live
+    worker; a node that never comes is the start timeout's case: the task goes back and is
+    placed where a worker is."""
+    e = _engine(build_estate(
+        [{"name": "cloud", "capacity": 4, "autoscale": True, "start_timeout_s": 600},
+         {"name": "onprem", "capacity": 1}],
+        [{"name": "gpu1", "pools": ["cloud", "onprem"], "policies": ["g"]}],
+        [{"name": "g", "reservation": 0, "limit": 8}]))
+    e.state.set_pool_live("cloud", False, START)
+    e.submit("x", "g/gpu1")
+    res = e.run()
+    assert e.where("x") == "cloud" and "cloud" not in e.state.unavailable
+    assert res.next_pass_at == START + 10 * MIN
+    res = e.advance(START + 10 * MIN)[-1]
+    assert [(p.task, p.kind) for p in res.preemptions] == [("x", UNSTARTED)]
+    assert e.where("x") == "cloud"  # first fit again: its first pool still takes work
+    e.state.set_started("x", True, START + 11 * MIN)  # a node came and took it
+    assert e.run(START + 30 * MIN).preemptions == []
