@@ -103,10 +103,9 @@ def stale(rec: TaskRecord, epoch: int) -> ApiError:
 
 def worker_of(d: Daemon, p: Principal, wid: str, key_hash: str | None,
               call: str = "worker") -> WorkerInfo:
-    """The worker ``wid`` for a worker token of its pool carrying ``wid``'s key: 403 for any
-    other principal, pool or key, 404 for an unknown or lost worker (it registers again)."""
-    if not p.is_worker:
-        raise forbidden(f"{p.text} is not a worker: worker endpoints need a worker token")
+    """The worker ``wid`` for a worker token of its pool carrying ``wid``'s key: 403 for
+    another pool or key (the routes admit worker tokens only: handlers/workers.py), 404 for
+    an unknown or lost worker (it registers again)."""
     w = d.workers.get(wid)
     if w is None:
         raise ApiError(404, "not-found", f"no worker {wid}: register first")
@@ -317,8 +316,6 @@ def lease_for_report(d: Daemon, p: Principal, task_id: str, epoch: int,
     """The task and its lease ``epoch``, for the worker holding that lease (its pool's
     token and its key): 403 for another pool or another worker of the pool, 404 for no
     such task."""
-    if not p.is_worker:
-        raise forbidden(f"{p.text} is not a worker: only workers report")
     rec = d.record(task_id)
     lease = rec.lease(epoch)
     pool = lease.pool if lease is not None else (rec.current_lease.pool if rec.leases

@@ -8,7 +8,7 @@ validates the document and fuzzes the API from it.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterable, Protocol
 
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
@@ -433,36 +433,33 @@ AUTH_ERR = ("400", "401", "403", "413", "500", "503")
 LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
 
 
-def _op(op_id: str, summary: str, who: str, responses: dict[str, Any],
+def _op(op_id: str, summary: str, responses: dict[str, Any],
         params: list[dict[str, Any]] | None = None, body: str | None = None,
-        public: bool = False, errors: tuple[str, ...] = AUTH_ERR) -> dict[str, Any]:
+        errors: tuple[str, ...] = AUTH_ERR) -> dict[str, Any]:
+    """An operation; who may call it is added by ``document`` from the route tables."""
     out: dict[str, Any] = {"operationId": op_id, "summary": summary,
-                           "description": f"Who: {who}.",
                            "responses": {**responses, **_err(*errors)}}
     if params:
         out["parameters"] = params
     if body:
         out["requestBody"] = _body(body)
-    if public:
-        out["security"] = []
     return out
 
 
 PATHS: dict[str, Any] = {
-    "/v1/health": {"get": _op("health", "liveness, revision and engine switch", "anyone",
-                              _ok("Health"), public=True, errors=("500",))},
+    "/v1/health": {"get": _op("health", "liveness, revision and engine switch",
+                              _ok("Health"), errors=("500",))},
     "/v1/openapi.json": {"get": _op(
-        "openapi", "this document", "anyone",
+        "openapi", "this document",
         {"200": {"description": "the OpenAPI 3.1 document",
                  "content": {"application/json": {"schema": {"type": "object"}}}}},
-        public=True, errors=("500",))},
+        errors=("500",))},
     "/v1/whoami": {"get": _op("whoami", "the caller's principal, groups and roles",
-                              "any token", _ok("WhoAmI"))},
+                              _ok("WhoAmI"))},
     "/v1/tasks": {
         "post": _op(
             "submitTask", "send a task to a compute resource",
-            "users (to their groups' compute resources); admins on behalf of a user, with "
-            "`user`", {**_ok("Task", "201", "created"),
+            {**_ok("Task", "201", "created"),
                        **_ok("Task", "200", "a retry: the task first created with this "
                                             "Idempotency-Key")},
             params=[{"name": "Idempotency-Key", "in": "header", "required": False,
@@ -473,7 +470,6 @@ PATHS: dict[str, Any] = {
         "get": _op(
             "listTasks", "tasks, newest last, in pages (a page also stops once its tasks "
                          "hold 4 MiB of commands and payloads: follow `next`)",
-            "users (their own and their admin groups' tasks), admins (all)",
             _ok("TaskList"),
             params=[_q("state", {"type": "string", "enum": ["queued", "placed", "ended"]},
                        "only tasks in this state (`placed` includes `running` ones)"),
@@ -486,23 +482,23 @@ PATHS: dict[str, Any] = {
                     _q("after", {"type": "string"}, "the `next` of the previous page")]),
     },
     "/v1/tasks/{id}": {"get": _op("getTask", "one task, with its place in line and reason",
-                                  "its user, its group's admins, admins", _ok("Task"),
+                                  _ok("Task"),
                                   params=[_p("id", "task id")],
                                   errors=AUTH_ERR + ("404",))},
     "/v1/tasks/{id}/cancel": {"post": _op(
         "cancelTask", "cancel a queued or placed task (idempotent)",
-        "its user, its group's admins, admins", _ok("Task"), params=[_p("id", "task id")],
+        _ok("Task"), params=[_p("id", "task id")],
         body="CancelRequest", errors=AUTH_ERR + ("404",))},
     "/v1/tasks/{id}/report": {"post": _op(
         "reportTask", "a worker reports a lease's start or end (idempotent; fenced by epoch)",
-        "the worker token of the lease's pool", _ok("ReportAnswer"),
+        _ok("ReportAnswer"),
         params=[_p("id", "task id")], body="TaskReport",
         errors=AUTH_ERR + ("404", "409"))},
     "/v1/tasks/{id}/log": {
         "post": {**_op(
             "uploadTaskLog", "a worker uploads a task's log from byte `offset` (idempotent "
                              "by offset; at most 256 KiB a call)",
-            "the worker token of the lease's pool", _ok("LogSize"),
+            _ok("LogSize"),
             params=[_p("id", "task id"),
                     {**_q("offset", {"type": "integer", "minimum": 0},
                           "byte offset of this chunk in the attempt's log"),
@@ -515,7 +511,6 @@ PATHS: dict[str, Any] = {
                                                         "format": "binary"}}}}},
         "get": _op(
             "getTaskLog", "a task's log (one attempt), from byte `offset`",
-            "its user, its group's admins, admins",
             {"200": {"description": "the log as text; headers X-Klique-Epoch, "
                                     "X-Klique-Epochs, X-Klique-Log-Size, "
                                     "X-Klique-Next-Offset, X-Klique-Log-Complete",
@@ -530,7 +525,7 @@ PATHS: dict[str, Any] = {
             errors=AUTH_ERR + ("404",)),
     },
     "/v1/workers": {"get": _op("listWorkers", "registered workers and their leases",
-                               "admins (all), workers (their pool's)", _ok("WorkerList"),
+                               _ok("WorkerList"),
                                params=[_q("pool", {"type": "string"},
                                           "only this pool's workers"),
                                        _q("limit", {**LIMIT, "default": 1000},
@@ -540,35 +535,35 @@ PATHS: dict[str, Any] = {
     "/v1/workers/{id}": {"delete": _op(
         "deregisterWorker", "a worker leaves: its active leases' tasks go back to the front "
                             "of their queues (see docs/worker-protocol.md)",
-        "the worker's pool's token, admins", _ok("Deregistered"),
+        _ok("Deregistered"),
         params=[_p("id", "worker id")], errors=AUTH_ERR + ("404",))},
     "/v1/workers/{id}/reports": {"post": _op(
         "reportTasks", "several reports of one worker in one request and one transaction; "
                        "one result each (200, or the error the single report would get)",
-        "the worker's pool's token", _ok("ReportResults"),
+        _ok("ReportResults"),
         params=[_p("id", "worker id")], body="WorkerReports", errors=AUTH_ERR + ("404",))},
     "/v1/workers/register": {"post": _op(
         "registerWorker", "a worker registers with its pool and GPUs; the answer lists the "
                           "leases the control plane believes it holds",
-        "a worker token of that pool", _ok("Registered"), body="WorkerRegistration",
+        _ok("Registered"), body="WorkerRegistration",
         errors=AUTH_ERR + ("409", "422"))},
     "/v1/workers/{id}/lease": {"post": _op(
         "leaseTasks", "long poll: placed tasks of the worker's pool that fit its free GPUs",
-        "the worker's pool's token", _ok("Leases"),
+        _ok("Leases"),
         params=[_p("id", "worker id"),
                 _q("wait", {"type": "number", "minimum": 0, "maximum": 3600},
                    "seconds to wait for work at most (capped by poll_wait_s)")],
         body="LeaseRequest", errors=AUTH_ERR + ("404",))},
     "/v1/workers/{id}/heartbeat": {"post": _op(
         "workerHeartbeat", "renews the worker's TTL; answers stop instructions",
-        "the worker's pool's token", _ok("HeartbeatAnswer"),
+        _ok("HeartbeatAnswer"),
         params=[_p("id", "worker id")], body="Heartbeat", errors=AUTH_ERR + ("404",))},
     "/v1/resources": {"get": _op(
         "listResources", "the compute resources the caller may use or see",
-        "users (their groups'), admins and finance (all)", _ok("ResourceList"))},
+        _ok("ResourceList"))},
     "/v1/resources/{policy}/{profile}/queue": {"get": _op(
         "getQueue", "a compute resource's queue, in order",
-        "the group's users and admins, admins", _ok("Queue"),
+        _ok("Queue"),
         params=[_p("policy", "policy name", "llm-research"),
                 _p("profile", "profile name", "h100"),
                 _q("limit", {"type": "integer", "minimum": 1, "maximum": 10000,
@@ -576,18 +571,16 @@ PATHS: dict[str, Any] = {
         errors=AUTH_ERR + ("404",))},
     "/v1/policies": {"get": _op(
         "listPolicies", "use against reservation and limit, budgets, burn rate, alerts",
-        "users and group admins (their groups'), finance and admins (all)",
         _ok("PolicyList"))},
     "/v1/policies/{name}": {"get": _op(
-        "getPolicy", "one policy", "as listPolicies", _ok("Policy"),
+        "getPolicy", "one policy", _ok("Policy"),
         params=[_p("name", "policy name", "llm-research")], errors=AUTH_ERR + ("404",))},
     "/v1/pools": {"get": _op("listPools", "pools with capacity, used, borrowed and free",
-                             "any token (a worker: its own pool)", _ok("PoolList"))},
+                             _ok("PoolList"))},
     "/v1/events": {"get": _op(
         "listEvents", "the event and audit log, in pages (a page also stops after 4 MiB "
                       "of event data: follow `next`)",
-        "admins and finance (all); users (their tasks, their admin groups' tasks, their "
-        "groups' alerts)", _ok("EventList"),
+        _ok("EventList"),
         params=[_q("task", {"type": "string"}, "one task's events (404 for a task the "
                                                    "caller may not see)"),
                 _q("kind", {"type": "string"}, "one kind, e.g. preempted"),
@@ -595,43 +588,36 @@ PATHS: dict[str, Any] = {
                    "events after this seq (the `next` of the previous page)"),
                 _q("limit", LIMIT, "page size")], errors=AUTH_ERR + ("404",))},
     "/v1/engine": {
-        "get": _op("getEngine", "the engine switch and its last pass", "any token",
-                   _ok("Engine")),
-        "post": _op("setEngine", "switch the engine on or off", "admins", _ok("Engine"),
+        "get": _op("getEngine", "the engine switch and its last pass", _ok("Engine")),
+        "post": _op("setEngine", "switch the engine on or off", _ok("Engine"),
                     body="EngineSwitch"),
     },
     "/v1/estate": {"get": _op("getEstate", "the running estate revision, and the last "
-                                           "refused one", "any token", _ok("Estate"))},
+                                           "refused one", _ok("Estate"))},
     "/v1/plan/state": {"get": _op(
         "getPlanState", "the running revision and the live counts `kliqued plan --against` "
         "reads: per compute resource, policy and pool; GPU-hours per GPU type and month",
-        "role:planner (CI's read-only role) and admins", _ok("PlanState"))},
+        _ok("PlanState"))},
     "/v1/tokens": {
         "post": _op("createToken", "a token for a user, a worker (one pool) or a role",
-                    "admins", _ok("TokenCreated", "201", "created: the only time the token "
+                    _ok("TokenCreated", "201", "created: the only time the token "
                                                         "is shown"),
                     body="TokenRequest", errors=AUTH_ERR + ("422",)),
-        "get": _op("listTokens", "every token (never the secret)", "admins",
-                   _ok("TokenList")),
+        "get": _op("listTokens", "every token (never the secret)", _ok("TokenList")),
     },
     "/v1/tokens/{id}/rotate": {"post": _op(
         "rotateToken", "a new secret for the same principal and name; the old token stops "
-                       "at once, or after `grace`", "admins", _ok("TokenCreated", "201"),
+                       "at once, or after `grace`", _ok("TokenCreated", "201"),
         params=[_p("id", "token id")], body="TokenRotation",
         errors=AUTH_ERR + ("404", "409", "422"))},
     "/v1/tokens/{id}": {"delete": _op(
-        "revokeToken", "revoke a token (idempotent)", "admins",
-        {"204": {"description": "revoked"}}, params=[_p("id", "token id")],
+        "revokeToken", "revoke a token (idempotent)", {"204": {"description": "revoked"}}, params=[_p("id", "token id")],
         errors=AUTH_ERR + ("404",))},
     "/v1/ledger/sql": {"post": _op(
         "ledgerSql", "read-only SQL on the usage ledger (one statement, a snapshot, no file "
-                     "or network access, a time limit)",
-        "finance, admins; group admins: their groups' subtrees only",
-        _ok("SqlResult"), body="LedgerSql", errors=AUTH_ERR + ("422",))},
+                     "or network access, a time limit)", _ok("SqlResult"), body="LedgerSql", errors=AUTH_ERR + ("422",))},
     "/v1/ledger/export": {"get": _op(
-        "ledgerExport", "ledger intervals overlapping [from, to), as CSV",
-        "finance, admins; group admins: their groups' subtrees only",
-        {"200": {"description": "CSV, streamed",
+        "ledgerExport", "ledger intervals overlapping [from, to), as CSV", {"200": {"description": "CSV, streamed",
                  "content": {"text/csv": {"schema": {"type": "string"}}}}},
         params=[{**_q("from", TIME, "start (inclusive)"), "required": True},
                 {**_q("to", TIME, "end (exclusive)"), "required": True},
@@ -641,7 +627,43 @@ PATHS: dict[str, Any] = {
 PATHS["/v1/tasks/{id}/cancel"]["post"]["requestBody"]["required"] = False  # reason: optional
 
 
-def document(server_url: str | None = None) -> dict[str, Any]:
+class Declared(Protocol):
+    """What the document needs of a route declaration (``routes.Route``)."""
+    method: str
+    path: str
+    operation_id: str
+    allowed: tuple[str, ...]
+
+    @property
+    def public(self) -> bool: ...
+
+    @property
+    def who(self) -> str: ...
+
+
+def _paths(routes: Iterable[Declared]) -> dict[str, Any]:
+    """``PATHS`` with each operation's "Who" (description, ``x-klique-roles``, and no
+    security for a public route) taken from its route declaration."""
+    declared = {(r.method.lower(), r.path): r for r in routes}
+    out: dict[str, Any] = {}
+    for path, ops in PATHS.items():
+        out[path] = {}
+        for method, op in ops.items():
+            r = declared.get((method, path))
+            if r is None:
+                raise ValueError(f"{method.upper()} {path} has no route declaration")
+            if r.operation_id != op["operationId"]:
+                raise ValueError(f"{method.upper()} {path}: operation {op['operationId']} "
+                                 f"is declared as {r.operation_id}")
+            who = {"description": f"Who: {r.who}.", "x-klique-roles": list(r.allowed)}
+            out[path][method] = {**op, **who, **({"security": []} if r.public else {})}
+    return out
+
+
+def document(server_url: str | None = None,
+             routes: Iterable[Declared] | None = None) -> dict[str, Any]:
+    """The document; with ``routes`` (the daemon's route tables), each operation says who
+    may call it (without: the schemas and operations only, as request validation needs)."""
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "kliqued", "version": "1",
@@ -651,7 +673,7 @@ def document(server_url: str | None = None) -> dict[str, Any]:
                                 "GPU amounts are numbers with at most 3 decimals; times are "
                                 "RFC 3339 UTC."},
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
-        "paths": PATHS,
+        "paths": PATHS if routes is None else _paths(routes),
         "components": {
             "schemas": SCHEMAS,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",

@@ -1,8 +1,14 @@
-"""The authorization matrix: every kind of principal against every endpoint, exact statuses.
+"""The authorization matrix: every kind of principal against every route, exact statuses.
 
-Principals (conftest.py): admin, finance, alice (team-a user and team-a admin), bob (team-a
-user), erin (team-b: a user of another group), walter (admin of the department above both
-teams), a worker of pool-1, no token, a revoked token. The task under test is bob's, on
+Which roles a route admits comes from its declaration (``kliqued.daemon.app.ROUTES``, the
+handlers' route tables): a principal whose role it does not admit gets a 403 naming the
+roles it does, no token or a revoked one a 401 (a public route: 200). What an admitted
+principal gets is written here, with the object-level cases (a task or queue of another
+group, a worker id of no worker) spelled out.
+
+Principals (conftest.py): admin, finance, planner, alice (team-a user and team-a admin), bob
+(team-a user), erin (team-b: a user of another group), walter (admin of the department above
+both teams), a worker of pool-1, no token, a revoked token. The task under test is bob's, on
 team-a/one. A task a caller may not see is a 404 (ids are not disclosed); an estate object
 (queue, policy) outside the caller's groups is a 403 (names are in the estate, not secret).
 """
@@ -13,59 +19,115 @@ from typing import Any, Callable
 
 import pytest
 
+from kliqued.daemon.app import ROUTES
+from kliqued.daemon.routes import Route
+
 from tests.harness.daemon import Server
 
-WHO = ["admin", "finance", "alice", "bob", "erin", "walter", "worker", "none", "revoked"]
+WHO = ["admin", "finance", "planner", "alice", "bob", "erin", "walter", "worker", "none",
+       "revoked"]
+ROLE = {"admin": "admin", "finance": "finance", "planner": "planner", "alice": "user",
+        "bob": "user", "erin": "user", "walter": "user", "worker": "worker"}
 
 CMD = {"command": ["true"]}  # a task needs a command or a payload
+DAY = "from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z"
+TASK_SEEN = {"erin": 404}  # bob's task: bob, alice (team-a admin), walter (lab admin), admins
+NO_GROUP_ADMIN = {"bob": 403, "erin": 403}  # users who administer no group
 
-# endpoint -> (method, path, body, statuses in WHO order)
-# {task} is a fresh task of bob's, {token} a fresh token id.
-MATRIX: dict[str, tuple[str, str, Any, list[int]]] = {
-    "health": ("GET", "/v1/health", None, [200] * 9),
-    "openapi": ("GET", "/v1/openapi.json", None, [200] * 9),
-    "whoami": ("GET", "/v1/whoami", None, [200] * 7 + [401, 401]),
-    "submit": ("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
-               [400, 403, 201, 201, 422, 422, 403, 401, 401]),
-    "submit-for-bob": ("POST", "/v1/tasks",
+
+# case -> (operation id, concrete path, body, status of an admitted principal,
+#          object-level exceptions). {task} is a fresh task of bob's, {token} a fresh token id.
+MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
+    "health": ("health", "/v1/health", None, 200, {}),
+    "openapi": ("openapi", "/v1/openapi.json", None, 200, {}),
+    "whoami": ("whoami", "/v1/whoami", None, 200, {}),
+    "submit": ("submitTask", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
+               201, {"admin": 400, "erin": 422, "walter": 422}),
+    "submit-for-bob": ("submitTask", "/v1/tasks",
                        {"resource": "team-a/sized", "gpus": 0.001, "user": "bob", **CMD},
-                       [201, 403, 403, 201, 403, 403, 403, 401, 401]),
-    "list-tasks": ("GET", "/v1/tasks", None, [200, 403, 200, 200, 200, 200, 403, 401, 401]),
-    "get-task": ("GET", "/v1/tasks/{task}", None,
-                 [200, 403, 200, 200, 404, 200, 403, 401, 401]),
-    "cancel-task": ("POST", "/v1/tasks/{task}/cancel", None,
-                    [200, 403, 200, 200, 404, 200, 403, 401, 401]),
-    "resources": ("GET", "/v1/resources", None, [200] * 6 + [403, 401, 401]),
-    "queue": ("GET", "/v1/resources/team-a/one/queue", None,
-              [200, 403, 200, 200, 403, 200, 403, 401, 401]),
-    "policies": ("GET", "/v1/policies", None, [200] * 6 + [403, 401, 401]),
-    "policy": ("GET", "/v1/policies/team-a", None,
-               [200, 200, 200, 200, 403, 200, 403, 401, 401]),
-    "pools": ("GET", "/v1/pools", None, [200] * 7 + [401, 401]),
-    "events": ("GET", "/v1/events", None, [200] * 6 + [403, 401, 401]),
-    "get-engine": ("GET", "/v1/engine", None, [200] * 7 + [401, 401]),
-    "set-engine": ("POST", "/v1/engine", {"enabled": True}, [200] + [403] * 6 + [401, 401]),
-    "estate": ("GET", "/v1/estate", None, [200] * 7 + [401, 401]),
-    "plan-state": ("GET", "/v1/plan/state", None, [200] + [403] * 6 + [401, 401]),
-    "create-token": ("POST", "/v1/tokens", {"user": "erin"}, [201] + [403] * 6 + [401, 401]),
-    "list-tokens": ("GET", "/v1/tokens", None, [200] + [403] * 6 + [401, 401]),
-    "revoke-token": ("DELETE", "/v1/tokens/{token}", None, [204] + [403] * 6 + [401, 401]),
+                       201, {"alice": 403, "erin": 403, "walter": 403}),
+    "list-tasks": ("listTasks", "/v1/tasks", None, 200, {}),
+    "get-task": ("getTask", "/v1/tasks/{task}", None, 200, TASK_SEEN),
+    "cancel-task": ("cancelTask", "/v1/tasks/{task}/cancel", None, 200, TASK_SEEN),
+    "task-log": ("getTaskLog", "/v1/tasks/{task}/log", None, 200, TASK_SEEN),
+    "report-task": ("reportTask", "/v1/tasks/{task}/report", {}, 400, {}),  # admitted: body
+    "upload-log": ("uploadTaskLog", "/v1/tasks/{task}/log", None, 400, {}),  # no offset
+    "register": ("registerWorker", "/v1/workers/register", {}, 400, {}),
+    "workers": ("listWorkers", "/v1/workers", None, 200, {}),
+    "lease": ("leaseTasks", "/v1/workers/w-none/lease?wait=0", {}, 404, {}),
+    "heartbeat": ("workerHeartbeat", "/v1/workers/w-none/heartbeat", {}, 404, {}),
+    "reports": ("reportTasks", "/v1/workers/w-none/reports", {"reports": []}, 404, {}),
+    "deregister": ("deregisterWorker", "/v1/workers/w-none", None, 404, {}),
+    "resources": ("listResources", "/v1/resources", None, 200, {}),
+    "queue": ("getQueue", "/v1/resources/team-a/one/queue", None, 200, {"erin": 403}),
+    "policies": ("listPolicies", "/v1/policies", None, 200, {}),
+    "policy": ("getPolicy", "/v1/policies/team-a", None, 200, {"erin": 403}),
+    "pools": ("listPools", "/v1/pools", None, 200, {}),
+    "events": ("listEvents", "/v1/events", None, 200, {}),
+    "get-engine": ("getEngine", "/v1/engine", None, 200, {}),
+    "set-engine": ("setEngine", "/v1/engine", {"enabled": True}, 200, {}),
+    "estate": ("getEstate", "/v1/estate", None, 200, {}),
+    "plan-state": ("getPlanState", "/v1/plan/state", None, 200, {}),
+    "create-token": ("createToken", "/v1/tokens", {"user": "erin"}, 201, {}),
+    "list-tokens": ("listTokens", "/v1/tokens", None, 200, {}),
+    "rotate-token": ("rotateToken", "/v1/tokens/{token}/rotate", None, 201, {}),
+    "revoke-token": ("revokeToken", "/v1/tokens/{token}", None, 204, {}),
     # group admins (alice: team-a, walter: the department) read their subtree's rows
-    "ledger-sql": ("POST", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"},
-                   [200, 200, 200, 403, 403, 200, 403, 401, 401]),
-    "ledger-export": ("GET", "/v1/ledger/export?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z",
-                      None, [200, 200, 200, 403, 403, 200, 403, 401, 401]),
+    "ledger-sql": ("ledgerSql", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"}, 200,
+                   NO_GROUP_ADMIN),
+    "ledger-export": ("ledgerExport", f"/v1/ledger/export?{DAY}", None, 200, NO_GROUP_ADMIN),
 }
 
-CASES = [(ep, i, w) for ep in MATRIX for i, w in enumerate(WHO)]
+DECLARED: dict[str, Route] = {r.operation_id: r for r in ROUTES}
 
 
-@pytest.mark.parametrize("endpoint,i,principal", CASES,
-                         ids=[f"{ep}-{w}" for ep, _, w in CASES])
-def test_matrix(server: Server, who, endpoint: str, i: int, principal: str) -> None:
-    method, path, body, statuses = MATRIX[endpoint]
-    want = statuses[i]
-    token = None if principal == "none" else getattr(who, principal)
+def expected(case: str, principal: str) -> int:
+    """What ``principal`` gets: from the route's declaration, then the object-level case."""
+    op, _, _, admitted, exceptions = MATRIX[case]
+    route = DECLARED[op]
+    if route.public:
+        return 200
+    if principal in ("none", "revoked"):
+        return 401
+    if ROLE[principal] not in route.allowed:
+        return 403
+    return exceptions.get(principal, admitted)
+
+
+def test_matrix_covers_every_declared_route() -> None:
+    """Every route served has a case here; every case's path is its route's path."""
+    assert {op for op, *_ in MATRIX.values()} == set(DECLARED)
+    for case, (op, path, *_) in MATRIX.items():
+        route = DECLARED[op]
+        pattern = path.split("?")[0].replace("{task}", "t").replace("{token}", "k")
+        template = route.path.split("/")
+        assert len(pattern.split("/")) == len(template), case
+        for got, want in zip(pattern.split("/"), template):
+            assert want.startswith("{") or got == want, (case, path, route.path)
+
+
+def test_exceptions_are_for_admitted_principals() -> None:
+    """An object-level exception for a principal the route refuses anyway would be dead."""
+    for case, (op, *_, exceptions) in MATRIX.items():
+        for principal in exceptions:
+            assert ROLE[principal] in DECLARED[op].allowed, (case, principal)
+
+
+CASES = [(case, w) for case in MATRIX for w in WHO]
+
+
+@pytest.fixture(scope="module")
+def planner(server: Server) -> str:
+    return server.token({"role": "planner"})
+
+
+@pytest.mark.parametrize("case,principal", CASES, ids=[f"{c}-{w}" for c, w in CASES])
+def test_matrix(server: Server, who, planner: str, case: str, principal: str) -> None:
+    op, path, body, _, _ = MATRIX[case]
+    method = DECLARED[op].method
+    want = expected(case, principal)
+    token = {"none": None, "planner": planner}[principal] if principal in (
+        "none", "planner") else getattr(who, principal)
     if "{task}" in path:
         t = server.ok("POST", "/v1/tasks", {"resource": "team-a/one", "user": "bob", **CMD},
                       expect=201)
@@ -77,9 +139,13 @@ def test_matrix(server: Server, who, endpoint: str, i: int, principal: str) -> N
     assert status == want, f"{principal} {method} {path}: {status} {data}"
     if status >= 400:
         assert set(data) == {"error"} and data["error"]["code"] and data["error"]["message"]
-    if "{task}" in MATRIX[endpoint][1]:
+    if status == 403 and ROLE.get(principal) not in DECLARED[op].allowed:
+        # refused by the declaration: the answer says who may call it
+        assert data["error"]["details"]["allowed"] == list(DECLARED[op].allowed)
+        assert op in data["error"]["message"]
+    if "{task}" in MATRIX[case][1]:
         server.ok("POST", f"/v1/tasks/{t['id']}/cancel")
-    if endpoint.startswith("submit") and status == 201:
+    if op == "submitTask" and status == 201:
         server.ok("POST", f"/v1/tasks/{data['id']}/cancel")
 
 

@@ -12,12 +12,12 @@ from schemathesis.config import SchemathesisConfig
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 
-from kliqued.daemon.app import Context, make_app
+from kliqued.daemon.app import ROUTES, Context, make_app
 from kliqued.daemon.openapi import document
 
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
 
-DOC = document()
+DOC = document(routes=ROUTES)
 
 
 def test_document_is_valid_openapi_31() -> None:
@@ -35,6 +35,26 @@ def test_document_lists_every_route() -> None:
         served.add((route.method.lower(), path))
     documented = {(m, p) for p, ops in DOC["paths"].items() for m in ops}
     assert served == documented
+
+
+def test_every_served_route_is_declared_and_documented() -> None:
+    """The route tables are the one declaration: what is served, its operation id and who
+    may call it (the document's "Who" and ``x-klique-roles``)."""
+    app = make_app(Context(None, None, None, 1.0))  # type: ignore[arg-type]
+    served = {(r.method, r.resource.canonical) for r in app.router.routes()
+              if r.method != "HEAD" and r.resource is not None}
+    assert served == {(r.method, r.path) for r in ROUTES}
+    for r in ROUTES:
+        op = DOC["paths"][r.path][r.method.lower()]
+        assert op["operationId"] == r.operation_id
+        assert op["x-klique-roles"] == list(r.allowed)
+        assert op["description"] == f"Who: {r.who}."
+        assert (op.get("security") == []) == r.public, r.operation_id
+
+
+def test_an_undeclared_operation_is_refused() -> None:
+    with pytest.raises(ValueError, match="no route declaration"):
+        document(routes=[r for r in ROUTES if r.operation_id != "getEstate"])
 
 
 def test_contract_mentions_every_documented_route() -> None:

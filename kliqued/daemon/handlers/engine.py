@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import views
-from ..app import ctx, read_json, reply
-from ..errors import forbidden
+from ..request import ctx, principal, read_json, reply
+from ..routes import ANY, Route
 
 
 async def get_engine(request: web.Request) -> web.Response:
@@ -16,10 +16,14 @@ async def get_engine(request: web.Request) -> web.Response:
 
 async def set_engine(request: web.Request) -> web.Response:
     c = ctx(request)
-    p = request["principal"]
-    if not p.is_admin:
-        raise forbidden("only an admin switches the engine")
+    p = principal(request)
     body = await read_json(request, "EngineSwitch")
     enabled = bool(body["enabled"])
     await c.seq.submit(lambda now, ov: c.daemon.prepare_engine(p, enabled, now, ov))
     return reply(views.engine(c.daemon, c.pass_interval_s))
+
+
+ROUTES = [
+    Route("GET", "/v1/engine", get_engine, "getEngine", ANY),
+    Route("POST", "/v1/engine", set_engine, "setEngine", ("admin",)),
+]

@@ -5,8 +5,14 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import views
-from ..app import ctx, reply
+from ..request import ctx, reply
+from ..routes import ANY, Route
 
 
 async def get_estate(request: web.Request) -> web.Response:
     return reply(views.estate(ctx(request).daemon))
+
+
+ROUTES = [
+    Route("GET", "/v1/estate", get_estate, "getEstate", ANY),
+]

@@ -6,17 +6,16 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import limits, views
-from ..app import ctx, reply
-from ..errors import forbidden, not_found
+from ..errors import not_found
+from ..request import ctx, principal, reply
+from ..routes import Route
 from .params import int_param, str_param
 
 
 async def list_events(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
-    if not (p.is_admin or p.is_finance or p.is_user):
-        raise forbidden(f"{p.text} cannot read the event log")
+    p = principal(request)
     task = str_param(request, "task")
     kind = str_param(request, "kind")
     since = int_param(request, "since", 0, 0, 2**62)
@@ -47,3 +46,9 @@ async def list_events(request: web.Request) -> web.Response:
         cur, where, params, limit, limits.MAX_PAGE_BYTES))
     return reply({"events": [views.event(r) for r in rows],
                   "next": rows[-1]["seq"] if more and rows else None})
+
+
+ROUTES = [
+    Route("GET", "/v1/events", list_events, "listEvents", ("admin", "finance", "user"),
+          rule="a user: their tasks, their admin groups' tasks and their groups' alerts"),
+]

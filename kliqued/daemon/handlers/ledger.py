@@ -13,9 +13,10 @@ from aiohttp import web
 from kliqued.ledger import export as ledger_export
 from kliqued.ledger import sql as ledger_sql
 
-from ..app import ctx, read_json, reply
 from ..errors import ApiError, bad_request, forbidden
 from ..querypool import Busy, Expired
+from ..request import ctx, principal, read_json, reply
+from ..routes import Route
 from .params import str_param, time_param
 
 
@@ -23,8 +24,8 @@ def _scope(request: web.Request) -> list[str] | None:
     """The groups whose subtrees the caller reads, or None for the whole ledger (finance and
     platform admins). A group admin (of a department, or of a team: a subtree of one) reads
     the rows whose recorded group path passes through a group whose ``admins`` list them;
-    everyone else is refused."""
-    p = request["principal"]
+    a user who administers no group is refused (the object-level rule of ``ROUTES``)."""
+    p = principal(request)
     if p.is_finance or p.is_admin:
         return None
     index = ctx(request).daemon.index
@@ -92,3 +93,12 @@ async def export(request: web.Request) -> web.StreamResponse:
         return resp
     finally:
         cur.close()
+
+
+READERS = ("admin", "finance", "user")
+SCOPE = "a user: only an admin of some group, reading their groups' subtrees"
+
+ROUTES = [
+    Route("POST", "/v1/ledger/sql", sql, "ledgerSql", READERS, rule=SCOPE),
+    Route("GET", "/v1/ledger/export", export, "ledgerExport", READERS, rule=SCOPE),
+]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import views
-from ..app import ctx, reply
-from ..openapi import document
+from ..request import DOC, ctx, principal, reply
+from ..routes import ANY, PUBLIC, Route
 
 
 async def health(request: web.Request) -> web.Response:
@@ -18,8 +18,15 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return reply(document(ctx(request).server_url))
+    return reply(request.app[DOC])
 
 
 async def whoami(request: web.Request) -> web.Response:
-    return reply(views.whoami(ctx(request).daemon, request["principal"]))
+    return reply(views.whoami(ctx(request).daemon, principal(request)))
+
+
+ROUTES = [
+    Route("GET", "/v1/health", health, "health", PUBLIC),
+    Route("GET", "/v1/openapi.json", openapi, "openapi", PUBLIC),
+    Route("GET", "/v1/whoami", whoami, "whoami", ANY),
+]

@@ -13,8 +13,8 @@ from aiohttp import web
 
 from kliqued.engine.budget import UNITS_PER_HOUR_MILLI
 
-from ..app import ctx, reply
-from ..errors import forbidden
+from ..request import ctx, reply
+from ..routes import Route
 from ..units import iso
 
 PERIODS = ("day", "week", "month")
@@ -72,10 +72,6 @@ def live_state(d: Any, now: int) -> dict[str, Any]:
 
 
 async def plan_state(request: web.Request) -> web.Response:
-    p = request["principal"]
-    if not (p.is_admin or p.is_planner):
-        raise forbidden(f"{p.text} cannot read the plan state: it is for role:planner "
-                        "(CI) and admins")
     c = ctx(request)
     d = c.daemon
     out = live_state(d, d.clock.now())
@@ -83,3 +79,9 @@ async def plan_state(request: web.Request) -> web.Response:
     out["usage"] = [{"gpu_type": g, "month": m, "gpu_hours": round(float(h or 0), 6)}
                     for g, m, h in rows]
     return reply(out)
+
+
+ROUTES = [
+    Route("GET", "/v1/plan/state", plan_state, "getPlanState", ("admin", "planner"),
+          hint="CI's `kliqued plan --against` holds a role:planner token"),
+]

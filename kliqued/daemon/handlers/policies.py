@@ -5,15 +5,14 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import views
-from ..app import ctx, reply
 from ..errors import forbidden, not_found
+from ..request import ctx, principal, reply
+from ..routes import Route
 
 
 async def list_policies(request: web.Request) -> web.Response:
     d = ctx(request).daemon
-    p = request["principal"]
-    if p.is_worker:
-        raise forbidden(f"{p.text} cannot see policies")
+    p = principal(request)
     idx, acc = d.idx(), d.acc()
     now = d.clock.now()
     names = sorted(n for n, g in idx.group_of_policy.items()
@@ -23,9 +22,7 @@ async def list_policies(request: web.Request) -> web.Response:
 
 async def get_policy(request: web.Request) -> web.Response:
     d = ctx(request).daemon
-    p = request["principal"]
-    if p.is_worker:
-        raise forbidden(f"{p.text} cannot see policies")
+    p = principal(request)
     name = request.match_info["name"]
     g = d.idx().group_of_policy.get(name)
     if g is None:
@@ -33,3 +30,12 @@ async def get_policy(request: web.Request) -> web.Response:
     if not (p.is_finance or d.acc().sees_group(p, g)):
         raise forbidden(f"{p.text} is not in group {g}")
     return reply(views.policy(d, name, d.clock.now()))
+
+
+SEERS = ("admin", "finance", "user")
+RULE = "a user: the policies of groups they are in or administer"
+
+ROUTES = [
+    Route("GET", "/v1/policies", list_policies, "listPolicies", SEERS, rule=RULE),
+    Route("GET", "/v1/policies/{name}", get_policy, "getPolicy", SEERS, rule=RULE),
+]

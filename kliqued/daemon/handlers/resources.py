@@ -7,32 +7,29 @@ from itertools import islice
 from aiohttp import web
 
 from .. import views
-from ..app import ctx, reply
 from ..errors import forbidden, not_found
+from ..request import ctx, principal, reply
+from ..routes import Route
 from ..units import gpus, iso
 from .params import int_param
 
 
 async def list_resources(request: web.Request) -> web.Response:
     d = ctx(request).daemon
-    p = request["principal"]
+    p = principal(request)
     idx = d.idx()
-    if p.is_admin or p.is_finance:
-        names = sorted(idx.resources)
-    elif p.is_user:
+    if p.is_user:
         acc = d.acc()
         names = sorted(n for n, cr in idx.resources.items() if acc.sees_group(p, cr.group))
     else:
-        raise forbidden(f"{p.text} cannot list compute resources")
+        names = sorted(idx.resources)
     rooms: dict = {}
     return reply({"resources": [views.resource(d, n, p, rooms) for n in names]})
 
 
 async def queue(request: web.Request) -> web.Response:
     d = ctx(request).daemon
-    p = request["principal"]
-    if not (p.is_user or p.is_admin):
-        raise forbidden(f"{p.text} cannot see queues")
+    p = principal(request)
     name = f"{request.match_info['policy']}/{request.match_info['profile']}"
     limit = int_param(request, "limit", 1000, 1, 10000)
     cr = d.idx().resources.get(name)
@@ -51,3 +48,11 @@ async def queue(request: web.Request) -> web.Response:
                         "submitted_at": iso(t.submitted_at)})
     return reply({"resource": name, "queued": q.live if q is not None else 0,
                   "queue": entries})
+
+
+ROUTES = [
+    Route("GET", "/v1/resources", list_resources, "listResources", ("admin", "finance", "user"),
+          rule="a user: their groups' compute resources"),
+    Route("GET", "/v1/resources/{policy}/{profile}/queue", queue, "getQueue",
+          ("admin", "user"), rule="a user: the queues of groups they are in or administer"),
+]

@@ -14,21 +14,20 @@ from aiohttp import web
 from kliqued.engine import SubmissionError, check_submission
 
 from .. import limits, views
-from ..app import ctx, read_json, reply
 from ..auth import Access
 from ..core import Daemon
 from ..errors import ApiError, bad_request, forbidden, not_found
 from ..openapi import submission_surely_valid
 from ..records import TaskRecord
+from ..request import ctx, principal, read_json, reply
+from ..routes import Route
 from ..units import to_milli
 from .params import int_param, str_param
 
 
 def _visible(request: web.Request, rec: TaskRecord) -> TaskRecord:
-    p = request["principal"]
-    if not (p.is_user or p.is_admin):
-        raise forbidden(f"{p.text} cannot see tasks")
-    if not ctx(request).daemon.acc().sees_task(p, rec.user, rec.group):
+    """``rec``, if the caller may see it (routes ``SEE_TASK``); a 404 otherwise."""
+    if not ctx(request).daemon.acc().sees_task(principal(request), rec.user, rec.group):
         raise not_found(f"no task {rec.id}")
     return rec
 
@@ -57,9 +56,7 @@ def _with_options(d: Daemon, user: str, body: dict, exc: SubmissionError) -> str
 async def submit(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
-    if not (p.is_user or p.is_admin):
-        raise forbidden(f"{p.text} sends no work: use a user's token")
+    p = principal(request)
     body = await read_json(request, "TaskSubmission", submission_surely_valid)
     if not body.get("command") and body.get("payload") is None:
         raise ApiError(422, "invalid-task", "a task needs `command` (a non-empty list of "
@@ -123,7 +120,7 @@ async def get_task(request: web.Request) -> web.Response:
 async def cancel(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
+    p = principal(request)
     rec = _visible(request, d.record(request.match_info["id"]))
     body = await read_json(request, "CancelRequest") if request.body_exists else None
     reason = (body or {}).get("reason") or None
@@ -133,9 +130,7 @@ async def cancel(request: web.Request) -> web.Response:
 
 async def list_tasks(request: web.Request) -> web.Response:
     d = ctx(request).daemon
-    p = request["principal"]
-    if not (p.is_user or p.is_admin):
-        raise forbidden(f"{p.text} cannot list tasks")
+    p = principal(request)
     state = str_param(request, "state", ("queued", "placed", "ended"))
     resource = str_param(request, "resource")
     user = str_param(request, "user")
@@ -175,3 +170,16 @@ async def list_tasks(request: web.Request) -> web.Response:
     many = sum(r.state == "queued" for r in out) > 20
     return reply({"tasks": [views.task(d, r, many) for r in out],
                   "next": out[-1].id if more and out else None})
+
+
+PEOPLE = ("admin", "user")
+SEE_TASK = "a user: their own tasks and those of groups they administer"
+
+ROUTES = [
+    Route("POST", "/v1/tasks", submit, "submitTask", PEOPLE,
+          rule="a user: to their groups' compute resources; an admin: on behalf of a user, "
+               "with `user`", hint="use a user's token"),
+    Route("GET", "/v1/tasks", list_tasks, "listTasks", PEOPLE, rule=SEE_TASK),
+    Route("GET", "/v1/tasks/{id}", get_task, "getTask", PEOPLE, rule=SEE_TASK),
+    Route("POST", "/v1/tasks/{id}/cancel", cancel, "cancelTask", PEOPLE, rule=SEE_TASK),
+]

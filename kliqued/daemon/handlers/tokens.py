@@ -18,21 +18,15 @@ from compiler.models import USER_PATTERN
 from compiler.units import parse_duration
 
 from .. import views
-from ..app import ctx, read_json, reply
-from ..errors import ApiError, forbidden
+from ..errors import ApiError
+from ..request import ctx, principal, read_json, reply
+from ..routes import Route
 from ..units import iso, parse_iso
 
 NAME_MAX = 256
 MAX_LIFETIME_S = 10 * 366 * 86400
 """Expiry at most ten years out (beyond that, leave it unset)."""
 _USER = re.compile(USER_PATTERN)
-
-
-def _admin(request: web.Request):
-    p = request["principal"]
-    if not p.is_admin:
-        raise forbidden("only an admin manages tokens")
-    return p
 
 
 def _invalid(field: str, message: str) -> ApiError:
@@ -135,13 +129,13 @@ def _created(rec: Any, token: str, status: int = 201) -> web.Response:
 
 async def create(request: web.Request) -> web.Response:
     c = ctx(request)
-    p = _admin(request)
+    p = principal(request)
     body = await read_json(request, "TokenRequest")
-    principal = _principal(request, body)
+    target = _principal(request, body)
     name = _name(body)
     expires = _expires_at(body, c.daemon.clock.now())
     rec, token = await c.seq.submit(
-        lambda now, ov: c.daemon.prepare_token(p, principal, name, now, ov,
+        lambda now, ov: c.daemon.prepare_token(p, target, name, now, ov,
                                                expires_at=expires))
     return _created(rec, token)
 
@@ -150,7 +144,7 @@ async def rotate(request: web.Request) -> web.Response:
     """``POST /tokens/{id}/rotate``: a new secret for the same principal; the old token
     stops at once, or after ``grace``."""
     c = ctx(request)
-    p = _admin(request)
+    p = principal(request)
     tid = request.match_info["id"]
     body = await read_json(request, "TokenRotation") if await request.read() else {}
     grace = _duration_ms(body, "grace") or 0
@@ -166,7 +160,6 @@ async def rotate(request: web.Request) -> web.Response:
 
 
 async def list_tokens(request: web.Request) -> web.Response:
-    _admin(request)
     book = ctx(request).daemon.tokens
     return reply({"tokens": [views.token(r) for r in sorted(book.by_id.values(),
                                                             key=lambda r: r.id)]})
@@ -174,10 +167,20 @@ async def list_tokens(request: web.Request) -> web.Response:
 
 async def revoke(request: web.Request) -> web.Response:
     c = ctx(request)
-    p = _admin(request)
+    p = principal(request)
     tid = request.match_info["id"]
     await c.seq.submit(lambda now, ov: c.daemon.prepare_revoke(p, tid, now, ov))
     rec = c.daemon.tokens.by_id.get(tid)
     if rec is not None:
         _end_polls(c, rec.principal)
     return web.Response(status=204)
+
+
+ADMIN = ("admin",)
+
+ROUTES = [
+    Route("POST", "/v1/tokens", create, "createToken", ADMIN),
+    Route("GET", "/v1/tokens", list_tokens, "listTokens", ADMIN),
+    Route("DELETE", "/v1/tokens/{id}", revoke, "revokeToken", ADMIN),
+    Route("POST", "/v1/tokens/{id}/rotate", rotate, "rotateToken", ADMIN),
+]

@@ -15,12 +15,13 @@ import asyncio
 from aiohttp import web
 
 from .. import fleet, views
-from ..app import ctx, read_json, reply
 from ..errors import ApiError, bad_request, forbidden
 from ..leases import CLOSED, FENCED
 from ..logs import MAX_READ
+from ..request import ctx, principal, read_json, reply
+from ..routes import Route
 from .params import int_param
-from .tasks import _visible
+from .tasks import PEOPLE, SEE_TASK, _visible
 
 
 def _key_hash(request: web.Request, required: bool = False) -> str | None:
@@ -44,7 +45,7 @@ async def _audited(request: web.Request, check):
         return check()
     except fleet.Refused as exc:
         c = ctx(request)
-        p = request["principal"]
+        p = principal(request)
         await c.seq.submit(lambda now, ov: fleet.prepare_refused(c.daemon, p, exc, now, ov))
         raise
 
@@ -52,10 +53,7 @@ async def _audited(request: web.Request, check):
 async def register(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
-    if not p.is_worker:
-        raise forbidden(f"{p.text} is not a worker: register with a worker token "
-                        f"(kliqued token create --worker --pool NAME)")
+    p = principal(request)
     body = await read_json(request, "WorkerRegistration")
     if body["pool"] != p.name:
         raise forbidden(f"this token is bound to pool {p.name}, not {body['pool']}")
@@ -72,7 +70,7 @@ async def register(request: web.Request) -> web.Response:
 async def lease(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
+    p = principal(request)
     wid = request.match_info["id"]
     key = _key_hash(request)
     w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "lease"))
@@ -122,7 +120,7 @@ async def lease(request: web.Request) -> web.Response:
 async def heartbeat(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
+    p = principal(request)
     wid = request.match_info["id"]
     key = _key_hash(request)
     w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "heartbeat"))
@@ -138,10 +136,8 @@ async def heartbeat(request: web.Request) -> web.Response:
 async def report(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
+    p = principal(request)
     tid = request.match_info["id"]
-    if not p.is_worker:
-        raise forbidden(f"{p.text} is not a worker: only workers report")
     body = await read_json(request, "TaskReport")
     key = _key_hash(request)
     epoch = int(body["epoch"])
@@ -161,7 +157,7 @@ async def reports(request: web.Request) -> web.Response:
     """Several reports of one worker in one request, one transaction; one result each."""
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
+    p = principal(request)
     wid = request.match_info["id"]
     key = _key_hash(request)
     w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "reports"))
@@ -180,7 +176,7 @@ async def deregister(request: web.Request) -> web.Response:
     unless the worker reported them ``stopped`` with ``reason: "shutdown"`` before)."""
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
+    p = principal(request)
     wid = request.match_info["id"]
     w = d.workers.get(wid)
     if p.is_worker:
@@ -191,8 +187,6 @@ async def deregister(request: web.Request) -> web.Response:
                             f"{p.name}")
         key = _key_hash(request)
         await _audited(request, lambda: fleet.check_key(w, key, "deregister"))
-    elif not p.is_admin:
-        raise forbidden(f"{p.text} cannot deregister workers")
     answer = await c.seq.submit(lambda now, ov: fleet.prepare_deregister(d, p, wid, now, ov))
     c.wake(answer.get("pool") or (w.pool if w is not None else ""))
     return reply(answer)
@@ -201,10 +195,8 @@ async def deregister(request: web.Request) -> web.Response:
 async def upload_log(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
-    p = request["principal"]
+    p = principal(request)
     tid = request.match_info["id"]
-    if not p.is_worker:
-        raise forbidden(f"{p.text} is not a worker: only workers upload logs")
     offset = int_param(request, "offset", None, 0, 2**62)
     if offset is None:
         raise bad_request("offset is required: the byte offset of this chunk in the log")
@@ -247,9 +239,7 @@ async def read_log(request: web.Request) -> web.StreamResponse:
 
 async def list_workers(request: web.Request) -> web.Response:
     d = ctx(request).daemon
-    p = request["principal"]
-    if not (p.is_admin or p.is_worker):
-        raise forbidden(f"{p.text} cannot list workers")
+    p = principal(request)
     pool = request.query.get("pool") or None
     limit = int_param(request, "limit", 1000, 1, 1000)
     assert limit is not None
@@ -259,3 +249,26 @@ async def list_workers(request: web.Request) -> web.Response:
     page = ws[:limit]  # worker ids are any a worker token registers: pages keep it bounded
     return reply({"workers": [views.worker(d, w) for w in page],
                   "next": page[-1].id if len(ws) > limit else None})
+
+
+WORKER = ("worker",)
+OWN_WORKER = "a worker: only its own worker id (its pool's token and its worker key)"
+LEASE_HOLDER = "the worker holding the lease (its pool's token and its worker key)"
+
+ROUTES = [
+    Route("POST", "/v1/tasks/{id}/report", report, "reportTask", WORKER, rule=LEASE_HOLDER),
+    Route("POST", "/v1/tasks/{id}/log", upload_log, "uploadTaskLog", WORKER,
+          rule=LEASE_HOLDER),
+    Route("GET", "/v1/tasks/{id}/log", read_log, "getTaskLog", PEOPLE, rule=SEE_TASK),
+    Route("POST", "/v1/workers/register", register, "registerWorker", WORKER,
+          rule="a token of the pool it registers with",
+          hint="register with a worker token (kliqued token create --worker --pool NAME)"),
+    Route("GET", "/v1/workers", list_workers, "listWorkers", ("admin", "worker"),
+          rule="a worker: its pool's workers"),
+    Route("POST", "/v1/workers/{id}/lease", lease, "leaseTasks", WORKER, rule=OWN_WORKER),
+    Route("POST", "/v1/workers/{id}/heartbeat", heartbeat, "workerHeartbeat", WORKER,
+          rule=OWN_WORKER),
+    Route("POST", "/v1/workers/{id}/reports", reports, "reportTasks", WORKER, rule=OWN_WORKER),
+    Route("DELETE", "/v1/workers/{id}", deregister, "deregisterWorker", ("admin", "worker"),
+          rule=OWN_WORKER),
+]

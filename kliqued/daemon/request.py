@@ -1,0 +1,81 @@
+"""What a handler needs from a request: the daemon's context, the checked JSON body, the
+caller, and JSON replies.
+
+Its own module so that handlers import it and ``app.py`` imports handlers, never the other
+way round (issue 11): ``app.py`` only assembles the application from the route tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from aiohttp import web
+
+from .auth import Principal
+from .core import Daemon
+from .errors import bad_request
+from .inputs import parse_body
+from .logs import LogStore
+from .loop import Sequencer
+from .openapi import validator
+from .store import Store
+
+CTX = web.AppKey("ctx", object)
+DOC = web.AppKey("openapi", dict)
+"""The OpenAPI document, built once from the route tables when the application is made."""
+
+
+@dataclass
+class Context:
+    daemon: Daemon
+    seq: Sequencer
+    store: Store
+    pass_interval_s: float
+    server_url: str | None = None
+    logs: LogStore | None = None  # type: ignore[assignment]
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the daemon stops: long polls answer at once."""
+
+    def wake(self, pool: str) -> None:
+        """Parked long polls of ``pool`` lease in the cycle of the placement."""
+        self.seq.unpark(pool)
+
+    def wake_all(self) -> None:
+        """Stopping: every parked long poll answers at once, with nothing."""
+        self.seq.unpark_all([])
+
+
+def ctx(request: web.Request) -> Context:
+    return request.app[CTX]  # type: ignore[return-value]
+
+
+def principal(request: web.Request) -> Principal:
+    """The authenticated caller (set by the auth middleware on every non-public route)."""
+    return request["principal"]  # type: ignore[no-any-return]
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def reply(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=dumps)
+
+
+async def read_json(request: web.Request, schema: str,
+                    surely_valid: Callable[[Any], bool] | None = None) -> dict[str, Any]:
+    """The body, parsed and validated against the OpenAPI schema ``schema`` (skipped when
+    ``surely_valid`` vouches for it: a conservative fast check of a hot path)."""
+    body = parse_body(await request.read(), schema)  # text, numbers, depth: inputs.py
+    if surely_valid is not None and surely_valid(body):
+        return body
+    errors = sorted(validator(schema).iter_errors(body), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        where = "".join(f"/{p}" for p in e.path) or "(body)"
+        raise bad_request(f"{where}: {e.message}"[:2000],
+                          {"schema": schema, "path": [str(p) for p in e.path]})
+    return body
