@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Awaitable, Callable
 
 from aiohttp import web
 
@@ -23,7 +22,7 @@ from .handlers import resources, tasks, tokens, workers
 from .inputs import check_params
 from .openapi import document
 from .request import CTX, DOC, Context, ctx, reply
-from .routes import Route, table
+from .routes import Handler, Route, table
 
 __all__ = ["Context", "ROUTES", "make_app"]
 
@@ -36,9 +35,7 @@ ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.
 """Every route the daemon serves, with who may call it: the one declaration."""
 TABLE = table(ROUTES)
 PUBLIC = frozenset(r.path for r in ROUTES if r.public)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
+"""Paths served without a token (the input middleware skips their Authorization header)."""
 
 _HTTP_CODES = {400: "invalid-request", 401: "unauthenticated", 403: "forbidden",
                404: "not-found", 405: "method-not-allowed", 413: "request-too-large",

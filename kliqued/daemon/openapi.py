@@ -460,8 +460,8 @@ PATHS: dict[str, Any] = {
         "post": _op(
             "submitTask", "send a task to a compute resource",
             {**_ok("Task", "201", "created"),
-                       **_ok("Task", "200", "a retry: the task first created with this "
-                                            "Idempotency-Key")},
+             **_ok("Task", "200", "a retry: the task first created with this "
+                                  "Idempotency-Key")},
             params=[{"name": "Idempotency-Key", "in": "header", "required": False,
                      "schema": {"type": "string", "minLength": 1, "maxLength": 256},
                      "description": "a retry with the same key and principal returns the "
@@ -601,7 +601,7 @@ PATHS: dict[str, Any] = {
     "/v1/tokens": {
         "post": _op("createToken", "a token for a user, a worker (one pool) or a role",
                     _ok("TokenCreated", "201", "created: the only time the token "
-                                                        "is shown"),
+                                               "is shown"),
                     body="TokenRequest", errors=AUTH_ERR + ("422",)),
         "get": _op("listTokens", "every token (never the secret)", _ok("TokenList")),
     },
@@ -611,13 +611,16 @@ PATHS: dict[str, Any] = {
         params=[_p("id", "token id")], body="TokenRotation",
         errors=AUTH_ERR + ("404", "409", "422"))},
     "/v1/tokens/{id}": {"delete": _op(
-        "revokeToken", "revoke a token (idempotent)", {"204": {"description": "revoked"}}, params=[_p("id", "token id")],
+        "revokeToken", "revoke a token (idempotent)", {"204": {"description": "revoked"}},
+        params=[_p("id", "token id")],
         errors=AUTH_ERR + ("404",))},
     "/v1/ledger/sql": {"post": _op(
         "ledgerSql", "read-only SQL on the usage ledger (one statement, a snapshot, no file "
-                     "or network access, a time limit)", _ok("SqlResult"), body="LedgerSql", errors=AUTH_ERR + ("422",))},
+                     "or network access, a time limit)",
+        _ok("SqlResult"), body="LedgerSql", errors=AUTH_ERR + ("422",))},
     "/v1/ledger/export": {"get": _op(
-        "ledgerExport", "ledger intervals overlapping [from, to), as CSV", {"200": {"description": "CSV, streamed",
+        "ledgerExport", "ledger intervals overlapping [from, to), as CSV",
+        {"200": {"description": "CSV, streamed",
                  "content": {"text/csv": {"schema": {"type": "string"}}}}},
         params=[{**_q("from", TIME, "start (inclusive)"), "required": True},
                 {**_q("to", TIME, "end (exclusive)"), "required": True},
