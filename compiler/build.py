@@ -11,12 +11,12 @@ from .units import money_str
 
 
 def build(sources: SourceMap) -> c.CompiledEstate:
-    settings: Settings = sources.settings.model if sources.settings else Settings()  # type: ignore[assignment]
-    pools: list[Pool] = [o.model for o in sources.of("pool").values()]  # type: ignore[misc]
-    profiles: list[Profile] = [o.model for o in sources.of("profile").values()]  # type: ignore[misc]
-    policies: list[Policy] = [o.model for o in sources.of("policy").values()]  # type: ignore[misc]
-    groups: list[Group] = [o.model for o in sources.of("group").values()]  # type: ignore[misc]
-    prices: list[Price] = [o.model for o in sources.of("price").values()]  # type: ignore[misc]
+    settings: Settings = sources.settings.model if sources.settings else Settings()
+    pools: list[Pool] = [o.model for o in sources.of("pool").values()]
+    profiles: list[Profile] = [o.model for o in sources.of("profile").values()]
+    policies: list[Policy] = [o.model for o in sources.of("policy").values()]
+    groups: list[Group] = [o.model for o in sources.of("group").values()]
+    prices: list[Price] = [o.model for o in sources.of("price").values()]
 
     resolved = {p.name: resolve_pools(p, pools) for p in profiles}
     users_of_pool: dict[str, list[str]] = {q.name: [] for q in pools}

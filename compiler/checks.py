@@ -48,7 +48,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
     profiles = sources.of("profile")
     policies = sources.of("policy")
     groups = sources.of("group")
-    pool_models: list[Pool] = [o.model for o in pools.values()]  # type: ignore[misc]
+    pool_models: list[Pool] = [o.model for o in pools.values()]
 
     diags += _check_pools(sources, pools)
     diags += _check_groups(sources, groups, policies)
@@ -59,13 +59,13 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
 
     resolved: dict[str, list[str]] = {}
     for name, obj in profiles.items():
-        prof: Profile = obj.model  # type: ignore[assignment]
+        prof: Profile = obj.model
         diags += _check_profile(sources, obj, prof, pool_models)
         resolved[name] = resolve_pools(prof, pool_models)
 
     connected: dict[str, list[str]] = {p: [] for p in policies}
     for name, obj in profiles.items():
-        prof = obj.model  # type: ignore[assignment]
+        prof = obj.model
         seen: set[str] = set()
         for i, pol in enumerate(prof.policies):
             if pol in seen:
@@ -85,34 +85,34 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
                 diags += check_connection(org, obj, prof, i, policies[pol], size, maximum,
                                           resolved[name], policies, pools)
 
-    for name, obj in policies.items():
-        pol: Policy = obj.model  # type: ignore[assignment]
-        if pol.reservation > pol.limit:
+    for name, pol_obj in policies.items():
+        policy = pol_obj.model
+        if policy.reservation > policy.limit:
             diags.append(error(
                 "reservation-above-limit",
-                f"{obj.label}: reservation {_gpus(pol.reservation)} is above its limit "
-                f"{_gpus(pol.limit)}", obj.pos("reservation"),
+                f"{pol_obj.label}: reservation {_gpus(policy.reservation)} is above its limit "
+                f"{_gpus(policy.limit)}", pol_obj.pos("reservation"),
                 "a limit counts borrowed GPUs too: raise the limit or lower the reservation"))
-        if pol.budget is not None:
-            for i, frac in enumerate(pol.budget.alert_at):
+        if policy.budget is not None:
+            for i, frac in enumerate(policy.budget.alert_at):
                 if not 0 < frac <= 1000:
-                    diags.append(error("invalid-value", f"{obj.label}: alert_at "
+                    diags.append(error("invalid-value", f"{pol_obj.label}: alert_at "
                                        f"{milli_str(frac)} is not a fraction in (0, 1]",
-                                       obj.pos("budget", "alert_at", i), "write 0.8 for 80%"))
+                                       pol_obj.pos("budget", "alert_at", i), "write 0.8 for 80%"))
         if (not connected[name] and not org.is_envelope(name)
                 and not sources.broken.get("profile")):
-            diags.append(warning("unused-policy", f"{obj.label} is connected to no profile, "
-                                 "so its group cannot send work", obj.pos("name"),
+            diags.append(warning("unused-policy", f"{pol_obj.label} is connected to no profile, "
+                                 "so its group cannot send work", pol_obj.pos("name"),
                                  "list the policy under some profile's 'policies'"))
 
     used_pools = {q for qs in resolved.values() for q in qs}
-    for name, obj in pools.items():
+    for name, pool_obj in pools.items():
         if name not in used_pools and not sources.broken.get("profile"):
-            diags.append(warning("unused-pool", f"{obj.label} is used by no profile",
-                                 obj.pos("name"), "list it under some profile's 'pools'"))
+            diags.append(warning("unused-pool", f"{pool_obj.label} is used by no profile",
+                                 pool_obj.pos("name"), "list it under some profile's 'pools'"))
     diags += _check_execution_order(sources, pools, profiles, resolved)
     for name, obj in profiles.items():
-        if not obj.model.policies:  # type: ignore[attr-defined]
+        if not obj.model.policies:
             diags.append(warning("unused-profile", f"{obj.label} is connected to no policy, "
                                  "so it makes no compute resource", obj.pos("name"),
                                  "list the policies that may use it under 'policies'"))
@@ -124,7 +124,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
         d.code in ("unknown-reference", "profile-pools", "profile-no-pool") for d in diags)
     if not cascading:
         diags += _check_reservations(org, policies, connected, resolved, pools)
-    if sources.settings is not None and sources.settings.model.pass_interval <= 0:  # type: ignore[attr-defined]
+    if sources.settings is not None and sources.settings.model.pass_interval <= 0:
         diags.append(error("invalid-value", "settings: pass_interval must be above 0",
                            sources.settings.pos("pass_interval"), "the default is 1s"))
     return diags
@@ -133,7 +133,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
 def _check_pools(sources: SourceMap, pools: dict[str, SourceObject]) -> list[Diagnostic]:
     diags = []
     for obj in pools.values():
-        pool: Pool = obj.model  # type: ignore[assignment]
+        pool: Pool = obj.model
         if pool.kind == "cloud":
             if pool.capacity is not None and pool.autoscale is not None:
                 diags.append(error("cloud-capacity", f"{obj.label} has both 'capacity' and "
@@ -160,7 +160,7 @@ def _check_groups(sources: SourceMap, groups: dict[str, SourceObject],
                   policies: dict[str, SourceObject]) -> list[Diagnostic]:
     diags = []
     for obj in groups.values():
-        g: Group = obj.model  # type: ignore[assignment]
+        g: Group = obj.model
         if g.parent is not None:
             d = _ref(sources, obj, "group", g.parent, "parent")
             if d:
@@ -172,7 +172,7 @@ def _check_groups(sources: SourceMap, groups: dict[str, SourceObject],
         cur: str | None = start
         while cur is not None and cur in groups and cur not in path:
             path.append(cur)
-            cur = groups[cur].model.parent  # type: ignore[attr-defined]
+            cur = groups[cur].model.parent
         if cur is not None and cur in path:
             cycle = path[path.index(cur):]
             key = frozenset(cycle)
@@ -185,7 +185,7 @@ def _check_groups(sources: SourceMap, groups: dict[str, SourceObject],
                                    "a department is above its groups: break the cycle"))
     by_group: dict[str, list[SourceObject]] = {}
     for obj in policies.values():
-        pol: Policy = obj.model  # type: ignore[assignment]
+        pol: Policy = obj.model
         d = _ref(sources, obj, "group", pol.group, "group")
         if d:
             diags.append(d)
@@ -250,7 +250,7 @@ def _size(prof: Profile) -> tuple[int, int | None]:
 def _check_connection(obj: SourceObject, prof: Profile, index: int, pol_obj: SourceObject,
                       resolved: list[str], pools: dict[str, SourceObject]) -> list[Diagnostic]:
     diags = []
-    pol: Policy = pol_obj.model  # type: ignore[assignment]
+    pol: Policy = pol_obj.model
     size, maximum = _size(prof)
     if size > pol.limit:
         what = "default size" if maximum is not None else "size"
@@ -267,7 +267,7 @@ def _check_connection(obj: SourceObject, prof: Profile, index: int, pol_obj: Sou
                              "tasks above the limit are refused at submission"))
     if pol.pools_allowed is not None:
         for name in resolved:
-            pool: Pool = pools[name].model  # type: ignore[assignment]
+            pool: Pool = pools[name].model
             if not allowed(pool, pol.pools_allowed.labels, pol.pools_allowed.pools):
                 path = ("pools", prof.pools.index(name)) if prof.pools else ("pools_by",)
                 rule = ", ".join(f"{k}={v}" for k, v in pol.pools_allowed.labels.items())
@@ -290,7 +290,7 @@ def _check_execution_order(sources: SourceMap, pools: dict[str, SourceObject],
         for q in qs:
             users[q].append(prof)
     for name, obj in pools.items():
-        pool: Pool = obj.model  # type: ignore[assignment]
+        pool: Pool = obj.model
         if pool.execution_order is None:
             continue
         for i, prof in enumerate(pool.execution_order):
@@ -317,11 +317,11 @@ def _check_execution_order(sources: SourceMap, pools: dict[str, SourceObject],
 
 
 def _check_pricing(sources: SourceMap, pools: dict[str, SourceObject]) -> list[Diagnostic]:
-    priced = {o.model.gpu_type for o in sources.of("price").values()}  # type: ignore[attr-defined]
+    priced = {o.model.gpu_type for o in sources.of("price").values()}
     priced |= {n.split("@")[0] for n in sources.broken.get("price", set())}
     diags = []
     for obj in pools.values():
-        pool: Pool = obj.model  # type: ignore[assignment]
+        pool: Pool = obj.model
         if pool.gpu_type not in priced:
             diags.append(warning("missing-price", f"{obj.label}: gpu_type '{pool.gpu_type}' "
                                  "has no price, so its GPU-hours are recorded at no cost",
@@ -335,11 +335,11 @@ def _check_reservations(org: Organisation, policies: dict[str, SourceObject],
                         pools: dict[str, SourceObject]) -> list[Diagnostic]:
     """Max flow over every reservation at once; an envelope's demand is its shared
     reservation, which any pool reachable from a policy below it may serve."""
-    own = {n: o.model.reservation for n, o in policies.items()}  # type: ignore[attr-defined]
+    own = {n: o.model.reservation for n, o in policies.items()}
     reach = {n: sorted({q for prof in connected[n] for q in resolved.get(prof, [])})
              for n in policies}
     reservations, reach = reservation_demands(org, own, reach)
-    capacity = {n: pool_capacity(o.model) for n, o in pools.items()}  # type: ignore[arg-type]
+    capacity = {n: pool_capacity(o.model) for n, o in pools.items()}
     diags = []
     for short in check_reservations(reservations, reach, capacity):
         first = policies[short.policies[0]]

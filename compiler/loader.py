@@ -34,7 +34,7 @@ class _Constructor(RoundTripConstructor):
 
 _Constructor.add_constructor(
     "tag:yaml.org,2002:timestamp",
-    lambda loader, node: loader.construct_scalar(node),  # type: ignore[no-any-return]
+    lambda loader, node: loader.construct_scalar(node),
 )
 
 
@@ -122,16 +122,17 @@ class LoadedYaml:
         return not any(d.is_error for d in self.diagnostics)
 
 
-def _decode(file: str, data: bytes) -> tuple[str | None, Diagnostic | None]:
+def _decode(file: str, data: bytes) -> str | Diagnostic:
+    """The text of ``data`` (a UTF-8 BOM dropped), or the diagnostic naming the bad byte."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     try:
-        return data.decode("utf-8"), None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         before = data[: exc.start]
         line = before.count(b"\n") + 1
         col = exc.start - (before.rfind(b"\n") + 1) + 1
-        return None, error(
+        return error(
             "yaml-encoding",
             f"the file is not UTF-8: byte 0x{data[exc.start]:02x} cannot be decoded",
             Position(file, line, col),
@@ -185,9 +186,9 @@ def load_yaml(file: str, data: bytes) -> LoadedYaml:
             "split the estate over several files",
         ))
         return out
-    text, diag = _decode(file, data)
-    if diag is not None or text is None:
-        out.diagnostics.append(diag)  # type: ignore[arg-type]
+    text = _decode(file, data)
+    if isinstance(text, Diagnostic):
+        out.diagnostics.append(text)
         return out
     tabs = _tab_indents(file, text)
     if tabs:

@@ -27,15 +27,30 @@ class Shortfall:
         return self.reserved_milli - self.capacity_milli
 
 
+class _Edge:
+    """A residual edge: its head, remaining capacity, and the edge the other way."""
+
+    __slots__ = ("to", "cap", "rev")
+
+    def __init__(self, to: int, cap: float) -> None:
+        self.to = to
+        self.cap = cap
+        self.rev: _Edge = self
+
+    @property
+    def flow(self) -> float:
+        """What has been pushed through: the capacity gained by the reverse edge."""
+        return self.rev.cap
+
+
 class _Dinic:
     def __init__(self, n: int) -> None:
         self.n = n
-        self.graph: list[list[list]] = [[] for _ in range(n)]
+        self.graph: list[list[_Edge]] = [[] for _ in range(n)]
 
-    def add(self, u: int, v: int, cap: float) -> list:
-        fwd = [v, cap, None]
-        rev = [u, 0, fwd]
-        fwd[2] = rev
+    def add(self, u: int, v: int, cap: float) -> _Edge:
+        fwd, rev = _Edge(v, cap), _Edge(u, 0)
+        fwd.rev, rev.rev = rev, fwd
         self.graph[u].append(fwd)
         self.graph[v].append(rev)
         return fwd
@@ -48,10 +63,10 @@ class _Dinic:
             q = deque([s])
             while q:
                 u = q.popleft()
-                for v, cap, _ in self.graph[u]:
-                    if cap > 0 and level[v] < 0:
-                        level[v] = level[u] + 1
-                        q.append(v)
+                for e in self.graph[u]:
+                    if e.cap > 0 and level[e.to] < 0:
+                        level[e.to] = level[u] + 1
+                        q.append(e.to)
             if level[t] < 0:
                 return flow
             it = [0] * self.n
@@ -62,12 +77,11 @@ class _Dinic:
                 edges = self.graph[u]
                 while it[u] < len(edges):
                     e = edges[it[u]]
-                    v, cap = e[0], e[1]
-                    if cap > 0 and level[v] == level[u] + 1:
-                        d = dfs(v, min(f, cap))
+                    if e.cap > 0 and level[e.to] == level[u] + 1:
+                        d = dfs(e.to, min(f, e.cap))
                         if d > 0:
-                            e[1] -= d
-                            e[2][1] += d
+                            e.cap -= d
+                            e.rev.cap += d
                             return d
                     it[u] += 1
                 return 0
@@ -95,7 +109,7 @@ def check_reservations(reservations: dict[str, int], reach: dict[str, list[str]]
     sink = 1 + len(policies) + len(pools)
     g = _Dinic(sink + 1)
     src_edges = {p: g.add(0, pidx[p], reservations[p]) for p in policies}
-    flows: dict[tuple[str, str], list] = {}
+    flows: dict[tuple[str, str], _Edge] = {}
     for p in policies:
         for q in sorted(set(reach.get(p, []))):
             if q in qidx:
@@ -108,11 +122,11 @@ def check_reservations(reservations: dict[str, int], reach: dict[str, list[str]]
     # into it could be rerouted (flow > 0).
     into_pool: dict[str, list[str]] = {q: [] for q in pools}
     for (p, q), edge in flows.items():
-        if edge[2][1] > 0:
+        if edge.flow > 0:
             into_pool[q].append(p)
-    found: dict[frozenset, Shortfall] = {}
+    found: dict[frozenset[str], Shortfall] = {}
     for p in policies:
-        if src_edges[p][1] <= 0:
+        if src_edges[p].cap <= 0:
             continue  # saturated: this policy's reservation fits
         seen_p, seen_q = {p}, set()
         q_ = deque([p])

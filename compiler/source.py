@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 
 from .diagnostics import Position
 from .loader import position_of
+from .models import Group, Policy, Pool, Price, Profile, Settings
+
+M = TypeVar("M", bound=BaseModel, covariant=True)
 
 
 @dataclass
-class SourceObject:
+class SourceObject(Generic[M]):
+    """One validated object; generic in its model so that ``sources.of("pool")`` gives
+    ``SourceObject[Pool]`` and checks read typed fields without casts."""
+
     kind: str
     """pool, profile, policy, group, price or settings."""
     name: str
-    model: BaseModel
+    model: M
     file: str
     node: Any
     """The ruamel node of the object (positions via ``.lc``)."""
@@ -35,22 +41,37 @@ class SourceMap:
     then order within the file): declaration order carries meaning (execution order and
     ``pools_by`` ties), so it is kept here and made explicit in the compiled estate."""
 
-    objects: dict[str, dict[str, SourceObject]] = field(default_factory=dict)
+    objects: dict[str, dict[str, SourceObject[BaseModel]]] = field(default_factory=dict)
     broken: dict[str, set[str]] = field(default_factory=dict)
     """Names of objects that failed validation: they exist, so references to them are not
     reported a second time as unknown."""
-    settings: SourceObject | None = None
+    settings: SourceObject[Settings] | None = None
     incomplete: bool = False
     """Part of the estate could not be read (a file that did not parse, an unknown section):
     checks across objects are skipped, since what is missing could be what they look for."""
 
-    def add(self, obj: SourceObject) -> None:
+    def add(self, obj: SourceObject[BaseModel]) -> None:
+        """Adds ``obj`` under its kind; validate.py builds its model with the class of the
+        kind (``SECTIONS``), which is what the typed overloads of ``of`` rely on."""
         self.objects.setdefault(obj.kind, {})[obj.name] = obj
 
-    def of(self, kind: str) -> dict[str, SourceObject]:
+    @overload
+    def of(self, kind: Literal["pool"]) -> dict[str, SourceObject[Pool]]: ...
+    @overload
+    def of(self, kind: Literal["profile"]) -> dict[str, SourceObject[Profile]]: ...
+    @overload
+    def of(self, kind: Literal["policy"]) -> dict[str, SourceObject[Policy]]: ...
+    @overload
+    def of(self, kind: Literal["group"]) -> dict[str, SourceObject[Group]]: ...
+    @overload
+    def of(self, kind: Literal["price"]) -> dict[str, SourceObject[Price]]: ...
+    @overload
+    def of(self, kind: str) -> dict[str, SourceObject[BaseModel]]: ...
+
+    def of(self, kind: str) -> dict[str, SourceObject[Any]]:
         return self.objects.get(kind, {})
 
-    def get(self, kind: str, name: str) -> SourceObject | None:
+    def get(self, kind: str, name: str) -> SourceObject[BaseModel] | None:
         return self.objects.get(kind, {}).get(name)
 
     def exists(self, kind: str, name: str) -> bool:

@@ -15,12 +15,12 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from .diagnostics import Diagnostic, error
 from .loader import position_of, to_plain
 from .models import (HANDLE_PATTERN, KIND_OF_SECTION, NAME_PATTERN, SECTIONS, USER_PATTERN,
-                     Settings)
+                     Price, Settings)
 from .source import SourceMap, SourceObject
 
 TOP_LEVEL = ["version", "settings", *SECTIONS]
 _UNION_TAGS = {"fixed", "from_task"}
-_PATTERN_TEXT = {
+_PATTERN_TEXT: dict[str, tuple[str, str | None]] = {
     USER_PATTERN: ("is not a valid user identity",
                    "letters, digits and . _ @ + -, such as alice or alice@example.com"),
     r"^[A-Z]{3}$": ("must be a 3-letter currency code", "for example EUR, USD or CHF"),
@@ -126,8 +126,8 @@ def pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], label: st
                 _close(str(err["input"]), [e.strip(" '") for e in expected.replace(" or ", ",").split(",")]),
             ))
         elif etype == "string_pattern_mismatch":
-            text, hint = _PATTERN_TEXT.get(err["ctx"].get("pattern"),
-                                           (f"must match {err['ctx'].get('pattern')}", None))
+            pattern = err["ctx"].get("pattern", "")
+            text, hint = _PATTERN_TEXT.get(pattern, (f"must match {pattern}", None))
             diags.append(error("invalid-value", f"{label}: '{where}' {text}; found "
                                f"{err['input']!r}", position_of(file, node, loc), hint))
         else:
@@ -224,7 +224,7 @@ def _section(file: str, root: CommentedMap, section: str,
         if existing is not None:
             here = position_of(file, item, ("name",) if kind != "price" else ())
             first = existing.pos("name") if kind != "price" else existing.pos()
-            if kind == "price":
+            if isinstance(model, Price):
                 diags.append(error(
                     "duplicate-price",
                     f"two prices for '{model.gpu_type}' from {model.effective_from}",

@@ -227,18 +227,19 @@ def money_value(text: str) -> int | float:
 
 
 def flatten(kind: str, obj: BaseModel, rn: Renames = NO_RENAMES) -> Flat:
-    if kind == "settings":
-        return _flat_settings(obj)  # type: ignore[arg-type]
-    if kind == "pool":
-        return _flat_pool(obj, rn)  # type: ignore[arg-type]
-    if kind == "profile":
-        return _flat_profile(obj, rn)  # type: ignore[arg-type]
-    if kind == "policy":
-        return _flat_policy(obj, rn)  # type: ignore[arg-type]
-    if kind == "group":
-        return _flat_group(obj, rn)  # type: ignore[arg-type]
-    if kind == "price":
-        return _flat_price(obj)  # type: ignore[arg-type]
+    """``obj``'s attributes as the plan shows them; its class says which kind it is."""
+    if isinstance(obj, CSettings):
+        return _flat_settings(obj)
+    if isinstance(obj, CPool):
+        return _flat_pool(obj, rn)
+    if isinstance(obj, CProfile):
+        return _flat_profile(obj, rn)
+    if isinstance(obj, CPolicy):
+        return _flat_policy(obj, rn)
+    if isinstance(obj, CGroup):
+        return _flat_group(obj, rn)
+    if isinstance(obj, CPrice):
+        return _flat_price(obj)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -253,8 +254,10 @@ def object_key(kind: str, obj: Any) -> str:
 
 
 def _objects(est: CompiledEstate, kind: str) -> list[Any]:
-    return {"pool": est.pools, "profile": est.profiles, "policy": est.policies,
-            "group": est.groups, "price": est.pricing, "settings": [est.settings]}[kind]
+    by_kind: dict[str, list[Any]] = {
+        "pool": est.pools, "profile": est.profiles, "policy": est.policies,
+        "group": est.groups, "price": est.pricing, "settings": [est.settings]}
+    return by_kind[kind]
 
 
 def source_of(sources: SourceMap, kind: str, name: str) -> SourceObject | None:

@@ -14,6 +14,7 @@ borrower, a removed compute resource cancels its queue and lets placed tasks fin
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from ..compiled import CBudget, CompiledEstate, CPolicy, CSettings
 from ..models import Settings
@@ -23,7 +24,7 @@ from ..reservations import Headroom, check_reservations, headroom_by_pool_set
 from ..units import duration_str, milli_str
 from .diff import NO_RENAMES, Renames
 from .live import LiveState
-from .model import Impact
+from .model import Impact, Severity
 from .prices import price_impacts
 
 
@@ -108,7 +109,8 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
         if b is not None and (b.pools, b.capacity_milli, b.reserved_milli) == (
                 a.pools, a.capacity_milli, a.reserved_milli):
             continue
-        details: dict = {"policy": name, "pools": list(a.pools), "after": _headroom_json(a)}
+        details: dict[str, Any] = {"policy": name, "pools": list(a.pools),
+                                   "after": _headroom_json(a)}
         if b is not None:
             details["before"] = _headroom_json(b)
         # Cite what changed, so an annotation lands on the line that moved the headroom.
@@ -126,6 +128,7 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                     f"to lend (capacity {_arrow(b.capacity_milli, a.capacity_milli)} in "
                     f"{_pools_change(b.pools, a.pools)}, reserved "
                     f"{_arrow(b.reserved_milli, a.reserved_milli)} by {who})")
+        severity: Severity
         if a.headroom_milli < 0:
             severity = "error"
             text += f": the reservations exceed the capacity by {gpus(-a.headroom_milli)}"
@@ -138,7 +141,7 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                      else "; less capacity is left to lend")
         else:
             severity = "info"
-        yield Impact(severity, "reservation-headroom", text, details,  # type: ignore[arg-type]
+        yield Impact(severity, "reservation-headroom", text, details,
                      subject, rank=a.headroom_milli)
 
 
@@ -165,7 +168,7 @@ TIGHT_HEADROOM_PERCENT = 25
 """Below this share of a pool set's capacity unreserved, a lowered headroom is a warning."""
 
 
-def _headroom_json(h: Headroom) -> dict:
+def _headroom_json(h: Headroom) -> dict[str, Any]:
     return {"policies": list(h.policies), "capacity_milli": h.capacity_milli,
             "reserved_milli": h.reserved_milli, "headroom_milli": h.headroom_milli}
 
@@ -192,7 +195,7 @@ def _compute_resources(base: CompiledEstate, head: CompiledEstate,
                          f"to profile {n.profile}",
                          {"compute_resource": name, "group": n.group}, ("profile", n.profile))
         elif n is None and o is not None:
-            details = {"compute_resource": o.name, "group": o.group}
+            details: dict[str, Any] = {"compute_resource": o.name, "group": o.group}
             yield Impact("warn", "compute-resource-removed",
                          f"compute resource {o.name} is removed: "
                          + _cancels(o.name, live, details),
@@ -206,7 +209,7 @@ def _compute_resources(base: CompiledEstate, head: CompiledEstate,
                          details, ("profile", n.profile))
 
 
-def _cancels(running_name: str, live: LiveState | None, details: dict) -> str:
+def _cancels(running_name: str, live: LiveState | None, details: dict[str, Any]) -> str:
     """What removing a compute resource does to its tasks, counted when the plan has the
     running system's state."""
     if live is None:
@@ -242,7 +245,7 @@ def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames,
         if ob is None and nb is None:
             continue
         if ob is None and nb is not None:
-            details = {"policy": name, "after": nb.model_dump()}
+            details: dict[str, Any] = {"policy": name, "after": nb.model_dump()}
             yield Impact("warn", "budget-added",
                          f"{name} now has a budget of {_budget_text(nb)}: the group's work "
                          f"can now wait for budget, and is requeued when it is used up"
@@ -287,7 +290,8 @@ def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                           "after_s": nb.low_watermark_s}, s)
 
 
-def _spent(running_name: str, nb: CBudget, live: LiveState | None, details: dict) -> str:
+def _spent(running_name: str, nb: CBudget, live: LiveState | None,
+           details: dict[str, Any]) -> str:
     """Against the running system: what the group has spent this period, and whether the
     new budget is already used up (then phase 0 preempts its weighted running tasks at the
     next pass: engine.md, "Changes of the estate while work runs")."""
@@ -320,15 +324,15 @@ def _weights(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                     f"instead of {milli_str(w0)} budget hours per hour ({_percent(w0, w1)})")
             if not budgeted:
                 text += f"; {pol_name} has no budget, so nothing is charged"
-            details = {"profile": prof.name, "policy": pol_name,
-                       "before_milli": w0, "after_milli": w1, "budgeted": budgeted}
+            details: dict[str, Any] = {"profile": prof.name, "policy": pol_name,
+                                       "before_milli": w0, "after_milli": w1, "budgeted": budgeted}
             if live is not None:
                 running = f"{rn.old('policy', pol_name)}/{rn.old('profile', prof.name)}"
                 r = live.resource(running)
                 details["live"] = {"placed": r.placed}
                 text += f"; {plural(r.placed, 'task')} of it running now"
-            severity = "warn" if (w1 > w0 and budgeted) else "info"
-            yield Impact(severity, "time-weight", text,  # type: ignore[arg-type]
+            severity: Severity = "warn" if (w1 > w0 and budgeted) else "info"
+            yield Impact(severity, "time-weight", text,
                          details, ("profile", prof.name))
 
 
@@ -352,7 +356,8 @@ def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames,
     for name in sorted(set(old) | set(new)):
         o, n = old.get(name), new.get(name)
         if n is None and o is not None:
-            details = {"pool": o.name, "before_milli": o.capacity_milli, "after_milli": 0}
+            details: dict[str, Any] = {"pool": o.name, "before_milli": o.capacity_milli,
+                                       "after_milli": 0}
             text = (f"pool {o.name} is removed: {gpus(o.capacity_milli)} leave the estate; "
                     f"its profiles fall back to their other pools")
             if live is not None:
@@ -398,7 +403,7 @@ def _short_pools(est: CompiledEstate) -> set[str]:
     return {q for s in shortfalls for q in s.pools}
 
 
-_GUARANTEES = (
+_GUARANTEES: tuple[tuple[str, tuple[Severity, str, str], tuple[Severity, str, str]], ...] = (
     # field, (severity, kind, what follows) when lowered, the same when raised
     ("reservation", ("warn", "reservation-lowered",
                      "; its work above that is borrowed and can be reclaimed"),
@@ -420,7 +425,8 @@ def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                 continue
             severity, kind, tail = lowered if after < before else raised
             verb = "lowered" if after < before else "raised"
-            details = {"policy": n.name, "before_milli": before, "after_milli": after}
+            details: dict[str, Any] = {"policy": n.name, "before_milli": before,
+                                       "after_milli": after}
             if live is not None and after < before:
                 used = live.policy(o.name).used_milli
                 details["live"] = {"used_gpus": used / 1000}
@@ -432,6 +438,6 @@ def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                     newly = max(0, used - after) - max(0, used - before)
                     tail += (f"; {gpus(newly)} of its running work become borrowed now"
                              if newly else "; none of its running work becomes borrowed")
-            yield Impact(severity, kind,  # type: ignore[arg-type]
+            yield Impact(severity, kind,
                          f"{field} of {n.name} {verb}: {milli_str(before)} -> "
                          f"{gpus(after)}{tail}", details, ("policy", n.name))

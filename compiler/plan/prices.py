@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
+from typing import Any, Literal
 
 from ..compiled import CompiledEstate, CPrice
 from ..units import parse_time
@@ -87,12 +88,13 @@ def price_impacts(base: CompiledEstate, head: CompiledEstate, now_ms: int,
             end = points[i + 1] if i + 1 < len(points) else None
             old, new = _at(b, start), _at(h, start)
             old_p, new_p = (old[0] if old else None), (new[0] if new else None)
-            if old_p == new_p:
+            present = new or old
+            if present is None or old_p == new_p:
                 continue
-            obj = (new or old)[1]  # type: ignore[index]
-            side = "head" if new is not None else "base"
+            obj = present[1]
+            side: Literal["base", "head"] = "head" if new is not None else "base"
             subject = ("price", f"{obj.gpu_type}@{obj.effective_from}")
-            details: dict = {"gpu_type": gpu_type, "from": _iso(start),
+            details: dict[str, Any] = {"gpu_type": gpu_type, "from": _iso(start),
                              "to": _iso(end) if end is not None else None,
                              "before": None if old_p is None else str(old_p),
                              "after": None if new_p is None else str(new_p),
