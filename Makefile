@@ -31,6 +31,7 @@ run: $(RUN_STAMP)
 # Slurm, Podman and the rest from Debian's packages when root with apt-get (else it says
 # which tests will skip), then every test.
 test: $(STAMP) system-packages
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 system-packages:

@@ -317,7 +317,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: str,
         nxt = w.next_lend(pool, state.free.get(pool, -1))
         if nxt is not None:
             key, v, name = nxt
-            heapq.heappush(heap, (key, -v, name, pool))  # type: ignore[arg-type]
+            heapq.heappush(heap, (key, -v, name, pool))
 
     for name in sorted(state.active):
         evaluate(name)
