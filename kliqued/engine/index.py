@@ -14,6 +14,8 @@ from threading import Lock
 
 from compiler.compiled import CBudget, CompiledEstate
 
+from .periods import Period
+
 
 @dataclass(frozen=True, slots=True)
 class CRInfo:
@@ -80,7 +82,7 @@ class EstateIndex:
     users: dict[str, frozenset[str]]
     projects: dict[str, frozenset[str]]
     group_of_policy: dict[str, str]
-    budget_periods: frozenset[str]
+    budget_periods: frozenset[Period]
     """The period kinds in use by some budget: a pass must run at each of their starts."""
 
     @staticmethod
@@ -111,8 +113,8 @@ def _build(estate: CompiledEstate) -> EstateIndex:
     policies = {p.name: p for p in estate.policies}
     exec_pos: dict[str, dict[str, int]] = {}
     for pool in estate.pools:
-        for i, prof in enumerate(pool.execution_order):
-            exec_pos.setdefault(prof, {})[pool.name] = i
+        for i, prof_name in enumerate(pool.execution_order):
+            exec_pos.setdefault(prof_name, {})[pool.name] = i
     resources: dict[str, CRInfo] = {}
     by_group: dict[str, list[str]] = {}
     by_pool: dict[str, list[str]] = {p.name: [] for p in estate.pools}

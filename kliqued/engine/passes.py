@@ -17,7 +17,8 @@ import heapq
 from kliqued.fmt import hours, percent
 
 from .budget import budget_units, next_budget_event, remaining, start_ok
-from .decisions import UNSTARTED, Alert, Cancellation, Placement, Preemption, unstarted_text
+from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
+                        unstarted_text)
 from .index import CRInfo, EstateIndex
 from .periods import next_period_start, period_start
 from .reclaim import choose_victims
@@ -106,7 +107,7 @@ def _due_budget_groups(index: EstateIndex, state: State, now: int) -> set[str]:
     last = state.last_pass_at
     if last is not None:
         for kind in index.budget_periods:
-            if period_start(kind, now) > last:  # type: ignore[arg-type]
+            if period_start(kind, now) > last:
                 for g, gi in index.groups.items():
                     if gi.budget is not None and gi.budget.period == kind:
                         due.add(g)
@@ -214,7 +215,7 @@ def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
     if s is not None and (best is None or s < best):
         best = s
     for kind in index.budget_periods:
-        t = next_period_start(kind, now)  # type: ignore[arg-type]
+        t = next_period_start(kind, now)
         if best is None or t < best:
             best = t
     return best
@@ -271,7 +272,7 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     return None
 
 
-def _fill(index: EstateIndex, state: State, now: int, phase: str,
+def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
           out: list[Decision]) -> bool:
     """Phases 1 (``reserve``: within reservation) and 3 (``lend``: up to the limit).
 
@@ -291,7 +292,9 @@ def _fill(index: EstateIndex, state: State, now: int, phase: str,
             state.freed_pools.clear()
         return False
     resources = index.resources
-    heap: list[tuple[Key, int, str]] = []
+    # (order key, version, compute resource, pool): a candidate's version is its counter
+    # (> 0, unique, so the pool never decides the order); a parked queue's is -version.
+    heap: list[tuple[Key, int, str, str]] = []
     cand: dict[str, tuple[int, Task, str]] = {}
     by_pool: dict[str, list[tuple[int, int, str]]] = {}
     counter = 0
@@ -302,14 +305,15 @@ def _fill(index: EstateIndex, state: State, now: int, phase: str,
         w.forget(name)
         c = _candidate(index, state, cr, lend, now) if cr is not None else None
         counter += 1
-        if c is None:
+        if c is None or cr is None:
             cand.pop(name, None)
             if lend and cr is not None:
                 _park(index, state, cr, now)
             return
         t, pool = c
         cand[name] = (counter, t, pool)
-        heapq.heappush(heap, ((cr.exec_pos[pool], cr.policy_pos, t.seq, t.id), counter, name))
+        heapq.heappush(heap, ((cr.exec_pos[pool], cr.policy_pos, t.seq, t.id), counter, name,
+                              pool))
         heapq.heappush(by_pool.setdefault(pool, []), (-t.size, counter, name))
 
     def pull(pool: str) -> None:
@@ -330,7 +334,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: str,
         entry = heapq.heappop(heap)
         ver, name = entry[1], entry[2]
         if ver < 0:  # a parked queue's turn on a pool that gained room
-            pool = entry[3]  # type: ignore[misc]
+            pool = entry[3]
             if w.current(name, -ver):
                 evaluate(name)
             # Whether or not the queue was looked at since (it may have been woken on
@@ -351,7 +355,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: str,
             continue
         del cand[name]
         state.place(t, pool, now)
-        out.append(Placement(t.id, name, t.group, pool, t.size, phase))  # type: ignore[arg-type]
+        out.append(Placement(t.id, name, t.group, pool, t.size, phase))
         changed = True
         evaluate(name)
         # Candidates aimed at this pool that no longer fit move to their next pool.

@@ -68,8 +68,9 @@ def choose_victims(index: EstateIndex, state: State, pool: str, waiting_group: s
             heapq.heapreplace(heap, (-nxt.place_seq, 0, nxt, it))
     if freed < need:
         return None
+    spared: set[int] = set()
     for i in range(len(chosen) - 1, -1, -1):
         if freed - chosen[i].size >= need:
             freed -= chosen[i].size
-            chosen[i] = None  # type: ignore[call-overload]
-    return [t for t in chosen if t is not None]
+            spared.add(i)
+    return [t for i, t in enumerate(chosen) if i not in spared]

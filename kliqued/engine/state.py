@@ -15,6 +15,7 @@ import heapq
 from .budget import Meter
 from .decisions import Cancellation
 from .index import EstateIndex
+from .periods import Period
 from .queues import ENDED, PLACED, QUEUED, CRQueue
 from .watch import Watchers
 
@@ -197,9 +198,9 @@ class State:
         m = self.meters.get(group)
         return m.gpu_used(now) if m else 0
 
-    def weighted_units(self, group: str, period: str, now: int) -> int:
+    def weighted_units(self, group: str, period: Period, now: int) -> int:
         m = self.meters.get(group)
-        return m.used(period, now, self.enabled) if m else 0  # type: ignore[arg-type]
+        return m.used(period, now, self.enabled) if m else 0
 
     # ---------------------------------------------------------------- changes from outside
     def _tick(self, at: int) -> None:
