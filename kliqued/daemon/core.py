@@ -548,10 +548,10 @@ class Daemon:
                 closes.append((interval, now, d.text))
                 counts["preempted"] += 1
             elif isinstance(d, Cancellation):
-                rec = self.records.get(d.task)
+                known = self.records.get(d.task)
                 self.on_ended(d.task, now, "cancelled", reason=d.text, by="estate")
                 events.append(Event("cancelled", d.task, "engine", rev, d.group,
-                                    rec.user if rec else None,
+                                    known.user if known else None,
                                     {"text": d.text, "by": "estate", "interval": None}))
                 counts["cancelled"] += 1
             elif isinstance(d, Alert):

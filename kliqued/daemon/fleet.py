@@ -521,8 +521,8 @@ def heartbeat(d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: 
         if (task, epoch) in w.leases:
             continue
         rec = d.records.get(task)
-        lease = rec.lease(epoch) if rec is not None else None
-        if lease is not None and lease.status == CLOSED and lease.worker == w.id:
+        held = rec.lease(epoch) if rec is not None else None
+        if held is not None and held.status == CLOSED and held.worker == w.id:
             continue  # its last report was acknowledged; the worker forgets it
         stops.append({"task": task, "epoch": epoch, "reason": "stale-epoch",
                       "text": f"this worker no longer holds task {task} at epoch {epoch}",
@@ -538,7 +538,7 @@ def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, in
     for task, epoch in keys:
         rec = d.records.get(task)
         lease = rec.lease(epoch) if rec is not None else None
-        if lease is None or lease.worker != wid \
+        if rec is None or lease is None or lease.worker != wid \
                 or ov.leases.get(lease.key, lease.status) != ACTIVE or task in ov.ended \
                 or task in ov.requeued:
             continue

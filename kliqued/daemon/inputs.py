@@ -201,9 +201,9 @@ def check_params(query: Mapping[str, str], path: Mapping[str, str],
     for k, v in path.items():
         check_text(f"path segment {{{k}}}", v)
     for h in READ_HEADERS:
-        v = headers.get(h)
-        if v is not None:
-            check_text(f"header {h}", v)
+        header = headers.get(h)
+        if header is not None:
+            check_text(f"header {h}", header)
 
 
 def _items(m: Mapping[str, str]) -> Iterable[tuple[str, str]]:

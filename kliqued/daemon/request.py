@@ -23,7 +23,6 @@ from .loop import Sequencer
 from .openapi import validator
 from .store import Store
 
-CTX = web.AppKey("ctx", object)
 DOC = web.AppKey("openapi", dict)
 """The OpenAPI document, built once from the route tables when the application is made."""
 
@@ -34,8 +33,8 @@ class Context:
     seq: Sequencer
     store: Store
     pass_interval_s: float
+    logs: LogStore
     server_url: str | None = None
-    logs: LogStore | None = None  # type: ignore[assignment]
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the daemon stops: long polls answer at once."""
 
@@ -48,8 +47,11 @@ class Context:
         self.seq.unpark_all([])
 
 
+CTX = web.AppKey("ctx", Context)
+
+
 def ctx(request: web.Request) -> Context:
-    return request.app[CTX]  # type: ignore[return-value]
+    return request.app[CTX]
 
 
 def principal(request: web.Request) -> Principal:

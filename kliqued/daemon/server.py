@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -262,7 +263,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         ssl_ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
     logs = LogStore.beside(opts.db, opts.log_cap)
     private_dir(logs.root)
-    ctx = Context(d, seq, store, float(interval), url, logs)
+    ctx = Context(d, seq, store, float(interval), logs, server_url=url)
     d.on_work = ctx.wake
     for w in d.workers.values():  # after a restart every known worker gets a full TTL
         w.last_seen = d.mono()
@@ -331,7 +332,7 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
                         "go back to their queues", w.id, w.pool, now - w.last_seen,
                         len(w.leases))
             try:
-                await seq.submit(lambda n, ov, wid=w.id: prepare_worker_lost(d, wid, n, ov))
+                await seq.submit(functools.partial(prepare_worker_lost, d, w.id))
             except Exception as exc:  # shutting down
                 log.debug("worker lost not recorded: %s", exc)
                 return

@@ -106,12 +106,12 @@ def csv_to_parquet(csv_path: str | os.PathLike, parquet_path: str | os.PathLike)
     columns = "{" + ", ".join(f"{_sql_text(n)}: {_sql_text(t)}" for n, t in EXPORT_COLUMNS) + "}"
     con = duckdb.connect(":memory:")
     try:
-        count = con.execute(
+        row = con.execute(
             f"COPY (SELECT * FROM read_csv({_sql_text(str(csv_path))}, header = true, "
             f"columns = {columns}, nullstr = '')) "
-            f"TO {_sql_text(tmp)} (FORMAT parquet, COMPRESSION zstd)").fetchone()[0]
+            f"TO {_sql_text(tmp)} (FORMAT parquet, COMPRESSION zstd)").fetchone()
         os.replace(tmp, target)
-        return int(count)
+        return int(row[0]) if row else 0  # COPY answers one row: the rows written
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -51,19 +51,19 @@ def check(exp: Expectation, index: EstateIndex, state: State, now: int) -> list[
                     miss(kind, name, want, _fmt_gpus(got))
             elif kind == "tasks":
                 t = state.tasks.get(name)
-                got = t.state if t is not None else "not submitted yet"
-                if got != want:
-                    miss(kind, name, want, got)
+                task_state = t.state if t is not None else "not submitted yet"
+                if task_state != want:
+                    miss(kind, name, want, task_state)
             elif kind == "placed_on":
                 t = state.tasks.get(name)
-                got = (t.pool if t is not None and t.pool is not None
-                       else (t.state if t is not None else "not submitted yet"))
-                if got != want:
-                    miss(kind, name, want, got)
+                where = (t.pool if t is not None and t.pool is not None
+                         else (t.state if t is not None else "not submitted yet"))
+                if where != want:
+                    miss(kind, name, want, where)
             elif kind == "queue":
-                got = [t.id for t in state.queue(name)]
-                if got != want:
-                    miss(kind, name, want, got)
+                ids = [t.id for t in state.queue(name)]
+                if ids != want:
+                    miss(kind, name, want, ids)
             elif kind == "preempted":
                 t = state.tasks.get(name)
                 if t is None:
@@ -81,13 +81,13 @@ def check(exp: Expectation, index: EstateIndex, state: State, now: int) -> list[
                     miss(kind, name, want, "the group has no budget")
                     continue
                 units = state.weighted_units(name, gi.budget.period, now)
-                got = units / (1000 * HOUR_MS)
-                if abs(got - want) > TOLERANCE_HOURS + 1e-9:
-                    miss(kind, name, want, round(got, 3))
+                hours = units / (1000 * HOUR_MS)
+                if abs(hours - want) > TOLERANCE_HOURS + 1e-9:
+                    miss(kind, name, want, round(hours, 3))
             elif kind == "gpu_hours":
-                got = state.gpu_units(name, now) / (1000 * HOUR_MS)
-                if abs(got - want) > TOLERANCE_HOURS + 1e-9:
-                    miss(kind, name, want, round(got, 3))
+                hours = state.gpu_units(name, now) / (1000 * HOUR_MS)
+                if abs(hours - want) > TOLERANCE_HOURS + 1e-9:
+                    miss(kind, name, want, round(hours, 3))
             elif kind == "started":
                 t = state.tasks.get(name)
                 if t is None or t.state != "placed":

@@ -400,7 +400,7 @@ class Replay(Driver):
                 stall_since[0] = self.now
                 return False
             since = stall_since[0]
-            return all(period_start(k, self.now) > since for k in periods)  # type: ignore[arg-type]
+            return all(period_start(k, self.now) > since for k in periods)
 
         self.drive(next_event, apply, after, stop)
         end = self.until if self.stopped_at_horizon else col.last_activity

@@ -26,7 +26,7 @@ def test_document_is_valid_openapi_31() -> None:
 
 
 def test_document_lists_every_route() -> None:
-    app = make_app(Context(None, None, None, 1.0))  # type: ignore[arg-type]
+    app = make_app(Context(None, None, None, 1.0, None))  # type: ignore[arg-type]
     served = set()
     for route in app.router.routes():
         if route.method == "HEAD":
@@ -40,7 +40,7 @@ def test_document_lists_every_route() -> None:
 def test_every_served_route_is_declared_and_documented() -> None:
     """The route tables are the one declaration: what is served, its operation id and who
     may call it (the document's "Who" and ``x-klique-roles``)."""
-    app = make_app(Context(None, None, None, 1.0))  # type: ignore[arg-type]
+    app = make_app(Context(None, None, None, 1.0, None))  # type: ignore[arg-type]
     served = {(r.method, r.resource.canonical) for r in app.router.routes()
               if r.method != "HEAD" and r.resource is not None}
     assert served == {(r.method, r.path) for r in ROUTES}

@@ -79,7 +79,7 @@ async def lease(request: web.Request) -> web.Response:
     try:
         wait = limit if raw in (None, "") else float(raw)
     except ValueError:
-        raise bad_request(f"wait must be a number of seconds, found {raw[:50]!r}") from None
+        raise bad_request(f"wait must be a number of seconds, found {str(raw)[:50]!r}") from None
     if not 0 <= wait <= 3600:
         raise bad_request(f"wait must be between 0 and 3600 seconds, found {raw}")
     wait = min(wait, limit)
