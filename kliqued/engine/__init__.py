@@ -9,11 +9,13 @@ integer milli-GPUs, budget charges integer (weight milli x milliseconds).
 from .decisions import (UNSTARTED, Alert, BudgetStatus, Cancellation, Phase, Placement,
                         PreemptKind, Preemption, Reason, ReasonKind, no_worker_text,
                         unstarted_text)
+from .errors import (DuplicateTask, EngineError, StaleResult, SubmissionError,
+                     TimeWentBackwards, UnknownTask)
 from .index import CRInfo, EstateIndex, GroupInfo, PoolInfo
 from .passes import run_pass
 from .reasons import budget_status, waiting_reason, waiting_reasons
-from .result import PassResult, StaleResult
-from .state import ENDED, PLACED, QUEUED, State, SubmissionError, Task, check_submission
+from .result import PassResult
+from .state import ENDED, PLACED, QUEUED, State, Task, check_submission
 
 __all__ = [
     "UNSTARTED", "no_worker_text", "unstarted_text",
@@ -21,4 +23,5 @@ __all__ = [
     "Reason", "ReasonKind", "CRInfo", "EstateIndex", "GroupInfo", "PoolInfo", "run_pass",
     "budget_status", "waiting_reason", "waiting_reasons", "PassResult", "StaleResult",
     "State", "SubmissionError", "Task", "check_submission", "QUEUED", "PLACED", "ENDED",
+    "EngineError", "DuplicateTask", "UnknownTask", "TimeWentBackwards",
 ]

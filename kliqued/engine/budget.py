@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from compiler.compiled import CBudget
 
+from .errors import TimeWentBackwards
 from .periods import DAY_MS, HOUR_MS, Period, next_period_start, period_start
 
 UNITS_PER_HOUR_MILLI = HOUR_MS
@@ -47,7 +48,7 @@ class Meter:
     def settle(self, now: int, charging: bool) -> None:
         """Closes the charges up to ``now`` into day buckets; call before changing a rate."""
         if now < self.since:
-            raise ValueError(f"time went backwards: {now} < {self.since}")
+            raise TimeWentBackwards(f"time went backwards: {now} < {self.since}")
         if charging and self.rate and now > self.since:
             t = self.since
             days = self.days

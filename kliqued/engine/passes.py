@@ -19,6 +19,7 @@ from kliqued.fmt import hours, percent
 from .budget import budget_units, next_budget_event, remaining, start_ok
 from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
                         unstarted_text)
+from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex
 from .periods import next_period_start, period_start
 from .reclaim import choose_victims
@@ -54,7 +55,7 @@ def run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
 
 def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
     if now < state.clock:
-        raise ValueError(f"time went backwards: {now} < {state.clock}")
+        raise TimeWentBackwards(f"time went backwards: {now} < {state.clock}")
     if state.index is not index:
         state.bind(index, now)
     state.clock = now

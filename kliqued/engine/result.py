@@ -13,15 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .decisions import Alert, BudgetStatus, Cancellation, Placement, Preemption, Reason
+from .errors import StaleResult
 from .reasons import budget_status, waiting_reason, waiting_reasons
 
 if TYPE_CHECKING:
     from .index import EstateIndex
     from .state import State
-
-
-class StaleResult(RuntimeError):
-    """The state changed after the pass: ask a newer pass."""
 
 
 class PassResult:

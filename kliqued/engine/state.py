@@ -14,6 +14,7 @@ import heapq
 
 from .budget import Meter
 from .decisions import Cancellation
+from .errors import DuplicateTask, SubmissionError, TimeWentBackwards, UnknownTask
 from .index import EstateIndex
 from .periods import Period
 from .queues import ENDED, PLACED, QUEUED, CRQueue
@@ -71,10 +72,6 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.id!r}, {self.resource!r}, {self.state}, size={self.size})"
-
-
-class SubmissionError(ValueError):
-    """A submission the estate does not allow (unknown resource, user not in group, ...)."""
 
 
 def check_submission(index: EstateIndex, resource: str, user: str, project: str | None,
@@ -205,7 +202,7 @@ class State:
     # ---------------------------------------------------------------- changes from outside
     def _tick(self, at: int) -> None:
         if at < self.clock:
-            raise ValueError(f"time went backwards: {at} < {self.clock}")
+            raise TimeWentBackwards(f"time went backwards: {at} < {self.clock}")
         self.clock = at
         self.version += 1
         self.dirty = True
@@ -213,10 +210,10 @@ class State:
     def submit(self, task_id: str, resource: str, user: str, project: str | None = None,
                gpus_milli: int | None = None, *, at: int) -> Task:
         """Queues a new task at the back of its compute resource. Raises SubmissionError for
-        what the estate does not allow, ValueError for a task id already used."""
+        what the estate does not allow, DuplicateTask for a task id already used."""
         assert self.index is not None
         if task_id in self.tasks:
-            raise ValueError(f"task id {task_id!r} is already used")
+            raise DuplicateTask(f"task id {task_id!r} is already used")
         size = check_submission(self.index, resource, user, project, gpus_milli)
         self._tick(at)
         cr = self.index.resources[resource]
@@ -236,7 +233,7 @@ class State:
         it is (False)."""
         t = self.tasks.get(task_id)
         if t is None:
-            raise KeyError(task_id)
+            raise UnknownTask(task_id)
         if t.status == ENDED:
             return False
         self._tick(at)
