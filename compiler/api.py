@@ -15,6 +15,7 @@ from .build import build
 from .checks import run_checks
 from .compiled import CompiledEstate
 from .diagnostics import Diagnostic, Position, error, sorted_diagnostics
+from .errors import EstateReadError
 from .loader import load_yaml
 from .source import SourceMap
 from .validate import validate_document
@@ -59,10 +60,6 @@ class CompileResult:
         """Warnings as errors: the same findings, and no estate when there were any."""
         diags = [d.as_error() for d in self.diagnostics]
         return CompileResult(self.estate if not diags else None, diags, self.sources, self.files)
-
-
-class EstateReadError(Exception):
-    """The estate path itself cannot be read (missing, not a directory, unreadable)."""
 
 
 def read_dir(path: str | Path) -> list[SourceFile]:

@@ -12,17 +12,14 @@ from pathlib import Path, PurePosixPath
 import git
 from gitdb.exc import BadName, BadObject
 
-from ..api import YAML_SUFFIXES, EstateReadError, SourceFile, read_dir
+from ..api import YAML_SUFFIXES, SourceFile, read_dir
+from ..errors import EstateReadError, GitSourceError
 from .build import Side
 
 DEFAULT_BRANCHES = ("main", "origin/main", "master")
 """Where a feature branch is compared to when no --base is given, first found wins."""
 
 WORKING_TREE = "working tree"
-
-
-class GitSourceError(Exception):
-    """A repository or revision problem, with the message to show."""
 
 
 def open_repo(path: str | Path | None = None) -> git.Repo:

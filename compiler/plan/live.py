@@ -11,13 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import LiveStateError
 from ..units import parse_time
 
 PERIODS = ("day", "week", "month")
-
-
-class LiveStateError(ValueError):
-    """The answer is not a plan state this version reads."""
 
 
 @dataclass(frozen=True)

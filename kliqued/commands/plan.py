@@ -7,8 +7,9 @@ import os
 import sys
 
 from compiler.plan import make_plan, render_github, render_json, render_markdown, render_text
-from compiler.plan.gitsource import GitSourceError, normalise_estate_path, open_repo, read_sides
-from compiler.plan.live import LiveState, LiveStateError, parse_live_state
+from compiler.errors import GitSourceError, LiveStateError
+from compiler.plan.gitsource import normalise_estate_path, open_repo, read_sides
+from compiler.plan.live import LiveState, parse_live_state
 from compiler.units import parse_time
 from kliqued.sdk import Client, KliqueError
 
