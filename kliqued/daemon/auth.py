@@ -21,6 +21,7 @@ from .ids import TokenHasher
 from .units import iso
 
 Kind = Literal["user", "worker", "role"]
+_KINDS: dict[str, Kind] = {"user": "user", "worker": "worker", "role": "role"}
 ROLES = ("admin", "finance", "planner")
 """``planner``: CI's read-only role for ``kliqued plan --against``; it reads the running
 revision and the live counts of ``GET /v1/plan/state`` (and the estate), nothing else."""
@@ -58,12 +59,13 @@ class Principal:
 
     @staticmethod
     def parse(text: str, token_id: str | None = None) -> "Principal":
-        kind, _, name = text.partition(":")
-        if kind not in ("user", "worker", "role") or not name:
+        prefix, _, name = text.partition(":")
+        kind = _KINDS.get(prefix)
+        if kind is None or not name:
             raise ValueError(f"not a principal: {text!r}")
         if kind == "role" and name not in ROLES:
             raise ValueError(f"unknown role {name!r}")
-        return Principal(kind, name, token_id)  # type: ignore[arg-type]
+        return Principal(kind, name, token_id)
 
 
 @dataclass(slots=True)

@@ -1,12 +1,54 @@
-"""The one error type handlers raise; the error middleware renders it as the contract's JSON
-``{"error": {"code", "message", "details"?}}``."""
+"""The daemon's exceptions, and who catches them.
+
+- :class:`DaemonError`: the base of everything below.
+- :class:`ApiError` (and :class:`Unavailable`, 503): the one error type handlers raise; the
+  error middleware (``app.py``) renders it as the contract's JSON
+  ``{"error": {"code", "message", "details"?}}`` with its status. Never a 5xx for bad input.
+- :class:`BadOption`: a ``kliqued serve`` option that cannot be used (``--listen``);
+  ``server.serve`` prints it and exits with an error. Also a ``ValueError``, as before.
+- :class:`DatabaseLocked`: another process holds the DuckDB file; ``server.serve`` says so
+  and exits.
+- :class:`ReplayError`: the event log does not replay (a bug or a damaged file), naming the
+  event; ``server.serve`` says so and exits without serving a state it could not rebuild.
+- :class:`Busy`, :class:`Expired`: the ledger query pool is full, or a query's deadline
+  passed while it waited; ``handlers/ledger.py`` answers 503 and 408-like ``timeout``.
+
+The engine's refusals (``kliqued.engine.errors``) reach handlers as engine exceptions and are
+turned into ``ApiError`` there (a ``SubmissionError`` is a 4xx with its message).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-class ApiError(Exception):
+class DaemonError(Exception):
+    """Something the daemon refuses or cannot do, with the message to show."""
+
+
+class BadOption(DaemonError, ValueError):
+    """A ``kliqued serve`` option that cannot be used."""
+
+
+class DatabaseLocked(DaemonError):
+    """Another process has the file open (normally another ``kliqued serve``)."""
+
+
+class ReplayError(DaemonError):
+    """The log does not replay (a bug or a damaged file): say which event."""
+
+
+class Busy(DaemonError):
+    """Too many ledger queries are running and waiting; try again shortly."""
+
+
+class Expired(DaemonError):
+    """The query's deadline passed while it was waiting for a thread; it never ran."""
+
+
+class ApiError(DaemonError):
+    """An answer to a request that is not a success: status, contract code, message."""
+
     def __init__(self, status: int, code: str, message: str,
                  details: dict[str, Any] | None = None) -> None:
         super().__init__(message)

@@ -18,19 +18,13 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
+from .errors import Busy, Expired
+
 T = TypeVar("T")
 
 GRACE_S = 1.0
 """How long past its deadline a query may take to answer (its interrupt and clean-up)
 before its caller stops waiting."""
-
-
-class Busy(Exception):
-    """Too many ledger queries are running and waiting; try again shortly."""
-
-
-class Expired(Exception):
-    """The query's deadline passed while it was waiting for a thread; it never ran."""
 
 
 class QueryPool:

@@ -19,6 +19,7 @@ from compiler.compiled import CompiledEstate
 
 from .auth import TokenRecord
 from .core import Daemon
+from .errors import ReplayError
 from .store import Store
 
 log = logging.getLogger("kliqued")
@@ -29,10 +30,6 @@ class ReplayStats:
     events: int
     tasks: int
     seconds: float
-
-
-class ReplayError(Exception):
-    """The log does not replay (a bug or a damaged file): say which event."""
 
 
 def rebuild(d: Daemon, store: Store) -> ReplayStats:

@@ -28,6 +28,7 @@ from kliqued.ledger import writer as ledger
 
 from .app import Context, make_app
 from .core import Daemon, WorkerSettings
+from .errors import BadOption
 from .gitops import DirSource, Follower, GitSource, Snapshot
 from .logs import DEFAULT_CAP, LogStore
 from . import keyfile, strength
@@ -71,7 +72,7 @@ class Options:
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--listen must be HOST:PORT, e.g. 127.0.0.1:8080; found {text!r}")
+        raise BadOption(f"--listen must be HOST:PORT, e.g. 127.0.0.1:8080; found {text!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -95,7 +96,7 @@ def serve(opts: Options) -> int:
     nofile = raise_nofile()
     try:
         host, port = parse_listen(opts.listen)
-    except ValueError as exc:
+    except BadOption as exc:
         print(f"kliqued serve: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if bool(opts.tls_cert) != bool(opts.tls_key):

@@ -23,6 +23,7 @@ import duckdb
 
 from kliqued.ledger import schema as ledger_schema
 
+from .errors import DatabaseLocked
 from .events import COLUMNS
 from .querypool import QueryPool
 
@@ -42,10 +43,6 @@ CHECKPOINT_WAL = "256MB"
 DbOp = Callable[[duckdb.DuckDBPyConnection], object]
 """A write of a batch's transaction, on its connection (what it returns is ignored: the
 ledger's writers return counts)."""
-
-
-class DatabaseLocked(Exception):
-    """Another process has the file open (normally another ``kliqued serve``)."""
 
 
 @dataclass
