@@ -10,6 +10,7 @@ import re
 import sys
 
 from kliqued.commands._common import HelpFormatter
+from workers.errors import ConfigError
 
 EXAMPLES = """\
   # a bare-metal server with NVIDIA GPUs (found with nvidia-smi)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             client = ControlPlaneClient(args.url, args.token_file, args.ca_file)
         except OSError as exc:
-            raise ValueError(f"cannot read the token file {args.token_file}: "
+            raise ConfigError(f"cannot read the token file {args.token_file}: "
                              f"{exc.strerror or exc}") from None
         state = StateDir(state_dir)
         state.lock()

@@ -20,23 +20,11 @@ from typing import Any
 import aiohttp
 
 from workers import __version__
+from workers.errors import ApiError, ConfigError, StaleEpoch, Unreachable
 
 LOG_CHUNK = 256 * 1024
 WORKER_KEY_HEADER = "X-Klique-Worker-Key"
 
-
-class Unreachable(Exception):
-    pass
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(f"{status} {code}: {message}")
-        self.status, self.code, self.message = status, code, message
-
-
-class StaleEpoch(ApiError):
-    pass
 
 
 def base_url(url: str) -> str:
@@ -60,7 +48,7 @@ class TokenFile:
         if st.st_mtime != self._mtime:
             token = self.path.read_text(encoding="utf-8").strip()
             if not token:
-                raise ValueError(f"the token file {self.path} is empty")
+                raise ConfigError(f"the token file {self.path} is empty")
             self._token, self._mtime = token, st.st_mtime
         return self._token
 

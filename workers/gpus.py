@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from workers.errors import GpuDiscoveryError, PlacementError
+
 MILLI = 1000
 
 
@@ -22,10 +24,6 @@ class Gpu:
 
     def to_json(self) -> dict:
         return {"index": self.index, "uuid": self.uuid, "memory_mb": self.memory_mb}
-
-
-class GpuDiscoveryError(Exception):
-    pass
 
 
 NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
@@ -100,10 +98,6 @@ def discover(spec: str, nvidia_smi: str | None = None) -> tuple[list[Gpu], str]:
 
 def to_milli(gpus: float | int | None) -> int:
     return round(float(gpus or 0) * MILLI)
-
-
-class PlacementError(Exception):
-    pass
 
 
 class GpuAllocator:

@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from workers.errors import RolloutError
+
 ANSIBLE_DIR = Path(__file__).resolve().with_name("ansible")
 PLAYBOOK = ANSIBLE_DIR / "playbook.yml"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
-
-
-class RolloutError(Exception):
-    pass
 
 
 def source_tree() -> Path | None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from kliqued.commands._common import write_atomic
 from kliqued.filemodes import open_private, private_dir
+from workers.errors import StateDirBusy
 
 log = logging.getLogger("klique.worker")
 
@@ -77,10 +78,6 @@ class TaskRecord:
     def from_json(cls, data: dict) -> "TaskRecord":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-class StateDirBusy(Exception):
-    pass
 
 
 class StateDir:

@@ -39,11 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kliqued.commands._common import write_atomic
+from workers.errors import CapacityUnavailable
 from workers.gpus import to_milli
-
-
-class CapacityUnavailable(Exception):
-    """The provider cannot give this capacity now (spot refused, no instances of the type)."""
 
 
 @dataclass

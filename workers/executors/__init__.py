@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 
+from workers.errors import ConfigError
 from workers.executors.base import RUNNING, Executor, Exited, Running, StartError
 
 __all__ = ["EXECUTORS", "RUNNING", "Executor", "Exited", "Running", "StartError",
@@ -32,7 +33,7 @@ def _executor_class(name: str) -> type[Executor]:
     if name == "kubernetes":
         from workers.executors.kubernetes import KubernetesExecutor
         return KubernetesExecutor
-    raise ValueError(f"unknown executor {name!r}: the choices are: {', '.join(EXECUTORS)}")
+    raise ConfigError(f"unknown executor {name!r}: the choices are: {', '.join(EXECUTORS)}")
 
 
 def make_executor(name: str, **kwargs) -> Executor:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.errors import StartError
+
 
 class Running:
     """The task is still running."""
@@ -36,11 +38,6 @@ class Exited:
 
     def to_json(self) -> dict:
         return {"exit_code": self.exit_code, "signal": self.signal, "message": self.message}
-
-
-class StartError(Exception):
-    """The task cannot be started at all (no command, command not runnable by this executor);
-    the daemon reports it as failed with this message."""
 
 
 class Handle(ABC):

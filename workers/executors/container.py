@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.errors import ConfigError
 from workers.executors.base import Exited, Running, StartError, klique_env
 from workers.executors.process import ProcessExecutor, ProcessHandle, _signal_name
 from workers.gpus import MILLI, Gpu, memory_cap_env, to_milli
@@ -123,7 +124,7 @@ class ContainerExecutor(ProcessExecutor):
                  base_env: dict[str, str] | None = None, venv: str | Path | None = None,
                  workdir: str | Path | None = None):
         if runtime not in RUNTIMES:
-            raise ValueError(f"unknown container runtime {runtime!r}: docker or podman")
+            raise ConfigError(f"unknown container runtime {runtime!r}: docker or podman")
         # the client runs in the worker's own environment (no --venv: that is the image's job)
         super().__init__(state_dir, venv=None, workdir=workdir, base_env=base_env, gpus=gpus)
         self.name = runtime

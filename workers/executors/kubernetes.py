@@ -33,6 +33,7 @@ from typing import Any
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
 from workers.executors.k8s_manifest import MANAGED_BY, K8sSettings, PodState, job_manifest, \
     pod_state
+from workers.errors import ConfigError
 from workers.gpus import Gpu
 
 log = logging.getLogger("klique.worker")
@@ -45,7 +46,7 @@ def load_client(kubeconfig: str | None = None, context: str | None = None):
     try:
         from kubernetes import client, config
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ValueError("the Kubernetes executor needs the kubernetes package: "
+        raise ConfigError("the Kubernetes executor needs the kubernetes package: "
                          "pip install 'klique[kubernetes]'") from exc
     try:
         if kubeconfig:
@@ -56,7 +57,7 @@ def load_client(kubeconfig: str | None = None, context: str | None = None):
             except config.ConfigException:
                 config.load_kube_config(context=context)
     except Exception as exc:
-        raise ValueError(f"no Kubernetes credentials: {exc}") from exc
+        raise ConfigError(f"no Kubernetes credentials: {exc}") from exc
     return client.BatchV1Api(), client.CoreV1Api()
 
 

@@ -34,6 +34,7 @@ from typing import Any
 from workers.executors.base import (RUNNING, Executor, Exited, Handle, Running, StartError,
                                     klique_env)
 from kliqued.filemodes import open_private, original_umask
+from workers.errors import ConfigError
 from workers.gpus import Gpu, memory_cap_env, to_milli
 from workers.liveness import path_in as liveness_path
 
@@ -174,7 +175,7 @@ class ProcessExecutor(Executor):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.venv = Path(venv).resolve() if venv else None
         if self.venv and not (self.venv / "bin").is_dir():
-            raise ValueError(f"--venv {venv}: no bin/ directory there; is it a virtual env?")
+            raise ConfigError(f"--venv {venv}: no bin/ directory there; is it a virtual env?")
         self.workdir = str(workdir) if workdir else None
         self.base_env = dict(base_env if base_env is not None else os.environ)
         self.use_fork_server = use_fork_server
