@@ -1,6 +1,15 @@
-"""The SDK's one exception type."""
+"""The SDK's exceptions, and who catches them.
+
+- :class:`KliqueError`: the one type every SDK call raises (an error answer, no answer, a
+  response that is not the API's). Programs catch it; the ``kliqued`` CLI turns it into
+  ``kliqued: <message>`` and exit 1 (``commands/_client.handles_errors``).
+- :class:`ConfigError`: a ``KliqueError`` with code ``config``: no URL or token could be
+  found, or the config file is broken. Raised before any request is made.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class KliqueError(Exception):
@@ -10,7 +19,7 @@ class KliqueError(Exception):
     it."""
 
     def __init__(self, status: int | None, code: str, message: str,
-                 details: dict | None = None) -> None:
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
