@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log = logging.getLogger("klique.worker")
+    log = logging.getLogger(__name__)
     from kliqued.filemodes import private_umask
     private_umask()  # the state dir, records and logs: 0600 / 0700 (tasks keep the original)
 

@@ -43,7 +43,7 @@ from workers.gpus import MILLI, Gpu, GpuAllocator, to_milli
 from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
 
-log = logging.getLogger("klique.worker")
+log = logging.getLogger(__name__)
 
 
 def now_rfc3339() -> str:

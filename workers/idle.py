@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-log = logging.getLogger("klique.worker")
+log = logging.getLogger(__name__)
 
 KINDS = ("wall", "cpu", "gpu", "network")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}

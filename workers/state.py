@@ -32,7 +32,7 @@ from kliqued.commands._common import write_atomic
 from kliqued.filemodes import open_private, private_dir
 from workers.errors import StateDirBusy
 
-log = logging.getLogger("klique.worker")
+log = logging.getLogger(__name__)
 
 STARTING, RUNNING, ENDED = "starting", "running", "ended"
 

@@ -26,7 +26,7 @@ from .routes import Handler, Route, table
 
 __all__ = ["Context", "ROUTES", "make_app"]
 
-log = logging.getLogger("kliqued")
+log = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
 ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.ROUTES,

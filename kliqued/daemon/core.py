@@ -37,7 +37,7 @@ from .records import TaskRecord
 from .store import DbOp
 from .units import iso
 
-log = logging.getLogger("kliqued")
+log = logging.getLogger(__name__)
 
 PENDING = Reason("pending", "waits for the next pass")
 

@@ -26,7 +26,7 @@ from compiler.api import CompileResult, EstateReadError, SourceFile, compile_fil
 from compiler.diagnostics import Position, error, plural
 from compiler.plan.prices import price_impacts
 
-log = logging.getLogger("kliqued")
+log = logging.getLogger(__name__)
 
 
 @dataclass

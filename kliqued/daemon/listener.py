@@ -33,7 +33,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
-log = logging.getLogger("kliqued.http")
+log = logging.getLogger(__name__)
 """Client-driven messages: aggregated by logsetup.FloodFilter."""
 
 

@@ -16,6 +16,8 @@ import re
 import sys
 import time
 
+log = logging.getLogger(__name__)
+
 _REDACTED = "[redacted]"
 
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -59,7 +61,7 @@ class RedactFilter(logging.Filter):
         return True
 
 
-FLOOD_PRONE = ("aiohttp", "asyncio", "kliqued.http")
+FLOOD_PRONE = ("aiohttp", "asyncio", "kliqued.daemon.listener")
 """Loggers whose messages are driven by what clients do (one per connection or request): a
 flood of those is aggregated. Our own loggers say one thing per event worth reading."""
 
@@ -123,7 +125,7 @@ def report_held_back() -> None:
         for f in h.filters:
             if isinstance(f, FloodFilter):
                 for name, msg, count in f.held_back():
-                    logging.getLogger("kliqued").info(
+                    log.info(
                         "%d more log lines of [%s] %r were not shown", count, name, msg)
 
 
@@ -143,7 +145,9 @@ class _Format(logging.Formatter):
 
 def setup(stream=None, level: int = logging.INFO) -> logging.Handler:
     """Installs the one stderr handler on the root logger (idempotent) and routes the
-    ``kliqued`` logger to it. Returns the handler."""
+    ``kliqued`` logger to it at ``level``: every module logs to ``logging.getLogger(__name__)``,
+    a child of ``kliqued``, so this sets them all, and one module's level can still be set on
+    its own (the logger ``kliqued.daemon.gitops``, say). Returns the handler."""
     root = logging.getLogger()
     for h in root.handlers:
         if getattr(h, "_kliqued", False):

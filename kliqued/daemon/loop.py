@@ -48,7 +48,7 @@ from .errors import ApiError, Unavailable
 from .events import Event
 from .store import Batch, Store
 
-log = logging.getLogger("kliqued")
+log = logging.getLogger(__name__)
 
 SETTLE_S = 0.02
 """Delay from a change to the pass that handles it: long enough to gather a burst."""

@@ -22,7 +22,7 @@ from .core import Daemon
 from .errors import ReplayError
 from .store import Store
 
-log = logging.getLogger("kliqued")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -41,7 +41,7 @@ from .loop import Sequencer
 from .replay import ReplayError, rebuild
 from .store import DatabaseLocked, Store
 
-log = logging.getLogger("kliqued")
+log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_ERROR, EXIT_INVALID_ESTATE = 0, 1, 2
 

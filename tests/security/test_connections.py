@@ -187,7 +187,7 @@ def test_connections_are_capped_and_the_cap_is_logged_once(tmp_path: Path) -> No
         assert s.stop() == 0, s.log()
     text = s.log()
     assert text.count("WARNING connection limit") == 1, text
-    assert "29 more log lines of [kliqued.http] 'connection limit" in text, text
+    assert "29 more log lines of [kliqued.daemon.listener] 'connection limit" in text, text
 
 
 class _TlsServer(FleetServer):

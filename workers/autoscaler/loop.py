@@ -31,7 +31,7 @@ from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolic
 from workers.autoscaler.providers import CapacityUnavailable, Node, Provider
 from workers.gpus import to_milli
 
-log = logging.getLogger("klique.autoscaler")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -42,7 +42,7 @@ from workers.executors.base import Exited, Running, StartError, klique_env
 from workers.executors.process import ProcessExecutor, ProcessHandle, _signal_name
 from workers.gpus import MILLI, Gpu, memory_cap_env, to_milli
 
-log = logging.getLogger("klique.worker")
+log = logging.getLogger(__name__)
 
 RUNTIMES = ("docker", "podman")
 # exit codes 128+N the container runtimes use for "killed by signal N"

@@ -36,7 +36,7 @@ from workers.executors.k8s_manifest import MANAGED_BY, K8sSettings, PodState, jo
 from workers.errors import ConfigError
 from workers.gpus import Gpu
 
-log = logging.getLogger("klique.worker")
+log = logging.getLogger(__name__)
 
 SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
 

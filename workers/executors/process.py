@@ -41,7 +41,7 @@ from workers.liveness import path_in as liveness_path
 WRAPPER = str(Path(__file__).with_name("wrapper.py"))
 POLL_S = 0.05
 SPAWN_TIMEOUT_S = 10.0
-_log = logging.getLogger("klique.worker")
+_log = logging.getLogger(__name__)
 # After SIGKILL went to the command, the wrapper gets this long to record the exit.
 WRAPPER_RECORD_S = 2.0
 

@@ -51,7 +51,7 @@ from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, S
 from workers.executors.process import WRAPPER, ProcessExecutor, _signal_name
 from workers.gpus import MILLI, Gpu, to_milli
 
-log = logging.getLogger("klique.worker")
+log = logging.getLogger(__name__)
 
 # squeue states in which the job still holds (or waits for) its resources
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
