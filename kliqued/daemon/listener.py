@@ -176,7 +176,8 @@ class _Refused(asyncio.Protocol):
     """A connection past the cap: told 503 and closed at once, so it holds no handle."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.write(_REFUSAL_RESPONSE)  # type: ignore[attr-defined]
+        if isinstance(transport, asyncio.WriteTransport):  # a stream's: always
+            transport.write(_REFUSAL_RESPONSE)
         transport.close()
 
 

@@ -143,6 +143,11 @@ class _Format(logging.Formatter):
         return text
 
 
+class _Handler(logging.StreamHandler):
+    """The one handler ``setup`` installs; found again by its class (``setup`` is
+    idempotent)."""
+
+
 def setup(stream=None, level: int = logging.INFO) -> logging.Handler:
     """Installs the one stderr handler on the root logger (idempotent) and routes the
     ``kliqued`` logger to it at ``level``: every module logs to ``logging.getLogger(__name__)``,
@@ -150,10 +155,9 @@ def setup(stream=None, level: int = logging.INFO) -> logging.Handler:
     its own (the logger ``kliqued.daemon.gitops``, say). Returns the handler."""
     root = logging.getLogger()
     for h in root.handlers:
-        if getattr(h, "_kliqued", False):
+        if isinstance(h, _Handler):
             return h
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler._kliqued = True  # type: ignore[attr-defined]
+    handler = _Handler(stream or sys.stderr)
     handler.setFormatter(_Format(_FORMAT))
     handler.addFilter(FloodFilter())   # first: a held-back record costs no scrubbing
     handler.addFilter(RedactFilter())
