@@ -274,7 +274,7 @@ class WorkerDaemon:
 
     def reconcile(self, running: list[dict]) -> None:
         listed = {(str(r["task"]), int(r["epoch"])) for r in running}
-        newest = {}
+        newest: dict[str, int] = {}
         for task, epoch in listed:
             newest[task] = max(epoch, newest.get(task, epoch))
         for rec in list(self.records.values()):
@@ -534,8 +534,9 @@ class WorkerDaemon:
                                             f"SIGKILL after {grace:g}s if still running")
                         result = await self.executor.stop(handle, grace)
                     break
-                result = self.executor.poll(handle)
-                if isinstance(result, Exited):
+                polled = self.executor.poll(handle)
+                if isinstance(polled, Exited):
+                    result = polled
                     break
                 idle.watch(self, rec, handle)   # session idle limits (workers/idle.py)
                 stop_wait = asyncio.ensure_future(event.wait())
@@ -564,6 +565,7 @@ class WorkerDaemon:
             self._forget(rec)
             self._place_pending()
             return
+        message: str | None
         if rec.stop is not None:
             event = "stopped"
             message = self._stop_text(rec)
@@ -621,8 +623,9 @@ class WorkerDaemon:
             if rec.started_at and not rec.started_reported:
                 items.append((rec, {"event": "started", "at": rec.started_at,
                                     "exit_code": None, "signal": None, "message": None}))
-            if rec.state == ENDED and (rec.outcome or {}).get("event"):
-                items.append((rec, dict(rec.outcome)))
+            outcome = rec.outcome
+            if rec.state == ENDED and outcome and outcome.get("event"):
+                items.append((rec, dict(outcome)))
         if not items:
             return
         await self._make_durable()
@@ -691,11 +694,12 @@ class WorkerDaemon:
                 rec.started_reported = True
                 self._save(rec)
             await self._upload_log(rec)
-            if rec.state == ENDED and (rec.outcome or {}).get("event"):
+            outcome = rec.outcome
+            if rec.state == ENDED and outcome and outcome.get("event"):
                 await self._make_durable()
-                await self._report(rec, dict(rec.outcome))
+                await self._report(rec, dict(outcome))
                 log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch,
-                         rec.outcome["event"])
+                         outcome["event"])
                 self._forget(rec)
         except ApiError as exc:
             self._refused(rec, exc)

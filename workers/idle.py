@@ -58,6 +58,13 @@ def parse_duration(text) -> float:
     return value
 
 
+def _bytes_rate(text: object) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of bytes a second") from None
+
+
 def _percent(text, default: float) -> float:
     if text is None:
         return default
@@ -114,7 +121,7 @@ def parse_limits(labels: dict | None, payload=None) -> IdleLimits | None:
     if "gpu_threshold" in spec:
         values["gpu_threshold"] = _percent(spec["gpu_threshold"], 0.0)
     if "network_threshold" in spec:
-        values["network_threshold"] = float(spec["network_threshold"])
+        values["network_threshold"] = _bytes_rate(spec["network_threshold"])
     limits = IdleLimits(**values, text={k: str(spec[k]).strip() for k in KINDS if k in spec})
     return limits if limits.any else None
 
@@ -190,7 +197,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 
 def group_pids(pgid: int) -> list[int]:
-    out = []
+    out: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -317,9 +324,10 @@ def _watch(daemon, rec, handle) -> None:
             w.tracker = IdleTracker(limits, _started_monotonic(rec.started_at))
             daemon._task_log(rec, "idle limits: " + ", ".join(
                 f"{k} {v}" for k, v in limits.text.items()))
-    if w.tracker is None or rec.stop is not None or time.monotonic() < w.next_at:
-        return
     limits = w.limits
+    if w.tracker is None or limits is None or rec.stop is not None \
+            or time.monotonic() < w.next_at:
+        return
     w.next_at = time.monotonic() + limits.sample_interval()
     sample = measure(getattr(handle, "pgid", None), list(rec.gpus or []), limits)
     if limits.gpu_s is not None and sample.gpu_util is None and "gpu" not in w.warned:

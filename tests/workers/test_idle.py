@@ -38,6 +38,16 @@ def test_limits_from_labels_and_payload_labels_win():
         parse_limits({"idle.wall": "0s"})
 
 
+def test_a_network_threshold_that_is_no_number_is_a_value_error() -> None:
+    """The lease's payload is JSON: a list or a mapping there was a TypeError, which the
+    worker's idle check does not catch (found by mypy)."""
+    lim = parse_limits(None, {"idle": {"network": "1h", "network_threshold": "2048"}})
+    assert lim is not None and lim.network_threshold == 2048.0
+    for bad in ([1], {"a": 1}, "fast"):
+        with pytest.raises(ValueError, match="is not a number of bytes a second"):
+            parse_limits(None, {"idle": {"network": "1h", "network_threshold": bad}})
+
+
 def test_cpu_idle_stops_after_the_limit_only_and_activity_resets_the_clock():
     t = IdleTracker(IdleLimits(cpu_s=10, text={"cpu": "10s"}), started_at=0)
     assert t.observe(Sample(0, cpu_s=0.0)) is None

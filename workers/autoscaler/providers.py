@@ -163,10 +163,12 @@ class LocalProvider(Provider):
 
     def _alive(self, meta: dict) -> bool:
         pid = meta.get("pid")
+        if pid is None:
+            return False
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return pid is not None and _proc_start(pid) == meta.get("start")
+        return _proc_start(pid) == meta.get("start")
 
     def _records(self, state_dir: Path) -> dict[str, int]:
         running: dict[str, int] = {}
@@ -225,7 +227,7 @@ class LocalProvider(Provider):
                     os.killpg(int(handle["pgid"]), signal.SIGKILL)
             except (OSError, ValueError, ProcessLookupError):
                 pass
-        child = self._children.pop(pid, None)
+        child = self._children.pop(pid, None) if pid is not None else None
         if child is not None:
             try:
                 child.wait(5)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from workers.errors import StartError
 
@@ -46,26 +46,32 @@ class Handle(ABC):
         """JSON-able data from which ``Executor.adopt`` rebuilds the handle."""
 
 
-class Executor(ABC):
+H = TypeVar("H", bound=Handle)
+
+
+class Executor(ABC, Generic[H]):
+    """Generic in its handle type: an executor is only ever given back the handles it made
+    (the daemon holds them as ``Handle``, so it sees ``Executor[Any]``)."""
+
     name: str
 
     @abstractmethod
-    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> Handle:
+    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> H:
         """Starts the lease's command on the given GPUs, its output appended to `log_path`.
         Raises StartError if it cannot."""
 
     @abstractmethod
-    def poll(self, handle: Handle) -> Running | Exited:
+    def poll(self, handle: H) -> Running | Exited:
         """RUNNING, or how the task ended. Never blocks."""
 
     @abstractmethod
-    async def stop(self, handle: Handle, grace_s: float) -> Exited:
+    async def stop(self, handle: H, grace_s: float) -> Exited:
         """Asks the task to end (SIGTERM or the equivalent), waits up to `grace_s` seconds for
         it, then ends it by force; returns how it ended. `grace_s=0` kills at once
         (fencing)."""
 
     @abstractmethod
-    def adopt(self, record: dict[str, Any]) -> Handle:
+    def adopt(self, record: dict[str, Any]) -> H:
         """Takes back a task started by an earlier run of the worker, from
         ``handle.to_record()``; poll() then says whether it still runs."""
 

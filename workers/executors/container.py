@@ -115,6 +115,14 @@ class ContainerHandle(ProcessHandle):
         return {**super().to_record(), "name": self.name}
 
 
+def _own(h: ProcessHandle) -> ContainerHandle:
+    """A container executor's handles are all ``ContainerHandle``s (its ``start`` and
+    ``adopt`` make them); the process executor's interface names the base class."""
+    if not isinstance(h, ContainerHandle):
+        raise TypeError(f"not a container's handle: {h!r}")
+    return h
+
+
 class ContainerExecutor(ProcessExecutor):
     """`--executor docker` or `--executor podman`."""
 
@@ -132,7 +140,8 @@ class ContainerExecutor(ProcessExecutor):
         self.cli = cli or runtime
         self.image = image
         self.container_args = list(container_args or [])
-        self.fake_gpus = bool(gpus) and all(g.uuid.startswith("declared-") for g in gpus)
+        self.fake_gpus = bool(gpus) and all(g.uuid.startswith("declared-")
+                                            for g in gpus or [])
         if memory_per_gpu_mb is None and gpus:
             host = host_memory_mb()
             memory_per_gpu_mb = host // len(gpus) if host else None
@@ -187,10 +196,10 @@ class ContainerExecutor(ProcessExecutor):
         return ContainerHandle(pid=h.pid, pgid=h.pgid, start_ticks=h.start_ticks,
                                exit_path=h.exit_path, name=str(record.get("name") or ""))
 
-    def poll(self, h: ContainerHandle) -> Running | Exited:
+    def poll(self, h: ProcessHandle) -> Running | Exited:
         result = super().poll(h)
         if isinstance(result, Exited):
-            return self._translate(h, result)
+            return self._translate(_own(h), result)
         return result
 
     def _translate(self, h: ContainerHandle, r: Exited) -> Exited:
@@ -219,9 +228,10 @@ class ContainerExecutor(ProcessExecutor):
             log.warning("%s %s failed: %s", self.cli, " ".join(args), exc)
             return None
 
-    async def stop(self, h: ContainerHandle, grace_s: float) -> Exited:
+    async def stop(self, handle: ProcessHandle, grace_s: float) -> Exited:
+        h = _own(handle)
         if not self._alive(h):
-            return self.poll(h)  # type: ignore[return-value]
+            return self._ended(h)
         h.stopped = True
         grace = math.ceil(grace_s) if grace_s > 0 else 0   # whole seconds for -t
         if h.name:
@@ -242,4 +252,4 @@ class ContainerExecutor(ProcessExecutor):
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self._alive(h):
                 await asyncio.sleep(0.05)
-        return self.poll(h)  # type: ignore[return-value]
+        return self._ended(h)

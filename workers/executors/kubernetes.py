@@ -89,7 +89,7 @@ def to_exited(h: K8sHandle, st: PodState) -> Exited:
     return Exited(st.exit_code, sig, ": ".join(parts))
 
 
-class KubernetesExecutor(Executor):
+class KubernetesExecutor(Executor[K8sHandle]):
     name = "kubernetes"
 
     def __init__(self, state_dir: str | Path, settings: K8sSettings | None = None,
@@ -222,6 +222,7 @@ class KubernetesExecutor(Executor):
         grace = int(math.ceil(grace_s)) if grace_s > 0 else 0
         h.stopped_with = "SIGTERM" if grace else "SIGKILL"
         self._copy_log(h, final=True)
+        body: Any
         try:
             from kubernetes.client import V1DeleteOptions
             body = V1DeleteOptions(grace_period_seconds=grace,

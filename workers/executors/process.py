@@ -80,7 +80,7 @@ def process_alive(pid: int, start_ticks: int | None) -> bool:
 
 
 def group_members(pgid: int) -> list[int]:
-    pids = []
+    pids: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:  # pragma: no cover
@@ -164,7 +164,7 @@ class ForkServer:
                 proc.stdout.close()
 
 
-class ProcessExecutor(Executor):
+class ProcessExecutor(Executor[ProcessHandle]):
     name = "process"
 
     def __init__(self, state_dir: str | Path, venv: str | Path | None = None,
@@ -337,16 +337,23 @@ class ProcessExecutor(Executor):
         except (ProcessLookupError, PermissionError):
             pass
 
+    def _ended(self, h: ProcessHandle) -> Exited:
+        """``poll`` of a task that was seen gone: its exit (it cannot come back)."""
+        result = self.poll(h)
+        if isinstance(result, Exited):
+            return result
+        return Exited(None, None, "the task was still running after it was stopped")
+
     async def stop(self, h: ProcessHandle, grace_s: float) -> Exited:
         if not self._alive(h):
-            return self.poll(h)  # type: ignore[return-value]
+            return self._ended(h)
         if grace_s > 0:
             h.killed_by = "SIGTERM"
             self._signal_group(h, signal.SIGTERM)
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline:
                 if not self._alive(h):
-                    return self.poll(h)  # type: ignore[return-value]
+                    return self._ended(h)
                 await asyncio.sleep(POLL_S)
         # SIGKILL to the command and whatever it started, but not to the wrapper, which then
         # records the exit; then the whole group, wrapper included.
@@ -364,7 +371,7 @@ class ProcessExecutor(Executor):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self._alive(h):
             await asyncio.sleep(POLL_S)
-        return self.poll(h)  # type: ignore[return-value]
+        return self._ended(h)
 
 
 def _signal_name(signum: int) -> str:

@@ -97,9 +97,9 @@ def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
 
 def job_script(lease: dict, exit_path: str | Path, python: str = sys.executable,
                wrapper: str = WRAPPER) -> str:
-    """The batch script of a lease (see the module's docstring)."""
-    command = lease.get("command")
-    cmd = shlex.join(command)
+    """The batch script of a lease (see the module's docstring); its command was checked to
+    be a list of strings (``start``)."""
+    cmd = shlex.join(lease["command"])
     py, wr, ex = shlex.quote(python), shlex.quote(wrapper), shlex.quote(str(exit_path))
     return f"""#!/bin/bash
 # klique task {lease['task']} (epoch {lease['epoch']}), submitted by klique-worker.
@@ -177,7 +177,7 @@ class SlurmHandle(Handle):
         return {"job_id": self.job_id, "exit_path": self.exit_path}
 
 
-class SlurmExecutor(Executor):
+class SlurmExecutor(Executor[SlurmHandle]):
     name = "slurm"
 
     def __init__(self, state_dir: str | Path, partition: str | None = None,
@@ -438,13 +438,13 @@ class SlurmExecutor(Executor):
         if grace_s > 0:
             h.killed_by = "SIGTERM"
             self._scancel("--signal=TERM", "--full", h.job_id)
-            if (result := await self._wait_end(h, grace_s)) is not None:
-                return result
+            if (ended := await self._wait_end(h, grace_s)) is not None:
+                return ended
         h.killed_by = "SIGKILL"
         self._scancel("--batch", "--signal=USR2", h.job_id)
-        if (result := await self._wait_end(h, 2.0)) is not None:
+        if (ended := await self._wait_end(h, 2.0)) is not None:
             self._scancel(h.job_id)     # the job's steps or strays, if any
-            return result
+            return ended
         self._scancel(h.job_id)
         try:
             kill_wait = float(self.config().get("KillWait", "30 sec").split()[0])

@@ -54,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 
 def _write_exit(path: str, record: dict) -> None:
@@ -143,7 +144,7 @@ def _group_kill(sig: int) -> None:
             continue
 
 
-def watch_worker(watch: str, done: threading.Event, stopped: dict,
+def watch_worker(watch: str, done: threading.Event, stopped: dict[str, str],
                  orphan_kill: list[str] | None = None) -> None:
     """The orphan watch (see the module's docstring): returns when the task is done, or
     once it was killed. ``stopped["message"]`` says why it was stopped."""
@@ -200,12 +201,14 @@ def run(exit_file: str, command: list[str], env: dict[str, str] | None = None,
         _write_exit(exit_file, {"exit_code": code, "signal": None, "pid": None,
                                 "ended_at": _now(), "message": f"cannot run {command[0]!r}"})
         return code
-    done, stopped = threading.Event(), {}
+    done = threading.Event()
+    stopped: dict[str, str] = {}
     if watch:
         threading.Thread(target=watch_worker, args=(watch, done, stopped, orphan_kill),
                          daemon=True).start()
     rc = child.wait()
     done.set()
+    record: dict[str, Any]
     if rc < 0:
         record = {"exit_code": None, "signal": _signal_name(-rc)}
         code = 128 - rc
