@@ -52,8 +52,8 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
 
     diags += _check_pools(sources, pools)
     diags += _check_groups(sources, groups, policies)
-    org = organisation([o.model for o in policies.values()],  # type: ignore[misc]
-                       [o.model for o in groups.values()])  # type: ignore[misc]
+    org = organisation([o.model for o in policies.values()],
+                       [o.model for o in groups.values()])
     diags += check_tree(org, policies, groups)
     diags += check_handles(sources.settings, groups)
 

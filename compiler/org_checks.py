@@ -19,8 +19,8 @@ def _gpus(milli: int) -> str:
     return f"{milli_str(milli)} GPU{'s' if milli != 1000 else ''}"
 
 
-def _policy(obj: SourceObject) -> Policy:
-    return obj.model  # type: ignore[return-value]
+def _policy(obj: SourceObject[Policy]) -> Policy:
+    return obj.model
 
 
 def _below_groups(org: Organisation, group: str) -> list[str]:
@@ -54,7 +54,7 @@ def check_tree(org: Organisation, policies: dict[str, SourceObject],
                 f"one user never holds more than the group: lower user_limit to at most "
                 f"{_gpus(pol.limit)}, or raise the limit"))
     for obj in groups.values():
-        g: Group = obj.model  # type: ignore[assignment]
+        g: Group = obj.model
         if g.project_priority and not g.projects:
             diags.append(error(
                 "project-priority-without-projects",
@@ -156,7 +156,7 @@ def check_connection(org: Organisation, obj: SourceObject, prof: Profile, index:
         if env.pools_allowed is None:
             continue
         for name in resolved:
-            pool: Pool = pools[name].model  # type: ignore[assignment]
+            pool: Pool = pools[name].model
             if allowed(pool, env.pools_allowed.labels, env.pools_allowed.pools):
                 continue
             path = ("pools", prof.pools.index(name)) if prof.pools else ("pools_by",)
