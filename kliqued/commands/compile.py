@@ -53,31 +53,33 @@ def summary(est: CompiledEstate) -> str:
     """A terminal-sized overview: what IT declared and what users can send work to."""
     lines = [f"revision {est.revision}", ""]
     lines.append(f"pools ({len(est.pools)}):")
-    for p in est.pools:
-        cap = milli_str(p.capacity_milli)
-        scale = " (autoscaled max)" if p.autoscale else ""
-        labels = ",".join(f"{k}={v}" for k, v in sorted(p.labels.items()))
-        lines.append(f"  {p.name:<24} {p.kind:<11} {cap:>6} x {p.gpu_type}{scale}"
+    for pool in est.pools:
+        cap = milli_str(pool.capacity_milli)
+        scale = " (autoscaled max)" if pool.autoscale else ""
+        labels = ",".join(f"{k}={v}" for k, v in sorted(pool.labels.items()))
+        lines.append(f"  {pool.name:<24} {pool.kind:<11} {cap:>6} x {pool.gpu_type}{scale}"
                      + (f"  [{labels}]" if labels else ""))
-    total = sum(p.capacity_milli for p in est.pools)
+    total = sum(pool.capacity_milli for pool in est.pools)
     lines.append(f"  {'total':<24} {'':<11} {milli_str(total):>6} GPUs")
     lines.append("")
     lines.append(f"profiles ({len(est.profiles)}):")
-    for p in est.profiles:
-        size = (milli_str(p.gpus_milli) if p.gpus_milli is not None else
-                f"task ({milli_str(p.from_task.default_milli)}..{milli_str(p.from_task.max_milli)})"
-                if p.from_task else "?")
-        lines.append(f"  {p.name:<24} gpus {size:<12} weight {milli_str(p.time_weight_milli):<5}"
-                     f" pools {' > '.join(p.pools)}")
+    for prof in est.profiles:
+        ft = prof.from_task
+        size = (milli_str(prof.gpus_milli) if prof.gpus_milli is not None else
+                f"task ({milli_str(ft.default_milli)}..{milli_str(ft.max_milli)})"
+                if ft else "?")
+        weight = milli_str(prof.time_weight_milli)
+        lines.append(f"  {prof.name:<24} gpus {size:<12} weight {weight:<5}"
+                     f" pools {' > '.join(prof.pools)}")
     lines.append("")
     lines.append(f"policies ({len(est.policies)}):")
-    for p in est.policies:
-        budget = (f"{milli_str(p.budget.hours_milli)} h/{p.budget.period}" if p.budget
+    for pol in est.policies:
+        budget = (f"{milli_str(pol.budget.hours_milli)} h/{pol.budget.period}" if pol.budget
                   else "no budget")
-        envelope = (f"  (envelope: {milli_str(p.shared_reservation_milli)} shared)"
-                    if p.envelope else "")
-        lines.append(f"  {p.name:<24} reservation {milli_str(p.reservation_milli):>4}  "
-                     f"limit {milli_str(p.limit_milli):>4}  {budget}{envelope}")
+        envelope = (f"  (envelope: {milli_str(pol.shared_reservation_milli)} shared)"
+                    if pol.envelope else "")
+        lines.append(f"  {pol.name:<24} reservation {milli_str(pol.reservation_milli):>4}  "
+                     f"limit {milli_str(pol.limit_milli):>4}  {budget}{envelope}")
     # An envelope's reservation holds its teams' reservations: count only its shared part.
     reserved = sum(compiled_demands(est)[0].values())
     lines.append(f"  reserved {milli_str(reserved)} of {milli_str(total)} GPUs; "

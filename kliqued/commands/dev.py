@@ -271,7 +271,8 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
         for pool in pools:
             tfile = tokens / f"worker-{pool}.token"
             _token(url, admin, tfile, worker=True, pool=pool)
-            capacity = int(estate.pool(pool).capacity_milli // 1000) or 1
+            cpool = estate.pool(pool)  # there: checked above
+            capacity = (int(cpool.capacity_milli // 1000) if cpool else 0) or 1
             gpus = args.gpus or ",".join(str(i) for i in range(capacity))
             wlog = home / f"worker-{pool}.log"
             with open(wlog, "a") as fh:

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(detail(task))
         return 0
-    states = {"active": ["queued", "placed"], "all": [None]}.get(args.state, [args.state])
+    named: dict[str, list[str | None]] = {"active": ["queued", "placed"], "all": [None]}
+    states = named.get(args.state, [args.state])
     tasks = []
     for state in states:
         it = k.tasks(state=state, resource=args.resource, user=args.user, group=args.group,
