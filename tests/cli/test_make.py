@@ -37,6 +37,12 @@ def test_make_test_installs_system_packages_then_runs_pytest() -> None:
     assert "apt-get" not in ci and ci.rstrip().endswith("make test")
 
 
+def test_make_test_type_checks_before_pytest() -> None:
+    """mypy, configured in pyproject.toml ([tool.mypy]), fails the build before the tests."""
+    lines = make_n("test")
+    assert lines.index(".venv/bin/mypy") < lines.index(".venv/bin/python -m pytest")
+
+
 def test_system_packages_say_what_will_skip() -> None:
     """Nothing to be found on PATH: it names each missing package and what skips, installs
     nothing (--check), and does not fail the build."""
