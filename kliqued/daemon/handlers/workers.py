@@ -11,6 +11,8 @@ attempt ends), bounded by ``wait`` and the daemon's ``poll_wait_s``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -38,7 +40,10 @@ def _key_hash(request: web.Request, required: bool = False) -> str | None:
     return ctx(request).daemon.tokens.hash(key)
 
 
-async def _audited(request: web.Request, check):
+T = TypeVar("T")
+
+
+async def _audited(request: web.Request, check: Callable[[], T]) -> T:
     """Runs ``check``; a refusal of a worker that claims another's identity is logged
     (``worker_refused``) before it is answered."""
     try:
