@@ -40,8 +40,8 @@ def owners_by_file(result: CompileResult) -> tuple[dict[str, list[str]], list[st
         pol = est.policy(obj.name) if est else None
         if pol is not None:
             found.setdefault(obj.file, []).extend(group_chain(est, pol.group))
-    for obj in result.sources.of("group").values():
-        found.setdefault(obj.file, []).extend(group_chain(est, obj.name))
+    for group_obj in result.sources.of("group").values():
+        found.setdefault(group_obj.file, []).extend(group_chain(est, group_obj.name))
     out: dict[str, list[str]] = {}
     for file, approvers in found.items():
         users = list(dict.fromkeys(a.user for a in approvers))

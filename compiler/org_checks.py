@@ -178,7 +178,7 @@ def check_handles(settings: SourceObject | None,
     review from them. Without the map, nothing is asked (CODEOWNERS is optional)."""
     if settings is None:
         return []
-    model: Settings = settings.model  # type: ignore[assignment]
+    model: Settings = settings.model
     if not model.forge_handles:
         return []
     handles = model.forge_handles
@@ -192,7 +192,7 @@ def check_handles(settings: SourceObject | None,
                 f"settings: approver '{user}' has no forge handle in settings.forge_handles",
                 settings.pos("approvers", i), hint))
     for obj in groups.values():
-        g: Group = obj.model  # type: ignore[assignment]
+        g: Group = obj.model
         missing = [(i, u) for i, u in enumerate(g.admins) if u not in handles]
         for i, user in missing:
             diags.append(warning(
