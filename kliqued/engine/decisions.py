@@ -4,15 +4,16 @@ can print and check them without knowing the engine's internals."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from compiler.units import duration_str
 
 Phase = Literal["reserve", "reclaim", "lend"]
 PreemptKind = Literal["reclaimed", "budget", "unstarted"]
-ReasonKind = Literal["order", "limit", "budget", "capacity", "pending"]
+ReasonKind = Literal["order", "limit", "budget", "capacity", "pending", "worker"]
+"""Why a task waits; ``worker`` is the daemon's (placed, no worker has taken it yet)."""
 
-UNSTARTED = "unstarted"
+UNSTARTED: Final = "unstarted"
 """Preemption kind of a placed task no worker took within its pool's start timeout."""
 
 
