@@ -631,11 +631,20 @@ PATHS["/v1/tasks/{id}/cancel"]["post"]["requestBody"]["required"] = False  # rea
 
 
 class Declared(Protocol):
-    """What the document needs of a route declaration (``routes.Route``)."""
-    method: str
-    path: str
-    operation_id: str
-    allowed: tuple[str, ...]
+    """What the document needs of a route declaration (``routes.Route``), read-only (a
+    ``Route`` is frozen)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def operation_id(self) -> str: ...
+
+    @property
+    def allowed(self) -> tuple[str, ...]: ...
 
     @property
     def public(self) -> bool: ...

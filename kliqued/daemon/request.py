@@ -56,7 +56,7 @@ def ctx(request: web.Request) -> Context:
 
 def principal(request: web.Request) -> Principal:
     """The authenticated caller (set by the auth middleware on every non-public route)."""
-    return request["principal"]  # type: ignore[no-any-return]
+    return request["principal"]
 
 
 def dumps(data: Any) -> str:
