@@ -593,7 +593,7 @@ class Daemon:
             check_submission(idx, f["resource"], f["user"], f.get("project"),
                              f.get("gpus_milli"), require_project=True)
         except SubmissionError as exc:
-            raise ApiError(422, "submission-refused", str(exc)) from None
+            raise ApiError(422, "submission-refused", str(exc), {"field": exc.field}) from None
         cr = idx.resources[f["resource"]]
         task_id = self.task_ids.next(now)
         data = {**f, "idempotency_key": key}

@@ -27,7 +27,19 @@ class EngineError(Exception):
 
 
 class SubmissionError(EngineError, ValueError):
-    """A submission the estate does not allow (unknown resource, user not in group, ...)."""
+    """A submission the estate does not allow (unknown resource, user not in group, ...).
+
+    ``field`` names the submission's field at fault (``resource``, ``user``, ``project`` or
+    ``gpus``) so that callers point at it (the daemon's 422 ``details``, a scenario's or a
+    trace's line) without parsing the message."""
+
+    FIELDS = ("resource", "user", "project", "gpus")
+
+    def __init__(self, field: str, message: str) -> None:
+        if field not in self.FIELDS:
+            raise ValueError(f"SubmissionError: unknown field {field!r}")
+        super().__init__(message)
+        self.field = field
 
 
 class DuplicateTask(EngineError, ValueError):

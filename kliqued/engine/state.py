@@ -86,31 +86,32 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
     it records use against a project (docs/decisions.md, issue 10)."""
     cr = index.resources.get(resource)
     if cr is None:
-        raise SubmissionError(f"unknown compute resource {resource!r}")
+        raise SubmissionError("resource", f"unknown compute resource {resource!r}")
     users = index.users.get(cr.group, frozenset())
     if user not in users:
-        raise SubmissionError(f"user {user!r} is not in the users of group {cr.group!r}")
+        raise SubmissionError("user",
+                              f"user {user!r} is not in the users of group {cr.group!r}")
     projects = index.projects.get(cr.group, frozenset())
     if projects and project not in projects and (project is not None or require_project):
         allowed = ", ".join(sorted(projects))
         if project is None:
-            raise SubmissionError(f"project required: group {cr.group!r} records its use "
-                                  f"against a project; give one of {allowed}")
-        raise SubmissionError(f"project {project!r} is not a project of group {cr.group!r}: "
-                              f"give one of {allowed}")
+            raise SubmissionError("project", f"project required: group {cr.group!r} records "
+                                  f"its use against a project; give one of {allowed}")
+        raise SubmissionError("project", f"project {project!r} is not a project of group "
+                              f"{cr.group!r}: give one of {allowed}")
     if gpus_milli is not None:
         if cr.fixed_size is not None:
-            raise SubmissionError(f"profile {cr.profile!r} has a fixed size; a task cannot "
-                                  f"set gpus")
+            raise SubmissionError("gpus", f"profile {cr.profile!r} has a fixed size; a task "
+                                  f"cannot set gpus")
         if gpus_milli < 0:
-            raise SubmissionError("gpus must be >= 0")
+            raise SubmissionError("gpus", "gpus must be >= 0")
         if cr.max_size is not None and gpus_milli > cr.max_size:
-            raise SubmissionError(f"gpus {gpus_milli / 1000:g} is above the maximum of "
-                                  f"profile '{cr.profile}' ({cr.max_size / 1000:g})")
+            raise SubmissionError("gpus", f"gpus {gpus_milli / 1000:g} is above the maximum "
+                                  f"of profile '{cr.profile}' ({cr.max_size / 1000:g})")
     size = cr.size_for(gpus_milli)
     g = index.groups.get(cr.group)
     if g is not None and size > g.limit:
-        raise SubmissionError(f"gpus {size / 1000:g} is above the limit of group "
+        raise SubmissionError("gpus", f"gpus {size / 1000:g} is above the limit of group "
                               f"'{cr.group}' ({g.limit / 1000:g})")
     return size
 

@@ -13,7 +13,7 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
@@ -26,12 +26,13 @@ from compiler.units import parse_duration, parse_time, to_milli
 from kliqued.engine import EstateIndex, SubmissionError, check_submission
 from kliqued.engine.periods import to_ms
 
+from .kinds import KINDS, BadValue, Known
+
 DEFAULT_START = "2026-01-05T00:00:00Z"
-EXPECT_KEYS = ("running", "pools", "tasks", "placed_on", "queue", "preempted", "budget_used",
-               "gpu_hours", "waiting_reason", "started")
-TASK_STATES = ("placed", "queued", "ended")
-REASON_KINDS = ("order", "limit", "budget", "capacity", "pending")
-PREEMPT_KINDS = ("reclaimed", "budget", "unstarted")
+EXPECT_KEYS = tuple(KINDS)
+ROOT_KEYS = {"name", "estate", "start", "events", "expect", "description"}
+SUBMIT_FIELDS = {"resource", "user", "project", "id", "count", "gpus", "runtime", "checkpoint"}
+EVENT_KINDS = "submit, finish, cancel, set, engine, workers"
 SET_SECTIONS = ("pools", "profiles", "policies", "groups", "pricing", "settings")
 
 
@@ -262,24 +263,51 @@ class _Loader:
 def load_scenario(path: str) -> Scenario:
     """The scenario at ``path``, checked; raises ScenarioError listing every problem."""
     ld = _Loader(path)
+    root = _read_root(path)
+    for k in root:
+        if k not in ROOT_KEYS:
+            ld.err(_line(root, k), f"unknown key {k!r}", f"one of {', '.join(sorted(ROOT_KEYS))}")
+    name = str(root.get("name") or Path(path).stem)
+    start = _start(ld, root)
+    docs, estate = _estate(ld, root)
+    timeline = _Timeline(ld, start, docs, estate)
+    for i, ev in enumerate(_list(ld, root, "events")):
+        timeline.event(ev, _line(root["events"], i))
+    known = timeline.known()
+    expectations = []
+    for i, ex in enumerate(_list(ld, root, "expect")):
+        exp = _expectation(ld, ex, _line(root["expect"], i), start, known)
+        if exp is not None:
+            expectations.append(exp)
+    if ld.diags:
+        raise ScenarioError(ld.diags)
+    expectations.sort(key=lambda x: x.at)  # stable: same-time ones keep file order
+    return Scenario(path, name, start, estate, timeline.events, expectations, [])
+
+
+def _read_root(path: str) -> CommentedMap:
+    """The file's top mapping; a file that is not YAML or not a mapping stops here."""
     loaded = load_yaml_path(path, "scenario")
     if not loaded.ok:
         raise ScenarioError([d for d in loaded.diagnostics if d.is_error])
-    root = loaded.root
-    if not isinstance(root, CommentedMap):
+    if not isinstance(loaded.root, CommentedMap):
         raise ScenarioError([error("scenario", "a scenario is a mapping with estate, events "
                                    "and expect", Position(path, 1))])
-    known = {"name", "estate", "start", "events", "expect", "description"}
-    for k in root:
-        if k not in known:
-            ld.err(_line(root, k), f"unknown key {k!r}", f"one of {', '.join(sorted(known))}")
-    sc_name = str(root.get("name") or Path(path).stem)
-    start_v = root.get("start", DEFAULT_START)
+    return loaded.root
+
+
+def _start(ld: _Loader, root: CommentedMap) -> int:
+    """``start``, or the default start (a Monday) when absent or unparsable."""
     try:
-        start = to_ms(parse_time(start_v))
+        return to_ms(parse_time(root.get("start", DEFAULT_START)))
     except ValueError as exc:
         ld.err(_line(root, "start"), f"unparsable start time: {exc}")
-        start = to_ms(parse_time(DEFAULT_START))
+        return to_ms(parse_time(DEFAULT_START))
+
+
+def _estate(ld: _Loader, root: CommentedMap) -> tuple[list[Document], CompiledEstate]:
+    """The estate's documents and their compilation; without a valid estate nothing else
+    can be checked, so a problem here stops the load."""
     if "estate" not in root:
         ld.err(1, "no estate", "an inline estate mapping or a path to one")
         raise ScenarioError(ld.diags)
@@ -289,218 +317,220 @@ def load_scenario(path: str) -> Scenario:
     estate = ld.compile(docs, _line(root, "estate"), "the scenario's estate")
     if estate is None:
         raise ScenarioError(ld.diags)
-    warnings: list[Diagnostic] = []
+    return docs, estate
 
-    events: list[Event] = []
-    cur_index = EstateIndex.build(estate)
-    submitted: set[str] = set()
-    last_at: int | None = None
-    raw_events = root.get("events") or []
-    if not isinstance(raw_events, list):
-        ld.err(_line(root, "events"), "events: expected a list")
-        raw_events = []
-    for i, ev in enumerate(raw_events):
-        line = _line(raw_events, i)
+
+def _list(ld: _Loader, root: CommentedMap, key: str) -> list[Any]:
+    """``events`` or ``expect``: a list, or empty (with an error when it is something else)."""
+    value = root.get(key) or []
+    if not isinstance(value, list):
+        ld.err(_line(root, key), f"{key}: expected a list")
+        return []
+    return value
+
+
+class _Timeline:
+    """The events read so far, with what each later event is checked against: the estate in
+    force (after the ``set`` events before it), the task ids submitted, the last time."""
+
+    def __init__(self, ld: _Loader, start: int, docs: list[Document],
+                 estate: CompiledEstate) -> None:
+        self.ld = ld
+        self.start = start
+        self.docs = docs
+        self.estates = [estate]
+        self.index = EstateIndex.build(estate)
+        self.submitted: set[str] = set()
+        self.last_at: int | None = None
+        self.events: list[Event] = []
+
+    def known(self) -> Known:
+        """Every name the scenario defines, for its expectations."""
+        return Known({g.name for e in self.estates for g in e.groups},
+                     {p.name for e in self.estates for p in e.pools},
+                     {c.name for e in self.estates for c in e.compute_resources},
+                     self.submitted)
+
+    def event(self, ev: Any, line: int) -> None:
+        """One entry of ``events``: its time, then each of its actions in file order."""
+        ld = self.ld
         if not isinstance(ev, CommentedMap) or "at" not in ev:
-            ld.err(line, "an event is a mapping with `at` and one of submit, finish, cancel, "
-                         "set, engine, workers")
-            continue
-        at = ld.time(ev["at"], start, _line(ev, "at"))
+            ld.err(line, f"an event is a mapping with `at` and one of {EVENT_KINDS}")
+            return
+        at = ld.time(ev["at"], self.start, _line(ev, "at"))
         if at is None:
-            continue
-        if last_at is not None and at < last_at:
+            return
+        if self.last_at is not None and at < self.last_at:
             ld.err(line, "events out of time order: this one is earlier than the one before",
                    "list events in time order")
-        last_at = at if last_at is None else max(last_at, at)
+        self.last_at = at if self.last_at is None else max(self.last_at, at)
         actions = [k for k in ev if k != "at"]
         if not actions:
-            ld.err(line, "an event needs one of submit, finish, cancel, set, engine, workers")
+            ld.err(line, f"an event needs one of {EVENT_KINDS}")
         for k in actions:
-            v = ev[k]
             kline = _line(ev, k)
-            if k == "submit":
-                if not isinstance(v, CommentedMap):
-                    ld.err(kline, "submit: expected a mapping")
-                    continue
-                allowed = {"resource", "user", "project", "id", "count", "gpus", "runtime",
-                           "checkpoint"}
-                for f in v:
-                    if f not in allowed:
-                        ld.err(_line(v, f), f"submit: unknown field {f!r}",
-                               f"one of {', '.join(sorted(allowed))}")
-                missing = [f for f in ("resource", "user", "id") if f not in v]
-                if missing:
-                    ld.err(kline, f"submit: missing {', '.join(missing)}")
-                    continue
-                count = v.get("count", 1)
-                if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                    ld.err(_line(v, "count"), "submit: count must be a whole number >= 1")
-                    continue
-                gpus = None
-                if "gpus" in v:
-                    try:
-                        gpus = to_milli(v["gpus"], "gpus")
-                    except ValueError as exc:
-                        ld.err(_line(v, "gpus"), f"submit: {exc}")
-                        continue
-                runtime = (ld.duration_ms(v["runtime"], _line(v, "runtime"), "runtime")
-                           if "runtime" in v else None)
-                ckpt = (ld.duration_ms(v["checkpoint"], _line(v, "checkpoint"), "checkpoint")
-                        if "checkpoint" in v else None)
-                if ckpt == 0:
-                    ckpt = None
-                resource = str(v["resource"])
-                user = str(v["user"])
-                project = str(v["project"]) if v.get("project") is not None else None
-                try:
-                    check_submission(cur_index, resource, user, project, gpus)
-                except SubmissionError as exc:
-                    field_ = ("resource" if "compute resource" in str(exc) else
-                              "user" if "user" in str(exc) else
-                              "project" if "project" in str(exc) else "gpus")
-                    ld.err(_line(v, field_) or kline, f"submit: {exc}")
-                    continue
-                base = str(v["id"])
-                ids = [f"{base}-{n}" for n in range(1, count + 1)]
-                for tid in ids:
-                    if tid in submitted:
-                        ld.err(_line(v, "id"), f"submit: task id {tid!r} is already used")
-                submitted.update(ids)
-                events.append(Event(at, kline, "submit", submit=Submit(
-                    resource, user, project, ids, gpus, runtime, ckpt)))
-            elif k in ("finish", "cancel"):
-                ids = ld.ids(v, kline)
-                for tid in ids:
-                    if tid not in submitted:
-                        ld.err(kline, f"{k}: unknown task id {tid!r}",
-                               "a task is known once an earlier submit created it")
-                events.append(Event(at, kline, k, tasks=ids))
-            elif k == "engine":
-                if v not in ("disabled", "enabled"):
-                    ld.err(kline, f"engine: expected disabled or enabled, found {v!r}")
-                    continue
-                events.append(Event(at, kline, "engine", enabled=v == "enabled"))
-            elif k == "set":
-                if not isinstance(v, CommentedMap) or not v:
-                    ld.err(kline, "set: expected a mapping of <section>.<name>.<field>: value")
-                    continue
-                new_docs = [Document(d.file, copy.deepcopy(d.root)) for d in docs]
-                ok = all([ld.apply_set(new_docs, str(p), val, _line(v, p))
-                          for p, val in v.items()])
-                if not ok:
-                    continue
-                new = ld.compile(new_docs, kline, "this set")
-                if new is None:
-                    continue
-                docs = new_docs
-                cur_index = EstateIndex.build(new)
-                events.append(Event(at, kline, "set", changes=dict(v), estate=new))
-            elif k == "workers":
-                w = _workers(ld, v, kline, cur_index)
-                if w is not None:
-                    events.append(Event(at, kline, "workers", workers=w))
-            else:
-                ld.err(kline, f"unknown event {k!r}",
-                       "one of submit, finish, cancel, set, engine, workers")
-
-    expectations: list[Expectation] = []
-    raw_expect = root.get("expect") or []
-    if not isinstance(raw_expect, list):
-        ld.err(_line(root, "expect"), "expect: expected a list")
-        raw_expect = []
-    all_groups = {g.name for g in estate.groups}
-    all_pools = {p.name for p in estate.pools}
-    all_crs = {c.name for c in estate.compute_resources}
-    for e in events:
-        if e.estate is not None:
-            all_groups |= {g.name for g in e.estate.groups}
-            all_pools |= {p.name for p in e.estate.pools}
-            all_crs |= {c.name for c in e.estate.compute_resources}
-    for i, ex in enumerate(raw_expect):
-        line = _line(raw_expect, i)
-        if not isinstance(ex, CommentedMap) or "at" not in ex:
-            ld.err(line, "an expectation is a mapping with `at` and what to check")
-            continue
-        at = ld.time(ex["at"], start, _line(ex, "at"))
-        if at is None:
-            continue
-        checks: dict[str, dict[str, Any]] = {}
-        lines: dict[tuple[str, str], int] = {}
-        for k, v in ex.items():
-            if k == "at":
+            read = self.READERS.get(k)
+            if read is None:
+                ld.err(kline, f"unknown event {k!r}", f"one of {EVENT_KINDS}")
                 continue
-            kline = _line(ex, k)
-            if k not in EXPECT_KEYS:
-                ld.err(kline, f"unknown expectation {k!r}", f"one of {', '.join(EXPECT_KEYS)}")
-                continue
-            if not isinstance(v, CommentedMap):
-                ld.err(kline, f"{k}: expected a mapping")
-                continue
-            checks[k] = {}
-            for name, val in v.items():
-                name = str(name)
-                vline = _line(v, name) or kline
-                lines[(k, name)] = vline
-                if k in ("running", "budget_used", "gpu_hours") and name not in all_groups:
-                    ld.err(vline, f"{k}: unknown group {name!r}")
-                elif k == "pools" and name not in all_pools:
-                    ld.err(vline, f"pools: unknown pool {name!r}")
-                elif k == "queue" and name not in all_crs:
-                    ld.err(vline, f"queue: unknown compute resource {name!r}")
-                elif k in ("tasks", "placed_on", "preempted", "waiting_reason", "started") \
-                        and name not in submitted:
-                    ld.err(vline, f"{k}: unknown task id {name!r}")
-                if k in ("running", "pools", "budget_used", "gpu_hours"):
-                    if isinstance(val, bool) or not isinstance(val, (int, float)):
-                        ld.err(vline, f"{k}.{name}: expected a number, found {val!r}")
-                        continue
-                    val = float(val)
-                elif k == "tasks" and val not in TASK_STATES:
-                    ld.err(vline, f"tasks.{name}: expected one of {', '.join(TASK_STATES)}")
-                elif k == "placed_on" and str(val) not in all_pools:
-                    ld.err(vline, f"placed_on.{name}: unknown pool {val!r}")
-                elif k == "waiting_reason" and val not in REASON_KINDS:
-                    ld.err(vline, f"waiting_reason.{name}: expected one of "
-                                  f"{', '.join(REASON_KINDS[:4])}")
-                elif k == "preempted" and not (
-                        val in PREEMPT_KINDS or (isinstance(val, int) and not isinstance(val, bool)
-                                                 and val >= 0)):
-                    ld.err(vline, f"preempted.{name}: expected reclaimed, budget, unstarted "
-                                  f"or a count")
-                elif k == "started" and not isinstance(val, bool):
-                    ld.err(vline, f"started.{name}: expected true or false, found {val!r}")
-                elif k == "queue":
-                    if not isinstance(val, list):
-                        ld.err(vline, f"queue.{name}: expected a list of task ids")
-                        continue
-                    for tid in val:
-                        if str(tid) not in submitted:
-                            ld.err(vline, f"queue.{name}: unknown task id {tid!r}")
-                    val = [str(x) for x in val]
-                checks[k][name] = val if not isinstance(val, CommentedSeq) else list(val)
-        expectations.append(Expectation(at, line, checks, lines))
-    if ld.diags:
-        raise ScenarioError(ld.diags)
-    expectations.sort(key=lambda x: x.at)  # stable: same-time ones keep file order
-    return Scenario(path, sc_name, start, estate, events, expectations, warnings)
+            event = read(self, k, ev[k], at, kline)
+            if event is not None:
+                self.events.append(event)
 
-
-def _workers(ld: Any, v: Any, line: int, index: EstateIndex) -> dict[str, int] | None:
-    """``workers: {pool: GPUs}``: the GPUs of the pool's live workers from now on (0: no live
-    worker, so the pool takes no new placements). A pool never named has workers for all of
-    its capacity, so its tasks start once placed."""
-    if not isinstance(v, CommentedMap) or not v:
-        ld.err(line, "workers: expected a mapping of <pool>: <GPUs of its live workers>")
-        return None
-    out: dict[str, int] = {}
-    for pool, gpus in v.items():
-        pline = _line(v, pool) or line
-        if str(pool) not in index.pools:
-            ld.err(pline, f"workers: unknown pool {pool!r}",
-                   f"one of {', '.join(sorted(index.pools))}")
-            continue
+    def _submit(self, k: str, v: Any, at: int, kline: int) -> Event | None:
+        """``submit``: its fields, checked with the daemon's rule against the estate in force;
+        ``count`` tasks ``<id>-1`` .. ``<id>-<count>``."""
+        ld = self.ld
+        if not isinstance(v, CommentedMap):
+            ld.err(kline, "submit: expected a mapping")
+            return None
+        for f in v:
+            if f not in SUBMIT_FIELDS:
+                ld.err(_line(v, f), f"submit: unknown field {f!r}",
+                       f"one of {', '.join(sorted(SUBMIT_FIELDS))}")
+        missing = [f for f in ("resource", "user", "id") if f not in v]
+        if missing:
+            ld.err(kline, f"submit: missing {', '.join(missing)}")
+            return None
+        count = v.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            ld.err(_line(v, "count"), "submit: count must be a whole number >= 1")
+            return None
+        gpus = None
+        if "gpus" in v:
+            try:
+                gpus = to_milli(v["gpus"], "gpus")
+            except ValueError as exc:
+                ld.err(_line(v, "gpus"), f"submit: {exc}")
+                return None
+        runtime = (ld.duration_ms(v["runtime"], _line(v, "runtime"), "runtime")
+                   if "runtime" in v else None)
+        ckpt = (ld.duration_ms(v["checkpoint"], _line(v, "checkpoint"), "checkpoint")
+                if "checkpoint" in v else None)
+        resource = str(v["resource"])
+        user = str(v["user"])
+        project = str(v["project"]) if v.get("project") is not None else None
         try:
-            out[str(pool)] = to_milli(gpus, f"workers.{pool}")
-        except ValueError as exc:
-            ld.err(pline, f"workers: {exc}")
-    return out if len(out) == len(v) else None
+            check_submission(self.index, resource, user, project, gpus)
+        except SubmissionError as exc:
+            ld.err(_line(v, exc.field) or kline, f"submit: {exc}")
+            return None
+        base = str(v["id"])
+        ids = [f"{base}-{n}" for n in range(1, count + 1)]
+        for tid in ids:
+            if tid in self.submitted:
+                ld.err(_line(v, "id"), f"submit: task id {tid!r} is already used")
+        self.submitted.update(ids)
+        return Event(at, kline, "submit", submit=Submit(
+            resource, user, project, ids, gpus, runtime, ckpt or None))
+
+    def _tasks(self, k: str, v: Any, at: int, kline: int) -> Event:
+        """``finish`` and ``cancel``: task ids an earlier submit created."""
+        ids = self.ld.ids(v, kline)
+        for tid in ids:
+            if tid not in self.submitted:
+                self.ld.err(kline, f"{k}: unknown task id {tid!r}",
+                            "a task is known once an earlier submit created it")
+        return Event(at, kline, k, tasks=ids)
+
+    def _engine(self, k: str, v: Any, at: int, kline: int) -> Event | None:
+        """``engine: disabled | enabled``."""
+        if v not in ("disabled", "enabled"):
+            self.ld.err(kline, f"engine: expected disabled or enabled, found {v!r}")
+            return None
+        return Event(at, kline, "engine", enabled=v == "enabled")
+
+    def _set(self, k: str, v: Any, at: int, kline: int) -> Event | None:
+        """``set``: the changes applied to a copy of the estate in force, which must compile;
+        later events are checked against the result."""
+        ld = self.ld
+        if not isinstance(v, CommentedMap) or not v:
+            ld.err(kline, "set: expected a mapping of <section>.<name>.<field>: value")
+            return None
+        new_docs = [Document(d.file, copy.deepcopy(d.root)) for d in self.docs]
+        ok = all([ld.apply_set(new_docs, str(p), val, _line(v, p)) for p, val in v.items()])
+        if not ok:
+            return None
+        new = ld.compile(new_docs, kline, "this set")
+        if new is None:
+            return None
+        self.docs = new_docs
+        self.estates.append(new)
+        self.index = EstateIndex.build(new)
+        return Event(at, kline, "set", changes=dict(v), estate=new)
+
+    def _workers(self, k: str, v: Any, at: int, kline: int) -> Event | None:
+        """``workers: {pool: GPUs}``: the GPUs of the pool's live workers from now on (0: no
+        live worker, so the pool takes no new placements). A pool never named has workers for
+        all of its capacity, so its tasks start once placed."""
+        ld = self.ld
+        if not isinstance(v, CommentedMap) or not v:
+            ld.err(kline, "workers: expected a mapping of <pool>: <GPUs of its live workers>")
+            return None
+        out: dict[str, int] = {}
+        for pool, gpus in v.items():
+            pline = _line(v, pool) or kline
+            if str(pool) not in self.index.pools:
+                ld.err(pline, f"workers: unknown pool {pool!r}",
+                       f"one of {', '.join(sorted(self.index.pools))}")
+                continue
+            try:
+                out[str(pool)] = to_milli(gpus, f"workers.{pool}")
+            except ValueError as exc:
+                ld.err(pline, f"workers: {exc}")
+        return Event(at, kline, "workers", workers=out) if len(out) == len(v) else None
+
+    READERS: dict[str, Callable[[_Timeline, str, Any, int, int], Event | None]] = {
+        "submit": _submit, "finish": _tasks, "cancel": _tasks, "engine": _engine, "set": _set,
+        "workers": _workers}
+    """Each event kind's reader: adding a kind is one method and one entry."""
+
+
+def _expectation(ld: _Loader, ex: Any, line: int, start: int,
+                 known: Known) -> Expectation | None:
+    """One entry of ``expect``: its time and, for each kind, the names and values checked
+    by the kind's entry in kinds.KINDS."""
+    if not isinstance(ex, CommentedMap) or "at" not in ex:
+        ld.err(line, "an expectation is a mapping with `at` and what to check")
+        return None
+    at = ld.time(ex["at"], start, _line(ex, "at"))
+    if at is None:
+        return None
+    checks: dict[str, dict[str, Any]] = {}
+    lines: dict[tuple[str, str], int] = {}
+    for k, v in ex.items():
+        if k == "at":
+            continue
+        kline = _line(ex, k)
+        if k not in KINDS:
+            ld.err(kline, f"unknown expectation {k!r}", f"one of {', '.join(EXPECT_KEYS)}")
+            continue
+        if not isinstance(v, CommentedMap):
+            ld.err(kline, f"{k}: expected a mapping")
+            continue
+        checks[k] = {}
+        for name, val in v.items():
+            name = str(name)
+            vline = _line(v, name) or kline
+            lines[(k, name)] = vline
+            parsed = _expected(ld, k, name, val, vline, known)
+            if parsed is not _UNUSABLE:
+                checks[k][name] = parsed
+    return Expectation(at, line, checks, lines)
+
+
+_UNUSABLE = object()
+
+
+def _expected(ld: _Loader, kind: str, name: str, val: Any, line: int, known: Known) -> Any:
+    """One ``kind: {name: value}`` entry: the name must be one the scenario defines and the
+    value one the kind accepts; the value as the kind's check compares it."""
+    spec = KINDS[kind]
+    if name not in known.of(spec.subject):
+        ld.err(line, f"{kind}: unknown {spec.subject} {name!r}")
+    try:
+        val = spec.parse(known, f"{kind}.{name}", val, lambda msg: ld.err(line, msg))
+    except BadValue as exc:
+        ld.err(line, str(exc))
+        return _UNUSABLE
+    return list(val) if isinstance(val, CommentedSeq) else val

@@ -256,11 +256,7 @@ def _read(fh: TextIO, index: EstateIndex, starts: list[int | None], out: list[Tr
         try:
             check_submission(index, resource, user, project, gpus)
         except SubmissionError as exc:
-            msg = str(exc)
-            field = ("resource" if "compute resource" in msg else
-                     "user" if msg.startswith("user") else
-                     "project" if msg.startswith("project") else "gpus")
-            err(line, f"{field}: {msg}")
+            err(line, f"{exc.field}: {exc}")
             ok = False
         if ok:
             assert at is not None and runtime is not None

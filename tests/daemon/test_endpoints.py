@@ -86,22 +86,24 @@ def test_idempotency_key(server: Server, who) -> None:
     cancel_all(server, [first["id"], other["id"]])
 
 
-@pytest.mark.parametrize("body,status,code", [
-    ({"resource": "team-b/one"}, 422, "submission-refused"),        # not bob's group
-    ({"resource": "team-a/one", "gpus": 1}, 422, "submission-refused"),  # fixed size
-    ({"resource": "team-a/sized", "gpus": 5}, 422, "submission-refused"),  # above max
-    ({"resource": "nope/none"}, 422, "submission-refused"),
-    ({"resource": "team-a/sized", "gpus": 1.0005}, 400, "invalid-request"),
-    ({"resource": "team-a/sized", "gpus": -1}, 400, "invalid-request"),
-    ({"resource": "team-a/sized", "surprise": 1}, 400, "invalid-request"),
-    ({"command": ["x"]}, 400, "invalid-request"),
-    ({"resource": "team-a/sized", "labels": {"k": 1}}, 400, "invalid-request"),
-    ({"resource": "team-a/one", "user": "alice"}, 403, "forbidden"),
+@pytest.mark.parametrize("body,status,code,field", [
+    ({"resource": "team-b/one"}, 422, "submission-refused", "user"),  # not bob's group
+    ({"resource": "team-a/one", "gpus": 1}, 422, "submission-refused", "gpus"),  # fixed size
+    ({"resource": "team-a/sized", "gpus": 5}, 422, "submission-refused", "gpus"),  # above max
+    ({"resource": "nope/none"}, 422, "submission-refused", "resource"),
+    ({"resource": "team-a/sized", "gpus": 1.0005}, 400, "invalid-request", None),
+    ({"resource": "team-a/sized", "gpus": -1}, 400, "invalid-request", None),
+    ({"resource": "team-a/sized", "surprise": 1}, 400, "invalid-request", None),
+    ({"command": ["x"]}, 400, "invalid-request", None),
+    ({"resource": "team-a/sized", "labels": {"k": 1}}, 400, "invalid-request", None),
+    ({"resource": "team-a/one", "user": "alice"}, 403, "forbidden", None),
 ])
-def test_submission_refused(server: Server, who, body, status, code) -> None:
+def test_submission_refused(server: Server, who, body, status, code, field) -> None:
     got, err = server.call("POST", "/v1/tasks", {"command": ["true"], **body}, who.bob)
     assert got == status, err
     assert valid("Error", err)["error"]["code"] == code
+    if field is not None:  # a refusal names the field at fault, no message parsing needed
+        assert err["error"]["details"] == {"field": field}, err
 
 
 def test_bad_bodies(server: Server, who) -> None:

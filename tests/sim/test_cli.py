@@ -109,3 +109,13 @@ def test_a_pool_with_no_live_worker_in_the_timeline(tmp_path: Path) -> None:
     assert code == 0, out
     assert "workers  p: none live" in out
     assert "waits    t-1: capacity: no live worker in p" in out
+
+
+def test_a_refused_submit_points_at_the_field_at_fault(tmp_path: Path) -> None:
+    """The line is the refused field's, from SubmissionError.field: a project named
+    ``user-study`` is the project's fault, not the user's."""
+    text = (GOOD % 2).replace("count: 3, project: x}",
+                              "count: 3,\n              project: user-study}")
+    code, out = _run(tmp_path, text)
+    assert code == 2, out
+    assert "s.yaml:11: error[scenario]: submit: project 'user-study'" in out, out

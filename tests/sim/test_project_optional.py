@@ -27,3 +27,16 @@ def test_no_project_is_accepted_by_the_engine_and_required_by_the_api() -> None:
         check_submission(idx, "a/r", "u", "z", None)
     with pytest.raises(SubmissionError, match="project required"):
         check_submission(idx, "a/r", "u", None, None, require_project=True)
+
+
+@pytest.mark.parametrize("args,field", [
+    (("a/nope", "u", None, None), "resource"),
+    (("a/r", "mallory", None, None), "user"),
+    (("a/r", "u", "z", None), "project"),
+    (("a/r", "u", None, 2000), "gpus"),  # a fixed-size profile
+])
+def test_a_refusal_names_its_field(args: tuple, field: str) -> None:
+    """Callers point at the field (a scenario's line, the API's details) without parsing."""
+    with pytest.raises(SubmissionError) as err:
+        check_submission(index(), *args)
+    assert err.value.field == field

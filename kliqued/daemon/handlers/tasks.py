@@ -86,8 +86,8 @@ async def submit(request: web.Request) -> web.Response:
             check_submission(d.idx(), fields["resource"], user, fields["project"], gpus,
                              require_project=True)
         except SubmissionError as exc:
-            raise ApiError(422, "submission-refused", _with_options(d, user, body, exc)) \
-                from None
+            raise ApiError(422, "submission-refused", _with_options(d, user, body, exc),
+                           {"field": exc.field}) from None
     status, task_id = await c.seq.submit(
         lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes))
     return reply(views.task(d, d.records[task_id]), status)

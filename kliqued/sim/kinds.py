@@ -1,0 +1,206 @@
+"""The registry of expectation kinds (scenarios.md ``expect``): one entry per kind.
+
+Each kind says what it names (a group, a pool, a compute resource or a task), how its value is
+checked and normalised when the scenario is loaded, and how it is compared with the engine's
+state when the scenario runs. Loading (scenario.py) and checking (expect.py) both read
+:data:`KINDS`, so a new kind is one entry here and cannot be accepted by one and unknown to the
+other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from compiler.units import milli_str
+
+from kliqued.engine import EstateIndex, State, waiting_reason
+from kliqued.engine.periods import HOUR_MS
+
+TASK_STATES = ("placed", "queued", "ended")
+REASON_KINDS = ("order", "limit", "budget", "capacity", "pending")
+PREEMPT_KINDS = ("reclaimed", "budget", "unstarted")
+TOLERANCE_HOURS = 0.01
+
+HOLDS = object()
+"""What a kind's check returns when the expectation holds (else: what it found)."""
+
+
+@dataclass(frozen=True)
+class Known:
+    """The names a scenario defines, against which an expectation's names are checked: the
+    groups, pools and compute resources of the estate and of every ``set``, and the task ids
+    submitted."""
+    groups: set[str]
+    pools: set[str]
+    resources: set[str]
+    tasks: set[str]
+
+    def of(self, subject: str) -> set[str]:
+        return {"group": self.groups, "pool": self.pools, "compute resource": self.resources,
+                "task id": self.tasks}[subject]
+
+
+@dataclass(frozen=True)
+class Moment:
+    """What a check reads: the estate in force, the engine's state, and the time."""
+    index: EstateIndex
+    state: State
+    now: int
+
+
+class BadValue(ValueError):
+    """An expectation's value a kind does not accept; the message names ``kind.name``."""
+
+
+Parse = Callable[[Known, str, Any, Callable[[str], None]], Any]
+"""``(known, "kind.name", value, report)``: the value as checks compare it; raises BadValue
+when it cannot be used, and calls ``report`` for problems that still leave one."""
+Check = Callable[[Moment, str, Any], Any]
+"""``(moment, name, wanted)``: HOLDS, or what was found instead."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    subject: str
+    """What each key names: group | pool | compute resource | task id."""
+    parse: Parse
+    check: Check
+
+
+# ----------------------------------------------------------------------- values at load time
+def _number(known: Known, label: str, val: Any, report: Callable[[str], None]) -> float:
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        raise BadValue(f"{label}: expected a number, found {val!r}")
+    return float(val)
+
+
+def _task_state(known: Known, label: str, val: Any, report: Callable[[str], None]) -> Any:
+    if val not in TASK_STATES:
+        report(f"{label}: expected one of {', '.join(TASK_STATES)}")
+    return val
+
+
+def _pool(known: Known, label: str, val: Any, report: Callable[[str], None]) -> Any:
+    if str(val) not in known.pools:
+        report(f"{label}: unknown pool {val!r}")
+    return val
+
+
+def _reason(known: Known, label: str, val: Any, report: Callable[[str], None]) -> Any:
+    if val not in REASON_KINDS:  # "pending" is accepted but not advertised
+        report(f"{label}: expected one of {', '.join(REASON_KINDS[:4])}")
+    return val
+
+
+def _preempt(known: Known, label: str, val: Any, report: Callable[[str], None]) -> Any:
+    count = isinstance(val, int) and not isinstance(val, bool) and val >= 0
+    if not (val in PREEMPT_KINDS or count):
+        report(f"{label}: expected reclaimed, budget, unstarted or a count")
+    return val
+
+
+def _bool(known: Known, label: str, val: Any, report: Callable[[str], None]) -> Any:
+    if not isinstance(val, bool):
+        report(f"{label}: expected true or false, found {val!r}")
+    return val
+
+
+def _task_list(known: Known, label: str, val: Any, report: Callable[[str], None]) -> list[str]:
+    if not isinstance(val, list):
+        raise BadValue(f"{label}: expected a list of task ids")
+    for tid in val:
+        if str(tid) not in known.tasks:
+            report(f"{label}: unknown task id {tid!r}")
+    return [str(x) for x in val]
+
+
+# ------------------------------------------------------------------------- checks at run time
+def _gpus(used: Callable[[State], dict[str, int]]) -> Check:
+    def check(m: Moment, name: str, want: float) -> Any:
+        got = used(m.state).get(name, 0)
+        return HOLDS if got == round(want * 1000) else milli_str(got)
+    return check
+
+
+def _task_or(m: Moment, name: str) -> Any:
+    t = m.state.tasks.get(name)
+    return t.state if t is not None else "not submitted yet"
+
+
+def _check_state(m: Moment, name: str, want: Any) -> Any:
+    got = _task_or(m, name)
+    return HOLDS if got == want else got
+
+
+def _check_placed_on(m: Moment, name: str, want: Any) -> Any:
+    t = m.state.tasks.get(name)
+    got = t.pool if t is not None and t.pool is not None else _task_or(m, name)
+    return HOLDS if got == want else got
+
+
+def _check_queue(m: Moment, name: str, want: list[str]) -> Any:
+    got = [t.id for t in m.state.queue(name)]
+    return HOLDS if got == want else got
+
+
+def _check_preempted(m: Moment, name: str, want: Any) -> Any:
+    t = m.state.tasks.get(name)
+    if t is None:
+        return "not submitted yet"
+    if isinstance(want, int):
+        return HOLDS if t.preemptions == want else t.preemptions
+    if t.preemptions == 0:
+        return "never preempted"
+    if t.last_preempt_kind != want:
+        return f"{t.last_preempt_kind} ({t.preemptions}x)"
+    return HOLDS
+
+
+def _hours(got: float, want: float) -> Any:
+    return HOLDS if abs(got - want) <= TOLERANCE_HOURS + 1e-9 else round(got, 3)
+
+
+def _check_budget_used(m: Moment, name: str, want: float) -> Any:
+    gi = m.index.groups.get(name)
+    if gi is None or gi.budget is None:
+        return "the group has no budget"
+    units = m.state.weighted_units(name, gi.budget.period, m.now)
+    return _hours(units / (1000 * HOUR_MS), want)
+
+
+def _check_gpu_hours(m: Moment, name: str, want: float) -> Any:
+    return _hours(m.state.gpu_units(name, m.now) / (1000 * HOUR_MS), want)
+
+
+def _check_started(m: Moment, name: str, want: bool) -> Any:
+    t = m.state.tasks.get(name)
+    if t is None or t.state != "placed":
+        return _task_or(m, name)
+    return HOLDS if t.started == want else t.started
+
+
+def _check_waiting_reason(m: Moment, name: str, want: str) -> Any:
+    t = m.state.tasks.get(name)
+    if t is None or t.state != "queued":
+        return _task_or(m, name)
+    r = waiting_reason(m.index, m.state, name, m.now)
+    if r is not None and r.kind == want:
+        return HOLDS
+    return f"{r.kind}: {r.text}" if r else None
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("running", "group", _number, _gpus(lambda s: s.used)),
+    Kind("pools", "pool", _number, _gpus(lambda s: s.pool_used)),
+    Kind("tasks", "task id", _task_state, _check_state),
+    Kind("placed_on", "task id", _pool, _check_placed_on),
+    Kind("queue", "compute resource", _task_list, _check_queue),
+    Kind("preempted", "task id", _preempt, _check_preempted),
+    Kind("budget_used", "group", _number, _check_budget_used),
+    Kind("gpu_hours", "group", _number, _check_gpu_hours),
+    Kind("waiting_reason", "task id", _reason, _check_waiting_reason),
+    Kind("started", "task id", _bool, _check_started),
+)}
+"""Every expectation kind, in the order scenarios.md lists them (error hints use it)."""

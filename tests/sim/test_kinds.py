@@ -1,0 +1,37 @@
+"""The registry of expectation kinds: one entry from which loading and checking derive."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from kliqued.sim.kinds import KINDS
+from kliqued.sim.scenario import EXPECT_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT.parent / "shared" / "spec" / "scenarios.md", ROOT / "docs" / "simulation.md"]
+
+
+def _documented_kinds(doc: Path) -> set[str]:
+    """The keys of every expectation in the document's YAML examples."""
+    kinds: set[str] = set()
+    for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S):
+        data = YAML(typ="safe").load(block)
+        for ex in (data or {}).get("expect") or [] if isinstance(data, dict) else []:
+            kinds |= set(ex) - {"at"}
+    return kinds
+
+
+def test_every_documented_kind_is_registered() -> None:
+    documented = set().union(*(_documented_kinds(d) for d in DOCS))
+    assert {"running", "queue", "waiting_reason", "started"} <= documented  # the parse works
+    assert documented <= set(KINDS), documented - set(KINDS)
+
+
+def test_loading_accepts_exactly_the_registered_kinds() -> None:
+    assert EXPECT_KEYS == tuple(KINDS)
+    for kind in KINDS.values():
+        assert kind.subject in ("group", "pool", "compute resource", "task id"), kind.name
+        assert callable(kind.parse) and callable(kind.check), kind.name
