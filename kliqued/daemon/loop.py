@@ -46,6 +46,7 @@ from kliqued.ledger import writer as ledger
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, Unavailable
 from .events import Event
+from .metrics import Metrics
 from .store import Batch, Store
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,9 @@ class Sequencer:
         self._parked: dict[str, list[_Request]] = {}
         self.failed: BaseException | None = None
         self.on_fatal: Callable[[BaseException], None] | None = None
+        self.metrics = Metrics(daemon)
+        """This daemon's Prometheus metrics: the pass histogram and the event counters are
+        fed here, where passes run and events become durable."""
 
     # ------------------------------------------------------------------ requests
     async def submit(self, prepare: PrepareFn, barrier: bool = False) -> Any:
@@ -188,6 +192,8 @@ class Sequencer:
             t0 = time.perf_counter()
             now = d.clock.now()
             pev, pops, counts = d.run_pass(now)
+            self.metrics.pass_seconds.observe(time.perf_counter() - t0)
+            self.metrics.count(pev)  # as the State already shows them
             events.extend(pev)
             batch.ops.extend(pops)
             mono = time.monotonic()
@@ -244,6 +250,7 @@ class Sequencer:
                           else now)
                     batch.rows.append(ev.row(d.seq, at))
                 await self.store.commit(batch)
+                self.metrics.count(events[pass_events:])
             except BaseException as exc:
                 if not unstorable(exc):
                     for r, _ in prepared:
@@ -301,6 +308,7 @@ class Sequencer:
             if p.events or ops:
                 try:
                     await self.store.commit(Batch(self._rows(p.events, now), ops))
+                    self.metrics.count(p.events)
                 except BaseException as exc:
                     d.seq = base
                     if not unstorable(exc):

@@ -454,6 +454,10 @@ PATHS: dict[str, Any] = {
         {"200": {"description": "the OpenAPI 3.1 document",
                  "content": {"application/json": {"schema": {"type": "object"}}}}},
         errors=("500",))},
+    "/metrics": {"get": _op(
+        "metrics", "Prometheus metrics (docs/metrics.md)",
+        {"200": {"description": "the Prometheus text exposition format 0.0.4",
+                 "content": {"text/plain": {"schema": {"type": "string"}}}}})},
     "/v1/whoami": {"get": _op("whoami", "the caller's principal, groups and roles",
                               _ok("WhoAmI"))},
     "/v1/tasks": {

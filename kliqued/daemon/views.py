@@ -249,13 +249,18 @@ def event(row: dict[str, Any]) -> dict[str, Any]:
             "data": data}
 
 
+def worker_state(d: Daemon, w: Any) -> str:
+    """``lost`` (declared lost), ``alive`` (heard from within the TTL) or ``silent``."""
+    if w.lost:
+        return "lost"
+    return "alive" if d.mono() - w.last_seen <= d.worker_settings.ttl_s else "silent"
+
+
 def worker(d: Daemon, w: Any) -> dict[str, Any]:
-    ttl = d.worker_settings.ttl_s
     return {"id": w.id, "pool": w.pool, "hostname": w.hostname, "executor": w.executor,
             "gpus": len(w.gpus), "version": w.version,
             "registered_at": iso(w.registered_at),
-            "state": "lost" if w.lost else ("alive" if d.mono() - w.last_seen <= ttl
-                                            else "silent"),
+            "state": worker_state(d, w),
             "lost_at": iso(w.lost_at),
             "leases": [{"task": lease.task, "epoch": lease.epoch, "status": lease.status}
                        for lease in sorted(w.leases.values(), key=lambda x: x.key)]}

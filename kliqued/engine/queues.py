@@ -97,6 +97,21 @@ class CRQueue:
             return back[0][0]
         return None
 
+    def oldest(self) -> "Task | None":
+        """The queued task submitted first (the longest wait), without dropping stale
+        entries as ``head`` does: a read, for metrics at scrape time. The preempted part is
+        a heap (rare, small); the FIFO's first valid entry is its oldest."""
+        best: "Task | None" = None
+        for _, tok, t in self.front:
+            if self._valid(t, tok) and (best is None or t.seq < best.seq):
+                best = t
+        for t, tok in self.back:
+            if self._valid(t, tok):
+                if best is None or t.seq < best.seq:
+                    best = t
+                break
+        return best
+
     def __iter__(self) -> Iterator["Task"]:
         """Queued tasks in queue order."""
         for _, tok, t in sorted(self.front, key=lambda e: e[0]):

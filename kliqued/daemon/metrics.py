@@ -1,0 +1,215 @@
+"""Prometheus metrics (issue 13): what ``GET /metrics`` exposes (docs/metrics.md lists them).
+
+Two kinds, so that metrics add no work to the engine's hot path:
+- **counters and the pass histogram** are incremented where the thing happens: the pass
+  duration in the sequencer around ``run_pass``, submissions and preemptions as the State
+  takes their events in (``count``: one look at each event's kind), so a scrape's counters
+  agree with its gauges;
+- **gauges** (pools, queues, budgets, workers, the estate) are computed at scrape time by
+  ``StateCollector`` from the daemon's state through the same read paths as the API
+  (``views``); a scrape runs on the event loop between sequencer cycles, so it sees one
+  consistent state.
+Each daemon has its own ``CollectorRegistry`` (not prometheus_client's global one), so
+several daemons in one process (tests) do not collide.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+from prometheus_client import (CollectorRegistry, Counter, Histogram, disable_created_metrics,
+                               generate_latest)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kliqued.engine import budget_status
+
+from . import views
+from .events import Event
+
+if TYPE_CHECKING:
+    from .core import Daemon
+
+PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                5.0)
+"""Seconds: a steady pass takes milliseconds, a pass over the XL state up to about a
+second."""
+
+WORKER_STATES = ("alive", "silent", "lost")
+
+disable_created_metrics()
+"""No ``*_created`` series beside each counter and histogram: in the 0.0.4 text format they
+are gauges of their own that dashboards never use (prometheus_client's switch is
+process-wide; the daemon has no other metrics)."""
+
+
+def _g(milli: int) -> float:
+    return milli / 1000
+
+
+class StateCollector(Collector):
+    """The gauges, read from the daemon's state at each scrape."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self.d = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        d = self.d
+        yield CounterMetricFamily(
+            "klique_events_committed", "Events in the durable event log (its last sequence "
+            "number): counts across restarts", value=d.seq)
+        ready = GaugeMetricFamily("klique_ready", "1 once the daemon has an estate and state")
+        ready.add_metric([], 1 if d.ready else 0)
+        yield ready
+        if not d.ready:
+            return
+        yield from self._estate()
+        yield from self._pools()
+        yield from self._queues()
+        yield from self._policies()
+        yield from self._workers()
+
+    def _estate(self) -> Iterator[Metric]:
+        d, st = self.d, self.d.st()
+        info = GaugeMetricFamily("klique_estate_info", "The running estate revision (1)",
+                                 labels=["revision", "commit", "source"])
+        info.add_metric([d.estate.revision, d.estate.commit or "", d.estate.source or ""], 1)
+        yield info
+        applied = GaugeMetricFamily("klique_estate_applied_timestamp_seconds",
+                                    "When the running revision was applied")
+        if d.estate.applied_at is not None:
+            applied.add_metric([], d.estate.applied_at / 1000)
+        yield applied
+        refused = GaugeMetricFamily("klique_estate_refused", "1 while the last revision "
+                                    "offered (GitOps reload) was refused", labels=["revision"])
+        r = views.refused(d.estate.refused)
+        if r is not None:
+            refused.add_metric([str(r.get("revision") or "")], 1)
+        yield refused
+        enabled = GaugeMetricFamily("klique_engine_enabled", "1 while the engine places work")
+        enabled.add_metric([], 1 if st.enabled else 0)
+        yield enabled
+        last = GaugeMetricFamily("klique_last_pass_timestamp_seconds",
+                                 "When the last engine pass ran")
+        if d.last_pass_at is not None:
+            last.add_metric([], d.last_pass_at / 1000)
+        yield last
+
+    def _pools(self) -> Iterator[Metric]:
+        labels = ["pool", "kind", "gpu_type"]
+        fams = {k: GaugeMetricFamily(f"klique_pool_{k}_gpus", text, labels=labels)
+                for k, text in (("capacity", "GPUs the pool has"),
+                                ("used", "GPUs placed on the pool"),
+                                ("borrowed", "GPUs on the pool held by groups above their "
+                                             "reservation (reclaimable)"),
+                                ("free", "GPUs not placed"))}
+        takes = GaugeMetricFamily("klique_pool_takes_work", "1 while the pool takes "
+                                  "placements (a live worker, or autoscaled)", labels=labels)
+        for p in views.pools(self.d):
+            key = [p["name"], p["kind"], p["gpu_type"] or ""]
+            for k, fam in fams.items():
+                fam.add_metric(key, float(p[k]))
+            takes.add_metric(key, 1 if p["takes_work"] else 0)
+        yield from fams.values()
+        yield takes
+
+    def _queues(self) -> Iterator[Metric]:
+        d = self.d
+        idx, st, now = d.idx(), d.st(), d.clock.now()
+        labels = ["resource", "group"]
+        depth = GaugeMetricFamily("klique_queue_depth", "Tasks queued on the compute "
+                                  "resource", labels=labels)
+        oldest = GaugeMetricFamily("klique_queue_oldest_wait_seconds", "How long the task "
+                                   "queued longest (since its submission) has waited; 0 "
+                                   "when none waits", labels=labels)
+        placed = GaugeMetricFamily("klique_resource_placed_tasks", "Tasks placed from the "
+                                   "compute resource", labels=labels)
+        for name, cr in idx.resources.items():
+            key = [name, cr.group]
+            q = st.queues.get(name)
+            t = q.oldest() if q is not None and q.live else None
+            depth.add_metric(key, q.live if q is not None else 0)
+            oldest.add_metric(key, max(0, now - t.submitted_at) / 1000 if t else 0)
+            placed.add_metric(key, d.placed_count.get(name, 0))
+        yield depth
+        yield oldest
+        yield placed
+
+    def _policies(self) -> Iterator[Metric]:
+        d = self.d
+        idx, st, now = d.idx(), d.st(), d.clock.now()
+        labels = ["policy", "group"]
+        gauges = {k: GaugeMetricFamily(f"klique_policy_{k}_gpus", text, labels=labels)
+                  for k, text in (("used", "GPUs the policy's group holds"),
+                                  ("reservation", "GPUs reserved for the group"),
+                                  ("limit", "The most GPUs the group may hold"))}
+        blabels = ["policy", "group", "period"]
+        budget = {k: GaugeMetricFamily(f"klique_budget_{k}", text, labels=blabels)
+                  for k, text in (("hours", "The budget of the period (budget hours)"),
+                                  ("used_hours", "Budget hours used in the current period"),
+                                  ("left_hours", "Budget hours left in the current period "
+                                                 "(negative once overrun)"),
+                                  ("burn_rate", "Budget hours used per hour at the current "
+                                                "placements"),
+                                  ("resets_timestamp_seconds", "When the period ends"))}
+        for name, g in idx.group_of_policy.items():
+            gi = idx.groups[g]
+            gauges["used"].add_metric([name, g], _g(st.used.get(g, 0)))
+            gauges["reservation"].add_metric([name, g], _g(gi.reservation))
+            gauges["limit"].add_metric([name, g], _g(gi.limit))
+            b = budget_status(idx, st, name, now)
+            if b is None or gi.budget is None:
+                continue
+            key = [name, g, b.period]
+            budget["hours"].add_metric(key, gi.budget.hours_milli / 1000)
+            budget["used_hours"].add_metric(key, b.used_hours)
+            budget["left_hours"].add_metric(key, b.left_hours)
+            budget["burn_rate"].add_metric(key, b.burn_rate)
+            budget["resets_timestamp_seconds"].add_metric(key, b.resets_at / 1000)
+        yield from gauges.values()
+        yield from budget.values()
+
+    def _workers(self) -> Iterator[Metric]:
+        d = self.d
+        counts = {(p.name, s): 0 for p in d.idx().estate.pools for s in WORKER_STATES}
+        for w in d.workers.values():
+            key = (w.pool, views.worker_state(d, w))
+            counts[key] = counts.get(key, 0) + 1
+        fam = GaugeMetricFamily("klique_workers", "Registered workers by pool and state "
+                                "(alive: heard from within the TTL; silent: not lately; "
+                                "lost: declared lost)", labels=["pool", "state"])
+        for (pool, state), n in sorted(counts.items()):
+            fam.add_metric([pool, state], n)
+        yield fam
+
+
+class Metrics:
+    """One daemon's metrics: its registry, the counters the sequencer increments and the
+    state collector."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.pass_seconds = Histogram(
+            "klique_pass_duration_seconds", "Duration of an engine pass", buckets=PASS_BUCKETS,
+            registry=self.registry)
+        self.submissions = Counter(
+            "klique_submissions", "Tasks submitted (committed) since the daemon started",
+            ["resource"], registry=self.registry)
+        self.preemptions = Counter(
+            "klique_preemptions", "Preemptions since the daemon started, by reason (reclaim, "
+            "lost, returned, ...) and pool", ["reason", "pool"], registry=self.registry)
+        self.registry.register(StateCollector(daemon))
+
+    def count(self, events: Iterable[Event]) -> None:
+        """Counts what matters of events as the State takes them in: a pass's at once (the
+        State changed when it ran), a request's once committed (it is applied after)."""
+        for ev in events:
+            if ev.kind == "submitted":
+                self.submissions.labels(str(ev.data.get("resource") or "")).inc()
+            elif ev.kind == "preempted":
+                self.preemptions.labels(str(ev.data.get("kind") or ""),
+                                        str(ev.data.get("pool") or "")).inc()
+
+    def render(self) -> bytes:
+        """The exposition text of every metric."""
+        return generate_latest(self.registry)
