@@ -101,7 +101,7 @@ class Sequencer:
         self.on_fatal: Callable[[BaseException], None] | None = None
         self.metrics = Metrics(daemon)
         """This daemon's Prometheus metrics: the pass histogram and the event counters are
-        fed here, where passes run and events become durable."""
+        fed here, where passes run and the State takes events in."""
 
     # ------------------------------------------------------------------ requests
     async def submit(self, prepare: PrepareFn, barrier: bool = False) -> Any:
