@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import compiled as c
 from .hierarchy import organisation
-from .models import Group, Policy, Pool, Price, Profile, Settings
+from .models import Alerts, Group, Policy, Pool, Price, Profile, Settings
 from .resolve import execution_order, pool_capacity, resolve_pools
 from .source import SourceMap
 from .units import money_str
@@ -101,7 +101,8 @@ def build(sources: SourceMap) -> c.CompiledEstate:
         settings=c.CSettings(pass_interval_s=settings.pass_interval,
                              low_watermark_s=settings.low_watermark,
                              start_timeout_s=settings.start_timeout,
-                             currency=settings.currency),
+                             currency=settings.currency,
+                             alerts=_alerts(settings.alerts)),
         pools=sorted(cpools, key=lambda x: x.name),
         profiles=sorted(cprofiles, key=lambda x: x.name),
         policies=sorted(cpolicies, key=lambda x: x.name),
@@ -110,3 +111,15 @@ def build(sources: SourceMap) -> c.CompiledEstate:
         compute_resources=sorted(resources, key=lambda x: x.name),
     )
     return estate.with_revision()
+
+
+def _alerts(alerts: Alerts | None) -> c.CAlerts | None:
+    """The alert settings, compiled: channels sorted by name, durations in seconds."""
+    if alerts is None:
+        return None
+    chans = [c.CAlertChannel(name=ch.name, kind=ch.kind, url=ch.url, secret_env=ch.secret_env,
+                             secret_file=ch.secret_file, smtp_host=ch.smtp_host,
+                             smtp_port=ch.smtp_port, sender=ch.sender, to=list(ch.to),
+                             timeout_s=ch.timeout)
+             for ch in sorted(alerts.channels, key=lambda x: x.name)]
+    return c.CAlerts(channels=chans, contacts=dict(alerts.contacts), it=list(alerts.it))

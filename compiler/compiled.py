@@ -30,6 +30,29 @@ class CSettings(_Frozen):
     currency: str
     start_timeout_s: int = 600
     """The estate-wide start timeout (each pool has its own resolved one)."""
+    alerts: "CAlerts | None" = None
+    """Alert channels and recipients; left out of the canonical JSON when absent, so an
+    estate without them keeps its revision."""
+
+
+class CAlertChannel(_Frozen):
+    name: str
+    kind: Literal["webhook", "slack", "email"]
+    url: str | None = None
+    secret_env: str | None = None
+    secret_file: str | None = None
+    smtp_host: str | None = None
+    smtp_port: int = 25
+    sender: str | None = None
+    to: list[str] = ["admins", "it"]
+    timeout_s: int = 10
+
+
+class CAlerts(_Frozen):
+    channels: list[CAlertChannel]
+    contacts: dict[str, str]
+    """Estate user -> address."""
+    it: list[str]
 
 
 class CAutoscale(_Frozen):
@@ -157,7 +180,10 @@ class CompiledEstate(_Frozen):
 
     def canonical_json(self) -> str:
         """The byte-stable text: sorted keys, two-space indent, a final newline."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=2,
+        body = self.model_dump(mode="json")
+        if body["settings"].get("alerts") is None:
+            body["settings"].pop("alerts", None)
+        return json.dumps(body, sort_keys=True, indent=2,
                           ensure_ascii=False) + "\n"
 
     def with_revision(self) -> "CompiledEstate":
@@ -181,3 +207,6 @@ class CompiledEstate(_Frozen):
 
     def group(self, name: str) -> CGroup | None:
         return next((g for g in self.groups if g.name == name), None)
+
+
+CSettings.model_rebuild()

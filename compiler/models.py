@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     Tag,
     WithJsonSchema,
+    model_validator,
 )
 
 from . import units
@@ -119,6 +120,49 @@ class _Named(_Model):
         None, description="the old name: `kliqued plan` shows a rename (extension)")
 
 
+class AlertChannel(_Model):
+    """Where alerts go: a generic JSON webhook (signed), a Slack-compatible incoming webhook,
+    or e-mail over SMTP. Secrets are named (an environment variable or a file), never written
+    here, so the estate can live in git."""
+    name: Name
+    kind: Literal["webhook", "slack", "email"]
+    url: str | None = Field(None, description="webhook and slack: the URL to POST to")
+    secret_env: str | None = Field(
+        None, description="webhook: the environment variable holding the HMAC-SHA256 key")
+    secret_file: str | None = Field(
+        None, description="webhook: the file holding the HMAC-SHA256 key")
+    smtp_host: str | None = Field(None, description="email: the SMTP server")
+    smtp_port: Annotated[int, Field(ge=1, le=65535)] = 25
+    sender: str | None = Field(None, description="email: the From address")
+    to: list[Literal["admins", "it"]] = Field(
+        default_factory=lambda: ["admins", "it"],
+        description="who this channel speaks to: the policy's group admins, IT, or both")
+    timeout: Duration = Field("10s", validate_default=True,
+                              description="each delivery attempt's time limit")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "AlertChannel":
+        if self.kind in ("webhook", "slack") and not self.url:
+            raise ValueError(f"channel '{self.name}': a {self.kind} channel needs 'url'")
+        if self.kind == "email" and not (self.smtp_host and self.sender):
+            raise ValueError(f"channel '{self.name}': an email channel needs 'smtp_host' "
+                             "and 'sender'")
+        if self.kind != "webhook" and (self.secret_env or self.secret_file):
+            raise ValueError(f"channel '{self.name}': only a webhook channel is signed")
+        if self.secret_env and self.secret_file:
+            raise ValueError(f"channel '{self.name}': give secret_env or secret_file, not both")
+        return self
+
+
+class Alerts(_Model):
+    channels: list[AlertChannel] = Field(default_factory=list)
+    contacts: dict[User, str] = Field(
+        default_factory=dict, description="estate user -> e-mail address (or chat handle): "
+        "where a group admin's alerts are addressed")
+    it: list[str] = Field(default_factory=list,
+                          description="IT's addresses: every alert goes to them")
+
+
 class Settings(_Model):
     pass_interval: Duration = Field("1s", validate_default=True,
                                     description="how often the engine runs a pass")
@@ -137,6 +181,8 @@ class Settings(_Model):
         "10m", validate_default=True,
         description="a placed task no worker has taken within this long goes back to the "
                     "front of its queue; 0 = never (extension)")
+    alerts: Alerts | None = Field(
+        None, description="alert channels and their recipients (extension; docs/alerts.md)")
 
 
 class Autoscale(_Model):

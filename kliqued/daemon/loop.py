@@ -102,6 +102,8 @@ class Sequencer:
         self.metrics = Metrics(daemon)
         """This daemon's Prometheus metrics: the pass histogram and the event counters are
         fed here, where passes run and the State takes events in."""
+        self.on_commit: Callable[[list[tuple]], None] | None = None
+        """Sees each committed batch's rows (the alert dispatcher's non-blocking offer)."""
 
     # ------------------------------------------------------------------ requests
     async def submit(self, prepare: PrepareFn, barrier: bool = False) -> Any:
@@ -251,6 +253,7 @@ class Sequencer:
                     batch.rows.append(ev.row(d.seq, at))
                 await self.store.commit(batch)
                 self.metrics.count(events[pass_events:])
+                self._committed(batch.rows)
             except BaseException as exc:
                 if not unstorable(exc):
                     for r, _ in prepared:
@@ -290,7 +293,9 @@ class Sequencer:
         d = self.d
         if pass_events or pass_ops:
             at = d.last_pass_at if d.last_pass_at is not None else d.clock.now()
-            await self.store.commit(Batch(self._rows(pass_events, at), list(pass_ops)))
+            rows = self._rows(pass_events, at)
+            await self.store.commit(Batch(rows, list(pass_ops)))
+            self._committed(rows)
         wants_pass = soon = False
         for r in requests:
             if r.future.done():
@@ -307,8 +312,10 @@ class Sequencer:
             base = d.seq
             if p.events or ops:
                 try:
-                    await self.store.commit(Batch(self._rows(p.events, now), ops))
+                    rows = self._rows(p.events, now)
+                    await self.store.commit(Batch(rows, ops))
                     self.metrics.count(p.events)
+                    self._committed(rows)
                 except BaseException as exc:
                     d.seq = base
                     if not unstorable(exc):
@@ -333,6 +340,13 @@ class Sequencer:
             soon |= p.wants_pass and p.frees
         if wants_pass:
             self.request_pass(REPORT_SETTLE_S if soon else SETTLE_S)
+
+    def _committed(self, rows: list[tuple]) -> None:
+        if self.on_commit is not None and rows:
+            try:
+                self.on_commit(rows)
+            except Exception:  # an observer's bug must not fail a commit already durable
+                log.exception("on_commit observer failed")
 
     def _rows(self, events: list[Event], at: int) -> list[tuple]:
         """Rows for ``events``, the next sequence numbers assigned."""

@@ -37,6 +37,7 @@ from .listener import listen_backlog
 from .listener import plain_http_warning, raise_nofile
 from . import logsetup
 from kliqued.filemodes import private_dir, private_umask, tighten
+from .alerts import Dispatcher
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
 from .store import DatabaseLocked, Store
@@ -290,6 +291,12 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if warning:
         log.warning(warning)
     background = [asyncio.create_task(_watch_workers(d, seq, stop))]
+    dispatcher = Dispatcher(d, seq, store)
+    seq.on_commit = dispatcher.offer
+    resent = await dispatcher.load(d.clock.now())
+    if resent:
+        log.info("alerts: %d raised in the last day looked at for delivery", resent)
+    background.append(asyncio.create_task(dispatcher.run()))
     follower = None
     if follow is not None:
         follower = Follower(follow, d, seq, snap.key if snap is not None else None)
