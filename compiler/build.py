@@ -122,4 +122,5 @@ def _alerts(alerts: Alerts | None) -> c.CAlerts | None:
                              smtp_port=ch.smtp_port, sender=ch.sender, to=list(ch.to),
                              timeout_s=ch.timeout)
              for ch in sorted(alerts.channels, key=lambda x: x.name)]
-    return c.CAlerts(channels=chans, contacts=dict(alerts.contacts), it=list(alerts.it))
+    return c.CAlerts(channels=chans, contacts=dict(alerts.contacts), it=list(alerts.it),
+                    waiting_after_s=alerts.waiting_after)

@@ -53,6 +53,7 @@ class CAlerts(_Frozen):
     contacts: dict[str, str]
     """Estate user -> address."""
     it: list[str]
+    waiting_after_s: int | None = None
 
 
 class CAutoscale(_Frozen):

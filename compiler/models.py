@@ -161,6 +161,9 @@ class Alerts(_Model):
         "where a group admin's alerts are addressed")
     it: list[str] = Field(default_factory=list,
                           description="IT's addresses: every alert goes to them")
+    waiting_after: Duration | None = Field(
+        None, description="alert when the head of a queue, never placed yet, has waited this "
+        "long since its submission (once per task); absent: no waiting alerts")
 
 
 class Settings(_Model):

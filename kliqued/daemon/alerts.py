@@ -37,8 +37,10 @@ from .store import Store
 
 log = logging.getLogger("kliqued.alerts")
 
-ALERTING = ("alert", "worker_lost", "estate_refused")
-"""Event kinds that are alerts (``alert``: a budget's ``alert_at`` threshold crossed)."""
+WAITING = "waiting_alert"
+ALERTING = ("alert", "worker_lost", "estate_refused", WAITING)
+"""Event kinds that are alerts (``alert``: a budget's ``alert_at`` threshold crossed;
+``waiting_alert`` [resource, waited_s]: a queue's head waited past ``waiting_after``)."""
 DELIVERY = "alert_delivery"
 FINAL = ("delivered", "given_up")
 RESEND_WINDOW_MS = 24 * 3600 * 1000
@@ -66,6 +68,11 @@ def describe(seq: int, at_ms: int, kind: str, grp: str | None,
         title = ("budget used up" if used >= total else "budget threshold crossed")
         title = f"{data.get('policy')}: {title}"
         text = data.get("text") or title
+    elif kind == WAITING:
+        title = f"{data.get('resource')}: work waiting for {data.get('waited_s')} s"
+        text = (f"task {data.get('task')} of {data.get('user')} at the head of "
+                f"{data.get('resource')} has waited {data.get('waited_s')} s since its "
+                f"submission (why: `kliqued queue {data.get('resource')}`)")
     elif kind == "worker_lost":
         title = f"worker lost: {data.get('worker')} (pool {data.get('pool')})"
         tasks = data.get("tasks") or []
@@ -190,6 +197,8 @@ class Dispatcher:
     _queue: asyncio.Queue = field(init=False)
     _done: set[tuple[int, str]] = field(default_factory=set)
     _tasks: set[asyncio.Task] = field(default_factory=set)
+    _waited: set[str] = field(default_factory=set)
+    """Tasks a waiting alert was raised for (from the log at start): once per task."""
 
     def __post_init__(self) -> None:
         self._queue = asyncio.Queue(self.queue_size)
@@ -210,12 +219,16 @@ class Dispatcher:
         """Queues what the log raised and did not deliver (recent ones only)."""
         def read(cur: Any) -> tuple[list[tuple], list[tuple]]:
             cur.execute("SELECT seq, at_ms, kind, task, actor, revision, grp, usr, data "
-                        "FROM events WHERE kind IN ('alert', 'worker_lost', 'estate_refused') "
+                        "FROM events WHERE kind IN ('alert', 'worker_lost', 'estate_refused', "
+                        "'waiting_alert') "
                         "AND at_ms >= ? ORDER BY seq", [now_ms - RESEND_WINDOW_MS])
             raised = cur.fetchall()
             cur.execute("SELECT data FROM events WHERE kind = ?", [DELIVERY])
-            return raised, cur.fetchall()
-        raised, deliveries = await self.store.read(read)
+            delivered = cur.fetchall()
+            cur.execute("SELECT task FROM events WHERE kind = ?", [WAITING])
+            return raised, delivered, cur.fetchall()
+        raised, deliveries, waited = await self.store.read(read)
+        self._waited.update(t for (t,) in waited)
         for (text,) in deliveries:
             data = json.loads(text)
             if data.get("status") in FINAL:
@@ -235,6 +248,33 @@ class Dispatcher:
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self._session.close()
+
+    async def watch_waits(self) -> None:
+        """Raises a ``waiting_alert`` for each queue head, never placed, that has waited
+        past ``waiting_after``: read from the live state between the sequencer's steps,
+        recorded through it like any change."""
+        while True:
+            alerts = self.d.idx().estate.settings.alerts if self.d.index is not None else None
+            after = alerts.waiting_after_s if alerts is not None else None
+            await asyncio.sleep(min(max(1.0, (after or 60) / 4), 30.0))
+            if not after or self.d.state is None:
+                continue
+            now = self.d.clock.now()
+            raise_for = []
+            for name, q in self.d.st().queues.items():
+                t = q.head()
+                if (t is not None and not t.ran_before and t.id not in self._waited
+                        and now - t.submitted_at >= after * 1000):
+                    self._waited.add(t.id)
+                    raise_for.append(Event(WAITING, t.id, "kliqued", self.d.estate.revision,
+                                           t.group, t.user,
+                                           {"resource": name, "task": t.id, "user": t.user,
+                                            "waited_s": (now - t.submitted_at) // 1000}))
+            if raise_for:
+                try:
+                    await self.seq.submit(lambda now, ov: Prepared(events=raise_for))
+                except Exception as exc:  # stopping: raised again after the restart
+                    log.warning("waiting alerts not recorded: %s", exc)
 
     def _start(self, row: tuple) -> None:
         alerts = self.d.idx().estate.settings.alerts if self.d.index is not None else None

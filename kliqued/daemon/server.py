@@ -297,6 +297,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if resent:
         log.info("alerts: %d raised in the last day looked at for delivery", resent)
     background.append(asyncio.create_task(dispatcher.run()))
+    background.append(asyncio.create_task(dispatcher.watch_waits()))
     follower = None
     if follow is not None:
         follower = Follower(follow, d, seq, snap.key if snap is not None else None)

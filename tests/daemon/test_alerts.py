@@ -26,6 +26,7 @@ def alert_estate(tmp: Path, channels: str) -> Path:
   alerts:
     contacts: {{erin: erin@example.org, walter: walter@example.org}}
     it: [it@example.org]
+    waiting_after: 2s
     channels:
 {channels}"""
     return write_estate(tmp / "estate", {**ESTATE, "settings.yaml": settings})
@@ -162,3 +163,23 @@ def test_an_undelivered_alert_is_sent_after_a_restart(tmp_path, monkeypatch) -> 
     finally:
         stop(s)
         down.stop()
+
+
+def test_work_waiting_past_the_limit_alerts_the_group_admins(tmp_path, monkeypatch) -> None:
+    hook = HttpReceiver().start()
+    s = start(tmp_path, f"""\
+      - {{name: ops, kind: webhook, url: "{hook.url}"}}
+""", monkeypatch)
+    try:
+        erin = s.token({"user": "erin"})
+        tid = s.submit(erin, "team-b/one", ["true"])  # no worker: it waits
+        wait_for(lambda: hook.ok, 15, "the waiting alert delivered")
+        body = json.loads(hook.ok[0].body)
+        assert body["kind"] == "waiting_alert" and body["data"]["task"] == tid
+        assert body["recipients"] == ["erin@example.org", "it@example.org"]
+        assert body["data"]["waited_s"] >= 2
+        time.sleep(2)
+        assert len(hook.ok) == 1  # once per task
+    finally:
+        stop(s)
+        hook.stop()
