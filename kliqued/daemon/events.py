@@ -29,6 +29,9 @@ Kinds (``data`` fields in brackets):
 - ``worker_refused`` [call, worker, holder?, reason] (a worker call that did not prove the
   identity it claims: another worker's id, lease or key; refused with 403)
 - ``estate_refused`` [revision, commit, source, errors] (GitOps reload)
+- ``waiting_alert`` [resource, task, user, waited_s] (a queue's head waited past
+  ``settings.alerts.waiting_after``) / ``alert_delivery`` [alert: the alert event's seq,
+  channel, key, attempt, status: failed|delivered|given_up, error?] (docs/alerts.md)
 
 ``grp`` and ``usr`` are columns (not only data) so the audit log can be filtered to what a
 user may see without parsing JSON.
