@@ -119,6 +119,12 @@ class _Named(_Model):
     renamed_from: Name | None = Field(
         None, description="the old name: `kliqued plan` shows a rename (extension)")
 
+Audience = Literal["admins", "it"]
+
+
+def _everyone() -> list[Audience]:
+    return ["admins", "it"]
+
 
 class AlertChannel(_Model):
     """Where alerts go: a generic JSON webhook (signed), a Slack-compatible incoming webhook,
@@ -134,8 +140,8 @@ class AlertChannel(_Model):
     smtp_host: str | None = Field(None, description="email: the SMTP server")
     smtp_port: Annotated[int, Field(ge=1, le=65535)] = 25
     sender: str | None = Field(None, description="email: the From address")
-    to: list[Literal["admins", "it"]] = Field(
-        default_factory=lambda: ["admins", "it"],
+    to: list[Audience] = Field(
+        default_factory=_everyone,
         description="who this channel speaks to: the policy's group admins, IT, or both")
     timeout: Duration = Field("10s", validate_default=True,
                               description="each delivery attempt's time limit")

@@ -217,7 +217,7 @@ class Dispatcher:
 
     async def load(self, now_ms: int) -> int:
         """Queues what the log raised and did not deliver (recent ones only)."""
-        def read(cur: Any) -> tuple[list[tuple], list[tuple]]:
+        def read(cur: Any) -> tuple[list[tuple], list[tuple], list[tuple]]:
             cur.execute("SELECT seq, at_ms, kind, task, actor, revision, grp, usr, data "
                         "FROM events WHERE kind IN ('alert', 'worker_lost', 'estate_refused', "
                         "'waiting_alert') "
