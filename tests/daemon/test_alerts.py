@@ -183,3 +183,33 @@ def test_work_waiting_past_the_limit_alerts_the_group_admins(tmp_path, monkeypat
     finally:
         stop(s)
         hook.stop()
+
+
+def test_a_budget_threshold_reaches_the_group_admins(tmp_path, monkeypatch) -> None:
+    hook = HttpReceiver().start()
+    policies = ESTATE["policies.yaml"].replace(
+        "    reservation: 0\n    limit: 2\n",
+        "    reservation: 0\n    limit: 2\n"
+        "    budget: {hours: 0.001, period: day, alert_at: [0.5]}\n")  # 3.6 s
+    estate = alert_estate(tmp_path, f"""\
+      - {{name: ops, kind: webhook, url: "{hook.url}", to: [admins]}}
+""")
+    (estate / "policies.yaml").write_text(policies)
+    s = FleetServer(tmp_path, estate=estate, ttl="60s").start()
+    try:
+        wt = s.token({"worker": True, "pool": "bare"})
+        w = HttpWorker(s, wt, "w-1")
+        w.register()
+        erin = s.token({"user": "erin"})
+        tid = s.submit(erin, "team-b/one", ["sleep", "60"])
+        wait_for(lambda: s.task(tid)["state"] in ("placed", "running"), 10, "placed")
+        assert [x["task"] for x in w.lease()] == [tid]
+        assert w.report(tid, 1, "started")[0] == 200
+        wait_for(lambda: hook.ok, 20, "the budget alert delivered")
+        body = json.loads(hook.ok[0].body)
+        assert body["kind"] == "alert" and body["group"] == "team-b"
+        assert body["title"] == "team-b: budget threshold crossed"
+        assert body["recipients"] == ["erin@example.org"]  # to: [admins] only
+    finally:
+        stop(s)
+        hook.stop()
