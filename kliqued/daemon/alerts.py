@@ -31,7 +31,7 @@ import aiohttp
 from compiler.compiled import CAlertChannel, CompiledEstate
 
 from .core import Daemon, Prepared
-from .events import Event
+from .events import COLUMNS, Event
 from .loop import Sequencer
 from .store import Store
 
@@ -218,10 +218,9 @@ class Dispatcher:
     async def load(self, now_ms: int) -> int:
         """Queues what the log raised and did not deliver (recent ones only)."""
         def read(cur: Any) -> tuple[list[tuple], list[tuple], list[tuple]]:
-            cur.execute("SELECT seq, at_ms, kind, task, actor, revision, grp, usr, data "
-                        "FROM events WHERE kind IN ('alert', 'worker_lost', 'estate_refused', "
-                        "'waiting_alert') "
-                        "AND at_ms >= ? ORDER BY seq", [now_ms - RESEND_WINDOW_MS])
+            cur.execute(f"SELECT {', '.join(COLUMNS)} FROM events WHERE list_contains(?, kind) "
+                        "AND at_ms >= ? ORDER BY seq",
+                        [list(ALERTING), now_ms - RESEND_WINDOW_MS])
             raised = cur.fetchall()
             cur.execute("SELECT data FROM events WHERE kind = ?", [DELIVERY])
             delivered = cur.fetchall()
