@@ -16,7 +16,7 @@ import heapq
 
 from kliqued.fmt import hours, percent
 
-from .budget import budget_units, next_budget_event, remaining, start_ok
+from .budget import budget_units, next_budget_event, remaining
 from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
                         unstarted_text)
 from .errors import TimeWentBackwards
@@ -24,13 +24,13 @@ from .index import CRInfo, EstateIndex
 from .periods import next_period_start, period_start
 from .reclaim import choose_victims
 from .result import PassResult
+from .rules import Key, budget_ok, first_fit, headroom, order_key
 from .state import State, Task
 
 MAX_REPEATS = 10_000
 """A guard, never reached by engine.md's rules: each repeat either places within-reservation
 work or fills idle capacity, both finite."""
 
-Key = tuple[int, int, int, str]
 Decision = Placement | Preemption | Cancellation | Alert
 
 
@@ -224,50 +224,33 @@ def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
 
 # ------------------------------------------------------------------------ phases 1 and 3
 
-def _start_ok(index: EstateIndex, state: State, cr: CRInfo, now: int) -> bool:
-    if cr.weight <= 0:
-        return True
-    gi = index.groups[cr.group]
-    if gi.budget is None:
-        return True
-    return start_ok(state.meter(cr.group), gi.budget, cr.weight, now, state.enabled)
-
-
-def _first_fit(state: State, cr: CRInfo, size: int) -> str | None:
-    free = state.free
-    for p in cr.pools:
-        if free.get(p, -1) >= size:
-            return p
-    return None
-
-
 def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
                now: int) -> tuple[Task, str] | None:
     """The task this compute resource may place now in this phase, and its pool."""
     q = state.queues.get(cr.name)
     if q is None or not q.live:
         return None
-    gi = index.groups[cr.group]
-    cap = gi.limit if lend else min(gi.reservation, gi.limit)
-    headroom = cap - state.used.get(cr.group, 0)
+    room = headroom(index, state, cr, lend)
     if cr.strict:
         t = q.head()
-        if t is None or t.size > headroom:
+        if t is None or t.size > room:
             return None
-        if not _start_ok(index, state, cr, now):
+        if not budget_ok(index, state, cr, now):
             return None
-        pool = _first_fit(state, cr, t.size)
+        pool = first_fit(state, cr, t.size)
         return (t, pool) if pool is not None else None
+    # best_effort: the same checks on the first task that passes them, cut short by the
+    # smallest queued size against the room left in the group and in any pool.
     smallest = q.min_size()
-    if smallest is None or smallest > headroom:
+    if smallest is None or smallest > room:
         return None
     maxfree = max((state.free.get(p, -1) for p in cr.pools), default=-1)
-    lim = min(headroom, maxfree)
-    if smallest > lim or not _start_ok(index, state, cr, now):
+    lim = min(room, maxfree)
+    if smallest > lim or not budget_ok(index, state, cr, now):
         return None
     for t in q:
         if t.size <= lim:
-            pool = _first_fit(state, cr, t.size)
+            pool = first_fit(state, cr, t.size)
             if pool is not None:
                 return t, pool
     return None
@@ -313,8 +296,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
             return
         t, pool = c
         cand[name] = (counter, t, pool)
-        heapq.heappush(heap, ((cr.exec_pos[pool], cr.policy_pos, t.seq, t.id), counter, name,
-                              pool))
+        heapq.heappush(heap, (order_key(cr, cr.exec_pos[pool], t), counter, name, pool))
         heapq.heappush(by_pool.setdefault(pool, []), (-t.size, counter, name))
 
     def pull(pool: str) -> None:
@@ -348,10 +330,9 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         _, t, pool = c
         cr = resources[name]
         gi = groups[cr.group]
-        cap = gi.limit if lend else min(gi.reservation, gi.limit)
         if (state.free.get(pool, -1) < t.size
-                or state.used.get(cr.group, 0) + t.size > cap
-                or not _start_ok(index, state, cr, now)):
+                or t.size > headroom(index, state, cr, lend)
+                or not budget_ok(index, state, cr, now)):
             evaluate(name)
             continue
         del cand[name]
@@ -391,13 +372,12 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
     head = q.head()
     assert head is not None
     need = head.size if cr.strict else (q.min_size() or 0)
-    gi = index.groups[cr.group]
     within = _reclaim_candidate(index, state, cr) is not None
     if within:
         state.reclaim.add(cr.name)
     else:
         state.reclaim.discard(cr.name)
-    if need > gi.limit - state.used.get(cr.group, 0) or not _start_ok(index, state, cr, now):
+    if need > headroom(index, state, cr, True) or not budget_ok(index, state, cr, now):
         # Held by the limit or the budget: woken when the group's usage falls (or, for the
         # budget, at the period start).
         held = state.held.get(cr.group)
@@ -409,7 +389,7 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         w.park_reserve(cr.name, cr.pools, need)
     else:
         w.park_lend(cr.name, cr.pools,
-                    [(cr.exec_pos[p], cr.policy_pos, head.seq, head.id) for p in cr.pools],
+                    [order_key(cr, cr.exec_pos[p], head) for p in cr.pools],
                     need)
 
 
@@ -420,16 +400,15 @@ def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo) -> Task | N
     q = state.queues.get(cr.name)
     if q is None or not q.live:
         return None
-    gi = index.groups[cr.group]
-    headroom = min(gi.reservation, gi.limit) - state.used.get(cr.group, 0)
+    room = headroom(index, state, cr, False)
     if cr.strict:
         t = q.head()
-        return t if t is not None and t.size <= headroom else None
+        return t if t is not None and t.size <= room else None
     smallest = q.min_size()
-    if smallest is None or smallest > headroom:
+    if smallest is None or smallest > room:
         return None
     for t in q:
-        if t.size <= headroom:
+        if t.size <= room:
             return t
     return None
 
@@ -456,7 +435,7 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) ->
         if queued.get(name) == t.id:
             return
         queued[name] = t.id
-        heapq.heappush(heap, ((cr.first_exec_pos, cr.policy_pos, t.seq, t.id), t.id, name))
+        heapq.heappush(heap, (order_key(cr, cr.first_exec_pos, t), t.id, name))
 
     for name in sorted(names):
         push(name)
@@ -472,10 +451,10 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) ->
             queued.pop(name, None)
             push(name)
             continue
-        if not _start_ok(index, state, cr, now):
+        if not budget_ok(index, state, cr, now):
             done.add(name)  # a task that fails its start check triggers no reclaim
             continue
-        pool = _first_fit(state, cr, t.size)
+        pool = first_fit(state, cr, t.size)
         if pool is None:
             for p in cr.pools:
                 if p not in state.free:

@@ -11,10 +11,11 @@ from compiler.units import milli_str
 
 from kliqued.fmt import hours
 
-from .budget import budget_units, remaining, start_ok
+from .budget import budget_units, remaining
 from .decisions import BudgetStatus, Reason, no_worker_text
 from .index import EstateIndex
 from .periods import format_minute, next_period_start, period_start
+from .rules import BUDGET, CAPACITY, LIMIT, first_failing
 from .state import QUEUED, State, Task
 
 
@@ -54,24 +55,25 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
             pos = next(i for i, x in enumerate(q) if x is t)
         if pos > 0:
             return Reason("order", f"behind {pos} task{'s' if pos != 1 else ''} in {cr.name}")
+    # The check that fails is the one the pass applies (rules.first_failing); this only words it.
+    failing = first_failing(index, state, cr, t.size, now)
     gi = index.groups[cr.group]
     used = state.used.get(cr.group, 0)
-    if used + t.size > gi.limit:
+    if failing == LIMIT:
         if used >= gi.limit:
             return Reason("limit", f"group at limit ({_gpus(used)}/{_gpus(gi.limit)} GPUs)")
         return Reason("limit", f"group near limit ({_gpus(used)}/{_gpus(gi.limit)} GPUs, "
                                f"the task needs {_gpus(t.size)})")
     b = gi.budget
-    if t.weight > 0 and b is not None:
+    if failing == BUDGET and b is not None:
         m = state.meter(cr.group)
         left = remaining(m, b, now, state.enabled)
         if left <= 0:
             return Reason("budget", f"budget used up: resets "
                                     f"{format_minute(next_period_start(b.period, now))}")
-        if not start_ok(m, b, t.weight, now, state.enabled):
-            return Reason("budget", f"budget start check: {hours(left / 3.6e9)} h left at "
-                                    f"{hours((m.rate + t.weight) / 1000)} h/h")
-    if not any(state.free.get(p, -1) >= t.size for p in cr.pools):
+        return Reason("budget", f"budget start check: {hours(left / 3.6e9)} h left at "
+                                f"{hours((m.rate + cr.weight) / 1000)} h/h")
+    if failing == CAPACITY:
         down = [p for p in cr.pools if p in state.unavailable]
         if not down:
             return Reason("capacity", f"no room in pools {', '.join(cr.pools)}")

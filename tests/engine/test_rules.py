@@ -1,5 +1,6 @@
-"""Table tests for the two rules with a subtle order (engine.md): the reclaim's victim choice
-and the budget start check, called directly rather than through whole passes."""
+"""Table tests for the engine's rules (engine.md), called directly rather than through whole
+passes: the reclaim's victim choice, the budget start check, and rules.py's phase caps,
+feasibility checks (in the order reasons name them) and order key."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 
 from compiler.compiled import CBudget
 from kliqued.engine.budget import Meter, start_ok
+from kliqued.engine.reasons import waiting_reasons
 from kliqued.engine.reclaim import choose_victims
+from kliqued.engine.rules import first_failing, headroom, order_key, phase_cap
 
 from .helpers import HOUR, MIN, START, Engine, build_estate, g
 
@@ -140,3 +143,73 @@ def test_weight_zero_never_waits_for_budget() -> None:
     e.submit("paid2", "a/paid")
     e.run(START + 8 * MIN)
     assert e.where("free1") == "p" and e.where("paid2") == "queued"
+
+
+# --------------------------------------------------------------------------- rules.py checks
+
+def one_group(capacity: float, reservation: float, limit: float, gpus: float,
+              budget: dict | None = None) -> Engine:
+    """One pool of ``capacity``; group ``a`` (``reservation``/``limit``) with a best_effort
+    profile ``r`` of ``gpus`` per task, weight 1."""
+    policy: dict = {"name": "a", "reservation": reservation, "limit": limit}
+    if budget is not None:
+        policy["budget"] = budget
+    return Engine(build_estate([{"name": "p", "capacity": capacity}],
+                               [{"name": "r", "pools": ["p"], "policies": ["a"], "gpus": gpus,
+                                 "queueing": "best_effort",
+                                 "weight": 1}], [policy]))
+
+
+@pytest.mark.parametrize("reservation, limit, lend, cap", [
+    (2, 4, False, 2000),   # phases 1 and 2: within the reservation
+    (2, 4, True, 4000),    # phase 3: up to the limit
+    (4, 2, False, 2000),   # a reservation above the limit is capped by the limit
+    (0, 4, False, 0),
+])
+def test_phase_cap_and_headroom(reservation, limit, lend, cap) -> None:
+    e = one_group(8, reservation, limit, 1)
+    gi, cr = e.index.groups["a"], e.index.resources["a/r"]
+    assert phase_cap(gi, lend) == cap
+    assert headroom(e.index, e.state, cr, lend) == cap  # nothing used yet
+    e.submit("t1", "a/r")
+    e.run(START)
+    if e.where("t1") == "p":
+        assert headroom(e.index, e.state, cr, lend) == cap - 1000
+
+
+@pytest.mark.parametrize("capacity, limit, budget, size, expected", [
+    (8, 4, None, 1, None),               # everything passes
+    (8, 4, None, 5, "limit"),            # above the limit
+    (2, 4, None, 3, "capacity"),         # within the limit, no pool has room
+    (2, 1, None, 3, "limit"),            # limit and capacity fail: limit is named first
+    # budget used up (0 h) and no room: the budget is named before capacity
+    (2, 4, {"hours": 0, "period": "day"}, 3, "budget"),
+    (8, 1, {"hours": 0, "period": "day"}, 3, "limit"),  # ... and after the limit
+])
+def test_first_failing_in_reason_order(capacity, limit, budget, size, expected) -> None:
+    e = one_group(capacity, 0, limit, 1, budget)
+    cr = e.index.resources["a/r"]
+    assert first_failing(e.index, e.state, cr, g(size), START) == expected
+
+
+def test_order_key_orders_pool_position_policy_submission_id() -> None:
+    e = one_group(8, 0, 4, 1)
+    cr = e.index.resources["a/r"]
+    e.submit("t2", "a/r")
+    e.submit("t1", "a/r")
+    t2, t1 = e.state.tasks["t2"], e.state.tasks["t1"]
+    assert order_key(cr, 0, t2) < order_key(cr, 0, t1)  # submitted first
+    assert order_key(cr, 0, t1) < order_key(cr, 1, t2)  # the pool's execution order first
+
+
+def test_reason_is_the_first_failing_check() -> None:
+    """The reason a waiting task shows comes from the check the pass applies."""
+    e = one_group(2, 0, 2, 1)
+    for i in range(4):
+        e.submit(f"t{i}", "a/r")
+    e.run(START)
+    cr = e.index.resources["a/r"]
+    reasons = waiting_reasons(e.index, e.state, START)
+    assert set(reasons) == {"t2", "t3"}
+    for r in reasons.values():
+        assert r.kind == first_failing(e.index, e.state, cr, 1000, START) == "limit"
