@@ -243,8 +243,8 @@ class Daemon:
                   commit: str | None = None) -> None:
         index = EstateIndex.build(compiled)
         if self.state is None:
-            self.state = State(index, at)
-            self.state.self_starting = set()  # workers report every start (on_leased)
+            # workers report every start (on_leased)
+            self.state = State(index, at, self_starting=set())
         else:
             self.state.bind(index, at)
         self.index = index
@@ -382,11 +382,7 @@ class Daemon:
         t = st.tasks.get(task_id)
         if t is not None:
             st.end(task_id, at, kind)
-            if st.pending_cancellations and any(c.task == task_id
-                                                for c in st.pending_cancellations):
-                st.pending_cancellations[:] = [c for c in st.pending_cancellations
-                                               if c.task != task_id]
-            st.forget(task_id)
+            st.forget(task_id)  # also drops a cancellation of it not yet reported
         if rec.state == "placed":
             self.placed_count[rec.resource] -= 1
         rec.state = "ended"

@@ -159,30 +159,9 @@ def policy(d: Daemon, name: str, now: int) -> dict[str, Any]:
     return out
 
 
-def borrowed_by_pool(d: Daemon) -> dict[str, int]:
-    """GPUs on each pool held by groups above their reservation. A group's borrowed amount
-    (used - reservation) is counted on its newest placements, the ones a reclaim takes
-    first (engine.md), so the figure says where reclaimable work sits."""
-    idx, st = d.idx(), d.st()
-    out: dict[str, int] = {}
-    for g, tasks in st.placed_by_group.items():
-        gi = idx.groups.get(g)
-        over = st.used.get(g, 0) - (gi.reservation if gi is not None else 0)
-        if over <= 0:
-            continue
-        for t in reversed(list(tasks.values())):
-            if over <= 0:
-                break
-            take = min(over, t.size)
-            if t.pool is not None:
-                out[t.pool] = out.get(t.pool, 0) + take
-            over -= take
-    return out
-
-
 def pools(d: Daemon, only: str | None = None) -> list[dict[str, Any]]:
     st = d.st()
-    borrowed = borrowed_by_pool(d)
+    borrowed = st.borrowed_by_pool()
     out = []
     for p in d.idx().estate.pools:
         if only is not None and p.name != only:

@@ -59,8 +59,7 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
     if state.index is not index:
         state.bind(index, now)
     state.clock = now
-    decisions: list[Decision] = list(state.pending_cancellations)
-    state.pending_cancellations.clear()
+    decisions: list[Decision] = list(state.take_cancellations())
     if not state.enabled:
         state.version += 1
         return PassResult(index, state, now, decisions, None, 0)

@@ -119,7 +119,8 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
 class State:
     """Everything that changes; one per daemon or simulation."""
 
-    def __init__(self, index: EstateIndex, now: int, enabled: bool = True) -> None:
+    def __init__(self, index: EstateIndex, now: int, enabled: bool = True,
+                 self_starting: set[str] | None = None) -> None:
         self.index: EstateIndex | None = None
         self.clock = now
         self.enabled = enabled
@@ -157,7 +158,7 @@ class State:
         self.unavailable: set[str] = set()
         """Pools that take no new placements: those with no live worker, except autoscaled
         ones (their nodes come with the demand placed on them). Absent from ``free``."""
-        self.self_starting: set[str] | None = None
+        self.self_starting: set[str] | None = self_starting
         """Pools whose tasks count as started once placed; None: every pool (a caller that
         has no workers to wait for). The daemon sets an empty set and reports each start
         (``set_started``); the simulator keeps the pools a scenario gives no ``workers``."""
@@ -190,6 +191,52 @@ class State:
 
     def placed_tasks(self) -> list[Task]:
         return [t for d in self.placed_by_group.values() for t in d.values()]
+
+    def placed_of(self, group: str) -> list[Task]:
+        """The group's placed tasks, oldest placement first (a copy: callers may not edit
+        the engine's index)."""
+        return list(self.placed_by_group.get(group, {}).values())
+
+    def placed_on(self, pool: str) -> list[Task]:
+        """The tasks placed on ``pool`` (a copy), grouped by group."""
+        return [t for d in self.placed_by_pool_group.get(pool, {}).values() for t in d.values()]
+
+    def borrowed_by_pool(self) -> dict[str, int]:
+        """Milli-GPUs on each pool held by groups above their reservation. A group's borrowed
+        amount (used - reservation) is counted on its newest placements, the ones a reclaim
+        takes first (engine.md, reclaim.choose_victims), so the figure says where
+        reclaimable work sits."""
+        groups = self.index.groups if self.index is not None else {}
+        out: dict[str, int] = {}
+        for g, tasks in self.placed_by_group.items():
+            gi = groups.get(g)
+            over = self.used.get(g, 0) - (gi.reservation if gi is not None else 0)
+            for t in reversed(tasks.values()):
+                if over <= 0:
+                    break
+                take = min(over, t.size)
+                if t.pool is not None:
+                    out[t.pool] = out.get(t.pool, 0) + take
+                over -= take
+        return out
+
+    def take_cancellations(self) -> list[Cancellation]:
+        """The cancellations ``bind`` made since the last pass, handed over once (the pass
+        reports them)."""
+        out = self.pending_cancellations
+        self.pending_cancellations = []
+        return out
+
+    def wait_for_starts(self, pool: str) -> bool:
+        """From now on, tasks placed on ``pool`` count as started only when a worker reports
+        it (``set_started``). True when the pool counted its placements as started until now
+        (the simulator's pool that gets workers)."""
+        if self.self_starting is None:
+            self.self_starting = set(self.index.pools) if self.index is not None else set()
+        if pool not in self.self_starting:
+            return False
+        self.self_starting.discard(pool)
+        return True
 
     def gpu_units(self, group: str, now: int) -> int:
         """Ledger milli-GPU x ms of the group up to ``now`` (counts while disabled too)."""
@@ -354,10 +401,14 @@ class State:
         raised[1].add(threshold_milli)
 
     def forget(self, task_id: str) -> None:
-        """Drops an ended task (a long-running daemon's memory)."""
+        """Drops an ended task (a long-running daemon's memory), and its cancellation if one
+        is still to be reported: the task ended another way first."""
         t = self.tasks.get(task_id)
         if t is not None and t.status == ENDED:
             del self.tasks[task_id]
+            if self.pending_cancellations:
+                self.pending_cancellations = [c for c in self.pending_cancellations
+                                              if c.task != task_id]
 
     # ---------------------------------------------------------------- the estate
     def bind(self, index: EstateIndex, at: int) -> list[Cancellation]:

@@ -82,15 +82,11 @@ class Driver:
         pool takes no new placements). Tasks already running there keep running: losing
         running work is the daemon's lost-worker rule, not the engine's."""
         st = self.state
-        if st.self_starting is None:
-            st.self_starting = set(self.index.pools)
-        if pool in st.self_starting:
-            st.self_starting.discard(pool)
-            self.busy[pool] = sum(t.size for g in st.placed_by_pool_group.get(pool, {}).values()
-                                  for t in g.values())
-            for g in st.placed_by_pool_group.get(pool, {}).values():
-                for t in g.values():
-                    self.started_size[t.id] = (pool, t.size)
+        if st.wait_for_starts(pool):
+            placed = st.placed_on(pool)
+            self.busy[pool] = sum(t.size for t in placed)
+            for t in placed:
+                self.started_size[t.id] = (pool, t.size)
         self.worker_gpus[pool] = gpus_milli
         st.set_pool_live(pool, gpus_milli > 0, now)
         self._start_waiting(pool, now)

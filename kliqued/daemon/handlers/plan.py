@@ -46,24 +46,23 @@ def live_state(d: Any, now: int) -> dict[str, Any]:
     pools: dict[str, dict[str, Any]] = {
         p.name: {"placed": 0, "used_gpus": _gpus(st.pool_used.get(p.name, 0))}
         for p in idx.estate.pools}
-    for tasks in st.placed_by_group.values():
-        for t in tasks.values():
-            c = crs.setdefault(t.resource, {"queued": 0, "placed": 0, "placed_gpus": 0,
-                                            "weighted_placed": 0})
-            c["placed"] += 1
-            c["placed_gpus"] += t.size
-            c["weighted_placed"] += t.weight > 0
-            if t.pool in pools:
-                pools[t.pool]["placed"] += 1
+    for t in st.placed_tasks():
+        c = crs.setdefault(t.resource, {"queued": 0, "placed": 0, "placed_gpus": 0,
+                                        "weighted_placed": 0})
+        c["placed"] += 1
+        c["placed_gpus"] += t.size
+        c["weighted_placed"] += t.weight > 0
+        if t.pool in pools:
+            pools[t.pool]["placed"] += 1
     for c in crs.values():
         c["placed_gpus"] = _gpus(c["placed_gpus"])
     policies: dict[str, dict[str, Any]] = {}
     for name, g in sorted(idx.group_of_policy.items()):
         m = st.meters.get(g)
-        placed = st.placed_by_group.get(g, {})
+        placed = st.placed_of(g)
         policies[name] = {
             "group": g, "used_gpus": _gpus(st.used.get(g, 0)), "placed": len(placed),
-            "weighted_placed": sum(t.weight > 0 for t in placed.values()),
+            "weighted_placed": sum(t.weight > 0 for t in placed),
             "budget_used_hours": {p: _hours(m.used(p, now, st.enabled)) if m else 0.0
                                   for p in PERIODS},
         }
