@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from klique_util.gpufit import choose_gpus, per_gpu
 from workers.errors import GpuDiscoveryError, PlacementError
 
 MILLI = 1000
@@ -125,30 +126,19 @@ class GpuAllocator:
 
     def place(self, milli: int) -> list[int] | None:
         """The GPU indices for a task of `milli` milli-GPUs, reserved; None if it does not
-        fit now."""
-        if milli <= 0:
-            return []
-        if milli < MILLI:
-            candidates = [(u, i) for i, u in self.used.items() if u + milli <= MILLI]
-            if not candidates:
-                return None
-            _, index = max(candidates, key=lambda c: (c[0], -c[1]))
-            self.used[index] += milli
-            return [index]
-        n = math.ceil(milli / MILLI)
-        free = self.fully_free()
-        if len(free) < n:
-            return None
-        chosen = free[:n]
-        for i in chosen:
-            self.used[i] = MILLI
+        fit now. The choice is klique_util.gpufit's, the one the daemon leases by."""
+        chosen = choose_gpus(self.free(), milli)
+        if chosen:
+            per = per_gpu(milli)
+            for i in chosen:
+                self.used[i] += per
         return chosen
 
     def take(self, indices: list[int], milli: int) -> None:
         """Re-reserves a placement made before (a task taken back after a restart)."""
         if not indices:
             return
-        per = milli if milli < MILLI else MILLI
+        per = per_gpu(milli)
         for i in indices:
             if i not in self.used:
                 raise PlacementError(f"GPU {i} is not one of this worker's GPUs")
@@ -158,7 +148,7 @@ class GpuAllocator:
             self.used[i] += per
 
     def release(self, indices: list[int], milli: int) -> None:
-        per = milli if milli < MILLI else MILLI
+        per = per_gpu(milli)
         for i in indices:
             if i in self.used:
                 self.used[i] = max(0, self.used[i] - per)

@@ -146,18 +146,15 @@ def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
 
 
 # ---------------------------------------------------------------------- lease
-def room(body: dict[str, Any]) -> tuple[int, list[int]]:
-    """(entirely free GPUs, room in milli on every GPU with room) from a lease request."""
-    free = [int(i) for i in body.get("free_gpus") or []]
-    shared: list[int] = []
+def room(body: dict[str, Any]) -> dict[int, int]:
+    """The room in milli-GPUs on each GPU with room (keyed by its place in the request) from
+    a lease request: ``gpu_free`` when the worker sends it, else its entirely free GPUs."""
     if body.get("gpu_free") is not None:
-        for g in body["gpu_free"]:
-            f = max(0, min(1000, round(float(g.get("free", 0)) * 1000)))
-            if f:
-                shared.append(f)
+        shared = [max(0, min(1000, round(float(g.get("free", 0)) * 1000)))
+                  for g in body["gpu_free"]]
     else:
-        shared = [1000] * len(free)
-    return len(free), shared
+        shared = [1000] * len(body.get("free_gpus") or [])
+    return {n: f for n, f in enumerate(shared) if f}
 
 
 def _stopping(rec: TaskRecord, ov: Overlay) -> bool:
@@ -175,7 +172,7 @@ def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | Non
     if not waiting:
         return []
     ov = ov or Overlay()
-    whole, shared = room(body)
+    free = room(body)
     # CPU-only tasks the worker starts now (its --cpu-tasks); absent: no limit (older workers)
     cpu_free = body.get("cpu_free")
     out: list[TaskRecord] = []
@@ -190,8 +187,7 @@ def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | Non
             if cpu_free <= 0:
                 continue
             cpu_free -= 1
-        ok, whole, shared = gpu_fits(rec.size or 0, whole, shared)
-        if ok:
+        if gpu_fits(rec.size or 0, free):
             out.append(rec)
     return out
 

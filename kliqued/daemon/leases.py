@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from klique_util.gpufit import choose_gpus, per_gpu
+
 ACTIVE, STOPPING, CLOSED, FENCED = "active", "stopping", "closed", "fenced"
 
 STOP_REASON = {"reclaimed": "preempted", "budget": "budget", "cancelled": "cancelled"}
@@ -102,26 +104,14 @@ class WorkerInfo:
                 "running": sorted(f"{t}#{e}" for (t, e) in self.leases)}
 
 
-def gpu_fits(size: int, whole: int, shared: list[int]) -> tuple[bool, int, list[int]]:
-    """Whether a task of ``size`` milli-GPUs fits a worker with ``whole`` entirely free GPUs
-    and ``shared`` room (milli) on each GPU with room, as the worker places it (a fraction
-    on the fullest GPU it fits on, whole GPUs for the rest); the room left after it."""
-    if size <= 0:
-        return True, whole, shared
-    if size >= 1000:
-        n = -(-size // 1000)
-        if n > whole:
-            return False, whole, shared
-        left = list(shared)
-        for _ in range(n):
-            if 1000 in left:
-                left.remove(1000)
-        return True, whole - n, left
-    fit = [i for i, f in enumerate(shared) if f >= size]
-    if not fit:
-        return False, whole, shared
-    best = min(fit, key=lambda i: shared[i])
-    left = list(shared)
-    was_whole = left[best] == 1000
-    left[best] -= size
-    return True, whole - (1 if was_whole else 0), left
+def gpu_fits(size: int, free: dict[int, int]) -> bool:
+    """Whether a task of ``size`` milli-GPUs fits a worker with ``free`` room (milli-GPUs on
+    each GPU), chosen as the worker places it (klique_util.gpufit); when it fits, its share
+    is taken from ``free`` so the next task sees the room left."""
+    chosen = choose_gpus(free, size)
+    if chosen is None:
+        return False
+    per = per_gpu(size)
+    for i in chosen:
+        free[i] -= per
+    return True
