@@ -35,13 +35,20 @@ Kinds (``data`` fields in brackets):
 
 ``grp`` and ``usr`` are columns (not only data) so the audit log can be filtered to what a
 user may see without parsing JSON.
+
+Each kind's ``data`` has a frozen dataclass below (its ``Payload``), registered in ``KINDS``:
+the one list of kinds, from which replay's dispatch (``reducers.REDUCERS``) and the tests
+derive, so a kind written but not replayed cannot go unnoticed. Keys a payload does not
+declare (audit-only details) are kept in its ``extra``, so a row reads back unchanged; a
+declared key missing from an older row takes its default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, ClassVar, TypeVar
 
 
 @dataclass(slots=True)
@@ -60,3 +67,278 @@ class Event:
 
 
 COLUMNS = ("seq", "at_ms", "kind", "task", "actor", "revision", "grp", "usr", "data")
+
+
+# ---------------------------------------------------------------------- typed payloads
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Payload:
+    """The typed ``data`` of one event kind (subclasses name the kind in ``KIND``)."""
+
+    KIND: ClassVar[str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Payload:
+        """Reads a stored ``data`` object: declared keys to fields (missing ones take their
+        default; a missing required one is a ``TypeError`` naming it), the rest to ``extra``."""
+        names = _NAMES[cls]
+        if names.issuperset(data):  # the usual row: no undeclared key (replay's fast path)
+            return cls(**data, extra={})
+        known = {k: v for k, v in data.items() if k in names}
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names})
+
+    def to_data(self) -> dict[str, Any]:
+        """The ``data`` object as stored: declared fields, then the extra keys."""
+        out = {name: getattr(self, name) for name in data_fields(type(self))}
+        out.update(self.extra)
+        return out
+
+
+def data_fields(cls: type[Payload]) -> tuple[str, ...]:
+    """The ``data`` keys a payload class declares, in order (computed once per class:
+    replay reads every event of the log through it)."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)
+                                     if f.name != "extra")
+    return names
+
+
+_FIELDS: dict[type[Payload], tuple[str, ...]] = {}
+_NAMES: dict[type[Payload], frozenset[str]] = {}
+
+
+KINDS: dict[str, type[Payload]] = {}
+P = TypeVar("P", bound=type[Payload])
+
+
+def registered(name: str) -> Callable[[P], P]:
+    """Registers a payload class under its kind (one class per kind, one kind per class)."""
+    def register(cls: P) -> P:
+        if name in KINDS:
+            raise ValueError(f"event kind {name!r} registered twice")
+        cls.KIND = name
+        KINDS[name] = cls
+        _NAMES[cls] = frozenset(data_fields(cls))
+        return cls
+    return register
+
+
+class UnknownKind(ValueError):
+    """An event kind no payload class is registered for."""
+
+
+def payload(ev: Event) -> Payload:
+    """The typed payload of a stored or written event."""
+    cls = KINDS.get(ev.kind)
+    if cls is None:
+        raise UnknownKind(f"unknown event kind {ev.kind!r}")
+    return cls.from_data(ev.data)
+
+
+_frozen = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@registered("estate_applied")
+@_frozen
+class EstateApplied(Payload):
+    estate: dict[str, Any]
+    source: str | None = None
+    commit: str | None = None
+
+
+@registered("estate_refused")
+@_frozen
+class EstateRefused(Payload):
+    revision: str | None = None
+    commit: str | None = None
+    source: str | None = None
+    errors: list[Any] = field(default_factory=list)
+
+
+@registered("submitted")
+@_frozen
+class Submitted(Payload):
+    resource: str
+    user: str
+    project: str | None = None
+    gpus_milli: int | None = None
+    command: Any = None
+    payload: Any = None
+    labels: dict[str, str] | None = None
+    idempotency_key: str | None = None
+
+
+@registered("placed")
+@_frozen
+class Placed(Payload):
+    pool: str
+    resource: str | None = None
+    size_milli: int | None = None
+    phase: str | None = None
+    interval: str | None = None
+
+
+@registered("preempted")
+@_frozen
+class Preempted(Payload):
+    kind: str
+    text: str
+    pool: str | None = None
+    by: str | None = None
+    interval: str | None = None
+    epoch: int | None = None  # a worker's lease: lost or returned
+    worker: str | None = None
+    report: str | None = None
+    message: str | None = None
+
+
+@registered("cancelled")
+@_frozen
+class Cancelled(Payload):
+    text: str | None = None
+    by: str | None = None  # "request" (the actor) or "estate"
+    interval: str | None = None
+
+
+@registered("ended")
+@_frozen
+class Ended(Payload):
+    kind: str
+    epoch: int | None = None
+    worker: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    message: str | None = None
+    reason: str | None = None
+    lost: bool = False
+    interval: str | None = None
+    pool: str | None = None
+    report: str | None = None
+    at: int | None = None  # the worker's clock
+    after_stop: bool = False  # finished before the stop reached it
+
+
+@registered("worker_registered")
+@_frozen
+class WorkerRegistered(Payload):
+    worker_id: str
+    pool: str
+    worker: str | None = None
+    hostname: str | None = None
+    executor: str | None = None
+    gpus: list[Any] = field(default_factory=list)
+    version: str | None = None
+    key_hash: str | None = None
+
+
+@registered("leased")
+@_frozen
+class Leased(Payload):
+    worker: str
+    epoch: int
+    pool: str | None = None
+    size_milli: int | None = None
+
+
+@registered("started")
+@_frozen
+class Started(Payload):
+    epoch: int
+    worker: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    message: str | None = None
+    at: int | None = None  # the worker's clock
+
+
+@registered("stopped")
+@_frozen
+class Stopped(Payload):
+    epoch: int
+    worker: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    message: str | None = None
+    at: int | None = None  # the worker's clock
+    report: str | None = None
+    reason: str | None = None
+
+
+@registered("unleased")
+@_frozen
+class Unleased(Payload):
+    epoch: int
+    worker: str | None = None
+    text: str | None = None
+
+
+@registered("worker_lost")
+@_frozen
+class WorkerLost(Payload):
+    worker: str
+    pool: str | None = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # {task, epoch, status}
+    ttl_s: float | None = None
+
+
+@registered("worker_deregistered")
+@_frozen
+class WorkerDeregistered(Payload):
+    worker: str
+    pool: str | None = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # {task, epoch, status}
+
+
+@registered("engine_enabled")
+@_frozen
+class EngineEnabled(Payload):
+    pass
+
+
+@registered("engine_disabled")
+@_frozen
+class EngineDisabled(Payload):
+    pass
+
+
+@registered("alert")
+@_frozen
+class AlertRaised(Payload):
+    policy: str
+    group: str | None = None
+    threshold_milli: int
+    period_start: int
+    used_units: int | None = None
+    budget_units: int | None = None
+    text: str | None = None
+
+
+@registered("token_created")
+@_frozen
+class TokenCreated(Payload):
+    id: str
+    principal: str | None = None
+    name: str | None = None
+
+
+@registered("token_revoked")
+@_frozen
+class TokenRevoked(Payload):
+    id: str
+
+
+@registered("token_rotated")
+@_frozen
+class TokenRotated(Payload):
+    id: str
+    to: str | None = None
+    old_ends_at: int | None = None
+
+
+@registered("worker_refused")
+@_frozen
+class WorkerRefused(Payload):
+    reason: str | None = None
