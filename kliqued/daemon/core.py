@@ -26,7 +26,7 @@ from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placem
 from kliqued.ledger import writer as ledger
 
 
-from . import limits
+from . import limits, reducers
 from .auth import Access, Principal, TokenBook, TokenRecord
 from .errors import ApiError, not_found
 from .events import Event
@@ -520,12 +520,14 @@ class Daemon:
         rev = idx.revision
         for d in res.decisions:
             if isinstance(d, Placement):
-                rec = self.on_placed(d.task, d.pool, now, replay=False)
+                rec = self.records[d.task]
+                ev = Event("placed", d.task, "engine", rev, rec.group, rec.user,
+                           {"pool": d.pool, "resource": d.resource, "size_milli": d.size_milli,
+                            "phase": d.phase, "interval": None})
+                reducers.apply(self, ev, now, decided=True)
+                ev.data["interval"] = rec.interval_id  # the one this placement opened
+                events.append(ev)
                 t = st.tasks[d.task]
-                events.append(Event("placed", d.task, "engine", rev, rec.group, rec.user,
-                                    {"pool": d.pool, "resource": d.resource,
-                                     "size_milli": d.size_milli, "phase": d.phase,
-                                     "interval": rec.interval_id}))
                 opens.append(dict(
                     interval_id=rec.interval_id, task=rec.id, user=rec.user,
                     project=rec.project, group=rec.group, policy=rec.policy,
@@ -537,26 +539,29 @@ class Daemon:
             elif isinstance(d, Preemption):
                 rec = self.records[d.task]
                 interval = rec.interval_id
-                self.on_preempted(d.task, now, d.kind, d.text, replay=False)
-                events.append(Event("preempted", d.task, "engine", rev, rec.group, rec.user,
-                                    {"pool": d.pool, "kind": d.kind, "text": d.text,
-                                     "by": d.by, "interval": interval}))
+                ev = Event("preempted", d.task, "engine", rev, rec.group, rec.user,
+                           {"pool": d.pool, "kind": d.kind, "text": d.text, "by": d.by,
+                            "interval": interval})
+                reducers.apply(self, ev, now, decided=True)
+                events.append(ev)
                 closes.append((interval, now, d.text))
                 counts["preempted"] += 1
             elif isinstance(d, Cancellation):
                 known = self.records.get(d.task)
-                self.on_ended(d.task, now, "cancelled", reason=d.text, by="estate")
-                events.append(Event("cancelled", d.task, "engine", rev, d.group,
-                                    known.user if known else None,
-                                    {"text": d.text, "by": "estate", "interval": None}))
+                ev = Event("cancelled", d.task, "engine", rev, d.group,
+                           known.user if known else None,
+                           {"text": d.text, "by": "estate", "interval": None})
+                reducers.apply(self, ev, now, decided=True)
+                events.append(ev)
                 counts["cancelled"] += 1
             elif isinstance(d, Alert):
                 data = {"policy": d.policy, "group": d.group,
                         "threshold_milli": d.threshold_milli, "period_start": d.period_start,
                         "used_units": d.used_units, "budget_units": d.budget_units,
                         "text": d.text}
-                self.on_alert(data, now, replay=False)
-                events.append(Event("alert", None, "engine", rev, d.group, None, data))
+                ev = Event("alert", None, "engine", rev, d.group, None, data)
+                reducers.apply(self, ev, now, decided=True)
+                events.append(ev)
                 counts["alerts"] += 1
         if opens:  # opened before closed: a task lent and reclaimed in one pass has both
             ops.append(partial(ledger.open_intervals, rows=[ledger.IntervalRow(**f)
@@ -599,7 +604,7 @@ class Daemon:
         ov.stored[user] += data_bytes
 
         def apply() -> tuple[int, str]:
-            self.on_submitted(task_id, now, p.text, idx.revision, data)
+            reducers.apply(self, ev, now)
             return 201, task_id
         return Prepared([ev], [], apply, wants_pass=True)
 
@@ -622,7 +627,7 @@ class Daemon:
                                reason="cancelled"))
 
         def apply() -> str:
-            self.on_ended(task_id, now, "cancelled", reason=text, by=p.text)
+            reducers.apply(self, ev, now)
             return task_id
         return Prepared([ev], ops, apply, wants_pass=True)
 
@@ -635,7 +640,7 @@ class Daemon:
                    self.idx().revision)
 
         def apply() -> None:
-            self.on_engine(enabled, now)
+            reducers.apply(self, ev, now)
         return Prepared([ev], [], apply, wants_pass=True)
 
     def prepare_estate(self, compiled: CompiledEstate, source: str | None, actor: str,
@@ -647,6 +652,8 @@ class Daemon:
         ops: list[DbOp] = [partial(ledger.replace_prices, estate=compiled)]
 
         def apply() -> str:
+            # What the ``estate_applied`` reducer does, minus reading the estate back from
+            # its JSON: the compiled estate is at hand.
             self.on_estate(compiled, source, now, commit)
             return compiled.revision
         return Prepared([ev], ops, apply, wants_pass=True)
@@ -658,7 +665,7 @@ class Daemon:
                    refused)
 
         def apply() -> None:
-            self.estate.refused = {**refused, "at": now}
+            reducers.apply(self, ev, now)
         return Prepared([ev], [], apply)
 
     def prepare_token(self, p: Principal | None, principal: str, name: str | None,

@@ -201,6 +201,8 @@ class Cancelled(Payload):
     text: str | None = None
     by: str | None = None  # "request" (the actor) or "estate"
     interval: str | None = None
+    was: str | None = None  # a request's: the task's state then
+    pool: str | None = None
 
 
 @registered("ended")

@@ -23,6 +23,7 @@ import hmac
 import re
 from typing import Any, Callable
 
+from . import reducers
 from .auth import Principal
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, forbidden
@@ -138,7 +139,7 @@ def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
                {"worker": wid, **data})
 
     def apply() -> dict[str, Any]:
-        w = d.on_worker_registered(data, now)
+        w = reducers.apply(d, ev, now)
         s = d.worker_settings
         return {"worker_id": wid, "heartbeat_ttl_s": s.ttl_s, "poll_wait_s": s.poll_wait_s,
                 "running": leases_of(w)}
@@ -210,20 +211,18 @@ def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: 
         return Prepared(apply=lambda: [])
     rev = d.idx().revision
     events = []
-    chosen: list[tuple[str, int]] = []
     for rec in picks:
         ov.leased.add(rec.id)
         epoch = rec.epoch + 1
-        chosen.append((rec.id, epoch))
         events.append(Event("leased", rec.id, p.text, rev, rec.group, rec.user,
                             {"worker": wid, "epoch": epoch, "pool": w.pool,
                              "size_milli": rec.size or 0}))
 
     def apply() -> list[dict[str, Any]]:
         out = []
-        for tid, epoch in chosen:
-            lease = d.on_leased(tid, wid, epoch, now)
-            out.append(lease_json(d, d.records[tid], lease))
+        for ev in events:
+            lease = reducers.apply(d, ev, now)
+            out.append(lease_json(d, d.records[lease.task], lease))
         return out
     return Prepared(events, [], apply)
 
@@ -246,7 +245,7 @@ def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor
                    {"kind": RETURNED, "text": RETURNED_TEXT, "by": lease.worker, **data})
 
         def apply_returned() -> None:
-            d.on_preempted(rec.id, now, RETURNED, RETURNED_TEXT, replay=True)
+            reducers.apply(d, ev, now)
         return Prepared([ev], [], apply_returned, wants_pass=True,
                         closes=[(interval, now, RETURNED_TEXT)], frees=True)
     if rec.lost + 1 >= MAX_LOSSES:
@@ -255,14 +254,14 @@ def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor
                    {"kind": "failed", "reason": LOST_FAIL_TEXT, "lost": True, **data})
 
         def apply() -> None:
-            d.on_ended(rec.id, now, "failed", LOST_FAIL_TEXT, lease.epoch, lost=True)
+            reducers.apply(d, ev, now)
     else:
         ov.requeued.add(rec.id)
         ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
                    {"kind": "lost", "text": LOST_TEXT, "by": lease.worker, **data})
 
         def apply() -> None:
-            d.on_preempted(rec.id, now, "lost", LOST_TEXT, replay=True)
+            reducers.apply(d, ev, now)
     return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, LOST_TEXT)])
 
 
@@ -298,7 +297,7 @@ def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
                 "ttl_s": d.worker_settings.ttl_s})
 
     def apply() -> None:
-        d.on_worker_lost(wid, now)
+        reducers.apply(d, ev, now)
         for s in subs:
             s.apply()
     return Prepared([ev] + [e for s in subs for e in s.events], [], apply,
@@ -355,7 +354,7 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         ev = Event("started", task_id, p.text, rev, rec.group, rec.user, data)
 
         def apply_started() -> str:
-            d.on_started(task_id, epoch, now)
+            reducers.apply(d, ev, now)
             return task_id
         return Prepared([ev], [], apply_started)
     lost = event == "lost" or (event == "failed" and isinstance(message, str)
@@ -386,8 +385,7 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
                     **({"reason": reason} if reason else {})})
 
         def apply_ended() -> str:
-            d.on_ended(task_id, now, event, reason, epoch, body.get("exit_code"),
-                       body.get("signal"), message=message)
+            reducers.apply(d, ev, now)
             return task_id
         return Prepared([ev], [], apply_ended, True, [(interval, now, reason or event)],
                         frees=True)
@@ -401,15 +399,14 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
                    {"kind": "finished", **data, "interval": None, "after_stop": True})
 
         def apply_done() -> str:
-            d.on_ended(task_id, now, "finished", None, epoch, body.get("exit_code"),
-                       body.get("signal"))
+            reducers.apply(d, ev, now)
             return task_id
         return Prepared([ev], [], apply_done, True, frees=True)
     ev = Event("stopped", task_id, p.text, rev, rec.group, rec.user,
                {**data, "report": event, "reason": lease.stop_reason})
 
     def apply_stopped() -> str:
-        d.on_stopped(task_id, epoch, now, data)
+        reducers.apply(d, ev, now)
         return task_id
     return Prepared([ev], [], apply_stopped)
 
@@ -479,7 +476,7 @@ def prepare_deregister(d: Daemon, p: Principal, wid: str, now: int, ov: Overlay)
                {"worker": wid, "pool": w.pool, "tasks": tasks})
 
     def apply() -> dict[str, Any]:
-        d.on_worker_deregistered(wid, now)
+        reducers.apply(d, ev, now)
         for sub in subs:
             sub.apply()
         return {"worker": wid, "pool": w.pool, "requeued": [t["task"] for t in tasks
@@ -530,7 +527,6 @@ def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, in
                      now: int, ov: Overlay) -> Prepared:
     rev = d.idx().revision
     events = []
-    todo = []
     for task, epoch in keys:
         rec = d.records.get(task)
         lease = rec.lease(epoch) if rec is not None else None
@@ -539,12 +535,11 @@ def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, in
                 or task in ov.requeued:
             continue
         ov.leases[lease.key] = FENCED
-        todo.append((task, epoch))
         events.append(Event("unleased", task, p.text, rev, rec.group, rec.user,
                             {"worker": wid, "epoch": epoch,
                              "text": "the worker never listed this lease in its heartbeats"}))
 
     def apply() -> None:
-        for task, epoch in todo:
-            d.on_unleased(task, epoch, now)
+        for ev in events:
+            reducers.apply(d, ev, now)
     return Prepared(events, [], apply)

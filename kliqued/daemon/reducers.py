@@ -1,93 +1,98 @@
 """One dispatch table: each event kind to the function that applies it to the ``Daemon``.
 
-Replay applies every logged event through ``REDUCERS`` (like Nomad's FSM: typed log entries,
-one switch), so a kind in ``events.KINDS`` without a reducer fails the tests, not a restart.
-A reducer applies an engine decision (``State.place``, ``State.preempt``, ...) rather than
-re-deciding it: the rebuilt State equals the one that wrote the log.
+The live path (once its event is committed) and replay apply every event through
+``apply``, like Nomad's FSM (typed log entries, one switch): what a restart rebuilds is what
+the live daemon had, and a kind in ``events.KINDS`` without a reducer fails the tests, not a
+restart. A reducer applies an engine decision (``State.place``, ``State.preempt``, ...)
+rather than re-deciding it; ``decided``: the engine pass that made the decision has applied
+it to its State already (live only), so the reducer keeps the Daemon's records alone.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from compiler.compiled import CompiledEstate
 
 from . import events as E
-from .core import Daemon
 from .events import Event
 
-Reducer = Callable[[Daemon, Event, Any, int], None]
+if TYPE_CHECKING:
+    from .core import Daemon
+
+Reducer = Callable[["Daemon", Event, Any, int, bool], Any]
 
 
-def _estate_applied(d: Daemon, ev: Event, p: E.EstateApplied, at: int) -> None:
+def _estate_applied(d: Daemon, ev: Event, p: E.EstateApplied, at: int, decided: bool) -> Any:
     d.on_estate(CompiledEstate.model_validate(p.estate), p.source, at, p.commit)
 
 
-def _estate_refused(d: Daemon, ev: Event, p: E.EstateRefused, at: int) -> None:
+def _estate_refused(d: Daemon, ev: Event, p: E.EstateRefused, at: int, decided: bool) -> Any:
     d.estate.refused = {**p.to_data(), "at": at}
 
 
-def _submitted(d: Daemon, ev: Event, p: E.Submitted, at: int) -> None:
-    d.on_submitted(_task(ev), at, ev.actor or "", ev.revision or "", p.to_data())
+def _submitted(d: Daemon, ev: Event, p: E.Submitted, at: int, decided: bool) -> Any:
+    return d.on_submitted(_task(ev), at, ev.actor or "", ev.revision or "", p.to_data())
 
 
-def _placed(d: Daemon, ev: Event, p: E.Placed, at: int) -> None:
-    d.on_placed(_task(ev), p.pool, at, replay=True)
+def _placed(d: Daemon, ev: Event, p: E.Placed, at: int, decided: bool) -> Any:
+    return d.on_placed(_task(ev), p.pool, at, replay=not decided)
 
 
-def _preempted(d: Daemon, ev: Event, p: E.Preempted, at: int) -> None:
-    d.on_preempted(_task(ev), at, p.kind, p.text, replay=True)
+def _preempted(d: Daemon, ev: Event, p: E.Preempted, at: int, decided: bool) -> Any:
+    return d.on_preempted(_task(ev), at, p.kind, p.text, replay=not decided)
 
 
-def _cancelled(d: Daemon, ev: Event, p: E.Cancelled, at: int) -> None:
-    d.on_ended(_task(ev), at, "cancelled", reason=p.text,
-               by=ev.actor if p.by == "request" else p.by)
+def _cancelled(d: Daemon, ev: Event, p: E.Cancelled, at: int, decided: bool) -> Any:
+    return d.on_ended(_task(ev), at, "cancelled", reason=p.text,
+                      by=ev.actor if p.by == "request" else p.by)
 
 
-def _ended(d: Daemon, ev: Event, p: E.Ended, at: int) -> None:
-    d.on_ended(_task(ev), at, p.kind, p.reason, p.epoch, p.exit_code, p.signal, bool(p.lost),
-               message=p.message)
+def _ended(d: Daemon, ev: Event, p: E.Ended, at: int, decided: bool) -> Any:
+    return d.on_ended(_task(ev), at, p.kind, p.reason, p.epoch, p.exit_code, p.signal,
+                      bool(p.lost), message=p.message)
 
 
-def _worker_registered(d: Daemon, ev: Event, p: E.WorkerRegistered, at: int) -> None:
-    d.on_worker_registered(p.to_data(), at)
+def _worker_registered(d: Daemon, ev: Event, p: E.WorkerRegistered, at: int, decided: bool) -> Any:
+    return d.on_worker_registered(p.to_data(), at)
 
 
-def _leased(d: Daemon, ev: Event, p: E.Leased, at: int) -> None:
-    d.on_leased(_task(ev), p.worker, p.epoch, at)
+def _leased(d: Daemon, ev: Event, p: E.Leased, at: int, decided: bool) -> Any:
+    return d.on_leased(_task(ev), p.worker, p.epoch, at)
 
 
-def _started(d: Daemon, ev: Event, p: E.Started, at: int) -> None:
+def _started(d: Daemon, ev: Event, p: E.Started, at: int, decided: bool) -> Any:
     d.on_started(_task(ev), p.epoch, at)
 
 
-def _stopped(d: Daemon, ev: Event, p: E.Stopped, at: int) -> None:
+def _stopped(d: Daemon, ev: Event, p: E.Stopped, at: int, decided: bool) -> Any:
     d.on_stopped(_task(ev), p.epoch, at, p.to_data())
 
 
-def _unleased(d: Daemon, ev: Event, p: E.Unleased, at: int) -> None:
+def _unleased(d: Daemon, ev: Event, p: E.Unleased, at: int, decided: bool) -> Any:
     d.on_unleased(_task(ev), p.epoch, at)
 
 
-def _worker_lost(d: Daemon, ev: Event, p: E.WorkerLost, at: int) -> None:
+def _worker_lost(d: Daemon, ev: Event, p: E.WorkerLost, at: int, decided: bool) -> Any:
     d.on_worker_lost(p.worker, at)
 
 
-def _worker_deregistered(d: Daemon, ev: Event, p: E.WorkerDeregistered, at: int) -> None:
+def _worker_deregistered(d: Daemon, ev: Event, p: E.WorkerDeregistered, at: int,
+                         decided: bool) -> Any:
     d.on_worker_deregistered(p.worker, at)
 
 
 def _engine(enabled: bool) -> Reducer:
-    def reduce(d: Daemon, ev: Event, p: Any, at: int) -> None:
+    def reduce(d: Daemon, ev: Event, p: Any, at: int, decided: bool) -> None:
         d.on_engine(enabled, at)
     return reduce
 
 
-def _alert(d: Daemon, ev: Event, p: E.AlertRaised, at: int) -> None:
-    d.on_alert(p.to_data(), at, replay=True)
+def _alert(d: Daemon, ev: Event, p: E.AlertRaised, at: int, decided: bool) -> Any:
+    d.on_alert(p.to_data(), at, replay=not decided)
 
 
-def _audit_only(d: Daemon, ev: Event, p: Any, at: int) -> None:
+def _audit_only(d: Daemon, ev: Event, p: Any, at: int, decided: bool) -> Any:
     """The event is a record, not a change of the Daemon: token events (the tokens table is
     their state, loaded after the log) and refused worker calls."""
 
@@ -123,7 +128,9 @@ REDUCERS: dict[str, Reducer] = {
 }
 
 
-def apply(d: Daemon, ev: Event, at: int) -> None:
-    """Applies one logged event (its kind registered in ``events.KINDS``)."""
+def apply(d: Daemon, ev: Event, at: int, decided: bool = False) -> Any:
+    """Applies one event (its kind registered in ``events.KINDS``); returns what its
+    ``Daemon.on_*`` method returns (the task's record, the worker, the lease), for the
+    live path's answer."""
     p = E.payload(ev)  # an unknown kind: ``UnknownKind`` naming it
-    REDUCERS[ev.kind](d, ev, p, at)
+    return REDUCERS[ev.kind](d, ev, p, at, decided)

@@ -7,6 +7,7 @@ loses nothing."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -160,6 +161,24 @@ def test_a_task_lost_three_times_fails(fs) -> None:
     assert (t["state"], t["end_reason"]) == ("ended", "worker lost 3 times")
     rows = fs.sql(f"SELECT end_reason FROM ledger WHERE task = '{tid}' ORDER BY 1")
     assert rows == [["worker lost"]] * 3
+
+
+def test_a_task_lost_three_times_reads_the_same_after_a_restart(fs) -> None:
+    """Live and replay apply the same event through the same reducer: the worker's message
+    of the third loss is the task's end message before a restart and after it."""
+    tid = fs.submit(fs.erin, "team-b/one", ["sleep", "100"])
+    for n in range(1, 4):
+        w = HttpWorker(fs, fs.wt, f"w-{n}")
+        w.register()
+        wait_for(lambda: placed(fs, tid), 5, "placed")
+        assert [x["epoch"] for x in w.lease()] == [n]
+        assert w.report(tid, n, "failed", message=f"worker-lost: gone {n}")[0] == 200
+    before = fs.task(tid)
+    assert before["state"] == "ended"
+    assert "worker-lost: gone 3" in json.dumps(before)
+    assert fs.stop() == 0
+    fs.start()
+    assert fs.task(tid) == before
 
 
 def test_stops_go_out_in_heartbeats_and_a_stopping_task_is_not_leased_again(fs) -> None:
