@@ -8,6 +8,8 @@
   ``server.serve`` prints it and exits with an error. Also a ``ValueError``, as before.
 - :class:`DatabaseLocked`: another process holds the DuckDB file; ``server.serve`` says so
   and exits.
+- :class:`UnknownKind`: an event of a kind ``events.KINDS`` does not register; replay
+  raises it as the cause of a :class:`ReplayError`.
 - :class:`ReplayError`: the event log does not replay (a bug or a damaged file), naming the
   event; ``server.serve`` says so and exits without serving a state it could not rebuild.
 - :class:`Busy`, :class:`Expired`: the ledger query pool is full, or a query's deadline
@@ -36,6 +38,11 @@ class DatabaseLocked(DaemonError):
 
 class ReplayError(DaemonError):
     """The log does not replay (a bug or a damaged file): say which event."""
+
+
+class UnknownKind(DaemonError, ValueError):
+    """An event kind no payload class is registered for (``events.KINDS``): replay wraps it
+    in a :class:`ReplayError` naming the event."""
 
 
 class Busy(DaemonError):

@@ -37,10 +37,10 @@ Kinds (``data`` fields in brackets):
 user may see without parsing JSON.
 
 Each kind's ``data`` has a frozen dataclass below (its ``Payload``), registered in ``KINDS``:
-the one list of kinds, from which replay's dispatch (``reducers.REDUCERS``) and the tests
-derive, so a kind written but not replayed cannot go unnoticed. Keys a payload does not
-declare (audit-only details) are kept in its ``extra``, so a row reads back unchanged; a
-declared key missing from an older row takes its default.
+the one list of kinds, from which the dispatch table (``reducers.REDUCERS``, used live and
+in replay) and the tests derive, so a kind written but not replayed cannot go unnoticed.
+Keys a payload does not declare (audit-only details) are kept in its ``extra``, so a row
+reads back unchanged; a declared key missing from an older row takes its default.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar
+
+from .errors import UnknownKind
 
 
 @dataclass(slots=True)
@@ -124,10 +126,6 @@ def registered(name: str) -> Callable[[P], P]:
         _NAMES[cls] = frozenset(data_fields(cls))
         return cls
     return register
-
-
-class UnknownKind(ValueError):
-    """An event kind no payload class is registered for."""
 
 
 def payload(ev: Event) -> Payload:

@@ -139,7 +139,7 @@ def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
                {"worker": wid, **data})
 
     def apply() -> dict[str, Any]:
-        w = reducers.apply(d, ev, now)
+        w: WorkerInfo = reducers.apply(d, ev, now)
         s = d.worker_settings
         return {"worker_id": wid, "heartbeat_ttl_s": s.ttl_s, "poll_wait_s": s.poll_wait_s,
                 "running": leases_of(w)}
@@ -221,7 +221,7 @@ def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: 
     def apply() -> list[dict[str, Any]]:
         out = []
         for ev in events:
-            lease = reducers.apply(d, ev, now)
+            lease: Lease = reducers.apply(d, ev, now)
             out.append(lease_json(d, d.records[lease.task], lease))
         return out
     return Prepared(events, [], apply)
