@@ -29,6 +29,9 @@ Kinds (``data`` fields in brackets):
 - ``worker_refused`` [call, worker, holder?, reason] (a worker call that did not prove the
   identity it claims: another worker's id, lease or key; refused with 403)
 - ``estate_refused`` [revision, commit, source, errors] (GitOps reload)
+- ``waiting_alert`` [resource, task, user, waited_s] / ``alert_delivery`` [alert, channel,
+  key, attempt, status, error?] (alerts.py: a queue's head waited too long; one delivery
+  attempt of an alert to a channel)
 - ``waiting_alert`` [resource, task, user, waited_s] (a queue's head waited past
   ``settings.alerts.waiting_after``) / ``alert_delivery`` [alert: the alert event's seq,
   channel, key, attempt, status: failed|delivered|given_up, error?] (docs/alerts.md)
@@ -342,3 +345,23 @@ class TokenRotated(Payload):
 @_frozen
 class WorkerRefused(Payload):
     reason: str | None = None
+
+
+@registered("waiting_alert")
+@_frozen
+class WaitingAlert(Payload):
+    resource: str | None = None  # the queue whose head waited past ``waiting_after``
+    task: str | None = None
+    user: str | None = None
+    waited_s: int | None = None
+
+
+@registered("alert_delivery")
+@_frozen
+class AlertDelivery(Payload):
+    alert: int | None = None  # the seq of the alert delivered
+    channel: str | None = None
+    key: str | None = None
+    attempt: int | None = None
+    status: str | None = None  # delivered, given_up, or a retry's
+    error: str | None = None

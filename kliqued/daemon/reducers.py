@@ -94,7 +94,8 @@ def _alert(d: Daemon, ev: Event, p: E.AlertRaised, at: int, decided: bool) -> An
 
 def _audit_only(d: Daemon, ev: Event, p: Any, at: int, decided: bool) -> Any:
     """The event is a record, not a change of the Daemon: token events (the tokens table is
-    their state, loaded after the log) and refused worker calls."""
+    their state, loaded after the log), refused worker calls, and the alerts module's own
+    records (``alerts.py`` reads them back from the log at start)."""
 
 
 def _task(ev: Event) -> str:
@@ -125,6 +126,8 @@ REDUCERS: dict[str, Reducer] = {
     "token_revoked": _audit_only,
     "token_rotated": _audit_only,
     "worker_refused": _audit_only,
+    "waiting_alert": _audit_only,
+    "alert_delivery": _audit_only,
 }
 
 

@@ -23,9 +23,10 @@ from kliqued.daemon.store import Batch, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# ``Event("kind", ...)`` and ``Event("a" if x else "b", ...)``; not ``asyncio.Event()`` nor the
-# simulator's ``Event(at, ...)``.
-WRITTEN = re.compile(r'\bEvent\(\s*("[a-z_]+"(?:\s+if\s[^,]*?\selse\s+"[a-z_]+")?)')
+# ``Event("kind", ...)``, ``Event("a" if x else "b", ...)`` and ``Event(NAME, ...)`` with
+# ``NAME = "kind"`` in the same module; not ``asyncio.Event()`` nor the simulator's
+# ``Event(at, ...)``.
+WRITTEN = re.compile(r'\bEvent\(\s*("[a-z_]+"(?:\s+if\s[^,]*?\selse\s+"[a-z_]+")?|[A-Z][A-Z_]*)\s*,')
 
 
 def written_kinds() -> dict[str, list[str]]:
@@ -35,7 +36,12 @@ def written_kinds() -> dict[str, list[str]]:
         text = path.read_text(encoding="utf-8")
         for m in WRITTEN.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
-            for kind in re.findall(r'"([a-z_]+)"', m.group(1)):
+            spelled = m.group(1)
+            if not spelled.startswith('"'):  # a module constant: its value
+                const = re.search(rf'^{spelled}\s*=\s*("[a-z_]+")', text, re.M)
+                assert const, f"{path.relative_to(ROOT)}:{line}: {spelled} is not a kind literal"
+                spelled = const.group(1)
+            for kind in re.findall(r'"([a-z_]+)"', spelled):
                 out.setdefault(kind, []).append(f"{path.relative_to(ROOT)}:{line}")
     return out
 
