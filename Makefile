@@ -29,9 +29,10 @@ run: $(RUN_STAMP)
 	@$(BIN)/kliqued dev --estate estate --dir run
 
 # Slurm, Podman and the rest from Debian's packages when root with apt-get (else it says
-# which tests will skip), then every test.
+# which tests will skip), the import contracts (pyproject.toml), then every test.
 test: $(STAMP) system-packages
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 system-packages:

@@ -1,62 +1,24 @@
 """Exact units of the estate: GPU amounts, durations, times, money.
 
 GPU amounts and weights are kept as integer thousandths (``milli``) so that no sum over a
-month of placements ever drifts; the compiled estate and the engine only see integers.
+month of placements ever drifts; the compiled estate and the engine only see integers. The
+milli-GPU conversions themselves are Klique's one units module, ``klique_util.units``
+(re-exported here for the compiler's own modules); this module adds what only the estate's
+text has: durations, UTC times and prices.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from decimal import Decimal, InvalidOperation
 
-MILLI = 1000
+from klique_util.units import MILLI, milli_str, to_decimal, to_milli
+
+__all__ = ["MILLI", "duration_str", "milli_str", "money_str", "parse_duration", "parse_time",
+           "time_str", "to_decimal", "to_milli"]
 
 _DURATION = re.compile(r"^(?P<n>\d+)(?P<unit>s|m|h|d|w)?$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def to_decimal(value: object) -> Decimal:
-    """A YAML number or numeric string as an exact decimal (floats via their shortest repr)."""
-    if isinstance(value, bool):
-        raise ValueError("expected a number, found a boolean")
-    if isinstance(value, int):
-        return Decimal(value)
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("expected a finite number")
-        return Decimal(repr(value))
-    if isinstance(value, Decimal):
-        return value
-    if isinstance(value, str):
-        try:
-            d = Decimal(value.strip())
-        except InvalidOperation:
-            raise ValueError(f"expected a number, found {value!r}") from None
-        if not d.is_finite():
-            raise ValueError("expected a finite number")
-        return d
-    raise ValueError(f"expected a number, found {type(value).__name__}")
-
-
-def to_milli(value: object, what: str = "amount") -> int:
-    """A decimal >= 0 with at most 3 decimal places, as integer thousandths."""
-    d = to_decimal(value)
-    if d < 0:
-        raise ValueError(f"{what} must be >= 0, found {d}")
-    scaled = d * MILLI
-    if scaled != scaled.to_integral_value():
-        raise ValueError(f"{what} has more than 3 decimal places: {d}")
-    return int(scaled)
-
-
-def milli_str(milli: int) -> str:
-    """Integer thousandths back to the shortest decimal text: 64000 -> '64', 250 -> '0.25'."""
-    sign = "-" if milli < 0 else ""
-    whole, frac = divmod(abs(milli), MILLI)
-    if frac == 0:
-        return f"{sign}{whole}"
-    return f"{sign}{whole}.{frac:03d}".rstrip("0")
 
 
 def parse_duration(value: object) -> int:

@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from kliqued.commands._common import HelpFormatter
+from klique_util.cli import HelpFormatter
 
 COMMANDS = ["validate", "compile", "plan", "codeowners", "schema", "simulate", "trace", "serve", "dev",
             "token", "whoami", "resources", "submit", "status", "logs", "events", "queue", "cancel",

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 
-from kliqued.commands._common import HelpFormatter
+from klique_util.cli import HelpFormatter
 from workers.errors import ConfigError
 
 EXAMPLES = """\
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger(__name__)
-    from kliqued.filemodes import private_umask
+    from klique_util.filemodes import private_umask
     private_umask()  # the state dir, records and logs: 0600 / 0700 (tasks keep the original)
 
     from workers.client import ControlPlaneClient

@@ -36,10 +36,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from klique_util.files import write_atomic
+from klique_util.units import gpus_to_milli
 from workers import __version__, idle
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
-from workers.gpus import MILLI, Gpu, GpuAllocator, to_milli
+from workers.gpus import MILLI, Gpu, GpuAllocator
 from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
 
@@ -151,10 +153,7 @@ class WorkerDaemon:
         """Writes the record atomically (temporary file and rename: a restarted worker
         process finds it); ``_make_durable`` fsyncs it before anything is reported."""
         path = self.state.tasks / f"{rec.key}.json"
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec.to_json()))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(rec.to_json()), fsync=False, mkdir=False)
         self._dirty.add(path)
 
     async def _make_durable(self) -> None:
@@ -306,7 +305,7 @@ class WorkerDaemon:
         for older in self._find(task):
             if older.epoch < epoch and not older.fenced and older.state != ENDED:
                 self._fence(older, f"leased again at epoch {epoch}")
-        rec = TaskRecord(task=task, epoch=epoch, lease=lease, milli=to_milli(lease.get("gpus")))
+        rec = TaskRecord(task=task, epoch=epoch, lease=lease, milli=gpus_to_milli(lease.get("gpus")))
         rec.log_path = str(self.state.log_path(rec))
         self.records[rec.key] = rec
         self._save(rec)

@@ -12,9 +12,8 @@ import subprocess
 from dataclasses import dataclass
 
 from klique_util.gpufit import choose_gpus, per_gpu
+from klique_util.units import MILLI
 from workers.errors import GpuDiscoveryError, PlacementError
-
-MILLI = 1000
 
 
 @dataclass(frozen=True)
@@ -95,10 +94,6 @@ def discover(spec: str, nvidia_smi: str | None = None) -> tuple[list[Gpu], str]:
             "no nvidia-smi on this machine: declare the GPUs with --gpus 0,1,... "
             "(or --gpus none for a worker without GPUs)")
     return [Gpu(i, f"declared-{i}", None) for i in wanted], f"declared by --gpus {wanted}"
-
-
-def to_milli(gpus: float | int | None) -> int:
-    return round(float(gpus or 0) * MILLI)
 
 
 class GpuAllocator:

@@ -33,6 +33,8 @@ import os
 import time
 from pathlib import Path
 
+from klique_util.files import write_atomic
+
 FILE_NAME = "worker.json"
 WRITE_EVERY_S = 1.0
 
@@ -109,8 +111,4 @@ class Liveness:
 
     def write(self) -> None:
         """Rewrites the file atomically (a wrapper never reads half of it)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(self.record()))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(self.record()), fsync=False)

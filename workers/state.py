@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from kliqued.commands._common import write_atomic
-from kliqued.filemodes import open_private, private_dir
+from klique_util.filemodes import open_private, private_dir
+from klique_util.files import write_atomic
 from workers.errors import StateDirBusy
 
 log = logging.getLogger(__name__)

@@ -89,7 +89,7 @@ def cell(value: Any) -> str:
 
 def num(value: Any) -> str:
     """A GPU amount (exact thousandths): 12.0 -> '12', 0.25 -> '0.25', 1.125 -> '1.125';
-    never '-0'. Hours and costs go through :func:`kliqued.fmt.hours` instead."""
+    never '-0'. Hours and costs go through :func:`klique_util.fmt.hours` instead."""
     if value is None:
         return "-"
     if isinstance(value, str):

@@ -1,45 +1,22 @@
-"""What several subcommands share: argparse formatting, atomic writes, diagnostics output."""
+"""What several subcommands share: subparsers with examples, diagnostics output. (The help
+formatter and ``write_atomic`` are in ``klique_util``: ``klique-worker`` uses them too.)"""
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 from compiler.diagnostics import Diagnostic, render_all
 from compiler.plan.render_github import diagnostic_annotation
+from klique_util.cli import HelpFormatter
 
 DEFAULT_ESTATE = "estate"
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the examples in each epilog as written."""
 
 
 def add_command(subparsers, name: str, help: str, description: str, examples: str):
     return subparsers.add_parser(
         name, help=help, description=description,
         epilog="examples:\n" + examples.rstrip() + "\n", formatter_class=HelpFormatter)
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Writes through a temporary file and a rename, so a reader never sees half a file and a
-    failed run leaves the previous file untouched."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def github_annotation(d: Diagnostic) -> str:

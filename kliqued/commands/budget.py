@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kliqued.fmt import hours, percent
+from klique_util.fmt import hours, percent
 
 from ._client import add_client_flags, client, handles_errors, num, print_json, table, when
 from ._common import add_command

@@ -9,8 +9,9 @@ from compiler.api import compile_dir
 from compiler.compiled import CompiledEstate
 from compiler.hierarchy import compiled_demands
 from compiler.units import milli_str
+from klique_util.files import write_atomic
 
-from ._common import DEFAULT_ESTATE, add_command, print_diagnostics, write_atomic
+from ._common import DEFAULT_ESTATE, add_command, print_diagnostics
 
 
 def register(subparsers) -> None:

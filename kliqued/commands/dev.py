@@ -178,7 +178,7 @@ def _tail(path: Path, n: int = 30) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kliqued.filemodes import private_dir, private_umask
+    from klique_util.filemodes import private_dir, private_umask
     private_umask()  # tokens, the database, logs; inherited by the daemon and the workers
     home = Path(args.dir)
     tokens = home / "tokens"
@@ -200,7 +200,7 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
     from kliqued.daemon.ids import new_token
     from kliqued.sdk import Client, KliqueError
 
-    from kliqued.filemodes import original_umask, private_dir
+    from klique_util.filemodes import original_umask, private_dir
     private_dir(tokens)
     result = compile_dir(args.estate)
     if result.estate is None:

@@ -9,10 +9,11 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
+from klique_util.cli import HelpFormatter
 from kliqued.sdk import KliqueError
 
 from ._client import add_client_flags, client, handles_errors, print_json, table
-from ._common import HelpFormatter, add_command
+from ._common import add_command
 
 
 def register(subparsers) -> None:

@@ -11,9 +11,10 @@ from compiler.errors import GitSourceError, LiveStateError
 from compiler.plan.gitsource import normalise_estate_path, open_repo, read_sides
 from compiler.plan.live import LiveState, parse_live_state
 from compiler.units import parse_time
+from klique_util.files import write_atomic
 from kliqued.sdk import Client, KliqueError
 
-from ._common import DEFAULT_ESTATE, add_command, write_atomic
+from ._common import DEFAULT_ESTATE, add_command
 
 FORMATS = ["text", "markdown", "json", "github"]
 

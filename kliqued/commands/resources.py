@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kliqued.fmt import hours
+from klique_util.fmt import hours
 
 from ._client import add_client_flags, client, handles_errors, num, print_json, table
 from ._common import add_command

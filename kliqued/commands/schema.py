@@ -6,8 +6,9 @@ import argparse
 import sys
 
 from compiler.schema import estate_schema_text
+from klique_util.files import write_atomic
 
-from ._common import add_command, write_atomic
+from ._common import add_command
 
 
 def register(subparsers) -> None:

@@ -7,7 +7,7 @@ import itertools
 import json
 import shlex
 
-from kliqued.fmt import hours
+from klique_util.fmt import hours
 
 from ._client import (add_client_flags, client, handles_errors, num, print_json, reason,
                       table, when)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import DEFAULT_ESTATE, add_command, write_atomic
+from klique_util.files import write_atomic
+
+from ._common import DEFAULT_ESTATE, add_command
 
 EXIT_OK = 0
 EXIT_INVALID = 2

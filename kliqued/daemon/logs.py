@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from kliqued.filemodes import open_private, private_dir
+from klique_util.filemodes import open_private, private_dir
 
 DEFAULT_CAP = 64 * 1024 * 1024
 MAX_READ = 4 * 1024 * 1024

@@ -24,6 +24,7 @@ import duckdb
 from aiohttp import web
 
 from compiler.compiled import CompiledEstate
+from klique_util.filemodes import private_dir, private_umask, tighten
 from kliqued.ledger import writer as ledger
 
 from .app import Context, make_app
@@ -36,7 +37,6 @@ from .listener import Limits, ListenSite, body_timeout_middleware, connection_ca
 from .listener import listen_backlog
 from .listener import plain_http_warning, raise_nofile
 from . import logsetup
-from kliqued.filemodes import private_dir, private_umask, tighten
 from .alerts import Dispatcher
 from .loop import Sequencer
 from .replay import ReplayError, rebuild

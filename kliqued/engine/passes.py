@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import heapq
 
-from kliqued.fmt import hours, percent
+from klique_util.fmt import hours, percent
 
 from .budget import budget_units, next_budget_event, remaining
 from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,

@@ -7,9 +7,8 @@ hold, the first kind in engine.md's list is given: order, limit, budget, capacit
 
 from __future__ import annotations
 
-from compiler.units import milli_str
-
-from kliqued.fmt import hours
+from klique_util.fmt import hours
+from klique_util.units import milli_str
 
 from .budget import budget_units, remaining
 from .decisions import BudgetStatus, Reason, no_worker_text

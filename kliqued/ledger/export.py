@@ -9,11 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import os
-import tempfile
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import duckdb
+
+from klique_util.files import atomic_path
 
 from . import scope
 
@@ -100,20 +100,14 @@ def csv_to_parquet(csv_path: str | os.PathLike, parquet_path: str | os.PathLike)
     DECIMAL amounts), written through a temporary file and a rename. Returns the row count.
     Runs in an in-memory DuckDB of the calling process. Creates no directory: a missing one
     raises ``FileNotFoundError``."""
-    target = Path(parquet_path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".parquet", dir=target.parent)
-    os.close(fd)
     columns = "{" + ", ".join(f"{_sql_text(n)}: {_sql_text(t)}" for n, t in EXPORT_COLUMNS) + "}"
-    con = duckdb.connect(":memory:")
-    try:
-        row = con.execute(
-            f"COPY (SELECT * FROM read_csv({_sql_text(str(csv_path))}, header = true, "
-            f"columns = {columns}, nullstr = '')) "
-            f"TO {_sql_text(tmp)} (FORMAT parquet, COMPRESSION zstd)").fetchone()
-        os.replace(tmp, target)
-        return int(row[0]) if row else 0  # COPY answers one row: the rows written
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        con.close()
+    with atomic_path(parquet_path, suffix=".parquet") as tmp:
+        con = duckdb.connect(":memory:")
+        try:
+            row = con.execute(
+                f"COPY (SELECT * FROM read_csv({_sql_text(str(csv_path))}, header = true, "
+                f"columns = {columns}, nullstr = '')) "
+                f"TO {_sql_text(tmp)} (FORMAT parquet, COMPRESSION zstd)").fetchone()
+        finally:
+            con.close()
+    return int(row[0]) if row else 0  # COPY answers one row: the rows written

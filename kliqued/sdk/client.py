@@ -19,7 +19,6 @@ import os
 import shlex
 import socket
 import ssl
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +27,8 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+
+from klique_util.files import atomic_path, scratch_path
 
 from .config import resolve
 from .errors import KliqueError
@@ -383,31 +384,33 @@ class Client:
                               f"the directory {target.parent} does not exist: create it first "
                               "(an export never creates directories)")
         query = {"from": _time_text(from_), "to": _time_text(to), "format": "csv"}
+        # CSV: downloaded next to the target and renamed over it; Parquet: the CSV is a
+        # scratch file next to the target, converted (atomically) into it
+        place = atomic_path if format == "csv" else scratch_path
+        started = False
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".csv",
-                                       dir=target.parent)
+            with place(target, suffix=".csv") as tmp:
+                started = True
+                with open(tmp, "wb") as out, \
+                        self._open("GET", "/ledger/export", query,
+                                   headers={"Accept": "text/csv"}) as resp:
+                    while True:
+                        chunk = resp.read(1 << 16)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+                if format == "parquet":
+                    from kliqued.ledger.export import csv_to_parquet
+                    csv_to_parquet(tmp, target)
         except OSError as exc:
-            raise KliqueError(None, "invalid-request",
-                              f"cannot write in {target.parent}: {exc.strerror}") from None
-        try:
-            with os.fdopen(fd, "wb") as out, \
-                    self._open("GET", "/ledger/export", query,
-                               headers={"Accept": "text/csv"}) as resp:
-                while True:
-                    chunk = resp.read(1 << 16)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            if format == "csv":
-                os.replace(tmp, target)
-            else:
-                from kliqued.ledger.export import csv_to_parquet
-                csv_to_parquet(tmp, target)
-        except (OSError, http.client.HTTPException) as exc:
+            if not started:
+                raise KliqueError(None, "invalid-request",
+                                  f"cannot write in {target.parent}: {exc.strerror}") from None
             raise KliqueError(None, "unreachable",
                               f"the export from {self.url} broke off: {exc}") from None
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        except http.client.HTTPException as exc:
+            raise KliqueError(None, "unreachable",
+                              f"the export from {self.url} broke off: {exc}") from None
         return target

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.units import milli_str
 
+from klique_util.fmt import amount
 from kliqued.engine import EstateIndex, Placement, Preemption, State
 from kliqued.engine.budget import remaining
 from kliqued.engine.periods import HOUR_MS, format_time, period_start
-from kliqued.fmt import amount
 
 if TYPE_CHECKING:
     from .trace import Trace

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from kliqued.fmt import amount, percent
+from klique_util.fmt import amount, percent
 
 
 @pytest.mark.parametrize("value,text", [

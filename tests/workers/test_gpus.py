@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.gpus import (MILLI, Gpu, GpuAllocator, GpuDiscoveryError, discover,
-                          parse_gpu_list, to_milli)
+from klique_util.units import gpus_to_milli as to_milli
+from workers.gpus import MILLI, Gpu, GpuAllocator, GpuDiscoveryError, discover, parse_gpu_list
 
 
 def test_fractions_share_a_gpu_and_never_exceed_one_gpu():

@@ -25,11 +25,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from klique_util.units import gpus_to_milli
 from kliqued.sdk import Client, KliqueError
 from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
                                        decide, track_idle)
 from workers.autoscaler.providers import CapacityUnavailable, Node, Provider
-from workers.gpus import to_milli
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Autoscaler:
         now, wall = self.clock(), self.wall()
         by_worker = {n.worker_id: n for n in nodes if n.worker_id}
         held: dict[str, dict[str, int]] = {n.id: dict(n.running or {}) for n in nodes}
-        placed = {t["id"]: to_milli(t.get("gpus") or 1) for t in tasks}
+        placed = {t["id"]: gpus_to_milli(t.get("gpus") or 1) for t in tasks}
         for t in tasks:   # the control plane's word, where it gives it
             node = by_worker.get(t.get("worker") or "")
             if node is not None:

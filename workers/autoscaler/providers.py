@@ -38,9 +38,9 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kliqued.commands._common import write_atomic
+from klique_util.files import write_atomic
+from klique_util.units import gpus_to_milli
 from workers.errors import CapacityUnavailable
-from workers.gpus import to_milli
 
 
 @dataclass
@@ -180,7 +180,7 @@ class LocalProvider(Provider):
             if rec.get("fenced"):
                 continue
             running[str(rec["task"])] = int(rec.get("milli") or
-                                            to_milli(rec.get("lease", {}).get("gpus", 1)))
+                                            gpus_to_milli(rec.get("lease", {}).get("gpus", 1)))
         return running
 
     def list(self, pool: str) -> list[Node]:

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from klique_util.units import gpus_to_milli
 from workers.errors import ConfigError
 from workers.executors.base import Exited, Running, StartError, klique_env
 from workers.executors.process import ProcessExecutor, ProcessHandle, _signal_name
-from workers.gpus import MILLI, Gpu, memory_cap_env, to_milli
+from workers.gpus import MILLI, Gpu, memory_cap_env
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def task_variables(lease: dict, gpu_indices: list[int], gpus: list[Gpu],
     env = klique_env(lease)
     if fake_gpus and gpu_indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
-    env.update(memory_cap_env(gpus, gpu_indices, to_milli(lease.get("gpus"))))
+    env.update(memory_cap_env(gpus, gpu_indices, gpus_to_milli(lease.get("gpus"))))
     return env
 
 
@@ -88,7 +89,7 @@ def run_command(runtime: str, lease: dict, gpu_indices: list[int], *, image: str
         else:
             for i in gpu_indices:
                 cmd += ["--device", f"nvidia.com/gpu={i}"]
-    milli = to_milli(lease.get("gpus"))
+    milli = gpus_to_milli(lease.get("gpus"))
     if 0 < milli < MILLI and memory_per_gpu_mb:
         cmd += ["--memory", f"{max(6, memory_per_gpu_mb * milli // MILLI)}m"]
     for name in variables:

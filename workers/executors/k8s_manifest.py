@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from klique_util.units import gpus_to_milli
 from workers.executors.base import klique_env
-from workers.gpus import MILLI, Gpu, memory_cap_env, to_milli
+from workers.gpus import MILLI, Gpu, memory_cap_env
 
 MANAGED_BY = "klique-worker"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -70,7 +71,7 @@ def gpu_resources(milli: int, s: K8sSettings) -> dict[str, str]:
 def task_env(lease: dict, gpus: list[Gpu] | None, gpu_indices: list[int],
              s: K8sSettings | None = None) -> list[dict]:
     env = klique_env(lease)
-    milli = to_milli(lease.get("gpus"))
+    milli = gpus_to_milli(lease.get("gpus"))
     caps = memory_cap_env(gpus, gpu_indices[:1] if 0 < milli < MILLI else gpu_indices, milli)
     if caps and s is not None and (s.fraction_resource or "").startswith("nvidia.com/mig-"):
         # a MIG instance's memory is enforced by the hardware: only the fraction is said
@@ -101,7 +102,7 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
                                  "env": task_env(lease, gpus, gpu_indices or [], s)}
     if lease.get("command"):
         container["command"] = list(lease["command"])
-    resources = gpu_resources(to_milli(lease.get("gpus")), s)
+    resources = gpu_resources(gpus_to_milli(lease.get("gpus")), s)
     if resources:
         container["resources"] = {"limits": resources}
     pod_spec: dict[str, Any] = {

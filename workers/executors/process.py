@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from klique_util.filemodes import open_private, original_umask
+from klique_util.units import gpus_to_milli
 from workers.executors.base import (RUNNING, Executor, Exited, Handle, Running, StartError,
                                     klique_env)
-from kliqued.filemodes import open_private, original_umask
 from workers.errors import ConfigError
-from workers.gpus import Gpu, memory_cap_env, to_milli
+from workers.gpus import Gpu, memory_cap_env
 from workers.liveness import path_in as liveness_path
 
 WRAPPER = str(Path(__file__).with_name("wrapper.py"))
@@ -203,7 +204,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
         for key in ("KLIQUE_GPU_MEMORY_MB", "KLIQUE_GPU_MEMORY_FRACTION"):
             env.pop(key, None)  # only the worker sets a fraction's memory share
-        env.update(memory_cap_env(self.gpus, gpu_indices, to_milli(lease.get("gpus"))))
+        env.update(memory_cap_env(self.gpus, gpu_indices, gpus_to_milli(lease.get("gpus"))))
         return env
 
     # Executor ----------------------------------------------------------------------------

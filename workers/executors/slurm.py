@@ -46,10 +46,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kliqued.filemodes import open_private, original_umask
+from klique_util.filemodes import open_private, original_umask
+from klique_util.units import gpus_to_milli
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
 from workers.executors.process import WRAPPER, ProcessExecutor, _signal_name
-from workers.gpus import MILLI, Gpu, to_milli
+from workers.gpus import MILLI, Gpu
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def gres_count(milli: int) -> int:
 def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
                    workdir: str | None, extra: list[str] | None = None) -> list[str]:
     """The sbatch command line of a lease (the script goes to sbatch's stdin)."""
-    n = gres_count(to_milli(lease.get("gpus")))
+    n = gres_count(gpus_to_milli(lease.get("gpus")))
     cmd = ["sbatch", "--parsable"]
     if n:
         cmd.append(f"--gres=gpu:{n}")

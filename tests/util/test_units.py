@@ -1,0 +1,61 @@
+"""klique_util.units: milli-GPUs, hours and milliseconds in one place."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from klique_util import units
+from klique_util.units import (HOUR_MS, MILLI, UNITS_PER_HOUR, from_milli, gpus_to_milli,
+                               milli_str, milli_to_gpus, to_milli, unit_hours)
+
+
+def test_constants() -> None:
+    assert (MILLI, units.SECOND_MS, HOUR_MS, units.DAY_MS) == (1000, 1000, 3_600_000, 86_400_000)
+    assert UNITS_PER_HOUR == 3.6e9
+    assert unit_hours(2 * 1000 * HOUR_MS) == 2.0      # two GPUs for one hour, in GPU-hours
+    assert units.ms_to_hours(90 * 60 * 1000) == 1.5
+
+
+def test_to_milli_is_exact_and_refuses_more_than_three_decimals() -> None:
+    assert to_milli("0.25") == 250 and to_milli(Decimal("8")) == 8000 and to_milli(0.57) == 570
+    with pytest.raises(ValueError, match="more than 3 decimal places: 0.1234"):
+        to_milli(0.1234, "capacity")
+    with pytest.raises(ValueError, match="capacity must be >= 0, found -1"):
+        to_milli(-1, "capacity")
+
+
+def test_to_milli_for_json_requests() -> None:
+    """``numbers_only`` and ``maximum``: the daemon's rules for a request's ``gpus``."""
+    assert to_milli(2, "gpus", numbers_only=True) == 2000
+    for bad in ("2", True, None, [1]):
+        with pytest.raises(ValueError, match="^gpus must be a number$"):
+            to_milli(bad, "gpus", numbers_only=True)
+    with pytest.raises(ValueError, match="gpus: expected a finite number"):
+        to_milli(float("inf"), "gpus", numbers_only=True)
+    with pytest.raises(ValueError, match="gpus is too large"):
+        to_milli(10**13, "gpus", numbers_only=True, maximum=units.MAX_MILLI)
+
+
+def test_gpus_to_milli_rounds_what_went_through_a_float() -> None:
+    """A lease's ``gpus`` is milli / 1000 as a float: 1001 / 1000 * 1000 is 1000.99..., which
+    int() would truncate to 1000; the nearest thousandth is the amount the daemon meant."""
+    assert int(1001 / 1000 * 1000) == 1000
+    assert gpus_to_milli(1001 / 1000) == 1001 and gpus_to_milli(1.001) == 1001
+    assert gpus_to_milli(None) == 0 and gpus_to_milli(2) == 2000
+
+
+@given(st.integers(min_value=0, max_value=10**12))
+def test_round_trips(milli: int) -> None:
+    assert gpus_to_milli(milli_to_gpus(milli)) == milli
+    assert to_milli(milli_str(milli)) == milli
+    assert to_milli(milli_to_gpus(milli), numbers_only=True) == milli
+    assert from_milli(milli) == milli / 1000
+
+
+def test_milli_to_gpus_is_an_int_when_whole() -> None:
+    assert milli_to_gpus(2000) == 2 and isinstance(milli_to_gpus(2000), int)
+    assert milli_to_gpus(250) == 0.25
