@@ -29,9 +29,16 @@ MILLI = 1000
 """milli-GPUs (or milli-hours, milli-weights) in one."""
 
 SECOND_MS = 1000
+MINUTE_S = 60
 HOUR_S = 3600
+DAY_S = 24 * HOUR_S
+WEEK_S = 7 * DAY_S
 HOUR_MS = HOUR_S * SECOND_MS
-DAY_MS = 24 * HOUR_MS
+DAY_MS = DAY_S * SECOND_MS
+
+UNIT_SECONDS: dict[str, int] = {"s": 1, "m": MINUTE_S, "h": HOUR_S, "d": DAY_S, "w": WEEK_S}
+"""Seconds in each duration unit people write (``30s``, ``15m``, ``2h``, ``1d``, ``1w``); each
+parser's own pattern says which of them it accepts."""
 
 UNITS_PER_HOUR = MILLI * HOUR_MS
 """Engine charge units (milli-GPU x ms, or weight milli x ms) in one GPU-hour."""

@@ -10,6 +10,7 @@ import re
 import sys
 
 from klique_util.cli import HelpFormatter
+from klique_util.units import DAY_S, SECOND_MS, UNIT_SECONDS
 from workers.errors import ConfigError
 
 EXAMPLES = """\
@@ -27,7 +28,7 @@ EXAMPLES = """\
       --gpus 4,5,6,7 --venv /opt/envs/torch --ca-file /etc/klique/ca.pem --grace 2m
 """
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_UNITS = {"ms": 1 / SECOND_MS, **UNIT_SECONDS}
 
 
 def duration(text: str) -> float:
@@ -114,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
                         "(default: 30s)")
     p.add_argument("--log-interval", type=duration, default=2.0,
                    help="how often running tasks' logs are uploaded (default: 2s)")
-    p.add_argument("--log-retention", type=duration, default=7 * 86400.0,
+    p.add_argument("--log-retention", type=duration, default=7.0 * DAY_S,
                    help="how long logs of ended tasks are kept in the state dir (default: 7d)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])

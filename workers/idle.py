@@ -36,10 +36,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from klique_util.units import SECOND_MS, UNIT_SECONDS
+
 log = logging.getLogger(__name__)
 
 KINDS = ("wall", "cpu", "gpu", "network")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_UNITS = {"ms": 1 / SECOND_MS, **UNIT_SECONDS}
 DEFAULT_CPU_THRESHOLD = 0.05          # cores
 DEFAULT_GPU_THRESHOLD = 0.0           # percent
 DEFAULT_NETWORK_THRESHOLD = 1024.0    # bytes a second

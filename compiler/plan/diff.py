@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from klique_util.units import milli_to_gpus
+
 from ..compiled import CGroup, CompiledEstate, CPolicy, CPool, CPrice, CProfile, CSettings
 from ..diagnostics import Position
 from ..source import SourceMap, SourceObject
@@ -57,7 +59,7 @@ def typed(value: str | None) -> Any:
 
 def amount(milli: int) -> Shown:
     """A GPU amount, weight or number of hours: ``0.25`` shown, 0.25 as the value."""
-    return Shown(milli_str(milli), milli // 1000 if milli % 1000 == 0 else milli / 1000)
+    return Shown(milli_str(milli), milli_to_gpus(milli))
 
 
 def dur(seconds: int) -> Shown:

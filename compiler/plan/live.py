@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from klique_util.units import gpus_to_milli
+
 from ..errors import LiveStateError
 from ..units import parse_time
 
@@ -66,7 +68,7 @@ class LiveState:
 def _milli(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LiveStateError(f"{where}: expected a number, found {value!r}")
-    return round(value * 1000)
+    return gpus_to_milli(value)
 
 
 def _int(value: Any, where: str) -> int:

@@ -10,6 +10,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 
+from klique_util.units import DAY_S, HOUR_S, MINUTE_S
 from kliqued.sdk import Client, KliqueError
 
 
@@ -116,7 +117,7 @@ def when(text: str | None, now: datetime | None = None) -> str:
 
 
 def ago(seconds: float) -> str:
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+    for size, unit in ((DAY_S, "d"), (HOUR_S, "h"), (MINUTE_S, "m")):
         if seconds >= size:
             return f"{seconds / size:.0f}{unit}" if seconds < size * 10 else \
                 f"{seconds // size:.0f}{unit}"

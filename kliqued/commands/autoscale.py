@@ -9,6 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
+from klique_util.units import MILLI
+
 from ._client import add_client_flags, client, handles_errors
 from ._common import DEFAULT_ESTATE, add_command
 
@@ -107,7 +109,7 @@ def policy_for(args: argparse.Namespace):
     a = pool.autoscale
     node_gpus = args.node_gpus or int(pool.settings.get("node_gpus", 1))
     return ScalePolicy(
-        max_milli=args.max * 1000 if args.max is not None else a.max_milli,
+        max_milli=args.max * MILLI if args.max is not None else a.max_milli,
         idle_timeout_s=(duration(args.idle_timeout) if args.idle_timeout
                         else float(a.idle_timeout_s)),
         spot_first=a.spot_first if args.spot_first is None else args.spot_first,

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from klique_util.units import MILLI
+
 from ._common import add_command
 
 DEFAULT_POOL = "onprem-baremetal"
@@ -272,7 +274,7 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
             tfile = tokens / f"worker-{pool}.token"
             _token(url, admin, tfile, worker=True, pool=pool)
             cpool = estate.pool(pool)  # there: checked above
-            capacity = (int(cpool.capacity_milli // 1000) if cpool else 0) or 1
+            capacity = (int(cpool.capacity_milli // MILLI) if cpool else 0) or 1
             gpus = args.gpus or ",".join(str(i) for i in range(capacity))
             wlog = home / f"worker-{pool}.log"
             with open(wlog, "a") as fh:
@@ -333,7 +335,7 @@ def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[s
                  f"revision {estate.revision[:19]})", ""]
     for pool in pools:
         p = estate.pool(pool)
-        out.append(f"  worker   {pool}: {args.gpus or f'{p.capacity_milli // 1000} declared GPUs'}"
+        out.append(f"  worker   {pool}: {args.gpus or f'{p.capacity_milli // MILLI} declared GPUs'}"
                    f", process executor, log {home}/worker-{pool}.log")
     out += [f"  daemon   log {home}/kliqued.log, database {home}/kliqued.duckdb, URL in "
             f"{home}/url",

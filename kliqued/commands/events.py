@@ -8,6 +8,7 @@ import itertools
 from typing import Any
 
 from klique_util.fmt import hours
+from klique_util.units import from_milli, unit_hours
 
 from ._client import add_client_flags, client, handles_errors, num, print_json, table
 from ._common import add_command
@@ -65,7 +66,7 @@ def detail(e: dict[str, Any]) -> str:
         return f"{d.get('resource')}" + (f" project {d['project']}" if d.get("project") else "")
     if kind == "placed":
         size = d.get("size_milli")
-        n = "" if size is None else num(size / 1000)
+        n = "" if size is None else num(from_milli(size))
         return f"on {d.get('pool')}" + (f", {n} GPU{'' if n == '1' else 's'}" if n else "")
     if kind in ("preempted", "cancelled"):
         return str(d.get("text") or d.get("kind") or "")
@@ -85,7 +86,7 @@ def detail(e: dict[str, Any]) -> str:
     if "text" in d:
         return str(d["text"])
     if d.get("used_units") is not None:
-        return f"{hours(d['used_units'] / 3.6e9)} h"
+        return f"{hours(unit_hours(d['used_units']))} h"
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items())
                      if isinstance(v, (str, int, float)))[:200]
 

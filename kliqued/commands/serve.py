@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import re
 
+from klique_util.units import SECOND_MS, UNIT_SECONDS
+
 from ._common import add_command
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+_UNITS = {"ms": 1 / SECOND_MS, **UNIT_SECONDS}
 
 
 def duration(text: str) -> float:

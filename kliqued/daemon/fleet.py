@@ -23,6 +23,8 @@ import hmac
 import re
 from typing import Any, Callable
 
+from klique_util.units import MILLI, gpus_to_milli
+
 from . import reducers
 from .auth import Principal
 from .core import Daemon, Overlay, Prepared
@@ -151,10 +153,10 @@ def room(body: dict[str, Any]) -> dict[int, int]:
     """The room in milli-GPUs on each GPU with room (keyed by its place in the request) from
     a lease request: ``gpu_free`` when the worker sends it, else its entirely free GPUs."""
     if body.get("gpu_free") is not None:
-        shared = [max(0, min(1000, round(float(g.get("free", 0)) * 1000)))
+        shared = [max(0, min(MILLI, gpus_to_milli(float(g.get("free", 0)))))
                   for g in body["gpu_free"]]
     else:
-        shared = [1000] * len(body.get("free_gpus") or [])
+        shared = [MILLI] * len(body.get("free_gpus") or [])
     return {n: f for n, f in enumerate(shared) if f}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from klique_util.units import from_milli, unit_hours
 from kliqued.engine import budget_status
 
 from .auth import Principal
@@ -35,7 +36,7 @@ def gpu_hours(rec: TaskRecord, now: int) -> float:
     ms = rec.gpu_ms
     if rec.state == "placed" and rec.placed_at is not None and rec.size:
         ms += rec.size * max(0, now - rec.placed_at)
-    return round(ms / 3_600_000_000, 6)
+    return round(unit_hours(ms), 6)
 
 
 def end_text(rec: TaskRecord) -> str:
@@ -99,7 +100,7 @@ def room(d: Daemon, group: str, now: int) -> dict[str, Any]:
                            "free": gpus(max(0, gi.limit - used)), "budget": None}
     b = budget_status(idx, st, gi.policy, now) if gi.policy is not None else None
     if b is not None and gi.budget is not None:
-        out["budget"] = {"hours": gi.budget.hours_milli / 1000, "period": b.period,
+        out["budget"] = {"hours": from_milli(gi.budget.hours_milli), "period": b.period,
                          "used_hours": b.used_hours, "left_hours": b.left_hours,
                          "resets_at": iso(b.resets_at)}
     return out
@@ -147,11 +148,11 @@ def policy(d: Daemon, name: str, now: int) -> dict[str, Any]:
     }
     b = budget_status(idx, st, name, now)
     if b is not None and gi.budget is not None:
-        alerts = [{"threshold": a["threshold_milli"] / 1000, "at": iso(a["at"]),
+        alerts = [{"threshold": from_milli(a["threshold_milli"]), "at": iso(a["at"]),
                    "text": a["text"]}
                   for a in d.alerts.get(name, []) if a["period_start"] == b.period_start]
         out["budget"] = {
-            "hours": gi.budget.hours_milli / 1000, "period": b.period,
+            "hours": from_milli(gi.budget.hours_milli), "period": b.period,
             "period_start": iso(b.period_start), "resets_at": iso(b.resets_at),
             "used_hours": b.used_hours, "left_hours": b.left_hours,
             "burn_rate": b.burn_rate, "runout_at": iso(b.runout_at), "alerts": alerts,

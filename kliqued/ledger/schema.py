@@ -29,6 +29,8 @@ Layout, for "GPU-hours by group and month over 10 million ledger rows within 1 s
 
 from __future__ import annotations
 
+from klique_util.units import UNITS_PER_HOUR
+
 LEDGER_COLUMNS = [
     ("interval_id", "VARCHAR"), ("task", "VARCHAR"), ("user", "VARCHAR"),
     ("project", "VARCHAR"), ("group", "VARCHAR"), ("policy", "VARCHAR"),
@@ -98,10 +100,14 @@ def _hours(ms: str) -> str:
     return _dec(_round_div(f"{ms} * 10", 36))
 
 
+_UNITS_PER_MICRO_HOUR = UNITS_PER_HOUR // 1_000_000
+"""milli x ms in a millionth of an hour (3600): units (klique_util.units) to 6-decimal hours."""
+
+
 def _amount_micro(ms: str, amount: str) -> str:
     """Milliseconds times a 3-decimal amount (GPUs, a weight) in millionths of an hour,
     rounded half up: ms * milli / 3600."""
-    return _round_div(f"{ms} * {_milli(amount)}", 3600)
+    return _round_div(f"{ms} * {_milli(amount)}", _UNITS_PER_MICRO_HOUR)
 
 
 def _amount_hours(ms: str, amount: str) -> str:
@@ -253,12 +259,14 @@ intervals, the open intervals computed live and the pending closed ones."""
 
 _MONTHLY_SUMS = f"""sum(m.pieces) AS pieces, sum(m.ms) AS ms,
        {_dec(_round_div("CAST(sum(m.ms) AS HUGEINT) * 10", 36), _SUM)} AS hours,
-       {_dec(_round_div("CAST(sum(m.gpu_ms) * 1000 AS HUGEINT)", 3600), _SUM)} AS gpu_hours,
-       {_dec(_round_div("CAST(sum(m.budget_ms) * 1000 AS HUGEINT)", 3600), _SUM)}
+       {_dec(_round_div("CAST(sum(m.gpu_ms) * 1000 AS HUGEINT)", _UNITS_PER_MICRO_HOUR), _SUM)}
+           AS gpu_hours,
+       {_dec(_round_div("CAST(sum(m.budget_ms) * 1000 AS HUGEINT)", _UNITS_PER_MICRO_HOUR),
+             _SUM)}
            AS budget_hours,
        any_value(p.currency) AS currency,
        {_dec(_round_div("sum(CAST(m.gpu_ms * 1000 AS HUGEINT) * CAST(p.per_gpu_hour * 1000000 "
-                        "AS HUGEINT))", 3_600_000_000), _SUM)} AS cost"""
+                        "AS HUGEINT))", UNITS_PER_HOUR), _SUM)} AS cost"""
 """The measures of ``m`` rows joined to their price ``p``, each rounded once from the exact
 sums."""
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from compiler.units import milli_str
-
+from klique_util.units import gpus_to_milli, milli_str, unit_hours
 from kliqued.engine import EstateIndex, State, waiting_reason
-from kliqued.engine.periods import HOUR_MS
 
 TASK_STATES = ("placed", "queued", "ended")
 REASON_KINDS = ("order", "limit", "budget", "capacity", "pending")
@@ -120,7 +118,7 @@ def _task_list(known: Known, label: str, val: Any, report: Callable[[str], None]
 def _gpus(used: Callable[[State], dict[str, int]]) -> Check:
     def check(m: Moment, name: str, want: float) -> Any:
         got = used(m.state).get(name, 0)
-        return HOLDS if got == round(want * 1000) else milli_str(got)
+        return HOLDS if got == gpus_to_milli(want) else milli_str(got)
     return check
 
 
@@ -167,11 +165,11 @@ def _check_budget_used(m: Moment, name: str, want: float) -> Any:
     if gi is None or gi.budget is None:
         return "the group has no budget"
     units = m.state.weighted_units(name, gi.budget.period, m.now)
-    return _hours(units / (1000 * HOUR_MS), want)
+    return _hours(unit_hours(units), want)
 
 
 def _check_gpu_hours(m: Moment, name: str, want: float) -> Any:
-    return _hours(m.state.gpu_units(name, m.now) / (1000 * HOUR_MS), want)
+    return _hours(unit_hours(m.state.gpu_units(name, m.now)), want)
 
 
 def _check_started(m: Moment, name: str, want: bool) -> Any:

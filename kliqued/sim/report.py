@@ -23,18 +23,15 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from compiler.units import milli_str
-
 from klique_util.fmt import amount
+from klique_util.units import HOUR_S, SECOND_MS, UNITS_PER_HOUR, milli_str, ms_to_hours
 from kliqued.engine import EstateIndex, Placement, Preemption, State
 from kliqued.engine.budget import remaining
-from kliqued.engine.periods import HOUR_MS, format_time, period_start
+from kliqued.engine.periods import format_time, period_start
 
 if TYPE_CHECKING:
     from .trace import Trace
 
-UNIT_HOURS = 1000 * HOUR_MS
-"""milli-GPU (or milli-weight) x milliseconds per GPU-hour (or budget hour)."""
 PREEMPT_KINDS = ("reclaimed", "budget")
 
 
@@ -156,10 +153,10 @@ class Collector:
                 "never_placed": sum(never.get(g, 0) for g in gs),
                 "unfinished": sum(unfinished.get(g, 0) for g in gs),
                 "wait_s": {"p50": _pct(waits, 0.50), "p95": _pct(waits, 0.95),
-                           "max": waits[-1] / 1000 if waits else None},
+                           "max": waits[-1] / SECOND_MS if waits else None},
                 "preemptions": pre,
-                "gpu_hours": round(sum(area_by_pool.values()) / UNIT_HOURS, 3),
-                "budget_hours": round(sum(self.weighted.get(g, 0) for g in gs) / UNIT_HOURS, 3),
+                "gpu_hours": round(sum(area_by_pool.values()) / UNITS_PER_HOUR, 3),
+                "budget_hours": round(sum(self.weighted.get(g, 0) for g in gs) / UNITS_PER_HOUR, 3),
                 "budget_exhaustions": sum(exhaust.get(g, 0) for g in gs),
                 "utilisation": {p: util(area_by_pool[p], pools.get(p, 0))
                                 for p in sorted(area_by_pool)},
@@ -186,12 +183,12 @@ class Collector:
             "estate_revision": index.revision,
             "start": format_time(self.start),
             "end": format_time(end),
-            "duration_h": round(window / HOUR_MS, 4),
+            "duration_h": round(ms_to_hours(window), 4),
             "stopped_at_horizon": horizon is not None,
             "moments": moments,
             "passes": passes,
             "pools": {p: {"capacity": float(milli_str(c)),
-                          "gpu_hours": round(pool_area.get(p, 0) / UNIT_HOURS, 3),
+                          "gpu_hours": round(pool_area.get(p, 0) / UNITS_PER_HOUR, 3),
                           "utilisation": overall["utilisation"][p]}
                       for p, c in pools.items()},
             "overall": overall,
@@ -205,7 +202,7 @@ def _pct(sorted_ms: list[int], q: float) -> float | None:
     if not sorted_ms:
         return None
     k = max(0, math.ceil(q * len(sorted_ms)) - 1)
-    return sorted_ms[k] / 1000
+    return sorted_ms[k] / SECOND_MS
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -214,7 +211,7 @@ def fmt_duration(seconds: float | None) -> str:
     if seconds < 60:
         return f"{seconds:g}s" if seconds == int(seconds) else f"{seconds:.1f}s"
     s = int(round(seconds))
-    h, rest = divmod(s, 3600)
+    h, rest = divmod(s, HOUR_S)
     m, sec = divmod(rest, 60)
     if h >= 24:
         d, h = divmod(h, 24)
@@ -247,7 +244,7 @@ class Report:
         ov = d["overall"]
         lines = [
             f"Replay of {d['trace']}: {ov['tasks']:,} tasks, estate {d['estate_revision'][:19]}",
-            f"{d['start']} .. {d['end']} ({fmt_duration(d['duration_h'] * 3600)} simulated), "
+            f"{d['start']} .. {d['end']} ({fmt_duration(d['duration_h'] * HOUR_S)} simulated), "
             f"{d['moments']:,} moments, {d['passes']:,} passes",
         ]
         if d["stopped_at_horizon"]:

@@ -22,6 +22,7 @@ from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
 from compiler.loader import load_yaml, load_yaml_path
 from compiler.units import parse_duration, parse_time, to_milli
+from klique_util.units import DAY_S, HOUR_S, MINUTE_S, SECOND_MS
 
 from kliqued.engine import EstateIndex, SubmissionError, check_submission
 from kliqued.engine.periods import to_ms
@@ -84,17 +85,17 @@ class Scenario:
 
     def offset(self, t: int) -> str:
         """``+1h30m``: a time as the offset from the start, as scenarios are written."""
-        d = (t - self.start) // 1000
+        d = (t - self.start) // SECOND_MS
         if d == 0 and t == self.start:
             return "+0s"
         sign = "-" if d < 0 else "+"
         d = abs(d)
         parts = []
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        for unit, size in (("d", DAY_S), ("h", HOUR_S), ("m", MINUTE_S), ("s", 1)):
             if d >= size:
                 parts.append(f"{d // size}{unit}")
                 d %= size
-        ms = (t - self.start) % 1000
+        ms = (t - self.start) % SECOND_MS
         text = "".join(parts) or "0s"
         if ms:
             text += f"{ms}ms"
@@ -151,7 +152,7 @@ class _Loader:
                 self.err(line, f"unparsable time {value!r}: {exc}")
                 return None
         try:
-            return start + parse_offset(value) * 1000
+            return start + parse_offset(value) * SECOND_MS
         except ValueError:
             self.err(line, f"unparsable time {value!r}",
                      "an offset from start such as 30s, 15m, 2h, 1d, or an RFC 3339 time")
@@ -159,7 +160,7 @@ class _Loader:
 
     def duration_ms(self, value: Any, line: int, what: str) -> int | None:
         try:
-            return parse_offset(value) * 1000
+            return parse_offset(value) * SECOND_MS
         except ValueError as exc:
             self.err(line, f"{what}: {exc}")
             return None

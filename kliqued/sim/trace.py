@@ -19,6 +19,7 @@ from typing import TextIO
 from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
 from compiler.units import parse_time, to_milli
+from klique_util.units import DAY_MS, HOUR_S, MINUTE_S, SECOND_MS
 
 from kliqued.engine import (EstateIndex, Placement, Preemption, SubmissionError,
                             check_submission)
@@ -31,7 +32,7 @@ from .scenario import DEFAULT_START, parse_offset
 COLUMNS = ("id", "submit", "resource", "user", "project", "gpus", "runtime")
 """Required, in any order; ``checkpoint`` is optional; other columns are ignored."""
 OPTIONAL_COLUMNS = ("checkpoint",)
-HORIZON_SLACK_MS = 31 * 86_400_000
+HORIZON_SLACK_MS = 31 * DAY_MS
 MAX_ERRORS = 50
 """Diagnostics kept for a bad file: after that only the count grows."""
 
@@ -90,7 +91,7 @@ def _seconds_ms(text: str) -> int | None:
         return None
     if d < 0:
         raise ValueError(f"must be >= 0, found {text}")
-    ms = d * 1000
+    ms = d * SECOND_MS
     if ms != ms.to_integral_value():
         raise ValueError(f"more precise than a millisecond: {text}")
     return int(ms)
@@ -104,7 +105,7 @@ def parse_duration_ms(text: str) -> int:
     ms = _seconds_ms(text)
     if ms is not None:
         return ms
-    return parse_offset(text) * 1000
+    return parse_offset(text) * SECOND_MS
 
 
 def is_time(text: str) -> bool:
@@ -405,8 +406,8 @@ class Replay(Driver):
                           self.until if self.stopped_at_horizon else None)
 
     def _offset(self, t: int) -> str:
-        s = (t - self.start) // 1000
-        return f"+{s // 3600}h{s % 3600 // 60:02d}m"
+        s = (t - self.start) // SECOND_MS
+        return f"+{s // HOUR_S}h{s % HOUR_S // MINUTE_S:02d}m"
 
 
 def replay(trace: Trace, estate: CompiledEstate, progress: TextIO | None = None,

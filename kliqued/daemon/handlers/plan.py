@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kliqued.engine.budget import UNITS_PER_HOUR_MILLI
+from klique_util.units import milli_to_gpus, unit_hours
 
 from ..request import ctx, reply
 from ..routes import Route
@@ -25,12 +25,8 @@ FROM usage_monthly GROUP BY ALL ORDER BY gpu_type, month"""
 """GPU-hours per GPU type and UTC month: what a price change reprices."""
 
 
-def _gpus(milli: int) -> float | int:
-    return milli // 1000 if milli % 1000 == 0 else milli / 1000
-
-
 def _hours(units: int) -> float:
-    return round(units / (1000 * UNITS_PER_HOUR_MILLI), 6)
+    return round(unit_hours(units), 6)
 
 
 def live_state(d: Any, now: int) -> dict[str, Any]:
@@ -44,7 +40,7 @@ def live_state(d: Any, now: int) -> dict[str, Any]:
         crs[name] = {"queued": q.live if q is not None else 0, "placed": 0, "placed_gpus": 0,
                      "weighted_placed": 0}
     pools: dict[str, dict[str, Any]] = {
-        p.name: {"placed": 0, "used_gpus": _gpus(st.pool_used.get(p.name, 0))}
+        p.name: {"placed": 0, "used_gpus": milli_to_gpus(st.pool_used.get(p.name, 0))}
         for p in idx.estate.pools}
     for t in st.placed_tasks():
         c = crs.setdefault(t.resource, {"queued": 0, "placed": 0, "placed_gpus": 0,
@@ -55,13 +51,13 @@ def live_state(d: Any, now: int) -> dict[str, Any]:
         if t.pool in pools:
             pools[t.pool]["placed"] += 1
     for c in crs.values():
-        c["placed_gpus"] = _gpus(c["placed_gpus"])
+        c["placed_gpus"] = milli_to_gpus(c["placed_gpus"])
     policies: dict[str, dict[str, Any]] = {}
     for name, g in sorted(idx.group_of_policy.items()):
         m = st.meters.get(g)
         placed = st.placed_of(g)
         policies[name] = {
-            "group": g, "used_gpus": _gpus(st.used.get(g, 0)), "placed": len(placed),
+            "group": g, "used_gpus": milli_to_gpus(st.used.get(g, 0)), "placed": len(placed),
             "weighted_placed": sum(t.weight > 0 for t in placed),
             "budget_used_hours": {p: _hours(m.used(p, now, st.enabled)) if m else 0.0
                                   for p in PERIODS},
