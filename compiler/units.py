@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from klique_util.units import MILLI, UNIT_SECONDS, milli_str, to_decimal, to_milli
+from klique_util.units import MILLI, UNIT_SECONDS, duration_str, milli_str, to_decimal, to_milli
 
 __all__ = ["MILLI", "duration_str", "milli_str", "money_str", "parse_duration", "parse_time",
            "time_str", "to_decimal", "to_milli"]
@@ -33,15 +33,6 @@ def parse_duration(value: object) -> int:
         if m:
             return int(m["n"]) * UNIT_SECONDS[m["unit"] or "s"]
     raise ValueError(f"expected a duration such as 30s, 15m, 2h or 1d, found {value!r}")
-
-
-def duration_str(seconds: int) -> str:
-    """Seconds as the largest exact unit: 900 -> '15m', 86400 -> '1d'."""
-    for unit in ("w", "d", "h", "m"):
-        size = UNIT_SECONDS[unit]
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def parse_time(value: object) -> datetime:

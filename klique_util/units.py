@@ -121,6 +121,15 @@ def milli_str(milli: int) -> str:
     return f"{sign}{whole}.{frac:03d}".rstrip("0")
 
 
+def duration_str(seconds: int) -> str:
+    """Seconds as the largest exact unit: 900 -> '15m', 86400 -> '1d'."""
+    for unit in ("w", "d", "h", "m"):
+        size = UNIT_SECONDS[unit]
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def unit_hours(units: int | float) -> float:
     """Engine charge units (milli x ms) as hours: GPU-hours, budget hours used or left."""
     return units / UNITS_PER_HOUR

@@ -1,7 +1,8 @@
 """The budget meter: exact weighted charges per group, per UTC day.
 
 Charges are integers (time weight in milli x milliseconds), so a month of placements sums with
-no drift, and a budget of ``hours_milli`` is ``hours_milli * 3_600_000`` of the same units.
+no drift, and a budget of ``hours_milli`` is ``hours_milli * HOUR_MS`` of the same units
+(``klique_util.units``).
 Every group is metered whether or not it has a budget, because a budget added in the middle of
 a period must count what the group already spent in it (engine.md). Charges are kept per UTC
 day: every period kind is a run of whole days, so one set of buckets answers a day, a week or
@@ -14,12 +15,11 @@ engine is switched on or off; between those, usage is ``closed + rate * (now - s
 from __future__ import annotations
 
 from compiler.compiled import CBudget
+from klique_util.units import DAY_MS, HOUR_MS, MILLI, SECOND_MS
 
 from .errors import TimeWentBackwards
-from .periods import DAY_MS, HOUR_MS, Period, next_period_start, period_start
+from .periods import Period, next_period_start, period_start
 
-UNITS_PER_HOUR_MILLI = HOUR_MS
-"""A budget of ``hours_milli`` is ``hours_milli * HOUR_MS`` charge units."""
 
 _KEEP_DAYS = 40
 """Days of buckets kept: more than the longest period (a month)."""
@@ -93,7 +93,7 @@ class Meter:
 
 
 def budget_units(budget: CBudget) -> int:
-    return budget.hours_milli * UNITS_PER_HOUR_MILLI
+    return budget.hours_milli * HOUR_MS
 
 
 def remaining(meter: Meter, budget: CBudget, now: int, charging: bool) -> int:
@@ -112,7 +112,7 @@ def start_ok(meter: Meter, budget: CBudget, weight: int, now: int, charging: boo
         return False
     if meter.weighted_tasks == 0:
         return True
-    return left >= (meter.rate + weight) * budget.low_watermark_s * 1000
+    return left >= (meter.rate + weight) * budget.low_watermark_s * SECOND_MS
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -135,7 +135,7 @@ def next_budget_event(meter: Meter, budget: CBudget, now: int, charging: bool,
     for a in budget.alert_at_milli:
         if a in raised:
             continue
-        threshold = budget.hours_milli * a * (HOUR_MS // 1000)
+        threshold = budget.hours_milli * a * (HOUR_MS // MILLI)
         if threshold > used:
             t = now + ceil_div(threshold - used, meter.rate)
             if best is None or t < best:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from compiler.units import duration_str
+from klique_util.units import SECOND_MS, duration_str, from_milli, unit_hours
 
 Phase = Literal["reserve", "reclaim", "lend"]
 PreemptKind = Literal["reclaimed", "budget", "unstarted"]
@@ -19,7 +19,7 @@ UNSTARTED: Final = "unstarted"
 
 def unstarted_text(pool: str, timeout_ms: int) -> str:
     """``requeued: not started within 5m on onprem``."""
-    return f"requeued: not started within {duration_str(timeout_ms // 1000)} on {pool}"
+    return f"requeued: not started within {duration_str(timeout_ms // SECOND_MS)} on {pool}"
 
 
 def no_worker_text(pool: str) -> str:
@@ -87,7 +87,7 @@ class BudgetStatus:
     period_start: int
     resets_at: int
     budget_units: int
-    """``hours_milli * 3_600_000``: the same units as charges (weight milli x ms)."""
+    """``hours_milli * HOUR_MS``: the same units as charges (weight milli x ms)."""
     used_units: int
     burn_rate_milli: int
     """Budget hours per hour, in milli: the sum of the weights of the group's placed tasks."""
@@ -100,12 +100,12 @@ class BudgetStatus:
 
     @property
     def used_hours(self) -> float:
-        return self.used_units / 3_600_000_000
+        return unit_hours(self.used_units)
 
     @property
     def left_hours(self) -> float:
-        return self.left_units / 3_600_000_000
+        return unit_hours(self.left_units)
 
     @property
     def burn_rate(self) -> float:
-        return self.burn_rate_milli / 1000
+        return from_milli(self.burn_rate_milli)

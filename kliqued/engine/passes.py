@@ -15,6 +15,7 @@ import gc
 import heapq
 
 from klique_util.fmt import hours, percent
+from klique_util.units import from_milli, unit_hours
 
 from .budget import budget_units, next_budget_event, remaining
 from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
@@ -184,8 +185,8 @@ def _alerts(index: EstateIndex, state: State, now: int, due: set[str],
                 # used crosses every threshold at once, at well over each of them.
                 out.append(Alert(gi.policy, g, a, ps, used, total,
                                  f"{gi.policy}: {percent(used, total)} of the {b.period}'s "
-                                 f"budget used ({hours(used / 3.6e9)} of "
-                                 f"{hours(b.hours_milli / 1000)} h; alert at {a / 10:g}%)"))
+                                 f"budget used ({hours(unit_hours(used))} of "
+                                 f"{hours(from_milli(b.hours_milli))} h; alert at {a / 10:g}%)"))
 
 
 def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:

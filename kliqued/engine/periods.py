@@ -11,11 +11,10 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from typing import Literal
 
+from klique_util.units import DAY_MS, DAY_S, SECOND_MS
+
 Period = Literal["day", "week", "month"]
 
-SECOND_MS = 1000
-HOUR_MS = 3_600_000
-DAY_MS = 86_400_000
 _EPOCH = date(1970, 1, 1)
 
 
@@ -65,13 +64,13 @@ def next_period_start(period: Period, t_ms: int) -> int:
 
 def format_minute(t_ms: int) -> str:
     """``2026-12-01T00:00Z``: the form engine.md's reasons use for a reset time."""
-    dt = datetime.fromtimestamp(t_ms // 1000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(t_ms // SECOND_MS, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%MZ")
 
 
 def format_time(t_ms: int) -> str:
     """RFC 3339 UTC, with milliseconds only when there are any."""
-    dt = datetime.fromtimestamp(t_ms // 1000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(t_ms // SECOND_MS, tz=timezone.utc)
     ms = t_ms % 1000
     if ms:
         return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms:03d}Z"
@@ -81,4 +80,4 @@ def format_time(t_ms: int) -> str:
 def to_ms(dt: datetime) -> int:
     """An aware datetime as integer milliseconds since the epoch, exactly."""
     delta = dt.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return (delta.days * DAY_S + delta.seconds) * SECOND_MS + delta.microseconds // 1000

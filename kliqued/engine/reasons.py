@@ -8,7 +8,7 @@ hold, the first kind in engine.md's list is given: order, limit, budget, capacit
 from __future__ import annotations
 
 from klique_util.fmt import hours
-from klique_util.units import milli_str
+from klique_util.units import from_milli, milli_str, unit_hours
 
 from .budget import budget_units, remaining
 from .decisions import BudgetStatus, Reason, no_worker_text
@@ -70,8 +70,8 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
         if left <= 0:
             return Reason("budget", f"budget used up: resets "
                                     f"{format_minute(next_period_start(b.period, now))}")
-        return Reason("budget", f"budget start check: {hours(left / 3.6e9)} h left at "
-                                f"{hours((m.rate + cr.weight) / 1000)} h/h")
+        return Reason("budget", f"budget start check: {hours(unit_hours(left))} h left at "
+                                f"{hours(from_milli(m.rate + cr.weight))} h/h")
     if failing == CAPACITY:
         down = [p for p in cr.pools if p in state.unavailable]
         if not down:

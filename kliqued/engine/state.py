@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import heapq
 
+from klique_util.units import from_milli
+
 from .budget import Meter
 from .decisions import Cancellation
 from .errors import DuplicateTask, SubmissionError, TimeWentBackwards, UnknownTask
@@ -106,13 +108,14 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
         if gpus_milli < 0:
             raise SubmissionError("gpus", "gpus must be >= 0")
         if cr.max_size is not None and gpus_milli > cr.max_size:
-            raise SubmissionError("gpus", f"gpus {gpus_milli / 1000:g} is above the maximum "
-                                  f"of profile '{cr.profile}' ({cr.max_size / 1000:g})")
+            raise SubmissionError("gpus", f"gpus {from_milli(gpus_milli):g} is above the "
+                                  f"maximum of profile '{cr.profile}' "
+                                  f"({from_milli(cr.max_size):g})")
     size = cr.size_for(gpus_milli)
     g = index.groups.get(cr.group)
     if g is not None and size > g.limit:
-        raise SubmissionError("gpus", f"gpus {size / 1000:g} is above the limit of group "
-                              f"'{cr.group}' ({g.limit / 1000:g})")
+        raise SubmissionError("gpus", f"gpus {from_milli(size):g} is above the limit of "
+                              f"group '{cr.group}' ({from_milli(g.limit):g})")
     return size
 
 
