@@ -59,3 +59,14 @@ def test_round_trips(milli: int) -> None:
 def test_milli_to_gpus_is_an_int_when_whole() -> None:
     assert milli_to_gpus(2000) == 2 and isinstance(milli_to_gpus(2000), int)
     assert milli_to_gpus(250) == 0.25
+
+
+def test_the_api_edge_binds_the_json_rules() -> None:
+    """The daemon's ``gpus`` of a request: the same function, numbers only, bounded."""
+    from kliqued.daemon.units import gpus, to_milli as api_to_milli
+    assert api_to_milli(0.25) == 250 and gpus(250) == 0.25 and gpus(None) is None
+    for bad, text in (("2", "gpus must be a number"), (-1, "gpus must be >= 0, found -1"),
+                      (1.0005, "gpus has more than 3 decimal places: 1.0005"),
+                      (10**13, "gpus is too large")):
+        with pytest.raises(ValueError, match=text):
+            api_to_milli(bad)
