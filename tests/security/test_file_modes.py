@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kliqued import filemodes
+from klique_util import filemodes
 from tests.daemon.fleet import PY, FleetServer, RealWorker, kill_pids_in
 from tests.harness.wait import wait_for
 
