@@ -23,6 +23,7 @@ Standard library only: the compiler, the engine, the daemon and a worker host al
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 
 MILLI = 1000
@@ -138,3 +139,13 @@ def unit_hours(units: int | float) -> float:
 def ms_to_hours(ms: int | float) -> float:
     """A duration in ms as hours."""
     return ms / HOUR_MS
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_ms(dt: datetime) -> int:
+    """An aware datetime as integer milliseconds since the epoch, exactly (integer
+    arithmetic on the timedelta, not ``timestamp() * 1000`` through a float)."""
+    delta = dt.astimezone(timezone.utc) - _EPOCH
+    return (delta.days * DAY_S + delta.seconds) * SECOND_MS + delta.microseconds // 1000

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from klique_util.files import write_atomic
-from klique_util.units import gpus_to_milli
+from klique_util.units import DAY_S, gpus_to_milli
 from workers import __version__, idle
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
@@ -62,7 +62,7 @@ class WorkerConfig:
     grace_s: float = 30.0
     retry_max_s: float = 30.0
     log_interval_s: float = 2.0
-    log_retention_s: float = 7 * 86400
+    log_retention_s: float = 7 * DAY_S
     hostname: str = ""
     drain: bool = False     # on shutdown: stop and hand back every task, then deregister
     cpu_tasks: int = 1      # CPU-only (0-GPU) tasks run at once, beside the GPU tasks

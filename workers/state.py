@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import socket
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -136,12 +135,7 @@ class StateDir:
         if key:
             return key
         key = secrets.token_urlsafe(32)
-        fd, tmp = tempfile.mkstemp(prefix=".worker-key.", dir=self.root)  # 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(key + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, key + "\n")  # a mkstemp file: 0600 whatever the umask
         return key
 
     def log_path(self, rec: TaskRecord) -> Path:

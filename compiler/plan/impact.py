@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from klique_util.units import from_milli
+
 from ..compiled import CBudget, CompiledEstate, CPolicy, CSettings
 from ..models import Settings
 from ..diagnostics import plural
@@ -216,7 +218,7 @@ def _cancels(running_name: str, live: LiveState | None, details: dict[str, Any])
         return "its queued tasks are cancelled, placed tasks run to their end"
     r = live.resource(running_name)
     details["live"] = {"queued": r.queued, "placed": r.placed,
-                       "placed_gpus": r.placed_gpus_milli / 1000}
+                       "placed_gpus": from_milli(r.placed_gpus_milli)}
     return (f"it cancels {plural(r.queued, 'queued task')} now; "
             f"{plural(r.placed, 'placed task')} ({gpus(r.placed_gpus_milli)}) "
             f"{'runs to its end' if r.placed == 1 else 'run to their end'}")
@@ -299,7 +301,7 @@ def _spent(running_name: str, nb: CBudget, live: LiveState | None,
         return ""
     pol = live.policy(running_name)
     used = pol.budget_used_milli.get(nb.period, 0)
-    details["live"] = {"spent_hours": used / 1000, "weighted_placed": pol.weighted_placed}
+    details["live"] = {"spent_hours": from_milli(used), "weighted_placed": pol.weighted_placed}
     if used >= nb.hours_milli:
         return (f"; {hours(used)} are already spent this {nb.period}, so it preempts "
                 f"{plural(pol.weighted_placed, 'running budgeted task')} at once and "
@@ -362,7 +364,7 @@ def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                     f"its profiles fall back to their other pools")
             if live is not None:
                 q = live.pool(o.name)
-                details["live"] = {"placed": q.placed, "used_gpus": q.used_milli / 1000}
+                details["live"] = {"placed": q.placed, "used_gpus": from_milli(q.used_milli)}
                 text += (f"; {plural(q.placed, 'task')} ({gpus(q.used_milli)}) "
                          f"{'is' if q.placed == 1 else 'are'} placed on it now")
             yield Impact("warn", "capacity-removed", text, details, ("pool", o.name), "base")
@@ -383,7 +385,7 @@ def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                     f"use falls below it")
             if live is not None:
                 used = live.pool(o.name).used_milli
-                details["live"] = {"used_gpus": used / 1000}
+                details["live"] = {"used_gpus": from_milli(used)}
                 text += (f"; {gpus(used)} in use now, "
                          + (f"{gpus(used - n.capacity_milli)} over" if used > n.capacity_milli
                             else "within it"))
@@ -429,7 +431,7 @@ def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                                        "after_milli": after}
             if live is not None and after < before:
                 used = live.policy(o.name).used_milli
-                details["live"] = {"used_gpus": used / 1000}
+                details["live"] = {"used_gpus": from_milli(used)}
                 if field == "limit":
                     tail += (f"; the group uses {gpus(used)} now"
                              + (f", {gpus(used - after)} over the new limit" if used > after

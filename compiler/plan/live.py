@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from klique_util.units import gpus_to_milli
+from klique_util.units import gpus_to_milli, to_ms
 
 from ..errors import LiveStateError
 from ..units import parse_time
@@ -99,7 +99,7 @@ def _parse(data: Any, source: str) -> LiveState:
     if not isinstance(revision, str) or not isinstance(at, str):
         raise LiveStateError("'revision' and 'at' must be strings")
     try:
-        at_ms = int(parse_time(at).timestamp() * 1000)
+        at_ms = to_ms(parse_time(at))
     except ValueError as exc:
         raise LiveStateError(f"'at': {exc}") from None
     resources = {

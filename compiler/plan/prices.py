@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Literal
 
+from klique_util.units import to_ms
+
 from ..compiled import CompiledEstate, CPrice
 from ..units import parse_time
 from .live import LiveState
@@ -25,7 +27,7 @@ Timeline = list[tuple[int, Decimal, CPrice]]
 
 
 def _ms(text: str) -> int:
-    return int(parse_time(text).timestamp() * 1000)
+    return to_ms(parse_time(text))
 
 
 def _iso(ms: int) -> str:

@@ -12,6 +12,7 @@ from compiler.plan.gitsource import normalise_estate_path, open_repo, read_sides
 from compiler.plan.live import LiveState, parse_live_state
 from compiler.units import parse_time
 from klique_util.files import write_atomic
+from klique_util.units import to_ms
 from kliqued.sdk import Client, KliqueError
 
 from ._common import DEFAULT_ESTATE, add_command
@@ -81,7 +82,7 @@ def _at(text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return int(parse_time(text).timestamp() * 1000)
+        return to_ms(parse_time(text))
     except ValueError as exc:
         raise ValueError(f"--at: {exc}") from None
 

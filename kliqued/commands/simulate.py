@@ -110,7 +110,7 @@ def run_trace(args: argparse.Namespace, out, err) -> int:
     """``--trace``: check the whole trace, replay it, print the report."""
     from compiler.api import compile_dir
     from compiler.units import parse_time
-    from kliqued.engine.periods import to_ms
+    from klique_util.units import to_ms
     from kliqued.sim.trace import TraceError, load_trace, parse_submit, replay
 
     start = None

@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 import duckdb
 
+from klique_util.units import SECOND_MS
 from kliqued.ledger import writer as ledger
 
 from .core import Daemon, Overlay, Prepared
@@ -202,7 +203,7 @@ class Sequencer:
             self._next_timer = mono + self.pass_interval_s
             self._soon = None
             nxt = d.last_result.next_pass_at if d.last_result is not None else None
-            self._engine_at = None if nxt is None else mono + max(0, nxt - now) / 1000
+            self._engine_at = None if nxt is None else mono + max(0, nxt - now) / SECOND_MS
             if counts:
                 log.info("pass: %s (%.1f ms)", ", ".join(f"{n} {k}" for k, n in
                                                          sorted(counts.items())),

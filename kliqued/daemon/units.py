@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from compiler.units import parse_time
 from klique_util import units
-from klique_util.units import milli_to_gpus
-from kliqued.engine.periods import format_time, to_ms
+from klique_util.units import milli_to_gpus, to_ms
+from kliqued.engine.periods import format_time
 
 
 def iso(ms: int | None) -> str | None:

@@ -15,7 +15,7 @@ import gc
 import heapq
 
 from klique_util.fmt import hours, percent
-from klique_util.units import from_milli, unit_hours
+from klique_util.units import MILLI, from_milli, unit_hours
 
 from .budget import budget_units, next_budget_event, remaining
 from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
@@ -179,7 +179,7 @@ def _alerts(index: EstateIndex, state: State, now: int, due: set[str],
         for a in b.alert_at_milli:
             if a in raised[1]:
                 continue
-            if used * 1000 >= total * a:
+            if used * MILLI >= total * a:
                 raised[1].add(a)
                 # Worded from the figures, not the threshold: a budget lowered below what is
                 # used crosses every threshold at once, at well over each of them.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from typing import Literal
 
-from klique_util.units import DAY_MS, DAY_S, SECOND_MS
+from klique_util.units import DAY_MS, SECOND_MS
 
 Period = Literal["day", "week", "month"]
 
@@ -71,13 +71,7 @@ def format_minute(t_ms: int) -> str:
 def format_time(t_ms: int) -> str:
     """RFC 3339 UTC, with milliseconds only when there are any."""
     dt = datetime.fromtimestamp(t_ms // SECOND_MS, tz=timezone.utc)
-    ms = t_ms % 1000
+    ms = t_ms % SECOND_MS
     if ms:
         return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms:03d}Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def to_ms(dt: datetime) -> int:
-    """An aware datetime as integer milliseconds since the epoch, exactly."""
-    delta = dt.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    return (delta.days * DAY_S + delta.seconds) * SECOND_MS + delta.microseconds // 1000

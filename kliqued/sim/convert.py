@@ -38,6 +38,7 @@ from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
 from compiler.loader import load_yaml_path
 from compiler.units import milli_str
+from klique_util.units import MILLI
 
 from kliqued.engine import CRInfo, EstateIndex
 
@@ -175,7 +176,7 @@ def read_philly(path: str) -> tuple[list[Job], Counter]:
             diags.append(error("convert", "job_id and user must not be empty",
                                Position(path, line)))
             continue
-        jobs.append(Job(jid, user, sub, n * 1000, dur))
+        jobs.append(Job(jid, user, sub, n * MILLI, dur))
     if diags:
         raise ConvertError(diags[:50])
     jobs.sort(key=lambda j: j.submit_s)  # stable: file order among equal times

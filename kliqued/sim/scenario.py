@@ -22,10 +22,9 @@ from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
 from compiler.loader import load_yaml, load_yaml_path
 from compiler.units import parse_duration, parse_time, to_milli
-from klique_util.units import DAY_S, HOUR_S, MINUTE_S, SECOND_MS
+from klique_util.units import DAY_S, HOUR_S, MINUTE_S, SECOND_MS, to_ms
 
 from kliqued.engine import EstateIndex, SubmissionError, check_submission
-from kliqued.engine.periods import to_ms
 
 from .kinds import KINDS, BadValue, Known
 

@@ -19,11 +19,11 @@ from typing import TextIO
 from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
 from compiler.units import parse_time, to_milli
-from klique_util.units import DAY_MS, HOUR_S, MINUTE_S, SECOND_MS
+from klique_util.units import DAY_MS, HOUR_S, MINUTE_S, SECOND_MS, to_ms
 
 from kliqued.engine import (EstateIndex, Placement, Preemption, SubmissionError,
                             check_submission)
-from kliqued.engine.periods import period_start, to_ms
+from kliqued.engine.periods import period_start
 
 from .report import Collector, Report
 from .runner import Driver

@@ -70,3 +70,11 @@ def test_the_api_edge_binds_the_json_rules() -> None:
                       (10**13, "gpus is too large")):
         with pytest.raises(ValueError, match=text):
             api_to_milli(bad)
+
+
+def test_to_ms_is_exact() -> None:
+    from datetime import datetime, timedelta, timezone
+    t = datetime(2026, 3, 1, 12, 0, 0, 1000, tzinfo=timezone.utc)
+    assert units.to_ms(t) == 1772366400001
+    assert units.to_ms(t.astimezone(timezone(timedelta(hours=2)))) == 1772366400001
+    assert units.to_ms(datetime(1969, 12, 31, 23, 59, 59, tzinfo=timezone.utc)) == -1000

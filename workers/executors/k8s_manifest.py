@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from klique_util.units import gpus_to_milli
+from klique_util.units import DAY_S, gpus_to_milli
 from workers.executors.base import klique_env
 from workers.gpus import MILLI, Gpu, memory_cap_env
 
@@ -40,7 +40,7 @@ class K8sSettings:
     fraction_resource: str | None = None
     fraction_units_per_gpu: int = 1
     service_account: str | None = None
-    ttl_after_finished_s: int = 86400
+    ttl_after_finished_s: int = DAY_S
 
 
 def dns_label(text: str, limit: int = 63) -> str:

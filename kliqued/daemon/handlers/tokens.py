@@ -16,6 +16,7 @@ from aiohttp import web
 
 from compiler.models import USER_PATTERN
 from compiler.units import parse_duration
+from klique_util.units import DAY_S, SECOND_MS
 
 from .. import views
 from ..errors import ApiError
@@ -24,7 +25,7 @@ from ..routes import Route
 from ..units import iso, parse_iso
 
 NAME_MAX = 256
-MAX_LIFETIME_S = 10 * 366 * 86400
+MAX_LIFETIME_S = 10 * 366 * DAY_S
 """Expiry at most ten years out (beyond that, leave it unset)."""
 _USER = re.compile(USER_PATTERN)
 
@@ -87,7 +88,7 @@ def _duration_ms(body: dict[str, Any], field: str) -> int | None:
         raise _invalid(field, str(exc)) from None
     if seconds > MAX_LIFETIME_S:
         raise _invalid(field, "at most ten years (3660d)")
-    return seconds * 1000
+    return seconds * SECOND_MS
 
 
 def _expires_at(body: dict[str, Any], now: int) -> int | None:
@@ -108,7 +109,7 @@ def _expires_at(body: dict[str, Any], now: int) -> int | None:
         raise _invalid("expires_at", str(exc)) from None
     if at <= now:
         raise _invalid("expires_at", f"{raw} is not in the future")
-    if at - now > MAX_LIFETIME_S * 1000:
+    if at - now > MAX_LIFETIME_S * SECOND_MS:
         raise _invalid("expires_at", "at most ten years from now")
     return at
 
