@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from klique_util.units import SECOND_MS
+
 from ..api import CompileResult, SourceFile, compile_files
 from ..source import SourceMap
 from .approvals import approvals
@@ -44,7 +46,7 @@ def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = Non
     usage (default: the live state's time, else the clock: the only thing read here that is
     not an argument). ``live``: the running system's counts (``--against``)."""
     if now_ms is None:
-        now_ms = live.at_ms if live is not None else int(time.time() * 1000)
+        now_ms = live.at_ms if live is not None else int(time.time() * SECOND_MS)
     base_rev, base_res = _compile(base)
     head_rev, head_res = _compile(head)
     hunks = tuple(touched(base.files, head.files))

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Literal
 
-from klique_util.units import to_ms
+from klique_util.units import SECOND_MS, to_ms
 
 from ..compiled import CompiledEstate, CPrice
 from ..units import parse_time
@@ -31,7 +31,7 @@ def _ms(text: str) -> int:
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ms / SECOND_MS, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _timelines(est: CompiledEstate) -> dict[str, Timeline]:
@@ -64,8 +64,8 @@ def _change(before: Decimal | None, after: Decimal | None) -> str:
 
 def _months(start_ms: int, end_ms: int) -> list[str]:
     """The UTC months ``[start, end)`` touches, as ``2026-11``."""
-    s = datetime.fromtimestamp(start_ms / 1000, timezone.utc)
-    e = datetime.fromtimestamp((end_ms - 1) / 1000, timezone.utc)
+    s = datetime.fromtimestamp(start_ms / SECOND_MS, timezone.utc)
+    e = datetime.fromtimestamp((end_ms - 1) / SECOND_MS, timezone.utc)
     out, y, m = [], s.year, s.month
     while (y, m) <= (e.year, e.month):
         out.append(f"{y:04d}-{m:02d}")
@@ -74,7 +74,7 @@ def _months(start_ms: int, end_ms: int) -> list[str]:
 
 
 def _month_aligned(ms: int) -> bool:
-    d = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    d = datetime.fromtimestamp(ms / SECOND_MS, timezone.utc)
     return d.day == 1 and (d.hour, d.minute, d.second, d.microsecond) == (0, 0, 0, 0)
 
 

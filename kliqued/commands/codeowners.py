@@ -8,8 +8,9 @@ from pathlib import Path
 
 from compiler.api import compile_dir
 from compiler.codeowners import render_codeowners
+from klique_util.files import write_atomic
 
-from ._common import DEFAULT_ESTATE, add_command, print_diagnostics, write_atomic
+from ._common import DEFAULT_ESTATE, add_command, print_diagnostics
 
 
 def register(subparsers) -> None:
