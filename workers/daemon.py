@@ -305,7 +305,8 @@ class WorkerDaemon:
         for older in self._find(task):
             if older.epoch < epoch and not older.fenced and older.state != ENDED:
                 self._fence(older, f"leased again at epoch {epoch}")
-        rec = TaskRecord(task=task, epoch=epoch, lease=lease, milli=gpus_to_milli(lease.get("gpus")))
+        rec = TaskRecord(task=task, epoch=epoch, lease=lease,
+                         milli=gpus_to_milli(lease.get("gpus")))
         rec.log_path = str(self.state.log_path(rec))
         self.records[rec.key] = rec
         self._save(rec)
