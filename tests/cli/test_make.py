@@ -43,6 +43,13 @@ def test_make_test_type_checks_before_pytest() -> None:
     assert lines.index(".venv/bin/mypy") < lines.index(".venv/bin/python -m pytest")
 
 
+def test_make_test_checks_the_import_contracts_before_pytest() -> None:
+    """lint-imports ([tool.importlinter] in pyproject.toml: docs/architecture.md, "Layers")
+    fails the build before the tests."""
+    lines = make_n("test")
+    assert lines.index(".venv/bin/lint-imports") < lines.index(".venv/bin/python -m pytest")
+
+
 def test_system_packages_say_what_will_skip() -> None:
     """Nothing to be found on PATH: it names each missing package and what skips, installs
     nothing (--check), and does not fail the build."""
