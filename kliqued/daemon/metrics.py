@@ -22,6 +22,7 @@ from prometheus_client import (CollectorRegistry, Counter, Histogram, disable_cr
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from klique_util.units import SECOND_MS, from_milli
 from kliqued.engine import budget_status
 
 from . import views
@@ -44,7 +45,7 @@ process-wide; the daemon has no other metrics)."""
 
 
 def _g(milli: int) -> float:
-    return milli / 1000
+    return from_milli(milli)
 
 
 class StateCollector(Collector):
@@ -78,7 +79,7 @@ class StateCollector(Collector):
         applied = GaugeMetricFamily("klique_estate_applied_timestamp_seconds",
                                     "When the running revision was applied")
         if d.estate.applied_at is not None:
-            applied.add_metric([], d.estate.applied_at / 1000)
+            applied.add_metric([], d.estate.applied_at / SECOND_MS)
         yield applied
         refused = GaugeMetricFamily("klique_estate_refused", "1 while the last revision "
                                     "offered (GitOps reload) was refused", labels=["revision"])
@@ -92,7 +93,7 @@ class StateCollector(Collector):
         last = GaugeMetricFamily("klique_last_pass_timestamp_seconds",
                                  "When the last engine pass ran")
         if d.last_pass_at is not None:
-            last.add_metric([], d.last_pass_at / 1000)
+            last.add_metric([], d.last_pass_at / SECOND_MS)
         yield last
 
     def _pools(self) -> Iterator[Metric]:
@@ -129,7 +130,7 @@ class StateCollector(Collector):
             q = st.queues.get(name)
             t = q.oldest() if q is not None and q.live else None
             depth.add_metric(key, q.live if q is not None else 0)
-            oldest.add_metric(key, max(0, now - t.submitted_at) / 1000 if t else 0)
+            oldest.add_metric(key, max(0, now - t.submitted_at) / SECOND_MS if t else 0)
             placed.add_metric(key, d.placed_count.get(name, 0))
         yield depth
         yield oldest
@@ -161,11 +162,11 @@ class StateCollector(Collector):
             if b is None or gi.budget is None:
                 continue
             key = [name, g, b.period]
-            budget["hours"].add_metric(key, gi.budget.hours_milli / 1000)
+            budget["hours"].add_metric(key, from_milli(gi.budget.hours_milli))
             budget["used_hours"].add_metric(key, b.used_hours)
             budget["left_hours"].add_metric(key, b.left_hours)
             budget["burn_rate"].add_metric(key, b.burn_rate)
-            budget["resets_timestamp_seconds"].add_metric(key, b.resets_at / 1000)
+            budget["resets_timestamp_seconds"].add_metric(key, b.resets_at / SECOND_MS)
         yield from gauges.values()
         yield from budget.values()
 
