@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-GPU_MILLI = 1000
-"""One GPU in milli-GPUs (the unit every GPU amount is counted in)."""
+from .units import MILLI as GPU_MILLI  # one GPU in milli-GPUs: klique_util.units
 
 
 def per_gpu(milli: int) -> int:
