@@ -273,17 +273,22 @@ class Sequencer:
             if took > SLOW_COMMIT_S:
                 log.warning("slow commit: %.0f ms for %d events", took * 1000, len(batch.rows))
         for r, p in prepared:
-            try:
-                result = p.apply()
-            except Exception as exc:  # durable but not applied: a bug; fail loudly
-                r.future.set_exception(exc)
-                raise
-            if not r.future.done():
-                r.future.set_result(result)
-            wants_pass |= p.wants_pass
-            soon |= p.wants_pass and p.frees
+            wants_pass, soon = self._apply(r, p, wants_pass, soon)
         if wants_pass:
             self.request_pass(REPORT_SETTLE_S if soon else SETTLE_S)
+
+    @staticmethod
+    def _apply(r: _Request, p: Any, wants_pass: bool, soon: bool) -> tuple[bool, bool]:
+        """Applies a committed request to the live state and answers it; returns whether a
+        pass is wanted, and soon (it freed capacity), folded into the cycle's flags."""
+        try:
+            result = p.apply()
+        except Exception as exc:  # durable but not applied: a bug; fail loudly
+            r.future.set_exception(exc)
+            raise
+        if not r.future.done():
+            r.future.set_result(result)
+        return wants_pass or p.wants_pass, soon or (p.wants_pass and p.frees)
 
     async def _isolate(self, pass_events: list[Event], pass_ops: list[Any],
                        requests: list[_Request]) -> None:
@@ -330,15 +335,7 @@ class Sequencer:
                         422, "unstorable", f"the request's data cannot be stored; nothing "
                         f"was recorded (error {eid}: the daemon's log has the details)"))
                     continue
-            try:
-                result = p.apply()
-            except Exception as exc:  # durable but not applied: a bug; fail loudly
-                r.future.set_exception(exc)
-                raise
-            if not r.future.done():
-                r.future.set_result(result)
-            wants_pass |= p.wants_pass
-            soon |= p.wants_pass and p.frees
+            wants_pass, soon = self._apply(r, p, wants_pass, soon)
         if wants_pass:
             self.request_pass(REPORT_SETTLE_S if soon else SETTLE_S)
 
