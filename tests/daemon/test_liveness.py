@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .fleet import (ESTATE, PY, FleetServer, HttpWorker, RealWorker, kill_pids_in,
-                    wait_for, write_estate)
+                    running_fleet, wait_for, write_estate)
 from .server import ROOT
 from .test_workers import trap
 
@@ -31,13 +31,7 @@ settings:
 @pytest.fixture
 def fs(tmp_path):
     estate = write_estate(tmp_path / "estate", {**ESTATE, "settings.yaml": SETTINGS})
-    s = FleetServer(tmp_path, estate=estate).start()
-    s.erin = s.token({"user": "erin"})  # type: ignore[attr-defined]
-    s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
-    yield s
-    log = s.log()
-    assert s.stop() == 0, log
-    assert "Traceback" not in log, log
+    yield from running_fleet(tmp_path, estate=estate)
 
 
 @pytest.fixture

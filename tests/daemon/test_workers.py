@@ -15,21 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from .fleet import PY, FleetServer, HttpWorker, RealWorker, kill_pids_in, pid_alive
+from .fleet import (PY, FleetServer, HttpWorker, RealWorker, kill_pids_in, pid_alive,
+                    running_fleet)
 from tests.harness.wait import wait_for
 
 
 @pytest.fixture
 def fs(request, tmp_path):
     ttl = request.node.get_closest_marker("worker_ttl")
-    s = FleetServer(tmp_path, **({"ttl": ttl.args[0]} if ttl else {})).start()
-    s.alice = s.token({"user": "alice"})  # type: ignore[attr-defined]
-    s.erin = s.token({"user": "erin"})    # type: ignore[attr-defined]
-    s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
-    yield s
-    log = s.log()
-    assert s.stop() == 0, log
-    assert "Traceback" not in log, log
+    yield from running_fleet(tmp_path, ("alice", "erin"),
+                             **({"ttl": ttl.args[0]} if ttl else {}))
 
 
 def placed(s: FleetServer, tid: str) -> bool:

@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from .fleet import FleetServer, HttpWorker
+from .fleet import FleetServer, HttpWorker, running_fleet
 from tests.harness.wait import wait_for
 
 
 @pytest.fixture
 def fs(tmp_path):
-    s = FleetServer(tmp_path).start()
-    s.erin = s.token({"user": "erin"})  # type: ignore[attr-defined]
-    s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
-    yield s
-    log = s.log()
-    assert s.stop() == 0, log
-    assert "Traceback" not in log, log
+    yield from running_fleet(tmp_path)
 
 
 def _placed(fs: FleetServer, n: int) -> list[str]:

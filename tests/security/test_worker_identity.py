@@ -12,19 +12,13 @@ import time
 
 import pytest
 
-from tests.daemon.fleet import PY, FleetServer, HttpWorker, RealWorker
+from tests.daemon.fleet import PY, HttpWorker, RealWorker, running_fleet
 from tests.harness.wait import wait_for
 
 
 @pytest.fixture
 def fs(tmp_path):
-    s = FleetServer(tmp_path, ttl="10s").start()  # a restart on a loaded machine is slow
-    s.erin = s.token({"user": "erin"})  # type: ignore[attr-defined]
-    s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
-    yield s
-    log = s.log()
-    assert s.stop() == 0, log
-    assert "Traceback" not in log, log
+    yield from running_fleet(tmp_path, ttl="10s")  # a restart on a loaded machine is slow
 
 
 def _leased(fs, w: HttpWorker) -> tuple[str, int]:
