@@ -35,7 +35,7 @@ from .events import COLUMNS, Event
 from .loop import Sequencer
 from .store import Store
 
-log = logging.getLogger("kliqued.alerts")
+log = logging.getLogger(__name__)
 
 WAITING = "waiting_alert"
 ALERTING = ("alert", "worker_lost", "estate_refused", WAITING)
