@@ -234,6 +234,39 @@ def running_fleet(tmp_path: Path, users: tuple[str, ...] = ("erin",),
     assert "Traceback" not in log, log
 
 
+def real_workers(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
+    """The body of the tests' ``real`` fixtures: ``make(name, gpus)`` starts a real
+    klique-worker on pool ``bare``; on teardown every one stops, stray task pids are killed
+    and no worker's stderr has a traceback."""
+    started: list[RealWorker] = []
+
+    def make(name: str = "w1", gpus: str = "0,1") -> RealWorker:
+        w = RealWorker(fs, fs.wt, tmp_path / name, gpus=gpus).start()  # type: ignore[attr-defined]
+        started.append(w)
+        return w
+    yield make
+    for w in started:
+        w.stop()
+    kill_pids_in(list(tmp_path.glob("*.pid")))
+    for w in started:
+        assert "Traceback" not in w.stderr(), w.stderr()
+
+
+def trap(tmp: Path, name: str, seconds: float = 60) -> list[str]:
+    """A task that writes its pid, then on SIGTERM writes TERM to its marker and exits 0 (a
+    training job that checkpoints)."""
+    pid, mark = tmp / f"{name}.pid", tmp / f"{name}.term"
+    return [PY, "-c", "import os, signal, sys, time\n"
+                      f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
+                      "def term(*_):\n"
+                      f"    open({str(mark)!r}, 'w').write('TERM')\n"
+                      "    sys.exit(0)\n"
+                      "signal.signal(signal.SIGTERM, term)\n"
+                      "print('started', flush=True)\n"
+                      f"time.sleep({seconds})\n"
+                      "print('done', flush=True)\n"]
+
+
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())

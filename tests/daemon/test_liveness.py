@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from .fleet import (ESTATE, PY, FleetServer, HttpWorker, RealWorker, kill_pids_in,
-                    running_fleet, wait_for, write_estate)
+from .fleet import (ESTATE, PY, FleetServer, HttpWorker, real_workers, running_fleet, trap,
+                    wait_for, write_estate)
 from .server import ROOT
-from .test_workers import trap
 
 SETTINGS = """\
 version: 1
@@ -36,18 +35,7 @@ def fs(tmp_path):
 
 @pytest.fixture
 def real(fs, tmp_path):
-    started: list[RealWorker] = []
-
-    def make(name: str = "w1", gpus: str = "0,1") -> RealWorker:
-        w = RealWorker(fs, fs.wt, tmp_path / name, gpus=gpus).start()
-        started.append(w)
-        return w
-    yield make
-    for w in started:
-        w.stop()
-    kill_pids_in(list(tmp_path.glob("*.pid")))
-    for w in started:
-        assert "Traceback" not in w.stderr(), w.stderr()
+    yield from real_workers(fs, tmp_path)
 
 
 def pools(fs: FleetServer) -> dict[str, dict]:

@@ -11,12 +11,11 @@ import json
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from .fleet import (PY, FleetServer, HttpWorker, RealWorker, kill_pids_in, pid_alive,
-                    running_fleet)
+from .fleet import (PY, FleetServer, HttpWorker, pid_alive, real_workers, running_fleet,
+                    trap)
 from tests.harness.wait import wait_for
 
 
@@ -231,34 +230,11 @@ def test_a_restart_rebuilds_workers_and_leases(fs) -> None:
 
 
 # ---------------------------------------------------------------------- real workers
-def trap(tmp: Path, name: str, seconds: float = 60) -> list[str]:
-    """A task that writes its pid, then on SIGTERM writes TERM to its marker and exits."""
-    pid, mark = tmp / f"{name}.pid", tmp / f"{name}.term"
-    return [PY, "-c", "import os, signal, sys, time\n"
-                      f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
-                      "def term(*_):\n"
-                      f"    open({str(mark)!r}, 'w').write('TERM')\n"
-                      "    sys.exit(0)\n"
-                      "signal.signal(signal.SIGTERM, term)\n"
-                      "print('started', flush=True)\n"
-                      f"time.sleep({seconds})\n"
-                      "print('done', flush=True)\n"]
 
 
 @pytest.fixture
 def real(fs, tmp_path):
-    started: list[RealWorker] = []
-
-    def make(name: str = "w1", gpus: str = "0,1") -> RealWorker:
-        w = RealWorker(fs, fs.wt, tmp_path / name, gpus=gpus).start()
-        started.append(w)
-        return w
-    yield make
-    for w in started:
-        w.stop()
-    kill_pids_in(list(tmp_path.glob("*.pid")))
-    for w in started:
-        assert "Traceback" not in w.stderr(), w.stderr()
+    yield from real_workers(fs, tmp_path)
 
 
 def test_a_real_worker_runs_a_command_and_its_log_comes_back(fs, real) -> None:

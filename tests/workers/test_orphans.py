@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.fleet import FleetServer, RealWorker, kill_pids_in, pid_alive
+from tests.daemon.fleet import FleetServer, RealWorker, kill_pids_in, pid_alive, trap
 from workers.executors.process import WRAPPER
 from workers.liveness import Liveness, margin
 from tests.harness.wait import wait_for
@@ -28,19 +28,6 @@ from tests.harness.wait import wait_for
 PY = sys.executable
 
 
-def trap(tmp: Path, name: str, seconds: float = 60) -> list[str]:
-    """A task that writes its pid, then on SIGTERM writes TERM to its marker and exits 0 (a
-    training job that checkpoints)."""
-    pid, mark = tmp / f"{name}.pid", tmp / f"{name}.term"
-    return [PY, "-c", "import os, signal, sys, time\n"
-                      f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
-                      "def term(*_):\n"
-                      f"    open({str(mark)!r}, 'w').write('TERM')\n"
-                      "    sys.exit(0)\n"
-                      "signal.signal(signal.SIGTERM, term)\n"
-                      "print('started', flush=True)\n"
-                      f"time.sleep({seconds})\n"
-                      "print('done', flush=True)\n"]
 
 
 def _at(text: str) -> float:
