@@ -81,8 +81,8 @@ SCHEMAS: dict[str, Any] = {
                  "description": "admins only: the user the task is sent for"},
     }, required=["resource"]),
     "Reason": _obj({"kind": {"type": "string",
-                             "enum": ["order", "limit", "budget", "capacity", "pending",
-                                              "worker"]},
+                             "enum": ["order", "user_limit", "limit", "budget", "capacity",
+                                      "pending", "worker"]},
                     "text": {"type": "string"}}),
     "Task": _obj({
         "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$"},

@@ -88,6 +88,21 @@ class Meter:
             total += self.rate * (now - max(self.since, ps))
         return total
 
+    @classmethod
+    def merged(cls, meters: list["Meter"], now: int, charging: bool) -> "Meter":
+        """One meter for the sum of ``meters`` from ``now`` on (an envelope's, from its
+        teams'): charges are linear, so the sum of the day buckets is the subtree's."""
+        out = cls(now)
+        for m in meters:
+            m.settle(now, charging)
+            out.rate += m.rate
+            out.weighted_tasks += m.weighted_tasks
+            out.gpu_rate += m.gpu_rate
+            out.gpu_units += m.gpu_units
+            for d, v in m.days.items():
+                out.days[d] = out.days.get(d, 0) + v
+        return out
+
     def gpu_used(self, now: int) -> int:
         return self.gpu_units + self.gpu_rate * (max(now, self.gpu_since) - self.gpu_since)
 

@@ -10,7 +10,7 @@ from klique_util.units import SECOND_MS, duration_str, from_milli, unit_hours
 
 Phase = Literal["reserve", "reclaim", "lend"]
 PreemptKind = Literal["reclaimed", "budget", "unstarted"]
-ReasonKind = Literal["order", "limit", "budget", "capacity", "pending", "worker"]
+ReasonKind = Literal["order", "user_limit", "limit", "budget", "capacity", "pending", "worker"]
 """Why a task waits; ``worker`` is the daemon's (placed, no worker has taken it yet)."""
 
 UNSTARTED: Final = "unstarted"

@@ -48,13 +48,28 @@ class CRInfo:
 
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
+    """A group with a policy: a team (its own compute resources) or an envelope (the policy
+    of a group with groups below it, whose numbers apply to the whole subtree;
+    organisation.md)."""
+
     name: str
     policy: str
     reservation: int
     limit: int
     budget: CBudget | None
     resources: tuple[str, ...]
-    """Its compute resources, in name order."""
+    """Its compute resources, in name order (none for an envelope)."""
+    levels: tuple[str, ...] = ()
+    """The groups whose policies a task of this group is counted at: itself, then each
+    envelope's group above it, nearest first (organisation.md "levels"). Flat: ``(name,)``."""
+    envelope: bool = False
+    subtree_resources: tuple[str, ...] = ()
+    """The compute resources of every group of its subtree (a team: its own)."""
+    user_limit: int | None = None
+    """Most milli-GPUs one user of the group holds at once; None: no per-user limit."""
+    project_rank: dict[str, int] | None = field(default=None, hash=False, compare=False)
+    """With ``project_priority``: each listed project's place in the queue order (tasks of
+    no listed project after them); None: submission order only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +99,15 @@ class EstateIndex:
     group_of_policy: dict[str, str]
     budget_periods: frozenset[Period]
     """The period kinds in use by some budget: a pass must run at each of their starts."""
+    depth: int = 1
+    """The most levels any group has: the rounds of phases 1 and 2 (organisation.md
+    "innermost guarantee first"). A flat estate: 1."""
+    group_levels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Every group of the tree, with or without a policy → the groups with a policy that
+    count its tasks (its own, if any, then each envelope above)."""
+    teams_below: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """A group with no policy (it only groups others) → the teams of its subtree, whose
+    counters sum to its totals (an envelope keeps counters of its own)."""
 
     @staticmethod
     def build(estate: CompiledEstate) -> "EstateIndex":
@@ -139,12 +163,39 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         by_group.setdefault(cr.group, []).append(cr.name)
         for pl in prof.pools:
             by_pool.setdefault(pl, []).append(cr.name)
+    group_of = {p.name: p.group for p in estate.policies}
+    cgroups = {g.name: g for g in estate.groups}
+    subtree_res: dict[str, list[str]] = {}
+    for pol in estate.policies:
+        levels = [group_of[x] for x in (pol.levels or [pol.name]) if x in group_of]
+        for lv in levels:
+            subtree_res.setdefault(lv, []).extend(by_group.get(pol.group, []))
     groups: dict[str, GroupInfo] = {}
     for pol in estate.policies:
+        cg = cgroups.get(pol.group)
+        rank = ({p: i for i, p in enumerate(cg.project_order)}
+                if cg is not None and cg.project_priority and cg.project_order else None)
+        chain = tuple(group_of[x] for x in (pol.levels or [pol.name]) if x in group_of)
         groups[pol.group] = GroupInfo(
             name=pol.group, policy=pol.name, reservation=pol.reservation_milli,
             limit=pol.limit_milli, budget=pol.budget,
-            resources=tuple(sorted(by_group.get(pol.group, []))))
+            resources=tuple(sorted(by_group.get(pol.group, []))),
+            levels=chain or (pol.group,), envelope=pol.envelope,
+            subtree_resources=tuple(sorted(set(subtree_res.get(pol.group, [])))),
+            user_limit=pol.user_limit_milli, project_rank=rank)
+    group_levels: dict[str, tuple[str, ...]] = {}
+    for g in estate.groups:
+        up = [g.name] + list(g.ancestors)
+        group_levels[g.name] = tuple(x for x in up
+                                     if x in groups and (x == g.name or groups[x].envelope))
+    teams_below: dict[str, list[str]] = {}
+    for g in estate.groups:
+        gi = groups.get(g.name)
+        if gi is None or gi.envelope:
+            continue
+        for a in g.ancestors:
+            if a not in groups:
+                teams_below.setdefault(a, []).append(g.name)
     pools = {p.name: PoolInfo(p.name, p.capacity_milli, tuple(by_pool.get(p.name, [])),
                               p.start_timeout_s * 1000, p.autoscale is not None)
              for p in estate.pools}
@@ -155,4 +206,7 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         projects={g.name: frozenset(g.projects) for g in estate.groups},
         group_of_policy={p.name: p.group for p in estate.policies},
         budget_periods=frozenset(p.budget.period for p in policies.values() if p.budget),
+        depth=max((len(gi.levels) for gi in groups.values()), default=1),
+        group_levels=group_levels,
+        teams_below={a: tuple(sorted(ts)) for a, ts in teams_below.items()},
     )

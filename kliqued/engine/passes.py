@@ -21,11 +21,13 @@ from .budget import budget_units, next_budget_event, remaining
 from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
                         unstarted_text)
 from .errors import TimeWentBackwards
-from .index import CRInfo, EstateIndex
+from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
 from .reclaim import choose_victims
 from .result import PassResult
-from .rules import Key, budget_ok, first_fit, headroom, order_key
+from .rules import (Key, budget_ok, first_fit, headroom, innermost_within, limit_room, order_key,
+                    reservation_room, user_ok)
+from .queues import CRQueue
 from .state import State, Task
 
 MAX_REPEATS = 10_000
@@ -77,8 +79,11 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
             if starts:
                 changed |= _requeue_unstarted(state, now, decisions)
             changed |= _phase_budgets(index, state, now, due, decisions)
-        changed |= _fill(index, state, now, "reserve", decisions)
-        changed |= _reclaim(index, state, now, decisions)
+        # organisation.md "innermost guarantee first": phases 1 and 2 for work within
+        # reservation at its own level, then through the envelope above, and so on outward.
+        for upto in range(index.depth):
+            changed |= _fill(index, state, now, "reserve", decisions, upto)
+            changed |= _reclaim(index, state, now, decisions, upto)
         changed |= _fill(index, state, now, "lend", decisions)
         if not changed or repeats >= MAX_REPEATS:
             break
@@ -112,7 +117,7 @@ def _due_budget_groups(index: EstateIndex, state: State, now: int) -> set[str]:
                 for g, gi in index.groups.items():
                     if gi.budget is not None and gi.budget.period == kind:
                         due.add(g)
-                        for name in gi.resources:
+                        for name in gi.subtree_resources:
                             q = state.queues.get(name)
                             if q is not None and q.live:
                                 state.active.add(name)
@@ -142,10 +147,13 @@ def _requeue_unstarted(state: State, now: int, out: list[Decision]) -> bool:
 
 def _phase_budgets(index: EstateIndex, state: State, now: int, due: set[str],
                    out: list[Decision]) -> bool:
-    """Phase 0: a used-up budget preempts the group's weighted work, newest placement first."""
-    changed = False
+    """Phase 0: a used-up budget preempts the weighted work of its level's whole subtree,
+    newest placement first (organisation.md "Budgets at every level"); each victim's reason
+    names the nearest of its levels whose budget is used up."""
+    groups = index.groups
+    used_up: list[str] = []
     for g in sorted(due):
-        gi = index.groups.get(g)
+        gi = groups.get(g)
         if gi is None or gi.budget is None:
             continue
         m = state.meters.get(g)
@@ -153,14 +161,39 @@ def _phase_budgets(index: EstateIndex, state: State, now: int, due: set[str],
             continue
         if remaining(m, gi.budget, now, state.enabled) > 0:
             continue
-        victims = [t for t in reversed(state.placed_by_group.get(g, {}).values())
-                   if t.weight > 0 and not t.orphan]
+        used_up.append(g)
+    changed = False
+    for g in used_up:
+        gi = groups[g]
+        if gi.envelope:
+            teams = [t for t, ti in groups.items() if not ti.envelope and g in ti.levels]
+            victims = sorted((t for team in teams
+                              for t in state.placed_by_group.get(team, {}).values()
+                              if t.weight > 0 and not t.orphan),
+                             key=lambda t: -t.place_seq)
+        else:
+            victims = [t for t in reversed(state.placed_by_group.get(g, {}).values())
+                       if t.weight > 0 and not t.orphan]
         for t in victims:
             pool = t.pool
-            state.preempt(t, now, "budget", "budget used up")
-            out.append(Preemption(t.id, t.resource, g, pool or "", "budget", "budget used up"))
+            text = _budget_text(index, state, t.group, now)
+            state.preempt(t, now, "budget", text)
+            out.append(Preemption(t.id, t.resource, t.group, pool or "", "budget", text))
             changed = True
     return changed
+
+
+def _budget_text(index: EstateIndex, state: State, group: str, now: int) -> str:
+    """``budget used up``, or for an envelope's ``budget of <group> used up``: the nearest
+    level of ``group`` whose budget is used up."""
+    gi = index.groups.get(group)
+    for x in (gi.levels if gi is not None else (group,)):
+        xi = index.groups.get(x)
+        if xi is None or xi.budget is None:
+            continue
+        if remaining(state.meter(x), xi.budget, now, state.enabled) <= 0:
+            return "budget used up" if x == group else f"budget of {x} used up"
+    return "budget used up"
 
 
 def _alerts(index: EstateIndex, state: State, now: int, due: set[str],
@@ -224,15 +257,27 @@ def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
 
 # ------------------------------------------------------------------------ phases 1 and 3
 
+def _head(state: State, gi: GroupInfo, q: CRQueue) -> Task | None:
+    """The queue's head as the rules see it: a task its user's limit holds back keeps its
+    place but is passed over, even in a strict queue (organisation.md "User limit")."""
+    if gi.user_limit is None:
+        return q.head()
+    for t in q:
+        if user_ok(state, gi, t):
+            return t
+    return None
+
+
 def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
-               now: int) -> tuple[Task, str] | None:
+               now: int, upto: int | None = None) -> tuple[Task, str] | None:
     """The task this compute resource may place now in this phase, and its pool."""
     q = state.queues.get(cr.name)
     if q is None or not q.live:
         return None
-    room = headroom(index, state, cr, lend)
+    gi = index.groups[cr.group]
+    room = headroom(index, state, cr, lend, upto)
     if cr.strict:
-        t = q.head()
+        t = _head(state, gi, q)
         if t is None or t.size > room:
             return None
         if not budget_ok(index, state, cr, now):
@@ -248,8 +293,9 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     lim = min(room, maxfree)
     if smallest > lim or not budget_ok(index, state, cr, now):
         return None
+    limited = gi.user_limit is not None
     for t in q:
-        if t.size <= lim:
+        if t.size <= lim and (not limited or user_ok(state, gi, t)):
             pool = first_fit(state, cr, t.size)
             if pool is not None:
                 return t, pool
@@ -257,7 +303,7 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
 
 
 def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
-          out: list[Decision]) -> bool:
+          out: list[Decision], upto: int | None = None) -> bool:
     """Phases 1 (``reserve``: within reservation) and 3 (``lend``: up to the limit).
 
     Candidates are compared on (the profile's place in the target pool's execution order, the
@@ -287,7 +333,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         nonlocal counter
         cr = resources.get(name)
         w.forget(name)
-        c = _candidate(index, state, cr, lend, now) if cr is not None else None
+        c = _candidate(index, state, cr, lend, now, upto) if cr is not None else None
         counter += 1
         if c is None or cr is None:
             cand.pop(name, None)
@@ -331,7 +377,8 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         cr = resources[name]
         gi = groups[cr.group]
         if (state.free.get(pool, -1) < t.size
-                or t.size > headroom(index, state, cr, lend)
+                or t.size > headroom(index, state, cr, lend, upto)
+                or not user_ok(state, gi, t)
                 or not budget_ok(index, state, cr, now)):
             evaluate(name)
             continue
@@ -360,30 +407,34 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
 
 def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
     """After phase 3 a compute resource with nothing placeable sleeps until something it
-    waits on changes: its group's usage falls or its budget resets (it is woken with its
-    group), or, when only room holds it back, one of its pools gains room. It is also
-    remembered for phase 2 when its head is within reservation."""
+    waits on changes: a level's usage falls or a budget resets (it is held at each of its
+    levels and woken with any of them), or, when only room holds it back, one of its pools
+    gains room. It is also remembered for phase 2 when its head is within reservation."""
     state.active.discard(cr.name)
     q = state.queues.get(cr.name)
     w = state.watchers
     if q is None or not q.live:
         state.reclaim.discard(cr.name)
         return
-    head = q.head()
-    assert head is not None
-    need = head.size if cr.strict else (q.min_size() or 0)
+    gi = index.groups[cr.group]
+    head = _head(state, gi, q) if cr.strict else q.head()
     within = _reclaim_candidate(index, state, cr) is not None
     if within:
         state.reclaim.add(cr.name)
     else:
         state.reclaim.discard(cr.name)
-    if need > headroom(index, state, cr, True) or not budget_ok(index, state, cr, now):
-        # Held by the limit or the budget: woken when the group's usage falls (or, for the
-        # budget, at the period start).
-        held = state.held.get(cr.group)
-        if held is None:
-            held = state.held[cr.group] = set()
-        held.add(cr.name)
+    need = 0
+    if head is not None:
+        need = head.size if cr.strict else (q.min_size() or 0)
+    if head is None or need > headroom(index, state, cr, True) \
+            or not budget_ok(index, state, cr, now):
+        # Held by a limit (a user's, its own, an envelope's) or a budget: woken when the
+        # usage of one of its levels falls (or, for a budget, at the period start).
+        for x in gi.levels:
+            held = state.held.get(x)
+            if held is None:
+                held = state.held[x] = set()
+            held.add(cr.name)
         return
     if within:
         w.park_reserve(cr.name, cr.pools, need)
@@ -395,31 +446,42 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
 
 # ------------------------------------------------------------------------ phase 2
 
-def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo) -> Task | None:
-    """The head within reservation (best_effort: the first task within reservation)."""
+def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo,
+                       upto: int | None = None) -> Task | None:
+    """The head within reservation at one of the first ``upto + 1`` levels (all when None;
+    best_effort: the first such task). Limits are not asked here: a reclaim may free an
+    envelope's limit too (organisation.md "Reclaim"). A task its user's limit holds back
+    triggers no reclaim."""
     q = state.queues.get(cr.name)
     if q is None or not q.live:
         return None
-    room = headroom(index, state, cr, False)
+    gi = index.groups[cr.group]
+    if len(gi.levels) == 1:
+        room = headroom(index, state, cr, False)
+    else:
+        room = reservation_room(index, state, gi, upto)
     if cr.strict:
-        t = q.head()
+        t = _head(state, gi, q)
         return t if t is not None and t.size <= room else None
     smallest = q.min_size()
     if smallest is None or smallest > room:
         return None
+    limited = gi.user_limit is not None
     for t in q:
-        if t.size <= room:
+        if t.size <= room and (not limited or user_ok(state, gi, t)):
             return t
     return None
 
 
-def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:
+def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
+             upto: int | None = None) -> bool:
     """Phase 2: work within reservation takes back borrowed capacity, only as much as it
     needs, in the first pool of its profile where enough can be freed."""
     names = state.reclaim | state.active
     if not names:
         return False
     resources = index.resources
+    groups = index.groups
     heap: list[tuple[Key, str, str]] = []
     queued: dict[str, str] = {}
 
@@ -427,7 +489,7 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) ->
         cr = resources.get(name)
         if cr is None:
             return
-        t = _reclaim_candidate(index, state, cr)
+        t = _reclaim_candidate(index, state, cr, upto)
         if t is None:
             queued.pop(name, None)
             state.reclaim.discard(name)
@@ -446,7 +508,7 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) ->
         if name in done or queued.get(name) != tid:
             continue
         cr = resources[name]
-        t = _reclaim_candidate(index, state, cr)
+        t = _reclaim_candidate(index, state, cr, upto)
         if t is None or t.id != tid:
             queued.pop(name, None)
             push(name)
@@ -454,19 +516,22 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) ->
         if not budget_ok(index, state, cr, now):
             done.add(name)  # a task that fails its start check triggers no reclaim
             continue
-        pool = first_fit(state, cr, t.size)
+        gi = groups[cr.group]
+        pool = first_fit(state, cr, t.size) if limit_room(index, state, gi) >= t.size else None
+        victim_groups: set[str] = set()
         if pool is None:
+            inner = innermost_within(index, state, gi, t.size)
+            guarded = gi.levels[inner] if inner is not None else gi.name
             for p in cr.pools:
                 if p not in state.free:
                     continue
-                need = t.size - state.free[p]
-                victims = choose_victims(index, state, p, cr.group, need)
+                victims = choose_victims(index, state, p, gi, t.size, guarded)
                 if victims is None:
                     continue
-                victim_groups = set()
                 for v in victims:
+                    vpool = v.pool or p
                     state.preempt(v, now, "reclaimed", f"reclaimed by {cr.group}")
-                    out.append(Preemption(v.id, v.resource, v.group, p, "reclaimed",
+                    out.append(Preemption(v.id, v.resource, v.group, vpool, "reclaimed",
                                           f"reclaimed by {cr.group}", cr.group))
                     victim_groups.add(v.group)
                 pool = p
@@ -474,8 +539,6 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) ->
             else:
                 done.add(name)  # no pool can be freed enough: preempt nothing
                 continue
-        else:
-            victim_groups = set()
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "reclaim"))
         changed = True
@@ -483,8 +546,8 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision]) ->
         queued.pop(name, None)
         push(name)
         for g in sorted(victim_groups):
-            gi = index.groups.get(g)
-            for n2 in (gi.resources if gi is not None else ()):
+            vi = groups.get(g)
+            for n2 in (vi.resources if vi is not None else ()):
                 if n2 not in done:
                     push(n2)
     return changed

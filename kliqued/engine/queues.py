@@ -3,7 +3,9 @@
 engine.md's queue order is a total order: tasks that ran before (were preempted) come first,
 by their original submission, then tasks that never ran, by submission. So the queue is two
 parts: a heap for the preempted (rare, any order of arrival) and a FIFO for the rest (always
-appended in submission order). Removal is lazy, by a token per enqueue, because finishing or
+appended in submission order). With a team lead's ``project_priority`` (organisation.md) the
+never-run part is one FIFO per project, in the order of the group's ``projects`` (tasks of no
+listed project last): still appended in submission order within each. Removal is lazy, by a token per enqueue, because finishing or
 cancelling a queued task, or a best_effort placement past the head, must not cost a scan.
 Two sorted lists of the queued tasks' submission seqs, one per part, answer "my place in
 line" in O(log n) (sortedcontainers), so no caller keeps a second copy of the order.
@@ -25,14 +27,25 @@ PLACED = 1
 ENDED = 2
 
 
-class CRQueue:
-    __slots__ = ("front", "back", "live", "sizes", "stale", "front_seqs", "back_seqs")
+_RANK_SHIFT = 44
+"""A never-run task's place key is ``rank << 44 | seq``: one sorted list of ints answers the
+place in line with or without project ranks (2**44 submissions is far beyond any daemon)."""
 
-    def __init__(self) -> None:
+
+class CRQueue:
+    __slots__ = ("front", "back", "backs", "ranks", "live", "sizes", "stale", "front_seqs",
+                 "back_seqs")
+
+    def __init__(self, ranks: dict[str, int] | None = None) -> None:
+        self.ranks = ranks
+        """Project → its place in the queue order (project priority); None: submission
+        order only."""
         self.front: list[tuple[int, int, Task]] = []
         """Heap of (submission seq, token, task) of tasks that ran before."""
-        self.back: deque[tuple[Task, int]] = deque()
-        """(task, token) of tasks that never ran, in submission order."""
+        self.backs: list[deque[tuple[Task, int]]] = [
+            deque() for _ in range(len(ranks) + 1 if ranks else 1)]
+        """Per project rank: (task, token) of tasks that never ran, in submission order."""
+        self.back = self.backs[0]
         self.live = 0
         self.sizes: dict[int, int] = {}
         """How many queued tasks have each size: best_effort skips a queue at once when even
@@ -52,6 +65,15 @@ class CRQueue:
         else:
             self.sizes.pop(size, None)
 
+    def rank(self, t: "Task") -> int:
+        r = self.ranks
+        if not r:
+            return 0
+        return r.get(t.project, len(r)) if t.project is not None else len(r)
+
+    def _key(self, t: "Task") -> int:
+        return (self.rank(t) << _RANK_SHIFT) | t.seq if self.ranks else t.seq
+
     def push(self, t: "Task") -> None:
         """Enqueues ``t`` (already marked queued) in its place: front if it ran before."""
         t.qtoken += 1
@@ -59,14 +81,17 @@ class CRQueue:
             heapq.heappush(self.front, (t.seq, t.qtoken, t))
             self.front_seqs.add(t.seq)
         else:
-            self.back.append((t, t.qtoken))
-            self.back_seqs.add(t.seq)
+            self.backs[self.rank(t)].append((t, t.qtoken))
+            self.back_seqs.add(self._key(t))
         self.live += 1
         self._count(t.size, 1)
 
     def left(self, t: "Task") -> None:
         """``t`` left the queue (placed or ended); its entry is dropped lazily."""
-        (self.front_seqs if t.ran_before else self.back_seqs).discard(t.seq)
+        if t.ran_before:
+            self.front_seqs.discard(t.seq)
+        else:
+            self.back_seqs.discard(self._key(t))
         self.live -= 1
         self.stale += 1
         self._count(t.size, -1)
@@ -80,21 +105,23 @@ class CRQueue:
     def _compact(self) -> None:
         self.front = [e for e in self.front if self._valid(e[2], e[1])]
         heapq.heapify(self.front)
-        self.back = deque(e for e in self.back if self._valid(e[0], e[1]))
+        self.backs = [deque(e for e in b if self._valid(e[0], e[1])) for b in self.backs]
+        self.back = self.backs[0]
         self.stale = 0
 
     def head(self) -> "Task | None":
-        front, back = self.front, self.back
+        front = self.front
         while front and not self._valid(front[0][2], front[0][1]):
             heapq.heappop(front)
             self.stale -= 1
         if front:
             return front[0][2]
-        while back and not self._valid(back[0][0], back[0][1]):
-            back.popleft()
-            self.stale -= 1
-        if back:
-            return back[0][0]
+        for back in self.backs:
+            while back and not self._valid(back[0][0], back[0][1]):
+                back.popleft()
+                self.stale -= 1
+            if back:
+                return back[0][0]
         return None
 
     def oldest(self) -> "Task | None":
@@ -105,11 +132,12 @@ class CRQueue:
         for _, tok, t in self.front:
             if self._valid(t, tok) and (best is None or t.seq < best.seq):
                 best = t
-        for t, tok in self.back:
-            if self._valid(t, tok):
-                if best is None or t.seq < best.seq:
-                    best = t
-                break
+        for back in self.backs:
+            for t, tok in back:
+                if self._valid(t, tok):
+                    if best is None or t.seq < best.seq:
+                        best = t
+                    break
         return best
 
     def __iter__(self) -> Iterator["Task"]:
@@ -117,15 +145,16 @@ class CRQueue:
         for _, tok, t in sorted(self.front, key=lambda e: e[0]):
             if self._valid(t, tok):
                 yield t
-        for t, tok in self.back:
-            if self._valid(t, tok):
-                yield t
+        for back in self.backs:
+            for t, tok in back:
+                if self._valid(t, tok):
+                    yield t
 
     def position(self, t: "Task") -> int:
         """0-based place of queued ``t`` in queue order (0 = the head)."""
         if t.ran_before:
             return self.front_seqs.bisect_left(t.seq)
-        return len(self.front_seqs) + self.back_seqs.bisect_left(t.seq)
+        return len(self.front_seqs) + self.back_seqs.bisect_left(self._key(t))
 
     def min_size(self) -> int | None:
         return min(self.sizes) if self.sizes else None

@@ -14,7 +14,8 @@ from .budget import budget_units, remaining
 from .decisions import BudgetStatus, Reason, no_worker_text
 from .index import EstateIndex
 from .periods import format_minute, next_period_start, period_start
-from .rules import BUDGET, CAPACITY, LIMIT, first_failing
+from .rules import (BUDGET, CAPACITY, LIMIT, USER_LIMIT, failing_budget_level,
+                    failing_limit_level, first_failing, user_ok)
 from .state import QUEUED, State, Task
 
 
@@ -49,29 +50,49 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
     if cr is None:
         return Reason("pending", f"compute resource {t.resource} is not in the estate")
     q = state.queues[t.resource]
+    gi = index.groups[cr.group]
+    held = gi.user_limit is not None and not user_ok(state, gi, t)
     if cr.strict:
-        if pos is None:
+        if gi.user_limit is not None:
+            # Tasks its user's limit holds back are passed over (organisation.md): they do
+            # not count as being ahead.
+            pos = 0
+            for ahead in q:
+                if ahead is t:
+                    break
+                if user_ok(state, gi, ahead):
+                    pos += 1
+        elif pos is None:
             pos = next(i for i, x in enumerate(q) if x is t)
         if pos > 0:
             return Reason("order", f"behind {pos} task{'s' if pos != 1 else ''} in {cr.name}")
     # The check that fails is the one the pass applies (rules.first_failing); this only words it.
-    failing = first_failing(index, state, cr, t.size, now)
-    gi = index.groups[cr.group]
-    used = state.used.get(cr.group, 0)
+    failing = first_failing(index, state, cr, t.size, now, user=t.user)
+    if failing == USER_LIMIT or held:
+        used = state.user_used.get((gi.name, t.user), 0)
+        return Reason("user_limit", f"{t.user} at their limit in {gi.name} "
+                                    f"({_gpus(used)}/{_gpus(gi.user_limit or 0)} GPUs)")
     if failing == LIMIT:
-        if used >= gi.limit:
-            return Reason("limit", f"group at limit ({_gpus(used)}/{_gpus(gi.limit)} GPUs)")
-        return Reason("limit", f"group near limit ({_gpus(used)}/{_gpus(gi.limit)} GPUs, "
+        x = failing_limit_level(index, state, gi, t.size) or gi.name
+        xi = index.groups[x]
+        used = state.used.get(x, 0)
+        who = "group" if x == gi.name else x
+        if used >= xi.limit:
+            return Reason("limit", f"{who} at limit ({_gpus(used)}/{_gpus(xi.limit)} GPUs)")
+        return Reason("limit", f"{who} near limit ({_gpus(used)}/{_gpus(xi.limit)} GPUs, "
                                f"the task needs {_gpus(t.size)})")
-    b = gi.budget
-    if failing == BUDGET and b is not None:
-        m = state.meter(cr.group)
-        left = remaining(m, b, now, state.enabled)
-        if left <= 0:
-            return Reason("budget", f"budget used up: resets "
-                                    f"{format_minute(next_period_start(b.period, now))}")
-        return Reason("budget", f"budget start check: {hours(unit_hours(left))} h left at "
-                                f"{hours(from_milli(m.rate + cr.weight))} h/h")
+    if failing == BUDGET:
+        x = failing_budget_level(index, state, cr, now) or gi.name
+        b = index.groups[x].budget
+        if b is not None:
+            m = state.meter(x)
+            left = remaining(m, b, now, state.enabled)
+            of = "" if x == gi.name else f" of {x}"
+            if left <= 0:
+                return Reason("budget", f"budget{of} used up: resets "
+                                        f"{format_minute(next_period_start(b.period, now))}")
+            return Reason("budget", f"budget start check{of}: {hours(unit_hours(left))} h "
+                                    f"left at {hours(from_milli(m.rate + cr.weight))} h/h")
     if failing == CAPACITY:
         down = [p for p in cr.pools if p in state.unavailable]
         if not down:

@@ -1,9 +1,14 @@
-"""Phase 2's victim choice in one pool (engine.md "Reclaim").
+"""Phase 2's victim choice for one pool (engine.md "Reclaim", organisation.md "Reclaim").
 
 Kept apart from the pass loop because it is the one rule with a subtle order: victims newest
-placement first, each eligible only if its group stays at or above its reservation counting
-the victims already chosen, stop as soon as the waiting task fits, then spare, from the last
-chosen back to the first, each victim without which the task still fits.
+placement first, each eligible only if it stays outside the guarantee being restored and its
+own levels stay at or above their reservations counting the victims already chosen, stop as
+soon as every constraint holds (room in the pool, every level's limit), then spare, from the
+last chosen back to the first, each victim without which every constraint still holds.
+
+A flat estate has one constraint (room in the pool) and one level per group; it keeps the
+direct form (``_on_pool``), which is the hot path of a reclaim. With departments the general
+form (``_across_levels``) also takes victims on other pools to free an envelope's limit.
 """
 
 from __future__ import annotations
@@ -11,14 +16,123 @@ from __future__ import annotations
 import heapq
 from typing import Iterator
 
-from .index import EstateIndex
+from .index import EstateIndex, GroupInfo
 from .state import State, Task
 
 
-def choose_victims(index: EstateIndex, state: State, pool: str, waiting_group: str,
-                   need: int) -> list[Task] | None:
-    """The tasks to preempt on ``pool`` so that ``need`` more milli-GPUs are free there, or
-    None when the pool cannot be freed enough (it is then passed over)."""
+def choose_victims(index: EstateIndex, state: State, pool: str, waiting: GroupInfo, size: int,
+                   guarded: str) -> list[Task] | None:
+    """The tasks to preempt so that a task of ``waiting``'s group and ``size`` can be placed
+    on ``pool`` under every level's limit, or None when that cannot be done (the pool is
+    then passed over). ``guarded`` is the nearest level at which the task is within
+    reservation: no victim is taken from its subtree."""
+    used = state.used
+    groups = index.groups
+    short: dict[str, int] = {}
+    for y in waiting.levels:
+        n = used.get(y, 0) + size - groups[y].limit
+        if n > 0:
+            short[y] = n
+    room_need = size - state.free.get(pool, 0)
+    if not short and len(waiting.levels) == 1 and index.depth == 1:
+        return _on_pool(index, state, pool, waiting.name, room_need)
+    return _across_levels(index, state, pool, waiting, guarded, room_need, short)
+
+
+def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupInfo,
+                   guarded: str, room_need: int, short: dict[str, int]) -> list[Task] | None:
+    """organisation.md's reclaim: a victim is eligible when it is outside ``guarded``'s
+    subtree and each of its levels that the waiting task does not share stays at or above
+    its reservation; it is useful while it is on ``pool`` and room there is short, or in
+    the subtree of a level of the waiting task whose limit is short."""
+    used = state.used
+    groups = index.groups
+    mine = set(waiting.levels)
+    by_pool = state.placed_by_pool_group.get(pool, {})
+    scan_all: dict[str, bool] = {}
+    if room_need > 0:
+        for h in by_pool:
+            scan_all[h] = False
+    if short:
+        for h, hi in groups.items():
+            if not hi.envelope and any(y in short for y in hi.levels):
+                scan_all[h] = True
+    excess: dict[str, int] = {}
+    heap: list[tuple[int, Task, Iterator[Task]]] = []
+    for h, everywhere in scan_all.items():
+        info = groups.get(h)
+        if h == waiting.name or info is None or guarded in info.levels:
+            continue
+        hi = info
+        ok = True
+        for z in hi.levels:
+            if z not in mine:
+                if z not in excess:
+                    excess[z] = used.get(z, 0) - groups[z].reservation
+                if excess[z] <= 0:
+                    ok = False
+        if not ok:
+            continue
+        src = state.placed_by_group.get(h, {}) if everywhere else by_pool.get(h, {})
+        it = reversed(src.values())
+        first = next(it, None)
+        if first is not None:
+            heap.append((-first.place_seq, first, it))
+    heapq.heapify(heap)
+    freed_room = 0
+    freed = {y: 0 for y in short}
+
+    def holds() -> bool:
+        return freed_room >= room_need and all(freed[y] >= n for y, n in short.items())
+
+    chosen: list[Task] = []
+    while heap and not holds():
+        _, t, it = heap[0]
+        nxt = next(it, None)
+        if nxt is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (-nxt.place_seq, nxt, it))
+        if t.orphan or t.size <= 0:
+            continue
+        levels = groups[t.group].levels
+        on_pool = t.pool == pool
+        if not ((on_pool and freed_room < room_need)
+                or any(y in short and freed[y] < short[y] for y in levels)):
+            continue  # not useful (and it never becomes useful again)
+        if any(z not in mine and excess[z] - t.size < 0 for z in levels):
+            continue  # would take one of its levels below its reservation
+        chosen.append(t)
+        for z in levels:
+            if z not in mine:
+                excess[z] -= t.size
+            if z in freed:
+                freed[z] += t.size
+        if on_pool:
+            freed_room += t.size
+    if not holds():
+        return None
+    spared: set[int] = set()
+    for i in range(len(chosen) - 1, -1, -1):
+        t = chosen[i]
+        levels = groups[t.group].levels
+        on_pool = t.pool == pool
+        if on_pool and freed_room - t.size < room_need:
+            continue
+        if any(z in freed and freed[z] - t.size < short[z] for z in levels):
+            continue
+        spared.add(i)
+        if on_pool:
+            freed_room -= t.size
+        for z in levels:
+            if z in freed:
+                freed[z] -= t.size
+    return [t for i, t in enumerate(chosen) if i not in spared]
+
+
+def _on_pool(index: EstateIndex, state: State, pool: str, waiting_group: str,
+             need: int) -> list[Task] | None:
+    """A flat estate's victims on ``pool`` so that ``need`` more milli-GPUs are free there."""
     by_group = state.placed_by_pool_group.get(pool)
     if not by_group:
         return None

@@ -2,10 +2,10 @@
 feasibility checks (limit, budget, capacity).
 
 The passes decide with these functions and ``reasons`` explains with the same ones
-(``first_failing``), so the reason a person reads cannot drift from the decision. Every
-predicate takes the compute resource (``CRInfo``) rather than its group: the departments work
-(organisation.md) adds the levels a task is counted at, and only the bodies here change then,
-not their callers. They are small and called per candidate on the hot path: no allocation
+(``first_failing``), so the reason a person reads cannot drift from the decision. A task is
+counted at its levels (organisation.md: its group, then each envelope above); every check
+here runs over them, with a short path for the flat group (one level), which is the common
+case and must cost what it did before departments. They are small and called per candidate on the hot path: no allocation
 beyond the key tuple, no lookups the caller already made twice.
 """
 
@@ -21,10 +21,11 @@ Key = tuple[int, int, int, str]
 """engine.md's order between competitors: (the profile's place in the target pool's
 execution order, the policy's place on the profile, submission, task id)."""
 
-Check = Literal["limit", "budget", "capacity"]
-"""A feasibility check, in engine.md's order of reasons (after "order", which only strict
-queues have and which is their position, not a check)."""
+Check = Literal["user_limit", "limit", "budget", "capacity"]
+"""A feasibility check, in the order of reasons (after "order", which only strict queues have
+and which is their position, not a check): engine.md's, with organisation.md's user limit."""
 
+USER_LIMIT: Check = "user_limit"
 LIMIT: Check = "limit"
 BUDGET: Check = "budget"
 CAPACITY: Check = "capacity"
@@ -37,26 +38,107 @@ def order_key(cr: CRInfo, exec_pos: int, t: Task) -> Key:
 
 
 def phase_cap(gi: GroupInfo, lend: bool) -> int:
-    """How much the group may use in a phase: within its reservation in phases 1 and 2
+    """How much a flat group may use in a phase: within its reservation in phases 1 and 2
     (never above its limit), up to its limit in phase 3."""
     return gi.limit if lend else min(gi.reservation, gi.limit)
 
 
-def headroom(index: EstateIndex, state: State, cr: CRInfo, lend: bool) -> int:
-    """Milli-GPUs ``cr``'s group may still take in this phase (the limit check: a task fits
-    when its size is at most this)."""
-    return phase_cap(index.groups[cr.group], lend) - state.used.get(cr.group, 0)
+def limit_room(index: EstateIndex, state: State, gi: GroupInfo) -> int:
+    """Milli-GPUs a task of ``gi`` may take under every level's limit (organisation.md
+    "Limits": ``used(x) + s <= limit(x)`` at every level)."""
+    used = state.used
+    groups = index.groups
+    room = gi.limit - used.get(gi.name, 0)
+    for x in gi.levels[1:]:
+        xi = groups[x]
+        r = xi.limit - used.get(x, 0)
+        if r < room:
+            room = r
+    return room
+
+
+def reservation_room(index: EstateIndex, state: State, gi: GroupInfo,
+                     upto: int | None = None) -> int:
+    """The largest task of ``gi`` that is within reservation at some level among its first
+    ``upto + 1`` (all when None): ``used(x) + s <= reservation(x)`` at one of them."""
+    used = state.used
+    groups = index.groups
+    levels = gi.levels if upto is None else gi.levels[:upto + 1]
+    room = gi.reservation - used.get(gi.name, 0)
+    for x in levels[1:]:
+        r = groups[x].reservation - used.get(x, 0)
+        if r > room:
+            room = r
+    return room
+
+
+def innermost_within(index: EstateIndex, state: State, gi: GroupInfo, size: int) -> int | None:
+    """The place (0 = the group's own) of the nearest level at which a task of ``size`` is
+    within reservation, or None. Its subtree is the guarantee a reclaim restores."""
+    used = state.used
+    groups = index.groups
+    for i, x in enumerate(gi.levels):
+        if used.get(x, 0) + size <= groups[x].reservation:
+            return i
+    return None
+
+
+def headroom(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
+             upto: int | None = None) -> int:
+    """Milli-GPUs ``cr``'s group may still take in this phase (a task fits when its size is
+    at most this): under every level's limit, and in phases 1 and 2 (``lend`` False) within
+    reservation at one of the first ``upto + 1`` levels (all when None)."""
+    gi = index.groups[cr.group]
+    if len(gi.levels) == 1:
+        return phase_cap(gi, lend) - state.used.get(cr.group, 0)
+    room = limit_room(index, state, gi)
+    if lend:
+        return room
+    return min(room, reservation_room(index, state, gi, upto))
+
+
+def user_ok(state: State, gi: GroupInfo, t: Task) -> bool:
+    """organisation.md's user limit: ``used(g, user) + s <= user_limit(g)``."""
+    ul = gi.user_limit
+    return ul is None or state.user_used.get((gi.name, t.user), 0) + t.size <= ul
+
+
+def _level_budget_ok(state: State, gi: GroupInfo, x: str, weight: int, now: int) -> bool:
+    b = gi.budget
+    return b is None or start_ok(state.meter(x), b, weight, now, state.enabled)
+
+
+def failing_budget_level(index: EstateIndex, state: State, cr: CRInfo, now: int) -> str | None:
+    """The nearest level whose budget start check a task of ``cr`` fails, or None. Weight-0
+    work and levels without a budget always pass (engine.md; organisation.md "Budgets at
+    every level")."""
+    if cr.weight <= 0:
+        return None
+    groups = index.groups
+    for x in groups[cr.group].levels:
+        if not _level_budget_ok(state, groups[x], x, cr.weight, now):
+            return x
+    return None
 
 
 def budget_ok(index: EstateIndex, state: State, cr: CRInfo, now: int) -> bool:
-    """The budget check: weight-0 work and groups without a budget always pass; otherwise the
-    start check of budget.py."""
+    """The budget check: the start check of budget.py at every budgeted level."""
     if cr.weight <= 0:
         return True
-    b = index.groups[cr.group].budget
-    if b is None:
-        return True
-    return start_ok(state.meter(cr.group), b, cr.weight, now, state.enabled)
+    gi = index.groups[cr.group]
+    if len(gi.levels) == 1:
+        return _level_budget_ok(state, gi, cr.group, cr.weight, now)
+    return failing_budget_level(index, state, cr, now) is None
+
+
+def failing_limit_level(index: EstateIndex, state: State, gi: GroupInfo,
+                        size: int) -> str | None:
+    """The nearest level whose limit a task of ``size`` would pass, or None."""
+    used = state.used
+    for x in gi.levels:
+        if used.get(x, 0) + size > index.groups[x].limit:
+            return x
+    return None
 
 
 def first_fit(state: State, cr: CRInfo, size: int) -> str | None:
@@ -69,10 +151,14 @@ def first_fit(state: State, cr: CRInfo, size: int) -> str | None:
 
 
 def first_failing(index: EstateIndex, state: State, cr: CRInfo, size: int, now: int,
-                  lend: bool = True) -> Check | None:
-    """The first check a task of ``size`` of ``cr`` fails in this phase, in engine.md's order
-    (limit, budget, capacity), or None when it may be placed. Phase 3 (``lend``) is the
-    one a waiting task's reason speaks of."""
+                  lend: bool = True, user: str | None = None) -> Check | None:
+    """The first check a task of ``size`` (of ``user``, when given) of ``cr`` fails in this
+    phase, in the order of reasons (user limit, limit, budget, capacity), or None when it
+    may be placed. Phase 3 (``lend``) is the one a waiting task's reason speaks of."""
+    gi = index.groups[cr.group]
+    if user is not None and gi.user_limit is not None \
+            and state.user_used.get((gi.name, user), 0) + size > gi.user_limit:
+        return USER_LIMIT
     if size > headroom(index, state, cr, lend):
         return LIMIT
     if not budget_ok(index, state, cr, now):

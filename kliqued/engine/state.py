@@ -130,6 +130,10 @@ class State:
         self.tasks: dict[str, Task] = {}
         self.queues: dict[str, CRQueue] = {}
         self.used: dict[str, int] = {}
+        """Milli-GPUs placed per group; an envelope's group counts its whole subtree
+        (organisation.md ``used(x)``)."""
+        self.user_used: dict[tuple[str, str], int] = {}
+        """Milli-GPUs placed per (group, user): the user limit."""
         self.pool_used: dict[str, int] = {}
         self.free: dict[str, int] = {}
         self.placed_by_group: dict[str, dict[str, Task]] = {}
@@ -241,14 +245,33 @@ class State:
         self.self_starting.discard(pool)
         return True
 
+    def _counted(self, group: str) -> tuple[str, ...]:
+        """The groups whose counters sum to ``group``'s subtree: itself when it has a policy
+        (an envelope's counters already cover its subtree), else the teams below it."""
+        idx = self.index
+        if idx is None or group in idx.groups:
+            return (group,)
+        return idx.teams_below.get(group, (group,))
+
+    def used_by(self, group: str) -> int:
+        """Milli-GPUs placed in ``group``'s subtree (a group with no policy sums its teams)."""
+        return sum(self.used.get(g, 0) for g in self._counted(group))
+
     def gpu_units(self, group: str, now: int) -> int:
-        """Ledger milli-GPU x ms of the group up to ``now`` (counts while disabled too)."""
-        m = self.meters.get(group)
-        return m.gpu_used(now) if m else 0
+        """Ledger milli-GPU x ms of the group's subtree up to ``now`` (counts while disabled
+        too)."""
+        total = 0
+        for g in self._counted(group):
+            m = self.meters.get(g)
+            total += m.gpu_used(now) if m else 0
+        return total
 
     def weighted_units(self, group: str, period: Period, now: int) -> int:
-        m = self.meters.get(group)
-        return m.used(period, now, self.enabled) if m else 0
+        total = 0
+        for g in self._counted(group):
+            m = self.meters.get(g)
+            total += m.used(period, now, self.enabled) if m else 0
+        return total
 
     # ---------------------------------------------------------------- changes from outside
     def _tick(self, at: int) -> None:
@@ -274,7 +297,8 @@ class State:
         self.tasks[task_id] = t
         q = self.queues.get(resource)
         if q is None:
-            q = self.queues[resource] = CRQueue()
+            gi = self.index.groups.get(cr.group)
+            q = self.queues[resource] = CRQueue(gi.project_rank if gi is not None else None)
         q.push(t)
         self.active.add(resource)
         return t
@@ -423,10 +447,16 @@ class State:
         if index is self.index:
             return []
         self._tick(at)
+        old = self.index
         self.index = index
         cancels: list[Cancellation] = []
-        for name, q in self.queues.items():
+        for name in list(self.queues):
+            q = self.queues[name]
             cr = index.resources.get(name)
+            gi = index.groups.get(cr.group) if cr is not None else None
+            ranks = gi.project_rank if gi is not None else None
+            if cr is not None and ranks != q.ranks:
+                q = self.queues[name] = self._requeued(q, ranks)
             if cr is None:
                 for t in list(q):
                     self._dequeue(t)
@@ -438,14 +468,15 @@ class State:
                     cancels.append(c)
                 continue
             for t in list(q):
-                old = t.size
+                was = t.size
                 t.size = cr.size_for(t.requested)
                 t.weight = cr.weight
-                if t.size != old:
-                    q.resized(t, old)
+                if t.size != was:
+                    q.resized(t, was)
         for d in self.placed_by_group.values():
             for t in d.values():
                 t.orphan = t.resource not in index.resources
+        self._recount_envelopes(old, index, at)
         self.unavailable = {p for p in self.no_worker
                             if p not in index.pools or not index.pools[p].autoscaled}
         self.free = {p: info.capacity - self.pool_used.get(p, 0)
@@ -459,6 +490,36 @@ class State:
         self.rate_changed.update(self.meters)
         self.pending_cancellations.extend(cancels)
         return cancels
+
+    @staticmethod
+    def _requeued(q: CRQueue, ranks: dict[str, int] | None) -> CRQueue:
+        """The queue under a new project order: the same tasks, re-placed in line."""
+        nq = CRQueue(ranks)
+        for t in list(q):
+            nq.push(t)
+        return nq
+
+    def _recount_envelopes(self, old: EstateIndex | None, index: EstateIndex, at: int) -> None:
+        """An envelope's counters (GPUs in use, its budget meter) are the sums over its
+        subtree's teams under the new tree: a group moved to another parent takes its counts
+        there (organisation.md "Estate changes"), and a group that is no longer an envelope
+        drops them. Team counters are the record; nothing is preempted here."""
+        was = {g for g, gi in old.groups.items() if gi.envelope} if old is not None else set()
+        now_env = {g: gi for g, gi in index.groups.items() if gi.envelope}
+        for g in was - now_env.keys():
+            self.used.pop(g, None)
+            self.meters.pop(g, None)
+        if not now_env:
+            return
+        below: dict[str, list[str]] = {g: [] for g in now_env}
+        for g, gi in index.groups.items():
+            if not gi.envelope:
+                for e in gi.levels[1:]:
+                    below[e].append(g)
+        for e, teams in below.items():
+            self.used[e] = sum(self.used.get(t, 0) for t in teams)
+            self.meters[e] = Meter.merged([self.meters[t] for t in teams if t in self.meters],
+                                          at, self.enabled)
 
     # ---------------------------------------------------------------- used by the pass
     def _dequeue(self, t: Task) -> None:
@@ -478,7 +539,13 @@ class State:
         t.place_seq = self.place_seq
         g = t.group
         size = t.size
-        self.used[g] = self.used.get(g, 0) + size
+        used = self.used
+        gi = self.index.groups.get(g) if self.index is not None else None
+        levels = gi.levels if gi is not None else (g,)
+        for x in levels:
+            used[x] = used.get(x, 0) + size
+        uk = (g, t.user)
+        self.user_used[uk] = self.user_used.get(uk, 0) + size
         self.pool_used[pool] = self.pool_used.get(pool, 0) + size
         if pool in self.free:
             self.free[pool] -= size
@@ -492,11 +559,12 @@ class State:
             t.start_deadline = None
         else:
             self._start_timer(t, now)
-        m = self.meter(g)
-        m.change(now, self.enabled, t.weight, size)
-        if t.weight > 0:
-            m.weighted_tasks += 1
-        self.rate_changed.add(g)
+        for x in levels:
+            m = self.meter(x)
+            m.change(now, self.enabled, t.weight, size)
+            if t.weight > 0:
+                m.weighted_tasks += 1
+            self.rate_changed.add(x)
         self.version += 1
 
     def _unplace(self, t: Task, now: int) -> None:
@@ -504,7 +572,13 @@ class State:
         assert pool is not None
         g = t.group
         size = t.size
-        self.used[g] -= size
+        idx = self.index
+        gi = idx.groups.get(g) if idx is not None else None
+        levels = gi.levels if gi is not None else (g,)
+        used = self.used
+        for x in levels:
+            used[x] -= size
+        self.user_used[(g, t.user)] -= size
         self.pool_used[pool] -= size
         if pool in self.free:
             self.free[pool] += size
@@ -512,32 +586,40 @@ class State:
         del self.placed_by_group[g][t.id]
         del self.placed_by_pool_group[pool][g][t.id]
         self.pool_group_used[pool][g] -= size
-        m = self.meter(g)
-        m.change(now, self.enabled, -t.weight, -size)
-        if t.weight > 0:
-            m.weighted_tasks -= 1
-        self.rate_changed.add(g)
+        for x in levels:
+            m = self.meter(x)
+            m.change(now, self.enabled, -t.weight, -size)
+            if t.weight > 0:
+                m.weighted_tasks -= 1
+            self.rate_changed.add(x)
         t.pool = None
         self.version += 1
-        # Room and headroom were given back: the group's waiting work may now go. Queues
-        # that wait for room are parked on their pools and woken by the room; the group's
-        # usage matters to the ones held by its limit or budget, and, once the group is
-        # back within its reservation, to all of them (phases 1 and 2 may now serve them).
-        idx = self.index
-        if idx is not None:
-            gi = idx.groups.get(g)
-            if gi is not None:
-                used = self.used[g]
-                if used <= gi.reservation and used <= gi.limit:
-                    names: tuple[str, ...] | set[str] = gi.resources
-                    self.held.pop(g, None)
+        # Room and headroom were given back: waiting work of the task's levels may now go.
+        # Queues that wait for room are parked on their pools and woken by the room; a
+        # level's usage matters to the queues held by its limit, budget or a user limit,
+        # and, once the level is back within its reservation, to every queue of its subtree
+        # (phases 1 and 2 may now serve them). A group with a user limit wakes all its
+        # queues: the user's held tasks may now be heads again.
+        if idx is not None and gi is not None:
+            groups = idx.groups
+            queues = self.queues
+            active = self.active
+            for x in levels:
+                xi = groups[x]
+                u = used[x]
+                names: tuple[str, ...] | set[str]
+                if u <= xi.reservation and u <= xi.limit:
+                    names = xi.subtree_resources
+                    self.held.pop(x, None)
+                elif x == g and gi.user_limit is not None:
+                    names = gi.resources
+                    self.held.pop(x, None)
                 else:
-                    names = self.held.pop(g, ())
-                queues = self.queues
+                    names = self.held.pop(x, ())
                 for name in names:
                     q = queues.get(name)
                     if q is not None and q.live:
-                        self.active.add(name)
+                        active.add(name)
 
     def preempt(self, t: Task, now: int, kind: str, text: str) -> None:
         """Back to the front of its queue. The pass calls this for reclaims and budgets; the

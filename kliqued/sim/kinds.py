@@ -16,7 +16,7 @@ from klique_util.units import gpus_to_milli, milli_str, unit_hours
 from kliqued.engine import EstateIndex, State, waiting_reason
 
 TASK_STATES = ("placed", "queued", "ended")
-REASON_KINDS = ("order", "limit", "budget", "capacity", "pending")
+REASON_KINDS = ("order", "user_limit", "limit", "budget", "capacity", "pending")
 PREEMPT_KINDS = ("reclaimed", "budget", "unstarted")
 TOLERANCE_HOURS = 0.01
 
@@ -88,7 +88,7 @@ def _pool(known: Known, label: str, val: Any, report: Callable[[str], None]) -> 
 
 def _reason(known: Known, label: str, val: Any, report: Callable[[str], None]) -> Any:
     if val not in REASON_KINDS:  # "pending" is accepted but not advertised
-        report(f"{label}: expected one of {', '.join(REASON_KINDS[:4])}")
+        report(f"{label}: expected one of {', '.join(REASON_KINDS[:-1])}")
     return val
 
 
@@ -120,6 +120,13 @@ def _gpus(used: Callable[[State], dict[str, int]]) -> Check:
         got = used(m.state).get(name, 0)
         return HOLDS if got == gpus_to_milli(want) else milli_str(got)
     return check
+
+
+def _check_running(m: Moment, name: str, want: float) -> Any:
+    """GPUs placed in the group's subtree (organisation.md: a group with groups below it
+    counts them)."""
+    got = m.state.used_by(name)
+    return HOLDS if got == gpus_to_milli(want) else milli_str(got)
 
 
 def _task_or(m: Moment, name: str) -> Any:
@@ -190,7 +197,7 @@ def _check_waiting_reason(m: Moment, name: str, want: str) -> Any:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("running", "group", _number, _gpus(lambda s: s.used)),
+    Kind("running", "group", _number, _check_running),
     Kind("pools", "pool", _number, _gpus(lambda s: s.pool_used)),
     Kind("tasks", "task id", _task_state, _check_state),
     Kind("placed_on", "task id", _pool, _check_placed_on),

@@ -34,7 +34,9 @@ def borrowed_pool(placements: list[tuple[str, str, float]], reservations: dict[s
 
 
 def victims(e: Engine, need: float, waiting: str = "w") -> list[str] | None:
-    chosen = choose_victims(e.index, e.state, "p", waiting, g(need))
+    # ``need`` more milli-GPUs free on "p": a task of that much more than the pool's room.
+    size = g(need) + e.state.free["p"]
+    chosen = choose_victims(e.index, e.state, "p", e.index.groups[waiting], size, waiting)
     return None if chosen is None else [t.id for t in chosen]
 
 

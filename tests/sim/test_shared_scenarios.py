@@ -1,4 +1,5 @@
-"""The public conformance scenarios (../shared/scenarios) must all pass."""
+"""The public conformance scenarios (../shared/scenarios, and its organisation/ folder for
+organisation.md) must all pass."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from kliqued.sim.runner import simulate
 from kliqued.sim.scenario import load_scenario
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-SCENARIOS = sorted((SHARED / "scenarios").glob("*.yaml")) if SHARED.is_dir() else []
+SCENARIOS = (sorted((SHARED / "scenarios").glob("*.yaml"))
+             + sorted((SHARED / "scenarios" / "organisation").glob("*.yaml"))
+             if SHARED.is_dir() else [])
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("path", SCENARIOS or [None], ids=lambda p: p.stem if p else "none")
+@pytest.mark.parametrize("path", SCENARIOS or [None], ids=lambda p: f"{p.parent.name}/{p.stem}" if p else "none")
 def test_shared_scenario(path: Path | None) -> None:
     if path is None:
         pytest.skip(f"{SHARED} is absent: the shared conformance scenarios are not here")
