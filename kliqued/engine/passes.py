@@ -25,10 +25,12 @@ from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
 from .reclaim import choose_victims
 from .result import PassResult
-from .rules import (Key, budget_ok, first_fit, headroom, innermost_within, limit_room, order_key,
-                    reservation_room, user_ok)
+from .rules import (Key, budget_ok, failing_budget_level, failing_limit_level, first_fit,
+                    headroom, innermost_within, limit_room, order_key, reservation_room,
+                    user_ok)
 from .queues import CRQueue
 from .state import State, Task
+from .watch import level_key
 
 MAX_REPEATS = 10_000
 """A guard, never reached by engine.md's rules: each repeat either places within-reservation
@@ -317,7 +319,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
     if not lend:
         for p in state.freed_pools:
             w.wake_reserve(p, state.free.get(p, -1), state.active)
-    if not state.active and not (lend and state.freed_pools):
+    if not state.active and not (lend and (state.freed_pools or state.freed_levels)):
         if lend:
             state.freed_pools.clear()
         return False
@@ -345,9 +347,16 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         heapq.heappush(heap, (order_key(cr, cr.exec_pos[pool], t), counter, name, pool))
         heapq.heappush(by_pool.setdefault(pool, []), (-t.size, counter, name))
 
+    levels = {level_key(x): index.groups[x] for x in state.freed_levels
+              if x in index.groups} if lend else {}
+
     def pull(pool: str) -> None:
-        """Puts the next parked queue of ``pool`` that fits into the competition."""
-        nxt = w.next_lend(pool, state.free.get(pool, -1))
+        """Puts the next parked queue of ``pool`` (or of an envelope's limit) that fits into
+        the competition."""
+        xi = levels.get(pool)
+        room = (xi.limit - state.used.get(xi.name, 0) if xi is not None
+                else state.free.get(pool, -1))
+        nxt = w.next_lend(pool, room)
         if nxt is not None:
             key, v, name = nxt
             heapq.heappush(heap, (key, -v, name, pool))
@@ -356,6 +365,8 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         evaluate(name)
     if lend:
         for p in sorted(state.freed_pools):
+            pull(p)
+        for p in sorted(levels):
             pull(p)
     changed = False
     groups = index.groups
@@ -402,6 +413,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
     if lend:
         w.restore()
         state.freed_pools.clear()
+        state.freed_levels.clear()
     return changed
 
 
@@ -423,18 +435,25 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         state.reclaim.add(cr.name)
     else:
         state.reclaim.discard(cr.name)
-    need = 0
-    if head is not None:
-        need = head.size if cr.strict else (q.min_size() or 0)
-    if head is None or need > headroom(index, state, cr, True) \
-            or not budget_ok(index, state, cr, now):
-        # Held by a limit (a user's, its own, an envelope's) or a budget: woken when the
-        # usage of one of its levels falls (or, for a budget, at the period start).
-        for x in gi.levels:
-            held = state.held.get(x)
-            if held is None:
-                held = state.held[x] = set()
-            held.add(cr.name)
+    if head is None:
+        _hold(state, cr.group, cr.name)  # every task held by its user's limit
+        return
+    need = head.size if cr.strict else (q.min_size() or 0)
+    if need > headroom(index, state, cr, True):
+        x = failing_limit_level(index, state, gi, need) or cr.group
+        if x == cr.group or within:
+            # Held by its own limit, or within reservation (few): woken when the level's
+            # usage falls.
+            _hold(state, x, cr.name)
+        else:
+            # Borrowed work held by an envelope's limit: woken in order as the subtree
+            # frees GPUs, like a pool's room.
+            w.park_lend(cr.name, (level_key(x),),
+                        [order_key(cr, min(cr.exec_pos.values(), default=0), head)], need)
+        return
+    if not budget_ok(index, state, cr, now):
+        # Woken when the level's rate falls, or at its period start.
+        _hold(state, failing_budget_level(index, state, cr, now) or cr.group, cr.name)
         return
     if within:
         w.park_reserve(cr.name, cr.pools, need)
@@ -442,6 +461,13 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         w.park_lend(cr.name, cr.pools,
                     [order_key(cr, cr.exec_pos[p], head) for p in cr.pools],
                     need)
+
+
+def _hold(state: State, level: str, name: str) -> None:
+    held = state.held.get(level)
+    if held is None:
+        held = state.held[level] = set()
+    held.add(name)
 
 
 # ------------------------------------------------------------------------ phase 2

@@ -20,7 +20,7 @@ from .errors import DuplicateTask, SubmissionError, TimeWentBackwards, UnknownTa
 from .index import EstateIndex
 from .periods import Period
 from .queues import ENDED, PLACED, QUEUED, CRQueue
-from .watch import Watchers
+from .watch import Watchers, level_key
 
 __all__ = ["Task", "State", "QUEUED", "PLACED", "ENDED", "check_submission", "SubmissionError"]
 
@@ -147,6 +147,9 @@ class State:
         self.active: set[str] = set()
         self.reclaim: set[str] = set()
         self.freed_pools: set[str] = set()
+        self.freed_levels: set[str] = set()
+        """Envelopes whose usage fell since the last pass: phase 3 wakes the queues parked on
+        their limit one at a time, in order, as it does for a pool's room."""
         self.held: dict[str, set[str]] = {}
         """Per group: its compute resources that phase 3 left waiting on the group's limit or
         budget (no pool watches them), woken when the group's usage falls."""
@@ -484,8 +487,12 @@ class State:
         self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}
         self.reclaim = set()
         self.held = {}
-        self.watchers = Watchers({p: len(info.resources) for p, info in index.pools.items()})
+        watched = {p: len(info.resources) for p, info in index.pools.items()}
+        watched.update({level_key(g): len(gi.subtree_resources)
+                        for g, gi in index.groups.items() if gi.envelope})
+        self.watchers = Watchers(watched)
         self.freed_pools = set(index.pools)
+        self.freed_levels = set()
         self.budget_check_all = True
         self.rate_changed.update(self.meters)
         self.pending_cancellations.extend(cancels)
@@ -608,6 +615,8 @@ class State:
                 xi = groups[x]
                 u = used[x]
                 names: tuple[str, ...] | set[str]
+                if x != g:
+                    self.freed_levels.add(x)
                 if u <= xi.reservation and u <= xi.limit:
                     names = xi.subtree_resources
                     self.held.pop(x, None)

@@ -11,6 +11,10 @@ queue is ever woken later than its turn; waking one early only costs a look.
 
 Queues whose head is within reservation are few (a reclaim normally serves them) and must be
 considered in phase 1, so they are parked separately by size and all woken at once.
+
+An envelope's limit (organisation.md) is room shared by every queue of its subtree, so queues
+of borrowed work that only the envelope's limit holds back are parked on it the same way,
+under ``level_key(group)``, and woken one at a time as the subtree frees GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +22,13 @@ from __future__ import annotations
 import heapq
 
 Key = tuple[int, int, int, str]
+
+
+def level_key(group: str) -> str:
+    """Where queues held by an envelope's limit are parked, beside the pools: an envelope's
+    limit is room shared by its subtree, woken in order like a pool's (organisation.md).
+    The NUL prefix keeps it apart from every pool name."""
+    return "\0" + group
 
 
 class Watchers:
