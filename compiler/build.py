@@ -36,6 +36,7 @@ def build(sources: SourceMap) -> c.CompiledEstate:
             start_timeout_s=(q.start_timeout if q.start_timeout is not None
                              else settings.start_timeout),
             settings=dict(q.settings),
+            nodes=[c.CNodes(count=n.count, gpus_milli=n.gpus) for n in q.node_groups()],
         ) for q in pools
     ]
     cprofiles = []
@@ -46,7 +47,7 @@ def build(sources: SourceMap) -> c.CompiledEstate:
         cprofiles.append(c.CProfile(
             name=p.name, gpus_milli=fixed, from_task=ft, time_weight_milli=p.time_weight,
             pools=resolved[p.name], policies=list(dict.fromkeys(p.policies)),
-            queueing=p.queueing))
+            queueing=p.queueing, nodes=p.nodes))
     connected: dict[str, list[str]] = {pol.name: [] for pol in policies}
     for p in profiles:
         for pol in dict.fromkeys(p.policies):

@@ -12,6 +12,7 @@ import re
 from .diagnostics import Diagnostic, error, plural_word, warning
 from .hierarchy import Organisation, organisation, reservation_demands
 from .models import NAME_PATTERN, Group, Policy, Pool, Profile
+from .node_checks import check_pool_nodes, check_profile_nodes
 from .org_checks import check_connection, check_handles, check_tree, listed_envelope
 from .reservations import check_reservations
 from .resolve import allowed, pool_capacity, resolve_pools
@@ -51,6 +52,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
     pool_models: list[Pool] = [o.model for o in pools.values()]
 
     diags += _check_pools(sources, pools)
+    diags += check_pool_nodes(pools)
     diags += _check_groups(sources, groups, policies)
     org = organisation([o.model for o in policies.values()],
                        [o.model for o in groups.values()])
@@ -62,6 +64,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
         prof: Profile = obj.model
         diags += _check_profile(sources, obj, prof, pool_models)
         resolved[name] = resolve_pools(prof, pool_models)
+        diags += check_profile_nodes(obj, prof, resolved[name], pools)
 
     connected: dict[str, list[str]] = {p: [] for p in policies}
     for name, obj in profiles.items():

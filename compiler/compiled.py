@@ -62,6 +62,11 @@ class CAutoscale(_Frozen):
     spot_first: bool
 
 
+class CNodes(_Frozen):
+    count: int
+    gpus_milli: int
+
+
 class CPool(_Frozen):
     name: str
     kind: Literal["kubernetes", "baremetal", "hpc", "cloud"]
@@ -79,6 +84,9 @@ class CPool(_Frozen):
     """A placed task no worker has taken within this long is requeued; 0 = never."""
     settings: dict[str, str]
     """Free-form executor settings for the pool's workers (partition, namespace, ...)."""
+    nodes: list[CNodes] = []
+    """The machines behind the pool, in declared order; empty: not declared (one pool-sized
+    machine as far as placement knows)."""
 
 
 class CFromTask(_Frozen):
@@ -98,6 +106,8 @@ class CProfile(_Frozen):
     policies: list[str]
     """Queuing priority, first = placed first."""
     queueing: Literal["strict", "best_effort"]
+    nodes: int = 1
+    """A gang over this many nodes (the task's GPUs split evenly), all placed or none."""
 
 
 class CBudget(_Frozen):
@@ -184,6 +194,13 @@ class CompiledEstate(_Frozen):
         body = self.model_dump(mode="json")
         if body["settings"].get("alerts") is None:
             body["settings"].pop("alerts", None)
+        # Left out at their defaults, so an estate that does not use them keeps its revision.
+        for pool in body["pools"]:
+            if not pool.get("nodes"):
+                pool.pop("nodes", None)
+        for prof in body["profiles"]:
+            if prof.get("nodes") == 1:
+                prof.pop("nodes", None)
         return json.dumps(body, sort_keys=True, indent=2,
                           ensure_ascii=False) + "\n"
 

@@ -200,6 +200,12 @@ class Autoscale(_Model):
     spot_first: bool = True
 
 
+class NodeGroup(_Model):
+    """Nodes of one shape behind a pool (issue 15): ``count`` machines of ``gpus`` each."""
+    count: Annotated[int, Field(ge=1, le=100_000)]
+    gpus: GpuAmount
+
+
 class Pool(_Named):
     kind: PoolKind
     capacity: GpuAmount | None = Field(
@@ -215,6 +221,15 @@ class Pool(_Named):
                           "where a start waits for a node to boot (extension)")
     settings: dict[str, str] = Field(
         default_factory=dict, description="executor settings for the pool's workers (extension)")
+    nodes: NodeGroup | list[NodeGroup] | None = Field(
+        None, description="the machines behind the pool: {count, gpus} or a list of them; "
+                          "a task must fit one node (or, with a profile's nodes: N, N nodes) "
+                          "(extension)")
+
+    def node_groups(self) -> list[NodeGroup]:
+        if self.nodes is None:
+            return []
+        return list(self.nodes) if isinstance(self.nodes, list) else [self.nodes]
 
 
 class FromTask(_Model):
@@ -248,6 +263,9 @@ class Profile(_Named):
     pools_by: PoolsBy | None = None
     policies: list[Name] = Field(default_factory=list)
     queueing: Literal["strict", "best_effort"] = "strict"
+    nodes: Annotated[int, Field(ge=1, le=1024)] = Field(
+        1, description="a gang over this many nodes, the task's GPUs split evenly between "
+                       "them, all placed or none (extension)")
 
 
 class Budget(_Model):

@@ -39,6 +39,8 @@ class CRInfo:
     """Execution priority: the profile's place in each of its pools' execution order."""
     first_exec_pos: int = 0
     """``exec_pos`` of the profile's first pool: phase 2 compares on it (engine.md)."""
+    nodes: int = 1
+    """A gang over this many machines of a pool that declares its nodes (issue 15)."""
 
     def size_for(self, requested: int | None) -> int:
         if self.fixed_size is not None:
@@ -82,6 +84,11 @@ class PoolInfo:
     """Milliseconds a placed task may wait for a worker to take it; 0 = no limit."""
     autoscaled: bool = False
     """It takes placements with no live worker: its nodes come with the demand."""
+    shapes: tuple[tuple[int, int], ...] = ()
+    """Declared machines: (count, milli-GPUs each), in declared order; () when the pool
+    declares none (placement then knows only its capacity)."""
+    node_caps: tuple[int, ...] = ()
+    """``shapes`` one entry per machine: the engine's node indices."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,7 @@ def _build(estate: CompiledEstate) -> EstateIndex:
             strict=prof.queueing == "strict",
             policy_pos=prof.policies.index(cr.policy) if cr.policy in prof.policies else 0,
             exec_pos=epos, first_exec_pos=epos[prof.pools[0]] if prof.pools else 0,
+            nodes=prof.nodes,
         )
         resources[cr.name] = info
         by_group.setdefault(cr.group, []).append(cr.name)
@@ -197,7 +205,9 @@ def _build(estate: CompiledEstate) -> EstateIndex:
             if a not in groups:
                 teams_below.setdefault(a, []).append(g.name)
     pools = {p.name: PoolInfo(p.name, p.capacity_milli, tuple(by_pool.get(p.name, [])),
-                              p.start_timeout_s * 1000, p.autoscale is not None)
+                              p.start_timeout_s * 1000, p.autoscale is not None,
+                              tuple((n.count, n.gpus_milli) for n in p.nodes),
+                              tuple(n.gpus_milli for n in p.nodes for _ in range(n.count)))
              for p in estate.pools}
     return EstateIndex(
         estate=estate, revision=estate.revision, resources=resources, groups=groups,

@@ -26,11 +26,14 @@ from .periods import next_period_start, period_start
 from .reclaim import choose_victims
 from .result import PassResult
 from .rules import (Key, budget_ok, failing_budget_level, failing_limit_level, first_fit,
-                    headroom, innermost_within, limit_room, order_key, reservation_room,
+                    fits, headroom, innermost_within, limit_room, order_key, reservation_room,
                     user_ok)
 from .queues import CRQueue
 from .state import State, Task
-from .watch import level_key
+from .watch import level_key, pool_hold
+
+GANG = 1 << 62
+"""The "size" a gang candidate is filed under on its pool: above any room."""
 
 MAX_REPEATS = 10_000
 """A guard, never reached by engine.md's rules: each repeat either places within-reservation
@@ -291,7 +294,8 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     smallest = q.min_size()
     if smallest is None or smallest > room:
         return None
-    maxfree = max((state.free.get(p, -1) for p in cr.pools), default=-1)
+    maxfree = max((state.free.get(p, -1) if cr.nodes > 1 else state.room(p)
+                   for p in cr.pools), default=-1)
     lim = min(room, maxfree)
     if smallest > lim or not budget_ok(index, state, cr, now):
         return None
@@ -318,7 +322,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
     w = state.watchers
     if not lend:
         for p in state.freed_pools:
-            w.wake_reserve(p, state.free.get(p, -1), state.active)
+            w.wake_reserve(p, state.room(p), state.active)
     if not state.active and not (lend and (state.freed_pools or state.freed_levels)):
         if lend:
             state.freed_pools.clear()
@@ -345,7 +349,9 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         t, pool = c
         cand[name] = (counter, t, pool)
         heapq.heappush(heap, (order_key(cr, cr.exec_pos[pool], t), counter, name, pool))
-        heapq.heappush(by_pool.setdefault(pool, []), (-t.size, counter, name))
+        # A gang's fit is not one number: it is looked at again after every placement there.
+        need = GANG if cr.nodes > 1 and pool in state.node_free else t.size
+        heapq.heappush(by_pool.setdefault(pool, []), (-need, counter, name))
 
     levels = {level_key(x): index.groups[x] for x in state.freed_levels
               if x in index.groups} if lend else {}
@@ -355,7 +361,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         the competition."""
         xi = levels.get(pool)
         room = (xi.limit - state.used.get(xi.name, 0) if xi is not None
-                else state.free.get(pool, -1))
+                else state.room(pool))
         nxt = w.next_lend(pool, room)
         if nxt is not None:
             key, v, name = nxt
@@ -387,7 +393,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         _, t, pool = c
         cr = resources[name]
         gi = groups[cr.group]
-        if (state.free.get(pool, -1) < t.size
+        if (not fits(state, cr, pool, t.size)
                 or t.size > headroom(index, state, cr, lend, upto)
                 or not user_ok(state, gi, t)
                 or not budget_ok(index, state, cr, now)):
@@ -400,12 +406,15 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         evaluate(name)
         # Candidates aimed at this pool that no longer fit move to their next pool.
         ph = by_pool.get(pool)
-        free = state.free[pool]
+        free = state.room(pool)
+        stale: list[str] = []
         while ph and -ph[0][0] > free:
             _, v2, n2 = heapq.heappop(ph)
             c2 = cand.get(n2)
             if c2 is not None and c2[0] == v2:
-                evaluate(n2)
+                stale.append(n2)
+        for n2 in stale:  # after the scan: a gang goes back on the pool's list at once
+            evaluate(n2)
         for n2 in gi.resources:
             cr2 = resources[n2]
             if n2 != name and not cr2.strict and cr2.fixed_size is None and n2 in cand:
@@ -455,11 +464,20 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         # Woken when the level's rate falls, or at its period start.
         _hold(state, failing_budget_level(index, state, cr, now) or cr.group, cr.name)
         return
+    pools = cr.pools
+    if cr.nodes > 1 and any(p in state.node_free for p in pools):
+        # A gang waits on a pool that declares its machines until GPUs free there: whether
+        # N machines have room is not one number a watcher compares (issue 15).
+        for p in pools:
+            if p in state.node_free:
+                _hold(state, pool_hold(p), cr.name)
+        pools = tuple(p for p in pools if p not in state.node_free)
+        if not pools:
+            return
     if within:
-        w.park_reserve(cr.name, cr.pools, need)
+        w.park_reserve(cr.name, pools, need)
     else:
-        w.park_lend(cr.name, cr.pools,
-                    [order_key(cr, cr.exec_pos[p], head) for p in cr.pools],
+        w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools],
                     need)
 
 
@@ -551,7 +569,7 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
             for p in cr.pools:
                 if p not in state.free:
                     continue
-                victims = choose_victims(index, state, p, gi, t.size, guarded)
+                victims = choose_victims(index, state, p, gi, t.size, guarded, cr.nodes)
                 if victims is None:
                     continue
                 for v in victims:

@@ -95,13 +95,23 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
                                     f"left at {hours(from_milli(m.rate + cr.weight))} h/h")
     if failing == CAPACITY:
         down = [p for p in cr.pools if p in state.unavailable]
-        if not down:
-            return Reason("capacity", f"no room in pools {', '.join(cr.pools)}")
-        text = no_worker_text(", ".join(down))
-        full = [p for p in cr.pools if p not in state.unavailable]
+        up = [p for p in cr.pools if p not in state.unavailable]
+        # Pools with the GPUs free but not on one machine (or N for a gang): issue 15.
+        split = [p for p in up if p in state.node_free and state.free.get(p, -1) >= t.size]
+        full = [p for p in up if p not in split]
+        parts = []
         if full:
-            text = f"no room in pools {', '.join(full)}; {text}"
-        return Reason("capacity", text)
+            parts.append(f"no room in pools {', '.join(full)}")
+        if split:
+            each = milli_str(t.size // max(1, cr.nodes))
+            need = (f"{cr.nodes} machines with {each} GPUs free each" if cr.nodes > 1
+                    else f"machine with {each} GPUs free")
+            rooms = ", ".join(f"{milli_str(state.node_room[p])} in {p}" for p in split)
+            parts.append(f"no {need} in pools {', '.join(split)} (most free on one machine: "
+                         f"{rooms})")
+        if down:
+            parts.append(no_worker_text(", ".join(down)))
+        return Reason("capacity", "; ".join(parts))
     if not state.enabled:
         return Reason("pending", "the engine is disabled: no placements until it is enabled")
     return Reason("pending", "waits for the next pass")

@@ -16,12 +16,14 @@ from __future__ import annotations
 import heapq
 from typing import Iterator
 
+from klique_util.nodefit import choose_nodes
+
 from .index import EstateIndex, GroupInfo
 from .state import State, Task
 
 
 def choose_victims(index: EstateIndex, state: State, pool: str, waiting: GroupInfo, size: int,
-                   guarded: str) -> list[Task] | None:
+                   guarded: str, nodes: int = 1) -> list[Task] | None:
     """The tasks to preempt so that a task of ``waiting``'s group and ``size`` can be placed
     on ``pool`` under every level's limit, or None when that cannot be done (the pool is
     then passed over). ``guarded`` is the nearest level at which the task is within
@@ -33,14 +35,42 @@ def choose_victims(index: EstateIndex, state: State, pool: str, waiting: GroupIn
         n = used.get(y, 0) + size - groups[y].limit
         if n > 0:
             short[y] = n
-    room_need = size - state.free.get(pool, 0)
-    if not short and len(waiting.levels) == 1 and index.depth == 1:
-        return _on_pool(index, state, pool, waiting.name, room_need)
-    return _across_levels(index, state, pool, waiting, guarded, room_need, short)
+    room = _Room(state, pool, size, nodes)
+    if not short and len(waiting.levels) == 1 and index.depth == 1 and room.nf is None:
+        return _on_pool(index, state, pool, waiting.name, room.need)
+    return _across_levels(index, state, pool, waiting, guarded, room, short)
+
+
+class _Room:
+    """Room on the pool for the waiting task as victims are chosen and spared: its free GPUs
+    against the declared capacity, and, where the pool declares its machines, whether the
+    task (or gang) then fits them (issue 15)."""
+
+    __slots__ = ("need", "freed", "nf", "size", "nodes")
+
+    def __init__(self, state: State, pool: str, size: int, nodes: int) -> None:
+        self.need = size - state.free.get(pool, 0)
+        self.freed = 0
+        nf = state.node_free.get(pool)
+        self.nf = list(nf) if nf is not None else None
+        self.size = size
+        self.nodes = nodes
+
+    def short(self) -> bool:
+        if self.freed < self.need:
+            return True
+        return self.nf is not None and choose_nodes(self.nf, self.size, self.nodes) is None
+
+    def add(self, t: Task, sign: int) -> None:
+        self.freed += sign * t.size
+        if self.nf is not None:
+            for i, amount in t.alloc:
+                if i < len(self.nf):
+                    self.nf[i] += sign * amount
 
 
 def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupInfo,
-                   guarded: str, room_need: int, short: dict[str, int]) -> list[Task] | None:
+                   guarded: str, room: _Room, short: dict[str, int]) -> list[Task] | None:
     """organisation.md's reclaim: a victim is eligible when it is outside ``guarded``'s
     subtree and each of its levels that the waiting task does not share stays at or above
     its reservation; it is useful while it is on ``pool`` and room there is short, or in
@@ -50,7 +80,7 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
     mine = set(waiting.levels)
     by_pool = state.placed_by_pool_group.get(pool, {})
     scan_all: dict[str, bool] = {}
-    if room_need > 0:
+    if room.short():
         for h in by_pool:
             scan_all[h] = False
     if short:
@@ -79,11 +109,10 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
         if first is not None:
             heap.append((-first.place_seq, first, it))
     heapq.heapify(heap)
-    freed_room = 0
     freed = {y: 0 for y in short}
 
     def holds() -> bool:
-        return freed_room >= room_need and all(freed[y] >= n for y, n in short.items())
+        return not room.short() and all(freed[y] >= n for y, n in short.items())
 
     chosen: list[Task] = []
     while heap and not holds():
@@ -97,7 +126,7 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
             continue
         levels = groups[t.group].levels
         on_pool = t.pool == pool
-        if not ((on_pool and freed_room < room_need)
+        if not ((on_pool and room.short())
                 or any(y in short and freed[y] < short[y] for y in levels)):
             continue  # not useful (and it never becomes useful again)
         if any(z not in mine and excess[z] - t.size < 0 for z in levels):
@@ -109,7 +138,7 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
             if z in freed:
                 freed[z] += t.size
         if on_pool:
-            freed_room += t.size
+            room.add(t, 1)
     if not holds():
         return None
     spared: set[int] = set()
@@ -117,13 +146,14 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
         t = chosen[i]
         levels = groups[t.group].levels
         on_pool = t.pool == pool
-        if on_pool and freed_room - t.size < room_need:
-            continue
         if any(z in freed and freed[z] - t.size < short[z] for z in levels):
             continue
-        spared.add(i)
         if on_pool:
-            freed_room -= t.size
+            room.add(t, -1)
+            if room.short():
+                room.add(t, 1)
+                continue
+        spared.add(i)
         for z in levels:
             if z in freed:
                 freed[z] -= t.size

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from klique_util.nodefit import choose_nodes
+
 from .budget import start_ok
 from .index import CRInfo, EstateIndex, GroupInfo
 from .state import State, Task
@@ -141,12 +143,25 @@ def failing_limit_level(index: EstateIndex, state: State, gi: GroupInfo,
     return None
 
 
+def fits(state: State, cr: CRInfo, pool: str, size: int) -> bool:
+    """Room for a task of ``size`` of ``cr`` on ``pool`` now: its declared capacity
+    (engine.md), and, where the pool declares its machines, one machine (or ``cr.nodes``
+    machines for a gang) with room for its part (issue 15)."""
+    if state.free.get(pool, -1) < size:
+        return False
+    nf = state.node_free.get(pool)
+    return nf is None or choose_nodes(nf, size, cr.nodes) is not None
+
+
 def first_fit(state: State, cr: CRInfo, size: int) -> str | None:
     """The capacity check: the first pool of the profile with room for ``size``, or None."""
     free = state.free
+    nodes = state.node_free
     for p in cr.pools:
         if free.get(p, -1) >= size:
-            return p
+            nf = nodes.get(p)
+            if nf is None or choose_nodes(nf, size, cr.nodes) is not None:
+                return p
     return None
 
 

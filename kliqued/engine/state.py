@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import heapq
 
+from klique_util.nodefit import choose_nodes, describe, largest_fit, shape_fits, share
 from klique_util.units import from_milli
 
 from .budget import Meter
 from .decisions import Cancellation
 from .errors import DuplicateTask, SubmissionError, TimeWentBackwards, UnknownTask
-from .index import EstateIndex
+from .index import CRInfo, EstateIndex, PoolInfo
 from .periods import Period
 from .queues import ENDED, PLACED, QUEUED, CRQueue
-from .watch import Watchers, level_key
+from .watch import Watchers, level_key, pool_hold
 
 __all__ = ["Task", "State", "QUEUED", "PLACED", "ENDED", "check_submission", "SubmissionError"]
 
@@ -32,7 +33,7 @@ class Task:
                  "seq", "submitted_at", "status", "pool", "placed_at", "place_seq",
                  "ran_before", "preemptions", "last_preempt_kind", "last_preempt_text",
                  "end_kind", "ended_at", "orphan", "qtoken", "started", "start_token",
-                 "start_deadline", "start_timeout")
+                 "start_deadline", "start_timeout", "nodes", "alloc")
 
     def __init__(self, id: str, resource: str, group: str, user: str, project: str | None,
                  requested: int | None, size: int, weight: int, seq: int, at: int) -> None:
@@ -67,6 +68,10 @@ class Task:
         """Placed and not started: from when it may be requeued if its pool has no live
         worker (None: its pool has no start timeout)."""
         self.start_timeout = 0
+        self.nodes = 1
+        """A gang over this many machines (its compute resource's profile)."""
+        self.alloc: tuple[tuple[int, int], ...] = ()
+        """Placed on a pool that declares nodes: (machine index, milli-GPUs) of each part."""
 
     @property
     def state(self) -> str:
@@ -112,11 +117,36 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
                                   f"maximum of profile '{cr.profile}' "
                                   f"({from_milli(cr.max_size):g})")
     size = cr.size_for(gpus_milli)
+    _check_nodes(index, cr, size)
     g = index.groups.get(cr.group)
     if g is not None and size > g.limit:
         raise SubmissionError("gpus", f"gpus {from_milli(size):g} is above the limit of "
                               f"group '{cr.group}' ({from_milli(g.limit):g})")
     return size
+
+
+def _check_nodes(index: EstateIndex, cr: CRInfo, size: int) -> None:
+    """A task that no machine of its profile's pools could ever hold is refused, naming the
+    largest shape (issue 15); pools that declare no nodes hold any size up to capacity."""
+    if cr.nodes > 1 and share(size, cr.nodes) is None:
+        raise SubmissionError("gpus", f"gpus {from_milli(size):g} cannot be split evenly over "
+                              f"the {cr.nodes} nodes of profile '{cr.profile}': give a "
+                              f"multiple of {cr.nodes}")
+    shaped = [index.pools[p] for p in cr.pools if p in index.pools]
+    if not shaped or any(not info.shapes for info in shaped):
+        return
+    if any(shape_fits_info(info, size, cr.nodes) for info in shaped):
+        return
+    best = max(shaped, key=lambda info: largest_fit(info.shapes, cr.nodes))
+    over = f" over {cr.nodes} nodes" if cr.nodes > 1 else ""
+    raise SubmissionError("gpus", f"gpus {from_milli(size):g}{over} fits no machine of the "
+                          f"pools of profile '{cr.profile}': the largest task is "
+                          f"{from_milli(largest_fit(best.shapes, cr.nodes)):g} GPUs{over} "
+                          f"(pool {best.name}: {describe(best.shapes)})")
+
+
+def shape_fits_info(info: PoolInfo, size: int, nodes: int) -> bool:
+    return shape_fits(info.shapes, size, nodes)
 
 
 class State:
@@ -136,6 +166,10 @@ class State:
         """Milli-GPUs placed per (group, user): the user limit."""
         self.pool_used: dict[str, int] = {}
         self.free: dict[str, int] = {}
+        self.node_free: dict[str, list[int]] = {}
+        """Per pool that declares nodes: each machine's room (issue 15)."""
+        self.node_room: dict[str, int] = {}
+        """Per pool that declares nodes: the most room on one machine."""
         self.placed_by_group: dict[str, dict[str, Task]] = {}
         self.placed_by_pool_group: dict[str, dict[str, dict[str, Task]]] = {}
         self.pool_group_used: dict[str, dict[str, int]] = {}
@@ -181,6 +215,13 @@ class State:
         self.bind(index, now)
 
     # ---------------------------------------------------------------- reading
+    def room(self, pool: str) -> int:
+        """The largest single-machine task ``pool`` takes now: its free GPUs, and, when it
+        declares nodes, no more than its roomiest machine; -1 when it takes no work."""
+        f = self.free.get(pool, -1)
+        r = self.node_room.get(pool)
+        return f if r is None or f < r else r
+
     def meter(self, group: str) -> Meter:
         m = self.meters.get(group)
         if m is None:
@@ -297,6 +338,7 @@ class State:
         self.submit_seq += 1
         t = Task(task_id, resource, cr.group, user, project, gpus_milli, size, cr.weight,
                  self.submit_seq, at)
+        t.nodes = cr.nodes
         self.tasks[task_id] = t
         q = self.queues.get(resource)
         if q is None:
@@ -474,6 +516,7 @@ class State:
                 was = t.size
                 t.size = cr.size_for(t.requested)
                 t.weight = cr.weight
+                t.nodes = cr.nodes
                 if t.size != was:
                     q.resized(t, was)
         for d in self.placed_by_group.values():
@@ -484,6 +527,7 @@ class State:
                             if p not in index.pools or not index.pools[p].autoscaled}
         self.free = {p: info.capacity - self.pool_used.get(p, 0)
                      for p, info in index.pools.items() if p not in self.unavailable}
+        self._repack_nodes(index)
         self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}
         self.reclaim = set()
         self.held = {}
@@ -497,6 +541,30 @@ class State:
         self.rate_changed.update(self.meters)
         self.pending_cancellations.extend(cancels)
         return cancels
+
+    def _repack_nodes(self, index: EstateIndex) -> None:
+        """Each pool's machines under the (new) estate, with the placed tasks put back on them
+        in placement order. A task that no longer fits the declared machines (they shrank)
+        still holds its GPUs, on the roomiest machines, which may go below zero: like a
+        lowered capacity, that preempts nothing and makes new work wait."""
+        self.node_free = {p: list(info.node_caps) for p, info in index.pools.items()
+                          if info.node_caps}
+        placed = sorted((t for d in self.placed_by_group.values() for t in d.values()),
+                        key=lambda t: t.place_seq)
+        for t in placed:
+            nf = self.node_free.get(t.pool or "")
+            if nf is None:
+                t.alloc = ()
+                continue
+            picked = choose_nodes(nf, t.size, t.nodes)
+            if picked is None:
+                n = max(1, min(t.nodes, len(nf)))
+                picked = sorted(sorted(range(len(nf)), key=lambda i: (-nf[i], i))[:n])
+            each = t.size // len(picked)
+            t.alloc = tuple((i, each) for i in picked)
+            for i, amount in t.alloc:
+                nf[i] -= amount
+        self.node_room = {p: max(nf) for p, nf in self.node_free.items()}
 
     @staticmethod
     def _requeued(q: CRQueue, ranks: dict[str, int] | None) -> CRQueue:
@@ -556,6 +624,16 @@ class State:
         self.pool_used[pool] = self.pool_used.get(pool, 0) + size
         if pool in self.free:
             self.free[pool] -= size
+        nf = self.node_free.get(pool)
+        if nf is not None:
+            picked = choose_nodes(nf, size, t.nodes)
+            if picked is None:  # the caller checked the fit; a hand-placed task still counts
+                picked = [max(range(len(nf)), key=lambda i: (nf[i], -i))]
+            each = size // len(picked)
+            t.alloc = tuple((i, each) for i in picked)
+            for i in picked:
+                nf[i] -= each
+            self.node_room[pool] = max(nf)
         self.placed_by_group.setdefault(g, {})[t.id] = t
         self.placed_by_pool_group.setdefault(pool, {}).setdefault(g, {})[t.id] = t
         pg = self.pool_group_used.setdefault(pool, {})
@@ -590,6 +668,17 @@ class State:
         if pool in self.free:
             self.free[pool] += size
             self.freed_pools.add(pool)
+        if t.alloc:
+            nf = self.node_free.get(pool)
+            if nf is not None:
+                for i, amount in t.alloc:
+                    if i < len(nf):
+                        nf[i] += amount
+                self.node_room[pool] = max(nf)
+            t.alloc = ()
+            gang = self.held.pop(pool_hold(pool), None)
+            if gang:
+                self.active.update(n for n in gang if n in self.queues)
         del self.placed_by_group[g][t.id]
         del self.placed_by_pool_group[pool][g][t.id]
         self.pool_group_used[pool][g] -= size

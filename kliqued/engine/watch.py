@@ -24,6 +24,12 @@ import heapq
 Key = tuple[int, int, int, str]
 
 
+def pool_hold(pool: str) -> str:
+    """Where gang (multi-node) queues wait for a pool: woken by any GPU freed there, since
+    whether N machines have room is not one number a watcher can compare (issue 15)."""
+    return "\1" + pool
+
+
 def level_key(group: str) -> str:
     """Where queues held by an envelope's limit are parked, beside the pools: an envelope's
     limit is room shared by its subtree, woken in order like a pool's (organisation.md).

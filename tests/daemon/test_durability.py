@@ -159,7 +159,9 @@ def test_kill_9_under_load(tmp_path: Path) -> None:
     tokens = {"bob": s.token({"user": "bob"}), "erin": s.token({"user": "erin"})}
     load = Load(s, tokens)
     load.start()
-    time.sleep(1.5)
+    # Killed once the load is going, however loaded the machine is (not after a fixed time).
+    wait_for(lambda: len(load.acked) > 50 or load.errors, timeout=60,
+             what="50 acknowledged submissions")
     s.kill()
     load.join(10)
     assert not load.errors, load.errors[:3]
