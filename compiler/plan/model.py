@@ -181,6 +181,18 @@ class Revision:
 
 
 @dataclass(frozen=True)
+class Running:
+    """The revision a daemon runs, as ``--against`` or ``--what-if-from`` read it."""
+
+    source: str
+    """The daemon's URL."""
+    revision: str
+    """Its estate revision (``sha256:...``)."""
+    commit: str | None = None
+    """The git commit it was read from, when the daemon follows a branch."""
+
+
+@dataclass(frozen=True)
 class Plan:
     base: Revision
     head: Revision
@@ -197,6 +209,18 @@ class Plan:
     """Per change, in the order of ``changes``: whose approval it needs."""
     envelopes: tuple[EnvelopeRow, ...] = ()
     """The departments' envelopes the changes touch, before and after."""
+    running: Running | None = None
+    """What the daemon runs, when the plan read it: a base that differs is a stale plan
+    (the ``stale-base`` impact)."""
+    whatif: Any = None
+    """Real demand replayed on both sides (``whatif.WhatIf``), or None."""
+
+    @property
+    def drift(self) -> bool:
+        """The daemon runs another revision than the base: the plan compares the head with
+        an estate that is not the one in force."""
+        return (self.running is not None and self.base.valid
+                and self.running.revision != (self.base.estate_revision or ""))
 
     @property
     def approvers(self) -> list[Approver]:
