@@ -119,14 +119,24 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
                for r in rows])
 
 
+def _first_screen_rows(w: wi.WhatIf) -> list[list[str]]:
+    cells = wi.group_cells(w)
+    changed = [c for c, r in zip(cells, w.groups) if r.base != r.head or r.name == "all"]
+    return changed
+
+
+def _folded_whatif(w: wi.WhatIf) -> bool:
+    """The full table is folded below when the first screen leaves groups out."""
+    return len(_first_screen_rows(w)[:WHATIF_ROWS]) < len(w.groups)
+
+
 def _whatif(plan: Plan) -> list[str]:
     """The comparison on the first screen: the groups whose outcome changes (and ``all``),
     the pools, the demand the head cannot take."""
     w = plan.whatif
     if w is None:
         return []
-    cells = wi.group_cells(w)
-    changed = [c for c, r in zip(cells, w.groups) if r.base != r.head or r.name == "all"]
+    changed = _first_screen_rows(w)
     shown = changed[:WHATIF_ROWS]
     lines = ["#### " + _cell(wi.title(w).rstrip(":")),
              "", "Each cell reads base → head."]
@@ -134,7 +144,8 @@ def _whatif(plan: Plan) -> list[str]:
         lines += ["", "*No group's outcome changes.*"]
     lines += ["", *_md_table(wi.group_header(w), shown)]
     if len(changed) > len(shown):
-        lines.append(f"| … {len(changed) - len(shown)} more groups change: see below |"
+        lines.append(f"| … {len(changed) - len(shown)} more groups change: see *What if: "
+                     "every group and pool* below |"
                      + " |" * (len(wi.GROUP_COLUMNS) - 1))
     lines += ["", *_md_table(list(wi.POOL_COLUMNS), wi.pool_cells(w)), ""]
     extra = wi.refused_lines(w, limit=10) + wi.horizon_lines(w)
@@ -213,7 +224,7 @@ def render_markdown(plan: Plan, max_chars: int = MAX_CHARS) -> str:
                            [f"- **{i.severity}** {_cell(i.message)}"
                             + (f" ({_place(i)})" if i.pos else "")
                             for i in plan.impacts], None))
-        if plan.whatif is not None:
+        if plan.whatif is not None and _folded_whatif(plan.whatif):
             w = plan.whatif
             blocks.append(("What if: every group and pool",
                            _md_table(wi.group_header(w), wi.group_cells(w)) + [""]

@@ -109,7 +109,8 @@ class WhatIf:
 # ------------------------------------------------------------------ shared wording
 
 def duration(seconds: float | None) -> str:
-    """``-``, ``45s``, ``12m``, ``3h05m``, ``2d04h``: short enough for a table cell."""
+    """``-``, ``45s``, ``12m``, ``1h``, ``3h05m``, ``2d04h``: short enough for a table
+    cell."""
     if seconds is None:
         return "-"
     s = int(round(seconds))
@@ -120,9 +121,9 @@ def duration(seconds: float | None) -> str:
         return f"{m}m"
     h, m = divmod(m, 60)
     if h < 24:
-        return f"{h}h{m:02d}m"
+        return f"{h}h{m:02d}m" if m else f"{h}h"
     d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"
+    return f"{d}d{h:02d}h" if h else f"{d}d"
 
 
 def _pct(x: float | None) -> str:

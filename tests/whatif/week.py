@@ -3,7 +3,7 @@
 
 Pool ``onprem`` has 16 GPUs; team-a and team-b each ask for about 10 GPUs on average in
 working hours and team-c for about 6, so the pool is contended every day, team-c's daily
-budget (60 h) runs out most days, and the nights are quiet.
+budget (45 h) runs out most days, and the nights are quiet.
 """
 
 from __future__ import annotations
