@@ -53,11 +53,11 @@ jobs:
       KLIQUE_URL: ${{{{ vars.KLIQUE_URL }}}}
       KLIQUE_TOKEN: ${{{{ secrets.KLIQUE_PLANNER_TOKEN }}}}
     steps:
-      - uses: actions/checkout@v4
+      - uses: actions/checkout@v5
         with:
           fetch-depth: 0  # the plan reads the base branch from git history
 
-      - uses: actions/setup-python@v5
+      - uses: actions/setup-python@v6
         with:
           python-version: "{python}"
 
@@ -89,8 +89,7 @@ jobs:
         if: github.event.pull_request.head.repo.full_name == github.repository && hashFiles('plan.md') != ''
         env:
           GITHUB_TOKEN: ${{{{ secrets.GITHUB_TOKEN }}}}
-          PR_NUMBER: ${{{{ github.event.pull_request.number }}}}
-        run: kliqued ci comment github --file plan.md --pr "$PR_NUMBER"
+        run: kliqued ci comment github --file plan.md  # the pull request of GITHUB_EVENT_PATH
 
       - name: Fail on an invalid estate or an error-level impact
         if: steps.validate.outcome == 'failure' || steps.plan.outputs.exit_code == '1'
