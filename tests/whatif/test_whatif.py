@@ -161,3 +161,12 @@ def _normalise(text: str, demand: Path) -> str:
     import re
     text = text.replace(str(demand), "week.csv")
     return re.sub(r"\(([0-9a-f]{7})\)", "(COMMIT)", text)
+
+
+def test_the_docs_show_the_real_comment() -> None:
+    """docs/gitops.md's example comment is the golden's what-if table, as kliqued writes it."""
+    docs = (HERE.parents[1] / "docs" / "gitops.md").read_text()
+    golden = (GOLDEN / "lower-limit.md").read_text()
+    start = golden.index("#### What if")
+    table = golden[start: golden.index("<details>", start)].strip()
+    assert table in docs
