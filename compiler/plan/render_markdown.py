@@ -147,7 +147,7 @@ def _whatif(plan: Plan) -> list[str]:
         lines.append(f"| … {len(changed) - len(shown)} more groups change: see *What if: "
                      "every group and pool* below |"
                      + " |" * (len(wi.GROUP_COLUMNS) - 1))
-    lines += ["", *_md_table(list(wi.POOL_COLUMNS), wi.pool_cells(w)), ""]
+    lines += ["", *_md_table(wi.pool_header(w), wi.pool_cells(w)), ""]
     extra = wi.refused_lines(w, limit=10) + wi.horizon_lines(w)
     for line in extra:
         lines.append(f"- {_cell(line.strip())}" if line.startswith("  ") else
@@ -228,7 +228,7 @@ def render_markdown(plan: Plan, max_chars: int = MAX_CHARS) -> str:
             w = plan.whatif
             blocks.append(("What if: every group and pool",
                            _md_table(wi.group_header(w), wi.group_cells(w)) + [""]
-                           + _md_table(list(wi.POOL_COLUMNS), wi.pool_cells(w)), None))
+                           + _md_table(wi.pool_header(w), wi.pool_cells(w)), None))
         if plan.approvals:
             blocks.append((f"Approvals per change ({len(plan.approvals)})",
                            [f"- {_code(a)}: {_cell(who)}" for a, who in approval_rows(plan)],

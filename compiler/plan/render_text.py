@@ -168,7 +168,7 @@ def whatif_lines(plan: Plan) -> list[str]:
     if w is None:
         return []
     lines = [wi.title(w), "", *_table([wi.group_header(w), *wi.group_cells(w)]), "",
-             *_table([list(wi.POOL_COLUMNS), *wi.pool_cells(w)]), ""]
+             *_table([wi.pool_header(w), *wi.pool_cells(w)]), ""]
     extra = wi.refused_lines(w) + wi.horizon_lines(w)
     return lines + (extra + [""] if extra else [])
 

@@ -47,13 +47,25 @@ class Figures:
 
 @dataclass(frozen=True)
 class PoolFigures:
+    """One pool on one side; waits are of the tasks whose first placement was there."""
+
     capacity: float
     gpu_hours: float
     utilisation: float | None
+    placed: int = 0
+    wait_p50_s: float | None = None
+    wait_p95_s: float | None = None
+    wait_max_s: float | None = None
+    over_threshold: int = 0
+    preemptions: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"capacity": self.capacity, "gpu_hours": self.gpu_hours,
-                "utilisation": self.utilisation}
+                "utilisation": self.utilisation, "placed": self.placed,
+                "wait_s": {"p50": self.wait_p50_s, "p95": self.wait_p95_s,
+                           "max": self.wait_max_s},
+                "over_threshold": self.over_threshold,
+                "preemptions": {k: self.preemptions.get(k, 0) for k in PREEMPT_KINDS}}
 
 
 @dataclass(frozen=True)
@@ -141,10 +153,11 @@ def pair(before: str, after: str) -> str:
 
 GROUP_COLUMNS = ("group", "tasks", "wait p50", "wait p95", "wait max", "over {t}",
                  "GPU-hours", "preempted", "budget ran out", "cost")
-POOL_COLUMNS = ("pool", "capacity", "GPU-hours", "utilisation")
+POOL_COLUMNS = ("pool", "capacity", "wait p50", "wait p95", "wait max", "over {t}",
+                "GPU-hours", "utilisation", "preempted")
 
 
-def _preempted(f: Figures) -> str:
+def _preempted(f: Figures | PoolFigures) -> str:
     return ", ".join(f"{f.preemptions.get(k, 0)} {k}" for k in PREEMPT_KINDS
                      if f.preemptions.get(k, 0)) or "0"
 
@@ -178,15 +191,22 @@ def group_cells(w: WhatIf) -> list[list[str]]:
     return out
 
 
+def pool_header(w: WhatIf) -> list[str]:
+    return [c.format(t=duration(w.threshold_s)) for c in POOL_COLUMNS]
+
+
+def _pool_cells(p: PoolFigures | None) -> list[str]:
+    if p is None:
+        return ["-"] * (len(POOL_COLUMNS) - 1)
+    return [f"{p.capacity:g}", duration(p.wait_p50_s), duration(p.wait_p95_s),
+            duration(p.wait_max_s), f"{p.over_threshold:,}", amount(p.gpu_hours, grouped=True),
+            _pct(p.utilisation), _preempted(p)]
+
+
 def pool_cells(w: WhatIf) -> list[list[str]]:
-    out = []
-    for r in w.pools:
-        cells = []
-        for fn in (lambda p: f"{p.capacity:g}", lambda p: amount(p.gpu_hours, grouped=True),
-                   lambda p: _pct(p.utilisation)):
-            cells.append(pair(fn(r.base) if r.base else "-", fn(r.head) if r.head else "-"))
-        out.append([r.name, *cells])
-    return out
+    """Each pool's row, cells ``base -> head`` where they differ."""
+    return [[r.name, *(pair(x, y) for x, y in zip(_pool_cells(r.base), _pool_cells(r.head)))]
+            for r in w.pools]
 
 
 def title(w: WhatIf) -> str:

@@ -11,6 +11,7 @@ so the same demand and estates give the same figures.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Sequence
 
@@ -18,7 +19,8 @@ from compiler.compiled import CompiledEstate
 from compiler.plan.whatif import Figures, PoolFigures, Refused, Row, WhatIf
 from compiler.units import parse_time
 from klique_util.units import SECOND_MS, UNITS_PER_HOUR, to_ms
-from kliqued.engine import EstateIndex, SubmissionError, check_submission
+from kliqued.engine import (EstateIndex, Placement, Preemption, SubmissionError,
+                            check_submission)
 from kliqued.engine.periods import format_time
 from kliqued.sim.report import Report
 from kliqued.sim.trace import Replay, Trace, TraceTask
@@ -52,6 +54,33 @@ def _prices(estate: CompiledEstate, at: int) -> dict[str, Decimal]:
     return {g: price for g, (_, price) in best.items()}
 
 
+def _pct(sorted_ms: list[int], q: float) -> float | None:
+    """Nearest rank, in seconds: the trace report's rule (kliqued/sim/report.py)."""
+    if not sorted_ms:
+        return None
+    return sorted_ms[max(0, math.ceil(q * len(sorted_ms)) - 1)] / SECOND_MS
+
+
+class _Replay(Replay):
+    """The trace replay, also noting per pool the waits of the tasks first placed there
+    and the preemptions there (the trace report has them per group only)."""
+
+    def __init__(self, trace: Trace, estate: CompiledEstate) -> None:
+        super().__init__(trace, estate)
+        self.pool_waits: dict[str, list[int]] = {}
+        self.pool_preempted: dict[str, dict[str, int]] = {}
+
+    def on_decision(self, now: int, d: object) -> None:
+        if isinstance(d, Placement):
+            at = self.collector.submit_at.get(d.task)
+            if at is not None:
+                self.pool_waits.setdefault(d.pool, []).append(now - at)
+        elif isinstance(d, Preemption):
+            kinds = self.pool_preempted.setdefault(d.pool, {})
+            kinds[d.kind] = kinds.get(d.kind, 0) + 1
+        super().on_decision(now, d)
+
+
 class _Run:
     """One side's replay and the figures read from it."""
 
@@ -60,7 +89,7 @@ class _Run:
         tasks = [TraceTask(r.line, r.id, r.at, r.resource, r.user, r.project, r.gpus_milli,
                            r.runtime_ms, None, index.resources[r.resource].group)
                  for r in rows]
-        self.replay = Replay(Trace(source, start, tasks), estate)
+        self.replay = _Replay(Trace(source, start, tasks), estate)
         self.report: Report = self.replay.run()
         self.estate = estate
         self.threshold_ms = threshold_s * SECOND_MS
@@ -97,8 +126,15 @@ class _Run:
         return out
 
     def pool_figures(self) -> dict[str, PoolFigures]:
-        return {name: PoolFigures(p["capacity"], p["gpu_hours"], p["utilisation"])
-                for name, p in self.report.data["pools"].items()}
+        out = {}
+        for name, p in self.report.data["pools"].items():
+            waits = sorted(self.replay.pool_waits.get(name, ()))
+            out[name] = PoolFigures(
+                p["capacity"], p["gpu_hours"], p["utilisation"], len(waits),
+                _pct(waits, 0.50), _pct(waits, 0.95), _pct(waits, 1.0),
+                sum(w > self.threshold_ms for w in waits),
+                dict(self.replay.pool_preempted.get(name, {})))
+        return out
 
 
 def what_if(rows: Sequence[Demand], base: CompiledEstate, head: CompiledEstate, source: str,

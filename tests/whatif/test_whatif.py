@@ -73,7 +73,13 @@ def test_lowering_a_limit_shows_that_groups_longer_waits_and_the_others_gains(
         assert h["over_threshold"] < b["over_threshold"], g
     # The same work is asked of both sides; cost and GPU-hours follow what was placed.
     assert side(plan, "all", "base")["tasks"] == side(plan, "all", "head")["tasks"]
-    assert w["pools"]["onprem"]["base"]["capacity"] == 16
+    # Per pool (one pool here): the waits of the tasks first placed there, the preemptions.
+    for which in ("base", "head"):
+        pool, every = w["pools"]["onprem"][which], side(plan, "all", which)
+        assert pool["capacity"] == 16 and pool["placed"] == every["placed"]
+        assert pool["wait_s"] == every["wait_s"]
+        assert pool["over_threshold"] == every["over_threshold"] - every["never_placed"]
+        assert pool["preemptions"] == every["preemptions"]
 
 
 def test_raising_a_budget_shows_fewer_exhaustions(tmp_path, capsys, demand) -> None:
