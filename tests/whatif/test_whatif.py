@@ -161,6 +161,12 @@ def test_a_bad_demand_file_is_a_clear_error(tmp_path, capsys) -> None:
     assert f"{bad}:3: submit: unparsable time 'yesterday'" in err
     code, _, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(bad), "--since", "1d")
     assert code == 1 and "--since needs --what-if-from" in err
+    code, out, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(tmp_path / "none"))
+    assert code == 1 and "none: cannot read" in err
+    # A daemon that cannot be reached fails the plan rather than planning without it.
+    code, out, err = run_plan(capsys, "--repo", str(repo), "--what-if-from",
+                              "http://127.0.0.1:9", "--token", "kq_x")
+    assert code == 1 and out == "" and "127.0.0.1:9" in err, err
 
 
 def _normalise(text: str, demand: Path) -> str:
