@@ -221,8 +221,9 @@ def refused_lines(w: WhatIf, limit: int = 20) -> list[str]:
     for side, refused in (("head", w.refused_head), ("base", w.refused_base)):
         if not refused:
             continue
+        both = " (left out of both sides)" if side == "head" else ""
         lines.append(f"{len(refused):,} task{'s' if len(refused) != 1 else ''} of the demand "
-                     f"the {side} cannot take{' (left out of both sides)' if side == 'head' else ''}:")
+                     f"the {side} cannot take{both}:")
         for r in refused[:limit]:
             lines.append(f"  {r.task} ({r.user} on {r.resource}): {r.field}: {r.message}")
         if len(refused) > limit:

@@ -86,15 +86,20 @@ jobs:
           echo "kliqued plan exited with $code (0 no changes, 2 changes, 1 must be fixed)"
 
       - name: Post or update the plan comment
-        if: github.event.pull_request.head.repo.full_name == github.repository && hashFiles('plan.md') != ''
+        if: >-
+          github.event.pull_request.head.repo.full_name == github.repository &&
+          hashFiles('plan.md') != ''
         env:
           GITHUB_TOKEN: ${{{{ secrets.GITHUB_TOKEN }}}}
         run: kliqued ci comment github --file plan.md  # the pull request of GITHUB_EVENT_PATH
 
       - name: Fail on an invalid estate or an error-level impact
         if: steps.validate.outcome == 'failure' || steps.plan.outputs.exit_code == '1'
+        env:
+          VALIDATE: ${{{{ steps.validate.outcome }}}}
+          PLAN_EXIT: ${{{{ steps.plan.outputs.exit_code }}}}
         run: |
-          echo "validate: ${{{{ steps.validate.outcome }}}}, plan exit code: ${{{{ steps.plan.outputs.exit_code }}}}"
+          echo "validate: $VALIDATE, plan exit code: $PLAN_EXIT"
           exit 1
 """
 
@@ -124,7 +129,8 @@ klique-plan:
         live="--against $KLIQUE_URL --what-if-from $KLIQUE_URL --since {since}"
       fi
       set +e
-      kliqued plan --base "origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME" --estate-path "{estate}" --format markdown -o plan.md $live
+      kliqued plan --base "origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME" \
+        --estate-path "{estate}" --format markdown -o plan.md $live
       code=$?
       set -e
     - kliqued ci comment gitlab --file plan.md

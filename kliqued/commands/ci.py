@@ -24,7 +24,8 @@ def register(subparsers) -> None:
                     "control plane (a role:planner token as a CI secret), keeps the plan in "
                     "one comment and fails the check on an invalid estate (docs/gitops.md). "
                     "comment posts or updates that comment, split when too long.",
-        examples="  kliqued ci init github\n  kliqued ci init gitlab --estate-path clusters/estate\n"
+        examples="  kliqued ci init github\n"
+                 "  kliqued ci init gitlab --estate-path clusters/estate\n"
                  "  kliqued ci comment github --file plan.md --pr 42")
     sub = p.add_subparsers(dest="ci_command", metavar="<init|comment>")
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])

@@ -19,7 +19,7 @@ from klique_util.files import write_atomic
 from klique_util.units import to_ms
 from kliqued.sdk import Client, KliqueError
 from kliqued.whatif import DemandError, what_if
-from kliqued.whatif.demand import Demand, read_demand, read_demand_text
+from kliqued.whatif.demand import DemandTask, read_demand, read_demand_text
 
 from ._common import DEFAULT_ESTATE, add_command
 
@@ -99,7 +99,7 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def _replay(rows: list[Demand], source: str, threshold_s: int, base: CompiledEstate,
+def _replay(rows: list[DemandTask], source: str, threshold_s: int, base: CompiledEstate,
             head: CompiledEstate) -> WhatIf:
     return what_if(rows, base, head, source, threshold_s)
 
@@ -128,7 +128,7 @@ def _live(args: argparse.Namespace) -> LiveState:
         raise LiveStateError(f"{c.url}/v1/plan/state: {exc}") from None
 
 
-def _demand(args: argparse.Namespace) -> tuple[list[Demand], str, Running | None]:
+def _demand(args: argparse.Namespace) -> tuple[list[DemandTask], str, Running | None]:
     """The demand rows, where they came from, and the revision the daemon runs (read with
     the demand from ``--what-if-from``)."""
     if args.since is not None and not args.what_if_from:

@@ -25,14 +25,16 @@ from kliqued.engine.periods import format_time
 from kliqued.sim.report import Report
 from kliqued.sim.trace import Replay, Trace, TraceTask
 
-from .demand import Demand
+from .demand import DemandTask
 
 DEFAULT_THRESHOLD_S = 3600
 """A task that waited longer than this for its first placement counts as waiting long."""
 
 
-def _accepted(rows: Sequence[Demand], index: EstateIndex) -> tuple[list[Demand], list[Refused]]:
-    ok: list[Demand] = []
+def _accepted(rows: Sequence[DemandTask], index: EstateIndex
+              ) -> tuple[list[DemandTask], list[Refused]]:
+    """The rows ``index`` takes (the engine's submission rule), and the others, named."""
+    ok: list[DemandTask] = []
     refused: list[Refused] = []
     for r in rows:
         try:
@@ -84,7 +86,7 @@ class _Replay(Replay):
 class _Run:
     """One side's replay and the figures read from it."""
 
-    def __init__(self, rows: Sequence[Demand], estate: CompiledEstate, index: EstateIndex,
+    def __init__(self, rows: Sequence[DemandTask], estate: CompiledEstate, index: EstateIndex,
                  start: int, source: str, threshold_s: int) -> None:
         tasks = [TraceTask(r.line, r.id, r.at, r.resource, r.user, r.project, r.gpus_milli,
                            r.runtime_ms, None, index.resources[r.resource].group)
@@ -137,7 +139,7 @@ class _Run:
         return out
 
 
-def what_if(rows: Sequence[Demand], base: CompiledEstate, head: CompiledEstate, source: str,
+def what_if(rows: Sequence[DemandTask], base: CompiledEstate, head: CompiledEstate, source: str,
             threshold_s: int = DEFAULT_THRESHOLD_S, skipped: int = 0) -> WhatIf:
     """The comparison of ``rows`` replayed on ``base`` and on ``head``.
 

@@ -22,7 +22,9 @@ MAX_ERRORS = 20
 
 
 @dataclass(frozen=True, slots=True)
-class Demand:
+class DemandTask:
+    """One row of a demand file, as read (``line``: its line in the file)."""
+
     line: int
     id: str
     at: int
@@ -38,7 +40,7 @@ class DemandError(ValueError):
     """The demand file cannot be read; the message names the file, line and column."""
 
 
-def read_demand(path: str) -> list[Demand]:
+def read_demand(path: str) -> list[DemandTask]:
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             text = fh.read()
@@ -50,10 +52,10 @@ def read_demand(path: str) -> list[Demand]:
     return read_demand_text(text, path)
 
 
-def read_demand_text(text: str, source: str) -> list[Demand]:
+def read_demand_text(text: str, source: str) -> list[DemandTask]:
     """Rows in submission order; raises DemandError listing the first problems."""
     problems: list[str] = []
-    rows: list[Demand] = []
+    rows: list[DemandTask] = []
     reader = csv.reader(io.StringIO(text))
     try:
         header = next(reader, None)
@@ -94,7 +96,7 @@ def read_demand_text(text: str, source: str) -> list[Demand]:
     return rows
 
 
-def _row(row: list[str], col: dict[str, int], line: int, start: int) -> Demand:
+def _row(row: list[str], col: dict[str, int], line: int, start: int) -> DemandTask:
     def cell(name: str) -> str:
         i = col.get(name)
         if i is None:
@@ -126,5 +128,5 @@ def _row(row: list[str], col: dict[str, int], line: int, start: int) -> Demand:
     resource, user = cell("resource"), cell("user")
     if not resource or not user:
         raise ValueError("resource and user: both are required")
-    return Demand(line, tid, at, resource, user, cell("project") or None, gpus, runtime,
+    return DemandTask(line, tid, at, resource, user, cell("project") or None, gpus, runtime,
                   status)

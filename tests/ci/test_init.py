@@ -67,6 +67,7 @@ def test_the_workflow_validates_plans_with_the_what_if_comments_and_fails_on_1(t
         parser.parse_args(argv[1:])
     last = job["steps"][-1]
     assert "steps.plan.outputs.exit_code == '1'" in last["if"]
+    assert "${{" not in last["run"]  # expressions reach scripts through env only
     assert "steps.validate.outcome == 'failure'" in last["if"]
 
 
