@@ -151,8 +151,11 @@ def what_if(rows: Sequence[DemandTask], base: CompiledEstate, head: CompiledEsta
     head_ok, refused_head = _accepted(live, head_idx)
     both, refused_base = _accepted(head_ok, base_idx)
     start = live[0].at if live else 0
-    runs = [_Run(both, est, idx, start, source, threshold_s)
-            for est, idx in ((base, base_idx), (head, head_idx))]
+    first = _Run(both, base, base_idx, start, source, threshold_s)
+    # The same estate on both sides (a plan without changes): one replay is both.
+    second = first if head.revision == base.revision else _Run(
+        both, head, head_idx, start, source, threshold_s)
+    runs = [first, second]
     gb, gh = runs[0].group_figures(), runs[1].group_figures()
     names = sorted((set(gb) | set(gh)) - {"all"}) + ["all"]
     groups = tuple(Row(n, gb.get(n), gh.get(n)) for n in names)

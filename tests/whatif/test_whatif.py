@@ -116,6 +116,9 @@ def test_demand_the_head_cannot_take_is_named(tmp_path, capsys, demand) -> None:
                             str(demand))
     assert f"{len(expected)} tasks of the demand the head cannot take" in out
     assert f"{c.id} (carol on team-c/big): resource:" in out
+    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
+                            str(demand), "--format", "github")
+    assert "::warning title=klique plan%3A demand the head cannot take::" in out
 
 
 def test_the_same_inputs_give_the_same_report(tmp_path, capsys, demand) -> None:
@@ -182,3 +185,13 @@ def test_the_docs_show_the_real_comment() -> None:
     start = golden.index("#### What if")
     table = golden[start: golden.index("<details>", start)].strip()
     assert table in docs
+
+
+def test_no_changes_replays_once_and_reads_the_same_on_both_sides(tmp_path, capsys,
+                                                                  demand) -> None:
+    code, out, err = run_plan(capsys, "--repo", str(repo_with(tmp_path, None)), "--base",
+                              "main", "--what-if", str(demand), "--format", "json")
+    assert code == 0, err
+    w = json.loads(out)["whatif"]
+    assert all(g["base"] == g["head"] for g in w["groups"].values())
+    assert w["groups"]["all"]["base"]["tasks"] == len(week())
