@@ -215,8 +215,14 @@ def title(w: WhatIf) -> str:
             f"replayed on the base and on the head, from the same empty start:")
 
 
+def _names(items: list[str], limit: int = 3) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit:,} more" if len(items) > limit else "")
+
+
 def refused_lines(w: WhatIf, limit: int = 20) -> list[str]:
-    """Demand a side cannot take, named (never silently dropped)."""
+    """Demand a side cannot take, named (never silently dropped): one line per reason
+    (compute resource, field, the engine's message) with its tasks and users."""
     lines = []
     for side, refused in (("head", w.refused_head), ("base", w.refused_base)):
         if not refused:
@@ -224,10 +230,17 @@ def refused_lines(w: WhatIf, limit: int = 20) -> list[str]:
         both = " (left out of both sides)" if side == "head" else ""
         lines.append(f"{len(refused):,} task{'s' if len(refused) != 1 else ''} of the demand "
                      f"the {side} cannot take{both}:")
-        for r in refused[:limit]:
-            lines.append(f"  {r.task} ({r.user} on {r.resource}): {r.field}: {r.message}")
-        if len(refused) > limit:
-            lines.append(f"  ... and {len(refused) - limit:,} more (the JSON plan lists all)")
+        reasons: dict[tuple[str, str, str], list[Refused]] = {}
+        for r in refused:
+            reasons.setdefault((r.resource, r.field, r.message), []).append(r)
+        for n, ((resource, fld, message), rs) in enumerate(reasons.items()):
+            if n == limit:
+                lines.append(f"  ... and {len(reasons) - limit:,} more reasons (the JSON plan "
+                             "lists every task)")
+                break
+            users = sorted({r.user for r in rs})
+            lines.append(f"  {len(rs):,} on {resource} ({_names([r.task for r in rs])}; "
+                         f"{_names(users)}): {fld}: {message}")
     return lines
 
 

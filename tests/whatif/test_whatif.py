@@ -115,7 +115,9 @@ def test_demand_the_head_cannot_take_is_named(tmp_path, capsys, demand) -> None:
     code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
                             str(demand))
     assert f"{len(expected)} tasks of the demand the head cannot take" in out
-    assert f"{c.id} (carol on team-c/big): resource:" in out
+    cs = [r.id for r in expected if r.resource == "team-c/big"]
+    assert (f"  {len(cs)} on team-c/big ({cs[0]}, {cs[1]}, {cs[2]} and {len(cs) - 3} more; "
+            "carol): resource: ") in out
     code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
                             str(demand), "--format", "github")
     assert "::warning title=klique plan%3A demand the head cannot take::" in out
