@@ -131,8 +131,6 @@ def _live(args: argparse.Namespace) -> LiveState:
 def _demand(args: argparse.Namespace) -> tuple[list[DemandTask], str, Running | None]:
     """The demand rows, where they came from, and the revision the daemon runs (read with
     the demand from ``--what-if-from``)."""
-    if args.since is not None and not args.what_if_from:
-        raise ValueError("--since needs --what-if-from (a demand file is already a window)")
     if args.what_if:
         return read_demand(args.what_if), args.what_if, None
     c = Client.from_config(url=args.what_if_from, token=args.token, context=args.context)
@@ -162,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         now_ms = _at(args.at)
         threshold = _threshold(args.wait_threshold)
+        if args.since is not None and not args.what_if_from:
+            raise ValueError("--since needs --what-if-from (a demand file is already a window)")
         live = _live(args) if args.against else None
         if args.what_if or args.what_if_from:
             rows, source, running = _demand(args)

@@ -166,6 +166,11 @@ def test_a_bad_demand_file_is_a_clear_error(tmp_path, capsys) -> None:
     assert f"{bad}:3: submit: unparsable time 'yesterday'" in err
     code, _, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(bad), "--since", "1d")
     assert code == 1 and "--since needs --what-if-from" in err
+    code, _, err = run_plan(capsys, "--repo", str(repo), "--since", "1d")
+    assert code == 1 and "--since needs --what-if-from" in err
+    code, _, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(bad),
+                            "--wait-threshold", "soon")
+    assert code == 1 and "--wait-threshold: expected a duration" in err
     code, out, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(tmp_path / "none"))
     assert code == 1 and "none: cannot read" in err
     # A daemon that cannot be reached fails the plan rather than planning without it.
