@@ -20,7 +20,7 @@ from .diff import diff, find_renames, object_pos
 from .envelopes import envelope_rows
 from .impact import empty_estate, impacts
 from .live import LiveState
-from .model import Impact, Plan, Revision, Running
+from .model import Impact, Plan, Revision, Running, is_stale
 from .touched import touched
 from .whatif import WhatIf
 
@@ -88,7 +88,7 @@ def stale_base(base: Revision, running: Running | None) -> list[Impact]:
     """A warning when the daemon runs another revision than the base, like a stale
     Terraform plan: the reviewer would read what the change does to an estate that is not
     the one in force."""
-    if running is None or running.revision == (base.estate_revision or ""):
+    if running is None or not is_stale(base, running):
         return []
     runs = running.revision[:19] + (f" (commit {running.commit[:7]})" if running.commit
                                     else "")
