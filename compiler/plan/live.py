@@ -54,6 +54,8 @@ class LiveState:
     pools: dict[str, PoolLive]
     usage: dict[str, dict[str, float]] | None
     """GPU-hours per GPU type and UTC month (``2026-11``); None without a ledger."""
+    commit: str | None = None
+    """The git commit the running revision was read from, when the daemon follows git."""
 
     def resource(self, name: str) -> ResourceLive:
         return self.resources.get(name, ResourceLive())
@@ -125,4 +127,6 @@ def _parse(data: Any, source: str) -> LiveState:
         for row in data["usage"]:
             usage.setdefault(str(row["gpu_type"]), {})[str(row["month"])] = float(
                 row["gpu_hours"])
-    return LiveState(source, revision, at, at_ms, resources, policies, pools, usage)
+    commit = data.get("commit")
+    return LiveState(source, revision, at, at_ms, resources, policies, pools, usage,
+                     commit if isinstance(commit, str) else None)

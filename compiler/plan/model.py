@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..diagnostics import Diagnostic, Position
+from .whatif import WhatIf
 
 Action = Literal["create", "update", "delete", "rename"]
 Severity = Literal["error", "warn", "info"]
@@ -181,6 +182,23 @@ class Revision:
 
 
 @dataclass(frozen=True)
+class Running:
+    """The revision a daemon runs, as ``--against`` or ``--what-if-from`` read it."""
+
+    source: str
+    """The daemon's URL."""
+    revision: str
+    """Its estate revision (``sha256:...``)."""
+    commit: str | None = None
+    """The git commit it was read from, when the daemon follows a branch."""
+
+
+def is_stale(base: Revision, running: Running | None) -> bool:
+    """The one rule for a stale base: the daemon read runs another estate revision."""
+    return running is not None and running.revision != (base.estate_revision or "")
+
+
+@dataclass(frozen=True)
 class Plan:
     base: Revision
     head: Revision
@@ -197,6 +215,17 @@ class Plan:
     """Per change, in the order of ``changes``: whose approval it needs."""
     envelopes: tuple[EnvelopeRow, ...] = ()
     """The departments' envelopes the changes touch, before and after."""
+    running: Running | None = None
+    """What the daemon runs, when the plan read it: a base that differs is a stale plan
+    (the ``stale-base`` impact)."""
+    whatif: WhatIf | None = None
+    """Real demand replayed on both sides, or None."""
+
+    @property
+    def drift(self) -> bool:
+        """The daemon runs another revision than the base: the plan compares the head with
+        an estate that is not the one in force."""
+        return self.base.valid and is_stale(self.base, self.running)
 
     @property
     def approvers(self) -> list[Approver]:

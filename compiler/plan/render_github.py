@@ -4,6 +4,7 @@ line of the pull request that caused it, and the job log keeps the Plan line."""
 from __future__ import annotations
 
 from ..diagnostics import Diagnostic, Position
+from . import whatif as wi
 from .model import Impact, ObjectChange, Plan
 from .render_text import (APPROVALS_TITLE, ENVELOPE_COLUMNS, ENVELOPE_TITLE, approval_rows,
                           approvers_line, attr_text, envelope_cells, object_title)
@@ -91,6 +92,25 @@ def review_annotations(plan: Plan) -> list[str]:
     return out
 
 
+def whatif_annotations(plan: Plan) -> list[str]:
+    """The what-if table as a notice of the job, and the demand the head cannot take as a
+    warning: work people ran that the change would refuse."""
+    w = plan.whatif
+    if w is None:
+        return []
+    rows = [" | ".join(wi.group_header(w))] + [" | ".join(r) for r in wi.group_cells(w)]
+    rows += [""] + [" | ".join(wi.pool_header(w))] + [" | ".join(r) for r in wi.pool_cells(w)]
+    out = [annotation("notice", "\n".join([wi.title(w), *rows, *wi.horizon_lines(w)]),
+                      title="klique plan: what if")]
+    refused = wi.refused_lines(w)
+    if w.refused_head:
+        out.append(annotation("warning", "\n".join(refused),
+                              title="klique plan: demand the head cannot take"))
+    elif refused:
+        out.append(annotation("notice", "\n".join(refused), title="klique plan: what if"))
+    return out
+
+
 def render_github(plan: Plan) -> str:
     lines = [diagnostic_annotation(d) for d in plan.head.diagnostics]
     lines += caused_annotations(plan)
@@ -102,5 +122,6 @@ def render_github(plan: Plan) -> str:
         lines += [_impact(i) for i in plan.impacts]
         lines += [_change(c) for c in plan.changes]
         lines += review_annotations(plan)
+        lines += whatif_annotations(plan)
     lines.append(plan.summary_line)
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ..diagnostics import Position
+from .whatif import whatif_json
 from .model import (Approval, AttrChange, EnvelopeFigures, EnvelopeRow, Impact, ObjectChange,
                     Plan, Revision)
 
@@ -88,11 +89,16 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "valid": plan.valid,
         "against": None if plan.live is None else {
             "source": plan.live.source, "revision": plan.live.revision, "at": plan.live.at},
+        "running": None if plan.running is None else {
+            "source": plan.running.source, "revision": plan.running.revision,
+            "commit": plan.running.commit},
+        "drift": plan.drift,
         "changes": [_change(c) for c in plan.changes],
         "impacts": [_impact(i) for i in plan.impacts],
         "approvals": [_approval(a) for a in plan.approvals],
         "approvers": [p.user for p in plan.approvers],
         "envelopes": [_envelope(e) for e in plan.envelopes],
+        "whatif": None if plan.whatif is None else whatif_json(plan.whatif),
         "summary": {"add": plan.add, "change": plan.change, "remove": plan.remove,
                     "errors": plan.error_count,
                     "warnings": len(plan.impacts_of("warn")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from . import whatif as wi
 from .model import Impact, Plan
 from .render_text import (ENVELOPE_COLUMNS, ENVELOPE_TITLE, against_line, approval_rows,
                           caused_line, change_lines, envelope_cells, where)
@@ -86,7 +87,7 @@ def _summary(plan: Plan, max_chars: int) -> list[str]:
         if rest > 0:
             lines.append(f"| | … and {rest} more: see *All impacts* below | |")
         lines.append("")
-    return lines + _review(plan)
+    return lines + _review(plan) + _whatif(plan)
 
 
 def _review(plan: Plan) -> list[str]:
@@ -104,6 +105,54 @@ def _review(plan: Plan) -> list[str]:
                   for row in envelope_cells(plan)]
         lines.append("")
     return lines
+
+
+WHATIF_ROWS = 30
+"""Groups in the first screen's what-if table (those that change first); all are folded
+below."""
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(_cell(h) for h in header) + " |",
+             "|" + "---|" * len(header)]
+            + ["| " + " | ".join(_cell(c.replace(" -> ", " → ")) for c in r) + " |"
+               for r in rows])
+
+
+def _first_screen_rows(w: wi.WhatIf) -> list[list[str]]:
+    cells = wi.group_cells(w)
+    changed = [c for c, r in zip(cells, w.groups) if r.base != r.head or r.name == "all"]
+    return changed
+
+
+def _folded_whatif(w: wi.WhatIf) -> bool:
+    """The full table is folded below when the first screen leaves groups out."""
+    return len(_first_screen_rows(w)[:WHATIF_ROWS]) < len(w.groups)
+
+
+def _whatif(plan: Plan) -> list[str]:
+    """The comparison on the first screen: the groups whose outcome changes (and ``all``),
+    the pools, the demand the head cannot take."""
+    w = plan.whatif
+    if w is None:
+        return []
+    changed = _first_screen_rows(w)
+    shown = changed[:WHATIF_ROWS]
+    lines = ["#### " + _cell(wi.title(w).rstrip(":")),
+             "", "Each cell reads base → head."]
+    if len(changed) <= 1:
+        lines += ["", "*No group's outcome changes.*"]
+    lines += ["", *_md_table(wi.group_header(w), shown)]
+    if len(changed) > len(shown):
+        lines.append(f"| … {len(changed) - len(shown)} more groups change: see *What if: "
+                     "every group and pool* below |"
+                     + " |" * (len(wi.GROUP_COLUMNS) - 1))
+    lines += ["", *_md_table(wi.pool_header(w), wi.pool_cells(w)), ""]
+    extra = wi.refused_lines(w, limit=10) + wi.horizon_lines(w)
+    for line in extra:
+        lines.append(f"- {_cell(line.strip())}" if line.startswith("  ") else
+                     f"**{_cell(line)}**")
+    return lines + ([""] if extra else [])
 
 
 def _place(i: Impact) -> str:
@@ -175,6 +224,11 @@ def render_markdown(plan: Plan, max_chars: int = MAX_CHARS) -> str:
                            [f"- **{i.severity}** {_cell(i.message)}"
                             + (f" ({_place(i)})" if i.pos else "")
                             for i in plan.impacts], None))
+        if plan.whatif is not None and _folded_whatif(plan.whatif):
+            w = plan.whatif
+            blocks.append(("What if: every group and pool",
+                           _md_table(wi.group_header(w), wi.group_cells(w)) + [""]
+                           + _md_table(wi.pool_header(w), wi.pool_cells(w)), None))
         if plan.approvals:
             blocks.append((f"Approvals per change ({len(plan.approvals)})",
                            [f"- {_code(a)}: {_cell(who)}" for a, who in approval_rows(plan)],

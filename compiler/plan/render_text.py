@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..diagnostics import Diagnostic, Position, render_all
 from ..units import milli_str
+from . import whatif as wi
 from .model import AttrChange, EnvelopeFigures, Impact, ObjectChange, Plan
 from .touched import caused_elsewhere
 
@@ -161,6 +162,17 @@ def review_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def whatif_lines(plan: Plan) -> list[str]:
+    """The what-if comparison: per group, then per pool, each cell ``base -> head``."""
+    w = plan.whatif
+    if w is None:
+        return []
+    lines = [wi.title(w), "", *_table([wi.group_header(w), *wi.group_cells(w)]), "",
+             *_table([wi.pool_header(w), *wi.pool_cells(w)]), ""]
+    extra = wi.refused_lines(w) + wi.horizon_lines(w)
+    return lines + (extra + [""] if extra else [])
+
+
 def header(plan: Plan) -> str:
     return f"kliqued plan: {plan.estate_path or '.'}/ at {plan.base.short} -> {plan.head.short}"
 
@@ -208,6 +220,9 @@ def render_text(plan: Plan, colour: bool = False) -> str:
     for note in _notes(plan):
         lines += [note, ""]
     if not plan.changes:
+        if plan.impacts:
+            lines += ["Impact:", *(impact_line(i, colour) for i in plan.impacts), ""]
+        lines += whatif_lines(plan)
         lines.append(_paint("No changes.", BOLD, colour)
                      + " The head estate compiles to the same objects as the base.")
         return "\n".join(lines) + "\n"
@@ -221,6 +236,7 @@ def render_text(plan: Plan, colour: bool = False) -> str:
         lines += [impact_line(i, colour) for i in plan.impacts]
         lines.append("")
     lines += review_lines(plan)
+    lines += whatif_lines(plan)
     lines.append(_paint(plan.summary_line, BOLD, colour))
     return "\n".join(lines) + "\n"
 

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
-from compiler.plan import make_plan, render_github, render_json, render_markdown, render_text
+from compiler.compiled import CompiledEstate
 from compiler.errors import GitSourceError, LiveStateError
+from compiler.plan import make_plan, render_github, render_json, render_markdown, render_text
 from compiler.plan.gitsource import normalise_estate_path, open_repo, read_sides
 from compiler.plan.live import LiveState, parse_live_state
-from compiler.units import parse_time
+from compiler.plan.model import Running
+from compiler.plan.whatif import WhatIf
+from compiler.units import parse_duration, parse_time
 from klique_util.files import write_atomic
 from klique_util.units import to_ms
 from kliqued.sdk import Client, KliqueError
+from kliqued.whatif import DemandError, what_if
+from kliqued.whatif.demand import DemandTask, read_demand, read_demand_text
 
 from ._common import DEFAULT_ESTATE, add_command
 
@@ -37,7 +43,9 @@ def register(subparsers) -> None:
                  "  kliqued plan --format markdown -o plan.md   # a pull-request comment\n"
                  "  kliqued plan --format github          # annotations in GitHub Actions\n"
                  "  kliqued plan --repo ../estate-repo --estate-path clusters/estate\n"
-                 "  kliqued plan --against $KLIQUE_URL --token $PLANNER_TOKEN  # live counts")
+                 "  kliqued plan --against $KLIQUE_URL --token $PLANNER_TOKEN  # live counts\n"
+                 "  kliqued plan --what-if demand.csv     # last weeks' work on both sides\n"
+                 "  kliqued plan --what-if-from $KLIQUE_URL --since 14d --format markdown")
     p.add_argument("--base", metavar="REV",
                    help="revision to compare with (default: the merge base of HEAD with main, "
                         "else origin/main, else master)")
@@ -63,6 +71,24 @@ def register(subparsers) -> None:
                            "config context)")
     live.add_argument("--context", metavar="NAME",
                       help="a context of the client config file for the token")
+    wi = p.add_argument_group(
+        "what if (real demand replayed on both sides)",
+        "replays the work of a window (kliqued demand export) on the base and the head from "
+        "the same empty start, on the daemon's engine in simulated time, and compares per "
+        "group and per pool: waits, long waits, GPU-hours, utilisation, preemptions, budget "
+        "exhaustions, cost; the demand the head cannot take is named")
+    src = wi.add_mutually_exclusive_group()
+    src.add_argument("--what-if", metavar="DEMAND",
+                     help="a demand file (kliqued demand export -o FILE)")
+    src.add_argument("--what-if-from", metavar="URL",
+                     help="read the demand from the daemon (GET /v1/demand, a role:planner "
+                          "token); also tells a stale base, as --against does")
+    wi.add_argument("--since", metavar="WHEN", default=None,
+                    help="with --what-if-from: the window, a duration back from now or an "
+                         "RFC 3339 time (default: 14d)")
+    wi.add_argument("--wait-threshold", metavar="DURATION", default="1h",
+                    help="a task that waited longer than this for its first placement waits "
+                         "long (default: 1h)")
     p.add_argument("--at", metavar="TIME",
                    help="the plan's time, RFC 3339 UTC (default: now, or the daemon's with "
                         "--against): a price that takes effect before it reprices usage "
@@ -71,6 +97,11 @@ def register(subparsers) -> None:
                    help="write the plan here (atomically) instead of to stdout; the exit code "
                         "is the same")
     p.set_defaults(handler=run)
+
+
+def _replay(rows: list[DemandTask], source: str, threshold_s: int, base: CompiledEstate,
+            head: CompiledEstate) -> WhatIf:
+    return what_if(rows, base, head, source, threshold_s)
 
 
 def _colour(args: argparse.Namespace) -> bool:
@@ -97,6 +128,24 @@ def _live(args: argparse.Namespace) -> LiveState:
         raise LiveStateError(f"{c.url}/v1/plan/state: {exc}") from None
 
 
+def _demand(args: argparse.Namespace) -> tuple[list[DemandTask], str, Running | None]:
+    """The demand rows, where they came from, and the revision the daemon runs (read with
+    the demand from ``--what-if-from``)."""
+    if args.what_if:
+        return read_demand(args.what_if), args.what_if, None
+    c = Client.from_config(url=args.what_if_from, token=args.token, context=args.context)
+    d = c.demand(args.since or "14d")
+    running = Running(c.url, d.revision, d.commit) if d.revision else None
+    return read_demand_text(d.text, d.source), f"{c.url}, last {args.since or '14d'}", running
+
+
+def _threshold(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"--wait-threshold: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         estate_path = normalise_estate_path(args.estate_path)
@@ -106,13 +155,23 @@ def run(args: argparse.Namespace) -> int:
     except GitSourceError as exc:
         print(f"kliqued plan: {exc}", file=sys.stderr)
         return 1
+    hook = None
+    running = None
     try:
         now_ms = _at(args.at)
+        threshold = _threshold(args.wait_threshold)
+        if args.since is not None and not args.what_if_from:
+            raise ValueError("--since needs --what-if-from (a demand file is already a window)")
         live = _live(args) if args.against else None
-    except (ValueError, KliqueError, LiveStateError) as exc:
+        if args.what_if or args.what_if_from:
+            rows, source, running = _demand(args)
+            hook = functools.partial(_replay, rows, source, threshold)
+    except (ValueError, KliqueError, LiveStateError, DemandError) as exc:
         print(f"kliqued plan: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 1
-    plan = make_plan(base, head, estate_path, now_ms, live)
+    if live is not None:
+        running = None  # --against's own reading says what runs
+    plan = make_plan(base, head, estate_path, now_ms, live, running, hook)
     if args.format == "text":
         text = render_text(plan, colour=_colour(args))
     else:

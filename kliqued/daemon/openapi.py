@@ -602,6 +602,14 @@ PATHS: dict[str, Any] = {
         "getPlanState", "the running revision and the live counts `kliqued plan --against` "
         "reads: per compute resource, policy and pool; GPU-hours per GPU type and month",
         _ok("PlanState"))},
+    "/v1/demand": {"get": _op(
+        "getDemand", "the work submitted in a window, as a trace CSV (id, submit, resource, "
+        "user, project, gpus, runtime, channel, status): what `kliqued plan --what-if-from` "
+        "replays; the running revision in X-Klique-Revision",
+        {"200": {"description": "CSV, tasks in submission order",
+                 "content": {"text/csv": {"schema": {"type": "string"}}}}},
+        params=[_q("since", {"type": "string", "default": "14d"},
+                   "a duration back from now (14d, 36h) or an RFC 3339 time")])},
     "/v1/tokens": {
         "post": _op("createToken", "a token for a user, a worker (one pool) or a role",
                     _ok("TokenCreated", "201", "created: the only time the token "

@@ -24,16 +24,17 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from klique_util.files import atomic_path, scratch_path
+from klique_util.files import atomic_path, scratch_path, write_atomic
 
 from .config import resolve
 from .errors import KliqueError
 
-__all__ = ["Client", "KliqueError"]
+__all__ = ["Client", "Demand", "KliqueError"]
 
 USER_AGENT = "klique-sdk/0.1"
 RETRIES = 3
@@ -50,6 +51,23 @@ def _time_text(value: datetime | str) -> str:
             text += f".{value.microsecond // 1000:03d}"
         return text + "Z"
     return str(value)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A demand export (``GET /v1/demand``): the CSV and the revision it ran under."""
+
+    text: str
+    revision: str
+    """The estate revision the daemon runs (``sha256:...``)."""
+    commit: str | None
+    """The git commit of that revision, when the daemon reads its estate from git."""
+    source: str
+    """Where it was read."""
+
+    @property
+    def tasks(self) -> int:
+        return max(0, self.text.count("\n") - 1)
 
 
 class Client:
@@ -209,6 +227,31 @@ class Client:
         """The running revision and live counts ``kliqued plan --against`` reads (a
         ``role:planner`` or admin token)."""
         return self._call("GET", "/plan/state")
+
+    def demand(self, since: str | datetime = "14d") -> Demand:
+        """The work submitted since ``since`` (a duration back from now such as ``14d``, or a
+        time) as a trace CSV, with the revision the daemon runs: what ``kliqued plan
+        --what-if-from`` replays (a ``role:planner`` or admin token)."""
+        query = {"since": since if isinstance(since, str) else _time_text(since)}
+        try:
+            with self._open("GET", "/demand", query, headers={"Accept": "text/csv"}) as resp:
+                text = resp.read().decode("utf-8")
+                revision = resp.headers.get("X-Klique-Revision") or ""
+                commit = resp.headers.get("X-Klique-Commit")
+        except (OSError, http.client.HTTPException) as exc:
+            raise KliqueError(None, "unreachable",
+                              f"the demand from {self.url} broke off: {exc}") from None
+        return Demand(text, revision, commit, f"{self.url}/v1/demand")
+
+    def demand_export(self, path: str | os.PathLike, since: str | datetime = "14d") -> Demand:
+        """:meth:`demand`, written to ``path`` whole or not at all."""
+        target = Path(path)
+        if target.is_dir() or not target.parent.is_dir():
+            raise KliqueError(None, "invalid-request",
+                              f"{target}: name a file in an existing directory")
+        d = self.demand(since)
+        write_atomic(target, d.text, mkdir=False)
+        return d
 
     def set_engine(self, enabled: bool) -> dict:
         return self._call("POST", "/engine", body={"enabled": bool(enabled)}, retry=True)

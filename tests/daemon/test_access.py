@@ -68,6 +68,7 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "set-engine": ("setEngine", "/v1/engine", {"enabled": True}, 200, {}),
     "estate": ("getEstate", "/v1/estate", None, 200, {}),
     "plan-state": ("getPlanState", "/v1/plan/state", None, 200, {}),
+    "demand": ("getDemand", "/v1/demand?since=1d", None, 200, {}),
     "metrics": ("metrics", "/metrics", None, 200, {}),
     "create-token": ("createToken", "/v1/tokens", {"user": "erin"}, 201, {}),
     "list-tokens": ("listTokens", "/v1/tokens", None, 200, {}),

@@ -1,0 +1,151 @@
+"""The CI definitions ``kliqued ci init`` writes: GitHub Actions and GitLab CI.
+
+Each validates the estate, plans the pull request with the what-if against the control
+plane (a ``role:planner`` token kept as a CI secret: the plan reads the live counts and the
+last weeks' demand, and says when the base is not the revision in force), keeps the plan in
+one pull-request comment (``kliqued ci comment``) and fails the check on an invalid estate
+or an error-level impact only (a plan's exit 2, "changes", is not a failure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GITHUB_PATH = ".github/workflows/klique-plan.yml"
+GITLAB_PATH = ".gitlab/klique-plan.gitlab-ci.yml"
+
+
+@dataclass(frozen=True)
+class Options:
+    estate_path: str = "estate"
+    install: str = "klique"
+    """What ``pip install`` is given: the package, a pinned version or a git URL."""
+    since: str = "14d"
+    """The what-if's window of demand."""
+    python: str = "3.12"
+
+
+GITHUB = """\
+# Written by `kliqued ci init github` (docs/gitops.md). Set the repository variable
+# KLIQUE_URL (the control plane) and the secret KLIQUE_PLANNER_TOKEN
+# (`kliqued token create --role planner --name estate-ci`); without them the plan compares
+# the two revisions only.
+name: klique-plan
+
+on:
+  pull_request:
+    paths:
+      - "{estate}/**"
+      - "{workflow}"
+
+permissions:
+  contents: read
+  pull-requests: write  # to post and update the plan comment
+
+concurrency:  # a new push cancels the run for the previous one
+  group: klique-plan-${{{{ github.event.pull_request.number }}}}
+  cancel-in-progress: true
+
+jobs:
+  plan:
+    runs-on: ubuntu-latest
+    env:
+      KLIQUE_URL: ${{{{ vars.KLIQUE_URL }}}}
+      KLIQUE_TOKEN: ${{{{ secrets.KLIQUE_PLANNER_TOKEN }}}}
+    steps:
+      - uses: actions/checkout@v5
+        with:
+          fetch-depth: 0  # the plan reads the base branch from git history
+
+      - uses: actions/setup-python@v6
+        with:
+          python-version: "{python}"
+
+      - name: Install kliqued
+        run: pip install "{install}"
+
+      - name: Validate
+        id: validate
+        continue-on-error: true  # post the plan comment anyway; the last step fails the job
+        run: kliqued validate --strict --format github "{estate}"
+
+      - name: Plan, with the what-if against the control plane
+        id: plan
+        run: |
+          live=()
+          if [ -n "$KLIQUE_URL" ]; then
+            live=(--against "$KLIQUE_URL" --what-if-from "$KLIQUE_URL" --since "{since}")
+          fi
+          set +e
+          kliqued plan --base "origin/$GITHUB_BASE_REF" --estate-path "{estate}" \\
+            --format markdown -o plan.md "${{live[@]}}"
+          code=$?
+          set -e
+          echo "exit_code=$code" >> "$GITHUB_OUTPUT"
+          if [ -f plan.md ]; then cat plan.md >> "$GITHUB_STEP_SUMMARY"; fi
+          echo "kliqued plan exited with $code (0 no changes, 2 changes, 1 must be fixed)"
+
+      - name: Post or update the plan comment
+        if: >-
+          github.event.pull_request.head.repo.full_name == github.repository &&
+          hashFiles('plan.md') != ''
+        env:
+          GITHUB_TOKEN: ${{{{ secrets.GITHUB_TOKEN }}}}
+        run: kliqued ci comment github --file plan.md  # the pull request of GITHUB_EVENT_PATH
+
+      - name: Fail on an invalid estate or an error-level impact
+        if: steps.validate.outcome == 'failure' || steps.plan.outputs.exit_code == '1'
+        env:
+          VALIDATE: ${{{{ steps.validate.outcome }}}}
+          PLAN_EXIT: ${{{{ steps.plan.outputs.exit_code }}}}
+        run: |
+          echo "validate: $VALIDATE, plan exit code: $PLAN_EXIT"
+          exit 1
+"""
+
+GITLAB = """\
+# Written by `kliqued ci init gitlab` (docs/gitops.md). Include it from .gitlab-ci.yml:
+#   include:
+#     - local: {workflow}
+# CI/CD variables: KLIQUE_URL (the control plane), KLIQUE_TOKEN (masked: a role:planner
+# token, `kliqued token create --role planner --name estate-ci`) and KLIQUE_BOT_TOKEN (masked:
+# a project access token, role Reporter, scope api, to post the plan note).
+klique-plan:
+  image: python:{python}
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
+      changes:
+        - "{estate}/**/*"
+        - "{workflow}"
+  variables:
+    GIT_DEPTH: "0"
+  script:
+    - pip install "{install}"
+    - git fetch origin "$CI_MERGE_REQUEST_TARGET_BRANCH_NAME"
+    - kliqued validate --strict "{estate}" || invalid=1
+    - |
+      live=""
+      if [ -n "$KLIQUE_URL" ]; then
+        live="--against $KLIQUE_URL --what-if-from $KLIQUE_URL --since {since}"
+      fi
+      set +e
+      kliqued plan --base "origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME" \
+        --estate-path "{estate}" --format markdown -o plan.md $live
+      code=$?
+      set -e
+    - kliqued ci comment gitlab --file plan.md
+    - test -z "$invalid" && test "$code" -ne 1
+"""
+
+
+def github(o: Options) -> str:
+    return GITHUB.format(estate=o.estate_path, workflow=GITHUB_PATH, python=o.python,
+                         install=o.install, since=o.since)
+
+
+def gitlab(o: Options) -> str:
+    return GITLAB.format(estate=o.estate_path, workflow=GITLAB_PATH, python=o.python,
+                         install=o.install, since=o.since)
+
+
+WRITERS = {"github": (GITHUB_PATH, github), "gitlab": (GITLAB_PATH, gitlab)}
