@@ -33,7 +33,9 @@ from .events import Event
 from .ids import IdMaker, new_token
 from .leases import (ACTIVE, CLOSED, FENCED, RETURNED, STOP_REASON, STOPPING,
                      Lease, WorkerInfo)
+from .pipelines import PipelineBook
 from .records import TaskRecord
+from .schedules import ScheduleBook
 from .store import DbOp
 from .units import iso
 
@@ -47,9 +49,11 @@ class Clock:
 
     def __init__(self) -> None:
         self.last = 0
+        self.offset_ms = 0
+        """Ahead of the wall clock by this much (tests: server.CLOCK_OFFSET_ENV)."""
 
     def now(self) -> int:
-        t = time.time_ns() // 1_000_000
+        t = time.time_ns() // 1_000_000 + self.offset_ms
         if t > self.last:
             self.last = t
         return self.last
@@ -154,6 +158,9 @@ class Daemon:
         self.mono: Callable[[], float] = time.monotonic
         self.on_work: Callable[[str], None] | None = None
         """Called with a pool that has new work for its workers (wakes their long polls)."""
+        self.schedules = ScheduleBook()
+        self.pipelines = PipelineBook()
+        """The unattended channels' state (schedules.py, pipelines.py), from the log too."""
 
     # ------------------------------------------------------------------ reading
     @property
@@ -354,7 +361,8 @@ class Daemon:
     def on_ended(self, task_id: str, at: int, kind: str, reason: str | None = None,
                  epoch: int | None = None, exit_code: int | None = None,
                  signal: str | None = None, lost: bool = False, by: str | None = None,
-                 message: str | None = None) -> TaskRecord | None:
+                 message: str | None = None,
+                 outputs: dict[str, str] | None = None) -> TaskRecord | None:
         """Finished, failed or cancelled (by a request, or because the estate removed its
         compute resource: the engine already ended it then). ``epoch``: the lease whose
         report ended it (closed), or which was lost (``lost``: fenced); without it, a
@@ -393,6 +401,8 @@ class Daemon:
         rec.end_note, rec.ended_by = reason, by
         rec.end_message = message if isinstance(message, str) and message else None
         rec.ended_at = at
+        if outputs:
+            rec.outputs = dict(outputs)
         return rec
 
     # ------------------------------------------------------------------ workers and leases
