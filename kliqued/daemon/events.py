@@ -395,6 +395,7 @@ class ScheduleCreated(Payload):
     missed: str = "run-once"
     deadline_s: int | None = None
     name: str | None = None
+    cursor: int | None = None  # due times after this count (the request's clock)
 
 
 @registered("schedule_changed")
@@ -403,6 +404,7 @@ class ScheduleChanged(Payload):
     id: str
     state: str  # active (resumed), paused, deleted, stopped
     reason: str | None = None
+    cursor: int | None = None  # resumed: due times after this count
 
 
 @registered("schedule_run")

@@ -99,7 +99,7 @@ def _schedule_created(d: Daemon, ev: Event, p: E.ScheduleCreated, at: int,
 
 def _schedule_changed(d: Daemon, ev: Event, p: E.ScheduleChanged, at: int,
                       decided: bool) -> Any:
-    d.schedules.on_changed(p.id, p.state, p.reason, at)
+    d.schedules.on_changed(p.id, p.state, p.reason, at, p.cursor)
 
 
 def _schedule_run(d: Daemon, ev: Event, p: E.ScheduleRun, at: int, decided: bool) -> Any:

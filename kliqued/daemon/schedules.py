@@ -105,20 +105,22 @@ class ScheduleBook:
                      data.get("gpus_milli"), dict(data.get("labels") or {}),
                      data.get("pipeline"), data.get("concurrency") or "allow",
                      data.get("missed") or "run-once", data.get("deadline_s"),
-                     data.get("name"), cursor=at)
+                     data.get("name"), cursor=data.get("cursor") or at)
         self.items[s.id] = s
         self.ids.seed(s.id)
         return s
 
-    def on_changed(self, sid: str, state: str, reason: str | None, at: int) -> None:
+    def on_changed(self, sid: str, state: str, reason: str | None, at: int,
+                   cursor: int | None = None) -> None:
         s = self.items.get(sid)
         if s is None:
             return
         if state == "deleted":
             del self.items[sid]
             return
-        if state == "active" and s.state == "paused":
-            s.cursor = max(s.cursor, at)  # resumed: the due times while paused are gone
+        if state == "active" and s.state in ("paused", "stopped"):
+            # resumed: the due times while it was paused are gone
+            s.cursor = max(s.cursor, cursor if cursor is not None else at)
         s.state, s.reason = state, reason
 
     def on_run(self, sid: str, run: Run) -> None:
@@ -208,7 +210,9 @@ def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int,
 
 
 def prepare_change(d: Daemon, actor: str, sid: str, state: str, reason: str | None,
-                   now: int, ov: Overlay) -> Prepared:
+                   now: int, ov: Overlay, cursor: int | None = None) -> Prepared:
+    """``cursor``: for a resume, the time from which due times count again (the handler's
+    clock; recorded, so a replay rebuilds the same cursor)."""
     from .core import Prepared
     s = d.schedules.get(sid)
     if s.state == state or (state == "paused" and s.state != "active"):
@@ -217,7 +221,8 @@ def prepare_change(d: Daemon, actor: str, sid: str, state: str, reason: str | No
                            f"resume it once the reason is fixed, or delete it")
         return Prepared(apply=lambda: sid)
     ev = Event("schedule_changed", None, actor, d.idx().revision, None, s.owner,
-               {"id": sid, "state": state, "reason": reason})
+               {"id": sid, "state": state, "reason": reason,
+                **({"cursor": cursor} if cursor is not None else {})})
 
     def apply() -> str:
         reducers.apply(d, ev, now)
@@ -229,15 +234,16 @@ def _key(s: Schedule, due: int) -> str:
     return f"schedule:{s.id}:{due}"
 
 
-def prepare_run(d: Daemon, sid: str, now: int, ov: Overlay) -> Prepared:
-    """The schedule's due times at ``now`` dealt with: recorded (``schedule_run``) together
-    with what the run does, in one commit. Prepared in the sequencer, against the state of
-    this very moment, so two looks at the same due time make one run."""
+def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> Prepared:
+    """The schedule's due times at ``decide_at`` (the loop's clock) dealt with: recorded
+    (``schedule_run``) together with what the run does, in one commit at ``now`` (the
+    sequencer's). Prepared in the sequencer, against the state of this very moment, so two
+    looks at the same due time make one run."""
     from .core import Prepared
     s = d.schedules.items.get(sid)
     if s is None or s.state != "active":
         return Prepared()
-    dec = s.due(now)
+    dec = s.due(decide_at)
     if dec.run is None and dec.missed == 0:
         return Prepared()
     rev = d.idx().revision

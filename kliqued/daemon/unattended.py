@@ -52,7 +52,7 @@ class Unattended:
     def _run(self, sid: str, now: int, t: int, ov: Overlay) -> Prepared:
         """``now``: the loop's time, which decided the schedule is due (the sequencer's
         ``t`` is the wall clock's)."""
-        return schedules.prepare_run(self.d, sid, now, ov)
+        return schedules.prepare_run(self.d, sid, now, t, ov)
 
     def _advance(self, pid: str, now: int, ov: Overlay) -> Prepared:
         return pipelines.prepare_advance(self.d, pid, now, ov)

@@ -106,7 +106,8 @@ async def create(request: web.Request) -> web.Response:
     d = c.daemon
     p = principal(request)
     body = await read_json(request, "ScheduleCreate")
-    f = _fields(request, body, d.clock.now())
+    now = d.clock.now()
+    f = {**_fields(request, body, now), "cursor": now}
     sid = await c.seq.submit(lambda now, ov: schedules.prepare_create(d, p, f, now, ov))
     return reply(schedules.view(d, d.schedules.items[sid], d.clock.now()), 201)
 
@@ -137,7 +138,7 @@ def _changer(state: str):
                 raise ApiError(409, "conflict", f"schedule {s.id} cannot resume: {why}")
         await c.seq.submit(lambda now, ov: schedules.prepare_change(
             d, p.text, s.id, state, None if state == "active" else f"{state} by {p.text}",
-            now, ov))
+            now, ov, now if state == "active" else None))
         if state == "deleted":
             return web.Response(status=204)
         return reply(schedules.view(d, d.schedules.items[s.id], d.clock.now()))
