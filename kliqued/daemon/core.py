@@ -79,6 +79,29 @@ class Prepared:
     it runs almost at once (loop.REPORT_SETTLE_S) rather than after a burst's delay."""
 
 
+def merged(parts: list[Prepared]) -> Prepared:
+    """Several changes as one: their events and writes in order, one commit, applied in
+    the same order (a schedule's run and the task it sends; a pipeline's step and its
+    task): after a crash all of them are in the log, or none."""
+    out = Prepared()
+    applies = []
+    for p in parts:
+        out.events.extend(p.events)
+        out.ops.extend(p.ops)
+        out.closes.extend(p.closes)
+        out.wants_pass = out.wants_pass or p.wants_pass
+        out.frees = out.frees or p.frees
+        applies.append(p.apply)
+
+    def apply() -> Any:
+        result = None
+        for a in applies:
+            result = a()
+        return result
+    out.apply = apply
+    return out
+
+
 @dataclass
 class Overlay:
     """What earlier requests of the same batch will change once applied: later ones are

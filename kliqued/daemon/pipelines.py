@@ -195,9 +195,8 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
     """What the pipeline does now (``pipeline.advance``), as events: steps' new states,
     the tasks of the steps whose dependencies finished (submitted as the owner, each in the
     commit of its ``pipeline_step``), cancellations (fail-fast), and its end."""
-    from .core import Prepared
+    from .core import Prepared, merged
     from .channels import prepare_as_owner
-    from .schedules import _merge
     pr = d.pipelines.items.get(pid)
     if pr is None or pr.state != "running":
         return Prepared()
@@ -212,8 +211,9 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
     def own(kind: str, data: dict[str, Any], task: str | None = None) -> Prepared:
         ev = Event(kind, task, "kliqued", rev, None, pr.owner, {"id": pr.id, **data})
         return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
-    for tid in cancel:
-        parts.append(d.prepare_cancel(owner, tid, now, ov, f"pipeline {pr.id} fails fast"))
+    for running in cancel:
+        parts.append(d.prepare_cancel(owner, running, now, ov,
+                                      f"pipeline {pr.id} fails fast"))
     for a in actions:
         if isinstance(a, P.Submit):
             step = by_name[a.step]
@@ -229,9 +229,9 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
                 parts.append(own("pipeline_step", {"step": a.step, "state": P.FAILED,
                                                    "text": f"not submitted: {exc.message}"}))
                 continue
-            if not sub.events:
+            tid = sub.events[0].task if sub.events else None
+            if tid is None:
                 continue  # sent already (its key): nothing more to record
-            tid = sub.events[0].task
             parts.append(own("pipeline_step", {"step": a.step, "state": P.RUNNING,
                                                "task": tid, "attempt": a.attempt,
                                                "text": None}, tid))
@@ -241,14 +241,13 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
                                                "text": a.text, "outputs": a.outputs}))
         else:
             parts.append(own("pipeline_ended", {"state": a.state, "text": a.text}))
-    return _merge(parts)
+    return merged(parts)
 
 
 def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
                    reason: str | None = None) -> Prepared:
     """Cancels its running steps' tasks, marks the rest cancelled, and ends it."""
-    from .core import Prepared
-    from .schedules import _merge
+    from .core import Prepared, merged
     pr = d.pipelines.get(pid)
     if pr.state != "running":
         return Prepared(apply=lambda: pid)
@@ -269,7 +268,7 @@ def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
     evs.append(Event("pipeline_ended", None, p.text, rev, None, pr.owner,
                      {"id": pid, "state": P.CANCELLED, "text": text}))
     parts.append(Prepared(evs, [], lambda: [reducers.apply(d, e, now) for e in evs]))
-    out = _merge(parts)
+    out = merged(parts)
     inner = out.apply
 
     def apply() -> str:

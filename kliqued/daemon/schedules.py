@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kliqued.engine import SubmissionError, check_submission
-from kliqued.schedule import cron
+from kliqued.schedule import cron as when  # (a Schedule has a field named cron)
 
 from . import reducers
 from .auth import Principal
@@ -77,9 +77,9 @@ class Schedule:
     live: list[Run] = field(default_factory=list)
     """Submitted runs whose task or pipeline may still run (for ``forbid``/``replace``)."""
 
-    def due(self, now: int) -> cron.Due:
+    def due(self, now: int) -> when.Due:
         deadline = None if self.deadline_s is None else self.deadline_s * 1000
-        return cron.due(self.cron, self.timezone, self.cursor, now, self.missed, deadline)
+        return when.due(self.cron, self.timezone, self.cursor, now, self.missed, deadline)
 
 
 class ScheduleBook:
@@ -164,7 +164,7 @@ def live_runs(d: Daemon, s: Schedule) -> list[Run]:
 
 
 def view(d: Daemon, s: Schedule, now: int, n_next: int = 5) -> dict[str, Any]:
-    nxt = (cron.after(s.cron, s.timezone, max(s.cursor, now), n_next)
+    nxt = (when.after(s.cron, s.timezone, max(s.cursor, now), n_next)
            if s.state == "active" else [])
     runs = []
     for r in reversed(s.runs):
@@ -239,7 +239,7 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
     (``schedule_run``) together with what the run does, in one commit at ``now`` (the
     sequencer's). Prepared in the sequencer, against the state of this very moment, so two
     looks at the same due time make one run."""
-    from .core import Prepared
+    from .core import Prepared, merged
     s = d.schedules.items.get(sid)
     if s is None or s.state != "active":
         return Prepared()
@@ -263,11 +263,11 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
         return _with(d, Prepared(), [ev], now)
     due = dec.run
     # Who may still send this: the owner's access, now, as for any submission.
-    denied = _denied(d, s)
-    if denied is not None:
-        ev = run_event(due, "failed", denied)
+    why = denied(d, s)
+    if why is not None:
+        ev = run_event(due, "failed", why)
         stop = Event("schedule_changed", None, "kliqued", rev, None, s.owner,
-                     {"id": s.id, "state": "stopped", "reason": denied})
+                     {"id": s.id, "state": "stopped", "reason": why})
         return _with(d, Prepared(), [ev, stop], now)
     live = live_runs(d, s)
     parts: list[Prepared] = []
@@ -301,12 +301,12 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
             ev = run_event(due, "submitted", None, task=sub.events[0].task)
     except ApiError as exc:  # its quota, a pipeline that no longer loads: this run fails
         ev = run_event(due, "failed", exc.message)
-        return _with(d, _merge(parts), [ev], now)
+        return _with(d, merged(parts), [ev], now)
     # The run first, then what it sends: in one commit.
-    return _with(d, _merge(parts), [ev], now, after=sub)
+    return _with(d, merged(parts), [ev], now, after=sub)
 
 
-def _denied(d: Daemon, s: Schedule) -> str | None:
+def denied(d: Daemon, s: Schedule) -> str | None:
     """Why the owner may no longer send this schedule's work, or None."""
     resources: list[tuple[str, str | None, int | None]] = []
     if s.pipeline is not None:
@@ -328,30 +328,12 @@ def _denied(d: Daemon, s: Schedule) -> str | None:
     return None
 
 
-def _merge(parts: list[Prepared]) -> Prepared:
-    from .core import Prepared
-    out = Prepared()
-    applies = []
-    for p in parts:
-        out.events.extend(p.events)
-        out.ops.extend(p.ops)
-        out.closes.extend(p.closes)
-        out.wants_pass = out.wants_pass or p.wants_pass
-        applies.append(p.apply)
-
-    def apply() -> None:
-        for a in applies:
-            a()
-    out.apply = apply
-    return out
-
-
 def _with(d: Daemon, before: Prepared, own: list[Event], now: int,
           after: Prepared | None = None) -> Prepared:
     """``before``'s events, then ``own`` (applied through the reducers), then ``after``'s:
     one commit, applied in log order."""
-    from .core import Prepared
+    from .core import Prepared, merged
     parts = [before, Prepared(own, [], lambda: [reducers.apply(d, e, now) for e in own])]
     if after is not None:
         parts.append(after)
-    return _merge(parts)
+    return merged(parts)

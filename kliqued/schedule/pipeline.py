@@ -185,14 +185,14 @@ def load(file: str, text: str, given: dict[str, str] | None = None) -> Loaded:
     for i, s in enumerate(spec.steps):
         for j, arg in enumerate(s.command):
             for kind, a, b in refs(arg):
-                where = at("steps", i, "command", j)
+                place = at("steps", i, "command", j)
                 if kind == "bad":
-                    errors.append(f"{where}: ${{{a}}} is neither ${{params.NAME}} nor "
+                    errors.append(f"{place}: ${{{a}}} is neither ${{params.NAME}} nor "
                                   f"${{steps.STEP.outputs.KEY}} (write $$ for a literal $)")
                 elif kind == "param" and a not in spec.params:
-                    errors.append(f"{where}: parameter {a} is not declared in `params`")
+                    errors.append(f"{place}: parameter {a} is not declared in `params`")
                 elif kind == "output" and a not in ancestors[s.name]:
-                    errors.append(f"{where}: step {s.name} uses the outputs of {a}, which "
+                    errors.append(f"{place}: step {s.name} uses the outputs of {a}, which "
                                   f"it does not need (add {a} to its `needs`)")
     params: dict[str, str] = {}
     for k, v in (given or {}).items():

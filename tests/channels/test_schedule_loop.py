@@ -186,3 +186,39 @@ def test_a_restart_rebuilds_each_schedule_and_runs_nothing_twice(tmp_path: Path)
             assert len(h.d.records) == 2
     sid = run(first())
     run(second(sid))
+
+
+PIPE = """\
+pipeline: nightly
+params:
+  day: monday
+steps:
+  - name: first
+    resource: team-a/one
+    command: [echo, "${params.day}"]
+  - name: second
+    resource: team-a/one
+    needs: [first]
+    command: [echo, two]
+"""
+
+
+def test_a_pipeline_is_the_command_of_a_schedule(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with Harness(tmp_path) as h:
+            sid = await h.create(resource=None, command=None, concurrency="forbid",
+                                 pipeline={"file": "n.yaml", "text": PIPE,
+                                           "params": {"day": "friday"}, "name": "nightly"})
+            await h.at(T0 + 10 * MIN)
+            (r,) = h.sched(sid).runs
+            assert r.outcome == "submitted" and r.pipeline is not None
+            pr = h.d.pipelines.items[r.pipeline]
+            assert (pr.owner, pr.schedule, pr.params) == ("alice", sid, {"day": "friday"})
+            await h.at(T0 + 10 * MIN + 1)  # the loop sends the first step
+            (tid,) = pr.steps["first"].tasks
+            rec = h.d.records[tid]
+            assert rec.command == ["echo", "friday"] and rec.actor == "user:alice"
+            assert pr.steps["second"].tasks == []  # waits for first
+            await h.at(T0 + 20 * MIN)  # forbid: the pipeline still runs
+            assert h.sched(sid).runs[-1].outcome == "skipped"
+    run(go())

@@ -133,7 +133,7 @@ def _changer(state: str):
         p = principal(request)
         s = _get(request)
         if state == "active" and s.state == "stopped":
-            why = schedules._denied(d, s)
+            why = schedules.denied(d, s)
             if why is not None:
                 raise ApiError(409, "conflict", f"schedule {s.id} cannot resume: {why}")
         await c.seq.submit(lambda now, ov: schedules.prepare_change(
