@@ -15,6 +15,7 @@ Parameters are ``${params.<name>}``. ``$$`` is a literal ``$``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -68,6 +69,11 @@ class PipelineFile(BaseModel):
 def schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             **PipelineFile.model_json_schema(mode="validation")}
+
+
+def schema_text() -> str:
+    """``schemas/pipeline.schema.json`` (``make schema``; a test checks it is current)."""
+    return json.dumps(schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 class PipelineError(ValueError):
