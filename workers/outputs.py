@@ -4,7 +4,7 @@ can use them (docs/channels.md, "Pipelines").
 
 The file is beside the task's log in the worker's state directory, so the process executor
 (and any executor that shares the worker's filesystem) sees it; the worker reads at most
-``MAX_BYTES`` of it and keeps the lines that are ``KEY=VALUE`` with a shell-like key.
+``MAX_BYTES`` of it and keeps the lines that are ``KEY=VALUE`` with a shell-like key (spaces around the key and the value are dropped).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def read(path: str) -> dict[str, str] | None:
         key, _, value = line.partition("=")
         key = key.strip()
         if _KEY.fullmatch(key) and (key in out or len(out) < MAX_KEYS):
-            out[key] = value[:4096]
+            out[key] = value.strip()[:4096]
     return out or None
 
 

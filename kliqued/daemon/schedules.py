@@ -77,6 +77,16 @@ class Schedule:
     live: list[Run] = field(default_factory=list)
     """Submitted runs whose task or pipeline may still run (for ``forbid``/``replace``)."""
 
+    _next: tuple[int, int | None] | None = field(default=None, repr=False, compare=False)
+
+    def next_due(self) -> int | None:
+        """The first due time after the cursor (cached per cursor: the loop asks every
+        active schedule four times a second)."""
+        if self._next is None or self._next[0] != self.cursor:
+            nxt = when.after(self.cron, self.timezone, self.cursor)
+            self._next = (self.cursor, nxt[0] if nxt else None)
+        return self._next[1]
+
     def due(self, now: int) -> when.Due:
         deadline = None if self.deadline_s is None else self.deadline_s * 1000
         return when.due(self.cron, self.timezone, self.cursor, now, self.missed, deadline)

@@ -38,6 +38,9 @@ class Unattended:
             return 0
         now = self.now()
         for s in d.schedules.active():
+            nxt = s.next_due()
+            if nxt is None or nxt > now:
+                continue
             dec = s.due(now)
             if dec.run is None and dec.missed == 0:
                 continue

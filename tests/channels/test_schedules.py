@@ -145,3 +145,45 @@ def test_the_cli_refuses_what_cannot_run_and_creates_nothing(fs: FleetServer) ->
     assert r.returncode == 0
     assert fs.call("GET", f"/v1/schedules/{s['id']}", token=fs.alice)[0] == 404
     assert fs.ok("GET", "/v1/tasks")["tasks"] == []  # nothing was ever submitted
+
+
+BAD_SCHEDULES = [
+    ({"cron": "0 2 * * *"}, 422, "either a `command` on a `resource` or a `pipeline`"),
+    ({"cron": "0 2 * * *", "command": ["x"]}, 422, "resource: a command needs"),
+    ({"cron": "0 2 * * * *", "resource": "team-a/one", "command": ["x"]}, 422,
+     "expected 5 fields"),
+    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "deadline": "soon"},
+     422, "deadline:"),
+    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "missed": "skip",
+      "deadline": "1h"}, 422, "a deadline is for missed: run-once"),
+    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "gpus": 2}, 422,
+     "fixed size"),
+    ({"cron": "0 2 * * *", "resource": "nope/none", "command": ["x"]}, 422,
+     "unknown compute resource"),
+    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"],
+      "concurrency": "sometimes"}, 400, "/concurrency"),
+    ({"cron": "0 2 * * *", "pipeline": {"text": "- just\n- a list\n"}}, 422,
+     "a pipeline is a mapping"),
+    ({"cron": "0 2 * * *", "pipeline": {"text": "pipeline: x\nsteps: []\n"}}, 422,
+     "steps: List should have at least 1 item"),
+    ({"cron": "0 2 * * *", "resource": "team-a/one", "pipeline": {
+        "text": "pipeline: x\nsteps:\n  - {name: a, resource: team-a/one, command: [x]}\n"}},
+     422, "a pipeline's steps name their compute resources"),
+]
+
+
+def test_bad_schedules_and_pipelines_get_a_clear_error_never_a_5xx(fs: FleetServer) -> None:
+    for body, status, words in BAD_SCHEDULES:
+        st, answer = fs.call("POST", "/v1/schedules", body, token=fs.alice)
+        assert st == status and words in answer["error"]["message"], (body, st, answer)
+    for text, words in (("pipeline: x\nsteps:\n  - name: A!\n", "steps.0.name"),
+                        ("pipeline: [\n", "malformed YAML"),
+                        ("pipeline: x\nsteps:\n  - {name: a, resource: team-a/one, "
+                         "command: [x], gpus: 0.0001}\n", "steps.0.gpus")):
+        st, answer = fs.call("POST", "/v1/pipelines", {"text": text}, token=fs.alice)
+        assert st == 422 and words in answer["error"]["message"], (text, st, answer)
+    assert fs.call("GET", "/v1/schedules/s-nope", token=fs.alice)[0] == 404
+    assert fs.call("POST", "/v1/pipelines/p-nope/cancel", token=fs.alice)[0] == 404
+    assert fs.ok("GET", "/v1/schedules")["schedules"] == []
+    assert fs.ok("GET", "/v1/pipelines")["pipelines"] == []
+    assert "Traceback" not in fs.log()
