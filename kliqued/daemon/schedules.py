@@ -28,7 +28,7 @@ from .auth import Principal
 from .errors import ApiError, not_found
 from .events import Event
 from .ids import IdMaker
-from .units import iso
+from .units import gpus, iso
 
 if TYPE_CHECKING:
     from .core import Daemon, Overlay, Prepared
@@ -195,7 +195,7 @@ def view(d: Daemon, s: Schedule, now: int, n_next: int = 5) -> dict[str, Any]:
     return {"id": s.id, "name": s.name, "owner": s.owner, "cron": s.cron,
             "timezone": s.timezone, "resource": s.resource, "command": s.command,
             "project": s.project,
-            "gpus": None if s.gpus_milli is None else s.gpus_milli / 1000,
+            "gpus": gpus(s.gpus_milli),
             "labels": s.labels, "pipeline": pipe, "concurrency": s.concurrency,
             "missed": s.missed, "deadline_s": s.deadline_s, "state": s.state,
             "reason": s.reason, "created_at": iso(s.created_at),
@@ -238,6 +238,19 @@ def prepare_change(d: Daemon, actor: str, sid: str, state: str, reason: str | No
         reducers.apply(d, ev, now)
         return sid
     return Prepared([ev], [], apply)
+
+
+def prepare_recheck(d: Daemon, sid: str, now: int, ov: Overlay) -> Prepared:
+    """After an estate change: a schedule whose owner may no longer send its work stops now,
+    with the reason (rather than at its next run, maybe a month away)."""
+    from .core import Prepared
+    s = d.schedules.items.get(sid)
+    if s is None or s.state != "active":
+        return Prepared()
+    why = denied(d, s)
+    if why is None:
+        return Prepared()
+    return prepare_change(d, "kliqued", sid, "stopped", why, now, ov)
 
 
 def _key(s: Schedule, due: int) -> str:

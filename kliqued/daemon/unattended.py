@@ -29,6 +29,8 @@ class Unattended:
                  tick_s: float = TICK_S) -> None:
         self.d, self.seq, self.tick_s = d, seq, tick_s
         self.now = now or d.clock.now
+        self.revision: str | None = None
+        """The estate revision the schedules were last checked against."""
 
     async def tick(self) -> int:
         """One look at every active schedule and running pipeline; returns how many
@@ -37,6 +39,12 @@ class Unattended:
         if not d.ready:
             return 0
         now = self.now()
+        if d.estate.revision != self.revision:  # access may have changed: stop at once
+            self.revision = d.estate.revision
+            for s in d.schedules.active():
+                if schedules.denied(d, s) is not None:
+                    await self.seq.submit(partial(self._recheck, s.id))
+                    made += 1
         for s in d.schedules.active():
             nxt = s.next_due()
             if nxt is None or nxt > now:
@@ -56,6 +64,9 @@ class Unattended:
         """``now``: the loop's time, which decided the schedule is due (the sequencer's
         ``t`` is the wall clock's)."""
         return schedules.prepare_run(self.d, sid, now, t, ov)
+
+    def _recheck(self, sid: str, now: int, ov: Overlay) -> Prepared:
+        return schedules.prepare_recheck(self.d, sid, now, ov)
 
     def _advance(self, pid: str, now: int, ov: Overlay) -> Prepared:
         return pipelines.prepare_advance(self.d, pid, now, ov)

@@ -134,6 +134,8 @@ def test_allow_runs_beside_the_previous_run(tmp_path: Path) -> None:
 
 
 def test_an_owner_who_left_the_group_stops_the_schedule(tmp_path: Path) -> None:
+    """Checked when the estate changes, and again at each run (a run refused for access
+    stops it too: test_a_run_the_owner_may_no_longer_send_stops_it)."""
     async def go() -> None:
         async with Harness(tmp_path) as h:
             sid = await h.create()
@@ -141,12 +143,14 @@ def test_an_owner_who_left_the_group_stops_the_schedule(tmp_path: Path) -> None:
             left["groups.yaml"] = ESTATE["groups.yaml"].replace(
                 "    users: [alice]\n", "    users: [carol]\n")
             await h.estate(left)
+            assert await h.at(T0 + 1 * MIN) == 1  # the estate changed: stopped at once,
+            s = h.sched(sid)                       # not at its next run
+            assert s.state == "stopped" and not s.runs
             await h.at(T0 + 10 * MIN)
-            s = h.sched(sid)
             assert s.state == "stopped"
             assert s.reason == ("stopped: alice may no longer send to team-a/one: user "
                                 "'alice' is not in the users of group 'team-a'")
-            assert s.runs[-1].outcome == "failed" and not h.d.records
+            assert not s.runs and not h.d.records
             assert await h.at(T0 + 20 * MIN) == 0  # stopped: no more looks
     run(go())
 
@@ -221,4 +225,23 @@ def test_a_pipeline_is_the_command_of_a_schedule(tmp_path: Path) -> None:
             assert pr.steps["second"].tasks == []  # waits for first
             await h.at(T0 + 20 * MIN)  # forbid: the pipeline still runs
             assert h.sched(sid).runs[-1].outcome == "skipped"
+    run(go())
+
+
+def test_a_run_the_owner_may_no_longer_send_stops_it(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with Harness(tmp_path) as h:
+            sid = await h.create()
+            await h.at(T0)  # the loop has seen this revision
+            h.loop.revision = "pretend-unchanged"  # the estate check is skipped...
+            left = dict(ESTATE)
+            left["groups.yaml"] = ESTATE["groups.yaml"].replace(
+                "    users: [alice]\n", "    users: [carol]\n")
+            await h.estate(left)
+            h.loop.revision = h.d.estate.revision  # ...so the run's own check stops it
+            await h.at(T0 + 10 * MIN)
+            s = h.sched(sid)
+            assert s.state == "stopped" and s.reason is not None
+            assert s.reason.startswith("stopped: alice may no longer send to team-a/one")
+            assert s.runs[-1].outcome == "failed" and not h.d.records
     run(go())

@@ -94,6 +94,9 @@ def test_a_missed_run_runs_once_and_a_kill_9_never_runs_it_twice(
             if t["labels"].get("klique.schedule") == once["id"]]
     assert [t["id"] for t in mine] == [tid]
     assert out.read_text() == "ran\n"
+    # the run is in the log before the submission it makes (one commit)
+    kinds = [e["kind"] for e in fs.events(task=tid)]
+    assert kinds[:2] == ["schedule_run", "submitted"], kinds
     # skip: 10 minutes late is not on time; run-once past its 5-minute deadline: neither runs
     (s,) = runs(fs, skip["id"])
     assert (s["outcome"], s["missed"], s["task"]) == ("missed", 3, None)
