@@ -190,3 +190,36 @@ def test_bad_schedules_and_pipelines_get_a_clear_error_never_a_5xx(fs: FleetServ
     assert fs.ok("GET", "/v1/schedules")["schedules"] == []
     assert fs.ok("GET", "/v1/pipelines")["pipelines"] == []
     assert "Traceback" not in fs.log()
+
+
+def test_the_sdk_makes_lists_and_changes_schedules_and_pipelines(fs: FleetServer,
+                                                                   tmp_path: Path) -> None:
+    from kliqued.sdk import Client, KliqueError
+    k = Client(fs.url, fs.alice)
+    path = tmp_path / "nightly.yaml"
+    path.write_text("pipeline: nightly\nparams:\n  day: null\nsteps:\n  - name: a\n"
+                    "    resource: team-a/one\n    command: [echo, '${params.day}']\n")
+    s = k.create_schedule("15 4 * * 1", pipeline=path, params={"day": "monday"},
+                          timezone="Europe/Paris", concurrency="replace",
+                          deadline="2h")
+    assert s["pipeline"] == {"file": "nightly.yaml", "name": "nightly",
+                             "params": {"day": "monday"}}
+    assert (s["concurrency"], s["missed"], s["deadline_s"]) == ("replace", "run-once", 7200)
+    assert len(s["next_runs"]) == 5
+    with pytest.raises(KliqueError) as exc:  # a required parameter not given
+        k.create_schedule("15 4 * * 1", pipeline=path)
+    assert exc.value.status == 422 and "parameter day has no default" in exc.value.message
+    assert [x["id"] for x in k.schedules()] == [s["id"]]
+    assert k.pause_schedule(s["id"])["state"] == "paused"
+    assert k.pause_schedule(s["id"])["state"] == "paused"  # idempotent
+    assert k.resume_schedule(s["id"])["state"] == "active"
+    k.delete_schedule(s["id"])
+    assert k.schedules() == []
+    p = k.run_pipeline(path, {"day": "tuesday"})
+    assert p["params"] == {"day": "tuesday"} and p["owner"] == "alice"
+    assert [x["id"] for x in k.pipelines()] == [p["id"]]
+    wait_for(lambda: k.pipeline(p["id"])["steps"][0]["task"], 10, "the first step's task")
+    assert k.cancel_pipeline(p["id"])["state"] == "cancelled"
+    assert k.cancel_pipeline(p["id"])["state"] == "cancelled"  # idempotent
+    t = fs.task(k.pipeline(p["id"])["steps"][0]["task"])
+    assert t["command"] == ["echo", "tuesday"] and t["state"] == "ended"
