@@ -33,9 +33,8 @@ from .events import Event
 from .ids import IdMaker, new_token
 from .leases import (ACTIVE, CLOSED, FENCED, RETURNED, STOP_REASON, STOPPING,
                      Lease, WorkerInfo)
-from .pipelines import PipelineBook
+from .channel_state import PipelineBook, ScheduleBook
 from .records import TaskRecord
-from .schedules import ScheduleBook
 from .store import DbOp
 from .units import iso
 

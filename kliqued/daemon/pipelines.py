@@ -12,80 +12,20 @@ never twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import pipeline as P
 
 from . import reducers
 from .auth import Principal
-from .errors import ApiError, not_found
+from .channel_state import PipelineRun
+from .channels import prepare_as_owner
+from .core import Daemon, Overlay, Prepared, merged
+from .errors import ApiError
 from .events import Event
-from .ids import IdMaker
 from .units import iso
-
-if TYPE_CHECKING:
-    from .core import Daemon, Overlay, Prepared
-
-
-@dataclass
-class PipelineRun:
-    id: str
-    owner: str
-    name: str
-    file: str
-    text: str
-    params: dict[str, str]
-    started_at: int
-    loaded: P.Loaded
-    schedule: str | None = None
-    state: str = "running"
-    text_end: str | None = None
-    ended_at: int | None = None
-    steps: dict[str, P.StepRun] = field(default_factory=dict)
-
-
-class PipelineBook:
-    def __init__(self) -> None:
-        self.items: dict[str, PipelineRun] = {}
-        self.ids = IdMaker("p-")
-
-    def get(self, pid: str) -> PipelineRun:
-        pr = self.items.get(pid)
-        if pr is None:
-            raise not_found(f"no pipeline {pid}")
-        return pr
-
-    def running(self) -> list[PipelineRun]:
-        return [p for p in self.items.values() if p.state == "running"]
-
-    def on_started(self, data: dict[str, Any], at: int) -> PipelineRun:
-        loaded = P.load(data["file"], data["text"], data.get("params") or {})
-        pr = PipelineRun(data["id"], data["owner"], data["name"], data["file"], data["text"],
-                         dict(loaded.params), at, loaded, data.get("schedule"))
-        pr.steps = {s.name: P.StepRun(s.name) for s in loaded.spec.steps}
-        self.items[pr.id] = pr
-        self.ids.seed(pr.id)
-        return pr
-
-    def on_step(self, data: dict[str, Any]) -> None:
-        pr = self.items.get(data["id"])
-        if pr is None or data["step"] not in pr.steps:
-            return
-        run = pr.steps[data["step"]]
-        run.state = data["state"]
-        run.text = data.get("text")
-        if data.get("task"):
-            run.tasks.append(data["task"])
-        if data.get("outputs") is not None:
-            run.outputs = dict(data["outputs"])
-
-    def on_ended(self, pid: str, state: str, text: str | None, at: int) -> None:
-        pr = self.items.get(pid)
-        if pr is None:
-            return
-        pr.state, pr.text_end, pr.ended_at = state, text, at
+from .views import end_text, state as task_state, submittable
 
 
 def load_for(spec: dict[str, Any]) -> P.Loaded:
@@ -102,7 +42,6 @@ def load_for(spec: dict[str, Any]) -> P.Loaded:
 def check_access(d: Daemon, owner: str, loaded: P.Loaded, file: str) -> None:
     """Every step's compute resource, for ``owner``, now: a 422 naming the step (and what
     the owner may use) before anything is submitted."""
-    from .views import submittable
     errors = []
     for s in loaded.spec.steps:
         gpus = None if s.gpus is None else round(s.gpus * 1000)
@@ -128,7 +67,6 @@ def visible(d: Daemon, p: Principal, pr: PipelineRun) -> bool:
 
 
 def view(d: Daemon, pr: PipelineRun) -> dict[str, Any]:
-    from .views import end_text, state
     steps = []
     for s in pr.loaded.spec.steps:
         run = pr.steps[s.name]
@@ -138,7 +76,7 @@ def view(d: Daemon, pr: PipelineRun) -> dict[str, Any]:
                       "state": run.state, "text": run.text, "attempts": len(run.tasks),
                       "task": task, "tasks": list(run.tasks),
                       "task_state": None if rec is None else (
-                          state(rec) if rec.state != "ended" else end_text(rec)),
+                          task_state(rec) if rec.state != "ended" else end_text(rec)),
                       "outputs": run.outputs})
     return {"id": pr.id, "name": pr.name, "owner": pr.owner, "file": pr.file,
             "params": pr.params, "on_failure": pr.loaded.spec.on_failure,
@@ -154,7 +92,6 @@ def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: O
     """A new run of the pipeline ``spec`` ({file, text, params}) by user ``p``: loaded,
     every step checked for the user, then ``pipeline_started``; the loop sends the first
     steps."""
-    from .core import Prepared
     loaded = load_for(spec)
     file = spec.get("file") or "pipeline.yaml"
     check_access(d, p.name, loaded, file)
@@ -172,7 +109,6 @@ def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: O
 
 def task_ends(d: Daemon, pr: PipelineRun) -> dict[str, P.TaskEnd]:
     """How the steps' latest tasks ended (those still going are absent)."""
-    from .views import end_text
     out: dict[str, P.TaskEnd] = {}
     for run in pr.steps.values():
         if not run.tasks:
@@ -195,8 +131,6 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
     """What the pipeline does now (``pipeline.advance``), as events: steps' new states,
     the tasks of the steps whose dependencies finished (submitted as the owner, each in the
     commit of its ``pipeline_step``), cancellations (fail-fast), and its end."""
-    from .core import Prepared, merged
-    from .channels import prepare_as_owner
     pr = d.pipelines.items.get(pid)
     if pr is None or pr.state != "running":
         return Prepared()
@@ -247,7 +181,6 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
 def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
                    reason: str | None = None) -> Prepared:
     """Cancels its running steps' tasks, marks the rest cancelled, and ends it."""
-    from .core import Prepared, merged
     pr = d.pipelines.get(pid)
     if pr.state != "running":
         return Prepared(apply=lambda: pid)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from compiler.compiled import CompiledEstate
 
 from . import events as E
+from .channel_state import Run
 from .events import Event
 
 if TYPE_CHECKING:
@@ -103,7 +104,6 @@ def _schedule_changed(d: Daemon, ev: Event, p: E.ScheduleChanged, at: int,
 
 
 def _schedule_run(d: Daemon, ev: Event, p: E.ScheduleRun, at: int, decided: bool) -> Any:
-    from .schedules import Run
     d.schedules.on_run(p.id, Run(p.due, at, p.outcome, p.text, p.task, p.pipeline_id,
                                  p.missed, p.first_missed))
 

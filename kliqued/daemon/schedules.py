@@ -17,132 +17,20 @@ reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kliqued.engine import SubmissionError, check_submission
-from kliqued.schedule import cron as when  # (a Schedule has a field named cron)
+from kliqued.schedule import cron as when
 
-from . import reducers
+from . import pipelines, reducers
 from .auth import Principal
-from .errors import ApiError, not_found
+from .channel_state import Run, Schedule
+from .channels import prepare_as_owner
+from .core import Daemon, Overlay, Prepared, merged
+from .errors import ApiError
 from .events import Event
-from .ids import IdMaker
 from .units import gpus, iso
-
-if TYPE_CHECKING:
-    from .core import Daemon, Overlay, Prepared
-
-CONCURRENCY = ("allow", "forbid", "replace")
-STATES = ("active", "paused", "stopped", "deleted")
-KEPT_RUNS = 20
-"""Runs kept per schedule for ``show`` (the log keeps them all)."""
-
-
-@dataclass
-class Run:
-    due: int
-    at: int
-    outcome: str
-    text: str | None = None
-    task: str | None = None
-    pipeline: str | None = None
-    missed: int = 0
-    first_missed: int | None = None
-
-
-@dataclass
-class Schedule:
-    id: str
-    owner: str
-    cron: str
-    timezone: str
-    created_at: int
-    resource: str | None = None
-    command: list[str] | None = None
-    project: str | None = None
-    gpus_milli: int | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    pipeline: dict[str, Any] | None = None
-    concurrency: str = "allow"
-    missed: str = "run-once"
-    deadline_s: int | None = None
-    name: str | None = None
-    state: str = "active"
-    reason: str | None = None
-    cursor: int = 0
-    """The last due time dealt with (run, skipped or missed); due times after it are ahead."""
-    runs: list[Run] = field(default_factory=list)
-    """The latest runs, oldest first (``KEPT_RUNS``)."""
-    live: list[Run] = field(default_factory=list)
-    """Submitted runs whose task or pipeline may still run (for ``forbid``/``replace``)."""
-
-    _next: tuple[int, int | None] | None = field(default=None, repr=False, compare=False)
-
-    def next_due(self) -> int | None:
-        """The first due time after the cursor (cached per cursor: the loop asks every
-        active schedule four times a second)."""
-        if self._next is None or self._next[0] != self.cursor:
-            nxt = when.after(self.cron, self.timezone, self.cursor)
-            self._next = (self.cursor, nxt[0] if nxt else None)
-        return self._next[1]
-
-    def due(self, now: int) -> when.Due:
-        deadline = None if self.deadline_s is None else self.deadline_s * 1000
-        return when.due(self.cron, self.timezone, self.cursor, now, self.missed, deadline)
-
-
-class ScheduleBook:
-    """Every schedule not deleted, by id; changed only by the reducers."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, Schedule] = {}
-        self.ids = IdMaker("s-")
-
-    def get(self, sid: str) -> Schedule:
-        s = self.items.get(sid)
-        if s is None:
-            raise not_found(f"no schedule {sid}")
-        return s
-
-    def active(self) -> list[Schedule]:
-        return [s for s in self.items.values() if s.state == "active"]
-
-    # --- reducers' targets (live and replay)
-    def on_created(self, data: dict[str, Any], at: int) -> Schedule:
-        s = Schedule(data["id"], data["owner"], data["cron"], data.get("timezone") or "UTC",
-                     at, data.get("resource"), data.get("command"), data.get("project"),
-                     data.get("gpus_milli"), dict(data.get("labels") or {}),
-                     data.get("pipeline"), data.get("concurrency") or "allow",
-                     data.get("missed") or "run-once", data.get("deadline_s"),
-                     data.get("name"), cursor=data.get("cursor") or at)
-        self.items[s.id] = s
-        self.ids.seed(s.id)
-        return s
-
-    def on_changed(self, sid: str, state: str, reason: str | None, at: int,
-                   cursor: int | None = None) -> None:
-        s = self.items.get(sid)
-        if s is None:
-            return
-        if state == "deleted":
-            del self.items[sid]
-            return
-        if state == "active" and s.state in ("paused", "stopped"):
-            # resumed: the due times while it was paused are gone
-            s.cursor = max(s.cursor, cursor if cursor is not None else at)
-        s.state, s.reason = state, reason
-
-    def on_run(self, sid: str, run: Run) -> None:
-        s = self.items.get(sid)
-        if s is None:
-            return
-        s.cursor = max(s.cursor, run.due)
-        s.runs.append(run)
-        del s.runs[:-KEPT_RUNS]
-        if run.outcome == "submitted":
-            s.live.append(run)
-
+from .views import end_text, state as task_state
 
 # ---------------------------------------------------------------------- reading
 
@@ -182,9 +70,8 @@ def view(d: Daemon, s: Schedule, now: int, n_next: int = 5) -> dict[str, Any]:
                                 "text": r.text, "task": r.task, "pipeline": r.pipeline,
                                 "missed": r.missed, "state": None}
         if r.task is not None and r.task in d.records:
-            from .views import end_text, state
             rec = d.records[r.task]
-            item["state"] = state(rec) if rec.state != "ended" else end_text(rec)
+            item["state"] = task_state(rec) if rec.state != "ended" else end_text(rec)
         elif r.pipeline is not None and r.pipeline in d.pipelines.items:
             item["state"] = d.pipelines.items[r.pipeline].state
         runs.append(item)
@@ -208,7 +95,6 @@ def view(d: Daemon, s: Schedule, now: int, n_next: int = 5) -> dict[str, Any]:
 def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int,
                    ov: Overlay) -> Prepared:
     """``f`` is checked (handlers/schedules.py); the id is made here, in log order."""
-    from .core import Prepared
     sid = d.schedules.ids.next(now)
     data = {"id": sid, "owner": p.name, **f}
     ev = Event("schedule_created", None, p.text, d.idx().revision, None, p.name, data)
@@ -223,7 +109,6 @@ def prepare_change(d: Daemon, actor: str, sid: str, state: str, reason: str | No
                    now: int, ov: Overlay, cursor: int | None = None) -> Prepared:
     """``cursor``: for a resume, the time from which due times count again (the handler's
     clock; recorded, so a replay rebuilds the same cursor)."""
-    from .core import Prepared
     s = d.schedules.get(sid)
     if s.state == state or (state == "paused" and s.state != "active"):
         if state == "paused" and s.state == "stopped":
@@ -243,7 +128,6 @@ def prepare_change(d: Daemon, actor: str, sid: str, state: str, reason: str | No
 def prepare_recheck(d: Daemon, sid: str, now: int, ov: Overlay) -> Prepared:
     """After an estate change: a schedule whose owner may no longer send its work stops now,
     with the reason (rather than at its next run, maybe a month away)."""
-    from .core import Prepared
     s = d.schedules.items.get(sid)
     if s is None or s.state != "active":
         return Prepared()
@@ -262,7 +146,6 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
     (``schedule_run``) together with what the run does, in one commit at ``now`` (the
     sequencer's). Prepared in the sequencer, against the state of this very moment, so two
     looks at the same due time make one run."""
-    from .core import Prepared, merged
     s = d.schedules.items.get(sid)
     if s is None or s.state != "active":
         return Prepared()
@@ -305,16 +188,13 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
             if r.task is not None:
                 parts.append(d.prepare_cancel(owner, r.task, now, ov, why))
             elif r.pipeline is not None:
-                from .pipelines import prepare_cancel
-                parts.append(prepare_cancel(d, owner, r.pipeline, now, ov, why))
+                parts.append(pipelines.prepare_cancel(d, owner, r.pipeline, now, ov, why))
     try:
         if s.pipeline is not None:
-            from .pipelines import prepare_start
-            sub = prepare_start(d, owner, s.pipeline, now, ov, schedule=s.id)
+            sub = pipelines.prepare_start(d, owner, s.pipeline, now, ov, schedule=s.id)
             pid = sub.events[0].data["id"]
             ev = run_event(due, "submitted", None, pipeline=pid)
         else:
-            from .channels import prepare_as_owner
             sub = prepare_as_owner(d, s.owner, "schedule", {
                 "resource": s.resource, "project": s.project, "gpus_milli": s.gpus_milli,
                 "command": s.command, "labels": {**s.labels, "klique.schedule": s.id}},
@@ -333,9 +213,8 @@ def denied(d: Daemon, s: Schedule) -> str | None:
     """Why the owner may no longer send this schedule's work, or None."""
     resources: list[tuple[str, str | None, int | None]] = []
     if s.pipeline is not None:
-        from .pipelines import load_for
         try:
-            loaded = load_for(s.pipeline)
+            loaded = pipelines.load_for(s.pipeline)
         except ApiError as exc:
             return exc.message
         resources = [(st.resource, st.project, None if st.gpus is None else
@@ -355,7 +234,6 @@ def _with(d: Daemon, before: Prepared, own: list[Event], now: int,
           after: Prepared | None = None) -> Prepared:
     """``before``'s events, then ``own`` (applied through the reducers), then ``after``'s:
     one commit, applied in log order."""
-    from .core import Prepared, merged
     parts = [before, Prepared(own, [], lambda: [reducers.apply(d, e, now) for e in own])]
     if after is not None:
         parts.append(after)
