@@ -28,3 +28,13 @@ def prepare_as_owner(d: Daemon, owner: str, channel: str, fields: dict[str, Any]
             "gpus_milli": fields.get("gpus_milli"), "command": fields.get("command"),
             "payload": None, "labels": labels}
     return d.prepare_submit(Principal("user", owner), body, key, now, ov)
+
+
+def sent(d: Daemon, owner: str, sub: Prepared, key: str, ov: Overlay) -> str | None:
+    """The task ``sub`` (from ``prepare_as_owner``) sends, or the one its key already names
+    (the owner sent it, or a retry): a run or a step records it either way, so it is never
+    found due again."""
+    if sub.events:
+        return sub.events[0].task
+    text = Principal("user", owner).text
+    return ov.keys.get((text, key)) or d.idem.get((text, key))

@@ -20,7 +20,7 @@ from kliqued.schedule import pipeline as P
 from . import reducers
 from .auth import Principal
 from .channel_state import PipelineRun
-from .channels import prepare_as_owner
+from .channels import prepare_as_owner, sent
 from .core import Daemon, Overlay, Prepared, merged
 from .errors import ApiError
 from .events import Event
@@ -157,15 +157,13 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
                       "labels": {**step.labels, "klique.pipeline": pr.id,
                                  "klique.step": step.name}}
             try:
-                sub = prepare_as_owner(d, pr.owner, "pipeline", fields,
-                                       f"pipeline:{pr.id}:{a.step}:{a.attempt}", now, ov)
+                key = f"pipeline:{pr.id}:{a.step}:{a.attempt}"
+                sub = prepare_as_owner(d, pr.owner, "pipeline", fields, key, now, ov)
             except ApiError as exc:
                 parts.append(own("pipeline_step", {"step": a.step, "state": P.FAILED,
                                                    "text": f"not submitted: {exc.message}"}))
                 continue
-            tid = sub.events[0].task if sub.events else None
-            if tid is None:
-                continue  # sent already (its key): nothing more to record
+            tid = sent(d, pr.owner, sub, key, ov)
             parts.append(own("pipeline_step", {"step": a.step, "state": P.RUNNING,
                                                "task": tid, "attempt": a.attempt,
                                                "text": None}, tid))

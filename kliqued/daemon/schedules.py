@@ -25,7 +25,7 @@ from kliqued.schedule import cron as when
 from . import pipelines, reducers
 from .auth import Principal
 from .channel_state import Run, Schedule
-from .channels import prepare_as_owner
+from .channels import prepare_as_owner, sent
 from .core import Daemon, Overlay, Prepared, merged
 from .errors import ApiError
 from .events import Event
@@ -199,9 +199,9 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
                 "resource": s.resource, "project": s.project, "gpus_milli": s.gpus_milli,
                 "command": s.command, "labels": {**s.labels, "klique.schedule": s.id}},
                 _key(s, due), now, ov)
-            if not sub.events:  # its key says it was sent already: recorded as such
-                return Prepared()
-            ev = run_event(due, "submitted", None, task=sub.events[0].task)
+            tid = sent(d, s.owner, sub, _key(s, due), ov)
+            ev = run_event(due, "submitted", None if sub.events else
+                           "sent already under this run's idempotency key", task=tid)
     except ApiError as exc:  # its quota, a pipeline that no longer loads: this run fails
         ev = run_event(due, "failed", exc.message)
         return _with(d, merged(parts), [ev], now)

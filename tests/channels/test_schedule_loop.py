@@ -245,3 +245,23 @@ def test_a_run_the_owner_may_no_longer_send_stops_it(tmp_path: Path) -> None:
             assert s.reason.startswith("stopped: alice may no longer send to team-a/one")
             assert s.runs[-1].outcome == "failed" and not h.d.records
     run(go())
+
+
+def test_a_key_already_used_by_the_owner_is_recorded_not_retried_forever(
+        tmp_path: Path) -> None:
+    """The owner sent a task with the key a run would use: the run records that task (the
+    loop must not find the same due time again and again)."""
+    async def go() -> None:
+        async with Harness(tmp_path) as h:
+            sid = await h.create()
+            key = f"schedule:{sid}:{T0 + 10 * MIN}"
+            fields = {"resource": "team-a/one", "user": "alice", "project": None,
+                      "gpus_milli": None, "command": ["echo"], "payload": None, "labels": {}}
+            _, mine = await h.seq.submit(lambda now, ov: h.d.prepare_submit(
+                ALICE, fields, key, now, ov))
+            assert await h.at(T0 + 10 * MIN) == 1
+            assert await h.at(T0 + 10 * MIN + 1) == 0
+            (r,) = h.sched(sid).runs
+            assert (r.outcome, r.task) == ("submitted", mine)
+            assert len(h.d.records) == 1
+    run(go())
