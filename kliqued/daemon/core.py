@@ -120,6 +120,9 @@ class Overlay:
     """Workers an earlier request of the batch declares lost."""
     stored: Counter[str] = field(default_factory=Counter)
     """Task data bytes earlier submissions of the batch add, per user."""
+    made: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Schedules and running pipelines earlier requests of the batch make, per (kind,
+    owner)."""
 
 
 @dataclass

@@ -732,7 +732,7 @@ PATHS: dict[str, Any] = {
         "post": _op("createSchedule", "a schedule: a command or a pipeline run by cron as "
                                       "the user who makes it",
                     _ok("Schedule", "201", "created"), body="ScheduleCreate",
-                    errors=AUTH_ERR + ("422",)),
+                    errors=AUTH_ERR + ("422", "429")),
         "get": _op("listSchedules", "the schedules the caller may see", _ok("ScheduleList")),
     },
     "/v1/schedules/{id}": {
@@ -753,7 +753,7 @@ PATHS: dict[str, Any] = {
     "/v1/pipelines": {
         "post": _op("runPipeline", "run a pipeline file (every step checked first)",
                     _ok("Pipeline", "201", "started"), body="PipelineRunRequest",
-                    errors=AUTH_ERR + ("422",)),
+                    errors=AUTH_ERR + ("422", "429")),
         "get": _op("listPipelines", "the pipelines the caller may see", _ok("PipelineList")),
     },
     "/v1/pipelines/{id}": {"get": _op(

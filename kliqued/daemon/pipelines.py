@@ -28,6 +28,10 @@ from .units import iso
 from .views import end_text, state as task_state, submittable
 
 
+MAX_RUNNING_PER_OWNER = 100
+"""Pipelines a user may have running at once (each holds its file and its steps' state)."""
+
+
 def load_for(spec: dict[str, Any]) -> P.Loaded:
     """A stored pipeline (``{file, text, params}``) loaded again; a 422 naming each
     problem."""
@@ -95,6 +99,13 @@ def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: O
     loaded = load_for(spec)
     file = spec.get("file") or "pipeline.yaml"
     check_access(d, p.name, loaded, file)
+    running = sum(r.owner == p.name for r in d.pipelines.running())
+    running += ov.made[("pipeline", p.name)]
+    if running >= MAX_RUNNING_PER_OWNER:
+        raise ApiError(429, "user-quota", f"{p.name} has {running} pipelines running, the "
+                       f"most a user may: wait for some to end, or cancel some",
+                       {"running": running, "limit": MAX_RUNNING_PER_OWNER})
+    ov.made[("pipeline", p.name)] += 1
     pid = d.pipelines.ids.next(now)
     ev = Event("pipeline_started", None, p.text, d.idx().revision, None, p.name,
                {"id": pid, "owner": p.name, "name": loaded.spec.pipeline, "file": file,

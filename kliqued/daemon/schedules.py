@@ -32,6 +32,9 @@ from .events import Event
 from .units import gpus, iso
 from .views import end_text, state as task_state
 
+MAX_PER_OWNER = 100
+"""Schedules a user may have (docs/decisions.md, "Schedules and pipelines")."""
+
 # ---------------------------------------------------------------------- reading
 
 
@@ -94,7 +97,15 @@ def view(d: Daemon, s: Schedule, now: int, n_next: int = 5) -> dict[str, Any]:
 
 def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int,
                    ov: Overlay) -> Prepared:
-    """``f`` is checked (handlers/schedules.py); the id is made here, in log order."""
+    """``f`` is checked (handlers/schedules.py); the id is made here, in log order. A user
+    has at most ``MAX_PER_OWNER`` schedules (each holds its command or pipeline file)."""
+    held = sum(s.owner == p.name for s in d.schedules.items.values())
+    held += ov.made[("schedule", p.name)]
+    if held >= MAX_PER_OWNER:
+        raise ApiError(429, "user-quota", f"{p.name} has {held} schedules, the most a user "
+                       f"may have: delete some (kliqued schedule delete)",
+                       {"held": held, "limit": MAX_PER_OWNER})
+    ov.made[("schedule", p.name)] += 1
     sid = d.schedules.ids.next(now)
     data = {"id": sid, "owner": p.name, **f}
     ev = Event("schedule_created", None, p.text, d.idx().revision, None, p.name, data)

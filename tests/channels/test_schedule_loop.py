@@ -265,3 +265,33 @@ def test_a_key_already_used_by_the_owner_is_recorded_not_retried_forever(
             assert (r.outcome, r.task) == ("submitted", mine)
             assert len(h.d.records) == 1
     run(go())
+
+
+def test_a_user_has_a_bounded_number_of_schedules_and_running_pipelines(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from kliqued.daemon import pipelines
+    from kliqued.daemon.errors import ApiError
+    monkeypatch.setattr(schedules, "MAX_PER_OWNER", 2)
+    monkeypatch.setattr(pipelines, "MAX_RUNNING_PER_OWNER", 1)
+
+    async def go() -> None:
+        async with Harness(tmp_path) as h:
+            await h.create()
+            await h.create()
+            try:
+                await h.create()
+            except ApiError as exc:
+                assert exc.status == 429 and "alice has 2 schedules" in exc.message
+            else:
+                raise AssertionError("a third schedule was made")
+            spec = {"file": "n.yaml", "text": PIPE, "params": {}}
+            await h.seq.submit(lambda now, ov: pipelines.prepare_start(h.d, ALICE, spec,
+                                                                       now, ov))
+            try:
+                await h.seq.submit(lambda now, ov: pipelines.prepare_start(h.d, ALICE, spec,
+                                                                           now, ov))
+            except ApiError as exc:
+                assert exc.status == 429 and "1 pipelines running" in exc.message
+            else:
+                raise AssertionError("a second pipeline started")
+    run(go())
