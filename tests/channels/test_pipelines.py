@@ -104,6 +104,8 @@ steps:
             assert t["labels"]["klique.channel"] == "pipeline"
     r = cli(fs, fs.alice, "pipeline", "status", pid)
     assert r.returncode == 0 and "succeeded" in r.stdout, r.stdout + r.stderr
+    r = cli(fs, fs.alice, "pipeline", "status")
+    assert r.returncode == 0 and pid in r.stdout and "etl" in r.stdout, r.stdout
 
 
 def test_fail_fast_cancels_the_running_steps_and_continue_skips_only_dependents(

@@ -130,6 +130,8 @@ def test_the_cli_refuses_what_cannot_run_and_creates_nothing(fs: FleetServer) ->
                                                              "forbid")
     r = cli(fs, fs.alice, "schedule", "show", s["id"])
     assert r.returncode == 0 and "next runs:" in r.stdout, r.stdout
+    r = cli(fs, fs.alice, "schedule", "list")
+    assert r.returncode == 0 and s["id"] in r.stdout and "0 2 * * * Europe/Paris" in r.stdout
     r = cli(fs, fs.alice, "schedule", "pause", s["id"])
     assert r.returncode == 0 and "paused" in r.stdout
     assert fs.ok("GET", f"/v1/schedules/{s['id']}", token=fs.alice)["next_runs"] == []
