@@ -48,7 +48,7 @@ def check_access(d: Daemon, owner: str, loaded: P.Loaded, file: str) -> None:
     the owner may use) before anything is submitted."""
     errors = []
     for s in loaded.spec.steps:
-        gpus = None if s.gpus is None else round(s.gpus * 1000)
+        gpus = s.gpus_milli
         try:
             check_submission(d.idx(), s.resource, owner, s.project, gpus,
                              require_project=True)
@@ -163,7 +163,7 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
         if isinstance(a, P.Submit):
             step = by_name[a.step]
             fields = {"resource": step.resource, "project": step.project,
-                      "gpus_milli": None if step.gpus is None else round(step.gpus * 1000),
+                      "gpus_milli": step.gpus_milli,
                       "command": a.command,
                       "labels": {**step.labels, "klique.pipeline": pr.id,
                                  "klique.step": step.name}}

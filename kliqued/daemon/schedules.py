@@ -228,8 +228,7 @@ def denied(d: Daemon, s: Schedule) -> str | None:
             loaded = pipelines.load_for(s.pipeline)
         except ApiError as exc:
             return exc.message
-        resources = [(st.resource, st.project, None if st.gpus is None else
-                      round(st.gpus * 1000)) for st in loaded.spec.steps]
+        resources = [(st.resource, st.project, st.gpus_milli) for st in loaded.spec.steps]
     elif s.resource is not None:
         resources = [(s.resource, s.project, s.gpus_milli)]
     for resource, project, gpus in resources:

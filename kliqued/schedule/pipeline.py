@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compiler.loader import load_yaml, position_of, to_plain
+from klique_util.units import to_milli
 
 NAME_RE = r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$"
 PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
@@ -49,6 +50,11 @@ class Step(BaseModel):
                                description="size, for profiles whose size comes from the "
                                            "task")
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def gpus_milli(self) -> int | None:
+        """``gpus`` in milli-GPUs, exactly (the model allows 3 decimals at most)."""
+        return None if self.gpus is None else to_milli(self.gpus, "gpus")
 
 
 class PipelineFile(BaseModel):
