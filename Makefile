@@ -48,6 +48,7 @@ scenarios: $(RUN_STAMP)
 
 schema: $(RUN_STAMP)
 	$(BIN)/kliqued schema -o schemas/estate.schema.json
+	$(BIN)/kliqued schema --pipeline -o schemas/pipeline.schema.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

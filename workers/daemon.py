@@ -38,7 +38,7 @@ from pathlib import Path
 
 from klique_util.files import write_atomic
 from klique_util.units import DAY_S, gpus_to_milli
-from workers import __version__, idle
+from workers import __version__, idle, outputs
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator
@@ -165,6 +165,8 @@ class WorkerDaemon:
 
     def _forget(self, rec: TaskRecord) -> None:
         self.state.delete(rec)
+        if rec.log_path:
+            outputs.remove(outputs.path_for(rec.log_path))
         self._dirty.discard(self.state.tasks / f"{rec.key}.json")
         self.records.pop(rec.key, None)
         self.handles.pop(rec.key, None)
@@ -190,6 +192,10 @@ class WorkerDaemon:
         rec.state = ENDED
         rec.outcome = {"event": event, "exit_code": exit_code, "signal": sig,
                        "at": now_rfc3339(), "message": message}
+        if event == "finished" and rec.log_path:
+            written = outputs.read(outputs.path_for(rec.log_path))
+            if written:
+                rec.outcome["outputs"] = written  # a pipeline's later steps use them
         if event == "stopped" and rec.stop is not None:
             # why it was stopped: the control plane's instruction, or the worker's own
             # decision ("idle": an idle limit; "shutdown": handed back by --drain)
@@ -341,8 +347,11 @@ class WorkerDaemon:
 
     def _start(self, rec: TaskRecord, gpus: list[int]) -> None:
         rec.gpus = gpus
+        out_path = outputs.path_for(rec.log_path)
+        outputs.remove(out_path)  # a file from an earlier attempt is not this one's
+        lease = {**rec.lease, "env": {**(rec.lease.get("env") or {}), outputs.ENV: out_path}}
         try:
-            handle = self.executor.start(rec.lease, gpus, Path(rec.log_path))
+            handle = self.executor.start(lease, gpus, Path(rec.log_path))
         except StartError as exc:
             self.alloc.release(gpus, rec.milli)
             self._end(rec, "failed", message=str(exc))

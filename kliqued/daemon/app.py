@@ -17,8 +17,8 @@ import uuid
 from aiohttp import web
 
 from .errors import ApiError
-from .handlers import demand, engine, estate, events, ledger, meta, metrics, plan, policies
-from .handlers import pools, resources, tasks, tokens, workers
+from .handlers import demand, engine, estate, events, ledger, meta, metrics, pipelines, plan
+from .handlers import policies, pools, resources, schedules, tasks, tokens, workers
 from .inputs import check_params
 from .openapi import document
 from .request import CTX, DOC, Context, ctx, reply
@@ -32,7 +32,7 @@ MAX_BODY = 1024 * 1024
 ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.ROUTES,
                        *policies.ROUTES, *pools.ROUTES, *events.ROUTES, *engine.ROUTES,
                        *estate.ROUTES, *plan.ROUTES, *demand.ROUTES, *tokens.ROUTES,
-                       *ledger.ROUTES, *metrics.ROUTES]
+                       *ledger.ROUTES, *metrics.ROUTES, *schedules.ROUTES, *pipelines.ROUTES]
 """Every route the daemon serves, with who may call it: the one declaration."""
 TABLE = table(ROUTES)
 PUBLIC = frozenset(r.path for r in ROUTES if r.public)

@@ -33,6 +33,7 @@ from .events import Event
 from .ids import IdMaker, new_token
 from .leases import (ACTIVE, CLOSED, FENCED, RETURNED, STOP_REASON, STOPPING,
                      Lease, WorkerInfo)
+from .channel_state import PipelineBook, ScheduleBook
 from .records import TaskRecord
 from .store import DbOp
 from .units import iso
@@ -47,9 +48,11 @@ class Clock:
 
     def __init__(self) -> None:
         self.last = 0
+        self.offset_ms = 0
+        """Ahead of the wall clock by this much (tests: server.CLOCK_OFFSET_ENV)."""
 
     def now(self) -> int:
-        t = time.time_ns() // 1_000_000
+        t = time.time_ns() // 1_000_000 + self.offset_ms
         if t > self.last:
             self.last = t
         return self.last
@@ -75,6 +78,29 @@ class Prepared:
     it runs almost at once (loop.REPORT_SETTLE_S) rather than after a burst's delay."""
 
 
+def merged(parts: list[Prepared]) -> Prepared:
+    """Several changes as one: their events and writes in order, one commit, applied in
+    the same order (a schedule's run and the task it sends; a pipeline's step and its
+    task): after a crash all of them are in the log, or none."""
+    out = Prepared()
+    applies = []
+    for p in parts:
+        out.events.extend(p.events)
+        out.ops.extend(p.ops)
+        out.closes.extend(p.closes)
+        out.wants_pass = out.wants_pass or p.wants_pass
+        out.frees = out.frees or p.frees
+        applies.append(p.apply)
+
+    def apply() -> Any:
+        result = None
+        for a in applies:
+            result = a()
+        return result
+    out.apply = apply
+    return out
+
+
 @dataclass
 class Overlay:
     """What earlier requests of the same batch will change once applied: later ones are
@@ -94,6 +120,9 @@ class Overlay:
     """Workers an earlier request of the batch declares lost."""
     stored: Counter[str] = field(default_factory=Counter)
     """Task data bytes earlier submissions of the batch add, per user."""
+    made: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Schedules and running pipelines earlier requests of the batch make, per (kind,
+    owner)."""
 
 
 @dataclass
@@ -154,6 +183,9 @@ class Daemon:
         self.mono: Callable[[], float] = time.monotonic
         self.on_work: Callable[[str], None] | None = None
         """Called with a pool that has new work for its workers (wakes their long polls)."""
+        self.schedules = ScheduleBook()
+        self.pipelines = PipelineBook()
+        """The unattended channels' state (schedules.py, pipelines.py), from the log too."""
 
     # ------------------------------------------------------------------ reading
     @property
@@ -354,7 +386,8 @@ class Daemon:
     def on_ended(self, task_id: str, at: int, kind: str, reason: str | None = None,
                  epoch: int | None = None, exit_code: int | None = None,
                  signal: str | None = None, lost: bool = False, by: str | None = None,
-                 message: str | None = None) -> TaskRecord | None:
+                 message: str | None = None,
+                 outputs: dict[str, str] | None = None) -> TaskRecord | None:
         """Finished, failed or cancelled (by a request, or because the estate removed its
         compute resource: the engine already ended it then). ``epoch``: the lease whose
         report ended it (closed), or which was lost (``lost``: fenced); without it, a
@@ -393,6 +426,8 @@ class Daemon:
         rec.end_note, rec.ended_by = reason, by
         rec.end_message = message if isinstance(message, str) and message else None
         rec.ended_at = at
+        if outputs:
+            rec.outputs = dict(outputs)
         return rec
 
     # ------------------------------------------------------------------ workers and leases

@@ -32,6 +32,12 @@ Kinds (``data`` fields in brackets):
 - ``waiting_alert`` [resource, task, user, waited_s] / ``alert_delivery`` [alert, channel,
   key, attempt, status, error?] (alerts.py: a queue's head waited too long; one delivery
   attempt of an alert to a channel)
+- ``schedule_created`` [id, owner, cron, timezone, resource, command, ..., pipeline,
+  concurrency, missed, deadline_s] / ``schedule_changed`` [id, state, reason] /
+  ``schedule_run`` [id, due, outcome, task?, pipeline_id?, missed] (committed with the
+  submission it makes) / ``pipeline_started`` [id, owner, name, file, text, params,
+  schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?, text, outputs?] /
+  ``pipeline_ended`` [id, state, text] (docs/channels.md)
 - ``waiting_alert`` [resource, task, user, waited_s] (a queue's head waited past
   ``settings.alerts.waiting_after``) / ``alert_delivery`` [alert: the alert event's seq,
   channel, key, attempt, status: failed|delivered|given_up, error?] (docs/alerts.md)
@@ -222,6 +228,7 @@ class Ended(Payload):
     report: str | None = None
     at: int | None = None  # the worker's clock
     after_stop: bool = False  # finished before the stop reached it
+    outputs: dict[str, str] | None = None  # KEY=VALUE lines from $KLIQUE_OUTPUTS
 
 
 @registered("worker_registered")
@@ -365,3 +372,84 @@ class AlertDelivery(Payload):
     attempt: int | None = None
     status: str | None = None  # delivered, given_up, or a retry's
     error: str | None = None
+
+
+# ---------------------------------------------------------------- schedules and pipelines
+# (kliqued/daemon/schedules.py, pipelines.py; docs/channels.md)
+
+
+@registered("schedule_created")
+@_frozen
+class ScheduleCreated(Payload):
+    id: str
+    owner: str
+    cron: str
+    timezone: str = "UTC"
+    resource: str | None = None
+    command: list[str] | None = None
+    project: str | None = None
+    gpus_milli: int | None = None
+    labels: dict[str, str] | None = None
+    pipeline: dict[str, Any] | None = None  # {file, text, params}: a pipeline per run
+    concurrency: str = "allow"
+    missed: str = "run-once"
+    deadline_s: int | None = None
+    name: str | None = None
+    cursor: int | None = None  # due times after this count (the request's clock)
+
+
+@registered("schedule_changed")
+@_frozen
+class ScheduleChanged(Payload):
+    id: str
+    state: str  # active (resumed), paused, deleted, stopped
+    reason: str | None = None
+    cursor: int | None = None  # resumed: due times after this count
+
+
+@registered("schedule_run")
+@_frozen
+class ScheduleRun(Payload):
+    """Recorded in the same commit as the submission it makes (the task's ``submitted``
+    or the pipeline's ``pipeline_started``): after a crash the run is in the log with its
+    task, or neither is, so a restart never runs a due time twice."""
+    id: str
+    due: int  # the due time (ms) dealt with: the schedule's cursor after this event
+    outcome: str  # submitted, skipped, missed, failed
+    text: str | None = None
+    task: str | None = None
+    pipeline_id: str | None = None
+    missed: int = 0
+    first_missed: int | None = None
+
+
+@registered("pipeline_started")
+@_frozen
+class PipelineStarted(Payload):
+    id: str
+    owner: str
+    name: str
+    file: str
+    text: str
+    params: dict[str, str] = field(default_factory=dict)
+    schedule: str | None = None
+
+
+@registered("pipeline_step")
+@_frozen
+class PipelineStep(Payload):
+    id: str
+    step: str
+    state: str  # running (a task sent: ``task``, ``attempt``), succeeded, failed, ...
+    task: str | None = None
+    attempt: int | None = None
+    text: str | None = None
+    outputs: dict[str, str] | None = None
+
+
+@registered("pipeline_ended")
+@_frozen
+class PipelineEnded(Payload):
+    id: str
+    state: str  # succeeded, failed, cancelled
+    text: str | None = None

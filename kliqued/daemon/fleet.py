@@ -382,9 +382,11 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         reason = None
         if event == "stopped":  # the worker stopped an idle session (workers/idle.py)
             reason = f"stopped: idle ({_idle_text(body)})"
+        outputs = body.get("outputs") if event == "finished" else None
         ev = Event("ended", task_id, p.text, rev, rec.group, rec.user,
                    {"kind": event, **data, "interval": interval,
-                    **({"reason": reason} if reason else {})})
+                    **({"reason": reason} if reason else {}),
+                    **({"outputs": outputs} if outputs else {})})
 
         def apply_ended() -> str:
             reducers.apply(d, ev, now)

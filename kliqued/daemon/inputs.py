@@ -39,6 +39,8 @@ FREE_TEXT: dict[str, tuple[str, ...]] = {
     "TaskReport": ("/message",),
     "WorkerReports": ("/reports/*/message",),
     "LedgerSql": ("/sql",),
+    "ScheduleCreate": ("/command/*", "/pipeline/text"),
+    "PipelineRunRequest": ("/text",),
 }
 """Per request schema: the JSON pointers (``*``: any one segment) of free text."""
 

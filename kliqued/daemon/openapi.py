@@ -46,6 +46,12 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"oneOf": [{"type": "null"}, schema]}
 
 
+_OUTPUTS = {"type": ["object", "null"], "maxProperties": 100,
+            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},
+            "additionalProperties": {"type": "string", "maxLength": 4096},
+            "description": "a finished task's KEY=VALUE lines from the file named by "
+                           "$KLIQUE_OUTPUTS (pipelines pass them to later steps)"}
+
 SCHEMAS: dict[str, Any] = {
     "Error": _obj({"error": _obj({
         "code": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$"},
@@ -115,6 +121,8 @@ SCHEMAS: dict[str, Any] = {
         "started_at": {**TIME_OR_NULL, "description": "when its current attempt started"},
         "exit_code": {"type": ["integer", "null"]},
         "signal": {"type": ["string", "null"], "description": "e.g. SIGKILL"},
+        "outputs": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
+                    "description": "what it wrote to $KLIQUE_OUTPUTS, once finished"},
         "gpu_hours": {"type": "number", "minimum": 0,
                       "description": "GPU-hours of its placements, the current one up to "
                                      "now included"},
@@ -127,6 +135,94 @@ SCHEMAS: dict[str, Any] = {
             "message": {"type": ["string", "null"],
                         "description": "the message of the worker's report that ended it"}})),
     }),
+    "ScheduleCreate": _obj({
+        "cron": {"type": "string", "minLength": 1, "maxLength": 256,
+                 "description": "standard 5-field cron (minute hour day-of-month month "
+                                "day-of-week), read in `timezone`",
+                 "examples": ["0 2 * * *"]},
+        "timezone": {"type": ["string", "null"], "minLength": 1, "maxLength": 64,
+                     "description": "an IANA time zone (default UTC)"},
+        "name": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+        "resource": {"type": ["string", "null"], "minLength": 1, "maxLength": 512},
+        "command": {"type": ["array", "null"], "items": {"type": "string"},
+                    "maxItems": 10000},
+        "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+        "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
+        "labels": {"type": "object", "additionalProperties": {"type": "string",
+                                                              "maxLength": 1024},
+                   "propertyNames": {"minLength": 1, "maxLength": 128},
+                   "maxProperties": 64},
+        "pipeline": _nullable(_ref("PipelineRunRequest")),
+        "concurrency": {"type": ["string", "null"], "enum": ["allow", "forbid", "replace",
+                                                             None],
+                        "description": "a run while the previous one still runs: runs "
+                                       "beside it, is skipped, or replaces it"},
+        "missed": {"type": ["string", "null"], "enum": ["run-once", "skip", None],
+                   "description": "due times passed while the daemon was down: the "
+                                  "latest runs once (within `deadline`), or none"},
+        "deadline": {**_DURATION, "description": "run-once: how late a missed run may "
+                                                 "still start (default: any)"},
+    }, required=["cron"]),
+    "ScheduleRun": _obj({
+        "due": TIME, "at": TIME,
+        "outcome": {"type": "string", "enum": ["submitted", "skipped", "missed", "failed"]},
+        "text": {"type": ["string", "null"]}, "task": {"type": ["string", "null"]},
+        "pipeline": {"type": ["string", "null"]}, "missed": {"type": "integer"},
+        "state": {"type": ["string", "null"],
+                  "description": "its task's state now (or how it ended), or its "
+                                 "pipeline's"}}),
+    "Schedule": _obj({
+        "id": {"type": "string", "pattern": "^s-[0-9A-Z]{14}$"},
+        "name": {"type": ["string", "null"]}, "owner": {"type": "string"},
+        "cron": {"type": "string"}, "timezone": {"type": "string"},
+        "resource": {"type": ["string", "null"]},
+        "command": {"type": ["array", "null"], "items": {"type": "string"}},
+        "project": {"type": ["string", "null"]}, "gpus": {"type": ["number", "null"]},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "pipeline": _nullable(_obj({"file": {"type": "string"},
+                                    "name": {"type": ["string", "null"]},
+                                    "params": {"type": "object"}})),
+        "concurrency": {"type": "string", "enum": ["allow", "forbid", "replace"]},
+        "missed": {"type": "string", "enum": ["run-once", "skip"]},
+        "deadline_s": {"type": ["integer", "null"]},
+        "state": {"type": "string", "enum": ["active", "paused", "stopped"]},
+        "reason": {"type": ["string", "null"],
+                   "description": "why it is paused or stopped"},
+        "created_at": TIME,
+        "next_runs": {"type": "array", "items": TIME},
+        "last_runs": {"type": "array", "items": _ref("ScheduleRun"),
+                      "description": "newest first"}}),
+    "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}}),
+    "PipelineRunRequest": _obj({
+        "file": {"type": ["string", "null"], "minLength": 1, "maxLength": 1024,
+                 "description": "the file's name, for positions in errors"},
+        "text": {"type": "string", "minLength": 1, "maxLength": 262144,
+                 "description": "the pipeline file (YAML; schemas/pipeline.schema.json)"},
+        "params": {"type": ["object", "null"], "maxProperties": 100,
+                   "additionalProperties": {"type": "string", "maxLength": 4096}},
+    }, required=["text"]),
+    "PipelineStep": _obj({
+        "name": {"type": "string"}, "resource": {"type": "string"},
+        "needs": {"type": "array", "items": {"type": "string"}},
+        "state": {"type": "string", "enum": ["waiting", "running", "succeeded", "failed",
+                                             "skipped", "cancelled"]},
+        "text": {"type": ["string", "null"]}, "attempts": {"type": "integer"},
+        "task": {"type": ["string", "null"]},
+        "tasks": {"type": "array", "items": {"type": "string"}},
+        "task_state": {"type": ["string", "null"]},
+        "outputs": {"type": "object", "additionalProperties": {"type": "string"}}}),
+    "Pipeline": _obj({
+        "id": {"type": "string", "pattern": "^p-[0-9A-Z]{14}$"},
+        "name": {"type": "string"}, "owner": {"type": "string"},
+        "file": {"type": "string"},
+        "params": {"type": "object", "additionalProperties": {"type": "string"}},
+        "on_failure": {"type": "string", "enum": ["fail-fast", "continue"]},
+        "schedule": {"type": ["string", "null"]},
+        "state": {"type": "string", "enum": ["running", "succeeded", "failed", "cancelled"]},
+        "text": {"type": ["string", "null"]},
+        "started_at": TIME, "ended_at": TIME_OR_NULL,
+        "steps": {"type": "array", "items": _ref("PipelineStep")}}),
+    "PipelineList": _obj({"pipelines": {"type": "array", "items": _ref("Pipeline")}}),
     "CancelRequest": _obj({"reason": {"type": ["string", "null"], "maxLength": 1024,
                                       "description": "why, shown to the task's owner"}},
                           required=[]),
@@ -312,6 +408,7 @@ SCHEMAS: dict[str, Any] = {
         "signal": {"type": ["string", "null"], "maxLength": 32},
         "at": {"type": ["string", "null"], "maxLength": 64},
         "message": {"type": ["string", "null"], "maxLength": 4096},
+        "outputs": _OUTPUTS,
         "reason": {"type": ["string", "null"], "maxLength": 64,
                    "description": "for a `stopped` the worker decided itself: `idle` (an "
                                   "idle limit: the task ends `stopped: idle (<limit>)`) or "
@@ -329,6 +426,7 @@ SCHEMAS: dict[str, Any] = {
         "signal": {"type": ["string", "null"], "maxLength": 32},
         "at": {"type": ["string", "null"], "maxLength": 64},
         "message": {"type": ["string", "null"], "maxLength": 4096},
+        "outputs": _OUTPUTS,
         "reason": {"type": ["string", "null"], "maxLength": 64}},
         required=["task", "epoch", "event"], extra=True)}}, required=["reports"]),
     "ReportResults": _obj({"results": {"type": "array", "items": _obj({
@@ -638,6 +736,40 @@ PATHS: dict[str, Any] = {
                 {**_q("to", TIME, "end (exclusive)"), "required": True},
                 _q("format", {"type": "string", "enum": ["csv"], "default": "csv"},
                    "csv (the CLI writes parquet from it)")])},
+    "/v1/schedules": {
+        "post": _op("createSchedule", "a schedule: a command or a pipeline run by cron as "
+                                      "the user who makes it",
+                    _ok("Schedule", "201", "created"), body="ScheduleCreate",
+                    errors=AUTH_ERR + ("422", "429")),
+        "get": _op("listSchedules", "the schedules the caller may see", _ok("ScheduleList")),
+    },
+    "/v1/schedules/{id}": {
+        "get": _op("getSchedule", "one schedule, with its next and last runs",
+                   _ok("Schedule"), params=[_p("id", "schedule id")],
+                   errors=AUTH_ERR + ("404",)),
+        "delete": _op("deleteSchedule", "delete a schedule (its running tasks go on)",
+                      {"204": {"description": "deleted"}}, params=[_p("id", "schedule id")],
+                      errors=AUTH_ERR + ("404",)),
+    },
+    "/v1/schedules/{id}/pause": {"post": _op(
+        "pauseSchedule", "no run until resumed (idempotent)", _ok("Schedule"),
+        params=[_p("id", "schedule id")], errors=AUTH_ERR + ("404", "409"))},
+    "/v1/schedules/{id}/resume": {"post": _op(
+        "resumeSchedule", "runs again from the next due time (a stopped one: once its "
+                          "owner may send its work again)", _ok("Schedule"),
+        params=[_p("id", "schedule id")], errors=AUTH_ERR + ("404", "409"))},
+    "/v1/pipelines": {
+        "post": _op("runPipeline", "run a pipeline file (every step checked first)",
+                    _ok("Pipeline", "201", "started"), body="PipelineRunRequest",
+                    errors=AUTH_ERR + ("422", "429")),
+        "get": _op("listPipelines", "the pipelines the caller may see", _ok("PipelineList")),
+    },
+    "/v1/pipelines/{id}": {"get": _op(
+        "getPipeline", "one pipeline with its steps", _ok("Pipeline"),
+        params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404",))},
+    "/v1/pipelines/{id}/cancel": {"post": _op(
+        "cancelPipeline", "cancel a running pipeline: its steps' tasks too (idempotent)",
+        _ok("Pipeline"), params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404",))},
 }
 PATHS["/v1/tasks/{id}/cancel"]["post"]["requestBody"]["required"] = False  # reason: optional
 

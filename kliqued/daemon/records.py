@@ -18,7 +18,7 @@ class TaskRecord:
                  "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
                  "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
                  "data_bytes", "end_note", "ended_by", "end_message",
-                 "unleased_at")
+                 "unleased_at", "outputs")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
@@ -64,6 +64,9 @@ class TaskRecord:
         self.unleased_at: int | None = None
         """When a lease of its current placement was withdrawn (it waits for a worker again
         since then)."""
+        self.outputs: dict[str, str] | None = None
+        """What a finished task wrote to $KLIQUE_OUTPUTS (KEY=VALUE lines): a pipeline's
+        later steps read it."""
         self.gpu_ms = 0
         """Milli-GPU x ms of its closed placement intervals (the open one is added live)."""
         self.size: int | None = None

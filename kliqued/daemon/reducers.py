@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from compiler.compiled import CompiledEstate
 
 from . import events as E
+from .channel_state import Run
 from .events import Event
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _cancelled(d: Daemon, ev: Event, p: E.Cancelled, at: int, decided: bool) -> 
 
 def _ended(d: Daemon, ev: Event, p: E.Ended, at: int, decided: bool) -> Any:
     return d.on_ended(_task(ev), at, p.kind, p.reason, p.epoch, p.exit_code, p.signal,
-                      bool(p.lost), message=p.message)
+                      bool(p.lost), message=p.message, outputs=p.outputs)
 
 
 def _worker_registered(d: Daemon, ev: Event, p: E.WorkerRegistered, at: int, decided: bool) -> Any:
@@ -92,6 +93,34 @@ def _alert(d: Daemon, ev: Event, p: E.AlertRaised, at: int, decided: bool) -> An
     d.on_alert(p.to_data(), at, replay=not decided)
 
 
+def _schedule_created(d: Daemon, ev: Event, p: E.ScheduleCreated, at: int,
+                      decided: bool) -> Any:
+    return d.schedules.on_created(p.to_data(), at)
+
+
+def _schedule_changed(d: Daemon, ev: Event, p: E.ScheduleChanged, at: int,
+                      decided: bool) -> Any:
+    d.schedules.on_changed(p.id, p.state, p.reason, at, p.cursor)
+
+
+def _schedule_run(d: Daemon, ev: Event, p: E.ScheduleRun, at: int, decided: bool) -> Any:
+    d.schedules.on_run(p.id, Run(p.due, at, p.outcome, p.text, p.task, p.pipeline_id,
+                                 p.missed, p.first_missed))
+
+
+def _pipeline_started(d: Daemon, ev: Event, p: E.PipelineStarted, at: int,
+                      decided: bool) -> Any:
+    return d.pipelines.on_started(p.to_data(), at)
+
+
+def _pipeline_step(d: Daemon, ev: Event, p: E.PipelineStep, at: int, decided: bool) -> Any:
+    d.pipelines.on_step(p.to_data())
+
+
+def _pipeline_ended(d: Daemon, ev: Event, p: E.PipelineEnded, at: int, decided: bool) -> Any:
+    d.pipelines.on_ended(p.id, p.state, p.text, at)
+
+
 def _audit_only(d: Daemon, ev: Event, p: Any, at: int, decided: bool) -> Any:
     """The event is a record, not a change of the Daemon: token events (the tokens table is
     their state, loaded after the log), refused worker calls, and the alerts module's own
@@ -128,6 +157,12 @@ REDUCERS: dict[str, Reducer] = {
     "worker_refused": _audit_only,
     "waiting_alert": _audit_only,
     "alert_delivery": _audit_only,
+    "schedule_created": _schedule_created,
+    "schedule_changed": _schedule_changed,
+    "schedule_run": _schedule_run,
+    "pipeline_started": _pipeline_started,
+    "pipeline_step": _pipeline_step,
+    "pipeline_ended": _pipeline_ended,
 }
 
 

@@ -40,6 +40,7 @@ from . import logsetup
 from .alerts import Dispatcher
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
+from .unattended import Unattended
 from .store import DatabaseLocked, Store
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ def serve(opts: Options) -> int:
         store.ensure_schema()
         d = Daemon()
         d.require_workers = opts.require_workers  # before replay: it decides availability
+        d.clock.offset_ms = _clock_offset()
         try:
             d.tokens.hasher, migrated = keyfile.open_hasher(opts.db, store)
         except keyfile.KeyFileError as exc:
@@ -188,6 +190,25 @@ def serve(opts: Options) -> int:
             store.close()
         except Exception:  # already closed, or the process is going down anyway
             pass
+
+
+CLOCK_OFFSET_ENV = "KLIQUED_TEST_CLOCK_OFFSET_MS"
+"""For tests only: the daemon's clock runs this many ms ahead of the wall clock (a cron
+schedule due a second after start, without waiting for the minute). Logged when set."""
+
+
+def _clock_offset() -> int:
+    raw = os.environ.get(CLOCK_OFFSET_ENV)
+    if not raw:
+        return 0
+    try:
+        offset = int(raw)
+    except ValueError:
+        log.warning("%s=%r is not whole milliseconds: ignored", CLOCK_OFFSET_ENV, raw)
+        return 0
+    log.warning("%s: the clock runs %d ms off the wall clock (tests only)", CLOCK_OFFSET_ENV,
+                offset)
+    return offset
 
 
 def _fill_group_paths(conn: duckdb.DuckDBPyConnection, compiled: CompiledEstate) -> int:
@@ -290,7 +311,8 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     warning = plain_http_warning(host, ssl_ctx is not None)
     if warning:
         log.warning(warning)
-    background = [asyncio.create_task(_watch_workers(d, seq, stop))]
+    background = [asyncio.create_task(_watch_workers(d, seq, stop)),
+                  asyncio.create_task(Unattended(d, seq).run(stop))]
     dispatcher = Dispatcher(d, seq, store)
     seq.on_commit = dispatcher.offer
     resent = await dispatcher.load(d.clock.now())

@@ -86,6 +86,7 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
         "worker": rec.worker, "epoch": rec.epoch, "started_at": iso(rec.started_at),
         "exit_code": rec.exit_code, "signal": rec.signal,
         "gpu_hours": gpu_hours(rec, d.clock.now()), "end": end(rec),
+        "outputs": rec.outputs,
     }
 
 

@@ -317,6 +317,70 @@ class Client:
         body = {"reason": reason} if reason else None
         return self._call("POST", f"/tasks/{self._seg(id)}/cancel", body=body, retry=True)
 
+    # ------------------------------------------------------------------ schedules
+    def create_schedule(self, cron: str, resource: str | None = None,
+                        command: Sequence[str] | str | None = None, *,
+                        pipeline: str | Path | None = None,
+                        params: dict[str, str] | None = None, timezone: str = "UTC",
+                        concurrency: str = "allow", missed: str = "run-once",
+                        deadline: str | None = None, name: str | None = None,
+                        project: str | None = None, gpus: float | None = None,
+                        labels: dict[str, str] | None = None) -> dict:
+        """A schedule that sends ``command`` to ``resource`` (or runs the pipeline file
+        ``pipeline`` with ``params``) at each time of the 5-field ``cron`` in ``timezone``,
+        as the caller. ``concurrency``: allow, forbid or replace a run still going;
+        ``missed``: run-once (within ``deadline``, e.g. "2h") or skip the due times the
+        daemon was down for. Not retried: a schedule made twice runs twice."""
+        if isinstance(command, str):
+            command = shlex.split(command)
+        body: dict[str, Any] = {"cron": cron, "timezone": timezone, "name": name,
+                                "concurrency": concurrency, "missed": missed,
+                                "deadline": deadline}
+        if pipeline is not None:
+            body["pipeline"] = self._pipeline_body(pipeline, params)
+        else:
+            body.update({"resource": resource, "project": project, "gpus": gpus,
+                         "command": list(command) if command is not None else None,
+                         "labels": dict(labels or {})})
+        return self._call("POST", "/schedules", body=body)
+
+    def schedules(self) -> list[dict]:
+        return self._call("GET", "/schedules")["schedules"]
+
+    def schedule(self, id: str) -> dict:
+        """One schedule with its next runs and its last runs (each with its task)."""
+        return self._call("GET", f"/schedules/{self._seg(id)}")
+
+    def pause_schedule(self, id: str) -> dict:
+        return self._call("POST", f"/schedules/{self._seg(id)}/pause", retry=True)
+
+    def resume_schedule(self, id: str) -> dict:
+        return self._call("POST", f"/schedules/{self._seg(id)}/resume", retry=True)
+
+    def delete_schedule(self, id: str) -> None:
+        self._call("DELETE", f"/schedules/{self._seg(id)}", retry=True)
+
+    # ------------------------------------------------------------------ pipelines
+    @staticmethod
+    def _pipeline_body(path: str | Path, params: dict[str, str] | None) -> dict[str, Any]:
+        p = Path(path)
+        return {"file": p.name, "text": p.read_text(encoding="utf-8"),
+                "params": {str(k): str(v) for k, v in (params or {}).items()}}
+
+    def run_pipeline(self, path: str | Path, params: dict[str, str] | None = None) -> dict:
+        """Runs the pipeline file at ``path`` (its text is sent, so errors point into it:
+        ``file:line:col``); returns the pipeline with its steps. Not retried."""
+        return self._call("POST", "/pipelines", body=self._pipeline_body(path, params))
+
+    def pipelines(self) -> list[dict]:
+        return self._call("GET", "/pipelines")["pipelines"]
+
+    def pipeline(self, id: str) -> dict:
+        return self._call("GET", f"/pipelines/{self._seg(id)}")
+
+    def cancel_pipeline(self, id: str) -> dict:
+        return self._call("POST", f"/pipelines/{self._seg(id)}/cancel", retry=True)
+
     # ------------------------------------------------------------------ resources, policies
     def resources(self) -> list[dict]:
         return self._call("GET", "/resources")["resources"]

@@ -1,0 +1,185 @@
+"""The unattended channels' state in the daemon: schedules with their cursor and last runs,
+pipelines with their steps. Changed only by the reducers of their events (reducers.py), live
+and in replay, so a restart rebuilds what the live daemon had; schedules.py and pipelines.py
+read it and prepare the changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kliqued.schedule import cron as when  # (a Schedule has a field named cron)
+from kliqued.schedule import pipeline as P
+
+from .errors import not_found
+from .ids import IdMaker
+
+CONCURRENCY = ("allow", "forbid", "replace")
+STATES = ("active", "paused", "stopped", "deleted")
+KEPT_RUNS = 20
+"""Runs kept per schedule for ``show`` (the log keeps them all)."""
+
+
+@dataclass
+class Run:
+    due: int
+    at: int
+    outcome: str
+    text: str | None = None
+    task: str | None = None
+    pipeline: str | None = None
+    missed: int = 0
+    first_missed: int | None = None
+
+
+@dataclass
+class Schedule:
+    id: str
+    owner: str
+    cron: str
+    timezone: str
+    created_at: int
+    resource: str | None = None
+    command: list[str] | None = None
+    project: str | None = None
+    gpus_milli: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    pipeline: dict[str, Any] | None = None
+    concurrency: str = "allow"
+    missed: str = "run-once"
+    deadline_s: int | None = None
+    name: str | None = None
+    state: str = "active"
+    reason: str | None = None
+    cursor: int = 0
+    """The last due time dealt with (run, skipped or missed); due times after it are ahead."""
+    runs: list[Run] = field(default_factory=list)
+    """The latest runs, oldest first (``KEPT_RUNS``)."""
+    live: list[Run] = field(default_factory=list)
+    """Submitted runs whose task or pipeline may still run (for ``forbid``/``replace``)."""
+
+    _next: tuple[int, int | None] | None = field(default=None, repr=False, compare=False)
+
+    def next_due(self) -> int | None:
+        """The first due time after the cursor (cached per cursor: the loop asks every
+        active schedule four times a second)."""
+        if self._next is None or self._next[0] != self.cursor:
+            nxt = when.after(self.cron, self.timezone, self.cursor)
+            self._next = (self.cursor, nxt[0] if nxt else None)
+        return self._next[1]
+
+    def due(self, now: int) -> when.Due:
+        deadline = None if self.deadline_s is None else self.deadline_s * 1000
+        return when.due(self.cron, self.timezone, self.cursor, now, self.missed, deadline)
+
+
+class ScheduleBook:
+    """Every schedule not deleted, by id; changed only by the reducers."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Schedule] = {}
+        self.ids = IdMaker("s-")
+
+    def get(self, sid: str) -> Schedule:
+        s = self.items.get(sid)
+        if s is None:
+            raise not_found(f"no schedule {sid}")
+        return s
+
+    def active(self) -> list[Schedule]:
+        return [s for s in self.items.values() if s.state == "active"]
+
+    # --- reducers' targets (live and replay)
+    def on_created(self, data: dict[str, Any], at: int) -> Schedule:
+        s = Schedule(data["id"], data["owner"], data["cron"], data.get("timezone") or "UTC",
+                     at, data.get("resource"), data.get("command"), data.get("project"),
+                     data.get("gpus_milli"), dict(data.get("labels") or {}),
+                     data.get("pipeline"), data.get("concurrency") or "allow",
+                     data.get("missed") or "run-once", data.get("deadline_s"),
+                     data.get("name"), cursor=data.get("cursor") or at)
+        self.items[s.id] = s
+        self.ids.seed(s.id)
+        return s
+
+    def on_changed(self, sid: str, state: str, reason: str | None, at: int,
+                   cursor: int | None = None) -> None:
+        s = self.items.get(sid)
+        if s is None:
+            return
+        if state == "deleted":
+            del self.items[sid]
+            return
+        if state == "active" and s.state in ("paused", "stopped"):
+            # resumed: the due times while it was paused are gone
+            s.cursor = max(s.cursor, cursor if cursor is not None else at)
+        s.state, s.reason = state, reason
+
+    def on_run(self, sid: str, run: Run) -> None:
+        s = self.items.get(sid)
+        if s is None:
+            return
+        s.cursor = max(s.cursor, run.due)
+        s.runs.append(run)
+        del s.runs[:-KEPT_RUNS]
+        if run.outcome == "submitted":
+            s.live.append(run)
+
+
+@dataclass
+class PipelineRun:
+    id: str
+    owner: str
+    name: str
+    file: str
+    text: str
+    params: dict[str, str]
+    started_at: int
+    loaded: P.Loaded
+    schedule: str | None = None
+    state: str = "running"
+    text_end: str | None = None
+    ended_at: int | None = None
+    steps: dict[str, P.StepRun] = field(default_factory=dict)
+
+
+class PipelineBook:
+    def __init__(self) -> None:
+        self.items: dict[str, PipelineRun] = {}
+        self.ids = IdMaker("p-")
+
+    def get(self, pid: str) -> PipelineRun:
+        pr = self.items.get(pid)
+        if pr is None:
+            raise not_found(f"no pipeline {pid}")
+        return pr
+
+    def running(self) -> list[PipelineRun]:
+        return [p for p in self.items.values() if p.state == "running"]
+
+    def on_started(self, data: dict[str, Any], at: int) -> PipelineRun:
+        loaded = P.load(data["file"], data["text"], data.get("params") or {})
+        pr = PipelineRun(data["id"], data["owner"], data["name"], data["file"], data["text"],
+                         dict(loaded.params), at, loaded, data.get("schedule"))
+        pr.steps = {s.name: P.StepRun(s.name) for s in loaded.spec.steps}
+        self.items[pr.id] = pr
+        self.ids.seed(pr.id)
+        return pr
+
+    def on_step(self, data: dict[str, Any]) -> None:
+        pr = self.items.get(data["id"])
+        if pr is None or data["step"] not in pr.steps:
+            return
+        run = pr.steps[data["step"]]
+        run.state = data["state"]
+        run.text = data.get("text")
+        if data.get("task"):
+            run.tasks.append(data["task"])
+        if data.get("outputs") is not None:
+            run.outputs = dict(data["outputs"])
+
+    def on_ended(self, pid: str, state: str, text: str | None, at: int) -> None:
+        pr = self.items.get(pid)
+        if pr is None:
+            return
+        pr.state, pr.text_end, pr.ended_at = state, text, at

@@ -1,0 +1,71 @@
+"""Pipelines: run a pipeline file, list, show, cancel (docs/channels.md, "Pipelines").
+
+The file's text is sent as it is, so that the daemon's errors point into it
+(``file:line:col``); every step is checked for the user before anything is submitted.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .. import pipelines
+from ..errors import ApiError
+from ..request import ctx, principal, read_json, reply
+from ..routes import Route
+
+
+def _get(request: web.Request) -> pipelines.PipelineRun:
+    d = ctx(request).daemon
+    pid = request.match_info["id"]
+    pr = d.pipelines.items.get(pid)
+    if pr is None or not pipelines.visible(d, principal(request), pr):
+        raise ApiError(404, "not-found", f"no pipeline {pid}")
+    return pr
+
+
+async def run(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = principal(request)
+    body = await read_json(request, "PipelineRunRequest")
+    spec = {"file": body.get("file") or "pipeline.yaml", "text": body["text"],
+            "params": body.get("params") or {}}
+    pipelines.check_access(d, p.name, pipelines.load_for(spec), spec["file"])  # fail fast
+    pid = await c.seq.submit(lambda now, ov: pipelines.prepare_start(d, p, spec, now, ov))
+    return reply(pipelines.view(d, d.pipelines.items[pid]), 201)
+
+
+async def list_pipelines(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = principal(request)
+    return reply({"pipelines": [pipelines.view(d, pr) for pr in d.pipelines.items.values()
+                                if pipelines.visible(d, p, pr)]})
+
+
+async def get_pipeline(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    return reply(pipelines.view(d, _get(request)))
+
+
+async def cancel(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = principal(request)
+    pr = _get(request)
+    await c.seq.submit(lambda now, ov: pipelines.prepare_cancel(d, p, pr.id, now, ov))
+    return reply(pipelines.view(d, pr))
+
+
+SEE = "a user: their own pipelines and those of users in groups they administer"
+
+ROUTES = [
+    Route("POST", "/v1/pipelines", run, "runPipeline", ("user",),
+          rule="a user: every step to their groups' compute resources",
+          hint="use a user's token: a pipeline runs as the user who starts it"),
+    Route("GET", "/v1/pipelines", list_pipelines, "listPipelines", ("admin", "user"),
+          rule=SEE),
+    Route("GET", "/v1/pipelines/{id}", get_pipeline, "getPipeline", ("admin", "user"),
+          rule=SEE),
+    Route("POST", "/v1/pipelines/{id}/cancel", cancel, "cancelPipeline", ("admin", "user"),
+          rule=SEE),
+]

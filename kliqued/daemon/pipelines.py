@@ -1,0 +1,220 @@
+"""Pipelines in the daemon: a run of a pipeline file, its steps' tasks, and how it stands.
+
+The file is read and checked by ``kliqued.schedule.pipeline`` (pure) when the run starts;
+every step's compute resource is checked for the owner then, so a step the owner may not use
+refuses the whole run and nothing is submitted. The run's state is in the event log
+(``pipeline_started``, ``pipeline_step``, ``pipeline_ended``; a step's task is submitted in
+the same commit as the ``pipeline_step`` naming it, with the idempotency key
+``pipeline:<id>:<step>:<attempt>``), so a restart rebuilds it and the loop
+(``unattended.py``) carries on where it was: a step whose dependencies finished is sent,
+never twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kliqued.engine import SubmissionError, check_submission
+from kliqued.schedule import pipeline as P
+
+from . import reducers
+from .auth import Principal
+from .channel_state import PipelineRun
+from .channels import prepare_as_owner, sent
+from .core import Daemon, Overlay, Prepared, merged
+from .errors import ApiError
+from .events import Event
+from .units import iso
+from .views import end_text, state as task_state, submittable
+
+
+MAX_RUNNING_PER_OWNER = 100
+"""Pipelines a user may have running at once (each holds its file and its steps' state)."""
+
+
+def load_for(spec: dict[str, Any]) -> P.Loaded:
+    """A stored pipeline (``{file, text, params}``) loaded again; a 422 naming each
+    problem."""
+    try:
+        return P.load(spec.get("file") or "pipeline.yaml", spec.get("text") or "",
+                      spec.get("params") or {})
+    except P.PipelineError as exc:
+        raise ApiError(422, "invalid-pipeline", "; ".join(exc.errors),
+                       {"errors": exc.errors}) from None
+
+
+def check_access(d: Daemon, owner: str, loaded: P.Loaded, file: str) -> None:
+    """Every step's compute resource, for ``owner``, now: a 422 naming the step (and what
+    the owner may use) before anything is submitted."""
+    errors = []
+    for s in loaded.spec.steps:
+        gpus = s.gpus_milli
+        try:
+            check_submission(d.idx(), s.resource, owner, s.project, gpus,
+                             require_project=True)
+        except SubmissionError as exc:
+            mine = submittable(d, owner)
+            errors.append(f"{file}: step {s.name}: {exc}; {owner} may submit to "
+                          f"{', '.join(mine) if mine else 'nothing'}")
+    if errors:
+        raise ApiError(422, "submission-refused", "; ".join(errors),
+                       {"errors": errors, "field": "resource"})
+
+
+def visible(d: Daemon, p: Principal, pr: PipelineRun) -> bool:
+    if p.is_admin:
+        return True
+    if not p.is_user:
+        return False
+    acc = d.acc()
+    return pr.owner == p.name or bool(acc.groups_of(pr.owner) & acc.admin_of(p.name))
+
+
+def view(d: Daemon, pr: PipelineRun) -> dict[str, Any]:
+    steps = []
+    for s in pr.loaded.spec.steps:
+        run = pr.steps[s.name]
+        task = run.tasks[-1] if run.tasks else None
+        rec = d.records.get(task) if task else None
+        steps.append({"name": s.name, "resource": s.resource, "needs": s.needs,
+                      "state": run.state, "text": run.text, "attempts": len(run.tasks),
+                      "task": task, "tasks": list(run.tasks),
+                      "task_state": None if rec is None else (
+                          task_state(rec) if rec.state != "ended" else end_text(rec)),
+                      "outputs": run.outputs})
+    return {"id": pr.id, "name": pr.name, "owner": pr.owner, "file": pr.file,
+            "params": pr.params, "on_failure": pr.loaded.spec.on_failure,
+            "schedule": pr.schedule, "state": pr.state, "text": pr.text_end,
+            "started_at": iso(pr.started_at), "ended_at": iso(pr.ended_at), "steps": steps}
+
+
+# ---------------------------------------------------------------------- changes
+
+
+def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: Overlay,
+                  schedule: str | None = None) -> Prepared:
+    """A new run of the pipeline ``spec`` ({file, text, params}) by user ``p``: loaded,
+    every step checked for the user, then ``pipeline_started``; the loop sends the first
+    steps."""
+    loaded = load_for(spec)
+    file = spec.get("file") or "pipeline.yaml"
+    check_access(d, p.name, loaded, file)
+    running = sum(r.owner == p.name for r in d.pipelines.running())
+    running += ov.made[("pipeline", p.name)]
+    if running >= MAX_RUNNING_PER_OWNER:
+        raise ApiError(429, "user-quota", f"{p.name} has {running} pipelines running, the "
+                       f"most a user may: wait for some to end, or cancel some",
+                       {"running": running, "limit": MAX_RUNNING_PER_OWNER})
+    ov.made[("pipeline", p.name)] += 1
+    pid = d.pipelines.ids.next(now)
+    ev = Event("pipeline_started", None, p.text, d.idx().revision, None, p.name,
+               {"id": pid, "owner": p.name, "name": loaded.spec.pipeline, "file": file,
+                "text": spec.get("text") or "", "params": loaded.params,
+                "schedule": schedule})
+
+    def apply() -> str:
+        reducers.apply(d, ev, now)
+        return pid
+    return Prepared([ev], [], apply, wants_pass=False)
+
+
+def task_ends(d: Daemon, pr: PipelineRun) -> dict[str, P.TaskEnd]:
+    """How the steps' latest tasks ended (those still going are absent)."""
+    out: dict[str, P.TaskEnd] = {}
+    for run in pr.steps.values():
+        if not run.tasks:
+            continue
+        rec = d.records.get(run.tasks[-1])
+        if rec is None or rec.state != "ended":
+            continue
+        ok = rec.end_reason == "finished"
+        out[rec.id] = P.TaskEnd(ok, end_text(rec), rec.outputs if ok else None)
+    return out
+
+
+def pending(d: Daemon, pr: PipelineRun) -> bool:
+    """Whether the pipeline has something to do now (the loop's cheap look)."""
+    actions, cancel = P.advance(pr.loaded.spec, pr.params, pr.steps, task_ends(d, pr))
+    return bool(actions or cancel)
+
+
+def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
+    """What the pipeline does now (``pipeline.advance``), as events: steps' new states,
+    the tasks of the steps whose dependencies finished (submitted as the owner, each in the
+    commit of its ``pipeline_step``), cancellations (fail-fast), and its end."""
+    pr = d.pipelines.items.get(pid)
+    if pr is None or pr.state != "running":
+        return Prepared()
+    actions, cancel = P.advance(pr.loaded.spec, pr.params, pr.steps, task_ends(d, pr))
+    if not actions and not cancel:
+        return Prepared()
+    rev = d.idx().revision
+    owner = Principal("user", pr.owner)
+    parts: list[Prepared] = []
+    by_name = {s.name: s for s in pr.loaded.spec.steps}
+
+    def own(kind: str, data: dict[str, Any], task: str | None = None) -> Prepared:
+        ev = Event(kind, task, "kliqued", rev, None, pr.owner, {"id": pr.id, **data})
+        return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
+    for running in cancel:
+        parts.append(d.prepare_cancel(owner, running, now, ov,
+                                      f"pipeline {pr.id} fails fast"))
+    for a in actions:
+        if isinstance(a, P.Submit):
+            step = by_name[a.step]
+            fields = {"resource": step.resource, "project": step.project,
+                      "gpus_milli": step.gpus_milli,
+                      "command": a.command,
+                      "labels": {**step.labels, "klique.pipeline": pr.id,
+                                 "klique.step": step.name}}
+            try:
+                key = f"pipeline:{pr.id}:{a.step}:{a.attempt}"
+                sub = prepare_as_owner(d, pr.owner, "pipeline", fields, key, now, ov)
+            except ApiError as exc:
+                parts.append(own("pipeline_step", {"step": a.step, "state": P.FAILED,
+                                                   "text": f"not submitted: {exc.message}"}))
+                continue
+            tid = sent(d, pr.owner, sub, key, ov)
+            parts.append(own("pipeline_step", {"step": a.step, "state": P.RUNNING,
+                                               "task": tid, "attempt": a.attempt,
+                                               "text": None}, tid))
+            parts.append(sub)
+        elif isinstance(a, P.Mark):
+            parts.append(own("pipeline_step", {"step": a.step, "state": a.state,
+                                               "text": a.text, "outputs": a.outputs}))
+        else:
+            parts.append(own("pipeline_ended", {"state": a.state, "text": a.text}))
+    return merged(parts)
+
+
+def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
+                   reason: str | None = None) -> Prepared:
+    """Cancels its running steps' tasks, marks the rest cancelled, and ends it."""
+    pr = d.pipelines.get(pid)
+    if pr.state != "running":
+        return Prepared(apply=lambda: pid)
+    rev = d.idx().revision
+    text = f"cancelled by {p.text}" + (f": {reason}" if reason else "")
+    parts: list[Prepared] = []
+    evs: list[Event] = []
+    for run in pr.steps.values():
+        if run.state not in (P.WAITING, P.RUNNING):
+            continue
+        if run.tasks:
+            rec = d.records.get(run.tasks[-1])
+            if rec is not None and rec.state != "ended":
+                parts.append(d.prepare_cancel(p, rec.id, now, ov, reason or
+                                              f"pipeline {pid} cancelled"))
+        evs.append(Event("pipeline_step", None, p.text, rev, None, pr.owner,
+                         {"id": pid, "step": run.name, "state": P.CANCELLED, "text": text}))
+    evs.append(Event("pipeline_ended", None, p.text, rev, None, pr.owner,
+                     {"id": pid, "state": P.CANCELLED, "text": text}))
+    parts.append(Prepared(evs, [], lambda: [reducers.apply(d, e, now) for e in evs]))
+    out = merged(parts)
+    inner = out.apply
+
+    def apply() -> str:
+        inner()
+        return pid
+    out.apply = apply
+    return out
