@@ -291,8 +291,9 @@ class Daemon:
     def on_submitted(self, task_id: str, at: int, actor: str, revision: str,
                      data: dict[str, Any]) -> TaskRecord:
         st = self.st()
+        # Checked against the estate when it was prepared, and the log replays in order.
         t = st.submit(task_id, data["resource"], data["user"], data.get("project"),
-                      data.get("gpus_milli"), at=at)
+                      data.get("gpus_milli"), at=at, checked=True)
         cr = self.idx().resources[t.resource]
         rec = TaskRecord(task_id, t.resource, cr.policy, cr.profile, t.group, t.user, actor,
                          t.project, data.get("labels") or {}, data.get("command"),

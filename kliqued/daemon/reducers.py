@@ -33,7 +33,8 @@ def _estate_refused(d: Daemon, ev: Event, p: E.EstateRefused, at: int, decided: 
 
 
 def _submitted(d: Daemon, ev: Event, p: E.Submitted, at: int, decided: bool) -> Any:
-    return d.on_submitted(_task(ev), at, ev.actor or "", ev.revision or "", p.to_data())
+    # The stored data as it is: the payload only checked its shape (no copy per task).
+    return d.on_submitted(_task(ev), at, ev.actor or "", ev.revision or "", ev.data)
 
 
 def _placed(d: Daemon, ev: Event, p: E.Placed, at: int, decided: bool) -> Any:

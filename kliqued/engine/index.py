@@ -112,6 +112,8 @@ class EstateIndex:
     group_levels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Every group of the tree, with or without a policy → the groups with a policy that
     count its tasks (its own, if any, then each envelope above)."""
+    shaped: bool = False
+    """Some pool declares its machines (issue 15): submissions check the shapes."""
     teams_below: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """A group with no policy (it only groups others) → the teams of its subtree, whose
     counters sum to its totals (an envelope keeps counters of its own)."""
@@ -219,4 +221,5 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         depth=max((len(gi.levels) for gi in groups.values()), default=1),
         group_levels=group_levels,
         teams_below={a: tuple(sorted(ts)) for a, ts in teams_below.items()},
+        shaped=any(p.shapes for p in pools.values()),
     )

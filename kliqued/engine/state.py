@@ -128,6 +128,8 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
 def _check_nodes(index: EstateIndex, cr: CRInfo, size: int) -> None:
     """A task that no machine of its profile's pools could ever hold is refused, naming the
     largest shape (issue 15); pools that declare no nodes hold any size up to capacity."""
+    if cr.nodes == 1 and not index.shaped:
+        return
     if cr.nodes > 1 and share(size, cr.nodes) is None:
         raise SubmissionError("gpus", f"gpus {from_milli(size):g} cannot be split evenly over "
                               f"the {cr.nodes} nodes of profile '{cr.profile}': give a "
@@ -326,13 +328,18 @@ class State:
         self.dirty = True
 
     def submit(self, task_id: str, resource: str, user: str, project: str | None = None,
-               gpus_milli: int | None = None, *, at: int) -> Task:
+               gpus_milli: int | None = None, *, at: int, checked: bool = False) -> Task:
         """Queues a new task at the back of its compute resource. Raises SubmissionError for
-        what the estate does not allow, DuplicateTask for a task id already used."""
+        what the estate does not allow, DuplicateTask for a task id already used.
+        ``checked``: the caller ran ``check_submission`` against this estate already (the
+        daemon does before it logs a submission, and its log replays in order), so it is
+        not run twice; an unknown compute resource is still refused."""
         assert self.index is not None
         if task_id in self.tasks:
             raise DuplicateTask(f"task id {task_id!r} is already used")
-        size = check_submission(self.index, resource, user, project, gpus_milli)
+        known = self.index.resources.get(resource) if checked else None
+        size = (known.size_for(gpus_milli) if known is not None
+                else check_submission(self.index, resource, user, project, gpus_milli))
         self._tick(at)
         cr = self.index.resources[resource]
         self.submit_seq += 1
