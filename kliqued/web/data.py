@@ -1,0 +1,332 @@
+"""What each dashboard page shows, for one principal: the JSON API's own views and access
+rules (``kliqued.daemon.views``, ``auth.Access``, the events and ledger scopes), arranged for
+a page. Nothing here decides who sees what a second time: each function filters exactly as
+the API route it mirrors, so a page never shows a principal more than the API would.
+
+The live parts read the daemon's state on the event loop (consistent between sequencer
+cycles, as the API's views); the database parts (event log, ledger) run on the store's reader
+threads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from klique_util.units import from_milli
+from kliqued.daemon import views
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.core import Daemon
+from kliqued.daemon.handlers import events as events_api
+from kliqued.daemon.store import Store
+from kliqued.daemon.units import iso, parse_iso
+from kliqued.ledger import export as ledger_export
+
+PEOPLE = ("admin", "finance", "planner", "user")
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    slug: str
+    title: str
+    roles: tuple[str, ...]
+    """Who may open it: the roles of the API routes it reads."""
+    about: str
+
+
+PAGES = (
+    Page("orchestration", "Orchestration", PEOPLE,
+         "Pools, their workers and use over time, and the live event log."),
+    Page("policy", "Policy", ("admin", "finance", "user"),
+         "Each group's and department's use against reservation and limit, budgets, queues."),
+    Page("my-work", "My work", ("admin", "user"),
+         "Your tasks: where each is, why it waits or was preempted, its logs."),
+    Page("usage", "Usage and cost", ("admin", "finance", "user"),
+         "GPU-hours and cost by group, project, user, GPU type and pool."),
+    Page("audit", "Audit trail", ("admin", "finance", "user"),
+         "Who started what, where it ran, why it was preempted, every estate revision."),
+    Page("estate", "Estate", PEOPLE,
+         "The running revision: its pools, profiles and policies."),
+)
+BY_SLUG = {pg.slug: pg for pg in PAGES}
+
+
+def role(p: Principal) -> str:
+    return p.name if p.kind == "role" else p.kind
+
+
+def may_open(d: Daemon, p: Principal, page: Page) -> bool:
+    """The page's roles; Usage and cost also needs a user to administer a group (the
+    ledger's rule)."""
+    if role(p) not in page.roles:
+        return False
+    if page.slug == "usage" and p.is_user:
+        return bool(d.acc().admin_of(p.name))
+    return True
+
+
+# --------------------------------------------------------------------------- orchestration
+WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 24 * 3600}
+BUCKETS = 60
+
+POOL_USE_SQL = """
+WITH b AS (SELECT unnest(generate_series(CAST(? AS BIGINT), CAST(? AS BIGINT),
+                                         CAST(? AS BIGINT))) AS t),
+     l AS (SELECT pool, gpus, start_at, coalesce(end_at, TIMESTAMP '9999-12-31') AS end_at
+           FROM ledger
+           WHERE end_at IS NULL OR end_at > make_timestamp(CAST(? AS BIGINT) * 1000))
+SELECT l.pool, b.t, CAST(sum(l.gpus) AS DOUBLE)
+FROM b JOIN l ON l.start_at <= make_timestamp(b.t * 1000)
+             AND l.end_at > make_timestamp(b.t * 1000)
+GROUP BY ALL ORDER BY 1, 2"""
+"""GPUs in use per pool at each sample time of a window (ms): the ledger's placement
+intervals that hold the instant."""
+
+
+async def pool_use(store: Store, pools: list[str], now: int, window_s: int
+                   ) -> dict[str, Any]:
+    """A line per pool: GPUs in use over the window, sampled ``BUCKETS`` times."""
+    step = max(1000, window_s * 1000 // BUCKETS)
+    start = now - step * BUCKETS
+    rows = await store.read(lambda cur: cur.execute(POOL_USE_SQL,
+                                                    [start, now, step, start]).fetchall())
+    times = list(range(start, now + 1, step))
+    series: dict[str, dict[int, float]] = {p: {} for p in pools}
+    for pool, t, used in rows:
+        series.setdefault(pool, {})[t] = used
+    x = [iso(t) for t in times]
+    return {"data": [{"type": "scatter", "mode": "lines", "name": pool, "x": x,
+                      "y": [vals.get(t, 0) for t in times], "line": {"shape": "hv"}}
+                     for pool, vals in series.items()],
+            "layout": {"title": {"text": "GPUs in use by pool"},
+                       "yaxis": {"title": {"text": "GPUs"}, "rangemode": "tozero"},
+                       "xaxis": {"title": {"text": "time (UTC)"}}}}
+
+
+def pools(d: Daemon, p: Principal) -> list[dict[str, Any]]:
+    """``GET /v1/pools`` (any token), each with its workers for an admin (``GET
+    /v1/workers`` is an admin's)."""
+    out = views.pools(d)
+    if p.is_admin:
+        by_pool: dict[str, list[dict[str, Any]]] = {}
+        for w in sorted(d.workers.values(), key=lambda w: w.id):
+            by_pool.setdefault(w.pool, []).append(views.worker(d, w))
+        for row in out:
+            row["worker_list"] = by_pool.get(row["name"], [])
+    return out
+
+
+EVENT_SQL = ("SELECT seq, at_ms, kind, task, actor, revision, data FROM events{where} "
+             "ORDER BY seq DESC LIMIT ?")
+
+
+async def events(d: Daemon, store: Store, p: Principal, limit: int = 30,
+                 search: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+    """The newest events ``p`` may read (``GET /v1/events``'s scope), newest first, each with
+    a line of text; ``search`` matches a task id, actor, kind or any text of the event."""
+    if role(p) not in ("admin", "finance", "user"):
+        return []
+    where, params = events_api.scope(d, p)
+    if kind:
+        where = [*where, "kind = ?"]
+        params = [*params, kind]
+    if search:
+        like = f"%{search}%"
+        where = [*where, "(task ILIKE ? OR actor ILIKE ? OR kind ILIKE ? OR usr ILIKE ? "
+                         "OR grp ILIKE ? OR (kind <> 'estate_applied' AND data ILIKE ?))"]
+        params = [*params, like, like, like, like, like, like]
+    sql = EVENT_SQL.format(where=" WHERE " + " AND ".join(where) if where else "")
+
+    def run(cur: Any) -> list[dict[str, Any]]:
+        out = []
+        for r in cur.execute(sql, [*params, limit]).fetchall():
+            out.append({"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3],
+                        "actor": r[4], "revision": r[5],
+                        "data": json.loads(r[6]) if r[6] else {}})
+        return out
+    rows = await store.read(run)
+    return [dict(views.event(r), text=event_text(r)) for r in rows]
+
+
+def event_text(r: dict[str, Any]) -> str:
+    """One line saying what happened, as the audit trail reads it."""
+    k, data = r["kind"], r["data"] if isinstance(r["data"], dict) else {}
+    if k == "submitted":
+        return (f"submitted to {data.get('resource')} by {data.get('user')}"
+                + (f" (project {data['project']})" if data.get("project") else ""))
+    if k == "placed":
+        return f"placed on pool {data.get('pool')}" + (
+            f" ({data['phase']})" if data.get("phase") else "")
+    if k == "preempted":
+        return f"preempted on pool {data.get('pool') or '?'}: {data.get('text')}"
+    if k == "cancelled":
+        return f"cancelled: {data.get('text') or 'by request'}"
+    if k == "ended":
+        why = data.get("reason") or data.get("kind")
+        code = data.get("exit_code")
+        return f"ended: {why}" + (f", exit code {code}" if code is not None else "")
+    if k == "leased":
+        return f"leased to worker {data.get('worker')} (epoch {data.get('epoch')})"
+    if k == "started":
+        return f"started on worker {data.get('worker')}"
+    if k == "estate_applied":
+        return f"estate revision {r.get('revision')} applied from {data.get('source')}"
+    if k == "estate_refused":
+        errs = data.get("errors") or []
+        return (f"estate revision {data.get('revision')} refused: {len(errs)} error(s)"
+                + (f"; first: {errs[0]}" if errs else ""))
+    if k in ("worker_registered", "worker_lost", "worker_deregistered"):
+        who = data.get("worker_id") or data.get("worker")
+        return f"{k.replace('_', ' ')}: {who} (pool {data.get('pool')})"
+    if k in ("alert", "waiting_alert"):
+        return str(data.get("text") or k)
+    return k.replace("_", " ")
+
+
+# --------------------------------------------------------------------------- policy
+def policies(d: Daemon, p: Principal) -> list[dict[str, Any]]:
+    """``GET /v1/policies`` for ``p`` (finance: all; a user: their groups' and the groups
+    they administer, departments included), each with whether it is a department's envelope
+    and its levels (the compiled estate's), and a burn-down chart when it has a budget."""
+    idx, acc, now = d.idx(), d.acc(), d.clock.now()
+    compiled = {c.name: c for c in idx.estate.policies}
+    out = []
+    for name in sorted(n for n, g in idx.group_of_policy.items()
+                       if p.is_finance or acc.sees_group(p, g)):
+        row = views.policy(d, name, now)
+        c = compiled.get(name)
+        row["envelope"] = bool(c is not None and c.envelope)
+        row["levels"] = list(c.levels) if c is not None else [name]
+        row["below"] = list(c.below) if c is not None else []
+        row["used_pct"] = _pct(row["used"], row["limit"])
+        b = row["budget"]
+        row["chart"] = burn_down(name, b, now) if b is not None else None
+        out.append(row)
+    # departments first, then their teams, as the organisation reads
+    return sorted(out, key=lambda r: (not r["envelope"], r["name"]))
+
+
+def _pct(part: float, whole: float) -> int:
+    return 0 if not whole else max(0, min(100, round(100 * part / whole)))
+
+
+def burn_down(name: str, b: dict[str, Any], now: int) -> dict[str, Any]:
+    """Budget hours left over the period: the period start at full budget to now, then the
+    projection at the current burn rate to the run-out (or the period's end)."""
+    hours, left, rate = b["hours"], b["left_hours"], b["burn_rate"] or 0
+    start, end = b["period_start"], b["resets_at"]
+    runout = b.get("runout_at")
+    proj_end = runout if runout and runout < end else end
+    if runout and runout < end:
+        proj_left = 0.0
+    else:
+        hours_to_end = max(0, parse_iso(end) - now) / 3_600_000
+        proj_left = max(0.0, left - rate * hours_to_end)
+    return {"data": [
+        {"type": "scatter", "mode": "lines+markers", "name": "left (used so far)",
+         "x": [start, iso(now)], "y": [hours, left]},
+        {"type": "scatter", "mode": "lines", "name": "projected at the current burn rate",
+         "x": [iso(now), proj_end], "y": [left, proj_left], "line": {"dash": "dash"}}],
+        "layout": {"title": {"text": f"{name}: budget hours left ({b['period']})"},
+                   "yaxis": {"title": {"text": "hours"}, "rangemode": "tozero"}}}
+
+
+def queues(d: Daemon, p: Principal, per_queue: int = 20) -> list[dict[str, Any]]:
+    """``GET /v1/resources/{cr}/queue`` of each compute resource ``p`` may read (admins: all,
+    users: their groups' and admin groups'; finance reads no queue), non-empty ones only,
+    the first ``per_queue`` entries with place in line and reason."""
+    if not (p.is_admin or p.is_user):
+        return []
+    idx, acc, st = d.idx(), d.acc(), d.st()
+    out = []
+    for name in sorted(idx.resources):
+        cr = idx.resources[name]
+        if not acc.sees_group(p, cr.group):
+            continue
+        q = st.queues.get(name)
+        if q is None or not q.live:
+            continue
+        entries = []
+        for pos, t in enumerate(q, 1):
+            if pos > per_queue:
+                break
+            rec = d.records[t.id]
+            r = d.reason(rec, True)
+            entries.append({"id": t.id, "user": t.user, "position": pos,
+                            "gpus": from_milli(t.size), "reason": r.text if r else "",
+                            "submitted_at": iso(t.submitted_at),
+                            "visible": acc.sees_task(p, rec.user, rec.group)})
+        out.append({"resource": name, "queued": q.live, "entries": entries})
+    return out
+
+
+# --------------------------------------------------------------------------- my work
+def tasks(d: Daemon, p: Principal, limit: int = 100, state: str | None = None
+          ) -> list[dict[str, Any]]:
+    """The newest tasks ``p`` may see (``GET /v1/tasks``: a user's own and their admin
+    groups', an admin's all), newest first."""
+    acc = d.acc()
+    out = []
+    for tid in reversed(d.ids):
+        rec = d.records[tid]
+        if state is not None and views.state(rec) != state:
+            continue
+        if not acc.sees_task(p, rec.user, rec.group):
+            continue
+        out.append(views.task(d, rec, True))
+        if len(out) == limit:
+            break
+    return out
+
+
+# --------------------------------------------------------------------------- usage
+async def usage(store: Store, groups: list[str] | None, start: int, end: int
+                ) -> dict[str, list[dict[str, Any]]]:
+    """GPU-hours and cost per dimension over the ledger rows the CSV export writes for the
+    same range and scope."""
+    def run(cur: Any) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for by in ledger_export.SUMMARY_DIMENSIONS:
+            out[by] = [{"value": v, "gpu_hours": h, "cost": c, "currency": cur_}
+                       for v, h, c, cur_ in ledger_export.summary(cur, start, end, by,
+                                                                  groups)]
+        return out
+    return await store.read(run)
+
+
+def usage_chart(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
+    return {"data": [{"type": "bar", "name": "GPU-hours",
+                      "x": [r["value"] if r["value"] is not None else "(none)" for r in rows],
+                      "y": [float(r["gpu_hours"]) for r in rows]}],
+            "layout": {"title": {"text": f"GPU-hours by {by.replace('_', ' ')}"},
+                       "yaxis": {"title": {"text": "GPU-hours"}}}}
+
+
+def cloud(d: Daemon) -> list[dict[str, Any]]:
+    """Cloud capacity in use: the cloud pools of ``GET /v1/pools``."""
+    return [r for r in views.pools(d) if r["kind"] == "cloud"]
+
+
+# --------------------------------------------------------------------------- estate
+def estate(d: Daemon) -> dict[str, Any]:
+    """``GET /v1/estate`` and the running revision's pools, profiles and policies."""
+    e = d.idx().estate
+    return {"info": views.estate(d), "pools": e.pools, "profiles": e.profiles,
+            "policies": e.policies, "groups": e.groups, "settings": e.settings}
+
+
+async def revisions(store: Store, limit: int = 10) -> list[dict[str, Any]]:
+    """The newest estate revisions applied or refused (the estate's own events)."""
+    def run(cur: Any) -> list[dict[str, Any]]:
+        rows = cur.execute(
+            "SELECT seq, at_ms, kind, task, actor, revision, "
+            "CASE WHEN kind = 'estate_applied' THEN json_object('source', "
+            "json_extract_string(data, '$.source'), 'commit', "
+            "json_extract_string(data, '$.commit')) ELSE data END "
+            "FROM events WHERE kind IN ('estate_applied', 'estate_refused') "
+            "ORDER BY seq DESC LIMIT ?", [limit]).fetchall()
+        return [{"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3], "actor": r[4],
+                 "revision": r[5], "data": json.loads(r[6]) if r[6] else {}} for r in rows]
+    rows = await store.read(run)
+    return [dict(views.event(r), text=event_text(r)) for r in rows]
