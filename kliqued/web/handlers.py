@@ -71,10 +71,10 @@ def _redirect(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location, "Cache-Control": "no-store"})
 
 
-def _html(request: web.Request, template: str, status: int = 200, **values: Any
+def _html(request: web.Request, template: str, http_status: int = 200, **values: Any
           ) -> web.Response:
     text = _web(request).env.get_template(template).render(**values)
-    resp = web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+    resp = web.Response(text=text, status=http_status, content_type="text/html", charset="utf-8")
     resp.headers["Content-Security-Policy"] = CSP
     resp.headers["X-Content-Type-Options"] = "nosniff"
     resp.headers["Referrer-Policy"] = "same-origin"
