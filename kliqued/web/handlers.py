@@ -59,8 +59,18 @@ class Web:
         loader=jinja2.FileSystemLoader(str(HERE / "templates")),
         autoescape=True, trim_blocks=True, lstrip_blocks=True))
 
+    def __post_init__(self) -> None:
+        self.env.filters["when"] = when
+
 
 WEB = web.AppKey("web", Web)
+
+
+def when(text: str | None) -> str:
+    """``2026-12-01T17:31:58.269Z`` as ``2026-12-01 17:31:58``: UTC, to the second."""
+    if not text:
+        return "–"
+    return text.replace("T", " ")[:19]
 
 
 def _web(request: web.Request) -> Web:
@@ -248,7 +258,7 @@ async def root(request: web.Request) -> web.StreamResponse:
 async def orchestration(request: web.Request, p: Principal) -> dict[str, Any]:
     c = ctx(request)
     d = c.daemon
-    window = request.query.get("window") or "6h"
+    window = request.query.get("window") or "1h"
     if window not in data.WINDOWS:
         raise ApiError(400, "invalid-request",
                        f"window must be one of {', '.join(data.WINDOWS)}, found {window[:20]!r}")
@@ -275,7 +285,9 @@ async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
     if state is not None and state not in states:
         raise ApiError(400, "invalid-request",
                        f"state must be one of {', '.join(states)}, found {state[:20]!r}")
-    return {"tasks": data.tasks(d, p, state=state), "state": state, "states": states}
+    admin_of = sorted(d.acc().admin_of(p.name)) if p.is_user else []
+    return {"tasks": data.tasks(d, p, state=state), "state": state, "states": states,
+            "admin_of": admin_of}
 
 
 def _day(request: web.Request, name: str, default: dt.date) -> dt.date:

@@ -52,7 +52,8 @@ def people(server: Server) -> People:
 @pytest.fixture(scope="module")
 def work(server: Server, people: People) -> Work:
     def run(token: str, resource: str, cancel: bool) -> str:
-        tid = server.ok("POST", "/v1/tasks", {"resource": resource, "command": ["true"]}, token, expect=201)["id"]
+        tid = server.ok("POST", "/v1/tasks", {"resource": resource, "command": ["true"]},
+                        token, expect=201)["id"]
         wait_for(lambda: server.ok("GET", f"/v1/tasks/{tid}")["state"] == "placed", 10,
                  f"{tid} placed")
         if cancel:
