@@ -185,26 +185,45 @@ def event_text(r: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- policy
-def policies(d: Daemon, p: Principal) -> list[dict[str, Any]]:
+MAX_ROWS = 200
+"""Rows of a long table on one page (an XL estate has 2,000 policies); a filter narrows."""
+MAX_CHARTS = 6
+"""Burn-down charts on one page: the budgets closest to running out."""
+
+
+def matches(q: str | None, *names: str | None) -> bool:
+    return not q or any(n is not None and q.lower() in n.lower() for n in names)
+
+
+def policies(d: Daemon, p: Principal, q: str | None = None
+             ) -> tuple[list[dict[str, Any]], int]:
     """``GET /v1/policies`` for ``p`` (finance: all; a user: their groups' and the groups
-    they administer, departments included), each with whether it is a department's envelope
-    and its levels (the compiled estate's), and a burn-down chart when it has a budget."""
+    they administer, departments included) whose policy or group name holds ``q``, each
+    with whether it is a department's envelope and its levels (the compiled estate's); the
+    first ``MAX_ROWS``, departments first, and how many matched. The ``MAX_CHARTS`` budgets
+    with the least left get a burn-down chart."""
     idx, acc, now = d.idx(), d.acc(), d.clock.now()
     compiled = {c.name: c for c in idx.estate.policies}
+    envelope = {c.name for c in idx.estate.policies if c.envelope}
+    names = sorted((n for n, g in idx.group_of_policy.items()
+                    if (p.is_finance or acc.sees_group(p, g)) and matches(q, n, g)),
+                   key=lambda n: (n not in envelope, n))
     out = []
-    for name in sorted(n for n, g in idx.group_of_policy.items()
-                       if p.is_finance or acc.sees_group(p, g)):
+    for name in names[:MAX_ROWS]:
         row = views.policy(d, name, now)
         c = compiled.get(name)
         row["envelope"] = bool(c is not None and c.envelope)
         row["levels"] = list(c.levels) if c is not None else [name]
         row["below"] = list(c.below) if c is not None else []
         row["used_pct"] = _pct(row["used"], row["limit"])
-        b = row["budget"]
-        row["chart"] = burn_down(name, b, now) if b is not None else None
+        row["chart"] = None
         out.append(row)
-    # departments first, then their teams, as the organisation reads
-    return sorted(out, key=lambda r: (not r["envelope"], r["name"]))
+    budgets = sorted((r for r in out if r["budget"] is not None),
+                     key=lambda r: (r["budget"]["left_hours"] / (r["budget"]["hours"] or 1),
+                                    r["name"]))
+    for r in budgets[:MAX_CHARTS]:
+        r["chart"] = burn_down(r["name"], r["budget"], now)
+    return out, len(names)
 
 
 def _pct(part: float, whole: float) -> int:
@@ -232,21 +251,25 @@ def burn_down(name: str, b: dict[str, Any], now: int) -> dict[str, Any]:
                    "yaxis": {"title": {"text": "hours"}, "rangemode": "tozero"}}}
 
 
-def queues(d: Daemon, p: Principal, per_queue: int = 20) -> list[dict[str, Any]]:
+def queues(d: Daemon, p: Principal, per_queue: int = 20, most: int = 20,
+           q_text: str | None = None) -> tuple[list[dict[str, Any]], int]:
     """``GET /v1/resources/{cr}/queue`` of each compute resource ``p`` may read (admins: all,
-    users: their groups' and admin groups'; finance reads no queue), non-empty ones only,
-    the first ``per_queue`` entries with place in line and reason."""
+    users: their groups' and admin groups'; finance reads no queue) whose name holds
+    ``q_text``: the ``most`` longest non-empty queues, the first ``per_queue`` entries of
+    each with place in line and reason, and how many queues are non-empty."""
     if not (p.is_admin or p.is_user):
-        return []
+        return [], 0
     idx, acc, st = d.idx(), d.acc(), d.st()
+    waiting = []
+    for name, q in st.queues.items():
+        if not q.live or not matches(q_text, name):
+            continue
+        cr = idx.resources.get(name)
+        if cr is not None and acc.sees_group(p, cr.group):
+            waiting.append((-q.live, name, q))
+    waiting.sort(key=lambda x: x[:2])
     out = []
-    for name in sorted(idx.resources):
-        cr = idx.resources[name]
-        if not acc.sees_group(p, cr.group):
-            continue
-        q = st.queues.get(name)
-        if q is None or not q.live:
-            continue
+    for _, name, q in waiting[:most]:
         entries = []
         for pos, t in enumerate(q, 1):
             if pos > per_queue:
@@ -258,7 +281,7 @@ def queues(d: Daemon, p: Principal, per_queue: int = 20) -> list[dict[str, Any]]
                             "submitted_at": iso(t.submitted_at),
                             "visible": acc.sees_task(p, rec.user, rec.group)})
         out.append({"resource": name, "queued": q.live, "entries": entries})
-    return out
+    return out, len(waiting)
 
 
 # --------------------------------------------------------------------------- my work

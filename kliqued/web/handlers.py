@@ -272,8 +272,11 @@ async def orchestration(request: web.Request, p: Principal) -> dict[str, Any]:
 
 async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
     d = ctx(request).daemon
-    pols = data.policies(d, p)
-    return {"policies": pols, "queues": data.queues(d, p),
+    q = (request.query.get("q") or "").strip()[:100]
+    pols, matched = data.policies(d, p, q or None)
+    queues, waiting = data.queues(d, p, q_text=q or None)
+    return {"policies": pols, "matched": matched, "q": q, "queues": queues,
+            "waiting": waiting,
             "alerts": [dict(a, policy=r["name"]) for r in pols if r["budget"]
                        for a in r["budget"]["alerts"]]}
 
