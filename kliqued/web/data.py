@@ -309,12 +309,9 @@ async def usage(store: Store, groups: list[str] | None, start: int, end: int
     """GPU-hours and cost per dimension over the ledger rows the CSV export writes for the
     same range and scope."""
     def run(cur: Any) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {}
-        for by in ledger_export.SUMMARY_DIMENSIONS:
-            out[by] = [{"value": v, "gpu_hours": h, "cost": c, "currency": cur_}
-                       for v, h, c, cur_ in ledger_export.summary(cur, start, end, by,
-                                                                  groups)]
-        return out
+        return {by: [{"value": v, "gpu_hours": h, "cost": c, "currency": cur_}
+                     for v, h, c, cur_ in rows]
+                for by, rows in ledger_export.summary(cur, start, end, groups).items()}
     return await store.read(run)
 
 
