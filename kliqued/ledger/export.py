@@ -1,7 +1,10 @@
 """Ledger export: CSV streamed by the daemon, Parquet made from it by the client.
 
-The server never writes a file: ``export_csv`` yields the CSV text in chunks for the HTTP
-response, and ``csv_to_parquet`` runs in the CLI's own process with an in-memory DuckDB.
+The API never writes a file: ``export_csv`` yields the CSV text in chunks for the HTTP
+response, and ``csv_to_parquet`` runs in the CLI's own process with an in-memory DuckDB. The
+dashboard's Parquet download (a browser has no converter) runs the same conversion in the
+daemon, in a private temporary directory removed once the file is read. ``summary`` gives the
+dashboard's usage figures over exactly the rows the export writes.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.compiled import CompiledEstate
+from compiler.plan.diff import diff
+from compiler.source import SourceMap
 from klique_util.units import from_milli
 from kliqued.daemon import views
 from kliqued.daemon.auth import Principal
@@ -350,3 +353,35 @@ async def revisions(store: Store, limit: int = 10) -> list[dict[str, Any]]:
                  "revision": r[5], "data": json.loads(r[6]) if r[6] else {}} for r in rows]
     rows = await store.read(run)
     return [dict(views.event(r), text=event_text(r)) for r in rows]
+
+
+LAST_PLAN: dict[tuple[str, str], list[dict[str, Any]]] = {}
+"""The last plan by (previous revision, running revision): computed once per pair."""
+
+
+async def last_plan(d: Daemon, store: Store) -> dict[str, Any] | None:
+    """What the running revision changed: ``kliqued plan``'s changes between the revision
+    applied before it and it, from the compiled estates in the event log (no sources, so no
+    file positions); None before a second revision was applied."""
+    current = d.estate.revision
+
+    def previous(cur: Any) -> tuple[str, int] | None:
+        row = cur.execute("SELECT revision, seq FROM events WHERE kind = 'estate_applied' "
+                          "AND revision <> ? ORDER BY seq DESC LIMIT 1", [current]).fetchone()
+        return None if row is None else (row[0], row[1])
+    prev = await store.read(previous)
+    if prev is None:
+        return None
+    key = (prev[0], current)
+    if key not in LAST_PLAN:
+        def load(cur: Any) -> Any:
+            return cur.execute("SELECT data FROM events WHERE seq = ?", [prev[1]]).fetchone()[0]
+        before = CompiledEstate.model_validate(json.loads(await store.read(load))["estate"])
+        changes = diff(before, d.idx().estate, SourceMap(), SourceMap())
+        LAST_PLAN.clear()  # one pair is ever shown: the newest
+        LAST_PLAN[key] = [{"kind": c.kind, "name": c.name, "action": c.action,
+                           "old_name": c.old_name,
+                           "attrs": [{"path": ".".join(a.path), "op": a.op, "before": a.before,
+                                      "after": a.after} for a in c.attrs]}
+                          for c in changes]
+    return {"base": prev[0], "head": current, "changes": LAST_PLAN[key]}

@@ -350,7 +350,8 @@ async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
 
 async def estate(request: web.Request, p: Principal) -> dict[str, Any]:
     c = ctx(request)
-    return {"estate": data.estate(c.daemon), "revisions": await data.revisions(c.store)}
+    return {"estate": data.estate(c.daemon), "revisions": await data.revisions(c.store),
+            "plan": await data.last_plan(c.daemon, c.store)}
 
 
 # --------------------------------------------------------------------------- downloads

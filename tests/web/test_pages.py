@@ -282,3 +282,26 @@ def test_the_api_is_unchanged_by_the_dashboard(server: Server) -> None:
     assert status == 404 and body["error"]["code"] == "not-found"
     status, body = server.call("GET", "/v1/tasks", token=None)
     assert status == 401
+
+
+def test_estate_page_shows_the_last_plan_after_a_revision(tmp_path) -> None:
+    import shutil
+    from tests.harness.daemon import SMALL_ESTATE
+    from tests.harness.wait import wait_for
+    estate = tmp_path / "estate"
+    shutil.copytree(SMALL_ESTATE, estate)
+    s = Server(tmp_path, estate=estate).start()
+    try:
+        b = signed_in(s, s.admin or "")
+        assert "Only one revision has been applied" in b.page("/estate")
+        first = s.ok("GET", "/v1/estate")["revision"]
+        pol = estate / "policies.yaml"
+        pol.write_text(pol.read_text().replace("limit: 10", "limit: 12", 1))
+        wait_for(lambda: s.ok("GET", "/v1/estate")["revision"] != first, 20,
+                 "the new revision")
+        html = b.page("/estate")
+        assert f"from <code>{first[:19]}</code>" in html
+        assert "<strong>update</strong> policy <code>team-a</code>" in html
+        assert "<code>limit</code>: 10 → 12" in html
+    finally:
+        assert s.stop() == 0
