@@ -15,6 +15,8 @@ import asyncio
 import datetime as dt
 import os
 import tempfile
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -51,10 +53,44 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
 plotly.js sets inline styles on what it draws."""
 
 
+class Fragments:
+    """Live fragments being made or just made, by (principal, page, view, event sequence,
+    second): a request for one already in the making awaits it instead of rendering again.
+    A fragment holds no session value (no CSRF token), so one principal's sessions share."""
+
+    KEEP = 256
+
+    def __init__(self) -> None:
+        self._by_key: OrderedDict[Any, asyncio.Future[tuple[int, bytes, dict[str, str]]]] = \
+            OrderedDict()
+
+    async def once(self, key: Any, make: Callable[[], Awaitable[web.Response]]
+                   ) -> web.Response:
+        fut = self._by_key.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._by_key[key] = fut
+            while len(self._by_key) > self.KEEP:
+                self._by_key.popitem(last=False)
+            try:
+                resp = await make()
+            except BaseException:
+                self._by_key.pop(key, None)
+                fut.cancel()
+                raise
+            assert isinstance(resp.body, bytes)
+            fut.set_result((resp.status, resp.body, dict(resp.headers)))
+            return resp
+        status, body, headers = await asyncio.shield(fut)
+        return web.Response(status=status, body=body, headers=headers)
+
+
 @dataclass
 class Web:
-    """The dashboard's own state in the application: sessions and the templates."""
+    """The dashboard's own state in the application: sessions, live fragments and the
+    templates."""
     sessions: Sessions = field(default_factory=Sessions)
+    fragments: Fragments = field(default_factory=Fragments)
     env: jinja2.Environment = field(default_factory=lambda: jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")),
         autoescape=True, trim_blocks=True, lstrip_blocks=True))
@@ -157,16 +193,25 @@ def _page(slug: str, fn: PageFn) -> Callable[[web.Request], Awaitable[web.Stream
         if live and request.query.get("seq") == str(d.seq) and \
                 request.query.get("fresh") == "1":
             return web.Response(status=204)  # nothing new since the browser's copy
-        try:
-            values = await fn(request, p)
-        except ApiError as exc:
-            return _error(request, exc.status, exc.message, s, p)
-        values.update(_chrome(request, p, s, pg), page=pg, seq=d.seq, now=iso(d.clock.now()))
-        if live:
-            resp = _html(request, f"live/{slug}.html", **values)
-            resp.headers["X-Klique-Seq"] = str(d.seq)
+
+        async def render(template: str) -> web.Response:
+            try:
+                values = await fn(request, p)
+            except ApiError as exc:
+                return _error(request, exc.status, exc.message, s, p)
+            values.update(_chrome(request, p, s, pg), page=pg, seq=d.seq,
+                          now=iso(d.clock.now()))
+            resp = _html(request, template, **values)
+            resp.headers["X-Klique-Seq"] = str(values["seq"])
             return resp
-        return _html(request, f"{slug}.html", **values)
+        if not live:
+            return await render(f"{slug}.html")
+        # Browsers of one principal on one view after the same event get one rendering
+        # (50 dashboards open would otherwise render 50 times at once).
+        key = (p.text, slug, tuple(sorted((k, v) for k, v in request.query.items()
+                                          if k not in ("live", "seq", "fresh"))),
+               d.seq, int(time.monotonic()))
+        return await _web(request).fragments.once(key, lambda: render(f"live/{slug}.html"))
     handler.__name__ = f"page_{slug.replace('-', '_')}"
     return handler
 

@@ -217,6 +217,21 @@ def test_live_fragment_and_its_no_change_answer(server: Server, people: People,
     assert b.get(f"/orchestration?live=1&seq={seq}&fresh=0").status == 200
 
 
+def test_browsers_asking_at_once_get_the_same_live_fragment(server: Server,
+                                                              people: People) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    browsers = [signed_in(server, people.admin) for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda b: b.get("/policy?live=1"), browsers))
+    assert {a.status for a in answers} == {200}
+    assert all(a.headers["Content-Type"].startswith("text/html") for a in answers)
+    assert all('data-policy="team-a"' in a.text for a in answers)
+    assert all(a.headers["X-Klique-Seq"] for a in answers)
+    # another principal never gets the admin's fragment
+    bob = signed_in(server, people.bob).get("/policy?live=1")
+    assert 'data-policy="team-b"' not in bob.text
+
+
 def test_usage_csv_and_parquet_sum_to_the_ledger_and_scope_by_group(
         server: Server, people: People, work: Work) -> None:
     def sums(text: str) -> tuple[Decimal, set[str]]:
