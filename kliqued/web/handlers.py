@@ -28,6 +28,7 @@ from aiohttp import web
 
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
+from kliqued.daemon.events import KINDS
 from kliqued.daemon.handlers.ledger import scope as ledger_scope
 from kliqued.daemon.logs import MAX_READ
 from kliqued.daemon.request import ctx
@@ -357,6 +358,8 @@ def _period(request: web.Request) -> tuple[dt.date, dt.date, int, int]:
     end = _day(request, "to", today)
     if end < start:
         raise ApiError(400, "invalid-request", f"to ({end}) is before from ({start})")
+    if end >= dt.date(9999, 12, 31):
+        raise ApiError(400, "invalid-request", f"to must be before 9999-12-31, found {end}")
     ms = [int(dt.datetime(x.year, x.month, x.day, tzinfo=dt.timezone.utc).timestamp() * 1000)
           for x in (start, end + dt.timedelta(days=1))]
     return start, end, ms[0], ms[1]
@@ -386,7 +389,6 @@ async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
     c = ctx(request)
     q = (request.query.get("q") or "").strip()[:200]
     kind = request.query.get("kind") or None
-    from kliqued.daemon.events import KINDS
     if kind is not None and kind not in KINDS:
         raise ApiError(400, "invalid-request", f"kind: no event kind {kind[:40]!r}")
     events = await data.events(c.daemon, c.store, p, limit=200, search=q or None, kind=kind)
