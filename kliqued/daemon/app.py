@@ -16,7 +16,7 @@ import uuid
 
 from aiohttp import web
 
-from kliqued.web import handlers as web_ui
+from kliqued.web import routes as web_ui
 
 from .errors import ApiError
 from .handlers import demand, engine, estate, events, ledger, meta, metrics, pipelines, plan

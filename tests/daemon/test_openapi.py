@@ -14,7 +14,7 @@ from openapi_spec_validator import validate
 
 from kliqued.daemon.app import ROUTES, Context, make_app
 from kliqued.daemon.openapi import document
-from kliqued.web.handlers import ROUTES as DASHBOARD
+from kliqued.web.routes import ROUTES as DASHBOARD
 
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
 

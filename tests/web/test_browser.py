@@ -216,7 +216,7 @@ def test_four_people_watch_work_placed_and_preempted_live(
     admin.goto(f"{fs.url}/audit")
     admin.get_by_label("Search").fill(t3)
     admin.get_by_role("button", name="Search").click()
-    admin.locator(f"tr.ev-submitted:has-text('submitted to team-a/one by alice')"
+    admin.locator("tr.ev-submitted:has-text('submitted to team-a/one by alice')"
                   ).wait_for()
     shots(admin, "audit-admin")
     admin.goto(f"{fs.url}/estate")

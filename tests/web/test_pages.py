@@ -268,7 +268,7 @@ def test_usage_csv_and_parquet_sum_to_the_ledger_and_scope_by_group(
     assert con.execute("SELECT count(*) FROM f").fetchone()[0] == len(rows)
     # the page's totals are over the same rows
     page = fin.page(f"/usage?{rng}")
-    assert f'data-by="group"' in page and "team-a" in page and "team-b" in page
+    assert 'data-by="group"' in page and "team-a" in page and "team-b" in page
     bob = signed_in(server, people.bob).get(f"/usage/export?format=csv&{rng}")
     assert bob.status == 403
 
