@@ -146,6 +146,8 @@ def test_four_people_watch_work_placed_and_preempted_live(
     admin.goto(f"{fs.url}/orchestration")
     developer.goto(f"{fs.url}/my-work")
     assert admin.get_by_role("heading", name="Workers and their health").is_visible()
+    for page in (admin, developer):  # gone if the page were reloaded
+        page.evaluate("window.kliqueMark = 'no reload'")
 
     # bob's work borrows team-a's idle reservation: placed, live on both pages
     t1 = fs.submit(fs.bob, "team-b/one", trap(tmp_path, "b1"))
@@ -153,7 +155,7 @@ def test_four_people_watch_work_placed_and_preempted_live(
     admin.locator(f"tr.ev-placed:has-text('{t1}')").wait_for(timeout=20_000)
     developer.locator(f"tr[data-task='{t1}'][data-state='running']").wait_for(timeout=20_000)
     developer.locator(f"tr[data-task='{t2}'][data-state='running']").wait_for(timeout=20_000)
-    assert admin.locator("tr[data-pool='bare'] [data-used]").inner_text() == "2"
+    admin.locator("tr[data-pool='bare'] [data-used]:text-is('2')").wait_for(timeout=10_000)
 
     # alice takes back team-a's reservation: one of bob's tasks is preempted, live
     t3 = fs.submit(fs.alice, "team-a/one", trap(tmp_path, "a1"))
@@ -162,6 +164,8 @@ def test_four_people_watch_work_placed_and_preempted_live(
     assert t1 in text or t2 in text
     developer.locator("tr[data-task] :text('preempted 1×')").first.wait_for(timeout=30_000)
     admin.locator(f"tr.ev-placed:has-text('{t3}')").wait_for(timeout=30_000)
+    for page in (admin, developer):  # all of it arrived live, without a reload
+        assert page.evaluate("window.kliqueMark") == "no reload"
     shots(admin, "orchestration-admin")
     shots(developer, "my-work-developer")
 
