@@ -120,7 +120,12 @@ def pools(d: Daemon, p: Principal) -> list[dict[str, Any]]:
     return out
 
 
-EVENT_SQL = ("SELECT seq, at_ms, kind, task, actor, revision, data FROM events{where} "
+DATA = ("CASE WHEN kind = 'estate_applied' THEN json_object('source', "
+        "json_extract_string(data, '$.source'), 'commit', json_extract_string(data, '$.commit')) "
+        "ELSE data END")
+"""An event's data, without the compiled estate an ``estate_applied`` carries (megabytes for
+an XL estate; the views drop it anyway)."""
+EVENT_SQL = (f"SELECT seq, at_ms, kind, task, actor, revision, {DATA} FROM events{{where}} "
              "ORDER BY seq DESC LIMIT ?")
 
 
@@ -343,12 +348,9 @@ async def revisions(store: Store, limit: int = 10) -> list[dict[str, Any]]:
     """The newest estate revisions applied or refused (the estate's own events)."""
     def run(cur: Any) -> list[dict[str, Any]]:
         rows = cur.execute(
-            "SELECT seq, at_ms, kind, task, actor, revision, "
-            "CASE WHEN kind = 'estate_applied' THEN json_object('source', "
-            "json_extract_string(data, '$.source'), 'commit', "
-            "json_extract_string(data, '$.commit')) ELSE data END "
-            "FROM events WHERE kind IN ('estate_applied', 'estate_refused') "
-            "ORDER BY seq DESC LIMIT ?", [limit]).fetchall()
+            f"SELECT seq, at_ms, kind, task, actor, revision, {DATA} FROM events "
+            "WHERE kind IN ('estate_applied', 'estate_refused') ORDER BY seq DESC LIMIT ?",
+            [limit]).fetchall()
         return [{"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3], "actor": r[4],
                  "revision": r[5], "data": json.loads(r[6]) if r[6] else {}} for r in rows]
     rows = await store.read(run)
