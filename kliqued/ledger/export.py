@@ -99,35 +99,21 @@ SUMMARY_DIMENSIONS = ("group", "project", "user", "gpu_type", "pool")
 """What the dashboard's usage page breaks GPU-hours and cost down by."""
 
 
-def summary(conn, from_ms: int, to_ms: int, groups: Sequence[str] | None = None
-            ) -> dict[str, list[tuple[str | None, str, str, str]]]:
-    """GPU-hours and cost per value of each of ``SUMMARY_DIMENSIONS`` over exactly the rows
-    ``export_csv`` writes for the same range and scope (so a page's totals and its CSV
-    download agree): for each dimension, ``(value, gpu_hours, cost, currency)`` as exact
-    decimal text, largest GPU-hours first. One scan (grouping sets)."""
+def summary(conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str] | None = None
+            ) -> list[tuple[str | None, str, str, str]]:
+    """GPU-hours and cost per value of ``by`` (one of ``SUMMARY_DIMENSIONS``) over exactly the
+    rows ``export_csv`` writes for the same range and scope (so a page's totals and its CSV
+    download agree): ``(value, gpu_hours, cost, currency)`` as exact decimal text, largest
+    GPU-hours first."""
+    if by not in SUMMARY_DIMENSIONS:
+        raise ValueError(f"no breakdown by {by!r}: one of {', '.join(SUMMARY_DIMENSIONS)}")
     if to_ms < from_ms:
         raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
     where = "" if groups is None else "AND " + scope.visible("u", groups)
-    dims = ", ".join(f'u."{d}"' for d in SUMMARY_DIMENSIONS)
-    sets = ", ".join(f'(u."{d}")' for d in SUMMARY_DIMENSIONS)
-    grouping = ", ".join(f'GROUPING(u."{d}")' for d in SUMMARY_DIMENSIONS)
-    sql = (f"SELECT {dims}, {grouping}, "
-           f"CAST(sum(u.gpu_hours) AS VARCHAR), CAST(coalesce(sum(u.cost), 0) AS VARCHAR), "
-           f"coalesce(max(u.currency), ''), sum(u.gpu_hours) "
-           f"{ROWS.format(scope=where)} GROUP BY GROUPING SETS ({sets})")
-    out: dict[str, list[tuple[str | None, str, str, str]]] = {}
-    rows = conn.execute(sql, [int(to_ms), int(from_ms), int(from_ms)]).fetchall()
-    n = len(SUMMARY_DIMENSIONS)
-    keyed: dict[str, list[tuple]] = {d: [] for d in SUMMARY_DIMENSIONS}
-    for r in rows:
-        for i, d in enumerate(SUMMARY_DIMENSIONS):
-            if r[n + i] == 0:  # grouped by this dimension
-                keyed[d].append((r[i], r[2 * n], r[2 * n + 1], r[2 * n + 2], r[2 * n + 3]))
-                break
-    for d, items in keyed.items():
-        items.sort(key=lambda x: (-x[4], "" if x[0] is None else str(x[0])))
-        out[d] = [x[:4] for x in items]
-    return out
+    sql = (f'SELECT u."{by}", CAST(sum(u.gpu_hours) AS VARCHAR), '
+           f"CAST(coalesce(sum(u.cost), 0) AS VARCHAR), coalesce(max(u.currency), '') "
+           f'{ROWS.format(scope=where)} GROUP BY ALL ORDER BY sum(u.gpu_hours) DESC, 1')
+    return conn.execute(sql, [int(to_ms), int(from_ms), int(from_ms)]).fetchall()
 
 
 def _sql_text(value: str) -> str:

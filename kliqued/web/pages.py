@@ -10,6 +10,7 @@ one rendering is shared by the browsers that ask for it at once.
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 import time
 from typing import Any, Awaitable, Callable
 
@@ -104,14 +105,14 @@ async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
 
 async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
     d = ctx(request).daemon
-    state = request.query.get("state") or None
+    wanted = request.query.get("state") or None
     states = ("queued", "placed", "running", "ended")
-    if state is not None and state not in states:
+    if wanted is not None and wanted not in states:
         raise ApiError(400, "invalid-request",
-                       f"state must be one of {', '.join(states)}, found {state[:20]!r}")
+                       f"state must be one of {', '.join(states)}, found {wanted[:20]!r}")
     admin_of = sorted(d.acc().admin_of(p.name)) if p.is_user else []
-    return {"tasks": data.tasks(d, p, state=state), "state": state, "states": states,
-            "admin_of": admin_of}
+    return {"tasks": data.tasks(d, p, state(request).tasks, state=wanted), "state": wanted,
+            "states": states, "admin_of": admin_of}
 
 
 def day(request: web.Request, name: str, default: dt.date) -> dt.date:
@@ -148,13 +149,12 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
     if by not in ledger_export.SUMMARY_DIMENSIONS:
         raise ApiError(400, "invalid-request", f"by must be one of "
                        f"{', '.join(ledger_export.SUMMARY_DIMENSIONS)}, found {by[:20]!r}")
-    tables = await data.usage(c.store, groups, a, b)
-    total = sum(float(r["gpu_hours"]) for r in tables["group"])
-    cost = sum(float(r["cost"]) for r in tables["group"])
+    rows = await data.usage(c.store, groups, a, b, by)
+    total = sum((Decimal(r["gpu_hours"]) for r in rows), Decimal(0))
+    cost = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
     return {"this_from": start.isoformat(), "this_to": end.isoformat(), "by": by,
-            "tables": tables,
-            "chart": data.usage_chart(tables[by], by), "scope": groups,
-            "total_hours": round(total, 6), "total_cost": round(cost, 6),
+            "rows": rows, "chart": data.usage_chart(rows, by), "scope": groups,
+            "total_hours": total, "total_cost": cost,
             "currency": c.daemon.idx().estate.settings.currency,
             "cloud": data.cloud(c.daemon),
             "dimensions": ledger_export.SUMMARY_DIMENSIONS}

@@ -55,17 +55,18 @@ def test_summary_sums_exactly_the_exported_rows_per_dimension(filled):
     rows: each breakdown's sums are the CSV's, to the millionth."""
     start, end = ms("2026-06-01T00:00"), ms("2026-06-15T01:00")  # t-5 still closed out
     rows = list(csv.DictReader(io.StringIO("".join(export_csv(filled, start, end)))))
-    got = summary(filled, start, end)
-    assert set(got) == set(SUMMARY_DIMENSIONS)
     for dim in SUMMARY_DIMENSIONS:
         want: dict = {}
         for r in rows:
             key = r[dim] or None
             h, c = want.get(key, (Decimal(0), Decimal(0)))
             want[key] = (h + Decimal(r["gpu_hours"]), c + Decimal(r["cost"] or 0))
-        assert {v: (Decimal(h), Decimal(c)) for v, h, c, _ in got[dim]} == want, dim
-    assert [v for v, *_ in got["user"]] == ["alice", "bob, jr."]  # largest first
-    assert summary(filled, ms("2030-01-01T00:00"), ms("2030-02-01T00:00"))["group"] == []
+        got = summary(filled, start, end, dim)
+        assert {v: (Decimal(h), Decimal(c)) for v, h, c, _ in got} == want, dim
+    assert [v for v, *_ in summary(filled, start, end, "user")] == ["alice", "bob, jr."]
+    assert summary(filled, ms("2030-01-01T00:00"), ms("2030-02-01T00:00"), "group") == []
+    with pytest.raises(ValueError, match="no breakdown by 'colour'"):
+        summary(filled, start, end, "colour")
 
 
 def test_export_empty_range_has_a_header(filled):
