@@ -90,6 +90,7 @@ def shots(tmp_path: Path) -> Iterator[Any]:
 
     def shot(page: Page, name: str) -> None:
         page.wait_for_load_state("networkidle")
+        assert_accessible(page)
         path = out / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
         if docs and name in DOCS_SHOTS:
@@ -114,10 +115,32 @@ def sign_in(browser: Any, fs: FleetServer, token: str, errors: list[str]) -> Pag
             if r.status >= 400 and not r.url.endswith("/usage") else None)
     page.goto(f"{fs.url}/")
     assert "/signin" in page.url
+    assert_accessible(page)
     page.get_by_label("API token").fill(token)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(lambda u: "/signin" not in u)
     return page
+
+
+def assert_accessible(page: Page) -> None:
+    """What a screen reader or a keyboard needs from every page: one main landmark and one
+    navigation, a label for every form field, a caption for every table, a name for every
+    chart, and no field out of the tab order."""
+    problems = page.evaluate("""() => {
+      const out = [];
+      if (document.querySelectorAll('main').length !== 1) out.push('main landmarks');
+      for (const el of document.querySelectorAll('input, select, textarea')) {
+        if (el.type !== 'hidden' && !(el.labels && el.labels.length))
+          out.push('unlabelled ' + el.name);
+        if (el.tabIndex < 0) out.push('untabbable ' + el.name);
+      }
+      for (const t of document.querySelectorAll('table'))
+        if (!t.querySelector('caption')) out.push('table without caption');
+      for (const c of document.querySelectorAll('[data-chart]'))
+        if (!c.getAttribute('aria-label')) out.push('chart without a name');
+      return out;
+    }""")
+    assert not problems, (page.url, problems)
 
 
 def nav_links(page: Page) -> list[str]:

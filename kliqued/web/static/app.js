@@ -17,9 +17,17 @@
     });
   }
 
+  // The status is a live region: it changes (and is read out) only when updates stop or
+  // resume; the time of the last update is plain text beside it.
+  var paused = false;
   function status(text) {
     var s = document.querySelector("[data-live-status]");
-    if (s) { s.textContent = text; }
+    if (s && s.textContent !== text) { s.textContent = text; }
+  }
+  function updated() {
+    var t = document.querySelector("[data-live-time]");
+    if (t) { t.textContent = "Updated " + new Date().toLocaleTimeString() + "."; }
+    if (paused) { paused = false; status("Live updates resumed."); }
   }
 
   if (!live) { return; }
@@ -48,12 +56,13 @@
         if (got.seq) { live.setAttribute("data-seq", got.seq); }
         lastFull = Date.now();
         drawCharts(live);
-        status("Live: updated " + new Date().toLocaleTimeString());
+        updated();
       }
       setTimeout(tick, passMs);
     }).catch(function (e) {
       if (String(e.message) !== "signed out") {
-        status("Live updates paused (" + e.message + "); retrying");
+        paused = true;
+        status("Live updates paused (" + e.message + "); retrying.");
         setTimeout(tick, passMs * 5);
       }
     });
