@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test system-packages bench schema scenarios clean
+.PHONY: run test system-packages bench schema scenarios screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: $(STAMP)
 # The conformance scenarios (../shared) and the project's own, on the real engine.
 scenarios: $(RUN_STAMP)
 	$(BIN)/kliqued simulate $(wildcard ../shared/scenarios/*.yaml ../shared/scenarios/organisation/*.yaml) tests/scenarios/*.yaml
+
+# The dashboard's screenshots in docs/img (docs/dashboards.md), taken by its browser test.
+screenshots: $(STAMP)
+	KLIQUE_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest tests/web/test_browser.py -q
 
 schema: $(RUN_STAMP)
 	$(BIN)/kliqued schema -o schemas/estate.schema.json

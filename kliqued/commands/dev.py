@@ -29,6 +29,9 @@ DEFAULT_POOL = "onprem-baremetal"
 SHOWN_USERS = ("alice", "heidi", "zoe")
 """Whose export lines are printed (alice: llm-research, whose l40s-1x profile lists the
 bare-metal pool the local worker serves first; heidi and zoe: groups with cpu-only)."""
+SIGN_IN_TTL = "12h"
+"""The dashboard sign-in token printed at start expires after this (a working day), so the
+one token that appears on the terminal is short-lived; the token files last."""
 
 
 def register(subparsers) -> None:
@@ -285,7 +288,10 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
                     stdout=fh, stderr=fh, start_new_session=True, umask=original_umask())
             procs.append((f"klique-worker ({pool})", w, wlog))
         _wait_for_workers(admin, pools, procs, lambda: stopping)
-        print(banner(url, args, estate, home, pools, user_tokens), flush=True)
+        signer = next((u for u in SHOWN_USERS if u in user_tokens), None)
+        sign_in = None if signer is None else (signer, admin.create_token(
+            signer, name="dashboard sign-in (kliqued dev)", expires_in=SIGN_IN_TTL)["token"])
+        print(banner(url, args, estate, home, pools, user_tokens, sign_in), flush=True)
         while not stopping:
             for what, proc, logf in procs:
                 if proc.poll() is not None:
@@ -324,9 +330,10 @@ def _wait_for_workers(admin, pools: list[str], procs: list, stopping) -> None:
 
 
 def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[str],
-           user_tokens: dict[str, str]) -> str:
-    """What ``make run`` prints. No token appears on the terminal (a scrollback or a screen
-    share would show it): each export line reads its 0600 file."""
+           user_tokens: dict[str, str], sign_in: tuple[str, str] | None = None) -> str:
+    """What ``make run`` prints. Of the tokens, only the dashboard's sign-in token appears
+    (a scrollback or a screen share would show it), and it expires in ``SIGN_IN_TTL``: each
+    export line reads its 0600 file."""
     line = "-" * 78
     kq = f"{sys.executable.rsplit('/', 1)[0]}/kliqued"
     rel = os.path.relpath(kq) if kq.startswith(os.getcwd()) else kq
@@ -356,4 +363,10 @@ def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[s
             f"  {rel} status <ID>        # running, then ended (finished), GPU-hours",
             f"  {rel} logs <ID>          # hello", "",
             "Ctrl-C stops the worker and the daemon.", line]
+    if sign_in is not None:
+        who, token = sign_in
+        out[3:3] = [f"  Dashboard  {url}/  sign in as {who} with the token below (it expires "
+                    f"in {SIGN_IN_TTL}),",
+                    f"             or as anyone else with their file in {tokens}/",
+                    f"  sign-in token: {token}", ""]
     return "\n".join(out)

@@ -16,6 +16,8 @@ import uuid
 
 from aiohttp import web
 
+from kliqued.web import routes as web_ui
+
 from .errors import ApiError
 from .handlers import demand, engine, estate, events, ledger, meta, metrics, pipelines, plan
 from .handlers import policies, pools, resources, schedules, tasks, tokens, workers
@@ -85,11 +87,12 @@ async def input_middleware(request: web.Request, handler: Handler) -> web.Stream
     return await handler(request)
 
 
-def route_of(request: web.Request) -> Route:
-    """The declaration of the route ``request`` matched (a HEAD is its GET's)."""
+def route_of(request: web.Request) -> Route | None:
+    """The declaration of the API route ``request`` matched (a HEAD is its GET's); None for
+    a route of the dashboard."""
     method = "GET" if request.method == "HEAD" else request.method
     resource = request.match_info.route.resource
-    return TABLE[(method, resource.canonical if resource is not None else "")]
+    return TABLE.get((method, resource.canonical if resource is not None else ""))
 
 
 @web.middleware
@@ -100,6 +103,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if exc is not None:
         raise exc
     route = route_of(request)
+    if route is None:  # the dashboard (kliqued.web): its own session check
+        return await handler(request)
     if not route.public:
         d = ctx(request).daemon
         p = d.tokens.authenticate(request.headers.get("Authorization"), d.clock.now())
@@ -118,4 +123,5 @@ def make_app(context: Context) -> web.Application:
             app.router.add_get(r.path, r.handler)  # and HEAD
         else:
             app.router.add_route(r.method, r.path, r.handler)
+    web_ui.install(app)  # the dashboard at / (docs/dashboards.md)
     return app

@@ -1,7 +1,10 @@
 """Ledger export: CSV streamed by the daemon, Parquet made from it by the client.
 
-The server never writes a file: ``export_csv`` yields the CSV text in chunks for the HTTP
-response, and ``csv_to_parquet`` runs in the CLI's own process with an in-memory DuckDB.
+The API never writes a file: ``export_csv`` yields the CSV text in chunks for the HTTP
+response, and ``csv_to_parquet`` runs in the CLI's own process with an in-memory DuckDB. The
+dashboard's Parquet download (a browser has no converter) runs the same conversion in the
+daemon, in a private temporary directory removed once the file is read. ``summary`` gives the
+dashboard's usage figures over exactly the rows the export writes.
 """
 
 from __future__ import annotations
@@ -47,13 +50,14 @@ def _select_list() -> str:
     return ", ".join(out)
 
 
-EXPORT_SQL = f"""
-SELECT {_select_list()}
+ROWS = """
 FROM usage_priced u
 WHERE u.start_at < make_timestamp(CAST(? AS BIGINT) * 1000)
   AND (u.until_at > make_timestamp(CAST(? AS BIGINT) * 1000)
        OR u.start_at >= make_timestamp(CAST(? AS BIGINT) * 1000))
-  {{scope}}
+  {scope}"""
+EXPORT_SQL = f"""
+SELECT {_select_list()}{ROWS}
 ORDER BY u.start_at, u.interval_id"""
 """Rows whose interval overlaps [from, to): started before ``to`` and not ended by ``from``
 (a zero-length interval counts when it starts inside the range). Whole intervals, not clipped
@@ -89,6 +93,27 @@ def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
         yield buf.getvalue()
         buf.seek(0)
         buf.truncate()
+
+
+SUMMARY_DIMENSIONS = ("group", "project", "user", "gpu_type", "pool")
+"""What the dashboard's usage page breaks GPU-hours and cost down by."""
+
+
+def summary(conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str] | None = None
+            ) -> list[tuple[str | None, str, str, str]]:
+    """GPU-hours and cost per value of ``by`` (one of ``SUMMARY_DIMENSIONS``) over exactly the
+    rows ``export_csv`` writes for the same range and scope (so a page's totals and its CSV
+    download agree): ``(value, gpu_hours, cost, currency)`` as exact decimal text, largest
+    GPU-hours first."""
+    if by not in SUMMARY_DIMENSIONS:
+        raise ValueError(f"no breakdown by {by!r}: one of {', '.join(SUMMARY_DIMENSIONS)}")
+    if to_ms < from_ms:
+        raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
+    where = "" if groups is None else "AND " + scope.visible("u", groups)
+    sql = (f'SELECT u."{by}", CAST(sum(u.gpu_hours) AS VARCHAR), '
+           f"CAST(coalesce(sum(u.cost), 0) AS VARCHAR), coalesce(max(u.currency), '') "
+           f'{ROWS.format(scope=where)} GROUP BY ALL ORDER BY sum(u.gpu_hours) DESC, 1')
+    return conn.execute(sql, [int(to_ms), int(from_ms), int(from_ms)]).fetchall()
 
 
 def _sql_text(value: str) -> str:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tests.harness.daemon import ADMIN, EXAMPLE_ESTATE, ROOT, Server
 
@@ -119,9 +119,21 @@ def bench_submissions() -> list[dict]:
 
 # --------------------------------------------------------------------------- restart
 
-def build_state(db: Path, n: int) -> dict[str, Any]:
-    """Writes ``n`` submissions (and the passes that place what fits) through the daemon's
-    own prepare/commit/apply path, as a live daemon would log them."""
+def example_task(i: int) -> dict[str, Any]:
+    """The ``i``-th submission of the example estate's state: four users in turn."""
+    users = list(USERS)
+    user = users[i % len(users)]
+    res = USERS[user][(i // len(users)) % len(USERS[user])]
+    return {"resource": res, "user": user, "project": PROJECT[user],
+            "gpus_milli": (1 + i % 3) * 1000 if res.endswith("/batch") else None,
+            "command": ["python", "job.py", str(i)], "payload": None, "labels": {}}
+
+
+def build_state(db: Path, n: int, estate_dir: Path = EXAMPLE_ESTATE,
+                task: Callable[[int], dict[str, Any]] = example_task) -> dict[str, Any]:
+    """Writes ``n`` submissions (``task(i)``: the fields of the ``i``-th; and the passes that
+    place what fits) through the daemon's own prepare/commit/apply path, as a live daemon
+    would log them."""
     from compiler.api import compile_dir
     from kliqued.daemon import keyfile
     from kliqued.daemon.auth import Principal
@@ -132,7 +144,7 @@ def build_state(db: Path, n: int) -> dict[str, Any]:
     store.ensure_schema()
     d = Daemon()
     d.tokens.hasher, _ = keyfile.open_hasher(db, store)  # the key the daemon will read
-    estate = compile_dir(EXAMPLE_ESTATE).estate
+    estate = compile_dir(estate_dir).estate
     assert estate is not None
 
     def commit(prepared: list, pass_events: list | None = None, pass_ops: list | None = None,
@@ -151,22 +163,17 @@ def build_state(db: Path, n: int) -> dict[str, Any]:
             p.apply()
 
     now = d.clock.now()
-    commit([d.prepare_estate(estate, str(EXAMPLE_ESTATE), "bench", now, Overlay())], now=now)
+    commit([d.prepare_estate(estate, str(estate_dir), "bench", now, Overlay())], now=now)
     commit([d.prepare_token(None, "role:admin", "bench", now, Overlay(), secret=ADMIN)],
            now=now)
-    users = list(USERS)
     i = 0
     while i < n:
         now = d.clock.now()
         ov = Overlay()
         prepared = []
         for _ in range(min(1000, n - i)):
-            user = users[i % len(users)]
-            res = USERS[user][(i // len(users)) % len(USERS[user])]
-            f = {"resource": res, "user": user, "project": PROJECT[user],
-                 "gpus_milli": (1 + i % 3) * 1000 if res.endswith("/batch") else None,
-                 "command": ["python", "job.py", str(i)], "payload": None, "labels": {}}
-            prepared.append(d.prepare_submit(Principal("user", user), f, None, now, ov))
+            f = task(i)
+            prepared.append(d.prepare_submit(Principal("user", f["user"]), f, None, now, ov))
             i += 1
         commit(prepared, now=now)
         now = d.clock.now()

@@ -18,6 +18,7 @@ from pathlib import Path
 from kliqued.commands.dev import _listen
 from tests.harness.daemon import ROOT, free_port
 from tests.harness.wait import wait_for
+from tests.web.browser import Browser
 
 KLIQUED = [sys.executable, "-m", "kliqued.cli"]
 
@@ -58,7 +59,17 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
         assert f"KLIQUE_TOKEN=$(cat {admin})" in banner
         assert oct(admin.stat().st_mode & 0o777) == "0o600"
         for token in (*exports.values(), admin.read_text().strip()):
-            assert token not in banner  # no token on the terminal
+            assert token not in banner  # no lasting token on the terminal
+        # the dashboard's URL and a short-lived sign-in token (issue 13)
+        assert f"Dashboard  {url}/  sign in as alice" in banner
+        sign_in = re.search(r"sign-in token: (\S+)", banner).group(1)
+        b = Browser(url)
+        assert b.post("/signin", {"token": sign_in}).location == "/orchestration"
+        made = [t for t in json.loads(cli({**os.environ, "KLIQUE_URL": url,
+                                           "KLIQUE_TOKEN": admin.read_text().strip()},
+                                          "token", "list", "--json"))["tokens"]
+                if t["name"] == "dashboard sign-in (kliqued dev)"]
+        assert len(made) == 1 and made[0]["principal"] == "user:alice" and made[0]["expires_at"]
         assert (tmp_path / "run" / "url").read_text().strip() == url
         assert (tmp_path / "run" / "tokens" / "heidi.token").read_text().strip() \
             == exports["heidi"]

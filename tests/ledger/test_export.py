@@ -10,7 +10,8 @@ import duckdb
 import pytest
 
 from kliqued.ledger import close_intervals, open_intervals
-from kliqued.ledger.export import EXPORT_COLUMNS, csv_to_parquet, export_csv
+from kliqued.ledger.export import (EXPORT_COLUMNS, SUMMARY_DIMENSIONS, csv_to_parquet,
+                                   export_csv, summary)
 
 from .conftest import ms, row, set_prices
 
@@ -47,6 +48,25 @@ def test_export_rows_and_header(filled):
     assert r2["per_gpu_hour"] == "2.350000" and r2["cost"] == "9.400000"
     assert r3["user"] == "bob, jr." and r3["currency"] == "EUR"
     assert r5["end_at"] == "" and float(r5["hours"]) > 0
+
+
+def test_summary_sums_exactly_the_exported_rows_per_dimension(filled):
+    """The dashboard's usage page (summary) and its CSV download (export_csv) read the same
+    rows: each breakdown's sums are the CSV's, to the millionth."""
+    start, end = ms("2026-06-01T00:00"), ms("2026-06-15T01:00")  # t-5 still closed out
+    rows = list(csv.DictReader(io.StringIO("".join(export_csv(filled, start, end)))))
+    for dim in SUMMARY_DIMENSIONS:
+        want: dict = {}
+        for r in rows:
+            key = r[dim] or None
+            h, c = want.get(key, (Decimal(0), Decimal(0)))
+            want[key] = (h + Decimal(r["gpu_hours"]), c + Decimal(r["cost"] or 0))
+        got = summary(filled, start, end, dim)
+        assert {v: (Decimal(h), Decimal(c)) for v, h, c, _ in got} == want, dim
+    assert [v for v, *_ in summary(filled, start, end, "user")] == ["alice", "bob, jr."]
+    assert summary(filled, ms("2030-01-01T00:00"), ms("2030-02-01T00:00"), "group") == []
+    with pytest.raises(ValueError, match="no breakdown by 'colour'"):
+        summary(filled, start, end, "colour")
 
 
 def test_export_empty_range_has_a_header(filled):

@@ -17,7 +17,7 @@ PACKAGES=(
     "runc|cmd:runc|the container executor's real tests (tests/workers/test_container.py)"
     "busybox-static|file:/bin/busybox|the container executor's real tests (their image is a busybox root filesystem)"
     "postgresql|glob:/usr/lib/postgresql/*/bin/postgres|nothing yet (a PostgreSQL for the coming tests)"
-    "chromium|cmd:chromium|nothing yet (a browser for the coming tests)"
+    "chromium|cmd:chromium|the dashboard's browser tests (tests/web/test_browser.py; the HTML is still checked without it)"
 )
 
 present() {

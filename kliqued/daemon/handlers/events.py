@@ -6,10 +6,26 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import limits, views
+from ..auth import Principal
+from ..core import Daemon
 from ..errors import not_found
 from ..request import ctx, principal, reply
 from ..routes import Route
 from .params import int_param, str_param
+
+
+def scope(d: Daemon, p: Principal) -> tuple[list[str], list]:
+    """The SQL conditions (and their parameters) on ``events`` that keep what ``p`` may read:
+    everything for admins and finance; for a user, their tasks, their admin groups' tasks and
+    their groups' alerts (the route's rule; the web UI's event log and audit trail use it
+    too)."""
+    if not p.is_user:
+        return [], []
+    acc = d.acc()
+    admin = sorted(acc.admin_of(p.name))
+    groups = sorted(acc.groups_of(p.name) | acc.admin_of(p.name))
+    return (["(usr = ? OR list_contains(?::VARCHAR[], grp) OR "
+             "(kind = 'alert' AND list_contains(?::VARCHAR[], grp)))"], [p.name, admin, groups])
 
 
 async def list_events(request: web.Request) -> web.Response:
@@ -35,13 +51,9 @@ async def list_events(request: web.Request) -> web.Response:
     if kind is not None:
         where.append("kind = ?")
         params.append(kind)
-    if p.is_user:
-        acc = d.acc()
-        admin = sorted(acc.admin_of(p.name))
-        groups = sorted(acc.groups_of(p.name) | acc.admin_of(p.name))
-        where.append("(usr = ? OR list_contains(?::VARCHAR[], grp) OR "
-                     "(kind = 'alert' AND list_contains(?::VARCHAR[], grp)))")
-        params += [p.name, admin, groups]
+    cond, args = scope(d, p)
+    where += cond
+    params += args
     rows, more = await c.store.read(lambda cur: c.store.page_events(
         cur, where, params, limit, limits.MAX_PAGE_BYTES))
     return reply({"events": [views.event(r) for r in rows],

@@ -13,6 +13,8 @@ from aiohttp import web
 from kliqued.ledger import export as ledger_export
 from kliqued.ledger import sql as ledger_sql
 
+from ..auth import Principal
+from ..core import Daemon
 from ..errors import ApiError, bad_request, forbidden
 from ..querypool import Busy, Expired
 from ..request import ctx, principal, read_json, reply
@@ -21,14 +23,17 @@ from .params import str_param, time_param
 
 
 def _scope(request: web.Request) -> list[str] | None:
+    return scope(ctx(request).daemon, principal(request))
+
+
+def scope(d: Daemon, p: Principal) -> list[str] | None:
     """The groups whose subtrees the caller reads, or None for the whole ledger (finance and
     platform admins). A group admin (of a department, or of a team: a subtree of one) reads
     the rows whose recorded group path passes through a group whose ``admins`` list them;
     a user who administers no group is refused (the object-level rule of ``ROUTES``)."""
-    p = principal(request)
     if p.is_finance or p.is_admin:
         return None
-    index = ctx(request).daemon.index
+    index = d.index
     if p.is_user and index is not None:
         heads = sorted(g.name for g in index.estate.groups if p.name in g.admins)
         if heads:

@@ -1,0 +1,42 @@
+"""The dashboard's routes, installed in the daemon's application by ``kliqued.daemon.app``
+beside the API's own table, outside ``/v1``."""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from .files import export, static, task_log
+from .frame import WEB, Web
+from .pages import audit, estate, my_work, orchestration, page, policy, usage
+from .signin import root, signin, signin_form, signout
+
+
+ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]] = [
+    ("GET", "/", root),
+    ("GET", "/signin", signin_form),
+    ("POST", "/signin", signin),
+    ("POST", "/signout", signout),
+    ("GET", "/orchestration", page("orchestration", orchestration)),
+    ("GET", "/policy", page("policy", policy)),
+    ("GET", "/my-work", page("my-work", my_work)),
+    ("GET", "/my-work/{id}/log", task_log),
+    ("GET", "/usage", page("usage", usage)),
+    ("GET", "/usage/export", export),
+    ("GET", "/audit", page("audit", audit)),
+    ("GET", "/estate", page("estate", estate)),
+    ("GET", "/static/{name}", static),
+]
+"""The dashboard's routes: served by the daemon's application outside ``/v1``, with their own
+session check instead of the API's bearer token."""
+
+
+def install(app: web.Application) -> None:
+    """Adds the dashboard's routes and state to the daemon's application."""
+    app[WEB] = Web()
+    for method, path, handler in ROUTES:
+        if method == "GET":
+            app.router.add_get(path, handler)
+        else:
+            app.router.add_route(method, path, handler)
