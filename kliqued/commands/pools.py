@@ -66,20 +66,26 @@ def workers(p: dict) -> str:
 
 
 def by_level(pools: list[dict]) -> str:
-    """Per pool, one row per group with GPUs there (``by_level``, top first), indented by
-    its depth below the shallowest group shown, with its share of the pool's capacity."""
+    """Per pool that some group shown uses, one row per such group (``by_level``, top
+    first), indented by its depth below the shallowest group shown, with its share of the
+    pool's capacity; the other pools are named after the table."""
     rows = []
+    idle = []
     for p in pools:
         levels = p.get("by_level") or []
-        top = min((x.get("depth", 0) for x in levels), default=0)
+        if not levels:
+            idle.append(p["name"])
+            continue
+        top = min(x.get("depth", 0) for x in levels)
         cap = float(p.get("capacity") or 0)
         first = [p["name"], num(p.get("capacity")), num(p.get("used"))]
-        if not levels:
-            rows.append([*first, "-", "", ""])
         for i, x in enumerate(levels):
             share = f"{float(x['used']) * 100 / cap:.0f}%" if cap else "-"
             rows.append([*(first if i == 0 else ["", "", ""]),
                          "  " * (x.get("depth", 0) - top) + x["group"], num(x["used"]),
                          share])
-    return table(["POOL", "CAPACITY", "USED", "LEVEL", "GPUS", "OF POOL"], rows,
-                 right=[1, 2, 4, 5])
+    text = table(["POOL", "CAPACITY", "USED", "LEVEL", "GPUS", "OF POOL"], rows,
+                 right=[1, 2, 4, 5]) if rows else "no GPUs in use by the groups you may see"
+    if idle and rows:
+        text += f"\n\nnot used by the groups you may see: {', '.join(idle)}"
+    return text
