@@ -133,9 +133,10 @@ def detail(p: dict) -> str:
     place = f"  (group {p.get('group')}" + (f", {p['path']})" if p.get("path") else ")")
     lines = [f"policy       {p['name']}{place}"]
     if p.get("envelope"):
-        lines.append(f"envelope     over {', '.join(p.get('below') or []) or '-'}; shared "
-                     f"reservation {num(p.get('shared_reservation'))} (any policy below "
-                     f"may use it)")
+        shared = p.get("shared_reservation")
+        lines.append(f"envelope     over {', '.join(p.get('below') or []) or '-'}; " + (
+            f"shared reservation {num(shared)} (any policy below may use it)" if shared
+            else "no shared reservation (the policies below reserve all of it)"))
     if len(p.get("levels") or []) > 1:
         lines.append(f"counted at   {' > '.join(p['levels'])} (each limit and budget holds)")
     lines.append(f"GPUs in use  {num(p.get('used'))} of limit {num(p.get('limit'))}, "
