@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kliqued.cli import main
+from kliqued.daemon.openapi import validator
 
 from tests.harness.daemon import Server
 from tests.harness.wait import wait_for
@@ -106,6 +107,16 @@ def test_pools_by_level_roll_up_what_the_caller_sees(org, who, want):
     pools = server.ok("GET", "/v1/pools", token=t[who])["pools"]
     got = [(x["group"], x["depth"], x["used"]) for x in pools[0]["by_level"]]
     assert got == want, pools[0]
+
+
+def test_the_answers_match_the_openapi_document(org):
+    """The new fields with values an envelope gives them (the small estate of the schema
+    tests has no envelope): the document's schemas, which forbid undeclared fields."""
+    server, t = org
+    for name in ("ml", "team-b"):
+        validator("Policy").validate(server.ok("GET", f"/v1/policies/{name}"))
+    validator("PolicyList").validate(server.ok("GET", "/v1/policies"))
+    validator("PoolList").validate(server.ok("GET", "/v1/pools", token=t["finance"]))
 
 
 def _cli(server: Server, token: str, *argv: str, capsys) -> str:
