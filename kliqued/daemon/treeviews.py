@@ -14,7 +14,7 @@ from threading import Lock
 from typing import Any, Callable
 
 from compiler.compiled import CompiledEstate, CPolicy
-from kliqued.engine.state import Task
+from kliqued.engine import Task
 
 from .core import Daemon
 from .records import TaskRecord
@@ -66,8 +66,11 @@ def place(d: Daemon, name: str) -> dict[str, Any]:
             "below": list(cp.below), "user_limit": gpus(cp.user_limit_milli)}
 
 
-def waiting(d: Daemon, group: str,
-            reason: Callable[[TaskRecord], dict[str, str] | None]) -> dict[str, Any]:
+ReasonOf = Callable[[TaskRecord], "dict[str, str] | None"]
+"""A queued task's waiting reason as the API's JSON (``views.reasons``)."""
+
+
+def waiting(d: Daemon, group: str, reason: ReasonOf) -> dict[str, Any]:
     """Who is waiting in ``group``'s subtree (a team: itself): the queued tasks and their
     GPUs, in total and per team that has any, each team with the reason (``reason``: the
     caller's JSON of it) its first waiting task gives: the queue head that waited longest.

@@ -138,7 +138,7 @@ def resource(d: Daemon, name: str, p: Principal | None = None,
     }
 
 
-def reasons(d: Daemon) -> Callable[[TaskRecord], dict[str, str] | None]:
+def reasons(d: Daemon) -> treeviews.ReasonOf:
     """A task's waiting reason as JSON, each computed once within one answer (a team's
     first waiting task is shown by its policy and by every envelope above it)."""
     seen: dict[str, dict[str, str] | None] = {}
@@ -151,8 +151,7 @@ def reasons(d: Daemon) -> Callable[[TaskRecord], dict[str, str] | None]:
 
 
 def policy(d: Daemon, name: str, now: int,
-           reason: Callable[[TaskRecord], dict[str, str] | None] | None = None
-           ) -> dict[str, Any]:
+           reason: treeviews.ReasonOf | None = None) -> dict[str, Any]:
     """A policy: its use, its budget in the current period, its place in the organisation
     tree and who is waiting in its subtree. An envelope's ``used`` and budget count its
     whole subtree (the engine's counters), so burn rate and run-out hold at every level."""
