@@ -30,6 +30,9 @@ class Tree:
     """Every group → its ancestors, parent first (groups with and without a policy)."""
     depth: dict[str, int]
     """Every group → how many groups are above it (a top group: 0)."""
+    teams: dict[str, tuple[str, ...]]
+    """Every policy → the groups of the teams (policies that are no envelope) it counts:
+    itself for a team, its subtree's for an envelope; by name."""
 
 
 _TREES: dict[str, Tree] = {}
@@ -42,9 +45,15 @@ def tree(estate: CompiledEstate) -> Tree:
         hit = _TREES.get(estate.revision)
     if hit is not None:
         return hit
+    teams: dict[str, list[str]] = {p.name: [] for p in estate.policies}
+    for p in estate.policies:
+        if not p.envelope:
+            for level in p.levels or [p.name]:
+                teams.setdefault(level, []).append(p.group)
     t = Tree(policies={p.name: p for p in estate.policies},
              ancestors={g.name: tuple(g.ancestors) for g in estate.groups},
-             depth={g.name: len(g.ancestors) for g in estate.groups})
+             depth={g.name: len(g.ancestors) for g in estate.groups},
+             teams={p: tuple(sorted(gs)) for p, gs in teams.items()})
     with _LOCK:
         _TREES[estate.revision] = t
         while len(_TREES) > 4:
@@ -70,35 +79,56 @@ ReasonOf = Callable[[TaskRecord], "dict[str, str] | None"]
 """A queued task's waiting reason as the API's JSON (``views.reasons``)."""
 
 
-def waiting(d: Daemon, group: str, reason: ReasonOf) -> dict[str, Any]:
-    """Who is waiting in ``group``'s subtree (a team: itself): the queued tasks and their
-    GPUs, in total and per team that has any, each team with the reason (``reason``: the
-    caller's JSON of it) its first waiting task gives: the queue head that waited longest.
-    So a department head sees at once whether a team's own policy, the department's limit
-    or budget, or the pools hold work back."""
-    idx, st = d.idx(), d.st()
-    per: dict[str, list[int]] = {}
-    first: dict[str, Task] = {}
-    for name in idx.groups[group].subtree_resources:
-        q = st.queues.get(name)
-        if q is None or not q.live:
-            continue
-        team = idx.resources[name].group
-        row = per.setdefault(team, [0, 0])
-        row[0] += q.live
-        row[1] += sum(size * n for size, n in q.sizes.items())
-        head = next(iter(q), None)
-        if head is not None and (team not in first or head.seq < first[team].seq):
-            first[team] = head
-    groups = []
-    for team in sorted(per):
-        head = first.get(team)
-        rec = d.records.get(head.id) if head is not None else None
-        groups.append({"group": team, "policy": idx.groups[team].policy,
-                       "tasks": per[team][0], "gpus": gpus(per[team][1]),
-                       "reason": reason(rec) if rec is not None else None})
-    return {"tasks": sum(r[0] for r in per.values()),
-            "gpus": gpus(sum(r[1] for r in per.values())), "groups": groups}
+class Waiting:
+    """Who is waiting, for one answer: each team's queued work is counted once, however
+    many envelopes above it the answer shows (a list of every policy shows a team at each
+    of its levels), and each team's first task's reason is computed once."""
+
+    def __init__(self, d: Daemon, reason: ReasonOf) -> None:
+        self.d = d
+        self.reason = reason
+        self.teams: dict[str, tuple[int, int, Task | None]] = {}
+
+    def team(self, team: str) -> tuple[int, int, Task | None]:
+        """A team's queued tasks, their milli-GPUs, and its first waiting task: the queue
+        head that waited longest (the smallest submission among its queues' heads)."""
+        hit = self.teams.get(team)
+        if hit is not None:
+            return hit
+        st = self.d.st()
+        n = milli = 0
+        first: Task | None = None
+        for name in self.d.idx().groups[team].resources:
+            q = st.queues.get(name)
+            if q is None or not q.live:
+                continue
+            n += q.live
+            milli += sum(size * k for size, k in q.sizes.items())
+            head = next(iter(q), None)
+            if head is not None and (first is None or head.seq < first.seq):
+                first = head
+        hit = self.teams[team] = (n, milli, first)
+        return hit
+
+    def of(self, policy: str) -> dict[str, Any]:
+        """Who is waiting in ``policy``'s subtree (a team: itself): the queued tasks and
+        their GPUs, in total and per team that has any, each team with the reason its first
+        task gives. So a department head sees at once whether a team's own policy, the
+        department's limit or budget, or the pools hold work back."""
+        idx = self.d.idx()
+        groups = []
+        tasks = milli = 0
+        for team in tree(idx.estate).teams[policy]:
+            n, m, first = self.team(team)
+            if not n:
+                continue
+            tasks += n
+            milli += m
+            rec = self.d.records.get(first.id) if first is not None else None
+            groups.append({"group": team, "policy": idx.groups[team].policy, "tasks": n,
+                           "gpus": gpus(m),
+                           "reason": self.reason(rec) if rec is not None else None})
+        return {"tasks": tasks, "gpus": gpus(milli), "groups": groups}
 
 
 def by_level(d: Daemon, pool: str, sees: Callable[[str], bool]) -> list[dict[str, Any]]:

@@ -138,20 +138,13 @@ def resource(d: Daemon, name: str, p: Principal | None = None,
     }
 
 
-def reasons(d: Daemon) -> treeviews.ReasonOf:
-    """A task's waiting reason as JSON, each computed once within one answer (a team's
-    first waiting task is shown by its policy and by every envelope above it)."""
-    seen: dict[str, dict[str, str] | None] = {}
-
-    def of(rec: TaskRecord) -> dict[str, str] | None:
-        if rec.id not in seen:
-            seen[rec.id] = reason_json(d.reason(rec))
-        return seen[rec.id]
-    return of
+def waiting(d: Daemon) -> treeviews.Waiting:
+    """Who is waiting, counted once per team for one answer (``policy``'s ``waiting``)."""
+    return treeviews.Waiting(d, lambda rec: reason_json(d.reason(rec)))
 
 
 def policy(d: Daemon, name: str, now: int,
-           reason: treeviews.ReasonOf | None = None) -> dict[str, Any]:
+           waits: treeviews.Waiting | None = None) -> dict[str, Any]:
     """A policy: its use, its budget in the current period, its place in the organisation
     tree and who is waiting in its subtree. An envelope's ``used`` and budget count its
     whole subtree (the engine's counters), so burn rate and run-out hold at every level."""
@@ -164,7 +157,7 @@ def policy(d: Daemon, name: str, now: int,
         "limit": gpus(gi.limit), "used": gpus(used),
         "borrowed": gpus(max(0, used - gi.reservation)), "budget": None,
         **treeviews.place(d, name),
-        "waiting": treeviews.waiting(d, g, reason or reasons(d)),
+        "waiting": (waits or waiting(d)).of(name),
     }
     b = budget_status(idx, st, name, now)
     if b is not None and gi.budget is not None:
