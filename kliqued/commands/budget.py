@@ -63,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
 def tree(policies: list[dict]) -> list[tuple[int, dict]]:
     """The policies in tree order, each with its indentation: a policy under the nearest
-    envelope above it that is in the list (``levels``), children by name. A policy whose
-    envelopes are not in the list (not yours to see, or none) starts a tree of its own."""
+    envelope above it that is in the list (``levels``), siblings in the organisation's order
+    (by their groups' paths, so the teams of a department without a policy stay together).
+    A policy whose envelopes are not in the list (not yours to see, or none) starts a tree
+    of its own."""
     names = {p["name"] for p in policies}
     children: dict[str | None, list[dict]] = {}
     for p in policies:
@@ -73,7 +75,8 @@ def tree(policies: list[dict]) -> list[tuple[int, dict]]:
     out: list[tuple[int, dict]] = []
 
     def walk(parent: str | None, depth: int) -> None:
-        for p in sorted(children.get(parent, []), key=lambda x: x["name"]):
+        for p in sorted(children.get(parent, []),
+                        key=lambda x: ((x.get("path") or x["name"]).split("/"), x["name"])):
             out.append((depth, p))
             walk(p["name"], depth + 1)
     walk(None, 0)
