@@ -75,6 +75,17 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "list-tokens": ("listTokens", "/v1/tokens", None, 200, {}),
     "rotate-token": ("rotateToken", "/v1/tokens/{token}/rotate", None, 201, {}),
     "revoke-token": ("revokeToken", "/v1/tokens/{token}", None, 204, {}),
+    # schedules and pipelines (issue 14): a body the schema refuses, an id of none
+    "create-schedule": ("createSchedule", "/v1/schedules", {}, 400, {}),
+    "schedules": ("listSchedules", "/v1/schedules", None, 200, {}),
+    "schedule": ("getSchedule", "/v1/schedules/s-none", None, 404, {}),
+    "pause-schedule": ("pauseSchedule", "/v1/schedules/s-none/pause", None, 404, {}),
+    "resume-schedule": ("resumeSchedule", "/v1/schedules/s-none/resume", None, 404, {}),
+    "delete-schedule": ("deleteSchedule", "/v1/schedules/s-none", None, 404, {}),
+    "run-pipeline": ("runPipeline", "/v1/pipelines", {}, 400, {}),
+    "pipelines": ("listPipelines", "/v1/pipelines", None, 200, {}),
+    "pipeline": ("getPipeline", "/v1/pipelines/p-none", None, 404, {}),
+    "cancel-pipeline": ("cancelPipeline", "/v1/pipelines/p-none/cancel", None, 404, {}),
     # group admins (alice: team-a, walter: the department) read their subtree's rows
     "ledger-sql": ("ledgerSql", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"}, 200,
                    NO_GROUP_ADMIN),
