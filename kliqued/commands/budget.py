@@ -1,4 +1,5 @@
-"""``kliqued budget``: use against reservation, limit and time budget, per policy."""
+"""``kliqued budget``: use against reservation, limit and time budget, per policy, as the
+organisation's tree (business unit > department > team), with who is waiting."""
 
 from __future__ import annotations
 
@@ -12,14 +13,22 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "budget", help="use, time budget left, burn rate and run-out per policy",
-        description="For each policy you may see: GPUs in use against its reservation and "
-                    "limit, and, when it has a time budget, the budget hours used and left in "
-                    "the period, the burn rate (budget hours per hour at the current "
-                    "placements), when the budget runs out at that rate and when it resets. "
-                    "With a policy name: that policy in detail, with its alerts.",
-        examples="  kliqued budget\n"
-                 "  kliqued budget llm-research\n"
+        subparsers, "budget", help="use, time budget left, burn rate, run-out and waiting "
+                                   "work per policy, as a tree",
+        description="For each policy you may see, as the organisation's tree (a department's "
+                    "policy, an envelope, above its teams' policies, indented): GPUs in use "
+                    "against its reservation and limit; when it has a time budget, the budget "
+                    "hours used and left in the period, the burn rate (budget hours per hour "
+                    "at the current placements) and when the budget runs out at that rate; "
+                    "and the tasks waiting in its subtree. An envelope's figures are its whole "
+                    "subtree's. Below the table, each team with waiting work and why its first "
+                    "task waits (the level that holds it back: the team's own limit, the "
+                    "department's, a budget, the pools). With a policy name: that policy in "
+                    "detail, with its alerts and waiting teams, and for an envelope the tree "
+                    "of its subtree.",
+        examples="  kliqued budget                   # every policy you may see, as a tree\n"
+                 "  kliqued budget digital           # a department: its envelope and teams\n"
+                 "  kliqued budget customer-ai       # one team in detail\n"
                  "  kliqued budget --json")
     p.add_argument("policy", nargs="?", metavar="POLICY", help="one policy in detail")
     add_client_flags(p)
@@ -33,28 +42,90 @@ def run(args: argparse.Namespace) -> int:
         pol = k.policy(args.policy)
         if args.json:
             print_json(pol)
-        else:
-            print(detail(pol))
+            return 0
+        print(detail(pol))
+        if pol.get("envelope"):
+            below = [p for p in k.policies() if args.policy in (p.get("levels") or [])[1:]]
+            print()
+            print(tree_table([pol, *below]))
         return 0
     policies = k.policies()
     if args.json:
         print_json({"policies": policies})
         return 0
-    rows = []
+    print(tree_table(policies))
+    notes = waiting_notes(policies)
+    if notes:
+        print("\nwaiting")
+        print("\n".join(notes))
+    return 0
+
+
+def tree(policies: list[dict]) -> list[tuple[int, dict]]:
+    """The policies in tree order, each with its indentation: a policy under the nearest
+    envelope above it that is in the list (``levels``), siblings in the organisation's order
+    (by their groups' paths, so the teams of a department without a policy stay together).
+    A policy whose envelopes are not in the list (not yours to see, or none) starts a tree
+    of its own."""
+    names = {p["name"] for p in policies}
+    children: dict[str | None, list[dict]] = {}
     for p in policies:
+        up = next((x for x in (p.get("levels") or [])[1:] if x in names), None)
+        children.setdefault(up, []).append(p)
+    out: list[tuple[int, dict]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for p in sorted(children.get(parent, []),
+                        key=lambda x: ((x.get("path") or x["name"]).split("/"), x["name"])):
+            out.append((depth, p))
+            walk(p["name"], depth + 1)
+    walk(None, 0)
+    return out
+
+
+def tree_table(policies: list[dict]) -> str:
+    rows = []
+    for depth, p in tree(policies):
         b = p.get("budget")
+        name = "  " * depth + p["name"]
         gpus = f"{num(p.get('used'))}/{num(p.get('reservation'))}/{num(p.get('limit'))}"
         if b:
-            rows.append([p["name"], p.get("group"), gpus,
-                         f"{hours(b.get('hours'))} h/{b.get('period')}",
+            rows.append([name, gpus, f"{hours(b.get('hours'))} h/{b.get('period')}",
                          hours(b.get("used_hours")), hours(b.get("left_hours")),
-                         hours(b.get("burn_rate")),
-                         short(b.get("runout_at")), short(b.get("resets_at"))])
+                         hours(b.get("burn_rate")), short(b.get("runout_at")),
+                         waiting(p.get("waiting"))])
         else:
-            rows.append([p["name"], p.get("group"), gpus, "none", "-", "-", "-", "-", "-"])
-    print(table(["POLICY", "GROUP", "GPUS USED/RES/LIMIT", "BUDGET", "USED H", "LEFT H",
-                 "BURN H/H", "RUN-OUT", "RESETS"], rows, right=[4, 5, 6]))
-    return 0
+            rows.append([name, gpus, "none", "-", "-", "-", "-", waiting(p.get("waiting"))])
+    return table(["POLICY", "GPUS USED/RES/LIMIT", "BUDGET", "USED H", "LEFT H", "BURN H/H",
+                  "RUN-OUT", "WAITING"], rows, right=[3, 4, 5])
+
+
+def waiting(w: dict | None) -> str:
+    """``3 (12 GPUs)``: tasks waiting in the subtree and the GPUs they ask for; ``-``."""
+    if not w or not w.get("tasks"):
+        return "-"
+    return f"{w['tasks']} ({gpus_text(w.get('gpus'))})"
+
+
+def gpus_text(value: float | None) -> str:
+    return f"{num(value)} GPU{'' if value == 1 else 's'}"
+
+
+def waiting_notes(policies: list[dict]) -> list[str]:
+    """One line per team with waiting work (each once, however many levels above it are
+    listed): how much, and why its first task waits."""
+    seen: dict[str, dict] = {}
+    for p in policies:
+        for g in (p.get("waiting") or {}).get("groups") or []:
+            seen.setdefault(g["group"], g)
+    return [f"  {g['group']}: {team_waiting(g)}" for _, g in sorted(seen.items())]
+
+
+def team_waiting(g: dict) -> str:
+    n = g.get("tasks", 0)
+    text = f"{n} task{'' if n == 1 else 's'} ({gpus_text(g.get('gpus'))})"
+    r = g.get("reason")
+    return f"{text}, the first: {r.get('text') or r.get('kind')}" if r else text
 
 
 def short(text: str | None) -> str:
@@ -62,23 +133,40 @@ def short(text: str | None) -> str:
 
 
 def detail(p: dict) -> str:
-    lines = [f"policy       {p['name']}  (group {p.get('group')})",
-             f"GPUs in use  {num(p.get('used'))} of limit {num(p.get('limit'))}, reservation "
-             f"{num(p.get('reservation'))}, borrowed {num(p.get('borrowed'))}"]
+    place = f"  (group {p.get('group')}" + (f", {p['path']})" if p.get("path") else ")")
+    lines = [f"policy       {p['name']}{place}"]
+    if p.get("envelope"):
+        shared = p.get("shared_reservation")
+        lines.append(f"envelope     over {', '.join(p.get('below') or []) or '-'}; " + (
+            f"shared reservation {num(shared)} (any policy below may use it)" if shared
+            else "no shared reservation (the policies below reserve all of it)"))
+    if len(p.get("levels") or []) > 1:
+        lines.append(f"counted at   {' > '.join(p['levels'])} (each limit and budget holds)")
+    lines.append(f"GPUs in use  {num(p.get('used'))} of limit {num(p.get('limit'))}, "
+                 f"reservation {num(p.get('reservation'))}, borrowed {num(p.get('borrowed'))}"
+                 + (f"; at most {num(p['user_limit'])} per user" if p.get("user_limit")
+                    else ""))
     b = p.get("budget")
     if not b:
         lines.append("budget       none (reservation and limit only)")
-        return "\n".join(lines)
-    used, total = float(b.get("used_hours") or 0), float(b.get("hours") or 0)
-    pct = f" ({percent(used, total)})" if total else ""
-    lines += [f"budget       {hours(b.get('hours'))} budget hours per {b.get('period')}",
-              f"period       from {when(b.get('period_start'))}",
-              f"used         {hours(used)} h{pct}",
-              f"left         {hours(b.get('left_hours'))} h",
-              f"burn rate    {hours(b.get('burn_rate'))} budget hours per hour",
-              "runs out     " + (when(b["runout_at"]) if b.get("runout_at")
-                                   else "not at this rate before the reset"),
-              f"resets       {when(b.get('resets_at'))}"]
-    for a in b.get("alerts") or []:
-        lines.append(f"alert        {when(a.get('at'))}: {a.get('text')}")
+    else:
+        used, total = float(b.get("used_hours") or 0), float(b.get("hours") or 0)
+        pct = f" ({percent(used, total)})" if total else ""
+        lines += [f"budget       {hours(b.get('hours'))} budget hours per {b.get('period')}",
+                  f"period       from {when(b.get('period_start'))}",
+                  f"used         {hours(used)} h{pct}",
+                  f"left         {hours(b.get('left_hours'))} h",
+                  f"burn rate    {hours(b.get('burn_rate'))} budget hours per hour",
+                  "runs out     " + (when(b["runout_at"]) if b.get("runout_at")
+                                       else "not at this rate before the reset"),
+                  f"resets       {when(b.get('resets_at'))}"]
+        for a in b.get("alerts") or []:
+            lines.append(f"alert        {when(a.get('at'))}: {a.get('text')}")
+    w = p.get("waiting")
+    if w is not None:
+        teams = w.get("groups") or []
+        lines.append("waiting      " + ("nothing" if not w.get("tasks") else
+                                        f"{team_waiting({**w, 'reason': None})} in "
+                                        f"{len(teams)} team{'' if len(teams) == 1 else 's'}"))
+        lines += [f"  {g['group']}: {team_waiting(g)}" for g in teams]
     return "\n".join(lines)

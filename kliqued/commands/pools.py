@@ -1,4 +1,5 @@
-"""``kliqued pools``: capacity and use of every pool."""
+"""``kliqued pools``: capacity and use of every pool; ``--by-level``: by level of the
+organisation's tree."""
 
 from __future__ import annotations
 
@@ -14,9 +15,17 @@ def register(subparsers) -> None:
         description="Every pool with its declared capacity, the GPUs in use, those used by "
                     "groups above their reservation (borrowed), those free, and its live "
                     "workers (how many, with how many GPUs). A pool with no live worker "
-                    "takes no new work (an autoscaled pool does: its workers come with it).",
+                    "takes no new work (an autoscaled pool does: its workers come with it). "
+                    "With --by-level: who uses each pool, by level of the organisation "
+                    "(business unit > department > team), so a department head sees where "
+                    "their teams run.",
         examples="  kliqued pools\n"
+                 "  kliqued pools --by-level         # where each level of the tree runs\n"
                  "  kliqued pools --json")
+    p.add_argument("--by-level", action="store_true",
+                   help="per pool, the GPUs used there by each group of the organisation's "
+                        "tree you may see, rolled up (a department counts its teams, a "
+                        "business unit its departments), indented under the group above")
     add_client_flags(p)
     p.set_defaults(handler=run)
 
@@ -26,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     pools = client(args).pools()
     if args.json:
         print_json({"pools": pools})
+        return 0
+    if args.by_level:
+        print(by_level(pools))
         return 0
     rows = [[p["name"], p.get("kind"), p.get("gpu_type"), num(p.get("capacity")),
              num(p.get("used")), num(p.get("borrowed")), num(p.get("free")), workers(p)]
@@ -51,3 +63,29 @@ def workers(p: dict) -> str:
     text = f"{w['live']} ({w['gpus']} GPU{'' if w['gpus'] == 1 else 's'})" if w["live"] \
         else "none"
     return text + (" (autoscaled)" if p.get("autoscaled") and not w["live"] else "")
+
+
+def by_level(pools: list[dict]) -> str:
+    """Per pool that some group shown uses, one row per such group (``by_level``, top
+    first), indented by its depth below the shallowest group shown, with its share of the
+    pool's capacity; the other pools are named after the table."""
+    rows = []
+    idle = []
+    for p in pools:
+        levels = p.get("by_level") or []
+        if not levels:
+            idle.append(p["name"])
+            continue
+        top = min(x.get("depth", 0) for x in levels)
+        cap = float(p.get("capacity") or 0)
+        first = [p["name"], num(p.get("capacity")), num(p.get("used"))]
+        for i, x in enumerate(levels):
+            share = f"{float(x['used']) * 100 / cap:.0f}%" if cap else "-"
+            rows.append([*(first if i == 0 else ["", "", ""]),
+                         "  " * (x.get("depth", 0) - top) + x["group"], num(x["used"]),
+                         share])
+    text = table(["POOL", "CAPACITY", "USED", "LEVEL", "GPUS", "OF POOL"], rows,
+                 right=[1, 2, 4, 5]) if rows else "no GPUs in use by the groups you may see"
+    if idle and rows:
+        text += f"\n\nnot used by the groups you may see: {', '.join(idle)}"
+    return text

@@ -32,7 +32,8 @@ def register(subparsers) -> None:
                    help="which tasks to list (default: active = queued and placed)")
     p.add_argument("--resource", metavar="POLICY/PROFILE", help="only this compute resource")
     p.add_argument("--user", metavar="NAME", help="only this user's tasks (group admins)")
-    p.add_argument("--group", metavar="NAME", help="only this group's tasks")
+    p.add_argument("--group", metavar="NAME",
+                   help="only this group's tasks (a department or business unit: its teams')")
     p.add_argument("--limit", type=int, default=200, metavar="N",
                    help="list at most N tasks (default: 200)")
     add_client_flags(p)

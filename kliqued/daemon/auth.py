@@ -148,6 +148,11 @@ class Access:
                 admin.setdefault(u, set()).update(below.get(g.name, {g.name}))
         self._member = {u: frozenset(s) for u, s in member.items()}
         self._admin = {u: frozenset(s) for u, s in admin.items()}
+        self._below = {g: frozenset(s) for g, s in below.items()}
+
+    def subtree(self, group: str) -> frozenset[str]:
+        """``group`` and every group below it, at any depth (an unknown group: itself)."""
+        return self._below.get(group, frozenset((group,)))
 
     def groups_of(self, user: str) -> frozenset[str]:
         """Groups that list ``user`` in ``users``: where they may send work."""

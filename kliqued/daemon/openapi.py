@@ -265,11 +265,35 @@ SCHEMAS: dict[str, Any] = {
         "burn_rate": {"type": "number", "description": "budget hours per hour"},
         "runout_at": TIME_OR_NULL,
         "alerts": {"type": "array", "items": _ref("Alert")}}),
+    "WaitingGroup": _obj({
+        "group": {"type": "string"}, "policy": {"type": "string"},
+        "tasks": {"type": "integer", "minimum": 1}, "gpus": {"type": "number"},
+        "reason": {**_nullable(_ref("Reason")),
+                   "description": "why its first waiting task (the queue head that waited "
+                                  "longest) waits"}}),
+    "Waiting": _obj({
+        "tasks": {"type": "integer", "minimum": 0}, "gpus": {"type": "number"},
+        "groups": {"type": "array", "items": _ref("WaitingGroup"),
+                   "description": "each team of the subtree with queued work"}}),
     "Policy": _obj({
         "name": {"type": "string"}, "group": {"type": "string"},
         "reservation": {"type": "number"}, "limit": {"type": "number"},
         "used": {"type": "number"}, "borrowed": {"type": "number"},
-        "budget": _nullable(_ref("Budget"))}),
+        "budget": _nullable(_ref("Budget")),
+        "envelope": {"type": "boolean", "description": "the policy of a group with groups "
+                                                      "below it: its numbers are the subtree's"},
+        "parent": {"type": ["string", "null"], "description": "the envelope just above"},
+        "levels": {"type": "array", "items": {"type": "string"},
+                   "description": "the policies a task of the group counts at, itself first"},
+        "depth": {"type": "integer", "minimum": 0, "description": "envelopes above it"},
+        "path": {"type": "string", "description": "its group's path, top first"},
+        "shared_reservation": {"type": ["number", "null"],
+                               "description": "an envelope's reservation that no policy "
+                                              "below holds: any of them may use it"},
+        "below": {"type": "array", "items": {"type": "string"},
+                  "description": "an envelope's policies just below it"},
+        "user_limit": {"type": ["number", "null"]},
+        "waiting": _ref("Waiting")}),
     "PolicyList": _obj({"policies": {"type": "array", "items": _ref("Policy")}}),
     "Pool": _obj({
         "name": {"type": "string"},
@@ -283,7 +307,13 @@ SCHEMAS: dict[str, Any] = {
         "takes_work": {"type": "boolean",
                        "description": "false: no live worker, so no new placements"},
         "autoscaled": {"type": "boolean"},
-        "start_timeout_s": {"type": "integer", "minimum": 0}}),
+        "start_timeout_s": {"type": "integer", "minimum": 0},
+        "by_level": {"type": "array", "description": "GPUs used here by each group the "
+                                                     "caller sees, rolled up the tree, top "
+                                                     "first",
+                     "items": _obj({"group": {"type": "string"}, "path": {"type": "string"},
+                                    "depth": {"type": "integer", "minimum": 0},
+                                    "used": {"type": "number"}})}}),
     "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
     "Event": _obj({
         "seq": {"type": "integer", "minimum": 1}, "at": TIME,

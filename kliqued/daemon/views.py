@@ -6,11 +6,12 @@ they see one consistent State.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from klique_util.units import from_milli, unit_hours
 from kliqued.engine import budget_status
 
+from . import treeviews
 from .auth import Principal
 from .core import Daemon
 from .records import TaskRecord
@@ -137,7 +138,16 @@ def resource(d: Daemon, name: str, p: Principal | None = None,
     }
 
 
-def policy(d: Daemon, name: str, now: int) -> dict[str, Any]:
+def waiting(d: Daemon) -> treeviews.Waiting:
+    """Who is waiting, counted once per team for one answer (``policy``'s ``waiting``)."""
+    return treeviews.Waiting(d, lambda rec: reason_json(d.reason(rec)))
+
+
+def policy(d: Daemon, name: str, now: int,
+           waits: treeviews.Waiting | None = None) -> dict[str, Any]:
+    """A policy: its use, its budget in the current period, its place in the organisation
+    tree and who is waiting in its subtree. An envelope's ``used`` and budget count its
+    whole subtree (the engine's counters), so burn rate and run-out hold at every level."""
     idx, st = d.idx(), d.st()
     g = idx.group_of_policy[name]
     gi = idx.groups[g]
@@ -146,6 +156,8 @@ def policy(d: Daemon, name: str, now: int) -> dict[str, Any]:
         "name": name, "group": g, "reservation": gpus(gi.reservation),
         "limit": gpus(gi.limit), "used": gpus(used),
         "borrowed": gpus(max(0, used - gi.reservation)), "budget": None,
+        **treeviews.place(d, name),
+        "waiting": (waits or waiting(d)).of(name),
     }
     b = budget_status(idx, st, name, now)
     if b is not None and gi.budget is not None:
@@ -161,7 +173,10 @@ def policy(d: Daemon, name: str, now: int) -> dict[str, Any]:
     return out
 
 
-def pools(d: Daemon, only: str | None = None) -> list[dict[str, Any]]:
+def pools(d: Daemon, only: str | None = None,
+          sees: Callable[[str], bool] = lambda g: False) -> list[dict[str, Any]]:
+    """Every pool (``only``: one), with ``by_level``: the GPUs each group of the tree that
+    ``sees`` admits uses there, rolled up the tree."""
     st = d.st()
     borrowed = st.borrowed_by_pool()
     out = []
@@ -178,7 +193,8 @@ def pools(d: Daemon, only: str | None = None) -> list[dict[str, Any]]:
                     "workers": {"live": len(live), "gpus": sum(len(w.gpus) for w in live)},
                     "takes_work": p.name not in st.unavailable,
                     "autoscaled": p.autoscale is not None,
-                    "start_timeout_s": p.start_timeout_s})
+                    "start_timeout_s": p.start_timeout_s,
+                    "by_level": treeviews.by_level(d, p.name, sees)})
     return out
 
 

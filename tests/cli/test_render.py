@@ -44,3 +44,25 @@ def test_logs_end_with_why_it_ran_again_and_why_it_ended(capsys) -> None:
     assert out == "" and err.splitlines() == [
         "==> t-1 preempted 2x, last: reclaimed by vision",
         "==> t-1 ended: failed: exit code 3: CUDA out of memory"]
+
+
+def _pol(name: str, path: str, levels: list[str]) -> dict:
+    return {**POLICY, "name": name, "group": name, "path": path, "levels": levels,
+            "budget": None}
+
+
+def test_budget_tree_nests_under_the_nearest_envelope_shown_in_the_organisations_order():
+    """A team whose department is not shown (not the caller's, or a department with no
+    policy) starts a tree of its own; siblings follow their groups' paths, so the teams of
+    a policy-less department (lab) stay together; a daemon before the tree: flat."""
+    pols = [_pol("zeta", "co/lab/zeta", ["zeta"]),
+            _pol("alpha", "co/sales/dep/alpha", ["alpha", "dep", "sales"]),
+            _pol("dep", "co/sales/dep", ["dep", "sales"]),
+            _pol("beta", "co/lab/beta", ["beta"]),
+            _pol("sales", "co/sales", ["sales"]),
+            _pol("orphan", "co/other/d2/orphan", ["orphan", "d2"])]
+    got = [(depth, p["name"]) for depth, p in budget.tree(pols)]
+    assert got == [(0, "beta"), (0, "zeta"), (0, "orphan"), (0, "sales"), (1, "dep"),
+                   (2, "alpha")]
+    old = [{k: v for k, v in p.items() if k not in ("path", "levels")} for p in pols]
+    assert [d for d, _ in budget.tree(old)] == [0] * 6

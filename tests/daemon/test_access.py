@@ -15,6 +15,7 @@ team-a/one. A task a caller may not see is a 404 (ids are not disclosed); an est
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
@@ -22,7 +23,7 @@ import pytest
 from kliqued.daemon.app import ROUTES
 from kliqued.daemon.routes import Route
 
-from tests.harness.daemon import Server
+from tests.harness.daemon import SMALL_ESTATE, Server
 
 WHO = ["admin", "finance", "planner", "alice", "bob", "erin", "walter", "worker", "none",
        "revoked"]
@@ -74,6 +75,17 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "list-tokens": ("listTokens", "/v1/tokens", None, 200, {}),
     "rotate-token": ("rotateToken", "/v1/tokens/{token}/rotate", None, 201, {}),
     "revoke-token": ("revokeToken", "/v1/tokens/{token}", None, 204, {}),
+    # schedules and pipelines (issue 14): a body the schema refuses, an id of none
+    "create-schedule": ("createSchedule", "/v1/schedules", {}, 400, {}),
+    "schedules": ("listSchedules", "/v1/schedules", None, 200, {}),
+    "schedule": ("getSchedule", "/v1/schedules/s-none", None, 404, {}),
+    "pause-schedule": ("pauseSchedule", "/v1/schedules/s-none/pause", None, 404, {}),
+    "resume-schedule": ("resumeSchedule", "/v1/schedules/s-none/resume", None, 404, {}),
+    "delete-schedule": ("deleteSchedule", "/v1/schedules/s-none", None, 404, {}),
+    "run-pipeline": ("runPipeline", "/v1/pipelines", {}, 400, {}),
+    "pipelines": ("listPipelines", "/v1/pipelines", None, 200, {}),
+    "pipeline": ("getPipeline", "/v1/pipelines/p-none", None, 404, {}),
+    "cancel-pipeline": ("cancelPipeline", "/v1/pipelines/p-none/cancel", None, 404, {}),
     # group admins (alice: team-a, walter: the department) read their subtree's rows
     "ledger-sql": ("ledgerSql", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"}, 200,
                    NO_GROUP_ADMIN),
@@ -180,3 +192,121 @@ def test_visibility_of_lists(server: Server, who) -> None:
     finally:
         for t in (mine, bobs):
             server.ok("POST", f"/v1/tasks/{t['id']}/cancel")
+
+
+# ---------------------------------------------------------------- departments (issue 12)
+# The organisation estate (estate_org/): north/ml/team-a (alice: user and admin), north/ml/
+# team-b (bob), south/ops/team-c (carl: user and admin). dana heads ml (an envelope), nina
+# the business unit north, olga the department ops. An admin of a group manages every group
+# below it; nobody sees across into another department, nor a team into its siblings.
+
+ORG_ESTATE = SMALL_ESTATE.parent / "estate_org"
+
+
+@dataclass
+class Org:
+    server: Server
+    tokens: dict[str, str]
+    bob_task: str
+    """bob's (team-b), waiting: the engine is off while the module runs."""
+    carl_task: str
+    """carl's (team-c, the other department), waiting."""
+
+    def call(self, who: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.server.call(method, path, body, self.tokens[who])
+
+
+@pytest.fixture(scope="module")
+def org(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("org-access"), estate=ORG_ESTATE).start()
+    s.ok("POST", "/v1/engine", {"enabled": False})  # tasks stay queued, with their reasons
+    tokens = {n: s.token({"user": n}) for n in ("alice", "bob", "carl", "dana", "nina", "olga")}
+    bob = s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, token=tokens["bob"],
+               expect=201)
+    carl = s.ok("POST", "/v1/tasks", {"resource": "team-c/one", **CMD}, token=tokens["carl"],
+                expect=201)
+    yield Org(s, tokens, bob["id"], carl["id"])
+    assert s.stop() == 0, s.log()
+
+
+def _ids(org: Org, who: str, query: str = "") -> set[str]:
+    status, data = org.call(who, "GET", f"/v1/tasks?limit=1000{query}")
+    assert status == 200, data
+    return {t["id"] for t in data["tasks"]}
+
+
+def _event_tasks(org: Org, who: str) -> set[str]:
+    status, data = org.call(who, "GET", "/v1/events?limit=1000")
+    assert status == 200, data
+    return {e["task"] for e in data["events"] if e["task"]}
+
+
+@pytest.mark.parametrize("head", ["dana", "nina"])
+def test_a_department_head_sees_a_team_below(org: Org, head: str) -> None:
+    """The department's (and the business unit's) head lists, reads, sees the reason of, and
+    reads the queue, events and policies of a task of a team below; filtering by the
+    department lists its teams' tasks."""
+    assert org.bob_task in _ids(org, head)
+    assert org.bob_task in _ids(org, head, "&group=team-b")
+    assert org.bob_task in _ids(org, head, "&group=ml")  # the department: its teams' tasks
+    assert org.bob_task in _ids(org, head, "&user=bob")
+    status, task = org.call(head, "GET", f"/v1/tasks/{org.bob_task}")
+    assert status == 200 and task["command"] == ["true"], task
+    assert task["waiting_reason"]["kind"] == "pending", task
+    status, queue = org.call(head, "GET", "/v1/resources/team-b/one/queue")
+    assert status == 200 and [e["id"] for e in queue["queue"]] == [org.bob_task], queue
+    assert queue["queue"][0]["waiting_reason"]["text"], queue
+    status, _ = org.call(head, "GET", f"/v1/events?task={org.bob_task}")
+    assert status == 200
+    assert org.bob_task in _event_tasks(org, head)
+    status, pols = org.call(head, "GET", "/v1/policies")
+    assert [p["name"] for p in pols["policies"]] == ["ml", "team-a", "team-b"], pols
+    assert org.call(head, "GET", "/v1/policies/ml")[0] == 200
+
+
+@pytest.mark.parametrize("head", ["dana", "nina"])
+def test_a_department_head_sees_nothing_of_another_department(org: Org, head: str) -> None:
+    assert org.carl_task not in _ids(org, head)
+    assert org.carl_task not in _event_tasks(org, head)
+    for method, path in (("GET", f"/v1/tasks/{org.carl_task}"),
+                         ("POST", f"/v1/tasks/{org.carl_task}/cancel"),
+                         ("GET", f"/v1/tasks/{org.carl_task}/log"),
+                         ("GET", f"/v1/events?task={org.carl_task}")):
+        status, data = org.call(head, method, path)
+        assert status == 404, (method, path, data)
+    for path in ("/v1/resources/team-c/one/queue", "/v1/policies/team-c",
+                 "/v1/tasks?group=team-c", "/v1/tasks?group=ops", "/v1/tasks?group=south",
+                 "/v1/tasks?user=carl"):
+        status, data = org.call(head, "GET", path)
+        assert status == 403, (path, data)
+    status, res = org.call(head, "GET", "/v1/resources")
+    assert {r["group"] for r in res["resources"]} == {"team-a", "team-b"}, res
+
+
+def test_a_team_admin_sees_only_their_team(org: Org) -> None:
+    """alice administers team-a: not its sibling team-b, nor the department above."""
+    assert org.bob_task not in _ids(org, "alice")
+    assert org.bob_task not in _event_tasks(org, "alice")
+    for method, path in (("GET", f"/v1/tasks/{org.bob_task}"),
+                         ("POST", f"/v1/tasks/{org.bob_task}/cancel")):
+        assert org.call("alice", method, path)[0] == 404, path
+    for path in ("/v1/resources/team-b/one/queue", "/v1/policies/team-b", "/v1/policies/ml",
+                 "/v1/tasks?group=team-b", "/v1/tasks?group=ml", "/v1/tasks?user=bob"):
+        status, data = org.call("alice", "GET", path)
+        assert status == 403, (path, data)
+    status, pols = org.call("alice", "GET", "/v1/policies")
+    assert [p["name"] for p in pols["policies"]] == ["team-a"], pols
+
+
+def test_another_departments_head_cannot_cancel_and_the_department_head_can(org: Org) -> None:
+    """Runs last: it ends bob's task. olga (ops) is refused as if the task did not exist;
+    dana (ml) cancels it, and its end says who did."""
+    status, data = org.call("olga", "POST", f"/v1/tasks/{org.bob_task}/cancel")
+    assert status == 404, data
+    assert org.call("olga", "GET", f"/v1/tasks/{org.bob_task}")[0] == 404
+    status, task = org.call("dana", "POST", f"/v1/tasks/{org.bob_task}/cancel",
+                            {"reason": "the department needs the GPUs"})
+    assert status == 200 and task["state"] == "ended", task
+    assert task["end"]["text"] == "cancelled by user:dana: the department needs the GPUs"
+    status, task = org.call("bob", "GET", f"/v1/tasks/{org.bob_task}")
+    assert status == 200 and task["end_reason"] == "cancelled", task

@@ -71,6 +71,29 @@ def test_budget_and_pools(as_user):
     assert {p["name"] for p in json.loads(out)["pools"]} >= {"onprem-k8s"}
 
 
+def test_budget_and_pools_by_level_for_a_business_unit(as_user):
+    """The example estate's tree as its heads see it: victor's business unit (commercial >
+    digital > its teams), ursula's department with its envelope's detail and subtree."""
+    rc, out, _ = as_user("victor", "budget")
+    table = out.split("\n\n")[0].splitlines()
+    assert rc == 0 and table[0].startswith("POLICY") and "WAITING" in table[0]
+    indented = [(len(line) - len(line.lstrip()), line.split()[0]) for line in table[1:]]
+    assert indented == [(0, "commercial"), (2, "digital"), (4, "customer-ai"),
+                        (4, "finance-analytics")], out
+    rc, out, _ = as_user("ursula", "budget", "digital")
+    assert rc == 0 and "envelope     over finance-analytics, customer-ai; shared " \
+                       "reservation 2" in out, out
+    assert "counted at   digital > commercial" in out
+    tree = out.split("\n\n")[-1].splitlines()
+    assert [line.split()[0] for line in tree[1:]] == ["digital", "customer-ai",
+                                                      "finance-analytics"], out
+    rc, out, _ = as_user("mallory", "budget")  # a team lead: the team, on its own
+    assert rc == 0 and [line.split()[0] for line in out.split("\n\n")[0].splitlines()[1:]] \
+        == ["customer-ai"], out
+    rc, out, err = as_user("ursula", "pools", "--by-level")
+    assert rc == 0 and ("LEVEL" in out or "no GPUs in use" in out), err
+
+
 def test_ledger_sql_and_export(as_user, tmp_path):
     rc, out, _ = as_user("alice", "submit", "-r", "llm-research/h100", "-p", "evals", "--json",
                          "--", "sleep", "5")

@@ -17,7 +17,8 @@ async def list_policies(request: web.Request) -> web.Response:
     now = d.clock.now()
     names = sorted(n for n, g in idx.group_of_policy.items()
                    if p.is_finance or acc.sees_group(p, g))
-    return reply({"policies": [views.policy(d, n, now) for n in names]})
+    waits = views.waiting(d)
+    return reply({"policies": [views.policy(d, n, now, waits) for n in names]})
 
 
 async def get_policy(request: web.Request) -> web.Response:

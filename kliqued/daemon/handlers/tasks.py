@@ -143,6 +143,9 @@ async def list_tasks(request: web.Request) -> web.Response:
     mine = acc.admin_of(p.name) if p.is_user else frozenset()
     if p.is_user:
         _may_filter(acc, p.name, mine, user, group)
+    # a department (any group with groups below it) lists its teams' tasks: a task's group
+    # is always a team's
+    in_group = acc.subtree(group) if group is not None else None
     start = bisect_right(d.ids, after) if after else 0
     out: list[TaskRecord] = []
     more = False
@@ -156,7 +159,7 @@ async def list_tasks(request: web.Request) -> web.Response:
             continue
         if user is not None and rec.user != user:
             continue
-        if group is not None and rec.group != group:
+        if in_group is not None and rec.group not in in_group:
             continue
         if pool is not None and rec.pool != pool:
             continue
