@@ -97,9 +97,12 @@ def room(d: Daemon, group: str, now: int) -> dict[str, Any]:
     idx, st = d.idx(), d.st()
     gi = idx.groups[group]
     used = st.used.get(group, 0)
+    # Free under every level's limit (organisation.md): a department at its limit leaves its
+    # teams no room, whatever their own limits say.
+    free = min(idx.groups[x].limit - st.used.get(x, 0) for x in gi.levels)
     out: dict[str, Any] = {"group": group, "used": gpus(used),
                            "reservation": gpus(gi.reservation), "limit": gpus(gi.limit),
-                           "free": gpus(max(0, gi.limit - used)), "budget": None}
+                           "free": gpus(max(0, free)), "budget": None}
     b = budget_status(idx, st, gi.policy, now) if gi.policy is not None else None
     if b is not None and gi.budget is not None:
         out["budget"] = {"hours": from_milli(gi.budget.hours_milli), "period": b.period,
