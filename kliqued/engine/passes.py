@@ -438,7 +438,7 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         state.reclaim.discard(cr.name)
         return
     gi = index.groups[cr.group]
-    head = _head(state, gi, q) if cr.strict else q.head()
+    head = _head(state, gi, q) if cr.strict or gi.user_limit is not None else q.head()
     within = _reclaim_candidate(index, state, cr) is not None
     if within:
         state.reclaim.add(cr.name)
@@ -447,7 +447,14 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
     if head is None:
         _hold(state, cr.group, cr.name)  # every task held by its user's limit
         return
-    need = head.size if cr.strict else (q.min_size() or 0)
+    if cr.strict:
+        need = head.size
+    elif gi.user_limit is not None:
+        # The smallest task its user's limit lets go: the room a watcher wakes it for must
+        # be room it can use, or a pool gaining room would wake it again and again.
+        need = min(t.size for t in q if user_ok(state, gi, t))
+    else:
+        need = q.min_size() or 0
     if need > headroom(index, state, cr, True):
         x = failing_limit_level(index, state, gi, need) or cr.group
         if x == cr.group or within:
@@ -536,7 +543,10 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
         t = _reclaim_candidate(index, state, cr, upto)
         if t is None:
             queued.pop(name, None)
-            state.reclaim.discard(name)
+            # Not within reservation at the levels of this round; a later round (an envelope
+            # further out) may still find it so: only the last round forgets it.
+            if upto is None or upto + 1 >= len(index.groups[cr.group].levels):
+                state.reclaim.discard(name)
             return
         if queued.get(name) == t.id:
             return
