@@ -22,6 +22,8 @@ it without loading anything else.
   give it (a changed ``--gpus``); the daemon logs a warning and keeps the task.
 - :class:`CapacityUnavailable`: a cloud provider cannot give the capacity now (spot refused,
   no instances of the type); the autoscaler's loop tries again later or another way.
+- :class:`ProviderError`: a cloud provider refused for another reason than capacity;
+  the autoscaler's loop reports it and retries next round.
 - :class:`RolloutError`: ``kliqued workers rollout`` cannot build or run its playbook; the
   command prints it and exits with an error.
 """
@@ -72,6 +74,12 @@ class PlacementError(WorkerError):
 
 class CapacityUnavailable(WorkerError):
     """The provider cannot give this capacity now (spot refused, no instances of the type)."""
+
+
+class ProviderError(WorkerError):
+    """A cloud provider refused for a reason other than capacity (a bad image, missing
+    permissions, an unreachable API): a configuration to fix; the autoscaler logs it and
+    tries again next round."""
 
 
 class RolloutError(WorkerError):

@@ -43,12 +43,13 @@ def register(subparsers) -> None:
                     "SIGTERM/Ctrl-C, or one round with --once. docs/autoscaling.md.",
         examples=EXAMPLES)
     p.add_argument("--pool", required=True, metavar="NAME", help="the cloud pool to scale")
-    p.add_argument("--provider", default="local", choices=["local"],
+    p.add_argument("--provider", default="local", choices=["local", "ec2"],
                    help="where nodes come from (default: local, klique-worker processes on "
-                        "this machine)")
+                        "this machine; ec2: EC2 instances, docs/autoscaling.md)")
     p.add_argument("--provider-config", metavar="FILE",
                    help="the provider's settings, YAML or JSON (local: root, url, token_file, "
-                        "spot_capacity, on_demand_capacity, worker_args)")
+                        "spot_capacity, on_demand_capacity, worker_args; ec2: region, "
+                        "image_id, instance_types, token_ssm_parameter, ...)")
     p.add_argument("--worker-token-file", metavar="FILE",
                    help="the pool's worker token, for the workers the local provider starts")
     p.add_argument("--estate", default=DEFAULT_ESTATE, metavar="DIR",
@@ -91,7 +92,8 @@ def _load_config(path: str | None) -> dict:
 
 
 def policy_for(args: argparse.Namespace):
-    """The pool's ScalePolicy from the estate, with the command line's overrides."""
+    """The pool's ScalePolicy from the estate, with the command line's overrides, and the
+    estate's revision (a cloud provider tags its nodes with it)."""
     from compiler.api import compile_dir
     from workers.autoscaler.decide import ScalePolicy
     from workers.cli import duration
@@ -108,7 +110,7 @@ def policy_for(args: argparse.Namespace):
                          "`kind: cloud` pools with `autoscale` are scaled")
     a = pool.autoscale
     node_gpus = args.node_gpus or int(pool.settings.get("node_gpus", 1))
-    return ScalePolicy(
+    return res.estate.revision, ScalePolicy(
         max_milli=args.max * MILLI if args.max is not None else a.max_milli,
         idle_timeout_s=(duration(args.idle_timeout) if args.idle_timeout
                         else float(a.idle_timeout_s)),
@@ -125,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        policy = policy_for(args)
+        revision, policy = policy_for(args)
         api = client(args)
         provider = make_provider(args.provider, _load_config(args.provider_config),
-                                 url=api.url, token_file=args.worker_token_file)
+                                 url=api.url, token_file=args.worker_token_file,
+                                 revision=revision)
         interval = duration(args.interval)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"kliqued autoscale: {exc}", file=sys.stderr)

@@ -30,6 +30,7 @@ from kliqued.sdk import Client, KliqueError
 from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
                                        decide, track_idle)
 from workers.autoscaler.providers import CapacityUnavailable, Node, Provider
+from workers.errors import ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,10 @@ class Autoscaler:
             report.skipped = f"the control plane: {exc.message}"
             log.warning("round skipped: %s", report.skipped)
             return report
+        except ProviderError as exc:
+            report.skipped = str(exc)
+            log.warning("round skipped: %s", report.skipped)
+            return report
         report.waiting, report.nodes = len(obs.waiting), len(nodes)
         actions = decide(obs)
         for _ in range(3):
@@ -109,7 +114,12 @@ class Autoscaler:
                     node = nodes.pop(action.node, None)
                     if node is not None:
                         log.info("releasing node %s: %s", action.node, action.reason)
-                        self.provider.terminate(node)
+                        try:
+                            self.provider.terminate(node)
+                        except ProviderError as exc:
+                            report.refused.append(str(exc))
+                            log.error("%s: releasing it again next round", exc)
+                            continue
                         self._deregister(node)
                         self.idle_since.pop(action.node, None)
                         report.terminated.append((action.node, action.reason))
@@ -125,6 +135,10 @@ class Autoscaler:
                             retry = True
                             break
                         log.warning("on-demand refused (%s): retrying next round", exc)
+                        continue
+                    except ProviderError as exc:
+                        report.refused.append(str(exc))
+                        log.error("%s: retrying next round", exc)
                         continue
                     log.info("launched node %s: %d GPU(s), %s, for %d waiting task(s)",
                              node.id, node.gpus, "spot" if node.spot else "on-demand",

@@ -138,9 +138,19 @@ class LocalProvider(Provider):
             kind = "spot" if spot else "on-demand"
             raise CapacityUnavailable(f"local provider: no {kind} capacity for {gpus} GPU(s) "
                                       f"({kind}_capacity {cap})")
-        node_id = f"n-{pool}-{'s' if spot else 'o'}-{secrets.token_hex(3)}"
+        return self.start_worker(f"n-{pool}-{'s' if spot else 'o'}-{secrets.token_hex(3)}",
+                                 pool, gpus, spot)
+
+    def start_worker(self, node_id: str, pool: str, gpus: int, spot: bool,
+                     worker_id: str | None = None, meta: dict | None = None) -> Node:
+        """Starts the worker of node ``node_id``: what a cloud node's start-up does, on this
+        machine (a cloud provider's emulation mode uses it for the instances the emulator
+        reports). ``worker_id`` is written to the state dir first, as a cloud node's
+        user-data does, so the control plane knows the worker by its node."""
         state_dir = self.root / node_id
         state_dir.mkdir(parents=True)
+        if worker_id:
+            write_atomic(state_dir / "worker-id", worker_id + "\n")
         log = open(state_dir / "worker.log", "ab")
         # --drain: a node is released for good, so its worker hands back what it runs and
         # deregisters on the SIGTERM of terminate(), rather than being declared lost
@@ -154,7 +164,7 @@ class LocalProvider(Provider):
         finally:
             log.close()
         node = Node(node_id, pool, gpus, spot, time.time(), up=True,
-                    meta={"pid": proc.pid, "start": _proc_start(proc.pid),
+                    meta={**(meta or {}), "pid": proc.pid, "start": _proc_start(proc.pid),
                           "state_dir": str(state_dir)})
         write_atomic(self._meta_path(node_id), json.dumps(
             {k: v for k, v in asdict(node).items() if k not in ("up", "gone", "running")}))
@@ -236,13 +246,17 @@ class LocalProvider(Provider):
         self._meta_path(node.id).unlink(missing_ok=True)
 
 
-PROVIDERS = {"local": LocalProvider}
+PROVIDERS = ("local", "ec2")
 
 
 def make_provider(name: str, config: dict, url: str | None = None,
-                  token_file: str | None = None) -> Provider:
-    try:
-        cls = PROVIDERS[name]
-    except KeyError:
-        raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}") from None
-    return cls.from_config(config, url=url, token_file=token_file)
+                  token_file: str | None = None, revision: str | None = None) -> Provider:
+    """The provider ``name`` from its settings (``--provider-config``); ``revision`` is the
+    estate revision the autoscaler runs with (a cloud provider tags its nodes with it)."""
+    if name == "local":
+        return LocalProvider.from_config(config, url=url, token_file=token_file)
+    if name == "ec2":
+        from workers.autoscaler.ec2 import Ec2Provider   # boto3 only when it is used
+        return Ec2Provider.from_config(config, url=url, token_file=token_file,
+                                       revision=revision)
+    raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
