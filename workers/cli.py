@@ -62,10 +62,11 @@ def parser() -> argparse.ArgumentParser:
                         "nvidia-smi's GPUs, or declares GPUs where there is no nvidia-smi), "
                         "or `none` (default: auto)")
     p.add_argument("--executor", default="process",
-                   choices=["process", "slurm", "docker", "podman", "kubernetes"],
-                   help="how tasks run: child processes here, sbatch jobs, containers "
-                        "(docker, podman) or Kubernetes Jobs (default: process; "
-                        "docs/executors.md)")
+                   choices=["process", "slurm", "pbs", "lsf", "docker", "podman",
+                            "kubernetes"],
+                   help="how tasks run: child processes here, sbatch, qsub (PBS) or bsub "
+                        "(LSF) jobs, containers (docker, podman) or Kubernetes Jobs "
+                        "(default: process; docs/executors.md)")
     p.add_argument("--gpu-memory", type=int, default=None, metavar="MIB",
                    help="memory of each declared GPU in MiB, where nvidia-smi cannot say "
                         "(sets the memory cap of fractions)")
@@ -76,6 +77,13 @@ def parser() -> argparse.ArgumentParser:
                        help="slurm.conf for sbatch/squeue/scancel (sets SLURM_CONF)")
     slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                        help="extra sbatch argument, e.g. --sbatch-arg=--account=ml (repeatable)")
+    batch = p.add_argument_group("pbs and lsf executors")
+    batch.add_argument("--queue", default=None,
+                       help="the PBS or LSF queue of the pool's jobs (default: the "
+                            "scheduler's default queue)")
+    batch.add_argument("--batch-arg", action="append", default=[], metavar="ARG",
+                       help="extra qsub/bsub argument, e.g. --batch-arg=-P --batch-arg=ml "
+                            "(repeatable)")
     ctr = p.add_argument_group("docker, podman and kubernetes executors")
     ctr.add_argument("--image", default=None,
                      help="the image of tasks whose lease names none")
@@ -161,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         executor = make_executor(
             args.executor, state_dir=state.root, venv=args.venv, workdir=args.workdir,
             gpus=gpus, partition=args.partition, slurm_conf=args.slurm_conf,
-            sbatch_args=args.sbatch_arg, image=args.image, container_args=args.container_arg,
+            sbatch_args=args.sbatch_arg, queue=args.queue, batch_args=args.batch_arg,
+            image=args.image, container_args=args.container_arg,
             memory_per_gpu_mb=args.container_memory_per_gpu, kubeconfig=args.kubeconfig,
             settings=K8sSettings(namespace=args.namespace, image=args.image,
                                  fraction_resource=args.k8s_fraction_resource,

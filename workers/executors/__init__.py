@@ -2,6 +2,8 @@
 
     process      a child process group on the worker's machine (workers/executors/process.py)
     slurm        an sbatch job on the pool's partition (slurm.py)
+    pbs          a qsub job (PBS Professional / OpenPBS; pbs.py, batch.py)
+    lsf          a bsub job (IBM Spectrum LSF; lsf.py, batch.py)
     docker       a container through the docker CLI (container.py)
     podman       the same through Podman's docker-compatible CLI (container.py)
     kubernetes   a batch/v1 Job through the official Python client (kubernetes.py)
@@ -17,7 +19,7 @@ from workers.executors.base import RUNNING, Executor, Exited, Running, StartErro
 __all__ = ["EXECUTORS", "RUNNING", "Executor", "Exited", "Running", "StartError",
            "make_executor"]
 
-EXECUTORS = ("process", "slurm", "docker", "podman", "kubernetes")
+EXECUTORS = ("process", "slurm", "pbs", "lsf", "docker", "podman", "kubernetes")
 
 
 def _executor_class(name: str) -> type[Executor]:
@@ -27,6 +29,12 @@ def _executor_class(name: str) -> type[Executor]:
     if name == "slurm":
         from workers.executors.slurm import SlurmExecutor
         return SlurmExecutor
+    if name == "pbs":
+        from workers.executors.pbs import PbsExecutor
+        return PbsExecutor
+    if name == "lsf":
+        from workers.executors.lsf import LsfExecutor
+        return LsfExecutor
     if name in ("docker", "podman"):
         from workers.executors.container import ContainerExecutor
         return ContainerExecutor
