@@ -29,9 +29,15 @@ def build(sources: SourceMap) -> c.CompiledEstate:
             name=q.name, kind=q.kind, capacity_milli=pool_capacity(q), gpu_type=q.gpu_type,
             gpu_memory_gb=q.gpu_memory_gb, generation=q.generation, labels=dict(q.labels),
             execution_order=execution_order(q, users_of_pool[q.name]),
-            autoscale=(c.CAutoscale(max_milli=q.autoscale.max,
-                                    idle_timeout_s=q.autoscale.idle_timeout,
-                                    spot_first=q.autoscale.spot_first)
+            autoscale=(c.CAutoscale(
+                max_milli=q.autoscale.max, idle_timeout_s=q.autoscale.idle_timeout,
+                spot_first=q.autoscale.spot_first,
+                spend_cap=(money_str(q.autoscale.spend_cap)
+                           if q.autoscale.spend_cap is not None else None),
+                node_prices=tuple(c.CNodePrice(
+                    instance_type=n.instance_type, on_demand=money_str(n.on_demand),
+                    spot=money_str(n.spot) if n.spot is not None else None)
+                    for n in q.autoscale.node_prices))
                        if q.autoscale else None),
             start_timeout_s=(q.start_timeout if q.start_timeout is not None
                              else settings.start_timeout),

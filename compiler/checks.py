@@ -121,6 +121,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
                                  "list the policies that may use it under 'policies'"))
 
     diags += _check_pricing(sources, pools)
+    diags += _check_cloud_spend(sources, pools)
     # The max-flow check over a partly broken estate would report shortfalls that are only
     # echoes of the errors above (a pool that failed validation has no capacity here).
     cascading = any(sources.broken.get(k) for k in ("pool", "profile", "policy")) or any(
@@ -330,6 +331,36 @@ def _check_pricing(sources: SourceMap, pools: dict[str, SourceObject]) -> list[D
                                  "has no price, so its GPU-hours are recorded at no cost",
                                  obj.pos("gpu_type"),
                                  f"add a pricing entry for gpu_type: {pool.gpu_type}"))
+    return diags
+
+
+def _check_cloud_spend(sources: SourceMap, pools: dict[str, SourceObject]
+                       ) -> list[Diagnostic]:
+    """A node's price is known (``node_prices``, else the gpu_type's price) wherever a spend
+    cap must be kept; an instance type is priced once."""
+    priced = {o.model.gpu_type for o in sources.of("price").values()}
+    priced |= {n.split("@")[0] for n in sources.broken.get("price", set())}
+    diags = []
+    for obj in pools.values():
+        a = obj.model.autoscale
+        if a is None:
+            continue
+        seen: dict[str, int] = {}
+        for i, n in enumerate(a.node_prices):
+            if n.instance_type in seen:
+                diags.append(error("duplicate-price", f"{obj.label}: instance type "
+                                   f"'{n.instance_type}' is priced twice in "
+                                   f"autoscale.node_prices (items {seen[n.instance_type]} "
+                                   f"and {i})",
+                                   obj.pos("autoscale", "node_prices", i, "instance_type"),
+                                   "keep one price per instance type"))
+            seen.setdefault(n.instance_type, i)
+        if a.spend_cap is not None and not a.node_prices and obj.model.gpu_type not in priced:
+            diags.append(error("missing-price", f"{obj.label}: autoscale.spend_cap needs the "
+                               f"price of a node, and gpu_type '{obj.model.gpu_type}' has "
+                               "none", obj.pos("autoscale", "spend_cap"),
+                               "add autoscale.node_prices, or a pricing entry for gpu_type: "
+                               f"{obj.model.gpu_type}"))
     return diags
 
 

@@ -56,10 +56,20 @@ class CAlerts(_Frozen):
     waiting_after_s: int | None = None
 
 
+class CNodePrice(_Frozen):
+    instance_type: str
+    on_demand: str
+    """Decimal text in ``settings.currency``, per node-hour."""
+    spot: str | None = None
+
+
 class CAutoscale(_Frozen):
     max_milli: int
     idle_timeout_s: int
     spot_first: bool
+    spend_cap: str | None = None
+    """Decimal text in ``settings.currency`` per UTC calendar month; None: no cap."""
+    node_prices: tuple[CNodePrice, ...] = ()
 
 
 class CNodes(_Frozen):
@@ -198,6 +208,12 @@ class CompiledEstate(_Frozen):
         for pool in body["pools"]:
             if not pool.get("nodes"):
                 pool.pop("nodes", None)
+            a = pool.get("autoscale")
+            if a is not None:
+                if a.get("spend_cap") is None:
+                    a.pop("spend_cap", None)
+                if not a.get("node_prices"):
+                    a.pop("node_prices", None)
         for prof in body["profiles"]:
             if prof.get("nodes") == 1:
                 prof.pop("nodes", None)

@@ -194,10 +194,39 @@ class Settings(_Model):
         None, description="alert channels and their recipients (extension; docs/alerts.md)")
 
 
+Amount = Annotated[
+    Decimal,
+    BeforeValidator(_money),
+    WithJsonSchema({**_NUMBER_SCHEMA, "description": "an amount in settings.currency"}),
+]
+NodeHourPrice = Annotated[
+    Decimal,
+    BeforeValidator(_money),
+    WithJsonSchema({**_NUMBER_SCHEMA, "description": "price of one node for one hour"}),
+]
+
+
+class NodePrice(_Model):
+    """What one cloud node of an instance type costs an hour: the provider's price table,
+    in the estate so that cloud spend is known and capped (extension)."""
+    instance_type: Annotated[str, Field(min_length=1, max_length=100,
+                                        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    on_demand: NodeHourPrice
+    spot: NodeHourPrice | None = Field(
+        None, description="the spot price to count; unset: spot nodes count at on_demand")
+
+
 class Autoscale(_Model):
     max: GpuAmount
     idle_timeout: Duration = Field("10m", validate_default=True)
     spot_first: bool = True
+    spend_cap: Amount | None = Field(
+        None, description="cloud spend per UTC calendar month, in settings.currency, past "
+                          "which the autoscaler adds no node (extension; docs/autoscaling.md)")
+    node_prices: list[NodePrice] = Field(
+        default_factory=list,
+        description="price per node-hour by instance type; a node of a type not listed "
+                    "costs its GPUs x the pool gpu_type's per_gpu_hour (extension)")
 
 
 class NodeGroup(_Model):
