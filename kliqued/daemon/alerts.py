@@ -38,9 +38,12 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 WAITING = "waiting_alert"
-ALERTING = ("alert", "worker_lost", "estate_refused", WAITING)
+SPEND_CAP = "spend_cap_reached"
+ALERTING = ("alert", "worker_lost", "estate_refused", WAITING, SPEND_CAP)
 """Event kinds that are alerts (``alert``: a budget's ``alert_at`` threshold crossed;
-``waiting_alert`` [resource, waited_s]: a queue's head waited past ``waiting_after``)."""
+``waiting_alert`` [resource, waited_s]: a queue's head waited past ``waiting_after``;
+``spend_cap_reached`` [pool, month, spent, spend_cap]: a cloud pool's autoscaler adds no node
+this month, cloud.py)."""
 DELIVERY = "alert_delivery"
 FINAL = ("delivered", "given_up")
 RESEND_WINDOW_MS = 24 * 3600 * 1000
@@ -73,6 +76,13 @@ def describe(seq: int, at_ms: int, kind: str, grp: str | None,
         text = (f"task {data.get('task')} of {data.get('user')} at the head of "
                 f"{data.get('resource')} has waited {data.get('waited_s')} s since its "
                 f"submission (why: `kliqued queue {data.get('resource')}`)")
+    elif kind == SPEND_CAP:
+        title = f"cloud spend cap reached: pool {data.get('pool')} ({data.get('month')})"
+        text = (f"pool {data.get('pool')} spent {data.get('spent')} {data.get('currency')} of "
+                f"its {data.get('spend_cap')} {data.get('currency')} cap in "
+                f"{data.get('month')}: the autoscaler adds no node until the next month or a "
+                f"higher autoscale.spend_cap; {data.get('waiting')} placed task(s) wait "
+                f"(`kliqued pools`)")
     elif kind == "worker_lost":
         title = f"worker lost: {data.get('worker')} (pool {data.get('pool')})"
         tasks = data.get("tasks") or []

@@ -28,6 +28,7 @@ from kliqued.ledger import writer as ledger
 
 from . import limits, reducers
 from .auth import Access, Principal, TokenBook, TokenRecord
+from .cloud import CloudBook
 from .errors import ApiError, not_found
 from .events import Event
 from .ids import IdMaker, new_token
@@ -186,6 +187,8 @@ class Daemon:
         self.schedules = ScheduleBook()
         self.pipelines = PipelineBook()
         """The unattended channels' state (schedules.py, pipelines.py), from the log too."""
+        self.cloud = CloudBook()
+        """Cloud nodes and their spend, the autoscalers' scaling reports (cloud.py)."""
 
     # ------------------------------------------------------------------ reading
     @property

@@ -38,6 +38,12 @@ Kinds (``data`` fields in brackets):
   submission it makes) / ``pipeline_started`` [id, owner, name, file, text, params,
   schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?, text, outputs?] /
   ``pipeline_ended`` [id, state, text] (docs/channels.md)
+- ``cloud_node_started`` [node, pool, provider, instance_type, lifecycle, gpus, per_hour,
+  currency] / ``cloud_node_ended`` [node, pool, reason] (an autoscaler's node; its interval
+  is in the ledger's ``cloud_nodes``: cloud.py) / ``scaling_waits`` [pool, cause: spend_cap|
+  capacity|error|null, reason, waiting] (why placed work waits for a node; null: it no longer
+  does) / ``spend_cap_reached`` [pool, month, spent, spend_cap, currency, waiting, reason]
+  (an alert: the month's first wait on the cap)
 - ``waiting_alert`` [resource, task, user, waited_s] (a queue's head waited past
   ``settings.alerts.waiting_after``) / ``alert_delivery`` [alert: the alert event's seq,
   channel, key, attempt, status: failed|delivered|given_up, error?] (docs/alerts.md)
@@ -453,3 +459,45 @@ class PipelineEnded(Payload):
     id: str
     state: str  # succeeded, failed, cancelled
     text: str | None = None
+
+
+@registered("cloud_node_started")
+@_frozen
+class CloudNodeStarted(Payload):
+    node: str
+    pool: str
+    provider: str
+    instance_type: str
+    lifecycle: str
+    gpus: int
+    per_hour: str
+    currency: str | None = None
+
+
+@registered("cloud_node_ended")
+@_frozen
+class CloudNodeEnded(Payload):
+    node: str
+    pool: str | None = None
+    reason: str | None = None
+
+
+@registered("scaling_waits")
+@_frozen
+class ScalingWaits(Payload):
+    pool: str
+    cause: str | None = None
+    reason: str | None = None
+    waiting: int | None = None
+
+
+@registered("spend_cap_reached")
+@_frozen
+class SpendCapReached(Payload):
+    pool: str
+    month: str
+    spent: str | None = None
+    spend_cap: str | None = None
+    currency: str | None = None
+    waiting: int | None = None
+    reason: str | None = None

@@ -313,7 +313,47 @@ SCHEMAS: dict[str, Any] = {
                                                      "first",
                      "items": _obj({"group": {"type": "string"}, "path": {"type": "string"},
                                     "depth": {"type": "integer", "minimum": 0},
-                                    "used": {"type": "number"}})}}),
+                                    "used": {"type": "number"}})},
+        "cloud": _nullable(_ref("PoolCloud"))},
+        required=["name", "kind", "gpu_type", "capacity", "used", "borrowed", "free",
+                  "labels", "workers", "takes_work", "autoscaled", "start_timeout_s", "by_level"]),
+    "CloudNode": _obj({
+        "node": {"type": "string"}, "provider": {"type": "string"},
+        "instance_type": {"type": "string"},
+        "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
+        "gpus": {"type": "integer", "minimum": 0},
+        "per_hour": {"type": "string", "description": "decimal text in the estate's currency: "
+                                                      "the node's price an hour"},
+        "since": TIME, "ended_at": TIME_OR_NULL, "end_reason": {"type": ["string", "null"]}}),
+    "PoolCloud": _obj({
+        "month": {"type": "string", "description": "the UTC month, YYYY-MM"},
+        "currency": {"type": "string"},
+        "spent": {"type": "string", "description": "this month's cloud spend of the pool "
+                                                   "(running nodes up to now), decimal text"},
+        "spend_cap": {"type": ["string", "null"]},
+        "capped": {"type": "boolean", "description": "spent reached spend_cap: the "
+                                                     "autoscaler adds no node"},
+        "nodes": {"type": "array", "items": _ref("CloudNode")},
+        "scaling": _nullable(_obj({
+            "cause": {"type": "string", "enum": ["spend_cap", "capacity", "error"]},
+            "reason": {"type": ["string", "null"]},
+            "waiting": {"type": "integer", "minimum": 0}, "since": TIME}))}),
+    "CloudNodeStart": _obj({
+        "node": {"type": "string", "minLength": 1, "maxLength": 256,
+                 "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]*$",
+                 "description": "the provider's id of the node (an EC2 instance id)"},
+        "provider": {"type": "string", "minLength": 1, "maxLength": 64,
+                     "pattern": "^[a-z0-9][a-z0-9_-]*$"},
+        "instance_type": {"type": "string", "minLength": 1, "maxLength": 100,
+                          "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+        "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
+        "gpus": {"type": "integer", "minimum": 0, "maximum": 1024}}),
+    "ScalingReport": _obj({
+        "cause": {"type": ["string", "null"], "enum": ["spend_cap", "capacity", "error", None],
+                  "description": "why placed work waits for a node; null: it no longer does"},
+        "reason": {"type": ["string", "null"], "maxLength": 2000},
+        "waiting": {"type": "integer", "minimum": 0, "maximum": 10_000_000}},
+        required=["cause"]),
     "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
     "Event": _obj({
         "seq": {"type": "integer", "minimum": 1}, "at": TIME,
@@ -499,7 +539,8 @@ _ERRORS = {
            "conflict (`conflict`)",
     "422": "the estate does not allow it (`submission-refused`, `unknown-pool`), a task "
            "with neither command nor payload (`invalid-task`), or data the event log cannot "
-           "store (`unstorable`)",
+           "store (`unstorable`), a cloud node for a pool that does not autoscale "
+           "(`not-autoscaled`)",
     "429": "the user's tasks not yet ended already hold 16 MiB of commands and payloads "
            "(`user-quota`): wait for some to end, or cancel some",
     "500": "an unexpected error, logged with the id in the message (`internal`)",
@@ -543,6 +584,11 @@ EXAMPLES: dict[str, Any] = {
                            "gpus": [{"index": 0, "uuid": "GPU-0", "memory_mb": 49152}],
                            "version": "0.1.0"},
     "LeaseRequest": {"free_gpus": [0, 1]},
+    "CloudNodeStart": {"node": "i-0abc1234def567890", "provider": "ec2",
+                       "instance_type": "g6e.xlarge", "lifecycle": "spot", "gpus": 1},
+    "ScalingReport": {"cause": "capacity", "waiting": 2,
+                      "reason": "ec2: no on-demand capacity for 1 GPU(s): g6e.xlarge: "
+                                "InsufficientInstanceCapacity"},
     "Heartbeat": {"running": [{"task": "t-01M8K8MWK70000", "epoch": 1,
                                "state": "running"}]},
     "TaskReport": {"epoch": 1, "event": "finished", "exit_code": 0, "signal": None,
@@ -664,6 +710,23 @@ PATHS: dict[str, Any] = {
                                           "page size (by worker id)"),
                                        _q("after", {"type": "string"},
                                           "the `next` of the previous page")])},
+    "/v1/pools/{pool}/nodes": {"post": _op(
+        "recordCloudNode", "a node the autoscaler started: its interval opens in the ledger "
+                           "(cloud_nodes) at its price; the same node again answers 200",
+        {**_ok("CloudNode", "201", "recorded"), **_ok("CloudNode", "200", "already recorded")},
+        params=[_p("pool", "an autoscaled cloud pool")], body="CloudNodeStart",
+        errors=AUTH_ERR + ("404", "409", "422"))},
+    "/v1/pools/{pool}/nodes/{node}": {"delete": _op(
+        "endCloudNode", "a node the autoscaler released: its interval closes",
+        _ok("CloudNode"),
+        params=[_p("pool", "the node's pool"), _p("node", "the node's id"),
+                _q("reason", {"type": "string", "maxLength": 500}, "why it was released")],
+        errors=AUTH_ERR + ("404",))},
+    "/v1/pools/{pool}/scaling": {"post": _op(
+        "reportScaling", "why placed work waits for a node (logged when it changes; the "
+                         "month's first spend-cap wait raises spend_cap_reached)",
+        _ok("PoolCloud"), params=[_p("pool", "an autoscaled cloud pool")],
+        body="ScalingReport", errors=AUTH_ERR + ("404", "422"))},
     "/v1/workers/{id}": {"delete": _op(
         "deregisterWorker", "a worker leaves: its active leases' tasks go back to the front "
                             "of their queues (see docs/worker-protocol.md)",

@@ -122,6 +122,25 @@ def _pipeline_ended(d: Daemon, ev: Event, p: E.PipelineEnded, at: int, decided: 
     d.pipelines.on_ended(p.id, p.state, p.text, at)
 
 
+def _cloud_node_started(d: Daemon, ev: Event, p: E.CloudNodeStarted, at: int,
+                        decided: bool) -> Any:
+    return d.cloud.on_started(p.to_data(), at)
+
+
+def _cloud_node_ended(d: Daemon, ev: Event, p: E.CloudNodeEnded, at: int,
+                      decided: bool) -> Any:
+    return d.cloud.on_ended(p.node, at, p.reason)
+
+
+def _scaling_waits(d: Daemon, ev: Event, p: E.ScalingWaits, at: int, decided: bool) -> Any:
+    d.cloud.on_scaling(p.pool, p.to_data(), at)
+
+
+def _spend_cap_reached(d: Daemon, ev: Event, p: E.SpendCapReached, at: int,
+                       decided: bool) -> Any:
+    d.cloud.on_capped(p.pool, p.month)
+
+
 def _audit_only(d: Daemon, ev: Event, p: Any, at: int, decided: bool) -> Any:
     """The event is a record, not a change of the Daemon: token events (the tokens table is
     their state, loaded after the log), refused worker calls, and the alerts module's own
@@ -164,6 +183,10 @@ REDUCERS: dict[str, Reducer] = {
     "pipeline_started": _pipeline_started,
     "pipeline_step": _pipeline_step,
     "pipeline_ended": _pipeline_ended,
+    "cloud_node_started": _cloud_node_started,
+    "cloud_node_ended": _cloud_node_ended,
+    "scaling_waits": _scaling_waits,
+    "spend_cap_reached": _spend_cap_reached,
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from klique_util.units import from_milli, unit_hours
 from kliqued.engine import budget_status
 
-from . import treeviews
+from . import cloud, treeviews
 from .auth import Principal
 from .core import Daemon
 from .records import TaskRecord
@@ -182,6 +182,7 @@ def pools(d: Daemon, only: str | None = None,
     ``sees`` admits uses there, rolled up the tree."""
     st = d.st()
     borrowed = st.borrowed_by_pool()
+    now = d.clock.now()
     out = []
     for p in d.idx().estate.pools:
         if only is not None and p.name != only:
@@ -198,6 +199,8 @@ def pools(d: Daemon, only: str | None = None,
                     "autoscaled": p.autoscale is not None,
                     "start_timeout_s": p.start_timeout_s,
                     "by_level": treeviews.by_level(d, p.name, sees)})
+        if p.autoscale is not None:     # its nodes, spend and scaling (cloud.py)
+            out[-1]["cloud"] = cloud.view(d, p, now)
     return out
 
 

@@ -26,11 +26,12 @@ import json
 from typing import Any
 
 RELATIONS = ("ledger", "prices", "price_periods", "usage", "usage_priced", "usage_by_month",
-             "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department")
+             "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department",
+             "cloud_nodes", "cloud_node_usage", "cloud_spend_monthly")
 """The relations finance's SQL may name: the ledger's tables and documented views (a group
 admin's names the same, over their subtree's rows: :mod:`kliqued.ledger.scope`)."""
 
-BASE_TABLES = ("ledger", "prices", "ledger_monthly", "ledger_monthly_pending")
+BASE_TABLES = ("ledger", "prices", "ledger_monthly", "ledger_monthly_pending", "cloud_nodes")
 """The tables the plans of those relations scan (``usage_monthly`` reads the internal
 monthly aggregate; a query may not name it)."""
 

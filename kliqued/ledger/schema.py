@@ -160,6 +160,26 @@ CREATE TABLE IF NOT EXISTS prices (
 );
 """
 
+CLOUD_TABLE = """
+CREATE TABLE IF NOT EXISTS cloud_nodes (
+    node           VARCHAR PRIMARY KEY,
+    pool           VARCHAR NOT NULL,
+    provider       VARCHAR NOT NULL,
+    instance_type  VARCHAR NOT NULL,
+    lifecycle      VARCHAR NOT NULL,          -- spot | on-demand
+    gpus           INTEGER NOT NULL,
+    per_hour       DECIMAL(18,6) NOT NULL,    -- the node's price an hour, fixed at its start
+    currency       VARCHAR NOT NULL,
+    start_at       TIMESTAMP NOT NULL,
+    end_at         TIMESTAMP,
+    end_reason     VARCHAR,
+    revision       VARCHAR
+);
+"""
+"""One row per cloud node an autoscaler started (docs/ledger.md, "Cloud spend"): the node's
+interval, its instance type and lifecycle, and the price an hour the estate gave it at its
+start (``autoscale.node_prices``, else its GPUs x the gpu_type's price)."""
+
 FLUSH_AT = 10_000
 """Pending closed intervals folded into ``ledger_monthly`` at once."""
 
@@ -372,8 +392,36 @@ def _columns(conn, table: str) -> list[str] | None:
     return [r[0] for r in rows] or None
 
 
+_CLOUD_UNTIL = f"greatest(c.start_at, coalesce(c.end_at, {NOW}))"
+
+VIEWS["cloud_node_usage"] = f"""
+SELECT n.*, {_hours("n.ms")} AS hours, {_amount_hours("n.ms", "n.gpus")} AS gpu_hours,
+       {_dec(_round_div(f"CAST(n.ms AS HUGEINT) * {_micro('n.per_hour')}", 3_600_000))} AS cost
+FROM (
+    SELECT c.node, c.pool, c.provider, c.instance_type, c.lifecycle, c.gpus, c.per_hour,
+           c.currency, c.start_at, c.end_at, c.end_reason, c.revision,
+           CAST(m.month_start AS DATE) AS month,
+           date_diff('millisecond', greatest(c.start_at, m.month_start),
+                     least({_CLOUD_UNTIL}, m.month_start + INTERVAL 1 MONTH)) AS ms
+    FROM cloud_nodes c, LATERAL (
+        SELECT unnest(generate_series(date_trunc('month', c.start_at),
+                                      greatest(c.start_at, {_CLOUD_UNTIL} - INTERVAL 1 MICROSECOND),
+                                      INTERVAL 1 MONTH)) AS month_start) m
+) n"""
+"""One row per cloud node and UTC month it ran in (a running node up to now): its hours,
+GPU-hours and cost (hours x ``per_hour``, rounded half up to the millionth)."""
+
+VIEWS["cloud_spend_monthly"] = f"""
+SELECT month, pool, lifecycle, instance_type, any_value(currency) AS currency,
+       count(*) AS nodes, sum(ms) AS ms, CAST(sum(hours) AS {_SUM}) AS node_hours,
+       CAST(sum(gpu_hours) AS {_SUM}) AS gpu_hours, CAST(sum(cost) AS {_SUM}) AS cost
+FROM cloud_node_usage
+GROUP BY ALL"""
+"""Cloud spend per month, pool, lifecycle and instance type."""
+
 VIEW_ORDER = ("price_periods", "usage", "usage_priced", "usage_by_month", "usage_monthly",
-              "usage_by_level", "usage_by_business_unit", "usage_by_department")
+              "usage_by_level", "usage_by_business_unit", "usage_by_department",
+              "cloud_node_usage", "cloud_spend_monthly")
 """The views in an order where each reads only tables and views before it."""
 
 
@@ -387,6 +435,7 @@ def ensure_schema(conn) -> None:
     on ``conn`` (it would print on stderr)."""
     conn.execute("PRAGMA disable_progress_bar")
     conn.execute(TABLES)
+    conn.execute(CLOUD_TABLE)
     conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS group_path VARCHAR")
     pending = _columns(conn, "ledger_monthly_pending")
     if pending is not None and "group_path" not in pending:

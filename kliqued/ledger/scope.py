@@ -23,9 +23,12 @@ from .schema import VIEW_ORDER, VIEWS
 FILTERED = ("ledger", "ledger_monthly", "ledger_monthly_pending")
 """The tables that hold group rows: each is replaced by its visible rows."""
 
-COVERED = frozenset({*FILTERED, "prices", *VIEW_ORDER})
-"""Every relation a scoped query reads: the filtered tables, the prices (the same for
-everyone), and the views rebuilt on the filtered tables."""
+HIDDEN = ("cloud_nodes",)
+"""Tables of no group (the pools' cloud nodes): empty for a group admin."""
+
+COVERED = frozenset({*FILTERED, *HIDDEN, "prices", *VIEW_ORDER})
+"""Every relation a scoped query reads: the filtered tables, the hidden ones (empty), the
+prices (the same for everyone), and the views rebuilt on them."""
 
 
 def _literal(text: str) -> str:
@@ -50,6 +53,7 @@ def scoped(query: str, groups: Sequence[str]) -> str:
 
 def _prefix(groups: Sequence[str]) -> str:
     ctes = [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}") for t in FILTERED]
+    ctes += [(t, f"SELECT * FROM main.{t} WHERE false") for t in HIDDEN]
     ctes += [(name, VIEWS[name]) for name in VIEW_ORDER]
     head = ",\n".join(f"{name} AS ({body}\n)" for name, body in ctes)
     return f"WITH {head}\nSELECT * FROM (\n"

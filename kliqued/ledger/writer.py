@@ -224,3 +224,27 @@ def fill_group_paths(conn, paths: dict[str, str]) -> int:
     if filled:
         rebuild_monthly(conn)
     return filled
+
+
+# cloud nodes (kliqued/daemon/cloud.py) ------------------------------------------------------
+def open_cloud_node(data: dict, start_ms: int, revision: str | None):
+    """The ledger op that records a cloud node's start (``cloud_nodes``), at ``per_hour``."""
+    def op(conn) -> None:
+        conn.execute(
+            "INSERT INTO cloud_nodes (node, pool, provider, instance_type, lifecycle, gpus, "
+            "per_hour, currency, start_at, end_at, end_reason, revision) VALUES "
+            "(?, ?, ?, ?, ?, ?, CAST(? AS DECIMAL(18,6)), ?, make_timestamp(? * 1000), NULL, "
+            "NULL, ?)",
+            [data["node"], data["pool"], data["provider"], data["instance_type"],
+             data["lifecycle"], int(data["gpus"]), str(data["per_hour"]), data["currency"],
+             start_ms, revision])
+    return op
+
+
+def close_cloud_node(node: str, end_ms: int, reason: str):
+    """The ledger op that records a cloud node's end (never before its start)."""
+    def op(conn) -> None:
+        conn.execute("UPDATE cloud_nodes SET end_at = greatest(start_at, "
+                     "make_timestamp(? * 1000)), end_reason = ? "
+                     "WHERE node = ? AND end_at IS NULL", [end_ms, reason, node])
+    return op

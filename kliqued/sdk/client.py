@@ -462,6 +462,35 @@ class Client:
                 return None
             raise
 
+    # ------------------------------------------------------------------ cloud (autoscaler)
+    def record_cloud_node(self, pool: str, node: str, provider: str, instance_type: str,
+                          lifecycle: str, gpus: int) -> dict:
+        """Records a node the autoscaler started (admins): its interval opens in the ledger
+        at its price. Idempotent: the same node again answers it as recorded."""
+        return self._call("POST", f"/pools/{self._seg(pool)}/nodes", retry=True, body={
+            "node": node, "provider": provider, "instance_type": instance_type,
+            "lifecycle": lifecycle, "gpus": gpus})
+
+    def end_cloud_node(self, pool: str, node: str, reason: str) -> dict | None:
+        """Records a node's release (admins); None when the control plane never recorded
+        it."""
+        try:
+            return self._call("DELETE", f"/pools/{self._seg(pool)}/nodes/{self._seg(node)}",
+                              {"reason": reason[:500]}, retry=True)
+        except KliqueError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def report_scaling(self, pool: str, cause: str | None, reason: str | None = None,
+                       waiting: int = 0) -> dict:
+        """Tells why placed work waits for a node of ``pool`` (``cause``: spend_cap,
+        capacity or error), or that it no longer does (None); answers the pool's ``cloud``
+        view."""
+        return self._call("POST", f"/pools/{self._seg(pool)}/scaling", retry=True, body={
+            "cause": cause, "reason": reason[:2000] if reason else reason,
+            "waiting": waiting})
+
     def revoke_token(self, id: str) -> None:
         """Revokes a token (idempotent: revoking it again changes nothing)."""
         self._call("DELETE", f"/tokens/{self._seg(id)}", retry=True)
