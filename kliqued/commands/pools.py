@@ -52,7 +52,30 @@ def run(args: argparse.Namespace) -> int:
     if idle:
         print(f"\nno live worker in {', '.join(idle)}: no new work is placed there until a "
               f"worker registers (klique-worker --pool NAME)")
+    for line in cloud_lines(pools):
+        print(line)
     return 0
+
+
+def cloud_lines(pools: list[dict]) -> list[str]:
+    """An autoscaled pool's cloud spend this month, its nodes, and why work waits for a
+    node (the autoscaler's word: the spend cap, capacity, a provider error)."""
+    out = []
+    for p in pools:
+        c = p.get("cloud")
+        if not c:
+            continue
+        cap = f" of {c['spend_cap']}" if c.get("spend_cap") is not None else ""
+        spot = sum(1 for n in c.get("nodes", []) if n.get("lifecycle") == "spot")
+        nodes = len(c.get("nodes", []))
+        out.append(f"\n{p['name']}: cloud spend {c['month']} {c['spent']}{cap} "
+                   f"{c['currency']}{' (capped: no new node)' if c.get('capped') else ''}; "
+                   f"{nodes} node(s), {spot} spot")
+        s = c.get("scaling")
+        if s:
+            out.append(f"  {s['waiting']} task(s) wait for a node since {s['since']}: "
+                       f"{s['reason']}")
+    return out
 
 
 def workers(p: dict) -> str:

@@ -137,9 +137,10 @@ class Ec2Provider(Provider):
             if not isinstance(emu, dict) or not (emu.get("token_file") or token_file):
                 raise ValueError("ec2 provider: emulate_workers is {root: DIR, token_file: "
                                  "FILE, worker_args: [...]} (local workers for an emulator)")
+            emu_token = emu.get("token_file") or token_file
+            assert emu_token is not None
             emulation = LocalProvider(emu.get("root") or "klique-ec2-emulation", url,
-                                      emu.get("token_file") or token_file,
-                                      worker_args=emu.get("worker_args"))
+                                      emu_token, worker_args=emu.get("worker_args"))
         return cls(region=config["region"], image_id=config["image_id"],
                    instance_types=types, url=url,
                    token_ssm_parameter=config["token_ssm_parameter"],

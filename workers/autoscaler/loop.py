@@ -43,11 +43,16 @@ class RoundReport:
     terminated: list[tuple[str, str]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     skipped: str | None = None
+    held: tuple[str, str] | None = None
+    """(cause, reason) when placed work waits for a node this round could not add:
+    ``spend_cap``, ``capacity`` (on-demand refused too) or ``error`` (the provider)."""
 
     def line(self) -> str:
         if self.skipped:
             return f"skipped: {self.skipped}"
         parts = [f"{self.waiting} waiting task(s), {self.nodes} node(s)"]
+        if self.held is not None and self.held[0] == "spend_cap":
+            parts.append(f"held: {self.held[1]}")
         parts += [f"launched {n.id} ({n.gpus} GPU(s), {'spot' if n.spot else 'on-demand'})"
                   for n in self.launched]
         parts += [f"released {nid} ({why})" for nid, why in self.terminated]
@@ -62,6 +67,9 @@ class Autoscaler:
         self.clock, self.wall = clock, wall
         self.idle_since: dict[str, float] = {}
         self.spot_unavailable_until = float("-inf")
+        self.reported: tuple[str, str] | None = None
+        """The scaling state last told to the control plane (once ``told``)."""
+        self.told = False
 
     def placed_tasks(self) -> list[dict]:
         # the control plane filters by pool (GET /v1/tasks?pool=); the check here stays for
@@ -106,7 +114,16 @@ class Autoscaler:
             log.warning("round skipped: %s", report.skipped)
             return report
         report.waiting, report.nodes = len(obs.waiting), len(nodes)
-        actions = decide(obs)
+        cloud = self._cloud()
+        capped = bool(cloud and cloud.get("capped"))
+        actions = self._decide(obs, capped)
+        if cloud is not None and capped and any(isinstance(a, Launch) for a in decide(obs)):
+            # the reason stays the same all month (a changed reason is logged again)
+            report.held = ("spend_cap", f"spend cap reached: {cloud['spend_cap']} "
+                                        f"{cloud['currency']} in {cloud['month']}, no new "
+                                        f"node this month")
+            log.warning("%s (%s spent, %d waiting task(s))", report.held[1], cloud["spent"],
+                        report.waiting)
         for _ in range(3):
             retry = False
             for action in actions:
@@ -135,10 +152,12 @@ class Autoscaler:
                             retry = True
                             break
                         log.warning("on-demand refused (%s): retrying next round", exc)
+                        report.held = ("capacity", str(exc))
                         continue
                     except ProviderError as exc:
                         report.refused.append(str(exc))
                         log.error("%s: retrying next round", exc)
+                        report.held = ("error", str(exc))
                         continue
                     log.info("launched node %s: %d GPU(s), %s, for %d waiting task(s)",
                              node.id, node.gpus, "spot" if node.spot else "on-demand",
@@ -148,8 +167,54 @@ class Autoscaler:
                 break
             # decide again with spot marked unavailable (and the nodes launched so far)
             obs, nodes, _ = self.observe()
-            actions = [a for a in decide(obs) if isinstance(a, Launch)]
+            actions = [a for a in self._decide(obs, capped) if isinstance(a, Launch)]
+        if cloud is not None:
+            self._tell(cloud, report)
         return report
+
+    def _decide(self, obs: Observation, capped: bool) -> list:
+        """The decision, without launches once the pool's spend cap is reached."""
+        actions = decide(obs)
+        return [a for a in actions if not isinstance(a, Launch)] if capped else actions
+
+    def _cloud(self) -> dict | None:
+        """The pool's ``cloud`` at the control plane (spend, cap, recorded nodes), or None
+        where it has none (not autoscaled there, or a control plane without it)."""
+        try:
+            pool = next((p for p in self.client.pools() if p.get("name") == self.pool), None)
+        except KliqueError as exc:
+            log.debug("no cloud view of pool %s: %s", self.pool, exc.message)
+            return None
+        return pool.get("cloud") if pool else None
+
+    def _tell(self, cloud: dict, report: RoundReport) -> None:
+        """Records at the control plane the nodes it does not know yet and the end of those
+        gone, then why work waits (when that changed): cloud spend is known, and the wait
+        shows in ``kliqued pools`` and the events."""
+        known = {n["node"] for n in cloud.get("nodes") or []}
+        try:
+            live = {n.id: n for n in self.provider.list(self.pool) if not n.gone}
+        except ProviderError as exc:
+            log.warning("nodes not reconciled with the control plane: %s", exc)
+            live = {n.id: n for n in report.launched}
+        ended = dict(report.terminated)
+        try:
+            for nid, n in live.items():
+                if nid not in known and nid not in ended:
+                    self.client.record_cloud_node(
+                        self.pool, nid, self.provider.name,
+                        str(n.meta.get("instance_type") or f"{self.provider.name}-{n.gpus}gpu"),
+                        "spot" if n.spot else "on-demand", n.gpus)
+            for nid in known - set(live):
+                self.client.end_cloud_node(self.pool, nid, ended.get(nid) or "gone")
+            held = report.held if report.waiting else None
+            if held != self.reported or not self.told:
+                cause, reason = held if held else (None, None)
+                self.client.report_scaling(self.pool, cause, reason, report.waiting)
+                self.reported, self.told = held, True
+        except KliqueError as exc:
+            log.warning("the control plane did not take the round's nodes or wait (%s): "
+                        "told again next round", exc.message)
 
     def _deregister(self, node: Node) -> None:
         """The released node's worker leaves the control plane's list (if its own goodbye
