@@ -125,6 +125,7 @@ class CloudBook:
         n = CloudNode(data["node"], data["pool"], data["provider"], data["instance_type"],
                       data["lifecycle"], int(data["gpus"]), str(data["per_hour"]),
                       data.get("currency") or "", at)
+        self.forget_before(month_start(at))
         self.nodes[n.node] = n
         return n
 

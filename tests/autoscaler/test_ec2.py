@@ -273,3 +273,70 @@ def test_everything_refused_waits_with_the_reason(ec2):
         assert scaler.step().launched == [] and time.monotonic() - t0 < 10
     finally:
         peer.close()
+
+
+def test_with_kliqued_serve_capacity_wait_nodes_recorded_and_a_vanished_instance(ec2,
+                                                                                 tmp_path):
+    """The EC2 provider with a real control plane: a capacity wait shows in the pool's view
+    and the events, the node is recorded with its type, lifecycle and price, its worker is
+    `ec2-<id>`, and an instance terminated behind the autoscaler's back is ended in the
+    ledger after two rounds without it (a provider's list may lag one round)."""
+    from tests.autoscaler.test_loop import ESTATE
+    from tests.harness.daemon import ADMIN as SERVE_ADMIN, Server
+
+    url, cap = ec2
+    for t in ("g5.xlarge", "g5.12xlarge"):
+        for life in ("spot", "on-demand"):
+            cap.refuse[(life, t)] = "InsufficientInstanceCapacity"
+    srv = Server(tmp_path, estate=ESTATE).start()
+    p = None
+    try:
+        api = Client(srv.url, SERVE_ADMIN)
+        token = tmp_path / "burst.token"
+        token.write_text(api.create_token(worker=True, pool="burst")["token"] + "\n")
+        token.chmod(0o600)
+        p = make_provider("ec2", config(url, url=srv.url, emulate_workers={
+            "root": str(tmp_path / "emu"), "token_file": str(token),
+            "worker_args": WORKER_ARGS}))
+        scaler = Autoscaler(api, p, "burst",
+                            ScalePolicy(max_milli=2000, idle_timeout_s=60, node_gpus=1))
+        task = api.submit("team-a/one", ["sleep", "30"], user="alice")
+        wait_for(lambda: api.task(task["id"])["state"] == "placed", 10, "placement")
+        r = scaler.step()
+        assert r.launched == [] and r.held is not None and r.held[0] == "capacity"
+        burst = next(x for x in api.pools() if x["name"] == "burst")["cloud"]
+        assert burst["scaling"]["cause"] == "capacity"
+        assert "InsufficientInstanceCapacity" in burst["scaling"]["reason"]
+        # on-demand comes back: the node is launched, recorded; the wait ends
+        del cap.refuse[("on-demand", "g5.xlarge")]
+        r = scaler.step()
+        (node,) = r.launched
+        burst = next(x for x in api.pools() if x["name"] == "burst")["cloud"]
+        assert burst["scaling"] is None
+        assert [(n["node"], n["instance_type"], n["lifecycle"], n["per_hour"], n["provider"])
+                for n in burst["nodes"]] == [(node.id, "g5.xlarge", "on-demand", "1", "ec2")]
+        assert [e["data"]["cause"] for e in api.events(kind="scaling_waits")] == \
+            ["capacity", None]
+        wait_for(lambda: api.task(task["id"])["started_at"], 30, "the task's start")
+        assert [w["id"] for w in srv.ok("GET", "/v1/workers?pool=burst")["workers"]] == \
+            [f"ec2-{node.id}"]
+        # someone terminates the instance in the console; its worker goes with it
+        import boto3
+        boto3.client("ec2", region_name=REGION, endpoint_url=url).terminate_instances(
+            InstanceIds=[node.id])
+        assert p.emulation is not None
+        for local in p.emulation.list("burst"):
+            p.emulation.terminate(local)
+        scaler.step()      # moto lists it as terminated at once: missing once, kept
+        assert list(api.events(kind="cloud_node_ended")) == []
+        scaler.step()      # missing twice: ended
+        ended = list(api.events(kind="cloud_node_ended"))
+        assert [e["data"]["node"] for e in ended] == [node.id]
+        assert ended[0]["data"]["reason"] == "gone"
+        nodes = next(x for x in api.pools() if x["name"] == "burst")["cloud"]["nodes"]
+        assert node.id not in [n["node"] for n in nodes]   # (the requeued task's new node)
+    finally:
+        if p is not None:
+            for n in p.list("burst"):
+                p.terminate(n)
+        srv.stop()

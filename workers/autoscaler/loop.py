@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from klique_util.units import gpus_to_milli
 from kliqued.sdk import Client, KliqueError
@@ -70,6 +72,8 @@ class Autoscaler:
         self.reported: tuple[str, str] | None = None
         """The scaling state last told to the control plane (once ``told``)."""
         self.told = False
+        self.missing: set[str] = set()
+        """Recorded nodes the provider did not list last round."""
 
     def placed_tasks(self) -> list[dict]:
         # the control plane filters by pool (GET /v1/tasks?pool=); the check here stays for
@@ -189,32 +193,43 @@ class Autoscaler:
 
     def _tell(self, cloud: dict, report: RoundReport) -> None:
         """Records at the control plane the nodes it does not know yet and the end of those
-        gone, then why work waits (when that changed): cloud spend is known, and the wait
-        shows in ``kliqued pools`` and the events."""
+        released or gone, then why work waits (when that changed): cloud spend is known,
+        and the wait shows in ``kliqued pools`` and the events. A recorded node the provider
+        does not list is ended only when it is missing two rounds in a row (a provider's
+        list may lag behind); each call failing alone is tried again next round."""
         known = {n["node"] for n in cloud.get("nodes") or []}
-        try:
-            live = {n.id: n for n in self.provider.list(self.pool) if not n.gone}
-        except ProviderError as exc:
-            log.warning("nodes not reconciled with the control plane: %s", exc)
-            live = {n.id: n for n in report.launched}
         ended = dict(report.terminated)
         try:
-            for nid, n in live.items():
-                if nid not in known and nid not in ended:
-                    self.client.record_cloud_node(
-                        self.pool, nid, self.provider.name,
-                        str(n.meta.get("instance_type") or f"{self.provider.name}-{n.gpus}gpu"),
-                        "spot" if n.spot else "on-demand", n.gpus)
-            for nid in known - set(live):
-                self.client.end_cloud_node(self.pool, nid, ended.get(nid) or "gone")
-            held = report.held if report.waiting else None
-            if held != self.reported or not self.told:
+            live = {n.id: n for n in self.provider.list(self.pool) if not n.gone}
+            missing = {nid for nid in known - set(live) if nid not in ended}
+        except ProviderError as exc:
+            log.warning("nodes not reconciled with the control plane: %s", exc)
+            live, missing = {}, set()   # nothing is ended on a failed list
+        live.update({n.id: n for n in report.launched})
+        c = self.client
+        calls: list[Callable[[], object]] = [partial(
+            c.record_cloud_node, self.pool, nid, self.provider.name,
+            str(n.meta.get("instance_type") or f"{self.provider.name}-{n.gpus}gpu"),
+            "spot" if n.spot else "on-demand", n.gpus)
+            for nid, n in live.items() if nid not in known and nid not in ended]
+        calls += [partial(c.end_cloud_node, self.pool, nid, ended[nid])
+                  for nid in known & set(ended)]
+        calls += [partial(c.end_cloud_node, self.pool, nid, "gone")
+                  for nid in missing & self.missing]
+        self.missing = missing - self.missing
+        held = report.held if report.waiting else None
+        if held != self.reported or not self.told:
+            def tell_wait() -> None:
                 cause, reason = held if held else (None, None)
                 self.client.report_scaling(self.pool, cause, reason, report.waiting)
                 self.reported, self.told = held, True
-        except KliqueError as exc:
-            log.warning("the control plane did not take the round's nodes or wait (%s): "
-                        "told again next round", exc.message)
+            calls.append(tell_wait)
+        for call in calls:
+            try:
+                call()
+            except KliqueError as exc:
+                log.warning("the control plane did not take a node or the wait (%s): told "
+                            "again next round", exc.message)
 
     def _deregister(self, node: Node) -> None:
         """The released node's worker leaves the control plane's list (if its own goodbye
