@@ -64,6 +64,12 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "policies": ("listPolicies", "/v1/policies", None, 200, {}),
     "policy": ("getPolicy", "/v1/policies/team-a", None, 200, {"erin": 403}),
     "pools": ("listPools", "/v1/pools", None, 200, {}),
+    # the autoscaler's calls (admins): pool-1 is not an autoscaled cloud pool
+    "record-node": ("recordCloudNode", "/v1/pools/pool-1/nodes",
+                    {"node": "i-1", "provider": "ec2", "instance_type": "g6e.xlarge",
+                     "lifecycle": "spot", "gpus": 1}, 422, {}),
+    "end-node": ("endCloudNode", "/v1/pools/pool-1/nodes/i-none", None, 404, {}),
+    "scaling": ("reportScaling", "/v1/pools/pool-1/scaling", {"cause": None}, 422, {}),
     "events": ("listEvents", "/v1/events", None, 200, {}),
     "get-engine": ("getEngine", "/v1/engine", None, 200, {}),
     "set-engine": ("setEngine", "/v1/engine", {"enabled": True}, 200, {}),
