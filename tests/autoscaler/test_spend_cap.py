@@ -95,3 +95,42 @@ def test_the_autoscaler_adds_no_node_past_the_cap_and_says_why(tmp_path):
             for n in provider.list("burst"):
                 provider.terminate(n)
         srv.stop()
+
+
+def test_a_node_missing_from_one_list_is_not_ended_two_rounds_are(tmp_path):
+    """A provider's list may lag behind (a node not shown for a round): the node's interval
+    stays open; missing two rounds in a row, it is ended `gone`."""
+    srv = Server(tmp_path, estate=ESTATE).start()
+    provider = None
+    try:
+        api = Client(srv.url, SERVE_ADMIN)
+        token = tmp_path / "burst.token"
+        token.write_text(api.create_token(worker=True, pool="burst")["token"] + "\n")
+        token.chmod(0o600)
+        provider = LocalProvider(tmp_path / "nodes", srv.url, token, spot_capacity=0,
+                                 worker_args=WORKER_ARGS)
+        scaler = Autoscaler(api, provider, "burst",
+                            ScalePolicy(max_milli=1000, idle_timeout_s=60, node_gpus=1))
+        task = api.submit("team-a/one", ["sleep", "60"], user="alice")
+        wait_for(lambda: api.task(task["id"])["state"] == "placed", 10, "placement")
+        (node,) = scaler.step().launched
+        meta = tmp_path / "nodes" / "nodes" / f"{node.id}.json"
+        aside = tmp_path / "aside.json"
+
+        def round_without_it() -> list[dict]:
+            meta.rename(aside)               # the list does not show it this round
+            try:
+                scaler.step()
+            finally:
+                aside.rename(meta)
+            return list(api.events(kind="cloud_node_ended"))
+        assert round_without_it() == []
+        scaler.step()                        # listed again: forgiven
+        assert round_without_it() == []
+        ended = round_without_it()           # missing twice in a row
+        assert [(e["data"]["node"], e["data"]["reason"]) for e in ended] == [(node.id, "gone")]
+    finally:
+        if provider is not None:
+            for n in provider.list("burst"):
+                provider.terminate(n)
+        srv.stop()

@@ -15,9 +15,9 @@
   ``klique:managed-by = klique-autoscaler``, ``klique:lifecycle``, ``Name``, plus the
   configured ``tags``.
 - **User-data**: ``userdata.render``; the worker is named ``ec2-<instance id>``.
-- **list(pool)**: the pool's instances by tag, pending or running (``up`` once running),
-  stopping/stopped/shutting-down as ``gone`` (a reclaimed spot instance), terminated ones
-  left out.
+- **list(pool)**: the pool's instances by tag, pending or running (``up`` once running);
+  stopping, stopped, shutting-down or terminated by someone else as ``gone`` (a reclaimed
+  spot instance), which the loop releases at once; those it terminated itself left out.
 - **terminate(node)**: ``TerminateInstances``; an instance already gone is fine.
 
 **Emulation** (``emulate_workers``): an EC2 emulator (moto) runs no user-data, so the
@@ -106,6 +106,7 @@ class Ec2Provider(Provider):
         self.tags, self.revision = dict(tags or {}), revision
         self.worker_command, self.worker_args = worker_command, list(worker_args or [])
         self.emulation = emulation
+        self._terminated: set[str] = set()
         self.ec2 = client or boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
 
     @classmethod
@@ -248,14 +249,21 @@ class Ec2Provider(Provider):
             local = {n.id: n for n in self.emulation.list(pool)}.get(inst["InstanceId"])
             up = local is not None and local.up
         return Node(inst["InstanceId"], pool, gpus, spot, inst["LaunchTime"].timestamp(),
-                    up=up, gone=state in GONE_STATES,
+                    up=up, gone=state in GONE_STATES or state == "terminated",
                     worker_id=WORKER_PREFIX + inst["InstanceId"],
                     meta={"instance_type": inst["InstanceType"], "state": state,
                           "lifecycle": "spot" if spot else "on-demand",
                           "provider": self.name})
 
     def list(self, pool: str) -> list[Node]:
-        return [self._node(i, pool) for i in self._instances(pool, LIVE_STATES + GONE_STATES)]
+        """Pending and running instances, and those stopped or terminated by someone else
+        (a reclaimed spot instance, a console click) as ``gone``: the loop then releases
+        them at once (their worker deregistered, their interval ended). EC2 shows a
+        terminated instance for about an hour; the ones this provider terminated are left
+        out."""
+        return [self._node(i, pool) for i in self._instances(pool, LIVE_STATES + GONE_STATES
+                                                             + ("terminated",))
+                if i["InstanceId"] not in self._terminated]
 
     def terminate(self, node: Node) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -263,6 +271,7 @@ class Ec2Provider(Provider):
             for local in self.emulation.list(node.pool):
                 if local.id == node.id:
                     self.emulation.terminate(local)
+        self._terminated.add(node.id)
         try:
             self.ec2.terminate_instances(InstanceIds=[node.id])
         except ClientError as exc:
