@@ -306,3 +306,27 @@ def test_a_job_ignoring_term_is_killed_after_the_grace_then_purged(
             ("qsig", "qdel", "bkill")]
     assert sent == kill
     assert r.signal == "SIGKILL" and "its end is unknown" in r.message
+
+
+# a whole worker ----------------------------------------------------------------------------
+def test_a_whole_pbs_worker_runs_a_lease_and_reports_pbs_s_end(peer, worker, standins,
+                                                                 monkeypatch):
+    """``klique-worker --executor pbs --queue gpu --batch-arg ...`` against the protocol's
+    reference peer: the lease becomes a qsub, the job's states come from qstat's recorded
+    outputs, and its end (exit 3 from PBS, no exit file) is the task's report."""
+    for k, v in standins.env().items():
+        monkeypatch.setenv(k, v)
+    standins.answer("qsub", out="pbs/qsub.out")
+    standins.answer("qstat", out="pbs/qstat-running.json")
+    w = worker("0,1", ["--executor", "pbs", "--queue", "gpu", "--batch-arg=-P",
+                       "--batch-arg=ml"])
+    tid = peer.submit(["python", "train.py"])
+    peer.wait_for(lambda: "started" in peer.events(tid), 20, "the task's start")
+    (call,) = standins.calls("qsub")
+    assert call["argv"][-6:] == ["-q", "gpu", "-l", "select=1:ngpus=1", "-P", "ml"]
+    assert call["env"]["KLIQUE_TASK_ID"] == tid
+    assert next(iter(peer.workers.values()))["executor"] == "pbs"
+    standins.answer("qstat", out="pbs/qstat-finished-3.json")
+    end = peer.wait_for(lambda: peer.end(tid), 20, "the task's end")
+    assert end["event"] == "failed" and end["exit_code"] == 3, w.stderr()
+    assert "pbs job 1234.pbs01, F" in end["message"]
