@@ -18,6 +18,7 @@ import base64
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -200,6 +201,12 @@ def test_config_errors_name_the_setting(bad, message):
     assert InstanceType.parse({"name": "x", "gpus": 2}, "t") == InstanceType("x", 2, None)
 
 
+def test_without_boto3_the_provider_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "boto3", None)     # as if it were not installed
+    with pytest.raises(ValueError, match=r"needs boto3: pip install 'klique\[ec2\]'"):
+        make_provider("ec2", config("http://127.0.0.1:1"))
+
+
 class TaskWorkerPeer(CloudPeer):
     """The cloud peer showing which worker holds a task, as ``kliqued serve`` does: the EC2
     provider cannot tell what an instance runs, the control plane can."""
@@ -343,3 +350,16 @@ def test_with_kliqued_serve_capacity_wait_nodes_recorded_and_a_reclaimed_instanc
             for n in p.list("burst"):
                 p.terminate(n)
         srv.stop()
+
+
+def test_cli_names_a_bad_ec2_config(tmp_path):
+    from tests.autoscaler.test_loop import ESTATE, REPO
+    bad = tmp_path / "ec2.yaml"
+    bad.write_text("image_id: ami-1\ninstance_types: [{name: g5.xlarge, gpus: 1}]\n")
+    env = {**os.environ, "KLIQUE_URL": "http://127.0.0.1:1", "KLIQUE_TOKEN": ADMIN}
+    out = subprocess.run(
+        [sys.executable, "-m", "kliqued.cli", "autoscale", "--pool", "burst", "--estate",
+         str(ESTATE), "--provider", "ec2", "--provider-config", str(bad), "--once"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "ec2 provider: region is required" in out.stderr and "Traceback" not in out.stderr

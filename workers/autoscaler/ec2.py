@@ -95,7 +95,11 @@ class Ec2Provider(Provider):
                  tags: dict[str, str] | None = None, revision: str | None = None,
                  worker_command: str = "klique-worker", worker_args: list[str] | None = None,
                  emulation: LocalProvider | None = None, client: Any = None):
-        import boto3   # only where the provider is used: a worker host does not need it
+        try:
+            import boto3   # only where the provider is used: a worker host does not need it
+        except ImportError:
+            raise ValueError("the ec2 provider needs boto3: pip install 'klique[ec2]'"
+                             ) from None
 
         self.region, self.image_id, self.url = region, image_id, url
         self.types = list(instance_types)
