@@ -59,12 +59,14 @@ def run(args: argparse.Namespace) -> int:
 
 def cloud_lines(pools: list[dict]) -> list[str]:
     """An autoscaled pool's cloud spend this month, its nodes, and why work waits for a
-    node (the autoscaler's word: the spend cap, capacity, a provider error)."""
+    node (the autoscaler's word: the spend cap, capacity, a provider error); nothing for a
+    pool with no cap that has spent nothing this month and runs no node."""
     out = []
     for p in pools:
         c = p.get("cloud")
-        if not c:
-            continue
+        if not c or not (c.get("nodes") or c.get("scaling") or c.get("spend_cap") is not None
+                         or c.get("spent") not in (None, "0")):
+            continue                   # nothing spent, running or waiting, and no cap
         cap = f" of {c['spend_cap']}" if c.get("spend_cap") is not None else ""
         spot = sum(1 for n in c.get("nodes", []) if n.get("lifecycle") == "spot")
         nodes = len(c.get("nodes", []))
