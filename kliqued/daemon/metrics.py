@@ -106,13 +106,35 @@ class StateCollector(Collector):
                                 ("free", "GPUs not placed"))}
         takes = GaugeMetricFamily("klique_pool_takes_work", "1 while the pool takes "
                                   "placements (a live worker, or autoscaled)", labels=labels)
+        spend = GaugeMetricFamily("klique_cloud_spend", "An autoscaled pool's cloud spend "
+                                  "this UTC month, running nodes up to now (cloud.py)",
+                                  labels=["pool", "currency"])
+        cap = GaugeMetricFamily("klique_cloud_spend_cap", "An autoscaled pool's monthly "
+                                "spend cap (pools with one)", labels=["pool", "currency"])
+        nodes = GaugeMetricFamily("klique_cloud_nodes", "An autoscaled pool's running nodes "
+                                  "by lifecycle", labels=["pool", "lifecycle"])
+        waits = GaugeMetricFamily("klique_cloud_waiting_tasks", "Placed tasks that wait for "
+                                  "a node the autoscaler cannot add, by cause",
+                                  labels=["pool", "cause"])
         for p in views.pools(self.d):
             key = [p["name"], p["kind"], p["gpu_type"] or ""]
             for k, fam in fams.items():
                 fam.add_metric(key, float(p[k]))
             takes.add_metric(key, 1 if p["takes_work"] else 0)
+            c = p.get("cloud")
+            if c is not None:
+                spend.add_metric([p["name"], c["currency"]], float(c["spent"]))
+                if c["spend_cap"] is not None:
+                    cap.add_metric([p["name"], c["currency"]], float(c["spend_cap"]))
+                for life in ("spot", "on-demand"):
+                    nodes.add_metric([p["name"], life], sum(
+                        1 for n in c["nodes"] if n["lifecycle"] == life))
+                s = c["scaling"]
+                for cause in ("spend_cap", "capacity", "error"):
+                    waits.add_metric([p["name"], cause], s["waiting"] if s is not None
+                                     and s["cause"] == cause else 0)
         yield from fams.values()
-        yield takes
+        yield from (takes, spend, cap, nodes, waits)
 
     def _queues(self) -> Iterator[Metric]:
         d = self.d

@@ -83,6 +83,15 @@ def test_nodes_spend_cap_alert_ledger_and_restart(srv):
     (alert,) = [e for e in srv.ok("GET", "/v1/events?kind=spend_cap_reached")["events"]]
     assert alert["data"]["pool"] == "burst" and alert["data"]["spend_cap"] == "20"
     assert cloud(srv)["scaling"]["waiting"] == 2
+    metrics = srv.ok("GET", "/metrics")
+    assert 'klique_cloud_spend_cap{currency="EUR",pool="burst"} 20.0' in metrics
+    assert 'klique_cloud_nodes{lifecycle="spot",pool="burst"} 1.0' in metrics
+    assert 'klique_cloud_nodes{lifecycle="on-demand",pool="burst"} 1.0' in metrics
+    assert 'klique_cloud_waiting_tasks{cause="spend_cap",pool="burst"} 2.0' in metrics
+    assert 'klique_cloud_waiting_tasks{cause="capacity",pool="burst"} 0.0' in metrics
+    spent = next(float(line.split()[-1]) for line in metrics.splitlines()
+                 if line.startswith('klique_cloud_spend{'))
+    assert spent >= 20
     # released: the intervals close; the ledger's cost is GET /v1/pools' spent
     srv.ok("DELETE", "/v1/pools/burst/nodes/i-0abc?reason=idle")
     srv.ok("DELETE", "/v1/pools/burst/nodes/i-0def?reason=idle")
