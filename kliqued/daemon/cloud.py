@@ -101,14 +101,20 @@ def price_of(estate: CompiledEstate, pool: CPool, instance_type: str, lifecycle:
     a = pool.autoscale
     for n in (a.node_prices if a is not None else ()):
         if n.instance_type == instance_type:
-            return n.spot if lifecycle == "spot" and n.spot is not None else n.on_demand
+            price = n.spot if lifecycle == "spot" and n.spot is not None else n.on_demand
+            return _text(Decimal(price))
     at = datetime.fromtimestamp(at_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     prices = sorted((p for p in estate.pricing if p.gpu_type == pool.gpu_type
                      and p.effective_from <= at), key=lambda p: p.effective_from)
     if not prices:
         return "0"
-    total = Decimal(prices[-1].per_gpu_hour) * gpus
-    return format(total.quantize(MICRO, ROUND_HALF_UP).normalize(), "f")
+    return _text(Decimal(prices[-1].per_gpu_hour) * gpus)
+
+
+def _text(amount: Decimal) -> str:
+    """An amount as the ledger stores it (DECIMAL(18,6)): rounded half up to the
+    millionth, as text without trailing zeros."""
+    return format(amount.quantize(MICRO, ROUND_HALF_UP).normalize(), "f")
 
 
 class CloudBook:
@@ -210,9 +216,10 @@ def prepare_started(d: Daemon, p: Principal, pool_name: str, body: dict[str, Any
     known = d.cloud.nodes.get(node)
     if known is not None:
         if known.pool != pool.name or known.end_ms is not None:
-            raise ApiError(409, "conflict", f"node {node} was recorded already (pool "
-                                              f"{known.pool}, ended {iso(known.end_ms)}): a "
-                                              f"node id is used once")
+            where = (f"ended at {iso(known.end_ms)}" if known.end_ms is not None
+                     else f"running in pool {known.pool}")
+            raise ApiError(409, "conflict", f"node {node} was recorded already ({where}): a "
+                                            f"node id is used once")
         return Prepared(apply=lambda: (known.view(), False))
     estate = d.idx().estate
     data = {"node": node, "pool": pool.name, "provider": body["provider"],
