@@ -97,6 +97,9 @@ def register(subparsers) -> None:
                    help="longest wait of a worker's lease request (default: 30s)")
     w.add_argument("--stop-grace", metavar="DURATION", type=duration, default=30.0,
                    help="time a stopped task gets between SIGTERM and SIGKILL (default: 30s)")
+    w.add_argument("--gang-timeout", metavar="DURATION", type=duration, default=120.0,
+                   help="a placed multi-node task whose nodes' workers do not all take it "
+                        "within this goes back to its queue with the reason (default: 2m)")
     w.add_argument("--log-cap", metavar="SIZE", type=size, default=64 * 1024 * 1024,
                    help="the most log kept per task, all attempts (default: 64MiB)")
     w.add_argument("--place-without-workers", dest="require_workers", action="store_false",
@@ -116,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
                          watch=args.watch, git=args.git, branch=args.branch,
                          estate_path=args.estate_path, poll_s=args.poll,
                          worker_ttl_s=args.worker_ttl, poll_wait_s=args.poll_wait,
-                         grace_s=args.stop_grace, log_cap=args.log_cap,
+                         grace_s=args.stop_grace, gang_timeout_s=args.gang_timeout,
+                         log_cap=args.log_cap,
                          limits=Limits(args.header_timeout, args.idle_timeout,
                                        args.body_timeout, args.max_connections),
                          require_workers=args.require_workers))

@@ -32,8 +32,8 @@ from .cloud import CloudBook
 from .errors import ApiError, not_found
 from .events import Event
 from .ids import IdMaker, new_token
-from .leases import (ACTIVE, CLOSED, FENCED, RETURNED, STOP_REASON, STOPPING,
-                     Lease, WorkerInfo)
+from .leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, RETURNED, STOP_REASON,
+                     STOPPING, Lease, WorkerInfo)
 from .channel_state import PipelineBook, ScheduleBook
 from .records import TaskRecord
 from .store import DbOp
@@ -144,6 +144,8 @@ class WorkerSettings:
     """How long a lease request waits for work at most."""
     grace_s: float = 30.0
     """SIGTERM to SIGKILL for a stopped task (in every lease and stop instruction)."""
+    gang_timeout_s: float = 120.0
+    """A placed gang whose members are not all taken by then goes back to its queue."""
 
 
 class Daemon:
@@ -184,6 +186,11 @@ class Daemon:
         self.mono: Callable[[], float] = time.monotonic
         self.on_work: Callable[[str], None] | None = None
         """Called with a pool that has new work for its workers (wakes their long polls)."""
+        self.gang_offers: dict[str, tuple[int, dict[str, float]]] = {}
+        """Per placed gang (issue 15): its placement number and the workers that offered to
+        take a member, with when (monotonic). Live only (gang.py)."""
+        self.undelivered: dict[str, list[tuple[str, int]]] = {}
+        """Per worker: gang member leases made on another worker's poll, for its next poll."""
         self.schedules = ScheduleBook()
         self.pipelines = PipelineBook()
         """The unattended channels' state (schedules.py, pipelines.py), from the log too."""
@@ -341,13 +348,14 @@ class Daemon:
                 waiting.pop(rec.id, None)
 
     def _stop_lease(self, rec: TaskRecord, reason: str, text: str) -> None:
-        """The task's active lease is to stop (preempted, cancelled): its worker hears it in
-        its next heartbeat. Its capacity is free in the engine already."""
-        lease = rec.current_lease
-        if lease is not None and lease.status == ACTIVE:
-            lease.status = STOPPING
-            lease.stop_reason = reason
-            lease.stop_text = text
+        """The task's active lease (a gang: each active member) is to stop (preempted,
+        cancelled, a member failed): its worker hears it in its next heartbeat. Its capacity
+        is free in the engine already."""
+        for lease in rec.attempt():
+            if lease.status == ACTIVE:
+                lease.status = STOPPING
+                lease.stop_reason = reason
+                lease.stop_text = text
 
     def _end_lease(self, lease: Lease, status: str, outcome: str | None = None) -> None:
         lease.status = status
@@ -362,7 +370,7 @@ class Daemon:
             self.on_work(rec.pool)  # a task waiting for its old attempt to stop may go now
 
     def on_preempted(self, task_id: str, at: int, kind: str, text: str,
-                     replay: bool) -> TaskRecord:
+                     replay: bool, epoch: int | None = None) -> TaskRecord:
         st = self.st()
         t = st.tasks[task_id]
         if replay:
@@ -373,10 +381,12 @@ class Daemon:
         if kind in ("lost", RETURNED):
             if kind == "lost":
                 rec.lost += 1
-            lease = rec.current_lease
+            lease = rec.lease(epoch) if epoch is not None else rec.current_lease
             if lease is not None and lease.status in (ACTIVE, STOPPING):
                 self._end_lease(lease, FENCED if kind == "lost" else CLOSED,
                                 None if kind == "lost" else "stopped")
+            # a gang: the other members stop (requeued whole, issue 15)
+            self._stop_lease(rec, "preempted", text)
         else:
             self._stop_lease(rec, STOP_REASON.get(kind, "preempted"), text)
         rec.state = "queued"
@@ -409,6 +419,7 @@ class Daemon:
                 self._end_lease(lease, FENCED if lost else CLOSED, kind)
             if not lost:
                 rec.exit_code, rec.signal = exit_code, signal
+            self._stop_lease(rec, "preempted", reason or kind)  # a gang's other members
         else:
             self._stop_lease(rec, STOP_REASON.get(kind, kind), reason or kind)
         if lost:
@@ -455,11 +466,19 @@ class Daemon:
             self.on_work(w.pool)
         return w
 
-    def on_leased(self, task_id: str, worker: str, epoch: int, at: int) -> Lease:
+    def on_leased(self, task_id: str, worker: str, epoch: int, at: int,
+                  p: Any = None) -> Lease:
+        """``p``: the ``leased`` payload (a gang member's rank and rendezvous, issue 15)."""
         rec = self.records[task_id]
         w = self.workers[worker]
         size = rec.size if rec.size is not None else (rec.gpus_milli or 0)
+        world = getattr(p, "world", 1) or 1
+        if world > 1 and p.size_milli is not None:
+            size = p.size_milli
         lease = Lease(task_id, epoch, worker, w.pool, size, at, self.mono())
+        if p is not None:
+            lease.rank, lease.world, lease.nodes = p.rank, world, p.nodes or 1
+            lease.master_addr, lease.master_port = p.master_addr, p.master_port
         if rec.leases is None:
             rec.leases = []
         if len(rec.leases) != epoch - 1:
@@ -486,7 +505,10 @@ class Daemon:
         rec = self.records[task_id]
         lease = rec.lease(epoch)
         if lease is not None and lease.status in (ACTIVE, STOPPING):
-            self._end_lease(lease, CLOSED, "stopped")
+            # a gang member that finished while the others still run (issue 15)
+            member_done = lease.world > 1 and data.get("report") == "finished" \
+                and data.get("reason") == GANG_MEMBER_DONE
+            self._end_lease(lease, CLOSED, "finished" if member_done else "stopped")
         if epoch == rec.epoch:
             rec.exit_code, rec.signal = data.get("exit_code"), data.get("signal")
 

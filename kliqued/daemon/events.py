@@ -11,7 +11,8 @@ Kinds (``data`` fields in brackets):
   reason and lost for a task lost the third time] (a worker's report)
 - ``worker_registered`` [worker, pool, hostname, executor, gpus, version, key_hash] (the
   keyed hash of the worker's key, which binds the id to that worker: never shown by the API)
-- ``leased`` [worker, epoch, pool, size_milli] / ``started`` [worker, epoch, ...] /
+- ``leased`` [worker, epoch, pool, size_milli; a gang's rank, world, master_addr,
+  master_port, or nodes when one worker spreads it] / ``started`` [worker, epoch, ...] /
   ``stopped`` [worker, epoch, report, reason, exit_code, signal] / ``unleased`` [worker,
   epoch] (a lease its worker never took)
 - ``worker_lost`` [worker, pool, tasks] (then each task's ``preempted`` with kind ``lost``)
@@ -256,7 +257,12 @@ class Leased(Payload):
     worker: str
     epoch: int
     pool: str | None = None
-    size_milli: int | None = None
+    size_milli: int | None = None  # this lease's share (a gang member's: its node's)
+    rank: int = 0  # a gang member (issue 15): its rank among ``world``
+    world: int = 1
+    master_addr: str | None = None
+    master_port: int | None = None
+    nodes: int = 1  # a whole gang leased to one worker that spreads it (Slurm, Kubernetes)
 
 
 @registered("started")

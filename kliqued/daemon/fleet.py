@@ -25,13 +25,14 @@ from typing import Any, Callable
 
 from klique_util.units import MILLI, gpus_to_milli
 
-from . import reducers
+from . import gang, reducers
 from .auth import Principal
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, forbidden
 from .events import Event
-from .leases import (ACTIVE, CLOSED, FENCED, LOST_FAIL_TEXT, LOST_TEXT, MAX_LOSSES,
-                     RETURNED, RETURNED_TEXT, STOPPING, Lease, WorkerInfo, gpu_fits)
+from .leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, LOST_FAIL_TEXT, LOST_TEXT,
+                     MAX_LOSSES, RETURNED, RETURNED_TEXT, STOPPING, Lease, WorkerInfo,
+                     gpu_fits)
 from .records import TaskRecord
 from .units import gpus
 
@@ -170,15 +171,29 @@ def _stopping(rec: TaskRecord, ov: Overlay) -> bool:
 def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = None
                ) -> list[TaskRecord]:
     """Placed tasks of the worker's pool that no worker holds, no older attempt of which
-    is still stopping, and that fit the worker's room, oldest placement first."""
+    is still stopping, and that fit the worker's room, oldest placement first. A gang
+    (issue 15, gang.py) is among them when the worker fits a member and either has not
+    offered yet or completes it; a gang it already offered for keeps its room."""
+    return _scan(d, w, body, ov)[0]
+
+
+def has_work(d: Daemon, w: WorkerInfo, body: dict[str, Any]) -> bool:
+    """Whether a lease request of ``w`` has something to prepare now (else it parks)."""
+    return bool(d.undelivered.get(w.id)) or bool(candidates(d, w, body))
+
+
+def _scan(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = None
+          ) -> tuple[list[TaskRecord], set[str]]:
+    """``candidates``, and the gangs the worker fits a member of (its offers stay)."""
     waiting = d.unleased.get(w.pool)
     if not waiting:
-        return []
+        return [], set()
     ov = ov or Overlay()
     free = room(body)
     # CPU-only tasks the worker starts now (its --cpu-tasks); absent: no limit (older workers)
     cpu_free = body.get("cpu_free")
     out: list[TaskRecord] = []
+    fits_gangs: set[str] = set()
     for n, tid in enumerate(waiting):
         if n >= SCAN or len(out) >= MAX_LEASES:
             break
@@ -186,20 +201,29 @@ def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | Non
         if rec is None or rec.state != "placed" or tid in ov.leased or tid in ov.ended \
                 or tid in ov.requeued or _stopping(rec, ov):
             continue
+        nodes = gang.nodes_of(d, rec)
+        if nodes > 1 and not gang.spreads(w):
+            if gpu_fits(gang.share(rec, nodes), free):
+                fits_gangs.add(tid)
+                if not gang.offered(d, rec, w.id) \
+                        or gang.members(d, rec, w.id, nodes) is not None:
+                    out.append(rec)
+            continue
         if not rec.size and cpu_free is not None:
             if cpu_free <= 0:
                 continue
             cpu_free -= 1
         if gpu_fits(rec.size or 0, free):
             out.append(rec)
-    return out
+    return out, fits_gangs
 
 
 def lease_json(d: Daemon, rec: TaskRecord, lease: Lease) -> dict[str, Any]:
     return {"task": rec.id, "epoch": lease.epoch, "command": rec.command,
             "payload": rec.payload, "gpus": gpus(lease.size), "resource": rec.resource,
             "user": rec.user, "project": rec.project, "labels": rec.labels,
-            "grace_s": d.worker_settings.grace_s, "env": {}}
+            "grace_s": d.worker_settings.grace_s, "env": gang.rendezvous_env(lease),
+            **gang.lease_extra(lease)}
 
 
 def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: int,
@@ -208,63 +232,144 @@ def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: 
     if w is None or w.lost or wid in ov.lost or p.token_id in ov.revoked \
             or not d.tokens.usable(p.token_id, now):
         return Prepared(apply=lambda: [])  # a revoked token's poll gets nothing
-    picks = candidates(d, w, body, ov)
+    if d.undelivered.get(wid):
+        return _deliver(d, w)
+    picks, fits_gangs = _scan(d, w, body, ov)
+    gang.withdraw_offers(d, wid, fits_gangs)
     if not picks:
         return Prepared(apply=lambda: [])
     rev = d.idx().revision
     events = []
+    offered: list[TaskRecord] = []
     for rec in picks:
+        nodes = gang.nodes_of(d, rec)
+        if nodes > 1 and not gang.spreads(w):
+            chosen = gang.members(d, rec, wid, nodes)
+            if chosen is None:
+                offered.append(rec)  # waits for more workers (gang.py)
+                continue
+            ov.leased.add(rec.id)
+            events.extend(_gang_leases(d, p, rec, chosen, nodes, rev))
+            continue
         ov.leased.add(rec.id)
         epoch = rec.epoch + 1
         events.append(Event("leased", rec.id, p.text, rev, rec.group, rec.user,
                             {"worker": wid, "epoch": epoch, "pool": w.pool,
-                             "size_milli": rec.size or 0}))
+                             "size_milli": rec.size or 0,
+                             **({"nodes": nodes} if nodes > 1 else {})}))
+    mono = d.mono()
 
     def apply() -> list[dict[str, Any]]:
+        for rec in offered:
+            gang.offer(d, rec, wid, mono)
         out = []
+        others = False
         for ev in events:
             lease: Lease = reducers.apply(d, ev, now)
-            out.append(lease_json(d, d.records[lease.task], lease))
+            if lease.world > 1:
+                d.gang_offers.pop(lease.task, None)
+            if lease.worker == wid:
+                out.append(lease_json(d, d.records[lease.task], lease))
+            else:  # a member for another worker: its poll gets it (woken below)
+                d.undelivered.setdefault(lease.worker, []).append(lease.key)
+                others = True
+        if others and d.on_work is not None:
+            d.on_work(w.pool)
         return out
     return Prepared(events, [], apply)
 
 
+def _gang_leases(d: Daemon, p: Principal, rec: TaskRecord, chosen: list[str], nodes: int,
+                 rev: str) -> list[Event]:
+    """The ``nodes`` member leases of a gang, one per chosen worker, rank 0 the master."""
+    master = d.workers[chosen[0]]
+    base = rec.epoch + 1
+    port = gang.master_port(d, rec.pool or "")
+    return [Event("leased", rec.id, p.text, rev, rec.group, rec.user,
+                  {"worker": member, "epoch": base + rank, "pool": rec.pool,
+                   "size_milli": gang.share(rec, nodes), "rank": rank, "world": nodes,
+                   "master_addr": master.hostname or "localhost", "master_port": port})
+            for rank, member in enumerate(chosen)]
+
+
+def _deliver(d: Daemon, w: WorkerInfo) -> Prepared:
+    """Gang member leases made for ``w`` on another worker's poll: its answer now."""
+    def apply() -> list[dict[str, Any]]:
+        out = []
+        for key in d.undelivered.pop(w.id, []):
+            lease = w.leases.get(key)
+            rec = d.records.get(key[0])
+            if lease is not None and lease.status == ACTIVE and rec is not None:
+                out.append(lease_json(d, rec, lease))
+        return out
+    return Prepared(apply=apply)
+
+
+def prepare_gang_timeout(d: Daemon, task_id: str, now: int, ov: Overlay) -> Prepared:
+    """A placed gang whose members were not all taken in time goes back to the front of its
+    queue with the reason (kind ``gang``, not counted as a loss)."""
+    rec = d.records.get(task_id)
+    timeout = d.worker_settings.gang_timeout_s
+    if rec is None or task_id not in gang.overdue(d, timeout, now) or task_id in ov.leased \
+            or task_id in ov.ended or task_id in ov.requeued:
+        return Prepared()
+    ov.requeued.add(task_id)
+    text = gang.timeout_text(d, rec, timeout)
+    interval = rec.interval_id
+    ev = Event("preempted", task_id, "kliqued", d.idx().revision, rec.group, rec.user,
+               {"kind": gang.GANG, "text": text, "pool": rec.pool, "interval": interval})
+
+    def apply() -> None:
+        d.gang_offers.pop(task_id, None)
+        reducers.apply(d, ev, now)
+    return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, text)],
+                    frees=True)
+
+
 # ---------------------------------------------------------------------- losing a task
 def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor: str,
-          detail: dict[str, Any], returned: bool = False) -> Prepared:
+          detail: dict[str, Any], returned: bool = False, text: str | None = None
+          ) -> Prepared:
     """The task's worker is gone (or says it lost the task): back to the front of its queue
     with ``worker lost``, or failed the third time. ``returned``: the worker handed it back
     (it stopped it on a clean shutdown and said so): back to the front, not counted as a
-    loss."""
+    loss. ``text``: the reason when it is not the worker's loss (a gang member failed);
+    a gang's other members are told to stop either way (the gang is requeued whole)."""
     rev = d.idx().revision
     interval = rec.interval_id
+    if text is None and lease.world > 1:
+        text = f"gang member rank {lease.rank} (worker {lease.worker}): " + \
+            (RETURNED_TEXT if returned else LOST_TEXT)
     ov.leases[lease.key] = CLOSED if returned else FENCED
     data = {"pool": rec.pool, "epoch": lease.epoch, "worker": lease.worker,
             "interval": interval, **detail}
     if returned:
         ov.requeued.add(rec.id)
         ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
-                   {"kind": RETURNED, "text": RETURNED_TEXT, "by": lease.worker, **data})
+                   {"kind": RETURNED, "text": text or RETURNED_TEXT, "by": lease.worker,
+                    **data})
 
         def apply_returned() -> None:
             reducers.apply(d, ev, now)
         return Prepared([ev], [], apply_returned, wants_pass=True,
-                        closes=[(interval, now, RETURNED_TEXT)], frees=True)
+                        closes=[(interval, now, text or RETURNED_TEXT)], frees=True)
     if rec.lost + 1 >= MAX_LOSSES:
         ov.ended.add(rec.id)
         ev = Event("ended", rec.id, actor, rev, rec.group, rec.user,
-                   {"kind": "failed", "reason": LOST_FAIL_TEXT, "lost": True, **data})
+                   {"kind": "failed", "lost": True, **data,
+                    "reason": f"{LOST_FAIL_TEXT}, last: {text}" if text else LOST_FAIL_TEXT})
 
         def apply() -> None:
             reducers.apply(d, ev, now)
     else:
         ov.requeued.add(rec.id)
         ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
-                   {"kind": "lost", "text": LOST_TEXT, "by": lease.worker, **data})
+                   {"kind": "lost", "text": text or LOST_TEXT, "by": lease.worker, **data})
 
         def apply() -> None:
             reducers.apply(d, ev, now)
-    return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, LOST_TEXT)])
+    return Prepared([ev], [], apply, wants_pass=True,
+                    closes=[(interval, now, text or LOST_TEXT)])
 
 
 def _requeue_leases(d: Daemon, w: WorkerInfo, now: int, ov: Overlay, actor: str,
@@ -280,11 +385,18 @@ def _requeue_leases(d: Daemon, w: WorkerInfo, now: int, ov: Overlay, actor: str,
         rec = d.records.get(lease.task)
         tasks.append({"task": lease.task, "epoch": lease.epoch, "status": status})
         if rec is not None and status == ACTIVE and rec.state == "placed" \
-                and lease is rec.current_lease and rec.id not in ov.ended \
+                and _current(rec, lease) and rec.id not in ov.ended \
                 and rec.id not in ov.requeued:
             subs.append(_lose(d, rec, lease, now, ov, actor, extra))
         ov.leases[lease.key] = closed_as(status)
     return subs, tasks
+
+
+def _current(rec: TaskRecord, lease: Lease) -> bool:
+    """Whether ``lease`` belongs to the task's latest attempt (a gang: any member)."""
+    last = rec.current_lease
+    return last is not None and lease.task == last.task \
+        and lease.base_epoch == last.base_epoch
 
 
 def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
@@ -376,6 +488,10 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
                             {"report": event, "message": message})
                 return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
                                 sub.closes, frees=True)
+        if lease.world > 1:
+            member = _gang_member_end(d, p, rec, lease, event, body, data, now, ov)
+            if member is not None:
+                return member
         interval = rec.interval_id
         ov.ended.add(task_id)
         ov.leases[key] = CLOSED
@@ -395,7 +511,7 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
                         frees=True)
     # A lease told to stop: its process is gone.
     ov.leases[key] = CLOSED
-    if event == "finished" and rec.state == "queued" and not ended_here \
+    if event == "finished" and rec.state == "queued" and not ended_here and lease.world == 1 \
             and task_id not in ov.leased and lease.stop_reason in ("preempted", "budget"):
         # It completed before the stop reached it: done, not run again.
         ov.ended.add(task_id)
@@ -413,6 +529,37 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         reducers.apply(d, ev, now)
         return task_id
     return Prepared([ev], [], apply_stopped)
+
+
+def _gang_member_end(d: Daemon, p: Principal, rec: TaskRecord, lease: Lease, event: str,
+                     body: dict[str, Any], data: dict[str, Any], now: int, ov: Overlay
+                     ) -> Prepared | None:
+    """A gang member's own end (issue 15): a failure stops the gang and requeues it whole
+    (counted like a loss: the third time the task fails); a member that finished closes its
+    lease and the task ends with the last one (None: this report ends the task)."""
+    task_id = rec.id
+    if event == "failed":
+        why = f"exit {body.get('exit_code')}" if body.get("signal") is None \
+            else f"signal {body.get('signal')}"
+        sub = _lose(d, rec, lease, now, ov, p.text, {"report": event,
+                                                     "message": body.get("message")},
+                    text=f"gang member rank {lease.rank} (worker {lease.worker}) failed: {why}")
+        return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True, sub.closes,
+                        frees=True)
+    if event != "finished":
+        return None
+    others = [m for m in rec.attempt() if m.key != lease.key]
+    if all(ov.leases.get(m.key, m.status) == CLOSED
+           and (m.outcome == "finished" or m.key in ov.leases) for m in others):
+        return None  # the last member: the task is done
+    ov.leases[lease.key] = CLOSED
+    ev = Event("stopped", task_id, p.text, d.idx().revision, rec.group, rec.user,
+               {**data, "report": "finished", "reason": GANG_MEMBER_DONE})
+
+    def apply() -> str:
+        reducers.apply(d, ev, now)
+        return task_id
+    return Prepared([ev], [], apply)
 
 
 def _idle_text(body: dict[str, Any]) -> str | None:
@@ -531,12 +678,19 @@ def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, in
                      now: int, ov: Overlay) -> Prepared:
     rev = d.idx().revision
     events = []
+    subs: list[Prepared] = []
     for task, epoch in keys:
         rec = d.records.get(task)
         lease = rec.lease(epoch) if rec is not None else None
         if rec is None or lease is None or lease.worker != wid \
                 or ov.leases.get(lease.key, lease.status) != ACTIVE or task in ov.ended \
                 or task in ov.requeued:
+            continue
+        if lease.world > 1:  # a gang member never taken: the gang goes back whole
+            subs.append(_lose(d, rec, lease, now, ov, p.text, {}, returned=True,
+                              text=f"gang member rank {lease.rank}: worker {wid} never took "
+                                   f"its lease"))
+            ov.leases[lease.key] = FENCED
             continue
         ov.leases[lease.key] = FENCED
         events.append(Event("unleased", task, p.text, rev, rec.group, rec.user,
@@ -546,4 +700,8 @@ def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, in
     def apply() -> None:
         for ev in events:
             reducers.apply(d, ev, now)
-    return Prepared(events, [], apply)
+        for sub in subs:
+            sub.apply()
+    return Prepared(events + [e for sub in subs for e in sub.events], [], apply,
+                    wants_pass=bool(subs), closes=[c for sub in subs for c in sub.closes],
+                    frees=bool(subs))

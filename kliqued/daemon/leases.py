@@ -38,12 +38,16 @@ RETURNED = "returned"
 """Preemption kind of a task its worker handed back on a clean shutdown (not a loss)."""
 RETURNED_TEXT = "worker shut down"
 LOST_FAIL_TEXT = "worker lost 3 times"
+GANG_MEMBER_DONE = "gang-member-finished"
+"""The ``stopped`` event's reason for a gang member that finished before the others: its
+lease closes (outcome finished); the task ends when the last member finishes."""
 MAX_LOSSES = 3
 
 
 class Lease:
     __slots__ = ("task", "epoch", "worker", "pool", "size", "leased_at", "leased_mono",
-                 "started_at", "status", "stop_reason", "stop_text", "outcome")
+                 "started_at", "status", "stop_reason", "stop_text", "outcome", "rank",
+                 "world", "master_addr", "master_port", "nodes")
 
     def __init__(self, task: str, epoch: int, worker: str, pool: str, size: int,
                  at: int, mono: float) -> None:
@@ -62,10 +66,24 @@ class Lease:
         self.stop_text: str | None = None
         self.outcome: str | None = None
         """The report that closed it: finished, failed, stopped."""
+        self.rank = 0
+        self.world = 1
+        """A gang member (issue 15): its rank among ``world`` leases of one attempt, leased
+        together (consecutive epochs) to distinct workers; 1 for every other lease."""
+        self.master_addr: str | None = None
+        self.master_port: int | None = None
+        """A gang's rendezvous: rank 0's worker host and the port it listens on."""
+        self.nodes = 1
+        """A gang leased whole to one worker whose executor spreads it (Slurm, Kubernetes)."""
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.task, self.epoch)
+
+    @property
+    def base_epoch(self) -> int:
+        """The first epoch of its attempt (a gang's rank 0; itself otherwise)."""
+        return self.epoch - self.rank
 
     def __repr__(self) -> str:
         return f"Lease({self.task}#{self.epoch} on {self.worker}, {self.status})"

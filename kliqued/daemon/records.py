@@ -99,3 +99,10 @@ class TaskRecord:
     @property
     def current_lease(self) -> Any:
         return self.leases[-1] if self.leases else None
+
+    def attempt(self) -> list[Any]:
+        """The leases of its latest attempt: one, or a gang's members (rank order)."""
+        last = self.current_lease
+        if last is None:
+            return []
+        return list(self.leases[last.base_epoch - 1:])

@@ -42,7 +42,7 @@ def _placed(d: Daemon, ev: Event, p: E.Placed, at: int, decided: bool) -> Any:
 
 
 def _preempted(d: Daemon, ev: Event, p: E.Preempted, at: int, decided: bool) -> Any:
-    return d.on_preempted(_task(ev), at, p.kind, p.text, replay=not decided)
+    return d.on_preempted(_task(ev), at, p.kind, p.text, replay=not decided, epoch=p.epoch)
 
 
 def _cancelled(d: Daemon, ev: Event, p: E.Cancelled, at: int, decided: bool) -> Any:
@@ -60,7 +60,7 @@ def _worker_registered(d: Daemon, ev: Event, p: E.WorkerRegistered, at: int, dec
 
 
 def _leased(d: Daemon, ev: Event, p: E.Leased, at: int, decided: bool) -> Any:
-    return d.on_leased(_task(ev), p.worker, p.epoch, at)
+    return d.on_leased(_task(ev), p.worker, p.epoch, at, p)
 
 
 def _started(d: Daemon, ev: Event, p: E.Started, at: int, decided: bool) -> Any:

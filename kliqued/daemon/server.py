@@ -64,6 +64,8 @@ class Options:
     worker_ttl_s: float = 15.0
     poll_wait_s: float = 30.0
     grace_s: float = 30.0
+    gang_timeout_s: float = 120.0
+    """A placed gang not taken by all its members by then goes back to its queue."""
     log_cap: int = DEFAULT_CAP
     limits: Limits = Limits()
     """Connection timeouts and the connection cap (kliqued/daemon/listener.py)."""
@@ -142,7 +144,8 @@ def serve(opts: Options) -> int:
             if filled:
                 log.info("ledger: %d intervals given the group paths of %s", filled,
                          d.estate.revision)
-        d.worker_settings = WorkerSettings(opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s)
+        d.worker_settings = WorkerSettings(opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s,
+                                           opts.gang_timeout_s)
         compiled: CompiledEstate | None = None
         source = None
         follow: DirSource | GitSource | None = None
@@ -346,7 +349,8 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
 async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None:
     """Declares lost every worker silent for longer than its TTL (its tasks go back to the
     front of their queues, or fail the third time)."""
-    from .fleet import prepare_worker_lost
+    from . import gang
+    from .fleet import prepare_gang_timeout, prepare_worker_lost
     ttl = d.worker_settings.ttl_s
     step = max(0.05, min(1.0, ttl / 4))
     while not stop.is_set():
@@ -367,3 +371,10 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
             except Exception as exc:  # shutting down
                 log.debug("worker lost not recorded: %s", exc)
                 return
+        if d.ready:
+            for tid in gang.overdue(d, d.worker_settings.gang_timeout_s, d.clock.now()):
+                try:
+                    await seq.submit(functools.partial(prepare_gang_timeout, d, tid))
+                except Exception as exc:  # shutting down
+                    log.debug("gang timeout not recorded: %s", exc)
+                    return

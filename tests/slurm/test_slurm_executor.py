@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +85,26 @@ def test_the_sbatch_command_line_and_script():
     assert "/py -I /w.py /s/run/t.e1.exit -- echo 'a b' &" in script
     assert "trap ':' TERM INT HUP" in script and "trap 'kill -KILL 0' USR2" in script
     assert parse_exit_code("7:0") == (7, None) and parse_exit_code("0:9") == (None, "SIGKILL")
+
+
+def test_a_gang_asks_slurm_for_its_nodes_and_runs_one_rank_per_node():
+    """Issue 15: a gang leased whole to a Slurm worker is one job over its nodes; the script
+    gives each node's command the rendezvous names (golden command line and script)."""
+    gang = lease("g/1", ["python", "train.py", "--lr", "0.1"], gpus=16, nodes=2)
+    cmd = sbatch_command(gang, partition="gpu", log_path="/s/logs/g_1.e1.log", workdir=None)
+    assert cmd == ["sbatch", "--parsable", "--nodes", "2", "--ntasks-per-node", "1",
+                   "--gpus-per-node", "8", "--partition", "gpu", "--job-name", "klique-g_1",
+                   "--output", "/s/logs/g_1.e1.log", "--open-mode=append", "--export=ALL"]
+    script = job_script(gang, "/s/run/g_1.e1.exit", "/py", "/w.py")
+    golden = Path(__file__).parent / "golden" / "gang-job.sh"
+    if os.environ.get("KLIQUE_UPDATE_GOLDEN"):
+        golden.write_text(script)
+    assert script == golden.read_text()
+    # one node: unchanged (no srun step, GRES as before)
+    one = sbatch_command(lease("x", ["true"], gpus=2, nodes=1), partition=None,
+                         log_path="/l", workdir=None)
+    assert "--gres=gpu:2" in one and "--nodes" not in one
+    assert "srun" not in job_script(lease("x", ["true"]), "/e", "/py", "/w.py")
 
 
 # against the real Slurm ------------------------------------------------------------------------

@@ -24,7 +24,8 @@ kubernetes = pytest.importorskip("kubernetes", reason="pip install 'klique[kuber
 from kubernetes.client import ApiClient  # noqa: E402
 
 from workers.executors.base import Exited, Running, StartError  # noqa: E402
-from workers.executors.k8s_manifest import K8sSettings, PodState, job_manifest, job_name, \
+from workers.executors.k8s_manifest import K8sSettings, PodState, gang_service_manifest, \
+    job_manifest, job_name, \
     pod_state  # noqa: E402
 from workers.executors.kubernetes import KubernetesExecutor  # noqa: E402
 from workers.gpus import Gpu  # noqa: E402
@@ -62,6 +63,10 @@ CASES = {
                                             service_account="klique-tasks"), [3]),
     "k8s-job-fraction-whole-gpu": (lease(gpus=0.5, command=None),
                                    K8sSettings(namespace="default", image="train:1"), [0]),
+    # issue 15: a gang over 2 nodes, 4 GPUs on each
+    "k8s-job-gang": (lease(gpus=8.0, nodes=2, env={"WANDB_MODE": "offline",
+                                                   "MASTER_PORT": "29400"}),
+                     K8sSettings(namespace="ml-batch", image="train:1"), [0, 1, 2, 3]),
 }
 
 
@@ -269,3 +274,42 @@ def test_adopt_and_start_errors(api, tmp_path):
     with pytest.raises(StartError, match="no image"):
         no_image.start(lease(), [0], tmp_path / "4.log")
     assert isinstance(Exited(0), Exited)
+
+
+def test_a_gang_is_an_indexed_job_with_a_headless_service_for_its_rendezvous():
+    """Issue 15: N pods started and failed together, each with its rank from its completion
+    index and the master at index 0's stable name (golden manifests)."""
+    manifest = job_manifest(*CASES["k8s-job-gang"][:2], GPUS, [0, 1, 2, 3])
+    spec = manifest["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"],
+            spec["backoffLimit"]) == ("Indexed", 2, 2, 0)
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "klique-t-0042-1"
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["MASTER_ADDR"]["value"] == "klique-t-0042-1-0.klique-t-0042-1.ml-batch.svc"
+    assert env["MASTER_PORT"]["value"] == "29400" and env["WORLD_SIZE"]["value"] == "2"
+    assert "job-completion-index" in env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert pod["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
+    service = gang_service_manifest(CASES["k8s-job-gang"][0], CASES["k8s-job-gang"][1],
+                                    "uid-1")
+    path = GOLDEN / "k8s-service-gang.json"
+    text = json.dumps(service, indent=2) + "\n"
+    if os.environ.get("KLIQUE_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_one_pod_of_a_gang_ending_is_not_the_gang_ending():
+    job = deserialize("job-active", "V1Job")
+    job.spec.completion_mode, job.spec.completions = "Indexed", 2
+    assert pod_state(job, deserialize("pod-succeeded", "V1Pod")).state == "running"
+    done = deserialize("job-complete", "V1Job")
+    done.spec.completion_mode, done.spec.completions = "Indexed", 2
+    assert pod_state(done, deserialize("pod-succeeded", "V1Pod")).state == "finished"
+    failed = deserialize("job-failed-backofflimit", "V1Job")
+    failed.spec.completion_mode, failed.spec.completions = "Indexed", 2
+    st = pod_state(failed, deserialize("pod-failed-oomkilled", "V1Pod"))
+    assert st.state == "failed" and st.reason == "OOMKilled"
+    assert pod_state(failed, deserialize("pod-running", "V1Pod")).state == "failed"

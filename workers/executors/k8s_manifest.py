@@ -80,11 +80,57 @@ def task_env(lease: dict, gpus: list[Gpu] | None, gpu_indices: list[int],
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
+def lease_nodes(lease: dict) -> int:
+    """The nodes a lease spans: a gang's (issue 15), else 1."""
+    n = lease.get("nodes")
+    return n if isinstance(n, int) and n > 1 else 1
+
+
+DEFAULT_MASTER_PORT = 29500
+
+
+def gang_env(lease: dict, name: str, namespace: str) -> list[dict]:
+    """The rendezvous names torchrun and DeepSpeed read, for each pod of an indexed Job: the
+    pod's index is its rank, index 0's stable name (through the headless Service of the
+    same name) the master."""
+    nodes = lease_nodes(lease)
+    port = str((lease.get("env") or {}).get("MASTER_PORT") or DEFAULT_MASTER_PORT)
+    index = {"valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
+    return [{"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{namespace}.svc"},
+            {"name": "MASTER_PORT", "value": port},
+            {"name": "WORLD_SIZE", "value": str(nodes)},
+            {"name": "RANK", **index}, {"name": "NODE_RANK", **index},
+            {"name": "LOCAL_RANK", "value": "0"}, {"name": "LOCAL_WORLD_SIZE", "value": "1"}]
+
+
+def gang_service_manifest(lease: dict, s: K8sSettings, owner_uid: str | None = None
+                          ) -> dict[str, Any]:
+    """The headless Service that gives an indexed Job's pods stable names
+    (``<job>-<index>.<job>``); owned by the Job, so it goes with it."""
+    task, epoch = str(lease["task"]), int(lease["epoch"])
+    name = job_name(task, epoch)
+    meta: dict[str, Any] = {"name": name, "namespace": s.namespace,
+                            "labels": {"app.kubernetes.io/managed-by": MANAGED_BY,
+                                       "klique.io/task": label_value(task),
+                                       "klique.io/epoch": str(epoch)}}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                    "uid": owner_uid}]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "None", "selector": {"job-name": name},
+                     "publishNotReadyAddresses": True}}
+
+
 def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
                  gpu_indices: list[int] | None = None) -> dict[str, Any]:
     """The batch/v1 Job of a lease: one pod, never restarted (the control plane requeues),
-    `nvidia.com/gpu: N` (or the pool's fraction resource) as limits."""
+    `nvidia.com/gpu: N` (or the pool's fraction resource) as limits. A gang over N nodes
+    (issue 15) is an indexed Job of N pods, each with its node's share and its rank, all
+    started together (parallelism N) and failed together (one pod's failure fails the Job:
+    backoffLimit 0), beside a headless Service (``gang_service_manifest``)."""
     task, epoch = str(lease["task"]), int(lease["epoch"])
+    nodes = lease_nodes(lease)
     payload = lease.get("payload")
     image = lease.get("image") or (payload.get("image") if isinstance(payload, dict) else None) \
         or s.image
@@ -98,11 +144,15 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
                    "klique.io/project": str(lease.get("project") or ""),
                    "klique.io/resource": str(lease.get("resource") or ""),
                    "klique.io/gpus": str(lease.get("gpus", ""))}
-    container: dict[str, Any] = {"name": "task", "image": image,
-                                 "env": task_env(lease, gpus, gpu_indices or [], s)}
+    env = task_env(lease, gpus, gpu_indices or [], s)
+    name = job_name(task, epoch)
+    if nodes > 1:
+        given = {e["name"] for e in gang_env(lease, name, s.namespace)}
+        env = [e for e in env if e["name"] not in given] + gang_env(lease, name, s.namespace)
+    container: dict[str, Any] = {"name": "task", "image": image, "env": env}
     if lease.get("command"):
         container["command"] = list(lease["command"])
-    resources = gpu_resources(gpus_to_milli(lease.get("gpus")), s)
+    resources = gpu_resources(gpus_to_milli(lease.get("gpus")) // nodes, s)
     if resources:
         container["resources"] = {"limits": resources}
     pod_spec: dict[str, Any] = {
@@ -112,18 +162,28 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
     }
     if s.service_account:
         pod_spec["serviceAccountName"] = s.service_account
+    spec: dict[str, Any] = {"backoffLimit": 0}
+    if nodes > 1:
+        pod_spec["subdomain"] = name
+        spec.update({"completionMode": "Indexed", "completions": nodes,
+                     "parallelism": nodes})
+    spec.update({"ttlSecondsAfterFinished": s.ttl_after_finished_s,
+                 "template": {"metadata": {"labels": labels, "annotations": annotations},
+                              "spec": pod_spec}})
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job_name(task, epoch), "namespace": s.namespace,
+        "metadata": {"name": name, "namespace": s.namespace,
                      "labels": labels, "annotations": annotations},
-        "spec": {
-            "backoffLimit": 0,
-            "ttlSecondsAfterFinished": s.ttl_after_finished_s,
-            "template": {"metadata": {"labels": labels, "annotations": annotations},
-                         "spec": pod_spec},
-        },
+        "spec": spec,
     }
+
+
+def gang_job(job: Any) -> bool:
+    """An indexed Job of several pods (a gang): its own conditions say when it ends."""
+    spec = getattr(job, "spec", None)
+    return spec is not None and getattr(spec, "completion_mode", None) == "Indexed" \
+        and (getattr(spec, "completions", None) or 1) > 1
 
 
 # state mapping --------------------------------------------------------------------------------
@@ -176,6 +236,18 @@ def _from_exit(code: int | None, reason: str | None, message: str | None,
 def pod_state(job, pod) -> PodState:
     """Maps a V1Job and its (newest) V1Pod, either possibly None, to a task state."""
     phase = pod.status.phase if pod is not None and pod.status is not None else None
+    if gang_job(job):
+        # a gang's pods end one by one: the Job's conditions decide (Complete when every
+        # index succeeded, Failed at the first failure, backoffLimit 0); until then it runs
+        ended = [c for c in (job.status.conditions if job.status is not None else None) or []
+                 if c.status == "True" and c.type in ("Complete", "Failed")]
+        if not ended:
+            if phase in ("Succeeded", "Failed"):
+                return PodState("running")
+        elif ended[0].type == "Complete":
+            return PodState("finished", 0, None, "Completed")
+        elif phase != "Failed":
+            return PodState("failed", None, None, ended[0].reason, ended[0].message)
     if phase == "Succeeded":
         return PodState("finished", 0, None, "Completed")
     if phase == "Failed":

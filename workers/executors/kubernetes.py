@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
-from workers.executors.k8s_manifest import MANAGED_BY, K8sSettings, PodState, job_manifest, \
-    pod_state
+from workers.executors.k8s_manifest import MANAGED_BY, K8sSettings, PodState, \
+    gang_service_manifest, job_manifest, lease_nodes, pod_state
 from workers.errors import ConfigError
 from workers.gpus import Gpu
 
@@ -119,12 +119,22 @@ class KubernetesExecutor(Executor[K8sHandle]):
                                     or not all(isinstance(a, str) for a in command)):
             raise StartError(f"the task's command must be a list of strings, not {command!r}")
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        created = None
         try:
-            self.batch.create_namespaced_job(ns, manifest, _request_timeout=30)
+            created = self.batch.create_namespaced_job(ns, manifest, _request_timeout=30)
         except Exception as exc:
             status = getattr(exc, "status", None)
             if status != 409:       # 409: it exists (a retried start): take it as it is
                 raise StartError(f"cannot create job {ns}/{name}: {_api_error(exc)}") from exc
+        if lease_nodes(lease) > 1:  # a gang: the pods' stable names for the rendezvous
+            uid = getattr(getattr(created, "metadata", None), "uid", None)
+            try:
+                self.core.create_namespaced_service(
+                    ns, gang_service_manifest(lease, self.settings, uid), _request_timeout=30)
+            except Exception as exc:
+                if getattr(exc, "status", None) != 409:
+                    raise StartError(f"cannot create service {ns}/{name} for the gang's "
+                                     f"rendezvous: {_api_error(exc)}") from exc
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         return K8sHandle(name=name, namespace=ns, log_path=str(log_path))
 

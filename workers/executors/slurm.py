@@ -79,12 +79,25 @@ def gres_count(milli: int) -> int:
     return max(1, math.ceil(milli / MILLI))
 
 
+def lease_nodes(lease: dict) -> int:
+    """The nodes a lease spans: a gang's (issue 15), else 1."""
+    n = lease.get("nodes")
+    return n if isinstance(n, int) and n > 1 else 1
+
+
 def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
                    workdir: str | None, extra: list[str] | None = None) -> list[str]:
-    """The sbatch command line of a lease (the script goes to sbatch's stdin)."""
-    n = gres_count(gpus_to_milli(lease.get("gpus")))
+    """The sbatch command line of a lease (the script goes to sbatch's stdin). A gang over
+    N nodes asks for ``--nodes N --ntasks-per-node 1 --gpus-per-node G`` (its GPUs split
+    evenly, as the control plane placed it): Slurm's own multi-node placement."""
+    nodes = lease_nodes(lease)
+    n = gres_count(gpus_to_milli(lease.get("gpus")) // nodes)
     cmd = ["sbatch", "--parsable"]
-    if n:
+    if nodes > 1:
+        cmd += ["--nodes", str(nodes), "--ntasks-per-node", "1"]
+        if n:
+            cmd += ["--gpus-per-node", str(n)]
+    elif n:
         cmd.append(f"--gres=gpu:{n}")
     if partition:
         cmd += ["--partition", partition]
@@ -102,6 +115,19 @@ def job_script(lease: dict, exit_path: str | Path, python: str = sys.executable,
     be a list of strings (``start``)."""
     cmd = shlex.join(lease["command"])
     py, wr, ex = shlex.quote(python), shlex.quote(wrapper), shlex.quote(str(exit_path))
+    nodes = lease_nodes(lease)
+    rendezvous = ""
+    if nodes > 1:
+        # One step task per node runs the command, with the names torchrun and DeepSpeed
+        # read; the wrapper records srun's exit (non-zero when any node's command fails).
+        rendezvous = f"""# A gang over {nodes} nodes: rank 0's node is the master.
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_ADDR
+export MASTER_PORT="${{MASTER_PORT:-29500}}" WORLD_SIZE="$SLURM_JOB_NUM_NODES" LOCAL_WORLD_SIZE=1
+"""
+        cmd = (f"srun --nodes {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 /bin/sh -c "
+               "'RANK=$SLURM_NODEID NODE_RANK=$SLURM_NODEID LOCAL_RANK=0 "
+               "&& export RANK NODE_RANK LOCAL_RANK && exec \"$@\"' klique-rank " + cmd)
     return f"""#!/bin/bash
 # klique task {lease['task']} (epoch {lease['epoch']}), submitted by klique-worker.
 # A stop is `scancel --signal=TERM --full` (the task gets SIGTERM; this script keeps waiting
@@ -109,7 +135,7 @@ def job_script(lease: dict, exit_path: str | Path, python: str = sys.executable,
 # group, this script included) and a hard `scancel`.
 trap ':' TERM INT HUP
 trap 'kill -KILL 0' USR2
-if [ -x {py} ] && [ -r {wr} ]; then
+{rendezvous}if [ -x {py} ] && [ -r {wr} ]; then
     {py} -I {wr} {ex} -- {cmd} &
 else
     {cmd} &

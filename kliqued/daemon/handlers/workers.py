@@ -101,7 +101,7 @@ async def lease(request: web.Request) -> web.Response:
         w.last_seen = d.mono()
         if c.closing.is_set() or w.lost or d.workers.get(wid) is not w:
             return reply({"leases": []})
-        if fleet.candidates(d, w, body):
+        if fleet.has_work(d, w, body):
             leases = await c.seq.submit(prepare)
             if leases:
                 return reply({"leases": leases})
