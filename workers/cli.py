@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gpus, source = discover(args.gpus)
         if args.gpu_memory:
-            gpus = [g if g.memory_mb is not None else Gpu(g.index, g.uuid, args.gpu_memory)
-                    for g in gpus]
+            gpus = [g if g.memory_mb is not None else
+                    Gpu(g.index, g.uuid, args.gpu_memory, g.model) for g in gpus]
         try:
             client = ControlPlaneClient(args.url, args.token_file, args.ca_file)
         except OSError as exc:

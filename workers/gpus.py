@@ -21,12 +21,17 @@ class Gpu:
     index: int
     uuid: str
     memory_mb: int | None
+    model: str | None = None
+    """nvidia-smi's name (``NVIDIA H100 80GB HBM3``); None for GPUs declared by --gpus. The
+    control plane compares it with the pool's gpu_type (capacity truth, issue 15)."""
 
     def to_json(self) -> dict:
-        return {"index": self.index, "uuid": self.uuid, "memory_mb": self.memory_mb}
+        return {"index": self.index, "uuid": self.uuid, "memory_mb": self.memory_mb,
+                "model": self.model}
 
 
-NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total,name",
+                    "--format=csv,noheader,nounits"]
 
 
 def parse_nvidia_smi(text: str) -> list[Gpu]:
@@ -34,15 +39,16 @@ def parse_nvidia_smi(text: str) -> list[Gpu]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 3:
+        parts = [p.strip() for p in line.split(",", 3)]
+        if len(parts) not in (3, 4):
             raise GpuDiscoveryError(f"unexpected nvidia-smi line {line!r}")
-        index, uuid, memory = parts
+        index, uuid, memory = parts[:3]
+        model = parts[3] if len(parts) == 4 and parts[3] and parts[3] != "[N/A]" else None
         try:
             mem = int(float(memory))
         except ValueError:  # "[N/A]" on some MIG setups
             mem = None
-        gpus.append(Gpu(int(index), uuid, mem))
+        gpus.append(Gpu(int(index), uuid, mem, model))
     return gpus
 
 

@@ -73,6 +73,7 @@ def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = Non
     found = [_locate(i, base_src, head_src)
              for i in impacts(base_est, head_est, renames, now_ms, live)]
     found += stale_base(base_rev, running)
+    found += capacity_notes(head_est, live)
     found.sort(key=Impact.sort_key)
     replayed = None
     if whatif is not None:
@@ -101,6 +102,22 @@ def stale_base(base: Revision, running: Running | None) -> list[Impact]:
                    "the running commit.",
                    {"running_revision": running.revision, "running_commit": running.commit,
                     "base_revision": base.estate_revision, "source": running.source})]
+
+
+def capacity_notes(head: CompiledEstate | None, live: LiveState | None) -> list[Impact]:
+    """A warning per pool whose live workers disagree with what it declares (issue 15, read
+    from the daemon by ``--against``): the plan's numbers are the declared capacity, which
+    the machines behind the pool do not have."""
+    if live is None:
+        return []
+    pools = {p.name for p in head.pools} if head is not None else set()
+    return [Impact("warn", "capacity-mismatch",
+                   f"Pool {pool}: its workers disagree with what it declares ("
+                   + "; ".join(texts) + "). The engine counts the declared capacity: fix "
+                   "the pool's capacity or nodes, or the machines.",
+                   {"pool": pool, "mismatches": list(texts)},
+                   subject=("pool", pool) if pool in pools else None)
+            for pool, texts in sorted(live.capacity_mismatches.items()) if texts]
 
 
 def _locate(impact: Impact, base_src: SourceMap, head_src: SourceMap) -> Impact:

@@ -56,6 +56,9 @@ class LiveState:
     """GPU-hours per GPU type and UTC month (``2026-11``); None without a ledger."""
     commit: str | None = None
     """The git commit the running revision was read from, when the daemon follows git."""
+    capacity_mismatches: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per pool: how its live workers disagree with what it declares (issue 15); absent
+    from daemons before it."""
 
     def resource(self, name: str) -> ResourceLive:
         return self.resources.get(name, ResourceLive())
@@ -128,5 +131,10 @@ def _parse(data: Any, source: str) -> LiveState:
             usage.setdefault(str(row["gpu_type"]), {})[str(row["month"])] = float(
                 row["gpu_hours"])
     commit = data.get("commit")
+    mismatches: dict[str, tuple[str, ...]] = {}
+    for pool, texts in (data.get("capacity_mismatches") or {}).items():
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise LiveStateError(f"capacity_mismatches.{pool}: expected a list of strings")
+        mismatches[str(pool)] = tuple(texts)
     return LiveState(source, revision, at, at_ms, resources, policies, pools, usage,
-                     commit if isinstance(commit, str) else None)
+                     commit if isinstance(commit, str) else None, mismatches)

@@ -27,6 +27,8 @@ Kinds (``data`` fields in brackets):
 - ``token_created`` [id, principal, name, expires_at?, rotated_from?] / ``token_revoked``
   [id] / ``token_rotated`` [id, to, old_ends_at] (the old token ends then: at once, or after
   the rotation's grace)
+- ``capacity_mismatch`` [worker, pool, mismatches] (a registering worker's GPUs disagree
+  with what its pool declares, issue 15; the engine still counts the declared capacity)
 - ``worker_refused`` [call, worker, holder?, reason] (a worker call that did not prove the
   identity it claims: another worker's id, lease or key; refused with 403)
 - ``estate_refused`` [revision, commit, source, errors] (GitOps reload)
@@ -249,6 +251,14 @@ class WorkerRegistered(Payload):
     gpus: list[Any] = field(default_factory=list)
     version: str | None = None
     key_hash: str | None = None
+
+
+@registered("capacity_mismatch")
+@_frozen
+class CapacityMismatch(Payload):
+    worker: str
+    pool: str
+    mismatches: list[str] = field(default_factory=list)
 
 
 @registered("leased")

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from klique_util.units import MILLI, gpus_to_milli
 
-from . import gang, reducers
+from . import capacity, gang, reducers
 from .auth import Principal
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, forbidden
@@ -140,13 +140,23 @@ def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
             "version": body.get("version"), "key_hash": key_hash}
     ev = Event("worker_registered", None, p.text, d.idx().revision, None, None,
                {"worker": wid, **data})
+    events = [ev]
+    pool = capacity.pool_of(d, body["pool"])
+    if pool is not None:  # issue 15: what this worker reports against what the pool declares
+        probe = WorkerInfo(wid, body["pool"])
+        probe.gpus = [g for g in data["gpus"] if isinstance(g, dict)]
+        wrong = capacity.worker_mismatches(pool, probe)
+        if wrong:
+            events.append(Event("capacity_mismatch", None, p.text, d.idx().revision, None,
+                                None, {"worker": wid, "pool": body["pool"],
+                                       "mismatches": wrong}))
 
     def apply() -> dict[str, Any]:
         w: WorkerInfo = reducers.apply(d, ev, now)
         s = d.worker_settings
         return {"worker_id": wid, "heartbeat_ttl_s": s.ttl_s, "poll_wait_s": s.poll_wait_s,
                 "running": leases_of(w)}
-    return Prepared([ev], [], apply)
+    return Prepared(events, [], apply)
 
 
 # ---------------------------------------------------------------------- lease

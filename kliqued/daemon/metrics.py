@@ -116,6 +116,12 @@ class StateCollector(Collector):
         waits = GaugeMetricFamily("klique_cloud_waiting_tasks", "Placed tasks that wait for "
                                   "a node the autoscaler cannot add, by cause",
                                   labels=["pool", "cause"])
+        reported = GaugeMetricFamily("klique_pool_reported_gpus", "GPUs the pool's live "
+                                     "workers report (the engine counts the declared "
+                                     "capacity)", labels=labels)
+        mismatch = GaugeMetricFamily("klique_pool_capacity_mismatch", "How many ways the "
+                                     "pool's live workers disagree with what it declares "
+                                     "(0: they agree)", labels=labels)
         for p in views.pools(self.d):
             key = [p["name"], p["kind"], p["gpu_type"] or ""]
             for k, fam in fams.items():
@@ -133,8 +139,11 @@ class StateCollector(Collector):
                 for cause in ("spend_cap", "capacity", "error"):
                     waits.add_metric([p["name"], cause], s["waiting"] if s is not None
                                      and s["cause"] == cause else 0)
+            truth = p["capacity_truth"]
+            reported.add_metric(key, float(truth["reported"]["gpus"]))
+            mismatch.add_metric(key, float(len(truth["mismatches"])))
         yield from fams.values()
-        yield from (takes, spend, cap, nodes, waits)
+        yield from (takes, spend, cap, nodes, waits, reported, mismatch)
 
     def _queues(self) -> Iterator[Metric]:
         d = self.d

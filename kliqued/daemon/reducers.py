@@ -175,6 +175,7 @@ REDUCERS: dict[str, Reducer] = {
     "token_revoked": _audit_only,
     "token_rotated": _audit_only,
     "worker_refused": _audit_only,
+    "capacity_mismatch": _audit_only,
     "waiting_alert": _audit_only,
     "alert_delivery": _audit_only,
     "schedule_created": _schedule_created,

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from klique_util.units import from_milli, unit_hours
 from kliqued.engine import budget_status
 
-from . import cloud, treeviews
+from . import capacity, cloud, treeviews
 from .auth import Principal
 from .core import Daemon
 from .records import TaskRecord
@@ -198,7 +198,9 @@ def pools(d: Daemon, only: str | None = None,
                     "takes_work": p.name not in st.unavailable,
                     "autoscaled": p.autoscale is not None,
                     "start_timeout_s": p.start_timeout_s,
-                    "by_level": treeviews.by_level(d, p.name, sees)})
+                    "by_level": treeviews.by_level(d, p.name, sees),
+                    # issue 15: declared against what the live workers report
+                    "capacity_truth": capacity.pool_truth(d, p)})
         if p.autoscale is not None:     # its nodes, spend and scaling (cloud.py)
             out[-1]["cloud"] = cloud.view(d, p, now)
     return out

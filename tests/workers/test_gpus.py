@@ -79,9 +79,10 @@ def test_gpu_list_parsing():
 def _fake_smi(tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\n"
-                   "[ \"$1\" = --query-gpu=index,uuid,memory.total ] || exit 9\n"
-                   "echo '0, GPU-aaaa, 81920'\necho '1, GPU-bbbb, 81920'\n"
-                   "echo '2, GPU-cccc, [N/A]'\n")
+                   "[ \"$1\" = --query-gpu=index,uuid,memory.total,name ] || exit 9\n"
+                   "echo '0, GPU-aaaa, 81920, NVIDIA H100 80GB HBM3'\n"
+                   "echo '1, GPU-bbbb, 81920, NVIDIA H100 80GB HBM3'\n"
+                   "echo '2, GPU-cccc, [N/A], [N/A]'\n")
     smi.chmod(0o755)
     return str(smi)
 
@@ -89,8 +90,11 @@ def _fake_smi(tmp_path):
 def test_discovery_with_nvidia_smi_and_without(tmp_path):
     smi = _fake_smi(tmp_path)
     gpus, source = discover("auto", nvidia_smi=smi)
-    assert gpus == [Gpu(0, "GPU-aaaa", 81920), Gpu(1, "GPU-bbbb", 81920),
+    assert gpus == [Gpu(0, "GPU-aaaa", 81920, "NVIDIA H100 80GB HBM3"),
+                    Gpu(1, "GPU-bbbb", 81920, "NVIDIA H100 80GB HBM3"),
                     Gpu(2, "GPU-cccc", None)]
+    # the model reaches the control plane at registration (capacity truth, issue 15)
+    assert gpus[0].to_json()["model"] == "NVIDIA H100 80GB HBM3"
     assert "nvidia-smi" in source
     assert [g.index for g in discover("2,0", nvidia_smi=smi)[0]] == [2, 0]
     with pytest.raises(GpuDiscoveryError, match="shows only"):
@@ -100,7 +104,7 @@ def test_discovery_with_nvidia_smi_and_without(tmp_path):
     if shutil.which("nvidia-smi") is None:
         gpus, _ = discover("0,1")
         assert [g.to_json() for g in gpus] == [
-            {"index": 0, "uuid": "declared-0", "memory_mb": None},
-            {"index": 1, "uuid": "declared-1", "memory_mb": None}]
+            {"index": 0, "uuid": "declared-0", "memory_mb": None, "model": None},
+            {"index": 1, "uuid": "declared-1", "memory_mb": None, "model": None}]
         with pytest.raises(GpuDiscoveryError, match="--gpus 0,1"):
             discover("auto")

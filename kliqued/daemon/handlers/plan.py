@@ -13,6 +13,7 @@ from aiohttp import web
 
 from klique_util.units import milli_to_gpus, unit_hours
 
+from .. import capacity
 from ..request import ctx, reply
 from ..routes import Route
 from ..units import iso
@@ -70,6 +71,9 @@ async def plan_state(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
     out = live_state(d, d.clock.now())
+    # issue 15: the plan notes pools whose workers disagree with what they declare
+    out["capacity_mismatches"] = {p.name: t for p in d.idx().estate.pools
+                                  if (t := capacity.pool_truth(d, p)["mismatches"])}
     rows = await c.store.read(lambda cur: cur.execute(USAGE_SQL).fetchall())
     out["usage"] = [{"gpu_type": g, "month": m, "gpu_hours": round(float(h or 0), 6)}
                     for g, m, h in rows]
