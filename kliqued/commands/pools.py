@@ -16,6 +16,9 @@ def register(subparsers) -> None:
                     "groups above their reservation (borrowed), those free, and its live "
                     "workers (how many, with how many GPUs). A pool with no live worker "
                     "takes no new work (an autoscaled pool does: its workers come with it). "
+                    "Where the workers' reported GPUs (count per machine, model, memory) "
+                    "disagree with the pool's declaration, a warning says how (marked `!`); "
+                    "the engine counts the declared capacity. "
                     "With --by-level: who uses each pool, by level of the organisation "
                     "(business unit > department > team), so a department head sees where "
                     "their teams run.",
@@ -48,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
     rows.append(["total", "", "", *(num(v) for v in total), f"{live} live"])
     print(table(["POOL", "KIND", "GPU TYPE", "CAPACITY", "USED", "BORROWED", "FREE",
                  "WORKERS"], rows, right=[3, 4, 5, 6]))
+    for p in pools:  # issue 15: what the workers report against what the pool declares
+        for text in (p.get("capacity_truth") or {}).get("mismatches", []):
+            print(f"\nwarning: {text}", end="")
+    if any((p.get("capacity_truth") or {}).get("mismatches") for p in pools):
+        print("\n(the engine counts the declared capacity: fix the estate's pool or the "
+              "machines)")
     idle = [p["name"] for p in pools if p.get("takes_work") is False]
     if idle:
         print(f"\nno live worker in {', '.join(idle)}: no new work is placed there until a "
@@ -81,12 +90,22 @@ def cloud_lines(pools: list[dict]) -> list[str]:
 
 
 def workers(p: dict) -> str:
-    """``2 (8 GPUs)``, ``none``, or for an autoscaled pool ``none (autoscaled)``."""
+    """``2 (8 GPUs)``, ``none``, or for an autoscaled pool ``none (autoscaled)``; ``2 (8
+    GPUs, 4+4 of 8+8 declared)`` for a pool that declares its machines; a ``!`` when the
+    workers disagree with the declaration (issue 15)."""
     w = p.get("workers")
     if w is None:  # a daemon before liveness
         return "-"
-    text = f"{w['live']} ({w['gpus']} GPU{'' if w['gpus'] == 1 else 's'})" if w["live"] \
-        else "none"
+    truth = p.get("capacity_truth") or {}
+    machines = (truth.get("declared") or {}).get("machines")
+    shape = ""
+    if machines and w["live"]:
+        got = "+".join(str(n) for n in (truth.get("reported") or {}).get("machines", []))
+        shape = f", {got} of {'+'.join(str(n) for n in machines)} declared"
+    text = f"{w['live']} ({w['gpus']} GPU{'' if w['gpus'] == 1 else 's'}{shape})" \
+        if w["live"] else "none"
+    if truth.get("mismatches"):
+        text += " !"
     return text + (" (autoscaled)" if p.get("autoscaled") and not w["live"] else "")
 
 

@@ -102,7 +102,6 @@ class TaskRecord:
 
     def attempt(self) -> list[Any]:
         """The leases of its latest attempt: one, or a gang's members (rank order)."""
-        last = self.current_lease
-        if last is None:
+        if not self.leases:
             return []
-        return list(self.leases[last.base_epoch - 1:])
+        return list(self.leases[self.leases[-1].base_epoch - 1:])

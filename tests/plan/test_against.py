@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.fleet import ESTATE, FleetServer, write_estate
+from tests.daemon.fleet import ESTATE, FleetServer, HttpWorker, write_estate
 
 from .helpers import commit_all, init_repo, run_plan
 from tests.harness.wait import wait_for
@@ -104,3 +104,26 @@ def test_a_daemon_that_cannot_be_reached_fails_the_plan_clearly(tmp_path: Path,
                             "--against", "http://127.0.0.1:9", "--token", "kq_x")
     assert code == 1 and err.startswith("kliqued plan: ") and "Traceback" not in err
     assert time.monotonic() - start < 60
+
+
+def test_the_plan_notes_a_pool_whose_workers_disagree_with_its_declaration(tmp_path, capsys
+                                                                           ) -> None:
+    """Issue 15: a worker reporting more GPUs than its pool declares is a warning of
+    ``plan --against`` (the plan's numbers are the declared capacity)."""
+    repo = init_repo(tmp_path / "repo")
+    write_estate(repo / "estate")
+    commit_all(repo, "the estate")
+    s = FleetServer(tmp_path, estate=repo / "estate", extra=["--no-watch"], ttl="60s").start()
+    try:
+        wt = s.token({"worker": True, "pool": "bare"})
+        w = HttpWorker(s, wt, "big", gpus=4)
+        w.register()
+        planner = s.token({"role": "planner", "name": "ci"})
+        code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main",
+                                  "--against", s.url, "--token", planner, "--format", "json")
+        impacts = [i for i in json.loads(out)["impacts"] if i["kind"] == "capacity-mismatch"]
+        assert [(i["severity"], i["details"]["pool"]) for i in impacts] == [("warn", "bare")]
+        assert "worker big reports 4 GPUs, more than pool bare's capacity (2)" \
+            in impacts[0]["message"]
+    finally:
+        s.stop()
