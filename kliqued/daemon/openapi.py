@@ -314,7 +314,20 @@ SCHEMAS: dict[str, Any] = {
                      "items": _obj({"group": {"type": "string"}, "path": {"type": "string"},
                                     "depth": {"type": "integer", "minimum": 0},
                                     "used": {"type": "number"}})},
-        "cloud": _nullable(_ref("PoolCloud"))},
+        "cloud": _nullable(_ref("PoolCloud")),
+        "capacity_truth": _obj({
+            "declared": _obj({"gpus": {"type": "number"}, "gpu_type": {"type": "string"},
+                              "machines": {"type": "array", "items": {"type": "integer"},
+                                           "description": "GPUs of each declared machine, "
+                                                          "largest first"}},
+                             required=["gpus", "gpu_type"]),
+            "reported": _obj({"workers": {"type": "integer", "minimum": 0},
+                              "gpus": {"type": "integer", "minimum": 0},
+                              "models": {"type": "array", "items": {"type": "string"}},
+                              "machines": {"type": "array", "items": {"type": "integer"},
+                                           "description": "GPUs of each live worker"}}),
+            "agree": {"type": "boolean"},
+            "mismatches": {"type": "array", "items": {"type": "string"}}})},
         required=["name", "kind", "gpu_type", "capacity", "used", "borrowed", "free",
                   "labels", "workers", "takes_work", "autoscaled", "start_timeout_s", "by_level"]),
     "CloudNode": _obj({
@@ -379,7 +392,13 @@ SCHEMAS: dict[str, Any] = {
             "placed": {"type": "integer"}, "used_gpus": {"type": "number"}})},
         "usage": {"type": "array", "items": _obj({
             "gpu_type": {"type": "string"}, "month": {"type": "string"},
-            "gpu_hours": {"type": "number"}})}}),
+            "gpu_hours": {"type": "number"}})},
+        "capacity_mismatches": {
+            "type": "object", "additionalProperties": {"type": "array",
+                                                       "items": {"type": "string"}},
+            "description": "per pool: how its live workers disagree with what it declares"}},
+        required=["revision", "commit", "at", "compute_resources", "policies", "pools",
+                  "usage"]),
     "Estate": _obj({
         "revision": {"type": "string"}, "applied_at": TIME_OR_NULL,
         "source": {"type": ["string", "null"]},
@@ -457,7 +476,15 @@ SCHEMAS: dict[str, Any] = {
         "user": {"type": "string"}, "project": {"type": ["string", "null"]},
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "grace_s": {"type": "number"},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}}}),
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "rank": {"type": "integer", "minimum": 0,
+                 "description": "a gang member's rank (issue 15)"},
+        "world": {"type": "integer", "minimum": 2, "description": "a gang's members"},
+        "nodes": {"type": "integer", "minimum": 2,
+                  "description": "the nodes a gang spans (a Slurm or Kubernetes worker "
+                                 "takes it whole)"}},
+        required=["task", "epoch", "command", "payload", "gpus", "resource", "user",
+                  "project", "labels", "grace_s", "env"]),
     "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
     "Heartbeat": _obj({"running": {"type": "array", "maxItems": 100_000, "items": _obj({
         "task": {"type": "string"}, "epoch": {"type": "integer"},
@@ -581,7 +608,8 @@ EXAMPLES: dict[str, Any] = {
                   "limit": 100},
     "WorkerRegistration": {"worker_id": "w-gpu01-1a2b3c4d", "hostname": "gpu01",
                            "pool": "onprem-baremetal", "executor": "process",
-                           "gpus": [{"index": 0, "uuid": "GPU-0", "memory_mb": 49152}],
+                           "gpus": [{"index": 0, "uuid": "GPU-0", "memory_mb": 49152,
+                                     "model": "NVIDIA L40S"}],
                            "version": "0.1.0"},
     "LeaseRequest": {"free_gpus": [0, 1]},
     "CloudNodeStart": {"node": "i-0abc1234def567890", "provider": "ec2",
