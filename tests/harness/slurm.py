@@ -4,7 +4,8 @@ Debian's slurm-wlm and munge packages (`make test` installs them:
 tests/setup/system-packages.sh) provide the daemons; this writes a throw-away
 configuration with fake GPUs declared through GRES (a `File=` per GPU, symlinks to
 /dev/null: `Count=` alone makes slurmd drop them), starts munged, slurmctld and slurmd,
-and waits until the node is idle. Facts behind each setting: ../shared/notes.
+and waits until the node is idle. ``TwoNodeSlurm``: two node entries on this machine for
+multi-node jobs (issue 15). Facts behind each setting: ../shared/notes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.harness.wait import wait_for
 
@@ -159,3 +161,88 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TwoNodeSlurm(LocalSlurm):
+    """A Slurm of ``nodes`` node entries (``n1``, ``n2``, ...) on this one machine, each a
+    ``slurmd -N nI`` on its own port with its own fake GRES GPUs (``gpus`` each), so that
+    ``sbatch --nodes 2`` gets two nodes and ``srun`` runs one step task on each (issue 15).
+    What makes steps work here: a distinct GRES ``File=`` per node and ``MpiDefault=none``;
+    the controller gets a port of its own (another test Slurm may run beside it)."""
+
+    def __init__(self, root: Path, gpus: int = 2, nodes: int = 2, **kw: Any) -> None:
+        super().__init__(root, gpus=gpus, **kw)
+        self.nodes = [f"n{i + 1}" for i in range(nodes)]
+
+    def _write_config(self) -> None:
+        r = self.root
+        for d in ("state", "log", "dev", *(f"spool/{n}" for n in self.nodes)):
+            (r / d).mkdir(parents=True, exist_ok=True)
+        for n in self.nodes:
+            for i in range(self.gpus):
+                link = r / "dev" / f"{n}-gpu{i}"
+                if not link.exists():
+                    link.symlink_to("/dev/null")
+        entries = "".join(
+            f"NodeName={n} NodeHostname=localhost Port={_free_port()} CPUs={self.cpus} "
+            f"RealMemory=2048 Gres=gpu:{self.gpus} State=UNKNOWN\n" for n in self.nodes)
+        self.conf.write_text(f"""\
+ClusterName=klique-gang
+SlurmctldHost={self.host}
+SlurmctldPort={_free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool/%n
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd-%n.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait={self.kill_wait_s}
+MinJobAge=300
+GresTypes=gpu
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+{entries}PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+        (r / "gres.conf").write_text("".join(
+            f"NodeName={n} Name=gpu File={r}/dev/{n}-gpu[0-{self.gpus - 1}]\n"
+            for n in self.nodes))
+
+    def start(self, timeout_s: float = 30.0) -> "TwoNodeSlurm":
+        self._write_config()
+        self._start_munge()
+        env = self.env
+        subprocess.run([_bin("slurmctld")], env=env, check=True, capture_output=True)
+        self._pids.append(self.root / "slurmctld.pid")
+        for n in self.nodes:
+            subprocess.run([_bin("slurmd"), "-N", n], env=env, check=True,
+                           capture_output=True)
+            self._pids.append(self.root / f"slurmd-{n}.pid")
+
+        def idle() -> bool:
+            states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env,
+                                    capture_output=True, text=True).stdout.split()
+            return len(states) == len(self.nodes) and all(
+                s.startswith(("idle", "mixed")) for s in states)
+        try:
+            wait_for(idle, timeout_s, "the slurm nodes to become idle", every=0.2)
+            return self
+        except AssertionError:
+            logs = "\n".join(f.read_text()[-2000:] for f in (self.root / "log").glob("*.log"))
+            self.stop()
+            raise RuntimeError(f"slurm nodes did not become idle:\n{logs}")

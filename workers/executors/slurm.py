@@ -121,8 +121,9 @@ def job_script(lease: dict, exit_path: str | Path, python: str = sys.executable,
         # One step task per node runs the command, with the names torchrun and DeepSpeed
         # read; the wrapper records srun's exit (non-zero when any node's command fails).
         rendezvous = f"""# A gang over {nodes} nodes: rank 0's node is the master.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_ADDR
+_klique_first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show node "$_klique_first" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+export MASTER_ADDR="${{MASTER_ADDR:-$_klique_first}}"
 export MASTER_PORT="${{MASTER_PORT:-29500}}" WORLD_SIZE="$SLURM_JOB_NUM_NODES" LOCAL_WORLD_SIZE=1
 """
         cmd = (f"srun --nodes {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 /bin/sh -c "

@@ -6,8 +6,9 @@
 trap ':' TERM INT HUP
 trap 'kill -KILL 0' USR2
 # A gang over 2 nodes: rank 0's node is the master.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_ADDR
+_klique_first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show node "$_klique_first" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+export MASTER_ADDR="${MASTER_ADDR:-$_klique_first}"
 export MASTER_PORT="${MASTER_PORT:-29500}" WORLD_SIZE="$SLURM_JOB_NUM_NODES" LOCAL_WORLD_SIZE=1
 if [ -x /py ] && [ -r /w.py ]; then
     /py -I /w.py /s/run/g_1.e1.exit -- srun --nodes 2 --ntasks-per-node 1 --kill-on-bad-exit=1 /bin/sh -c 'RANK=$SLURM_NODEID NODE_RANK=$SLURM_NODEID LOCAL_RANK=0 && export RANK NODE_RANK LOCAL_RANK && exec "$@"' klique-rank python train.py --lr 0.1 &
