@@ -248,3 +248,27 @@ def test_a_lost_member_requeues_the_gang_and_the_other_member_stops(fs, real, tm
     other = tmp_path / f"m{1 - by_worker[wid2]}.pid"
     pid = int(other.read_text())
     wait_for(lambda: not pid_alive(pid), 20, lambda: fs.events(tid))
+
+
+def test_a_restart_rebuilds_the_gang_from_its_log(fs) -> None:
+    """The members' ranks, shares and rendezvous are in the ``leased`` events: after a
+    restart each worker holds its member, one finishing does not end the task, and a member
+    failing afterwards still requeues the whole gang."""
+    w1, w2 = HttpWorker(fs, fs.wt, "w1"), HttpWorker(fs, fs.wt, "w2")
+    w1.register()
+    w2.register()
+    tid = fs.submit(fs.erin, "team-b/pair", ["true"])
+    wait_for(lambda: fs.task(tid)["state"] == "placed", 10, lambda: fs.task(tid))
+    w1.lease(wait=0)
+    (m2,) = w2.lease(wait=0)
+    (m1,) = w1.lease(wait=0)
+    assert fs.stop() == 0
+    fs.start()
+    assert w1.register()["running"] == [{"task": tid, "epoch": m1["epoch"]}]
+    assert w2.register()["running"] == [{"task": tid, "epoch": m2["epoch"]}]
+    assert w1.report(tid, m1["epoch"], "finished", exit_code=0)[0] == 200
+    assert fs.task(tid)["state"] == "placed"
+    assert w2.report(tid, m2["epoch"], "failed", exit_code=1)[0] == 200
+    t = fs.task(tid)
+    assert t["last_preemption"]["text"] == \
+        f"gang member rank {m2['rank']} (worker w2) failed: exit 1"
