@@ -415,6 +415,11 @@ class State:
             if info is not None:
                 self.free[pool] = info.capacity - self.pool_used.get(pool, 0)
                 self.freed_pools.add(pool)
+        # Gangs wait on the pool itself (not on its room watchers): a pool that takes work
+        # again is news to them too.
+        gang = self.held.pop(pool_hold(pool), None)
+        if gang:
+            self.active.update(n for n in gang if n in self.queues)
 
     def set_started(self, task_id: str, started: bool, at: int) -> None:
         """A worker took the placed task (``True``), or gave it back unstarted (``False``:

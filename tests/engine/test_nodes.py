@@ -68,3 +68,17 @@ def test_machines_reshaped_by_the_estate_preempt_nothing_and_make_new_work_wait(
     e.end("s0")
     e.run()
     assert e.where("s2") == "p"
+
+
+def test_a_gang_waiting_for_a_pool_with_no_worker_goes_when_the_pool_comes_back() -> None:
+    """A gang waits on its pool itself (not on room watchers), so a pool that takes work
+    again must wake it (found by the gang workers' tests, branch gang)."""
+    e = Engine(shaped([(2, 8)]))
+    e.state.set_pool_live("p", False, e.now)
+    e.submit("g0", "a/gang")
+    e.run()
+    assert e.where("g0") == "queued"
+    e.now += 1000
+    e.state.set_pool_live("p", True, e.now)
+    e.run()
+    assert e.where("g0") == "p"
