@@ -1,0 +1,157 @@
+"""Small hierarchical estates and timelines for hypothesis (organisation.md).
+
+An estate is written as IT writes one (pools, profiles, policies, groups) and compiled by the
+real compiler, so the levels, ancestors and project orders the engine and the reference read
+are the compiler's; an estate the compiler refuses is discarded (``assume``). Trees are two or
+three levels deep (business unit > department > team), envelopes may have a reservation (with
+a shared part), a limit and a budget or no policy at all, teams may have budgets, user limits
+and project priority, and a team may sit at the top beside the departments.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import assume, note
+from hypothesis import strategies as st
+
+from compiler.api import SourceFile, compile_files
+from compiler.compiled import CompiledEstate
+
+USERS = ("u0", "u1")
+PROJECTS = ("a", "b", "c")
+
+Step = tuple[int, list[tuple[bool, int, float | None, int, int]]]
+"""Minutes after the previous step; actions (submit?, which, gpus, user, project)."""
+
+
+def compile_doc(doc: dict[str, Any]) -> CompiledEstate | None:
+    """The estate the compiler builds from ``doc`` (JSON is YAML), or None if it refuses."""
+    res = compile_files([SourceFile("estate.yaml", json.dumps(doc).encode())])
+    return res.estate
+
+
+@st.composite
+def budgets(draw, p: float) -> dict[str, Any] | None:
+    if draw(st.floats(0, 1)) >= p:
+        return None
+    return {"hours": draw(st.sampled_from([0.1, 0.3, 1, 3])), "period": "day"}
+
+
+@st.composite
+def org_estates(draw) -> CompiledEstate:
+    pools = [{"name": f"p{i}", "kind": "baremetal", "capacity": draw(st.integers(2, 6)),
+              "gpu_type": "h100"} for i in range(draw(st.integers(1, 3)))]
+    groups: list[dict[str, Any]] = []
+    policies: list[dict[str, Any]] = []
+    teams: list[str] = []
+    counter = [0]
+
+    def team(parent: str | None) -> int:
+        """A team with its policy; returns its reservation (milli-free GPUs)."""
+        name = f"t{counter[0]}"
+        counter[0] += 1
+        g: dict[str, Any] = {"name": name, "users": list(USERS)}
+        if parent:
+            g["parent"] = parent
+        if draw(st.booleans()):
+            g["projects"] = list(draw(st.permutations(PROJECTS)))
+            g["project_priority"] = draw(st.booleans())
+        groups.append(g)
+        res = draw(st.integers(0, 2))
+        limit = draw(st.integers(max(res, 2), 5))
+        pol: dict[str, Any] = {"name": name, "group": name, "reservation": res, "limit": limit}
+        if draw(st.integers(0, 2)) == 0:
+            pol["user_limit"] = draw(st.integers(2, limit))
+        b = draw(budgets(0.4))
+        if b:
+            pol["budget"] = b
+        policies.append(pol)
+        teams.append(name)
+        return res
+
+    def envelope(parent: str | None, depth: int) -> int:
+        """A department (depth 1: teams below) or business unit (depth 2); returns the
+        reservation its parent counts: its own, or its nearest policies' below."""
+        name = f"d{counter[0]}"
+        counter[0] += 1
+        g: dict[str, Any] = {"name": name}
+        if parent:
+            g["parent"] = parent
+        groups.append(g)
+        below = 0
+        for _ in range(draw(st.integers(1, 2))):
+            below += team(name) if depth == 1 else envelope(name, depth - 1)
+        if draw(st.integers(0, 4)) == 0:
+            return below  # a group with no policy: it only groups others
+        res = below + draw(st.integers(0, 2))
+        pol: dict[str, Any] = {"name": name, "group": name, "reservation": res,
+                               "limit": draw(st.integers(max(res, 2), 8))}
+        b = draw(budgets(0.5))
+        if b:
+            pol["budget"] = b
+        policies.append(pol)
+        return res
+
+    depth = draw(st.integers(1, 2))
+    for _ in range(draw(st.integers(1, 2))):
+        envelope(None, depth)
+    if draw(st.booleans()):
+        team(None)
+    profiles = []
+    for j in range(draw(st.integers(1, 3))):
+        pl = draw(st.permutations([p["name"] for p in pools]))
+        pl = pl[:draw(st.integers(1, len(pl)))]
+        pols = draw(st.permutations(teams))
+        pols = pols[:draw(st.integers(1, len(pols)))]
+        prof: dict[str, Any] = {"name": f"r{j}", "pools": pl, "policies": pols,
+                                "time_weight": draw(st.sampled_from([0, 1, 2])),
+                                "queueing": draw(st.sampled_from(["strict", "best_effort"]))}
+        if draw(st.booleans()):
+            prof["gpus"] = {"from_task": "gpus", "default": 1, "max": 2}
+        else:
+            prof["gpus"] = draw(st.sampled_from([0.5, 1, 2]))
+        profiles.append(prof)
+    doc = {"pools": pools, "profiles": profiles, "policies": policies, "groups": groups}
+    estate = compile_doc(doc)
+    assume(estate is not None)
+    note(f"estate: {json.dumps(doc)}")
+    assert estate is not None
+    return estate
+
+
+def steps(max_gap: int = 60) -> st.SearchStrategy[list[Step]]:
+    return st.lists(st.tuples(
+        st.integers(0, max_gap),
+        st.lists(st.tuples(st.integers(0, 3).map(bool), st.integers(0, 999),
+                           st.sampled_from([None, 0.5, 1, 2]), st.integers(0, 1),
+                           st.integers(0, 3)),
+                 min_size=1, max_size=6)), min_size=1, max_size=8)
+
+
+@st.composite
+def org_worlds(draw) -> tuple[CompiledEstate, list[Step]]:
+    return draw(org_estates()), draw(steps())
+
+
+def apply_actions(index, state, actions, now: int, n: int) -> int:
+    """Submits (with a user and a project of the group) or ends tasks; returns the next id
+    number."""
+    crs = sorted(index.estate.compute_resources, key=lambda c: c.name)
+    groups = {g.name: g for g in index.estate.groups}
+    profiles = {p.name: p for p in index.estate.profiles}
+    for submit, k, gpus, user, project in actions:
+        if submit:
+            cr = crs[k % len(crs)]
+            fixed = profiles[cr.profile].from_task is None
+            g = None if fixed or gpus is None else round(gpus * 1000)
+            # project 3: a task of no project (last under project priority)
+            projects = groups[cr.group].projects
+            proj = projects[project] if project < len(projects) else None
+            state.submit(f"t{n}", cr.name, USERS[user], proj, g, at=now)
+            n += 1
+        elif state.tasks:
+            tid = sorted(state.tasks)[k % len(state.tasks)]
+            state.end(tid, now)
+    return n

@@ -1,0 +1,71 @@
+"""The real engine against the reference engine on hierarchical estates (organisation.md).
+
+As tests/engine/test_differential.py, on estates with business units, departments and teams
+(envelopes with reservations, limits and budgets; user limits; project priority) compiled by
+the real compiler: every pass of the engine must decide exactly what the reference decides
+from the same snapshot, with the same preemption texts, and just before each pass the engine
+asks for, the reference must find nothing to do (no missed wake-up: an envelope's usage fell,
+a department's budget ran out).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+
+from kliqued.engine import EstateIndex, Preemption, State, run_pass
+
+from . import reference as ref
+from .helpers import MIN, START
+from .org_worlds import apply_actions, org_worlds
+from .test_differential import real_decisions
+
+
+def compare_pass(index: EstateIndex, state: State, now: int):
+    rs = ref.snapshot(index, state, now)
+    expected = Counter(ref.run_pass(index, rs))
+    res = run_pass(index, state, now)
+    got = real_decisions(res)
+    assert got == expected, (f"at +{(now - START) / MIN:g} min the engine decided\n"
+                             f"  {sorted(got.elements())}\nthe reference\n"
+                             f"  {sorted(expected.elements())}")
+    texts = sorted((d.task, d.text) for d in res.decisions if isinstance(d, Preemption))
+    assert texts == sorted(rs.texts), "preemption texts differ"
+    after = ref.snapshot(index, state, now)
+    assert ref.run_pass(index, after) == [], "the pass left work the rules would place"
+    return res
+
+
+def assert_quiet(index: EstateIndex, state: State, at: int) -> None:
+    rs = ref.snapshot(index, state, at)
+    assert ref.run_pass(index, rs) == [], (
+        f"at +{(at - START) / MIN:g} min the rules would act but the engine asked for no pass")
+
+
+def drive(estate, steps) -> None:
+    index = EstateIndex.build(estate)
+    state = State(index, START)
+    now = START
+    n = 0
+    res = compare_pass(index, state, now)
+    for dt, actions in steps:
+        target = now + dt * MIN
+        while res.next_pass_at is not None and res.next_pass_at < target:
+            if res.next_pass_at - 1 > now:
+                assert_quiet(index, state, res.next_pass_at - 1)
+            now = res.next_pass_at
+            res = compare_pass(index, state, now)
+        if target > now and (res.next_pass_at is None or target < res.next_pass_at):
+            assert_quiet(index, state, target)
+        now = target
+        n = apply_actions(index, state, actions, now, n)
+        res = compare_pass(index, state, now)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(org_worlds())
+def test_engine_decides_as_the_reference_on_hierarchies(world):
+    drive(*world)

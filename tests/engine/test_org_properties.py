@@ -1,0 +1,126 @@
+"""organisation.md's invariants on random hierarchical estates and timelines (hypothesis).
+
+Each example runs every pass the engine asks for and replays each pass's decisions in order
+from the state before it, so each invariant is checked at the moment of each decision, not
+only after the pass:
+- no placement takes any level of its task (its policy and every envelope above) above its
+  limit, its user above the group's user limit, or its pool above its capacity;
+- a placement in phases 1 and 2 is within reservation at some level;
+- no reclaim takes a victim's level below its reservation, unless that level is also a level
+  of the reclaiming group;
+- no budget at any level is overrun past its run-out (the engine runs a pass at the exact
+  run-out moment, so what passes it is less than a millisecond's charge).
+Usage of a level is summed over its subtree here, never read from the engine's counters.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+
+from klique_util.units import HOUR_MS
+
+from kliqued.engine import EstateIndex, Placement, Preemption, State, run_pass
+
+from .helpers import MIN, START
+from .org_worlds import apply_actions, org_worlds
+
+
+class Tree:
+    """The compiled estate's levels and subtrees."""
+
+    def __init__(self, index: EstateIndex) -> None:
+        est = index.estate
+        self.policies = {p.name: p for p in est.policies}
+        self.policy_of = {g.name: g.policy for g in est.groups}
+        self.subtree = {p.name: {g.name for g in est.groups
+                                 if g.name == p.group or p.group in g.ancestors}
+                        for p in est.policies}
+        self.capacity = {p.name: p.capacity_milli for p in est.pools}
+
+    def levels(self, group: str) -> list[str]:
+        pol = self.policy_of.get(group)
+        return list(self.policies[pol].levels or [pol]) if pol else []
+
+
+def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]],
+           res) -> None:
+    """Applies the pass's decisions one by one to ``placed`` (task -> group, user, pool,
+    size) and checks each at its moment."""
+    def used(x: str) -> int:
+        return sum(s for g, _, _, s in placed.values() if g in tree.subtree[x])
+
+    for d in res.decisions:
+        if isinstance(d, Preemption) and d.task in placed:
+            g = placed.pop(d.task)[0]
+            if d.kind == "reclaimed":
+                shared = set(tree.levels(d.by or ""))
+                for z in tree.levels(g):
+                    if z not in shared:
+                        assert used(z) >= tree.policies[z].reservation_milli, (
+                            f"reclaim by {d.by} took {d.task} and level {z} below its "
+                            f"reservation ({used(z)} < {tree.policies[z].reservation_milli})")
+        elif isinstance(d, Placement):
+            levels = tree.levels(d.group)
+            if d.phase in ("reserve", "reclaim"):
+                assert any(used(x) + d.size_milli <= tree.policies[x].reservation_milli
+                           for x in levels), f"{d.task} placed in {d.phase} beyond reservation"
+            task_user = state.tasks[d.task].user
+            placed[d.task] = (d.group, task_user, d.pool, d.size_milli)
+            for x in levels:
+                assert used(x) <= tree.policies[x].limit_milli, (
+                    f"placing {d.task} took level {x} above its limit "
+                    f"({used(x)} > {tree.policies[x].limit_milli})")
+            ul = tree.policies[levels[0]].user_limit_milli
+            if ul is not None:
+                mine = sum(s for g, u, _, s in placed.values()
+                           if g == d.group and u == task_user)
+                assert mine <= ul, f"placing {d.task} took {task_user} above the user limit"
+            on_pool = sum(s for _, _, p, s in placed.values() if p == d.pool)
+            assert on_pool <= tree.capacity[d.pool], f"pool {d.pool} over capacity"
+
+
+def check_budgets(tree: Tree, state: State, now: int) -> None:
+    placed_weights = sum(t.weight for t in state.placed_tasks())
+    for name, pol in tree.policies.items():
+        if pol.budget is None:
+            continue
+        spent = sum(state.weighted_units(g, pol.budget.period, now) for g in tree.subtree[name])
+        # A pass at the first millisecond the budget is used up: less than one millisecond's
+        # charge of everything placed may pass it.
+        over = spent - pol.budget.hours_milli * HOUR_MS
+        assert over <= max(placed_weights, 2000) * 2, f"budget of {name} overrun by {over}"
+
+
+def simulate(estate, steps) -> None:
+    index = EstateIndex.build(estate)
+    tree = Tree(index)
+    state = State(index, START)
+    now = START
+    n = 0
+
+    def one_pass(at: int):
+        placed = {t.id: (t.group, t.user, t.pool, t.size) for t in state.placed_tasks()}
+        res = run_pass(index, state, at)
+        replay(tree, state, placed, res)
+        check_budgets(tree, state, at)
+        return res
+
+    res = one_pass(now)
+    for dt, actions in steps:
+        target = now + dt * MIN
+        while res.next_pass_at is not None and res.next_pass_at < target:
+            now = res.next_pass_at
+            check_budgets(tree, state, now)
+            res = one_pass(now)
+        now = target
+        check_budgets(tree, state, now)
+        n = apply_actions(index, state, actions, now, n)
+        res = one_pass(now)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(org_worlds())
+def test_organisation_invariants_hold(world):
+    simulate(*world)
