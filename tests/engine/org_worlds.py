@@ -59,7 +59,7 @@ def org_estates(draw) -> CompiledEstate:
             g["projects"] = list(draw(st.permutations(PROJECTS)))
             g["project_priority"] = draw(st.booleans())
         groups.append(g)
-        res = draw(st.integers(0, 2))
+        res = draw(st.sampled_from([0, 0, 1, 1, 2]))
         limit = draw(st.integers(max(res, 2), 5))
         pol: dict[str, Any] = {"name": name, "group": name, "reservation": res, "limit": limit}
         if draw(st.integers(0, 2)) == 0:
@@ -85,9 +85,9 @@ def org_estates(draw) -> CompiledEstate:
             below += team(name) if depth == 1 else envelope(name, depth - 1)
         if draw(st.integers(0, 4)) == 0:
             return below  # a group with no policy: it only groups others
-        res = below + draw(st.integers(0, 2))
+        res = below + draw(st.integers(0, 1))
         pol: dict[str, Any] = {"name": name, "group": name, "reservation": res,
-                               "limit": draw(st.integers(max(res, 2), 8))}
+                               "limit": draw(st.integers(max(res, 2), max(res, 8)))}
         b = draw(budgets(0.5))
         if b:
             pol["budget"] = b
