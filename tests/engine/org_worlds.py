@@ -132,7 +132,9 @@ def steps(max_gap: int = 60) -> st.SearchStrategy[list[Step]]:
 
 @st.composite
 def org_worlds(draw) -> tuple[CompiledEstate, list[Step]]:
-    return draw(org_estates()), draw(steps())
+    estate, timeline = draw(org_estates()), draw(steps())
+    note(f"steps: {timeline}")
+    return estate, timeline
 
 
 def apply_actions(index, state, actions, now: int, n: int) -> int:

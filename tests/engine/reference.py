@@ -69,6 +69,9 @@ class Org:
     """Per policy: itself, then each envelope above it (organisation.md "levels")."""
     subtree: dict[str, frozenset[str]]
     """Per policy: the groups of its group's subtree."""
+    teams: dict[str, frozenset[str]]
+    """Per policy: the groups of its subtree with no group below them (only they hold tasks,
+    and only their meters are summed: the engine's meter of an envelope group is its own)."""
     chain: dict[str, tuple[str, ...]]
     """Per group: its policy's levels (empty for a group with no policy)."""
     project_order: dict[str, tuple[str, ...]]
@@ -97,6 +100,9 @@ class Org:
         subtree = {p.name: frozenset(g.name for g in estate.groups
                                      if g.name == p.group or p.group in g.ancestors)
                    for p in estate.policies}
+        parents = {g.parent for g in estate.groups}
+        teams = {name: frozenset(g for g in groups if g not in parents)
+                 for name, groups in subtree.items()}
         chain = {g.name: levels[g.policy] if g.policy in levels else () for g in estate.groups}
         project_order = {g.name: tuple(g.project_order) for g in estate.groups
                          if g.project_priority}
@@ -106,7 +112,7 @@ class Org:
                 order = pool.execution_order
                 exec_pos[(pool.name, prof_name)] = (order.index(prof_name)
                                                     if prof_name in order else len(order))
-        org = Org(resources, policies, levels, subtree, chain, project_order,
+        org = Org(resources, policies, levels, subtree, teams, chain, project_order,
                   {p.name: p.capacity_milli for p in estate.pools}, exec_pos,
                   max((len(x) for x in levels.values()), default=1))
         _ORGS[estate.revision] = org
@@ -145,7 +151,7 @@ def snapshot(index: EstateIndex, state: State, now: int) -> RState:
     for name, pol in org.policies.items():
         if pol.budget is not None:
             spent = sum(state.weighted_units(g, pol.budget.period, now)
-                        for g in org.subtree[name])
+                        for g in org.teams[name])
             remaining[name] = pol.budget.hours_milli * HOUR_MS - spent
     top = max((t.placed_order for t in tasks.values()), default=0)
     return RState(org, tasks, remaining, frozenset(state.unavailable), top)
@@ -401,11 +407,16 @@ def budgets(rs: RState) -> None:
         preempt(rs, v, "budget", None, text)
 
 
+REPEATS = 200
+"""Far more than any small estate needs: each repeat places within-reservation work or fills
+idle capacity (engine.md), so a pass that keeps changing things is a loop."""
+
+
 def run_pass(index: EstateIndex, rs: RState) -> list[tuple]:
     """One moment: the pass, repeated until a pass places and preempts nothing. Phases 1 and
     2 run once per level, innermost first (organisation.md "Innermost guarantee first"); a
     flat estate has one round: exactly engine.md."""
-    while True:
+    for _ in range(REPEATS):
         before = len(rs.decisions)
         budgets(rs)
         for k in range(rs.org.depth):
@@ -414,3 +425,5 @@ def run_pass(index: EstateIndex, rs: RState) -> list[tuple]:
         fill(rs, "lend")
         if len(rs.decisions) == before:
             return rs.decisions
+    raise AssertionError(f"the rules did not settle in {REPEATS} repeats at one moment: "
+                         f"{rs.decisions[-12:]}")

@@ -35,6 +35,11 @@ class Tree:
         self.subtree = {p.name: {g.name for g in est.groups
                                  if g.name == p.group or p.group in g.ancestors}
                         for p in est.policies}
+        parents = {g.parent for g in est.groups}
+        self.teams = {name: {g for g in groups if g not in parents}
+                      for name, groups in self.subtree.items()}
+        """Per policy: the groups of its subtree with no group below (they hold the tasks;
+        their meters are summed here, never an envelope group's own)."""
         self.capacity = {p.name: p.capacity_milli for p in est.pools}
 
     def levels(self, group: str) -> list[str]:
@@ -84,7 +89,7 @@ def check_budgets(tree: Tree, state: State, now: int) -> None:
     for name, pol in tree.policies.items():
         if pol.budget is None:
             continue
-        spent = sum(state.weighted_units(g, pol.budget.period, now) for g in tree.subtree[name])
+        spent = sum(state.weighted_units(g, pol.budget.period, now) for g in tree.teams[name])
         # A pass at the first millisecond the budget is used up: less than one millisecond's
         # charge of everything placed may pass it.
         over = spent - pol.budget.hours_milli * HOUR_MS
