@@ -11,6 +11,9 @@ and project priority, and a team may sit at the top beside the departments.
 from __future__ import annotations
 
 import json
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from hypothesis import assume, note
@@ -157,3 +160,18 @@ def apply_actions(index, state, actions, now: int, n: int) -> int:
             tid = sorted(state.tasks)[k % len(state.tasks)]
             state.end(tid, now)
     return n
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Fails the example (rather than hanging the suite) when the engine does not return:
+    a pass that loops is a finding, not a reason to wait forever."""
+    def expired(signum: int, frame: Any) -> None:
+        raise AssertionError(f"no answer within {seconds} s: the engine loops")
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .org_worlds import compile_doc
+from .org_worlds import compile_doc, time_limit
 from .test_org_differential import drive
 
 
@@ -38,5 +38,26 @@ def test_a_lend_that_takes_an_envelope_past_its_reservation_lets_the_repeat_recl
                    {"name": "e"}, {"name": "w", "users": ["u0"], "parent": "e"}]})
     assert estate is not None
     # compute resources by name: w/rw (0), x/rx (1), y/ry (2)
-    drive(estate, [(0, [(True, 1, None, 0, 3)]),
-                   (1, [(True, 0, None, 0, 3), (True, 2, None, 0, 3)])])
+    with time_limit(30):
+        drive(estate, [(0, [(True, 1, None, 0, 3)]),
+                       (1, [(True, 0, None, 0, 3), (True, 2, None, 0, 3)])])
+
+
+def test_a_best_effort_queue_held_only_by_its_users_limit_does_not_stall_the_pass():
+    """organisation.md, User limit: a held task is passed over as if not in the queue. Here
+    b is u's second task (u at its limit of 1) and the only one queued; when c ends and room
+    frees on p, the pass must return with b still queued (the engine looped: the queue was
+    parked as waiting for room, and the room it gained woke it again, forever)."""
+    estate = compile_doc({
+        "pools": [_pool("p", 3)],
+        "profiles": [{"name": "one", "pools": ["p"], "policies": ["t"], "gpus": 1,
+                      "queueing": "best_effort"}],
+        "policies": [{"name": "t", "group": "t", "reservation": 0, "limit": 2,
+                      "user_limit": 1}],
+        "groups": [{"name": "t", "users": ["u0", "u1"]}]})
+    assert estate is not None
+    # t0 (u0) placed, t1 (u0) held by u0's limit, t2 (u1) placed; then t2 ends
+    with time_limit(30):
+        drive(estate, [(0, [(True, 0, None, 0, 3), (True, 0, None, 0, 3),
+                            (True, 0, None, 1, 3)]),
+                       (1, [(False, 2, None, 0, 3)])])

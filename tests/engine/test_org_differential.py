@@ -18,7 +18,7 @@ from kliqued.engine import EstateIndex, Preemption, State, run_pass
 
 from . import reference as ref
 from .helpers import MIN, START
-from .org_worlds import apply_actions, org_worlds
+from .org_worlds import apply_actions, org_worlds, time_limit
 from .test_differential import real_decisions
 
 
@@ -68,4 +68,5 @@ def drive(estate, steps) -> None:
                                  HealthCheck.filter_too_much])
 @given(org_worlds())
 def test_engine_decides_as_the_reference_on_hierarchies(world):
-    drive(*world)
+    with time_limit(30):
+        drive(*world)

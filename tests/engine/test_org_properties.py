@@ -22,7 +22,7 @@ from klique_util.units import HOUR_MS
 from kliqued.engine import EstateIndex, Placement, Preemption, State, run_pass
 
 from .helpers import MIN, START
-from .org_worlds import apply_actions, org_worlds
+from .org_worlds import apply_actions, org_worlds, time_limit
 
 
 class Tree:
@@ -128,4 +128,5 @@ def simulate(estate, steps) -> None:
                                  HealthCheck.filter_too_much])
 @given(org_worlds())
 def test_organisation_invariants_hold(world):
-    simulate(*world)
+    with time_limit(30):
+        simulate(*world)
