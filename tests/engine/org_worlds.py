@@ -44,6 +44,12 @@ def budgets(draw, p: float) -> dict[str, Any] | None:
 
 @st.composite
 def org_estates(draw) -> CompiledEstate:
+    return draw(org_docs())[1]
+
+
+@st.composite
+def org_docs(draw) -> tuple[dict[str, Any], CompiledEstate]:
+    """An estate as IT writes it, and as the compiler builds it."""
     pools = [{"name": f"p{i}", "kind": "baremetal", "capacity": draw(st.integers(2, 6)),
               "gpu_type": "h100"} for i in range(draw(st.integers(1, 3)))]
     groups: list[dict[str, Any]] = []
@@ -121,7 +127,7 @@ def org_estates(draw) -> CompiledEstate:
     assume(estate is not None)
     note(f"estate: {json.dumps(doc)}")
     assert estate is not None
-    return estate
+    return doc, estate
 
 
 def steps(max_gap: int = 60) -> st.SearchStrategy[list[Step]]:
@@ -133,11 +139,42 @@ def steps(max_gap: int = 60) -> st.SearchStrategy[list[Step]]:
                  min_size=1, max_size=6)), min_size=1, max_size=8)
 
 
+Changes = dict[int, CompiledEstate]
+"""Before step i (its index in the timeline), the estate becomes this one."""
+
+
 @st.composite
-def org_worlds(draw) -> tuple[CompiledEstate, list[Step]]:
-    estate, timeline = draw(org_estates()), draw(steps())
+def moves(draw, doc: dict[str, Any], n_steps: int) -> Changes:
+    """Up to two teams moved to another parent (an envelope or the top) during the run
+    (organisation.md, estate changes); a move the compiler refuses is left out."""
+    changes: Changes = {}
+    teams = [g for g in doc["groups"] if "users" in g]
+    parents = [None] + [g["name"] for g in doc["groups"] if "users" not in g]
+    current = json.loads(json.dumps(doc))
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, n_steps - 1))
+        name = draw(st.sampled_from(teams))["name"]
+        to = draw(st.sampled_from(parents))
+        moved = json.loads(json.dumps(current))
+        for g in moved["groups"]:
+            if g["name"] == name:
+                g.pop("parent", None)
+                if to is not None:
+                    g["parent"] = to
+        estate = compile_doc(moved)
+        if estate is not None and at not in changes:
+            changes[at] = estate
+            current = moved
+            note(f"before step {at}: {name} moves to {to or 'the top'}")
+    return changes
+
+
+@st.composite
+def org_worlds(draw) -> tuple[CompiledEstate, list[Step], Changes]:
+    doc, estate = draw(org_docs())
+    timeline = draw(steps())
     note(f"steps: {timeline}")
-    return estate, timeline
+    return estate, timeline, draw(moves(doc, len(timeline)))
 
 
 def apply_actions(index, state, actions, now: int, n: int) -> int:

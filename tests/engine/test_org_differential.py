@@ -5,7 +5,8 @@ As tests/engine/test_differential.py, on estates with business units, department
 the real compiler: every pass of the engine must decide exactly what the reference decides
 from the same snapshot, with the same preemption texts, and just before each pass the engine
 asks for, the reference must find nothing to do (no missed wake-up: an envelope's usage fell,
-a department's budget ran out).
+a department's budget ran out). Some timelines move a team to another parent mid-run: the
+envelopes' counts must follow it.
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ def assert_quiet(index: EstateIndex, state: State, at: int) -> None:
         f"at +{(at - START) / MIN:g} min the rules would act but the engine asked for no pass")
 
 
-def drive(estate, steps) -> None:
+def drive(estate, steps, changes=None) -> None:
+    """Runs the timeline; ``changes`` (step index -> estate) are estate changes made just
+    before that step (a team moved to another parent)."""
     index = EstateIndex.build(estate)
     state = State(index, START)
     now = START
     n = 0
     res = compare_pass(index, state, now)
-    for dt, actions in steps:
+    for i, (dt, actions) in enumerate(steps):
         target = now + dt * MIN
         while res.next_pass_at is not None and res.next_pass_at < target:
             if res.next_pass_at - 1 > now:
@@ -59,6 +62,8 @@ def drive(estate, steps) -> None:
         if target > now and (res.next_pass_at is None or target < res.next_pass_at):
             assert_quiet(index, state, target)
         now = target
+        if changes and i in changes:
+            index = EstateIndex.build(changes[i])  # the pass binds it
         n = apply_actions(index, state, actions, now, n)
         res = compare_pass(index, state, now)
 
