@@ -70,8 +70,9 @@ class Org:
     subtree: dict[str, frozenset[str]]
     """Per policy: the groups of its group's subtree."""
     teams: dict[str, frozenset[str]]
-    """Per policy: the groups of its subtree with no group below them (only they hold tasks,
-    and only their meters are summed: the engine's meter of an envelope group is its own)."""
+    """Per policy: the teams of its subtree, the groups whose policy is not an envelope: only
+    they hold tasks, and only their meters are summed (the engine keeps meters of its own for
+    envelope groups, and a group left with nothing below it may keep one)."""
     chain: dict[str, tuple[str, ...]]
     """Per group: its policy's levels (empty for a group with no policy)."""
     project_order: dict[str, tuple[str, ...]]
@@ -100,9 +101,9 @@ class Org:
         subtree = {p.name: frozenset(g.name for g in estate.groups
                                      if g.name == p.group or p.group in g.ancestors)
                    for p in estate.policies}
-        parents = {g.parent for g in estate.groups}
-        teams = {name: frozenset(g for g in groups if g not in parents)
-                 for name, groups in subtree.items()}
+        holders = {g.name for g in estate.groups
+                   if g.policy in policies and not policies[g.policy].envelope}
+        teams = {name: frozenset(groups & holders) for name, groups in subtree.items()}
         chain = {g.name: levels[g.policy] if g.policy in levels else () for g in estate.groups}
         project_order = {g.name: tuple(g.project_order) for g in estate.groups
                          if g.project_priority}

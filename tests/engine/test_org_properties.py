@@ -35,11 +35,11 @@ class Tree:
         self.subtree = {p.name: {g.name for g in est.groups
                                  if g.name == p.group or p.group in g.ancestors}
                         for p in est.policies}
-        parents = {g.parent for g in est.groups}
-        self.teams = {name: {g for g in groups if g not in parents}
-                      for name, groups in self.subtree.items()}
-        """Per policy: the groups of its subtree with no group below (they hold the tasks;
-        their meters are summed here, never an envelope group's own)."""
+        holders = {g.name for g in est.groups
+                   if g.policy in self.policies and not self.policies[g.policy].envelope}
+        self.teams = {name: groups & holders for name, groups in self.subtree.items()}
+        """Per policy: the teams of its subtree (groups whose policy is not an envelope: they
+        hold the tasks; their meters are summed here, never an envelope group's own)."""
         self.capacity = {p.name: p.capacity_milli for p in est.pools}
 
     def levels(self, group: str) -> list[str]:
