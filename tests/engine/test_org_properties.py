@@ -102,6 +102,21 @@ def overrun(tree: Tree, state: State, name: str, now: int) -> int:
     return spent - pol.budget.hours_milli * HOUR_MS
 
 
+def check_reasons(tree: Tree, state: State, res) -> None:
+    """Every queued task says why it waits (none left "pending"), and a task its user's
+    limit holds says so unless it waits behind others (organisation.md "Reasons")."""
+    reasons = res.waiting_reasons()
+    queued = {t.id for t in state.tasks.values() if t.state == "queued"}
+    assert set(reasons) == queued, "a queued task without a reason"
+    for tid, r in reasons.items():
+        assert r.kind != "pending", (tid, r)
+        t = state.tasks[tid]
+        ul = tree.policies[tree.levels(t.group)[0]].user_limit_milli
+        if ul is not None and r.kind in ("limit", "budget", "capacity"):
+            mine = sum(x.size for x in state.placed_of(t.group) if x.user == t.user)
+            assert mine + t.size <= ul, f"{tid} is held by its user's limit, not {r}"
+
+
 def simulate(estate, steps, changes=None) -> None:
     index = EstateIndex.build(estate)
     tree = Tree(index)
@@ -117,6 +132,7 @@ def simulate(estate, steps, changes=None) -> None:
         res = run_pass(index, state, at)
         replay(tree, state, placed, res)
         check_budgets(tree, state, at, exempt)
+        check_reasons(tree, state, res)
         return res
 
     res = one_pass(now)
