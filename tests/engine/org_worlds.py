@@ -5,7 +5,8 @@ real compiler, so the levels, ancestors and project orders the engine and the re
 are the compiler's; an estate the compiler refuses is discarded (``assume``). Trees are two or
 three levels deep (business unit > department > team), envelopes may have a reservation (with
 a shared part), a limit and a budget or no policy at all, teams may have budgets, user limits
-and project priority, and a team may sit at the top beside the departments.
+and project priority, and a team may sit at the top beside the departments. Timelines submit
+with users and projects, end tasks, and may move a team to another parent mid-run.
 """
 
 from __future__ import annotations
