@@ -9,6 +9,7 @@ meter keep its charges in per-day buckets and sum any period from them.
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Literal
 
 from klique_util.units import DAY_MS, SECOND_MS
@@ -31,6 +32,7 @@ def _day(d: date) -> int:
     return (d - _EPOCH).days
 
 
+@lru_cache(maxsize=64)
 def period_start_day(period: Period, day: int) -> int:
     """First UTC day of the period containing ``day``: the day itself, the Monday of its
     week, or the 1st of its month."""
@@ -42,6 +44,7 @@ def period_start_day(period: Period, day: int) -> int:
     return _day(d.replace(day=1))
 
 
+@lru_cache(maxsize=64)
 def next_period_start_day(period: Period, day: int) -> int:
     """First UTC day of the period after the one containing ``day``."""
     if period == "day":
