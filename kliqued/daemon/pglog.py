@@ -1,0 +1,160 @@
+"""The event log and tokens in PostgreSQL (``kliqued serve --db postgresql://...``), with
+psycopg 3.
+
+Same semantics as the DuckDB log (eventlog.DuckLog): one transaction per batch, the events
+in ``seq`` order, the tokens keyed-hashed. The schema is versioned: :data:`MIGRATIONS` are
+applied in order at start, each in its own transaction recorded in ``klique_schema``, under
+an advisory lock so that two daemons starting together do not both apply one; a database
+migrated by a newer kliqued is refused rather than written with an older schema. Events go
+in by ``COPY`` (one round trip per batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from .errors import DaemonError
+from .eventlog import INSERT_TOKEN, TOKEN_COLUMNS, UPDATABLE, TokenInsert, TokenWrite, \
+    token_params
+from .events import COLUMNS
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (1, "events and tokens", [
+        """CREATE TABLE events (
+            seq BIGINT PRIMARY KEY, at_ms BIGINT NOT NULL, kind TEXT NOT NULL, task TEXT,
+            actor TEXT, revision TEXT, grp TEXT, usr TEXT, data JSON)""",
+        "CREATE INDEX events_task ON events (task) WHERE task IS NOT NULL",
+        "CREATE INDEX events_kind ON events (kind)",
+        """CREATE TABLE tokens (
+            id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, principal TEXT NOT NULL,
+            name TEXT, created_at_ms BIGINT NOT NULL, created_by TEXT,
+            revoked_at_ms BIGINT, expires_at_ms BIGINT)""",
+    ]),
+]
+"""(version, what it does, statements): append only; a released migration never changes."""
+
+LOCK_KEY = 0x6B6C6971  # "kliq": the advisory lock the migrations run under
+OWNER_KEY = 0x6B6C6977  # the session lock one daemon holds while it uses the database
+
+
+class PgError(DaemonError):
+    """PostgreSQL cannot be used: unreachable, refused, or migrated by a newer kliqued."""
+
+
+def safe_label(url: str) -> str:
+    """The URL without its password, for logs and messages."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://(unparsable URL)"
+    host = parts.get("host", "")
+    where = f"{host}:{parts['port']}" if parts.get("port") else host
+    return f"postgresql://{parts.get('user', '')}@{where}/{parts.get('dbname', '')}"
+
+
+class PgLog:
+    """The log on one PostgreSQL connection, used by the Store's write thread (writes,
+    start-up reads); reads elsewhere would open their own."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.label = safe_label(url)
+        try:
+            self.conn = psycopg.connect(url, autocommit=True, application_name="kliqued")
+        except psycopg.Error as exc:
+            raise PgError(f"cannot connect to {self.label}: {_first_line(exc)}") from None
+        # One writer, as DuckDB's file lock gives the file: held by this session, so a
+        # daemon's death (its connection closed) frees it. Standbys are issue 18 part 2.
+        row = self.conn.execute("SELECT pg_try_advisory_lock(%s)", [OWNER_KEY]).fetchone()
+        if not (row and row[0]):
+            self.conn.close()
+            raise PgError(f"{self.label} is in use by another kliqued serve: only one may use "
+                          f"a database (standbys that take over are not built yet: "
+                          f"docs/ha.md); stop it first, or give another --db")
+
+    # ------------------------------------------------------------------ schema
+    def migrate(self) -> None:
+        with self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS klique_schema (version INT PRIMARY KEY, "
+                "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+            row = self.conn.execute("SELECT max(version) FROM klique_schema").fetchone()
+            have = int(row[0]) if row and row[0] is not None else 0
+            known = MIGRATIONS[-1][0]
+            if have > known:
+                raise PgError(
+                    f"{self.label} has schema version {have}, newer than this kliqued knows "
+                    f"({known}): run the kliqued that migrated it, or a newer one")
+            for version, name, statements in MIGRATIONS:
+                if version <= have:
+                    continue
+                for stmt in statements:
+                    self.conn.execute(stmt)
+                self.conn.execute("INSERT INTO klique_schema (version, name) VALUES (%s, %s)",
+                                  [version, name])
+
+    def schema_version(self) -> int:
+        row = self.conn.execute("SELECT max(version) FROM klique_schema").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    # ------------------------------------------------------------------ reads
+    def last_seq(self) -> int:
+        row = self.conn.execute("SELECT max(seq) FROM events").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def read_events(self, after: int = 0, chunk: int = 20_000) -> Iterator[tuple]:
+        # a server-side cursor: a long log streams in chunks, not all in memory at once
+        with self.conn.transaction(), self.conn.cursor(name="klique_replay") as cur:
+            cur.itersize = chunk
+            cur.execute(f"SELECT {', '.join(COLUMNS[:-1])}, data::text FROM events "
+                        f"WHERE seq > %s ORDER BY seq", [after])
+            yield from cur
+
+    def read_tokens(self) -> list[tuple]:
+        return self.conn.execute(
+            f"SELECT {', '.join(TOKEN_COLUMNS)} FROM tokens ORDER BY id").fetchall()
+
+    # ------------------------------------------------------------------ writes
+    def begin(self) -> None:
+        self.conn.execute("BEGIN")
+
+    def write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
+        """A value PostgreSQL refuses (a NUL in text, a number out of range) is a
+        ``ValueError``: the sequencer's sign that the batch's data, not the store, failed."""
+        try:
+            self._write(rows, tokens)
+        except psycopg.DataError as exc:
+            raise ValueError(f"PostgreSQL refused the data: {_first_line(exc)}") from exc
+
+    def _write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
+        with self.conn.cursor() as cur:
+            if rows:
+                with cur.copy(f"COPY events ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+                    for r in rows:
+                        copy.write_row(r)
+            for w in tokens:
+                if isinstance(w, TokenInsert):
+                    cur.execute(INSERT_TOKEN.format(p=", ".join(["%s"] * 7)), token_params(w))
+                else:
+                    assert w.column in UPDATABLE
+                    cur.execute(f"UPDATE tokens SET {w.column} = %s WHERE id = %s",
+                                [w.value, w.id])
+
+    def commit(self) -> None:
+        """The batch is durable when this returns (PostgreSQL's COMMIT)."""
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if not self.conn.closed:
+            self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
