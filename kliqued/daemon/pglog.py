@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .errors import DaemonError
@@ -37,6 +38,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 """(version, what it does, statements): append only; a released migration never changes."""
 
 LOCK_KEY = 0x6B6C6971  # "kliq": the advisory lock the migrations run under
+GID_PREFIX = "kliqued-"
+"""Prepared transactions of kliqued are named ``kliqued-<uuid>``."""
 OWNER_KEY = 0x6B6C6977  # the session lock one daemon holds while it uses the database
 
 
@@ -143,6 +146,35 @@ class PgLog:
                     assert w.column in UPDATABLE
                     cur.execute(f"UPDATE tokens SET {w.column} = %s WHERE id = %s",
                                 [w.value, w.id])
+
+    # ------------------------------------------------------------------ two-phase commit
+    @property
+    def two_phase(self) -> bool:
+        """Whether the server takes prepared transactions (``max_prepared_transactions`` >
+        0): then a batch commits in two phases with the DuckDB file (Store._commit)."""
+        if self._two_phase is None:
+            row = self.conn.execute("SHOW max_prepared_transactions").fetchone()
+            self._two_phase = bool(row and int(row[0]) > 0)
+        return self._two_phase
+
+    _two_phase: bool | None = None
+
+    def prepare(self, gid: str) -> None:
+        """Phase one: the batch is durable in PostgreSQL but not visible, until
+        :meth:`finish`."""
+        self.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+
+    def finish(self, gid: str, commit: bool) -> None:
+        """Phase two: ``COMMIT PREPARED`` or ``ROLLBACK PREPARED``."""
+        verb = "COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}"
+        self.conn.execute(sql.SQL(verb).format(sql.Literal(gid)))
+
+    def pending(self) -> list[str]:
+        """This database's prepared batches left by a daemon that stopped between the
+        phases."""
+        return [g for (g,) in self.conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
+            "current_database() ORDER BY prepared", [GID_PREFIX + "%"])]
 
     def commit(self) -> None:
         """The batch is durable when this returns (PostgreSQL's COMMIT)."""

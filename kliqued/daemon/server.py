@@ -153,6 +153,16 @@ def serve(opts: Options) -> int:
         except DaemonError as exc:  # PostgreSQL's schema is newer; the files do not match
             print(f"kliqued serve: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
+        for gid, committed in store.recovered:
+            log.warning("a batch left prepared in %s by a stop between the two commits was "
+                        "%s (%s)", store.log.label,
+                        "committed, as the ledger file had" if committed else
+                        "rolled back: the ledger file had not committed it", gid)
+        if is_url(opts.db) and not store.log.two_phase:
+            log.warning("%s has max_prepared_transactions = 0: batches commit there first, "
+                        "then in %s, and a stop between the two loses that batch's ledger "
+                        "rows; set it to 2 or more (docs/ha.md)", store.log.label,
+                        opts.local_db)
         if store.caught_up:
             log.warning("%d events logged in %s were missing from %s (a new file, or a stop "
                         "between the two commits): copied; the ledger has no intervals of "

@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -46,6 +47,10 @@ SCHEMA = [
 
 CHECKPOINT_WAL = "256MB"
 
+DECISION_TABLE = "CREATE TABLE IF NOT EXISTS log_decision (gid VARCHAR)"
+"""With the log in PostgreSQL: the name of the last batch this file committed, the decision
+of the two-phase commit (at most one row)."""
+
 DbOp = Callable[[duckdb.DuckDBPyConnection], object] | TokenInsert | TokenUpdate
 """A write of a batch's transaction: a token write (data, for whichever log keeps the
 tokens), or a callable on the DuckDB connection (the ledger's writers; what it returns is
@@ -65,6 +70,7 @@ class Store:
         """``path``: the DuckDB file; ``log``: where the events and tokens are kept when not
         in that file (PostgreSQL)."""
         self.path = path
+        self.recovered = []
         try:
             self.conn = duckdb.connect(path, config={"enable_external_access": False})
         except duckdb.IOException as exc:
@@ -95,7 +101,25 @@ class Store:
         ledger_schema.ensure_schema(self.conn)
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
+            self.conn.execute(DECISION_TABLE)
+            self._writer.submit(self._recover).result()
             self._writer.submit(self._catch_up, self._copy).result()
+
+    def _recover(self) -> None:
+        """Ends the batch a daemon left prepared in PostgreSQL between the two phases: its
+        commit when this file committed it (the file records the batch's name in the same
+        transaction), its rollback otherwise."""
+        pending = self.log.pending()
+        if not pending:
+            return
+        row = self.conn.execute("SELECT gid FROM log_decision").fetchone()
+        decided = row[0] if row else None
+        for gid in pending:
+            self.log.finish(gid, commit=gid == decided)
+            self.recovered.append((gid, gid == decided))
+
+    recovered: list[tuple[str, bool]]
+    """Prepared batches ended at start, and whether each was committed."""
 
     def _catch_up(self, copy: DuckLog) -> None:
         """Brings the local copy of the events up to the log (after a crash between the two
@@ -141,11 +165,15 @@ class Store:
     # ------------------------------------------------------------------ writes
     def _commit(self, batch: Batch) -> None:
         """One transaction: the log's (events, tokens) and the DuckDB file's (the ledger, the
-        events' copy); with the log elsewhere, its COMMIT comes first and is the point of
-        durability."""
+        events' copy). With the log in PostgreSQL and prepared transactions on, two phases:
+        PostgreSQL prepares, the DuckDB file commits with the batch's name (the decision),
+        PostgreSQL commits the prepared batch; a stop anywhere in between is resolved at the
+        next start (:meth:`_recover`). Without prepared transactions, PostgreSQL commits
+        first (docs/ha.md: the ledger rows of a batch caught between are lost)."""
         conn = self.conn
         tokens: list[TokenWrite] = [op for op in batch.ops
                                     if isinstance(op, (TokenInsert, TokenUpdate))]
+        gid: str | None = None
         conn.execute("BEGIN TRANSACTION")
         try:
             self.log.begin()
@@ -155,7 +183,13 @@ class Store:
             for op in batch.ops:
                 if not isinstance(op, (TokenInsert, TokenUpdate)):
                     op(conn)
-            self.log.commit()
+            if self._copy is not None and self.log.two_phase:
+                gid = f"kliqued-{uuid.uuid4().hex}"
+                conn.execute("DELETE FROM log_decision")
+                conn.execute("INSERT INTO log_decision VALUES (?)", [gid])
+                self.log.prepare(gid)
+            else:
+                self.log.commit()
         except BaseException:
             self._undo()
             raise
@@ -163,11 +197,21 @@ class Store:
             conn.execute("COMMIT")
         except BaseException as exc:
             self._undo()
+            if gid is not None:
+                self.log.finish(gid, commit=False)
+                raise
             if self._copy is None:
                 raise
             raise CopyBehind(f"a batch is in {self.log.label} but {self.path} could not "
                              f"commit it ({exc}): stopping; the restart brings the file up "
                              f"to date") from exc
+        if gid is not None:
+            try:
+                self.log.finish(gid, commit=True)
+            except BaseException as exc:
+                raise CopyBehind(f"a batch is committed in {self.path} but its commit in "
+                                 f"{self.log.label} failed ({exc}): stopping; the restart "
+                                 f"commits it") from exc
 
     def _undo(self) -> None:
         for undo in (self.log.rollback, *((self._copy.rollback,) if self._copy else ()),

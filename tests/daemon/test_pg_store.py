@@ -156,3 +156,71 @@ def test_an_unreachable_database_is_a_clear_error_without_the_password() -> None
         PgLog("postgresql://kliqued:s3cret@/klique?host=/nonexistent-dir&port=1")
     assert "cannot connect to postgresql://kliqued@/nonexistent-dir:1/klique" in str(err.value)
     assert "s3cret" not in str(err.value)
+
+
+# ---------------------------------------------------------------- two-phase commit
+def prepare_by_hand(url: str, seq: int, gid: str) -> None:
+    """A batch a daemon prepared and never ended (it stopped between the phases)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO events (seq, at_ms, kind) VALUES (%s, 1, 'submitted')",
+                     [seq])
+        conn.execute(f"PREPARE TRANSACTION '{gid}'")
+
+
+def test_batches_commit_in_two_phases_and_leave_nothing_prepared(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        assert store.log.two_phase
+        store.commit_sync(Batch(rows=rows(2)))
+        decided = store.conn.execute("SELECT gid FROM log_decision").fetchall()
+        assert len(decided) == 1 and decided[0][0].startswith("kliqued-")
+        assert store.log.pending() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("file_committed", [True, False])
+def test_a_batch_left_prepared_is_ended_as_the_file_decided(tmp_path: Path, pg_url: str,
+                                                            file_committed: bool) -> None:
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    store.commit_sync(Batch(rows=rows(2)))
+    store.close()
+    gid = "kliqued-left-behind"
+    prepare_by_hand(pg_url, 3, gid)
+    if file_committed:  # the file's commit (with the decision) happened before the stop
+        with duckdb.connect(str(tmp_path / "l.duckdb")) as conn:
+            conn.execute("UPDATE log_decision SET gid = ?", [gid])
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        assert store.recovered == [(gid, file_committed)]
+        assert store.log.pending() == []
+        assert store.last_seq() == (3 if file_committed else 2)
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def postgres_one_phase():
+    """A PostgreSQL with its default ``max_prepared_transactions = 0``."""
+    from tests.harness.postgres import Postgres, unavailable
+    if unavailable():
+        pytest.skip(unavailable())
+    server = Postgres(prepared_transactions=0).start()
+    yield server
+    server.stop()
+
+
+def test_without_prepared_transactions_postgresql_commits_first(tmp_path: Path,
+                                                                postgres_one_phase) -> None:
+    url = postgres_one_phase.createdb("one_phase")
+    store = open_store(tmp_path / "l.duckdb", url)
+    try:
+        assert not store.log.two_phase
+        store.commit_sync(Batch(rows=rows(2), ops=[TokenInsert("t", "h", "a", None, 1, None)]))
+        assert store.last_seq() == 2 and len(store.read_tokens()) == 1
+        assert store.conn.execute("SELECT count(*) FROM log_decision").fetchone() == (0,)
+    finally:
+        store.close()
+    assert local_seqs(tmp_path / "l.duckdb") == [1, 2]

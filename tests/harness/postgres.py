@@ -54,7 +54,10 @@ def unavailable() -> str | None:
 
 
 class Postgres:
-    def __init__(self) -> None:
+    def __init__(self, prepared_transactions: int = 10) -> None:
+        """``prepared_transactions``: the server's ``max_prepared_transactions`` (0 is
+        PostgreSQL's default: no two-phase commit)."""
+        self.prepared_transactions = prepared_transactions
         bindir = find_bin()
         assert bindir is not None, unavailable()
         self.bin = bindir
@@ -80,7 +83,8 @@ class Postgres:
         self.proc = subprocess.Popen(
             [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
              "-k", str(self.dir), "-c", "listen_addresses=", "-c", "fsync=off",
-             "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
+             "-c", "full_page_writes=off", "-c", "synchronous_commit=off",
+             "-c", f"max_prepared_transactions={self.prepared_transactions}"],
             stdout=log, stderr=log, preexec_fn=self._demote)
         log.close()
         wait_for(self._ready, 30, "PostgreSQL to accept connections")
