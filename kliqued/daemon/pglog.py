@@ -126,11 +126,12 @@ class PgLog:
         self.conn.execute("BEGIN")
 
     def write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
-        """A value PostgreSQL refuses (a NUL in text, a number out of range) is a
-        ``ValueError``: the sequencer's sign that the batch's data, not the store, failed."""
+        """A value PostgreSQL refuses (a NUL in text, a number out of range, a key taken) is
+        a ``ValueError``: the sequencer's sign that the batch's data, not the store, failed
+        (as DuckDB's conversion and constraint errors are)."""
         try:
             self._write(rows, tokens)
-        except psycopg.DataError as exc:
+        except (psycopg.DataError, psycopg.IntegrityError) as exc:
             raise ValueError(f"PostgreSQL refused the data: {_first_line(exc)}") from exc
 
     def _write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:

@@ -109,3 +109,23 @@ def test_a_second_daemon_on_the_same_database_is_refused(tmp_path: Path, pg_url:
     assert "events logged in postgresql://" in other.log()  # its copy filled from the log
     assert other.ok("GET", "/v1/whoami")["principal"] == "role:admin"
     assert other.stop() == 0
+
+
+def test_losing_postgresql_stops_the_daemon_with_a_clear_message(tmp_path: Path) -> None:
+    """PostgreSQL goes away under a running daemon (a restart, a failover): the request gets
+    a 503, the daemon stops (exit 1, saying why) so that its restart replays what is
+    durable, rather than serving a state it cannot log."""
+    from tests.harness.postgres import Postgres, unavailable
+    if unavailable():
+        pytest.skip(unavailable())
+    pg = Postgres().start()
+    try:
+        s = Server(tmp_path, db=pg.createdb("lost")).start()
+        bob = s.token({"user": "bob"})
+        pg.stop()
+        status, body = s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)
+        assert (status, body["error"]["code"]) == (503, "unavailable")
+        assert s.proc is not None and s.proc.wait(20) == 1
+        assert "cannot write the event log" in s.log() and "Traceback" not in s.log()
+    finally:
+        pg.stop()

@@ -122,6 +122,21 @@ def test_data_postgresql_refuses_is_a_value_error_and_rolls_back(tmp_path: Path,
     assert local_seqs(tmp_path / "l.duckdb") == [1]
 
 
+def test_a_constraint_postgresql_enforces_is_a_value_error_as_on_duckdb(tmp_path: Path,
+                                                                        pg_url: str) -> None:
+    """DuckDB's ConstraintException is a data error for the sequencer; PostgreSQL's
+    IntegrityError must be one too (a token id taken twice)."""
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        store.commit_sync(Batch(ops=[TokenInsert("tok-1", "h1", "alice", None, 5, None)]))
+        with pytest.raises(ValueError, match="PostgreSQL refused the data"):
+            store.commit_sync(Batch(rows=rows(1), ops=[
+                TokenInsert("tok-1", "h2", "bob", None, 6, None)]))
+        assert store.last_seq() == 0 and len(store.read_tokens()) == 1
+    finally:
+        store.close()
+
+
 def test_the_local_copy_is_brought_up_to_the_log_at_start(tmp_path: Path, pg_url: str
                                                           ) -> None:
     store = open_store(tmp_path / "a.duckdb", pg_url)
