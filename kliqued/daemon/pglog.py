@@ -80,8 +80,24 @@ class PgLog:
 
     # ------------------------------------------------------------------ schema
     def migrate(self) -> None:
+        """Raises :class:`PgError` naming the migration that cannot be applied (the role may
+        not create tables, a table of that name exists already), never a driver traceback."""
+        try:
+            self._migrate()
+        except psycopg.Error as exc:
+            hint = ""
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                hint = (" (kliqued's role must be able to create tables: make it the "
+                        "database's owner, createdb -O ROLE, or GRANT CREATE ON SCHEMA public)")
+            raise PgError(f"cannot bring the schema of {self.label} up to date: "
+                          f"{self._applying}: {_first_line(exc)}{hint}") from None
+
+    _applying = "the version table klique_schema"
+
+    def _migrate(self) -> None:
         with self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+            self._applying = "the version table klique_schema"
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS klique_schema (version INT PRIMARY KEY, "
                 "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
@@ -95,6 +111,7 @@ class PgLog:
             for version, name, statements in MIGRATIONS:
                 if version <= have:
                     continue
+                self._applying = f"migration {version} ({name})"
                 for stmt in statements:
                     self.conn.execute(stmt)
                 self.conn.execute("INSERT INTO klique_schema (version, name) VALUES (%s, %s)",

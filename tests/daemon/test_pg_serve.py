@@ -129,3 +129,19 @@ def test_losing_postgresql_stops_the_daemon_with_a_clear_message(tmp_path: Path)
         assert "cannot write the event log" in s.log() and "Traceback" not in s.log()
     finally:
         pg.stop()
+
+
+def test_a_role_that_may_not_create_the_schema_is_a_clear_error(tmp_path: Path, pg_url: str,
+                                                                postgres) -> None:
+    """PostgreSQL 15 lets no role but the owner create in ``public``: a database made by an
+    administrator for another owner, with kliqued given a login of its own."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS reader")
+        conn.execute("CREATE ROLE reader LOGIN")
+    url = pg_url.replace("postgresql://klique@", "postgresql://reader@")
+    p = serve(url, tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert "cannot bring the schema of postgresql://reader@" in p.stderr
+    assert ("the version table klique_schema: permission denied for schema public "
+            "(kliqued's role must be able to create tables" in p.stderr)
+    assert "Traceback" not in p.stderr

@@ -63,6 +63,21 @@ def test_a_schema_newer_than_this_kliqued_is_refused(tmp_path: Path, pg_url: str
         store.close()
 
 
+def test_a_migration_that_fails_is_named_and_leaves_no_version(tmp_path: Path, pg_url: str
+                                                              ) -> None:
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("CREATE TABLE events (something TEXT)")  # not kliqued's
+    store = Store(str(tmp_path / "l.duckdb"), PgLog(pg_url))
+    try:
+        with pytest.raises(PgError, match=r'migration 1 \(events and tokens\): relation '
+                                          r'"events" already exists'):
+            store.ensure_schema()
+    finally:
+        store.close()
+    with psycopg.connect(pg_url) as conn:  # the failed migration's transaction left nothing
+        assert conn.execute("SELECT to_regclass('klique_schema')").fetchone() == (None,)
+
+
 def test_events_and_tokens_round_trip_in_log_order(tmp_path: Path, pg_url: str) -> None:
     store = open_store(tmp_path / "l.duckdb", pg_url)
     try:
