@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -25,3 +28,28 @@ def _no_server_left_behind():
     yield
     from tests.harness.daemon import kill_leftovers
     kill_leftovers()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One real PostgreSQL for the session (tests/harness/postgres.py); a test makes its own
+    database with ``postgres.createdb(name)``. Skips, saying why, where none can run."""
+    from tests.harness.postgres import Postgres, unavailable
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    server = Postgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres, request) -> str:
+    """A fresh database of the session's PostgreSQL for this test."""
+    name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:50]
+    return postgres.createdb(f"{name}_{os.getpid()}_{next(_DB_COUNTER)}")
+
+
+_DB_COUNTER = itertools.count()

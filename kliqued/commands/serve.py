@@ -40,7 +40,8 @@ def register(subparsers) -> None:
         description="Runs the daemon: the HTTP API under /v1 (OpenAPI at /v1/openapi.json), "
                     "the compute policy engine about once per pass_interval, the worker "
                     "protocol, and the event log and usage ledger in one DuckDB file, which "
-                    "only this process opens. It follows the estate: --estate DIR is watched "
+                    "only this process opens (or the log and tokens in PostgreSQL: --db "
+                    "postgresql://..., docs/ha.md). It follows the estate: --estate DIR is watched "
                     "and --git REPO polled, and every valid new revision is applied between "
                     "two passes (an invalid one is refused and shown by GET /v1/estate; the "
                     "running one stays). At the first start an admin token is printed once to "
@@ -48,6 +49,8 @@ def register(subparsers) -> None:
                     "cleanly. Exit 1 on an error (the database is in use, the port is taken), "
                     "2 when the estate is invalid at start (its diagnostics are printed).",
         examples="  kliqued serve --estate estate --db kliqued.duckdb\n"
+                 "  kliqued serve --estate estate --db postgresql://kliqued@db1/klique "
+                 "--ledger-db /var/lib/kliqued/ledger.duckdb\n"
                  "  kliqued serve --git /srv/estate-repo --branch main --estate-path estate "
                  "--poll 30s\n"
                  "  kliqued serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem\n"
@@ -68,9 +71,15 @@ def register(subparsers) -> None:
                           "%(default)s)")
     src.add_argument("--poll", metavar="DURATION", type=duration, default=30.0,
                      help="how often --git polls the branch (default: 30s)")
-    p.add_argument("--db", metavar="FILE", default="kliqued.duckdb",
+    p.add_argument("--db", metavar="FILE|URL", default="kliqued.duckdb",
                    help="the DuckDB file: event log, tokens, ledger; task logs go in "
-                        "FILE.logs/ (default: %(default)s)")
+                        "FILE.logs/ (default: %(default)s). Or a PostgreSQL URL "
+                        "(postgresql://user@host/dbname): the event log and tokens are kept "
+                        "there, the ledger in --ledger-db (docs/ha.md)")
+    p.add_argument("--ledger-db", metavar="FILE", default="kliqued-ledger.duckdb",
+                   help="with --db postgresql://...: the DuckDB file of the usage ledger and "
+                        "of a copy of the events for the audit reads; the token key and task "
+                        "logs go beside it (default: %(default)s)")
     p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8080",
                    help="where to listen (default: %(default)s)")
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (HTTPS)")
@@ -123,4 +132,4 @@ def run(args: argparse.Namespace) -> int:
                          log_cap=args.log_cap,
                          limits=Limits(args.header_timeout, args.idle_timeout,
                                        args.body_timeout, args.max_connections),
-                         require_workers=args.require_workers))
+                         require_workers=args.require_workers, ledger_db=args.ledger_db))

@@ -36,6 +36,7 @@ from .leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, RETURNED, STOP_RE
                      STOPPING, Lease, WorkerInfo)
 from .channel_state import PipelineBook, ScheduleBook
 from .records import TaskRecord
+from .eventlog import TokenInsert, TokenUpdate
 from .store import DbOp
 from .units import iso
 
@@ -746,11 +747,8 @@ class Daemon:
             data["rotated_from"] = rotated_from
         ev = Event("token_created", None, rec.created_by, None, None, None, data)
 
-        def op(conn: Any) -> None:
-            conn.execute("INSERT INTO tokens (id, hash, principal, name, created_at_ms, "
-                         "created_by, expires_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         [rec.id, rec.hash, rec.principal, rec.name, rec.created_at,
-                          rec.created_by, rec.expires_at])
+        op = TokenInsert(rec.id, rec.hash, rec.principal, rec.name, rec.created_at,
+                         rec.created_by, rec.expires_at)
 
         def apply() -> tuple[TokenRecord, str]:
             self.tokens.add(rec)
@@ -766,8 +764,7 @@ class Daemon:
         ov.revoked.add(token_id)
         ev = Event("token_revoked", None, p.text, None, None, None, {"id": token_id})
 
-        def op(conn: Any) -> None:
-            conn.execute("UPDATE tokens SET revoked_at_ms = ? WHERE id = ?", [now, token_id])
+        op = TokenUpdate(token_id, "revoked_at_ms", now)
 
         def apply() -> None:
             rec.revoked_at = now
@@ -797,13 +794,8 @@ class Daemon:
         ev = Event("token_rotated", None, p.text, None, None, None,
                    {"id": token_id, "to": new_id, "old_ends_at": end})
 
-        def op(conn: Any) -> None:
-            if grace_ms > 0:
-                conn.execute("UPDATE tokens SET expires_at_ms = ? WHERE id = ?",
-                             [end, token_id])
-            else:
-                conn.execute("UPDATE tokens SET revoked_at_ms = ? WHERE id = ?",
-                             [now, token_id])
+        op = (TokenUpdate(token_id, "expires_at_ms", end) if grace_ms > 0
+              else TokenUpdate(token_id, "revoked_at_ms", now))
 
         def apply() -> tuple[TokenRecord, str, TokenRecord]:
             if grace_ms > 0:

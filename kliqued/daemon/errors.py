@@ -36,6 +36,15 @@ class DatabaseLocked(DaemonError):
     """Another process has the file open (normally another ``kliqued serve``)."""
 
 
+class StoreMismatch(DaemonError):
+    """The local DuckDB file and the PostgreSQL log are not one deployment's (start)."""
+
+
+class CopyBehind(DaemonError):
+    """A batch is durable in PostgreSQL but its local commit (ledger, events' copy) failed:
+    fatal, so that the restart's catch-up runs rather than the batch being retried."""
+
+
 class ReplayError(DaemonError):
     """The log does not replay (a bug or a damaged file): say which event."""
 

@@ -79,6 +79,7 @@ def open_hasher(db: str | Path, store: "Store") -> tuple["TokenHasher", int]:
     Databases from before keyed hashes store a bare SHA-256 of each token: they are rewritten
     under the key in one transaction at start (the tokens keep working; nothing to reissue).
     """
+    from .eventlog import TokenUpdate
     from .ids import TokenHasher
     from .store import Batch
     rows = store.read_tokens()
@@ -86,8 +87,5 @@ def open_hasher(db: str | Path, store: "Store") -> tuple["TokenHasher", int]:
     hasher = TokenHasher(load(key_path(db), must_exist=keyed))
     legacy = [(r[0], hasher.rekey(r[1])) for r in rows if not TokenHasher.is_keyed(r[1])]
     if legacy:
-        def op(conn) -> None:
-            conn.executemany("UPDATE tokens SET hash = ? WHERE id = ?",
-                             [[h, tid] for tid, h in legacy])
-        store.commit_sync(Batch(ops=[op]))
+        store.commit_sync(Batch(ops=[TokenUpdate(tid, "hash", h) for tid, h in legacy]))
     return hasher, len(legacy)

@@ -29,7 +29,7 @@ from kliqued.ledger import writer as ledger
 
 from .app import Context, make_app
 from .core import Daemon, WorkerSettings
-from .errors import BadOption
+from .errors import BadOption, DaemonError
 from .gitops import DirSource, Follower, GitSource, Snapshot
 from .logs import DEFAULT_CAP, LogStore
 from . import keyfile, strength
@@ -41,7 +41,7 @@ from .alerts import Dispatcher
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
 from .unattended import Unattended
-from .store import DatabaseLocked, Store
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,34 @@ class Options:
     """Connection timeouts and the connection cap (kliqued/daemon/listener.py)."""
     require_workers: bool = True
     """A pool takes placements only while it has a live worker (or autoscales)."""
+    ledger_db: str = "kliqued-ledger.duckdb"
+    """With ``db`` a PostgreSQL URL: the DuckDB file that keeps the ledger and the events'
+    copy for the audit reads; the token key and the task logs go beside it."""
+
+    @property
+    def local_db(self) -> str:
+        """The DuckDB file this daemon opens: ``db`` itself, or ``ledger_db`` beside a
+        PostgreSQL log."""
+        return self.ledger_db if is_url(self.db) else self.db
+
+
+def is_url(db: str) -> bool:
+    """``--db`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(opts: Options) -> Store:
+    """The Store for ``--db``: a DuckDB file alone, or PostgreSQL for the events and tokens
+    beside the local DuckDB file (psycopg is imported only then)."""
+    if not is_url(opts.db):
+        return Store(opts.db)
+    from .pglog import PgLog
+    log_ = PgLog(opts.db)
+    try:
+        return Store(opts.ledger_db, log_)
+    except BaseException:
+        log_.close()
+        raise
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -113,31 +141,50 @@ def serve(opts: Options) -> int:
               f"{strength.advice()}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        store = Store(opts.db)
-    except DatabaseLocked as exc:
+        store = open_store(opts)
+    except DaemonError as exc:  # the file is locked, PostgreSQL unreachable
         print(f"kliqued serve: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        for path in (opts.db, f"{opts.db}.wal"):  # made 0644 by an earlier version
+        for path in (opts.local_db, f"{opts.local_db}.wal"):  # made 0644 by an earlier version
             tighten(path)
-        store.ensure_schema()
+        try:
+            store.ensure_schema()
+        except DaemonError as exc:  # PostgreSQL's schema is newer; the files do not match
+            print(f"kliqued serve: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        for gid, committed in store.recovered:
+            log.warning("a batch left prepared in %s by a stop between the two commits was "
+                        "%s (%s)", store.log.label,
+                        "committed, as the ledger file had" if committed else
+                        "rolled back: the ledger file had not committed it", gid)
+        if is_url(opts.db) and not store.log.two_phase:
+            log.warning("%s has max_prepared_transactions = 0: batches commit there first, "
+                        "then in %s, and a stop between the two loses that batch's ledger "
+                        "rows; set it to 2 or more (docs/ha.md)", store.log.label,
+                        opts.local_db)
+        if store.caught_up:
+            log.warning("%d events logged in %s were missing from %s (a new file, or a stop "
+                        "between the two commits): copied; the ledger has no intervals of "
+                        "theirs", store.caught_up, store.log.label, opts.local_db)
         d = Daemon()
         d.require_workers = opts.require_workers  # before replay: it decides availability
         d.clock.offset_ms = _clock_offset()
         try:
-            d.tokens.hasher, migrated = keyfile.open_hasher(opts.db, store)
+            d.tokens.hasher, migrated = keyfile.open_hasher(opts.local_db, store)
         except keyfile.KeyFileError as exc:
             print(f"kliqued serve: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
         if migrated:
             log.info("%d token hash(es) moved under the token key %s", migrated,
-                     keyfile.key_path(opts.db))
+                     keyfile.key_path(opts.local_db))
         try:
             stats = rebuild(d, store)
         except ReplayError as exc:
             print(f"kliqued serve: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        log.info("started: %s, replayed %d events (%d tasks) in %.2f s", opts.db, stats.events,
+        log.info("started: %s, replayed %d events (%d tasks) in %.2f s", store.log.label,
+                 stats.events,
                  stats.tasks, stats.seconds)
         if d.state is not None:  # rows from before the ledger kept paths: the paths of now
             filled = _fill_group_paths(store.conn, d.idx().estate)
@@ -287,7 +334,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if opts.tls_cert:
         ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ssl_ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
-    logs = LogStore.beside(opts.db, opts.log_cap)
+    logs = LogStore.beside(opts.local_db, opts.log_cap)
     private_dir(logs.root)
     ctx = Context(d, seq, store, float(interval), logs, server_url=url)
     d.on_work = ctx.wake

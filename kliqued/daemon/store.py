@@ -1,5 +1,11 @@
 """The DuckDB file: schema, the group-commit write path and the read paths.
 
+The events and tokens are kept by an ``eventlog.EventLog``: this file's own tables
+(``DuckLog``, the default) or PostgreSQL (``pglog.PgLog``, ``--db postgresql://...``). With
+PostgreSQL the DuckDB file still holds the usage ledger and a copy of the events for the
+audit reads (docs/ha.md): a batch is committed to PostgreSQL first (the moment it is durable),
+then here; a copy left behind by a crash between the two is brought up to date at start.
+
 Only this process opens the file (DuckDB's lock refuses a second writer process), with
 ``enable_external_access = false`` so that finance's SQL can read no file and no URL.
 Every write runs on one dedicated thread with the one connection, as one transaction per
@@ -16,6 +22,7 @@ import asyncio
 import concurrent.futures
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -23,8 +30,8 @@ import duckdb
 
 from kliqued.ledger import schema as ledger_schema
 
-from .errors import DatabaseLocked
-from .events import COLUMNS
+from .errors import CopyBehind, DatabaseLocked, StoreMismatch
+from .eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
 from .querypool import QueryPool
 
 SCHEMA = [
@@ -40,9 +47,14 @@ SCHEMA = [
 
 CHECKPOINT_WAL = "256MB"
 
-DbOp = Callable[[duckdb.DuckDBPyConnection], object]
-"""A write of a batch's transaction, on its connection (what it returns is ignored: the
-ledger's writers return counts)."""
+DECISION_TABLE = "CREATE TABLE IF NOT EXISTS log_decision (gid VARCHAR)"
+"""With the log in PostgreSQL: the name of the last batch this file committed, the decision
+of the two-phase commit (at most one row)."""
+
+DbOp = Callable[[duckdb.DuckDBPyConnection], object] | TokenInsert | TokenUpdate
+"""A write of a batch's transaction: a token write (data, for whichever log keeps the
+tokens), or a callable on the DuckDB connection (the ledger's writers; what it returns is
+ignored: they return counts)."""
 
 
 @dataclass
@@ -54,8 +66,11 @@ class Batch:
 
 
 class Store:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, log: EventLog | None = None) -> None:
+        """``path``: the DuckDB file; ``log``: where the events and tokens are kept when not
+        in that file (PostgreSQL)."""
         self.path = path
+        self.recovered = []
         try:
             self.conn = duckdb.connect(path, config={"enable_external_access": False})
         except duckdb.IOException as exc:
@@ -71,7 +86,9 @@ class Store:
         self._readers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="db-read")
         self.ledger_queries = QueryPool(self.conn)
         """Finance's SQL: threads of its own, so event reads never wait behind it."""
-        self._appender: Any = None
+        self.log: EventLog = log or DuckLog(self.conn, path)
+        self._copy: DuckLog | None = None if log is None else DuckLog(self.conn, path)
+        """The local copy of the events (audit reads) when the log is elsewhere."""
 
     # ------------------------------------------------------------------ setup
     def ensure_schema(self) -> None:
@@ -82,50 +99,127 @@ class Store:
         for stmt in SCHEMA:
             self.conn.execute(stmt)
         ledger_schema.ensure_schema(self.conn)
+        self._writer.submit(self.log.migrate).result()
+        if self._copy is not None:
+            self.conn.execute(DECISION_TABLE)
+            self._writer.submit(self._recover).result()
+            self._writer.submit(self._catch_up, self._copy).result()
+
+    def _recover(self) -> None:
+        """Ends the batch a daemon left prepared in PostgreSQL between the two phases: its
+        commit when this file committed it (the file records the batch's name in the same
+        transaction), its rollback otherwise."""
+        pending = self.log.pending()
+        if not pending:
+            return
+        row = self.conn.execute("SELECT gid FROM log_decision").fetchone()
+        decided = row[0] if row else None
+        for gid in pending:
+            self.log.finish(gid, commit=gid == decided)
+            self.recovered.append((gid, gid == decided))
+
+    recovered: list[tuple[str, bool]]
+    """Prepared batches ended at start, and whether each was committed."""
+
+    def _catch_up(self, copy: DuckLog) -> None:
+        """Brings the local copy of the events up to the log (after a crash between the two
+        commits, or a new local file); a copy ahead of the log means the log is not the
+        one this file was written with (restored from an older backup, another database)."""
+        have, logged = copy.last_seq(), self.log.last_seq()
+        if have > logged:
+            raise StoreMismatch(
+                f"{self.path} holds events up to {have} but {self.log.label} only up to "
+                f"{logged}: they are not the same deployment's (was the database restored "
+                f"from an older backup?). Give the --ledger-db written with this database")
+        if have < logged:
+            self.conn.execute("BEGIN TRANSACTION")
+            try:
+                batch: list[tuple] = []
+                for row in self.log.read_events(after=have):
+                    batch.append(row)
+                    if len(batch) >= 20_000:
+                        copy.write(batch, [])
+                        batch = []
+                copy.write(batch, [])
+                self.conn.execute("COMMIT")
+            except BaseException:
+                copy.rollback()
+                self.conn.execute("ROLLBACK")
+                raise
+            self.caught_up = logged - have
+
+    caught_up = 0
+    """Events copied from the log into the local file at start."""
 
     def last_seq(self) -> int:
-        row = self.conn.execute("SELECT max(seq) FROM events").fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+        return self._writer.submit(self.log.last_seq).result()
 
     def read_events(self, chunk: int = 20_000) -> Iterator[tuple]:
         """Every event in log order, as (seq, at_ms, kind, task, actor, revision, grp, usr,
-        data text)."""
-        cur = self.conn.cursor()
-        try:
-            cur.execute(f"SELECT {', '.join(COLUMNS)} FROM events ORDER BY seq")
-            while True:
-                rows = cur.fetchmany(chunk)
-                if not rows:
-                    return
-                yield from rows
-        finally:
-            cur.close()
+        data text): from the log itself (before the loop runs: start-up's replay)."""
+        return self.log.read_events(0, chunk)
 
     def read_tokens(self) -> list[tuple]:
-        return self.conn.execute(
-            "SELECT id, hash, principal, name, created_at_ms, created_by, revoked_at_ms, "
-            "expires_at_ms FROM tokens ORDER BY id").fetchall()
+        return self._writer.submit(self.log.read_tokens).result()
 
     # ------------------------------------------------------------------ writes
     def _commit(self, batch: Batch) -> None:
+        """One transaction: the log's (events, tokens) and the DuckDB file's (the ledger, the
+        events' copy). With the log in PostgreSQL and prepared transactions on, two phases:
+        PostgreSQL prepares, the DuckDB file commits with the batch's name (the decision),
+        PostgreSQL commits the prepared batch; a stop anywhere in between is resolved at the
+        next start (:meth:`_recover`). Without prepared transactions, PostgreSQL commits
+        first (docs/ha.md: the ledger rows of a batch caught between are lost)."""
         conn = self.conn
-        if self._appender is None:
-            self._appender = conn.appender("events")
+        tokens: list[TokenWrite] = [op for op in batch.ops
+                                    if isinstance(op, (TokenInsert, TokenUpdate))]
+        gid: str | None = None
         conn.execute("BEGIN TRANSACTION")
         try:
-            if batch.rows:
-                self._appender.append_rows(batch.rows)
-                self._appender.flush()
+            self.log.begin()
+            self.log.write(batch.rows, tokens)
+            if self._copy is not None:
+                self._copy.write(batch.rows, [])
             for op in batch.ops:
-                op(conn)
-            conn.execute("COMMIT")
+                if not isinstance(op, (TokenInsert, TokenUpdate)):
+                    op(conn)
+            if self._copy is not None and self.log.two_phase:
+                gid = f"kliqued-{uuid.uuid4().hex}"
+                conn.execute("DELETE FROM log_decision")
+                conn.execute("INSERT INTO log_decision VALUES (?)", [gid])
+                self.log.prepare(gid)
+            else:
+                self.log.commit()
         except BaseException:
+            self._undo()
+            raise
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            self._undo()
+            if gid is not None:
+                self.log.finish(gid, commit=False)
+                raise
+            if self._copy is None:
+                raise
+            raise CopyBehind(f"a batch is in {self.log.label} but {self.path} could not "
+                             f"commit it ({exc}): stopping; the restart brings the file up "
+                             f"to date") from exc
+        if gid is not None:
             try:
-                self._appender.clear()
-                conn.execute("ROLLBACK")
+                self.log.finish(gid, commit=True)
+            except BaseException as exc:
+                raise CopyBehind(f"a batch is committed in {self.path} but its commit in "
+                                 f"{self.log.label} failed ({exc}): stopping; the restart "
+                                 f"commits it") from exc
+
+    def _undo(self) -> None:
+        for undo in (self.log.rollback, *((self._copy.rollback,) if self._copy else ()),
+                     lambda: self.conn.execute("ROLLBACK")):
+            try:
+                undo()
             except Exception:
                 pass
-            raise
 
     def commit_sync(self, batch: Batch) -> None:
         """For start-up (before the loop runs) and tools."""
@@ -172,8 +266,9 @@ class Store:
         """Checkpoint (the WAL folded into the file) and close; called after the last
         commit."""
         def fin() -> None:
-            if self._appender is not None:
-                self._appender = None
+            if self._copy is not None:
+                self._copy.close()
+            self.log.close()
             self.conn.execute("CHECKPOINT")
             self.conn.close()
         self._readers.shutdown(wait=True)

@@ -159,10 +159,38 @@ def _check_table_ref(node: dict, kind: str, scope: frozenset[str], db: str,
                              f"allowed: {', '.join(TABLE_FUNCTIONS)}")
 
 
+def _qualified(name: str) -> tuple[str, ...]:
+    """A plan's ``database.schema.table``, each part unquoted and lower-cased: DuckDB quotes
+    a part that is not a plain identifier (a database named after ``kliqued-ledger.duckdb``
+    is ``"kliqued-ledger"``), doubling a quote inside it."""
+    parts: list[str] = []
+    i, n = 0, len(name)
+    while i <= n:
+        if i < n and name[i] == '"':
+            j, part = i + 1, []
+            while j < n:
+                if name[j] == '"' and name[j + 1:j + 2] == '"':
+                    part.append('"')
+                    j += 2
+                elif name[j] == '"':
+                    break
+                else:
+                    part.append(name[j])
+                    j += 1
+            parts.append("".join(part).lower())
+            i = j + 2  # past the closing quote and the dot
+        else:
+            end = name.find(".", i)
+            end = n if end < 0 else end
+            parts.append(name[i:end].lower())
+            i = end + 1
+    return tuple(parts)
+
+
 def check_plan(plan_json: str, database: str) -> None:
     """Raises :class:`NotAllowed` unless the physical plan (``EXPLAIN (FORMAT json)``) scans
     only :data:`BASE_TABLES` of ``database`` and calls only :data:`TABLE_FUNCTIONS`."""
-    tables = {f"{database}.main.{t}".lower() for t in BASE_TABLES}
+    tables = {(database.lower(), "main", t.lower()) for t in BASE_TABLES}
     functions = {f.upper() for f in TABLE_FUNCTIONS}
     stack: list[Any] = [json.loads(plan_json)]
     while stack:
@@ -175,8 +203,8 @@ def check_plan(plan_json: str, database: str) -> None:
         info = node.get("extra_info")
         if isinstance(info, dict):
             table = info.get("Table")
-            if table is not None and str(table).lower() not in tables:
-                raise _refuse_relation(str(table).rsplit(".", 1)[-1])
+            if table is not None and _qualified(str(table)) not in tables:
+                raise _refuse_relation(_qualified(str(table))[-1])
             fn = info.get("Function")
             if fn is not None and str(fn).upper() not in functions:
                 raise NotAllowed(f"table function {str(fn).lower()}() is not available in "

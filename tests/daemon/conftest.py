@@ -46,3 +46,12 @@ def who(server: Server) -> Principals:
         worker=server.token({"worker": True, "pool": "pool-1"}),
         revoked=revoked["token"],
     )
+
+
+@pytest.fixture(params=["duckdb", "postgresql"])
+def db(request) -> str | None:
+    """``--db`` for the tests run on both backends: None (the DuckDB file in the test's
+    directory, the default) or a fresh PostgreSQL database (skipped where none can run)."""
+    if request.param == "duckdb":
+        return None
+    return request.getfixturevalue("pg_url")

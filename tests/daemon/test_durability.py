@@ -70,8 +70,8 @@ def snapshot(s: Server) -> dict[str, Any]:
             "tokens": s.ok("GET", "/v1/tokens")}
 
 
-def test_restart_rebuilds_the_same_state(tmp_path: Path) -> None:
-    s = Server(tmp_path).start()
+def test_restart_rebuilds_the_same_state(tmp_path: Path, db: str | None) -> None:
+    s = Server(tmp_path, db=db).start()
     bob = s.token({"user": "bob"})
     erin = s.token({"user": "erin"})
     a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"] for _ in range(4)]
@@ -154,8 +154,8 @@ def ledger_sql(s: Server, sql: str) -> list[list[Any]]:
     return s.ok("POST", "/v1/ledger/sql", {"sql": sql})["rows"]
 
 
-def test_kill_9_under_load(tmp_path: Path) -> None:
-    s = Server(tmp_path).start()
+def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
+    s = Server(tmp_path, db=db).start()
     tokens = {"bob": s.token({"user": "bob"}), "erin": s.token({"user": "erin"})}
     load = Load(s, tokens)
     load.start()

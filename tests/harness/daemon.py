@@ -43,11 +43,13 @@ class Server:
     started: list["Server"] = []
     """Every server a test started: the root conftest kills what is left at session end."""
 
-    def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE, db: Path | None = None,
-                 admin: str | None = ADMIN, workers: bool = False) -> None:
-        """``workers``: pools take work only while they have a live worker, as in production;
-        without it (the API tests, which run no worker) every pool takes work
-        (``--place-without-workers``)."""
+    def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE,
+                 db: Path | str | None = None, admin: str | None = ADMIN,
+                 workers: bool = False) -> None:
+        """``db``: the DuckDB file (default: one in ``tmp``), or a ``postgresql://`` URL (the
+        ``pg_url`` fixture), the ledger's DuckDB file then in ``tmp``. ``workers``: pools
+        take work only while they have a live worker, as in production; without it (the API
+        tests, which run no worker) every pool takes work (``--place-without-workers``)."""
         self.tmp = Path(tmp)
         self.workers = workers
         self.estate = estate
@@ -65,11 +67,22 @@ class Server:
     def argv(self) -> list[str]:
         args = [sys.executable, "-m", "kliqued.cli", "serve", "--db", str(self.db),
                 "--listen", f"127.0.0.1:{self.port}"]
+        if self.on_postgres:
+            args += ["--ledger-db", str(self.local_db)]
         if self.estate is not None:
             args += ["--estate", str(self.estate)]
         if not self.workers:
             args.append("--place-without-workers")
         return args
+
+    @property
+    def on_postgres(self) -> bool:
+        return str(self.db).startswith("postgresql://")
+
+    @property
+    def local_db(self) -> Path:
+        """The DuckDB file: ``db`` itself, or the ledger's file beside a PostgreSQL log."""
+        return self.tmp / "kliqued-ledger.duckdb" if self.on_postgres else Path(self.db)
 
     def start(self, wait: bool = True, timeout: float = 30) -> "Server":
         env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}

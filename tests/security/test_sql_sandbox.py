@@ -187,3 +187,19 @@ def test_deep_nesting_is_a_clear_error(store, sql):
         run_readonly(store.conn.cursor(), sql)
     except LedgerSqlError as err:
         assert err.code in ("sql-error", "not-allowed") and err.message
+
+
+@pytest.mark.parametrize("name", ["kliqued-ledger.duckdb", "my ledger.duckdb",
+                                  'q"uote.duckdb'])
+def test_a_database_file_whose_name_needs_quotes_keeps_its_ledger_readable(tmp_path, name):
+    """DuckDB names the database after the file and quotes it in the plan
+    (``"kliqued-ledger".main.ledger``): the default --ledger-db of a PostgreSQL log."""
+    s = Store(str(tmp_path / name))
+    try:
+        s.ensure_schema()
+        assert run_readonly(s.conn.cursor(), "SELECT count(*) FROM ledger").rows == [[0]]
+        with pytest.raises(LedgerSqlError) as err:
+            run_readonly(s.conn.cursor(), "SELECT * FROM tokens")
+        assert err.value.code == "not-allowed"
+    finally:
+        s.close()

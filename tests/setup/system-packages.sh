@@ -16,7 +16,7 @@ PACKAGES=(
     "podman|cmd:podman|the container executor's real tests (tests/workers/test_container.py)"
     "runc|cmd:runc|the container executor's real tests (tests/workers/test_container.py)"
     "busybox-static|file:/bin/busybox|the container executor's real tests (their image is a busybox root filesystem)"
-    "postgresql|glob:/usr/lib/postgresql/*/bin/postgres|nothing yet (a PostgreSQL for the coming tests)"
+    "postgresql|glob:/usr/lib/postgresql/*/bin/postgres|the PostgreSQL backend's tests (tests/daemon/test_pg_*.py, the restart test on postgresql)"
     "chromium|cmd:chromium|the dashboard's browser tests (tests/web/test_browser.py; the HTML is still checked without it)"
 )
 

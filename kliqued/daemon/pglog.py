@@ -1,0 +1,210 @@
+"""The event log and tokens in PostgreSQL (``kliqued serve --db postgresql://...``), with
+psycopg 3.
+
+Same semantics as the DuckDB log (eventlog.DuckLog): one transaction per batch, the events
+in ``seq`` order, the tokens keyed-hashed. The schema is versioned: :data:`MIGRATIONS` are
+applied in order at start, each in its own transaction recorded in ``klique_schema``, under
+an advisory lock so that two daemons starting together do not both apply one; a database
+migrated by a newer kliqued is refused rather than written with an older schema. Events go
+in by ``COPY`` (one round trip per batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from .errors import DaemonError
+from .eventlog import INSERT_TOKEN, TOKEN_COLUMNS, UPDATABLE, TokenInsert, TokenWrite, \
+    token_params
+from .events import COLUMNS
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (1, "events and tokens", [
+        """CREATE TABLE events (
+            seq BIGINT PRIMARY KEY, at_ms BIGINT NOT NULL, kind TEXT NOT NULL, task TEXT,
+            actor TEXT, revision TEXT, grp TEXT, usr TEXT, data JSON)""",
+        "CREATE INDEX events_task ON events (task) WHERE task IS NOT NULL",
+        "CREATE INDEX events_kind ON events (kind)",
+        """CREATE TABLE tokens (
+            id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, principal TEXT NOT NULL,
+            name TEXT, created_at_ms BIGINT NOT NULL, created_by TEXT,
+            revoked_at_ms BIGINT, expires_at_ms BIGINT)""",
+    ]),
+]
+"""(version, what it does, statements): append only; a released migration never changes."""
+
+LOCK_KEY = 0x6B6C6971  # "kliq": the advisory lock the migrations run under
+GID_PREFIX = "kliqued-"
+"""Prepared transactions of kliqued are named ``kliqued-<uuid>``."""
+OWNER_KEY = 0x6B6C6977  # the session lock one daemon holds while it uses the database
+
+
+class PgError(DaemonError):
+    """PostgreSQL cannot be used: unreachable, refused, or migrated by a newer kliqued."""
+
+
+def safe_label(url: str) -> str:
+    """The URL without its password, for logs and messages."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://(unparsable URL)"
+    host = parts.get("host", "")
+    where = f"{host}:{parts['port']}" if parts.get("port") else host
+    return f"postgresql://{parts.get('user', '')}@{where}/{parts.get('dbname', '')}"
+
+
+class PgLog:
+    """The log on one PostgreSQL connection, used by the Store's write thread (writes,
+    start-up reads); reads elsewhere would open their own."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.label = safe_label(url)
+        try:
+            self.conn = psycopg.connect(url, autocommit=True, application_name="kliqued")
+        except psycopg.Error as exc:
+            raise PgError(f"cannot connect to {self.label}: {_first_line(exc)}") from None
+        # One writer, as DuckDB's file lock gives the file: held by this session, so a
+        # daemon's death (its connection closed) frees it. Standbys are issue 18 part 2.
+        row = self.conn.execute("SELECT pg_try_advisory_lock(%s)", [OWNER_KEY]).fetchone()
+        if not (row and row[0]):
+            self.conn.close()
+            raise PgError(f"{self.label} is in use by another kliqued serve: only one may use "
+                          f"a database (standbys that take over are not built yet: "
+                          f"docs/ha.md); stop it first, or give another --db")
+
+    # ------------------------------------------------------------------ schema
+    def migrate(self) -> None:
+        """Raises :class:`PgError` naming the migration that cannot be applied (the role may
+        not create tables, a table of that name exists already), never a driver traceback."""
+        try:
+            self._migrate()
+        except psycopg.Error as exc:
+            hint = ""
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                hint = (" (kliqued's role must be able to create tables: make it the "
+                        "database's owner, createdb -O ROLE, or GRANT CREATE ON SCHEMA public)")
+            raise PgError(f"cannot bring the schema of {self.label} up to date: "
+                          f"{self._applying}: {_first_line(exc)}{hint}") from None
+
+    _applying = "the version table klique_schema"
+
+    def _migrate(self) -> None:
+        with self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+            self._applying = "the version table klique_schema"
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS klique_schema (version INT PRIMARY KEY, "
+                "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+            row = self.conn.execute("SELECT max(version) FROM klique_schema").fetchone()
+            have = int(row[0]) if row and row[0] is not None else 0
+            known = MIGRATIONS[-1][0]
+            if have > known:
+                raise PgError(
+                    f"{self.label} has schema version {have}, newer than this kliqued knows "
+                    f"({known}): run the kliqued that migrated it, or a newer one")
+            for version, name, statements in MIGRATIONS:
+                if version <= have:
+                    continue
+                self._applying = f"migration {version} ({name})"
+                for stmt in statements:
+                    self.conn.execute(stmt)
+                self.conn.execute("INSERT INTO klique_schema (version, name) VALUES (%s, %s)",
+                                  [version, name])
+
+    def schema_version(self) -> int:
+        row = self.conn.execute("SELECT max(version) FROM klique_schema").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    # ------------------------------------------------------------------ reads
+    def last_seq(self) -> int:
+        row = self.conn.execute("SELECT max(seq) FROM events").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def read_events(self, after: int = 0, chunk: int = 20_000) -> Iterator[tuple]:
+        # a server-side cursor: a long log streams in chunks, not all in memory at once
+        with self.conn.transaction(), self.conn.cursor(name="klique_replay") as cur:
+            cur.itersize = chunk
+            cur.execute(f"SELECT {', '.join(COLUMNS[:-1])}, data::text FROM events "
+                        f"WHERE seq > %s ORDER BY seq", [after])
+            yield from cur
+
+    def read_tokens(self) -> list[tuple]:
+        return self.conn.execute(
+            f"SELECT {', '.join(TOKEN_COLUMNS)} FROM tokens ORDER BY id").fetchall()
+
+    # ------------------------------------------------------------------ writes
+    def begin(self) -> None:
+        self.conn.execute("BEGIN")
+
+    def write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
+        """A value PostgreSQL refuses (a NUL in text, a number out of range, a key taken) is
+        a ``ValueError``: the sequencer's sign that the batch's data, not the store, failed
+        (as DuckDB's conversion and constraint errors are)."""
+        try:
+            self._write(rows, tokens)
+        except (psycopg.DataError, psycopg.IntegrityError) as exc:
+            raise ValueError(f"PostgreSQL refused the data: {_first_line(exc)}") from exc
+
+    def _write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
+        with self.conn.cursor() as cur:
+            if rows:
+                with cur.copy(f"COPY events ({', '.join(COLUMNS)}) FROM STDIN") as copy:
+                    for r in rows:
+                        copy.write_row(r)
+            for w in tokens:
+                if isinstance(w, TokenInsert):
+                    cur.execute(INSERT_TOKEN.format(p=", ".join(["%s"] * 7)), token_params(w))
+                else:
+                    assert w.column in UPDATABLE
+                    cur.execute(f"UPDATE tokens SET {w.column} = %s WHERE id = %s",
+                                [w.value, w.id])
+
+    # ------------------------------------------------------------------ two-phase commit
+    @property
+    def two_phase(self) -> bool:
+        """Whether the server takes prepared transactions (``max_prepared_transactions`` >
+        0): then a batch commits in two phases with the DuckDB file (Store._commit)."""
+        if self._two_phase is None:
+            row = self.conn.execute("SHOW max_prepared_transactions").fetchone()
+            self._two_phase = bool(row and int(row[0]) > 0)
+        return self._two_phase
+
+    _two_phase: bool | None = None
+
+    def prepare(self, gid: str) -> None:
+        """Phase one: the batch is durable in PostgreSQL but not visible, until
+        :meth:`finish`."""
+        self.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+
+    def finish(self, gid: str, commit: bool) -> None:
+        """Phase two: ``COMMIT PREPARED`` or ``ROLLBACK PREPARED``."""
+        verb = "COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}"
+        self.conn.execute(sql.SQL(verb).format(sql.Literal(gid)))
+
+    def pending(self) -> list[str]:
+        """This database's prepared batches left by a daemon that stopped between the
+        phases."""
+        return [g for (g,) in self.conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
+            "current_database() ORDER BY prepared", [GID_PREFIX + "%"])]
+
+    def commit(self) -> None:
+        """The batch is durable when this returns (PostgreSQL's COMMIT)."""
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if not self.conn.closed:
+            self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,256 @@
+"""The PostgreSQL event log (kliqued/daemon/pglog.py) behind the Store, against a real
+PostgreSQL 15 (tests/harness/postgres.py; these skip, saying why, where none is installed):
+versioned migrations, a batch's events and tokens in one transaction, the local DuckDB copy
+brought up to date at start, and the refusals a start must make."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import psycopg
+import pytest
+
+from kliqued.daemon.errors import StoreMismatch
+from kliqued.daemon.eventlog import TokenInsert, TokenUpdate
+from kliqued.daemon.events import Event
+from kliqued.daemon.pglog import MIGRATIONS, PgError, PgLog
+from kliqued.daemon.store import Batch, Store
+
+
+def open_store(local: Path, url: str) -> Store:
+    store = Store(str(local), PgLog(url))
+    store.ensure_schema()
+    return store
+
+
+def rows(n: int, first: int = 1) -> list[tuple]:
+    return [Event("submitted", f"T-{i}", "alice", "r1", "g", "alice",
+                  {"resource": "g/one", "note": f"é {i}"}).row(i, 1000 + i)
+            for i in range(first, first + n)]
+
+
+def pg_count(url: str, table: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def local_seqs(path: Path) -> list[int]:
+    with duckdb.connect(str(path), read_only=True) as conn:
+        return [r[0] for r in conn.execute("SELECT seq FROM events ORDER BY seq").fetchall()]
+
+
+def test_migrations_are_versioned_applied_once_and_recorded(tmp_path: Path, pg_url: str
+                                                            ) -> None:
+    for _ in range(2):  # the second start finds everything applied
+        store = open_store(tmp_path / "l.duckdb", pg_url)
+        store.close()
+    with psycopg.connect(pg_url) as conn:
+        got = conn.execute("SELECT version, name FROM klique_schema ORDER BY version").fetchall()
+    assert got == [(v, name) for v, name, _ in MIGRATIONS]
+
+
+def test_a_schema_newer_than_this_kliqued_is_refused(tmp_path: Path, pg_url: str) -> None:
+    open_store(tmp_path / "l.duckdb", pg_url).close()
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("INSERT INTO klique_schema (version, name) VALUES (999, 'from the future')")
+    store = Store(str(tmp_path / "l.duckdb"), PgLog(pg_url))
+    try:
+        with pytest.raises(PgError, match=r"schema version 999, newer than this kliqued"):
+            store.ensure_schema()
+    finally:
+        store.close()
+
+
+def test_a_migration_that_fails_is_named_and_leaves_no_version(tmp_path: Path, pg_url: str
+                                                              ) -> None:
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("CREATE TABLE events (something TEXT)")  # not kliqued's
+    store = Store(str(tmp_path / "l.duckdb"), PgLog(pg_url))
+    try:
+        with pytest.raises(PgError, match=r'migration 1 \(events and tokens\): relation '
+                                          r'"events" already exists'):
+            store.ensure_schema()
+    finally:
+        store.close()
+    with psycopg.connect(pg_url) as conn:  # the failed migration's transaction left nothing
+        assert conn.execute("SELECT to_regclass('klique_schema')").fetchone() == (None,)
+
+
+def test_events_and_tokens_round_trip_in_log_order(tmp_path: Path, pg_url: str) -> None:
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        written = rows(3)
+        store.commit_sync(Batch(rows=written[:2], ops=[
+            TokenInsert("tok-1", "h1", "alice", "laptop", 5, "role:admin"),
+            TokenInsert("tok-2", "h2", "bob", None, 6, "role:admin", expires_at_ms=99)]))
+        store.commit_sync(Batch(rows=written[2:], ops=[
+            TokenUpdate("tok-1", "revoked_at_ms", 7), TokenUpdate("tok-2", "hash", "h2b")]))
+        assert list(store.read_events()) == written
+        assert [json.loads(r[8]) for r in store.read_events()][0] == {"resource": "g/one",
+                                                                       "note": "é 1"}
+        assert store.last_seq() == 3
+        assert store.read_tokens() == [
+            ("tok-1", "h1", "alice", "laptop", 5, "role:admin", 7, None),
+            ("tok-2", "h2b", "bob", None, 6, "role:admin", None, 99)]
+    finally:
+        store.close()
+    assert pg_count(pg_url, "events") == 3
+    assert local_seqs(tmp_path / "l.duckdb") == [1, 2, 3]  # the audit reads' copy
+    with duckdb.connect(str(tmp_path / "l.duckdb"), read_only=True) as conn:
+        assert conn.execute("SELECT count(*) FROM tokens").fetchone()[0] == 0  # PG's only
+
+
+def test_a_failing_batch_leaves_nothing_in_either_database(tmp_path: Path, pg_url: str
+                                                          ) -> None:
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+
+    def ledger_write_fails(conn: object) -> None:
+        raise RuntimeError("the ledger's write failed")
+    try:
+        store.commit_sync(Batch(rows=rows(1)))
+        with pytest.raises(RuntimeError, match="ledger's write"):
+            store.commit_sync(Batch(rows=rows(2, first=2), ops=[
+                TokenInsert("tok-1", "h1", "alice", None, 5, None), ledger_write_fails]))
+        assert store.last_seq() == 1 and store.read_tokens() == []
+        store.commit_sync(Batch(rows=rows(1, first=2)))  # the store is still usable
+    finally:
+        store.close()
+    assert pg_count(pg_url, "events") == 2
+    assert local_seqs(tmp_path / "l.duckdb") == [1, 2]
+
+
+def test_data_postgresql_refuses_is_a_value_error_and_rolls_back(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    """A NUL in a text column: DuckDB takes it, PostgreSQL does not. The sequencer retries a
+    batch item by item on a ValueError (loop.unstorable), so the refusal must be one."""
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        bad = Event("submitted", "T-\x00", "alice", None, None, None, {}).row(1, 5)
+        with pytest.raises(ValueError, match="PostgreSQL refused the data"):
+            store.commit_sync(Batch(rows=[bad]))
+        store.commit_sync(Batch(rows=rows(1)))
+        assert [r[0] for r in store.read_events()] == [1]
+    finally:
+        store.close()
+    assert local_seqs(tmp_path / "l.duckdb") == [1]
+
+
+def test_a_constraint_postgresql_enforces_is_a_value_error_as_on_duckdb(tmp_path: Path,
+                                                                        pg_url: str) -> None:
+    """DuckDB's ConstraintException is a data error for the sequencer; PostgreSQL's
+    IntegrityError must be one too (a token id taken twice)."""
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        store.commit_sync(Batch(ops=[TokenInsert("tok-1", "h1", "alice", None, 5, None)]))
+        with pytest.raises(ValueError, match="PostgreSQL refused the data"):
+            store.commit_sync(Batch(rows=rows(1), ops=[
+                TokenInsert("tok-1", "h2", "bob", None, 6, None)]))
+        assert store.last_seq() == 0 and len(store.read_tokens()) == 1
+    finally:
+        store.close()
+
+
+def test_the_local_copy_is_brought_up_to_the_log_at_start(tmp_path: Path, pg_url: str
+                                                          ) -> None:
+    store = open_store(tmp_path / "a.duckdb", pg_url)
+    store.commit_sync(Batch(rows=rows(5)))
+    store.close()
+    with duckdb.connect(str(tmp_path / "a.duckdb")) as conn:  # as if stopped between commits
+        conn.execute("DELETE FROM events WHERE seq > 2")
+    store = open_store(tmp_path / "a.duckdb", pg_url)
+    try:
+        assert store.caught_up == 3
+    finally:
+        store.close()
+    assert local_seqs(tmp_path / "a.duckdb") == [1, 2, 3, 4, 5]
+
+
+def test_a_local_file_ahead_of_the_log_is_refused(tmp_path: Path, pg_url: str,
+                                                  postgres) -> None:
+    store = open_store(tmp_path / "a.duckdb", pg_url)
+    store.commit_sync(Batch(rows=rows(2)))
+    store.close()
+    other = postgres.createdb(f"other_{tmp_path.name[-20:].lower()}")
+    store = Store(str(tmp_path / "a.duckdb"), PgLog(other))
+    try:
+        with pytest.raises(StoreMismatch, match=r"holds events up to 2 but .* only up to 0"):
+            store.ensure_schema()
+    finally:
+        store.close()
+
+
+def test_an_unreachable_database_is_a_clear_error_without_the_password() -> None:
+    with pytest.raises(PgError) as err:
+        PgLog("postgresql://kliqued:s3cret@/klique?host=/nonexistent-dir&port=1")
+    assert "cannot connect to postgresql://kliqued@/nonexistent-dir:1/klique" in str(err.value)
+    assert "s3cret" not in str(err.value)
+
+
+# ---------------------------------------------------------------- two-phase commit
+def prepare_by_hand(url: str, seq: int, gid: str) -> None:
+    """A batch a daemon prepared and never ended (it stopped between the phases)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO events (seq, at_ms, kind) VALUES (%s, 1, 'submitted')",
+                     [seq])
+        conn.execute(f"PREPARE TRANSACTION '{gid}'")
+
+
+def test_batches_commit_in_two_phases_and_leave_nothing_prepared(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        assert store.log.two_phase
+        store.commit_sync(Batch(rows=rows(2)))
+        decided = store.conn.execute("SELECT gid FROM log_decision").fetchall()
+        assert len(decided) == 1 and decided[0][0].startswith("kliqued-")
+        assert store.log.pending() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("file_committed", [True, False])
+def test_a_batch_left_prepared_is_ended_as_the_file_decided(tmp_path: Path, pg_url: str,
+                                                            file_committed: bool) -> None:
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    store.commit_sync(Batch(rows=rows(2)))
+    store.close()
+    gid = "kliqued-left-behind"
+    prepare_by_hand(pg_url, 3, gid)
+    if file_committed:  # the file's commit (with the decision) happened before the stop
+        with duckdb.connect(str(tmp_path / "l.duckdb")) as conn:
+            conn.execute("UPDATE log_decision SET gid = ?", [gid])
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        assert store.recovered == [(gid, file_committed)]
+        assert store.log.pending() == []
+        assert store.last_seq() == (3 if file_committed else 2)
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def postgres_one_phase():
+    """A PostgreSQL with its default ``max_prepared_transactions = 0``."""
+    from tests.harness.postgres import Postgres, unavailable
+    if unavailable():
+        pytest.skip(unavailable())
+    server = Postgres(prepared_transactions=0).start()
+    yield server
+    server.stop()
+
+
+def test_without_prepared_transactions_postgresql_commits_first(tmp_path: Path,
+                                                                postgres_one_phase) -> None:
+    url = postgres_one_phase.createdb("one_phase")
+    store = open_store(tmp_path / "l.duckdb", url)
+    try:
+        assert not store.log.two_phase
+        store.commit_sync(Batch(rows=rows(2), ops=[TokenInsert("t", "h", "a", None, 1, None)]))
+        assert store.last_seq() == 2 and len(store.read_tokens()) == 1
+        assert store.conn.execute("SELECT count(*) FROM log_decision").fetchone() == (0,)
+    finally:
+        store.close()
+    assert local_seqs(tmp_path / "l.duckdb") == [1, 2]

@@ -1,0 +1,127 @@
+"""A real PostgreSQL for the tests: ``initdb`` into a temporary directory, the server started
+by its pid on a free port, listening only on a unix socket in that directory, and stopped
+(fast shutdown, then SIGKILL) at the end. No mocks: the daemon's PostgreSQL log is tested
+against the server it runs against in production.
+
+The binaries are looked for on PATH, then under Debian's ``/usr/lib/postgresql/*/bin``
+(``tests/setup/system-packages.sh`` installs the ``postgresql`` package); without them the
+tests that need a server skip, saying so. PostgreSQL refuses to run as root: as root, the
+server runs as the ``postgres`` user (Debian's package makes it) in a directory it owns.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.harness.daemon import free_port
+from tests.harness.wait import wait_for
+
+SUPERUSER = "klique"
+
+
+def find_bin() -> Path | None:
+    """The directory holding ``initdb`` and ``postgres``, newest version first."""
+    found = shutil.which("initdb")
+    candidates = [Path(found).resolve().parent] if found else []
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"),
+                         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+                         reverse=True)
+    for d in candidates:
+        if (d / "initdb").exists() and (d / "postgres").exists():
+            return d
+    return None
+
+
+def unavailable() -> str | None:
+    """Why no PostgreSQL can be started here, or None."""
+    if find_bin() is None:
+        return ("PostgreSQL is not installed (no initdb/postgres on PATH or under "
+                "/usr/lib/postgresql/*/bin): install Debian's postgresql package "
+                "(tests/setup/system-packages.sh) to run the PostgreSQL tests")
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return ("running as root and there is no 'postgres' user for the server to run "
+                    "as (PostgreSQL refuses root)")
+    return None
+
+
+class Postgres:
+    def __init__(self, prepared_transactions: int = 10) -> None:
+        """``prepared_transactions``: the server's ``max_prepared_transactions`` (0 is
+        PostgreSQL's default: no two-phase commit)."""
+        self.prepared_transactions = prepared_transactions
+        bindir = find_bin()
+        assert bindir is not None, unavailable()
+        self.bin = bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="klique-pg-"))  # short: the socket's path
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self._user: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            self._user = pwd.getpwnam("postgres")
+            os.chown(self.dir, self._user.pw_uid, self._user.pw_gid)
+
+    def _demote(self) -> None:
+        if self._user is not None:
+            os.setgid(self._user.pw_gid)
+            os.setuid(self._user.pw_uid)
+
+    def start(self) -> "Postgres":
+        subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", SUPERUSER,
+                        "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
+                       check=True, capture_output=True, preexec_fn=self._demote)
+        log = open(self.dir / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
+             "-k", str(self.dir), "-c", "listen_addresses=", "-c", "fsync=off",
+             "-c", "full_page_writes=off", "-c", "synchronous_commit=off",
+             "-c", f"max_prepared_transactions={self.prepared_transactions}"],
+            stdout=log, stderr=log, preexec_fn=self._demote)
+        log.close()
+        wait_for(self._ready, 30, "PostgreSQL to accept connections")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"postgres exited {self.proc.returncode}:\n{self.log()}")
+        import psycopg
+        try:
+            psycopg.connect(self.url("postgres"), connect_timeout=2).close()
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    def url(self, dbname: str = "postgres", user: str = SUPERUSER) -> str:
+        return f"postgresql://{user}@/{dbname}?host={self.dir}&port={self.port}"
+
+    def createdb(self, name: str) -> str:
+        """A new empty database; its URL."""
+        import psycopg
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def log(self) -> str:
+        try:
+            return (self.dir / "server.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
