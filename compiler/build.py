@@ -53,7 +53,10 @@ def build(sources: SourceMap) -> c.CompiledEstate:
         cprofiles.append(c.CProfile(
             name=p.name, gpus_milli=fixed, from_task=ft, time_weight_milli=p.time_weight,
             pools=resolved[p.name], policies=list(dict.fromkeys(p.policies)),
-            queueing=p.queueing, nodes=p.nodes))
+            queueing=p.queueing, nodes=p.nodes,
+            idle=None if p.idle is None else c.CIdle(
+                wall_s=p.idle.wall, cpu_s=p.idle.cpu, gpu_s=p.idle.gpu,
+                network_s=p.idle.network)))
     connected: dict[str, list[str]] = {pol.name: [] for pol in policies}
     for p in profiles:
         for pol in dict.fromkeys(p.policies):

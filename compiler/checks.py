@@ -12,6 +12,7 @@ import re
 from .diagnostics import Diagnostic, error, plural_word, warning
 from .hierarchy import Organisation, organisation, reservation_demands
 from .models import NAME_PATTERN, Group, Policy, Pool, Profile
+from .idle_checks import check_profile_idle
 from .node_checks import check_pool_nodes, check_profile_nodes
 from .org_checks import check_connection, check_handles, check_tree, listed_envelope
 from .reservations import check_reservations
@@ -65,6 +66,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
         diags += _check_profile(sources, obj, prof, pool_models)
         resolved[name] = resolve_pools(prof, pool_models)
         diags += check_profile_nodes(obj, prof, resolved[name], pools)
+        diags += check_profile_idle(obj, prof)
 
     connected: dict[str, list[str]] = {p: [] for p in policies}
     for name, obj in profiles.items():

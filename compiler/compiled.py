@@ -105,6 +105,14 @@ class CFromTask(_Frozen):
     max_milli: int
 
 
+class CIdle(_Frozen):
+    """A profile's session idle limits in seconds (None: no limit of that kind)."""
+    wall_s: int | None = None
+    cpu_s: int | None = None
+    gpu_s: int | None = None
+    network_s: int | None = None
+
+
 class CProfile(_Frozen):
     name: str
     gpus_milli: int | None
@@ -118,6 +126,8 @@ class CProfile(_Frozen):
     queueing: Literal["strict", "best_effort"]
     nodes: int = 1
     """A gang over this many nodes (the task's GPUs split evenly), all placed or none."""
+    idle: CIdle | None = None
+    """The idle limits of its sessions, a ceiling the session may lower; None: none."""
 
 
 class CBudget(_Frozen):
@@ -217,6 +227,8 @@ class CompiledEstate(_Frozen):
         for prof in body["profiles"]:
             if prof.get("nodes") == 1:
                 prof.pop("nodes", None)
+            if prof.get("idle") is None:
+                prof.pop("idle", None)
         return json.dumps(body, sort_keys=True, indent=2,
                           ensure_ascii=False) + "\n"
 

@@ -285,6 +285,18 @@ GpuSize = Annotated[
 ]
 
 
+class IdleLimits(_Model):
+    """The idle limits of the sessions sent to a profile (``kliqued session start``): IT's
+    ceiling, which a session may lower and never raise (docs/channels.md, "Sessions")."""
+    wall: Duration | None = Field(None, description="a session's longest life, idle or not")
+    cpu: Duration | None = Field(None, description="stopped after this long with its "
+                                 "processes below 5% of one core")
+    gpu: Duration | None = Field(None, description="stopped after this long with its GPUs "
+                                 "unused (from nvidia-smi)")
+    network: Duration | None = Field(None, description="stopped after this long with under "
+                                     "1 KiB/s of traffic (its own network namespace)")
+
+
 class Profile(_Named):
     gpus: GpuSize
     time_weight: Weight = Field(1, validate_default=True)
@@ -295,6 +307,8 @@ class Profile(_Named):
     nodes: Annotated[int, Field(ge=1, le=1024)] = Field(
         1, description="a gang over this many nodes, the task's GPUs split evenly between "
                        "them, all placed or none (extension)")
+    idle: IdleLimits | None = Field(
+        None, description="idle limits of the sessions on this profile (extension)")
 
 
 class Budget(_Model):

@@ -169,6 +169,11 @@ def _flat_profile(p: CProfile, rn: Renames) -> Flat:
             ((2, ""), ("pools",), flow(rn.names("pool", p.pools))),
             ((3, ""), ("policies",), flow(rn.names("policy", p.policies))),
             ((4, ""), ("queueing",), q(p.queueing))]
+    if p.idle is not None:  # session idle limits: a plan shows them changed
+        for i, kind in enumerate(("wall", "cpu", "gpu", "network")):
+            seconds = getattr(p.idle, f"{kind}_s")
+            if seconds is not None:
+                out.append(((5, str(i)), ("idle", kind), dur(seconds)))
     return out
 
 
