@@ -20,7 +20,7 @@ from kliqued.web import routes as web_ui
 
 from .errors import ApiError
 from .handlers import demand, engine, estate, events, ledger, meta, metrics, pipelines, plan
-from .handlers import policies, pools, resources, schedules, tasks, tokens, workers
+from .handlers import policies, pools, resources, schedules, sessions, tasks, tokens, workers
 from .inputs import check_params
 from .openapi import document
 from .request import CTX, DOC, Context, ctx, reply
@@ -34,7 +34,8 @@ MAX_BODY = 1024 * 1024
 ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.ROUTES,
                        *policies.ROUTES, *pools.ROUTES, *events.ROUTES, *engine.ROUTES,
                        *estate.ROUTES, *plan.ROUTES, *demand.ROUTES, *tokens.ROUTES,
-                       *ledger.ROUTES, *metrics.ROUTES, *schedules.ROUTES, *pipelines.ROUTES]
+                       *ledger.ROUTES, *metrics.ROUTES, *schedules.ROUTES, *pipelines.ROUTES,
+                       *sessions.ROUTES]
 """Every route the daemon serves, with who may call it: the one declaration."""
 TABLE = table(ROUTES)
 PUBLIC = frozenset(r.path for r in ROUTES if r.public)
@@ -77,6 +78,8 @@ async def input_middleware(request: web.Request, handler: Handler) -> web.Stream
     """The query string, path variables and read headers, checked before any handler reads
     them (bodies: ``read_json``)."""
     exc = request.match_info.http_exception
+    if exc is None and _proxied(request):
+        return await handler(request)
     if exc is None:
         check_params(request.query, request.match_info, request.headers)
         auth = request.headers.get("Authorization")
@@ -85,6 +88,12 @@ async def input_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise ApiError(401, "unauthenticated", "the Authorization header holds "
                            "characters no token has (a token is printable ASCII)")
     return await handler(request)
+
+
+def _proxied(request: web.Request) -> bool:
+    """A request to a session's app (``/sessions/{id}/...``): relayed as it is, to the
+    session's owner only; not an API call."""
+    return request.match_info.route.handler is sessions.proxy
 
 
 def route_of(request: web.Request) -> Route | None:
@@ -102,6 +111,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     exc = request.match_info.http_exception
     if exc is not None:
         raise exc
+    if _proxied(request):
+        return await handler(request)  # the session's owner, checked by sessions.proxy
     route = route_of(request)
     if route is None:  # the dashboard (kliqued.web): its own session check
         return await handler(request)
@@ -124,4 +135,5 @@ def make_app(context: Context) -> web.Application:
         else:
             app.router.add_route(r.method, r.path, r.handler)
     web_ui.install(app)  # the dashboard at / (docs/dashboards.md)
+    app.router.add_route("*", sessions.PROXY_PATH, sessions.proxy)
     return app

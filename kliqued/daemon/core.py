@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
-from compiler.compiled import CompiledEstate
+from compiler.compiled import CIdle, CompiledEstate
 from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placement,
                             Preemption, Reason, State, SubmissionError,
                             check_submission, no_worker_text, waiting_reason,
@@ -156,6 +156,8 @@ class Daemon:
         self.state: State | None = None
         self.access: Access | None = None
         self.gpu_type: dict[str, str] = {}
+        self.session_idle: dict[str, CIdle] = {}
+        """Each profile's session idle limits (IT's ceiling), where it declares them."""
         self.group_path: dict[str, str] = {}
         """Each group's path in the estate in force: recorded on the intervals it opens."""
         self.records: dict[str, TaskRecord] = {}
@@ -295,6 +297,7 @@ class Daemon:
             self._sync_pool(p.name, at)
         self.access = Access(compiled)
         self.gpu_type = {p.name: p.gpu_type for p in compiled.pools}
+        self.session_idle = {p.name: p.idle for p in compiled.profiles if p.idle is not None}
         self.group_path = ledger.group_paths(compiled)
         # A revision applied after a refused one supersedes the refusal.
         self.estate = EstateInfo(compiled.revision, at, source, None, commit)

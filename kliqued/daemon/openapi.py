@@ -163,6 +163,35 @@ SCHEMAS: dict[str, Any] = {
         "deadline": {**_DURATION, "description": "run-once: how late a missed run may "
                                                  "still start (default: any)"},
     }, required=["cron"]),
+    "SessionStart": _obj({
+        "resource": {"type": "string", "minLength": 1, "maxLength": 512,
+                     "description": "compute resource, <policy>/<profile>"},
+        "app": {"type": "string", "enum": ["jupyter", "vscode", "shell"]},
+        "command": {"type": ["array", "null"], "items": {"type": "string"},
+                    "minItems": 1, "maxItems": 10000,
+                    "description": "instead of the app's usual command: a server that "
+                                   "listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path "
+                                   "$KLIQUE_SESSION_PREFIX"},
+        "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+        "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
+        "idle": _obj({k: {**_DURATION, "description": f"idle limit `{k}`: at most the "
+                          "profile's (a session may lower its limits, never raise them)"}
+                      for k in ("wall", "cpu", "gpu", "network")}),
+    }, required=["resource", "app"]),
+    "Session": _obj({
+        "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$",
+                "description": "its task's id"},
+        "task": {"type": "string"}, "user": {"type": "string"},
+        "resource": {"type": "string"}, "app": {"type": ["string", "null"]},
+        "state": {"type": "string", "description": "queued, starting, running, or how it "
+                                                   "ended (`stopped: idle (cpu 30m)`)"},
+        "url": {"type": "string", "description": "where its owner reaches it"},
+        "idle": {"type": "object", "additionalProperties": {"type": "string"},
+                 "description": "its idle limits"},
+        "connected": {"type": "boolean",
+                      "description": "its worker's tunnel is open: the URL answers"}}),
+    "SessionList": _obj({"sessions": {"type": "array", "items": _ref("Session")}}),
+    "SessionLink": _obj({"url": {"type": "string"}, "expires_in_s": {"type": "integer"}}),
     "ScheduleRun": _obj({
         "due": TIME, "at": TIME,
         "outcome": {"type": "string", "enum": ["submitted", "skipped", "missed", "failed"]},
@@ -879,6 +908,27 @@ PATHS: dict[str, Any] = {
         "resumeSchedule", "runs again from the next due time (a stopped one: once its "
                           "owner may send its work again)", _ok("Schedule"),
         params=[_p("id", "schedule id")], errors=AUTH_ERR + ("404", "409"))},
+    "/v1/sessions": {
+        "post": _op("startSession", "start an interactive server (a session) as a task",
+                    _ok("Session", "201", "started"), body="SessionStart",
+                    errors=AUTH_ERR + ("422", "429")),
+        "get": _op("listSessions", "the sessions the caller may see", _ok("SessionList"))},
+    "/v1/sessions/{id}": {"get": _op("getSession", "one session", _ok("Session"),
+                                     params=[_p("id", "session id")],
+                                     errors=AUTH_ERR + ("404",))},
+    "/v1/sessions/{id}/stop": {"post": _op(
+        "stopSession", "stop a session (idempotent)", _ok("Session"),
+        params=[_p("id", "session id")], errors=AUTH_ERR + ("404",))},
+    "/v1/sessions/{id}/link": {"post": _op(
+        "linkSession", "a one-time link (2 minutes) that opens the session in a browser",
+        _ok("SessionLink"), params=[_p("id", "session id")], errors=AUTH_ERR + ("404",))},
+    "/v1/sessions/{id}/tunnel": {"get": _op(
+        "sessionTunnel", "a WebSocket from the worker running the session: its requests are "
+                         "relayed over it",
+        {"101": {"description": "switching to the WebSocket protocol"}},
+        params=[_p("id", "session id"), _q("epoch", {"type": "integer", "minimum": 1},
+                                            "the lease's epoch")],
+        errors=AUTH_ERR + ("404", "409"))},
     "/v1/pipelines": {
         "post": _op("runPipeline", "run a pipeline file (every step checked first)",
                     _ok("Pipeline", "201", "started"), body="PipelineRunRequest",

@@ -21,7 +21,9 @@ from .inputs import parse_body
 from .logs import LogStore
 from .loop import Sequencer
 from .openapi import validator
+from .sessions import Passes
 from .store import Store
+from .tunnels import Tunnels
 
 DOC = web.AppKey("openapi", dict)
 """The OpenAPI document, built once from the route tables when the application is made."""
@@ -37,6 +39,10 @@ class Context:
     server_url: str | None = None
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the daemon stops: long polls answer at once."""
+    tunnels: Tunnels = field(default_factory=Tunnels)
+    """The sessions' tunnels from their workers (in memory: a worker connects again)."""
+    session_passes: Passes = field(default_factory=Passes)
+    """One-time session links and their cookies (in memory)."""
 
     def wake(self, pool: str) -> None:
         """Parked long polls of ``pool`` lease in the cycle of the placement."""

@@ -380,6 +380,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     log.info("stopping: no new connections; finishing requests in flight")
     ctx.closing.set()
     ctx.wake_all()
+    await ctx.tunnels.close_all()  # the sessions' workers connect again to the next daemon
     if follower is not None:
         follower.stop.set()
     for t in background:

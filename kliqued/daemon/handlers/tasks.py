@@ -63,6 +63,10 @@ async def submit(request: web.Request) -> web.Response:
                        "arguments) or `payload` (data for its channel); both are missing",
                        {"fields": ["command", "payload"]})
     data_bytes = _sized(body)
+    if "klique.channel" in (body.get("labels") or {}):
+        raise ApiError(422, "invalid-field", "labels.klique.channel: the control plane sets "
+                       "a task's channel (a session is started with POST /v1/sessions)",
+                       {"field": "labels.klique.channel"})
     user = body.get("user")
     if p.is_admin:
         if not user:

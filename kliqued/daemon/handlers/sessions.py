@@ -1,0 +1,252 @@
+"""Sessions: start, list, get, stop, a browser link, the worker's tunnel, and the proxy that
+serves ``/sessions/{id}/...`` through it (docs/channels.md, "Sessions").
+
+A session is started by a user and is reached by that user only: its URL answers the
+owner's token (``Authorization: Bearer``) or the cookie a one-time link sets; another user's
+token, an admin's included, is a 403, and nothing of the app is shown. The user's token and
+the session cookie are never passed on to the app. Seeing and stopping a session follow the
+task rules (its owner, its group's admins, platform admins; anyone else: 404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from multidict import CIMultiDict
+
+from klique_util.tunnel import MAX_FRAME, b64, forwardable, unb64
+from kliqued.engine import SubmissionError, check_submission
+from kliqued.web.session import COOKIE as DASHBOARD_COOKIE
+
+from .. import fleet, sessions, views
+from ..errors import ApiError, forbidden, not_found
+from ..leases import CLOSED, FENCED
+from ..records import TaskRecord
+from ..request import Context, ctx, principal, read_json, reply
+from ..routes import Route
+from ..units import to_milli
+from .params import int_param
+from .tasks import PEOPLE, SEE_TASK, _visible, _with_options
+from .workers import _audited, _key_hash
+
+
+def _base(request: web.Request) -> str:
+    return ctx(request).server_url or str(request.url.origin())
+
+
+def _session(request: web.Request) -> TaskRecord:
+    """The session the caller may see; 404 for anything else, as for tasks."""
+    d = ctx(request).daemon
+    tid = request.match_info["id"]
+    rec = d.records.get(tid)
+    if rec is None or not sessions.is_session(rec):
+        raise not_found(f"no session {tid}")
+    return _visible(request, rec)
+
+
+def _view(request: web.Request, rec: TaskRecord) -> dict[str, Any]:
+    return sessions.view(rec, _base(request), ctx(request).tunnels.get(rec.id) is not None)
+
+
+async def start(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = principal(request)
+    body = await read_json(request, "SessionStart")
+    app = body["app"]
+    try:
+        gpus = None if body.get("gpus") is None else to_milli(body["gpus"])
+    except ValueError as exc:
+        raise ApiError(422, "invalid-field", f"gpus: {exc}", {"field": "gpus"}) from None
+    cr = d.idx().resources.get(body["resource"])
+    try:  # fail fast; the sequencer checks again against the estate of the commit
+        check_submission(d.idx(), body["resource"], p.name, body.get("project"), gpus,
+                         require_project=True)
+    except SubmissionError as exc:
+        raise ApiError(422, "submission-refused", _with_options(d, p.name, body, exc),
+                       {"field": exc.field}) from None
+    assert cr is not None
+    idle = sessions.idle_labels(cr.profile, d.session_idle.get(cr.profile), body.get("idle"))
+    fields = sessions.submission(p.name, body["resource"], app, body.get("command"),
+                                 body.get("project"), gpus, idle)
+    key = request.headers.get("Idempotency-Key")
+    status, task_id = await c.seq.submit(
+        lambda now, ov: d.prepare_submit(p, fields, key, now, ov))
+    return reply(_view(request, d.records[task_id]), status)
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    d = ctx(request).daemon
+    p = principal(request)
+    acc = d.acc()
+    out = [rec for tid in d.ids if sessions.is_session(rec := d.records[tid])
+           and acc.sees_task(p, rec.user, rec.group)]
+    return reply({"sessions": [_view(request, r) for r in out[-1000:]]})
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return reply(_view(request, _session(request)))
+
+
+async def stop(request: web.Request) -> web.Response:
+    c = ctx(request)
+    d = c.daemon
+    p = principal(request)
+    rec = _session(request)
+    if rec.state != "ended":
+        await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov,
+                                                            "session stopped"))
+    c.session_passes.forget(rec.id)
+    return reply(_view(request, rec))
+
+
+async def link(request: web.Request) -> web.Response:
+    c = ctx(request)
+    p = principal(request)
+    rec = _session(request)
+    if p.name != rec.user:
+        raise forbidden(f"session {rec.id} is {rec.user}'s: only its owner may open it")
+    ticket = c.session_passes.link(rec.id, p.name)
+    return reply({"url": f"{sessions.url(_base(request), rec.id)}?klique_ticket={ticket}",
+                  "expires_in_s": int(sessions.LINK_TTL_S)})
+
+
+async def tunnel(request: web.Request) -> web.StreamResponse:
+    """The worker running a session opens this WebSocket (outbound, as all its calls) and
+    serves the session's requests over it (kliqued/daemon/tunnels.py)."""
+    c = ctx(request)
+    d = c.daemon
+    p = principal(request)
+    tid = request.match_info["id"]
+    epoch = int_param(request, "epoch", None, 1, 2**31)
+    if epoch is None:
+        raise ApiError(400, "invalid-request", "epoch is required: the lease's epoch")
+    key = _key_hash(request)
+    rec, lease = await _audited(
+        request, lambda: fleet.lease_for_report(d, p, tid, epoch, key, "tunnel"))
+    if lease is None or lease.status in (CLOSED, FENCED) or rec.state == "ended":
+        raise fleet.stale(rec, epoch)
+    if not sessions.is_session(rec):
+        raise ApiError(409, "not-a-session", f"task {tid} is not a session")
+    ws = web.WebSocketResponse(heartbeat=20, max_msg_size=MAX_FRAME)
+    await ws.prepare(request)
+    await c.tunnels.serve(tid, epoch, ws)
+    return ws
+
+
+# the proxy ------------------------------------------------------------------------------
+_OURS = (sessions.COOKIE + "=", DASHBOARD_COOKIE + "=")
+
+
+def _without_our_cookies(header: str) -> str:
+    """The Cookie header less the control plane's own cookies (this session's and the
+    dashboard's sign-in): the app must never hold them."""
+    return "; ".join(part for part in (s.strip() for s in header.split(";"))
+                     if part and not part.startswith(_OURS))
+
+
+def _owner(request: web.Request, c: Context, rec: TaskRecord) -> web.StreamResponse | None:
+    """None when the caller is the session's owner; a redirect that sets the cookie for a
+    one-time link; an ApiError (401, 403) otherwise."""
+    ticket = request.query.get("klique_ticket")
+    if ticket is not None:
+        cookie = c.session_passes.redeem(ticket, rec.id)
+        if cookie is None:
+            raise ApiError(401, "unauthenticated", "this session link was used already or "
+                           f"has expired: run `kliqued session open {rec.id}` for a new one")
+        query = [(k, v) for k, v in request.query.items() if k != "klique_ticket"]
+        target = request.rel_url.with_query(query) if query else request.rel_url.with_query(None)
+        resp = web.HTTPSeeOther(str(target))
+        resp.set_cookie(sessions.COOKIE, cookie, path=f"{sessions.PREFIX}{rec.id}/",
+                        httponly=True, samesite="Lax", secure=request.secure)
+        return resp
+    auth = request.headers.get("Authorization")
+    if auth is not None:
+        d = c.daemon
+        p = d.tokens.authenticate(auth, d.clock.now())
+        if not (p.is_user and p.name == rec.user):
+            raise forbidden(f"{p.text} may not use session {rec.id}: a session is reached by "
+                            "the user who started it only")
+        return None
+    cookie = request.cookies.get(sessions.COOKIE)
+    if cookie is not None and c.session_passes.cookie_user(cookie, rec.id) == rec.user:
+        return None
+    raise ApiError(401, "unauthenticated", f"session {rec.id} is reached with its owner's "
+                   "token (Authorization: Bearer) or from the link `kliqued session open "
+                   f"{rec.id}` prints")
+
+
+async def proxy(request: web.Request) -> web.StreamResponse:
+    c = ctx(request)
+    tid = request.match_info["id"]
+    rec = c.daemon.records.get(tid)
+    if rec is None or not sessions.is_session(rec):
+        raise not_found(f"no session {tid}")
+    redirect = _owner(request, c, rec)
+    if redirect is not None:
+        return redirect
+    if rec.state == "ended":
+        c.session_passes.forget(rec.id)
+        raise ApiError(410, "session-ended", f"session {tid} has ended: {sessions.state(rec)}")
+    tun = c.tunnels.get(tid)
+    if tun is None:
+        raise ApiError(503, "session-starting", f"session {tid} is {sessions.state(rec)}; "
+                       "its app is not reachable yet: try again in a few seconds")
+    headers = forwardable(request.headers.items(), frozenset({"authorization", "cookie"}))
+    cookie = _without_our_cookies(request.headers.get("Cookie", ""))
+    if cookie:
+        headers.append(["Cookie", cookie])
+    path = request.raw_path
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        return await _relay_ws(request, tun, path, headers)
+    answer = await tun.request(request.method, path, headers, await request.read())
+    out = CIMultiDict((k, v) for k, v in forwardable(
+        (tuple(h) for h in answer["headers"]), frozenset({"content-encoding"})))
+    return web.Response(status=answer["status"], body=answer["body"], headers=out)
+
+
+async def _relay_ws(request: web.Request, tun: Any, path: str,
+                    headers: list[list[str]]) -> web.WebSocketResponse:
+    rid, queue = await tun.open_ws(path, headers)
+    ws = web.WebSocketResponse(max_msg_size=MAX_FRAME)
+    await ws.prepare(request)
+
+    async def app_to_client() -> None:
+        while (msg := await queue.get()) is not None:
+            if "text" in msg:
+                await ws.send_str(msg["text"])
+            else:
+                await ws.send_bytes(unb64(msg.get("data")))
+        await ws.close()
+
+    pump = asyncio.ensure_future(app_to_client())
+    try:
+        async for frame in ws:
+            if frame.type == WSMsgType.TEXT:
+                await tun.ws_send(rid, {"op": "ws-msg", "text": frame.data})
+            elif frame.type == WSMsgType.BINARY:
+                await tun.ws_send(rid, {"op": "ws-msg", "data": b64(frame.data)})
+    except ApiError:
+        pass
+    finally:
+        pump.cancel()
+        await tun.ws_close(rid)
+    return ws
+
+
+ROUTES = [
+    Route("POST", "/v1/sessions", start, "startSession", ("user",),
+          rule="a user: on their groups' compute resources", hint="use a user's token"),
+    Route("GET", "/v1/sessions", list_sessions, "listSessions", PEOPLE, rule=SEE_TASK),
+    Route("GET", "/v1/sessions/{id}", get_session, "getSession", PEOPLE, rule=SEE_TASK),
+    Route("POST", "/v1/sessions/{id}/stop", stop, "stopSession", PEOPLE, rule=SEE_TASK),
+    Route("POST", "/v1/sessions/{id}/link", link, "linkSession", ("user",),
+          rule="the session's owner only"),
+    Route("GET", "/v1/sessions/{id}/tunnel", tunnel, "sessionTunnel", ("worker",),
+          rule="the worker holding the session's lease"),
+]
+PROXY_PATH = "/sessions/{id}/{tail:.*}"
+"""Served beside the API, outside its route table: any method, the owner's token or
+cookie checked by ``proxy`` itself (``_owner``)."""
