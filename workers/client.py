@@ -85,13 +85,18 @@ class ControlPlaneClient:
         if self._session is not None:
             await self._session.close()
 
+    def auth_headers(self) -> dict[str, str]:
+        """What every call carries: the pool's token and this worker's key."""
+        headers = {"Authorization": f"Bearer {self.token.get()}"}
+        if self.worker_key:
+            headers[WORKER_KEY_HEADER] = self.worker_key
+        return headers
+
     async def _request(self, method: str, path: str, *, json_body: Any = None,
                        data: bytes | None = None, params: dict | None = None,
                        timeout_s: float = 30) -> Any:
         session = await self.session()
-        headers = {"Authorization": f"Bearer {self.token.get()}"}
-        if self.worker_key:
-            headers[WORKER_KEY_HEADER] = self.worker_key
+        headers = self.auth_headers()
         if data is not None:
             headers["Content-Type"] = "application/octet-stream"
         try:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from klique_util.files import write_atomic
 from klique_util.units import DAY_S, gpus_to_milli
-from workers import __version__, idle, outputs
+from workers import __version__, idle, outputs, tunnel
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator
@@ -99,6 +99,8 @@ class WorkerDaemon:
         self.records: dict[str, TaskRecord] = {}
         self.handles: dict[str, Handle] = {}
         self.supervisors: dict[str, asyncio.Task] = {}
+        self.tunnels: dict[str, asyncio.Task] = {}
+        """The open tunnel of each running session (workers/tunnel.py), by record key."""
         self.stop_events: dict[str, asyncio.Event] = {}
         self.ttl_s = 15.0
         self.poll_wait_s = 30.0
@@ -172,6 +174,7 @@ class WorkerDaemon:
         self.handles.pop(rec.key, None)
         self.stop_events.pop(rec.key, None)
         self.supervisors.pop(rec.key, None)
+        self._close_tunnel(rec)
 
     def _find(self, task: str, epoch: int | None = None) -> list[TaskRecord]:
         return [r for r in self.records.values()
@@ -205,9 +208,24 @@ class WorkerDaemon:
         log.info("task %s (epoch %s) %s: exit code %s, signal %s%s", rec.task, rec.epoch,
                  event, exit_code, sig, f" ({message})" if message else "")
 
+    def _open_tunnel(self, rec: TaskRecord) -> None:
+        """A running session's tunnel to the control plane (its requests come through it)."""
+        port = rec.lease.get("session_port")
+        if port is not None and rec.key not in self.tunnels:
+            self.tunnels[rec.key] = asyncio.get_running_loop().create_task(
+                tunnel.run(self.client, rec.task, rec.epoch, int(port)),
+                name=f"tunnel {rec.key}")
+
+    def _close_tunnel(self, rec: TaskRecord) -> None:
+        t = self.tunnels.pop(rec.key, None)
+        if t is not None:
+            t.cancel()
+
     def _free_room(self, rec: TaskRecord) -> None:
         """A task is ending: its GPUs (or its CPU-only slot) are free again, or it no longer
-        waits for them; the lease loop of that kind of room asks for work."""
+        waits for them; the lease loop of that kind of room asks for work. A session's
+        tunnel closes."""
+        self._close_tunnel(rec)
         if rec.state == RUNNING and rec.gpus:
             self.alloc.release(rec.gpus, rec.milli)
         if rec.state in (RUNNING, STARTING):
@@ -233,6 +251,7 @@ class WorkerDaemon:
                 log.info("taking back task %s (epoch %s, pid %s)", rec.task, rec.epoch,
                          rec.handle.get("pid"))
                 self._supervise(rec)
+                self._open_tunnel(rec)
             elif rec.state == RUNNING:  # the worker died between start and its record
                 self._end(rec, "failed", message="the worker restarted while starting the task")
         self.state.prune_logs(self.cfg.log_retention_s, set(self.records))
@@ -349,7 +368,11 @@ class WorkerDaemon:
         rec.gpus = gpus
         out_path = outputs.path_for(rec.log_path)
         outputs.remove(out_path)  # a file from an earlier attempt is not this one's
-        lease = {**rec.lease, "env": {**(rec.lease.get("env") or {}), outputs.ENV: out_path}}
+        env = {**(rec.lease.get("env") or {}), outputs.ENV: out_path}
+        if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
+            rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
+            env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
+        lease = {**rec.lease, "env": env}
         try:
             handle = self.executor.start(lease, gpus, Path(rec.log_path))
         except StartError as exc:
@@ -361,6 +384,7 @@ class WorkerDaemon:
         self._save(rec)
         log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
         self._supervise(rec)
+        self._open_tunnel(rec)
         self.outbox_wake.set()
 
     def _cpu_running(self) -> int:
@@ -826,8 +850,9 @@ class WorkerDaemon:
             for t in loops:
                 t.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
-            for t in list(self.supervisors.values()):
+            for t in [*self.supervisors.values(), *self.tunnels.values()]:
                 t.cancel()
+            await asyncio.gather(*self.tunnels.values(), return_exceptions=True)
             await asyncio.gather(*self.supervisors.values(), return_exceptions=True)
             close = getattr(self.executor, "close", None)
             if close is not None:

@@ -176,7 +176,7 @@ SCHEMAS: dict[str, Any] = {
         "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
         "idle": _obj({k: {**_DURATION, "description": f"idle limit `{k}`: at most the "
                           "profile's (a session may lower its limits, never raise them)"}
-                      for k in ("wall", "cpu", "gpu", "network")}),
+                      for k in ("wall", "cpu", "gpu", "network")}, required=[]),
     }, required=["resource", "app"]),
     "Session": _obj({
         "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$",

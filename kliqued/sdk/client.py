@@ -360,6 +360,35 @@ class Client:
     def delete_schedule(self, id: str) -> None:
         self._call("DELETE", f"/schedules/{self._seg(id)}", retry=True)
 
+    # ------------------------------------------------------------------ sessions
+    def start_session(self, resource: str, app: str = "jupyter", *,
+                      command: Sequence[str] | None = None, project: str | None = None,
+                      gpus: float | None = None, idle: dict[str, str] | None = None) -> dict:
+        """Starts an interactive server (``app``: jupyter, vscode or shell; or ``command``, a
+        server on 127.0.0.1:$KLIQUE_SESSION_PORT under $KLIQUE_SESSION_PREFIX) on
+        ``resource``, reached at the answer's ``url``. ``idle`` lowers the profile's idle
+        limits (``{"cpu": "15m"}``); it cannot raise them. Not retried: two calls start two
+        sessions."""
+        body: dict[str, Any] = {"resource": resource, "app": app}
+        for key, value in (("command", list(command) if command else None),
+                           ("project", project), ("gpus", gpus), ("idle", idle or None)):
+            if value is not None:
+                body[key] = value
+        return self._call("POST", "/sessions", body=body)
+
+    def sessions(self) -> list[dict]:
+        return self._call("GET", "/sessions")["sessions"]
+
+    def session(self, id: str) -> dict:
+        return self._call("GET", f"/sessions/{self._seg(id)}")
+
+    def stop_session(self, id: str) -> dict:
+        return self._call("POST", f"/sessions/{self._seg(id)}/stop", retry=True)
+
+    def session_link(self, id: str) -> str:
+        """A link that opens the session in a browser: valid once, for two minutes."""
+        return self._call("POST", f"/sessions/{self._seg(id)}/link")["url"]
+
     # ------------------------------------------------------------------ pipelines
     @staticmethod
     def _pipeline_body(path: str | Path, params: dict[str, str] | None) -> dict[str, Any]:

@@ -202,8 +202,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     if request.headers.get("Upgrade", "").lower() == "websocket":
         return await _relay_ws(request, tun, path, headers)
     answer = await tun.request(request.method, path, headers, await request.read())
-    out = CIMultiDict((k, v) for k, v in forwardable(
-        (tuple(h) for h in answer["headers"]), frozenset({"content-encoding"})))
+    out = CIMultiDict((k, v) for k, v in forwardable(tuple(h) for h in answer["headers"]))
     return web.Response(status=answer["status"], body=answer["body"], headers=out)
 
 

@@ -1,0 +1,189 @@
+"""Sessions for real (issue 14, item 4): a ``kliqued serve`` and a real ``klique-worker``;
+the session's app (a small aiohttp app, tests/channels/session_app.py: JupyterLab does not
+install here) listens on the worker's 127.0.0.1 only and is reached through the control
+plane's URL by a test client, HTTP and WebSocket, over the tunnel the worker opened. Another
+user's token is refused; an idle session is stopped for real and frees its GPU at once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import aiohttp
+import pytest
+
+from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, \
+    write_estate
+from tests.harness.daemon import ROOT
+from tests.harness.wait import wait_for
+
+APP = [PY, str(Path(__file__).with_name("session_app.py"))]
+PROFILES = ESTATE["profiles.yaml"].replace(
+    "    policies: [team-a, team-b]\n",
+    "    policies: [team-a, team-b]\n    idle: {wall: 8h, cpu: 30m}\n", 1)
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> Iterator[FleetServer]:
+    estate = write_estate(tmp_path / "estate", {**ESTATE, "profiles.yaml": PROFILES})
+    yield from running_fleet(tmp_path, users=("alice", "erin"), estate=estate)
+
+
+@pytest.fixture
+def real(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
+    yield from real_workers(fs, tmp_path)
+
+
+def cli(fs: FleetServer, token: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": token}
+    env.pop("KLIQUE_CONFIG", None)
+    return subprocess.run([PY, "-m", "kliqued.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def start(fs: FleetServer, token: str, **kw: Any) -> dict:
+    return fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter",
+                                          "command": APP, **kw}, token, expect=201)
+
+
+def session(fs: FleetServer, token: str, sid: str) -> dict:
+    return fs.ok("GET", f"/v1/sessions/{sid}", token=token)
+
+
+def fetch(method: str, url: str, token: str | None = None, **kw: Any) -> tuple[int, Any, Any]:
+    """(status, body, headers) of one request made by a real HTTP client."""
+    async def go() -> tuple[int, Any, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers.update(kw.pop("headers", {}))
+        async with aiohttp.ClientSession(cookie_jar=kw.pop("jar", None)) as http:
+            async with http.request(method, url, headers=headers, **kw) as resp:
+                body = await resp.read()
+                return resp.status, body, resp.headers
+    return asyncio.run(go())
+
+
+def reachable(fs: FleetServer, token: str, sid: str, url: str) -> dict:
+    def up() -> Any:
+        st, body, _ = fetch("GET", url, token)
+        return st == 200 and body
+    import json
+    return json.loads(wait_for(up, 60, f"session {sid} to answer through its URL"))
+
+
+def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
+        fs: FleetServer, real: Any, tmp_path: Path) -> None:
+    real("w1")
+    s = start(fs, fs.alice)  # type: ignore[attr-defined]
+    sid, url = s["id"], s["url"]
+    assert url == f"{fs.url}/sessions/{sid}/"
+    assert s["idle"] == {"wall": "8h", "cpu": "30m"}  # the profile's limits
+    task = fs.task(sid)
+    assert task["labels"]["klique.channel"] == "session"
+    assert task["actor"] == "user:alice"
+    # the app answers through the URL, with the owner's token; the token is not passed on
+    page = reachable(fs, fs.alice, sid, url)  # type: ignore[attr-defined]
+    assert page["hello"] == "from the session"
+    assert page["path"] == f"/sessions/{sid}/"
+    assert "Authorization" not in page["headers"]
+    assert session(fs, fs.alice, sid)["state"] == "running"  # type: ignore[attr-defined]
+    assert session(fs, fs.alice, sid)["connected"] is True  # type: ignore[attr-defined]
+    # a body both ways
+    st, body, _ = fetch("POST", url + "echo", fs.alice, data=b"\x00abc" * 1000)
+    assert st == 200 and body == b"\x00abc" * 1000
+    # a WebSocket through the tunnel
+
+    async def ws() -> list[Any]:
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(url + "ws", headers={
+                    "Authorization": f"Bearer {fs.alice}"}) as sock:  # type: ignore[attr-defined]
+                await sock.send_str("ping")
+                first = await sock.receive_str(timeout=10)
+                await sock.send_bytes(b"abc")
+                second = await sock.receive_bytes(timeout=10)
+                return [first, second]
+    assert asyncio.run(ws()) == ["echo: ping", b"cba"]
+    # another user's token, an admin's, none, a forged one: refused, nothing of the app shown
+    for token, status in ((fs.erin, 403), (fs.admin, 403), (None, 401),  # type: ignore[attr-defined]
+                          ("kq_forged", 401)):
+        st, body, _ = fetch("GET", url, token)
+        assert st == status, (token, st, body)
+        assert b"from the session" not in body
+        assert b"error" in body
+    st, body, _ = fetch("GET", url, fs.erin)  # type: ignore[attr-defined]
+    assert b"the user who started it only" in body
+    # erin does not see it in the API either
+    assert fs.call("GET", f"/v1/sessions/{sid}", token=fs.erin)[0] == 404  # type: ignore[attr-defined]
+    # a browser: a one-time link sets a cookie bound to the session; the link is spent
+    link = fs.ok("POST", f"/v1/sessions/{sid}/link", token=fs.alice)["url"]  # type: ignore[attr-defined]
+    assert fs.call("POST", f"/v1/sessions/{sid}/link", token=fs.erin)[0] == 404  # type: ignore[attr-defined]
+
+    async def browser() -> tuple[int, Any, int]:
+        jar = aiohttp.CookieJar(unsafe=True)  # cookies of an IP address (127.0.0.1)
+        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+            async with http.get(link) as resp:  # follows the redirect, keeps the cookie
+                page = await resp.json()
+                final = str(resp.url)
+            async with http.get(link, allow_redirects=False) as again:
+                return resp.status, (page, final), again.status
+    status, (page, final), again = asyncio.run(browser())
+    assert status == 200 and page["hello"] == "from the session"
+    assert final == url  # the ticket is gone from the address
+    assert "klique_session" not in page["headers"].get("Cookie", "")
+    assert again == 401
+    # list and stop from the CLI
+    out = cli(fs, fs.alice, "session", "list")  # type: ignore[attr-defined]
+    assert out.returncode == 0, out.stderr
+    assert sid in out.stdout and "running" in out.stdout and url in out.stdout
+    out = cli(fs, fs.alice, "session", "stop", sid)  # type: ignore[attr-defined]
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: fs.task(sid)["state"] == "ended", 30, "the session to end")
+    st, body, _ = fetch("GET", url, fs.alice)  # type: ignore[attr-defined]
+    assert st == 410 and b"has ended" in body
+
+
+def test_an_idle_session_is_stopped_and_frees_its_gpu_at_once(
+        fs: FleetServer, real: Any) -> None:
+    real("w1", gpus="0")
+    s = start(fs, fs.alice, idle={"cpu": "2s"})  # type: ignore[attr-defined]
+    sid = s["id"]
+    assert s["idle"] == {"wall": "8h", "cpu": "2s"}  # lowered by the user
+    reachable(fs, fs.alice, sid, s["url"])  # type: ignore[attr-defined]
+    # the only GPU is the session's: another task waits behind it
+    other = fs.submit(fs.erin, "team-b/one", [PY, "-c", "print('ran')"])  # type: ignore[attr-defined]
+    assert fs.task(other)["state"] == "queued"
+    ended = wait_for(lambda: (t := session(fs, fs.alice, sid))["state"]  # type: ignore[attr-defined]
+                     .startswith("stopped") and t, 60, "the idle session to stop")
+    assert ended["state"] == "stopped: idle (cpu 2s)"
+    # its GPU went to the waiting task at once
+    wait_for(lambda: fs.task(other)["state"] in ("placed", "running", "ended"), 10,
+             "the waiting task to get the freed GPU")
+    out = cli(fs, fs.alice, "session", "show", sid)  # type: ignore[attr-defined]
+    assert out.returncode == 0 and "stopped: idle (cpu 2s)" in out.stdout, out
+
+
+def test_a_session_may_lower_its_idle_limits_never_raise_them(fs: FleetServer) -> None:
+    before = len(fs.ok("GET", "/v1/tasks")["tasks"])
+    for idle, field, words in (({"cpu": "1h"}, "idle.cpu", "more than the 30m"),
+                               ({"wall": "9h"}, "idle.wall", "more than the 8h"),
+                               ({"gpu": "soon"}, "idle.gpu", "soon")):
+        st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell",
+                                                    "idle": idle}, fs.alice)  # type: ignore[attr-defined]
+        assert st == 422, body
+        assert body["error"]["details"]["field"] == field
+        assert words in body["error"]["message"]
+    # a kind the profile leaves open may be set
+    s = start(fs, fs.alice, idle={"network": "10m"})  # type: ignore[attr-defined]
+    assert s["idle"] == {"wall": "8h", "cpu": "30m", "network": "10m"}
+    # a resource the user may not use: refused, naming those they may
+    st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell"},
+                       fs.erin)  # type: ignore[attr-defined]
+    assert st == 422 and "erin may submit to team-b/one" in body["error"]["message"]
+    # a plain task may not claim to be a session
+    st, body = fs.call("POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"],
+                                             "labels": {"klique.channel": "session"}},
+                       fs.alice)  # type: ignore[attr-defined]
+    assert st == 422 and body["error"]["details"]["field"] == "labels.klique.channel"
+    assert len(fs.ok("GET", "/v1/tasks")["tasks"]) == before + 1

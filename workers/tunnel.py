@@ -1,0 +1,180 @@
+"""The worker's end of a session's tunnel (issue 14, sessions; docs/channels.md).
+
+A session's app listens on 127.0.0.1 only (a port this module picks, given to the app as
+``$KLIQUE_SESSION_PORT``); nothing listens on the worker's public side. The worker opens a
+WebSocket *out* to the control plane (``GET /v1/sessions/{task}/tunnel``, with its token
+and key, as every call it makes) and answers the requests the control plane sends over it
+by making them to the app (frames: klique_util/tunnel.py). A cut connection is opened again
+with backoff for as long as the task runs; a refusal that cannot change (the lease ended,
+not a session) ends the tunnel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from typing import Any
+
+import aiohttp
+
+from klique_util.tunnel import MAX_BODY, MAX_FRAME, b64, forwardable, unb64
+
+log = logging.getLogger(__name__)
+
+PORT_ENV = "KLIQUE_SESSION_PORT"
+PREFIX_ENV = "KLIQUE_SESSION_PREFIX"
+
+
+def is_session(lease: dict) -> bool:
+    """A session's lease: its ``channel`` (when tasks carry one) or its channel label."""
+    labels = lease.get("labels") or {}
+    return lease.get("channel") == "session" or labels.get("klique.channel") == "session"
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now, for the app to listen on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def session_env(task: str, port: int) -> dict[str, str]:
+    return {PORT_ENV: str(port), PREFIX_ENV: f"/sessions/{task}/"}
+
+
+class _Relay:
+    """One connection of the tunnel: the requests it carries, made to the app."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, port: int) -> None:
+        self.ws, self.port = ws, port
+        self.app = aiohttp.ClientSession(auto_decompress=False,
+                                         timeout=aiohttp.ClientTimeout(total=None))
+        self.lock = asyncio.Lock()
+        self.sockets: dict[int, aiohttp.ClientWebSocketResponse] = {}
+        self.jobs: set[asyncio.Task] = set()
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        async with self.lock:
+            await self.ws.send_str(json.dumps(msg, separators=(",", ":")))
+
+    def spawn(self, coro: Any) -> None:
+        job = asyncio.ensure_future(coro)
+        self.jobs.add(job)
+        job.add_done_callback(self.jobs.discard)
+
+    async def http(self, msg: dict[str, Any]) -> None:
+        rid = msg["id"]
+        url = f"http://127.0.0.1:{self.port}{msg.get('path') or '/'}"
+        try:
+            async with self.app.request(
+                    str(msg.get("method") or "GET"), url,
+                    headers=[tuple(h) for h in msg.get("headers") or []],
+                    data=unb64(msg.get("body")), allow_redirects=False) as resp:
+                body = await resp.content.read(MAX_BODY + 1)
+                if len(body) > MAX_BODY:
+                    await self.send({"op": "error", "id": rid, "message": "the app's answer "
+                                     f"is larger than {MAX_BODY // (1024 * 1024)} MiB, the "
+                                     "most a session relays in one response"})
+                    return
+                await self.send({"op": "http", "id": rid, "status": resp.status,
+                                 "headers": forwardable(resp.headers.items()),
+                                 "body": b64(body)})
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            await self.send({"op": "error", "id": rid, "message": "the session's app does "
+                             f"not answer on its port (yet?): {type(exc).__name__}"})
+
+    async def ws_open(self, msg: dict[str, Any]) -> None:
+        rid = msg["id"]
+        url = f"ws://127.0.0.1:{self.port}{msg.get('path') or '/'}"
+        try:
+            app_ws = await self.app.ws_connect(
+                url, headers=[tuple(h) for h in msg.get("headers") or []],
+                max_msg_size=MAX_FRAME)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            await self.send({"op": "error", "id": rid, "message": "the session's app refused "
+                             f"the WebSocket: {type(exc).__name__}: {exc}"})
+            return
+        self.sockets[rid] = app_ws
+        await self.send({"op": "ws-open", "id": rid})
+        try:
+            async for frame in app_ws:
+                if frame.type == aiohttp.WSMsgType.TEXT:
+                    await self.send({"op": "ws-msg", "id": rid, "text": frame.data})
+                elif frame.type == aiohttp.WSMsgType.BINARY:
+                    await self.send({"op": "ws-msg", "id": rid, "data": b64(frame.data)})
+        finally:
+            if self.sockets.pop(rid, None) is not None:
+                try:
+                    await self.send({"op": "ws-close", "id": rid})
+                except (ConnectionError, RuntimeError):
+                    pass
+
+    async def ws_msg(self, msg: dict[str, Any]) -> None:
+        app_ws = self.sockets.get(msg["id"])
+        if app_ws is None:
+            return
+        if "text" in msg:
+            await app_ws.send_str(str(msg["text"]))
+        else:
+            await app_ws.send_bytes(unb64(msg.get("data")))
+
+    async def serve(self) -> None:
+        try:
+            async for frame in self.ws:
+                if frame.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                try:
+                    msg = json.loads(frame.data)
+                except ValueError:
+                    continue
+                if not isinstance(msg, dict) or not isinstance(msg.get("id"), int):
+                    continue
+                op = msg.get("op")
+                if op == "http":
+                    self.spawn(self.http(msg))
+                elif op == "ws-open":
+                    self.spawn(self.ws_open(msg))
+                elif op == "ws-msg":
+                    await self.ws_msg(msg)
+                elif op == "ws-close":
+                    app_ws = self.sockets.pop(msg["id"], None)
+                    if app_ws is not None:
+                        await app_ws.close()
+        finally:
+            for job in list(self.jobs):
+                job.cancel()
+            await asyncio.gather(*self.jobs, return_exceptions=True)
+            for app_ws in list(self.sockets.values()):
+                await app_ws.close()
+            await self.app.close()
+
+
+async def run(client: Any, task: str, epoch: int, port: int) -> None:
+    """Keeps the tunnel of session ``task`` open until cancelled (the task ended) or refused
+    for good."""
+    delay = 0.5
+    while True:
+        try:
+            session = await client.session()
+            async with session.ws_connect(
+                    f"{client.base}/sessions/{task}/tunnel", params={"epoch": str(epoch)},
+                    headers=client.auth_headers(), heartbeat=20,
+                    max_msg_size=MAX_FRAME) as ws:
+                log.info("session %s: tunnel to the control plane open", task)
+                delay = 0.5
+                await _Relay(ws, port).serve()
+            log.info("session %s: tunnel closed by the control plane", task)
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status in (403, 404, 409):
+                log.warning("session %s: the control plane refuses its tunnel (%s %s); "
+                            "not retried", task, exc.status, exc.message)
+                return
+            log.info("session %s: tunnel refused (%s); retrying in %.1fs", task, exc.status,
+                     delay)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            log.info("session %s: tunnel down (%s: %s); retrying in %.1fs", task,
+                     type(exc).__name__, exc, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 10.0)
