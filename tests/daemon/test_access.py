@@ -96,6 +96,15 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "ledger-sql": ("ledgerSql", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"}, 200,
                    NO_GROUP_ADMIN),
     "ledger-export": ("ledgerExport", f"/v1/ledger/export?{DAY}", None, 200, NO_GROUP_ADMIN),
+    # sessions (a session is a task labelled as one: bob's plain task is no session, 404)
+    "start-session": ("startSession", "/v1/sessions",
+                      {"resource": "team-a/sized", "gpus": 0.001, "app": "shell"}, 201,
+                      {"erin": 422, "walter": 422}),
+    "list-sessions": ("listSessions", "/v1/sessions", None, 200, {}),
+    "get-session": ("getSession", "/v1/sessions/{task}", None, 404, {}),
+    "stop-session": ("stopSession", "/v1/sessions/{task}/stop", None, 404, {}),
+    "link-session": ("linkSession", "/v1/sessions/{task}/link", None, 404, {}),
+    "session-tunnel": ("sessionTunnel", "/v1/sessions/{task}/tunnel", None, 400, {}),
 }
 
 DECLARED: dict[str, Route] = {r.operation_id: r for r in ROUTES}
@@ -165,7 +174,7 @@ def test_matrix(server: Server, who, planner: str, case: str, principal: str) ->
         assert op in data["error"]["message"]
     if "{task}" in MATRIX[case][1]:
         server.ok("POST", f"/v1/tasks/{t['id']}/cancel")
-    if op == "submitTask" and status == 201:
+    if op in ("submitTask", "startSession") and status == 201:
         server.ok("POST", f"/v1/tasks/{data['id']}/cancel")
 
 
