@@ -49,8 +49,9 @@ class _Relay:
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, port: int) -> None:
         self.ws, self.port = ws, port
-        self.app = aiohttp.ClientSession(auto_decompress=False,
-                                         timeout=aiohttp.ClientTimeout(total=None))
+        # the control plane gives up on an answer after 5 minutes; so does the worker
+        self.app = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(
+            total=None, sock_connect=10, sock_read=300))
         self.lock = asyncio.Lock()
         self.sockets: dict[int, aiohttp.ClientWebSocketResponse] = {}
         self.jobs: set[asyncio.Task] = set()

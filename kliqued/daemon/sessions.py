@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from compiler.compiled import CIdle
 from compiler.units import parse_duration
@@ -159,6 +159,13 @@ class Passes:
         for table in (self.tickets, self.cookies):
             for key in [k for k, p in table.items() if p.task == task]:
                 del table[key]
+
+    def drop_ended(self, ended: Callable[[str], bool]) -> None:
+        """Forgets the links and cookies of every session ``ended`` says has ended (those
+        that ended with nobody opening them again), so they cannot pile up."""
+        for task in {p.task for t in (self.tickets, self.cookies) for p in t.values()}:
+            if ended(task):
+                self.forget(task)
 
     def _prune(self) -> None:
         now = time.monotonic()

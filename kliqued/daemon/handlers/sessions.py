@@ -21,7 +21,7 @@ from kliqued.engine import SubmissionError, check_submission
 from kliqued.web.session import COOKIE as DASHBOARD_COOKIE
 
 from .. import fleet, sessions, views
-from ..errors import ApiError, forbidden, not_found
+from ..errors import ApiError, bad_request, forbidden, not_found
 from ..leases import CLOSED, FENCED
 from ..records import TaskRecord
 from ..request import Context, ctx, principal, read_json, reply
@@ -72,6 +72,8 @@ async def start(request: web.Request) -> web.Response:
     fields = sessions.submission(p.name, body["resource"], app, body.get("command"),
                                  body.get("project"), gpus, idle)
     key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= 256:
+        raise bad_request("Idempotency-Key must be 1 to 256 characters")
     status, task_id = await c.seq.submit(
         lambda now, ov: d.prepare_submit(p, fields, key, now, ov))
     return reply(_view(request, d.records[task_id]), status)
@@ -108,6 +110,8 @@ async def link(request: web.Request) -> web.Response:
     rec = _session(request)
     if p.name != rec.user:
         raise forbidden(f"session {rec.id} is {rec.user}'s: only its owner may open it")
+    c.session_passes.drop_ended(lambda tid: tid not in c.daemon.records
+                                or c.daemon.records[tid].state == "ended")
     ticket = c.session_passes.link(rec.id, p.name)
     return reply({"url": f"{sessions.url(_base(request), rec.id)}?klique_ticket={ticket}",
                   "expires_in_s": int(sessions.LINK_TTL_S)})
