@@ -114,6 +114,20 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
         assert b"error" in body
     st, body, _ = fetch("GET", url, fs.erin)  # type: ignore[attr-defined]
     assert b"the user who started it only" in body
+
+    async def ws_as(token: str) -> int:
+        async with aiohttp.ClientSession() as http:
+            try:
+                async with http.ws_connect(url + "ws",
+                                           headers={"Authorization": f"Bearer {token}"}):
+                    return 101
+            except aiohttp.WSServerHandshakeError as exc:
+                return exc.status
+    assert asyncio.run(ws_as(fs.erin)) == 403  # type: ignore[attr-defined]
+    # only the worker holding the session's lease may open its tunnel
+    other_pool = fs.token({"worker": True, "pool": "other"})
+    st, body = fs.call("GET", f"/v1/sessions/{sid}/tunnel?epoch=1", token=other_pool)
+    assert st == 403, body
     # erin does not see it in the API either
     assert fs.call("GET", f"/v1/sessions/{sid}", token=fs.erin)[0] == 404  # type: ignore[attr-defined]
     # a browser: a one-time link sets a cookie bound to the session; the link is spent
@@ -126,12 +140,16 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
             async with http.get(link) as resp:  # follows the redirect, keeps the cookie
                 page = await resp.json()
                 final = str(resp.url)
+            async with http.get(url) as resp2:  # the cookie alone; the app's cookie too
+                page2 = await resp2.json()
             async with http.get(link, allow_redirects=False) as again:
-                return resp.status, (page, final), again.status
-    status, (page, final), again = asyncio.run(browser())
+                return resp.status, (page, final, page2), again.status
+    status, (page, final, page2), again = asyncio.run(browser())
     assert status == 200 and page["hello"] == "from the session"
     assert final == url  # the ticket is gone from the address
     assert "klique_session" not in page["headers"].get("Cookie", "")
+    # the app's own cookie went to the browser and comes back; ours never reaches the app
+    assert page2["headers"].get("Cookie") == "_xsrf=app-cookie"
     assert again == 401
     # list and stop from the CLI
     out = cli(fs, fs.alice, "session", "list")  # type: ignore[attr-defined]
