@@ -36,7 +36,9 @@ APPS: dict[str, list[str]] = {
     "jupyter": ["sh", "-c", 'exec jupyter lab --no-browser --ip=127.0.0.1 '
                 '--port="$KLIQUE_SESSION_PORT" --ServerApp.base_url="$KLIQUE_SESSION_PREFIX" '
                 "--IdentityProvider.token= --ServerApp.password= "
-                "--ServerApp.allow_origin='*' --ServerApp.allow_remote_access=True"],
+                "--ServerApp.allow_origin='*' --ServerApp.allow_remote_access=True "
+                # a container's tasks often run as root; only the tunnel reaches it
+                "--allow-root"],
     "vscode": ["sh", "-c", 'exec code-server --bind-addr "127.0.0.1:$KLIQUE_SESSION_PORT" '
                "--auth none --disable-telemetry"],
     "shell": ["sh", "-c", 'exec ttyd --interface 127.0.0.1 --port "$KLIQUE_SESSION_PORT" '

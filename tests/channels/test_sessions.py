@@ -7,8 +7,11 @@ user's token is refused; an idle session is stopped for real and frees its GPU a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -69,7 +72,6 @@ def reachable(fs: FleetServer, token: str, sid: str, url: str) -> dict:
     def up() -> Any:
         st, body, _ = fetch("GET", url, token)
         return st == 200 and body
-    import json
     return json.loads(wait_for(up, 60, f"session {sid} to answer through its URL"))
 
 
@@ -205,3 +207,68 @@ def test_a_session_may_lower_its_idle_limits_never_raise_them(fs: FleetServer) -
                        fs.alice)  # type: ignore[attr-defined]
     assert st == 422 and body["error"]["details"]["field"] == "labels.klique.channel"
     assert len(fs.ok("GET", "/v1/tasks")["tasks"]) == before + 1
+
+
+def _jupyter() -> str | None:
+    """The directory of a `jupyter` with JupyterLab: beside this Python (the test extra), or
+    on PATH."""
+    here = Path(PY).parent / "jupyter"
+    found = str(here) if here.exists() else shutil.which("jupyter")
+    if found is None:
+        return None
+    ok = subprocess.run([found, "lab", "--version"], capture_output=True, timeout=60)
+    return str(Path(found).parent) if ok.returncode == 0 else None
+
+
+def test_a_real_jupyterlab_session_runs_code_through_the_control_plane(
+        fs: FleetServer, real: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app's own command (``--app jupyter``: kliqued/daemon/sessions.py APPS) on the
+    worker, JupyterLab's page and REST API through the URL, and a kernel run over its
+    WebSocket, through the tunnel."""
+    where = _jupyter()
+    if where is None:
+        pytest.skip("JupyterLab is not installed (pip install -e '.[test]' installs it)")
+    monkeypatch.setenv("PATH", f"{where}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(fs.tmp / "jupyter-runtime"))  # type: ignore[attr-defined]
+    real("w1")
+    s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter"},
+              fs.alice, expect=201)  # type: ignore[attr-defined]
+    sid, url = s["id"], s["url"]
+    token = fs.alice  # type: ignore[attr-defined]
+    status = json.loads(wait_for(
+        lambda: (r := fetch("GET", url + "api/status", token))[0] == 200 and r[1], 120,
+        "JupyterLab to answer through the session's URL"))
+    assert "started" in status
+    st, page, _ = fetch("GET", url + "lab", token)
+    assert st == 200 and b"JupyterLab" in page
+    assert fetch("GET", url + "api/status", fs.erin)[0] == 403  # type: ignore[attr-defined]
+
+    async def run_code() -> str:
+        auth = {"Authorization": f"Bearer {token}"}
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+            # as JupyterLab's page does: its _xsrf cookie (relayed) echoed in a header
+            async with http.get(url + "lab", headers=auth) as resp:
+                assert resp.status == 200
+            xsrf = {c.key: c.value for c in jar}["_xsrf"]
+            async with http.post(url + "api/kernels", json={"name": "python3"},
+                                 headers={**auth, "X-XSRFToken": xsrf}) as resp:
+                assert resp.status == 201, await resp.text()
+                kernel = (await resp.json())["id"]
+            async with http.ws_connect(f"{url}api/kernels/{kernel}/channels",
+                                       headers=auth) as sock:
+                msg_id = uuid.uuid4().hex
+                await sock.send_json({
+                    "header": {"msg_id": msg_id, "username": "test", "session": msg_id,
+                               "msg_type": "execute_request", "version": "5.3"},
+                    "parent_header": {}, "metadata": {}, "channel": "shell",
+                    "content": {"code": "print(6 * 7)", "silent": False}})
+                while True:
+                    msg = await sock.receive_json(timeout=60)
+                    if msg.get("msg_type") == "stream" and \
+                            msg["parent_header"].get("msg_id") == msg_id:
+                        return str(msg["content"]["text"])
+    assert asyncio.run(run_code()).strip() == "42"
+    out = cli(fs, fs.alice, "session", "stop", sid)  # type: ignore[attr-defined]
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: fs.task(sid)["state"] == "ended", 60, "the session to end")
