@@ -1,4 +1,5 @@
-"""A tiny session app for the tests (JupyterLab does not install here): an aiohttp server on
+"""A tiny session app for the tests (beside the real JupyterLab test: this one shows what the
+relay passes on, and idles at once): an aiohttp server on
 127.0.0.1:$KLIQUE_SESSION_PORT under $KLIQUE_SESSION_PREFIX, as a session's app must be.
 
 ``GET <prefix>`` answers the headers it received (so a test sees what the relay passed on)

@@ -1,8 +1,9 @@
 """Sessions for real (issue 14, item 4): a ``kliqued serve`` and a real ``klique-worker``;
-the session's app (a small aiohttp app, tests/channels/session_app.py: JupyterLab does not
-install here) listens on the worker's 127.0.0.1 only and is reached through the control
-plane's URL by a test client, HTTP and WebSocket, over the tunnel the worker opened. Another
-user's token is refused; an idle session is stopped for real and frees its GPU at once."""
+the session's app (a real JupyterLab, and a small aiohttp app, tests/channels/session_app.py,
+that shows what the relay passes on) listens on the worker's 127.0.0.1 only and is reached
+through the control plane's URL by a test client, HTTP and WebSocket, over the tunnel the
+worker opened. Another user's token is refused; an idle session is stopped for real and
+frees its GPU at once."""
 
 from __future__ import annotations
 
