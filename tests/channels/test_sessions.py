@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 import aiohttp
 import pytest
+from yarl import URL
 
 from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, \
     write_estate
@@ -139,6 +140,8 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
 
     async def browser() -> tuple[int, Any, int]:
         jar = aiohttp.CookieJar(unsafe=True)  # cookies of an IP address (127.0.0.1)
+        # signed in to the dashboard too: its cookie (path /) goes to every path
+        jar.update_cookies({"klique_session": "dashboard-sign-in"}, URL(fs.url))
         async with aiohttp.ClientSession(cookie_jar=jar) as http:
             async with http.get(link) as resp:  # follows the redirect, keeps the cookie
                 page = await resp.json()
@@ -150,8 +153,9 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
     status, (page, final, page2), again = asyncio.run(browser())
     assert status == 200 and page["hello"] == "from the session"
     assert final == url  # the ticket is gone from the address
-    assert "klique_session" not in page["headers"].get("Cookie", "")
-    # the app's own cookie went to the browser and comes back; ours never reaches the app
+    assert "klique" not in page["headers"].get("Cookie", "")
+    # the app's own cookie went to the browser and comes back; ours (the session's, the
+    # dashboard's) never reach the app
     assert page2["headers"].get("Cookie") == "_xsrf=app-cookie"
     assert again == 401
     # list and stop from the CLI
