@@ -65,9 +65,21 @@ class _Relay:
         self.jobs.add(job)
         job.add_done_callback(self.jobs.discard)
 
+    def _local(self, scheme: str, msg: dict[str, Any]) -> str:
+        """The app's URL for the request's path: on 127.0.0.1 and this port, whatever the
+        path holds (a path that does not start with ``/`` is refused)."""
+        path = str(msg.get("path") or "/")
+        if not path.startswith("/"):
+            raise ValueError(f"not a path: {path[:80]!r}")
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
+
     async def http(self, msg: dict[str, Any]) -> None:
         rid = msg["id"]
-        url = f"http://127.0.0.1:{self.port}{msg.get('path') or '/'}"
+        try:
+            url = self._local("http", msg)
+        except ValueError as exc:
+            await self.send({"op": "error", "id": rid, "message": str(exc)})
+            return
         try:
             async with self.app.request(
                     str(msg.get("method") or "GET"), url,
@@ -88,12 +100,12 @@ class _Relay:
 
     async def ws_open(self, msg: dict[str, Any]) -> None:
         rid = msg["id"]
-        url = f"ws://127.0.0.1:{self.port}{msg.get('path') or '/'}"
         try:
+            url = self._local("ws", msg)
             app_ws = await self.app.ws_connect(
                 url, headers=[tuple(h) for h in msg.get("headers") or []],
                 max_msg_size=MAX_FRAME)
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
             await self.send({"op": "error", "id": rid, "message": "the session's app refused "
                              f"the WebSocket: {type(exc).__name__}: {exc}"})
             return

@@ -199,9 +199,17 @@ def test_a_session_may_lower_its_idle_limits_never_raise_them(fs: FleetServer) -
         assert st == 422, body
         assert body["error"]["details"]["field"] == field
         assert words in body["error"]["message"]
+    out = cli(fs, fs.alice, "session", "start", "--resource", "team-a/one",  # type: ignore[attr-defined]
+              "--app", "shell", "--idle-cpu", "2h")
+    assert out.returncode == 1 and "idle.cpu: 2h is more than the 30m" in out.stderr, out
     # a kind the profile leaves open may be set
-    s = start(fs, fs.alice, idle={"network": "10m"})  # type: ignore[attr-defined]
-    assert s["idle"] == {"wall": "8h", "cpu": "30m", "network": "10m"}
+    out = cli(fs, fs.alice, "session", "start", "--resource", "team-a/one",  # type: ignore[attr-defined]
+              "--app", "shell", "--idle-network", "10m")
+    assert out.returncode == 0, out.stderr
+    assert "idle limits: wall 8h, cpu 30m, network 10m" in out.stdout
+    sid = out.stdout.split()[0]
+    assert f"url: {fs.url}/sessions/{sid}/ " in out.stdout
+    assert session(fs, fs.alice, sid)["app"] == "shell"  # type: ignore[attr-defined]
     # a resource the user may not use: refused, naming those they may
     st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell"},
                        fs.erin)  # type: ignore[attr-defined]

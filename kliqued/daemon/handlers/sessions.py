@@ -202,7 +202,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     cookie = _without_our_cookies(request.headers.get("Cookie", ""))
     if cookie:
         headers.append(["Cookie", cookie])
-    path = request.raw_path
+    path = request.rel_url.raw_path_qs  # origin-form, whatever form the client sent
     if request.headers.get("Upgrade", "").lower() == "websocket":
         return await _relay_ws(request, tun, path, headers)
     answer = await tun.request(request.method, path, headers, await request.read())
