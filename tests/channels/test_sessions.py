@@ -34,7 +34,9 @@ PROFILES = ESTATE["profiles.yaml"].replace(
 @pytest.fixture
 def fs(tmp_path: Path) -> Iterator[FleetServer]:
     estate = write_estate(tmp_path / "estate", {**ESTATE, "profiles.yaml": PROFILES})
-    yield from running_fleet(tmp_path, users=("alice", "erin"), estate=estate)
+    # a worker TTL long enough for a worker restart to keep its tasks (the tasks' wrappers
+    # stop orphans whose worker is away longer: workers/liveness.py)
+    yield from running_fleet(tmp_path, users=("alice", "erin"), estate=estate, ttl="10s")
 
 
 @pytest.fixture
@@ -79,7 +81,7 @@ def reachable(fs: FleetServer, token: str, sid: str, url: str) -> dict:
 
 def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
         fs: FleetServer, real: Any, tmp_path: Path) -> None:
-    real("w1")
+    w = real("w1")
     s = start(fs, fs.alice)  # type: ignore[attr-defined]
     sid, url = s["id"], s["url"]
     assert url == f"{fs.url}/sessions/{sid}/"
@@ -158,6 +160,15 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
     # dashboard's) never reach the app
     assert page2["headers"].get("Cookie") == "_xsrf=app-cookie"
     assert again == 401
+    # a worker restart keeps the session (its app runs on) and opens the tunnel again; so
+    # does a kill -9 of the daemon (the worker connects to the new one)
+    w.stop()
+    assert fetch("GET", url, fs.alice)[0] == 503  # type: ignore[attr-defined]
+    w.start()
+    assert reachable(fs, fs.alice, sid, url)["hello"] == "from the session"  # type: ignore[attr-defined]
+    fs.kill()
+    fs.start()
+    assert reachable(fs, fs.alice, sid, url)["hello"] == "from the session"  # type: ignore[attr-defined]
     # list and stop from the CLI
     out = cli(fs, fs.alice, "session", "list")  # type: ignore[attr-defined]
     assert out.returncode == 0, out.stderr
