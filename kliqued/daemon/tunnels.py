@@ -136,9 +136,11 @@ class Tunnels:
     def __init__(self) -> None:
         self.by_task: dict[str, Tunnel] = {}
 
-    def get(self, task: str) -> Tunnel | None:
+    def get(self, task: str, epoch: int) -> Tunnel | None:
+        """The open tunnel of the task's lease ``epoch``: a tunnel of an older lease (the
+        task was requeued to another worker, its old copy not yet fenced) is not used."""
         t = self.by_task.get(task)
-        return None if t is None or t.closed else t
+        return None if t is None or t.closed or t.epoch != epoch else t
 
     async def serve(self, task: str, epoch: int, ws: web.WebSocketResponse) -> None:
         """Runs the worker's tunnel ``ws`` for ``task`` until it closes."""

@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, \
-    write_estate
+from tests.daemon.fleet import ESTATE, PY, FleetServer, HttpWorker, real_workers, \
+    running_fleet, write_estate
 from tests.harness.daemon import ROOT
 from tests.harness.wait import wait_for
 
@@ -296,3 +296,30 @@ def test_a_real_jupyterlab_session_runs_code_through_the_control_plane(
     out = cli(fs, fs.alice, "session", "stop", sid)  # type: ignore[attr-defined]
     assert out.returncode == 0, out.stderr
     wait_for(lambda: fs.task(sid)["state"] == "ended", 60, "the session to end")
+
+
+def test_only_the_worker_holding_the_sessions_lease_opens_its_tunnel(fs: FleetServer) -> None:
+    """The protocol spoken by hand (tests/daemon/fleet.py HttpWorker): the lease's holder
+    with its epoch; another worker of the same pool (another key), an old or unknown epoch,
+    or a task that is no session: refused before any WebSocket."""
+    holder = HttpWorker(fs, fs.wt, "w-holder")  # type: ignore[attr-defined]
+    holder.register()
+    s = start(fs, fs.alice)  # type: ignore[attr-defined]
+    leases = wait_for(lambda: holder.lease(wait=1), 30, "the session's lease")
+    assert [(lease["task"], lease["epoch"]) for lease in leases] == [(s["id"], 1)]
+    assert leases[0]["labels"]["klique.channel"] == "session"
+    path = f"/v1/sessions/{s['id']}/tunnel"
+    other = HttpWorker(fs, fs.wt, "w-other")  # type: ignore[attr-defined]
+    other.register()
+    st, body = other.call("GET", path + "?epoch=1")
+    assert st == 403 and body["error"]["code"] == "not-lease-holder", body
+    st, body = holder.call("GET", path + "?epoch=2")
+    assert st == 409 and body["error"]["code"] == "stale-epoch", body
+    st, body = holder.call("GET", path)
+    assert st == 400 and "epoch is required" in body["error"]["message"], body
+    # the holder itself: admitted (a plain GET is no WebSocket upgrade: 400, not a tunnel)
+    st, body = holder.call("GET", path + "?epoch=1")
+    assert st == 400 and body["error"]["code"] != "stale-epoch", body
+    plain = fs.submit(fs.alice, "team-a/one", ["true"])  # type: ignore[attr-defined]
+    st, body = holder.call("GET", f"/v1/sessions/{plain}/tunnel?epoch=1")
+    assert st in (409, 403), body

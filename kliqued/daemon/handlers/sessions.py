@@ -47,7 +47,7 @@ def _session(request: web.Request) -> TaskRecord:
 
 
 def _view(request: web.Request, rec: TaskRecord) -> dict[str, Any]:
-    return sessions.view(rec, _base(request), ctx(request).tunnels.get(rec.id) is not None)
+    return sessions.view(rec, _base(request), ctx(request).tunnels.get(rec.id, rec.epoch) is not None)
 
 
 async def start(request: web.Request) -> web.Response:
@@ -130,7 +130,8 @@ async def tunnel(request: web.Request) -> web.StreamResponse:
     key = _key_hash(request)
     rec, lease = await _audited(
         request, lambda: fleet.lease_for_report(d, p, tid, epoch, key, "tunnel"))
-    if lease is None or lease.status in (CLOSED, FENCED) or rec.state == "ended":
+    if lease is None or lease.status in (CLOSED, FENCED) or rec.state == "ended" \
+            or epoch != rec.epoch:  # only the task's latest lease serves it
         raise fleet.stale(rec, epoch)
     if not sessions.is_session(rec):
         raise ApiError(409, "not-a-session", f"task {tid} is not a session")
@@ -194,7 +195,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     if rec.state == "ended":
         c.session_passes.forget(rec.id)
         raise ApiError(410, "session-ended", f"session {tid} has ended: {sessions.state(rec)}")
-    tun = c.tunnels.get(tid)
+    tun = c.tunnels.get(tid, rec.epoch)
     if tun is None:
         raise ApiError(503, "session-starting", f"session {tid} is {sessions.state(rec)}; "
                        "its app is not reachable yet: try again in a few seconds")
