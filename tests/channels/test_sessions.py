@@ -28,7 +28,13 @@ from tests.harness.wait import wait_for
 APP = [PY, str(Path(__file__).with_name("session_app.py"))]
 PROFILES = ESTATE["profiles.yaml"].replace(
     "    policies: [team-a, team-b]\n",
-    "    policies: [team-a, team-b]\n    idle: {wall: 8h, cpu: 30m}\n", 1)
+    "    policies: [team-a, team-b]\n    idle: {wall: 8h, cpu: 30m}\n", 1) + """\
+  - name: pair
+    gpus: 2
+    nodes: 2
+    pools: [bare]
+    policies: [team-a]
+"""
 
 
 @pytest.fixture
@@ -225,6 +231,10 @@ def test_a_session_may_lower_its_idle_limits_never_raise_them(fs: FleetServer) -
     st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell"},
                        fs.erin)  # type: ignore[attr-defined]
     assert st == 422 and "erin may submit to team-b/one" in body["error"]["message"]
+    # a gang profile (several machines): a session runs on one
+    st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/pair", "app": "shell"},
+                       fs.alice)  # type: ignore[attr-defined]
+    assert st == 422 and "a session runs on one machine" in body["error"]["message"], body
     # a plain task may not claim to be a session
     st, body = fs.call("POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"],
                                              "labels": {"klique.channel": "session"}},

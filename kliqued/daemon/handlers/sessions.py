@@ -68,6 +68,10 @@ async def start(request: web.Request) -> web.Response:
         raise ApiError(422, "submission-refused", _with_options(d, p.name, body, exc),
                        {"field": exc.field}) from None
     assert cr is not None
+    if cr.nodes > 1:
+        raise ApiError(422, "invalid-field", f"resource: a session runs on one machine, and "
+                       f"profile {cr.profile} spans {cr.nodes} (a gang): choose a compute "
+                       "resource of one node", {"field": "resource"})
     idle = sessions.idle_labels(cr.profile, d.session_idle.get(cr.profile), body.get("idle"))
     fields = sessions.submission(p.name, body["resource"], app, body.get("command"),
                                  body.get("project"), gpus, idle)
