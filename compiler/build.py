@@ -100,7 +100,9 @@ def build(sources: SourceMap) -> c.CompiledEstate:
             policy=policy_of.get(g.name), project_priority=g.project_priority,
             project_order=list(dict.fromkeys(g.projects)) if g.project_priority else []))
     cprices = [c.CPrice(gpu_type=p.gpu_type, per_gpu_hour=money_str(p.per_gpu_hour),
-                        effective_from=p.effective_from) for p in prices]
+                        effective_from=p.effective_from,
+                        list_per_gpu_hour=None if p.list_per_gpu_hour is None
+                        else money_str(p.list_per_gpu_hour)) for p in prices]
     group_of = {pol.name: pol.group for pol in policies}
     resources = [
         c.CComputeResource(name=f"{pol}/{p.name}", policy=pol, profile=p.name,

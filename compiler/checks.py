@@ -326,6 +326,14 @@ def _check_pricing(sources: SourceMap, pools: dict[str, SourceObject]) -> list[D
     priced = {o.model.gpu_type for o in sources.of("price").values()}
     priced |= {n.split("@")[0] for n in sources.broken.get("price", set())}
     diags = []
+    for pobj in sources.of("price").values():
+        price = pobj.model
+        if price.list_per_gpu_hour is not None and price.list_per_gpu_hour < price.per_gpu_hour:
+            diags.append(error(
+                "list-below-price", f"{pobj.label}: list_per_gpu_hour {price.list_per_gpu_hour} "
+                f"is below per_gpu_hour {price.per_gpu_hour}: the list price is the price "
+                "before any contract, so it cannot be lower", pobj.pos("list_per_gpu_hour"),
+                "leave list_per_gpu_hour out when there is no contracted discount"))
     for obj in pools.values():
         pool: Pool = obj.model
         if pool.gpu_type not in priced:

@@ -187,6 +187,9 @@ class CPrice(_Frozen):
     per_gpu_hour: str
     """Decimal text in ``settings.currency``: reporting only."""
     effective_from: str
+    list_per_gpu_hour: str | None = None
+    """The list price when ``per_gpu_hour`` is a contracted one below it; None: the same.
+    Left out of the canonical JSON when None, so estates without it keep their revision."""
 
 
 class CComputeResource(_Frozen):
@@ -229,6 +232,9 @@ class CompiledEstate(_Frozen):
                 prof.pop("nodes", None)
             if prof.get("idle") is None:
                 prof.pop("idle", None)
+        for price in body["pricing"]:
+            if price.get("list_per_gpu_hour") is None:
+                price.pop("list_per_gpu_hour", None)
         return json.dumps(body, sort_keys=True, indent=2,
                           ensure_ascii=False) + "\n"
 

@@ -349,6 +349,10 @@ class Price(_Model):
     gpu_type: Name
     per_gpu_hour: Money
     effective_from: Time
+    list_per_gpu_hour: Money | None = Field(
+        None, description="the provider's list price when per_gpu_hour is a contracted "
+        "(committed-use) price below it; default: per_gpu_hour (extension; the FOCUS "
+        "export's ListUnitPrice)")
 
 
 SECTIONS: dict[str, type[_Model]] = {

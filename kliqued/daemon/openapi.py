@@ -941,6 +941,41 @@ PATHS: dict[str, Any] = {
     "/v1/pipelines/{id}/cancel": {"post": _op(
         "cancelPipeline", "cancel a running pipeline: its steps' tasks too (idempotent)",
         _ok("Pipeline"), params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404",))},
+    "/v1/ledger/focus": {"get": _op(
+        "ledgerFocus", "one billing period (a UTC month) as a FOCUS 1.2 cost and usage "
+                       "dataset, CSV; usage without a price is refused (`no-price`, naming "
+                       "the GPU types)",
+        {"200": {"description": "CSV, streamed",
+                 "content": {"text/csv": {"schema": {"type": "string"}}}}},
+        params=[{**_q("period", {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                      "the month, YYYY-MM"), "required": True}],
+        errors=AUTH_ERR + ("422",))},
+    "/v1/ledger/statement": {"get": _op(
+        "ledgerStatement", "the chargeback statement of a group's subtree (a team, department "
+                           "or business unit) for one month: lines by team, project, user, "
+                           "GPU type and price, to the cent, with the budgets used",
+        {"200": {"description": "the statement (JSON), or as CSV or a printable HTML page",
+                 "content": {"application/json": {"schema": {"type": "object"}},
+                             "text/csv": {"schema": {"type": "string"}},
+                             "text/html": {"schema": {"type": "string"}}}}},
+        params=[{**_q("group", {"type": "string", "minLength": 1}, "the group"),
+                 "required": True},
+                {**_q("period", {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                      "the month, YYYY-MM"), "required": True},
+                _q("format", {"type": "string", "enum": ["json", "csv", "html"],
+                              "default": "json"}, "json, csv or html")],
+        errors=AUTH_ERR + ("404", "422"))},
+    "/v1/ledger/feed": {"get": _op(
+        "ledgerFeed", "the billing feed: closed intervals in the order they closed, after "
+                      "`cursor`; pass the answer's `cursor` to the next call (no row twice, "
+                      "none missed, across restarts)",
+        {"200": {"description": "`{columns, rows, cursor, more}`",
+                 "content": {"application/json": {"schema": {"type": "object"}}}}},
+        params=[_q("cursor", {"type": "string", "pattern": "^[0-9]{0,19}$"},
+                   "the `cursor` of the previous answer; none: from the start"),
+                _q("limit", {"type": "integer", "minimum": 1, "maximum": 10000,
+                             "default": 1000}, "at most this many rows")],
+        errors=AUTH_ERR + ("422",))},
 }
 PATHS["/v1/tasks/{id}/cancel"]["post"]["requestBody"]["required"] = False  # reason: optional
 

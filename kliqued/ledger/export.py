@@ -120,12 +120,22 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def csv_to_parquet(csv_path: str | os.PathLike, parquet_path: str | os.PathLike) -> int:
-    """Converts an export CSV into Parquet with the ledger's column types (TIMESTAMP in UTC,
-    DECIMAL amounts), written through a temporary file and a rename. Returns the row count.
-    Runs in an in-memory DuckDB of the calling process. Creates no directory: a missing one
-    raises ``FileNotFoundError``."""
-    columns = "{" + ", ".join(f"{_sql_text(n)}: {_sql_text(t)}" for n, t in EXPORT_COLUMNS) + "}"
+def parquet_columns(kind: str) -> list[tuple[str, str]]:
+    """The column types of an export's Parquet file: ``ledger`` (the intervals) or ``focus``
+    (:mod:`kliqued.ledger.focus`)."""
+    if kind == "focus":
+        from .focus import PARQUET_COLUMNS
+        return PARQUET_COLUMNS
+    return EXPORT_COLUMNS
+
+
+def csv_to_parquet(csv_path: str | os.PathLike, parquet_path: str | os.PathLike,
+                   types: Sequence[tuple[str, str]] = EXPORT_COLUMNS) -> int:
+    """Converts an export CSV into Parquet with the column ``types`` (the ledger's by
+    default: TIMESTAMP in UTC, DECIMAL amounts), written through a temporary file and a
+    rename. Returns the row count. Runs in an in-memory DuckDB of the calling process.
+    Creates no directory: a missing one raises ``FileNotFoundError``."""
+    columns = "{" + ", ".join(f"{_sql_text(n)}: {_sql_text(t)}" for n, t in types) + "}"
     with atomic_path(parquet_path, suffix=".parquet") as tmp:
         con = duckdb.connect(":memory:")
         try:

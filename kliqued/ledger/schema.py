@@ -156,7 +156,8 @@ CREATE TABLE IF NOT EXISTS prices (
     gpu_type       VARCHAR NOT NULL,
     per_gpu_hour   DECIMAL(18,6) NOT NULL,
     currency       VARCHAR NOT NULL,
-    effective_from TIMESTAMP NOT NULL
+    effective_from TIMESTAMP NOT NULL,
+    list_per_gpu_hour DECIMAL(18,6)  -- NULL: the list price is per_gpu_hour
 );
 """
 
@@ -208,6 +209,33 @@ CREATE TABLE IF NOT EXISTS ledger_monthly (
 PENDING_TABLE = """
 CREATE TABLE IF NOT EXISTS ledger_monthly_pending AS SELECT * FROM ledger WITH NO DATA;
 """
+
+FEED_TABLE = """
+CREATE TABLE IF NOT EXISTS ledger_feed (
+    seq          BIGINT PRIMARY KEY,  -- the order in which intervals were closed (committed)
+    interval_id  VARCHAR NOT NULL
+);
+"""
+"""The billing feed: every closed interval with a number given when it closed, in the same
+transaction. The daemon's one writer commits closes in order, so a reader that has seen
+number n has seen every number below it: ``seq > cursor`` never skips a row and never repeats
+one, across restarts (the numbers are in the database, not in memory)."""
+
+FEED_SEQUENCE = "ledger_feed_seq"
+
+
+def _ensure_feed(conn) -> None:
+    """Creates the feed; a database from before it gets its closed intervals numbered in the
+    order they ended (then by id), and the sequence continues after them."""
+    if _columns(conn, "ledger_feed") is not None:
+        conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {FEED_SEQUENCE} START 1")
+        return
+    conn.execute(FEED_TABLE)
+    conn.execute("INSERT INTO ledger_feed SELECT row_number() OVER (ORDER BY end_at, "
+                 "interval_id), interval_id FROM ledger WHERE end_at IS NOT NULL")
+    n = conn.execute("SELECT count(*) FROM ledger_feed").fetchone()[0]
+    conn.execute(f"DROP SEQUENCE IF EXISTS {FEED_SEQUENCE}")
+    conn.execute(f"CREATE SEQUENCE {FEED_SEQUENCE} START {int(n) + 1}")
 
 
 def pieces_sql(source: str) -> str:
@@ -437,6 +465,7 @@ def ensure_schema(conn) -> None:
     conn.execute(TABLES)
     conn.execute(CLOUD_TABLE)
     conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS group_path VARCHAR")
+    conn.execute("ALTER TABLE prices ADD COLUMN IF NOT EXISTS list_per_gpu_hour DECIMAL(18,6)")
     pending = _columns(conn, "ledger_monthly_pending")
     if pending is not None and "group_path" not in pending:
         conn.execute("ALTER TABLE ledger_monthly_pending ADD COLUMN group_path VARCHAR")
@@ -447,6 +476,7 @@ def ensure_schema(conn) -> None:
         monthly = None
     conn.execute(MONTHLY_TABLE)
     conn.execute(PENDING_TABLE)
+    _ensure_feed(conn)
     for name in VIEW_ORDER:
         conn.execute(f"CREATE OR REPLACE VIEW {name} AS {VIEWS[name]}")
     if monthly is None:

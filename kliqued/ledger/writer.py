@@ -15,7 +15,7 @@ from typing import Iterable
 
 from compiler.units import milli_str, parse_time
 
-from .schema import FLUSH_AT, flush_monthly, rebuild_monthly
+from .schema import FEED_SEQUENCE, FLUSH_AT, flush_monthly, rebuild_monthly
 
 BATCH = 10_000
 """Rows per statement in the batch functions."""
@@ -141,6 +141,9 @@ WHERE interval_id = ? AND end_at IS NULL"""
 _PENDING_ONE = "INSERT INTO ledger_monthly_pending SELECT * FROM ledger WHERE interval_id = ?"
 _PENDING_MANY = ("INSERT INTO ledger_monthly_pending SELECT * FROM ledger "
                  "WHERE interval_id IN (SELECT unnest(?::VARCHAR[]))")
+_FEED_ONE = f"INSERT INTO ledger_feed VALUES (nextval('{FEED_SEQUENCE}'), ?)"
+_FEED_MANY = (f"INSERT INTO ledger_feed SELECT nextval('{FEED_SEQUENCE}'), i "
+              "FROM (SELECT unnest(?::VARCHAR[]) AS i)")
 
 
 def close_interval(conn, interval_id: str, end_ms: int, reason: str) -> bool:
@@ -150,6 +153,7 @@ def close_interval(conn, interval_id: str, end_ms: int, reason: str) -> bool:
     if _count(conn.execute(_CLOSE_ONE_SQL, [int(end_ms), reason, interval_id])) != 1:
         return False
     conn.execute(_PENDING_ONE, [interval_id])
+    conn.execute(_FEED_ONE, [interval_id])
     return True
 
 
@@ -173,6 +177,7 @@ def close_intervals(conn, items: Iterable[tuple[str, int, str]]) -> int:
                              [seen[k][1] for k in chunk]]).fetchall()]
             if done:
                 conn.execute(_PENDING_MANY, [done])
+                conn.execute(_FEED_MANY, [done])
             closed += len(done)
     if closed and conn.execute(
             "SELECT count(*) FROM ledger_monthly_pending").fetchone()[0] >= FLUSH_AT:
@@ -193,11 +198,14 @@ def replace_prices(conn, estate) -> int:
     before = set(conn.execute("SELECT gpu_type, effective_from FROM prices").fetchall())
     conn.execute("DELETE FROM prices")
     rows = [(p.gpu_type, Decimal(p.per_gpu_hour), estate.settings.currency,
-             _naive_utc(p.effective_from)) for p in estate.pricing]
+             _naive_utc(p.effective_from),
+             None if p.list_per_gpu_hour is None else Decimal(p.list_per_gpu_hour))
+            for p in estate.pricing]
     if rows:
         params = [v for r in rows for v in r]
-        conn.execute("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from) "
-                     "VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(rows)), params)
+        conn.execute("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from, "
+                     "list_per_gpu_hour) VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * len(rows)),
+                     params)
     after = {(r[0], r[3]) for r in rows}
     rebuild_monthly(conn, sorted({g for g, _ in before ^ after}))
     return len(rows)

@@ -537,6 +537,57 @@ class Client:
         """Writes the ledger rows overlapping [from_, to) to ``path`` as CSV or Parquet. The
         file appears whole or not at all (a temporary file and a rename); Parquet is made
         locally from the server's CSV with an in-memory DuckDB."""
+        query = {"from": _time_text(from_), "to": _time_text(to), "format": "csv"}
+        return self._download("/ledger/export", query, path, format, "ledger")
+
+    def ledger_focus(self, period: str, path: str | os.PathLike, format: str = "csv") -> Path:
+        """Writes one billing period (``2026-11``, a UTC month) of the ledger as a FOCUS 1.2
+        dataset to ``path``, CSV or Parquet, whole or not at all. Usage in the period without
+        a price is refused (``no-price``, naming the GPU types)."""
+        return self._download("/ledger/focus", {"period": period}, path, format, "focus")
+
+    def ledger_statement(self, group: str, period: str, format: str = "json") -> Any:
+        """The chargeback statement of ``group``'s subtree (a team, a department or a
+        business unit) for the month ``period`` (``2026-11``): a dict (``format="json"``:
+        ``lines``, ``total``, ``budgets``...; amounts as exact decimal text), or the CSV or
+        printable HTML text. An unknown group is ``not-found``."""
+        if format not in ("json", "csv", "html"):
+            raise KliqueError(None, "invalid-request",
+                              f"format must be json, csv or html, found {format!r}")
+        query = {"group": group, "period": period, "format": format}
+        if format == "json":
+            return self._call("GET", "/ledger/statement", query, retry=True)
+        with self._open("GET", "/ledger/statement", query, retry=True) as resp:
+            return resp.read().decode("utf-8")
+
+    def ledger_feed(self, cursor: str | None = None, limit: int = 1000) -> dict:
+        """One pull of the billing feed: closed intervals after ``cursor`` (None: from the
+        start) in the order they closed, ``{columns, rows, cursor, more}``. Keep the
+        answer's ``cursor`` (durably, with what you stored of the rows) and pass it to the
+        next pull: no row comes twice and none is missed, across daemon restarts."""
+        return self._call("GET", "/ledger/feed", {"cursor": cursor, "limit": limit},
+                          retry=True)
+
+    def ledger_partitions(self, periods: list[str], directory: str | os.PathLike) -> list[Path]:
+        """Writes each month of ``periods`` (``2026-11``...) as FOCUS Parquet into
+        ``directory/month=YYYY-MM/focus.parquet`` (Hive-style partitions that DuckDB, Spark
+        and Trino read as a table with a ``month`` column), replacing that month's file
+        whole. The directory must exist; the month directories are created."""
+        root = Path(directory)
+        if not root.is_dir():
+            raise KliqueError(None, "invalid-request",
+                              f"the directory {root} does not exist: create it first")
+        written = []
+        for period in periods:
+            part = root / f"month={period}"
+            part.mkdir(exist_ok=True)
+            written.append(self.ledger_focus(period, part / "focus.parquet", format="parquet"))
+        return written
+
+    def _download(self, endpoint: str, query: dict, path: str | os.PathLike, format: str,
+                  columns: str) -> Path:
+        """Streams the CSV of ``endpoint`` into ``path``, converted to Parquet with the
+        column types of ``columns`` (``ledger`` or ``focus``) when ``format`` says so."""
         if format not in ("csv", "parquet"):
             raise KliqueError(None, "invalid-request",
                               f"format must be csv or parquet, found {format!r}")
@@ -548,7 +599,6 @@ class Client:
             raise KliqueError(None, "invalid-request",
                               f"the directory {target.parent} does not exist: create it first "
                               "(an export never creates directories)")
-        query = {"from": _time_text(from_), "to": _time_text(to), "format": "csv"}
         # CSV: downloaded next to the target and renamed over it; Parquet: the CSV is a
         # scratch file next to the target, converted (atomically) into it
         place = atomic_path if format == "csv" else scratch_path
@@ -557,7 +607,7 @@ class Client:
             with place(target, suffix=".csv") as tmp:
                 started = True
                 with open(tmp, "wb") as out, \
-                        self._open("GET", "/ledger/export", query,
+                        self._open("GET", endpoint, query,
                                    headers={"Accept": "text/csv"}) as resp:
                     while True:
                         chunk = resp.read(1 << 16)
@@ -567,8 +617,8 @@ class Client:
                     out.flush()
                     os.fsync(out.fileno())
                 if format == "parquet":
-                    from kliqued.ledger.export import csv_to_parquet
-                    csv_to_parquet(tmp, target)
+                    from kliqued.ledger.export import csv_to_parquet, parquet_columns
+                    csv_to_parquet(tmp, target, parquet_columns(columns))
         except OSError as exc:
             if not started:
                 raise KliqueError(None, "invalid-request",

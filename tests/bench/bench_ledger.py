@@ -46,7 +46,7 @@ FROM (SELECT i, TIMESTAMP '2025-01-01' + to_milliseconds(i * {step}) AS start_at
 """
 
 PRICES = """
-INSERT INTO prices VALUES
+INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from) VALUES
   ('h100-80gb', 1.85, 'EUR', TIMESTAMP '2025-01-01'),
   ('l40s-48gb', 0.75, 'EUR', TIMESTAMP '2025-01-01'),
   ('l4-24gb', 0.35, 'EUR', TIMESTAMP '2025-01-01'),

@@ -42,5 +42,6 @@ def db(tmp_path):
 def set_prices(conn, *prices: tuple[str, str, str]) -> None:
     conn.execute("DELETE FROM prices")
     for gpu_type, price, start in prices:
-        conn.execute("INSERT INTO prices VALUES (?, ?, 'EUR', ?)",
+        conn.execute("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from) "
+                     "VALUES (?, ?, 'EUR', ?)",
                      [gpu_type, price, datetime.fromisoformat(start)])

@@ -42,7 +42,8 @@ half a millionth."""
 def estate(*prices):
     return SimpleNamespace(
         settings=SimpleNamespace(currency="EUR"),
-        pricing=[SimpleNamespace(gpu_type=g, per_gpu_hour=p, effective_from=f)
+        pricing=[SimpleNamespace(gpu_type=g, per_gpu_hour=p, effective_from=f,
+                                 list_per_gpu_hour=None)
                  for g, p, f in prices])
 
 

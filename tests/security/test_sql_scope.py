@@ -27,7 +27,8 @@ def store(tmp_path):
     s.ensure_schema()
     s.conn.execute("INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
                    " VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, 'role:admin')", [SECRET])
-    s.conn.execute("INSERT INTO prices VALUES ('h100', 2.5, 'EUR', TIMESTAMP '2026-01-01')")
+    s.conn.execute("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from) "
+                   "VALUES ('h100', 2.5, 'EUR', TIMESTAMP '2026-01-01')")
     t0 = ms("2026-03-01T00:00")
     open_intervals(s.conn, [
         row(1, t0, user="alice", group="team-a", group_path="north/ml/team-a"),

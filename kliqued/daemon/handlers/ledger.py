@@ -11,6 +11,11 @@ import time
 from aiohttp import web
 
 from kliqued.ledger import export as ledger_export
+from kliqued.ledger import feed as ledger_feed
+from kliqued.ledger import focus as ledger_focus
+from kliqued.ledger import render as ledger_render
+from kliqued.ledger import statement as ledger_statement
+from kliqued.ledger import writer as ledger_writer
 from kliqued.ledger import sql as ledger_sql
 
 from ..auth import Principal
@@ -76,19 +81,124 @@ async def sql(request: web.Request) -> web.Response:
 
 async def export(request: web.Request) -> web.StreamResponse:
     groups = _scope(request)
-    c = ctx(request)
     fmt = str_param(request, "format", ("csv",)) or "csv"
     start, end = time_param(request, "from"), time_param(request, "to")
     if end < start:
         raise bad_request("`to` is before `from`")
-    loop = asyncio.get_running_loop()
-    cur = c.store.conn.cursor()
+    return await _stream_csv(request, lambda cur: ledger_export.export_csv(
+        cur, start, end, groups=groups), f"ledger.{fmt}")
+
+
+async def focus(request: web.Request) -> web.StreamResponse:
+    """One billing period (a UTC month) as a FOCUS 1.2 dataset, CSV (kliqued.ledger.focus).
+    Usage without a price is refused before any row, naming the GPU types."""
+    groups = _scope(request)
+    raw = str_param(request, "period")
+    if raw is None:
+        raise bad_request("period is required: the month to export, YYYY-MM (2026-11)")
     try:
-        gen = ledger_export.export_csv(cur, start, end, groups=groups)
+        period = ledger_focus.parse_period(raw)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    try:
+        return await _stream_csv(request, lambda cur: ledger_focus.focus_csv(
+            cur, period, groups=groups), f"focus-{period:%Y-%m}.csv")
+    except ledger_focus.NoPrice as exc:
+        raise ApiError(422, "no-price", str(exc), {"gpu_types": exc.gpu_types}) from None
+
+
+STATEMENT_FORMATS = ("json", "csv", "html")
+
+
+async def statement(request: web.Request) -> web.Response:
+    """The chargeback statement of a group's subtree for one month (kliqued.ledger.statement),
+    as JSON, CSV or a printable HTML page. A group admin may ask for a group in their
+    subtrees only."""
+    arrived = time.monotonic()
+    groups = _scope(request)
+    c = ctx(request)
+    group = str_param(request, "group")
+    raw = str_param(request, "period")
+    fmt = str_param(request, "format", STATEMENT_FORMATS) or "json"
+    if not group:
+        raise bad_request("group is required: a team, department or business unit")
+    if raw is None:
+        raise bad_request("period is required: the month, YYYY-MM (2026-11)")
+    try:
+        period = ledger_focus.parse_period(raw)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    index = c.daemon.index
+    estate = index.estate if index is not None else None
+    paths = ledger_writer.group_paths(estate) if estate is not None else {}
+    if groups is not None and group in paths and \
+            not set(paths[group].split("/")) & set(groups):
+        raise forbidden(f"the statement of {group} is outside the groups you administer "
+                        f"({', '.join(groups)})")
+
+    def run(cur):
+        cur.execute("BEGIN TRANSACTION READ ONLY")  # one snapshot for every query of it
+        try:
+            return ledger_statement.build(
+                cur, group, period, paths, estate.settings.currency if estate else "EUR",
+                estate.policies if estate else (), visible=groups).to_json()
+        finally:
+            cur.execute("ROLLBACK")
+    try:
+        body = await c.store.ledger_queries.run(run, arrived + TIMEOUT_S)
+    except ledger_statement.UnknownGroup as exc:
+        raise ApiError(404, "not-found", str(exc)) from None
+    except Busy as exc:
+        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
+                       {"retry_after_s": 2}) from None
+    except Expired:
+        raise ApiError(422, "timeout", "the statement did not finish in time") from None
+    if fmt == "csv":
+        return web.Response(text=ledger_render.statement_csv(body), content_type="text/csv",
+                            charset="utf-8")
+    if fmt == "html":
+        return web.Response(text=ledger_render.statement_html(body), content_type="text/html",
+                            charset="utf-8")
+    return reply(body)
+
+
+async def feed(request: web.Request) -> web.Response:
+    """The billing feed (kliqued.ledger.feed): closed intervals after ``cursor``, in the
+    order they closed."""
+    arrived = time.monotonic()
+    groups = _scope(request)
+    c = ctx(request)
+    try:
+        after = ledger_feed.parse_cursor(request.query.get("cursor"))
+    except ledger_feed.BadCursor as exc:
+        raise bad_request(str(exc)) from None
+    raw = request.query.get("limit", "1000")
+    if not raw.isdigit() or not 1 <= int(raw) <= ledger_feed.MAX_LIMIT:
+        raise bad_request(f"limit must be a whole number from 1 to {ledger_feed.MAX_LIMIT}, "
+                          f"found {raw[:20]!r}")
+    try:
+        body = await c.store.ledger_queries.run(
+            lambda cur: ledger_feed.pull(cur, after, int(raw), groups), arrived + TIMEOUT_S)
+    except Busy as exc:
+        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
+                       {"retry_after_s": 2}) from None
+    except Expired:
+        raise ApiError(422, "timeout", "the feed did not answer in time") from None
+    return reply(body)
+
+
+async def _stream_csv(request: web.Request, make, filename: str) -> web.StreamResponse:
+    """Streams the CSV chunks of ``make(cursor)`` (a generator, run off the event loop on a
+    cursor of its own); an error raised before the first chunk propagates before any byte
+    is sent, so it becomes an ordinary error answer."""
+    loop = asyncio.get_running_loop()
+    cur = ctx(request).store.conn.cursor()
+    try:
+        gen = make(cur)
         first = await loop.run_in_executor(None, next, gen, None)
         resp = web.StreamResponse(headers={
             "Content-Type": "text/csv; charset=utf-8",
-            "Content-Disposition": f'attachment; filename="ledger.{fmt}"'})
+            "Content-Disposition": f'attachment; filename="{filename}"'})
         await resp.prepare(request)
         chunk = first
         while chunk is not None:
@@ -106,4 +216,7 @@ SCOPE = "a user: only an admin of some group, reading their groups' subtrees"
 ROUTES = [
     Route("POST", "/v1/ledger/sql", sql, "ledgerSql", READERS, rule=SCOPE),
     Route("GET", "/v1/ledger/export", export, "ledgerExport", READERS, rule=SCOPE),
+    Route("GET", "/v1/ledger/focus", focus, "ledgerFocus", READERS, rule=SCOPE),
+    Route("GET", "/v1/ledger/statement", statement, "ledgerStatement", READERS, rule=SCOPE),
+    Route("GET", "/v1/ledger/feed", feed, "ledgerFeed", READERS, rule=SCOPE),
 ]

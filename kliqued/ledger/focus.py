@@ -1,0 +1,223 @@
+"""The ledger as a FOCUS 1.2 cost and usage dataset (FinOps Foundation, focus.finops.org).
+
+Finance teams load FOCUS files from every cloud into one tool; this makes Klique's GPU-hours
+one more provider there. One row per **charge**: a ledger interval's piece inside one UTC
+month (``usage_by_month``), since a FOCUS charge period lies within its billing period and
+Klique's billing period is the calendar month. Every column keeps its FOCUS meaning:
+
+- the billing account is the interval's top group (who receives the statement), the
+  sub account its team with the path as id (``north/ml/team-a``); the invoice is the
+  statement of that team for that month (``2026-11/north/ml/team-a``);
+- the charge is ``Usage``, ``Usage-Based``, priced in GPU-hours of its GPU type (the SKU),
+  at the price in effect at the piece's start (the SKU price, ``h100@2026-01-01T00:00:00Z``);
+- the list price is the estate's list price for the type when it declares one (committed
+  cloud capacity bought below list), else the price itself; the contracted price is the
+  price the ledger charges; billed and effective cost are the contracted cost;
+- the resource is the task; user, project, pool, GPU type, policy and profile are tags
+  (``klique/user``...), and ``x_``-prefixed columns carry the interval id, the group's
+  business unit and department.
+
+Times are ``YYYY-MM-DDTHH:MM:SSZ`` (FOCUS's date/time format has no fraction): a charge
+period starts at the piece's start truncated to the second and ends at its end rounded up, so
+it always covers the charge and stays within the month. Quantities and costs are the ledger's
+exact ones (computed from milliseconds), as decimal text.
+
+Columns that FOCUS makes conditional on features Klique does not have are null where FOCUS
+1.0 lists them (commitment discounts, regions: "null when not applicable") and left out
+where 1.1 or 1.2 added them (a second currency: PricingCurrency...; commitment discount
+quantities). PricingCategory is ``Standard``, the 1.1 name of 1.0's ``On-Demand``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import Iterator, Sequence
+
+from . import scope
+
+PROVIDER = "Klique"
+"""ProviderName, PublisherName and InvoiceIssuerName: the platform that sells the GPU-hours
+(inside the company, the IT department that runs Klique)."""
+
+SERVICE = ("Compute", "Other (Compute)", "GPU compute")
+"""ServiceCategory, ServiceSubcategory (its FOCUS 1.2 child), ServiceName."""
+
+UNIT = "GPU-Hours"
+"""ConsumedUnit and PricingUnit (FOCUS's unit format: ``<singular>-<plural time unit>``)."""
+
+_TS = "'%Y-%m-%dT%H:%M:%SZ'"
+
+
+def _ts(expr: str) -> str:
+    return f"strftime({expr}, {_TS})"
+
+
+def _text(expr: str) -> str:
+    return f"CAST({expr} AS VARCHAR)"
+
+
+_ACCOUNT = "string_split(coalesce(u.group_path, u.\"group\"), '/')[1]"
+_SUB = "coalesce(u.group_path, u.\"group\")"
+_START = "date_trunc('second', u.piece_start)"
+_END = ("CASE WHEN u.piece_end = date_trunc('second', u.piece_end) THEN u.piece_end "
+        "ELSE date_trunc('second', u.piece_end) + INTERVAL 1 SECOND END")
+_MONTH = "CAST(u.month AS TIMESTAMP)"
+_LIST_COST = "u.list_cost"
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+COLUMNS: list[tuple[str, str, str]] = [
+    ("BilledCost", "DECIMAL(18,6)", _text("u.cost")),
+    ("BillingAccountId", "VARCHAR", _ACCOUNT),
+    ("BillingAccountName", "VARCHAR", _ACCOUNT),
+    ("BillingAccountType", "VARCHAR", "'Top-level group'"),
+    ("BillingCurrency", "VARCHAR", "u.currency"),
+    ("BillingPeriodEnd", "TIMESTAMP", _ts(f"{_MONTH} + INTERVAL 1 MONTH")),
+    ("BillingPeriodStart", "TIMESTAMP", _ts(_MONTH)),
+    ("CapacityReservationId", "VARCHAR", "NULL"),
+    ("CapacityReservationStatus", "VARCHAR", "NULL"),
+    ("ChargeCategory", "VARCHAR", "'Usage'"),
+    ("ChargeClass", "VARCHAR", "NULL"),
+    ("ChargeDescription", "VARCHAR",
+     "CAST(u.gpus AS VARCHAR) || ' ' || u.gpu_type || ' GPU on ' || u.pool || ' for task ' "
+     "|| u.task || ' (' || u.resource || ')'"),
+    ("ChargeFrequency", "VARCHAR", "'Usage-Based'"),
+    ("ChargePeriodEnd", "TIMESTAMP", _ts(_END)),
+    ("ChargePeriodStart", "TIMESTAMP", _ts(_START)),
+    ("CommitmentDiscountCategory", "VARCHAR", "NULL"),
+    ("CommitmentDiscountId", "VARCHAR", "NULL"),
+    ("CommitmentDiscountName", "VARCHAR", "NULL"),
+    ("CommitmentDiscountStatus", "VARCHAR", "NULL"),
+    ("CommitmentDiscountType", "VARCHAR", "NULL"),
+    ("ConsumedQuantity", "DECIMAL(18,6)", _text("u.gpu_hours")),
+    ("ConsumedUnit", "VARCHAR", _lit(UNIT)),
+    ("ContractedCost", "DECIMAL(18,6)", _text("u.cost")),
+    ("ContractedUnitPrice", "DECIMAL(18,6)", _text("u.per_gpu_hour")),
+    ("EffectiveCost", "DECIMAL(18,6)", _text("u.cost")),
+    ("InvoiceId", "VARCHAR", f"strftime(u.month, '%Y-%m') || '/' || {_SUB}"),
+    ("InvoiceIssuerName", "VARCHAR", _lit(PROVIDER)),
+    ("ListCost", "DECIMAL(18,6)", _text(_LIST_COST)),
+    ("ListUnitPrice", "DECIMAL(18,6)", _text("u.list_per_gpu_hour")),
+    ("PricingCategory", "VARCHAR", "'Standard'"),
+    ("PricingQuantity", "DECIMAL(18,6)", _text("u.gpu_hours")),
+    ("PricingUnit", "VARCHAR", _lit(UNIT)),
+    ("ProviderName", "VARCHAR", _lit(PROVIDER)),
+    ("PublisherName", "VARCHAR", _lit(PROVIDER)),
+    ("RegionId", "VARCHAR", "NULL"),
+    ("RegionName", "VARCHAR", "NULL"),
+    ("ResourceId", "VARCHAR", "u.task"),
+    ("ResourceName", "VARCHAR", "u.task"),
+    ("ResourceType", "VARCHAR", "'GPU task'"),
+    ("ServiceCategory", "VARCHAR", _lit(SERVICE[0])),
+    ("ServiceName", "VARCHAR", _lit(SERVICE[2])),
+    ("ServiceSubcategory", "VARCHAR", _lit(SERVICE[1])),
+    ("SkuId", "VARCHAR", "u.gpu_type"),
+    ("SkuMeter", "VARCHAR", "'GPU Usage'"),
+    ("SkuPriceDetails", "JSON",
+     "CAST(json_object('x_GpuType', u.gpu_type, 'x_EffectiveFrom', "
+     f"{_ts('u.price_from')}) AS VARCHAR)"),
+    ("SkuPriceId", "VARCHAR", f"u.gpu_type || '@' || {_ts('u.price_from')}"),
+    ("SubAccountId", "VARCHAR", _SUB),
+    ("SubAccountName", "VARCHAR", "u.\"group\""),
+    ("SubAccountType", "VARCHAR", "'Team'"),
+    ("Tags", "JSON",
+     "CAST(json_object('klique/user', u.\"user\", 'klique/project', u.project, "
+     "'klique/pool', u.pool, 'klique/gpu_type', u.gpu_type, 'klique/policy', u.policy, "
+     "'klique/profile', u.profile, 'klique/group', u.\"group\") AS VARCHAR)"),
+    ("x_IntervalId", "VARCHAR", "u.interval_id"),
+    ("x_BusinessUnit", "VARCHAR", "u.business_unit"),
+    ("x_Department", "VARCHAR", "u.department"),
+    ("x_Gpus", "DECIMAL(12,3)", _text("u.gpus")),
+    ("x_ChargeMs", "BIGINT", _text("u.ms")),
+]
+"""The FOCUS columns in file order: name, type (the Parquet file's), and the SQL of its value
+(text) over a ``usage_by_month`` row ``u`` with its list price."""
+
+FOCUS_VERSION = "1.2"
+
+_PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+def parse_period(text: str) -> date:
+    """``2026-11`` as the first day of that month; ValueError naming the expected form."""
+    m = _PERIOD.match(text.strip())
+    if not m or not 1 <= int(m.group(2)) <= 12:
+        raise ValueError(f"period {text!r} is not a month: write it as YYYY-MM (2026-11)")
+    return date(int(m.group(1)), int(m.group(2)), 1)
+
+
+def next_month(d: date) -> date:
+    return date(d.year + d.month // 12, d.month % 12 + 1, 1)
+
+
+_ROWS = """
+SELECT u.*, coalesce(lp.list_per_gpu_hour, u.per_gpu_hour) AS list_per_gpu_hour,
+       CASE WHEN lp.list_per_gpu_hour IS NULL THEN u.cost
+            ELSE CAST(round(u.gpu_hours * lp.list_per_gpu_hour, 6) AS DECIMAL(18,6))
+       END AS list_cost
+FROM usage_by_month u
+LEFT JOIN prices lp
+       ON lp.gpu_type = u.gpu_type AND lp.effective_from = u.price_from
+WHERE u.month = CAST(? AS DATE) {scope}"""
+"""The period's month pieces with the list price of the price period they are priced in."""
+
+FOCUS_SQL = f"""
+SELECT {", ".join(expr for _, _, expr in COLUMNS)}
+FROM ({_ROWS}) u
+ORDER BY u.piece_start, u.interval_id"""
+
+UNPRICED_SQL = f"""
+SELECT DISTINCT u.gpu_type FROM ({_ROWS}) u WHERE u.per_gpu_hour IS NULL ORDER BY 1"""
+
+
+class NoPrice(ValueError):
+    """Usage in the period has no price: FOCUS costs may not be null. ``gpu_types`` names
+    the GPU types without one."""
+
+    def __init__(self, period: date, gpu_types: list[str]) -> None:
+        self.gpu_types = gpu_types
+        super().__init__(
+            f"no price for GPU type{'s' if len(gpu_types) > 1 else ''} "
+            f"{', '.join(gpu_types)} in {period:%Y-%m}: add {'them' if len(gpu_types) > 1 else 'it'}"
+            " to estate/pricing.yaml with an effective_from at or before the usage "
+            "(docs/ledger.md)")
+
+
+def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
+              chunk_rows: int = 5000) -> Iterator[str]:
+    """The FOCUS rows of one billing period (a UTC month) as CSV text in chunks, the header
+    first. Raises :class:`NoPrice` before any row when usage in the period has no price.
+    ``groups``: only their subtrees' rows (a group admin's), None for all. One query per
+    call on ``conn`` (a cursor the caller uses for nothing else meanwhile)."""
+    import csv
+    import io
+
+    where = "" if groups is None else "AND " + scope.visible("u", groups)
+    month = period.isoformat()
+    missing = [r[0] for r in conn.execute(UNPRICED_SQL.format(scope=where), [month]).fetchall()]
+    if missing:
+        raise NoPrice(period, missing)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([name for name, _, _ in COLUMNS])
+    result = conn.execute(FOCUS_SQL.format(scope=where), [month])
+    yield buf.getvalue()
+    buf.seek(0)
+    buf.truncate()
+    while True:
+        rows = result.fetchmany(chunk_rows)
+        if not rows:
+            break
+        writer.writerows(rows)
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+
+
+PARQUET_COLUMNS = [(name, "VARCHAR" if typ == "JSON" else typ) for name, typ, _ in COLUMNS]
+"""The Parquet file's column types: FOCUS dates as TIMESTAMP, amounts as DECIMAL, the
+key-value columns as JSON text."""

@@ -1,0 +1,237 @@
+"""Chargeback statements: what one group (a team, a department, a business unit: any level
+of the tree) owes for one billing period (a UTC month), line by line, to the cent.
+
+Why exact fractions: a statement is money sent to another department, and its total must be
+the ledger's, not a sum of rounded rows. Each line is computed from the ledger's exact
+integers (GPU x milliseconds, the price in millionths) as a :class:`~fractions.Fraction`;
+the only rounding is to the cent, once, by the rule of :func:`allocate_cents`:
+
+1. the statement's total is the exact total of its lines rounded half up to the cent;
+2. each line is its exact cost rounded half up to the cent; when those do not add up to the
+   total, the difference (a few cents at most) goes one cent at a time to the lines whose
+   rounding moved them most (the largest remainders, then the earlier line), so the lines as
+   printed always add up to the total as printed.
+
+So a line is never more than one cent from its exact cost, and the total never differs from
+the ledger's exact total by more than half a cent.
+
+The lines are by team, project, user, GPU type and price in force (a price change in the
+month makes two lines); they come from the same month pieces as ``usage_monthly`` (the
+pre-aggregated closed intervals plus the pending and open ones), so a statement of a month of
+ten million intervals reads thousands of rows. A statement of the current month counts open
+intervals up to now: it is provisional until the month ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+from typing import Any, Sequence
+
+from klique_util.units import UNITS_PER_HOUR
+
+from . import scope
+from .focus import next_month
+from .schema import _MONTHLY_PIECES
+
+CENT = Decimal("0.01")
+_HOUR_MS = UNITS_PER_HOUR // 1000
+"""Milliseconds in an hour."""
+
+LINES_SQL = f"""
+WITH m AS ({_MONTHLY_PIECES})
+SELECT m."group", m.group_path, m.project, m."user", m.gpu_type,
+       p.per_gpu_hour, p.currency, p.effective_from,
+       CAST(sum(m.gpu_ms) * 1000 AS HUGEINT) AS gpu_milli_ms,
+       CAST(sum(m.budget_ms) * 1000 AS HUGEINT) AS budget_milli_ms,
+       CAST(sum(m.ms) AS HUGEINT) AS ms
+FROM m
+LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_from
+WHERE m.month = CAST(? AS DATE) AND {{scope}}
+GROUP BY ALL
+ORDER BY m."group", m.project, m."user", m.gpu_type, p.effective_from NULLS FIRST"""
+"""Exact sums per line (GPU-milliseconds in thousandths: integers) from the month pieces."""
+
+
+def round_cent(x: Fraction) -> Decimal:
+    """``x`` rounded half up to the cent (costs are never negative)."""
+    cents = x * 100
+    whole, rest = divmod(cents.numerator, cents.denominator)
+    if 2 * rest >= cents.denominator:
+        whole += 1
+    return Decimal(whole) / 100
+
+
+def allocate_cents(exact: Sequence[Fraction]) -> tuple[list[Decimal], Decimal]:
+    """The lines' costs in cents and the total, by the module's rounding rule: the total is
+    the exact sum rounded half up; the lines are rounded half up and then moved by one cent
+    at a time, largest remainder first, until they add up to the total."""
+    total = round_cent(sum(exact, Fraction(0)))
+    lines = [round_cent(x) for x in exact]
+    diff = int((total - sum(lines, Decimal(0))) / CENT)
+    if diff:
+        # remainder: how far rounding moved each line (positive = rounded down)
+        moved = [Fraction(x) - Fraction(str(r)) for x, r in zip(exact, lines)]
+        order = sorted(range(len(lines)), key=lambda i: (-moved[i] if diff > 0 else moved[i], i))
+        step = CENT if diff > 0 else -CENT
+        for i in order[:abs(diff)]:
+            lines[i] += step
+    return [line.quantize(CENT) for line in lines], total.quantize(CENT)
+
+
+class UnknownGroup(ValueError):
+    """The group is neither in the estate nor on any recorded interval."""
+
+
+@dataclass
+class Line:
+    group: str
+    group_path: str | None
+    project: str | None
+    user: str
+    gpu_type: str
+    per_gpu_hour: Decimal | None
+    price_from: str | None
+    gpu_milli_ms: int
+    budget_milli_ms: int
+    ms: int
+    cost: Decimal = Decimal(0)
+
+    @property
+    def exact_cost(self) -> Fraction:
+        if self.per_gpu_hour is None:
+            return Fraction(0)
+        return Fraction(self.gpu_milli_ms, 1000 * _HOUR_MS) * Fraction(str(self.per_gpu_hour))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "group_path": self.group_path, "project": self.project,
+                "user": self.user, "gpu_type": self.gpu_type,
+                "per_gpu_hour": None if self.per_gpu_hour is None else str(self.per_gpu_hour),
+                "price_from": self.price_from,
+                "gpu_hours": _hours(self.gpu_milli_ms),
+                "budget_hours": _hours(self.budget_milli_ms),
+                "hours": _hours(self.ms * 1000),
+                "cost": str(self.cost)}
+
+
+def _hours(milli_ms: int) -> str:
+    """Thousandths x milliseconds as hours, rounded half up to the millionth (the ledger's
+    precision for hours)."""
+    return str(round_micro(Fraction(milli_ms, 1000 * _HOUR_MS)))
+
+
+def round_micro(x: Fraction) -> Decimal:
+    micro = x * 1_000_000
+    whole, rest = divmod(micro.numerator, micro.denominator)
+    if 2 * rest >= micro.denominator:
+        whole += 1
+    return Decimal(whole) / 1_000_000
+
+
+@dataclass
+class Statement:
+    group: str
+    path: str
+    period: date
+    currency: str
+    lines: list[Line]
+    total: Decimal
+    exact_total: Fraction
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    unpriced: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group, "path": self.path, "period": f"{self.period:%Y-%m}",
+            "period_start": f"{self.period:%Y-%m-%d}T00:00:00Z",
+            "period_end": f"{next_month(self.period):%Y-%m-%d}T00:00:00Z",
+            "currency": self.currency,
+            "lines": [line.to_json() for line in self.lines],
+            "gpu_hours": _hours(sum(x.gpu_milli_ms for x in self.lines)),
+            "budget_hours": _hours(sum(x.budget_milli_ms for x in self.lines)),
+            "total": str(self.total),
+            "exact_total": str(round_micro(self.exact_total)),
+            "budgets": self.budgets, "unpriced_gpu_types": self.unpriced,
+            "rounding": "lines and total to the cent, half up; the lines are adjusted by the "
+                        "largest remainders to add up to the total (docs/ledger.md)",
+        }
+
+
+def group_path_of(conn, group: str, estate_paths: dict[str, str]) -> str:
+    """The path of ``group`` in the estate, or else as the ledger last recorded it (a group
+    since removed still has its history). :class:`UnknownGroup` names the groups there are
+    when it is in neither."""
+    if group in estate_paths:
+        return estate_paths[group]
+    row = conn.execute(
+        "SELECT max(group_path) FROM ledger WHERE list_contains(string_split(group_path, '/'), ?)",
+        [group]).fetchone()
+    if row and row[0]:
+        parts = row[0].split("/")
+        return "/".join(parts[:parts.index(group) + 1])
+    import difflib
+    near = difflib.get_close_matches(group, list(estate_paths), n=3)
+    hint = f" (did you mean {', '.join(near)}?)" if near else ""
+    raise UnknownGroup(f"unknown group {group!r}: it is not in the estate and no usage was "
+                       f"ever recorded for it{hint}")
+
+
+def build(conn, group: str, period: date, estate_paths: dict[str, str],
+          currency: str, policies: Sequence[Any] = (),
+          visible: Sequence[str] | None = None) -> Statement:
+    """The statement of ``group``'s subtree for the month ``period``. ``estate_paths``: each
+    estate group's path (:func:`kliqued.ledger.writer.group_paths`); ``policies``: the
+    estate's compiled policies (for the budgets); ``visible``: the caller's groups when it
+    may read only their subtrees (a group admin), None for everything."""
+    path = group_path_of(conn, group, estate_paths)
+    where = scope.visible("m", [group])
+    if visible is not None:
+        where += " AND " + scope.visible("m", visible)
+    rows = conn.execute(LINES_SQL.format(scope=where), [period.isoformat()]).fetchall()
+    lines = [Line(group=r[0], group_path=r[1] or None, project=r[2] or None, user=r[3],
+                  gpu_type=r[4], per_gpu_hour=r[5],
+                  price_from=None if r[7] is None else f"{r[7]:%Y-%m-%dT%H:%M:%SZ}",
+                  gpu_milli_ms=int(r[8]), budget_milli_ms=int(r[9]), ms=int(r[10]))
+             for r in rows]
+    currencies = {r[6] for r in rows if r[6]}
+    exact = [line.exact_cost for line in lines]
+    costs, total = allocate_cents(exact)
+    for line, cost in zip(lines, costs):
+        line.cost = cost
+    st = Statement(group=group, path=path, period=period,
+                   currency=currencies.pop() if len(currencies) == 1 else currency,
+                   lines=lines, total=total, exact_total=sum(exact, Fraction(0)),
+                   unpriced=sorted({x.gpu_type for x in lines if x.per_gpu_hour is None}))
+    st.budgets = _budgets(conn, period, path, policies, estate_paths, visible)
+    return st
+
+
+def _budgets(conn, period: date, path: str, policies: Sequence[Any],
+             estate_paths: dict[str, str], visible: Sequence[str] | None) -> list[dict]:
+    """Each budget of a policy at or below the group: its hours per period and the budget
+    hours its subtree used in the month (for a monthly budget, the share used)."""
+    prefix = path + "/"
+    out = []
+    for pol in policies:
+        if pol.budget is None:
+            continue
+        gpath = estate_paths.get(pol.group)
+        if gpath is None or not (gpath == path or gpath.startswith(prefix)):
+            continue
+        where = scope.visible("m", [pol.group])
+        if visible is not None:
+            where += " AND " + scope.visible("m", visible)
+        used = conn.execute(
+            f"WITH m AS ({_MONTHLY_PIECES}) SELECT CAST(coalesce(sum(m.budget_ms), 0) * 1000 "
+            f"AS HUGEINT) FROM m WHERE m.month = CAST(? AS DATE) AND {where}",
+            [period.isoformat()]).fetchone()[0]
+        hours = Decimal(pol.budget.hours_milli) / 1000
+        entry = {"policy": pol.name, "group": pol.group, "period": pol.budget.period,
+                 "hours": str(hours), "used_hours": _hours(int(used))}
+        if pol.budget.period == "month" and hours:
+            entry["used_pct"] = str((Decimal(_hours(int(used))) * 100 / hours)
+                                    .quantize(Decimal("0.1"), ROUND_HALF_UP))
+        out.append(entry)
+    return out

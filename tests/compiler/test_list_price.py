@@ -1,0 +1,39 @@
+"""A contracted price below the list price (issue 17, item 3): ``list_per_gpu_hour`` beside
+``per_gpu_hour`` in pricing.yaml, compiled, and copied to the ledger's prices."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import duckdb
+
+from kliqued.ledger import ensure_schema, replace_prices
+
+from .helpers import MINIMAL, codes, compile_text
+
+PRICE = '{gpu_type: h100, per_gpu_hour: 2.5, effective_from: "2026-01-01T00:00:00Z"}'
+
+
+def test_a_list_price_compiles_and_reaches_the_ledger() -> None:
+    res = compile_text(MINIMAL.replace(PRICE, PRICE[:-1] + ", list_per_gpu_hour: 3.40}"))
+    assert res.ok, res.diagnostics
+    assert res.estate.pricing[0].list_per_gpu_hour == "3.4"
+    conn = duckdb.connect()
+    ensure_schema(conn)
+    replace_prices(conn, res.estate)
+    assert conn.execute("SELECT per_gpu_hour, list_per_gpu_hour FROM prices").fetchall() == [
+        (Decimal("2.5"), Decimal("3.4"))]
+
+
+def test_without_a_list_price_the_revision_is_unchanged() -> None:
+    plain = compile_text(MINIMAL).estate
+    assert plain.pricing[0].list_per_gpu_hour is None
+    assert "list_per_gpu_hour" not in plain.canonical_json()
+
+
+def test_a_list_price_below_the_price_is_an_error_at_its_place() -> None:
+    res = compile_text(MINIMAL.replace(PRICE, PRICE[:-1] + ", list_per_gpu_hour: 2.0}"))
+    assert codes(res) == ["list-below-price"]
+    d = res.diagnostics[0]
+    assert d.pos.line == MINIMAL.splitlines().index("pricing:") + 2 and d.pos.col > 60
+    assert "list_per_gpu_hour 2.0 is below per_gpu_hour 2.5" in d.message
