@@ -122,12 +122,16 @@ def _hours(milli_ms: int) -> str:
     return str(round_micro(Fraction(milli_ms, 1000 * _HOUR_MS)))
 
 
+MICRO = Decimal("0.000001")
+
+
 def round_micro(x: Fraction) -> Decimal:
+    """``x`` rounded half up to the millionth, with six decimals (as the ledger shows)."""
     micro = x * 1_000_000
     whole, rest = divmod(micro.numerator, micro.denominator)
     if 2 * rest >= micro.denominator:
         whole += 1
-    return Decimal(whole) / 1_000_000
+    return (Decimal(whole) / 1_000_000).quantize(MICRO)
 
 
 @dataclass
