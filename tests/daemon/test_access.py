@@ -105,6 +105,12 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "stop-session": ("stopSession", "/v1/sessions/{task}/stop", None, 404, {}),
     "link-session": ("linkSession", "/v1/sessions/{task}/link", None, 404, {}),
     "session-tunnel": ("sessionTunnel", "/v1/sessions/{task}/tunnel", None, 400, {}),
+    "ledger-focus": ("ledgerFocus", "/v1/ledger/focus?period=2026-01", None, 200,
+                     NO_GROUP_ADMIN),
+    "ledger-feed": ("ledgerFeed", "/v1/ledger/feed", None, 200, NO_GROUP_ADMIN),
+    # team-a's statement: its admin and the department's; erin administers nothing
+    "ledger-statement": ("ledgerStatement", "/v1/ledger/statement?group=team-a&period=2026-01",
+                         None, 200, NO_GROUP_ADMIN),
 }
 
 DECLARED: dict[str, Route] = {r.operation_id: r for r in ROUTES}
