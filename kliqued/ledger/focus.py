@@ -180,11 +180,11 @@ class NoPrice(ValueError):
 
     def __init__(self, period: date, gpu_types: list[str]) -> None:
         self.gpu_types = gpu_types
+        many = len(gpu_types) > 1
         super().__init__(
-            f"no price for GPU type{'s' if len(gpu_types) > 1 else ''} "
-            f"{', '.join(gpu_types)} in {period:%Y-%m}: add {'them' if len(gpu_types) > 1 else 'it'}"
-            " to estate/pricing.yaml with an effective_from at or before the usage "
-            "(docs/ledger.md)")
+            f"no price for GPU type{'s' if many else ''} {', '.join(gpu_types)} in "
+            f"{period:%Y-%m}: add {'them' if many else 'it'} to estate/pricing.yaml with an "
+            "effective_from at or before the usage (docs/ledger.md)")
 
 
 def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
