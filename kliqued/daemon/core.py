@@ -23,6 +23,7 @@ from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placem
                             Preemption, Reason, State, SubmissionError,
                             check_submission, no_worker_text, waiting_reason,
                             waiting_reasons)
+from kliqued.ledger import capacity as ledger_capacity
 from kliqued.ledger import writer as ledger
 
 
@@ -714,7 +715,8 @@ class Daemon:
         if commit is not None:
             data["commit"] = commit
         ev = Event("estate_applied", None, actor, compiled.revision, None, None, data)
-        ops: list[DbOp] = [partial(ledger.replace_prices, estate=compiled)]
+        ops: list[DbOp] = [partial(ledger.replace_prices, estate=compiled),
+                           partial(ledger_capacity.record_estate, estate=compiled, at_ms=now)]
 
         def apply() -> str:
             # What the ``estate_applied`` reducer does, minus reading the estate back from

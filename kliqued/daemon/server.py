@@ -18,6 +18,7 @@ import os
 import signal
 import ssl
 import sys
+import time
 from dataclasses import dataclass
 
 import duckdb
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from compiler.compiled import CompiledEstate
 from klique_util.filemodes import private_dir, private_umask, tighten
+from kliqued.ledger import capacity as ledger_capacity
 from kliqued.ledger import writer as ledger
 
 from .app import Context, make_app
@@ -264,10 +266,13 @@ def _clock_offset() -> int:
 def _fill_group_paths(conn: duckdb.DuckDBPyConnection, compiled: CompiledEstate) -> int:
     """At start: the ledger rows from before it recorded group paths get the paths of the
     estate in force (``writer.fill_group_paths``), and the monthly aggregate rebuilt from
-    them, or neither; returns how many rows."""
+    them, or neither; returns how many rows. A database from before the ledger recorded
+    capacity gets the running revision's from now on (``capacity.record_estate``: a no-op
+    when it has it)."""
     conn.execute("BEGIN")
     try:
         filled = ledger.fill_group_paths(conn, ledger.group_paths(compiled))
+        ledger_capacity.record_estate(conn, compiled, int(time.time() * 1000))
     except BaseException:
         conn.execute("ROLLBACK")
         raise

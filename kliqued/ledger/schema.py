@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from klique_util.units import UNITS_PER_HOUR
 
+from .capacity import TABLES as CAPACITY_TABLES
+
 LEDGER_COLUMNS = [
     ("interval_id", "VARCHAR"), ("task", "VARCHAR"), ("user", "VARCHAR"),
     ("project", "VARCHAR"), ("group", "VARCHAR"), ("policy", "VARCHAR"),
@@ -410,6 +412,151 @@ GROUP BY ALL""",
 }
 
 
+# --- capacity, idle and the CIO's views (kliqued.ledger.capacity) ---------------------------
+
+_SNAPSHOTS = f"""
+SELECT effective_from,
+       coalesce(lead(effective_from) OVER (ORDER BY effective_from), {FAR_FUTURE}) AS effective_to
+FROM (SELECT DISTINCT effective_from FROM capacity)"""
+"""Each applied revision's time and the next one's: the estate's history as ranges."""
+
+
+def _month_split(source: str, start: str, end: str) -> str:
+    """The rows of ``source`` (alias ``x``) cut at UTC month starts: ``month_start``,
+    ``piece_start``, ``piece_end`` for [``start``, ``end``), empty ranges dropped."""
+    return f"""
+    SELECT x.*, m.month_start, greatest({start}, m.month_start) AS piece_start,
+           least({end}, m.month_start + INTERVAL 1 MONTH) AS piece_end
+    FROM {source} x, LATERAL (
+        SELECT unnest(generate_series(date_trunc('month', {start}),
+                                      greatest({start}, {end} - INTERVAL 1 MICROSECOND),
+                                      INTERVAL 1 MONTH)) AS month_start) m
+    WHERE {end} > {start}"""
+
+
+CAPACITY_VIEWS = {
+    # each pool's declared capacity with the time range of the revision that declared it
+    "capacity_periods": f"""
+SELECT c.effective_from, s.effective_to, c.revision, c.pool, c.kind, c.gpu_type, c.gpus
+FROM capacity c JOIN ({_SNAPSHOTS}) s ON s.effective_from = c.effective_from""",
+
+    # capacity-hours per month and pool, until now, priced like usage (the price in force at
+    # each piece's start)
+    "capacity_by_month": f"""
+SELECT CAST(p.month_start AS DATE) AS month, p.pool, p.kind, p.gpu_type, p.gpus, p.revision,
+       p.piece_start, p.piece_end, p.ms, {_amount_hours("p.ms", "p.gpus")} AS gpu_hours,
+       pp.per_gpu_hour, pp.currency, {_cost("p.ms", "p.gpus", "pp.per_gpu_hour")} AS cost
+FROM (SELECT q.*, {_MS.format(a="q.piece_start", b="q.piece_end")} AS ms
+      FROM ({_month_split("(SELECT *, least(effective_to, " + NOW + ") AS until_at "
+                          "FROM capacity_periods)", "x.effective_from", "x.until_at")}) q) p
+LEFT JOIN price_periods pp
+       ON p.gpu_type = pp.gpu_type
+      AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to""",
+
+    # the reserved GPUs each policy did not use, per month: at every moment max(0, reserved
+    # - in use by the policy), integrated over time (a sweep over the policy's interval starts
+    # and ends), priced at the reservation's GPU type
+    "reserved_idle": f"""
+WITH rp AS (
+    SELECT r.*, least(s.effective_to, {NOW}) AS until_at
+    FROM reservations r JOIN ({_SNAPSHOTS}) s ON s.effective_from = r.effective_from
+    WHERE r.effective_from < {NOW}),
+ev AS (
+    SELECT l.policy, l.start_at AS t, l.gpus AS d FROM ledger l
+    WHERE l.policy IN (SELECT policy FROM rp)
+    UNION ALL
+    SELECT l.policy, {_UNTIL}, -l.gpus FROM ledger l WHERE l.policy IN (SELECT policy FROM rp)
+    UNION ALL SELECT policy, effective_from, 0 FROM rp
+    UNION ALL SELECT policy, until_at, 0 FROM rp
+    UNION ALL
+    SELECT policy, unnest(generate_series(date_trunc('month', effective_from)
+                                          + INTERVAL 1 MONTH, until_at, INTERVAL 1 MONTH)), 0
+    FROM rp),
+bp AS (SELECT policy, t, sum(d) AS d FROM ev GROUP BY ALL),
+seg AS (
+    SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
+           sum(d) OVER (PARTITION BY policy ORDER BY t
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS in_use
+    FROM bp),
+idle AS (
+    SELECT r.policy, r."group", r.group_path, r.gpu_type, r.gpus AS reserved,
+           date_trunc('month', s.seg_start) AS month_start, s.seg_start,
+           {_MS.format(a="s.seg_start", b="s.seg_end")} AS ms,
+           greatest(r.gpus - s.in_use, 0) AS idle_gpus
+    FROM seg s JOIN rp r ON r.policy = s.policy
+     AND s.seg_start >= r.effective_from AND s.seg_start < r.until_at
+    WHERE s.seg_end > s.seg_start),
+m AS (
+    SELECT i.*, CAST(i.ms * i.idle_gpus AS DECIMAL(38,3)) AS gpu_ms, pp.per_gpu_hour,
+           pp.currency
+    FROM idle i LEFT JOIN price_periods pp
+      ON i.gpu_type = pp.gpu_type
+     AND i.seg_start >= pp.effective_from AND i.seg_start < pp.effective_to)
+SELECT CAST(m.month_start AS DATE) AS month, m.policy, m."group", m.group_path,
+       {_levels("m")}, m.gpu_type, max(m.reserved) AS reserved,
+       {_dec(_round_div("CAST(sum(m.ms * m.reserved) * 1000 AS HUGEINT)",
+                        _UNITS_PER_MICRO_HOUR), _SUM)} AS reserved_hours,
+       {_dec(_round_div("CAST(sum(m.gpu_ms) * 1000 AS HUGEINT)", _UNITS_PER_MICRO_HOUR),
+             _SUM)} AS idle_hours,
+       any_value(m.currency) AS currency,
+       {_dec(_round_div("sum(CAST(m.gpu_ms * 1000 AS HUGEINT) * CAST(m.per_gpu_hour * 1000000 "
+                        "AS HUGEINT))", UNITS_PER_HOUR), _SUM)} AS idle_cost
+FROM m
+GROUP BY ALL""",
+
+    # the CIO's use of the estate: per month and pool, capacity, use and idle, hours and cost
+    "estate_use": """
+WITH c AS (SELECT month, pool, any_value(kind) AS kind, any_value(gpu_type) AS gpu_type,
+                  sum(gpu_hours) AS capacity_hours, sum(cost) AS capacity_cost,
+                  any_value(currency) AS currency
+           FROM capacity_by_month GROUP BY ALL),
+u AS (SELECT month, pool, any_value(gpu_type) AS gpu_type, sum(gpu_hours) AS gpu_hours,
+             sum(cost) AS cost, any_value(currency) AS currency
+      FROM usage_monthly GROUP BY ALL)
+SELECT coalesce(c.month, u.month) AS month, coalesce(c.pool, u.pool) AS pool, c.kind,
+       coalesce(c.gpu_type, u.gpu_type) AS gpu_type, c.capacity_hours,
+       coalesce(u.gpu_hours, 0) AS gpu_hours,
+       c.capacity_hours - coalesce(u.gpu_hours, 0) AS idle_hours,
+       CAST(round(100 * coalesce(u.gpu_hours, 0) / nullif(c.capacity_hours, 0), 1)
+            AS DECIMAL(9,1)) AS used_pct,
+       coalesce(c.currency, u.currency) AS currency, c.capacity_cost,
+       coalesce(u.cost, 0) AS cost, c.capacity_cost - coalesce(u.cost, 0) AS idle_cost
+FROM c FULL OUTER JOIN u ON c.month = u.month AND c.pool = u.pool""",
+
+    # who pays for idle capacity, per month: the reserving groups for the reserved GPUs
+    # nobody used, overhead for the rest; reserved idle + used + unreserved idle = capacity
+    "idle_cost": """
+WITH e AS (SELECT month, any_value(currency) AS currency, sum(capacity_cost) AS capacity_cost,
+                  sum(cost) AS used_cost, sum(capacity_hours) AS capacity_hours,
+                  sum(gpu_hours) AS used_hours
+           FROM estate_use WHERE capacity_hours IS NOT NULL GROUP BY ALL),
+r AS (SELECT month, sum(idle_hours) AS reserved_idle_hours, sum(idle_cost) AS reserved_idle_cost
+      FROM reserved_idle GROUP BY ALL)
+SELECT e.month, e.currency, e.capacity_hours, e.used_hours,
+       coalesce(r.reserved_idle_hours, 0) AS reserved_idle_hours,
+       e.capacity_hours - e.used_hours - coalesce(r.reserved_idle_hours, 0)
+           AS unreserved_idle_hours,
+       e.capacity_cost, e.used_cost, coalesce(r.reserved_idle_cost, 0) AS reserved_idle_cost,
+       e.capacity_cost - e.used_cost - coalesce(r.reserved_idle_cost, 0)
+           AS unreserved_idle_cost
+FROM e LEFT JOIN r ON r.month = e.month""",
+
+    # cloud capacity and spend in use now: per pool, declared capacity, GPUs held, cost/hour
+    "in_use_now": f"""
+WITH cap AS (SELECT pool, kind, gpu_type, gpus FROM capacity_periods
+             WHERE effective_from <= {NOW} AND effective_to > {NOW}),
+u AS (SELECT pool, any_value(gpu_type) AS gpu_type, count(*) AS tasks, sum(gpus) AS gpus,
+             sum(gpus * per_gpu_hour) AS cost_per_hour, any_value(currency) AS currency
+      FROM usage_priced WHERE end_at IS NULL GROUP BY pool)
+SELECT coalesce(cap.pool, u.pool) AS pool, cap.kind, coalesce(cap.gpu_type, u.gpu_type)
+           AS gpu_type, cap.gpus AS capacity, coalesce(u.gpus, 0) AS gpus_in_use,
+       coalesce(u.tasks, 0) AS tasks, coalesce(u.cost_per_hour, 0) AS cost_per_hour,
+       u.currency
+FROM cap FULL OUTER JOIN u ON cap.pool = u.pool""",
+}
+VIEWS.update(CAPACITY_VIEWS)
+
+
 def _columns(conn, table: str) -> list[str] | None:
     """The columns of ``table`` in this database's current schema, or None when it does not
     exist."""
@@ -449,7 +596,8 @@ GROUP BY ALL"""
 
 VIEW_ORDER = ("price_periods", "usage", "usage_priced", "usage_by_month", "usage_monthly",
               "usage_by_level", "usage_by_business_unit", "usage_by_department",
-              "cloud_node_usage", "cloud_spend_monthly")
+              "cloud_node_usage", "cloud_spend_monthly", "capacity_periods",
+              "capacity_by_month", "reserved_idle", "estate_use", "idle_cost", "in_use_now")
 """The views in an order where each reads only tables and views before it."""
 
 
@@ -464,6 +612,7 @@ def ensure_schema(conn) -> None:
     conn.execute("PRAGMA disable_progress_bar")
     conn.execute(TABLES)
     conn.execute(CLOUD_TABLE)
+    conn.execute(CAPACITY_TABLES)
     conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS group_path VARCHAR")
     conn.execute("ALTER TABLE prices ADD COLUMN IF NOT EXISTS list_per_gpu_hour DECIMAL(18,6)")
     pending = _columns(conn, "ledger_monthly_pending")

@@ -20,15 +20,16 @@ from typing import Sequence
 
 from .schema import VIEW_ORDER, VIEWS
 
-FILTERED = ("ledger", "ledger_monthly", "ledger_monthly_pending")
+FILTERED = ("ledger", "ledger_monthly", "ledger_monthly_pending", "reservations")
 """The tables that hold group rows: each is replaced by its visible rows."""
 
 HIDDEN = ("cloud_nodes",)
 """Tables of no group (the pools' cloud nodes): empty for a group admin."""
 
-COVERED = frozenset({*FILTERED, *HIDDEN, "prices", *VIEW_ORDER})
+COVERED = frozenset({*FILTERED, *HIDDEN, "prices", "capacity", *VIEW_ORDER})
 """Every relation a scoped query reads: the filtered tables, the hidden ones (empty), the
-prices (the same for everyone), and the views rebuilt on them."""
+prices and the pools' capacity (the same for everyone: the estate's), and the views rebuilt
+on them."""
 
 
 def _literal(text: str) -> str:

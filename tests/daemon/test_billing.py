@@ -184,3 +184,20 @@ def test_the_cli_writes_focus_parquet_statements_and_partitions(org, tmp_path):
         f"SELECT month, count(*) FROM read_parquet('{parts}/*/*.parquet', "
         "hive_partitioning = true) GROUP BY 1").fetchall()
     assert got == [(month, n)]
+
+
+def test_capacity_is_recorded_and_the_cio_views_answer(org):
+    s, t = org
+    sql = lambda q, who="finance": s.ok("POST", "/v1/ledger/sql", {"sql": q},  # noqa: E731
+                                        token=t[who])["rows"]
+    assert sql("SELECT pool, kind, capacity FROM in_use_now") == [["pool-1", "kubernetes",
+                                                                   "8.000"]]
+    assert sql("SELECT DISTINCT pool, gpus FROM capacity") == [["pool-1", "8.000"]]
+    month = sql("SELECT month, capacity_hours IS NOT NULL, gpu_hours > 0 FROM estate_use "
+                "WHERE month = date_trunc('month', current_date)")
+    assert month and month[0][1:] == [True, True]
+    assert {r[0] for r in sql("SELECT policy FROM reserved_idle")} == {"team-a", "team-b",
+                                                                       "team-c"}
+    # a team's admin sees their own reservation only
+    assert {r[0] for r in sql("SELECT policy FROM reserved_idle", "carl")} == {"team-c"}
+    assert sql("SELECT count(*) FROM idle_cost", "carl")[0][0] >= 1
