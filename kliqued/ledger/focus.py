@@ -162,13 +162,27 @@ SELECT u.*, coalesce(lp.list_per_gpu_hour, u.per_gpu_hour) AS list_per_gpu_hour,
 FROM usage_by_month u
 LEFT JOIN prices lp
        ON lp.gpu_type = u.gpu_type AND lp.effective_from = u.price_from
-WHERE u.month = CAST(? AS DATE) {scope}"""
+WHERE u.month = {month} {scope}"""
 """The period's month pieces with the list price of the price period they are priced in."""
 
+def _csv_field(expr: str, typ: str) -> str:
+    """SQL for one CSV field of ``expr``: '' for NULL; a JSON object quoted (it always holds
+    quotes and commas). Every other text is a name Klique validated (groups, pools, GPU
+    types, projects and policies are estate names, users identities, tasks and intervals
+    ids: no comma, quote or line break), a number or a time, so it needs no quoting; a
+    regular expression per field would cost a tenth of the export's time."""
+    if typ == "JSON":
+        return f"coalesce('\"' || replace(({expr}), '\"', '\"\"') || '\"', '')"
+    return f"coalesce(({expr}), '')"
+
+
 FOCUS_SQL = f"""
-SELECT {", ".join(expr for _, _, expr in COLUMNS)}
+SELECT {" || ',' || ".join(_csv_field(expr, typ) for _, typ, expr in COLUMNS)}
 FROM ({_ROWS}) u
 ORDER BY u.piece_start, u.interval_id"""
+"""One CSV line per charge, made by DuckDB: a month of a ten-million-interval ledger is
+about a million charges of sixty columns, and one text value per row crosses into Python
+instead of sixty."""
 
 UNPRICED_SQL = f"""
 SELECT DISTINCT u.gpu_type FROM ({_ROWS}) u WHERE u.per_gpu_hour IS NULL ORDER BY 1"""
@@ -193,29 +207,21 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
     first. Raises :class:`NoPrice` before any row when usage in the period has no price.
     ``groups``: only their subtrees' rows (a group admin's), None for all. One query per
     call on ``conn`` (a cursor the caller uses for nothing else meanwhile)."""
-    import csv
-    import io
-
     where = "" if groups is None else "AND " + scope.visible("u", groups)
-    month = period.isoformat()
-    missing = [r[0] for r in conn.execute(UNPRICED_SQL.format(scope=where), [month]).fetchall()]
+    # the month as a literal, not a parameter: DuckDB then prunes the month pieces before
+    # pricing them (twice as fast); it is a date object's ISO text, nothing else
+    month = f"DATE '{date(period.year, period.month, 1).isoformat()}'"
+    missing = [r[0] for r in conn.execute(UNPRICED_SQL.format(scope=where, month=month))
+               .fetchall()]
     if missing:
         raise NoPrice(period, missing)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([name for name, _, _ in COLUMNS])
-    result = conn.execute(FOCUS_SQL.format(scope=where), [month])
-    yield buf.getvalue()
-    buf.seek(0)
-    buf.truncate()
+    result = conn.execute(FOCUS_SQL.format(scope=where, month=month))
+    yield ",".join(name for name, _, _ in COLUMNS) + "\n"
     while True:
         rows = result.fetchmany(chunk_rows)
         if not rows:
             break
-        writer.writerows(rows)
-        yield buf.getvalue()
-        buf.seek(0)
-        buf.truncate()
+        yield "".join(r[0] + "\n" for r in rows)
 
 
 PARQUET_COLUMNS = [(name, "VARCHAR" if typ == "JSON" else typ) for name, typ, _ in COLUMNS]

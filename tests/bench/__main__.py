@@ -9,8 +9,8 @@ import os
 import platform
 import sys
 
-MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_daemon", "bench_slurm",
-           "bench_workers", "bench_whatif", "bench_web"]
+MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_finance", "bench_daemon",
+           "bench_slurm", "bench_workers", "bench_whatif", "bench_web"]
 
 
 def machine() -> str:
