@@ -114,7 +114,9 @@ def build(sources: SourceMap) -> c.CompiledEstate:
                              low_watermark_s=settings.low_watermark,
                              start_timeout_s=settings.start_timeout,
                              currency=settings.currency,
-                             alerts=_alerts(settings.alerts)),
+                             alerts=_alerts(settings.alerts),
+                             attribution=None if settings.attribution is None else
+                             c.CAttribution(**settings.attribution.model_dump())),
         pools=sorted(cpools, key=lambda x: x.name),
         profiles=sorted(cprofiles, key=lambda x: x.name),
         policies=sorted(cpolicies, key=lambda x: x.name),

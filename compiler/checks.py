@@ -130,6 +130,14 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
         d.code in ("unknown-reference", "profile-pools", "profile-no-pool") for d in diags)
     if not cascading:
         diags += _check_reservations(org, policies, connected, resolved, pools)
+    attribution = sources.settings.model.attribution if sources.settings is not None else None
+    if attribution is not None and sources.settings is not None \
+            and attribution.overhead_account in groups:
+        diags.append(error(
+            "invalid-value", f"settings: attribution.overhead_account "
+            f"'{attribution.overhead_account}' is a group: idle capacity would be reported "
+            "as that group's", sources.settings.pos("attribution", "overhead_account"),
+            "name an account that is no group, e.g. it-overhead"))
     if sources.settings is not None and sources.settings.model.pass_interval <= 0:
         diags.append(error("invalid-value", "settings: pass_interval must be above 0",
                            sources.settings.pos("pass_interval"), "the default is 1s"))

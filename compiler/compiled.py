@@ -24,6 +24,11 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class CAttribution(_Frozen):
+    reserved_idle: Literal["group", "overhead"] = "overhead"
+    overhead_account: str = "overhead"
+
+
 class CSettings(_Frozen):
     pass_interval_s: int
     low_watermark_s: int
@@ -33,6 +38,9 @@ class CSettings(_Frozen):
     alerts: "CAlerts | None" = None
     """Alert channels and recipients; left out of the canonical JSON when absent, so an
     estate without them keeps its revision."""
+    attribution: CAttribution | None = None
+    """Who pays for idle capacity (the ledger's statements); left out of the canonical JSON
+    when absent, like ``alerts``."""
 
 
 class CAlertChannel(_Frozen):
@@ -215,8 +223,9 @@ class CompiledEstate(_Frozen):
     def canonical_json(self) -> str:
         """The byte-stable text: sorted keys, two-space indent, a final newline."""
         body = self.model_dump(mode="json")
-        if body["settings"].get("alerts") is None:
-            body["settings"].pop("alerts", None)
+        for key in ("alerts", "attribution"):
+            if body["settings"].get(key) is None:
+                body["settings"].pop(key, None)
         # Left out at their defaults, so an estate that does not use them keeps its revision.
         for pool in body["pools"]:
             if not pool.get("nodes"):

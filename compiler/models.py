@@ -172,6 +172,14 @@ class Alerts(_Model):
         "long since its submission (once per task); absent: no waiting alerts")
 
 
+class Attribution(_Model):
+    reserved_idle: Literal["group", "overhead"] = Field(
+        "overhead", description="who pays for reserved GPUs nobody used: the reserving "
+        "group (a line on its statement) or the overhead account")
+    overhead_account: Name = Field(
+        "overhead", description="the name idle capacity is charged to in reports")
+
+
 class Settings(_Model):
     pass_interval: Duration = Field("1s", validate_default=True,
                                     description="how often the engine runs a pass")
@@ -192,6 +200,8 @@ class Settings(_Model):
                     "front of its queue; 0 = never (extension)")
     alerts: Alerts | None = Field(
         None, description="alert channels and their recipients (extension; docs/alerts.md)")
+    attribution: Attribution | None = Field(
+        None, description="who pays for idle capacity (extension; docs/ledger.md)")
 
 
 Amount = Annotated[

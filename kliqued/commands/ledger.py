@@ -280,7 +280,8 @@ def run_statement(args: argparse.Namespace) -> int:
 def render_statement(st: dict) -> str:
     """A statement as a terminal table: the lines, then the total and the budgets."""
     rows = [[x["group"], x["project"] or "(none)", x["user"], x["gpu_type"],
-             x["per_gpu_hour"] or "no price", x["gpu_hours"], x["cost"]] for x in st["lines"]]
+             x["per_gpu_hour"] or ("" if x.get("kind") == "reserved_idle" else "no price"),
+             x["gpu_hours"], x["cost"]] for x in st["lines"]]
     rows.append(["total", "", "", "", "", st["gpu_hours"], st["total"]])
     out = [f"statement {st['path']}  {st['period']}  ({st['period_start']} to "
            f"{st['period_end']})  {st['currency']}",

@@ -17,6 +17,7 @@ _ENV = Environment(loader=PackageLoader("kliqued.ledger", "templates"),
 
 CSV_COLUMNS = ("group", "project", "user", "gpu_type", "per_gpu_hour", "price_from",
                "gpu_hours", "budget_hours", "cost")
+"""A line's columns after ``kind`` (``line`` for usage, ``reserved_idle``, ``total``)."""
 
 
 def statement_csv(st: dict[str, Any]) -> str:
@@ -27,7 +28,8 @@ def statement_csv(st: dict[str, Any]) -> str:
     w.writerow(["period", "statement_group", "currency", "kind", *CSV_COLUMNS])
     head = [st["period"], st["path"], st["currency"]]
     for line in st["lines"]:
-        w.writerow([*head, "line", *("" if line[c] is None else line[c] for c in CSV_COLUMNS)])
+        kind = "line" if line.get("kind", "usage") == "usage" else line["kind"]
+        w.writerow([*head, kind, *("" if line[c] is None else line[c] for c in CSV_COLUMNS)])
     w.writerow([*head, "total", "", "", "", "", "", "", st["gpu_hours"], st["budget_hours"],
                 st["total"]])
     return buf.getvalue()

@@ -98,6 +98,8 @@ class Line:
     budget_milli_ms: int
     ms: int
     cost: Decimal = Decimal(0)
+    kind: str = "usage"
+    """``usage``, or ``reserved_idle``: the policy's reserved GPUs nobody used."""
 
     @property
     def exact_cost(self) -> Fraction:
@@ -106,7 +108,8 @@ class Line:
         return Fraction(self.gpu_milli_ms, 1000 * _HOUR_MS) * Fraction(str(self.per_gpu_hour))
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "group_path": self.group_path, "project": self.project,
+        return {"kind": self.kind, "group": self.group, "group_path": self.group_path,
+                "project": self.project,
                 "user": self.user, "gpu_type": self.gpu_type,
                 "per_gpu_hour": None if self.per_gpu_hour is None else str(self.per_gpu_hour),
                 "price_from": self.price_from,
@@ -182,13 +185,26 @@ def group_path_of(conn, group: str, estate_paths: dict[str, str]) -> str:
                        f"ever recorded for it{hint}")
 
 
+RESERVED_IDLE = "(reserved, not used)"
+"""The project column of a statement line that bills a policy's reserved GPUs nobody used
+(``settings.attribution.reserved_idle: group``)."""
+
+_IDLE_SQL = """
+SELECT "group", group_path, policy, gpu_type, idle_hours, idle_cost, currency
+FROM reserved_idle WHERE month = CAST(? AS DATE) AND {scope} AND idle_hours > 0
+ORDER BY "group", policy"""
+
+
 def build(conn, group: str, period: date, estate_paths: dict[str, str],
           currency: str, policies: Sequence[Any] = (),
-          visible: Sequence[str] | None = None) -> Statement:
+          visible: Sequence[str] | None = None,
+          reserved_idle: bool = False) -> Statement:
     """The statement of ``group``'s subtree for the month ``period``. ``estate_paths``: each
     estate group's path (:func:`kliqued.ledger.writer.group_paths`); ``policies``: the
     estate's compiled policies (for the budgets); ``visible``: the caller's groups when it
-    may read only their subtrees (a group admin), None for everything."""
+    may read only their subtrees (a group admin), None for everything; ``reserved_idle``:
+    bill each policy's reserved GPUs nobody used to it, one line per policy (the ledger's
+    ``reserved_idle``: its GPU-hours and cost, exact to the millionth)."""
     path = group_path_of(conn, group, estate_paths)
     where = scope.visible("m", [group])
     if visible is not None:
@@ -201,13 +217,27 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
              for r in rows]
     currencies = {r[6] for r in rows if r[6]}
     exact = [line.exact_cost for line in lines]
+    if reserved_idle:
+        where = scope.visible("r", [group]).replace("r.group_path", "group_path")
+        if visible is not None:
+            where += " AND " + scope.visible("r", visible).replace("r.group_path", "group_path")
+        for r in conn.execute(_IDLE_SQL.format(scope=where), [period.isoformat()]).fetchall():
+            idle_hours, idle_cost = Fraction(str(r[4])), Fraction(str(r[5] or 0))
+            lines.append(Line(group=r[0], group_path=r[1], project=RESERVED_IDLE, user="",
+                              gpu_type=r[3] or "", per_gpu_hour=None, price_from=None,
+                              gpu_milli_ms=int(idle_hours * 1000 * _HOUR_MS), budget_milli_ms=0,
+                              ms=0, kind="reserved_idle"))
+            exact.append(idle_cost)
+            if r[6]:
+                currencies.add(r[6])
     costs, total = allocate_cents(exact)
     for line, cost in zip(lines, costs):
         line.cost = cost
     st = Statement(group=group, path=path, period=period,
                    currency=currencies.pop() if len(currencies) == 1 else currency,
                    lines=lines, total=total, exact_total=sum(exact, Fraction(0)),
-                   unpriced=sorted({x.gpu_type for x in lines if x.per_gpu_hour is None}))
+                   unpriced=sorted({x.gpu_type for x in lines
+                                    if x.per_gpu_hour is None and x.kind == "usage"}))
     st.budgets = _budgets(conn, period, path, policies, estate_paths, visible)
     return st
 

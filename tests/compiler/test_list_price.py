@@ -37,3 +37,23 @@ def test_a_list_price_below_the_price_is_an_error_at_its_place() -> None:
     d = res.diagnostics[0]
     assert d.pos.line == MINIMAL.splitlines().index("pricing:") + 2 and d.pos.col > 60
     assert "list_per_gpu_hour 2.0 is below per_gpu_hour 2.5" in d.message
+
+
+def test_attribution_settings_compile() -> None:
+    text = MINIMAL + "settings:\n  attribution: {reserved_idle: group, overhead_account: it-ovh}\n"
+    res = compile_text(text)
+    assert res.ok, res.diagnostics
+    a = res.estate.settings.attribution
+    assert (a.reserved_idle, a.overhead_account) == ("group", "it-ovh")
+    assert compile_text(MINIMAL).estate.settings.attribution is None
+    assert "attribution" not in compile_text(MINIMAL).estate.canonical_json()
+
+
+def test_an_overhead_account_named_like_a_group_is_an_error() -> None:
+    res = compile_text(MINIMAL + "settings:\n  attribution: {overhead_account: team-a}\n")
+    assert codes(res) == ["invalid-value"]
+    assert "'team-a' is a group" in res.diagnostics[0].message
+    assert res.diagnostics[0].pos.line == len(MINIMAL.splitlines()) + 2
+    res = compile_text(MINIMAL + "settings:\n  attribution: {reserved_idle: everyone}\n")
+    assert not res.ok and "reserved_idle" in str(res.diagnostics[0].message) + str(
+        res.diagnostics[0].pos)

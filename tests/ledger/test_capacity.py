@@ -84,3 +84,18 @@ def test_in_use_now(nov):
     r = one(nov, "SELECT pool, kind, capacity, gpus_in_use, tasks, cost_per_hour "
                  "FROM in_use_now")
     assert r == ("p1", "kubernetes", 8, Decimal("2.5"), 1, 5)
+
+
+def test_a_statement_bills_reserved_idle_to_the_reserving_group(nov):
+    from datetime import date
+
+    from kliqued.ledger.statement import RESERVED_IDLE, build
+    paths = {"ml": "ml", "team-a": "ml/team-a"}
+    plain = build(nov, "ml", date(2025, 11, 1), paths, "EUR").to_json()
+    assert plain["total"] == "32.00"
+    st = build(nov, "ml", date(2025, 11, 1), paths, "EUR", reserved_idle=True).to_json()
+    idle = [x for x in st["lines"] if x["kind"] == "reserved_idle"]
+    assert [(x["group"], x["project"], x["gpu_hours"], x["cost"]) for x in idle] == [
+        ("team-a", RESERVED_IDLE, "1426.000000", "2852.00")]
+    assert st["total"] == "2884.00"
+    assert sum(Decimal(x["cost"]) for x in st["lines"]) == Decimal(st["total"])

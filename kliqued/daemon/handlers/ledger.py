@@ -139,9 +139,12 @@ async def statement(request: web.Request) -> web.Response:
     def run(cur):
         cur.execute("BEGIN TRANSACTION READ ONLY")  # one snapshot for every query of it
         try:
+            attribution = estate.settings.attribution if estate else None
             return ledger_statement.build(
                 cur, group, period, paths, estate.settings.currency if estate else "EUR",
-                estate.policies if estate else (), visible=groups).to_json()
+                estate.policies if estate else (), visible=groups,
+                reserved_idle=attribution is not None
+                and attribution.reserved_idle == "group").to_json()
         finally:
             cur.execute("ROLLBACK")
     try:
