@@ -976,6 +976,16 @@ PATHS: dict[str, Any] = {
                 _q("limit", {"type": "integer", "minimum": 1, "maximum": 10000,
                              "default": 1000}, "at most this many rows")],
         errors=AUTH_ERR + ("422",))},
+    "/v1/ledger/cio": {"get": _op(
+        "ledgerCio", "the CIO's figures for a month: use of the estate per pool, GPU-hours and "
+                     "spend by business unit, idle capacity and who pays for it, cloud "
+                     "capacity and spend in use now",
+        {"200": {"description": "`{period, period_start, period_end, estate_use, "
+                                "business_units, idle, in_use_now}`",
+                 "content": {"application/json": {"schema": {"type": "object"}}}}},
+        params=[{**_q("period", {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                      "the month, YYYY-MM"), "required": True}],
+        errors=AUTH_ERR + ("422",))},
 }
 PATHS["/v1/tasks/{id}/cancel"]["post"]["requestBody"]["required"] = False  # reason: optional
 

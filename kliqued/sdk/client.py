@@ -584,6 +584,12 @@ class Client:
             written.append(self.ledger_focus(period, part / "focus.parquet", format="parquet"))
         return written
 
+    def ledger_cio(self, period: str) -> dict:
+        """The CIO's figures for the month ``period`` (``2026-11``): ``estate_use`` (per
+        pool), ``business_units``, ``idle`` (who pays for idle capacity) and ``in_use_now``
+        (docs/ledger.md)."""
+        return self._call("GET", "/ledger/cio", {"period": period}, retry=True)
+
     def _download(self, endpoint: str, query: dict, path: str | os.PathLike, format: str,
                   columns: str) -> Path:
         """Streams the CSV of ``endpoint`` into ``path``, converted to Parquet with the

@@ -108,6 +108,7 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "ledger-focus": ("ledgerFocus", "/v1/ledger/focus?period=2026-01", None, 200,
                      NO_GROUP_ADMIN),
     "ledger-feed": ("ledgerFeed", "/v1/ledger/feed", None, 200, NO_GROUP_ADMIN),
+    "ledger-cio": ("ledgerCio", "/v1/ledger/cio?period=2026-01", None, 200, NO_GROUP_ADMIN),
     # team-a's statement: its admin and the department's; erin administers nothing
     "ledger-statement": ("ledgerStatement", "/v1/ledger/statement?group=team-a&period=2026-01",
                          None, 200, NO_GROUP_ADMIN),

@@ -201,3 +201,20 @@ def test_capacity_is_recorded_and_the_cio_views_answer(org):
     # a team's admin sees their own reservation only
     assert {r[0] for r in sql("SELECT policy FROM reserved_idle", "carl")} == {"team-c"}
     assert sql("SELECT count(*) FROM idle_cost", "carl")[0][0] >= 1
+
+
+def test_the_cio_figures_over_http(org):
+    s, t = org
+    month = _month()
+    res = s.ok("GET", f"/v1/ledger/cio?period={month}", token=t["finance"])
+    assert [p["pool"] for p in res["estate_use"]] == ["pool-1"]
+    assert {b["business_unit"] for b in res["business_units"]} == {"north", "south"}
+    idle = res["idle"]
+    total = sum(Decimal(idle[k]) for k in ("used_cost", "reserved_idle_cost",
+                                            "unreserved_idle_cost"))
+    assert total == Decimal(idle["capacity_cost"])
+    assert res["in_use_now"][0]["capacity"] == "8.000"
+    mine = s.ok("GET", f"/v1/ledger/cio?period={month}", token=t["carl"])
+    assert {b["business_unit"] for b in mine["business_units"]} == {"south"}
+    assert s.call("GET", "/v1/ledger/cio?period=x", token=t["finance"])[0] == 400
+    assert s.call("GET", f"/v1/ledger/cio?period={month}", token=t["bob"])[0] == 403

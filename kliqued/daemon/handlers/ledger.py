@@ -10,6 +10,7 @@ import time
 
 from aiohttp import web
 
+from kliqued.ledger import cio as ledger_cio
 from kliqued.ledger import export as ledger_export
 from kliqued.ledger import feed as ledger_feed
 from kliqued.ledger import focus as ledger_focus
@@ -190,6 +191,32 @@ async def feed(request: web.Request) -> web.Response:
     return reply(body)
 
 
+async def cio(request: web.Request) -> web.Response:
+    """The CIO's figures for a month (kliqued.ledger.cio): use of the estate, spend by
+    business unit, idle capacity and who pays, cloud in use now."""
+    arrived = time.monotonic()
+    groups = _scope(request)
+    c = ctx(request)
+    raw = str_param(request, "period")
+    if raw is None:
+        raise bad_request("period is required: the month, YYYY-MM (2026-11)")
+    try:
+        period = ledger_focus.parse_period(raw)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    try:
+        body = await c.store.ledger_queries.run(
+            lambda cur: ledger_cio.figures(cur, period, groups), arrived + TIMEOUT_S)
+    except Busy as exc:
+        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
+                       {"retry_after_s": 2}) from None
+    except Expired:
+        raise ApiError(422, "timeout", "the figures did not finish in time") from None
+    except ledger_sql.LedgerSqlError as exc:
+        raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
+    return reply(body)
+
+
 async def _stream_csv(request: web.Request, make, filename: str) -> web.StreamResponse:
     """Streams the CSV chunks of ``make(cursor)`` (a generator, run off the event loop on a
     cursor of its own); an error raised before the first chunk propagates before any byte
@@ -222,4 +249,5 @@ ROUTES = [
     Route("GET", "/v1/ledger/focus", focus, "ledgerFocus", READERS, rule=SCOPE),
     Route("GET", "/v1/ledger/statement", statement, "ledgerStatement", READERS, rule=SCOPE),
     Route("GET", "/v1/ledger/feed", feed, "ledgerFeed", READERS, rule=SCOPE),
+    Route("GET", "/v1/ledger/cio", cio, "ledgerCio", READERS, rule=SCOPE),
 ]
