@@ -10,6 +10,7 @@ threads.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from kliqued.daemon.core import Daemon
 from kliqued.daemon.handlers import events as events_api
 from kliqued.daemon.store import Store
 from kliqued.daemon.units import iso, parse_iso
+from kliqued.ledger import cio as ledger_cio
 from kliqued.ledger import export as ledger_export
 
 PEOPLE = ("admin", "finance", "planner", "user")
@@ -357,6 +359,14 @@ def usage_chart(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
                       "y": [float(r["gpu_hours"]) for r in rows]}],
             "layout": {"title": {"text": f"GPU-hours by {by.replace('_', ' ')}"},
                        "yaxis": {"title": {"text": "GPU-hours"}}}}
+
+
+async def estate_use(store: Store, groups: list[str] | None, month: dt.date
+                     ) -> dict[str, Any]:
+    """The CIO's figures for the month of ``month`` (``GET /v1/ledger/cio``'s): use of the
+    estate per pool and who pays for idle capacity, in the caller's ledger scope."""
+    first = dt.date(month.year, month.month, 1)
+    return await store.read(lambda cur: ledger_cio.figures(cur, first, groups))
 
 
 def cloud(d: Daemon) -> list[dict[str, Any]]:

@@ -157,6 +157,7 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
             "total_hours": total, "total_cost": cost,
             "currency": c.daemon.idx().estate.settings.currency,
             "cloud": data.cloud(c.daemon),
+            "estate_use": await data.estate_use(c.store, groups, start),
             "dimensions": ledger_export.SUMMARY_DIMENSIONS}
 
 

@@ -269,6 +269,10 @@ def test_usage_csv_and_parquet_sum_to_the_ledger_and_scope_by_group(
     # the page's totals are over the same rows
     page = fin.page(f"/usage?{rng}")
     assert 'data-by="group"' in page and "team-a" in page and "team-b" in page
+    # the CIO's figures for the month of `from` (issue 17): capacity against use per pool
+    month = fin.page("/usage")
+    assert "Use of the estate" in month and "data-estate-use" in month and "data-idle" in month
+    assert "pool-1" in month.split("Use of the estate", 1)[1]
     bob = signed_in(server, people.bob).get(f"/usage/export?format=csv&{rng}")
     assert bob.status == 403
 
