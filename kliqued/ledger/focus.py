@@ -35,6 +35,7 @@ from datetime import date
 from typing import Iterator, Sequence
 
 from . import scope
+from .schema import _MONTHLY_PIECES
 
 PROVIDER = "Klique"
 """ProviderName, PublisherName and InvoiceIssuerName: the platform that sells the GPU-hours
@@ -62,7 +63,6 @@ _SUB = "coalesce(u.group_path, u.\"group\")"
 _START = "date_trunc('second', u.piece_start)"
 _END = ("CASE WHEN u.piece_end = date_trunc('second', u.piece_end) THEN u.piece_end "
         "ELSE date_trunc('second', u.piece_end) + INTERVAL 1 SECOND END")
-_MONTH = "CAST(u.month AS TIMESTAMP)"
 _LIST_COST = "u.list_cost"
 
 
@@ -76,8 +76,8 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("BillingAccountName", "VARCHAR", _ACCOUNT),
     ("BillingAccountType", "VARCHAR", "'Top-level group'"),
     ("BillingCurrency", "VARCHAR", "u.currency"),
-    ("BillingPeriodEnd", "TIMESTAMP", _ts(f"{_MONTH} + INTERVAL 1 MONTH")),
-    ("BillingPeriodStart", "TIMESTAMP", _ts(_MONTH)),
+    ("BillingPeriodEnd", "TIMESTAMP", "'{billing_end}'"),
+    ("BillingPeriodStart", "TIMESTAMP", "'{billing_start}'"),
     ("CapacityReservationId", "VARCHAR", "NULL"),
     ("CapacityReservationStatus", "VARCHAR", "NULL"),
     ("ChargeCategory", "VARCHAR", "'Usage'"),
@@ -118,16 +118,18 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("SkuId", "VARCHAR", "u.gpu_type"),
     ("SkuMeter", "VARCHAR", "'GPU Usage'"),
     ("SkuPriceDetails", "JSON",
-     "CAST(json_object('x_GpuType', u.gpu_type, 'x_EffectiveFrom', "
-     f"{_ts('u.price_from')}) AS VARCHAR)"),
+     "'{{\"x_GpuType\":\"' || u.gpu_type || '\",\"x_EffectiveFrom\":\"' || "
+     f"{_ts('u.price_from')} || '\"}}}}'"),
     ("SkuPriceId", "VARCHAR", f"u.gpu_type || '@' || {_ts('u.price_from')}"),
     ("SubAccountId", "VARCHAR", _SUB),
     ("SubAccountName", "VARCHAR", "u.\"group\""),
     ("SubAccountType", "VARCHAR", "'Team'"),
     ("Tags", "JSON",
-     "CAST(json_object('klique/user', u.\"user\", 'klique/project', u.project, "
-     "'klique/pool', u.pool, 'klique/gpu_type', u.gpu_type, 'klique/policy', u.policy, "
-     "'klique/profile', u.profile, 'klique/group', u.\"group\") AS VARCHAR)"),
+     "'{{\"klique/user\":\"' || u.\"user\" || '\",\"klique/project\":' || "
+     "coalesce('\"' || u.project || '\"', 'null') || ',\"klique/pool\":\"' || u.pool || "
+     "'\",\"klique/gpu_type\":\"' || u.gpu_type || '\",\"klique/policy\":\"' || "
+     "u.policy || '\",\"klique/profile\":\"' || u.profile || '\",\"klique/group\":\"' "
+     "|| u.\"group\" || '\"}}'"),
     ("x_IntervalId", "VARCHAR", "u.interval_id"),
     ("x_BusinessUnit", "VARCHAR", "u.business_unit"),
     ("x_Department", "VARCHAR", "u.department"),
@@ -185,7 +187,14 @@ about a million charges of sixty columns, and one text value per row crosses int
 instead of sixty."""
 
 UNPRICED_SQL = f"""
-SELECT DISTINCT u.gpu_type FROM ({_ROWS}) u WHERE u.per_gpu_hour IS NULL ORDER BY 1"""
+WITH m AS ({_MONTHLY_PIECES})
+SELECT DISTINCT m.gpu_type FROM m
+LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_from
+WHERE m.month = {{month}} AND p.per_gpu_hour IS NULL {{scope}}
+ORDER BY 1"""
+"""The GPU types of the period's usage without a price, from the monthly aggregate (the
+pre-aggregated closed intervals and the few open and pending ones): thousands of rows, not
+the month's pieces."""
 
 
 class NoPrice(ValueError):
@@ -211,11 +220,14 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
     # the month as a literal, not a parameter: DuckDB then prunes the month pieces before
     # pricing them (twice as fast); it is a date object's ISO text, nothing else
     month = f"DATE '{date(period.year, period.month, 1).isoformat()}'"
-    missing = [r[0] for r in conn.execute(UNPRICED_SQL.format(scope=where, month=month))
+    where_m = "" if groups is None else "AND " + scope.visible("m", groups)
+    missing = [r[0] for r in conn.execute(UNPRICED_SQL.format(scope=where_m, month=month))
                .fetchall()]
     if missing:
         raise NoPrice(period, missing)
-    result = conn.execute(FOCUS_SQL.format(scope=where, month=month))
+    start, end = f"{period:%Y-%m}-01T00:00:00Z", f"{next_month(period):%Y-%m-%d}T00:00:00Z"
+    result = conn.execute(FOCUS_SQL.format(scope=where, month=month, billing_start=start,
+                                           billing_end=end))
     yield ",".join(name for name, _, _ in COLUMNS) + "\n"
     while True:
         rows = result.fetchmany(chunk_rows)
