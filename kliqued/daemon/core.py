@@ -600,7 +600,8 @@ class Daemon:
                     profile=rec.profile, resource=rec.resource, pool=d.pool,
                     gpu_type=self.gpu_type.get(d.pool, ""), gpus_milli=t.size,
                     weight_milli=t.weight, start_ms=now, revision=rev,
-                    group_path=self.group_path.get(rec.group)))
+                    group_path=self.group_path.get(rec.group),
+                    channel=rec.labels.get(ledger.CHANNEL_LABEL, "api")))
                 counts["placed"] += 1
             elif isinstance(d, Preemption):
                 rec = self.records[d.task]

@@ -29,7 +29,7 @@ EXPORT_COLUMNS: list[tuple[str, str]] = [
     ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
     ("revision", "VARCHAR"), ("hours", "DECIMAL(18,6)"), ("gpu_hours", "DECIMAL(18,6)"),
     ("budget_hours", "DECIMAL(18,6)"), ("per_gpu_hour", "DECIMAL(18,6)"),
-    ("currency", "VARCHAR"), ("cost", "DECIMAL(18,6)"),
+    ("currency", "VARCHAR"), ("cost", "DECIMAL(18,6)"), ("channel", "VARCHAR"),
 ]
 """The CSV's columns and the types they have in the ledger (and in the Parquet file)."""
 

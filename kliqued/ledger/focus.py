@@ -14,7 +14,8 @@ Klique's billing period is the calendar month. Every column keeps its FOCUS mean
   cloud capacity bought below list), else the price itself; the contracted price is the
   price the ledger charges; billed and effective cost are the contracted cost;
 - the resource is the task; user, project, pool, GPU type, policy and profile are tags
-  (``klique/user``...), and ``x_``-prefixed columns carry the interval id, the group's
+  (``klique/user``..., ``klique/channel``: schedule, pipeline or api), and ``x_``-prefixed
+  columns carry the interval id, the group's
   business unit and department.
 
 Times are ``YYYY-MM-DDTHH:MM:SSZ`` (FOCUS's date/time format has no fraction): a charge
@@ -129,7 +130,8 @@ COLUMNS: list[tuple[str, str, str]] = [
      "coalesce('\"' || u.project || '\"', 'null') || ',\"klique/pool\":\"' || u.pool || "
      "'\",\"klique/gpu_type\":\"' || u.gpu_type || '\",\"klique/policy\":\"' || "
      "u.policy || '\",\"klique/profile\":\"' || u.profile || '\",\"klique/group\":\"' "
-     "|| u.\"group\" || '\"}}'"),
+     "|| u.\"group\" || '\",\"klique/channel\":' || "
+     "coalesce('\"' || u.channel || '\"', 'null') || '}}'"),
     ("x_IntervalId", "VARCHAR", "u.interval_id"),
     ("x_BusinessUnit", "VARCHAR", "u.business_unit"),
     ("x_Department", "VARCHAR", "u.department"),

@@ -39,12 +39,15 @@ LEDGER_COLUMNS = [
     ("profile", "VARCHAR"), ("resource", "VARCHAR"), ("pool", "VARCHAR"),
     ("gpu_type", "VARCHAR"), ("gpus", "DECIMAL(12,3)"), ("time_weight", "DECIMAL(12,3)"),
     ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
-    ("revision", "VARCHAR"), ("group_path", "VARCHAR"),
+    ("revision", "VARCHAR"), ("group_path", "VARCHAR"), ("channel", "VARCHAR"),
 ]
 """The ledger's columns in table order (``user`` and ``group`` are quoted in SQL).
 ``group_path`` is the interval's group and its ancestors, top first, joined by ``/``
 (``northwind/research/team-a``), as the estate in force at the interval's open had them; it
-is last because databases from before it get it by ``ALTER TABLE ... ADD COLUMN``."""
+is after the others because databases from before it get it by ``ALTER TABLE ... ADD
+COLUMN``; so is ``channel``: the channel the task came through (its ``klique.channel``
+label: ``schedule``, ``pipeline``...; ``api`` for one sent to the API directly), NULL on
+rows from before it."""
 
 DIMENSIONS = ["group", "group_path", "project", "user", "policy", "profile", "resource", "pool",
               "gpu_type"]
@@ -152,7 +155,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     end_at       TIMESTAMP,
     end_reason   VARCHAR,
     revision     VARCHAR,
-    group_path   VARCHAR
+    group_path   VARCHAR,
+    channel      VARCHAR
 );
 CREATE TABLE IF NOT EXISTS prices (
     gpu_type       VARCHAR NOT NULL,
@@ -615,9 +619,11 @@ def ensure_schema(conn) -> None:
     conn.execute(CAPACITY_TABLES)
     conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS group_path VARCHAR")
     conn.execute("ALTER TABLE prices ADD COLUMN IF NOT EXISTS list_per_gpu_hour DECIMAL(18,6)")
+    conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS channel VARCHAR")
     pending = _columns(conn, "ledger_monthly_pending")
-    if pending is not None and "group_path" not in pending:
-        conn.execute("ALTER TABLE ledger_monthly_pending ADD COLUMN group_path VARCHAR")
+    for column in ("group_path", "channel"):
+        if pending is not None and column not in pending:
+            conn.execute(f"ALTER TABLE ledger_monthly_pending ADD COLUMN {column} VARCHAR")
     monthly = _columns(conn, "ledger_monthly")
     if monthly is not None and "group_path" not in monthly:
         conn.execute("DROP VIEW IF EXISTS usage_monthly")

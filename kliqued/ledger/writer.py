@@ -17,6 +17,10 @@ from compiler.units import milli_str, parse_time
 
 from .schema import FEED_SEQUENCE, FLUSH_AT, flush_monthly, rebuild_monthly
 
+CHANNEL_LABEL = "klique.channel"
+"""The task label that names the channel a task came through (kliqued/daemon/channels.py
+sets it for schedules and pipelines); a task without it came through the API itself."""
+
 BATCH = 10_000
 """Rows per statement in the batch functions."""
 
@@ -42,6 +46,9 @@ class IntervalRow:
     group_path: str | None = None
     """The group and its ancestors, top first, joined by ``/`` (:func:`group_paths`), as the
     estate in force at the open has them; None when unknown."""
+    channel: str | None = None
+    """The channel the task came through: its ``klique.channel`` label (``schedule``,
+    ``pipeline``...), or ``api``; None when unknown."""
 
 
 def group_paths(estate) -> dict[str, str]:
@@ -51,8 +58,8 @@ def group_paths(estate) -> dict[str, str]:
     return {g.name: "/".join([*reversed(g.ancestors), g.name]) for g in estate.groups}
 
 
-# Batches bind one list per column and unnest them side by side: DuckDB binds 15 list
-# parameters instead of 15 x N scalars and plans one projection instead of N VALUES rows.
+# Batches bind one list per column and unnest them side by side: DuckDB binds 16 list
+# parameters instead of 16 x N scalars and plans one projection instead of N VALUES rows.
 # Measured on this 2-core machine (10M-row ledger): about 0.01 ms/row, against 0.2 ms/row for a
 # multi-row VALUES with flattened parameters and 0.8 ms/row for executemany. A list plan has a
 # fixed cost of about 2 ms, so fewer than SMALL rows go through a multi-row VALUES instead.
@@ -60,10 +67,10 @@ def group_paths(estate) -> dict[str, str]:
 _OPEN_SQL = """
 INSERT INTO ledger (interval_id, task, "user", project, "group", policy, profile, resource,
                     pool, gpu_type, gpus, time_weight, start_at, end_at, end_reason, revision,
-                    group_path)
+                    group_path, channel)
 SELECT interval_id, task, "user", project, "group", policy, profile, resource, pool, gpu_type,
        CAST(gpus AS DECIMAL(12,3)), CAST(time_weight AS DECIMAL(12,3)),
-       make_timestamp(start_ms * 1000), NULL, NULL, revision, group_path
+       make_timestamp(start_ms * 1000), NULL, NULL, revision, group_path, channel
 FROM (SELECT unnest(?::VARCHAR[]) AS interval_id, unnest(?::VARCHAR[]) AS task,
              unnest(?::VARCHAR[]) AS "user", unnest(?::VARCHAR[]) AS project,
              unnest(?::VARCHAR[]) AS "group", unnest(?::VARCHAR[]) AS policy,
@@ -71,16 +78,16 @@ FROM (SELECT unnest(?::VARCHAR[]) AS interval_id, unnest(?::VARCHAR[]) AS task,
              unnest(?::VARCHAR[]) AS pool, unnest(?::VARCHAR[]) AS gpu_type,
              unnest(?::VARCHAR[]) AS gpus, unnest(?::VARCHAR[]) AS time_weight,
              unnest(?::BIGINT[]) AS start_ms, unnest(?::VARCHAR[]) AS revision,
-             unnest(?::VARCHAR[]) AS group_path)"""
+             unnest(?::VARCHAR[]) AS group_path, unnest(?::VARCHAR[]) AS channel)"""
 
 
 _OPEN_VALUES_SQL = """
 INSERT INTO ledger (interval_id, task, "user", project, "group", policy, profile, resource,
                     pool, gpu_type, gpus, time_weight, start_at, end_at, end_reason, revision,
-                    group_path)
+                    group_path, channel)
 VALUES {rows}"""
 _OPEN_VALUES_ROW = ("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                    "make_timestamp(CAST(? AS BIGINT) * 1000), NULL, NULL, ?, ?)")
+                    "make_timestamp(CAST(? AS BIGINT) * 1000), NULL, NULL, ?, ?, ?)")
 SMALL = 24
 """Below this many rows, a multi-row VALUES with flattened parameters is cheaper than binding
 lists (whose plan costs a few milliseconds whatever the size)."""
@@ -111,7 +118,7 @@ def open_intervals(conn, rows: Iterable[IntervalRow]) -> int:
                 params += [r.interval_id, r.task, r.user, r.project, r.group, r.policy,
                            r.profile, r.resource, r.pool, r.gpu_type, milli_str(r.gpus_milli),
                            milli_str(r.weight_milli), int(r.start_ms), r.revision,
-                           r.group_path]
+                           r.group_path, r.channel]
             sql = _OPEN_VALUES_SQL.format(rows=", ".join([_OPEN_VALUES_ROW] * len(chunk)))
             written += _count(conn.execute(sql, params))
             continue
@@ -122,6 +129,7 @@ def open_intervals(conn, rows: Iterable[IntervalRow]) -> int:
             [r.gpu_type for r in chunk], [milli_str(r.gpus_milli) for r in chunk],
             [milli_str(r.weight_milli) for r in chunk], [int(r.start_ms) for r in chunk],
             [r.revision for r in chunk], [r.group_path for r in chunk],
+            [r.channel for r in chunk],
         ]
         written += _count(conn.execute(_OPEN_SQL, columns))
     return written

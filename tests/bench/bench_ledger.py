@@ -40,7 +40,8 @@ SELECT 't-' || i || '#1', 't-' || i, 'user-' || (i * 7 % 500), 'project-' || (i 
                                                  ELSE hash(i * 3) % 172800000 END) END,
        CASE WHEN i >= {n} - 1000 THEN NULL ELSE 'finished' END,
        'sha256:bench',
-       'bu-' || (i % 30 % 2) || '/dept-' || (i % 30 % 6) || '/group-' || (i % 30)
+       'bu-' || (i % 30 % 2) || '/dept-' || (i % 30 % 6) || '/group-' || (i % 30),
+       ['api', 'api', 'api', 'schedule', 'pipeline'][1 + i % 5]
 FROM (SELECT i, TIMESTAMP '2025-01-01' + to_milliseconds(i * {step}) AS start_at
       FROM range({n}) t(i))
 """

@@ -91,6 +91,10 @@ def test_the_feed_gives_each_closed_interval_once_across_a_restart(org):
                                                     "WHERE end_at IS NOT NULL"},
                   token=t["finance"])["rows"]
     assert set(ids) == {r[0] for r in closed}
+    # the channel: sent to the API directly (schedules and pipelines label theirs)
+    assert {r["channel"] for r in s.ok("POST", "/v1/ledger/sql", {
+        "sql": "SELECT DISTINCT channel FROM ledger"}, token=t["finance"])["rows"]
+        for r in [dict(channel=r[0])]} == {"api"}
     # a group admin's feed: their subtree only
     mine, _ = _pull_all(s, t["alice"], None)
     assert {r["group"] for r in mine} == {"team-a"} and len(mine) == 3

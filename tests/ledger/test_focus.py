@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import re
+from dataclasses import replace
 from datetime import date
 from decimal import Decimal
 
@@ -36,7 +37,8 @@ def nov(db):
     a, b = "north/ml/team-a", "south/ops/team-b"
     open_intervals(db, [
         row(1, "2026-10-31T22:00", group_path=a),                       # crosses in
-        row(2, "2026-11-03T09:00:00.250", gpus_milli=500, group_path=a, project=None),
+        replace(row(2, "2026-11-03T09:00:00.250", gpus_milli=500, group_path=a,
+                    project=None), channel="pipeline"),
         row(3, "2026-11-20T10:00", user="bob", group="team-b", group_path=b, gpus_milli=2000),
         row(4, "2026-11-30T23:30", gpu_type="l4", group_path=a),        # crosses out
         row(5, "2026-12-02T00:00", group_path=a),                       # December only
@@ -86,7 +88,8 @@ def test_one_row_per_piece_of_the_period_with_its_real_meaning(nov):
     tags = json.loads(r2["Tags"])
     assert tags == {"klique/user": "alice", "klique/project": None, "klique/pool": "onprem-k8s",
                     "klique/gpu_type": "h100", "klique/policy": "team-a",
-                    "klique/profile": "standard", "klique/group": "team-a"}
+                    "klique/profile": "standard", "klique/group": "team-a",
+                    "klique/channel": "pipeline"}
     assert r4["BillingCurrency"] == "EUR" and r4["ChargeCategory"] == "Usage"
     assert r4["ResourceId"] == "t-4" and r4["ChargeFrequency"] == "Usage-Based"
 

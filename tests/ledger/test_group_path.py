@@ -133,6 +133,7 @@ def _old_database(db):
     assert "group_path" not in old
     db.execute(old)
     for table in ("ledger", "ledger_monthly_pending"):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN channel")  # newer than group_path
         db.execute(f"ALTER TABLE {table} DROP COLUMN group_path")
     t0 = ms("2026-02-01T00:00")
     db.execute("INSERT INTO ledger VALUES "
@@ -159,7 +160,8 @@ def test_an_older_database_gains_the_column_and_the_estates_paths(db):
     cols = [r[0] for r in db.execute("SELECT column_name FROM duckdb_columns() "
                                      "WHERE table_name = 'ledger' ORDER BY column_index"
                                      ).fetchall()]
-    assert cols[-1] == "group_path"
+    assert cols[-2:] == ["group_path", "channel"]  # both added, in the schema's order
+    assert db.execute("SELECT count(*) FROM ledger WHERE channel IS NULL").fetchone()[0] == 3
     assert db.execute("SELECT count(*) FROM ledger WHERE group_path IS NULL").fetchone()[0] == 3
     assert mismatches(db) == []  # ledger_monthly rebuilt with the path as a key
     est = compile_dir(str(DAEMON_ESTATE)).estate
