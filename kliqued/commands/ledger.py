@@ -37,7 +37,8 @@ def register(subparsers) -> None:
         "sql", help="run one read-only SELECT", formatter_class=HelpFormatter,
         description="Runs one SELECT on the ledger's tables and views (ledger, prices, usage, "
                     "usage_priced, usage_by_month, usage_monthly, usage_by_level, "
-                    "usage_by_business_unit, usage_by_department, price_periods) and prints "
+                    "usage_by_business_unit, usage_by_department, price_periods; the cloud, "
+                    "capacity and idle views of docs/ledger.md) and prints "
                     "the rows as a "
                     "table (values as the query returns them), JSON or CSV. Anything but a "
                     "single SELECT on those relations is refused, as are other tables, the "
