@@ -282,7 +282,7 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     gi = index.groups[cr.group]
     room = headroom(index, state, cr, lend, upto)
     if cr.strict:
-        t = _head(state, gi, q)
+        t = q.head() if gi.user_limit is None else _head(state, gi, q)
         if t is None or t.size > room:
             return None
         if not budget_ok(index, state, cr, now):
@@ -294,8 +294,12 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     smallest = q.min_size()
     if smallest is None or smallest > room:
         return None
-    maxfree = max((state.free.get(p, -1) if cr.nodes > 1 else state.room(p)
-                   for p in cr.pools), default=-1)
+    free = state.free
+    if state.node_free:
+        maxfree = max((free.get(p, -1) if cr.nodes > 1 else state.room(p)
+                       for p in cr.pools), default=-1)
+    else:
+        maxfree = max((free.get(p, -1) for p in cr.pools), default=-1)
     lim = min(room, maxfree)
     if smallest > lim or not budget_ok(index, state, cr, now):
         return None
@@ -362,10 +366,22 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         xi = levels.get(pool)
         room = (xi.limit - state.used.get(xi.name, 0) if xi is not None
                 else state.room(pool))
-        nxt = w.next_lend(pool, room)
-        if nxt is not None:
-            key, v, name = nxt
+        while True:
+            nxt = w.next_lend(pool, room)
+            if nxt is None:
+                return
+            key, v, name, need = nxt
+            cr = resources.get(name) if xi is not None else None
+            if cr is not None and cr.nodes == 1 and not any(
+                    state.room(p) >= need for p in cr.pools):
+                # The envelope has room but none of the queue's pools has: it waits for a
+                # pool now. Parked there without a look, so an envelope freeing GPUs does
+                # not wake every queue of its subtree that waits for pools anyway.
+                w.park_lend(name, cr.pools,
+                            [(cr.exec_pos[p],) + key[1:] for p in cr.pools], need)
+                continue
             heapq.heappush(heap, (key, -v, name, pool))
+            return
 
     for name in sorted(state.active):
         evaluate(name)
@@ -393,9 +409,10 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         _, t, pool = c
         cr = resources[name]
         gi = groups[cr.group]
-        if (not fits(state, cr, pool, t.size)
+        if (state.free.get(pool, -1) < t.size
+                or (state.node_free and not fits(state, cr, pool, t.size))
                 or t.size > headroom(index, state, cr, lend, upto)
-                or not user_ok(state, gi, t)
+                or (gi.user_limit is not None and not user_ok(state, gi, t))
                 or not budget_ok(index, state, cr, now)):
             evaluate(name)
             continue
@@ -406,7 +423,7 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         evaluate(name)
         # Candidates aimed at this pool that no longer fit move to their next pool.
         ph = by_pool.get(pool)
-        free = state.room(pool)
+        free = state.room(pool) if state.node_free else state.free[pool]
         stale: list[str] = []
         while ph and -ph[0][0] > free:
             _, v2, n2 = heapq.heappop(ph)

@@ -98,7 +98,7 @@ class Watchers:
             if ver.get(name) == v:
                 out.add(name)
 
-    def next_lend(self, pool: str, free: int) -> tuple[Key, int, str] | None:
+    def next_lend(self, pool: str, free: int) -> tuple[Key, int, str, int] | None:
         """The parked queue that comes first on ``pool`` among those that fit in ``free``;
         the ones passed over (too big now) are kept for :meth:`restore`."""
         ver = self.version
@@ -115,7 +115,7 @@ class Watchers:
             if need > free:
                 self._aside.setdefault(pool, []).append((key, v, name, need))
                 continue
-            return key, v, name
+            return key, v, name, need
         return None
 
     def restore(self) -> None:
