@@ -31,8 +31,10 @@ def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None
 
 
 def client(args: argparse.Namespace) -> Client:
+    """The SDK's client for the command's flags, declaring the ``cli`` channel: the tasks
+    the CLI submits are recorded as sent through it."""
     return Client.from_config(url=args.url, token=args.token, context=args.context,
-                              timeout=args.timeout)
+                              timeout=args.timeout, channel="cli")
 
 
 def fail(message: str) -> int:

@@ -27,7 +27,7 @@ from kliqued.ledger import capacity as ledger_capacity
 from kliqued.ledger import writer as ledger
 
 
-from . import limits, reducers
+from . import channels, limits, reducers
 from .auth import Access, Principal, TokenBook, TokenRecord
 from .cloud import CloudBook
 from .errors import ApiError, not_found
@@ -313,7 +313,7 @@ class Daemon:
         rec = TaskRecord(task_id, t.resource, cr.policy, cr.profile, t.group, t.user, actor,
                          t.project, data.get("labels") or {}, data.get("command"),
                          data.get("payload"), data.get("gpus_milli"), at, revision,
-                         data.get("idempotency_key"))
+                         data.get("idempotency_key"), channels.stored(data.get("channel")))
         rec.submitted_pass = self.passes
         rec.data_bytes = limits.task_bytes(rec.command, rec.payload)
         self.stored[rec.user] += rec.data_bytes
@@ -600,8 +600,7 @@ class Daemon:
                     profile=rec.profile, resource=rec.resource, pool=d.pool,
                     gpu_type=self.gpu_type.get(d.pool, ""), gpus_milli=t.size,
                     weight_milli=t.weight, start_ms=now, revision=rev,
-                    group_path=self.group_path.get(rec.group),
-                    channel=rec.labels.get(ledger.CHANNEL_LABEL, "api")))
+                    group_path=self.group_path.get(rec.group), channel=rec.channel))
                 counts["placed"] += 1
             elif isinstance(d, Preemption):
                 rec = self.records[d.task]
@@ -676,7 +675,10 @@ class Daemon:
         return Prepared([ev], [], apply, wants_pass=True)
 
     def prepare_cancel(self, p: Principal, task_id: str, now: int, ov: Overlay,
-                       reason: str | None = None) -> Prepared:
+                       reason: str | None = None, channel: str = "api") -> Prepared:
+        """Cancels a task at ``p``'s request made through ``channel`` (recorded in the
+        event, as a submission's is: the audit trail tells an agent's cancel from a
+        person's)."""
         rec = self.record(task_id)
         if rec.state == "ended" or task_id in ov.ended:
             return Prepared(apply=lambda: task_id)
@@ -687,7 +689,7 @@ class Daemon:
         ev = Event("cancelled", task_id, p.text, self.idx().revision, rec.group, rec.user,
                    {"text": text, "by": "request",
                     "was": rec.state if placed or rec.state != "placed" else "queued",
-                    "pool": rec.pool, "interval": interval})
+                    "pool": rec.pool, "interval": interval, "channel": channel})
         ops: list[DbOp] = []
         if interval is not None:
             ops.append(partial(ledger.close_interval, interval_id=interval, end_ms=now,

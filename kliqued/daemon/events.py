@@ -3,10 +3,11 @@
 Kinds (``data`` fields in brackets):
 - ``estate_applied`` [source, estate: the compiled estate's JSON]
 - ``submitted`` [resource, user, project, gpus_milli, command, payload, labels,
-  idempotency_key] (``actor`` is the principal that sent it, ``usr`` the task's user)
+  idempotency_key, channel] (``actor`` is the principal that sent it, ``usr`` the task's
+  user, ``channel`` how: channels.py; missing in logs from before it: ``api``)
 - ``placed`` [pool, resource, size_milli, phase, interval]
 - ``preempted`` [pool, kind, text, by, interval]
-- ``cancelled`` [text, by: request|estate, interval|null]
+- ``cancelled`` [text, by: request|estate, interval|null; a request's channel]
 - ``ended`` [kind: finished|failed, epoch, worker, exit_code, signal, message, interval;
   reason and lost for a task lost the third time] (a worker's report)
 - ``worker_registered`` [worker, pool, hostname, executor, gpus, version, key_hash] (the
@@ -185,6 +186,7 @@ class Submitted(Payload):
     payload: Any = None
     labels: dict[str, str] | None = None
     idempotency_key: str | None = None
+    channel: str = "api"  # channels.py; a log from before channels replays as "api"
 
 
 @registered("placed")
@@ -219,6 +221,7 @@ class Cancelled(Payload):
     interval: str | None = None
     was: str | None = None  # a request's: the task's state then
     pool: str | None = None
+    channel: str | None = None  # a request's: the channel it came through (channels.py)
 
 
 @registered("ended")

@@ -14,6 +14,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from .channels import CHANNELS, DECLARED, HEADER
+
 URN = "urn:kliqued:openapi"
 
 TIME = {"type": "string", "format": "date-time",
@@ -96,6 +98,11 @@ SCHEMAS: dict[str, Any] = {
         "profile": {"type": "string"}, "group": {"type": "string"},
         "user": {"type": "string"},
         "actor": {"type": "string", "description": "the principal that sent it"},
+        "channel": {"type": "string", "enum": list(CHANNELS),
+                    "description": "how it was sent: `cli`, `sdk` (declared by the client "
+                                   "in `X-Klique-Channel`), `api` (no header), or by the "
+                                   "daemon itself for `mcp`, `schedule`, `pipeline`, "
+                                   "`session`"},
         "project": {"type": ["string", "null"]},
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "command": {"type": ["array", "null"], "items": {"type": "string"}},
@@ -661,6 +668,11 @@ def _body(schema: str) -> dict[str, Any]:
 
 
 AUTH_ERR = ("400", "401", "403", "413", "500", "503")
+CHANNEL_HEADER = {"name": HEADER, "in": "header", "required": False,
+                  "schema": {"type": "string", "enum": list(DECLARED)},
+                  "description": "the client's channel, recorded with the task and in the "
+                                 "ledger (the CLI sends `cli`, the SDK `sdk`); absent: `api`. "
+                                 "Any other value is a 400"}
 LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
 
 
@@ -700,7 +712,8 @@ PATHS: dict[str, Any] = {
             params=[{"name": "Idempotency-Key", "in": "header", "required": False,
                      "schema": {"type": "string", "minLength": 1, "maxLength": 256},
                      "description": "a retry with the same key and principal returns the "
-                                    "first task (200) instead of creating another"}],
+                                    "first task (200) instead of creating another"},
+                    CHANNEL_HEADER],
             body="TaskSubmission", errors=AUTH_ERR + ("422", "429")),
         "get": _op(
             "listTasks", "tasks, newest last, in pages (a page also stops once its tasks "
@@ -722,7 +735,7 @@ PATHS: dict[str, Any] = {
                                   errors=AUTH_ERR + ("404",))},
     "/v1/tasks/{id}/cancel": {"post": _op(
         "cancelTask", "cancel a queued or placed task (idempotent)",
-        _ok("Task"), params=[_p("id", "task id")],
+        _ok("Task"), params=[_p("id", "task id"), CHANNEL_HEADER],
         body="CancelRequest", errors=AUTH_ERR + ("404",))},
     "/v1/tasks/{id}/report": {"post": _op(
         "reportTask", "a worker reports a lease's start or end (idempotent; fenced by epoch)",

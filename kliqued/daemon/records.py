@@ -18,12 +18,13 @@ class TaskRecord:
                  "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
                  "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
                  "data_bytes", "end_note", "ended_by", "end_message",
-                 "unleased_at", "outputs")
+                 "unleased_at", "outputs", "channel")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
                  command: list[str] | None, payload: Any, gpus_milli: int | None,
-                 submitted_at: int, revision: str, idempotency_key: str | None) -> None:
+                 submitted_at: int, revision: str, idempotency_key: str | None,
+                 channel: str = "api") -> None:
         self.id = id
         self.resource = resource
         self.policy = policy
@@ -39,6 +40,9 @@ class TaskRecord:
         self.submitted_at = submitted_at
         self.revision = revision
         self.idempotency_key = idempotency_key
+        self.channel = channel
+        """How it was sent (channels.py): ``cli``, ``sdk``, ``api``, ``mcp``, ``schedule``,
+        ``pipeline`` or ``session``; recorded beside its user in the ledger."""
         self.state = "queued"
         self.pool: str | None = None
         self.placed_at: int | None = None

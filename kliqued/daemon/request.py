@@ -78,6 +78,14 @@ async def read_json(request: web.Request, schema: str,
     """The body, parsed and validated against the OpenAPI schema ``schema`` (skipped when
     ``surely_valid`` vouches for it: a conservative fast check of a hot path)."""
     body = parse_body(await request.read(), schema)  # text, numbers, depth: inputs.py
+    return valid(body, schema, surely_valid)
+
+
+def valid(body: Any, schema: str,
+          surely_valid: Callable[[Any], bool] | None = None) -> dict[str, Any]:
+    """``body`` (parsed JSON, its text already checked) validated against the OpenAPI schema
+    ``schema``: a 400 naming the first wrong place. The daemon's own channels (MCP,
+    schedules, pipelines) check the bodies they build with it, as a client's are checked."""
     if surely_valid is not None and surely_valid(body):
         return body
     errors = sorted(validator(schema).iter_errors(body), key=lambda e: list(e.path))

@@ -83,7 +83,7 @@ def submission(user: str, resource: str, app: str, command: list[str] | None,
     """The task a session is: the one place that names the channel ``session``."""
     return {"resource": resource, "user": user, "project": project,
             "gpus_milli": gpus_milli, "command": command or list(APPS[app]), "payload": None,
-            "labels": {CHANNEL_LABEL: CHANNEL, APP_LABEL: app, **idle}}
+            "labels": {CHANNEL_LABEL: CHANNEL, APP_LABEL: app, **idle}, "channel": CHANNEL}
 
 
 def is_session(rec: TaskRecord) -> bool:

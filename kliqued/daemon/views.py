@@ -72,7 +72,8 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
     lp = rec.last_preemption
     return {
         "id": rec.id, "resource": rec.resource, "policy": rec.policy, "profile": rec.profile,
-        "group": rec.group, "user": rec.user, "actor": rec.actor, "project": rec.project,
+        "group": rec.group, "user": rec.user, "actor": rec.actor, "channel": rec.channel,
+        "project": rec.project,
         "labels": rec.labels, "command": rec.command, "payload": rec.payload,
         "gpus": gpus(size if size is not None else rec.gpus_milli),
         "state": state(rec), "end_reason": rec.end_reason,

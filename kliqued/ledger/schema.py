@@ -45,12 +45,12 @@ LEDGER_COLUMNS = [
 ``group_path`` is the interval's group and its ancestors, top first, joined by ``/``
 (``northwind/research/team-a``), as the estate in force at the interval's open had them; it
 is after the others because databases from before it get it by ``ALTER TABLE ... ADD
-COLUMN``; so is ``channel``: the channel the task came through (its ``klique.channel``
-label: ``schedule``, ``pipeline``...; ``api`` for one sent to the API directly), NULL on
-rows from before it."""
+COLUMN``; so is ``channel``: how the task was sent (``cli``, ``sdk``, ``api``, ``mcp``,
+``schedule``, ``pipeline``, ``session``: kliqued/daemon/channels.py), NULL on rows from before
+it (``usage_monthly`` and ``ledger_monthly`` count those as ``api``)."""
 
-DIMENSIONS = ["group", "group_path", "project", "user", "policy", "profile", "resource", "pool",
-              "gpu_type"]
+DIMENSIONS = ["group", "group_path", "project", "user", "channel", "policy", "profile",
+              "resource", "pool", "gpu_type"]
 """What ``ledger_monthly`` and ``usage_monthly`` are broken down by, besides the month."""
 
 _RESERVED = {"user", "group"}
@@ -197,6 +197,7 @@ CREATE TABLE IF NOT EXISTS ledger_monthly (
     group_path  VARCHAR NOT NULL,   -- '' for none (see ensure_schema)
     project     VARCHAR NOT NULL,   -- '' for none
     "user"      VARCHAR NOT NULL,
+    channel     VARCHAR NOT NULL,
     policy      VARCHAR NOT NULL,
     profile     VARCHAR NOT NULL,
     resource    VARCHAR NOT NULL,
@@ -207,8 +208,8 @@ CREATE TABLE IF NOT EXISTS ledger_monthly (
     ms          BIGINT NOT NULL,
     gpu_ms      DECIMAL(38,3) NOT NULL,
     budget_ms   DECIMAL(38,3) NOT NULL,
-    PRIMARY KEY (month, "group", group_path, project, "user", policy, profile, resource, pool,
-                 gpu_type, price_from)
+    PRIMARY KEY (month, "group", group_path, project, "user", channel, policy, profile,
+                 resource, pool, gpu_type, price_from)
 );
 """
 
@@ -271,8 +272,8 @@ def monthly_rows_sql(source: str) -> str:
     return f"""
 SELECT CAST(p.month_start AS DATE) AS month, p."group",
        coalesce(p.group_path, '') AS group_path, coalesce(p.project, '') AS project,
-       p."user", p.policy, p.profile, p.resource, p.pool, p.gpu_type,
-       coalesce(pp.effective_from, {NO_PRICE}) AS price_from,
+       p."user", coalesce(p.channel, 'api') AS channel, p.policy, p.profile, p.resource,
+       p.pool, p.gpu_type, coalesce(pp.effective_from, {NO_PRICE}) AS price_from,
        count(*) AS pieces,
        sum(date_diff('millisecond', p.piece_start, p.piece_end)) AS ms,
        sum(p.gpus * date_diff('millisecond', p.piece_start, p.piece_end)) AS gpu_ms,
@@ -370,7 +371,7 @@ LEFT JOIN price_periods pp
     "usage_monthly": f"""
 WITH m AS ({_MONTHLY_PIECES})
 SELECT m.month, m."group", nullif(m.group_path, '') AS group_path, {_levels("m")},
-       nullif(m.project, '') AS project, m."user", m.policy, m.profile,
+       nullif(m.project, '') AS project, m."user", m.channel, m.policy, m.profile,
        m.resource, m.pool, m.gpu_type,
        {_MONTHLY_SUMS}
 FROM m
@@ -611,7 +612,8 @@ def ensure_schema(conn) -> None:
     transaction. A database from before ``ledger_monthly`` gets it built from its closed
     intervals; one from before ``group_path`` gets the column (NULL on its rows until
     :func:`kliqued.ledger.writer.fill_group_paths` runs with the estate) and its
-    ``ledger_monthly`` rebuilt with the path as a dimension. Turns off DuckDB's progress bar
+    ``ledger_monthly`` rebuilt with the path as a dimension; one from before ``channel``
+    gets it (``api`` on its rows) and ``ledger_monthly`` rebuilt likewise. Turns off DuckDB's progress bar
     on ``conn`` (it would print on stderr)."""
     conn.execute("PRAGMA disable_progress_bar")
     conn.execute(TABLES)
@@ -625,9 +627,9 @@ def ensure_schema(conn) -> None:
         if pending is not None and column not in pending:
             conn.execute(f"ALTER TABLE ledger_monthly_pending ADD COLUMN {column} VARCHAR")
     monthly = _columns(conn, "ledger_monthly")
-    if monthly is not None and "group_path" not in monthly:
+    if monthly is not None and not {"group_path", "channel"} <= set(monthly):
         conn.execute("DROP VIEW IF EXISTS usage_monthly")
-        conn.execute("DROP TABLE ledger_monthly")  # its key gains group_path: rebuilt below
+        conn.execute("DROP TABLE ledger_monthly")  # its key gains a dimension: rebuilt below
         monthly = None
     conn.execute(MONTHLY_TABLE)
     conn.execute(PENDING_TABLE)

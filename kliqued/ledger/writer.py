@@ -47,8 +47,8 @@ class IntervalRow:
     """The group and its ancestors, top first, joined by ``/`` (:func:`group_paths`), as the
     estate in force at the open has them; None when unknown."""
     channel: str | None = None
-    """The channel the task came through: its ``klique.channel`` label (``schedule``,
-    ``pipeline``...), or ``api``; None when unknown."""
+    """How the task was sent: ``cli``, ``sdk``, ``api``, ``mcp``, ``schedule``, ``pipeline``
+    or ``session`` (kliqued/daemon/channels.py); None when unknown."""
 
 
 def group_paths(estate) -> dict[str, str]:

@@ -75,7 +75,7 @@ class Client:
 
     def __init__(self, url: str, token: str, timeout: float = 30, *,
                  retries: int = RETRIES, backoff_s: float = BACKOFF_S,
-                 ca_file: str | None = None) -> None:
+                 ca_file: str | None = None, channel: str = "sdk") -> None:
         if not url:
             raise KliqueError(None, "config", "no server URL given")
         url = url.strip().rstrip("/")
@@ -93,13 +93,17 @@ class Client:
         self.retries = retries
         self.backoff_s = backoff_s
         self._ssl = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        self.channel = channel
+        """Sent as ``X-Klique-Channel`` and recorded with the tasks this client submits:
+        ``sdk``, or ``cli`` for the CLI (the daemon refuses any other value)."""
 
     @classmethod
     def from_config(cls, url: str | None = None, token: str | None = None,
-                    context: str | None = None, timeout: float = 30) -> "Client":
+                    context: str | None = None, timeout: float = 30,
+                    channel: str = "sdk") -> "Client":
         """Resolves the URL and token like kubectl (see :mod:`kliqued.sdk.config`)."""
         r = resolve(url, token, context)
-        return cls(r.url, r.token, timeout, ca_file=r.ca_file)
+        return cls(r.url, r.token, timeout, ca_file=r.ca_file, channel=channel)
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
@@ -114,7 +118,8 @@ class Client:
             if pairs:
                 url += "?" + urllib.parse.urlencode(pairs)
         data = None if body is None else json.dumps(body).encode("utf-8")
-        h = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        h = {"Accept": "application/json", "User-Agent": USER_AGENT,
+             "X-Klique-Channel": self.channel}
         if self.token:
             h["Authorization"] = f"Bearer {self.token}"
         if data is not None:

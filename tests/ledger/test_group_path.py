@@ -130,7 +130,8 @@ def _old_database(db):
     db.execute("DROP TABLE ledger_monthly")
     old = MONTHLY_TABLE.replace("    group_path  VARCHAR NOT NULL,   -- '' for none "
                                 "(see ensure_schema)\n", "").replace("group_path, ", "")
-    assert "group_path" not in old
+    old = old.replace("    channel     VARCHAR NOT NULL,\n", "").replace("channel, ", "")
+    assert "group_path" not in old and "channel" not in old  # channels came later still
     db.execute(old)
     for table in ("ledger", "ledger_monthly_pending"):
         db.execute(f"ALTER TABLE {table} DROP COLUMN channel")  # newer than group_path
@@ -162,6 +163,9 @@ def test_an_older_database_gains_the_column_and_the_estates_paths(db):
                                      ).fetchall()]
     assert cols[-2:] == ["group_path", "channel"]  # both added, in the schema's order
     assert db.execute("SELECT count(*) FROM ledger WHERE channel IS NULL").fetchone()[0] == 3
+    # the monthly aggregate counts them as sent through the API (the only channel then)
+    assert {r[0] for r in db.execute("SELECT DISTINCT channel FROM ledger_monthly").fetchall()
+            } == {"api"}
     assert db.execute("SELECT count(*) FROM ledger WHERE group_path IS NULL").fetchone()[0] == 3
     assert mismatches(db) == []  # ledger_monthly rebuilt with the path as a key
     est = compile_dir(str(DAEMON_ESTATE)).estate

@@ -116,7 +116,7 @@ def test_usage_monthly_columns(db):
     cols = [d[0] for d in cur.description]
     r = dict(zip(cols, cur.fetchone()))
     assert cols == ["month", "group", "group_path", "business_unit", "department", "project",
-                    "user", "policy", "profile", "resource", "pool", "gpu_type", "pieces", "ms",
+                    "user", "channel", "policy", "profile", "resource", "pool", "gpu_type", "pieces", "ms",
                     "hours", "gpu_hours", "budget_hours", "currency", "cost"]
     assert r["project"] is None and r["hours"] == 2.0 and r["gpu_hours"] == 4.0
     assert r["group_path"] is None and r["business_unit"] is None  # the row has no path

@@ -11,17 +11,14 @@ from bisect import bisect_right
 
 from aiohttp import web
 
-from kliqued.engine import SubmissionError, check_submission
-
-from .. import limits, views
+from .. import channels, limits, views
 from ..auth import Access
-from ..core import Daemon
-from ..errors import ApiError, bad_request, forbidden, not_found
+from ..errors import forbidden, not_found
 from ..openapi import submission_surely_valid
 from ..records import TaskRecord
 from ..request import ctx, principal, read_json, reply
 from ..routes import Route
-from ..units import to_milli
+from ..submission import submit_as
 from .params import int_param, str_param
 
 
@@ -44,75 +41,12 @@ def _may_filter(acc: Access, name: str, mine: frozenset[str], user: str | None,
                         "nor one of its admins")
 
 
-def _with_options(d: Daemon, user: str, body: dict, exc: SubmissionError) -> str:
-    """A resource the user may not send to names the ones they may (issue 10)."""
-    cr = d.idx().resources.get(body["resource"])
-    if cr is not None and user in d.idx().users.get(cr.group, ()):
-        return str(exc)
-    mine = views.submittable(d, user)
-    return f"{exc}; {user} may submit to " + (", ".join(mine) if mine else "nothing")
-
-
 async def submit(request: web.Request) -> web.Response:
-    c = ctx(request)
-    d = c.daemon
-    p = principal(request)
     body = await read_json(request, "TaskSubmission", submission_surely_valid)
-    if not body.get("command") and body.get("payload") is None:
-        raise ApiError(422, "invalid-task", "a task needs `command` (a non-empty list of "
-                       "arguments) or `payload` (data for its channel); both are missing",
-                       {"fields": ["command", "payload"]})
-    data_bytes = _sized(body)
-    if "klique.channel" in (body.get("labels") or {}):
-        raise ApiError(422, "invalid-field", "labels.klique.channel: the control plane sets "
-                       "a task's channel (a session is started with POST /v1/sessions)",
-                       {"field": "labels.klique.channel"})
-    user = body.get("user")
-    if p.is_admin:
-        if not user:
-            raise bad_request("an admin sends work only on behalf of a user: give `user`")
-    elif user is None:
-        user = p.name
-    elif user != p.name:
-        raise forbidden("only an admin may send work on behalf of another user")
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= 256:
-        raise bad_request("Idempotency-Key must be 1 to 256 characters")
-    try:
-        gpus = None if body.get("gpus") is None else to_milli(body["gpus"])
-    except ValueError as exc:
-        raise bad_request(str(exc)) from None
-    fields = {"resource": body["resource"], "user": user, "project": body.get("project"),
-              "gpus_milli": gpus, "command": body.get("command"),
-              "payload": body.get("payload"), "labels": body.get("labels") or {}}
-    if key is None or (p.text, key) not in d.idem:
-        try:  # fail fast; the sequencer checks again against the estate of the commit
-            check_submission(d.idx(), fields["resource"], user, fields["project"], gpus,
-                             require_project=True)
-        except SubmissionError as exc:
-            raise ApiError(422, "submission-refused", _with_options(d, user, body, exc),
-                           {"field": exc.field}) from None
-    status, task_id = await c.seq.submit(
-        lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes))
-    return reply(views.task(d, d.records[task_id]), status)
-
-
-def _sized(body: dict) -> int:
-    """The task's data bytes; a command or payload over its cap is a 413 naming it."""
-    cmd = limits.command_bytes(body.get("command"))
-    if cmd > limits.MAX_COMMAND_BYTES:
-        raise ApiError(413, "too-large", f"/command: {limits.mib(cmd)}; a task's command may "
-                       f"hold {limits.mib(limits.MAX_COMMAND_BYTES)} at most (put data in a "
-                       f"file the task reads)", {"pointer": "/command", "bytes": cmd,
-                                                 "limit_bytes": limits.MAX_COMMAND_BYTES})
-    pay = limits.payload_bytes(body.get("payload"))
-    if pay > limits.MAX_PAYLOAD_BYTES:
-        raise ApiError(413, "too-large", f"/payload: {limits.mib(pay)}; a task's payload may "
-                       f"hold {limits.mib(limits.MAX_PAYLOAD_BYTES)} at most (send a "
-                       f"reference to the data instead)",
-                       {"pointer": "/payload", "bytes": pay,
-                        "limit_bytes": limits.MAX_PAYLOAD_BYTES})
-    return cmd + pay
+    status, rec = await submit_as(ctx(request), principal(request), body,
+                                  channels.declared(request.headers),
+                                  request.headers.get("Idempotency-Key"), checked=True)
+    return reply(views.task(ctx(request).daemon, rec), status)
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -128,7 +62,8 @@ async def cancel(request: web.Request) -> web.Response:
     rec = _visible(request, d.record(request.match_info["id"]))
     body = await read_json(request, "CancelRequest") if request.body_exists else None
     reason = (body or {}).get("reason") or None
-    await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov, reason))
+    channel = channels.declared(request.headers)
+    await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov, reason, channel))
     return reply(views.task(d, rec))
 
 
