@@ -18,9 +18,11 @@ from aiohttp import web
 
 from kliqued.web import routes as web_ui
 
+from .agents.endpoint import ENDPOINT, Endpoint, www_authenticate
 from .errors import ApiError
-from .handlers import demand, engine, estate, events, ledger, meta, metrics, pipelines, plan
-from .handlers import policies, pools, resources, schedules, sessions, tasks, tokens, workers
+from .handlers import agents, demand, engine, estate, events, ledger, meta, metrics
+from .handlers import pipelines, plan, policies, pools, resources, schedules, sessions, tasks
+from .handlers import tokens, workers
 from .inputs import check_params
 from .openapi import document
 from .request import CTX, DOC, Context, ctx, reply
@@ -35,7 +37,7 @@ ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.
                        *policies.ROUTES, *pools.ROUTES, *events.ROUTES, *engine.ROUTES,
                        *estate.ROUTES, *plan.ROUTES, *demand.ROUTES, *tokens.ROUTES,
                        *ledger.ROUTES, *metrics.ROUTES, *schedules.ROUTES, *pipelines.ROUTES,
-                       *sessions.ROUTES]
+                       *sessions.ROUTES, *agents.ROUTES]
 """Every route the daemon serves, with who may call it: the one declaration."""
 TABLE = table(ROUTES)
 PUBLIC = frozenset(r.path for r in ROUTES if r.public)
@@ -51,7 +53,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except ApiError as exc:
-        return reply(exc.body(), exc.status)
+        resp = reply(exc.body(), exc.status)
+        if exc.status == 401:  # RFC 6750; the MCP authorization spec reads it too
+            resp.headers["WWW-Authenticate"] = www_authenticate(request, exc.message)
+        return resp
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -129,6 +134,9 @@ def make_app(context: Context) -> web.Application:
                           middlewares=[errors_middleware, input_middleware, auth_middleware])
     app[CTX] = context
     app[DOC] = document(context.server_url, ROUTES)
+    mcp = app[ENDPOINT] = Endpoint(context)
+    app.on_startup.append(mcp.start)
+    app.on_cleanup.append(mcp.stop)
     for r in ROUTES:
         if r.method == "GET":
             app.router.add_get(r.path, r.handler)  # and HEAD

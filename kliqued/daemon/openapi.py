@@ -596,8 +596,11 @@ _ERRORS = {
     "401": "no token, an unknown token or a revoked one (`unauthenticated`)",
     "403": "the principal may not do this (`forbidden`)",
     "404": "no such object, or not visible to the caller (`not-found`)",
+    "405": "the method is not served here (`method-not-allowed`)",
+    "406": "MCP: the Accept header must take application/json and text/event-stream",
     "413": "body over 1 MiB (`request-too-large`), or a task's command or payload over "
            "64 KiB (`too-large`)",
+    "415": "MCP: the body must be application/json",
     "409": "a stale fencing epoch (`stale-epoch`: stop this copy of the task), or a "
            "conflict (`conflict`)",
     "422": "the estate does not allow it (`submission-refused`, `unknown-pool`), a task "
@@ -689,7 +692,25 @@ def _op(op_id: str, summary: str, responses: dict[str, Any],
     return out
 
 
+_MCP_ANSWER = {"200": {"description": "the MCP exchange's answer (JSON-RPC)",
+                       "content": {"application/json": {"schema": {"type": "object"}}}}}
+
 PATHS: dict[str, Any] = {
+    "/mcp": {
+        "post": _op("mcp", "Model Context Protocol, streamable HTTP (docs/channels.md): an "
+                           "agent's tool calls, run with its user's rights; JSON-RPC "
+                           "bodies, as the MCP specification defines them", _MCP_ANSWER,
+                    errors=("400", "401", "403", "406", "413", "415", "500")),
+        "get": _op("mcpStream", "MCP: the server-to-client stream (stateless here: 405)",
+                   {}, errors=("401", "403", "405")),
+        "delete": _op("mcpEnd", "MCP: end a session (stateless here: 405)", {},
+                      errors=("401", "403", "405"))},
+    "/.well-known/oauth-protected-resource/mcp": {"get": _op(
+        "mcpResourceMetadata", "the protected resource metadata of /mcp (RFC 9728), named "
+                               "by its 401 answers",
+        {"200": {"description": "resource, bearer_methods_supported, resource_name",
+                 "content": {"application/json": {"schema": {"type": "object"}}}}},
+        errors=("500",))},
     "/v1/health": {"get": _op("health", "liveness, revision and engine switch",
                               _ok("Health"), errors=("500",))},
     "/v1/openapi.json": {"get": _op(

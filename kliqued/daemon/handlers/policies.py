@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from .. import views
+from ..auth import Principal
+from ..core import Daemon
 from ..errors import forbidden, not_found
 from ..request import ctx, principal, reply
 from ..routes import Route
 
 
 async def list_policies(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
-    p = principal(request)
+    return reply(policies_of(ctx(request).daemon, principal(request)))
+
+
+def policies_of(d: Daemon, p: Principal) -> dict[str, Any]:
+    """``listPolicies`` for ``p``: the policies of the groups they may see, with each budget's
+    use, what is left, the burn rate and the projected run-out."""
     idx, acc = d.idx(), d.acc()
     now = d.clock.now()
     names = sorted(n for n, g in idx.group_of_policy.items()
                    if p.is_finance or acc.sees_group(p, g))
     waits = views.waiting(d)
-    return reply({"policies": [views.policy(d, n, now, waits) for n in names]})
+    return {"policies": [views.policy(d, n, now, waits) for n in names]}
 
 
 async def get_policy(request: web.Request) -> web.Response:

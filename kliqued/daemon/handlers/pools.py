@@ -3,9 +3,13 @@ scaling (the autoscaler's calls: cloud.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from .. import cloud, views
+from ..auth import Principal
+from ..core import Daemon
 from ..errors import bad_request
 from ..request import ctx, principal, read_json, reply
 from ..routes import ANY, Route
@@ -15,15 +19,18 @@ REASON_MAX = 500
 
 
 async def list_pools(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
-    p = principal(request)
+    return reply(pools_of(ctx(request).daemon, principal(request)))
+
+
+def pools_of(d: Daemon, p: Principal) -> dict[str, Any]:
+    """``listPools`` for ``p`` (a worker: its own pool only; ``by_level``: the use of the
+    groups ``p`` may see, as for policies: a department head sees their teams on each
+    pool)."""
     acc = d.acc()
 
     def sees(group: str) -> bool:
-        """Whose use ``by_level`` shows: as for policies (a user: the groups they are in or
-        administer, so a department head sees their teams on each pool)."""
         return p.is_finance or acc.sees_group(p, group)
-    return reply({"pools": views.pools(d, p.name if p.is_worker else None, sees)})
+    return {"pools": views.pools(d, p.name if p.is_worker else None, sees)}
 
 
 async def node_started(request: web.Request) -> web.Response:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from itertools import islice
+from typing import Any
 
 from aiohttp import web
 
 from .. import views
+from ..auth import Principal
+from ..core import Daemon
 from ..errors import forbidden, not_found
 from ..request import ctx, principal, reply
 from ..routes import Route
@@ -15,8 +18,12 @@ from .params import int_param
 
 
 async def list_resources(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
-    p = principal(request)
+    return reply(resources_of(ctx(request).daemon, principal(request)))
+
+
+def resources_of(d: Daemon, p: Principal) -> dict[str, Any]:
+    """``listResources`` for ``p``: the compute resources they may see (a user: their groups'),
+    each saying whether they may submit to it (the MCP tools answer with it too)."""
     idx = d.idx()
     if p.is_user:
         acc = d.acc()
@@ -24,7 +31,7 @@ async def list_resources(request: web.Request) -> web.Response:
     else:
         names = sorted(idx.resources)
     rooms: dict = {}
-    return reply({"resources": [views.resource(d, n, p, rooms) for n in names]})
+    return {"resources": [views.resource(d, n, p, rooms) for n in names]}
 
 
 async def queue(request: web.Request) -> web.Response:

@@ -8,15 +8,18 @@ not see is a 404, as if it did not exist: task ids are not disclosed to other us
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Any
 
 from aiohttp import web
 
 from .. import channels, limits, views
-from ..auth import Access
+from ..auth import Access, Principal
+from ..channels import Channel
+from ..core import Daemon
 from ..errors import forbidden, not_found
 from ..openapi import submission_surely_valid
 from ..records import TaskRecord
-from ..request import ctx, principal, read_json, reply
+from ..request import Context, ctx, principal, read_json, reply
 from ..routes import Route
 from ..submission import submit_as
 from .params import int_param, str_param
@@ -24,7 +27,14 @@ from .params import int_param, str_param
 
 def _visible(request: web.Request, rec: TaskRecord) -> TaskRecord:
     """``rec``, if the caller may see it (routes ``SEE_TASK``); a 404 otherwise."""
-    if not ctx(request).daemon.acc().sees_task(principal(request), rec.user, rec.group):
+    return visible_task(ctx(request).daemon, principal(request), rec.id)
+
+
+def visible_task(d: Daemon, p: Principal, task_id: str) -> TaskRecord:
+    """Task ``task_id`` if ``p`` may see it (routes ``SEE_TASK``); a 404 otherwise, the same
+    as for a task that does not exist: task ids are not disclosed to other users."""
+    rec = d.record(task_id)
+    if not d.acc().sees_task(p, rec.user, rec.group):
         raise not_found(f"no task {rec.id}")
     return rec
 
@@ -51,20 +61,26 @@ async def submit(request: web.Request) -> web.Response:
 
 async def get_task(request: web.Request) -> web.Response:
     d = ctx(request).daemon
-    rec = _visible(request, d.record(request.match_info["id"]))
-    return reply(views.task(d, rec))
+    return reply(views.task(d, visible_task(d, principal(request), request.match_info["id"])))
 
 
 async def cancel(request: web.Request) -> web.Response:
     c = ctx(request)
-    d = c.daemon
     p = principal(request)
-    rec = _visible(request, d.record(request.match_info["id"]))
+    rec = visible_task(c.daemon, p, request.match_info["id"])  # before reading the body
     body = await read_json(request, "CancelRequest") if request.body_exists else None
     reason = (body or {}).get("reason") or None
-    channel = channels.declared(request.headers)
+    return reply(await cancel_as(c, p, rec.id, reason, channels.declared(request.headers)))
+
+
+async def cancel_as(c: Context, p: Principal, task_id: str, reason: str | None,
+                    channel: Channel) -> dict[str, Any]:
+    """``cancelTask`` for ``p`` through ``channel``: a task they may not see is a 404;
+    cancelling an ended task changes nothing (idempotent). Returns the task's view."""
+    d = c.daemon
+    rec = visible_task(d, p, task_id)
     await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov, reason, channel))
-    return reply(views.task(d, rec))
+    return views.task(d, rec)
 
 
 async def list_tasks(request: web.Request) -> web.Response:

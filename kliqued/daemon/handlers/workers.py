@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from aiohttp import web
 
 from .. import fleet, views
+from ..auth import Principal
 from ..errors import ApiError, bad_request, forbidden
 from ..leases import CLOSED, FENCED
 from ..logs import MAX_READ
-from ..request import ctx, principal, read_json, reply
+from ..request import Context, ctx, principal, read_json, reply
 from ..routes import Route
 from .params import int_param
-from .tasks import PEOPLE, SEE_TASK, _visible
+from .tasks import PEOPLE, SEE_TASK, _visible, visible_task
 
 
 def _key_hash(request: web.Request, required: bool = False) -> str | None:
@@ -220,12 +222,40 @@ async def upload_log(request: web.Request) -> web.Response:
 
 async def read_log(request: web.Request) -> web.StreamResponse:
     c = ctx(request)
-    d = c.daemon
-    rec = _visible(request, d.record(request.match_info["id"]))
+    rec = _visible(request, c.daemon.record(request.match_info["id"]))
     epoch = int_param(request, "epoch", rec.epoch, 0, 2**31)
     offset = int_param(request, "offset", 0, 0, 2**62)
     limit = int_param(request, "limit", MAX_READ, 1, MAX_READ)
     assert epoch is not None and offset is not None and limit is not None
+    log = await log_of(c, principal(request), rec.id, epoch, offset, limit)
+    headers = {"X-Klique-Epoch": str(log.epoch),
+               "X-Klique-Epochs": ",".join(str(e) for e in log.epochs),
+               "X-Klique-Log-Size": str(log.size),
+               "X-Klique-Next-Offset": str(log.next_offset),
+               "X-Klique-Log-Complete": "true" if log.complete else "false"}
+    return web.Response(body=log.data, headers=headers, content_type="text/plain",
+                        charset="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class LogPiece:
+    """A piece of a task's log, as ``getTaskLog`` answers it (the MCP tools too)."""
+
+    data: bytes
+    epoch: int
+    epochs: list[int]
+    size: int
+    next_offset: int
+    complete: bool
+
+
+async def log_of(c: Context, p: Principal, task_id: str, epoch: int | None = None,
+                 offset: int = 0, limit: int = MAX_READ) -> LogPiece:
+    """``getTaskLog`` for ``p``: at most ``limit`` bytes of the log of attempt ``epoch`` (None:
+    the latest) of a task they may see, from byte ``offset``; a 404 for another's task."""
+    rec = visible_task(c.daemon, p, task_id)
+    if epoch is None:
+        epoch = rec.epoch
     if epoch == 0 or epoch > rec.epoch:
         data, size = b"", 0
     else:
@@ -233,13 +263,8 @@ async def read_log(request: web.Request) -> web.StreamResponse:
     lease = rec.lease(epoch)
     complete = rec.epoch == 0 and rec.state == "ended" or (
         lease is not None and lease.status in (CLOSED, FENCED))
-    headers = {"X-Klique-Epoch": str(epoch),
-               "X-Klique-Epochs": ",".join(str(e) for e in range(1, rec.epoch + 1)),
-               "X-Klique-Log-Size": str(size),
-               "X-Klique-Next-Offset": str(offset + len(data)),
-               "X-Klique-Log-Complete": "true" if complete else "false"}
-    return web.Response(body=data, headers=headers, content_type="text/plain",
-                        charset="utf-8")
+    return LogPiece(data, epoch, list(range(1, rec.epoch + 1)), size, offset + len(data),
+                    complete)
 
 
 async def list_workers(request: web.Request) -> web.Response:

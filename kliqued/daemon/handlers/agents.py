@@ -1,0 +1,35 @@
+"""``/mcp``: agents over MCP (docs/channels.md), and its protected resource metadata.
+
+The MCP exchange itself is the SDK's (``agents.endpoint``); this module only declares the
+routes, so that the auth middleware checks the caller first, like any API call.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..agents.endpoint import ENDPOINT, METADATA_PATH, PATH, metadata
+from ..request import principal, reply
+from ..routes import PUBLIC, Route
+
+
+async def mcp(request: web.Request) -> web.StreamResponse:
+    return await request.app[ENDPOINT].handle(request, principal(request))
+
+
+async def resource_metadata(request: web.Request) -> web.Response:
+    return reply(metadata(request))
+
+
+PEOPLE = ("admin", "finance", "user")
+RULE = "each tool: the rights of the API operation it stands for (docs/channels.md)"
+
+ROUTES = [
+    Route("POST", PATH, mcp, "mcp", PEOPLE, rule=RULE,
+          hint="an agent acts as a person: use a user's token"),
+    Route("GET", PATH, mcp, "mcpStream", PEOPLE, rule=RULE,
+          hint="an agent acts as a person: use a user's token"),
+    Route("DELETE", PATH, mcp, "mcpEnd", PEOPLE, rule=RULE,
+          hint="an agent acts as a person: use a user's token"),
+    Route("GET", METADATA_PATH, resource_metadata, "mcpResourceMetadata", PUBLIC),
+]
