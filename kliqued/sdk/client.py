@@ -108,6 +108,12 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
 
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of a ``ca_file`` (None: the system's trust store), for other
+        clients of the same server (``kliqued mcp``'s relay)."""
+        return self._ssl
+
     # ------------------------------------------------------------------ transport
     def _open(self, method: str, path: str, query: dict | None = None, body: Any = None,
               headers: dict | None = None, retry: bool | None = None):
