@@ -63,7 +63,8 @@ def detail(e: dict[str, Any]) -> str:
     d: dict[str, Any] = data if isinstance(data, dict) else {}
     kind = e["kind"]
     if kind == "submitted":
-        return f"{d.get('resource')}" + (f" project {d['project']}" if d.get("project") else "")
+        return (f"{d.get('resource')}" + (f" project {d['project']}" if d.get("project") else "")
+                + f" via {d.get('channel') or 'api'}")
     if kind == "placed":
         size = d.get("size_milli")
         n = "" if size is None else num(from_milli(size))

@@ -90,7 +90,8 @@ def detail(t: dict) -> str:
              f"state     {t['state']}" + (f" ({ended(t)})" if ended(t) else ""),
              f"resource  {t['resource']}  (group {t['group']}, policy {t['policy']}, "
              f"profile {t['profile']})",
-             f"user      {t['user']}" + (f"  project {t['project']}" if t.get("project") else ""),
+             f"user      {t['user']}" + (f"  project {t['project']}" if t.get("project") else "")
+             + (f"  via {t['channel']}" if t.get("channel") else ""),
              f"gpus      {num(t.get('gpus'))}"]
     if t["state"] == "queued":
         lines.append(f"position  {t.get('position') or '-'}")

@@ -31,6 +31,9 @@ def test_submit_status_queue_cancel(server, as_user):
         assert "position" in out and "waiting:" in out
         rc, out, _ = as_user("alice", "status", task_id)
         assert rc == 0 and "python train.py --epochs 3" in out and "run=7" in out
+        assert "via cli" in out  # the CLI declares its channel (docs/channels.md)
+        rc, out, _ = as_user("alice", "events", "--task", task_id, "--kind", "submitted")
+        assert rc == 0 and "via cli" in out
         rc, out, _ = as_user("alice", "status")
         assert rc == 0 and task_id in out and out.startswith("ID")
         rc, out, _ = as_user("alice", "queue", "llm-research/h100")
