@@ -112,7 +112,18 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     # team-a's statement: its admin and the department's; erin administers nothing
     "ledger-statement": ("ledgerStatement", "/v1/ledger/statement?group=team-a&period=2026-01",
                          None, 200, NO_GROUP_ADMIN),
+    # agents over MCP: the door admits people; each tool then has its operation's rights
+    # (tests/mcp). Past the door, the answers are the MCP SDK's (stateless: no GET stream,
+    # no session to end).
+    "mcp": ("mcp", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "ping"}, 200, {}),
+    "mcp-stream": ("mcpStream", "/mcp", None, 405, {}),
+    "mcp-end": ("mcpEnd", "/mcp", None, 405, {}),
+    "mcp-metadata": ("mcpResourceMetadata", "/.well-known/oauth-protected-resource/mcp", None,
+                     200, {}),
 }
+MCP_OPS = {"mcp", "mcpStream", "mcpEnd"}
+"""Operations whose admitted answers are MCP's JSON-RPC, not the API's error shape."""
+MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 DECLARED: dict[str, Route] = {r.operation_id: r for r in ROUTES}
 
@@ -171,9 +182,10 @@ def test_matrix(server: Server, who, planner: str, case: str, principal: str) ->
     if "{token}" in path:
         tk = server.ok("POST", "/v1/tokens", {"user": "erin"}, expect=201)
         path = path.replace("{token}", tk["id"])
-    status, data = server.call(method, path, body, token)
+    status, data = server.call(method, path, body, token,
+                               headers=MCP_ACCEPT if op in MCP_OPS else None)
     assert status == want, f"{principal} {method} {path}: {status} {data}"
-    if status >= 400:
+    if status >= 400 and (op not in MCP_OPS or status in (401, 403)):
         assert set(data) == {"error"} and data["error"]["code"] and data["error"]["message"]
     if status == 403 and ROLE.get(principal) not in DECLARED[op].allowed:
         # refused by the declaration: the answer says who may call it
