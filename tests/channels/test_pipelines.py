@@ -102,6 +102,7 @@ steps:
             assert (t["user"], t["actor"]) == ("alice", "user:alice")
             assert t["labels"]["klique.pipeline"] == pid
             assert t["labels"]["klique.channel"] == "pipeline"
+            assert t["channel"] == "pipeline"  # issue 14, part 5: beside the user
     r = cli(fs, fs.alice, "pipeline", "status", pid)
     assert r.returncode == 0 and "succeeded" in r.stdout, r.stdout + r.stderr
     r = cli(fs, fs.alice, "pipeline", "status")

@@ -88,6 +88,7 @@ def test_due_runs_once_per_due_time_as_the_owner(tmp_path: Path) -> None:
             rec = h.d.records[r.task]
             assert (rec.user, rec.actor) == ("alice", "user:alice")
             assert rec.labels == {"klique.schedule": sid, "klique.channel": "schedule"}
+            assert rec.channel == "schedule"  # issue 14, part 5: beside the user
             assert rec.idempotency_key == f"schedule:{sid}:{T0 + 10 * MIN}"
     run(go())
 
