@@ -15,6 +15,12 @@ MEANING: dict[str, tuple[str, str]] = {
         "out), and the tasks ahead of it must start first.",
         "Nothing to fix: it starts after the tasks ahead of it. Cancelling it and sending it "
         "again puts it at the back of the line."),
+    "user_limit": (
+        "The user already holds as many GPUs in this group as the group's per-user limit "
+        "allows (the number after the slash), counting this task's size: the limit keeps "
+        "one person from taking the whole group.",
+        "It starts when some of the user's own running tasks end; cancelling one of them "
+        "makes room. The group's admins set the per-user limit."),
     "limit": (
         "The task's group already uses as many GPUs as its policy's limit allows (the "
         "number after the slash), counting this task's size.",

@@ -145,8 +145,8 @@ def build(c: Context) -> MCPServer:
     async def explain_task(task_id: str | None = None, kind: str | None = None
                            ) -> dict[str, Any]:
         """A task's reason in plain words: what it means and what the user can do. Give a
-        `task_id`, or a reason `kind` alone (order, limit, budget, capacity, pending,
-        worker)."""
+        `task_id`, or a reason `kind` alone (order, user_limit, limit, budget, capacity,
+        pending, worker)."""
         if (task_id is None) == (kind is None):
             raise ToolError("give either task_id or kind")
         if kind is not None:
