@@ -12,15 +12,12 @@ one-line error on stderr and exit 1, which the agent client shows as the server'
 from __future__ import annotations
 
 import argparse
-import logging
 import ssl
 import sys
 from typing import Any
 
 from ._client import add_client_flags, client, handles_errors
 from ._common import add_command
-
-log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
