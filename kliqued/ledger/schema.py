@@ -613,8 +613,8 @@ def ensure_schema(conn) -> None:
     intervals; one from before ``group_path`` gets the column (NULL on its rows until
     :func:`kliqued.ledger.writer.fill_group_paths` runs with the estate) and its
     ``ledger_monthly`` rebuilt with the path as a dimension; one from before ``channel``
-    gets it (``api`` on its rows) and ``ledger_monthly`` rebuilt likewise. Turns off DuckDB's progress bar
-    on ``conn`` (it would print on stderr)."""
+    gets it (``api`` on its rows) and ``ledger_monthly`` rebuilt likewise. Turns off DuckDB's
+    progress bar on ``conn`` (it would print on stderr)."""
     conn.execute("PRAGMA disable_progress_bar")
     conn.execute(TABLES)
     conn.execute(CLOUD_TABLE)
