@@ -72,14 +72,14 @@ async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
             check_submission(d.idx(), fields["resource"], user, fields["project"], gpus,
                              require_project=True)
         except SubmissionError as exc:
-            raise ApiError(422, "submission-refused", _with_options(d, user, body, exc),
+            raise ApiError(422, "submission-refused", with_options(d, user, body, exc),
                            {"field": exc.field}) from None
     status, task_id = await c.seq.submit(
         lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes))
     return status, d.records[task_id]
 
 
-def _with_options(d: Daemon, user: str, body: dict, exc: SubmissionError) -> str:
+def with_options(d: Daemon, user: str, body: dict, exc: SubmissionError) -> str:
     """A resource the user may not send to names the ones they may (issue 10)."""
     cr = d.idx().resources.get(body["resource"])
     if cr is not None and user in d.idx().users.get(cr.group, ()):

@@ -28,7 +28,8 @@ from ..request import Context, ctx, principal, read_json, reply
 from ..routes import Route
 from ..units import to_milli
 from .params import int_param
-from .tasks import PEOPLE, SEE_TASK, _visible, _with_options
+from ..submission import with_options
+from .tasks import PEOPLE, SEE_TASK, _visible
 from .workers import _audited, _key_hash
 
 
@@ -65,7 +66,7 @@ async def start(request: web.Request) -> web.Response:
         check_submission(d.idx(), body["resource"], p.name, body.get("project"), gpus,
                          require_project=True)
     except SubmissionError as exc:
-        raise ApiError(422, "submission-refused", _with_options(d, p.name, body, exc),
+        raise ApiError(422, "submission-refused", with_options(d, p.name, body, exc),
                        {"field": exc.field}) from None
     assert cr is not None
     if cr.nodes > 1:
