@@ -94,6 +94,7 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
     assert s["idle"] == {"wall": "8h", "cpu": "30m"}  # the profile's limits
     task = fs.task(sid)
     assert task["labels"]["klique.channel"] == "session"
+    assert task["channel"] == "session"  # issue 14, part 5: beside the user
     assert task["actor"] == "user:alice"
     # the app answers through the URL, with the owner's token; the token is not passed on
     page = reachable(fs, fs.alice, sid, url)  # type: ignore[attr-defined]
