@@ -2,8 +2,8 @@
 
 One format, written by the daemon (``GET /v1/demand``) and read by ``kliqued plan
 --what-if``: the columns of a trace (scenarios.md: ``id,submit,resource,user,project,gpus,
-runtime``, so ``kliqued simulate --trace`` replays the file as it is) plus ``channel`` (the
-principal that sent the task) and ``status`` (what became of it). ``runtime`` is the time the
+runtime``, so ``kliqued simulate --trace`` replays the file as it is) plus ``channel`` (how the
+task was sent: cli, sdk, api, mcp, schedule, pipeline, session) and ``status`` (what became of it). ``runtime`` is the time the
 task was placed, summed over its attempts, in seconds: what it needed for a finished task,
 what it had run so far for any other (``status`` says which). Standard library only, since
 the daemon, the SDK and the what-if all read or write it.

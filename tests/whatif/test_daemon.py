@@ -65,7 +65,7 @@ def test_the_demand_of_a_window_is_a_trace(served, tmp_path, capsys) -> None:
     for t in done:
         r = rows[t]
         assert (r["resource"], r["user"], r["channel"], r["status"]) == \
-            ("team-a/one", "alice", "user:alice", "finished")
+            ("team-a/one", "alice", "api", "finished")
         assert 0.4 <= float(r["runtime"]) < 30, r
         assert r["submit"].endswith("Z")
     assert rows[failed]["status"] == "failed"

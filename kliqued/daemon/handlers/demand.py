@@ -66,7 +66,7 @@ def demand_rows(d: Daemon, start: int, now: int) -> Iterator[DemandRow]:
     for tid in ids[lo:]:
         rec = records[tid]
         yield DemandRow(rec.id, rec.submitted_at, rec.resource, rec.user, rec.project,
-                        rec.gpus_milli, placed_ms(rec, now), rec.actor, status(rec))
+                        rec.gpus_milli, placed_ms(rec, now), rec.channel, status(rec))
 
 
 async def demand(request: web.Request) -> web.Response:
