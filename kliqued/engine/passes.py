@@ -371,8 +371,8 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
             if nxt is None:
                 return
             key, v, name, need = nxt
-            cr = resources.get(name) if xi is not None else None
-            if cr is not None and cr.nodes == 1 and not any(
+            cr = resources.get(name)
+            if cr is not None and xi is not None and cr.nodes == 1 and not any(
                     state.room(p) >= need for p in cr.pools):
                 # The envelope has room but none of the queue's pools has: it waits for a
                 # pool now. Parked there without a look, so an envelope freeing GPUs does
@@ -380,6 +380,15 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
                 w.park_lend(name, cr.pools,
                             [(cr.exec_pos[p],) + key[1:] for p in cr.pools], need)
                 continue
+            gq = index.groups[cr.group] if cr is not None else None
+            if cr is not None and gq is not None and xi is None and len(gq.levels) > 1:
+                # The other way round: the pool has room but an envelope above the queue
+                # is at its limit. It waits on the envelope now, without a look.
+                x = failing_limit_level(index, state, gq, need)
+                if x is not None and x != cr.group:
+                    w.park_lend(name, (level_key(x),),
+                                [(min(cr.exec_pos.values(), default=0),) + key[1:]], need)
+                    continue
             heapq.heappush(heap, (key, -v, name, pool))
             return
 
