@@ -71,9 +71,11 @@ def test_tools_in_process_act_as_the_principal(tmp_path: Path) -> None:
             assert (t["user"], t["actor"], t["channel"]) == ("bob", "user:bob", "mcp")
             rec = c.daemon.records[t["id"]]
             assert rec.channel == "mcp" and rec.actor == "user:bob"
-            rows = c.store.conn.execute(
+            # On a cursor of its own, as the daemon's readers do: the store's connection is
+            # its writer's, and DuckDB refuses a second call on it while a commit runs.
+            rows = await c.store.read(lambda cur: cur.execute(
                 "SELECT actor, data->>'channel' FROM events WHERE kind = 'submitted'"
-            ).fetchall()
+            ).fetchall())
             assert rows == [("user:bob", "mcp")]
             # erin's agent: not hers, not even visible
             res = await _call(server, ERIN, "cancel_task", {"task_id": t["id"]})
