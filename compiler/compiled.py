@@ -27,6 +27,9 @@ class _Frozen(BaseModel):
 class CAttribution(_Frozen):
     reserved_idle: Literal["group", "overhead"] = "overhead"
     overhead_account: str = "overhead"
+    borrowed: Literal["borrower", "split"] = "borrower"
+    """Left out of the canonical JSON at its default, so estates from before it keep their
+    revision."""
 
 
 class CSettings(_Frozen):
@@ -226,6 +229,9 @@ class CompiledEstate(_Frozen):
         for key in ("alerts", "attribution"):
             if body["settings"].get(key) is None:
                 body["settings"].pop(key, None)
+        attribution = body["settings"].get("attribution")
+        if attribution is not None and attribution.get("borrowed") == "borrower":
+            attribution.pop("borrowed", None)
         # Left out at their defaults, so an estate that does not use them keeps its revision.
         for pool in body["pools"]:
             if not pool.get("nodes"):

@@ -178,6 +178,10 @@ class Attribution(_Model):
         "group (a line on its statement) or the overhead account")
     overhead_account: Name = Field(
         "overhead", description="the name idle capacity is charged to in reports")
+    borrowed: Literal["borrower", "split"] = Field(
+        "borrower", description="who pays for borrowed GPU-hours that ran on GPUs other "
+        "groups reserved and left idle (lent): the borrower, or split half and half between "
+        "the borrower and the lenders (docs/ledger.md)")
 
 
 class Settings(_Model):

@@ -57,3 +57,22 @@ def test_an_overhead_account_named_like_a_group_is_an_error() -> None:
     res = compile_text(MINIMAL + "settings:\n  attribution: {reserved_idle: everyone}\n")
     assert not res.ok and "reserved_idle" in str(res.diagnostics[0].message) + str(
         res.diagnostics[0].pos)
+
+
+def test_borrowed_attribution_compiles_and_defaults_to_the_borrower() -> None:
+    res = compile_text(MINIMAL + "settings:\n  attribution: {borrowed: split}\n")
+    assert res.ok, res.diagnostics
+    assert res.estate.settings.attribution.borrowed == "split"
+    assert '"borrowed": "split"' in res.estate.canonical_json()
+    plain = compile_text(MINIMAL + "settings:\n  attribution: {reserved_idle: group}\n")
+    assert plain.estate.settings.attribution.borrowed == "borrower"
+    # the default is left out of the canonical JSON: estates from before it keep their revision
+    assert "borrowed" not in plain.estate.canonical_json()
+
+
+def test_an_unknown_borrowed_attribution_is_an_error_at_its_place() -> None:
+    res = compile_text(MINIMAL + "settings:\n  attribution:\n    borrowed: lender\n")
+    assert not res.ok
+    d = res.diagnostics[0]
+    assert "borrowed" in d.message + str(d.pos) and "'borrower' or 'split'" in d.message
+    assert d.pos.line == len(MINIMAL.splitlines()) + 3
