@@ -29,7 +29,7 @@ RELATIONS = ("ledger", "prices", "price_periods", "usage", "usage_priced", "usag
              "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department",
              "cloud_nodes", "cloud_node_usage", "cloud_spend_monthly",
              "capacity", "reservations", "capacity_periods", "capacity_by_month",
-             "reserved_idle", "estate_use", "idle_cost", "in_use_now")
+             "borrowed_usage", "reserved_idle", "estate_use", "idle_cost", "in_use_now")
 """The relations finance's SQL may name: the ledger's tables and documented views (a group
 admin's names the same, over their subtree's rows: :mod:`kliqued.ledger.scope`)."""
 

@@ -458,57 +458,6 @@ LEFT JOIN price_periods pp
        ON p.gpu_type = pp.gpu_type
       AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to""",
 
-    # the reserved GPUs each policy did not use, per month: at every moment max(0, reserved
-    # - in use by the policy), integrated over time (a sweep over the policy's interval starts
-    # and ends), priced at the reservation's GPU type
-    "reserved_idle": f"""
-WITH rp AS (
-    SELECT r.*, least(s.effective_to, {NOW}) AS until_at
-    FROM reservations r JOIN ({_SNAPSHOTS}) s ON s.effective_from = r.effective_from
-    WHERE r.effective_from < {NOW}),
-ev AS (
-    SELECT l.policy, l.start_at AS t, l.gpus AS d FROM ledger l
-    WHERE l.policy IN (SELECT policy FROM rp)
-    UNION ALL
-    SELECT l.policy, {_UNTIL}, -l.gpus FROM ledger l WHERE l.policy IN (SELECT policy FROM rp)
-    UNION ALL SELECT policy, effective_from, 0 FROM rp
-    UNION ALL SELECT policy, until_at, 0 FROM rp
-    UNION ALL
-    SELECT policy, unnest(generate_series(date_trunc('month', effective_from)
-                                          + INTERVAL 1 MONTH, until_at, INTERVAL 1 MONTH)), 0
-    FROM rp),
-bp AS (SELECT policy, t, sum(d) AS d FROM ev GROUP BY ALL),
-seg AS (
-    SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
-           sum(d) OVER (PARTITION BY policy ORDER BY t
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS in_use
-    FROM bp),
-idle AS (
-    SELECT r.policy, r."group", r.group_path, r.gpu_type, r.gpus AS reserved,
-           date_trunc('month', s.seg_start) AS month_start, s.seg_start,
-           {_MS.format(a="s.seg_start", b="s.seg_end")} AS ms,
-           greatest(r.gpus - s.in_use, 0) AS idle_gpus
-    FROM seg s JOIN rp r ON r.policy = s.policy
-     AND s.seg_start >= r.effective_from AND s.seg_start < r.until_at
-    WHERE s.seg_end > s.seg_start),
-m AS (
-    SELECT i.*, CAST(i.ms * i.idle_gpus AS DECIMAL(38,3)) AS gpu_ms, pp.per_gpu_hour,
-           pp.currency
-    FROM idle i LEFT JOIN price_periods pp
-      ON i.gpu_type = pp.gpu_type
-     AND i.seg_start >= pp.effective_from AND i.seg_start < pp.effective_to)
-SELECT CAST(m.month_start AS DATE) AS month, m.policy, m."group", m.group_path,
-       {_levels("m")}, m.gpu_type, max(m.reserved) AS reserved,
-       {_dec(_round_div("CAST(sum(m.ms * m.reserved) * 1000 AS HUGEINT)",
-                        _UNITS_PER_MICRO_HOUR), _SUM)} AS reserved_hours,
-       {_dec(_round_div("CAST(sum(m.gpu_ms) * 1000 AS HUGEINT)", _UNITS_PER_MICRO_HOUR),
-             _SUM)} AS idle_hours,
-       any_value(m.currency) AS currency,
-       {_dec(_round_div("sum(CAST(m.gpu_ms * 1000 AS HUGEINT) * CAST(m.per_gpu_hour * 1000000 "
-                        "AS HUGEINT))", UNITS_PER_HOUR), _SUM)} AS idle_cost
-FROM m
-GROUP BY ALL""",
-
     # the CIO's use of the estate: per month and pool, capacity, use and idle, hours and cost
     "estate_use": """
 WITH c AS (SELECT month, pool, any_value(kind) AS kind, any_value(gpu_type) AS gpu_type,
@@ -535,16 +484,20 @@ WITH e AS (SELECT month, any_value(currency) AS currency, sum(capacity_cost) AS 
                   sum(cost) AS used_cost, sum(capacity_hours) AS capacity_hours,
                   sum(gpu_hours) AS used_hours
            FROM estate_use WHERE capacity_hours IS NOT NULL GROUP BY ALL),
-r AS (SELECT month, sum(idle_hours) AS reserved_idle_hours, sum(idle_cost) AS reserved_idle_cost
-      FROM reserved_idle GROUP BY ALL)
+r AS (SELECT month, sum(idle_hours) AS reserved_idle_hours, sum(idle_cost) AS reserved_idle_cost,
+             sum(lent_hours) AS lent_hours, sum(lent_cost) AS lent_cost
+      FROM reserved_idle GROUP BY ALL),
+b AS (SELECT month, sum(borrowed_hours) AS borrowed_hours FROM borrowed_usage GROUP BY ALL)
 SELECT e.month, e.currency, e.capacity_hours, e.used_hours,
        coalesce(r.reserved_idle_hours, 0) AS reserved_idle_hours,
        e.capacity_hours - e.used_hours - coalesce(r.reserved_idle_hours, 0)
            AS unreserved_idle_hours,
        e.capacity_cost, e.used_cost, coalesce(r.reserved_idle_cost, 0) AS reserved_idle_cost,
        e.capacity_cost - e.used_cost - coalesce(r.reserved_idle_cost, 0)
-           AS unreserved_idle_cost
-FROM e LEFT JOIN r ON r.month = e.month""",
+           AS unreserved_idle_cost,
+       coalesce(b.borrowed_hours, 0) AS borrowed_hours, coalesce(r.lent_hours, 0) AS lent_hours,
+       coalesce(r.lent_cost, 0) AS lent_cost
+FROM e LEFT JOIN r ON r.month = e.month LEFT JOIN b ON b.month = e.month""",
 
     # cloud capacity and spend in use now: per pool, declared capacity, GPUs held, cost/hour
     "in_use_now": f"""
@@ -599,10 +552,15 @@ FROM cloud_node_usage
 GROUP BY ALL"""
 """Cloud spend per month, pool, lifecycle and instance type."""
 
+from .lending import ORDER as _LENDING_ORDER  # noqa: E402 (it builds on the helpers above)
+from .lending import VIEWS as _LENDING_VIEWS  # noqa: E402
+
+VIEWS.update(_LENDING_VIEWS)
+
 VIEW_ORDER = ("price_periods", "usage", "usage_priced", "usage_by_month", "usage_monthly",
               "usage_by_level", "usage_by_business_unit", "usage_by_department",
               "cloud_node_usage", "cloud_spend_monthly", "capacity_periods",
-              "capacity_by_month", "reserved_idle", "estate_use", "idle_cost", "in_use_now")
+              "capacity_by_month", *_LENDING_ORDER, "estate_use", "idle_cost", "in_use_now")
 """The views in an order where each reads only tables and views before it."""
 
 

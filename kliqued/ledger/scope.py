@@ -26,6 +26,11 @@ FILTERED = ("ledger", "ledger_monthly", "ledger_monthly_pending", "reservations"
 HIDDEN = ("cloud_nodes",)
 """Tables of no group (the pools' cloud nodes): empty for a group admin."""
 
+DERIVED = ("lending_pieces",)
+"""Views derived from every group's rows at once (who lent to whom: kliqued.ledger.lending):
+computed over the whole ledger, then only the visible rows kept, so an admin's team shows
+what it lent to teams they cannot see (and nothing of those teams)."""
+
 COVERED = frozenset({*FILTERED, *HIDDEN, "prices", "capacity", *VIEW_ORDER})
 """Every relation a scoped query reads: the filtered tables, the hidden ones (empty), the
 prices and the pools' capacity (the same for everyone: the estate's), and the views rebuilt
@@ -55,7 +60,8 @@ def scoped(query: str, groups: Sequence[str]) -> str:
 def _prefix(groups: Sequence[str]) -> str:
     ctes = [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}") for t in FILTERED]
     ctes += [(t, f"SELECT * FROM main.{t} WHERE false") for t in HIDDEN]
-    ctes += [(name, VIEWS[name]) for name in VIEW_ORDER]
+    ctes += [(name, f"SELECT * FROM main.{name} r WHERE {visible('r', groups)}"
+              if name in DERIVED else VIEWS[name]) for name in VIEW_ORDER]
     head = ",\n".join(f"{name} AS ({body}\n)" for name, body in ctes)
     return f"WITH {head}\nSELECT * FROM (\n"
 

@@ -56,7 +56,8 @@ ORDER BY m."group", m.project, m."user", m.gpu_type, p.effective_from NULLS FIRS
 
 
 def round_cent(x: Fraction) -> Decimal:
-    """``x`` rounded half up to the cent (costs are never negative)."""
+    """``x`` rounded half up to the cent (towards +infinity on a half: a credit line of
+    -0.125 is -0.12)."""
     cents = x * 100
     whole, rest = divmod(cents.numerator, cents.denominator)
     if 2 * rest >= cents.denominator:
@@ -99,13 +100,19 @@ class Line:
     ms: int
     cost: Decimal = Decimal(0)
     kind: str = "usage"
-    """``usage``, or ``reserved_idle``: the policy's reserved GPUs nobody used."""
+    """``usage``; ``reserved_idle``: the policy's reserved GPUs nobody used; with
+    ``settings.attribution.borrowed: split``, ``borrowed_split`` (the half of the lent
+    GPU-hours the lenders pay: a credit) and ``lent_split`` (that half, on a lender's)."""
+    share: Fraction = Fraction(1)
+    """The part of the GPU-hours' cost this line bills: -1/2 for ``borrowed_split``, 1/2 for
+    ``lent_split``, else 1."""
 
     @property
     def exact_cost(self) -> Fraction:
         if self.per_gpu_hour is None:
             return Fraction(0)
-        return Fraction(self.gpu_milli_ms, 1000 * _HOUR_MS) * Fraction(str(self.per_gpu_hour))
+        return (Fraction(self.gpu_milli_ms, 1000 * _HOUR_MS) * Fraction(str(self.per_gpu_hour))
+                * self.share)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "group": self.group, "group_path": self.group_path,
@@ -189,6 +196,40 @@ RESERVED_IDLE = "(reserved, not used)"
 """The project column of a statement line that bills a policy's reserved GPUs nobody used
 (``settings.attribution.reserved_idle: group``)."""
 
+LENT = "(lent to other groups)"
+"""The project column of a lender's ``lent_split`` line."""
+
+SPLIT = Fraction(1, 2)
+"""The lenders' part of the cost of lent GPU-hours with ``borrowed: split``."""
+
+_LENDING_SQL = """
+SELECT x.side, x."group", x.group_path, coalesce(x.project, ''), coalesce(x."user", ''),
+       x.policy, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from,
+       CAST(sum(x.lent_mms) AS HUGEINT)
+FROM lending_pieces x
+WHERE x.month = CAST(? AS DATE) AND x.lent_mms > 0 AND {scope}
+GROUP BY ALL
+ORDER BY x.side, x."group", 4, 5, x.policy, x.gpu_type, x.price_from NULLS FIRST"""
+"""The lent GPU-milliseconds (thousandths, exact) per borrower line and per lending policy,
+by price in force."""
+
+
+def _split_lines(conn, period: date, where: str) -> list[Line]:
+    """The lines of ``borrowed: split``: each borrower line's lent GPU-hours credited by
+    half (the lenders pay it), each lending policy billed that half, pro rata (kliqued.ledger
+    .lending): the same price on both sides, so the credits and shares add up to zero."""
+    out = []
+    for r in conn.execute(_LENDING_SQL.format(scope=where), [period.isoformat()]).fetchall():
+        borrower = r[0] == "borrowed"
+        out.append(Line(group=r[1], group_path=r[2], project=(r[3] or None) if borrower
+                        else LENT, user=r[4], gpu_type=r[6], per_gpu_hour=r[7],
+                        price_from=None if r[9] is None else f"{r[9]:%Y-%m-%dT%H:%M:%SZ}",
+                        gpu_milli_ms=int(r[10]), budget_milli_ms=0, ms=0,
+                        kind="borrowed_split" if borrower else "lent_split",
+                        share=-SPLIT if borrower else SPLIT))
+    return out
+
+
 _IDLE_SQL = """
 SELECT "group", group_path, policy, gpu_type, idle_hours, idle_cost, currency
 FROM reserved_idle WHERE month = CAST(? AS DATE) AND {scope} AND idle_hours > 0
@@ -198,13 +239,14 @@ ORDER BY "group", policy"""
 def build(conn, group: str, period: date, estate_paths: dict[str, str],
           currency: str, policies: Sequence[Any] = (),
           visible: Sequence[str] | None = None,
-          reserved_idle: bool = False) -> Statement:
+          reserved_idle: bool = False, borrowed: str = "borrower") -> Statement:
     """The statement of ``group``'s subtree for the month ``period``. ``estate_paths``: each
     estate group's path (:func:`kliqued.ledger.writer.group_paths`); ``policies``: the
     estate's compiled policies (for the budgets); ``visible``: the caller's groups when it
     may read only their subtrees (a group admin), None for everything; ``reserved_idle``:
     bill each policy's reserved GPUs nobody used to it, one line per policy (the ledger's
-    ``reserved_idle``: its GPU-hours and cost, exact to the millionth)."""
+    ``reserved_idle``: its GPU-hours and cost, exact to the millionth, less what it lent);
+    ``borrowed``: ``settings.attribution.borrowed`` (``split``: :func:`_split_lines`)."""
     path = group_path_of(conn, group, estate_paths)
     where = scope.visible("m", [group])
     if visible is not None:
@@ -230,6 +272,13 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
             exact.append(idle_cost)
             if r[6]:
                 currencies.add(r[6])
+    if borrowed == "split":
+        where = scope.visible("x", [group])
+        if visible is not None:
+            where += " AND " + scope.visible("x", visible)
+        split = _split_lines(conn, period, where)
+        lines += split
+        exact += [line.exact_cost for line in split]
     costs, total = allocate_cents(exact)
     for line, cost in zip(lines, costs):
         line.cost = cost
