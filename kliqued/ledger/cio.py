@@ -21,7 +21,23 @@ QUERIES = {
                       "ORDER BY cost DESC NULLS LAST, business_unit",
     "idle": "SELECT currency, capacity_hours, used_hours, reserved_idle_hours, "
             "unreserved_idle_hours, capacity_cost, used_cost, reserved_idle_cost, "
-            "unreserved_idle_cost FROM idle_cost WHERE month = {month}",
+            "unreserved_idle_cost, borrowed_hours, lent_hours, lent_cost FROM idle_cost "
+            "WHERE month = {month}",
+    "lending": "WITH b AS (SELECT \"group\", group_path, sum(borrowed_hours) AS borrowed_hours, "
+               "sum(lent_hours) AS borrowed_lent_hours, sum(lent_cost) AS borrowed_lent_cost "
+               "FROM borrowed_usage WHERE month = {month} GROUP BY ALL), "
+               "l AS (SELECT \"group\", group_path, sum(lent_hours) AS lent_hours, "
+               "sum(lent_cost) AS lent_cost FROM reserved_idle WHERE month = {month} "
+               "GROUP BY ALL) "
+               "SELECT coalesce(b.\"group\", l.\"group\") AS \"group\", "
+               "coalesce(b.group_path, l.group_path) AS group_path, "
+               "coalesce(b.borrowed_hours, 0) AS borrowed_hours, "
+               "coalesce(b.borrowed_lent_hours, 0) AS borrowed_lent_hours, "
+               "coalesce(b.borrowed_lent_cost, 0) AS borrowed_lent_cost, "
+               "coalesce(l.lent_hours, 0) AS lent_hours, coalesce(l.lent_cost, 0) AS lent_cost "
+               "FROM b FULL OUTER JOIN l ON b.\"group\" = l.\"group\" "
+               "WHERE coalesce(b.borrowed_hours, 0) + coalesce(l.lent_hours, 0) > 0 "
+               "ORDER BY 2, 1",
     "in_use_now": "SELECT pool, kind, gpu_type, capacity, gpus_in_use, tasks, cost_per_hour, "
                   "currency FROM in_use_now ORDER BY pool",
 }
@@ -32,7 +48,9 @@ def figures(conn, period: date, groups: Sequence[str] | None = None,
             timeout_s: float = 10.0) -> dict[str, Any]:
     """The month's figures: each part as a list of rows (objects with the columns' names),
     ``idle`` as one object (or null before any capacity was recorded). Amounts are exact
-    decimal text, as ledger SQL answers them."""
+    decimal text, as ledger SQL answers them. ``lending``: per group that borrowed or lent,
+    its borrowed GPU-hours, those of them on other groups' idle reservations
+    (``borrowed_lent_*``) and what its own idle reservation lent (``lent_*``)."""
     month = f"DATE '{period.isoformat()}'"
     out: dict[str, Any] = {"period": f"{period:%Y-%m}",
                            "period_start": f"{period:%Y-%m-%d}T00:00:00Z",

@@ -35,6 +35,8 @@ import re
 from datetime import date
 from typing import Iterator, Sequence
 
+from klique_util.units import UNITS_PER_HOUR
+
 from . import scope
 from .schema import _MONTHLY_PIECES
 
@@ -141,6 +143,8 @@ COLUMNS: list[tuple[str, str, str]] = [
 """The FOCUS columns in file order: name, type (the Parquet file's), and the SQL of its value
 (text) over a ``usage_by_month`` row ``u`` with its list price."""
 
+COLUMNS_BY_NAME = [(name, expr) for name, _, expr in COLUMNS]
+
 FOCUS_VERSION = "1.2"
 
 _PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
@@ -180,6 +184,82 @@ def _csv_field(expr: str, typ: str) -> str:
     return f"coalesce(({expr}), '')"
 
 
+def _half_cost(micro_mms: str) -> str:
+    """Half a sum of thousandths of GPU-ms x price millionths, in currency, rounded half up
+    to the millionth."""
+    return (f"CAST(CAST(({micro_mms} + {UNITS_PER_HOUR}) // {2 * UNITS_PER_HOUR} AS "
+            "DECIMAL(38,0)) * 0.000001 AS DECIMAL(18,6))")
+
+
+def _mms_hours(mms: str) -> str:
+    """Thousandths of GPU-ms as GPU-hours, rounded half up to the millionth."""
+    return f"CAST(CAST(({mms} + 1800) // 3600 AS DECIMAL(38,0)) * 0.000001 AS DECIMAL(18,6))"
+
+
+_SPLIT_ROWS = f"""
+SELECT x.side, x.interval_id, x.task, x."user", x.project, x."group", x.group_path, x.policy,
+       x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from, x.business_unit,
+       x.department, l.profile, l.resource, l.channel, {{month}} AS month,
+       CAST({{month}} AS TIMESTAMP) AS piece_start,
+       CAST({{month}} AS TIMESTAMP) + INTERVAL 1 MONTH AS piece_end,
+       {_mms_hours("x.mms")} AS gpu_hours,
+       CASE WHEN x.side = 'borrowed' THEN -1 ELSE 1 END
+           * {_half_cost("x.price_mms")} AS cost,
+       CASE WHEN x.side = 'borrowed' THEN -1 ELSE 1 END
+           * {_half_cost("x.list_mms")} AS list_cost,
+       NULL AS gpus, NULL AS ms
+FROM (SELECT x.side, x.interval_id, x.task, x."user", x.project, x."group", x.group_path,
+             x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from,
+             string_split(x.group_path, '/')[-3] AS business_unit,
+             string_split(x.group_path, '/')[-2] AS department,
+             CAST(sum(x.lent_mms) AS HUGEINT) AS mms,
+             sum(CAST(x.lent_mms AS HUGEINT) * CAST(x.per_gpu_hour * 1000000 AS HUGEINT))
+                 AS price_mms,
+             sum(CAST(x.lent_mms AS HUGEINT)
+                 * CAST(coalesce(lp.list_per_gpu_hour, x.per_gpu_hour) * 1000000 AS HUGEINT))
+                 AS list_mms
+      FROM lending_pieces x
+      LEFT JOIN prices lp ON lp.gpu_type = x.gpu_type AND lp.effective_from = x.price_from
+      WHERE x.month = {{month}} AND x.lent_mms > 0 {{scope}}
+      GROUP BY ALL) x
+LEFT JOIN ledger l ON l.interval_id = x.interval_id"""
+"""With ``borrowed: split``, the month's lent GPU-hours per borrowing interval and per
+lending policy (kliqued.ledger.lending), each with half their cost: a credit to the borrower
+(negative) and a charge to the lender, at the same price, so they add up to zero."""
+
+_SPLIT_OVERRIDES = {
+    "ChargeCategory": "CASE WHEN u.side = 'borrowed' THEN 'Credit' ELSE 'Adjustment' END",
+    "ChargeDescription":
+        "CASE WHEN u.side = 'borrowed' THEN 'Half of the ' || u.gpu_type || ' GPU-hours task ' "
+        "|| u.task || ' borrowed from idle reservations (paid by their groups)' ELSE 'Half of "
+        "the ' || u.gpu_type || ' GPU-hours other groups borrowed from the idle reservation "
+        "of ' || u.policy END",
+    "ChargePeriodStart": _ts("u.piece_start"),
+    "ChargePeriodEnd": _ts("u.piece_end"),
+    "ConsumedQuantity": "NULL",
+    "ConsumedUnit": "NULL",
+    "ContractedUnitPrice": "NULL",
+    "ListUnitPrice": "NULL",
+    "ResourceId": "CASE WHEN u.side = 'borrowed' THEN u.task ELSE u.policy END",
+    "ResourceName": "CASE WHEN u.side = 'borrowed' THEN u.task ELSE u.policy END",
+    "ResourceType": "CASE WHEN u.side = 'borrowed' THEN 'GPU task' ELSE 'GPU reservation' END",
+    "Tags": "CASE WHEN u.side = 'borrowed' THEN {borrower} ELSE {lender} END",
+}
+"""The columns whose meaning differs on a split row (a Credit or an Adjustment: no consumed
+quantity, no unit price since the cost is half of quantity x price; the charge period is the
+billing period, over which the lending is settled). The descriptions hold no comma: the
+CSV quotes only the JSON columns."""
+
+
+def _split_column(name: str, expr: str) -> str:
+    if name == "Tags":
+        tags = dict(COLUMNS_BY_NAME)["Tags"]
+        lender = ("'{{\"klique/policy\":\"' || u.policy || '\",\"klique/group\":\"' || "
+                  "u.\"group\" || '\",\"klique/gpu_type\":\"' || u.gpu_type || '\"}}'")
+        return _SPLIT_OVERRIDES["Tags"].format(borrower=tags, lender=lender)
+    return _SPLIT_OVERRIDES.get(name, expr)
+
+
 FOCUS_SQL = f"""
 SELECT {" || ',' || ".join(_csv_field(expr, typ) for _, typ, expr in COLUMNS)}
 FROM ({_ROWS}) u
@@ -187,6 +267,13 @@ ORDER BY u.piece_start, u.interval_id"""
 """One CSV line per charge, made by DuckDB: a month of a ten-million-interval ledger is
 about a million charges of sixty columns, and one text value per row crosses into Python
 instead of sixty."""
+
+SPLIT_SQL = f"""
+SELECT {" || ',' || ".join(_csv_field(_split_column(name, expr), typ)
+                           for name, typ, expr in COLUMNS)}
+FROM ({_SPLIT_ROWS}) u
+ORDER BY u.side, u."group", u.interval_id, u.policy, u.price_from"""
+"""The split rows' CSV lines (``borrowed: split``), after the usage rows."""
 
 UNPRICED_SQL = f"""
 WITH m AS ({_MONTHLY_PIECES})
@@ -213,11 +300,13 @@ class NoPrice(ValueError):
 
 
 def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
-              chunk_rows: int = 5000) -> Iterator[str]:
+              chunk_rows: int = 5000, borrowed: str = "borrower") -> Iterator[str]:
     """The FOCUS rows of one billing period (a UTC month) as CSV text in chunks, the header
     first. Raises :class:`NoPrice` before any row when usage in the period has no price.
-    ``groups``: only their subtrees' rows (a group admin's), None for all. One query per
-    call on ``conn`` (a cursor the caller uses for nothing else meanwhile)."""
+    ``groups``: only their subtrees' rows (a group admin's), None for all. One query at a
+    time on ``conn`` (a cursor the caller uses for nothing else meanwhile). ``borrowed``:
+    ``settings.attribution.borrowed``; with ``split``, a Credit row per borrowing interval
+    and an Adjustment row per lending policy follow the usage rows (:data:`SPLIT_SQL`)."""
     where = "" if groups is None else "AND " + scope.visible("u", groups)
     # the month as a literal, not a parameter: DuckDB then prunes the month pieces before
     # pricing them (twice as fast); it is a date object's ISO text, nothing else
@@ -231,6 +320,16 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
     result = conn.execute(FOCUS_SQL.format(scope=where, month=month, billing_start=start,
                                            billing_end=end))
     yield ",".join(name for name, _, _ in COLUMNS) + "\n"
+    while True:
+        rows = result.fetchmany(chunk_rows)
+        if not rows:
+            break
+        yield "".join(r[0] + "\n" for r in rows)
+    if borrowed != "split":
+        return
+    where_x = "" if groups is None else "AND " + scope.visible("x", groups)
+    result = conn.execute(SPLIT_SQL.format(scope=where_x, month=month, billing_start=start,
+                                           billing_end=end))
     while True:
         rows = result.fetchmany(chunk_rows)
         if not rows:

@@ -17,7 +17,8 @@ _ENV = Environment(loader=PackageLoader("kliqued.ledger", "templates"),
 
 CSV_COLUMNS = ("group", "project", "user", "gpu_type", "per_gpu_hour", "price_from",
                "gpu_hours", "budget_hours", "cost")
-"""A line's columns after ``kind`` (``line`` for usage, ``reserved_idle``, ``total``)."""
+"""A line's columns after ``kind`` (``line`` for usage, ``reserved_idle``,
+``borrowed_split``, ``lent_split``, ``total``)."""
 
 
 def statement_csv(st: dict[str, Any]) -> str:

@@ -155,6 +155,8 @@ class Statement:
     exact_total: Fraction
     budgets: list[dict[str, Any]] = field(default_factory=list)
     unpriced: list[str] = field(default_factory=list)
+    borrowed: str = "borrower"
+    """``settings.attribution.borrowed`` the statement was made with."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -163,11 +165,13 @@ class Statement:
             "period_end": f"{next_month(self.period):%Y-%m-%d}T00:00:00Z",
             "currency": self.currency,
             "lines": [line.to_json() for line in self.lines],
-            "gpu_hours": _hours(sum(x.gpu_milli_ms for x in self.lines)),
+            "gpu_hours": _hours(sum(x.gpu_milli_ms for x in self.lines
+                                    if x.kind in ("usage", "reserved_idle"))),
             "budget_hours": _hours(sum(x.budget_milli_ms for x in self.lines)),
             "total": str(self.total),
             "exact_total": str(round_micro(self.exact_total)),
             "budgets": self.budgets, "unpriced_gpu_types": self.unpriced,
+            "borrowed": self.borrowed,
             "rounding": "lines and total to the cent, half up; the lines are adjusted by the "
                         "largest remainders to add up to the total (docs/ledger.md)",
         }
@@ -286,7 +290,8 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
                    currency=currencies.pop() if len(currencies) == 1 else currency,
                    lines=lines, total=total, exact_total=sum(exact, Fraction(0)),
                    unpriced=sorted({x.gpu_type for x in lines
-                                    if x.per_gpu_hour is None and x.kind == "usage"}))
+                                    if x.per_gpu_hour is None and x.kind == "usage"}),
+                   borrowed=borrowed)
     st.budgets = _budgets(conn, period, path, policies, estate_paths, visible)
     return st
 

@@ -187,3 +187,62 @@ def test_a_group_admin_sees_what_their_team_lent_but_not_the_borrower(lent):
     assert [str(v) for v in res.rows[0]] == ["0", "10.000000", "0"]
     st = build(lent, "team-a", NOV, PATHS, "EUR", visible=["team-a"], borrowed="split")
     assert st.to_json()["total"] == "16.45"
+
+
+def test_split_lines_in_the_csv_and_the_printable_page(lent):
+    from kliqued.ledger.render import statement_csv, statement_html
+    b = _total(lent, "team-b", borrowed="split")
+    assert b["borrowed"] == "split" and b["gpu_hours"] == "22.000000"  # usage only
+    csv_text = statement_csv(b)
+    assert "2025-11,ml/team-b,EUR,borrowed_split,team-b,llm,alice,h100,2.350000," in csv_text
+    assert csv_text.rstrip().endswith(",22.000000,16.000000,39.95")
+    page = statement_html(b)
+    assert "llm (borrowed: half paid by the lenders)" in page and "-11.75" in page
+
+
+def _focus(db, **kw):
+    import csv
+    import io
+
+    from kliqued.ledger.focus import focus_csv
+    return list(csv.DictReader(io.StringIO("".join(focus_csv(db, NOV, **kw)))))
+
+
+def test_focus_with_split_credits_the_borrower_and_charges_the_lender(lent):
+    assert {r["ChargeCategory"] for r in _focus(lent)} == {"Usage"}   # borrower: as before
+    rows = _focus(lent, borrowed="split")
+    split = [r for r in rows if r["ChargeCategory"] != "Usage"]
+    assert [(r["ChargeCategory"], r["SubAccountId"], r["ResourceId"], r["PricingQuantity"],
+             r["BilledCost"], r["EffectiveCost"], r["ConsumedQuantity"]) for r in split] == [
+        ("Credit", "ml/team-b", "t-2", "10.000000", "-11.750000", "-11.750000", ""),
+        ("Adjustment", "ml/team-a", "team-a", "10.000000", "11.750000", "11.750000", "")]
+    assert split[0]["x_IntervalId"] == "t-2#1" and split[0]["InvoiceId"] == "2025-11/ml/team-b"
+    assert (split[0]["ChargePeriodStart"], split[0]["ChargePeriodEnd"]) == (
+        "2025-11-01T00:00:00Z", "2025-12-01T00:00:00Z")
+    # each team's FOCUS charges add up to its statement
+    for team in ("team-a", "team-b"):
+        billed = sum(Decimal(r["BilledCost"]) for r in rows if r["SubAccountName"] == team)
+        assert billed.quantize(Decimal("0.01")) == Decimal(
+            _total(lent, team, borrowed="split")["total"])
+    assert {r["SubAccountName"] for r in _focus(lent, borrowed="split", groups=["team-a"])} \
+        == {"team-a"}
+
+
+def test_the_focus_validator_accepts_the_split_rows(lent, tmp_path):
+    from kliqued.ledger.focus import focus_csv
+    from tests.ledger.focus_validate import validate
+    path = tmp_path / "focus.csv"
+    path.write_text("".join(focus_csv(lent, NOV, borrowed="split")))
+    failures = validate(path)
+    assert failures == [], "\n".join(failures)
+
+
+def test_the_cio_figures_show_who_borrowed_and_who_lent(lent):
+    from kliqued.ledger.cio import figures
+    out = figures(lent, NOV)
+    assert [(r["group"], str(r["borrowed_hours"]), str(r["borrowed_lent_hours"]),
+             str(r["lent_hours"])) for r in out["lending"]] == [
+        ("team-a", "0.000000", "0.000000", "10.000000"),
+        ("team-b", "12.000000", "10.000000", "0.000000")]
+    assert (str(out["idle"]["borrowed_hours"]), str(out["idle"]["lent_hours"])) == (
+        "12.000000", "10.000000")

@@ -90,6 +90,13 @@ async def export(request: web.Request) -> web.StreamResponse:
         cur, start, end, groups=groups), f"ledger.{fmt}")
 
 
+def _borrowed(request: web.Request) -> str:
+    """``settings.attribution.borrowed`` of the estate in force (``borrower`` without one)."""
+    index = ctx(request).daemon.index
+    attribution = index.estate.settings.attribution if index is not None else None
+    return attribution.borrowed if attribution is not None else "borrower"
+
+
 async def focus(request: web.Request) -> web.StreamResponse:
     """One billing period (a UTC month) as a FOCUS 1.2 dataset, CSV (kliqued.ledger.focus).
     Usage without a price is refused before any row, naming the GPU types."""
@@ -101,9 +108,11 @@ async def focus(request: web.Request) -> web.StreamResponse:
         period = ledger_focus.parse_period(raw)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
+    borrowed = _borrowed(request)
     try:
         return await _stream_csv(request, lambda cur: ledger_focus.focus_csv(
-            cur, period, groups=groups), f"focus-{period:%Y-%m}.csv")
+            cur, period, groups=groups, borrowed=borrowed),
+            f"focus-{period:%Y-%m}.csv")
     except ledger_focus.NoPrice as exc:
         raise ApiError(422, "no-price", str(exc), {"gpu_types": exc.gpu_types}) from None
 
@@ -137,6 +146,8 @@ async def statement(request: web.Request) -> web.Response:
         raise forbidden(f"the statement of {group} is outside the groups you administer "
                         f"({', '.join(groups)})")
 
+    borrowed = _borrowed(request)
+
     def run(cur):
         cur.execute("BEGIN TRANSACTION READ ONLY")  # one snapshot for every query of it
         try:
@@ -145,7 +156,8 @@ async def statement(request: web.Request) -> web.Response:
                 cur, group, period, paths, estate.settings.currency if estate else "EUR",
                 estate.policies if estate else (), visible=groups,
                 reserved_idle=attribution is not None
-                and attribution.reserved_idle == "group").to_json()
+                and attribution.reserved_idle == "group",
+                borrowed=borrowed).to_json()
         finally:
             cur.execute("ROLLBACK")
     try:
