@@ -278,9 +278,14 @@ def run_statement(args: argparse.Namespace) -> int:
     return 0
 
 
+_SPLIT_NOTE = {"borrowed_split": " (borrowed: half paid by the lenders)"}
+"""What follows the project of a line of ``settings.attribution.borrowed: split``."""
+
+
 def render_statement(st: dict) -> str:
     """A statement as a terminal table: the lines, then the total and the budgets."""
-    rows = [[x["group"], x["project"] or "(none)", x["user"], x["gpu_type"],
+    rows = [[x["group"], (x["project"] or "(none)") + _SPLIT_NOTE.get(x.get("kind", ""), ""),
+             x["user"], x["gpu_type"],
              x["per_gpu_hour"] or ("" if x.get("kind") == "reserved_idle" else "no price"),
              x["gpu_hours"], x["cost"]] for x in st["lines"]]
     rows.append(["total", "", "", "", "", st["gpu_hours"], st["total"]])
@@ -294,6 +299,9 @@ def render_statement(st: dict) -> str:
                            b.get("used_pct", "")] for b in st["budgets"]], right=[3, 4, 5]))
     if st["unpriced_gpu_types"]:
         out.append(f"no price (charged 0): {', '.join(st['unpriced_gpu_types'])}")
+    if st.get("borrowed") == "split":
+        out.append("borrowed GPU-hours that ran on other groups' idle reserved GPUs are paid "
+                   "half by the borrower, half by the lenders (settings.attribution.borrowed)")
     return "\n\n".join(out) + "\n"
 
 

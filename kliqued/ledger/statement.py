@@ -200,7 +200,7 @@ RESERVED_IDLE = "(reserved, not used)"
 """The project column of a statement line that bills a policy's reserved GPUs nobody used
 (``settings.attribution.reserved_idle: group``)."""
 
-LENT = "(lent to other groups)"
+LENT = "(lent: half of what others borrowed)"
 """The project column of a lender's ``lent_split`` line."""
 
 SPLIT = Fraction(1, 2)

@@ -597,8 +597,9 @@ class Client:
 
     def ledger_cio(self, period: str) -> dict:
         """The CIO's figures for the month ``period`` (``2026-11``): ``estate_use`` (per
-        pool), ``business_units``, ``idle`` (who pays for idle capacity) and ``in_use_now``
-        (docs/ledger.md)."""
+        pool), ``business_units``, ``idle`` (who pays for idle capacity), ``lending`` (who
+        borrowed beyond their reservation and whose idle reservation lent it) and
+        ``in_use_now`` (docs/ledger.md)."""
         return self._call("GET", "/ledger/cio", {"period": period}, retry=True)
 
     def _download(self, endpoint: str, query: dict, path: str | os.PathLike, format: str,

@@ -116,7 +116,7 @@ def test_split_halves_the_lent_hours_between_borrower_and_lender(lent):
     assert [(x["project"], x["user"], x["gpu_hours"], x["cost"]) for x in credit] == [
         ("llm", "alice", "10.000000", "-11.75")]
     assert [(x["project"], x["gpu_hours"], x["cost"]) for x in share] == [
-        ("(lent to other groups)", "10.000000", "11.75")]
+        ("(lent: half of what others borrowed)", "10.000000", "11.75")]
     # the department pays the same either way: its teams' credits and shares cancel out
     assert _total(lent, "ml", borrowed="split")["total"] == _total(lent, "ml")["total"] \
         == str((24 * PRICE).quantize(Decimal("0.01")))
