@@ -156,7 +156,7 @@ def _cost_of(mms: str) -> str:
                            "AS HUGEINT))", _UNITS_PER_MICRO_HOUR * 1_000_000), _SUM)
 
 
-VIEWS = {
+VIEWS: dict[str, str] = {
     "lending_pieces": LENDING_PIECES,
 
     # each interval's borrowed GPU-hours per month and price period, and of them the ones
@@ -185,4 +185,5 @@ GROUP BY ALL""",
 }
 """The views of this module, by name (``kliqued.ledger.schema`` creates them in order)."""
 
-ORDER = ("lending_pieces", "borrowed_usage", "reserved_idle")
+ORDER: tuple[str, ...] = ("lending_pieces", "borrowed_usage", "reserved_idle")
+"""Their creation order (each reads only what comes before it)."""
