@@ -38,6 +38,7 @@ from typing import Iterator, Sequence
 from klique_util.units import UNITS_PER_HOUR
 
 from . import scope
+from .lending import month_pieces
 from .schema import _MONTHLY_PIECES
 
 PROVIDER = "Klique"
@@ -218,7 +219,7 @@ FROM (SELECT x.side, x.interval_id, x.task, x."user", x.project, x."group", x.gr
              sum(CAST(x.lent_mms AS HUGEINT)
                  * CAST(coalesce(lp.list_per_gpu_hour, x.per_gpu_hour) * 1000000 AS HUGEINT))
                  AS list_mms
-      FROM lending_pieces x
+      FROM {{pieces}} x
       LEFT JOIN prices lp ON lp.gpu_type = x.gpu_type AND lp.effective_from = x.price_from
       WHERE x.month = {{month}} AND x.lent_mms > 0 {{scope}}
       GROUP BY ALL) x
@@ -329,7 +330,7 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
         return
     where_x = "" if groups is None else "AND " + scope.visible("x", groups)
     result = conn.execute(SPLIT_SQL.format(scope=where_x, month=month, billing_start=start,
-                                           billing_end=end))
+                                           billing_end=end, pieces=month_pieces(period)))
     while True:
         rows = result.fetchmany(chunk_rows)
         if not rows:

@@ -17,8 +17,15 @@ The rules, in the order they apply at every moment (docs/ledger.md, "Borrowed GP
    ``min(B, I)`` are lent, the rest run on unreserved capacity.
 3. **Pro rata.** The lent GPU-milliseconds of a moment are shared among the borrowing
    intervals by their borrowed GPUs and among the lending policies by their idle reserved
-   GPUs, in integer thousandths of a GPU-millisecond, each share rounded so that the shares
-   add up exactly to the whole (cumulative rounding: a share is never a unit from exact).
+   GPUs. Each piece's share is its GPUs times the integral of ``lent / borrowed`` (or
+   ``lent / idle``) over the piece, a running sum per GPU type in 10^-12 ms, rounded half up
+   once to an integer thousandth of a GPU-millisecond: within half a unit of exact (a unit
+   is 2.8e-10 GPU-hours), so borrowers' and lenders' totals agree far below a cent. Each
+   piece joins the running sum at its two ends (equality joins: linear in the pieces).
+
+Pieces: an interval is expanded over its policy's segments (the times anything of the
+policy, its reservation, a month or a price changes) by segment number, so the cost is the
+intervals times the policy's concurrency, not a range join.
 
 Only time covered by a recorded estate snapshot (``capacity``) counts: before it the
 reservations are unknown, and nothing is said rather than guessed (as for idle cost).
@@ -40,49 +47,75 @@ _INTERVAL = ("interval_id", "task", "user", "project", "group", "policy", "pool"
 
 _MS = "date_diff('millisecond', {a}, {b})"
 
-LENDING_PIECES = f"""
+_SCALE = 10**12
+"""The lent fraction of a moment, ``lent / borrowed`` (or ``/ idle``), is integrated in
+millionths of millionths of a millisecond: a piece's share is exact to far below a unit."""
+
+NO_BOUND = ("TIMESTAMP '-infinity'", "TIMESTAMP 'infinity'")
+
+
+def lending_pieces_sql(lo: str = NO_BOUND[0], hi: str = NO_BOUND[1]) -> str:
+    """The ``lending_pieces`` rows (below) for the time range [``lo``, ``hi``) (SQL timestamp
+    expressions), cut at its ends: at any moment the derivation reads only what was held
+    and reserved at that moment, so a month's pieces come out the same from the month's
+    intervals alone as from the whole ledger (a statement or export reads only its month's
+    intervals; the view, unbounded, reads all of them)."""
+    cols = ", ".join("l." + q(c) for c in _INTERVAL)
+    return f"""
 WITH snap AS (
-    SELECT effective_from, least(effective_to, {NOW}) AS until_at FROM ({_SNAPSHOTS})
-    WHERE effective_from < {NOW}),
+    SELECT s.effective_from AS eff, greatest(s.effective_from, {lo}) AS from_at,
+           least(s.effective_to, {NOW}, {hi}) AS until_at
+    FROM ({_SNAPSHOTS}) s
+    WHERE s.effective_from < least({NOW}, {hi}) AND least(s.effective_to, {NOW}, {hi}) > {lo}),
 iv AS (
-    SELECT {", ".join("l." + q(c) for c in _INTERVAL)}, l.group_path,
-           CAST(l.gpus * 1000 AS BIGINT) AS milli, l.start_at, {_UNTIL} AS until_at
+    SELECT {cols}, l.group_path, CAST(l.gpus * 1000 AS BIGINT) AS milli, l.start_at,
+           greatest(l.start_at, {lo}, (SELECT min(from_at) FROM snap)) AS t0,
+           least({_UNTIL}, {hi}, (SELECT max(until_at) FROM snap)) AS t1
     FROM ledger l
-    WHERE {_UNTIL} > l.start_at AND {_UNTIL} > (SELECT min(effective_from) FROM snap)),
-pol AS (SELECT policy FROM iv UNION SELECT policy FROM reservations),
+    WHERE l.start_at < {hi} AND {_UNTIL} > {lo}),
+ivr AS (SELECT * FROM iv WHERE t1 > t0),
+pol AS (SELECT policy FROM ivr UNION SELECT policy FROM reservations),
 res AS (
-    SELECT p.policy, s.effective_from, s.until_at,
+    SELECT p.policy, s.from_at, s.until_at,
            CAST(coalesce(r.gpus * 1000, 0) AS BIGINT) AS reserved, r.gpu_type AS res_type,
            r."group" AS res_group, r.group_path AS res_path
     FROM pol p CROSS JOIN snap s
-    LEFT JOIN reservations r ON r.policy = p.policy AND r.effective_from = s.effective_from
-    WHERE s.until_at > s.effective_from),
+    LEFT JOIN reservations r ON r.policy = p.policy AND r.effective_from = s.eff
+    WHERE s.until_at > s.from_at),
 ev AS (
-    SELECT policy, start_at AS t, milli AS d FROM iv
-    UNION ALL SELECT policy, until_at, -milli FROM iv
-    UNION ALL SELECT policy, effective_from, 0 FROM res
+    SELECT policy, t0 AS t, milli AS d FROM ivr
+    UNION ALL SELECT policy, t1, -milli FROM ivr
+    UNION ALL SELECT policy, from_at, 0 FROM res
     UNION ALL SELECT policy, until_at, 0 FROM res
     UNION ALL
-    SELECT policy, unnest(generate_series(date_trunc('month', effective_from)
-                                          + INTERVAL 1 MONTH, until_at, INTERVAL 1 MONTH)), 0
-    FROM res),
+    SELECT policy, unnest(generate_series(date_trunc('month', from_at) + INTERVAL 1 MONTH,
+                                          until_at, INTERVAL 1 MONTH)), 0
+    FROM res
+    UNION ALL
+    SELECT r.policy, p.effective_from, 0 FROM res r
+    JOIN (SELECT DISTINCT effective_from FROM prices) p
+      ON p.effective_from > r.from_at AND p.effective_from < r.until_at),
 bp AS (SELECT policy, t, sum(d) AS d FROM ev GROUP BY ALL),
 seg AS (
     SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
-           CAST(sum(d) OVER (PARTITION BY policy ORDER BY t) AS BIGINT) AS in_use
+           CAST(sum(d) OVER (PARTITION BY policy ORDER BY t) AS BIGINT) AS in_use,
+           row_number() OVER (PARTITION BY policy ORDER BY t) AS idx
     FROM bp),
 pseg AS (
-    SELECT s.policy, s.seg_start, s.seg_end, s.in_use, r.reserved, r.res_type, r.res_group,
-           r.res_path, {_MS.format(a="s.seg_start", b="s.seg_end")} AS ms
+    SELECT s.policy, s.idx, s.seg_start, s.seg_end, s.in_use, r.reserved, r.res_type,
+           r.res_group, r.res_path, {_MS.format(a="s.seg_start", b="s.seg_end")} AS ms
     FROM seg s JOIN res r ON r.policy = s.policy
-     AND s.seg_start >= r.effective_from AND s.seg_start < r.until_at
+     AND s.seg_start >= r.from_at AND s.seg_start < r.until_at
     WHERE s.seg_end > s.seg_start),
+cover AS (
+    SELECT i.*, unnest(range(a.idx, b.idx)) AS idx
+    FROM ivr i JOIN seg a ON a.policy = i.policy AND a.seg_start = i.t0
+    JOIN seg b ON b.policy = i.policy AND b.seg_start = i.t1),
 bcum AS (
-    SELECT i.*, p.seg_start, p.seg_end, p.ms, p.reserved,
-           sum(i.milli) OVER (PARTITION BY p.policy, p.seg_start
-                              ORDER BY i.start_at, i.interval_id) AS cum
-    FROM pseg p JOIN iv i ON i.policy = p.policy
-     AND i.start_at <= p.seg_start AND i.until_at >= p.seg_end
+    SELECT c.*, p.seg_start, p.seg_end, p.ms, p.reserved,
+           sum(c.milli) OVER (PARTITION BY p.policy, p.idx
+                              ORDER BY c.start_at, c.interval_id) AS cum
+    FROM cover c JOIN pseg p ON p.policy = c.policy AND p.idx = c.idx
     WHERE p.in_use > p.reserved),
 bpiece AS (SELECT *, CAST(least(milli, cum - reserved) AS BIGINT) AS borrowed FROM bcum
            WHERE cum > reserved),
@@ -95,53 +128,61 @@ gev AS (
     UNION ALL SELECT res_type, seg_end, 0, -idle FROM ipiece),
 gbp AS (SELECT k, t, sum(b) AS b, sum(i) AS i FROM gev GROUP BY ALL),
 gseg AS (
-    SELECT k, t AS g_start, lead(t) OVER (PARTITION BY k ORDER BY t) AS g_end,
-           sum(b) OVER (PARTITION BY k ORDER BY t) AS b_tot,
-           sum(i) OVER (PARTITION BY k ORDER BY t) AS i_tot
+    SELECT k, t, lead(t) OVER (PARTITION BY k ORDER BY t) AS t_next,
+           CAST(sum(b) OVER (PARTITION BY k ORDER BY t) AS HUGEINT) AS b_tot,
+           CAST(sum(i) OVER (PARTITION BY k ORDER BY t) AS HUGEINT) AS i_tot
     FROM gbp),
-lseg AS (
-    SELECT k, g_start, g_end, b_tot, i_tot,
-           CAST(least(b_tot, i_tot) AS HUGEINT) * {_MS.format(a="g_start", b="g_end")} AS lent
-    FROM gseg WHERE g_end > g_start AND b_tot > 0 AND i_tot > 0),
-bshare AS (
-    SELECT b.*, l.g_start, l.lent, l.b_tot,
-           sum(b.borrowed) OVER (PARTITION BY l.k, l.g_start ORDER BY b.interval_id) AS c
-    FROM lseg l JOIN bpiece b ON b.gpu_type = l.k
-     AND b.seg_start <= l.g_start AND b.seg_end >= l.g_end),
-ishare AS (
-    SELECT p.*, l.g_start, l.lent, l.i_tot,
-           sum(p.idle) OVER (PARTITION BY l.k, l.g_start ORDER BY p.policy) AS c
-    FROM lseg l JOIN ipiece p ON p.res_type = l.k
-     AND p.seg_start <= l.g_start AND p.seg_end >= l.g_end),
+grate AS (
+    SELECT k, t,
+           CASE WHEN b_tot > 0 AND i_tot > 0 AND t_next > t
+                THEN least(b_tot, i_tot) * {_MS.format(a="t", b="t_next")} * {_SCALE} // b_tot
+                ELSE 0 END AS rb,
+           CASE WHEN b_tot > 0 AND i_tot > 0 AND t_next > t
+                THEN least(b_tot, i_tot) * {_MS.format(a="t", b="t_next")} * {_SCALE} // i_tot
+                ELSE 0 END AS ri
+    FROM gseg),
+gp AS (
+    SELECT k, t,
+           CAST(coalesce(sum(rb) OVER w, 0) AS HUGEINT) AS pb,
+           CAST(coalesce(sum(ri) OVER w, 0) AS HUGEINT) AS pi
+    FROM grate
+    WINDOW w AS (PARTITION BY k ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
 pieces AS (
-    SELECT 'borrowed' AS side, {", ".join(q(c) for c in _INTERVAL)}, group_path,
-           seg_start AS piece_start, CAST(0 AS BIGINT) AS reserved,
-           CAST(borrowed AS HUGEINT) * ms AS borrowed_mms, CAST(0 AS HUGEINT) AS idle_mms,
-           CAST(0 AS HUGEINT) AS reserved_mms, CAST(0 AS HUGEINT) AS lent_mms
-    FROM bpiece
+    SELECT 'borrowed' AS side, {", ".join("b." + q(c) for c in _INTERVAL)}, b.group_path,
+           b.seg_start AS piece_start, CAST(0 AS BIGINT) AS reserved,
+           CAST(b.borrowed AS HUGEINT) * b.ms AS borrowed_mms, CAST(0 AS HUGEINT) AS idle_mms,
+           CAST(0 AS HUGEINT) AS reserved_mms,
+           (b.borrowed * (y.pb - x.pb) + {_SCALE // 2}) // {_SCALE} AS lent_mms
+    FROM bpiece b
+    JOIN gp x ON x.k = b.gpu_type AND x.t = b.seg_start
+    JOIN gp y ON y.k = b.gpu_type AND y.t = b.seg_end
     UNION ALL
-    SELECT 'borrowed', {", ".join(q(c) for c in _INTERVAL)}, group_path, g_start, 0, 0, 0, 0,
-           lent * c // b_tot - lent * (c - borrowed) // b_tot
-    FROM bshare
-    UNION ALL
-    SELECT 'reserved', NULL, NULL, NULL, NULL, res_group, policy, NULL, res_type, res_path,
-           seg_start, reserved, 0, CAST(greatest(reserved - in_use, 0) AS HUGEINT) * ms,
-           CAST(reserved AS HUGEINT) * ms, 0
-    FROM pseg WHERE reserved > 0
-    UNION ALL
-    SELECT 'reserved', NULL, NULL, NULL, NULL, res_group, policy, NULL, res_type, res_path,
-           g_start, reserved, 0, 0, 0, lent * c // i_tot - lent * (c - idle) // i_tot
-    FROM ishare)
+    SELECT 'reserved', NULL, NULL, NULL, NULL, p.res_group, p.policy, NULL, p.res_type,
+           p.res_path, p.seg_start, p.reserved, 0,
+           CAST(greatest(p.reserved - p.in_use, 0) AS HUGEINT) * p.ms,
+           CAST(p.reserved AS HUGEINT) * p.ms,
+           CASE WHEN p.reserved > p.in_use
+                THEN ((p.reserved - p.in_use) * (y.pi - x.pi) + {_SCALE // 2}) // {_SCALE}
+                ELSE 0 END
+    FROM pseg p
+    LEFT JOIN gp x ON x.k = p.res_type AND x.t = p.seg_start
+    LEFT JOIN gp y ON y.k = p.res_type AND y.t = p.seg_end
+    WHERE p.reserved > 0)
 SELECT CAST(date_trunc('month', x.piece_start) AS DATE) AS month, x.*,
        pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from
 FROM pieces x
 LEFT JOIN price_periods pp
        ON x.gpu_type = pp.gpu_type
       AND x.piece_start >= pp.effective_from AND x.piece_start < pp.effective_to"""
-"""One row per piece of borrowing (``side = 'borrowed'``: an interval's GPUs above its
-policy's reservation, ``borrowed_mms``, and of them the lent ones, ``lent_mms``) or of a
+
+
+LENDING_PIECES = lending_pieces_sql()
+"""One row per piece of constant borrowing (``side = 'borrowed'``: an interval's GPUs above
+its policy's reservation, ``borrowed_mms``, and of them the lent ones, ``lent_mms``) or of a
 reservation (``side = 'reserved'``: ``reserved_mms``, ``idle_mms`` before lending and the
-``lent_mms`` other policies borrowed from it); amounts in thousandths of a GPU-millisecond."""
+``lent_mms`` other policies borrowed from it); amounts in thousandths of a GPU-millisecond.
+Every piece lies within one UTC month, one estate snapshot and one price period of every GPU
+type (their starts are breakpoints), so both sides of a moment's lending have one price."""
 
 
 def _hours_of(mms: str) -> str:
@@ -156,22 +197,21 @@ def _cost_of(mms: str) -> str:
                            "AS HUGEINT))", _UNITS_PER_MICRO_HOUR * 1_000_000), _SUM)
 
 
-VIEWS: dict[str, str] = {
-    "lending_pieces": LENDING_PIECES,
-
-    # each interval's borrowed GPU-hours per month and price period, and of them the ones
-    # lent by other policies' idle reservations (with their cost)
-    "borrowed_usage": f"""
+def borrowed_usage_sql(pieces: str = "lending_pieces") -> str:
+    """``borrowed_usage`` over ``pieces`` (the view, or a bounded :func:`lending_pieces_sql`
+    in parentheses)."""
+    return f"""
 SELECT x.month, x.interval_id, x.task, x."group", x.group_path, {_levels("x")}, x.project,
        x."user", x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from,
        {_hours_of("x.borrowed_mms")} AS borrowed_hours, {_hours_of("x.lent_mms")} AS lent_hours,
        {_cost_of("x.borrowed_mms")} AS borrowed_cost, {_cost_of("x.lent_mms")} AS lent_cost
-FROM lending_pieces x WHERE x.side = 'borrowed'
-GROUP BY ALL""",
+FROM {pieces} x WHERE x.side = 'borrowed'
+GROUP BY ALL"""
 
-    # the reserved GPUs each policy neither used nor lent, per month (the lent ones are
-    # paid for by their borrowers: no GPU-hour is counted twice), and what it lent
-    "reserved_idle": f"""
+
+def reserved_idle_sql(pieces: str = "lending_pieces") -> str:
+    """``reserved_idle`` over ``pieces``, like :func:`borrowed_usage_sql`."""
+    return f"""
 SELECT x.month, x.policy, x."group", x.group_path, {_levels("x")}, x.gpu_type,
        CAST(max(x.reserved) * 0.001 AS DECIMAL(12,3)) AS reserved,
        {_hours_of("x.reserved_mms")} AS reserved_hours,
@@ -180,8 +220,25 @@ SELECT x.month, x.policy, x."group", x.group_path, {_levels("x")}, x.gpu_type,
        any_value(x.currency) AS currency,
        {_cost_of("x.idle_mms - x.lent_mms")} AS idle_cost,
        {_cost_of("x.lent_mms")} AS lent_cost
-FROM lending_pieces x WHERE x.side = 'reserved'
-GROUP BY ALL""",
+FROM {pieces} x WHERE x.side = 'reserved'
+GROUP BY ALL"""
+
+
+def month_pieces(period) -> str:
+    """The lending pieces of the UTC month starting on the date ``period``, as a
+    parenthesised query (:func:`lending_pieces_sql` bounded to the month)."""
+    lo = f"TIMESTAMP '{period.isoformat()}'"
+    return f"({lending_pieces_sql(lo, f'({lo} + INTERVAL 1 MONTH)')})"
+
+
+VIEWS: dict[str, str] = {
+    "lending_pieces": LENDING_PIECES,
+    # each interval's borrowed GPU-hours per month and price period, and of them the ones
+    # lent by other policies' idle reservations (with their cost)
+    "borrowed_usage": borrowed_usage_sql(),
+    # the reserved GPUs each policy neither used nor lent, per month (the lent ones are
+    # paid for by their borrowers: no GPU-hour is counted twice), and what it lent
+    "reserved_idle": reserved_idle_sql(),
 }
 """The views of this module, by name (``kliqued.ledger.schema`` creates them in order)."""
 

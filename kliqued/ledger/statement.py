@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from klique_util.units import UNITS_PER_HOUR
 
-from . import scope
+from . import lending, scope
 from .focus import next_month
 from .schema import _MONTHLY_PIECES
 
@@ -210,7 +210,7 @@ _LENDING_SQL = """
 SELECT x.side, x."group", x.group_path, coalesce(x.project, ''), coalesce(x."user", ''),
        x.policy, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from,
        CAST(sum(x.lent_mms) AS HUGEINT)
-FROM lending_pieces x
+FROM {pieces} x
 WHERE x.month = CAST(? AS DATE) AND x.lent_mms > 0 AND {scope}
 GROUP BY ALL
 ORDER BY x.side, x."group", 4, 5, x.policy, x.gpu_type, x.price_from NULLS FIRST"""
@@ -223,7 +223,8 @@ def _split_lines(conn, period: date, where: str) -> list[Line]:
     half (the lenders pay it), each lending policy billed that half, pro rata (kliqued.ledger
     .lending): the same price on both sides, so the credits and shares add up to zero."""
     out = []
-    for r in conn.execute(_LENDING_SQL.format(scope=where), [period.isoformat()]).fetchall():
+    sql = _LENDING_SQL.format(scope=where, pieces=lending.month_pieces(period))
+    for r in conn.execute(sql, [period.isoformat()]).fetchall():
         borrower = r[0] == "borrowed"
         out.append(Line(group=r[1], group_path=r[2], project=(r[3] or None) if borrower
                         else LENT, user=r[4], gpu_type=r[6], per_gpu_hour=r[7],
@@ -236,7 +237,7 @@ def _split_lines(conn, period: date, where: str) -> list[Line]:
 
 _IDLE_SQL = """
 SELECT "group", group_path, policy, gpu_type, idle_hours, idle_cost, currency
-FROM reserved_idle WHERE month = CAST(? AS DATE) AND {scope} AND idle_hours > 0
+FROM ({reserved_idle}) r WHERE month = CAST(? AS DATE) AND {scope} AND idle_hours > 0
 ORDER BY "group", policy"""
 
 
@@ -267,7 +268,9 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
         where = scope.visible("r", [group]).replace("r.group_path", "group_path")
         if visible is not None:
             where += " AND " + scope.visible("r", visible).replace("r.group_path", "group_path")
-        for r in conn.execute(_IDLE_SQL.format(scope=where), [period.isoformat()]).fetchall():
+        sql = _IDLE_SQL.format(scope=where, reserved_idle=lending.reserved_idle_sql(
+            lending.month_pieces(period)))
+        for r in conn.execute(sql, [period.isoformat()]).fetchall():
             idle_hours, idle_cost = Fraction(str(r[4])), Fraction(str(r[5] or 0))
             lines.append(Line(group=r[0], group_path=r[1], project=RESERVED_IDLE, user="",
                               gpu_type=r[3] or "", per_gpu_hour=None, price_from=None,

@@ -246,3 +246,18 @@ def test_the_cio_figures_show_who_borrowed_and_who_lent(lent):
         ("team-b", "12.000000", "10.000000", "0.000000")]
     assert (str(out["idle"]["borrowed_hours"]), str(out["idle"]["lent_hours"])) == (
         "12.000000", "10.000000")
+
+
+def test_a_months_pieces_alone_are_the_views_pieces_of_that_month(lent):
+    """Statements and exports derive only their month (lending.month_pieces): the same
+    pieces as the whole ledger's view, also for intervals that cross the month's ends."""
+    from kliqued.ledger.lending import month_pieces
+    open_intervals(lent, [iv(4, "team-b", "2025-10-31T20:00", gpus=3),
+                          iv(5, "team-a", "2025-11-30T22:00", gpus=4)])
+    close_intervals(lent, [("t-4#1", ms("2025-11-01T03:00"), "finished"),
+                           ("t-5#1", ms("2025-12-01T02:00"), "finished")])
+    q = ("SELECT side, coalesce(interval_id, policy), piece_start, borrowed_mms, idle_mms, "
+         "reserved_mms, lent_mms FROM {} WHERE month = DATE '2025-11-01' ORDER BY ALL")
+    view = rows(lent, q.format("lending_pieces"))
+    assert rows(lent, q.format(month_pieces(NOV))) == view
+    assert {r[1] for r in view if r[3]} == {"t-2#1", "t-4#1", "t-5#1"}
