@@ -262,3 +262,14 @@ def test_a_months_pieces_alone_are_the_views_pieces_of_that_month(lent):
     view = rows(lent, q.format("lending_pieces"))
     assert rows(lent, q.format(month_pieces(NOV))) == view
     assert {r[1] for r in view if r[3]} == {"t-2#1", "t-4#1", "t-5#1"}
+
+
+@pytest.mark.parametrize("borrowed", ["borrower", "split"])
+def test_the_statements_and_overhead_add_up_to_the_capacity(lent, borrowed):
+    """Whoever pays for lent GPU-hours, the department's statement (usage, reserved idle,
+    split lines) and the overhead (unreserved idle) bill the capacity's cost once."""
+    st = _total(lent, "ml", borrowed=borrowed, reserved_idle=True)
+    (capacity, unreserved), = rows(lent, "SELECT capacity_cost, unreserved_idle_cost "
+                                         "FROM idle_cost WHERE month = DATE '2025-11-01'")
+    assert capacity == 4 * HOURS * PRICE
+    assert Decimal(st["total"]) + unreserved == capacity
