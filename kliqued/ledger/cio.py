@@ -10,6 +10,7 @@ from datetime import date
 from typing import Any, Sequence
 
 from .focus import next_month
+from .lending import month_pieces
 from .sql import run_readonly
 
 QUERIES = {
@@ -52,12 +53,13 @@ def figures(conn, period: date, groups: Sequence[str] | None = None,
     its borrowed GPU-hours, those of them on other groups' idle reservations
     (``borrowed_lent_*``) and what its own idle reservation lent (``lent_*``)."""
     month = f"DATE '{period.isoformat()}'"
+    pieces = month_pieces(period)  # borrowing and lending derived from the month alone
     out: dict[str, Any] = {"period": f"{period:%Y-%m}",
                            "period_start": f"{period:%Y-%m-%d}T00:00:00Z",
                            "period_end": f"{next_month(period):%Y-%m-%d}T00:00:00Z"}
     for name, sql in QUERIES.items():
         res = run_readonly(conn, sql.format(month=month), limit=10_000, timeout_s=timeout_s,
-                           groups=groups)
+                           groups=groups, pieces=pieces)
         rows = [dict(zip(res.columns, r)) for r in res.rows]
         out[name] = (rows[0] if rows else None) if name == "idle" else rows
     return out

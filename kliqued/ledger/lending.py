@@ -54,12 +54,14 @@ millionths of millionths of a millisecond: a piece's share is exact to far below
 NO_BOUND = ("TIMESTAMP '-infinity'", "TIMESTAMP 'infinity'")
 
 
-def lending_pieces_sql(lo: str = NO_BOUND[0], hi: str = NO_BOUND[1]) -> str:
+def lending_pieces_sql(lo: str = NO_BOUND[0], hi: str = NO_BOUND[1], schema: str = "") -> str:
     """The ``lending_pieces`` rows (below) for the time range [``lo``, ``hi``) (SQL timestamp
     expressions), cut at its ends: at any moment the derivation reads only what was held
     and reserved at that moment, so a month's pieces come out the same from the month's
     intervals alone as from the whole ledger (a statement or export reads only its month's
-    intervals; the view, unbounded, reads all of them)."""
+    intervals; the view, unbounded, reads all of them). ``schema`` (``main.``) names the
+    tables that hold group rows past a group admin's scope (:mod:`kliqued.ledger.scope`
+    redefines them): lending is derived from every group's rows, then cut."""
     cols = ", ".join("l." + q(c) for c in _INTERVAL)
     return f"""
 WITH snap AS (
@@ -71,16 +73,16 @@ iv AS (
     SELECT {cols}, l.group_path, CAST(l.gpus * 1000 AS BIGINT) AS milli, l.start_at,
            greatest(l.start_at, {lo}, (SELECT min(from_at) FROM snap)) AS t0,
            least({_UNTIL}, {hi}, (SELECT max(until_at) FROM snap)) AS t1
-    FROM ledger l
+    FROM {schema}ledger l
     WHERE l.start_at < {hi} AND {_UNTIL} > {lo}),
 ivr AS (SELECT * FROM iv WHERE t1 > t0),
-pol AS (SELECT policy FROM ivr UNION SELECT policy FROM reservations),
+pol AS (SELECT policy FROM ivr UNION SELECT policy FROM {schema}reservations),
 res AS (
     SELECT p.policy, s.from_at, s.until_at,
            CAST(coalesce(r.gpus * 1000, 0) AS BIGINT) AS reserved, r.gpu_type AS res_type,
            r."group" AS res_group, r.group_path AS res_path
     FROM pol p CROSS JOIN snap s
-    LEFT JOIN reservations r ON r.policy = p.policy AND r.effective_from = s.eff
+    LEFT JOIN {schema}reservations r ON r.policy = p.policy AND r.effective_from = s.eff
     WHERE s.until_at > s.from_at),
 ev AS (
     SELECT policy, t0 AS t, milli AS d FROM ivr
@@ -228,7 +230,7 @@ def month_pieces(period) -> str:
     """The lending pieces of the UTC month starting on the date ``period``, as a
     parenthesised query (:func:`lending_pieces_sql` bounded to the month)."""
     lo = f"TIMESTAMP '{period.isoformat()}'"
-    return f"({lending_pieces_sql(lo, f'({lo} + INTERVAL 1 MONTH)')})"
+    return f"({lending_pieces_sql(lo, f'({lo} + INTERVAL 1 MONTH)', schema='main.')})"
 
 
 VIEWS: dict[str, str] = {

@@ -49,19 +49,26 @@ def visible(alias: str, groups: Sequence[str]) -> str:
     return f"list_has_any(string_split({alias}.group_path, '/'), [{names}]::VARCHAR[])"
 
 
-def scoped(query: str, groups: Sequence[str]) -> str:
+def scoped(query: str, groups: Sequence[str] | None, pieces: str | None = None) -> str:
     """``query`` (one SELECT, already checked by the sandbox with ``qualified=False``) as it
     runs for an admin of ``groups``: every ledger relation it may name stands for the rows of
     their subtrees only. Its columns and row order are the query's own (DuckDB keeps a
-    subquery's order through ``SELECT *``); a duplicated column name gets a suffix."""
-    return f"{_prefix(groups)}{query}\n) AS scoped"
+    subquery's order through ``SELECT *``); a duplicated column name gets a suffix.
+    ``pieces``: the lending pieces to derive from instead of the whole ledger's (a month's,
+    :func:`kliqued.ledger.lending.month_pieces`: the server's own queries for one month);
+    ``groups`` None with ``pieces``: every group's rows."""
+    return f"{_prefix(groups, pieces)}{query}\n) AS scoped"
 
 
-def _prefix(groups: Sequence[str]) -> str:
-    ctes = [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}") for t in FILTERED]
-    ctes += [(t, f"SELECT * FROM main.{t} WHERE false") for t in HIDDEN]
-    ctes += [(name, f"SELECT * FROM main.{name} r WHERE {visible('r', groups)}"
-              if name in DERIVED else VIEWS[name]) for name in VIEW_ORDER]
+def _prefix(groups: Sequence[str] | None, pieces: str | None = None) -> str:
+    ctes: list[tuple[str, str]] = []
+    if groups is not None:
+        ctes += [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}")
+                 for t in FILTERED]
+        ctes += [(t, f"SELECT * FROM main.{t} WHERE false") for t in HIDDEN]
+    where = "" if groups is None else f" WHERE {visible('r', groups)}"
+    ctes += [(name, f"SELECT * FROM {pieces or 'main.' + name} r{where}")
+             if name in DERIVED else (name, VIEWS[name]) for name in VIEW_ORDER]
     head = ",\n".join(f"{name} AS ({body}\n)" for name, body in ctes)
     return f"WITH {head}\nSELECT * FROM (\n"
 

@@ -182,7 +182,7 @@ def _too_large(max_bytes: int) -> LedgerSqlError:
 
 def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
                  max_bytes: int = MAX_BYTES, deadline: float | None = None,
-                 groups: Sequence[str] | None = None) -> SqlResult:
+                 groups: Sequence[str] | None = None, pieces: str | None = None) -> SqlResult:
     """Runs one read-only SELECT on ``conn`` (use a cursor of its own: the query runs in its
     own transaction, which must not already be open on it) and returns at most ``limit``
     rows (``truncated`` when there were more) whose JSON takes at most ``max_bytes``.
@@ -191,8 +191,10 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     interrupted at ``deadline`` (``time.monotonic()``; default: now + ``timeout_s``): a caller
     that queued the query passes the deadline counted from the request's arrival, so waiting
     counts against the limit. ``groups``: the query sees only the rows of these groups'
-    subtrees (a group admin's, :mod:`kliqued.ledger.scope`); None: the whole ledger. Raises
-    :class:`LedgerSqlError`."""
+    subtrees (a group admin's, :mod:`kliqued.ledger.scope`); None: the whole ledger.
+    ``pieces``: the server's own queries of one month derive borrowing and lending from that
+    month's pieces only (:func:`kliqued.ledger.lending.month_pieces`), not the whole ledger's.
+    Raises :class:`LedgerSqlError`."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, found {limit!r}")
     if limit > MAX_LIMIT:
@@ -221,7 +223,7 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     timer.start()
     try:
         try:
-            conn.execute(_check_sandbox(conn, query, groups))
+            conn.execute(_check_sandbox(conn, query, groups, pieces))
             description = conn.description or []
             types = [str(d[1]) for d in description]
             rows, truncated = _fetch(conn, types, limit, max_bytes, deadline, timeout_s)
@@ -257,13 +259,16 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     return SqlResult([d[0] for d in description], types, rows, truncated, elapsed)
 
 
-def _check_sandbox(conn, query: str, groups: Sequence[str] | None = None) -> str:
+def _check_sandbox(conn, query: str, groups: Sequence[str] | None = None,
+                   pieces: str | None = None) -> str:
     """The query's parse tree and plan stay inside the ledger (``sandbox``); returns the SQL
-    to run: the query, or for ``groups`` the query over their subtrees' rows only."""
+    to run: the query, or for ``groups`` the query over their subtrees' rows only (and with
+    ``pieces``, over those lending pieces: :func:`kliqued.ledger.scope.scoped`)."""
     database = conn.execute("SELECT current_database()").fetchone()[0]
-    sandbox.check_tree(sandbox.parsed(conn, query), database, qualified=groups is None)
-    if groups is not None:
-        query = scope.scoped(query, groups)
+    sandbox.check_tree(sandbox.parsed(conn, query), database,
+                       qualified=groups is None and pieces is None)
+    if groups is not None or pieces is not None:
+        query = scope.scoped(query, groups, pieces)
     plan = conn.execute("EXPLAIN (FORMAT json) " + query).fetchall()
     for _key, text in plan:
         sandbox.check_plan(text, database)

@@ -273,3 +273,16 @@ def test_the_statements_and_overhead_add_up_to_the_capacity(lent, borrowed):
                                          "FROM idle_cost WHERE month = DATE '2025-11-01'")
     assert capacity == 4 * HOURS * PRICE
     assert Decimal(st["total"]) + unreserved == capacity
+
+
+def test_the_cio_figures_derive_the_month_alone_with_the_same_answer(lent):
+    """figures() reads the month's lending pieces only; finance's SQL, the whole ledger's."""
+    from kliqued.ledger import run_readonly
+    from kliqued.ledger.cio import QUERIES, figures
+    month = "DATE '2025-11-01'"
+    for groups in (None, ["team-a"]):
+        out = figures(lent, NOV, groups=groups)
+        for name in ("idle", "lending"):
+            res = run_readonly(lent.cursor(), QUERIES[name].format(month=month), groups=groups)
+            whole = [dict(zip(res.columns, r)) for r in res.rows]
+            assert (out[name] if name == "lending" else [out[name]]) == whole
