@@ -23,9 +23,11 @@ The rules, in the order they apply at every moment (docs/ledger.md, "Borrowed GP
    is 2.8e-10 GPU-hours), so borrowers' and lenders' totals agree far below a cent. Each
    piece joins the running sum at its two ends (equality joins: linear in the pieces).
 
-Pieces: an interval is expanded over its policy's segments (the times anything of the
-policy, its reservation, a month or a price changes) by segment number, so the cost is the
-intervals times the policy's concurrency, not a range join.
+Pieces: an interval during which its policy is above its reservation at some moment (a
+running count of such segments tells, by two equality joins) is expanded over its policy's
+segments (the times anything of the policy, its reservation, a month or a price changes) by
+segment number: the cost is those intervals times their policy's concurrency, never a range
+join; the others are never borrowed and are read once.
 
 Only time covered by a recorded estate snapshot (``capacity``) counts: before it the
 reservations are unknown, and nothing is said rather than guessed (as for idle cost).
@@ -103,16 +105,23 @@ seg AS (
            CAST(sum(d) OVER (PARTITION BY policy ORDER BY t) AS BIGINT) AS in_use,
            row_number() OVER (PARTITION BY policy ORDER BY t) AS idx
     FROM bp),
-pseg AS (
+pseg0 AS (
     SELECT s.policy, s.idx, s.seg_start, s.seg_end, s.in_use, r.reserved, r.res_type,
            r.res_group, r.res_path, {_MS.format(a="s.seg_start", b="s.seg_end")} AS ms
     FROM seg s JOIN res r ON r.policy = s.policy
      AND s.seg_start >= r.from_at AND s.seg_start < r.until_at
     WHERE s.seg_end > s.seg_start),
+pseg AS (
+    SELECT *, sum(CASE WHEN in_use > reserved THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY policy ORDER BY idx) AS overs
+    FROM pseg0),
 cover AS (
     SELECT i.*, unnest(range(a.idx, b.idx)) AS idx
     FROM ivr i JOIN seg a ON a.policy = i.policy AND a.seg_start = i.t0
-    JOIN seg b ON b.policy = i.policy AND b.seg_start = i.t1),
+    JOIN seg b ON b.policy = i.policy AND b.seg_start = i.t1
+    JOIN pseg x ON x.policy = i.policy AND x.idx = a.idx
+    JOIN pseg y ON y.policy = i.policy AND y.idx = b.idx - 1
+    WHERE y.overs - x.overs + CASE WHEN x.in_use > x.reserved THEN 1 ELSE 0 END > 0),
 bcum AS (
     SELECT c.*, p.seg_start, p.seg_end, p.ms, p.reserved,
            sum(c.milli) OVER (PARTITION BY p.policy, p.idx
