@@ -47,8 +47,10 @@ def parser() -> argparse.ArgumentParser:
                     "ends and uploads their logs. Its restart is safe: running tasks keep\n"
                     "running and are taken back (docs/workers.md).",
         epilog="examples:\n" + EXAMPLES)
-    p.add_argument("--url", required=True,
-                   help="the control plane, e.g. https://klique.example.com")
+    p.add_argument("--url", required=True, action="append",
+                   help="the control plane, e.g. https://klique.example.com; several daemons "
+                        "of one control plane: repeat it, or separate them with commas, and "
+                        "the worker follows the leader (docs/ha.md)")
     p.add_argument("--pool", required=True, help="the pool this worker serves (the token's pool)")
     p.add_argument("--token-file", required=True,
                    help="file holding the worker token (kliqued token create --worker --pool "
@@ -183,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.stat(args.token_file).st_mode & 0o077:
         log.warning("the token file %s is readable by other users; chmod 600 it",
                     args.token_file)
-    cfg = WorkerConfig(url=args.url, pool=args.pool, token_file=args.token_file,
+    cfg = WorkerConfig(url=",".join(args.url), pool=args.pool, token_file=args.token_file,
                        state_dir=str(state.root), executor=args.executor, grace_s=args.grace,
                        retry_max_s=args.retry_max, log_interval_s=args.log_interval,
                        log_retention_s=args.log_retention, drain=args.drain,

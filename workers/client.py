@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from klique_util.leader import Leader, split_urls
 from workers import __version__
 from workers.errors import ApiError, ConfigError, StaleEpoch, Unreachable
 
@@ -60,8 +61,14 @@ class TokenFile:
 
 
 class ControlPlaneClient:
-    def __init__(self, url: str, token_file: str | Path, ca_file: str | None = None):
-        self.base = base_url(url)
+    def __init__(self, url: str | list[str], token_file: str | Path,
+                 ca_file: str | None = None):
+        """``url``: the control plane, or several daemons of it (a list, or
+        comma-separated): the worker follows the leader (``klique_util.leader``)."""
+        urls = split_urls(url)
+        if not urls:
+            raise ConfigError("no control-plane URL given (--url)")
+        self.leader = Leader(urls)
         self.token = TokenFile(token_file)
         self.ca_file = ca_file
         self.worker_key: str | None = None
@@ -81,6 +88,11 @@ class ControlPlaneClient:
                 headers={"User-Agent": f"klique-worker/{__version__}"})
         return self._session
 
+    @property
+    def base(self) -> str:
+        """The API root of the daemon in use (``.../v1``)."""
+        return base_url(self.leader.current)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -99,15 +111,26 @@ class ControlPlaneClient:
         headers = self.auth_headers()
         if data is not None:
             headers["Content-Type"] = "application/octet-stream"
-        try:
-            async with session.request(
-                    method, self.base + path, json=json_body, data=data, params=params,
-                    headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                body = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise Unreachable(f"{type(exc).__name__}: {exc}" if str(exc)
-                              else type(exc).__name__) from exc
+        for _ in self.leader.urls:  # a standby's redirect: at once to the leader
+            try:
+                async with session.request(
+                        method, self.base + path, json=json_body, data=data, params=params,
+                        headers=headers, allow_redirects=False,
+                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                    body = await resp.read()
+                    status = resp.status
+                    location = resp.headers.get("Location")
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                self.leader.next()  # the next daemon at the daemon's retry
+                raise Unreachable(f"{type(exc).__name__}: {exc}" if str(exc)
+                                  else type(exc).__name__) from exc
+            if status not in (307, 308):
+                break
+            self.leader.follow(location)
+        if status in (307, 308) or (status == 503 and self.leader.several):
+            self.leader.next()  # a standby, or a leader going away: the next at the retry
+            raise Unreachable(f"{method} {path}: {status}: {body[:200]!r} (trying "
+                              f"{self.leader.current} next)")
         if 200 <= status < 300:
             if not body:
                 return {}

@@ -18,8 +18,10 @@ from kliqued.sdk import Client, KliqueError
 def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
     """--url, --token, --context (and --json) on a user command."""
     g = p.add_argument_group("connection")
-    g.add_argument("--url", metavar="URL", help="the server, e.g. http://127.0.0.1:8080 "
-                                                "(default: KLIQUE_URL or the config context)")
+    g.add_argument("--url", metavar="URL", action="append",
+                   help="the server, e.g. http://127.0.0.1:8080 (default: KLIQUE_URL or the "
+                        "config context); several daemons of one control plane: repeat it, "
+                        "or separate them with commas, and the leader is followed")
     g.add_argument("--token", metavar="TOKEN", help="the API token (default: KLIQUE_TOKEN or "
                                                     "the config context)")
     g.add_argument("--context", metavar="NAME", help="a context of the config file instead of "
@@ -33,7 +35,8 @@ def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None
 def client(args: argparse.Namespace) -> Client:
     """The SDK's client for the command's flags, declaring the ``cli`` channel: the tasks
     the CLI submits are recorded as sent through it."""
-    return Client.from_config(url=args.url, token=args.token, context=args.context,
+    url = ",".join(args.url) if args.url else None  # repeated --url: several daemons
+    return Client.from_config(url=url, token=args.token, context=args.context,
                               timeout=args.timeout, channel="cli")
 
 

@@ -82,6 +82,14 @@ def register(subparsers) -> None:
                         "logs go beside it (default: %(default)s)")
     p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8080",
                    help="where to listen (default: %(default)s)")
+    ha = p.add_argument_group("several daemons on one PostgreSQL database (docs/ha.md)")
+    ha.add_argument("--advertise-url", metavar="URL", default=None,
+                    help="this daemon's URL as clients reach it: the standbys redirect "
+                         "there while it leads (default: http(s)://the --listen address)")
+    ha.add_argument("--lease-ttl", metavar="DURATION", type=duration, default=5.0,
+                    help="a leader that has not renewed its lease for this long is replaced "
+                         "by a standby; renewed every TTL/5, at most every second "
+                         "(default: 5s)")
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (HTTPS)")
     p.add_argument("--tls-key", metavar="FILE", help="PEM private key (HTTPS)")
     c = p.add_argument_group("connections")
@@ -132,4 +140,5 @@ def run(args: argparse.Namespace) -> int:
                          log_cap=args.log_cap,
                          limits=Limits(args.header_timeout, args.idle_timeout,
                                        args.body_timeout, args.max_connections),
-                         require_workers=args.require_workers, ledger_db=args.ledger_db))
+                         require_workers=args.require_workers, ledger_db=args.ledger_db,
+                         advertise_url=args.advertise_url, lease_ttl_s=args.lease_ttl))

@@ -20,7 +20,7 @@ from kliqued.web import routes as web_ui
 
 from .agents.endpoint import ENDPOINT, Endpoint, www_authenticate
 from .errors import ApiError
-from .handlers import agents, demand, engine, estate, events, ledger, meta, metrics
+from .handlers import agents, demand, engine, estate, events, leader, ledger, meta, metrics
 from .handlers import pipelines, plan, policies, pools, resources, schedules, sessions, tasks
 from .handlers import tokens, workers
 from .inputs import check_params
@@ -37,7 +37,7 @@ ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.
                        *policies.ROUTES, *pools.ROUTES, *events.ROUTES, *engine.ROUTES,
                        *estate.ROUTES, *plan.ROUTES, *demand.ROUTES, *tokens.ROUTES,
                        *ledger.ROUTES, *metrics.ROUTES, *schedules.ROUTES, *pipelines.ROUTES,
-                       *sessions.ROUTES, *agents.ROUTES]
+                       *sessions.ROUTES, *agents.ROUTES, *leader.ROUTES]
 """Every route the daemon serves, with who may call it: the one declaration."""
 TABLE = table(ROUTES)
 PUBLIC = frozenset(r.path for r in ROUTES if r.public)

@@ -45,6 +45,11 @@ class CopyBehind(DaemonError):
     fatal, so that the restart's catch-up runs rather than the batch being retried."""
 
 
+class Deposed(DaemonError):
+    """This daemon's lease epoch is no longer the leader's (kliqued/daemon/lease.py): another
+    daemon leads. Nothing of the batch was written; the daemon stops leading and stands by."""
+
+
 class ReplayError(DaemonError):
     """The log does not replay (a bug or a damaged file): say which event."""
 

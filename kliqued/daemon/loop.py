@@ -45,7 +45,7 @@ from klique_util.units import SECOND_MS
 from kliqued.ledger import writer as ledger
 
 from .core import Daemon, Overlay, Prepared
-from .errors import ApiError, Unavailable
+from .errors import ApiError, Deposed, Unavailable
 from .events import Event
 from .metrics import Metrics
 from .store import Batch, Store
@@ -76,6 +76,15 @@ def unstorable(exc: BaseException) -> bool:
     """True when ``exc`` is about the batch's data, so the store itself is still sound."""
     return isinstance(exc, _DATA_ERRORS) and not isinstance(
         exc, (duckdb.IOException, duckdb.FatalException, duckdb.InternalException))
+
+
+def _refusal(exc: BaseException) -> Unavailable:
+    """What the requests of a batch that could not be written get: a 503, nothing recorded
+    (a deposed leader's clients retry at the new leader)."""
+    if isinstance(exc, Deposed):
+        return Unavailable("this kliqued no longer leads (another took the lease): nothing "
+                           "was recorded; retry, at the leader")
+    return Unavailable("the event log cannot be written")
 
 
 @dataclass
@@ -175,12 +184,15 @@ class Sequencer:
                 await self._cycle()
             except Exception as exc:  # a failed commit: see the module docstring
                 self.failed = exc
-                log.error("kliqued: cannot write the event log (%s: %s); stopping so that a "
-                          "restart rebuilds the state from what is durable",
-                          type(exc).__name__, exc)
+                if isinstance(exc, Deposed):
+                    log.warning("kliqued: %s; no longer leading", exc)
+                else:
+                    log.error("kliqued: cannot write the event log (%s: %s); stopping so "
+                              "that a restart rebuilds the state from what is durable",
+                              type(exc).__name__, exc)
                 for r in self._pending:
                     if not r.future.done():
-                        r.future.set_exception(Unavailable("the event log cannot be written"))
+                        r.future.set_exception(_refusal(exc))
                 self._pending.clear()
                 if self.on_fatal is not None:
                     self.on_fatal(exc)
@@ -259,8 +271,7 @@ class Sequencer:
                 if not unstorable(exc):
                     for r, _ in prepared:
                         if not r.future.done():
-                            r.future.set_exception(
-                                Unavailable("the event log cannot be written"))
+                            r.future.set_exception(_refusal(exc))
                     raise
                 log.warning("a commit of %d events was refused for its data (%s: %s); "
                             "committing its parts one by one", len(batch.rows),

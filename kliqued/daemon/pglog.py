@@ -21,6 +21,7 @@ from .errors import DaemonError
 from .eventlog import INSERT_TOKEN, TOKEN_COLUMNS, UPDATABLE, TokenInsert, TokenWrite, \
     token_params
 from .events import COLUMNS
+from .lease import FENCE_SQL, Deposed
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "events and tokens", [
@@ -34,13 +35,18 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             name TEXT, created_at_ms BIGINT NOT NULL, created_by TEXT,
             revoked_at_ms BIGINT, expires_at_ms BIGINT)""",
     ]),
+    (2, "the leader's lease", [
+        """CREATE TABLE klique_leader (
+            id INT PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL, holder TEXT, url TEXT,
+            expires_at TIMESTAMPTZ NOT NULL, acquired_at TIMESTAMPTZ)""",
+        "INSERT INTO klique_leader (id, epoch, expires_at) VALUES (1, 0, '-infinity')",
+    ]),
 ]
 """(version, what it does, statements): append only; a released migration never changes."""
 
 LOCK_KEY = 0x6B6C6971  # "kliq": the advisory lock the migrations run under
 GID_PREFIX = "kliqued-"
 """Prepared transactions of kliqued are named ``kliqued-<uuid>``."""
-OWNER_KEY = 0x6B6C6977  # the session lock one daemon holds while it uses the database
 
 
 class PgError(DaemonError):
@@ -69,14 +75,10 @@ class PgLog:
             self.conn = psycopg.connect(url, autocommit=True, application_name="kliqued")
         except psycopg.Error as exc:
             raise PgError(f"cannot connect to {self.label}: {_first_line(exc)}") from None
-        # One writer, as DuckDB's file lock gives the file: held by this session, so a
-        # daemon's death (its connection closed) frees it. Standbys are issue 18 part 2.
-        row = self.conn.execute("SELECT pg_try_advisory_lock(%s)", [OWNER_KEY]).fetchone()
-        if not (row and row[0]):
-            self.conn.close()
-            raise PgError(f"{self.label} is in use by another kliqued serve: only one may use "
-                          f"a database (standbys that take over are not built yet: "
-                          f"docs/ha.md); stop it first, or give another --db")
+        self.fence: int | None = None
+        """The epoch of the leader's lease (lease.py): ``kliqued serve`` sets it when it
+        takes the lease, and every batch then checks it under the row's share lock first.
+        None only for tools and tests that open the log without a lease."""
 
     # ------------------------------------------------------------------ schema
     def migrate(self) -> None:
@@ -153,6 +155,12 @@ class PgLog:
 
     def _write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
         with self.conn.cursor() as cur:
+            if self.fence is not None:
+                row = cur.execute(FENCE_SQL).fetchone()
+                if row is None or int(row[0]) != self.fence:
+                    raise Deposed(f"this daemon's lease (epoch {self.fence}) is no longer the "
+                                  f"leader's (epoch {row[0] if row else None}): the batch is "
+                                  f"not written")
             if rows:
                 with cur.copy(f"COPY events ({', '.join(COLUMNS)}) FROM STDIN") as copy:
                     for r in rows:

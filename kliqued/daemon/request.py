@@ -43,6 +43,9 @@ class Context:
     """The sessions' tunnels from their workers (in memory: a worker connects again)."""
     session_passes: Passes = field(default_factory=Passes)
     """One-time session links and their cookies (in memory)."""
+    lease: Any = None
+    """The leader's lease (``lease.Lease``) with ``--db postgresql://...``; None with a
+    DuckDB file (one daemon, always the leader)."""
 
     def wake(self, pool: str) -> None:
         """Parked long polls of ``pool`` lease in the cycle of the placement."""

@@ -20,6 +20,7 @@ import ssl
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 from aiohttp import web
@@ -31,7 +32,7 @@ from kliqued.ledger import writer as ledger
 
 from .app import Context, make_app
 from .core import Daemon, WorkerSettings
-from .errors import BadOption, DaemonError
+from .errors import BadOption, DaemonError, Deposed
 from .gitops import DirSource, Follower, GitSource, Snapshot
 from .logs import DEFAULT_CAP, LogStore
 from . import keyfile, strength
@@ -44,6 +45,9 @@ from .loop import Sequencer
 from .replay import ReplayError, rebuild
 from .unattended import Unattended
 from .store import Store
+
+if TYPE_CHECKING:
+    from .lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,11 @@ class Options:
     ledger_db: str = "kliqued-ledger.duckdb"
     """With ``db`` a PostgreSQL URL: the DuckDB file that keeps the ledger and the events'
     copy for the audit reads; the token key and the task logs go beside it."""
+    advertise_url: str | None = None
+    """With ``db`` a PostgreSQL URL: the URL other daemons' standbys redirect clients to
+    while this one leads (default: the listen address's)."""
+    lease_ttl_s: float = 5.0
+    """With ``db`` a PostgreSQL URL: a leader not heard of for this long is replaced."""
 
     @property
     def local_db(self) -> str:
@@ -133,6 +142,15 @@ def serve(opts: Options) -> int:
     except BadOption as exc:
         print(f"kliqued serve: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if opts.advertise_url is not None and not (
+            opts.advertise_url.startswith(("http://", "https://"))
+            and len(opts.advertise_url.split("://", 1)[1].strip("/")) > 0):
+        print(f"kliqued serve: --advertise-url must be http://HOST:PORT or https://HOST:PORT; "
+              f"found {opts.advertise_url!r}", file=sys.stderr)
+        return EXIT_ERROR
+    if not opts.lease_ttl_s > 0:
+        print("kliqued serve: --lease-ttl must be more than 0", file=sys.stderr)
+        return EXIT_ERROR
     if bool(opts.tls_cert) != bool(opts.tls_key):
         print("kliqued serve: give both --tls-cert and --tls-key, or neither", file=sys.stderr)
         return EXIT_ERROR
@@ -151,97 +169,165 @@ def serve(opts: Options) -> int:
         for path in (opts.local_db, f"{opts.local_db}.wal"):  # made 0644 by an earlier version
             tighten(path)
         try:
-            store.ensure_schema()
+            store.ensure_schema(lead=not is_url(opts.db))
         except DaemonError as exc:  # PostgreSQL's schema is newer; the files do not match
             print(f"kliqued serve: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        for gid, committed in store.recovered:
-            log.warning("a batch left prepared in %s by a stop between the two commits was "
-                        "%s (%s)", store.log.label,
-                        "committed, as the ledger file had" if committed else
-                        "rolled back: the ledger file had not committed it", gid)
         if is_url(opts.db) and not store.log.two_phase:
             log.warning("%s has max_prepared_transactions = 0: batches commit there first, "
                         "then in %s, and a stop between the two loses that batch's ledger "
                         "rows; set it to 2 or more (docs/ha.md)", store.log.label,
                         opts.local_db)
-        if store.caught_up:
-            log.warning("%d events logged in %s were missing from %s (a new file, or a stop "
-                        "between the two commits): copied; the ledger has no intervals of "
-                        "theirs", store.caught_up, store.log.label, opts.local_db)
-        d = Daemon()
-        d.require_workers = opts.require_workers  # before replay: it decides availability
-        d.clock.offset_ms = _clock_offset()
-        try:
-            d.tokens.hasher, migrated = keyfile.open_hasher(opts.local_db, store)
-        except keyfile.KeyFileError as exc:
-            print(f"kliqued serve: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        if migrated:
-            log.info("%d token hash(es) moved under the token key %s", migrated,
-                     keyfile.key_path(opts.local_db))
-        try:
-            stats = rebuild(d, store)
-        except ReplayError as exc:
-            print(f"kliqued serve: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        log.info("started: %s, replayed %d events (%d tasks) in %.2f s", store.log.label,
-                 stats.events,
-                 stats.tasks, stats.seconds)
-        if d.state is not None:  # rows from before the ledger kept paths: the paths of now
-            filled = _fill_group_paths(store.conn, d.idx().estate)
-            if filled:
-                log.info("ledger: %d intervals given the group paths of %s", filled,
-                         d.estate.revision)
-        d.worker_settings = WorkerSettings(opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s,
-                                           opts.gang_timeout_s)
-        compiled: CompiledEstate | None = None
-        source = None
-        follow: DirSource | GitSource | None = None
-        snap: Snapshot | None = None
-        if opts.git is not None:
-            from compiler.plan.gitsource import GitSourceError
-            try:
-                follow = GitSource(opts.git, opts.branch, opts.estate_path, opts.poll_s)
-                snap = follow.read()
-            except GitSourceError as exc:
-                print(f"kliqued serve: error: {exc}", file=sys.stderr)
-                return EXIT_ERROR
-            except Exception as exc:  # git itself failed (fetch, permissions)
-                print(f"kliqued serve: error: cannot read {opts.git}: {exc}", file=sys.stderr)
-                return EXIT_ERROR
-            source = snap.label
-        elif opts.estate is not None or d.state is None:
-            source = opts.estate or "estate"
-            src = DirSource(source)
-            snap = src.read()
-            if opts.watch:
-                follow = src
-        if snap is not None:
-            result = snap.result
-            if result.estate is None:
-                for diag in result.diagnostics:
-                    print(diag.render(), file=sys.stderr)
-                if d.state is None or opts.git is None:
-                    print(f"kliqued serve: the estate in {source} is not valid "
-                          f"({len(result.errors)} errors): not starting", file=sys.stderr)
-                    return EXIT_INVALID_ESTATE
-                # GitOps: the branch is broken right now; run the last applied revision and
-                # report the refusal (the follower's first check).
-                snap = None
-            else:
-                compiled = result.estate
-        cap = connection_cap(opts.limits.max_connections, nofile)
-        if cap < opts.limits.max_connections:
-            log.info("at most %d connections (the open-files limit is %d)", cap, nofile)
-        limits = dataclasses.replace(opts.limits, max_connections=cap)
-        return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap,
-                                limits, listen_backlog(nofile)))
+        if not is_url(opts.db):
+            return _lead(opts, store, host, port, nofile)
+        return _lead_when_elected(opts, store, host, port, nofile)
     finally:
         try:
             store.close()
         except Exception:  # already closed, or the process is going down anyway
             pass
+
+
+def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile: int) -> int:
+    """Several ``kliqued serve`` on one PostgreSQL database (lease.py): stand by until the
+    lease is ours, lead (replay, serve) until stopped or deposed; deposed, stand by again."""
+    from .lease import Lease, LeaseSettings
+    from .pglog import PgLog
+    from .standby import stand_by
+    assert isinstance(store.log, PgLog)
+    advertise = opts.advertise_url or _url(opts, host, port)
+    lease = Lease(opts.db, advertise, LeaseSettings.for_ttl(opts.lease_ttl_s))
+    lease.before_takeover = store.recover
+    limits = dataclasses.replace(opts.limits, max_connections=connection_cap(
+        opts.limits.max_connections, nofile))
+    try:
+        while True:
+            if not asyncio.run(stand_by(lease, host, port, limits, _ssl_context(opts),
+                                        listen_backlog(nofile))):
+                log.info("stopped while standing by")
+                return EXIT_OK
+            store.log.fence = lease.epoch
+            lease.start_renewing()
+            try:
+                store.take_lead()
+            except DaemonError as exc:  # the ledger file is not this database's
+                print(f"kliqued serve: error: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+            code = _lead(opts, store, host, port, nofile, lease)
+            lease.on_lost = None
+            if code != EXIT_DEPOSED:
+                return code
+            lease.stop_renewing()  # the fence keeps the old epoch: it matches no batch now
+            lease.epoch = None
+            log.warning("deposed: standing by (the state is rebuilt from the log if this "
+                        "daemon leads again)")
+    finally:
+        lease.release()
+        lease.close()
+
+
+EXIT_DEPOSED = -1
+"""``_lead``'s answer when another daemon took the lease: stand by, do not exit."""
+
+
+def _url(opts: Options, host: str, port: int) -> str:
+    scheme = "https" if opts.tls_cert else "http"
+    return f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
+
+
+def _ssl_context(opts: Options) -> ssl.SSLContext | None:
+    if not opts.tls_cert:
+        return None
+    ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ssl_ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
+    return ssl_ctx
+
+
+def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
+          lease: "Lease | None" = None) -> int:
+    """Rebuild the state from the log, apply the estate, serve until stopped (or, with a
+    lease, deposed: EXIT_DEPOSED)."""
+    for gid, committed in store.recovered:
+        log.warning("a batch left prepared in %s by a stop between the two commits was "
+                    "%s (%s)", store.log.label,
+                    "committed (the ledger file had, or another daemon prepared it)"
+                    if committed else
+                    "rolled back: the ledger file had not committed it", gid)
+    store.recovered.clear()
+    if store.caught_up:
+        log.warning("%d events logged in %s were missing from %s (a new file, a stop "
+                    "between the two commits, or another daemon's lead): copied; the "
+                    "ledger has no intervals of theirs", store.caught_up, store.log.label,
+                    opts.local_db)
+        store.caught_up = 0
+    d = Daemon()
+    d.require_workers = opts.require_workers  # before replay: it decides availability
+    d.clock.offset_ms = _clock_offset()
+    try:
+        d.tokens.hasher, migrated = keyfile.open_hasher(opts.local_db, store)
+    except keyfile.KeyFileError as exc:
+        print(f"kliqued serve: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if migrated:
+        log.info("%d token hash(es) moved under the token key %s", migrated,
+                 keyfile.key_path(opts.local_db))
+    try:
+        stats = rebuild(d, store)
+    except ReplayError as exc:
+        print(f"kliqued serve: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    log.info("started: %s, replayed %d events (%d tasks) in %.2f s", store.log.label,
+             stats.events,
+             stats.tasks, stats.seconds)
+    if d.state is not None:  # rows from before the ledger kept paths: the paths of now
+        filled = _fill_group_paths(store.conn, d.idx().estate)
+        if filled:
+            log.info("ledger: %d intervals given the group paths of %s", filled,
+                     d.estate.revision)
+    d.worker_settings = WorkerSettings(opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s,
+                                       opts.gang_timeout_s)
+    compiled: CompiledEstate | None = None
+    source = None
+    follow: DirSource | GitSource | None = None
+    snap: Snapshot | None = None
+    if opts.git is not None:
+        from compiler.plan.gitsource import GitSourceError
+        try:
+            follow = GitSource(opts.git, opts.branch, opts.estate_path, opts.poll_s)
+            snap = follow.read()
+        except GitSourceError as exc:
+            print(f"kliqued serve: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except Exception as exc:  # git itself failed (fetch, permissions)
+            print(f"kliqued serve: error: cannot read {opts.git}: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        source = snap.label
+    elif opts.estate is not None or d.state is None:
+        source = opts.estate or "estate"
+        src = DirSource(source)
+        snap = src.read()
+        if opts.watch:
+            follow = src
+    if snap is not None:
+        result = snap.result
+        if result.estate is None:
+            for diag in result.diagnostics:
+                print(diag.render(), file=sys.stderr)
+            if d.state is None or opts.git is None:
+                print(f"kliqued serve: the estate in {source} is not valid "
+                      f"({len(result.errors)} errors): not starting", file=sys.stderr)
+                return EXIT_INVALID_ESTATE
+            # GitOps: the branch is broken right now; run the last applied revision and
+            # report the refusal (the follower's first check).
+            snap = None
+        else:
+            compiled = result.estate
+    cap = connection_cap(opts.limits.max_connections, nofile)
+    if cap < opts.limits.max_connections:
+        log.info("at most %d connections (the open-files limit is %d)", cap, nofile)
+    limits = dataclasses.replace(opts.limits, max_connections=cap)
+    return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap,
+                            limits, listen_backlog(nofile), lease))
 
 
 CLOCK_OFFSET_ENV = "KLIQUED_TEST_CLOCK_OFFSET_MS"
@@ -284,7 +370,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
                source: str | None, host: str, port: int,
                follow: DirSource | GitSource | None = None,
                snap: Snapshot | None = None, limits: Limits = Limits(),
-               backlog: int = 1024) -> int:
+               backlog: int = 1024, lease: "Lease | None" = None) -> int:
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
         d.st().restart_start_timers(d.clock.now())
@@ -296,9 +382,19 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
 
     def fatal(exc: BaseException) -> None:
         nonlocal exit_code
-        exit_code = EXIT_ERROR
+        exit_code = EXIT_DEPOSED if isinstance(exc, Deposed) else EXIT_ERROR
         stop.set()
     seq.on_fatal = fatal
+
+    def deposed() -> None:
+        nonlocal exit_code
+        exit_code = EXIT_DEPOSED
+        stop.set()
+    if lease is not None:  # the renewal thread found the lease taken
+        running = asyncio.get_running_loop()
+        lease.on_lost = lambda: running.call_soon_threadsafe(deposed)
+        if lease.lost.is_set():
+            deposed()
 
     commit = snap.commit if snap is not None else None
     if compiled is not None and (compiled.revision != d.estate.revision
@@ -319,8 +415,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     gc.freeze()
     gc.set_threshold(20_000, 20, 50)
 
-    scheme = "https" if opts.tls_cert else "http"
-    url = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
+    url = _url(opts, host, port)
     env_token = os.environ.get("KLIQUE_ADMIN_TOKEN")
     if env_token:
         rec = d.tokens.by_hash.get(d.tokens.hash(env_token))
@@ -335,13 +430,10 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         sys.stderr.write(_banner(token, url))
         sys.stderr.flush()
 
-    ssl_ctx = None
-    if opts.tls_cert:
-        ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
+    ssl_ctx = _ssl_context(opts)
     logs = LogStore.beside(opts.local_db, opts.log_cap)
     private_dir(logs.root)
-    ctx = Context(d, seq, store, float(interval), logs, server_url=url)
+    ctx = Context(d, seq, store, float(interval), logs, server_url=url, lease=lease)
     d.on_work = ctx.wake
     for w in d.workers.values():  # after a restart every known worker gets a full TTL
         w.last_seen = d.mono()

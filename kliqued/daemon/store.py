@@ -51,6 +51,9 @@ DECISION_TABLE = "CREATE TABLE IF NOT EXISTS log_decision (gid VARCHAR)"
 """With the log in PostgreSQL: the name of the last batch this file committed, the decision
 of the two-phase commit (at most one row)."""
 
+NODE_TABLE = "CREATE TABLE IF NOT EXISTS log_node (id VARCHAR)"
+"""With the log in PostgreSQL: this file's random name, in its prepared batches' names."""
+
 DbOp = Callable[[duckdb.DuckDBPyConnection], object] | TokenInsert | TokenUpdate
 """A write of a batch's transaction: a token write (data, for whichever log keeps the
 tokens), or a callable on the DuckDB connection (the ledger's writers; what it returns is
@@ -91,7 +94,10 @@ class Store:
         """The local copy of the events (audit reads) when the log is elsewhere."""
 
     # ------------------------------------------------------------------ setup
-    def ensure_schema(self) -> None:
+    def ensure_schema(self, lead: bool = True) -> None:
+        """The schemas of the file and the log; with ``lead`` (one daemon alone, tools) also
+        :meth:`take_lead`. ``kliqued serve`` on PostgreSQL passes False and takes the lead
+        once the lease is its (lease.py): a standby must not end the leader's batches."""
         # DuckDB checkpoints inside the commit that crosses this much WAL, stalling the
         # sequencer (~100+ ms, measured); the daemon checkpoints at every clean stop, so a
         # large threshold moves that work there. A crash replays the WAL at the next open.
@@ -102,21 +108,52 @@ class Store:
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
             self.conn.execute(DECISION_TABLE)
-            self._writer.submit(self._recover).result()
+            self.conn.execute(NODE_TABLE)
+            row = self.conn.execute("SELECT id FROM log_node").fetchone()
+            if row is None:
+                row = (uuid.uuid4().hex[:8],)
+                self.conn.execute("INSERT INTO log_node VALUES (?)", list(row))
+            self.node = str(row[0])
+        if lead:
+            self.take_lead()
+
+    def take_lead(self) -> None:
+        """What a daemon does before it writes, once it leads (at start, or a standby after
+        a takeover): end the batches left prepared (:meth:`recover`), bring the events'
+        copy up to the log."""
+        if self._copy is not None:
+            self.recover()
             self._writer.submit(self._catch_up, self._copy).result()
 
+    node = ""
+    """This ledger file's name in its prepared batches' names (``kliqued-NODE-...``): which
+    of them this file decides."""
+
+    def recover(self) -> None:
+        self._writer.submit(self._recover).result()
+
     def _recover(self) -> None:
-        """Ends the batch a daemon left prepared in PostgreSQL between the two phases: its
-        commit when this file committed it (the file records the batch's name in the same
-        transaction), its rollback otherwise."""
+        """Ends the batches a daemon left prepared in PostgreSQL between the two phases. One
+        of this file's: its commit when this file committed it (the file records the batch's
+        name in the same transaction), its rollback otherwise. Another daemon's (a leader
+        that died, found by a standby taking over): committed, since its file either
+        committed it too or is behind, and a file behind is brought up to date at its next
+        start (docs/ha.md). Called only while no other daemon leads (the lease expired)."""
         pending = self.log.pending()
         if not pending:
             return
         row = self.conn.execute("SELECT gid FROM log_decision").fetchone()
         decided = row[0] if row else None
         for gid in pending:
-            self.log.finish(gid, commit=gid == decided)
-            self.recovered.append((gid, gid == decided))
+            commit = gid == decided or not self._mine(gid)
+            self.log.finish(gid, commit=commit)
+            self.recovered.append((gid, commit))
+
+    def _mine(self, gid: str) -> bool:
+        """A batch this file prepared: named with its node, or in the form from before
+        nodes (``kliqued-`` and 32 hex digits: one daemon per database then)."""
+        rest = gid[len("kliqued-"):]
+        return rest.startswith(f"{self.node}-") or "-" not in rest
 
     recovered: list[tuple[str, bool]]
     """Prepared batches ended at start, and whether each was committed."""
@@ -184,7 +221,7 @@ class Store:
                 if not isinstance(op, (TokenInsert, TokenUpdate)):
                     op(conn)
             if self._copy is not None and self.log.two_phase:
-                gid = f"kliqued-{uuid.uuid4().hex}"
+                gid = f"kliqued-{self.node}-{uuid.uuid4().hex}"
                 conn.execute("DELETE FROM log_decision")
                 conn.execute("INSERT INTO log_decision VALUES (?)", [gid])
                 self.log.prepare(gid)

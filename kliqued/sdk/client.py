@@ -14,6 +14,7 @@ idempotent) are retried on connection errors and 503, three times with backoff.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import shlex
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from klique_util.files import atomic_path, scratch_path, write_atomic
+from klique_util.leader import Leader, split_urls
 
 from .config import resolve
 from .errors import KliqueError
@@ -39,6 +41,47 @@ __all__ = ["Client", "Demand", "KliqueError"]
 USER_AGENT = "klique-sdk/0.1"
 RETRIES = 3
 BACKOFF_S = 0.25
+
+
+FAILOVER_S = 20.0
+"""With several URLs: how long a request keeps looking for the leader (docs/ha.md)."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects come back as errors: the client decides where its token goes
+    (``klique_util.leader``), urllib never follows one on its own."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        return None
+
+
+def _error_code(exc: urllib.error.HTTPError) -> str | None:
+    """The ``error.code`` of a JSON error answer (read once: the body is buffered back)."""
+    try:
+        raw = exc.read()
+    except OSError:
+        return None
+    exc.fp = io.BytesIO(raw)  # _http_error may read it again
+    exc.read = exc.fp.read  # type: ignore[method-assign]
+    try:
+        return (json.loads(raw.decode("utf-8")).get("error") or {}).get("code")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return None
+
+
+def _server_url(url: str) -> str:
+    """One server's root URL, checked: ``host:port`` gets ``http://``, a trailing ``/v1``
+    goes."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if url.endswith("/v1"):
+        url = url[:-3]
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise KliqueError(None, "config", f"not a server URL: {url!r} (expected "
+                                          "http://HOST:PORT or https://HOST:PORT)")
+    return url
 
 
 def _time_text(value: datetime | str) -> str:
@@ -73,26 +116,26 @@ class Demand:
 class Client:
     """One server and one token. ``url`` is the server's root (``http://127.0.0.1:8080``)."""
 
-    def __init__(self, url: str, token: str, timeout: float = 30, *,
+    def __init__(self, url: str | Sequence[str], token: str, timeout: float = 30, *,
                  retries: int = RETRIES, backoff_s: float = BACKOFF_S,
-                 ca_file: str | None = None, channel: str = "sdk") -> None:
-        if not url:
+                 ca_file: str | None = None, channel: str = "sdk",
+                 failover_s: float = FAILOVER_S) -> None:
+        """``url``: one server, or several daemons of one control plane (a list, or
+        comma-separated: docs/ha.md); the client follows the leader among them."""
+        urls = split_urls(url)
+        if not urls:
             raise KliqueError(None, "config", "no server URL given")
-        url = url.strip().rstrip("/")
-        if "://" not in url:
-            url = "http://" + url
-        if url.endswith("/v1"):
-            url = url[:-3]
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise KliqueError(None, "config", f"not a server URL: {url!r} (expected "
-                                              "http://HOST:PORT or https://HOST:PORT)")
-        self.url = url
+        self._leader = Leader([_server_url(u) for u in urls])
+        self.failover_s = failover_s
+        """With several URLs: how long a request safe to repeat keeps looking for the
+        leader (a takeover takes the lease's TTL and a replay)."""
         self.token = (token or "").strip()
         self.timeout = timeout
         self.retries = retries
         self.backoff_s = backoff_s
         self._ssl = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        self._opener = urllib.request.build_opener(
+            _NoRedirect, urllib.request.HTTPSHandler(context=self._ssl))
         self.channel = channel
         """Sent as ``X-Klique-Channel`` and recorded with the tasks this client submits:
         ``sdk``, or ``cli`` for the CLI (the daemon refuses any other value)."""
@@ -105,8 +148,17 @@ class Client:
         r = resolve(url, token, context)
         return cls(r.url, r.token, timeout, ca_file=r.ca_file, channel=channel)
 
+    @property
+    def url(self) -> str:
+        """The server in use: with several URLs, the leader as last found."""
+        return self._leader.current
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self._leader.urls)
+
     def __repr__(self) -> str:
-        return f"Client({self.url!r})"
+        return f"Client({','.join(self._leader.urls)!r})"
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -118,11 +170,11 @@ class Client:
     def _open(self, method: str, path: str, query: dict | None = None, body: Any = None,
               headers: dict | None = None, retry: bool | None = None):
         """The raw response of one request (the caller closes it), after retries."""
-        url = f"{self.url}/v1{path}"
+        rel = f"/v1{path}"
         if query:
             pairs = {k: v for k, v in query.items() if v is not None}
             if pairs:
-                url += "?" + urllib.parse.urlencode(pairs)
+                rel += "?" + urllib.parse.urlencode(pairs)
         data = None if body is None else json.dumps(body).encode("utf-8")
         h = {"Accept": "application/json", "User-Agent": USER_AGENT,
              "X-Klique-Channel": self.channel}
@@ -133,12 +185,14 @@ class Client:
         h.update(headers or {})
         if retry is None:
             retry = method == "GET"
+        if self._leader.several:
+            return self._open_several(method, path, rel, data, h, retry)
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
             last = attempt == attempts - 1
-            req = urllib.request.Request(url, data=data, headers=h, method=method)
+            req = urllib.request.Request(self.url + rel, data=data, headers=h, method=method)
             try:
-                return urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl)
+                return self._opener.open(req, timeout=self.timeout)
             except urllib.error.HTTPError as exc:
                 if exc.code == 503 and not last:
                     exc.close()
@@ -152,6 +206,52 @@ class Client:
                     continue
                 raise self._unreachable(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _open_several(self, method: str, path: str, rel: str, data: bytes | None,
+                      h: dict, retry: bool):
+        """:meth:`_open` with several daemons: a redirect (a standby names the leader) and a
+        standby's 503 (no leader yet) move on at once, for any request, since nothing was
+        recorded; so does a refused connection. A request safe to repeat also moves on after
+        a timeout or another 503. All of it within ``failover_s``."""
+        deadline = time.monotonic() + self.failover_s
+        attempt = 0
+        while True:
+            attempt += 1
+            late = time.monotonic() >= deadline
+            req = urllib.request.Request(self.url + rel, data=data, headers=h, method=method)
+            try:
+                return self._opener.open(req, timeout=self.timeout)
+            except urllib.error.HTTPError as exc:
+                code = _error_code(exc) if exc.code in (307, 308, 503) else None
+                if exc.code in (307, 308) and not late:
+                    self._leader.follow(exc.headers.get("Location"))
+                    continue
+                if exc.code == 503 and not late and (retry or code == "no-leader"):
+                    self._leader.next()
+                    self._sleep_round(attempt, exc.headers.get("Retry-After"))
+                    continue
+                raise self._http_error(exc, method, path) from None
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
+                    socket.timeout, TimeoutError) as exc:
+                refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
+                if not late and (retry or refused):
+                    self._leader.next()
+                    self._sleep_round(attempt)
+                    continue
+                raise self._unreachable(exc) from None
+
+    def _sleep_round(self, attempt: int, retry_after: str | None = None) -> None:
+        """No wait while URLs of the round are left; then backoff (at most a second, or the
+        server's Retry-After up to that)."""
+        if attempt % len(self._leader.urls):
+            return
+        delay = min(1.0, self.backoff_s * (2 ** (attempt // len(self._leader.urls) - 1)))
+        if retry_after:
+            try:
+                delay = max(delay, min(float(retry_after), 1.0))
+            except ValueError:
+                pass
+        time.sleep(delay)
 
     def _sleep(self, attempt: int, retry_after: str | None = None) -> None:
         delay = self.backoff_s * (2 ** attempt)

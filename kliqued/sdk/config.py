@@ -4,7 +4,8 @@ For the URL and for the token, the first of these that gives one wins:
 
 1. the explicit argument (``--url`` / ``--token``);
 2. the context named explicitly (``--context``) in the config file;
-3. the environment (``KLIQUE_URL`` / ``KLIQUE_TOKEN``);
+3. the environment (``KLIQUE_URL`` / ``KLIQUE_TOKEN``; ``KLIQUE_URL=a,b``: several daemons
+   of one control plane, the leader followed, docs/ha.md);
 4. the config file's ``current-context``.
 
 The config file is ``$KLIQUE_CONFIG`` or ``~/.config/klique/config.yaml``::
@@ -12,7 +13,7 @@ The config file is ``$KLIQUE_CONFIG`` or ``~/.config/klique/config.yaml``::
     current-context: northwind
     contexts:
       - name: northwind
-        url: https://klique.northwind.example:8443
+        url: https://klique.northwind.example:8443   # or a list: several daemons
         token-file: ~/.config/klique/alice.token   # or: token: kq_...
         ca-file: ~/.config/klique/ca.pem           # optional, a private CA for HTTPS
 """
@@ -112,6 +113,8 @@ def resolve(url: str | None = None, token: str | None = None,
         if not ctx:
             return None
         value = _token_of(ctx, path) if key == "token" else ctx.get(key)
+        if isinstance(value, list):  # url: [a, b]: several daemons (docs/ha.md)
+            value = ",".join(str(v) for v in value)
         return str(value) if value else None
 
     def pick(explicit: str | None, env_name: str, key: str) -> tuple[str | None, str | None]:

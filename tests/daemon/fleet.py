@@ -102,10 +102,7 @@ class FleetServer(Server):
         kw.setdefault("workers", True)  # pools need a live worker, as in production
         super().__init__(tmp, estate=estate, **kw)
         self.extra = ["--worker-ttl", ttl, "--poll-wait", "2s", "--stop-grace", "2s",
-                      *(extra or [])]
-
-    def argv(self) -> list[str]:
-        return super().argv() + self.extra
+                      *(extra or [])]  # Server.argv appends them
 
     def events(self, task: str | None = None, kind: str | None = None) -> list[dict]:
         q = "&".join(f"{k}={v}" for k, v in (("task", task), ("kind", kind)) if v)

@@ -45,13 +45,15 @@ class Server:
 
     def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE,
                  db: Path | str | None = None, admin: str | None = ADMIN,
-                 workers: bool = False) -> None:
+                 workers: bool = False, extra: list[str] | None = None) -> None:
         """``db``: the DuckDB file (default: one in ``tmp``), or a ``postgresql://`` URL (the
         ``pg_url`` fixture), the ledger's DuckDB file then in ``tmp``. ``workers``: pools
         take work only while they have a live worker, as in production; without it (the API
         tests, which run no worker) every pool takes work (``--place-without-workers``)."""
         self.tmp = Path(tmp)
         self.workers = workers
+        self.extra = list(extra or [])
+        """More ``kliqued serve`` arguments (``--lease-ttl 2s``)."""
         self.estate = estate
         self.db = db or self.tmp / "kliqued.duckdb"
         self.admin = admin
@@ -73,7 +75,7 @@ class Server:
             args += ["--estate", str(self.estate)]
         if not self.workers:
             args.append("--place-without-workers")
-        return args
+        return args + self.extra
 
     @property
     def on_postgres(self) -> bool:
@@ -84,7 +86,8 @@ class Server:
         """The DuckDB file: ``db`` itself, or the ledger's file beside a PostgreSQL log."""
         return self.tmp / "kliqued-ledger.duckdb" if self.on_postgres else Path(self.db)
 
-    def start(self, wait: bool = True, timeout: float = 30) -> "Server":
+    def start(self, wait: bool | str = True, timeout: float = 30) -> "Server":
+        """``wait``: until ready (True: leading; ``"standby"``: standing by)."""
         env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
         if self.admin:
             env["KLIQUE_ADMIN_TOKEN"] = self.admin
@@ -96,19 +99,20 @@ class Server:
                                          stderr=log)
         Server.started.append(self)
         if wait:
-            self.wait_ready(timeout)
+            self.wait_ready(timeout, wait if isinstance(wait, str) else "ok")
         return self
 
-    def wait_ready(self, timeout: float = 30) -> None:
-        """Until ``/v1/health`` answers ok; fails at once, with the log, if serve exits."""
+    def wait_ready(self, timeout: float = 30, status: str = "ok") -> None:
+        """Until ``/v1/health`` answers ``status`` (``ok``: leading; ``standby``); fails at
+        once, with the log, if serve exits."""
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"kliqued serve exited {self.proc.returncode}:\n{self.log()}")
             try:
-                status, body = self.call("GET", "/v1/health", token=None, timeout=1)
+                code, body = self.call("GET", "/v1/health", token=None, timeout=1)
             except OSError:
                 return False
-            return status == 200 and body.get("status") == "ok"
+            return code == 200 and body.get("status") == status
         try:
             wait_for(ready, timeout, "kliqued serve to answer")
         except AssertionError as exc:

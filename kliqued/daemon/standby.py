@@ -1,0 +1,126 @@
+"""A ``kliqued serve`` that does not hold the lease: it stands by (docs/ha.md).
+
+While standing by the daemon keeps no state and writes nothing. It answers on its address
+so that clients, load balancers and operators can tell what it is:
+
+- ``GET /v1/health`` and ``GET /v1/leader``: 200, ``"status": "standby"``, and the leader
+  it knows of (URL, epoch, holder) or none;
+- every other request: **307** to the same path on the leader's advertised URL (the client
+  repeats it there, body and method unchanged: nothing was recorded here), or **503** with
+  ``Retry-After`` while no leader is known (a takeover in progress).
+
+Meanwhile it looks at the lease every ``renew_s / 2``; once it has expired it takes it
+(``Lease.try_acquire``), closes this listener and returns, and the caller rebuilds the state
+by replaying the log and leads (server.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+
+import psycopg
+from aiohttp import web
+
+from .lease import Lease, LeaderInfo, wait_s
+from .listener import Limits, ListenSite
+from .pglog import safe_label
+from .request import reply
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1
+"""What a 503 tells clients to wait while no leader is known: about one standby's look."""
+
+LEASE = web.AppKey("lease", Lease)
+
+
+def leader_view(info: LeaderInfo | None) -> dict | None:
+    """The leader as ``/v1/leader`` shows it; None while none holds a live lease."""
+    if info is None or not info.live:
+        return None
+    return {"url": info.url, "epoch": info.epoch, "holder": info.holder}
+
+
+async def _answer(request: web.Request) -> web.StreamResponse:
+    lease = request.app[LEASE]
+    leader = leader_view(lease.leader)
+    if request.method in ("GET", "HEAD") and request.path in ("/v1/health", "/v1/leader"):
+        return reply({"status": "standby", "role": "standby", "self": lease.advertise_url,
+                      "leader": leader})
+    if leader is not None and leader["url"]:
+        target = leader["url"].rstrip("/") + request.path_qs
+        resp = reply({"error": {"code": "not-leader",
+                                "message": f"this kliqued stands by; the leader is "
+                                           f"{leader['url']}: repeat the request there"}}, 307)
+        resp.headers["Location"] = target
+        return resp
+    resp = reply({"error": {"code": "no-leader",
+                            "message": "this kliqued stands by and no leader is known right "
+                                       "now (a takeover within seconds); nothing was "
+                                       "recorded: retry"}}, 503)
+    resp.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return resp
+
+
+def make_standby_app(lease: Lease) -> web.Application:
+    app = web.Application()
+    app[LEASE] = lease
+    app.router.add_route("*", "/{tail:.*}", _answer)
+    return app
+
+
+async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
+                   ssl_ctx: ssl.SSLContext | None, backlog: int) -> bool:
+    """Serves the standby answers until the lease is this daemon's (True) or a stop signal
+    (False). The listener is closed on return: the leader's application opens it again."""
+    runner = web.AppRunner(make_standby_app(lease), access_log=None, handle_signals=False,
+                           shutdown_timeout=1.0)
+    await runner.setup()
+    site = ListenSite(runner, host, port, limits=limits, ssl_context=ssl_ctx, backlog=backlog)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:  # the leader known from the first answer on
+            await asyncio.to_thread(lease.read)
+        except psycopg.Error:
+            lease.close()  # _watch says so and tries again
+        await site.start()
+        got = await _watch(lease, stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
+    return got
+
+
+async def _watch(lease: Lease, stop: asyncio.Event) -> bool:
+    seen: tuple | None = None
+    failing = False
+    while not stop.is_set():
+        try:
+            if await asyncio.to_thread(lease.try_acquire):
+                return True
+            failing = False
+        except psycopg.Error as exc:
+            if not failing:  # once per outage, not every look
+                log.warning("cannot read the lease in %s: %s", safe_label(lease.url),
+                            str(exc).strip().splitlines()[0])
+            failing = True
+            lease.close()
+        info = lease.leader
+        now = (info.epoch, info.holder, info.live) if info else None
+        if now != seen:
+            seen = now
+            if info is not None and info.live:
+                log.info("standing by: the leader is %s (epoch %d, %s)", info.url, info.epoch,
+                         info.holder)
+        try:
+            await asyncio.wait_for(stop.wait(), wait_s(lease.settings))
+        except asyncio.TimeoutError:
+            pass
+    return False
