@@ -214,17 +214,18 @@ class Client:
         recorded; so does a refused connection. A request safe to repeat also moves on after
         a timeout or another 503. All of it within ``failover_s``."""
         deadline = time.monotonic() + self.failover_s
-        attempt = 0
+        attempt = 0  # tries that did not reach the leader: a round of the list, then a wait
         while True:
-            attempt += 1
             late = time.monotonic() >= deadline
             req = urllib.request.Request(self.url + rel, data=data, headers=h, method=method)
             try:
                 return self._opener.open(req, timeout=self.timeout)
             except urllib.error.HTTPError as exc:
                 code = _error_code(exc) if exc.code in (307, 308, 503) else None
+                attempt += 1
                 if exc.code in (307, 308) and not late:
                     self._leader.follow(exc.headers.get("Location"))
+                    self._sleep_round(attempt)  # a standby naming a leader that is gone
                     continue
                 if exc.code == 503 and not late and (retry or code == "no-leader"):
                     self._leader.next()
@@ -233,6 +234,7 @@ class Client:
                 raise self._http_error(exc, method, path) from None
             except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
                     socket.timeout, TimeoutError) as exc:
+                attempt += 1
                 refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
                 if not late and (retry or refused):
                     self._leader.next()
@@ -245,7 +247,8 @@ class Client:
         server's Retry-After up to that)."""
         if attempt % len(self._leader.urls):
             return
-        delay = min(1.0, self.backoff_s * (2 ** (attempt // len(self._leader.urls) - 1)))
+        rounds = attempt // len(self._leader.urls)
+        delay = min(1.0, self.backoff_s * 2 ** min(rounds - 1, 4))
         if retry_after:
             try:
                 delay = max(delay, min(float(retry_after), 1.0))
