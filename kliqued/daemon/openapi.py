@@ -713,6 +713,13 @@ PATHS: dict[str, Any] = {
         errors=("500",))},
     "/v1/health": {"get": _op("health", "liveness, revision and engine switch",
                               _ok("Health"), errors=("500",))},
+    "/v1/leader": {"get": _op(
+        "leader", "which daemon leads (docs/ha.md); a standby answers it too, with "
+                  "status standby",
+        {"200": {"description": "status, role (leader or standby), self (this daemon's "
+                                "URL), leader (url, epoch, holder; null while none)",
+                 "content": {"application/json": {"schema": {"type": "object"}}}}},
+        errors=("500",))},
     "/v1/openapi.json": {"get": _op(
         "openapi", "this document",
         {"200": {"description": "the OpenAPI 3.1 document",

@@ -40,6 +40,7 @@ NO_GROUP_ADMIN = {"bob": 403, "erin": 403}  # users who administer no group
 #          object-level exceptions). {task} is a fresh task of bob's, {token} a fresh token id.
 MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "health": ("health", "/v1/health", None, 200, {}),
+    "leader": ("leader", "/v1/leader", None, 200, {}),
     "openapi": ("openapi", "/v1/openapi.json", None, 200, {}),
     "whoami": ("whoami", "/v1/whoami", None, 200, {}),
     "submit": ("submitTask", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
