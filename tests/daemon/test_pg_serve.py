@@ -93,22 +93,23 @@ def test_a_database_migrated_by_a_newer_kliqued_is_refused(tmp_path: Path, pg_ur
     assert "Traceback" not in p.stderr
 
 
-def test_a_second_daemon_on_the_same_database_is_refused(tmp_path: Path, pg_url: str
-                                                         ) -> None:
+def test_a_second_daemon_on_the_same_database_stands_by_and_takes_over(tmp_path: Path,
+                                                                        pg_url: str) -> None:
+    """Another machine on the same database (its own ledger file, the token key copied
+    there: the key is never in the database) stands by, and takes over when the first is
+    killed (-9: its lease is not released, so after the lease's TTL)."""
     s = Server(tmp_path, db=pg_url).start()
-    try:
-        p = serve(pg_url, tmp_path)
-        assert p.returncode == 1, p.stderr
-        assert "is in use by another kliqued serve: only one may use a database" in p.stderr
-    finally:
-        s.kill()  # kill -9: PostgreSQL frees the lock with the connection
-    # another machine takes over: the same database, its own ledger file, the token key
-    # copied there (the key is never in the database)
     other = Server(tmp_path / "two", db=pg_url)
-    other.tmp.mkdir()
-    shutil.copy(tmp_path / "kliqued-ledger.duckdb.token-key",
-                other.tmp / "kliqued-ledger.duckdb.token-key")
-    other.start()
+    try:
+        other.tmp.mkdir()
+        shutil.copy(tmp_path / "kliqued-ledger.duckdb.token-key",
+                    other.tmp / "kliqued-ledger.duckdb.token-key")
+        other.extra = ["--lease-ttl", "1s"]
+        other.start(wait="standby")
+        assert other.ok("GET", "/v1/health", token=None)["leader"]["url"] == s.url
+    finally:
+        s.kill()
+    other.wait_ready(20)
     assert "events logged in postgresql://" in other.log()  # its copy filled from the log
     assert other.ok("GET", "/v1/whoami")["principal"] == "role:admin"
     assert other.stop() == 0

@@ -217,7 +217,7 @@ def test_a_batch_left_prepared_is_ended_as_the_file_decided(tmp_path: Path, pg_u
     store = open_store(tmp_path / "l.duckdb", pg_url)
     store.commit_sync(Batch(rows=rows(2)))
     store.close()
-    gid = "kliqued-left-behind"
+    gid = f"kliqued-{store.node}-left-behind"  # this file's batch (its node in the name)
     prepare_by_hand(pg_url, 3, gid)
     if file_committed:  # the file's commit (with the decision) happened before the stop
         with duckdb.connect(str(tmp_path / "l.duckdb")) as conn:
