@@ -66,6 +66,11 @@ def test_a_standby_answers_health_redirects_the_rest_and_takes_over_a_clean_stop
         status, body = b.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)
         assert (status, body["error"]["code"]) == (307, "not-leader")
         assert a.url in body["error"]["message"]
+        # given the standby only, the SDK does not follow its redirect (the token goes only
+        # where it was sent) and says where the leader is
+        with pytest.raises(KliqueError) as refused:
+            Client(b.url, bob).task(tid)
+        assert refused.value.code == "not-leader" and a.url in refused.value.message
         # the SDK given both URLs, the standby's first, ends at the leader
         k = Client([b.url, a.url], bob)
         assert k.task(tid)["id"] == tid
