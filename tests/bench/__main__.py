@@ -10,7 +10,7 @@ import platform
 import sys
 
 MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_finance", "bench_daemon",
-           "bench_slurm", "bench_workers", "bench_whatif", "bench_web"]
+           "bench_slurm", "bench_workers", "bench_whatif", "bench_web", "bench_failover"]
 
 
 def machine() -> str:
