@@ -392,7 +392,10 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         stop.set()
     if lease is not None:  # the renewal thread found the lease taken
         running = asyncio.get_running_loop()
-        lease.on_lost = lambda: running.call_soon_threadsafe(deposed)
+
+        def lost() -> None:
+            running.call_soon_threadsafe(deposed)
+        lease.on_lost = lost
         if lease.lost.is_set():
             deposed()
 

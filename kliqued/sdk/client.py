@@ -14,7 +14,6 @@ idempotent) are retried on connection errors and 503, three times with backoff.
 from __future__ import annotations
 
 import http.client
-import io
 import json
 import os
 import shlex
@@ -51,22 +50,23 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Redirects come back as errors: the client decides where its token goes
     (``klique_util.leader``), urllib never follows one on its own."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
 
-def _error_code(exc: urllib.error.HTTPError) -> str | None:
-    """The ``error.code`` of a JSON error answer (read once: the body is buffered back)."""
-    try:
-        raw = exc.read()
-    except OSError:
-        return None
-    exc.fp = io.BytesIO(raw)  # _http_error may read it again
-    exc.read = exc.fp.read  # type: ignore[method-assign]
+def _error_code(raw: bytes) -> str | None:
+    """The ``error.code`` of a JSON error answer, or None."""
     try:
         return (json.loads(raw.decode("utf-8")).get("error") or {}).get("code")
     except (ValueError, AttributeError, UnicodeDecodeError):
         return None
+
+
+def _read(exc: urllib.error.HTTPError) -> bytes:
+    try:
+        return exc.read()
+    except OSError:
+        return b""
 
 
 def _server_url(url: str) -> str:
@@ -221,7 +221,8 @@ class Client:
             try:
                 return self._opener.open(req, timeout=self.timeout)
             except urllib.error.HTTPError as exc:
-                code = _error_code(exc) if exc.code in (307, 308, 503) else None
+                raw = _read(exc)
+                code = _error_code(raw) if exc.code in (307, 308, 503) else None
                 attempt += 1
                 if exc.code in (307, 308) and not late:
                     self._leader.follow(exc.headers.get("Location"))
@@ -231,7 +232,7 @@ class Client:
                     self._leader.next()
                     self._sleep_round(attempt, exc.headers.get("Retry-After"))
                     continue
-                raise self._http_error(exc, method, path) from None
+                raise self._http_error(exc, method, path, raw) from None
             except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
                     socket.timeout, TimeoutError) as exc:
                 attempt += 1
@@ -281,9 +282,11 @@ class Client:
                            f"cannot reach {self.url} ({text}): is `kliqued serve` running "
                            "there? Check --url, KLIQUE_URL or the config context")
 
-    def _http_error(self, exc: urllib.error.HTTPError, method: str, path: str) -> KliqueError:
+    def _http_error(self, exc: urllib.error.HTTPError, method: str, path: str,
+                    raw: bytes | None = None) -> KliqueError:
+        """``raw``: the body, when the caller read it already."""
         try:
-            raw = exc.read()
+            raw = exc.read() if raw is None else raw
         except OSError:
             raw = b""
         finally:
