@@ -203,7 +203,7 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
     try:
         while True:
             if not asyncio.run(stand_by(lease, host, port, limits, _ssl_context(opts),
-                                        listen_backlog(nofile))):
+                                        listen_backlog(nofile), store.catch_up)):
                 log.info("stopped while standing by")
                 return EXIT_OK
             store.log.fence = lease.epoch

@@ -9,7 +9,8 @@ so that clients, load balancers and operators can tell what it is:
   repeats it there, body and method unchanged: nothing was recorded here), or **503** with
   ``Retry-After`` while no leader is known (a takeover in progress).
 
-Meanwhile it looks at the lease every ``renew_s / 2``; once it has expired it takes it
+Meanwhile it brings its local copy of the events up to the log every ``TAIL_S`` and looks at
+the lease every ``renew_s / 2``; once it has expired it takes it
 (``Lease.try_acquire``), closes this listener and returns, and the caller rebuilds the state
 by replaying the log and leads (server.py).
 """
@@ -20,6 +21,7 @@ import asyncio
 import logging
 import signal
 import ssl
+from typing import Callable
 
 import psycopg
 from aiohttp import web
@@ -73,9 +75,12 @@ def make_standby_app(lease: Lease) -> web.Application:
 
 
 async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
-                   ssl_ctx: ssl.SSLContext | None, backlog: int) -> bool:
+                   ssl_ctx: ssl.SSLContext | None, backlog: int,
+                   tail: Callable[[], None] | None = None) -> bool:
     """Serves the standby answers until the lease is this daemon's (True) or a stop signal
-    (False). The listener is closed on return: the leader's application opens it again."""
+    (False). The listener is closed on return: the leader's application opens it again.
+    ``tail`` (every ``TAIL_S``, in a thread) keeps the local copy of the events near the log,
+    so that a takeover has little to copy."""
     runner = web.AppRunner(make_standby_app(lease), access_log=None, handle_signals=False,
                            shutdown_timeout=1.0)
     await runner.setup()
@@ -90,12 +95,39 @@ async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
         except psycopg.Error:
             lease.close()  # _watch says so and tries again
         await site.start()
-        got = await _watch(lease, stop)
+        tailing = asyncio.create_task(_tail(tail, stop)) if tail is not None else None
+        try:
+            got = await _watch(lease, stop)
+        finally:
+            if tailing is not None:
+                tailing.cancel()
+                await asyncio.gather(tailing, return_exceptions=True)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await runner.cleanup()
     return got
+
+
+TAIL_S = 2.0
+"""How often a standby brings its copy of the events up to the log."""
+
+
+async def _tail(tail: Callable[[], None], stop: asyncio.Event) -> None:
+    failing = False
+    while not stop.is_set():
+        try:
+            await asyncio.to_thread(tail)
+            failing = False
+        except Exception as exc:  # the database away, the file refused: said once, retried
+            if not failing:
+                log.warning("standing by: the events' copy is not brought up to the log: %s",
+                            exc)
+            failing = True
+        try:
+            await asyncio.wait_for(stop.wait(), TAIL_S)
+        except asyncio.TimeoutError:
+            pass
 
 
 async def _watch(lease: Lease, stop: asyncio.Event) -> bool:

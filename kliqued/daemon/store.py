@@ -125,6 +125,14 @@ class Store:
             self.recover()
             self._writer.submit(self._catch_up, self._copy).result()
 
+    def catch_up(self) -> None:
+        """The events' copy brought up to the log (a standby, between its looks at the
+        lease); counted in :attr:`caught_up`."""
+        if self._copy is not None:
+            before, self.caught_up = self.caught_up, 0
+            self._writer.submit(self._catch_up, self._copy).result()
+            self.caught_up += before
+
     node = ""
     """This ledger file's name in its prepared batches' names (``kliqued-NODE-...``): which
     of them this file decides."""

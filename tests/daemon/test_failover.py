@@ -47,6 +47,20 @@ def pair(tmp_path: Path, pg_url: str, cls: type[Server] = Server, **kw: Any
     return a, b
 
 
+def _copied(s: Server, url: str) -> bool:
+    """The standby's local copy has every event of the log (read without its lock: a copy
+    of the file, since the standby holds it)."""
+    snap = s.tmp / "copy-check.duckdb"
+    shutil.copy(s.local_db, snap)
+    wal = Path(f"{s.local_db}.wal")
+    if wal.exists():
+        shutil.copy(wal, f"{snap}.wal")
+    with duckdb.connect(str(snap), read_only=True) as conn:
+        have = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+    with psycopg.connect(url) as pg:
+        return have == pg.execute("SELECT max(seq) FROM events").fetchone()[0]
+
+
 def leader_epoch(url: str) -> int:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT epoch FROM klique_leader").fetchone()[0]
@@ -85,6 +99,9 @@ def test_a_standby_answers_health_redirects_the_rest_and_takes_over_a_clean_stop
         assert k.task(tid)["id"] == tid and k.url == b.url  # followed the new leader
         a.start(wait="standby")  # the old leader comes back as a standby
         assert a.ok("GET", "/v1/health", token=None)["leader"]["url"] == b.url
+        # standing by, it keeps its copy of the events (the audit reads') near the log
+        b.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)
+        wait_for(lambda: _copied(a, pg_url), 10, "the standby's copy to follow the log")
     finally:
         for s in (a, b):
             s.stop()
