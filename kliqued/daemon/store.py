@@ -254,9 +254,22 @@ class Store:
             try:
                 self.log.finish(gid, commit=True)
             except BaseException as exc:
+                if self._committed_elsewhere(gid, batch):
+                    return  # durable: the next batch finds the new leader's fence
                 raise CopyBehind(f"a batch is committed in {self.path} but its commit in "
                                  f"{self.log.label} failed ({exc}): stopping; the restart "
                                  f"commits it") from exc
+
+    def _committed_elsewhere(self, gid: str, batch: Batch) -> bool:
+        """Whether a prepared batch of ours was committed by a standby taking over (this
+        daemon paused past its lease between the two phases; docs/ha.md): no longer
+        pending, and its last event in the log."""
+        try:
+            if gid in self.log.pending():
+                return False
+            return not batch.rows or self.log.last_seq() >= batch.rows[-1][0]
+        except Exception:  # the log unreachable: not known, so not
+            return False
 
     def _undo(self) -> None:
         for undo in (self.log.rollback, *((self._copy.rollback,) if self._copy else ()),

@@ -167,3 +167,36 @@ def test_a_dead_leaders_prepared_batch_is_committed_by_the_standby(url: str, tmp
             dead.close()
         except Exception:
             pass
+
+
+def test_a_leader_whose_prepared_batch_a_standby_committed_counts_it_and_steps_down(
+        url: str, tmp_path: Path) -> None:
+    """The leader is paused past its TTL exactly between PREPARE and COMMIT PREPARED; the
+    standby taking over commits the prepared batch. Resumed, the leader's COMMIT PREPARED
+    finds nothing to commit: the batch is durable (its events are in the log), so it is
+    acknowledged, and the leader's next batch is fenced (Deposed), not a fatal error."""
+    store = open_store(tmp_path / "a.duckdb", url)
+    standby = open_store(tmp_path / "b.duckdb", url)
+    a, b = Lease(url, "http://a:1", SHORT), Lease(url, "http://b:1", SHORT)
+    b.before_takeover = standby.recover
+    finish = store.log.finish
+
+    def paused_then_finish(gid: str, commit: bool) -> None:
+        wait_expired(b)
+        assert b.try_acquire()  # committed the prepared batch first
+        finish(gid, commit)
+    try:
+        assert store.log.two_phase
+        assert a.try_acquire()
+        store.log.fence = a.epoch  # type: ignore[attr-defined]
+        store.log.finish = paused_then_finish  # type: ignore[method-assign]
+        store.commit_sync(Batch(rows(1)))
+        store.log.finish = finish  # type: ignore[method-assign]
+        assert seqs(url) == [1] and standby.recovered[0][1] is True
+        with pytest.raises(Deposed):
+            store.commit_sync(Batch(rows(1, first=2)))
+    finally:
+        store.close()
+        standby.close()
+        a.close()
+        b.close()
