@@ -219,6 +219,8 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
                 return code
             lease.stop_renewing()  # the fence keeps the old epoch: it matches no batch now
             lease.epoch = None
+            gc.unfreeze()  # the dropped state was frozen out of the collector (_run)
+            gc.collect()
             log.warning("deposed: standing by (the state is rebuilt from the log if this "
                         "daemon leads again)")
     finally:
