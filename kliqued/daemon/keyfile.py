@@ -73,6 +73,18 @@ def _read(path: Path) -> bytes:
     return key
 
 
+def missing(db: str | Path, store: "Store") -> str | None:
+    """Why a standby could not check the stored tokens if it led now: the database holds
+    keyed tokens and the key is not beside ``db`` (never made here: a standby must get the
+    leader's key, docs/ha.md). None when it could."""
+    from .ids import TokenHasher
+    path = key_path(db)
+    if path.exists() or not any(TokenHasher.is_keyed(r[1]) for r in store.read_tokens()):
+        return None
+    return (f"the token key {path} is missing, but the database holds tokens hashed with "
+            f"it: copy it from the leader's machine (it is never in the database)")
+
+
 def open_hasher(db: str | Path, store: "Store") -> tuple["TokenHasher", int]:
     """The hasher for this database, and how many old unkeyed hashes were converted.
 

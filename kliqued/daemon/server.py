@@ -203,7 +203,9 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
     try:
         while True:
             if not asyncio.run(stand_by(lease, host, port, limits, _ssl_context(opts),
-                                        listen_backlog(nofile), store.catch_up)):
+                                        listen_backlog(nofile), store.catch_up,
+                                        functools.partial(keyfile.missing, opts.local_db,
+                                                          store))):
                 log.info("stopped while standing by")
                 return EXIT_OK
             store.log.fence = lease.epoch

@@ -76,11 +76,13 @@ def make_standby_app(lease: Lease) -> web.Application:
 
 async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
                    ssl_ctx: ssl.SSLContext | None, backlog: int,
-                   tail: Callable[[], None] | None = None) -> bool:
+                   tail: Callable[[], None] | None = None,
+                   unready: Callable[[], str | None] | None = None) -> bool:
     """Serves the standby answers until the lease is this daemon's (True) or a stop signal
     (False). The listener is closed on return: the leader's application opens it again.
     ``tail`` (every ``TAIL_S``, in a thread) keeps the local copy of the events near the log,
-    so that a takeover has little to copy."""
+    so that a takeover has little to copy. ``unready`` says why this daemon could not lead
+    now (its token key missing): it then leaves the lease to others."""
     runner = web.AppRunner(make_standby_app(lease), access_log=None, handle_signals=False,
                            shutdown_timeout=1.0)
     await runner.setup()
@@ -97,7 +99,7 @@ async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
         await site.start()
         tailing = asyncio.create_task(_tail(tail, stop)) if tail is not None else None
         try:
-            got = await _watch(lease, stop)
+            got = await _watch(lease, stop, unready)
         finally:
             if tailing is not None:
                 tailing.cancel()
@@ -130,13 +132,25 @@ async def _tail(tail: Callable[[], None], stop: asyncio.Event) -> None:
             pass
 
 
-async def _watch(lease: Lease, stop: asyncio.Event) -> bool:
+async def _watch(lease: Lease, stop: asyncio.Event,
+                 unready: Callable[[], str | None] | None) -> bool:
     seen: tuple | None = None
     failing = False
+    said: str | None = None
     while not stop.is_set():
         try:
-            if await asyncio.to_thread(lease.try_acquire):
+            why = await asyncio.to_thread(unready) if unready is not None else None
+            if why is not None:
+                if why != said:  # once, and again when the reason changes
+                    log.error("standing by, and cannot take over: %s", why)
+                said = why
+                await asyncio.to_thread(lease.read)
+            elif await asyncio.to_thread(lease.try_acquire):
                 return True
+            else:
+                if said is not None:
+                    log.info("standing by: ready to take over again")
+                said = None
             failing = False
         except psycopg.Error as exc:
             if not failing:  # once per outage, not every look

@@ -239,3 +239,31 @@ def test_kill_9_of_the_leader_under_sdk_load_with_a_real_worker(tmp_path: Path, 
                 s.stop()
     assert "Traceback" not in b.log()
     assert worker is not None and "Traceback" not in worker.stderr()
+
+
+def test_a_standby_without_the_token_key_leaves_the_lease_and_says_why(tmp_path: Path,
+                                                                       pg_url: str) -> None:
+    """A standby that could not check the stored tokens (the key not copied to its machine)
+    must not take over: it says so at once, and after the leader's death answers 503
+    no-leader (Retry-After) until the key is there, then takes over."""
+    a, b = pair(tmp_path, pg_url)
+    try:
+        bob = a.token({"user": "bob"})
+        b.stop()
+        (b.tmp / KEY).unlink()
+        b.start(wait="standby")
+        wait_for(lambda: "cannot take over: the token key" in b.log(), 10,
+                 "the standby to say it cannot take over")
+        a.kill()
+        time.sleep(3.5)  # past the TTL (2 s)
+        assert b.ok("GET", "/v1/health", token=None)["status"] == "standby"
+        status, body = b.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)
+        assert (status, body["error"]["code"]) == (503, "no-leader")
+        shutil.copy(a.tmp / KEY, b.tmp / KEY)
+        b.wait_ready(10)
+        assert b.ok("GET", "/v1/whoami", token=bob)["principal"] == "user:bob"
+    finally:
+        for s in (a, b):
+            if s.proc is not None and s.proc.poll() is None:
+                s.stop()
+    assert "Traceback" not in b.log()
