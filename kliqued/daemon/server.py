@@ -193,6 +193,7 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
     lease is ours, lead (replay, serve) until stopped or deposed; deposed, stand by again."""
     from .lease import Lease, LeaseSettings
     from .pglog import PgLog
+    from .replica import Replica
     from .standby import stand_by
     assert isinstance(store.log, PgLog)
     advertise = opts.advertise_url or _url(opts, host, port)
@@ -202,10 +203,16 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
         opts.limits.max_connections, nofile))
     try:
         while True:
-            if not asyncio.run(stand_by(lease, host, port, limits, _ssl_context(opts),
-                                        listen_backlog(nofile), store.catch_up,
-                                        functools.partial(keyfile.missing, opts.local_db,
-                                                          store))):
+            replica = Replica(store, opts.local_db, opts.log_cap, _url(opts, host, port),
+                              opts.require_workers)  # the standby's reads
+            try:
+                elected = asyncio.run(stand_by(
+                    lease, host, port, limits, _ssl_context(opts), listen_backlog(nofile),
+                    store.catch_up, functools.partial(keyfile.missing, opts.local_db, store),
+                    replica))
+            finally:
+                replica.close()
+            if not elected:
                 log.info("stopped while standing by")
                 return EXIT_OK
             store.log.fence = lease.epoch
@@ -215,6 +222,7 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
             except DaemonError as exc:  # the ledger file is not this database's
                 print(f"kliqued serve: error: {exc}", file=sys.stderr)
                 return EXIT_ERROR
+            del replica  # its state: the leader's is rebuilt by _lead's replay
             code = _lead(opts, store, host, port, nofile, lease)
             lease.on_lost = None
             if code != EXIT_DEPOSED:

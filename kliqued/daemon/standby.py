@@ -1,10 +1,13 @@
 """A ``kliqued serve`` that does not hold the lease: it stands by (docs/ha.md).
 
-While standing by the daemon keeps no state and writes nothing. It answers on its address
-so that clients, load balancers and operators can tell what it is:
+While standing by the daemon writes nothing to the database. It answers on its address so
+that clients, load balancers and operators can tell what it is:
 
 - ``GET /v1/health`` and ``GET /v1/leader``: 200, ``"status": "standby"``, and the leader
   it knows of (URL, epoch, holder) or none;
+- the reads of ``replica.READS`` (tasks, queues, policies, pools, the estate, the audit
+  log, ...): from its own state, replayed from the log and kept up with it every
+  ``FOLLOW_S`` (replica.py), marked ``X-Klique-Role: standby``, once that state is loaded;
 - every other request: **307** to the same path on the leader's advertised URL (the client
   repeats it there, body and method unchanged: nothing was recorded here), or **503** with
   ``Retry-After`` while no leader is known (a takeover in progress).
@@ -21,7 +24,7 @@ import asyncio
 import logging
 import signal
 import ssl
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import psycopg
 from aiohttp import web
@@ -31,7 +34,16 @@ from .listener import Limits, ListenSite
 from .pglog import safe_label
 from .request import reply
 
+if TYPE_CHECKING:
+    from .replica import Replica
+
 log = logging.getLogger(__name__)
+
+FOLLOW_S = 0.5
+"""How often a standby's state takes the events logged since (its reads lag by about this)."""
+
+ROLE_HEADER = "X-Klique-Role"
+"""On a read a standby answered from its own state (it lags the leader's by ``FOLLOW_S``)."""
 
 RETRY_AFTER_S = 1
 """What a 503 tells clients to wait while no leader is known: about one standby's look."""
@@ -67,24 +79,40 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def make_standby_app(lease: Lease) -> web.Application:
-    app = web.Application()
+def make_standby_app(lease: Lease, replica: "Replica | None" = None) -> web.Application:
+    """Without a replica, one catch-all answer; with one, the leader's application, whose
+    reads in ``replica.READS`` are served from the replica once it is loaded, everything
+    else answered as a standby before any handler runs."""
+    if replica is None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", _answer)
+    else:
+        app = replica.app()
+
+        @web.middleware
+        async def standby_first(request: web.Request, handler: Any) -> web.StreamResponse:
+            if request.path in ("/v1/health", "/v1/leader") or not replica.serves(request):
+                return await _answer(request)
+            resp = await handler(request)
+            resp.headers[ROLE_HEADER] = "standby"  # a read of the standby's state
+            return resp
+        app.middlewares.insert(0, standby_first)
     app[LEASE] = lease
-    app.router.add_route("*", "/{tail:.*}", _answer)
     return app
 
 
 async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
                    ssl_ctx: ssl.SSLContext | None, backlog: int,
                    tail: Callable[[], None] | None = None,
-                   unready: Callable[[], str | None] | None = None) -> bool:
+                   unready: Callable[[], str | None] | None = None,
+                   replica: "Replica | None" = None) -> bool:
     """Serves the standby answers until the lease is this daemon's (True) or a stop signal
     (False). The listener is closed on return: the leader's application opens it again.
     ``tail`` (every ``TAIL_S``, in a thread) keeps the local copy of the events near the log,
     so that a takeover has little to copy. ``unready`` says why this daemon could not lead
     now (its token key missing): it then leaves the lease to others."""
-    runner = web.AppRunner(make_standby_app(lease), access_log=None, handle_signals=False,
-                           shutdown_timeout=1.0)
+    runner = web.AppRunner(make_standby_app(lease, replica), access_log=None,
+                           handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = ListenSite(runner, host, port, limits=limits, ssl_context=ssl_ctx, backlog=backlog)
     stop = asyncio.Event()
@@ -97,13 +125,17 @@ async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
         except psycopg.Error:
             lease.close()  # _watch says so and tries again
         await site.start()
-        tailing = asyncio.create_task(_tail(tail, stop)) if tail is not None else None
+        tasks = [asyncio.create_task(_tail(tail, stop))] if tail is not None else []
+        if replica is not None:
+            tasks.append(asyncio.create_task(_follow(replica, stop)))
         try:
             got = await _watch(lease, stop, unready)
         finally:
-            if tailing is not None:
-                tailing.cancel()
-                await asyncio.gather(tailing, return_exceptions=True)
+            if replica is not None:
+                replica.ready = False
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -128,6 +160,38 @@ async def _tail(tail: Callable[[], None], stop: asyncio.Event) -> None:
             failing = True
         try:
             await asyncio.wait_for(stop.wait(), TAIL_S)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def _follow(replica: "Replica", stop: asyncio.Event) -> None:
+    """Loads the replica (once the token key is there), then keeps it up with the log; a
+    failure to apply an event ends its reads (the leader answers them), said once."""
+    loaded = False
+    failing = False
+    while not stop.is_set():
+        try:
+            if not loaded:
+                loaded = await asyncio.to_thread(replica.load)
+            if loaded:
+                rows, tokens = await asyncio.to_thread(replica.fetch)
+                try:
+                    replica.apply(rows, tokens)
+                except Exception:
+                    log.exception("standing by: the log does not apply to the standby's "
+                                  "state; its reads go to the leader from now on")
+                    replica.ready = False
+                    return
+                replica.ready = True
+            failing = False
+        except Exception as exc:  # the database away: reads go to the leader meanwhile
+            replica.ready = False
+            if not failing:
+                log.warning("standing by: the state for reads does not follow the log: %s",
+                            exc)
+            failing = True
+        try:
+            await asyncio.wait_for(stop.wait(), FOLLOW_S)
         except asyncio.TimeoutError:
             pass
 

@@ -7,12 +7,15 @@ submission, runs no task twice and leaves no overlapping ledger intervals."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
 import threading
 import time
 import types
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +80,28 @@ def test_a_standby_answers_health_redirects_the_rest_and_takes_over_a_clean_stop
         assert health["leader"] == {"url": a.url, "epoch": 1, "holder": health["leader"][
             "holder"]}
         assert a.ok("GET", "/v1/leader", token=None)["role"] == "leader"
+        # reads: the standby's own state, following the log (marked as the standby's)
+        def standby_read() -> bool:
+            req = urllib.request.Request(f"{b.url}/v1/tasks/{tid}",
+                                         headers={"Authorization": f"Bearer {bob}"})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    return (resp.headers.get("X-Klique-Role") == "standby"
+                            and json.loads(resp.read())["id"] == tid)
+            except urllib.error.HTTPError:
+                return False
+        wait_for(standby_read, 10, "the standby to answer a read of its own")
+        status, body = b.call("GET", f"/v1/tasks/{tid}", token="kq_wrong")
+        assert status == 401  # its own checks: the token table followed too
+        status, _ = b.call("GET", f"/v1/tasks/{tid}/log", token=bob)
+        assert status != 401  # the log is the leader's file: redirected (urllib follows)
         status, body = b.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)
         assert (status, body["error"]["code"]) == (307, "not-leader")
         assert a.url in body["error"]["message"]
         # given the standby only, the SDK does not follow its redirect (the token goes only
         # where it was sent) and says where the leader is
         with pytest.raises(KliqueError) as refused:
-            Client(b.url, bob).task(tid)
+            Client(b.url, bob).submit("team-a/one", command=["true"])
         assert refused.value.code == "not-leader" and a.url in refused.value.message
         # the SDK given both URLs, the standby's first, ends at the leader
         k = Client([b.url, a.url], bob)
