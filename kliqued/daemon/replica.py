@@ -65,7 +65,7 @@ class Replica:
 
     def serves(self, request: web.Request) -> bool:
         """Whether this request is a read answered here (else it goes to the leader)."""
-        if not self.ready or request.method not in ("GET", "HEAD"):
+        if not (self.ready and self.d.ready) or request.method not in ("GET", "HEAD"):
             return False
         route = route_of(request)
         return route is not None and route.path in READS
