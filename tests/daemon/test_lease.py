@@ -67,13 +67,15 @@ def test_one_holder_at_a_time_and_the_epoch_rises_at_each_takeover(url: str) -> 
 
 
 def test_the_leader_renews_and_a_lost_lease_is_reported(url: str) -> None:
-    a, b = Lease(url, "http://a:1", SHORT), Lease(url, "http://b:1", SHORT)
+    # a TTL ten renewals long: a loaded machine's late renewal must not lose it here
+    renewing = LeaseSettings(ttl_s=2.0, renew_s=0.2)
+    a, b = Lease(url, "http://a:1", renewing), Lease(url, "http://b:1", renewing)
     lost: list[bool] = []
     a.on_lost = lambda: lost.append(True)
     try:
         assert a.try_acquire()
         a.start_renewing()
-        time.sleep(1.0)  # twice the TTL: renewed all along
+        time.sleep(3.0)  # longer than the TTL: renewed all along
         assert not b.try_acquire() and b.leader.live
         with psycopg.connect(url, autocommit=True) as conn:  # as if a's renewals stalled
             conn.execute("UPDATE klique_leader SET expires_at = '-infinity'")
