@@ -88,7 +88,7 @@ def register(subparsers) -> None:
                          "there while it leads (default: http(s)://the --listen address)")
     ha.add_argument("--lease-ttl", metavar="DURATION", type=duration, default=5.0,
                     help="a leader that has not renewed its lease for this long is replaced "
-                         "by a standby; renewed every TTL/5, at most every second "
+                         "by a standby; renewed every TTL/5, and at least every second "
                          "(default: 5s)")
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (HTTPS)")
     p.add_argument("--tls-key", metavar="FILE", help="PEM private key (HTTPS)")

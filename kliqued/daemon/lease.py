@@ -66,7 +66,7 @@ class LeaseSettings:
 
     @classmethod
     def for_ttl(cls, ttl_s: float) -> "LeaseSettings":
-        """Renew five times per TTL, at most once a second."""
+        """Renew five times per TTL, and at least once a second."""
         return cls(ttl_s, min(1.0, ttl_s / 5))
 
 
