@@ -208,7 +208,7 @@ def prepare_started(d: Daemon, p: Principal, pool_name: str, body: dict[str, Any
                     now: int, ov: Overlay) -> Prepared:
     """A node the autoscaler started: an interval opened at its price. The same node again
     (a retry) answers the node as it is."""
-    from kliqued.ledger import writer as ledger
+    from kliqued.ledger import ops as ledger_ops
 
     from .core import Prepared
     pool = _cloud_pool(d, pool_name)
@@ -228,7 +228,7 @@ def prepare_started(d: Daemon, p: Principal, pool_name: str, body: dict[str, Any
             "per_hour": price_of(estate, pool, body["instance_type"], body["lifecycle"],
                                  body["gpus"], now)}
     ev = Event("cloud_node_started", None, p.text, estate.revision, None, None, data)
-    op = ledger.open_cloud_node(data, now, estate.revision)
+    op = ledger_ops.OpenCloudNode(data, now, estate.revision)
 
     def apply() -> tuple[dict[str, Any], bool]:
         return reducers.apply(d, ev, now).view(), True
@@ -237,7 +237,7 @@ def prepare_started(d: Daemon, p: Principal, pool_name: str, body: dict[str, Any
 
 def prepare_ended(d: Daemon, p: Principal, pool_name: str, node: str, reason: str,
                   now: int, ov: Overlay) -> Prepared:
-    from kliqued.ledger import writer as ledger
+    from kliqued.ledger import ops as ledger_ops
 
     from .core import Prepared
     n = d.cloud.nodes.get(node)
@@ -247,7 +247,7 @@ def prepare_ended(d: Daemon, p: Principal, pool_name: str, node: str, reason: st
         return Prepared(apply=lambda: n.view())
     ev = Event("cloud_node_ended", None, p.text, d.estate.revision, None, None,
                {"node": node, "pool": pool_name, "reason": reason})
-    op = ledger.close_cloud_node(node, now, reason)
+    op = ledger_ops.CloseCloudNode(node, now, reason)
 
     def apply() -> dict[str, Any]:
         return reducers.apply(d, ev, now).view()

@@ -15,7 +15,6 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Callable
 
 from compiler.compiled import CIdle, CompiledEstate
@@ -23,7 +22,7 @@ from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placem
                             Preemption, Reason, State, SubmissionError,
                             check_submission, no_worker_text, waiting_reason,
                             waiting_reasons)
-from kliqued.ledger import capacity as ledger_capacity
+from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
 
@@ -630,10 +629,9 @@ class Daemon:
                 events.append(ev)
                 counts["alerts"] += 1
         if opens:  # opened before closed: a task lent and reclaimed in one pass has both
-            ops.append(partial(ledger.open_intervals, rows=[ledger.IntervalRow(**f)
-                                                            for f in opens]))
+            ops.append(ledger_ops.opens(ledger.IntervalRow(**f) for f in opens))
         if closes:
-            ops.append(partial(ledger.close_intervals, items=closes))
+            ops.append(ledger_ops.closes(closes))
         return events, ops, counts
 
     # ------------------------------------------------------------------ requests
@@ -692,8 +690,7 @@ class Daemon:
                     "pool": rec.pool, "interval": interval, "channel": channel})
         ops: list[DbOp] = []
         if interval is not None:
-            ops.append(partial(ledger.close_interval, interval_id=interval, end_ms=now,
-                               reason="cancelled"))
+            ops.append(ledger_ops.closes([(interval, now, "cancelled")]))
 
         def apply() -> str:
             reducers.apply(self, ev, now)
@@ -718,8 +715,8 @@ class Daemon:
         if commit is not None:
             data["commit"] = commit
         ev = Event("estate_applied", None, actor, compiled.revision, None, None, data)
-        ops: list[DbOp] = [partial(ledger.replace_prices, estate=compiled),
-                           partial(ledger_capacity.record_estate, estate=compiled, at_ms=now)]
+        ops: list[DbOp] = [ledger_ops.ReplacePrices(compiled),
+                           ledger_ops.RecordEstate(compiled, now)]
 
         def apply() -> str:
             # What the ``estate_applied`` reducer does, minus reading the estate back from

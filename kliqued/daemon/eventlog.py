@@ -14,9 +14,12 @@ writes them in its own dialect and no caller knows which one runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Protocol, Sequence, Union
 
 from .events import COLUMNS
+
+if TYPE_CHECKING:
+    from kliqued.ledger.ops import LedgerWrite
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,10 @@ class EventLog(Protocol):
 
     def begin(self) -> None: ...
 
-    def write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
-        """Stages a batch's event rows (seq assigned, in order) and token writes."""
+    def write(self, rows: list[tuple], tokens: list[TokenWrite],
+              ledger: Sequence[LedgerWrite] = ()) -> None:
+        """Stages a batch's event rows (seq assigned, in order) and token writes, and its
+        ledger writes when this log keeps a ledger of its own (PostgreSQL's)."""
 
     def commit(self) -> None: ...
 
@@ -140,7 +145,10 @@ class DuckLog:
     def begin(self) -> None:
         pass
 
-    def write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
+    def write(self, rows: list[tuple], tokens: list[TokenWrite],
+              ledger: Sequence[LedgerWrite] = ()) -> None:
+        """``ledger`` is ignored: the ledger in this file is written by the Store on the same
+        connection (``ledger.ops.apply_duck``)."""
         if rows:
             if self._appender is None:
                 self._appender = self.conn.appender("events")

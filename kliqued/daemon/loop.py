@@ -36,13 +36,12 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable
 
 import duckdb
 
 from klique_util.units import SECOND_MS
-from kliqued.ledger import writer as ledger
+from kliqued.ledger import ops as ledger_ops
 
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, Deposed, Unavailable
@@ -252,7 +251,7 @@ class Sequencer:
             batch.ops.extend(p.ops)
             closes.extend(p.closes)
         if closes:
-            batch.ops.append(partial(ledger.close_intervals, items=closes))
+            batch.ops.append(ledger_ops.closes(closes))
         wants_pass = False
         soon = False
         if events or batch.ops:
@@ -325,7 +324,7 @@ class Sequencer:
                 continue
             ops = list(p.ops)
             if p.closes:
-                ops.append(partial(ledger.close_intervals, items=p.closes))
+                ops.append(ledger_ops.closes(p.closes))
             base = d.seq
             if p.events or ops:
                 try:

@@ -11,11 +11,14 @@ in by ``COPY`` (one round trip per batch).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+
+from kliqued.ledger import pgschema, pgwriter
+from kliqued.ledger.ops import LedgerWrite
 
 from .errors import DaemonError
 from .eventlog import INSERT_TOKEN, TOKEN_COLUMNS, UPDATABLE, TokenInsert, TokenWrite, \
@@ -41,6 +44,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             expires_at TIMESTAMPTZ NOT NULL, acquired_at TIMESTAMPTZ)""",
         "INSERT INTO klique_leader (id, epoch, expires_at) VALUES (1, 0, '-infinity')",
     ]),
+    (3, "ledger tables", pgschema.TABLES),
+    (4, "ledger views", pgschema.view_statements()),
 ]
 """(version, what it does, statements): append only; a released migration never changes."""
 
@@ -144,16 +149,20 @@ class PgLog:
     def begin(self) -> None:
         self.conn.execute("BEGIN")
 
-    def write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
-        """A value PostgreSQL refuses (a NUL in text, a number out of range, a key taken) is
-        a ``ValueError``: the sequencer's sign that the batch's data, not the store, failed
-        (as DuckDB's conversion and constraint errors are)."""
+    def write(self, rows: list[tuple], tokens: list[TokenWrite],
+              ledger: Sequence[LedgerWrite] = ()) -> None:
+        """Stages the batch's events, token writes and ledger writes (the ledger is in this
+        database too: ``kliqued.ledger.pgwriter``). A value PostgreSQL refuses (a NUL in
+        text, a number out of range, a key taken) is a ``ValueError``: the sequencer's sign
+        that the batch's data, not the store, failed (as DuckDB's conversion and constraint
+        errors are)."""
         try:
-            self._write(rows, tokens)
+            self._write(rows, tokens, ledger)
         except (psycopg.DataError, psycopg.IntegrityError) as exc:
             raise ValueError(f"PostgreSQL refused the data: {_first_line(exc)}") from exc
 
-    def _write(self, rows: list[tuple], tokens: list[TokenWrite]) -> None:
+    def _write(self, rows: list[tuple], tokens: list[TokenWrite],
+               ledger: Sequence[LedgerWrite]) -> None:
         with self.conn.cursor() as cur:
             if self.fence is not None:
                 row = cur.execute(FENCE_SQL).fetchone()
@@ -172,6 +181,41 @@ class PgLog:
                     assert w.column in UPDATABLE
                     cur.execute(f"UPDATE tokens SET {w.column} = %s WHERE id = %s",
                                 [w.value, w.id])
+            for op in ledger:
+                pgwriter.apply(cur, op)
+
+    # ------------------------------------------------------------------ the ledger's seed
+    SEED_TABLES = ("ledger", "prices", "cloud_nodes", "capacity", "reservations",
+                   "ledger_monthly", "ledger_monthly_pending", "ledger_feed")
+    """The ledger's tables, copied once from the DuckDB file of a deployment whose ledger
+    was kept there before this database held one (:meth:`seed_ledger`)."""
+
+    def ledger_empty(self) -> bool:
+        row = self.conn.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM ledger) AND NOT EXISTS (SELECT 1 FROM prices) "
+            "AND NOT EXISTS (SELECT 1 FROM capacity) AND NOT EXISTS (SELECT 1 FROM cloud_nodes)"
+        ).fetchone()
+        return bool(row and row[0])
+
+    def seed_ledger(self, read: Callable[[str, list[str]], Iterable[tuple]]) -> int:
+        """Copies every table of :data:`SEED_TABLES` from ``read(table, columns)`` (rows in
+        that column order) in one transaction, the feed's sequence continuing after it;
+        returns the ledger rows copied. Only into an empty ledger (:meth:`ledger_empty`)."""
+        copied = 0
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            for table in self.SEED_TABLES:
+                cur.execute("SELECT column_name FROM information_schema.columns WHERE "
+                            "table_schema = current_schema() AND table_name = %s "
+                            "ORDER BY ordinal_position", [table])
+                columns = [r[0] for r in cur.fetchall()]
+                quoted = ", ".join(f'"{c}"' for c in columns)
+                with cur.copy(f"COPY {table} ({quoted}) FROM STDIN") as copy:
+                    for row in read(table, columns):
+                        copy.write_row(row)
+                        copied += table == "ledger"
+            cur.execute("SELECT setval('ledger_feed_seq', coalesce(max(seq), 0) + 1, false) "
+                        "FROM ledger_feed")
+        return copied
 
     # ------------------------------------------------------------------ two-phase commit
     @property

@@ -28,7 +28,10 @@ from typing import Any, Callable, Iterator
 
 import duckdb
 
+from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import schema as ledger_schema
+from kliqued.ledger.ops import LEDGER_WRITES, LedgerWrite
+from kliqued.ledger.schema import q
 
 from .errors import CopyBehind, DatabaseLocked, StoreMismatch
 from .eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
@@ -54,10 +57,10 @@ of the two-phase commit (at most one row)."""
 NODE_TABLE = "CREATE TABLE IF NOT EXISTS log_node (id VARCHAR)"
 """With the log in PostgreSQL: this file's random name, in its prepared batches' names."""
 
-DbOp = Callable[[duckdb.DuckDBPyConnection], object] | TokenInsert | TokenUpdate
-"""A write of a batch's transaction: a token write (data, for whichever log keeps the
-tokens), or a callable on the DuckDB connection (the ledger's writers; what it returns is
-ignored: they return counts)."""
+DbOp = Callable[[duckdb.DuckDBPyConnection], object] | TokenInsert | TokenUpdate | LedgerWrite
+"""A write of a batch's transaction: a token write or a ledger write (data, for whichever
+backend keeps them: ``kliqued.ledger.ops``), or a callable on the DuckDB connection (tools
+and tests; what it returns is ignored)."""
 
 
 @dataclass
@@ -89,6 +92,9 @@ class Store:
         self._readers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="db-read")
         self.ledger_queries = QueryPool(self.conn)
         """Finance's SQL: threads of its own, so event reads never wait behind it."""
+        self.finance_queries: QueryPool | None = None
+        """With the ledger in PostgreSQL: finance's whole-ledger SQL, run there as the
+        read-only role (``pgreader``), on a replica when one is configured."""
         self.log: EventLog = log or DuckLog(self.conn, path)
         self._copy: DuckLog | None = None if log is None else DuckLog(self.conn, path)
         """The local copy of the events (audit reads) when the log is elsewhere."""
@@ -124,6 +130,7 @@ class Store:
         if self._copy is not None:
             self.recover()
             self._writer.submit(self._catch_up, self._copy).result()
+            self._writer.submit(self._seed_ledger).result()
 
     def catch_up(self) -> None:
         """The events' copy brought up to the log (a standby, between its looks at the
@@ -196,6 +203,35 @@ class Store:
     caught_up = 0
     """Events copied from the log into the local file at start."""
 
+    def _seed_ledger(self) -> None:
+        """A PostgreSQL ledger still empty beside a file that has one (the deployment kept
+        its ledger in the file before PostgreSQL held one too) gets the file's, once, so the
+        two answer the same from then on."""
+        log = self.log
+        if not hasattr(log, "seed_ledger") or not log.ledger_empty():
+            return
+        if not self.conn.execute("SELECT count(*) FROM ledger").fetchone()[0] and not \
+                self.conn.execute("SELECT count(*) FROM capacity").fetchone()[0]:
+            return
+
+        def read(table: str, columns: list[str]) -> Iterator[tuple]:
+            cur = self.conn.cursor()
+            try:
+                cur.execute(f"SELECT {', '.join(q(c) for c in columns)} FROM {table}")
+                while rows := cur.fetchmany(20_000):
+                    yield from rows
+            finally:
+                cur.close()
+        self.seeded = log.seed_ledger(read)
+
+    seeded = 0
+    """Ledger rows copied from the file into an empty PostgreSQL ledger at start."""
+
+    def on_writer(self, fn: Callable[[], Any]) -> Any:
+        """Runs ``fn`` on the write thread (the log's connection is that thread's), for
+        start-up work on the log's database."""
+        return self._writer.submit(fn).result()
+
     def last_seq(self) -> int:
         return self._writer.submit(self.log.last_seq).result()
 
@@ -218,15 +254,18 @@ class Store:
         conn = self.conn
         tokens: list[TokenWrite] = [op for op in batch.ops
                                     if isinstance(op, (TokenInsert, TokenUpdate))]
+        ledger: list[LedgerWrite] = [op for op in batch.ops if isinstance(op, LEDGER_WRITES)]
         gid: str | None = None
         conn.execute("BEGIN TRANSACTION")
         try:
             self.log.begin()
-            self.log.write(batch.rows, tokens)
+            self.log.write(batch.rows, tokens, ledger)
             if self._copy is not None:
                 self._copy.write(batch.rows, [])
             for op in batch.ops:
-                if not isinstance(op, (TokenInsert, TokenUpdate)):
+                if isinstance(op, LEDGER_WRITES):
+                    ledger_ops.apply_duck(conn, op)
+                elif not isinstance(op, (TokenInsert, TokenUpdate)):
                     op(conn)
             if self._copy is not None and self.log.two_phase:
                 gid = f"kliqued-{self.node}-{uuid.uuid4().hex}"
@@ -331,5 +370,10 @@ class Store:
             self.conn.close()
         self._readers.shutdown(wait=True)
         self.ledger_queries.shutdown()
+        if self.finance_queries is not None:
+            self.finance_queries.shutdown()
+            closer = getattr(self.finance_queries.handles, "close", None)
+            if closer is not None:
+                closer()
         self._writer.submit(fin).result()
         self._writer.shutdown(wait=True)

@@ -1,0 +1,436 @@
+"""The ledger's tables and views in PostgreSQL's dialect (``kliqued serve --db
+postgresql://...``): the same relations, columns and exact figures as the DuckDB ones of
+:mod:`.schema`, whose docstring explains the layout (``ledger``, the monthly aggregate and its
+pending rows, the feed, prices, capacity, cloud nodes) and the arithmetic.
+
+Why a module of its own rather than one SQL text for both: the DuckDB views lean on DuckDB
+(``GROUP BY ALL``, ``any_value``, negative list indexes, ``ASOF`` joins, ``HUGEINT``, ``//``),
+PostgreSQL 15 has none of them, and a translation at run time would hide what runs. Each
+view here is written once for PostgreSQL with the same shape: amounts are integer
+milliseconds, thousandths and millionths, summed as ``numeric`` (exact, in place of HUGEINT)
+and rounded half up to the millionth once; ``tests/daemon/test_pg_ledger.py`` checks every
+view against DuckDB's for the same writes.
+
+These are applied as versioned migrations (``kliqued.daemon.pglog.MIGRATIONS``): a changed
+view is a new migration that re-creates the views (:func:`view_statements`), never an edit of
+a released one.
+"""
+
+from __future__ import annotations
+
+from klique_util.units import UNITS_PER_HOUR
+
+from .schema import DIMENSIONS, LEDGER_COLUMNS, q
+
+TABLES = [
+    """CREATE TABLE ledger (
+        interval_id TEXT PRIMARY KEY, task TEXT NOT NULL, "user" TEXT NOT NULL, project TEXT,
+        "group" TEXT NOT NULL, policy TEXT NOT NULL, profile TEXT NOT NULL,
+        resource TEXT NOT NULL, pool TEXT NOT NULL, gpu_type TEXT NOT NULL,
+        gpus NUMERIC(12,3) NOT NULL, time_weight NUMERIC(12,3) NOT NULL,
+        start_at TIMESTAMP NOT NULL, end_at TIMESTAMP, end_reason TEXT, revision TEXT,
+        group_path TEXT, channel TEXT)""",
+    # the open intervals, found without reading the closed ones (DuckDB's zonemaps do this)
+    "CREATE INDEX ledger_open ON ledger (start_at) WHERE end_at IS NULL",
+    """CREATE TABLE prices (
+        gpu_type TEXT NOT NULL, per_gpu_hour NUMERIC(18,6) NOT NULL, currency TEXT NOT NULL,
+        effective_from TIMESTAMP NOT NULL, list_per_gpu_hour NUMERIC(18,6))""",
+    """CREATE TABLE cloud_nodes (
+        node TEXT PRIMARY KEY, pool TEXT NOT NULL, provider TEXT NOT NULL,
+        instance_type TEXT NOT NULL, lifecycle TEXT NOT NULL, gpus INTEGER NOT NULL,
+        per_hour NUMERIC(18,6) NOT NULL, currency TEXT NOT NULL, start_at TIMESTAMP NOT NULL,
+        end_at TIMESTAMP, end_reason TEXT, revision TEXT)""",
+    """CREATE TABLE capacity (
+        effective_from TIMESTAMP NOT NULL, revision TEXT NOT NULL, pool TEXT NOT NULL,
+        kind TEXT NOT NULL, gpu_type TEXT NOT NULL, gpus NUMERIC(12,3) NOT NULL)""",
+    """CREATE TABLE reservations (
+        effective_from TIMESTAMP NOT NULL, revision TEXT NOT NULL, policy TEXT NOT NULL,
+        "group" TEXT NOT NULL, group_path TEXT NOT NULL, gpus NUMERIC(12,3) NOT NULL,
+        gpu_type TEXT)""",
+    """CREATE TABLE ledger_monthly (
+        month DATE NOT NULL, "group" TEXT NOT NULL, group_path TEXT NOT NULL,
+        project TEXT NOT NULL, "user" TEXT NOT NULL, channel TEXT NOT NULL,
+        policy TEXT NOT NULL, profile TEXT NOT NULL, resource TEXT NOT NULL, pool TEXT NOT NULL,
+        gpu_type TEXT NOT NULL, price_from TIMESTAMP NOT NULL, pieces BIGINT NOT NULL,
+        ms BIGINT NOT NULL, gpu_ms NUMERIC(38,3) NOT NULL, budget_ms NUMERIC(38,3) NOT NULL,
+        PRIMARY KEY (month, "group", group_path, project, "user", channel, policy, profile,
+                     resource, pool, gpu_type, price_from))""",
+    "CREATE TABLE ledger_monthly_pending (LIKE ledger)",
+    """CREATE TABLE ledger_feed (seq BIGINT PRIMARY KEY, interval_id TEXT NOT NULL)""",
+    "CREATE SEQUENCE ledger_feed_seq START 1",
+]
+"""The ledger's tables: :mod:`.schema`'s, with PostgreSQL's types (TEXT, NUMERIC)."""
+
+MONTHLY_KEY = ('month, "group", group_path, project, "user", channel, policy, profile, '
+               'resource, pool, gpu_type, price_from')
+
+NOW = "(transaction_timestamp() AT TIME ZONE 'UTC')"
+"""Now as a UTC TIMESTAMP: the start of the transaction, as DuckDB's ``current_timestamp``."""
+
+FAR_FUTURE = "TIMESTAMP '9999-12-31 23:59:59'"
+NO_PRICE = "TIMESTAMP '-infinity'"
+MONTH = "INTERVAL '1 month'"
+
+_UNTIL = f"greatest(l.start_at, coalesce(l.end_at, {NOW}))"
+
+
+def _epoch_ms(t: str) -> str:
+    return f"floor(extract(epoch FROM {t}) * 1000)::bigint"
+
+
+def _ms(a: str, b: str) -> str:
+    """Whole milliseconds from ``a`` to ``b`` (DuckDB's ``date_diff('millisecond', a, b)``)."""
+    return f"({_epoch_ms(b)} - {_epoch_ms(a)})"
+
+
+def _cols(alias: str) -> str:
+    return ", ".join(f"{alias}.{q(n)}" for n, _ in LEDGER_COLUMNS)
+
+
+def _milli(amount: str) -> str:
+    return f"({amount} * 1000)::bigint"
+
+
+def _micro(amount: str) -> str:
+    return f"({amount} * 1000000)::bigint"
+
+
+def _round_div(numerator: str, denominator: int) -> str:
+    """Integer division rounded half up, for a non-negative numerator (``numeric``: exact)."""
+    return f"div(({numerator})::numeric + {denominator // 2}, {denominator})"
+
+
+def _dec(micro: str, typ: str = "NUMERIC(18,6)") -> str:
+    return f"(({micro}) / 1000000.0)::{typ}"
+
+
+def _hours(ms: str) -> str:
+    return _dec(_round_div(f"{ms} * 10", 36))
+
+
+_UNITS_PER_MICRO_HOUR = UNITS_PER_HOUR // 1_000_000
+
+
+def _amount_micro(ms: str, amount: str) -> str:
+    return _round_div(f"{ms}::numeric * {_milli(amount)}", _UNITS_PER_MICRO_HOUR)
+
+
+def _amount_hours(ms: str, amount: str) -> str:
+    return _dec(_amount_micro(ms, amount))
+
+
+def _cost(ms: str, gpus: str, price: str) -> str:
+    return _dec(_round_div(f"({_amount_micro(ms, gpus)}) * {_micro(price)}", 10**6))
+
+
+_SUM = "NUMERIC(38,6)"
+
+
+def _part(alias: str, back: int) -> str:
+    """The path's part ``back`` from its end (1: the group itself), NULL where shorter."""
+    arr = f"string_to_array({alias}.group_path, '/')"
+    return f"({arr})[cardinality({arr}) - {back - 1}]"
+
+
+def _levels(alias: str) -> str:
+    return f"{_part(alias, 3)} AS business_unit, {_part(alias, 2)} AS department"
+
+
+def _month_pieces(source: str) -> str:
+    """:func:`.schema.pieces_sql` for PostgreSQL."""
+    return f"""
+    SELECT {_cols("l")}, date_trunc('month', l.start_at) AS month_start,
+           l.start_at AS piece_start, {_UNTIL} AS piece_end
+    FROM {source} l
+    WHERE date_trunc('month', l.start_at) = date_trunc('month', {_UNTIL})
+    UNION ALL
+    SELECT {_cols("l")}, m.month_start,
+           greatest(l.start_at, m.month_start) AS piece_start,
+           least({_UNTIL}, m.month_start + {MONTH}) AS piece_end
+    FROM {source} l CROSS JOIN LATERAL generate_series(
+        date_trunc('month', l.start_at),
+        greatest(l.start_at, {_UNTIL} - INTERVAL '1 microsecond'), {MONTH}) AS m(month_start)
+    WHERE date_trunc('month', l.start_at) <> date_trunc('month', {_UNTIL})"""
+
+
+def monthly_rows_sql(source: str) -> str:
+    """:func:`.schema.monthly_rows_sql` for PostgreSQL."""
+    ms = _ms("p.piece_start", "p.piece_end")
+    return f"""
+SELECT p.month_start::date AS month, p."group",
+       coalesce(p.group_path, '') AS group_path, coalesce(p.project, '') AS project,
+       p."user", coalesce(p.channel, 'api') AS channel, p.policy, p.profile, p.resource,
+       p.pool, p.gpu_type, coalesce(pp.effective_from, {NO_PRICE}) AS price_from,
+       count(*) AS pieces, sum({ms})::bigint AS ms,
+       sum(p.gpus * {ms}) AS gpu_ms, sum(p.time_weight * {ms}) AS budget_ms
+FROM ({_month_pieces(source)}) p
+LEFT JOIN price_periods pp
+       ON p.gpu_type = pp.gpu_type
+      AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"""
+
+
+MERGE_MONTHLY = """
+INSERT INTO ledger_monthly {rows}
+ON CONFLICT ({key}) DO UPDATE SET pieces = ledger_monthly.pieces + excluded.pieces,
+    ms = ledger_monthly.ms + excluded.ms, gpu_ms = ledger_monthly.gpu_ms + excluded.gpu_ms,
+    budget_ms = ledger_monthly.budget_ms + excluded.budget_ms"""
+
+_DIMS = ", ".join(q(d) for d in DIMENSIONS)
+
+_MONTHLY_PIECES = f"""
+    SELECT month, {_DIMS}, price_from, pieces, ms, gpu_ms, budget_ms FROM ledger_monthly
+    UNION ALL
+    {monthly_rows_sql("(SELECT * FROM ledger WHERE end_at IS NULL)")}
+    UNION ALL
+    {monthly_rows_sql("ledger_monthly_pending")}
+"""
+
+
+def _monthly_sums(a: str) -> str:
+    return f"""sum({a}.pieces) AS pieces, sum({a}.ms) AS ms,
+       {_dec(_round_div(f"sum({a}.ms) * 10", 36), _SUM)} AS hours,
+       {_dec(_round_div(f"sum({a}.gpu_ms) * 1000", _UNITS_PER_MICRO_HOUR), _SUM)} AS gpu_hours,
+       {_dec(_round_div(f"sum({a}.budget_ms) * 1000", _UNITS_PER_MICRO_HOUR), _SUM)}
+           AS budget_hours,
+       min(p.currency) AS currency,
+       {_dec(_round_div(f"sum(({a}.gpu_ms * 1000)::numeric * {_micro('p.per_gpu_hour')})",
+                        UNITS_PER_HOUR), _SUM)} AS cost"""
+
+
+_MONTHLY_GROUP = ('month, "group", group_path, project, "user", channel, policy, profile, '
+                  'resource, pool, gpu_type')
+
+VIEWS: dict[str, str] = {
+    "price_periods": f"""
+SELECT gpu_type, per_gpu_hour, currency, effective_from,
+       coalesce(lead(effective_from) OVER (PARTITION BY gpu_type ORDER BY effective_from),
+                {FAR_FUTURE}) AS effective_to
+FROM prices""",
+
+    "usage": f"""
+SELECT u.*, {_levels("u")},
+       {_hours("u.ms")} AS hours,
+       {_amount_hours("u.ms", "u.gpus")} AS gpu_hours,
+       {_amount_hours("u.ms", "u.time_weight")} AS budget_hours
+FROM (SELECT {_cols("l")}, {_UNTIL} AS until_at,
+             {_ms("l.start_at", _UNTIL)} AS ms FROM ledger l) u""",
+
+    # DuckDB's ASOF join: the price whose period holds the interval's start
+    "usage_priced": f"""
+SELECT u.*, p.per_gpu_hour, p.currency, p.effective_from AS price_from,
+       {_cost("u.ms", "u.gpus", "p.per_gpu_hour")} AS cost
+FROM usage u
+LEFT JOIN price_periods p ON u.gpu_type = p.gpu_type
+      AND u.start_at >= p.effective_from AND u.start_at < p.effective_to""",
+
+    "usage_by_month": f"""
+SELECT p.*, pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from,
+       {_cost("p.ms", "p.gpus", "pp.per_gpu_hour")} AS cost
+FROM (SELECT q.*, {_levels("q")},
+             {_hours("q.ms")} AS hours,
+             {_amount_hours("q.ms", "q.gpus")} AS gpu_hours,
+             {_amount_hours("q.ms", "q.time_weight")} AS budget_hours
+      FROM (SELECT {_cols("l")}, l.month_start::date AS month, l.piece_start,
+                   l.piece_end, {_ms("l.piece_start", "l.piece_end")} AS ms
+            FROM ({_month_pieces("ledger")}) l) q) p
+LEFT JOIN price_periods pp
+       ON p.gpu_type = pp.gpu_type
+      AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to""",
+
+    "usage_monthly": f"""
+WITH m AS ({_MONTHLY_PIECES})
+SELECT m.month, m."group", nullif(m.group_path, '') AS group_path, {_levels("m")},
+       nullif(m.project, '') AS project, m."user", m.channel, m.policy, m.profile,
+       m.resource, m.pool, m.gpu_type,
+       {_monthly_sums("m")}
+FROM m
+LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_from
+GROUP BY {", ".join("m." + c.strip() for c in _MONTHLY_GROUP.split(","))}""",
+
+    "usage_by_level": f"""
+WITH m AS ({_MONTHLY_PIECES}),
+x AS (SELECT m.*, string_to_array(m.group_path, '/') AS parts FROM m WHERE m.group_path <> ''),
+e AS (SELECT x.*, lv.level FROM x CROSS JOIN LATERAL
+      generate_series(1, cardinality(x.parts)) AS lv(level))
+SELECT e.month, e.level::integer AS level, e.parts[e.level] AS name,
+       array_to_string(e.parts[1:e.level], '/') AS path,
+       {_monthly_sums("e")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+GROUP BY 1, 2, 3, 4""",
+
+    "usage_by_business_unit": f"""
+WITH m AS ({_MONTHLY_PIECES}),
+e AS (SELECT m.*, {_part("m", 3)} AS business_unit FROM m WHERE m.group_path <> '')
+SELECT e.month, e.business_unit, {_monthly_sums("e")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+WHERE e.business_unit IS NOT NULL
+GROUP BY 1, 2""",
+
+    "usage_by_department": f"""
+WITH m AS ({_MONTHLY_PIECES}),
+e AS (SELECT m.*, {_part("m", 3)} AS business_unit, {_part("m", 2)} AS department
+      FROM m WHERE m.group_path <> '')
+SELECT e.month, e.business_unit, e.department, {_monthly_sums("e")}
+FROM e
+LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
+WHERE e.department IS NOT NULL
+GROUP BY 1, 2, 3""",
+}
+
+_CLOUD_UNTIL = f"greatest(c.start_at, coalesce(c.end_at, {NOW}))"
+
+VIEWS["cloud_node_usage"] = f"""
+SELECT n.*, {_hours("n.ms")} AS hours, {_amount_hours("n.ms", "n.gpus")} AS gpu_hours,
+       {_dec(_round_div(f"n.ms::numeric * {_micro('n.per_hour')}", 3_600_000))} AS cost
+FROM (
+    SELECT c.node, c.pool, c.provider, c.instance_type, c.lifecycle, c.gpus, c.per_hour,
+           c.currency, c.start_at, c.end_at, c.end_reason, c.revision,
+           m.month_start::date AS month,
+           {_ms("greatest(c.start_at, m.month_start)",
+                f"least({_CLOUD_UNTIL}, m.month_start + {MONTH})")} AS ms
+    FROM cloud_nodes c CROSS JOIN LATERAL generate_series(
+        date_trunc('month', c.start_at),
+        greatest(c.start_at, {_CLOUD_UNTIL} - INTERVAL '1 microsecond'), {MONTH})
+        AS m(month_start)
+) n"""
+
+VIEWS["cloud_spend_monthly"] = f"""
+SELECT month, pool, lifecycle, instance_type, min(currency) AS currency,
+       count(*) AS nodes, sum(ms) AS ms, sum(hours)::{_SUM} AS node_hours,
+       sum(gpu_hours)::{_SUM} AS gpu_hours, sum(cost)::{_SUM} AS cost
+FROM cloud_node_usage
+GROUP BY 1, 2, 3, 4"""
+
+_SNAPSHOTS = f"""
+SELECT effective_from,
+       coalesce(lead(effective_from) OVER (ORDER BY effective_from), {FAR_FUTURE}) AS effective_to
+FROM (SELECT DISTINCT effective_from FROM capacity) d"""
+
+
+def _month_split(source: str, start: str, end: str) -> str:
+    return f"""
+    SELECT x.*, m.month_start, greatest({start}, m.month_start) AS piece_start,
+           least({end}, m.month_start + {MONTH}) AS piece_end
+    FROM {source} x CROSS JOIN LATERAL generate_series(
+        date_trunc('month', {start}), greatest({start}, {end} - INTERVAL '1 microsecond'),
+        {MONTH}) AS m(month_start)
+    WHERE {end} > {start}"""
+
+
+VIEWS["capacity_periods"] = f"""
+SELECT c.effective_from, s.effective_to, c.revision, c.pool, c.kind, c.gpu_type, c.gpus
+FROM capacity c JOIN ({_SNAPSHOTS}) s ON s.effective_from = c.effective_from"""
+
+VIEWS["capacity_by_month"] = f"""
+SELECT p.month_start::date AS month, p.pool, p.kind, p.gpu_type, p.gpus, p.revision,
+       p.piece_start, p.piece_end, p.ms, {_amount_hours("p.ms", "p.gpus")} AS gpu_hours,
+       pp.per_gpu_hour, pp.currency, {_cost("p.ms", "p.gpus", "pp.per_gpu_hour")} AS cost
+FROM (SELECT q.*, {_ms("q.piece_start", "q.piece_end")} AS ms
+      FROM ({_month_split("(SELECT *, least(effective_to, " + NOW + ") AS until_at "
+                          "FROM capacity_periods)", "x.effective_from", "x.until_at")}) q) p
+LEFT JOIN price_periods pp
+       ON p.gpu_type = pp.gpu_type
+      AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to"""
+
+VIEWS["reserved_idle"] = f"""
+WITH rp AS (
+    SELECT r.*, least(s.effective_to, {NOW}) AS until_at
+    FROM reservations r JOIN ({_SNAPSHOTS}) s ON s.effective_from = r.effective_from
+    WHERE r.effective_from < {NOW}),
+ev AS (
+    SELECT l.policy, l.start_at AS t, l.gpus AS d FROM ledger l
+    WHERE l.policy IN (SELECT policy FROM rp)
+    UNION ALL
+    SELECT l.policy, {_UNTIL}, -l.gpus FROM ledger l WHERE l.policy IN (SELECT policy FROM rp)
+    UNION ALL SELECT policy, effective_from, 0 FROM rp
+    UNION ALL SELECT policy, until_at, 0 FROM rp
+    UNION ALL
+    SELECT policy, generate_series(date_trunc('month', effective_from) + {MONTH}, until_at,
+                                   {MONTH}), 0
+    FROM rp),
+bp AS (SELECT policy, t, sum(d) AS d FROM ev GROUP BY 1, 2),
+seg AS (
+    SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
+           sum(d) OVER (PARTITION BY policy ORDER BY t
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS in_use
+    FROM bp),
+idle AS (
+    SELECT r.policy, r."group", r.group_path, r.gpu_type, r.gpus AS reserved,
+           date_trunc('month', s.seg_start) AS month_start, s.seg_start,
+           {_ms("s.seg_start", "s.seg_end")} AS ms,
+           greatest(r.gpus - s.in_use, 0) AS idle_gpus
+    FROM seg s JOIN rp r ON r.policy = s.policy
+     AND s.seg_start >= r.effective_from AND s.seg_start < r.until_at
+    WHERE s.seg_end > s.seg_start),
+m AS (
+    SELECT i.*, (i.ms * i.idle_gpus)::NUMERIC(38,3) AS gpu_ms, pp.per_gpu_hour, pp.currency
+    FROM idle i LEFT JOIN price_periods pp
+      ON i.gpu_type = pp.gpu_type
+     AND i.seg_start >= pp.effective_from AND i.seg_start < pp.effective_to)
+SELECT m.month_start::date AS month, m.policy, m."group", m.group_path,
+       {_levels("m")}, m.gpu_type, max(m.reserved) AS reserved,
+       {_dec(_round_div("sum(m.ms * m.reserved) * 1000", _UNITS_PER_MICRO_HOUR), _SUM)}
+           AS reserved_hours,
+       {_dec(_round_div("sum(m.gpu_ms) * 1000", _UNITS_PER_MICRO_HOUR), _SUM)} AS idle_hours,
+       min(m.currency) AS currency,
+       {_dec(_round_div(f"sum((m.gpu_ms * 1000)::numeric * {_micro('m.per_gpu_hour')})",
+                        UNITS_PER_HOUR), _SUM)} AS idle_cost
+FROM m
+GROUP BY m.month_start, m.policy, m."group", m.group_path, m.gpu_type"""
+
+VIEWS["estate_use"] = """
+WITH c AS (SELECT month, pool, min(kind) AS kind, min(gpu_type) AS gpu_type,
+                  sum(gpu_hours) AS capacity_hours, sum(cost) AS capacity_cost,
+                  min(currency) AS currency
+           FROM capacity_by_month GROUP BY 1, 2),
+u AS (SELECT month, pool, min(gpu_type) AS gpu_type, sum(gpu_hours) AS gpu_hours,
+             sum(cost) AS cost, min(currency) AS currency
+      FROM usage_monthly GROUP BY 1, 2)
+SELECT coalesce(c.month, u.month) AS month, coalesce(c.pool, u.pool) AS pool, c.kind,
+       coalesce(c.gpu_type, u.gpu_type) AS gpu_type, c.capacity_hours,
+       coalesce(u.gpu_hours, 0) AS gpu_hours,
+       c.capacity_hours - coalesce(u.gpu_hours, 0) AS idle_hours,
+       round(100 * coalesce(u.gpu_hours, 0) / nullif(c.capacity_hours, 0), 1)::NUMERIC(9,1)
+           AS used_pct,
+       coalesce(c.currency, u.currency) AS currency, c.capacity_cost,
+       coalesce(u.cost, 0) AS cost, c.capacity_cost - coalesce(u.cost, 0) AS idle_cost
+FROM c FULL OUTER JOIN u ON c.month = u.month AND c.pool = u.pool"""
+
+VIEWS["idle_cost"] = """
+WITH e AS (SELECT month, min(currency) AS currency, sum(capacity_cost) AS capacity_cost,
+                  sum(cost) AS used_cost, sum(capacity_hours) AS capacity_hours,
+                  sum(gpu_hours) AS used_hours
+           FROM estate_use WHERE capacity_hours IS NOT NULL GROUP BY 1),
+r AS (SELECT month, sum(idle_hours) AS reserved_idle_hours, sum(idle_cost) AS reserved_idle_cost
+      FROM reserved_idle GROUP BY 1)
+SELECT e.month, e.currency, e.capacity_hours, e.used_hours,
+       coalesce(r.reserved_idle_hours, 0) AS reserved_idle_hours,
+       e.capacity_hours - e.used_hours - coalesce(r.reserved_idle_hours, 0)
+           AS unreserved_idle_hours,
+       e.capacity_cost, e.used_cost, coalesce(r.reserved_idle_cost, 0) AS reserved_idle_cost,
+       e.capacity_cost - e.used_cost - coalesce(r.reserved_idle_cost, 0)
+           AS unreserved_idle_cost
+FROM e LEFT JOIN r ON r.month = e.month"""
+
+VIEWS["in_use_now"] = f"""
+WITH cap AS (SELECT pool, kind, gpu_type, gpus FROM capacity_periods
+             WHERE effective_from <= {NOW} AND effective_to > {NOW}),
+u AS (SELECT pool, min(gpu_type) AS gpu_type, count(*) AS tasks, sum(gpus) AS gpus,
+             sum(gpus * per_gpu_hour) AS cost_per_hour, min(currency) AS currency
+      FROM usage_priced WHERE end_at IS NULL GROUP BY pool)
+SELECT coalesce(cap.pool, u.pool) AS pool, cap.kind, coalesce(cap.gpu_type, u.gpu_type)
+           AS gpu_type, cap.gpus AS capacity, coalesce(u.gpus, 0) AS gpus_in_use,
+       coalesce(u.tasks, 0) AS tasks, coalesce(u.cost_per_hour, 0) AS cost_per_hour,
+       u.currency
+FROM cap FULL OUTER JOIN u ON cap.pool = u.pool"""
+
+
+def view_statements() -> list[str]:
+    """Every view dropped and created again, each after those it reads (the order of
+    :data:`.schema.VIEW_ORDER`): the statements of a migration that changes views."""
+    from .schema import VIEW_ORDER
+    drops = [f"DROP VIEW IF EXISTS {name} CASCADE" for name in reversed(VIEW_ORDER)]
+    return drops + [f"CREATE VIEW {name} AS {VIEWS[name]}" for name in VIEW_ORDER]
