@@ -40,7 +40,7 @@ def register(subparsers) -> None:
         description="Runs the daemon: the HTTP API under /v1 (OpenAPI at /v1/openapi.json), "
                     "the compute policy engine about once per pass_interval, the worker "
                     "protocol, and the event log and usage ledger in one DuckDB file, which "
-                    "only this process opens (or the log and tokens in PostgreSQL: --db "
+                    "only this process opens (or the log, tokens and ledger in PostgreSQL: --db "
                     "postgresql://..., docs/ha.md). It follows the estate: --estate DIR is watched "
                     "and --git REPO polled, and every valid new revision is applied between "
                     "two passes (an invalid one is refused and shown by GET /v1/estate; the "
@@ -75,11 +75,19 @@ def register(subparsers) -> None:
                    help="the DuckDB file: event log, tokens, ledger; task logs go in "
                         "FILE.logs/ (default: %(default)s). Or a PostgreSQL URL "
                         "(postgresql://user@host/dbname): the event log and tokens are kept "
-                        "there, the ledger in --ledger-db (docs/ha.md)")
+                        "there, and the ledger too, with a copy in --ledger-db (docs/ha.md)")
     p.add_argument("--ledger-db", metavar="FILE", default="kliqued-ledger.duckdb",
-                   help="with --db postgresql://...: the DuckDB file of the usage ledger and "
-                        "of a copy of the events for the audit reads; the token key and task "
-                        "logs go beside it (default: %(default)s)")
+                   help="with --db postgresql://...: the local DuckDB file with a copy of the "
+                        "events and of the ledger for the reads that still run on DuckDB; "
+                        "the token key and task logs go beside it (default: %(default)s)")
+    p.add_argument("--ledger-replica", metavar="URL", default=None,
+                   help="with --db postgresql://...: a streaming replica of it where "
+                        "finance's ledger SQL runs, so a heavy query never touches the writer "
+                        "(default: --db itself); as --ledger-role either way")
+    p.add_argument("--ledger-role", metavar="ROLE", default="klique_finance",
+                   help="with --db postgresql://...: the read-only PostgreSQL role finance's "
+                        "ledger SQL logs in as: SELECT on the ledger's tables and views only "
+                        "(default: %(default)s)")
     p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8080",
                    help="where to listen (default: %(default)s)")
     ha = p.add_argument_group("several daemons on one PostgreSQL database (docs/ha.md)")
@@ -141,4 +149,5 @@ def run(args: argparse.Namespace) -> int:
                          limits=Limits(args.header_timeout, args.idle_timeout,
                                        args.body_timeout, args.max_connections),
                          require_workers=args.require_workers, ledger_db=args.ledger_db,
-                         advertise_url=args.advertise_url, lease_ttl_s=args.lease_ttl))
+                         advertise_url=args.advertise_url, lease_ttl_s=args.lease_ttl,
+                         ledger_replica=args.ledger_replica, ledger_role=args.ledger_role))

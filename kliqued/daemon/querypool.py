@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from .errors import Busy, Expired
 
@@ -27,9 +27,40 @@ GRACE_S = 1.0
 before its caller stops waiting."""
 
 
+class Handles(Protocol):
+    """Where a pool's queries run: a handle opened for each query (a DuckDB cursor, a
+    PostgreSQL connection kept per thread), released after it, interrupted at shutdown."""
+
+    def open(self) -> Any: ...
+
+    def release(self, handle: Any) -> None: ...
+
+    def interrupt(self, handle: Any) -> None: ...
+
+
+class DuckCursors:
+    """A fresh cursor of the daemon's DuckDB connection for each query."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def open(self) -> Any:
+        return self.conn.cursor()
+
+    def release(self, handle: Any) -> None:
+        handle.close()
+
+    def interrupt(self, handle: Any) -> None:
+        handle.interrupt()
+
+
 class QueryPool:
-    def __init__(self, conn: Any, threads: int = 2, max_waiting: int = 8) -> None:
-        self._conn = conn
+    def __init__(self, conn: Any, threads: int = 2, max_waiting: int = 8,
+                 handles: Handles | None = None) -> None:
+        """``conn``: the DuckDB connection whose cursors run the queries, or ``handles``:
+        where they run instead (PostgreSQL: ``pgreader.Readers``)."""
+        self._handles: Handles = handles if handles is not None else DuckCursors(conn)
+        self.handles = self._handles
         self.threads = threads
         self.max_waiting = max_waiting
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -43,7 +74,7 @@ class QueryPool:
         return self._pending
 
     async def run(self, fn: Callable[[Any], T], deadline: float) -> T:
-        """Runs ``fn(cursor)`` on a fresh cursor in one of the pool's threads. Raises
+        """Runs ``fn(cursor)`` on a fresh cursor (a handle) in one of the pool's threads. Raises
         :class:`Busy` when the line is full and :class:`Expired` when ``deadline``
         (``time.monotonic()``) passes before a thread takes it."""
         if self._pending >= self.threads + self.max_waiting:
@@ -56,7 +87,7 @@ class QueryPool:
             started.set_result(None)
             if time.monotonic() >= deadline:
                 raise Expired()
-            cur = self._conn.cursor()
+            cur = self._handles.open()
             with self._lock:
                 self._running.add(cur)
             try:
@@ -64,7 +95,7 @@ class QueryPool:
             finally:
                 with self._lock:
                     self._running.discard(cur)
-                cur.close()
+                self._handles.release(cur)
 
         try:
             future = self._executor.submit(job)
@@ -87,5 +118,5 @@ class QueryPool:
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for cur in self._running:
-                cur.interrupt()
+                self._handles.interrupt(cur)
         self._executor.shutdown(wait=True)

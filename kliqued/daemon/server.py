@@ -22,12 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import duckdb
 from aiohttp import web
 
 from compiler.compiled import CompiledEstate
 from klique_util.filemodes import private_dir, private_umask, tighten
-from kliqued.ledger import capacity as ledger_capacity
+from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
 from .app import Context, make_app
@@ -44,7 +43,7 @@ from .alerts import Dispatcher
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
 from .unattended import Unattended
-from .store import Store
+from .store import Batch, Store
 
 if TYPE_CHECKING:
     from .lease import Lease
@@ -78,13 +77,19 @@ class Options:
     require_workers: bool = True
     """A pool takes placements only while it has a live worker (or autoscales)."""
     ledger_db: str = "kliqued-ledger.duckdb"
-    """With ``db`` a PostgreSQL URL: the DuckDB file that keeps the ledger and the events'
-    copy for the audit reads; the token key and the task logs go beside it."""
+    """With ``db`` a PostgreSQL URL: the local DuckDB file beside it, with a copy of the
+    events and of the ledger for the reads that still run on DuckDB (docs/ha.md); the token
+    key and the task logs go beside it."""
     advertise_url: str | None = None
     """With ``db`` a PostgreSQL URL: the URL other daemons' standbys redirect clients to
     while this one leads (default: the listen address's)."""
     lease_ttl_s: float = 5.0
     """With ``db`` a PostgreSQL URL: a leader not heard of for this long is replaced."""
+    ledger_replica: str | None = None
+    """With ``db`` a PostgreSQL URL: where finance's SQL runs (a streaming replica of
+    ``db``); None: on ``db`` itself. Either way as ``ledger_role``."""
+    ledger_role: str = "klique_finance"
+    """The read-only PostgreSQL role finance's SQL logs in as (``pgreader``)."""
 
     @property
     def local_db(self) -> str:
@@ -104,12 +109,17 @@ def open_store(opts: Options) -> Store:
     if not is_url(opts.db):
         return Store(opts.db)
     from .pglog import PgLog
+    from .pgreader import Readers
+    from .querypool import QueryPool
     log_ = PgLog(opts.db)
     try:
-        return Store(opts.ledger_db, log_)
+        store = Store(opts.ledger_db, log_)
     except BaseException:
         log_.close()
         raise
+    store.finance_queries = QueryPool(None, handles=Readers(opts.ledger_replica or opts.db,
+                                                            opts.ledger_role))
+    return store
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -173,10 +183,18 @@ def serve(opts: Options) -> int:
         except DaemonError as exc:  # PostgreSQL's schema is newer; the files do not match
             print(f"kliqued serve: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
+        if is_url(opts.db):
+            from . import pgreader
+            pg = store.log
+            warning = store.on_writer(lambda: pgreader.grant(getattr(pg, "conn"),
+                                                             opts.ledger_role))
+            if warning:
+                log.warning("%s", warning)
         if is_url(opts.db) and not store.log.two_phase:
             log.warning("%s has max_prepared_transactions = 0: batches commit there first, "
-                        "then in %s, and a stop between the two loses that batch's ledger "
-                        "rows; set it to 2 or more (docs/ha.md)", store.log.label,
+                        "then in %s, and a stop between the two loses that batch's rows in "
+                        "the file's copy of the ledger (PostgreSQL's has them); set it to 2 or "
+                        "more (docs/ha.md)", store.log.label,
                         opts.local_db)
         if not is_url(opts.db):
             return _lead(opts, store, host, port, nofile)
@@ -268,10 +286,14 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
     store.recovered.clear()
     if store.caught_up:
         log.warning("%d events logged in %s were missing from %s (a new file, a stop "
-                    "between the two commits, or another daemon's lead): copied; the "
-                    "ledger has no intervals of theirs", store.caught_up, store.log.label,
-                    opts.local_db)
+                    "between the two commits, or another daemon's lead): copied",
+                    store.caught_up, store.log.label, opts.local_db)
         store.caught_up = 0
+    if store.seeded:
+        log.info("ledger: %d intervals copied from %s into %s's empty ledger",
+                 store.seeded, opts.local_db, store.log.label)
+        store.seeded = 0
+
     d = Daemon()
     d.require_workers = opts.require_workers  # before replay: it decides availability
     d.clock.offset_ms = _clock_offset()
@@ -292,7 +314,7 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
              stats.events,
              stats.tasks, stats.seconds)
     if d.state is not None:  # rows from before the ledger kept paths: the paths of now
-        filled = _fill_group_paths(store.conn, d.idx().estate)
+        filled = _fill_group_paths(store, d.idx().estate)
         if filled:
             log.info("ledger: %d intervals given the group paths of %s", filled,
                      d.estate.revision)
@@ -361,21 +383,18 @@ def _clock_offset() -> int:
     return offset
 
 
-def _fill_group_paths(conn: duckdb.DuckDBPyConnection, compiled: CompiledEstate) -> int:
+def _fill_group_paths(store: Store, compiled: CompiledEstate) -> int:
     """At start: the ledger rows from before it recorded group paths get the paths of the
     estate in force (``writer.fill_group_paths``), and the monthly aggregate rebuilt from
     them, or neither; returns how many rows. A database from before the ledger recorded
     capacity gets the running revision's from now on (``capacity.record_estate``: a no-op
-    when it has it)."""
-    conn.execute("BEGIN")
-    try:
-        filled = ledger.fill_group_paths(conn, ledger.group_paths(compiled))
-        ledger_capacity.record_estate(conn, compiled, int(time.time() * 1000))
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return filled
+    when it has it). One transaction, on every ledger the store keeps (``ledger.ops``)."""
+    missing = store.conn.execute("SELECT count(*) FROM ledger WHERE group_path IS NULL "
+                                 "AND \"group\" IN (SELECT unnest(?::VARCHAR[]))",
+                                 [[g.name for g in compiled.groups]]).fetchone()[0]
+    store.commit_sync(Batch(ops=[ledger_ops.FillGroupPaths(ledger.group_paths(compiled)),
+                                 ledger_ops.RecordEstate(compiled, int(time.time() * 1000))]))
+    return int(missing)
 
 
 async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate | None,

@@ -39,7 +39,9 @@ MAX_BYTES = 32 * 2**20
 count."""
 
 CODES = ("not-read-only", "multiple-statements", "not-allowed", "sql-error", "timeout",
-         "too-large")
+         "too-large", "unavailable")
+"""``unavailable``: the database finance's SQL runs on (PostgreSQL, a replica) cannot be
+reached (:mod:`.pgsql`)."""
 
 
 class LedgerSqlError(Exception):
@@ -180,6 +182,15 @@ def _too_large(max_bytes: int) -> LedgerSqlError:
                                        "fewer columns, aggregate, or use `kliqued ledger export`")
 
 
+def check_limit(limit: object) -> None:
+    """Raises unless ``limit`` is a row count a query may ask for."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, found {limit!r}")
+    if limit > MAX_LIMIT:
+        raise LedgerSqlError("too-large", f"limit {limit} is above the maximum of {MAX_LIMIT} "
+                                          "rows; aggregate in SQL or use `kliqued ledger export`")
+
+
 def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
                  max_bytes: int = MAX_BYTES, deadline: float | None = None,
                  groups: Sequence[str] | None = None, pieces: str | None = None) -> SqlResult:
@@ -195,11 +206,7 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     ``pieces``: the server's own queries of one month derive borrowing and lending from that
     month's pieces only (:func:`kliqued.ledger.lending.month_pieces`), not the whole ledger's.
     Raises :class:`LedgerSqlError`."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, found {limit!r}")
-    if limit > MAX_LIMIT:
-        raise LedgerSqlError("too-large", f"limit {limit} is above the maximum of {MAX_LIMIT} "
-                                          "rows; aggregate in SQL or use `kliqued ledger export`")
+    check_limit(limit)
     query = check_read_only(sql)
     if deadline is None:
         deadline = time.monotonic() + timeout_s

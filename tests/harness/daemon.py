@@ -64,6 +64,8 @@ class Server:
         self.starts = 0
         self.tokens: dict[str, str] = {}
         """Tokens made by :meth:`token` for a name (``alice``, ``role:finance``)."""
+        self.extra: list[str] = []
+        """More ``kliqued serve`` options (``--ledger-replica URL``)."""
 
     # ------------------------------------------------------------------ process
     def argv(self) -> list[str]:

@@ -79,6 +79,20 @@ class Postgres:
         subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", SUPERUSER,
                         "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
                        check=True, capture_output=True, preexec_fn=self._demote)
+        return self._run()
+
+    def replica(self) -> "Postgres":
+        """A streaming replica of this server, started: ``pg_basebackup -R`` (the standby's
+        configuration written for it) into a directory of its own, ``postgres`` by its pid on
+        another free port. Stop it (``stop``) before this one."""
+        standby = Postgres(self.prepared_transactions)
+        subprocess.run([str(self.bin / "pg_basebackup"), "-D", str(standby.data), "-R",
+                        "-X", "stream", "-c", "fast", "--no-sync", "-h", str(self.dir),
+                        "-p", str(self.port), "-U", SUPERUSER],
+                       check=True, capture_output=True, preexec_fn=self._demote)
+        return standby._run()
+
+    def _run(self) -> "Postgres":
         log = open(self.dir / "server.log", "ab")
         self.proc = subprocess.Popen(
             [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
@@ -89,6 +103,18 @@ class Postgres:
         log.close()
         wait_for(self._ready, 30, "PostgreSQL to accept connections")
         return self
+
+    def wait_replayed(self, primary: "Postgres", timeout: float = 20) -> None:
+        """Waits until this replica has replayed what ``primary`` had written when called."""
+        import psycopg
+        with psycopg.connect(primary.url("postgres"), autocommit=True) as conn:
+            lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+
+        def caught_up() -> bool:
+            with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+                return bool(conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                         [lsn]).fetchone()[0])
+        wait_for(caught_up, timeout, "the replica to replay the primary's log")
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

@@ -51,7 +51,7 @@ def scope(d: Daemon, p: Principal) -> list[str] | None:
 TIMEOUT_S = 10.0
 """A ledger query's time limit, counted from its arrival (a request may ask for less)."""
 
-STATUS = {"timeout": 422, "too-large": 413}
+STATUS = {"timeout": 422, "too-large": 413, "unavailable": 503}
 """HTTP status of a refused or failed query by its code; the others are 400."""
 
 
@@ -63,12 +63,18 @@ async def sql(request: web.Request) -> web.Response:
     limit = body.get("limit", 10000)
     timeout = float(body.get("timeout_s", TIMEOUT_S))
     deadline = arrived + timeout
+    pool, run = c.store.ledger_queries, (
+        lambda cur: ledger_sql.run_readonly(cur, body["sql"], limit=limit, timeout_s=timeout,
+                                            deadline=deadline, groups=groups))
+    if groups is None and c.store.finance_queries is not None:
+        # the whole ledger in PostgreSQL, as the read-only role (a group admin's query,
+        # rewritten to their subtree's rows, runs in the DuckDB copy's sandbox: decisions.md)
+        from kliqued.ledger import pgsql
+        pool, run = c.store.finance_queries, (
+            lambda conn: pgsql.run_readonly(conn, body["sql"], limit=limit, timeout_s=timeout,
+                                            deadline=deadline))
     try:
-        res = await c.store.ledger_queries.run(
-            lambda cur: ledger_sql.run_readonly(cur, body["sql"], limit=limit,
-                                                timeout_s=timeout, deadline=deadline,
-                                                groups=groups),
-            deadline)
+        res = await pool.run(run, deadline)
     except Busy as exc:
         raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
                        {"retry_after_s": 2}) from None
