@@ -71,7 +71,7 @@ def reader_url(url: str, role: str = ROLE) -> str:
     params.pop("password", None)  # the daemon's own password is not the role's
     params["user"] = role
     params["application_name"] = "kliqued-ledger-sql"
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 class Readers:

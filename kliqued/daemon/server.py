@@ -389,9 +389,10 @@ def _fill_group_paths(store: Store, compiled: CompiledEstate) -> int:
     them, or neither; returns how many rows. A database from before the ledger recorded
     capacity gets the running revision's from now on (``capacity.record_estate``: a no-op
     when it has it). One transaction, on every ledger the store keeps (``ledger.ops``)."""
-    missing = store.conn.execute("SELECT count(*) FROM ledger WHERE group_path IS NULL "
-                                 "AND \"group\" IN (SELECT unnest(?::VARCHAR[]))",
-                                 [[g.name for g in compiled.groups]]).fetchone()[0]
+    row = store.conn.execute("SELECT count(*) FROM ledger WHERE group_path IS NULL "
+                             "AND \"group\" IN (SELECT unnest(?::VARCHAR[]))",
+                             [[g.name for g in compiled.groups]]).fetchone()
+    missing = row[0] if row else 0
     store.commit_sync(Batch(ops=[ledger_ops.FillGroupPaths(ledger.group_paths(compiled)),
                                  ledger_ops.RecordEstate(compiled, int(time.time() * 1000))]))
     return int(missing)

@@ -208,10 +208,11 @@ class Store:
         its ledger in the file before PostgreSQL held one too) gets the file's, once, so the
         two answer the same from then on."""
         log = self.log
-        if not hasattr(log, "seed_ledger") or not log.ledger_empty():
+        if not hasattr(log, "seed_ledger") or not getattr(log, "ledger_empty")():
             return
-        if not self.conn.execute("SELECT count(*) FROM ledger").fetchone()[0] and not \
-                self.conn.execute("SELECT count(*) FROM capacity").fetchone()[0]:
+        has = self.conn.execute("SELECT (SELECT count(*) FROM ledger) + "
+                                "(SELECT count(*) FROM capacity)").fetchone()
+        if not (has and has[0]):
             return
 
         def read(table: str, columns: list[str]) -> Iterator[tuple]:

@@ -211,7 +211,9 @@ def apply(cur: Any, op: LedgerWrite) -> object:
     if isinstance(op, FillGroupPaths):
         return fill_group_paths(cur, op.paths)
     if isinstance(op, OpenCloudNode):
-        return open_cloud_node(cur, op)
+        open_cloud_node(cur, op)
+        return None
     if isinstance(op, CloseCloudNode):
-        return close_cloud_node(cur, op)
+        close_cloud_node(cur, op)
+        return None
     raise TypeError(f"not a ledger write: {op!r}")
