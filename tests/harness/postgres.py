@@ -54,10 +54,12 @@ def unavailable() -> str | None:
 
 
 class Postgres:
-    def __init__(self, prepared_transactions: int = 10) -> None:
+    def __init__(self, prepared_transactions: int = 10, durable: bool = False) -> None:
         """``prepared_transactions``: the server's ``max_prepared_transactions`` (0 is
-        PostgreSQL's default: no two-phase commit)."""
+        PostgreSQL's default: no two-phase commit). ``durable``: PostgreSQL's own defaults
+        (every commit flushed to disk), for benchmarks; the tests run without ``fsync``."""
         self.prepared_transactions = prepared_transactions
+        self.durable = durable
         bindir = find_bin()
         assert bindir is not None, unavailable()
         self.bin = bindir
@@ -85,7 +87,7 @@ class Postgres:
         """A streaming replica of this server, started: ``pg_basebackup -R`` (the standby's
         configuration written for it) into a directory of its own, ``postgres`` by its pid on
         another free port. Stop it (``stop``) before this one."""
-        standby = Postgres(self.prepared_transactions)
+        standby = Postgres(self.prepared_transactions, self.durable)
         subprocess.run([str(self.bin / "pg_basebackup"), "-D", str(standby.data), "-R",
                         "-X", "stream", "-c", "fast", "--no-sync", "-h", str(self.dir),
                         "-p", str(self.port), "-U", SUPERUSER],
@@ -94,10 +96,11 @@ class Postgres:
 
     def _run(self) -> "Postgres":
         log = open(self.dir / "server.log", "ab")
+        fast = [] if self.durable else ["-c", "fsync=off", "-c", "full_page_writes=off",
+                                        "-c", "synchronous_commit=off"]
         self.proc = subprocess.Popen(
             [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
-             "-k", str(self.dir), "-c", "listen_addresses=", "-c", "fsync=off",
-             "-c", "full_page_writes=off", "-c", "synchronous_commit=off",
+             "-k", str(self.dir), "-c", "listen_addresses=", *fast,
              "-c", f"max_prepared_transactions={self.prepared_transactions}"],
             stdout=log, stderr=log, preexec_fn=self._demote)
         log.close()
