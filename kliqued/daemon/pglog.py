@@ -217,6 +217,21 @@ class PgLog:
                         "FROM ledger_feed")
         return copied
 
+    def read_table(self, table: str) -> tuple[list[str], Iterator[tuple]]:
+        """A ledger table's columns and its rows (streamed by a server-side cursor): what
+        fills a new local file's copy of the ledger (``Store._seed_ledger``)."""
+        assert table in self.SEED_TABLES
+        columns = [r[0] for r in self.conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+            "current_schema() AND table_name = %s ORDER BY ordinal_position", [table])]
+
+        def rows() -> Iterator[tuple]:
+            with self.conn.transaction(), self.conn.cursor(name=f"klique_{table}") as cur:
+                cur.itersize = 20_000
+                cur.execute(f"SELECT * FROM {table}")
+                yield from cur
+        return columns, rows()
+
     # ------------------------------------------------------------------ two-phase commit
     @property
     def two_phase(self) -> bool:

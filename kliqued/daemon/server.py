@@ -293,6 +293,10 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
         log.info("ledger: %d intervals copied from %s into %s's empty ledger",
                  store.seeded, opts.local_db, store.log.label)
         store.seeded = 0
+    if store.seeded_file:
+        log.info("ledger: %d intervals copied from %s into %s", store.seeded_file,
+                 store.log.label, opts.local_db)
+        store.seeded_file = 0
 
     d = Daemon()
     d.require_workers = opts.require_workers  # before replay: it decides availability

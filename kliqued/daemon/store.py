@@ -204,26 +204,69 @@ class Store:
     """Events copied from the log into the local file at start."""
 
     def _seed_ledger(self) -> None:
-        """A PostgreSQL ledger still empty beside a file that has one (the deployment kept
-        its ledger in the file before PostgreSQL held one too) gets the file's, once, so the
-        two answer the same from then on."""
+        """One of the two ledgers empty and the other not, at start: the empty one gets the
+        other's, once, so the two answer the same from then on. PostgreSQL's is empty when
+        the deployment kept its ledger in the file before PostgreSQL held one; the file's
+        when it is new beside a database that has one (a daemon started on another
+        machine)."""
         log = self.log
-        if not hasattr(log, "seed_ledger") or not getattr(log, "ledger_empty")():
+        if not hasattr(log, "seed_ledger"):
             return
         has = self.conn.execute("SELECT (SELECT count(*) FROM ledger) + "
                                 "(SELECT count(*) FROM capacity)").fetchone()
-        if not (has and has[0]):
-            return
+        file_empty = not (has and has[0])
+        pg_empty = getattr(log, "ledger_empty")()
+        if pg_empty and not file_empty:
+            self.seeded = log.seed_ledger(self._file_table)
+        elif file_empty and not pg_empty:
+            self.seeded_file = self._fill_file(log)
 
-        def read(table: str, columns: list[str]) -> Iterator[tuple]:
-            cur = self.conn.cursor()
-            try:
-                cur.execute(f"SELECT {', '.join(q(c) for c in columns)} FROM {table}")
-                while rows := cur.fetchmany(20_000):
-                    yield from rows
-            finally:
-                cur.close()
-        self.seeded = log.seed_ledger(read)
+    def _file_table(self, table: str, columns: list[str]) -> Iterator[tuple]:
+        cur = self.conn.cursor()
+        try:
+            cur.execute(f"SELECT {', '.join(q(c) for c in columns)} FROM {table}")
+            while rows := cur.fetchmany(20_000):
+                yield from rows
+        finally:
+            cur.close()
+
+    def _fill_file(self, log: Any) -> int:
+        """Copies PostgreSQL's ledger into this (new) file's, in one transaction; returns
+        the ledger rows copied."""
+        copied = 0
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            for table in log.SEED_TABLES:
+                columns, rows = log.read_table(table)
+                if ledger_schema._columns(self.conn, table) != columns:
+                    raise StoreMismatch(f"{self.path}'s {table} has other columns than "
+                                        f"{log.label}'s: give a new --ledger-db")
+                appender = self.conn.appender(table)
+                batch: list[tuple] = []
+                for row in rows:
+                    batch.append(row)
+                    if len(batch) >= 20_000:
+                        appender.append_rows(batch)
+                        batch = []
+                appender.append_rows(batch)
+                appender.flush()
+                if table == "ledger":
+                    copied = self._one("SELECT count(*) FROM ledger")
+            n = self._one("SELECT coalesce(max(seq), 0) FROM ledger_feed")
+            self.conn.execute(f"DROP SEQUENCE IF EXISTS {ledger_schema.FEED_SEQUENCE}")
+            self.conn.execute(f"CREATE SEQUENCE {ledger_schema.FEED_SEQUENCE} START {n + 1}")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return int(copied)
+
+    def _one(self, sql: str) -> int:
+        row = self.conn.execute(sql).fetchone()
+        return int(row[0]) if row else 0
+
+    seeded_file = 0
+    """Ledger rows copied from PostgreSQL into a new local file at start."""
 
     seeded = 0
     """Ledger rows copied from the file into an empty PostgreSQL ledger at start."""

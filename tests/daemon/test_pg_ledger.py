@@ -183,3 +183,29 @@ def test_an_existing_duckdb_ledger_is_copied_once_into_an_empty_postgresql_one(
     again.ensure_schema()  # not copied twice
     assert again.seeded == 0
     again.close()
+
+
+def test_a_new_local_file_gets_postgresqls_ledger(tmp_path: Path, pg_url: str,
+                                                 estate) -> None:
+    first = Store(str(tmp_path / "first.duckdb"), PgLog(pg_url))
+    first.ensure_schema()
+    for seq, batch in enumerate(history(estate), 1):
+        batch.rows.append(Event("tick").row(seq, 1000 + seq))
+        first.commit_sync(batch)
+    first.close()
+    # a daemon started on another machine: a new file beside the same database
+    store = Store(str(tmp_path / "second.duckdb"), PgLog(pg_url))
+    store.ensure_schema()
+    try:
+        assert (store.caught_up, store.seeded_file) == (5, 6)
+        for name in sandbox.RELATIONS:
+            if name not in UNTIL_NOW:
+                assert pg_rows(pg_url, f"SELECT * FROM {name}") == \
+                    duck_rows(store, f"SELECT * FROM {name}"), name
+        store.commit_sync(Batch(rows=[Event("tick").row(6, 6)], ops=[
+            ops.opens([row(9, "team-a", "alice", "2026-11-03T10:00:00")]),
+            ops.closes([("T-9#1", ms("2026-11-03T11:00:00"), "finished")])]))
+        sql = "SELECT * FROM ledger_feed"
+        assert pg_rows(pg_url, sql) == duck_rows(store, sql)
+    finally:
+        store.close()
