@@ -208,10 +208,12 @@ def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
             s.ok("POST", f"/v1/tasks/{t['id']}/cancel")
     settled(s)
     pol = s.ok("GET", "/v1/policies/team-a")["budget"]
+    # in SQL both DuckDB and PostgreSQL run (finance's SQL runs in the ledger's database)
+    start = f"extract(epoch FROM TIMESTAMP '{pol['period_start'][:19]}')"
     rows = ledger_sql(s, f"""
-        SELECT coalesce(sum(CAST(time_weight AS DOUBLE) * (epoch_ms(end_at)
-                 - greatest(epoch_ms(start_at), epoch_ms(TIMESTAMP '{pol['period_start'][:19]}'))))
-                 / 3600000.0, 0), count(*)
+        SELECT coalesce(sum(CAST(time_weight AS DOUBLE PRECISION) * CAST(extract(epoch FROM
+                 end_at) - greatest(extract(epoch FROM start_at), {start}) AS DOUBLE PRECISION))
+                 / 3600.0, 0), count(*)
           FROM ledger WHERE "group" = 'team-a' AND end_at IS NOT NULL""")
     ledger_hours, n = float(rows[0][0]), int(rows[0][1])
     assert n > 0
