@@ -37,12 +37,16 @@ CHUNK_ROWS = 5000
 _TS = "'%Y-%m-%dT%H:%M:%S.%gZ'"
 
 
-def _select_list() -> str:
+_PG_TS = "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'"
+"""The same text in PostgreSQL's ``to_char``."""
+
+
+def _select_list(pg: bool = False) -> str:
     out = []
     for name, typ in EXPORT_COLUMNS:
         col = f'u."{name}"'
         if typ == "TIMESTAMP":
-            out.append(f"strftime({col}, {_TS})")
+            out.append(f"to_char({col}, {_PG_TS})" if pg else f"strftime({col}, {_TS})")
         elif typ == "VARCHAR":
             out.append(col)
         else:
@@ -65,22 +69,37 @@ to the range: ``usage_by_month`` has the pieces. ``{{scope}}`` is empty for the 
 or the subtree filter of :mod:`kliqued.ledger.scope` for a group admin."""
 
 
+PG_ROWS = """
+FROM usage_priced u
+WHERE u.start_at < TIMESTAMP 'epoch' + %s * INTERVAL '1 millisecond'
+  AND (u.until_at > TIMESTAMP 'epoch' + %s * INTERVAL '1 millisecond'
+       OR u.start_at >= TIMESTAMP 'epoch' + %s * INTERVAL '1 millisecond')"""
+PG_EXPORT_SQL = f"""
+SELECT {_select_list(pg=True)}{PG_ROWS}
+ORDER BY u.start_at, u.interval_id"""
+""":data:`EXPORT_SQL` in PostgreSQL (the ledger there: docs/ha.md), the whole ledger."""
+
+
 def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
-               groups: Sequence[str] | None = None) -> Iterator[str]:
+               groups: Sequence[str] | None = None, pg: bool = False) -> Iterator[str]:
     """The ledger rows overlapping [from_ms, to_ms) with their price and cost, as CSV text in
     chunks (a header first). Times are RFC 3339 UTC with milliseconds, amounts exact decimal
     text, an empty field is NULL (an open interval has no ``end_at``; its hours run to now).
     ``groups``: only the rows whose group path passes through one of them (a group admin's
     subtree, :func:`kliqued.ledger.scope.visible`); None for every row. One query, so one
-    consistent snapshot; pass a cursor the caller uses for nothing else while iterating."""
+    consistent snapshot; pass a cursor the caller uses for nothing else while iterating.
+    ``pg``: ``conn`` is a psycopg cursor on PostgreSQL's ledger (a server-side one streams;
+    the whole ledger only)."""
     if to_ms < from_ms:
         raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
+    if pg and groups is not None:
+        raise ValueError("a group admin's export reads the DuckDB ledger's scope")
     where = "" if groups is None else "AND " + scope.visible("u", groups)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([name for name, _ in EXPORT_COLUMNS])
-    result = conn.execute(EXPORT_SQL.format(scope=where), [int(to_ms), int(from_ms),
-                                                           int(from_ms)])
+    result = conn.execute(PG_EXPORT_SQL if pg else EXPORT_SQL.format(scope=where),
+                          [int(to_ms), int(from_ms), int(from_ms)])
     header = buf.getvalue()
     buf.seek(0)
     buf.truncate()

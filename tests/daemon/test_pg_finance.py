@@ -76,6 +76,29 @@ def test_finance_sql_runs_in_postgresql_as_the_read_only_role(tmp_path: Path,
         s.stop()
 
 
+def test_the_csv_export_reads_postgresqls_ledger(tmp_path: Path, pg_url: str) -> None:
+    s = Server(tmp_path, db=pg_url).start()
+    try:
+        finance = s.token("role:finance")
+        with psycopg.connect(pg_url) as conn:  # a row only PostgreSQL's ledger has
+            conn.execute("""INSERT INTO ledger VALUES ('T-x#1', 'T-x', 'zed', NULL, 'team-a',
+                'team-a', 'one', 'team-a/one', 'pool-1', 'h100-80gb', 1.5, 1, TIMESTAMP
+                '2026-03-01 10:00:00', TIMESTAMP '2026-03-01 12:00:00', 'finished', 'r',
+                'team-a', 'cli')""")
+        status, text = s.call("GET", "/v1/ledger/export?from=2026-03-01T00:00:00Z"
+                                     "&to=2026-03-02T00:00:00Z", token=finance)
+        assert status == 200, text
+        lines = text.splitlines()
+        assert len(lines) == 2 and lines[0].startswith("interval_id,task,user")
+        # 2 hours of 1.5 GPUs at weight 1, priced 2.5 EUR a GPU-hour
+        assert lines[1] == ("T-x#1,T-x,zed,,team-a,team-a,,,team-a,one,team-a/one,pool-1,"
+                            "h100-80gb,1.500,1.000,2026-03-01T10:00:00.000Z,"
+                            "2026-03-01T12:00:00.000Z,finished,r,2.000000,3.000000,2.000000,"
+                            "2.500000,EUR,7.500000,cli")
+    finally:
+        s.stop()
+
+
 def test_a_heavy_query_is_stopped_at_its_deadline_with_a_clear_422(tmp_path: Path,
                                                                    pg_url: str) -> None:
     s = Server(tmp_path, db=pg_url).start()

@@ -17,7 +17,7 @@ from compiler.api import compile_dir
 from kliqued.daemon.events import Event
 from kliqued.daemon.pglog import PgLog
 from kliqued.daemon.store import Batch, Store
-from kliqued.ledger import ops, pgwriter, sandbox
+from kliqued.ledger import export, ops, pgwriter, sandbox
 from kliqued.ledger import writer
 from kliqued.ledger.writer import IntervalRow
 from tests.harness.daemon import ROOT
@@ -130,6 +130,12 @@ def test_every_view_finance_reads_is_the_same_in_postgresql_and_duckdb(
             assert pg[1] == duck[1], f"{name}: rows differ"
             compared += len(duck[1])
         assert compared > 60
+        # the CSV export: the same text, byte for byte
+        a, b = ms("2026-08-15T00:00:00"), ms("2026-10-06T06:00:00")
+        duck_csv = "".join(export.export_csv(store.conn.cursor(), a, b, chunk_rows=2))
+        with psycopg.connect(pg_url) as conn, conn.cursor(name="export") as cur:
+            pg_csv = "".join(export.export_csv(cur, a, b, chunk_rows=2, pg=True))
+        assert pg_csv == duck_csv and duck_csv.count("\n") == 6, duck_csv
         # the internal monthly aggregate, its pending rows and the feed match too
         for sql in ("SELECT * FROM ledger_monthly", "SELECT * FROM ledger_monthly_pending",
                     "SELECT * FROM ledger_feed"):

@@ -92,8 +92,9 @@ async def export(request: web.Request) -> web.StreamResponse:
     start, end = time_param(request, "from"), time_param(request, "to")
     if end < start:
         raise bad_request("`to` is before `from`")
+    pg = groups is None and ctx(request).store.finance_queries is not None
     return await _stream_csv(request, lambda cur: ledger_export.export_csv(
-        cur, start, end, groups=groups), f"ledger.{fmt}")
+        cur, start, end, groups=groups, pg=pg), f"ledger.{fmt}", pg=pg)
 
 
 def _borrowed(request: web.Request) -> str:
@@ -235,12 +236,24 @@ async def cio(request: web.Request) -> web.Response:
     return reply(body)
 
 
-async def _stream_csv(request: web.Request, make, filename: str) -> web.StreamResponse:
+async def _stream_csv(request: web.Request, make, filename: str,
+                      pg: bool = False) -> web.StreamResponse:
     """Streams the CSV chunks of ``make(cursor)`` (a generator, run off the event loop on a
     cursor of its own); an error raised before the first chunk propagates before any byte
-    is sent, so it becomes an ordinary error answer."""
+    is sent, so it becomes an ordinary error answer. ``pg``: the cursor is a server-side
+    one on PostgreSQL's ledger, as finance's read-only role (on the replica if any), on a
+    connection of its own."""
     loop = asyncio.get_running_loop()
-    cur = ctx(request).store.conn.cursor()
+    store = ctx(request).store
+    conn = None
+    if pg and store.finance_queries is not None:
+        readers = store.finance_queries.handles
+        try:
+            conn, cur = await loop.run_in_executor(None, getattr(readers, "stream"))
+        except ledger_sql.LedgerSqlError as exc:
+            raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
+    else:
+        cur = store.conn.cursor()
     try:
         gen = make(cur)
         first = await loop.run_in_executor(None, next, gen, None)
@@ -255,7 +268,10 @@ async def _stream_csv(request: web.Request, make, filename: str) -> web.StreamRe
         await resp.write_eof()
         return resp
     finally:
-        cur.close()
+        if conn is not None:  # its cursor and read-only transaction end with it
+            await loop.run_in_executor(None, conn.close)
+        else:
+            cur.close()
 
 
 READERS = ("admin", "finance", "user")
