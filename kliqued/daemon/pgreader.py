@@ -100,10 +100,10 @@ class Readers:
             self._all.add(conn)
         return conn
 
-    def stream(self) -> tuple[psycopg.Connection, Any]:
-        """A connection of its own and a server-side cursor on it, in a read-only
-        transaction: for an export streamed over many calls, from any thread (closing the
-        connection ends it)."""
+    def stream(self) -> psycopg.Connection:
+        """A connection of its own whose transactions are read-only (not autocommit: its
+        server-side cursors live in its one transaction): for an export streamed over many
+        calls, from any thread; closing it ends everything."""
         try:
             conn = psycopg.connect(self.url, connect_timeout=5)
         except psycopg.Error as exc:
@@ -111,7 +111,7 @@ class Readers:
             raise LedgerSqlError("unavailable", f"the ledger's database {self.label} cannot "
                                                 f"be used for the export: {first}") from None
         conn.read_only = True
-        return conn, conn.cursor(name="ledger_export")
+        return conn
 
     def release(self, handle: Any) -> None:
         """Kept for the thread's next query; a broken one is dropped."""

@@ -88,8 +88,8 @@ def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
     ``groups``: only the rows whose group path passes through one of them (a group admin's
     subtree, :func:`kliqued.ledger.scope.visible`); None for every row. One query, so one
     consistent snapshot; pass a cursor the caller uses for nothing else while iterating.
-    ``pg``: ``conn`` is a psycopg cursor on PostgreSQL's ledger (a server-side one streams;
-    the whole ledger only)."""
+    ``pg``: ``conn`` is a psycopg connection on PostgreSQL's ledger, in a transaction (the
+    rows stream through a server-side cursor; the whole ledger only)."""
     if to_ms < from_ms:
         raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
     if pg and groups is not None:
@@ -98,6 +98,8 @@ def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([name for name, _ in EXPORT_COLUMNS])
+    if pg:
+        conn = conn.cursor(name="ledger_export")
     result = conn.execute(PG_EXPORT_SQL if pg else EXPORT_SQL.format(scope=where),
                           [int(to_ms), int(from_ms), int(from_ms)])
     header = buf.getvalue()

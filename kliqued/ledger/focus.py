@@ -52,10 +52,11 @@ UNIT = "GPU-Hours"
 """ConsumedUnit and PricingUnit (FOCUS's unit format: ``<singular>-<plural time unit>``)."""
 
 _TS = "'%Y-%m-%dT%H:%M:%SZ'"
+_PG_TS = "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'"
 
 
-def _ts(expr: str) -> str:
-    return f"strftime({expr}, {_TS})"
+def _ts(expr: str, pg: bool = False) -> str:
+    return f"to_char({expr}, {_PG_TS})" if pg else f"strftime({expr}, {_TS})"
 
 
 def _text(expr: str) -> str:
@@ -63,10 +64,11 @@ def _text(expr: str) -> str:
 
 
 _ACCOUNT = "string_split(coalesce(u.group_path, u.\"group\"), '/')[1]"
+_PG_ACCOUNT = "split_part(coalesce(u.group_path, u.\"group\"), '/', 1)"
 _SUB = "coalesce(u.group_path, u.\"group\")"
 _START = "date_trunc('second', u.piece_start)"
 _END = ("CASE WHEN u.piece_end = date_trunc('second', u.piece_end) THEN u.piece_end "
-        "ELSE date_trunc('second', u.piece_end) + INTERVAL 1 SECOND END")
+        "ELSE date_trunc('second', u.piece_end) + INTERVAL '1 second' END")
 _LIST_COST = "u.list_cost"
 
 
@@ -74,10 +76,14 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-COLUMNS: list[tuple[str, str, str]] = [
+def _columns(pg: bool = False) -> list[tuple[str, str, str]]:
+    """:data:`COLUMNS` for DuckDB, or for PostgreSQL (``to_char``, ``split_part``)."""
+    account = _PG_ACCOUNT if pg else _ACCOUNT
+    invoice_month = "to_char(u.month, 'YYYY-MM')" if pg else "strftime(u.month, '%Y-%m')"
+    return [
     ("BilledCost", "DECIMAL(18,6)", _text("u.cost")),
-    ("BillingAccountId", "VARCHAR", _ACCOUNT),
-    ("BillingAccountName", "VARCHAR", _ACCOUNT),
+    ("BillingAccountId", "VARCHAR", account),
+    ("BillingAccountName", "VARCHAR", account),
     ("BillingAccountType", "VARCHAR", "'Top-level group'"),
     ("BillingCurrency", "VARCHAR", "u.currency"),
     ("BillingPeriodEnd", "TIMESTAMP", "'{billing_end}'"),
@@ -90,8 +96,8 @@ COLUMNS: list[tuple[str, str, str]] = [
      "CAST(u.gpus AS VARCHAR) || ' ' || u.gpu_type || ' GPU on ' || u.pool || ' for task ' "
      "|| u.task || ' (' || u.resource || ')'"),
     ("ChargeFrequency", "VARCHAR", "'Usage-Based'"),
-    ("ChargePeriodEnd", "TIMESTAMP", _ts(_END)),
-    ("ChargePeriodStart", "TIMESTAMP", _ts(_START)),
+    ("ChargePeriodEnd", "TIMESTAMP", _ts(_END, pg)),
+    ("ChargePeriodStart", "TIMESTAMP", _ts(_START, pg)),
     ("CommitmentDiscountCategory", "VARCHAR", "NULL"),
     ("CommitmentDiscountId", "VARCHAR", "NULL"),
     ("CommitmentDiscountName", "VARCHAR", "NULL"),
@@ -102,7 +108,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("ContractedCost", "DECIMAL(18,6)", _text("u.cost")),
     ("ContractedUnitPrice", "DECIMAL(18,6)", _text("u.per_gpu_hour")),
     ("EffectiveCost", "DECIMAL(18,6)", _text("u.cost")),
-    ("InvoiceId", "VARCHAR", f"strftime(u.month, '%Y-%m') || '/' || {_SUB}"),
+    ("InvoiceId", "VARCHAR", f"{invoice_month} || '/' || {_SUB}"),
     ("InvoiceIssuerName", "VARCHAR", _lit(PROVIDER)),
     ("ListCost", "DECIMAL(18,6)", _text(_LIST_COST)),
     ("ListUnitPrice", "DECIMAL(18,6)", _text("u.list_per_gpu_hour")),
@@ -123,8 +129,8 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("SkuMeter", "VARCHAR", "'GPU Usage'"),
     ("SkuPriceDetails", "JSON",
      "'{{\"x_GpuType\":\"' || u.gpu_type || '\",\"x_EffectiveFrom\":\"' || "
-     f"{_ts('u.price_from')} || '\"}}}}'"),
-    ("SkuPriceId", "VARCHAR", f"u.gpu_type || '@' || {_ts('u.price_from')}"),
+     f"{_ts('u.price_from', pg)} || '\"}}}}'"),
+    ("SkuPriceId", "VARCHAR", f"u.gpu_type || '@' || {_ts('u.price_from', pg)}"),
     ("SubAccountId", "VARCHAR", _SUB),
     ("SubAccountName", "VARCHAR", "u.\"group\""),
     ("SubAccountType", "VARCHAR", "'Team'"),
@@ -140,7 +146,10 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("x_Department", "VARCHAR", "u.department"),
     ("x_Gpus", "DECIMAL(12,3)", _text("u.gpus")),
     ("x_ChargeMs", "BIGINT", _text("u.ms")),
-]
+    ]
+
+
+COLUMNS = _columns()
 """The FOCUS columns in file order: name, type (the Parquet file's), and the SQL of its value
 (text) over a ``usage_by_month`` row ``u`` with its list price."""
 
@@ -266,6 +275,12 @@ FOCUS_SQL = f"""
 SELECT {" || ',' || ".join(_csv_field(expr, typ) for _, typ, expr in COLUMNS)}
 FROM ({_ROWS}) u
 ORDER BY u.piece_start, u.interval_id"""
+
+PG_FOCUS_SQL = f"""
+SELECT {" || ',' || ".join(_csv_field(expr, typ) for _, typ, expr in _columns(pg=True))}
+FROM ({_ROWS}) u
+ORDER BY u.piece_start, u.interval_id"""
+""":data:`FOCUS_SQL` in PostgreSQL (the whole ledger; docs/ha.md)."""
 """One CSV line per charge, made by DuckDB: a month of a ten-million-interval ledger is
 about a million charges of sixty columns, and one text value per row crosses into Python
 instead of sixty."""
@@ -287,6 +302,13 @@ ORDER BY 1"""
 pre-aggregated closed intervals and the few open and pending ones): thousands of rows, not
 the month's pieces."""
 
+PG_UNPRICED_SQL = """
+SELECT DISTINCT u.gpu_type FROM usage_by_month u
+WHERE u.month = {month} AND u.per_gpu_hour IS NULL
+ORDER BY 1"""
+""":data:`UNPRICED_SQL` in PostgreSQL, from the month's pieces: the read-only role reads the
+documented views only, not the internal monthly aggregate."""
+
 
 class NoPrice(ValueError):
     """Usage in the period has no price: FOCUS costs may not be null. ``gpu_types`` names
@@ -302,13 +324,21 @@ class NoPrice(ValueError):
 
 
 def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
-              chunk_rows: int = 5000, borrowed: str = "borrower") -> Iterator[str]:
+              chunk_rows: int = 5000, borrowed: str = "borrower",
+              pg: bool = False) -> Iterator[str]:
     """The FOCUS rows of one billing period (a UTC month) as CSV text in chunks, the header
     first. Raises :class:`NoPrice` before any row when usage in the period has no price.
     ``groups``: only their subtrees' rows (a group admin's), None for all. One query at a
     time on ``conn`` (a cursor the caller uses for nothing else meanwhile). ``borrowed``:
     ``settings.attribution.borrowed``; with ``split``, a Credit row per borrowing interval
-    and an Adjustment row per lending policy follow the usage rows (:data:`SPLIT_SQL`)."""
+    and an Adjustment row per lending policy follow the usage rows (:data:`SPLIT_SQL`).
+    ``pg``: ``conn`` is a psycopg connection on PostgreSQL's ledger (the whole ledger, no
+    split, only)."""
+    if pg:
+        if groups is not None or borrowed == "split":
+            raise ValueError("PostgreSQL's FOCUS export is the whole ledger's, unsplit")
+        yield from _focus_pg(conn, period, chunk_rows)
+        return
     where = "" if groups is None else "AND " + scope.visible("u", groups)
     # the month as a literal, not a parameter: DuckDB then prunes the month pieces before
     # pricing them (twice as fast); it is a date object's ISO text, nothing else
@@ -337,6 +367,23 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
         if not rows:
             break
         yield "".join(r[0] + "\n" for r in rows)
+
+
+def _focus_pg(conn, period: date, chunk_rows: int) -> Iterator[str]:
+    month = f"DATE '{date(period.year, period.month, 1).isoformat()}'"
+    missing = [r[0] for r in conn.execute(PG_UNPRICED_SQL.format(month=month)).fetchall()]
+    if missing:
+        raise NoPrice(period, missing)
+    start, end = f"{period:%Y-%m}-01T00:00:00Z", f"{next_month(period):%Y-%m-%d}T00:00:00Z"
+    with conn.cursor(name="ledger_focus") as cur:
+        cur.execute(PG_FOCUS_SQL.format(scope="", month=month, billing_start=start,
+                                        billing_end=end))
+        yield ",".join(name for name, _, _ in COLUMNS) + "\n"
+        while True:
+            rows = cur.fetchmany(chunk_rows)
+            if not rows:
+                break
+            yield "".join(r[0] + "\n" for r in rows)
 
 
 PARQUET_COLUMNS = [(name, "VARCHAR" if typ == "JSON" else typ) for name, typ, _ in COLUMNS]

@@ -76,7 +76,7 @@ def test_finance_sql_runs_in_postgresql_as_the_read_only_role(tmp_path: Path,
         s.stop()
 
 
-def test_the_csv_export_reads_postgresqls_ledger(tmp_path: Path, pg_url: str) -> None:
+def test_the_csv_and_focus_exports_read_postgresqls_ledger(tmp_path: Path, pg_url: str) -> None:
     s = Server(tmp_path, db=pg_url).start()
     try:
         finance = s.token("role:finance")
@@ -95,6 +95,18 @@ def test_the_csv_export_reads_postgresqls_ledger(tmp_path: Path, pg_url: str) ->
                             "h100-80gb,1.500,1.000,2026-03-01T10:00:00.000Z,"
                             "2026-03-01T12:00:00.000Z,finished,r,2.000000,3.000000,2.000000,"
                             "2.500000,EUR,7.500000,cli")
+        status, text = s.call("GET", "/v1/ledger/focus?period=2026-03", token=finance)
+        assert status == 200, text
+        lines = text.splitlines()
+        assert len(lines) == 2 and lines[1].startswith("7.500000,team-a,team-a,"), lines
+        with psycopg.connect(pg_url) as conn:  # usage without a price: refused, named
+            conn.execute("""INSERT INTO ledger VALUES ('T-y#1', 'T-y', 'zed', NULL, 'team-a',
+                'team-a', 'one', 'team-a/one', 'pool-1', 'a100', 1, 1, TIMESTAMP
+                '2026-03-02 10:00:00', TIMESTAMP '2026-03-02 12:00:00', 'finished', 'r',
+                'team-a', 'cli')""")
+        status, err = s.call("GET", "/v1/ledger/focus?period=2026-03", token=finance)
+        assert (status, err["error"]["code"]) == (422, "no-price"), err
+        assert "no price for GPU type a100 in 2026-03" in err["error"]["message"], err
     finally:
         s.stop()
 

@@ -116,10 +116,14 @@ async def focus(request: web.Request) -> web.StreamResponse:
     except ValueError as exc:
         raise bad_request(str(exc)) from None
     borrowed = _borrowed(request)
+    # PostgreSQL's ledger when it has all the rows asked for (the split's lending rows are
+    # derived on DuckDB only for now: docs/ha.md)
+    pg = groups is None and ctx(request).store.finance_queries is not None \
+        and borrowed != "split"
     try:
         return await _stream_csv(request, lambda cur: ledger_focus.focus_csv(
-            cur, period, groups=groups, borrowed=borrowed),
-            f"focus-{period:%Y-%m}.csv")
+            cur, period, groups=groups, borrowed=borrowed, pg=pg),
+            f"focus-{period:%Y-%m}.csv", pg=pg)
     except ledger_focus.NoPrice as exc:
         raise ApiError(422, "no-price", str(exc), {"gpu_types": exc.gpu_types}) from None
 
@@ -240,16 +244,16 @@ async def _stream_csv(request: web.Request, make, filename: str,
                       pg: bool = False) -> web.StreamResponse:
     """Streams the CSV chunks of ``make(cursor)`` (a generator, run off the event loop on a
     cursor of its own); an error raised before the first chunk propagates before any byte
-    is sent, so it becomes an ordinary error answer. ``pg``: the cursor is a server-side
-    one on PostgreSQL's ledger, as finance's read-only role (on the replica if any), on a
-    connection of its own."""
+    is sent, so it becomes an ordinary error answer. ``pg``: ``make`` gets a connection of
+    its own to PostgreSQL's ledger instead, as finance's read-only role (on the replica if
+    any)."""
     loop = asyncio.get_running_loop()
     store = ctx(request).store
     conn = None
     if pg and store.finance_queries is not None:
         readers = store.finance_queries.handles
         try:
-            conn, cur = await loop.run_in_executor(None, getattr(readers, "stream"))
+            conn = cur = await loop.run_in_executor(None, getattr(readers, "stream"))
         except ledger_sql.LedgerSqlError as exc:
             raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
     else:
