@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 ROLE = "klique_finance"
 
+FEED = ("ledger_feed",)
+"""Beside the ledger's relations: the billing feed's numbering, which the feed's pulls read
+(``kliqued.ledger.feed``; the intervals' ids in closing order, nothing more)."""
+
 
 def grant(conn: psycopg.Connection, role: str = ROLE) -> str | None:
     """Makes ``role`` finance's read-only role (see the module's docstring); returns a warning
@@ -61,7 +65,7 @@ def grant(conn: psycopg.Connection, role: str = ROLE) -> str | None:
         conn.execute(sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}")
                      .format(ident))
         conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(
-            sql.SQL(", ").join(sql.Identifier(r) for r in sandbox.RELATIONS), ident))
+            sql.SQL(", ").join(sql.Identifier(r) for r in (*sandbox.RELATIONS, *FEED)), ident))
     return None
 
 

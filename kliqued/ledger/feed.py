@@ -25,6 +25,14 @@ WHERE f.seq > ? {{scope}}
 ORDER BY f.seq
 LIMIT ?"""
 
+_PG_FEED_SQL = f"""
+SELECT f.seq, {_select_list(pg=True)}
+FROM ledger_feed f JOIN usage_priced u ON u.interval_id = f.interval_id
+WHERE f.seq > %s
+ORDER BY f.seq
+LIMIT %s"""
+""":data:`_FEED_SQL` in PostgreSQL (the whole ledger; docs/ha.md)."""
+
 COLUMNS = ["seq", *(n for n, _ in EXPORT_COLUMNS)]
 
 
@@ -44,14 +52,15 @@ def parse_cursor(text: str | None) -> int:
 
 
 def pull(conn, after: int, limit: int = 1000,
-         groups: Sequence[str] | None = None) -> dict[str, Any]:
+         groups: Sequence[str] | None = None, pg: bool = False) -> dict[str, Any]:
     """Up to ``limit`` closed intervals numbered after ``after``, in closing order:
     ``{"columns", "rows", "cursor", "more"}``; the next pull passes ``cursor``. ``groups``:
     a group admin's subtrees only (the cursor still counts every row, so it never goes
-    back)."""
+    back). ``pg``: ``conn`` is on PostgreSQL's ledger (the whole ledger)."""
     limit = max(1, min(int(limit), MAX_LIMIT))
     where = "" if groups is None else "AND " + scope.visible("u", groups)
-    rows = conn.execute(_FEED_SQL.format(scope=where), [after, limit + 1]).fetchall()
+    sql = _PG_FEED_SQL if pg else _FEED_SQL.format(scope=where)
+    rows = conn.execute(sql, [after, limit + 1]).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]
     cursor = rows[-1][0] if rows else after

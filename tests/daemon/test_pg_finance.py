@@ -76,7 +76,7 @@ def test_finance_sql_runs_in_postgresql_as_the_read_only_role(tmp_path: Path,
         s.stop()
 
 
-def test_the_csv_and_focus_exports_read_postgresqls_ledger(tmp_path: Path, pg_url: str) -> None:
+def test_exports_and_feed_read_postgresqls_ledger(tmp_path: Path, pg_url: str) -> None:
     s = Server(tmp_path, db=pg_url).start()
     try:
         finance = s.token("role:finance")
@@ -85,6 +85,9 @@ def test_the_csv_and_focus_exports_read_postgresqls_ledger(tmp_path: Path, pg_ur
                 'team-a', 'one', 'team-a/one', 'pool-1', 'h100-80gb', 1.5, 1, TIMESTAMP
                 '2026-03-01 10:00:00', TIMESTAMP '2026-03-01 12:00:00', 'finished', 'r',
                 'team-a', 'cli')""")
+            # closed as the writer closes: numbered in the feed, pending for the aggregate
+            conn.execute("INSERT INTO ledger_feed VALUES (nextval('ledger_feed_seq'), 'T-x#1')")
+            conn.execute("INSERT INTO ledger_monthly_pending SELECT * FROM ledger")
         status, text = s.call("GET", "/v1/ledger/export?from=2026-03-01T00:00:00Z"
                                      "&to=2026-03-02T00:00:00Z", token=finance)
         assert status == 200, text
@@ -107,6 +110,8 @@ def test_the_csv_and_focus_exports_read_postgresqls_ledger(tmp_path: Path, pg_ur
         status, err = s.call("GET", "/v1/ledger/focus?period=2026-03", token=finance)
         assert (status, err["error"]["code"]) == (422, "no-price"), err
         assert "no price for GPU type a100 in 2026-03" in err["error"]["message"], err
+        pulled = s.ok("GET", "/v1/ledger/feed", token=finance)
+        assert [r["interval_id"] for r in pulled["rows"]] == ["T-x#1"], pulled
     finally:
         s.stop()
 

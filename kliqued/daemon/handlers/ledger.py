@@ -22,7 +22,7 @@ from kliqued.ledger import sql as ledger_sql
 from ..auth import Principal
 from ..core import Daemon
 from ..errors import ApiError, bad_request, forbidden
-from ..querypool import Busy, Expired
+from ..querypool import Busy, Expired, QueryPool
 from ..request import ctx, principal, read_json, reply
 from ..routes import Route
 from .params import str_param, time_param
@@ -46,6 +46,15 @@ def scope(d: Daemon, p: Principal) -> list[str] | None:
             return heads
     raise forbidden("the ledger is for finance, admins and group admins (who read their "
                     "groups' subtrees)")
+
+
+def _pool(c, groups: list[str] | None) -> tuple[QueryPool, bool]:
+    """Where a ledger read runs, and whether that is PostgreSQL: the whole ledger there (as
+    the read-only role, on the replica if any) with ``--db postgresql://``; a group admin's
+    subtree, and everything on DuckDB, on the DuckDB file (its copy with PostgreSQL)."""
+    if groups is None and c.store.finance_queries is not None:
+        return c.store.finance_queries, True
+    return c.store.ledger_queries, False
 
 
 TIMEOUT_S = 10.0
@@ -208,14 +217,18 @@ async def feed(request: web.Request) -> web.Response:
     if not raw.isdigit() or not 1 <= int(raw) <= ledger_feed.MAX_LIMIT:
         raise bad_request(f"limit must be a whole number from 1 to {ledger_feed.MAX_LIMIT}, "
                           f"found {raw[:20]!r}")
+    pool, pg = _pool(c, groups)
     try:
-        body = await c.store.ledger_queries.run(
-            lambda cur: ledger_feed.pull(cur, after, int(raw), groups), arrived + TIMEOUT_S)
+        body = await pool.run(
+            lambda cur: ledger_feed.pull(cur, after, int(raw), groups, pg=pg),
+            arrived + TIMEOUT_S)
     except Busy as exc:
         raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
                        {"retry_after_s": 2}) from None
     except Expired:
         raise ApiError(422, "timeout", "the feed did not answer in time") from None
+    except ledger_sql.LedgerSqlError as exc:  # PostgreSQL's reader cannot be reached
+        raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
     return reply(body)
 
 
@@ -232,7 +245,7 @@ async def cio(request: web.Request) -> web.Response:
         period = ledger_focus.parse_period(raw)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    try:
+    try:  # on the local file's ledger: the figures derive lending (docs/ha.md)
         body = await c.store.ledger_queries.run(
             lambda cur: ledger_cio.figures(cur, period, groups), arrived + TIMEOUT_S)
     except Busy as exc:
