@@ -78,12 +78,14 @@ def register(subparsers) -> None:
                         "there, and the ledger too, with a copy in --ledger-db (docs/ha.md)")
     p.add_argument("--ledger-db", metavar="FILE", default="kliqued-ledger.duckdb",
                    help="with --db postgresql://...: the local DuckDB file with a copy of the "
-                        "events and of the ledger for the reads that still run on DuckDB; "
+                        "events and of the ledger for the reads that still run on DuckDB "
+                        "(dashboards, group admins', the audit log); "
                         "the token key and task logs go beside it (default: %(default)s)")
     p.add_argument("--ledger-replica", metavar="URL", default=None,
                    help="with --db postgresql://...: a streaming replica of it where "
-                        "finance's ledger SQL runs, so a heavy query never touches the writer "
-                        "(default: --db itself); as --ledger-role either way")
+                        "finance's reads run (ledger SQL, exports, statements, feed), so a "
+                        "heavy query never touches the writer (default: --db itself); as "
+                        "--ledger-role either way")
     p.add_argument("--ledger-role", metavar="ROLE", default="klique_finance",
                    help="with --db postgresql://...: the read-only PostgreSQL role finance's "
                         "ledger SQL logs in as: SELECT on the ledger's tables and views only "
