@@ -72,16 +72,14 @@ async def sql(request: web.Request) -> web.Response:
     limit = body.get("limit", 10000)
     timeout = float(body.get("timeout_s", TIMEOUT_S))
     deadline = arrived + timeout
-    pool, run = c.store.ledger_queries, (
-        lambda cur: ledger_sql.run_readonly(cur, body["sql"], limit=limit, timeout_s=timeout,
-                                            deadline=deadline, groups=groups))
-    if groups is None and c.store.finance_queries is not None:
-        # the whole ledger in PostgreSQL, as the read-only role (a group admin's query,
-        # rewritten to their subtree's rows, runs in the DuckDB copy's sandbox: decisions.md)
+    pool, pg = _pool(c, groups)
+    run = (lambda cur: ledger_sql.run_readonly(cur, body["sql"], limit=limit,
+                                               timeout_s=timeout, deadline=deadline,
+                                               groups=groups))
+    if pg:  # PostgreSQL's privileges, not DuckDB's sandbox (docs/ha.md)
         from kliqued.ledger import pgsql
-        pool, run = c.store.finance_queries, (
-            lambda conn: pgsql.run_readonly(conn, body["sql"], limit=limit, timeout_s=timeout,
-                                            deadline=deadline))
+        run = (lambda conn: pgsql.run_readonly(conn, body["sql"], limit=limit,
+                                               timeout_s=timeout, deadline=deadline))
     try:
         res = await pool.run(run, deadline)
     except Busy as exc:
@@ -101,7 +99,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     start, end = time_param(request, "from"), time_param(request, "to")
     if end < start:
         raise bad_request("`to` is before `from`")
-    pg = groups is None and ctx(request).store.finance_queries is not None
+    pg = _pool(ctx(request), groups)[1]
     return await _stream_csv(request, lambda cur: ledger_export.export_csv(
         cur, start, end, groups=groups, pg=pg), f"ledger.{fmt}", pg=pg)
 
@@ -127,8 +125,7 @@ async def focus(request: web.Request) -> web.StreamResponse:
     borrowed = _borrowed(request)
     # PostgreSQL's ledger when it has all the rows asked for (the split's lending rows are
     # derived on DuckDB only for now: docs/ha.md)
-    pg = groups is None and ctx(request).store.finance_queries is not None \
-        and borrowed != "split"
+    pg = _pool(ctx(request), groups)[1] and borrowed != "split"
     try:
         return await _stream_csv(request, lambda cur: ledger_focus.focus_csv(
             cur, period, groups=groups, borrowed=borrowed, pg=pg),
