@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -32,6 +32,8 @@ from .pglog import safe_label
 log = logging.getLogger(__name__)
 
 ROLE = "klique_finance"
+
+T = TypeVar("T")
 
 FEED = ("ledger_feed",)
 """Beside the ledger's relations: the billing feed's numbering, which the feed's pulls read
@@ -116,6 +118,16 @@ class Readers:
                                                 f"be used for the export: {first}") from None
         conn.read_only = True
         return conn
+
+    def call(self, fn: Callable[[Any], T], handle: Any) -> T:
+        """``fn(handle)``; a connection lost meanwhile (the replica restarted) is the 503
+        ``unavailable`` rather than a driver's traceback."""
+        try:
+            return fn(handle)
+        except psycopg.OperationalError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LedgerSqlError("unavailable", f"the ledger's database {self.label} was lost "
+                                                f"during the read: {first}") from None
 
     def release(self, handle: Any) -> None:
         """Kept for the thread's next query; a broken one is dropped."""

@@ -33,6 +33,9 @@ class Handles(Protocol):
 
     def open(self) -> Any: ...
 
+    def call(self, fn: Callable[[Any], T], handle: Any) -> T:
+        """``fn(handle)``, its errors as the handles' kind says (a lost connection)."""
+
     def release(self, handle: Any) -> None: ...
 
     def interrupt(self, handle: Any) -> None: ...
@@ -46,6 +49,9 @@ class DuckCursors:
 
     def open(self) -> Any:
         return self.conn.cursor()
+
+    def call(self, fn: Callable[[Any], T], handle: Any) -> T:
+        return fn(handle)
 
     def release(self, handle: Any) -> None:
         handle.close()
@@ -91,7 +97,7 @@ class QueryPool:
             with self._lock:
                 self._running.add(cur)
             try:
-                return fn(cur)
+                return self._handles.call(fn, cur)
             finally:
                 with self._lock:
                     self._running.discard(cur)

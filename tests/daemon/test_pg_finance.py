@@ -6,6 +6,7 @@ at its deadline with a 422, keeps the row and byte caps, and runs on the replica
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import psycopg
@@ -133,6 +134,25 @@ def test_a_heavy_query_is_stopped_at_its_deadline_with_a_clear_422(tmp_path: Pat
         assert (status, err["error"]["code"]) == (413, "too-large"), err
         # the connection is usable again after each of those
         assert s.ok("POST", "/v1/ledger/sql", {"sql": "SELECT 1"}, finance)["rows"] == [[1]]
+        # a connection lost during a query (the server restarted, a replica failed over) is
+        # a 503 naming the cause; the next query connects again
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.update(
+            r=sql(s, finance, "SELECT pg_sleep(5)", timeout_s=9)))
+        t.start()
+
+        def kill() -> bool:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                return bool(conn.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                    "application_name = 'kliqued-ledger-sql' AND state = 'active'"
+                ).fetchone()[0])
+        wait_for(kill, 10, "the finance query running")
+        t.join(15)
+        status, err = out["r"]
+        assert (status, err["error"]["code"]) == (503, "unavailable"), err
+        for _ in range(3):  # whichever of the pool's connections answers
+            assert s.ok("POST", "/v1/ledger/sql", {"sql": "SELECT 2"}, finance)["rows"] == [[2]]
     finally:
         s.stop()
 
