@@ -335,52 +335,6 @@ LEFT JOIN price_periods pp
        ON p.gpu_type = pp.gpu_type
       AND p.piece_start >= pp.effective_from AND p.piece_start < pp.effective_to"""
 
-VIEWS["reserved_idle"] = f"""
-WITH rp AS (
-    SELECT r.*, least(s.effective_to, {NOW}) AS until_at
-    FROM reservations r JOIN ({_SNAPSHOTS}) s ON s.effective_from = r.effective_from
-    WHERE r.effective_from < {NOW}),
-ev AS (
-    SELECT l.policy, l.start_at AS t, l.gpus AS d FROM ledger l
-    WHERE l.policy IN (SELECT policy FROM rp)
-    UNION ALL
-    SELECT l.policy, {_UNTIL}, -l.gpus FROM ledger l WHERE l.policy IN (SELECT policy FROM rp)
-    UNION ALL SELECT policy, effective_from, 0 FROM rp
-    UNION ALL SELECT policy, until_at, 0 FROM rp
-    UNION ALL
-    SELECT policy, generate_series(date_trunc('month', effective_from) + {MONTH}, until_at,
-                                   {MONTH}), 0
-    FROM rp),
-bp AS (SELECT policy, t, sum(d) AS d FROM ev GROUP BY 1, 2),
-seg AS (
-    SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
-           sum(d) OVER (PARTITION BY policy ORDER BY t
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS in_use
-    FROM bp),
-idle AS (
-    SELECT r.policy, r."group", r.group_path, r.gpu_type, r.gpus AS reserved,
-           date_trunc('month', s.seg_start) AS month_start, s.seg_start,
-           {_ms("s.seg_start", "s.seg_end")} AS ms,
-           greatest(r.gpus - s.in_use, 0) AS idle_gpus
-    FROM seg s JOIN rp r ON r.policy = s.policy
-     AND s.seg_start >= r.effective_from AND s.seg_start < r.until_at
-    WHERE s.seg_end > s.seg_start),
-m AS (
-    SELECT i.*, (i.ms * i.idle_gpus)::NUMERIC(38,3) AS gpu_ms, pp.per_gpu_hour, pp.currency
-    FROM idle i LEFT JOIN price_periods pp
-      ON i.gpu_type = pp.gpu_type
-     AND i.seg_start >= pp.effective_from AND i.seg_start < pp.effective_to)
-SELECT m.month_start::date AS month, m.policy, m."group", m.group_path,
-       {_levels("m")}, m.gpu_type, max(m.reserved) AS reserved,
-       {_dec(_round_div("sum(m.ms * m.reserved) * 1000", _UNITS_PER_MICRO_HOUR), _SUM)}
-           AS reserved_hours,
-       {_dec(_round_div("sum(m.gpu_ms) * 1000", _UNITS_PER_MICRO_HOUR), _SUM)} AS idle_hours,
-       min(m.currency) AS currency,
-       {_dec(_round_div(f"sum((m.gpu_ms * 1000)::numeric * {_micro('m.per_gpu_hour')})",
-                        UNITS_PER_HOUR), _SUM)} AS idle_cost
-FROM m
-GROUP BY m.month_start, m.policy, m."group", m.group_path, m.gpu_type"""
-
 VIEWS["estate_use"] = """
 WITH c AS (SELECT month, pool, min(kind) AS kind, min(gpu_type) AS gpu_type,
                   sum(gpu_hours) AS capacity_hours, sum(cost) AS capacity_cost,
@@ -404,16 +358,20 @@ WITH e AS (SELECT month, min(currency) AS currency, sum(capacity_cost) AS capaci
                   sum(cost) AS used_cost, sum(capacity_hours) AS capacity_hours,
                   sum(gpu_hours) AS used_hours
            FROM estate_use WHERE capacity_hours IS NOT NULL GROUP BY 1),
-r AS (SELECT month, sum(idle_hours) AS reserved_idle_hours, sum(idle_cost) AS reserved_idle_cost
-      FROM reserved_idle GROUP BY 1)
+r AS (SELECT month, sum(idle_hours) AS reserved_idle_hours, sum(idle_cost) AS reserved_idle_cost,
+             sum(lent_hours) AS lent_hours, sum(lent_cost) AS lent_cost
+      FROM reserved_idle GROUP BY 1),
+b AS (SELECT month, sum(borrowed_hours) AS borrowed_hours FROM borrowed_usage GROUP BY 1)
 SELECT e.month, e.currency, e.capacity_hours, e.used_hours,
        coalesce(r.reserved_idle_hours, 0) AS reserved_idle_hours,
        e.capacity_hours - e.used_hours - coalesce(r.reserved_idle_hours, 0)
            AS unreserved_idle_hours,
        e.capacity_cost, e.used_cost, coalesce(r.reserved_idle_cost, 0) AS reserved_idle_cost,
        e.capacity_cost - e.used_cost - coalesce(r.reserved_idle_cost, 0)
-           AS unreserved_idle_cost
-FROM e LEFT JOIN r ON r.month = e.month"""
+           AS unreserved_idle_cost,
+       coalesce(b.borrowed_hours, 0) AS borrowed_hours, coalesce(r.lent_hours, 0) AS lent_hours,
+       coalesce(r.lent_cost, 0) AS lent_cost
+FROM e LEFT JOIN r ON r.month = e.month LEFT JOIN b ON b.month = e.month"""
 
 VIEWS["in_use_now"] = f"""
 WITH cap AS (SELECT pool, kind, gpu_type, gpus FROM capacity_periods
@@ -426,6 +384,169 @@ SELECT coalesce(cap.pool, u.pool) AS pool, cap.kind, coalesce(cap.gpu_type, u.gp
        coalesce(u.tasks, 0) AS tasks, coalesce(u.cost_per_hour, 0) AS cost_per_hour,
        u.currency
 FROM cap FULL OUTER JOIN u ON cap.pool = u.pool"""
+
+
+# --- borrowed and lent GPU-hours (kliqued.ledger.lending's views, whose docstring says the
+# rules and the method: segments per policy, a running integral per GPU type) -------------
+
+_INTERVAL = ("interval_id", "task", "user", "project", "group", "policy", "pool", "gpu_type")
+_SCALE = 10**12
+
+
+def lending_pieces_sql(lo: str = "TIMESTAMP '-infinity'", hi: str = "TIMESTAMP 'infinity'"
+                       ) -> str:
+    """:func:`.lending.lending_pieces_sql` in PostgreSQL (the whole ledger)."""
+    cols = ", ".join("l." + q(c) for c in _INTERVAL)
+    return f"""
+WITH snap AS (
+    SELECT s.effective_from AS eff, greatest(s.effective_from, {lo}) AS from_at,
+           least(s.effective_to, {NOW}, {hi}) AS until_at
+    FROM ({_SNAPSHOTS}) s
+    WHERE s.effective_from < least({NOW}, {hi}) AND least(s.effective_to, {NOW}, {hi}) > {lo}),
+iv AS (
+    SELECT {cols}, l.group_path, (l.gpus * 1000)::bigint AS milli, l.start_at,
+           greatest(l.start_at, {lo}, (SELECT min(from_at) FROM snap)) AS t0,
+           least({_UNTIL}, {hi}, (SELECT max(until_at) FROM snap)) AS t1
+    FROM ledger l
+    WHERE l.start_at < {hi} AND {_UNTIL} > {lo}),
+ivr AS (SELECT * FROM iv WHERE t1 > t0),
+pol AS (SELECT policy FROM ivr UNION SELECT policy FROM reservations),
+res AS (
+    SELECT p.policy, s.from_at, s.until_at,
+           coalesce(r.gpus * 1000, 0)::bigint AS reserved, r.gpu_type AS res_type,
+           r."group" AS res_group, r.group_path AS res_path
+    FROM pol p CROSS JOIN snap s
+    LEFT JOIN reservations r ON r.policy = p.policy AND r.effective_from = s.eff
+    WHERE s.until_at > s.from_at),
+ev AS (
+    SELECT policy, t0 AS t, milli AS d FROM ivr
+    UNION ALL SELECT policy, t1, -milli FROM ivr
+    UNION ALL SELECT policy, from_at, 0 FROM res
+    UNION ALL SELECT policy, until_at, 0 FROM res
+    UNION ALL
+    SELECT policy, generate_series(date_trunc('month', from_at) + {MONTH}, until_at, {MONTH}), 0
+    FROM res
+    UNION ALL
+    SELECT r.policy, p.effective_from, 0 FROM res r
+    JOIN (SELECT DISTINCT effective_from FROM prices) p
+      ON p.effective_from > r.from_at AND p.effective_from < r.until_at),
+bp AS (SELECT policy, t, sum(d) AS d FROM ev GROUP BY 1, 2),
+seg AS (
+    SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
+           (sum(d) OVER (PARTITION BY policy ORDER BY t))::bigint AS in_use,
+           row_number() OVER (PARTITION BY policy ORDER BY t) AS idx
+    FROM bp),
+pseg0 AS (
+    SELECT s.policy, s.idx, s.seg_start, s.seg_end, s.in_use, r.reserved, r.res_type,
+           r.res_group, r.res_path, {_ms("s.seg_start", "s.seg_end")} AS ms
+    FROM seg s JOIN res r ON r.policy = s.policy
+     AND s.seg_start >= r.from_at AND s.seg_start < r.until_at
+    WHERE s.seg_end > s.seg_start),
+pseg AS (
+    SELECT *, sum(CASE WHEN in_use > reserved THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY policy ORDER BY idx) AS overs
+    FROM pseg0),
+cover AS (
+    SELECT i.*, generate_series(a.idx, b.idx - 1) AS idx
+    FROM ivr i JOIN seg a ON a.policy = i.policy AND a.seg_start = i.t0
+    JOIN seg b ON b.policy = i.policy AND b.seg_start = i.t1
+    JOIN pseg x ON x.policy = i.policy AND x.idx = a.idx
+    JOIN pseg y ON y.policy = i.policy AND y.idx = b.idx - 1
+    WHERE y.overs - x.overs + CASE WHEN x.in_use > x.reserved THEN 1 ELSE 0 END > 0),
+bcum AS (
+    SELECT c.*, p.seg_start, p.seg_end, p.ms, p.reserved,
+           sum(c.milli) OVER (PARTITION BY p.policy, p.idx
+                              ORDER BY c.start_at, c.interval_id) AS cum
+    FROM cover c JOIN pseg p ON p.policy = c.policy AND p.idx = c.idx
+    WHERE p.in_use > p.reserved),
+bpiece AS (SELECT *, least(milli, cum - reserved)::bigint AS borrowed FROM bcum
+           WHERE cum > reserved),
+ipiece AS (SELECT *, reserved - in_use AS idle FROM pseg
+           WHERE reserved > in_use AND res_type IS NOT NULL),
+gev AS (
+    SELECT gpu_type AS k, seg_start AS t, borrowed AS b, 0 AS i FROM bpiece
+    UNION ALL SELECT gpu_type, seg_end, -borrowed, 0 FROM bpiece
+    UNION ALL SELECT res_type, seg_start, 0, idle FROM ipiece
+    UNION ALL SELECT res_type, seg_end, 0, -idle FROM ipiece),
+gbp AS (SELECT k, t, sum(b) AS b, sum(i) AS i FROM gev GROUP BY 1, 2),
+gseg AS (
+    SELECT k, t, lead(t) OVER (PARTITION BY k ORDER BY t) AS t_next,
+           (sum(b) OVER (PARTITION BY k ORDER BY t))::numeric AS b_tot,
+           (sum(i) OVER (PARTITION BY k ORDER BY t))::numeric AS i_tot
+    FROM gbp),
+grate AS (
+    SELECT k, t,
+           CASE WHEN b_tot > 0 AND i_tot > 0 AND t_next > t
+                THEN div(least(b_tot, i_tot) * {_ms("t", "t_next")} * {_SCALE}, b_tot)
+                ELSE 0 END AS rb,
+           CASE WHEN b_tot > 0 AND i_tot > 0 AND t_next > t
+                THEN div(least(b_tot, i_tot) * {_ms("t", "t_next")} * {_SCALE}, i_tot)
+                ELSE 0 END AS ri
+    FROM gseg),
+gp AS (
+    SELECT k, t, coalesce(sum(rb) OVER w, 0) AS pb, coalesce(sum(ri) OVER w, 0) AS pi
+    FROM grate
+    WINDOW w AS (PARTITION BY k ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
+pieces AS (
+    SELECT 'borrowed' AS side, {", ".join("b." + q(c) for c in _INTERVAL)}, b.group_path,
+           b.seg_start AS piece_start, 0::bigint AS reserved,
+           b.borrowed::numeric * b.ms AS borrowed_mms, 0::numeric AS idle_mms,
+           0::numeric AS reserved_mms,
+           div(b.borrowed * (y.pb - x.pb) + {_SCALE // 2}, {_SCALE}) AS lent_mms
+    FROM bpiece b
+    JOIN gp x ON x.k = b.gpu_type AND x.t = b.seg_start
+    JOIN gp y ON y.k = b.gpu_type AND y.t = b.seg_end
+    UNION ALL
+    SELECT 'reserved', NULL, NULL, NULL, NULL, p.res_group, p.policy, NULL, p.res_type,
+           p.res_path, p.seg_start, p.reserved, 0,
+           greatest(p.reserved - p.in_use, 0)::numeric * p.ms,
+           p.reserved::numeric * p.ms,
+           CASE WHEN p.reserved > p.in_use
+                THEN div((p.reserved - p.in_use) * (y.pi - x.pi) + {_SCALE // 2}, {_SCALE})
+                ELSE 0 END
+    FROM pseg p
+    LEFT JOIN gp x ON x.k = p.res_type AND x.t = p.seg_start
+    LEFT JOIN gp y ON y.k = p.res_type AND y.t = p.seg_end
+    WHERE p.reserved > 0)
+SELECT date_trunc('month', x.piece_start)::date AS month, x.*,
+       pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from
+FROM pieces x
+LEFT JOIN price_periods pp
+       ON x.gpu_type = pp.gpu_type
+      AND x.piece_start >= pp.effective_from AND x.piece_start < pp.effective_to"""
+
+
+def _hours_of(mms: str) -> str:
+    return _dec(_round_div(f"sum({mms})", _UNITS_PER_MICRO_HOUR), _SUM)
+
+
+def _cost_of(mms: str) -> str:
+    return _dec(_round_div(f"sum(({mms})::numeric * {_micro('x.per_gpu_hour')})",
+                           _UNITS_PER_MICRO_HOUR * 1_000_000), _SUM)
+
+
+VIEWS["lending_pieces"] = lending_pieces_sql()
+
+VIEWS["borrowed_usage"] = f"""
+SELECT x.month, x.interval_id, x.task, x."group", x.group_path, {_levels("x")}, x.project,
+       x."user", x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from,
+       {_hours_of("x.borrowed_mms")} AS borrowed_hours, {_hours_of("x.lent_mms")} AS lent_hours,
+       {_cost_of("x.borrowed_mms")} AS borrowed_cost, {_cost_of("x.lent_mms")} AS lent_cost
+FROM lending_pieces x WHERE x.side = 'borrowed'
+GROUP BY x.month, x.interval_id, x.task, x."group", x.group_path, x.project, x."user",
+         x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from"""
+
+VIEWS["reserved_idle"] = f"""
+SELECT x.month, x.policy, x."group", x.group_path, {_levels("x")}, x.gpu_type,
+       (max(x.reserved) * 0.001)::numeric(12,3) AS reserved,
+       {_hours_of("x.reserved_mms")} AS reserved_hours,
+       {_hours_of("x.idle_mms - x.lent_mms")} AS idle_hours,
+       {_hours_of("x.lent_mms")} AS lent_hours,
+       min(x.currency) AS currency,
+       {_cost_of("x.idle_mms - x.lent_mms")} AS idle_cost,
+       {_cost_of("x.lent_mms")} AS lent_cost
+FROM lending_pieces x WHERE x.side = 'reserved'
+GROUP BY x.month, x.policy, x."group", x.group_path, x.gpu_type"""
 
 
 def view_statements() -> list[str]:

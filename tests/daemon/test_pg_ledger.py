@@ -144,6 +144,9 @@ def test_every_view_finance_reads_is_the_same_in_postgresql_and_duckdb(
             assert pg[1] == duck[1], f"{name}: rows differ"
             compared += len(duck[1])
         assert compared > 60
+        # borrowing and lending are exercised: team-b and team-c borrow, reservations lend
+        lent = "SELECT count(*) AS n FROM borrowed_usage WHERE lent_hours > 0"
+        assert pg_rows(pg_url, lent)[1] != [("0",)]
         # the CSV export: the same text, byte for byte
         a, b = ms("2026-08-15T00:00:00"), ms("2026-10-06T06:00:00")
         duck_csv = "".join(export.export_csv(store.conn.cursor(), a, b, chunk_rows=2))
