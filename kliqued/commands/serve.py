@@ -79,11 +79,11 @@ def register(subparsers) -> None:
     p.add_argument("--ledger-db", metavar="FILE", default="kliqued-ledger.duckdb",
                    help="with --db postgresql://...: the local DuckDB file with a copy of the "
                         "events and of the ledger for the reads that still run on DuckDB "
-                        "(dashboards, group admins', the audit log); "
+                        "(statements, dashboards, group admins', the audit log); "
                         "the token key and task logs go beside it (default: %(default)s)")
     p.add_argument("--ledger-replica", metavar="URL", default=None,
                    help="with --db postgresql://...: a streaming replica of it where "
-                        "finance's reads run (ledger SQL, exports, statements, feed), so a "
+                        "finance's reads run (ledger SQL, the exports, the feed), so a "
                         "heavy query never touches the writer (default: --db itself); as "
                         "--ledger-role either way")
     p.add_argument("--ledger-role", metavar="ROLE", default="klique_finance",
