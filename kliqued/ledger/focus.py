@@ -81,71 +81,71 @@ def _columns(pg: bool = False) -> list[tuple[str, str, str]]:
     account = _PG_ACCOUNT if pg else _ACCOUNT
     invoice_month = "to_char(u.month, 'YYYY-MM')" if pg else "strftime(u.month, '%Y-%m')"
     return [
-    ("BilledCost", "DECIMAL(18,6)", _text("u.cost")),
-    ("BillingAccountId", "VARCHAR", account),
-    ("BillingAccountName", "VARCHAR", account),
-    ("BillingAccountType", "VARCHAR", "'Top-level group'"),
-    ("BillingCurrency", "VARCHAR", "u.currency"),
-    ("BillingPeriodEnd", "TIMESTAMP", "'{billing_end}'"),
-    ("BillingPeriodStart", "TIMESTAMP", "'{billing_start}'"),
-    ("CapacityReservationId", "VARCHAR", "NULL"),
-    ("CapacityReservationStatus", "VARCHAR", "NULL"),
-    ("ChargeCategory", "VARCHAR", "'Usage'"),
-    ("ChargeClass", "VARCHAR", "NULL"),
-    ("ChargeDescription", "VARCHAR",
-     "CAST(u.gpus AS VARCHAR) || ' ' || u.gpu_type || ' GPU on ' || u.pool || ' for task ' "
-     "|| u.task || ' (' || u.resource || ')'"),
-    ("ChargeFrequency", "VARCHAR", "'Usage-Based'"),
-    ("ChargePeriodEnd", "TIMESTAMP", _ts(_END, pg)),
-    ("ChargePeriodStart", "TIMESTAMP", _ts(_START, pg)),
-    ("CommitmentDiscountCategory", "VARCHAR", "NULL"),
-    ("CommitmentDiscountId", "VARCHAR", "NULL"),
-    ("CommitmentDiscountName", "VARCHAR", "NULL"),
-    ("CommitmentDiscountStatus", "VARCHAR", "NULL"),
-    ("CommitmentDiscountType", "VARCHAR", "NULL"),
-    ("ConsumedQuantity", "DECIMAL(18,6)", _text("u.gpu_hours")),
-    ("ConsumedUnit", "VARCHAR", _lit(UNIT)),
-    ("ContractedCost", "DECIMAL(18,6)", _text("u.cost")),
-    ("ContractedUnitPrice", "DECIMAL(18,6)", _text("u.per_gpu_hour")),
-    ("EffectiveCost", "DECIMAL(18,6)", _text("u.cost")),
-    ("InvoiceId", "VARCHAR", f"{invoice_month} || '/' || {_SUB}"),
-    ("InvoiceIssuerName", "VARCHAR", _lit(PROVIDER)),
-    ("ListCost", "DECIMAL(18,6)", _text(_LIST_COST)),
-    ("ListUnitPrice", "DECIMAL(18,6)", _text("u.list_per_gpu_hour")),
-    ("PricingCategory", "VARCHAR", "'Standard'"),
-    ("PricingQuantity", "DECIMAL(18,6)", _text("u.gpu_hours")),
-    ("PricingUnit", "VARCHAR", _lit(UNIT)),
-    ("ProviderName", "VARCHAR", _lit(PROVIDER)),
-    ("PublisherName", "VARCHAR", _lit(PROVIDER)),
-    ("RegionId", "VARCHAR", "NULL"),
-    ("RegionName", "VARCHAR", "NULL"),
-    ("ResourceId", "VARCHAR", "u.task"),
-    ("ResourceName", "VARCHAR", "u.task"),
-    ("ResourceType", "VARCHAR", "'GPU task'"),
-    ("ServiceCategory", "VARCHAR", _lit(SERVICE[0])),
-    ("ServiceName", "VARCHAR", _lit(SERVICE[2])),
-    ("ServiceSubcategory", "VARCHAR", _lit(SERVICE[1])),
-    ("SkuId", "VARCHAR", "u.gpu_type"),
-    ("SkuMeter", "VARCHAR", "'GPU Usage'"),
-    ("SkuPriceDetails", "JSON",
-     "'{{\"x_GpuType\":\"' || u.gpu_type || '\",\"x_EffectiveFrom\":\"' || "
-     f"{_ts('u.price_from', pg)} || '\"}}}}'"),
-    ("SkuPriceId", "VARCHAR", f"u.gpu_type || '@' || {_ts('u.price_from', pg)}"),
-    ("SubAccountId", "VARCHAR", _SUB),
-    ("SubAccountName", "VARCHAR", "u.\"group\""),
-    ("SubAccountType", "VARCHAR", "'Team'"),
-    ("Tags", "JSON",
-     "'{{\"klique/user\":\"' || u.\"user\" || '\",\"klique/project\":' || "
-     "coalesce('\"' || u.project || '\"', 'null') || ',\"klique/pool\":\"' || u.pool || "
-     "'\",\"klique/gpu_type\":\"' || u.gpu_type || '\",\"klique/policy\":\"' || "
-     "u.policy || '\",\"klique/profile\":\"' || u.profile || '\",\"klique/group\":\"' "
-     "|| u.\"group\" || '\",\"klique/channel\":' || "
-     "coalesce('\"' || u.channel || '\"', 'null') || '}}'"),
-    ("x_IntervalId", "VARCHAR", "u.interval_id"),
-    ("x_BusinessUnit", "VARCHAR", "u.business_unit"),
-    ("x_Department", "VARCHAR", "u.department"),
-    ("x_Gpus", "DECIMAL(12,3)", _text("u.gpus")),
-    ("x_ChargeMs", "BIGINT", _text("u.ms")),
+        ("BilledCost", "DECIMAL(18,6)", _text("u.cost")),
+        ("BillingAccountId", "VARCHAR", account),
+        ("BillingAccountName", "VARCHAR", account),
+        ("BillingAccountType", "VARCHAR", "'Top-level group'"),
+        ("BillingCurrency", "VARCHAR", "u.currency"),
+        ("BillingPeriodEnd", "TIMESTAMP", "'{billing_end}'"),
+        ("BillingPeriodStart", "TIMESTAMP", "'{billing_start}'"),
+        ("CapacityReservationId", "VARCHAR", "NULL"),
+        ("CapacityReservationStatus", "VARCHAR", "NULL"),
+        ("ChargeCategory", "VARCHAR", "'Usage'"),
+        ("ChargeClass", "VARCHAR", "NULL"),
+        ("ChargeDescription", "VARCHAR",
+         "CAST(u.gpus AS VARCHAR) || ' ' || u.gpu_type || ' GPU on ' || u.pool || ' for task ' "
+         "|| u.task || ' (' || u.resource || ')'"),
+        ("ChargeFrequency", "VARCHAR", "'Usage-Based'"),
+        ("ChargePeriodEnd", "TIMESTAMP", _ts(_END, pg)),
+        ("ChargePeriodStart", "TIMESTAMP", _ts(_START, pg)),
+        ("CommitmentDiscountCategory", "VARCHAR", "NULL"),
+        ("CommitmentDiscountId", "VARCHAR", "NULL"),
+        ("CommitmentDiscountName", "VARCHAR", "NULL"),
+        ("CommitmentDiscountStatus", "VARCHAR", "NULL"),
+        ("CommitmentDiscountType", "VARCHAR", "NULL"),
+        ("ConsumedQuantity", "DECIMAL(18,6)", _text("u.gpu_hours")),
+        ("ConsumedUnit", "VARCHAR", _lit(UNIT)),
+        ("ContractedCost", "DECIMAL(18,6)", _text("u.cost")),
+        ("ContractedUnitPrice", "DECIMAL(18,6)", _text("u.per_gpu_hour")),
+        ("EffectiveCost", "DECIMAL(18,6)", _text("u.cost")),
+        ("InvoiceId", "VARCHAR", f"{invoice_month} || '/' || {_SUB}"),
+        ("InvoiceIssuerName", "VARCHAR", _lit(PROVIDER)),
+        ("ListCost", "DECIMAL(18,6)", _text(_LIST_COST)),
+        ("ListUnitPrice", "DECIMAL(18,6)", _text("u.list_per_gpu_hour")),
+        ("PricingCategory", "VARCHAR", "'Standard'"),
+        ("PricingQuantity", "DECIMAL(18,6)", _text("u.gpu_hours")),
+        ("PricingUnit", "VARCHAR", _lit(UNIT)),
+        ("ProviderName", "VARCHAR", _lit(PROVIDER)),
+        ("PublisherName", "VARCHAR", _lit(PROVIDER)),
+        ("RegionId", "VARCHAR", "NULL"),
+        ("RegionName", "VARCHAR", "NULL"),
+        ("ResourceId", "VARCHAR", "u.task"),
+        ("ResourceName", "VARCHAR", "u.task"),
+        ("ResourceType", "VARCHAR", "'GPU task'"),
+        ("ServiceCategory", "VARCHAR", _lit(SERVICE[0])),
+        ("ServiceName", "VARCHAR", _lit(SERVICE[2])),
+        ("ServiceSubcategory", "VARCHAR", _lit(SERVICE[1])),
+        ("SkuId", "VARCHAR", "u.gpu_type"),
+        ("SkuMeter", "VARCHAR", "'GPU Usage'"),
+        ("SkuPriceDetails", "JSON",
+         "'{{\"x_GpuType\":\"' || u.gpu_type || '\",\"x_EffectiveFrom\":\"' || "
+         f"{_ts('u.price_from', pg)} || '\"}}}}'"),
+        ("SkuPriceId", "VARCHAR", f"u.gpu_type || '@' || {_ts('u.price_from', pg)}"),
+        ("SubAccountId", "VARCHAR", _SUB),
+        ("SubAccountName", "VARCHAR", "u.\"group\""),
+        ("SubAccountType", "VARCHAR", "'Team'"),
+        ("Tags", "JSON",
+         "'{{\"klique/user\":\"' || u.\"user\" || '\",\"klique/project\":' || "
+         "coalesce('\"' || u.project || '\"', 'null') || ',\"klique/pool\":\"' || u.pool || "
+         "'\",\"klique/gpu_type\":\"' || u.gpu_type || '\",\"klique/policy\":\"' || "
+         "u.policy || '\",\"klique/profile\":\"' || u.profile || '\",\"klique/group\":\"' "
+         "|| u.\"group\" || '\",\"klique/channel\":' || "
+         "coalesce('\"' || u.channel || '\"', 'null') || '}}'"),
+        ("x_IntervalId", "VARCHAR", "u.interval_id"),
+        ("x_BusinessUnit", "VARCHAR", "u.business_unit"),
+        ("x_Department", "VARCHAR", "u.department"),
+        ("x_Gpus", "DECIMAL(12,3)", _text("u.gpus")),
+        ("x_ChargeMs", "BIGINT", _text("u.ms")),
     ]
 
 
@@ -275,15 +275,15 @@ FOCUS_SQL = f"""
 SELECT {" || ',' || ".join(_csv_field(expr, typ) for _, typ, expr in COLUMNS)}
 FROM ({_ROWS}) u
 ORDER BY u.piece_start, u.interval_id"""
+"""One CSV line per charge, made by DuckDB: a month of a ten-million-interval ledger is
+about a million charges of sixty columns, and one text value per row crosses into Python
+instead of sixty."""
 
 PG_FOCUS_SQL = f"""
 SELECT {" || ',' || ".join(_csv_field(expr, typ) for _, typ, expr in _columns(pg=True))}
 FROM ({_ROWS}) u
 ORDER BY u.piece_start, u.interval_id"""
 """:data:`FOCUS_SQL` in PostgreSQL (the whole ledger; docs/ha.md)."""
-"""One CSV line per charge, made by DuckDB: a month of a ten-million-interval ledger is
-about a million charges of sixty columns, and one text value per row crosses into Python
-instead of sixty."""
 
 SPLIT_SQL = f"""
 SELECT {" || ',' || ".join(_csv_field(_split_column(name, expr), typ)
