@@ -217,6 +217,12 @@ class PgLog:
                         "FROM ledger_feed")
         return copied
 
+    def ledger_fingerprint(self) -> tuple:
+        """``store.FINGERPRINT`` of this ledger."""
+        from .store import FINGERPRINT
+        row = self.conn.execute(FINGERPRINT).fetchone()
+        return tuple(int(v) for v in row) if row else ()
+
     def read_table(self, table: str) -> tuple[list[str], Iterator[tuple]]:
         """A ledger table's columns and its rows (streamed by a server-side cursor): what
         fills a new local file's copy of the ledger (``Store._seed_ledger``)."""

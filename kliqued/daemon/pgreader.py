@@ -42,7 +42,16 @@ FEED = ("ledger_feed",)
 
 def grant(conn: psycopg.Connection, role: str = ROLE) -> str | None:
     """Makes ``role`` finance's read-only role (see the module's docstring); returns a warning
-    when it cannot (the role is missing and kliqued may not create it), None when done."""
+    when it cannot (the role is missing and kliqued may not create it; another daemon
+    granting at the same moment), None when done."""
+    try:
+        return _grant(conn, role)
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"could not grant finance's role {role} its reads ({first}): docs/ha.md"
+
+
+def _grant(conn: psycopg.Connection, role: str) -> str | None:
     ident = sql.Identifier(role)
     with conn.transaction():
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone()

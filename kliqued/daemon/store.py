@@ -50,6 +50,15 @@ SCHEMA = [
 
 CHECKPOINT_WAL = "256MB"
 
+FINGERPRINT = ("SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM ledger WHERE "
+               "end_at IS NULL), (SELECT coalesce(max(seq), 0) FROM ledger_feed), "
+               "(SELECT count(*) FROM prices), (SELECT count(*) FROM capacity), "
+               "(SELECT count(*) FROM cloud_nodes), (SELECT count(*) FROM cloud_nodes WHERE "
+               "end_at IS NULL)")
+"""What tells a local copy of the ledger from PostgreSQL's, in SQL both run: rows opened
+and closed, prices, capacity snapshots, cloud nodes (a copy behind another daemon's lead
+differs in one of them)."""
+
 DECISION_TABLE = "CREATE TABLE IF NOT EXISTS log_decision (gid VARCHAR)"
 """With the log in PostgreSQL: the name of the last batch this file committed, the decision
 of the two-phase commit (at most one row)."""
@@ -218,8 +227,14 @@ class Store:
         pg_empty = getattr(log, "ledger_empty")()
         if pg_empty and not file_empty:
             self.seeded = log.seed_ledger(self._file_table)
-        elif file_empty and not pg_empty:
-            self.seeded_file = self._fill_file(log)
+        elif not pg_empty and (file_empty or self._one_row(FINGERPRINT)
+                               != getattr(log, "ledger_fingerprint")()):
+            # new, or behind: another daemon led meanwhile (a standby's file, a takeover)
+            self.seeded_file = self._fill_file(log, replace=not file_empty)
+
+    def _one_row(self, sql: str) -> tuple:
+        row = self.conn.execute(sql).fetchone()
+        return tuple(int(v) for v in row) if row else ()
 
     def _file_table(self, table: str, columns: list[str]) -> Iterator[tuple]:
         cur = self.conn.cursor()
@@ -230,12 +245,14 @@ class Store:
         finally:
             cur.close()
 
-    def _fill_file(self, log: Any) -> int:
-        """Copies PostgreSQL's ledger into this (new) file's, in one transaction; returns
-        the ledger rows copied."""
+    def _fill_file(self, log: Any, replace: bool = False) -> int:
+        """Copies PostgreSQL's ledger into this file's (``replace``: in place of what it
+        had), in one transaction; returns the ledger rows copied."""
         copied = 0
         self.conn.execute("BEGIN TRANSACTION")
         try:
+            for table in log.SEED_TABLES if replace else ():
+                self.conn.execute(f"DELETE FROM {table}")
             for table in log.SEED_TABLES:
                 columns, rows = log.read_table(table)
                 if ledger_schema._columns(self.conn, table) != columns:

@@ -247,3 +247,30 @@ def test_a_new_local_file_gets_postgresqls_ledger(tmp_path: Path, pg_url: str,
         assert pg_rows(pg_url, sql) == duck_rows(store, sql)
     finally:
         store.close()
+
+
+def test_a_file_behind_another_daemons_lead_gets_postgresqls_ledger_again(
+        tmp_path: Path, pg_url: str, estate) -> None:
+    batches = history(estate)
+    for seq, batch in enumerate(batches, 1):
+        batch.rows.append(Event("tick").row(seq, 1000 + seq))
+    first = Store(str(tmp_path / "a.duckdb"), PgLog(pg_url))
+    first.ensure_schema()
+    for batch in batches[:3]:
+        first.commit_sync(batch)
+    first.close()
+    other = Store(str(tmp_path / "b.duckdb"), PgLog(pg_url))  # another daemon leads
+    other.ensure_schema()
+    for batch in batches[3:]:
+        other.commit_sync(batch)
+    other.close()
+    store = Store(str(tmp_path / "a.duckdb"), PgLog(pg_url))  # the first leads again
+    store.ensure_schema()
+    try:
+        assert store.seeded_file == 6
+        for name in sandbox.RELATIONS:
+            if name not in UNTIL_NOW:
+                assert pg_rows(pg_url, f"SELECT * FROM {name}") == \
+                    duck_rows(store, f"SELECT * FROM {name}"), name
+    finally:
+        store.close()
