@@ -9,10 +9,11 @@ so the daemon and the simulator pay for it only when the estate changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from threading import Lock
 
 from compiler.compiled import CBudget, CompiledEstate
+from klique_util.units import SECOND_MS
 
 from .periods import Period
 
@@ -72,6 +73,13 @@ class GroupInfo:
     project_rank: dict[str, int] | None = field(default=None, hash=False, compare=False)
     """With ``project_priority``: each listed project's place in the queue order (tasks of
     no listed project after them); None: submission order only."""
+    outer: tuple[tuple[str, int, int], ...] = ()
+    """``levels[1:]`` resolved: (group, reservation, limit) of each envelope above, nearest
+    first. The limit and reservation checks run per candidate on the hot path; this spares
+    them a lookup per level."""
+    budgeted: tuple[tuple[str, CBudget, int], ...] = ()
+    """The levels with a budget, nearest first: (group, budget, low watermark in ms). The
+    start check runs at each of them; levels without a budget always pass it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,12 @@ def _build(estate: CompiledEstate) -> EstateIndex:
             levels=chain or (pol.group,), envelope=pol.envelope,
             subtree_resources=tuple(sorted(set(subtree_res.get(pol.group, [])))),
             user_limit=pol.user_limit_milli, project_rank=rank)
+    for name, group_info in groups.items():
+        groups[name] = replace(
+            group_info, outer=tuple((x, groups[x].reservation, groups[x].limit)
+                                    for x in group_info.levels[1:]),
+            budgeted=tuple((x, b, b.low_watermark_s * SECOND_MS) for x in group_info.levels
+                           if (b := groups[x].budget) is not None))
     group_levels: dict[str, tuple[str, ...]] = {}
     for g in estate.groups:
         up = [g.name] + list(g.ancestors)

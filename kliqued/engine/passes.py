@@ -51,13 +51,19 @@ def run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
     The cyclic garbage collector is held off while the pass runs: with 100,000 tasks in
     memory a full collection takes longer than a pass, and a pass makes no reference cycles
     worth collecting, so the collection runs after the pass instead of in the middle of
-    it (reference counting still frees everything as usual)."""
+    it (reference counting still frees everything as usual). What is left of each budget at
+    ``now`` is looked up once per pass (``State.pass_budget_left``)."""
+    state.pass_budget_left = {}
     if not gc.isenabled():
-        return _run_pass(index, state, now)
+        try:
+            return _run_pass(index, state, now)
+        finally:
+            state.pass_budget_left = None
     gc.disable()
     try:
         return _run_pass(index, state, now)
     finally:
+        state.pass_budget_left = None
         gc.enable()
 
 

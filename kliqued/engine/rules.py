@@ -5,17 +5,19 @@ The passes decide with these functions and ``reasons`` explains with the same on
 (``first_failing``), so the reason a person reads cannot drift from the decision. A task is
 counted at its levels (organisation.md: its group, then each envelope above); every check
 here runs over them, with a short path for the flat group (one level), which is the common
-case and must cost what it did before departments. They are small and called per candidate on the hot path: no allocation
-beyond the key tuple, no lookups the caller already made twice.
+case and must cost what it did before departments. They are small and called per candidate
+on the hot path: no allocation beyond the key tuple, no lookups the caller already made
+twice; the levels' numbers come resolved from the index (``GroupInfo.outer``, ``budgeted``).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from compiler.compiled import CBudget
 from klique_util.nodefit import choose_nodes
 
-from .budget import start_ok
+from .budget import remaining, start_ok
 from .index import CRInfo, EstateIndex, GroupInfo
 from .state import State, Task
 
@@ -49,11 +51,9 @@ def limit_room(index: EstateIndex, state: State, gi: GroupInfo) -> int:
     """Milli-GPUs a task of ``gi`` may take under every level's limit (organisation.md
     "Limits": ``used(x) + s <= limit(x)`` at every level)."""
     used = state.used
-    groups = index.groups
     room = gi.limit - used.get(gi.name, 0)
-    for x in gi.levels[1:]:
-        xi = groups[x]
-        r = xi.limit - used.get(x, 0)
+    for x, _, limit in gi.outer:
+        r = limit - used.get(x, 0)
         if r < room:
             room = r
     return room
@@ -64,11 +64,9 @@ def reservation_room(index: EstateIndex, state: State, gi: GroupInfo,
     """The largest task of ``gi`` that is within reservation at some level among its first
     ``upto + 1`` (all when None): ``used(x) + s <= reservation(x)`` at one of them."""
     used = state.used
-    groups = index.groups
-    levels = gi.levels if upto is None else gi.levels[:upto + 1]
     room = gi.reservation - used.get(gi.name, 0)
-    for x in levels[1:]:
-        r = groups[x].reservation - used.get(x, 0)
+    for x, reservation, _ in (gi.outer if upto is None else gi.outer[:upto]):
+        r = reservation - used.get(x, 0)
         if r > room:
             room = r
     return room
@@ -78,9 +76,10 @@ def innermost_within(index: EstateIndex, state: State, gi: GroupInfo, size: int)
     """The place (0 = the group's own) of the nearest level at which a task of ``size`` is
     within reservation, or None. Its subtree is the guarantee a reclaim restores."""
     used = state.used
-    groups = index.groups
-    for i, x in enumerate(gi.levels):
-        if used.get(x, 0) + size <= groups[x].reservation:
+    if used.get(gi.name, 0) + size <= gi.reservation:
+        return 0
+    for i, (x, reservation, _) in enumerate(gi.outer, 1):
+        if used.get(x, 0) + size <= reservation:
             return i
     return None
 
@@ -91,12 +90,24 @@ def headroom(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     at most this): under every level's limit, and in phases 1 and 2 (``lend`` False) within
     reservation at one of the first ``upto + 1`` levels (all when None)."""
     gi = index.groups[cr.group]
-    if len(gi.levels) == 1:
-        return phase_cap(gi, lend) - state.used.get(cr.group, 0)
-    room = limit_room(index, state, gi)
-    if lend:
+    used = state.used
+    own = used.get(gi.name, 0)
+    outer = gi.outer
+    if not outer:
+        return phase_cap(gi, lend) - own
+    # limit_room and reservation_room in one walk over the levels (called per candidate).
+    room = gi.limit - own
+    within = gi.reservation - own
+    last = len(outer) if upto is None else upto
+    for i, (x, reservation, limit) in enumerate(outer):
+        u = used.get(x, 0)
+        if limit - u < room:
+            room = limit - u
+        if i < last and reservation - u > within:
+            within = reservation - u
+    if lend or within > room:
         return room
-    return min(room, reservation_room(index, state, gi, upto))
+    return within
 
 
 def user_ok(state: State, gi: GroupInfo, t: Task) -> bool:
@@ -105,40 +116,58 @@ def user_ok(state: State, gi: GroupInfo, t: Task) -> bool:
     return ul is None or state.user_used.get((gi.name, t.user), 0) + t.size <= ul
 
 
-def _level_budget_ok(state: State, gi: GroupInfo, x: str, weight: int, now: int) -> bool:
-    b = gi.budget
-    return b is None or start_ok(state.meter(x), b, weight, now, state.enabled)
+def _level_budget_ok(state: State, x: str, b: CBudget, watermark_ms: int, weight: int,
+                     now: int) -> bool:
+    """budget.start_ok at level ``x``. Within a pass (``state.pass_budget_left`` set) what is
+    left of the level's budget is looked up once: at one moment it changes with no placement
+    or preemption (they change the rate, and charges accrue only as time passes), while
+    the rate and the weighted-task count are read as they are now."""
+    m = state.meters.get(x)
+    if m is None:
+        m = state.meter(x)
+    cache = state.pass_budget_left
+    if cache is None:
+        return start_ok(m, b, weight, now, state.enabled)
+    left = cache.get(x)
+    if left is None:
+        left = cache[x] = remaining(m, b, now, state.enabled)
+    if left <= 0:
+        return False
+    return m.weighted_tasks == 0 or left >= (m.rate + weight) * watermark_ms
 
 
 def failing_budget_level(index: EstateIndex, state: State, cr: CRInfo, now: int) -> str | None:
     """The nearest level whose budget start check a task of ``cr`` fails, or None. Weight-0
     work and levels without a budget always pass (engine.md; organisation.md "Budgets at
     every level")."""
-    if cr.weight <= 0:
+    w = cr.weight
+    if w <= 0:
         return None
-    groups = index.groups
-    for x in groups[cr.group].levels:
-        if not _level_budget_ok(state, groups[x], x, cr.weight, now):
+    for x, b, wm in index.groups[cr.group].budgeted:
+        if not _level_budget_ok(state, x, b, wm, w, now):
             return x
     return None
 
 
 def budget_ok(index: EstateIndex, state: State, cr: CRInfo, now: int) -> bool:
     """The budget check: the start check of budget.py at every budgeted level."""
-    if cr.weight <= 0:
+    w = cr.weight
+    if w <= 0:
         return True
-    gi = index.groups[cr.group]
-    if len(gi.levels) == 1:
-        return _level_budget_ok(state, gi, cr.group, cr.weight, now)
-    return failing_budget_level(index, state, cr, now) is None
+    for x, b, wm in index.groups[cr.group].budgeted:
+        if not _level_budget_ok(state, x, b, wm, w, now):
+            return False
+    return True
 
 
 def failing_limit_level(index: EstateIndex, state: State, gi: GroupInfo,
                         size: int) -> str | None:
     """The nearest level whose limit a task of ``size`` would pass, or None."""
     used = state.used
-    for x in gi.levels:
-        if used.get(x, 0) + size > index.groups[x].limit:
+    if used.get(gi.name, 0) + size > gi.limit:
+        return gi.name
+    for x, _, limit in gi.outer:
+        if used.get(x, 0) + size > limit:
             return x
     return None
 
