@@ -67,7 +67,8 @@ class Meter:
 
     def change(self, now: int, charging: bool, weight: int, size: int) -> None:
         """A task of this weight and size was placed (+) or left its pool (-)."""
-        self.settle(now, charging)
+        if now != self.since or now != self.gpu_since:  # else nothing to settle
+            self.settle(now, charging)
         self.rate += weight
         self.gpu_rate += size
 

@@ -633,8 +633,19 @@ class State:
         used = self.used
         gi = self.index.groups.get(g) if self.index is not None else None
         levels = gi.levels if gi is not None else (g,)
+        # Every level counts the task: its GPUs, and its budget meter's rate from now on.
+        meters = self.meters
+        enabled = self.enabled
+        weight = t.weight
         for x in levels:
             used[x] = used.get(x, 0) + size
+            m = meters.get(x)
+            if m is None:
+                m = self.meter(x)
+            m.change(now, enabled, weight, size)
+            if weight > 0:
+                m.weighted_tasks += 1
+        self.rate_changed.update(levels)
         uk = (g, t.user)
         self.user_used[uk] = self.user_used.get(uk, 0) + size
         self.pool_used[pool] = self.pool_used.get(pool, 0) + size
@@ -660,12 +671,6 @@ class State:
             t.start_deadline = None
         else:
             self._start_timer(t, now)
-        for x in levels:
-            m = self.meter(x)
-            m.change(now, self.enabled, t.weight, size)
-            if t.weight > 0:
-                m.weighted_tasks += 1
-            self.rate_changed.add(x)
         self.version += 1
 
     def _unplace(self, t: Task, now: int) -> None:
@@ -677,8 +682,18 @@ class State:
         gi = idx.groups.get(g) if idx is not None else None
         levels = gi.levels if gi is not None else (g,)
         used = self.used
+        meters = self.meters
+        enabled = self.enabled
+        weight = t.weight
         for x in levels:
             used[x] -= size
+            m = meters.get(x)
+            if m is None:
+                m = self.meter(x)
+            m.change(now, enabled, -weight, -size)
+            if weight > 0:
+                m.weighted_tasks -= 1
+        self.rate_changed.update(levels)
         self.user_used[(g, t.user)] -= size
         self.pool_used[pool] -= size
         if pool in self.free:
@@ -698,12 +713,6 @@ class State:
         del self.placed_by_group[g][t.id]
         del self.placed_by_pool_group[pool][g][t.id]
         self.pool_group_used[pool][g] -= size
-        for x in levels:
-            m = self.meter(x)
-            m.change(now, self.enabled, -t.weight, -size)
-            if t.weight > 0:
-                m.weighted_tasks -= 1
-            self.rate_changed.add(x)
         t.pool = None
         self.version += 1
         # Room and headroom were given back: waiting work of the task's levels may now go.
