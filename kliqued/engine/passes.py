@@ -280,13 +280,20 @@ def _head(state: State, gi: GroupInfo, q: CRQueue) -> Task | None:
 
 
 def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
-               now: int, upto: int | None = None) -> tuple[Task, str] | None:
-    """The task this compute resource may place now in this phase, and its pool."""
+               now: int, upto: int | None = None,
+               rooms: dict[str, int] | None = None) -> tuple[Task, str] | None:
+    """The task this compute resource may place now in this phase, and its pool. ``rooms``:
+    each group's headroom while nothing is placed (a phase's first look at every queue
+    asks once per group, not once per compute resource)."""
     q = state.queues.get(cr.name)
     if q is None or not q.live:
         return None
     gi = index.groups[cr.group]
-    room = headroom(index, state, cr, lend, upto)
+    room = rooms.get(cr.group) if rooms is not None else None
+    if room is None:
+        room = headroom(index, state, cr, lend, upto)
+        if rooms is not None:
+            rooms[cr.group] = room
     if cr.strict:
         t = q.head() if gi.user_limit is None else _head(state, gi, q)
         if t is None or t.size > room:
@@ -345,11 +352,11 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
     by_pool: dict[str, list[tuple[int, int, str]]] = {}
     counter = 0
 
-    def evaluate(name: str) -> None:
+    def evaluate(name: str, rooms: dict[str, int] | None = None) -> None:
         nonlocal counter
         cr = resources.get(name)
         w.forget(name)
-        c = _candidate(index, state, cr, lend, now, upto) if cr is not None else None
+        c = _candidate(index, state, cr, lend, now, upto, rooms) if cr is not None else None
         counter += 1
         if c is None or cr is None:
             cand.pop(name, None)
@@ -398,8 +405,9 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
             heapq.heappush(heap, (key, -v, name, pool))
             return
 
+    rooms: dict[str, int] = {}  # nothing is placed (nor used) while these are looked at
     for name in sorted(state.active):
-        evaluate(name)
+        evaluate(name, rooms)
     if lend:
         for p in sorted(state.freed_pools):
             pull(p)
@@ -530,19 +538,22 @@ def _hold(state: State, level: str, name: str) -> None:
 # ------------------------------------------------------------------------ phase 2
 
 def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo,
-                       upto: int | None = None) -> Task | None:
+                       upto: int | None = None,
+                       rooms: dict[str, int] | None = None) -> Task | None:
     """The head within reservation at one of the first ``upto + 1`` levels (all when None;
     best_effort: the first such task). Limits are not asked here: a reclaim may free an
     envelope's limit too (organisation.md "Reclaim"). A task its user's limit holds back
-    triggers no reclaim."""
+    triggers no reclaim. ``rooms``: as for ``_candidate``."""
     q = state.queues.get(cr.name)
     if q is None or not q.live:
         return None
     gi = index.groups[cr.group]
-    if len(gi.levels) == 1:
-        room = headroom(index, state, cr, False)
-    else:
-        room = reservation_room(index, state, gi, upto)
+    room = rooms.get(cr.group) if rooms is not None else None
+    if room is None:
+        room = (headroom(index, state, cr, False) if len(gi.levels) == 1
+                else reservation_room(index, state, gi, upto))
+        if rooms is not None:
+            rooms[cr.group] = room
     if cr.strict:
         t = _head(state, gi, q)
         return t if t is not None and t.size <= room else None
@@ -568,11 +579,11 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
     heap: list[tuple[Key, str, str]] = []
     queued: dict[str, str] = {}
 
-    def push(name: str) -> None:
+    def push(name: str, rooms: dict[str, int] | None = None) -> None:
         cr = resources.get(name)
         if cr is None:
             return
-        t = _reclaim_candidate(index, state, cr, upto)
+        t = _reclaim_candidate(index, state, cr, upto, rooms)
         if t is None:
             queued.pop(name, None)
             # Not within reservation at the levels of this round; a later round (an envelope
@@ -585,8 +596,9 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
         queued[name] = t.id
         heapq.heappush(heap, (order_key(cr, cr.first_exec_pos, t), t.id, name))
 
+    rooms: dict[str, int] = {}  # nothing is placed (nor used) while these are looked at
     for name in sorted(names):
-        push(name)
+        push(name, rooms)
     changed = False
     done: set[str] = set()
     while heap:
