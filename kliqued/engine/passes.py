@@ -433,11 +433,13 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         cr = resources[name]
         gi = groups[cr.group]
         if (state.free.get(pool, -1) < t.size
-                or (state.node_free and not fits(state, cr, pool, t.size))
-                or t.size > headroom(index, state, cr, lend, upto)
-                or (gi.user_limit is not None and not user_ok(state, gi, t))
-                or not budget_ok(index, state, cr, now)):
+                or (state.node_free and not fits(state, cr, pool, t.size))):
             evaluate(name)
+            continue
+        room = headroom(index, state, cr, lend, upto)
+        if (t.size > room or (gi.user_limit is not None and not user_ok(state, gi, t))
+                or not budget_ok(index, state, cr, now)):
+            evaluate(name, {cr.group: room})  # the same headroom: nothing changed since
             continue
         del cand[name]
         state.place(t, pool, now)

@@ -119,18 +119,17 @@ def user_ok(state: State, gi: GroupInfo, t: Task) -> bool:
 def _level_budget_ok(state: State, x: str, b: CBudget, watermark_ms: int, weight: int,
                      now: int) -> bool:
     """budget.start_ok at level ``x``. Within a pass (``state.pass_budget_left`` set) what is
-    left of the level's budget is looked up once: at one moment it changes with no placement
-    or preemption (they change the rate, and charges accrue only as time passes), while
-    the rate and the weighted-task count are read as they are now."""
-    m = state.meters.get(x)
-    if m is None:
-        m = state.meter(x)
+    left of the level's budget is looked up once, with its meter: at one moment it changes
+    with no placement or preemption (they change the rate, and charges accrue only as time
+    passes), while the rate and the weighted-task count are read as they are now."""
     cache = state.pass_budget_left
     if cache is None:
-        return start_ok(m, b, weight, now, state.enabled)
-    left = cache.get(x)
-    if left is None:
-        left = cache[x] = remaining(m, b, now, state.enabled)
+        return start_ok(state.meter(x), b, weight, now, state.enabled)
+    hit = cache.get(x)
+    if hit is None:
+        m = state.meter(x)
+        hit = cache[x] = (remaining(m, b, now, state.enabled), m)
+    left, m = hit
     if left <= 0:
         return False
     return m.weighted_tasks == 0 or left >= (m.rate + weight) * watermark_ms

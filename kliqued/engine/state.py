@@ -199,10 +199,10 @@ class State:
         self.pending_cancellations: list[Cancellation] = []
         self.version = 0
         """Bumped by every change: a PassResult's lazy views refuse a changed state."""
-        self.pass_budget_left: dict[str, int] | None = None
+        self.pass_budget_left: dict[str, tuple[int, Meter]] | None = None
         """While a pass runs: what is left of each budgeted level's budget at the pass's
-        moment, as the start checks first ask for it (rules._level_budget_ok); None between
-        passes."""
+        moment, and its meter, as the start checks first ask for them
+        (rules._level_budget_ok); None between passes."""
         self.no_worker: set[str] = set()
         """Pools with no live worker (the caller says so: ``set_pool_live``)."""
         self.unavailable: set[str] = set()
