@@ -556,12 +556,12 @@ def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo,
                 else reservation_room(index, state, gi, upto))
         if rooms is not None:
             rooms[cr.group] = room
-    if cr.strict:
-        t = _head(state, gi, q)
-        return t if t is not None and t.size <= room else None
     smallest = q.min_size()
     if smallest is None or smallest > room:
         return None
+    if cr.strict:
+        t = _head(state, gi, q)
+        return t if t is not None and t.size <= room else None
     limited = gi.user_limit is not None
     for t in q:
         if t.size <= room and (not limited or user_ok(state, gi, t)):
