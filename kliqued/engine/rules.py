@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from compiler.compiled import CBudget
 from klique_util.nodefit import choose_nodes
 
 from .budget import remaining, start_ok
@@ -116,47 +115,39 @@ def user_ok(state: State, gi: GroupInfo, t: Task) -> bool:
     return ul is None or state.user_used.get((gi.name, t.user), 0) + t.size <= ul
 
 
-def _level_budget_ok(state: State, x: str, b: CBudget, watermark_ms: int, weight: int,
-                     now: int) -> bool:
-    """budget.start_ok at level ``x``. Within a pass (``state.pass_budget_left`` set) what is
-    left of the level's budget is looked up once, with its meter: at one moment it changes
-    with no placement or preemption (they change the rate, and charges accrue only as time
-    passes), while the rate and the weighted-task count are read as they are now."""
-    cache = state.pass_budget_left
-    if cache is None:
-        return start_ok(state.meter(x), b, weight, now, state.enabled)
-    hit = cache.get(x)
-    if hit is None:
-        m = state.meter(x)
-        hit = cache[x] = (remaining(m, b, now, state.enabled), m)
-    left, m = hit
-    if left <= 0:
-        return False
-    return m.weighted_tasks == 0 or left >= (m.rate + weight) * watermark_ms
-
-
 def failing_budget_level(index: EstateIndex, state: State, cr: CRInfo, now: int) -> str | None:
-    """The nearest level whose budget start check a task of ``cr`` fails, or None. Weight-0
-    work and levels without a budget always pass (engine.md; organisation.md "Budgets at
-    every level")."""
+    """The nearest level whose budget start check (budget.start_ok) a task of ``cr`` fails,
+    or None. Weight-0 work and levels without a budget always pass (engine.md;
+    organisation.md "Budgets at every level").
+
+    Within a pass (``state.pass_budget_left`` set) what is left of a level's budget is
+    looked up once, with its meter: at one moment it changes with no placement or
+    preemption (they change the rate; charges accrue only as time passes), while the rate
+    and the weighted-task count are read as they are now."""
     w = cr.weight
     if w <= 0:
         return None
-    for x, b, wm in index.groups[cr.group].budgeted:
-        if not _level_budget_ok(state, x, b, wm, w, now):
+    cache = state.pass_budget_left
+    for x, b, watermark_ms in index.groups[cr.group].budgeted:
+        if cache is None:
+            if not start_ok(state.meter(x), b, w, now, state.enabled):
+                return x
+            continue
+        hit = cache.get(x)
+        if hit is None:
+            m = state.meter(x)
+            hit = cache[x] = (remaining(m, b, now, state.enabled), m)
+        left, m = hit
+        # start_ok, with ``left`` as looked up above.
+        if left <= 0 or (m.weighted_tasks and left < (m.rate + w) * watermark_ms):
             return x
     return None
 
 
 def budget_ok(index: EstateIndex, state: State, cr: CRInfo, now: int) -> bool:
     """The budget check: the start check of budget.py at every budgeted level."""
-    w = cr.weight
-    if w <= 0:
-        return True
-    for x, b, wm in index.groups[cr.group].budgeted:
-        if not _level_budget_ok(state, x, b, wm, w, now):
-            return False
-    return True
+    return (cr.weight <= 0 or not index.groups[cr.group].budgeted
+            or failing_budget_level(index, state, cr, now) is None)
 
 
 def failing_limit_level(index: EstateIndex, state: State, gi: GroupInfo,

@@ -8,6 +8,7 @@ same placements and preemptions, in the same order, and the same next pass momen
     .venv/bin/python -m tests.bench.engine_first_pass --org            # time it
     .venv/bin/python -m tests.bench.engine_first_pass --org --profile  # where time goes
     .venv/bin/python -m tests.bench.engine_first_pass --org --digest --steady 20
+    .venv/bin/python -m tests.bench.engine_first_pass --org --steady 100  # steady CPU times
 
 Run from another checkout's directory (``cd ../base && <this venv's python> -m ...``), it
 measures that checkout's engine: its own directory comes first on ``sys.path``.
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--digest", action="store_true",
                     help="print a digest of the decisions (first pass and --steady passes)")
     ap.add_argument("--steady", type=int, default=0,
-                    help="steady passes after the first (100 ends + 100 submissions each)")
+                    help="steady passes after the first (100 ends + 100 submissions each): "
+                         "their CPU times, or with --digest their decisions")
     args = ap.parse_args(argv)
     out: dict = {"engine": engine_pkg.__file__, "org": args.org, "wall_s": [], "cpu_s": []}
     h = hashlib.sha256()
@@ -74,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
                 xl.submit_many(100)
                 _digest(h, run_pass(xl.index, st, xl.now))
             h.update(repr(sorted((task.id, task.pool) for task in st.placed_tasks())).encode())
+        elif args.steady:
+            xl.steady(3)  # as bench_xl: the first passes after the fill park waiting queues
+            cpu: list[float] = []
+            xl.steady(args.steady, cpu=cpu)
+            out.setdefault("steady_cpu_ms", []).extend(round(x * 1000, 2) for x in cpu)
         del res
         xl.release()
         del xl
