@@ -77,6 +77,10 @@ class GroupInfo:
     """``levels[1:]`` resolved: (group, reservation, limit) of each envelope above, nearest
     first. The limit and reservation checks run per candidate on the hot path; this spares
     them a lookup per level."""
+    sized_by_task: tuple[str, ...] = ()
+    """Its best_effort compute resources whose tasks choose their size, in name order: the
+    first placeable task of one may change when the group places anything, so phases 1 and
+    3 look at them again after each of its placements."""
     budgeted: tuple[tuple[str, CBudget, int], ...] = ()
     """The levels with a budget, nearest first: (group, budget, low watermark in ms). The
     start check runs at each of them; levels without a budget always pass it."""
@@ -206,7 +210,9 @@ def _build(estate: CompiledEstate) -> EstateIndex:
             group_info, outer=tuple((x, groups[x].reservation, groups[x].limit)
                                     for x in group_info.levels[1:]),
             budgeted=tuple((x, b, b.low_watermark_s * SECOND_MS) for x in group_info.levels
-                           if (b := groups[x].budget) is not None))
+                           if (b := groups[x].budget) is not None),
+            sized_by_task=tuple(n for n in group_info.resources
+                                if not resources[n].strict and resources[n].fixed_size is None))
     group_levels: dict[str, tuple[str, ...]] = {}
     for g in estate.groups:
         up = [g.name] + list(g.ancestors)

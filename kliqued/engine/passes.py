@@ -457,9 +457,8 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
                 stale.append(n2)
         for n2 in stale:  # after the scan: a gang goes back on the pool's list at once
             evaluate(n2)
-        for n2 in gi.resources:
-            cr2 = resources[n2]
-            if n2 != name and not cr2.strict and cr2.fixed_size is None and n2 in cand:
+        for n2 in gi.sized_by_task:
+            if n2 != name and n2 in cand:
                 evaluate(n2)
     if lend:
         w.restore()
