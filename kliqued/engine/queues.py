@@ -142,9 +142,10 @@ class CRQueue:
 
     def __iter__(self) -> Iterator["Task"]:
         """Queued tasks in queue order."""
-        for _, tok, t in sorted(self.front, key=lambda e: e[0]):
-            if self._valid(t, tok):
-                yield t
+        if self.front:  # preempted work is rare: most queues have none to sort
+            for _, tok, t in sorted(self.front, key=lambda e: e[0]):
+                if self._valid(t, tok):
+                    yield t
         for back in self.backs:
             for t, tok in back:
                 if self._valid(t, tok):
