@@ -94,6 +94,8 @@ def headroom(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     outer = gi.outer
     if not outer:
         return phase_cap(gi, lend) - own
+    if lend:
+        return limit_room(index, state, gi)
     # limit_room and reservation_room in one walk over the levels (called per candidate).
     room = gi.limit - own
     within = gi.reservation - own
@@ -104,9 +106,7 @@ def headroom(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
             room = limit - u
         if i < last and reservation - u > within:
             within = reservation - u
-    if lend or within > room:
-        return room
-    return within
+    return room if within > room else within
 
 
 def user_ok(state: State, gi: GroupInfo, t: Task) -> bool:
