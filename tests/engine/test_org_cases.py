@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .org_worlds import compile_doc, time_limit
+from kliqued.engine import EstateIndex, Preemption, State, run_pass
+
+from .helpers import START
+from .org_worlds import apply_actions, compile_doc, time_limit
 from .test_org_differential import drive
+from .test_org_properties import Tree, overrun, simulate
 
 
 def _pool(name: str, capacity: int) -> dict[str, Any]:
@@ -61,3 +65,68 @@ def test_a_best_effort_queue_held_only_by_its_users_limit_does_not_stall_the_pas
         drive(estate, [(0, [(True, 0, None, 0, 3), (True, 0, None, 0, 3),
                             (True, 0, None, 1, 3)]),
                        (1, [(False, 2, None, 0, 3)])])
+
+
+def test_an_envelope_budget_runs_out_within_one_millisecond_of_its_rate():
+    """engine.md, Time budgets: the pass runs at the exact run-out, in whole milliseconds. d0's
+    3 h at rate 7 (weights 2+2+2+1) run out 1,542,857.14 ms after the start, so the pass at
+    1,542,858 ms passes the budget by 6,000 units (less than one millisecond at rate 7,000)
+    and preempts all four; the overrun stays after they stop. The property test once measured
+    it against what was still placed (nothing) and called it an overrun."""
+    estate = compile_doc({
+        "pools": [_pool("p0", 3), _pool("p1", 2)],
+        "profiles": [{"name": "r0", "pools": ["p0"], "policies": ["t2"], "time_weight": 2,
+                      "gpus": {"from_task": "gpus", "default": 1, "max": 2}},
+                     {"name": "r1", "pools": ["p0", "p1"], "policies": ["t2"],
+                      "time_weight": 1, "gpus": 0.5}],
+        "policies": [{"name": "t2", "group": "t2", "reservation": 0, "limit": 4},
+                     {"name": "d0", "group": "d0", "reservation": 0, "limit": 4,
+                      "budget": {"hours": 3, "period": "day"}}],
+        "groups": [{"name": "d0"}, {"name": "d1", "parent": "d0"},
+                   {"name": "t2", "users": ["u0", "u1"], "parent": "d1"}]})
+    assert estate is not None
+    index = EstateIndex.build(estate)
+    state = State(index, START)
+    n = apply_actions(index, state, [(True, 0, None, 0, 0)] * 3 + [(True, 1, None, 0, 0)],
+                      START, 0)
+    res = run_pass(index, state, START)
+    assert len(state.placed_tasks()) == n == 4
+    assert res.next_pass_at == START + 1_542_858
+    res = run_pass(index, state, res.next_pass_at)
+    assert sorted(d.task for d in res.decisions if isinstance(d, Preemption)) == [
+        "t0", "t1", "t2", "t3"]
+    tree = Tree(index)
+    assert overrun(tree, state, "d0", START + 1_542_858) == 6_000
+    with time_limit(30):
+        simulate(estate, [(0, [(True, 0, None, 0, 0)] * 3 + [(True, 1, None, 0, 0)]),
+                          (26, [(False, 0, None, 0, 0)])])
+
+
+def test_a_team_budget_overrun_after_phase_0_is_measured_at_the_rate_that_ran():
+    """The same for a team (hypothesis seed 2 of the raised runs): t4 runs seven weight-1
+    tasks, its run-out pass is 5,000 units late in the last millisecond (below 7,000) and
+    preempts all seven; the check after that pass must not count the now empty team's rate."""
+    estate = compile_doc({
+        "pools": [_pool("p0", 4), _pool("p1", 2), _pool("p2", 2)],
+        "profiles": [{"name": "r0", "pools": ["p0"], "policies": ["t4"], "time_weight": 1,
+                      "gpus": 0.5},
+                     {"name": "r1", "pools": ["p0"], "policies": ["t4"], "time_weight": 0,
+                      "gpus": 0.5},
+                     {"name": "r2", "pools": ["p0"], "policies": ["t2"], "time_weight": 0,
+                      "gpus": 0.5}],
+        "policies": [{"name": "t2", "group": "t2", "reservation": 0, "limit": 2,
+                      "budget": {"hours": 0.1, "period": "day"}},
+                     {"name": "t4", "group": "t4", "reservation": 0, "limit": 4,
+                      "budget": {"hours": 3, "period": "day"}},
+                     {"name": "t5", "group": "t5", "reservation": 0, "limit": 2,
+                      "budget": {"hours": 0.1, "period": "day"}}],
+        "groups": [{"name": "d0"}, {"name": "d1", "parent": "d0"},
+                   {"name": "t2", "users": ["u0", "u1"], "parent": "d1"},
+                   {"name": "d3", "parent": "d0"},
+                   {"name": "t4", "users": ["u0", "u1"], "parent": "d3"},
+                   {"name": "t5", "users": ["u0", "u1"], "parent": "d3"}]})
+    assert estate is not None
+    with time_limit(30):
+        simulate(estate, [(0, [(True, 0, None, 0, 0)] + [(True, 1, None, 0, 0)] * 4),
+                          (11, [(False, 0, None, 0, 0)] + [(True, 1, None, 0, 0)] * 3),
+                          (20, [(False, 0, None, 0, 0)])])
