@@ -27,6 +27,7 @@ from compiler.compiled import CompiledEstate, CPolicy
 from klique_util.units import HOUR_MS, SECOND_MS
 
 from kliqued.engine import EstateIndex, State
+from kliqued.engine.periods import Period
 
 
 @dataclass
@@ -72,7 +73,8 @@ class Org:
     teams: dict[str, frozenset[str]]
     """Per policy: the teams of its subtree, the groups whose policy is not an envelope: only
     they hold tasks, and only their meters are summed (the engine keeps meters of its own for
-    envelope groups, and a group left with nothing below it may keep one)."""
+    envelope groups, and a group left with nothing below it keeps its old one until the
+    next pass binds the new estate: ``spent_by`` skips it)."""
     chain: dict[str, tuple[str, ...]]
     """Per group: its policy's levels (empty for a group with no policy)."""
     project_order: dict[str, tuple[str, ...]]
@@ -151,14 +153,32 @@ def snapshot(index: EstateIndex, state: State, now: int) -> RState:
     remaining = {}
     for name, pol in org.policies.items():
         if pol.budget is not None:
-            spent = sum(state.weighted_units(g, pol.budget.period, now)
-                        for g in org.teams[name])
+            spent = spent_by(state, org.teams[name], pol.budget.period, now)
             remaining[name] = pol.budget.hours_milli * HOUR_MS - spent
     top = max((t.placed_order for t in tasks.values()), default=0)
     return RState(org, tasks, remaining, frozenset(state.unavailable), top)
 
 
 # ------------------------------------------------------------------ reading the snapshot
+def spent_by(state: State, teams: frozenset[str] | set[str], period: Period, now: int) -> int:
+    """Budget units the ``teams`` spent in the period, from the engine's per-group meters.
+
+    organisation.md, Estate changes: a moved group takes the weighted hours it spent to its
+    new envelope. An envelope never holds a task, so a group that was one under the estate
+    the meters were kept for (a department whose last team moved away, before the next pass
+    binds the new estate) spent nothing of its own: its meter is its old subtree's sum, which
+    the teams count already.
+    """
+    kept_for = state.index
+    total = 0
+    for g in teams:
+        gi = kept_for.groups.get(g) if kept_for is not None else None
+        if gi is not None and gi.envelope:
+            continue
+        total += state.weighted_units(g, period, now)
+    return total
+
+
 def placed_in(rs: RState, pol: str) -> list[RTask]:
     """organisation.md: the placed tasks of the level's subtree."""
     groups = rs.org.subtree[pol]

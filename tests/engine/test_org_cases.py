@@ -130,3 +130,45 @@ def test_a_team_budget_overrun_after_phase_0_is_measured_at_the_rate_that_ran():
         simulate(estate, [(0, [(True, 0, None, 0, 0)] + [(True, 1, None, 0, 0)] * 4),
                           (11, [(False, 0, None, 0, 0)] + [(True, 1, None, 0, 0)] * 3),
                           (20, [(False, 0, None, 0, 0)])])
+
+
+def test_a_department_left_with_no_team_keeps_none_of_the_hours_its_team_took_away():
+    """organisation.md, Estate changes: moving a group moves its counts, "the weighted hours it
+    spent in the current period", to the new envelope. t5 runs two weight-1 tasks under d4
+    for 47 minutes, then moves up to d0, leaving d4 (budget 3 h) with no team below. d4 never held a task, so it keeps no hours: d0 counts t5's hours
+    once (through t5) and is not used up, and nothing is preempted. The reference once read
+    d4's old envelope meter as the spending of a team and counted t5's hours twice."""
+    doc: dict[str, Any] = {
+        "pools": [_pool("p0", 2), _pool("p1", 2), _pool("p2", 2)],
+        "profiles": [{"name": "r0", "pools": ["p0"], "policies": ["t2", "t3", "t5"],
+                      "time_weight": 1,
+                      "gpus": {"from_task": "gpus", "default": 1, "max": 2}},
+                     {"name": "r1", "pools": ["p0"], "policies": ["t2"], "time_weight": 0,
+                      "gpus": {"from_task": "gpus", "default": 1, "max": 2}}],
+        "policies": [{"name": "t2", "group": "t2", "reservation": 0, "limit": 2,
+                      "budget": {"hours": 0.1, "period": "day"}},
+                     {"name": "t3", "group": "t3", "reservation": 0, "limit": 2,
+                      "budget": {"hours": 0.1, "period": "day"}},
+                     {"name": "d1", "group": "d1", "reservation": 0, "limit": 2,
+                      "budget": {"hours": 0.1, "period": "day"}},
+                     {"name": "t5", "group": "t5", "reservation": 0, "limit": 2},
+                     {"name": "d4", "group": "d4", "reservation": 0, "limit": 2,
+                      "budget": {"hours": 3, "period": "day"}},
+                     {"name": "d0", "group": "d0", "reservation": 0, "limit": 2,
+                      "budget": {"hours": 3, "period": "day"}}],
+        "groups": [{"name": "d0"}, {"name": "d1", "parent": "d0"},
+                   {"name": "t2", "users": ["u0", "u1"], "parent": "d1"},
+                   {"name": "t3", "users": ["u0", "u1"], "parent": "d1"},
+                   {"name": "d4", "parent": "d0"},
+                   {"name": "t5", "users": ["u0", "u1"], "parent": "d4"}]}
+    estate = compile_doc(doc)
+    doc["groups"][-1]["parent"] = "d0"
+    moved = compile_doc(doc)
+    assert estate is not None and moved is not None
+    # compute resources by name: t2/r0 (0), t2/r1 (1), t3/r0 (2), t5/r0 (3)
+    steps = [(0, [(True, 0, None, 0, 0), (True, 3, None, 0, 0), (True, 3, None, 0, 0)]),
+             (7, [(False, 0, None, 0, 0)]), (20, [(False, 0, None, 0, 0)]),
+             (20, [(False, 0, None, 0, 0)])]
+    with time_limit(30):
+        drive(estate, steps, {3: moved})
+        simulate(estate, steps, {3: moved})

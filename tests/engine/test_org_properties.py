@@ -25,6 +25,7 @@ from klique_util.units import HOUR_MS
 from kliqued.engine import EstateIndex, Placement, Preemption, State, run_pass
 
 from .helpers import MIN, START
+from .reference import spent_by
 from .org_worlds import apply_actions, org_worlds, time_limit
 
 
@@ -109,7 +110,7 @@ def check_budgets(tree: Tree, state: State, now: int, exempt: set[str],
 def overrun(tree: Tree, state: State, name: str, now: int) -> int:
     pol = tree.policies[name]
     assert pol.budget is not None
-    spent = sum(state.weighted_units(g, pol.budget.period, now) for g in tree.teams[name])
+    spent = spent_by(state, tree.teams[name], pol.budget.period, now)
     return spent - pol.budget.hours_milli * HOUR_MS
 
 
