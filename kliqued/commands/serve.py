@@ -34,6 +34,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _whole(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 or more)")
+    return int(text)
+
+
 def register(subparsers) -> None:
     p = add_command(
         subparsers, "serve", help="run the control plane daemon (API, engine, ledger)",
@@ -133,6 +139,11 @@ def register(subparsers) -> None:
                    help="place work on pools that have no live worker (by default such a "
                         "pool takes no new work and says so; an autoscaled pool always "
                         "does): for work that something other than klique-worker runs")
+    st = p.add_argument_group("state (docs/ha.md, bounded state)")
+    st.add_argument("--keep-ended", metavar="N", type=_whole, default=10_000,
+                    help="ended tasks kept in memory, the most recently ended; older ones are "
+                         "read from the task history in the database when asked for "
+                         "(default: %(default)s)")
     p.set_defaults(handler=run)
 
 
@@ -152,4 +163,5 @@ def run(args: argparse.Namespace) -> int:
                                        args.body_timeout, args.max_connections),
                          require_workers=args.require_workers, ledger_db=args.ledger_db,
                          advertise_url=args.advertise_url, lease_ttl_s=args.lease_ttl,
-                         ledger_replica=args.ledger_replica, ledger_role=args.ledger_role))
+                         ledger_replica=args.ledger_replica, ledger_role=args.ledger_role,
+                         keep_ended=args.keep_ended))

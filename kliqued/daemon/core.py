@@ -35,6 +35,7 @@ from .ids import IdMaker, new_token
 from .leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, RETURNED, STOP_REASON,
                      STOPPING, Lease, WorkerInfo)
 from .channel_state import PipelineBook, ScheduleBook
+from .history import Eviction, Recalled
 from .records import TaskRecord
 from .eventlog import TokenInsert, TokenUpdate
 from .store import DbOp
@@ -162,7 +163,15 @@ class Daemon:
         """Each group's path in the estate in force: recorded on the intervals it opens."""
         self.records: dict[str, TaskRecord] = {}
         self.ids: list[str] = []
-        """Task ids in submission order, which is id order: paging bisects it."""
+        """Task ids in submission order, which is id order: paging bisects it. Ids of
+        records evicted since (history.py) are dropped lazily: skip what ``records`` lacks."""
+        self.ids_version = 0
+        """Bumped each time ``ids`` is compacted (indexes kept by offset start again)."""
+        self._ids_dead = 0
+        self.eviction = Eviction()
+        self.recalled = Recalled()
+        """Evicted records read back lately (history.recall)."""
+        """Which ended tasks leave memory for the ``task_history`` table (history.py)."""
         self.placed_count: Counter[str] = Counter()
         self.stored: Counter[str] = Counter()
         """Per user: the command and payload bytes of their tasks not yet ended."""
@@ -217,8 +226,14 @@ class Daemon:
         assert self.access is not None
         return self.access
 
-    def record(self, task_id: str) -> TaskRecord:
+    def find(self, task_id: str) -> TaskRecord | None:
+        """The task's record: in memory, or evicted and read back lately
+        (``history.recall``, which handlers await first)."""
         rec = self.records.get(task_id)
+        return rec if rec is not None else self.recalled.get(task_id)
+
+    def record(self, task_id: str) -> TaskRecord:
+        rec = self.find(task_id)
         if rec is None:
             raise not_found(f"no task {task_id}")
         return rec
@@ -250,6 +265,16 @@ class Daemon:
         # With its position known the engine skips walking the queue to find it (O(n) in a
         # strict queue).
         return waiting_reason(self.idx(), st, rec.id, st.clock, position=st.position(rec.id))
+
+    def ids_dropped(self, n: int) -> None:
+        """``n`` records left memory: ``ids`` is compacted once most of it is dead, so
+        dropping costs O(1) amortized, not a list removal each."""
+        self._ids_dead += n
+        if self._ids_dead > len(self.records) + 1000:
+            records = self.records
+            self.ids = [i for i in self.ids if i in records]
+            self._ids_dead = 0
+            self.ids_version += 1
 
     # ------------------------------------------------------------------ liveness
     def pool_live(self, pool: str) -> bool:
@@ -438,6 +463,7 @@ class Daemon:
         if rec.state == "placed":
             self.placed_count[rec.resource] -= 1
         rec.state = "ended"
+        self.eviction.note_ended(task_id)
         self.stored[rec.user] -= rec.data_bytes
         if self.stored[rec.user] <= 0:
             del self.stored[rec.user]
@@ -497,7 +523,9 @@ class Daemon:
         return lease
 
     def on_started(self, task_id: str, epoch: int, at: int) -> None:
-        rec = self.records[task_id]
+        rec = self.records.get(task_id)
+        if rec is None:  # evicted: ended with every lease closed, nothing left to change
+            return
         lease = rec.lease(epoch)
         if lease is not None and lease.started_at is None:
             lease.started_at = at
@@ -506,7 +534,9 @@ class Daemon:
 
     def on_stopped(self, task_id: str, epoch: int, at: int, data: dict[str, Any]) -> None:
         """The process of a lease told to stop is gone."""
-        rec = self.records[task_id]
+        rec = self.records.get(task_id)
+        if rec is None:  # evicted: ended with every lease closed
+            return
         lease = rec.lease(epoch)
         if lease is not None and lease.status in (ACTIVE, STOPPING):
             # a gang member that finished while the others still run (issue 15)
@@ -519,7 +549,9 @@ class Daemon:
     def on_unleased(self, task_id: str, epoch: int, at: int) -> None:
         """A lease withdrawn before its worker took it (the answer never reached it): the
         task waits for a worker again, at the next epoch."""
-        rec = self.records[task_id]
+        rec = self.records.get(task_id)
+        if rec is None:  # evicted: ended with every lease closed
+            return
         lease = rec.lease(epoch)
         if lease is not None and lease.status in (ACTIVE, STOPPING):
             was_active = lease.status == ACTIVE
@@ -676,9 +708,10 @@ class Daemon:
                        reason: str | None = None, channel: str = "api") -> Prepared:
         """Cancels a task at ``p``'s request made through ``channel`` (recorded in the
         event, as a submission's is: the audit trail tells an agent's cancel from a
-        person's)."""
-        rec = self.record(task_id)
-        if rec.state == "ended" or task_id in ov.ended:
+        person's). A task no longer in memory ended long ago (history.py): nothing to do,
+        as for any ended task (the caller found it, in memory or in the history)."""
+        rec = self.records.get(task_id)
+        if rec is None or rec.state == "ended" or task_id in ov.ended:
             return Prepared(apply=lambda: task_id)
         ov.ended.add(task_id)
         placed = rec.state == "placed" and task_id not in ov.requeued

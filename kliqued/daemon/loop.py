@@ -43,6 +43,7 @@ import duckdb
 from klique_util.units import SECOND_MS
 from kliqued.ledger import ops as ledger_ops
 
+from . import history
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, Deposed, Unavailable
 from .events import Event
@@ -219,6 +220,11 @@ class Sequencer:
                 log.info("pass: %s (%.1f ms)", ", ".join(f"{n} {k}" for k, n in
                                                          sorted(counts.items())),
                          (time.perf_counter() - t0) * 1000)
+        # Ended records past what memory keeps: their rows in this commit, out of memory
+        # once it is durable (history.py).
+        evicting = d.eviction.due(d) if d.ready and not self._stopping else []
+        if evicting:
+            batch.ops.append(partial(history.write_records, recs=evicting))
         # Requests, in arrival order, up to (and alone if it is) a barrier.
         taken: list[_Request] = []
         while self._pending:
@@ -278,12 +284,16 @@ class Sequencer:
                 d.seq = base
                 await self._isolate(events[:pass_events], batch.ops[:pass_ops],
                                     [r for r, _ in prepared])
+                if evicting:
+                    d.eviction.drop(d, evicting, d.clock.now())
                 return
             took = time.perf_counter() - t0
             if took > SLOW_COMMIT_S:
                 log.warning("slow commit: %.0f ms for %d events", took * 1000, len(batch.rows))
         for r, p in prepared:
             wants_pass, soon = self._apply(r, p, wants_pass, soon)
+        if evicting:
+            d.eviction.drop(d, evicting, now)
         if wants_pass:
             self.request_pass(REPORT_SETTLE_S if soon else SETTLE_S)
 

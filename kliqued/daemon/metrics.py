@@ -62,6 +62,11 @@ class StateCollector(Collector):
         ready = GaugeMetricFamily("klique_ready", "1 once the daemon has an estate and state")
         ready.add_metric([], 1 if d.ready else 0)
         yield ready
+        held = GaugeMetricFamily("klique_task_records", "Task records in memory: tasks not "
+                                 "yet ended and the latest ended ones (--keep-ended); older "
+                                 "ones are in the task history (docs/ha.md)")
+        held.add_metric([], len(d.records))
+        yield held
         if not d.ready:
             return
         yield from self._estate()

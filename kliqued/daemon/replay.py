@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from . import reducers
+from . import history, reducers
 from .auth import TokenRecord
 from .core import Daemon
 from .errors import ReplayError
@@ -50,8 +50,11 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
     t0 = time.perf_counter()
     n = 0
     last_task: str | None = None
+    evict_at = d.eviction.keep + history.EVICT_PER_CYCLE
     for seq, at, kind, task, actor, revision, grp, usr, data_text in store.read_events():
         n += 1
+        if len(d.eviction.ended) > evict_at:  # memory stays bounded through a long log
+            _evict(d, store, at)
         d.clock.at_least(at)
         try:
             data = json.loads(data_text) if data_text else {}
@@ -67,3 +70,12 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
         d.tokens.add(TokenRecord(tid, h, principal, name, created, by, revoked, expires))
         d.token_ids.seed(tid)
     return ReplayStats(n, len(d.records), time.perf_counter() - t0)
+
+
+def _evict(d: Daemon, store: Store, at: int) -> None:
+    """Ended tasks past what memory keeps, written to the history and dropped, as the
+    sequencer does live (already there from before the restart: left as they are)."""
+    recs = d.eviction.due(d)
+    if recs:
+        store.write_local(lambda conn: history.write_records(conn, recs))
+        d.eviction.drop(d, recs, at)

@@ -90,6 +90,8 @@ class Options:
     ``db``); None: on ``db`` itself. Either way as ``ledger_role``."""
     ledger_role: str = "klique_finance"
     """The read-only PostgreSQL role finance's SQL logs in as (``pgreader``)."""
+    keep_ended: int = 10_000
+    """Ended tasks kept in memory (history.py); older ones are read from the history."""
 
     @property
     def local_db(self) -> str:
@@ -300,6 +302,7 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
 
     d = Daemon()
     d.require_workers = opts.require_workers  # before replay: it decides availability
+    d.eviction.keep = opts.keep_ended
     d.clock.offset_ms = _clock_offset()
     try:
         d.tokens.hasher, migrated = keyfile.open_hasher(opts.local_db, store)

@@ -33,6 +33,8 @@ from kliqued.ledger import schema as ledger_schema
 from kliqued.ledger.ops import LEDGER_WRITES, LedgerWrite
 from kliqued.ledger.schema import q
 
+from . import history
+
 from .errors import CopyBehind, DatabaseLocked, StoreMismatch
 from .eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
 from .querypool import QueryPool
@@ -120,6 +122,7 @@ class Store:
         for stmt in SCHEMA:
             self.conn.execute(stmt)
         ledger_schema.ensure_schema(self.conn)
+        history.ensure_schema(self.conn)
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
             self.conn.execute(DECISION_TABLE)
@@ -378,6 +381,20 @@ class Store:
                 undo()
             except Exception:
                 pass
+
+    def write_local(self, fn: Callable[[duckdb.DuckDBPyConnection], object]) -> None:
+        """``fn`` on the DuckDB file alone, in a transaction of its own, on the writer
+        thread: what only this file keeps and replay writes (the evicted tasks' history,
+        snapshots), while the log may still be streaming the replay's events."""
+        def run() -> None:
+            self.conn.execute("BEGIN TRANSACTION")
+            try:
+                fn(self.conn)
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        self._writer.submit(run).result()
 
     def commit_sync(self, batch: Batch) -> None:
         """For start-up (before the loop runs) and tools."""

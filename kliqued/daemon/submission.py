@@ -13,7 +13,7 @@ from typing import Any
 
 from kliqued.engine import SubmissionError, check_submission
 
-from . import limits, views
+from . import history, limits, views
 from .auth import Principal
 from .channels import CHANNELS, Channel
 from .core import Daemon
@@ -67,6 +67,12 @@ async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
               "gpus_milli": gpus, "command": body.get("command"),
               "payload": body.get("payload"), "labels": body.get("labels") or {},
               "channel": channel}
+    if key is not None and (p.text, key) not in d.idem:
+        # a retry of a task evicted long after it ended (history.py): the same answer
+        old = await c.store.read(lambda cur: history.by_key(cur, p.text, key))
+        if old is not None:
+            d.recalled.put(old)
+            return 200, old
     if key is None or (p.text, key) not in d.idem:
         try:  # fail fast; the sequencer checks again against the estate of the commit
             check_submission(d.idx(), fields["resource"], user, fields["project"], gpus,
@@ -76,7 +82,9 @@ async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
                            {"field": exc.field}) from None
     status, task_id = await c.seq.submit(
         lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes))
-    return status, d.records[task_id]
+    rec = await history.recall(c.store, d, task_id)
+    assert rec is not None  # in memory, or its row committed before it left
+    return status, rec
 
 
 def with_options(d: Daemon, user: str, body: dict, exc: SubmissionError) -> str:

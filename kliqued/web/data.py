@@ -19,7 +19,7 @@ from compiler.compiled import CompiledEstate
 from compiler.plan.diff import diff
 from compiler.source import SourceMap
 from klique_util.units import from_milli
-from kliqued.daemon import views
+from kliqued.daemon import history, views
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.core import Daemon
 from kliqued.daemon.handlers import events as events_api
@@ -302,13 +302,19 @@ class TaskIndex:
 
     def __init__(self) -> None:
         self.seen = 0
+        self.version = 0
         self.by_user: dict[str, list[str]] = {}
         self.by_group: dict[str, list[str]] = {}
 
     def catch_up(self, d: Daemon) -> None:
+        if d.ids_version != self.version:  # ended tasks left memory: ``ids`` was compacted
+            self.__init__()  # type: ignore[misc]
+            self.version = d.ids_version
         ids, records = d.ids, d.records
         for tid in ids[self.seen:]:
-            rec = records[tid]
+            rec = records.get(tid)
+            if rec is None:
+                continue
             self.by_user.setdefault(rec.user, []).append(tid)
             self.by_group.setdefault(rec.group, []).append(tid)
         self.seen = len(ids)
@@ -335,13 +341,33 @@ def tasks(d: Daemon, p: Principal, index: TaskIndex, limit: int = 100,
         return []
     out = []
     for tid in ids:
-        rec = d.records[tid]
+        rec = d.records.get(tid)
+        if rec is None:
+            continue  # evicted (history.py): ``tasks_with_history`` adds it
         if state is not None and views.state(rec) != state:
             continue
         out.append(views.task(d, rec))
         if len(out) == limit:
             break
     return out
+
+
+async def tasks_with_history(d: Daemon, store: Store, p: Principal, index: TaskIndex,
+                             limit: int = 100, state: str | None = None
+                             ) -> list[dict[str, Any]]:
+    """:func:`tasks`, with the ended tasks that left memory (history.py) merged in: the
+    newest ``limit`` of both."""
+    out = tasks(d, p, index, limit, state)
+    if state not in (None, "ended") or not (p.is_admin or p.is_user):
+        return out
+    mine = d.acc().admin_of(p.name) if p.is_user else frozenset()
+    stored = await store.read(lambda cur: history.page(
+        cur, None, limit, visible_user=p.name if p.is_user else None, visible_groups=mine,
+        newest=True))
+    seen = {t["id"] for t in out}
+    out += [views.task(d, r) for r in stored if r.id not in seen and r.id not in d.records]
+    out.sort(key=lambda t: t["id"], reverse=True)
+    return out[:limit]
 
 
 # --------------------------------------------------------------------------- usage

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from kliqued.daemon import history
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.handlers.ledger import scope as ledger_scope
 from kliqued.daemon.logs import MAX_READ
@@ -78,7 +79,7 @@ async def task_log(request: web.Request) -> web.StreamResponse:
         return error(request, exc.status, exc.message)
     c = ctx(request)
     d = c.daemon
-    rec = d.records.get(request.match_info["id"])
+    rec = await history.recall(c.store, d, request.match_info["id"])
     if rec is None or not d.acc().sees_task(p, rec.user, rec.group):
         return error(request, 404, f"no task {request.match_info['id'][:40]}")
     if rec.epoch == 0:

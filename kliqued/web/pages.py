@@ -104,14 +104,16 @@ async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
 
 
 async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
-    d = ctx(request).daemon
+    c = ctx(request)
+    d = c.daemon
     wanted = request.query.get("state") or None
     states = ("queued", "placed", "running", "ended")
     if wanted is not None and wanted not in states:
         raise ApiError(400, "invalid-request",
                        f"state must be one of {', '.join(states)}, found {wanted[:20]!r}")
     admin_of = sorted(d.acc().admin_of(p.name)) if p.is_user else []
-    return {"tasks": data.tasks(d, p, state(request).tasks, state=wanted), "state": wanted,
+    return {"tasks": await data.tasks_with_history(d, c.store, p, state(request).tasks,
+                                                   state=wanted), "state": wanted,
             "states": states, "admin_of": admin_of}
 
 

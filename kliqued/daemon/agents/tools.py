@@ -22,7 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
-from .. import views
+from .. import history, views
 from ..auth import Principal
 from ..errors import ApiError
 from ..handlers import meta, policies, pools, resources, tasks, workers
@@ -136,10 +136,11 @@ def build(c: Context) -> MCPServer:
     async def show_task(task_id: str) -> dict[str, Any]:
         """A task: its state, where it is (pool, worker), its place in line and why it waits
         (`waiting_reason`), or why it ended (`end`); with the reason explained."""
-        def go(p: Principal) -> dict[str, Any]:
+        async def go(p: Principal) -> dict[str, Any]:
+            await history.recall(c.store, d, task_id)  # an ended task evicted since
             view = views.task(d, tasks.visible_task(d, p, task_id))
             return {**view, "explained": explain(view)}
-        return await _as("getTask", lambda p: _now(go(p)))
+        return await _as("getTask", go)
 
     @server.tool(annotations=READ)
     async def explain_task(task_id: str | None = None, kind: str | None = None
@@ -155,6 +156,7 @@ def build(c: Context) -> MCPServer:
             except ValueError as exc:
                 raise ToolError(str(exc)) from None
         tid = task_id or ""
+        await history.recall(c.store, d, tid)  # an ended task evicted since
         return await _as("getTask", lambda p: _now(explain(
             views.task(d, tasks.visible_task(d, p, tid)))))
 

@@ -9,8 +9,7 @@ log rebuilds at start), so the export costs no database read. For admins and the
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from aiohttp import web
 
@@ -18,6 +17,7 @@ from compiler.units import parse_duration
 from klique_util.demand import DemandRow, to_csv
 from klique_util.units import SECOND_MS
 
+from .. import history
 from ..core import Daemon
 from ..errors import bad_request
 from ..records import TaskRecord
@@ -59,12 +59,16 @@ def placed_ms(rec: TaskRecord, now: int) -> int:
     return ms
 
 
-def demand_rows(d: Daemon, start: int, now: int) -> Iterator[DemandRow]:
-    """The tasks submitted at or after ``start``, in submission order (``d.ids`` is)."""
-    ids, records = d.ids, d.records
-    lo = bisect_left(ids, start, key=lambda i: records[i].submitted_at)
-    for tid in ids[lo:]:
-        rec = records[tid]
+def demand_rows(d: Daemon, start: int, now: int,
+                stored: Iterable[TaskRecord] = ()) -> Iterator[DemandRow]:
+    """The tasks submitted at or after ``start``, in submission order (id order): those in
+    memory and ``stored``, the ended ones that left it (history.py)."""
+    records = d.records
+    recs = [r for r in (records.get(i) for i in d.ids)
+            if r is not None and r.submitted_at >= start]
+    recs += [r for r in stored if r.id not in records]
+    recs.sort(key=lambda r: r.id)
+    for rec in recs:
         yield DemandRow(rec.id, rec.submitted_at, rec.resource, rec.user, rec.project,
                         rec.gpus_milli, placed_ms(rec, now), rec.channel, status(rec))
 
@@ -82,7 +86,9 @@ async def demand(request: web.Request) -> web.Response:
                "Content-Disposition": 'attachment; filename="demand.csv"'}
     if d.estate.commit:
         headers["X-Klique-Commit"] = d.estate.commit
-    return web.Response(text=to_csv(demand_rows(d, start, now)), content_type="text/csv",
+    stored = await ctx(request).store.read(lambda cur: history.page(
+        cur, None, 2**62, submitted_from=start))
+    return web.Response(text=to_csv(demand_rows(d, start, now, stored)), content_type="text/csv",
                         charset="utf-8", headers=headers)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .. import limits, views
+from .. import history, limits, views
 from ..auth import Principal
 from ..core import Daemon
 from ..errors import not_found
@@ -40,7 +40,7 @@ async def list_events(request: web.Request) -> web.Response:
     where: list[str] = ["seq > ?"]
     params: list = [since]
     if task is not None:
-        rec = d.records.get(task)
+        rec = await history.recall(c.store, d, task)
         if rec is None or not d.acc().sees_task(p, rec.user, rec.group) and not (
                 p.is_admin or p.is_finance):
             # as GET /tasks/{id}: another user's task is not disclosed, and an empty log

@@ -88,8 +88,9 @@ async def list_sessions(request: web.Request) -> web.Response:
     d = ctx(request).daemon
     p = principal(request)
     acc = d.acc()
-    out = [rec for tid in d.ids if sessions.is_session(rec := d.records[tid])
-           and acc.sees_task(p, rec.user, rec.group)]
+    records = d.records  # sessions in memory: live ones and those ended lately
+    out = [rec for tid in d.ids if (rec := records.get(tid)) is not None  # type: ignore
+           and sessions.is_session(rec) and acc.sees_task(p, rec.user, rec.group)]
     return reply({"sessions": [_view(request, r) for r in out[-1000:]]})
 
 

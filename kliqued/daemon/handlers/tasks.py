@@ -8,11 +8,11 @@ not see is a 404, as if it did not exist: task ids are not disclosed to other us
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any
+from typing import Any, Iterator
 
 from aiohttp import web
 
-from .. import channels, limits, views
+from .. import channels, history, limits, views
 from ..auth import Access, Principal
 from ..channels import Channel
 from ..core import Daemon
@@ -60,13 +60,16 @@ async def submit(request: web.Request) -> web.Response:
 
 
 async def get_task(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
-    return reply(views.task(d, visible_task(d, principal(request), request.match_info["id"])))
+    c = ctx(request)
+    await history.recall(c.store, c.daemon, request.match_info["id"])
+    return reply(views.task(c.daemon, visible_task(c.daemon, principal(request),
+                                                   request.match_info["id"])))
 
 
 async def cancel(request: web.Request) -> web.Response:
     c = ctx(request)
     p = principal(request)
+    await history.recall(c.store, c.daemon, request.match_info["id"])
     rec = visible_task(c.daemon, p, request.match_info["id"])  # before reading the body
     body = await read_json(request, "CancelRequest") if request.body_exists else None
     reason = (body or {}).get("reason") or None
@@ -78,13 +81,15 @@ async def cancel_as(c: Context, p: Principal, task_id: str, reason: str | None,
     """``cancelTask`` for ``p`` through ``channel``: a task they may not see is a 404;
     cancelling an ended task changes nothing (idempotent). Returns the task's view."""
     d = c.daemon
+    await history.recall(c.store, d, task_id)
     rec = visible_task(d, p, task_id)
     await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov, reason, channel))
     return views.task(d, rec)
 
 
 async def list_tasks(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
+    c = ctx(request)
+    d = c.daemon
     p = principal(request)
     state = str_param(request, "state", ("queued", "placed", "ended"))
     resource = str_param(request, "resource")
@@ -101,13 +106,19 @@ async def list_tasks(request: web.Request) -> web.Response:
     # a department (any group with groups below it) lists its teams' tasks: a task's group
     # is always a team's
     in_group = acc.subtree(group) if group is not None else None
+    # Evicted tasks (ended, history.py) come from the table, merged in id order with
+    # those in memory; an id in both (a replay evicting again) is shown once, from memory.
+    stored: list[TaskRecord] = []
+    if state in (None, "ended"):
+        stored = await c.store.read(lambda cur: history.page(
+            cur, after, limit + 1, resource=resource, user=user, groups=in_group, pool=pool,
+            visible_user=p.name if p.is_user else None, visible_groups=mine))
     start = bisect_right(d.ids, after) if after else 0
     out: list[TaskRecord] = []
     more = False
     records = d.records
     budget = limits.MAX_PAGE_BYTES
-    for tid in d.ids[start:] if start else d.ids:
-        rec = records[tid]
+    for rec in _merged(d, d.ids[start:] if start else d.ids, stored):
         if state is not None and rec.state != state:
             continue
         if resource is not None and rec.resource != resource:
@@ -128,6 +139,26 @@ async def list_tasks(request: web.Request) -> web.Response:
     many = sum(r.state == "queued" for r in out) > 20
     return reply({"tasks": [views.task(d, r, many) for r in out],
                   "next": out[-1].id if more and out else None})
+
+
+def _merged(d: Daemon, ids: list[str], stored: list[TaskRecord]) -> Iterator[TaskRecord]:
+    """The records of ``ids`` in memory and ``stored`` (evicted), in id order."""
+    records = d.records
+    i = 0
+    for tid in ids:
+        rec = records.get(tid)
+        if rec is None:
+            continue  # evicted since: in ``stored`` if it is on this page
+        while i < len(stored) and stored[i].id < tid:
+            if stored[i].id not in records:
+                yield stored[i]
+            i += 1
+        if i < len(stored) and stored[i].id == tid:
+            i += 1
+        yield rec
+    for r in stored[i:]:
+        if r.id not in records:
+            yield r
 
 
 PEOPLE = ("admin", "user")

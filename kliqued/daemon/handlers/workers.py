@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from .. import fleet, views
+from .. import fleet, history, views
 from ..auth import Principal
 from ..errors import ApiError, bad_request, forbidden
 from ..leases import CLOSED, FENCED
@@ -148,10 +148,12 @@ async def report(request: web.Request) -> web.Response:
     body = await read_json(request, "TaskReport")
     key = _key_hash(request)
     epoch = int(body["epoch"])
+    await history.recall(c.store, d, tid)  # a late retry for a task evicted since
     await _audited(request,  # 403/404 before queueing
                    lambda: fleet.lease_for_report(d, p, tid, epoch, key))
     await c.seq.submit(lambda now, ov: fleet.prepare_report(d, p, tid, body, now, ov, key))
-    rec = d.records[tid]
+    rec = await history.recall(c.store, d, tid)
+    assert rec is not None
     lease = rec.lease(int(body["epoch"]))
     if lease is not None:
         w = d.workers.get(lease.worker)
@@ -170,6 +172,9 @@ async def reports(request: web.Request) -> web.Response:
     w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "reports"))
     body = await read_json(request, "WorkerReports")
     items = body["reports"]
+    for item in items:  # late retries for tasks evicted since (history.py)
+        if d.find(str(item["task"])) is None:
+            await history.recall(c.store, d, str(item["task"]))
     results = await c.seq.submit(
         lambda now, ov: fleet.prepare_reports(d, p, wid, items, now, ov, key))
     if not w.lost:
@@ -207,6 +212,7 @@ async def upload_log(request: web.Request) -> web.Response:
     offset = int_param(request, "offset", None, 0, 2**62)
     if offset is None:
         raise bad_request("offset is required: the byte offset of this chunk in the log")
+    await history.recall(c.store, d, tid)
     rec = d.record(tid)
     epoch = int_param(request, "epoch", rec.epoch, 1, 2**31)
     assert epoch is not None
@@ -222,6 +228,7 @@ async def upload_log(request: web.Request) -> web.Response:
 
 async def read_log(request: web.Request) -> web.StreamResponse:
     c = ctx(request)
+    await history.recall(c.store, c.daemon, request.match_info["id"])
     rec = _visible(request, c.daemon.record(request.match_info["id"]))
     epoch = int_param(request, "epoch", rec.epoch, 0, 2**31)
     offset = int_param(request, "offset", 0, 0, 2**62)
@@ -253,6 +260,7 @@ async def log_of(c: Context, p: Principal, task_id: str, epoch: int | None = Non
                  offset: int = 0, limit: int = MAX_READ) -> LogPiece:
     """``getTaskLog`` for ``p``: at most ``limit`` bytes of the log of attempt ``epoch`` (None:
     the latest) of a task they may see, from byte ``offset``; a 404 for another's task."""
+    await history.recall(c.store, c.daemon, task_id)
     rec = visible_task(c.daemon, p, task_id)
     if epoch is None:
         epoch = rec.epoch

@@ -1,0 +1,80 @@
+"""Bounded state (issue 18, part 3): ended tasks leave memory for the task history and stay
+queryable with the same answers; on both backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from tests.daemon.test_durability import CMD, all_tasks, settled
+from tests.harness.daemon import Server
+from tests.harness.wait import wait_for
+
+
+def records_in_memory(s: Server) -> int:
+    status, text = s.call("GET", "/metrics", token=s.token("role:planner"))
+    assert status == 200
+    for line in text.splitlines():
+        if line.startswith("klique_task_records "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no klique_task_records in /metrics")
+
+
+def history_ids(s: Server) -> set[str]:
+    con = duckdb.connect(str(s.local_db), read_only=True)
+    try:
+        return {r[0] for r in con.execute("SELECT id FROM task_history").fetchall()}
+    finally:
+        con.close()
+
+
+def test_ended_tasks_leave_memory_and_answer_the_same(tmp_path: Path, db: str | None) -> None:
+    s = Server(tmp_path, db=db)
+    s.extra = ["--keep-ended", "0"]
+    s.start()
+    bob = s.token({"user": "bob"})
+    erin = s.token({"user": "erin"})
+    keyed = s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob,
+                   headers={"Idempotency-Key": "once"})[1]["id"]
+    ended = [keyed] + [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD},
+                            bob)["id"] for _ in range(3)]
+    live = s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"]
+    wait_for(lambda: s.ok("GET", f"/v1/tasks/{ended[0]}")["state"] == "placed")
+    views: dict[str, dict[str, Any]] = {}
+    for t in ended:  # the cancel's answer is the ended task's view, made from memory
+        views[t] = s.ok("POST", f"/v1/tasks/{t}/cancel", token=bob)
+        assert views[t]["state"] == "ended"
+    settled(s)
+    wait_for(lambda: records_in_memory(s) == 1, what="the ended tasks evicted")
+
+    for t in ended:  # read back from the history: the same answer
+        assert s.ok("GET", f"/v1/tasks/{t}", token=bob) == views[t]
+        assert s.ok("POST", f"/v1/tasks/{t}/cancel", token=bob) == views[t]  # no change
+        assert s.call("GET", f"/v1/tasks/{t}", token=erin)[0] == 404  # still not erin's
+        assert s.ok("GET", f"/v1/events?task={t}")["events"][0]["kind"] == "submitted"
+    assert s.ok("GET", f"/v1/tasks/{live}")["state"] in ("queued", "placed")
+    # listings merge memory and history in id order; state=ended comes from the history
+    listed = all_tasks(s)
+    assert [t["id"] for t in listed] == sorted(ended + [live])
+    assert {t["id"]: t for t in listed if t["id"] in views} == views
+    page = s.ok("GET", "/v1/tasks?state=ended&limit=2", token=bob)
+    assert [t["id"] for t in page["tasks"]] == sorted(ended)[:2] and page["next"]
+    rest = s.ok("GET", f"/v1/tasks?state=ended&after={page['next']}", token=bob)
+    assert [t["id"] for t in rest["tasks"]] == sorted(ended)[2:] and rest["next"] is None
+    assert s.ok("GET", "/v1/tasks?state=ended", token=erin)["tasks"] == []
+    # a retried Idempotency-Key finds the evicted task
+    status, again = s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob,
+                           headers={"Idempotency-Key": "once"})
+    assert (status, again) == (200, views[keyed])
+
+    # a restart replays: the evicted tasks stay in the history, once each, same answers
+    assert s.stop() == 0
+    assert history_ids(s) >= set(ended) and live not in history_ids(s)
+    s.start()
+    wait_for(lambda: records_in_memory(s) == 1, what="the ended tasks evicted again")
+    for t in ended:
+        assert s.ok("GET", f"/v1/tasks/{t}", token=bob) == views[t]
+    assert [t["id"] for t in all_tasks(s)] == sorted(ended + [live])
+    assert s.stop() == 0
