@@ -144,6 +144,10 @@ def register(subparsers) -> None:
                     help="ended tasks kept in memory, the most recently ended; older ones are "
                          "read from the task history in the database when asked for "
                          "(default: %(default)s)")
+    st.add_argument("--snapshot-every", metavar="N", type=_whole, default=100_000,
+                    help="take a snapshot of the state every N events (and at a clean stop), "
+                         "so that a restart replays only the log after it; 0: never "
+                         "(default: %(default)s)")
     p.set_defaults(handler=run)
 
 
@@ -164,4 +168,4 @@ def run(args: argparse.Namespace) -> int:
                          require_workers=args.require_workers, ledger_db=args.ledger_db,
                          advertise_url=args.advertise_url, lease_ttl_s=args.lease_ttl,
                          ledger_replica=args.ledger_replica, ledger_role=args.ledger_role,
-                         keep_ended=args.keep_ended))
+                         keep_ended=args.keep_ended, snapshot_every=args.snapshot_every))

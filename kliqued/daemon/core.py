@@ -170,6 +170,8 @@ class Daemon:
         self._ids_dead = 0
         self.eviction = Eviction()
         self.recalled = Recalled()
+        self.snapshot_at = 0
+        """The sequence number of the snapshot replay started from (0: none)."""
         """Evicted records read back lately (history.recall)."""
         """Which ended tasks leave memory for the ``task_history`` table (history.py)."""
         self.placed_count: Counter[str] = Counter()

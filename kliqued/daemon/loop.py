@@ -114,6 +114,9 @@ class Sequencer:
         fed here, where passes run and the State takes events in."""
         self.on_commit: Callable[[list[tuple]], None] | None = None
         """Sees each committed batch's rows (the alert dispatcher's non-blocking offer)."""
+        self.between: Callable[[], None] | None = None
+        """Called after each cycle, when the State equals the log at ``d.seq`` (the
+        snapshots' fork, snapshot.py)."""
 
     # ------------------------------------------------------------------ requests
     async def submit(self, prepare: PrepareFn, barrier: bool = False) -> Any:
@@ -182,6 +185,8 @@ class Sequencer:
             self._wake.clear()
             try:
                 await self._cycle()
+                if self.between is not None:
+                    self.between()
             except Exception as exc:  # a failed commit: see the module docstring
                 self.failed = exc
                 if isinstance(exc, Deposed):

@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from . import history, reducers
+from . import history, reducers, snapshot
 from .auth import TokenRecord
 from .core import Daemon
 from .errors import ReplayError
@@ -31,6 +31,8 @@ class ReplayStats:
     events: int
     tasks: int
     seconds: float
+    snapshot: int = 0
+    """The sequence number of the snapshot the replay started from (0: the whole log)."""
 
 
 def rebuild(d: Daemon, store: Store) -> ReplayStats:
@@ -50,8 +52,10 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
     t0 = time.perf_counter()
     n = 0
     last_task: str | None = None
+    start = d.snapshot_at = snapshot.load(d, store, store.last_seq())
     evict_at = d.eviction.keep + history.EVICT_PER_CYCLE
-    for seq, at, kind, task, actor, revision, grp, usr, data_text in store.read_events():
+    for seq, at, kind, task, actor, revision, grp, usr, data_text in store.read_events(
+            after=start):
         n += 1
         if len(d.eviction.ended) > evict_at:  # memory stays bounded through a long log
             _evict(d, store, at)
@@ -69,7 +73,7 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
     for tid, h, principal, name, created, by, revoked, expires in store.read_tokens():
         d.tokens.add(TokenRecord(tid, h, principal, name, created, by, revoked, expires))
         d.token_ids.seed(tid)
-    return ReplayStats(n, len(d.records), time.perf_counter() - t0)
+    return ReplayStats(n, len(d.records), time.perf_counter() - t0, start)
 
 
 def _evict(d: Daemon, store: Store, at: int) -> None:

@@ -42,6 +42,7 @@ from . import logsetup
 from .alerts import Dispatcher
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
+from .snapshot import Snapshotter
 from .unattended import Unattended
 from .store import Batch, Store
 
@@ -92,6 +93,8 @@ class Options:
     """The read-only PostgreSQL role finance's SQL logs in as (``pgreader``)."""
     keep_ended: int = 10_000
     """Ended tasks kept in memory (history.py); older ones are read from the history."""
+    snapshot_every: int = 100_000
+    """Events between two snapshots (snapshot.py); 0: none."""
 
     @property
     def local_db(self) -> str:
@@ -317,9 +320,9 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
     except ReplayError as exc:
         print(f"kliqued serve: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    log.info("started: %s, replayed %d events (%d tasks) in %.2f s", store.log.label,
-             stats.events,
-             stats.tasks, stats.seconds)
+    log.info("started: %s, replayed %d events (%d tasks) in %.2f s%s", store.log.label,
+             stats.events, stats.tasks, stats.seconds,
+             f" after the snapshot at event {stats.snapshot}" if stats.snapshot else "")
     if d.state is not None:  # rows from before the ledger kept paths: the paths of now
         filled = _fill_group_paths(store, d.idx().estate)
         if filled:
@@ -414,6 +417,8 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
         d.st().restart_start_timers(d.clock.now())
     seq = Sequencer(d, store, float(interval))
+    snaps = Snapshotter(d, store, opts.snapshot_every)
+    seq.between = snaps.maybe
     runner_task = asyncio.create_task(seq.run())
     seq.request_pass(0)  # after a replay, the first pass looks at everything at once
     exit_code = EXIT_OK
@@ -528,6 +533,9 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     await runner.cleanup()
     await seq.stop()
     await runner_task
+    await snaps.wait()
+    if exit_code == EXIT_OK:
+        snaps.final()
     logsetup.report_held_back()
     log.info("stopped: %d events in the log", d.seq)
     return exit_code

@@ -33,7 +33,7 @@ from kliqued.ledger import schema as ledger_schema
 from kliqued.ledger.ops import LEDGER_WRITES, LedgerWrite
 from kliqued.ledger.schema import q
 
-from . import history
+from . import history, snapshot
 
 from .errors import CopyBehind, DatabaseLocked, StoreMismatch
 from .eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
@@ -123,6 +123,7 @@ class Store:
             self.conn.execute(stmt)
         ledger_schema.ensure_schema(self.conn)
         history.ensure_schema(self.conn)
+        snapshot.ensure_schema(self.conn)
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
             self.conn.execute(DECISION_TABLE)
@@ -299,10 +300,11 @@ class Store:
     def last_seq(self) -> int:
         return self._writer.submit(self.log.last_seq).result()
 
-    def read_events(self, chunk: int = 20_000) -> Iterator[tuple]:
-        """Every event in log order, as (seq, at_ms, kind, task, actor, revision, grp, usr,
-        data text): from the log itself (before the loop runs: start-up's replay)."""
-        return self.log.read_events(0, chunk)
+    def read_events(self, chunk: int = 20_000, after: int = 0) -> Iterator[tuple]:
+        """Every event after ``after`` in log order, as (seq, at_ms, kind, task, actor,
+        revision, grp, usr, data text): from the log itself (before the loop runs:
+        start-up's replay, after the snapshot it loaded)."""
+        return self.log.read_events(after, chunk)
 
     def read_tokens(self) -> list[tuple]:
         return self._writer.submit(self.log.read_tokens).result()
