@@ -40,6 +40,14 @@ def _whole(text: str) -> int:
     return int(text)
 
 
+def _retention(text: str) -> float:
+    """A duration, 0, or ``off`` (-1)."""
+    word = text.strip().lower()
+    if word == "off":
+        return -1.0
+    return 0.0 if re.fullmatch(r"0+(ms|s|m|h|d)?", word) else duration(text)
+
+
 def register(subparsers) -> None:
     p = add_command(
         subparsers, "serve", help="run the control plane daemon (API, engine, ledger)",
@@ -148,6 +156,12 @@ def register(subparsers) -> None:
                     help="take a snapshot of the state every N events (and at a clean stop), "
                          "so that a restart replays only the log after it; 0: never "
                          "(default: %(default)s)")
+    st.add_argument("--compact-after", metavar="DURATION|off", type=_retention,
+                    default=30 * 86400.0,
+                    help="after each snapshot, the workers' lease events (leased, started, "
+                         "stopped, unleased) of tasks ended longer ago than this leave the log; "
+                         "every decision and request stays (docs/decisions.md, log "
+                         "compaction). off: keep them all (default: 30d)")
     p.set_defaults(handler=run)
 
 
@@ -168,4 +182,5 @@ def run(args: argparse.Namespace) -> int:
                          require_workers=args.require_workers, ledger_db=args.ledger_db,
                          advertise_url=args.advertise_url, lease_ttl_s=args.lease_ttl,
                          ledger_replica=args.ledger_replica, ledger_role=args.ledger_role,
-                         keep_ended=args.keep_ended, snapshot_every=args.snapshot_every))
+                         keep_ended=args.keep_ended, snapshot_every=args.snapshot_every,
+                         compact_after_s=args.compact_after))

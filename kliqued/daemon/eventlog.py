@@ -14,7 +14,7 @@ writes them in its own dialect and no caller knows which one runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Protocol, Sequence, Union
 
 from .events import COLUMNS
 
@@ -103,6 +103,10 @@ class EventLog(Protocol):
     def pending(self) -> list[str]:
         """Prepared batches never ended (a stop between the two phases)."""
 
+    def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
+        """Runs log compaction's DELETE (``sql`` given this dialect's placeholder) in a
+        transaction of its own; returns how many events it removed (compaction.py)."""
+
     def close(self) -> None: ...
 
 
@@ -181,6 +185,16 @@ class DuckLog:
 
     def pending(self) -> list[str]:
         return []
+
+    def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            row = self.conn.execute(sql("?"), params).fetchone()
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return int(row[0]) if row else 0
 
     def close(self) -> None:
         self._appender = None

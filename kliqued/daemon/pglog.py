@@ -267,6 +267,12 @@ class PgLog:
             "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
             "current_database() ORDER BY prepared", [GID_PREFIX + "%"])]
 
+    def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
+        """One statement on the autocommit connection: a transaction of its own."""
+        with self.conn.cursor() as cur:
+            cur.execute(sql("%s"), params)
+            return max(0, cur.rowcount)
+
     def commit(self) -> None:
         """The batch is durable when this returns (PostgreSQL's COMMIT)."""
         self.conn.execute("COMMIT")

@@ -42,6 +42,7 @@ from . import logsetup
 from .alerts import Dispatcher
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
+from .compaction import Compactor
 from .snapshot import Snapshotter
 from .unattended import Unattended
 from .store import Batch, Store
@@ -95,6 +96,8 @@ class Options:
     """Ended tasks kept in memory (history.py); older ones are read from the history."""
     snapshot_every: int = 100_000
     """Events between two snapshots (snapshot.py); 0: none."""
+    compact_after_s: float = 30 * 86400.0
+    """Log compaction's retention after a task ends (compaction.py); negative: off."""
 
     @property
     def local_db(self) -> str:
@@ -418,6 +421,8 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         d.st().restart_start_timers(d.clock.now())
     seq = Sequencer(d, store, float(interval))
     snaps = Snapshotter(d, store, opts.snapshot_every)
+    snaps.on_taken = Compactor(store, -1 if opts.compact_after_s < 0
+                               else int(opts.compact_after_s * 1000))
     seq.between = snaps.maybe
     runner_task = asyncio.create_task(seq.run())
     seq.request_pass(0)  # after a replay, the first pass looks at everything at once

@@ -223,8 +223,7 @@ class Snapshotter:
         self.taken += 1
         log.info("snapshot at event %d: %.1f MiB in %.2f s", seq, len(body) / 2**20,
                  time.perf_counter() - t0)
-        if self.on_taken is not None:
-            await loop.run_in_executor(None, self.on_taken, seq)
+        await loop.run_in_executor(None, self._after, seq)
 
     on_taken: Callable[[int], object] | None = None
     """Called on a thread with each new snapshot's sequence number (log compaction)."""
@@ -238,8 +237,15 @@ class Snapshotter:
         now = self.d.clock.now()
         self.store.write_local(lambda conn: write(conn, snap, now))
         self.last = snap.seq
-        if self.on_taken is not None:
-            self.on_taken(snap.seq)
+        self._after(snap.seq)
+
+    def _after(self, seq: int) -> None:
+        if self.on_taken is None:
+            return
+        try:
+            self.on_taken(seq)
+        except Exception:  # compaction can wait for the next snapshot
+            log.exception("after the snapshot at event %d", seq)
 
     async def wait(self) -> None:
         if self.running is not None:

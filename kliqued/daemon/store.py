@@ -33,7 +33,7 @@ from kliqued.ledger import schema as ledger_schema
 from kliqued.ledger.ops import LEDGER_WRITES, LedgerWrite
 from kliqued.ledger.schema import q
 
-from . import history, snapshot
+from . import compaction, history, snapshot
 
 from .errors import CopyBehind, DatabaseLocked, StoreMismatch
 from .eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
@@ -124,6 +124,7 @@ class Store:
         ledger_schema.ensure_schema(self.conn)
         history.ensure_schema(self.conn)
         snapshot.ensure_schema(self.conn)
+        compaction.ensure_schema(self.conn)
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
             self.conn.execute(DECISION_TABLE)
@@ -397,6 +398,26 @@ class Store:
                 raise
             self.conn.execute("COMMIT")
         self._writer.submit(run).result()
+
+    def read_sync(self, fn: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
+        """``fn`` on a fresh cursor of the DuckDB file, in the calling thread (not the event
+        loop's: snapshots' and compaction's threads)."""
+        cur = self.conn.cursor()
+        try:
+            return fn(cur)
+        finally:
+            cur.close()
+
+    def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
+        """Log compaction's DELETE (``sql`` of the dialect's placeholder) on the log, and on
+        the events' copy beside a log kept elsewhere, on the writer thread between two
+        batches; returns the rows the log lost."""
+        def run() -> int:
+            removed = self.log.compact(sql, params)
+            if self._copy is not None:
+                self._copy.compact(sql, params)
+            return removed
+        return self._writer.submit(run).result()
 
     def commit_sync(self, batch: Batch) -> None:
         """For start-up (before the loop runs) and tools."""
