@@ -10,7 +10,8 @@ import platform
 import sys
 
 MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_finance", "bench_daemon",
-           "bench_slurm", "bench_workers", "bench_whatif", "bench_web", "bench_failover"]
+           "bench_slurm", "bench_workers", "bench_whatif", "bench_web", "bench_failover",
+           "bench_state"]
 
 
 def machine() -> str:
