@@ -108,13 +108,23 @@ def from_doc(text: str) -> TaskRecord:
 
 
 # ---------------------------------------------------------------------- writes
-def write(conn: duckdb.DuckDBPyConnection, rows: list[tuple]) -> int:
-    """Inserts ``rows`` (in the caller's transaction), skipping ids already in the table:
-    a replay after a crash evicts again what the log says ended, and the row written the
-    first time stays. A staging table and an anti-join, not a key: see the module's
-    docstring."""
+def write(conn: duckdb.DuckDBPyConnection, rows: list[tuple], dedupe: bool = True) -> int:
+    """Inserts ``rows`` (in the caller's transaction). ``dedupe``: skipping ids already in
+    the table (a replay evicts again what the log says ended, and the row written the first
+    time stays), by a staging table and an anti-join, not a key (see the module's
+    docstring); the live path knows its records are not there (:func:`mark_stored`) and
+    appends."""
     if not rows:
         return 0
+    if not dedupe:
+        app = conn.appender("task_history")
+        try:
+            app.append_rows(rows)
+            app.flush()
+        except BaseException:
+            app.clear()
+            raise
+        return len(rows)
     conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} AS SELECT * FROM task_history "
                  f"LIMIT 0")
     app = conn.appender(_STAGE)
@@ -132,11 +142,27 @@ def write(conn: duckdb.DuckDBPyConnection, rows: list[tuple]) -> int:
     return len(rows)
 
 
-def write_records(conn: duckdb.DuckDBPyConnection, recs: list[TaskRecord]) -> int:
+def write_records(conn: duckdb.DuckDBPyConnection, recs: list[TaskRecord],
+                  dedupe: bool = True) -> int:
     """:func:`write` of ``recs``, serialized here, on the store's writer thread: an
     evicted record no longer changes (ended, every lease given back), and the event loop
     keeps serving meanwhile."""
-    return write(conn, [to_row(r) for r in recs])
+    return write(conn, [to_row(r) for r in recs], dedupe)
+
+
+def mark_stored(d: Daemon, store: Store) -> int:
+    """After a start: which ended records in memory have their row already (evicted before
+    a crash, replayed since), so that the live path only appends rows it knows are new
+    (an anti-join per commit would read the whole table). Returns how many."""
+    ids = list(d.eviction.ended)
+    found: set[str] = set()
+    for i in range(0, len(ids), 1000):
+        part = ids[i:i + 1000]
+        found.update(r[0] for r in store.read_sync(lambda cur: cur.execute(
+            f"SELECT id FROM task_history WHERE id IN ({', '.join('?' * len(part))})",
+            part).fetchall()))
+    d.eviction.stored = found
+    return len(found)
 
 
 # ---------------------------------------------------------------------- reads
@@ -196,6 +222,12 @@ class Eviction:
         """Ended tasks in memory, oldest end first."""
         self.keys: deque[tuple[int, tuple[str, str], str]] = deque()
         """(drop at ms, idempotency key, task) of evicted tasks."""
+        self.stored: set[str] = set()
+        """Ended records in memory whose row is written already (:func:`mark_stored`)."""
+
+    def unstored(self, recs: list[TaskRecord]) -> list[TaskRecord]:
+        """Those of ``recs`` whose row is still to write."""
+        return [r for r in recs if r.id not in self.stored] if self.stored else recs
 
     def note_ended(self, task_id: str) -> None:
         self.ended.append(task_id)
@@ -222,6 +254,7 @@ class Eviction:
         for rec in recs:
             if d.records.get(rec.id) is rec:
                 del d.records[rec.id]
+            self.stored.discard(rec.id)
             if rec.idempotency_key is not None:
                 self.keys.append((now + KEY_GRACE_MS, (rec.actor, rec.idempotency_key),
                                   rec.id))

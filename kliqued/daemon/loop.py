@@ -229,7 +229,8 @@ class Sequencer:
         # once it is durable (history.py).
         evicting = d.eviction.due(d) if d.ready and not self._stopping else []
         if evicting:
-            batch.ops.append(partial(history.write_records, recs=evicting))
+            batch.ops.append(partial(history.write_records,
+                                     recs=d.eviction.unstored(evicting), dedupe=False))
         # Requests, in arrival order, up to (and alone if it is) a barrier.
         taken: list[_Request] = []
         while self._pending:

@@ -73,6 +73,7 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
     for tid, h, principal, name, created, by, revoked, expires in store.read_tokens():
         d.tokens.add(TokenRecord(tid, h, principal, name, created, by, revoked, expires))
         d.token_ids.seed(tid)
+    history.mark_stored(d, store)
     return ReplayStats(n, len(d.records), time.perf_counter() - t0, start)
 
 
