@@ -212,6 +212,13 @@ def page(cur: duckdb.DuckDBPyConnection, after: str | None, limit: int, *,
 
 
 # ---------------------------------------------------------------------- what leaves memory
+def pipeline_steps(d: Daemon) -> set[str]:
+    """The latest task of each step of the running pipelines: how it ended (its outputs)
+    decides the pipeline's next step, read from memory by the unattended loop."""
+    return {run.tasks[-1] for pr in d.pipelines.running() for run in pr.steps.values()
+            if run.tasks}
+
+
 class Eviction:
     """Which ended records leave memory, in the order they ended: beyond ``keep`` of them,
     those no worker still holds (a lease active or stopping)."""
@@ -237,12 +244,16 @@ class Eviction:
         out: list[TaskRecord] = []
         held: list[str] = []
         records = d.records
+        pinned: set[str] | None = None
         while len(self.ended) > self.keep and len(out) < most:
             tid = self.ended.popleft()
             rec = records.get(tid)
             if rec is None or rec.state != "ended":
                 continue
-            if rec.leases and any(x.status in (ACTIVE, STOPPING) for x in rec.leases):
+            if pinned is None:
+                pinned = pipeline_steps(d)
+            if rec.leases and any(x.status in (ACTIVE, STOPPING) for x in rec.leases) \
+                    or tid in pinned:
                 held.append(tid)  # looked at again once more tasks have ended
                 continue
             out.append(rec)
