@@ -281,7 +281,7 @@ TEST_DELAY_ENV = "KLIQUED_TEST_SNAPSHOT_DELAY_S"
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         b = os.read(fd, 1 << 20)
         if not b:

@@ -89,7 +89,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     p = principal(request)
     acc = d.acc()
     records = d.records  # sessions in memory: live ones and those ended lately
-    out = [rec for tid in d.ids if (rec := records.get(tid)) is not None  # type: ignore
+    out = [rec for tid in d.ids if (rec := records.get(tid)) is not None
            and sessions.is_session(rec) and acc.sees_task(p, rec.user, rec.group)]
     return reply({"sessions": [_view(request, r) for r in out[-1000:]]})
 
