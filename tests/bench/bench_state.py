@@ -55,6 +55,8 @@ def _generate(conn: Any, n: int, first_seq: int, base_ms: int,
     """``n`` tasks submitted and cancelled from ``base_ms`` on: their two events each and
     their history rows; ``kinds``: (user, resource, project, group) of task ``i`` by
     ``i % len(kinds)``."""
+    conn.execute("SET enable_progress_bar = false")
+
     def case(k: int) -> str:
         return (f"CASE i % {len(kinds)} " + " ".join(
             f"WHEN {j} THEN '{u[k]}'" for j, u in enumerate(kinds)) + " END")
