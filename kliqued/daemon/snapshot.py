@@ -192,8 +192,17 @@ class Snapshotter:
         if self.d.seq - self.last < self.every:
             return
         self.last = seq = self.d.seq
-        r, w = os.pipe()
-        pid = os.fork()
+        try:
+            r, w = os.pipe()
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(r)
+                os.close(w)
+                raise
+        except OSError as exc:  # no memory or processes left: the next one will try again
+            log.warning("snapshot at event %d not taken: %s", seq, exc)
+            return
         if pid == 0:  # the child: a frozen copy of the state; it touches no database
             _child(self.d, w)
         os.close(w)
