@@ -265,6 +265,9 @@ class Eviction:
         for rec in recs:
             if d.records.get(rec.id) is rec:
                 del d.records[rec.id]
+                # found by ``Daemon.find`` a while yet: a request checked against the record
+                # just before (a retried report, a cancel) is prepared against the same
+                d.recalled.put(rec)
             self.stored.discard(rec.id)
             if rec.idempotency_key is not None:
                 self.keys.append((now + KEY_GRACE_MS, (rec.actor, rec.idempotency_key),
