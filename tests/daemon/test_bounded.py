@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 
+from tests.daemon.fleet import FleetServer, HttpWorker
 from tests.daemon.test_durability import CMD, all_tasks, settled
 from tests.harness.daemon import Server
 from tests.harness.wait import wait_for
@@ -90,3 +91,29 @@ def test_ended_tasks_leave_memory_and_answer_the_same(tmp_path: Path, db: str | 
         assert s.ok("GET", f"/v1/tasks/{t}", token=bob) == views[t]
     assert s.stop() == 0
     assert history_ids(s) == {t: 1 for t in ended}
+
+
+def test_a_worker_late_on_an_evicted_task_gets_the_same_answers(tmp_path: Path) -> None:
+    """A worker's retried report and log upload for a task that left memory since: the same
+    answers as before (a retry changes nothing), and its log is still read."""
+    fs = FleetServer(tmp_path, extra=["--keep-ended", "0"], ttl="60s").start()
+    erin = fs.token({"user": "erin"})
+    w = HttpWorker(fs, fs.token({"worker": True, "pool": "bare"}), "w1")
+    w.register()
+    tid = fs.submit(erin, "team-b/one", ["true"])
+    wait_for(lambda: fs.task(tid)["state"] == "placed")
+    (lease,) = w.lease()
+    assert w.report(tid, lease["epoch"], "started")[0] == 200
+    assert w.call("POST", f"/v1/tasks/{tid}/log?offset=0&epoch=1", raw=b"hi\n") \
+        == (200, {"size": 3})
+    st, first = w.report(tid, 1, "finished", 0)
+    assert st == 200 and first["task"]["state"] == "ended"
+    wait_for(lambda: records_in_memory(fs) == 0, what="the task evicted")
+    assert w.report(tid, 1, "finished", 0) == (200, first)
+    assert w.report(tid, 1, "failed", 1)[0] == 200  # the lease is closed: nothing changes
+    assert w.report(tid, 2, "finished", 0)[0] == 409
+    assert w.call("POST", f"/v1/tasks/{tid}/log?offset=3&epoch=1", raw=b"more\n") \
+        == (200, {"size": 8})
+    assert fs.call("GET", f"/v1/tasks/{tid}/log", token=erin)[1] == "hi\nmore\n"
+    assert fs.task(tid) == first["task"]
+    assert fs.stop() == 0
