@@ -20,7 +20,7 @@ from klique_util.tunnel import MAX_FRAME, b64, forwardable, unb64
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.web.session import COOKIE as DASHBOARD_COOKIE
 
-from .. import fleet, sessions, views
+from .. import fleet, history, sessions, views
 from ..errors import ApiError, bad_request, forbidden, not_found
 from ..leases import CLOSED, FENCED
 from ..records import TaskRecord
@@ -37,11 +37,12 @@ def _base(request: web.Request) -> str:
     return ctx(request).server_url or str(request.url.origin())
 
 
-def _session(request: web.Request) -> TaskRecord:
-    """The session the caller may see; 404 for anything else, as for tasks."""
-    d = ctx(request).daemon
+async def _session(request: web.Request) -> TaskRecord:
+    """The session the caller may see (ended long ago: read back from the history); 404 for
+    anything else, as for tasks."""
+    c = ctx(request)
     tid = request.match_info["id"]
-    rec = d.records.get(tid)
+    rec = await history.recall(c.store, c.daemon, tid)
     if rec is None or not sessions.is_session(rec):
         raise not_found(f"no session {tid}")
     return _visible(request, rec)
@@ -95,14 +96,14 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 
 async def get_session(request: web.Request) -> web.Response:
-    return reply(_view(request, _session(request)))
+    return reply(_view(request, await _session(request)))
 
 
 async def stop(request: web.Request) -> web.Response:
     c = ctx(request)
     d = c.daemon
     p = principal(request)
-    rec = _session(request)
+    rec = await _session(request)
     if rec.state != "ended":
         await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov,
                                                             "session stopped"))
@@ -113,7 +114,7 @@ async def stop(request: web.Request) -> web.Response:
 async def link(request: web.Request) -> web.Response:
     c = ctx(request)
     p = principal(request)
-    rec = _session(request)
+    rec = await _session(request)
     if p.name != rec.user:
         raise forbidden(f"session {rec.id} is {rec.user}'s: only its owner may open it")
     c.session_passes.drop_ended(lambda tid: tid not in c.daemon.records
@@ -192,7 +193,7 @@ def _owner(request: web.Request, c: Context, rec: TaskRecord) -> web.StreamRespo
 async def proxy(request: web.Request) -> web.StreamResponse:
     c = ctx(request)
     tid = request.match_info["id"]
-    rec = c.daemon.records.get(tid)
+    rec = await history.recall(c.store, c.daemon, tid)
     if rec is None or not sessions.is_session(rec):
         raise not_found(f"no session {tid}")
     redirect = _owner(request, c, rec)
