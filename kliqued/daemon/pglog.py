@@ -268,8 +268,15 @@ class PgLog:
             "current_database() ORDER BY prepared", [GID_PREFIX + "%"])]
 
     def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
-        """One statement on the autocommit connection: a transaction of its own."""
-        with self.conn.cursor() as cur:
+        """A transaction of its own, fenced as a batch is: a deposed leader deletes
+        nothing (``Deposed``)."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            if self.fence is not None:
+                row = cur.execute(FENCE_SQL).fetchone()
+                if row is None or int(row[0]) != self.fence:
+                    raise Deposed(f"this daemon's lease (epoch {self.fence}) is no longer the "
+                                  f"leader's (epoch {row[0] if row else None}): the log is "
+                                  f"not compacted")
             cur.execute(sql("%s"), params)
             return max(0, cur.rowcount)
 

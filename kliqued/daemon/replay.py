@@ -52,13 +52,16 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
     t0 = time.perf_counter()
     n = 0
     last_task: str | None = None
-    start = d.snapshot_at = snapshot.load(d, store, store.last_seq())
-    evict_at = d.eviction.keep + history.EVICT_PER_CYCLE
-    for seq, at, kind, task, actor, revision, grp, usr, data_text in store.read_events(
-            after=start):
+    # A standby's replica (replica.py) reads the log through a connection of its own and
+    # writes nothing: no snapshot, no history, every task kept in memory.
+    bounded = isinstance(store, Store)
+    start = d.snapshot_at = snapshot.load(d, store, store.last_seq()) if bounded else 0
+    evict_at = d.eviction.keep + history.EVICT_PER_CYCLE if bounded else None
+    for seq, at, kind, task, actor, revision, grp, usr, data_text in (
+            store.read_events(after=start) if start else store.read_events()):
         n += 1
-        if len(d.eviction.ended) > evict_at:  # memory stays bounded through a long log
-            _evict(d, store, at)
+        if evict_at is not None and len(d.eviction.ended) > evict_at:
+            _evict(d, store, at)  # memory stays bounded through a long log
         d.clock.at_least(at)
         try:
             data = json.loads(data_text) if data_text else {}
@@ -73,7 +76,8 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
     for tid, h, principal, name, created, by, revoked, expires in store.read_tokens():
         d.tokens.add(TokenRecord(tid, h, principal, name, created, by, revoked, expires))
         d.token_ids.seed(tid)
-    history.mark_stored(d, store)
+    if bounded:
+        history.mark_stored(d, store)
     return ReplayStats(n, len(d.records), time.perf_counter() - t0, start)
 
 
