@@ -36,6 +36,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import duckdb
