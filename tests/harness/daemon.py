@@ -53,7 +53,7 @@ class Server:
         self.tmp = Path(tmp)
         self.workers = workers
         self.extra = list(extra or [])
-        """More ``kliqued serve`` arguments (``--lease-ttl 2s``)."""
+        """More ``kliqued serve`` arguments (``--lease-ttl 2s``, ``--ledger-replica URL``)."""
         self.estate = estate
         self.db = db or self.tmp / "kliqued.duckdb"
         self.admin = admin
@@ -64,8 +64,6 @@ class Server:
         self.starts = 0
         self.tokens: dict[str, str] = {}
         """Tokens made by :meth:`token` for a name (``alice``, ``role:finance``)."""
-        self.extra: list[str] = []
-        """More ``kliqued serve`` options (``--ledger-replica URL``)."""
 
     # ------------------------------------------------------------------ process
     def argv(self) -> list[str]:
