@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import duckdb
 
+from klique_util.keyfilter import KeyFilter
+
 from .leases import ACTIVE, STOPPING, Lease
 from .records import TaskRecord
 
@@ -231,6 +233,14 @@ class Eviction:
         """(drop at ms, idempotency key, task) of evicted tasks."""
         self.stored: set[str] = set()
         """Ended records in memory whose row is written already (:func:`mark_stored`)."""
+        self.evicted_keys = KeyFilter()
+        """The Idempotency-Keys of every evicted task (``actor`` NUL ``key``), so that a
+        new key is known absent from the history without reading it (:meth:`may_hold`)."""
+
+    def may_hold(self, actor: str, key: str) -> bool:
+        """Whether an evicted task may have been sent with this key (a retry to read back
+        from the history); False is certain."""
+        return f"{actor}\0{key}" in self.evicted_keys
 
     def unstored(self, recs: list[TaskRecord]) -> list[TaskRecord]:
         """Those of ``recs`` whose row is still to write."""
@@ -270,6 +280,7 @@ class Eviction:
                 d.recalled.put(rec)
             self.stored.discard(rec.id)
             if rec.idempotency_key is not None:
+                self.evicted_keys.add(f"{rec.actor}\0{rec.idempotency_key}")
                 self.keys.append((now + KEY_GRACE_MS, (rec.actor, rec.idempotency_key),
                                   rec.id))
         d.ids_dropped(len(recs))

@@ -67,7 +67,7 @@ async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
               "gpus_milli": gpus, "command": body.get("command"),
               "payload": body.get("payload"), "labels": body.get("labels") or {},
               "channel": channel}
-    if key is not None and (p.text, key) not in d.idem:
+    if key is not None and (p.text, key) not in d.idem and d.eviction.may_hold(p.text, key):
         # a retry of a task evicted long after it ended (history.py): the same answer
         old = await c.store.read(lambda cur: history.by_key(cur, p.text, key))
         if old is not None:
