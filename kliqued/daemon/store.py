@@ -422,10 +422,20 @@ class Store:
     def commit_sync(self, batch: Batch) -> None:
         """For start-up (before the loop runs) and tools."""
         self._writer.submit(self._commit, batch).result()
+        self._count_ledger(batch)
 
     async def commit(self, batch: Batch) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._writer, self._commit, batch)
+        self._count_ledger(batch)
+
+    ledger_changes = 0
+    """Committed batches that wrote the ledger since start: what a cache of figures derived
+    from the ledger compares (the dashboards' CIO figures, kliqued/web/data.py)."""
+
+    def _count_ledger(self, batch: Batch) -> None:
+        if any(isinstance(op, LEDGER_WRITES) for op in batch.ops):
+            self.ledger_changes += 1
 
     # ------------------------------------------------------------------ reads
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:

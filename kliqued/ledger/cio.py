@@ -46,18 +46,25 @@ QUERIES = {
 
 
 def figures(conn, period: date, groups: Sequence[str] | None = None,
-            timeout_s: float = 10.0) -> dict[str, Any]:
+            timeout_s: float = 10.0, parts: Sequence[str] | None = None) -> dict[str, Any]:
     """The month's figures: each part as a list of rows (objects with the columns' names),
     ``idle`` as one object (or null before any capacity was recorded). Amounts are exact
     decimal text, as ledger SQL answers them. ``lending``: per group that borrowed or lent,
     its borrowed GPU-hours, those of them on other groups' idle reservations
-    (``borrowed_lent_*``) and what its own idle reservation lent (``lent_*``)."""
+    (``borrowed_lent_*``) and what its own idle reservation lent (``lent_*``). ``parts``:
+    only those of :data:`QUERIES` (a page that shows two of them need not derive the
+    month's lending for five)."""
+    unknown = sorted(set(parts or ()) - set(QUERIES))
+    if unknown:
+        raise ValueError(f"no CIO figure {', '.join(unknown)}: one of {', '.join(QUERIES)}")
     month = f"DATE '{period.isoformat()}'"
     pieces = month_pieces(period)  # borrowing and lending derived from the month alone
     out: dict[str, Any] = {"period": f"{period:%Y-%m}",
                            "period_start": f"{period:%Y-%m-%d}T00:00:00Z",
                            "period_end": f"{next_month(period):%Y-%m-%d}T00:00:00Z"}
     for name, sql in QUERIES.items():
+        if parts is not None and name not in parts:
+            continue
         res = run_readonly(conn, sql.format(month=month), limit=10_000, timeout_s=timeout_s,
                            groups=groups, pieces=pieces)
         rows = [dict(zip(res.columns, r)) for r in res.rows]

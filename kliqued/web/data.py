@@ -387,12 +387,57 @@ def usage_chart(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
                        "yaxis": {"title": {"text": "GPU-hours"}}}}
 
 
+ESTATE_PARTS = ("estate_use", "idle")
+"""The CIO figures the usage page shows (kliqued/web/templates/live/usage.html)."""
+
+FIGURES_FRESH_MS = 60_000
+"""How old the usage page's CIO figures may be while the ledger keeps changing: they are
+the month's sums (capacity, idle, lending derived from every interval of the month), costly
+on a large ledger, and a minute moves them by a minute's use. An unchanged ledger reuses them
+at any age."""
+
+
+@dataclass
+class Figures:
+    changes: int
+    at_ms: int
+    figures: dict[str, Any]
+
+
+class FiguresCache:
+    """The usage page's CIO figures per month and ledger scope, computed again only when the
+    ledger changed and the last ones are older than :data:`FIGURES_FRESH_MS`: the page and
+    its live refresh (every second, per open browser) would otherwise derive a month's
+    lending each time (issue 13's 300 ms target; docs/benchmarks.md)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, tuple[str, ...] | None], Figures] = {}
+
+    async def get(self, store: Store, groups: list[str] | None, month: dt.date, now_ms: int
+                  ) -> dict[str, Any]:
+        first = dt.date(month.year, month.month, 1)
+        key = (first.isoformat(), None if groups is None else tuple(sorted(groups)))
+        held = self._held.get(key)
+        changes = store.ledger_changes
+        if held is not None and (held.changes == changes
+                                 or now_ms - held.at_ms < FIGURES_FRESH_MS):
+            return held.figures
+        figures = await estate_use(store, groups, first)
+        figures["as_of"] = iso(now_ms)
+        if len(self._held) > 256:  # scopes and months a daemon's lifetime sees: keep few
+            self._held.clear()
+        self._held[key] = Figures(changes, now_ms, figures)
+        return figures
+
+
 async def estate_use(store: Store, groups: list[str] | None, month: dt.date
                      ) -> dict[str, Any]:
-    """The CIO's figures for the month of ``month`` (``GET /v1/ledger/cio``'s): use of the
-    estate per pool and who pays for idle capacity, in the caller's ledger scope."""
+    """The CIO's figures the usage page shows for the month of ``month`` (``GET
+    /v1/ledger/cio``'s :data:`ESTATE_PARTS`): use of the estate per pool and who pays for
+    idle capacity, in the caller's ledger scope."""
     first = dt.date(month.year, month.month, 1)
-    return await store.read(lambda cur: ledger_cio.figures(cur, first, groups))
+    return await store.read(lambda cur: ledger_cio.figures(cur, first, groups,
+                                                           parts=ESTATE_PARTS))
 
 
 def cloud(d: Daemon) -> list[dict[str, Any]]:

@@ -40,10 +40,11 @@ plotly.js sets inline styles on what it draws."""
 @dataclass
 class Web:
     """The dashboard's own state in the application: sessions, live fragments, the task
-    index and the templates."""
+    index, the CIO figures' cache and the templates."""
     sessions: Sessions = field(default_factory=Sessions)
     fragments: Fragments = field(default_factory=Fragments)
     tasks: data.TaskIndex = field(default_factory=data.TaskIndex)
+    figures: data.FiguresCache = field(default_factory=data.FiguresCache)
     env: jinja2.Environment = field(default_factory=lambda: jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")),
         autoescape=True, trim_blocks=True, lstrip_blocks=True))

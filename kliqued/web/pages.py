@@ -159,7 +159,8 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
             "total_hours": total, "total_cost": cost,
             "currency": c.daemon.idx().estate.settings.currency,
             "cloud": data.cloud(c.daemon),
-            "estate_use": await data.estate_use(c.store, groups, start),
+            "estate_use": await state(request).figures.get(c.store, groups, start,
+                                                           c.daemon.clock.now()),
             "dimensions": ledger_export.SUMMARY_DIMENSIONS}
 
 
