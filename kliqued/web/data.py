@@ -10,8 +10,10 @@ threads.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,8 @@ from kliqued.daemon.store import Store
 from kliqued.daemon.units import iso, parse_iso
 from kliqued.ledger import cio as ledger_cio
 from kliqued.ledger import export as ledger_export
+
+log = logging.getLogger("kliqued.web")
 
 PEOPLE = ("admin", "finance", "planner", "user")
 
@@ -404,24 +408,61 @@ class Figures:
     figures: dict[str, Any]
 
 
+Key = tuple[str, "tuple[str, ...] | None"]
+
+
 class FiguresCache:
-    """The usage page's CIO figures per month and ledger scope, computed again only when the
-    ledger changed and the last ones are older than :data:`FIGURES_FRESH_MS`: the page and
-    its live refresh (every second, per open browser) would otherwise derive a month's
-    lending each time (issue 13's 300 ms target; docs/benchmarks.md)."""
+    """The usage page's CIO figures per month and ledger scope. Stale while revalidating:
+    figures the ledger has moved past (and older than :data:`FIGURES_FRESH_MS`) are still
+    answered, while one computation in the background replaces them; only a month and scope
+    never computed waits for it. The page and its live refresh (every second, per open
+    browser) would otherwise derive a month's lending each time (issue 13's 300 ms target;
+    docs/benchmarks.md). :meth:`warm` computes the whole estate's current month at start."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, tuple[str, ...] | None], Figures] = {}
+        self._held: dict[Key, Figures] = {}
+        self._running: dict[Key, asyncio.Task[dict[str, Any]]] = {}
 
     async def get(self, store: Store, groups: list[str] | None, month: dt.date, now_ms: int
                   ) -> dict[str, Any]:
         first = dt.date(month.year, month.month, 1)
-        key = (first.isoformat(), None if groups is None else tuple(sorted(groups)))
+        key: Key = (first.isoformat(), None if groups is None else tuple(sorted(groups)))
         held = self._held.get(key)
-        changes = store.ledger_changes
-        if held is not None and (held.changes == changes
-                                 or now_ms - held.at_ms < FIGURES_FRESH_MS):
+        if held is not None:
+            if held.changes != store.ledger_changes and now_ms - held.at_ms >= FIGURES_FRESH_MS:
+                self._refresh(key, store, groups, first, now_ms)
             return held.figures
+        return await asyncio.shield(self._refresh(key, store, groups, first, now_ms))
+
+    def warm(self, store: Store, month: dt.date, now_ms: int) -> None:
+        """Starts computing the whole estate's figures for ``month`` (what finance and the
+        CIO open first), without waiting."""
+        first = dt.date(month.year, month.month, 1)
+        self._refresh((first.isoformat(), None), store, None, first, now_ms)
+
+    def close(self) -> None:
+        """Stops the computations still running (the daemon stops)."""
+        for task in list(self._running.values()):
+            task.cancel()
+
+    def _refresh(self, key: Key, store: Store, groups: list[str] | None, first: dt.date,
+                 now_ms: int) -> asyncio.Task[dict[str, Any]]:
+        task = self._running.get(key)
+        if task is None:
+            task = asyncio.create_task(self._compute(key, store, groups, first, now_ms))
+            self._running[key] = task
+            task.add_done_callback(lambda t: self._done(key, t))
+        return task
+
+    def _done(self, key: Key, task: asyncio.Task[dict[str, Any]]) -> None:
+        self._running.pop(key, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("the usage page's CIO figures for %s could not be computed: %s",
+                        key[0], task.exception())
+
+    async def _compute(self, key: Key, store: Store, groups: list[str] | None,
+                       first: dt.date, now_ms: int) -> dict[str, Any]:
+        changes = store.ledger_changes  # before reading: a change meanwhile recomputes
         figures = await estate_use(store, groups, first)
         figures["as_of"] = iso(now_ms)
         if len(self._held) > 256:  # scopes and months a daemon's lifetime sees: keep few

@@ -3,14 +3,30 @@ beside the API's own table, outside ``/v1``."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Awaitable, Callable
 
 from aiohttp import web
+
+from kliqued.daemon.request import CTX
 
 from .files import export, static, task_log
 from .frame import WEB, Web
 from .pages import audit, estate, my_work, orchestration, page, policy, usage
 from .signin import root, signin, signin_form, signout
+
+
+async def _warm(app: web.Application) -> None:
+    """The whole estate's CIO figures of the current month, computed while the daemon starts
+    serving: the first to open the usage page does not wait for them."""
+    c = app[CTX]
+    now = c.daemon.clock.now()
+    today = dt.datetime.fromtimestamp(now / 1000, dt.timezone.utc).date()
+    app[WEB].figures.warm(c.store, today, now)
+
+
+async def _stop(app: web.Application) -> None:
+    app[WEB].figures.close()
 
 
 ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]] = [
@@ -35,6 +51,8 @@ session check instead of the API's bearer token."""
 def install(app: web.Application) -> None:
     """Adds the dashboard's routes and state to the daemon's application."""
     app[WEB] = Web()
+    app.on_startup.append(_warm)
+    app.on_cleanup.append(_stop)
     for method, path, handler in ROUTES:
         if method == "GET":
             app.router.add_get(path, handler)

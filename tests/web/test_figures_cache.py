@@ -60,10 +60,34 @@ def test_figures_are_reused_until_the_ledger_changed_and_a_minute_passed(store) 
                                  ops.closes([("T-1#1", T0 + 2 * HOUR, "finished")])]))
         # changed, but the held figures are younger than a minute: still those
         assert await cache.get(s, None, NOV, now + FIGURES_FRESH_MS - 1) is first
-        later = await cache.get(s, None, NOV, now + FIGURES_FRESH_MS)
+        # older than a minute and the ledger moved: the held ones answer while the new
+        # ones are computed in the background, then the new ones
+        at = now + FIGURES_FRESH_MS
+        assert await cache.get(s, None, NOV, at) is first
+        later = first
+        for _ in range(200):
+            later = await cache.get(s, None, NOV, at)
+            if later is not first:
+                break
+            await asyncio.sleep(0.02)
         assert later is not first and used(later) == pytest.approx(2.0)
+        assert later["as_of"] > first["as_of"]
         # another scope is its own entry
-        scoped = await cache.get(s, ["team-b"], NOV, now + FIGURES_FRESH_MS)
-        assert scoped is not later
+        scoped = await cache.get(s, ["team-b"], NOV, at)
+        assert scoped is not later and used(scoped) == 0
+
+    asyncio.run(run())
+
+
+def test_warm_computes_the_whole_estates_month_before_anyone_asks(store) -> None:
+    s, _ = store
+    cache = FiguresCache()
+
+    async def run() -> None:
+        cache.warm(s, dt.date(2026, 11, 30), T0 + HOUR)
+        await asyncio.sleep(0)
+        got = await cache.get(s, None, NOV, T0 + 5 * HOUR)
+        assert got["as_of"] == "2026-11-01T01:00:00Z"  # the warm-up's, not this call's
+        assert got["period"] == "2026-11"
 
     asyncio.run(run())
