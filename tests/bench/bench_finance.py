@@ -63,6 +63,52 @@ def run(rows: int = ROWS, repeat: int = 3) -> list[dict]:
         out.append(_row("chargeback statement of a business unit for a month", times,
                         f"{len(st.lines):,} lines, {rows / 1e6:g}M-interval ledger", 1.0))
         conn.close()
+    return out + lending(LENDING_ROWS)
+
+
+LENDING_ROWS = 1_000_000
+"""The ledger of the statements that derive lending: a tenth of the above (the derivation
+costs its month's intervals times their policy's concurrency; 10M would take hours)."""
+
+RESERVED = 200
+"""Each of the 30 policies' reservation: about 250 GPUs held on average, so borrowing is
+constant and every interval is expanded over its policy's segments (the worst case)."""
+
+CAPACITY = f"""
+INSERT INTO capacity SELECT TIMESTAMP '2025-01-01', 'r1', 'pool-' || i, 'on-prem',
+       ['h100-80gb', 'l40s-48gb', 'l4-24gb', 'h100-80gb-neocloud'][1 + i % 4], 10000
+FROM range(6) t(i);
+INSERT INTO reservations SELECT TIMESTAMP '2025-01-01', 'r1', 'group-' || i, 'group-' || i,
+       'bu-' || (i % 2) || '/dept-' || (i % 6) || '/group-' || i, {RESERVED},
+       ['h100-80gb', 'l40s-48gb', 'l4-24gb', 'h100-80gb-neocloud'][1 + i % 4]
+FROM range(30) t(i);
+"""
+
+
+def lending(rows: int) -> list[dict]:
+    """A statement with ``attribution.reserved_idle: group``, and with ``borrowed: split``
+    too: both derive the month's borrowing and lending (kliqued/ledger/lending.py), once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = duckdb.connect(str(Path(tmp) / "ledger.duckdb"),
+                              config={"enable_external_access": False})
+        ensure_schema(conn)
+        conn.execute(PRICES)
+        conn.execute(GENERATE.format(n=rows, step=max(365 * 24 * 3_600_000 // rows, 1)))
+        conn.execute(CAPACITY)
+        conn.execute("BEGIN")
+        rebuild_monthly(conn)
+        conn.execute("COMMIT")
+        out = []
+        for what, kw in (("reserved idle billed to its group", {"reserved_idle": True}),
+                         ("reserved idle and borrowed: split",
+                          {"reserved_idle": True, "borrowed": "split"})):
+            t = time.perf_counter()
+            st = build(conn, "bu-0", MONTH, PATHS, "EUR", **kw)
+            out.append(_row(f"chargeback statement of a business unit for a month, {what}",
+                            [time.perf_counter() - t],
+                            f"{len(st.lines):,} lines, {rows / 1e6:g}M-interval ledger, 30 "
+                            f"policies borrowing all month (1 run)", 1.0))
+        conn.close()
     return out
 
 
