@@ -18,8 +18,11 @@ from .signin import root, signin, signin_form, signout
 
 async def _warm(app: web.Application) -> None:
     """The whole estate's CIO figures of the current month, computed while the daemon starts
-    serving: the first to open the usage page does not wait for them."""
+    serving: the first to open the usage page does not wait for them (a standby sends its
+    pages to the leader)."""
     c = app[CTX]
+    if not c.daemon.ready:  # a standby's application, its state not loaded: not its pages
+        return
     now = c.daemon.clock.now()
     today = dt.datetime.fromtimestamp(now / 1000, dt.timezone.utc).date()
     app[WEB].figures.warm(c.store, today, now)
