@@ -132,20 +132,15 @@ class Lease:
             return False
         if self.before_takeover is not None:
             self.before_takeover()
-        with self._lock:
-            conn = self._c()
-            try:
-                with conn.transaction():
-                    conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-                    row = conn.execute(
-                        "UPDATE klique_leader SET epoch = epoch + 1, holder = %s, url = %s, "
-                        "expires_at = clock_timestamp() + make_interval(secs => %s), "
-                        "acquired_at = clock_timestamp() WHERE id = 1 AND epoch = %s "
-                        "AND expires_at <= clock_timestamp() RETURNING epoch",
-                        [self.holder, self.advertise_url, self.settings.ttl_s,
-                         seen.epoch]).fetchone()
-            except psycopg.errors.LockNotAvailable:
-                return False  # a batch still holds the row: next time
+        try:
+            row = self._update_row(
+                "UPDATE klique_leader SET epoch = epoch + 1, holder = %s, url = %s, "
+                "expires_at = clock_timestamp() + make_interval(secs => %s), "
+                "acquired_at = clock_timestamp() WHERE id = 1 AND epoch = %s "
+                "AND expires_at <= clock_timestamp() RETURNING epoch",
+                [self.holder, self.advertise_url, self.settings.ttl_s, seen.epoch])
+        except psycopg.errors.LockNotAvailable:
+            return False  # a batch still holds the row: next time
         if row is None:
             return False  # another standby was first
         self.epoch = int(row[0])
@@ -159,19 +154,26 @@ class Lease:
         past the lock timeout is not a loss: the next renewal tries again."""
         if self.epoch is None:
             return False
+        try:
+            row = self._update_row(
+                "UPDATE klique_leader SET expires_at = clock_timestamp() + "
+                "make_interval(secs => %s) WHERE id = 1 AND epoch = %s AND holder = %s "
+                "RETURNING 1", [self.settings.ttl_s, self.epoch, self.holder])
+        except psycopg.errors.LockNotAvailable:
+            return True
+        return row is not None
+
+    def _update_row(self, sql: str, params: list) -> tuple | None:
+        """The takeover's and the renewal's one write: ``sql`` (an ``UPDATE ... RETURNING``
+        of the row) in a transaction of its own that waits at most ``LOCK_TIMEOUT`` for the
+        row, since a batch in flight holds it shared. Its returned row, None when the
+        compare-and-set matched nothing; ``LockNotAvailable`` when the row stayed busy
+        (each caller reads that its own way)."""
         with self._lock:
             conn = self._c()
-            try:
-                with conn.transaction():
-                    conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-                    row = conn.execute(
-                        "UPDATE klique_leader SET expires_at = clock_timestamp() + "
-                        "make_interval(secs => %s) WHERE id = 1 AND epoch = %s AND holder = %s "
-                        "RETURNING 1", [self.settings.ttl_s, self.epoch, self.holder]
-                    ).fetchone()
-            except psycopg.errors.LockNotAvailable:
-                return True
-        return row is not None
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                return conn.execute(sql, params).fetchone()
 
     def release(self) -> None:
         """A clean stop: the lease ends now, so a standby takes over at its next look rather
