@@ -24,7 +24,7 @@ import asyncio
 import logging
 import signal
 import ssl
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import psycopg
 from aiohttp import web
@@ -147,53 +147,65 @@ TAIL_S = 2.0
 """How often a standby brings its copy of the events up to the log."""
 
 
-async def _tail(tail: Callable[[], None], stop: asyncio.Event) -> None:
+async def _every(step: Callable[[], Awaitable[bool]], period_s: float, stop: asyncio.Event,
+                 failure: str, on_failure: Callable[[], None] | None = None) -> None:
+    """Runs ``step`` every ``period_s`` until ``stop`` or until it returns False. A step that
+    raises (the database away, the file refused) is retried at the next period, and said
+    once per outage (``failure``, with the exception) rather than every time;
+    ``on_failure`` runs at each failure. The standby's two followers (the events' copy and
+    the state for reads) share this loop."""
     failing = False
     while not stop.is_set():
         try:
-            await asyncio.to_thread(tail)
+            if not await step():
+                return
             failing = False
-        except Exception as exc:  # the database away, the file refused: said once, retried
+        except Exception as exc:
+            if on_failure is not None:
+                on_failure()
             if not failing:
-                log.warning("standing by: the events' copy is not brought up to the log: %s",
-                            exc)
+                log.warning("standing by: %s: %s", failure, exc)
             failing = True
         try:
-            await asyncio.wait_for(stop.wait(), TAIL_S)
+            await asyncio.wait_for(stop.wait(), period_s)
         except asyncio.TimeoutError:
             pass
+
+
+async def _tail(tail: Callable[[], None], stop: asyncio.Event) -> None:
+    """Brings the local copy of the events up to the log every ``TAIL_S``."""
+    async def step() -> bool:
+        await asyncio.to_thread(tail)
+        return True
+    await _every(step, TAIL_S, stop, "the events' copy is not brought up to the log")
 
 
 async def _follow(replica: "Replica", stop: asyncio.Event) -> None:
     """Loads the replica (once the token key is there), then keeps it up with the log; a
-    failure to apply an event ends its reads (the leader answers them), said once."""
+    failure to apply an event ends its reads (the leader answers them), said once. While
+    the database is away, reads go to the leader meanwhile."""
     loaded = False
-    failing = False
-    while not stop.is_set():
-        try:
-            if not loaded:
-                loaded = await asyncio.to_thread(replica.load)
-            if loaded:
-                rows, tokens = await asyncio.to_thread(replica.fetch)
-                try:
-                    replica.apply(rows, tokens)
-                except Exception:
-                    log.exception("standing by: the log does not apply to the standby's "
-                                  "state; its reads go to the leader from now on")
-                    replica.ready = False
-                    return
-                replica.ready = True
-            failing = False
-        except Exception as exc:  # the database away: reads go to the leader meanwhile
-            replica.ready = False
-            if not failing:
-                log.warning("standing by: the state for reads does not follow the log: %s",
-                            exc)
-            failing = True
-        try:
-            await asyncio.wait_for(stop.wait(), FOLLOW_S)
-        except asyncio.TimeoutError:
-            pass
+
+    async def step() -> bool:
+        nonlocal loaded
+        if not loaded:
+            loaded = await asyncio.to_thread(replica.load)
+        if loaded:
+            rows, tokens = await asyncio.to_thread(replica.fetch)
+            try:
+                replica.apply(rows, tokens)
+            except Exception:
+                log.exception("standing by: the log does not apply to the standby's "
+                              "state; its reads go to the leader from now on")
+                replica.ready = False
+                return False
+            replica.ready = True
+        return True
+
+    def unready() -> None:
+        replica.ready = False
+    await _every(step, FOLLOW_S, stop, "the state for reads does not follow the log",
+                 unready)
 
 
 async def _watch(lease: Lease, stop: asyncio.Event,
