@@ -11,14 +11,22 @@ Two kinds, so that metrics add no work to the engine's hot path:
   consistent state.
 Each daemon has its own ``CollectorRegistry`` (not prometheus_client's global one), so
 several daemons in one process (tests) do not collide.
+
+Every daemon, a standby too, also says what it is (``RoleCollector``: leader or not, the
+lease's epoch it saw, a standby's replica lag) and how its process does (prometheus_client's
+``ProcessCollector``): Prometheus scrapes each daemon of a control plane and must see each
+one's own health. A standby's registry (``Metrics(..., state=False)``) has only those: the
+state's gauges are the leader's, and a standby repeating them would double every sum taken
+across the daemons (docs/ha.md).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from prometheus_client import (CollectorRegistry, Counter, Histogram, disable_created_metrics,
-                               generate_latest)
+from prometheus_client import (CollectorRegistry, Counter, Histogram, ProcessCollector,
+                               disable_created_metrics, generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -46,6 +54,49 @@ process-wide; the daemon has no other metrics)."""
 
 def _g(milli: int) -> float:
     return from_milli(milli)
+
+
+@dataclass(frozen=True)
+class Role:
+    """A daemon's part in its control plane, as its ``/metrics`` says it."""
+    leader: bool
+    """Leads: holds the lease, or is the one daemon of a DuckDB file."""
+    epoch: int | None = None
+    """The lease's epoch this daemon last saw (its own while it leads); None without a
+    lease (a DuckDB file) or before the first look."""
+    replica_lag: int | None = None
+    """A standby's: events in the log its state for reads has not applied, at its last
+    look; None on a leader, and on a standby before its state is loaded."""
+
+
+LEADER = Role(True)
+"""A daemon without a lease (a DuckDB file): the leader by construction."""
+
+
+class RoleCollector(Collector):
+    """``klique_leader``, ``klique_lease_epoch``, ``klique_replica_lag_events``: the same
+    families on every daemon, with a sample where the value is known."""
+
+    def __init__(self, role: Callable[[], Role]) -> None:
+        self.role = role
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.role()
+        leader = GaugeMetricFamily("klique_leader", "1 on the daemon that leads (holds the "
+                                   "lease, or the one daemon of a DuckDB file), 0 on a standby")
+        leader.add_metric([], 1 if r.leader else 0)
+        yield leader
+        epoch = GaugeMetricFamily("klique_lease_epoch", "The lease's epoch this daemon last "
+                                  "saw, its own while it leads (none with a DuckDB file)")
+        if r.epoch is not None:
+            epoch.add_metric([], r.epoch)
+        yield epoch
+        lag = GaugeMetricFamily("klique_replica_lag_events", "A standby: events in the log "
+                                "its state for reads has not applied, at its last look (none "
+                                "on the leader)")
+        if r.replica_lag is not None:
+            lag.add_metric([], r.replica_lag)
+        yield lag
 
 
 class StateCollector(Collector):
@@ -221,21 +272,29 @@ class StateCollector(Collector):
 
 
 class Metrics:
-    """One daemon's metrics: its registry, the counters the sequencer increments and the
-    state collector."""
+    """One daemon's metrics: its registry, the counters the sequencer increments, the state
+    collector (``state``: a leader's), its role and its process."""
 
-    def __init__(self, daemon: "Daemon") -> None:
+    def __init__(self, daemon: "Daemon", role: Callable[[], Role] | None = None,
+                 state: bool = True) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        self.role: Callable[[], Role] = role or (lambda: LEADER)
+        """What ``klique_leader`` and its neighbours read at each scrape; the server sets a
+        leader's from its lease."""
+        self.registry.register(RoleCollector(lambda: self.role()))
+        ProcessCollector(registry=self.registry)  # process_*: CPU, memory, open files
+        own = self.registry if state else None  # a standby's are kept out of its answer
         self.pass_seconds = Histogram(
             "klique_pass_duration_seconds", "Duration of an engine pass", buckets=PASS_BUCKETS,
-            registry=self.registry)
+            registry=own)
         self.submissions = Counter(
             "klique_submissions", "Tasks submitted (committed) since the daemon started",
-            ["resource"], registry=self.registry)
+            ["resource"], registry=own)
         self.preemptions = Counter(
             "klique_preemptions", "Preemptions since the daemon started, by reason (reclaim, "
-            "lost, returned, ...) and pool", ["reason", "pool"], registry=self.registry)
-        self.registry.register(StateCollector(daemon))
+            "lost, returned, ...) and pool", ["reason", "pool"], registry=own)
+        if state:
+            self.registry.register(StateCollector(daemon))
 
     def count(self, events: Iterable[Event]) -> None:
         """Counts what matters of events as the State takes them in: a pass's at once (the

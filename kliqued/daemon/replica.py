@@ -9,7 +9,8 @@ is loaded, goes to the leader (standby.py). Nothing here writes: the Sequencer i
 the handlers' sake never runs.
 
 Reads left out: what lives only in the leader's memory or files (workers' liveness, task
-logs, sessions' tunnels, metrics) and the ledger (each daemon's own file until the ledger
+logs, sessions' tunnels, the state's metrics: a standby's ``/metrics`` says only its own
+health, standby.py) and the ledger (each daemon's own file until the ledger
 moves to PostgreSQL).
 """
 
@@ -57,6 +58,11 @@ class Replica:
         self.d.require_workers = require_workers
         self.ready = False
         """Loaded and following: only then are reads served here."""
+        self.loaded = False
+        """The log replayed and the tokens read: the standby can check a token (its own
+        ``/metrics``), even if following stopped since."""
+        self.log_seq: int | None = None
+        """The log's last sequence number at the last look (``fetch``)."""
         self.ctx = Context(self.d, Sequencer(self.d, store), store, 1.0,
                            LogStore.beside(local_db, log_cap), server_url=server_url)
 
@@ -87,12 +93,23 @@ class Replica:
         stats = rebuild(self.d, cast(Store, _Reads(self._reader())))
         log.info("standing by: %d events replayed (%d tasks) for the reads served here",
                  stats.events, stats.tasks)
+        self.loaded = True
         return True
 
     def fetch(self) -> tuple[list[tuple], list[tuple]]:
-        """The events after the state's last and every token (in a thread)."""
+        """The events after the state's last and every token (in a thread); the log's last
+        sequence number first, for :attr:`lag`."""
         reader = self._reader()
+        self.log_seq = reader.last_seq()
         return list(reader.read_events(after=self.d.seq)), reader.read_tokens()
+
+    @property
+    def lag(self) -> int | None:
+        """Events in the log, at the last look, that the state has not applied: about 0
+        while it follows, growing when it cannot keep up; None before the first look."""
+        if self.log_seq is None or not self.loaded:
+            return None
+        return max(0, self.log_seq - self.d.seq)
 
     def apply(self, rows: list[tuple], tokens: list[tuple]) -> None:
         """The fetched events through the reducers, as the replay applies them, and the

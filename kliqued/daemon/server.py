@@ -420,6 +420,9 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
         d.st().restart_start_timers(d.clock.now())
     seq = Sequencer(d, store, float(interval))
+    if lease is not None:  # /metrics says whether this daemon leads, on every daemon
+        from .standby import role
+        seq.metrics.role = functools.partial(role, lease)
     snaps = Snapshotter(d, store, opts.snapshot_every)
     snaps.on_taken = Compactor(store, -1 if opts.compact_after_s < 0
                                else int(opts.compact_after_s * 1000))

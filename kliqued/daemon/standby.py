@@ -8,6 +8,10 @@ that clients, load balancers and operators can tell what it is:
 - the reads of ``replica.READS`` (tasks, queues, policies, pools, the estate, the audit
   log, ...): from its own state, replayed from the log and kept up with it every
   ``FOLLOW_S`` (replica.py), marked ``X-Klique-Role: standby``, once that state is loaded;
+- ``GET /metrics``: its own health (``metrics.Role``: not the leader, the epoch it saw, its
+  replica's lag; its process), for a ``role:planner`` or admin token checked against the
+  tokens its state read, so 503 ``not-ready`` until that state is loaded: Prometheus
+  scrapes every daemon and must see each one's own health, never the leader's;
 - every other request: **307** to the same path on the leader's advertised URL (the client
   repeats it there, body and method unchanged: nothing was recorded here), or **503** with
   ``Retry-After`` while no leader is known (a takeover in progress).
@@ -31,6 +35,7 @@ from aiohttp import web
 
 from .lease import Lease, LeaderInfo, wait_s
 from .listener import Limits, ListenSite
+from .metrics import Metrics, Role
 from .pglog import safe_label
 from .request import reply
 
@@ -51,11 +56,23 @@ RETRY_AFTER_S = 1
 LEASE = web.AppKey("lease", Lease)
 
 
+def role(lease: Lease, replica: "Replica | None" = None) -> Role:
+    """What ``/metrics`` says of a daemon on a lease: it leads while the epoch is its own,
+    else the epoch is the last it read; a standby's replica lag beside."""
+    seen = lease.leader
+    epoch = lease.epoch if lease.epoch is not None else (seen.epoch if seen else None)
+    return Role(lease.epoch is not None, epoch, replica.lag if replica is not None else None)
+
+
 def leader_view(info: LeaderInfo | None) -> dict | None:
     """The leader as ``/v1/leader`` shows it; None while none holds a live lease."""
     if info is None or not info.live:
         return None
     return {"url": info.url, "epoch": info.epoch, "holder": info.holder}
+
+
+METRICS = "/metrics"
+"""Answered by every standby itself (its own health), never sent to the leader."""
 
 
 async def _answer(request: web.Request) -> web.StreamResponse:
@@ -64,6 +81,13 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     if request.method in ("GET", "HEAD") and request.path in ("/v1/health", "/v1/leader"):
         return reply({"status": "standby", "role": "standby", "self": lease.advertise_url,
                       "leader": leader})
+    if request.path == METRICS:  # no tokens to check the scrape's with yet
+        resp = reply({"error": {"code": "not-ready",
+                                "message": "this kliqued stands by and has not loaded its "
+                                           "state yet (the token key beside its --ledger-db?): "
+                                           "it cannot check the scrape's token"}}, 503)
+        resp.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return resp
     if leader is not None and leader["url"]:
         target = leader["url"].rstrip("/") + request.path_qs
         resp = reply({"error": {"code": "not-leader",
@@ -88,10 +112,13 @@ def make_standby_app(lease: Lease, replica: "Replica | None" = None) -> web.Appl
         app.router.add_route("*", "/{tail:.*}", _answer)
     else:
         app = replica.app()
+        replica.ctx.seq.metrics = Metrics(replica.d, lambda: role(lease, replica), state=False)
 
         @web.middleware
         async def standby_first(request: web.Request, handler: Any) -> web.StreamResponse:
-            if request.path in ("/v1/health", "/v1/leader") or not replica.serves(request):
+            own = request.path == METRICS and replica.loaded  # the route's token check runs
+            if request.path in ("/v1/health", "/v1/leader") or not (
+                    own or replica.serves(request)):
                 return await _answer(request)
             resp = await handler(request)
             resp.headers[ROLE_HEADER] = "standby"  # a read of the standby's state

@@ -121,6 +121,16 @@ def test_budgets_estate_and_engine(busy: Server) -> None:
     assert value(m, "klique_workers", pool="pool-1", state="alive") == 0
 
 
+def test_the_one_daemon_of_a_duckdb_file_leads(busy: Server) -> None:
+    """Every daemon says its part (docs/ha.md); a DuckDB file's is the leader, without a
+    lease or a replica (their families are there, empty), and its process is measured."""
+    m = scrape(busy)
+    assert value(m, "klique_leader") == 1
+    assert m["klique_lease_epoch"] == {} and m["klique_replica_lag_events"] == {}
+    assert value(m, "process_resident_memory_bytes") > 0
+    assert value(m, "process_cpu_seconds", "process_cpu_seconds_total") > 0
+
+
 def test_who_may_read_the_metrics(busy: Server) -> None:
     status, body = busy.call("GET", "/metrics", token=None)
     assert status == 401 and body["error"]["code"] == "unauthenticated"
@@ -178,9 +188,14 @@ def families(name: str) -> str:
 
 
 def test_the_docs_and_the_dashboard_name_only_metrics_that_exist(busy: Server) -> None:
-    exposed = set(scrape(busy))
-    listed = {families(n) for n in METRIC.findall((DOCS / "metrics.md").read_text())}
+    scraped = set(scrape(busy))
+    exposed = {n for n in scraped if METRIC.fullmatch(n)}
+    doc = (DOCS / "metrics.md").read_text()
+    listed = {families(n) for n in METRIC.findall(doc)}
     assert listed == exposed, (listed ^ exposed)  # every metric documented, none invented
+    # the rest is prometheus_client's process collector, documented as such
+    assert scraped - exposed and all(n.startswith("process_") for n in scraped - exposed)
+    assert "`process_*`" in doc
     text = (DOCS / "grafana-dashboard.json").read_text()
     dash = json.loads(text)
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
