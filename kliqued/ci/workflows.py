@@ -27,9 +27,9 @@ class Options:
 
 GITHUB = """\
 # Written by `kliqued ci init github` (docs/gitops.md). Set the repository variable
-# KLIQUE_URL (the control plane) and the secret KLIQUE_PLANNER_TOKEN
-# (`kliqued token create --role planner --name estate-ci`); without them the plan compares
-# the two revisions only.
+# KLIQUE_URL (the control plane; several daemons comma-separated) and the secret
+# KLIQUE_PLANNER_TOKEN (`kliqued token create --role planner --name estate-ci`); without
+# them the plan compares the two revisions only.
 name: klique-plan
 
 on:
@@ -107,9 +107,10 @@ GITLAB = """\
 # Written by `kliqued ci init gitlab` (docs/gitops.md). Include it from .gitlab-ci.yml:
 #   include:
 #     - local: {workflow}
-# CI/CD variables: KLIQUE_URL (the control plane), KLIQUE_TOKEN (masked: a role:planner
-# token, `kliqued token create --role planner --name estate-ci`) and KLIQUE_BOT_TOKEN (masked:
-# a project access token, role Reporter, scope api, to post the plan note).
+# CI/CD variables: KLIQUE_URL (the control plane; several daemons comma-separated),
+# KLIQUE_TOKEN (masked: a role:planner token, `kliqued token create --role planner --name
+# estate-ci`) and KLIQUE_BOT_TOKEN (masked: a project access token, role Reporter, scope
+# api, to post the plan note).
 klique-plan:
   image: python:{python}
   rules:

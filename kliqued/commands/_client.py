@@ -10,9 +10,23 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 
+from klique_util.leader import split_urls
 from klique_util.units import DAY_S, HOUR_S, MINUTE_S
 from kliqued.sdk import Client, KliqueError
 
+
+
+SEVERAL_URLS = ("several daemons of one control plane: repeat it, or separate them with "
+                "commas, and the leader is followed")
+"""The help every flag naming the control plane ends with (``--url``, ``plan --against``,
+``plan --what-if-from``, ``workers rollout --url``): one wording, one parsing (:func:`urls`)."""
+
+
+def urls(values: str | list[str] | None) -> str | None:
+    """A repeated or comma-separated URL flag as the SDK takes it (``"a,b"``: every URL
+    once, in order; ``klique_util.leader.split_urls``); None when none was given."""
+    listed = split_urls(values)
+    return ",".join(listed) if listed else None
 
 
 def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
@@ -20,8 +34,7 @@ def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None
     g = p.add_argument_group("connection")
     g.add_argument("--url", metavar="URL", action="append",
                    help="the server, e.g. http://127.0.0.1:8080 (default: KLIQUE_URL or the "
-                        "config context); several daemons of one control plane: repeat it, "
-                        "or separate them with commas, and the leader is followed")
+                        f"config context); {SEVERAL_URLS}")
     g.add_argument("--token", metavar="TOKEN", help="the API token (default: KLIQUE_TOKEN or "
                                                     "the config context)")
     g.add_argument("--context", metavar="NAME", help="a context of the config file instead of "
@@ -35,8 +48,7 @@ def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None
 def client(args: argparse.Namespace) -> Client:
     """The SDK's client for the command's flags, declaring the ``cli`` channel: the tasks
     the CLI submits are recorded as sent through it."""
-    url = ",".join(args.url) if args.url else None  # repeated --url: several daemons
-    return Client.from_config(url=url, token=args.token, context=args.context,
+    return Client.from_config(url=urls(args.url), token=args.token, context=args.context,
                               timeout=args.timeout, channel="cli")
 
 

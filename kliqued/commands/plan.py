@@ -21,6 +21,7 @@ from kliqued.sdk import Client, KliqueError
 from kliqued.whatif import DemandError, what_if
 from kliqued.whatif.demand import DemandTask, read_demand, read_demand_text
 
+from ._client import SEVERAL_URLS, urls
 from ._common import DEFAULT_ESTATE, add_command
 
 FORMATS = ["text", "markdown", "json", "github"]
@@ -64,8 +65,8 @@ def register(subparsers) -> None:
         "--against reads the daemon's live counts (GET /v1/plan/state, a role:planner "
         "token), so each change says how many tasks it preempts, cancels or leaves over a "
         "limit")
-    live.add_argument("--against", metavar="URL",
-                      help="the daemon, e.g. https://klique.example.com:8443")
+    live.add_argument("--against", metavar="URL", action="append",
+                      help=f"the daemon, e.g. https://klique.example.com:8443; {SEVERAL_URLS}")
     live.add_argument("--token", metavar="TOKEN",
                       help="a role:planner (or admin) token (default: KLIQUE_TOKEN or the "
                            "config context)")
@@ -80,9 +81,10 @@ def register(subparsers) -> None:
     src = wi.add_mutually_exclusive_group()
     src.add_argument("--what-if", metavar="DEMAND",
                      help="a demand file (kliqued demand export -o FILE)")
-    src.add_argument("--what-if-from", metavar="URL",
+    src.add_argument("--what-if-from", metavar="URL", action="append",
                      help="read the demand from the daemon (GET /v1/demand, a role:planner "
-                          "token); also tells a stale base, as --against does")
+                          "token); also tells a stale base, as --against does; "
+                          f"{SEVERAL_URLS}")
     wi.add_argument("--since", metavar="WHEN", default=None,
                     help="with --what-if-from: the window, a duration back from now or an "
                          "RFC 3339 time (default: 14d)")
@@ -121,11 +123,21 @@ def _at(text: str | None) -> int | None:
 def _live(args: argparse.Namespace) -> LiveState:
     """The daemon's live counts; a missing role or an unreachable daemon fails the plan
     (exit 1) rather than silently planning without them."""
-    c = Client.from_config(url=args.against, token=args.token, context=args.context)
+    c = Client.from_config(url=_urls(args.against, "--against"), token=args.token,
+                           context=args.context)
     try:
         return parse_live_state(c.plan_state(), c.url)
     except LiveStateError as exc:
         raise LiveStateError(f"{c.url}/v1/plan/state: {exc}") from None
+
+
+def _urls(values: list[str], flag: str) -> str:
+    """The daemons a flag names; a blank one (``--against "$UNSET"``) is an error rather
+    than the client config's URL, which the user did not ask for."""
+    given = urls(values)
+    if given is None:
+        raise ValueError(f"{flag}: no URL given")
+    return given
 
 
 def _demand(args: argparse.Namespace) -> tuple[list[DemandTask], str, Running | None]:
@@ -133,7 +145,8 @@ def _demand(args: argparse.Namespace) -> tuple[list[DemandTask], str, Running | 
     the demand from ``--what-if-from``)."""
     if args.what_if:
         return read_demand(args.what_if), args.what_if, None
-    c = Client.from_config(url=args.what_if_from, token=args.token, context=args.context)
+    c = Client.from_config(url=_urls(args.what_if_from, "--what-if-from"), token=args.token,
+                           context=args.context)
     d = c.demand(args.since or "14d")
     running = Running(c.url, d.revision, d.commit) if d.revision else None
     return read_demand_text(d.text, d.source), f"{c.url}, last {args.since or '14d'}", running

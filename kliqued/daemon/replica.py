@@ -41,8 +41,10 @@ READS = frozenset({
     "/v1/tasks", "/v1/tasks/{id}", "/v1/resources", "/v1/resources/{policy}/{profile}/queue",
     "/v1/policies", "/v1/policies/{name}", "/v1/pools", "/v1/estate", "/v1/engine",
     "/v1/whoami", "/v1/events", "/v1/schedules", "/v1/schedules/{id}", "/v1/pipelines",
-    "/v1/pipelines/{id}", "/v1/plan/state", "/v1/openapi.json"})
-"""The GET operations a standby answers itself (their canonical paths)."""
+    "/v1/pipelines/{id}", "/v1/openapi.json"})
+"""The GET operations a standby answers itself (their canonical paths). Not the plan's live
+counts (``/v1/plan/state``): they include the workers' reports and the ledger's usage, which
+only the leader has, so ``kliqued plan --against STANDBY,LEADER`` is the leader's plan."""
 
 
 class Replica:
