@@ -16,8 +16,9 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
+from klique_util.leader import split_urls
 from workers.errors import RolloutError
 
 ANSIBLE_DIR = Path(__file__).resolve().with_name("ansible")
@@ -133,7 +134,19 @@ def _progress(out: Callable[[str], None], verbose: bool):
     return handler
 
 
-def rollout(inventory: str | Path, pool: str, url: str, token_file: str | Path, *,
+def role_vars(url: str | Iterable[str], pool: str, token_file: Path) -> dict:
+    """The role's required variables. ``klique_url`` carries every daemon's URL, comma-
+    separated (``split_urls``: ``--url a --url b`` or ``--url a,b``), and the role gives the
+    workers all of them, so they follow the leader (docs/ha.md)."""
+    urls = split_urls(url)
+    if not urls:
+        raise RolloutError("no control-plane URL given (--url or KLIQUE_URL)")
+    return {"klique_url": ",".join(urls), "klique_pool": pool,
+            "klique_token_src": str(token_file)}
+
+
+def rollout(inventory: str | Path, pool: str, url: str | Iterable[str],
+            token_file: str | Path, *,
             prefix: str | None = None, check: bool = False, package: str | Path | None = None,
             pip_spec: str | None = None, admin_token: str | None = None,
             extravars: dict | None = None, limit: str | None = None, verbose: bool = False,
@@ -151,8 +164,7 @@ def rollout(inventory: str | Path, pool: str, url: str, token_file: str | Path, 
                            f"create --worker --pool {pool} > FILE)")
     work = Path(tempfile.mkdtemp(prefix="klique-rollout-"))   # mode 0700
     try:
-        ev: dict = {"klique_url": url, "klique_pool": pool,
-                    "klique_token_src": str(token_file)}
+        ev = role_vars(url, pool, token_file)
         if prefix:
             ev["klique_prefix"] = str(Path(prefix).resolve())
         if pip_spec:

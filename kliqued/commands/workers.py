@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._client import SEVERAL_URLS, urls
 from ._common import add_command
 
 EXAMPLES = """\
@@ -14,6 +15,10 @@ EXAMPLES = """\
   printf '[gpu]\\ngpu-01.example.com klique_gpus=0,1,2,3\\ngpu-02.example.com\\n' > hosts.ini
   kliqued workers rollout --inventory hosts.ini --pool onprem-baremetal \\
       --url https://klique.example.com --token-file worker.token
+
+  # a control plane of two daemons (docs/ha.md): the workers follow the leader
+  kliqued workers rollout --inventory hosts.ini --pool onprem-baremetal \\
+      --url https://k1.example.com,https://k2.example.com --token-file worker.token
 
   # what would change, without changing anything
   kliqued workers rollout --inventory hosts.ini --pool onprem-baremetal \\
@@ -44,9 +49,9 @@ def register(subparsers) -> None:
                    help="an Ansible inventory (INI or YAML); host variables such as "
                         "klique_gpus override the defaults per host")
     r.add_argument("--pool", required=True, metavar="NAME", help="the pool the workers serve")
-    r.add_argument("--url", metavar="URL",
+    r.add_argument("--url", metavar="URL", action="append",
                    help="the control plane as the hosts reach it (default: KLIQUE_URL or the "
-                        "config context)")
+                        f"config context); {SEVERAL_URLS}")
     r.add_argument("--token-file", metavar="FILE", default="worker.token",
                    help="the pool's worker token on this machine (kliqued token create "
                         "--worker --pool NAME); default worker.token")
@@ -73,14 +78,15 @@ def register(subparsers) -> None:
 
 
 def _connection(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """The control plane's URL and an admin token from the flags, else the client config."""
-    url, token = args.url, args.admin_token
+    """The control plane's URLs (``"a,b"``: the workers are given all of them) and an admin
+    token from the flags, else the client config."""
+    url, token = urls(args.url), args.admin_token
     if url and token:
         return url, token
     try:
         from kliqued.sdk import resolve
         res = resolve(url, token, None)
-        return url or res.url, token or res.token
+        return url or urls(res.url), token or res.token
     except Exception:
         return url, token
 
