@@ -82,12 +82,9 @@ async def _answer(request: web.Request) -> web.StreamResponse:
         return reply({"status": "standby", "role": "standby", "self": lease.advertise_url,
                       "leader": leader})
     if request.path == METRICS:  # no tokens to check the scrape's with yet
-        resp = reply({"error": {"code": "not-ready",
-                                "message": "this kliqued stands by and has not loaded its "
-                                           "state yet (the token key beside its --ledger-db?): "
-                                           "it cannot check the scrape's token"}}, 503)
-        resp.headers["Retry-After"] = str(RETRY_AFTER_S)
-        return resp
+        return _unavailable("not-ready", "this kliqued stands by and has not loaded its "
+                                         "state yet (the token key beside its --ledger-db?): "
+                                         "it cannot check the scrape's token")
     if leader is not None and leader["url"]:
         target = leader["url"].rstrip("/") + request.path_qs
         resp = reply({"error": {"code": "not-leader",
@@ -95,10 +92,14 @@ async def _answer(request: web.Request) -> web.StreamResponse:
                                            f"{leader['url']}: repeat the request there"}}, 307)
         resp.headers["Location"] = target
         return resp
-    resp = reply({"error": {"code": "no-leader",
-                            "message": "this kliqued stands by and no leader is known right "
-                                       "now (a takeover within seconds); nothing was "
-                                       "recorded: retry"}}, 503)
+    return _unavailable("no-leader", "this kliqued stands by and no leader is known right "
+                                     "now (a takeover within seconds); nothing was "
+                                     "recorded: retry")
+
+
+def _unavailable(code: str, message: str) -> web.Response:
+    """A 503 that tells the client when to try again (about one standby's look)."""
+    resp = reply({"error": {"code": code, "message": message}}, 503)
     resp.headers["Retry-After"] = str(RETRY_AFTER_S)
     return resp
 

@@ -272,6 +272,10 @@ def test_a_standby_without_the_token_key_leaves_the_lease_and_says_why(tmp_path:
         b.start(wait="standby")
         wait_for(lambda: "cannot take over: the token key" in b.log(), 10,
                  "the standby to say it cannot take over")
+        # its /metrics is its own even so: with no tokens to check a scrape's, a 503 (its
+        # target down), never the leader's health under its name
+        status, body = b.call("GET", "/metrics", token=a.token("role:planner"))
+        assert (status, body["error"]["code"]) == (503, "not-ready"), body
         a.kill()
         time.sleep(4.5)  # past the TTL (3 s)
         assert b.ok("GET", "/v1/health", token=None)["status"] == "standby"
