@@ -101,9 +101,14 @@ class Replica:
     def fetch(self) -> tuple[list[tuple], list[tuple]]:
         """The events after the state's last and every token (in a thread); the log's last
         sequence number first, for :attr:`lag`."""
+        self.look()
         reader = self._reader()
-        self.log_seq = reader.last_seq()
         return list(reader.read_events(after=self.d.seq)), reader.read_tokens()
+
+    def look(self) -> None:
+        """Reads the log's last sequence number (in a thread): the lag's other end, also
+        once the state stopped following (an event it could not apply)."""
+        self.log_seq = self._reader().last_seq()
 
     @property
     def lag(self) -> int | None:

@@ -210,12 +210,17 @@ async def _tail(tail: Callable[[], None], stop: asyncio.Event) -> None:
 
 async def _follow(replica: "Replica", stop: asyncio.Event) -> None:
     """Loads the replica (once the token key is there), then keeps it up with the log; a
-    failure to apply an event ends its reads (the leader answers them), said once. While
-    the database is away, reads go to the leader meanwhile."""
+    failure to apply an event ends its reads (the leader answers them), said once, while
+    the log's end is still looked at, so that its lag (``/metrics``) grows for everyone to
+    see. While the database is away, reads go to the leader meanwhile."""
     loaded = False
+    stuck = False
 
     async def step() -> bool:
-        nonlocal loaded
+        nonlocal loaded, stuck
+        if stuck:
+            await asyncio.to_thread(replica.look)
+            return True
         if not loaded:
             loaded = await asyncio.to_thread(replica.load)
         if loaded:
@@ -226,7 +231,8 @@ async def _follow(replica: "Replica", stop: asyncio.Event) -> None:
                 log.exception("standing by: the log does not apply to the standby's "
                               "state; its reads go to the leader from now on")
                 replica.ready = False
-                return False
+                stuck = True
+                return True
             replica.ready = True
         return True
 

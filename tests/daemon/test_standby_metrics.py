@@ -9,6 +9,7 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon.test_failover import leader_epoch, pair
@@ -85,6 +86,14 @@ def test_each_daemon_answers_its_own_metrics(tmp_path: Path, pg_url: str) -> Non
         wait_for(lambda: scrape(a, planner)[0] == 200, 15, "the new standby's /metrics")
         fams = scrape(a, planner)[1]
         assert one(fams, "klique_leader") == 0 and one(fams, "klique_lease_epoch") == 2
+        # a standby whose state cannot apply the log (an event of a kind it does not know,
+        # far ahead) stops following, and its lag keeps growing with the log for all to see
+        for seq in (1_000_000, 2_000_000):
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("INSERT INTO events (seq, at_ms, kind, data) VALUES "
+                             "(%s, 0, 'no-such-kind', '{}')", [seq])
+            wait_for(lambda: (one(scrape(a, planner)[1], "klique_replica_lag_events") or 0)
+                     > seq - 1000, 10, "the stuck standby's lag to show")
     finally:
         for s in (a, b):
             s.stop()
