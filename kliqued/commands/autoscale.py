@@ -129,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         revision, policy = policy_for(args)
         api = client(args)
+        # the nodes' workers get every daemon's URL and follow the leader (docs/ha.md), not
+        # only the one this client happens to use now
         provider = make_provider(args.provider, _load_config(args.provider_config),
-                                 url=api.url, token_file=args.worker_token_file,
+                                 url=",".join(api.urls), token_file=args.worker_token_file,
                                  revision=revision)
         interval = duration(args.interval)
     except (ValueError, argparse.ArgumentTypeError) as exc:

@@ -9,6 +9,7 @@ plane without the /v1/workers endpoints)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -133,6 +134,27 @@ def test_cli_once_reads_the_estate_and_reports_the_round(cloud):
          str(ESTATE), "--once"], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=60)
     assert bad.returncode == 2 and "no pool 'nope'" in bad.stderr
+
+
+def test_the_cli_gives_its_nodes_every_daemon_s_url(cloud, tmp_path):
+    """Several daemons of one control plane (docs/ha.md): the nodes' workers are given all
+    of the autoscaler's URLs, as it was, so they follow the leader; not only the one its
+    client used at launch."""
+    peer, provider, token = cloud
+    other = "http://127.0.0.1:9"  # a second daemon, down: the client uses the peer
+    config = tmp_path / "local.json"
+    config.write_text(json.dumps({"root": str(provider.root), "spot_capacity": 0,
+                                  "worker_args": WORKER_ARGS}))
+    peer.submit(["sleep", "1"])
+    env = {**os.environ, "KLIQUE_URL": f"{peer.url},{other}", "KLIQUE_TOKEN": ADMIN}
+    out = subprocess.run(
+        [sys.executable, "-m", "kliqued.cli", "autoscale", "--pool", "burst", "--estate",
+         str(ESTATE), "--worker-token-file", str(token), "--provider-config", str(config),
+         "--once"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    node, = provider.list("burst")
+    argv = Path(f"/proc/{node.meta['pid']}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"--url") + 1].decode() == f"{peer.url},{other}"
 
 
 def test_with_kliqued_serve(tmp_path):
