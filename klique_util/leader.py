@@ -58,12 +58,17 @@ class Leader:
         self.index = (self.index + 1) % len(self.urls)
         return self.current
 
-    def follow(self, location: str | None) -> str:
-        """After a redirect: the listed URL with ``location``'s origin, else the next."""
-        if location:
-            want = origin(location)
+    def prefer(self, url: str | None) -> bool:
+        """Uses the listed URL with ``url``'s origin (the leader a daemon named); False, and
+        nothing changes, when none of the list has it."""
+        if url:
+            want = origin(url)
             for i, u in enumerate(self.urls):
                 if origin(u) == want:
                     self.index = i
-                    return self.current
-        return self.next()
+                    return True
+        return False
+
+    def follow(self, location: str | None) -> str:
+        """After a redirect: the listed URL with ``location``'s origin, else the next."""
+        return self.current if self.prefer(location) else self.next()

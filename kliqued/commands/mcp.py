@@ -40,6 +40,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     k = client(args)
     who = k.whoami()  # a wrong token or URL fails here, in words, before any relaying
+    k.find_leader()  # several daemons: the relay's one connection goes to the leader
     print(f"kliqued mcp: relaying to {k.url}/mcp as {who.get('principal')}", file=sys.stderr)
     import anyio
 

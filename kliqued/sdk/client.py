@@ -334,6 +334,16 @@ class Client:
     def whoami(self) -> dict:
         return self._call("GET", "/whoami")
 
+    def find_leader(self) -> str:
+        """With several URLs: asks the daemon in use which one leads (``GET /v1/leader``, which
+        a standby answers itself) and uses the leader when it is one of the URLs; returns
+        the URL in use. For a connection made outside this client's requests, which
+        follows no redirect: ``kliqued mcp``'s relay. With one URL, nothing is asked."""
+        if self._leader.several:
+            info = self._call("GET", "/leader")
+            self._leader.prefer((info.get("leader") or {}).get("url"))
+        return self.url
+
     def estate(self) -> dict:
         return self._call("GET", "/estate")
 

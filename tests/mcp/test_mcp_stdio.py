@@ -69,3 +69,27 @@ def test_a_wrong_token_stops_it_with_one_line(server: Server) -> None:
                           env=_env(), input="", capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1 and "KLIQUE_URL" in proc.stderr and "Traceback" not in \
         proc.stderr
+
+
+def test_stdio_relays_to_the_leader_of_several_daemons(tmp_path: Path, pg_url: str) -> None:
+    """``KLIQUE_URL=STANDBY,LEADER`` (docs/ha.md): the relay's one long-lived connection goes
+    to the leader, since a standby would answer ``/mcp`` with a redirect the relay does not
+    follow (the token goes only where it was sent)."""
+    from tests.daemon.test_failover import pair
+    a, b = pair(tmp_path, pg_url)
+    try:
+        bob = a.token({"user": "bob"})
+
+        async def go() -> dict:
+            async with Client(_params(_env(KLIQUE_URL=f"{b.url},{a.url}",
+                                           KLIQUE_TOKEN=bob))) as c:
+                res = await c.call_tool("submit_task", {"resource": "team-a/one",
+                                                        "command": ["true"]})
+                assert not res.is_error, res.content
+                return res.structured_content
+        t = asyncio.run(go())
+        assert (t["user"], t["channel"]) == ("bob", "mcp")
+        assert a.ok("GET", f"/v1/tasks/{t['id']}")["channel"] == "mcp"
+    finally:
+        for s in (a, b):
+            s.stop()

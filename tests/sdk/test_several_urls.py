@@ -24,6 +24,10 @@ def test_a_redirect_is_followed_only_to_a_listed_url() -> None:
     assert ring.follow("https://b.example:443/v1/tasks?x=1") == "https://B.example"
     assert ring.follow("http://elsewhere:1/v1/tasks") == "http://c:3"  # not followed: next
     assert ring.next() == "http://a:1"
+    # the leader a daemon names is used only when listed (kliqued mcp's relay)
+    assert ring.prefer("http://c:3") and ring.current == "http://c:3"
+    assert not ring.prefer("http://elsewhere:1") and ring.current == "http://c:3"
+    assert not ring.prefer(None) and ring.current == "http://c:3"
 
 
 def test_the_sdk_skips_a_daemon_that_is_not_there(server, no_klique_env) -> None:
