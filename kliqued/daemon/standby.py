@@ -106,8 +106,9 @@ def _unavailable(code: str, message: str) -> web.Response:
 
 def make_standby_app(lease: Lease, replica: "Replica | None" = None) -> web.Application:
     """Without a replica, one catch-all answer; with one, the leader's application, whose
-    reads in ``replica.READS`` are served from the replica once it is loaded, everything
-    else answered as a standby before any handler runs."""
+    reads in ``replica.READS`` are served from the replica once it is loaded, and whose
+    ``/metrics`` is this standby's own health (``role``) once it can check tokens,
+    everything else answered as a standby before any handler runs."""
     if replica is None:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", _answer)
