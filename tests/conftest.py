@@ -45,6 +45,29 @@ def postgres():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres_prepared():
+    """A PostgreSQL that takes prepared transactions (``max_prepared_transactions``), for
+    the tests of batches an older kliqued left prepared (its two-phase commit); started
+    only by the tests that ask for it."""
+    from tests.harness.postgres import Postgres, unavailable
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    server = Postgres(prepared_transactions=4).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prepared_pg_url(postgres_prepared, request) -> str:
+    """A fresh database of :func:`postgres_prepared` for this test."""
+    name = "p_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:50]
+    return postgres_prepared.createdb(f"{name}_{os.getpid()}_{next(_DB_COUNTER)}")
+
+
 @pytest.fixture
 def pg_url(postgres, request) -> str:
     """A fresh database of the session's PostgreSQL for this test."""

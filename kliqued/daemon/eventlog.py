@@ -90,18 +90,12 @@ class EventLog(Protocol):
 
     def rollback(self) -> None: ...
 
-    @property
-    def two_phase(self) -> bool:
-        """Whether a batch can be prepared (:meth:`prepare`) and ended later
-        (:meth:`finish`): the two-phase commit with the DuckDB file beside a log kept
-        elsewhere."""
-
-    def prepare(self, gid: str) -> None: ...
-
-    def finish(self, gid: str, commit: bool) -> None: ...
+    def finish(self, gid: str, commit: bool) -> None:
+        """Ends a prepared batch (:meth:`pending`)."""
 
     def pending(self) -> list[str]:
-        """Prepared batches never ended (a stop between the two phases)."""
+        """Prepared batches an older kliqued never ended (a stop between the two phases of
+        the commit it made with the DuckDB file): committed at start."""
 
     def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
         """Runs log compaction's DELETE (``sql`` given this dialect's placeholder) in a
@@ -173,12 +167,6 @@ class DuckLog:
         """Drops what the appender holds; the Store's ROLLBACK undoes the rest."""
         if self._appender is not None:
             self._appender.clear()
-
-    two_phase = False
-    """In the Store's own transaction: nothing to prepare."""
-
-    def prepare(self, gid: str) -> None:
-        raise NotImplementedError("the DuckDB log commits with the file")
 
     def finish(self, gid: str, commit: bool) -> None:
         raise NotImplementedError("the DuckDB log commits with the file")

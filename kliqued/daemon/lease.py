@@ -17,9 +17,10 @@ never have to agree.
   the new leader replays it) or sees the new epoch and fails with :class:`Deposed`: a
   deposed leader, even one paused past its TTL and resumed, can never write again.
 
-A batch prepared (two-phase commit with the ledger's file) keeps its share lock until it is
-ended; one left by a dead leader would block every takeover, so a standby ends such orphans
-before taking the row (``Store.recover``, called through ``before_takeover``).
+A batch an older kliqued left prepared (its two-phase commit with the ledger's file, gone
+since the file follows PostgreSQL) keeps its share lock until it is ended and would block
+every takeover, so a standby commits such orphans before taking the row
+(``Store.recover``, called through ``before_takeover``).
 """
 
 from __future__ import annotations

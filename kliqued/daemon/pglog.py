@@ -51,7 +51,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 
 LOCK_KEY = 0x6B6C6971  # "kliq": the advisory lock the migrations run under
 GID_PREFIX = "kliqued-"
-"""Prepared transactions of kliqued are named ``kliqued-<uuid>``."""
+"""Prepared transactions an older kliqued left (``kliqued-...``): committed at start."""
 
 
 class PgError(DaemonError):
@@ -238,31 +238,16 @@ class PgLog:
                 yield from cur
         return columns, rows()
 
-    # ------------------------------------------------------------------ two-phase commit
-    @property
-    def two_phase(self) -> bool:
-        """Whether the server takes prepared transactions (``max_prepared_transactions`` >
-        0): then a batch commits in two phases with the DuckDB file (Store._commit)."""
-        if self._two_phase is None:
-            row = self.conn.execute("SHOW max_prepared_transactions").fetchone()
-            self._two_phase = bool(row and int(row[0]) > 0)
-        return self._two_phase
-
-    _two_phase: bool | None = None
-
-    def prepare(self, gid: str) -> None:
-        """Phase one: the batch is durable in PostgreSQL but not visible, until
-        :meth:`finish`."""
-        self.conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
-
+    # ------------------------------------------------------------------ prepared batches
     def finish(self, gid: str, commit: bool) -> None:
-        """Phase two: ``COMMIT PREPARED`` or ``ROLLBACK PREPARED``."""
+        """``COMMIT PREPARED`` or ``ROLLBACK PREPARED`` of a batch an older kliqued left
+        prepared (its two-phase commit with the DuckDB file, stopped between the phases)."""
         verb = "COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}"
         self.conn.execute(sql.SQL(verb).format(sql.Literal(gid)))
 
     def pending(self) -> list[str]:
-        """This database's prepared batches left by a daemon that stopped between the
-        phases."""
+        """This database's prepared batches left by an older kliqued that stopped between
+        its two phases (today's commits one transaction; nothing is prepared any more)."""
         return [g for (g,) in self.conn.execute(
             "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
             "current_database() ORDER BY prepared", [GID_PREFIX + "%"])]

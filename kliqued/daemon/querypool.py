@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from .errors import Busy, Expired
 
@@ -62,9 +62,12 @@ class DuckCursors:
 
 class QueryPool:
     def __init__(self, conn: Any, threads: int = 2, max_waiting: int = 8,
-                 handles: Handles | None = None) -> None:
+                 handles: Handles | None = None,
+                 before: Callable[[], Awaitable[None]] | None = None) -> None:
         """``conn``: the DuckDB connection whose cursors run the queries, or ``handles``:
-        where they run instead (PostgreSQL: ``pgreader.Readers``)."""
+        where they run instead (PostgreSQL: ``pgreader.Readers``). ``before``: awaited
+        before each query (the Store's ``settled``: the file has what was committed)."""
+        self._before = before
         self._handles: Handles = handles if handles is not None else DuckCursors(conn)
         self.handles = self._handles
         self.threads = threads
@@ -87,6 +90,12 @@ class QueryPool:
             raise Busy(f"{self._pending} ledger queries are running or waiting "
                        f"(at most {self.threads} run at once)")
         self._pending += 1
+        if self._before is not None:
+            try:
+                await self._before()
+            except BaseException:
+                self._pending -= 1
+                raise
         started = concurrent.futures.Future()  # type: concurrent.futures.Future[None]
 
         def job() -> T:

@@ -198,12 +198,6 @@ def serve(opts: Options) -> int:
                                                              opts.ledger_role))
             if warning:
                 log.warning("%s", warning)
-        if is_url(opts.db) and not store.log.two_phase:
-            log.warning("%s has max_prepared_transactions = 0: batches commit there first, "
-                        "then in %s, and a stop between the two loses that batch's rows in "
-                        "the file's copy of the ledger (PostgreSQL's has them); set it to 2 or "
-                        "more (docs/ha.md)", store.log.label,
-                        opts.local_db)
         if not is_url(opts.db):
             return _lead(opts, store, host, port, nofile)
         return _lead_when_elected(opts, store, host, port, nofile)
@@ -286,15 +280,13 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
     """Rebuild the state from the log, apply the estate, serve until stopped (or, with a
     lease, deposed: EXIT_DEPOSED)."""
     for gid, committed in store.recovered:
-        log.warning("a batch left prepared in %s by a stop between the two commits was "
-                    "%s (%s)", store.log.label,
-                    "committed (the ledger file had, or another daemon prepared it)"
-                    if committed else
-                    "rolled back: the ledger file had not committed it", gid)
+        log.warning("a batch left prepared in %s by an older kliqued (stopped between the "
+                    "two phases of its commit) was %s (%s)", store.log.label,
+                    "committed" if committed else "rolled back", gid)
     store.recovered.clear()
     if store.caught_up:
         log.warning("%d events logged in %s were missing from %s (a new file, a stop "
-                    "between the two commits, or another daemon's lead): copied",
+                    "before the file had them, or another daemon's lead): copied",
                     store.caught_up, store.log.label, opts.local_db)
         store.caught_up = 0
     if store.seeded:
@@ -437,6 +429,10 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         exit_code = EXIT_DEPOSED if isinstance(exc, Deposed) else EXIT_ERROR
         stop.set()
     seq.on_fatal = fatal
+    running_loop = asyncio.get_running_loop()
+    # the local file's thread failed to apply a batch (PostgreSQL has it): stop as the
+    # sequencer's failed commit does; the restart brings the file up to date
+    store.on_follow_failed = lambda exc: running_loop.call_soon_threadsafe(fatal, exc)
 
     def deposed() -> None:
         nonlocal exit_code

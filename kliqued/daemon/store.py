@@ -2,14 +2,20 @@
 
 The events and tokens are kept by an ``eventlog.EventLog``: this file's own tables
 (``DuckLog``, the default) or PostgreSQL (``pglog.PgLog``, ``--db postgresql://...``). With
-PostgreSQL the DuckDB file still holds the usage ledger and a copy of the events for the
-audit reads (docs/ha.md): a batch is committed to PostgreSQL first (the moment it is durable),
-then here; a copy left behind by a crash between the two is brought up to date at start.
+PostgreSQL the DuckDB file still holds a copy of the usage ledger and of the events for the
+reads whose SQL is DuckDB's (docs/ha.md). PostgreSQL is the truth there and the file a cache
+that *follows* it: a batch is one PostgreSQL transaction, committed on the write thread, and
+its part for the file (the events' copy, the ledger's writes, the history's rows) is handed
+to one *file thread* that applies queued batches in order, several in one DuckDB transaction
+when they queue up. The sequencer does not wait for it; reads of the file wait until it has
+applied what was committed before them (:meth:`Store.settled`). A file left behind by a stop
+(``kill -9``) is brought up to PostgreSQL at the next start (:meth:`Store.take_lead`).
 
 Only this process opens the file (DuckDB's lock refuses a second writer process), with
 ``enable_external_access = false`` so that finance's SQL can read no file and no URL.
-Every write runs on one dedicated thread with the one connection, as one transaction per
-batch: events through DuckDB's appender (measured here: ~10 us a row, against ~500 us with
+Every write to the file runs on one dedicated thread with the one connection (with DuckDB
+alone: the sequencer's write thread, one transaction per batch; with PostgreSQL: the file
+thread, as above): events through DuckDB's appender (measured here: ~10 us a row, against ~500 us with
 ``executemany`` and ~80 us with a multi-row ``VALUES`` list), then the batch's other writes
 (ledger intervals, tokens, prices) as callables on the same connection, then COMMIT. Reads
 (the audit log, ledger SQL, CSV export) run on other threads, each on its own cursor, and see
@@ -21,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import logging
 import re
-import uuid
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -35,9 +42,11 @@ from kliqued.ledger.schema import q
 
 from . import compaction, history, snapshot
 
-from .errors import CopyBehind, DatabaseLocked, StoreMismatch
+from .errors import CopyBehind, DatabaseLocked, StoreMismatch, Unavailable
 from .eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
 from .querypool import QueryPool
+
+log = logging.getLogger(__name__)
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS events (
@@ -61,12 +70,11 @@ FINGERPRINT = ("SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM ledg
 and closed, prices, capacity snapshots, cloud nodes (a copy behind another daemon's lead
 differs in one of them)."""
 
-DECISION_TABLE = "CREATE TABLE IF NOT EXISTS log_decision (gid VARCHAR)"
-"""With the log in PostgreSQL: the name of the last batch this file committed, the decision
-of the two-phase commit (at most one row)."""
-
-NODE_TABLE = "CREATE TABLE IF NOT EXISTS log_node (id VARCHAR)"
-"""With the log in PostgreSQL: this file's random name, in its prepared batches' names."""
+FOLLOW_TABLE = "CREATE TABLE IF NOT EXISTS ledger_follows (seq BIGINT)"
+"""With the log in PostgreSQL: the log's sequence number up to which this file's copy of the
+ledger has followed it (at most one row; none: not known, an older file). A copy whose mark
+is not the log's last at start is behind (a ``kill -9`` before the file thread applied the
+last batches, another daemon's lead) and gets PostgreSQL's ledger again."""
 
 DbOp = Callable[[duckdb.DuckDBPyConnection], object] | TokenInsert | TokenUpdate | LedgerWrite
 """A write of a batch's transaction: a token write or a ledger write (data, for whichever
@@ -101,14 +109,30 @@ class Store:
             raise
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="db-write")
         self._readers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="db-read")
-        self.ledger_queries = QueryPool(self.conn)
+        self.log: EventLog = log or DuckLog(self.conn, path)
+        self._copy: DuckLog | None = None if log is None else DuckLog(self.conn, path)
+        """The local copy of the events (audit reads) when the log is elsewhere."""
+        self._filer = (self._writer if log is None else
+                       concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="db-file"))
+        """The thread of every write to the DuckDB file: the write thread itself with DuckDB
+        alone (the file is the log); with PostgreSQL a thread of its own, which the file's
+        part of each batch is handed to (:meth:`_hand`), so that its jobs run in commit
+        order and a snapshot at event S is written after every batch up to S."""
+        self._queue: list[Batch] = []
+        """Batches committed in PostgreSQL, their file part not yet applied (file thread)."""
+        self._queue_lock = threading.Lock()
+        self._handed = 0
+        """Batches handed to the file thread so far, and applied by it (:meth:`settled`)."""
+        self._applied = 0
+        self.follow_failed: BaseException | None = None
+        """Why the file thread could not apply a batch: the daemon stops (CopyBehind)."""
+        self.on_follow_failed: Callable[[BaseException], None] | None = None
+        """Told (on the file thread) when the file thread fails: the daemon's fatal path."""
+        self.ledger_queries = QueryPool(self.conn, before=self.settled)
         """Finance's SQL: threads of its own, so event reads never wait behind it."""
         self.finance_queries: QueryPool | None = None
         """With the ledger in PostgreSQL: finance's whole-ledger SQL, run there as the
         read-only role (``pgreader``), on a replica when one is configured."""
-        self.log: EventLog = log or DuckLog(self.conn, path)
-        self._copy: DuckLog | None = None if log is None else DuckLog(self.conn, path)
-        """The local copy of the events (audit reads) when the log is elsewhere."""
 
     # ------------------------------------------------------------------ setup
     def ensure_schema(self, lead: bool = True) -> None:
@@ -127,70 +151,49 @@ class Store:
         compaction.ensure_schema(self.conn)
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
-            self.conn.execute(DECISION_TABLE)
-            self.conn.execute(NODE_TABLE)
-            row = self.conn.execute("SELECT id FROM log_node").fetchone()
-            if row is None:
-                row = (uuid.uuid4().hex[:8],)
-                self.conn.execute("INSERT INTO log_node VALUES (?)", list(row))
-            self.node = str(row[0])
+            self.conn.execute(FOLLOW_TABLE)
         if lead:
             self.take_lead()
 
     def take_lead(self) -> None:
         """What a daemon does before it writes, once it leads (at start, or a standby after
-        a takeover): end the batches left prepared (:meth:`recover`), bring the events'
-        copy up to the log."""
+        a takeover): end the batches an older kliqued left prepared (:meth:`recover`), bring
+        the file up to the log (the events' copy, then the ledger's), on the file thread."""
         if self._copy is not None:
             self.recover()
-            self._writer.submit(self._catch_up, self._copy).result()
-            self._writer.submit(self._seed_ledger).result()
+            self._filer.submit(self._catch_up, self._copy).result()
+            self._filer.submit(self._seed_ledger).result()
 
     def catch_up(self) -> None:
         """The events' copy brought up to the log (a standby, between its looks at the
         lease); counted in :attr:`caught_up`."""
         if self._copy is not None:
             before, self.caught_up = self.caught_up, 0
-            self._writer.submit(self._catch_up, self._copy).result()
+            self._filer.submit(self._catch_up, self._copy).result()
             self.caught_up += before
-
-    node = ""
-    """This ledger file's name in its prepared batches' names (``kliqued-NODE-...``): which
-    of them this file decides."""
 
     def recover(self) -> None:
         self._writer.submit(self._recover).result()
 
     def _recover(self) -> None:
-        """Ends the batches a daemon left prepared in PostgreSQL between the two phases. One
-        of this file's: its commit when this file committed it (the file records the batch's
-        name in the same transaction), its rollback otherwise. Another daemon's (a leader
-        that died, found by a standby taking over): committed, since its file either
-        committed it too or is behind, and a file behind is brought up to date at its next
-        start (docs/ha.md). Called only while no other daemon leads (the lease expired)."""
-        pending = self.log.pending()
-        if not pending:
-            return
-        row = self.conn.execute("SELECT gid FROM log_decision").fetchone()
-        decided = row[0] if row else None
-        for gid in pending:
-            commit = gid == decided or not self._mine(gid)
-            self.log.finish(gid, commit=commit)
-            self.recovered.append((gid, commit))
-
-    def _mine(self, gid: str) -> bool:
-        """A batch this file prepared: named with its node, or in the form from before
-        nodes (``kliqued-`` and 32 hex digits: one daemon per database then)."""
-        rest = gid[len("kliqued-"):]
-        return rest.startswith(f"{self.node}-") or "-" not in rest
+        """Commits the batches a kliqued from before the file followed PostgreSQL left
+        prepared (its two-phase commit, stopped between the phases): PostgreSQL is the
+        truth, and a file that lacks the batch catches up (:meth:`_catch_up`). A prepared
+        batch holds the lease's row, so a standby ends them before taking over. Called only
+        while no other daemon leads (the lease expired)."""
+        for gid in self.log.pending():
+            self.log.finish(gid, commit=True)
+            self.recovered.append((gid, True))
 
     recovered: list[tuple[str, bool]]
-    """Prepared batches ended at start, and whether each was committed."""
+    """Prepared batches ended at start, and whether each was committed (always, now)."""
 
     def _catch_up(self, copy: DuckLog) -> None:
-        """Brings the local copy of the events up to the log (after a crash between the two
-        commits, or a new local file); a copy ahead of the log means the log is not the
-        one this file was written with (restored from an older backup, another database)."""
+        """Brings the local copy of the events up to the log (after a stop before the file
+        thread applied the last batches, or a new local file); a copy ahead of the log means
+        the log is not the one this file was written with (restored from an older backup,
+        another database). On the file thread; it reads the log on the log's connection,
+        which nothing else uses meanwhile (a start, a standby: no batch is committed)."""
         have, logged = copy.last_seq(), self.log.last_seq()
         if have > logged:
             raise StoreMismatch(
@@ -218,11 +221,11 @@ class Store:
     """Events copied from the log into the local file at start."""
 
     def _seed_ledger(self) -> None:
-        """One of the two ledgers empty and the other not, at start: the empty one gets the
-        other's, once, so the two answer the same from then on. PostgreSQL's is empty when
-        the deployment kept its ledger in the file before PostgreSQL held one; the file's
-        when it is new beside a database that has one (a daemon started on another
-        machine)."""
+        """At start (file thread): the two ledgers made the same. PostgreSQL's empty and the
+        file's not (the deployment kept its ledger in the file before PostgreSQL held one):
+        PostgreSQL gets the file's, once. Otherwise a file whose copy has not followed the
+        log to its last event (:data:`FOLLOW_TABLE`: new, behind after a ``kill -9``, behind
+        another daemon's lead) or differs from it (:data:`FINGERPRINT`) gets PostgreSQL's."""
         log = self.log
         if not hasattr(log, "seed_ledger"):
             return
@@ -230,12 +233,22 @@ class Store:
                                 "(SELECT count(*) FROM capacity)").fetchone()
         file_empty = not (has and has[0])
         pg_empty = getattr(log, "ledger_empty")()
+        logged = log.last_seq()
         if pg_empty and not file_empty:
             self.seeded = log.seed_ledger(self._file_table)
-        elif not pg_empty and (file_empty or self._one_row(FINGERPRINT)
+        elif not pg_empty and (file_empty or self._followed() != logged
+                               or self._one_row(FINGERPRINT)
                                != getattr(log, "ledger_fingerprint")()):
-            # new, or behind: another daemon led meanwhile (a standby's file, a takeover)
             self.seeded_file = self._fill_file(log, replace=not file_empty)
+        self._mark_followed(logged)
+
+    def _followed(self) -> int | None:
+        row = self.conn.execute("SELECT max(seq) FROM ledger_follows").fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _mark_followed(self, seq: int) -> None:
+        self.conn.execute("DELETE FROM ledger_follows")
+        self.conn.execute("INSERT INTO ledger_follows VALUES (?)", [seq])
 
     def _one_row(self, sql: str) -> tuple:
         row = self.conn.execute(sql).fetchone()
@@ -288,7 +301,7 @@ class Store:
         return int(row[0]) if row else 0
 
     seeded_file = 0
-    """Ledger rows copied from PostgreSQL into a new local file at start."""
+    """Ledger rows copied from PostgreSQL into the local file at start."""
 
     seeded = 0
     """Ledger rows copied from the file into an empty PostgreSQL ledger at start."""
@@ -312,70 +325,124 @@ class Store:
 
     # ------------------------------------------------------------------ writes
     def _commit(self, batch: Batch) -> None:
-        """One transaction: the log's (events, tokens) and the DuckDB file's (the ledger, the
-        events' copy). With the log in PostgreSQL and prepared transactions on, two phases:
-        PostgreSQL prepares, the DuckDB file commits with the batch's name (the decision),
-        PostgreSQL commits the prepared batch; a stop anywhere in between is resolved at the
-        next start (:meth:`_recover`). Without prepared transactions, PostgreSQL commits
-        first (docs/ha.md: the ledger rows of a batch caught between are lost)."""
+        """One batch, durable when this returns: with DuckDB alone one transaction of the
+        file (:meth:`_commit_file`); with the log in PostgreSQL one PostgreSQL transaction,
+        the file's part then handed to the file thread (:meth:`_commit_log`)."""
+        if self._copy is None:
+            self._commit_file(batch)
+        else:
+            self._commit_log(batch)
+
+    def _commit_file(self, batch: Batch) -> None:
+        """The DuckDB file is the log: the events, tokens and the ledger in one transaction."""
         conn = self.conn
         tokens: list[TokenWrite] = [op for op in batch.ops
                                     if isinstance(op, (TokenInsert, TokenUpdate))]
-        ledger: list[LedgerWrite] = [op for op in batch.ops if isinstance(op, LEDGER_WRITES)]
-        gid: str | None = None
         conn.execute("BEGIN TRANSACTION")
         try:
-            self.log.begin()
-            self.log.write(batch.rows, tokens, ledger)
-            if self._copy is not None:
-                self._copy.write(batch.rows, [])
+            self.log.write(batch.rows, tokens)
             for op in batch.ops:
                 if isinstance(op, LEDGER_WRITES):
                     ledger_ops.apply_duck(conn, op)
                 elif not isinstance(op, (TokenInsert, TokenUpdate)):
                     op(conn)
-            if self._copy is not None and self.log.two_phase:
-                gid = f"kliqued-{self.node}-{uuid.uuid4().hex}"
-                conn.execute("DELETE FROM log_decision")
-                conn.execute("INSERT INTO log_decision VALUES (?)", [gid])
-                self.log.prepare(gid)
-            else:
-                self.log.commit()
         except BaseException:
             self._undo()
             raise
         try:
             conn.execute("COMMIT")
-        except BaseException as exc:
+        except BaseException:
             self._undo()
-            if gid is not None:
-                self.log.finish(gid, commit=False)
-                raise
-            if self._copy is None:
-                raise
-            raise CopyBehind(f"a batch is in {self.log.label} but {self.path} could not "
-                             f"commit it ({exc}): stopping; the restart brings the file up "
-                             f"to date") from exc
-        if gid is not None:
-            try:
-                self.log.finish(gid, commit=True)
-            except BaseException as exc:
-                if self._committed_elsewhere(gid, batch):
-                    return  # durable: the next batch finds the new leader's fence
-                raise CopyBehind(f"a batch is committed in {self.path} but its commit in "
-                                 f"{self.log.label} failed ({exc}): stopping; the restart "
-                                 f"commits it") from exc
+            raise
 
-    def _committed_elsewhere(self, gid: str, batch: Batch) -> bool:
-        """Whether a prepared batch of ours was committed by a standby taking over (this
-        daemon paused past its lease between the two phases; docs/ha.md): no longer
-        pending, and its last event in the log."""
+    def _commit_log(self, batch: Batch) -> None:
+        """The log in PostgreSQL: its transaction (the fence's check, the events, tokens and
+        ledger writes) committed, then the file's part (the events' copy, the ledger's
+        writes, the other writes such as the history's rows) queued for the file thread. A
+        failure of the file thread before is this batch's failure: nothing of it is
+        written, and the daemon stops (the restart brings the file up to date)."""
+        if self.follow_failed is not None:
+            raise CopyBehind(f"{self.path} could not apply a batch committed in "
+                             f"{self.log.label} ({self.follow_failed}): stopping; the restart "
+                             f"brings the file up to date")
+        tokens: list[TokenWrite] = []
+        ledger: list[LedgerWrite] = []
+        local: list[DbOp] = []
+        for op in batch.ops:
+            if isinstance(op, (TokenInsert, TokenUpdate)):
+                tokens.append(op)
+            else:
+                local.append(op)
+                if isinstance(op, LEDGER_WRITES):
+                    ledger.append(op)
         try:
-            if gid in self.log.pending():
-                return False
-            return not batch.rows or self.log.last_seq() >= batch.rows[-1][0]
-        except Exception:  # the log unreachable: not known, so not
-            return False
+            self.log.begin()
+            self.log.write(batch.rows, tokens, ledger)
+            self.log.commit()
+        except BaseException:
+            try:
+                self.log.rollback()
+            except Exception:
+                pass
+            raise
+        if batch.rows or local:
+            self._hand(Batch(batch.rows, local))
+
+    def _hand(self, part: Batch) -> None:
+        """Queues a committed batch's file part; the file thread takes every part queued
+        when it runs (:meth:`_follow`)."""
+        with self._queue_lock:
+            self._queue.append(part)
+            self._handed += 1
+        self._filer.submit(self._follow)
+
+    def _follow(self) -> None:
+        """On the file thread: applies every queued part, in commit order, in one DuckDB
+        transaction (a busy daemon's batches coalesce: fewer commits, less CPU), and marks
+        the log's sequence number the ledger has followed to. A failure is fatal: logged,
+        kept in :attr:`follow_failed` (the next commit and every read of the file refuse),
+        told to :attr:`on_follow_failed`; the file stays as it was and the restart brings
+        it up to the log."""
+        with self._queue_lock:
+            parts, self._queue = self._queue, []
+        if not parts:
+            return
+        if self.follow_failed is not None:
+            self._applied += len(parts)  # never applied: readers are refused instead
+            return
+        conn = self.conn
+        copy = self._copy
+        assert copy is not None
+        rows = parts[0].rows if len(parts) == 1 else [r for p in parts for r in p.rows]
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            copy.write(rows, [])
+            for part in parts:
+                for op in part.ops:
+                    if isinstance(op, LEDGER_WRITES):
+                        ledger_ops.apply_duck(conn, op)
+                    else:
+                        op(conn)  # type: ignore[operator]
+            if rows:
+                conn.execute("UPDATE ledger_follows SET seq = ?", [rows[-1][0]])
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            for undo in (copy.rollback, lambda: conn.execute("ROLLBACK")):
+                try:
+                    undo()
+                except Exception:
+                    pass
+            self.follow_failed = exc
+            log.error("kliqued: %s could not apply %d batch(es) committed in %s (%s: %s); "
+                      "stopping: the restart brings the file up to date", self.path,
+                      len(parts), self.log.label, type(exc).__name__, exc)
+            if self.on_follow_failed is not None:
+                try:
+                    self.on_follow_failed(exc)
+                except Exception:  # the loop is gone (stopping): the next commit refuses
+                    pass
+        finally:
+            self._applied += len(parts)
 
     def _undo(self) -> None:
         for undo in (self.log.rollback, *((self._copy.rollback,) if self._copy else ()),
@@ -386,9 +453,10 @@ class Store:
                 pass
 
     def write_local(self, fn: Callable[[duckdb.DuckDBPyConnection], object]) -> None:
-        """``fn`` on the DuckDB file alone, in a transaction of its own, on the writer
+        """``fn`` on the DuckDB file alone, in a transaction of its own, on the file's
         thread: what only this file keeps and replay writes (the evicted tasks' history,
-        snapshots), while the log may still be streaming the replay's events."""
+        snapshots), while the log may still be streaming the replay's events; with
+        PostgreSQL after every batch handed to the file before it."""
         def run() -> None:
             self.conn.execute("BEGIN TRANSACTION")
             try:
@@ -397,11 +465,13 @@ class Store:
                 self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
-        self._writer.submit(run).result()
+        self._filer.submit(run).result()
 
     def read_sync(self, fn: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
         """``fn`` on a fresh cursor of the DuckDB file, in the calling thread (not the event
-        loop's: snapshots' and compaction's threads)."""
+        loop's: snapshots' and compaction's threads), once the file has what was committed
+        before (:meth:`settled`)."""
+        self._settle_sync()
         cur = self.conn.cursor()
         try:
             return fn(cur)
@@ -409,15 +479,13 @@ class Store:
             cur.close()
 
     def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
-        """Log compaction's DELETE (``sql`` of the dialect's placeholder) on the log, and on
-        the events' copy beside a log kept elsewhere, on the writer thread between two
-        batches; returns the rows the log lost."""
-        def run() -> int:
-            removed = self.log.compact(sql, params)
-            if self._copy is not None:
-                self._copy.compact(sql, params)
-            return removed
-        return self._writer.submit(run).result()
+        """Log compaction's DELETE (``sql`` of the dialect's placeholder) on the log (on the
+        write thread, between two batches), then on the events' copy beside a log kept
+        elsewhere (on the file thread); returns the rows the log lost."""
+        removed = self._writer.submit(self.log.compact, sql, params).result()
+        if self._copy is not None:
+            self._filer.submit(self._copy.compact, sql, params).result()
+        return removed
 
     def commit_sync(self, batch: Batch) -> None:
         """For start-up (before the loop runs) and tools."""
@@ -437,9 +505,44 @@ class Store:
         if any(isinstance(op, LEDGER_WRITES) for op in batch.ops):
             self.ledger_changes += 1
 
+    # ------------------------------------------------------------------ the file's reads
+    async def settled(self) -> None:
+        """Returns once the file has every batch committed before the call (with PostgreSQL:
+        the file thread has applied them; at once when it has, or with DuckDB alone, where
+        a batch is in the file when committed). Every read of the file comes here first
+        (:meth:`read`, :meth:`read_sync`, :meth:`cursor`, :attr:`ledger_queries`), so a
+        request sees its own writes. Raises 503 once the file thread has failed."""
+        if self._filer is self._writer:
+            return
+        if self._applied < self._handed:
+            await asyncio.wrap_future(self._filer.submit(_nothing))
+        self._refuse_if_failed()
+
+    def _settle_sync(self) -> None:
+        """:meth:`settled` for a thread that may block (never the file thread)."""
+        if self._filer is self._writer:
+            return
+        if self._applied < self._handed:
+            self._filer.submit(_nothing).result()
+        self._refuse_if_failed()
+
+    def _refuse_if_failed(self) -> None:
+        if self.follow_failed is not None:
+            raise Unavailable(f"the local file {self.path} is behind the log and kliqued is "
+                              f"stopping; retry after its restart")
+
+    async def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A fresh cursor of the file once it is :meth:`settled` (streamed exports); the
+        caller closes it."""
+        await self.settled()
+        return self.conn.cursor()
+
     # ------------------------------------------------------------------ reads
     async def read(self, fn: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
-        """Runs ``fn`` on a fresh cursor in a reader thread."""
+        """Runs ``fn`` on a fresh cursor in a reader thread, once the file is
+        :meth:`settled`."""
+        await self.settled()
+
         def run() -> Any:
             cur = self.conn.cursor()
             try:
@@ -472,11 +575,12 @@ class Store:
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
         """Checkpoint (the WAL folded into the file) and close; called after the last
-        commit."""
+        commit. The file thread first applies what is queued (its jobs run in order)."""
         def fin() -> None:
             if self._copy is not None:
                 self._copy.close()
-            self.log.close()
+            if self._filer is self._writer:
+                self.log.close()
             self.conn.execute("CHECKPOINT")
             self.conn.close()
         self._readers.shutdown(wait=True)
@@ -486,5 +590,17 @@ class Store:
             closer = getattr(self.finance_queries.handles, "close", None)
             if closer is not None:
                 closer()
+        if self._filer is not self._writer:
+            try:
+                self._filer.submit(fin).result()
+            finally:
+                self._filer.shutdown(wait=True)
+                self._writer.submit(self.log.close).result()
+                self._writer.shutdown(wait=True)
+            return
         self._writer.submit(fin).result()
         self._writer.shutdown(wait=True)
+
+
+def _nothing() -> None:
+    """The file thread's barrier: it runs after every job submitted before it."""

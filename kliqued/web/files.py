@@ -41,7 +41,7 @@ async def export(request: web.Request) -> web.StreamResponse:
         return error(request, 400, f"format must be csv or parquet, found {fmt[:20]!r}")
     name = f"klique-usage-{start}-{end}.{fmt}"
     loop = asyncio.get_running_loop()
-    cur = c.store.conn.cursor()
+    cur = await c.store.cursor()
     try:
         gen = ledger_export.export_csv(cur, a, b, groups=groups)
         if fmt == "csv":

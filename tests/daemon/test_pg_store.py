@@ -12,7 +12,7 @@ import duckdb
 import psycopg
 import pytest
 
-from kliqued.daemon.errors import StoreMismatch
+from kliqued.daemon.errors import CopyBehind, StoreMismatch, Unavailable
 from kliqued.daemon.eventlog import TokenInsert, TokenUpdate
 from kliqued.daemon.events import Event
 from kliqued.daemon.pglog import MIGRATIONS, PgError, PgLog
@@ -102,22 +102,36 @@ def test_events_and_tokens_round_trip_in_log_order(tmp_path: Path, pg_url: str) 
         assert conn.execute("SELECT count(*) FROM tokens").fetchone()[0] == 0  # PG's only
 
 
-def test_a_failing_batch_leaves_nothing_in_either_database(tmp_path: Path, pg_url: str
-                                                          ) -> None:
+def test_a_failing_file_part_is_fatal_and_the_restart_catches_up(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    """The batch is durable in PostgreSQL when the file thread fails to apply its part:
+    the failure is told (the daemon's fatal path), the next commit is refused
+    (``CopyBehind``: nothing of it written), reads of the file are refused (503), and the
+    next start brings the file up to the log."""
     store = open_store(tmp_path / "l.duckdb", pg_url)
+    told: list[BaseException] = []
+    store.on_follow_failed = told.append
 
-    def ledger_write_fails(conn: object) -> None:
-        raise RuntimeError("the ledger's write failed")
+    def file_write_fails(conn: object) -> None:
+        raise RuntimeError("the file's write failed")
     try:
         store.commit_sync(Batch(rows=rows(1)))
-        with pytest.raises(RuntimeError, match="ledger's write"):
-            store.commit_sync(Batch(rows=rows(2, first=2), ops=[
-                TokenInsert("tok-1", "h1", "alice", None, 5, None), ledger_write_fails]))
-        assert store.last_seq() == 1 and store.read_tokens() == []
-        store.commit_sync(Batch(rows=rows(1, first=2)))  # the store is still usable
+        store.commit_sync(Batch(rows=rows(1, first=2), ops=[file_write_fails]))
+        with pytest.raises(Unavailable, match="behind the log"):
+            store.read_sync(lambda cur: None)
+        assert [str(e) for e in told] == ["the file's write failed"]
+        with pytest.raises(CopyBehind, match="could not apply a batch"):
+            store.commit_sync(Batch(rows=rows(1, first=3)))
+        assert store.last_seq() == 2
     finally:
         store.close()
     assert pg_count(pg_url, "events") == 2
+    assert local_seqs(tmp_path / "l.duckdb") == [1]
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    try:
+        assert store.caught_up == 1
+    finally:
+        store.close()
     assert local_seqs(tmp_path / "l.duckdb") == [1, 2]
 
 
@@ -188,9 +202,10 @@ def test_an_unreachable_database_is_a_clear_error_without_the_password() -> None
     assert "s3cret" not in str(err.value)
 
 
-# ---------------------------------------------------------------- two-phase commit
+# ---------------------------------------------------------------- the file follows
 def prepare_by_hand(url: str, seq: int, gid: str) -> None:
-    """A batch a daemon prepared and never ended (it stopped between the phases)."""
+    """A batch an older kliqued prepared and never ended (its two-phase commit, stopped
+    between the phases)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("BEGIN")
         conn.execute("INSERT INTO events (seq, at_ms, kind) VALUES (%s, 1, 'submitted')",
@@ -198,59 +213,42 @@ def prepare_by_hand(url: str, seq: int, gid: str) -> None:
         conn.execute(f"PREPARE TRANSACTION '{gid}'")
 
 
-def test_batches_commit_in_two_phases_and_leave_nothing_prepared(tmp_path: Path,
-                                                                  pg_url: str) -> None:
+def test_a_batch_is_one_postgresql_commit_and_the_file_follows(tmp_path: Path,
+                                                               pg_url: str) -> None:
+    """No two-phase commit (the harness's PostgreSQL has PostgreSQL's default
+    ``max_prepared_transactions = 0``): PostgreSQL commits, the file thread applies the
+    batch after, and a read of the file waits for it (``Store.settled``)."""
     store = open_store(tmp_path / "l.duckdb", pg_url)
     try:
-        assert store.log.two_phase
-        store.commit_sync(Batch(rows=rows(2)))
-        decided = store.conn.execute("SELECT gid FROM log_decision").fetchall()
-        assert len(decided) == 1 and decided[0][0].startswith("kliqued-")
-        assert store.log.pending() == []
+        store.commit_sync(Batch(rows=rows(2), ops=[TokenInsert("t", "h", "a", None, 1, None)]))
+        store.commit_sync(Batch(rows=rows(1, first=3)))
+        assert store.last_seq() == 3 and len(store.read_tokens()) == 1
+        assert store.read_sync(lambda cur: cur.execute(
+            "SELECT seq FROM events ORDER BY seq").fetchall()) == [(1,), (2,), (3,)]
+        assert store.read_sync(lambda cur: cur.execute(
+            "SELECT seq FROM ledger_follows").fetchall()) == [(3,)]
+        tables = store.read_sync(lambda cur: cur.execute(
+            "SELECT table_name FROM information_schema.tables").fetchall())
+        assert ("log_decision",) not in tables
     finally:
         store.close()
+    assert local_seqs(tmp_path / "l.duckdb") == [1, 2, 3]
 
 
-@pytest.mark.parametrize("file_committed", [True, False])
-def test_a_batch_left_prepared_is_ended_as_the_file_decided(tmp_path: Path, pg_url: str,
-                                                            file_committed: bool) -> None:
-    store = open_store(tmp_path / "l.duckdb", pg_url)
+def test_a_batch_an_older_kliqued_left_prepared_is_committed_at_start(
+        tmp_path: Path, prepared_pg_url: str) -> None:
+    """Its two-phase commit stopped between the phases: PostgreSQL is the truth now, so the
+    batch is committed (logged by ``kliqued serve``) and the file catches up with it."""
+    store = open_store(tmp_path / "l.duckdb", prepared_pg_url)
     store.commit_sync(Batch(rows=rows(2)))
     store.close()
-    gid = f"kliqued-{store.node}-left-behind"  # this file's batch (its node in the name)
-    prepare_by_hand(pg_url, 3, gid)
-    if file_committed:  # the file's commit (with the decision) happened before the stop
-        with duckdb.connect(str(tmp_path / "l.duckdb")) as conn:
-            conn.execute("UPDATE log_decision SET gid = ?", [gid])
-    store = open_store(tmp_path / "l.duckdb", pg_url)
+    gid = "kliqued-0a1b2c3d-left-behind"
+    prepare_by_hand(prepared_pg_url, 3, gid)
+    store = open_store(tmp_path / "l.duckdb", prepared_pg_url)
     try:
-        assert store.recovered == [(gid, file_committed)]
+        assert store.recovered == [(gid, True)]
         assert store.log.pending() == []
-        assert store.last_seq() == (3 if file_committed else 2)
+        assert store.last_seq() == 3 and store.caught_up == 1
     finally:
         store.close()
-
-
-@pytest.fixture(scope="module")
-def postgres_one_phase():
-    """A PostgreSQL with its default ``max_prepared_transactions = 0``."""
-    from tests.harness.postgres import Postgres, unavailable
-    if unavailable():
-        pytest.skip(unavailable())
-    server = Postgres(prepared_transactions=0).start()
-    yield server
-    server.stop()
-
-
-def test_without_prepared_transactions_postgresql_commits_first(tmp_path: Path,
-                                                                postgres_one_phase) -> None:
-    url = postgres_one_phase.createdb("one_phase")
-    store = open_store(tmp_path / "l.duckdb", url)
-    try:
-        assert not store.log.two_phase
-        store.commit_sync(Batch(rows=rows(2), ops=[TokenInsert("t", "h", "a", None, 1, None)]))
-        assert store.last_seq() == 2 and len(store.read_tokens()) == 1
-        assert store.conn.execute("SELECT count(*) FROM log_decision").fetchone() == (0,)
-    finally:
-        store.close()
-    assert local_seqs(tmp_path / "l.duckdb") == [1, 2]
+    assert local_seqs(tmp_path / "l.duckdb") == [1, 2, 3]

@@ -54,9 +54,10 @@ def unavailable() -> str | None:
 
 
 class Postgres:
-    def __init__(self, prepared_transactions: int = 10, durable: bool = False) -> None:
+    def __init__(self, prepared_transactions: int = 0, durable: bool = False) -> None:
         """``prepared_transactions``: the server's ``max_prepared_transactions`` (0 is
-        PostgreSQL's default: no two-phase commit). ``durable``: PostgreSQL's own defaults
+        PostgreSQL's default, and all kliqued needs; more only for the tests of the batches
+        an older kliqued left prepared). ``durable``: PostgreSQL's own defaults
         (every commit flushed to disk), for benchmarks; the tests run without ``fsync``."""
         self.prepared_transactions = prepared_transactions
         self.durable = durable

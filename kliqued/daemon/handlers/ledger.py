@@ -272,7 +272,7 @@ async def _stream_csv(request: web.Request, make, filename: str,
         except ledger_sql.LedgerSqlError as exc:
             raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
     else:
-        cur = store.conn.cursor()
+        cur = await store.cursor()
     try:
         gen = make(cur)
         first = await loop.run_in_executor(None, next, gen, None)
