@@ -67,13 +67,13 @@ def numbers(value):
 
 
 def duck_rows(store: Store, sql: str) -> tuple[list[str], list[tuple]]:
-    cur = store.conn.cursor()
-    try:
+    """The file's rows, once it has every batch committed (``Store.read_sync``: the file
+    thread applies them after PostgreSQL's commit)."""
+    def run(cur) -> tuple[list[str], list[tuple]]:
         cur.execute(sql)
         cols = [d[0] for d in cur.description]
         return cols, sorted(tuple(norm(v) for v in r) for r in cur.fetchall())
-    finally:
-        cur.close()
+    return store.read_sync(run)
 
 
 def pg_rows(url: str, sql: str) -> tuple[list[str], list[tuple]]:
@@ -132,6 +132,7 @@ def test_every_view_finance_reads_is_the_same_in_postgresql_and_duckdb(
         for seq, batch in enumerate(history(estate), 1):
             batch.rows.append(Event("tick").row(seq, 1000 + seq))
             store.commit_sync(batch)
+        store.read_sync(lambda cur: None)  # the file thread has applied every batch
         assert pg_rows(pg_url, "SELECT count(*) FROM ledger_monthly")[1] != [("0",)]
         month = datetime.now(timezone.utc).strftime("%Y-%m-01")
         compared = 0
