@@ -28,8 +28,10 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -75,6 +77,10 @@ FOLLOW_TABLE = "CREATE TABLE IF NOT EXISTS ledger_follows (seq BIGINT)"
 ledger has followed it (at most one row; none: not known, an older file). A copy whose mark
 is not the log's last at start is behind (a ``kill -9`` before the file thread applied the
 last batches, another daemon's lead) and gets PostgreSQL's ledger again."""
+
+FOLLOW_DELAY_ENV = "KLIQUED_TEST_FOLLOW_DELAY_S"
+"""Tests only: the file thread waits this long before applying what is queued (a ``kill -9``
+lands while the file is behind PostgreSQL; a read right after a write must wait for it)."""
 
 DbOp = Callable[[duckdb.DuckDBPyConnection], object] | TokenInsert | TokenUpdate | LedgerWrite
 """A write of a batch's transaction: a token write or a ledger write (data, for whichever
@@ -128,6 +134,10 @@ class Store:
         """Why the file thread could not apply a batch: the daemon stops (CopyBehind)."""
         self.on_follow_failed: Callable[[BaseException], None] | None = None
         """Told (on the file thread) when the file thread fails: the daemon's fatal path."""
+        self._follow_delay = float(os.environ.get(FOLLOW_DELAY_ENV) or 0) if log else 0.0
+        if self._follow_delay:
+            logging.getLogger(__name__).warning("%s: the file thread waits %.2f s before each batch (tests only)",
+                         FOLLOW_DELAY_ENV, self._follow_delay)
         self.ledger_queries = QueryPool(self.conn, before=self.settled)
         """Finance's SQL: threads of its own, so event reads never wait behind it."""
         self.finance_queries: QueryPool | None = None
@@ -403,6 +413,8 @@ class Store:
         kept in :attr:`follow_failed` (the next commit and every read of the file refuse),
         told to :attr:`on_follow_failed`; the file stays as it was and the restart brings
         it up to the log."""
+        if self._follow_delay and self._queue:
+            time.sleep(self._follow_delay)
         with self._queue_lock:
             parts, self._queue = self._queue, []
         if not parts:
