@@ -118,6 +118,11 @@ def write(conn: duckdb.DuckDBPyConnection, rows: list[tuple], dedupe: bool = Tru
     appends."""
     if not rows:
         return 0
+    # A write before this one in the transaction may have left a result unread (a count's
+    # fetchone in the ledger's writer); DuckDB's appender refuses to start until it is run
+    # to its end. With PostgreSQL the file thread applies several batches in one
+    # transaction, so a batch's ledger closes come right before the next one's history.
+    conn.complete()
     if not dedupe:
         app = conn.appender("task_history")
         try:

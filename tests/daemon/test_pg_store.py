@@ -16,7 +16,7 @@ from kliqued.daemon.errors import CopyBehind, StoreMismatch, Unavailable
 from kliqued.daemon.eventlog import TokenInsert, TokenUpdate
 from kliqued.daemon.events import Event
 from kliqued.daemon.pglog import MIGRATIONS, PgError, PgLog
-from kliqued.daemon.store import Batch, Store
+from kliqued.daemon.store import FOLLOW_DELAY_ENV, Batch, Store
 
 
 def open_store(local: Path, url: str) -> Store:
@@ -233,6 +233,34 @@ def test_a_batch_is_one_postgresql_commit_and_the_file_follows(tmp_path: Path,
     finally:
         store.close()
     assert local_seqs(tmp_path / "l.duckdb") == [1, 2, 3]
+
+
+def test_batches_queued_for_the_file_are_applied_together_in_order(
+        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file thread held back: three batches queue and go in one DuckDB transaction, in
+    commit order (an interval opened, closed, then a history row: the close's count left
+    unread must not stop the next batch's appender)."""
+    from kliqued.daemon import history
+    from kliqued.ledger import ops
+    from tests.daemon.test_pg_ledger import ms, row
+    monkeypatch.setenv(FOLLOW_DELAY_ENV, "0.3")
+    store = open_store(tmp_path / "l.duckdb", pg_url)
+    done = ("T-1", "alice", "team-a", "team-a/one", "pool-1", "alice", None, 1, 2, "{}")
+    try:
+        store.commit_sync(Batch(rows=rows(1), ops=[
+            ops.opens([row(1, "team-a", "alice", "2026-08-03T10:00:00")])]))
+        store.commit_sync(Batch(rows=rows(1, first=2), ops=[
+            ops.closes([("T-1#1", ms("2026-08-03T11:00:00"), "finished")])]))
+        store.commit_sync(Batch(rows=rows(1, first=3), ops=[
+            lambda conn: history.write(conn, [done], dedupe=False)]))
+        got = store.read_sync(lambda cur: (
+            cur.execute("SELECT count(*) FROM events").fetchall(),
+            cur.execute("SELECT interval_id, end_reason FROM ledger").fetchall(),
+            cur.execute("SELECT id FROM task_history").fetchall()))
+        assert store.follow_failed is None
+        assert got == ([(3,)], [("T-1#1", "finished")], [("T-1",)])
+    finally:
+        store.close()
 
 
 def test_a_batch_an_older_kliqued_left_prepared_is_committed_at_start(
