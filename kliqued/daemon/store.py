@@ -72,11 +72,13 @@ FINGERPRINT = ("SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM ledg
 and closed, prices, capacity snapshots, cloud nodes (a copy behind another daemon's lead
 differs in one of them)."""
 
-FOLLOW_TABLE = "CREATE TABLE IF NOT EXISTS ledger_follows (seq BIGINT)"
-"""With the log in PostgreSQL: the log's sequence number up to which this file's copy of the
-ledger has followed it (at most one row; none: not known, an older file). A copy whose mark
-is not the log's last at start is behind (a ``kill -9`` before the file thread applied the
-last batches, another daemon's lead) and gets PostgreSQL's ledger again."""
+BEHIND_TABLE = "CREATE TABLE IF NOT EXISTS ledger_behind (since_seq BIGINT)"
+"""With the log in PostgreSQL: a row when this file's copy of the ledger is known behind the
+log, written by the catch-up that copies events without their ledger writes (a ``kill -9``
+before the file thread applied the last batches, a standby following another daemon's
+lead), in the same transaction; the ledger is then replaced by PostgreSQL's at the next
+lead (:meth:`Store._seed_ledger`), which deletes it. Nothing per batch: the file thread's
+batches carry their ledger writes with their events."""
 
 FOLLOW_DELAY_ENV = "KLIQUED_TEST_FOLLOW_DELAY_S"
 """Tests only: the file thread waits this long before applying what is queued (a ``kill -9``
@@ -161,7 +163,7 @@ class Store:
         compaction.ensure_schema(self.conn)
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
-            self.conn.execute(FOLLOW_TABLE)
+            self.conn.execute(BEHIND_TABLE)
         if lead:
             self.take_lead()
 
@@ -220,6 +222,9 @@ class Store:
                         copy.write(batch, [])
                         batch = []
                 copy.write(batch, [])
+                # the ledger's writes of these events are not here: known behind
+                self.conn.execute("INSERT INTO ledger_behind SELECT ? WHERE NOT EXISTS "
+                                  "(SELECT 1 FROM ledger_behind)", [have])
                 self.conn.execute("COMMIT")
             except BaseException:
                 copy.rollback()
@@ -234,8 +239,9 @@ class Store:
         """At start (file thread): the two ledgers made the same. PostgreSQL's empty and the
         file's not (the deployment kept its ledger in the file before PostgreSQL held one):
         PostgreSQL gets the file's, once. Otherwise a file whose copy has not followed the
-        log to its last event (:data:`FOLLOW_TABLE`: new, behind after a ``kill -9``, behind
-        another daemon's lead) or differs from it (:data:`FINGERPRINT`) gets PostgreSQL's."""
+        log to its last event (:data:`BEHIND_TABLE`: behind after a ``kill -9``, behind
+        another daemon's lead), is new, or differs from it (:data:`FINGERPRINT`) gets
+        PostgreSQL's."""
         log = self.log
         if not hasattr(log, "seed_ledger"):
             return
@@ -243,22 +249,14 @@ class Store:
                                 "(SELECT count(*) FROM capacity)").fetchone()
         file_empty = not (has and has[0])
         pg_empty = getattr(log, "ledger_empty")()
-        logged = log.last_seq()
+        behind = self._one("SELECT count(*) FROM ledger_behind") > 0
         if pg_empty and not file_empty:
             self.seeded = log.seed_ledger(self._file_table)
-        elif not pg_empty and (file_empty or self._followed() != logged
-                               or self._one_row(FINGERPRINT)
+        elif not pg_empty and (file_empty or behind or self._one_row(FINGERPRINT)
                                != getattr(log, "ledger_fingerprint")()):
             self.seeded_file = self._fill_file(log, replace=not file_empty)
-        self._mark_followed(logged)
-
-    def _followed(self) -> int | None:
-        row = self.conn.execute("SELECT max(seq) FROM ledger_follows").fetchone()
-        return None if row is None or row[0] is None else int(row[0])
-
-    def _mark_followed(self, seq: int) -> None:
-        self.conn.execute("DELETE FROM ledger_follows")
-        self.conn.execute("INSERT INTO ledger_follows VALUES (?)", [seq])
+        if behind:
+            self.conn.execute("DELETE FROM ledger_behind")
 
     def _one_row(self, sql: str) -> tuple:
         row = self.conn.execute(sql).fetchone()
@@ -408,8 +406,7 @@ class Store:
 
     def _follow(self) -> None:
         """On the file thread: applies every queued part, in commit order, in one DuckDB
-        transaction (a busy daemon's batches coalesce: fewer commits, less CPU), and marks
-        the log's sequence number the ledger has followed to. A failure is fatal: logged,
+        transaction (a busy daemon's batches coalesce: fewer commits, less CPU). A failure is fatal: logged,
         kept in :attr:`follow_failed` (the next commit and every read of the file refuse),
         told to :attr:`on_follow_failed`; the file stays as it was and the restart brings
         it up to the log."""
@@ -435,8 +432,6 @@ class Store:
                         ledger_ops.apply_duck(conn, op)
                     else:
                         op(conn)  # type: ignore[operator]
-            if rows:
-                conn.execute("UPDATE ledger_follows SET seq = ?", [rows[-1][0]])
             conn.execute("COMMIT")
         except BaseException as exc:
             for undo in (copy.rollback, lambda: conn.execute("ROLLBACK")):
