@@ -432,7 +432,9 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     running_loop = asyncio.get_running_loop()
     # the local file's thread failed to apply a batch (PostgreSQL has it): stop as the
     # sequencer's failed commit does; the restart brings the file up to date
-    store.on_follow_failed = lambda exc: running_loop.call_soon_threadsafe(fatal, exc)
+    def follow_failed(exc: BaseException) -> None:
+        running_loop.call_soon_threadsafe(fatal, exc)
+    store.on_follow_failed = follow_failed
 
     def deposed() -> None:
         nonlocal exit_code

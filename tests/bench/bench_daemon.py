@@ -121,7 +121,7 @@ def bench_submissions(db: str | None = None, on: str = "") -> list[dict]:
 
 def bench_submissions_pg() -> list[dict]:
     """The same load on ``--db postgresql://`` (issue 18: events, tokens and ledger in
-    PostgreSQL 15, two-phase commit with the local file's copy): a local server started by
+    PostgreSQL 15, the local file's copy following it on a thread of its own): a local server started by
     the test harness (a unix socket) with PostgreSQL's durable defaults (fsync on)."""
     from tests.harness.postgres import Postgres, unavailable
     why = unavailable()
