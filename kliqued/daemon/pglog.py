@@ -247,7 +247,7 @@ class PgLog:
 
     def pending(self) -> list[str]:
         """This database's prepared batches left by an older kliqued that stopped between
-        its two phases (today's commits one transaction; nothing is prepared any more)."""
+        its two phases (kliqued now commits each batch in one transaction)."""
         return [g for (g,) in self.conn.execute(
             "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
             "current_database() ORDER BY prepared", [GID_PREFIX + "%"])]
