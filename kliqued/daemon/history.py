@@ -332,3 +332,28 @@ async def recall(store: Store, d: Daemon, task_id: str) -> TaskRecord | None:
     if rec is not None:
         d.recalled.put(rec)
     return rec
+
+
+async def recall_all(store: Store, d: Daemon, task_ids: Iterable[str]
+                     ) -> dict[str, TaskRecord]:
+    """Tasks ``task_ids`` from memory, the evicted ones read back from ``task_history`` in one
+    query (a schedule's runs, a pipeline's steps: a list of them must not cost a read each);
+    tasks with no record are left out. Not kept in ``d.recalled``: a list of schedules may
+    name more tasks than it holds."""
+    out: dict[str, TaskRecord] = {}
+    missing: list[str] = []
+    for tid in dict.fromkeys(task_ids):
+        rec = d.find(tid)
+        if rec is not None:
+            out[tid] = rec
+        elif tid:
+            missing.append(tid)
+    if missing:
+        def read(cur: duckdb.DuckDBPyConnection) -> list[TaskRecord]:
+            rows = cur.execute("SELECT DISTINCT ON (id) doc FROM task_history "
+                               "WHERE list_contains(?, id)", [missing]).fetchall()
+            return [from_doc(r[0]) for r in rows]
+        for rec in await store.read(read):
+            out[rec.id] = rec
+    return out
+

@@ -12,7 +12,7 @@ never twice.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import pipeline as P
@@ -24,6 +24,7 @@ from .channels import prepare_as_owner, sent
 from .core import Daemon, Overlay, Prepared, merged
 from .errors import ApiError
 from .events import Event
+from .records import TaskRecord
 from .units import iso
 from .views import end_text, state as task_state, submittable
 
@@ -70,12 +71,21 @@ def visible(d: Daemon, p: Principal, pr: PipelineRun) -> bool:
     return pr.owner == p.name or bool(acc.groups_of(pr.owner) & acc.admin_of(p.name))
 
 
-def view(d: Daemon, pr: PipelineRun) -> dict[str, Any]:
+def step_tasks(pr: PipelineRun) -> list[str]:
+    """Each step's latest task (a handler reads the evicted ones back first: :func:`view`'s
+    ``known``)."""
+    return [run.tasks[-1] for run in pr.steps.values() if run.tasks]
+
+
+def view(d: Daemon, pr: PipelineRun, known: Mapping[str, TaskRecord] | None = None
+         ) -> dict[str, Any]:
+    """``known``: its steps' tasks that left memory, read back (``history.recall_all``): an
+    ended pipeline's steps still say how their tasks ended."""
     steps = []
     for s in pr.loaded.spec.steps:
         run = pr.steps[s.name]
         task = run.tasks[-1] if run.tasks else None
-        rec = d.records.get(task) if task else None
+        rec = (d.find(task) or (known or {}).get(task)) if task else None
         steps.append({"name": s.name, "resource": s.resource, "needs": s.needs,
                       "state": run.state, "text": run.text, "attempts": len(run.tasks),
                       "task": task, "tasks": list(run.tasks),

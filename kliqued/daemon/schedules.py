@@ -17,7 +17,7 @@ reason.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron as when
@@ -29,6 +29,7 @@ from .channels import prepare_as_owner, sent
 from .core import Daemon, Overlay, Prepared, merged
 from .errors import ApiError
 from .events import Event
+from .records import TaskRecord
 from .units import gpus, iso
 from .views import end_text, state as task_state
 
@@ -64,7 +65,16 @@ def live_runs(d: Daemon, s: Schedule) -> list[Run]:
     return list(s.live)
 
 
-def view(d: Daemon, s: Schedule, now: int, n_next: int = 5) -> dict[str, Any]:
+def run_tasks(s: Schedule) -> list[str]:
+    """The tasks its runs submitted (a handler reads the evicted ones back first: :func:`view`'s
+    ``known``)."""
+    return [r.task for r in s.runs if r.task is not None]
+
+
+def view(d: Daemon, s: Schedule, now: int, n_next: int = 5,
+         known: Mapping[str, TaskRecord] | None = None) -> dict[str, Any]:
+    """``known``: its runs' tasks that left memory, read back (``history.recall_all``), so an
+    old run still says how its task ended."""
     nxt = (when.after(s.cron, s.timezone, max(s.cursor, now), n_next)
            if s.state == "active" else [])
     runs = []
@@ -72,8 +82,8 @@ def view(d: Daemon, s: Schedule, now: int, n_next: int = 5) -> dict[str, Any]:
         item: dict[str, Any] = {"due": iso(r.due), "at": iso(r.at), "outcome": r.outcome,
                                 "text": r.text, "task": r.task, "pipeline": r.pipeline,
                                 "missed": r.missed, "state": None}
-        if r.task is not None and r.task in d.records:
-            rec = d.records[r.task]
+        rec = None if r.task is None else (d.find(r.task) or (known or {}).get(r.task))
+        if rec is not None:
             item["state"] = task_state(rec) if rec.state != "ended" else end_text(rec)
         elif r.pipeline is not None and r.pipeline in d.pipelines.items:
             item["state"] = d.pipelines.items[r.pipeline].state

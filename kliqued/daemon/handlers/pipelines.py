@@ -6,9 +6,12 @@ The file's text is sent as it is, so that the daemon's errors point into it
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
-from .. import pipelines
+from .. import history, pipelines
+from ..channel_state import PipelineRun
 from ..errors import ApiError
 from ..request import ctx, principal, read_json, reply
 from ..routes import Route
@@ -35,16 +38,23 @@ async def run(request: web.Request) -> web.Response:
     return reply(pipelines.view(d, d.pipelines.items[pid]), 201)
 
 
+async def _view(request: web.Request, pr: PipelineRun) -> dict[str, Any]:
+    """The pipeline's view, its steps' evicted tasks read back first."""
+    c = ctx(request)
+    known = await history.recall_all(c.store, c.daemon, pipelines.step_tasks(pr))
+    return pipelines.view(c.daemon, pr, known)
+
+
 async def list_pipelines(request: web.Request) -> web.Response:
     d = ctx(request).daemon
     p = principal(request)
-    return reply({"pipelines": [pipelines.view(d, pr) for pr in d.pipelines.items.values()
+    return reply({"pipelines": [await _view(request, pr)
+                                for pr in list(d.pipelines.items.values())
                                 if pipelines.visible(d, p, pr)]})
 
 
 async def get_pipeline(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
-    return reply(pipelines.view(d, _get(request)))
+    return reply(await _view(request, _get(request)))
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -53,7 +63,7 @@ async def cancel(request: web.Request) -> web.Response:
     p = principal(request)
     pr = _get(request)
     await c.seq.submit(lambda now, ov: pipelines.prepare_cancel(d, p, pr.id, now, ov))
-    return reply(pipelines.view(d, pr))
+    return reply(await _view(request, pr))
 
 
 SEE = "a user: their own pipelines and those of users in groups they administer"

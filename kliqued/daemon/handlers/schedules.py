@@ -15,7 +15,8 @@ from compiler.units import parse_duration
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron
 
-from .. import limits, schedules, views
+from .. import history, limits, schedules, views
+from ..channel_state import Schedule
 from ..errors import ApiError
 from ..pipelines import check_access, load_for
 from ..request import ctx, principal, read_json, reply
@@ -112,18 +113,23 @@ async def create(request: web.Request) -> web.Response:
     return reply(schedules.view(d, d.schedules.items[sid], d.clock.now()), 201)
 
 
+async def _view(request: web.Request, s: Schedule, n_next: int = 5) -> dict[str, Any]:
+    """The schedule's view, its runs' evicted tasks read back first."""
+    c = ctx(request)
+    known = await history.recall_all(c.store, c.daemon, schedules.run_tasks(s))
+    return schedules.view(c.daemon, s, c.daemon.clock.now(), n_next, known)
+
+
 async def list_schedules(request: web.Request) -> web.Response:
     d = ctx(request).daemon
     p = principal(request)
-    now = d.clock.now()
-    return reply({"schedules": [schedules.view(d, s, now, 1)
-                                for s in d.schedules.items.values()
+    return reply({"schedules": [await _view(request, s, 1)
+                                for s in list(d.schedules.items.values())
                                 if schedules.visible(d, p, s)]})
 
 
 async def get_schedule(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
-    return reply(schedules.view(d, _get(request), d.clock.now()))
+    return reply(await _view(request, _get(request)))
 
 
 def _changer(state: str):
@@ -141,7 +147,7 @@ def _changer(state: str):
             now, ov, now if state == "active" else None))
         if state == "deleted":
             return web.Response(status=204)
-        return reply(schedules.view(d, d.schedules.items[s.id], d.clock.now()))
+        return reply(await _view(request, d.schedules.items[s.id]))
     return change
 
 
