@@ -154,18 +154,26 @@ def ledger_sql(s: Server, sql: str) -> list[list[Any]]:
     return s.ok("POST", "/v1/ledger/sql", {"sql": sql})["rows"]
 
 
-def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
-    s = Server(tmp_path, db=db).start()
+def killed_under_load(s: Server, acked: int, timeout: float = 60) -> tuple[Load, dict]:
+    """``s`` started, loaded by :class:`Load` as bob and erin, and killed with SIGKILL once
+    ``acked`` submissions were acknowledged (however loaded the machine is: not after a
+    fixed time); returns the load (joined, without errors) and the tokens."""
+    s.start()
     tokens = {"bob": s.token({"user": "bob"}), "erin": s.token({"user": "erin"})}
     load = Load(s, tokens)
     load.start()
-    # Killed once the load is going, however loaded the machine is (not after a fixed time).
-    wait_for(lambda: len(load.acked) > 50 or load.errors, timeout=60,
-             what="50 acknowledged submissions")
+    wait_for(lambda: len(load.acked) > acked or load.errors, timeout=timeout,
+             what=f"{acked} acknowledged submissions")
     s.kill()
     load.join(10)
     assert not load.errors, load.errors[:3]
-    assert len(load.acked) > 50, "the load did not get going"
+    assert len(load.acked) > acked, "the load did not get going"
+    return load, tokens
+
+
+def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
+    s = Server(tmp_path, db=db)
+    load, tokens = killed_under_load(s, 50)
     s.start()
     # Every acknowledged task is there, exactly once; a retry finds it.
     resources = s.ok("GET", "/v1/resources")

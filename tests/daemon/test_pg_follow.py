@@ -18,7 +18,7 @@ import pytest
 
 from kliqued.daemon.pglog import PgLog
 from kliqued.daemon.store import FOLLOW_DELAY_ENV
-from tests.daemon.test_durability import CMD, Load, all_tasks, settled
+from tests.daemon.test_durability import CMD, all_tasks, killed_under_load, settled
 from tests.daemon.test_pg_ledger import norm
 from tests.harness.daemon import Server
 from tests.harness.wait import wait_for
@@ -49,15 +49,9 @@ EVENTS = "SELECT seq, at_ms, kind, task, actor, revision, grp, usr, CAST(data AS
 def test_after_kill_9_the_restarted_daemons_file_equals_postgresql(
         tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FOLLOW_DELAY_ENV, "1")  # the file lags PostgreSQL by ~1 s
-    s = Server(tmp_path, db=pg_url, extra=FLAGS).start()
-    tokens = {"bob": s.token({"user": "bob"}), "erin": s.token({"user": "erin"})}
-    load = Load(s, tokens)  # submissions with keys, a fifth cancelled: intervals close
-    load.start()
-    wait_for(lambda: len(load.acked) > 60 or load.errors, timeout=90,
-             what="60 acknowledged submissions")
-    s.kill()
-    load.join(10)
-    assert not load.errors, load.errors[:3]
+    s = Server(tmp_path, db=pg_url, extra=FLAGS)
+    # submissions with keys, a fifth cancelled (intervals close), then SIGKILL
+    load, _ = killed_under_load(s, 60, timeout=90)
     # the kill landed while the file was behind: it lost its last batches
     copied = file_rows(s.local_db, "SELECT coalesce(max(seq), 0) FROM events")
     logged = pg_last(pg_url)
