@@ -30,7 +30,7 @@ from kliqued.daemon.units import iso, parse_iso
 from kliqued.ledger import cio as ledger_cio
 from kliqued.ledger import export as ledger_export
 
-log = logging.getLogger("kliqued.web")
+log = logging.getLogger(__name__)
 
 PEOPLE = ("admin", "finance", "planner", "user")
 
