@@ -68,7 +68,8 @@ def test_each_daemon_answers_its_own_metrics(tmp_path: Path, pg_url: str) -> Non
         # its own token checks, as the leader's
         assert scrape(b, None)[0] == 401
         assert scrape(b, "kq_wrong")[0] == 401
-        assert scrape(b, a.token("bob"))[0] == 403
+        bob = a.token("bob")  # a token the standby learns from the log: 403 once it has
+        wait_for(lambda: scrape(b, bob)[0] == 403, 10, "the standby to refuse bob's scrape")
         # the leader: 1, its own epoch, no replica, its state
         status, lead, _ = scrape(a, planner)
         assert status == 200

@@ -21,7 +21,11 @@ def test_the_plan_against_a_standby_and_the_leader_is_the_leaders(tmp_path: Path
     repo = init_repo(tmp_path / "repo")
     write_estate(repo / "estate")
     commit_all(repo, "the estate")
-    a, b = pair(tmp_path, pg_url, FleetServer, estate=repo / "estate", workers=False)
+    # --no-watch: the daemons run the committed estate while the working tree changes (as
+    # in CI, where the daemons run what was merged); watching, they would apply the change
+    # and the second plan would warn of a stale base
+    a, b = pair(tmp_path, pg_url, FleetServer, estate=repo / "estate", workers=False,
+                extra=["--no-watch"])
     try:
         erin = a.token({"user": "erin"})
         placed = [a.submit(erin, "team-b/one", ["sleep", "100"]) for _ in range(2)]
