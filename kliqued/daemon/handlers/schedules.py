@@ -121,11 +121,15 @@ async def _view(request: web.Request, s: Schedule, n_next: int = 5) -> dict[str,
 
 
 async def list_schedules(request: web.Request) -> web.Response:
-    d = ctx(request).daemon
+    c = ctx(request)
+    d = c.daemon
     p = principal(request)
-    return reply({"schedules": [await _view(request, s, 1)
-                                for s in list(d.schedules.items.values())
-                                if schedules.visible(d, p, s)]})
+    shown = [s for s in d.schedules.items.values() if schedules.visible(d, p, s)]
+    # every listed run's evicted task in one read, not one per schedule
+    known = await history.recall_all(c.store, d, (t for s in shown
+                                                  for t in schedules.run_tasks(s)))
+    now = d.clock.now()
+    return reply({"schedules": [schedules.view(d, s, now, 1, known) for s in shown]})
 
 
 async def get_schedule(request: web.Request) -> web.Response:
