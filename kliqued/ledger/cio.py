@@ -58,15 +58,15 @@ def figures(conn, period: date, groups: Sequence[str] | None = None,
     if unknown:
         raise ValueError(f"no CIO figure {', '.join(unknown)}: one of {', '.join(QUERIES)}")
     month = f"DATE '{period.isoformat()}'"
-    pieces = month_pieces(period)  # borrowing and lending derived from the month alone
     out: dict[str, Any] = {"period": f"{period:%Y-%m}",
                            "period_start": f"{period:%Y-%m-%d}T00:00:00Z",
                            "period_end": f"{next_month(period):%Y-%m-%d}T00:00:00Z"}
-    for name, sql in QUERIES.items():
-        if parts is not None and name not in parts:
-            continue
-        res = run_readonly(conn, sql.format(month=month), limit=10_000, timeout_s=timeout_s,
-                           groups=groups, pieces=pieces)
-        rows = [dict(zip(res.columns, r)) for r in res.rows]
-        out[name] = (rows[0] if rows else None) if name == "idle" else rows
+    with month_pieces(conn, period) as pieces:  # lending derived from the month alone
+        for name, sql in QUERIES.items():
+            if parts is not None and name not in parts:
+                continue
+            res = run_readonly(conn, sql.format(month=month), limit=10_000,
+                               timeout_s=timeout_s, groups=groups, pieces=pieces)
+            rows = [dict(zip(res.columns, r)) for r in res.rows]
+            out[name] = (rows[0] if rows else None) if name == "idle" else rows
     return out

@@ -360,13 +360,14 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
     if borrowed != "split":
         return
     where_x = "" if groups is None else "AND " + scope.visible("x", groups)
-    result = conn.execute(SPLIT_SQL.format(scope=where_x, month=month, billing_start=start,
-                                           billing_end=end, pieces=month_pieces(period)))
-    while True:
-        rows = result.fetchmany(chunk_rows)
-        if not rows:
-            break
-        yield "".join(r[0] + "\n" for r in rows)
+    with month_pieces(conn, period) as pieces:
+        result = conn.execute(SPLIT_SQL.format(scope=where_x, month=month, billing_start=start,
+                                               billing_end=end, pieces=pieces))
+        while True:
+            rows = result.fetchmany(chunk_rows)
+            if not rows:
+                break
+            yield "".join(r[0] + "\n" for r in rows)
 
 
 def _focus_pg(conn, period: date, chunk_rows: int) -> Iterator[str]:

@@ -419,32 +419,34 @@ res AS (
     LEFT JOIN reservations r ON r.policy = p.policy AND r.effective_from = s.eff
     WHERE s.until_at > s.from_at),
 ev AS (
-    SELECT policy, t0 AS t, milli AS d FROM ivr
-    UNION ALL SELECT policy, t1, -milli FROM ivr
-    UNION ALL SELECT policy, from_at, 0 FROM res
-    UNION ALL SELECT policy, until_at, 0 FROM res
+    SELECT policy, t0 AS t, milli AS d, false AS hard FROM ivr
+    UNION ALL SELECT policy, t1, -milli, false FROM ivr
+    UNION ALL SELECT policy, from_at, 0, true FROM res
+    UNION ALL SELECT policy, until_at, 0, true FROM res
     UNION ALL
-    SELECT policy, generate_series(date_trunc('month', from_at) + {MONTH}, until_at, {MONTH}), 0
+    SELECT policy, generate_series(date_trunc('month', from_at) + {MONTH}, until_at, {MONTH}), 0,
+           true
     FROM res
     UNION ALL
-    SELECT r.policy, p.effective_from, 0 FROM res r
+    SELECT r.policy, p.effective_from, 0, true FROM res r
     JOIN (SELECT DISTINCT effective_from FROM prices) p
       ON p.effective_from > r.from_at AND p.effective_from < r.until_at),
-bp AS (SELECT policy, t, sum(d) AS d FROM ev GROUP BY 1, 2),
+bp AS (SELECT policy, t, sum(d) AS d, bool_or(hard) AS hard FROM ev GROUP BY 1, 2),
 seg AS (
     SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
            (sum(d) OVER (PARTITION BY policy ORDER BY t))::bigint AS in_use,
-           row_number() OVER (PARTITION BY policy ORDER BY t) AS idx
+           row_number() OVER (PARTITION BY policy ORDER BY t) AS idx, hard
     FROM bp),
 pseg0 AS (
     SELECT s.policy, s.idx, s.seg_start, s.seg_end, s.in_use, r.reserved, r.res_type,
-           r.res_group, r.res_path, {_ms("s.seg_start", "s.seg_end")} AS ms
+           r.res_group, r.res_path, {_ms("s.seg_start", "s.seg_end")} AS ms, s.hard
     FROM seg s JOIN res r ON r.policy = s.policy
      AND s.seg_start >= r.from_at AND s.seg_start < r.until_at
     WHERE s.seg_end > s.seg_start),
 pseg AS (
     SELECT *, sum(CASE WHEN in_use > reserved THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY policy ORDER BY idx) AS overs
+                  OVER (PARTITION BY policy ORDER BY idx) AS overs,
+              sum(CASE WHEN hard THEN 1 ELSE 0 END) OVER (PARTITION BY policy ORDER BY idx) AS hn
     FROM pseg0),
 cover AS (
     SELECT i.*, generate_series(a.idx, b.idx - 1) AS idx
@@ -454,13 +456,20 @@ cover AS (
     JOIN pseg y ON y.policy = i.policy AND y.idx = b.idx - 1
     WHERE y.overs - x.overs + CASE WHEN x.in_use > x.reserved THEN 1 ELSE 0 END > 0),
 bcum AS (
-    SELECT c.*, p.seg_start, p.seg_end, p.ms, p.reserved,
+    SELECT c.*, p.seg_start, p.seg_end, p.reserved, p.hn,
            sum(c.milli) OVER (PARTITION BY p.policy, p.idx
                               ORDER BY c.start_at, c.interval_id) AS cum
     FROM cover c JOIN pseg p ON p.policy = c.policy AND p.idx = c.idx
     WHERE p.in_use > p.reserved),
-bpiece AS (SELECT *, least(milli, cum - reserved)::bigint AS borrowed FROM bcum
-           WHERE cum > reserved),
+bseg AS (SELECT *, least(milli, cum - reserved)::bigint AS borrowed FROM bcum
+         WHERE cum > reserved),
+bisl AS (SELECT *, idx - row_number() OVER (PARTITION BY interval_id, borrowed, hn
+                                            ORDER BY idx) AS island FROM bseg),
+bpiece AS (
+    SELECT {", ".join(q(c) for c in _INTERVAL)}, group_path, borrowed,
+           min(seg_start) AS seg_start, max(seg_end) AS seg_end,
+           {_ms("min(seg_start)", "max(seg_end)")} AS ms
+    FROM bisl GROUP BY {", ".join(q(c) for c in _INTERVAL)}, group_path, borrowed, hn, island),
 ipiece AS (SELECT *, reserved - in_use AS idle FROM pseg
            WHERE reserved > in_use AND res_type IS NOT NULL),
 gev AS (

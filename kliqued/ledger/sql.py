@@ -29,7 +29,7 @@ from typing import Sequence
 
 import duckdb
 
-from . import sandbox, scope
+from . import lending, sandbox, scope
 
 MAX_LIMIT = 100_000
 """The most rows one query may return; larger results belong in ``kliqued ledger export``."""
@@ -277,8 +277,9 @@ def _check_sandbox(conn, query: str, groups: Sequence[str] | None = None,
     if groups is not None or pieces is not None:
         query = scope.scoped(query, groups, pieces)
     plan = conn.execute("EXPLAIN (FORMAT json) " + query).fetchall()
+    temp = () if pieces is None else lending.temp_tables(pieces)
     for _key, text in plan:
-        sandbox.check_plan(text, database)
+        sandbox.check_plan(text, database, temp)
     return query
 
 

@@ -24,6 +24,8 @@ intervals up to now: it is provisional until the month ends.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
@@ -218,13 +220,13 @@ ORDER BY x.side, x."group", 4, 5, x.policy, x.gpu_type, x.price_from NULLS FIRST
 by price in force."""
 
 
-def _split_lines(conn, period: date, where: str) -> list[Line]:
+def _split_lines(conn, period: date, where: str, pieces: str) -> list[Line]:
     """The lines of ``borrowed: split``: each borrower line's lent GPU-hours credited by
     half (the lenders pay it), each lending policy billed that half, pro rata (kliqued.ledger
     .lending): the same price on both sides, so the credits and shares add up to
     zero, to far below a cent."""
     out = []
-    sql = _LENDING_SQL.format(scope=where, pieces=lending.month_pieces(period))
+    sql = _LENDING_SQL.format(scope=where, pieces=pieces)
     for r in conn.execute(sql, [period.isoformat()]).fetchall():
         borrower = r[0] == "borrowed"
         out.append(Line(group=r[1], group_path=r[2], project=(r[3] or None) if borrower
@@ -265,12 +267,35 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
              for r in rows]
     currencies = {r[6] for r in rows if r[6]}
     exact = [line.exact_cost for line in lines]
+    with ExitStack() as stack:
+        if reserved_idle or borrowed == "split":  # both derive the month's lending, once
+            pieces = stack.enter_context(lending.month_pieces(conn, period))
+            _lending_lines(conn, period, group, visible, reserved_idle, borrowed, pieces,
+                           lines, exact, currencies)
+    costs, total = allocate_cents(exact)
+    for line, cost in zip(lines, costs):
+        line.cost = cost
+    st = Statement(group=group, path=path, period=period,
+                   currency=currencies.pop() if len(currencies) == 1 else currency,
+                   lines=lines, total=total, exact_total=sum(exact, Fraction(0)),
+                   unpriced=sorted({x.gpu_type for x in lines
+                                    if x.per_gpu_hour is None and x.kind == "usage"}),
+                   borrowed=borrowed)
+    st.budgets = _budgets(conn, period, path, policies, estate_paths, visible)
+    return st
+
+
+def _lending_lines(conn, period: date, group: str, visible: Sequence[str] | None,
+                   reserved_idle: bool, borrowed: str, pieces: str, lines: list[Line],
+                   exact: list[Fraction], currencies: set[str]) -> None:
+    """Adds the lines that derive the month's lending (``pieces``: :func:`lending
+    .month_pieces`) to ``lines``, their exact costs to ``exact``: each policy's reserved idle
+    GPU-hours, and with ``split`` the borrowers' credits and the lenders' shares."""
     if reserved_idle:
         where = scope.visible("r", [group]).replace("r.group_path", "group_path")
         if visible is not None:
             where += " AND " + scope.visible("r", visible).replace("r.group_path", "group_path")
-        sql = _IDLE_SQL.format(scope=where, reserved_idle=lending.reserved_idle_sql(
-            lending.month_pieces(period)))
+        sql = _IDLE_SQL.format(scope=where, reserved_idle=lending.reserved_idle_sql(pieces))
         for r in conn.execute(sql, [period.isoformat()]).fetchall():
             idle_hours, idle_cost = Fraction(str(r[4])), Fraction(str(r[5] or 0))
             lines.append(Line(group=r[0], group_path=r[1], project=RESERVED_IDLE, user="",
@@ -284,20 +309,9 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
         where = scope.visible("x", [group])
         if visible is not None:
             where += " AND " + scope.visible("x", visible)
-        split = _split_lines(conn, period, where)
+        split = _split_lines(conn, period, where, pieces)
         lines += split
         exact += [line.exact_cost for line in split]
-    costs, total = allocate_cents(exact)
-    for line, cost in zip(lines, costs):
-        line.cost = cost
-    st = Statement(group=group, path=path, period=period,
-                   currency=currencies.pop() if len(currencies) == 1 else currency,
-                   lines=lines, total=total, exact_total=sum(exact, Fraction(0)),
-                   unpriced=sorted({x.gpu_type for x in lines
-                                    if x.per_gpu_hour is None and x.kind == "usage"}),
-                   borrowed=borrowed)
-    st.budgets = _budgets(conn, period, path, policies, estate_paths, visible)
-    return st
 
 
 def _budgets(conn, period: date, path: str, policies: Sequence[Any],

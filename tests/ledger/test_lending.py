@@ -260,7 +260,8 @@ def test_a_months_pieces_alone_are_the_views_pieces_of_that_month(lent):
     q = ("SELECT side, coalesce(interval_id, policy), piece_start, borrowed_mms, idle_mms, "
          "reserved_mms, lent_mms FROM {} WHERE month = DATE '2025-11-01' ORDER BY ALL")
     view = rows(lent, q.format("lending_pieces"))
-    assert rows(lent, q.format(month_pieces(NOV))) == view
+    with month_pieces(lent, NOV) as pieces:
+        assert rows(lent, q.format(pieces)) == view
     assert {r[1] for r in view if r[3]} == {"t-2#1", "t-4#1", "t-5#1"}
 
 
