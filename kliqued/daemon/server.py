@@ -506,6 +506,10 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if lease is not None:
+        from .standby import stop_asked
+        if stop_asked():  # asked while this daemon was taking over: stop now
+            stop.set()
     log.info("serving on %s (pid %d, %d tasks, engine %s)", url, os.getpid(), len(d.records),
              "enabled" if d.st().enabled else "disabled")
     warning = plain_http_warning(host, ssl_ctx is not None)

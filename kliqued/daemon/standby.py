@@ -28,6 +28,7 @@ import asyncio
 import logging
 import signal
 import ssl
+import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import psycopg
@@ -146,8 +147,13 @@ async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
     site = ListenSite(runner, host, port, limits=limits, ssl_context=ssl_ctx, backlog=backlog)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+
+    def stopping() -> None:
+        stop.set()
+        _stop_asked.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stopping)
     try:
         try:  # the leader known from the first answer on
             await asyncio.to_thread(lease.read)
@@ -158,7 +164,8 @@ async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
         if replica is not None:
             tasks.append(asyncio.create_task(_follow(replica, stop)))
         try:
-            got = await _watch(lease, stop, unready)
+            # a stop that came while the lease was being taken wins: the caller releases it
+            got = await _watch(lease, stop, unready) and not stop.is_set()
         finally:
             if replica is not None:
                 replica.ready = False
@@ -166,10 +173,28 @@ async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+            signal.signal(sig, _remember_stop)  # until the leader's loop handles them
         await runner.cleanup()
     return got
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_stop_asked = threading.Event()
+"""Set by a stop signal: read by the leader's loop when it starts, so a signal that came
+between the standby's loop and the leader's (the takeover: the state is loaded meanwhile)
+stops the daemon rather than being lost with the loop that got it."""
+
+
+def _remember_stop(_signum: int, _frame: Any) -> None:
+    _stop_asked.set()
+
+
+def stop_asked() -> bool:
+    """Whether a stop signal came while standing by or taking over (:data:`_stop_asked`)."""
+    return _stop_asked.is_set()
 
 
 TAIL_S = 2.0
