@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import statistics
 import sys
 import tempfile
@@ -58,7 +59,9 @@ async def _pollers(url: str, tokens: dict[str, str], n: int, stop: asyncio.Event
         async def worker(i: int) -> None:
             nonlocal registered
             pool = POOLS[i % len(POOLS)]
-            h = {"Authorization": f"Bearer {tokens[pool]}"}
+            # the key a worker keeps in its state dir and proves itself with on every call
+            h = {"Authorization": f"Bearer {tokens[pool]}",
+                 "X-Klique-Worker-Key": secrets.token_urlsafe(32)}
             wid = f"w-bench-{i:04d}"
             async with session.post(f"{url}/v1/workers/register", headers=h, json={
                     "worker_id": wid, "pool": pool, "hostname": f"h{i}",
