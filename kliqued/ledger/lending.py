@@ -54,6 +54,7 @@ cost is the same amount on both sides.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from contextlib import contextmanager
 from typing import Iterator
@@ -366,21 +367,22 @@ def swept(conn, lo: str, hi: str, schema: str = "", made: dict[str, str] | None 
     breaks_sql, iv_sql = sweep_inputs_sql(lo, hi, schema, made)
     breaks = conn.execute(breaks_sql).fetchall()  # rows of sweep.Break, by policy
     intervals: dict[str, list] = {}
-    for policy, rows in itertools.groupby(conn.execute(iv_sql).fetchall(), key=_POLICY):
+    for policy, rows in itertools.groupby(conn.execute(iv_sql).fetchall(), key=_policy):
         intervals[policy] = list(rows)
     out: list[sweep.Piece] = []
-    for policy, rows in itertools.groupby(breaks, key=_POLICY):
+    for policy, rows in itertools.groupby(breaks, key=_policy):
         out += sweep.borrowed_pieces(list(rows), intervals.get(policy, ()))
     return out
 
 
-def _POLICY(row: tuple) -> str:
-    return row[0]
+_policy = operator.itemgetter(0)
+"""A sweep input row's policy (its first column)."""
 
 
 _TEMP = "_lending_swept_{n}"
 """The temporary tables of one :func:`month_pieces` are named after this (one cursor's,
-dropped after use): the swept borrowed pieces, and ``_ivr``, ``_seg``, ``_pseg`` after it."""
+dropped after use): the swept borrowed pieces, and ``_ivr``, ``_seg``, ``_pseg``, ``_gp``
+after it (:func:`_temp_tables`)."""
 
 _temp_names = itertools.count()
 

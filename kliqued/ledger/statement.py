@@ -24,8 +24,6 @@ intervals up to now: it is provisional until the month ends.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
@@ -267,9 +265,8 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
              for r in rows]
     currencies = {r[6] for r in rows if r[6]}
     exact = [line.exact_cost for line in lines]
-    with ExitStack() as stack:
-        if reserved_idle or borrowed == "split":  # both derive the month's lending, once
-            pieces = stack.enter_context(lending.month_pieces(conn, period))
+    if reserved_idle or borrowed == "split":  # both derive the month's lending, once
+        with lending.month_pieces(conn, period) as pieces:
             _lending_lines(conn, period, group, visible, reserved_idle, borrowed, pieces,
                            lines, exact, currencies)
     costs, total = allocate_cents(exact)
