@@ -170,6 +170,12 @@ def _move_team(doc: Doc, draw: Draw) -> None:
         _group_a(doc)["parent"] = "dept"
 
 
+def _regroup(doc: Doc, draw: Draw) -> None:
+    """team-b's policy moves to a new group (or stays), the group added either way."""
+    doc["groups"].append({"name": "loose", "parent": "dept"})
+    _named(doc, "policies", "team-b")["group"] = draw(st.sampled_from(["team-b", "loose"]))
+
+
 def _add_price(doc: Doc, draw: Draw) -> None:
     doc["pricing"].append({"gpu_type": "h100", "per_gpu_hour": draw(st.sampled_from([2, 3])),
                            "effective_from": "2026-06-01T00:00:00Z"})
@@ -310,10 +316,7 @@ MUTATIONS: list[Mutation] = [
     m("policy.pools_allowed", "CPolicy.pools_allowed CPoolsAllowed.labels CPoolsAllowed.pools",
       _set(_team_a, "pools_allowed", [None, {"pools": ["onprem", "cloud"]},
                                       {"labels": {}, "pools": ["cloud", "onprem"]}])),
-    m("policy.group", "CPolicy.group CGroup.policy",
-      lambda doc, draw: (_named(doc, "policies", "team-b").__setitem__(
-          "group", draw(st.sampled_from(["team-b", "loose"]))),
-          doc["groups"].append({"name": "loose", "parent": "dept"}))),
+    m("policy.group", "CPolicy.group CGroup.policy", _regroup),
     m("an envelope removed", "CPolicy.envelope CPolicy.levels CPolicy.below "
       "CompiledEstate.policies CPolicy.name",
       lambda doc, draw: doc.__setitem__("policies", [p for p in doc["policies"]
