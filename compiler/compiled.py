@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -225,6 +225,12 @@ class CompiledEstate(_Frozen):
 
     def canonical_json(self) -> str:
         """The byte-stable text: sorted keys, two-space indent, a final newline."""
+        return json.dumps(self.canonical_body(), sort_keys=True, indent=2,
+                          ensure_ascii=False) + "\n"
+
+    def canonical_body(self) -> dict[str, Any]:
+        """The data the revision digest covers, as JSON values: the plan's diff walks this
+        same form, so every difference that gives a new revision is one the plan can show."""
         body = self.model_dump(mode="json")
         for key in ("alerts", "attribution"):
             if body["settings"].get(key) is None:
@@ -250,8 +256,7 @@ class CompiledEstate(_Frozen):
         for price in body["pricing"]:
             if price.get("list_per_gpu_hour") is None:
                 price.pop("list_per_gpu_hour", None)
-        return json.dumps(body, sort_keys=True, indent=2,
-                          ensure_ascii=False) + "\n"
+        return body
 
     def with_revision(self) -> "CompiledEstate":
         body = self.model_copy(update={"revision": ""}).canonical_json()

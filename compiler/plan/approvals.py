@@ -18,7 +18,7 @@ from ..models import Settings
 from ..source import SourceMap
 from .model import Approval, Approver, ObjectChange
 
-SHARED_KINDS = ("settings", "pool", "profile", "price")
+SHARED_KINDS = ("settings", "pool", "profile", "price", "estate")
 """Kinds IT approves; a profile also needs the groups of the policies it lists."""
 
 

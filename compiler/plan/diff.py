@@ -10,11 +10,14 @@ reader is the person who wrote the YAML, not the engine.
 Renames (``renamed_from``) are applied to the base before comparing: the renamed object is
 one ``~`` change, and every reference to it elsewhere (a profile's ``pools``, a policy's
 ``group``) is translated, so a rename does not ripple through the plan as noise.
+
+Nothing is left out: both sides are read from their canonical form (the data the revision
+digest is taken of), the per-kind renderers word the fields they know, and every other
+field is shown by walking that form (``walk``), so a new revision is never "No changes".
 """
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,49 +25,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from klique_util.units import milli_to_gpus
-
 from ..compiled import CGroup, CompiledEstate, CPolicy, CPool, CPrice, CProfile, CSettings
 from ..diagnostics import Position
 from ..source import SourceMap, SourceObject
-from ..units import duration_str, milli_str
 from .model import AttrChange, ObjectChange
+from .walk import Path, Shown, amount, boolean, covered, dur, flow, leaves, q, typed
 
 RENAMABLE = ("pool", "profile", "policy", "group")
 
 Rank = tuple[int, str]
 
 
-class Shown(str):
-    """A value as the estate writes it (``64``, ``"de"``, ``15m``, ``[a, b]``), carrying its
-    typed value (64, "de", "15m", ["a", "b"]) for machine readers of the plan: the text is
-    what people compare, the value what the JSON plan holds."""
-
-    value: Any
-
-    def __new__(cls, text: str, value: Any) -> "Shown":
-        obj = super().__new__(cls, text)
-        obj.value = value
-        return obj
-
-
 Flat = list[tuple[Rank, tuple[str, ...], Shown]]
 """An object as (sort rank, attribute path as IT writes it, display value)."""
-
-
-def typed(value: str | None) -> Any:
-    """The typed value of a displayed one (a plain string is its own value)."""
-    return getattr(value, "value", value)
-
-
-def amount(milli: int) -> Shown:
-    """A GPU amount, weight or number of hours: ``0.25`` shown, 0.25 as the value."""
-    return Shown(milli_str(milli), milli_to_gpus(milli))
-
-
-def dur(seconds: int) -> Shown:
-    text = duration_str(seconds)
-    return Shown(text, text)
 
 
 @dataclass
@@ -114,17 +87,6 @@ def find_renames(base: CompiledEstate | None, head: CompiledEstate | None,
 
 # --- display values -------------------------------------------------------------------------
 
-def q(text: str) -> Shown:
-    """A string value, quoted as in HCL/JSON so that spaces and empty strings are visible."""
-    return Shown(json.dumps(text, ensure_ascii=False), text)
-
-
-def flow(items: Iterable[str]) -> Shown:
-    """A list the way it is written inline in YAML: ``[a, b]``."""
-    texts = list(items)
-    return Shown("[" + ", ".join(texts) + "]", [typed(t) for t in texts])
-
-
 def _dict(rank: int, prefix: tuple[str, ...], values: dict[str, str]) -> Flat:
     return [((rank, k), (*prefix, k), q(v)) for k, v in sorted(values.items())]
 
@@ -151,8 +113,13 @@ def _flat_pool(p: CPool, rn: Renames) -> Flat:
         a = p.autoscale
         out += [((7, "0"), ("autoscale", "max"), amount(a.max_milli)),
                 ((7, "1"), ("autoscale", "idle_timeout"), dur(a.idle_timeout_s)),
-                ((7, "2"), ("autoscale", "spot_first"), _bool(a.spot_first))]
+                ((7, "2"), ("autoscale", "spot_first"), boolean(a.spot_first))]
     out += _dict(8, ("settings",), p.settings)
+    if p.nodes:  # the machines behind the pool, as written: [{count: 4, gpus: 8}, ...]
+        out.append(((9, ""), ("nodes",),
+                    flow(Shown(f"{{count: {n.count}, gpus: {amount(n.gpus_milli)}}}",
+                               {"count": n.count, "gpus": amount(n.gpus_milli).value})
+                         for n in p.nodes)))
     return out
 
 
@@ -213,7 +180,7 @@ def _flat_group(g: CGroup, rn: Renames) -> Flat:
             ((3, ""), ("projects",), flow(g.project_order if g.project_priority
                                           else g.projects))]
     if g.project_priority:
-        out.append(((4, ""), ("project_priority",), _bool(True)))
+        out.append(((4, ""), ("project_priority",), boolean(True)))
     return [a for a in out if a[2] != "[]"]
 
 
@@ -221,10 +188,6 @@ def _flat_price(p: CPrice) -> Flat:
     return [((0, ""), ("gpu_type",), q(p.gpu_type)),
             ((1, ""), ("per_gpu_hour",), Shown(p.per_gpu_hour, money_value(p.per_gpu_hour))),
             ((2, ""), ("effective_from",), q(p.effective_from))]
-
-
-def _bool(v: bool) -> Shown:
-    return Shown("true" if v else "false", v)
 
 
 def money_value(text: str) -> int | float:
@@ -328,44 +291,149 @@ def _dump(obj: BaseModel) -> dict[str, Any]:
     return obj.model_dump(mode="json")
 
 
+# --- every field of the canonical form ------------------------------------------------------
+
+SECTIONS: dict[str, str] = {"settings": "settings", "pools": "pool", "profiles": "profile",
+                            "policies": "policy", "groups": "group", "pricing": "price"}
+"""The canonical form's sections whose objects the plan shows one by one, and their kind."""
+
+DERIVED_SECTIONS = ("compute_resources",)
+"""One per (policy, profile) pair of a profile's ``policies``, in the policy's group: shown
+at their cause (the profile's ``policies``, the policy's ``group``) and as impacts."""
+
+NOT_CONTENT = ("revision",)
+"""The digest itself, not what it is taken of."""
+
+WORDED: dict[str, tuple[Path, ...]] = {
+    "settings": (("pass_interval_s",), ("low_watermark_s",), ("currency",)),
+    "pool": (("name",), ("kind",), ("capacity_milli",), ("gpu_type",), ("gpu_memory_gb",),
+             ("generation",), ("labels",), ("execution_order",), ("autoscale", "max_milli"),
+             ("autoscale", "idle_timeout_s"), ("autoscale", "spot_first"), ("settings",),
+             ("nodes",)),
+    "profile": (("name",), ("gpus_milli",), ("from_task",), ("time_weight_milli",), ("pools",),
+                ("policies",), ("queueing",), ("idle",)),
+    "policy": (("name",), ("group",), ("reservation_milli",), ("limit_milli",),
+               ("user_limit_milli",), ("budget",), ("pools_allowed",)),
+    "group": (("name",), ("parent",), ("users",), ("admins",), ("projects",),
+              ("project_priority",), ("project_order",)),
+    "price": (("gpu_type",), ("per_gpu_hour",), ("effective_from",)),
+}
+"""Per kind, the compiled fields that its renderer above shows in full, in the estate's words
+and with renames followed. Every other field of the canonical form is shown by the walk
+(``walk.leaves``): a field added to the compiled estate later is in the plan without a line
+written for it here."""
+
+DERIVED: dict[str, tuple[Path, ...]] = {
+    "policy": (("profiles",), ("envelope",), ("levels",), ("below",),
+               ("shared_reservation_milli",)),
+    "group": (("ancestors",), ("policy",)),
+}
+"""Fields computed from fields shown elsewhere, so their change is shown at its cause, not a
+second time: a policy's ``profiles`` are the profiles whose ``policies`` list it (their
+order, which nothing else shows, is ``_residual``'s), its envelope, levels, ``below`` and
+shared part follow from the groups' parents and the policies' groups and reservations; a
+group's ``ancestors`` follow from the parents and its ``policy`` from the policies' groups."""
+
+
+def _walked(kind: str, body: dict[str, Any]) -> Flat:
+    """The leaves of an object's canonical form that no renderer above words."""
+    skip = WORDED.get(kind, ()) + DERIVED.get(kind, ())
+    return [((100, ".".join(path)), shown, value)
+            for path, (shown, value) in leaves(body).items() if not covered(path, skip)]
+
+
+def _residual(kind: str, before: Any, after: Any, rn: Renames) -> tuple[Flat, Flat]:
+    """What a derived field holds beyond its cause: the order of a policy's ``profiles``
+    (the profiles' declaration order) among the profiles it has on both sides."""
+    if kind != "policy":
+        return [], []
+    old, new = rn.names("profile", before.profiles), list(after.profiles)
+    if [p for p in old if p in new] == [p for p in new if p in old]:
+        return [], []
+    return ([((5, ""), ("profiles",), flow(old))], [((5, ""), ("profiles",), flow(new))])
+
+
+Item = tuple[Any, dict[str, Any]]
+"""A compiled object and its canonical form (the part of the digest's body it is)."""
+
+
+def _items(est: CompiledEstate | None, body: dict[str, Any] | None, section: str,
+           kind: str) -> list[Item]:
+    if est is None or body is None:
+        return []
+    forms = [body[section]] if kind == "settings" else body[section]
+    return list(zip(_objects(est, kind), forms))
+
+
+def _full(kind: str, item: Item, rn: Renames = NO_RENAMES) -> Flat:
+    return flatten(kind, item[0], rn) + _walked(kind, item[1])
+
+
 def diff(base: CompiledEstate | None, head: CompiledEstate | None,
          base_sources: SourceMap, head_sources: SourceMap,
          renames: Renames | None = None) -> list[ObjectChange]:
     """Every object that differs, in estate order. ``None`` for an estate that does not
-    exist at that revision: then everything is added (or removed), settings included."""
+    exist at that revision: then everything is added (or removed), settings included.
+
+    Both sides are read from their canonical form, the data their revision digest is
+    taken of: the plan is empty exactly when the revision is unchanged
+    (tests/plan/test_diff_complete.py)."""
     rn = renames if renames is not None else find_renames(base, head, head_sources)
+    bodies = (base.canonical_body() if base else None, head.canonical_body() if head else None)
     changes: list[ObjectChange] = []
-    for kind in ("settings", "pool", "profile", "policy", "group", "price"):
-        old = {rn.new(kind, object_key(kind, o)): o for o in (_objects(base, kind) if base else [])}
-        new = {object_key(kind, o): o for o in (_objects(head, kind) if head else [])}
+    for section, kind in SECTIONS.items():
+        old = {rn.new(kind, object_key(kind, i[0])): i
+               for i in _items(base, bodies[0], section, kind)}
+        new = {object_key(kind, i[0]): i for i in _items(head, bodies[1], section, kind)}
         for name in sorted(set(old) | set(new)):
             changes.extend(_one(kind, name, old.get(name), new.get(name), rn,
                                 base_sources, head_sources))
+    if bodies[0] is not None and bodies[1] is not None:
+        changes.extend(_rest(bodies[0], bodies[1], whole=not changes))
     return sorted(changes, key=ObjectChange.sort_key)
 
 
-def _one(kind: str, name: str, before: Any, after: Any, rn: Renames,
+def _rest(before: dict[str, Any], after: dict[str, Any], whole: bool) -> list[ObjectChange]:
+    """The canonical form outside the sections shown object by object: a top-level field
+    of its own (``format``, or one added later), and, when nothing else differs, everything
+    that does (a derived section whose cause no renderer showed): never an unexplained new
+    revision with "No changes"."""
+    skip = set(NOT_CONTENT) | set(SECTIONS)
+    if not whole:
+        skip |= set(DERIVED_SECTIONS)
+    old = leaves({k: v for k, v in before.items() if k not in skip})
+    new = leaves({k: v for k, v in after.items() if k not in skip})
+    flat_b: Flat = [((0, ".".join(p)), shown, v) for p, (shown, v) in old.items()]
+    flat_a: Flat = [((0, ".".join(p)), shown, v) for p, (shown, v) in new.items()]
+    attrs = _attr_changes("estate", flat_b, flat_a, None, None)
+    return [ObjectChange("estate", "estate", "update", None, tuple(attrs))] if attrs else []
+
+
+def _one(kind: str, name: str, before: Item | None, after: Item | None, rn: Renames,
          base_sources: SourceMap, head_sources: SourceMap) -> Iterator[ObjectChange]:
     if after is None:
-        old_name = object_key(kind, before)
+        assert before is not None
+        old_name = object_key(kind, before[0])
         src = source_of(base_sources, kind, old_name)
         pos = object_pos(base_sources, kind, old_name)
         yield ObjectChange(kind, old_name, "delete", pos,
-                           tuple(_all_attrs(kind, flatten(kind, before), "-", src, pos)),
-                           before=_dump(before))
+                           tuple(_all_attrs(kind, _full(kind, before), "-", src, pos)),
+                           before=_dump(before[0]))
         return
     src = source_of(head_sources, kind, name)
     pos = object_pos(head_sources, kind, name)
     if before is None:
         yield ObjectChange(kind, name, "create", pos,
-                           tuple(_all_attrs(kind, flatten(kind, after), "+", src, pos)),
-                           after=_dump(after))
+                           tuple(_all_attrs(kind, _full(kind, after), "+", src, pos)),
+                           after=_dump(after[0]))
         return
-    old_name = object_key(kind, before)
-    attrs = _attr_changes(kind, flatten(kind, before, rn), flatten(kind, after), src, pos)
+    old_name = object_key(kind, before[0])
+    extra_b, extra_a = _residual(kind, before[0], after[0], rn)
+    attrs = _attr_changes(kind, _full(kind, before, rn) + extra_b, _full(kind, after) + extra_a,
+                          src, pos)
     if old_name != name:
         yield ObjectChange(kind, name, "rename", pos, tuple(attrs), old_name=old_name,
-                           before=_dump(before), after=_dump(after))
+                           before=_dump(before[0]), after=_dump(after[0]))
     elif attrs:
         yield ObjectChange(kind, name, "update", pos, tuple(attrs),
-                           before=_dump(before), after=_dump(after))
+                           before=_dump(before[0]), after=_dump(after[0]))

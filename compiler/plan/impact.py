@@ -24,6 +24,7 @@ from ..diagnostics import plural
 from ..hierarchy import compiled_demands
 from ..reservations import Headroom, check_reservations, headroom_by_pool_set
 from ..units import duration_str, milli_str
+from .destinations import alert_destinations
 from .diff import NO_RENAMES, Renames
 from .live import LiveState
 from .model import Impact, Severity
@@ -64,7 +65,8 @@ def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
     b = base if base is not None else empty_estate()
     h = head if head is not None else empty_estate()
     found: list[Impact] = []
-    for rule in (_headroom, _compute_resources, _budgets, _weights, _capacity, _guarantees):
+    for rule in (_headroom, _compute_resources, _budgets, _weights, _capacity, _guarantees,
+                 alert_destinations):
         found.extend(rule(b, h, renames, live))
     if now_ms is not None:
         found.extend(price_impacts(b, h, now_ms, live))

@@ -17,7 +17,7 @@ Severity = Literal["error", "warn", "info"]
 
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warn": 1, "info": 2}
 KIND_ORDER: dict[str, int] = {"settings": 0, "pool": 1, "profile": 2, "policy": 3, "group": 4,
-                              "price": 5}
+                              "price": 5, "estate": 6}
 """The order of the estate's sections in estate.md: a reviewer reads a plan top down the
 same way they read the estate."""
 
@@ -51,7 +51,8 @@ class AttrChange:
 @dataclass(frozen=True)
 class ObjectChange:
     kind: str
-    """settings, pool, profile, policy, group or price."""
+    """settings, pool, profile, policy, group or price; ``estate`` for a difference of the
+    canonical form outside those sections (``diff._rest``)."""
     name: str
     """The head's name; for a delete, the base's. Prices: ``gpu_type@effective_from``."""
     action: Action
@@ -66,7 +67,7 @@ class ObjectChange:
 
     @property
     def address(self) -> str:
-        return self.kind if self.kind == "settings" else f"{self.kind}.{self.name}"
+        return self.kind if self.kind in ("settings", "estate") else f"{self.kind}.{self.name}"
 
     @property
     def symbol(self) -> str:

@@ -38,8 +38,8 @@ def attr_text(a: AttrChange) -> str:
 
 
 def object_title(c: ObjectChange) -> str:
-    if c.kind == "settings":
-        return f"{c.symbol} settings"
+    if c.kind in ("settings", "estate"):
+        return f"{c.symbol} {c.kind}"
     if c.action == "rename":
         return f'{c.symbol} {c.kind} "{c.old_name}" → "{c.name}"'
     return f'{c.symbol} {c.kind} "{c.name}"'

@@ -529,11 +529,15 @@ async def last_plan(d: Daemon, store: Store) -> dict[str, Any] | None:
         def load(cur: Any) -> Any:
             return cur.execute("SELECT data FROM events WHERE seq = ?", [prev[1]]).fetchone()[0]
         before = CompiledEstate.model_validate(json.loads(await store.read(load))["estate"])
-        changes = diff(before, d.idx().estate, SourceMap(), SourceMap())
         LAST_PLAN.clear()  # one pair is ever shown: the newest
-        LAST_PLAN[key] = [{"kind": c.kind, "name": c.name, "action": c.action,
-                           "old_name": c.old_name,
-                           "attrs": [{"path": ".".join(a.path), "op": a.op, "before": a.before,
-                                      "after": a.after} for a in c.attrs]}
-                          for c in changes]
+        LAST_PLAN[key] = plan_rows(before, d.idx().estate)
     return {"base": prev[0], "head": current, "changes": LAST_PLAN[key]}
+
+
+def plan_rows(before: CompiledEstate, after: CompiledEstate) -> list[dict[str, Any]]:
+    """The Estate page's rows of ``kliqued plan``'s changes from ``before`` to ``after``:
+    pure, so the page shows exactly what the plan's diff finds (no sources: no places)."""
+    return [{"kind": c.kind, "name": c.name, "action": c.action, "old_name": c.old_name,
+             "attrs": [{"path": ".".join(a.path), "op": a.op, "before": a.before,
+                        "after": a.after} for a in c.attrs]}
+            for c in diff(before, after, SourceMap(), SourceMap())]
