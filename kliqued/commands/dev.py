@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from klique_util.units import MILLI
 
 from ._common import add_command
+from .devworkers import dev_workers
 
 DEFAULT_POOL = "onprem-baremetal"
 SHOWN_USERS = ("alice", "heidi", "zoe")
@@ -276,17 +276,21 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
         for pool in pools:
             tfile = tokens / f"worker-{pool}.token"
             _token(url, admin, tfile, worker=True, pool=pool)
-            cpool = estate.pool(pool)  # there: checked above
-            capacity = (int(cpool.capacity_milli // MILLI) if cpool else 0) or 1
-            gpus = args.gpus or ",".join(str(i) for i in range(capacity))
-            wlog = home / f"worker-{pool}.log"
-            with open(wlog, "a") as fh:
-                w = subprocess.Popen(
-                    [sys.executable, "-m", "workers.cli", "--url", url, "--pool", pool,
-                     "--token-file", str(tfile), "--state-dir", str(home / f"worker-{pool}"),
-                     "--gpus", gpus, "--grace", args.grace],
-                    stdout=fh, stderr=fh, start_new_session=True, umask=original_umask())
-            procs.append((f"klique-worker ({pool})", w, wlog))
+            cpool = estate.pool(pool)
+            if cpool is None:  # checked above
+                continue
+            # one worker per declared machine (devworkers.py): no capacity warning
+            for dw in dev_workers(cpool, args.gpus):
+                wlog = home / f"worker-{dw.name}.log"
+                with open(wlog, "a") as fh:
+                    w = subprocess.Popen(
+                        [sys.executable, "-m", "workers.cli", "--url", url, "--pool", pool,
+                         "--token-file", str(tfile),
+                         "--state-dir", str(home / f"worker-{dw.name}"),
+                         "--gpus", dw.gpus, "--grace", args.grace],
+                        stdout=fh, stderr=fh, start_new_session=True,
+                        umask=original_umask())
+                procs.append((f"klique-worker ({dw.name})", w, wlog))
         _wait_for_workers(admin, pools, procs, lambda: stopping)
         signer = next((u for u in SHOWN_USERS if u in user_tokens), None)
         sign_in = None if signer is None else (signer, admin.create_token(
@@ -341,9 +345,13 @@ def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[s
     out = [line, f"Klique is running at {url}   (estate {args.estate}/, watched; "
                  f"revision {estate.revision[:19]})", ""]
     for pool in pools:
-        p = estate.pool(pool)
-        out.append(f"  worker   {pool}: {args.gpus or f'{p.capacity_milli // MILLI} declared GPUs'}"
-                   f", process executor, log {home}/worker-{pool}.log")
+        ws = dev_workers(estate.pool(pool), args.gpus)
+        sizes = "+".join(str(len(w.gpus.split(","))) for w in ws)
+        what = (args.gpus if args.gpus else f"{sizes} declared GPUs" if len(ws) == 1 else
+                f"{len(ws)} workers, one per declared machine ({sizes} declared GPUs)")
+        logs = (f"{home}/worker-{ws[0].name}.log" if len(ws) == 1
+                else f"{home}/worker-{pool}-<n>.log")
+        out.append(f"  worker   {pool}: {what}, process executor, log {logs}")
     out += [f"  daemon   log {home}/kliqued.log, database {home}/kliqued.duckdb, URL in "
             f"{home}/url",
             f"  tokens   {tokens}/<user>.token for every user of the estate "

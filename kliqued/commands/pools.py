@@ -57,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
     if any((p.get("capacity_truth") or {}).get("mismatches") for p in pools):
         print("\n(the engine counts the declared capacity: fix the estate's pool or the "
               "machines)")
-    idle = [p["name"] for p in pools if p.get("takes_work") is False]
+    down = [p for p in pools if p.get("takes_work") is False]
+    no_scaler = [p["name"] for p in down if p.get("autoscaled")]
+    idle = [p["name"] for p in down if not p.get("autoscaled")]
+    if no_scaler:
+        print(f"\nno autoscaler running for {', '.join(no_scaler)}: no new work is placed there "
+              f"until one runs (kliqued autoscale --pool NAME) or a worker registers")
     if idle:
         print(f"\nno live worker in {', '.join(idle)}: no new work is placed there until a "
               f"worker registers (klique-worker --pool NAME)")

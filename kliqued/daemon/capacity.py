@@ -87,7 +87,13 @@ def worker_mismatches(p: CPool, w: WorkerInfo) -> list[str]:
 
 def pool_truth(d: Daemon, p: CPool) -> dict[str, Any]:
     """Declared against reported for one pool: the ``capacity_truth`` of ``GET /v1/pools``."""
-    live = sorted(d.live_workers(p.name), key=lambda w: w.id)
+    return truth(p, d.live_workers(p.name))
+
+
+def truth(p: CPool, workers: list[WorkerInfo]) -> dict[str, Any]:
+    """Declared against what ``workers`` (the pool's live ones) report: pure, so what
+    ``kliqued dev`` starts is checked against it without a daemon."""
+    live = sorted(workers, key=lambda w: w.id)
     reported = sum(len(w.gpus) for w in live)
     models = sorted({str(g.get("model")) for w in live for g in w.gpus
                      if isinstance(g, dict) and g.get("model")})

@@ -26,8 +26,9 @@ from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
 
-from . import channels, limits, reducers
+from . import autoscalers, channels, limits, reducers
 from .auth import Access, Principal, TokenBook, TokenRecord
+from .autoscalers import AutoscalerInfo
 from .cloud import CloudBook
 from .errors import ApiError, not_found
 from .events import Event
@@ -189,6 +190,8 @@ class Daemon:
         self.last_pass_at: int | None = None
         self._reasons: tuple[int, dict[str, Reason]] | None = None
         self.workers: dict[str, WorkerInfo] = {}
+        self.autoscalers: dict[str, AutoscalerInfo] = {}
+        """Per autoscaled pool: its autoscaler's heartbeats (autoscalers.py), not logged."""
         self.unleased: dict[str, dict[str, None]] = {}
         """Per pool: placed tasks no worker holds yet, in placement order."""
         self.worker_settings = WorkerSettings()
@@ -296,6 +299,9 @@ class Daemon:
         from what its log says of every worker, each then given a full TTL to show up)."""
         if self.state is not None:
             self.state.set_pool_live(pool, self.pool_live(pool), at)
+            info = self.index.pools.get(pool) if self.index is not None else None
+            if info is not None and info.autoscaled:
+                self.state.set_autoscaler_live(pool, autoscalers.live(self, pool), at)
 
     def start_reason(self, rec: TaskRecord) -> Reason | None:
         """Why a placed task has not started: no worker of its pool holds it yet."""

@@ -341,7 +341,8 @@ SCHEMAS: dict[str, Any] = {
         "workers": _obj({"live": {"type": "integer", "minimum": 0},
                          "gpus": {"type": "integer", "minimum": 0}}),
         "takes_work": {"type": "boolean",
-                       "description": "false: no live worker, so no new placements"},
+                       "description": "false: no live worker (nor, for an autoscaled "
+                                      "pool, a running autoscaler), so no new placements"},
         "autoscaled": {"type": "boolean"},
         "start_timeout_s": {"type": "integer", "minimum": 0},
         "by_level": {"type": "array", "description": "GPUs used here by each group the "
@@ -351,6 +352,9 @@ SCHEMAS: dict[str, Any] = {
                                     "depth": {"type": "integer", "minimum": 0},
                                     "used": {"type": "number"}})},
         "cloud": _nullable(_ref("PoolCloud")),
+        "autoscaler": _obj({"live": {"type": "boolean", "description": "its autoscaler "
+                                     "heartbeats; with no live worker the pool takes work "
+                                     "only while it does"}}),
         "capacity_truth": _obj({
             "declared": _obj({"gpus": {"type": "number"}, "gpu_type": {"type": "string"},
                               "machines": {"type": "array", "items": {"type": "integer"},
@@ -403,6 +407,14 @@ SCHEMAS: dict[str, Any] = {
         "reason": {"type": ["string", "null"], "maxLength": 2000},
         "waiting": {"type": "integer", "minimum": 0, "maximum": 10_000_000}},
         required=["cause"]),
+    "AutoscalerHeartbeat": _obj({
+        "interval_s": {"type": "number", "minimum": 0, "maximum": 3600,
+                       "description": "its round interval: it is lost after the workers' TTL "
+                                      "or three rounds, whichever is longer"}},
+        required=[]),
+    "AutoscalerAlive": _obj({
+        "pool": {"type": "string"}, "live": {"type": "boolean"},
+        "timeout_s": {"type": "number", "description": "silent this long, it is lost"}}),
     "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
     "Event": _obj({
         "seq": {"type": "integer", "minimum": 1}, "at": TIME,
@@ -653,6 +665,7 @@ EXAMPLES: dict[str, Any] = {
     "LeaseRequest": {"free_gpus": [0, 1]},
     "CloudNodeStart": {"node": "i-0abc1234def567890", "provider": "ec2",
                        "instance_type": "g6e.xlarge", "lifecycle": "spot", "gpus": 1},
+    "AutoscalerHeartbeat": {"interval_s": 10},
     "ScalingReport": {"cause": "capacity", "waiting": 2,
                       "reason": "ec2: no on-demand capacity for 1 GPU(s): g6e.xlarge: "
                                 "InsufficientInstanceCapacity"},
@@ -820,6 +833,11 @@ PATHS: dict[str, Any] = {
         params=[_p("pool", "the node's pool"), _p("node", "the node's id"),
                 _q("reason", {"type": "string", "maxLength": 500}, "why it was released")],
         errors=AUTH_ERR + ("404",))},
+    "/v1/pools/{pool}/autoscaler": {"post": _op(
+        "autoscalerHeartbeat", "the pool's autoscaler runs (each round): an autoscaled pool "
+                               "with no live worker takes work only while it does",
+        _ok("AutoscalerAlive"), params=[_p("pool", "an autoscaled cloud pool")],
+        body="AutoscalerHeartbeat", errors=AUTH_ERR + ("404", "422"))},
     "/v1/pools/{pool}/scaling": {"post": _op(
         "reportScaling", "why placed work waits for a node (logged when it changes; the "
                          "month's first spend-cap wait raises spend_cap_reached)",

@@ -411,6 +411,9 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
         d.st().restart_start_timers(d.clock.now())
+        if d.require_workers:  # and autoscalers one timeout to heartbeat again
+            from .autoscalers import restart_grace
+            restart_grace(d, d.clock.now())
     seq = Sequencer(d, store, float(interval))
     if lease is not None:  # /metrics says whether this daemon leads, on every daemon
         from .standby import role
@@ -554,7 +557,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
 async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None:
     """Declares lost every worker silent for longer than its TTL (its tasks go back to the
     front of their queues, or fail the third time)."""
-    from . import gang
+    from . import autoscalers, gang
     from .fleet import prepare_gang_timeout, prepare_worker_lost
     ttl = d.worker_settings.ttl_s
     step = max(0.05, min(1.0, ttl / 4))
@@ -575,6 +578,15 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
                 await seq.submit(functools.partial(prepare_worker_lost, d, w.id))
             except Exception as exc:  # shutting down
                 log.debug("worker lost not recorded: %s", exc)
+                return
+        for pool in autoscalers.overdue(d, now):
+            log.warning("autoscaler of pool %s lost: no heartbeat for %.1f s; the pool takes "
+                        "no work while it has no live worker, and its unstarted tasks go "
+                        "back to their queues", pool, now - d.autoscalers[pool].last_seen)
+            try:
+                await seq.submit(functools.partial(autoscalers.prepare_lost, d, pool))
+            except Exception as exc:  # shutting down
+                log.debug("autoscaler lost not applied: %s", exc)
                 return
         if d.ready:
             for tid in gang.overdue(d, d.worker_settings.gang_timeout_s, d.clock.now()):

@@ -204,6 +204,8 @@ def pools(d: Daemon, only: str | None = None,
                     "capacity_truth": capacity.pool_truth(d, p)})
         if p.autoscale is not None:     # its nodes, spend and scaling (cloud.py)
             out[-1]["cloud"] = cloud.view(d, p, now)
+            # issue 25: with no live worker it takes work only while its autoscaler runs
+            out[-1]["autoscaler"] = {"live": p.name not in st.no_autoscaler}
     return out
 
 

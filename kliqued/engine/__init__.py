@@ -7,8 +7,8 @@ integer milli-GPUs, budget charges integer (weight milli x milliseconds).
 """
 
 from .decisions import (UNSTARTED, Alert, BudgetStatus, Cancellation, Phase, Placement,
-                        PreemptKind, Preemption, Reason, ReasonKind, no_worker_text,
-                        unstarted_text)
+                        PreemptKind, Preemption, Reason, ReasonKind, no_autoscaler_text,
+                        no_worker_text, unstarted_text)
 from .errors import (DuplicateTask, EngineError, StaleResult, SubmissionError,
                      TimeWentBackwards, UnknownTask)
 from .index import CRInfo, EstateIndex, GroupInfo, PoolInfo
@@ -18,7 +18,7 @@ from .result import PassResult
 from .state import ENDED, PLACED, QUEUED, State, Task, check_submission
 
 __all__ = [
-    "UNSTARTED", "no_worker_text", "unstarted_text",
+    "UNSTARTED", "no_autoscaler_text", "no_worker_text", "unstarted_text",
     "Alert", "BudgetStatus", "Cancellation", "Phase", "Placement", "PreemptKind", "Preemption",
     "Reason", "ReasonKind", "CRInfo", "EstateIndex", "GroupInfo", "PoolInfo", "run_pass",
     "budget_status", "waiting_reason", "waiting_reasons", "PassResult", "StaleResult",

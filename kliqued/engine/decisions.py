@@ -26,6 +26,17 @@ def no_worker_text(pool: str) -> str:
     return f"no live worker in {pool}"
 
 
+def no_autoscaler_text(pool: str) -> str:
+    """An autoscaled pool with no live worker and no autoscaler heartbeating: nothing would
+    start what it is given (docs/decisions.md N7)."""
+    return f"no autoscaler running for {pool}"
+
+
+def no_autoscaler_requeue_text(pool: str) -> str:
+    """``requeued: no autoscaler running for aws-eu-burst``."""
+    return f"requeued: {no_autoscaler_text(pool)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     task: str

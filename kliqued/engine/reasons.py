@@ -11,7 +11,7 @@ from klique_util.fmt import hours
 from klique_util.units import from_milli, milli_str, unit_hours
 
 from .budget import budget_units, remaining
-from .decisions import BudgetStatus, Reason, no_worker_text
+from .decisions import BudgetStatus, Reason, no_autoscaler_text, no_worker_text
 from .index import EstateIndex
 from .periods import format_minute, next_period_start, period_start
 from .rules import (BUDGET, CAPACITY, LIMIT, USER_LIMIT, failing_budget_level,
@@ -109,8 +109,12 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
             rooms = ", ".join(f"{milli_str(state.node_room[p])} in {p}" for p in split)
             parts.append(f"no {need} in pools {', '.join(split)} (most free on one machine: "
                          f"{rooms})")
-        if down:
-            parts.append(no_worker_text(", ".join(down)))
+        no_scaler = [p for p in down if p in state.no_autoscaler]
+        no_worker = [p for p in down if p not in state.no_autoscaler]
+        if no_worker:
+            parts.append(no_worker_text(", ".join(no_worker)))
+        if no_scaler:
+            parts.append(no_autoscaler_text(", ".join(no_scaler)))
         return Reason("capacity", "; ".join(parts))
     if not state.enabled:
         return Reason("pending", "the engine is disabled: no placements until it is enabled")

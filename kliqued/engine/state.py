@@ -205,9 +205,13 @@ class State:
         (rules._level_budget_ok); None between passes."""
         self.no_worker: set[str] = set()
         """Pools with no live worker (the caller says so: ``set_pool_live``)."""
+        self.no_autoscaler: set[str] = set()
+        """Autoscaled pools whose autoscaler is not running (the caller says so:
+        ``set_autoscaler_live``); every autoscaler runs until then (the simulator)."""
         self.unavailable: set[str] = set()
         """Pools that take no new placements: those with no live worker, except autoscaled
-        ones (their nodes come with the demand placed on them). Absent from ``free``."""
+        ones whose autoscaler runs (their nodes come with the demand placed on them).
+        Absent from ``free``."""
         self.self_starting: set[str] | None = self_starting
         """Pools whose tasks count as started once placed; None: every pool (a caller that
         has no workers to wait for). The daemon sets an empty set and reports each start
@@ -391,36 +395,82 @@ class State:
 
     def set_pool_live(self, pool: str, live: bool, at: int) -> None:
         """Whether ``pool`` has a live worker. Without one it takes no new placements, unless
-        it autoscales (the autoscaler launches nodes for the work placed there); its placed
-        tasks stay, and those no worker took go back to their queue once their start timeout
-        is over. A pool coming back is looked at by the next pass as if room had just freed
-        there."""
+        it autoscales and its autoscaler runs (``set_autoscaler_live``: the autoscaler
+        launches nodes for the work placed there); its placed tasks stay, and those no
+        worker took go back to their queue once their start timeout is over. A pool coming
+        back is looked at by the next pass as if room had just freed there."""
         if live == (pool not in self.no_worker):
             return
         self._tick(at)
         if not live:
             self.no_worker.add(pool)
-            info = self.index.pools.get(pool) if self.index is not None else None
-            if info is None or not info.autoscaled:
-                self.unavailable.add(pool)
-                self.free.pop(pool, None)
             # Its unstarted work goes back at its deadline, or now if that is past: a rare
             # change, so looking at the pool's placed tasks here is cheap.
-            for d in self.placed_by_pool_group.get(pool, {}).values():
-                for t in d.values():
-                    if not t.started and t.start_deadline is not None:
-                        heapq.heappush(self.start_deadlines, (max(t.start_deadline, at),
-                                                              t.place_seq, t.id, t.start_token))
+            for t in self._unstarted_on(pool):
+                if t.start_deadline is not None:
+                    heapq.heappush(self.start_deadlines, (max(t.start_deadline, at),
+                                                          t.place_seq, t.id, t.start_token))
+            self._set_available(pool, at)
             return
         self.no_worker.discard(pool)
-        if pool in self.unavailable:
-            self.unavailable.discard(pool)
-            info = self.index.pools.get(pool) if self.index is not None else None
-            if info is not None:
-                self.free[pool] = info.capacity - self.pool_used.get(pool, 0)
-                self.freed_pools.add(pool)
+        self._set_available(pool, at)
         # Gangs wait on the pool itself (not on its room watchers): a pool that takes work
         # again is news to them too.
+        self._wake_gangs(pool)
+
+    def set_autoscaler_live(self, pool: str, live: bool, at: int) -> None:
+        """Whether the autoscaler of the autoscaled ``pool`` runs (the caller hears its
+        heartbeat). An autoscaled pool with no live worker takes work only while it does:
+        with neither, nothing can start what is placed there, so the pool takes no new
+        placements (reason ``no autoscaler running for P``) and its placed tasks no worker
+        took go back to the front of their queues at once (kind ``unstarted``), as a lost
+        worker's do, rather than holding capacity and budget until their start timeout.
+        Ignored for other pools (a pool that does not autoscale needs a worker anyway)."""
+        if live == (pool not in self.no_autoscaler):
+            return
+        self._tick(at)
+        if live:
+            self.no_autoscaler.discard(pool)
+        else:
+            self.no_autoscaler.add(pool)
+        self._set_available(pool, at)
+        if live:
+            self._wake_gangs(pool)
+
+    def takes_work(self, pool: str) -> bool:
+        """The liveness rule (docs/decisions.md N1, N2, N7): a live worker, or, for an
+        autoscaled pool, a live autoscaler."""
+        if pool not in self.no_worker:
+            return True
+        info = self.index.pools.get(pool) if self.index is not None else None
+        return info is not None and info.autoscaled and pool not in self.no_autoscaler
+
+    def _unstarted_on(self, pool: str) -> list[Task]:
+        return [t for d in self.placed_by_pool_group.get(pool, {}).values()
+                for t in d.values() if not t.started]
+
+    def _set_available(self, pool: str, at: int) -> None:
+        """Puts ``pool`` in or out of ``unavailable`` (and ``free``) as ``takes_work`` says.
+        An autoscaled pool going out sends its unstarted work back at once (an entry due
+        at ``at``, which applies only while the pool stays out)."""
+        down = not self.takes_work(pool)
+        if down == (pool in self.unavailable):
+            return
+        info = self.index.pools.get(pool) if self.index is not None else None
+        if down:
+            self.unavailable.add(pool)
+            self.free.pop(pool, None)
+            if info is not None and info.autoscaled:
+                for t in self._unstarted_on(pool):
+                    heapq.heappush(self.start_deadlines, (at, t.place_seq, t.id,
+                                                          t.start_token))
+            return
+        self.unavailable.discard(pool)
+        if info is not None:
+            self.free[pool] = info.capacity - self.pool_used.get(pool, 0)
+            self.freed_pools.add(pool)
+
+    def _wake_gangs(self, pool: str) -> None:
         gang = self.held.pop(pool_hold(pool), None)
         if gang:
             self.active.update(n for n in gang if n in self.queues)
@@ -461,7 +511,10 @@ class State:
     def start_entry_task(self, entry: tuple[int, int, str, int]) -> Task | None:
         t = self.tasks.get(entry[2])
         if t is not None and t.status == PLACED and not t.started \
-                and t.start_token == entry[3] and t.pool in self.no_worker:
+                and t.start_token == entry[3] and t.pool in self.no_worker \
+                and (t.pool in self.unavailable
+                     or (t.start_deadline is not None and entry[0] >= t.start_deadline)):
+            # a pool out of work sends it back at once; otherwise only its deadline does
             return t
         return None
 
@@ -540,7 +593,8 @@ class State:
                 t.orphan = t.resource not in index.resources
         self._recount_envelopes(old, index, at)
         self.unavailable = {p for p in self.no_worker
-                            if p not in index.pools or not index.pools[p].autoscaled}
+                            if p not in index.pools or not index.pools[p].autoscaled
+                            or p in self.no_autoscaler}
         self.free = {p: info.capacity - self.pool_used.get(p, 0)
                      for p, info in index.pools.items() if p not in self.unavailable}
         self._repack_nodes(index)

@@ -638,6 +638,12 @@ class Client:
                 return None
             raise
 
+    def autoscaler_heartbeat(self, pool: str, interval_s: float) -> dict:
+        """Says that the autoscaler of ``pool`` runs, every ``interval_s`` seconds: an
+        autoscaled pool with no live worker takes work only while it does."""
+        return self._call("POST", f"/pools/{self._seg(pool)}/autoscaler", retry=True,
+                          body={"interval_s": interval_s})
+
     def report_scaling(self, pool: str, cause: str | None, reason: str | None = None,
                        waiting: int = 0) -> dict:
         """Tells why placed work waits for a node of ``pool`` (``cause``: spend_cap,

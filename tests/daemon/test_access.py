@@ -71,6 +71,8 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
                      "lifecycle": "spot", "gpus": 1}, 422, {}),
     "end-node": ("endCloudNode", "/v1/pools/pool-1/nodes/i-none", None, 404, {}),
     "scaling": ("reportScaling", "/v1/pools/pool-1/scaling", {"cause": None}, 422, {}),
+    "autoscaler": ("autoscalerHeartbeat", "/v1/pools/pool-1/autoscaler", {"interval_s": 10},
+                   422, {}),
     "events": ("listEvents", "/v1/events", None, 200, {}),
     "get-engine": ("getEngine", "/v1/engine", None, 200, {}),
     "set-engine": ("setEngine", "/v1/engine", {"enabled": True}, 200, {}),

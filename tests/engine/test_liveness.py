@@ -168,3 +168,72 @@ def test_an_autoscaled_pool_takes_work_with_no_worker_and_times_out_its_starts()
     assert e.where("x") == "cloud"  # first fit again: its first pool still takes work
     e.state.set_started("x", True, START + 11 * MIN)  # a node came and took it
     assert e.run(START + 30 * MIN).preemptions == []
+
+
+def _cloud_and_onprem():
+    return build_estate(
+        [{"name": "onprem", "capacity": 1},
+         {"name": "aws-eu-burst", "capacity": 4, "autoscale": True, "start_timeout_s": 600}],
+        [{"name": "gpu1", "pools": ["onprem", "aws-eu-burst"], "policies": ["g"]}],
+        [{"name": "g", "reservation": 0, "limit": 8}])
+
+
+def test_an_autoscaled_pool_with_no_autoscaler_takes_no_work_and_the_reason_says_so() -> None:
+    """Issue 25, item 8: an autoscaled pool takes work with no worker only because its
+    autoscaler will launch nodes for it; with no autoscaler running nothing would start it,
+    and the task would sit there charged until its start timeout."""
+    e = _engine(_cloud_and_onprem())
+    e.state.set_pool_live("aws-eu-burst", False, START)
+    e.state.set_autoscaler_live("aws-eu-burst", False, START)
+    e.submit("a", "g/gpu1")
+    e.submit("b", "g/gpu1")
+    e.run()
+    assert [e.where("a"), e.where("b")] == ["onprem", "queued"]
+    r = e.last.waiting_reason("b")
+    assert (r.kind, r.text) == ("capacity", "no room in pools onprem; "
+                                            "no autoscaler running for aws-eu-burst")
+    # its autoscaler starts: the pool takes the waiting work at the next pass
+    e.state.set_autoscaler_live("aws-eu-burst", True, START + MIN)
+    res = e.run(START + MIN)
+    assert [(p.task, p.pool) for p in res.placements] == [("b", "aws-eu-burst")]
+
+
+def test_a_lost_autoscaler_sends_the_unstarted_work_back_at_once_not_at_its_timeout() -> None:
+    e = _engine(_cloud_and_onprem())
+    e.state.set_pool_live("aws-eu-burst", False, START)
+    e.submit("a", "g/gpu1")
+    e.submit("b", "g/gpu1")
+    e.submit("c", "g/gpu1")
+    e.run()
+    assert [e.where(t) for t in "abc"] == ["onprem", "aws-eu-burst", "aws-eu-burst"]
+    e.state.set_started("c", True, START + MIN)  # a node came and took c
+    e.state.set_autoscaler_live("aws-eu-burst", False, START + 2 * MIN)
+    res = e.run(START + 2 * MIN)  # long before the 10m start timeout
+    assert [(p.task, p.pool, p.kind, p.text) for p in res.preemptions] == [
+        ("b", "aws-eu-burst", UNSTARTED, "requeued: no autoscaler running for aws-eu-burst")]
+    assert e.where("c") == "aws-eu-burst"  # started: it stays
+    assert e.where("b") == "queued" and "aws-eu-burst" in e.state.unavailable
+
+
+def test_an_autoscaler_back_before_the_pass_keeps_the_unstarted_work_placed() -> None:
+    e = _engine(_cloud_and_onprem())
+    e.state.set_pool_live("aws-eu-burst", False, START)
+    e.submit("a", "g/gpu1")
+    e.submit("b", "g/gpu1")
+    e.run()
+    e.state.set_autoscaler_live("aws-eu-burst", False, START + MIN)
+    e.state.set_autoscaler_live("aws-eu-burst", True, START + MIN + 1)
+    res = e.run(START + 2 * MIN)
+    assert res.preemptions == [] and e.where("b") == "aws-eu-burst"
+    res = e.advance(START + 10 * MIN)[-1]  # its start timeout still applies
+    assert [(p.task, p.text) for p in res.preemptions] == [
+        ("b", "requeued: not started within 10m on aws-eu-burst")]
+
+
+def test_a_pool_with_a_live_worker_takes_work_whether_or_not_its_autoscaler_runs() -> None:
+    e = _engine(_cloud_and_onprem())
+    e.state.set_autoscaler_live("aws-eu-burst", False, START)
+    e.submit("a", "g/gpu1")
+    e.submit("b", "g/gpu1")
+    e.run()
+    assert e.where("b") == "aws-eu-burst" and "aws-eu-burst" not in e.state.unavailable

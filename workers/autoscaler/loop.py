@@ -2,6 +2,10 @@
 
 Every ``interval`` seconds (default 10):
 
+0. **heartbeat**: ``POST /v1/pools/{pool}/autoscaler`` with the interval: an autoscaled pool
+   with no live worker takes work only while its autoscaler runs (docs/decisions.md N7);
+   silent for three rounds (at least the workers' TTL), it is lost and the pool's unstarted
+   work goes back to its queues.
 1. **observe**: the pool's placed tasks from the control plane (``GET /v1/tasks?state=placed``
    with an admin token, filtered by ``pool`` here: the API has no pool filter), and the
    provider's nodes with the tasks each one's worker holds. A placed task no node holds is
@@ -74,6 +78,8 @@ class Autoscaler:
         self.told = False
         self.missing: set[str] = set()
         """Recorded nodes the provider did not list last round."""
+        self.interval_s = 10.0
+        """Its round interval, told with each heartbeat (``run`` sets it)."""
 
     def placed_tasks(self) -> list[dict]:
         # the control plane filters by pool (GET /v1/tasks?pool=); the check here stays for
@@ -105,8 +111,18 @@ class Autoscaler:
         obs = Observation(now, self.policy, views, waiting, self.spot_unavailable_until)
         return obs, {n.id: n for n in nodes}, len(placed)
 
+    def heartbeat(self) -> None:
+        """Tells the control plane this autoscaler runs (a failure is logged: the next
+        round tries again, well within its timeout)."""
+        try:
+            self.client.autoscaler_heartbeat(self.pool, self.interval_s)
+        except KliqueError as exc:
+            log.warning("heartbeat not taken by the control plane (%s): told again next "
+                        "round", exc.message)
+
     def step(self) -> RoundReport:
         report = RoundReport()
+        self.heartbeat()
         try:
             obs, nodes, _ = self.observe()
         except KliqueError as exc:
@@ -249,6 +265,7 @@ class Autoscaler:
     def run(self, interval_s: float = 10.0, rounds: int | None = None,
             stop=lambda: False, echo=None) -> None:
         n = 0
+        self.interval_s = interval_s
         while not stop():
             started = self.clock()
             report = self.step()

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import cloud, views
+from .. import autoscalers, cloud, views
 from ..auth import Principal
 from ..core import Daemon
 from ..errors import bad_request
@@ -72,6 +72,18 @@ async def scaling(request: web.Request) -> web.Response:
     return reply(answer)
 
 
+async def autoscaler_heartbeat(request: web.Request) -> web.Response:
+    """``POST /v1/pools/{pool}/autoscaler``: the pool's autoscaler runs (every round); an
+    autoscaled pool with no live worker takes work only while it does (autoscalers.py)."""
+    c = ctx(request)
+    p = principal(request)
+    pool = request.match_info["pool"]
+    body = await read_json(request, "AutoscalerHeartbeat")
+    answer = await c.seq.submit(
+        lambda now, ov: autoscalers.prepare_heartbeat(c.daemon, p, pool, body, now, ov))
+    return reply(answer)
+
+
 ROUTES = [
     Route("GET", "/v1/pools", list_pools, "listPools", ANY,
           rule="a worker: its own pool; `by_level`: the groups the caller sees, as for "
@@ -82,4 +94,6 @@ ROUTES = [
           rule="a node recorded in that pool"),
     Route("POST", "/v1/pools/{pool}/scaling", scaling, "reportScaling", ADMIN,
           rule="an autoscaled cloud pool"),
+    Route("POST", "/v1/pools/{pool}/autoscaler", autoscaler_heartbeat, "autoscalerHeartbeat",
+          ADMIN, rule="an autoscaled cloud pool"),
 ]
