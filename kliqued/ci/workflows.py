@@ -9,7 +9,10 @@ or an error-level impact only (a plan's exit 2, "changes", is not a failure).
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
+
+from .install import Install
 
 GITHUB_PATH = ".github/workflows/klique-plan.yml"
 GITLAB_PATH = ".gitlab/klique-plan.gitlab-ci.yml"
@@ -17,9 +20,9 @@ GITLAB_PATH = ".gitlab/klique-plan.gitlab-ci.yml"
 
 @dataclass(frozen=True)
 class Options:
+    install: Install
+    """What ``pip install`` is given: a source the organisation pins (``install.parse``)."""
     estate_path: str = "estate"
-    install: str = "klique"
-    """What ``pip install`` is given: the package, a pinned version or a git URL."""
     since: str = "14d"
     """The what-if's window of demand."""
     python: str = "3.12"
@@ -61,6 +64,7 @@ jobs:
         with:
           python-version: "{python}"
 
+      # {install_comment}
       - name: Install kliqued
         run: pip install "{install}"
 
@@ -121,6 +125,7 @@ klique-plan:
   variables:
     GIT_DEPTH: "0"
   script:
+    # {install_comment}
     - pip install "{install}"
     - git fetch origin "$CI_MERGE_REQUEST_TARGET_BRANCH_NAME"
     - kliqued validate --strict "{estate}" || invalid=1
@@ -139,14 +144,21 @@ klique-plan:
 """
 
 
+def _comment(o: Options, indent: str) -> str:
+    """The install step's comment, wrapped at the file's width under its indentation."""
+    return f"\n{indent}# ".join(textwrap.wrap(o.install.comment, 88 - len(indent)))
+
+
 def github(o: Options) -> str:
     return GITHUB.format(estate=o.estate_path, workflow=GITHUB_PATH, python=o.python,
-                         install=o.install, since=o.since)
+                         install=o.install.spec, install_comment=_comment(o, " " * 6),
+                         since=o.since)
 
 
 def gitlab(o: Options) -> str:
     return GITLAB.format(estate=o.estate_path, workflow=GITLAB_PATH, python=o.python,
-                         install=o.install, since=o.since)
+                         install=o.install.spec, install_comment=_comment(o, " " * 4),
+                         since=o.since)
 
 
 WRITERS = {"github": (GITHUB_PATH, github), "gitlab": (GITLAB_PATH, gitlab)}

