@@ -114,6 +114,12 @@ class KubernetesExecutor(Executor[K8sHandle]):
 
     # Executor ----------------------------------------------------------------------------
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> K8sHandle:
+        # the pool's namespace and service account win (k8s_manifest.for_lease); a flag
+        # given that says otherwise is named once (the default namespace is no choice)
+        if self.settings.namespace != "default":
+            self.setting(lease, "namespace", "--namespace", self.settings.namespace)
+        self.setting(lease, "service_account", "--service-account",
+                     self.settings.service_account)
         try:
             manifest = job_manifest(lease, self.settings, self.gpus, gpu_indices)
         except ValueError as exc:
