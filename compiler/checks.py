@@ -14,6 +14,7 @@ from .hierarchy import Organisation, organisation, reservation_demands
 from .models import NAME_PATTERN, Group, Policy, Pool, Profile
 from .idle_checks import check_profile_idle
 from .node_checks import check_pool_nodes, check_profile_nodes
+from .setting_checks import check_pool_settings
 from .org_checks import check_connection, check_handles, check_tree, listed_envelope
 from .reservations import check_reservations
 from .resolve import allowed, pool_capacity, resolve_pools
@@ -54,6 +55,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
 
     diags += _check_pools(sources, pools)
     diags += check_pool_nodes(pools)
+    diags += check_pool_settings(pools)
     diags += _check_groups(sources, groups, policies)
     org = organisation([o.model for o in policies.values()],
                        [o.model for o in groups.values()])

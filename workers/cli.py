@@ -74,15 +74,16 @@ def parser() -> argparse.ArgumentParser:
                         "(sets the memory cap of fractions)")
     slurm = p.add_argument_group("slurm executor")
     slurm.add_argument("--partition", default=None,
-                       help="the Slurm partition of the pool's jobs (default: Slurm's default)")
+                       help="the Slurm partition of the pool's jobs when the pool's settings name "
+                            "none (default: Slurm's default)")
     slurm.add_argument("--slurm-conf", default=None,
                        help="slurm.conf for sbatch/squeue/scancel (sets SLURM_CONF)")
     slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                        help="extra sbatch argument, e.g. --sbatch-arg=--account=ml (repeatable)")
     batch = p.add_argument_group("pbs and lsf executors")
     batch.add_argument("--queue", default=None,
-                       help="the PBS or LSF queue of the pool's jobs (default: the "
-                            "scheduler's default queue)")
+                       help="the PBS or LSF queue of the pool's jobs when the pool's settings "
+                            "name none (default: the scheduler's default queue)")
     batch.add_argument("--batch-arg", action="append", default=[], metavar="ARG",
                        help="extra qsub/bsub argument, e.g. --batch-arg=-P --batch-arg=ml "
                             "(repeatable)")
@@ -96,7 +97,8 @@ def parser() -> argparse.ArgumentParser:
                      help="host memory of one GPU's worth, in MiB: a fraction gets --memory = "
                           "fraction x this (default: host memory / GPUs)")
     k8s = p.add_argument_group("kubernetes executor")
-    k8s.add_argument("--namespace", default="default", help="namespace of the Jobs")
+    k8s.add_argument("--namespace", default="default",
+                     help="namespace of the Jobs when the pool's settings name none")
     k8s.add_argument("--kubeconfig", default=None,
                      help="kubeconfig file (default: in-cluster service account, else "
                           "~/.kube/config)")

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from klique_util.files import write_atomic
+from klique_util.poolsettings import PoolSettings
 from klique_util.units import DAY_S, gpus_to_milli
 from workers import __version__, idle, outputs, tunnel
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
@@ -291,6 +292,10 @@ class WorkerDaemon:
             self.reconcile(answer.get("running") or [])
             log.info("registered as %s in pool %s with %d GPUs (heartbeat TTL %.0fs)",
                      self.worker_id, self.cfg.pool, len(self.gpus), self.ttl_s)
+            if answer.get("settings"):
+                log.info("pool settings (each lease carries those in force): %s",
+                         ", ".join(f"{k}={v}" for k, v in sorted(answer["settings"].items())))
+                self._unread_settings(answer)
             self.registered.set()
             self.room.set()
             self.cpu_room.set()
@@ -330,6 +335,7 @@ class WorkerDaemon:
         for older in self._find(task):
             if older.epoch < epoch and not older.fenced and older.state != ENDED:
                 self._fence(older, f"leased again at epoch {epoch}")
+        self._unread_settings(lease)
         rec = TaskRecord(task=task, epoch=epoch, lease=lease,
                          milli=gpus_to_milli(lease.get("gpus")))
         rec.log_path = str(self.state.log_path(rec))
@@ -344,6 +350,14 @@ class WorkerDaemon:
         elif not self.alloc.fits_ever(rec.milli):
             self._end(rec, "failed", message=f"the task needs {lease.get('gpus')} GPUs and "
                       f"worker {self.worker_id} has {len(self.gpus)}")
+
+    def _unread_settings(self, lease: dict) -> None:
+        """A pool setting this worker's executor does not read is ignored, with one warning
+        per key (a typo, or a setting for another scheduler: docs/executors.md)."""
+        for key in PoolSettings.from_lease(lease).unread_by(self.executor.name):
+            self.executor.warn_once(
+                f"unread:{key}", f"pool {self.cfg.pool}: settings.{key} means nothing to the "
+                f"{self.executor.name} executor: ignored")
 
     def _place_pending(self) -> None:
         if not self.registered.is_set():

@@ -155,7 +155,7 @@ def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
         w: WorkerInfo = reducers.apply(d, ev, now)
         s = d.worker_settings
         return {"worker_id": wid, "heartbeat_ttl_s": s.ttl_s, "poll_wait_s": s.poll_wait_s,
-                "running": leases_of(w)}
+                "running": leases_of(w), "settings": pool_settings(d, w.pool)}
     return Prepared(events, [], apply)
 
 
@@ -228,8 +228,17 @@ def _scan(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = N
     return out, fits_gangs
 
 
+def pool_settings(d: Daemon, pool: str) -> dict[str, str]:
+    """The pool's ``settings`` in the estate in force (docs/worker-protocol.md, addition 16):
+    sent at registration and with every lease, so an edited pool reaches running workers
+    with their next lease."""
+    p = d.idx().estate.pool(pool)
+    return dict(p.settings) if p is not None else {}
+
+
 def lease_json(d: Daemon, rec: TaskRecord, lease: Lease) -> dict[str, Any]:
     return {"task": rec.id, "epoch": lease.epoch, "command": rec.command,
+            "settings": pool_settings(d, lease.pool),
             "payload": rec.payload, "gpus": gpus(lease.size), "resource": rec.resource,
             "user": rec.user, "project": rec.project, "labels": rec.labels,
             "grace_s": d.worker_settings.grace_s, "env": gang.rendezvous_env(lease),

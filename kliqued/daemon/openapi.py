@@ -502,7 +502,10 @@ SCHEMAS: dict[str, Any] = {
     "Registered": _obj({
         "worker_id": {"type": "string"}, "heartbeat_ttl_s": {"type": "number"},
         "poll_wait_s": {"type": "number"},
-        "running": {"type": "array", "items": _ref("LeaseRef")}}),
+        "running": {"type": "array", "items": _ref("LeaseRef")},
+        "settings": {"type": "object", "additionalProperties": {"type": "string"},
+                     "description": "the pool's settings in the estate in force (partition, "
+                                    "account, namespace, ...): docs/executors.md"}}),
     "LeaseRef": _obj({"task": {"type": "string"}, "epoch": {"type": "integer",
                                                              "minimum": 1}}),
     "LeaseRequest": _obj({
@@ -525,6 +528,9 @@ SCHEMAS: dict[str, Any] = {
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "grace_s": {"type": "number"},
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "settings": {"type": "object", "additionalProperties": {"type": "string"},
+                     "description": "the pool's settings in the estate in force (partition, "
+                                    "account, namespace, ...): docs/executors.md"},
         "rank": {"type": "integer", "minimum": 0,
                  "description": "a gang member's rank (issue 15)"},
         "world": {"type": "integer", "minimum": 2, "description": "a gang's members"},

@@ -166,9 +166,11 @@ class RealWorker:
     """A ``klique-worker`` process (the other engineer's, workers/) against the daemon."""
 
     def __init__(self, server: Server, token: str, state_dir: Path, pool: str = "bare",
-                 gpus: str = "0,1", grace: str = "2s") -> None:
+                 gpus: str = "0,1", grace: str = "2s", extra: list[str] | None = None) -> None:
         self.s, self.state_dir, self.pool, self.gpus, self.grace = (server, state_dir, pool,
                                                                     gpus, grace)
+        self.extra = list(extra or [])
+        """More klique-worker arguments (``--executor slurm --slurm-conf F``)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         self.token_file = state_dir.parent / f"{state_dir.name}.token"
         self.token_file.write_text(token + "\n")
@@ -186,7 +188,7 @@ class RealWorker:
             [PY, "-m", "workers.cli", "--url", self.s.url, "--pool", self.pool,
              "--token-file", str(self.token_file), "--state-dir", str(self.state_dir),
              "--gpus", self.gpus, "--grace", self.grace, "--retry-max", "0.5s",
-             "--log-interval", "0.2s", "--log-level", "debug"],
+             "--log-interval", "0.2s", "--log-level", "debug", *self.extra],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=fh)
         fh.close()
         return self

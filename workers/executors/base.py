@@ -9,11 +9,13 @@ own restart.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from klique_util.poolsettings import PoolSettings
 from workers.errors import StartError
 
 
@@ -54,6 +56,24 @@ class Executor(ABC, Generic[H]):
     (the daemon holds them as ``Handle``, so it sees ``Executor[Any]``)."""
 
     name: str
+
+    def warn_once(self, key: str, text: str) -> None:
+        """Logs ``text`` the first time ``key`` comes up in this executor (a pool setting it
+        does not read, a flag the pool's settings override): once, not with every lease."""
+        warned: set[str] = self.__dict__.setdefault("_warned_once", set())
+        if key not in warned:
+            warned.add(key)
+            logging.getLogger(type(self).__module__).warning("%s", text)
+
+    def setting(self, lease: dict, key: str, flag: str, flag_value: str | None) -> str | None:
+        """The value of ``key`` for this lease: the pool's setting, else the worker's flag.
+        The estate wins (it is what IT reviews, and what the ledger's account is); a flag
+        that says otherwise is named in one warning (docs/decisions.md)."""
+        pool_value = PoolSettings.from_lease(lease).get(key)
+        if pool_value is not None and flag_value and flag_value != pool_value:
+            self.warn_once(f"flag:{key}", f"{flag} {flag_value} is overridden by the pool's "
+                           f"settings.{key}: {pool_value} (the estate wins; drop the flag)")
+        return pool_value or flag_value or None
 
     @abstractmethod
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> H:

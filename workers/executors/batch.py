@@ -193,6 +193,7 @@ class BatchExecutor(Executor[BatchHandle]):
         exit_path.unlink(missing_ok=True)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         os.close(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+        self.setting(lease, "queue", "--queue", self.queue)  # warns on a clash
         cmd = self.scheduler.submit(lease, gpus=gres_count(gpus_to_milli(lease.get("gpus"))),
                                     queue=self.queue, workdir=self.workdir,
                                     extra=self.batch_args)

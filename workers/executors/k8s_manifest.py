@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from klique_util.poolsettings import PoolSettings
 from klique_util.units import DAY_S, gpus_to_milli
 from workers.executors.base import klique_env
 from workers.gpus import MILLI, Gpu, memory_cap_env
@@ -25,7 +26,8 @@ SIGNALS = {129: "SIGHUP", 130: "SIGINT", 131: "SIGQUIT", 134: "SIGABRT", 137: "S
 
 @dataclass(frozen=True)
 class K8sSettings:
-    """The pool's Kubernetes settings (worker flags; the rollout templates them from the pool).
+    """The worker's Kubernetes flags. The pool's settings in each lease (``namespace``,
+    ``service_account``, ``runtime_class``, ``label.*``) win over them: ``for_lease``.
 
     fraction_resource: the extended resource a fraction asks for instead of a whole
       `nvidia.com/gpu`: a MIG profile (`nvidia.com/mig-1g.10gb`: one instance per fraction)
@@ -41,6 +43,14 @@ class K8sSettings:
     fraction_units_per_gpu: int = 1
     service_account: str | None = None
     ttl_after_finished_s: int = DAY_S
+
+
+def for_lease(s: K8sSettings, lease: dict) -> K8sSettings:
+    """``s`` with the lease's pool settings over it: the namespace and service account of
+    the pool, when it names them."""
+    ps = PoolSettings.from_lease(lease)
+    return replace(s, namespace=ps.namespace or s.namespace,
+                   service_account=ps.get("service_account") or s.service_account)
 
 
 def dns_label(text: str, limit: int = 63) -> str:
@@ -110,8 +120,10 @@ def gang_service_manifest(lease: dict, s: K8sSettings, owner_uid: str | None = N
     (``<job>-<index>.<job>``); owned by the Job, so it goes with it."""
     task, epoch = str(lease["task"]), int(lease["epoch"])
     name = job_name(task, epoch)
+    s = for_lease(s, lease)
     meta: dict[str, Any] = {"name": name, "namespace": s.namespace,
-                            "labels": {"app.kubernetes.io/managed-by": MANAGED_BY,
+                            "labels": {**PoolSettings.from_lease(lease).labels,
+                                       "app.kubernetes.io/managed-by": MANAGED_BY,
                                        "klique.io/task": label_value(task),
                                        "klique.io/epoch": str(epoch)}}
     if owner_uid:
@@ -128,8 +140,15 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
     `nvidia.com/gpu: N` (or the pool's fraction resource) as limits. A gang over N nodes
     (issue 15) is an indexed Job of N pods, each with its node's share and its rank, all
     started together (parallelism N) and failed together (one pod's failure fails the Job:
-    backoffLimit 0), beside a headless Service (``gang_service_manifest``)."""
+    backoffLimit 0), beside a headless Service (``gang_service_manifest``).
+
+    The pool's settings (the lease's ``settings``): its ``namespace`` and
+    ``service_account`` over the worker's flags, its ``runtime_class`` as the pods'
+    runtimeClassName, its ``label.NAME: value`` entries as labels of the Job and its pods
+    (Klique's own labels, which the worker selects its Jobs by, are kept over them)."""
     task, epoch = str(lease["task"]), int(lease["epoch"])
+    pool = PoolSettings.from_lease(lease)
+    s = for_lease(s, lease)
     nodes = lease_nodes(lease)
     payload = lease.get("payload")
     image = lease.get("image") or (payload.get("image") if isinstance(payload, dict) else None) \
@@ -137,7 +156,7 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
     if not image:
         raise ValueError("no image for this task: the lease names none and the worker has no "
                          "--image")
-    labels = {"app.kubernetes.io/managed-by": MANAGED_BY,
+    labels = {**pool.labels, "app.kubernetes.io/managed-by": MANAGED_BY,
               "klique.io/task": label_value(task), "klique.io/epoch": str(epoch)}
     annotations = {"klique.io/task": task,
                    "klique.io/user": str(lease.get("user") or ""),
@@ -162,6 +181,8 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
     }
     if s.service_account:
         pod_spec["serviceAccountName"] = s.service_account
+    if (runtime_class := pool.get("runtime_class")) is not None:
+        pod_spec["runtimeClassName"] = runtime_class
     spec: dict[str, Any] = {"backoffLimit": 0}
     if nodes > 1:
         pod_spec["subdomain"] = name

@@ -3,7 +3,8 @@
 
 - Start: creates the Job of ``k8s_manifest.job_manifest`` (one pod, restartPolicy Never,
   backoffLimit 0, `nvidia.com/gpu: N` or the pool's fraction resource as limits,
-  terminationGracePeriodSeconds = the lease's grace) in the worker's namespace.
+  terminationGracePeriodSeconds = the lease's grace) in the pool's namespace (its settings),
+  else the worker's ``--namespace``.
 - State: one list of the worker's Jobs and one of their Pods (label
   app.kubernetes.io/managed-by=klique-worker) at most every ``poll_interval_s``, mapped by
   ``k8s_manifest.pod_state``: Pending → starting, Running → running, Succeeded → finished,
@@ -107,9 +108,18 @@ class KubernetesExecutor(Executor[K8sHandle]):
         self._snap_ok = True
         self._warned_at = 0.0
         self._log_at: dict[str, float] = {}
+        self._namespaces: set[str] = {self.settings.namespace}
+        """Where its Jobs are: the flag's namespace and every pool namespace a lease or an
+        adopted task named (a pool's settings may move its Jobs)."""
 
     # Executor ----------------------------------------------------------------------------
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> K8sHandle:
+        # the pool's namespace and service account win (k8s_manifest.for_lease); a flag
+        # given that says otherwise is named once (the default namespace is no choice)
+        if self.settings.namespace != "default":
+            self.setting(lease, "namespace", "--namespace", self.settings.namespace)
+        self.setting(lease, "service_account", "--service-account",
+                     self.settings.service_account)
         try:
             manifest = job_manifest(lease, self.settings, self.gpus, gpu_indices)
         except ValueError as exc:
@@ -119,6 +129,7 @@ class KubernetesExecutor(Executor[K8sHandle]):
                                     or not all(isinstance(a, str) for a in command)):
             raise StartError(f"the task's command must be a list of strings, not {command!r}")
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        self._namespaces.add(ns)
         created = None
         try:
             created = self.batch.create_namespaced_job(ns, manifest, _request_timeout=30)
@@ -141,6 +152,7 @@ class KubernetesExecutor(Executor[K8sHandle]):
     def adopt(self, record: dict[str, Any]) -> K8sHandle:
         h = K8sHandle(name=str(record["name"]), namespace=str(record["namespace"]),
                       log_path=str(record.get("log_path") or ""))
+        self._namespaces.add(h.namespace)
         try:
             h.log_offset = Path(h.log_path).stat().st_size if h.log_path else 0
         except OSError:
@@ -149,12 +161,14 @@ class KubernetesExecutor(Executor[K8sHandle]):
 
     # state -------------------------------------------------------------------------------
     def _refresh(self) -> None:
-        ns = self.settings.namespace
+        jobs: list[Any] = []
+        pods: list[Any] = []
         try:
-            jobs = self.batch.list_namespaced_job(ns, label_selector=SELECTOR,
-                                                  _request_timeout=10)
-            pods = self.core.list_namespaced_pod(ns, label_selector=SELECTOR,
-                                                 _request_timeout=10)
+            for ns in sorted(self._namespaces):
+                jobs += self.batch.list_namespaced_job(ns, label_selector=SELECTOR,
+                                                       _request_timeout=10).items or []
+                pods += self.core.list_namespaced_pod(ns, label_selector=SELECTOR,
+                                                      _request_timeout=10).items or []
         except Exception as exc:
             now = time.monotonic()
             if now - self._warned_at > 60:
@@ -164,9 +178,9 @@ class KubernetesExecutor(Executor[K8sHandle]):
             self._snap_ok = False
             self._snap_at = time.monotonic()
             return
-        self._jobs = {j.metadata.name: j for j in jobs.items or []}
+        self._jobs = {j.metadata.name: j for j in jobs}
         newest: dict[str, Any] = {}
-        for p in pods.items or []:
+        for p in pods:
             owner = (p.metadata.labels or {}).get("job-name") or \
                 (p.metadata.labels or {}).get("batch.kubernetes.io/job-name")
             if not owner:

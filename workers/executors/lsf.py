@@ -1,6 +1,7 @@
 """The LSF executor (IBM Spectrum LSF 10.1): each lease becomes one ``bsub`` job.
 
-    bsub -J klique-<task> -o /dev/null -cwd WORKDIR [-q QUEUE] [-gpu num=N] [ARGS]
+    bsub -J klique-<task> -o /dev/null -cwd WORKDIR [-gpu num=N] [ARGS] [-q QUEUE]
+         [-P ACCOUNT]   (queue and account: the pool's settings, else the worker's --queue)
          (the script on stdin; it appends the command's output to the task's log itself;
           LSF passes the submission environment on by default)
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+from klique_util.poolsettings import PoolSettings
 from workers.executors.process import _signal_name as _signal_name_of
 from workers.executors.batch import BatchExecutor, JobStatus, Scheduler
 from workers.executors.slurm import job_name
@@ -41,12 +43,21 @@ class Lsf(Scheduler):
 
     def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
                extra: list[str]) -> list[str]:
+        """The pool's ``queue`` (``-q``) and ``account`` (``-P``: LSF's project, what its
+        accounting charges) come after ``extra``, so the pool's win; ``queue`` (the worker's
+        ``--queue``) only when the pool names none."""
+        ps = PoolSettings.from_lease(lease)
         cmd = ["bsub", "-J", job_name(lease["task"]), "-o", "/dev/null", "-cwd", workdir]
-        if queue:
+        if queue and not ps.queue:
             cmd += ["-q", queue]
         if gpus:
             cmd += ["-gpu", f"num={gpus}"]
-        return cmd + list(extra)
+        cmd += list(extra)
+        if ps.queue:
+            cmd += ["-q", ps.queue]
+        if ps.account:
+            cmd += ["-P", ps.account]
+        return cmd
 
     def job_id(self, stdout: str) -> str | None:
         m = SUBMITTED_RE.search(stdout)

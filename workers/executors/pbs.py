@@ -1,6 +1,7 @@
 """The PBS executor (PBS Professional / OpenPBS): each lease becomes one ``qsub`` job.
 
-    qsub -N klique-<task> -V -j oe -o /dev/null [-q QUEUE] [-l select=1:ngpus=N] [ARGS]
+    qsub -N klique-<task> -V -j oe -o /dev/null [-l select=1:ngpus=N] [ARGS] [-q QUEUE]
+         [-A ACCOUNT]   (queue and account: the pool's settings, else the worker's --queue)
          (the script on stdin; it appends the command's output to the task's log itself)
 
 - **Job id**: qsub's one line, ``<sequence>.<server>`` (``1234.pbs01``).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+from klique_util.poolsettings import PoolSettings
 from workers.executors.process import _signal_name as _signal_name_of
 from workers.executors.batch import BatchExecutor, JobStatus, Scheduler
 from workers.executors.slurm import job_name
@@ -53,12 +55,20 @@ class Pbs(Scheduler):
 
     def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
                extra: list[str]) -> list[str]:
+        """The pool's ``queue`` and ``account`` (``-q``, ``-A``) come after ``extra``, so the
+        pool's win; ``queue`` (the worker's ``--queue``) only when the pool names none."""
+        ps = PoolSettings.from_lease(lease)
         cmd = ["qsub", "-N", job_name(lease["task"]), "-V", "-j", "oe", "-o", "/dev/null"]
-        if queue:
+        if queue and not ps.queue:
             cmd += ["-q", queue]
         if gpus:
             cmd += ["-l", f"select=1:ngpus={gpus}"]
-        return cmd + list(extra)
+        cmd += list(extra)
+        if ps.queue:
+            cmd += ["-q", ps.queue]
+        if ps.account:
+            cmd += ["-A", ps.account]
+        return cmd
 
     def job_id(self, stdout: str) -> str | None:
         line = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""

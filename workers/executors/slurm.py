@@ -1,7 +1,8 @@
 """The Slurm executor: each lease becomes one sbatch job on the pool's partition.
 
-    sbatch --parsable --gres=gpu:N --partition P --job-name klique-<task> \\
-           --output <log> --open-mode=append --export=ALL --chdir <workdir>   (script on stdin)
+    sbatch --parsable --gres=gpu:N --job-name klique-<task> --output <log> \\
+           --open-mode=append --export=ALL --chdir <workdir> [--sbatch-arg ...] \\
+           --partition=P --account=A --qos=Q        (the pool's settings; script on stdin)
 
 The job's script (``job_script``) runs the command under the worker's exit wrapper
 (``wrapper.py``, which writes the command's exit code or signal to ``STATE_DIR/run/<key>.exit``)
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from klique_util.filemodes import open_private, original_umask
+from klique_util.poolsettings import PoolSettings
 from klique_util.units import gpus_to_milli
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
 from workers.executors.process import WRAPPER, ProcessExecutor, _signal_name
@@ -89,7 +91,13 @@ def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
                    workdir: str | None, extra: list[str] | None = None) -> list[str]:
     """The sbatch command line of a lease (the script goes to sbatch's stdin). A gang over
     N nodes asks for ``--nodes N --ntasks-per-node 1 --gpus-per-node G`` (its GPUs split
-    evenly, as the control plane placed it): Slurm's own multi-node placement."""
+    evenly, as the control plane placed it): Slurm's own multi-node placement.
+
+    The pool's settings (the lease's ``settings``) give ``--partition``, ``--account`` and
+    ``--qos``; they come after ``extra`` (``--sbatch-arg``), so sbatch, which takes the last
+    of a repeated option, keeps the pool's. ``partition`` (``--partition`` of the worker)
+    is used only when the pool names none."""
+    ps = PoolSettings.from_lease(lease)
     nodes = lease_nodes(lease)
     n = gres_count(gpus_to_milli(lease.get("gpus")) // nodes)
     cmd = ["sbatch", "--parsable"]
@@ -99,13 +107,16 @@ def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
             cmd += ["--gpus-per-node", str(n)]
     elif n:
         cmd.append(f"--gres=gpu:{n}")
-    if partition:
+    if partition and not ps.partition:
         cmd += ["--partition", partition]
     cmd += ["--job-name", job_name(lease["task"]), "--output", _slurm_path(log_path),
             "--open-mode=append", "--export=ALL"]
     if workdir:
         cmd += ["--chdir", str(workdir)]
     cmd += list(extra or [])
+    for key in ("partition", "account", "qos"):
+        if (value := ps.get(key)) is not None:
+            cmd.append(f"--{key}={value}")
     return cmd
 
 
@@ -274,6 +285,7 @@ class SlurmExecutor(Executor[SlurmHandle]):
         exit_path = self.run_dir / f"{Path(log_path).stem}.exit"
         exit_path.unlink(missing_ok=True)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        self.setting(lease, "partition", "--partition", self.partition)  # warns on a clash
         cmd = sbatch_command(lease, partition=self.partition, log_path=log_path,
                              workdir=self.workdir, extra=self.sbatch_args)
         script = job_script(lease, exit_path, self.python)
