@@ -8,9 +8,9 @@ to that token. A rotation carries them to the new token: the same user's credent
 renewed (docs/decisions.md, "Schedules outlive no token").
 
 Whether the token still works is ``TokenBook.ended``. Checked at each run and each step
-(``schedules.prepare_run``, ``pipelines.prepare_advance``), at each look of the loop (an expiry has no event of its own), and in the very commit that
-revokes or rotates a token (``prepare_revoke``, ``prepare_rotate`` here: the token handler's
-one call). The pauses and rebinds are ``schedule_changed`` and ``pipeline_changed`` events,
+(``schedules.prepare_run``, ``pipelines.prepare_advance``), at each look of the loop (an
+expiry has no event of its own), and in the very commit that revokes or rotates a token
+(``prepare_revoke``, ``prepare_rotate`` here: the token handler's one call). The pauses and rebinds are ``schedule_changed`` and ``pipeline_changed`` events,
 so a restart replays them as they were.
 """
 

@@ -2,8 +2,9 @@
 
 A schedule is made by a user and runs as that user, on the token that made it: what it
 sends is checked now, as a submission would be (and again at each run), and it is paused once
-that token stops working; its owner resumes it with a live token (binding.py). Who sees and changes it: its owner, the admins
-of the owner's groups, platform admins; to anyone else it does not exist (404), as tasks.
+that token stops working; its owner resumes it with a live token (binding.py). Who sees and
+changes it: its owner, the admins of the owner's groups, platform admins; to anyone else it
+does not exist (404), as tasks.
 """
 
 from __future__ import annotations
