@@ -1,4 +1,4 @@
-"""``kliqued pipeline``: run a pipeline file, see how it stands, cancel it."""
+"""``kliqued pipeline``: run a pipeline file, see how it stands, cancel it, resume it."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ def register(subparsers) -> None:
         examples="  kliqued pipeline run nightly.yaml --param dataset=imagenet\n"
                  "  kliqued pipeline status p-01M8K8MWK70000\n"
                  "  kliqued pipeline status\n"
-                 "  kliqued pipeline cancel p-01M8K8MWK70000")
-    sub = p.add_subparsers(dest="pipeline_cmd", metavar="<run|status|cancel>")
+                 "  kliqued pipeline cancel p-01M8K8MWK70000\n"
+                 "  kliqued pipeline resume p-01M8K8MWK70000")
+    sub = p.add_subparsers(dest="pipeline_cmd", metavar="<run|status|cancel|resume>")
     r = sub.add_parser("run", help="start a pipeline file")
     r.add_argument("file", metavar="FILE")
     r.add_argument("--param", action="append", metavar="KEY=VALUE",
@@ -37,6 +38,10 @@ def register(subparsers) -> None:
     c = sub.add_parser("cancel", help="cancel a pipeline and its running steps")
     c.add_argument("id", metavar="ID")
     add_client_flags(c)
+    rs = sub.add_parser("resume", help="resume a pipeline paused because its token stopped "
+                                       "working (it then runs on your token)")
+    rs.add_argument("id", metavar="ID")
+    add_client_flags(rs)
     p.set_defaults(handler=run)
 
 
@@ -52,7 +57,8 @@ def _show(pr: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     cmd = getattr(args, "pipeline_cmd", None)
     if cmd is None:
-        print("kliqued pipeline: give run, status or cancel (see --help)", file=sys.stderr)
+        print("kliqued pipeline: give run, status, cancel or resume (see --help)",
+              file=sys.stderr)
         return 2
     k = client(args)
     if cmd == "run":
@@ -65,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
             return show_refusal(exc)
     elif cmd == "cancel":
         pr = k.cancel_pipeline(args.id)
+    elif cmd == "resume":
+        pr = k.resume_pipeline(args.id)
     elif args.id is None:
         items = k.pipelines()
         if args.json:

@@ -113,6 +113,17 @@ class TokenBook:
         rec = self.by_id.get(token_id or "")
         return rec is not None and rec.refusal(now) is None
 
+    def ended(self, token_id: str | None, at: int) -> str | None:
+        """Why the token a schedule or pipeline is bound to no longer works at ``at``
+        (binding.py), or None: it does, or nothing is bound (a schedule made before
+        schedules recorded their token)."""
+        if token_id is None:
+            return None
+        rec = self.by_id.get(token_id)
+        if rec is None:
+            return f"token {token_id} is no longer known"
+        return rec.refusal(at)
+
     def authenticate(self, header: str | None, now: int) -> Principal:
         if not header:
             raise ApiError(401, "unauthenticated",

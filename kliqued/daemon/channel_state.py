@@ -52,6 +52,9 @@ class Schedule:
     name: str | None = None
     state: str = "active"
     reason: str | None = None
+    token: str | None = None
+    """The id of the token it runs on: the one that made it, or its owner's that resumed it
+    (None: made before schedules recorded it). Its end pauses the schedule (binding.py)."""
     cursor: int = 0
     """The last due time dealt with (run, skipped or missed); due times after it are ahead."""
     runs: list[Run] = field(default_factory=list)
@@ -97,19 +100,22 @@ class ScheduleBook:
                      data.get("gpus_milli"), dict(data.get("labels") or {}),
                      data.get("pipeline"), data.get("concurrency") or "allow",
                      data.get("missed") or "run-once", data.get("deadline_s"),
-                     data.get("name"), cursor=data.get("cursor") or at)
+                     data.get("name"), token=data.get("token"),
+                     cursor=data.get("cursor") or at)
         self.items[s.id] = s
         self.ids.seed(s.id)
         return s
 
     def on_changed(self, sid: str, state: str, reason: str | None, at: int,
-                   cursor: int | None = None) -> None:
+                   cursor: int | None = None, token: str | None = None) -> None:
         s = self.items.get(sid)
         if s is None:
             return
         if state == "deleted":
             del self.items[sid]
             return
+        if token is not None:
+            s.token = token
         if state == "active" and s.state in ("paused", "stopped"):
             # resumed: the due times while it was paused are gone
             s.cursor = max(s.cursor, cursor if cursor is not None else at)
@@ -137,7 +143,13 @@ class PipelineRun:
     started_at: int
     loaded: P.Loaded
     schedule: str | None = None
+    token: str | None = None
+    """The id of the token its steps are sent on (binding.py); None: started before runs
+    recorded it."""
     state: str = "running"
+    """running, paused (its token ended: no further step is sent), or how it ended."""
+    reason: str | None = None
+    """Why it is paused."""
     text_end: str | None = None
     ended_at: int | None = None
     steps: dict[str, P.StepRun] = field(default_factory=dict)
@@ -157,10 +169,16 @@ class PipelineBook:
     def running(self) -> list[PipelineRun]:
         return [p for p in self.items.values() if p.state == "running"]
 
+    def unended(self) -> list[PipelineRun]:
+        """Running or paused: what a user's running quota counts, and what may be
+        cancelled."""
+        return [p for p in self.items.values() if p.state in ("running", "paused")]
+
     def on_started(self, data: dict[str, Any], at: int) -> PipelineRun:
         loaded = P.load(data["file"], data["text"], data.get("params") or {})
         pr = PipelineRun(data["id"], data["owner"], data["name"], data["file"], data["text"],
-                         dict(loaded.params), at, loaded, data.get("schedule"))
+                         dict(loaded.params), at, loaded, data.get("schedule"),
+                         data.get("token"))
         pr.steps = {s.name: P.StepRun(s.name) for s in loaded.spec.steps}
         self.items[pr.id] = pr
         self.ids.seed(pr.id)
@@ -178,8 +196,19 @@ class PipelineBook:
         if data.get("outputs") is not None:
             run.outputs = dict(data["outputs"])
 
+    def on_changed(self, pid: str, state: str, text: str | None,
+                   token: str | None) -> None:
+        """Paused (its token ended), running again (resumed), or rebound (a rotation: the
+        state unchanged, ``token`` the new one)."""
+        pr = self.items.get(pid)
+        if pr is None or pr.state not in ("running", "paused"):
+            return
+        if token is not None:
+            pr.token = token
+        pr.state, pr.reason = state, (text if state == "paused" else None)
+
     def on_ended(self, pid: str, state: str, text: str | None, at: int) -> None:
         pr = self.items.get(pid)
         if pr is None:
             return
-        pr.state, pr.text_end, pr.ended_at = state, text, at
+        pr.state, pr.reason, pr.text_end, pr.ended_at = state, None, text, at

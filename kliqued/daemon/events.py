@@ -36,12 +36,15 @@ Kinds (``data`` fields in brackets):
 - ``waiting_alert`` [resource, task, user, waited_s] / ``alert_delivery`` [alert, channel,
   key, attempt, status, error?] (alerts.py: a queue's head waited too long; one delivery
   attempt of an alert to a channel)
-- ``schedule_created`` [id, owner, cron, timezone, resource, command, ..., pipeline,
-  concurrency, missed, deadline_s] / ``schedule_changed`` [id, state, reason] /
-  ``schedule_run`` [id, due, outcome, task?, pipeline_id?, missed] (committed with the
-  submission it makes) / ``pipeline_started`` [id, owner, name, file, text, params,
-  schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?, text, outputs?] /
-  ``pipeline_ended`` [id, state, text] (docs/channels.md)
+- ``schedule_created`` [id, owner, token?, cron, timezone, resource, command, ...,
+  pipeline, concurrency, missed, deadline_s] / ``schedule_changed`` [id, state, reason,
+  cursor?, token?] (``token``: the schedule is bound to that token from now on: a resume by
+  its owner, a rotation) / ``schedule_run`` [id, due, outcome, task?, pipeline_id?, missed]
+  (committed with the submission it makes) / ``pipeline_started`` [id, owner, token?, name,
+  file, text, params, schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?,
+  text, outputs?] / ``pipeline_changed`` [id, state: paused|running, text, token?] (its
+  token ended; resumed, or rebound by a rotation) / ``pipeline_ended`` [id, state, text]
+  (docs/channels.md, "The token a schedule runs on")
 - ``cloud_node_started`` [node, pool, provider, instance_type, lifecycle, gpus, per_hour,
   currency] / ``cloud_node_ended`` [node, pool, reason] (an autoscaler's node; its interval
   is in the ledger's ``cloud_nodes``: cloud.py) / ``scaling_waits`` [pool, cause: spend_cap|
@@ -408,6 +411,7 @@ class AlertDelivery(Payload):
 class ScheduleCreated(Payload):
     id: str
     owner: str
+    token: str | None = None  # the id of the token that made it (never the secret)
     cron: str
     timezone: str = "UTC"
     resource: str | None = None
@@ -430,6 +434,7 @@ class ScheduleChanged(Payload):
     state: str  # active (resumed), paused, deleted, stopped
     reason: str | None = None
     cursor: int | None = None  # resumed: due times after this count
+    token: str | None = None  # bound to this token from now on (resumed by the owner)
 
 
 @registered("schedule_run")
@@ -453,6 +458,7 @@ class ScheduleRun(Payload):
 class PipelineStarted(Payload):
     id: str
     owner: str
+    token: str | None = None  # the token its steps are sent on (its schedule's, if any)
     name: str
     file: str
     text: str
@@ -470,6 +476,17 @@ class PipelineStep(Payload):
     attempt: int | None = None
     text: str | None = None
     outputs: dict[str, str] | None = None
+
+
+@registered("pipeline_changed")
+@_frozen
+class PipelineChanged(Payload):
+    """Its token ended (``paused``: no further step is sent, those sent run on), or its
+    owner resumed it (``running``, bound to ``token``), or a rotation rebound it."""
+    id: str
+    state: str  # paused, running
+    text: str | None = None
+    token: str | None = None
 
 
 @registered("pipeline_ended")

@@ -224,6 +224,10 @@ SCHEMAS: dict[str, Any] = {
         "state": {"type": "string", "enum": ["active", "paused", "stopped"]},
         "reason": {"type": ["string", "null"],
                    "description": "why it is paused or stopped"},
+        "token": {"type": ["string", "null"],
+                  "description": "the id of the token it runs on (never the secret): the "
+                                 "one that made it, or its owner's that resumed it; null "
+                                 "for a schedule made before schedules recorded it"},
         "created_at": TIME,
         "next_runs": {"type": "array", "items": TIME},
         "last_runs": {"type": "array", "items": _ref("ScheduleRun"),
@@ -254,8 +258,12 @@ SCHEMAS: dict[str, Any] = {
         "params": {"type": "object", "additionalProperties": {"type": "string"}},
         "on_failure": {"type": "string", "enum": ["fail-fast", "continue"]},
         "schedule": {"type": ["string", "null"]},
-        "state": {"type": "string", "enum": ["running", "succeeded", "failed", "cancelled"]},
-        "text": {"type": ["string", "null"]},
+        "state": {"type": "string", "enum": ["running", "paused", "succeeded", "failed",
+                                             "cancelled"]},
+        "token": {"type": ["string", "null"],
+                  "description": "the id of the token its steps are sent on"},
+        "text": {"type": ["string", "null"],
+                 "description": "why it is paused, or how it ended"},
         "started_at": TIME, "ended_at": TIME_OR_NULL,
         "steps": {"type": "array", "items": _ref("PipelineStep")}}),
     "PipelineList": _obj({"pipelines": {"type": "array", "items": _ref("Pipeline")}}),
@@ -971,7 +979,9 @@ PATHS: dict[str, Any] = {
         params=[_p("id", "schedule id")], errors=AUTH_ERR + ("404", "409"))},
     "/v1/schedules/{id}/resume": {"post": _op(
         "resumeSchedule", "runs again from the next due time (a stopped one: once its "
-                          "owner may send its work again)", _ok("Schedule"),
+                          "owner may send its work again); by its owner, it runs on the "
+                          "caller's token from now on; anyone else resumes it only while "
+                          "the token it runs on still works", _ok("Schedule"),
         params=[_p("id", "schedule id")], errors=AUTH_ERR + ("404", "409"))},
     "/v1/sessions": {
         "post": _op("startSession", "start an interactive server (a session) as a task",
@@ -1006,6 +1016,10 @@ PATHS: dict[str, Any] = {
     "/v1/pipelines/{id}/cancel": {"post": _op(
         "cancelPipeline", "cancel a running pipeline: its steps' tasks too (idempotent)",
         _ok("Pipeline"), params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404",))},
+    "/v1/pipelines/{id}/resume": {"post": _op(
+        "resumePipeline", "resume a pipeline paused because its token stopped working: by "
+                          "its owner only, bound to the caller's token from now on",
+        _ok("Pipeline"), params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404", "409"))},
     "/v1/ledger/focus": {"get": _op(
         "ledgerFocus", "one billing period (a UTC month) as a FOCUS 1.2 cost and usage "
                        "dataset, CSV; usage without a price is refused (`no-price`, naming "

@@ -8,6 +8,11 @@ the same commit as the ``pipeline_step`` naming it, with the idempotency key
 ``pipeline:<id>:<step>:<attempt>``), so a restart rebuilds it and the loop
 (``unattended.py``) carries on where it was: a step whose dependencies finished is sent,
 never twice.
+
+A run records the token it was started with (its schedule's, for a scheduled run). When that
+token stops working, the run is paused (``pipeline_changed``): the steps already sent run to
+their end, no further step is sent, and its owner resumes it with a live token of theirs,
+which binds it to that token (binding.py; docs/decisions.md, "Schedules outlive no token").
 """
 
 from __future__ import annotations
@@ -94,7 +99,8 @@ def view(d: Daemon, pr: PipelineRun, known: Mapping[str, TaskRecord] | None = No
                       "outputs": run.outputs})
     return {"id": pr.id, "name": pr.name, "owner": pr.owner, "file": pr.file,
             "params": pr.params, "on_failure": pr.loaded.spec.on_failure,
-            "schedule": pr.schedule, "state": pr.state, "text": pr.text_end,
+            "schedule": pr.schedule, "state": pr.state, "token": pr.token,
+            "text": pr.reason if pr.state == "paused" else pr.text_end,
             "started_at": iso(pr.started_at), "ended_at": iso(pr.ended_at), "steps": steps}
 
 
@@ -109,7 +115,7 @@ def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: O
     loaded = load_for(spec)
     file = spec.get("file") or "pipeline.yaml"
     check_access(d, p.name, loaded, file)
-    running = sum(r.owner == p.name for r in d.pipelines.running())
+    running = sum(r.owner == p.name for r in d.pipelines.unended())
     running += ov.made[("pipeline", p.name)]
     if running >= MAX_RUNNING_PER_OWNER:
         raise ApiError(429, "user-quota", f"{p.name} has {running} pipelines running, the "
@@ -118,7 +124,8 @@ def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: O
     ov.made[("pipeline", p.name)] += 1
     pid = d.pipelines.ids.next(now)
     ev = Event("pipeline_started", None, p.text, d.idx().revision, None, p.name,
-               {"id": pid, "owner": p.name, "name": loaded.spec.pipeline, "file": file,
+               {"id": pid, "owner": p.name, "token": p.token_id,
+                "name": loaded.spec.pipeline, "file": file,
                 "text": spec.get("text") or "", "params": loaded.params,
                 "schedule": schedule})
 
@@ -148,13 +155,18 @@ def pending(d: Daemon, pr: PipelineRun) -> bool:
     return bool(actions or cancel)
 
 
-def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay) -> Prepared:
+def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay,
+                    at: int | None = None) -> Prepared:
     """What the pipeline does now (``pipeline.advance``), as events: steps' new states,
     the tasks of the steps whose dependencies finished (submitted as the owner, each in the
-    commit of its ``pipeline_step``), cancellations (fail-fast), and its end."""
+    commit of its ``pipeline_step``), cancellations (fail-fast), and its end; or, if its
+    token no longer works at ``at`` (the loop's clock; else ``now``), its pause alone."""
     pr = d.pipelines.items.get(pid)
     if pr is None or pr.state != "running":
         return Prepared()
+    lapsed = prepare_lapsed(d, pid, now if at is None else at, now, ov)
+    if lapsed.events:  # its token ended: paused, nothing more is sent
+        return lapsed
     actions, cancel = P.advance(pr.loaded.spec, pr.params, pr.steps, task_ends(d, pr))
     if not actions and not cancel:
         return Prepared()
@@ -201,7 +213,7 @@ def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
                    reason: str | None = None) -> Prepared:
     """Cancels its running steps' tasks, marks the rest cancelled, and ends it."""
     pr = d.pipelines.get(pid)
-    if pr.state != "running":
+    if pr.state not in ("running", "paused"):
         return Prepared(apply=lambda: pid)
     rev = d.idx().revision
     text = f"cancelled by {p.text}" + (f": {reason}" if reason else "")
@@ -228,3 +240,58 @@ def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
         return pid
     out.apply = apply
     return out
+
+
+def prepare_pause_for(d: Daemon, pid: str, why: str, now: int) -> Prepared:
+    """Paused because the token it runs on ended (``why`` says which and when): its steps
+    already sent run to their end, no further step is sent."""
+    pr = d.pipelines.items[pid]
+    ev = Event("pipeline_changed", None, "kliqued", d.idx().revision, None, pr.owner,
+               {"id": pid, "state": "paused",
+                "text": f"paused: {why}; no further step is sent until {pr.owner} resumes "
+                        f"it with a live token (kliqued pipeline resume {pid})"})
+    return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
+
+
+def prepare_lapsed(d: Daemon, pid: str, at: int, now: int, ov: Overlay) -> Prepared:
+    """Paused if it is running and its token no longer works at ``at``, else nothing."""
+    pr = d.pipelines.items.get(pid)
+    if pr is None or pr.state != "running":
+        return Prepared()
+    why = d.tokens.ended(pr.token, at)
+    return Prepared() if why is None else prepare_pause_for(d, pid, why, now)
+
+
+def prepare_rebind(d: Daemon, pid: str, token: str, now: int) -> Prepared:
+    """Bound to ``token`` (its token was rotated), its state unchanged."""
+    pr = d.pipelines.items[pid]
+    ev = Event("pipeline_changed", None, "kliqued", d.idx().revision, None, pr.owner,
+               {"id": pid, "state": pr.state, "text": pr.reason, "token": token})
+    return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
+
+
+def prepare_resume(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay) -> Prepared:
+    """Resumed by its owner, with the live token of this request, to which it is bound from
+    now on; the loop then sends what is due (the ends of the steps that ran meanwhile
+    included). Nobody else resumes it: a pipeline is paused only because the token it ran on
+    ended, and it runs on its owner's own credential, never on another's."""
+    pr = d.pipelines.get(pid)
+    if pr.state not in ("running", "paused"):
+        raise ApiError(409, "conflict", f"pipeline {pid} has ended ({pr.state}): run the "
+                       f"file again (kliqued pipeline run)")
+    if not (p.is_user and p.name == pr.owner and p.token_id is not None):
+        if pr.state == "running":
+            return Prepared(apply=lambda: pid)
+        raise ApiError(409, "conflict", f"pipeline {pid} runs as {pr.owner}: only "
+                       f"{pr.owner} may resume it, with a live token of theirs (kliqued "
+                       f"pipeline resume {pid}), which binds it to that token",
+                       {"owner": pr.owner, "token": pr.token})
+    if pr.state == "running" and pr.token == p.token_id:
+        return Prepared(apply=lambda: pid)
+    ev = Event("pipeline_changed", None, p.text, d.idx().revision, None, pr.owner,
+               {"id": pid, "state": "running", "text": None, "token": p.token_id})
+
+    def apply() -> str:
+        reducers.apply(d, ev, now)
+        return pid
+    return Prepared([ev], [], apply)

@@ -101,7 +101,7 @@ def _schedule_created(d: Daemon, ev: Event, p: E.ScheduleCreated, at: int,
 
 def _schedule_changed(d: Daemon, ev: Event, p: E.ScheduleChanged, at: int,
                       decided: bool) -> Any:
-    d.schedules.on_changed(p.id, p.state, p.reason, at, p.cursor)
+    d.schedules.on_changed(p.id, p.state, p.reason, at, p.cursor, p.token)
 
 
 def _schedule_run(d: Daemon, ev: Event, p: E.ScheduleRun, at: int, decided: bool) -> Any:
@@ -116,6 +116,11 @@ def _pipeline_started(d: Daemon, ev: Event, p: E.PipelineStarted, at: int,
 
 def _pipeline_step(d: Daemon, ev: Event, p: E.PipelineStep, at: int, decided: bool) -> Any:
     d.pipelines.on_step(p.to_data())
+
+
+def _pipeline_changed(d: Daemon, ev: Event, p: E.PipelineChanged, at: int,
+                      decided: bool) -> Any:
+    d.pipelines.on_changed(p.id, p.state, p.text, p.token)
 
 
 def _pipeline_ended(d: Daemon, ev: Event, p: E.PipelineEnded, at: int, decided: bool) -> Any:
@@ -183,6 +188,7 @@ REDUCERS: dict[str, Reducer] = {
     "schedule_run": _schedule_run,
     "pipeline_started": _pipeline_started,
     "pipeline_step": _pipeline_step,
+    "pipeline_changed": _pipeline_changed,
     "pipeline_ended": _pipeline_ended,
     "cloud_node_started": _cloud_node_started,
     "cloud_node_ended": _cloud_node_ended,

@@ -12,7 +12,9 @@ When a schedule runs is ``kliqued.schedule.cron`` (pure); the loop that asks it 
 runs beside an earlier run still going, ``forbid`` skips the new run, ``replace`` cancels
 the earlier one first. The owner's access is checked at each run; a run the estate no
 longer allows (the owner left the group, the resource is gone) stops the schedule, with the
-reason.
+reason. So is the token it runs on (the one that made it, or the owner's that resumed it):
+once that token is revoked or expired the schedule is paused, with the reason, and only its
+owner resumes it, with a live token of theirs (binding.py).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def _alive(d: Daemon, run: Run) -> bool:
         return rec is not None and rec.state != "ended"
     if run.pipeline is not None:
         pr = d.pipelines.items.get(run.pipeline)
-        return pr is not None and pr.state == "running"
+        return pr is not None and pr.state in ("running", "paused")
     return False
 
 
@@ -98,7 +100,7 @@ def view(d: Daemon, s: Schedule, now: int, n_next: int = 5,
             "gpus": gpus(s.gpus_milli),
             "labels": s.labels, "pipeline": pipe, "concurrency": s.concurrency,
             "missed": s.missed, "deadline_s": s.deadline_s, "state": s.state,
-            "reason": s.reason, "created_at": iso(s.created_at),
+            "reason": s.reason, "token": s.token, "created_at": iso(s.created_at),
             "next_runs": [iso(t) for t in nxt], "last_runs": runs}
 
 
@@ -117,7 +119,7 @@ def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int,
                        {"held": held, "limit": MAX_PER_OWNER})
     ov.made[("schedule", p.name)] += 1
     sid = d.schedules.ids.next(now)
-    data = {"id": sid, "owner": p.name, **f}
+    data = {"id": sid, "owner": p.name, "token": p.token_id, **f}
     ev = Event("schedule_created", None, p.text, d.idx().revision, None, p.name, data)
 
     def apply() -> str:
@@ -146,6 +148,66 @@ def prepare_change(d: Daemon, actor: str, sid: str, state: str, reason: str | No
     return Prepared([ev], [], apply)
 
 
+def prepare_resume(d: Daemon, p: Principal, sid: str, now: int, ov: Overlay,
+                   at: int | None = None) -> Prepared:
+    """Resumed by ``p``, in the sequencer (so no revocation slips between the check and the
+    commit). Its owner resumes it with the live token of this request, and it runs on that
+    token from now on; anyone else who may see it (an admin) resumes it only while the token
+    it runs on still works, and does not rebind it: a schedule runs on its owner's own
+    credential, never on another's (docs/decisions.md, "Schedules outlive no token").
+    ``at``: the resume's time, from which due times count again (the handler's clock; the
+    sequencer's ``now`` without it)."""
+    at = now if at is None else at
+    s = d.schedules.get(sid)
+    token = p.token_id if p.is_user and p.name == s.owner else None
+    if token is None:
+        why = d.tokens.ended(s.token, at)
+        if why is not None:
+            raise ApiError(409, "conflict", f"schedule {sid} runs as {s.owner} on token "
+                           f"{s.token}, which no longer works ({why}): only {s.owner} may "
+                           f"resume it, with a live token of theirs (kliqued schedule "
+                           f"resume {sid}), which binds it to that token",
+                           {"token": s.token, "owner": s.owner})
+    if s.state == "active" and token in (None, s.token):
+        return Prepared(apply=lambda: sid)
+    ev = Event("schedule_changed", None, p.text, d.idx().revision, None, s.owner,
+               {"id": sid, "state": "active", "reason": None, "cursor": at,
+                **({"token": token} if token is not None else {})})
+
+    def apply() -> str:
+        reducers.apply(d, ev, now)
+        return sid
+    return Prepared([ev], [], apply)
+
+
+def prepare_pause_for(d: Daemon, sid: str, why: str, now: int) -> Prepared:
+    """Paused because the token it runs on ended (``why`` says which and when)."""
+    s = d.schedules.items[sid]
+    ev = Event("schedule_changed", None, "kliqued", d.idx().revision, None, s.owner,
+               {"id": sid, "state": "paused",
+                "reason": f"paused: {why}; {s.owner} resumes it with a live token "
+                          f"(kliqued schedule resume {sid})"})
+    return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
+
+
+def prepare_lapsed(d: Daemon, sid: str, at: int, now: int, ov: Overlay) -> Prepared:
+    """Paused if it is active and the token it runs on no longer works at ``at`` (the loop's
+    clock: an expiry has no event of its own), else nothing."""
+    s = d.schedules.items.get(sid)
+    if s is None or s.state != "active":
+        return Prepared()
+    why = d.tokens.ended(s.token, at)
+    return Prepared() if why is None else prepare_pause_for(d, sid, why, now)
+
+
+def prepare_rebind(d: Daemon, sid: str, token: str, now: int) -> Prepared:
+    """Bound to ``token`` (its token was rotated), its state and reason unchanged."""
+    s = d.schedules.items[sid]
+    ev = Event("schedule_changed", None, "kliqued", d.idx().revision, None, s.owner,
+               {"id": sid, "state": s.state, "reason": s.reason, "token": token})
+    return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
+
+
 def prepare_recheck(d: Daemon, sid: str, now: int, ov: Overlay) -> Prepared:
     """After an estate change: a schedule whose owner may no longer send its work stops now,
     with the reason (rather than at its next run, maybe a month away)."""
@@ -170,6 +232,9 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
     s = d.schedules.items.get(sid)
     if s is None or s.state != "active":
         return Prepared()
+    lapsed = prepare_lapsed(d, sid, decide_at, now, ov)
+    if lapsed.events:  # its token ended: paused, and this due time is not run
+        return lapsed
     dec = s.due(decide_at)
     if dec.run is None and dec.missed == 0:
         return Prepared()
@@ -212,7 +277,8 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
                 parts.append(pipelines.prepare_cancel(d, owner, r.pipeline, now, ov, why))
     try:
         if s.pipeline is not None:
-            sub = pipelines.prepare_start(d, owner, s.pipeline, now, ov, schedule=s.id)
+            sub = pipelines.prepare_start(d, Principal("user", s.owner, s.token),
+                                          s.pipeline, now, ov, schedule=s.id)
             pid = sub.events[0].data["id"]
             ev = run_event(due, "submitted", None, pipeline=pid)
         else:

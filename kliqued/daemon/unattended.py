@@ -1,4 +1,5 @@
-"""The loop of the unattended channels: schedules that are due run, pipelines move on.
+"""The loop of the unattended channels: schedules that are due run, pipelines move on, and
+those whose token stopped working are paused (binding.py: an expiry has no event of its own).
 
 It only looks; every change goes through the sequencer as a request prepared against the
 state of its own moment (``schedules.prepare_run``, ``pipelines.prepare_advance``), so a look
@@ -46,6 +47,10 @@ class Unattended:
                     await self.seq.submit(partial(self._recheck, s.id))
                     made += 1
         for s in d.schedules.active():
+            if d.tokens.ended(s.token, now) is not None:  # an expiry has no event: paused
+                await self.seq.submit(partial(self._lapsed, s.id, now))  # at this look
+                made += 1
+                continue
             nxt = s.next_due()
             if nxt is None or nxt > now:
                 continue
@@ -55,8 +60,11 @@ class Unattended:
             await self.seq.submit(partial(self._run, s.id, now))
             made += 1
         for pr in d.pipelines.running():
-            if pipelines.pending(d, pr):
-                await self.seq.submit(partial(self._advance, pr.id))
+            if d.tokens.ended(pr.token, now) is not None:
+                await self.seq.submit(partial(self._lapsed_pipeline, pr.id, now))
+                made += 1
+            elif pipelines.pending(d, pr):
+                await self.seq.submit(partial(self._advance, pr.id, now))
                 made += 1
         return made
 
@@ -65,11 +73,17 @@ class Unattended:
         ``t`` is the wall clock's)."""
         return schedules.prepare_run(self.d, sid, now, t, ov)
 
+    def _lapsed(self, sid: str, at: int, now: int, ov: Overlay) -> Prepared:
+        return schedules.prepare_lapsed(self.d, sid, at, now, ov)
+
+    def _lapsed_pipeline(self, pid: str, at: int, now: int, ov: Overlay) -> Prepared:
+        return pipelines.prepare_lapsed(self.d, pid, at, now, ov)
+
     def _recheck(self, sid: str, now: int, ov: Overlay) -> Prepared:
         return schedules.prepare_recheck(self.d, sid, now, ov)
 
-    def _advance(self, pid: str, now: int, ov: Overlay) -> Prepared:
-        return pipelines.prepare_advance(self.d, pid, now, ov)
+    def _advance(self, pid: str, at: int, now: int, ov: Overlay) -> Prepared:
+        return pipelines.prepare_advance(self.d, pid, now, ov, at)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

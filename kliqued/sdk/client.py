@@ -534,6 +534,11 @@ class Client:
     def pipeline(self, id: str) -> dict:
         return self._call("GET", f"/pipelines/{self._seg(id)}")
 
+    def resume_pipeline(self, id: str) -> dict:
+        """Resumes a pipeline paused because its token stopped working (its owner only): it
+        runs on this client's token from now on."""
+        return self._call("POST", f"/pipelines/{self._seg(id)}/resume", retry=True)
+
     def cancel_pipeline(self, id: str) -> dict:
         return self._call("POST", f"/pipelines/{self._seg(id)}/cancel", retry=True)
 

@@ -95,6 +95,7 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "pipelines": ("listPipelines", "/v1/pipelines", None, 200, {}),
     "pipeline": ("getPipeline", "/v1/pipelines/p-none", None, 404, {}),
     "cancel-pipeline": ("cancelPipeline", "/v1/pipelines/p-none/cancel", None, 404, {}),
+    "resume-pipeline": ("resumePipeline", "/v1/pipelines/p-none/resume", None, 404, {}),
     # group admins (alice: team-a, walter: the department) read their subtree's rows
     "ledger-sql": ("ledgerSql", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"}, 200,
                    NO_GROUP_ADMIN),

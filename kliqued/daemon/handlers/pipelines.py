@@ -69,6 +69,17 @@ async def cancel(request: web.Request) -> web.Response:
     return reply(await _view(request, pr))
 
 
+async def resume(request: web.Request) -> web.Response:
+    """A pipeline paused because its token ended, resumed by its owner on this request's
+    token (binding.py)."""
+    c = ctx(request)
+    d = c.daemon
+    p = principal(request)
+    pr = _get(request)
+    await c.seq.submit(lambda now, ov: pipelines.prepare_resume(d, p, pr.id, now, ov))
+    return reply(await _view(request, pr))
+
+
 SEE = "a user: their own pipelines and those of users in groups they administer"
 
 ROUTES = [
@@ -81,4 +92,6 @@ ROUTES = [
           rule=SEE),
     Route("POST", "/v1/pipelines/{id}/cancel", cancel, "cancelPipeline", ("admin", "user"),
           rule=SEE),
+    Route("POST", "/v1/pipelines/{id}/resume", resume, "resumePipeline", ("admin", "user"),
+          rule=SEE + "; only its owner resumes a paused one (on their own token)"),
 ]

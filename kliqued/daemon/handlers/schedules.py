@@ -1,8 +1,10 @@
 """Schedules: create, list, show, pause, resume, delete (docs/channels.md, "Schedules").
 
-A schedule is made by a user and runs as that user: what it sends is checked now, as a
-submission would be (and again at each run). Who sees and changes it: its owner, the admins
-of the owner's groups, platform admins; to anyone else it does not exist (404), as tasks.
+A schedule is made by a user and runs as that user, on the token that made it: what it
+sends is checked now, as a submission would be (and again at each run), and it is paused once
+that token stops working; its owner resumes it with a live token (binding.py). Who sees and
+changes it: its owner, the admins of the owner's groups, platform admins; to anyone else it
+does not exist (404), as tasks.
 """
 
 from __future__ import annotations
@@ -146,6 +148,9 @@ def _changer(state: str):
             why = schedules.denied(d, s)
             if why is not None:
                 raise ApiError(409, "conflict", f"schedule {s.id} cannot resume: {why}")
+        if state == "active":  # by its owner: bound to this request's token
+            await c.seq.submit(lambda now, ov: schedules.prepare_resume(d, p, s.id, now, ov))
+            return reply(await _view(request, d.schedules.items[s.id]))
         await c.seq.submit(lambda now, ov: schedules.prepare_change(
             d, p.text, s.id, state, None if state == "active" else f"{state} by {p.text}",
             now, ov, now if state == "active" else None))

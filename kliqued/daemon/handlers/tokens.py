@@ -1,5 +1,7 @@
 """Tokens: created, rotated and revoked by admins, logged like every other change; only the
-keyed hash is stored, and the token itself is shown once, in the 201 answer.
+keyed hash is stored, and the token itself is shown once, in the 201 answer. Revoking a
+token pauses the schedules and pipelines that run on it, and rotating one carries them to the
+new token, each in the same commit (binding.py).
 
 A token names a principal the running estate knows (a user who is in or administers some
 group, an existing pool, a known role) and an optional note without control characters;
@@ -18,7 +20,7 @@ from compiler.models import USER_PATTERN
 from compiler.units import parse_duration
 from klique_util.units import DAY_S, SECOND_MS
 
-from .. import views
+from .. import binding, views
 from ..errors import ApiError
 from ..request import ctx, principal, read_json, reply
 from ..routes import Route
@@ -151,7 +153,7 @@ async def rotate(request: web.Request) -> web.Response:
     grace = _duration_ms(body, "grace") or 0
     expires = _expires_at(body, c.daemon.clock.now())
     rec, token, old = await c.seq.submit(
-        lambda now, ov: c.daemon.prepare_rotate(p, tid, grace, expires, now, ov))
+        lambda now, ov: binding.prepare_rotate(c.daemon, p, tid, grace, expires, now, ov))
     if old.revoked_at is not None:
         _end_polls(c, old.principal)
     answer = {"id": rec.id, "token": token, "principal": rec.principal, "name": rec.name,
@@ -170,7 +172,7 @@ async def revoke(request: web.Request) -> web.Response:
     c = ctx(request)
     p = principal(request)
     tid = request.match_info["id"]
-    await c.seq.submit(lambda now, ov: c.daemon.prepare_revoke(p, tid, now, ov))
+    await c.seq.submit(lambda now, ov: binding.prepare_revoke(c.daemon, p, tid, now, ov))
     rec = c.daemon.tokens.by_id.get(tid)
     if rec is not None:
         _end_polls(c, rec.principal)
