@@ -110,8 +110,8 @@ def register(subparsers) -> None:
     ss.add_argument("--sessions-listen", metavar="HOST:PORT", default=None,
                     help="where the sessions' listener listens: sessions' apps are served "
                          "there only, on an origin other than the API's and the dashboard's "
-                         "(default: the --listen host, a free port chosen at start; the API "
-                         "gives each session's URL)")
+                         "(default: the --listen host and the next port, e.g. 8081 beside "
+                         "8080; the API gives each session's URL)")
     ss.add_argument("--sessions-domain", metavar="DOMAIN", default=None,
                     help="serve each session on a host of its own, <id>.DOMAIN (a wildcard "
                          "DNS name and certificate pointing at --sessions-listen, directly or "

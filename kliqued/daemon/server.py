@@ -102,8 +102,8 @@ class Options:
     """Log compaction's retention after a task ends (compaction.py); negative: off."""
     sessions_listen: str | None = None
     """Where the sessions' listener listens (session_site.py): never the API's origin.
-    None: the ``listen`` host, a free port chosen at start (logged; the API gives each
-    session's URL)."""
+    None: the ``listen`` host and the next port (8081 beside 8080): the same at every
+    start, so a session's URL outlives a restart of the daemon."""
     sessions_domain: str | None = None
     """``--sessions-domain``: each session at ``<id>.<domain>``, routed by Host."""
 
@@ -149,7 +149,8 @@ def _sessions_where(opts: Options, host: str) -> tuple[str, int, tuple[str, str,
     """The sessions' listener's host and port, and ``--sessions-domain`` parsed (scheme,
     domain, port) or None; BadOption or OriginError naming the flag."""
     if opts.sessions_listen is None:
-        s_host, s_port = host, 0
+        _, port = parse_listen(opts.listen)
+        s_host, s_port = host, (port + 1 if 0 < port < 65535 else 0)
     else:
         try:
             s_host, s_port = parse_listen(opts.sessions_listen)
@@ -552,8 +553,8 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     try:
         await session_site.start()
     except OSError as exc:
-        log.error("cannot listen for sessions on %s:%d: %s", s_host, s_port,
-                  exc.strerror or exc)
+        log.error("cannot listen for sessions on %s:%d: %s (choose another port with "
+                  "--sessions-listen HOST:PORT)", s_host, s_port, exc.strerror or exc)
         await session_runner.cleanup()
         await runner.cleanup()
         await seq.stop()
