@@ -105,6 +105,17 @@ def _listen(arg: str | None, first: int = DEFAULT_PORT) -> tuple[str, str | None
                                  "instead (the export lines below say so)")
 
 
+def _sessions_listen(listen: str) -> str:
+    """The sessions' listener beside the API: the API's port + 1 (8081), or the next free
+    one: a port of its own is an origin of its own (docs/decisions.md, sessions)."""
+    host, _, port = listen.rpartition(":")
+    host = host or "127.0.0.1"
+    for candidate in range(int(port) + 1, int(port) + 21):
+        if candidate <= 65535 and _free(host.strip("[]"), candidate):
+            return f"{host}:{candidate}"
+    return f"{host}:0"
+
+
 class AlreadyRunning(Exception):
     """Another kliqued dev holds the directory."""
 
@@ -246,7 +257,8 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
         with open(daemon_log, "a") as fh:
             serve = subprocess.Popen(
                 [sys.executable, "-m", "kliqued.cli", "serve", "--estate", args.estate,
-                 "--db", str(home / "kliqued.duckdb"), "--listen", listen],
+                 "--db", str(home / "kliqued.duckdb"), "--listen", listen,
+                 "--sessions-listen", _sessions_listen(listen)],
                 env=env, stdout=fh, stderr=fh, start_new_session=True,
                 umask=original_umask())  # each sets 077 itself; tasks get the original
         procs.append(("kliqued serve", serve, daemon_log))

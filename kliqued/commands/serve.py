@@ -106,6 +106,18 @@ def register(subparsers) -> None:
                         "(default: %(default)s)")
     p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8080",
                    help="where to listen (default: %(default)s)")
+    ss = p.add_argument_group("sessions (docs/channels.md#sessions)")
+    ss.add_argument("--sessions-listen", metavar="HOST:PORT", default=None,
+                    help="where the sessions' listener listens: sessions' apps are served "
+                         "there only, on an origin other than the API's and the dashboard's "
+                         "(default: the --listen host and the next port, e.g. 8081 beside "
+                         "8080; the API gives each session's URL)")
+    ss.add_argument("--sessions-domain", metavar="DOMAIN", default=None,
+                    help="serve each session on a host of its own, <id>.DOMAIN (a wildcard "
+                         "DNS name and certificate pointing at --sessions-listen, directly or "
+                         "through a proxy): sessions are then separate origins from one "
+                         "another too. DOMAIN may carry a scheme and port, e.g. "
+                         "http://sessions.test:8081 (default scheme https)")
     ha = p.add_argument_group("several daemons on one PostgreSQL database (docs/ha.md)")
     ha.add_argument("--advertise-url", metavar="URL", default=None,
                     help="this daemon's URL as clients reach it: the standbys redirect "
@@ -183,4 +195,6 @@ def run(args: argparse.Namespace) -> int:
                          advertise_url=args.advertise_url, lease_ttl_s=args.lease_ttl,
                          ledger_replica=args.ledger_replica, ledger_role=args.ledger_role,
                          keep_ended=args.keep_ended, snapshot_every=args.snapshot_every,
-                         compact_after_s=args.compact_after))
+                         compact_after_s=args.compact_after,
+                         sessions_listen=args.sessions_listen,
+                         sessions_domain=args.sessions_domain))

@@ -96,9 +96,9 @@ async def input_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def _proxied(request: web.Request) -> bool:
-    """A request to a session's app (``/sessions/{id}/...``): relayed as it is, to the
-    session's owner only; not an API call."""
-    return request.match_info.route.handler is sessions.proxy
+    """A request for a session's app (``/sessions/{id}/...``): not an API call; on this
+    listener it is a 404 (sessions are served by their own, ``session_site``)."""
+    return request.match_info.route.handler is sessions.elsewhere
 
 
 def route_of(request: web.Request) -> Route | None:
@@ -117,7 +117,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if exc is not None:
         raise exc
     if _proxied(request):
-        return await handler(request)  # the session's owner, checked by sessions.proxy
+        return await handler(request)  # no session is served here: sessions.elsewhere
     route = route_of(request)
     if route is None:  # the dashboard (kliqued.web): its own session check
         return await handler(request)
@@ -143,5 +143,5 @@ def make_app(context: Context) -> web.Application:
         else:
             app.router.add_route(r.method, r.path, r.handler)
     web_ui.install(app)  # the dashboard at / (docs/dashboards.md)
-    app.router.add_route("*", sessions.PROXY_PATH, sessions.proxy)
+    app.router.add_route("*", sessions.PROXY_PATH, sessions.elsewhere)
     return app

@@ -124,6 +124,15 @@ class TokenBook:
             return f"token {token_id} is no longer known"
         return rec.refusal(at)
 
+    def seconds_left(self, token_id: str | None, now: int) -> float | None:
+        """How long the token ``token_id`` still works from ``now``: None when it has no
+        expiry, 0 when it no longer works. A browser cookie opened with it lives no longer
+        (the dashboard's, a session's)."""
+        rec = self.by_id.get(token_id or "")
+        if rec is None or rec.refusal(now) is not None:
+            return 0.0
+        return None if rec.expires_at is None else (rec.expires_at - now) / 1000
+
     def authenticate(self, header: str | None, now: int) -> Principal:
         if not header:
             raise ApiError(401, "unauthenticated",

@@ -21,6 +21,7 @@ from .inputs import parse_body
 from .logs import LogStore
 from .loop import Sequencer
 from .openapi import validator
+from .session_origin import SessionOrigin
 from .sessions import Passes
 from .store import Store
 from .tunnels import Tunnels
@@ -43,6 +44,9 @@ class Context:
     """The sessions' tunnels from their workers (in memory: a worker connects again)."""
     session_passes: Passes = field(default_factory=Passes)
     """One-time session links and their cookies (in memory)."""
+    session_origin: SessionOrigin | None = None
+    """Where sessions are served (their own listener, or one subdomain each): never this
+    application's origin. None until the sessions' listener is up."""
     lease: Any = None
     """The leader's lease (``lease.Lease``) with ``--db postgresql://...``; None with a
     DuckDB file (one daemon, always the leader)."""

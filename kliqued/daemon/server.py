@@ -30,6 +30,8 @@ from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
 from .app import Context, make_app
+from .session_origin import OriginError, SessionOrigin, parse_domain
+from .session_site import make_session_app
 from .core import Daemon, WorkerSettings
 from .errors import BadOption, DaemonError, Deposed
 from .gitops import DirSource, Follower, GitSource, Snapshot
@@ -98,6 +100,12 @@ class Options:
     """Events between two snapshots (snapshot.py); 0: none."""
     compact_after_s: float = 30 * 86400.0
     """Log compaction's retention after a task ends (compaction.py); negative: off."""
+    sessions_listen: str | None = None
+    """Where the sessions' listener listens (session_site.py): never the API's origin.
+    None: the ``listen`` host and the next port (8081 beside 8080): the same at every
+    start, so a session's URL outlives a restart of the daemon."""
+    sessions_domain: str | None = None
+    """``--sessions-domain``: each session at ``<id>.<domain>``, routed by Host."""
 
     @property
     def local_db(self) -> str:
@@ -137,6 +145,34 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def _sessions_where(opts: Options, host: str) -> tuple[str, int, tuple[str, str, int | None] | None]:
+    """The sessions' listener's host and port, and ``--sessions-domain`` parsed (scheme,
+    domain, port) or None; BadOption or OriginError naming the flag."""
+    if opts.sessions_listen is None:
+        _, port = parse_listen(opts.listen)
+        s_host, s_port = host, (port + 1 if 0 < port < 65535 else 0)
+    else:
+        try:
+            s_host, s_port = parse_listen(opts.sessions_listen)
+        except BadOption:
+            raise BadOption("--sessions-listen must be HOST:PORT, e.g. 127.0.0.1:8081; found "
+                            f"{opts.sessions_listen!r}") from None
+    domain = parse_domain(opts.sessions_domain) if opts.sessions_domain else None
+    return s_host, s_port, domain
+
+
+def _session_origin(opts: Options, host: str, port: int) -> SessionOrigin:
+    """How sessions' URLs read, once their listener is bound (``port``: the real one)."""
+    _, _, domain = _sessions_where(opts, host)
+    scheme = "https" if opts.tls_cert else "http"
+    if opts.advertise_url:  # the host clients reach, not a wildcard listen address
+        host = opts.advertise_url.split("://", 1)[1].rstrip("/").rsplit(":", 1)[0].strip("[]")
+    base = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
+    if domain is None:
+        return SessionOrigin(base)
+    return SessionOrigin(base, domain=domain[1], scheme=domain[0], port=domain[2])
+
+
 def _banner(token: str, url: str) -> str:
     line = "=" * 78
     return (f"\n{line}\n"
@@ -165,6 +201,11 @@ def serve(opts: Options) -> int:
             and len(opts.advertise_url.split("://", 1)[1].strip("/")) > 0):
         print(f"kliqued serve: --advertise-url must be http://HOST:PORT or https://HOST:PORT; "
               f"found {opts.advertise_url!r}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        _sessions_where(opts, host)
+    except (BadOption, OriginError) as exc:
+        print(f"kliqued serve: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if not opts.lease_ttl_s > 0:
         print("kliqued serve: --lease-ttl must be more than 0", file=sys.stderr)
@@ -506,6 +547,25 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         await seq.stop()
         await runner_task
         return EXIT_ERROR
+    s_host, s_port, _ = _sessions_where(opts, host)
+    session_runner = web.AppRunner(make_session_app(ctx), access_log=None,
+                                   handle_signals=False, shutdown_timeout=5.0)
+    await session_runner.setup()
+    session_site = ListenSite(session_runner, s_host, s_port, limits=limits,
+                              ssl_context=ssl_ctx, backlog=backlog)
+    try:
+        await session_site.start()
+    except OSError as exc:
+        log.error("cannot listen for sessions on %s:%d: %s (choose another port with "
+                  "--sessions-listen HOST:PORT)", s_host, s_port, exc.strerror or exc)
+        await session_runner.cleanup()
+        await runner.cleanup()
+        await seq.stop()
+        await runner_task
+        return EXIT_ERROR
+    bound = session_site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    ctx.session_origin = _session_origin(opts, s_host, bound)
+    log.info("sessions served at %s", ctx.session_origin.url("t-ID"))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -543,6 +603,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     for t in background:
         t.cancel()
     await asyncio.gather(*background, return_exceptions=True)
+    await session_runner.cleanup()
     await runner.cleanup()
     await seq.stop()
     await runner_task

@@ -101,28 +101,33 @@ def state(rec: TaskRecord) -> str:
     return reason if reason.startswith("stopped: idle") else end_text(rec)
 
 
-def url(base: str, task: str) -> str:
-    return f"{base.rstrip('/')}{PREFIX}{task}/"
-
-
-def view(rec: TaskRecord, base: str, connected: bool) -> dict[str, Any]:
+def view(rec: TaskRecord, url: str, connected: bool) -> dict[str, Any]:
+    """``url``: where the session is served (``SessionOrigin.url``), never the control
+    plane's own origin."""
     idle = {k[5:]: v for k, v in rec.labels.items() if k.startswith("idle.")}
     return {"id": rec.id, "user": rec.user, "resource": rec.resource,
-            "app": rec.labels.get(APP_LABEL), "state": state(rec), "url": url(base, rec.id),
+            "app": rec.labels.get(APP_LABEL), "state": state(rec), "url": url,
             "idle": idle, "connected": connected, "task": rec.id}
 
 
 # reaching a session from a browser --------------------------------------------------------
 LINK_TTL_S = 120.0
+COOKIE_TTL_S = 12 * 3600.0
+"""A session's browser cookie lasts a working day at most, as the dashboard's does; the
+token that asked for its link may end it sooner (its expiry, a revocation)."""
 COOKIE = "klique_app_session"
-"""Not the dashboard's ``klique_session`` (kliqued/web/session.py), which the browser sends
-to every path, the sessions' included: the proxy strips both before the app sees them."""
+"""Not the dashboard's ``klique_session`` (kliqued/web/session.py); both start with
+``klique_``, which the sessions' listener never passes to an app nor lets an app set
+(session_origin.py)."""
 
 
 @dataclass(frozen=True)
 class Pass:
     task: str
     user: str
+    token_id: str
+    """The token that asked for the link: the cookie is worth nothing once it is revoked or
+    expired (checked at every request, ``holder``)."""
     expires: float  # monotonic
 
 
@@ -130,31 +135,51 @@ class Passes:
     """One-time links and the cookies they turn into, in memory (a restarted daemon asks for
     a new link): a browser cannot send a bearer token, so ``kliqued session open`` (``POST
     /v1/sessions/{id}/link``) gives a link valid once for two minutes; following it sets a
-    cookie bound to that session and user, valid while the session runs."""
+    cookie bound to that session, user and token, valid while the session runs, the token
+    works and ``COOKIE_TTL_S`` (or the token's expiry, if sooner) has not passed."""
 
     def __init__(self) -> None:
         self.tickets: dict[str, Pass] = {}
         self.cookies: dict[str, Pass] = {}
 
-    def link(self, task: str, user: str) -> str:
+    def link(self, task: str, user: str, token_id: str) -> str:
         self._prune()
         ticket = secrets.token_urlsafe(32)
-        self.tickets[ticket] = Pass(task, user, time.monotonic() + LINK_TTL_S)
+        self.tickets[ticket] = Pass(task, user, token_id, time.monotonic() + LINK_TTL_S)
         return ticket
 
-    def redeem(self, ticket: str, task: str) -> str | None:
-        """A new cookie for a valid ticket of ``task`` (the ticket is spent); else None."""
+    def redeem(self, ticket: str, task: str, life_s: Callable[[str], float | None]
+               ) -> tuple[str, int] | None:
+        """A new cookie for a valid ticket of ``task`` (the ticket is spent) and its max age
+        in seconds; else None. ``life_s(token_id)`` is how long the link's token still works
+        (None: no expiry; 0 or less: it no longer does)."""
         p = self.tickets.get(ticket)
         if p is None or p.task != task or p.expires < time.monotonic():
             return None
         del self.tickets[ticket]
+        left = life_s(p.token_id)
+        ttl = COOKIE_TTL_S if left is None else min(COOKIE_TTL_S, left)
+        if ttl < 1:
+            return None
         cookie = secrets.token_urlsafe(32)
-        self.cookies[cookie] = Pass(task, p.user, float("inf"))
-        return cookie
+        self.cookies[cookie] = Pass(task, p.user, p.token_id, time.monotonic() + ttl)
+        return cookie, int(ttl)
 
-    def cookie_user(self, cookie: str, task: str) -> str | None:
-        p = self.cookies.get(cookie)
-        return p.user if p is not None and p.task == task else None
+    def holder(self, cookies: list[str], task: str, usable: Callable[[str], bool]
+               ) -> str | None:
+        """The user a cookie among ``cookies`` (every value the browser sent) lets into
+        ``task``: bound to it, not expired, its token still ``usable``; else None. A cookie
+        whose token no longer works is forgotten."""
+        now = time.monotonic()
+        for cookie in cookies:
+            p = self.cookies.get(cookie)
+            if p is None or p.task != task:
+                continue
+            if p.expires <= now or not usable(p.token_id):
+                del self.cookies[cookie]
+                continue
+            return p.user
+        return None
 
     def forget(self, task: str) -> None:
         """The session ended: its links and cookies are worth nothing any more."""
@@ -164,10 +189,14 @@ class Passes:
 
     def drop_ended(self, ended: Callable[[str], bool]) -> None:
         """Forgets the links and cookies of every session ``ended`` says has ended (those
-        that ended with nobody opening them again), so they cannot pile up."""
+        that ended with nobody opening them again), and expired cookies, so they cannot pile
+        up."""
         for task in {p.task for t in (self.tickets, self.cookies) for p in t.values()}:
             if ended(task):
                 self.forget(task)
+        now = time.monotonic()
+        for key in [k for k, p in self.cookies.items() if p.expires <= now]:
+            del self.cookies[key]
 
     def _prune(self) -> None:
         now = time.monotonic()

@@ -76,6 +76,9 @@ def html(request: web.Request, template: str, http_status: int = 200, **values: 
     text = state(request).env.get_template(template).render(**values)
     resp = web.Response(text=text, status=http_status, content_type="text/html", charset="utf-8")
     resp.headers["Content-Security-Policy"] = CSP
+    resp.headers["X-Frame-Options"] = "DENY"  # frame-ancestors' fallback: no session frames it
+    resp.headers["Cross-Origin-Opener-Policy"] = "same-origin"
+    resp.headers["Cross-Origin-Resource-Policy"] = "same-origin"
     resp.headers["X-Content-Type-Options"] = "nosniff"
     resp.headers["Referrer-Policy"] = "same-origin"
     resp.headers["Cache-Control"] = "no-store"
@@ -106,8 +109,7 @@ def signed_in(request: web.Request) -> tuple[Session | None, Principal | None, s
     """The session of the request and its principal; a session whose token was revoked or
     expired is closed, and the reason returned."""
     w = state(request)
-    sid = request.cookies.get(session.COOKIE)
-    s = w.sessions.get(sid)
+    sid, s = w.sessions.find(session.cookie_values(request))
     if s is None:
         return None, None, None
     d = ctx(request).daemon

@@ -5,7 +5,15 @@ as the API does (``TokenBook.authenticate``) and answers with a random session i
 (HttpOnly, SameSite=Strict, Secure over TLS). The store is server-side and in memory: a
 session names the token it was opened with, so revoking or expiring that token ends the
 session at its next request, and signing out ends it at once (a signed cookie could not be
-withdrawn). A restart signs everyone out, which costs a paste of the token.
+withdrawn). The cookie itself expires (Max-Age) after ``TTL_S`` or when the token expires,
+whichever is sooner, so a browser does not keep it past either. A restart signs everyone
+out, which costs a paste of the token.
+
+A page of another port of this host (a session's app on the sessions' listener: cookies are
+scoped by host, not port) may plant a ``klique_session`` cookie with a longer path beside
+the real one; the browser then sends both. So every value sent is looked at, a value that
+is no open session is ignored, and two different open sessions in one request are none
+(``Sessions.find``).
 
 CSRF: every POST must carry the session's own random ``csrf`` value in its form (the
 synchroniser token), and a POST whose ``Origin`` names another site is refused before that,
@@ -24,6 +32,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from aiohttp import web
+
+from kliqued.daemon.session_origin import cookie_values as _values
 
 COOKIE = "klique_session"
 TTL_S = 12 * 3600
@@ -55,10 +65,13 @@ class Sessions:
         self.cap = cap
         self._by_key: OrderedDict[str, Session] = OrderedDict()
 
-    def open(self, token_id: str, principal: str) -> tuple[str, Session]:
+    def open(self, token_id: str, principal: str, token_left_s: float | None = None
+             ) -> tuple[str, Session]:
+        """A new session of ``token_id``; it ends after ``ttl_s``, or in ``token_left_s``
+        (the token's own expiry) if sooner."""
         sid = secrets.token_urlsafe(32)
-        s = Session(token_id, principal, secrets.token_urlsafe(32),
-                    time.monotonic() + self.ttl_s)
+        ttl = self.ttl_s if token_left_s is None else min(self.ttl_s, token_left_s)
+        s = Session(token_id, principal, secrets.token_urlsafe(32), time.monotonic() + ttl)
         self._by_key[_key(sid)] = s
         while len(self._by_key) > self.cap:
             self._by_key.popitem(last=False)
@@ -74,6 +87,14 @@ class Sessions:
             return None
         return s
 
+    def find(self, sids: list[str]) -> tuple[str | None, Session | None]:
+        """The one open session among the cookie values a request sent (see the module's
+        docstring); (None, None) when there is none, or more than one."""
+        found = {sid: s for sid in sids if (s := self.get(sid)) is not None}
+        if len(found) != 1:
+            return None, None
+        return next(iter(found.items()))
+
     def close(self, sid: str | None) -> None:
         if sid:
             self._by_key.pop(_key(sid), None)
@@ -82,9 +103,15 @@ class Sessions:
         return len(self._by_key)
 
 
-def set_cookie(request: web.Request, resp: web.StreamResponse, sid: str, ttl_s: float) -> None:
-    resp.set_cookie(COOKIE, sid, max_age=int(ttl_s), path="/", httponly=True,
-                    samesite="Strict", secure=request.secure)
+def cookie_values(request: web.Request) -> list[str]:
+    """Every ``klique_session`` value the request sent."""
+    return _values(request.headers.get("Cookie", ""), COOKIE)
+
+
+def set_cookie(request: web.Request, resp: web.StreamResponse, sid: str, s: Session) -> None:
+    """The cookie expires with the session: ``TTL_S`` or the token's expiry."""
+    resp.set_cookie(COOKIE, sid, max_age=max(0, int(s.expires - time.monotonic())), path="/",
+                    httponly=True, samesite="Strict", secure=request.secure)
 
 
 def clear_cookie(request: web.Request, resp: web.StreamResponse) -> None:

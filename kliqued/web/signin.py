@@ -57,9 +57,10 @@ async def signin(request: web.Request) -> web.StreamResponse:
         return html(request, "signin.html", 401, next=target, why=None, error=problem,
                     **chrome(request, None, None, None))
     w = state(request)
-    sid, _ = w.sessions.open(p.token_id, p.text)
+    sid, s = w.sessions.open(p.token_id, p.text, d.tokens.seconds_left(p.token_id,
+                                                                       d.clock.now()))
     resp = redirect(target if target != "/" else f"/{_home(d, p)}")
-    session.set_cookie(request, resp, sid, w.sessions.ttl_s)
+    session.set_cookie(request, resp, sid, s)
     return resp
 
 
@@ -77,7 +78,8 @@ async def signout(request: web.Request) -> web.StreamResponse:
     if s is not None and not session.csrf_ok(s, form.get("csrf")):  # type: ignore[arg-type]
         return error(request, 403, "sign-out refused: the form's csrf value is missing or "
                      "wrong (reload the page and try again)", s, p)
-    state(request).sessions.close(request.cookies.get(session.COOKIE))
+    for sid in session.cookie_values(request):
+        state(request).sessions.close(sid)
     resp = redirect("/signin")
     session.clear_cookie(request, resp)
     return resp

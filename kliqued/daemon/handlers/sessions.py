@@ -1,5 +1,6 @@
 """Sessions: start, list, get, stop, a browser link, the worker's tunnel, and the proxy that
-serves ``/sessions/{id}/...`` through it (docs/channels.md, "Sessions").
+serves ``/sessions/{id}/...`` through it on the sessions' own listener, never on the control
+plane's origin (``session_site``; docs/channels.md, "Sessions").
 
 A session is started by a user and is reached by that user only: its URL answers the
 owner's token (``Authorization: Bearer``) or the cookie a one-time link sets; another user's
@@ -18,9 +19,7 @@ from multidict import CIMultiDict
 
 from klique_util.tunnel import MAX_FRAME, b64, forwardable, unb64
 from kliqued.engine import SubmissionError, check_submission
-from kliqued.web.session import COOKIE as DASHBOARD_COOKIE
-
-from .. import fleet, history, sessions, views
+from .. import fleet, history, session_origin, sessions, views
 from ..errors import ApiError, bad_request, forbidden, not_found
 from ..leases import CLOSED, FENCED
 from ..records import TaskRecord
@@ -33,8 +32,14 @@ from .tasks import PEOPLE, SEE_TASK, _visible
 from .workers import _audited, _key_hash
 
 
-def _base(request: web.Request) -> str:
-    return ctx(request).server_url or str(request.url.origin())
+def _url(request: web.Request, task: str) -> str:
+    """The session's URL on its own origin (``--sessions-domain``, or the sessions'
+    listener)."""
+    origin = ctx(request).session_origin
+    if origin is None:
+        raise ApiError(503, "sessions-unavailable", "the sessions' listener is not up on "
+                       "this daemon: ask the leader")
+    return origin.url(task)
 
 
 async def _session(request: web.Request) -> TaskRecord:
@@ -49,7 +54,8 @@ async def _session(request: web.Request) -> TaskRecord:
 
 
 def _view(request: web.Request, rec: TaskRecord) -> dict[str, Any]:
-    return sessions.view(rec, _base(request), ctx(request).tunnels.get(rec.id, rec.epoch) is not None)
+    return sessions.view(rec, _url(request, rec.id),
+                         ctx(request).tunnels.get(rec.id, rec.epoch) is not None)
 
 
 async def start(request: web.Request) -> web.Response:
@@ -119,8 +125,9 @@ async def link(request: web.Request) -> web.Response:
         raise forbidden(f"session {rec.id} is {rec.user}'s: only its owner may open it")
     c.session_passes.drop_ended(lambda tid: tid not in c.daemon.records
                                 or c.daemon.records[tid].state == "ended")
-    ticket = c.session_passes.link(rec.id, p.name)
-    return reply({"url": f"{sessions.url(_base(request), rec.id)}?klique_ticket={ticket}",
+    assert p.token_id is not None  # a user's token: the cookie ends with it
+    ticket = c.session_passes.link(rec.id, p.name, p.token_id)
+    return reply({"url": f"{_url(request, rec.id)}?klique_ticket={ticket}",
                   "expires_in_s": int(sessions.LINK_TTL_S)})
 
 
@@ -149,45 +156,73 @@ async def tunnel(request: web.Request) -> web.StreamResponse:
 
 
 # the proxy ------------------------------------------------------------------------------
-_OURS = (sessions.COOKIE + "=", DASHBOARD_COOKIE + "=")
-
-
-def _without_our_cookies(header: str) -> str:
-    """The Cookie header less the control plane's own cookies (this session's and the
-    dashboard's sign-in): the app must never hold them."""
-    return "; ".join(part for part in (s.strip() for s in header.split(";"))
-                     if part and not part.startswith(_OURS))
-
-
 def _owner(request: web.Request, c: Context, rec: TaskRecord) -> web.StreamResponse | None:
     """None when the caller is the session's owner; a redirect that sets the cookie for a
-    one-time link; an ApiError (401, 403) otherwise."""
+    one-time link; an ApiError (401, 403) otherwise. The cookie is checked against the token
+    that asked for its link at every request: revoked or expired, the cookie is refused."""
+    d = c.daemon
     ticket = request.query.get("klique_ticket")
     if ticket is not None:
-        cookie = c.session_passes.redeem(ticket, rec.id)
-        if cookie is None:
+        made = c.session_passes.redeem(
+            ticket, rec.id, lambda tid: d.tokens.seconds_left(tid, d.clock.now()))
+        if made is None:
             raise ApiError(401, "unauthenticated", "this session link was used already or "
                            f"has expired: run `kliqued session open {rec.id}` for a new one")
+        cookie, max_age = made
         query = [(k, v) for k, v in request.query.items() if k != "klique_ticket"]
         target = request.rel_url.with_query(query) if query else request.rel_url.with_query(None)
         resp = web.HTTPSeeOther(str(target))
         resp.set_cookie(sessions.COOKIE, cookie, path=f"{sessions.PREFIX}{rec.id}/",
-                        httponly=True, samesite="Lax", secure=request.secure)
+                        max_age=max_age, httponly=True, samesite="Lax",
+                        secure=request.secure)
         return resp
     auth = request.headers.get("Authorization")
     if auth is not None:
-        d = c.daemon
         p = d.tokens.authenticate(auth, d.clock.now())
         if not (p.is_user and p.name == rec.user):
             raise forbidden(f"{p.text} may not use session {rec.id}: a session is reached by "
                             "the user who started it only")
         return None
-    cookie = request.cookies.get(sessions.COOKIE)
-    if cookie is not None and c.session_passes.cookie_user(cookie, rec.id) == rec.user:
+    cookies = session_origin.cookie_values(request.headers.get("Cookie", ""), sessions.COOKIE)
+    user = c.session_passes.holder(cookies, rec.id,
+                                   lambda tid: d.tokens.usable(tid, d.clock.now()))
+    if user == rec.user:
+        _same_origin(request, rec.id)
         return None
     raise ApiError(401, "unauthenticated", f"session {rec.id} is reached with its owner's "
                    "token (Authorization: Bearer) or from the link `kliqued session open "
-                   f"{rec.id}` prints")
+                   f"{rec.id}` prints (a link's cookie ends with the token that asked for "
+                   "it)")
+
+
+def _same_origin(request: web.Request, task: str) -> None:
+    """A request carrying the session's cookie must come from the session's own page when it
+    says where it comes from (``Origin``: fetches, form posts, every WebSocket): another
+    page of the same site (another session's, under ``--sessions-domain``) could otherwise
+    drive this session with the browser's cookie, as SameSite does not tell subdomains
+    apart."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    if origin == "null" or origin.split("://", 1)[-1].rstrip("/").lower() \
+            != request.host.lower():
+        raise forbidden(f"session {task}: a request from {origin} may not use this "
+                        "session's cookie (only the session's own pages may)")
+
+
+def _answer_headers(answer: list[list[str]], prefix: str) -> CIMultiDict[str]:
+    """The app's answer headers as the browser gets them: hop-by-hop ones dropped
+    (``forwardable``), then ``session_origin.DROPPED`` and every ``Set-Cookie`` the session
+    may not set (the sessions' own security headers are added by ``session_site``)."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for k, v in forwardable((str(h[0]), str(h[1])) for h in answer):
+        name = k.lower()
+        if name in session_origin.DROPPED:
+            continue
+        if name == "set-cookie" and session_origin.set_cookie_refusal(v, prefix) is not None:
+            continue
+        out.add(k, v)
+    return out
 
 
 async def proxy(request: web.Request) -> web.StreamResponse:
@@ -207,14 +242,14 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         raise ApiError(503, "session-starting", f"session {tid} is {sessions.state(rec)}; "
                        "its app is not reachable yet: try again in a few seconds")
     headers = forwardable(request.headers.items(), frozenset({"authorization", "cookie"}))
-    cookie = _without_our_cookies(request.headers.get("Cookie", ""))
+    cookie = session_origin.app_cookies(request.headers.get("Cookie", ""))
     if cookie:
         headers.append(["Cookie", cookie])
     path = request.rel_url.raw_path_qs  # origin-form, whatever form the client sent
     if request.headers.get("Upgrade", "").lower() == "websocket":
         return await _relay_ws(request, tun, path, headers)
     answer = await tun.request(request.method, path, headers, await request.read())
-    out = CIMultiDict((k, v) for k, v in forwardable(tuple(h) for h in answer["headers"]))
+    out = _answer_headers(answer["headers"], f"{sessions.PREFIX}{tid}/")
     return web.Response(status=answer["status"], body=answer["body"], headers=out)
 
 
@@ -259,5 +294,12 @@ ROUTES = [
           rule="the worker holding the session's lease"),
 ]
 PROXY_PATH = "/sessions/{id}/{tail:.*}"
-"""Served beside the API, outside its route table: any method, the owner's token or
-cookie checked by ``proxy`` itself (``_owner``)."""
+"""Served by the sessions' listener only (``session_site``), outside the API's route table:
+any method, the owner's token or cookie checked by ``proxy`` itself (``_owner``)."""
+
+
+async def elsewhere(request: web.Request) -> web.StreamResponse:
+    """``/sessions/...`` on the control plane's own listener: 404, saying where sessions
+    are. A session's page served here would run as the dashboard."""
+    raise not_found("sessions are not served on the control plane's origin: "
+                    "GET /v1/sessions/{id} gives a session's URL, on its own origin")
