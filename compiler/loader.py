@@ -26,6 +26,35 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_NODES = 1_000_000
 """Nodes one file may expand to through aliases: far above any real estate (an XL estate of
 10,000 compute resources is about 200,000), far below what exhausts memory."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and sequences: an estate or a pipeline is a handful of levels
+deep; far deeper only makes the recursive later stages (models, canonical JSON) fail."""
+NODES_FLOOR = 10_000
+NODES_PER_BYTE = 16
+"""Aliases may expand a file to at most ``NODES_FLOOR + NODES_PER_BYTE * its size`` values
+(and never past ``Limits.max_nodes``). Written out, a value takes at least two bytes, so no
+file without aliases comes near it, and sharing a block among many items stays well within;
+a few kilobytes of aliases of aliases ("billion laughs") are refused after tens of
+thousands of values, not a million: every later stage's cost follows the expanded size."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds of one kind of YAML file, checked by :func:`load_yaml` before anything else
+    reads the tree. Every YAML the daemon parses goes through it with its kind's limits
+    (``ESTATE`` here; pipelines: ``kliqued.schedule.pipeline.LIMITS``)."""
+
+    max_bytes: int = MAX_FILE_BYTES
+    max_nodes: int = MAX_NODES
+    max_depth: int = MAX_DEPTH
+    too_large_hint: str = "split the estate over several files"
+
+    def nodes_for(self, size: int) -> int:
+        """The values a file of ``size`` bytes may expand to through aliases."""
+        return min(self.max_nodes, NODES_FLOOR + NODES_PER_BYTE * size)
+
+
+ESTATE = Limits()
 
 
 class _Constructor(RoundTripConstructor):
@@ -161,6 +190,43 @@ def _mark_position(file: str, mark: Any) -> Position | None:
     return Position(file, mark.line + 1, mark.column + 1)
 
 
+SAFE_NESTING = 5_000
+"""Nesting the composers surely survive: libyaml's (through ruamel.yaml.clib) recurses in C
+per level and crashes the whole process somewhere past 20,000 levels, so a file that might
+go deeper is measured on the parser's events (flat) first."""
+
+
+def _nesting_bound(text: str) -> int:
+    """An upper bound on the file's nesting, at C speed: a flow level needs a ``[`` or
+    ``{`` somewhere, and a block level is indented deeper than its parent (two levels per
+    column at most, a sequence under a key at the key's column)."""
+    widest = max(map(len, text.splitlines()), default=0)
+    return text.count("[") + text.count("{") + 2 * widest + 2
+
+
+def _too_deep(file: str, text: str, max_depth: int) -> Diagnostic | None:
+    """Refuses nesting beyond ``max_depth`` before any composer sees the file (see
+    ``SAFE_NESTING``); the events are read only when the cheap bound cannot rule it out."""
+    if _nesting_bound(text) <= SAFE_NESTING:
+        return None
+    from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
+    depth = 0
+    try:
+        for ev in YAML(typ="safe", pure=not HAVE_C_PARSER).parse(text):
+            if isinstance(ev, CollectionStartEvent):
+                depth += 1
+                if depth > max_depth:
+                    return error("yaml-depth-limit",
+                                 f"the file nests deeper than {max_depth} levels",
+                                 _mark_position(file, ev.start_mark) or Position(file),
+                                 "flatten the nesting")
+            elif isinstance(ev, CollectionEndEvent):
+                depth -= 1
+    except (YAMLError, ValueError):
+        return None  # malformed: the loader below reports it with its place
+    return None
+
+
 def _load_tree(text: str) -> Any:
     """The C parser first; on any syntax error the pure YAML 1.2 parser decides, because
     libyaml is stricter in places (a time like 12:00 inside a flow mapping)."""
@@ -174,16 +240,22 @@ def _load_tree(text: str) -> Any:
     return _yaml().load(text)
 
 
-def load_yaml(file: str, data: bytes) -> LoadedYaml:
-    """Parse one file. Never raises for bad input: problems come back as diagnostics."""
+def _size(n: int) -> str:
+    if n >= 1048576:
+        return f"{n / 1048576:.1f} MiB".replace(".0 MiB", " MiB")
+    return f"{n / 1024:.1f} KiB".replace(".0 KiB", " KiB")
+
+
+def load_yaml(file: str, data: bytes, limits: Limits = ESTATE) -> LoadedYaml:
+    """Parse one file within ``limits``. Never raises for bad input: problems come back as
+    diagnostics."""
     out = LoadedYaml(file)
-    if len(data) > MAX_FILE_BYTES:
+    if len(data) > limits.max_bytes:
         out.diagnostics.append(error(
             "yaml-too-large",
-            f"the file is {len(data) / 1048576:.1f} MiB; the limit is "
-            f"{MAX_FILE_BYTES // 1048576} MiB",
+            f"the file is {_size(len(data))}; the limit is {_size(limits.max_bytes)}",
             Position(file),
-            "split the estate over several files",
+            limits.too_large_hint,
         ))
         return out
     text = _decode(file, data)
@@ -193,6 +265,10 @@ def load_yaml(file: str, data: bytes) -> LoadedYaml:
     tabs = _tab_indents(file, text)
     if tabs:
         out.diagnostics.extend(tabs)
+        return out
+    deep = _too_deep(file, text, limits.max_depth)
+    if deep is not None:
+        out.diagnostics.append(deep)
         return out
     try:
         root = _load_tree(text)
@@ -214,17 +290,23 @@ def load_yaml(file: str, data: bytes) -> LoadedYaml:
         ))
         return out
     except MarkedYAMLError as exc:
-        problem = (exc.problem or exc.context or "malformed YAML").strip()
+        problem = (exc.problem or exc.context or "malformed YAML").strip()[:300]
         out.diagnostics.append(error(
             "yaml-syntax",
             f"malformed YAML: {problem}",
             _mark_position(file, exc.problem_mark or exc.context_mark) or Position(file),
         ))
         return out
-    except (YAMLError, RecursionError, ValueError) as exc:
-        out.diagnostics.append(error("yaml-syntax", f"malformed YAML: {exc}", Position(file)))
+    except RecursionError:
+        out.diagnostics.append(error(
+            "yaml-depth-limit", f"the file nests deeper than {limits.max_depth} levels",
+            Position(file), "flatten the nesting"))
         return out
-    size_diag = check_expansion(file, root)
+    except (YAMLError, ValueError) as exc:
+        out.diagnostics.append(error("yaml-syntax", f"malformed YAML: {str(exc)[:300]}",
+                                     Position(file)))
+        return out
+    size_diag = check_expansion(file, root, limits.nodes_for(len(data)), limits.max_depth)
     if size_diag is not None:
         out.diagnostics.append(size_diag)
         return out
@@ -232,14 +314,15 @@ def load_yaml(file: str, data: bytes) -> LoadedYaml:
     return out
 
 
-def load_yaml_path(path: str, code: str = "yaml-read") -> LoadedYaml:
+def load_yaml_path(path: str, code: str = "yaml-read",
+                   limits: Limits = ESTATE) -> LoadedYaml:
     """Reads and parses one file; an unreadable file is a diagnostic (``code``) too."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         return LoadedYaml(path, None, [error(code, f"cannot read: {exc.strerror or exc}",
                                              Position(path))])
-    return load_yaml(path, data)
+    return load_yaml(path, data, limits)
 
 
 def _duplicate_key_name(exc: DuplicateKeyError) -> str:
@@ -250,26 +333,36 @@ def _duplicate_key_name(exc: DuplicateKeyError) -> str:
     return "found"
 
 
-def check_expansion(file: str, root: Any) -> Diagnostic | None:
-    """Counts the nodes the tree expands to (aliases included) up to MAX_NODES, and finds
-    aliases that contain themselves; both would make later stages loop or exhaust memory."""
+def check_expansion(file: str, root: Any, max_nodes: int = MAX_NODES,
+                    max_depth: int = MAX_DEPTH) -> Diagnostic | None:
+    """Counts the nodes the tree expands to (aliases included) up to ``max_nodes``, checks
+    the nesting up to ``max_depth``, and finds aliases that contain themselves; each would
+    make later stages loop, recurse too deep or exhaust memory. It stops at the first
+    excess, so its own cost is bounded by the limits, and it names the mapping or sequence
+    where the excess was reached (the alias's place)."""
     count = 0
-    stack: list[tuple[Any, int]] = [(root, 0)]
+    stack: list[tuple[Any, int, Any]] = [(root, 0, root)]
     on_path: dict[int, int] = {}
     path: list[int] = []
     while stack:
-        node, depth = stack.pop()
+        node, depth, parent = stack.pop()
         while len(path) > depth:
             on_path.pop(path.pop(), None)
         count += 1
-        if count > MAX_NODES:
+        container = isinstance(node, (dict, list))
+        if count > max_nodes:
             return error(
                 "yaml-alias-limit",
-                f"the file expands to more than {MAX_NODES:,} values through aliases",
-                Position(file, 1, 1),
+                f"the file expands to more than {max_nodes:,} values through aliases "
+                f"(the alias limit for a file of its size)",
+                _node_position(file, node if container else parent),
                 "write the values out, or use fewer nested aliases",
             )
-        if isinstance(node, (dict, list)):
+        if container:
+            if depth >= max_depth:
+                return error("yaml-depth-limit",
+                             f"the file nests deeper than {max_depth} levels",
+                             _node_position(file, node), "flatten the nesting")
             if id(node) in on_path:
                 return error("yaml-alias-limit", "an alias refers to a node that contains it",
                              _node_position(file, node), "remove the recursive alias")
@@ -277,7 +370,7 @@ def check_expansion(file: str, root: Any) -> Diagnostic | None:
             path.append(id(node))
             children = node.values() if isinstance(node, dict) else node
             for child in children:
-                stack.append((child, depth + 1))
+                stack.append((child, depth + 1, node))
     return None
 
 

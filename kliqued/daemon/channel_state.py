@@ -6,14 +6,18 @@ read it and prepare the changes.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from kliqued.schedule import cron as when  # (a Schedule has a field named cron)
 from kliqued.schedule import pipeline as P
 
-from .errors import not_found
+from . import pipeline_cache
+from .errors import ApiError, not_found
 from .ids import IdMaker
+
+log = logging.getLogger(__name__)
 
 CONCURRENCY = ("allow", "forbid", "replace")
 STATES = ("active", "paused", "stopped", "deleted")
@@ -63,6 +67,12 @@ class Schedule:
     """Submitted runs whose task or pipeline may still run (for ``forbid``/``replace``)."""
 
     _next: tuple[int, int | None] | None = field(default=None, repr=False, compare=False)
+    parsed: P.Parsed | None = field(default=None, repr=False, compare=False)
+    """Its pipeline file, parsed once when it was made (or rebuilt): each run binds its
+    parameters to this, no run reads the file again."""
+    invalid: str | None = field(default=None, repr=False, compare=False)
+    """Why its pipeline file no longer loads (a rebuilt schedule under stricter limits): its
+    runs fail with it."""
 
     def next_due(self) -> int | None:
         """The first due time after the cursor (cached per cursor: the loop asks every
@@ -102,6 +112,11 @@ class ScheduleBook:
                      data.get("missed") or "run-once", data.get("deadline_s"),
                      data.get("name"), token=data.get("token"),
                      cursor=data.get("cursor") or at)
+        if s.pipeline is not None:
+            try:
+                s.parsed = pipeline_cache.load(s.pipeline).parsed
+            except ApiError as exc:
+                s.invalid = exc.message
         self.items[s.id] = s
         self.ids.seed(s.id)
         return s
@@ -174,11 +189,21 @@ class PipelineBook:
         cancelled."""
         return [p for p in self.items.values() if p.state in ("running", "paused")]
 
-    def on_started(self, data: dict[str, Any], at: int) -> PipelineRun:
-        loaded = P.load(data["file"], data["text"], data.get("params") or {})
-        pr = PipelineRun(data["id"], data["owner"], data["name"], data["file"], data["text"],
-                         dict(loaded.params), at, loaded, data.get("schedule"),
-                         data.get("token"))
+    def on_started(self, data: dict[str, Any], at: int) -> PipelineRun | None:
+        """The file's parsed form is found in ``pipeline_cache`` (the handler or the
+        schedule parsed it): a run does not parse it again, and shares it (and its text)
+        with the other runs of it. A logged run whose file no longer loads (stricter
+        limits since) is skipped with a warning rather than stopping the replay."""
+        try:
+            loaded = pipeline_cache.load(data)
+        except ApiError as exc:
+            log.warning("pipeline %s is not rebuilt: its file no longer loads: %s",
+                        data["id"], exc.message)
+            self.ids.seed(data["id"])
+            return None
+        pr = PipelineRun(data["id"], data["owner"], data["name"], data["file"],
+                         loaded.parsed.text, dict(loaded.params), at, loaded,
+                         data.get("schedule"), data.get("token"))
         pr.steps = {s.name: P.StepRun(s.name) for s in loaded.spec.steps}
         self.items[pr.id] = pr
         self.ids.seed(pr.id)

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import pipeline as P
 
-from . import reducers
+from . import pipeline_cache, reducers
 from .auth import Principal
 from .channel_state import PipelineRun
 from .channels import prepare_as_owner, sent
@@ -39,14 +39,9 @@ MAX_RUNNING_PER_OWNER = 100
 
 
 def load_for(spec: dict[str, Any]) -> P.Loaded:
-    """A stored pipeline (``{file, text, params}``) loaded again; a 422 naming each
-    problem."""
-    try:
-        return P.load(spec.get("file") or "pipeline.yaml", spec.get("text") or "",
-                      spec.get("params") or {})
-    except P.PipelineError as exc:
-        raise ApiError(422, "invalid-pipeline", "; ".join(exc.errors),
-                       {"errors": exc.errors}) from None
+    """A stored pipeline (``{file, text, params}``), parsed only if no one holds its parsed
+    form (``pipeline_cache``); a 422 naming each problem (at most ``P.MAX_ERRORS``)."""
+    return pipeline_cache.load(spec)
 
 
 def check_access(d: Daemon, owner: str, loaded: P.Loaded, file: str) -> None:
@@ -108,11 +103,13 @@ def view(d: Daemon, pr: PipelineRun, known: Mapping[str, TaskRecord] | None = No
 
 
 def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: Overlay,
-                  schedule: str | None = None) -> Prepared:
+                  schedule: str | None = None, loaded: P.Loaded | None = None) -> Prepared:
     """A new run of the pipeline ``spec`` ({file, text, params}) by user ``p``: loaded,
     every step checked for the user, then ``pipeline_started``; the loop sends the first
-    steps."""
-    loaded = load_for(spec)
+    steps. ``loaded``: the file already parsed (by the handler, off the event loop, or the
+    schedule's), so that preparing in the sequencer reads no file."""
+    if loaded is None:
+        loaded = load_for(spec)
     file = spec.get("file") or "pipeline.yaml"
     check_access(d, p.name, loaded, file)
     running = sum(r.owner == p.name for r in d.pipelines.unended())
@@ -126,7 +123,7 @@ def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: O
     ev = Event("pipeline_started", None, p.text, d.idx().revision, None, p.name,
                {"id": pid, "owner": p.name, "token": p.token_id,
                 "name": loaded.spec.pipeline, "file": file,
-                "text": spec.get("text") or "", "params": loaded.params,
+                "text": loaded.parsed.text, "params": loaded.params,
                 "schedule": schedule})
 
     def apply() -> str:

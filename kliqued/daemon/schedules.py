@@ -23,8 +23,9 @@ from typing import Any, Mapping
 
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron as when
+from kliqued.schedule import pipeline as P
 
-from . import pipelines, reducers
+from . import pipeline_cache, pipelines, reducers
 from .auth import Principal
 from .channel_state import Run, Schedule
 from .channels import prepare_as_owner, sent
@@ -278,7 +279,8 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
     try:
         if s.pipeline is not None:
             sub = pipelines.prepare_start(d, Principal("user", s.owner, s.token),
-                                          s.pipeline, now, ov, schedule=s.id)
+                                          s.pipeline, now, ov, schedule=s.id,
+                                          loaded=_loaded(s))
             pid = sub.events[0].data["id"]
             ev = run_event(due, "submitted", None, pipeline=pid)
         else:
@@ -301,7 +303,7 @@ def denied(d: Daemon, s: Schedule) -> str | None:
     resources: list[tuple[str, str | None, int | None]] = []
     if s.pipeline is not None:
         try:
-            loaded = pipelines.load_for(s.pipeline)
+            loaded = _loaded(s)
         except ApiError as exc:
             return exc.message
         resources = [(st.resource, st.project, st.gpus_milli) for st in loaded.spec.steps]
@@ -314,6 +316,18 @@ def denied(d: Daemon, s: Schedule) -> str | None:
         except SubmissionError as exc:
             return f"stopped: {s.owner} may no longer send to {resource}: {exc}"
     return None
+
+
+def _loaded(s: Schedule) -> P.Loaded:
+    """The schedule's pipeline with its parameters, from the form parsed when it was made:
+    a run reads no file (a 422 if it no longer loads)."""
+    assert s.pipeline is not None
+    if s.parsed is None:
+        raise ApiError(422, "invalid-pipeline", s.invalid or "the pipeline does not load")
+    try:
+        return P.bind(s.parsed, s.pipeline.get("params") or {})
+    except P.PipelineError as exc:
+        raise pipeline_cache.api_error(exc) from None
 
 
 def _with(d: Daemon, before: Prepared, own: list[Event], now: int,

@@ -22,13 +22,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from compiler.loader import load_yaml, position_of, to_plain
+from compiler.loader import Limits, load_yaml, position_of, to_plain
 from klique_util.units import to_milli
 
 NAME_RE = r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$"
 PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 MAX_STEPS = 200
 MAX_FILE_BYTES = 256 * 1024
+MAX_NODES = 100_000
+"""Values a pipeline file may expand to through aliases: about what 256 KiB written out
+holds; the loader allows less to a small file (``compiler.loader.NODES_PER_BYTE``)."""
+LIMITS = Limits(max_bytes=MAX_FILE_BYTES, max_nodes=MAX_NODES,
+                too_large_hint="split the pipeline, or move long arguments into a file the "
+                               "steps read")
+"""The loader's bounds for a pipeline file: the same guard as the estate's, smaller."""
+MAX_ERRORS = 20
+MAX_ERROR_CHARS = 300
+"""A refusal lists at most ``MAX_ERRORS`` problems of at most ``MAX_ERROR_CHARS`` each: a
+file with a million wrong values is refused in a few lines, never with the expansion."""
 
 
 class Step(BaseModel):
@@ -85,9 +96,14 @@ def schema_text() -> str:
 class PipelineError(ValueError):
     """A pipeline that cannot run: ``errors`` are ``file:line:col: message`` lines."""
 
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("; ".join(errors))
-        self.errors = errors
+    def __init__(self, errors: list[str], more: int = 0) -> None:
+        """``more``: problems found beyond ``errors`` (counted, not worded)."""
+        kept = [e if len(e) <= MAX_ERROR_CHARS else e[:MAX_ERROR_CHARS - 1] + "…"
+                for e in errors[:MAX_ERRORS]]
+        if len(errors) + more > MAX_ERRORS:
+            kept.append(f"… and {len(errors) + more - MAX_ERRORS} more problems")
+        super().__init__("; ".join(kept))
+        self.errors = kept
 
 
 _REF = re.compile(r"\$\$|\$\{([^}]*)\}")
@@ -138,23 +154,50 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-@dataclass(frozen=True)
-class Loaded:
+@dataclass(frozen=True, eq=False)
+class Parsed:
+    """A pipeline file read, validated and checked, whatever its run's parameters: what the
+    daemon parses once per file and shares among the runs of it (``Loaded.parsed``)."""
+
+    file: str
+    text: str
     spec: PipelineFile
-    params: dict[str, str]
-    """Every parameter's value for this run (defaults, then what the caller gave)."""
     order: list[str]
     """The steps in a topological order (the file's order among those ready together)."""
+    param_places: dict[str, str]
+    """Where each parameter is declared (``file:line:col``), for a missing value."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    parsed: Parsed
+    params: dict[str, str]
+    """Every parameter's value for this run (defaults, then what the caller gave)."""
+
+    @property
+    def spec(self) -> PipelineFile:
+        return self.parsed.spec
+
+    @property
+    def order(self) -> list[str]:
+        return self.parsed.order
 
 
 def load(file: str, text: str, given: dict[str, str] | None = None) -> Loaded:
     """Reads, validates and checks a pipeline; ``given``: parameter values for this run.
-    A ``PipelineError`` lists every problem found, each with its place."""
-    if len(text.encode()) > MAX_FILE_BYTES:
-        raise PipelineError([f"{file}: the file is over {MAX_FILE_BYTES // 1024} KiB"])
-    y = load_yaml(file, text.encode())
+    A ``PipelineError`` lists the problems found (the first ``MAX_ERRORS``), each with its
+    place."""
+    return bind(parse(file, text), given)
+
+
+def parse(file: str, text: str) -> Parsed:
+    """The part of :func:`load` that reads the file (the costly one), within ``LIMITS``."""
+    data = text.encode()
+    y = load_yaml(file, data, LIMITS)
     if not y.ok:
-        raise PipelineError([f"{d.pos or file}: {d.message}" for d in y.diagnostics])
+        raise PipelineError([f"{d.pos or file}: {d.message}" + (f" ({d.hint})" if d.hint
+                                                                  else "")
+                             for d in y.diagnostics])
     root = y.root
     if not isinstance(root, dict):
         raise PipelineError([f"{file}: a pipeline is a mapping with `pipeline` and `steps`"])
@@ -162,11 +205,11 @@ def load(file: str, text: str, given: dict[str, str] | None = None) -> Loaded:
         spec = PipelineFile.model_validate(to_plain(root))
     except ValidationError as exc:
         errs = []
-        for e in exc.errors():
+        for e in exc.errors()[:MAX_ERRORS + 1]:  # the rest only counted
             loc = tuple(e["loc"])
             where = position_of(file, root, loc, key=e["type"] == "extra_forbidden")
             errs.append(f"{where}: {'.'.join(str(x) for x in loc) or 'pipeline'}: {e['msg']}")
-        raise PipelineError(errs) from None
+        raise PipelineError(errs, exc.error_count() - len(errs)) from None
     errors: list[str] = []
 
     def at(*path: Any) -> str:
@@ -206,6 +249,15 @@ def load(file: str, text: str, given: dict[str, str] | None = None) -> Loaded:
                 elif kind == "output" and a not in ancestors[s.name]:
                     errors.append(f"{place}: step {s.name} uses the outputs of {a}, which "
                                   f"it does not need (add {a} to its `needs`)")
+    if errors:
+        raise PipelineError(errors)
+    return Parsed(file, text, spec, order, {k: at("params", k) for k in spec.params})
+
+
+def bind(parsed: Parsed, given: dict[str, str] | None = None) -> Loaded:
+    """A parsed pipeline with its run's parameters (cheap: no file is read)."""
+    spec, file = parsed.spec, parsed.file
+    errors: list[str] = []
     params: dict[str, str] = {}
     for k, v in (given or {}).items():
         if k not in spec.params:
@@ -215,13 +267,13 @@ def load(file: str, text: str, given: dict[str, str] | None = None) -> Loaded:
         if given and k in given:
             params[k] = str(given[k])
         elif default is None:
-            errors.append(f"{at('params', k)}: parameter {k} has no default: give it "
+            errors.append(f"{parsed.param_places[k]}: parameter {k} has no default: give it "
                           f"(--param {k}=VALUE)")
         else:
             params[k] = _text(default)
     if errors:
         raise PipelineError(errors)
-    return Loaded(spec, params, order)
+    return Loaded(parsed, params)
 
 
 def _toposort(spec: PipelineFile) -> tuple[list[str], list[str]]:

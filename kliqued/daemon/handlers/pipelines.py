@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import history, pipelines
+from .. import history, pipeline_cache, pipelines
 from ..channel_state import PipelineRun
 from ..errors import ApiError
 from ..request import ctx, principal, read_json, reply
@@ -33,8 +33,10 @@ async def run(request: web.Request) -> web.Response:
     body = await read_json(request, "PipelineRunRequest")
     spec = {"file": body.get("file") or "pipeline.yaml", "text": body["text"],
             "params": body.get("params") or {}}
-    pipelines.check_access(d, p.name, pipelines.load_for(spec), spec["file"])  # fail fast
-    pid = await c.seq.submit(lambda now, ov: pipelines.prepare_start(d, p, spec, now, ov))
+    loaded = await pipeline_cache.load_async(spec)  # parsed off the event loop, once
+    pipelines.check_access(d, p.name, loaded, spec["file"])  # fail fast
+    pid = await c.seq.submit(lambda now, ov: pipelines.prepare_start(d, p, spec, now, ov,
+                                                                     loaded=loaded))
     return reply(pipelines.view(d, d.pipelines.items[pid]), 201)
 
 

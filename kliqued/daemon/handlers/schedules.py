@@ -16,11 +16,12 @@ from aiohttp import web
 from compiler.units import parse_duration
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron
+from kliqued.schedule import pipeline as P
 
-from .. import history, limits, schedules, views
+from .. import history, limits, pipeline_cache, schedules, views
 from ..channel_state import Schedule
 from ..errors import ApiError
-from ..pipelines import check_access, load_for
+from ..pipelines import check_access
 from ..request import ctx, principal, read_json, reply
 from ..routes import Route
 from ..units import to_milli
@@ -32,8 +33,10 @@ def _invalid(field: str, message: str) -> ApiError:
     return ApiError(422, "invalid-field", f"{field}: {message}", {"field": field})
 
 
-def _fields(request: web.Request, body: dict[str, Any], now: int) -> dict[str, Any]:
-    """The schedule's fields, each checked; a 422 naming the first that is wrong."""
+def _fields(request: web.Request, body: dict[str, Any], now: int,
+            loaded: P.Loaded | None = None) -> dict[str, Any]:
+    """The schedule's fields, each checked; a 422 naming the first that is wrong.
+    ``loaded``: the body's pipeline, already parsed (off the event loop, by ``create``)."""
     d = ctx(request).daemon
     owner = principal(request).name
     tz = body.get("timezone") or "UTC"
@@ -66,7 +69,8 @@ def _fields(request: web.Request, body: dict[str, Any], now: int) -> dict[str, A
     if pipe is not None:
         if body.get("resource") is not None:
             raise _invalid("resource", "a pipeline's steps name their compute resources")
-        loaded = load_for(pipe)
+        if loaded is None:
+            loaded = pipeline_cache.load(pipe)
         check_access(d, owner, loaded, pipe.get("file") or "pipeline.yaml")
         f["pipeline"] = {"file": pipe.get("file") or "pipeline.yaml", "text": pipe["text"],
                          "params": pipe.get("params") or {}, "name": loaded.spec.pipeline}
@@ -109,8 +113,11 @@ async def create(request: web.Request) -> web.Response:
     d = c.daemon
     p = principal(request)
     body = await read_json(request, "ScheduleCreate")
+    pipe = body.get("pipeline")
+    # its pipeline parsed in a thread; held here, so the reducer finds it parsed
+    loaded = None if pipe is None else await pipeline_cache.load_async(pipe)
     now = d.clock.now()
-    f = {**_fields(request, body, now), "cursor": now}
+    f = {**_fields(request, body, now, loaded), "cursor": now}
     sid = await c.seq.submit(lambda now, ov: schedules.prepare_create(d, p, f, now, ov))
     return reply(schedules.view(d, d.schedules.items[sid], d.clock.now()), 201)
 
