@@ -28,6 +28,14 @@ def size(text: str) -> int:
     return int(m.group(1)) * mult
 
 
+def _memory(text: str) -> str:
+    """A memory size (``512MiB``, ``2G``) as DuckDB's ``memory_limit`` takes it."""
+    n = size(text)
+    if n < 64 * 1024 ** 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is below 64MiB: DuckDB needs more to run")
+    return f"{n}B"
+
+
 def _positive(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
@@ -103,6 +111,10 @@ def register(subparsers) -> None:
     p.add_argument("--ledger-role", metavar="ROLE", default="klique_finance",
                    help="with --db postgresql://...: the read-only PostgreSQL role finance's "
                         "ledger SQL logs in as: SELECT on the ledger's tables and views only "
+                        "(default: %(default)s)")
+    p.add_argument("--db-memory", metavar="SIZE", type=_memory, default="2GiB",
+                   help="the most memory the DuckDB file's database may use, a finance "
+                        "query's included: a query that needs more is refused as too-large "
                         "(default: %(default)s)")
     p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8080",
                    help="where to listen (default: %(default)s)")
@@ -188,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                          estate_path=args.estate_path, poll_s=args.poll,
                          worker_ttl_s=args.worker_ttl, poll_wait_s=args.poll_wait,
                          grace_s=args.stop_grace, gang_timeout_s=args.gang_timeout,
-                         log_cap=args.log_cap,
+                         log_cap=args.log_cap, db_memory=args.db_memory,
                          limits=Limits(args.header_timeout, args.idle_timeout,
                                        args.body_timeout, args.max_connections),
                          require_workers=args.require_workers, ledger_db=args.ledger_db,

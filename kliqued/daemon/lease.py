@@ -29,6 +29,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable
@@ -95,6 +96,9 @@ class Lease:
         self.on_lost: Callable[[], None] | None = None
         """Called (from the renewal thread) when a renewal finds the lease taken."""
         self.lost = threading.Event()
+        self._valid_until = 0.0
+        """While we lead: when the lease ends on this daemon's clock (``time.monotonic()``)
+        unless renewed, counted from before the write that took or renewed it."""
         self._conn: psycopg.Connection | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -133,6 +137,7 @@ class Lease:
             return False
         if self.before_takeover is not None:
             self.before_takeover()
+        sent = time.monotonic()
         try:
             row = self._update_row(
                 "UPDATE klique_leader SET epoch = epoch + 1, holder = %s, url = %s, "
@@ -145,6 +150,7 @@ class Lease:
         if row is None:
             return False  # another standby was first
         self.epoch = int(row[0])
+        self._valid_until = sent + self.settings.ttl_s
         self.lost.clear()
         self.leader = LeaderInfo(self.epoch, self.holder, self.advertise_url, True)
         log.info("lease taken: epoch %d (holder %s)", self.epoch, self.holder)
@@ -155,6 +161,7 @@ class Lease:
         past the lock timeout is not a loss: the next renewal tries again."""
         if self.epoch is None:
             return False
+        sent = time.monotonic()
         try:
             row = self._update_row(
                 "UPDATE klique_leader SET expires_at = clock_timestamp() + "
@@ -162,7 +169,15 @@ class Lease:
                 "RETURNING 1", [self.settings.ttl_s, self.epoch, self.holder])
         except psycopg.errors.LockNotAvailable:
             return True
+        if row is not None:
+            self._valid_until = sent + self.settings.ttl_s
         return row is not None
+
+    def holds(self) -> bool:
+        """We lead and our lease has not run out on this daemon's clock. After a pause
+        (SIGSTOP past the TTL) the epoch is still set until the renewal thread runs and
+        finds the lease taken; this is false at once, so nothing claims to lead meanwhile."""
+        return self.epoch is not None and time.monotonic() < self._valid_until
 
     def _update_row(self, sql: str, params: list) -> tuple | None:
         """The takeover's and the renewal's one write: ``sql`` (an ``UPDATE ... RETURNING``

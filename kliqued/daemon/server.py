@@ -47,7 +47,7 @@ from .replay import ReplayError, rebuild
 from .compaction import Compactor
 from .snapshot import Snapshotter
 from .unattended import Unattended
-from .store import Batch, Store
+from .store import DEFAULT_MEMORY, Batch, Store
 
 if TYPE_CHECKING:
     from .lease import Lease
@@ -76,6 +76,8 @@ class Options:
     gang_timeout_s: float = 120.0
     """A placed gang not taken by all its members by then goes back to its queue."""
     log_cap: int = DEFAULT_CAP
+    db_memory: str = DEFAULT_MEMORY
+    """The DuckDB file's ``memory_limit`` (kliqued/daemon/store.py)."""
     limits: Limits = Limits()
     """Connection timeouts and the connection cap (kliqued/daemon/listener.py)."""
     require_workers: bool = True
@@ -123,13 +125,13 @@ def open_store(opts: Options) -> Store:
     """The Store for ``--db``: a DuckDB file alone, or PostgreSQL for the events and tokens
     beside the local DuckDB file (psycopg is imported only then)."""
     if not is_url(opts.db):
-        return Store(opts.db)
+        return Store(opts.db, memory_limit=opts.db_memory)
     from .pglog import PgLog
     from .pgreader import Readers
     from .querypool import QueryPool
     log_ = PgLog(opts.db)
     try:
-        store = Store(opts.ledger_db, log_)
+        store = Store(opts.ledger_db, log_, memory_limit=opts.db_memory)
     except BaseException:
         log_.close()
         raise

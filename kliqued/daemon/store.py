@@ -80,6 +80,13 @@ lead), in the same transaction; the ledger is then replaced by PostgreSQL's at t
 lead (:meth:`Store._seed_ledger`), which deletes it. Nothing per batch: the file thread's
 batches carry their ledger writes with their events."""
 
+DEFAULT_MEMORY = "2GiB"
+"""DuckDB's memory limit unless ``kliqued serve --db-memory`` says otherwise. DuckDB's own
+default is 80% of the machine's memory, and a memory limit is per database, not per query:
+without a lower one, one finance query (``string_agg`` over ``repeat``) took the daemon to
+4 GB (issue 25; docs/decisions.md). Pages of the database beyond it are evicted, and
+spilled to its temporary directory, not refused."""
+
 FOLLOW_DELAY_ENV = "KLIQUED_TEST_FOLLOW_DELAY_S"
 """Tests only: the file thread waits this long before applying what is queued (a ``kill -9``
 lands while the file is behind PostgreSQL; a read right after a write must wait for it)."""
@@ -99,13 +106,17 @@ class Batch:
 
 
 class Store:
-    def __init__(self, path: str, log: EventLog | None = None) -> None:
+    def __init__(self, path: str, log: EventLog | None = None,
+                 memory_limit: str = DEFAULT_MEMORY) -> None:
         """``path``: the DuckDB file; ``log``: where the events and tokens are kept when not
-        in that file (PostgreSQL)."""
+        in that file (PostgreSQL); ``memory_limit``: the most memory DuckDB may use (its
+        ``memory_limit``, e.g. ``2GB``), which also bounds a finance query's (a query that
+        needs more fails, as ``too-large``: kliqued/ledger/sql.py)."""
         self.path = path
         self.recovered = []
         try:
-            self.conn = duckdb.connect(path, config={"enable_external_access": False})
+            self.conn = duckdb.connect(path, config={"enable_external_access": False,
+                                                     "memory_limit": memory_limit})
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower():

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Sequence
 import duckdb
 
 from . import lending, sandbox, scope
+from .watchdog import Watchdog
 
 MAX_LIMIT = 100_000
 """The most rows one query may return; larger results belong in ``kliqued ledger export``."""
@@ -182,6 +182,19 @@ def _too_large(max_bytes: int) -> LedgerSqlError:
                                        "fewer columns, aggregate, or use `kliqued ledger export`")
 
 
+def out_of_memory(conn) -> LedgerSqlError:
+    """The error of a query that needed more memory than the database may use (DuckDB's
+    ``memory_limit``, ``kliqued serve --db-memory``): refused as ``too-large``."""
+    try:
+        conn.execute("ROLLBACK")  # the failed transaction reads nothing more
+        limit = conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    except duckdb.Error:
+        limit = "its limit"
+    return LedgerSqlError("too-large", f"the query needed more memory than the ledger's "
+                                       f"database may use ({limit}); aggregate earlier, "
+                                       "select fewer or shorter values, or add a WHERE")
+
+
 def check_limit(limit: object) -> None:
     """Raises unless ``limit`` is a row count a query may ask for."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -214,20 +227,9 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     if remaining <= 0:
         raise timeout_error(timeout_s, queued=True)
 
-    state = {"done": False, "fired": False}
-    lock = threading.Lock()
-
-    def on_timeout() -> None:
-        with lock:
-            if not state["done"]:
-                state["fired"] = True
-                conn.interrupt()
-
     started = time.perf_counter()
-    timer = threading.Timer(remaining, on_timeout)
-    timer.daemon = True
     conn.execute("BEGIN TRANSACTION READ ONLY")
-    timer.start()
+    watchdog = Watchdog(conn.interrupt, deadline).start()
     try:
         try:
             conn.execute(_check_sandbox(conn, query, groups, pieces))
@@ -235,9 +237,7 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
             types = [str(d[1]) for d in description]
             rows, truncated = _fetch(conn, types, limit, max_bytes, deadline, timeout_s)
         finally:
-            with lock:
-                state["done"] = True
-            timer.cancel()
+            watchdog.stop()
     except sandbox.NotAllowed as exc:
         raise LedgerSqlError("not-allowed", str(exc)) from None
     except RecursionError:
@@ -247,12 +247,14 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
                                           "deeply for ledger SQL; flatten it") from None
     except duckdb.InterruptException:
         raise timeout_error(timeout_s) from None
+    except duckdb.OutOfMemoryException:
+        raise out_of_memory(conn) from None
     except duckdb.PermissionException as exc:
         first = _clean(exc).splitlines()[0]
         raise LedgerSqlError("sql-error", "file and network access is disabled on the ledger: "
                                           f"query its tables and views only ({first})") from None
     except duckdb.Error as exc:
-        if state["fired"]:
+        if watchdog.fired:
             raise timeout_error(timeout_s) from None
         message = _clean(exc)
         raise LedgerSqlError("sql-error", message if groups is None

@@ -170,3 +170,21 @@ def test_a_batch_an_older_leader_left_prepared_is_committed_by_the_standby(
     finally:
         standby.close()
         b.close()
+
+
+def test_a_paused_leader_knows_its_lease_ran_out_before_its_renewal_runs(url: str) -> None:
+    """Issue 25: a leader SIGSTOPped past its TTL kept its epoch until its renewal thread ran
+    after SIGCONT, and ``/v1/leader`` said ``role: leader`` meanwhile (about 0.5 s). The
+    lease's expiry is kept on the daemon's clock, so it knows at once."""
+    a, b = Lease(url, "http://a:1", SHORT), Lease(url, "http://b:1", SHORT)
+    try:
+        assert a.try_acquire() and a.holds()
+        assert a.renew() and a.holds()
+        time.sleep(SHORT.ttl_s + 0.2)  # paused: no renewal ran
+        assert a.epoch is not None  # what the handler used to read
+        assert not a.holds()
+        assert b.try_acquire() and b.holds()
+        assert not a.holds()
+    finally:
+        a.close()
+        b.close()

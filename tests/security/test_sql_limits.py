@@ -11,12 +11,14 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from kliqued.daemon.querypool import Busy, Expired, QueryPool
 from kliqued.daemon.store import Store
 from kliqued.ledger import LedgerSqlError, run_readonly
 from kliqued.ledger.sql import json_size
+from kliqued.ledger.watchdog import Watchdog
 
 from ..daemon.server import Server
 
@@ -243,3 +245,91 @@ def test_a_full_line_answers_busy_over_http(daemon):
     assert {a for a in answers} <= {(503, "busy"), (422, "timeout")}
     status, body = _sql(s, finance, "SELECT 1 AS one")  # the line is free again
     assert status == 200 and body["rows"] == [[1]]
+
+
+# ------------------------------------------------------------------ memory and the deadline (issue 25)
+
+LONG = "SELECT count(*) FROM range(300000000000)"
+"""Streams, using no memory, for minutes unless interrupted."""
+
+
+def test_a_deadline_that_passes_between_queries_still_stops_the_query(store):
+    """DuckDB forgets an interrupt sent while no query runs (the sandbox's EXPLAIN has ended,
+    the query proper not begun): the one timer shot of before was lost there and the query
+    ran to its end. The watchdog sends it again until the query is done."""
+    cur = store.conn.cursor()
+    watchdog = Watchdog(cur.interrupt, time.monotonic()).start()
+    try:
+        time.sleep(0.3)  # the deadline passes before the query starts
+        assert watchdog.fired
+        t = time.monotonic()
+        with pytest.raises(duckdb.InterruptException):
+            cur.execute(LONG).fetchall()
+        assert time.monotonic() - t < 2.0
+    finally:
+        watchdog.stop()
+        cur.close()
+
+
+def test_no_interrupt_after_the_query_is_done(store):
+    cur = store.conn.cursor()
+    Watchdog(cur.interrupt, time.monotonic() + 0.2).start().stop()
+    time.sleep(0.4)
+    assert cur.execute("SELECT count(*) FROM range(1000)").fetchall() == [(1000,)]
+    cur.close()
+
+
+BOMBS = [
+    "SELECT length(string_agg(repeat('x', 1000000), ',')) FROM range(3000)",  # issue 25's
+    "SELECT length(string_agg(repeat('x', 100000), ',')) FROM range(40000)",
+    "SELECT length(list(repeat('x', 100000))::VARCHAR) FROM range(30000)",
+    "SELECT max(len(x)) FROM (SELECT list(range) AS x FROM range(300000000))",
+    "SELECT count(*) FROM range(100000000) a, range(100000000) b",
+]
+"""Queries that took the daemon to several GB, or ran on far past their deadline."""
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A daemon whose DuckDB may use 256 MiB."""
+    s = Server(tmp_path_factory.mktemp("sql-memory"), extra=["--db-memory", "256MiB"]).start()
+    finance = s.token({"role": "finance"})
+    yield s, finance
+    code = s.stop()
+    assert code == 0, s.log()
+
+
+def _rss_mb(s: Server, field: str) -> float:
+    assert s.proc is not None
+    for line in Path(f"/proc/{s.proc.pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field}")
+
+
+@pytest.mark.parametrize("sql", BOMBS)
+def test_memory_bombs_are_stopped_within_the_deadline(small, sql):
+    """Issue 25: ``string_agg(repeat(...))`` took the daemon to 4 GB and ran 24-37 s against
+    a 10 s limit. With a 256 MiB database and a 2 s limit, each bomb is refused (too-large:
+    out of memory; or timeout) within the deadline and its grace, the daemon's peak memory
+    grows by far less than a GB, and it answers at once afterwards."""
+    s, finance = small
+    before = _rss_mb(s, "VmRSS")
+    t = time.monotonic()
+    status, body = _sql(s, finance, sql, timeout_s=2)
+    elapsed = time.monotonic() - t
+    assert (status, body["error"]["code"]) in {(413, "too-large"), (422, "timeout")}, body
+    assert "Traceback" not in body["error"]["message"]
+    assert elapsed < 2 + 3, (elapsed, body)
+    assert _rss_mb(s, "VmHWM") - before < 1024, body
+    t = time.monotonic()
+    status, body = _sql(s, finance, "SELECT 1 AS one")
+    assert status == 200 and body["rows"] == [[1]]
+    assert time.monotonic() - t < 2.0
+
+
+def test_an_out_of_memory_query_says_so(small):
+    s, finance = small
+    status, body = _sql(s, finance, BOMBS[0], timeout_s=10)
+    assert status == 413, body
+    assert "memory" in body["error"]["message"] and "256" in body["error"]["message"], body
