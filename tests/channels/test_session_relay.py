@@ -23,6 +23,7 @@ from klique_util.tunnel import MAX_WS_MESSAGE
 from tests.channels.test_sessions import PROFILES, fetch, reachable
 from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, \
     write_estate
+from tests.harness.wait import wait_for
 
 APP = [PY, str(Path(__file__).with_name("relay_app.py"))]
 
@@ -39,13 +40,20 @@ def real(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def url(fs: FleetServer, real: Any) -> str:
-    """The URL of a running session of relay_app.py, answering through the control plane."""
-    real("w1")
+def url(fs: FleetServer, real: Any) -> Iterator[str]:
+    """The URL of a running session of relay_app.py, answering through the control plane;
+    the session is stopped after the test (its app ends with it)."""
+    worker = real("w1")
     s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter",
                                        "command": APP}, fs.alice, expect=201)  # type: ignore[attr-defined]
     assert reachable(fs, fs.alice, s["id"], s["url"])["hello"] == "relay app"  # type: ignore[attr-defined]
-    return str(s["url"])
+    yield str(s["url"])
+    fs.ok("POST", f"/v1/sessions/{s['id']}/stop", token=fs.alice)  # type: ignore[attr-defined]
+    wait_for(lambda: fs.task(s["id"])["state"] == "ended", 60, "the session to end")
+    # and its app with it: the worker drops a task's record once its process ended (a worker
+    # stopped before that leaves the app running until the orphan watch ends it)
+    wait_for(lambda: not list((worker.state_dir / "tasks").glob("*.json")), 60,
+             "the worker to end the session's app")
 
 
 def expected(mib: float, seed: int) -> bytes:

@@ -50,7 +50,7 @@ def test_jupyterlab_runs_a_cell_in_chromium_through_the_control_plane(
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter-runtime"))
     # no layout saved from an earlier run (the launcher shows), none left for the next
     monkeypatch.setenv("JUPYTERLAB_WORKSPACES_DIR", str(tmp_path / "jupyter-workspaces"))
-    real("w1")
+    worker = real("w1")
     token = fs.alice  # type: ignore[attr-defined]
     s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter"}, token,
               expect=201)
@@ -76,8 +76,12 @@ def test_jupyterlab_runs_a_cell_in_chromium_through_the_control_plane(
             console.click()  # a console: it writes no notebook file where the app runs
             editor = page.locator(".jp-CodeConsole-promptCell .cm-content").first
             editor.wait_for(timeout=30_000)
+            # the kernel up (keys typed while it starts are lost), then the code in the prompt
+            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=45_000)
             editor.click()
             page.keyboard.type("6*7")
+            wait_for(lambda: editor.inner_text().strip() == "6*7", 10,
+                     "the code to be in the console's prompt")
             page.keyboard.press("Shift+Enter")
             out = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
             try:
@@ -94,3 +98,7 @@ def test_jupyterlab_runs_a_cell_in_chromium_through_the_control_plane(
     assert st == 200 and len(json.loads(body)) >= 1, body
     fs.ok("POST", f"/v1/sessions/{sid}/stop", token=token)
     wait_for(lambda: fs.task(sid)["state"] == "ended", 60, "the session to end")
+    # and its app with it: the worker drops a task's record once its process ended (a worker
+    # stopped before that leaves the app running until the orphan watch ends it)
+    wait_for(lambda: not list((worker.state_dir / "tasks").glob("*.json")), 60,
+             "the worker to end the session's app")
