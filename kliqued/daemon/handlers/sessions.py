@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 
-from klique_util.tunnel import MAX_FRAME, b64, forwardable, unb64
+from klique_util.tunnel import MAX_FRAME, MAX_WS_MESSAGE, FrameTooLarge, b64, close_code, \
+    forwardable, unb64
 from kliqued.engine import SubmissionError, check_submission
-from .. import fleet, history, session_origin, sessions, views
+from .. import fleet, history, session_origin, sessions, tunnels, views
 from ..errors import ApiError, bad_request, forbidden, not_found
 from ..leases import CLOSED, FENCED
 from ..records import TaskRecord
@@ -249,23 +250,23 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     if request.headers.get("Upgrade", "").lower() == "websocket":
         return await _relay_ws(request, tun, path, headers)
     answer = await tun.request(request.method, path, headers, await request.read())
-    out = _answer_headers(answer["headers"], f"{sessions.PREFIX}{tid}/")
-    return web.Response(status=answer["status"], body=answer["body"], headers=out)
+    out = _answer_headers(answer.headers, f"{sessions.PREFIX}{tid}/")
+    return await tunnels.respond(request, answer, out)  # streamed, however large
 
 
 async def _relay_ws(request: web.Request, tun: Any, path: str,
                     headers: list[list[str]]) -> web.WebSocketResponse:
     rid, queue = await tun.open_ws(path, headers)
-    ws = web.WebSocketResponse(max_msg_size=MAX_FRAME)
+    ws = web.WebSocketResponse(max_msg_size=MAX_WS_MESSAGE)  # larger: closed with 1009
     await ws.prepare(request)
 
     async def app_to_client() -> None:
-        while (msg := await queue.get()) is not None:
+        while (msg := await queue.get()) is not None and msg.get("op") == "ws-msg":
             if "text" in msg:
                 await ws.send_str(msg["text"])
             else:
                 await ws.send_bytes(unb64(msg.get("data")))
-        await ws.close()
+        await ws.close(code=close_code(msg and msg.get("code")))  # the app's, passed on
 
     pump = asyncio.ensure_future(app_to_client())
     try:
@@ -274,6 +275,8 @@ async def _relay_ws(request: web.Request, tun: Any, path: str,
                 await tun.ws_send(rid, {"op": "ws-msg", "text": frame.data})
             elif frame.type == WSMsgType.BINARY:
                 await tun.ws_send(rid, {"op": "ws-msg", "data": b64(frame.data)})
+    except FrameTooLarge:  # a message the tunnel cannot carry: this socket ends, not the tunnel
+        await ws.close(code=WSCloseCode.MESSAGE_TOO_BIG, message=b"too big for the relay")
     except ApiError:
         pass
     finally:
