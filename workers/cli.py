@@ -194,14 +194,16 @@ def main(argv: list[str] | None = None) -> int:
                        cpu_tasks=(default_cpu_tasks() if args.cpu_tasks is None
                                   else args.cpu_tasks))
 
-    async def run() -> None:
-        await WorkerDaemon(cfg, gpus, executor, state, client).run()
+    async def run() -> str | None:
+        daemon = WorkerDaemon(cfg, gpus, executor, state, client)
+        await daemon.run()
+        return daemon.failure
 
     try:
-        asyncio.run(run())
+        failure = asyncio.run(run())
     finally:
         state.unlock()
-    return 0
+    return 1 if failure else 0
 
 
 if __name__ == "__main__":

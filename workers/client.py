@@ -160,9 +160,15 @@ class ControlPlaneClient:
             params={"wait": str(int(wait_s))}, timeout_s=wait_s + 15)
         return list(answer.get("leases") or [])
 
-    async def heartbeat(self, worker_id: str, running: list[dict], timeout_s: float) -> dict:
+    async def heartbeat(self, worker_id: str, running: list[dict], timeout_s: float,
+                        cannot_work: str | None = None) -> dict:
+        """``cannot_work``: why the worker takes no work now (shown by the control plane);
+        sent only when there is a reason, so an older control plane sees what it knows."""
+        body: dict = {"running": running}
+        if cannot_work:
+            body["cannot_work"] = cannot_work
         return await self._request("POST", f"/workers/{worker_id}/heartbeat",
-                                   json_body={"running": running}, timeout_s=timeout_s)
+                                   json_body=body, timeout_s=timeout_s)
 
     async def report(self, task: str, body: dict) -> dict:
         return await self._request("POST", f"/tasks/{task}/report", json_body=body)

@@ -13,6 +13,19 @@ Asyncio loops over one state (``self.records``):
 - one supervisor per running task: notices the task's end at once (the executor's
   ``exit_waiter``, a pidfd; else it polls every 0.25 s), carries out a stop, records the end.
 
+Every loop and supervisor is watched (``_watch``): one that raises, or returns while the
+worker runs, is logged with its cause and the worker stops with exit code 1 (its heartbeats
+stop with it; systemd restarts it and the restart takes the tasks back), rather than
+heartbeating on while it no longer leases, reports or watches.
+
+A state directory that cannot be written (full: ENOSPC; read-only; quota) is a fault the
+worker rides out (``_state_fault``): the records stay in memory and their writes are retried
+every second; the ends of tasks are reported from memory at once (the report, once
+acknowledged, is the durable record); no lease is asked for, and one that arrives is given
+back (``stopped``, reason ``cannot-work``: requeued at the front, no loss counted); the
+heartbeats say ``cannot_work`` with the cause, which the control plane shows. The first
+write that works again ends the fault and the leasing resumes. See docs/workers.md.
+
 Task records are written atomically (a rename) as things happen, so a restart of the worker
 process finds them; they are made durable (fsync, in a thread, for all of them at once)
 before any report that depends on them is sent.
@@ -24,6 +37,7 @@ the tasks keep running. See docs/workers.md and docs/decisions.md.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -47,6 +61,10 @@ from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
 
 log = logging.getLogger(__name__)
+
+
+HEADROOM = 1 << 20
+"""Free bytes the state dir needs before a fault of a full disk counts as over."""
 
 
 def now_rfc3339() -> str:
@@ -117,6 +135,13 @@ class WorkerDaemon:
         self._batch_reports = True          # the control plane has POST /workers/{id}/reports
         # what the tasks' wrappers watch to stop orphans in time (workers/liveness.py)
         self.liveness = Liveness(state.root)
+        self.cannot_work: str | None = None
+        """Why this worker takes no work now (its state dir cannot be written), or None."""
+        self.can_work = asyncio.Event()
+        self.can_work.set()
+        self._unsaved: dict[str, TaskRecord] = {}   # records whose last write failed
+        self.failure: str | None = None
+        """The loop or supervisor that failed (the worker then exits 1), or None."""
 
     def _contact(self, sent_at: float) -> None:
         """A request sent at ``sent_at`` (monotonic) was answered: the control plane counts
@@ -154,23 +179,83 @@ class WorkerDaemon:
     # records -----------------------------------------------------------------------------
     def _save(self, rec: TaskRecord) -> None:
         """Writes the record atomically (temporary file and rename: a restarted worker
-        process finds it); ``_make_durable`` fsyncs it before anything is reported."""
+        process finds it); ``_make_durable`` fsyncs it before anything is reported.
+
+        Never raises: a write that fails (a full disk) leaves the record in memory, where
+        it is the truth, and in ``_unsaved`` for ``retry_state`` (a raise here used to end
+        the lease loop, the outbox and the task's supervisor, silently)."""
         path = self.state.tasks / f"{rec.key}.json"
-        write_atomic(path, json.dumps(rec.to_json()), fsync=False, mkdir=False)
+        try:
+            write_atomic(path, json.dumps(rec.to_json()), fsync=False, mkdir=False)
+        except OSError as exc:
+            self._unsaved[rec.key] = rec
+            self._state_fault(exc)
+            return
+        self._unsaved.pop(rec.key, None)
         self._dirty.add(path)
+
+    def _state_fault(self, exc: OSError) -> None:
+        """The state dir cannot be written: stop taking work until it can (see the module's
+        docstring). Logged once per fault, with its cause."""
+        if self.cannot_work is not None:
+            return
+        name = errno.errorcode.get(exc.errno or 0, "error")
+        self.cannot_work = (f"state directory unwritable ({name} on {self.state.root}: "
+                            f"{exc.strerror or exc})")
+        self.can_work.clear()
+        log.error("%s: leasing stops and leases that arrive are given back; the tasks' ends "
+                  "are kept in memory and reported; retrying the writes every %.0fs",
+                  self.cannot_work, WRITE_EVERY_S)
+        try:
+            asyncio.get_running_loop().call_soon(self._place_pending)
+        except RuntimeError:  # no loop (load() at start): the first lease round does it
+            pass
+
+    def retry_state(self) -> None:
+        """Writes the records whose write failed, then (with ``HEADROOM`` free) a probe
+        file; when everything is written, the fault is over and the lease loops ask for
+        work again."""
+        if self.cannot_work is None:
+            return
+        for rec in list(self._unsaved.values()):
+            if rec.key in self.records:
+                self._save(rec)
+            else:
+                self._unsaved.pop(rec.key, None)
+            if rec.key in self._unsaved:
+                return
+        probe = self.state.root / ".writable"
+        try:
+            st = os.statvfs(self.state.root)
+            if st.f_bavail * st.f_frsize < HEADROOM:
+                return  # a deleted record's few KiB would only make the fault flap
+            write_atomic(probe, b"\0" * 4096, fsync=False, mkdir=False)
+            probe.unlink()
+        except OSError:
+            return
+        log.warning("state directory %s is writable again (%s is over): leasing resumes",
+                    self.state.root, self.cannot_work)
+        self.cannot_work = None
+        self.can_work.set()
+        self.room.set()
+        self.cpu_room.set()
 
     async def _make_durable(self) -> None:
         if not self._dirty:
             return
         paths, self._dirty = self._dirty, set()
-        await asyncio.get_running_loop().run_in_executor(None, _fsync_all, paths,
-                                                         self.state.tasks)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, _fsync_all, paths,
+                                                             self.state.tasks)
+        except OSError as exc:  # the report goes anyway: acknowledged, it is the record
+            self._state_fault(exc)
 
     def _forget(self, rec: TaskRecord) -> None:
         self.state.delete(rec)
         if rec.log_path:
             outputs.remove(outputs.path_for(rec.log_path))
         self._dirty.discard(self.state.tasks / f"{rec.key}.json")
+        self._unsaved.pop(rec.key, None)
         self.records.pop(rec.key, None)
         self.handles.pop(rec.key, None)
         self.stop_events.pop(rec.key, None)
@@ -344,7 +429,9 @@ class WorkerDaemon:
         command = shlex.join(lease.get("command") or []) or "(no command)"
         log.info("leased task %s (epoch %s, %s GPUs): %s", task, epoch, lease.get("gpus"),
                  command if len(command) <= 200 else command[:197] + "...")
-        if rec.milli == 0 and self.cfg.cpu_tasks <= 0:
+        if self.cannot_work is not None:
+            self._give_back(rec)
+        elif rec.milli == 0 and self.cfg.cpu_tasks <= 0:
             self._end(rec, "failed", message=f"worker {self.worker_id} runs no CPU-only "
                       "tasks (--cpu-tasks 0)")
         elif not self.alloc.fits_ever(rec.milli):
@@ -359,11 +446,24 @@ class WorkerDaemon:
                 f"unread:{key}", f"pool {self.cfg.pool}: settings.{key} means nothing to the "
                 f"{self.executor.name} executor: ignored")
 
+    def _give_back(self, rec: TaskRecord) -> None:
+        """A lease this worker cannot run now (its state dir cannot be written): reported
+        ``stopped`` with reason ``cannot-work``, which the control plane requeues at the
+        front without counting a loss."""
+        log.error("task %s (epoch %s): lease given back, this worker cannot work: %s",
+                  rec.task, rec.epoch, self.cannot_work)
+        rec.stop = {"reason": "cannot-work", "text": self.cannot_work or "", "grace_s": 0.0,
+                    "at": now_rfc3339()}
+        self._end(rec, "stopped", message=self._stop_text(rec))
+
     def _place_pending(self) -> None:
         if not self.registered.is_set():
             return
         for rec in sorted(self.records.values(), key=lambda r: r.leased_at):
             if rec.state != STARTING or rec.fenced:
+                continue
+            if self.cannot_work is not None and rec.stop is None:
+                self._give_back(rec)
                 continue
             if rec.stop is not None:
                 self._end(rec, "stopped", message=self._stop_text(rec))
@@ -444,6 +544,9 @@ class WorkerDaemon:
         backoff = Backoff(maximum=self.cfg.retry_max_s)
         while not self.shutdown.is_set():
             await self.registered.wait()
+            if self.cannot_work is not None:
+                await self._wait(self.can_work)
+                continue
             if not has_room():
                 room.clear()
                 await self._wait(room)
@@ -492,7 +595,8 @@ class WorkerDaemon:
             try:
                 sent_at = time.monotonic()
                 answer = await self.client.heartbeat(self.worker_id, self.running_list(),
-                                                     timeout_s=max(interval, 2.0))
+                                                     timeout_s=max(interval, 2.0),
+                                                     cannot_work=self.cannot_work)
             except Unreachable as exc:
                 self._unreachable("heartbeat", exc, interval)
             except ApiError as exc:
@@ -564,8 +668,8 @@ class WorkerDaemon:
         self.stop_events[rec.key] = event = asyncio.Event()
         if rec.stop is not None or rec.fenced:
             event.set()  # a stop requested before a restart is carried out
-        self.supervisors[rec.key] = asyncio.get_running_loop().create_task(
-            self._supervisor(rec, self.handles[rec.key], event), name=f"task {rec.key}")
+        self.supervisors[rec.key] = self._watch(asyncio.get_running_loop().create_task(
+            self._supervisor(rec, self.handles[rec.key], event), name=f"task {rec.key}"))
 
     async def _supervisor(self, rec: TaskRecord, handle: Handle, event: asyncio.Event) -> None:
         waiter = getattr(self.executor, "exit_waiter", None)
@@ -805,8 +909,9 @@ class WorkerDaemon:
         while not self.shutdown.is_set():
             try:
                 self.liveness.write()
-            except OSError as exc:
-                log.warning("cannot write %s: %s", self.liveness.path, exc)
+            except OSError as exc:  # kept fresh in place (liveness.py); the fault is told
+                self._state_fault(exc)
+            self.retry_state()
             await self._sleep(WRITE_EVERY_S)
 
     async def drain(self) -> None:
@@ -840,6 +945,27 @@ class WorkerDaemon:
             log.warning("deregistering failed (%s): the control plane declares this worker "
                         "lost after its TTL", exc)
 
+    def _watch(self, t: asyncio.Task, *, returns: bool = True) -> asyncio.Task:
+        """Notices a loop or supervisor that dies: one that raised (or, with ``returns``
+        False, that returned) while the worker runs. The worker then stops, exit code 1: a
+        worker that heartbeats on without its lease, report or supervision loops holds GPUs
+        for ever (issue 26); its supervisor (systemd) restarts it, and the restart takes the
+        tasks back from their records and exit files."""
+        def done(t: asyncio.Task) -> None:
+            if t.cancelled() or self.shutdown.is_set():
+                return
+            exc = t.exception()
+            if exc is None and returns:
+                return
+            self.failure = f"{t.get_name()}: " + (f"{type(exc).__name__}: {exc}" if exc
+                                                   else "returned")
+            log.critical("the worker's %s failed (%s); stopping with exit code 1, so that "
+                         "its supervisor restarts it (the restart takes the tasks back)",
+                         t.get_name(), self.failure, exc_info=exc)
+            self.shutdown.set()
+        t.add_done_callback(done)
+        return t
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -850,15 +976,16 @@ class WorkerDaemon:
         log.info("klique-worker %s starting: id %s, pool %s, control plane %s, state %s",
                  __version__, self.worker_id, self.cfg.pool, self.client.base, self.state.root)
         self.load()
-        loops = [loop.create_task(self.register(), name="register"),
-                 loop.create_task(self.lease_loop("gpu"), name="lease"),
-                 loop.create_task(self.lease_loop("cpu"), name="lease cpu-only"),
-                 loop.create_task(self.heartbeat_loop(), name="heartbeat"),
-                 loop.create_task(self.outbox_loop(), name="outbox"),
-                 loop.create_task(self.liveness_loop(), name="liveness")]
+        loops = [self._watch(loop.create_task(self.register(), name="register")),
+                 *(self._watch(loop.create_task(coro, name=name), returns=False)
+                   for coro, name in ((self.lease_loop("gpu"), "lease loop"),
+                                      (self.lease_loop("cpu"), "cpu-only lease loop"),
+                                      (self.heartbeat_loop(), "heartbeat loop"),
+                                      (self.outbox_loop(), "report loop"),
+                                      (self.liveness_loop(), "liveness loop")))]
         try:
             await self.shutdown.wait()
-            if self.cfg.drain:
+            if self.cfg.drain and self.failure is None:
                 await self.drain()
         finally:
             for t in loops:

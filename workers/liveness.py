@@ -37,6 +37,9 @@ from klique_util.files import write_atomic
 
 FILE_NAME = "worker.json"
 WRITE_EVERY_S = 1.0
+SIZE = 1024
+"""The file's size: a record padded with spaces (it fits in 400 bytes), so that a rewrite
+in place on a full disk never grows it."""
 
 
 def margin(ttl_s: float) -> float:
@@ -110,5 +113,24 @@ class Liveness:
         return rec
 
     def write(self) -> None:
-        """Rewrites the file atomically (a wrapper never reads half of it)."""
-        write_atomic(self.path, json.dumps(self.record()), fsync=False)
+        """Rewrites the file atomically (a wrapper never reads half of it).
+
+        On a full disk (no room for the temporary file) the record is written over the old
+        one in place instead: always ``SIZE`` bytes (padded), so it needs no new block, and
+        the wrappers keep seeing a live worker (otherwise they stop every task as an orphan
+        while the worker runs: issue 26). A wrapper reading it mid-write gets invalid JSON,
+        which it ignores until its next read. The original error is raised after that, so
+        the worker knows its state dir is full."""
+        data = json.dumps(self.record()).ljust(SIZE).encode()
+        try:
+            write_atomic(self.path, data, fsync=False)
+        except OSError:
+            try:
+                fd = os.open(self.path, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, data, 0)
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
+            raise

@@ -159,7 +159,8 @@ class StateDir:
     def prune_logs(self, keep_s: float, active: set[str]) -> int:
         """Removes logs (and exit files) of ended tasks older than `keep_s` seconds."""
         now, removed = time.time(), 0
-        for d, suffix in ((self.logs, ".log"), (self.root / "run", ".exit")):
+        for d, suffix in ((self.logs, ".log"), (self.root / "run", ".exit"),
+                          (self.root / "run", ".exit.reserve")):
             if not d.is_dir():
                 continue
             for path in d.glob(f"*{suffix}"):

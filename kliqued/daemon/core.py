@@ -313,6 +313,10 @@ class Daemon:
                                     f"{no_worker_text(pool)}")
         since = rec.placed_at if rec.unleased_at is None else max(rec.placed_at or 0,
                                                                    rec.unleased_at)
+        live = self.live_workers(pool)
+        if live and all(w.cannot_work for w in live):
+            return Reason("worker", f"placed on {pool}, not started: its workers cannot work "
+                                    f"({'; '.join(f'{w.id}: {w.cannot_work}' for w in live)})")
         return Reason("worker", f"placed on {pool}, waiting for a worker to start it since "
                                 f"{iso(since)}")
 

@@ -496,9 +496,13 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         if lost or event == "stopped":
             # The worker lost it, or stopped it without being told to: it did not end by
             # itself, so it runs again (the third time it fails).
-            if event == "stopped" and body.get("reason") == "shutdown":
+            if event == "stopped" and body.get("reason") in ("shutdown", "cannot-work"):
+                # handed back: a clean shutdown, or a worker that cannot work (its state
+                # dir is full, issue 26): requeued at the front, no loss counted
                 sub = _lose(d, rec, lease, now, ov, p.text,
-                            {"report": event, "message": message}, returned=True)
+                            {"report": event, "message": message}, returned=True,
+                            text=(f"handed back: {message}" if body.get("reason")
+                                  == "cannot-work" and message else None))
                 return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
                                 sub.closes, frees=True)
             idle = event == "stopped" and _idle_text(body)

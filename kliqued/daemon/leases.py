@@ -91,7 +91,7 @@ class Lease:
 
 class WorkerInfo:
     __slots__ = ("id", "pool", "hostname", "executor", "gpus", "version", "registered_at",
-                 "last_seen", "lost_at", "leases", "key_hash")
+                 "last_seen", "lost_at", "leases", "key_hash", "cannot_work")
 
     def __init__(self, id: str, pool: str) -> None:
         self.id = id
@@ -106,6 +106,10 @@ class WorkerInfo:
         self.lost_at: int | None = None
         self.leases: dict[tuple[str, int], Lease] = {}
         """Its active and stopping leases."""
+        self.cannot_work: str | None = None
+        """Why the worker says it takes no work now (its last heartbeat's ``cannot_work``:
+        its state dir is full), or None. Volatile like ``last_seen``: not an event; the
+        next heartbeat says it again."""
         self.key_hash: str | None = None
         """Keyed hash of the key it registered with: every call of this worker, and every
         report for its leases, must carry that key (one pool token is shared by the pool's

@@ -550,7 +550,10 @@ SCHEMAS: dict[str, Any] = {
     "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
     "Heartbeat": _obj({"running": {"type": "array", "maxItems": 100_000, "items": _obj({
         "task": {"type": "string"}, "epoch": {"type": "integer"},
-        "state": {"type": "string"}}, required=["task", "epoch"], extra=True)}},
+        "state": {"type": "string"}}, required=["task", "epoch"], extra=True)},
+        "cannot_work": {"type": ["string", "null"], "maxLength": 500,
+                        "description": "why the worker takes no work now (its state dir "
+                                       "cannot be written); shown on the worker"}},
         required=["running"], extra=True),
     "StopInstruction": _obj({
         "task": {"type": "string"}, "epoch": {"type": "integer"},
@@ -572,7 +575,9 @@ SCHEMAS: dict[str, Any] = {
                    "description": "for a `stopped` the worker decided itself: `idle` (an "
                                   "idle limit: the task ends `stopped: idle (<limit>)`) or "
                                   "`shutdown` (handed back on a clean shutdown: requeued, "
-                                  "not counted as lost)"}},
+                                  "not counted as lost) or `cannot-work` (handed back by a "
+                                  "worker that cannot work, e.g. a full state dir: the "
+                                  "same)"}},
         required=["epoch", "event"], extra=True),
     "ReportAnswer": _obj({"task": _ref("Task")}),
     "WorkerReports": _obj({"reports": {"type": "array", "minItems": 1, "maxItems": 1000,
@@ -601,6 +606,8 @@ SCHEMAS: dict[str, Any] = {
         "registered_at": TIME_OR_NULL,
         "state": {"type": "string", "enum": ["alive", "silent", "lost"]},
         "lost_at": TIME_OR_NULL,
+        "cannot_work": {"type": ["string", "null"],
+                        "description": "why the worker says it takes no work now"},
         "leases": {"type": "array", "items": _obj({
             "task": {"type": "string"}, "epoch": {"type": "integer"},
             "status": {"type": "string", "enum": ["active", "stopping"]}})}}),

@@ -270,5 +270,6 @@ def worker(d: Daemon, w: Any) -> dict[str, Any]:
             "registered_at": iso(w.registered_at),
             "state": worker_state(d, w),
             "lost_at": iso(w.lost_at),
+            "cannot_work": w.cannot_work,
             "leases": [{"task": lease.task, "epoch": lease.epoch, "status": lease.status}
                        for lease in sorted(w.leases.values(), key=lambda x: x.key)]}

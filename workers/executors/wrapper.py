@@ -192,14 +192,16 @@ def run(exit_file: str, command: list[str], env: dict[str, str] | None = None,
     liveness file (stop the task when its worker is gone, see the module's docstring)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
+    reserve = _reserve(exit_file)
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         sys.stderr.write(f"[klique-worker] cannot run {command[0]!r}: {exc.strerror or exc}\n")
         sys.stderr.flush()
-        _write_exit(exit_file, {"exit_code": code, "signal": None, "pid": None,
-                                "ended_at": _now(), "message": f"cannot run {command[0]!r}"})
+        _write_exit_reserved(exit_file, {"exit_code": code, "signal": None, "pid": None,
+                                         "ended_at": _now(),
+                                         "message": f"cannot run {command[0]!r}"}, reserve)
         return code
     done = threading.Event()
     stopped: dict[str, str] = {}
@@ -218,8 +220,48 @@ def run(exit_file: str, command: list[str], env: dict[str, str] | None = None,
     record.update(pid=child.pid, ended_at=_now())
     if stopped.get("message"):
         record["message"] = stopped["message"]
-    _write_exit(exit_file, record)
+    _write_exit_reserved(exit_file, record, reserve)
     return code
+
+
+RESERVE = 8192
+"""Bytes set aside at the start beside the exit file (``EXIT_FILE.reserve``): on a full disk
+they are given back just before the exit is recorded, so the task's true end is never lost
+to ENOSPC (issue 26)."""
+
+
+def _reserve(exit_file: str) -> str | None:
+    path = exit_file + ".reserve"
+    try:
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * RESERVE)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
+    return path
+
+
+def _write_exit_reserved(exit_file: str, record: dict, reserve: str | None) -> None:
+    """Records the exit; if the disk is full, frees the reserve and tries once more."""
+    try:
+        _write_exit(exit_file, record)
+    except OSError:
+        if reserve is None:
+            raise
+        os.unlink(reserve)
+        reserve = None
+        _write_exit(exit_file, record)
+    finally:
+        if reserve is not None:
+            try:
+                os.unlink(reserve)
+            except OSError:
+                pass
 
 
 def main(argv: list[str]) -> int:

@@ -133,6 +133,8 @@ async def heartbeat(request: web.Request) -> web.Response:
     w = await _audited(request, lambda: fleet.worker_of(d, p, wid, key, "heartbeat"))
     body = await read_json(request, "Heartbeat")
     w.last_seen = d.mono()
+    cannot = body.get("cannot_work")
+    w.cannot_work = str(cannot)[:500] if cannot else None
     ttl = d.worker_settings.ttl_s
     stops, withdraw = fleet.heartbeat(d, w, body, max(5.0, ttl))
     if withdraw:
