@@ -142,3 +142,57 @@ def _raw(s: Server, method: str, path: str, token: str) -> tuple[int, Any, dict[
             return resp.status, None, dict(resp.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), dict(exc.headers)
+
+
+def test_postgresql_outage_refuses_writes_serves_reads_and_reconnects(tmp_path: Path) -> None:
+    from tests.harness.postgres import Postgres, unavailable
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    pg = Postgres().start()
+    s = Server(tmp_path, db=pg.createdb("outage"))
+    try:
+        s.start()
+        bob = s.token({"user": "bob"})
+        accepted: list[str] = []
+        refused: list[str] = []  # idempotency keys of the refused submissions
+        for _ in range(5):
+            code, body, _ = _submit(s, bob)
+            assert code == 201, body
+            accepted.append(body["id"])
+        pg.pause()
+        codes = []
+        t_end = time.monotonic() + 10  # a trickle of submissions while it is away
+        while time.monotonic() < t_end:
+            code, body, key = _submit(s, bob)
+            codes.append(code)
+            if code == 201:
+                accepted.append(body["id"])
+            else:
+                assert code == 503, body
+                assert body["error"]["code"] in ("store-unavailable", "unavailable"), body
+                refused.append(key)
+            # reads answer from memory meanwhile
+            assert s.ok("GET", f"/v1/tasks/{accepted[0]}", token=bob)["id"] == accepted[0]
+            time.sleep(0.3)
+        assert refused, codes
+        assert s.ok("GET", "/v1/health", token=None)["status"] == "degraded"
+        assert s.proc is not None and s.proc.poll() is None, s.log()
+        pg.resume()
+        def accepts() -> bool:
+            code, body, _ = _submit(s, bob)
+            if code == 201:
+                accepted.append(body["id"])
+            return code == 201
+        wait_for(accepts, 20, "writes to work again")
+        assert s.ok("GET", "/v1/health", token=None)["status"] == "ok"
+        code, body, _ = _submit(s, bob)
+        assert code == 201, body
+        accepted.append(body["id"])
+        _check_exactly_once(s, accepted)
+        assert sorted(_submitted_ids(s)) == sorted(accepted), "a refused one was logged"
+        assert s.proc.poll() is None, s.log()
+    finally:
+        if s.proc is not None:
+            s.stop()
+        pg.stop()
