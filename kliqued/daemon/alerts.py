@@ -282,7 +282,8 @@ class Dispatcher:
             if raise_for:
                 try:
                     await self.seq.submit(lambda now, ov: Prepared(events=raise_for))
-                except Exception as exc:  # stopping: raised again after the restart
+                except Exception as exc:  # stopping, or the store away: raised again later
+                    self._waited.difference_update(ev.task for ev in raise_for)
                     log.warning("waiting alerts not recorded: %s", exc)
 
     def _start(self, row: tuple) -> None:

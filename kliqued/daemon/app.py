@@ -19,7 +19,7 @@ from aiohttp import web
 from kliqued.web import routes as web_ui
 
 from .agents.endpoint import ENDPOINT, Endpoint, www_authenticate
-from .errors import ApiError
+from .errors import ApiError, StoreAway
 from .handlers import agents, demand, engine, estate, events, leader, ledger, meta, metrics
 from .handlers import pipelines, plan, policies, pools, resources, schedules, sessions, tasks
 from .handlers import tokens, workers
@@ -56,6 +56,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         resp = reply(exc.body(), exc.status)
         if exc.status == 401:  # RFC 6750; the MCP authorization spec reads it too
             resp.headers["WWW-Authenticate"] = www_authenticate(request, exc.message)
+        if isinstance(exc, StoreAway):  # RFC 9110: when to try again
+            resp.headers["Retry-After"] = str(exc.retry_after_s)
         return resp
     except web.HTTPException as exc:
         if exc.status < 400:

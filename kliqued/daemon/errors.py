@@ -1,7 +1,8 @@
 """The daemon's exceptions, and who catches them.
 
 - :class:`DaemonError`: the base of everything below.
-- :class:`ApiError` (and :class:`Unavailable`, 503): the one error type handlers raise; the
+- :class:`ApiError` (and :class:`Unavailable`, 503; :class:`StoreAway`, 503 or 507 with
+  ``Retry-After`` while the store is away): the one error type handlers raise; the
   error middleware (``app.py``) renders it as the contract's JSON
   ``{"error": {"code", "message", "details"?}}`` with its status. Never a 5xx for bad input.
 - :class:`BadOption`: a ``kliqued serve`` option that cannot be used (``--listen``);
@@ -102,3 +103,14 @@ class Unavailable(ApiError):
 
     def __init__(self, message: str) -> None:
         super().__init__(503, "unavailable", message)
+
+
+class StoreAway(ApiError):
+    """The log cannot be written for now (PostgreSQL unreachable, the disk under the DuckDB
+    file full): nothing of the request was recorded, the daemon keeps serving reads and
+    retries by itself (``storefault.py``). 503, or 507 for a full disk, with ``Retry-After``
+    (the error middleware sets it from :attr:`retry_after_s`)."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after_s: int) -> None:
+        super().__init__(status, code, message, {"retry_after_s": retry_after_s})
+        self.retry_after_s = retry_after_s

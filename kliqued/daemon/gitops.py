@@ -26,6 +26,8 @@ from compiler.api import CompileResult, EstateReadError, SourceFile, compile_fil
 from compiler.diagnostics import Position, error, plural
 from compiler.plan.prices import price_impacts
 
+from .errors import StoreAway
+
 log = logging.getLogger(__name__)
 
 
@@ -191,6 +193,13 @@ class Follower:
             return
         if snap.key == self.last_key:
             return
+        try:
+            await self._take(snap)
+        except StoreAway as exc:  # nothing recorded: the next look tries this one again
+            log.warning("estate %s not recorded yet: %s", snap.label, exc.message)
+            self.last_key = None
+
+    async def _take(self, snap: Snapshot) -> None:
         self.last_key = snap.key
         d = self.d
         result = snap.result

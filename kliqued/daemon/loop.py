@@ -24,9 +24,21 @@ A commit refused for its data (``unstorable``: text DuckDB cannot hold, a value 
 convert) is not fatal: one request's data must never stop the daemon. The cycle then commits
 the pass's events alone, and each request alone, re-prepared and applied in order
 (``_isolate``): the request whose data is refused gets a 422 ``unstorable``, the others go
-through. Any other failed commit (I/O, a full disk, an invalidated database) is fatal: the
-State may be ahead of the log, so the process exits and a restart rebuilds from what is
-durable.
+through.
+
+A commit that fails because the store is away (storefault.py: a full disk, PostgreSQL
+unreachable) is ridden out, not fatal. The requests of that batch were not applied (a
+request changes the State only after its commit), so they are refused (507 or 503 with
+``Retry-After``) and leave no trace. The pass's part is already in the State (the engine
+changes it at once), so it is *held*: kept with the sequence numbers it was given, and
+committed first when the store is back, before any other change; until then no pass runs
+and every write is refused at once, while reads answer from memory (``away``). So the log
+still equals the State once the held part is in, and nothing acknowledged is lost or
+repeated. PostgreSQL may have committed a batch whose COMMIT lost its answer: the log's last
+sequence number then says so, and the batch's requests are applied (their clients saw a 503;
+an idempotency key makes their retry find the task). Any other failed commit (an
+invalidated database, a log that moved on without this daemon) is fatal: the State may be
+ahead of the log, so the process exits and a restart rebuilds from what is durable.
 """
 
 from __future__ import annotations
@@ -46,10 +58,11 @@ from kliqued.ledger import ops as ledger_ops
 
 from . import history
 from .core import Daemon, Overlay, Prepared
-from .errors import ApiError, Deposed, Unavailable
+from .errors import ApiError, Deposed, StoreMismatch, Unavailable
 from .events import Event
 from .metrics import Metrics
 from .store import Batch, Store
+from .storefault import RETRY_AFTER_S, StoreFault, classify
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +102,23 @@ def _refusal(exc: BaseException) -> Unavailable:
 
 
 @dataclass
+class _Held:
+    """What a commit failed on while the store was away (module docstring): the pass's
+    part, already in the State, to commit when the store is back; the batch's requests,
+    refused, to apply only if the log turns out to have the whole batch after all."""
+    base: int
+    """``d.seq`` before the batch."""
+    batch: Batch
+    """The pass's rows (``base + 1`` on) and ops (with the evicted records' rows)."""
+    evicting: list[Any]
+    rows: list[tuple]
+    """Rows of the whole batch, requests' included (``base + 1`` on)."""
+    prepared: list[tuple["_Request", Prepared]]
+    since: float
+    """When the store went away (monotonic)."""
+
+
+@dataclass
 class _Request:
     prepare: PrepareFn
     future: asyncio.Future
@@ -115,6 +145,10 @@ class Sequencer:
         fed here, where passes run and the State takes events in."""
         self.on_commit: Callable[[list[tuple]], None] | None = None
         """Sees each committed batch's rows (the alert dispatcher's non-blocking offer)."""
+        self.away: StoreFault | None = None
+        """Set while the store is away: writes are refused with its ``refusal``, no pass
+        runs, the held part waits (module docstring); health and /metrics show it."""
+        self._held: _Held | None = None
         self.between: Callable[[], None] | None = None
         """Called after each cycle, when the State equals the log at ``d.seq`` (the
         snapshots' fork, snapshot.py)."""
@@ -124,6 +158,8 @@ class Sequencer:
         """Queues a change; returns what its ``apply`` returns once it is durable."""
         if self._stopping or self.failed is not None:
             raise Unavailable("kliqued is shutting down: nothing was recorded; retry later")
+        if self.away is not None:
+            raise self.away.refusal()
         fut = asyncio.get_running_loop().create_future()
         self._pending.append(_Request(prepare, fut, barrier))
         self._wake.set()
@@ -175,6 +211,13 @@ class Sequencer:
         while True:
             if self._stopping and not self._pending:
                 return
+            if self.away is not None:
+                try:
+                    await self._ride_out()
+                except Exception as exc:  # not the store being away: fatal, as below
+                    self._fail(exc)
+                    return
+                continue
             due = self._due_at()
             if not self._pending:
                 timeout = None if due is None else max(0.0, due - time.monotonic())
@@ -189,20 +232,89 @@ class Sequencer:
                 if self.between is not None:
                     self.between()
             except Exception as exc:  # a failed commit: see the module docstring
-                self.failed = exc
-                if isinstance(exc, Deposed):
-                    log.warning("kliqued: %s; no longer leading", exc)
-                else:
-                    log.error("kliqued: cannot write the event log (%s: %s); stopping so "
-                              "that a restart rebuilds the state from what is durable",
-                              type(exc).__name__, exc)
-                for r in self._pending:
-                    if not r.future.done():
-                        r.future.set_exception(_refusal(exc))
-                self._pending.clear()
-                if self.on_fatal is not None:
-                    self.on_fatal(exc)
+                self._fail(exc)
                 return
+
+    def _fail(self, exc: BaseException) -> None:
+        """The fatal path: every waiting request refused, the daemon told (it exits, or a
+        deposed leader stands by)."""
+        self.failed = exc
+        if isinstance(exc, Deposed):
+            log.warning("kliqued: %s; no longer leading", exc)
+        else:
+            log.error("kliqued: cannot write the event log (%s: %s); stopping so "
+                      "that a restart rebuilds the state from what is durable",
+                      type(exc).__name__, exc)
+        for r in self._pending:
+            if not r.future.done():
+                r.future.set_exception(_refusal(exc))
+        self._pending.clear()
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
+
+    # ------------------------------------------------------------------ the store away
+    def _go_away(self, fault: StoreFault, held: _Held) -> None:
+        self.away, self._held = fault, held
+        self.metrics.store_away(fault.kind)
+        log.error("kliqued: the store is away: %s; writes are refused (%s), reads answer from "
+                  "memory, %d event(s) of the engine's pass are held; retrying every %d s",
+                  fault.text(), fault.refusal().status, len(held.batch.rows), RETRY_AFTER_S)
+
+    async def _ride_out(self) -> None:
+        """One round while the store is away: refuse what waits, sleep, try the store. Back:
+        the held part committed (or found in the log), writes accepted again, a pass soon.
+        Raises (fatal) for anything but the store still being away."""
+        away, held = self.away, self._held
+        assert away is not None and held is not None
+        for r in self._pending:
+            if not r.future.done():
+                r.future.set_exception(away.refusal())
+        self._pending.clear()
+        if self._stopping:
+            self.away = None  # the held part is lost with the process: the restart's pass
+            return            # decides again from the log, which never had it
+        try:
+            await asyncio.wait_for(self._wake.wait(), RETRY_AFTER_S)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+        if self._stopping:
+            return
+        try:
+            await self.store.revive()
+            logged = await self.store.last_seq_async()
+            if logged == held.base + len(held.rows) and len(held.rows) > len(held.batch.rows):
+                # PostgreSQL committed the whole batch but its answer was lost
+                log.warning("the batch of events %d..%d was committed after all (its COMMIT's "
+                            "answer was lost): applied", held.base + 1, logged)
+                self.d.seq = logged
+                self._committed(held.rows)
+                for r, p in held.prepared:
+                    self._apply(r, p, False, False)
+            elif logged == held.base + len(held.batch.rows) and held.batch.rows:
+                self._committed(held.batch.rows)  # the pass's part alone landed: done
+            elif logged == held.base:
+                if held.batch.rows or held.batch.ops:
+                    await self.store.commit(held.batch)
+                    self._committed(held.batch.rows)
+            else:
+                raise StoreMismatch(
+                    f"the log has events up to {logged} but this daemon expected "
+                    f"{held.base + len(held.batch.rows)} when the store came back (another "
+                    f"daemon wrote meanwhile?): stopping; the restart rebuilds the state")
+        except Exception as exc:
+            fault = classify(exc, self.store.log.label)
+            if fault is None:
+                raise
+            self.away = fault  # still away (perhaps for another reason now)
+            return
+        if held.evicting:
+            self.d.eviction.drop(self.d, held.evicting, self.d.clock.now())
+        self.away, self._held = None, None
+        self.metrics.store_back()
+        log.warning("kliqued: the store is back after %.1f s (%s); writes accepted again",
+                    time.monotonic() - held.since, away.text())
+        self.request_pass(SETTLE_S)
 
     async def _cycle(self) -> None:
         d = self.d
@@ -280,6 +392,16 @@ class Sequencer:
                 self.metrics.count(events[pass_events:])
                 self._committed(batch.rows)
             except BaseException as exc:
+                fault = None if unstorable(exc) else classify(exc, self.store.log.label)
+                if fault is not None:
+                    for r, _ in prepared:
+                        if not r.future.done():
+                            r.future.set_exception(fault.refusal())
+                    d.seq = base + pass_events
+                    self._go_away(fault, _Held(
+                        base, Batch(batch.rows[:pass_events], batch.ops[:pass_ops]),
+                        evicting, batch.rows, prepared, time.monotonic()))
+                    return
                 if not unstorable(exc):
                     for r, _ in prepared:
                         if not r.future.done():

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from prometheus_client import (CollectorRegistry, Counter, Histogram, ProcessCollector,
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
                                disable_created_metrics, generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -293,8 +293,26 @@ class Metrics:
         self.preemptions = Counter(
             "klique_preemptions", "Preemptions since the daemon started, by reason (reclaim, "
             "lost, returned, ...) and pool", ["reason", "pool"], registry=own)
+        self.store_unavailable = Gauge(
+            "klique_store_unavailable", "1 while the event log cannot be written (disk full, "
+            "PostgreSQL unreachable): writes are refused, reads answer; by kind",
+            ["kind"], registry=self.registry)
+        self.store_outages = Counter(
+            "klique_store_outages", "Times the event log became unwritable since the daemon "
+            "started, by kind (disk-full, unreachable)", ["kind"], registry=self.registry)
+        for kind in ("disk-full", "unreachable"):
+            self.store_unavailable.labels(kind).set(0)
         if state:
             self.registry.register(StateCollector(daemon))
+
+    def store_away(self, kind: str) -> None:
+        """The sequencer found the store away (loop.py): the gauge up, one more outage."""
+        self.store_unavailable.labels(kind).set(1)
+        self.store_outages.labels(kind).inc()
+
+    def store_back(self) -> None:
+        for kind in ("disk-full", "unreachable"):
+            self.store_unavailable.labels(kind).set(0)
 
     def count(self, events: Iterable[Event]) -> None:
         """Counts what matters of events as the State takes them in: a pass's at once (the

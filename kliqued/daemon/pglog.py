@@ -265,12 +265,25 @@ class PgLog:
             cur.execute(sql("%s"), params)
             return max(0, cur.rowcount)
 
+    def reconnect(self) -> None:
+        """A new connection after this one broke (PostgreSQL restarted, failed over): the
+        same URL, so libpq's multi-host list finds the new primary. Raises psycopg's
+        ``OperationalError`` while it is still away (the sequencer tries again)."""
+        if not (self.conn.closed or self.conn.broken):
+            return
+        try:
+            self.conn.close()
+        except psycopg.Error:
+            pass
+        self.conn = psycopg.connect(self.url, autocommit=True, application_name="kliqued",
+                                    connect_timeout=5)
+
     def commit(self) -> None:
         """The batch is durable when this returns (PostgreSQL's COMMIT)."""
         self.conn.execute("COMMIT")
 
     def rollback(self) -> None:
-        if not self.conn.closed:
+        if not (self.conn.closed or self.conn.broken):
             self.conn.execute("ROLLBACK")
 
     def close(self) -> None:

@@ -33,7 +33,8 @@ from .app import Context, make_app
 from .session_origin import OriginError, SessionOrigin, parse_domain
 from .session_site import make_session_app
 from .core import Daemon, WorkerSettings
-from .errors import BadOption, DaemonError, Deposed
+from .errors import BadOption, DaemonError, Deposed, StoreAway
+from .storefault import disk_full, first_line
 from .gitops import DirSource, Follower, GitSource, Snapshot
 from .logs import DEFAULT_CAP, LogStore
 from . import keyfile, strength
@@ -244,6 +245,13 @@ def serve(opts: Options) -> int:
         if not is_url(opts.db):
             return _lead(opts, store, host, port, nofile)
         return _lead_when_elected(opts, store, host, port, nofile)
+    except Exception as exc:
+        if not (disk_full(exc) or isinstance(exc, StoreAway) and exc.status == 507):
+            raise
+        # a start that must write (the schema, the estate, the first token) on a full disk
+        print(f"kliqued serve: error: the disk under {opts.local_db} is full ({first_line(exc)}"
+              f"): free space there, then start kliqued again", file=sys.stderr)
+        return EXIT_ERROR
     finally:
         try:
             store.close()
@@ -639,6 +647,8 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
                         len(w.leases))
             try:
                 await seq.submit(functools.partial(prepare_worker_lost, d, w.id))
+            except StoreAway:  # the store is away: looked at again next round
+                break
             except Exception as exc:  # shutting down
                 log.debug("worker lost not recorded: %s", exc)
                 return
@@ -648,6 +658,8 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
                         "back to their queues", pool, now - d.autoscalers[pool].last_seen)
             try:
                 await seq.submit(functools.partial(autoscalers.prepare_lost, d, pool))
+            except StoreAway:  # the store is away: looked at again next round
+                break
             except Exception as exc:  # shutting down
                 log.debug("autoscaler lost not applied: %s", exc)
                 return
@@ -655,6 +667,8 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
             for tid in gang.overdue(d, d.worker_settings.gang_timeout_s, d.clock.now()):
                 try:
                     await seq.submit(functools.partial(prepare_gang_timeout, d, tid))
+                except StoreAway:
+                    break
                 except Exception as exc:  # shutting down
                     log.debug("gang timeout not recorded: %s", exc)
                     return

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import json
 import logging
 import os
@@ -515,6 +516,33 @@ class Store:
         await loop.run_in_executor(self._writer, self._commit, batch)
         self._count_ledger(batch)
 
+    # ------------------------------------------------------------------ the store away
+    async def revive(self) -> None:
+        """After a commit failed because the store was away (storefault.py): makes the log
+        writable again or raises what still stands in the way. PostgreSQL: a new connection
+        (libpq's multi-host URL finds the primary) and an empty batch, which checks the
+        fence (``Deposed`` when another daemon took the lease meanwhile). DuckDB: the
+        file's directory must have :data:`RESUME_FREE_BYTES` free again (an ``OSError``
+        ENOSPC otherwise), so that one small commit does not take the last bytes."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer, self._revive)
+
+    def _revive(self) -> None:
+        reconnect = getattr(self.log, "reconnect", None)
+        if reconnect is not None:
+            reconnect()
+            self._commit_log(Batch())
+            return
+        free = free_bytes(self.path)
+        if free is not None and free < RESUME_FREE_BYTES:
+            raise OSError(errno.ENOSPC, f"No space left on device: {free} bytes free beside "
+                                        f"{self.path}, {RESUME_FREE_BYTES} wanted to resume")
+
+    async def last_seq_async(self) -> int:
+        """:meth:`last_seq` from the event loop (the write thread reads it)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, self.log.last_seq)
+
     ledger_changes = 0
     """Committed batches that wrote the ledger since start: what a cache of figures derived
     from the ledger compares (the dashboards' CIO figures, kliqued/web/data.py)."""
@@ -618,6 +646,19 @@ class Store:
             return
         self._writer.submit(fin).result()
         self._writer.shutdown(wait=True)
+
+
+RESUME_FREE_BYTES = 1 << 20
+"""Free bytes beside the DuckDB file before writes resume after a full disk."""
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes free to this process on the filesystem of ``path``; None when unknown."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _nothing() -> None:

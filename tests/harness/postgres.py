@@ -146,6 +146,16 @@ class Postgres:
         except OSError:
             return ""
 
+    def pause(self) -> None:
+        """Stops the server (fast shutdown, by its pid) and keeps its data: an outage,
+        ended by :meth:`resume` on the same port."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(20)
+
+    def resume(self) -> "Postgres":
+        return self._run()
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)  # fast shutdown

@@ -13,8 +13,13 @@ async def health(request: web.Request) -> web.Response:
     d = ctx(request).daemon
     if not d.ready:
         return reply({"status": "starting", "revision": "", "engine": "disabled"})
-    return reply({"status": "ok", "revision": d.estate.revision,
-                  "engine": "enabled" if d.st().enabled else "disabled"})
+    away = ctx(request).seq.away
+    body = {"status": "ok", "revision": d.estate.revision,
+            "engine": "enabled" if d.st().enabled else "disabled"}
+    if away is not None:  # reads answer, writes are refused until the store is back
+        body["status"] = "degraded"
+        body["degraded"] = f"store unavailable ({away.text()})"
+    return reply(body)
 
 
 async def openapi(request: web.Request) -> web.Response:
