@@ -28,7 +28,7 @@ from typing import Sequence
 
 import duckdb
 
-from . import lending, sandbox, scope
+from . import growth, lending, sandbox, scope
 from .watchdog import Watchdog
 
 MAX_LIMIT = 100_000
@@ -274,8 +274,9 @@ def _check_sandbox(conn, query: str, groups: Sequence[str] | None = None,
     to run: the query, or for ``groups`` the query over their subtrees' rows only (and with
     ``pieces``, over those lending pieces: :func:`kliqued.ledger.scope.scoped`)."""
     database = conn.execute("SELECT current_database()").fetchone()[0]
-    sandbox.check_tree(sandbox.parsed(conn, query), database,
-                       qualified=groups is None and pieces is None)
+    tree = sandbox.parsed(conn, query)
+    sandbox.check_tree(tree, database, qualified=groups is None and pieces is None)
+    growth.check(tree)
     if groups is not None or pieces is not None:
         query = scope.scoped(query, groups, pieces)
     plan = conn.execute("EXPLAIN (FORMAT json) " + query).fetchall()
