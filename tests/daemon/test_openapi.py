@@ -15,7 +15,7 @@ from openapi_spec_validator import validate
 from kliqued.daemon.app import ROUTES, Context, make_app
 from kliqued.daemon.openapi import document
 from kliqued.web.routes import ROUTES as DASHBOARD
-from kliqued.daemon.handlers.sessions import proxy
+from kliqued.daemon.handlers.sessions import elsewhere, proxy
 
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
 
@@ -40,8 +40,8 @@ def test_document_lists_every_route() -> None:
         if (route.method, path) in PAGES:
             assert not path.startswith("/v1"), path
             continue
-        if route.handler is proxy:
-            continue  # a session's own app, relayed (any method): not an API operation
+        if route.handler in (proxy, elsewhere):
+            continue  # a session's own app (any method), or the 404 saying where it is
         served.add((route.method.lower(), path))
     documented = {(m, p) for p, ops in DOC["paths"].items() for m in ops}
     assert served == documented
@@ -52,7 +52,8 @@ def test_every_served_route_is_declared_and_documented() -> None:
     may call it (the document's "Who" and ``x-klique-roles``)."""
     app = make_app(Context(None, None, None, 1.0, None))  # type: ignore[arg-type]
     served = {(r.method, r.resource.canonical) for r in app.router.routes()
-              if r.method != "HEAD" and r.resource is not None and r.handler is not proxy}
+              if r.method != "HEAD" and r.resource is not None
+              and r.handler not in (proxy, elsewhere)}
     assert served - PAGES == {(r.method, r.path) for r in ROUTES}
     for r in ROUTES:
         op = DOC["paths"][r.path][r.method.lower()]
