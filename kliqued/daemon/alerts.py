@@ -39,11 +39,13 @@ log = logging.getLogger(__name__)
 
 WAITING = "waiting_alert"
 SPEND_CAP = "spend_cap_reached"
-ALERTING = ("alert", "worker_lost", "estate_refused", WAITING, SPEND_CAP)
+CLOCK_STEP = "clock_step"
+ALERTING = ("alert", "worker_lost", "estate_refused", WAITING, SPEND_CAP, CLOCK_STEP)
 """Event kinds that are alerts (``alert``: a budget's ``alert_at`` threshold crossed;
 ``waiting_alert`` [resource, waited_s]: a queue's head waited past ``waiting_after``;
 ``spend_cap_reached`` [pool, month, spent, spend_cap]: a cloud pool's autoscaler adds no node
-this month, cloud.py)."""
+this month, cloud.py; ``clock_step`` [direction, step_ms, offset_ms]: the wall clock of the
+daemon's machine jumped, clock.py)."""
 DELIVERY = "alert_delivery"
 FINAL = ("delivered", "given_up")
 RESEND_WINDOW_MS = 24 * 3600 * 1000
@@ -83,6 +85,15 @@ def describe(seq: int, at_ms: int, kind: str, grp: str | None,
                 f"{data.get('month')}: the autoscaler adds no node until the next month or a "
                 f"higher autoscale.spend_cap; {data.get('waiting')} placed task(s) wait "
                 f"(`kliqued pools`)")
+    elif kind == CLOCK_STEP:
+        step_s = abs(int(data.get("step_ms") or 0)) / 1000
+        title = f"clock stepped {data.get('direction')} by {step_s:.1f} s"
+        text = (f"the wall clock of the daemon's machine jumped {data.get('direction')} by "
+                f"{step_s:.1f} s; the daemon's time did not jump (it runs on the monotonic "
+                f"clock, {int(data.get('offset_ms') or 0) / 1000:+.1f} s off the wall clock, "
+                f"and closes the gap slowly): budgets charge the real elapsed time, leases "
+                f"and tokens neither expired nor extended by the step. Check the machine's "
+                f"time source (NTP, chrony)")
     elif kind == "worker_lost":
         title = f"worker lost: {data.get('worker')} (pool {data.get('pool')})"
         tasks = data.get("tasks") or []

@@ -29,6 +29,7 @@ from kliqued.ledger import writer as ledger
 from . import autoscalers, channels, limits, reducers
 from .auth import Access, Principal, TokenBook, TokenRecord
 from .autoscalers import AutoscalerInfo
+from .clock import Clock
 from .cloud import CloudBook
 from .errors import ApiError, not_found
 from .events import Event
@@ -45,25 +46,6 @@ from .units import iso
 log = logging.getLogger(__name__)
 
 PENDING = Reason("pending", "waits for the next pass")
-
-
-class Clock:
-    """Wall-clock ms that never go back (engine times must not)."""
-
-    def __init__(self) -> None:
-        self.last = 0
-        self.offset_ms = 0
-        """Ahead of the wall clock by this much (tests: server.CLOCK_OFFSET_ENV)."""
-
-    def now(self) -> int:
-        t = time.time_ns() // 1_000_000 + self.offset_ms
-        if t > self.last:
-            self.last = t
-        return self.last
-
-    def at_least(self, t: int) -> None:
-        if t > self.last:
-            self.last = t
 
 
 @dataclass

@@ -52,7 +52,9 @@ Kinds (``data`` fields in brackets):
   does) / ``spend_cap_reached`` [pool, month, spent, spend_cap, currency, waiting, reason]
   (an alert: the month's first wait on the cap)
 - ``waiting_alert`` [resource, task, user, waited_s] (a queue's head waited past
-  ``settings.alerts.waiting_after``) / ``alert_delivery`` [alert: the alert event's seq,
+  ``settings.alerts.waiting_after``) / ``clock_step`` [direction, step_ms, offset_ms,
+  wall_ms] (the wall clock jumped against the monotonic clock: clock.py, an alert to IT) /
+  ``alert_delivery`` [alert: the alert event's seq,
   channel, key, attempt, status: failed|delivered|given_up, error?] (docs/alerts.md)
 
 ``grp`` and ``usr`` are columns (not only data) so the audit log can be filtered to what a
@@ -389,6 +391,15 @@ class WaitingAlert(Payload):
     task: str | None = None
     user: str | None = None
     waited_s: int | None = None
+
+
+@registered("clock_step")
+@_frozen
+class ClockStepped(Payload):
+    direction: str | None = None  # forward or backward
+    step_ms: int | None = None  # how far the wall clock jumped (> 0 forward)
+    offset_ms: int | None = None  # wall clock minus the daemon's time after it
+    wall_ms: int | None = None  # the wall clock's reading at the look that saw it
 
 
 @registered("alert_delivery")

@@ -99,6 +99,28 @@ class RoleCollector(Collector):
         yield lag
 
 
+class ClockCollector(Collector):
+    """``klique_clock_steps_total`` (by direction) and ``klique_clock_offset_seconds``: steps
+    of the wall clock the daemon saw, and how far its own time is from the wall clock
+    (clock.py: it closes that slowly, never by a jump)."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self.d = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        clock = self.d.clock
+        steps = CounterMetricFamily("klique_clock_steps", "Steps of the wall clock seen "
+                                    "since the daemon started (more than 2 s at once)",
+                                    labels=["direction"])
+        for direction, n in sorted(clock.steps.items()):
+            steps.add_metric([direction], n)
+        yield steps
+        offset = GaugeMetricFamily("klique_clock_offset_seconds", "The wall clock minus the "
+                                   "daemon's time (monotonic, slewed toward the wall clock)")
+        offset.add_metric([], clock.offset_ms / SECOND_MS)
+        yield offset
+
+
 class StateCollector(Collector):
     """The gauges, read from the daemon's state at each scrape."""
 
@@ -283,6 +305,7 @@ class Metrics:
         leader's from its lease."""
         self.registry.register(RoleCollector(lambda: self.role()))
         ProcessCollector(registry=self.registry)  # process_*: CPU, memory, open files
+        self.registry.register(ClockCollector(daemon))  # every daemon's own clock
         own = self.registry if state else None  # a standby's are kept out of its answer
         self.pass_seconds = Histogram(
             "klique_pass_duration_seconds", "Duration of an engine pass", buckets=PASS_BUCKETS,

@@ -182,6 +182,7 @@ REDUCERS: dict[str, Reducer] = {
     "worker_refused": _audit_only,
     "capacity_mismatch": _audit_only,
     "waiting_alert": _audit_only,
+    "clock_step": _audit_only,
     "alert_delivery": _audit_only,
     "schedule_created": _schedule_created,
     "schedule_changed": _schedule_changed,

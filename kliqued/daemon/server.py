@@ -43,6 +43,7 @@ from .listener import listen_backlog
 from .listener import plain_http_warning, raise_nofile
 from . import logsetup
 from .alerts import Dispatcher
+from .clockwatch import CLOCK_OFFSET_ENV, make_clock, watch_clock  # noqa: F401 (tests)
 from .loop import Sequencer
 from .replay import ReplayError, rebuild
 from .compaction import Compactor
@@ -352,7 +353,7 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
     d = Daemon()
     d.require_workers = opts.require_workers  # before replay: it decides availability
     d.eviction.keep = opts.keep_ended
-    d.clock.offset_ms = _clock_offset()
+    d.clock = make_clock()  # before replay: the log's times continue on it
     try:
         d.tokens.hasher, migrated = keyfile.open_hasher(opts.local_db, store)
     except keyfile.KeyFileError as exc:
@@ -418,25 +419,6 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
     limits = dataclasses.replace(opts.limits, max_connections=cap)
     return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap,
                             limits, listen_backlog(nofile), lease))
-
-
-CLOCK_OFFSET_ENV = "KLIQUED_TEST_CLOCK_OFFSET_MS"
-"""For tests only: the daemon's clock runs this many ms ahead of the wall clock (a cron
-schedule due a second after start, without waiting for the minute). Logged when set."""
-
-
-def _clock_offset() -> int:
-    raw = os.environ.get(CLOCK_OFFSET_ENV)
-    if not raw:
-        return 0
-    try:
-        offset = int(raw)
-    except ValueError:
-        log.warning("%s=%r is not whole milliseconds: ignored", CLOCK_OFFSET_ENV, raw)
-        return 0
-    log.warning("%s: the clock runs %d ms off the wall clock (tests only)", CLOCK_OFFSET_ENV,
-                offset)
-    return offset
 
 
 def _fill_group_paths(store: Store, compiled: CompiledEstate) -> int:
@@ -589,6 +571,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if warning:
         log.warning(warning)
     background = [asyncio.create_task(_watch_workers(d, seq, stop)),
+                  asyncio.create_task(watch_clock(d, seq, stop)),
                   asyncio.create_task(Unattended(d, seq).run(stop))]
     dispatcher = Dispatcher(d, seq, store)
     seq.on_commit = dispatcher.offer
