@@ -59,6 +59,9 @@ class Server:
         self.admin = admin
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.sessions_port = free_port()
+        """The sessions' listener (kliqued serve's default, the API's port + 1, may be taken
+        by another test's daemon or worker); kept across restarts, as a session's URL is."""
         self.proc: subprocess.Popen | None = None
         self.log_path = self.tmp / f"serve-{self.port}.log"
         self.starts = 0
@@ -75,6 +78,8 @@ class Server:
             args += ["--estate", str(self.estate)]
         if not self.workers:
             args.append("--place-without-workers")
+        if "--sessions-listen" not in self.extra:
+            args += ["--sessions-listen", f"127.0.0.1:{self.sessions_port}"]
         return args + self.extra
 
     @property
