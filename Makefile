@@ -44,7 +44,7 @@ bench: $(STAMP)
 
 # The conformance scenarios (../shared) and the project's own, on the real engine.
 scenarios: $(RUN_STAMP)
-	$(BIN)/kliqued simulate $(wildcard ../shared/scenarios/*.yaml ../shared/scenarios/organisation/*.yaml) tests/scenarios/*.yaml
+	$(BIN)/kliqued simulate $(wildcard ../shared/scenarios/*.yaml ../shared/scenarios/organisation/*.yaml ../shared/scenarios/lending/*.yaml) tests/scenarios/*.yaml
 
 # The dashboard's screenshots in docs/img (docs/dashboards.md), taken by its browser test.
 screenshots: $(STAMP)

@@ -83,6 +83,8 @@ def build(sources: SourceMap) -> c.CompiledEstate:
             levels=org.levels[pol.name],
             below=org.nearest.get(pol.name, []),
             shared_reservation_milli=org.shared.get(pol.name, 0),
+            lend_weight_milli=pol.lend_weight if pol.lend_weight is not None else 1000,
+            protect_for_s=pol.protect_for,
         ) for pol in policies
     ]
     by_name = {g.name: g for g in groups}
@@ -116,7 +118,8 @@ def build(sources: SourceMap) -> c.CompiledEstate:
                              currency=settings.currency,
                              alerts=_alerts(settings.alerts),
                              attribution=None if settings.attribution is None else
-                             c.CAttribution(**settings.attribution.model_dump())),
+                             c.CAttribution(**settings.attribution.model_dump()),
+                             lending=_lending(settings)),
         pools=sorted(cpools, key=lambda x: x.name),
         profiles=sorted(cprofiles, key=lambda x: x.name),
         policies=sorted(cpolicies, key=lambda x: x.name),
@@ -125,6 +128,14 @@ def build(sources: SourceMap) -> c.CompiledEstate:
         compute_resources=sorted(resources, key=lambda x: x.name),
     )
     return estate.with_revision()
+
+
+def _lending(settings: Settings) -> c.CLending:
+    lending = settings.lending
+    if lending is None:
+        return c.CLending()
+    return c.CLending(order=lending.order, protect_for_s=lending.protect_for,
+                      victims=lending.victims)
 
 
 def _alerts(alerts: Alerts | None) -> c.CAlerts | None:

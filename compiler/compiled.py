@@ -32,6 +32,14 @@ class CAttribution(_Frozen):
     revision."""
 
 
+class CLending(_Frozen):
+    """lending.md's settings; left out of the canonical JSON at their defaults, so estates
+    that do not use them keep their revision."""
+    order: Literal["ordered", "fair"] = "ordered"
+    protect_for_s: int = 0
+    victims: Literal["newest", "least_lost_work"] = "newest"
+
+
 class CSettings(_Frozen):
     pass_interval_s: int
     low_watermark_s: int
@@ -44,6 +52,8 @@ class CSettings(_Frozen):
     attribution: CAttribution | None = None
     """Who pays for idle capacity (the ledger's statements); left out of the canonical JSON
     when absent, like ``alerts``."""
+    lending: CLending = CLending()
+    """lending.md; left out of the canonical JSON at its defaults."""
 
 
 class CAlertChannel(_Frozen):
@@ -175,6 +185,11 @@ class CPolicy(_Frozen):
     shared_reservation_milli: int = 0
     """An envelope's ``reservation - sum of the nearest reservations below``: the part any
     policy below it may use. 0 for a policy that is not an envelope."""
+    lend_weight_milli: int = 1000
+    """lending.md's ``lend_weight`` in thousandths (default 1); left out at its default."""
+    protect_for_s: int | None = None
+    """This policy's own ``protect_for``; None: ``settings.lending.protect_for_s``. Left out
+    when None."""
 
 
 class CGroup(_Frozen):
@@ -235,6 +250,18 @@ class CompiledEstate(_Frozen):
         for key in ("alerts", "attribution"):
             if body["settings"].get(key) is None:
                 body["settings"].pop(key, None)
+        lending = body["settings"].get("lending")
+        if lending is not None:
+            for key, default in CLending().model_dump(mode="json").items():
+                if lending.get(key) == default:
+                    lending.pop(key)
+            if not lending:
+                body["settings"].pop("lending")
+        for pol in body["policies"]:
+            if pol.get("lend_weight_milli") == 1000:
+                pol.pop("lend_weight_milli", None)
+            if pol.get("protect_for_s") is None:
+                pol.pop("protect_for_s", None)
         attribution = body["settings"].get("attribution")
         if attribution is not None and attribution.get("borrowed") == "borrower":
             attribution.pop("borrowed", None)

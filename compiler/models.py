@@ -80,6 +80,13 @@ Hours = Annotated[
     BeforeValidator(_amount("budget hours")),
     WithJsonSchema({**_NUMBER_SCHEMA, "description": "budget hours, at most 3 decimals"}),
 ]
+LendWeight = Annotated[
+    int,
+    BeforeValidator(_amount("a lend weight")),
+    WithJsonSchema({"type": "number", "exclusiveMinimum": 0,
+                    "description": "a level's weight in fair lending (lending.md): above 0, "
+                                   "at most 3 decimals; default 1"}),
+]
 Fraction = Annotated[
     int,
     BeforeValidator(_amount("an alert fraction")),
@@ -184,6 +191,21 @@ class Attribution(_Model):
         "the borrower and the lenders (docs/ledger.md)")
 
 
+class Lending(_Model):
+    """lending.md: every part opt-in; the defaults keep engine.md's rules."""
+
+    order: Literal["ordered", "fair"] = Field(
+        "ordered", description="phase 3 (lend): ordered = engine.md's order among competitors; "
+        "fair = the lowest share of borrowed GPUs per lend_weight first, and phase 4 "
+        "rebalances borrowed work between borrowers")
+    protect_for: Duration = Field(
+        0, description="borrowed work younger than this (since its current placement) is not "
+        "taken back by a reclaim or rebalance; 0s = no protection")
+    victims: Literal["newest", "least_lost_work"] = Field(
+        "newest", description="the order reclaim and rebalance choose victims in: newest "
+        "placement first, or least work lost since the last checkpoint first")
+
+
 class Settings(_Model):
     pass_interval: Duration = Field("1s", validate_default=True,
                                     description="how often the engine runs a pass")
@@ -206,6 +228,9 @@ class Settings(_Model):
         None, description="alert channels and their recipients (extension; docs/alerts.md)")
     attribution: Attribution | None = Field(
         None, description="who pays for idle capacity (extension; docs/ledger.md)")
+    lending: Lending | None = Field(
+        None, description="protection of young borrowed work, least lost work first and "
+        "fair shares between borrowers (lending.md)")
 
 
 Amount = Annotated[
@@ -347,6 +372,12 @@ class Policy(_Named):
         "group with groups below it) it binds every profile of every policy below")
     user_limit: GpuAmount | None = Field(
         None, description="most GPUs one user of the group holds at once (not on an envelope)")
+    lend_weight: LendWeight | None = Field(
+        None, description="with settings.lending.order fair: this level's weight in sharing "
+        "borrowed GPUs (its share is borrowed / lend_weight); default 1")
+    protect_for: Duration | None = Field(
+        None, description="this policy's borrowed work is protected this long after its "
+        "placement, instead of settings.lending.protect_for (not on an envelope)")
 
 
 class Group(_Named):

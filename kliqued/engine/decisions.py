@@ -8,8 +8,8 @@ from typing import Final, Literal
 
 from klique_util.units import SECOND_MS, duration_str, from_milli, unit_hours
 
-Phase = Literal["reserve", "reclaim", "lend"]
-PreemptKind = Literal["reclaimed", "budget", "unstarted"]
+Phase = Literal["reserve", "reclaim", "lend", "rebalance"]
+PreemptKind = Literal["reclaimed", "budget", "unstarted", "rebalanced"]
 ReasonKind = Literal["order", "user_limit", "limit", "budget", "capacity", "pending", "worker"]
 """Why a task waits; ``worker`` is the daemon's (placed, no worker has taken it yet)."""
 
@@ -58,7 +58,17 @@ class Preemption:
     text: str
     """As a person reads it: ``reclaimed by team-a`` or ``budget used up``."""
     by: str | None = None
-    """The group whose reclaim took it, or None for a budget."""
+    """The group whose reclaim (or rebalance) took it, or None for a budget."""
+    size_milli: int = 0
+    """The task's size, for its lost GPU-hours."""
+    lost_ms: int = 0
+    """lending.md's lost work at that moment: placed time since its last checkpoint in the
+    placement it lost (else since it was placed)."""
+
+    @property
+    def lost_gpu_hours(self) -> float:
+        """size x lost work, in GPU-hours: what the ledger keeps per preemption."""
+        return unit_hours(self.size_milli * self.lost_ms)
 
 
 @dataclass(frozen=True, slots=True)

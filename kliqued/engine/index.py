@@ -84,6 +84,11 @@ class GroupInfo:
     budgeted: tuple[tuple[str, CBudget, int], ...] = ()
     """The levels with a budget, nearest first: (group, budget, low watermark in ms). The
     start check runs at each of them; levels without a budget always pass it."""
+    lend_weight: int = 1000
+    """lending.md's ``lend_weight`` in milli: its share is borrowed / lend_weight."""
+    protect_ms: int = 0
+    """lending.md: how long its borrowed work is protected after placement (the policy's
+    ``protect_for``, else the settings'); 0: not protected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +134,12 @@ class EstateIndex:
     teams_below: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """A group with no policy (it only groups others) → the teams of its subtree, whose
     counters sum to its totals (an envelope keeps counters of its own)."""
+    fair: bool = False
+    """``settings.lending.order: fair``: phase 3 by lowest share, then phase 4 (lending.md)."""
+    least_lost_work: bool = False
+    """``settings.lending.victims: least_lost_work``: victims by least lost work first."""
+    protecting: bool = False
+    """Some policy protects its borrowed work (``protect_for`` above 0)."""
 
     @staticmethod
     def build(estate: CompiledEstate) -> "EstateIndex":
@@ -185,6 +196,7 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         by_group.setdefault(cr.group, []).append(cr.name)
         for pl in prof.pools:
             by_pool.setdefault(pl, []).append(cr.name)
+    lending = estate.settings.lending
     group_of = {p.name: p.group for p in estate.policies}
     cgroups = {g.name: g for g in estate.groups}
     subtree_res: dict[str, list[str]] = {}
@@ -204,7 +216,10 @@ def _build(estate: CompiledEstate) -> EstateIndex:
             resources=tuple(sorted(by_group.get(pol.group, []))),
             levels=chain or (pol.group,), envelope=pol.envelope,
             subtree_resources=tuple(sorted(set(subtree_res.get(pol.group, [])))),
-            user_limit=pol.user_limit_milli, project_rank=rank)
+            user_limit=pol.user_limit_milli, project_rank=rank,
+            lend_weight=pol.lend_weight_milli,
+            protect_ms=SECOND_MS * (pol.protect_for_s if pol.protect_for_s is not None
+                                    else lending.protect_for_s))
     for name, group_info in groups.items():
         groups[name] = replace(
             group_info, outer=tuple((x, groups[x].reservation, groups[x].limit)
@@ -242,4 +257,7 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         group_levels=group_levels,
         teams_below={a: tuple(sorted(ts)) for a, ts in teams_below.items()},
         shaped=any(p.shapes for p in pools.values()),
+        fair=lending.order == "fair",
+        least_lost_work=lending.victims == "least_lost_work",
+        protecting=any(gi.protect_ms > 0 for gi in groups.values()),
     )

@@ -23,6 +23,8 @@ from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemp
 from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
+from .fair import fair_pick
+from .rebalance import rebalance_victims
 from .reclaim import choose_victims
 from .result import PassResult
 from .rules import (Key, budget_ok, failing_budget_level, failing_limit_level, first_fit,
@@ -79,6 +81,11 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
         return PassResult(index, state, now, decisions, None, 0)
     due = _due_budget_groups(index, state, now)
     starts = state.start_due(now)
+    # lending.md: a pass at every moment a placed task's protection ends.
+    if state.protection_due(now):
+        state.dirty = True
+        state.reclaim.update(n for n, q in state.queues.items()
+                             if q.live and n in index.resources)
     if not state.dirty and not due and not decisions and not starts:
         return PassResult(index, state, now, decisions, _next_pass_at(index, state, now), 0)
     state.version += 1
@@ -95,7 +102,12 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
         for upto in range(index.depth):
             changed |= _fill(index, state, now, "reserve", decisions, upto)
             changed |= _reclaim(index, state, now, decisions, upto)
-        changed |= _fill(index, state, now, "lend", decisions)
+        if index.fair:
+            # lending.md: phase 3 by lowest share, then phase 4 (rebalance).
+            changed |= _lend_fair(index, state, now, decisions)
+            changed |= _rebalance(index, state, now, decisions)
+        else:
+            changed |= _fill(index, state, now, "lend", decisions)
         if not changed or repeats >= MAX_REPEATS:
             break
     _alerts(index, state, now, due, decisions)
@@ -151,8 +163,9 @@ def _requeue_unstarted(state: State, now: int, out: list[Decision]) -> bool:
         pool = t.pool or ""
         text = (no_autoscaler_requeue_text(pool) if pool in state.no_autoscaler
                 and pool in state.unavailable else unstarted_text(pool, t.start_timeout))
-        state.preempt(t, now, UNSTARTED, text)
-        out.append(Preemption(t.id, t.resource, t.group, pool, UNSTARTED, text))
+        lost = state.preempt(t, now, UNSTARTED, text)
+        out.append(Preemption(t.id, t.resource, t.group, pool, UNSTARTED, text, None, t.size,
+                              lost))
         changed = True
     return changed
 
@@ -189,8 +202,9 @@ def _phase_budgets(index: EstateIndex, state: State, now: int, due: set[str],
         for t in victims:
             pool = t.pool
             text = _budget_text(index, state, t.group, now)
-            state.preempt(t, now, "budget", text)
-            out.append(Preemption(t.id, t.resource, t.group, pool or "", "budget", text))
+            lost = state.preempt(t, now, "budget", text)
+            out.append(Preemption(t.id, t.resource, t.group, pool or "", "budget", text, None,
+                                  t.size, lost))
             changed = True
     return changed
 
@@ -260,6 +274,10 @@ def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
     s = state.next_start_deadline()
     if s is not None and (best is None or s < best):
         best = s
+    if index.protecting:
+        e = state.next_protection_end()
+        if e is not None and (best is None or e < best):
+            best = e
     for kind in index.budget_periods:
         t = next_period_start(kind, now)
         if best is None or t < best:
@@ -625,14 +643,14 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
             for p in cr.pools:
                 if p not in state.free:
                     continue
-                victims = choose_victims(index, state, p, gi, t.size, guarded, cr.nodes)
+                victims = choose_victims(index, state, p, gi, t.size, guarded, cr.nodes, now)
                 if victims is None:
                     continue
                 for v in victims:
                     vpool = v.pool or p
-                    state.preempt(v, now, "reclaimed", f"reclaimed by {cr.group}")
+                    lost = state.preempt(v, now, "reclaimed", f"reclaimed by {cr.group}")
                     out.append(Preemption(v.id, v.resource, v.group, vpool, "reclaimed",
-                                          f"reclaimed by {cr.group}", cr.group))
+                                          f"reclaimed by {cr.group}", cr.group, v.size, lost))
                     victim_groups.add(v.group)
                 pool = p
                 break
@@ -650,4 +668,124 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
             for n2 in (vi.resources if vi is not None else ()):
                 if n2 not in done:
                     push(n2)
+    return changed
+
+
+# ------------------------------------------------------------------------ lending.md, fair
+
+def _live(index: EstateIndex, state: State) -> list[str]:
+    return sorted(n for n, q in state.queues.items() if q.live and n in index.resources)
+
+
+def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:
+    """Phase 3 with ``order: fair`` (lending.md): the same candidates as ``_fill``'s, the
+    one placed next chosen by ``fair.fair_pick`` (lowest share from the top down), shares
+    recomputed after every placement. It looks at every live queue (the opt-in costs a
+    walk over the queues per pass; the default path keeps its watchers); a queue with no
+    candidate is parked as ``_fill`` parks it, so phases 1 and 2 wake it as before."""
+    resources = index.resources
+    groups = index.groups
+    w = state.watchers
+    cands: dict[str, tuple[Key, GroupInfo, Task, str]] = {}
+
+    def evaluate(name: str) -> None:
+        cr = resources[name]
+        w.forget(name)
+        c = _candidate(index, state, cr, True, now)
+        if c is None:
+            cands.pop(name, None)
+            _park(index, state, cr, now)
+            return
+        t, pool = c
+        cands[name] = (order_key(cr, cr.exec_pos[pool], t), groups[cr.group], t, pool)
+
+    for name in _live(index, state):
+        evaluate(name)
+    changed = False
+    while cands:
+        name = fair_pick(index, state, [(c[0], c[1], n) for n, c in sorted(cands.items())])
+        _, gi, t, pool = cands.pop(name)
+        state.place(t, pool, now)
+        out.append(Placement(t.id, name, t.group, pool, t.size, "lend"))
+        changed = True
+        # What the placement can change: its queue, room on its pool, and the headroom,
+        # user limit and budget rate at its levels.
+        levels = set(gi.levels)
+        touched = {name} | {n for n, c in cands.items()
+                            if c[3] == pool or levels.intersection(c[1].levels)}
+        for n in sorted(touched):
+            evaluate(n)
+    w.restore()
+    state.freed_pools.clear()
+    state.freed_levels.clear()
+    return changed
+
+
+def _rebalance_candidate(index: EstateIndex, state: State, cr: CRInfo,
+                         now: int) -> Task | None:
+    """Phase 4's candidate of ``cr``: the task phase 3 would place but for room (strict: its
+    head; best_effort: its first such task), i.e. every level's limit, the user limit and
+    the budget start check let it start."""
+    q = state.queues.get(cr.name)
+    if q is None or not q.live or not budget_ok(index, state, cr, now):
+        return None
+    gi = index.groups[cr.group]
+    room = headroom(index, state, cr, True)
+    if cr.strict:
+        t = _head(state, gi, q)
+        return t if t is not None and t.size <= room else None
+    limited = gi.user_limit is not None
+    for t in q:
+        if t.size <= room and (not limited or user_ok(state, gi, t)):
+            return t
+    return None
+
+
+def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:
+    """Phase 4 (lending.md): the candidates phase 3 left unplaced only for lack of room,
+    fixed now, each taken once in phase 3's order (key (1) on the profile's first pool,
+    shares recomputed after each placement); skipped if at its turn it is no longer its
+    queue's candidate; placed where it fits, else where ``rebalance_victims`` frees room
+    from borrowers with a higher share."""
+    resources = index.resources
+    groups = index.groups
+    fixed: dict[str, Task] = {}
+    for name in _live(index, state):
+        cr = resources[name]
+        t = _rebalance_candidate(index, state, cr, now)
+        if t is not None and first_fit(state, cr, t.size) is None:
+            fixed[name] = t
+    changed = False
+    while fixed:
+        name = fair_pick(index, state, [
+            (order_key(resources[n], resources[n].first_exec_pos, t), groups[t.group], n)
+            for n, t in sorted(fixed.items())])
+        t = fixed.pop(name)
+        cr = resources[name]
+        now_cand = _rebalance_candidate(index, state, cr, now)
+        if now_cand is not t:
+            continue  # no longer its queue's candidate (a victim went back in front of it)
+        gi = groups[cr.group]
+        pool = first_fit(state, cr, t.size)
+        if pool is None:
+            for p in cr.pools:
+                if p not in state.free:
+                    continue
+                victims = rebalance_victims(index, state, p, gi, t.size, cr.nodes, now)
+                if victims is None:
+                    continue
+                text = f"rebalanced for {cr.group}"
+                for v in victims:
+                    vpool = v.pool or p
+                    lost = state.preempt(v, now, "rebalanced", text)
+                    out.append(Preemption(v.id, v.resource, v.group, vpool, "rebalanced",
+                                          text, cr.group, v.size, lost))
+                pool = p
+                break
+            else:
+                continue  # no pool can be freed enough: preempt nothing
+        state.place(t, pool, now)
+        out.append(Placement(t.id, name, t.group, pool, t.size, "rebalance"))
+        changed = True
+        state.active.add(name)
     return changed

@@ -12,11 +12,14 @@ from klique_util.units import from_milli, milli_str, unit_hours
 
 from .budget import budget_units, remaining
 from .decisions import BudgetStatus, Reason, no_autoscaler_text, no_worker_text
-from .index import EstateIndex
+from .index import CRInfo, EstateIndex
 from .periods import format_minute, next_period_start, period_start
 from .rules import (BUDGET, CAPACITY, LIMIT, USER_LIMIT, failing_budget_level,
                     failing_limit_level, first_failing, user_ok)
-from .state import QUEUED, State, Task
+from .protection import protected_until
+from .reclaim import choose_victims
+from .rules import budget_ok, innermost_within
+from .state import PLACED, QUEUED, State, Task
 
 
 def _gpus(milli: int) -> str:
@@ -115,10 +118,35 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
             parts.append(no_worker_text(", ".join(no_worker)))
         if no_scaler:
             parts.append(no_autoscaler_text(", ".join(no_scaler)))
+        until = protected_until_fits(index, state, cr, t, now) if index.protecting else None
+        if until is not None:
+            parts.append(f"borrowed work protected until {format_minute(until)}")
         return Reason("capacity", "; ".join(parts))
     if not state.enabled:
         return Reason("pending", "the engine is disabled: no placements until it is enabled")
     return Reason("pending", "waits for the next pass")
+
+
+def protected_until_fits(index: EstateIndex, state: State, cr: CRInfo, t: Task,
+                         now: int) -> int | None:
+    """lending.md's reason: when a task whose reclaim is held back only by protection could
+    take its room, i.e. the first moment a protection ends at which the reclaim (the same
+    ``choose_victims``, judged at that moment) frees a pool for it; None when it triggers no
+    reclaim, or protection is not what holds it back."""
+    gi = index.groups[cr.group]
+    if innermost_within(index, state, gi, t.size) is None or not budget_ok(index, state, cr, now):
+        return None
+    ends = sorted({e for tasks in state.placed_by_group.values() for v in tasks.values()
+                   if v.status == PLACED and (e := protected_until(index, v)) is not None
+                   and e > now})
+    inner = innermost_within(index, state, gi, t.size)
+    guarded = gi.levels[inner] if inner is not None else gi.name
+    for at in ends:
+        for p in cr.pools:
+            if p in state.free and choose_victims(index, state, p, gi, t.size, guarded,
+                                                  cr.nodes, at) is not None:
+                return at
+    return None
 
 
 def budget_status(index: EstateIndex, state: State, policy: str, now: int) -> BudgetStatus | None:

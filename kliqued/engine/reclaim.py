@@ -9,6 +9,11 @@ last chosen back to the first, each victim without which every constraint still 
 A flat estate has one constraint (room in the pool) and one level per group; it keeps the
 direct form (``_on_pool``), which is the hot path of a reclaim. With departments the general
 form (``_across_levels``) also takes victims on other pools to free an envelope's limit.
+
+lending.md changes two things, both opt-in: a protected task is never eligible
+(``protection``), and with ``victims: least_lost_work`` the candidates are taken in that
+order (``victims``) rather than newest first; both forms then read the candidates as one
+sorted list instead of merging each group's placements from the newest.
 """
 
 from __future__ import annotations
@@ -19,15 +24,18 @@ from typing import Iterator
 from klique_util.nodefit import choose_nodes
 
 from .index import EstateIndex, GroupInfo
+from .protection import protected
 from .state import State, Task
+from .victims import in_victim_order
 
 
 def choose_victims(index: EstateIndex, state: State, pool: str, waiting: GroupInfo, size: int,
-                   guarded: str, nodes: int = 1) -> list[Task] | None:
+                   guarded: str, nodes: int = 1, now: int = 0) -> list[Task] | None:
     """The tasks to preempt so that a task of ``waiting``'s group and ``size`` can be placed
     on ``pool`` under every level's limit, or None when that cannot be done (the pool is
     then passed over). ``guarded`` is the nearest level at which the task is within
-    reservation: no victim is taken from its subtree."""
+    reservation: no victim is taken from its subtree. ``now`` is when protections and lost
+    work are judged (lending.md; the reason asks at a later moment too)."""
     used = state.used
     groups = index.groups
     short: dict[str, int] = {}
@@ -36,9 +44,11 @@ def choose_victims(index: EstateIndex, state: State, pool: str, waiting: GroupIn
         if n > 0:
             short[y] = n
     room = _Room(state, pool, size, nodes)
+    lending = index.protecting or index.least_lost_work
     if not short and len(waiting.levels) == 1 and index.depth == 1 and room.nf is None:
-        return _on_pool(index, state, pool, waiting.name, room.need)
-    return _across_levels(index, state, pool, waiting, guarded, room, short)
+        return _on_pool(index, state, pool, waiting.name, room.need, now if lending else None)
+    return _across_levels(index, state, pool, waiting, guarded, room, short,
+                          now if lending else None)
 
 
 class _Room:
@@ -70,7 +80,8 @@ class _Room:
 
 
 def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupInfo,
-                   guarded: str, room: _Room, short: dict[str, int]) -> list[Task] | None:
+                   guarded: str, room: _Room, short: dict[str, int],
+                   now: int | None = None) -> list[Task] | None:
     """organisation.md's reclaim: a victim is eligible when it is outside ``guarded``'s
     subtree and each of its levels that the waiting task does not share stays at or above
     its reservation; it is useful while it is on ``pool`` and room there is short, or in
@@ -89,6 +100,7 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
                 scan_all[h] = True
     excess: dict[str, int] = {}
     heap: list[tuple[int, Task, Iterator[Task]]] = []
+    pooled: list[Task] = []  # with lending.md's settings: every candidate, sorted below
     for h, everywhere in scan_all.items():
         info = groups.get(h)
         if h == waiting.name or info is None or guarded in info.levels:
@@ -104,6 +116,9 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
         if not ok:
             continue
         src = state.placed_by_group.get(h, {}) if everywhere else by_pool.get(h, {})
+        if now is not None:
+            pooled.extend(t for t in src.values() if not protected(index, t, now))
+            continue
         it = reversed(src.values())
         first = next(it, None)
         if first is not None:
@@ -114,14 +129,22 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
     def holds() -> bool:
         return not room.short() and all(freed[y] >= n for y, n in short.items())
 
+    def newest_first() -> Iterator[Task]:
+        while heap:
+            _, t, it = heap[0]
+            nxt = next(it, None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (-nxt.place_seq, nxt, it))
+            yield t
+
+    stream = (newest_first() if now is None
+              else iter(in_victim_order(pooled, now, index.least_lost_work)))
     chosen: list[Task] = []
-    while heap and not holds():
-        _, t, it = heap[0]
-        nxt = next(it, None)
-        if nxt is None:
-            heapq.heappop(heap)
-        else:
-            heapq.heapreplace(heap, (-nxt.place_seq, nxt, it))
+    for t in stream:
+        if holds():
+            break
         if t.orphan or t.size <= 0:
             continue
         levels = groups[t.group].levels
@@ -161,8 +184,10 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
 
 
 def _on_pool(index: EstateIndex, state: State, pool: str, waiting_group: str,
-             need: int) -> list[Task] | None:
-    """A flat estate's victims on ``pool`` so that ``need`` more milli-GPUs are free there."""
+             need: int, now: int | None = None) -> list[Task] | None:
+    """A flat estate's victims on ``pool`` so that ``need`` more milli-GPUs are free there.
+    ``now`` given (lending.md's settings in use): protected tasks are passed over and the
+    candidates go in the ``victims`` order (``_on_pool_ordered``)."""
     by_group = state.placed_by_pool_group.get(pool)
     if not by_group:
         return None
@@ -183,6 +208,8 @@ def _on_pool(index: EstateIndex, state: State, pool: str, waiting_group: str,
         bound += min(ex, pool_used.get(g, 0))
     if bound < need:
         return None  # even every borrowed GPU on this pool would not be enough
+    if now is not None:
+        return _on_pool_ordered(index, by_group, excess, need, now)
     # Newest placement first across the borrowing groups: merge their per-pool lists, which
     # are in placement order, from the end.
     heap: list[tuple[int, int, Task, Iterator[Task]]] = []
@@ -210,6 +237,33 @@ def _on_pool(index: EstateIndex, state: State, pool: str, waiting_group: str,
             heapq.heappop(heap)
         else:
             heapq.heapreplace(heap, (-nxt.place_seq, 0, nxt, it))
+    if freed < need:
+        return None
+    spared: set[int] = set()
+    for i in range(len(chosen) - 1, -1, -1):
+        if freed - chosen[i].size >= need:
+            freed -= chosen[i].size
+            spared.add(i)
+    return [t for i, t in enumerate(chosen) if i not in spared]
+
+
+def _on_pool_ordered(index: EstateIndex, by_group: dict[str, dict[str, Task]],
+                     excess: dict[str, int], need: int, now: int) -> list[Task] | None:
+    """``_on_pool`` with lending.md's settings: the borrowers' unprotected tasks on the pool
+    in the ``victims`` order, each eligible while its group stays at or above its
+    reservation; then sparing from the last chosen back, as engine.md says."""
+    pooled = [t for g in excess for t in by_group[g].values()
+              if not protected(index, t, now)]
+    chosen: list[Task] = []
+    freed = 0
+    for t in in_victim_order(pooled, now, index.least_lost_work):
+        if freed >= need:
+            break
+        ex = excess[t.group]
+        if t.size > 0 and not t.orphan and ex - t.size >= 0:
+            chosen.append(t)
+            excess[t.group] = ex - t.size
+            freed += t.size
     if freed < need:
         return None
     spared: set[int] = set()

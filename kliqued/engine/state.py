@@ -21,6 +21,7 @@ from .errors import DuplicateTask, SubmissionError, TimeWentBackwards, UnknownTa
 from .index import CRInfo, EstateIndex, PoolInfo
 from .periods import Period
 from .queues import ENDED, PLACED, QUEUED, CRQueue
+from .victims import lost_work
 from .watch import Watchers, level_key, pool_hold
 
 __all__ = ["Task", "State", "QUEUED", "PLACED", "ENDED", "check_submission", "SubmissionError"]
@@ -33,7 +34,8 @@ class Task:
                  "seq", "submitted_at", "status", "pool", "placed_at", "place_seq",
                  "ran_before", "preemptions", "last_preempt_kind", "last_preempt_text",
                  "end_kind", "ended_at", "orphan", "qtoken", "started", "start_token",
-                 "start_deadline", "start_timeout", "nodes", "alloc")
+                 "start_deadline", "start_timeout", "nodes", "alloc", "checkpoint_every",
+                 "checkpoint_at")
 
     def __init__(self, id: str, resource: str, group: str, user: str, project: str | None,
                  requested: int | None, size: int, weight: int, seq: int, at: int) -> None:
@@ -72,6 +74,11 @@ class Task:
         """A gang over this many machines (its compute resource's profile)."""
         self.alloc: tuple[tuple[int, int], ...] = ()
         """Placed on a pool that declares nodes: (machine index, milli-GPUs) of each part."""
+        self.checkpoint_every = 0
+        """Milliseconds between its checkpoints in a placement (a scenario's ``checkpoint:
+        C``); 0: only those reported (lending.md "Least lost work first")."""
+        self.checkpoint_at: int | None = None
+        """Its last reported checkpoint in its current placement (``State.checkpoint``)."""
 
     @property
     def state(self) -> str:
@@ -222,6 +229,13 @@ class State:
         without a live worker. An entry applies only while the task is placed, unstarted,
         with the same token, on a pool with no live worker; the others are dropped on the
         way."""
+        self.lost_units: dict[str, int] = {}
+        """Per level (group with a policy): milli-GPU x ms of work lost by the preemptions of
+        its subtree's tasks (lending.md: size x lost work at each preemption)."""
+        self.protection_ends: list[tuple[int, int, str]] = []
+        """Heap of (moment, place seq, task id): when a placed task's protection ends
+        (lending.md); an entry applies only while the task keeps that placement. Empty
+        unless some policy protects."""
         self.bind(index, now)
 
     # ---------------------------------------------------------------- reading
@@ -320,6 +334,42 @@ class State:
             total += m.gpu_used(now) if m else 0
         return total
 
+    def lost_gpu_units(self, group: str) -> int:
+        """Milli-GPU x ms lost by preemptions of ``group``'s subtree so far (lending.md)."""
+        return sum(self.lost_units.get(g, 0) for g in self._counted(group))
+
+    def protection_due(self, now: int) -> bool:
+        """Whether some placed task's protection ended at or before ``now`` since the last
+        look (those entries are dropped: the pass about to run sees them unprotected)."""
+        h = self.protection_ends
+        due = False
+        while h and h[0][0] <= now:
+            _, seq, tid = heapq.heappop(h)
+            t = self.tasks.get(tid)
+            if t is not None and t.status == PLACED and t.place_seq == seq:
+                due = True
+        return due
+
+    def next_protection_end(self) -> int | None:
+        """The next moment a placed task's protection ends, if any."""
+        h = self.protection_ends
+        while h:
+            _, seq, tid = h[0]
+            t = self.tasks.get(tid)
+            if t is not None and t.status == PLACED and t.place_seq == seq:
+                return h[0][0]
+            heapq.heappop(h)
+        return None
+
+    def _protect(self, t: Task) -> None:
+        idx = self.index
+        if idx is None or not idx.protecting or t.placed_at is None:
+            return
+        gi = idx.groups.get(t.group)
+        if gi is not None and gi.protect_ms > 0:
+            heapq.heappush(self.protection_ends,
+                           (t.placed_at + gi.protect_ms, t.place_seq, t.id))
+
     def weighted_units(self, group: str, period: Period, now: int) -> int:
         total = 0
         for g in self._counted(group):
@@ -336,12 +386,14 @@ class State:
         self.dirty = True
 
     def submit(self, task_id: str, resource: str, user: str, project: str | None = None,
-               gpus_milli: int | None = None, *, at: int, checked: bool = False) -> Task:
+               gpus_milli: int | None = None, *, at: int, checked: bool = False,
+               checkpoint_ms: int | None = None) -> Task:
         """Queues a new task at the back of its compute resource. Raises SubmissionError for
         what the estate does not allow, DuplicateTask for a task id already used.
         ``checked``: the caller ran ``check_submission`` against this estate already (the
         daemon does before it logs a submission, and its log replays in order), so it is
-        not run twice; an unknown compute resource is still refused."""
+        not run twice; an unknown compute resource is still refused. ``checkpoint_ms``: the
+        task checkpoints that often in each placement (lending.md's lost work)."""
         assert self.index is not None
         if task_id in self.tasks:
             raise DuplicateTask(f"task id {task_id!r} is already used")
@@ -354,6 +406,8 @@ class State:
         t = Task(task_id, resource, cr.group, user, project, gpus_milli, size, cr.weight,
                  self.submit_seq, at)
         t.nodes = cr.nodes
+        t.checkpoint_every = checkpoint_ms if checkpoint_ms is not None and checkpoint_ms > 0 \
+            else 0
         self.tasks[task_id] = t
         q = self.queues.get(resource)
         if q is None:
@@ -362,6 +416,16 @@ class State:
         q.push(t)
         self.active.add(resource)
         return t
+
+    def checkpoint(self, task_id: str, at: int) -> None:
+        """The placed task saved its work at ``at`` (its worker says so): a preemption from
+        now on loses only the work since (lending.md). Ignored for a task not placed. It
+        changes no decision by itself, so it asks for no pass."""
+        t = self.tasks.get(task_id)
+        if t is None or t.status != PLACED or t.placed_at is None or at < t.placed_at:
+            return
+        if t.checkpoint_at is None or at > t.checkpoint_at:
+            t.checkpoint_at = at
 
     def end(self, task_id: str, at: int, kind: str = "finished") -> bool:
         """The task finished, failed or was cancelled. A task that already ended is left as
@@ -607,6 +671,13 @@ class State:
         self.watchers = Watchers(watched)
         self.freed_pools = set(index.pools)
         self.freed_levels = set()
+        # A changed protect_for applies to placed tasks at once (lending.md).
+        self.protection_ends = []
+        if index.protecting:
+            for d in self.placed_by_group.values():
+                for t in d.values():
+                    self._protect(t)
+            heapq.heapify(self.protection_ends)
         self.budget_check_all = True
         self.rate_changed.update(self.meters)
         self.pending_cancellations.extend(cancels)
@@ -680,6 +751,7 @@ class State:
         t.status = PLACED
         t.pool = pool
         t.placed_at = now
+        t.checkpoint_at = None
         self.place_seq += 1
         t.place_seq = self.place_seq
         g = t.group
@@ -724,6 +796,8 @@ class State:
         self.placed_by_pool_group.setdefault(pool, {}).setdefault(g, {})[t.id] = t
         pg = self.pool_group_used.setdefault(pool, {})
         pg[g] = pg.get(g, 0) + size
+        if self.index is not None and self.index.protecting:
+            self._protect(t)
         t.started = self.self_starting is None or pool in self.self_starting
         if t.started:
             t.start_token += 1
@@ -803,10 +877,18 @@ class State:
                     if q is not None and q.live:
                         active.add(name)
 
-    def preempt(self, t: Task, now: int, kind: str, text: str) -> None:
+    def preempt(self, t: Task, now: int, kind: str, text: str) -> int:
         """Back to the front of its queue. The pass calls this for reclaims and budgets; the
         daemon calls it for a lost worker, so it also marks the state changed: the next pass
-        must look at the requeued task and the room it gave back."""
+        must look at the requeued task and the room it gave back. Returns the work it lost
+        (ms, lending.md), which is also counted at each of its levels (``lost_units``)."""
+        lost = lost_work(t, now)
+        if lost:
+            idx = self.index
+            gi = idx.groups.get(t.group) if idx is not None else None
+            units = lost * t.size
+            for x in (gi.levels if gi is not None else (t.group,)):
+                self.lost_units[x] = self.lost_units.get(x, 0) + units
         self._unplace(t, now)
         self.dirty = True
         t.status = QUEUED
@@ -817,3 +899,4 @@ class State:
         t.placed_at = None
         self.queues[t.resource].push(t)
         self.active.add(t.resource)
+        return lost

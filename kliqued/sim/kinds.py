@@ -9,16 +9,18 @@ other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from klique_util.units import gpus_to_milli, milli_str, unit_hours
 from kliqued.engine import EstateIndex, State, waiting_reason
+from kliqued.engine.fair import share
 
 TASK_STATES = ("placed", "queued", "ended")
 REASON_KINDS = ("order", "user_limit", "limit", "budget", "capacity", "pending")
-PREEMPT_KINDS = ("reclaimed", "budget", "unstarted")
+PREEMPT_KINDS = ("reclaimed", "budget", "unstarted", "rebalanced")
 TOLERANCE_HOURS = 0.01
+TOLERANCE_SHARE = 0.001
 
 HOLDS = object()
 """What a kind's check returns when the expectation holds (else: what it found)."""
@@ -33,10 +35,11 @@ class Known:
     pools: set[str]
     resources: set[str]
     tasks: set[str]
+    policies: set[str] = field(default_factory=set)
 
     def of(self, subject: str) -> set[str]:
         return {"group": self.groups, "pool": self.pools, "compute resource": self.resources,
-                "task id": self.tasks}[subject]
+                "task id": self.tasks, "policy": self.policies}[subject]
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def _reason(known: Known, label: str, val: Any, report: Callable[[str], None]) -
 def _preempt(known: Known, label: str, val: Any, report: Callable[[str], None]) -> Any:
     count = isinstance(val, int) and not isinstance(val, bool) and val >= 0
     if not (val in PREEMPT_KINDS or count):
-        report(f"{label}: expected reclaimed, budget, unstarted or a count")
+        report(f"{label}: expected reclaimed, budget, unstarted, rebalanced or a count")
     return val
 
 
@@ -179,6 +182,21 @@ def _check_gpu_hours(m: Moment, name: str, want: float) -> Any:
     return _hours(unit_hours(m.state.gpu_units(name, m.now)), want)
 
 
+def _check_lost_gpu_hours(m: Moment, name: str, want: float) -> Any:
+    """lending.md: GPU-hours lost by the preemptions of the level's tasks so far (a group
+    with groups below it counts its subtree)."""
+    return _hours(unit_hours(m.state.lost_gpu_units(name)), want)
+
+
+def _check_share(m: Moment, name: str, want: float) -> Any:
+    """lending.md: the policy's level's current share, borrowed GPUs / lend_weight."""
+    g = m.index.group_of_policy.get(name)
+    if g is None or g not in m.index.groups:
+        return "no such policy in the estate now"
+    got = float(share(m.index, m.state, g))
+    return HOLDS if abs(got - want) <= TOLERANCE_SHARE + 1e-9 else round(got, 4)
+
+
 def _check_started(m: Moment, name: str, want: bool) -> Any:
     t = m.state.tasks.get(name)
     if t is None or t.state != "placed":
@@ -207,5 +225,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("gpu_hours", "group", _number, _check_gpu_hours),
     Kind("waiting_reason", "task id", _reason, _check_waiting_reason),
     Kind("started", "task id", _bool, _check_started),
+    Kind("lost_gpu_hours", "group", _number, _check_lost_gpu_hours),
+    Kind("shares", "policy", _number, _check_share),
 )}
 """Every expectation kind, in the order scenarios.md lists them (error hints use it)."""

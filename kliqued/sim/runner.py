@@ -27,7 +27,8 @@ from kliqued.engine.periods import format_time
 from .expect import Miss, check
 from .scenario import Event, Scenario
 
-_PHASE_TEXT = {"reserve": "fill reservation", "reclaim": "reclaim", "lend": "lend idle"}
+_PHASE_TEXT = {"reserve": "fill reservation", "reclaim": "reclaim", "lend": "lend idle",
+               "rebalance": "rebalance"}
 
 
 @dataclass(slots=True)
@@ -173,7 +174,8 @@ class Driver:
     def submit(self, tid: str, resource: str, user: str, project: str | None,
                gpus_milli: int | None, runtime_ms: int | None, checkpoint_ms: int | None,
                now: int) -> Task:
-        t = self.state.submit(tid, resource, user, project, gpus_milli, at=now)
+        t = self.state.submit(tid, resource, user, project, gpus_milli, at=now,
+                              checkpoint_ms=checkpoint_ms)
         if runtime_ms is not None:
             self.runs[tid] = _Run(runtime_ms, checkpoint_ms)
         return t

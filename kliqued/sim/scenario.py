@@ -349,7 +349,8 @@ class _Timeline:
         return Known({g.name for e in self.estates for g in e.groups},
                      {p.name for e in self.estates for p in e.pools},
                      {c.name for e in self.estates for c in e.compute_resources},
-                     self.submitted)
+                     self.submitted,
+                     {p.name for e in self.estates for p in e.policies})
 
     def event(self, ev: Any, line: int) -> None:
         """One entry of ``events``: its time, then each of its actions in file order."""

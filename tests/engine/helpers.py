@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.compiled import (CAutoscale, CBudget, CComputeResource, CFromTask, CGroup,
-                               CompiledEstate, CPolicy, CPool, CProfile, CSettings)
+                               CLending, CompiledEstate, CPolicy, CPool, CProfile, CSettings)
 
 from kliqued.engine import EstateIndex, State, run_pass
 
@@ -20,11 +20,13 @@ def g(x: float) -> int:
 
 
 def build_estate(pools: list[dict[str, Any]], profiles: list[dict[str, Any]],
-                 policies: list[dict[str, Any]], low_watermark_s: int = 900) -> CompiledEstate:
+                 policies: list[dict[str, Any]], low_watermark_s: int = 900,
+                 lending: CLending | None = None) -> CompiledEstate:
     """pools: {name, capacity, execution_order?, start_timeout_s?, autoscale?}; profiles:
     {name, gpus | from_task:(default, max), weight=1, pools, policies, queueing='strict'};
     policies: {name, reservation, limit, budget?: {hours, period, low_watermark_s?,
-    alert_at?}, users?}. GPU amounts in GPUs, as in an estate file."""
+    alert_at?}, users?, lend_weight?, protect_for_s?}; lending: settings.lending (lending.md).
+    GPU amounts in GPUs, as in an estate file."""
     users_of: dict[str, list[str]] = {}
     for pr in profiles:
         for pl in pr["pools"]:
@@ -60,7 +62,8 @@ def build_estate(pools: list[dict[str, Any]], profiles: list[dict[str, Any]],
                            alert_at_milli=sorted(g(a) for a in b.get("alert_at", [])))
             if b else None,
             pools_allowed=None,
-            profiles=[pr["name"] for pr in profiles if po["name"] in pr["policies"]]))
+            profiles=[pr["name"] for pr in profiles if po["name"] in pr["policies"]],
+            lend_weight_milli=g(po.get("lend_weight", 1)), protect_for_s=po.get("protect_for_s")))
         cgroups.append(CGroup(name=po["name"], parent=None, ancestors=[],
                               users=po.get("users", ["u"]), admins=[], projects=[],
                               policy=po["name"]))
@@ -68,7 +71,8 @@ def build_estate(pools: list[dict[str, Any]], profiles: list[dict[str, Any]],
                             group=pol)
            for pr in profiles for pol in pr["policies"]]
     return CompiledEstate(
-        settings=CSettings(pass_interval_s=1, low_watermark_s=low_watermark_s, currency="EUR"),
+        settings=CSettings(pass_interval_s=1, low_watermark_s=low_watermark_s, currency="EUR",
+                           lending=lending or CLending()),
         pools=sorted(cpools, key=lambda x: x.name),
         profiles=sorted(cprofiles, key=lambda x: x.name),
         policies=sorted(cpolicies, key=lambda x: x.name),

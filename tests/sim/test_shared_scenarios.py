@@ -1,5 +1,5 @@
-"""The public conformance scenarios (../shared/scenarios, and its organisation/ folder for
-organisation.md) must all pass."""
+"""The public conformance scenarios (../shared/scenarios, its organisation/ folder for
+organisation.md and its lending/ folder for lending.md) must all pass."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kliqued.sim.scenario import load_scenario
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 SCENARIOS = (sorted((SHARED / "scenarios").glob("*.yaml"))
              + sorted((SHARED / "scenarios" / "organisation").glob("*.yaml"))
+             + sorted((SHARED / "scenarios" / "lending").glob("*.yaml"))
              if SHARED.is_dir() else [])
 
 
