@@ -112,9 +112,11 @@ def test_no_code_guards_against_a_missing_project_module(top: str) -> None:
 
 def test_a_command_module_that_does_not_import_fails_the_cli(monkeypatch) -> None:
     from kliqued import cli
-    monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, "no_such_command"])
+    monkeypatch.setattr(cli, "COMMANDS", {**cli.COMMANDS, "no_such_command": "gone"})
     with pytest.raises(ModuleNotFoundError, match="no_such_command"):
         cli.build_parser()
+    with pytest.raises(ModuleNotFoundError, match="no_such_command"):
+        cli.main(["no_such_command"])  # the command run: its module, imported alone
 
 
 def test_this_file_checks_real_paths() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from compiler.diagnostics import Diagnostic, render_all
-from compiler.plan.render_github import diagnostic_annotation
 from klique_util.cli import HelpFormatter
+
+if TYPE_CHECKING:  # the compiler is imported by the commands that print diagnostics only,
+    from compiler.diagnostics import Diagnostic  # so that client commands start fast
 
 DEFAULT_ESTATE = "estate"
 
@@ -22,10 +24,12 @@ def add_command(subparsers, name: str, help: str, description: str, examples: st
 def github_annotation(d: Diagnostic) -> str:
     """One workflow command per diagnostic; the same text ``kliqued plan --format github``
     writes, so CI shows validate and plan findings alike."""
+    from compiler.plan.render_github import diagnostic_annotation
     return diagnostic_annotation(d)
 
 
 def print_diagnostics(diags: list[Diagnostic], fmt: str = "text", stream=None) -> None:
+    from compiler.diagnostics import render_all
     stream = stream or sys.stdout
     if fmt == "json":
         errors = sum(d.is_error for d in diags)
