@@ -30,7 +30,7 @@ def register(subparsers) -> None:
                  "  kliqued ledger sql --csv \"SELECT * FROM usage_priced\" > usage.csv\n"
                  "  kliqued ledger export --from 2026-11-01 --to 2026-12-01 --format parquet "
                  "-o nov.parquet")
-    sub = p.add_subparsers(dest="ledger_command", metavar="<sql|export>")
+    sub = p.add_subparsers(dest="ledger_command", metavar="<sql|export|statement|feed|partitions>")
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
     s = sub.add_parser(
@@ -141,7 +141,7 @@ def register(subparsers) -> None:
     pt.add_argument("--from", dest="start", required=True, metavar="YYYY-MM")
     pt.add_argument("--to", dest="end", required=True, metavar="YYYY-MM")
     pt.add_argument("-o", "--output", required=True, metavar="DIR",
-                    help="an existing directory")
+                    help="the directory (created with its parents if missing)")
     add_client_flags(pt, json_flag=False)
     pt.set_defaults(handler=run_partitions)
 

@@ -509,7 +509,11 @@ u AS (SELECT pool, any_value(gpu_type) AS gpu_type, count(*) AS tasks, sum(gpus)
 SELECT coalesce(cap.pool, u.pool) AS pool, cap.kind, coalesce(cap.gpu_type, u.gpu_type)
            AS gpu_type, cap.gpus AS capacity, coalesce(u.gpus, 0) AS gpus_in_use,
        coalesce(u.tasks, 0) AS tasks, coalesce(u.cost_per_hour, 0) AS cost_per_hour,
-       u.currency
+       -- an idle pool's currency: its GPU type's price in force, else the estate's
+       coalesce(u.currency,
+                (SELECT p.currency FROM prices p WHERE p.gpu_type = cap.gpu_type
+                   AND p.effective_from <= {NOW} ORDER BY p.effective_from DESC LIMIT 1),
+                (SELECT min(p.currency) FROM prices p)) AS currency
 FROM cap FULL OUTER JOIN u ON cap.pool = u.pool""",
 }
 VIEWS.update(CAPACITY_VIEWS)

@@ -710,11 +710,15 @@ class Client:
         """Writes each month of ``periods`` (``2026-11``...) as FOCUS Parquet into
         ``directory/month=YYYY-MM/focus.parquet`` (Hive-style partitions that DuckDB, Spark
         and Trino read as a table with a ``month`` column), replacing that month's file
-        whole. The directory must exist; the month directories are created."""
+        whole. The directory and the month directories are created as needed, as an
+        exporter's output file is."""
         root = Path(directory)
-        if not root.is_dir():
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
             raise KliqueError(None, "invalid-request",
-                              f"the directory {root} does not exist: create it first")
+                              f"cannot create the directory {root}: {exc.strerror or exc}"
+                              ) from None
         written = []
         for period in periods:
             part = root / f"month={period}"

@@ -179,8 +179,7 @@ def test_the_cli_writes_focus_parquet_statements_and_partitions(org, tmp_path):
     assert p.returncode == 0 and "statement north/ml" in p.stdout and "total" in p.stdout
     p = _cli(s, t["finance"], "ledger", "statement", "--group", "nope", "--period", month)
     assert p.returncode == 1 and "unknown group 'nope'" in p.stderr
-    parts = tmp_path / "parts"
-    parts.mkdir()
+    parts = tmp_path / "billing" / "gpu"  # created with its parents, as -o's file is
     p = _cli(s, t["finance"], "ledger", "partitions", "--from", month, "--to", month,
              "-o", str(parts))
     assert p.returncode == 0, p.stderr

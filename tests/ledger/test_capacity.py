@@ -86,6 +86,12 @@ def test_in_use_now(nov):
     assert r == ("p1", "kubernetes", 8, Decimal("2.5"), 1, 5)
 
 
+def test_an_idle_pool_in_use_now_says_its_currency(nov):
+    """No task open on p1: cost 0 in the currency of its GPU type's price, not NULL."""
+    r = one(nov, "SELECT pool, gpus_in_use, tasks, cost_per_hour, currency FROM in_use_now")
+    assert r == ("p1", 0, 0, 0, "EUR")
+
+
 def test_a_statement_bills_reserved_idle_to_the_reserving_group(nov):
     from datetime import date
 
