@@ -10,6 +10,7 @@ carries its time, in integer milliseconds, and times never go backwards.
 
 from __future__ import annotations
 
+import difflib
 import heapq
 
 from klique_util.nodefit import choose_nodes, describe, largest_fit, shape_fits, share
@@ -88,6 +89,21 @@ class Task:
         return f"Task({self.id!r}, {self.resource!r}, {self.state}, size={self.size})"
 
 
+def _did_you_mean(index: EstateIndex, resource: str, user: str) -> str:
+    """The compute resources ``user`` may send to that ``resource`` may have meant: the same
+    profile under a policy (``l40s-1x`` for ``llm-research/l40s-1x``), else a near spelling.
+    Only resources of the user's own groups are named, so a refusal tells nothing of others'."""
+    mine = sorted(name for name, cr in index.resources.items()
+                  if user in index.users.get(cr.group, frozenset()))
+    near = [name for name in mine if name.split("/", 1)[-1] == resource] if "/" not in resource \
+        else []
+    near = near or difflib.get_close_matches(resource, mine, n=3)
+    if not near:
+        return ""
+    return (f"; did you mean {' or '.join(near)}? (a compute resource is POLICY/PROFILE: "
+            "kliqued resources lists yours)")
+
+
 def check_submission(index: EstateIndex, resource: str, user: str, project: str | None,
                      gpus_milli: int | None, *, require_project: bool = False) -> int:
     """The task's size in milli-GPUs, or a :class:`SubmissionError` saying why the estate does
@@ -100,7 +116,8 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
     it records use against a project (docs/decisions.md, issue 10)."""
     cr = index.resources.get(resource)
     if cr is None:
-        raise SubmissionError("resource", f"unknown compute resource {resource!r}")
+        raise SubmissionError("resource", f"unknown compute resource {resource!r}"
+                                          f"{_did_you_mean(index, resource, user)}")
     users = index.users.get(cr.group, frozenset())
     if user not in users:
         raise SubmissionError("user",

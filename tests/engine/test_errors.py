@@ -60,3 +60,29 @@ def test_a_stale_result_is_an_engine_error() -> None:
     with pytest.raises(StaleResult) as info:
         res.waiting_reasons()
     assert isinstance(info.value, EngineError) and isinstance(info.value, RuntimeError)
+
+
+def _two_teams() -> Engine:
+    return Engine(build_estate([{"name": "p", "capacity": 8}],
+                               [{"name": "l40s-1x", "pools": ["p"],
+                                 "policies": ["llm-research", "vision"]}],
+                               [{"name": "llm-research", "reservation": 0, "limit": 8,
+                                 "users": ["ana"]},
+                                {"name": "vision", "reservation": 0, "limit": 8,
+                                 "users": ["bo"]}]))
+
+
+@pytest.mark.parametrize("given,user,hint", [
+    ("l40s-1x", "ana", "did you mean llm-research/l40s-1x?"),
+    ("llm-reserch/l40s-1x", "ana", "did you mean llm-research/l40s-1x?"),
+    ("l40s-1x", "bo", "did you mean vision/l40s-1x?"),
+])
+def test_a_resource_without_its_policy_is_refused_with_the_users_own(given, user, hint) -> None:
+    """issue 32: ``--resource l40s-1x`` (no policy part) is refused with a suggestion among
+    the resources the user may send to, and never names another group's."""
+    with pytest.raises(SubmissionError) as info:
+        _two_teams().submit("t", given, user=user)
+    text = str(info.value)
+    assert hint in text and "POLICY/PROFILE" in text
+    other = "vision" if user == "ana" else "llm-research"
+    assert other not in text
