@@ -30,6 +30,8 @@ class CAttribution(_Frozen):
     borrowed: Literal["borrower", "split"] = "borrower"
     """Left out of the canonical JSON at its default, so estates from before it keep their
     revision."""
+    lost_work: Literal["owner", "taker", "overhead"] = "owner"
+    """Who pays for lost work (kliqued.ledger.statement); left out at its default too."""
 
 
 class CLending(_Frozen):
@@ -265,6 +267,8 @@ class CompiledEstate(_Frozen):
         attribution = body["settings"].get("attribution")
         if attribution is not None and attribution.get("borrowed") == "borrower":
             attribution.pop("borrowed", None)
+        if attribution is not None and attribution.get("lost_work") == "owner":
+            attribution.pop("lost_work", None)
         # Left out at their defaults, so an estate that does not use them keeps its revision.
         for pool in body["pools"]:
             if not pool.get("nodes"):

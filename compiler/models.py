@@ -189,6 +189,11 @@ class Attribution(_Model):
         "borrower", description="who pays for borrowed GPU-hours that ran on GPUs other "
         "groups reserved and left idle (lent): the borrower, or split half and half between "
         "the borrower and the lenders (docs/ledger.md)")
+    lost_work: Literal["owner", "taker", "overhead"] = Field(
+        "owner", description="who pays for the GPU-hours a reclaim or rebalance threw away "
+        "(lending.md's lost work): the preempted task's group (owner: as its usage already "
+        "bills it), the group that took the GPUs back (taker: the owner is credited, the taker "
+        "billed), or the overhead account (the owner is credited) (docs/ledger.md)")
 
 
 class Lending(_Model):

@@ -282,9 +282,19 @@ _SPLIT_NOTE = {"borrowed_split": " (borrowed: half paid by the lenders)"}
 """What follows the project of a line of ``settings.attribution.borrowed: split``."""
 
 
+LOST_NOTE = {
+    "taker": "GPU-hours a reclaim or rebalance threw away (lost work) are credited to the "
+             "preempted task's group and billed to the group that took the GPUs back "
+             "(settings.attribution.lost_work)",
+    "overhead": "GPU-hours a reclaim or rebalance threw away (lost work) are credited to the "
+                "preempted task's group and charged to overhead "
+                "(settings.attribution.lost_work)"}
+
+
 def render_statement(st: dict) -> str:
     """A statement as a terminal table: the lines, then the total and the budgets."""
-    rows = [[x["group"], (x["project"] or "(none)") + _SPLIT_NOTE.get(x.get("kind", ""), ""),
+    notes = {**_SPLIT_NOTE, "lost_work_credit": f" (lost work: {st.get('lost_work')} pays)"}
+    rows = [[x["group"], (x["project"] or "(none)") + notes.get(x.get("kind", ""), ""),
              x["user"], x["gpu_type"],
              x["per_gpu_hour"] or ("" if x.get("kind") == "reserved_idle" else "no price"),
              x["gpu_hours"], x["cost"]] for x in st["lines"]]
@@ -302,6 +312,8 @@ def render_statement(st: dict) -> str:
     if st.get("borrowed") == "split":
         out.append("borrowed GPU-hours that ran on other groups' idle reserved GPUs are paid "
                    "half by the borrower, half by the lenders (settings.attribution.borrowed)")
+    if st.get("lost_work") in LOST_NOTE:
+        out.append(LOST_NOTE[st["lost_work"]])
     return "\n\n".join(out) + "\n"
 
 

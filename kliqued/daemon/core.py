@@ -22,6 +22,7 @@ from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placem
                             Preemption, Reason, State, SubmissionError,
                             check_submission, no_worker_text, waiting_reason,
                             waiting_reasons)
+from kliqued.ledger import lost as ledger_lost
 from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
@@ -393,12 +394,19 @@ class Daemon:
             self.on_work(rec.pool)  # a task waiting for its old attempt to stop may go now
 
     def on_preempted(self, task_id: str, at: int, kind: str, text: str,
-                     replay: bool, epoch: int | None = None) -> TaskRecord:
+                     replay: bool, epoch: int | None = None,
+                     lost_ms: int | None = None) -> TaskRecord:
+        """``lost_ms``: the work the engine's decision says it lost (lending.md); a replay
+        and a daemon-made preemption (a lost worker) get it from ``State.preempt``."""
         st = self.st()
         t = st.tasks[task_id]
+        size = t.size
         if replay:
-            st.preempt(t, at, kind, text)
+            lost = st.preempt(t, at, kind, text)
+            if lost_ms is None:
+                lost_ms = lost
         rec = self.records[task_id]
+        rec.lost_units += (lost_ms or 0) * (size or 0)
         self._close_gpu_time(rec, at)
         self._drop_unleased(rec)
         if kind in ("lost", RETURNED):
@@ -607,6 +615,7 @@ class Daemon:
         ops: list[DbOp] = []
         opens: list[dict[str, Any]] = []
         closes: list[tuple[str, int, str]] = []
+        lost_rows: list[ledger_lost.PreemptionRow] = []
         counts: Counter[str] = Counter()
         rev = idx.revision
         for d in res.decisions:
@@ -632,10 +641,14 @@ class Daemon:
                 interval = rec.interval_id
                 ev = Event("preempted", d.task, "engine", rev, rec.group, rec.user,
                            {"pool": d.pool, "kind": d.kind, "text": d.text, "by": d.by,
-                            "interval": interval})
+                            "interval": interval, "size_milli": d.size_milli,
+                            "lost_ms": d.lost_ms,
+                            "lost_gpu_hours": round(d.lost_gpu_hours, 6)})
                 reducers.apply(self, ev, now, decided=True)
                 events.append(ev)
                 closes.append((interval, now, d.text))
+                if interval is not None:
+                    lost_rows.append(self._preemption_row(rec, d, interval, now, rev))
                 counts["preempted"] += 1
             elif isinstance(d, Cancellation):
                 known = self.records.get(d.task)
@@ -658,7 +671,21 @@ class Daemon:
             ops.append(ledger_ops.opens(ledger.IntervalRow(**f) for f in opens))
         if closes:
             ops.append(ledger_ops.closes(closes))
+        if lost_rows:
+            ops.append(ledger_ops.RecordPreemptions(tuple(lost_rows)))
         return events, ops, counts
+
+    def _preemption_row(self, rec: TaskRecord, d: Preemption, interval: str, now: int,
+                        rev: str) -> ledger_lost.PreemptionRow:
+        """The ledger's row of an engine preemption (lending.md: task, group, user,
+        project, reason, the group that took the GPUs back, its lost GPU-hours)."""
+        return ledger_lost.PreemptionRow(
+            interval_id=interval, task=rec.id, user=rec.user, project=rec.project,
+            group=rec.group, group_path=self.group_path.get(rec.group), policy=rec.policy,
+            pool=d.pool, gpu_type=self.gpu_type.get(d.pool, ""), gpus_milli=d.size_milli,
+            at_ms=now, kind=d.kind, reason=d.text, taker=d.by,
+            taker_path=None if d.by is None else self.group_path.get(d.by),
+            lost_ms=d.lost_ms, revision=rev)
 
     # ------------------------------------------------------------------ requests
     def prepare_submit(self, p: Principal, f: dict[str, Any], key: str | None, now: int,

@@ -6,7 +6,8 @@ Kinds (``data`` fields in brackets):
   idempotency_key, channel] (``actor`` is the principal that sent it, ``usr`` the task's
   user, ``channel`` how: channels.py; missing in logs from before it: ``api``)
 - ``placed`` [pool, resource, size_milli, phase, interval]
-- ``preempted`` [pool, kind, text, by, interval]
+- ``preempted`` [pool, kind, text, by, interval; an engine's decision: size_milli, lost_ms,
+  lost_gpu_hours] (``by``: the group that took the GPUs back; lost work: lending.md)
 - ``cancelled`` [text, by: request|estate, interval|null; a request's channel]
 - ``ended`` [kind: finished|failed, epoch, worker, exit_code, signal, message, interval;
   reason and lost for a task lost the third time] (a worker's report)
@@ -216,6 +217,9 @@ class Preempted(Payload):
     worker: str | None = None
     report: str | None = None
     message: str | None = None
+    size_milli: int | None = None  # an engine's decision: the task's size then
+    lost_ms: int | None = None  # lending.md's lost work at that moment (None: not known)
+    lost_gpu_hours: float | None = None  # size x lost work, for people reading the log
 
 
 @registered("cancelled")

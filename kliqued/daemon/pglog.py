@@ -45,7 +45,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "INSERT INTO klique_leader (id, epoch, expires_at) VALUES (1, 0, '-infinity')",
     ]),
     (3, "ledger tables", pgschema.TABLES),
-    (4, "ledger views", pgschema.view_statements()),
+    (4, "ledger views", pgschema.view_statements(until=pgschema.LOST_WORK_VIEW)),
+    (5, "lost work: preemptions", [pgschema.lost.PG_TABLE,
+                                   pgschema.view_create(pgschema.LOST_WORK_VIEW)]),
 ]
 """(version, what it does, statements): append only; a released migration never changes."""
 
@@ -186,7 +188,7 @@ class PgLog:
 
     # ------------------------------------------------------------------ the ledger's seed
     SEED_TABLES = ("ledger", "prices", "cloud_nodes", "capacity", "reservations",
-                   "ledger_monthly", "ledger_monthly_pending", "ledger_feed")
+                   "ledger_monthly", "ledger_monthly_pending", "ledger_feed", "preemptions")
     """The ledger's tables, copied once from the DuckDB file of a deployment whose ledger
     was kept there before this database held one (:meth:`seed_ledger`)."""
 

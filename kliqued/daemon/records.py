@@ -18,7 +18,7 @@ class TaskRecord:
                  "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
                  "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
                  "data_bytes", "end_note", "ended_by", "end_message",
-                 "unleased_at", "outputs", "channel")
+                 "unleased_at", "outputs", "channel", "lost_units")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
@@ -73,6 +73,9 @@ class TaskRecord:
         later steps read it."""
         self.gpu_ms = 0
         """Milli-GPU x ms of its closed placement intervals (the open one is added live)."""
+        self.lost_units = 0
+        """Milli-GPU x ms of work its preemptions lost so far (lending.md's lost work x its
+        size at each one): the status's ``lost_gpu_hours_so_far``."""
         self.size: int | None = None
         """Its size in milli-GPUs at its latest placement."""
         self.data_bytes = 0

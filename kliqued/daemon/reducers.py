@@ -42,7 +42,8 @@ def _placed(d: Daemon, ev: Event, p: E.Placed, at: int, decided: bool) -> Any:
 
 
 def _preempted(d: Daemon, ev: Event, p: E.Preempted, at: int, decided: bool) -> Any:
-    return d.on_preempted(_task(ev), at, p.kind, p.text, replay=not decided, epoch=p.epoch)
+    return d.on_preempted(_task(ev), at, p.kind, p.text, replay=not decided, epoch=p.epoch,
+                          lost_ms=p.lost_ms)
 
 
 def _cancelled(d: Daemon, ev: Event, p: E.Cancelled, at: int, decided: bool) -> Any:

@@ -68,7 +68,7 @@ FINGERPRINT = ("SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM ledg
                "end_at IS NULL), (SELECT coalesce(max(seq), 0) FROM ledger_feed), "
                "(SELECT count(*) FROM prices), (SELECT count(*) FROM capacity), "
                "(SELECT count(*) FROM cloud_nodes), (SELECT count(*) FROM cloud_nodes WHERE "
-               "end_at IS NULL)")
+               "end_at IS NULL), (SELECT count(*) FROM preemptions)")
 """What tells a local copy of the ledger from PostgreSQL's, in SQL both run: rows opened
 and closed, prices, capacity snapshots, cloud nodes (a copy behind another daemon's lead
 differs in one of them)."""

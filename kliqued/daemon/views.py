@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 from klique_util.units import from_milli, unit_hours
 from kliqued.engine import budget_status
+from kliqued.engine.protection import protected_until
+from kliqued.engine.victims import lost_work
 
 from . import capacity, cloud, treeviews
 from .auth import Principal
@@ -89,7 +91,20 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
         "exit_code": rec.exit_code, "signal": rec.signal,
         "gpu_hours": gpu_hours(rec, d.clock.now()), "end": end(rec),
         "outputs": rec.outputs,
+        **lending(d, rec, t),
     }
+
+
+def lending(d: Daemon, rec: TaskRecord, t: Any) -> dict[str, Any]:
+    """lending.md "What the product shows": when a placed task's protection ends (None:
+    not protected by its policy or settings), the work a preemption now would lose, and
+    the GPU-hours its preemptions have lost so far (its ledger's ``preemptions`` rows)."""
+    placed = rec.state == "placed" and t is not None and t.placed_at is not None
+    until = protected_until(d.idx(), t) if placed else None
+    lost_now = lost_work(t, d.clock.now()) if placed else 0
+    return {"protected_until": iso(until),
+            "lost_work_s": round(lost_now / 1000, 3) if placed else None,
+            "lost_gpu_hours_so_far": round(unit_hours(rec.lost_units), 6)}
 
 
 def room(d: Daemon, group: str, now: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from . import capacity, writer
+from . import capacity, lost, writer
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,17 @@ class CloseCloudNode:
     reason: str
 
 
+@dataclass(frozen=True)
+class RecordPreemptions:
+    """The engine's preemptions of a pass with their lost work (``preemptions``,
+    :mod:`.lost`); written after the closes of the intervals they ended."""
+    rows: tuple[lost.PreemptionRow, ...]
+
+
 LedgerWrite = Union[OpenIntervals, CloseIntervals, ReplacePrices, RecordEstate, FillGroupPaths,
-                    OpenCloudNode, CloseCloudNode]
+                    OpenCloudNode, CloseCloudNode, RecordPreemptions]
 LEDGER_WRITES = (OpenIntervals, CloseIntervals, ReplacePrices, RecordEstate, FillGroupPaths,
-                 OpenCloudNode, CloseCloudNode)
+                 OpenCloudNode, CloseCloudNode, RecordPreemptions)
 
 
 def opens(rows) -> OpenIntervals:
@@ -92,4 +99,6 @@ def apply_duck(conn, op: LedgerWrite) -> object:
         return writer.open_cloud_node(op.data, op.start_ms, op.revision)(conn)
     if isinstance(op, CloseCloudNode):
         return writer.close_cloud_node(op.node, op.end_ms, op.reason)(conn)
+    if isinstance(op, RecordPreemptions):
+        return lost.write_duck(conn, op.rows)
     raise TypeError(f"not a ledger write: {op!r}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from klique_util.units import UNITS_PER_HOUR
 
+from . import lost
 from .schema import DIMENSIONS, LEDGER_COLUMNS, q
 
 TABLES = [
@@ -562,9 +563,23 @@ FROM lending_pieces x WHERE x.side = 'reserved'
 GROUP BY x.month, x.policy, x."group", x.group_path, x.gpu_type"""
 
 
-def view_statements() -> list[str]:
+LOST_WORK_VIEW = "lost_work"
+"""The view migration 5 adds with its table (``preemptions``)."""
+
+VIEWS[LOST_WORK_VIEW] = lost.view_sql(_cost("p.lost_ms", "p.gpus", "pp.per_gpu_hour"),
+                                      "date_trunc('month', p.preempted_at)::date")
+
+
+def view_create(name: str) -> str:
+    return f"CREATE VIEW {name} AS {VIEWS[name]}"
+
+
+def view_statements(until: str | None = None) -> list[str]:
     """Every view dropped and created again, each after those it reads (the order of
-    :data:`.schema.VIEW_ORDER`): the statements of a migration that changes views."""
+    :data:`.schema.VIEW_ORDER`): the statements of a migration that changes views.
+    ``until``: only the views before that one (a released migration's, which ran before
+    the tables of later views existed)."""
     from .schema import VIEW_ORDER
-    drops = [f"DROP VIEW IF EXISTS {name} CASCADE" for name in reversed(VIEW_ORDER)]
-    return drops + [f"CREATE VIEW {name} AS {VIEWS[name]}" for name in VIEW_ORDER]
+    names = VIEW_ORDER if until is None else VIEW_ORDER[:VIEW_ORDER.index(until)]
+    drops = [f"DROP VIEW IF EXISTS {name} CASCADE" for name in reversed(names)]
+    return drops + [view_create(name) for name in names]

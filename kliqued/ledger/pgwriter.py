@@ -13,8 +13,9 @@ from decimal import Decimal
 from typing import Any, Iterable
 
 from .capacity import reserved_gpu_type
+from . import lost
 from .ops import (CloseCloudNode, CloseIntervals, FillGroupPaths, LedgerWrite, OpenCloudNode,
-                  OpenIntervals, RecordEstate, ReplacePrices)
+                  OpenIntervals, RecordEstate, RecordPreemptions, ReplacePrices)
 from .pgschema import MERGE_MONTHLY, MONTHLY_KEY, monthly_rows_sql
 from .schema import FLUSH_AT
 from .writer import IntervalRow
@@ -216,4 +217,6 @@ def apply(cur: Any, op: LedgerWrite) -> object:
     if isinstance(op, CloseCloudNode):
         close_cloud_node(cur, op)
         return None
+    if isinstance(op, RecordPreemptions):
+        return lost.write_pg(cur, op.rows)
     raise TypeError(f"not a ledger write: {op!r}")

@@ -29,12 +29,13 @@ RELATIONS = ("ledger", "prices", "price_periods", "usage", "usage_priced", "usag
              "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department",
              "cloud_nodes", "cloud_node_usage", "cloud_spend_monthly",
              "capacity", "reservations", "capacity_periods", "capacity_by_month",
-             "borrowed_usage", "reserved_idle", "estate_use", "idle_cost", "in_use_now")
+             "borrowed_usage", "reserved_idle", "estate_use", "idle_cost", "in_use_now",
+             "preemptions", "lost_work")
 """The relations finance's SQL may name: the ledger's tables and documented views (a group
 admin's names the same, over their subtree's rows: :mod:`kliqued.ledger.scope`)."""
 
 BASE_TABLES = ("ledger", "prices", "ledger_monthly", "ledger_monthly_pending", "cloud_nodes",
-               "capacity", "reservations")
+               "capacity", "reservations", "preemptions")
 """The tables the plans of those relations scan (``usage_monthly`` reads the internal
 monthly aggregate; a query may not name it)."""
 

@@ -561,10 +561,17 @@ from .lending import VIEWS as _LENDING_VIEWS  # noqa: E402
 
 VIEWS.update(_LENDING_VIEWS)
 
+from . import lost as _lost  # noqa: E402
+
+VIEWS["lost_work"] = _lost.view_sql(_cost("p.lost_ms", "p.gpus", "pp.per_gpu_hour"),
+                                    "CAST(date_trunc('month', p.preempted_at) AS DATE)")
+"""Each preemption's lost GPU-hours, priced (kliqued.ledger.lost)."""
+
 VIEW_ORDER = ("price_periods", "usage", "usage_priced", "usage_by_month", "usage_monthly",
               "usage_by_level", "usage_by_business_unit", "usage_by_department",
               "cloud_node_usage", "cloud_spend_monthly", "capacity_periods",
-              "capacity_by_month", *_LENDING_ORDER, "estate_use", "idle_cost", "in_use_now")
+              "capacity_by_month", *_LENDING_ORDER, "estate_use", "idle_cost", "in_use_now",
+              "lost_work")
 """The views in an order where each reads only tables and views before it."""
 
 
@@ -581,6 +588,7 @@ def ensure_schema(conn) -> None:
     conn.execute(TABLES)
     conn.execute(CLOUD_TABLE)
     conn.execute(CAPACITY_TABLES)
+    conn.execute(_lost.DUCK_TABLE)
     conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS group_path VARCHAR")
     conn.execute("ALTER TABLE prices ADD COLUMN IF NOT EXISTS list_per_gpu_hour DECIMAL(18,6)")
     conn.execute("ALTER TABLE ledger ADD COLUMN IF NOT EXISTS channel VARCHAR")

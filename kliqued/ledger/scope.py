@@ -20,8 +20,9 @@ from typing import Sequence
 
 from .schema import VIEW_ORDER, VIEWS
 
-FILTERED = ("ledger", "ledger_monthly", "ledger_monthly_pending", "reservations")
-"""The tables that hold group rows: each is replaced by its visible rows."""
+FILTERED = ("ledger", "ledger_monthly", "ledger_monthly_pending", "reservations", "preemptions")
+"""The tables that hold group rows: each is replaced by its visible rows (``preemptions``:
+by the preempted task's group, whoever took the GPUs)."""
 
 HIDDEN = ("cloud_nodes",)
 """Tables of no group (the pools' cloud nodes): empty for a group admin."""

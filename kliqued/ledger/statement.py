@@ -157,6 +157,8 @@ class Statement:
     unpriced: list[str] = field(default_factory=list)
     borrowed: str = "borrower"
     """``settings.attribution.borrowed`` the statement was made with."""
+    lost_work: str = "owner"
+    """``settings.attribution.lost_work`` the statement was made with."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -171,7 +173,7 @@ class Statement:
             "total": str(self.total),
             "exact_total": str(round_micro(self.exact_total)),
             "budgets": self.budgets, "unpriced_gpu_types": self.unpriced,
-            "borrowed": self.borrowed,
+            "borrowed": self.borrowed, "lost_work": self.lost_work,
             "rounding": "lines and total to the cent, half up; the lines are adjusted by the "
                         "largest remainders to add up to the total (docs/ledger.md)",
         }
@@ -245,14 +247,17 @@ ORDER BY "group", policy"""
 def build(conn, group: str, period: date, estate_paths: dict[str, str],
           currency: str, policies: Sequence[Any] = (),
           visible: Sequence[str] | None = None,
-          reserved_idle: bool = False, borrowed: str = "borrower") -> Statement:
+          reserved_idle: bool = False, borrowed: str = "borrower",
+          lost_work: str = "owner") -> Statement:
     """The statement of ``group``'s subtree for the month ``period``. ``estate_paths``: each
     estate group's path (:func:`kliqued.ledger.writer.group_paths`); ``policies``: the
     estate's compiled policies (for the budgets); ``visible``: the caller's groups when it
     may read only their subtrees (a group admin), None for everything; ``reserved_idle``:
     bill each policy's reserved GPUs nobody used to it, one line per policy (the ledger's
     ``reserved_idle``: its GPU-hours and cost, exact to the millionth, less what it lent);
-    ``borrowed``: ``settings.attribution.borrowed`` (``split``: :func:`_split_lines`)."""
+    ``borrowed``: ``settings.attribution.borrowed`` (``split``: :func:`_split_lines`);
+    ``lost_work``: ``settings.attribution.lost_work`` (``taker``, ``overhead``:
+    :func:`lost_lines`)."""
     path = group_path_of(conn, group, estate_paths)
     where = scope.visible("m", [group])
     if visible is not None:
@@ -269,6 +274,10 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
         with lending.month_pieces(conn, period) as pieces:
             _lending_lines(conn, period, group, visible, reserved_idle, borrowed, pieces,
                            lines, exact, currencies)
+    if lost_work != "owner":
+        moved = lost_lines(conn, period, group, visible, lost_work, currencies)
+        lines += moved
+        exact += [line.exact_cost for line in moved]
     costs, total = allocate_cents(exact)
     for line, cost in zip(lines, costs):
         line.cost = cost
@@ -277,7 +286,7 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
                    lines=lines, total=total, exact_total=sum(exact, Fraction(0)),
                    unpriced=sorted({x.gpu_type for x in lines
                                     if x.per_gpu_hour is None and x.kind == "usage"}),
-                   borrowed=borrowed)
+                   borrowed=borrowed, lost_work=lost_work)
     st.budgets = _budgets(conn, period, path, policies, estate_paths, visible)
     return st
 
@@ -337,4 +346,57 @@ def _budgets(conn, period: date, path: str, policies: Sequence[Any],
             entry["used_pct"] = str((Decimal(_hours(int(used))) * 100 / hours)
                                     .quantize(Decimal("0.1"), ROUND_HALF_UP))
         out.append(entry)
+    return out
+
+
+LOST_TAKEN = "(lost work of the tasks it preempted)"
+"""The project column of a taker's ``lost_work_taken`` line (``lost_work: taker``): the
+preempted tasks' own projects and users are their group's, not the taker's to see."""
+
+_LOST_SQL = """
+SELECT {side}, p.gpu_type, pp.per_gpu_hour, pp.currency, pp.effective_from,
+       CAST(sum(CAST(p.gpus * 1000 AS HUGEINT) * p.lost_ms) AS HUGEINT)
+FROM preemptions p
+LEFT JOIN price_periods pp ON p.gpu_type = pp.gpu_type
+      AND p.preempted_at >= pp.effective_from AND p.preempted_at < pp.effective_to
+WHERE p.taker IS NOT NULL AND p.lost_ms > 0
+  AND p.preempted_at >= CAST(? AS TIMESTAMP) AND p.preempted_at < CAST(? AS TIMESTAMP)
+  AND {scope}
+GROUP BY ALL
+ORDER BY 1, 3, 4, p.gpu_type, pp.effective_from NULLS FIRST"""
+"""Lost GPU-milliseconds (thousandths, exact) of the month's reclaims and rebalances, per
+line, at the price in force at each preemption."""
+
+_OWNER_SIDE = "p.\"group\", p.group_path, coalesce(p.project, ''), p.\"user\""
+_TAKER_SIDE = "p.taker, p.taker_path, '', ''"
+
+
+def lost_lines(conn, period: date, group: str, visible: Sequence[str] | None,
+               lost_work: str, currencies: set[str]) -> list[Line]:
+    """The lines that move lost work off its owner (``settings.attribution.lost_work``):
+    each preempted task's group is credited its lost GPU-hours (``lost_work_credit``, by
+    project and user); with ``taker``, the group that took the GPUs back is billed them
+    (``lost_work_taken``), so a statement above both nets to zero. Only preemptions with a
+    taker (reclaims, rebalances) move: a budget's or a start timeout's lost work stays the
+    owner's (docs/decisions.md). Lines fall in the month of the preemption; their
+    currencies are added to ``currencies``."""
+    start, end = period.isoformat(), next_month(period).isoformat()
+    sides = [("lost_work_credit", _OWNER_SIDE, "p.group_path")]
+    if lost_work == "taker":
+        sides.append(("lost_work_taken", _TAKER_SIDE, "p.taker_path"))
+    out: list[Line] = []
+    for kind, side, column in sides:
+        where = scope.visible("x", [group]).replace("x.group_path", column)
+        if visible is not None:
+            where += " AND " + scope.visible("x", visible).replace("x.group_path", column)
+        sql = _LOST_SQL.format(side=side, scope=where)
+        for r in conn.execute(sql, [start, end]).fetchall():
+            credit = kind == "lost_work_credit"
+            out.append(Line(group=r[0], group_path=r[1], project=(r[2] or None) if credit
+                            else LOST_TAKEN, user=r[3], gpu_type=r[4], per_gpu_hour=r[5],
+                            price_from=None if r[7] is None else f"{r[7]:%Y-%m-%dT%H:%M:%SZ}",
+                            gpu_milli_ms=int(r[8]), budget_milli_ms=0, ms=0, kind=kind,
+                            share=Fraction(-1) if credit else Fraction(1)))
+            if r[6]:
+                currencies.add(r[6])
     return out

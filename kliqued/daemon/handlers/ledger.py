@@ -177,7 +177,9 @@ async def statement(request: web.Request) -> web.Response:
                 estate.policies if estate else (), visible=groups,
                 reserved_idle=attribution is not None
                 and attribution.reserved_idle == "group",
-                borrowed=borrowed).to_json()
+                borrowed=borrowed,
+                lost_work=attribution.lost_work if attribution is not None else "owner"
+            ).to_json()
         finally:
             cur.execute("ROLLBACK")
     try:
