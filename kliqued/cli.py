@@ -12,7 +12,7 @@ from klique_util.cli import HelpFormatter
 COMMANDS = ["validate", "compile", "plan", "codeowners", "schema", "simulate", "trace", "serve", "dev",
             "token", "whoami", "resources", "submit", "status", "logs", "events", "queue", "cancel",
             "budget", "pools", "ledger", "demand", "ci", "schedule", "pipeline",
-            "session", "mcp",
+            "session", "mcp", "checkpoint",
             "workers", "autoscale"]
 """Subcommand modules under kliqued.commands, in the order ``--help`` lists them."""
 
