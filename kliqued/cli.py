@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "pipeline": "run a pipeline of steps (a DAG of tasks)",
     "session": "interactive servers (jupyter, vscode, shell) as tasks",
     "mcp": "serve Klique's MCP tools over stdio to a local agent, as you",
+    "checkpoint": "inside a task: mark its work up to now as saved",
     "workers": "roll klique-worker out to hosts with Ansible",
     "autoscale": "scale a cloud pool with its placed work (a loop)",
 }

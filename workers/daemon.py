@@ -53,7 +53,7 @@ from pathlib import Path
 from klique_util.files import write_atomic
 from klique_util.poolsettings import PoolSettings
 from klique_util.units import DAY_S, gpus_to_milli
-from workers import __version__, idle, outputs, tunnel
+from workers import __version__, checkpoints, idle, outputs, tunnel
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
 from workers.executors.base import Executor, Exited, Handle, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator
@@ -127,6 +127,7 @@ class WorkerDaemon:
         self.room = asyncio.Event()      # set when GPUs were freed or a lease placed
         self.cpu_room = asyncio.Event()  # set when a CPU-only slot was freed
         self.outbox_wake = asyncio.Event()
+        self.heartbeat_wake = asyncio.Event()  # a task checkpointed: tell the control plane now
         self.shutdown = asyncio.Event()
         self._down_since: float | None = None
         self._down_logged = 0.0
@@ -254,6 +255,7 @@ class WorkerDaemon:
         self.state.delete(rec)
         if rec.log_path:
             outputs.remove(outputs.path_for(rec.log_path))
+            checkpoints.clear(rec.log_path)
         self._dirty.discard(self.state.tasks / f"{rec.key}.json")
         self._unsaved.pop(rec.key, None)
         self.records.pop(rec.key, None)
@@ -482,7 +484,9 @@ class WorkerDaemon:
         rec.gpus = gpus
         out_path = outputs.path_for(rec.log_path)
         outputs.remove(out_path)  # a file from an earlier attempt is not this one's
-        env = {**(rec.lease.get("env") or {}), outputs.ENV: out_path}
+        checkpoints.clear(rec.log_path)  # so are its checkpoint mark and notice
+        env = {**(rec.lease.get("env") or {}), outputs.ENV: out_path,
+               **checkpoints.task_env(rec.log_path)}
         if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
             rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
             env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
@@ -585,8 +589,24 @@ class WorkerDaemon:
             if rec.fenced:
                 continue
             state = "starting" if rec.state == STARTING else "running"
-            out.append({"task": rec.task, "epoch": rec.epoch, "state": state})
+            item = {"task": rec.task, "epoch": rec.epoch, "state": state}
+            if rec.checkpoint_at is not None and rec.state == RUNNING:
+                item["checkpoint_at"] = rec.checkpoint_at  # the control plane keeps the newest
+            out.append(item)
         return out
+
+    def _look_for_checkpoint(self, rec: TaskRecord) -> None:
+        """A new time on the task's checkpoint file (it checkpointed): recorded, and the
+        heartbeat that relays it goes now rather than at its next turn (a preemption in
+        between would count the work since the previous checkpoint as lost)."""
+        ns = checkpoints.changed(rec.log_path, rec.checkpoint_ns)
+        if ns is None:
+            return
+        rec.checkpoint_ns, rec.checkpoint_at = ns, checkpoints.rfc3339(ns)
+        self._save(rec)
+        log.info("task %s (epoch %s) checkpointed at %s", rec.task, rec.epoch,
+                 rec.checkpoint_at)
+        self.heartbeat_wake.set()
 
     async def heartbeat_loop(self) -> None:
         while not self.shutdown.is_set():
@@ -613,7 +633,8 @@ class WorkerDaemon:
                 self._contact(sent_at)
                 for stop in answer.get("stop") or []:
                     self.on_stop_instruction(stop)
-            await self._sleep(max(self.ttl_s / 3, 0.2))
+            self.heartbeat_wake.clear()
+            await self._wait(self.heartbeat_wake, max(self.ttl_s / 3, 0.2))
 
     def on_stop_instruction(self, stop: dict) -> None:
         task, epoch = str(stop.get("task")), stop.get("epoch")
@@ -681,6 +702,7 @@ class WorkerDaemon:
                         result = await self.executor.stop(handle, 0)
                     else:
                         grace = float((rec.stop or {}).get("grace_s", self.cfg.grace_s))
+                        self._notify(rec, grace)
                         self._task_log(rec, f"stop ({self._stop_text(rec)}): SIGTERM now, "
                                             f"SIGKILL after {grace:g}s if still running")
                         result = await self.executor.stop(handle, grace)
@@ -689,6 +711,7 @@ class WorkerDaemon:
                 if isinstance(polled, Exited):
                     result = polled
                     break
+                self._look_for_checkpoint(rec)
                 idle.watch(self, rec, handle)   # session idle limits (workers/idle.py)
                 stop_wait = asyncio.ensure_future(event.wait())
                 waits = {stop_wait}
@@ -708,6 +731,18 @@ class WorkerDaemon:
             if exited is not None:
                 exited.cancel()
         self._finish(rec, result)
+
+    def _notify(self, rec: TaskRecord, grace_s: float) -> None:
+        """The stop's notice in ``$KLIQUE_PREEMPT_FILE``, before the SIGTERM: the task's
+        handler reads why and until when (klique_util/taskfiles.py). A notice that cannot
+        be written does not hold the stop back."""
+        s = rec.stop or {}
+        try:
+            checkpoints.write_notice(rec.log_path, str(s.get("reason") or "stopped"),
+                                     str(s.get("text") or ""), grace_s)
+        except OSError as exc:
+            log.warning("task %s: cannot write its preemption notice (%s); SIGTERM only",
+                        rec.task, exc)
 
     def _finish(self, rec: TaskRecord, result: Exited) -> None:
         if rec.fenced:

@@ -65,6 +65,8 @@ class TaskRecord:
     stop: dict | None = None            # {"reason", "text", "grace_s", "at"}
     fenced: bool = False                # stale epoch: killed at once, never reported again
     outcome: dict | None = None         # {"event", "exit_code", "signal", "at", "message"}
+    checkpoint_ns: int | None = None    # the checkpoint file's last seen time (workers/checkpoints.py)
+    checkpoint_at: str | None = None    # the same, RFC 3339: relayed with the heartbeats
 
     @property
     def key(self) -> str:

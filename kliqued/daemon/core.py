@@ -23,6 +23,8 @@ from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placem
                             check_submission, no_worker_text, waiting_reason,
                             waiting_reasons)
 from kliqued.ledger import lost as ledger_lost
+from klique_util.units import unit_hours
+from kliqued.engine.victims import lost_work as engine_lost_work
 from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
@@ -351,6 +353,7 @@ class Daemon:
         rec.state = "placed"
         rec.pool = pool
         rec.placed_at = at
+        rec.checkpoint_at = None
         rec.intervals += 1
         rec.size = t.size
         rec.started_at = None
@@ -524,6 +527,33 @@ class Daemon:
         self.st().set_started(task_id, True, at)
         return lease
 
+    def on_checkpointed(self, task_id: str, epoch: int, at: int) -> None:
+        """Its worker relayed a checkpoint at ``at`` (fleet.prepare_checkpoints checked the
+        lease and the time): a preemption from now on loses only the work since."""
+        rec = self.records.get(task_id)
+        if rec is None or rec.state != "placed":
+            return
+        if rec.checkpoint_at is None or at > rec.checkpoint_at:
+            rec.checkpoint_at = at
+        self.st().checkpoint(task_id, at)
+
+    def lost_work(self, task_id: str, size_milli: int, lost_ms: int) -> dict[str, Any]:
+        """The fields of a ``preempted`` event that say what it cost (lending.md): the
+        ledger keeps them per preemption."""
+        rec = self.records.get(task_id)
+        return {"size_milli": size_milli, "lost_ms": lost_ms,
+                "lost_gpu_hours": unit_hours(size_milli * lost_ms),
+                "checkpoint_at": rec.checkpoint_at if rec is not None else None}
+
+    def lost_now(self, task_id: str, now: int) -> dict[str, Any]:
+        """:meth:`lost_work` of a placed task the daemon itself requeues at ``now`` (its
+        worker lost, a gang sent back): the engine's rule (``victims.lost_work``) before the
+        reducer applies the preemption."""
+        t = self.st().tasks.get(task_id)
+        if t is None:
+            return {}
+        return self.lost_work(task_id, t.size, engine_lost_work(t, now))
+
     def on_started(self, task_id: str, epoch: int, at: int) -> None:
         rec = self.records.get(task_id)
         if rec is None:  # evicted: ended with every lease closed, nothing left to change
@@ -641,9 +671,8 @@ class Daemon:
                 interval = rec.interval_id
                 ev = Event("preempted", d.task, "engine", rev, rec.group, rec.user,
                            {"pool": d.pool, "kind": d.kind, "text": d.text, "by": d.by,
-                            "interval": interval, "size_milli": d.size_milli,
-                            "lost_ms": d.lost_ms,
-                            "lost_gpu_hours": round(d.lost_gpu_hours, 6)})
+                            "interval": interval,
+                            **self.lost_work(d.task, d.size_milli, d.lost_ms)})
                 reducers.apply(self, ev, now, decided=True)
                 events.append(ev)
                 closes.append((interval, now, d.text))

@@ -6,8 +6,11 @@ Kinds (``data`` fields in brackets):
   idempotency_key, channel] (``actor`` is the principal that sent it, ``usr`` the task's
   user, ``channel`` how: channels.py; missing in logs from before it: ``api``)
 - ``placed`` [pool, resource, size_milli, phase, interval]
-- ``preempted`` [pool, kind, text, by, interval; an engine's decision: size_milli, lost_ms,
-  lost_gpu_hours] (``by``: the group that took the GPUs back; lost work: lending.md)
+- ``preempted`` [pool, kind, text, by, interval; size_milli, lost_ms, lost_gpu_hours and
+  checkpoint_at: lending.md's lost work, from the last checkpoint reported, else the
+  placement]
+- ``task_checkpointed`` [worker, epoch, at, reported, clamped] (the task's worker relayed a
+  checkpoint, fenced by the lease's epoch: lost work counts from ``at``, the daemon's time)
 - ``cancelled`` [text, by: request|estate, interval|null; a request's channel]
 - ``ended`` [kind: finished|failed, epoch, worker, exit_code, signal, message, interval;
   reason and lost for a task lost the third time] (a worker's report)
@@ -217,9 +220,22 @@ class Preempted(Payload):
     worker: str | None = None
     report: str | None = None
     message: str | None = None
-    size_milli: int | None = None  # an engine's decision: the task's size then
-    lost_ms: int | None = None  # lending.md's lost work at that moment (None: not known)
-    lost_gpu_hours: float | None = None  # size x lost work, for people reading the log
+    size_milli: int | None = None  # lending.md: what the preemption cost (None: older logs)
+    lost_ms: int | None = None  # placed time since the last checkpoint (else the placement)
+    lost_gpu_hours: float | None = None  # size x lost work, what the ledger keeps
+    checkpoint_at: int | None = None  # the last checkpoint it counted from, or None
+
+
+@registered("task_checkpointed")
+@_frozen
+class TaskCheckpointed(Payload):
+    """A task's worker relayed a checkpoint (its ``$KLIQUE_CHECKPOINT_FILE`` got a new
+    time) in a heartbeat listing the lease at its current epoch."""
+    epoch: int
+    at: int  # the daemon's time of the checkpoint (ms): the worker's, clamped to [placed, now]
+    worker: str | None = None
+    reported: str | None = None  # the worker's own reading (RFC 3339), as it sent it
+    clamped: bool = False  # the worker's time was ahead of the daemon's: ``at`` is now
 
 
 @registered("cancelled")

@@ -34,7 +34,7 @@ from .leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, LOST_FAIL_TEXT, L
                      MAX_LOSSES, RETURNED, RETURNED_TEXT, STOPPING, Lease, WorkerInfo,
                      gpu_fits)
 from .records import TaskRecord
-from .units import gpus
+from .units import gpus, parse_iso
 
 MAX_LEASES = 64
 """Leases in one answer at most (tasks of 0 GPUs always fit)."""
@@ -336,7 +336,8 @@ def prepare_gang_timeout(d: Daemon, task_id: str, now: int, ov: Overlay) -> Prep
     text = gang.timeout_text(d, rec, timeout)
     interval = rec.interval_id
     ev = Event("preempted", task_id, "kliqued", d.idx().revision, rec.group, rec.user,
-               {"kind": gang.GANG, "text": text, "pool": rec.pool, "interval": interval})
+               {"kind": gang.GANG, "text": text, "pool": rec.pool, "interval": interval,
+                **d.lost_now(task_id, now)})
 
     def apply() -> None:
         d.gang_offers.pop(task_id, None)
@@ -362,11 +363,12 @@ def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor
     ov.leases[lease.key] = CLOSED if returned else FENCED
     data = {"pool": rec.pool, "epoch": lease.epoch, "worker": lease.worker,
             "interval": interval, **detail}
+    cost = d.lost_now(rec.id, now) if rec.state == "placed" else {}
     if returned:
         ov.requeued.add(rec.id)
         ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
                    {"kind": RETURNED, "text": text or RETURNED_TEXT, "by": lease.worker,
-                    **data})
+                    **data, **cost})
 
         def apply_returned() -> None:
             reducers.apply(d, ev, now)
@@ -383,7 +385,8 @@ def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor
     else:
         ov.requeued.add(rec.id)
         ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
-                   {"kind": "lost", "text": text or LOST_TEXT, "by": lease.worker, **data})
+                   {"kind": "lost", "text": text or LOST_TEXT, "by": lease.worker, **data,
+                    **cost})
 
         def apply() -> None:
             reducers.apply(d, ev, now)
@@ -695,6 +698,62 @@ def heartbeat(d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: 
                       "text": f"this worker no longer holds task {task} at epoch {epoch}",
                       "grace_s": 0})
     return stops, withdraw
+
+
+def checkpoints(d: Daemon, w: WorkerInfo, body: dict[str, Any]) -> list[tuple[str, int, str]]:
+    """The checkpoints a heartbeat relays that may be new: ``(task, epoch, checkpoint_at)``
+    for each listed lease this worker holds, active, of a placed task, whose time is later
+    than the last one recorded. Fenced like a report: a lease at an old epoch, another
+    worker's, or one told to stop counts for nothing (the preemption that stopped it has
+    counted its lost work already). :func:`prepare_checkpoints` decides under the
+    sequencer."""
+    out: list[tuple[str, int, str]] = []
+    for r in body.get("running") or ():
+        if not isinstance(r, dict) or not isinstance(r.get("checkpoint_at"), str):
+            continue
+        try:
+            key = (str(r["task"]), int(r["epoch"]))
+            at = parse_iso(r["checkpoint_at"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        lease = w.leases.get(key)
+        rec = d.records.get(key[0])
+        if lease is None or lease.status != ACTIVE or rec is None or rec.state != "placed":
+            continue
+        if rec.checkpoint_at is None or at > rec.checkpoint_at:
+            out.append((key[0], key[1], r["checkpoint_at"]))
+    return out
+
+
+def prepare_checkpoints(d: Daemon, p: Principal, wid: str,
+                        items: list[tuple[str, int, str]], now: int, ov: Overlay) -> Prepared:
+    """``task_checkpointed`` for each relayed checkpoint still new at ``now``: the lease is
+    still this worker's and active, the task still placed. The worker's time is clamped to
+    ``now`` (a clock ahead of the daemon's; the daemon's time is the one lost work is
+    counted in) and refused before the placement (a checkpoint of an earlier attempt, or a
+    clock far behind): lost work is never less than the work since a real checkpoint."""
+    rev = d.idx().revision
+    events: list[Event] = []
+    for task, epoch, reported in items:
+        rec = d.records.get(task)
+        lease = rec.lease(epoch) if rec is not None else None
+        if rec is None or lease is None or lease.worker != wid or rec.state != "placed" \
+                or ov.leases.get(lease.key, lease.status) != ACTIVE or task in ov.ended \
+                or task in ov.requeued or rec.placed_at is None:
+            continue
+        at = parse_iso(reported)
+        clamped = at > now
+        at = min(at, now)
+        if at < rec.placed_at or (rec.checkpoint_at is not None and at <= rec.checkpoint_at):
+            continue
+        events.append(Event("task_checkpointed", task, p.text, rev, rec.group, rec.user,
+                            {"epoch": epoch, "at": at, "worker": wid, "reported": reported,
+                             "clamped": clamped}))
+
+    def apply() -> None:
+        for ev in events:
+            reducers.apply(d, ev, now)
+    return Prepared(events, [], apply)
 
 
 def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, int]],

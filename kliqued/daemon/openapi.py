@@ -550,7 +550,12 @@ SCHEMAS: dict[str, Any] = {
     "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
     "Heartbeat": _obj({"running": {"type": "array", "maxItems": 100_000, "items": _obj({
         "task": {"type": "string"}, "epoch": {"type": "integer"},
-        "state": {"type": "string"}}, required=["task", "epoch"], extra=True)},
+        "state": {"type": "string"},
+        "checkpoint_at": {"type": "string", "maxLength": 64,
+                          "description": "the task's last checkpoint (its "
+                                         "$KLIQUE_CHECKPOINT_FILE's time, RFC 3339, the "
+                                         "worker's clock): lending.md's lost work counts "
+                                         "from it"}}, required=["task", "epoch"], extra=True)},
         "cannot_work": {"type": ["string", "null"], "maxLength": 500,
                         "description": "why the worker takes no work now (its state dir "
                                        "cannot be written); shown on the worker"}},

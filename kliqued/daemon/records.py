@@ -18,7 +18,7 @@ class TaskRecord:
                  "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
                  "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
                  "data_bytes", "end_note", "ended_by", "end_message",
-                 "unleased_at", "outputs", "channel", "lost_units")
+                 "unleased_at", "outputs", "channel", "lost_units", "checkpoint_at")
 
     def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
                  user: str, actor: str, project: str | None, labels: dict[str, str],
@@ -46,6 +46,9 @@ class TaskRecord:
         self.state = "queued"
         self.pool: str | None = None
         self.placed_at: int | None = None
+        self.checkpoint_at: int | None = None
+        """Its last checkpoint its worker relayed in its current placement (``task_checkpointed``);
+        a preemption's lost work counts from it."""
         self.ended_at: int | None = None
         self.end_reason: str | None = None
         self.preemptions = 0

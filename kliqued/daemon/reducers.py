@@ -46,6 +46,11 @@ def _preempted(d: Daemon, ev: Event, p: E.Preempted, at: int, decided: bool) -> 
                           lost_ms=p.lost_ms)
 
 
+def _task_checkpointed(d: Daemon, ev: Event, p: E.TaskCheckpointed, at: int,
+                       decided: bool) -> Any:
+    d.on_checkpointed(_task(ev), p.epoch, p.at)
+
+
 def _cancelled(d: Daemon, ev: Event, p: E.Cancelled, at: int, decided: bool) -> Any:
     return d.on_ended(_task(ev), at, "cancelled", reason=p.text,
                       by=ev.actor if p.by == "request" else p.by)
@@ -165,6 +170,7 @@ REDUCERS: dict[str, Reducer] = {
     "submitted": _submitted,
     "placed": _placed,
     "preempted": _preempted,
+    "task_checkpointed": _task_checkpointed,
     "cancelled": _cancelled,
     "ended": _ended,
     "worker_registered": _worker_registered,

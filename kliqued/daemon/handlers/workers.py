@@ -139,6 +139,9 @@ async def heartbeat(request: web.Request) -> web.Response:
     stops, withdraw = fleet.heartbeat(d, w, body, max(5.0, ttl))
     if withdraw:
         await c.seq.submit(lambda now, ov: fleet.prepare_withdraw(d, p, wid, withdraw, now, ov))
+    saved = fleet.checkpoints(d, w, body)
+    if saved:  # lending.md's lost work counts from them (docs/worker-protocol.md)
+        await c.seq.submit(lambda now, ov: fleet.prepare_checkpoints(d, p, wid, saved, now, ov))
     return reply({"stop": stops, "ttl_s": ttl})
 
 
