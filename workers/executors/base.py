@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -39,7 +39,8 @@ class Exited:
     exit_code: int | None
     signal: str | None = None
     message: str | None = None
-    ended_at: str | None = None
+    ended_at: str | None = field(default=None, compare=False)
+    """Not part of the outcome's equality: the same exit, whenever it was read."""
 
     def to_json(self) -> dict:
         return {"exit_code": self.exit_code, "signal": self.signal, "message": self.message}
