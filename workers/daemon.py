@@ -278,11 +278,13 @@ class WorkerDaemon:
             pass
 
     def _end(self, rec: TaskRecord, event: str, exit_code=None, sig=None,
-             message: str | None = None) -> None:
+             message: str | None = None, ended_at: str | None = None) -> None:
+        """``ended_at``: when the task ended, if its executor recorded it (the control plane
+        charges until then); else now, when the worker sees it."""
         self._free_room(rec)
         rec.state = ENDED
         rec.outcome = {"event": event, "exit_code": exit_code, "signal": sig,
-                       "at": now_rfc3339(), "message": message}
+                       "at": ended_at or now_rfc3339(), "message": message}
         if event == "finished" and rec.log_path:
             written = outputs.read(outputs.path_for(rec.log_path))
             if written:
@@ -588,7 +590,9 @@ class WorkerDaemon:
         for rec in self.records.values():
             if rec.fenced:
                 continue
-            state = "starting" if rec.state == STARTING else "running"
+            # an ended task not yet reported is listed "ended": only "running" tells the
+            # control plane that it still ran (it charges its end no earlier than that)
+            state = {STARTING: "starting", ENDED: "ended"}.get(rec.state, "running")
             item = {"task": rec.task, "epoch": rec.epoch, "state": state}
             if rec.checkpoint_at is not None and rec.state == RUNNING:
                 item["checkpoint_at"] = rec.checkpoint_at  # the control plane keeps the newest
@@ -766,7 +770,7 @@ class WorkerDaemon:
             event, message = "finished", result.message
         else:
             event, message = "failed", result.message
-        self._end(rec, event, result.exit_code, result.signal, message)
+        self._end(rec, event, result.exit_code, result.signal, message, result.ended_at)
         self._place_pending()
 
     # reports and logs --------------------------------------------------------------------

@@ -435,11 +435,13 @@ class Daemon:
                  epoch: int | None = None, exit_code: int | None = None,
                  signal: str | None = None, lost: bool = False, by: str | None = None,
                  message: str | None = None,
-                 outputs: dict[str, str] | None = None) -> TaskRecord | None:
+                 outputs: dict[str, str] | None = None,
+                 ran_until: int | None = None) -> TaskRecord | None:
         """Finished, failed or cancelled (by a request, or because the estate removed its
         compute resource: the engine already ended it then). ``epoch``: the lease whose
         report ended it (closed), or which was lost (``lost``: fenced); without it, a
-        cancellation: the active lease is told to stop."""
+        cancellation: the active lease is told to stop. ``ran_until``: when a worker's
+        report says it really ended (ends.py), at or before ``at``: charged until then."""
         rec = self.records.get(task_id)
         if rec is None or rec.state == "ended":
             if rec is not None and epoch is not None:
@@ -458,12 +460,15 @@ class Daemon:
             self._stop_lease(rec, STOP_REASON.get(kind, kind), reason or kind)
         if lost:
             rec.lost += 1
-        self._close_gpu_time(rec, at)
+        until = at
+        if ran_until is not None and rec.state == "placed":
+            until = max(rec.placed_at or ran_until, min(ran_until, at))
+        self._close_gpu_time(rec, until)
         self._drop_unleased(rec)
         st = self.st()
         t = st.tasks.get(task_id)
         if t is not None:
-            st.end(task_id, at, kind)
+            st.end(task_id, at, kind, ran_until=until)
             st.forget(task_id)  # also drops a cancellation of it not yet reported
         if rec.state == "placed":
             self.placed_count[rec.resource] -= 1
@@ -475,7 +480,7 @@ class Daemon:
         rec.end_reason = reason if reason and (lost or kind == "stopped") else kind
         rec.end_note, rec.ended_by = reason, by
         rec.end_message = message if isinstance(message, str) and message else None
-        rec.ended_at = at
+        rec.ended_at = until
         if outputs:
             rec.outputs = dict(outputs)
         return rec

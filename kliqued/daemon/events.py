@@ -263,7 +263,8 @@ class Ended(Payload):
     interval: str | None = None
     pool: str | None = None
     report: str | None = None
-    at: int | None = None  # the worker's clock
+    at: Any = None  # the worker's clock (RFC 3339 from klique-worker)
+    ran_until: int | None = None  # the end charged, on the control plane's clock (ends.py)
     after_stop: bool = False  # finished before the stop reached it
     outputs: dict[str, str] | None = None  # KEY=VALUE lines from $KLIQUE_OUTPUTS
 

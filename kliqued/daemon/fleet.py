@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from klique_util.units import MILLI, gpus_to_milli
 
-from . import capacity, gang, reducers
+from . import capacity, ends, gang, reducers
 from .auth import Principal
 from .core import Daemon, Overlay, Prepared
 from .errors import ApiError, forbidden
@@ -521,19 +521,21 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         interval = rec.interval_id
         ov.ended.add(task_id)
         ov.leases[key] = CLOSED
+        # charged up to its real end, not the report's arrival (ends.py)
+        until = ends.ran_until(body.get("at"), rec.placed_at, lease.seen_running_at, now)
         reason = None
         if event == "stopped":  # the worker stopped an idle session (workers/idle.py)
             reason = f"stopped: idle ({_idle_text(body)})"
         outputs = body.get("outputs") if event == "finished" else None
         ev = Event("ended", task_id, p.text, rev, rec.group, rec.user,
-                   {"kind": event, **data, "interval": interval,
+                   {"kind": event, **data, "interval": interval, "ran_until": until,
                     **({"reason": reason} if reason else {}),
                     **({"outputs": outputs} if outputs else {})})
 
         def apply_ended() -> str:
             reducers.apply(d, ev, now)
             return task_id
-        return Prepared([ev], [], apply_ended, True, [(interval, now, reason or event)],
+        return Prepared([ev], [], apply_ended, True, [(interval, until, reason or event)],
                         frees=True)
     # A lease told to stop: its process is gone.
     ov.leases[key] = CLOSED
@@ -670,11 +672,16 @@ def heartbeat(d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: 
     lists that are no longer its own), and the active leases it does not list long after
     they were leased (their answer never reached it)."""
     listed: set[tuple[str, int]] = set()
+    now = d.clock.now()
     for r in body.get("running") or ():
         try:
-            listed.add((str(r["task"]), int(r["epoch"])))
+            key = (str(r["task"]), int(r["epoch"]))
         except (KeyError, TypeError, ValueError):
             continue
+        listed.add(key)
+        held = w.leases.get(key)
+        if held is not None and r.get("state") == "running":
+            held.seen_running_at = now  # it ran until now: its end is charged no earlier
     grace = d.worker_settings.grace_s
     stops: list[dict[str, Any]] = []
     withdraw: list[tuple[str, int]] = []

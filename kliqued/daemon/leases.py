@@ -46,7 +46,7 @@ MAX_LOSSES = 3
 
 class Lease:
     __slots__ = ("task", "epoch", "worker", "pool", "size", "leased_at", "leased_mono",
-                 "started_at", "status", "stop_reason", "stop_text", "outcome", "rank",
+                 "started_at", "seen_running_at", "status", "stop_reason", "stop_text", "outcome", "rank",
                  "world", "master_addr", "master_port", "nodes")
 
     def __init__(self, task: str, epoch: int, worker: str, pool: str, size: int,
@@ -61,6 +61,10 @@ class Lease:
         """Monotonic time it was leased (live only): a heartbeat that still does not list
         it well after this means the lease's answer never reached the worker."""
         self.started_at: int | None = None
+        self.seen_running_at: int | None = None
+        """The control plane's time of the last heartbeat that listed it ``running`` (live
+        only, like ``last_seen``): it surely ran until then, so its end is charged no earlier
+        (ends.py)."""
         self.status = ACTIVE
         self.stop_reason: str | None = None
         self.stop_text: str | None = None

@@ -58,7 +58,8 @@ def _cancelled(d: Daemon, ev: Event, p: E.Cancelled, at: int, decided: bool) -> 
 
 def _ended(d: Daemon, ev: Event, p: E.Ended, at: int, decided: bool) -> Any:
     return d.on_ended(_task(ev), at, p.kind, p.reason, p.epoch, p.exit_code, p.signal,
-                      bool(p.lost), message=p.message, outputs=p.outputs)
+                      bool(p.lost), message=p.message, outputs=p.outputs,
+                      ran_until=p.ran_until)
 
 
 def _worker_registered(d: Daemon, ev: Event, p: E.WorkerRegistered, at: int, decided: bool) -> Any:

@@ -89,6 +89,30 @@ class Meter:
             total += self.rate * (now - max(self.since, ps))
         return total
 
+    def credit(self, start: int, end: int, weight: int, size: int, charging: bool) -> None:
+        """Takes back what a task of this weight and size was charged over ``[start, end)``,
+        a span already settled (``end <= since``): it had ended at ``start``, and the news
+        came at ``end`` (its worker was down, its report delayed). ``charging``: the budget
+        was charged over the whole span (the engine was on); the ledger's GPU time always
+        was. Charges are linear in time, so taking a span back leaves every other charge as
+        it was; days older than those kept are past every period and left alone."""
+        if end <= start:
+            return
+        if end > self.since or end > self.gpu_since:
+            raise TimeWentBackwards(f"credit past the settled time: {end} > {self.since}")
+        if charging and weight:
+            days = self.days
+            first_kept = self.since // DAY_MS - _KEEP_DAYS
+            t = start
+            while t < end:
+                d = t // DAY_MS
+                stop = min(end, (d + 1) * DAY_MS)
+                if d >= first_kept and d in days:
+                    days[d] = max(0, days[d] - weight * (stop - t))
+                t = stop
+            self._prior_key = None  # the cached sum of closed days may have changed
+        self.gpu_units = max(0, self.gpu_units - size * (end - start))
+
     @classmethod
     def merged(cls, meters: list["Meter"], now: int, charging: bool) -> "Meter":
         """One meter for the sum of ``meters`` from ``now`` on (an envelope's, from its

@@ -183,6 +183,9 @@ class State:
         self.index: EstateIndex | None = None
         self.clock = now
         self.enabled = enabled
+        self.enabled_since = now
+        """When the engine was last switched (on or off): a credit (``end`` with
+        ``ran_until``) takes budget charges back only after it."""
         self.tasks: dict[str, Task] = {}
         self.queues: dict[str, CRQueue] = {}
         self.used: dict[str, int] = {}
@@ -444,23 +447,47 @@ class State:
         if t.checkpoint_at is None or at > t.checkpoint_at:
             t.checkpoint_at = at
 
-    def end(self, task_id: str, at: int, kind: str = "finished") -> bool:
+    def end(self, task_id: str, at: int, kind: str = "finished",
+            ran_until: int | None = None) -> bool:
         """The task finished, failed or was cancelled. A task that already ended is left as
-        it is (False)."""
+        it is (False). ``ran_until``: a placed task that ended earlier than ``at``, the
+        moment the caller heard of it (a worker's report delayed by the worker's restart, a
+        network cut, a full disk): its state changes at ``at`` (time never goes back for the
+        passes), and the budget and GPU time it was charged after ``ran_until`` are taken
+        back at each of its levels (``Meter.credit``), so the meters charge what ran.
+        Clamped to the placement and ``at``."""
         t = self.tasks.get(task_id)
         if t is None:
             raise UnknownTask(task_id)
         if t.status == ENDED:
             return False
         self._tick(at)
+        ended = at
         if t.status == PLACED:
+            placed_at = t.placed_at if t.placed_at is not None else at
+            ended = at if ran_until is None else max(placed_at, min(ran_until, at))
             self._unplace(t, at)
+            if ended < at:
+                self._credit(t, ended, at)
         else:
             self._dequeue(t)
         t.status = ENDED
         t.end_kind = kind
-        t.ended_at = at
+        t.ended_at = ended
         return True
+
+    def _credit(self, t: Task, start: int, end: int) -> None:
+        """Takes back ``t``'s charge over ``[start, end)`` at each of its levels. The budget
+        part only when the engine was on over the whole span (it charged nothing while off:
+        the span after the last switch is taken back, the rest was never charged)."""
+        gi = self.index.groups.get(t.group) if self.index is not None else None
+        charged_from = max(start, self.enabled_since)
+        for x in (gi.levels if gi is not None else (t.group,)):
+            m = self.meter(x)
+            if self.enabled and charged_from < end:
+                m.credit(charged_from, end, t.weight, 0, True)
+            m.credit(start, end, 0, t.size, False)
+        self.rate_changed.update(gi.levels if gi is not None else (t.group,))
 
     def set_enabled(self, enabled: bool, at: int) -> None:
         """Switches the engine. While off there are no passes and no budget charge; the
@@ -471,6 +498,7 @@ class State:
         for m in self.meters.values():
             m.settle(at, self.enabled)
         self.enabled = enabled
+        self.enabled_since = at
         self.budget_check_all = True
         self.rate_changed.update(self.meters)
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -85,6 +86,11 @@ pricing:
 }
 
 
+def now_rfc3339() -> str:
+    """The time as a worker's report gives it."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def write_estate(where: Path, files: dict[str, str] | None = None) -> Path:
     where.mkdir(parents=True, exist_ok=True)
     for name, text in (files or ESTATE).items():
@@ -125,6 +131,8 @@ class HttpWorker:
     def __init__(self, server: Server, token: str, wid: str, pool: str = "bare",
                  gpus: int = 2, key: str | None = None) -> None:
         self.s, self.token, self.id, self.pool, self.gpus = server, token, wid, pool, gpus
+        self.at: str | None = None
+        """The end time its reports give (a worker's clock); None: the time of sending."""
         self.key = key or secrets.token_urlsafe(32)
         """Its worker key (X-Klique-Worker-Key): what tells it from the pool's other
         workers, which share the token."""
@@ -159,7 +167,7 @@ class HttpWorker:
                signal_name: str | None = None, message: str | None = None) -> tuple[int, Any]:
         return self.call("POST", f"/v1/tasks/{task}/report", {
             "epoch": epoch, "event": event, "exit_code": exit_code, "signal": signal_name,
-            "at": "2026-11-29T08:00:00Z", "message": message})
+            "at": self.at or now_rfc3339(), "message": message})
 
 
 class RealWorker:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -33,10 +33,14 @@ RUNNING = Running()
 class Exited:
     """The task is gone. `exit_code` for a normal exit, `signal` (a name such as "SIGKILL")
     when a signal ended it; both None when its end could not be known (then `message`
-    says why)."""
+    says why). `ended_at` (RFC 3339): when it ended, if the executor recorded it (the
+    process wrapper does); a task that ended while the worker was down is then reported
+    with its true end, not the time the restarted worker noticed (None: noticed now)."""
     exit_code: int | None
     signal: str | None = None
     message: str | None = None
+    ended_at: str | None = field(default=None, compare=False)
+    """Not part of the outcome's equality: the same exit, whenever it was read."""
 
     def to_json(self) -> dict:
         return {"exit_code": self.exit_code, "signal": self.signal, "message": self.message}

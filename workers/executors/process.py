@@ -317,7 +317,9 @@ class ProcessExecutor(Executor[ProcessHandle]):
     def _result(self, h: ProcessHandle) -> Exited:
         try:
             data = json.loads(Path(h.exit_path).read_text(encoding="utf-8"))
-            return Exited(data.get("exit_code"), data.get("signal"), data.get("message"))
+            ended_at = data.get("ended_at")
+            return Exited(data.get("exit_code"), data.get("signal"), data.get("message"),
+                          ended_at if isinstance(ended_at, str) else None)
         except (OSError, ValueError):
             pass
         if h.popen is not None and h.popen.returncode is not None:
