@@ -4,7 +4,10 @@ auth middlewares.
 Every answer is JSON (except the CSV export). The error middleware turns an ``ApiError`` into
 its JSON, aiohttp's own HTTP errors (unknown route, wrong method, body over 1 MiB) into the
 same shape, and any other exception into a 500 whose message carries an id that is logged
-with the traceback; a traceback never reaches a client. The auth middleware authenticates
+with the traceback; a traceback never reaches a client. A client that hangs up mid-request
+(the body's read, or the answer's write, fails with a ``ConnectionError``) is no bug of ours:
+it is logged on the listener's flood-prone logger, one line a minute with a count
+(``logsetup.FloodFilter``), without a traceback. The auth middleware authenticates
 the caller and checks its role against the route's declaration (``routes.Route``) before
 any handler runs. Handlers import ``request.py``, never this module.
 """
@@ -31,6 +34,8 @@ from .routes import Handler, Route, table
 __all__ = ["Context", "ROUTES", "make_app"]
 
 log = logging.getLogger(__name__)
+hangups = logging.getLogger("kliqued.daemon.listener")
+"""Client-driven records (logsetup.FLOOD_PRONE): a flood of hang-ups is aggregated."""
 
 MAX_BODY = 1024 * 1024
 ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.ROUTES,
@@ -72,6 +77,13 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         else:
             msg = exc.reason or "HTTP error"
         return reply({"error": {"code": code, "message": msg}}, exc.status)
+    except ConnectionError as exc:  # the client went away; aiohttp's own errors included
+        hangups.info("a client hung up during %s %s (%s)", request.method, request.path,
+                     type(exc).__name__)
+        resp = reply({"error": {"code": "invalid-request",
+                                "message": "the connection was closed mid-request"}}, 400)
+        resp.force_close()
+        return resp
     except Exception:
         eid = uuid.uuid4().hex[:12]
         log.exception("error %s on %s %s", eid, request.method, request.path)

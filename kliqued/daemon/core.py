@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from compiler.compiled import CIdle, CompiledEstate
+from klique_util.excerpt import excerpt
 from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placement,
                             Preemption, Reason, State, SubmissionError,
                             check_submission, no_worker_text, waiting_reason,
@@ -225,7 +226,7 @@ class Daemon:
     def record(self, task_id: str) -> TaskRecord:
         rec = self.find(task_id)
         if rec is None:
-            raise not_found(f"no task {task_id}")
+            raise not_found(f"no task {excerpt(task_id, quoted=False)}")
         return rec
 
     def position(self, rec: TaskRecord) -> int | None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from klique_util.excerpt import clip
+
 
 class DaemonError(Exception):
     """Something the daemon refuses or cannot do, with the message to show."""
@@ -73,6 +75,7 @@ class ApiError(DaemonError):
 
     def __init__(self, status: int, code: str, message: str,
                  details: dict[str, Any] | None = None) -> None:
+        message = clip(message)  # a caller's value quoted whole would be echoed whole
         super().__init__(message)
         self.status = status
         self.code = code

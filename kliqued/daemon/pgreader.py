@@ -12,6 +12,13 @@ The queries run on ``--ledger-replica`` when given (a streaming replica: a heavy
 touches the writer), else on the primary, always logged in as the role: the connection
 string is ``--db``'s (or the replica's) with its user replaced, so a password comes from
 ``~/.pgpass`` or ``PGPASSWORD`` for that user, never from the daemon's own login.
+
+PostgreSQL has no memory limit per query, so the role also gets the bounds it does have
+(:data:`kliqued.ledger.pgsql.ROLE_LIMITS`): ``work_mem`` and ``hash_mem_multiplier`` (a sort
+or hash past them spills to disk) and ``temp_file_limit`` (what spills may take). The first
+two each query sets again for itself, since setting them on a role needs ``CREATEROLE``;
+``temp_file_limit`` only a superuser may set, so without one the start logs the command for
+the administrator (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from kliqued.ledger import sandbox
+from kliqued.ledger.pgsql import ROLE_LIMITS
 from kliqued.ledger.sql import LedgerSqlError
 
 from .pglog import safe_label
@@ -40,18 +48,21 @@ FEED = ("ledger_feed",)
 (``kliqued.ledger.feed``; the intervals' ids in closing order, nothing more)."""
 
 
-def grant(conn: psycopg.Connection, role: str = ROLE) -> str | None:
-    """Makes ``role`` finance's read-only role (see the module's docstring); returns a warning
-    when it cannot (the role is missing and kliqued may not create it; another daemon
-    granting at the same moment), None when done."""
+def grant(conn: psycopg.Connection, role: str = ROLE,
+          limits: tuple[tuple[str, str], ...] = ROLE_LIMITS) -> str | None:
+    """Makes ``role`` finance's read-only role with the settings ``limits`` (see the module's
+    docstring); returns a warning when it cannot (the role is missing and kliqued may not
+    create it or set a limit; another daemon granting at the same moment), None when
+    done."""
     try:
-        return _grant(conn, role)
+        return _grant(conn, role, limits)
     except psycopg.Error as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return f"could not grant finance's role {role} its reads ({first}): docs/ha.md"
 
 
-def _grant(conn: psycopg.Connection, role: str) -> str | None:
+def _grant(conn: psycopg.Connection, role: str,
+           limits: tuple[tuple[str, str], ...]) -> str | None:
     ident = sql.Identifier(role)
     with conn.transaction():
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone()
@@ -77,7 +88,28 @@ def _grant(conn: psycopg.Connection, role: str) -> str | None:
                      .format(ident))
         conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(
             sql.SQL(", ").join(sql.Identifier(r) for r in (*sandbox.RELATIONS, *FEED)), ident))
-    return None
+    return _limit(conn, role, limits)
+
+
+def _limit(conn: psycopg.Connection, role: str,
+           limits: tuple[tuple[str, str], ...]) -> str | None:
+    """Sets ``limits`` on ``role`` (its sessions' defaults); returns what the administrator
+    should run for those kliqued's role may not set, or None."""
+    refused = []
+    for name, value in limits:
+        statement = sql.SQL("ALTER ROLE {} SET {} = {}").format(
+            sql.Identifier(role), sql.SQL(name), sql.Literal(value))
+        try:
+            with conn.transaction():
+                conn.execute(statement)
+        except psycopg.errors.InsufficientPrivilege:
+            refused.append(statement.as_string(conn))
+    if not refused:
+        return None
+    return (f"kliqued's role may not set all the bounds of finance's queries on {role} "
+            f"(temp_file_limit needs a superuser): as PostgreSQL's superuser, run "
+            f"{'; '.join(refused)}; until then a query's spill to disk is bounded by its "
+            f"deadline only (docs/ha.md)")
 
 
 def reader_url(url: str, role: str = ROLE) -> str:

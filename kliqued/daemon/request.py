@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from klique_util.excerpt import EXCERPT, clip, excerpt
+
 from .auth import Principal
 from .core import Daemon
 from .errors import bad_request
@@ -80,6 +82,22 @@ def reply(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status, dumps=dumps)
 
 
+def reworded(e: Any) -> str:
+    """jsonschema's message, which quotes the whole instance (a 200 kB string, a body
+    with a 200 kB key), with the instance as an excerpt and the rest clipped."""
+    if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+        known = e.schema.get("properties", {})
+        extra = [k for k in e.instance if k not in known]
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        return (f"unexpected properties {', '.join(excerpt(k) for k in extra[:3])}{more} "
+                f"(additional properties are not allowed)")
+    message = str(e.message)
+    whole = repr(e.instance)
+    if len(whole) > EXCERPT and whole in message:
+        message = message.replace(whole, excerpt(e.instance))
+    return clip(message, 2 * EXCERPT + 120)
+
+
 async def read_json(request: web.Request, schema: str,
                     surely_valid: Callable[[Any], bool] | None = None) -> dict[str, Any]:
     """The body, parsed and validated against the OpenAPI schema ``schema`` (skipped when
@@ -99,6 +117,6 @@ def valid(body: Any, schema: str,
     if errors:
         e = errors[0]
         where = "".join(f"/{p}" for p in e.path) or "(body)"
-        raise bad_request(f"{where}: {e.message}"[:2000],
+        raise bad_request(f"{where}: {reworded(e)}",
                           {"schema": schema, "path": [str(p) for p in e.path]})
     return body

@@ -14,6 +14,13 @@ no privileges. PostgreSQL has them, so here the database itself enforces what fi
   no data-modifying WITH), fetched in growing chunks under the same row and byte caps as on
   DuckDB (:func:`.sql._fetch`), so a huge answer never crosses the network whole.
 
+PostgreSQL bounds a query's memory only piece by piece, and the role's settings
+(:data:`ROLE_LIMITS`, set by :mod:`kliqued.daemon.pgreader`) use each piece: a sort or hash
+table spills to disk past ``work_mem`` (times ``hash_mem_multiplier``), the spill stops at
+``temp_file_limit``, and a value stops at PostgreSQL's 1 GB cap (``repeat``, ``lpad``,
+``string_agg``). Each query sets the two memory settings again (``SET LOCAL``), so they hold
+where the role could not be altered. A query past a bound is refused as ``too-large``.
+
 Errors keep DuckDB's codes (:data:`.sql.CODES`), and ``unavailable`` when the database
 cannot be reached.
 """
@@ -37,6 +44,16 @@ _COMMANDS = frozenset({
     "discard", "load", "checkpoint", "comment", "security", "import", "declare", "fetch",
     "move", "close", "explain", "show"})
 """First words of PostgreSQL statements other than a query, to say "not read-only"."""
+WORK_MEM = "16MB"
+"""Per sort or hash of a finance query: the ledger's aggregates fit; more spills to disk."""
+HASH_MEM_MULTIPLIER = "1"
+"""A hash table may use ``work_mem`` (PostgreSQL 15's default doubles it)."""
+TEMP_FILE_LIMIT = "1GB"
+"""What a finance query may spill to disk in all (a superuser's setting: on the role)."""
+ROLE_LIMITS: tuple[tuple[str, str], ...] = (
+    ("work_mem", WORK_MEM), ("hash_mem_multiplier", HASH_MEM_MULTIPLIER),
+    ("temp_file_limit", TEMP_FILE_LIMIT))
+"""The finance role's settings, in the order they are set (the last needs a superuser)."""
 _COMMENTS = re.compile(r"(--[^\n]*|/\*.*?\*/)", re.S)
 
 
@@ -71,6 +88,8 @@ def run_readonly(conn: psycopg.Connection, sql: str, limit: int = 10000,
         conn.execute("BEGIN TRANSACTION READ ONLY")
         try:
             conn.execute(f"SET LOCAL statement_timeout = {max(1, int(remaining * 1000))}")
+            conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
+            conn.execute(f"SET LOCAL hash_mem_multiplier = {HASH_MEM_MULTIPLIER}")
             with conn.cursor(name="ledger_sql") as cur:
                 cur.itersize = 1
                 cur.execute(sql.strip().rstrip(";"))
@@ -87,6 +106,16 @@ def run_readonly(conn: psycopg.Connection, sql: str, limit: int = 10000,
         raise
     except pgerrors.QueryCanceled:
         raise timeout_error(timeout_s) from None
+    except (pgerrors.ProgramLimitExceeded, pgerrors.OutOfMemory) as exc:
+        raise LedgerSqlError("too-large", f"{_first_line(exc)}: the query built a value or "
+                                          "held more than PostgreSQL allows one query (a "
+                                          "value is at most 1 GB); aggregate earlier, select "
+                                          "fewer or shorter values, or add a WHERE") from None
+    except pgerrors.ConfigurationLimitExceeded as exc:
+        raise LedgerSqlError("too-large", f"{_first_line(exc)}: the query spilled more to "
+                                          "disk than a ledger query may (temp_file_limit "
+                                          "of the finance role); add a WHERE or a LIMIT, or "
+                                          "sort and group fewer rows") from None
     except pgerrors.InsufficientPrivilege as exc:
         raise LedgerSqlError("not-allowed", f"{_first_line(exc)}: ledger SQL may read only "
                                             f"{sandbox.allowed_text()} (docs/ledger.md)") from None

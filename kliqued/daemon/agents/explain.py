@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from klique_util.excerpt import excerpt
+
 MEANING: dict[str, tuple[str, str]] = {
     "order": (
         "The task waits its turn: its compute resource's queue is strict (first in, first "
@@ -80,6 +82,6 @@ def explain_kind(kind: str) -> dict[str, Any]:
     """A reason kind alone explained (an agent holding a reason, not a task); a kind that
     does not exist is a ``ValueError`` naming the kinds that do."""
     if kind not in MEANING:
-        raise ValueError(f"no reason kind {kind!r}; the kinds are {', '.join(MEANING)}")
+        raise ValueError(f"no reason kind {excerpt(kind)}; the kinds are {', '.join(MEANING)}")
     meaning, todo = MEANING[kind]
     return {"kind": kind, "meaning": meaning, "what_you_can_do": todo}

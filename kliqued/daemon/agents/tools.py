@@ -22,6 +22,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
+from klique_util.excerpt import clip, excerpt
+
 from .. import history, views
 from ..auth import Principal
 from ..errors import ApiError
@@ -154,7 +156,7 @@ def build(c: Context) -> MCPServer:
             try:
                 return explain_kind(kind)
             except ValueError as exc:
-                raise ToolError(str(exc)) from None
+                raise ToolError(clip(str(exc))) from None
         tid = task_id or ""
         await history.recall(c.store, d, tid)  # an ended task evicted since
         return await _as("getTask", lambda p: _now(explain(
@@ -198,7 +200,8 @@ def build(c: Context) -> MCPServer:
             if policy is not None:
                 out["policies"] = [x for x in out["policies"] if x["name"] == policy]
                 if not out["policies"]:
-                    raise ApiError(404, "not-found", f"no policy {policy} among those "
+                    name = excerpt(policy, quoted=False)
+                    raise ApiError(404, "not-found", f"no policy {name} among those "
                                    f"{p.text} may see")
             return out
         return await _as("listPolicies", lambda p: _now(go(p)))

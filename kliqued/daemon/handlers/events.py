@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
+
 from .. import history, limits, views
 from ..auth import Principal
 from ..core import Daemon
@@ -45,7 +47,7 @@ async def list_events(request: web.Request) -> web.Response:
                 p.is_admin or p.is_finance):
             # as GET /tasks/{id}: another user's task is not disclosed, and an empty log
             # would read as "nothing happened"
-            raise not_found(f"no task {task}")
+            raise not_found(f"no task {excerpt(task, quoted=False)}")
         where.append("task = ?")
         params.append(task)
     if kind is not None:

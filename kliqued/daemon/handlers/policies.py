@@ -6,6 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
+
 from .. import views
 from ..auth import Principal
 from ..core import Daemon
@@ -35,7 +37,7 @@ async def get_policy(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     g = d.idx().group_of_policy.get(name)
     if g is None:
-        raise not_found(f"no policy {name}")
+        raise not_found(f"no policy {excerpt(name, quoted=False)}")
     if not (p.is_finance or d.acc().sees_group(p, g)):
         raise forbidden(f"{p.text} is not in group {g}")
     return reply(views.policy(d, name, d.clock.now()))
