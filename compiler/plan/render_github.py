@@ -100,7 +100,7 @@ def whatif_annotations(plan: Plan) -> list[str]:
         return []
     rows = [" | ".join(wi.group_header(w))] + [" | ".join(r) for r in wi.group_cells(w)]
     rows += [""] + [" | ".join(wi.pool_header(w))] + [" | ".join(r) for r in wi.pool_cells(w)]
-    out = [annotation("notice", "\n".join([wi.title(w), *rows, *wi.horizon_lines(w)]),
+    out = [annotation("notice", "\n".join([wi.title(w), *rows, *wi.lending_lines(w), *wi.horizon_lines(w)]),
                       title="klique plan: what if")]
     refused = wi.refused_lines(w)
     if w.refused_head:

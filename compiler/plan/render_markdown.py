@@ -146,9 +146,10 @@ def _whatif(plan: Plan) -> list[str]:
     if len(changed) > len(shown):
         lines.append(f"| … {len(changed) - len(shown)} more groups change: see *What if: "
                      "every group and pool* below |"
-                     + " |" * (len(wi.GROUP_COLUMNS) - 1))
+                     + " |" * (len(wi.group_header(w)) - 1))
     lines += ["", *_md_table(wi.pool_header(w), wi.pool_cells(w)), ""]
-    extra = wi.refused_lines(w, limit=10) + wi.horizon_lines(w)
+    extra = (wi.refused_lines(w, limit=10) + wi.lending_lines(w)
+             + wi.horizon_lines(w))
     for line in extra:
         lines.append(f"- {_cell(line.strip())}" if line.startswith("  ") else
                      f"**{_cell(line)}**")

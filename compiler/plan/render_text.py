@@ -169,7 +169,7 @@ def whatif_lines(plan: Plan) -> list[str]:
         return []
     lines = [wi.title(w), "", *_table([wi.group_header(w), *wi.group_cells(w)]), "",
              *_table([wi.pool_header(w), *wi.pool_cells(w)]), ""]
-    extra = wi.refused_lines(w) + wi.horizon_lines(w)
+    extra = wi.refused_lines(w) + wi.lending_lines(w) + wi.horizon_lines(w)
     return lines + (extra + [""] if extra else [])
 
 

@@ -13,7 +13,9 @@ from typing import Any
 
 from klique_util.fmt import amount
 
-PREEMPT_KINDS = ("reclaimed", "budget")
+PREEMPT_KINDS = ("reclaimed", "rebalanced", "budget")
+"""Preemptions the what-if counts per group and pool: a reclaim, a rebalance (only with
+``settings.lending.order: fair``, lending.md), a used-up budget."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class Figures:
     """The start of each budget period in which the group's budget ran out (RFC 3339)."""
     cost: float | None = None
     """GPU-hours x the price of each pool's GPU type at the replay's start; None: no price."""
+    lost_gpu_hours: float = 0.0
+    """GPU-hours of work its tasks' preemptions threw away (size x the placed time since
+    the last checkpoint, else since the placement: lending.md's lost work)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "placed": self.placed, "never_placed": self.never_placed,
@@ -42,7 +47,8 @@ class Figures:
                            "max": self.wait_max_s},
                 "over_threshold": self.over_threshold, "gpu_hours": self.gpu_hours,
                 "preemptions": {k: self.preemptions.get(k, 0) for k in PREEMPT_KINDS},
-                "budget_exhaustions": list(self.exhaustions), "cost": self.cost}
+                "budget_exhaustions": list(self.exhaustions), "cost": self.cost,
+                "lost_gpu_hours": self.lost_gpu_hours}
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,10 @@ class WhatIf:
     horizon_base: bool = False
     """A side stopped at its horizon with work left."""
     horizon_head: bool = False
+    lending: tuple[str, ...] = ()
+    """What the head changes of lending.md's settings (``settings.lending.order``, a
+    policy's ``lend_weight``, ...); when any, the tables add each group's lost GPU-hours
+    beside its reclaims and rebalances."""
 
     @property
     def changed_groups(self) -> list[Row]:
@@ -170,16 +180,30 @@ def _exhausted(f: Figures) -> str:
         f"1 ({first})"
 
 
+LOST_AFTER = GROUP_COLUMNS.index("preempted") + 1
+"""Where the ``lost GPU-hours`` column goes when the head changes lending settings."""
+
+
 def _group_cells(f: Figures | None, w: WhatIf) -> list[str]:
     if f is None:
-        return ["-"] * (len(GROUP_COLUMNS) - 1)
-    return [f"{f.tasks:,}", duration(f.wait_p50_s), duration(f.wait_p95_s),
-            duration(f.wait_max_s), f"{f.over_threshold:,}", amount(f.gpu_hours, grouped=True),
-            _preempted(f), _exhausted(f), _cost(f.cost, w.currency)]
+        return ["-"] * (len(GROUP_COLUMNS) - 1 + bool(w.lending))
+    cells = [f"{f.tasks:,}", duration(f.wait_p50_s), duration(f.wait_p95_s),
+             duration(f.wait_max_s), f"{f.over_threshold:,}",
+             amount(f.gpu_hours, grouped=True), _preempted(f), _exhausted(f),
+             _cost(f.cost, w.currency)]
+    if w.lending:
+        cells.insert(LOST_AFTER - 1, amount(f.lost_gpu_hours, grouped=True))
+    return cells
 
 
 def group_header(w: WhatIf) -> list[str]:
-    return [c.format(t=duration(w.threshold_s)) for c in GROUP_COLUMNS]
+    """The group table's columns; ``lost GPU-hours`` after ``preempted`` when the head
+    changes lending settings (lending.md: the plan shows their impact), so the tables of
+    other changes stay as narrow as they were."""
+    cols = [c.format(t=duration(w.threshold_s)) for c in GROUP_COLUMNS]
+    if w.lending:
+        cols.insert(LOST_AFTER, "lost GPU-hours")
+    return cols
 
 
 def group_cells(w: WhatIf) -> list[list[str]]:
@@ -244,6 +268,14 @@ def refused_lines(w: WhatIf, limit: int = 20) -> list[str]:
     return lines
 
 
+def lending_lines(w: WhatIf) -> list[str]:
+    """The lending settings the head changes, said once above the tables' reading."""
+    if not w.lending:
+        return []
+    return [f"The head changes lending ({', '.join(w.lending)}): each group's reclaims, "
+            "rebalances and lost GPU-hours are in its row."]
+
+
 def horizon_lines(w: WhatIf) -> list[str]:
     sides = [s for s, h in (("base", w.horizon_base), ("head", w.horizon_head)) if h]
     if not sides:
@@ -265,6 +297,7 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
             "end": {"base": w.end_base, "head": w.end_head},
             "stopped_at_horizon": {"base": w.horizon_base, "head": w.horizon_head},
             "wait_threshold_s": w.threshold_s, "currency": w.currency,
+            "lending_changes": list(w.lending),
             "groups": {r.name: {"base": side(r, "base"), "head": side(r, "head")}
                        for r in w.groups},
             "pools": {r.name: {"base": side(r, "base"), "head": side(r, "head")}

@@ -21,7 +21,9 @@ def register(subparsers) -> None:
                     "hours used and left in the period, the burn rate (budget hours per hour "
                     "at the current placements) and when the budget runs out at that rate; "
                     "and the tasks waiting in its subtree. An envelope's figures are its whole "
-                    "subtree's. Below the table, each team with waiting work and why its first "
+                    "subtree's. With settings.lending.order: fair, each "
+                    "policy's share (borrowed GPUs / lend_weight) and lend_weight too. "
+                    "Below the table, each team with waiting work and why its first "
                     "task waits (the level that holds it back: the team's own limit, the "
                     "department's, a budget, the pools). With a policy name: that policy in "
                     "detail, with its alerts and waiting teams, and for an envelope the tree "
@@ -84,20 +86,28 @@ def tree(policies: list[dict]) -> list[tuple[int, dict]]:
 
 
 def tree_table(policies: list[dict]) -> str:
+    """One row per policy, in tree order; with ``order: fair`` (the policies carry a
+    ``share``) two more columns: the share of borrowed GPUs and the ``lend_weight``."""
+    fair = any("share" in p for p in policies)
     rows = []
     for depth, p in tree(policies):
         b = p.get("budget")
         name = "  " * depth + p["name"]
         gpus = f"{num(p.get('used'))}/{num(p.get('reservation'))}/{num(p.get('limit'))}"
+        lend = [num(p.get("share")), num(p.get("lend_weight"))] if fair else []
         if b:
-            rows.append([name, gpus, f"{hours(b.get('hours'))} h/{b.get('period')}",
+            rows.append([name, gpus, *lend, f"{hours(b.get('hours'))} h/{b.get('period')}",
                          hours(b.get("used_hours")), hours(b.get("left_hours")),
                          hours(b.get("burn_rate")), short(b.get("runout_at")),
                          waiting(p.get("waiting"))])
         else:
-            rows.append([name, gpus, "none", "-", "-", "-", "-", waiting(p.get("waiting"))])
-    return table(["POLICY", "GPUS USED/RES/LIMIT", "BUDGET", "USED H", "LEFT H", "BURN H/H",
-                  "RUN-OUT", "WAITING"], rows, right=[3, 4, 5])
+            rows.append([name, gpus, *lend, "none", "-", "-", "-", "-",
+                         waiting(p.get("waiting"))])
+    lend_head = ["SHARE", "WEIGHT"] if fair else []
+    shift = len(lend_head)
+    return table(["POLICY", "GPUS USED/RES/LIMIT", *lend_head, "BUDGET", "USED H", "LEFT H",
+                  "BURN H/H", "RUN-OUT", "WAITING"], rows,
+                 right=[*range(2, 2 + shift), 3 + shift, 4 + shift, 5 + shift])
 
 
 def waiting(w: dict | None) -> str:
@@ -146,6 +156,10 @@ def detail(p: dict) -> str:
                  f"reservation {num(p.get('reservation'))}, borrowed {num(p.get('borrowed'))}"
                  + (f"; at most {num(p['user_limit'])} per user" if p.get("user_limit")
                     else ""))
+    if "share" in p:  # order: fair (lending.md)
+        lines.append(f"fair share   {num(p['share'])} (borrowed {num(p.get('borrowed'))} / "
+                     f"lend_weight {num(p.get('lend_weight'))}); idle GPUs go to the "
+                     f"lowest share first")
     b = p.get("budget")
     if not b:
         lines.append("budget       none (reservation and limit only)")

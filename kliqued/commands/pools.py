@@ -68,7 +68,23 @@ def run(args: argparse.Namespace) -> int:
               f"worker registers (klique-worker --pool NAME)")
     for line in cloud_lines(pools):
         print(line)
+    shares = fair_shares(pools)
+    if shares:
+        print(f"\nfair shares (borrowed GPUs / lend_weight; idle GPUs go to the lowest "
+              f"first): {shares}")
     return 0
+
+
+def fair_shares(pools: list[dict]) -> str:
+    """With ``order: fair``: each level that uses some pool, once, with its share and
+    weight (``team-a 1 (weight 2), team-b 0 (weight 1)``); empty otherwise."""
+    seen: dict[str, dict] = {}
+    for p in pools:
+        for x in p.get("by_level") or []:
+            if "share" in x:
+                seen.setdefault(x["group"], x)
+    return ", ".join(f"{g} {num(x['share'])} (weight {num(x.get('lend_weight'))})"
+                     for g, x in sorted(seen.items()))
 
 
 def cloud_lines(pools: list[dict]) -> list[str]:
@@ -117,9 +133,11 @@ def workers(p: dict) -> str:
 def by_level(pools: list[dict]) -> str:
     """Per pool that some group shown uses, one row per such group (``by_level``, top
     first), indented by its depth below the shallowest group shown, with its share of the
-    pool's capacity; the other pools are named after the table."""
+    pool's capacity (and with ``order: fair`` its fair share and weight, lending.md); the other
+    pools are named after the table."""
     rows = []
     idle = []
+    fair = any("share" in x for p in pools for x in p.get("by_level") or [])
     for p in pools:
         levels = p.get("by_level") or []
         if not levels:
@@ -132,9 +150,12 @@ def by_level(pools: list[dict]) -> str:
             share = f"{float(x['used']) * 100 / cap:.0f}%" if cap else "-"
             rows.append([*(first if i == 0 else ["", "", ""]),
                          "  " * (x.get("depth", 0) - top) + x["group"], num(x["used"]),
-                         share])
-    text = table(["POOL", "CAPACITY", "USED", "LEVEL", "GPUS", "OF POOL"], rows,
-                 right=[1, 2, 4, 5]) if rows else "no GPUs in use by the groups you may see"
+                         share, *([num(x.get("share")), num(x.get("lend_weight"))]
+                                  if fair else [])])
+    text = table(["POOL", "CAPACITY", "USED", "LEVEL", "GPUS", "OF POOL",
+                  *(["FAIR SHARE", "WEIGHT"] if fair else [])], rows,
+                 right=[1, 2, 4, 5, 6, 7]) if rows else \
+        "no GPUs in use by the groups you may see"
     if idle and rows:
         text += f"\n\nnot used by the groups you may see: {', '.join(idle)}"
     return text

@@ -9,8 +9,8 @@ import shlex
 
 from klique_util.fmt import hours
 
-from ._client import (add_client_flags, client, handles_errors, num, print_json, reason,
-                      table, when)
+from ._client import (ago, add_client_flags, client, handles_errors, num, print_json,
+                      reason, table, when)
 from ._common import add_command
 
 STATES = ("active", "queued", "placed", "ended", "all")
@@ -112,6 +112,7 @@ def detail(t: dict) -> str:
         lines.append(f"exit      {t.get('signal') or t.get('exit_code')}")
     if t.get("gpu_hours") is not None and t["state"] == "ended" or t.get("gpu_hours"):
         lines.append(f"gpu-hours {hours(t['gpu_hours'])}")
+    lines += lending_lines(t)
     if t.get("preemptions"):
         lp = t.get("last_preemption") or {}
         lines.append(f"preempted {t['preemptions']}x, last {when(lp.get('at'))}: "
@@ -124,3 +125,24 @@ def detail(t: dict) -> str:
         lines.append("labels    " + ", ".join(f"{k}={v}" for k, v in sorted(t["labels"].items())))
     lines.append(f"revision  {t.get('revision') or '-'}")
     return "\n".join(lines)
+
+
+def lending_lines(t: dict) -> list[str]:
+    """lending.md "What the product shows": a placed task's protection end (borrowed work is
+    not taken back before it) and the work a preemption now would lose, and the GPU-hours
+    its preemptions have lost so far. Nothing from a server before them."""
+    out = []
+    if t.get("protected_until"):
+        out.append(f"protected {when(t['protected_until'])}: not taken back for another "
+                   "group before then")
+    lost_now = t.get("lost_work_s")
+    so_far = t.get("lost_gpu_hours_so_far")
+    if lost_now is not None or so_far:
+        parts = []
+        if lost_now is not None:
+            parts.append(f"{ago(float(lost_now))} if preempted now (since its last "
+                         "checkpoint, else its placement)")
+        if so_far is not None:
+            parts.append(f"{hours(so_far)} GPU-hours lost by its preemptions so far")
+        out.append("lost work " + "; ".join(parts))
+    return out

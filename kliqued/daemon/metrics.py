@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from klique_util.units import SECOND_MS, from_milli
 from kliqued.engine import budget_status
 
-from . import views
+from . import treeviews, views
 from .events import Event
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ class StateCollector(Collector):
         yield from self._pools()
         yield from self._queues()
         yield from self._policies()
+        yield from self._lending()
         yield from self._workers()
 
     def _estate(self) -> Iterator[Metric]:
@@ -278,6 +279,30 @@ class StateCollector(Collector):
             budget["resets_timestamp_seconds"].add_metric(key, b.resets_at / SECOND_MS)
         yield from gauges.values()
         yield from budget.values()
+
+    def _lending(self) -> Iterator[Metric]:
+        """lending.md "What the product shows": each level's fair share and weight (under
+        ``order: fair`` only: samples of nothing else would mislead), and the GPU-seconds
+        its tasks' preemptions lost (always: every preemption records it)."""
+        d = self.d
+        idx, st = d.idx(), d.st()
+        labels = ["policy", "group"]
+        share = GaugeMetricFamily("klique_lending_share", "With order: fair: the level's "
+                                  "borrowed GPUs / lend_weight (the ratio idle GPUs are "
+                                  "shared by, lowest first)", labels=labels)
+        weight = GaugeMetricFamily("klique_lend_weight", "With order: fair: the level's "
+                                   "lend_weight", labels=labels)
+        lost = CounterMetricFamily("klique_lost_gpu_seconds", "GPU-seconds of work lost by "
+                                   "the preemptions of the level's tasks (its subtree's, for "
+                                   "a department), since its last checkpoint or placement",
+                                   labels=labels)
+        for name, g in idx.group_of_policy.items():
+            fair = treeviews.fair_share(d, g)
+            if fair:
+                share.add_metric([name, g], fair["share"])
+                weight.add_metric([name, g], fair["lend_weight"])
+            lost.add_metric([name, g], st.lost_units.get(g, 0) / (1000 * SECOND_MS))
+        yield from (share, weight, lost)
 
     def _workers(self) -> Iterator[Metric]:
         d = self.d

@@ -44,6 +44,19 @@ def _obj(props: dict[str, Any], required: list[str] | None = None,
     return out
 
 
+FAIR_SHARE: dict[str, Any] = {
+    "share": {"type": "number", "minimum": 0,
+              "description": "with settings.lending.order: fair only: the level's borrowed "
+                             "GPUs / lend_weight (lending.md)"},
+    "lend_weight": {"type": "number", "exclusiveMinimum": 0,
+                    "description": "with settings.lending.order: fair only"}}
+"""A level's fair share, present only under ``order: fair`` (lending.md)."""
+
+POLICY_REQUIRED = ["name", "group", "reservation", "limit", "used", "borrowed", "budget",
+                   "envelope", "parent", "levels", "depth", "path", "shared_reservation",
+                   "below", "user_limit", "waiting"]
+
+
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"oneOf": [{"type": "null"}, schema]}
 
@@ -141,6 +154,14 @@ SCHEMAS: dict[str, Any] = {
                    "description": "who cancelled it: a principal, or `estate`"},
             "message": {"type": ["string", "null"],
                         "description": "the message of the worker's report that ended it"}})),
+        "protected_until": {**TIME_OR_NULL,
+                            "description": "a placed task: when its protection (lending.md "
+                                           "protect_for) ends; null without one"},
+        "lost_work_s": {"type": ["number", "null"], "minimum": 0,
+                        "description": "a placed task: the work a preemption now would lose "
+                                       "(since its last checkpoint, else its placement)"},
+        "lost_gpu_hours_so_far": {"type": "number", "minimum": 0,
+                                  "description": "GPU-hours its preemptions have lost"},
     }),
     "ScheduleCreate": _obj({
         "cron": {"type": "string", "minLength": 1, "maxLength": 256,
@@ -337,7 +358,8 @@ SCHEMAS: dict[str, Any] = {
         "below": {"type": "array", "items": {"type": "string"},
                   "description": "an envelope's policies just below it"},
         "user_limit": {"type": ["number", "null"]},
-        "waiting": _ref("Waiting")}),
+        "waiting": _ref("Waiting"),
+        **FAIR_SHARE}, required=POLICY_REQUIRED),
     "PolicyList": _obj({"policies": {"type": "array", "items": _ref("Policy")}}),
     "Pool": _obj({
         "name": {"type": "string"},
@@ -358,7 +380,8 @@ SCHEMAS: dict[str, Any] = {
                                                      "first",
                      "items": _obj({"group": {"type": "string"}, "path": {"type": "string"},
                                     "depth": {"type": "integer", "minimum": 0},
-                                    "used": {"type": "number"}})},
+                                    "used": {"type": "number"}, **FAIR_SHARE},
+                                   required=["group", "path", "depth", "used"])},
         "cloud": _nullable(_ref("PoolCloud")),
         "autoscaler": _obj({"live": {"type": "boolean", "description": "its autoscaler "
                                      "heartbeats; with no live worker the pool takes work "

@@ -14,7 +14,9 @@ from threading import Lock
 from typing import Any, Callable
 
 from compiler.compiled import CompiledEstate, CPolicy
+from klique_util.units import from_milli
 from kliqued.engine import Task
+from kliqued.engine.fair import share
 
 from .core import Daemon
 from .records import TaskRecord
@@ -145,4 +147,17 @@ def by_level(d: Daemon, pool: str, sees: Callable[[str], bool]) -> list[dict[str
     paths = {g: d.group_path.get(g, g) for g in rolled if sees(g)}
     order = sorted(paths, key=lambda g: paths[g].split("/"))
     return [{"group": g, "path": paths[g], "depth": t.depth.get(g, 0),
-             "used": gpus(rolled[g])} for g in order]
+             "used": gpus(rolled[g]), **fair_share(d, g)} for g in order]
+
+
+def fair_share(d: Daemon, group: str) -> dict[str, float]:
+    """lending.md "What the product shows": under ``settings.lending.order: fair``, a
+    level's ``share`` (its borrowed GPUs / ``lend_weight``: the figure phases 3 and 4
+    compare) and its ``lend_weight``, for a group with a policy; nothing otherwise, so the
+    views of an estate that does not share fairly stay as they were."""
+    idx = d.idx()
+    gi = idx.groups.get(group)
+    if not idx.fair or gi is None:
+        return {}
+    return {"share": round(float(share(idx, d.st(), group)), 6),
+            "lend_weight": from_milli(gi.lend_weight)}

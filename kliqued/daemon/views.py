@@ -177,6 +177,7 @@ def policy(d: Daemon, name: str, now: int,
         "borrowed": gpus(max(0, used - gi.reservation)), "budget": None,
         **treeviews.place(d, name),
         "waiting": (waits or waiting(d)).of(name),
+        **treeviews.fair_share(d, g),
     }
     b = budget_status(idx, st, name, now)
     if b is not None and gi.budget is not None:

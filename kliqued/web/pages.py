@@ -98,7 +98,7 @@ async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
     pols, matched = data.policies(d, p, q or None)
     queues, waiting = data.queues(d, p, q_text=q or None)
     return {"policies": pols, "matched": matched, "q": q, "queues": queues,
-            "waiting": waiting,
+            "waiting": waiting, "fair": d.idx().fair,
             "alerts": [dict(a, policy=r["name"]) for r in pols if r["budget"]
                        for a in r["budget"]["alerts"]]}
 

@@ -65,12 +65,16 @@ def _pct(sorted_ms: list[int], q: float) -> float | None:
 
 class _Replay(Replay):
     """The trace replay, also noting per pool the waits of the tasks first placed there
-    and the preemptions there (the trace report has them per group only)."""
+    and the preemptions there (the trace report has them per group only), and per group
+    its preemptions of every kind (rebalances too) and the work they lost (lending.md)."""
 
     def __init__(self, trace: Trace, estate: CompiledEstate) -> None:
         super().__init__(trace, estate)
         self.pool_waits: dict[str, list[int]] = {}
         self.pool_preempted: dict[str, dict[str, int]] = {}
+        self.group_preempted: dict[str, dict[str, int]] = {}
+        self.lost_units: dict[str, int] = {}
+        """Per group: milli-GPU x ms its tasks' preemptions lost."""
 
     def on_decision(self, now: int, d: object) -> None:
         if isinstance(d, Placement):
@@ -78,8 +82,11 @@ class _Replay(Replay):
             if at is not None:
                 self.pool_waits.setdefault(d.pool, []).append(now - at)
         elif isinstance(d, Preemption):
-            kinds = self.pool_preempted.setdefault(d.pool, {})
-            kinds[d.kind] = kinds.get(d.kind, 0) + 1
+            for kinds in (self.pool_preempted.setdefault(d.pool, {}),
+                          self.group_preempted.setdefault(d.group, {})):
+                kinds[d.kind] = kinds.get(d.kind, 0) + 1
+            self.lost_units[d.group] = (self.lost_units.get(d.group, 0)
+                                        + d.size_milli * d.lost_ms)
         super().on_decision(now, d)
 
 
@@ -117,9 +124,15 @@ class _Run:
                 cost = (cost or Decimal(0)) + price * Decimal(area) / UNITS_PER_HOUR
         exhausted = tuple(sorted(format_time(at) for g, at in col.exhausted if g in groups))
         w = stats["wait_s"]
+        kinds: dict[str, int] = {}
+        for g in groups:
+            for k, n in self.replay.group_preempted.get(g, {}).items():
+                kinds[k] = kinds.get(k, 0) + n
+        lost = sum(self.replay.lost_units.get(g, 0) for g in groups)
         return Figures(stats["tasks"], stats["placed"], stats["never_placed"], w["p50"],
-                       w["p95"], w["max"], over, stats["gpu_hours"], dict(stats["preemptions"]),
-                       exhausted, None if cost is None else round(float(cost), 2))
+                       w["p95"], w["max"], over, stats["gpu_hours"], kinds,
+                       exhausted, None if cost is None else round(float(cost), 2),
+                       round(lost / UNITS_PER_HOUR, 3))
 
     def group_figures(self) -> dict[str, Figures]:
         data = self.report.data
@@ -137,6 +150,24 @@ class _Run:
                 sum(w > self.threshold_ms for w in waits),
                 dict(self.replay.pool_preempted.get(name, {})))
         return out
+
+
+def lending_changes(base: CompiledEstate, head: CompiledEstate) -> tuple[str, ...]:
+    """What the head changes of lending.md's settings, named as the estate writes them
+    (``settings.lending.order``, ``lend_weight of team-a``): the plan then shows each
+    group's reclaims, rebalances and lost GPU-hours."""
+    out = [f"settings.lending.{k}" for k in ("order", "protect_for_s", "victims")
+           if getattr(base.settings.lending, k) != getattr(head.settings.lending, k)]
+    out = [x.removesuffix("_s") for x in out]
+    old = {p.name: p for p in base.policies}
+    for p in head.policies:
+        was = old.get(p.name)
+        if was is None:
+            continue
+        for k, shown in (("lend_weight_milli", "lend_weight"), ("protect_for_s", "protect_for")):
+            if getattr(was, k) != getattr(p, k):
+                out.append(f"{shown} of {p.name}")
+    return tuple(out)
 
 
 def what_if(rows: Sequence[DemandTask], base: CompiledEstate, head: CompiledEstate, source: str,
@@ -164,4 +195,4 @@ def what_if(rows: Sequence[DemandTask], base: CompiledEstate, head: CompiledEsta
     return WhatIf(source, len(rows), skipped, format_time(start) if live else "-",
                   runs[0].end, runs[1].end, threshold_s, head.settings.currency, groups, pools,
                   tuple(refused_head), tuple(refused_base), runs[0].at_horizon,
-                  runs[1].at_horizon)
+                  runs[1].at_horizon, lending_changes(base, head))

@@ -34,7 +34,7 @@ def placed(s: FleetServer, tid: str) -> bool:
 def test_a_long_poll_answers_when_work_is_placed_and_reports_are_idempotent(fs) -> None:
     w = HttpWorker(fs, fs.wt, "w-one")
     assert w.register() == {"worker_id": "w-one", "heartbeat_ttl_s": 1.5, "poll_wait_s": 2.0,
-                            "running": []}
+                            "running": [], "settings": {}}  # the pool's: none here
     got: list = []
     poll = threading.Thread(target=lambda: got.append((w.lease(wait=2), time.monotonic())))
     poll.start()
@@ -46,7 +46,7 @@ def test_a_long_poll_answers_when_work_is_placed_and_reports_are_idempotent(fs) 
     assert answered - t0 < 1.0, "the held poll answers as soon as the task is placed"
     assert leases == [{"task": tid, "epoch": 1, "command": ["echo", "hi"], "payload": None,
                        "gpus": 1, "resource": "team-b/one", "user": "erin", "project": None,
-                       "labels": {"k": "v"}, "grace_s": 2.0, "env": {}}]
+                       "labels": {"k": "v"}, "grace_s": 2.0, "env": {}, "settings": {}}]
     assert fs.task(tid)["state"] == "placed"
     for _ in range(2):
         assert w.report(tid, 1, "started")[0] == 200
@@ -221,6 +221,7 @@ def test_a_restart_rebuilds_workers_and_leases(fs) -> None:
     fs.start()
     after = fs.task(tid)
     assert after.pop("gpu_hours") >= before.pop("gpu_hours")  # it runs: they grow
+    assert after.pop("lost_work_s") >= before.pop("lost_work_s")  # and so does its lost work
     assert after == before
     workers = fs.ok("GET", "/v1/workers")["workers"]
     assert workers[0]["leases"] == [{"task": tid, "epoch": 1, "status": "active"}]
