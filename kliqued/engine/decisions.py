@@ -32,6 +32,11 @@ def no_autoscaler_text(pool: str) -> str:
     return f"no autoscaler running for {pool}"
 
 
+def recalled_text(pool: str) -> str:
+    """``requeued: onprem has a live worker again`` (an earlier pool of the profile)."""
+    return f"requeued: {pool} has a live worker again"
+
+
 def no_autoscaler_requeue_text(pool: str) -> str:
     """``requeued: no autoscaler running for aws-eu-burst``."""
     return f"requeued: {no_autoscaler_text(pool)}"

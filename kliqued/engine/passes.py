@@ -19,7 +19,7 @@ from klique_util.units import MILLI, from_milli, unit_hours
 
 from .budget import budget_units, next_budget_event, remaining
 from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
-                        no_autoscaler_requeue_text, unstarted_text)
+                        no_autoscaler_requeue_text, recalled_text, unstarted_text)
 from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
@@ -161,7 +161,9 @@ def _requeue_unstarted(state: State, now: int, out: list[Decision]) -> bool:
         if t is None or t.orphan:
             continue
         pool = t.pool or ""
-        text = (no_autoscaler_requeue_text(pool) if pool in state.no_autoscaler
+        back = state.recalled.pop(t.id, None)
+        text = (recalled_text(back) if back is not None
+                else no_autoscaler_requeue_text(pool) if pool in state.no_autoscaler
                 and pool in state.unavailable else unstarted_text(pool, t.start_timeout))
         lost = state.preempt(t, now, UNSTARTED, text)
         out.append(Preemption(t.id, t.resource, t.group, pool, UNSTARTED, text, None, t.size,

@@ -249,6 +249,10 @@ class State:
         without a live worker. An entry applies only while the task is placed, unstarted,
         with the same token, on a pool with no live worker; the others are dropped on the
         way."""
+        self.recalled: dict[str, str] = {}
+        """Per placed task sent back by ``set_pool_live`` to an earlier pool of its profile
+        that took work again: that pool, for the requeue's reason. Dropped with the
+        requeue, or when a worker takes the task first."""
         self.lost_units: dict[str, int] = {}
         """Per level (group with a policy): milli-GPU x ms of work lost by the preemptions of
         its subtree's tasks (lending.md: size x lost work at each preemption)."""
@@ -526,6 +530,28 @@ class State:
         # Gangs wait on the pool itself (not on its room watchers): a pool that takes work
         # again is news to them too.
         self._wake_gangs(pool)
+        self._recall(pool, at)
+
+    def _recall(self, pool: str, at: int) -> None:
+        """``pool`` takes work again (its worker came back): the unstarted work that went,
+        meanwhile, to a later pool of its profile where no worker is live (an autoscaled
+        pool whose node has not come) goes back to the front of its queue at once, so the
+        next pass places it by the profile's order, on ``pool`` if it has room, rather than
+        waiting there up to the start timeout while ``pool``'s worker sits idle
+        (docs/decisions.md N8). A rare change: O(unstarted tasks on pools without a
+        worker)."""
+        if self.index is None or pool in self.unavailable:
+            return
+        for other in sorted(self.no_worker):
+            for t in self._unstarted_on(other):
+                cr = self.index.resources.get(t.resource)
+                if cr is None or t.orphan or pool not in cr.pools or other not in cr.pools \
+                        or cr.pools.index(pool) > cr.pools.index(other):
+                    continue
+                t.start_token += 1
+                t.start_deadline = at
+                self.recalled[t.id] = pool
+                heapq.heappush(self.start_deadlines, (at, t.place_seq, t.id, t.start_token))
 
     def set_autoscaler_live(self, pool: str, live: bool, at: int) -> None:
         """Whether the autoscaler of the autoscaled ``pool`` runs (the caller hears its
@@ -593,6 +619,7 @@ class State:
         t.started = started
         if started:
             t.start_token += 1  # its pending deadline no longer applies
+            self.recalled.pop(task_id, None)
             return
         self._tick(at)
         self._start_timer(t, at)
