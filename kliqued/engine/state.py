@@ -636,6 +636,7 @@ class State:
 
     def _start_timer(self, t: Task, at: int) -> None:
         t.start_token += 1
+        self.recalled.pop(t.id, None)  # a new timer replaces a recall (a restart's grace)
         info = self.index.pools.get(t.pool or "") if self.index is not None else None
         timeout = info.start_timeout if info is not None else 0
         t.start_timeout = timeout
@@ -881,6 +882,8 @@ class State:
     def _unplace(self, t: Task, now: int) -> None:
         pool = t.pool
         assert pool is not None
+        if self.recalled:
+            self.recalled.pop(t.id, None)  # it leaves the placement another way first
         g = t.group
         size = t.size
         idx = self.index

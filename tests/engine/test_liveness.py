@@ -237,3 +237,45 @@ def test_a_pool_with_a_live_worker_takes_work_whether_or_not_its_autoscaler_runs
     e.submit("b", "g/gpu1")
     e.run()
     assert e.where("b") == "aws-eu-burst" and "aws-eu-burst" not in e.state.unavailable
+
+
+def test_a_worker_back_recalls_the_unstarted_work_placed_on_a_later_pool_at_once() -> None:
+    """Issue 26, item 5: onprem's worker was lost, its task went to the autoscaled pool (no
+    node yet); when the worker comes back the task goes back at once, not at the 10m start
+    timeout, and the next pass places it on onprem, first in the profile's order. Started
+    work stays where it runs."""
+    e = _engine(_cloud_and_onprem())
+    e.state.set_pool_live("aws-eu-burst", False, START)
+    e.state.set_pool_live("onprem", False, START)  # onprem's worker is lost
+    e.submit("a", "g/gpu1")
+    e.submit("b", "g/gpu1")
+    e.run()
+    assert [e.where("a"), e.where("b")] == ["aws-eu-burst", "aws-eu-burst"]
+    e.state.set_started("b", True, START + MIN)  # a node came and took b
+    e.state.set_pool_live("onprem", True, START + 2 * MIN)  # the worker is back
+    res = e.run(START + 2 * MIN)
+    assert [(p.task, p.pool, p.kind, p.text) for p in res.preemptions] == [
+        ("a", "aws-eu-burst", UNSTARTED, "requeued: onprem has a live worker again")]
+    assert [(p.task, p.pool) for p in res.placements] == [("a", "onprem")]
+    assert e.where("b") == "aws-eu-burst"
+    assert e.state.recalled == {}
+
+
+def test_a_worker_back_leaves_work_placed_on_an_earlier_pool_of_the_profile() -> None:
+    """Only a later pool's work is recalled: work on a pool the profile lists first would
+    only be placed there again (a requeue and a ledger interval for nothing)."""
+    e = _engine(build_estate(
+        [{"name": "cloud", "capacity": 4, "autoscale": True, "start_timeout_s": 600},
+         {"name": "onprem", "capacity": 1}],
+        [{"name": "gpu1", "pools": ["cloud", "onprem"], "policies": ["g"]}],
+        [{"name": "g", "reservation": 0, "limit": 8}]))
+    e.state.set_pool_live("cloud", False, START)
+    e.state.set_pool_live("onprem", False, START)
+    e.submit("x", "g/gpu1")
+    e.run()
+    assert e.where("x") == "cloud"
+    e.state.set_pool_live("onprem", True, START + MIN)
+    assert e.run(START + MIN).preemptions == [] and e.where("x") == "cloud"
+    res = e.advance(START + 10 * MIN)[-1]  # its start timeout still applies
+    assert [(p.task, p.text) for p in res.preemptions] == [
+        ("x", "requeued: not started within 10m on cloud")]
