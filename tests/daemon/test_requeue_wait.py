@@ -17,7 +17,6 @@ import pytest
 
 from .fleet import ESTATE, FleetServer, RealWorker, kill_pids_in, trap, wait_for, write_estate
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
 
 FILES = {
     **ESTATE,
@@ -61,8 +60,6 @@ def _heartbeat_autoscaler(fs: FleetServer) -> None:
 
 
 def test_a_returning_worker_takes_back_work_placed_on_a_later_pool(tmp_path: Path) -> None:
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent: the shared spec this scenario follows is not here")
     fs = FleetServer(tmp_path, estate=write_estate(tmp_path / "estate", FILES)).start()
     w: RealWorker | None = None
     try:
