@@ -172,11 +172,11 @@ def lending_worlds(draw):
     the lending settings mid-run (lending.md: a changed protect_for applies at once). Pools
     are small and groups borrow, so reclaims, protected victims, fair picks and rebalances
     happen often."""
-    pools = [{"name": f"p{i}", "capacity": draw(st.integers(2, 6))}
+    pools = [{"name": f"p{i}", "capacity": draw(st.integers(2, 8))}
              for i in range(draw(st.integers(1, 2)))]
     policies = []
-    for i in range(draw(st.integers(2, 3))):
-        pol = {"name": f"g{i}", "reservation": draw(st.integers(0, 2)),
+    for i in range(draw(st.integers(2, 4))):
+        pol = {"name": f"g{i}", "reservation": draw(st.sampled_from([0, 0, 1, 2])),
                "limit": draw(st.integers(3, 8)),
                "lend_weight": draw(st.sampled_from([0.5, 1, 1, 2, 3]))}
         if draw(st.integers(0, 2)) == 0:
