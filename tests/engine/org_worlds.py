@@ -70,8 +70,8 @@ def org_estates(draw) -> CompiledEstate:
 @st.composite
 def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEstate]:
     """An estate as IT writes it, and as the compiler builds it. ``borrowing``: teams with
-    room to borrow (limits up to 6, few budgets) and fair order, so phase 4 rebalances often
-    (lending.md)."""
+    room to borrow (limits up to 6, few budgets), every team on every profile, and fair
+    order, so phase 4 rebalances often (lending.md)."""
     pools = [{"name": f"p{i}", "kind": "baremetal", "capacity": draw(st.integers(2, 6)),
               "gpu_type": "h100"} for i in range(draw(st.integers(1, 3)))]
     groups: list[dict[str, Any]] = []
@@ -143,7 +143,8 @@ def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEst
         pl = draw(st.permutations([p["name"] for p in pools]))
         pl = pl[:draw(st.integers(1, len(pl)))]
         pols = draw(st.permutations(teams))
-        pols = pols[:draw(st.integers(1, len(pols)))]
+        if not borrowing:  # borrowing: every team on every profile, so teams compete
+            pols = pols[:draw(st.integers(1, len(pols)))]
         prof: dict[str, Any] = {"name": f"r{j}", "pools": pl, "policies": pols,
                                 "time_weight": draw(st.sampled_from([0, 1, 2])),
                                 "queueing": draw(st.sampled_from(["strict", "best_effort"]))}
