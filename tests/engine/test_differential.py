@@ -4,7 +4,9 @@ On random small estates and timelines, every pass of the real engine must decide
 the reference decides from the same snapshot; and between passes, at the moment just before
 the next pass the engine asks for, the reference must find nothing to do (otherwise the
 engine missed a wake-up: work that could be placed, or a budget that ran out, was left
-until something else happened).
+until something else happened). With lending.md's settings (``lending_worlds``) each pass
+also compares each preemption's size and lost work, every level's share, and the protection
+end a waiting task's reason names; a protection that ends is a wake-up like any other.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ As tests/engine/test_differential.py, on estates with business units, department
 the real compiler: every pass of the engine must decide exactly what the reference decides
 from the same snapshot, with the same preemption texts, and just before each pass the engine
 asks for, the reference must find nothing to do (no missed wake-up: an envelope's usage fell,
-a department's budget ran out). Some timelines move a team to another parent mid-run: the
-envelopes' counts must follow it.
+a department's budget ran out, a protection ended). Some timelines move a team to another
+parent or change the lending settings mid-run: the envelopes' counts must follow, and a
+changed protect_for applies at once. lending.md's shares, lost work and protection reasons
+are compared as in test_differential.compare_lending.
 """
 
 from __future__ import annotations
