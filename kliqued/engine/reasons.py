@@ -136,6 +136,16 @@ def protected_until_fits(index: EstateIndex, state: State, cr: CRInfo, t: Task,
     gi = index.groups[cr.group]
     if innermost_within(index, state, gi, t.size) is None or not budget_ok(index, state, cr, now):
         return None
+    # Only the task phase 2 takes from its compute resource triggers a reclaim (engine.md:
+    # best_effort, its first task within reservation, and only that one); a later one that
+    # is within reservation by itself would not get in at that moment either.
+    for x in state.queues[t.resource]:
+        if gi.user_limit is not None and not user_ok(state, gi, x):
+            continue
+        if innermost_within(index, state, gi, x.size) is not None:
+            if x is not t:
+                return None
+            break
     ends = sorted({e for tasks in state.placed_by_group.values() for v in tasks.values()
                    if v.status == PLACED and (e := protected_until(index, v)) is not None
                    and e > now})

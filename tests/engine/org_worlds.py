@@ -5,8 +5,11 @@ real compiler, so the levels, ancestors and project orders the engine and the re
 are the compiler's; an estate the compiler refuses is discarded (``assume``). Trees are two or
 three levels deep (business unit > department > team), envelopes may have a reservation (with
 a shared part), a limit and a budget or no policy at all, teams may have budgets, user limits
-and project priority, and a team may sit at the top beside the departments. Timelines submit
-with users and projects, end tasks, and may move a team to another parent mid-run.
+and project priority, and a team may sit at the top beside the departments. Every
+combination of lending.md's settings is drawn: order ordered or fair, protect_for 0 or not (in
+the settings and per team), victims newest or least_lost_work, lend_weight on teams and
+envelopes; tasks may checkpoint. Timelines submit with users and projects, end tasks, and
+may move a team to another parent or change the lending settings mid-run.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ PROJECTS = ("a", "b", "c")
 Step = tuple[int, list[tuple[bool, int, float | None, int, int]]]
 """Minutes after the previous step; actions (submit?, which, gpus, user, project)."""
 
+Checkpoints = tuple[int, ...]
+"""Task number n checkpoints every ``checkpoints[n % len]`` minutes (0: never)."""
+
 
 def compile_doc(doc: dict[str, Any]) -> CompiledEstate | None:
     """The estate the compiler builds from ``doc`` (JSON is YAML), or None if it refuses."""
@@ -44,13 +50,28 @@ def budgets(draw, p: float) -> dict[str, Any] | None:
 
 
 @st.composite
+def lending_settings(draw) -> dict[str, Any]:
+    """settings.lending as IT writes it: every combination of order, protect_for and
+    victims (lending.md)."""
+    return {"order": draw(st.sampled_from(["ordered", "fair"])),
+            "protect_for": draw(st.sampled_from(["0s", "0s", "90s", "5m", "20m"])),
+            "victims": draw(st.sampled_from(["newest", "least_lost_work"]))}
+
+
+def lend_weights() -> st.SearchStrategy[float | None]:
+    return st.sampled_from([None, None, 0.5, 1, 2, 3])
+
+
+@st.composite
 def org_estates(draw) -> CompiledEstate:
     return draw(org_docs())[1]
 
 
 @st.composite
-def org_docs(draw) -> tuple[dict[str, Any], CompiledEstate]:
-    """An estate as IT writes it, and as the compiler builds it."""
+def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEstate]:
+    """An estate as IT writes it, and as the compiler builds it. ``borrowing``: teams with
+    room to borrow (limits up to 6, few budgets), every team on every profile, and fair
+    order, so phase 4 rebalances often (lending.md)."""
     pools = [{"name": f"p{i}", "kind": "baremetal", "capacity": draw(st.integers(2, 6)),
               "gpu_type": "h100"} for i in range(draw(st.integers(1, 3)))]
     groups: list[dict[str, Any]] = []
@@ -70,13 +91,18 @@ def org_docs(draw) -> tuple[dict[str, Any], CompiledEstate]:
             g["project_priority"] = draw(st.booleans())
         groups.append(g)
         res = draw(st.sampled_from([0, 0, 1, 1, 2]))
-        limit = draw(st.integers(max(res, 2), 5))
+        limit = draw(st.integers(max(res, 2), 6 if borrowing else 5))
         pol: dict[str, Any] = {"name": name, "group": name, "reservation": res, "limit": limit}
         if draw(st.integers(0, 2)) == 0:
             pol["user_limit"] = draw(st.integers(2, limit))
-        b = draw(budgets(0.4))
+        b = draw(budgets(0.1 if borrowing else 0.4))
         if b:
             pol["budget"] = b
+        w = draw(lend_weights())
+        if w is not None:
+            pol["lend_weight"] = w
+        if draw(st.integers(0, 3)) == 0:
+            pol["protect_for"] = draw(st.sampled_from(["0s", "5m", "30m"]))
         policies.append(pol)
         teams.append(name)
         return res
@@ -98,9 +124,12 @@ def org_docs(draw) -> tuple[dict[str, Any], CompiledEstate]:
         res = below + draw(st.integers(0, 1))
         pol: dict[str, Any] = {"name": name, "group": name, "reservation": res,
                                "limit": draw(st.integers(max(res, 2), max(res, 8)))}
-        b = draw(budgets(0.5))
+        b = draw(budgets(0.1 if borrowing else 0.5))
         if b:
             pol["budget"] = b
+        w = draw(lend_weights())
+        if w is not None:
+            pol["lend_weight"] = w
         policies.append(pol)
         return res
 
@@ -114,7 +143,8 @@ def org_docs(draw) -> tuple[dict[str, Any], CompiledEstate]:
         pl = draw(st.permutations([p["name"] for p in pools]))
         pl = pl[:draw(st.integers(1, len(pl)))]
         pols = draw(st.permutations(teams))
-        pols = pols[:draw(st.integers(1, len(pols)))]
+        if not borrowing:  # borrowing: every team on every profile, so teams compete
+            pols = pols[:draw(st.integers(1, len(pols)))]
         prof: dict[str, Any] = {"name": f"r{j}", "pools": pl, "policies": pols,
                                 "time_weight": draw(st.sampled_from([0, 1, 2])),
                                 "queueing": draw(st.sampled_from(["strict", "best_effort"]))}
@@ -123,7 +153,11 @@ def org_docs(draw) -> tuple[dict[str, Any], CompiledEstate]:
         else:
             prof["gpus"] = draw(st.sampled_from([0.5, 1, 2]))
         profiles.append(prof)
-    doc = {"pools": pools, "profiles": profiles, "policies": policies, "groups": groups}
+    lending = draw(lending_settings())
+    if borrowing:
+        lending["order"] = "fair"
+    doc = {"settings": {"lending": lending},
+           "pools": pools, "profiles": profiles, "policies": policies, "groups": groups}
     estate = compile_doc(doc)
     assume(estate is not None)
     note(f"estate: {json.dumps(doc)}")
@@ -147,7 +181,8 @@ Changes = dict[int, CompiledEstate]
 @st.composite
 def moves(draw, doc: dict[str, Any], n_steps: int) -> Changes:
     """Up to two teams moved to another parent (an envelope or the top) during the run
-    (organisation.md, estate changes); a move the compiler refuses is left out."""
+    (organisation.md, estate changes), and sometimes new lending settings (lending.md: a
+    changed protect_for applies at once); a change the compiler refuses is left out."""
     changes: Changes = {}
     teams = [g for g in doc["groups"] if "users" in g]
     parents = [None] + [g["name"] for g in doc["groups"] if "users" not in g]
@@ -167,20 +202,33 @@ def moves(draw, doc: dict[str, Any], n_steps: int) -> Changes:
             changes[at] = estate
             current = moved
             note(f"before step {at}: {name} moves to {to or 'the top'}")
+    if draw(st.integers(0, 2)) == 0:
+        at = draw(st.integers(0, n_steps - 1))
+        retuned = json.loads(json.dumps(current))
+        retuned["settings"] = {"lending": draw(lending_settings())}
+        estate = compile_doc(retuned)
+        if estate is not None and at not in changes:
+            changes[at] = estate
+            note(f"before step {at}: settings become {retuned['settings']}")
     return changes
 
 
 @st.composite
-def org_worlds(draw) -> tuple[CompiledEstate, list[Step], Changes]:
-    doc, estate = draw(org_docs())
+def org_worlds(draw, borrowing: bool = False
+               ) -> tuple[CompiledEstate, list[Step], Changes, Checkpoints]:
+    doc, estate = draw(org_docs(borrowing))
     timeline = draw(steps())
     note(f"steps: {timeline}")
-    return estate, timeline, draw(moves(doc, len(timeline)))
+    changes = draw(moves(doc, len(timeline)))
+    checkpoints = tuple(draw(st.lists(st.sampled_from([0, 0, 7, 15, 30]), min_size=1,
+                                      max_size=4)))
+    return estate, timeline, changes, checkpoints
 
 
-def apply_actions(index, state, actions, now: int, n: int) -> int:
-    """Submits (with a user and a project of the group) or ends tasks; returns the next id
-    number."""
+def apply_actions(index, state, actions, now: int, n: int,
+                  checkpoints: Checkpoints = ()) -> int:
+    """Submits (with a user and a project of the group, and ``checkpoints``' interval) or ends
+    tasks; returns the next id number."""
     crs = sorted(index.estate.compute_resources, key=lambda c: c.name)
     groups = {g.name: g for g in index.estate.groups}
     profiles = {p.name: p for p in index.estate.profiles}
@@ -192,7 +240,8 @@ def apply_actions(index, state, actions, now: int, n: int) -> int:
             # project 3: a task of no project (last under project priority)
             projects = groups[cr.group].projects
             proj = projects[project] if project < len(projects) else None
-            state.submit(f"t{n}", cr.name, USERS[user], proj, g, at=now)
+            every = checkpoints[n % len(checkpoints)] * 60_000 if checkpoints else None
+            state.submit(f"t{n}", cr.name, USERS[user], proj, g, at=now, checkpoint_ms=every)
             n += 1
         elif state.tasks:
             tid = sorted(state.tasks)[k % len(state.tasks)]

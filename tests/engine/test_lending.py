@@ -96,3 +96,30 @@ def test_a_reported_checkpoint_lowers_the_lost_work() -> None:
     # b-2 (2 minutes lost) then b-1 (5); newest-first would have taken b-4 and b-3.
     got = [(p.task, p.lost_ms) for p in res.preemptions if isinstance(p, Preemption)]
     assert got == [("b-2", 2 * MIN), ("b-1", 5 * MIN)]
+
+
+def test_only_the_task_that_would_trigger_the_reclaim_names_the_protection_end() -> None:
+    # b's two borrowed GPUs are protected for 5 minutes; a (reservation 1, best_effort) queues
+    # two tasks, both within reservation taken alone. Only a-1 would trigger a reclaim
+    # (engine.md: best_effort, the first task within reservation, and only that one); at
+    # 00:05 a-1 takes a GPU back and a-2 is then borrowed work, which reclaims nothing: its
+    # reason must not promise it room at 00:05.
+    est = build_estate([{"name": "onprem", "capacity": 2}],
+                       [{"name": "gpu1", "gpus": 1, "pools": ["onprem"], "policies": ["a", "b"],
+                         "queueing": "best_effort"}],
+                       [{"name": "a", "reservation": 1, "limit": 4},
+                        {"name": "b", "reservation": 0, "limit": 4, "protect_for_s": 300}])
+    e = Engine(est)
+    e.submit("b-1", "b/gpu1")
+    e.submit("b-2", "b/gpu1")
+    e.run(START)
+    e.now = START + MIN
+    e.submit("a-1", "a/gpu1")
+    e.submit("a-2", "a/gpu1")
+    res = e.run(START + MIN)
+    first, second = res.waiting_reason("a-1"), res.waiting_reason("a-2")
+    assert first is not None and first.text == (
+        "no room in pools onprem; borrowed work protected until 2026-01-05T00:05Z")
+    assert second is not None and second.text == "no room in pools onprem"
+    res = e.run(START + 5 * MIN)
+    assert [p.task for p in res.preemptions] == ["b-2"] and e.where("a-2") == "queued"

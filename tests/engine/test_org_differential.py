@@ -5,8 +5,10 @@ As tests/engine/test_differential.py, on estates with business units, department
 the real compiler: every pass of the engine must decide exactly what the reference decides
 from the same snapshot, with the same preemption texts, and just before each pass the engine
 asks for, the reference must find nothing to do (no missed wake-up: an envelope's usage fell,
-a department's budget ran out). Some timelines move a team to another parent mid-run: the
-envelopes' counts must follow it.
+a department's budget ran out, a protection ended). Some timelines move a team to another
+parent or change the lending settings mid-run: the envelopes' counts must follow, and a
+changed protect_for applies at once. lending.md's shares, lost work and protection reasons
+are compared as in test_differential.compare_lending.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from kliqued.engine import EstateIndex, Preemption, State, run_pass
 from . import reference as ref
 from .helpers import MIN, START
 from .org_worlds import apply_actions, org_worlds, time_limit
-from .test_differential import real_decisions
+from .test_differential import compare_lending, real_decisions
 
 
 def compare_pass(index: EstateIndex, state: State, now: int):
@@ -34,6 +36,7 @@ def compare_pass(index: EstateIndex, state: State, now: int):
     texts = sorted((d.task, d.text) for d in res.decisions if isinstance(d, Preemption))
     assert texts == sorted(rs.texts), "preemption texts differ"
     after = ref.snapshot(index, state, now)
+    compare_lending(index, state, res, after)
     assert ref.run_pass(index, after) == [], "the pass left work the rules would place"
     return res
 
@@ -44,9 +47,10 @@ def assert_quiet(index: EstateIndex, state: State, at: int) -> None:
         f"at +{(at - START) / MIN:g} min the rules would act but the engine asked for no pass")
 
 
-def drive(estate, steps, changes=None) -> None:
+def drive(estate, steps, changes=None, checkpoints=()) -> None:
     """Runs the timeline; ``changes`` (step index -> estate) are estate changes made just
-    before that step (a team moved to another parent)."""
+    before that step (a team moved to another parent, new lending settings);
+    ``checkpoints`` as org_worlds.apply_actions takes them."""
     index = EstateIndex.build(estate)
     state = State(index, START)
     now = START
@@ -64,7 +68,7 @@ def drive(estate, steps, changes=None) -> None:
         now = target
         if changes and i in changes:
             index = EstateIndex.build(changes[i])  # the pass binds it
-        n = apply_actions(index, state, actions, now, n)
+        n = apply_actions(index, state, actions, now, n, checkpoints)
         res = compare_pass(index, state, now)
 
 
@@ -73,5 +77,16 @@ def drive(estate, steps, changes=None) -> None:
                                  HealthCheck.filter_too_much])
 @given(org_worlds())
 def test_engine_decides_as_the_reference_on_hierarchies(world):
+    with time_limit(30):
+        drive(*world)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(org_worlds(borrowing=True))
+def test_engine_rebalances_as_the_reference_on_hierarchies(world):
+    """lending.md on hierarchies where teams borrow: fair order and phase 4 (rebalances
+    between teams of one department and across departments)."""
     with time_limit(30):
         drive(*world)

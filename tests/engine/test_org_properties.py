@@ -12,15 +12,20 @@ only after the pass:
   run-out moment, rounded up to the millisecond, so what passes it is less than one
   millisecond's charge at the level's own rate; the overrun stays spent after phase 0
   preempts, so it is measured against the highest rate the level ran at, not what is placed
-  when it is checked).
+  when it is checked);
+- lending.md: no protected task (placed less than its policy's protect_for ago, else the
+  settings') is ever a reclaim or rebalance victim; after a rebalance the taker's share at
+  the diverging level is no higher than each giver's.
 Usage of a level is summed over its subtree here, never read from the engine's counters.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from hypothesis import HealthCheck, given, settings
 
-from klique_util.units import HOUR_MS
+from klique_util.units import HOUR_MS, SECOND_MS
 
 from kliqued.engine import EstateIndex, Placement, Preemption, State, run_pass
 
@@ -45,6 +50,15 @@ class Tree:
         """Per policy: the teams of its subtree (groups whose policy is not an envelope: they
         hold the tasks; their meters are summed here, never an envelope group's own)."""
         self.capacity = {p.name: p.capacity_milli for p in est.pools}
+        lending = est.settings.lending
+        self.protect_ms = {p.name: SECOND_MS * (p.protect_for_s if p.protect_for_s is not None
+                                                else lending.protect_for_s)
+                           for p in est.policies}
+
+    def diverging(self, a: str, b: str) -> tuple[str, str]:
+        """lending.md: the first levels, from the top down, where two groups' levels differ."""
+        return next((x, y) for x, y in zip(reversed(self.levels(a)), reversed(self.levels(b)))
+                    if x != y)
 
     def levels(self, group: str) -> list[str]:
         pol = self.policy_of.get(group)
@@ -52,14 +66,29 @@ class Tree:
 
 
 def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]],
-           res) -> None:
+           res, now: int = 0, placed_at: dict[str, int] | None = None) -> None:
     """Applies the pass's decisions one by one to ``placed`` (task -> group, user, pool,
-    size) and checks each at its moment."""
+    size) and checks each at its moment; ``placed_at`` (task -> the start of its current
+    placement) for protection."""
+    since = dict(placed_at or {})
+    givers: list[str] = []
+    """The groups of the rebalance victims since the last placement."""
+
     def used(x: str) -> int:
         return sum(s for g, _, _, s in placed.values() if g in tree.subtree[x])
 
+    def share(x: str) -> Fraction:
+        pol = tree.policies[x]
+        return Fraction(max(0, used(x) - pol.reservation_milli), pol.lend_weight_milli)
+
     for d in res.decisions:
         if isinstance(d, Preemption) and d.task in placed:
+            if d.kind in ("reclaimed", "rebalanced") and d.task in since:
+                pol = tree.policy_of[d.group]
+                assert pol is None or now - since[d.task] >= tree.protect_ms[pol], (
+                    f"{d.kind} took {d.task}, protected since {since[d.task]} at {now}")
+            if d.kind == "rebalanced":
+                givers.append(d.group)
             g = placed.pop(d.task)[0]
             if d.kind == "reclaimed":
                 shared = set(tree.levels(d.by or ""))
@@ -70,6 +99,7 @@ def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]
                             f"reservation ({used(z)} < {tree.policies[z].reservation_milli})")
         elif isinstance(d, Placement):
             levels = tree.levels(d.group)
+            since[d.task] = now
             if d.phase in ("reserve", "reclaim"):
                 assert any(used(x) + d.size_milli <= tree.policies[x].reservation_milli
                            for x in levels), f"{d.task} placed in {d.phase} beyond reservation"
@@ -86,6 +116,13 @@ def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]
                 assert mine <= ul, f"placing {d.task} took {task_user} above the user limit"
             on_pool = sum(s for _, _, p, s in placed.values() if p == d.pool)
             assert on_pool <= tree.capacity[d.pool], f"pool {d.pool} over capacity"
+            if d.phase == "rebalance":
+                for h in givers:
+                    x, y = tree.diverging(d.group, h)
+                    assert share(x) <= share(y), (
+                        f"rebalance for {d.group} left {x}'s share {share(x)} above {y}'s "
+                        f"{share(y)}")
+            givers = []
 
 
 def check_budgets(tree: Tree, state: State, now: int, exempt: set[str],
@@ -129,7 +166,7 @@ def check_reasons(tree: Tree, state: State, res) -> None:
             assert mine + t.size <= ul, f"{tid} is held by its user's limit, not {r}"
 
 
-def simulate(estate, steps, changes=None) -> None:
+def simulate(estate, steps, changes=None, checkpoints=()) -> None:
     index = EstateIndex.build(estate)
     tree = Tree(index)
     state = State(index, START)
@@ -142,8 +179,9 @@ def simulate(estate, steps, changes=None) -> None:
 
     def one_pass(at: int):
         placed = {t.id: (t.group, t.user, t.pool, t.size) for t in state.placed_tasks()}
+        since = {t.id: t.placed_at for t in state.placed_tasks() if t.placed_at is not None}
         res = run_pass(index, state, at)
-        replay(tree, state, placed, res)
+        replay(tree, state, placed, res, at, since)
         check_budgets(tree, state, at, exempt, peak)
         check_reasons(tree, state, res)
         return res
@@ -162,7 +200,7 @@ def simulate(estate, steps, changes=None) -> None:
             tree = Tree(index)
             exempt |= {x for x, pol in tree.policies.items()
                        if pol.budget is not None and overrun(tree, state, x, now) > 0}
-        n = apply_actions(index, state, actions, now, n)
+        n = apply_actions(index, state, actions, now, n, checkpoints)
         res = one_pass(now)
 
 
@@ -171,5 +209,14 @@ def simulate(estate, steps, changes=None) -> None:
                                  HealthCheck.filter_too_much])
 @given(org_worlds())
 def test_organisation_invariants_hold(world):
+    with time_limit(30):
+        simulate(*world)
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(org_worlds(borrowing=True))
+def test_lending_invariants_hold_where_teams_borrow(world):
     with time_limit(30):
         simulate(*world)
