@@ -140,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"bench_lending_replay: {e}", file=sys.stderr)
         return 2
-    print(f"{n:,} tasks of the Chronus-Philly trace on estate/ "
-          f"({a.data['start']} .. {b.data['end']}); {a.label}: settings as they are; "
+    print(f"{n:,} tasks of the Chronus-Philly trace on estate/ from {a.data['start']} "
+          f"(simulated; the last task ended after {a.data['duration_h']:.1f} h with {a.label}, "
+          f"{b.data['duration_h']:.1f} h with {b.label}); {a.label}: settings as they are; "
           f"{b.label}: settings.lending {args.settings}. Each cell: {a.label} → {b.label}.\n"
           f"Replay time: {a.label} {a.seconds:.0f} s, {b.label} {b.seconds:.0f} s.\n")
     print(table(a, b), end="")
