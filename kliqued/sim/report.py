@@ -5,8 +5,10 @@
   group's share of each pool's capacity over the same window.
 - **Wait**: from submission to the first placement (a preempted task's later waits are not
   counted again), p50, p95 (nearest rank) and max, over the tasks that were placed.
-- **Preemptions** by reason kind (``reclaimed``, ``budget``), counted on the preempted task's
-  group.
+- **Preemptions** by reason kind (``reclaimed``, ``rebalanced``, ``budget``), counted on the
+  preempted task's group.
+- **Lost GPU-hours**: size x lost work of the group's preemptions (lending.md: placed time
+  since the last checkpoint of the placement it lost), the measure the ledger keeps.
 - **GPU-hours**: GPUs held x hours placed (the ledger's measure).
 - **Budget hours**: time weight x hours placed (what budgets are charged).
 - **Budget exhaustions**: how many times a policy's budget ran out: the periods in which it
@@ -24,7 +26,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from klique_util.fmt import amount
-from klique_util.units import HOUR_S, SECOND_MS, UNITS_PER_HOUR, milli_str, ms_to_hours
+from klique_util.units import (HOUR_S, SECOND_MS, UNITS_PER_HOUR, milli_str, ms_to_hours,
+                               unit_hours)
 from kliqued.engine import EstateIndex, Placement, Preemption, State
 from kliqued.engine.budget import remaining
 from kliqued.engine.periods import format_time, period_start
@@ -32,7 +35,9 @@ from kliqued.engine.periods import format_time, period_start
 if TYPE_CHECKING:
     from .trace import Trace
 
-PREEMPT_KINDS = ("reclaimed", "budget")
+PREEMPT_KINDS = ("reclaimed", "rebalanced", "budget")
+"""The kinds a replay can produce (``unstarted`` needs pools without live workers, which a
+trace does not have), in the what-if's order."""
 
 
 class Collector:
@@ -53,6 +58,8 @@ class Collector:
         """(pool, group): milli-GPU x ms."""
         self.weighted: dict[str, int] = {}
         self.preemptions: dict[str, dict[str, int]] = {}
+        self.lost_units: dict[str, int] = {}
+        """group: milli-GPU x ms of work its preemptions threw away."""
         self.exhausted: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ events
@@ -91,6 +98,7 @@ class Collector:
         if p is None:
             p = self.preemptions[d.group] = {}
         p[d.kind] = p.get(d.kind, 0) + 1
+        self.lost_units[d.group] = self.lost_units.get(d.group, 0) + d.size_milli * d.lost_ms
         if d.kind == "budget":
             gi = self.index.groups.get(d.group)
             if gi is not None and gi.budget is not None:
@@ -155,6 +163,8 @@ class Collector:
                 "wait_s": {"p50": _pct(waits, 0.50), "p95": _pct(waits, 0.95),
                            "max": waits[-1] / SECOND_MS if waits else None},
                 "preemptions": pre,
+                "lost_gpu_hours": round(unit_hours(sum(self.lost_units.get(g, 0)
+                                                       for g in gs)), 3),
                 "gpu_hours": round(sum(area_by_pool.values()) / UNITS_PER_HOUR, 3),
                 "budget_hours": round(sum(self.weighted.get(g, 0) for g in gs) / UNITS_PER_HOUR, 3),
                 "budget_exhaustions": sum(exhaust.get(g, 0) for g in gs),
@@ -263,7 +273,8 @@ class Report:
                      f"{_pctf(ov['utilisation_all_pools']):>12}")
         lines.append("")
         head = (f"{'group':<24} {'tasks':>7} {'placed':>7} {'unfin.':>6} {'wait p50':>9} "
-                f"{'p95':>9} {'max':>9} {'reclaimed':>9} {'budget':>7} {'GPU-hours':>10} "
+                f"{'p95':>9} {'max':>9} {'reclaimed':>9} {'rebal.':>6} {'budget':>7} "
+                f"{'lost GPU-h':>10} {'GPU-hours':>10} "
                 f"{'budget h':>10} {'ran out':>7}  budget")
         lines.append(head)
 
@@ -272,7 +283,8 @@ class Report:
             pre = s["preemptions"]
             return (f"{name:<24} {s['tasks']:>7,} {s['placed']:>7,} {s['unfinished']:>6,} "
                     f"{fmt_duration(w['p50']):>9} {fmt_duration(w['p95']):>9} "
-                    f"{fmt_duration(w['max']):>9} {pre['reclaimed']:>9,} {pre['budget']:>7,} "
+                    f"{fmt_duration(w['max']):>9} {pre['reclaimed']:>9,} {pre['rebalanced']:>6,} "
+                    f"{pre['budget']:>7,} {_num(s['lost_gpu_hours']):>10} "
                     f"{_num(s['gpu_hours']):>10} {_num(s['budget_hours']):>10} "
                     f"{s['budget_exhaustions']:>7,}  {budget}").rstrip()
 

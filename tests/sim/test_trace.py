@@ -77,13 +77,63 @@ def test_report_checked_by_hand(tmp_path: Path, estate_dir: Path) -> None:
     assert b["wait_s"] == {"p50": 0.0, "p95": 7200.0, "max": 7200.0}
     assert a["wait_s"] == {"p50": 0.0, "p95": 0.0, "max": 0.0}
     assert ov["wait_s"] == {"p50": 0.0, "p95": 7200.0, "max": 7200.0}
-    assert b["preemptions"] == {"reclaimed": 2, "budget": 0}
-    assert ov["preemptions"] == {"reclaimed": 2, "budget": 0}
+    assert b["preemptions"] == {"reclaimed": 2, "rebalanced": 0, "budget": 0}
+    assert ov["preemptions"] == {"reclaimed": 2, "rebalanced": 0, "budget": 0}
+    # b-3 and b-4 had run 30m without a checkpoint when reclaimed: 2 x 1 GPU x 0.5 h lost
+    assert b["lost_gpu_hours"] == 1.0 and a["lost_gpu_hours"] == 0.0
+    assert ov["lost_gpu_hours"] == 1.0
     # budget hours: weight 1 per task, whatever its size
     assert a["budget_hours"] == 1.0 and b["budget_hours"] == 11.0
     assert a["budget"] == {"hours": 3.0, "period": "day"} and b["budget"] is None
     assert ov["budget_exhaustions"] == 0
     assert ov["tasks"] == 6 and ov["placed"] == 6 and ov["unfinished"] == 0
+
+
+FAIR_ESTATE = """
+settings:
+  lending: {order: fair}
+pools:
+  - {name: p, kind: baremetal, capacity: 4, gpu_type: h100}
+profiles:
+  - {name: gpu1, gpus: 1, pools: [p], policies: [a, b]}
+policies:
+  - {name: a, group: a, reservation: 0, limit: 4}
+  - {name: b, group: b, reservation: 0, limit: 4}
+groups:
+  - {name: a, users: [alice]}
+  - {name: b, users: [bob]}
+pricing:
+  - {gpu_type: h100, per_gpu_hour: 2, effective_from: "2026-01-01T00:00:00Z"}
+"""
+
+
+def test_rebalances_and_lost_work_are_reported(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # order: fair. a borrows all 4 GPUs at 0s (checkpoint every 45m); at 1h b (share 0)
+    # rebalances two of a's tasks away (a's share 4 -> 2), each 15m past its last checkpoint:
+    # 2 x 1 GPU x 0.25 h = 0.5 lost GPU-hours, on a.
+    d = tmp_path / "estate"
+    d.mkdir()
+    (d / "estate.yaml").write_text(FAIR_ESTATE)
+    text = HEADER.rstrip("\n") + ",checkpoint\n" + "".join(
+        f"a-{i},0,a/gpu1,alice,,,2h,45m\n" for i in range(1, 5)) + "".join(
+        f"b-{i},3600,b/gpu1,bob,,,1h,45m\n" for i in range(1, 3))
+    trace = _write(tmp_path, text)
+    r = _replay(d, trace)
+    a, b, ov = r["groups"]["a"], r["groups"]["b"], r["overall"]
+    assert a["preemptions"] == {"reclaimed": 0, "rebalanced": 2, "budget": 0}
+    assert b["preemptions"] == {"reclaimed": 0, "rebalanced": 0, "budget": 0}
+    assert a["lost_gpu_hours"] == 0.5 and b["lost_gpu_hours"] == 0.0
+    assert ov["lost_gpu_hours"] == 0.5 and ov["preemptions"]["rebalanced"] == 2
+    assert main(["simulate", "--estate", str(d), "--trace", str(trace), "-q"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(line for line in lines if line.startswith("group "))
+    assert "rebal." in head and "lost GPU-h" in head
+    row_a = next(line for line in lines if line.startswith("a ")).split()
+    cols = head.split()
+    # the header's "wait p50" and "lost GPU-h" are two words each; each value one
+    assert row_a[cols.index("rebal.") - 1] == "2"
+    assert row_a[cols.index("lost") - 1] == "0.5"
 
 
 def test_a_finished_replay_is_not_cut_by_the_horizon(tmp_path: Path, estate_dir: Path) -> None:
@@ -102,7 +152,9 @@ def test_budget_exhaustion_and_checkpoint(tmp_path: Path, estate_dir: Path) -> N
     d = _replay(estate_dir, _write(tmp_path, text))
     a = d["groups"]["a"]
     assert a["budget_exhaustions"] == 1
-    assert a["preemptions"] == {"reclaimed": 0, "budget": 1}
+    assert a["preemptions"] == {"reclaimed": 0, "rebalanced": 0, "budget": 1}
+    # checkpointed at 3h, the moment its budget ran out: nothing lost
+    assert a["lost_gpu_hours"] == 0.0
     assert a["budget_hours"] == 5.0 and a["gpu_hours"] == 5.0
     assert d["end"] == "2026-01-06T02:00:00Z" and a["unfinished"] == 0
 
