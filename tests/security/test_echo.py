@@ -91,6 +91,15 @@ def test_mcp_tool_errors_quote_an_excerpt(server, tool, args) -> None:
 # ledger, a worker token the worker protocol, the admin tokens and workers), so each probe
 # names its caller.
 
+PIPELINE = """pipeline: p
+steps:
+  - name: a
+    resource: team-a/one
+    command: ["{arg}"]
+    needs: [{needs}]
+"""
+"""A pipeline whose step needs a step, uses a parameter, or is given one: each unknown."""
+
 SITES = [
     ("bob", "GET", f"/v1/resources/{LONG}/one/queue", None),   # no compute resource
     ("bob", "GET", f"/v1/sessions/{LONG}", None),
@@ -127,6 +136,11 @@ SITES = [
     ("bob", "POST", "/v1/schedules", {**CMD, "cron": "0 3 * * *",
                                       "resource": "team-a/" + "A" * 400}),
     ("admin", "POST", "/v1/tokens", {"worker": True, "pool": "A" * 200}),  # schema: 256
+    ("bob", "POST", "/v1/pipelines", {"text": PIPELINE.format(needs="A" * 3000, arg="x")}),
+    ("bob", "POST", "/v1/pipelines", {"text": PIPELINE.format(needs="", arg="${params."
+                                                              + "A" * 3000 + "}")}),
+    ("bob", "POST", "/v1/pipelines", {"text": PIPELINE.format(needs="", arg="x"),
+                                      "params": {"A" * 3000: "x"}}),
 ]
 
 
