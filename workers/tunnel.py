@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from klique_util.excerpt import excerpt
 from klique_util.tunnel import CHUNK, MAX_BODY, MAX_FRAME, MAX_WS_MESSAGE, WINDOW, \
     FrameTooLarge, b64, forwardable, frame, unb64
 
@@ -101,7 +102,7 @@ class _Relay:
         path holds (a path that does not start with ``/`` is refused)."""
         path = str(msg.get("path") or "/")
         if not path.startswith("/"):
-            raise ValueError(f"not a path: {path[:80]!r}")
+            raise ValueError(f"not a path: {excerpt(path)}")
         return f"{scheme}://127.0.0.1:{self.port}{path}"
 
     async def http(self, msg: dict[str, Any]) -> None:

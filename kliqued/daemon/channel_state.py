@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from klique_util.excerpt import excerpt
 from kliqued.schedule import cron as when  # (a Schedule has a field named cron)
 from kliqued.schedule import pipeline as P
 
@@ -97,7 +98,7 @@ class ScheduleBook:
     def get(self, sid: str) -> Schedule:
         s = self.items.get(sid)
         if s is None:
-            raise not_found(f"no schedule {sid}")
+            raise not_found(f"no schedule {excerpt(sid, quoted=False)}")
         return s
 
     def active(self) -> list[Schedule]:
@@ -178,7 +179,7 @@ class PipelineBook:
     def get(self, pid: str) -> PipelineRun:
         pr = self.items.get(pid)
         if pr is None:
-            raise not_found(f"no pipeline {pid}")
+            raise not_found(f"no pipeline {excerpt(pid, quoted=False)}")
         return pr
 
     def running(self) -> list[PipelineRun]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
+from klique_util.excerpt import excerpt
+
 from .auth import Principal
 from .errors import bad_request
 
@@ -53,9 +55,8 @@ def declared(headers: Mapping[str, str]) -> Channel:
     for c in DECLARED:
         if value == c:
             return c
-    shown = value if len(value) <= 64 and value.isprintable() else f"{value[:64]!r}..."
     why = (" (set by the daemon itself, never by a client)" if value in SERVER else "")
-    raise bad_request(f"header {HEADER}: {shown!r} is not a channel a client may declare"
+    raise bad_request(f"header {HEADER}: {excerpt(value)} is not a channel a client may declare"
                       f"{why}; it may be {' or '.join(DECLARED)}, or absent (api)",
                       {"header": HEADER, "allowed": list(DECLARED)})
 

@@ -27,6 +27,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
 from compiler.compiled import CompiledEstate, CPool
+from klique_util.excerpt import excerpt
 
 from . import reducers
 from .errors import ApiError, bad_request
@@ -195,7 +196,7 @@ def view(d: Daemon, pool: CPool, now: int) -> dict[str, Any] | None:
 def _cloud_pool(d: Daemon, name: str) -> CPool:
     pool = d.idx().estate.pool(name)
     if pool is None:
-        raise ApiError(404, "not-found", f"no pool {name!r} in the running estate")
+        raise ApiError(404, "not-found", f"no pool {excerpt(name)} in the running estate")
     if pool.kind != "cloud" or pool.autoscale is None:
         raise ApiError(422, "not-autoscaled", f"pool {name} is not an autoscaled cloud pool "
                                               "(kind: cloud with autoscale): it has no nodes "
@@ -242,7 +243,8 @@ def prepare_ended(d: Daemon, p: Principal, pool_name: str, node: str, reason: st
     from .core import Prepared
     n = d.cloud.nodes.get(node)
     if n is None or n.pool != pool_name:
-        raise ApiError(404, "not-found", f"no node {node} recorded in pool {pool_name}")
+        raise ApiError(404, "not-found", f"no node {excerpt(node, quoted=False)} recorded in "
+                       f"pool {pool_name}")
     if n.end_ms is not None:
         return Prepared(apply=lambda: n.view())
     ev = Event("cloud_node_ended", None, p.text, d.estate.revision, None, None,

@@ -852,7 +852,7 @@ class Daemon:
     def prepare_revoke(self, p: Principal, token_id: str, now: int, ov: Overlay) -> Prepared:
         rec = self.tokens.by_id.get(token_id)
         if rec is None:
-            raise not_found(f"no token {token_id}")
+            raise not_found(f"no token {excerpt(token_id, quoted=False)}")
         if rec.revoked_at is not None or token_id in ov.revoked:
             return Prepared()
         ov.revoked.add(token_id)
@@ -871,7 +871,7 @@ class Daemon:
         ``grace_ms`` (so the holders can switch without a gap)."""
         old = self.tokens.by_id.get(token_id)
         if old is None:
-            raise not_found(f"no token {token_id}")
+            raise not_found(f"no token {excerpt(token_id, quoted=False)}")
         why = old.refusal(now)
         if why is not None or token_id in ov.revoked:
             raise ApiError(409, "conflict", f"{why or f'token {token_id} was revoked'}: "

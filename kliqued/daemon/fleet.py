@@ -23,6 +23,7 @@ import hmac
 import re
 from typing import Any, Callable
 
+from klique_util.excerpt import excerpt
 from klique_util.units import MILLI, gpus_to_milli
 
 from . import capacity, ends, gang, reducers
@@ -112,7 +113,7 @@ def worker_of(d: Daemon, p: Principal, wid: str, key_hash: str | None,
     an unknown or lost worker (it registers again)."""
     w = d.workers.get(wid)
     if w is None:
-        raise ApiError(404, "not-found", f"no worker {wid}: register first")
+        raise ApiError(404, "not-found", f"no worker {excerpt(wid, quoted=False)}: register first")
     if w.pool != p.name:
         raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to {p.name}")
     check_key(w, key_hash, call)
@@ -646,7 +647,7 @@ def prepare_deregister(d: Daemon, p: Principal, wid: str, now: int, ov: Overlay)
     anyway: no loss), and the worker is removed from the list rather than marked lost."""
     w = d.workers.get(wid)
     if w is None or wid in ov.lost:
-        raise ApiError(404, "not-found", f"no worker {wid}")
+        raise ApiError(404, "not-found", f"no worker {excerpt(wid, quoted=False)}")
     ov.lost.add(wid)
     rev = d.idx().revision
     subs, tasks = _requeue_leases(d, w, now, ov, p.text, {"deregistered": True},

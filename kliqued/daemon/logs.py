@@ -17,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+from klique_util.excerpt import excerpt
 from klique_util.filemodes import open_private, private_dir
 
 DEFAULT_CAP = 64 * 1024 * 1024
@@ -38,7 +39,7 @@ class LogStore:
 
     def dir(self, task: str) -> Path:
         if not _SAFE.match(task):
-            raise ValueError(f"not a task id: {task!r}")
+            raise ValueError(f"not a task id: {excerpt(task)}")
         return self.root / task
 
     def path(self, task: str, epoch: int) -> Path:

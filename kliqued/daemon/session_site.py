@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
+
 from .app import MAX_BODY, errors_middleware
 from .errors import not_found
 from .handlers import sessions as handlers
@@ -32,7 +34,7 @@ async def _host_routing(request: web.Request, handler: Handler) -> web.StreamRes
         return await handler(request)
     task = origin.task_of_host(request.host)
     if task is None:
-        raise not_found(f"no session at host {request.host!r}: a session's URL is "
+        raise not_found(f"no session at host {excerpt(request.host)}: a session's URL is "
                         f"https://<its id>.{origin.domain}/ (GET /v1/sessions/{{id}})")
     if request.path in ("/", ""):
         raise web.HTTPSeeOther(f"{PREFIX}{task}/")

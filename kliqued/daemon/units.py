@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from compiler.units import parse_time
 from klique_util import units
+from klique_util.excerpt import excerpt
 from klique_util.units import milli_to_gpus, to_ms
 from kliqued.engine.periods import format_time
 
@@ -17,7 +18,7 @@ def iso(ms: int | None) -> str | None:
 def parse_iso(text: str) -> int:
     """RFC 3339 with an offset (``Z`` or ``+00:00``); raises ValueError otherwise."""
     if not isinstance(text, str) or "T" not in text:
-        raise ValueError(f"not an RFC 3339 time: {text!r}")
+        raise ValueError(f"not an RFC 3339 time: {excerpt(text)}")
     try:
         return to_ms(parse_time(text))
     except Exception as exc:  # the compiler's parser says why

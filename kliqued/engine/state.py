@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import heapq
 
+from klique_util.excerpt import excerpt
 from klique_util.nodefit import choose_nodes, describe, largest_fit, shape_fits, share
 from klique_util.units import from_milli
 
@@ -116,19 +117,19 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
     it records use against a project (docs/decisions.md, issue 10)."""
     cr = index.resources.get(resource)
     if cr is None:
-        raise SubmissionError("resource", f"unknown compute resource {resource!r}"
+        raise SubmissionError("resource", f"unknown compute resource {excerpt(resource)}"
                                           f"{_did_you_mean(index, resource, user)}")
     users = index.users.get(cr.group, frozenset())
     if user not in users:
         raise SubmissionError("user",
-                              f"user {user!r} is not in the users of group {cr.group!r}")
+                              f"user {excerpt(user)} is not in the users of group {cr.group!r}")
     projects = index.projects.get(cr.group, frozenset())
     if projects and project not in projects and (project is not None or require_project):
         allowed = ", ".join(sorted(projects))
         if project is None:
             raise SubmissionError("project", f"project required: group {cr.group!r} records "
                                   f"its use against a project; give one of {allowed}")
-        raise SubmissionError("project", f"project {project!r} is not a project of group "
+        raise SubmissionError("project", f"project {excerpt(project)} is not a project of group "
                               f"{cr.group!r}: give one of {allowed}")
     if gpus_milli is not None:
         if cr.fixed_size is not None:
@@ -420,7 +421,7 @@ class State:
         task checkpoints that often in each placement (lending.md's lost work)."""
         assert self.index is not None
         if task_id in self.tasks:
-            raise DuplicateTask(f"task id {task_id!r} is already used")
+            raise DuplicateTask(f"task id {excerpt(task_id)} is already used")
         known = self.index.resources.get(resource) if checked else None
         size = (known.size_for(gpus_milli) if known is not None
                 else check_submission(self.index, resource, user, project, gpus_milli))

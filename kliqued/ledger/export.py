@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 
 import duckdb
 
+from klique_util.excerpt import excerpt
 from klique_util.files import atomic_path
 
 from . import scope
@@ -127,7 +128,7 @@ def summary(conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str] | Non
     download agree): ``(value, gpu_hours, cost, currency)`` as exact decimal text, largest
     GPU-hours first."""
     if by not in SUMMARY_DIMENSIONS:
-        raise ValueError(f"no breakdown by {by!r}: one of {', '.join(SUMMARY_DIMENSIONS)}")
+        raise ValueError(f"no breakdown by {excerpt(by)}: one of {', '.join(SUMMARY_DIMENSIONS)}")
     if to_ms < from_ms:
         raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
     where = "" if groups is None else "AND " + scope.visible("u", groups)

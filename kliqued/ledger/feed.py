@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from klique_util.excerpt import excerpt
+
 from . import scope
 from .export import EXPORT_COLUMNS, _select_list
 
@@ -46,7 +48,7 @@ def parse_cursor(text: str | None) -> int:
     if text is None or text == "":
         return 0
     if not text.isdigit() or len(text) > 19:
-        raise BadCursor(f"cursor {text[:40]!r} is not one this feed gave out: pass back the "
+        raise BadCursor(f"cursor {excerpt(text)} is not one this feed gave out: pass back the "
                         "`cursor` of the previous answer, or none to start from the beginning")
     return int(text)
 

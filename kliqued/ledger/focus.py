@@ -35,6 +35,7 @@ import re
 from datetime import date
 from typing import Iterator, Sequence
 
+from klique_util.excerpt import excerpt
 from klique_util.units import UNITS_PER_HOUR
 
 from . import scope
@@ -164,7 +165,7 @@ def parse_period(text: str) -> date:
     """``2026-11`` as the first day of that month; ValueError naming the expected form."""
     m = _PERIOD.match(text.strip())
     if not m or not 1 <= int(m.group(2)) <= 12:
-        raise ValueError(f"period {text!r} is not a month: write it as YYYY-MM (2026-11)")
+        raise ValueError(f"period {excerpt(text)} is not a month: write it as YYYY-MM (2026-11)")
     return date(int(m.group(1)), int(m.group(2)), 1)
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from klique_util.excerpt import excerpt
+
 RELATIONS = ("ledger", "prices", "price_periods", "usage", "usage_priced", "usage_by_month",
              "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department",
              "cloud_nodes", "cloud_node_usage", "cloud_spend_monthly",
@@ -65,7 +67,7 @@ def allowed_text() -> str:
 
 
 def _refuse_relation(name: str) -> NotAllowed:
-    return NotAllowed(f"{name!r} is not a ledger table or view: ledger SQL may read only "
+    return NotAllowed(f"{excerpt(name)} is not a ledger table or view: ledger SQL may read only "
                       f"{allowed_text()} (docs/ledger.md)")
 
 
@@ -144,8 +146,9 @@ def _check_table_ref(node: dict, kind: str, scope: frozenset[str], db: str,
             return  # a CTE of the query
         if (schema or catalog) and not qualified:
             shown = ".".join(p for p in (catalog, schema, name) if p)
-            raise NotAllowed(f"{shown!r}: name the ledger's tables and views without a schema "
-                             f"or database ({name}), they hold the rows you may read")
+            raise NotAllowed(f"{excerpt(shown)}: name the ledger's tables and views without a "
+                             f"schema or database ({excerpt(name)}), they hold the rows you may "
+                             f"read")
         if not catalog and schema == db:
             catalog, schema = db, ""  # `kliqued.ledger`: the database, not a schema
         if catalog not in ("", db) or schema not in ("", "main") or name not in RELATIONS:

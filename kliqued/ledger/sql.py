@@ -28,6 +28,8 @@ from typing import Sequence
 
 import duckdb
 
+from klique_util.excerpt import excerpt
+
 from . import growth, lending, sandbox, scope
 from .watchdog import Watchdog
 
@@ -198,7 +200,8 @@ def out_of_memory(conn) -> LedgerSqlError:
 def check_limit(limit: object) -> None:
     """Raises unless ``limit`` is a row count a query may ask for."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, found {limit!r}")
+        raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, "
+                                         f"found {excerpt(limit)}")
     if limit > MAX_LIMIT:
         raise LedgerSqlError("too-large", f"limit {limit} is above the maximum of {MAX_LIMIT} "
                                           "rows; aggregate in SQL or use `kliqued ledger export`")

@@ -30,6 +30,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import Any, Sequence
 
+from klique_util.excerpt import excerpt
 from klique_util.units import UNITS_PER_HOUR
 
 from . import lending, scope
@@ -194,7 +195,7 @@ def group_path_of(conn, group: str, estate_paths: dict[str, str]) -> str:
     import difflib
     near = difflib.get_close_matches(group, list(estate_paths), n=3)
     hint = f" (did you mean {', '.join(near)}?)" if near else ""
-    raise UnknownGroup(f"unknown group {group!r}: it is not in the estate and no usage was "
+    raise UnknownGroup(f"unknown group {excerpt(group)}: it is not in the estate and no usage was "
                        f"ever recorded for it{hint}")
 
 

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from klique_util.excerpt import excerpt
 from klique_util.units import SECOND_MS
 
 Missed = Literal["run-once", "skip"]
@@ -34,7 +35,7 @@ def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise CronError(f"unknown time zone {name!r}: use an IANA name such as UTC or "
+        raise CronError(f"unknown time zone {excerpt(name)}: use an IANA name such as UTC or "
                         f"Europe/Paris") from None
 
 
@@ -54,7 +55,7 @@ def _sim(expr: str, start: datetime, reverse: bool = False) -> CronSim:
         if "day-of-month" in text:
             text += (" (out of range, or a day none of its months has: such a schedule "
                      "would never fire)")
-        raise CronError(f"cron {expr!r}: {text}") from None
+        raise CronError(f"cron {excerpt(expr)}: {text}") from None
 
 
 def check(expr: str, tz_name: str, now_ms: int) -> int:
@@ -64,12 +65,12 @@ def check(expr: str, tz_name: str, now_ms: int) -> int:
     tz = zone(tz_name)
     fields = expr.split()
     if len(fields) != 5:
-        raise CronError(f"cron {expr!r}: expected 5 fields (minute hour day-of-month month "
-                        f"day-of-week), found {len(fields)}")
+        raise CronError(f"cron {excerpt(expr)}: expected 5 fields (minute hour day-of-month "
+                        f"month day-of-week), found {len(fields)}")
     try:
         return _ms(next(_sim(expr, _dt(now_ms, tz))))
     except StopIteration:
-        raise CronError(f"cron {expr!r} never fires (no matching time in the next 50 "
+        raise CronError(f"cron {excerpt(expr)} never fires (no matching time in the next 50 "
                         f"years)") from None
 
 

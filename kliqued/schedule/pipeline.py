@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compiler.loader import Limits, load_yaml, position_of, to_plain
+from klique_util.excerpt import excerpt
 from klique_util.units import to_milli
 
 NAME_RE = r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$"
@@ -224,7 +225,8 @@ def parse(file: str, text: str) -> Parsed:
         for j, n in enumerate(s.needs):
             if n not in names:
                 errors.append(f"{at('steps', i, 'needs', j)}: step {s.name} needs unknown "
-                              f"step {n}; the steps are {', '.join(names)}")
+                              f"step {excerpt(n, quoted=False)}; the steps are "
+                              f"{', '.join(names)}")
             elif n == s.name:
                 errors.append(f"{at('steps', i, 'needs', j)}: step {s.name} needs itself")
     if errors:
@@ -242,10 +244,12 @@ def parse(file: str, text: str) -> Parsed:
             for kind, a, b in refs(arg):
                 place = at("steps", i, "command", j)
                 if kind == "bad":
-                    errors.append(f"{place}: ${{{a}}} is neither ${{params.NAME}} nor "
+                    errors.append(f"{place}: ${{{excerpt(a, quoted=False)}}} is neither "
+                                  f"${{params.NAME}} nor "
                                   f"${{steps.STEP.outputs.KEY}} (write $$ for a literal $)")
                 elif kind == "param" and a not in spec.params:
-                    errors.append(f"{place}: parameter {a} is not declared in `params`")
+                    errors.append(f"{place}: parameter {excerpt(a, quoted=False)} is not "
+                                  f"declared in `params`")
                 elif kind == "output" and a not in ancestors[s.name]:
                     errors.append(f"{place}: step {s.name} uses the outputs of {a}, which "
                                   f"it does not need (add {a} to its `needs`)")
@@ -261,7 +265,8 @@ def bind(parsed: Parsed, given: dict[str, str] | None = None) -> Loaded:
     params: dict[str, str] = {}
     for k, v in (given or {}).items():
         if k not in spec.params:
-            errors.append(f"{file}: parameter {k} is given but not declared; declared: "
+            errors.append(f"{file}: parameter {excerpt(k, quoted=False)} is given but not "
+                          f"declared; declared: "
                           f"{', '.join(spec.params) or 'none'}")
     for k, default in spec.params.items():
         if given and k in given:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
 from kliqued.daemon import history
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.handlers.ledger import scope as ledger_scope
@@ -38,7 +39,7 @@ async def export(request: web.Request) -> web.StreamResponse:
         return error(request, exc.status, exc.message)
     fmt = request.query.get("format") or "csv"
     if fmt not in ("csv", "parquet"):
-        return error(request, 400, f"format must be csv or parquet, found {fmt[:20]!r}")
+        return error(request, 400, f"format must be csv or parquet, found {excerpt(fmt)}")
     name = f"klique-usage-{start}-{end}.{fmt}"
     loop = asyncio.get_running_loop()
     cur = await c.store.cursor()

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import KINDS
@@ -83,7 +84,7 @@ async def orchestration(request: web.Request, p: Principal) -> dict[str, Any]:
     window = request.query.get("window") or "1h"
     if window not in data.WINDOWS:
         raise ApiError(400, "invalid-request",
-                       f"window must be one of {', '.join(data.WINDOWS)}, found {window[:20]!r}")
+                       f"window must be one of {', '.join(data.WINDOWS)}, found {excerpt(window)}")
     pools = data.pools(d, p)
     chart = await data.pool_use(c.store, [r["name"] for r in pools], d.clock.now(),
                                 data.WINDOWS[window])
@@ -110,7 +111,7 @@ async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
     states = ("queued", "placed", "running", "ended")
     if wanted is not None and wanted not in states:
         raise ApiError(400, "invalid-request",
-                       f"state must be one of {', '.join(states)}, found {wanted[:20]!r}")
+                       f"state must be one of {', '.join(states)}, found {excerpt(wanted)}")
     admin_of = sorted(d.acc().admin_of(p.name)) if p.is_user else []
     return {"tasks": await data.tasks_with_history(d, c.store, p, state(request).tasks,
                                                    state=wanted), "state": wanted,
@@ -125,7 +126,7 @@ def day(request: web.Request, name: str, default: dt.date) -> dt.date:
         return dt.date.fromisoformat(raw)
     except ValueError:
         raise ApiError(400, "invalid-request",
-                       f"{name} must be a date, YYYY-MM-DD; found {raw[:30]!r}") from None
+                       f"{name} must be a date, YYYY-MM-DD; found {excerpt(raw)}") from None
 
 
 def period(request: web.Request) -> tuple[dt.date, dt.date, int, int]:
@@ -150,7 +151,7 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
     by = request.query.get("by") or "group"
     if by not in ledger_export.SUMMARY_DIMENSIONS:
         raise ApiError(400, "invalid-request", f"by must be one of "
-                       f"{', '.join(ledger_export.SUMMARY_DIMENSIONS)}, found {by[:20]!r}")
+                       f"{', '.join(ledger_export.SUMMARY_DIMENSIONS)}, found {excerpt(by)}")
     rows = await data.usage(c.store, groups, a, b, by)
     total = sum((Decimal(r["gpu_hours"]) for r in rows), Decimal(0))
     cost = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
@@ -169,7 +170,7 @@ async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
     q = (request.query.get("q") or "").strip()[:200]
     kind = request.query.get("kind") or None
     if kind is not None and kind not in KINDS:
-        raise ApiError(400, "invalid-request", f"kind: no event kind {kind[:40]!r}")
+        raise ApiError(400, "invalid-request", f"kind: no event kind {excerpt(kind)}")
     events = await data.events(c.daemon, c.store, p, limit=200, search=q or None, kind=kind)
     return {"events": events, "q": q, "kind": kind, "kinds": sorted(KINDS)}
 

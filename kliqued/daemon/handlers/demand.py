@@ -15,6 +15,7 @@ from aiohttp import web
 
 from compiler.units import parse_duration
 from klique_util.demand import DemandRow, to_csv
+from klique_util.excerpt import excerpt
 from klique_util.units import SECOND_MS
 
 from .. import history
@@ -37,7 +38,7 @@ def since_ms(text: str | None, now: int) -> int:
         return now - parse_duration(text) * SECOND_MS
     except ValueError:
         raise ValueError("since: expected a duration back from now (14d, 36h) or an RFC 3339 "
-                         f"time, found {text[:50]!r}") from None
+                         f"time, found {excerpt(text)}") from None
 
 
 def status(rec: TaskRecord) -> str:

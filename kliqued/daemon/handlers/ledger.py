@@ -10,6 +10,7 @@ import time
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
 from kliqued.ledger import cio as ledger_cio
 from kliqued.ledger import export as ledger_export
 from kliqued.ledger import feed as ledger_feed
@@ -215,7 +216,7 @@ async def feed(request: web.Request) -> web.Response:
     raw = request.query.get("limit", "1000")
     if not raw.isdigit() or not 1 <= int(raw) <= ledger_feed.MAX_LIMIT:
         raise bad_request(f"limit must be a whole number from 1 to {ledger_feed.MAX_LIMIT}, "
-                          f"found {raw[:20]!r}")
+                          f"found {excerpt(raw)}")
     pool, pg = _pool(c, groups)
     try:
         body = await pool.run(

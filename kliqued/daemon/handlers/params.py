@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
+
 from ..errors import bad_request
 from ..units import parse_iso
 
@@ -16,7 +18,7 @@ def int_param(request: web.Request, name: str, default: int | None, lo: int,
     try:
         v = int(raw)
     except ValueError:
-        raise bad_request(f"{name} must be an integer, found {raw[:50]!r}") from None
+        raise bad_request(f"{name} must be an integer, found {excerpt(raw)}") from None
     if not lo <= v <= hi:
         raise bad_request(f"{name} must be between {lo} and {hi}, found {v}")
     return v
@@ -28,7 +30,7 @@ def str_param(request: web.Request, name: str, choices: tuple[str, ...] | None =
     if raw is None or raw == "":
         return None
     if choices is not None and raw not in choices:
-        raise bad_request(f"{name} must be one of {', '.join(choices)}, found {raw[:50]!r}")
+        raise bad_request(f"{name} must be one of {', '.join(choices)}, found {excerpt(raw)}")
     return raw
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
+
 from .. import history, pipeline_cache, pipelines
 from ..channel_state import PipelineRun
 from ..errors import ApiError
@@ -22,7 +24,7 @@ def _get(request: web.Request) -> pipelines.PipelineRun:
     pid = request.match_info["id"]
     pr = d.pipelines.items.get(pid)
     if pr is None or not pipelines.visible(d, principal(request), pr):
-        raise ApiError(404, "not-found", f"no pipeline {pid}")
+        raise ApiError(404, "not-found", f"no pipeline {excerpt(pid, quoted=False)}")
     return pr
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
+
 from .. import views
 from ..auth import Principal
 from ..core import Daemon
@@ -41,7 +43,7 @@ async def queue(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", 1000, 1, 10000)
     cr = d.idx().resources.get(name)
     if cr is None:
-        raise not_found(f"no compute resource {name}")
+        raise not_found(f"no compute resource {excerpt(name, quoted=False)}")
     if not d.acc().sees_group(p, cr.group):
         raise forbidden(f"{p.text} is not in group {cr.group}")
     q = d.st().queues.get(name)

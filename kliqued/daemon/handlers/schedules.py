@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from compiler.units import parse_duration
+from klique_util.excerpt import excerpt
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron
 from kliqued.schedule import pipeline as P
@@ -104,7 +105,7 @@ def _get(request: web.Request) -> schedules.Schedule:
     sid = request.match_info["id"]
     s = d.schedules.items.get(sid)
     if s is None or not schedules.visible(d, principal(request), s):
-        raise ApiError(404, "not-found", f"no schedule {sid}")
+        raise ApiError(404, "not-found", f"no schedule {excerpt(sid, quoted=False)}")
     return s
 
 

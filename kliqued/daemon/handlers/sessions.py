@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 
+from klique_util.excerpt import excerpt
 from klique_util.tunnel import MAX_FRAME, MAX_WS_MESSAGE, FrameTooLarge, b64, close_code, \
     forwardable, unb64
 from kliqued.engine import SubmissionError, check_submission
@@ -50,7 +51,7 @@ async def _session(request: web.Request) -> TaskRecord:
     tid = request.match_info["id"]
     rec = await history.recall(c.store, c.daemon, tid)
     if rec is None or not sessions.is_session(rec):
-        raise not_found(f"no session {tid}")
+        raise not_found(f"no session {excerpt(tid, quoted=False)}")
     return _visible(request, rec)
 
 
@@ -231,7 +232,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     tid = request.match_info["id"]
     rec = await history.recall(c.store, c.daemon, tid)
     if rec is None or not sessions.is_session(rec):
-        raise not_found(f"no session {tid}")
+        raise not_found(f"no session {excerpt(tid, quoted=False)}")
     redirect = _owner(request, c, rec)
     if redirect is not None:
         return redirect

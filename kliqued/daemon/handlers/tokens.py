@@ -18,6 +18,7 @@ from aiohttp import web
 
 from compiler.models import USER_PATTERN
 from compiler.units import parse_duration
+from klique_util.excerpt import excerpt
 from klique_util.units import DAY_S, SECOND_MS
 
 from .. import binding, views
@@ -52,19 +53,19 @@ def _principal(request: web.Request, body: dict[str, Any]) -> str:
     if "user" in body:
         user = body["user"]
         if not _USER.match(user):
-            raise _invalid("user", f"{user[:80]!r} is not a user name (letters, digits and "
+            raise _invalid("user", f"{excerpt(user)} is not a user name (letters, digits and "
                                    f"._@+- , starting with a letter or digit; at most 128)")
         acc = d.acc()
         if not acc.groups_of(user) and not acc.admin_of(user):
             raise ApiError(422, "unknown-user",
-                           f"user: {user!r} is in no group of the running estate (neither in "
-                           f"a group's users nor its admins): add them to groups.yaml first",
+                           f"user: {excerpt(user)} is in no group of the running estate (neither "
+                           f"in a group's users nor its admins): add them to groups.yaml first",
                            {"field": "user"})
         return f"user:{user}"
     if body.get("worker"):
         pool = body["pool"]
         if d.idx().estate.pool(pool) is None:
-            raise ApiError(422, "unknown-pool", f"pool: no pool {pool[:80]!r} in the running "
+            raise ApiError(422, "unknown-pool", f"pool: no pool {excerpt(pool)} in the running "
                                                 f"estate", {"field": "pool"})
         return f"worker:{pool}"
     return f"role:{body['role']}"

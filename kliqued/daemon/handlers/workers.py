@@ -17,6 +17,8 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from klique_util.excerpt import excerpt
+
 from .. import fleet, history, views
 from ..auth import Principal
 from ..errors import ApiError, bad_request, forbidden
@@ -63,7 +65,7 @@ async def register(request: web.Request) -> web.Response:
     p = principal(request)
     body = await read_json(request, "WorkerRegistration")
     if body["pool"] != p.name:
-        raise forbidden(f"this token is bound to pool {p.name}, not {body['pool']}")
+        raise forbidden(f"this token is bound to pool {p.name}, not {excerpt(body['pool'])}")
     if d.idx().estate.pool(p.name) is None:
         raise ApiError(422, "unknown-pool", f"no pool {p.name!r} in the running estate")
     key = _key_hash(request, required=True)
@@ -86,7 +88,7 @@ async def lease(request: web.Request) -> web.Response:
     try:
         wait = limit if raw in (None, "") else float(raw)
     except ValueError:
-        raise bad_request(f"wait must be a number of seconds, found {str(raw)[:50]!r}") from None
+        raise bad_request(f"wait must be a number of seconds, found {excerpt(str(raw))}") from None
     if not 0 <= wait <= 3600:
         raise bad_request(f"wait must be between 0 and 3600 seconds, found {raw}")
     wait = min(wait, limit)
@@ -198,7 +200,7 @@ async def deregister(request: web.Request) -> web.Response:
     w = d.workers.get(wid)
     if p.is_worker:
         if w is None:
-            raise ApiError(404, "not-found", f"no worker {wid}")
+            raise ApiError(404, "not-found", f"no worker {excerpt(wid, quoted=False)}")
         if w.pool != p.name:
             raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to "
                             f"{p.name}")
