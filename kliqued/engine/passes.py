@@ -23,7 +23,7 @@ from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemp
 from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
-from .fair import fair_pick
+from .fairtree import FairTree, shape_of, scaled_share
 from .rebalance import rebalance_victims
 from .reclaim import choose_victims
 from .result import PassResult
@@ -681,40 +681,72 @@ def _live(index: EstateIndex, state: State) -> list[str]:
 
 def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:
     """Phase 3 with ``order: fair`` (lending.md): the same candidates as ``_fill``'s, the
-    one placed next chosen by ``fair.fair_pick`` (lowest share from the top down), shares
-    recomputed after every placement. It looks at every live queue (the opt-in costs a
-    walk over the queues per pass; the default path keeps its watchers); a queue with no
-    candidate is parked as ``_fill`` parks it, so phases 1 and 2 wake it as before."""
+    one placed next the one ``fair.fair_pick`` would choose (lowest share from the top
+    down), kept by a ``FairTree`` so a placement costs the levels it touches, not the number
+    of candidates. It looks at the queues ``_fill`` looks at, plus every queue parked on a
+    pool or envelope that gained room and could fit there (shares, not the pool's order,
+    choose among them; a queue parked on a full pool has no candidate, as ``_fill``
+    assumes); a queue with no candidate is parked as ``_fill`` parks it."""
     resources = index.resources
     groups = index.groups
     w = state.watchers
-    cands: dict[str, tuple[Key, GroupInfo, Task, str]] = {}
+    tree: FairTree[tuple[GroupInfo, Task, str]] = FairTree(index, state)
+    by_pool: dict[str, set[str]] = {}
+    by_level: dict[str, set[str]] = {}
+
+    def drop(name: str) -> None:
+        c = tree.remove(name)
+        if c is not None:
+            by_pool[c[2]].discard(name)
+            for x in c[0].levels:
+                by_level[x].discard(name)
 
     def evaluate(name: str) -> None:
         cr = resources[name]
         w.forget(name)
+        drop(name)
         c = _candidate(index, state, cr, True, now)
         if c is None:
-            cands.pop(name, None)
             _park(index, state, cr, now)
             return
         t, pool = c
-        cands[name] = (order_key(cr, cr.exec_pos[pool], t), groups[cr.group], t, pool)
+        gi = groups[cr.group]
+        tree.add(name, order_key(cr, cr.exec_pos[pool], t), gi, (gi, t, pool))
+        by_pool.setdefault(pool, set()).add(name)
+        for x in gi.levels:
+            by_level.setdefault(x, set()).add(name)
 
-    for name in _live(index, state):
-        evaluate(name)
+    names = set(state.active)
+    for p in state.freed_pools:
+        w.wake_lend(p, state.room(p), names)
+    for x in state.freed_levels:
+        xi = groups.get(x)
+        if xi is not None:
+            w.wake_lend(level_key(x), xi.limit - state.used.get(x, 0), names)
+    for name in sorted(names):
+        q = state.queues.get(name)
+        if q is not None and q.live and name in resources:
+            evaluate(name)
     changed = False
-    while cands:
-        name = fair_pick(index, state, [(c[0], c[1], n) for n, c in sorted(cands.items())])
-        _, gi, t, pool = cands.pop(name)
+    while len(tree):
+        name = tree.pick()
+        gi, t, pool = tree.payload(name)
+        drop(name)
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "lend"))
         changed = True
+        tree.moved(gi.levels)
         # What the placement can change: its queue, room on its pool, and the headroom,
         # user limit and budget rate at its levels.
-        levels = set(gi.levels)
-        touched = {name} | {n for n, c in cands.items()
-                            if c[3] == pool or levels.intersection(c[1].levels)}
+        # On the pool, only candidates that no longer fit there move (``_fill`` does the
+        # same): the pools before it in their order are unchanged.
+        touched = {name}
+        for n in by_pool.get(pool, ()):
+            c = tree.payload(n)
+            if not fits(state, resources[n], pool, c[1].size):
+                touched.add(n)
+        for x in gi.levels:
+            touched |= by_level.get(x, set())
         for n in sorted(touched):
             evaluate(n)
     w.restore()
@@ -748,31 +780,42 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     fixed now, each taken once in phase 3's order (key (1) on the profile's first pool,
     shares recomputed after each placement); skipped if at its turn it is no longer its
     queue's candidate; placed where it fits, else where ``rebalance_victims`` frees room
-    from borrowers with a higher share."""
+    from borrowers with a higher share.
+
+    A candidate whose share after the move would be no lower than every sibling's share at
+    each of its levels can take from nobody (``Givers``); while every candidate is such,
+    nothing changes and no room frees, so when no queue's group could take anything the
+    phase ends at once, without fixing its candidates (the steady pass's case)."""
     resources = index.resources
     groups = index.groups
-    fixed: dict[str, Task] = {}
+    givers = Givers(index, state)
+    if not givers.any_taker():
+        return False
+    tree: FairTree[Task] = FairTree(index, state)
     for name in _live(index, state):
         cr = resources[name]
         t = _rebalance_candidate(index, state, cr, now)
         if t is not None and first_fit(state, cr, t.size) is None:
-            fixed[name] = t
+            tree.add(name, order_key(cr, cr.first_exec_pos, t), groups[t.group], t)
     changed = False
-    while fixed:
-        name = fair_pick(index, state, [
-            (order_key(resources[n], resources[n].first_exec_pos, t), groups[t.group], n)
-            for n, t in sorted(fixed.items())])
-        t = fixed.pop(name)
+    while len(tree):
+        name = tree.pick()
+        t = tree.remove(name)
         cr = resources[name]
         now_cand = _rebalance_candidate(index, state, cr, now)
-        if now_cand is not t:
+        if now_cand is not t or t is None:
             continue  # no longer its queue's candidate (a victim went back in front of it)
         gi = groups[cr.group]
         pool = first_fit(state, cr, t.size)
+        moved: list[str] = list(gi.levels)
         if pool is None:
+            if not givers.may_take(gi, t.size):
+                continue  # no level it could take from: rebalance_victims finds nobody
             for p in cr.pools:
                 if p not in state.free:
                     continue
+                if not givers.may_take_on(p, gi, t.size):
+                    continue  # nobody on the pool has a share above its share after
                 victims = rebalance_victims(index, state, p, gi, t.size, cr.nodes, now)
                 if victims is None:
                     continue
@@ -782,6 +825,7 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                     lost = state.preempt(v, now, "rebalanced", text)
                     out.append(Preemption(v.id, v.resource, v.group, vpool, "rebalanced",
                                           text, cr.group, v.size, lost))
+                    moved.extend(groups[v.group].levels if v.group in groups else ())
                 pool = p
                 break
             else:
@@ -790,4 +834,115 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         out.append(Placement(t.id, name, t.group, pool, t.size, "rebalance"))
         changed = True
         state.active.add(name)
+        levels = tuple(dict.fromkeys(moved))
+        tree.moved(levels)
+        givers.moved(levels)
+        givers.rose(gi)
     return changed
+
+
+class Givers:
+    """For phase 4: per node of the organisation, the two highest shares among its
+    children, so ``may_take`` answers in a few steps whether some level could give a
+    candidate anything. A victim's giving level ``Y`` and the taker's ``X`` are siblings
+    (the diverging levels), and ``Y``'s share after the move is below its share now, so a
+    move needs ``share_after(X) < share(Y)`` for some sibling ``Y`` of some level ``X`` of
+    the taker. Shares that fall leave the two highest as upper bounds (still safe to skip
+    by); shares that rise are carried in (``moved``)."""
+
+    def __init__(self, index: EstateIndex, state: State) -> None:
+        self.index = index
+        self.state = state
+        self.shape = shape_of(index)
+        self.top: dict[str, tuple[tuple[int, str], tuple[int, str]]] = {}
+        self.on_pool: dict[str, int] = {}
+        """Pool → the highest share of any level of a group placed there (an upper bound
+        once shares fall; dropped where a share may have risen)."""
+        for node, children in self.shape.children.items():
+            self._rank(node, children)
+
+    def _rank(self, node: str, children: list[str]) -> None:
+        a: tuple[int, str] = (-1, "")
+        b: tuple[int, str] = (-1, "")
+        for c in children:
+            e = (scaled_share(self.shape, self.index, self.state, c), c)
+            if e > a:
+                a, b = e, a
+            elif e > b:
+                b = e
+        self.top[node] = (a, b)
+
+    def moved(self, levels: tuple[str, ...]) -> None:
+        shape = self.shape
+        for x in levels:
+            up = shape.parent.get(x)
+            if up is None:
+                continue
+            a, b = self.top[up]
+            best = {a[1]: a[0], b[1]: b[0]}
+            s = scaled_share(shape, self.index, self.state, x)
+            best[x] = max(best.get(x, -1), s)  # a share that fell keeps its old bound
+            ranked = sorted(((v, k) for k, v in best.items()), reverse=True)
+            a, b = ranked[0], ranked[1] if len(ranked) > 1 else (-1, "")
+            self.top[up] = (a, b)
+
+    def may_take(self, gi: GroupInfo, size: int) -> bool:
+        """Whether some sibling of some level of ``gi`` has a share above the level's share
+        after taking ``size``."""
+        shape = self.shape
+        used = self.state.used
+        groups = self.index.groups
+        for x in gi.levels:
+            a, b = self.top[shape.parent[x]]
+            best = b[0] if a[1] == x else a[0]
+            after = used.get(x, 0) + size - groups[x].reservation
+            if (after * shape.factor[x] if after > 0 else 0) < best:
+                return True
+        return False
+
+    def may_take_on(self, pool: str, gi: GroupInfo, size: int) -> bool:
+        """Whether some level of a group placed on ``pool`` has a share above the share of
+        some level of ``gi`` after taking ``size`` (the diverging levels are among them)."""
+        top = self.on_pool.get(pool)
+        shape = self.shape
+        if top is None:
+            top = -1
+            groups = self.index.groups
+            for h in self.state.placed_by_pool_group.get(pool, {}):
+                hi = groups.get(h)
+                for z in (hi.levels if hi is not None else ()):
+                    v = scaled_share(shape, self.index, self.state, z)
+                    if v > top:
+                        top = v
+            self.on_pool[pool] = top
+        used = self.state.used
+        groups = self.index.groups
+        for x in gi.levels:
+            after = used.get(x, 0) + size - groups[x].reservation
+            if (after * shape.factor[x] if after > 0 else 0) < top:
+                return True
+        return False
+
+    def rose(self, gi: GroupInfo) -> None:
+        """``gi`` placed work: its levels' shares rose, on every pool its subtree uses."""
+        if len(gi.levels) > 1:
+            self.on_pool.clear()
+            return
+        for t in self.state.placed_by_group.get(gi.name, {}).values():
+            self.on_pool.pop(t.pool or "", None)
+
+    def any_taker(self) -> bool:
+        """Whether some team with queued work could take something, by its smallest queued
+        task (a larger one's share after the move is higher still)."""
+        queues = self.state.queues
+        for gi in self.index.groups.values():
+            smallest: int | None = None
+            for name in gi.resources:
+                q = queues.get(name)
+                if q is not None and q.live:
+                    m = q.min_size()
+                    if m is not None and (smallest is None or m < smallest):
+                        smallest = m
+            if smallest is not None and self.may_take(gi, smallest):
+                return True
+        return False

@@ -98,6 +98,17 @@ class Watchers:
             if ver.get(name) == v:
                 out.add(name)
 
+    def wake_lend(self, pool: str, free: int, out: set[str]) -> None:
+        """Every queue parked on ``pool`` (or an envelope's limit) that could fit in ``free``:
+        ``order: fair`` chooses by shares, not by the pool's order, so it needs them all. The
+        woken queues are looked at (``forget``), which drops their other entries."""
+        h = self.lend_need.get(pool)
+        ver = self.version
+        while h and h[0][0] <= free:
+            _, v, name = heapq.heappop(h)
+            if ver.get(name) == v:
+                out.add(name)
+
     def next_lend(self, pool: str, free: int) -> tuple[Key, int, str, int] | None:
         """The parked queue that comes first on ``pool`` among those that fit in ``free``;
         the ones passed over (too big now) are kept for :meth:`restore`."""

@@ -79,6 +79,34 @@ BUSINESS_UNITS = 20
 DEPARTMENTS = 200
 
 
+LENDING_PROTECT_S = 60
+"""settings' ``protect_for`` of the lending variant: the steady passes (1 s apart) run past
+it, so borrowed work placed by the first pass becomes reclaimable and rebalanceable."""
+
+
+def with_lending(estate):
+    """The XL estate with lending.md's three settings on (issue 28's benchmark):
+    ``order: fair``, ``protect_for: 60s`` and ``victims: least_lost_work``; every fifth
+    policy lends with weight 2, every seventh protects its work for 20 minutes and every
+    eleventh not at all (its own ``protect_for: 0s``). The tasks checkpoint (``XL``)."""
+    from compiler.compiled import CLending
+
+    settings = estate.settings.model_copy(update={"lending": CLending(
+        order="fair", protect_for_s=LENDING_PROTECT_S, victims="least_lost_work")})
+    policies = []
+    for i, p in enumerate(estate.policies):
+        update: dict[str, int] = {}
+        if i % 5 == 0:
+            update["lend_weight_milli"] = 2000
+        if i % 7 == 0:
+            update["protect_for_s"] = 1200
+        elif i % 11 == 0:
+            update["protect_for_s"] = 0
+        policies.append(p.model_copy(update=update))
+    return estate.model_copy(update={"settings": settings,
+                                     "policies": policies}).with_revision()
+
+
 def with_hierarchy(estate):
     """The XL estate under a three-level tree (issue 12's benchmark): 20 business units, 200
     departments with monthly budgets, the 2,000 policies as their teams (10 per department).
@@ -133,7 +161,7 @@ class XL:
     """An XL state: the estate, its index, a state with ``tasks`` queued, a clock."""
 
     def __init__(self, profiles: int = PROFILES, tasks: int = TASKS, seed: int = 1,
-                 org: bool = False) -> None:
+                 org: bool = False, lending: bool = False) -> None:
         # Building millions of objects with the cyclic GC on costs a full collection every
         # so often; the set-up is not what is measured, so it runs without, and what it built
         # is then frozen out of later collections (as a daemon would after loading its state).
@@ -143,6 +171,9 @@ class XL:
             self.estate = xl_estate(profiles)
             if org:
                 self.estate = with_hierarchy(self.estate)
+            if lending:
+                self.estate = with_lending(self.estate)
+            self.lending = lending
             self.index = EstateIndex.build(self.estate)
             self.crs = sorted(self.index.resources)
             self.rnd = random.Random(seed)
@@ -155,10 +186,13 @@ class XL:
         gc.freeze()
 
     def submit_many(self, count: int, spread: bool = False) -> None:
+        """With lending, two tasks in three checkpoint, every 20 s or every 45 s (the
+        victims' lost work then differs from task to task)."""
         crs, st = self.crs, self.state
         for i in range(count):
             cr = crs[(self.n if spread else self.rnd.randrange(len(crs))) % len(crs)]
-            st.submit(f"t{self.n}", cr, "u", None, None, at=self.now)
+            every = (None, 20_000, 45_000)[self.n % 3] if self.lending else None
+            st.submit(f"t{self.n}", cr, "u", None, None, at=self.now, checkpoint_ms=every)
             self.n += 1
 
     def release(self) -> None:
@@ -214,14 +248,15 @@ def _ms(x: float) -> str:
 # ------------------------------------------------------------------------ the rows
 
 def bench_xl(first_repeat: int = 3, steady_reps: int = 100, idle_reps: int = 50,
-             org: bool = False) -> list[dict]:
-    """The XL rows; ``org``: the same estate under issue 12's three-level tree."""
+             org: bool = False, lending: bool = False) -> list[dict]:
+    """The XL rows; ``org``: the same estate under issue 12's three-level tree;
+    ``lending``: with lending.md's three settings on (``with_lending``)."""
     firsts, cpus, placed = [], [], 0
     xl = None
     for _ in range(first_repeat):
         if xl is not None:
             xl.release()
-        xl = XL(org=org)
+        xl = XL(org=org, lending=lending)
         dt, cpu, placed = xl.first_pass()
         firsts.append(dt)
         cpus.append(cpu)
@@ -253,6 +288,9 @@ def bench_xl(first_repeat: int = 3, steady_reps: int = 100, idle_reps: int = 50,
     if org:
         for r in rows:
             r["name"] = "three levels: " + r["name"]
+    if lending:
+        for r in rows:
+            r["name"] = "fair + protect_for + least_lost_work: " + r["name"]
     return rows
 
 
@@ -404,6 +442,7 @@ def bench_scaling(reps: int = 30) -> dict:
 def run() -> list[dict]:
     rows = bench_xl()
     rows += bench_xl(org=True)
+    rows += bench_xl(lending=True)
     rows.append(bench_memory())
     philly = bench_philly()
     if philly is not None:
