@@ -579,6 +579,13 @@ def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo,
     smallest = q.min_size()
     if smallest is None or smallest > room:
         return None
+    return _first_within(state, gi, cr, q, room)
+
+
+def _first_within(state: State, gi: GroupInfo, cr: CRInfo, q: CRQueue,
+                  room: int) -> Task | None:
+    """The task of ``q`` that ``room`` GPUs would take: strict, its head or none; best
+    effort, its first that fits and that the user limit lets start."""
     if cr.strict:
         t = _head(state, gi, q)
         return t if t is not None and t.size <= room else None
@@ -765,14 +772,7 @@ def _rebalance_candidate(index: EstateIndex, state: State, cr: CRInfo,
         return None
     gi = index.groups[cr.group]
     room = headroom(index, state, cr, True)
-    if cr.strict:
-        t = _head(state, gi, q)
-        return t if t is not None and t.size <= room else None
-    limited = gi.user_limit is not None
-    for t in q:
-        if t.size <= room and (not limited or user_ok(state, gi, t)):
-            return t
-    return None
+    return _first_within(state, gi, cr, q, room)
 
 
 def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:

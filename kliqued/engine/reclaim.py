@@ -237,14 +237,7 @@ def _on_pool(index: EstateIndex, state: State, pool: str, waiting_group: str,
             heapq.heappop(heap)
         else:
             heapq.heapreplace(heap, (-nxt.place_seq, 0, nxt, it))
-    if freed < need:
-        return None
-    spared: set[int] = set()
-    for i in range(len(chosen) - 1, -1, -1):
-        if freed - chosen[i].size >= need:
-            freed -= chosen[i].size
-            spared.add(i)
-    return [t for i, t in enumerate(chosen) if i not in spared]
+    return _spared(chosen, freed, need)
 
 
 def _on_pool_ordered(index: EstateIndex, by_group: dict[str, dict[str, Task]],
@@ -264,6 +257,13 @@ def _on_pool_ordered(index: EstateIndex, by_group: dict[str, dict[str, Task]],
             chosen.append(t)
             excess[t.group] = ex - t.size
             freed += t.size
+    return _spared(chosen, freed, need)
+
+
+def _spared(chosen: list[Task], freed: int, need: int) -> list[Task] | None:
+    """The victims left once sparing goes back from the last chosen to the first (engine.md:
+    a chosen task whose GPUs are not needed after all is kept), or None when even all of them
+    do not free ``need``: then nothing is preempted."""
     if freed < need:
         return None
     spared: set[int] = set()
