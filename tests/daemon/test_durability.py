@@ -62,9 +62,10 @@ def snapshot(s: Server) -> dict[str, Any]:
             for k in ("used_hours", "left_hours"):
                 r["room"]["budget"].pop(k)
     tasks = all_tasks(s)
-    for t in tasks:  # a placed task's GPU-hours grow with time too; an ended one's are fixed
-        if t["state"] != "ended":
+    for t in tasks:  # a placed task's GPU-hours and lost work grow with time too; an ended
+        if t["state"] != "ended":  # one's are fixed
             t.pop("gpu_hours")
+            t.pop("lost_work_s", None)
     return {"tasks": tasks, "policies": pols, "pools": s.ok("GET", "/v1/pools"),
             "resources": resources, "queues": queues,
             "tokens": s.ok("GET", "/v1/tokens")}
