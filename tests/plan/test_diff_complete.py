@@ -119,6 +119,11 @@ def _attribution(doc: Doc) -> Doc:
     return a
 
 
+def _lending(doc: Doc) -> Doc:
+    lend: Doc = doc["settings"].setdefault("lending", {})
+    return lend
+
+
 def _autoscale(doc: Doc) -> Doc:
     a: Doc = _pool(doc, "cloud")["autoscale"]
     return a
@@ -242,6 +247,15 @@ MUTATIONS: list[Mutation] = [
       _set(_attribution, "overhead_account", ["overhead", "it-costs"])),
     m("attribution.borrowed", "CAttribution.borrowed",
       _set(_attribution, "borrowed", ["borrower", "split"])),
+    m("attribution.lost_work", "CAttribution.lost_work",
+      _set(_attribution, "lost_work", [None, "owner", "taker", "overhead"])),
+    m("settings.lending", "CSettings.lending CLending.order",
+      _set(_settings, "lending", [None, {"order": "fair"}, {"order": "ordered"}])),
+    m("lending.order", "CLending.order", _set(_lending, "order", ["ordered", "fair"])),
+    m("lending.protect_for", "CLending.protect_for_s",
+      _set(_lending, "protect_for", ["0s", "20m", "1h"])),
+    m("lending.victims", "CLending.victims",
+      _set(_lending, "victims", ["newest", "least_lost_work"])),
     # pools
     m("pool.kind", "CPool.kind", _set(_onprem, "kind", ["baremetal", "hpc", "kubernetes"])),
     m("pool.capacity", "CPool.capacity_milli", _set(_onprem, "capacity", [8, 16, 12])),
@@ -303,6 +317,10 @@ MUTATIONS: list[Mutation] = [
     m("policy.reservation", "CPolicy.reservation_milli CPolicy.shared_reservation_milli",
       _set(_team_a, "reservation", [0, 1, 2])),
     m("policy.limit", "CPolicy.limit_milli", _set(_team_a, "limit", [4, 3, 8])),
+    m("policy.lend_weight", "CPolicy.lend_weight_milli",
+      _set(_team_a, "lend_weight", [None, 1, 2, 0.5])),
+    m("policy.protect_for", "CPolicy.protect_for_s",
+      _set(_team_a, "protect_for", [None, "0s", "30m"])),
     m("policy.user_limit", "CPolicy.user_limit_milli",
       _set(_team_a, "user_limit", [None, 2, 4])),
     m("policy.budget", "CPolicy.budget", _set(_team_a, "budget", [
