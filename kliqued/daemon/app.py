@@ -23,6 +23,7 @@ from kliqued.web import routes as web_ui
 
 from .agents.endpoint import ENDPOINT, Endpoint, www_authenticate
 from .errors import ApiError, StoreAway
+from .listener import log as listener_log
 from .handlers import agents, demand, engine, estate, events, leader, ledger, meta, metrics
 from .handlers import pipelines, plan, policies, pools, resources, schedules, sessions, tasks
 from .handlers import tokens, workers
@@ -34,7 +35,7 @@ from .routes import Handler, Route, table
 __all__ = ["Context", "ROUTES", "make_app"]
 
 log = logging.getLogger(__name__)
-hangups = logging.getLogger("kliqued.daemon.listener")
+hangups = listener_log  # clients that hang up: the listener's own logger, flood-limited
 """Client-driven records (logsetup.FLOOD_PRONE): a flood of hang-ups is aggregated."""
 
 MAX_BODY = 1024 * 1024
