@@ -67,23 +67,33 @@ def _compile(files: list[SourceFile], where: str) -> CompileResult:
 class DirSource:
     """An estate directory on disk, watched."""
 
-    def __init__(self, path: str, debounce_ms: int = 500) -> None:
+    def __init__(self, path: str, debounce_ms: int = 500, rescan_ms: int = 5000) -> None:
         self.path = path
         self.debounce_ms = debounce_ms
+        self.rescan_ms = rescan_ms
+        """Also look this often with no event: a change made between the daemon's first read
+        and the watch taking hold (or one inotify does not report, on a network file system)
+        is applied within this time instead of waiting for the next edit."""
         self.label = path
+        self._last: Snapshot | None = None
 
     def read(self) -> Snapshot:
         try:
             files = read_dir(self.path)
         except EstateReadError as exc:
             return Snapshot(f"error:{exc}", _refusal(self.path, str(exc)), label=self.label)
-        return Snapshot(_digest(files), _compile(files, self.path), label=self.label)
+        key = _digest(files)
+        if self._last is not None and self._last.key == key:
+            return self._last  # unchanged: a rescan does not compile again
+        self._last = Snapshot(key, _compile(files, self.path), label=self.label)
+        return self._last
 
     async def changes(self, stop: asyncio.Event) -> AsyncIterator[None]:
         import watchfiles
         async for _ in watchfiles.awatch(self.path, debounce=self.debounce_ms, step=50,
                                          stop_event=stop, recursive=True,
-                                         ignore_permission_denied=True):
+                                         ignore_permission_denied=True,
+                                         rust_timeout=self.rescan_ms, yield_on_timeout=True):
             yield None
 
 

@@ -136,7 +136,11 @@ def test_a_backward_hour_keeps_time_running_and_the_ledger_positive(
     wait_for(lambda: st.s.task(tid)["state"] == "ended", 40, "the 5 s task ended")
     rows = st.s.sql(f"SELECT sum(hours) FROM usage WHERE task = '{tid}'")
     charged_s = float(rows[0][0]) * 3600
-    assert 4.5 <= charged_s <= 9, charged_s
+    # The worker's clock is an hour behind the daemon's time now, so its report's ``at`` is
+    # not trusted: the end charged is the last heartbeat that listed the task running
+    # (ends.py), up to a heartbeat or two before the exit on a loaded machine (CI saw 4.3 s).
+    # Before the fix the daemon's time stood still and this was 0.
+    assert 2.0 <= charged_s <= 9, charged_s
     # the schedule of every minute fired after the step (before: silent for the hour)
     runs = wait_for(lambda: st.s.ok("GET", f"/v1/schedules/{sched['id']}",
                                     token=st.alice)["last_runs"], 70, "a run of the cron")
