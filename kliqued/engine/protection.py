@@ -10,12 +10,8 @@ engine must run a pass at each (scenarios.md "the engine must act on its own").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .index import EstateIndex
-
-if TYPE_CHECKING:
-    from .state import Task
+from .task import Task
 
 
 def protect_ms(index: EstateIndex, t: Task) -> int:

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from sortedcontainers import SortedList
 
-if TYPE_CHECKING:
-    from .state import Task
+from .task import ENDED, PLACED, QUEUED, Task
 
-QUEUED = 0
-PLACED = 1
-ENDED = 2
+__all__ = ["CRQueue", "QUEUED", "PLACED", "ENDED"]
 
 
 _RANK_SHIFT = 44
@@ -51,8 +48,8 @@ class CRQueue:
         """How many queued tasks have each size: best_effort skips a queue at once when even
         its smallest task cannot go anywhere."""
         self.stale = 0
-        self.front_seqs = SortedList()
-        self.back_seqs = SortedList()
+        self.front_seqs: SortedList = SortedList()
+        self.back_seqs: SortedList = SortedList()
 
     @staticmethod
     def _valid(t: "Task", token: int) -> bool:
@@ -153,9 +150,10 @@ class CRQueue:
 
     def position(self, t: "Task") -> int:
         """0-based place of queued ``t`` in queue order (0 = the head)."""
+        # sortedcontainers ships no types: its answers are ints, said so here once.
         if t.ran_before:
-            return self.front_seqs.bisect_left(t.seq)
-        return len(self.front_seqs) + self.back_seqs.bisect_left(self._key(t))
+            return int(self.front_seqs.bisect_left(t.seq))
+        return len(self.front_seqs) + int(self.back_seqs.bisect_left(self._key(t)))
 
     def min_size(self) -> int | None:
         return min(self.sizes) if self.sizes else None

@@ -25,7 +25,8 @@ class PassResult:
     __slots__ = ("index", "_state", "now", "decisions", "next_pass_at", "repeats", "_version")
 
     def __init__(self, index: "EstateIndex", state: "State", now: int,
-                 decisions: list, next_pass_at: int | None, repeats: int) -> None:
+                 decisions: list[Placement | Preemption | Cancellation | Alert],
+                 next_pass_at: int | None, repeats: int) -> None:
         self.index = index
         self._state = state
         self.now = now

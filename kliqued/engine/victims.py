@@ -12,10 +12,9 @@ newest placement (the later ``place_seq``), then the task id.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
-if TYPE_CHECKING:  # the state imports lost_work: the rule is written here once
-    from .state import Task
+from .task import Task
 
 
 def lost_work(t: Task, now: int) -> int:
