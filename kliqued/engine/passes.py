@@ -788,15 +788,27 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     phase ends at once, without fixing its candidates (the steady pass's case)."""
     resources = index.resources
     groups = index.groups
-    givers = Givers(index, state)
+    givers = Givers(index, state, now)
     if not givers.any_taker():
         return False
-    tree: FairTree[Task] = FairTree(index, state)
+    fixed: list[tuple[str, CRInfo, Task]] = []
+    acts = False
     for name in _live(index, state):
         cr = resources[name]
         t = _rebalance_candidate(index, state, cr, now)
         if t is not None and first_fit(state, cr, t.size) is None:
-            tree.add(name, order_key(cr, cr.first_exec_pos, t), groups[t.group], t)
+            fixed.append((name, cr, t))
+            if not acts:
+                acts = _may_act(state, givers, groups[cr.group], cr, t.size)
+    if not acts:
+        # Every candidate, at its turn, would be passed over by the same checks as below:
+        # none fits, and none has a pool where ``rebalance_victims`` could find a victim.
+        # Passing one over changes nothing, so the state at each turn is the state now and
+        # the phase decides nothing: it ends without ordering its candidates.
+        return False
+    tree: FairTree[Task] = FairTree(index, state)
+    for name, cr, t in fixed:
+        tree.add(name, order_key(cr, cr.first_exec_pos, t), groups[t.group], t)
     changed = False
     while len(tree):
         name = tree.pick()
@@ -841,6 +853,14 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     return changed
 
 
+def _may_act(state: State, givers: "Givers", gi: GroupInfo, cr: CRInfo, size: int) -> bool:
+    """Whether phase 4 could do anything for a candidate of ``size`` of ``cr`` that does not
+    fit now: the same checks the loop makes before ``rebalance_victims``."""
+    if not givers.may_take(gi, size):
+        return False
+    return any(p in state.free and givers.may_take_on(p, gi, size) for p in cr.pools)
+
+
 class Givers:
     """For phase 4: per node of the organisation, the two highest shares among its
     children, so ``may_take`` answers in a few steps whether some level could give a
@@ -850,14 +870,15 @@ class Givers:
     the taker. Shares that fall leave the two highest as upper bounds (still safe to skip
     by); shares that rise are carried in (``moved``)."""
 
-    def __init__(self, index: EstateIndex, state: State) -> None:
+    def __init__(self, index: EstateIndex, state: State, now: int) -> None:
         self.index = index
         self.state = state
         self.shape = shape_of(index)
         self.top: dict[str, tuple[tuple[int, str], tuple[int, str]]] = {}
-        self.on_pool: dict[str, int] = {}
-        """Pool → the highest share of any level of a group placed there (an upper bound
-        once shares fall; dropped where a share may have risen)."""
+        self.now = now
+        self.give: dict[str, int] = {}
+        """Pool → its scaled ``give`` (``may_take_on``): an upper bound once shares fall
+        (victims leaving), dropped when a rebalance places (``rose``)."""
         for node, children in self.shape.children.items():
             self._rank(node, children)
 
@@ -901,48 +922,89 @@ class Givers:
         return False
 
     def may_take_on(self, pool: str, gi: GroupInfo, size: int) -> bool:
-        """Whether some level of a group placed on ``pool`` has a share above the share of
-        some level of ``gi`` after taking ``size`` (the diverging levels are among them)."""
-        top = self.on_pool.get(pool)
-        shape = self.shape
+        """Whether some placed task on ``pool`` could be a victim of ``gi``'s candidate of
+        ``size``: a necessary condition of ``rebalance_victims`` finding one, so a pool that
+        fails it is passed over without looking at its tasks one by one.
+
+        A victim ``v`` needs ``share_after(X) <= (used(Y) - chosen(Y) - reservation(Y)) /
+        w(Y)`` with ``chosen(Y) >= size(v)``, ``X`` a level of the taker and ``Y`` one of
+        ``v``'s, and ``v`` unprotected, not orphaned, of a size above 0. So some level ``x``
+        of ``gi`` must have ``share_after(x) <= give(pool)``, the highest ``(used(z) -
+        size(v) - reservation(z)) / w(z)`` over such tasks ``v`` on the pool and the levels
+        ``z`` of their groups (``_give``)."""
+        top = self.give.get(pool)
         if top is None:
-            top = -1
-            groups = self.index.groups
-            for h in self.state.placed_by_pool_group.get(pool, {}):
-                hi = groups.get(h)
-                for z in (hi.levels if hi is not None else ()):
-                    v = scaled_share(shape, self.index, self.state, z)
-                    if v > top:
-                        top = v
-            self.on_pool[pool] = top
+            top = self.give[pool] = self._give(pool)
+        if top < 0:
+            return False
+        shape = self.shape
         used = self.state.used
         groups = self.index.groups
         for x in gi.levels:
             after = used.get(x, 0) + size - groups[x].reservation
-            if (after * shape.factor[x] if after > 0 else 0) < top:
+            if (after * shape.factor[x] if after > 0 else 0) <= top:
                 return True
         return False
 
+    def _give(self, pool: str) -> int:
+        """The scaled ``give`` of ``pool`` (``may_take_on``); -1 when no task there could be
+        a victim. A group's smallest eligible task gives its highest bound."""
+        index, state, now = self.index, self.state, self.now
+        groups = index.groups
+        factor = self.shape.factor
+        used = state.used
+        protecting = index.protecting
+        in_order = state.placed_in_time_order
+        top = -1
+        for h, tasks in state.placed_by_pool_group.get(pool, {}).items():
+            hi = groups.get(h)
+            if hi is None or not tasks:
+                continue
+            pm = hi.protect_ms if protecting else 0
+            smallest = 0
+            for v in tasks.values():
+                if pm > 0 and v.placed_at is not None and now - v.placed_at < pm:
+                    if in_order:
+                        break  # the rest were placed later: protected too
+                    continue
+                sz = v.size
+                if sz <= 0 or v.orphan or (smallest and sz >= smallest):
+                    continue
+                smallest = sz
+            if not smallest:
+                continue
+            for z in hi.levels:
+                g = (used.get(z, 0) - smallest - groups[z].reservation) * factor[z]
+                if g > top:
+                    top = g
+        return top
+
     def rose(self, gi: GroupInfo) -> None:
-        """``gi`` placed work: its levels' shares rose, on every pool its subtree uses."""
-        if len(gi.levels) > 1:
-            self.on_pool.clear()
-            return
-        for t in self.state.placed_by_group.get(gi.name, {}).values():
-            self.on_pool.pop(t.pool or "", None)
+        """A rebalance moved GPUs: usage rose at ``gi``'s levels and a task joined a pool,
+        so every pool's bound is found again when next asked (rare: the steady pass
+        rebalances nothing)."""
+        self.give.clear()
 
     def any_taker(self) -> bool:
         """Whether some team with queued work could take something, by its smallest queued
-        task (a larger one's share after the move is higher still)."""
+        task (a larger one's share after the move is higher still), from some pool of its
+        queues (``may_take_on``, by the same smallest size)."""
         queues = self.state.queues
+        free = self.state.free
+        resources = self.index.resources
         for gi in self.index.groups.values():
             smallest: int | None = None
+            pools: set[str] = set()
             for name in gi.resources:
                 q = queues.get(name)
                 if q is not None and q.live:
                     m = q.min_size()
-                    if m is not None and (smallest is None or m < smallest):
-                        smallest = m
-            if smallest is not None and self.may_take(gi, smallest):
+                    if m is not None:
+                        if smallest is None or m < smallest:
+                            smallest = m
+                        pools.update(resources[name].pools)
+            if smallest is None or not self.may_take(gi, smallest):
+                continue
+            if any(p in free and self.may_take_on(p, gi, smallest) for p in sorted(pools)):
                 return True
         return False

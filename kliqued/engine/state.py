@@ -146,6 +146,11 @@ class State:
         self.meters: dict[str, Meter] = {}
         self.submit_seq = 0
         self.place_seq = 0
+        self.last_placed_at: int | None = None
+        self.placed_in_time_order = True
+        """Every placement so far came at or after the one before: then each pool's and
+        group's placed tasks (in placement order) are also in ``placed_at`` order, and the
+        tasks still protected are a suffix of them (phase 4 stops at the first)."""
         # What the next pass must look at (see passes.py).
         self.dirty = True
         self.active: set[str] = set()
@@ -766,6 +771,10 @@ class State:
         t.pool = pool
         t.placed_at = now
         t.checkpoint_at = None
+        last = self.last_placed_at
+        if last is not None and now < last:
+            self.placed_in_time_order = False
+        self.last_placed_at = now
         self.place_seq += 1
         t.place_seq = self.place_seq
         g = t.group
