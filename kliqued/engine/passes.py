@@ -724,8 +724,17 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             by_level.setdefault(x, set()).add(name)
 
     names = set(state.active)
+    # A flat estate's fair pick is the lowest (share, key) (``fair.fair_pick`` with one
+    # level): the queues a pool's room wakes are looked at lazily, in that order.
+    lazy = index.depth == 1
+    woken: dict[str, list[tuple[str, int]]] = {}
+    """A queue a pool's room would wake → (pool, size it needs there) of each such pool."""
     for p in state.freed_pools:
-        w.wake_lend(p, state.room(p), names)
+        if lazy:
+            for need, _, n in w.peek_lend(p, state.room(p)):
+                woken.setdefault(n, []).append((p, need))
+        else:
+            w.wake_lend(p, state.room(p), names)
     for x in state.freed_levels:
         xi = groups.get(x)
         if xi is not None:
@@ -734,10 +743,58 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         q = state.queues.get(name)
         if q is not None and q.live and name in resources:
             evaluate(name)
+    shape = tree.shape
+    lowest = _lowest_keys(index)
+    later: list[tuple[int, Key, str]] = []
+    for name in woken:
+        cr = resources.get(name)
+        if name in names or cr is None:
+            continue
+        later.append((scaled_share(shape, index, state, cr.group), lowest[name], name))
+    heapq.heapify(later)
+
+    def may_fit(n: str) -> bool:
+        """Whether some pool that woke ``n`` still has the room it needs there."""
+        room = state.room
+        return any(room(p) >= need for p, need in woken[n])
+
+    def bring(best: tuple[int, Key] | None) -> bool:
+        """Looks at the next woken queue whose (share, lowest possible key) comes before
+        ``best`` (the tree's pick); False when none does. A queue that no longer may fit
+        is left parked as it was, unlooked at: it has no candidate."""
+        nonlocal later
+        if best is None:  # rooms only shrink in this phase: drop at once what cannot fit
+            later = [e for e in later if may_fit(e[2])]
+            heapq.heapify(later)
+        while later:
+            s, lb, n = later[0]
+            cr = resources[n]
+            now_s = scaled_share(shape, index, state, cr.group)
+            if now_s != s:  # its group placed since: its share rose
+                heapq.heapreplace(later, (now_s, lb, n))
+                continue
+            if best is not None and (s, lb) >= best:
+                return False
+            heapq.heappop(later)
+            if not may_fit(n):
+                continue
+            evaluate(n)
+            return True
+        return False
+
     changed = False
-    while len(tree):
-        name = tree.pick()
-        gi, t, pool = tree.payload(name)
+    while True:
+        if len(tree):
+            name = tree.pick()
+            gi, t, pool = tree.payload(name)
+            best: tuple[int, Key] | None = (
+                scaled_share(shape, index, state, gi.name), tree.members[name][0])
+        else:
+            best = None
+        if later and bring(best):
+            continue
+        if best is None:
+            break
         drop(name)
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "lend"))
@@ -760,6 +817,23 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     state.freed_pools.clear()
     state.freed_levels.clear()
     return changed
+
+
+_LOWEST: dict[str, dict[str, Key]] = {}
+
+
+def _lowest_keys(index: EstateIndex) -> dict[str, Key]:
+    """Per compute resource, a key no candidate of it comes before (its profile's earliest
+    place in its pools' execution orders, its policy's place, no submission yet), cached
+    by revision."""
+    k = _LOWEST.get(index.revision)
+    if k is None:
+        if len(_LOWEST) >= 8:
+            _LOWEST.clear()
+        k = _LOWEST[index.revision] = {
+            n: (min(cr.exec_pos.values(), default=0), cr.policy_pos, -1, "")
+            for n, cr in index.resources.items()}
+    return k
 
 
 def _rebalance_candidate(index: EstateIndex, state: State, cr: CRInfo,
@@ -988,23 +1062,36 @@ class Givers:
     def any_taker(self) -> bool:
         """Whether some team with queued work could take something, by its smallest queued
         task (a larger one's share after the move is higher still), from some pool of its
-        queues (``may_take_on``, by the same smallest size)."""
+        queues (``may_take_on``, by the same smallest size; the pools of all its compute
+        resources: a superset, so still only a necessary condition)."""
         queues = self.state.queues
         free = self.state.free
-        resources = self.index.resources
+        pools_of = _group_pools(self.index)
         for gi in self.index.groups.values():
             smallest: int | None = None
-            pools: set[str] = set()
             for name in gi.resources:
                 q = queues.get(name)
                 if q is not None and q.live:
-                    m = q.min_size()
-                    if m is not None:
-                        if smallest is None or m < smallest:
-                            smallest = m
-                        pools.update(resources[name].pools)
+                    m = min(q.sizes) if q.sizes else None
+                    if m is not None and (smallest is None or m < smallest):
+                        smallest = m
             if smallest is None or not self.may_take(gi, smallest):
                 continue
-            if any(p in free and self.may_take_on(p, gi, smallest) for p in sorted(pools)):
+            if any(p in free and self.may_take_on(p, gi, smallest) for p in pools_of[gi.name]):
                 return True
         return False
+
+
+_POOLS: dict[str, dict[str, tuple[str, ...]]] = {}
+
+
+def _group_pools(index: EstateIndex) -> dict[str, tuple[str, ...]]:
+    """Per group, the pools of its compute resources, cached by revision."""
+    k = _POOLS.get(index.revision)
+    if k is None:
+        if len(_POOLS) >= 8:
+            _POOLS.clear()
+        k = _POOLS[index.revision] = {
+            g: tuple(dict.fromkeys(p for n in gi.resources for p in index.resources[n].pools))
+            for g, gi in index.groups.items()}
+    return k

@@ -109,6 +109,38 @@ class Watchers:
             if ver.get(name) == v:
                 out.add(name)
 
+    def peek_lend(self, pool: str, free: int) -> list[tuple[int, int, str]]:
+        """The current entries (size needed, version, resource) of ``pool`` that fit in
+        ``free``, left in place: ``order: fair`` on a flat estate looks at the queues they
+        name lazily, and a queue it does not look at stays parked as it was (a queue it
+        looks at is forgotten, which makes its entries stale). The entries that fit are the
+        top of the heap, so only they are visited."""
+        h = self.lend_need.get(pool)
+        if not h:
+            return []
+        ver = self.version
+        out: list[tuple[int, int, str]] = []
+        todo = [0]
+        n = len(h)
+        stale = 0
+        while todo:
+            i = todo.pop()
+            e = h[i]
+            if e[0] > free:
+                continue
+            if ver.get(e[2]) == e[1]:
+                out.append(e)
+            else:
+                stale += 1
+            c = 2 * i + 1
+            if c < n:
+                todo.append(c)
+                if c + 1 < n:
+                    todo.append(c + 1)
+        if stale > 64 and stale > len(out):  # entries of queues looked at since: drop them
+            self._compact(pool)
+        return out
+
     def next_lend(self, pool: str, free: int) -> tuple[Key, int, str, int] | None:
         """The parked queue that comes first on ``pool`` among those that fit in ``free``;
         the ones passed over (too big now) are kept for :meth:`restore`."""
