@@ -698,13 +698,18 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     groups = index.groups
     w = state.watchers
     tree: FairTree[tuple[GroupInfo, Task, str]] = FairTree(index, state)
-    by_pool: dict[str, set[str]] = {}
+    # Per pool, its candidates by the size they need there, largest first (``_fill``'s
+    # list): after a placement only those that no longer fit are popped, not every
+    # candidate aimed at the pool looked at. An entry is current while its version is.
+    by_pool: dict[str, list[tuple[int, int, str]]] = {}
+    version: dict[str, int] = {}
+    counter = 0
     by_level: dict[str, set[str]] = {}
 
     def drop(name: str) -> None:
         c = tree.remove(name)
         if c is not None:
-            by_pool[c[2]].discard(name)
+            version.pop(name, None)
             for x in c[0].levels:
                 by_level[x].discard(name)
 
@@ -719,7 +724,12 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         t, pool = c
         gi = groups[cr.group]
         tree.add(name, order_key(cr, cr.exec_pos[pool], t), gi, (gi, t, pool))
-        by_pool.setdefault(pool, set()).add(name)
+        nonlocal counter
+        counter += 1
+        version[name] = counter
+        # A gang's fit is not one number: it is looked at again after every placement there.
+        need = GANG if cr.nodes > 1 and pool in state.node_free else t.size
+        heapq.heappush(by_pool.setdefault(pool, []), (-need, counter, name))
         for x in gi.levels:
             by_level.setdefault(x, set()).add(name)
 
@@ -805,12 +815,25 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         # On the pool, only candidates that no longer fit there move (``_fill`` does the
         # same): the pools before it in their order are unchanged.
         touched = {name}
-        for n in by_pool.get(pool, ()):
-            c = tree.payload(n)
-            if not fits(state, resources[n], pool, c[1].size):
-                touched.add(n)
+        ph = by_pool.get(pool)
+        free = state.room(pool) if state.node_free else state.free[pool]
+        while ph and -ph[0][0] > free:
+            _, v2, n2 = heapq.heappop(ph)
+            if version.get(n2) == v2:
+                touched.add(n2)
+        # At the placement's levels, a candidate changes only if the lower headroom no
+        # longer takes it, or its budget's start check (the rate rose) or its user limit
+        # may now say no: otherwise the same task is still the first that passes, on the
+        # same pool (the pools only filled up; its own pool was looked at above).
         for x in gi.levels:
-            touched |= by_level.get(x, set())
+            for n in by_level.get(x, ()):
+                if n in touched:
+                    continue
+                gn, tn, _ = tree.payload(n)
+                crn = resources[n]
+                if (gn.user_limit is not None or (crn.weight > 0 and gn.budgeted)
+                        or tn.size > headroom(index, state, crn, True)):
+                    touched.add(n)
         for n in sorted(touched):
             evaluate(n)
     w.restore()
