@@ -739,9 +739,14 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     lazy = index.depth == 1
     woken: dict[str, list[tuple[str, int]]] = {}
     """A queue a pool's room would wake → (pool, size it needs there) of each such pool."""
+    peeked: dict[str, tuple[int, list[tuple[int, int, str]]]] = {}
+    """Pool → (the least size needed, its entries that woke queues)."""
     for p in state.freed_pools:
         if lazy:
-            for need, _, n in w.peek_lend(p, state.room(p)):
+            es = w.peek_lend(p, state.room(p))
+            if es:
+                peeked[p] = (min(e[0] for e in es), es)
+            for need, _, n in es:
                 woken.setdefault(n, []).append((p, need))
         else:
             w.wake_lend(p, state.room(p), names)
@@ -762,6 +767,7 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             continue
         later.append((scaled_share(shape, index, state, cr.group), lowest[name], name))
     heapq.heapify(later)
+    looked = set(names)
 
     def may_fit(n: str) -> bool:
         """Whether some pool that woke ``n`` still has the room it needs there."""
@@ -773,8 +779,17 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         ``best`` (the tree's pick); False when none does. A queue that no longer may fit
         is left parked as it was, unlooked at: it has no candidate."""
         nonlocal later
-        if best is None:  # rooms only shrink in this phase: drop at once what cannot fit
-            later = [e for e in later if may_fit(e[2])]
+        if best is None:
+            # Rooms only shrink in this phase: keep only the queues not looked at yet that
+            # some pool still has room for (most pools are full by now: one comparison).
+            fit: set[str] = set()
+            for p, (least, es) in peeked.items():
+                r = state.room(p)
+                if r >= least:
+                    fit.update(n for need, _, n in es if need <= r)
+            fit -= looked
+            later = [(scaled_share(shape, index, state, resources[n].group), lowest[n], n)
+                     for n in fit]
             heapq.heapify(later)
         while later:
             s, lb, n = later[0]
@@ -786,8 +801,9 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             if best is not None and (s, lb) >= best:
                 return False
             heapq.heappop(later)
-            if not may_fit(n):
+            if n in looked or not may_fit(n):
                 continue
+            looked.add(n)
             evaluate(n)
             return True
         return False
@@ -883,10 +899,13 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     each of its levels can take from nobody (``Givers``); while every candidate is such,
     nothing changes and no room frees, so when no queue's group could take anything the
     phase ends at once, without fixing its candidates (the steady pass's case)."""
+    if state.rebalance_idle == (now, state.version):
+        return False  # it did nothing, and nothing was placed or preempted since
     resources = index.resources
     groups = index.groups
     givers = Givers(index, state, now)
     if not givers.any_taker():
+        state.rebalance_idle = (now, state.version)
         return False
     fixed: list[tuple[str, CRInfo, Task]] = []
     acts = False
@@ -902,6 +921,7 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         # none fits, and none has a pool where ``rebalance_victims`` could find a victim.
         # Passing one over changes nothing, so the state at each turn is the state now and
         # the phase decides nothing: it ends without ordering its candidates.
+        state.rebalance_idle = (now, state.version)
         return False
     tree: FairTree[Task] = FairTree(index, state)
     for name, cr, t in fixed:

@@ -147,6 +147,10 @@ class State:
         self.submit_seq = 0
         self.place_seq = 0
         self.last_placed_at: int | None = None
+        self.rebalance_idle: tuple[int, int] | None = None
+        """(moment, ``version``) of the last phase 4 that decided nothing: the repeat of
+        a pass that placed and preempted nothing since runs it to the same end, and
+        skips it (every placement and preemption moves ``version``)."""
         self.placed_in_time_order = True
         """Every placement so far came at or after the one before: then each pool's and
         group's placed tasks (in placement order) are also in ``placed_at`` order, and the
