@@ -693,7 +693,10 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     of candidates. It looks at the queues ``_fill`` looks at, plus every queue parked on a
     pool or envelope that gained room and could fit there (shares, not the pool's order,
     choose among them; a queue parked on a full pool has no candidate, as ``_fill``
-    assumes); a queue with no candidate is parked as ``_fill`` parks it."""
+    assumes); a queue with no candidate is parked as ``_fill`` parks it. On a flat estate
+    the woken queues are looked at lazily, only while one could come before the tree's pick
+    (docs/decisions.md E3); after a placement only what it changed is looked at again
+    (E4)."""
     resources = index.resources
     groups = index.groups
     w = state.watchers
