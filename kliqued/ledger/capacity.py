@@ -15,32 +15,14 @@ price in force at the start of each month piece).
 A database from before these tables starts its history at the next revision applied (the
 daemon's start applies one): capacity before it is unknown, and the views say nothing about
 those months rather than guess.
+
+Both tables are defined in :mod:`.tables` (``CAPACITY``, ``RESERVATIONS``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from decimal import Decimal
-
-TABLES = """
-CREATE TABLE IF NOT EXISTS capacity (
-    effective_from TIMESTAMP NOT NULL,
-    revision       VARCHAR NOT NULL,
-    pool           VARCHAR NOT NULL,
-    kind           VARCHAR NOT NULL,
-    gpu_type       VARCHAR NOT NULL,
-    gpus           DECIMAL(12,3) NOT NULL
-);
-CREATE TABLE IF NOT EXISTS reservations (
-    effective_from TIMESTAMP NOT NULL,
-    revision       VARCHAR NOT NULL,
-    policy         VARCHAR NOT NULL,
-    "group"        VARCHAR NOT NULL,
-    group_path     VARCHAR NOT NULL,
-    gpus           DECIMAL(12,3) NOT NULL,
-    gpu_type       VARCHAR          -- how its idle GPUs are priced (record_estate)
-);
-"""
 
 
 def _ts(at_ms: int) -> datetime:

@@ -16,7 +16,7 @@ from .capacity import reserved_gpu_type
 from . import lost
 from .ops import (CloseCloudNode, CloseIntervals, FillGroupPaths, LedgerWrite, OpenCloudNode,
                   OpenIntervals, RecordEstate, RecordPreemptions, ReplacePrices)
-from .pgschema import MERGE_MONTHLY, MONTHLY_KEY, monthly_rows_sql
+from .pgschema import MERGE_MONTHLY, monthly_rows_sql
 from .schema import FLUSH_AT
 from .writer import IntervalRow
 
@@ -95,7 +95,7 @@ def close_intervals(cur: Any, items: Iterable[tuple[str, int, str]]) -> int:
     return len(done)
 
 
-_FLUSH = MERGE_MONTHLY.format(rows=monthly_rows_sql("ledger_monthly_pending"), key=MONTHLY_KEY)
+_FLUSH = MERGE_MONTHLY.format(rows=monthly_rows_sql("ledger_monthly_pending"))
 
 
 def flush_monthly(cur: Any) -> None:
