@@ -24,12 +24,16 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
+from compiler.compiled import CompiledEstate, CPolicy
+
+from .db import Conn
+
 
 def _ts(at_ms: int) -> datetime:
     return datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
 
 
-def reserved_gpu_type(estate, policy) -> str | None:
+def reserved_gpu_type(estate: CompiledEstate, policy: CPolicy) -> str | None:
     """The GPU type a policy's reserved GPUs are priced at: that of the first pool of its
     first profile, where the engine places its work first (docs/decisions.md); None when it
     has no profile or pool."""
@@ -42,7 +46,7 @@ def reserved_gpu_type(estate, policy) -> str | None:
     return None
 
 
-def record_estate(conn, estate, at_ms: int) -> bool:
+def record_estate(conn: Conn, estate: CompiledEstate, at_ms: int) -> bool:
     """Snapshots ``estate``'s pool capacities and reservations from ``at_ms`` on (in the
     caller's transaction). The same revision as the latest snapshot is not recorded again (a
     restart re-applies the running revision); returns whether a snapshot was written."""

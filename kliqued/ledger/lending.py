@@ -57,7 +57,10 @@ import itertools
 import operator
 import re
 from contextlib import contextmanager
-from typing import Any, Iterator
+from datetime import date
+from typing import Iterator, cast
+
+import duckdb
 
 from . import sweep
 from .dialect import (DUCKDB, SNAPSHOTS, SUM_PRECISION, UNITS_PER_MICRO_HOUR, Dialect, dec,
@@ -370,15 +373,19 @@ FROM {pieces} x WHERE x.side = 'reserved'
 {d.group_by('x.month, x.policy, x."group", x.group_path, x.gpu_type')}"""
 
 
-def swept(conn, lo: str, hi: str, schema: str = "", made: dict[str, str] | None = None
-          ) -> list[sweep.Piece]:
+def swept(conn: duckdb.DuckDBPyConnection, lo: str, hi: str, schema: str = "",
+          made: dict[str, str] | None = None) -> list[sweep.Piece]:
     """The borrowed pieces of [``lo``, ``hi``) by :func:`kliqued.ledger.sweep.borrowed_pieces`
     over each policy that is ever above its reservation there (the others borrow nothing)."""
     breaks_sql, iv_sql = sweep_inputs_sql(lo, hi, schema, made)
-    breaks = conn.execute(breaks_sql).fetchall()  # rows of sweep.Break, by policy
-    intervals: dict[str, list] = {}
-    for policy, rows in itertools.groupby(conn.execute(iv_sql).fetchall(), key=_policy):
-        intervals[policy] = list(rows)
+    # The rows are plain tuples whose columns are sweep.Break's and sweep.Interval's fields in
+    # order (the SELECTs of sweep_inputs_sql); the sweep reads them by position, so they are
+    # typed as those records without building one per row (a sweep reads millions).
+    breaks = cast(list[sweep.Break], conn.execute(breaks_sql).fetchall())
+    ivs = cast(list[sweep.Interval], conn.execute(iv_sql).fetchall())
+    intervals: dict[str, list[sweep.Interval]] = {}
+    for policy, iv_rows in itertools.groupby(ivs, key=_policy):
+        intervals[policy] = list(iv_rows)
     out: list[sweep.Piece] = []
     for policy, rows in itertools.groupby(breaks, key=_policy):
         out += sweep.borrowed_pieces(list(rows), intervals.get(policy, ()))
@@ -401,7 +408,7 @@ _MADE = ("ivr", "seg", "pseg")
 
 
 @contextmanager
-def month_pieces(conn, period) -> Iterator[str]:
+def month_pieces(conn: duckdb.DuckDBPyConnection, period: date) -> Iterator[str]:
     """The lending pieces of the UTC month starting on the date ``period``, as a
     parenthesised query (:func:`lending_pieces_sql` bounded to the month) to run on ``conn``
     (a cursor of its own) within the ``with`` block. The month's intervals and segments are

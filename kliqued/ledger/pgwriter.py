@@ -58,7 +58,7 @@ def open_intervals(cur: Any, rows: Iterable[IntervalRow]) -> int:
         [r.gpu_type for r in rows], [_milli(r.gpus_milli) for r in rows],
         [_milli(r.weight_milli) for r in rows], [ts(r.start_ms) for r in rows],
         [r.revision for r in rows], [r.group_path for r in rows], [r.channel for r in rows]])
-    return cur.rowcount
+    return int(cur.rowcount)
 
 
 _CLOSE = """
@@ -177,7 +177,7 @@ def fill_group_paths(cur: Any, paths: dict[str, str]) -> int:
         return 0
     lists = [list(paths), list(paths.values())]
     cur.execute(_FILL.format(table="ledger"), lists)
-    filled = cur.rowcount
+    filled = int(cur.rowcount)
     cur.execute(_FILL.format(table="ledger_monthly_pending"), lists)
     if filled:
         rebuild_monthly(cur)

@@ -31,8 +31,7 @@ Layout, for "GPU-hours by group and month over 10 million ledger rows within 1 s
 
 from __future__ import annotations
 
-from typing import Any
-
+from .db import Conn, scalar
 from .dialect import DUCKDB, q
 from .tables import (CAPACITY, CLOUD_NODES, FEED_SEQUENCE, LEDGER, LEDGER_COLUMNS, LEDGER_FEED,
                      LEDGER_MONTHLY, PREEMPTIONS, PRICES, RESERVATIONS, pending_table)
@@ -78,12 +77,7 @@ def monthly_rows_sql(source: str) -> str:
 MERGE_MONTHLY = merge_monthly(DUCKDB)
 
 
-def _scalar(conn: Any, sql: str) -> int:
-    row = conn.execute(sql).fetchone()
-    return int(row[0])
-
-
-def _ensure_feed(conn: Any) -> None:
+def _ensure_feed(conn: Conn) -> None:
     """Creates the feed; a database from before it gets its closed intervals numbered in the
     order they ended (then by id), and the sequence continues after them."""
     if _columns(conn, "ledger_feed") is not None:
@@ -92,12 +86,12 @@ def _ensure_feed(conn: Any) -> None:
     conn.execute(FEED_TABLE)
     conn.execute("INSERT INTO ledger_feed SELECT row_number() OVER (ORDER BY end_at, "
                  "interval_id), interval_id FROM ledger WHERE end_at IS NOT NULL")
-    n = _scalar(conn, "SELECT count(*) FROM ledger_feed")
+    n = int(scalar(conn, "SELECT count(*) FROM ledger_feed"))
     conn.execute(f"DROP SEQUENCE IF EXISTS {FEED_SEQUENCE}")
     conn.execute(f"CREATE SEQUENCE {FEED_SEQUENCE} START {n + 1}")
 
 
-def _columns(conn: Any, table: str) -> list[str] | None:
+def _columns(conn: Conn, table: str) -> list[str] | None:
     """The columns of ``table`` in this database's current schema, or None when it does not
     exist."""
     rows = conn.execute(
@@ -107,7 +101,7 @@ def _columns(conn: Any, table: str) -> list[str] | None:
     return [str(r[0]) for r in rows] or None
 
 
-def ensure_schema(conn: Any) -> None:
+def ensure_schema(conn: Conn) -> None:
     """Creates the tables when missing, (re)creates the views and folds pending closed
     intervals into ``ledger_monthly``. Safe to call at every start, inside or outside a
     transaction. A database from before ``ledger_monthly`` gets it built from its closed
@@ -145,17 +139,17 @@ def ensure_schema(conn: Any) -> None:
 _FLUSH = MERGE_MONTHLY.format(rows=monthly_rows_sql("ledger_monthly_pending"))
 
 
-def flush_monthly(conn: Any) -> int:
+def flush_monthly(conn: Conn) -> int:
     """Folds the pending closed intervals into ``ledger_monthly``; returns how many. Runs in
     the caller's transaction; the writer calls it every ``FLUSH_AT`` closes."""
-    n = _scalar(conn, "SELECT count(*) FROM ledger_monthly_pending")
+    n = int(scalar(conn, "SELECT count(*) FROM ledger_monthly_pending"))
     if n:
         conn.execute(_FLUSH)
         conn.execute("DELETE FROM ledger_monthly_pending")
     return n
 
 
-def rebuild_monthly(conn: Any, gpu_types: list[str] | None = None) -> None:
+def rebuild_monthly(conn: Conn, gpu_types: list[str] | None = None) -> None:
     """Recomputes ``ledger_monthly`` from the closed intervals of ``ledger``, all of it or
     only some GPU types (after their price periods changed). Runs in the caller's
     transaction."""
