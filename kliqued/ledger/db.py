@@ -4,7 +4,8 @@ than one driver's class, because the same function reads either database (``pg=T
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Protocol, Union
 
 import duckdb
 import psycopg

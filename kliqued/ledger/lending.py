@@ -323,10 +323,11 @@ ORDER BY i.policy"""
 
 
 LENDING_PIECES = "lending_pieces"
-"""The view of :func:`lending_pieces_sql` unbounded: one row per piece of constant borrowing (``side = 'borrowed'``: an interval's GPUs above
-its policy's reservation, ``borrowed_mms``, and of them the lent ones, ``lent_mms``) or of a
-reservation (``side = 'reserved'``: ``reserved_mms``, ``idle_mms`` before lending and the
-``lent_mms`` other policies borrowed from it); amounts in thousandths of a GPU-millisecond.
+"""The view of :func:`lending_pieces_sql` unbounded: one row per piece of constant borrowing
+(``side = 'borrowed'``: an interval's GPUs above its policy's reservation, ``borrowed_mms``,
+and of them the lent ones, ``lent_mms``) or of a reservation (``side = 'reserved'``:
+``reserved_mms``, ``idle_mms`` before lending and the ``lent_mms`` other policies borrowed
+from it); amounts in thousandths of a GPU-millisecond.
 Every piece lies within one UTC month, one estate snapshot and one price period of every GPU
 type (their starts are breakpoints), so both sides of a moment's lending have one price."""
 

@@ -211,8 +211,8 @@ def check_limit(limit: object) -> None:
                                           "rows; aggregate in SQL or use `kliqued ledger export`")
 
 
-def run_readonly(conn: duckdb.DuckDBPyConnection, sql: str, limit: int = 10000, timeout_s: float = 10.0,
-                 max_bytes: int = MAX_BYTES, deadline: float | None = None,
+def run_readonly(conn: duckdb.DuckDBPyConnection, sql: str, limit: int = 10000,
+                 timeout_s: float = 10.0, max_bytes: int = MAX_BYTES, deadline: float | None = None,
                  groups: Sequence[str] | None = None, pieces: str | None = None) -> SqlResult:
     """Runs one read-only SELECT on ``conn`` (use a cursor of its own: the query runs in its
     own transaction, which must not already be open on it) and returns at most ``limit``

@@ -224,7 +224,8 @@ ORDER BY x.side, x."group", 4, 5, x.policy, x.gpu_type, x.price_from NULLS FIRST
 by price in force."""
 
 
-def _split_lines(conn: duckdb.DuckDBPyConnection, period: date, where: str, pieces: str) -> list[Line]:
+def _split_lines(conn: duckdb.DuckDBPyConnection, period: date, where: str, pieces: str
+                 ) -> list[Line]:
     """The lines of ``borrowed: split``: each borrower line's lent GPU-hours credited by
     half (the lenders pay it), each lending policy billed that half, pro rata (kliqued.ledger
     .lending): the same price on both sides, so the credits and shares add up to
@@ -295,9 +296,10 @@ def build(conn: duckdb.DuckDBPyConnection, group: str, period: date, estate_path
     return st
 
 
-def _lending_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str, visible: Sequence[str] | None,
-                   reserved_idle: bool, borrowed: str, pieces: str, lines: list[Line],
-                   exact: list[Fraction], currencies: set[str]) -> None:
+def _lending_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
+                   visible: Sequence[str] | None, reserved_idle: bool, borrowed: str,
+                   pieces: str, lines: list[Line], exact: list[Fraction],
+                   currencies: set[str]) -> None:
     """Adds the lines that derive the month's lending (``pieces``: :func:`lending
     .month_pieces`) to ``lines``, their exact costs to ``exact``: each policy's reserved idle
     GPU-hours, and with ``split`` the borrowers' credits and the lenders' shares."""
@@ -376,8 +378,8 @@ _OWNER_SIDE = "p.\"group\", p.group_path, coalesce(p.project, ''), p.\"user\""
 _TAKER_SIDE = "p.taker, p.taker_path, '', ''"
 
 
-def lost_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str, visible: Sequence[str] | None,
-               lost_work: str, currencies: set[str]) -> list[Line]:
+def lost_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
+               visible: Sequence[str] | None, lost_work: str, currencies: set[str]) -> list[Line]:
     """The lines that move lost work off its owner (``settings.attribution.lost_work``):
     each preempted task's group is credited its lost GPU-hours (``lost_work_credit``, by
     project and user); with ``taker``, the group that took the GPUs back is billed them

@@ -6,11 +6,26 @@ and the arithmetic."""
 
 from __future__ import annotations
 
-from . import lending, lost
 from klique_util.units import UNITS_PER_HOUR
 
-from .dialect import (FAR_FUTURE, NO_PRICE, SNAPSHOTS, SUM_PRECISION, UNITS_PER_MICRO_HOUR, Dialect, amount_hours, cost, dec, hours, levels,
-                      micro, q, round_div, until)
+from . import lending, lost
+from .dialect import (
+    FAR_FUTURE,
+    NO_PRICE,
+    SNAPSHOTS,
+    SUM_PRECISION,
+    UNITS_PER_MICRO_HOUR,
+    Dialect,
+    amount_hours,
+    cost,
+    dec,
+    hours,
+    levels,
+    micro,
+    q,
+    round_div,
+    until,
+)
 from .tables import LEDGER, MONTHLY_KEY
 
 DIMENSIONS = ["group", "group_path", "project", "user", "channel", "policy", "profile",

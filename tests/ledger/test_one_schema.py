@@ -16,7 +16,6 @@ from typing import Any
 
 import duckdb
 import psycopg
-import pytest
 
 from kliqued.daemon.pglog import MIGRATIONS
 from kliqued.ledger import ensure_schema
@@ -44,16 +43,16 @@ def _iv(n: int, group: str, path: str | None, start: str, end: str | None, gpus:
 
 
 FIXTURE = [
-    "INSERT INTO prices VALUES ('h100', 2.5, 'EUR', TIMESTAMP '2026-01-01 00:00:00', NULL), "
-    "('h100', 3.25, 'EUR', TIMESTAMP '2026-09-15 00:00:00', 4.0), "
-    "('l40s', 0.8, 'EUR', TIMESTAMP '2026-01-01 00:00:00', NULL)",
-    "INSERT INTO capacity VALUES (TIMESTAMP '2026-08-01 00:00:00', 'r1', 'pool-h100', "
-    "'onprem', 'h100', 8), (TIMESTAMP '2026-08-01 00:00:00', 'r1', 'pool-l40s', 'cloud', "
-    "'l40s', 4), (TIMESTAMP '2026-10-01 00:00:00', 'r2', 'pool-h100', 'onprem', 'h100', 6)",
-    "INSERT INTO reservations VALUES "
-    "(TIMESTAMP '2026-08-01 00:00:00', 'r1', 'team-a', 'team-a', 'n/ml/team-a', 2, 'h100'), "
-    "(TIMESTAMP '2026-08-01 00:00:00', 'r1', 'team-b', 'team-b', 'n/ml/team-b', 1, 'h100'), "
-    "(TIMESTAMP '2026-10-01 00:00:00', 'r2', 'team-a', 'team-a', 'n/ml/team-a', 3, 'h100')",
+    ("INSERT INTO prices VALUES ('h100', 2.5, 'EUR', TIMESTAMP '2026-01-01 00:00:00', NULL), "
+     "('h100', 3.25, 'EUR', TIMESTAMP '2026-09-15 00:00:00', 4.0), "
+     "('l40s', 0.8, 'EUR', TIMESTAMP '2026-01-01 00:00:00', NULL)"),
+    ("INSERT INTO capacity VALUES (TIMESTAMP '2026-08-01 00:00:00', 'r1', 'pool-h100', "
+     "'onprem', 'h100', 8), (TIMESTAMP '2026-08-01 00:00:00', 'r1', 'pool-l40s', 'cloud', "
+     "'l40s', 4), (TIMESTAMP '2026-10-01 00:00:00', 'r2', 'pool-h100', 'onprem', 'h100', 6)"),
+    ("INSERT INTO reservations VALUES "
+     "(TIMESTAMP '2026-08-01 00:00:00', 'r1', 'team-a', 'team-a', 'n/ml/team-a', 2, 'h100'), "
+     "(TIMESTAMP '2026-08-01 00:00:00', 'r1', 'team-b', 'team-b', 'n/ml/team-b', 1, 'h100'), "
+     "(TIMESTAMP '2026-10-01 00:00:00', 'r2', 'team-a', 'team-a', 'n/ml/team-a', 3, 'h100')"),
     f"INSERT INTO ledger ({_L}) VALUES " + ", ".join([
         _iv(1, "team-a", "n/ml/team-a", "2026-08-03 10:00:00", "2026-08-03 18:00:00.5", "1"),
         _iv(2, "team-b", "n/ml/team-b", "2026-08-31 22:30:00.25", "2026-10-02 01:00:00",
@@ -69,13 +68,13 @@ FIXTURE = [
     ]),
     "INSERT INTO ledger_monthly_pending SELECT * FROM ledger WHERE interval_id = 't-7#1'",
     "INSERT INTO ledger_feed VALUES (1, 't-1#1'), (2, 't-4#1')",
-    "INSERT INTO cloud_nodes VALUES ('n1', 'pool-l40s', 'aws', 'g6', 'spot', 4, 3.2, 'EUR', "
-    "TIMESTAMP '2026-09-30 20:00:00', TIMESTAMP '2026-10-01 03:15:00', 'idle', 'r1'), "
-    "('n2', 'pool-l40s', 'aws', 'g6', 'on-demand', 4, 5.5, 'EUR', "
-    "TIMESTAMP '2026-10-20 00:00:00', NULL, NULL, 'r2')",
-    "INSERT INTO preemptions VALUES ('t-2#1', 't-2', 'u2', NULL, 'team-b', 'n/ml/team-b', "
-    "'team-b', 'pool-h100', 'h100', 2.5, TIMESTAMP '2026-10-02 01:00:00', 'reclaimed', 'r', "
-    "'team-a', 'n/ml/team-a', 3600000, 2.5, 'r1')",
+    ("INSERT INTO cloud_nodes VALUES ('n1', 'pool-l40s', 'aws', 'g6', 'spot', 4, 3.2, 'EUR', "
+     "TIMESTAMP '2026-09-30 20:00:00', TIMESTAMP '2026-10-01 03:15:00', 'idle', 'r1'), "
+     "('n2', 'pool-l40s', 'aws', 'g6', 'on-demand', 4, 5.5, 'EUR', "
+     "TIMESTAMP '2026-10-20 00:00:00', NULL, NULL, 'r2')"),
+    ("INSERT INTO preemptions VALUES ('t-2#1', 't-2', 'u2', NULL, 'team-b', 'n/ml/team-b', "
+     "'team-b', 'pool-h100', 'h100', 2.5, TIMESTAMP '2026-10-02 01:00:00', 'reclaimed', 'r', "
+     "'team-a', 'n/ml/team-a', 3600000, 2.5, 'r1')"),
 ]
 """One small ledger for both databases: intervals across month ends and price changes, open
 ones, borrowing and idle reservations, a pending row, cloud nodes (one running), a
