@@ -15,6 +15,8 @@ price in force at the start of each month piece).
 A database from before these tables starts its history at the next revision applied (the
 daemon's start applies one): capacity before it is unknown, and the views say nothing about
 those months rather than guess.
+
+Both tables are defined in :mod:`.tables` (``CAPACITY``, ``RESERVATIONS``).
 """
 
 from __future__ import annotations
@@ -22,32 +24,16 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-TABLES = """
-CREATE TABLE IF NOT EXISTS capacity (
-    effective_from TIMESTAMP NOT NULL,
-    revision       VARCHAR NOT NULL,
-    pool           VARCHAR NOT NULL,
-    kind           VARCHAR NOT NULL,
-    gpu_type       VARCHAR NOT NULL,
-    gpus           DECIMAL(12,3) NOT NULL
-);
-CREATE TABLE IF NOT EXISTS reservations (
-    effective_from TIMESTAMP NOT NULL,
-    revision       VARCHAR NOT NULL,
-    policy         VARCHAR NOT NULL,
-    "group"        VARCHAR NOT NULL,
-    group_path     VARCHAR NOT NULL,
-    gpus           DECIMAL(12,3) NOT NULL,
-    gpu_type       VARCHAR          -- how its idle GPUs are priced (record_estate)
-);
-"""
+from compiler.compiled import CompiledEstate, CPolicy
+
+from .db import Conn
 
 
 def _ts(at_ms: int) -> datetime:
     return datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
 
 
-def reserved_gpu_type(estate, policy) -> str | None:
+def reserved_gpu_type(estate: CompiledEstate, policy: CPolicy) -> str | None:
     """The GPU type a policy's reserved GPUs are priced at: that of the first pool of its
     first profile, where the engine places its work first (docs/decisions.md); None when it
     has no profile or pool."""
@@ -60,7 +46,7 @@ def reserved_gpu_type(estate, policy) -> str | None:
     return None
 
 
-def record_estate(conn, estate, at_ms: int) -> bool:
+def record_estate(conn: Conn, estate: CompiledEstate, at_ms: int) -> bool:
     """Snapshots ``estate``'s pool capacities and reservations from ``at_ms`` on (in the
     caller's transaction). The same revision as the latest snapshot is not recorded again (a
     restart re-applies the running revision); returns whether a snapshot was written."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import date
 from typing import Any, Sequence
 
+import duckdb
+
 from .focus import next_month
 from .lending import month_pieces
 from .sql import run_readonly
@@ -45,7 +47,7 @@ QUERIES = {
 """Each part of the answer and its query (``{month}``: the month as a DATE literal)."""
 
 
-def figures(conn, period: date, groups: Sequence[str] | None = None,
+def figures(conn: duckdb.DuckDBPyConnection, period: date, groups: Sequence[str] | None = None,
             timeout_s: float = 10.0, parts: Sequence[str] | None = None) -> dict[str, Any]:
     """The month's figures: each part as a list of rows (objects with the columns' names),
     ``idle`` as one object (or null before any capacity was recorded). Amounts are exact

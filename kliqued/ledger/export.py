@@ -15,11 +15,13 @@ import os
 from typing import Iterator, Sequence
 
 import duckdb
+import psycopg
 
 from klique_util.excerpt import excerpt
 from klique_util.files import atomic_path
 
 from . import scope
+from .db import AnyLedgerConn, Conn
 
 EXPORT_COLUMNS: list[tuple[str, str]] = [
     ("interval_id", "VARCHAR"), ("task", "VARCHAR"), ("user", "VARCHAR"),
@@ -81,7 +83,7 @@ ORDER BY u.start_at, u.interval_id"""
 """:data:`EXPORT_SQL` in PostgreSQL (the ledger there: docs/ha.md), the whole ledger."""
 
 
-def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
+def export_csv(conn: AnyLedgerConn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
                groups: Sequence[str] | None = None, pg: bool = False) -> Iterator[str]:
     """The ledger rows overlapping [from_ms, to_ms) with their price and cost, as CSV text in
     chunks (a header first). Times are RFC 3339 UTC with milliseconds, amounts exact decimal
@@ -99,9 +101,12 @@ def export_csv(conn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([name for name, _ in EXPORT_COLUMNS])
+    cur: Conn = conn
     if pg:
-        conn = conn.cursor(name="ledger_export")
-    result = conn.execute(PG_EXPORT_SQL if pg else EXPORT_SQL.format(scope=where),
+        if not isinstance(conn, psycopg.Connection):
+            raise TypeError("pg=True reads through a psycopg connection")
+        cur = conn.cursor(name="ledger_export")
+    result = cur.execute(PG_EXPORT_SQL if pg else EXPORT_SQL.format(scope=where),
                           [int(to_ms), int(from_ms), int(from_ms)])
     header = buf.getvalue()
     buf.seek(0)
@@ -121,7 +126,7 @@ SUMMARY_DIMENSIONS = ("group", "project", "user", "gpu_type", "pool")
 """What the dashboard's usage page breaks GPU-hours and cost down by."""
 
 
-def summary(conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str] | None = None
+def summary(conn: Conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str] | None = None
             ) -> list[tuple[str | None, str, str, str]]:
     """GPU-hours and cost per value of ``by`` (one of ``SUMMARY_DIMENSIONS``) over exactly the
     rows ``export_csv`` writes for the same range and scope (so a page's totals and its CSV
@@ -151,7 +156,7 @@ def parquet_columns(kind: str) -> list[tuple[str, str]]:
     return EXPORT_COLUMNS
 
 
-def csv_to_parquet(csv_path: str | os.PathLike, parquet_path: str | os.PathLike,
+def csv_to_parquet(csv_path: str | os.PathLike[str], parquet_path: str | os.PathLike[str],
                    types: Sequence[tuple[str, str]] = EXPORT_COLUMNS) -> int:
     """Converts an export CSV into Parquet with the column ``types`` (the ledger's by
     default: TIMESTAMP in UTC, DECIMAL amounts), written through a temporary file and a

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from klique_util.excerpt import excerpt
 
 from . import scope
+from .db import Conn
 from .export import EXPORT_COLUMNS, _select_list
 
 MAX_LIMIT = 10_000
@@ -53,7 +54,7 @@ def parse_cursor(text: str | None) -> int:
     return int(text)
 
 
-def pull(conn, after: int, limit: int = 1000,
+def pull(conn: Conn, after: int, limit: int = 1000,
          groups: Sequence[str] | None = None, pg: bool = False) -> dict[str, Any]:
     """Up to ``limit`` closed intervals numbered after ``after``, in closing order:
     ``{"columns", "rows", "cursor", "more"}``; the next pull passes ``cursor``. ``groups``:

@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import re
 from datetime import date
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
+
+import duckdb
+import psycopg
 
 from klique_util.excerpt import excerpt
 from klique_util.units import UNITS_PER_HOUR
 
 from . import scope
+from .db import AnyLedgerConn
 from .lending import month_pieces
 from .schema import _MONTHLY_PIECES
 
@@ -324,7 +328,7 @@ class NoPrice(ValueError):
             "effective_from at or before the usage (docs/ledger.md)")
 
 
-def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
+def focus_csv(conn: AnyLedgerConn, period: date, groups: Sequence[str] | None = None,
               chunk_rows: int = 5000, borrowed: str = "borrower",
               pg: bool = False) -> Iterator[str]:
     """The FOCUS rows of one billing period (a UTC month) as CSV text in chunks, the header
@@ -338,8 +342,12 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
     if pg:
         if groups is not None or borrowed == "split":
             raise ValueError("PostgreSQL's FOCUS export is the whole ledger's, unsplit")
+        if not isinstance(conn, psycopg.Connection):
+            raise TypeError("pg=True reads through a psycopg connection")
         yield from _focus_pg(conn, period, chunk_rows)
         return
+    if not isinstance(conn, duckdb.DuckDBPyConnection):
+        raise TypeError("the DuckDB ledger is read through a DuckDB connection or cursor")
     where = "" if groups is None else "AND " + scope.visible("u", groups)
     # the month as a literal, not a parameter: DuckDB then prunes the month pieces before
     # pricing them (twice as fast); it is a date object's ISO text, nothing else
@@ -371,7 +379,7 @@ def focus_csv(conn, period: date, groups: Sequence[str] | None = None,
             yield "".join(r[0] + "\n" for r in rows)
 
 
-def _focus_pg(conn, period: date, chunk_rows: int) -> Iterator[str]:
+def _focus_pg(conn: psycopg.Connection[Any], period: date, chunk_rows: int) -> Iterator[str]:
     month = f"DATE '{date(period.year, period.month, 1).isoformat()}'"
     missing = [r[0] for r in conn.execute(PG_UNPRICED_SQL.format(month=month)).fetchall()]
     if missing:

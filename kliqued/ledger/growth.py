@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .sandbox import NotAllowed
+from .sandbox import NotAllowed, ParseNode
 
 MAX_SIZE = 1000
 """The largest size one call may ask for (a padding width, a repeat count, a list length)."""
@@ -78,7 +78,7 @@ results, or at most the input and a literal (``||`` and ``concat`` over one colu
 _WIDTH = re.compile(r"\d+")
 
 
-def check(tree: dict) -> None:
+def check(tree: ParseNode) -> None:
     """Raises :class:`NotAllowed` when the parse tree (``json_serialize_sql``) builds a
     value whose size the query chooses (see the module's docstring)."""
     _node(tree.get("statements", []), 1, False)
@@ -110,12 +110,12 @@ def _node(node: Any, growth: int, recursive: bool) -> None:
         _node(value, growth, recursive)
 
 
-def _arguments(node: dict) -> list[dict]:
+def _arguments(node: ParseNode) -> list[ParseNode]:
     return [a.get("expression") or {} if isinstance(a, dict) and "expression" in a else a
             for a in node.get("arguments") or node.get("children") or []]
 
 
-def _literal(expr: dict) -> str | None:
+def _literal(expr: ParseNode) -> str | None:
     """The text of a literal constant, None for anything else."""
     if not isinstance(expr, dict) or expr.get("class") != "CONSTANT":
         return None
@@ -128,7 +128,7 @@ def _literal(expr: dict) -> str | None:
     return None
 
 
-def _size(name: str, expr: dict) -> int:
+def _size(name: str, expr: ParseNode) -> int:
     text = _literal(expr)
     try:
         size = int(text) if text is not None else None
@@ -141,7 +141,7 @@ def _size(name: str, expr: dict) -> int:
     return max(size, 1)
 
 
-def _factor(name: str, args: list[dict]) -> int:
+def _factor(name: str, args: list[ParseNode]) -> int:
     """How many times larger than its input the call's result may be."""
     if name in SIZE_ARGUMENTS:
         index = SIZE_ARGUMENTS[name]
@@ -179,7 +179,7 @@ def _columns(node: Any) -> int:
         _columns(v) for v in node.values())
 
 
-def _function(node: dict, growth: int, recursive: bool) -> int:
+def _function(node: ParseNode, growth: int, recursive: bool) -> int:
     name = str(node.get("function_name", "")).lower()
     args = _arguments(node)
     lambdas = [a for a in args if isinstance(a, dict) and a.get("class") == "LAMBDA"]

@@ -57,17 +57,17 @@ import itertools
 import operator
 import re
 from contextlib import contextmanager
-from typing import Iterator
+from datetime import date
+from typing import Iterator, cast
+
+import duckdb
 
 from . import sweep
-
-from .schema import (_SUM, _UNITS_PER_MICRO_HOUR, _UNTIL, NOW, _SNAPSHOTS, _dec, _levels,
-                     _round_div, q)
+from .dialect import (DUCKDB, SNAPSHOTS, SUM_PRECISION, UNITS_PER_MICRO_HOUR, Dialect, dec,
+                      levels, q, round_div, until)
 
 _INTERVAL = ("interval_id", "task", "user", "project", "group", "policy", "pool", "gpu_type")
 """The interval's columns a borrowed piece carries."""
-
-_MS = "date_diff('millisecond', {a}, {b})"
 
 _SCALE = 10**12
 """The lent fraction of a moment, ``lent / borrowed`` (or ``/ idle``), is integrated in
@@ -77,26 +77,28 @@ NO_BOUND = ("TIMESTAMP '-infinity'", "TIMESTAMP 'infinity'")
 
 
 def _segments_sql(lo: str, hi: str, schema: str, made: dict[str, str] | None = None,
-                  reads: tuple[str, ...] = ("ivr", "seg", "pseg")) -> str:
+                  reads: tuple[str, ...] = ("ivr", "seg", "pseg"), d: Dialect = DUCKDB
+                  ) -> str:
     """The WITH clauses up to each policy's segments (``seg``, every one, numbered; ``hard``
     when it starts at a month, a snapshot's bound or a price change) and those within a
     recorded snapshot with their reservation (``pseg``, ``hn``: the hard starts so far).
     ``made``: clauses already computed, by name, and the relation that holds their rows
     (:func:`month_pieces` computes ``ivr``, ``seg`` and ``pseg`` once for its queries);
     ``reads``: the clauses the query after the WITH reads (the others are left out)."""
+    now, end = d.now, until(d)
     cols = ", ".join("l." + q(c) for c in _INTERVAL)
     clauses = [
         ("snap", f"""
     SELECT s.effective_from AS eff, greatest(s.effective_from, {lo}) AS from_at,
-           least(s.effective_to, {NOW}, {hi}) AS until_at
-    FROM ({_SNAPSHOTS}) s
-    WHERE s.effective_from < least({NOW}, {hi}) AND least(s.effective_to, {NOW}, {hi}) > {lo}"""),
+           least(s.effective_to, {now}, {hi}) AS until_at
+    FROM ({SNAPSHOTS}) s
+    WHERE s.effective_from < least({now}, {hi}) AND least(s.effective_to, {now}, {hi}) > {lo}"""),
         ("iv", f"""
     SELECT {cols}, l.group_path, CAST(l.gpus * 1000 AS BIGINT) AS milli, l.start_at,
            greatest(l.start_at, {lo}, (SELECT min(from_at) FROM snap)) AS t0,
-           least({_UNTIL}, {hi}, (SELECT max(until_at) FROM snap)) AS t1
+           least({end}, {hi}, (SELECT max(until_at) FROM snap)) AS t1
     FROM {schema}ledger l
-    WHERE l.start_at < {hi} AND {_UNTIL} > {lo}"""),
+    WHERE l.start_at < {hi} AND {end} > {lo}"""),
         ("ivr", "SELECT * FROM iv WHERE t1 > t0"),
         ("pol", f"SELECT policy FROM ivr UNION SELECT policy FROM {schema}reservations"),
         ("res", f"""
@@ -106,20 +108,21 @@ def _segments_sql(lo: str, hi: str, schema: str, made: dict[str, str] | None = N
     FROM pol p CROSS JOIN snap s
     LEFT JOIN {schema}reservations r ON r.policy = p.policy AND r.effective_from = s.eff
     WHERE s.until_at > s.from_at"""),
-        ("ev", """
+        ("ev", f"""
     SELECT policy, t0 AS t, milli AS d, false AS hard FROM ivr
     UNION ALL SELECT policy, t1, -milli, false FROM ivr
     UNION ALL SELECT policy, from_at, 0, true FROM res
     UNION ALL SELECT policy, until_at, 0, true FROM res
     UNION ALL
-    SELECT policy, unnest(generate_series(date_trunc('month', from_at) + INTERVAL 1 MONTH,
-                                          until_at, INTERVAL 1 MONTH)), 0, true
+    SELECT policy, {d.series(f"date_trunc('month', from_at) + {d.month}", "until_at", d.month)},
+           0, true
     FROM res
     UNION ALL
     SELECT r.policy, p.effective_from, 0, true FROM res r
     JOIN (SELECT DISTINCT effective_from FROM prices) p
       ON p.effective_from > r.from_at AND p.effective_from < r.until_at"""),
-        ("bp", "SELECT policy, t, sum(d) AS d, bool_or(hard) AS hard FROM ev GROUP BY ALL"),
+        ("bp", "SELECT policy, t, sum(d) AS d, bool_or(hard) AS hard FROM ev "
+               + d.group_by("1, 2")),
         ("seg", """
     SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
            CAST(sum(d) OVER (PARTITION BY policy ORDER BY t) AS BIGINT) AS in_use,
@@ -127,7 +130,7 @@ def _segments_sql(lo: str, hi: str, schema: str, made: dict[str, str] | None = N
     FROM bp"""),
         ("pseg0", f"""
     SELECT s.policy, s.idx, s.seg_start, s.seg_end, s.in_use, r.reserved, r.res_type,
-           r.res_group, r.res_path, {_MS.format(a="s.seg_start", b="s.seg_end")} AS ms, s.hard
+           r.res_group, r.res_path, {d.ms("s.seg_start", "s.seg_end")} AS ms, s.hard
     FROM seg s JOIN res r ON r.policy = s.policy
      AND s.seg_start >= r.from_at AND s.seg_start < r.until_at
     WHERE s.seg_end > s.seg_start"""),
@@ -156,9 +159,14 @@ _READS = {"snap": [], "iv": ["snap"], "ivr": ["iv"], "pol": ["ivr"], "res": ["po
 only it needed (each statement's SQL is parsed and planned anew: the less, the sooner)."""
 
 
-_DERIVED_BPIECE = f"""
+def _derived_bpiece(d: Dialect) -> str:
+    """Each interval's borrowed pieces, by definition: expanded over its policy's segments
+    while the policy is above its reservation, then joined back into runs of the same
+    borrowed GPUs (islands) that no hard break cuts (:mod:`kliqued.ledger.sweep` gets the
+    same rows faster)."""
+    return f"""
 cover AS (
-    SELECT i.*, unnest(range(a.idx, b.idx)) AS idx
+    SELECT i.*, {d.int_range("a.idx", "b.idx")} AS idx
     FROM ivr i JOIN seg a ON a.policy = i.policy AND a.seg_start = i.t0
     JOIN seg b ON b.policy = i.policy AND b.seg_start = i.t1
     JOIN pseg x ON x.policy = i.policy AND x.idx = a.idx
@@ -178,17 +186,16 @@ bpiece AS (
     SELECT {", ".join(q(c) for c in _INTERVAL)}, group_path, borrowed,
            min(seg_start) AS seg_start, max(seg_end) AS seg_end
     FROM bisl GROUP BY {", ".join(q(c) for c in _INTERVAL)}, group_path, borrowed, hn, island)"""
-"""Each interval's borrowed pieces, by definition: expanded over its policy's segments while
-the policy is above its reservation, then joined back into runs of the same borrowed GPUs
-(islands) that no hard break cuts (:mod:`kliqued.ledger.sweep` gets the same rows faster)."""
 
 
-def _floor_scaled(x: str, d: str) -> str:
+def _floor_scaled(dialect: Dialect, x: str, d: str) -> str:
     """``floor(x * 10^12 / d)`` for non-negative BIGINTs (``x`` a lent amount times
     milliseconds, ``d`` the GPUs it is shared by), exact, in BIGINT divisions: a HUGEINT
     division per row cost more than the rest of the running integrals together. With
     ``x = q1*d + r1``, ``r1*10^6 = q2*d + r2``: ``q1*10^12 + q2*10^6 + r2*10^6 // d``; every
-    product stays below ``d * 10^6``."""
+    product stays below ``d * 10^6``. PostgreSQL's ``numeric`` divides exactly at once."""
+    if dialect.pg:
+        return f"div(CAST({x} AS NUMERIC) * {_SCALE}, {d})"
     r2 = f"(({x}) % ({d}) * 1000000 % ({d}))"
     return (f"(CAST(({x}) // ({d}) AS HUGEINT) * {_SCALE} + (({x}) % ({d}) * 1000000 // ({d}))"
             f" * 1000000 + {r2} * 1000000 // ({d}))")
@@ -197,14 +204,16 @@ def _floor_scaled(x: str, d: str) -> str:
 _FINAL = "\nSELECT CAST(date_trunc('month', x.piece_start) AS DATE) AS month, x.*,"
 """The start of the pieces' final SELECT (what precedes it is the WITH clauses)."""
 
-_GP = """
+def _gp(d: Dialect) -> str:
+    """Per GPU type, at each time anything borrowed or idle changes, the running integrals
+    of ``lent / borrowed`` (``pb``) and ``lent / idle`` (``pi``) up to it (``t`` is unique
+    per ``k``: the default frame ends at the row itself)."""
+    return f"""
     SELECT k, t,
-           CAST(sum(rb) OVER w - rb AS HUGEINT) AS pb,
-           CAST(sum(ri) OVER w - ri AS HUGEINT) AS pi
+           {d.huge("sum(rb) OVER w - rb")} AS pb,
+           {d.huge("sum(ri) OVER w - ri")} AS pi
     FROM grate
     WINDOW w AS (PARTITION BY k ORDER BY t)"""
-"""Per GPU type, at each time anything borrowed or idle changes, the running integrals of
-``lent / borrowed`` (``pb``) and ``lent / idle`` (``pi``) up to it."""
 
 
 def _swept_bpiece(relation: str) -> str:
@@ -221,7 +230,8 @@ bpiece AS (
 
 
 def lending_pieces_sql(lo: str = NO_BOUND[0], hi: str = NO_BOUND[1], schema: str = "",
-                       borrowed: str | None = None, made: dict[str, str] | None = None) -> str:
+                       borrowed: str | None = None, made: dict[str, str] | None = None,
+                       d: Dialect = DUCKDB) -> str:
     """The ``lending_pieces`` rows (below) for the time range [``lo``, ``hi``) (SQL timestamp
     expressions), cut at its ends: at any moment the derivation reads only what was held
     and reserved at that moment, so a month's pieces come out the same from the month's
@@ -231,9 +241,10 @@ def lending_pieces_sql(lo: str = NO_BOUND[0], hi: str = NO_BOUND[1], schema: str
     redefines them): lending is derived from every group's rows, then cut. ``borrowed``: a
     relation holding the borrowed pieces :func:`swept` computed for the same range (the
     same rows as the SQL's, in time that grows with the intervals alone); ``made``: as for
-    :func:`_segments_sql`."""
-    bpiece = _DERIVED_BPIECE if borrowed is None else _swept_bpiece(borrowed)
-    return f"""{_segments_sql(lo, hi, schema, made)},{bpiece},
+    :func:`_segments_sql`; ``d``: the dialect (the sweep and ``made`` are DuckDB's)."""
+    bpiece = _derived_bpiece(d) if borrowed is None else _swept_bpiece(borrowed)
+    half = _SCALE // 2
+    return f"""{_segments_sql(lo, hi, schema, made, d=d)},{bpiece},
 ipiece AS (SELECT *, reserved - in_use AS idle FROM pseg
            WHERE reserved > in_use AND res_type IS NOT NULL),
 gev AS (
@@ -241,40 +252,39 @@ gev AS (
     UNION ALL SELECT gpu_type, seg_end, -borrowed, 0 FROM bpiece
     UNION ALL SELECT res_type, seg_start, 0, idle FROM ipiece
     UNION ALL SELECT res_type, seg_end, 0, -idle FROM ipiece),
-gbp AS (SELECT k, t, sum(b) AS b, sum(i) AS i FROM gev GROUP BY ALL),
+gbp AS (SELECT k, t, sum(b) AS b, sum(i) AS i FROM gev {d.group_by("1, 2")}),
 gseg AS (
     SELECT k, t, lead(t) OVER (PARTITION BY k ORDER BY t) AS t_next,
-           CAST(sum(b) OVER (PARTITION BY k ORDER BY t) AS HUGEINT) AS b_tot,
-           CAST(sum(i) OVER (PARTITION BY k ORDER BY t) AS HUGEINT) AS i_tot
+           {d.huge("sum(b) OVER (PARTITION BY k ORDER BY t)")} AS b_tot,
+           {d.huge("sum(i) OVER (PARTITION BY k ORDER BY t)")} AS i_tot
     FROM gbp),
 gsegx AS (
     SELECT k, t, CAST(b_tot AS BIGINT) AS b, CAST(i_tot AS BIGINT) AS i,
            CASE WHEN b_tot > 0 AND i_tot > 0 AND t_next > t
-                THEN CAST(least(b_tot, i_tot) AS BIGINT) * {_MS.format(a="t", b="t_next")}
+                THEN CAST(least(b_tot, i_tot) AS BIGINT) * {d.ms("t", "t_next")}
                 ELSE 0 END AS x
     FROM gseg),
 grate AS (
-    SELECT k, t, CASE WHEN x > 0 THEN {_floor_scaled("x", "b")} ELSE 0 END AS rb,
-           CASE WHEN x > 0 THEN {_floor_scaled("x", "i")} ELSE 0 END AS ri
+    SELECT k, t, CASE WHEN x > 0 THEN {_floor_scaled(d, "x", "b")} ELSE 0 END AS rb,
+           CASE WHEN x > 0 THEN {_floor_scaled(d, "x", "i")} ELSE 0 END AS ri
     FROM gsegx),
-gp AS ({_GP if "gp" not in (made or {}) else "SELECT * FROM " + (made or {})["gp"]}),
+gp AS ({_gp(d) if "gp" not in (made or {}) else "SELECT * FROM " + (made or {})["gp"]}),
 pieces AS (
     SELECT 'borrowed' AS side, {", ".join("b." + q(c) for c in _INTERVAL)}, b.group_path,
            b.seg_start AS piece_start, CAST(0 AS BIGINT) AS reserved,
-           CAST(b.borrowed AS HUGEINT) * {_MS.format(a="b.seg_start", b="b.seg_end")}
-               AS borrowed_mms,
-           CAST(0 AS HUGEINT) AS idle_mms, CAST(0 AS HUGEINT) AS reserved_mms,
-           (b.borrowed * (y.pb - x.pb) + {_SCALE // 2}) // {_SCALE} AS lent_mms
+           {d.huge("b.borrowed")} * {d.ms("b.seg_start", "b.seg_end")} AS borrowed_mms,
+           {d.huge("0")} AS idle_mms, {d.huge("0")} AS reserved_mms,
+           {d.idiv(f"b.borrowed * (y.pb - x.pb) + {half}", _SCALE)} AS lent_mms
     FROM bpiece b
     JOIN gp x ON x.k = b.gpu_type AND x.t = b.seg_start
     JOIN gp y ON y.k = b.gpu_type AND y.t = b.seg_end
     UNION ALL
     SELECT 'reserved', NULL, NULL, NULL, NULL, p.res_group, p.policy, NULL, p.res_type,
            p.res_path, p.seg_start, p.reserved, 0,
-           CAST(greatest(p.reserved - p.in_use, 0) AS HUGEINT) * p.ms,
-           CAST(p.reserved AS HUGEINT) * p.ms,
+           {d.huge("greatest(p.reserved - p.in_use, 0)")} * p.ms,
+           {d.huge("p.reserved")} * p.ms,
            CASE WHEN p.reserved > p.in_use
-                THEN ((p.reserved - p.in_use) * (y.pi - x.pi) + {_SCALE // 2}) // {_SCALE}
+                THEN {d.idiv(f"(p.reserved - p.in_use) * (y.pi - x.pi) + {half}", _SCALE)}
                 ELSE 0 END
     FROM pseg p
     LEFT JOIN gp x ON x.k = p.res_type AND x.t = p.seg_start
@@ -312,63 +322,71 @@ ORDER BY i.policy"""
     return breaks, intervals
 
 
-LENDING_PIECES = lending_pieces_sql()
-"""One row per piece of constant borrowing (``side = 'borrowed'``: an interval's GPUs above
-its policy's reservation, ``borrowed_mms``, and of them the lent ones, ``lent_mms``) or of a
-reservation (``side = 'reserved'``: ``reserved_mms``, ``idle_mms`` before lending and the
-``lent_mms`` other policies borrowed from it); amounts in thousandths of a GPU-millisecond.
+LENDING_PIECES = "lending_pieces"
+"""The view of :func:`lending_pieces_sql` unbounded: one row per piece of constant borrowing
+(``side = 'borrowed'``: an interval's GPUs above its policy's reservation, ``borrowed_mms``,
+and of them the lent ones, ``lent_mms``) or of a reservation (``side = 'reserved'``:
+``reserved_mms``, ``idle_mms`` before lending and the ``lent_mms`` other policies borrowed
+from it); amounts in thousandths of a GPU-millisecond.
 Every piece lies within one UTC month, one estate snapshot and one price period of every GPU
 type (their starts are breakpoints), so both sides of a moment's lending have one price."""
 
 
-def _hours_of(mms: str) -> str:
+def _hours_of(d: Dialect, mms: str) -> str:
     """A sum of thousandths of GPU-milliseconds as GPU-hours, rounded half up once."""
-    return _dec(_round_div(f"CAST(sum({mms}) AS HUGEINT)", _UNITS_PER_MICRO_HOUR), _SUM)
+    return dec(d, round_div(d, d.huge(f"sum({mms})"), UNITS_PER_MICRO_HOUR), SUM_PRECISION)
 
 
-def _cost_of(mms: str) -> str:
+def _cost_of(d: Dialect, mms: str) -> str:
     """A sum of thousandths of GPU-milliseconds times the row's price, rounded half up once
     to the millionth (NULL when unpriced)."""
-    return _dec(_round_div(f"sum(CAST({mms} AS HUGEINT) * CAST(x.per_gpu_hour * 1000000 "
-                           "AS HUGEINT))", _UNITS_PER_MICRO_HOUR * 1_000_000), _SUM)
+    return dec(d, round_div(d, f"sum({d.huge(mms)} * {d.huge('x.per_gpu_hour * 1000000')})",
+                            UNITS_PER_MICRO_HOUR * 1_000_000), SUM_PRECISION)
 
 
-def borrowed_usage_sql(pieces: str = "lending_pieces") -> str:
+def borrowed_usage_sql(pieces: str = "lending_pieces", d: Dialect = DUCKDB) -> str:
     """``borrowed_usage`` over ``pieces`` (the view, or a bounded :func:`lending_pieces_sql`
     in parentheses)."""
     return f"""
-SELECT x.month, x.interval_id, x.task, x."group", x.group_path, {_levels("x")}, x.project,
+SELECT x.month, x.interval_id, x.task, x."group", x.group_path, {levels(d, "x")}, x.project,
        x."user", x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from,
-       {_hours_of("x.borrowed_mms")} AS borrowed_hours, {_hours_of("x.lent_mms")} AS lent_hours,
-       {_cost_of("x.borrowed_mms")} AS borrowed_cost, {_cost_of("x.lent_mms")} AS lent_cost
+       {_hours_of(d, "x.borrowed_mms")} AS borrowed_hours,
+       {_hours_of(d, "x.lent_mms")} AS lent_hours,
+       {_cost_of(d, "x.borrowed_mms")} AS borrowed_cost,
+       {_cost_of(d, "x.lent_mms")} AS lent_cost
 FROM {pieces} x WHERE x.side = 'borrowed'
-GROUP BY ALL"""
+{d.group_by('x.month, x.interval_id, x.task, x."group", x.group_path, x.project, x."user", '
+            'x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from')}"""
 
 
-def reserved_idle_sql(pieces: str = "lending_pieces") -> str:
+def reserved_idle_sql(pieces: str = "lending_pieces", d: Dialect = DUCKDB) -> str:
     """``reserved_idle`` over ``pieces``, like :func:`borrowed_usage_sql`."""
     return f"""
-SELECT x.month, x.policy, x."group", x.group_path, {_levels("x")}, x.gpu_type,
-       CAST(max(x.reserved) * 0.001 AS DECIMAL(12,3)) AS reserved,
-       {_hours_of("x.reserved_mms")} AS reserved_hours,
-       {_hours_of("x.idle_mms - x.lent_mms")} AS idle_hours,
-       {_hours_of("x.lent_mms")} AS lent_hours,
-       any_value(x.currency) AS currency,
-       {_cost_of("x.idle_mms - x.lent_mms")} AS idle_cost,
-       {_cost_of("x.lent_mms")} AS lent_cost
+SELECT x.month, x.policy, x."group", x.group_path, {levels(d, "x")}, x.gpu_type,
+       CAST(max(x.reserved) * 0.001 AS {d.decimal(12, 3)}) AS reserved,
+       {_hours_of(d, "x.reserved_mms")} AS reserved_hours,
+       {_hours_of(d, "x.idle_mms - x.lent_mms")} AS idle_hours,
+       {_hours_of(d, "x.lent_mms")} AS lent_hours,
+       {d.any_value("x.currency")} AS currency,
+       {_cost_of(d, "x.idle_mms - x.lent_mms")} AS idle_cost,
+       {_cost_of(d, "x.lent_mms")} AS lent_cost
 FROM {pieces} x WHERE x.side = 'reserved'
-GROUP BY ALL"""
+{d.group_by('x.month, x.policy, x."group", x.group_path, x.gpu_type')}"""
 
 
-def swept(conn, lo: str, hi: str, schema: str = "", made: dict[str, str] | None = None
-          ) -> list[sweep.Piece]:
+def swept(conn: duckdb.DuckDBPyConnection, lo: str, hi: str, schema: str = "",
+          made: dict[str, str] | None = None) -> list[sweep.Piece]:
     """The borrowed pieces of [``lo``, ``hi``) by :func:`kliqued.ledger.sweep.borrowed_pieces`
     over each policy that is ever above its reservation there (the others borrow nothing)."""
     breaks_sql, iv_sql = sweep_inputs_sql(lo, hi, schema, made)
-    breaks = conn.execute(breaks_sql).fetchall()  # rows of sweep.Break, by policy
-    intervals: dict[str, list] = {}
-    for policy, rows in itertools.groupby(conn.execute(iv_sql).fetchall(), key=_policy):
-        intervals[policy] = list(rows)
+    # The rows are plain tuples whose columns are sweep.Break's and sweep.Interval's fields in
+    # order (the SELECTs of sweep_inputs_sql); the sweep reads them by position, so they are
+    # typed as those records without building one per row (a sweep reads millions).
+    breaks = cast(list[sweep.Break], conn.execute(breaks_sql).fetchall())
+    ivs = cast(list[sweep.Interval], conn.execute(iv_sql).fetchall())
+    intervals: dict[str, list[sweep.Interval]] = {}
+    for policy, iv_rows in itertools.groupby(ivs, key=_policy):
+        intervals[policy] = list(iv_rows)
     out: list[sweep.Piece] = []
     for policy, rows in itertools.groupby(breaks, key=_policy):
         out += sweep.borrowed_pieces(list(rows), intervals.get(policy, ()))
@@ -391,7 +409,7 @@ _MADE = ("ivr", "seg", "pseg")
 
 
 @contextmanager
-def month_pieces(conn, period) -> Iterator[str]:
+def month_pieces(conn: duckdb.DuckDBPyConnection, period: date) -> Iterator[str]:
     """The lending pieces of the UTC month starting on the date ``period``, as a
     parenthesised query (:func:`lending_pieces_sql` bounded to the month) to run on ``conn``
     (a cursor of its own) within the ``with`` block. The month's intervals and segments are
@@ -445,16 +463,17 @@ def _temp_tables(name: str) -> tuple[str, ...]:
     return (name, *(f"{name}_{c}" for c in (*_MADE, "gp")))
 
 
-VIEWS: dict[str, str] = {
-    "lending_pieces": LENDING_PIECES,
-    # each interval's borrowed GPU-hours per month and price period, and of them the ones
-    # lent by other policies' idle reservations (with their cost)
-    "borrowed_usage": borrowed_usage_sql(),
-    # the reserved GPUs each policy neither used nor lent, per month (the lent ones are
-    # paid for by their borrowers: no GPU-hour is counted twice), and what it lent
-    "reserved_idle": reserved_idle_sql(),
-}
-"""The views of this module, by name (``kliqued.ledger.schema`` creates them in order)."""
+def views(d: Dialect) -> dict[str, str]:
+    """The views of this module in dialect ``d``, by name (:mod:`.views` gathers them)."""
+    return {
+        "lending_pieces": lending_pieces_sql(d=d),
+        # each interval's borrowed GPU-hours per month and price period, and of them the
+        # ones lent by other policies' idle reservations (with their cost)
+        "borrowed_usage": borrowed_usage_sql(d=d),
+        # the reserved GPUs each policy neither used nor lent, per month (the lent ones are
+        # paid for by their borrowers: no GPU-hour is counted twice), and what it lent
+        "reserved_idle": reserved_idle_sql(d=d),
+    }
 
 ORDER: tuple[str, ...] = ("lending_pieces", "borrowed_usage", "reserved_idle")
 """Their creation order (each reads only what comes before it)."""

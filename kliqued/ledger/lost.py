@@ -22,6 +22,9 @@ from typing import Any, Iterable
 
 from klique_util.units import UNITS_PER_HOUR
 
+from .dialect import DUCKDB, POSTGRESQL
+from .tables import PREEMPTIONS
+
 _UNITS_PER_MICRO_HOUR = UNITS_PER_HOUR // 1_000_000
 """milli-GPU x ms in a millionth of a GPU-hour."""
 
@@ -64,41 +67,18 @@ class PreemptionRow:
         return Decimal(self.lost_gpu_micro_hours).scaleb(-6)
 
 
-COLUMNS = ("interval_id", "task", "user", "project", "group", "group_path", "policy", "pool",
-           "gpu_type", "gpus", "preempted_at", "kind", "reason", "taker", "taker_path",
-           "lost_ms", "lost_gpu_hours", "revision")
+COLUMNS = PREEMPTIONS.column_names
 """The table's columns, in order (``user`` and ``group`` are quoted in SQL)."""
 
-_BODY = """
-    interval_id    {t} PRIMARY KEY,   -- the ledger interval the preemption ended
-    task           {t} NOT NULL,
-    "user"         {t} NOT NULL,
-    project        {t},
-    "group"        {t} NOT NULL,      -- the preempted task's group (the owner)
-    group_path     {t},
-    policy         {t} NOT NULL,
-    pool           {t} NOT NULL,
-    gpu_type       {t} NOT NULL,
-    gpus           {d}(12,3) NOT NULL,
-    preempted_at   TIMESTAMP NOT NULL,
-    kind           {t} NOT NULL,      -- reclaimed | rebalanced | budget | unstarted
-    reason         {t} NOT NULL,
-    taker          {t},               -- the group that took the GPUs back (NULL: none)
-    taker_path     {t},
-    lost_ms        BIGINT NOT NULL,
-    lost_gpu_hours {d}(18,6) NOT NULL,
-    revision       {t}
-"""
-
-DUCK_TABLE = ("CREATE TABLE IF NOT EXISTS preemptions ("
-              + _BODY.format(t="VARCHAR", d="DECIMAL") + ")")
-PG_TABLE = "CREATE TABLE IF NOT EXISTS preemptions (" + _BODY.format(t="TEXT", d="NUMERIC") + ")"
+DUCK_TABLE = PREEMPTIONS.render(DUCKDB)
+PG_TABLE = PREEMPTIONS.render(POSTGRESQL, if_missing=True)
+"""The table (:data:`.tables.PREEMPTIONS`) in each dialect."""
 
 
 def view_sql(cost: str, month: str) -> str:
     """``lost_work``: each preemption with its month and its lost GPU-hours priced at the
     price in force for its GPU type at the moment of the preemption. ``cost`` and ``month``
-    are the dialect's helpers (schema's or pgschema's ``_cost``; the month expression)."""
+    are the dialect's (:func:`.dialect.cost`; the month expression)."""
     return f"""
 SELECT p.*, {month} AS month, pp.per_gpu_hour, pp.currency, pp.effective_from AS price_from,
        {cost} AS lost_cost

@@ -10,9 +10,12 @@ one deployment get the same changes in the same order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Iterable, Union
+
+from compiler.compiled import CompiledEstate
 
 from . import capacity, lost, writer
+from .db import Conn
 
 
 @dataclass(frozen=True)
@@ -30,13 +33,13 @@ class CloseIntervals:
 @dataclass(frozen=True)
 class ReplacePrices:
     """The prices of a newly applied estate (a ``CompiledEstate``)."""
-    estate: Any
+    estate: CompiledEstate
 
 
 @dataclass(frozen=True)
 class RecordEstate:
     """The capacity and reservations of an applied estate from ``at_ms`` on."""
-    estate: Any
+    estate: CompiledEstate
     at_ms: int
 
 
@@ -75,15 +78,15 @@ LEDGER_WRITES = (OpenIntervals, CloseIntervals, ReplacePrices, RecordEstate, Fil
                  OpenCloudNode, CloseCloudNode, RecordPreemptions)
 
 
-def opens(rows) -> OpenIntervals:
+def opens(rows: Iterable[writer.IntervalRow]) -> OpenIntervals:
     return OpenIntervals(tuple(rows))
 
 
-def closes(items) -> CloseIntervals:
+def closes(items: Iterable[tuple[str, int, str]]) -> CloseIntervals:
     return CloseIntervals(tuple((i, int(e), r) for i, e, r in items))
 
 
-def apply_duck(conn, op: LedgerWrite) -> object:
+def apply_duck(conn: Conn, op: LedgerWrite) -> object:
     """Writes ``op`` on a DuckDB connection, inside the caller's transaction."""
     if isinstance(op, OpenIntervals):
         return writer.open_intervals(conn, op.rows)

@@ -16,7 +16,7 @@ from .capacity import reserved_gpu_type
 from . import lost
 from .ops import (CloseCloudNode, CloseIntervals, FillGroupPaths, LedgerWrite, OpenCloudNode,
                   OpenIntervals, RecordEstate, RecordPreemptions, ReplacePrices)
-from .pgschema import MERGE_MONTHLY, MONTHLY_KEY, monthly_rows_sql
+from .pgschema import MERGE_MONTHLY, monthly_rows_sql
 from .schema import FLUSH_AT
 from .writer import IntervalRow
 
@@ -58,7 +58,7 @@ def open_intervals(cur: Any, rows: Iterable[IntervalRow]) -> int:
         [r.gpu_type for r in rows], [_milli(r.gpus_milli) for r in rows],
         [_milli(r.weight_milli) for r in rows], [ts(r.start_ms) for r in rows],
         [r.revision for r in rows], [r.group_path for r in rows], [r.channel for r in rows]])
-    return cur.rowcount
+    return int(cur.rowcount)
 
 
 _CLOSE = """
@@ -95,7 +95,7 @@ def close_intervals(cur: Any, items: Iterable[tuple[str, int, str]]) -> int:
     return len(done)
 
 
-_FLUSH = MERGE_MONTHLY.format(rows=monthly_rows_sql("ledger_monthly_pending"), key=MONTHLY_KEY)
+_FLUSH = MERGE_MONTHLY.format(rows=monthly_rows_sql("ledger_monthly_pending"))
 
 
 def flush_monthly(cur: Any) -> None:
@@ -177,7 +177,7 @@ def fill_group_paths(cur: Any, paths: dict[str, str]) -> int:
         return 0
     lists = [list(paths), list(paths.values())]
     cur.execute(_FILL.format(table="ledger"), lists)
-    filled = cur.rowcount
+    filled = int(cur.rowcount)
     cur.execute(_FILL.format(table="ledger_monthly_pending"), lists)
     if filled:
         rebuild_monthly(cur)

@@ -27,6 +27,9 @@ from typing import Any, Sequence
 
 from klique_util.excerpt import excerpt
 
+ParseNode = dict[str, Any]
+"""A node of DuckDB's JSON parse tree (``json_serialize_sql``): JSON objects all the way down."""
+
 RELATIONS = ("ledger", "prices", "price_periods", "usage", "usage_priced", "usage_by_month",
              "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department",
              "cloud_nodes", "cloud_node_usage", "cloud_spend_monthly",
@@ -71,10 +74,10 @@ def _refuse_relation(name: str) -> NotAllowed:
                       f"{allowed_text()} (docs/ledger.md)")
 
 
-def parsed(conn: Any, sql: str) -> dict:
+def parsed(conn: Any, sql: str) -> ParseNode:
     """DuckDB's parse tree of ``sql`` (one SELECT), as JSON."""
     text = conn.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
-    tree = json.loads(text)
+    tree: ParseNode = json.loads(text)
     if tree.get("error"):
         message = tree.get("error_message") or "the query could not be parsed"
         if "Only SELECT" in message:
@@ -84,7 +87,7 @@ def parsed(conn: Any, sql: str) -> dict:
     return tree
 
 
-def check_tree(tree: dict, database: str, qualified: bool = True) -> None:
+def check_tree(tree: ParseNode, database: str, qualified: bool = True) -> None:
     """Raises :class:`NotAllowed` unless every relation, table function and function the
     parse tree names is allowed (see the module's docstring). ``qualified=False``: a
     relation may not name its schema or database either (a query scoped to a group admin's
@@ -132,7 +135,7 @@ def _walk(node: Any, scope: frozenset[str], db: str, qualified: bool = True) -> 
         _walk(value, scope, db, qualified)
 
 
-def _check_table_ref(node: dict, kind: str, scope: frozenset[str], db: str,
+def _check_table_ref(node: ParseNode, kind: str, scope: frozenset[str], db: str,
                      qualified: bool = True) -> None:
     if kind not in _TABLE_REFS:
         what = {"SHOW_REF": "DESCRIBE, SUMMARIZE and SHOW"}.get(kind, kind)

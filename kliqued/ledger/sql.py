@@ -24,14 +24,18 @@ import time
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Sequence
+from typing import Any, Sequence, Union
 
 import duckdb
 
 from klique_util.excerpt import excerpt
 
 from . import growth, lending, sandbox, scope
+from .db import Fetching, scalar
 from .watchdog import Watchdog
+
+JsonValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
+"""A value of the daemon's JSON answer (:func:`to_json_value`)."""
 
 MAX_LIMIT = 100_000
 """The most rows one query may return; larger results belong in ``kliqued ledger export``."""
@@ -54,7 +58,7 @@ class LedgerSqlError(Exception):
         self.code = code
         self.message = message
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
 
 
@@ -62,11 +66,11 @@ class LedgerSqlError(Exception):
 class SqlResult:
     columns: list[str]
     types: list[str]
-    rows: list[list]
+    rows: list[list[JsonValue]]
     truncated: bool
     elapsed_ms: float
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"columns": self.columns, "types": self.types, "rows": self.rows,
                 "truncated": self.truncated, "elapsed_ms": self.elapsed_ms}
 
@@ -86,7 +90,7 @@ def time_text(value: _dt.datetime) -> str:
     return f"{base}.{us:06d}Z"
 
 
-def to_json_value(value):
+def to_json_value(value: object) -> JsonValue:
     """One DuckDB value as a JSON-serialisable Python value."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -155,7 +159,7 @@ def _clean(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def json_size(value: list) -> int:
+def json_size(value: list[Any]) -> int:
     """The bytes ``value`` (a row, or a list of rows) takes in the daemon's JSON answer
     (compact, UTF-8): what the byte cap counts, exactly."""
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"),
@@ -184,12 +188,12 @@ def _too_large(max_bytes: int) -> LedgerSqlError:
                                        "fewer columns, aggregate, or use `kliqued ledger export`")
 
 
-def out_of_memory(conn) -> LedgerSqlError:
+def out_of_memory(conn: duckdb.DuckDBPyConnection) -> LedgerSqlError:
     """The error of a query that needed more memory than the database may use (DuckDB's
     ``memory_limit``, ``kliqued serve --db-memory``): refused as ``too-large``."""
     try:
         conn.execute("ROLLBACK")  # the failed transaction reads nothing more
-        limit = conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        limit = scalar(conn, "SELECT current_setting('memory_limit')")
     except duckdb.Error:
         limit = "its limit"
     return LedgerSqlError("too-large", f"the query needed more memory than the ledger's "
@@ -207,8 +211,8 @@ def check_limit(limit: object) -> None:
                                           "rows; aggregate in SQL or use `kliqued ledger export`")
 
 
-def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
-                 max_bytes: int = MAX_BYTES, deadline: float | None = None,
+def run_readonly(conn: duckdb.DuckDBPyConnection, sql: str, limit: int = 10000,
+                 timeout_s: float = 10.0, max_bytes: int = MAX_BYTES, deadline: float | None = None,
                  groups: Sequence[str] | None = None, pieces: str | None = None) -> SqlResult:
     """Runs one read-only SELECT on ``conn`` (use a cursor of its own: the query runs in its
     own transaction, which must not already be open on it) and returns at most ``limit``
@@ -271,12 +275,12 @@ def run_readonly(conn, sql: str, limit: int = 10000, timeout_s: float = 10.0,
     return SqlResult([d[0] for d in description], types, rows, truncated, elapsed)
 
 
-def _check_sandbox(conn, query: str, groups: Sequence[str] | None = None,
+def _check_sandbox(conn: duckdb.DuckDBPyConnection, query: str, groups: Sequence[str] | None = None,
                    pieces: str | None = None) -> str:
     """The query's parse tree and plan stay inside the ledger (``sandbox``); returns the SQL
     to run: the query, or for ``groups`` the query over their subtrees' rows only (and with
     ``pieces``, over those lending pieces: :func:`kliqued.ledger.scope.scoped`)."""
-    database = conn.execute("SELECT current_database()").fetchone()[0]
+    database = str(scalar(conn, "SELECT current_database()"))
     tree = sandbox.parsed(conn, query)
     sandbox.check_tree(tree, database, qualified=groups is None and pieces is None)
     growth.check(tree)
@@ -289,23 +293,24 @@ def _check_sandbox(conn, query: str, groups: Sequence[str] | None = None,
     return query
 
 
-def _fetch(conn, types: list[str], limit: int, max_bytes: int, deadline: float,
-           timeout_s: float) -> tuple[list[list], bool]:
+def _fetch(conn: Fetching, types: list[str], limit: int, max_bytes: int, deadline: float,
+           timeout_s: float) -> tuple[list[list[JsonValue]], bool]:
     """At most ``limit`` rows, converted, counting their exact JSON bytes as they come:
     refused as soon as the answer passes ``max_bytes``, so no more than one chunk beyond the
     cap is ever held."""
     convert = [t not in _PLAIN for t in types]
-    rows: list[list] = []
+    rows: list[list[JsonValue]] = []
     size = 2  # the rows' enclosing []
     chunk = 1
     while True:
         want = min(chunk, limit - len(rows))
-        batch = conn.fetchmany(want + 1 if want == limit - len(rows) else want)
-        if not batch:
+        fetched = conn.fetchmany(want + 1 if want == limit - len(rows) else want)
+        if not fetched:
             return rows, False
-        more = len(rows) + len(batch) > limit
-        batch = [[to_json_value(v) if c else v for v, c in zip(raw, convert)]
-                 for raw in batch[:limit - len(rows)]]
+        more = len(rows) + len(fetched) > limit
+        batch: list[list[JsonValue]] = [
+            [to_json_value(v) if c else v for v, c in zip(raw, convert)]
+            for raw in fetched[:limit - len(rows)]]
         if batch:
             # the batch's rows as the answer will hold them: the same bytes as each row's
             # json_size plus the commas between them

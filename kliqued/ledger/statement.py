@@ -30,10 +30,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import Any, Sequence
 
+import duckdb
+
 from klique_util.excerpt import excerpt
 from klique_util.units import UNITS_PER_HOUR
 
 from . import lending, scope
+from .db import scalar
 from .focus import next_month
 from .schema import _MONTHLY_PIECES
 
@@ -180,7 +183,7 @@ class Statement:
         }
 
 
-def group_path_of(conn, group: str, estate_paths: dict[str, str]) -> str:
+def group_path_of(conn: duckdb.DuckDBPyConnection, group: str, estate_paths: dict[str, str]) -> str:
     """The path of ``group`` in the estate, or else as the ledger last recorded it (a group
     since removed still has its history). :class:`UnknownGroup` names the groups there are
     when it is in neither."""
@@ -221,7 +224,8 @@ ORDER BY x.side, x."group", 4, 5, x.policy, x.gpu_type, x.price_from NULLS FIRST
 by price in force."""
 
 
-def _split_lines(conn, period: date, where: str, pieces: str) -> list[Line]:
+def _split_lines(conn: duckdb.DuckDBPyConnection, period: date, where: str, pieces: str
+                 ) -> list[Line]:
     """The lines of ``borrowed: split``: each borrower line's lent GPU-hours credited by
     half (the lenders pay it), each lending policy billed that half, pro rata (kliqued.ledger
     .lending): the same price on both sides, so the credits and shares add up to
@@ -245,7 +249,7 @@ FROM ({reserved_idle}) r WHERE month = CAST(? AS DATE) AND {scope} AND idle_hour
 ORDER BY "group", policy"""
 
 
-def build(conn, group: str, period: date, estate_paths: dict[str, str],
+def build(conn: duckdb.DuckDBPyConnection, group: str, period: date, estate_paths: dict[str, str],
           currency: str, policies: Sequence[Any] = (),
           visible: Sequence[str] | None = None,
           reserved_idle: bool = False, borrowed: str = "borrower",
@@ -292,9 +296,10 @@ def build(conn, group: str, period: date, estate_paths: dict[str, str],
     return st
 
 
-def _lending_lines(conn, period: date, group: str, visible: Sequence[str] | None,
-                   reserved_idle: bool, borrowed: str, pieces: str, lines: list[Line],
-                   exact: list[Fraction], currencies: set[str]) -> None:
+def _lending_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
+                   visible: Sequence[str] | None, reserved_idle: bool, borrowed: str,
+                   pieces: str, lines: list[Line], exact: list[Fraction],
+                   currencies: set[str]) -> None:
     """Adds the lines that derive the month's lending (``pieces``: :func:`lending
     .month_pieces`) to ``lines``, their exact costs to ``exact``: each policy's reserved idle
     GPU-hours, and with ``split`` the borrowers' credits and the lenders' shares."""
@@ -321,8 +326,8 @@ def _lending_lines(conn, period: date, group: str, visible: Sequence[str] | None
         exact += [line.exact_cost for line in split]
 
 
-def _budgets(conn, period: date, path: str, policies: Sequence[Any],
-             estate_paths: dict[str, str], visible: Sequence[str] | None) -> list[dict]:
+def _budgets(conn: duckdb.DuckDBPyConnection, period: date, path: str, policies: Sequence[Any],
+             estate_paths: dict[str, str], visible: Sequence[str] | None) -> list[dict[str, Any]]:
     """Each budget of a policy at or below the group: its hours per period and the budget
     hours its subtree used in the month (for a monthly budget, the share used)."""
     prefix = path + "/"
@@ -336,10 +341,11 @@ def _budgets(conn, period: date, path: str, policies: Sequence[Any],
         where = scope.visible("m", [pol.group])
         if visible is not None:
             where += " AND " + scope.visible("m", visible)
-        used = conn.execute(
+        used = scalar(
+            conn,
             f"WITH m AS ({_MONTHLY_PIECES}) SELECT CAST(coalesce(sum(m.budget_ms), 0) * 1000 "
             f"AS HUGEINT) FROM m WHERE m.month = CAST(? AS DATE) AND {where}",
-            [period.isoformat()]).fetchone()[0]
+            [period.isoformat()])
         hours = Decimal(pol.budget.hours_milli) / 1000
         entry = {"policy": pol.name, "group": pol.group, "period": pol.budget.period,
                  "hours": str(hours), "used_hours": _hours(int(used))}
@@ -372,8 +378,8 @@ _OWNER_SIDE = "p.\"group\", p.group_path, coalesce(p.project, ''), p.\"user\""
 _TAKER_SIDE = "p.taker, p.taker_path, '', ''"
 
 
-def lost_lines(conn, period: date, group: str, visible: Sequence[str] | None,
-               lost_work: str, currencies: set[str]) -> list[Line]:
+def lost_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
+               visible: Sequence[str] | None, lost_work: str, currencies: set[str]) -> list[Line]:
     """The lines that move lost work off its owner (``settings.attribution.lost_work``):
     each preempted task's group is credited its lost GPU-hours (``lost_work_credit``, by
     project and user); with ``taker``, the group that took the GPUs back is billed them

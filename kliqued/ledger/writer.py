@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
+from compiler.compiled import CompiledEstate
 from compiler.units import milli_str, parse_time
 
+from .db import Conn, Rows
 from .schema import FEED_SEQUENCE, FLUSH_AT, flush_monthly, rebuild_monthly
 
 CHANNEL_LABEL = "klique.channel"
@@ -51,7 +53,7 @@ class IntervalRow:
     or ``session`` (kliqued/daemon/channels.py); None when unknown."""
 
 
-def group_paths(estate) -> dict[str, str]:
+def group_paths(estate: CompiledEstate) -> dict[str, str]:
     """Each group of a :class:`CompiledEstate` with its path: its ancestors top first, then
     itself, joined by ``/`` (``northwind/research/team-a``; a top group is its own path).
     Group names cannot contain ``/``, so the path splits back into its levels."""
@@ -93,19 +95,19 @@ SMALL = 24
 lists (whose plan costs a few milliseconds whatever the size)."""
 
 
-def _count(result) -> int:
+def _count(result: Rows) -> int:
     row = result.fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def open_interval(conn, row: IntervalRow) -> None:
+def open_interval(conn: Conn, row: IntervalRow) -> None:
     """Records a placement: a ledger row with no end yet. An ``interval_id`` that already
     exists raises ``duckdb.ConstraintException`` (the caller's transaction must roll back):
     two placements with one id are a bug to surface, not to hide."""
     open_intervals(conn, [row])
 
 
-def open_intervals(conn, rows: Iterable[IntervalRow]) -> int:
+def open_intervals(conn: Conn, rows: Iterable[IntervalRow]) -> int:
     """Records many placements, ``BATCH`` rows per statement; returns how many. Raises like
     :func:`open_interval` on a duplicate id."""
     rows = list(rows)
@@ -154,7 +156,7 @@ _FEED_MANY = (f"INSERT INTO ledger_feed SELECT nextval('{FEED_SEQUENCE}'), i "
               "FROM (SELECT unnest(?::VARCHAR[]) AS i)")
 
 
-def close_interval(conn, interval_id: str, end_ms: int, reason: str) -> bool:
+def close_interval(conn: Conn, interval_id: str, end_ms: int, reason: str) -> bool:
     """Ends an open interval (preempted, finished, cancelled, ...). Returns False when there is
     no open interval with that id (already closed, or never opened): closing twice is a no-op,
     so replaying an event log is safe."""
@@ -165,7 +167,7 @@ def close_interval(conn, interval_id: str, end_ms: int, reason: str) -> bool:
     return True
 
 
-def close_intervals(conn, items: Iterable[tuple[str, int, str]]) -> int:
+def close_intervals(conn: Conn, items: Iterable[tuple[str, int, str]]) -> int:
     """Ends many open intervals, given as ``(interval_id, end_ms, reason)``; returns how many
     were open. The first item wins when an id appears twice. DuckDB joins the batch to the
     ledger through the primary-key index, so this costs the batch, not the ledger's size.
@@ -197,7 +199,7 @@ def _naive_utc(text: str) -> datetime:
     return parse_time(text).astimezone(timezone.utc).replace(tzinfo=None)
 
 
-def replace_prices(conn, estate) -> int:
+def replace_prices(conn: Conn, estate: CompiledEstate) -> int:
     """Replaces the prices table with the estate's pricing (a :class:`CompiledEstate`), in
     ``settings.currency``. Past usage keeps its price because old rows stay in the estate with
     their ``effective_from``; returns how many prices were written. When a GPU type gains or
@@ -225,7 +227,7 @@ FROM (SELECT unnest(?::VARCHAR[]) AS grp, unnest(?::VARCHAR[]) AS path) v
 WHERE {table}."group" = v.grp AND {table}.group_path IS NULL"""
 
 
-def fill_group_paths(conn, paths: dict[str, str]) -> int:
+def fill_group_paths(conn: Conn, paths: dict[str, str]) -> int:
     """Gives the rows recorded before the ledger kept paths (``group_path`` NULL) the path of
     their group in ``paths`` (:func:`group_paths` of the estate in force at the daemon's
     start); returns how many rows it filled. Rows of a group that ``paths`` lacks keep NULL.
@@ -243,9 +245,10 @@ def fill_group_paths(conn, paths: dict[str, str]) -> int:
 
 
 # cloud nodes (kliqued/daemon/cloud.py) ------------------------------------------------------
-def open_cloud_node(data: dict, start_ms: int, revision: str | None):
+def open_cloud_node(data: dict[str, Any], start_ms: int, revision: str | None
+                    ) -> Callable[[Conn], None]:
     """The ledger op that records a cloud node's start (``cloud_nodes``), at ``per_hour``."""
-    def op(conn) -> None:
+    def op(conn: Conn) -> None:
         conn.execute(
             "INSERT INTO cloud_nodes (node, pool, provider, instance_type, lifecycle, gpus, "
             "per_hour, currency, start_at, end_at, end_reason, revision) VALUES "
@@ -257,9 +260,9 @@ def open_cloud_node(data: dict, start_ms: int, revision: str | None):
     return op
 
 
-def close_cloud_node(node: str, end_ms: int, reason: str):
+def close_cloud_node(node: str, end_ms: int, reason: str) -> Callable[[Conn], None]:
     """The ledger op that records a cloud node's end (never before its start)."""
-    def op(conn) -> None:
+    def op(conn: Conn) -> None:
         conn.execute("UPDATE cloud_nodes SET end_at = greatest(start_at, "
                      "make_timestamp(? * 1000)), end_reason = ? "
                      "WHERE node = ? AND end_at IS NULL", [end_ms, reason, node])

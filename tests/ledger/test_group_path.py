@@ -11,7 +11,8 @@ import pytest
 from compiler.api import compile_dir
 from kliqued.ledger import (close_interval, close_intervals, ensure_schema, fill_group_paths,
                             group_paths, open_intervals)
-from kliqued.ledger.schema import MONTHLY_TABLE
+from kliqued.ledger.dialect import DUCKDB
+from kliqued.ledger.tables import LEDGER_MONTHLY
 
 from .conftest import H, ms, row, set_prices
 from .test_monthly import mismatches
@@ -128,9 +129,7 @@ def _old_database(db):
     db.execute("DROP VIEW usage_by_business_unit")
     db.execute("DROP VIEW usage_by_department")
     db.execute("DROP TABLE ledger_monthly")
-    old = MONTHLY_TABLE.replace("    group_path  VARCHAR NOT NULL,   -- '' for none "
-                                "(see ensure_schema)\n", "").replace("group_path, ", "")
-    old = old.replace("    channel     VARCHAR NOT NULL,\n", "").replace("channel, ", "")
+    old = LEDGER_MONTHLY.without("group_path", "channel").render(DUCKDB)
     assert "group_path" not in old and "channel" not in old  # channels came later still
     db.execute(old)
     for table in ("ledger", "ledger_monthly_pending"):
