@@ -20,7 +20,7 @@ def make_provider(name: str, config: dict, url: str | None = None,
     if name == "local":
         return LocalProvider.from_config(config, url=url, token_file=token_file)
     if name == "ec2":
-        from workers.autoscaler.ec2 import Ec2Provider   # boto3 only when it is used
+        from workers.autoscaler.ec2 import Ec2Provider  # boto3 only when it is used
         return Ec2Provider.from_config(config, url=url, token_file=token_file,
                                        revision=revision)
     raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
