@@ -78,7 +78,7 @@ def test_a_slurm_task_checkpoints_and_the_reclaim_counts_from_its_checkpoint(
         (tmp_path / "younger.go").write_text("")     # the SDK's checkpoint first
         env = wait_for(lambda: read_json(tmp_path / "younger.marked"), 30, "the SDK marked")
         assert env["SLURM_JOB_ID"], env              # it ran as a Slurm job
-        assert env["KLIQUE_CHECKPOINT_FILE"].endswith(".checkpoint"), env
+        assert env["KLIQUE_CHECKPOINT_FILE"].endswith("/checkpoint"), env
         assert Path(env["KLIQUE_CHECKPOINT_FILE"]).exists(), env
         wait_for(lambda: fs.events(younger, "task_checkpointed"), 20,
                  "the worker relayed the SDK's checkpoint")

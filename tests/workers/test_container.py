@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.wait import wait_for_async, wait_for_text
+from workers import checkpoints, outputs
 from workers.executors.base import Exited, StartError
 from workers.executors.container import ContainerExecutor, ContainerHandle, container_name, \
     run_command
@@ -89,6 +90,32 @@ def test_the_image_comes_from_the_lease_or_the_worker(tmp_path):
     assert container_name("team/run 1", 7) == "klique-team_run_1-7"
     assert run_command("docker", lease(command=()), [], image="x", variables=[],
                        fake_gpus=False, memory_per_gpu_mb=None)[-1] == "x"
+
+
+def task_files_env(log: Path) -> dict[str, str]:
+    """The variables the worker daemon adds for a task's files (workers/daemon.py _start)."""
+    return {"SECRET": "s3cret", outputs.ENV: outputs.path_for(str(log)),
+            **checkpoints.task_env(str(log))}
+
+
+def test_the_tasks_files_are_mounted_and_named_inside(tmp_path):
+    """Issue 28: the task's directory writable, the notice's read-only, the variables naming
+    the paths inside; nothing else of the state directory (not the logs beside it)."""
+    log = tmp_path / "state" / "logs" / "t-1.e3.log"
+    ex = ContainerExecutor(tmp_path, runtime="podman", image="img", gpus=FAKE_GPUS)
+    cmd, env = ex.command_for(lease(env=task_files_env(log)), [0], log)
+    volumes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
+    assert volumes == [f"{log}.task:/klique/task", f"{log}.notice:/klique/notice:ro"]
+    assert env["KLIQUE_CHECKPOINT_FILE"] == "/klique/task/checkpoint"
+    assert env["KLIQUE_OUTPUTS"] == "/klique/task/outputs"
+    assert env["KLIQUE_PREEMPT_FILE"] == "/klique/notice/preempt"
+    names = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-e"]
+    assert {"KLIQUE_CHECKPOINT_FILE", "KLIQUE_OUTPUTS", "KLIQUE_PREEMPT_FILE"} <= set(names)
+    # no log: nothing mounted (the command line alone); a variable naming a file elsewhere
+    # is not mounted
+    assert "-v" not in ex.command_for(lease(env=task_files_env(log)), [0])[0]
+    odd = ex.command_for(lease(env={"KLIQUE_PREEMPT_FILE": "/elsewhere/p"}), [0], log)
+    assert "-v" not in odd[0] and odd[1]["KLIQUE_PREEMPT_FILE"] == "/elsewhere/p"
 
 
 def test_exit_codes_128_plus_n_are_signals(tmp_path):
@@ -181,6 +208,34 @@ def test_podman_stop_sends_sigterm_then_sigkill_after_the_grace(podman, tmp_path
     r2 = asyncio.run(podman.stop(ignores, 1))
     assert 1.0 <= time.monotonic() - t0 < 8
     assert (r2.exit_code, r2.signal) == (None, "SIGKILL")
+
+
+def test_podman_task_gets_its_checkpoint_file_and_the_notice_read_only(podman, tmp_path):
+    """Issue 28, for real: in the container the task marks a checkpoint and writes its
+    outputs in its directory (the worker sees both on its side), cannot write where the
+    notice is, and its SIGTERM handler reads the notice the worker wrote before the stop."""
+    log = tmp_path / "state" / "logs" / "ptest-files.e3.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    checkpoints.prepare(str(log))                   # as the worker daemon does before a start
+    script = ('echo "files=$KLIQUE_CHECKPOINT_FILE,$KLIQUE_OUTPUTS,$KLIQUE_PREEMPT_FILE"; '
+              ': > "$KLIQUE_CHECKPOINT_FILE"; echo STEP=7 > "$KLIQUE_OUTPUTS"; '
+              'if echo x > /klique/notice/forged 2>/dev/null; then echo notice-writable; '
+              'else echo notice-read-only; fi; '
+              "trap 'cat \"$KLIQUE_PREEMPT_FILE\"; echo; exit 0' TERM; "
+              'echo ready; sleep 30 & wait')
+    h = podman.start(lease("ptest-files", ["sh", "-c", script], env=task_files_env(log)), [0],
+                     log)
+    wait_for_text(log, "ready")
+    text = log.read_text()
+    assert "files=/klique/task/checkpoint,/klique/task/outputs,/klique/notice/preempt" in text
+    assert "notice-read-only" in text and not Path(checkpoints.notice_dir(str(log)),
+                                                    "forged").exists()
+    assert checkpoints.changed(str(log), None) is not None     # the worker sees the mark
+    assert outputs.read(outputs.path_for(str(log))) == {"STEP": "7"}
+    notice = checkpoints.write_notice(str(log), "preempted", "reclaimed by team-a", 5.0)
+    r = asyncio.run(podman.stop(h, 5))
+    assert (r.exit_code, r.signal) == (0, None)
+    assert notice.to_json() in log.read_text()
 
 
 def test_podman_task_is_taken_back_after_a_restart(podman, image, tmp_path):
