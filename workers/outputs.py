@@ -10,8 +10,8 @@ filesystem, or mounts that directory: a container) sees it; the worker reads at 
 
 from __future__ import annotations
 
-import re
 import os
+import re
 from pathlib import Path
 
 from workers.checkpoints import task_dir

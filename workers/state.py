@@ -23,8 +23,8 @@ import logging
 import os
 import re
 import secrets
-import socket
 import shutil
+import socket
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
