@@ -9,16 +9,23 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.harness.wait import wait_for_async, wait_for_text
+from tests.workers.conftest import WorkerProcess
+from tests.workers.protocol_peer import ProtocolPeer
 from workers import checkpoints, outputs
 from workers.executors.base import Exited, StartError
-from workers.executors.container import ContainerExecutor, ContainerHandle, container_name, \
-    run_command
+from workers.executors.container import (
+    ContainerExecutor,
+    ContainerHandle,
+    container_name,
+    run_command,
+)
 from workers.gpus import Gpu
 
 REAL_GPUS = [Gpu(i, f"GPU-{i:08x}", 81920) for i in range(4)]
@@ -238,6 +245,47 @@ def test_podman_task_gets_its_checkpoint_file_and_the_notice_read_only(podman, t
     assert notice.to_json() in log.read_text()
 
 
+def test_a_podman_worker_relays_a_containers_checkpoint_and_outputs(image, tmp_path):
+    """The whole path with a real ``klique-worker --executor podman`` against the protocol's
+    reference peer: the container's checkpoint mark reaches the control plane in a
+    heartbeat (``checkpoint_at``), a stop's notice is read in the container, and a finished
+    container's outputs come back with its report."""
+    peer = ProtocolPeer()
+    (tmp_path / "w").mkdir()
+    w = WorkerProcess(peer, tmp_path / "w" / "state", gpus="0,1", extra=[
+        "--executor", "podman", "--image", image,
+        *[f"--container-arg={a}" for a in PODMAN_ARGS]])
+    tids: list[str] = []
+    try:
+        w.start()
+        marks = peer.submit(["sh", "-c", (': > "$KLIQUE_CHECKPOINT_FILE"; '
+                                          "trap 'cat \"$KLIQUE_PREEMPT_FILE\"; echo; exit 0' "
+                                          "TERM; echo ready; sleep 30 & wait")], grace_s=10)
+        writes = peer.submit(["sh", "-c", 'echo STEP=7 > "$KLIQUE_OUTPUTS"'])
+        tids += [marks, writes]
+        peer.wait_for(lambda: peer.end(writes), 30, "the outputs task ends")
+        assert peer.end(writes)["event"] == "finished", peer.end(writes)
+        assert peer.end(writes)["outputs"] == {"STEP": "7"}, peer.end(writes)
+        peer.wait_for(lambda: any(r.get("task") == marks and r.get("checkpoint_at")
+                                  for _, b, _ in peer.heartbeats for r in b["running"]),
+                      30, "the checkpoint relayed in a heartbeat")
+        peer.wait_for(lambda: b"ready" in peer.log(marks), 30, "the trapping container runs")
+        peer.stop(marks, reason="preempted", text="reclaimed by team-a", grace_s=10)
+        peer.wait_for(lambda: peer.end(marks), 30, "stopped")
+        assert peer.end(marks)["event"] == "stopped" and peer.end(marks)["exit_code"] == 0
+        assert b'"reason":"preempted"' in peer.log(marks), peer.log(marks)
+        assert b"reclaimed by team-a" in peer.log(marks)
+    except BaseException:
+        sys.stderr.write(w.stderr())
+        raise
+    finally:
+        w.stop()
+        peer.close()
+        for tid in tids:
+            subprocess.run(["podman", "rm", "-f", container_name(tid, 1)], capture_output=True,
+                           check=False)
+
+
 def test_podman_task_is_taken_back_after_a_restart(podman, image, tmp_path):
     log = tmp_path / "r.log"
     h = podman.start(lease("ptest-adopt", ["sh", "-c", "echo ready; sleep 1.5; exit 6"]),
@@ -257,6 +305,7 @@ def test_podman_container_of_a_gone_worker_is_killed_before_the_requeue(podman, 
     and its deadlines pass: the container, which ignores SIGTERM, is killed by name before
     `kill_at` (``--orphan-kill``), and ``--rm`` removes it."""
     import json
+
     from workers.liveness import path_in
     dead = subprocess.Popen(["true"])
     dead.wait()
