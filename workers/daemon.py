@@ -486,7 +486,7 @@ class WorkerDaemon:
         rec.gpus = gpus
         out_path = outputs.path_for(rec.log_path)
         outputs.remove(out_path)  # a file from an earlier attempt is not this one's
-        checkpoints.clear(rec.log_path)  # so are its checkpoint mark and notice
+        checkpoints.prepare(rec.log_path)  # nor its checkpoint mark and notice
         env = {**(rec.lease.get("env") or {}), outputs.ENV: out_path,
                **checkpoints.task_env(rec.log_path)}
         if tunnel.is_session(rec.lease):  # its app listens on a local port of its own

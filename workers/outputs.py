@@ -2,15 +2,19 @@
 ``$KLIQUE_OUTPUTS``, sent back with its ``finished`` report so that a pipeline's later steps
 can use them (docs/channels.md, "Pipelines").
 
-The file is beside the task's log in the worker's state directory, so the process executor
-(and any executor that shares the worker's filesystem) sees it; the worker reads at most
+The file is in the task's own directory beside its log (workers/checkpoints.py,
+``task_dir``), so the process executor (and any executor that shares the worker's
+filesystem, or mounts that directory: a container) sees it; the worker reads at most
 ``MAX_BYTES`` of it and keeps the lines that are ``KEY=VALUE`` with a shell-like key (spaces around the key and the value are dropped).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+from workers.checkpoints import task_dir
 
 ENV = "KLIQUE_OUTPUTS"
 MAX_BYTES = 64 * 1024
@@ -19,7 +23,7 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def path_for(log_path: str) -> str:
-    return f"{log_path}.outputs"
+    return os.path.join(task_dir(log_path), "outputs")
 
 
 def read(path: str) -> dict[str, str] | None:

@@ -6,6 +6,8 @@
     STATE_DIR/lock                  flock'ed by the running worker: one worker per state dir
     STATE_DIR/tasks/<key>.json      one record per task on this worker (written atomically)
     STATE_DIR/logs/<key>.log        the task's stdout+stderr
+    STATE_DIR/logs/<key>.log.task/  what the task writes: checkpoint, outputs
+    STATE_DIR/logs/<key>.log.notice/ the stop's notice, for the task (workers/checkpoints.py)
     STATE_DIR/run/<key>.exit        the task's exit, written by the wrapper
 
 ``<key>`` is ``<task>.e<epoch>``: the same task leased again (a new epoch) is another record.
@@ -21,6 +23,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import socket
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -159,7 +162,8 @@ class StateDir:
         return out
 
     def prune_logs(self, keep_s: float, active: set[str]) -> int:
-        """Removes logs (and exit files) of ended tasks older than `keep_s` seconds."""
+        """Removes logs (and exit files, and the task's files) of ended tasks older than
+        `keep_s` seconds."""
         now, removed = time.time(), 0
         for d, suffix in ((self.logs, ".log"), (self.root / "run", ".exit"),
                           (self.root / "run", ".exit.reserve")):
@@ -171,6 +175,17 @@ class StateDir:
                 try:
                     if now - path.stat().st_mtime > keep_s:
                         path.unlink()
+                        removed += 1
+                except OSError:
+                    pass
+        # the task's files (workers/checkpoints.py): directories beside its log
+        for suffix in (".log.task", ".log.notice"):
+            for path in self.logs.glob(f"*{suffix}") if self.logs.is_dir() else []:
+                if path.name[: -len(suffix)] in active:
+                    continue
+                try:
+                    if now - path.stat().st_mtime > keep_s:
+                        shutil.rmtree(path)
                         removed += 1
                 except OSError:
                     pass

@@ -9,15 +9,23 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.harness.wait import wait_for_async, wait_for_text
+from tests.workers.conftest import WorkerProcess
+from tests.workers.protocol_peer import ProtocolPeer
+from workers import checkpoints, outputs
 from workers.executors.base import Exited, StartError
-from workers.executors.container import ContainerExecutor, ContainerHandle, container_name, \
-    run_command
+from workers.executors.container import (
+    ContainerExecutor,
+    ContainerHandle,
+    container_name,
+    run_command,
+)
 from workers.gpus import Gpu
 
 REAL_GPUS = [Gpu(i, f"GPU-{i:08x}", 81920) for i in range(4)]
@@ -89,6 +97,32 @@ def test_the_image_comes_from_the_lease_or_the_worker(tmp_path):
     assert container_name("team/run 1", 7) == "klique-team_run_1-7"
     assert run_command("docker", lease(command=()), [], image="x", variables=[],
                        fake_gpus=False, memory_per_gpu_mb=None)[-1] == "x"
+
+
+def task_files_env(log: Path) -> dict[str, str]:
+    """The variables the worker daemon adds for a task's files (workers/daemon.py _start)."""
+    return {"SECRET": "s3cret", outputs.ENV: outputs.path_for(str(log)),
+            **checkpoints.task_env(str(log))}
+
+
+def test_the_tasks_files_are_mounted_and_named_inside(tmp_path):
+    """Issue 28: the task's directory writable, the notice's read-only, the variables naming
+    the paths inside; nothing else of the state directory (not the logs beside it)."""
+    log = tmp_path / "state" / "logs" / "t-1.e3.log"
+    ex = ContainerExecutor(tmp_path, runtime="podman", image="img", gpus=FAKE_GPUS)
+    cmd, env = ex.command_for(lease(env=task_files_env(log)), [0], log)
+    volumes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-v"]
+    assert volumes == [f"{log}.task:/klique/task", f"{log}.notice:/klique/notice:ro"]
+    assert env["KLIQUE_CHECKPOINT_FILE"] == "/klique/task/checkpoint"
+    assert env["KLIQUE_OUTPUTS"] == "/klique/task/outputs"
+    assert env["KLIQUE_PREEMPT_FILE"] == "/klique/notice/preempt"
+    names = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-e"]
+    assert {"KLIQUE_CHECKPOINT_FILE", "KLIQUE_OUTPUTS", "KLIQUE_PREEMPT_FILE"} <= set(names)
+    # no log: nothing mounted (the command line alone); a variable naming a file elsewhere
+    # is not mounted
+    assert "-v" not in ex.command_for(lease(env=task_files_env(log)), [0])[0]
+    odd = ex.command_for(lease(env={"KLIQUE_PREEMPT_FILE": "/elsewhere/p"}), [0], log)
+    assert "-v" not in odd[0] and odd[1]["KLIQUE_PREEMPT_FILE"] == "/elsewhere/p"
 
 
 def test_exit_codes_128_plus_n_are_signals(tmp_path):
@@ -183,6 +217,75 @@ def test_podman_stop_sends_sigterm_then_sigkill_after_the_grace(podman, tmp_path
     assert (r2.exit_code, r2.signal) == (None, "SIGKILL")
 
 
+def test_podman_task_gets_its_checkpoint_file_and_the_notice_read_only(podman, tmp_path):
+    """Issue 28, for real: in the container the task marks a checkpoint and writes its
+    outputs in its directory (the worker sees both on its side), cannot write where the
+    notice is, and its SIGTERM handler reads the notice the worker wrote before the stop."""
+    log = tmp_path / "state" / "logs" / "ptest-files.e3.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    checkpoints.prepare(str(log))                   # as the worker daemon does before a start
+    script = ('echo "files=$KLIQUE_CHECKPOINT_FILE,$KLIQUE_OUTPUTS,$KLIQUE_PREEMPT_FILE"; '
+              ': > "$KLIQUE_CHECKPOINT_FILE"; echo STEP=7 > "$KLIQUE_OUTPUTS"; '
+              'if echo x > /klique/notice/forged 2>/dev/null; then echo notice-writable; '
+              'else echo notice-read-only; fi; '
+              "trap 'cat \"$KLIQUE_PREEMPT_FILE\"; echo; exit 0' TERM; "
+              'echo ready; sleep 30 & wait')
+    h = podman.start(lease("ptest-files", ["sh", "-c", script], env=task_files_env(log)), [0],
+                     log)
+    wait_for_text(log, "ready")
+    text = log.read_text()
+    assert "files=/klique/task/checkpoint,/klique/task/outputs,/klique/notice/preempt" in text
+    assert "notice-read-only" in text and not Path(checkpoints.notice_dir(str(log)),
+                                                    "forged").exists()
+    assert checkpoints.changed(str(log), None) is not None     # the worker sees the mark
+    assert outputs.read(outputs.path_for(str(log))) == {"STEP": "7"}
+    notice = checkpoints.write_notice(str(log), "preempted", "reclaimed by team-a", 5.0)
+    r = asyncio.run(podman.stop(h, 5))
+    assert (r.exit_code, r.signal) == (0, None)
+    assert notice.to_json() in log.read_text()
+
+
+def test_a_podman_worker_relays_a_containers_checkpoint_and_outputs(image, tmp_path):
+    """The whole path with a real ``klique-worker --executor podman`` against the protocol's
+    reference peer: the container's checkpoint mark reaches the control plane in a
+    heartbeat (``checkpoint_at``), a stop's notice is read in the container, and a finished
+    container's outputs come back with its report."""
+    peer = ProtocolPeer()
+    (tmp_path / "w").mkdir()
+    w = WorkerProcess(peer, tmp_path / "w" / "state", gpus="0,1", extra=[
+        "--executor", "podman", "--image", image,
+        *[f"--container-arg={a}" for a in PODMAN_ARGS]])
+    tids: list[str] = []
+    try:
+        w.start()
+        marks = peer.submit(["sh", "-c", (': > "$KLIQUE_CHECKPOINT_FILE"; '
+                                          "trap 'cat \"$KLIQUE_PREEMPT_FILE\"; echo; exit 0' "
+                                          "TERM; echo ready; sleep 30 & wait")], grace_s=10)
+        writes = peer.submit(["sh", "-c", 'echo STEP=7 > "$KLIQUE_OUTPUTS"'])
+        tids += [marks, writes]
+        peer.wait_for(lambda: peer.end(writes), 30, "the outputs task ends")
+        assert peer.end(writes)["event"] == "finished", peer.end(writes)
+        assert peer.end(writes)["outputs"] == {"STEP": "7"}, peer.end(writes)
+        peer.wait_for(lambda: any(r.get("task") == marks and r.get("checkpoint_at")
+                                  for _, b, _ in peer.heartbeats for r in b["running"]),
+                      30, "the checkpoint relayed in a heartbeat")
+        peer.wait_for(lambda: b"ready" in peer.log(marks), 30, "the trapping container runs")
+        peer.stop(marks, reason="preempted", text="reclaimed by team-a", grace_s=10)
+        peer.wait_for(lambda: peer.end(marks), 30, "stopped")
+        assert peer.end(marks)["event"] == "stopped" and peer.end(marks)["exit_code"] == 0
+        assert b'"reason":"preempted"' in peer.log(marks), peer.log(marks)
+        assert b"reclaimed by team-a" in peer.log(marks)
+    except BaseException:
+        sys.stderr.write(w.stderr())
+        raise
+    finally:
+        w.stop()
+        peer.close()
+        for tid in tids:
+            subprocess.run(["podman", "rm", "-f", container_name(tid, 1)], capture_output=True,
+                           check=False)
+
+
 def test_podman_task_is_taken_back_after_a_restart(podman, image, tmp_path):
     log = tmp_path / "r.log"
     h = podman.start(lease("ptest-adopt", ["sh", "-c", "echo ready; sleep 1.5; exit 6"]),
@@ -202,6 +305,7 @@ def test_podman_container_of_a_gone_worker_is_killed_before_the_requeue(podman, 
     and its deadlines pass: the container, which ignores SIGTERM, is killed by name before
     `kill_at` (``--orphan-kill``), and ``--rm`` removes it."""
     import json
+
     from workers.liveness import path_in
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -27,4 +27,4 @@ def test_the_file_is_read_up_to_its_cap(tmp_path: Path) -> None:
     f.write_text("".join(f"K{i}=v\n" for i in range(1000)) + "A" * outputs.MAX_BYTES)
     got = outputs.read(str(f))
     assert got is not None and len(got) == outputs.MAX_KEYS
-    assert outputs.path_for("/state/logs/t-1.log") == "/state/logs/t-1.log.outputs"
+    assert outputs.path_for("/state/logs/t-1.log") == "/state/logs/t-1.log.task/outputs"

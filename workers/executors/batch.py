@@ -1,24 +1,33 @@
-"""What the PBS and LSF executors share: a lease becomes one batch job, submitted with its
-script on the submit command's stdin, watched by one status query for all of the worker's
-jobs, stopped by a signal and then by force (pbs.py, lsf.py; the Slurm executor, slurm.py,
-is the model, with more Slurm-specific fallbacks).
+"""What the Slurm, PBS and LSF executors share: a lease becomes one batch job, submitted with
+its script on the submit command's stdin, watched by one status query for all of the worker's
+jobs, stopped by a signal and then by force (slurm.py, pbs.py, lsf.py).
 
-A scheduler is described by a ``Scheduler`` (its command lines and parsers, pure functions
-tested against recorded outputs of the real commands: tests/workers/recorded/pbs, lsf) and
-run by ``BatchExecutor``:
+A scheduler is described by a ``Scheduler`` (its command lines, its job script and the
+parsers of its outputs, pure functions tested against the real Slurm here and against
+recorded outputs of the real commands: tests/workers/recorded/pbs, lsf) and run by
+``BatchExecutor``:
 
-- **Start**: ``Scheduler.submit(...)`` with ``batch_script`` on stdin, in the worker's
-  environment plus the lease's (the scheduler exports it to the job); the job id from
-  ``Scheduler.job_id(stdout)``. The script appends the command's output to the task's log
-  and runs it under the worker's exit wrapper, which writes the exact exit code or signal
-  to ``STATE_DIR/run/<key>.exit`` (state dir and log on a file system the execution hosts
-  share, as for Slurm).
+- **Start**: ``Scheduler.submit(...)`` with ``Scheduler.script(...)`` on stdin, in the
+  worker's environment plus the lease's (the scheduler exports it to the job); the job id
+  from ``Scheduler.job_id(stdout)``. The script appends the command's output to the task's
+  log (Slurm: sbatch's ``--output``) and runs it under the worker's exit wrapper, which
+  writes the exact exit code or signal to ``STATE_DIR/run/<key>.exit`` (state dir and log
+  on a file system the execution hosts share).
+- **The task's files**: the checkpoint mark, the preemption notice and the outputs file sit
+  beside the log (workers/checkpoints.py, outputs.py); their paths reach the job in the
+  exported environment (``KLIQUE_CHECKPOINT_FILE``, ``KLIQUE_PREEMPT_FILE``,
+  ``KLIQUE_OUTPUTS_FILE``), so a job sees them wherever it sees its log: on the worker's
+  host, or on a file system the execution hosts share. The worker writes the notice before
+  the stop's SIGTERM and watches the checkpoint mark, as for a process.
 - **State**: the exit file first; else one ``Scheduler.status`` query for every job of the
-  worker at most every ``poll_interval_s``; a job the scheduler shows ended (or no longer
-  knows) without an exit file ends with the scheduler's exit status, if it gives one.
+  worker (``Scheduler.max_ids`` at a time) at most every ``poll_interval_s``; a job the
+  scheduler shows ended (or no longer knows) without an exit file ends with the
+  scheduler's exit status, if it gives one (``_end_status``: Slurm asks scontrol, sacct,
+  its jobcomp file), as ``Scheduler.outcome`` reads it.
 - **Stop**: a queued job is cancelled. A running one gets SIGTERM (``Scheduler.signal``:
   every process of the job); after the grace, ``Scheduler.kill``, and ``Scheduler.purge``
-  if the job is still listed ``kill_wait_s`` later.
+  if the job is still listed a while later (``_kill_waits``); ``Scheduler.after_kill``,
+  if any, once a killed job has ended.
 - **Adopt**: by job id after the worker's restart.
 """
 
@@ -27,7 +36,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -41,12 +52,24 @@ from klique_util.filemodes import open_private, original_umask
 from klique_util.units import gpus_to_milli
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
 from workers.executors.process import WRAPPER, ProcessExecutor
-from workers.executors.slurm import gres_count
-from workers.gpus import Gpu
+from workers.gpus import MILLI, Gpu
 
 log = logging.getLogger(__name__)
 
 CMD_TIMEOUT_S = 30.0
+
+
+def job_name(task: str) -> str:
+    """The job's name in the scheduler's listings: ``klique-<task>``, in the characters
+    every one of them accepts."""
+    return "klique-" + re.sub(r"[^A-Za-z0-9._-]", "_", str(task))[:100]
+
+
+def gres_count(milli: int) -> int:
+    """GPUs a task of `milli` milli-GPUs asks a scheduler for: a fraction takes a whole one."""
+    if milli <= 0:
+        return 0
+    return max(1, math.ceil(milli / MILLI))
 
 
 @dataclass(frozen=True)
@@ -58,17 +81,28 @@ class JobStatus:
     exit_code: int | None = None    # once ended, if the scheduler says
     signal: str | None = None
     detail: str = ""                # times, the scheduler's reason: for the task's message
+    exit_text: str = ""             # the exit status in the scheduler's words (Slurm: 7:0)
+    source: str = ""                # where an ended job's status came from (Slurm: scontrol)
 
 
 class Scheduler(ABC):
     """A batch system's commands and the parsers of their outputs (no I/O here)."""
 
     name: str
+    queue_key = "queue"             # the pool setting (and worker flag) naming the job's queue
+    queue_flag = "--queue"
+    max_ids: int | None = None      # job ids one status query takes (None: any number)
+    stop_poll_s = 0.5               # how often a stop asks whether the job has ended
 
     @abstractmethod
     def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
-               extra: list[str]) -> list[str]:
+               extra: list[str], log_path: str | Path | None = None) -> list[str]:
         """The submit command line; the script goes to its stdin."""
+
+    def script(self, lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str,
+               python: str) -> str:
+        """The job script the submit command gets on its stdin."""
+        return batch_script(lease, exit_path, log_path, workdir, self.name, python)
 
     @abstractmethod
     def job_id(self, stdout: str) -> str | None:
@@ -102,6 +136,28 @@ class Scheduler(ABC):
         """The status query failed only because it knows none of the jobs (its stderr and
         stdout: bjobs -json says so in its JSON)."""
         return False
+
+    def after_kill(self, job_id: str) -> list[str] | None:
+        """A command for what a killed job may leave behind, run once it has ended."""
+        return None
+
+    def describe(self, job_id: str, st: JobStatus | None) -> list[str]:
+        """The first words of an ended task's message: the job and what the scheduler
+        shows of it."""
+        parts = [f"{self.name} job {job_id}"]
+        if st is not None:
+            parts.append(st.state + (f", {st.detail}" if st.detail else ""))
+        return parts
+
+    def outcome(self, st: JobStatus | None, *, cancelled_pending: bool,
+                killed_by: str | None) -> tuple[int | None, str | None, str]:
+        """(exit code, signal, explanation) of a job that ended without an exit file."""
+        if cancelled_pending:
+            return None, None, "cancelled before it started"
+        if st is not None and (st.exit_code is not None or st.signal is not None):
+            return st.exit_code, st.signal, f"exit status from {self.name}"
+        return None, killed_by, ("the job is gone and its end is unknown (no exit file, the "
+                                 "scheduler no longer shows it)")
 
 
 def batch_script(lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str,
@@ -139,6 +195,11 @@ class BatchHandle(Handle):
     killed_by: str | None = None
     cancelled_pending: bool = False
     result: Exited | None = field(default=None, repr=False)
+
+    @property
+    def state(self) -> str | None:
+        """The scheduler's word for the job while it was last seen active (None: not yet)."""
+        return self.status.state if self.status is not None else None
 
     def to_record(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "exit_path": self.exit_path}
@@ -193,11 +254,12 @@ class BatchExecutor(Executor[BatchHandle]):
         exit_path.unlink(missing_ok=True)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         os.close(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
-        self.setting(lease, "queue", "--queue", self.queue)  # warns on a clash
+        self.setting(lease, self.scheduler.queue_key, self.scheduler.queue_flag,
+                     self.queue)  # warns on a clash
         cmd = self.scheduler.submit(lease, gpus=gres_count(gpus_to_milli(lease.get("gpus"))),
                                     queue=self.queue, workdir=self.workdir,
-                                    extra=self.batch_args)
-        script = batch_script(lease, exit_path, log_path, self.workdir, sched, self.python)
+                                    extra=self.batch_args, log_path=log_path)
+        script = self.scheduler.script(lease, exit_path, log_path, self.workdir, self.python)
         try:
             p = self._run(cmd, stdin=script, env=self.environment(lease, gpu_indices))
         except (OSError, subprocess.SubprocessError) as exc:
@@ -222,15 +284,22 @@ class BatchExecutor(Executor[BatchHandle]):
             return None
 
     def _refresh(self, ids: list[str]) -> None:
-        err = ""
-        try:
-            p = self._run(self.scheduler.status(ids))
-            ok = p.returncode == 0 or self.scheduler.unknown_job(p.stderr + p.stdout)
-            err = p.stderr.strip()
-        except (OSError, subprocess.SubprocessError) as exc:
-            ok, err = False, str(exc)
+        """The status of these jobs (absent from the snapshot: unknown to the scheduler), in
+        queries of at most ``Scheduler.max_ids``; a failed query keeps the old snapshot."""
+        snap: dict[str, JobStatus] = {}
+        ok, err = True, ""
+        step = self.scheduler.max_ids or max(1, len(ids))
+        for i in range(0, len(ids), step):
+            try:
+                p = self._run(self.scheduler.status(ids[i:i + step]))
+                ok = p.returncode == 0 or self.scheduler.unknown_job(p.stderr + p.stdout)
+                err = p.stderr.strip()
+            except (OSError, subprocess.SubprocessError) as exc:
+                ok, err = False, str(exc)
+            if not ok:
+                break
+            snap.update(self.scheduler.parse_status(p.stdout))
         if ok:
-            snap = self.scheduler.parse_status(p.stdout)
             for job in ids:
                 if job in snap:
                     self._snap[job] = snap[job]
@@ -268,21 +337,19 @@ class BatchExecutor(Executor[BatchHandle]):
             return RUNNING
         return self._ended(h, self._exit_file(h), st)
 
+    def _end_status(self, h: BatchHandle, st: JobStatus | None) -> JobStatus | None:
+        """What the scheduler says of an ended job: by default its last status query's
+        answer (Slurm asks more: slurm.py)."""
+        return st
+
     def _ended(self, h: BatchHandle, rec: dict | None, st: JobStatus | None) -> Exited:
-        parts = [f"{self.scheduler.name} job {h.job_id}"]
-        if st is not None:
-            parts.append(st.state + (f", {st.detail}" if st.detail else ""))
+        st = self._end_status(h, st)
+        parts = self.scheduler.describe(h.job_id, st)
         if rec is not None:
             code, sig, extra = rec.get("exit_code"), rec.get("signal"), rec.get("message")
-        elif h.cancelled_pending:
-            code, sig, extra = None, None, "cancelled before it started"
-        elif st is not None and (st.exit_code is not None or st.signal is not None):
-            code, sig = st.exit_code, st.signal
-            extra = f"exit status from {self.scheduler.name}"
         else:
-            code, sig = None, h.killed_by
-            extra = ("the job is gone and its end is unknown (no exit file, the scheduler "
-                     "no longer shows it)")
+            code, sig, extra = self.scheduler.outcome(
+                st, cancelled_pending=h.cancelled_pending, killed_by=h.killed_by)
         message = ", ".join(parts) + (f" ({extra})" if extra else "")
         h.result = Exited(code, sig, message)
         self._active.pop(h.job_id, None)
@@ -304,7 +371,7 @@ class BatchExecutor(Executor[BatchHandle]):
             if (rec := self._exit_file(h)) is not None:
                 return self._ended(h, rec, h.status)
             now = time.monotonic()
-            if now - last >= 0.5:
+            if now - last >= self.scheduler.stop_poll_s:
                 last = now
                 result = self.poll(h, fresh=True)
                 if isinstance(result, Exited):
@@ -328,8 +395,14 @@ class BatchExecutor(Executor[BatchHandle]):
                 return ended
         h.killed_by = "SIGKILL"
         self._command(self.scheduler.kill(h.job_id))
-        if (ended := await self._wait_end(h, self.kill_wait_s)) is not None:
+        kill_wait, purge_wait = self._kill_waits()
+        if (ended := await self._wait_end(h, kill_wait)) is not None:
+            if (cleanup := self.scheduler.after_kill(h.job_id)) is not None:
+                self._command(cleanup)
             return ended
         self._command(self.scheduler.purge(h.job_id))
-        return (await self._wait_end(h, min(5.0, self.kill_wait_s))
-                or self._ended(h, None, h.status))
+        return await self._wait_end(h, purge_wait) or self._ended(h, None, h.status)
+
+    def _kill_waits(self) -> tuple[float, float]:
+        """How long a stop waits for the job after the kill, then after the purge."""
+        return self.kill_wait_s, min(5.0, self.kill_wait_s)

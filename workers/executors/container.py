@@ -15,6 +15,11 @@ docker-compatible CLI.
   GPU memory) plus the memory-cap variables of workers/gpus.py for the GPU's memory.
 - Variables go in as `-e NAME` (names only: values come from the client's environment, so
   that they never show in `ps`).
+- The task's files (workers/checkpoints.py): its own directory is mounted writable at
+  `/klique/task` (the checkpoint mark, the outputs), the notice's read-only at
+  `/klique/notice`; `KLIQUE_CHECKPOINT_FILE`, `KLIQUE_OUTPUTS` and `KLIQUE_PREEMPT_FILE` name
+  the paths inside. The worker sees the mark's time and writes the notice on its side of the
+  mounts, as for a process; nothing else of the state directory is mounted.
 - Stop: `docker stop -t GRACE NAME` (SIGTERM to the container's PID 1, SIGKILL after the
   grace); an exit code 128+N is reported as signal N.
 - Orphans (the worker gone longer than the control plane waits, workers/liveness.py): the
@@ -33,11 +38,15 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from klique_util.taskfiles import CHECKPOINT_ENV, PREEMPT_ENV
 from klique_util.units import gpus_to_milli
+from workers import outputs
+from workers.checkpoints import notice_dir, task_dir
 from workers.errors import ConfigError
 from workers.executors.base import Exited, Running, StartError, klique_env
 from workers.executors.process import ProcessExecutor, ProcessHandle, _signal_name
@@ -51,6 +60,40 @@ SIGNAL_EXITS = {128 + s: _signal_name(s) for s in (1, 2, 3, 6, 9, 11, 13, 14, 15
 RUNTIME_ERRORS = {125: "the container runtime failed to run the container",
                   126: "the container's command cannot be invoked",
                   127: "the container's command was not found"}
+
+
+TASK_MOUNT = "/klique/task"       # the task's own directory, writable
+NOTICE_MOUNT = "/klique/notice"   # the worker's notice, read-only
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host directory in the container."""
+    source: str
+    target: str
+    read_only: bool
+
+    def args(self) -> list[str]:
+        if ":" in self.source:
+            raise StartError(f"cannot mount {self.source!r} in a container: a ':' in the path")
+        return ["-v", f"{self.source}:{self.target}" + (":ro" if self.read_only else "")]
+
+
+def task_file_mounts(env: Mapping[str, str], log_path: str) -> tuple[list[Mount],
+                                                                      dict[str, str]]:
+    """(the mounts, the variables' values inside) for the task's files that ``env`` names
+    (the worker names them, workers/checkpoints.py): the task's directory writable, the
+    notice's read-only. A variable naming a file elsewhere is left as it is (not mounted)."""
+    mounts: list[Mount] = []
+    inside: dict[str, str] = {}
+    for target, host_dir, read_only, names in (
+            (TASK_MOUNT, task_dir(log_path), False, (CHECKPOINT_ENV, outputs.ENV)),
+            (NOTICE_MOUNT, notice_dir(log_path), True, (PREEMPT_ENV,))):
+        ours = [n for n in names if n in env and os.path.dirname(env[n]) == host_dir]
+        if ours:
+            mounts.append(Mount(host_dir, target, read_only))
+            inside.update({n: f"{target}/{os.path.basename(env[n])}" for n in ours})
+    return mounts, inside
 
 
 def container_name(task: str, epoch: int) -> str:
@@ -76,7 +119,8 @@ def task_variables(lease: dict, gpu_indices: list[int], gpus: list[Gpu],
 
 def run_command(runtime: str, lease: dict, gpu_indices: list[int], *, image: str,
                 variables: list[str], fake_gpus: bool, memory_per_gpu_mb: int | None,
-                extra: list[str] | None = None, cli: str | None = None) -> list[str]:
+                extra: list[str] | None = None, cli: str | None = None,
+                mounts: list[Mount] | None = None) -> list[str]:
     """The `docker run` / `podman run` command line of a lease."""
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown container runtime {runtime!r}")
@@ -92,6 +136,8 @@ def run_command(runtime: str, lease: dict, gpu_indices: list[int], *, image: str
     milli = gpus_to_milli(lease.get("gpus"))
     if 0 < milli < MILLI and memory_per_gpu_mb:
         cmd += ["--memory", f"{max(6, memory_per_gpu_mb * milli // MILLI)}m"]
+    for m in mounts or []:
+        cmd += m.args()
     for name in variables:
         cmd += ["-e", name]
     cmd += list(extra or [])
@@ -148,8 +194,10 @@ class ContainerExecutor(ProcessExecutor):
             memory_per_gpu_mb = host // len(gpus) if host else None
         self.memory_per_gpu_mb = memory_per_gpu_mb
 
-    def command_for(self, lease: dict, gpu_indices: list[int]) -> tuple[list[str], dict]:
-        """(the run command line, the client's environment)."""
+    def command_for(self, lease: dict, gpu_indices: list[int],
+                    log_path: str | Path | None = None) -> tuple[list[str], dict]:
+        """(the run command line, the client's environment); with the task's log, its files
+        mounted (``task_file_mounts``)."""
         image = task_image(lease, self.image)
         if not image:
             raise StartError(f"no image for this task: the lease names none and the worker "
@@ -160,16 +208,22 @@ class ContainerExecutor(ProcessExecutor):
         if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
             raise StartError(f"the task's command must be a list of strings, not {command!r}")
         variables = task_variables(lease, gpu_indices, self.gpus, self.fake_gpus)
+        mounts: list[Mount] = []
+        if log_path is not None:
+            mounts, inside = task_file_mounts(variables, str(log_path))
+            variables.update(inside)
         cmd = run_command(self.runtime, lease, gpu_indices, image=image,
                           variables=sorted(variables), fake_gpus=self.fake_gpus,
                           memory_per_gpu_mb=self.memory_per_gpu_mb,
-                          extra=self.container_args, cli=self.cli)
+                          extra=self.container_args, cli=self.cli, mounts=mounts)
         env = dict(self.base_env)
         env.update(variables)
         return cmd, env
 
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ContainerHandle:
-        cmd, env = self.command_for(lease, gpu_indices)
+        cmd, env = self.command_for(lease, gpu_indices, log_path)
+        for d in (task_dir(str(log_path)), notice_dir(str(log_path))):
+            os.makedirs(d, mode=0o700, exist_ok=True)   # a mount's source must exist
         name = container_name(str(lease["task"]), int(lease["epoch"]))
         self._client_env = env
         try:

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from klique_util.poolsettings import PoolSettings
 from workers.executors.process import _signal_name as _signal_name_of
-from workers.executors.batch import BatchExecutor, JobStatus, Scheduler
-from workers.executors.slurm import job_name
+from workers.executors.batch import BatchExecutor, JobStatus, Scheduler, job_name
 
 ACTIVE = frozenset({"PEND", "PROV", "WAIT", "PSUSP", "RUN", "USUSP", "SSUSP", "UNKWN"})
 STARTED = frozenset({"RUN", "USUSP", "SSUSP", "UNKWN", "DONE", "EXIT", "ZOMBI"})
@@ -42,7 +42,7 @@ class Lsf(Scheduler):
     name = "lsf"
 
     def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
-               extra: list[str]) -> list[str]:
+               extra: list[str], log_path: str | Path | None = None) -> list[str]:
         """The pool's ``queue`` (``-q``) and ``account`` (``-P``: LSF's project, what its
         accounting charges) come after ``extra``, so the pool's win; ``queue`` (the worker's
         ``--queue``) only when the pool names none."""

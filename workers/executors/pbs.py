@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from klique_util.poolsettings import PoolSettings
 from workers.executors.process import _signal_name as _signal_name_of
-from workers.executors.batch import BatchExecutor, JobStatus, Scheduler
-from workers.executors.slurm import job_name
+from workers.executors.batch import BatchExecutor, JobStatus, Scheduler, job_name
 
 ACTIVE = frozenset("QHWTSUMBRE")
 STARTED = frozenset("RESU")
@@ -54,7 +54,7 @@ class Pbs(Scheduler):
     name = "pbs"
 
     def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
-               extra: list[str]) -> list[str]:
+               extra: list[str], log_path: str | Path | None = None) -> list[str]:
         """The pool's ``queue`` and ``account`` (``-q``, ``-A``) come after ``extra``, so the
         pool's win; ``queue`` (the worker's ``--queue``) only when the pool names none."""
         ps = PoolSettings.from_lease(lease)

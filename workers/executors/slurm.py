@@ -1,4 +1,7 @@
-"""The Slurm executor: each lease becomes one sbatch job on the pool's partition.
+"""The Slurm executor: each lease becomes one sbatch job on the pool's partition. Slurm is
+one scheduler of the batch executor (batch.py, beside PBS and LSF): ``Slurm`` gives its
+command lines, job script and parsers, ``SlurmExecutor`` what only Slurm needs at run time
+(SLURM_CONF, the ended job's record from scontrol, sacct or jobcomp, KillWait).
 
     sbatch --parsable --gres=gpu:N --job-name klique-<task> --output <log> \\
            --open-mode=append --export=ALL --chdir <workdir> [--sbatch-arg ...] \\
@@ -25,6 +28,8 @@ before the command is gone (an orphaned command would escape proctrack/linuxproc
   SIGKILLs its process group at once (Slurm itself turns a SIGKILL into TERM + KillWait +
   KILL), then a hard ``scancel JOB`` for anything left. A pending job is just cancelled.
 - **Adopt**: by job id after the worker's restart (the handle's record).
+- **The task's files**: the checkpoint mark and the preemption notice are exported like
+  every KLIQUE_* variable; the job sees them where it sees its log (batch.py).
 
 The exit file and the log are in the worker's state dir: on a multi-node cluster that must
 be a shared file system (or the end comes from scontrol/sacct/jobcomp, and the log is lost).
@@ -32,27 +37,32 @@ be a shared file system (or the end comes from scontrol/sacct/jobcomp, and the l
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import math
-import os
 import re
 import shlex
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from klique_util.filemodes import open_private, original_umask
 from klique_util.poolsettings import PoolSettings
 from klique_util.units import gpus_to_milli
-from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
-from workers.executors.process import WRAPPER, ProcessExecutor, _signal_name
-from workers.gpus import MILLI, Gpu
+from workers.executors.batch import (
+    BatchExecutor,
+    BatchHandle,
+    JobStatus,
+    Scheduler,
+    gres_count,
+    job_name,
+)
+from workers.executors.process import WRAPPER, _signal_name
+from workers.gpus import Gpu
+
+__all__ = ["ACTIVE_STATES", "NOT_STARTED_STATES", "JobInfo", "Slurm", "SlurmExecutor",
+           "SlurmHandle", "gres_count", "job_name", "job_script", "lease_nodes",
+           "parse_exit_code", "parse_keyvalues", "sbatch_command"]
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +72,13 @@ ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                  "STOPPED", "RESV_DEL_HOLD"}
 NOT_STARTED_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                       "RESV_DEL_HOLD"}
-CMD_TIMEOUT_S = 30.0
+SlurmHandle = BatchHandle
+"""A Slurm job's handle is the batch executor's (job id and exit file)."""
 
 
 def _slurm_path(path: str | Path) -> str:
     """A path for sbatch's --output: `%` is a pattern character there (`%%` is one `%`)."""
     return str(path).replace("%", "%%")
-
-
-def job_name(task: str) -> str:
-    return "klique-" + re.sub(r"[^A-Za-z0-9._-]", "_", str(task))[:100]
-
-
-def gres_count(milli: int) -> int:
-    """GRES GPUs a task of `milli` milli-GPUs asks for: a fraction takes a whole one."""
-    if milli <= 0:
-        return 0
-    return max(1, math.ceil(milli / MILLI))
 
 
 def lease_nodes(lease: dict) -> int:
@@ -193,196 +193,194 @@ def _rfc3339(slurm_time: str | None) -> str | None:
         return slurm_time
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobInfo:
+    """An ended job as scontrol, sacct or the jobcomp file recorded it."""
     state: str | None = None
     exit_code: str | None = None     # "code:signal"
     start: str | None = None
     end: str | None = None
     source: str = ""
 
-
-@dataclass
-class SlurmHandle(Handle):
-    job_id: str
-    exit_path: str
-    submitted_at: float = 0.0         # time.monotonic() of sbatch (0: adopted)
-    state: str | None = field(default=None, repr=False)
-    killed_by: str | None = None      # the last signal a stop sent
-    cancelled_pending: bool = False   # a stop cancelled it before it started
-    result: Exited | None = field(default=None, repr=False)
-
-    def to_record(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "exit_path": self.exit_path}
+    def status(self) -> JobStatus:
+        """The batch executor's view of it: the state (shown only once the job is no longer
+        active), its times, its exit."""
+        active = self.state in ACTIVE_STATES
+        start, end = _rfc3339(self.start), _rfc3339(self.end)
+        detail = [f"started {start}"] if start is not None else []
+        if end is not None and not active:
+            detail.append(f"ended {end}")
+        code, sig = parse_exit_code(self.exit_code)
+        return JobStatus(self.state or "", active, start is not None, code, sig,
+                         ", ".join(detail), str(self.exit_code), self.source)
 
 
-class SlurmExecutor(Executor[SlurmHandle]):
+def parse_scontrol_job(stdout: str) -> JobInfo | None:
+    """``scontrol show job -o JOB``: None when it printed nothing."""
+    if not stdout.strip():
+        return None
+    kv = parse_keyvalues(stdout)
+    return JobInfo(kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"),
+                   kv.get("EndTime"), "scontrol")
+
+
+def parse_sacct(stdout: str, job_id: str) -> JobInfo | None:
+    """``sacct -X -P -n -o JobID,State,ExitCode,Start,End -j JOB``."""
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 5 and parts[0] == job_id:
+            return JobInfo(parts[1].split()[0], parts[2], parts[3], parts[4], "sacct")
+    return None
+
+
+def parse_jobcomp(lines: Iterable[str], job_id: str) -> JobInfo | None:
+    """The job's line in the jobcomp/filetxt file: the last one (ids restart with a new
+    cluster)."""
+    found = None
+    for line in lines:
+        if line.startswith(f"JobId={job_id} "):
+            found = line
+    if not found:
+        return None
+    kv = parse_keyvalues(found)
+    return JobInfo(kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"),
+                   kv.get("EndTime"), "jobcomp")
+
+
+def parse_config(stdout: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = value`` lines."""
+    out: dict[str, str] = {}
+    for line in stdout.splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+class Slurm(Scheduler):
+    """sbatch, squeue and scancel (the module's docstring)."""
+
     name = "slurm"
+    queue_key, queue_flag = "partition", "--partition"
+    max_ids = 200
+    stop_poll_s = 0.2
+
+    def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
+               extra: list[str], log_path: str | Path | None = None) -> list[str]:
+        """``sbatch_command``: its GPUs per node from the lease (a gang's are split), so
+        ``gpus`` is not used."""
+        return sbatch_command(lease, partition=queue, log_path=log_path or "/dev/null",
+                              workdir=workdir, extra=extra)
+
+    def script(self, lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str,
+               python: str) -> str:
+        """``job_script`` (sbatch writes the log and changes the directory itself)."""
+        return job_script(lease, exit_path, python)
+
+    def job_id(self, stdout: str) -> str | None:
+        job = stdout.strip().split(";")[0]
+        return job if job.isdigit() else None
+
+    def status(self, job_ids: list[str]) -> list[str]:
+        return ["squeue", "-h", "-t", "all", "-o", "%i|%T", "-j", ",".join(job_ids)]
+
+    def unknown_job(self, stderr: str) -> bool:
+        return "Invalid job id" in stderr
+
+    def parse_status(self, stdout: str) -> dict[str, JobStatus]:
+        out = {}
+        for line in stdout.splitlines():
+            job, _, text = line.strip().partition("|")
+            state = text.split()[0] if text.split() else ""
+            out[job] = JobStatus(state, state in ACTIVE_STATES, state not in NOT_STARTED_STATES)
+        return out
+
+    def cancel(self, job_id: str) -> list[str]:
+        return ["scancel", job_id]
+
+    def signal(self, job_id: str, sig: str) -> list[str]:
+        """``--full``: plain ``--signal`` reaches job steps only, never the batch script."""
+        return ["scancel", f"--signal={sig}", "--full", job_id]
+
+    def kill(self, job_id: str) -> list[str]:
+        """USR2 to the script, which SIGKILLs its process group at once (a SIGKILL through
+        Slurm is TERM + KillWait + KILL)."""
+        return ["scancel", "--batch", "--signal=USR2", job_id]
+
+    def purge(self, job_id: str) -> list[str]:
+        return ["scancel", job_id]
+
+    def after_kill(self, job_id: str) -> list[str] | None:
+        return ["scancel", job_id]    # the job's steps or strays, if any
+
+    def describe(self, job_id: str, st: JobStatus | None) -> list[str]:
+        parts = [f"slurm job {job_id}"]
+        if st is not None:
+            if st.state and not st.active:
+                parts.append(st.state)
+            if st.detail:
+                parts.append(st.detail)
+        return parts
+
+    def outcome(self, st: JobStatus | None, *, cancelled_pending: bool,
+                killed_by: str | None) -> tuple[int | None, str | None, str]:
+        if st is None or not st.source:
+            return None, killed_by, ("the job is gone and its end is unknown (no exit file, "
+                                     "slurmctld no longer knows it, no accounting)")
+        if st.state == "CANCELLED" and (cancelled_pending or not st.started):
+            return None, None, "cancelled before it started"
+        code, sig = st.exit_code, st.signal
+        if code is None and sig is None:
+            sig = killed_by
+        return code, sig, f"exit {st.exit_text} from {st.source}"
+
+
+class SlurmExecutor(BatchExecutor):
+    """Slurm's jobs as tasks; what the batch executor leaves to it: SLURM_CONF, the ended
+    job's record, KillWait."""
+
+    name = "slurm"
+    scheduler = Slurm()
 
     def __init__(self, state_dir: str | Path, partition: str | None = None,
                  slurm_conf: str | Path | None = None, venv: str | Path | None = None,
                  workdir: str | Path | None = None, base_env: dict[str, str] | None = None,
                  gpus: list[Gpu] | None = None, python: str | None = None,
                  sbatch_args: list[str] | None = None, poll_interval_s: float = 1.0):
-        self.run_dir = Path(state_dir) / "run"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(state_dir, queue=partition, venv=venv, workdir=workdir,
+                         base_env=base_env, gpus=gpus, python=python, batch_args=sbatch_args,
+                         poll_interval_s=poll_interval_s)
         self.partition = partition
-        self.workdir = str(Path(workdir).resolve()) if workdir else os.getcwd()
-        self.python = python or sys.executable
-        self.sbatch_args = list(sbatch_args or [])
-        self.poll_interval_s = poll_interval_s
-        self._env_builder = ProcessExecutor(state_dir, venv=venv, workdir=workdir,
-                                            base_env=base_env, gpus=gpus)
-        env = dict(base_env if base_env is not None else os.environ)
         if slurm_conf:
-            env["SLURM_CONF"] = str(Path(slurm_conf).resolve())
-        self.cmd_env = env                       # for sbatch, squeue, scancel, ...
-        self._active: dict[str, SlurmHandle] = {}
-        self._snap: dict[str, str] = {}
-        self._snap_at = -1.0
-        self._snap_ok = True
-        self._warned_at = 0.0
+            self.cmd_env["SLURM_CONF"] = str(Path(slurm_conf).resolve())
         self._config: dict[str, str] | None = None
 
-    # commands ----------------------------------------------------------------------------
-    def _run(self, cmd: list[str], stdin: str | None = None,
-             timeout: float = CMD_TIMEOUT_S) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, input=stdin, capture_output=True, text=True,
-                              env=self.cmd_env, timeout=timeout)
+    def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
+        env = super().environment(lease, gpu_indices)  # CUDA_VISIBLE_DEVICES: from GRES
+        for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
+            del env[key]                                # the worker's own allocation, if any
+        if "SLURM_CONF" in self.cmd_env:
+            env["SLURM_CONF"] = self.cmd_env["SLURM_CONF"]
+        return env
 
     def config(self) -> dict[str, str]:
         """``scontrol show config`` (AccountingStorageType, JobCompType, JobCompLoc,
         KillWait), read once."""
         if self._config is None:
-            out: dict[str, str] = {}
             try:
                 p = self._run(["scontrol", "show", "config"])
-                for line in p.stdout.splitlines():
-                    if "=" in line:
-                        k, v = line.split("=", 1)
-                        out[k.strip()] = v.strip()
             except (OSError, subprocess.SubprocessError):
                 return {}
-            self._config = out
+            self._config = parse_config(p.stdout)
         return self._config
-
-    def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
-        env = self._env_builder.environment(lease, gpu_indices)
-        env.pop("CUDA_VISIBLE_DEVICES", None)        # Slurm sets it from the job's GRES
-        for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
-            del env[key]                              # the worker's own allocation, if any
-        if "SLURM_CONF" in self.cmd_env:
-            env["SLURM_CONF"] = self.cmd_env["SLURM_CONF"]
-        return env
-
-    # Executor ----------------------------------------------------------------------------
-    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> SlurmHandle:
-        command = lease.get("command")
-        if not command:
-            raise StartError("the Slurm executor runs commands and this task has none")
-        if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-            raise StartError(f"the task's command must be a list of strings, not {command!r}")
-        exit_path = self.run_dir / f"{Path(log_path).stem}.exit"
-        exit_path.unlink(missing_ok=True)
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        self.setting(lease, "partition", "--partition", self.partition)  # warns on a clash
-        cmd = sbatch_command(lease, partition=self.partition, log_path=log_path,
-                             workdir=self.workdir, extra=self.sbatch_args)
-        script = job_script(lease, exit_path, self.python)
-        # Slurm appends to the log (--open-mode=append): made 0600 here, it stays private;
-        # the job itself gets the umask the worker started with (sbatch passes its own on)
-        os.close(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
-        try:
-            p = subprocess.run(cmd, input=script, capture_output=True, text=True,
-                               env=self.environment(lease, gpu_indices), timeout=CMD_TIMEOUT_S,
-                               umask=original_umask())
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise StartError(f"sbatch failed: {exc}") from exc
-        job = p.stdout.strip().split(";")[0]
-        if p.returncode != 0 or not job.isdigit():
-            raise StartError(f"sbatch refused the job: {(p.stderr or p.stdout).strip()}")
-        h = SlurmHandle(job_id=job, exit_path=str(exit_path), submitted_at=time.monotonic())
-        self._active[job] = h
-        log.debug("task %s: slurm job %s", lease["task"], job)
-        return h
-
-    def adopt(self, record: dict[str, Any]) -> SlurmHandle:
-        h = SlurmHandle(job_id=str(record["job_id"]), exit_path=str(record["exit_path"]))
-        self._active[h.job_id] = h
-        return h
-
-    # state -------------------------------------------------------------------------------
-    def _exit_file(self, h: SlurmHandle) -> dict | None:
-        try:
-            return json.loads(Path(h.exit_path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-
-    def _refresh(self, ids: list[str]) -> None:
-        """One squeue for the given jobs: their states (jobs it does not know are absent)."""
-        snap: dict[str, str] = {}
-        ok = True
-        for i in range(0, len(ids), 200):
-            chunk = ids[i:i + 200]
-            try:
-                p = self._run(["squeue", "-h", "-t", "all", "-o", "%i|%T",
-                               "-j", ",".join(chunk)])
-            except (OSError, subprocess.SubprocessError) as exc:
-                ok, err = False, str(exc)
-                break
-            if p.returncode != 0:
-                if "Invalid job id" in p.stderr:
-                    continue                       # none of them is known any more
-                ok, err = False, p.stderr.strip()
-                break
-            for line in p.stdout.splitlines():
-                job, _, state = line.strip().partition("|")
-                snap[job] = state.split()[0] if state else ""
-        if not ok:
-            now = time.monotonic()
-            if now - self._warned_at > 60:
-                self._warned_at = now
-                log.warning("squeue failed (%s): Slurm jobs are taken as still running", err)
-        self._snap_ok = ok
-        if ok:
-            self._snap.update(snap)
-            for job in ids:
-                if job not in snap:
-                    self._snap.pop(job, None)
-        self._snap_at = time.monotonic()
-
-    def _state(self, h: SlurmHandle, fresh: bool = False) -> str | None:
-        """The job's squeue state, "" if squeue does not know it, None if squeue failed."""
-        if fresh:
-            self._refresh([h.job_id])
-        elif self._snap_at < max(h.submitted_at, time.monotonic() - self.poll_interval_s):
-            self._refresh(sorted(j for j, a in self._active.items() if a.result is None)
-                          or [h.job_id])
-        if not self._snap_ok:
-            return None
-        return self._snap.get(h.job_id, "")
-
-    def poll(self, h: SlurmHandle, fresh: bool = False) -> Running | Exited:
-        if h.result is not None:
-            return h.result
-        if (rec := self._exit_file(h)) is not None:
-            return self._ended(h, rec)
-        state = self._state(h, fresh)
-        if state is None or state in ACTIVE_STATES:
-            if state:
-                h.state = state
-            return RUNNING
-        return self._ended(h, self._exit_file(h))
 
     def job_info(self, job_id: str) -> JobInfo | None:
         """State, ``code:signal`` and times of an ended job: scontrol (slurmctld's memory),
         else sacct (slurmdbd), else the jobcomp/filetxt file."""
         try:
             p = self._run(["scontrol", "show", "job", "-o", job_id])
-            if p.returncode == 0 and p.stdout.strip():
-                kv = parse_keyvalues(p.stdout)
-                return JobInfo(kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"),
-                               kv.get("EndTime"), "scontrol")
+            if p.returncode == 0 and (info := parse_scontrol_job(p.stdout)) is not None:
+                return info
         except (OSError, subprocess.SubprocessError):
             pass
         conf = self.config()
@@ -390,104 +388,29 @@ class SlurmExecutor(Executor[SlurmHandle]):
             try:
                 p = self._run(["sacct", "-X", "-P", "-n", "-o",
                                "JobID,State,ExitCode,Start,End", "-j", job_id])
-                for line in p.stdout.splitlines():
-                    parts = line.split("|")
-                    if len(parts) == 5 and parts[0] == job_id:
-                        return JobInfo(parts[1].split()[0], parts[2], parts[3], parts[4],
-                                       "sacct")
+                if (info := parse_sacct(p.stdout, job_id)) is not None:
+                    return info
             except (OSError, subprocess.SubprocessError):
                 pass
         if conf.get("JobCompType", "").endswith("filetxt") and conf.get("JobCompLoc"):
-            found = None
             try:
                 with open(conf["JobCompLoc"], encoding="utf-8", errors="replace") as fh:
-                    for line in fh:
-                        if line.startswith(f"JobId={job_id} "):
-                            found = line          # the last one: ids restart with a new cluster
+                    return parse_jobcomp(fh, job_id)
             except OSError:
                 pass
-            if found:
-                kv = parse_keyvalues(found)
-                return JobInfo(kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"),
-                               kv.get("EndTime"), "jobcomp")
         return None
 
-    def _ended(self, h: SlurmHandle, rec: dict | None) -> Exited:
+    def _end_status(self, h: BatchHandle, st: JobStatus | None) -> JobStatus | None:
+        """Slurm's record of the job (squeue shows only its state): even with an exit file,
+        for its state and times in the task's message."""
         info = self.job_info(h.job_id)
-        parts = [f"slurm job {h.job_id}"]
-        if info is not None:
-            if info.state and info.state not in ACTIVE_STATES:
-                parts.append(info.state)
-            if (start := _rfc3339(info.start)) is not None:
-                parts.append(f"started {start}")
-            if (end := _rfc3339(info.end)) is not None and info.state not in ACTIVE_STATES:
-                parts.append(f"ended {end}")
-        if rec is not None:
-            code, sig = rec.get("exit_code"), rec.get("signal")
-            extra = rec.get("message")
-        elif info is not None:
-            code, sig = parse_exit_code(info.exit_code)
-            extra = f"exit {info.exit_code} from {info.source}"
-            if info.state == "CANCELLED" and (h.cancelled_pending
-                                              or _rfc3339(info.start) is None):
-                code, sig, extra = None, None, "cancelled before it started"
-            elif code is None and sig is None:
-                sig = h.killed_by
-        else:
-            code, sig = None, h.killed_by
-            extra = ("the job is gone and its end is unknown (no exit file, slurmctld no "
-                     "longer knows it, no accounting)")
-        message = ", ".join(parts) + (f" ({extra})" if extra else "")
-        h.result = Exited(code, sig, message)
-        self._active.pop(h.job_id, None)
-        return h.result
+        return info.status() if info is not None else None
 
-    # stop --------------------------------------------------------------------------------
-    def _scancel(self, *args: str) -> None:
-        try:
-            p = self._run(["scancel", *args])
-            if p.returncode != 0 and p.stderr.strip():
-                log.debug("scancel %s: %s", " ".join(args), p.stderr.strip())
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("scancel %s failed: %s", " ".join(args), exc)
-
-    async def _wait_end(self, h: SlurmHandle, seconds: float) -> Exited | None:
-        deadline = time.monotonic() + seconds
-        last_squeue = 0.0
-        while True:
-            if (rec := self._exit_file(h)) is not None:
-                return self._ended(h, rec)
-            now = time.monotonic()
-            if now - last_squeue >= 0.2:
-                last_squeue = now
-                result = self.poll(h, fresh=True)
-                if isinstance(result, Exited):
-                    return result
-            if now >= deadline:
-                return None
-            await asyncio.sleep(0.05)
-
-    async def stop(self, h: SlurmHandle, grace_s: float) -> Exited:
-        result = self.poll(h, fresh=True)
-        if isinstance(result, Exited):
-            return result
-        if h.state in NOT_STARTED_STATES:
-            h.cancelled_pending = True
-            self._scancel(h.job_id)
-            return await self._wait_end(h, 30) or self._ended(h, None)
-        if grace_s > 0:
-            h.killed_by = "SIGTERM"
-            self._scancel("--signal=TERM", "--full", h.job_id)
-            if (ended := await self._wait_end(h, grace_s)) is not None:
-                return ended
-        h.killed_by = "SIGKILL"
-        self._scancel("--batch", "--signal=USR2", h.job_id)
-        if (ended := await self._wait_end(h, 2.0)) is not None:
-            self._scancel(h.job_id)     # the job's steps or strays, if any
-            return ended
-        self._scancel(h.job_id)
+    def _kill_waits(self) -> tuple[float, float]:
+        """2 s for the script's SIGKILL of its process group; after the hard scancel,
+        Slurm's KillWait and some."""
         try:
             kill_wait = float(self.config().get("KillWait", "30 sec").split()[0])
         except ValueError:
             kill_wait = 30.0
-        return await self._wait_end(h, kill_wait + 15) or self._ended(h, None)
+        return 2.0, kill_wait + 15
