@@ -76,7 +76,20 @@ class Replica:
         if not (self.ready and self.d.ready) or request.method not in ("GET", "HEAD"):
             return False
         route = route_of(request)
-        return route is not None and route.path in READS
+        return (route is not None and route.path in READS
+                and self.knows_token(request.headers.get("Authorization")))
+
+    def knows_token(self, header: str | None) -> bool:
+        """Whether the request's bearer token is in this state's copy of the tokens table.
+        A token made on the leader since the last follow (``standby.FOLLOW_S``) is not yet:
+        its request goes to the leader, which knows it, rather than failing here with
+        ``unknown token`` (a client given ``STANDBY,LEADER`` that makes a token and uses it
+        at once). No header, or not a bearer one, stays here: the handler's 401 says how
+        to send one."""
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return True
+        return self.d.tokens.hash(token.strip()) in self.d.tokens.by_hash
 
     # ------------------------------------------------------------------ loading
     def _reader(self) -> PgLog:
