@@ -11,7 +11,7 @@ milliseconds, thousandths and millionths, summed as ``numeric`` (exact, in place
 and rounded half up to the millionth once; ``tests/daemon/test_pg_ledger.py`` checks every
 view against DuckDB's for the same writes.
 
-These are applied as versioned migrations (``kliqued.daemon.pglog.MIGRATIONS``): a changed
+These are applied as versioned migrations (``kliqued.daemon.storage.pglog.MIGRATIONS``): a changed
 view is a new migration that re-creates the views (:func:`view_statements`), never an edit of
 a released one.
 """

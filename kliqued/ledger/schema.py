@@ -46,7 +46,7 @@ LEDGER_COLUMNS = [
 (``northwind/research/team-a``), as the estate in force at the interval's open had them; it
 is after the others because databases from before it get it by ``ALTER TABLE ... ADD
 COLUMN``; so is ``channel``: how the task was sent (``cli``, ``sdk``, ``api``, ``mcp``,
-``schedule``, ``pipeline``, ``session``: kliqued/daemon/channels.py), NULL on rows from before
+``schedule``, ``pipeline``, ``session``: kliqued/daemon/state/channels.py), NULL on rows from before
 it (``usage_monthly`` and ``ledger_monthly`` count those as ``api``)."""
 
 DIMENSIONS = ["group", "group_path", "project", "user", "channel", "policy", "profile",

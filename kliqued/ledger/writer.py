@@ -18,7 +18,7 @@ from compiler.units import milli_str, parse_time
 from .schema import FEED_SEQUENCE, FLUSH_AT, flush_monthly, rebuild_monthly
 
 CHANNEL_LABEL = "klique.channel"
-"""The task label that names the channel a task came through (kliqued/daemon/channels.py
+"""The task label that names the channel a task came through (kliqued/daemon/state/channels.py
 sets it for schedules and pipelines); a task without it came through the API itself."""
 
 BATCH = 10_000
@@ -48,7 +48,7 @@ class IntervalRow:
     estate in force at the open has them; None when unknown."""
     channel: str | None = None
     """How the task was sent: ``cli``, ``sdk``, ``api``, ``mcp``, ``schedule``, ``pipeline``
-    or ``session`` (kliqued/daemon/channels.py); None when unknown."""
+    or ``session`` (kliqued/daemon/state/channels.py); None when unknown."""
 
 
 def group_paths(estate) -> dict[str, str]:
@@ -242,7 +242,7 @@ def fill_group_paths(conn, paths: dict[str, str]) -> int:
     return filled
 
 
-# cloud nodes (kliqued/daemon/cloud.py) ------------------------------------------------------
+# cloud nodes (kliqued/daemon/state/cloud.py) ------------------------------------------------------
 def open_cloud_node(data: dict, start_ms: int, revision: str | None):
     """The ledger op that records a cloud node's start (``cloud_nodes``), at ``per_hour``."""
     def op(conn) -> None:

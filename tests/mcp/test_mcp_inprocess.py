@@ -12,13 +12,13 @@ import pytest
 from mcp import Client
 
 from compiler.api import compile_dir
-from kliqued.daemon.agents import tools
+from kliqued.daemon.api.agents import tools
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon
+from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.logs import LogStore
-from kliqued.daemon.loop import Sequencer
-from kliqued.daemon.request import Context
-from kliqued.daemon.store import Store
+from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.api.request import Context
+from kliqued.daemon.storage.store import Store
 
 from tests.harness.daemon import SMALL_ESTATE
 

@@ -15,11 +15,11 @@ import pytest
 
 from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon, Prepared
+from kliqued.daemon.state.core import Daemon, Prepared
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event
-from kliqued.daemon.loop import Sequencer
-from kliqued.daemon.store import Store
+from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.storage.store import Store
 
 from tests.harness.daemon import SMALL_ESTATE
 

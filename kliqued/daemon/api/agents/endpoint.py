@@ -1,0 +1,96 @@
+"""The ``/mcp`` endpoint: the MCP SDK's streamable HTTP transport inside the daemon.
+
+The caller is authenticated like every API call (the auth middleware: a 401 with
+``WWW-Authenticate: Bearer ...`` and the protected resource metadata's address, the MCP
+authorization spec's shape), and each tool call runs as that principal (``tools.acting_as``).
+The transport is stateless and answers JSON: each POST is one exchange that carries its own
+token, so a revoked token stops an agent at its next call, and nothing is kept between
+calls. The SDK's session manager lives as long as the application (``start``/``stop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+from mcp.server.transport_security import TransportSecuritySettings
+
+from kliqued.daemon.api.request import Context
+from kliqued.daemon.api.agents import asgi, tools
+
+log = logging.getLogger(__name__)
+
+PATH = "/mcp"
+METADATA_PATH = "/.well-known/oauth-protected-resource" + PATH
+"""RFC 9728's address of the resource's metadata, which a 401 names."""
+
+
+class Endpoint:
+    """The MCP server of one daemon, its SDK session manager and the ASGI app serving it."""
+
+    def __init__(self, c: Context) -> None:
+        self.server = tools.build(c)
+        # No DNS-rebinding host check: every request must carry a bearer token, which a page
+        # that rebinds a name to the daemon cannot send (docs/decisions.md, Channels: MCP).
+        self.app = self.server.streamable_http_app(
+            streamable_http_path=PATH, stateless_http=True, json_response=True,
+            transport_security=TransportSecuritySettings(
+                enable_dns_rebinding_protection=False))
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def _run(self) -> None:
+        async with self.server.session_manager.run():
+            self._ready.set()
+            await self._stop.wait()
+
+    async def start(self, _app: web.Application | None = None) -> None:
+        """Starts the SDK's session manager (an aiohttp ``on_startup`` hook)."""
+        self._task = asyncio.create_task(self._run())
+        ready = asyncio.ensure_future(self._ready.wait())
+        await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if self._task.done():
+            ready.cancel()
+            self._task.result()  # raises what stopped it
+
+    async def stop(self, _app: web.Application | None = None) -> None:
+        """Stops it (an aiohttp ``on_cleanup`` hook): calls in flight are cancelled."""
+        self._stop.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def handle(self, request: web.Request, principal: Any) -> web.StreamResponse:
+        """One MCP exchange, its tool calls run as ``principal``."""
+        body = await request.read()
+        with tools.acting_as(principal):
+            return await asgi.serve(self.app, request, body)
+
+
+ENDPOINT = web.AppKey("mcp", Endpoint)
+
+
+def metadata(request: web.Request) -> dict[str, Any]:
+    """The protected resource metadata (RFC 9728) of ``/mcp`` as ``request`` reached it: the
+    resource, and that a bearer token goes in the Authorization header. No authorization
+    server is named: tokens are made with ``kliqued token create`` (docs/identity.md)."""
+    base = f"{request.scheme}://{request.host}"
+    return {"resource": base + PATH, "bearer_methods_supported": ["header"],
+            "resource_name": "Klique (MCP)"}
+
+
+def www_authenticate(request: web.Request, description: str) -> str:
+    """The ``WWW-Authenticate`` value of a 401 (RFC 6750: ``invalid_token`` when a token was
+    sent, no error code when none was; RFC 9728's ``resource_metadata`` for ``/mcp``, where
+    MCP clients look for it)."""
+    desc = description.replace("\\", "\\\\").replace('"', "'")
+    desc = desc.encode("ascii", "replace").decode()  # a header value: ASCII, one line
+    value = 'Bearer realm="klique"'
+    if request.headers.get("Authorization"):
+        value += ', error="invalid_token"'
+    value += f', error_description="{desc}"'
+    if request.path == PATH:
+        value += f', resource_metadata="{request.scheme}://{request.host}{METADATA_PATH}"'
+    return value
