@@ -29,7 +29,8 @@ from klique_util.filemodes import private_dir, private_umask, tighten
 from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
-from kliqued.daemon.api.app import Context, make_app
+from kliqued.daemon.api.app import Context, Installer, make_app
+from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.session_origin import OriginError, SessionOrigin, parse_domain
 from kliqued.daemon.api.session_site import make_session_app
 from kliqued.daemon.state.core import Daemon, WorkerSettings
@@ -111,6 +112,10 @@ class Options:
     start, so a session's URL outlives a restart of the daemon."""
     sessions_domain: str | None = None
     """``--sessions-domain``: each session at ``<id>.<domain>``, routed by Host."""
+    installers: tuple[Installer, ...] = ()
+    """Adapters' routes added to the API's application, the leader's and a standby's: the
+    dashboard's, given by ``kliqued serve``'s command (kliqued/commands/serve.py), since the
+    daemon never imports ``kliqued.web`` (docs/decisions.md, issue 27)."""
 
     @property
     def local_db(self) -> str:
@@ -277,7 +282,7 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
     try:
         while True:
             replica = Replica(store, opts.local_db, opts.log_cap, _url(opts, host, port),
-                              opts.require_workers)  # the standby's reads
+                              opts.require_workers, opts.installers)  # the standby's reads
             try:
                 elected = asyncio.run(stand_by(
                     lease, host, port, limits, _ssl_context(opts), listen_backlog(nofile),
@@ -448,10 +453,11 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         if d.require_workers:  # and autoscalers one timeout to heartbeat again
             from kliqued.daemon.state.autoscalers import restart_grace
             restart_grace(d, d.clock.now())
-    seq = Sequencer(d, store, float(interval))
+    metrics = Metrics(d)
     if lease is not None:  # /metrics says whether this daemon leads, on every daemon
         from kliqued.daemon.ha.standby import role
-        seq.metrics.role = functools.partial(role, lease)
+        metrics.role = functools.partial(role, lease)
+    seq = Sequencer(d, store, float(interval), metrics=metrics)
     snaps = Snapshotter(d, store, opts.snapshot_every)
     snaps.on_taken = Compactor(store, -1 if opts.compact_after_s < 0
                                else int(opts.compact_after_s * 1000))
@@ -527,7 +533,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     d.on_work = ctx.wake
     for w in d.workers.values():  # after a restart every known worker gets a full TTL
         w.last_seen = d.mono()
-    app = make_app(ctx)
+    app = make_app(ctx, opts.installers)
     app.middlewares.append(body_timeout_middleware(limits.body_timeout_s))  # after auth
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()

@@ -13,6 +13,7 @@ from compiler.api import compile_dir
 from kliqued.daemon.state import schedules
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.replay import rebuild
 from kliqued.daemon.storage.store import Store
@@ -36,7 +37,7 @@ class Harness:
         self.store.ensure_schema()
         self.d = Daemon()
         rebuild(self.d, self.store)
-        self.seq = Sequencer(self.d, self.store, 3600.0)
+        self.seq = Sequencer(self.d, self.store, 3600.0, metrics=Metrics(self.d))
         self.runner = asyncio.create_task(self.seq.run())
         self.loop = Unattended(self.d, self.seq, now=lambda: self.now)
         if not self.d.ready:

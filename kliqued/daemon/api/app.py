@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Callable, Sequence
 
 from aiohttp import web
-
-from kliqued.web import routes as web_ui
 
 from kliqued.daemon.api.agents.endpoint import ENDPOINT, Endpoint, www_authenticate
 from kliqued.daemon.errors import ApiError, StoreAway
@@ -144,7 +143,13 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
-def make_app(context: Context) -> web.Application:
+Installer = Callable[[web.Application], None]
+"""Adds routes of an adapter to the application: the dashboard's (``kliqued.web.routes.install``),
+passed in by ``kliqued serve``'s command, since the daemon never imports ``kliqued.web``
+(issue 27; docs/decisions.md)."""
+
+
+def make_app(context: Context, installers: Sequence[Installer] = ()) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY,
                           middlewares=[errors_middleware, input_middleware, auth_middleware])
     app[CTX] = context
@@ -157,6 +162,7 @@ def make_app(context: Context) -> web.Application:
             app.router.add_get(r.path, r.handler)  # and HEAD
         else:
             app.router.add_route(r.method, r.path, r.handler)
-    web_ui.install(app)  # the dashboard at / (docs/dashboards.md)
+    for install in installers:  # the dashboard at / (docs/dashboards.md)
+        install(app)
     app.router.add_route("*", sessions.PROXY_PATH, sessions.elsewhere)
     return app

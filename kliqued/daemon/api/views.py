@@ -18,20 +18,13 @@ from kliqued.daemon.fleet import capacity
 from kliqued.daemon.state import cloud
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.records import TaskRecord, end_text, state  # the API shows them
+from kliqued.daemon.state.pipelines import submittable  # what the API shows
 from kliqued.daemon.units import gpus, iso
 
 
 def reason_json(r: Any) -> dict[str, str] | None:
     return None if r is None else {"kind": r.kind, "text": r.text}
-
-
-def state(rec: TaskRecord) -> str:
-    """``running`` is a sub-state of ``placed``: placed, and its worker reported it
-    started."""
-    if rec.state == "placed" and rec.started_at is not None:
-        return "running"
-    return rec.state
 
 
 def gpu_hours(rec: TaskRecord, now: int) -> float:
@@ -42,26 +35,6 @@ def gpu_hours(rec: TaskRecord, now: int) -> float:
     if rec.state == "placed" and rec.placed_at is not None and rec.size:
         ms += rec.size * max(0, now - rec.placed_at)
     return round(unit_hours(ms), 6)
-
-
-def end_text(rec: TaskRecord) -> str:
-    """Why it ended, as its owner reads it: ``failed: exit code 3: CUDA out of memory``,
-    ``failed: killed by SIGKILL``, ``cancelled by user:erin: wrong data set``, ``cancelled:
-    compute resource a/b was removed from the estate``, ``failed: worker lost 3 times``."""
-    reason = rec.end_reason or "ended"
-    if reason == "cancelled":
-        note = rec.end_note or reason
-        return note if note.startswith("cancelled") else f"cancelled: {note}"
-    if rec.end_note and reason == rec.end_note and not reason.startswith("stopped"):
-        reason = f"failed: {reason}"  # worker lost 3 times
-    parts = [reason]
-    if rec.signal:
-        parts.append(f"killed by {rec.signal}")
-    elif rec.exit_code is not None and (rec.exit_code != 0 or reason != "finished"):
-        parts.append(f"exit code {rec.exit_code}")
-    if rec.end_message:
-        parts.append(rec.end_message)
-    return ": ".join(parts)
 
 
 def end(rec: TaskRecord) -> dict[str, Any] | None:
@@ -127,13 +100,6 @@ def room(d: Daemon, group: str, now: int) -> dict[str, Any]:
                          "used_hours": b.used_hours, "left_hours": b.left_hours,
                          "resets_at": iso(b.resets_at)}
     return out
-
-
-def submittable(d: Daemon, user: str) -> list[str]:
-    """The compute resources ``user`` may send work to: those of the groups listing them in
-    ``users``."""
-    idx = d.idx()
-    return sorted(n for n, cr in idx.resources.items() if user in idx.users.get(cr.group, ()))
 
 
 def resource(d: Daemon, name: str, p: Principal | None = None,

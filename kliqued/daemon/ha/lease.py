@@ -37,13 +37,11 @@ from typing import Callable
 import psycopg
 
 from kliqued.daemon.errors import Deposed
+from kliqued.daemon.storage.pglog import FENCE_SQL  # the log checks the epoch the lease keeps
 
 __all__ = ["Deposed", "FENCE_SQL", "LeaderInfo", "Lease", "LeaseSettings"]
 
 log = logging.getLogger(__name__)
-
-FENCE_SQL = "SELECT epoch FROM klique_leader WHERE id = 1 FOR SHARE"
-"""Run first in every write transaction of the leader: the epoch to compare with its own."""
 
 LOCK_TIMEOUT = "1s"
 """How long a renewal or a takeover waits for the row (a batch in flight holds it shared)."""

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Iterator, cast
+from typing import Iterator, Sequence, cast
 
 from aiohttp import web
 
 from kliqued.daemon.state import reducers
 from kliqued.daemon.storage import keyfile
-from kliqued.daemon.api.app import make_app, route_of
+from kliqued.daemon.api.app import Installer, make_app, route_of
 from kliqued.daemon.auth import TokenBook, TokenRecord
 from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.events import Event
@@ -33,6 +33,7 @@ from kliqued.daemon.logs import LogStore
 from kliqued.daemon.storage.pglog import PgLog
 from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.replay import rebuild
+from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.api.request import Context
 from kliqued.daemon.storage.store import Store
 
@@ -52,8 +53,10 @@ class Replica:
     """The standby's state and the application that reads it."""
 
     def __init__(self, store: Store, local_db: str, log_cap: int, server_url: str,
-                 require_workers: bool) -> None:
+                 require_workers: bool, installers: Sequence[Installer] = ()) -> None:
         self.store = store
+        self.installers = installers
+        """Adapters' routes (the dashboard's) its application serves, as the leader's."""
         self.local_db = local_db
         self._log: PgLog | None = None
         """A connection of its own to the log (the store's is its writer thread's)."""
@@ -66,11 +69,11 @@ class Replica:
         ``/metrics``), even if following stopped since."""
         self.log_seq: int | None = None
         """The log's last sequence number at the last look (``fetch``)."""
-        self.ctx = Context(self.d, Sequencer(self.d, store), store, 1.0,
+        self.ctx = Context(self.d, Sequencer(self.d, store, metrics=Metrics(self.d)), store, 1.0,
                            LogStore.beside(local_db, log_cap), server_url=server_url)
 
     def app(self) -> web.Application:
-        return make_app(self.ctx)
+        return make_app(self.ctx, self.installers)
 
     def serves(self, request: web.Request) -> bool:
         """Whether this request is a read answered here (else it goes to the leader)."""

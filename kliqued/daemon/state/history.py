@@ -54,16 +54,8 @@ against the history just before the eviction still finds it when prepared."""
 COLUMNS = ("id", "usr", "grp", "resource", "pool", "actor", "idem_key", "submitted_at_ms",
            "ended_at_ms", "doc")
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS task_history (
-    id VARCHAR NOT NULL, usr VARCHAR, grp VARCHAR, resource VARCHAR, pool VARCHAR,
-    actor VARCHAR, idem_key VARCHAR, submitted_at_ms BIGINT, ended_at_ms BIGINT,
-    doc VARCHAR NOT NULL)"""
 
 _STAGE = "task_history_stage"
-
-
-def ensure_schema(conn: duckdb.DuckDBPyConnection) -> None:
-    conn.execute(SCHEMA)
 
 
 # ---------------------------------------------------------------------- (de)serialization

@@ -49,7 +49,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Protocol
 
 import duckdb
 
@@ -60,7 +60,6 @@ from kliqued.daemon.state import history
 from kliqued.daemon.state.core import Daemon, Overlay, Prepared
 from kliqued.daemon.errors import ApiError, Deposed, StoreMismatch, Unavailable
 from kliqued.daemon.events import Event
-from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.storage.store import Batch, Store
 from kliqued.daemon.storage.storefault import RETRY_AFTER_S, StoreFault, classify
 
@@ -126,8 +125,30 @@ class _Request:
     parked: bool = False
 
 
+class Observer(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class Meter(Protocol):
+    """What the sequencer feeds and ``GET /metrics`` reads: the API's ``metrics.Metrics``,
+    made by the composition root (server.py, ha/replica.py) and passed in, since the state
+    room imports no room above it (issue 27)."""
+
+    @property
+    def pass_seconds(self) -> Observer: ...
+
+    def store_away(self, kind: str) -> None: ...
+
+    def store_back(self) -> None: ...
+
+    def count(self, events: Iterable[Event]) -> None: ...
+
+    def render(self) -> bytes: ...
+
+
 class Sequencer:
-    def __init__(self, daemon: Daemon, store: Store, pass_interval_s: float = 1.0) -> None:
+    def __init__(self, daemon: Daemon, store: Store, pass_interval_s: float = 1.0, *,
+                 metrics: Meter) -> None:
         self.d = daemon
         self.store = store
         self.pass_interval_s = pass_interval_s
@@ -140,7 +161,7 @@ class Sequencer:
         self._parked: dict[str, list[_Request]] = {}
         self.failed: BaseException | None = None
         self.on_fatal: Callable[[BaseException], None] | None = None
-        self.metrics = Metrics(daemon)
+        self.metrics: Meter = metrics
         """This daemon's Prometheus metrics: the pass histogram and the event counters are
         fed here, where passes run and the State takes events in."""
         self.on_commit: Callable[[list[tuple]], None] | None = None

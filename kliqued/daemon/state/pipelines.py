@@ -31,11 +31,18 @@ from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.units import iso
-from kliqued.daemon.api.views import end_text, state as task_state, submittable
+from kliqued.daemon.records import end_text, state as task_state
 
 
 MAX_RUNNING_PER_OWNER = 100
 """Pipelines a user may have running at once (each holds its file and its steps' state)."""
+
+
+def submittable(d: Daemon, user: str) -> list[str]:
+    """The compute resources ``user`` may send work to: those of the groups listing them in
+    ``users``."""
+    idx = d.idx()
+    return sorted(n for n, cr in idx.resources.items() if user in idx.users.get(cr.group, ()))
 
 
 def load_for(spec: dict[str, Any]) -> P.Loaded:

@@ -34,7 +34,7 @@ from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.units import gpus, iso
-from kliqued.daemon.api.views import end_text, state as task_state
+from kliqued.daemon.records import end_text, state as task_state
 
 MAX_PER_OWNER = 100
 """Schedules a user may have (docs/decisions.md, "Schedules and pipelines")."""

@@ -58,10 +58,6 @@ FIELDS = ("index", "state", "access", "gpu_type", "session_idle", "group_path", 
 live-only bookkeeping (gang offers, undelivered leases, the last pass's result, the reasons'
 cache, the records read back from the history), and what comes from flags."""
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS snapshots (
-    seq BIGINT NOT NULL, format INTEGER NOT NULL, build VARCHAR NOT NULL,
-    sha256 VARCHAR NOT NULL, size BIGINT NOT NULL, taken_at_ms BIGINT NOT NULL,
-    body BLOB NOT NULL)"""
 
 _SOURCES = ("kliqued/daemon", "kliqued/engine", "kliqued/schedule", "compiler",
             "klique_util")
@@ -81,10 +77,6 @@ def build_id() -> str:
                 h.update(f.read_bytes())
         _build = h.hexdigest()[:32]
     return _build
-
-
-def ensure_schema(conn: duckdb.DuckDBPyConnection) -> None:
-    conn.execute(SCHEMA)
 
 
 # ---------------------------------------------------------------------- encoding

@@ -37,13 +37,6 @@ ENDS = ("ended", "cancelled")
 AFTER_MS = 30 * 24 * 3600 * 1000
 """Default retention of the chatter after a task ends (``kliqued serve --compact-after``)."""
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS log_compactions (
-    at_ms BIGINT NOT NULL, upto_seq BIGINT NOT NULL, ended_from_ms BIGINT NOT NULL,
-    ended_before_ms BIGINT NOT NULL, removed BIGINT NOT NULL)"""
-
-
-def ensure_schema(conn: duckdb.DuckDBPyConnection) -> None:
-    conn.execute(SCHEMA)
 
 
 def delete_sql(mark: str) -> str:

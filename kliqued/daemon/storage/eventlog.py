@@ -115,7 +115,7 @@ class DuckLog:
         self._appender: Any = None
 
     def migrate(self) -> None:
-        from kliqued.daemon.storage.store import SCHEMA
+        from kliqued.daemon.storage.schema import SCHEMA
         for stmt in SCHEMA:
             self.conn.execute(stmt)
 

@@ -24,7 +24,12 @@ from kliqued.daemon.errors import DaemonError
 from kliqued.daemon.storage.eventlog import INSERT_TOKEN, TOKEN_COLUMNS, UPDATABLE, TokenInsert, TokenWrite, \
     token_params
 from kliqued.daemon.events import COLUMNS
-from kliqued.daemon.ha.lease import FENCE_SQL, Deposed
+from kliqued.daemon.errors import Deposed
+
+FENCE_SQL = "SELECT epoch FROM klique_leader WHERE id = 1 FOR SHARE"
+"""Run first in every write transaction of the leader: the epoch to compare with its own
+(the lease, ha/lease.py, keeps the row; here because the log runs it, and storage imports
+no room above it)."""
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "events and tokens", [

@@ -43,25 +43,13 @@ from kliqued.ledger import schema as ledger_schema
 from kliqued.ledger.ops import LEDGER_WRITES, LedgerWrite
 from kliqued.ledger.schema import q
 
-from kliqued.daemon.state import history, snapshot
-from kliqued.daemon.storage import compaction
+from kliqued.daemon.storage.schema import SCHEMA, ensure_tables
 
 from kliqued.daemon.errors import CopyBehind, DatabaseLocked, StoreMismatch, Unavailable
 from kliqued.daemon.storage.eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
 from kliqued.daemon.storage.querypool import QueryPool
 
 log = logging.getLogger(__name__)
-
-SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS events (
-        seq BIGINT PRIMARY KEY, at_ms BIGINT NOT NULL, kind VARCHAR NOT NULL, task VARCHAR,
-        actor VARCHAR, revision VARCHAR, grp VARCHAR, usr VARCHAR, data JSON)""",
-    """CREATE TABLE IF NOT EXISTS tokens (
-        id VARCHAR PRIMARY KEY, hash VARCHAR NOT NULL UNIQUE, principal VARCHAR NOT NULL,
-        name VARCHAR, created_at_ms BIGINT NOT NULL, created_by VARCHAR,
-        revoked_at_ms BIGINT)""",
-    "ALTER TABLE tokens ADD COLUMN IF NOT EXISTS expires_at_ms BIGINT",
-]
 
 CHECKPOINT_WAL = "256MB"
 
@@ -171,9 +159,7 @@ class Store:
         for stmt in SCHEMA:
             self.conn.execute(stmt)
         ledger_schema.ensure_schema(self.conn)
-        history.ensure_schema(self.conn)
-        snapshot.ensure_schema(self.conn)
-        compaction.ensure_schema(self.conn)
+        ensure_tables(self.conn)
         self._writer.submit(self.log.migrate).result()
         if self._copy is not None:
             self.conn.execute(BEHIND_TABLE)
