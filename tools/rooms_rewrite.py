@@ -54,8 +54,22 @@ ROOMS: dict[str, list[str]] = {
 RENAMED = {"fleet": "fleet.workers"}
 """Old modules whose name is taken by their room: ``kliqued.daemon.fleet`` is the package."""
 
-FLEET_NEW = {"workers", "gang", "capacity", "tunnels", "ends"}
+FLEET_NEW = {"workers", "gang", "capacity", "tunnels", "ends", "cloud", "autoscalers"}
 """The fleet package's modules: ``kliqued.daemon.fleet.<one of these>`` is already new."""
+
+SYMBOLS: dict[str, dict[str, str]] = {
+    "state.core": {n: "state.prepared" for n in ("Overlay", "Prepared", "merged")}
+    | {n: "state.live" for n in ("EstateInfo", "WorkerSettings", "PENDING")},
+    "state.cloud": {n: "fleet.cloud" for n in ("view", "_cloud_pool", "prepare_started",
+                                               "prepare_ended", "prepare_scaling")},
+    "state.autoscalers": {n: "fleet.autoscalers" for n in (
+        "overdue", "prepare_heartbeat", "prepare_lost", "restart_grace", "_interval")},
+    "state.channels": {n: "state.as_owner" for n in ("prepare_as_owner", "sent")},
+}
+"""Names that left their module to break an import cycle (new module -> name -> its module
+now). ``from M import name`` lines are split; ``M.name`` after ``import M`` is not rewritten
+(mypy names each one left: ``Module has no attribute``). ``autoscalers.live(d, pool)`` is now
+the method ``d.autoscaler_live(pool)``."""
 
 TABLE: dict[str, str] = {m: f"{room}.{m}" for room, ms in ROOMS.items() for m in ms}
 TABLE.update(RENAMED)
@@ -139,6 +153,32 @@ def _from_pkg(m: re.Match[str]) -> str:
     return "\n".join(lines)
 
 
+_FROM_MOD = re.compile(
+    r"^(?P<ind>[ \t]*)from kliqued\.daemon\.(?P<mod>[\w.]+) import (?P<names>\([^)]*\)|[^\n#]*?)"
+    r"(?P<tail>[ \t]*(?:#[^\n]*)?)$", re.M)
+
+
+def _from_mod(m: re.Match[str]) -> str:
+    """``from kliqued.daemon.state.core import Daemon, Prepared`` -> one line per module."""
+    moved = SYMBOLS.get(m.group("mod"))
+    if moved is None:
+        return m.group(0)
+    raw = m.group("names")
+    inner = raw[1:-1] if raw.startswith("(") else raw
+    names = [n.strip() for n in re.sub(r"#[^\n]*", "", inner).replace("\\\n", " ")
+             .replace("\n", " ").split(",") if n.strip()]
+    if not any(n.split(" as ")[0].strip() in moved for n in names):
+        return m.group(0)
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(moved.get(n.split(" as ")[0].strip(), m.group("mod")), []).append(n)
+    ind = m.group("ind")
+    lines = [f"{ind}from kliqued.daemon.{mod} import {', '.join(ns)}"
+             for mod, ns in sorted(groups.items())]
+    lines[-1] += m.group("tail")
+    return "\n".join(lines)
+
+
 def _absolute(text: str, module: str, is_pkg: bool) -> str:
     """Relative imports of ``module`` made absolute."""
     parts = module.split(".")
@@ -162,6 +202,7 @@ def rewrite(text: str, rel: Path | None = None) -> str:
         text = _absolute(text, mod, is_pkg)
     text = _DOTTED.sub(_dotted, text)
     text = _FROM_PKG.sub(_from_pkg, text)
+    text = _FROM_MOD.sub(_from_mod, text)
     text = _PATH.sub(_path, text)
     return text
 

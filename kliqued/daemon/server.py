@@ -33,7 +33,8 @@ from kliqued.daemon.api.app import Context, Installer, make_app
 from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.session_origin import OriginError, SessionOrigin, parse_domain
 from kliqued.daemon.api.session_site import make_session_app
-from kliqued.daemon.state.core import Daemon, WorkerSettings
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.live import WorkerSettings
 from kliqued.daemon.errors import BadOption, DaemonError, Deposed, StoreAway
 from kliqued.daemon.storage.storefault import disk_full, first_line
 from kliqued.daemon.state.gitops import DirSource, Follower, GitSource, Snapshot
@@ -451,7 +452,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
         d.st().restart_start_timers(d.clock.now())
         if d.require_workers:  # and autoscalers one timeout to heartbeat again
-            from kliqued.daemon.state.autoscalers import restart_grace
+            from kliqued.daemon.fleet.autoscalers import restart_grace
             restart_grace(d, d.clock.now())
     metrics = Metrics(d)
     if lease is not None:  # /metrics says whether this daemon leads, on every daemon
@@ -619,7 +620,7 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
     """Declares lost every worker silent for longer than its TTL (its tasks go back to the
     front of their queues, or fail the third time)."""
     from kliqued.daemon.fleet import gang
-    from kliqued.daemon.state import autoscalers
+    from kliqued.daemon.fleet import autoscalers
     from kliqued.daemon.fleet.workers import prepare_gang_timeout, prepare_worker_lost
     ttl = d.worker_settings.ttl_s
     step = max(0.05, min(1.0, ttl / 4))

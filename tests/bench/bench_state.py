@@ -104,7 +104,8 @@ def build_history(db: Path, n: int) -> dict[str, Any]:
     from kliqued.daemon.state import snapshot
     from kliqued.daemon.storage import keyfile
     from kliqued.daemon.auth import Principal
-    from kliqued.daemon.state.core import Daemon, Overlay
+    from kliqued.daemon.state.core import Daemon
+    from kliqued.daemon.state.prepared import Overlay
     from kliqued.daemon.storage.store import Batch, Store
 
     store = Store(str(db))
@@ -203,7 +204,8 @@ from compiler.api import compile_dir
 from kliqued.daemon.state import snapshot
 from kliqued.daemon.storage import keyfile
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon, Overlay
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.prepared import Overlay
 from kliqued.daemon.storage.store import Batch, Store
 
 db, wal_bytes = Path(sys.argv[1]), int(sys.argv[2])

@@ -15,7 +15,8 @@ import pytest
 
 from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon, Prepared
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.prepared import Prepared
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event
 from kliqued.daemon.api.metrics import Metrics

@@ -15,7 +15,7 @@ from kliqued.engine.victims import lost_work
 
 from kliqued.daemon.api import treeviews
 from kliqued.daemon.fleet import capacity
-from kliqued.daemon.state import cloud
+from kliqued.daemon.fleet import cloud
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.records import TaskRecord, end_text, state  # the API shows them

@@ -29,7 +29,8 @@ from klique_util.units import MILLI, gpus_to_milli
 from kliqued.daemon.fleet import capacity, ends, gang
 from kliqued.daemon.state import reducers
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon, Overlay, Prepared
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.errors import ApiError, forbidden
 from kliqued.daemon.events import Event
 from kliqued.daemon.leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, LOST_FAIL_TEXT, LOST_TEXT,

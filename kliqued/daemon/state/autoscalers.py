@@ -7,19 +7,15 @@ silent for longer than its timeout is lost, and the engine is told
 (``State.set_autoscaler_live``): the pool takes no new work and its unstarted work goes back
 to its queues at once. Like workers' heartbeats (G5) this is not logged: after a restart an
 autoscaled pool holding placed work gets one timeout for its autoscaler to come back.
+
+Here the record the live state keeps per autoscaled pool and its timeout; the heartbeat and
+the loss, prepared for the sequencer, are the fleet room's (``fleet/autoscalers.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from kliqued.daemon.state.cloud import _cloud_pool
-from kliqued.daemon.errors import bad_request
-
-if TYPE_CHECKING:
-    from kliqued.daemon.auth import Principal
-    from kliqued.daemon.state.core import Daemon, Overlay, Prepared
 
 MAX_INTERVAL_S = 3600.0
 ROUNDS_MISSED = 3
@@ -43,73 +39,3 @@ def timeout_s(ttl_s: float, interval_s: float) -> float:
     return max(ttl_s, ROUNDS_MISSED * interval_s)
 
 
-def live(d: Daemon, pool: str) -> bool:
-    """Whether ``pool``'s autoscaler runs (always, without ``require_workers``)."""
-    if not d.require_workers:
-        return True
-    a = d.autoscalers.get(pool)
-    return a is not None and not a.lost
-
-
-def overdue(d: Daemon, mono: float) -> list[str]:
-    """The pools whose autoscaler has been silent past its timeout and is not yet lost."""
-    ttl = d.worker_settings.ttl_s
-    return [a.pool for a in d.autoscalers.values()
-            if not a.lost and mono - a.last_seen > timeout_s(ttl, a.interval_s)]
-
-
-def _interval(body: dict[str, Any]) -> float:
-    v = body.get("interval_s", 0)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_INTERVAL_S:
-        raise bad_request(f"/interval_s: the autoscaler's round interval in seconds, from 0 "
-                          f"to {MAX_INTERVAL_S:.0f}; found {v!r}", {"field": "interval_s"})
-    return float(v)
-
-
-def prepare_heartbeat(d: Daemon, p: Principal, pool_name: str, body: dict[str, Any],
-                      now: int, ov: Overlay) -> Prepared:
-    """The autoscaler of ``pool_name`` runs: renews its timeout; one that was not live makes
-    the pool take work again (a pass follows)."""
-    from kliqued.daemon.state.core import Prepared
-    pool = _cloud_pool(d, pool_name)
-    interval = _interval(body)
-    was_live = live(d, pool.name)
-
-    def apply() -> dict[str, Any]:
-        a = d.autoscalers.get(pool.name)
-        if a is None:
-            a = d.autoscalers[pool.name] = AutoscalerInfo(pool.name, d.mono())
-        a.last_seen, a.interval_s, a.lost = d.mono(), interval, False
-        d._sync_pool(pool.name, now)
-        return {"pool": pool.name, "live": True,
-                "timeout_s": timeout_s(d.worker_settings.ttl_s, interval)}
-    return Prepared(apply=apply, wants_pass=not was_live)
-
-
-def prepare_lost(d: Daemon, pool: str, now: int, ov: Overlay) -> Prepared:
-    """The autoscaler of ``pool`` is lost: the engine decides the rest at the next pass."""
-    from kliqued.daemon.state.core import Prepared
-
-    def apply() -> None:
-        a = d.autoscalers.get(pool)
-        if a is None or a.lost:
-            return
-        a.lost = True
-        d._sync_pool(pool, now)
-    return Prepared(apply=apply, wants_pass=True)
-
-
-def restart_grace(d: Daemon, at: int) -> list[str]:
-    """After a restart: every autoscaled pool holding placed work gets one timeout for its
-    autoscaler to heartbeat before that work goes back to its queues; the others wait for
-    their autoscaler's first heartbeat. Returns the pools given the grace."""
-    st = d.st()
-    given = []
-    for p in d.idx().estate.pools:
-        if p.autoscale is None or p.name in d.autoscalers:
-            continue
-        if any(st.placed_by_pool_group.get(p.name, {}).values()):
-            d.autoscalers[p.name] = AutoscalerInfo(p.name, d.mono())
-            d._sync_pool(p.name, at)
-            given.append(p.name)
-    return given

@@ -8,7 +8,7 @@ event, its API view, its ledger intervals and the usage views finance reads. The
   A client cannot declare more than that: any other value is a 400 naming the header.
 - ``mcp``, ``schedule``, ``pipeline``, ``session``: set by the daemon code that submits,
   never taken from a client, so finance can trust them: ``submission.submit_as`` for a
-  request's handler (the API, MCP's tools), ``prepare_as_owner`` below for the unattended
+  request's handler (the API, MCP's tools), ``as_owner.prepare_as_owner`` for the unattended
   channels, which submit inside the sequencer as their owner. Both end in
   ``Daemon.prepare_submit`` with the channel in the ``submitted`` event.
 
@@ -17,15 +17,11 @@ An event log written before channels existed replays its tasks as ``api``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import Literal, Mapping
 
 from klique_util.excerpt import excerpt
 
-from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import bad_request
-
-if TYPE_CHECKING:  # core imports this module (``stored``): no import cycle at run time
-    from kliqued.daemon.state.core import Daemon, Overlay, Prepared
 
 Channel = Literal["cli", "sdk", "api", "mcp", "schedule", "pipeline", "session"]
 
@@ -74,27 +70,3 @@ UNATTENDED: tuple[Channel, ...] = ("schedule", "pipeline")
 """The channels that send tasks as their owner with nobody at a keyboard."""
 
 
-def prepare_as_owner(d: Daemon, owner: str, channel: str, fields: dict[str, Any],
-                     key: str, now: int, ov: Overlay) -> Prepared:
-    """The one place where an unattended channel (a schedule, a pipeline) sends a task as its
-    owner: the owner's own identity (``user:<owner>`` is the actor, as if they had sent it),
-    their access checked now by the same ``check_submission`` as any submission, the channel
-    recorded with the task (and named in its labels, ``klique.channel``). Idempotent by
-    ``key`` (the schedule's due time, the pipeline step's attempt): an ``ApiError`` when the
-    owner may not send it (no longer in the group, the resource gone, their quota)."""
-    assert channel in UNATTENDED
-    labels = {**(fields.get("labels") or {}), "klique.channel": channel}
-    body = {"resource": fields["resource"], "user": owner, "project": fields.get("project"),
-            "gpus_milli": fields.get("gpus_milli"), "command": fields.get("command"),
-            "payload": None, "labels": labels, "channel": channel}
-    return d.prepare_submit(Principal("user", owner), body, key, now, ov)
-
-
-def sent(d: Daemon, owner: str, sub: Prepared, key: str, ov: Overlay) -> str | None:
-    """The task ``sub`` (from ``prepare_as_owner``) sends, or the one its key already names
-    (the owner sent it, or a retry): a run or a step records it either way, so it is never
-    found due again."""
-    if sub.events:
-        return sub.events[0].task
-    text = Principal("user", owner).text
-    return ov.keys.get((text, key)) or d.idem.get((text, key))

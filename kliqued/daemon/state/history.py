@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 import duckdb
 
@@ -31,9 +31,9 @@ from klique_util.keyfilter import KeyFilter
 
 from kliqued.daemon.leases import ACTIVE, STOPPING, Lease
 from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.state.channel_state import PipelineBook
 
 if TYPE_CHECKING:
-    from kliqued.daemon.state.core import Daemon
     from kliqued.daemon.storage.store import Store
 
 KEEP_ENDED = 10_000
@@ -57,6 +57,31 @@ COLUMNS = ("id", "usr", "grp", "resource", "pool", "actor", "idem_key", "submitt
 
 _STAGE = "task_history_stage"
 
+
+
+class Holder(Protocol):
+    """What the history needs of the daemon's live state (``live.DaemonState`` is one): the
+    live state holds this module's ``Eviction`` and ``Recalled``, so this module names the
+    few members it reads rather than importing the class (no import cycle: issue 27)."""
+
+    @property
+    def records(self) -> dict[str, TaskRecord]: ...
+
+    @property
+    def idem(self) -> dict[tuple[str, str], str]: ...
+
+    @property
+    def eviction(self) -> Eviction: ...
+
+    @property
+    def recalled(self) -> Recalled: ...
+
+    @property
+    def pipelines(self) -> PipelineBook: ...
+
+    def find(self, task_id: str) -> TaskRecord | None: ...
+
+    def ids_dropped(self, n: int) -> None: ...
 
 # ---------------------------------------------------------------------- (de)serialization
 def _lease_doc(lease: Lease) -> dict[str, Any]:
@@ -149,7 +174,7 @@ def write_records(conn: duckdb.DuckDBPyConnection, recs: list[TaskRecord],
     return write(conn, [to_row(r) for r in recs], dedupe)
 
 
-def mark_stored(d: Daemon, store: Store) -> int:
+def mark_stored(d: Holder, store: Store) -> int:
     """After a start: which ended records in memory have their row already (evicted before
     a crash, replayed since), so that the live path only appends rows it knows are new
     (an anti-join per commit would read the whole table). Returns how many."""
@@ -211,7 +236,7 @@ def page(cur: duckdb.DuckDBPyConnection, after: str | None, limit: int, *,
 
 
 # ---------------------------------------------------------------------- what leaves memory
-def pipeline_steps(d: Daemon) -> set[str]:
+def pipeline_steps(d: Holder) -> set[str]:
     """The latest task of each step of the running pipelines: how it ended (its outputs)
     decides the pipeline's next step, read from memory by the unattended loop."""
     return {run.tasks[-1] for pr in d.pipelines.running() for run in pr.steps.values()
@@ -246,7 +271,7 @@ class Eviction:
     def note_ended(self, task_id: str) -> None:
         self.ended.append(task_id)
 
-    def due(self, d: Daemon, most: int = EVICT_PER_CYCLE) -> list[TaskRecord]:
+    def due(self, d: Holder, most: int = EVICT_PER_CYCLE) -> list[TaskRecord]:
         """The records to evict now (they stay in memory until :meth:`drop`)."""
         out: list[TaskRecord] = []
         held: list[str] = []
@@ -267,7 +292,7 @@ class Eviction:
         self.ended.extend(held)
         return out
 
-    def drop(self, d: Daemon, recs: list[TaskRecord], now: int) -> None:
+    def drop(self, d: Holder, recs: list[TaskRecord], now: int) -> None:
         """The records' rows are durable: out of memory with them."""
         for rec in recs:
             if d.records.get(rec.id) is rec:
@@ -286,7 +311,7 @@ class Eviction:
             if d.idem.get(key) == tid and tid not in d.records:
                 del d.idem[key]
 
-    def restore(self, d: Daemon, recs: list[TaskRecord]) -> None:
+    def restore(self, d: Holder, recs: list[TaskRecord]) -> None:
         """A commit failed: they stay in memory, to be evicted again later."""
         self.ended.extendleft(r.id for r in reversed(recs))
 
@@ -313,7 +338,7 @@ class Recalled:
             self._recs.popitem(last=False)
 
 
-async def recall(store: Store, d: Daemon, task_id: str) -> TaskRecord | None:
+async def recall(store: Store, d: Holder, task_id: str) -> TaskRecord | None:
     """Task ``task_id`` from memory, or read back from ``task_history`` (then kept in
     ``d.recalled``); None when there is no such task. A record leaves memory only once its
     row is committed, so a miss in memory finds the row."""
@@ -326,7 +351,7 @@ async def recall(store: Store, d: Daemon, task_id: str) -> TaskRecord | None:
     return rec
 
 
-async def recall_all(store: Store, d: Daemon, task_ids: Iterable[str]
+async def recall_all(store: Store, d: Holder, task_ids: Iterable[str]
                      ) -> dict[str, TaskRecord]:
     """Tasks ``task_ids`` from memory, the evicted ones read back from ``task_history`` in one
     query (a schedule's runs, a pipeline's steps: a list of them must not cost a read each);

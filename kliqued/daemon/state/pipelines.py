@@ -25,8 +25,9 @@ from kliqued.schedule import pipeline as P
 from kliqued.daemon.state import pipeline_cache, reducers
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.channel_state import PipelineRun
-from kliqued.daemon.state.channels import prepare_as_owner, sent
-from kliqued.daemon.state.core import Daemon, Overlay, Prepared, merged
+from kliqued.daemon.state.as_owner import prepare_as_owner, sent
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.prepared import Overlay, Prepared, merged
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event
 from kliqued.daemon.records import TaskRecord

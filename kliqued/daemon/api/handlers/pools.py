@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from kliqued.daemon.api import views
-from kliqued.daemon.state import autoscalers, cloud
+from kliqued.daemon.fleet import autoscalers, cloud
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.errors import bad_request
