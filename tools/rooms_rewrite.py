@@ -65,9 +65,11 @@ SYMBOLS: dict[str, dict[str, str]] = {
     "state.autoscalers": {n: "fleet.autoscalers" for n in (
         "overdue", "prepare_heartbeat", "prepare_lost", "restart_grace", "_interval")},
     "state.channels": {n: "state.as_owner" for n in ("prepare_as_owner", "sent")},
+    "api.handlers": {"agents": "api.agents:routes"},
 }
 """Names that left their module to break an import cycle (new module -> name -> its module
-now). ``from M import name`` lines are split; ``M.name`` after ``import M`` is not rewritten
+now; ``module:new``: a module renamed, imported ``as`` its old name). ``from M import name``
+lines are split; ``M.name`` after ``import M`` is not rewritten
 (mypy names each one left: ``Module has no attribute``). ``autoscalers.live(d, pool)`` is now
 the method ``d.autoscaler_live(pool)``."""
 
@@ -85,6 +87,12 @@ _FROM_PKG = re.compile(
     r"^(?P<ind>[ \t]*)from kliqued\.daemon import (?P<names>\([^)]*\)|[^\n#]*?)(?P<tail>[ \t]*(?:#[^\n]*)?)$",
     re.M)
 _RELATIVE = re.compile(r"^(?P<ind>[ \t]*)from (?P<dots>\.+)(?P<mod>[\w.]*) import ", re.M)
+
+
+LITERALS = {"kliqued/daemon/handlers/agents.py": "kliqued/daemon/api/agents/routes.py",
+            "kliqued.daemon.handlers.agents": "kliqued.daemon.api.agents.routes"}
+"""A module that changed its name as it moved: the MCP endpoint's routes went from the
+handlers to the agents' package (the MCP adapter sits above the handlers it calls)."""
 
 
 def new_dotted(name: str, rest: str) -> str | None:
@@ -171,7 +179,12 @@ def _from_mod(m: re.Match[str]) -> str:
         return m.group(0)
     groups: dict[str, list[str]] = {}
     for n in names:
-        groups.setdefault(moved.get(n.split(" as ")[0].strip(), m.group("mod")), []).append(n)
+        old = n.split(" as ")[0].strip()
+        target = moved.get(old, m.group("mod"))
+        if ":" in target:  # a module renamed: imported as the name the code uses
+            target, new = target.split(":")
+            n = f"{new} as {n.split(' as ')[1].strip() if ' as ' in n else old}"
+        groups.setdefault(target, []).append(n)
     ind = m.group("ind")
     lines = [f"{ind}from kliqued.daemon.{mod} import {', '.join(ns)}"
              for mod, ns in sorted(groups.items())]
@@ -200,6 +213,8 @@ def rewrite(text: str, rel: Path | None = None) -> str:
         is_pkg = rel.name == "__init__.py"
         mod = ".".join(rel.with_suffix("").parts[:-1] if is_pkg else rel.with_suffix("").parts)
         text = _absolute(text, mod, is_pkg)
+    for old, new in LITERALS.items():
+        text = re.sub(re.escape(old) + r"(?![\w])", new, text)
     text = _DOTTED.sub(_dotted, text)
     text = _FROM_PKG.sub(_from_pkg, text)
     text = _FROM_MOD.sub(_from_mod, text)

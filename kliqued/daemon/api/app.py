@@ -23,7 +23,8 @@ from aiohttp import web
 from kliqued.daemon.api.agents.endpoint import ENDPOINT, Endpoint, www_authenticate
 from kliqued.daemon.errors import ApiError, StoreAway
 from kliqued.daemon.listener import log as listener_log
-from kliqued.daemon.api.handlers import agents, demand, engine, estate, events, leader, ledger, meta, metrics
+from kliqued.daemon.api.agents import routes as agents
+from kliqued.daemon.api.handlers import demand, engine, estate, events, leader, ledger, meta, metrics
 from kliqued.daemon.api.handlers import pipelines, plan, policies, pools, resources, schedules, sessions, tasks
 from kliqued.daemon.api.handlers import tokens, workers
 from kliqued.daemon.api.inputs import check_params
@@ -154,8 +155,7 @@ def make_app(context: Context, installers: Sequence[Installer] = ()) -> web.Appl
                           middlewares=[errors_middleware, input_middleware, auth_middleware])
     app[CTX] = context
     app[DOC] = document(context.server_url, ROUTES)
-    mcp = app[ENDPOINT] = Endpoint(context)
-    app.on_startup.append(mcp.start)
+    mcp = app[ENDPOINT] = Endpoint(context)  # the MCP SDK starts at the first call
     app.on_cleanup.append(mcp.stop)
     for r in ROUTES:
         if r.method == "GET":
