@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+
 def _root() -> Path:
     """The repository the command runs in (the lead runs this file on other branches'
     worktrees), else the one holding this file."""
@@ -84,8 +85,8 @@ SKIP_FILES = {"rooms_rewrite.py"}
 _DOTTED = re.compile(r"(?<![\w.])kliqued\.daemon\.([A-Za-z_]\w*)((?:\.[A-Za-z_]\w*)?)")
 _PATH = re.compile(r"(?<![\w/])kliqued/daemon/([A-Za-z_]\w*)(\.py\b|/)")
 _FROM_PKG = re.compile(
-    r"^(?P<ind>[ \t]*)from kliqued\.daemon import (?P<names>\([^)]*\)|[^\n#]*?)(?P<tail>[ \t]*(?:#[^\n]*)?)$",
-    re.M)
+    r"^(?P<ind>[ \t]*)from kliqued\.daemon import (?P<names>\([^)]*\)|[^\n#]*?)"
+    r"(?P<tail>[ \t]*(?:#[^\n]*)?)$", re.M)
 _RELATIVE = re.compile(r"^(?P<ind>[ \t]*)from (?P<dots>\.+)(?P<mod>[\w.]*) import ", re.M)
 
 
@@ -112,10 +113,11 @@ _IMPORTED = re.compile(r"[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)")
 
 def _dotted(m: re.Match[str]) -> str:
     if m.group(1) == "fleet" and not m.group(2):
-        # ``from kliqued.daemon.fleet import gang, workers as fleet``: the new package
+        # The old module only in ``from kliqued.daemon.fleet import <its names>``; else the
+        # new package (``from kliqued.daemon.fleet import gang``, a contract's module list)
         imported = _IMPORTED.match(m.string, m.end())
-        if imported and all(n.split(" as ")[0].strip() in FLEET_NEW
-                            for n in imported.group(1).strip("()").split(",") if n.strip()):
+        if not imported or all(n.split(" as ")[0].strip() in FLEET_NEW
+                               for n in imported.group(1).strip("()").split(",") if n.strip()):
             return m.group(0)
     new = new_dotted(m.group(1), m.group(2))
     return m.group(0) if new is None else "kliqued.daemon." + new

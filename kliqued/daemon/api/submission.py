@@ -11,20 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from kliqued.engine import SubmissionError, check_submission
-
 from kliqued.daemon import limits
-from kliqued.daemon.api import views
-from kliqued.daemon.state import history
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.channels import CHANNELS, Channel
-from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.errors import ApiError, bad_request, forbidden
 from kliqued.daemon.api.inputs import check_tree
 from kliqued.daemon.api.openapi import submission_surely_valid
-from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.api.request import Context, valid
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.errors import ApiError, bad_request, forbidden
+from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.state import history
+from kliqued.daemon.state.channels import CHANNELS, Channel
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.pipelines import submittable
 from kliqued.daemon.units import to_milli
+from kliqued.engine import SubmissionError, check_submission
 
 
 async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
@@ -94,7 +93,7 @@ def with_options(d: Daemon, user: str, body: dict, exc: SubmissionError) -> str:
     cr = d.idx().resources.get(body["resource"])
     if cr is not None and user in d.idx().users.get(cr.group, ()):
         return str(exc)
-    mine = views.submittable(d, user)
+    mine = submittable(d, user)
     return f"{exc}; {user} may submit to " + (", ".join(mine) if mine else "nothing")
 
 

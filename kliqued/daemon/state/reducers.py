@@ -13,12 +13,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from compiler.compiled import CompiledEstate
-
 from kliqued.daemon import events as E
-from kliqued.daemon.state.channel_state import Run
 from kliqued.daemon.events import Event
+from kliqued.daemon.state.channel_state import Run
 from kliqued.daemon.state.live import DaemonState
-
 
 Reducer = Callable[[DaemonState, Event, Any, int, bool], Any]
 
@@ -61,7 +59,8 @@ def _ended(d: DaemonState, ev: Event, p: E.Ended, at: int, decided: bool) -> Any
                       ran_until=p.ran_until)
 
 
-def _worker_registered(d: DaemonState, ev: Event, p: E.WorkerRegistered, at: int, decided: bool) -> Any:
+def _worker_registered(d: DaemonState, ev: Event, p: E.WorkerRegistered, at: int,
+                       decided: bool) -> Any:
     return d.on_worker_registered(p.to_data(), at)
 
 

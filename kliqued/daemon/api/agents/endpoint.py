@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from kliqued.daemon.api.request import Context
 from kliqued.daemon.api.agents import asgi
+from kliqued.daemon.api.request import Context
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
