@@ -1,12 +1,13 @@
-"""The daemon's live state and every change to it.
+"""The daemon's own changes: ``Daemon``, the live state (``live.DaemonState``: the engine's
+``State`` and index, the records, tokens, idempotency keys and books, with one ``on_<kind>``
+applier per event kind) and the changes prepared on it.
 
-``Daemon`` holds the engine's ``State`` and index, the task records, tokens
-and idempotency keys. Each kind of event has one ``on_<kind>`` method that changes all of it;
-the live path and replay call the same methods, so a rebuilt daemon equals the one that
-stopped. On the live path a request's change is *prepared* (validated, its events and ledger
-writes built) before the commit and *applied* after it (``Prepared.apply``); an engine pass
-has already changed the State when its decisions are logged (the sequencer orders both, see
-loop.py).
+The live path and replay apply events through the same appliers (``reducers.apply``), so a
+rebuilt daemon equals the one that stopped. On the live path a request's change is
+*prepared* (validated, its events and ledger writes built) before the commit and *applied*
+after it (``Prepared.apply``); an engine pass has already changed the State when its
+decisions are logged (the sequencer orders both, see loop.py). The appliers are a base
+class below the dispatch table and these prepares above it: no import cycle (issue 27).
 """
 
 from __future__ import annotations
