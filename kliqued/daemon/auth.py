@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from compiler.compiled import CompiledEstate
+
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.ids import TokenHasher
 from kliqued.daemon.units import iso

@@ -26,41 +26,33 @@ from aiohttp import web
 
 from compiler.compiled import CompiledEstate
 from klique_util.filemodes import private_dir, private_umask, tighten
-from kliqued.daemon import logsetup, strength
-from kliqued.daemon.api.app import Context, Installer, make_app
-from kliqued.daemon.api.metrics import Metrics
-from kliqued.daemon.api.session_site import make_session_app
-from kliqued.daemon.errors import BadOption, DaemonError, Deposed, StoreAway
-from kliqued.daemon.listener import (
-    Limits,
-    ListenSite,
-    body_timeout_middleware,
-    connection_cap,
-    listen_backlog,
-    plain_http_warning,
-    raise_nofile,
-)
-from kliqued.daemon.logs import DEFAULT_CAP, LogStore
-from kliqued.daemon.session_origin import OriginError, SessionOrigin, parse_domain
-from kliqued.daemon.state.alerts import Dispatcher
-from kliqued.daemon.state.clockwatch import (  # noqa: F401 (tests)
-    CLOCK_OFFSET_ENV,
-    make_clock,
-    watch_clock,
-)
-from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.state.gitops import DirSource, Follower, GitSource, Snapshot
-from kliqued.daemon.state.live import WorkerSettings
-from kliqued.daemon.state.loop import Sequencer
-from kliqued.daemon.state.replay import ReplayError, rebuild
-from kliqued.daemon.state.snapshot import Snapshotter
-from kliqued.daemon.state.unattended import Unattended
-from kliqued.daemon.storage import keyfile
-from kliqued.daemon.storage.compaction import Compactor
-from kliqued.daemon.storage.store import DEFAULT_MEMORY, Batch, Store
-from kliqued.daemon.storage.storefault import disk_full, first_line
 from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
+
+from kliqued.daemon.api.app import Context, Installer, make_app
+from kliqued.daemon.api.metrics import Metrics
+from kliqued.daemon.session_origin import OriginError, SessionOrigin, parse_domain
+from kliqued.daemon.api.session_site import make_session_app
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.live import WorkerSettings
+from kliqued.daemon.errors import BadOption, DaemonError, Deposed, StoreAway
+from kliqued.daemon.storage.storefault import disk_full, first_line
+from kliqued.daemon.state.gitops import DirSource, Follower, GitSource, Snapshot
+from kliqued.daemon.logs import DEFAULT_CAP, LogStore
+from kliqued.daemon import strength
+from kliqued.daemon.storage import keyfile
+from kliqued.daemon.listener import Limits, ListenSite, body_timeout_middleware, connection_cap
+from kliqued.daemon.listener import listen_backlog
+from kliqued.daemon.listener import plain_http_warning, raise_nofile
+from kliqued.daemon import logsetup
+from kliqued.daemon.state.alerts import Dispatcher
+from kliqued.daemon.state.clockwatch import CLOCK_OFFSET_ENV, make_clock, watch_clock  # noqa: F401 (tests)
+from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.state.replay import ReplayError, rebuild
+from kliqued.daemon.storage.compaction import Compactor
+from kliqued.daemon.state.snapshot import Snapshotter
+from kliqued.daemon.state.unattended import Unattended
+from kliqued.daemon.storage.store import DEFAULT_MEMORY, Batch, Store
 
 if TYPE_CHECKING:
     from kliqued.daemon.ha.lease import Lease
@@ -279,9 +271,9 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
     """Several ``kliqued serve`` on one PostgreSQL database (lease.py): stand by until the
     lease is ours, lead (replay, serve) until stopped or deposed; deposed, stand by again."""
     from kliqued.daemon.ha.lease import Lease, LeaseSettings
+    from kliqued.daemon.storage.pglog import PgLog
     from kliqued.daemon.ha.replica import Replica
     from kliqued.daemon.ha.standby import stand_by
-    from kliqued.daemon.storage.pglog import PgLog
     assert isinstance(store.log, PgLog)
     advertise = opts.advertise_url or _url(opts, host, port)
     lease = Lease(opts.db, advertise, LeaseSettings.for_ttl(opts.lease_ttl_s))
@@ -627,7 +619,8 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
 async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None:
     """Declares lost every worker silent for longer than its TTL (its tasks go back to the
     front of their queues, or fail the third time)."""
-    from kliqued.daemon.fleet import autoscalers, gang
+    from kliqued.daemon.fleet import gang
+    from kliqued.daemon.fleet import autoscalers
     from kliqued.daemon.fleet.workers import prepare_gang_timeout, prepare_worker_lost
     ttl = d.worker_settings.ttl_s
     step = max(0.05, min(1.0, ttl / 4))

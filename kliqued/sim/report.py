@@ -26,7 +26,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from klique_util.fmt import amount
-from klique_util.units import HOUR_S, SECOND_MS, UNITS_PER_HOUR, milli_str, ms_to_hours, unit_hours
+from klique_util.units import (HOUR_S, SECOND_MS, UNITS_PER_HOUR, milli_str, ms_to_hours,
+                               unit_hours)
 from kliqued.engine import EstateIndex, Placement, Preemption, State
 from kliqued.engine.budget import remaining
 from kliqued.engine.periods import format_time, period_start

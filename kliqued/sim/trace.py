@@ -19,7 +19,9 @@ from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
 from compiler.units import parse_time, to_milli
 from klique_util.units import HOUR_S, MINUTE_S, SECOND_MS, to_ms
-from kliqued.engine import EstateIndex, Placement, Preemption, SubmissionError, check_submission
+
+from kliqued.engine import (EstateIndex, Placement, Preemption, SubmissionError,
+                            check_submission)
 from kliqued.engine.periods import period_start
 
 from .records import Trace, TraceTask  # the trace's records

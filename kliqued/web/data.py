@@ -22,10 +22,10 @@ from compiler.plan.diff import diff
 from compiler.source import SourceMap
 from klique_util.units import from_milli
 from kliqued.daemon.api import views
-from kliqued.daemon.api.handlers import events as events_api
-from kliqued.daemon.auth import Principal
 from kliqued.daemon.state import history
+from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.api.handlers import events as events_api
 from kliqued.daemon.storage.store import Store
 from kliqued.daemon.units import iso, parse_iso
 from kliqued.ledger import cio as ledger_cio

@@ -16,9 +16,9 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from kliqued.daemon.api.request import ctx
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
+from kliqued.daemon.api.request import ctx
 
 from . import data, session
 from .fragments import Fragments

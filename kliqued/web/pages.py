@@ -10,23 +10,24 @@ one rendering is shared by the browsers that ask for it at once.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from decimal import Decimal
+import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
-from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
-from kliqued.daemon.api.request import ctx
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import KINDS
+from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
+from kliqued.daemon.api.request import ctx
 from kliqued.daemon.units import iso
 from kliqued.ledger import export as ledger_export
 
 from . import data
 from .frame import chrome, error, html, signed_in, state, to_signin
+
 
 PageFn = Callable[[web.Request, Principal], Awaitable[dict[str, Any]]]
 

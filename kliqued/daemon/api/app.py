@@ -20,34 +20,17 @@ from typing import Callable, Sequence
 
 from aiohttp import web
 
-from kliqued.daemon.api.agents import routes as agents
 from kliqued.daemon.api.agents.endpoint import ENDPOINT, Endpoint, www_authenticate
-from kliqued.daemon.api.handlers import (
-    demand,
-    engine,
-    estate,
-    events,
-    leader,
-    ledger,
-    meta,
-    metrics,
-    pipelines,
-    plan,
-    policies,
-    pools,
-    resources,
-    schedules,
-    sessions,
-    tasks,
-    tokens,
-    workers,
-)
+from kliqued.daemon.errors import ApiError, StoreAway
+from kliqued.daemon.listener import log as listener_log
+from kliqued.daemon.api.agents import routes as agents
+from kliqued.daemon.api.handlers import demand, engine, estate, events, leader, ledger, meta, metrics
+from kliqued.daemon.api.handlers import pipelines, plan, policies, pools, resources, schedules, sessions, tasks
+from kliqued.daemon.api.handlers import tokens, workers
 from kliqued.daemon.api.inputs import check_params
 from kliqued.daemon.api.openapi import document
 from kliqued.daemon.api.request import CTX, DOC, Context, ctx, reply
 from kliqued.daemon.api.routes import Handler, Route, table
-from kliqued.daemon.errors import ApiError, StoreAway
-from kliqued.daemon.listener import log as listener_log
 
 __all__ = ["Context", "ROUTES", "make_app"]
 

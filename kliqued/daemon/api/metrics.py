@@ -25,22 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    ProcessCollector,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
+                               disable_created_metrics, generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from klique_util.units import SECOND_MS, from_milli
+from kliqued.engine import budget_status
+
 from kliqued.daemon.api import treeviews, views
 from kliqued.daemon.events import Event
-from kliqued.engine import budget_status
 
 if TYPE_CHECKING:
     from kliqued.daemon.state.core import Daemon

@@ -15,17 +15,18 @@ from typing import Any, Callable
 from aiohttp import web
 
 from klique_util.excerpt import EXCERPT, clip, excerpt
-from kliqued.daemon.api.inputs import parse_body
-from kliqued.daemon.api.openapi import validator
-from kliqued.daemon.api.sessions import Passes
+
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import bad_request
-from kliqued.daemon.fleet.tunnels import Tunnels
-from kliqued.daemon.logs import LogStore
-from kliqued.daemon.session_origin import SessionOrigin
 from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.errors import bad_request
+from kliqued.daemon.api.inputs import parse_body
+from kliqued.daemon.logs import LogStore
 from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.api.openapi import validator
+from kliqued.daemon.session_origin import SessionOrigin
+from kliqued.daemon.api.sessions import Passes
 from kliqued.daemon.storage.store import Store
+from kliqued.daemon.fleet.tunnels import Tunnels
 
 DOC = web.AppKey("openapi", dict)
 """The OpenAPI document, built once from the route tables when the application is made."""

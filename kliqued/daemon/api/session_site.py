@@ -16,11 +16,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
+
 from kliqued.daemon.api.app import MAX_BODY, errors_middleware
+from kliqued.daemon.errors import not_found
 from kliqued.daemon.api.handlers import sessions as handlers
 from kliqued.daemon.api.request import CTX, Context
 from kliqued.daemon.api.routes import Handler
-from kliqued.daemon.errors import not_found
 from kliqued.daemon.session_origin import HEADERS, PREFIX
 
 

@@ -19,9 +19,10 @@ from typing import Any, Callable
 from compiler.compiled import CIdle
 from compiler.units import parse_duration
 from klique_util.units import duration_str
-from kliqued.daemon.api.views import end_text
+
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.api.views import end_text
 
 CHANNEL = "session"
 CHANNEL_LABEL = "klique.channel"

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from kliqued.engine import SubmissionError, check_submission
+
 from kliqued.daemon import limits
-from kliqued.daemon.api.inputs import check_tree
-from kliqued.daemon.api.openapi import submission_surely_valid
-from kliqued.daemon.api.request import Context, valid
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import ApiError, bad_request, forbidden
-from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.state.pipelines import submittable
 from kliqued.daemon.state import history
+from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.channels import CHANNELS, Channel
 from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.state.pipelines import submittable
+from kliqued.daemon.errors import ApiError, bad_request, forbidden
+from kliqued.daemon.api.inputs import check_tree
+from kliqued.daemon.api.openapi import submission_surely_valid
+from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.api.request import Context, valid
 from kliqued.daemon.units import to_milli
-from kliqued.engine import SubmissionError, check_submission
 
 
 async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,

@@ -15,11 +15,12 @@ from typing import Any, Callable
 
 from compiler.compiled import CompiledEstate, CPolicy
 from klique_util.units import from_milli
-from kliqued.daemon.records import TaskRecord
-from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.units import gpus
 from kliqued.engine import Task
 from kliqued.engine.fair import share
+
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.units import gpus
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,15 +9,17 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from klique_util.units import from_milli, unit_hours
-from kliqued.daemon.api import treeviews
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.fleet import capacity, cloud
-from kliqued.daemon.records import TaskRecord, end_text, state  # the API shows them
-from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.units import gpus, iso
 from kliqued.engine import budget_status
 from kliqued.engine.protection import protected_until
 from kliqued.engine.victims import lost_work
+
+from kliqued.daemon.api import treeviews
+from kliqued.daemon.fleet import capacity
+from kliqued.daemon.fleet import cloud
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.records import TaskRecord, end_text, state  # the API shows them
+from kliqued.daemon.units import gpus, iso
 
 
 def reason_json(r: Any) -> dict[str, str] | None:

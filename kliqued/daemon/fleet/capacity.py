@@ -27,8 +27,9 @@ import re
 from typing import Any
 
 from compiler.compiled import CPool
-from kliqued.daemon.leases import WorkerInfo
+
 from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.leases import WorkerInfo
 
 _MEMORY = re.compile(r"(\d+)\s*gb", re.I)
 

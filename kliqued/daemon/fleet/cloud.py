@@ -12,11 +12,13 @@ from typing import Any
 
 from compiler.compiled import CPool
 from klique_util.excerpt import excerpt
+
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError, bad_request
 from kliqued.daemon.events import Event
 from kliqued.daemon.state import reducers
-from kliqued.daemon.state.cloud import CloudBook, _money, cap_micro, month_label, price_of
+from kliqued.daemon.state.cloud import (CloudBook, _money, cap_micro,
+                                        month_label, price_of)
 from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.units import iso

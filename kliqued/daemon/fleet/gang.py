@@ -22,9 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 from klique_util.units import from_milli
+
+from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.leases import Lease, WorkerInfo
 from kliqued.daemon.records import TaskRecord
-from kliqued.daemon.state.core import Daemon
 
 SPREADING = frozenset({"slurm", "kubernetes"})
 """Executors that place a gang over nodes themselves: they take it as one lease."""

@@ -25,6 +25,7 @@ from aiohttp import WSMsgType, web
 from multidict import CIMultiDict
 
 from klique_util.tunnel import b64, forwardable, frame, unb64
+
 from kliqued.daemon.errors import ApiError
 
 log = logging.getLogger(__name__)

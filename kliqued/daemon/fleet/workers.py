@@ -25,29 +25,18 @@ from typing import Any, Callable
 
 from klique_util.excerpt import excerpt
 from klique_util.units import MILLI, gpus_to_milli
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import ApiError, forbidden
-from kliqued.daemon.events import Event
+
 from kliqued.daemon.fleet import capacity, ends, gang
-from kliqued.daemon.leases import (
-    ACTIVE,
-    CLOSED,
-    FENCED,
-    GANG_MEMBER_DONE,
-    LOST_FAIL_TEXT,
-    LOST_TEXT,
-    MAX_LOSSES,
-    RETURNED,
-    RETURNED_TEXT,
-    STOPPING,
-    Lease,
-    WorkerInfo,
-    gpu_fits,
-)
-from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.state import reducers
+from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
+from kliqued.daemon.errors import ApiError, forbidden
+from kliqued.daemon.events import Event
+from kliqued.daemon.leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, LOST_FAIL_TEXT, LOST_TEXT,
+                     MAX_LOSSES, RETURNED, RETURNED_TEXT, STOPPING, Lease, WorkerInfo,
+                     gpu_fits)
+from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.units import gpus, parse_iso
 
 MAX_LEASES = 64

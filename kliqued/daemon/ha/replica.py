@@ -22,19 +22,19 @@ from typing import Iterator, Sequence, cast
 
 from aiohttp import web
 
+from kliqued.daemon.state import reducers
+from kliqued.daemon.storage import keyfile
 from kliqued.daemon.api.app import Installer, make_app, route_of
-from kliqued.daemon.api.metrics import Metrics
-from kliqued.daemon.api.request import Context
 from kliqued.daemon.auth import TokenBook, TokenRecord
+from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.events import Event
 from kliqued.daemon.ids import TokenHasher
 from kliqued.daemon.logs import LogStore
-from kliqued.daemon.state import reducers
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.storage.pglog import PgLog
 from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.replay import rebuild
-from kliqued.daemon.storage import keyfile
-from kliqued.daemon.storage.pglog import PgLog
+from kliqued.daemon.api.metrics import Metrics
+from kliqued.daemon.api.request import Context
 from kliqued.daemon.storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 import psycopg
 from aiohttp import web
 
-from kliqued.daemon.api.metrics import Metrics, Role
-from kliqued.daemon.api.request import reply
-from kliqued.daemon.ha.lease import LeaderInfo, Lease, wait_s
+from kliqued.daemon.ha.lease import Lease, LeaderInfo, wait_s
 from kliqued.daemon.listener import Limits, ListenSite
+from kliqued.daemon.api.metrics import Metrics, Role
 from kliqued.daemon.storage.pglog import safe_label
+from kliqued.daemon.api.request import reply
 
 if TYPE_CHECKING:
     from kliqued.daemon.ha.replica import Replica

@@ -29,10 +29,11 @@ from typing import Any
 import aiohttp
 
 from compiler.compiled import CAlertChannel, CompiledEstate
-from kliqued.daemon.events import COLUMNS, Event
+
 from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.prepared import Prepared
+from kliqued.daemon.events import COLUMNS, Event
+from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 MAX_INTERVAL_S = 3600.0
 ROUNDS_MISSED = 3
 """An autoscaler is lost after this many of its rounds with no heartbeat (at least the

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kliqued.daemon.auth import Principal
 from kliqued.daemon.state import pipelines, schedules
+from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared, merged
 from kliqued.daemon.units import iso

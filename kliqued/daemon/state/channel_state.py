@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klique_util.excerpt import excerpt
-from kliqued.daemon.errors import ApiError, not_found
-from kliqued.daemon.ids import IdMaker
-from kliqued.daemon.state import pipeline_cache
 from kliqued.schedule import cron as when  # (a Schedule has a field named cron)
 from kliqued.schedule import pipeline as P
+
+from kliqued.daemon.state import pipeline_cache
+from kliqued.daemon.errors import ApiError, not_found
+from kliqued.daemon.ids import IdMaker
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Literal, Mapping
 
 from klique_util.excerpt import excerpt
+
 from kliqued.daemon.errors import bad_request
 
 Channel = Literal["cli", "sdk", "api", "mcp", "schedule", "pipeline", "session"]

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from kliqued.daemon.clock import Clock, ClockStep, wall_ms
-from kliqued.daemon.events import Event
 from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.prepared import Prepared
+from kliqued.daemon.events import Event
+from kliqued.daemon.state.loop import Sequencer
 
 log = logging.getLogger(__name__)
 

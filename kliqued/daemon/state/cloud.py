@@ -27,7 +27,9 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from compiler.compiled import CompiledEstate, CPool
+
 from kliqued.daemon.units import iso
+
 
 LIFECYCLES = ("spot", "on-demand")
 HOUR_MS = 3_600_000

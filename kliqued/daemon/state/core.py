@@ -18,28 +18,26 @@ from typing import Any
 
 from compiler.compiled import CompiledEstate
 from klique_util.excerpt import excerpt
+from kliqued.engine import (Alert, Cancellation, Placement,
+                            Preemption, SubmissionError,
+                            check_submission)
+from kliqued.ledger import lost as ledger_lost
+from kliqued.ledger import ops as ledger_ops
+from kliqued.ledger import writer as ledger
+
+
 from kliqued.daemon import limits
+from kliqued.daemon.state import reducers
 from kliqued.daemon.auth import Principal, TokenRecord
 from kliqued.daemon.errors import ApiError, not_found
 from kliqued.daemon.events import Event
 from kliqued.daemon.ids import new_token
 from kliqued.daemon.records import TaskRecord
-from kliqued.daemon.state import reducers
-from kliqued.daemon.state.live import DaemonState
-from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.storage.eventlog import TokenInsert, TokenUpdate
 from kliqued.daemon.storage.store import DbOp
-from kliqued.engine import (
-    Alert,
-    Cancellation,
-    Placement,
-    Preemption,
-    SubmissionError,
-    check_submission,
-)
-from kliqued.ledger import lost as ledger_lost
-from kliqued.ledger import ops as ledger_ops
-from kliqued.ledger import writer as ledger
+from kliqued.daemon.state.live import DaemonState
+from kliqued.daemon.state.prepared import Overlay, Prepared
+
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator
 from compiler.api import CompileResult, EstateReadError, SourceFile, compile_files, read_dir
 from compiler.diagnostics import Position, error, plural
 from compiler.plan.prices import price_impacts
+
 from kliqued.daemon.errors import StoreAway
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol
 import duckdb
 
 from klique_util.keyfilter import KeyFilter
+
 from kliqued.daemon.leases import ACTIVE, STOPPING, Lease
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.state.channel_state import PipelineBook

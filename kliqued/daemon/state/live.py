@@ -18,41 +18,28 @@ from typing import Any, Callable
 
 from compiler.compiled import CIdle, CompiledEstate
 from klique_util.excerpt import excerpt
+from kliqued.engine import (EstateIndex, PassResult, Reason, State, no_worker_text, waiting_reason,
+                            waiting_reasons)
 from klique_util.units import unit_hours
-from kliqued.daemon import limits
-from kliqued.daemon.auth import Access, TokenBook
-from kliqued.daemon.clock import Clock
-from kliqued.daemon.errors import not_found
-from kliqued.daemon.ids import IdMaker
-from kliqued.daemon.leases import (
-    ACTIVE,
-    CLOSED,
-    FENCED,
-    GANG_MEMBER_DONE,
-    RETURNED,
-    STOP_REASON,
-    STOPPING,
-    Lease,
-    WorkerInfo,
-)
-from kliqued.daemon.records import TaskRecord
-from kliqued.daemon.state import channels
-from kliqued.daemon.state.autoscalers import AutoscalerInfo
-from kliqued.daemon.state.channel_state import PipelineBook, ScheduleBook
-from kliqued.daemon.state.cloud import CloudBook
-from kliqued.daemon.state.history import Eviction, Recalled
-from kliqued.daemon.units import iso
-from kliqued.engine import (
-    EstateIndex,
-    PassResult,
-    Reason,
-    State,
-    no_worker_text,
-    waiting_reason,
-    waiting_reasons,
-)
 from kliqued.engine.victims import lost_work as engine_lost_work
 from kliqued.ledger import writer as ledger
+
+
+from kliqued.daemon import limits
+from kliqued.daemon.state import channels
+from kliqued.daemon.auth import Access, TokenBook
+from kliqued.daemon.state.autoscalers import AutoscalerInfo
+from kliqued.daemon.clock import Clock
+from kliqued.daemon.state.cloud import CloudBook
+from kliqued.daemon.errors import not_found
+from kliqued.daemon.ids import IdMaker
+from kliqued.daemon.leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, RETURNED, STOP_REASON,
+                     STOPPING, Lease, WorkerInfo)
+from kliqued.daemon.state.channel_state import PipelineBook, ScheduleBook
+from kliqued.daemon.state.history import Eviction, Recalled
+from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.units import iso
+
 
 log = logging.getLogger(__name__)
 

@@ -54,14 +54,15 @@ from typing import Any, Callable, Iterable, Protocol
 import duckdb
 
 from klique_util.units import SECOND_MS
-from kliqued.daemon.errors import ApiError, Deposed, StoreMismatch, Unavailable
-from kliqued.daemon.events import Event
+from kliqued.ledger import ops as ledger_ops
+
 from kliqued.daemon.state import history
 from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
+from kliqued.daemon.errors import ApiError, Deposed, StoreMismatch, Unavailable
+from kliqued.daemon.events import Event
 from kliqued.daemon.storage.store import Batch, Store
 from kliqued.daemon.storage.storefault import RETRY_AFTER_S, StoreFault, classify
-from kliqued.ledger import ops as ledger_ops
 
 log = logging.getLogger(__name__)
 

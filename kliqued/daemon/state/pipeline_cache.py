@@ -17,8 +17,9 @@ import threading
 import weakref
 from typing import Any
 
-from kliqued.daemon.errors import ApiError
 from kliqued.schedule import pipeline as P
+
+from kliqued.daemon.errors import ApiError
 
 _held: "weakref.WeakValueDictionary[str, P.Parsed]" = weakref.WeakValueDictionary()
 _lock = threading.Lock()

@@ -12,7 +12,6 @@ from typing import Any, Callable
 from kliqued.daemon.events import Event
 from kliqued.daemon.storage.store import DbOp
 
-
 @dataclass
 class Prepared:
     """A request's change, validated, waiting for its commit."""

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from compiler.compiled import CompiledEstate
+
 from kliqued.daemon import events as E
-from kliqued.daemon.events import Event
 from kliqued.daemon.state.channel_state import Run
+from kliqued.daemon.events import Event
 from kliqued.daemon.state.live import DaemonState
+
 
 Reducer = Callable[[DaemonState, Event, Any, int, bool], Any]
 

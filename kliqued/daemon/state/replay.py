@@ -16,11 +16,11 @@ import logging
 import time
 from dataclasses import dataclass
 
+from kliqued.daemon.state import history, reducers, snapshot
 from kliqued.daemon.auth import TokenRecord
+from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.errors import ReplayError
 from kliqued.daemon.events import Event
-from kliqued.daemon.state import history, reducers, snapshot
-from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -21,20 +21,21 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import ApiError
-from kliqued.daemon.events import Event
-from kliqued.daemon.records import TaskRecord, end_text
-from kliqued.daemon.records import state as task_state
-from kliqued.daemon.state import pipeline_cache, pipelines, reducers
-from kliqued.daemon.state.as_owner import prepare_as_owner, sent
-from kliqued.daemon.state.channel_state import Run, Schedule
-from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.state.prepared import Overlay, Prepared, merged
-from kliqued.daemon.units import gpus, iso
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron as when
 from kliqued.schedule import pipeline as P
+
+from kliqued.daemon.state import pipeline_cache, pipelines, reducers
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.state.channel_state import Run, Schedule
+from kliqued.daemon.state.as_owner import prepare_as_owner, sent
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.prepared import Overlay, Prepared, merged
+from kliqued.daemon.errors import ApiError
+from kliqued.daemon.events import Event
+from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.units import gpus, iso
+from kliqued.daemon.records import end_text, state as task_state
 
 MAX_PER_OWNER = 100
 """Schedules a user may have (docs/decisions.md, "Schedules and pipelines")."""

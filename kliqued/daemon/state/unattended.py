@@ -16,8 +16,8 @@ from typing import Callable
 
 from kliqued.daemon.state import pipelines, schedules
 from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.prepared import Overlay, Prepared
+from kliqued.daemon.state.loop import Sequencer
 
 log = logging.getLogger(__name__)
 

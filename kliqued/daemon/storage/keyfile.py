@@ -91,8 +91,8 @@ def open_hasher(db: str | Path, store: "Store") -> tuple["TokenHasher", int]:
     Databases from before keyed hashes store a bare SHA-256 of each token: they are rewritten
     under the key in one transaction at start (the tokens keep working; nothing to reissue).
     """
-    from kliqued.daemon.ids import TokenHasher
     from kliqued.daemon.storage.eventlog import TokenUpdate
+    from kliqued.daemon.ids import TokenHasher
     from kliqued.daemon.storage.store import Batch
     rows = store.read_tokens()
     keyed = any(TokenHasher.is_keyed(r[1]) for r in rows)

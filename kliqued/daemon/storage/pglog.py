@@ -17,18 +17,14 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from kliqued.daemon.errors import DaemonError, Deposed
-from kliqued.daemon.events import COLUMNS
-from kliqued.daemon.storage.eventlog import (
-    INSERT_TOKEN,
-    TOKEN_COLUMNS,
-    UPDATABLE,
-    TokenInsert,
-    TokenWrite,
-    token_params,
-)
 from kliqued.ledger import pgschema, pgwriter
 from kliqued.ledger.ops import LedgerWrite
+
+from kliqued.daemon.errors import DaemonError
+from kliqued.daemon.storage.eventlog import INSERT_TOKEN, TOKEN_COLUMNS, UPDATABLE, TokenInsert, TokenWrite, \
+    token_params
+from kliqued.daemon.events import COLUMNS
+from kliqued.daemon.errors import Deposed
 
 FENCE_SQL = "SELECT epoch FROM klique_leader WHERE id = 1 FOR SHARE"
 """Run first in every write transaction of the leader: the epoch to compare with its own

@@ -31,10 +31,11 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from kliqued.daemon.storage.pglog import safe_label
 from kliqued.ledger import sandbox
 from kliqued.ledger.pgsql import ROLE_LIMITS
 from kliqued.ledger.sql import LedgerSqlError
+
+from kliqued.daemon.storage.pglog import safe_label
 
 log = logging.getLogger(__name__)
 

@@ -38,14 +38,16 @@ from typing import Any, Callable, Iterator
 
 import duckdb
 
-from kliqued.daemon.errors import CopyBehind, DatabaseLocked, StoreMismatch, Unavailable
-from kliqued.daemon.storage.eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
-from kliqued.daemon.storage.querypool import QueryPool
-from kliqued.daemon.storage.schema import SCHEMA, ensure_tables
 from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import schema as ledger_schema
 from kliqued.ledger.ops import LEDGER_WRITES, LedgerWrite
 from kliqued.ledger.schema import q
+
+from kliqued.daemon.storage.schema import SCHEMA, ensure_tables
+
+from kliqued.daemon.errors import CopyBehind, DatabaseLocked, StoreMismatch, Unavailable
+from kliqued.daemon.storage.eventlog import DuckLog, EventLog, TokenInsert, TokenUpdate, TokenWrite
+from kliqued.daemon.storage.querypool import QueryPool
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from kliqued.daemon.api.agents import asgi
 from kliqued.daemon.api.request import Context
+from kliqued.daemon.api.agents import asgi
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

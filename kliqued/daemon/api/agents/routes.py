@@ -9,9 +9,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from kliqued.daemon.api.agents.endpoint import ENDPOINT, METADATA_PATH, PATH, metadata
+from kliqued.daemon.errors import ApiError
 from kliqued.daemon.api.request import principal, reply
 from kliqued.daemon.api.routes import PUBLIC, Route
-from kliqued.daemon.errors import ApiError
 
 
 async def mcp(request: web.Request) -> web.StreamResponse:

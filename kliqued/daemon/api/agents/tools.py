@@ -23,15 +23,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
 from klique_util.excerpt import clip, excerpt
+
 from kliqued.daemon.api import views
-from kliqued.daemon.api.agents.explain import explain, explain_kind
+from kliqued.daemon.state import history
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.errors import ApiError
 from kliqued.daemon.api.handlers import meta, policies, pools, resources, tasks, workers
 from kliqued.daemon.api.request import Context
 from kliqued.daemon.api.routes import Route
 from kliqued.daemon.api.submission import submit_as
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import ApiError
-from kliqued.daemon.state import history
+from kliqued.daemon.api.agents.explain import explain, explain_kind
 
 ACTING_AS: ContextVar[Principal | None] = ContextVar("klique_mcp_principal", default=None)
 """The principal the current MCP request acts as: set by the ``/mcp`` endpoint from the

@@ -17,12 +17,13 @@ from compiler.units import parse_duration
 from klique_util.demand import DemandRow, to_csv
 from klique_util.excerpt import excerpt
 from klique_util.units import SECOND_MS
-from kliqued.daemon.api.request import ctx
-from kliqued.daemon.api.routes import Route
-from kliqued.daemon.errors import bad_request
-from kliqued.daemon.records import TaskRecord
+
 from kliqued.daemon.state import history
 from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.errors import bad_request
+from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.api.request import ctx
+from kliqued.daemon.api.routes import Route
 from kliqued.daemon.units import parse_iso
 
 DEFAULT_SINCE = "14d"

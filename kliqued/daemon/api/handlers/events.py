@@ -6,15 +6,16 @@ from __future__ import annotations
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
+
 from kliqued.daemon import limits
 from kliqued.daemon.api import views
-from kliqued.daemon.api.handlers.params import int_param, str_param
+from kliqued.daemon.state import history
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.errors import not_found
 from kliqued.daemon.api.request import ctx, principal, reply
 from kliqued.daemon.api.routes import Route
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import not_found
-from kliqued.daemon.state import history
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.api.handlers.params import int_param, str_param
 
 
 def scope(d: Daemon, p: Principal) -> tuple[list[str], list]:

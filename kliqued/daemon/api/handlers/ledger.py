@@ -11,21 +11,22 @@ import time
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
-from kliqued.daemon.api.handlers.params import str_param, time_param
-from kliqued.daemon.api.request import ctx, principal, read_json, reply
-from kliqued.daemon.api.routes import Route
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import ApiError, bad_request, forbidden
-from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.storage.querypool import Busy, Expired, QueryPool
 from kliqued.ledger import cio as ledger_cio
 from kliqued.ledger import export as ledger_export
 from kliqued.ledger import feed as ledger_feed
 from kliqued.ledger import focus as ledger_focus
 from kliqued.ledger import render as ledger_render
-from kliqued.ledger import sql as ledger_sql
 from kliqued.ledger import statement as ledger_statement
 from kliqued.ledger import writer as ledger_writer
+from kliqued.ledger import sql as ledger_sql
+
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.errors import ApiError, bad_request, forbidden
+from kliqued.daemon.storage.querypool import Busy, Expired, QueryPool
+from kliqued.daemon.api.request import ctx, principal, read_json, reply
+from kliqued.daemon.api.routes import Route
+from kliqued.daemon.api.handlers.params import str_param, time_param
 
 
 def _scope(request: web.Request) -> list[str] | None:

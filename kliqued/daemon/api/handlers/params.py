@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
+
 from kliqued.daemon.errors import bad_request
 from kliqued.daemon.units import parse_iso
 

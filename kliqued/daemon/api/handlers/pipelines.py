@@ -11,11 +11,12 @@ from typing import Any
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
-from kliqued.daemon.api.request import ctx, principal, read_json, reply
-from kliqued.daemon.api.routes import Route
-from kliqued.daemon.errors import ApiError
+
 from kliqued.daemon.state import history, pipeline_cache, pipelines
 from kliqued.daemon.state.channel_state import PipelineRun
+from kliqued.daemon.errors import ApiError
+from kliqued.daemon.api.request import ctx, principal, read_json, reply
+from kliqued.daemon.api.routes import Route
 
 
 def _get(request: web.Request) -> pipelines.PipelineRun:

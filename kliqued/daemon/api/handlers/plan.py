@@ -12,9 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from klique_util.units import milli_to_gpus, unit_hours
+
+from kliqued.daemon.fleet import capacity
 from kliqued.daemon.api.request import ctx, reply
 from kliqued.daemon.api.routes import Route
-from kliqued.daemon.fleet import capacity
 from kliqued.daemon.units import iso
 
 PERIODS = ("day", "week", "month")

@@ -8,14 +8,15 @@ from typing import Any
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
+
 from kliqued.daemon.api import views
-from kliqued.daemon.api.handlers.params import int_param
+from kliqued.daemon.auth import Principal
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.errors import forbidden, not_found
 from kliqued.daemon.api.request import ctx, principal, reply
 from kliqued.daemon.api.routes import Route
-from kliqued.daemon.auth import Principal
-from kliqued.daemon.errors import forbidden, not_found
-from kliqued.daemon.state.core import Daemon
 from kliqued.daemon.units import gpus, iso
+from kliqued.daemon.api.handlers.params import int_param
 
 
 async def list_resources(request: web.Request) -> web.Response:

@@ -15,17 +15,19 @@ from aiohttp import web
 
 from compiler.units import parse_duration
 from klique_util.excerpt import excerpt
-from kliqued.daemon import limits
-from kliqued.daemon.api.request import ctx, principal, read_json, reply
-from kliqued.daemon.api.routes import Route
-from kliqued.daemon.errors import ApiError
-from kliqued.daemon.state import history, pipeline_cache, schedules
-from kliqued.daemon.state.channel_state import Schedule
-from kliqued.daemon.state.pipelines import check_access, submittable
-from kliqued.daemon.units import to_milli
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron
 from kliqued.schedule import pipeline as P
+
+from kliqued.daemon import limits
+from kliqued.daemon.state.pipelines import submittable
+from kliqued.daemon.state import history, pipeline_cache, schedules
+from kliqued.daemon.state.channel_state import Schedule
+from kliqued.daemon.errors import ApiError
+from kliqued.daemon.state.pipelines import check_access
+from kliqued.daemon.api.request import ctx, principal, read_json, reply
+from kliqued.daemon.api.routes import Route
+from kliqued.daemon.units import to_milli
 
 MAX_DEADLINE_S = 366 * 24 * 3600
 

@@ -18,31 +18,23 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 
 from klique_util.excerpt import excerpt
-from klique_util.tunnel import (
-    MAX_FRAME,
-    MAX_WS_MESSAGE,
-    FrameTooLarge,
-    b64,
-    close_code,
-    forwardable,
-    unb64,
-)
+from klique_util.tunnel import MAX_FRAME, MAX_WS_MESSAGE, FrameTooLarge, b64, close_code, \
+    forwardable, unb64
+from kliqued.engine import SubmissionError, check_submission
 from kliqued.daemon import session_origin
 from kliqued.daemon.api import sessions, views
-from kliqued.daemon.api.handlers.params import int_param
-from kliqued.daemon.api.handlers.tasks import PEOPLE, SEE_TASK, _visible
-from kliqued.daemon.api.handlers.workers import _audited, _key_hash
-from kliqued.daemon.api.request import Context, ctx, principal, read_json, reply
-from kliqued.daemon.api.routes import Route
-from kliqued.daemon.api.submission import with_options
+from kliqued.daemon.fleet import workers as fleet, tunnels
+from kliqued.daemon.state import history
 from kliqued.daemon.errors import ApiError, bad_request, forbidden, not_found
-from kliqued.daemon.fleet import tunnels
-from kliqued.daemon.fleet import workers as fleet
 from kliqued.daemon.leases import CLOSED, FENCED
 from kliqued.daemon.records import TaskRecord
-from kliqued.daemon.state import history
+from kliqued.daemon.api.request import Context, ctx, principal, read_json, reply
+from kliqued.daemon.api.routes import Route
 from kliqued.daemon.units import to_milli
-from kliqued.engine import SubmissionError, check_submission
+from kliqued.daemon.api.handlers.params import int_param
+from kliqued.daemon.api.submission import with_options
+from kliqued.daemon.api.handlers.tasks import PEOPLE, SEE_TASK, _visible
+from kliqued.daemon.api.handlers.workers import _audited, _key_hash
 
 
 def _url(request: web.Request, task: str) -> str:

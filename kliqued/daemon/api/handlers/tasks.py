@@ -14,17 +14,17 @@ from aiohttp import web
 
 from kliqued.daemon import limits
 from kliqued.daemon.api import views
-from kliqued.daemon.api.handlers.params import int_param, str_param
+from kliqued.daemon.state import channels, history
+from kliqued.daemon.auth import Access, Principal
+from kliqued.daemon.state.channels import Channel
+from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.errors import forbidden, not_found
 from kliqued.daemon.api.openapi import submission_surely_valid
+from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.api.request import Context, ctx, principal, read_json, reply
 from kliqued.daemon.api.routes import Route
 from kliqued.daemon.api.submission import submit_as
-from kliqued.daemon.auth import Access, Principal
-from kliqued.daemon.errors import forbidden, not_found
-from kliqued.daemon.records import TaskRecord
-from kliqued.daemon.state import channels, history
-from kliqued.daemon.state.channels import Channel
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.api.handlers.params import int_param, str_param
 
 
 def _visible(request: web.Request, rec: TaskRecord) -> TaskRecord:

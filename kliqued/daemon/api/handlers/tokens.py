@@ -20,11 +20,12 @@ from compiler.models import USER_PATTERN
 from compiler.units import parse_duration
 from klique_util.excerpt import excerpt
 from klique_util.units import DAY_S, SECOND_MS
+
 from kliqued.daemon.api import views
+from kliqued.daemon.state import binding
+from kliqued.daemon.errors import ApiError
 from kliqued.daemon.api.request import ctx, principal, read_json, reply
 from kliqued.daemon.api.routes import Route
-from kliqued.daemon.errors import ApiError
-from kliqued.daemon.state import binding
 from kliqued.daemon.units import iso, parse_iso
 
 NAME_MAX = 256

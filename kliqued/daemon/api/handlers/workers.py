@@ -18,17 +18,18 @@ from typing import TypeVar
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
+
 from kliqued.daemon.api import views
-from kliqued.daemon.api.handlers.params import int_param
-from kliqued.daemon.api.handlers.tasks import PEOPLE, SEE_TASK, _visible, visible_task
-from kliqued.daemon.api.request import Context, ctx, principal, read_json, reply
-from kliqued.daemon.api.routes import Route
+from kliqued.daemon.fleet import workers as fleet
+from kliqued.daemon.state import history
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError, bad_request, forbidden
-from kliqued.daemon.fleet import workers as fleet
 from kliqued.daemon.leases import CLOSED, FENCED
 from kliqued.daemon.logs import MAX_READ
-from kliqued.daemon.state import history
+from kliqued.daemon.api.request import Context, ctx, principal, read_json, reply
+from kliqued.daemon.api.routes import Route
+from kliqued.daemon.api.handlers.params import int_param
+from kliqued.daemon.api.handlers.tasks import PEOPLE, SEE_TASK, _visible, visible_task
 
 
 def _key_hash(request: web.Request, required: bool = False) -> str | None:
