@@ -3,7 +3,7 @@
 The engine keeps what its rules need (size, weight, queue order) and may forget ended tasks;
 the daemon keeps, per task, what people ask about: the command or payload, labels, who sent
 it, under which revision, when it was placed and ended, its last preemption. Records are
-updated by the same code on the live path and during replay (``core.Daemon.on_*``).
+updated by the same code on the live path and during replay (``core.DaemonState.on_*``).
 """
 
 from __future__ import annotations

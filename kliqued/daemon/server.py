@@ -33,8 +33,8 @@ from kliqued.daemon.api.app import Context, Installer, make_app
 from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.session_origin import OriginError, SessionOrigin, parse_domain
 from kliqued.daemon.api.session_site import make_session_app
-from kliqued.daemon.state.core import Daemon
-from kliqued.daemon.state.live import WorkerSettings
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.core import WorkerSettings
 from kliqued.daemon.errors import BadOption, DaemonError, Deposed, StoreAway
 from kliqued.daemon.storage.storefault import disk_full, first_line
 from kliqued.daemon.state.gitops import DirSource, Follower, GitSource, Snapshot

@@ -24,7 +24,7 @@ from klique_util.units import from_milli
 from kliqued.daemon.api import views
 from kliqued.daemon.state import history
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.api.handlers import events as events_api
 from kliqued.daemon.storage.store import Store
 from kliqued.daemon.units import iso, parse_iso

@@ -155,7 +155,7 @@ def build_state(db: Path, n: int, estate_dir: Path = EXAMPLE_ESTATE,
     from compiler.api import compile_dir
     from kliqued.daemon.storage import keyfile
     from kliqued.daemon.auth import Principal
-    from kliqued.daemon.state.core import Daemon
+    from kliqued.daemon.state.daemon import Daemon
     from kliqued.daemon.state.prepared import Overlay
     from kliqued.daemon.storage.store import Batch, Store
 

@@ -104,7 +104,7 @@ def build_history(db: Path, n: int) -> dict[str, Any]:
     from kliqued.daemon.state import snapshot
     from kliqued.daemon.storage import keyfile
     from kliqued.daemon.auth import Principal
-    from kliqued.daemon.state.core import Daemon
+    from kliqued.daemon.state.daemon import Daemon
     from kliqued.daemon.state.prepared import Overlay
     from kliqued.daemon.storage.store import Batch, Store
 
@@ -204,7 +204,7 @@ from compiler.api import compile_dir
 from kliqued.daemon.state import snapshot
 from kliqued.daemon.storage import keyfile
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay
 from kliqued.daemon.storage.store import Batch, Store
 

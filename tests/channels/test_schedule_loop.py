@@ -12,7 +12,7 @@ from typing import Any
 from compiler.api import compile_dir
 from kliqued.daemon.state import schedules
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.replay import rebuild

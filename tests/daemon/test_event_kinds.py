@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kliqued.daemon import events as E
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.events import KINDS, Event, Payload
 from kliqued.daemon.state.reducers import REDUCERS
 from kliqued.daemon.state.replay import ReplayError, rebuild

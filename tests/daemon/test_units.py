@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay
 from kliqued.daemon.ids import IdMaker
 from kliqued.daemon.api.openapi import submission_surely_valid, validator

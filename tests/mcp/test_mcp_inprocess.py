@@ -14,7 +14,7 @@ from mcp import Client
 from compiler.api import compile_dir
 from kliqued.daemon.api.agents import tools
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.logs import LogStore
 from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.state.loop import Sequencer

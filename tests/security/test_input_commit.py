@@ -15,7 +15,7 @@ import pytest
 
 from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Prepared
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event

@@ -23,7 +23,7 @@ import pytest
 
 from compiler.api import SourceFile, compile_files
 from kliqued.daemon.state import pipeline_cache
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.replay import rebuild
 from kliqued.schedule import pipeline as P
 from tests.channels.test_schedule_loop import MIN, T0, Harness

@@ -37,7 +37,7 @@ from kliqued.daemon.api import treeviews, views
 from kliqued.daemon.events import Event
 
 if TYPE_CHECKING:
-    from kliqued.daemon.state.core import Daemon
+    from kliqued.daemon.state.daemon import Daemon
 
 PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                 5.0)

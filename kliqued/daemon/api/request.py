@@ -17,7 +17,7 @@ from aiohttp import web
 from klique_util.excerpt import EXCERPT, clip, excerpt
 
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import bad_request
 from kliqued.daemon.api.inputs import parse_body
 from kliqued.daemon.logs import LogStore

@@ -18,7 +18,7 @@ from kliqued.daemon.state.pipelines import submittable
 from kliqued.daemon.state import history
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.channels import CHANNELS, Channel
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import ApiError, bad_request, forbidden
 from kliqued.daemon.api.inputs import check_tree
 from kliqued.daemon.api.openapi import submission_surely_valid

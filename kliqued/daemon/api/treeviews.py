@@ -18,7 +18,7 @@ from klique_util.units import from_milli
 from kliqued.engine import Task
 from kliqued.engine.fair import share
 
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.units import gpus
 

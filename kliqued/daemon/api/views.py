@@ -17,7 +17,7 @@ from kliqued.daemon.api import treeviews
 from kliqued.daemon.fleet import capacity
 from kliqued.daemon.fleet import cloud
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.records import TaskRecord, end_text, state  # the API shows them
 from kliqued.daemon.units import gpus, iso
 

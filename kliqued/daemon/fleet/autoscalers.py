@@ -11,7 +11,7 @@ from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import bad_request
 from kliqued.daemon.fleet.cloud import _cloud_pool
 from kliqued.daemon.state.autoscalers import MAX_INTERVAL_S, AutoscalerInfo, timeout_s
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 
 

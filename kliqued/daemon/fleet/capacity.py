@@ -28,7 +28,7 @@ from typing import Any
 
 from compiler.compiled import CPool
 
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.leases import WorkerInfo
 
 _MEMORY = re.compile(r"(\d+)\s*gb", re.I)

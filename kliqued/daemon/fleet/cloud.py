@@ -19,7 +19,7 @@ from kliqued.daemon.events import Event
 from kliqued.daemon.state import reducers
 from kliqued.daemon.state.cloud import (CloudBook, _money, cap_micro,
                                         month_label, price_of)
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.units import iso
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from klique_util.units import from_milli
 
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.leases import Lease, WorkerInfo
 from kliqued.daemon.records import TaskRecord
 

@@ -29,7 +29,7 @@ from klique_util.units import MILLI, gpus_to_milli
 from kliqued.daemon.fleet import capacity, ends, gang
 from kliqued.daemon.state import reducers
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.errors import ApiError, forbidden
 from kliqued.daemon.events import Event

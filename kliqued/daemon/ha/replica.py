@@ -26,7 +26,7 @@ from kliqued.daemon.state import reducers
 from kliqued.daemon.storage import keyfile
 from kliqued.daemon.api.app import Installer, make_app, route_of
 from kliqued.daemon.auth import TokenBook, TokenRecord
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.events import Event
 from kliqued.daemon.ids import TokenHasher
 from kliqued.daemon.logs import LogStore

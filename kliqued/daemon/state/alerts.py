@@ -30,7 +30,7 @@ import aiohttp
 
 from compiler.compiled import CAlertChannel, CompiledEstate
 
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Prepared
 from kliqued.daemon.events import COLUMNS, Event
 from kliqued.daemon.state.loop import Sequencer

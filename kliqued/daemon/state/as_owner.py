@@ -11,7 +11,7 @@ from typing import Any
 
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.channels import UNATTENDED
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from kliqued.daemon.state import pipelines, schedules
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared, merged
 from kliqued.daemon.units import iso
 

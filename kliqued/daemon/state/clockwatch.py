@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from kliqued.daemon.clock import Clock, ClockStep, wall_ms
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Prepared
 from kliqued.daemon.events import Event
 from kliqued.daemon.state.loop import Sequencer

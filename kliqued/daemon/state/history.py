@@ -60,7 +60,7 @@ _STAGE = "task_history_stage"
 
 
 class Holder(Protocol):
-    """What the history needs of the daemon's live state (``live.DaemonState`` is one): the
+    """What the history needs of the daemon's live state (``core.DaemonState`` is one): the
     live state holds this module's ``Eviction`` and ``Recalled``, so this module names the
     few members it reads rather than importing the class (no import cycle: issue 27)."""
 

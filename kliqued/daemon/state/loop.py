@@ -57,7 +57,7 @@ from klique_util.units import SECOND_MS
 from kliqued.ledger import ops as ledger_ops
 
 from kliqued.daemon.state import history
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.errors import ApiError, Deposed, StoreMismatch, Unavailable
 from kliqued.daemon.events import Event

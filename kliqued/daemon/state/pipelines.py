@@ -26,7 +26,7 @@ from kliqued.daemon.state import pipeline_cache, reducers
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.channel_state import PipelineRun
 from kliqued.daemon.state.as_owner import prepare_as_owner, sent
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared, merged
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event

@@ -17,7 +17,7 @@ from compiler.compiled import CompiledEstate
 from kliqued.daemon import events as E
 from kliqued.daemon.state.channel_state import Run
 from kliqued.daemon.events import Event
-from kliqued.daemon.state.live import DaemonState
+from kliqued.daemon.state.core import DaemonState
 
 
 Reducer = Callable[[DaemonState, Event, Any, int, bool], Any]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kliqued.daemon.state import history, reducers, snapshot
 from kliqued.daemon.auth import TokenRecord
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import ReplayError
 from kliqued.daemon.events import Event
 from kliqued.daemon.storage.store import Store

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import duckdb
 
 if TYPE_CHECKING:
-    from kliqued.daemon.state.core import Daemon
+    from kliqued.daemon.state.daemon import Daemon
     from kliqued.daemon.storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Callable
 
 from kliqued.daemon.state import pipelines, schedules
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.state.loop import Sequencer
 

@@ -19,7 +19,7 @@ from klique_util.excerpt import excerpt
 from klique_util.units import SECOND_MS
 
 from kliqued.daemon.state import history
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import bad_request
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.api.request import ctx

@@ -11,7 +11,7 @@ from kliqued.daemon import limits
 from kliqued.daemon.api import views
 from kliqued.daemon.state import history
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import not_found
 from kliqued.daemon.api.request import ctx, principal, reply
 from kliqued.daemon.api.routes import Route

@@ -21,7 +21,7 @@ from kliqued.ledger import writer as ledger_writer
 from kliqued.ledger import sql as ledger_sql
 
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import ApiError, bad_request, forbidden
 from kliqued.daemon.storage.querypool import Busy, Expired, QueryPool
 from kliqued.daemon.api.request import ctx, principal, read_json, reply

@@ -10,7 +10,7 @@ from klique_util.excerpt import excerpt
 
 from kliqued.daemon.api import views
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import forbidden, not_found
 from kliqued.daemon.api.request import ctx, principal, reply
 from kliqued.daemon.api.routes import Route

@@ -10,7 +10,7 @@ from aiohttp import web
 from kliqued.daemon.api import views
 from kliqued.daemon.fleet import autoscalers, cloud
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import bad_request
 from kliqued.daemon.api.request import ctx, principal, read_json, reply
 from kliqued.daemon.api.routes import ANY, Route

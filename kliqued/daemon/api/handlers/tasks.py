@@ -17,7 +17,7 @@ from kliqued.daemon.api import views
 from kliqued.daemon.state import channels, history
 from kliqued.daemon.auth import Access, Principal
 from kliqued.daemon.state.channels import Channel
-from kliqued.daemon.state.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import forbidden, not_found
 from kliqued.daemon.api.openapi import submission_surely_valid
 from kliqued.daemon.records import TaskRecord
