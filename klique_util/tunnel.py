@@ -1,4 +1,4 @@
-"""The session tunnel's wire format, shared by the daemon (kliqued/daemon/tunnels.py) and the
+"""The session tunnel's wire format, shared by the daemon (kliqued/daemon/fleet/tunnels.py) and the
 worker (workers/tunnel.py): why a module of its own is that the two sides may not import each
 other (docs/architecture.md, "Layers").
 

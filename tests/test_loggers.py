@@ -35,7 +35,7 @@ class _Keep(logging.Handler):
 
 
 def test_the_parent_level_reaches_every_module_and_one_module_can_be_quieter() -> None:
-    from kliqued.daemon import core, gitops
+    from kliqued.daemon.state import core, gitops
     from workers import daemon as worker_daemon
     keep = _Keep()
     parents = [logging.getLogger("kliqued"), logging.getLogger("workers")]
@@ -48,7 +48,7 @@ def test_the_parent_level_reaches_every_module_and_one_module_can_be_quieter() -
         core.log.info("core line")
         gitops.log.info("gitops line")  # quieter on its own
         worker_daemon.log.info("worker line")
-        assert keep.names == ["kliqued.daemon.core", "workers.daemon"]
+        assert keep.names == ["kliqued.daemon.state.core", "workers.daemon"]
     finally:
         gitops.log.setLevel(logging.NOTSET)
         for p, level in zip(parents, before):

@@ -3,7 +3,7 @@
 Each worker is one machine to the control plane (docs/workers.md): a pool that declares its
 machines (``nodes: {count: 4, gpus: 4}``) gets one worker per declared machine, each with
 that machine's GPUs, so ``kliqued pools`` and a live plan find what is declared
-(kliqued/daemon/capacity.py). One worker with all the pool's GPUs would be a 16-GPU machine
+(kliqued/daemon/fleet/capacity.py). One worker with all the pool's GPUs would be a 16-GPU machine
 in a pool of 4-GPU ones: a capacity warning from the first minute.
 """
 

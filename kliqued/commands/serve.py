@@ -192,6 +192,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from kliqued.daemon.listener import Limits
     from kliqued.daemon.server import Options, serve
+    from kliqued.web.routes import install as dashboard  # injected: the daemon imports no web
     if args.git and args.estate:
         print("kliqued serve: give --estate DIR or --git REPO, not both")
         return 1
@@ -209,4 +210,4 @@ def run(args: argparse.Namespace) -> int:
                          keep_ended=args.keep_ended, snapshot_every=args.snapshot_every,
                          compact_after_s=args.compact_after,
                          sessions_listen=args.sessions_listen,
-                         sessions_domain=args.sessions_domain))
+                         sessions_domain=args.sessions_domain, installers=(dashboard,)))

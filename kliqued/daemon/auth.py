@@ -16,9 +16,9 @@ from typing import Literal
 
 from compiler.compiled import CompiledEstate
 
-from .errors import ApiError
-from .ids import TokenHasher
-from .units import iso
+from kliqued.daemon.errors import ApiError
+from kliqued.daemon.ids import TokenHasher
+from kliqued.daemon.units import iso
 
 Kind = Literal["user", "worker", "role"]
 _KINDS: dict[str, Kind] = {"user": "user", "worker": "worker", "role": "role"}

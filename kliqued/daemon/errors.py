@@ -49,7 +49,7 @@ class CopyBehind(DaemonError):
 
 
 class Deposed(DaemonError):
-    """This daemon's lease epoch is no longer the leader's (kliqued/daemon/lease.py): another
+    """This daemon's lease epoch is no longer the leader's (kliqued/daemon/ha/lease.py): another
     daemon leads. Nothing of the batch was written; the daemon stops leading and stands by."""
 
 

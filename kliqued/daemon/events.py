@@ -78,7 +78,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar
 
-from .errors import UnknownKind
+from kliqued.daemon.errors import UnknownKind
 
 
 @dataclass(slots=True)
@@ -435,7 +435,7 @@ class AlertDelivery(Payload):
 
 
 # ---------------------------------------------------------------- schedules and pipelines
-# (kliqued/daemon/schedules.py, pipelines.py; docs/channels.md)
+# (kliqued/daemon/state/schedules.py, pipelines.py; docs/channels.md)
 
 
 @registered("schedule_created")

@@ -80,7 +80,7 @@ def legacy_hash(token: str) -> str:
 
 class TokenHasher:
     """What is stored for a secret (API token, worker key): HMAC-SHA256 under the daemon's
-    key (kliqued/daemon/keyfile.py), so a leaked table alone does not let anyone check a
+    key (kliqued/daemon/storage/keyfile.py), so a leaked table alone does not let anyone check a
     guess. The HMAC is taken over the SHA-256 hex of the secret, which lets an old database's
     unkeyed hashes be converted without knowing the tokens (``rekey``). One HMAC per request:
     look-up stays a dict access, and the keyed value an attacker would need to time is one

@@ -152,7 +152,7 @@ def setup(stream=None, level: int = logging.INFO) -> logging.Handler:
     """Installs the one stderr handler on the root logger (idempotent) and routes the
     ``kliqued`` logger to it at ``level``: every module logs to ``logging.getLogger(__name__)``,
     a child of ``kliqued``, so this sets them all, and one module's level can still be set on
-    its own (the logger ``kliqued.daemon.gitops``, say). Returns the handler."""
+    its own (the logger ``kliqued.daemon.state.gitops``, say). Returns the handler."""
     root = logging.getLogger()
     for h in root.handlers:
         if isinstance(h, _Handler):

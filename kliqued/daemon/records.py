@@ -3,7 +3,7 @@
 The engine keeps what its rules need (size, weight, queue order) and may forget ended tasks;
 the daemon keeps, per task, what people ask about: the command or payload, labels, who sent
 it, under which revision, when it was placed and ended, its last preemption. Records are
-updated by the same code on the live path and during replay (``core.Daemon.on_*``).
+updated by the same code on the live path and during replay (``core.DaemonState.on_*``).
 """
 
 from __future__ import annotations
@@ -115,3 +115,33 @@ class TaskRecord:
         if not self.leases:
             return []
         return list(self.leases[self.leases[-1].base_epoch - 1:])
+
+
+# ---------------------------------------------------------------------- how it reads
+# (here, not in api/views.py, since the state room's pipelines and schedules read them too)
+def state(rec: TaskRecord) -> str:
+    """``running`` is a sub-state of ``placed``: placed, and its worker reported it
+    started."""
+    if rec.state == "placed" and rec.started_at is not None:
+        return "running"
+    return rec.state
+
+
+def end_text(rec: TaskRecord) -> str:
+    """Why it ended, as its owner reads it: ``failed: exit code 3: CUDA out of memory``,
+    ``failed: killed by SIGKILL``, ``cancelled by user:erin: wrong data set``, ``cancelled:
+    compute resource a/b was removed from the estate``, ``failed: worker lost 3 times``."""
+    reason = rec.end_reason or "ended"
+    if reason == "cancelled":
+        note = rec.end_note or reason
+        return note if note.startswith("cancelled") else f"cancelled: {note}"
+    if rec.end_note and reason == rec.end_note and not reason.startswith("stopped"):
+        reason = f"failed: {reason}"  # worker lost 3 times
+    parts = [reason]
+    if rec.signal:
+        parts.append(f"killed by {rec.signal}")
+    elif rec.exit_code is not None and (rec.exit_code != 0 or reason != "finished"):
+        parts.append(f"exit code {rec.exit_code}")
+    if rec.end_message:
+        parts.append(rec.end_message)
+    return ": ".join(parts)

@@ -29,30 +29,33 @@ from klique_util.filemodes import private_dir, private_umask, tighten
 from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
-from .app import Context, make_app
-from .session_origin import OriginError, SessionOrigin, parse_domain
-from .session_site import make_session_app
-from .core import Daemon, WorkerSettings
-from .errors import BadOption, DaemonError, Deposed, StoreAway
-from .storefault import disk_full, first_line
-from .gitops import DirSource, Follower, GitSource, Snapshot
-from .logs import DEFAULT_CAP, LogStore
-from . import keyfile, strength
-from .listener import Limits, ListenSite, body_timeout_middleware, connection_cap
-from .listener import listen_backlog
-from .listener import plain_http_warning, raise_nofile
-from . import logsetup
-from .alerts import Dispatcher
-from .clockwatch import CLOCK_OFFSET_ENV, make_clock, watch_clock  # noqa: F401 (tests)
-from .loop import Sequencer
-from .replay import ReplayError, rebuild
-from .compaction import Compactor
-from .snapshot import Snapshotter
-from .unattended import Unattended
-from .store import DEFAULT_MEMORY, Batch, Store
+from kliqued.daemon.api.app import Context, Installer, make_app
+from kliqued.daemon.api.metrics import Metrics
+from kliqued.daemon.session_origin import OriginError, SessionOrigin, parse_domain
+from kliqued.daemon.api.session_site import make_session_app
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.core import WorkerSettings
+from kliqued.daemon.errors import BadOption, DaemonError, Deposed, StoreAway
+from kliqued.daemon.storage.storefault import disk_full, first_line
+from kliqued.daemon.state.gitops import DirSource, Follower, GitSource, Snapshot
+from kliqued.daemon.logs import DEFAULT_CAP, LogStore
+from kliqued.daemon import strength
+from kliqued.daemon.storage import keyfile
+from kliqued.daemon.listener import Limits, ListenSite, body_timeout_middleware, connection_cap
+from kliqued.daemon.listener import listen_backlog
+from kliqued.daemon.listener import plain_http_warning, raise_nofile
+from kliqued.daemon import logsetup
+from kliqued.daemon.state.alerts import Dispatcher
+from kliqued.daemon.state.clockwatch import CLOCK_OFFSET_ENV, make_clock, watch_clock  # noqa: F401 (tests)
+from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.state.replay import ReplayError, rebuild
+from kliqued.daemon.storage.compaction import Compactor
+from kliqued.daemon.state.snapshot import Snapshotter
+from kliqued.daemon.state.unattended import Unattended
+from kliqued.daemon.storage.store import DEFAULT_MEMORY, Batch, Store
 
 if TYPE_CHECKING:
-    from .lease import Lease
+    from kliqued.daemon.ha.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ class Options:
     """A placed gang not taken by all its members by then goes back to its queue."""
     log_cap: int = DEFAULT_CAP
     db_memory: str = DEFAULT_MEMORY
-    """The DuckDB file's ``memory_limit`` (kliqued/daemon/store.py)."""
+    """The DuckDB file's ``memory_limit`` (kliqued/daemon/storage/store.py)."""
     limits: Limits = Limits()
     """Connection timeouts and the connection cap (kliqued/daemon/listener.py)."""
     require_workers: bool = True
@@ -110,6 +113,10 @@ class Options:
     start, so a session's URL outlives a restart of the daemon."""
     sessions_domain: str | None = None
     """``--sessions-domain``: each session at ``<id>.<domain>``, routed by Host."""
+    installers: tuple[Installer, ...] = ()
+    """Adapters' routes added to the API's application, the leader's and a standby's: the
+    dashboard's, given by ``kliqued serve``'s command (kliqued/commands/serve.py), since the
+    daemon never imports ``kliqued.web`` (docs/decisions.md, issue 27)."""
 
     @property
     def local_db(self) -> str:
@@ -128,9 +135,9 @@ def open_store(opts: Options) -> Store:
     beside the local DuckDB file (psycopg is imported only then)."""
     if not is_url(opts.db):
         return Store(opts.db, memory_limit=opts.db_memory)
-    from .pglog import PgLog
-    from .pgreader import Readers
-    from .querypool import QueryPool
+    from kliqued.daemon.storage.pglog import PgLog
+    from kliqued.daemon.storage.pgreader import Readers
+    from kliqued.daemon.storage.querypool import QueryPool
     log_ = PgLog(opts.db)
     try:
         store = Store(opts.ledger_db, log_, memory_limit=opts.db_memory)
@@ -237,7 +244,7 @@ def serve(opts: Options) -> int:
             print(f"kliqued serve: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
         if is_url(opts.db):
-            from . import pgreader
+            from kliqued.daemon.storage import pgreader
             pg = store.log
             warning = store.on_writer(lambda: pgreader.grant(getattr(pg, "conn"),
                                                              opts.ledger_role))
@@ -263,10 +270,10 @@ def serve(opts: Options) -> int:
 def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile: int) -> int:
     """Several ``kliqued serve`` on one PostgreSQL database (lease.py): stand by until the
     lease is ours, lead (replay, serve) until stopped or deposed; deposed, stand by again."""
-    from .lease import Lease, LeaseSettings
-    from .pglog import PgLog
-    from .replica import Replica
-    from .standby import stand_by
+    from kliqued.daemon.ha.lease import Lease, LeaseSettings
+    from kliqued.daemon.storage.pglog import PgLog
+    from kliqued.daemon.ha.replica import Replica
+    from kliqued.daemon.ha.standby import stand_by
     assert isinstance(store.log, PgLog)
     advertise = opts.advertise_url or _url(opts, host, port)
     lease = Lease(opts.db, advertise, LeaseSettings.for_ttl(opts.lease_ttl_s))
@@ -276,7 +283,7 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
     try:
         while True:
             replica = Replica(store, opts.local_db, opts.log_cap, _url(opts, host, port),
-                              opts.require_workers)  # the standby's reads
+                              opts.require_workers, opts.installers)  # the standby's reads
             try:
                 elected = asyncio.run(stand_by(
                     lease, host, port, limits, _ssl_context(opts), listen_backlog(nofile),
@@ -445,12 +452,13 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
         d.st().restart_start_timers(d.clock.now())
         if d.require_workers:  # and autoscalers one timeout to heartbeat again
-            from .autoscalers import restart_grace
+            from kliqued.daemon.fleet.autoscalers import restart_grace
             restart_grace(d, d.clock.now())
-    seq = Sequencer(d, store, float(interval))
+    metrics = Metrics(d)
     if lease is not None:  # /metrics says whether this daemon leads, on every daemon
-        from .standby import role
-        seq.metrics.role = functools.partial(role, lease)
+        from kliqued.daemon.ha.standby import role
+        metrics.role = functools.partial(role, lease)
+    seq = Sequencer(d, store, float(interval), metrics=metrics)
     snaps = Snapshotter(d, store, opts.snapshot_every)
     snaps.on_taken = Compactor(store, -1 if opts.compact_after_s < 0
                                else int(opts.compact_after_s * 1000))
@@ -526,7 +534,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     d.on_work = ctx.wake
     for w in d.workers.values():  # after a restart every known worker gets a full TTL
         w.last_seen = d.mono()
-    app = make_app(ctx)
+    app = make_app(ctx, opts.installers)
     app.middlewares.append(body_timeout_middleware(limits.body_timeout_s))  # after auth
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
@@ -562,7 +570,7 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if lease is not None:
-        from .standby import stop_asked
+        from kliqued.daemon.ha.standby import stop_asked
         if stop_asked():  # asked while this daemon was taking over: stop now
             stop.set()
     log.info("serving on %s (pid %d, %d tasks, engine %s)", url, os.getpid(), len(d.records),
@@ -611,8 +619,9 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
 async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None:
     """Declares lost every worker silent for longer than its TTL (its tasks go back to the
     front of their queues, or fail the third time)."""
-    from . import autoscalers, gang
-    from .fleet import prepare_gang_timeout, prepare_worker_lost
+    from kliqued.daemon.fleet import gang
+    from kliqued.daemon.fleet import autoscalers
+    from kliqued.daemon.fleet.workers import prepare_gang_timeout, prepare_worker_lost
     ttl = d.worker_settings.ttl_s
     step = max(0.05, min(1.0, ttl / 4))
     while not stop.is_set():

@@ -9,7 +9,7 @@ has no ``GROUP BY ALL``, ``any_value``, negative list indexes, ``ASOF`` joins, `
 ``//``: amounts are summed as ``numeric``, exact, and rounded half up to the millionth once).
 ``tests/daemon/test_pg_ledger.py`` checks every view against DuckDB's for the same writes.
 
-These are applied as versioned migrations (``kliqued.daemon.pglog.MIGRATIONS``): a changed
+These are applied as versioned migrations (``kliqued.daemon.storage.pglog.MIGRATIONS``): a changed
 view is a new migration that re-creates the views (:func:`view_statements`), never an edit of
 a released one. tests/ledger/test_one_schema.py holds the rendered migrations to the catalog
 and the rows of the SQL they were released with.

@@ -4,7 +4,7 @@ On DuckDB the sandbox (:mod:`.sandbox`) is an allowlist the daemon checks, becau
 no privileges. PostgreSQL has them, so here the database itself enforces what finance may do:
 
 - the query runs on a connection logged in as a role of its own (``klique_finance`` unless
-  configured: :mod:`kliqued.daemon.pgreader`), which may ``SELECT`` the ledger's relations
+  configured: :mod:`kliqued.daemon.storage.pgreader`), which may ``SELECT`` the ledger's relations
   (:data:`.sandbox.RELATIONS`) and nothing else: not ``events``, ``tokens`` or
   ``klique_schema``, not the internal monthly aggregate; and whose transactions are read-only
   by default (``default_transaction_read_only``);
@@ -15,7 +15,7 @@ no privileges. PostgreSQL has them, so here the database itself enforces what fi
   DuckDB (:func:`.sql._fetch`), so a huge answer never crosses the network whole.
 
 PostgreSQL bounds a query's memory only piece by piece, and the role's settings
-(:data:`ROLE_LIMITS`, set by :mod:`kliqued.daemon.pgreader`) use each piece: a sort or hash
+(:data:`ROLE_LIMITS`, set by :mod:`kliqued.daemon.storage.pgreader`) use each piece: a sort or hash
 table spills to disk past ``work_mem`` (times ``hash_mem_multiplier``), the spill stops at
 ``temp_file_limit``, and a value stops at PostgreSQL's 1 GB cap (``repeat``, ``lpad``,
 ``string_agg``). Each query sets the two memory settings again (``SET LOCAL``), so they hold

@@ -83,7 +83,7 @@ LEDGER = Table("ledger", (
 top first, joined by ``/`` (``northwind/research/team-a``), as the estate in force at the
 interval's open had them; it is after the others because databases from before it get it by
 ``ALTER TABLE ... ADD COLUMN``; so is ``channel``: how the task was sent (``cli``, ``sdk``,
-``api``, ``mcp``, ``schedule``, ``pipeline``, ``session``: kliqued/daemon/channels.py), NULL
+``api``, ``mcp``, ``schedule``, ``pipeline``, ``session``: kliqued/daemon/state/channels.py), NULL
 on rows from before it (``usage_monthly`` and ``ledger_monthly`` count those as ``api``)."""
 
 PRICES = Table("prices", (

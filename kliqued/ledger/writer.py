@@ -20,7 +20,7 @@ from .db import Conn, Rows
 from .schema import FEED_SEQUENCE, FLUSH_AT, flush_monthly, rebuild_monthly
 
 CHANNEL_LABEL = "klique.channel"
-"""The task label that names the channel a task came through (kliqued/daemon/channels.py
+"""The task label that names the channel a task came through (kliqued/daemon/state/channels.py
 sets it for schedules and pipelines); a task without it came through the API itself."""
 
 BATCH = 10_000
@@ -50,7 +50,7 @@ class IntervalRow:
     estate in force at the open has them; None when unknown."""
     channel: str | None = None
     """How the task was sent: ``cli``, ``sdk``, ``api``, ``mcp``, ``schedule``, ``pipeline``
-    or ``session`` (kliqued/daemon/channels.py); None when unknown."""
+    or ``session`` (kliqued/daemon/state/channels.py); None when unknown."""
 
 
 def group_paths(estate: CompiledEstate) -> dict[str, str]:
@@ -244,7 +244,7 @@ def fill_group_paths(conn: Conn, paths: dict[str, str]) -> int:
     return filled
 
 
-# cloud nodes (kliqued/daemon/cloud.py) ------------------------------------------------------
+# cloud nodes (kliqued/daemon/state/cloud.py) ------------------------------------------------------
 def open_cloud_node(data: dict[str, Any], start_ms: int, revision: str | None
                     ) -> Callable[[Conn], None]:
     """The ledger op that records a cloud node's start (``cloud_nodes``), at ``per_hour``."""

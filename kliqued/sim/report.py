@@ -33,7 +33,7 @@ from kliqued.engine.budget import remaining
 from kliqued.engine.periods import format_time, period_start
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from .records import Trace
 
 PREEMPT_KINDS = ("reclaimed", "rebalanced", "budget")
 """The kinds a replay can produce (``unstarted`` needs pools without live workers, which a

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import csv
 import time
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TextIO
 
 from compiler.compiled import CompiledEstate
 from compiler.diagnostics import Diagnostic, Position, error
 from compiler.units import parse_time, to_milli
-from klique_util.units import DAY_MS, HOUR_S, MINUTE_S, SECOND_MS, to_ms
+from klique_util.units import HOUR_S, MINUTE_S, SECOND_MS, to_ms
 
 from kliqued.engine import (EstateIndex, Placement, Preemption, SubmissionError,
                             check_submission)
 from kliqued.engine.periods import period_start
 
+from .records import Trace, TraceTask  # the trace's records
 from .report import Collector, Report
 from .runner import Driver
 from .scenario import DEFAULT_START, parse_offset
@@ -32,41 +32,8 @@ from .scenario import DEFAULT_START, parse_offset
 COLUMNS = ("id", "submit", "resource", "user", "project", "gpus", "runtime")
 """Required, in any order; ``checkpoint`` is optional; other columns are ignored."""
 OPTIONAL_COLUMNS = ("checkpoint",)
-HORIZON_SLACK_MS = 31 * DAY_MS
 MAX_ERRORS = 50
 """Diagnostics kept for a bad file: after that only the count grows."""
-
-
-@dataclass(slots=True)
-class TraceTask:
-    line: int
-    id: str
-    at: int
-    """Submission, milliseconds since the epoch."""
-    resource: str
-    user: str
-    project: str | None
-    gpus_milli: int | None
-    runtime_ms: int
-    checkpoint_ms: int | None
-    group: str
-
-
-@dataclass
-class Trace:
-    file: str
-    start: int
-    tasks: list[TraceTask]
-
-    def default_until(self) -> int:
-        """The replay's default horizon: the last submission plus the longest runtime plus
-        31 days (the longest budget period), so that every task could run its course and
-        every budget resets at least once after the last submission. Work that can never
-        finish (a task longer than its budget allows, without a checkpoint) stops there."""
-        if not self.tasks:
-            return self.start
-        return (self.tasks[-1].at + max(t.runtime_ms for t in self.tasks)
-                + HORIZON_SLACK_MS)
 
 
 class TraceError(Exception):

@@ -1,5 +1,5 @@
 """What each dashboard page shows, for one principal: the JSON API's own views and access
-rules (``kliqued.daemon.views``, ``auth.Access``, the events and ledger scopes), arranged for
+rules (``kliqued.daemon.api.views``, ``auth.Access``, the events and ledger scopes), arranged for
 a page. Nothing here decides who sees what a second time: each function filters exactly as
 the API route it mirrors, so a page never shows a principal more than the API would.
 
@@ -21,11 +21,12 @@ from compiler.compiled import CompiledEstate
 from compiler.plan.diff import diff
 from compiler.source import SourceMap
 from klique_util.units import from_milli
-from kliqued.daemon import history, views
+from kliqued.daemon.api import views
+from kliqued.daemon.state import history
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon
-from kliqued.daemon.handlers import events as events_api
-from kliqued.daemon.store import Store
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.api.handlers import events as events_api
+from kliqued.daemon.storage.store import Store
 from kliqued.daemon.units import iso, parse_iso
 from kliqued.ledger import cio as ledger_cio
 from kliqued.ledger import export as ledger_export

@@ -12,11 +12,11 @@ from pathlib import Path
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
-from kliqued.daemon import history
+from kliqued.daemon.state import history
 from kliqued.daemon.errors import ApiError
-from kliqued.daemon.handlers.ledger import scope as ledger_scope
+from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
 from kliqued.daemon.logs import MAX_READ
-from kliqued.daemon.request import ctx
+from kliqued.daemon.api.request import ctx
 from kliqued.ledger import export as ledger_export
 
 from .frame import HERE, error, signed_or_401

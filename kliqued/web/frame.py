@@ -18,7 +18,7 @@ from aiohttp import web
 
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
-from kliqued.daemon.request import ctx
+from kliqued.daemon.api.request import ctx
 
 from . import data, session
 from .fragments import Fragments

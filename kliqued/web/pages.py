@@ -20,8 +20,8 @@ from klique_util.excerpt import excerpt
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import KINDS
-from kliqued.daemon.handlers.ledger import scope as ledger_scope
-from kliqued.daemon.request import ctx
+from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
+from kliqued.daemon.api.request import ctx
 from kliqued.daemon.units import iso
 from kliqued.ledger import export as ledger_export
 

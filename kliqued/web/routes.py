@@ -1,4 +1,4 @@
-"""The dashboard's routes, installed in the daemon's application by ``kliqued.daemon.app``
+"""The dashboard's routes, installed in the daemon's application by ``kliqued.daemon.api.app``
 beside the API's own table, outside ``/v1``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from kliqued.daemon.request import CTX
+from kliqued.daemon.api.request import CTX
 
 from .files import export, static, task_log
 from .frame import WEB, Web

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
-from kliqued.daemon.request import ctx
+from kliqued.daemon.api.request import ctx
 
 from . import session
 from .frame import chrome, error, html, redirect, signed_in, state, to_signin

@@ -259,7 +259,7 @@ def _jupyter() -> str | None:
 
 def test_a_real_jupyterlab_session_runs_code_through_the_control_plane(
         fs: FleetServer, real: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The app's own command (``--app jupyter``: kliqued/daemon/sessions.py APPS) on the
+    """The app's own command (``--app jupyter``: kliqued/daemon/api/sessions.py APPS) on the
     worker, JupyterLab's page and REST API through the URL, and a kernel run over its
     WebSocket, through the tunnel."""
     where = _jupyter()

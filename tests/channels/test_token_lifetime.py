@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 import pytest
 
-from kliqued.daemon import binding, schedules
+from kliqued.daemon.state import binding, schedules
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.ids import TokenHasher

@@ -1,6 +1,6 @@
 """The authorization matrix: every kind of principal against every route, exact statuses.
 
-Which roles a route admits comes from its declaration (``kliqued.daemon.app.ROUTES``, the
+Which roles a route admits comes from its declaration (``kliqued.daemon.api.app.ROUTES``, the
 handlers' route tables): a principal whose role it does not admit gets a 403 naming the
 roles it does, no token or a revoked one a 401 (a public route: 200). What an admitted
 principal gets is written here, with the object-level cases (a task or queue of another
@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 import pytest
 
-from kliqued.daemon.app import ROUTES
-from kliqued.daemon.routes import Route
+from kliqued.daemon.api.app import ROUTES
+from kliqued.daemon.api.routes import Route
 
 from tests.harness.daemon import SMALL_ESTATE, Server
 

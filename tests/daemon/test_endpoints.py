@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kliqued.daemon.openapi import validator
+from kliqued.daemon.api.openapi import validator
 
 from tests.harness.daemon import Server
 from tests.harness.wait import wait_for  # also the old import path of other tests

@@ -6,10 +6,10 @@ import pytest
 
 from kliqued.daemon import errors
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.querypool import Busy, Expired
-from kliqued.daemon.replay import ReplayError
+from kliqued.daemon.storage.querypool import Busy, Expired
+from kliqued.daemon.state.replay import ReplayError
 from kliqued.daemon.server import parse_listen
-from kliqued.daemon.store import DatabaseLocked
+from kliqued.daemon.storage.store import DatabaseLocked
 
 
 def test_every_daemon_exception_is_a_daemon_error_importable_where_it_was() -> None:

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from kliqued.daemon import events as E
-from kliqued.daemon.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.events import KINDS, Event, Payload
-from kliqued.daemon.reducers import REDUCERS
-from kliqued.daemon.replay import ReplayError, rebuild
-from kliqued.daemon.store import Batch, Store
+from kliqued.daemon.state.reducers import REDUCERS
+from kliqued.daemon.state.replay import ReplayError, rebuild
+from kliqued.daemon.storage.store import Batch, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kliqued.daemon.gitops import DirSource
+from kliqued.daemon.state.gitops import DirSource
 from tests.daemon.fleet import ESTATE, write_estate
 
 

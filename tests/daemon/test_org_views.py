@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kliqued.cli import main
-from kliqued.daemon.openapi import validator
+from kliqued.daemon.api.openapi import validator
 
 from tests.harness.daemon import Server
 from tests.harness.wait import wait_for

@@ -1,4 +1,4 @@
-"""Route declarations (kliqued/daemon/routes.py): the role check, the table, and the layering
+"""Route declarations (kliqued/daemon/api/routes.py): the role check, the table, and the layering
 that lets handlers declare their routes (handlers never import the application)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kliqued.daemon.app import ROUTES
+from kliqued.daemon.api.app import ROUTES
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
-from kliqued.daemon.routes import ANY, ROLES, Route, role_of, table
+from kliqued.daemon.api.routes import ANY, ROLES, Route, role_of, table
 
 HANDLERS = Path(__file__).resolve().parents[2] / "kliqued" / "daemon" / "handlers"
 
@@ -72,6 +72,6 @@ def test_handlers_do_not_import_the_application() -> None:
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom):
                 mod = ("." * node.level) + (node.module or "")
-                assert mod not in ("..app", "kliqued.daemon.app"), f.name
+                assert mod not in ("..app", "kliqued.daemon.api.app"), f.name
                 assert not (mod == ".." and any(a.name == "app" for a in node.names)), f.name
 

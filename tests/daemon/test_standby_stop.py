@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kliqued.daemon import standby
-from kliqued.daemon.lease import Lease, LeaseSettings
+from kliqued.daemon.ha import standby
+from kliqued.daemon.ha.lease import Lease, LeaseSettings
 from kliqued.daemon.listener import Limits
-from kliqued.daemon.pglog import PgLog
-from kliqued.daemon.store import Store
+from kliqued.daemon.storage.pglog import PgLog
+from kliqued.daemon.storage.store import Store
 from tests.harness.daemon import free_port
 
 SHORT = LeaseSettings(ttl_s=0.5, renew_s=0.1)

@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import psycopg
 
-from kliqued.daemon.pglog import MIGRATIONS
+from kliqued.daemon.storage.pglog import MIGRATIONS
 from kliqued.ledger import ensure_schema
 from kliqued.ledger.pgschema import monthly_rows_sql as pg_monthly_rows_sql
 from kliqued.ledger.schema import VIEW_ORDER, monthly_rows_sql

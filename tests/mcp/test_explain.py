@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kliqued.daemon.agents.explain import MEANING, explain, explain_kind
-from kliqued.daemon.openapi import SCHEMAS
+from kliqued.daemon.api.agents.explain import MEANING, explain, explain_kind
+from kliqued.daemon.api.openapi import SCHEMAS
 
 
 def test_every_reason_kind_of_the_api_is_explained() -> None:

@@ -12,13 +12,14 @@ import pytest
 from mcp import Client
 
 from compiler.api import compile_dir
-from kliqued.daemon.agents import tools
+from kliqued.daemon.api.agents import tools
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon
+from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.logs import LogStore
-from kliqued.daemon.loop import Sequencer
-from kliqued.daemon.request import Context
-from kliqued.daemon.store import Store
+from kliqued.daemon.api.metrics import Metrics
+from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.api.request import Context
+from kliqued.daemon.storage.store import Store
 
 from tests.harness.daemon import SMALL_ESTATE
 
@@ -29,7 +30,7 @@ async def _daemon(tmp: Path) -> tuple[Context, asyncio.Task]:
     store = Store(str(tmp / "k.duckdb"))
     store.ensure_schema()
     d = Daemon()
-    seq = Sequencer(d, store, 3600.0)
+    seq = Sequencer(d, store, 3600.0, metrics=Metrics(d))
     runner = asyncio.create_task(seq.run())
     compiled = compile_dir(SMALL_ESTATE).estate
     assert compiled is not None

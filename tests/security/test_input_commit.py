@@ -15,11 +15,13 @@ import pytest
 
 from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon, Prepared
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.prepared import Prepared
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event
-from kliqued.daemon.loop import Sequencer
-from kliqued.daemon.store import Store
+from kliqued.daemon.api.metrics import Metrics
+from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.storage.store import Store
 
 from tests.harness.daemon import SMALL_ESTATE
 
@@ -35,7 +37,7 @@ async def _run(db: Path) -> tuple[list, Sequencer, Daemon]:
     store = Store(str(db))
     store.ensure_schema()
     d = Daemon()
-    seq = Sequencer(d, store, 3600.0)
+    seq = Sequencer(d, store, 3600.0, metrics=Metrics(d))
     runner = asyncio.create_task(seq.run())
     compiled = compile_dir(SMALL_ESTATE).estate
     assert compiled is not None

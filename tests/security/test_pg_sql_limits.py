@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from kliqued.daemon import pgreader
+from kliqued.daemon.storage import pgreader
 from kliqued.ledger import sandbox
 from kliqued.ledger.pgsql import ROLE_LIMITS, TEMP_FILE_LIMIT, WORK_MEM, run_readonly
 from kliqued.ledger.sql import LedgerSqlError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kliqued.daemon.store import Store
+from kliqued.daemon.storage.store import Store
 from kliqued.ledger import LedgerSqlError, run_readonly
 
 from ..daemon.server import Server

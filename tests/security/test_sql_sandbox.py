@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from kliqued.daemon.store import Store
+from kliqued.daemon.storage.store import Store
 from kliqued.ledger import LedgerSqlError, run_readonly
 
 SECRET = "f00dfacecafe0123456789abcdef0123456789abcdef0123456789abcdef0123"

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kliqued.daemon.store import Store
+from kliqued.daemon.storage.store import Store
 from kliqued.ledger import LedgerSqlError, open_intervals, run_readonly
 from kliqued.ledger.export import export_csv
 from kliqued.ledger.sandbox import RELATIONS

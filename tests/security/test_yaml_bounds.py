@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from compiler.api import SourceFile, compile_files
-from kliqued.daemon import pipeline_cache
-from kliqued.daemon.core import Daemon
-from kliqued.daemon.replay import rebuild
+from kliqued.daemon.state import pipeline_cache
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.replay import rebuild
 from kliqued.schedule import pipeline as P
 from tests.channels.test_schedule_loop import MIN, T0, Harness
 from tests.conftest import require_shared

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compiler.api import compile_dir
-from kliqued.daemon.store import Batch, Store
+from kliqued.daemon.storage.store import Batch, Store
 from kliqued.ledger import ops
 from kliqued.ledger.writer import IntervalRow
 from kliqued.web.data import FIGURES_FRESH_MS, FiguresCache

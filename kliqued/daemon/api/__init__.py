@@ -1,0 +1,1 @@
+"""api room (see README.md)."""

@@ -1,0 +1,1 @@
+"""fleet room (see README.md)."""

@@ -1,0 +1,1 @@
+"""ha room (see README.md)."""

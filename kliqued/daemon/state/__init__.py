@@ -1,0 +1,1 @@
+"""state room (see README.md)."""
