@@ -111,7 +111,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from tests.harness.daemon import kill_leftovers
     if found:
         leftovers.kill(found)
-        session.config.get_terminal_writer().line(leftovers.report(found), red=True,
+        session.config.get_terminal_writer().line("\n" + leftovers.report(found), red=True,
                                                   bold=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     kill_leftovers()
