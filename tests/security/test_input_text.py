@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kliqued.daemon.errors import ApiError
-from kliqued.daemon.inputs import check_tree
+from kliqued.daemon.api.inputs import check_tree
 from tests.harness.daemon import Server
 
 from .edge_client import alive, send

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from klique_util.gpufit import choose_gpus
-from kliqued.daemon.fleet import room
+from kliqued.daemon.fleet.workers import room
 from kliqued.daemon.leases import gpu_fits
 from workers.gpus import MILLI, GpuAllocator
 from tests.harness.examples import examples
