@@ -6,7 +6,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test system-packages bench schema scenarios screenshots clean
+.PHONY: run check test system-packages bench schema scenarios screenshots clean
+
+# The suite in parallel (pytest-xdist): most tests wait on subprocesses and sockets, so more
+# workers than the 2 cores pay (docs/decisions.md, issue 27 part 5). `make test WORKERS=1`
+# runs it in one process.
+WORKERS ?= 3
+# What `make check` leaves to `make test` (the markers: CONTRIBUTING.md).
+QUICK := not (slow or daemon or slurm or podman or postgres or browser)
+# pytest's assertion rewriting caches its result as bytecode: with PYTHONDONTWRITEBYTECODE
+# set, every run (and every xdist worker) rewrites ~600 modules again (25-30 s of collection).
+export PYTHONDONTWRITEBYTECODE :=
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +43,17 @@ run: $(RUN_STAMP)
 test: $(STAMP) system-packages
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
+
+# The quick loop (under 2 minutes): lint, types, the import contracts, and the tests that
+# start no daemon, cluster, container, database or browser, on Hypothesis's `dev` profile.
+# The lint's rules: those that pass today (E9, F63, F7); the full set comes with issue 27's
+# ruff step.
+check: $(STAMP)
+	$(BIN)/ruff check --select E9,F63,F7
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -n 2 -m "$(QUICK)"
 
 system-packages:
 	@tests/setup/system-packages.sh

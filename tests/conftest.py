@@ -1,4 +1,7 @@
-"""Shared test fixtures: where the repo and ../shared are."""
+"""Shared test fixtures (where the repo and ../shared are, the session's PostgreSQL) and the
+suite's machinery: Hypothesis's profiles, the markers given by folder and fixture
+(tests/harness/marking.py), and the session-end check that no process a test started
+outlives the run (tests/harness/leftovers.py). CONTRIBUTING.md says how to use them."""
 
 from __future__ import annotations
 
@@ -8,6 +11,14 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+from tests.harness import leftovers, marking
+from tests.harness.examples import DEV_MAX, profile
+
+settings.register_profile("ci", settings())  # Hypothesis's defaults: today's counts, exactly
+settings.register_profile("dev", max_examples=DEV_MAX)
+settings.load_profile(profile())
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -20,14 +31,6 @@ def require_shared(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent: clone the repo with ../shared beside it to run this")
     return path
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_server_left_behind():
-    """No ``kliqued serve`` a test started outlives the session, whichever test forgot it."""
-    yield
-    from tests.harness.daemon import kill_leftovers
-    kill_leftovers()
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +79,39 @@ def pg_url(postgres, request) -> str:
 
 
 _DB_COUNTER = itertools.count()
+
+
+# ---------------------------------------------------------------------------- the suite
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A fresh marker for this run in the environment every process a test starts inherits;
+    an xdist worker keeps its controller's (the one check runs there)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ[leftovers.VAR] = leftovers.new_marker()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marking.apply(items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After every fixture's teardown (and, under xdist, after the workers have ended): any
+    live process carrying this run's marker is a leak. Printed, killed, and the run fails.
+    The check comes before the harness kills the servers it remembers, so that safety net
+    never hides a leak from it."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller checks once for all its workers
+    me = os.getpid()
+    xdist = session.config.pluginmanager.has_plugin("dsession")
+    # under xdist the controller's own children are its workers (the tests run in them)
+    found = [p for p in leftovers.settle(os.environ[leftovers.VAR], frozenset({me}))
+             if not (xdist and p.ppid == me)]
+    from tests.harness.daemon import kill_leftovers
+    if found:
+        leftovers.kill(found)
+        session.config.get_terminal_writer().line("\n" + leftovers.report(found), red=True,
+                                                  bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    kill_leftovers()

@@ -35,37 +35,46 @@ POOL = "pool-1"
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rollout")
-    srv = Server(tmp, estate=SMALL_ESTATE).start()
-    api = Client(srv.url, ADMIN)
-    token = tmp / "worker.token"
-    token.write_text(api.create_token(worker=True, pool=POOL)["token"] + "\n")
-    token.chmod(0o600)
-    inventory = tmp / "hosts.ini"
-    inventory.write_text(f"localhost ansible_connection=local "
-                         f"ansible_python_interpreter={sys.executable}\n")
-    wheel = build_wheel(tmp / "dist")
     prefix = tmp / "prefix"
-    extra = {"klique_python": sys.executable, "klique_gpus": "0,1",
-             "klique_systemd_dir": str(tmp / "systemd"),
-             "klique_worker_args": "--grace 1s --log-interval 0.2s --retry-max 0.5s"}
-    lines: list[str] = []
-    t0 = time.monotonic()
-    first = rollout(inventory, POOL, srv.url, token, prefix=str(prefix), package=wheel,
-                    extravars=extra, out=lines.append)
-    first_s = time.monotonic() - t0
-    yield {"srv": srv, "api": api, "token": token, "inventory": inventory, "wheel": wheel,
-           "prefix": prefix, "extra": extra, "first": first, "lines": lines,
-           "first_s": first_s, "tmp": tmp}
-    ctl = prefix / "bin" / "klique-workerctl"
-    if ctl.exists():
-        subprocess.run([str(ctl), "stop"], capture_output=True, timeout=60)
-    pid_file = prefix / "run" / "klique-worker.pid"
-    if pid_file.exists():
+    srv = Server(tmp, estate=SMALL_ESTATE).start()
+    try:
+        api = Client(srv.url, ADMIN)
+        token = tmp / "worker.token"
+        token.write_text(api.create_token(worker=True, pool=POOL)["token"] + "\n")
+        token.chmod(0o600)
+        inventory = tmp / "hosts.ini"
+        inventory.write_text(f"localhost ansible_connection=local "
+                             f"ansible_python_interpreter={sys.executable}\n")
+        wheel = build_wheel(tmp / "dist")
+        extra = {"klique_python": sys.executable, "klique_gpus": "0,1",
+                 "klique_systemd_dir": str(tmp / "systemd"),
+                 "klique_worker_args": "--grace 1s --log-interval 0.2s --retry-max 0.5s"}
+        lines: list[str] = []
+        t0 = time.monotonic()
+        first = rollout(inventory, POOL, srv.url, token, prefix=str(prefix), package=wheel,
+                        extravars=extra, out=lines.append)
+        first_s = time.monotonic() - t0
+        yield {"srv": srv, "api": api, "token": token, "inventory": inventory, "wheel": wheel,
+               "prefix": prefix, "extra": extra, "first": first, "lines": lines,
+               "first_s": first_s, "tmp": tmp}
+    finally:
+        # the worker and the daemon end with the module even when a rollout failed or
+        # the worker's stop timed out (each step its own try: no process outlives it)
         try:
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        except (ValueError, ProcessLookupError):
-            pass
-    srv.stop()
+            ctl = prefix / "bin" / "klique-workerctl"
+            if ctl.exists():
+                try:
+                    subprocess.run([str(ctl), "stop"], capture_output=True, timeout=60)
+                except subprocess.TimeoutExpired:
+                    pass  # killed by its pid file below
+            pid_file = prefix / "run" / "klique-worker.pid"
+            if pid_file.exists():
+                try:
+                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                except (ValueError, ProcessLookupError):
+                    pass
+        finally:
+            srv.stop()
 
 
 def test_first_run_installs_configures_starts_and_registers(site):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
                                        decide, track_idle)
+from tests.harness.examples import examples
 
 POL = ScalePolicy(max_milli=4000, idle_timeout_s=60, spot_first=True, node_gpus=1)
 
@@ -100,7 +101,7 @@ nodes_st = st.lists(st.builds(
     unique_by=lambda n: n.id)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(policies, nodes_st, st.lists(milli, max_size=12), st.floats(0, 2000),
        st.floats(-1, 3000))
 def test_properties(pol, nodes, waiting, now, spot_until):

@@ -346,10 +346,12 @@ def test_with_kliqued_serve_capacity_wait_nodes_recorded_and_a_reclaimed_instanc
         assert "worker_deregistered" in kinds and "worker_lost" not in kinds
         assert scaler.step().terminated == []      # released once
     finally:
-        if p is not None:
-            for n in p.list("burst"):
-                p.terminate(n)
-        srv.stop()
+        try:
+            if p is not None:
+                for n in p.list("burst"):
+                    p.terminate(n)
+        finally:
+            srv.stop()  # even when releasing a node failed: no daemon outlives its test
 
 
 def test_cli_names_a_bad_ec2_config(tmp_path):

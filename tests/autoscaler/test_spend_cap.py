@@ -91,10 +91,12 @@ def test_the_autoscaler_adds_no_node_past_the_cap_and_says_why(tmp_path):
         assert [(r[0], r[1].startswith("idle")) for r in rows] == [(node.id, True)]
         assert Decimal(rows[0][2]) == Decimal(burst(api)["spent"]) >= 20
     finally:
-        if provider is not None:
-            for n in provider.list("burst"):
-                provider.terminate(n)
-        srv.stop()
+        try:
+            if provider is not None:
+                for n in provider.list("burst"):
+                    provider.terminate(n)
+        finally:
+            srv.stop()  # even when releasing a node failed: no daemon outlives its test
 
 
 def test_a_node_missing_from_one_list_is_not_ended_two_rounds_are(tmp_path):
@@ -130,7 +132,9 @@ def test_a_node_missing_from_one_list_is_not_ended_two_rounds_are(tmp_path):
         ended = round_without_it()           # missing twice in a row
         assert [(e["data"]["node"], e["data"]["reason"]) for e in ended] == [(node.id, "gone")]
     finally:
-        if provider is not None:
-            for n in provider.list("burst"):
-                provider.terminate(n)
-        srv.stop()
+        try:
+            if provider is not None:
+                for n in provider.list("burst"):
+                    provider.terminate(n)
+        finally:
+            srv.stop()  # even when releasing a node failed: no daemon outlives its test

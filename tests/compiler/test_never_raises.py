@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from compiler.api import CompileResult, SourceFile, compile_files, read_dir
+from tests.harness.examples import examples
 
 ESTATE = Path(__file__).resolve().parents[2] / "estate"
 FILES = read_dir(ESTATE)
@@ -99,7 +100,7 @@ def mutate_tree(data: bytes, rng: random.Random, how: str) -> bytes:
     return _dump(root)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, len(FILES) - 1), st.sampled_from(["cut", "flip", "delete", "retype"]),
        st.integers(0, 2**32 - 1))
 def test_any_mutation_of_any_file_gives_diagnostics(index: int, how: str, seed: int) -> None:

@@ -12,6 +12,7 @@ from io import StringIO
 
 from compiler.api import SourceFile, compile_files
 from compiler.reservations import check_reservations
+from tests.harness.examples import examples
 
 NAMES = st.sampled_from(["a", "b", "c", "d", "e"])
 
@@ -58,7 +59,7 @@ def _shuffled(data: dict, rng: random.Random) -> dict:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(estates(), st.integers(0, 2**32 - 1))
 def test_compile_is_deterministic_whatever_the_split_and_key_order(data: dict, seed: int) -> None:
     rng = random.Random(seed)
@@ -80,7 +81,7 @@ def test_compile_is_deterministic_whatever_the_split_and_key_order(data: dict, s
         assert again.estate.revision == whole.estate.revision
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_never_raise(data: bytes) -> None:
     result = compile_files([SourceFile("x.yaml", data)])
@@ -98,7 +99,7 @@ YAML_ATOMS = st.recursive(
     max_leaves=25)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from(["pools", "profiles", "policies", "groups", "pricing",
                                         "settings", "version", "junk"]), YAML_ATOMS,
                        max_size=6))
@@ -112,7 +113,7 @@ def test_arbitrary_yaml_structures_never_raise(data: dict) -> None:
         assert d.render()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.dictionaries(st.sampled_from("abcde"), st.integers(0, 10), min_size=1),
        st.dictionaries(st.sampled_from("pqr"), st.integers(0, 12), min_size=1),
        st.data())
@@ -176,7 +177,7 @@ def trees(draw) -> dict:
     return data
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees())
 def test_any_tree_compiles_or_fails_cleanly_and_a_valid_one_is_consistent(data: dict) -> None:
     result = compile_files([SourceFile("e.yaml", _dump(data))])

@@ -16,6 +16,7 @@ from kliqued.daemon.ids import IdMaker
 from kliqued.daemon.api.openapi import submission_surely_valid, validator
 
 from tests.harness.daemon import SMALL_ESTATE
+from tests.harness.examples import examples
 
 
 def _daemon() -> Daemon:
@@ -81,7 +82,7 @@ bodies = st.fixed_dictionaries(
               "extra": st.integers()})
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(bodies | json_any)
 def test_fast_submission_check_never_accepts_what_the_schema_refuses(body) -> None:
     if submission_surely_valid(body):

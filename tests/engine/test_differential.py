@@ -25,6 +25,7 @@ from kliqued.engine.periods import format_minute
 from . import reference as ref
 from .helpers import MIN, START, build_estate
 from .test_properties import worlds
+from tests.harness.examples import examples
 
 
 def real_decisions(res) -> Counter:
@@ -120,7 +121,7 @@ def drive(estate, steps, changes=None, checkpoints: tuple[int, ...] = (),
         res = compare_pass(index, state, now)
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(worlds())
 def test_engine_decides_as_the_reference(world):
@@ -152,7 +153,7 @@ def contended_worlds(draw):
     return estate, steps
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(contended_worlds())
 def test_engine_reclaims_as_the_reference(world):
@@ -214,7 +215,7 @@ def lending_worlds(draw):
     return estate, steps, changes, checkpoints, True
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(lending_worlds())
 def test_engine_lends_as_the_reference(world):

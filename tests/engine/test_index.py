@@ -11,9 +11,10 @@ from klique_util.units import SECOND_MS
 
 from .helpers import START
 from .org_worlds import org_estates
+from tests.harness.examples import examples
 
 
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=examples(80), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(org_estates())
 def test_resolved_levels_match_the_groups(estate):
@@ -30,7 +31,7 @@ def test_resolved_levels_match_the_groups(estate):
                                          if not cr[n].strict and cr[n].fixed_size is None)
 
 
-@settings(max_examples=20, deadline=None,
+@settings(max_examples=examples(20), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(org_estates())
 def test_what_a_pass_looked_up_of_the_budgets_does_not_outlive_it(estate):

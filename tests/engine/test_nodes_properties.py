@@ -18,6 +18,7 @@ from kliqued.engine.errors import SubmissionError
 from kliqued.engine.rules import first_fit, headroom
 
 from .helpers import MIN, START, build_estate, g
+from tests.harness.examples import examples
 
 
 @st.composite
@@ -79,7 +80,7 @@ def check(index: EstateIndex, state: State) -> None:
                     f"but was left queued; machines {state.node_free}")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_machines_hold_what_is_placed_and_nothing_placeable_waits(world) -> None:
     est, steps = world

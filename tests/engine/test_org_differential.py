@@ -23,6 +23,7 @@ from . import reference as ref
 from .helpers import MIN, START
 from .org_worlds import apply_actions, org_worlds, time_limit
 from .test_differential import compare_lending, real_decisions
+from tests.harness.examples import examples
 
 
 def compare_pass(index: EstateIndex, state: State, now: int):
@@ -72,7 +73,7 @@ def drive(estate, steps, changes=None, checkpoints=()) -> None:
         res = compare_pass(index, state, now)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
 @given(org_worlds())
@@ -81,7 +82,7 @@ def test_engine_decides_as_the_reference_on_hierarchies(world):
         drive(*world)
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
 @given(org_worlds(borrowing=True))

@@ -32,6 +32,7 @@ from kliqued.engine import EstateIndex, Placement, Preemption, State, run_pass
 from .helpers import MIN, START
 from .reference import spent_by
 from .org_worlds import apply_actions, org_worlds, time_limit
+from tests.harness.examples import examples
 
 
 class Tree:
@@ -204,7 +205,7 @@ def simulate(estate, steps, changes=None, checkpoints=()) -> None:
         res = one_pass(now)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
 @given(org_worlds())
@@ -213,7 +214,7 @@ def test_organisation_invariants_hold(world):
         simulate(*world)
 
 
-@settings(max_examples=30, deadline=None,
+@settings(max_examples=examples(30), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
 @given(org_worlds(borrowing=True))

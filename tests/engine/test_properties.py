@@ -13,6 +13,7 @@ from kliqued.engine import EstateIndex, Placement, Preemption, State, run_pass
 from kliqued.engine.budget import budget_units
 
 from .helpers import MIN, START, build_estate
+from tests.harness.examples import examples
 
 
 @st.composite
@@ -136,7 +137,7 @@ def check(index, state, res, now, queue_before=None):
         [(k, r) for k, r in reasons.items() if r.kind == "pending"]
 
 
-FAST = settings(max_examples=100, deadline=None,
+FAST = settings(max_examples=examples(100), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -146,7 +147,7 @@ def test_invariants_hold(world):
     simulate(*world)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_same_input_same_decisions(world):
     assert simulate(*world) == simulate(*world)

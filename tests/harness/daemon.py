@@ -104,7 +104,11 @@ class Server:
                                          stderr=log)
         Server.started.append(self)
         if wait:
-            self.wait_ready(timeout, wait if isinstance(wait, str) else "ok")
+            try:
+                self.wait_ready(timeout, wait if isinstance(wait, str) else "ok")
+            except BaseException:
+                self._end()  # a daemon that never became ready must not outlive its test
+                raise
         return self
 
     def wait_ready(self, timeout: float = 30, status: str = "ok") -> None:
@@ -124,10 +128,22 @@ class Server:
             raise RuntimeError(f"{exc}:\n{self.log()}") from None
 
     def stop(self, timeout: float = 20) -> int:
+        """SIGTERM, and its exit code. A daemon still running after ``timeout`` is killed
+        (SIGKILL) before the timeout is raised: a failed stop fails its test, and leaves no
+        process behind."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._end()
+            raise
+
+    def _end(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.harness.leftovers import unmarked_env
 from tests.harness.wait import wait_for
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
@@ -111,8 +112,10 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         if not key.exists():
             subprocess.run(["mungekey", "--create"], check=True, capture_output=True)
             shutil.chown(key, "munge", "munge")
+        # machine-wide and meant to outlive the run: without the run's marker, so the
+        # session-end check of leftovers (tests/harness/leftovers.py) does not count it
         subprocess.run(["runuser", "-u", "munge", "--", _bin("munged")], check=True,
-                       capture_output=True)
+                       capture_output=True, env=unmarked_env())
 
     def start(self, timeout_s: float = 30.0) -> "LocalSlurm":
         self._write_config()

@@ -22,6 +22,7 @@ from kliqued.ledger.sql import LedgerSqlError, run_readonly
 from kliqued.ledger.sweep import Break, Interval, borrowed_pieces
 
 from .conftest import row, set_prices
+from tests.harness.examples import examples
 
 NOV = date(2025, 11, 1)
 T0 = datetime(2025, 10, 30, tzinfo=timezone.utc)
@@ -90,7 +91,7 @@ def _pieces(conn, relation: str) -> list[tuple]:
                         "ORDER BY ALL").fetchall()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ledger)
 def test_the_sweep_gets_the_pieces_the_sql_defines(spec):
     conn = _build(spec)

@@ -24,6 +24,7 @@ from compiler.api import SourceFile, compile_files
 from compiler.compiled import CompiledEstate
 from compiler.plan import Side, make_plan
 from compiler.plan.render_text import render_text
+from tests.harness.examples import examples
 
 Doc = dict[str, Any]
 Draw = Callable[[st.SearchStrategy[Any]], Any]
@@ -369,7 +370,7 @@ NOT_MUTATED = {
 }
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=examples(100), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data())
 def test_the_plan_is_empty_exactly_when_the_revision_is_unchanged(data: st.DataObject) -> None:

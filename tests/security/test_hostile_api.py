@@ -26,10 +26,11 @@ from hypothesis import strategies as st
 
 from kliqued.daemon.api.openapi import document
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
+from tests.harness.examples import examples
 
 from .edge_client import alive, send
 
-EXAMPLES = 50
+EXAMPLES = examples(50)
 """Hypothesis examples per operation (x 30 operations, 2 requests each): ~15 s here."""
 
 

@@ -18,6 +18,7 @@ from kliqued.daemon.api.inputs import check_tree
 from tests.harness.daemon import Server
 
 from .edge_client import alive, send
+from tests.harness.examples import examples
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,7 @@ any_json = st.recursive(
                             st.dictionaries(any_text, inner, max_size=3)), max_leaves=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(body=any_json, schema=st.sampled_from([None, "TaskSubmission", "TaskReport"]))
 def test_what_the_edge_accepts_the_event_log_can_store(body: object, schema: str) -> None:
     """Either a 400, or text DuckDB and every client can hold (UTF-8 encodable, finite)."""

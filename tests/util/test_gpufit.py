@@ -12,6 +12,7 @@ from klique_util.gpufit import choose_gpus
 from kliqued.daemon.fleet.workers import room
 from kliqued.daemon.leases import gpu_fits
 from workers.gpus import MILLI, GpuAllocator
+from tests.harness.examples import examples
 
 
 @pytest.mark.parametrize("free, milli, expected", [
@@ -34,7 +35,7 @@ def lease_body(a: GpuAllocator) -> dict:
             "gpu_free": [{"index": i, "free": f / MILLI} for i, f in a.free().items() if f]}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(n_gpus=st.integers(0, 4),
        sizes=st.lists(st.sampled_from([0, 100, 250, 300, 500, 750, 1000, 1500, 2000, 3000]),
                       max_size=12))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from klique_util.units import gpus_to_milli as to_milli
 from workers.gpus import MILLI, Gpu, GpuAllocator, GpuDiscoveryError, discover, parse_gpu_list
+from tests.harness.examples import examples
 
 
 def test_fractions_share_a_gpu_and_never_exceed_one_gpu():
@@ -40,7 +41,7 @@ def test_whole_tasks_take_entirely_free_gpus():
         a.take([1], MILLI)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0.001, 0.1, 0.25, 0.333, 0.5, 0.75, 1, 2, 3]),
                           st.booleans()), max_size=60),
        st.integers(min_value=1, max_value=4))

@@ -1,0 +1,135 @@
+"""The suite's markers, given by folder and by what a test uses, not by hand on each test.
+
+Why read the sources: most tests start their ``kliqued serve`` in the test body or in a
+helper (``Server(tmp_path).start()``, ``running_fleet(...)``), not through one fixture, so a
+test is marked ``daemon`` when its function, a fixture it uses, or a function of the tests
+they call (followed a few levels) starts one. The same reading gives ``browser``; the
+fixtures give ``postgres``, ``slurm`` and ``podman``; folders give ``slurm`` and ``slow``.
+
+Two markers also place tests under xdist (``--dist loadgroup``): the tests of the one test
+Slurm (slurmctld and slurmd on Slurm's fixed ports) and of Podman (one image store, one image
+name imported once) each run in one worker, one after another.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from types import FunctionType
+from typing import Any, Callable, Iterable
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+MARKERS = {
+    "slow": "takes long on its own (rollouts, whole-program runs, long waits): not in make check",
+    "daemon": "starts a real `kliqued serve` (a subprocess)",
+    "slurm": "uses the test Slurm cluster (one at a time: xdist group `slurm`)",
+    "podman": "runs real containers with Podman (one at a time: xdist group `podman`)",
+    "postgres": "uses the session's real PostgreSQL",
+    "browser": "drives a real Chromium through Playwright",
+}
+"""Registered in pyproject.toml (``--strict-markers``); kept here to test they are."""
+
+QUICK_EXCLUDED = tuple(MARKERS)
+"""``make check`` runs what none of these mark."""
+
+GROUPS = {"slurm": "slurm", "podman": "podman"}
+"""Marker -> the xdist group its tests share."""
+
+SLOW_PATHS = ("ansible/", "e2e/")
+"""Folders (relative to tests/) or files whose every test is slow."""
+
+_DAEMON = re.compile(r"(?<![\w.])(Server|FleetServer|_TlsServer|running_fleet)\(|\"serve\"")
+_BROWSER = re.compile(r"chromium\.launch|sync_playwright\(")
+_SLURM = re.compile(r"(?<![\w.])(LocalSlurm|TwoNodeSlurm)\(")
+_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(")
+_FIXTURE_MARKS = {
+    "postgres": "postgres", "postgres_prepared": "postgres", "pg_url": "postgres",
+    "prepared_pg_url": "postgres", "slurm": "slurm", "podman": "podman", "browser": "browser",
+}
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+class _Reader:
+    """What a test's code does, read from its sources (each source read once)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, str], bool] = {}
+
+    def does(self, fn: Callable[..., Any], pattern: re.Pattern[str], depth: int = 3) -> bool:
+        key = (fn, pattern.pattern)
+        if key in self._seen:
+            return self._seen[key]
+        self._seen[key] = False  # recursion guard
+        src = _source(fn)
+        found = bool(pattern.search(src))
+        if not found and depth > 0:
+            found = any(self.does(g, pattern, depth - 1) for g in _called_tests_code(fn, src))
+        self._seen[key] = found
+        return found
+
+
+def _called_tests_code(fn: Callable[..., Any], src: str) -> Iterable[Callable[..., Any]]:
+    """The functions and classes of the tests' own code that ``fn`` calls by name."""
+    names = getattr(fn, "__globals__", {})
+    for name in set(_CALL.findall(src)):
+        g = names.get(name)
+        if isinstance(g, (FunctionType, type)) and _in_tests(g):
+            yield g
+
+
+def _in_tests(obj: Any) -> bool:
+    try:
+        return Path(inspect.getfile(obj)).resolve().is_relative_to(TESTS)
+    except (TypeError, OSError):
+        return False
+
+
+def _fixture_funcs(item: pytest.Item) -> Iterable[tuple[str, Callable[..., Any]]]:
+    info = getattr(item, "_fixtureinfo", None)
+    for name, defs in (getattr(info, "name2fixturedefs", None) or {}).items():
+        for d in defs:
+            yield name, d.func
+
+
+def marks_for(item: pytest.Item, reader: _Reader) -> set[str]:
+    """The markers ``item`` gets (see the module's docstring)."""
+    marks: set[str] = set()
+    rel = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
+    if rel.startswith("slurm/"):
+        marks.add("slurm")
+    if rel.startswith(SLOW_PATHS):
+        marks.add("slow")
+    fixtures = list(_fixture_funcs(item))
+    marks |= {_FIXTURE_MARKS[n] for n, _ in fixtures if n in _FIXTURE_MARKS}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "postgresql" in map(str, callspec.params.values()):
+        marks.add("postgres")  # tests/daemon's `db` fixture, run on both backends
+    code = [f for _, f in fixtures if _in_tests(f)]
+    fn = getattr(item, "function", None)
+    if fn is not None:
+        code.append(fn)
+    for marker, pattern in (("daemon", _DAEMON), ("browser", _BROWSER), ("slurm", _SLURM)):
+        if marker not in marks and any(reader.does(f, pattern) for f in code):
+            marks.add(marker)
+    return marks
+
+
+def apply(items: list[pytest.Item]) -> None:
+    reader = _Reader()
+    for item in items:
+        have = {m.name for m in item.iter_markers()}
+        for name in sorted(marks_for(item, reader) - have):
+            item.add_marker(getattr(pytest.mark, name))
+        for marker, group in GROUPS.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
