@@ -122,7 +122,7 @@ def mutated(draw: st.DrawFn, plausible: Any) -> Any:
             mapping[k] = draw(mutated(mapping[k]))
         else:
             mapping[draw(st.sampled_from(HOSTILE_STRINGS))] = mapping.pop(k)
-        return out
+        return mapping
     return draw(value)
 
 
