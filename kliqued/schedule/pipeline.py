@@ -5,7 +5,7 @@ models below (whose JSON Schema is ``schemas/pipeline.schema.json``, generated: 
 schema``), then checked as a graph: an unknown step in ``needs``, a cycle, a reference to a
 parameter not declared or to the outputs of a step that is not an ancestor are each refused
 with ``file:line:col``. ``advance`` says what a running pipeline does next from the states of
-its steps' tasks: the daemon (kliqued/daemon/pipelines.py) applies it.
+its steps' tasks: the daemon (kliqued/daemon/state/pipelines.py) applies it.
 
 Values passed between steps: a step's task finds the path of a file in ``KLIQUE_OUTPUTS``
 (set by the worker); the ``KEY=VALUE`` lines it writes there come back with its ``finished``

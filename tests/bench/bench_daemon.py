@@ -153,10 +153,11 @@ def build_state(db: Path, n: int, estate_dir: Path = EXAMPLE_ESTATE,
     place what fits) through the daemon's own prepare/commit/apply path, as a live daemon
     would log them."""
     from compiler.api import compile_dir
-    from kliqued.daemon import keyfile
+    from kliqued.daemon.storage import keyfile
     from kliqued.daemon.auth import Principal
-    from kliqued.daemon.core import Daemon, Overlay
-    from kliqued.daemon.store import Batch, Store
+    from kliqued.daemon.state.daemon import Daemon
+    from kliqued.daemon.state.prepared import Overlay
+    from kliqued.daemon.storage.store import Batch, Store
 
     store = Store(str(db))
     store.ensure_schema()

@@ -102,10 +102,12 @@ def _generate(conn: Any, n: int, first_seq: int, base_ms: int,
 def build_history(db: Path, n: int) -> dict[str, Any]:
     """The file of benchmark 1 (see the module's docstring)."""
     from compiler.api import compile_dir
-    from kliqued.daemon import keyfile, snapshot
+    from kliqued.daemon.state import snapshot
+    from kliqued.daemon.storage import keyfile
     from kliqued.daemon.auth import Principal
-    from kliqued.daemon.core import Daemon, Overlay
-    from kliqued.daemon.store import Batch, Store
+    from kliqued.daemon.state.daemon import Daemon
+    from kliqued.daemon.state.prepared import Overlay
+    from kliqued.daemon.storage.store import Batch, Store
 
     store = Store(str(db))
     store.ensure_schema()
@@ -200,10 +202,12 @@ from pathlib import Path
 from tests.bench.bench_daemon import example_task
 from tests.harness.daemon import ADMIN, EXAMPLE_ESTATE
 from compiler.api import compile_dir
-from kliqued.daemon import keyfile, snapshot
+from kliqued.daemon.state import snapshot
+from kliqued.daemon.storage import keyfile
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon, Overlay
-from kliqued.daemon.store import Batch, Store
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.prepared import Overlay
+from kliqued.daemon.storage.store import Batch, Store
 
 db, wal_bytes = Path(sys.argv[1]), int(sys.argv[2])
 store = Store(str(db))
@@ -253,7 +257,7 @@ os._exit(0)  # no checkpoint: as kill -9 leaves it
 
 
 def bench_wal() -> list[dict]:
-    from kliqued.daemon.store import CHECKPOINT_WAL
+    from kliqued.daemon.storage.store import CHECKPOINT_WAL
     threshold = int(CHECKPOINT_WAL.removesuffix("MB")) * 1000 * 1000
     want = min(threshold, WAL_MB * 1000 * 1000) - 4 * 1000 * 1000  # the last commit's room
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from compiler.api import compile_dir
-from kliqued.daemon import schedules
+from kliqued.daemon.state import schedules
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon
-from kliqued.daemon.loop import Sequencer
-from kliqued.daemon.replay import rebuild
-from kliqued.daemon.store import Store
-from kliqued.daemon.unattended import Unattended
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.loop import Sequencer
+from kliqued.daemon.state.replay import rebuild
+from kliqued.daemon.storage.store import Store
+from kliqued.daemon.state.unattended import Unattended
 
 from tests.daemon.fleet import ESTATE, write_estate
 from tests.harness.typed import present
@@ -271,7 +271,7 @@ def test_a_key_already_used_by_the_owner_is_recorded_not_retried_forever(
 
 def test_a_user_has_a_bounded_number_of_schedules_and_running_pipelines(
         tmp_path: Path, monkeypatch: Any) -> None:
-    from kliqued.daemon import pipelines
+    from kliqued.daemon.state import pipelines
     from kliqued.daemon.errors import ApiError
     monkeypatch.setattr(schedules, "MAX_PER_OWNER", 2)
     monkeypatch.setattr(pipelines, "MAX_RUNNING_PER_OWNER", 1)

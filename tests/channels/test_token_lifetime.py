@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 import pytest
 
-from kliqued.daemon import binding, schedules
+from kliqued.daemon.state import binding, schedules
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.ids import TokenHasher

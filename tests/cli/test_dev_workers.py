@@ -3,7 +3,7 @@ one 16-GPU worker for `onprem-baremetal`, which declares `nodes: {count: 4, gpus
 every `kliqued pools` and live plan carried a capacity warning from the first minute.
 
 Checked with the function that decides the workers, against the compiled example estate and
-the capacity check the warning comes from (kliqued/daemon/capacity.py), without starting
+the capacity check the warning comes from (kliqued/daemon/fleet/capacity.py), without starting
 `kliqued dev` (tests/e2e/test_dev_run.py does that)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from compiler.api import compile_dir
 from kliqued.commands.dev import DEFAULT_POOL
 from kliqued.commands.devworkers import dev_workers
-from kliqued.daemon.capacity import truth
+from kliqued.daemon.fleet.capacity import truth
 from kliqued.daemon.leases import WorkerInfo
 from tests.harness.typed import present
 

@@ -1,10 +1,10 @@
 """Alert settings compiled, and who each alert goes to (no daemon: the pure parts of
-kliqued/daemon/alerts.py)."""
+kliqued/daemon/state/alerts.py)."""
 
 from __future__ import annotations
 
 from compiler.compiled import CAlertChannel
-from kliqued.daemon.alerts import describe, recipients, sign
+from kliqued.daemon.state.alerts import describe, recipients, sign
 from tests.compiler.helpers import MINIMAL, compile_text
 from tests.harness.typed import present
 

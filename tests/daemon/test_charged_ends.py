@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kliqued.daemon.ends import ran_until
+from kliqued.daemon.fleet.ends import ran_until
 
 from .fleet import (ESTATE, FleetServer, RealWorker, kill_pids_in, trap, wait_for,
                     write_estate)

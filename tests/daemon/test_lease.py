@@ -1,4 +1,4 @@
-"""The leader's lease and its fencing (kliqued/daemon/lease.py) against a real PostgreSQL
+"""The leader's lease and its fencing (kliqued/daemon/ha/lease.py) against a real PostgreSQL
 (skipped, saying why, where none is installed): one holder at a time, the epoch raised at
 every takeover, a deposed leader's batch refused under the row's lock, a takeover waiting
 for a batch in flight, and a batch an older leader left prepared committed by the standby
@@ -14,9 +14,9 @@ import pytest
 
 from kliqued.daemon.errors import Deposed
 from kliqued.daemon.events import Event
-from kliqued.daemon.lease import Lease, LeaseSettings
-from kliqued.daemon.pglog import PgLog
-from kliqued.daemon.store import Batch, Store
+from kliqued.daemon.ha.lease import Lease, LeaseSettings
+from kliqued.daemon.storage.pglog import PgLog
+from kliqued.daemon.storage.store import Batch, Store
 from tests.harness.typed import present
 
 SHORT = LeaseSettings(ttl_s=0.5, renew_s=0.1)

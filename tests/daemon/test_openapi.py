@@ -13,10 +13,10 @@ from schemathesis.config import SchemathesisConfig
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 
-from kliqued.daemon.app import ROUTES, Context, make_app
-from kliqued.daemon.openapi import document
+from kliqued.daemon.api.app import ROUTES, Context, make_app
+from kliqued.daemon.api.openapi import document
 from kliqued.web.routes import ROUTES as DASHBOARD
-from kliqued.daemon.handlers.sessions import elsewhere, proxy
+from kliqued.daemon.api.handlers.sessions import elsewhere, proxy
 
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
 

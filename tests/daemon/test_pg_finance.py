@@ -1,4 +1,4 @@
-"""Finance's SQL on PostgreSQL (kliqued/ledger/pgsql.py, kliqued/daemon/pgreader.py), end to
+"""Finance's SQL on PostgreSQL (kliqued/ledger/pgsql.py, kliqued/daemon/storage/pgreader.py), end to
 end against a real PostgreSQL 15 and a streaming replica of it (skipped, saying why, where
 none is installed): it runs as the read-only role, reads the ledger's relations only, stops
 at its deadline with a 422, keeps the row and byte caps, and runs on the replica when

@@ -1,4 +1,4 @@
-"""The local DuckDB file follows PostgreSQL off the sequencer's path (kliqued/daemon/store.py,
+"""The local DuckDB file follows PostgreSQL off the sequencer's path (kliqued/daemon/storage/store.py,
 docs/ha.md), against real servers: after ``kill -9`` under load, with the file's thread held
 back so that the file has lost its last batches, the restarted daemon's file equals
 PostgreSQL again (the events' copy, every ledger table, the history of evicted tasks); and a
@@ -16,8 +16,8 @@ import duckdb
 import psycopg
 import pytest
 
-from kliqued.daemon.pglog import PgLog
-from kliqued.daemon.store import FOLLOW_DELAY_ENV
+from kliqued.daemon.storage.pglog import PgLog
+from kliqued.daemon.storage.store import FOLLOW_DELAY_ENV
 from tests.daemon.test_durability import CMD, all_tasks, killed_under_load, settled
 from tests.daemon.test_pg_ledger import norm
 from tests.harness.daemon import Server

@@ -15,8 +15,8 @@ import pytest
 
 from compiler.api import compile_dir
 from kliqued.daemon.events import Event
-from kliqued.daemon.pglog import PgLog
-from kliqued.daemon.store import Batch, Store
+from kliqued.daemon.storage.pglog import PgLog
+from kliqued.daemon.storage.store import Batch, Store
 from kliqued.ledger import export, feed, focus, ops, pgwriter, sandbox
 from kliqued.ledger import writer
 from kliqued.ledger.writer import IntervalRow

@@ -1,4 +1,4 @@
-"""The PostgreSQL event log (kliqued/daemon/pglog.py) behind the Store, against a real
+"""The PostgreSQL event log (kliqued/daemon/storage/pglog.py) behind the Store, against a real
 PostgreSQL 15 (tests/harness/postgres.py; these skip, saying why, where none is installed):
 versioned migrations, a batch's events and tokens in one transaction, the local DuckDB copy
 brought up to date at start, and the refusals a start must make."""
@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from kliqued.daemon.errors import CopyBehind, StoreMismatch, Unavailable
-from kliqued.daemon.eventlog import TokenInsert, TokenUpdate
+from kliqued.daemon.storage.eventlog import TokenInsert, TokenUpdate
 from kliqued.daemon.events import Event
-from kliqued.daemon.pglog import MIGRATIONS, PgError, PgLog
-from kliqued.daemon.store import FOLLOW_DELAY_ENV, Batch, Store
+from kliqued.daemon.storage.pglog import MIGRATIONS, PgError, PgLog
+from kliqued.daemon.storage.store import FOLLOW_DELAY_ENV, Batch, Store
 from tests.harness.typed import present
 
 
@@ -241,7 +241,7 @@ def test_batches_queued_for_the_file_are_applied_together_in_order(
     """The file thread held back: three batches queue and go in one DuckDB transaction, in
     commit order (an interval opened, closed, then a history row: the close's count left
     unread must not stop the next batch's appender)."""
-    from kliqued.daemon import history
+    from kliqued.daemon.state import history
     from kliqued.ledger import ops
     from tests.daemon.test_pg_ledger import ms, row
     monkeypatch.setenv(FOLLOW_DELAY_ENV, "0.3")

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kliqued.daemon.snapshot import TEST_DELAY_ENV
+from kliqued.daemon.state.snapshot import TEST_DELAY_ENV
 from tests.daemon.test_durability import CMD, Load, all_tasks, last_seq, settled, snapshot
 from tests.harness.daemon import Server
 from tests.harness.typed import present

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.core import Daemon, Overlay
+from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.prepared import Overlay
 from kliqued.daemon.ids import IdMaker
-from kliqued.daemon.openapi import submission_surely_valid, validator
+from kliqued.daemon.api.openapi import submission_surely_valid, validator
 
 from tests.harness.daemon import SMALL_ESTATE
 

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kliqued.daemon.openapi import document
+from kliqued.daemon.api.openapi import document
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
 
 from .edge_client import alive, send

@@ -14,8 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kliqued.daemon.querypool import Busy, Expired, QueryPool
-from kliqued.daemon.store import Store
+from kliqued.daemon.storage.querypool import Busy, Expired, QueryPool
+from kliqued.daemon.storage.store import Store
 from kliqued.ledger import LedgerSqlError, run_readonly
 from kliqued.ledger.sql import json_size
 from kliqued.ledger.watchdog import Watchdog
