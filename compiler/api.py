@@ -15,7 +15,7 @@ from .build import build
 from .checks import run_checks
 from .compiled import CompiledEstate
 from .diagnostics import Diagnostic, Position, error, sorted_diagnostics
-from .errors import EstateReadError
+from .errors import EstateReadError as EstateReadError  # noqa: PLC0414 (re-exported)
 from .loader import load_yaml
 from .source import SourceMap
 from .validate import validate_document

@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 import re
 
+from pydantic import BaseModel
+
 from .diagnostics import Diagnostic, error, plural_word, warning
 from .hierarchy import Organisation, organisation, reservation_demands
 from .models import NAME_PATTERN, Group, Policy, Pool, Profile
@@ -35,7 +37,8 @@ def _gpus(milli: int) -> str:
     return f"{milli_str(milli)} GPU{'s' if milli != 1000 else ''}"
 
 
-def _ref(sources: SourceMap, obj: SourceObject, kind: str, name: str, *path) -> Diagnostic | None:
+def _ref(sources: SourceMap, obj: SourceObject[BaseModel], kind: str, name: str,
+         *path: str | int) -> Diagnostic | None:
     if sources.exists(kind, name):
         return None
     options = sorted(sources.of(kind)) + sorted(
@@ -148,7 +151,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
     return diags
 
 
-def _check_pools(sources: SourceMap, pools: dict[str, SourceObject]) -> list[Diagnostic]:
+def _check_pools(sources: SourceMap, pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     diags = []
     for obj in pools.values():
         pool: Pool = obj.model
@@ -174,8 +177,8 @@ def _check_pools(sources: SourceMap, pools: dict[str, SourceObject]) -> list[Dia
     return diags
 
 
-def _check_groups(sources: SourceMap, groups: dict[str, SourceObject],
-                  policies: dict[str, SourceObject]) -> list[Diagnostic]:
+def _check_groups(sources: SourceMap, groups: dict[str, SourceObject[Group]],
+                  policies: dict[str, SourceObject[Policy]]) -> list[Diagnostic]:
     diags = []
     for obj in groups.values():
         g: Group = obj.model
@@ -184,7 +187,7 @@ def _check_groups(sources: SourceMap, groups: dict[str, SourceObject],
             if d:
                 diags.append(d)
     # Cycles of parents: report each cycle once, at its first member in sorted order.
-    reported: set[frozenset] = set()
+    reported: set[frozenset[str]] = set()
     for start in sorted(groups):
         path: list[str] = []
         cur: str | None = start
@@ -201,13 +204,13 @@ def _check_groups(sources: SourceMap, groups: dict[str, SourceObject],
                 diags.append(error("group-cycle", "group parents form a cycle: "
                                    + " → ".join(ring), groups[first].pos("parent"),
                                    "a department is above its groups: break the cycle"))
-    by_group: dict[str, list[SourceObject]] = {}
-    for obj in policies.values():
-        pol: Policy = obj.model
-        d = _ref(sources, obj, "group", pol.group, "group")
+    by_group: dict[str, list[SourceObject[Policy]]] = {}
+    for pol_obj in policies.values():
+        pol: Policy = pol_obj.model
+        d = _ref(sources, pol_obj, "group", pol.group, "group")
         if d:
             diags.append(d)
-        by_group.setdefault(pol.group, []).append(obj)
+        by_group.setdefault(pol.group, []).append(pol_obj)
     for group, objs in sorted(by_group.items()):
         if len(objs) > 1:
             names = ", ".join(f"'{o.name}'" for o in objs)
@@ -220,7 +223,7 @@ def _check_groups(sources: SourceMap, groups: dict[str, SourceObject],
     return diags
 
 
-def _check_profile(sources: SourceMap, obj: SourceObject, prof: Profile,
+def _check_profile(sources: SourceMap, obj: SourceObject[Profile], prof: Profile,
                    pools: list[Pool]) -> list[Diagnostic]:
     diags = []
     if prof.pools is not None and prof.pools_by is not None:
@@ -265,8 +268,9 @@ def _size(prof: Profile) -> tuple[int, int | None]:
     return prof.gpus.default, prof.gpus.max
 
 
-def _check_connection(obj: SourceObject, prof: Profile, index: int, pol_obj: SourceObject,
-                      resolved: list[str], pools: dict[str, SourceObject]) -> list[Diagnostic]:
+def _check_connection(obj: SourceObject[Profile], prof: Profile, index: int,
+                      pol_obj: SourceObject[Policy], resolved: list[str],
+                      pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     diags = []
     pol: Policy = pol_obj.model
     size, maximum = _size(prof)
@@ -299,8 +303,8 @@ def _check_connection(obj: SourceObject, prof: Profile, index: int, pol_obj: Sou
     return diags
 
 
-def _check_execution_order(sources: SourceMap, pools: dict[str, SourceObject],
-                           profiles: dict[str, SourceObject],
+def _check_execution_order(sources: SourceMap, pools: dict[str, SourceObject[Pool]],
+                           profiles: dict[str, SourceObject[Profile]],
                            resolved: dict[str, list[str]]) -> list[Diagnostic]:
     diags = []
     users: dict[str, list[str]] = {p: [] for p in pools}
@@ -334,7 +338,7 @@ def _check_execution_order(sources: SourceMap, pools: dict[str, SourceObject],
     return diags
 
 
-def _check_pricing(sources: SourceMap, pools: dict[str, SourceObject]) -> list[Diagnostic]:
+def _check_pricing(sources: SourceMap, pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     priced = {o.model.gpu_type for o in sources.of("price").values()}
     priced |= {n.split("@")[0] for n in sources.broken.get("price", set())}
     diags = []
@@ -356,7 +360,7 @@ def _check_pricing(sources: SourceMap, pools: dict[str, SourceObject]) -> list[D
     return diags
 
 
-def _check_cloud_spend(sources: SourceMap, pools: dict[str, SourceObject]
+def _check_cloud_spend(sources: SourceMap, pools: dict[str, SourceObject[Pool]]
                        ) -> list[Diagnostic]:
     """A node's price is known (``node_prices``, else the gpu_type's price) wherever a spend
     cap must be kept; an instance type is priced once."""
@@ -386,9 +390,9 @@ def _check_cloud_spend(sources: SourceMap, pools: dict[str, SourceObject]
     return diags
 
 
-def _check_reservations(org: Organisation, policies: dict[str, SourceObject],
+def _check_reservations(org: Organisation, policies: dict[str, SourceObject[Policy]],
                         connected: dict[str, list[str]], resolved: dict[str, list[str]],
-                        pools: dict[str, SourceObject]) -> list[Diagnostic]:
+                        pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     """Max flow over every reservation at once; an envelope's demand is its shared
     reservation, which any pool reachable from a policy below it may serve."""
     own = {n: o.model.reservation for n, o in policies.items()}

@@ -15,6 +15,10 @@ class Severity(str, Enum):
     WARNING = "warning"
 
 
+SortKey = tuple[str, int, int, str, str, str]
+"""File, line, column, severity, code, message: the order a report lists its findings in."""
+
+
 @dataclass(frozen=True, order=True)
 class Position:
     """A place in a source file; line and col are 1-based (0 = unknown)."""
@@ -44,7 +48,7 @@ class Diagnostic:
     def is_error(self) -> bool:
         return self.severity is Severity.ERROR
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> SortKey:
         p = self.pos or Position("")
         return (p.file, p.line, p.col, self.severity.value, self.code, self.message)
 
@@ -61,7 +65,7 @@ class Diagnostic:
         """The same finding as an error (``--strict``)."""
         return Diagnostic(Severity.ERROR, self.code, self.message, self.pos, self.hint, self.related)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str | int | None]:
         return {
             "severity": self.severity.value,
             "code": self.code,
@@ -85,7 +89,7 @@ def warning(code: str, message: str, pos: Position | None = None, hint: str | No
 
 def sorted_diagnostics(diags: list[Diagnostic]) -> list[Diagnostic]:
     """Stable report order: by file and position, then severity and code; duplicates dropped."""
-    seen: set[tuple] = set()
+    seen: set[tuple[SortKey, str | None]] = set()
     out: list[Diagnostic] = []
     for d in sorted(diags, key=Diagnostic.sort_key):
         key = (d.sort_key(), d.hint)

@@ -12,7 +12,7 @@ from .units import duration_str
 KINDS = ("wall", "cpu", "gpu", "network")
 
 
-def check_profile_idle(obj: SourceObject, prof: Profile) -> list[Diagnostic]:
+def check_profile_idle(obj: SourceObject[Profile], prof: Profile) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
     idle = prof.idle
     if idle is None:

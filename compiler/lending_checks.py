@@ -14,7 +14,7 @@ from .models import Policy, Settings
 from .source import SourceObject
 
 
-def check_lending(org: Organisation, policies: dict[str, SourceObject],
+def check_lending(org: Organisation, policies: dict[str, SourceObject[Policy]],
                   settings: SourceObject[Settings] | None) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
     model: Settings | None = settings.model if settings is not None else None

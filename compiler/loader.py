@@ -75,7 +75,7 @@ def _yaml() -> YAML:
 
 
 try:  # the C parser (ruamel.yaml.clib) composes an XL estate about 8x faster
-    from ruamel.yaml.cyaml import CParser as _CParser  # noqa: F401
+    import ruamel.yaml.cyaml  # noqa: F401  (its import fails without ruamel.yaml.clib)
     HAVE_C_PARSER = True
 except ImportError:  # pragma: no cover - the pure parser gives the same tree, slower
     HAVE_C_PARSER = False

@@ -7,6 +7,7 @@ never disagree. Amounts are parsed straight to integer thousandths, durations to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Union
 
@@ -28,7 +29,7 @@ USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$"
 DURATION_PATTERN = r"^\d+(s|m|h|d|w)?$"
 
 
-def _amount(what: str):
+def _amount(what: str) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         if isinstance(value, str) or isinstance(value, bool):
             raise ValueError(f"{what} must be a number such as 0.25, 1 or 8, "

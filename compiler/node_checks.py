@@ -20,7 +20,7 @@ def _shapes(pool: Pool) -> list[tuple[int, int]]:
     return [(n.count, n.gpus) for n in pool.node_groups()]
 
 
-def check_pool_nodes(pools: dict[str, SourceObject]) -> list[Diagnostic]:
+def check_pool_nodes(pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     """A node of no GPUs is an error; a declared capacity its nodes do not add up to, a
     warning (the engine counts the declared capacity; the nodes decide what fits)."""
     diags: list[Diagnostic] = []
@@ -47,8 +47,8 @@ def check_pool_nodes(pools: dict[str, SourceObject]) -> list[Diagnostic]:
     return diags
 
 
-def check_profile_nodes(obj: SourceObject, prof: Profile, resolved: list[str],
-                        pools: dict[str, SourceObject]) -> list[Diagnostic]:
+def check_profile_nodes(obj: SourceObject[Profile], prof: Profile, resolved: list[str],
+                        pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     """A profile whose size fits no machine of any of its pools is an error (its work could
     never start); one that misses some pools, a warning naming them."""
     diags: list[Diagnostic] = []

@@ -27,8 +27,8 @@ def _below_groups(org: Organisation, group: str) -> list[str]:
     return sorted(g for g, ups in org.ancestors.items() if ups and ups[0] == group)
 
 
-def check_tree(org: Organisation, policies: dict[str, SourceObject],
-               groups: dict[str, SourceObject]) -> list[Diagnostic]:
+def check_tree(org: Organisation, policies: dict[str, SourceObject[Policy]],
+               groups: dict[str, SourceObject[Group]]) -> list[Diagnostic]:
     """Checks of policies and groups on their own: envelope reservations and limits,
     ``user_limit`` against the limit and on an envelope, ``project_priority``."""
     diags: list[Diagnostic] = []
@@ -53,20 +53,20 @@ def check_tree(org: Organisation, policies: dict[str, SourceObject],
                 f"{_gpus(pol.limit)}", obj.pos("user_limit"),
                 f"one user never holds more than the group: lower user_limit to at most "
                 f"{_gpus(pol.limit)}, or raise the limit"))
-    for obj in groups.values():
-        g: Group = obj.model
+    for group_obj in groups.values():
+        g: Group = group_obj.model
         if g.project_priority and not g.projects:
             diags.append(error(
                 "project-priority-without-projects",
-                f"{obj.label} sets project_priority but lists no projects",
-                obj.pos("project_priority"),
+                f"{group_obj.label} sets project_priority but lists no projects",
+                group_obj.pos("project_priority"),
                 "list the group's projects under 'projects', first = queued first, or "
                 "remove project_priority"))
     return diags
 
 
 def _envelope_reservation(org: Organisation, name: str,
-                          policies: dict[str, SourceObject]) -> list[Diagnostic]:
+                          policies: dict[str, SourceObject[Policy]]) -> list[Diagnostic]:
     obj = policies[name]
     nearest = [policies[p] for p in org.nearest.get(name, []) if p in policies]
     total = sum(_policy(p).reservation for p in nearest)
@@ -86,7 +86,7 @@ def _envelope_reservation(org: Organisation, name: str,
 
 
 def _limit_above_envelope(org: Organisation, name: str,
-                          policies: dict[str, SourceObject]) -> list[Diagnostic]:
+                          policies: dict[str, SourceObject[Policy]]) -> list[Diagnostic]:
     """One warning per policy, against the envelope above it with the smallest limit."""
     obj = policies[name]
     above = [policies[e] for e in org.levels.get(name, [])[1:] if e in policies]
@@ -104,8 +104,8 @@ def _limit_above_envelope(org: Organisation, name: str,
         related=(tightest.pos("limit"),))]
 
 
-def listed_envelope(org: Organisation, profile: SourceObject, index: int,
-                    envelope: SourceObject) -> Diagnostic:
+def listed_envelope(org: Organisation, profile: SourceObject[Profile], index: int,
+                    envelope: SourceObject[Policy]) -> Diagnostic:
     """A profile that lists an envelope: work is always sent to a team's compute resource."""
     group = _policy(envelope).group
     below = [p for p in org.nearest.get(envelope.name, [])]
@@ -117,10 +117,10 @@ def listed_envelope(org: Organisation, profile: SourceObject, index: int,
         + (f" ({', '.join(below)})" if below else ""))
 
 
-def check_connection(org: Organisation, obj: SourceObject, prof: Profile, index: int,
-                     pol_obj: SourceObject, size: int, maximum: int | None,
-                     resolved: list[str], policies: dict[str, SourceObject],
-                     pools: dict[str, SourceObject]) -> list[Diagnostic]:
+def check_connection(org: Organisation, obj: SourceObject[Profile], prof: Profile, index: int,
+                     pol_obj: SourceObject[Policy], size: int, maximum: int | None,
+                     resolved: list[str], policies: dict[str, SourceObject[Policy]],
+                     pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     """A profile connected to a policy, against that policy's ``user_limit`` and against
     every envelope above it (its limit and its ``pools_allowed``)."""
     diags: list[Diagnostic] = []
@@ -171,8 +171,8 @@ def check_connection(org: Organisation, obj: SourceObject, prof: Profile, index:
     return diags
 
 
-def check_handles(settings: SourceObject | None,
-                  groups: dict[str, SourceObject]) -> list[Diagnostic]:
+def check_handles(settings: SourceObject[Settings] | None,
+                  groups: dict[str, SourceObject[Group]]) -> list[Diagnostic]:
     """With a ``forge_handles`` map, every admin and approver should have a handle: one
     without is left out of CODEOWNERS, so the changes they approve would need nobody's
     review from them. Without the map, nothing is asked (CODEOWNERS is optional)."""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from .models import EstateFile
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def estate_schema() -> dict:
+def estate_schema() -> dict[str, Any]:
     schema = EstateFile.model_json_schema(mode="validation")
     return {"$schema": SCHEMA_DIALECT, **schema}
 

@@ -15,7 +15,7 @@ from .models import Pool
 from .source import SourceObject
 
 
-def check_pool_settings(pools: dict[str, SourceObject]) -> list[Diagnostic]:
+def check_pool_settings(pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
     for obj in pools.values():
         pool: Pool = obj.model

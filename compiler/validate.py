@@ -15,7 +15,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from .diagnostics import Diagnostic, error
 from .loader import position_of, to_plain
 from .models import (HANDLE_PATTERN, KIND_OF_SECTION, NAME_PATTERN, SECTIONS, USER_PATTERN,
-                     Price, Settings)
+                     Group, Policy, Pool, Price, Profile, Settings)
 from .source import SourceMap, SourceObject
 
 TOP_LEVEL = ["version", "settings", *SECTIONS]
@@ -219,7 +219,7 @@ def _section(file: str, root: CommentedMap, section: str,
             if name:
                 sources.broken.setdefault(kind, set()).add(name)
             continue
-        obj_name = _key_of(kind, model)
+        obj_name = _key_of(model)
         existing = sources.get(kind, obj_name)
         if existing is not None:
             here = position_of(file, item, ("name",) if kind != "price" else ())
@@ -237,7 +237,10 @@ def _section(file: str, root: CommentedMap, section: str,
     return diags
 
 
-def _key_of(kind: str, model: Any) -> str:
-    if kind == "price":
+def _key_of(model: BaseModel) -> str:
+    """A price is known by its GPU type and start date; every other item by its name."""
+    if isinstance(model, Price):
         return f"{model.gpu_type}@{model.effective_from}"
-    return model.name
+    if isinstance(model, (Pool, Profile, Policy, Group)):
+        return model.name
+    raise TypeError(f"not an item of a list section: {type(model).__name__}")

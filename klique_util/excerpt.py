@@ -10,7 +10,6 @@ goes through :func:`excerpt`, and :func:`clip` bounds a whole message as a last 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 EXCERPT = 80
 """Characters of a caller's value a message may quote."""
@@ -18,7 +17,7 @@ MESSAGE = 1000
 """Characters of a refusal's message, whatever it quotes."""
 
 
-def excerpt(value: Any, limit: int = EXCERPT, quoted: bool = True) -> str:
+def excerpt(value: object, limit: int = EXCERPT, quoted: bool = True) -> str:
     """``value`` quoted and escaped (control characters, quotes, backslashes as JSON writes
     them), cut to ``limit`` characters with an ellipsis and its full length when longer:
     ``'abc'``, ``'AAAA…' (200000 characters)``. ``quoted=False`` for a name or an id where

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import Any
 
 SIGNIFICANT = 3
 
 
-def amount(value: Any, significant: int = SIGNIFICANT, grouped: bool = False) -> str:
+def amount(value: float | Decimal | str | None, significant: int = SIGNIFICANT, grouped: bool = False) -> str:
     """``1234.56 -> '1235'``, ``12.345 -> '12.3'``, ``0.04 -> '0.04'``,
     ``0.000022 -> '0.000022'``, ``-0.0004 -> '-0.0004'``, ``-0.0 -> '0'``; None is ``-``.
     Text that is a number (an exact DECIMAL from the API) is read as one; other text is
@@ -24,10 +23,11 @@ def amount(value: Any, significant: int = SIGNIFICANT, grouped: bool = False) ->
     if value is None:
         return "-"
     if isinstance(value, str):
+        text = value
         try:
-            value = Decimal(value)
+            value = Decimal(text)
         except ArithmeticError:
-            return value
+            return text
     x = float(value)
     if not math.isfinite(x):
         return str(x)
@@ -41,7 +41,7 @@ def amount(value: Any, significant: int = SIGNIFICANT, grouped: bool = False) ->
     return "0" if text in ("-0", "") else text
 
 
-def hours(value: Any) -> str:
+def hours(value: float | Decimal | str | None) -> str:
     """Hours (GPU-hours, budget hours, burn rates): :func:`amount`."""
     return amount(value)
 

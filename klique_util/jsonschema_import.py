@@ -29,4 +29,5 @@ def import_jsonschema() -> ModuleType:
     finally:
         if blocked:
             del sys.modules[_GRAMMAR]
-    return jsonschema
+    module: ModuleType = jsonschema  # an untyped package: mypy sees Any, it is a module
+    return module

@@ -215,10 +215,16 @@ def flatten(kind: str, obj: BaseModel, rn: Renames = NO_RENAMES) -> Flat:
 
 # --- objects and their places ---------------------------------------------------------------
 
-def object_key(kind: str, obj: Any) -> str:
-    if kind == "price":
+CompiledObject = CPool | CProfile | CPolicy | CGroup | CPrice | CSettings
+"""One object of a compiled estate's sections, as :func:`_objects` lists them."""
+
+
+def object_key(obj: CompiledObject) -> str:
+    """A price is known by its GPU type and start date, the settings are one, every other
+    object is known by its name."""
+    if isinstance(obj, CPrice):
         return f"{obj.gpu_type}@{obj.effective_from}"
-    if kind == "settings":
+    if isinstance(obj, CSettings):
         return "settings"
     return obj.name
 
@@ -230,7 +236,7 @@ def _objects(est: CompiledEstate, kind: str) -> list[Any]:
     return by_kind[kind]
 
 
-def source_of(sources: SourceMap, kind: str, name: str) -> SourceObject | None:
+def source_of(sources: SourceMap, kind: str, name: str) -> SourceObject[BaseModel] | None:
     if kind == "settings":
         return sources.settings
     return sources.get(kind, name)
@@ -246,7 +252,7 @@ def object_pos(sources: SourceMap, kind: str, name: str) -> Position | None:
     return line_only(src.pos()) if src is not None else None
 
 
-def attr_pos(src: SourceObject | None, kind: str, path: tuple[str, ...],
+def attr_pos(src: SourceObject[BaseModel] | None, kind: str, path: tuple[str, ...],
              fallback: Position | None) -> Position | None:
     """The source field's place when the source writes it; otherwise the nearest enclosing
     place that it does write (``labels`` for a removed label, the object for a default)."""
@@ -262,7 +268,7 @@ def attr_pos(src: SourceObject | None, kind: str, path: tuple[str, ...],
     return line_only(src.pos(*path))
 
 
-def _attr_changes(kind: str, before: Flat, after: Flat, src: SourceObject | None,
+def _attr_changes(kind: str, before: Flat, after: Flat, src: SourceObject[BaseModel] | None,
                   fallback: Position | None) -> list[AttrChange]:
     old = {path: (rank, v) for rank, path, v in before}
     new = {path: (rank, v) for rank, path, v in after}
@@ -279,7 +285,7 @@ def _attr_changes(kind: str, before: Flat, after: Flat, src: SourceObject | None
     return out
 
 
-def _all_attrs(kind: str, flat: Flat, op: Literal["+", "-"], src: SourceObject | None,
+def _all_attrs(kind: str, flat: Flat, op: Literal["+", "-"], src: SourceObject[BaseModel] | None,
                fallback: Position | None) -> list[AttrChange]:
     return [AttrChange(path, op, v if op == "-" else None, v if op == "+" else None,
                        attr_pos(src, kind, path, fallback),
@@ -382,9 +388,9 @@ def diff(base: CompiledEstate | None, head: CompiledEstate | None,
     bodies = (base.canonical_body() if base else None, head.canonical_body() if head else None)
     changes: list[ObjectChange] = []
     for section, kind in SECTIONS.items():
-        old = {rn.new(kind, object_key(kind, i[0])): i
+        old = {rn.new(kind, object_key(i[0])): i
                for i in _items(base, bodies[0], section, kind)}
-        new = {object_key(kind, i[0]): i for i in _items(head, bodies[1], section, kind)}
+        new = {object_key(i[0]): i for i in _items(head, bodies[1], section, kind)}
         for name in sorted(set(old) | set(new)):
             changes.extend(_one(kind, name, old.get(name), new.get(name), rn,
                                 base_sources, head_sources))
@@ -413,7 +419,7 @@ def _one(kind: str, name: str, before: Item | None, after: Item | None, rn: Rena
          base_sources: SourceMap, head_sources: SourceMap) -> Iterator[ObjectChange]:
     if after is None:
         assert before is not None
-        old_name = object_key(kind, before[0])
+        old_name = object_key(before[0])
         src = source_of(base_sources, kind, old_name)
         pos = object_pos(base_sources, kind, old_name)
         yield ObjectChange(kind, old_name, "delete", pos,
@@ -427,7 +433,7 @@ def _one(kind: str, name: str, before: Item | None, after: Item | None, rn: Rena
                            tuple(_all_attrs(kind, _full(kind, after), "+", src, pos)),
                            after=_dump(after[0]))
         return
-    old_name = object_key(kind, before[0])
+    old_name = object_key(before[0])
     extra_b, extra_a = _residual(kind, before[0], after[0], rn)
     attrs = _attr_changes(kind, _full(kind, before, rn) + extra_b, _full(kind, after) + extra_a,
                           src, pos)

@@ -13,7 +13,8 @@ import git
 from gitdb.exc import BadName, BadObject
 
 from ..api import YAML_SUFFIXES, SourceFile, read_dir
-from ..errors import EstateReadError, GitSourceError
+from ..errors import EstateReadError
+from ..errors import GitSourceError as GitSourceError  # noqa: PLC0414 (re-exported)
 from .build import Side
 
 DEFAULT_BRANCHES = ("main", "origin/main", "master")

@@ -13,7 +13,7 @@ from typing import Any
 
 from klique_util.units import gpus_to_milli, to_ms
 
-from ..errors import LiveStateError
+from ..errors import LiveStateError as LiveStateError  # noqa: PLC0414 (re-exported)
 from ..units import parse_time
 
 PERIODS = ("day", "week", "month")

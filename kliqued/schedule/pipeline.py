@@ -149,7 +149,7 @@ def substitute(text: str, params: dict[str, str],
     return _REF.sub(one, text)
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
@@ -213,7 +213,7 @@ def parse(file: str, text: str) -> Parsed:
         raise PipelineError(errs, exc.error_count() - len(errs)) from None
     errors: list[str] = []
 
-    def at(*path: Any) -> str:
+    def at(*path: str | int) -> str:
         return str(position_of(file, root, path))
     names: dict[str, int] = {}
     for i, s in enumerate(spec.steps):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from compiler.api import compile_files
+from tests.harness.typed import present
 
 from .xl_estate import write_xl, xl_files
 
@@ -29,7 +30,7 @@ def bench_compile(repeat: int = 3) -> dict:
     files = xl_files()
     result = compile_files(files)
     assert result.ok, [d.render() for d in result.errors[:5]]
-    est = result.estate
+    est = present(result.estate)
     times = _timed(lambda: compile_files(files), repeat)
     return {"name": "validate + compile XL estate", "target_s": 3.0,
             "median_s": statistics.median(times), "max_s": max(times),

@@ -69,7 +69,7 @@ async def _load(url: str, tokens: dict[str, str], rate: int, seconds: float,
                     await asyncio.sleep(delay)
                 user = users[i % len(users)]
                 res = USERS[user][(i // len(users)) % len(USERS[user])]
-                body = {"resource": res, "project": PROJECT[user],
+                body: dict[str, Any] = {"resource": res, "project": PROJECT[user],
                         "command": ["python", "job.py", str(i)]}
                 if res.endswith("/batch"):
                     body["gpus"] = 1 + i % 3

@@ -29,11 +29,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from compiler.api import SourceFile, compile_files
 from kliqued.engine import EstateIndex, State, run_pass
 
 from tests.engine.helpers import START, build_estate
+from tests.harness.typed import present
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -65,8 +67,9 @@ def xl_estate(profiles: int = PROFILES):
               for k in range(POLICIES_PER_PROFILE)]
         base = (j * 7) % POOLS
         pl = [pools[(base + k * 67) % POOLS]["name"] for k in range(3)]
-        prof = {"name": f"r{j:05d}", "weight": (0, 1, 2)[j % 3], "pools": pl, "policies": ps,
-                "queueing": "best_effort" if j % 5 == 0 else "strict"}
+        prof: dict[str, Any] = {"name": f"r{j:05d}", "weight": (0, 1, 2)[j % 3], "pools": pl,
+                                "policies": ps,
+                                "queueing": "best_effort" if j % 5 == 0 else "strict"}
         if j % 5 == 0:
             prof["from_task"] = (1, 4)
         else:
@@ -266,19 +269,20 @@ def bench_xl(first_repeat: int = 3, steady_reps: int = 100, idle_reps: int = 50,
     if org:
         size = (f"{BUSINESS_UNITS} business units > {DEPARTMENTS} departments with budgets > "
                 f"{POLICIES:,} teams; {size}")
-    rows = [{"name": f"first pass from empty ({placed:,} placements, {first_repeat} runs)",
-             "size": f"{size}; CPU {_ms(statistics.median(cpus))}",
-             "median_s": statistics.median(firsts), "max_s": max(firsts), "target_s": 2.0}]
+    rows: list[dict[str, Any]] = [
+        {"name": f"first pass from empty ({placed:,} placements, {first_repeat} runs)",
+         "size": f"{size}; CPU {_ms(statistics.median(cpus))}",
+         "median_s": statistics.median(firsts), "max_s": max(firsts), "target_s": 2.0}]
     xl.steady(3)  # the first passes after the fill park the queues that wait for room
-    cpu: list[float] = []
-    steady = xl.steady(steady_reps, cpu=cpu)
+    steady_cpu: list[float] = []
+    steady = xl.steady(steady_reps, cpu=steady_cpu)
     rows.append({"name": f"steady-state pass: 100 completions + 100 submissions "
                          f"(median of {steady_reps})",
-                 "size": f"XL state, pools full; CPU {_ms(statistics.median(cpu))}",
+                 "size": f"XL state, pools full; CPU {_ms(statistics.median(steady_cpu))}",
                  "median_s": statistics.median(steady), "max_s": max(steady),
                  "target_s": 0.020})
     rows.append({"name": f"steady-state pass, p99 of {steady_reps} (in the median column)",
-                 "size": f"XL state, pools full; CPU p99 {_ms(pct(cpu, 0.99))}",
+                 "size": f"XL state, pools full; CPU p99 {_ms(pct(steady_cpu, 0.99))}",
                  "median_s": pct(steady, 0.99), "max_s": max(steady), "target_s": 0.050})
     idle = xl.idle(idle_reps)
     rows.append({"name": f"pass with nothing new (median of {idle_reps})",
@@ -367,7 +371,7 @@ def bench_philly(repeat: int = 2) -> dict | None:
 
     result = compile_files(philly_estate_files())
     assert result.ok, [d.render() for d in result.errors]
-    est = result.estate
+    est = present(result.estate)
     conv = convert("chronus-philly", str(PHILLY), est)
     times = []
     with tempfile.TemporaryDirectory() as tmp:

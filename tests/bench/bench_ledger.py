@@ -22,6 +22,7 @@ import duckdb
 
 from kliqued.ledger import IntervalRow, close_intervals, ensure_schema, open_intervals
 from kliqued.ledger.schema import rebuild_monthly
+from tests.harness.typed import present
 
 ROWS = 10_000_000
 
@@ -97,9 +98,9 @@ def run(rows: int = ROWS, repeat: int = 5) -> list[dict]:
         rebuild_monthly(conn)  # what the writer maintains close by close, built in one go
         conn.execute("COMMIT")
         build = time.perf_counter() - t
-        pieces, months, kept = conn.execute(
+        pieces, months, kept = present(conn.execute(
             "SELECT count(*), count(DISTINCT month), (SELECT count(*) FROM ledger_monthly) "
-            "FROM usage_by_month").fetchone()
+            "FROM usage_by_month").fetchone())
         size = (f"{rows / 1e6:g}M intervals, {pieces - rows:,} more month pieces, {months} "
                 f"months, 30 groups; {kept:,} ledger_monthly rows")
         # one transaction: one now for both (the open intervals' current month grows between

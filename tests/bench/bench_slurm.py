@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 TASKS = 500
@@ -83,7 +84,7 @@ def bench_peer(tmp: Path) -> tuple[float, float]:
         submitted = time.perf_counter() - t0
         peer.wait_for(lambda: all(peer.tasks[i].end for i in ids), 600, "all tasks ended")
         took = time.perf_counter() - t0
-        bad = [i for i in ids if peer.tasks[i].end["event"] != "finished"]
+        bad = [i for i in ids if present(peer.tasks[i].end)["event"] != "finished"]
         if bad:
             raise RuntimeError(f"{len(bad)} tasks did not finish: {peer.tasks[bad[0]].end}")
         return took, submitted

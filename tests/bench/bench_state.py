@@ -36,6 +36,7 @@ from typing import Any
 
 from tests.bench.bench_daemon import example_task
 from tests.harness.daemon import ADMIN, EXAMPLE_ESTATE, ROOT, Server
+from tests.harness.typed import present
 
 ENDED = int(os.environ.get("KLIQUE_BENCH_ENDED", "10000000"))
 WAL_MB = int(os.environ.get("KLIQUE_BENCH_WAL_MB", "256"))
@@ -136,10 +137,10 @@ def build_history(db: Path, n: int) -> dict[str, Any]:
              for t in (example_task(i) for i in range(8))]
     store.write_local(lambda conn: _generate(conn, n, d.seq + 1, base + 1, kinds))
     last_seq = d.seq + 2 * n
-    first = store.read_sync(lambda cur: cur.execute(
-        "SELECT min(id) FROM task_history").fetchone()[0])
-    last = store.read_sync(lambda cur: cur.execute(
-        "SELECT max(id) FROM task_history").fetchone()[0])
+    first = store.read_sync(lambda cur: present(cur.execute(
+        "SELECT min(id) FROM task_history").fetchone())[0])
+    last = store.read_sync(lambda cur: present(cur.execute(
+        "SELECT max(id) FROM task_history").fetchone())[0])
     generated_s = time.perf_counter() - t
     d.seq = last_seq
     d.task_ids.seed(last)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.daemon import ADMIN, Server
+from tests.harness.typed import present
 from tests.web.browser import Browser
 
 from .bench_daemon import TASKS_IN_STATE, build_state
@@ -67,9 +68,10 @@ HOLD_S = 10.0
 
 def _passes(s: Server) -> tuple[float, float]:
     text = s.call("GET", "/metrics")[1]
-    total = float(re.search(r"^klique_pass_duration_seconds_sum (\S+)$", text, re.M).group(1))
-    count = float(re.search(r"^klique_pass_duration_seconds_count (\S+)$", text,
-                            re.M).group(1))
+    total = float(present(re.search(r"^klique_pass_duration_seconds_sum (\S+)$", text,
+                                    re.M)).group(1))
+    count = float(present(re.search(r"^klique_pass_duration_seconds_count (\S+)$", text,
+                                    re.M)).group(1))
     return total, count
 
 

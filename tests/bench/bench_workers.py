@@ -107,7 +107,8 @@ async def _submit_bursts(url: str, tokens: dict[str, str]) -> list[str]:
             for _ in range(PER_BURST):
                 user = users[n % len(users)]
                 res = LOAD[user][(n // len(users)) % 2]
-                body = {"resource": res, "command": ["true"], "project": PROJECT[user]}
+                body: dict[str, Any] = {"resource": res, "command": ["true"],
+                                        "project": PROJECT[user]}
                 if res.endswith("/batch"):
                     body["gpus"] = 1
                 reqs.append(session.post(f"{url}/v1/tasks", json=body, headers={

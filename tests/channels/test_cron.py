@@ -3,15 +3,16 @@ loop asks ``due`` at its own ``now``, so every case here is a time, not a wait."
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 
 import pytest
 
 from kliqued.schedule import cron
 
 
-def ms(*a: int, tz=timezone.utc) -> int:
-    return int(datetime(*a, tzinfo=tz).timestamp() * 1000)
+def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0,
+       tz: tzinfo = timezone.utc) -> int:
+    return int(datetime(year, month, day, hour, minute, second, tzinfo=tz).timestamp() * 1000)
 
 
 def test_next_run_of_a_nightly_cron() -> None:

@@ -20,6 +20,7 @@ from kliqued.daemon.storage.store import Store
 from kliqued.daemon.state.unattended import Unattended
 
 from tests.daemon.fleet import ESTATE, write_estate
+from tests.harness.typed import present
 
 ALICE = Principal("user", "alice")
 T0 = int(datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc).timestamp() * 1000)
@@ -86,7 +87,7 @@ def test_due_runs_once_per_due_time_as_the_owner(tmp_path: Path) -> None:
             s = h.sched(sid)
             (r,) = s.runs
             assert (r.due, r.outcome) == (T0 + 10 * MIN, "submitted")
-            rec = h.d.records[r.task]
+            rec = h.d.records[present(r.task)]
             assert (rec.user, rec.actor) == ("alice", "user:alice")
             assert rec.labels == {"klique.schedule": sid, "klique.channel": "schedule"}
             assert rec.channel == "schedule"  # issue 14, part 5: beside the user
@@ -116,10 +117,10 @@ def test_replace_cancels_the_previous_run_first(tmp_path: Path) -> None:
             await h.at(T0 + 20 * MIN)
             first, second = h.sched(sid).runs
             assert second.outcome == "submitted"
-            old = h.d.records[first.task]
+            old = h.d.records[present(first.task)]
             assert old.state == "ended" and old.end_reason == "cancelled"
             assert "replaced by schedule" in (old.end_note or "")
-            assert h.d.records[second.task].state != "ended"
+            assert h.d.records[present(second.task)].state != "ended"
     run(go())
 
 
@@ -131,7 +132,7 @@ def test_allow_runs_beside_the_previous_run(tmp_path: Path) -> None:
             await h.at(T0 + 20 * MIN)
             runs = h.sched(sid).runs
             assert [r.outcome for r in runs] == ["submitted", "submitted"]
-            assert all(h.d.records[r.task].state != "ended" for r in runs)
+            assert all(h.d.records[present(r.task)].state != "ended" for r in runs)
     run(go())
 
 
@@ -257,7 +258,7 @@ def test_a_key_already_used_by_the_owner_is_recorded_not_retried_forever(
         async with Harness(tmp_path) as h:
             sid = await h.create()
             key = f"schedule:{sid}:{T0 + 10 * MIN}"
-            fields = {"resource": "team-a/one", "user": "alice", "project": None,
+            fields: dict[str, Any] = {"resource": "team-a/one", "user": "alice", "project": None,
                       "gpus_milli": None, "command": ["echo"], "payload": None, "labels": {}}
             _, mine = await h.seq.submit(lambda now, ov: h.d.prepare_submit(
                 ALICE, fields, key, now, ov))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 import pytest
 
 from kliqued.daemon.state import binding, schedules
@@ -20,7 +21,7 @@ from kliqued.daemon.ids import TokenHasher
 from tests.channels.test_schedule_loop import MIN, T0, Harness
 
 ADMIN = Principal("role", "admin")
-EVERY_MINUTE = {"cron": "* * * * *", "timezone": "UTC", "concurrency": "allow",
+EVERY_MINUTE: dict[str, Any] = {"cron": "* * * * *", "timezone": "UTC", "concurrency": "allow",
                 "missed": "run-once", "deadline_s": None, "name": None,
                 "resource": "team-a/one", "command": ["sleep", "100"], "project": None,
                 "gpus_milli": None, "labels": {}}

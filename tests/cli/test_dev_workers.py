@@ -15,6 +15,7 @@ from kliqued.commands.dev import DEFAULT_POOL
 from kliqued.commands.devworkers import dev_workers
 from kliqued.daemon.fleet.capacity import truth
 from kliqued.daemon.leases import WorkerInfo
+from tests.harness.typed import present
 
 ESTATE = Path(__file__).resolve().parents[2] / "estate"
 
@@ -51,5 +52,5 @@ def test_every_example_pool_started_by_kliqued_dev_pool_agrees() -> None:
 def test_gpus_given_by_hand_make_one_worker() -> None:
     res = compile_dir(ESTATE)
     assert res.estate is not None
-    pool = res.estate.pool(DEFAULT_POOL)
+    pool = present(res.estate.pool(DEFAULT_POOL))
     assert [(w.name, w.gpus) for w in dev_workers(pool, "auto")] == [(DEFAULT_POOL, "auto")]

@@ -6,6 +6,7 @@ import json
 
 from compiler.api import SourceFile, compile_files
 from compiler.compiled import CompiledEstate
+from tests.harness.typed import present
 
 from .helpers import MINIMAL, compile_text
 
@@ -33,19 +34,20 @@ pricing:
 def test_defaults_and_resolution_are_explicit() -> None:
     est = compile_text(SPLIT_A + SPLIT_B).estate
     assert est is not None
-    big = est.profile("big")
+    big = present(est.profile("big"))
     # pools_by: newest generation first, ties by declaration order (onprem before cloud)
     assert big.pools == ["onprem", "cloud", "old"]
-    assert big.from_task.default_milli == 1000 and big.gpus_milli is None
-    assert est.profile("small").time_weight_milli == 500
-    assert est.pool("cloud").capacity_milli == 16000
-    assert est.pool("cloud").autoscale.idle_timeout_s == 600
+    assert present(big.from_task).default_milli == 1000 and big.gpus_milli is None
+    assert present(est.profile("small")).time_weight_milli == 500
+    assert present(est.pool("cloud")).capacity_milli == 16000
+    assert present(present(est.pool("cloud")).autoscale).idle_timeout_s == 600
     # execution order: profiles using the pool in declaration order
-    assert est.pool("onprem").execution_order == ["big", "small"]
-    pol = est.policy("team-a")
+    assert present(est.pool("onprem")).execution_order == ["big", "small"]
+    pol = present(est.policy("team-a"))
+    assert pol.budget is not None
     assert pol.budget.low_watermark_s == 900 and pol.budget.alert_at_milli == [500, 900]
-    assert est.group("team-a").ancestors == ["research"]
-    assert est.group("team-a").users == ["alice", "bob"]
+    assert present(est.group("team-a")).ancestors == ["research"]
+    assert present(est.group("team-a")).users == ["alice", "bob"]
     assert [c.name for c in est.compute_resources] == ["team-a/big", "team-a/small"]
     assert {p.per_gpu_hour for p in est.pricing} == {"2.8", "1.2"}
     assert est.settings.pass_interval_s == 1 and est.settings.currency == "EUR"
@@ -64,19 +66,19 @@ def test_same_bytes_whatever_the_file_split() -> None:
 def test_same_bytes_whatever_the_key_order() -> None:
     reordered = SPLIT_A.replace("{name: onprem, kind: baremetal, capacity: 8",
                                 "{capacity: 8, kind: baremetal, name: onprem")
-    a = compile_text(SPLIT_A + SPLIT_B).estate
-    b = compile_text(SPLIT_B + reordered).estate
+    a = present(compile_text(SPLIT_A + SPLIT_B).estate)
+    b = present(compile_text(SPLIT_B + reordered).estate)
     assert a.canonical_json() == b.canonical_json()
 
 
 def test_a_change_changes_the_revision() -> None:
-    a = compile_text(MINIMAL).estate
-    b = compile_text(MINIMAL.replace("capacity: 8", "capacity: 9")).estate
+    a = present(compile_text(MINIMAL).estate)
+    b = present(compile_text(MINIMAL.replace("capacity: 8", "capacity: 9")).estate)
     assert a.revision != b.revision
 
 
 def test_compiled_json_round_trips() -> None:
-    est = compile_text(SPLIT_A + SPLIT_B).estate
+    est = present(compile_text(SPLIT_A + SPLIT_B).estate)
     text = est.canonical_json()
     again = CompiledEstate.from_json(text)
     assert again == est and again.canonical_json() == text

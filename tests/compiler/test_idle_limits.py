@@ -3,6 +3,8 @@ left out of the revision when absent, checked with positions."""
 
 from __future__ import annotations
 
+from tests.harness.typed import present
+
 from .helpers import MINIMAL, compile_text
 
 NB = "  - name: nb\n    gpus: 1\n    pools: [onprem]\n    policies: [team-a]\n"
@@ -16,13 +18,13 @@ def with_idle(idle: str) -> str:
 def test_idle_limits_compile_to_seconds_and_leave_other_revisions_alone() -> None:
     r = compile_text(with_idle("    idle: {wall: 8h, cpu: 30m, network: 900}\n"))
     assert r.ok, [d.render() for d in r.diagnostics]
-    nb = r.estate.profile("nb")
+    nb = present(present(r.estate).profile("nb"))
     assert nb.idle is not None
     assert (nb.idle.wall_s, nb.idle.cpu_s, nb.idle.gpu_s, nb.idle.network_s) == (
         28800, 1800, None, 900)
-    assert r.estate.profile("gpu1").idle is None
+    assert present(present(r.estate).profile("gpu1")).idle is None
     plain = compile_text(MINIMAL)
-    assert '"idle"' not in plain.estate.canonical_json()
+    assert '"idle"' not in present(plain.estate).canonical_json()
 
 
 def test_an_idle_limit_of_zero_is_an_error_at_its_line() -> None:

@@ -8,6 +8,7 @@ from decimal import Decimal
 import duckdb
 
 from kliqued.ledger import ensure_schema, replace_prices
+from tests.harness.typed import present
 
 from .helpers import MINIMAL, codes, compile_text
 
@@ -17,16 +18,16 @@ PRICE = '{gpu_type: h100, per_gpu_hour: 2.5, effective_from: "2026-01-01T00:00:0
 def test_a_list_price_compiles_and_reaches_the_ledger() -> None:
     res = compile_text(MINIMAL.replace(PRICE, PRICE[:-1] + ", list_per_gpu_hour: 3.40}"))
     assert res.ok, res.diagnostics
-    assert res.estate.pricing[0].list_per_gpu_hour == "3.4"
+    assert present(res.estate).pricing[0].list_per_gpu_hour == "3.4"
     conn = duckdb.connect()
     ensure_schema(conn)
-    replace_prices(conn, res.estate)
+    replace_prices(conn, present(res.estate))
     assert conn.execute("SELECT per_gpu_hour, list_per_gpu_hour FROM prices").fetchall() == [
         (Decimal("2.5"), Decimal("3.4"))]
 
 
 def test_without_a_list_price_the_revision_is_unchanged() -> None:
-    plain = compile_text(MINIMAL).estate
+    plain = present(compile_text(MINIMAL).estate)
     assert plain.pricing[0].list_per_gpu_hour is None
     assert "list_per_gpu_hour" not in plain.canonical_json()
 
@@ -35,6 +36,7 @@ def test_a_list_price_below_the_price_is_an_error_at_its_place() -> None:
     res = compile_text(MINIMAL.replace(PRICE, PRICE[:-1] + ", list_per_gpu_hour: 2.0}"))
     assert codes(res) == ["list-below-price"]
     d = res.diagnostics[0]
+    assert d.pos is not None
     assert d.pos.line == MINIMAL.splitlines().index("pricing:") + 2 and d.pos.col > 60
     assert "list_per_gpu_hour 2.0 is below per_gpu_hour 2.5" in d.message
 
@@ -43,17 +45,17 @@ def test_attribution_settings_compile() -> None:
     text = MINIMAL + "settings:\n  attribution: {reserved_idle: group, overhead_account: it-ovh}\n"
     res = compile_text(text)
     assert res.ok, res.diagnostics
-    a = res.estate.settings.attribution
+    a = present(present(res.estate).settings.attribution)
     assert (a.reserved_idle, a.overhead_account) == ("group", "it-ovh")
-    assert compile_text(MINIMAL).estate.settings.attribution is None
-    assert "attribution" not in compile_text(MINIMAL).estate.canonical_json()
+    assert present(compile_text(MINIMAL).estate).settings.attribution is None
+    assert "attribution" not in present(compile_text(MINIMAL).estate).canonical_json()
 
 
 def test_an_overhead_account_named_like_a_group_is_an_error() -> None:
     res = compile_text(MINIMAL + "settings:\n  attribution: {overhead_account: team-a}\n")
     assert codes(res) == ["invalid-value"]
     assert "'team-a' is a group" in res.diagnostics[0].message
-    assert res.diagnostics[0].pos.line == len(MINIMAL.splitlines()) + 2
+    assert present(res.diagnostics[0].pos).line == len(MINIMAL.splitlines()) + 2
     res = compile_text(MINIMAL + "settings:\n  attribution: {reserved_idle: everyone}\n")
     assert not res.ok and "reserved_idle" in str(res.diagnostics[0].message) + str(
         res.diagnostics[0].pos)
@@ -62,12 +64,12 @@ def test_an_overhead_account_named_like_a_group_is_an_error() -> None:
 def test_borrowed_attribution_compiles_and_defaults_to_the_borrower() -> None:
     res = compile_text(MINIMAL + "settings:\n  attribution: {borrowed: split}\n")
     assert res.ok, res.diagnostics
-    assert res.estate.settings.attribution.borrowed == "split"
-    assert '"borrowed": "split"' in res.estate.canonical_json()
+    assert present(present(res.estate).settings.attribution).borrowed == "split"
+    assert '"borrowed": "split"' in present(res.estate).canonical_json()
     plain = compile_text(MINIMAL + "settings:\n  attribution: {reserved_idle: group}\n")
-    assert plain.estate.settings.attribution.borrowed == "borrower"
+    assert present(present(plain.estate).settings.attribution).borrowed == "borrower"
     # the default is left out of the canonical JSON: estates from before it keep their revision
-    assert "borrowed" not in plain.estate.canonical_json()
+    assert "borrowed" not in present(plain.estate).canonical_json()
 
 
 def test_an_unknown_borrowed_attribution_is_an_error_at_its_place() -> None:
@@ -75,4 +77,4 @@ def test_an_unknown_borrowed_attribution_is_an_error_at_its_place() -> None:
     assert not res.ok
     d = res.diagnostics[0]
     assert "borrowed" in d.message + str(d.pos) and "'borrower' or 'split'" in d.message
-    assert d.pos.line == len(MINIMAL.splitlines()) + 3
+    assert present(d.pos).line == len(MINIMAL.splitlines()) + 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from compiler.api import SourceFile, compile_files
 from compiler.loader import MAX_FILE_BYTES, load_yaml
+from tests.harness.typed import present
 
 from .helpers import MINIMAL, codes
 
@@ -50,7 +51,7 @@ def test_file_over_ten_mib_is_refused_before_parsing() -> None:
 def test_non_utf8_names_line_and_column() -> None:
     loaded = load_yaml("l.yaml", b"pools:\n  - name: caf\xe9\n")
     d = loaded.diagnostics[0]
-    assert d.code == "yaml-encoding" and (d.pos.line, d.pos.col) == (2, 14)
+    assert d.code == "yaml-encoding" and (present(d.pos).line, present(d.pos).col) == (2, 14)
 
 
 def test_utf8_bom_is_accepted() -> None:
@@ -59,7 +60,7 @@ def test_utf8_bom_is_accepted() -> None:
 
 def test_tab_indentation_is_named() -> None:
     loaded = load_yaml("t.yaml", b"pools:\n  - name: a\n\t  kind: hpc\n")
-    assert [(d.code, d.pos.line) for d in loaded.diagnostics] == [("yaml-tab", 3)]
+    assert [(d.code, present(d.pos).line) for d in loaded.diagnostics] == [("yaml-tab", 3)]
 
 
 def test_tab_inside_a_value_is_not_indentation() -> None:
@@ -69,6 +70,7 @@ def test_tab_inside_a_value_is_not_indentation() -> None:
 def test_duplicate_key_names_both_places() -> None:
     loaded = load_yaml("d.yaml", b"pools:\n  - name: a\n    name: b\n")
     d = loaded.diagnostics[0]
+    assert d.pos is not None
     assert d.code == "yaml-duplicate-key" and d.pos.line == 3 and "d.yaml:2" in (d.hint or "")
 
 
@@ -79,7 +81,7 @@ def test_errors_from_several_files_are_all_reported() -> None:
         SourceFile("c.yaml", MINIMAL.encode()),
     ]
     result = compile_files(files)
-    assert {d.pos.file for d in result.errors} == {"a.yaml", "b.yaml"}
+    assert {present(d.pos).file for d in result.errors} == {"a.yaml", "b.yaml"}
     assert result.estate is None
 
 

@@ -4,6 +4,8 @@ the pool's ``scheduler`` too; a value that could never work is an error at the v
 
 from __future__ import annotations
 
+from tests.harness.typed import present
+
 from .helpers import MINIMAL, compile_text
 
 ONPREM = "  - {name: onprem, kind: baremetal, capacity: 8, gpu_type: h100}\n"
@@ -24,7 +26,7 @@ def test_the_settings_each_executor_reads_compile_without_a_word() -> None:
             ("baremetal", "      mode: docker\n      master_port: '29600'\n")]:
         r = compile_text(with_pool(kind, settings))
         assert r.ok and not r.diagnostics, [d.render() for d in r.diagnostics]
-        assert r.estate.pool("onprem").settings  # compiled as given
+        assert present(present(r.estate).pool("onprem")).settings  # compiled as given
 
 
 def test_a_key_no_executor_reads_is_a_warning_naming_the_known_ones() -> None:
@@ -34,7 +36,7 @@ def test_a_key_no_executor_reads_is_a_warning_naming_the_known_ones() -> None:
     got = {d.message.rsplit(".", 1)[1]: d for d in r.diagnostics
            if d.code == "pool-setting-unknown"}
     assert sorted(got) == ["acount", "queue"]           # slurm has partitions, not queues
-    assert got["acount"].severity.value == "warning" and got["acount"].pos.line == 8
+    assert got["acount"].severity.value == "warning" and present(got["acount"].pos).line == 8
     assert "account, master_port, partition, qos, scheduler" in (got["acount"].hint or "")
 
 

@@ -4,6 +4,7 @@ Tests that stop, kill or restart a daemon start their own (see test_durability.p
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -24,7 +25,7 @@ class Principals:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Server:
+def server(tmp_path_factory) -> Iterator[Server]:
     s = Server(tmp_path_factory.mktemp("daemon")).start()
     yield s
     code = s.stop()

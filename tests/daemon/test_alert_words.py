@@ -6,6 +6,7 @@ from __future__ import annotations
 from compiler.compiled import CAlertChannel
 from kliqued.daemon.state.alerts import describe, recipients, sign
 from tests.compiler.helpers import MINIMAL, compile_text
+from tests.harness.typed import present
 
 ALERTS = MINIMAL.replace("users: [alice]}", "users: [alice, bob], admins: [alice]}") + """\
 settings:
@@ -46,6 +47,7 @@ def test_a_budget_alert_goes_to_the_group_admins_and_it() -> None:
     note = describe(7, 0, "alert", "team-a", {"policy": "team-a", "used_units": 100,
                                              "budget_units": 100, "text": "team-a: 100%"})
     assert note.title == "team-a: budget used up"
+    assert est.settings.alerts is not None
     mail, it_only = est.settings.alerts.channels[1], est.settings.alerts.channels[0]
     assert recipients(est, mail, note) == ["alice@example.org", "it@example.org"]
     assert recipients(est, it_only, note) == ["it@example.org"]
@@ -63,6 +65,6 @@ def test_a_refused_revision_is_worded_for_it() -> None:
     note = describe(3, 0, "estate_refused", None, {"revision": "sha256:ab", "source": "git",
                                                    "errors": ["pools.yaml:3:5: bad"]})
     assert "refused" in note.title and "pools.yaml:3:5: bad" in note.text
-    assert recipients(compile_text(ALERTS).estate, CAlertChannel(name="x", kind="slack",
+    assert recipients(present(compile_text(ALERTS).estate), CAlertChannel(name="x", kind="slack",
                                                                  url="u"), note) == \
         ["it@example.org"]

@@ -51,8 +51,8 @@ def test_a_task_that_ends_while_its_worker_is_down_is_charged_until_its_end(
         w.start()
         tid = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "t", 300))  # type: ignore[attr-defined]
         wait_for(lambda: fs.task(tid)["state"] == "running", 30, "running")
-        pid = int(wait_for(lambda: (tmp_path / "t.pid").exists()
-                           and (tmp_path / "t.pid").read_text()))
+        pid = int(wait_for(lambda: (tmp_path / "t.pid").read_text()
+                           if (tmp_path / "t.pid").exists() else None))
         time.sleep(2)  # a few seconds of real work
         w.kill9()
         os.kill(pid, signal.SIGTERM)  # the task ends (exit 0) while its worker is down

@@ -11,6 +11,7 @@ import duckdb
 
 from tests.daemon.fleet import FleetServer, HttpWorker
 from tests.daemon.test_durability import snapshot
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 NOISE = {"leased", "started", "stopped", "unleased"}
@@ -55,7 +56,7 @@ def test_compaction_keeps_decisions_and_answers(tmp_path: Path, db: str | None) 
     con = duckdb.connect(str(fs.local_db))
     try:
         con.execute("DELETE FROM snapshots")
-        assert con.execute("SELECT sum(removed) FROM log_compactions").fetchone()[0] == 2
+        assert present(con.execute("SELECT sum(removed) FROM log_compactions").fetchone())[0] == 2
     finally:
         con.close()
     fs.start()

@@ -17,7 +17,7 @@ import types
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import duckdb
 import psycopg
@@ -26,13 +26,20 @@ import pytest
 from kliqued.sdk import Client, KliqueError
 from tests.daemon.fleet import FleetServer, RealWorker
 from tests.harness.daemon import Server
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
+
+S = TypeVar("S", bound=Server)
 
 CMD = {"command": ["true"]}
 TTL = "3s"  # short for the tests; five renewals long, so a loaded machine keeps it
 KEY = "kliqued-ledger.duckdb.token-key"
 
 
+@overload
+def pair(tmp_path: Path, pg_url: str, cls: type[S], **kw: Any) -> tuple[S, S]: ...
+@overload
+def pair(tmp_path: Path, pg_url: str, **kw: Any) -> tuple[Server, Server]: ...
 def pair(tmp_path: Path, pg_url: str, cls: type[Server] = Server, **kw: Any
          ) -> tuple[Server, Server]:
     """Two daemons on one database, each with its own ledger file (two machines): the first
@@ -59,14 +66,14 @@ def _copied(s: Server, url: str) -> bool:
     if wal.exists():
         shutil.copy(wal, f"{snap}.wal")
     with duckdb.connect(str(snap), read_only=True) as conn:
-        have = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+        have = present(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone())[0]
     with psycopg.connect(url) as pg:
-        return have == pg.execute("SELECT max(seq) FROM events").fetchone()[0]
+        return have == present(pg.execute("SELECT max(seq) FROM events").fetchone())[0]
 
 
 def leader_epoch(url: str) -> int:
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT epoch FROM klique_leader").fetchone()[0]
+        return present(conn.execute("SELECT epoch FROM klique_leader").fetchone())[0]
 
 
 def test_a_standby_answers_health_redirects_the_rest_and_takes_over_a_clean_stop(
@@ -164,8 +171,8 @@ def test_a_paused_leader_is_replaced_and_resumed_cannot_write(tmp_path: Path, pg
         assert [t for t in b.ok("GET", "/v1/tasks?limit=1000")["tasks"]
                 if t["labels"].get("who") == "paused"] == []
         with psycopg.connect(pg_url) as conn:
-            assert conn.execute("SELECT count(*) FROM events WHERE data->'labels'->>'who' "
-                                "= 'paused'").fetchone()[0] == 0
+            assert present(conn.execute("SELECT count(*) FROM events WHERE "
+                                        "data->'labels'->>'who' = 'paused'").fetchone())[0] == 0
         assert "deposed" in a.log() or "no longer leads" in a.log()
         # b goes on writing (the old leader took no sequence number of its)
         tid = b.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]

@@ -12,6 +12,7 @@ import git
 import pytest
 
 from .fleet import ESTATE, FleetServer, write_estate
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 ACTOR = git.Actor("IT", "it@example.com")
@@ -81,9 +82,8 @@ def test_a_watched_directory_is_followed(tmp_path, stop_after) -> None:
     assert "estate refused" in s.log()
     # The next valid one is applied, and the refusal is cleared.
     (root / "pools.yaml").write_text(bigger(ESTATE, 4)["pools.yaml"])
-    third = wait_for(lambda: estate(s)["revision"] not in (first["revision"],
-                                                           second["revision"]) and estate(s),
-                     10, "the fix applied")
+    third = wait_for(lambda: estate(s) if estate(s)["revision"] not in (
+        first["revision"], second["revision"]) else None, 10, "the fix applied")
     assert third["refused"] is None
     assert placed_revision(s, erin)[1] == third["revision"]
     # A restart rebuilds the same, from the log.
@@ -123,7 +123,8 @@ def test_a_clone_follows_its_remote(tmp_path, stop_after) -> None:
     origin = git.Repo.init(tmp_path / "origin", initial_branch="main")
     commit(origin, ESTATE, "the estate")
     clone = git.Repo.clone_from(str(tmp_path / "origin"), tmp_path / "clone")
-    s = FleetServer(tmp_path, extra=["--git", clone.working_tree_dir, "--poll", "0.2s"],
+    s = FleetServer(tmp_path, extra=["--git", str(present(clone.working_tree_dir)),
+                                     "--poll", "0.2s"],
                     workers=False).start()  # no worker: every pool takes work
     stop_after(s)
     first = estate(s)

@@ -17,6 +17,7 @@ from kliqued.daemon.events import Event
 from kliqued.daemon.ha.lease import Lease, LeaseSettings
 from kliqued.daemon.storage.pglog import PgLog
 from kliqued.daemon.storage.store import Batch, Store
+from tests.harness.typed import present
 
 SHORT = LeaseSettings(ttl_s=0.5, renew_s=0.1)
 
@@ -55,6 +56,7 @@ def test_one_holder_at_a_time_and_the_epoch_rises_at_each_takeover(url: str) -> 
     try:
         assert a.try_acquire() and a.epoch == 1
         assert not b.try_acquire()  # live: b stands by and knows where the leader is
+        assert b.leader is not None
         assert (b.leader.url, b.leader.epoch, b.leader.live) == ("http://a:1", 1, True)
         wait_expired(b)  # a stopped renewing (paused, dead)
         assert b.try_acquire() and b.epoch == 2
@@ -77,7 +79,7 @@ def test_the_leader_renews_and_a_lost_lease_is_reported(url: str) -> None:
         assert a.try_acquire()
         a.start_renewing()
         time.sleep(3.0)  # longer than the TTL: renewed all along
-        assert not b.try_acquire() and b.leader.live
+        assert not b.try_acquire() and present(b.leader).live
         with psycopg.connect(url, autocommit=True) as conn:  # as if a's renewals stalled
             conn.execute("UPDATE klique_leader SET expires_at = '-infinity'")
         assert b.try_acquire()

@@ -22,6 +22,7 @@ from kliqued.cli import main
 from kliqued.engine.periods import format_minute
 from tests.daemon.test_lost_work import CMD, lending_estate, ms, reclaim
 from tests.harness.daemon import Server
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 from tests.web.browser import Browser
 
@@ -38,7 +39,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         monkeypatch.setenv("KLIQUE_URL", s.url)
 
         def run(who: str, *argv: str) -> str:
-            monkeypatch.setenv("KLIQUE_TOKEN", s.admin if who == "admin" else s.token(who))
+            monkeypatch.setenv("KLIQUE_TOKEN", present(s.admin if who == "admin" else s.token(who)))
             capsys.readouterr()
             rc = main(list(argv))
             out, err = capsys.readouterr()
@@ -117,9 +118,9 @@ def test_shares_protection_and_lost_work_are_shown(tmp_path: Path, cli: Any) -> 
         assert m['klique_lost_gpu_seconds_total{group="team-a",policy="team-a"}'] == \
             pytest.approx(sum(lost_ms) / 1000, abs=1e-9)  # 1 GPU each
         assert m['klique_lost_gpu_seconds_total{group="team-b",policy="team-b"}'] == 0
-        preempted = [t for t in a if s.ok("GET", f"/v1/tasks/{t}")["preemptions"]]
-        v = s.ok("GET", f"/v1/tasks/{preempted[0]}")
-        out = run("bob", "status", preempted[0])
+        preempted_ids = [t for t in a if s.ok("GET", f"/v1/tasks/{t}")["preemptions"]]
+        v = s.ok("GET", f"/v1/tasks/{preempted_ids[0]}")
+        out = run("bob", "status", preempted_ids[0])
         assert v["lost_gpu_hours_so_far"] > 0 and v["lost_work_s"] is None  # queued again
         assert f"\nlost work {hours(v['lost_gpu_hours_so_far'])} GPU-hours lost by its " \
                "preemptions so far\n" in out, out

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.typed import present
+
 from .fleet import (ESTATE, PY, FleetServer, HttpWorker, real_workers, running_fleet, trap,
                     wait_for, write_estate)
 from .server import ROOT
@@ -48,7 +50,7 @@ def reason(fs: FleetServer, tid: str) -> tuple[str, str] | None:
 
 
 def cli(fs: FleetServer, *argv: str) -> str:
-    env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": fs.admin}
+    env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": present(fs.admin)}
     env.pop("KLIQUE_CONFIG", None)
     p = subprocess.run([PY, "-m", "kliqued.cli", *argv], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=30)
@@ -89,7 +91,7 @@ def test_work_no_worker_took_is_requeued_at_the_start_timeout_once_the_worker_is
              15, "one running, one placed")
     waiting = t1 if fs.task(t1)["state"] == "placed" else t2
     running = t2 if waiting == t1 else t1
-    kind, text = reason(fs, waiting)
+    kind, text = present(reason(fs, waiting))
     assert kind == "worker" and text.startswith(
         "placed on bare, waiting for a worker to start it since ")
     assert "waiting   placed on bare, waiting for a worker" in cli(fs, "status", waiting)

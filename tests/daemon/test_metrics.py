@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def last_seq(s: Server) -> int:
 
 
 @pytest.fixture(scope="module")
-def busy(tmp_path_factory) -> Server:
+def busy(tmp_path_factory) -> Iterator[Server]:
     """The small estate with work placed, queued and reclaimed: team-a fills pool-1 (4
     GPUs, 2 of them above its reservation), then team-b takes its reservation back."""
     s = Server(tmp_path_factory.mktemp("metrics")).start()

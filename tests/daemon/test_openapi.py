@@ -4,6 +4,7 @@ as the document says."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,7 @@ def test_contract_mentions_every_documented_route() -> None:
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory) -> Server:
+def fuzz_server(tmp_path_factory) -> Iterator[Server]:
     # The example estate: the document's examples (llm-research/h100, alice) are valid there.
     s = Server(tmp_path_factory.mktemp("fuzz"), estate=EXAMPLE_ESTATE).start()
     alice = s.token({"user": "alice"})

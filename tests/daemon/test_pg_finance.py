@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.harness.daemon import Server
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 CMD = {"command": ["true"]}
@@ -143,10 +144,10 @@ def test_a_heavy_query_is_stopped_at_its_deadline_with_a_clear_422(tmp_path: Pat
 
         def kill() -> bool:
             with psycopg.connect(pg_url, autocommit=True) as conn:
-                return bool(conn.execute(
+                return bool(present(conn.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
                     "application_name = 'kliqued-ledger-sql' AND state = 'active'"
-                ).fetchone()[0])
+                ).fetchone())[0])
         wait_for(kill, 10, "the finance query running")
         t.join(15)
         status, err = out["r"]

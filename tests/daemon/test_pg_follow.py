@@ -21,6 +21,7 @@ from kliqued.daemon.storage.store import FOLLOW_DELAY_ENV
 from tests.daemon.test_durability import CMD, all_tasks, killed_under_load, settled
 from tests.daemon.test_pg_ledger import norm
 from tests.harness.daemon import Server
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 FLAGS = ["--keep-ended", "0", "--snapshot-every", "25"]
@@ -30,7 +31,7 @@ snapshots often, so that both happen in the window the kill loses."""
 
 def pg_last(url: str) -> int:
     with psycopg.connect(url) as conn:
-        return int(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+        return int(present(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone())[0])
 
 
 def file_rows(path: Path, sql: str) -> list[tuple]:

@@ -21,6 +21,7 @@ from kliqued.ledger import export, feed, focus, ops, pgwriter, sandbox
 from kliqued.ledger import writer
 from kliqued.ledger.writer import IntervalRow
 from tests.harness.daemon import ROOT
+from tests.harness.typed import present
 
 ESTATE = ROOT / "tests" / "daemon" / "estate_org"
 
@@ -79,7 +80,7 @@ def duck_rows(store: Store, sql: str) -> tuple[list[str], list[tuple]]:
 def pg_rows(url: str, sql: str) -> tuple[list[str], list[tuple]]:
     with psycopg.connect(url) as conn:
         cur = conn.execute(sql)
-        cols = [d.name for d in cur.description]
+        cols = [d.name for d in present(cur.description)]
         return cols, sorted(tuple(norm(v) for v in r) for r in cur.fetchall())
 
 
@@ -155,11 +156,11 @@ def test_every_view_finance_reads_is_the_same_in_postgresql_and_duckdb(
             pg_csv = "".join(export.export_csv(conn, a, b, chunk_rows=2, pg=True))
         assert pg_csv == duck_csv and duck_csv.count("\n") == 6, duck_csv
         # FOCUS: the same dataset, month by month
-        for month in (date(2026, 8, 1), date(2026, 9, 1), date(2026, 10, 1)):
-            duck_focus = "".join(focus.focus_csv(store.conn.cursor(), month, chunk_rows=2))
+        for period in (date(2026, 8, 1), date(2026, 9, 1), date(2026, 10, 1)):
+            duck_focus = "".join(focus.focus_csv(store.conn.cursor(), period, chunk_rows=2))
             with psycopg.connect(pg_url) as conn:
-                pg_focus = "".join(focus.focus_csv(conn, month, chunk_rows=2, pg=True))
-            assert pg_focus == duck_focus and duck_focus.count("\n") > 2, month
+                pg_focus = "".join(focus.focus_csv(conn, period, chunk_rows=2, pg=True))
+            assert pg_focus == duck_focus and duck_focus.count("\n") > 2, period
         # the billing feed: the same rows in the same order, page by page
         after = {"duck": 0, "pg": 0}
         with psycopg.connect(pg_url, autocommit=True) as conn:

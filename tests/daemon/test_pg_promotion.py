@@ -18,6 +18,7 @@ import pytest
 
 from tests.harness.daemon import Server
 from tests.harness.postgres import SUPERUSER, Postgres, unavailable
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 CMD = {"command": ["true"]}
@@ -53,13 +54,13 @@ def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path:
                                            "labels": {"n": str(i)}}, bob)["id"]
                  for i in range(10)]
         with psycopg.connect(replica.url("postgres"), autocommit=True) as conn:
-            assert conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]  # not written
+            assert present(conn.execute("SELECT pg_is_in_recovery()").fetchone())[0]  # not written
 
         assert primary.proc is not None
         primary.proc.kill()  # the primary's machine is gone
         primary.proc.wait(10)
         with psycopg.connect(replica.url("postgres"), autocommit=True) as conn:
-            assert conn.execute("SELECT pg_promote(wait => true)").fetchone()[0]
+            assert present(conn.execute("SELECT pg_promote(wait => true)").fetchone())[0]
 
         # the daemon's next write finds its connection gone: it either carries on on the
         # promoted server or exits 1 for its supervisor, which starts it again
@@ -91,9 +92,9 @@ def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path:
         assert sorted(t["labels"]["n"] for t in tasks.values()) == sorted(
             [str(i) for i in range(10)] + ["late"])  # and none twice
         with psycopg.connect(replica.url("klique"), autocommit=True) as conn:
-            assert not conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
-            logged = conn.execute("SELECT count(DISTINCT task) FROM events WHERE kind = "
-                                  "'submitted'").fetchone()[0]
+            assert not present(conn.execute("SELECT pg_is_in_recovery()").fetchone())[0]
+            logged = present(conn.execute("SELECT count(DISTINCT task) FROM events WHERE "
+                                          "kind = 'submitted'").fetchone())[0]
         assert logged == len(acked) + 1
         assert s.stop() == 0
         assert "Traceback" not in s.log()

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.harness.daemon import ROOT, SMALL_ESTATE, Server
+from tests.harness.typed import present
 
 CMD = {"command": ["true"]}
 
@@ -43,8 +44,8 @@ def test_tasks_and_tokens_live_in_postgresql_and_survive_a_restart(tmp_path: Pat
         with psycopg.connect(pg_url) as conn:
             # The engine may commit an event after the read: count up to what was read.
             last = max(e["seq"] for e in events)
-            assert len(events) == conn.execute(
-                "SELECT count(*) FROM events WHERE seq <= %s", (last,)).fetchone()[0]
+            assert len(events) == present(conn.execute(
+                "SELECT count(*) FROM events WHERE seq <= %s", (last,)).fetchone())[0]
     finally:
         s.stop()
 
@@ -64,7 +65,7 @@ def test_finance_sql_reaches_only_the_ledger_on_postgresql(tmp_path: Path, pg_ur
     finally:
         s.stop()
     with duckdb.connect(str(tmp_path / "kliqued-ledger.duckdb"), read_only=True) as conn:
-        assert conn.execute("SELECT count(*) FROM tokens").fetchone()[0] == 0
+        assert present(conn.execute("SELECT count(*) FROM tokens").fetchone())[0] == 0
 
 
 def serve(db: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -122,7 +123,7 @@ def test_losing_postgresql_refuses_writes_and_keeps_serving(tmp_path: Path) -> N
     that nothing acknowledged is lost: tests/daemon/test_store_faults.py."""
     from tests.harness.postgres import Postgres, unavailable
     if unavailable():
-        pytest.skip(unavailable())
+        pytest.skip(present(unavailable()))
     pg = Postgres().start()
     try:
         s = Server(tmp_path, db=pg.createdb("lost")).start()

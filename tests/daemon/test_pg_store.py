@@ -17,6 +17,7 @@ from kliqued.daemon.storage.eventlog import TokenInsert, TokenUpdate
 from kliqued.daemon.events import Event
 from kliqued.daemon.storage.pglog import MIGRATIONS, PgError, PgLog
 from kliqued.daemon.storage.store import FOLLOW_DELAY_ENV, Batch, Store
+from tests.harness.typed import present
 
 
 def open_store(local: Path, url: str) -> Store:
@@ -33,7 +34,7 @@ def rows(n: int, first: int = 1) -> list[tuple]:
 
 def pg_count(url: str, table: str) -> int:
     with psycopg.connect(url) as conn:
-        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        return present(conn.execute(f"SELECT count(*) FROM {table}").fetchone())[0]
 
 
 def local_seqs(path: Path) -> list[int]:
@@ -99,7 +100,7 @@ def test_events_and_tokens_round_trip_in_log_order(tmp_path: Path, pg_url: str) 
     assert pg_count(pg_url, "events") == 3
     assert local_seqs(tmp_path / "l.duckdb") == [1, 2, 3]  # the audit reads' copy
     with duckdb.connect(str(tmp_path / "l.duckdb"), read_only=True) as conn:
-        assert conn.execute("SELECT count(*) FROM tokens").fetchone()[0] == 0  # PG's only
+        assert present(conn.execute("SELECT count(*) FROM tokens").fetchone())[0] == 0  # PG's only
 
 
 def test_a_failing_file_part_is_fatal_and_the_restart_catches_up(tmp_path: Path,

@@ -30,7 +30,7 @@ def fs(tmp_path) -> Iterator[FleetServer]:
 
 
 def _leased(w: HttpWorker) -> dict:
-    return wait_for(lambda: (w.lease(wait=1) or [None])[0], 15, "a lease")
+    return wait_for(lambda: next(iter(w.lease(wait=1) or []), None), 15, "a lease")
 
 
 def test_registration_and_every_lease_carry_the_pools_settings(fs, tmp_path) -> None:

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon.test_failover import leader_epoch, pair
 from tests.harness.daemon import Server
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 
@@ -60,7 +61,8 @@ def test_each_daemon_answers_its_own_metrics(tmp_path: Path, pg_url: str) -> Non
         assert lag is not None and lag >= 0
         wait_for(lambda: one(scrape(b, planner)[1], "klique_replica_lag_events") == 0, 10,
                  "the standby's replica to follow the log")
-        assert one(fams, "process_resident_memory_bytes") > 0  # its process, not the leader's
+        # its process, not the leader's
+        assert present(one(fams, "process_resident_memory_bytes")) > 0
         assert one(fams, "process_start_time_seconds") is not None
         # only its own health: the state's gauges are the leader's (a standby repeating them
         # would double every sum across the daemons)

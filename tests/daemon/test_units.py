@@ -4,6 +4,7 @@ the fast submission check against the OpenAPI schema, ids."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,7 +47,7 @@ def test_positions_follow_the_engine_queue_order() -> None:
         if r < 0.6:
             g = "team-a" if (step // 100) % 2 == 0 else "team-b"  # borrow, then reclaim
             res = rnd.choice([f"{g}/one", f"{g}/sized"])
-            f = {"resource": res, "user": users[g], "project": None,
+            f: dict[str, Any] = {"resource": res, "user": users[g], "project": None,
                  "gpus_milli": rnd.choice([500, 1000, 3000]) if res.endswith("sized") else None,
                  "command": None, "payload": None, "labels": {}}
             d.prepare_submit(Principal("user", users[g]), f, None, now, Overlay()).apply()

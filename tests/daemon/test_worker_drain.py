@@ -9,6 +9,7 @@ import subprocess
 
 from .fleet import PY, FleetServer, RealWorker, pid_alive
 from tests.harness.wait import wait_for
+from tests.harness.typed import present
 
 
 def test_drain_hands_the_tasks_back_and_deregisters(tmp_path) -> None:
@@ -18,8 +19,8 @@ def test_drain_hands_the_tasks_back_and_deregisters(tmp_path) -> None:
         w = RealWorker(fs, fs.token({"worker": True, "pool": "bare"}), tmp_path / "w",
                        gpus="0")
         w.start()
-        w.proc.terminate()   # restarted below with --drain
-        w.proc.wait(10)
+        present(w.proc).terminate()   # restarted below with --drain
+        present(w.proc).wait(10)
         w.proc = subprocess.Popen(
             [PY, "-m", "workers.cli", "--url", fs.url, "--pool", "bare", "--token-file",
              str(w.token_file), "--state-dir", str(w.state_dir), "--gpus", "0", "--grace",

@@ -69,7 +69,8 @@ def test_a_full_state_dir_reports_the_true_end_and_takes_no_work_until_freed(
         tid = fs.submit(fs.erin, "team-b/one", [
             PY, "-c", f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid()));"
                       " time.sleep(120)"])
-        pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 20, "started"))
+        pid = int(wait_for(lambda: pidfile.read_text() if pidfile.exists() else None, 20,
+                           "started"))
         wait_for(lambda: fs.task(tid)["state"] == "running", 10, "running")
 
         filler = _fill(state)

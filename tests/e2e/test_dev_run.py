@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kliqued.commands.dev import _listen
 from tests.harness.daemon import ROOT, free_port
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 from tests.web.browser import Browser
 
@@ -62,7 +63,7 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
             assert token not in banner  # no lasting token on the terminal
         # the dashboard's URL and a short-lived sign-in token (issue 13)
         assert f"Dashboard  {url}/  sign in as alice" in banner
-        sign_in = re.search(r"sign-in token: (\S+)", banner).group(1)
+        sign_in = present(re.search(r"sign-in token: (\S+)", banner)).group(1)
         b = Browser(url)
         assert b.post("/signin", {"token": sign_in}).location == "/orchestration"
         made = [t for t in json.loads(cli({**os.environ, "KLIQUE_URL": url,

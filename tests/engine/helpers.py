@@ -7,7 +7,7 @@ from typing import Any
 from compiler.compiled import (CAutoscale, CBudget, CComputeResource, CFromTask, CGroup,
                                CLending, CompiledEstate, CPolicy, CPool, CProfile, CSettings)
 
-from kliqued.engine import EstateIndex, State, run_pass
+from kliqued.engine import EstateIndex, PassResult, State, run_pass
 
 HOUR = 3_600_000
 MIN = 60_000
@@ -87,7 +87,7 @@ class Engine:
         self.index = EstateIndex.build(estate)
         self.state = State(self.index, at)
         self.now = at
-        self.last = None
+        self.last: PassResult | None = None
 
     def submit(self, tid: str, resource: str, gpus: float | None = None, user: str = "u") -> None:
         self.state.submit(tid, resource, user, None, None if gpus is None else g(gpus),

@@ -34,6 +34,7 @@ from klique_util.units import HOUR_MS, SECOND_MS
 
 from kliqued.engine import EstateIndex, State
 from kliqued.engine.periods import Period
+from tests.harness.typed import present
 
 
 @dataclass
@@ -633,7 +634,7 @@ def protected_until(rs: RState, t: RTask) -> int | None:
     pools = [p for p in cr.pools if p not in rs.unavailable]
     if any(choose_victims(rs, p, t) is not None for p in pools):
         return None
-    ends = sorted({v.placed_at + rs.org.protect_ms[rs.org.resources[v.resource].policy]
+    ends = sorted({present(v.placed_at) + rs.org.protect_ms[rs.org.resources[v.resource].policy]
                    for v in rs.tasks.values() if v.pool is not None and protected(rs, v)})
     now = rs.now
     try:

@@ -55,8 +55,9 @@ def compare_lending(index: EstateIndex, state: State, res, after: ref.RState) ->
         if until is None:
             assert "protected until" not in text, (t.id, text, "the reference: no protection")
         else:
-            want = f"borrowed work protected until {format_minute(until)}"
-            assert reasons[t.id].kind == "capacity" and text.endswith(want), (t.id, text, want)
+            want_text = f"borrowed work protected until {format_minute(until)}"
+            assert reasons[t.id].kind == "capacity" and text.endswith(want_text), (
+                t.id, text, want_text)
 
 
 def compare_pass(index: EstateIndex, state: State, now: int):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kliqued.engine import EstateIndex, StaleResult, State, run_pass
-from kliqued.engine.periods import (DAY_MS, format_minute, next_period_start, period_start)
+from klique_util.units import DAY_MS
+from kliqued.engine.periods import format_minute, next_period_start, period_start
+from tests.harness.typed import present
 
 from .helpers import HOUR, MIN, START, Engine, build_estate
 
@@ -33,7 +35,7 @@ def test_budget_charge_is_exact_over_a_month() -> None:
     e.submit("t", "g/gpu1")
     e.run()
     e.advance(START + 20 * DAY_MS + 7)
-    status = e.last.budget("g")
+    status = present(present(e.last).budget("g"))
     assert status.used_units == 1000 * (20 * DAY_MS + 7)
     assert status.burn_rate_milli == 1000
     assert status.runout_at is None  # 1000 h lasts past the month's end

@@ -8,6 +8,7 @@ timeout is a time trigger like a budget's run-out.
 from __future__ import annotations
 
 from kliqued.engine import UNSTARTED, State
+from tests.harness.typed import present
 
 from .helpers import MIN, START, Engine, build_estate
 
@@ -33,11 +34,11 @@ def test_a_pool_without_a_live_worker_takes_no_placement_and_the_reason_names_it
         e.submit(f"t{i}", "g/gpu1")
     e.run()
     assert [e.where(f"t{i}") for i in range(3)] == ["b", "b", "queued"]
-    r = e.last.waiting_reason("t2")
+    r = present(present(e.last).waiting_reason("t2"))
     assert (r.kind, r.text) == ("capacity", "no room in pools b; no live worker in a")
     e.state.set_pool_live("b", False, START + 1)
     e.run(START + 1)
-    assert e.last.waiting_reason("t2").text == "no live worker in a, b"
+    assert present(present(e.last).waiting_reason("t2")).text == "no live worker in a, b"
 
 
 def test_a_pool_whose_worker_comes_back_takes_the_waiting_work_at_the_next_pass() -> None:
@@ -75,7 +76,7 @@ def test_unstarted_work_is_requeued_at_its_start_timeout_keeping_its_place() -> 
     # y keeps its place: ahead of w, which never ran.
     assert [t.id for t in e.state.queue("g/gpu1")] == ["y", "w"]
     assert e.state.tasks["y"].last_preempt_text == "requeued: not started within 5m on a"
-    assert e.last.waiting_reason("y").text == "no live worker in a, b"
+    assert present(present(e.last).waiting_reason("y")).text == "no live worker in a, b"
 
 
 def test_a_task_handed_back_unstarted_gets_a_full_timeout_again() -> None:
@@ -189,7 +190,7 @@ def test_an_autoscaled_pool_with_no_autoscaler_takes_no_work_and_the_reason_says
     e.submit("b", "g/gpu1")
     e.run()
     assert [e.where("a"), e.where("b")] == ["onprem", "queued"]
-    r = e.last.waiting_reason("b")
+    r = present(present(e.last).waiting_reason("b"))
     assert (r.kind, r.text) == ("capacity", "no room in pools onprem; "
                                             "no autoscaler running for aws-eu-burst")
     # its autoscaler starts: the pool takes the waiting work at the next pass

@@ -29,6 +29,8 @@ from klique_util.units import HOUR_MS, SECOND_MS
 
 from kliqued.engine import EstateIndex, Placement, Preemption, State, run_pass
 
+from tests.harness.typed import present
+
 from .helpers import MIN, START
 from .reference import spent_by
 from .org_worlds import apply_actions, org_worlds, time_limit
@@ -179,7 +181,7 @@ def simulate(estate, steps, changes=None, checkpoints=()) -> None:
     peak: dict[str, int] = {}
 
     def one_pass(at: int):
-        placed = {t.id: (t.group, t.user, t.pool, t.size) for t in state.placed_tasks()}
+        placed = {t.id: (t.group, t.user, present(t.pool), t.size) for t in state.placed_tasks()}
         since = {t.id: t.placed_at for t in state.placed_tasks() if t.placed_at is not None}
         res = run_pass(index, state, at)
         replay(tree, state, placed, res, at, since)

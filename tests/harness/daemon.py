@@ -17,7 +17,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tests.harness.wait import wait_for
 
@@ -42,6 +42,14 @@ def free_port() -> int:
 class Server:
     started: list["Server"] = []
     """Every server a test started: the root conftest kills what is left at session end."""
+    alice: str
+    bob: str
+    erin: str
+    walter: str
+    worker: str
+    wt: str
+    """Tokens a fixture keeps on its server (``s.alice = s.token({"user": "alice"})``, ``wt``
+    a worker's): declared so that the tests reading them are type-checked, set by fixtures."""
 
     def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE,
                  db: Path | str | None = None, admin: str | None = ADMIN,
@@ -91,7 +99,7 @@ class Server:
         """The DuckDB file: ``db`` itself, or the ledger's file beside a PostgreSQL log."""
         return self.tmp / "kliqued-ledger.duckdb" if self.on_postgres else Path(self.db)
 
-    def start(self, wait: bool | str = True, timeout: float = 30) -> "Server":
+    def start(self, wait: bool | str = True, timeout: float = 30) -> Self:
         """``wait``: until ready (True: leading; ``"standby"``: standing by)."""
         env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
         if self.admin:

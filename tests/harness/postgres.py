@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from tests.harness.daemon import free_port
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 SUPERUSER = "klique"
@@ -112,12 +113,12 @@ class Postgres:
         """Waits until this replica has replayed what ``primary`` had written when called."""
         import psycopg
         with psycopg.connect(primary.url("postgres"), autocommit=True) as conn:
-            lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+            lsn = present(conn.execute("SELECT pg_current_wal_lsn()").fetchone())[0]
 
         def caught_up() -> bool:
             with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-                return bool(conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
-                                         [lsn]).fetchone()[0])
+                return bool(present(conn.execute(
+                    "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [lsn]).fetchone())[0])
         wait_for(caught_up, timeout, "the replica to replay the primary's log")
 
     def _ready(self) -> bool:

@@ -18,11 +18,17 @@ EVERY_S = 0.05
 """Between two checks: short next to a test's timeouts, long enough not to load 2 cores."""
 
 
-def _timed_out(timeout: float, what: str) -> AssertionError:
-    return AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+Awaited = str | Callable[[], object]
+"""What a wait is for: a text, or a function whose value at the deadline the error shows (a
+task's view, so a failure says where the task was)."""
 
 
-def wait_for(pred: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+def _timed_out(timeout: float, what: Awaited) -> AssertionError:
+    shown = what() if callable(what) else what
+    return AssertionError(f"timed out after {timeout:g} s waiting for {shown}")
+
+
+def wait_for(pred: Callable[[], T | None], timeout: float = 10.0, what: Awaited = "condition",
              every: float = EVERY_S) -> T:
     """Calls ``pred`` until it returns something truthy and returns that; AssertionError
     naming ``what`` once ``timeout`` seconds have passed. ``pred`` runs at least once, and
@@ -37,8 +43,8 @@ def wait_for(pred: Callable[[], T], timeout: float = 10.0, what: str = "conditio
         time.sleep(every)
 
 
-async def wait_for_async(pred: Callable[[], T], timeout: float = 10.0,
-                         what: str = "condition", every: float = EVERY_S) -> T:
+async def wait_for_async(pred: Callable[[], T | None], timeout: float = 10.0,
+                         what: Awaited = "condition", every: float = EVERY_S) -> T:
     """``wait_for`` inside a coroutine: sleeps with ``asyncio.sleep`` so that the event loop
     (an executor's subprocess watchers) runs between checks."""
     deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_a_revoked_token_and_a_worker_token_are_refused(server: Server,
 
 
 def test_bad_input_is_a_clear_tool_error(server: Server, tokens: Tokens) -> None:
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str]] = [
         ("submit_task", {"resource": "team-a/nope", "command": ["true"]},
          "422 submission-refused"),
         ("submit_task", {"resource": "team-a/one", "command": []}, "needs `command`"),

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from mcp import Client, StdioServerParameters
+from mcp.types import TextContent
 
 from tests.harness.daemon import ROOT, Server
 
@@ -37,7 +38,9 @@ def test_stdio_relays_as_the_token_s_user(server: Server, tokens: Tokens) -> Non
             assert not res.is_error, res.content
             other = await c.call_tool("submit_task", {"resource": "team-b/one",
                                                       "command": ["true"]})
-            assert other.is_error and "bob may submit to team-a/" in other.content[0].text
+            text = other.content[0]
+            assert other.is_error and isinstance(text, TextContent) \
+                and "bob may submit to team-a/" in text.text
             return res.structured_content
     t = asyncio.run(go())
     assert (t["user"], t["channel"]) == ("bob", "mcp")

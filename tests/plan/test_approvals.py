@@ -5,6 +5,7 @@ from __future__ import annotations
 from compiler.api import SourceFile
 from compiler.plan import Side, make_plan
 from compiler.plan.model import Plan
+from tests.harness.typed import present
 
 ORG = """\
 settings:
@@ -62,8 +63,8 @@ def test_moving_a_team_needs_both_departments() -> None:
     assert set(approvers(plan, "group.ops")) == {"ursula", "victor", "trent", "pat"}
     # Both envelopes' figures move: digital gains ops's limit, platform loses it.
     rows = {r.name: r for r in plan.envelopes}
-    assert rows["digital"].before.team_limits_milli == 24000
-    assert rows["digital"].after.team_limits_milli == 28000
+    assert present(rows["digital"].before).team_limits_milli == 24000
+    assert present(rows["digital"].after).team_limits_milli == 28000
     assert rows["platform"].before is not None and rows["platform"].after is None
 
 
@@ -87,6 +88,7 @@ def test_settings_approvers_replace_the_top_groups_admins() -> None:
 def test_envelope_figures_before_and_after() -> None:
     plan = plan_of(ORG, ORG.replace("reservation: 4, limit: 16", "reservation: 6, limit: 20"))
     (row,) = [r for r in plan.envelopes if r.name == "digital"]
+    assert row.before is not None and row.after is not None
     assert (row.before.shared_milli, row.after.shared_milli) == (2000, 0)
     assert (row.before.team_limits_milli, row.after.team_limits_milli) == (24000, 28000)
     assert row.before.oversubscription == 1.2 and row.after.oversubscription == 1.4
@@ -123,4 +125,4 @@ def test_a_renamed_envelope_is_one_row_with_both_sides() -> None:
     plan = plan_of(ORG, head)
     (row,) = plan.envelopes
     assert row.name == "digital-products"
-    assert (row.before.limit_milli, row.after.limit_milli) == (20000, 24000)
+    assert (present(row.before).limit_milli, present(row.after).limit_milli) == (20000, 24000)

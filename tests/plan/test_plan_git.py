@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -178,7 +180,9 @@ def test_json_shape(repo: Path, capsys) -> None:
 def test_help_has_examples() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    help_text = sub.choices["plan"].format_help()
+    # a subparsers action: its choices are the subcommands' parsers by name
+    choices = cast(dict[str, argparse.ArgumentParser], sub.choices)
+    help_text = choices["plan"].format_help()
     assert "examples:" in help_text and "kliqued plan --base main --head HEAD" in help_text
 
 

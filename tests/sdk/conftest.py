@@ -4,6 +4,7 @@ finance tokens created through POST /v1/tokens. One server for the whole session
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 import pytest
 
 from kliqued.cli import main
@@ -12,7 +13,7 @@ from tests.harness.daemon import EXAMPLE_ESTATE, Server, free_port  # noqa: F401
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Server:
+def server(tmp_path_factory) -> Iterator[Server]:
     srv = Server(tmp_path_factory.mktemp("kliqued"), estate=EXAMPLE_ESTATE).start()
     yield srv
     code = srv.stop()

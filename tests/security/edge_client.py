@@ -6,13 +6,14 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 from tests.harness.daemon import Server
 
 
 def send(server: Server, method: str, path: bytes | str, body: bytes | None = None,
-         token: str | None = None, headers: dict[str, bytes | str] | None = None,
+         token: str | None = None, headers: Mapping[str, bytes | str] | None = None,
          timeout: float = 30) -> tuple[int, Any]:
     """(status, parsed JSON or raw bytes). ``path`` and header values may hold any bytes:
     the request is written on the socket as given."""

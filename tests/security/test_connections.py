@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.fleet import FleetServer, HttpWorker
+from tests.harness.typed import present
 
 SHORT = ["--header-timeout", "2s", "--idle-timeout", "5s", "--body-timeout", "2s",
          "--poll-wait", "5s"]
@@ -136,7 +137,7 @@ def test_a_keepalive_connection_trickling_its_next_request_is_closed(short: Flee
 def test_slow_body_times_out_with_408(short: FleetServer) -> None:
     s = _connect(short.port)
     s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Authorization: Bearer " + short.admin.encode() + b"\r\n"
+              b"Authorization: Bearer " + present(short.admin).encode() + b"\r\n"
               b"Content-Length: 1000\r\n\r\n{\"resource\":")
     s.settimeout(6)
     data = b""
@@ -179,7 +180,7 @@ def test_connections_are_capped_and_the_cap_is_logged_once(tmp_path: Path) -> No
             c.close()
         time.sleep(0.3)
         assert _health_time(s) < 2.0
-        limits = Path(f"/proc/{s.proc.pid}/limits").read_text()
+        limits = Path(f"/proc/{present(s.proc).pid}/limits").read_text()
         line = next(li for li in limits.splitlines() if li.startswith("Max open files"))
         soft, hard = line.split()[3:5]
         assert soft == hard, f"RLIMIT_NOFILE soft limit not raised to the hard one: {line}"

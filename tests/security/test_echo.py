@@ -65,7 +65,7 @@ def test_api_refusals_quote_an_excerpt(server, method, path, body) -> None:
     assert "…" in answer["error"]["message"] and "characters" in answer["error"]["message"]
 
 
-MCP = [
+MCP: list[tuple[str, dict[str, object]]] = [
     ("show_task", {"task_id": HUGE}),
     ("cancel_task", {"task_id": HUGE}),
     ("read_log", {"task_id": HUGE}),

@@ -51,7 +51,7 @@ def test_daemon_and_worker_files_are_private(tmp_path: Path, umask_022) -> None:
         log_text = s.call("GET", f"/v1/tasks/{tid}/log")[1]
         assert "umask 0o22" in log_text, f"the task did not get the worker's umask: {log_text}"
         # the daemon: database, WAL, task logs
-        db = s.db
+        db = Path(s.db)
         daemon_files = [db, *Path(f"{db}.logs").rglob("*"), Path(f"{db}.logs")]
         if Path(f"{db}.wal").exists():
             daemon_files.append(Path(f"{db}.wal"))
@@ -78,7 +78,7 @@ def test_a_database_made_0644_by_an_older_version_is_tightened(tmp_path: Path,
     os.chmod(s.db, 0o644)
     s.start()
     try:
-        assert _mode(s.db) == 0o600
+        assert _mode(Path(s.db)) == 0o600
     finally:
         assert s.stop() == 0, s.log()
 

@@ -117,13 +117,13 @@ def mutated(draw: st.DrawFn, plausible: Any) -> Any:
         out[i] = draw(mutated(out[i]))
         return out
     if isinstance(plausible, dict) and plausible:
-        out = dict(plausible)
-        k = draw(st.sampled_from(sorted(out)))
+        mapping = dict(plausible)
+        k = draw(st.sampled_from(sorted(mapping)))
         if draw(st.booleans()):
-            out[k] = draw(mutated(out[k]))
+            mapping[k] = draw(mutated(mapping[k]))
         else:
-            out[draw(st.sampled_from(HOSTILE_STRINGS))] = out.pop(k)
-        return out
+            mapping[draw(st.sampled_from(HOSTILE_STRINGS))] = mapping.pop(k)
+        return mapping
     return draw(value)
 
 
@@ -223,7 +223,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     task = s.ok("POST", "/v1/tasks", {"resource": "llm-research/h100", "command": ["true"],
                                       "project": "evals"},
                 token=tokens["alice"], expect=201)
-    s.tokens = tokens  # type: ignore[attr-defined]
+    s.tokens = tokens  # type: ignore[assignment]  # None: the request without a token
     s.plausible = {"id": task["id"], "worker": reg["worker_id"],  # type: ignore
                    "token": spare["id"], "policy": "llm-research", "profile": "h100",
                    "name": "llm-research"}
@@ -253,7 +253,7 @@ def test_hostile_input_never_gets_a_5xx_nor_stops_the_daemon(srv: Server, method
         headers: dict[str, bytes | str] = {}
         if key is not None:
             headers["Idempotency-Key"] = key
-        token = srv.tokens[who]  # type: ignore[attr-defined]
+        token: str | None = srv.tokens[who]
         if who == "worker":  # the registered worker's key: its calls reach the handlers
             headers["X-Klique-Worker-Key"] = srv.worker_key  # type: ignore[attr-defined]
         if auth is not None:

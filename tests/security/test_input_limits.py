@@ -11,6 +11,7 @@ import pytest
 from kliqued.daemon import limits
 from kliqued.sdk.client import Client
 from tests.harness.daemon import Server
+from tests.harness.typed import present
 
 from .edge_client import alive, send
 
@@ -83,7 +84,7 @@ def test_listing_pages_are_bounded_in_bytes_and_the_sdk_follows_them(srv: Server
     status, ev = send(srv, "GET", "/v1/events?limit=1000", token=srv.admin)
     assert status == 200 and ev["next"] is not None
     assert len(json.dumps(ev)) < 2 * limits.MAX_PAGE_BYTES
-    events = list(Client(srv.url, srv.admin).events(page_size=1000))
+    events = list(Client(srv.url, present(srv.admin)).events(page_size=1000))
     assert len(events) > len(ev["events"])
 
 

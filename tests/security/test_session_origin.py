@@ -213,8 +213,8 @@ def test_with_a_sessions_domain_each_session_is_served_at_its_own_host_only(
         host = f"{sid.lower()}.sessions.test:{port}"
         assert s["url"] == f"http://{host}/sessions/{sid}/"
         at = f"http://127.0.0.1:{port}/sessions/{sid}/"
-        page = wait_for(lambda: (r := fetch("GET", at, alice, headers={"Host": host}))[0]
-                        == 200 and r, 60, "the session at its own host")
+        page = wait_for(lambda: r if (r := fetch("GET", at, alice, headers={"Host": host}))[0]
+                        == 200 else None, 60, "the session at its own host")
         assert json.loads(page[1])["hello"] == "from the session"
         assert "connect-src 'self'" in page[2]["Content-Security-Policy"]
         # its root leads to its path; any other host, or its host with another session's

@@ -96,7 +96,7 @@ def test_time_spent_waiting_counts_against_the_limit(store):
 
     async def main() -> list[tuple[str, float]]:
         deadline = time.monotonic() + 1.0
-        return await asyncio.gather(one(deadline), one(deadline))
+        return list(await asyncio.gather(one(deadline), one(deadline)))
 
     start = time.monotonic()
     try:

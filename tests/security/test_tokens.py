@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -20,7 +21,7 @@ from tests.harness.daemon import ADMIN, ROOT, SMALL_ESTATE, Server
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Server:
+def server(tmp_path_factory) -> Iterator[Server]:
     s = Server(tmp_path_factory.mktemp("tokens")).start()
     yield s
     if s.proc is not None and s.proc.poll() is None:

@@ -11,6 +11,7 @@ import pytest
 from compiler.api import compile_dir
 from kliqued.cli import main
 from kliqued.sim.trace import Progress, TraceError, load_trace, replay
+from tests.harness.typed import present
 
 ESTATE = """
 pools:
@@ -138,7 +139,7 @@ def test_rebalances_and_lost_work_are_reported(tmp_path: Path,
 
 def test_a_finished_replay_is_not_cut_by_the_horizon(tmp_path: Path, estate_dir: Path) -> None:
     # Everything ends at 4h; the engine's next moment (a's budget day) is past --until.
-    est = compile_dir(estate_dir).estate
+    est = present(compile_dir(estate_dir).estate)
     tr = load_trace(str(_write(tmp_path, TRACE)), est)
     d = replay(tr, est, until=tr.start + 5 * 3_600_000).data
     assert not d["stopped_at_horizon"] and d["end"] == "2026-01-05T04:00:00Z"
@@ -163,7 +164,7 @@ def test_work_that_never_finishes_stops_at_the_horizon(tmp_path: Path,
                                                        estate_dir: Path) -> None:
     # Without a checkpoint a 5 h task restarts from zero every day: it can never finish.
     trace = _write(tmp_path, HEADER + "a-1,0,a/any,alice,x,1,5h\n")
-    est = compile_dir(estate_dir).estate
+    est = present(compile_dir(estate_dir).estate)
     tr = load_trace(str(trace), est)
     d = replay(tr, est, until=tr.start + 50 * 3_600_000).data
     a = d["groups"]["a"]
@@ -241,7 +242,7 @@ def test_group_limit_is_checked(tmp_path: Path) -> None:
     d.mkdir()
     (d / "e.yaml").write_text(ESTATE.replace("reservation: 2, limit: 8", "reservation: 2, "
                                                                           "limit: 5"))
-    est = compile_dir(d).estate
+    est = present(compile_dir(d).estate)
     with pytest.raises(TraceError) as exc:
         load_trace(str(_write(tmp_path, HEADER + "a-1,0,a/any,alice,x,6,1h\n")), est)
     assert "t.csv:2: error[trace]: gpus: gpus 6 is above the limit of group 'a' (5)" \

@@ -3,6 +3,7 @@ of person and work placed, preempted and ended (no worker: pools take work witho
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -31,7 +32,7 @@ class Work:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Server:
+def server(tmp_path_factory) -> Iterator[Server]:
     s = Server(tmp_path_factory.mktemp("web")).start()
     yield s
     log = s.log()

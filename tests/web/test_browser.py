@@ -23,6 +23,7 @@ import pytest
 
 from tests.daemon.fleet import ESTATE, FleetServer, real_workers, running_fleet, trap
 from tests.daemon.fleet import write_estate
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -236,7 +237,7 @@ def test_four_people_watch_work_placed_and_preempted_live(
     want = fs.sql("SELECT sum(gpu_hours) FROM usage")[0][0]
     assert got == Decimal(str(want)) and got > 0
     assert {t1, t2, t3} <= {r["task"] for r in rows}
-    page_total = finance.locator("[data-total-hours]").get_attribute("data-total-hours")
+    page_total = present(finance.locator("[data-total-hours]").get_attribute("data-total-hours"))
     assert Decimal(page_total) == got
 
     # the audit trail finds the preemption and who started each task

@@ -14,6 +14,7 @@ import pytest
 from tests.workers.protocol_peer import ProtocolPeer
 from tests.harness.procs import pid_alive  # noqa: F401  (used here and by tests)
 from tests.harness.wait import wait_for as wait_until  # noqa: F401  (the old name)
+from tests.harness.typed import present
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,8 +47,8 @@ class WorkerProcess:
         return self
 
     def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(5)
+        present(self.proc).send_signal(signal.SIGKILL)
+        present(self.proc).wait(5)
         self._stderr.close()
 
     def stop(self) -> None:

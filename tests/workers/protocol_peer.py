@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 
 MILLI = 1000
@@ -133,7 +134,7 @@ class ProtocolPeer:
             stop = {"task": task, "epoch": t.epoch, "reason": reason, "text": text}
             if grace_s is not None:
                 stop["grace_s"] = grace_s
-            self.stops.setdefault(t.worker, []).append(stop)
+            self.stops.setdefault(present(t.worker), []).append(stop)
 
     def forget(self, task: str) -> None:
         """The task ended on the control plane's side (cancelled) while the worker was away."""
@@ -232,14 +233,14 @@ class ProtocolPeer:
         with self.lock:
             self.lease_calls.append((wid, body, time.monotonic()))
         deadline = time.monotonic() + wait
-        async with self._cond:
+        async with present(self._cond):
             while True:
                 leases = self._take(wid, body)
                 left = deadline - time.monotonic()
                 if leases or left <= 0:
                     return web.json_response({"leases": leases})
                 try:
-                    await asyncio.wait_for(self._cond.wait(), left)
+                    await asyncio.wait_for(present(self._cond).wait(), left)
                 except asyncio.TimeoutError:
                     pass
 

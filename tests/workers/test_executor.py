@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 from tests.workers.conftest import pid_alive
 from workers.executors import RUNNING, Exited, StartError
@@ -169,7 +170,7 @@ def test_exit_waiter_notices_the_end_at_once(tmp_path):
         first = ex.poll(h)
         h2 = ex.start(lease(["true"], task="t-2"), [0], tmp_path / "u.log")
         adopted = ProcessExecutor(tmp_path).adopt(h2.to_record())
-        await asyncio.wait_for(ProcessExecutor(tmp_path).exit_waiter(adopted), 10)
+        await asyncio.wait_for(present(ProcessExecutor(tmp_path).exit_waiter(adopted)), 10)
         return took, first, ex.poll(adopted)
     took, first, second = asyncio.run(main())
     assert took < 0.5

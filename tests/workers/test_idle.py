@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.harness.typed import present
 from tests.harness.wait import wait_for
 from tests.workers.protocol_peer import ProtocolPeer
 from tests.workers.conftest import WorkerProcess
@@ -93,7 +94,8 @@ def test_cpu_of_a_process_group_sleeping_and_busy():
         # On a loaded machine the busy loop gets less than a core: wait for its CPU time to
         # grow rather than for a fixed wall time (bounded), then compare with the sleeper.
         def grown() -> tuple[float, float] | None:
-            b = (cpu_seconds(group_pids(sleeper.pid)), cpu_seconds(group_pids(busy.pid)))
+            b = (present(cpu_seconds(group_pids(sleeper.pid))),
+                 present(cpu_seconds(group_pids(busy.pid))))
             return b if b[1] - a[1] > 0.3 else None
         b = wait_for(grown, 15, "the busy loop's CPU time to grow", every=0.2)
         assert b[0] - a[0] < 0.05

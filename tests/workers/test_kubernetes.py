@@ -42,7 +42,8 @@ def deserialize(name: str, kind: str):
     try:
         return client.deserialize(text, kind, "application/json")      # client >= 31
     except TypeError:                                                   # older clients
-        return client.deserialize(SimpleNamespace(data=text), kind)
+        # an older client's signature: a response object, no content type
+        return client.deserialize(SimpleNamespace(data=text), kind)  # type: ignore[call-arg, arg-type]
 
 
 def lease(**extra) -> dict:
