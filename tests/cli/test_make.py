@@ -21,6 +21,13 @@ def make_n(*args: str) -> list[str]:
     return p.stdout.splitlines()
 
 
+def pytest_line(lines: list[str]) -> int:
+    """The index of the line that runs the suite (its variables and flags around it)."""
+    found = [i for i, x in enumerate(lines) if ".venv/bin/python -m pytest" in x]
+    assert len(found) == 1, lines
+    return found[0]
+
+
 def test_make_run_installs_only_the_product() -> None:
     lines = make_n("run")
     installs = [x for x in lines if "pip install" in x and "--upgrade pip" not in x]
@@ -31,8 +38,7 @@ def test_make_run_installs_only_the_product() -> None:
 def test_make_test_installs_system_packages_then_runs_pytest() -> None:
     lines = make_n("test")
     assert any("-e '.[test,ops]'" in x for x in lines)
-    assert lines.index("tests/setup/system-packages.sh") < lines.index(
-        ".venv/bin/python -m pytest")
+    assert lines.index("tests/setup/system-packages.sh") < pytest_line(lines)
     ci = (REPO / ".ci" / "run").read_text()
     assert "apt-get" not in ci and ci.rstrip().endswith("make test")
 
@@ -40,14 +46,14 @@ def test_make_test_installs_system_packages_then_runs_pytest() -> None:
 def test_make_test_type_checks_before_pytest() -> None:
     """mypy, configured in pyproject.toml ([tool.mypy]), fails the build before the tests."""
     lines = make_n("test")
-    assert lines.index(".venv/bin/mypy") < lines.index(".venv/bin/python -m pytest")
+    assert lines.index(".venv/bin/mypy") < pytest_line(lines)
 
 
 def test_make_test_checks_the_import_contracts_before_pytest() -> None:
     """lint-imports ([tool.importlinter] in pyproject.toml: docs/architecture.md, "Layers")
     fails the build before the tests."""
     lines = make_n("test")
-    assert lines.index(".venv/bin/lint-imports") < lines.index(".venv/bin/python -m pytest")
+    assert lines.index(".venv/bin/lint-imports") < pytest_line(lines)
 
 
 def test_system_packages_say_what_will_skip() -> None:
