@@ -41,16 +41,16 @@ run: $(RUN_STAMP)
 # Slurm, Podman and the rest from Debian's packages when root with apt-get (else it says
 # which tests will skip), the import contracts (pyproject.toml), then every test.
 test: $(STAMP) system-packages
+	$(BIN)/ruff check
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
 
 # The quick loop (under 2 minutes): lint, types, the import contracts, and the tests that
 # start no daemon, cluster, container, database or browser, on Hypothesis's `dev` profile.
-# The lint's rules: those that pass today (E9, F63, F7); the full set comes with issue 27's
-# ruff step.
+# The lint's rules: [tool.ruff.lint] in pyproject.toml.
 check: $(STAMP)
-	$(BIN)/ruff check --select E9,F63,F7
+	$(BIN)/ruff check
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -n 2 -m "$(QUICK)"

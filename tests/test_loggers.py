@@ -3,7 +3,6 @@ module's level can be set, and the parents (``kliqued``, ``workers``) still conf
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 from pathlib import Path

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 from decimal import Decimal
-from pathlib import Path
 
 from kliqued.sdk import Client
 from tests.harness.daemon import ADMIN as SERVE_ADMIN, Server

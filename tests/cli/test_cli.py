@@ -27,9 +27,9 @@ def test_validate_example_estate_is_clean() -> None:
 def test_validate_broken_estate_prints_every_error_with_position() -> None:
     r = kliqued("validate", str(BROKEN / "references.yaml"))
     assert r.returncode == 1
-    lines = [l for l in r.stdout.splitlines() if "error[" in l]
+    lines = [x for x in r.stdout.splitlines() if "error[" in x]
     assert len(lines) == 8
-    assert all(l.split(": ", 1)[0].count(":") == 2 for l in lines)
+    assert all(x.split(": ", 1)[0].count(":") == 2 for x in lines)
     assert "Traceback" not in r.stdout + r.stderr
 
 

@@ -11,8 +11,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator

@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from kliqued.daemon.state.clockwatch import CLOCK_FILE_ENV
-from tests.daemon.fleet import (ESTATE, PY, FleetServer, RealWorker, kill_pids_in,
+from tests.daemon.fleet import (ESTATE, FleetServer, RealWorker, kill_pids_in,
                                 write_estate)
 from tests.harness.wait import wait_for
 

@@ -20,7 +20,7 @@ import pytest
 from klique_util.fmt import hours
 from kliqued.cli import main
 from kliqued.engine.periods import format_minute
-from tests.daemon.test_lost_work import CMD, lending_estate, ms, reclaim
+from tests.daemon.test_lost_work import CMD, lending_estate, ms
 from tests.harness.daemon import Server
 from tests.harness.typed import present
 from tests.harness.wait import wait_for

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import psycopg

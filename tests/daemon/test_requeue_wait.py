@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from .fleet import ESTATE, FleetServer, RealWorker, kill_pids_in, trap, wait_for, write_estate
 

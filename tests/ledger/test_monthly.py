@@ -7,7 +7,6 @@ import random
 from decimal import Decimal
 from types import SimpleNamespace
 
-import pytest
 
 from kliqued.ledger import (close_interval, close_intervals, ensure_schema, open_intervals,
                             replace_prices)

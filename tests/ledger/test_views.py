@@ -6,7 +6,6 @@ import random
 from decimal import Decimal
 from datetime import datetime, timezone
 
-import pytest
 
 from kliqued.ledger import close_interval, close_intervals, open_intervals
 

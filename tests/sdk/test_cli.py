@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import duckdb
-import pytest
 
 from kliqued.sdk import Client
 from tests.conftest import REPO

@@ -5,7 +5,6 @@ variable is not set; the notice is what the worker wrote (workers/checkpoints.py
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 

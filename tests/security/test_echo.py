@@ -7,7 +7,6 @@ parameter, a body field, a label, a key) and answers a small refusal that quotes
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kliqued.daemon.storage.querypool import Busy, Expired, QueryPool
+from kliqued.daemon.storage.querypool import Expired, QueryPool
 from kliqued.daemon.storage.store import Store
 from kliqued.ledger import LedgerSqlError, run_readonly
 from kliqued.ledger.sql import json_size

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from klique_util.poolsettings import PoolSettings
-from workers.errors import StartError
+from workers.errors import StartError as StartError  # re-exported: executors import it here
 
 
 class Running:

@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator  # noqa: E402
 from referencing import Registry, Resource  # noqa: E402
 from referencing.jsonschema import DRAFT202012  # noqa: E402
 
-from kliqued.daemon.state.channels import CHANNELS, DECLARED, HEADER
+from kliqued.daemon.state.channels import CHANNELS, DECLARED, HEADER  # noqa: E402
 
 URN = "urn:kliqued:openapi"
 

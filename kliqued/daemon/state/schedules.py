@@ -310,9 +310,9 @@ def denied(d: Daemon, s: Schedule) -> str | None:
         resources = [(st.resource, st.project, st.gpus_milli) for st in loaded.spec.steps]
     elif s.resource is not None:
         resources = [(s.resource, s.project, s.gpus_milli)]
-    for resource, project, gpus in resources:
+    for resource, project, milli in resources:
         try:
-            check_submission(d.idx(), resource, s.owner, project, gpus,
+            check_submission(d.idx(), resource, s.owner, project, milli,
                              require_project=True)
         except SubmissionError as exc:
             return f"stopped: {s.owner} may no longer send to {resource}: {exc}"

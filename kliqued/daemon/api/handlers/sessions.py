@@ -22,7 +22,7 @@ from klique_util.tunnel import MAX_FRAME, MAX_WS_MESSAGE, FrameTooLarge, b64, cl
     forwardable, unb64
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.daemon import session_origin
-from kliqued.daemon.api import sessions, views
+from kliqued.daemon.api import sessions
 from kliqued.daemon.fleet import workers as fleet, tunnels
 from kliqued.daemon.state import history
 from kliqued.daemon.errors import ApiError, bad_request, forbidden, not_found

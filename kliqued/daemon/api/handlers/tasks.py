@@ -118,7 +118,6 @@ async def list_tasks(request: web.Request) -> web.Response:
     start = bisect_right(d.ids, after) if after else 0
     out: list[TaskRecord] = []
     more = False
-    records = d.records
     budget = limits.MAX_PAGE_BYTES
     for rec in _merged(d, d.ids[start:] if start else d.ids, stored):
         if state is not None and rec.state != state:

@@ -57,7 +57,8 @@ async def _audited(request: web.Request, check: Callable[[], T]) -> T:
     except fleet.Refused as exc:
         c = ctx(request)
         p = principal(request)
-        await c.seq.submit(lambda now, ov: fleet.prepare_refused(c.daemon, p, exc, now, ov))
+        refused = exc  # ``exc`` is unbound once the except block ends; the prepare may run later
+        await c.seq.submit(lambda now, ov: fleet.prepare_refused(c.daemon, p, refused, now, ov))
         raise
 
 
