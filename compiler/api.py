@@ -93,8 +93,17 @@ def compile_dir(path: str | Path) -> CompileResult:
     try:
         files = read_dir(path)
     except EstateReadError as exc:
-        return CompileResult(None, [error("estate-path", str(exc), Position(str(path)),
-                                          "give the estate directory, e.g. estate/")])
+        return CompileResult(
+            None,
+            [
+                error(
+                    "estate-path",
+                    str(exc),
+                    Position(str(path)),
+                    "give the estate directory, e.g. estate/",
+                )
+            ],
+        )
     return compile_files(files)
 
 
@@ -113,8 +122,14 @@ def compile_files(files: list[SourceFile]) -> CompileResult:
     if any(d.is_error for d in diags):
         result.estate = None
     if not files:
-        result.diagnostics.append(error("estate-path", "no estate files (*.yaml, *.yml) found",
-                                        None, "point at the estate directory, e.g. estate/"))
+        result.diagnostics.append(
+            error(
+                "estate-path",
+                "no estate files (*.yaml, *.yml) found",
+                None,
+                "point at the estate directory, e.g. estate/",
+            )
+        )
         result.estate = None
     return result
 

@@ -49,8 +49,9 @@ def owners_by_file(result: CompileResult) -> tuple[dict[str, list[str]], list[st
     return out, it
 
 
-def render_codeowners(result: CompileResult, path_of: Callable[[str], str], estate_dir: str,
-                      command: str) -> str:
+def render_codeowners(
+    result: CompileResult, path_of: Callable[[str], str], estate_dir: str, command: str
+) -> str:
     """The CODEOWNERS text. ``path_of``: an estate file's path from the repository root,
     ``/``-separated, no leading slash; ``estate_dir``: the estate directory's (``""`` for the
     root). The directory's own line gives IT any file added later; each file's line (later

@@ -37,6 +37,7 @@ class CAttribution(_Frozen):
 class CLending(_Frozen):
     """lending.md's settings; left out of the canonical JSON at their defaults, so estates
     that do not use them keep their revision."""
+
     order: Literal["ordered", "fair"] = "ordered"
     protect_for_s: int = 0
     victims: Literal["newest", "least_lost_work"] = "newest"
@@ -130,6 +131,7 @@ class CFromTask(_Frozen):
 
 class CIdle(_Frozen):
     """A profile's session idle limits in seconds (None: no limit of that kind)."""
+
     wall_s: int | None = None
     cpu_s: int | None = None
     gpu_s: int | None = None
@@ -242,8 +244,9 @@ class CompiledEstate(_Frozen):
 
     def canonical_json(self) -> str:
         """The byte-stable text: sorted keys, two-space indent, a final newline."""
-        return json.dumps(self.canonical_body(), sort_keys=True, indent=2,
-                          ensure_ascii=False) + "\n"
+        return (
+            json.dumps(self.canonical_body(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+        )
 
     def canonical_body(self) -> dict[str, Any]:
         """The data the revision digest covers, as JSON values: the plan's diff walks this

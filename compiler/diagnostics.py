@@ -63,7 +63,9 @@ class Diagnostic:
 
     def as_error(self) -> "Diagnostic":
         """The same finding as an error (``--strict``)."""
-        return Diagnostic(Severity.ERROR, self.code, self.message, self.pos, self.hint, self.related)
+        return Diagnostic(
+            Severity.ERROR, self.code, self.message, self.pos, self.hint, self.related
+        )
 
     def to_json(self) -> dict[str, str | int | None]:
         return {
@@ -77,13 +79,23 @@ class Diagnostic:
         }
 
 
-def error(code: str, message: str, pos: Position | None = None, hint: str | None = None,
-          related: tuple[Position, ...] = ()) -> Diagnostic:
+def error(
+    code: str,
+    message: str,
+    pos: Position | None = None,
+    hint: str | None = None,
+    related: tuple[Position, ...] = (),
+) -> Diagnostic:
     return Diagnostic(Severity.ERROR, code, message, pos, hint, related)
 
 
-def warning(code: str, message: str, pos: Position | None = None, hint: str | None = None,
-            related: tuple[Position, ...] = ()) -> Diagnostic:
+def warning(
+    code: str,
+    message: str,
+    pos: Position | None = None,
+    hint: str | None = None,
+    related: tuple[Position, ...] = (),
+) -> Diagnostic:
     return Diagnostic(Severity.WARNING, code, message, pos, hint, related)
 
 

@@ -56,8 +56,9 @@ def organisation(policies: list[Policy], groups: list[Group]) -> Organisation:
     ancestors = {g.name: _ancestors(g.name, parent_of) for g in groups}
     # A group in a cycle of parents (an error of the checks) makes no envelope: which of its
     # members is "above" is undefined, and one error for the cycle is enough.
-    cyclic = {n for n, p in parent_of.items()
-              if p is not None and (p == n or n in ancestors.get(p, []))}
+    cyclic = {
+        n for n, p in parent_of.items() if p is not None and (p == n or n in ancestors.get(p, []))
+    }
     has_children = {g.parent for g in groups if g.parent is not None and g.name not in cyclic}
     policy_of_group: dict[str, str] = {}
     for pol in policies:
@@ -65,8 +66,11 @@ def organisation(policies: list[Policy], groups: list[Group]) -> Organisation:
     envelopes = {pol.name for pol in policies if pol.group in has_children}
     levels: dict[str, list[str]] = {}
     for pol in policies:
-        above = [policy_of_group[a] for a in ancestors.get(pol.group, [])
-                 if policy_of_group.get(a) in envelopes]
+        above = [
+            policy_of_group[a]
+            for a in ancestors.get(pol.group, [])
+            if policy_of_group.get(a) in envelopes
+        ]
         levels[pol.name] = [pol.name] + [e for e in above if e != pol.name]
     nearest: dict[str, list[str]] = {e: [] for e in envelopes}
     subtree: dict[str, list[str]] = {e: [] for e in envelopes}
@@ -77,21 +81,29 @@ def organisation(policies: list[Policy], groups: list[Group]) -> Organisation:
         for e in up:
             subtree[e].append(pol.name)
     reservation = {pol.name: pol.reservation for pol in policies}
-    shared = {e: max(0, reservation[e] - sum(reservation[p] for p in nearest[e]))
-              for e in envelopes}
+    shared = {
+        e: max(0, reservation[e] - sum(reservation[p] for p in nearest[e])) for e in envelopes
+    }
     return Organisation(ancestors, policy_of_group, envelopes, levels, nearest, subtree, shared)
 
 
-def reservation_demands(org: Organisation, reservations: dict[str, int],
-                        reach: dict[str, list[str]]) -> tuple[dict[str, int], dict[str, list[str]]]:
+def reservation_demands(
+    org: Organisation, reservations: dict[str, int], reach: dict[str, list[str]]
+) -> tuple[dict[str, int], dict[str, list[str]]]:
     """The demands of the max-flow reservation check: a team's own reservation in the pools
     its profiles reach; an envelope's *shared* reservation in any pool reachable from a
     profile of a policy in its subtree (its teams' own reservations are their demands)."""
-    demand = {p: (org.shared.get(p, 0) if p in org.envelopes else r)
-              for p, r in reservations.items()}
-    where = {p: (sorted({q for below in org.subtree.get(p, []) for q in reach.get(below, [])})
-                 if p in org.envelopes else list(reach.get(p, [])))
-             for p in reservations}
+    demand = {
+        p: (org.shared.get(p, 0) if p in org.envelopes else r) for p, r in reservations.items()
+    }
+    where = {
+        p: (
+            sorted({q for below in org.subtree.get(p, []) for q in reach.get(below, [])})
+            if p in org.envelopes
+            else list(reach.get(p, []))
+        )
+        for p in reservations
+    }
     return demand, where
 
 
@@ -112,6 +124,8 @@ def compiled_demands(est: "CompiledEstate") -> tuple[dict[str, int], dict[str, l
         for env in pol.levels[1:]:
             if env in reach:
                 reach[env] += [q for q in reach[pol.name] if q not in reach[env]]
-    demand = {p.name: (p.shared_reservation_milli if p.envelope else p.reservation_milli)
-              for p in est.policies}
+    demand = {
+        p.name: (p.shared_reservation_milli if p.envelope else p.reservation_milli)
+        for p in est.policies
+    }
     return demand, reach

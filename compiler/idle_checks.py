@@ -19,20 +19,27 @@ def check_profile_idle(obj: SourceObject[Profile], prof: Profile) -> list[Diagno
         return diags
     for kind in KINDS:
         if getattr(idle, kind) == 0:
-            diags.append(error("idle-limit", f"{obj.label}: idle.{kind} is 0, which would "
-                               "stop every session as soon as it starts",
-                               obj.pos("idle", kind),
-                               f"give a duration such as 30m, or leave idle.{kind} out "
-                               "for no limit"))
+            diags.append(
+                error(
+                    "idle-limit",
+                    f"{obj.label}: idle.{kind} is 0, which would "
+                    "stop every session as soon as it starts",
+                    obj.pos("idle", kind),
+                    f"give a duration such as 30m, or leave idle.{kind} out for no limit",
+                )
+            )
     wall = idle.wall
     if wall:
         for kind in KINDS[1:]:
             value = getattr(idle, kind)
             if value and value >= wall:
-                diags.append(warning(
-                    "idle-limit-unreachable",
-                    f"{obj.label}: idle.{kind} ({duration_str(value)}) is not shorter than "
-                    f"idle.wall ({duration_str(wall)}): the wall limit stops a session first",
-                    obj.pos("idle", kind), f"lower idle.{kind} below {duration_str(wall)} "
-                    "or leave it out"))
+                diags.append(
+                    warning(
+                        "idle-limit-unreachable",
+                        f"{obj.label}: idle.{kind} ({duration_str(value)}) is not shorter than "
+                        f"idle.wall ({duration_str(wall)}): the wall limit stops a session first",
+                        obj.pos("idle", kind),
+                        f"lower idle.{kind} below {duration_str(wall)} or leave it out",
+                    )
+                )
     return diags

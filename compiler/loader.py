@@ -76,6 +76,7 @@ def _yaml() -> YAML:
 
 try:  # the C parser (ruamel.yaml.clib) composes an XL estate about 8x faster
     import ruamel.yaml.cyaml  # noqa: F401  (its import fails without ruamel.yaml.clib)
+
     HAVE_C_PARSER = True
 except ImportError:  # pragma: no cover - the pure parser gives the same tree, slower
     HAVE_C_PARSER = False
@@ -108,19 +109,27 @@ def _fast_load(text: str) -> Any:
             m._yaml_set_line_col(n.start_mark.line, n.start_mark.column)
             for k_node, v_node in n.value:
                 if k_node.tag == _MERGE:
-                    raise MarkedYAMLError(problem="merge keys (<<) are not supported",
-                                          problem_mark=k_node.start_mark)
+                    raise MarkedYAMLError(
+                        problem="merge keys (<<) are not supported", problem_mark=k_node.start_mark
+                    )
                 key = build(k_node)
                 if isinstance(key, (dict, list)):
-                    raise MarkedYAMLError(problem="a key must be a plain value",
-                                          problem_mark=k_node.start_mark)
+                    raise MarkedYAMLError(
+                        problem="a key must be a plain value", problem_mark=k_node.start_mark
+                    )
                 if key in m:
                     first = m.lc.key(key)
-                    raise _Duplicate(key, first, (k_node.start_mark.line,
-                                                  k_node.start_mark.column))
+                    raise _Duplicate(key, first, (k_node.start_mark.line, k_node.start_mark.column))
                 m[key] = build(v_node)
-                m.lc.add_kv_line_col(key, [k_node.start_mark.line, k_node.start_mark.column,
-                                           v_node.start_mark.line, v_node.start_mark.column])
+                m.lc.add_kv_line_col(
+                    key,
+                    [
+                        k_node.start_mark.line,
+                        k_node.start_mark.column,
+                        v_node.start_mark.line,
+                        v_node.start_mark.column,
+                    ],
+                )
             return m
         if isinstance(n, SequenceNode):
             seq = CommentedSeq()
@@ -175,12 +184,14 @@ def _tab_indents(file: str, text: str) -> list[Diagnostic]:
         stripped = line.lstrip(" \t")
         indent = line[: len(line) - len(stripped)]
         if "\t" in indent and stripped and not stripped.startswith("#"):
-            diags.append(error(
-                "yaml-tab",
-                "a tab in the indentation: YAML indents with spaces only",
-                Position(file, n, indent.index("\t") + 1),
-                "replace the tab with spaces",
-            ))
+            diags.append(
+                error(
+                    "yaml-tab",
+                    "a tab in the indentation: YAML indents with spaces only",
+                    Position(file, n, indent.index("\t") + 1),
+                    "replace the tab with spaces",
+                )
+            )
     return diags
 
 
@@ -210,16 +221,19 @@ def _too_deep(file: str, text: str, max_depth: int) -> Diagnostic | None:
     if _nesting_bound(text) <= SAFE_NESTING:
         return None
     from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
+
     depth = 0
     try:
         for ev in YAML(typ="safe", pure=not HAVE_C_PARSER).parse(text):
             if isinstance(ev, CollectionStartEvent):
                 depth += 1
                 if depth > max_depth:
-                    return error("yaml-depth-limit",
-                                 f"the file nests deeper than {max_depth} levels",
-                                 _mark_position(file, ev.start_mark) or Position(file),
-                                 "flatten the nesting")
+                    return error(
+                        "yaml-depth-limit",
+                        f"the file nests deeper than {max_depth} levels",
+                        _mark_position(file, ev.start_mark) or Position(file),
+                        "flatten the nesting",
+                    )
             elif isinstance(ev, CollectionEndEvent):
                 depth -= 1
     except (YAMLError, ValueError):
@@ -251,12 +265,14 @@ def load_yaml(file: str, data: bytes, limits: Limits = ESTATE) -> LoadedYaml:
     diagnostics."""
     out = LoadedYaml(file)
     if len(data) > limits.max_bytes:
-        out.diagnostics.append(error(
-            "yaml-too-large",
-            f"the file is {_size(len(data))}; the limit is {_size(limits.max_bytes)}",
-            Position(file),
-            limits.too_large_hint,
-        ))
+        out.diagnostics.append(
+            error(
+                "yaml-too-large",
+                f"the file is {_size(len(data))}; the limit is {_size(limits.max_bytes)}",
+                Position(file),
+                limits.too_large_hint,
+            )
+        )
         return out
     text = _decode(file, data)
     if isinstance(text, Diagnostic):
@@ -273,38 +289,50 @@ def load_yaml(file: str, data: bytes, limits: Limits = ESTATE) -> LoadedYaml:
     try:
         root = _load_tree(text)
     except _Duplicate as dup:
-        out.diagnostics.append(error(
-            "yaml-duplicate-key",
-            f'duplicate key "{dup.key}": a key may appear once per mapping',
-            Position(file, dup.second[0] + 1, dup.second[1] + 1),
-            f"the first one is at {Position(file, dup.first[0] + 1, dup.first[1] + 1)}; "
-            "remove or merge one",
-        ))
+        out.diagnostics.append(
+            error(
+                "yaml-duplicate-key",
+                f'duplicate key "{dup.key}": a key may appear once per mapping',
+                Position(file, dup.second[0] + 1, dup.second[1] + 1),
+                f"the first one is at {Position(file, dup.first[0] + 1, dup.first[1] + 1)}; "
+                "remove or merge one",
+            )
+        )
         return out
     except DuplicateKeyError as exc:
-        out.diagnostics.append(error(
-            "yaml-duplicate-key",
-            f"duplicate key {_duplicate_key_name(exc)}: a key may appear once per mapping",
-            _mark_position(file, exc.problem_mark),
-            f"the first one is at {_mark_position(file, exc.context_mark)}; remove or merge one",
-        ))
+        out.diagnostics.append(
+            error(
+                "yaml-duplicate-key",
+                f"duplicate key {_duplicate_key_name(exc)}: a key may appear once per mapping",
+                _mark_position(file, exc.problem_mark),
+                f"the first one is at {_mark_position(file, exc.context_mark)}; remove or merge one",
+            )
+        )
         return out
     except MarkedYAMLError as exc:
         problem = (exc.problem or exc.context or "malformed YAML").strip()[:300]
-        out.diagnostics.append(error(
-            "yaml-syntax",
-            f"malformed YAML: {problem}",
-            _mark_position(file, exc.problem_mark or exc.context_mark) or Position(file),
-        ))
+        out.diagnostics.append(
+            error(
+                "yaml-syntax",
+                f"malformed YAML: {problem}",
+                _mark_position(file, exc.problem_mark or exc.context_mark) or Position(file),
+            )
+        )
         return out
     except RecursionError:
-        out.diagnostics.append(error(
-            "yaml-depth-limit", f"the file nests deeper than {limits.max_depth} levels",
-            Position(file), "flatten the nesting"))
+        out.diagnostics.append(
+            error(
+                "yaml-depth-limit",
+                f"the file nests deeper than {limits.max_depth} levels",
+                Position(file),
+                "flatten the nesting",
+            )
+        )
         return out
     except (YAMLError, ValueError) as exc:
-        out.diagnostics.append(error("yaml-syntax", f"malformed YAML: {str(exc)[:300]}",
-                                     Position(file)))
+        out.diagnostics.append(
+            error("yaml-syntax", f"malformed YAML: {str(exc)[:300]}", Position(file))
+        )
         return out
     size_diag = check_expansion(file, root, limits.nodes_for(len(data)), limits.max_depth)
     if size_diag is not None:
@@ -314,14 +342,14 @@ def load_yaml(file: str, data: bytes, limits: Limits = ESTATE) -> LoadedYaml:
     return out
 
 
-def load_yaml_path(path: str, code: str = "yaml-read",
-                   limits: Limits = ESTATE) -> LoadedYaml:
+def load_yaml_path(path: str, code: str = "yaml-read", limits: Limits = ESTATE) -> LoadedYaml:
     """Reads and parses one file; an unreadable file is a diagnostic (``code``) too."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        return LoadedYaml(path, None, [error(code, f"cannot read: {exc.strerror or exc}",
-                                             Position(path))])
+        return LoadedYaml(
+            path, None, [error(code, f"cannot read: {exc.strerror or exc}", Position(path))]
+        )
     return load_yaml(path, data, limits)
 
 
@@ -333,8 +361,9 @@ def _duplicate_key_name(exc: DuplicateKeyError) -> str:
     return "found"
 
 
-def check_expansion(file: str, root: Any, max_nodes: int = MAX_NODES,
-                    max_depth: int = MAX_DEPTH) -> Diagnostic | None:
+def check_expansion(
+    file: str, root: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH
+) -> Diagnostic | None:
     """Counts the nodes the tree expands to (aliases included) up to ``max_nodes``, checks
     the nesting up to ``max_depth``, and finds aliases that contain themselves; each would
     make later stages loop, recurse too deep or exhaust memory. It stops at the first
@@ -360,12 +389,19 @@ def check_expansion(file: str, root: Any, max_nodes: int = MAX_NODES,
             )
         if container:
             if depth >= max_depth:
-                return error("yaml-depth-limit",
-                             f"the file nests deeper than {max_depth} levels",
-                             _node_position(file, node), "flatten the nesting")
+                return error(
+                    "yaml-depth-limit",
+                    f"the file nests deeper than {max_depth} levels",
+                    _node_position(file, node),
+                    "flatten the nesting",
+                )
             if id(node) in on_path:
-                return error("yaml-alias-limit", "an alias refers to a node that contains it",
-                             _node_position(file, node), "remove the recursive alias")
+                return error(
+                    "yaml-alias-limit",
+                    "an alias refers to a node that contains it",
+                    _node_position(file, node),
+                    "remove the recursive alias",
+                )
             on_path[id(node)] = depth
             path.append(id(node))
             children = node.values() if isinstance(node, dict) else node
@@ -384,8 +420,10 @@ def _node_position(file: str, node: Any) -> Position:
 def to_plain(node: Any) -> Any:
     """The ruamel tree as plain dicts, lists and scalars (ints, floats, strs, bools, None)."""
     if isinstance(node, dict):
-        return {str(k) if not isinstance(k, (int, float, bool)) else k: to_plain(v)
-                for k, v in node.items()}
+        return {
+            str(k) if not isinstance(k, (int, float, bool)) else k: to_plain(v)
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [to_plain(v) for v in node]
     if isinstance(node, bool):

@@ -32,9 +32,9 @@ DURATION_PATTERN = r"^\d+(s|m|h|d|w)?$"
 def _amount(what: str) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         if isinstance(value, str) or isinstance(value, bool):
-            raise ValueError(f"{what} must be a number such as 0.25, 1 or 8, "
-                             f"found {value!r}")
+            raise ValueError(f"{what} must be a number such as 0.25, 1 or 8, found {value!r}")
         return units.to_milli(value, what)
+
     return parse
 
 
@@ -59,22 +59,30 @@ _NUMBER_SCHEMA = {"type": "number", "minimum": 0}
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case name: a-z, 0-9, -")]
 User = Annotated[str, Field(pattern=USER_PATTERN, description="a user identity")]
-HANDLE_PATTERN = (r"^(@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:/[A-Za-z0-9._-]+)?"
-                  r"|[^@\s]+@[^@\s]+)$")
-Handle = Annotated[str, Field(
-    pattern=HANDLE_PATTERN,
-    description="a forge handle as CODEOWNERS writes it: @user, @org/team or an email")]
+HANDLE_PATTERN = (
+    r"^(@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:/[A-Za-z0-9._-]+)?"
+    r"|[^@\s]+@[^@\s]+)$"
+)
+Handle = Annotated[
+    str,
+    Field(
+        pattern=HANDLE_PATTERN,
+        description="a forge handle as CODEOWNERS writes it: @user, @org/team or an email",
+    ),
+]
 GpuAmount = Annotated[
     int,
     BeforeValidator(_amount("a GPU amount")),
-    WithJsonSchema({**_NUMBER_SCHEMA,
-                    "description": "GPUs: a decimal >= 0 with at most 3 decimal places"}),
+    WithJsonSchema(
+        {**_NUMBER_SCHEMA, "description": "GPUs: a decimal >= 0 with at most 3 decimal places"}
+    ),
 ]
 Weight = Annotated[
     int,
     BeforeValidator(_amount("a time weight")),
-    WithJsonSchema({**_NUMBER_SCHEMA,
-                    "description": "budget hours per hour of one task, at most 3 decimals"}),
+    WithJsonSchema(
+        {**_NUMBER_SCHEMA, "description": "budget hours per hour of one task, at most 3 decimals"}
+    ),
 ]
 Hours = Annotated[
     int,
@@ -84,9 +92,14 @@ Hours = Annotated[
 LendWeight = Annotated[
     int,
     BeforeValidator(_amount("a lend weight")),
-    WithJsonSchema({"type": "number", "exclusiveMinimum": 0,
-                    "description": "a level's weight in fair lending (lending.md): above 0, "
-                                   "at most 3 decimals; default 1"}),
+    WithJsonSchema(
+        {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "a level's weight in fair lending (lending.md): above 0, "
+            "at most 3 decimals; default 1",
+        }
+    ),
 ]
 Fraction = Annotated[
     int,
@@ -96,16 +109,26 @@ Fraction = Annotated[
 Duration = Annotated[
     int,
     BeforeValidator(_duration),
-    WithJsonSchema({"anyOf": [
-        {"type": "string", "pattern": DURATION_PATTERN},
-        {"type": "integer", "minimum": 0},
-    ], "description": "30s, 15m, 2h, 1d, 1w or a number of seconds"}),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": DURATION_PATTERN},
+                {"type": "integer", "minimum": 0},
+            ],
+            "description": "30s, 15m, 2h, 1d, 1w or a number of seconds",
+        }
+    ),
 ]
 Time = Annotated[
     str,
     BeforeValidator(_time),
-    WithJsonSchema({"type": "string", "format": "date-time",
-                    "description": "RFC 3339, UTC, e.g. 2026-01-01T00:00:00Z"}),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "date-time",
+            "description": "RFC 3339, UTC, e.g. 2026-01-01T00:00:00Z",
+        }
+    ),
 ]
 Money = Annotated[
     Decimal,
@@ -117,15 +140,18 @@ PoolKind = Literal["kubernetes", "baremetal", "hpc", "cloud"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True,
-                              arbitrary_types_allowed=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, arbitrary_types_allowed=False
+    )
 
 
 class _Named(_Model):
     name: Name
     description: str | None = Field(None, description="free text for people (extension)")
     renamed_from: Name | None = Field(
-        None, description="the old name: `kliqued plan` shows a rename (extension)")
+        None, description="the old name: `kliqued plan` shows a rename (extension)"
+    )
+
 
 Audience = Literal["admins", "it"]
 
@@ -138,29 +164,35 @@ class AlertChannel(_Model):
     """Where alerts go: a generic JSON webhook (signed), a Slack-compatible incoming webhook,
     or e-mail over SMTP. Secrets are named (an environment variable or a file), never written
     here, so the estate can live in git."""
+
     name: Name
     kind: Literal["webhook", "slack", "email"]
     url: str | None = Field(None, description="webhook and slack: the URL to POST to")
     secret_env: str | None = Field(
-        None, description="webhook: the environment variable holding the HMAC-SHA256 key")
+        None, description="webhook: the environment variable holding the HMAC-SHA256 key"
+    )
     secret_file: str | None = Field(
-        None, description="webhook: the file holding the HMAC-SHA256 key")
+        None, description="webhook: the file holding the HMAC-SHA256 key"
+    )
     smtp_host: str | None = Field(None, description="email: the SMTP server")
     smtp_port: Annotated[int, Field(ge=1, le=65535)] = 25
     sender: str | None = Field(None, description="email: the From address")
     to: list[Audience] = Field(
         default_factory=_everyone,
-        description="who this channel speaks to: the policy's group admins, IT, or both")
-    timeout: Duration = Field("10s", validate_default=True,
-                              description="each delivery attempt's time limit")
+        description="who this channel speaks to: the policy's group admins, IT, or both",
+    )
+    timeout: Duration = Field(
+        "10s", validate_default=True, description="each delivery attempt's time limit"
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> "AlertChannel":
         if self.kind in ("webhook", "slack") and not self.url:
             raise ValueError(f"channel '{self.name}': a {self.kind} channel needs 'url'")
         if self.kind == "email" and not (self.smtp_host and self.sender):
-            raise ValueError(f"channel '{self.name}': an email channel needs 'smtp_host' "
-                             "and 'sender'")
+            raise ValueError(
+                f"channel '{self.name}': an email channel needs 'smtp_host' and 'sender'"
+            )
         if self.kind != "webhook" and (self.secret_env or self.secret_file):
             raise ValueError(f"channel '{self.name}': only a webhook channel is signed")
         if self.secret_env and self.secret_file:
@@ -171,72 +203,102 @@ class AlertChannel(_Model):
 class Alerts(_Model):
     channels: list[AlertChannel] = Field(default_factory=list)
     contacts: dict[User, str] = Field(
-        default_factory=dict, description="estate user -> e-mail address (or chat handle): "
-        "where a group admin's alerts are addressed")
-    it: list[str] = Field(default_factory=list,
-                          description="IT's addresses: every alert goes to them")
+        default_factory=dict,
+        description="estate user -> e-mail address (or chat handle): "
+        "where a group admin's alerts are addressed",
+    )
+    it: list[str] = Field(
+        default_factory=list, description="IT's addresses: every alert goes to them"
+    )
     waiting_after: Duration | None = Field(
-        None, description="alert when the head of a queue, never placed yet, has waited this "
-        "long since its submission (once per task); absent: no waiting alerts")
+        None,
+        description="alert when the head of a queue, never placed yet, has waited this "
+        "long since its submission (once per task); absent: no waiting alerts",
+    )
 
 
 class Attribution(_Model):
     reserved_idle: Literal["group", "overhead"] = Field(
-        "overhead", description="who pays for reserved GPUs nobody used: the reserving "
-        "group (a line on its statement) or the overhead account")
+        "overhead",
+        description="who pays for reserved GPUs nobody used: the reserving "
+        "group (a line on its statement) or the overhead account",
+    )
     overhead_account: Name = Field(
-        "overhead", description="the name idle capacity is charged to in reports")
+        "overhead", description="the name idle capacity is charged to in reports"
+    )
     borrowed: Literal["borrower", "split"] = Field(
-        "borrower", description="who pays for borrowed GPU-hours that ran on GPUs other "
+        "borrower",
+        description="who pays for borrowed GPU-hours that ran on GPUs other "
         "groups reserved and left idle (lent): the borrower, or split half and half between "
-        "the borrower and the lenders (docs/ledger.md)")
+        "the borrower and the lenders (docs/ledger.md)",
+    )
     lost_work: Literal["owner", "taker", "overhead"] = Field(
-        "owner", description="who pays for the GPU-hours a reclaim or rebalance threw away "
+        "owner",
+        description="who pays for the GPU-hours a reclaim or rebalance threw away "
         "(lending.md's lost work): the preempted task's group (owner: as its usage already "
         "bills it), the group that took the GPUs back (taker: the owner is credited, the taker "
-        "billed), or the overhead account (the owner is credited) (docs/ledger.md)")
+        "billed), or the overhead account (the owner is credited) (docs/ledger.md)",
+    )
 
 
 class Lending(_Model):
     """lending.md: every part opt-in; the defaults keep engine.md's rules."""
 
     order: Literal["ordered", "fair"] = Field(
-        "ordered", description="phase 3 (lend): ordered = engine.md's order among competitors; "
+        "ordered",
+        description="phase 3 (lend): ordered = engine.md's order among competitors; "
         "fair = the lowest share of borrowed GPUs per lend_weight first, and phase 4 "
-        "rebalances borrowed work between borrowers")
+        "rebalances borrowed work between borrowers",
+    )
     protect_for: Duration = Field(
-        0, description="borrowed work younger than this (since its current placement) is not "
-        "taken back by a reclaim or rebalance; 0s = no protection")
+        0,
+        description="borrowed work younger than this (since its current placement) is not "
+        "taken back by a reclaim or rebalance; 0s = no protection",
+    )
     victims: Literal["newest", "least_lost_work"] = Field(
-        "newest", description="the order reclaim and rebalance choose victims in: newest "
-        "placement first, or least work lost since the last checkpoint first")
+        "newest",
+        description="the order reclaim and rebalance choose victims in: newest "
+        "placement first, or least work lost since the last checkpoint first",
+    )
 
 
 class Settings(_Model):
-    pass_interval: Duration = Field("1s", validate_default=True,
-                                    description="how often the engine runs a pass")
-    low_watermark: Duration = Field("15m", validate_default=True,
-                                    description="default start check for every budget")
+    pass_interval: Duration = Field(
+        "1s", validate_default=True, description="how often the engine runs a pass"
+    )
+    low_watermark: Duration = Field(
+        "15m", validate_default=True, description="default start check for every budget"
+    )
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "EUR"
     approvers: list[User] | None = Field(
-        default=None, description="who approves changes to shared objects (pools, profiles, prices, "
+        default=None,
+        description="who approves changes to shared objects (pools, profiles, prices, "
         "settings) in `kliqued plan` and CODEOWNERS; default: the admins of each top group "
         "with groups below it "
-        "(extension)")
+        "(extension)",
+    )
     forge_handles: dict[User, Handle] = Field(
-        default_factory=dict, description="estate user -> forge handle (@user, @org/team or "
-        "an email), for `kliqued codeowners` and the plan's approvals (extension)")
+        default_factory=dict,
+        description="estate user -> forge handle (@user, @org/team or "
+        "an email), for `kliqued codeowners` and the plan's approvals (extension)",
+    )
     start_timeout: Duration = Field(
-        "10m", validate_default=True,
+        "10m",
+        validate_default=True,
         description="a placed task no worker has taken within this long goes back to the "
-                    "front of its queue; 0 = never (extension)")
+        "front of its queue; 0 = never (extension)",
+    )
     alerts: Alerts | None = Field(
-        None, description="alert channels and their recipients (extension; docs/alerts.md)")
+        None, description="alert channels and their recipients (extension; docs/alerts.md)"
+    )
     attribution: Attribution | None = Field(
-        None, description="who pays for idle capacity (extension; docs/ledger.md)")
+        None, description="who pays for idle capacity (extension; docs/ledger.md)"
+    )
     lending: Lending | None = Field(
-        None, description="protection of young borrowed work, least lost work first and "
-        "fair shares between borrowers (lending.md)")
+        None,
+        description="protection of young borrowed work, least lost work first and "
+        "fair shares between borrowers (lending.md)",
+    )
 
 
 Amount = Annotated[
@@ -254,11 +316,14 @@ NodeHourPrice = Annotated[
 class NodePrice(_Model):
     """What one cloud node of an instance type costs an hour: the provider's price table,
     in the estate so that cloud spend is known and capped (extension)."""
-    instance_type: Annotated[str, Field(min_length=1, max_length=100,
-                                        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+    instance_type: Annotated[
+        str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    ]
     on_demand: NodeHourPrice
     spot: NodeHourPrice | None = Field(
-        None, description="the spot price to count; unset: spot nodes count at on_demand")
+        None, description="the spot price to count; unset: spot nodes count at on_demand"
+    )
 
 
 class Autoscale(_Model):
@@ -266,16 +331,20 @@ class Autoscale(_Model):
     idle_timeout: Duration = Field("10m", validate_default=True)
     spot_first: bool = True
     spend_cap: Amount | None = Field(
-        None, description="cloud spend per UTC calendar month, in settings.currency, past "
-                          "which the autoscaler adds no node (extension; docs/autoscaling.md)")
+        None,
+        description="cloud spend per UTC calendar month, in settings.currency, past "
+        "which the autoscaler adds no node (extension; docs/autoscaling.md)",
+    )
     node_prices: list[NodePrice] = Field(
         default_factory=list,
         description="price per node-hour by instance type; a node of a type not listed "
-                    "costs its GPUs x the pool gpu_type's per_gpu_hour (extension)")
+        "costs its GPUs x the pool gpu_type's per_gpu_hour (extension)",
+    )
 
 
 class NodeGroup(_Model):
     """Nodes of one shape behind a pool (issue 15): ``count`` machines of ``gpus`` each."""
+
     count: Annotated[int, Field(ge=1, le=100_000)]
     gpus: GpuAmount
 
@@ -283,7 +352,8 @@ class NodeGroup(_Model):
 class Pool(_Named):
     kind: PoolKind
     capacity: GpuAmount | None = Field(
-        None, description="declared GPUs; a cloud pool with autoscale uses autoscale.max")
+        None, description="declared GPUs; a cloud pool with autoscale uses autoscale.max"
+    )
     gpu_type: Name
     gpu_memory_gb: Annotated[int, Field(ge=0)] | None = None
     generation: int | None = None
@@ -291,14 +361,19 @@ class Pool(_Named):
     execution_order: list[Name] | None = None
     autoscale: Autoscale | None = None
     start_timeout: Duration | None = Field(
-        None, description="this pool's start timeout, else settings.start_timeout: longer "
-                          "where a start waits for a node to boot (extension)")
+        None,
+        description="this pool's start timeout, else settings.start_timeout: longer "
+        "where a start waits for a node to boot (extension)",
+    )
     settings: dict[str, str] = Field(
-        default_factory=dict, description="executor settings for the pool's workers (extension)")
+        default_factory=dict, description="executor settings for the pool's workers (extension)"
+    )
     nodes: NodeGroup | list[NodeGroup] | None = Field(
-        None, description="the machines behind the pool: {count, gpus} or a list of them; "
-                          "a task must fit one node (or, with a profile's nodes: N, N nodes) "
-                          "(extension)")
+        None,
+        description="the machines behind the pool: {count, gpus} or a list of them; "
+        "a task must fit one node (or, with a profile's nodes: N, N nodes) "
+        "(extension)",
+    )
 
     def node_groups(self) -> list[NodeGroup]:
         if self.nodes is None:
@@ -333,13 +408,19 @@ GpuSize = Annotated[
 class IdleLimits(_Model):
     """The idle limits of the sessions sent to a profile (``kliqued session start``): IT's
     ceiling, which a session may lower and never raise (docs/channels.md, "Sessions")."""
+
     wall: Duration | None = Field(None, description="a session's longest life, idle or not")
-    cpu: Duration | None = Field(None, description="stopped after this long with its "
-                                 "processes below 5% of one core")
-    gpu: Duration | None = Field(None, description="stopped after this long with its GPUs "
-                                 "unused (from nvidia-smi)")
-    network: Duration | None = Field(None, description="stopped after this long with under "
-                                     "1 KiB/s of traffic (its own network namespace)")
+    cpu: Duration | None = Field(
+        None, description="stopped after this long with its processes below 5% of one core"
+    )
+    gpu: Duration | None = Field(
+        None, description="stopped after this long with its GPUs unused (from nvidia-smi)"
+    )
+    network: Duration | None = Field(
+        None,
+        description="stopped after this long with under "
+        "1 KiB/s of traffic (its own network namespace)",
+    )
 
 
 class Profile(_Named):
@@ -350,10 +431,13 @@ class Profile(_Named):
     policies: list[Name] = Field(default_factory=list)
     queueing: Literal["strict", "best_effort"] = "strict"
     nodes: Annotated[int, Field(ge=1, le=1024)] = Field(
-        1, description="a gang over this many nodes, the task's GPUs split evenly between "
-                       "them, all placed or none (extension)")
+        1,
+        description="a gang over this many nodes, the task's GPUs split evenly between "
+        "them, all placed or none (extension)",
+    )
     idle: IdleLimits | None = Field(
-        None, description="idle limits of the sessions on this profile (extension)")
+        None, description="idle limits of the sessions on this profile (extension)"
+    )
 
 
 class Budget(_Model):
@@ -374,16 +458,23 @@ class Policy(_Named):
     limit: GpuAmount
     budget: Budget | None = None
     pools_allowed: PoolsAllowed | None = Field(
-        None, description="pools the group's work may use; on an envelope (the policy of a "
-        "group with groups below it) it binds every profile of every policy below")
+        None,
+        description="pools the group's work may use; on an envelope (the policy of a "
+        "group with groups below it) it binds every profile of every policy below",
+    )
     user_limit: GpuAmount | None = Field(
-        None, description="most GPUs one user of the group holds at once (not on an envelope)")
+        None, description="most GPUs one user of the group holds at once (not on an envelope)"
+    )
     lend_weight: LendWeight | None = Field(
-        None, description="with settings.lending.order fair: this level's weight in sharing "
-        "borrowed GPUs (its share is borrowed / lend_weight); default 1")
+        None,
+        description="with settings.lending.order fair: this level's weight in sharing "
+        "borrowed GPUs (its share is borrowed / lend_weight); default 1",
+    )
     protect_for: Duration | None = Field(
-        None, description="this policy's borrowed work is protected this long after its "
-        "placement, instead of settings.lending.protect_for (not on an envelope)")
+        None,
+        description="this policy's borrowed work is protected this long after its "
+        "placement, instead of settings.lending.protect_for (not on an envelope)",
+    )
 
 
 class Group(_Named):
@@ -392,8 +483,10 @@ class Group(_Named):
     admins: list[User] = Field(default_factory=list)
     projects: list[Name] = Field(default_factory=list)
     project_priority: bool = Field(
-        False, description="queue the group's work by the position of its project in "
-        "'projects', earlier first (needs 'projects')")
+        False,
+        description="queue the group's work by the position of its project in "
+        "'projects', earlier first (needs 'projects')",
+    )
 
 
 class Price(_Model):
@@ -401,9 +494,11 @@ class Price(_Model):
     per_gpu_hour: Money
     effective_from: Time
     list_per_gpu_hour: Money | None = Field(
-        None, description="the provider's list price when per_gpu_hour is a contracted "
+        None,
+        description="the provider's list price when per_gpu_hour is a contracted "
         "(committed-use) price below it; default: per_gpu_hour (extension; the FOCUS "
-        "export's ListUnitPrice)")
+        "export's ListUnitPrice)",
+    )
 
 
 SECTIONS: dict[str, type[_Model]] = {
@@ -415,17 +510,25 @@ SECTIONS: dict[str, type[_Model]] = {
 }
 """Top-level list sections and the model of one item; ``settings`` and ``version`` aside."""
 
-KIND_OF_SECTION = {"pools": "pool", "profiles": "profile", "policies": "policy",
-                   "groups": "group", "pricing": "price"}
+KIND_OF_SECTION = {
+    "pools": "pool",
+    "profiles": "profile",
+    "policies": "policy",
+    "groups": "group",
+    "pricing": "price",
+}
 
 
 class EstateFile(_Model):
     """One file of the estate: every section optional, lists merged across files. Used for
     the JSON Schema; the compiler validates item by item to report every error."""
 
-    model_config = ConfigDict(extra="forbid", strict=True,
-                              title="Klique estate file",
-                              json_schema_extra={"$id": "https://klique.dev/schemas/estate.schema.json"})
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        title="Klique estate file",
+        json_schema_extra={"$id": "https://klique.dev/schemas/estate.schema.json"},
+    )
     version: Literal[1] | None = None
     settings: Settings | None = None
     pools: list[Pool] = Field(default_factory=list)

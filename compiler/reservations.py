@@ -93,8 +93,9 @@ class _Dinic:
                 flow += pushed
 
 
-def check_reservations(reservations: dict[str, int], reach: dict[str, list[str]],
-                       capacity: dict[str, int]) -> list[Shortfall]:
+def check_reservations(
+    reservations: dict[str, int], reach: dict[str, list[str]], capacity: dict[str, int]
+) -> list[Shortfall]:
     """The sets of policies whose reservations cannot all be met, smallest first.
 
     ``reservations``: policy → milli-GPUs reserved (> 0 only matters); ``reach``: policy →
@@ -142,8 +143,11 @@ def check_reservations(reservations: dict[str, int], reach: dict[str, list[str]]
         key = frozenset(seen_p)
         if key not in found:
             found[key] = Shortfall(
-                tuple(sorted(seen_p)), tuple(sorted(seen_q)),
-                sum(reservations[x] for x in seen_p), sum(capacity[x] for x in seen_q))
+                tuple(sorted(seen_p)),
+                tuple(sorted(seen_q)),
+                sum(reservations[x] for x in seen_p),
+                sum(capacity[x] for x in seen_q),
+            )
     shortfalls = sorted(found.values(), key=lambda s: (len(s.policies) + len(s.pools), s.policies))
     # A larger set is reported too only when it is short by more than the smaller sets inside
     # it: then fixing the smaller ones alone would not be enough.
@@ -167,20 +171,34 @@ class Headroom:
         return self.capacity_milli - self.reserved_milli
 
 
-def headroom_by_pool_set(reservations: dict[str, int], reach: dict[str, list[str]],
-                         capacity: dict[str, int]) -> list[Headroom]:
+def headroom_by_pool_set(
+    reservations: dict[str, int], reach: dict[str, list[str]], capacity: dict[str, int]
+) -> list[Headroom]:
     """For each distinct set of pools that some policy reaches: its capacity, and the
     reservations of every policy that can only be served inside it. This is the Hall slack
     that ``kliqued plan`` shows before and after a change."""
-    sets = {tuple(sorted(set(q for q in reach.get(p, []) if q in capacity)))
-            for p, r in reservations.items() if r > 0}
+    sets = {
+        tuple(sorted(set(q for q in reach.get(p, []) if q in capacity)))
+        for p, r in reservations.items()
+        if r > 0
+    }
     out = []
     for pool_set in sorted(sets):
         if not pool_set:
             continue
-        members = tuple(sorted(
-            p for p, r in reservations.items()
-            if r > 0 and set(q for q in reach.get(p, []) if q in capacity) <= set(pool_set)))
-        out.append(Headroom(pool_set, members, sum(capacity[q] for q in pool_set),
-                            sum(reservations[p] for p in members)))
+        members = tuple(
+            sorted(
+                p
+                for p, r in reservations.items()
+                if r > 0 and set(q for q in reach.get(p, []) if q in capacity) <= set(pool_set)
+            )
+        )
+        out.append(
+            Headroom(
+                pool_set,
+                members,
+                sum(capacity[q] for q in pool_set),
+                sum(reservations[p] for p in members),
+            )
+        )
     return out

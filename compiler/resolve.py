@@ -19,8 +19,9 @@ def pool_capacity(pool: Pool) -> int:
 def matches(pool: Pool, by: PoolsBy) -> bool:
     if by.min_gpu_memory_gb is not None and (pool.gpu_memory_gb or 0) < by.min_gpu_memory_gb:
         return False
-    if by.min_generation is not None and (pool.generation is None
-                                          or pool.generation < by.min_generation):
+    if by.min_generation is not None and (
+        pool.generation is None or pool.generation < by.min_generation
+    ):
         return False
     if any(pool.labels.get(k) != v for k, v in by.labels.items()):
         return False

@@ -23,15 +23,25 @@ def check_pool_settings(pools: dict[str, SourceObject[Pool]]) -> list[Diagnostic
         for key, value in values.items():
             problem = ps.value_problem(key, value)
             if problem is not None:
-                diags.append(error("pool-setting", f"{obj.label}: settings.{problem}",
-                                   obj.pos("settings", key), "fix the value; it is passed to "
-                                   "the pool's workers as it is (docs/executors.md)"))
+                diags.append(
+                    error(
+                        "pool-setting",
+                        f"{obj.label}: settings.{problem}",
+                        obj.pos("settings", key),
+                        "fix the value; it is passed to "
+                        "the pool's workers as it is (docs/executors.md)",
+                    )
+                )
             elif not ps.known_to(pool.kind, values, key):
                 runs = ", ".join(ps.executors_of(pool.kind, values))
-                diags.append(warning(
-                    "pool-setting-unknown",
-                    f"{obj.label}: no executor of a {pool.kind} pool ({runs}) reads "
-                    f"settings.{key}", obj.pos("settings", key, key=True),
-                    f"known here: {', '.join(ps.keys_for(pool.kind, values))}; a worker "
-                    f"ignores the others (docs/executors.md, \"Pool settings\")"))
+                diags.append(
+                    warning(
+                        "pool-setting-unknown",
+                        f"{obj.label}: no executor of a {pool.kind} pool ({runs}) reads "
+                        f"settings.{key}",
+                        obj.pos("settings", key, key=True),
+                        f"known here: {', '.join(ps.keys_for(pool.kind, values))}; a worker "
+                        f'ignores the others (docs/executors.md, "Pool settings")',
+                    )
+                )
     return diags

@@ -14,8 +14,17 @@ from datetime import datetime, timezone
 
 from klique_util.units import MILLI, UNIT_SECONDS, duration_str, milli_str, to_decimal, to_milli
 
-__all__ = ["MILLI", "duration_str", "milli_str", "money_str", "parse_duration", "parse_time",
-           "time_str", "to_decimal", "to_milli"]
+__all__ = [
+    "MILLI",
+    "duration_str",
+    "milli_str",
+    "money_str",
+    "parse_duration",
+    "parse_time",
+    "time_str",
+    "to_decimal",
+    "to_milli",
+]
 
 _DURATION = re.compile(r"^(?P<n>\d+)(?P<unit>s|m|h|d|w)?$")
 
@@ -41,8 +50,12 @@ def parse_time(value: object) -> datetime:
         dt = value
     elif isinstance(value, str):
         text = value.strip()
-        if not re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:\d{2})$", text):
-            raise ValueError(f"expected an RFC 3339 time such as 2026-01-01T00:00:00Z, found {value!r}")
+        if not re.match(
+            r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:\d{2})$", text
+        ):
+            raise ValueError(
+                f"expected an RFC 3339 time such as 2026-01-01T00:00:00Z, found {value!r}"
+            )
         try:
             dt = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
         except ValueError:
@@ -52,7 +65,9 @@ def parse_time(value: object) -> datetime:
     if dt.tzinfo is None:
         raise ValueError("a time needs a UTC offset, e.g. 2026-01-01T00:00:00Z")
     if dt.utcoffset() != timezone.utc.utcoffset(None):
-        raise ValueError(f"times are UTC: write {dt.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+        raise ValueError(
+            f"times are UTC: write {dt.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        )
     return dt.astimezone(timezone.utc)
 
 

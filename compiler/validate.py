@@ -14,18 +14,33 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .diagnostics import Diagnostic, error
 from .loader import position_of, to_plain
-from .models import (HANDLE_PATTERN, KIND_OF_SECTION, NAME_PATTERN, SECTIONS, USER_PATTERN,
-                     Group, Policy, Pool, Price, Profile, Settings)
+from .models import (
+    HANDLE_PATTERN,
+    KIND_OF_SECTION,
+    NAME_PATTERN,
+    SECTIONS,
+    USER_PATTERN,
+    Group,
+    Policy,
+    Pool,
+    Price,
+    Profile,
+    Settings,
+)
 from .source import SourceMap, SourceObject
 
 TOP_LEVEL = ["version", "settings", *SECTIONS]
 _UNION_TAGS = {"fixed", "from_task"}
 _PATTERN_TEXT: dict[str, tuple[str, str | None]] = {
-    USER_PATTERN: ("is not a valid user identity",
-                   "letters, digits and . _ @ + -, such as alice or alice@example.com"),
+    USER_PATTERN: (
+        "is not a valid user identity",
+        "letters, digits and . _ @ + -, such as alice or alice@example.com",
+    ),
     r"^[A-Z]{3}$": ("must be a 3-letter currency code", "for example EUR, USD or CHF"),
-    HANDLE_PATTERN: ("is not a forge handle",
-                     "as CODEOWNERS writes owners: @user, @org/team or an email"),
+    HANDLE_PATTERN: (
+        "is not a forge handle",
+        "as CODEOWNERS writes owners: @user, @org/team or an email",
+    ),
 }
 
 
@@ -49,7 +64,13 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """Drops the union tags pydantic puts into a path (``gpus.fixed`` is just ``gpus``)."""
     out: list[Any] = []
     for i, step in enumerate(loc):
-        if i > 0 and loc[i - 1] == "gpus" and step in _UNION_TAGS and len(out) and out[-1] == "gpus":
+        if (
+            i > 0
+            and loc[i - 1] == "gpus"
+            and step in _UNION_TAGS
+            and len(out)
+            and out[-1] == "gpus"
+        ):
             if step == "fixed" or i + 1 < len(loc):
                 continue
         out.append(step)
@@ -93,8 +114,9 @@ def _find_model(ann: Any) -> type[BaseModel] | None:
     return None
 
 
-def pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], label: str,
-                         file: str, node: Any) -> list[Diagnostic]:
+def pydantic_diagnostics(
+    exc: ValidationError, model: type[BaseModel], label: str, file: str, node: Any
+) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
     for err in exc.errors(include_url=False):
         loc = _clean_loc(tuple(err["loc"]))
@@ -103,47 +125,76 @@ def pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], label: st
         if etype == "extra_forbidden":
             field = str(loc[-1]) if loc else "?"
             allowed = _model_fields(model, loc[:-1])
-            diags.append(error(
-                "unknown-field", f"{label}: unknown field '{where}'",
-                position_of(file, node, loc, key=True),
-                _close(field, allowed) or f"allowed here: {', '.join(allowed)}",
-            ))
+            diags.append(
+                error(
+                    "unknown-field",
+                    f"{label}: unknown field '{where}'",
+                    position_of(file, node, loc, key=True),
+                    _close(field, allowed) or f"allowed here: {', '.join(allowed)}",
+                )
+            )
         elif etype == "missing":
-            diags.append(error("missing-field", f"{label}: missing required field '{where}'",
-                               position_of(file, node, loc[:-1])))
+            diags.append(
+                error(
+                    "missing-field",
+                    f"{label}: missing required field '{where}'",
+                    position_of(file, node, loc[:-1]),
+                )
+            )
         elif etype == "string_pattern_mismatch" and err["ctx"].get("pattern") == NAME_PATTERN:
-            diags.append(error(
-                "invalid-name", f"{label}: '{where}' is not a valid name: {err['input']!r}",
-                position_of(file, node, loc),
-                "names are lower-case letters, digits and '-', 1 to 63 characters, "
-                "starting and ending with a letter or digit",
-            ))
+            diags.append(
+                error(
+                    "invalid-name",
+                    f"{label}: '{where}' is not a valid name: {err['input']!r}",
+                    position_of(file, node, loc),
+                    "names are lower-case letters, digits and '-', 1 to 63 characters, "
+                    "starting and ending with a letter or digit",
+                )
+            )
         elif etype == "literal_error":
             expected = err["ctx"].get("expected", "")
-            diags.append(error(
-                "invalid-value", f"{label}: '{where}' must be one of {expected}; "
-                f"found {err['input']!r}", position_of(file, node, loc),
-                _close(str(err["input"]), [e.strip(" '") for e in expected.replace(" or ", ",").split(",")]),
-            ))
+            diags.append(
+                error(
+                    "invalid-value",
+                    f"{label}: '{where}' must be one of {expected}; found {err['input']!r}",
+                    position_of(file, node, loc),
+                    _close(
+                        str(err["input"]),
+                        [e.strip(" '") for e in expected.replace(" or ", ",").split(",")],
+                    ),
+                )
+            )
         elif etype == "string_pattern_mismatch":
             pattern = err["ctx"].get("pattern", "")
             text, hint = _PATTERN_TEXT.get(pattern, (f"must match {pattern}", None))
-            diags.append(error("invalid-value", f"{label}: '{where}' {text}; found "
-                               f"{err['input']!r}", position_of(file, node, loc), hint))
+            diags.append(
+                error(
+                    "invalid-value",
+                    f"{label}: '{where}' {text}; found {err['input']!r}",
+                    position_of(file, node, loc),
+                    hint,
+                )
+            )
         else:
             msg = err["msg"].removeprefix("Value error, ")
             hint = None
             if etype == "string_type":
                 msg = f"expected a string, found {type(err['input']).__name__}"
                 if isinstance(err["input"], (int, float, bool)):
-                    hint = f"quote it: \"{err['input']}\""
+                    hint = f'quote it: "{err["input"]}"'
             elif etype in ("model_type", "dict_type"):
                 msg = f"expected a mapping, found {type(err['input']).__name__}"
             elif etype == "list_type":
                 msg = f"expected a list, found {type(err['input']).__name__}"
                 hint = "write it as [a, b] or one '- item' per line"
-            diags.append(error("invalid-value", f"{label}: '{where}': {msg}",
-                               position_of(file, node, loc), hint))
+            diags.append(
+                error(
+                    "invalid-value",
+                    f"{label}: '{where}': {msg}",
+                    position_of(file, node, loc),
+                    hint,
+                )
+            )
     return diags
 
 
@@ -154,24 +205,39 @@ def validate_document(file: str, root: Any, sources: SourceMap) -> list[Diagnost
         return diags
     if not isinstance(root, CommentedMap):
         sources.incomplete = True
-        return [error("invalid-value", "an estate file must be a mapping of sections "
-                      f"({', '.join(TOP_LEVEL)})", position_of(file, root, ()))]
+        return [
+            error(
+                "invalid-value",
+                f"an estate file must be a mapping of sections ({', '.join(TOP_LEVEL)})",
+                position_of(file, root, ()),
+            )
+        ]
     for key in root:
         value = root[key]
         if key == "version":
             if value != 1 or isinstance(value, bool):
-                diags.append(error("invalid-value", f"unsupported version {value!r}",
-                                   position_of(file, root, ("version",)),
-                                   "the only version today is 1"))
+                diags.append(
+                    error(
+                        "invalid-value",
+                        f"unsupported version {value!r}",
+                        position_of(file, root, ("version",)),
+                        "the only version today is 1",
+                    )
+                )
         elif key == "settings":
             diags.extend(_settings(file, root, sources))
         elif key in SECTIONS:
             diags.extend(_section(file, root, key, sources))
         else:
             sources.incomplete = True
-            diags.append(error("unknown-field", f"unknown section '{key}'",
-                               position_of(file, root, (key,), key=True),
-                               _close(str(key), TOP_LEVEL) or f"sections: {', '.join(TOP_LEVEL)}"))
+            diags.append(
+                error(
+                    "unknown-field",
+                    f"unknown section '{key}'",
+                    position_of(file, root, (key,), key=True),
+                    _close(str(key), TOP_LEVEL) or f"sections: {', '.join(TOP_LEVEL)}",
+                )
+            )
     return diags
 
 
@@ -180,8 +246,14 @@ def _settings(file: str, root: CommentedMap, sources: SourceMap) -> list[Diagnos
     pos = position_of(file, root, ("settings",), key=True)
     if sources.settings is not None:
         first = sources.settings.pos()
-        return [error("settings-repeated", "settings appear more than once in the estate",
-                      pos, f"keep one settings section; the other is at {first}")]
+        return [
+            error(
+                "settings-repeated",
+                "settings appear more than once in the estate",
+                pos,
+                f"keep one settings section; the other is at {first}",
+            )
+        ]
     if node is None:
         node = CommentedMap()
     try:
@@ -193,24 +265,33 @@ def _settings(file: str, root: CommentedMap, sources: SourceMap) -> list[Diagnos
     return []
 
 
-def _section(file: str, root: CommentedMap, section: str,
-             sources: SourceMap) -> list[Diagnostic]:
+def _section(file: str, root: CommentedMap, section: str, sources: SourceMap) -> list[Diagnostic]:
     node = root[section]
     kind = KIND_OF_SECTION[section]
     model_cls = SECTIONS[section]
     if node is None:
         return []
     if not isinstance(node, CommentedSeq):
-        return [error("invalid-value", f"'{section}' must be a list of {section}",
-                      position_of(file, root, (section,)),
-                      f"write each item as '- name: ...' under '{section}:'")]
+        return [
+            error(
+                "invalid-value",
+                f"'{section}' must be a list of {section}",
+                position_of(file, root, (section,)),
+                f"write each item as '- name: ...' under '{section}:'",
+            )
+        ]
     diags: list[Diagnostic] = []
     for index, item in enumerate(node):
         raw = to_plain(item)
         label, name = _object_label(kind, raw, index)
         if not isinstance(item, CommentedMap):
-            diags.append(error("invalid-value", f"{label}: expected a mapping, found "
-                               f"{type(raw).__name__}", position_of(file, node, (index,))))
+            diags.append(
+                error(
+                    "invalid-value",
+                    f"{label}: expected a mapping, found {type(raw).__name__}",
+                    position_of(file, node, (index,)),
+                )
+            )
             continue
         try:
             model = model_cls.model_validate(raw)
@@ -225,13 +306,23 @@ def _section(file: str, root: CommentedMap, section: str,
             here = position_of(file, item, ("name",) if kind != "price" else ())
             first = existing.pos("name") if kind != "price" else existing.pos()
             if isinstance(model, Price):
-                diags.append(error(
-                    "duplicate-price",
-                    f"two prices for '{model.gpu_type}' from {model.effective_from}",
-                    here, f"the other is at {first}; remove one or change its effective_from"))
+                diags.append(
+                    error(
+                        "duplicate-price",
+                        f"two prices for '{model.gpu_type}' from {model.effective_from}",
+                        here,
+                        f"the other is at {first}; remove one or change its effective_from",
+                    )
+                )
             else:
-                diags.append(error("duplicate-name", f"{kind} '{obj_name}' is declared twice",
-                                   here, f"the first is at {first}; names are unique per kind"))
+                diags.append(
+                    error(
+                        "duplicate-name",
+                        f"{kind} '{obj_name}' is declared twice",
+                        here,
+                        f"the first is at {first}; names are unique per kind",
+                    )
+                )
             continue
         sources.add(SourceObject(kind, obj_name, model, file, item))
     return diags

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable
 
-COLUMNS = ("id", "submit", "resource", "user", "project", "gpus", "runtime", "channel",
-           "status")
+COLUMNS = ("id", "submit", "resource", "user", "project", "gpus", "runtime", "channel", "status")
 """The header, in this order; the first seven are a trace's."""
 
 STATUSES = ("finished", "failed", "cancelled", "running", "queued")
@@ -68,6 +67,17 @@ def to_csv(rows: Iterable[DemandRow]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in rows:
-        w.writerow([r.id, iso_ms(r.submit_ms), r.resource, r.user, r.project or "",
-                    _gpus(r.gpus_milli), _seconds(r.runtime_ms), r.channel, r.status])
+        w.writerow(
+            [
+                r.id,
+                iso_ms(r.submit_ms),
+                r.resource,
+                r.user,
+                r.project or "",
+                _gpus(r.gpus_milli),
+                _seconds(r.runtime_ms),
+                r.channel,
+                r.status,
+            ]
+        )
     return buf.getvalue()

@@ -22,8 +22,7 @@ def excerpt(value: object, limit: int = EXCERPT, quoted: bool = True) -> str:
     them), cut to ``limit`` characters with an ellipsis and its full length when longer:
     ``'abc'``, ``'AAAA…' (200000 characters)``. ``quoted=False`` for a name or an id where
     the message has always shown it bare (``no task t-01…``)."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
-                                                           default=str)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     escaped = json.dumps(text[:limit], ensure_ascii=False)[1:-1]
     q = "'" if quoted else ""
     if quoted:

@@ -51,8 +51,11 @@ def private_dir(path: str | Path) -> Path:
     p = Path(path)
     p.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     st = p.stat()
-    if st.st_mode & 0o777 != DIR_MODE and not st.st_mode & stat.S_ISVTX \
-            and st.st_uid == os.geteuid():
+    if (
+        st.st_mode & 0o777 != DIR_MODE
+        and not st.st_mode & stat.S_ISVTX
+        and st.st_uid == os.geteuid()
+    ):
         _chmod(p, DIR_MODE)
     return p
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 
 @contextmanager
-def scratch_path(near: str | os.PathLike[str], *, suffix: str = "",
-                 mkdir: bool = False) -> Iterator[str]:
+def scratch_path(
+    near: str | os.PathLike[str], *, suffix: str = "", mkdir: bool = False
+) -> Iterator[str]:
     """Yields the path of a fresh temporary file in the directory of ``near`` (same file
     system, so it can be renamed there), removed when the block ends whatever happens.
     ``mkdir`` creates missing parent directories (otherwise a missing one raises
@@ -39,8 +40,9 @@ def scratch_path(near: str | os.PathLike[str], *, suffix: str = "",
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike[str], *, suffix: str = "",
-                mkdir: bool = False) -> Iterator[str]:
+def atomic_path(
+    path: str | os.PathLike[str], *, suffix: str = "", mkdir: bool = False
+) -> Iterator[str]:
     """:func:`scratch_path` next to ``path`` that replaces ``path`` when the block ends
     without an exception. For writers that need a file name rather than a stream (DuckDB's
     ``COPY ... TO``, a download); ``suffix`` keeps an extension a writer looks at
@@ -50,8 +52,9 @@ def atomic_path(path: str | os.PathLike[str], *, suffix: str = "",
         os.replace(tmp, path)
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, fsync: bool = True,
-                 mkdir: bool = True) -> None:
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, *, fsync: bool = True, mkdir: bool = True
+) -> None:
     """Writes ``data`` (text as UTF-8) to ``path`` through a temporary file and a rename.
 
     ``fsync`` (the default) makes the content durable before the rename, so after a crash

@@ -15,7 +15,9 @@ from decimal import Decimal
 SIGNIFICANT = 3
 
 
-def amount(value: float | Decimal | str | None, significant: int = SIGNIFICANT, grouped: bool = False) -> str:
+def amount(
+    value: float | Decimal | str | None, significant: int = SIGNIFICANT, grouped: bool = False
+) -> str:
     """``1234.56 -> '1235'``, ``12.345 -> '12.3'``, ``0.04 -> '0.04'``,
     ``0.000022 -> '0.000022'``, ``-0.0004 -> '-0.0004'``, ``-0.0 -> '0'``; None is ``-``.
     Text that is a number (an exact DECIMAL from the API) is read as one; other text is

@@ -38,8 +38,7 @@ class KeyFilter:
     def add(self, key: str) -> None:
         if not self._filters or self._count >= self._filters[-1][2]:
             cap = FIRST * 4 ** len(self._filters)
-            self._filters.append((bytearray(cap * BITS_PER_KEY // 8 + 1), cap * BITS_PER_KEY,
-                                  cap))
+            self._filters.append((bytearray(cap * BITS_PER_KEY // 8 + 1), cap * BITS_PER_KEY, cap))
             self._count = 0
         bits, m, _ = self._filters[-1]
         h1, h2 = self._hashes(key)

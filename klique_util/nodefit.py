@@ -35,8 +35,7 @@ def shape_fits(shapes: Sequence[tuple[int, int]], size: int, nodes: int = 1) -> 
 def largest_fit(shapes: Sequence[tuple[int, int]], nodes: int = 1) -> int:
     """The largest task (milli-GPUs) an empty pool of ``shapes`` holds over ``nodes``
     machines: ``nodes`` times the ``nodes``-th largest machine."""
-    sizes = sorted((gpus for count, gpus in shapes for _ in range(min(count, nodes))),
-                   reverse=True)
+    sizes = sorted((gpus for count, gpus in shapes for _ in range(min(count, nodes))), reverse=True)
     if len(sizes) < nodes:
         return 0
     return sizes[nodes - 1] * nodes
@@ -56,7 +55,10 @@ def choose_nodes(free: Sequence[int], size: int, nodes: int = 1) -> list[int] | 
 
 def describe(shapes: Sequence[tuple[int, int]]) -> str:
     """``2 x 8 GPUs + 1 x 4 GPUs``."""
+
     def g(m: int) -> str:
         return f"{m / 1000:g}"
-    return " + ".join(f"{count} x {g(gpus)} GPU{'' if gpus == 1000 else 's'}"
-                      for count, gpus in shapes)
+
+    return " + ".join(
+        f"{count} x {g(gpus)} GPU{'' if gpus == 1000 else 's'}" for count, gpus in shapes
+    )

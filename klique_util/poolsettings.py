@@ -112,24 +112,32 @@ def value_problem(key: str, value: str) -> str | None:
             return f"mode must be one of {', '.join(MODES)}, found {value!r}"
     elif key == "namespace":
         if not _DNS_LABEL.match(value):
-            return (f"namespace must be a Kubernetes namespace name (lowercase letters, "
-                    f"digits and '-', at most 63), found {value!r}")
+            return (
+                f"namespace must be a Kubernetes namespace name (lowercase letters, "
+                f"digits and '-', at most 63), found {value!r}"
+            )
     elif key in ("runtime_class", "service_account"):
         if not _DNS_SUBDOMAIN.match(value):
-            return (f"{key} must be a Kubernetes object name (lowercase letters, digits, "
-                    f"'-' and '.'), found {value!r}")
+            return (
+                f"{key} must be a Kubernetes object name (lowercase letters, digits, "
+                f"'-' and '.'), found {value!r}"
+            )
     elif key.startswith(LABEL_PREFIX):
-        name = key[len(LABEL_PREFIX):]
+        name = key[len(LABEL_PREFIX) :]
         prefix, _, short = name.rpartition("/")
         if not _LABEL_NAME.match(short) or (prefix and not _DNS_SUBDOMAIN.match(prefix)):
             return f"{key}: {name!r} is not a Kubernetes label name"
         if not _LABEL_VALUE.match(value):
-            return (f"{key}: {value!r} is not a Kubernetes label value (at most 63 of "
-                    f"A-Z a-z 0-9 _ . -, starting and ending alphanumeric)")
+            return (
+                f"{key}: {value!r} is not a Kubernetes label value (at most 63 of "
+                f"A-Z a-z 0-9 _ . -, starting and ending alphanumeric)"
+            )
     elif key in ("partition", "account", "qos", "queue"):
         if not _WORD.match(value):
-            return (f"{key} must be one word (letters, digits, _ . : @ + -, not starting "
-                    f"with '-'), found {value!r}")
+            return (
+                f"{key} must be one word (letters, digits, _ . : @ + -, not starting "
+                f"with '-'), found {value!r}"
+            )
     return None
 
 
@@ -177,14 +185,19 @@ class PoolSettings:
     @property
     def labels(self) -> dict[str, str]:
         """The ``label.NAME: value`` entries as Kubernetes labels."""
-        return {k[len(LABEL_PREFIX):]: v for k, v in sorted(self.values.items())
-                if k.startswith(LABEL_PREFIX) and len(k) > len(LABEL_PREFIX)}
+        return {
+            k[len(LABEL_PREFIX) :]: v
+            for k, v in sorted(self.values.items())
+            if k.startswith(LABEL_PREFIX) and len(k) > len(LABEL_PREFIX)
+        }
 
     def unread_by(self, executor: str) -> list[str]:
         """Keys neither ``executor`` nor the control plane reads and that describe no pool:
         the worker warns about each once (a typo, or a setting meant for another
         executor)."""
         described = set().union(*KIND_KEYS.values())
-        return sorted(k for k in self.values
-                      if not reads(executor, k) and k not in CONTROL_KEYS
-                      and k not in described)
+        return sorted(
+            k
+            for k in self.values
+            if not reads(executor, k) and k not in CONTROL_KEYS and k not in described
+        )

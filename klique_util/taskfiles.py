@@ -47,8 +47,15 @@ class Notice:
     """When the SIGKILL comes at the latest (RFC 3339, the worker's clock)."""
 
     def to_json(self) -> str:
-        return json.dumps({"reason": self.reason, "text": self.text, "grace_s": self.grace_s,
-                           "deadline": self.deadline}, separators=(",", ":"))
+        return json.dumps(
+            {
+                "reason": self.reason,
+                "text": self.text,
+                "grace_s": self.grace_s,
+                "deadline": self.deadline,
+            },
+            separators=(",", ":"),
+        )
 
 
 def checkpoint(environ: Mapping[str, str] | None = None) -> float:
@@ -57,8 +64,10 @@ def checkpoint(environ: Mapping[str, str] | None = None) -> float:
     ``OSError`` if the file cannot be written."""
     path = (environ if environ is not None else os.environ).get(CHECKPOINT_ENV)
     if not path:
-        raise NotInTask(f"{CHECKPOINT_ENV} is not set: a checkpoint is marked from inside a "
-                        f"Klique task, whose worker sets it (run this in the task's command)")
+        raise NotInTask(
+            f"{CHECKPOINT_ENV} is not set: a checkpoint is marked from inside a "
+            f"Klique task, whose worker sets it (run this in the task's command)"
+        )
     now = time.time()
     Path(path).touch()
     os.utime(path, (now, now))  # an existing file gets this moment exactly
@@ -73,7 +82,11 @@ def read_notice(environ: Mapping[str, str] | None = None) -> Notice | None:
         return None
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return Notice(str(data["reason"]), str(data.get("text") or ""),
-                      float(data.get("grace_s") or 0), str(data.get("deadline") or ""))
+        return Notice(
+            str(data["reason"]),
+            str(data.get("text") or ""),
+            float(data.get("grace_s") or 0),
+            str(data.get("deadline") or ""),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -46,11 +46,25 @@ WINDOW = 1024 * 1024
 """The most body bytes of one response in flight, sent by the worker and not yet written to
 the client by the daemon."""
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-    "trailer", "transfer-encoding", "upgrade", "host", "content-length",
-    "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-    "sec-websocket-accept", "sec-websocket-protocol"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-accept",
+        "sec-websocket-protocol",
+    }
+)
 """Headers that belong to one connection (RFC 9110 7.6.1) or that the relay recomputes."""
 
 
@@ -72,22 +86,27 @@ def frame(msg: dict[str, Any]) -> str:
     refuse it."""
     text = json.dumps(msg, separators=(",", ":"))
     if len(text) > MAX_FRAME:
-        raise FrameTooLarge(f"a {msg.get('op')} frame of {len(text)} bytes is more than the "
-                            f"tunnel's {MAX_FRAME // (1024 * 1024)} MiB")
+        raise FrameTooLarge(
+            f"a {msg.get('op')} frame of {len(text)} bytes is more than the "
+            f"tunnel's {MAX_FRAME // (1024 * 1024)} MiB"
+        )
     return text
 
 
 def close_code(code: object) -> int:
     """``code`` when a WebSocket may send it in a close frame (RFC 6455 7.4), else 1000: the
     app's close code passed on, never one only a peer's stack may report (1005, 1006)."""
-    if isinstance(code, int) and (1000 <= code <= 1014 or 3000 <= code < 5000) \
-            and code not in (1004, 1005, 1006):
+    if (
+        isinstance(code, int)
+        and (1000 <= code <= 1014 or 3000 <= code < 5000)
+        and code not in (1004, 1005, 1006)
+    ):
         return code
     return 1000
 
 
-def forwardable(headers: Iterable[tuple[str, str]],
-                drop: frozenset[str] = frozenset()) -> list[list[str]]:
+def forwardable(
+    headers: Iterable[tuple[str, str]], drop: frozenset[str] = frozenset()
+) -> list[list[str]]:
     """The end-to-end headers of ``headers`` (and none named in ``drop``), as JSON pairs."""
-    return [[k, v] for k, v in headers
-            if k.lower() not in HOP_BY_HOP and k.lower() not in drop]
+    return [[k, v] for k, v in headers if k.lower() not in HOP_BY_HOP and k.lower() not in drop]

@@ -71,8 +71,9 @@ def to_decimal(value: object) -> Decimal:
     raise ValueError(f"expected a number, found {type(value).__name__}")
 
 
-def to_milli(value: object, what: str = "amount", *, numbers_only: bool = False,
-             maximum: int | None = None) -> int:
+def to_milli(
+    value: object, what: str = "amount", *, numbers_only: bool = False, maximum: int | None = None
+) -> int:
     """A decimal >= 0 with at most 3 decimal places, as integer thousandths, exactly.
 
     ``numbers_only`` refuses text and anything but an int or a float (a JSON request's

@@ -64,12 +64,12 @@ def _command_of(argv: list[str]) -> tuple[str | None, list[str]]:
         name, eq, _ = arg.partition("=")
         if name in GLOBAL_FLAGS:
             takes = GLOBAL_FLAGS[name] and not eq
-            moved += argv[i:i + 1 + takes]
+            moved += argv[i : i + 1 + takes]
             i += 1 + takes
             continue
         if arg.startswith("-") or arg not in COMMANDS:
             return None, argv
-        return arg, [arg, *moved, *argv[i + 1:]]
+        return arg, [arg, *moved, *argv[i + 1 :]]
     return None, argv
 
 
@@ -80,8 +80,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="kliqued",
         description="Klique: GPU allocation and cost-governance control plane.",
         epilog="examples:\n  kliqued validate estate\n  kliqued plan --format markdown\n"
-               "  kliqued --context prod whoami\n  kliqued <command> --help",
-        formatter_class=HelpFormatter)
+        "  kliqued --context prod whoami\n  kliqued <command> --help",
+        formatter_class=HelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     for name, line in COMMANDS.items():
         if only is None or name == only:

@@ -38,6 +38,7 @@ def postgres():
     """One real PostgreSQL for the session (tests/harness/postgres.py); a test makes its own
     database with ``postgres.createdb(name)``. Skips, saying why, where none can run."""
     from tests.harness.postgres import Postgres, unavailable
+
     why = unavailable()
     if why:
         pytest.skip(why)
@@ -54,6 +55,7 @@ def postgres_prepared():
     the tests of batches an older kliqued left prepared (its two-phase commit); started
     only by the tests that ask for it."""
     from tests.harness.postgres import Postgres, unavailable
+
     why = unavailable()
     if why:
         pytest.skip(why)
@@ -106,12 +108,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     me = os.getpid()
     xdist = session.config.pluginmanager.has_plugin("dsession")
     # under xdist the controller's own children are its workers (the tests run in them)
-    found = [p for p in leftovers.settle(os.environ[leftovers.VAR], frozenset({me}))
-             if not (xdist and p.ppid == me)]
+    found = [
+        p
+        for p in leftovers.settle(os.environ[leftovers.VAR], frozenset({me}))
+        if not (xdist and p.ppid == me)
+    ]
     from tests.harness.daemon import kill_leftovers
+
     if found:
         leftovers.kill(found)
-        session.config.get_terminal_writer().line("\n" + leftovers.report(found), red=True,
-                                                  bold=True)
+        session.config.get_terminal_writer().line(
+            "\n" + leftovers.report(found), red=True, bold=True
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     kill_leftovers()

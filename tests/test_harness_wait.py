@@ -32,6 +32,7 @@ def test_the_async_variant_lets_the_loop_run_between_checks() -> None:
         box: list[str] = []
         asyncio.get_running_loop().call_later(0.02, box.append, "done")
         return await wait_for_async(lambda: box[0] if box else None, 5, "the callback", every=0.005)
+
     assert asyncio.run(main()) == "done"
 
 

@@ -120,8 +120,9 @@ def test_the_check_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     pkg = tmp_path / "cyclepkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                              "    from cyclepkg import b\n")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cyclepkg import b\n"
+    )
     (pkg / "b.py").write_text("def f():\n    from cyclepkg import a\n")
     (pkg / "c.py").write_text("from cyclepkg import a\n")
     monkeypatch.syspath_prepend(str(tmp_path))

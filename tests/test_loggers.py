@@ -36,6 +36,7 @@ class _Keep(logging.Handler):
 def test_the_parent_level_reaches_every_module_and_one_module_can_be_quieter() -> None:
     from kliqued.daemon.state import core, gitops
     from workers import daemon as worker_daemon
+
     keep = _Keep()
     parents = [logging.getLogger("kliqued"), logging.getLogger("workers")]
     before = [p.level for p in parents]
@@ -57,4 +58,5 @@ def test_the_parent_level_reaches_every_module_and_one_module_can_be_quieter() -
 
 def test_client_driven_lines_are_still_the_ones_the_flood_filter_holds_back() -> None:
     from kliqued.daemon import listener, logsetup
+
     assert listener.log.name in logsetup.FLOOD_PRONE

@@ -44,8 +44,11 @@ def _imported(body: list[ast.stmt]) -> list[tuple[str | None, int]]:
                 out += [(a.name, 0) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 out.append((node.module, node.level))
-            elif isinstance(node, ast.Call) and node.args and _callee(node) in (
-                    "import_module", "__import__"):
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and _callee(node) in ("import_module", "__import__")
+            ):
                 out.append((_name(node.args[0]), 0))
     return out
 
@@ -68,8 +71,11 @@ def guards(tree: ast.AST) -> list[tuple[int, str]]:
             for module, level in _imported(node.body):
                 if _own(module, level):
                     found.append((node.lineno, f"try: import {module} / except ImportError"))
-        elif isinstance(node, ast.Call) and node.args and _callee(node) in (
-                "importorskip", "find_spec"):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and _callee(node) in ("importorskip", "find_spec")
+        ):
             module = _name(node.args[0])
             if _own(module):
                 found.append((node.lineno, f"{_callee(node)}({module!r})"))
@@ -106,12 +112,12 @@ def test_no_code_guards_against_a_missing_project_module(top: str) -> None:
             continue
         for line, what in guards(ast.parse(path.read_text(encoding="utf-8"))):
             found.append(f"{path.relative_to(REPO)}:{line}: {what}")
-    assert not found, "a project module is always there; import it directly:\n" + \
-        "\n".join(found)
+    assert not found, "a project module is always there; import it directly:\n" + "\n".join(found)
 
 
 def test_a_command_module_that_does_not_import_fails_the_cli(monkeypatch) -> None:
     from kliqued import cli
+
     monkeypatch.setattr(cli, "COMMANDS", {**cli.COMMANDS, "no_such_command": "gone"})
     with pytest.raises(ModuleNotFoundError, match="no_such_command"):
         cli.build_parser()

@@ -39,8 +39,9 @@ def _root() -> Path:
     """The repository the command runs in (the lead runs this file on other branches'
     worktrees), else the one holding this file."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
-                             check=True, text=True).stdout.strip()
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, check=True, text=True
+        ).stdout.strip()
         return Path(out).resolve()
     except (OSError, subprocess.CalledProcessError):
         return Path(__file__).resolve().parent.parent
@@ -49,13 +50,51 @@ def _root() -> Path:
 ROOT = _root()
 
 ROOMS: dict[str, list[str]] = {
-    "storage": ["store", "eventlog", "pglog", "pgreader", "querypool", "compaction",
-                "storefault", "keyfile"],
-    "state": ["core", "reducers", "channel_state", "channels", "pipeline_cache", "pipelines",
-              "schedules", "binding", "cloud", "autoscalers", "alerts", "history", "snapshot",
-              "replay", "loop", "clockwatch", "unattended", "gitops"],
-    "api": ["app", "routes", "request", "inputs", "openapi", "views", "treeviews", "metrics",
-            "sessions", "session_site", "submission", "handlers", "agents"],
+    "storage": [
+        "store",
+        "eventlog",
+        "pglog",
+        "pgreader",
+        "querypool",
+        "compaction",
+        "storefault",
+        "keyfile",
+    ],
+    "state": [
+        "core",
+        "reducers",
+        "channel_state",
+        "channels",
+        "pipeline_cache",
+        "pipelines",
+        "schedules",
+        "binding",
+        "cloud",
+        "autoscalers",
+        "alerts",
+        "history",
+        "snapshot",
+        "replay",
+        "loop",
+        "clockwatch",
+        "unattended",
+        "gitops",
+    ],
+    "api": [
+        "app",
+        "routes",
+        "request",
+        "inputs",
+        "openapi",
+        "views",
+        "treeviews",
+        "metrics",
+        "sessions",
+        "session_site",
+        "submission",
+        "handlers",
+        "agents",
+    ],
     "fleet": ["gang", "capacity", "tunnels", "ends"],
     "ha": ["lease", "standby", "replica"],
 }
@@ -70,10 +109,14 @@ FLEET_NEW = {"workers", "gang", "capacity", "tunnels", "ends", "cloud", "autosca
 SYMBOLS: dict[str, dict[str, str]] = {
     "state.core": {n: "state.prepared" for n in ("Overlay", "Prepared", "merged")}
     | {"Daemon": "state.daemon"},
-    "state.cloud": {n: "fleet.cloud" for n in ("view", "_cloud_pool", "prepare_started",
-                                               "prepare_ended", "prepare_scaling")},
-    "state.autoscalers": {n: "fleet.autoscalers" for n in (
-        "overdue", "prepare_heartbeat", "prepare_lost", "restart_grace", "_interval")},
+    "state.cloud": {
+        n: "fleet.cloud"
+        for n in ("view", "_cloud_pool", "prepare_started", "prepare_ended", "prepare_scaling")
+    },
+    "state.autoscalers": {
+        n: "fleet.autoscalers"
+        for n in ("overdue", "prepare_heartbeat", "prepare_lost", "restart_grace", "_interval")
+    },
     "state.channels": {n: "state.as_owner" for n in ("prepare_as_owner", "sent")},
     "api.handlers": {"agents": "api.agents:routes"},
 }
@@ -87,20 +130,34 @@ TABLE: dict[str, str] = {m: f"{room}.{m}" for room, ms in ROOMS.items() for m in
 TABLE.update(RENAMED)
 """Old name under ``kliqued.daemon`` -> new name under ``kliqued.daemon``."""
 
-SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache",
-             ".ruff_cache", "build", "dist", ".hypothesis"}
+SKIP_DIRS = {
+    ".git",
+    ".venv",
+    "node_modules",
+    "__pycache__",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    "build",
+    "dist",
+    ".hypothesis",
+}
 SKIP_FILES = {"rooms_rewrite.py"}
 
 _DOTTED = re.compile(r"(?<![\w.])kliqued\.daemon\.([A-Za-z_]\w*)((?:\.[A-Za-z_]\w*)?)")
 _PATH = re.compile(r"(?<![\w/])kliqued/daemon/([A-Za-z_]\w*)(\.py\b|/)")
 _FROM_PKG = re.compile(
     r"^(?P<ind>[ \t]*)from kliqued\.daemon import (?P<names>\([^)]*\)|[^\n#]*?)"
-    r"(?P<tail>[ \t]*(?:#[^\n]*)?)$", re.M)
+    r"(?P<tail>[ \t]*(?:#[^\n]*)?)$",
+    re.M,
+)
 _RELATIVE = re.compile(r"^(?P<ind>[ \t]*)from (?P<dots>\.+)(?P<mod>[\w.]*) import ", re.M)
 
 
-LITERALS = {"kliqued/daemon/handlers/agents.py": "kliqued/daemon/api/agents/routes.py",
-            "kliqued.daemon.handlers.agents": "kliqued.daemon.api.agents.routes"}
+LITERALS = {
+    "kliqued/daemon/handlers/agents.py": "kliqued/daemon/api/agents/routes.py",
+    "kliqued.daemon.handlers.agents": "kliqued.daemon.api.agents.routes",
+}
 """A module that changed its name as it moved: the MCP endpoint's routes went from the
 handlers to the agents' package (the MCP adapter sits above the handlers it calls)."""
 
@@ -125,8 +182,11 @@ def _dotted(m: re.Match[str]) -> str:
         # The old module only in ``from kliqued.daemon.fleet import <its names>``; else the
         # new package (``from kliqued.daemon.fleet import gang``, a contract's module list)
         imported = _IMPORTED.match(m.string, m.end())
-        if not imported or all(n.split(" as ")[0].strip() in FLEET_NEW
-                               for n in imported.group(1).strip("()").split(",") if n.strip()):
+        if not imported or all(
+            n.split(" as ")[0].strip() in FLEET_NEW
+            for n in imported.group(1).strip("()").split(",")
+            if n.strip()
+        ):
             return m.group(0)
     new = new_dotted(m.group(1), m.group(2))
     return m.group(0) if new is None else "kliqued.daemon." + new
@@ -154,7 +214,8 @@ def _from_pkg(m: re.Match[str]) -> str:
         base = n.split(" as ")[0].strip()
         if base == "fleet":
             groups.setdefault("kliqued.daemon.fleet", []).append(
-                "workers" if " as " in n else "workers as fleet")
+                "workers" if " as " in n else "workers as fleet"
+            )
             if " as " in n:
                 groups["kliqued.daemon.fleet"][-1] = "workers as " + n.split(" as ")[1].strip()
             continue
@@ -174,7 +235,9 @@ def _from_pkg(m: re.Match[str]) -> str:
 
 _FROM_MOD = re.compile(
     r"^(?P<ind>[ \t]*)from kliqued\.daemon\.(?P<mod>[\w.]+) import (?P<names>\([^)]*\)|[^\n#]*?)"
-    r"(?P<tail>[ \t]*(?:#[^\n]*)?)$", re.M)
+    r"(?P<tail>[ \t]*(?:#[^\n]*)?)$",
+    re.M,
+)
 
 
 def _from_mod(m: re.Match[str]) -> str:
@@ -184,8 +247,11 @@ def _from_mod(m: re.Match[str]) -> str:
         return m.group(0)
     raw = m.group("names")
     inner = raw[1:-1] if raw.startswith("(") else raw
-    names = [n.strip() for n in re.sub(r"#[^\n]*", "", inner).replace("\\\n", " ")
-             .replace("\n", " ").split(",") if n.strip()]
+    names = [
+        n.strip()
+        for n in re.sub(r"#[^\n]*", "", inner).replace("\\\n", " ").replace("\n", " ").split(",")
+        if n.strip()
+    ]
     if not any(n.split(" as ")[0].strip() in moved for n in names):
         return m.group(0)
     groups: dict[str, list[str]] = {}
@@ -197,8 +263,10 @@ def _from_mod(m: re.Match[str]) -> str:
             n = f"{new} as {n.split(' as ')[1].strip() if ' as ' in n else old}"
         groups.setdefault(target, []).append(n)
     ind = m.group("ind")
-    lines = [f"{ind}from kliqued.daemon.{mod} import {', '.join(ns)}"
-             for mod, ns in sorted(groups.items())]
+    lines = [
+        f"{ind}from kliqued.daemon.{mod} import {', '.join(ns)}"
+        for mod, ns in sorted(groups.items())
+    ]
     lines[-1] += m.group("tail")
     return "\n".join(lines)
 
@@ -235,13 +303,21 @@ def rewrite(text: str, rel: Path | None = None) -> str:
 
 def changed_since(ref: str) -> list[Path]:
     """The files changed (or added, or untracked) since the branch left ``ref``."""
-    base = subprocess.run(["git", "merge-base", ref, "HEAD"], cwd=ROOT, capture_output=True,
-                          check=True, text=True).stdout.strip()
+    base = subprocess.run(
+        ["git", "merge-base", ref, "HEAD"], cwd=ROOT, capture_output=True, check=True, text=True
+    ).stdout.strip()
     names: set[str] = set()
-    for cmd in (["git", "diff", "--name-only", "--diff-filter=d", base],
-                ["git", "ls-files", "--others", "--exclude-standard"]):
-        names.update(n for n in subprocess.run(cmd, cwd=ROOT, capture_output=True, check=True,
-                                               text=True).stdout.splitlines() if n)
+    for cmd in (
+        ["git", "diff", "--name-only", "--diff-filter=d", base],
+        ["git", "ls-files", "--others", "--exclude-standard"],
+    ):
+        names.update(
+            n
+            for n in subprocess.run(
+                cmd, cwd=ROOT, capture_output=True, check=True, text=True
+            ).stdout.splitlines()
+            if n
+        )
     return [ROOT / n for n in sorted(names)]
 
 
@@ -252,13 +328,28 @@ def files(paths: list[Path]) -> list[Path]:
             out.append(p)
             continue
         try:
-            listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                                     "--exclude-standard", "--", str(p)], cwd=ROOT,
-                                    capture_output=True, check=True).stdout.split(b"\0")
+            listed = subprocess.run(
+                [
+                    "git",
+                    "ls-files",
+                    "-z",
+                    "--cached",
+                    "--others",
+                    "--exclude-standard",
+                    "--",
+                    str(p),
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+            ).stdout.split(b"\0")
             out.extend(ROOT / f.decode() for f in listed if f)
         except (OSError, subprocess.CalledProcessError):
-            out.extend(f for f in p.rglob("*") if f.is_file()
-                       and not SKIP_DIRS.intersection(f.relative_to(p).parts))
+            out.extend(
+                f
+                for f in p.rglob("*")
+                if f.is_file() and not SKIP_DIRS.intersection(f.relative_to(p).parts)
+            )
     return [f for f in out if f.name not in SKIP_FILES and f.is_file()]
 
 

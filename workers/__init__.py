@@ -2,6 +2,7 @@
 
 try:
     from importlib.metadata import version as _version
+
     __version__ = _version("klique")
 except Exception:  # pragma: no cover - running from a source tree without metadata
     __version__ = "0+unknown"

@@ -99,7 +99,8 @@ def write_notice(log_path: str, reason: str, text: str, grace_s: float) -> Notic
     """Writes the stop's notice for the task (before its SIGTERM). Raises ``OSError`` when
     the state directory cannot be written (the stop goes on without it)."""
     deadline = datetime.now(timezone.utc) + timedelta(seconds=grace_s)
-    notice = Notice(reason, text, grace_s,
-                    deadline.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+    notice = Notice(
+        reason, text, grace_s, deadline.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
     write_atomic(notice_path(log_path), notice.to_json(), fsync=False, mkdir=True)
     return notice

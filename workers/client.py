@@ -27,7 +27,6 @@ LOG_CHUNK = 256 * 1024
 WORKER_KEY_HEADER = "X-Klique-Worker-Key"
 
 
-
 def base_url(url: str) -> str:
     url = url.rstrip("/")
     if url.endswith("/v1"):
@@ -61,8 +60,7 @@ class TokenFile:
 
 
 class ControlPlaneClient:
-    def __init__(self, url: str | list[str], token_file: str | Path,
-                 ca_file: str | None = None):
+    def __init__(self, url: str | list[str], token_file: str | Path, ca_file: str | None = None):
         """``url``: the control plane, or several daemons of it (a list, or
         comma-separated): the worker follows the leader (``klique_util.leader``)."""
         urls = split_urls(url)
@@ -85,7 +83,8 @@ class ControlPlaneClient:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=16),
-                headers={"User-Agent": f"klique-worker/{__version__}"})
+                headers={"User-Agent": f"klique-worker/{__version__}"},
+            )
         return self._session
 
     @property
@@ -104,9 +103,16 @@ class ControlPlaneClient:
             headers[WORKER_KEY_HEADER] = self.worker_key
         return headers
 
-    async def _request(self, method: str, path: str, *, json_body: Any = None,
-                       data: bytes | None = None, params: dict | None = None,
-                       timeout_s: float = 30) -> Any:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        data: bytes | None = None,
+        params: dict | None = None,
+        timeout_s: float = 30,
+    ) -> Any:
         session = await self.session()
         headers = self.auth_headers()
         if data is not None:
@@ -114,23 +120,31 @@ class ControlPlaneClient:
         for _ in self.leader.urls:  # a standby's redirect: at once to the leader
             try:
                 async with session.request(
-                        method, self.base + path, json=json_body, data=data, params=params,
-                        headers=headers, allow_redirects=False,
-                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                    method,
+                    self.base + path,
+                    json=json_body,
+                    data=data,
+                    params=params,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=timeout_s),
+                ) as resp:
                     body = await resp.read()
                     status = resp.status
                     location = resp.headers.get("Location")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 self.leader.next()  # the next daemon at the daemon's retry
-                raise Unreachable(f"{type(exc).__name__}: {exc}" if str(exc)
-                                  else type(exc).__name__) from exc
+                raise Unreachable(
+                    f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                ) from exc
             if status not in (307, 308):
                 break
             self.leader.follow(location)
         if status in (307, 308) or (status == 503 and self.leader.several):
             self.leader.next()  # a standby, or a leader going away: the next at the retry
-            raise Unreachable(f"{method} {path}: {status}: {body[:200]!r} (trying "
-                              f"{self.leader.current} next)")
+            raise Unreachable(
+                f"{method} {path}: {status}: {body[:200]!r} (trying {self.leader.current} next)"
+            )
         if 200 <= status < 300:
             if not body:
                 return {}
@@ -156,19 +170,25 @@ class ControlPlaneClient:
 
     async def lease(self, worker_id: str, body: dict, wait_s: float) -> list[dict]:
         answer = await self._request(
-            "POST", f"/workers/{worker_id}/lease", json_body=body,
-            params={"wait": str(int(wait_s))}, timeout_s=wait_s + 15)
+            "POST",
+            f"/workers/{worker_id}/lease",
+            json_body=body,
+            params={"wait": str(int(wait_s))},
+            timeout_s=wait_s + 15,
+        )
         return list(answer.get("leases") or [])
 
-    async def heartbeat(self, worker_id: str, running: list[dict], timeout_s: float,
-                        cannot_work: str | None = None) -> dict:
+    async def heartbeat(
+        self, worker_id: str, running: list[dict], timeout_s: float, cannot_work: str | None = None
+    ) -> dict:
         """``cannot_work``: why the worker takes no work now (shown by the control plane);
         sent only when there is a reason, so an older control plane sees what it knows."""
         body: dict = {"running": running}
         if cannot_work:
             body["cannot_work"] = cannot_work
-        return await self._request("POST", f"/workers/{worker_id}/heartbeat",
-                                   json_body=body, timeout_s=timeout_s)
+        return await self._request(
+            "POST", f"/workers/{worker_id}/heartbeat", json_body=body, timeout_s=timeout_s
+        )
 
     async def report(self, task: str, body: dict) -> dict:
         return await self._request("POST", f"/tasks/{task}/report", json_body=body)
@@ -177,18 +197,24 @@ class ControlPlaneClient:
         """Several reports in one request (``{"task", "epoch", "event", ...}`` each); one
         answer each, in order: ``{"task", "epoch", "status": 200}`` or ``{..., "status":
         409, "error": {"code": "stale-epoch", ...}}``."""
-        answer = await self._request("POST", f"/workers/{worker_id}/reports",
-                                     json_body={"reports": reports})
+        answer = await self._request(
+            "POST", f"/workers/{worker_id}/reports", json_body={"reports": reports}
+        )
         results = list(answer.get("results") or [])
         if len(results) != len(reports):
-            raise Unreachable(f"the batch report answered {len(results)} results for "
-                              f"{len(reports)} reports")
+            raise Unreachable(
+                f"the batch report answered {len(results)} results for {len(reports)} reports"
+            )
         return results
 
     async def deregister(self, worker_id: str) -> dict:
         return await self._request("DELETE", f"/workers/{worker_id}")
 
     async def upload_log(self, task: str, epoch: int, offset: int, chunk: bytes) -> int:
-        answer = await self._request("POST", f"/tasks/{task}/log", data=chunk,
-                                     params={"offset": str(offset), "epoch": str(epoch)})
+        answer = await self._request(
+            "POST",
+            f"/tasks/{task}/log",
+            data=chunk,
+            params={"offset": str(offset), "epoch": str(epoch)},
+        )
         return int(answer.get("size", offset + len(chunk)))

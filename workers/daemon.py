@@ -83,8 +83,8 @@ class WorkerConfig:
     log_interval_s: float = 2.0
     log_retention_s: float = 7 * DAY_S
     hostname: str = ""
-    drain: bool = False     # on shutdown: stop and hand back every task, then deregister
-    cpu_tasks: int = 1      # CPU-only (0-GPU) tasks run at once, beside the GPU tasks
+    drain: bool = False  # on shutdown: stop and hand back every task, then deregister
+    cpu_tasks: int = 1  # CPU-only (0-GPU) tasks run at once, beside the GPU tasks
 
 
 def default_cpu_tasks() -> int:
@@ -108,10 +108,21 @@ class Backoff:
 
 
 class WorkerDaemon:
-    def __init__(self, cfg: WorkerConfig, gpus: list[Gpu], executor: Executor,
-                 state: StateDir, client: ControlPlaneClient):
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        gpus: list[Gpu],
+        executor: Executor,
+        state: StateDir,
+        client: ControlPlaneClient,
+    ):
         self.cfg, self.gpus, self.executor, self.state, self.client = (
-            cfg, gpus, executor, state, client)
+            cfg,
+            gpus,
+            executor,
+            state,
+            client,
+        )
         self.worker_id = state.worker_id()
         client.worker_key = state.worker_key()  # proves this worker's id on every call
         self.alloc = GpuAllocator([g.index for g in gpus])
@@ -124,7 +135,7 @@ class WorkerDaemon:
         self.ttl_s = 15.0
         self.poll_wait_s = 30.0
         self.registered = asyncio.Event()
-        self.room = asyncio.Event()      # set when GPUs were freed or a lease placed
+        self.room = asyncio.Event()  # set when GPUs were freed or a lease placed
         self.cpu_room = asyncio.Event()  # set when a CPU-only slot was freed
         self.outbox_wake = asyncio.Event()
         self.heartbeat_wake = asyncio.Event()  # a task checkpointed: tell the control plane now
@@ -132,15 +143,15 @@ class WorkerDaemon:
         self._down_since: float | None = None
         self._down_logged = 0.0
         self._register_lock = asyncio.Lock()
-        self._dirty: set[Path] = set()      # records written but not fsync'ed yet
-        self._batch_reports = True          # the control plane has POST /workers/{id}/reports
+        self._dirty: set[Path] = set()  # records written but not fsync'ed yet
+        self._batch_reports = True  # the control plane has POST /workers/{id}/reports
         # what the tasks' wrappers watch to stop orphans in time (workers/liveness.py)
         self.liveness = Liveness(state.root)
         self.cannot_work: str | None = None
         """Why this worker takes no work now (its state dir cannot be written), or None."""
         self.can_work = asyncio.Event()
         self.can_work.set()
-        self._unsaved: dict[str, TaskRecord] = {}   # records whose last write failed
+        self._unsaved: dict[str, TaskRecord] = {}  # records whose last write failed
         self.failure: str | None = None
         """The loop or supervisor that failed (the worker then exits 1), or None."""
 
@@ -162,19 +173,29 @@ class WorkerDaemon:
         if self._down_since is None:
             self._down_since = now
             self._down_logged = now
-            log.warning("control plane %s unreachable (%s: %s); retrying in %.1fs, tasks keep "
-                        "running", self.client.base, what, exc, retry_in)
+            log.warning(
+                "control plane %s unreachable (%s: %s); retrying in %.1fs, tasks keep running",
+                self.client.base,
+                what,
+                exc,
+                retry_in,
+            )
         elif now - self._down_logged >= 60:
             self._down_logged = now
-            log.warning("control plane still unreachable after %.0fs (%s: %s)",
-                        now - self._down_since, what, exc)
+            log.warning(
+                "control plane still unreachable after %.0fs (%s: %s)",
+                now - self._down_since,
+                what,
+                exc,
+            )
         else:
             log.debug("%s: %s; retrying in %.1fs", what, exc, retry_in)
 
     def _reachable(self) -> None:
         if self._down_since is not None:
-            log.info("control plane reachable again after %.1fs",
-                     time.monotonic() - self._down_since)
+            log.info(
+                "control plane reachable again after %.1fs", time.monotonic() - self._down_since
+            )
             self._down_since = None
 
     # records -----------------------------------------------------------------------------
@@ -201,12 +222,16 @@ class WorkerDaemon:
         if self.cannot_work is not None:
             return
         name = errno.errorcode.get(exc.errno or 0, "error")
-        self.cannot_work = (f"state directory unwritable ({name} on {self.state.root}: "
-                            f"{exc.strerror or exc})")
+        self.cannot_work = (
+            f"state directory unwritable ({name} on {self.state.root}: {exc.strerror or exc})"
+        )
         self.can_work.clear()
-        log.error("%s: leasing stops and leases that arrive are given back; the tasks' ends "
-                  "are kept in memory and reported; retrying the writes every %.0fs",
-                  self.cannot_work, WRITE_EVERY_S)
+        log.error(
+            "%s: leasing stops and leases that arrive are given back; the tasks' ends "
+            "are kept in memory and reported; retrying the writes every %.0fs",
+            self.cannot_work,
+            WRITE_EVERY_S,
+        )
         try:
             asyncio.get_running_loop().call_soon(self._place_pending)
         except RuntimeError:  # no loop (load() at start): the first lease round does it
@@ -234,8 +259,11 @@ class WorkerDaemon:
             probe.unlink()
         except OSError:
             return
-        log.warning("state directory %s is writable again (%s is over): leasing resumes",
-                    self.state.root, self.cannot_work)
+        log.warning(
+            "state directory %s is writable again (%s is over): leasing resumes",
+            self.state.root,
+            self.cannot_work,
+        )
         self.cannot_work = None
         self.can_work.set()
         self.room.set()
@@ -246,8 +274,9 @@ class WorkerDaemon:
             return
         paths, self._dirty = self._dirty, set()
         try:
-            await asyncio.get_running_loop().run_in_executor(None, _fsync_all, paths,
-                                                             self.state.tasks)
+            await asyncio.get_running_loop().run_in_executor(
+                None, _fsync_all, paths, self.state.tasks
+            )
         except OSError as exc:  # the report goes anyway: acknowledged, it is the record
             self._state_fault(exc)
 
@@ -265,8 +294,11 @@ class WorkerDaemon:
         self._close_tunnel(rec)
 
     def _find(self, task: str, epoch: int | None = None) -> list[TaskRecord]:
-        return [r for r in self.records.values()
-                if r.task == task and (epoch is None or r.epoch == epoch)]
+        return [
+            r
+            for r in self.records.values()
+            if r.task == task and (epoch is None or r.epoch == epoch)
+        ]
 
     def _task_log(self, rec: TaskRecord, text: str) -> None:
         """A line of the worker's own in the task's log (stops, kills), so its owner sees
@@ -277,14 +309,26 @@ class WorkerDaemon:
         except OSError:
             pass
 
-    def _end(self, rec: TaskRecord, event: str, exit_code=None, sig=None,
-             message: str | None = None, ended_at: str | None = None) -> None:
+    def _end(
+        self,
+        rec: TaskRecord,
+        event: str,
+        exit_code=None,
+        sig=None,
+        message: str | None = None,
+        ended_at: str | None = None,
+    ) -> None:
         """``ended_at``: when the task ended, if its executor recorded it (the control plane
         charges until then); else now, when the worker sees it."""
         self._free_room(rec)
         rec.state = ENDED
-        rec.outcome = {"event": event, "exit_code": exit_code, "signal": sig,
-                       "at": ended_at or now_rfc3339(), "message": message}
+        rec.outcome = {
+            "event": event,
+            "exit_code": exit_code,
+            "signal": sig,
+            "at": ended_at or now_rfc3339(),
+            "message": message,
+        }
         if event == "finished" and rec.log_path:
             written = outputs.read(outputs.path_for(rec.log_path))
             if written:
@@ -295,16 +339,23 @@ class WorkerDaemon:
             rec.outcome["reason"] = rec.stop.get("reason")
         self._save(rec)
         self.outbox_wake.set()
-        log.info("task %s (epoch %s) %s: exit code %s, signal %s%s", rec.task, rec.epoch,
-                 event, exit_code, sig, f" ({message})" if message else "")
+        log.info(
+            "task %s (epoch %s) %s: exit code %s, signal %s%s",
+            rec.task,
+            rec.epoch,
+            event,
+            exit_code,
+            sig,
+            f" ({message})" if message else "",
+        )
 
     def _open_tunnel(self, rec: TaskRecord) -> None:
         """A running session's tunnel to the control plane (its requests come through it)."""
         port = rec.lease.get("session_port")
         if port is not None and rec.key not in self.tunnels:
             self.tunnels[rec.key] = asyncio.get_running_loop().create_task(
-                tunnel.run(self.client, rec.task, rec.epoch, int(port)),
-                name=f"tunnel {rec.key}")
+                tunnel.run(self.client, rec.task, rec.epoch, int(port)), name=f"tunnel {rec.key}"
+            )
 
     def _close_tunnel(self, rec: TaskRecord) -> None:
         t = self.tunnels.pop(rec.key, None)
@@ -335,11 +386,16 @@ class WorkerDaemon:
                 try:
                     self.alloc.take(rec.gpus, rec.milli)
                 except Exception as exc:  # a changed --gpus list
-                    log.warning("task %s: its GPUs %s cannot be taken back (%s)",
-                                rec.task, rec.gpus, exc)
+                    log.warning(
+                        "task %s: its GPUs %s cannot be taken back (%s)", rec.task, rec.gpus, exc
+                    )
                 self.handles[rec.key] = handle
-                log.info("taking back task %s (epoch %s, pid %s)", rec.task, rec.epoch,
-                         rec.handle.get("pid"))
+                log.info(
+                    "taking back task %s (epoch %s, pid %s)",
+                    rec.task,
+                    rec.epoch,
+                    rec.handle.get("pid"),
+                )
                 self._supervise(rec)
                 self._open_tunnel(rec)
             elif rec.state == RUNNING:  # the worker died between start and its record
@@ -347,10 +403,14 @@ class WorkerDaemon:
         self.state.prune_logs(self.cfg.log_retention_s, set(self.records))
 
     def register_body(self) -> dict:
-        return {"worker_id": self.worker_id,
-                "hostname": self.cfg.hostname or socket.gethostname(),
-                "pool": self.cfg.pool, "executor": self.executor.name,
-                "gpus": [g.to_json() for g in self.gpus], "version": __version__}
+        return {
+            "worker_id": self.worker_id,
+            "hostname": self.cfg.hostname or socket.gethostname(),
+            "pool": self.cfg.pool,
+            "executor": self.executor.name,
+            "gpus": [g.to_json() for g in self.gpus],
+            "version": __version__,
+        }
 
     async def register(self) -> None:
         """Registers (until it works) and reconciles the control plane's `running` list with
@@ -369,8 +429,11 @@ class WorkerDaemon:
                     await self._sleep(delay)
                 except ApiError as exc:
                     delay = max(backoff.next(), 5.0)
-                    log.error("the control plane refuses to register this worker: %s; "
-                              "retrying in %.0fs", exc, delay)
+                    log.error(
+                        "the control plane refuses to register this worker: %s; retrying in %.0fs",
+                        exc,
+                        delay,
+                    )
                     await self._sleep(delay)
             else:
                 return
@@ -379,11 +442,18 @@ class WorkerDaemon:
             self.poll_wait_s = float(answer.get("poll_wait_s") or self.poll_wait_s)
             self._contact(sent_at)
             self.reconcile(answer.get("running") or [])
-            log.info("registered as %s in pool %s with %d GPUs (heartbeat TTL %.0fs)",
-                     self.worker_id, self.cfg.pool, len(self.gpus), self.ttl_s)
+            log.info(
+                "registered as %s in pool %s with %d GPUs (heartbeat TTL %.0fs)",
+                self.worker_id,
+                self.cfg.pool,
+                len(self.gpus),
+                self.ttl_s,
+            )
             if answer.get("settings"):
-                log.info("pool settings (each lease carries those in force): %s",
-                         ", ".join(f"{k}={v}" for k, v in sorted(answer["settings"].items())))
+                log.info(
+                    "pool settings (each lease carries those in force): %s",
+                    ", ".join(f"{k}={v}" for k, v in sorted(answer["settings"].items())),
+                )
                 self._unread_settings(answer)
             self.registered.set()
             self.room.set()
@@ -403,18 +473,30 @@ class WorkerDaemon:
             if newest.get(rec.task, -1) > rec.epoch:
                 self._fence(rec, f"the control plane runs it at epoch {newest[rec.task]}")
             else:
-                self._request_stop(rec, "unlisted", "the control plane no longer lists this "
-                                   "task for this worker", None)
+                self._request_stop(
+                    rec,
+                    "unlisted",
+                    "the control plane no longer lists this task for this worker",
+                    None,
+                )
         for task, epoch in sorted(listed):
             if not self._find(task, epoch):
-                log.warning("the control plane lists task %s (epoch %s) on this worker, which "
-                            "has no record of it: reporting it as failed", task, epoch)
+                log.warning(
+                    "the control plane lists task %s (epoch %s) on this worker, which "
+                    "has no record of it: reporting it as failed",
+                    task,
+                    epoch,
+                )
                 rec = TaskRecord(task=task, epoch=epoch, lease={"task": task, "epoch": epoch})
                 rec.log_path = str(self.state.log_path(rec))
                 self.records[rec.key] = rec
-                self._end(rec, "failed", message="worker-lost: the worker restarted and has "
-                          "no record of this task (its state dir was lost or the lease never "
-                          "reached it)")
+                self._end(
+                    rec,
+                    "failed",
+                    message="worker-lost: the worker restarted and has "
+                    "no record of this task (its state dir was lost or the lease never "
+                    "reached it)",
+                )
 
     # leases ------------------------------------------------------------------------------
     def accept(self, lease: dict) -> None:
@@ -425,39 +507,62 @@ class WorkerDaemon:
             if older.epoch < epoch and not older.fenced and older.state != ENDED:
                 self._fence(older, f"leased again at epoch {epoch}")
         self._unread_settings(lease)
-        rec = TaskRecord(task=task, epoch=epoch, lease=lease,
-                         milli=gpus_to_milli(lease.get("gpus")))
+        rec = TaskRecord(
+            task=task, epoch=epoch, lease=lease, milli=gpus_to_milli(lease.get("gpus"))
+        )
         rec.log_path = str(self.state.log_path(rec))
         self.records[rec.key] = rec
         self._save(rec)
         command = shlex.join(lease.get("command") or []) or "(no command)"
-        log.info("leased task %s (epoch %s, %s GPUs): %s", task, epoch, lease.get("gpus"),
-                 command if len(command) <= 200 else command[:197] + "...")
+        log.info(
+            "leased task %s (epoch %s, %s GPUs): %s",
+            task,
+            epoch,
+            lease.get("gpus"),
+            command if len(command) <= 200 else command[:197] + "...",
+        )
         if self.cannot_work is not None:
             self._give_back(rec)
         elif rec.milli == 0 and self.cfg.cpu_tasks <= 0:
-            self._end(rec, "failed", message=f"worker {self.worker_id} runs no CPU-only "
-                      "tasks (--cpu-tasks 0)")
+            self._end(
+                rec,
+                "failed",
+                message=f"worker {self.worker_id} runs no CPU-only tasks (--cpu-tasks 0)",
+            )
         elif not self.alloc.fits_ever(rec.milli):
-            self._end(rec, "failed", message=f"the task needs {lease.get('gpus')} GPUs and "
-                      f"worker {self.worker_id} has {len(self.gpus)}")
+            self._end(
+                rec,
+                "failed",
+                message=f"the task needs {lease.get('gpus')} GPUs and "
+                f"worker {self.worker_id} has {len(self.gpus)}",
+            )
 
     def _unread_settings(self, lease: dict) -> None:
         """A pool setting this worker's executor does not read is ignored, with one warning
         per key (a typo, or a setting for another scheduler: docs/executors.md)."""
         for key in PoolSettings.from_lease(lease).unread_by(self.executor.name):
             self.executor.warn_once(
-                f"unread:{key}", f"pool {self.cfg.pool}: settings.{key} means nothing to the "
-                f"{self.executor.name} executor: ignored")
+                f"unread:{key}",
+                f"pool {self.cfg.pool}: settings.{key} means nothing to the "
+                f"{self.executor.name} executor: ignored",
+            )
 
     def _give_back(self, rec: TaskRecord) -> None:
         """A lease this worker cannot run now (its state dir cannot be written): reported
         ``stopped`` with reason ``cannot-work``, which the control plane requeues at the
         front without counting a loss."""
-        log.error("task %s (epoch %s): lease given back, this worker cannot work: %s",
-                  rec.task, rec.epoch, self.cannot_work)
-        rec.stop = {"reason": "cannot-work", "text": self.cannot_work or "", "grace_s": 0.0,
-                    "at": now_rfc3339()}
+        log.error(
+            "task %s (epoch %s): lease given back, this worker cannot work: %s",
+            rec.task,
+            rec.epoch,
+            self.cannot_work,
+        )
+        rec.stop = {
+            "reason": "cannot-work",
+            "text": self.cannot_work or "",
+            "grace_s": 0.0,
+            "at": now_rfc3339(),
+        }
         self._end(rec, "stopped", message=self._stop_text(rec))
 
     def _place_pending(self) -> None:
@@ -487,8 +592,11 @@ class WorkerDaemon:
         out_path = outputs.path_for(rec.log_path)
         outputs.remove(out_path)  # a file from an earlier attempt is not this one's
         checkpoints.prepare(rec.log_path)  # nor its checkpoint mark and notice
-        env = {**(rec.lease.get("env") or {}), outputs.ENV: out_path,
-               **checkpoints.task_env(rec.log_path)}
+        env = {
+            **(rec.lease.get("env") or {}),
+            outputs.ENV: out_path,
+            **checkpoints.task_env(rec.log_path),
+        }
         if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
             rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
             env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
@@ -514,23 +622,27 @@ class WorkerDaemon:
     def _cpu_free(self) -> int:
         """CPU-only tasks this worker would start now: the cap less those running or leased
         and waiting."""
-        waiting = sum(r.milli == 0 and r.state == STARTING and not r.fenced
-                      for r in self.records.values())
+        waiting = sum(
+            r.milli == 0 and r.state == STARTING and not r.fenced for r in self.records.values()
+        )
         return max(0, self.cfg.cpu_tasks - self._cpu_running() - waiting)
 
     def _has_gpu_room(self) -> bool:
         """Whether to ask for GPU work: a GPU with room and no GPU task waiting for GPUs."""
-        gpu_waiting = any(r.state == STARTING and not r.fenced and r.milli > 0
-                          for r in self.records.values())
+        gpu_waiting = any(
+            r.state == STARTING and not r.fenced and r.milli > 0 for r in self.records.values()
+        )
         return self.alloc.has_room() and not gpu_waiting
 
     def _gpu_lease_body(self) -> dict:
         free = self.alloc.free()
-        return {"free_gpus": self.alloc.fully_free(),
-                # an extension agreed in docs/worker-protocol.md: room on shared GPUs
-                "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f],
-                # CPU-only work comes through the other loop's requests
-                "cpu_free": 0}
+        return {
+            "free_gpus": self.alloc.fully_free(),
+            # an extension agreed in docs/worker-protocol.md: room on shared GPUs
+            "gpu_free": [{"index": i, "free": f / MILLI} for i, f in free.items() if f],
+            # CPU-only work comes through the other loop's requests
+            "cpu_free": 0,
+        }
 
     def _cpu_lease_body(self) -> dict:
         """CPU-only slots only (--cpu-tasks): never GPU room, so that the two loops' polls,
@@ -545,8 +657,11 @@ class WorkerDaemon:
         if kind == "gpu":
             has_room, room, body = self._has_gpu_room, self.room, self._gpu_lease_body
         else:
-            has_room, room, body = (lambda: self._cpu_free() > 0), self.cpu_room, \
-                self._cpu_lease_body
+            has_room, room, body = (
+                (lambda: self._cpu_free() > 0),
+                self.cpu_room,
+                self._cpu_lease_body,
+            )
         backoff = Backoff(maximum=self.cfg.retry_max_s)
         while not self.shutdown.is_set():
             await self.registered.wait()
@@ -608,8 +723,7 @@ class WorkerDaemon:
             return
         rec.checkpoint_ns, rec.checkpoint_at = ns, checkpoints.rfc3339(ns)
         self._save(rec)
-        log.info("task %s (epoch %s) checkpointed at %s", rec.task, rec.epoch,
-                 rec.checkpoint_at)
+        log.info("task %s (epoch %s) checkpointed at %s", rec.task, rec.epoch, rec.checkpoint_at)
         self.heartbeat_wake.set()
 
     async def heartbeat_loop(self) -> None:
@@ -618,15 +732,20 @@ class WorkerDaemon:
             interval = max(self.ttl_s / 3, 0.2)
             try:
                 sent_at = time.monotonic()
-                answer = await self.client.heartbeat(self.worker_id, self.running_list(),
-                                                     timeout_s=max(interval, 2.0),
-                                                     cannot_work=self.cannot_work)
+                answer = await self.client.heartbeat(
+                    self.worker_id,
+                    self.running_list(),
+                    timeout_s=max(interval, 2.0),
+                    cannot_work=self.cannot_work,
+                )
             except Unreachable as exc:
                 self._unreachable("heartbeat", exc, interval)
             except ApiError as exc:
                 if exc.status == 404:
-                    log.warning("heartbeat: the control plane does not know this worker "
-                                "(declared lost?): registering again")
+                    log.warning(
+                        "heartbeat: the control plane does not know this worker "
+                        "(declared lost?): registering again"
+                    )
                     await self.register()
                     continue
                 log.error("heartbeat refused: %s", exc)
@@ -646,11 +765,12 @@ class WorkerDaemon:
         if not recs:
             log.debug("stop instruction for unknown task %s (epoch %s)", task, epoch)
         for rec in recs:
-            if stop.get("reason") == "stale-epoch":   # proposed: fencing through a heartbeat
+            if stop.get("reason") == "stale-epoch":  # proposed: fencing through a heartbeat
                 self._fence(rec, f"stop instruction: stale epoch {stop.get('text') or ''}")
                 continue
-            self._request_stop(rec, stop.get("reason") or "stopped", stop.get("text") or "",
-                               stop.get("grace_s"))
+            self._request_stop(
+                rec, stop.get("reason") or "stopped", stop.get("text") or "", stop.get("grace_s")
+            )
 
     def _stop_text(self, rec: TaskRecord) -> str:
         s = rec.stop or {}
@@ -661,11 +781,15 @@ class WorkerDaemon:
             return
         if grace_s is None:
             grace_s = rec.lease.get("grace_s", self.cfg.grace_s)
-        rec.stop = {"reason": reason, "text": text, "grace_s": float(grace_s),
-                    "at": now_rfc3339()}
+        rec.stop = {"reason": reason, "text": text, "grace_s": float(grace_s), "at": now_rfc3339()}
         self._save(rec)
-        log.info("stop task %s (epoch %s): %s; grace %.0fs", rec.task, rec.epoch,
-                 self._stop_text(rec), float(grace_s))
+        log.info(
+            "stop task %s (epoch %s): %s; grace %.0fs",
+            rec.task,
+            rec.epoch,
+            self._stop_text(rec),
+            float(grace_s),
+        )
         if rec.state == STARTING:
             self._end(rec, "stopped", message=self._stop_text(rec))
             self._place_pending()
@@ -676,8 +800,9 @@ class WorkerDaemon:
         """Stale epoch: kill the task at once and forget it; nothing more is reported."""
         if rec.fenced:
             return
-        log.warning("task %s (epoch %s) is fenced (%s): killing it at once", rec.task,
-                    rec.epoch, why)
+        log.warning(
+            "task %s (epoch %s) is fenced (%s): killing it at once", rec.task, rec.epoch, why
+        )
         rec.fenced = True
         self._save(rec)
         if rec.state == RUNNING and rec.key in self.stop_events:
@@ -693,8 +818,11 @@ class WorkerDaemon:
         self.stop_events[rec.key] = event = asyncio.Event()
         if rec.stop is not None or rec.fenced:
             event.set()  # a stop requested before a restart is carried out
-        self.supervisors[rec.key] = self._watch(asyncio.get_running_loop().create_task(
-            self._supervisor(rec, self.handles[rec.key], event), name=f"task {rec.key}"))
+        self.supervisors[rec.key] = self._watch(
+            asyncio.get_running_loop().create_task(
+                self._supervisor(rec, self.handles[rec.key], event), name=f"task {rec.key}"
+            )
+        )
 
     async def _supervisor(self, rec: TaskRecord, handle: Handle, event: asyncio.Event) -> None:
         waiter = getattr(self.executor, "exit_waiter", None)
@@ -707,8 +835,11 @@ class WorkerDaemon:
                     else:
                         grace = float((rec.stop or {}).get("grace_s", self.cfg.grace_s))
                         self._notify(rec, grace)
-                        self._task_log(rec, f"stop ({self._stop_text(rec)}): SIGTERM now, "
-                                            f"SIGKILL after {grace:g}s if still running")
+                        self._task_log(
+                            rec,
+                            f"stop ({self._stop_text(rec)}): SIGTERM now, "
+                            f"SIGKILL after {grace:g}s if still running",
+                        )
                         result = await self.executor.stop(handle, grace)
                     break
                 polled = self.executor.poll(handle)
@@ -716,14 +847,13 @@ class WorkerDaemon:
                     result = polled
                     break
                 self._look_for_checkpoint(rec)
-                idle.watch(self, rec, handle)   # session idle limits (workers/idle.py)
+                idle.watch(self, rec, handle)  # session idle limits (workers/idle.py)
                 stop_wait = asyncio.ensure_future(event.wait())
                 waits = {stop_wait}
                 if exited is not None and not exited.done():
                     waits.add(exited)
                 try:
-                    await asyncio.wait(waits, timeout=0.25,
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(waits, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     stop_wait.cancel()
         except asyncio.CancelledError:
@@ -742,11 +872,13 @@ class WorkerDaemon:
         be written does not hold the stop back."""
         s = rec.stop or {}
         try:
-            checkpoints.write_notice(rec.log_path, str(s.get("reason") or "stopped"),
-                                     str(s.get("text") or ""), grace_s)
+            checkpoints.write_notice(
+                rec.log_path, str(s.get("reason") or "stopped"), str(s.get("text") or ""), grace_s
+            )
         except OSError as exc:
-            log.warning("task %s: cannot write its preemption notice (%s); SIGTERM only",
-                        rec.task, exc)
+            log.warning(
+                "task %s: cannot write its preemption notice (%s); SIGTERM only", rec.task, exc
+            )
 
     def _finish(self, rec: TaskRecord, result: Exited) -> None:
         if rec.fenced:
@@ -759,8 +891,11 @@ class WorkerDaemon:
         if rec.stop is not None:
             event = "stopped"
             message = self._stop_text(rec)
-            ended = (f"exit code {result.exit_code}" if result.signal is None
-                     else f"signal {result.signal}")
+            ended = (
+                f"exit code {result.exit_code}"
+                if result.signal is None
+                else f"signal {result.signal}"
+            )
             self._task_log(rec, f"stopped ({ended})")
         elif (result.message or "").startswith("worker-lost"):
             # its wrapper stopped it because this worker was gone too long (an orphan,
@@ -788,12 +923,16 @@ class WorkerDaemon:
                 continue
             backoff.reset()
             busy = any(r.state != STARTING for r in self.records.values())
-            await self._wait(self.outbox_wake,
-                             self.cfg.log_interval_s if busy else max(self.ttl_s, 5))
+            await self._wait(
+                self.outbox_wake, self.cfg.log_interval_s if busy else max(self.ttl_s, 5)
+            )
 
     def _reportable(self) -> list[TaskRecord]:
-        return [r for r in sorted(self.records.values(), key=lambda r: r.leased_at)
-                if not r.fenced and r.state != STARTING]
+        return [
+            r
+            for r in sorted(self.records.values(), key=lambda r: r.leased_at)
+            if not r.fenced and r.state != STARTING
+        ]
 
     async def _flush_all(self) -> None:
         """Uploads the logs, then sends every report due in one request."""
@@ -811,8 +950,18 @@ class WorkerDaemon:
             if rec.key not in self.records or rec.fenced:
                 continue
             if rec.started_at and not rec.started_reported:
-                items.append((rec, {"event": "started", "at": rec.started_at,
-                                    "exit_code": None, "signal": None, "message": None}))
+                items.append(
+                    (
+                        rec,
+                        {
+                            "event": "started",
+                            "at": rec.started_at,
+                            "exit_code": None,
+                            "signal": None,
+                            "message": None,
+                        },
+                    )
+                )
             outcome = rec.outcome
             if rec.state == ENDED and outcome and outcome.get("event"):
                 items.append((rec, dict(outcome)))
@@ -822,17 +971,23 @@ class WorkerDaemon:
         try:
             sent_at = time.monotonic()
             answers = await self.client.reports(
-                self.worker_id, [{"task": r.task, "epoch": r.epoch, **b} for r, b in items])
+                self.worker_id, [{"task": r.task, "epoch": r.epoch, **b} for r, b in items]
+            )
         except ApiError as exc:
-            if exc.status in (404, 405) and exc.code != "unknown-worker" \
-                    and "worker" not in exc.message:
-                log.info("the control plane has no batch report endpoint (%s): one report "
-                         "a request", exc)
+            if (
+                exc.status in (404, 405)
+                and exc.code != "unknown-worker"
+                and "worker" not in exc.message
+            ):
+                log.info(
+                    "the control plane has no batch report endpoint (%s): one report a request", exc
+                )
                 self._batch_reports = False
                 return await self._flush_all()
             if exc.status == 404:
-                log.warning("reports: the control plane does not know this worker: "
-                            "registering again")
+                log.warning(
+                    "reports: the control plane does not know this worker: registering again"
+                )
                 await self.register()
                 return
             raise Unreachable(str(exc)) from exc
@@ -847,8 +1002,7 @@ class WorkerDaemon:
                     if rec.state != ENDED:
                         self._save(rec)
                 else:
-                    log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch,
-                             body["event"])
+                    log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch, body["event"])
                     self._forget(rec)
                 continue
             err = answer.get("error") or {}
@@ -862,8 +1016,9 @@ class WorkerDaemon:
         if isinstance(exc, StaleEpoch):
             self._fence(rec, f"409 stale-epoch from the control plane: {exc.message}")
         elif exc.status == 404:
-            log.warning("the control plane does not know task %s: stopping and "
-                        "forgetting it", rec.task)
+            log.warning(
+                "the control plane does not know task %s: stopping and forgetting it", rec.task
+            )
             self._fence(rec, "the control plane does not know the task")
         else:
             log.error("task %s: report refused (%s); giving up on it", rec.task, exc)
@@ -879,8 +1034,16 @@ class WorkerDaemon:
         try:
             if rec.started_at and not rec.started_reported:
                 await self._make_durable()
-                await self._report(rec, {"event": "started", "at": rec.started_at,
-                                         "exit_code": None, "signal": None, "message": None})
+                await self._report(
+                    rec,
+                    {
+                        "event": "started",
+                        "at": rec.started_at,
+                        "exit_code": None,
+                        "signal": None,
+                        "message": None,
+                    },
+                )
                 rec.started_reported = True
                 self._save(rec)
             await self._upload_log(rec)
@@ -888,8 +1051,7 @@ class WorkerDaemon:
             if rec.state == ENDED and outcome and outcome.get("event"):
                 await self._make_durable()
                 await self._report(rec, dict(outcome))
-                log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch,
-                         outcome["event"])
+                log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch, outcome["event"])
                 self._forget(rec)
         except ApiError as exc:
             self._refused(rec, exc)
@@ -919,8 +1081,7 @@ class WorkerDaemon:
                 if exc.status == 404:
                     raise
                 rec.log_broken = str(exc)
-                log.error("task %s: log upload refused (%s); no more log is sent", rec.task,
-                          exc)
+                log.error("task %s: log upload refused (%s); no more log is sent", rec.task, exc)
                 self._save(rec)
                 return
             rec.log_uploaded = max(0, new)
@@ -934,8 +1095,7 @@ class WorkerDaemon:
             pass
 
     async def _wait(self, event: asyncio.Event, timeout: float | None = None) -> None:
-        waits = [asyncio.ensure_future(event.wait()),
-                 asyncio.ensure_future(self.shutdown.wait())]
+        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.shutdown.wait())]
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -959,12 +1119,13 @@ class WorkerDaemon:
         counting a loss), then deregisters (``DELETE /workers/{id}``). A second signal, or
         the control plane staying away for a minute, ends the wait; what is left is taken
         back at the next start as after any stop."""
-        log.info("draining: stopping %d task(s) and handing them back",
-                 sum(r.state != ENDED and not r.fenced for r in self.records.values()))
+        log.info(
+            "draining: stopping %d task(s) and handing them back",
+            sum(r.state != ENDED and not r.fenced for r in self.records.values()),
+        )
         for rec in list(self.records.values()):
             if rec.state != ENDED and not rec.fenced:
-                self._request_stop(rec, "shutdown", "the worker is shutting down (--drain)",
-                                   None)
+                self._request_stop(rec, "shutdown", "the worker is shutting down (--drain)", None)
         await asyncio.gather(*list(self.supervisors.values()), return_exceptions=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -981,8 +1142,11 @@ class WorkerDaemon:
             await self.client.deregister(self.worker_id)
             log.info("deregistered %s", self.worker_id)
         except (Unreachable, ApiError) as exc:
-            log.warning("deregistering failed (%s): the control plane declares this worker "
-                        "lost after its TTL", exc)
+            log.warning(
+                "deregistering failed (%s): the control plane declares this worker "
+                "lost after its TTL",
+                exc,
+            )
 
     def _watch(self, t: asyncio.Task, *, returns: bool = True) -> asyncio.Task:
         """Notices a loop or supervisor that dies: one that raised (or, with ``returns``
@@ -990,18 +1154,25 @@ class WorkerDaemon:
         worker that heartbeats on without its lease, report or supervision loops holds GPUs
         for ever (issue 26); its supervisor (systemd) restarts it, and the restart takes the
         tasks back from their records and exit files."""
+
         def done(t: asyncio.Task) -> None:
             if t.cancelled() or self.shutdown.is_set():
                 return
             exc = t.exception()
             if exc is None and returns:
                 return
-            self.failure = f"{t.get_name()}: " + (f"{type(exc).__name__}: {exc}" if exc
-                                                   else "returned")
-            log.critical("the worker's %s failed (%s); stopping with exit code 1, so that "
-                         "its supervisor restarts it (the restart takes the tasks back)",
-                         t.get_name(), self.failure, exc_info=exc)
+            self.failure = f"{t.get_name()}: " + (
+                f"{type(exc).__name__}: {exc}" if exc else "returned"
+            )
+            log.critical(
+                "the worker's %s failed (%s); stopping with exit code 1, so that "
+                "its supervisor restarts it (the restart takes the tasks back)",
+                t.get_name(),
+                self.failure,
+                exc_info=exc,
+            )
             self.shutdown.set()
+
         t.add_done_callback(done)
         return t
 
@@ -1012,16 +1183,28 @@ class WorkerDaemon:
                 loop.add_signal_handler(sig, self.shutdown.set)
             except (NotImplementedError, RuntimeError):  # pragma: no cover
                 pass
-        log.info("klique-worker %s starting: id %s, pool %s, control plane %s, state %s",
-                 __version__, self.worker_id, self.cfg.pool, self.client.base, self.state.root)
+        log.info(
+            "klique-worker %s starting: id %s, pool %s, control plane %s, state %s",
+            __version__,
+            self.worker_id,
+            self.cfg.pool,
+            self.client.base,
+            self.state.root,
+        )
         self.load()
-        loops = [self._watch(loop.create_task(self.register(), name="register")),
-                 *(self._watch(loop.create_task(coro, name=name), returns=False)
-                   for coro, name in ((self.lease_loop("gpu"), "lease loop"),
-                                      (self.lease_loop("cpu"), "cpu-only lease loop"),
-                                      (self.heartbeat_loop(), "heartbeat loop"),
-                                      (self.outbox_loop(), "report loop"),
-                                      (self.liveness_loop(), "liveness loop")))]
+        loops = [
+            self._watch(loop.create_task(self.register(), name="register")),
+            *(
+                self._watch(loop.create_task(coro, name=name), returns=False)
+                for coro, name in (
+                    (self.lease_loop("gpu"), "lease loop"),
+                    (self.lease_loop("cpu"), "cpu-only lease loop"),
+                    (self.heartbeat_loop(), "heartbeat loop"),
+                    (self.outbox_loop(), "report loop"),
+                    (self.liveness_loop(), "liveness loop"),
+                )
+            ),
+        ]
         try:
             await self.shutdown.wait()
             if self.cfg.drain and self.failure is None:
@@ -1039,8 +1222,11 @@ class WorkerDaemon:
                 close()
             await self.client.close()
             alive = sum(r.state == RUNNING for r in self.records.values())
-            log.info("klique-worker stopped; %d task(s) keep running and are taken back when "
-                     "the worker starts again with the same --state-dir", alive)
+            log.info(
+                "klique-worker stopped; %d task(s) keep running and are taken back when "
+                "the worker starts again with the same --state-dir",
+                alive,
+            )
 
 
 def _fsync_all(paths: set[Path], directory: Path) -> None:

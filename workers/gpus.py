@@ -26,12 +26,15 @@ class Gpu:
     control plane compares it with the pool's gpu_type (capacity truth, issue 15)."""
 
     def to_json(self) -> dict:
-        return {"index": self.index, "uuid": self.uuid, "memory_mb": self.memory_mb,
-                "model": self.model}
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "memory_mb": self.memory_mb,
+            "model": self.model,
+        }
 
 
-NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total,name",
-                    "--format=csv,noheader,nounits"]
+NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,memory.total,name", "--format=csv,noheader,nounits"]
 
 
 def parse_nvidia_smi(text: str) -> list[Gpu]:
@@ -64,7 +67,8 @@ def parse_gpu_list(spec: str) -> list[int] | None:
         part = part.strip()
         if not part.isdigit():
             raise GpuDiscoveryError(
-                f"--gpus {spec!r}: expected `auto` or GPU indices like `0,1,2,3`")
+                f"--gpus {spec!r}: expected `auto` or GPU indices like `0,1,2,3`"
+            )
         if int(part) in out:
             raise GpuDiscoveryError(f"--gpus {spec!r}: GPU {part} is listed twice")
         out.append(int(part))
@@ -82,8 +86,9 @@ def discover(spec: str, nvidia_smi: str | None = None) -> tuple[list[Gpu], str]:
     smi = nvidia_smi or shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True,
-                                 timeout=30, check=True).stdout
+            out = subprocess.run(
+                [smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=30, check=True
+            ).stdout
         except (OSError, subprocess.SubprocessError) as exc:
             raise GpuDiscoveryError(f"{smi} failed: {exc}") from exc
         found = parse_nvidia_smi(out)
@@ -93,12 +98,14 @@ def discover(spec: str, nvidia_smi: str | None = None) -> tuple[list[Gpu], str]:
         missing = [i for i in wanted if i not in by_index]
         if missing:
             raise GpuDiscoveryError(
-                f"--gpus lists {missing} but nvidia-smi shows only {sorted(by_index)}")
+                f"--gpus lists {missing} but nvidia-smi shows only {sorted(by_index)}"
+            )
         return [by_index[i] for i in wanted], f"nvidia-smi, restricted by --gpus to {wanted}"
     if wanted is None:
         raise GpuDiscoveryError(
             "no nvidia-smi on this machine: declare the GPUs with --gpus 0,1,... "
-            "(or --gpus none for a worker without GPUs)")
+            "(or --gpus none for a worker without GPUs)"
+        )
     return [Gpu(i, f"declared-{i}", None) for i in wanted], f"declared by --gpus {wanted}"
 
 

@@ -42,9 +42,9 @@ log = logging.getLogger(__name__)
 
 KINDS = ("wall", "cpu", "gpu", "network")
 _UNITS = {"ms": 1 / SECOND_MS, **UNIT_SECONDS}
-DEFAULT_CPU_THRESHOLD = 0.05          # cores
-DEFAULT_GPU_THRESHOLD = 0.0           # percent
-DEFAULT_NETWORK_THRESHOLD = 1024.0    # bytes a second
+DEFAULT_CPU_THRESHOLD = 0.05  # cores
+DEFAULT_GPU_THRESHOLD = 0.0  # percent
+DEFAULT_NETWORK_THRESHOLD = 1024.0  # bytes a second
 
 
 def parse_duration(text) -> float:
@@ -83,8 +83,8 @@ class IdleLimits:
     cpu_s: float | None = None
     gpu_s: float | None = None
     network_s: float | None = None
-    cpu_threshold: float = DEFAULT_CPU_THRESHOLD          # cores (0.05 = 5% of one core)
-    gpu_threshold: float = DEFAULT_GPU_THRESHOLD          # percent utilisation
+    cpu_threshold: float = DEFAULT_CPU_THRESHOLD  # cores (0.05 = 5% of one core)
+    gpu_threshold: float = DEFAULT_GPU_THRESHOLD  # percent utilisation
     network_threshold: float = DEFAULT_NETWORK_THRESHOLD  # bytes a second
     text: dict = field(default_factory=dict, compare=False)  # kind -> the limit as written
 
@@ -115,8 +115,10 @@ def parse_limits(labels: dict | None, payload=None) -> IdleLimits | None:
         return None
     unknown = set(spec) - set(KINDS) - {f"{k}_threshold" for k in ("cpu", "gpu", "network")}
     if unknown:
-        raise ValueError(f"unknown idle setting(s) {sorted(unknown)}; known: "
-                         f"{', '.join(KINDS)} and cpu/gpu/network_threshold")
+        raise ValueError(
+            f"unknown idle setting(s) {sorted(unknown)}; known: "
+            f"{', '.join(KINDS)} and cpu/gpu/network_threshold"
+        )
     values: dict = {f"{k}_s": parse_duration(spec[k]) for k in KINDS if k in spec}
     if "cpu_threshold" in spec:
         values["cpu_threshold"] = _percent(spec["cpu_threshold"], 5.0) / 100
@@ -133,6 +135,7 @@ class Sample:
     """What was measured at ``at`` (seconds, monotonic): cumulative CPU seconds of the task's
     processes, cumulative network bytes of its namespace, and the highest utilisation (%) of
     its GPUs; None where not measurable."""
+
     at: float
     cpu_s: float | None = None
     net_bytes: int | None = None
@@ -156,8 +159,11 @@ class IdleTracker:
 
     def observe(self, s: Sample) -> str | None:
         lim, prev = self.limits, self.prev
-        measured = {"cpu": s.cpu_s is not None, "gpu": s.gpu_util is not None,
-                    "network": s.net_bytes is not None}
+        measured = {
+            "cpu": s.cpu_s is not None,
+            "gpu": s.gpu_util is not None,
+            "network": s.net_bytes is not None,
+        }
         if prev is not None and s.at > prev.at:
             dt = s.at - prev.at
             if s.cpu_s is not None and prev.cpu_s is not None:
@@ -195,7 +201,7 @@ def _stat_fields(pid: int) -> list[str] | None:
             data = fh.read().decode("ascii", "replace")
     except OSError:
         return None
-    return data[data.rindex(")") + 2:].split()
+    return data[data.rindex(")") + 2 :].split()
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -249,9 +255,13 @@ def gpu_utilisation(indices: list[int], smi: str | None = None) -> float | None:
     if not smi or not indices:
         return None
     try:
-        out = subprocess.run([smi, "--query-gpu=index,utilization.gpu",
-                              "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=5, check=True).stdout
+        out = subprocess.run(
+            [smi, "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     utils = []
@@ -324,18 +334,19 @@ def _watch(daemon, rec, handle) -> None:
         w = watches[rec.key] = _Watch(limits)
         if limits is not None:
             w.tracker = IdleTracker(limits, _started_monotonic(rec.started_at))
-            daemon._task_log(rec, "idle limits: " + ", ".join(
-                f"{k} {v}" for k, v in limits.text.items()))
+            daemon._task_log(
+                rec, "idle limits: " + ", ".join(f"{k} {v}" for k, v in limits.text.items())
+            )
     limits = w.limits
-    if w.tracker is None or limits is None or rec.stop is not None \
-            or time.monotonic() < w.next_at:
+    if w.tracker is None or limits is None or rec.stop is not None or time.monotonic() < w.next_at:
         return
     w.next_at = time.monotonic() + limits.sample_interval()
     sample = measure(getattr(handle, "pgid", None), list(rec.gpus or []), limits)
     if limits.gpu_s is not None and sample.gpu_util is None and "gpu" not in w.warned:
         w.warned.add("gpu")
-        daemon._task_log(rec, "idle limit gpu ignored: GPU utilisation is not measurable "
-                              "here (no nvidia-smi)")
+        daemon._task_log(
+            rec, "idle limit gpu ignored: GPU utilisation is not measurable here (no nvidia-smi)"
+        )
     verdict = w.tracker.observe(sample)
     if verdict is not None:
         log.info("task %s (epoch %s) idle: %s", rec.task, rec.epoch, verdict)

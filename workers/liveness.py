@@ -65,7 +65,7 @@ def _start_ticks(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read().decode("ascii", "replace")
-        return int(data[data.rindex(")") + 2:].split()[19])
+        return int(data[data.rindex(")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -92,8 +92,11 @@ class Liveness:
         if not isinstance(old, dict) or old.get("boot_id") != self.boot:
             return
         contact, ttl = old.get("contact_at"), old.get("ttl_s")
-        if isinstance(contact, (int, float)) and isinstance(ttl, (int, float)) \
-                and contact <= time.monotonic():
+        if (
+            isinstance(contact, (int, float))
+            and isinstance(ttl, (int, float))
+            and contact <= time.monotonic()
+        ):
             self.contact_at, self.ttl_s = float(contact), float(ttl)
 
     def contact(self, sent_at: float, ttl_s: float) -> None:
@@ -103,9 +106,16 @@ class Liveness:
         self.ttl_s = ttl_s
 
     def record(self) -> dict:
-        rec: dict = {"pid": self.pid, "start_ticks": self.start_ticks, "boot_id": self.boot,
-                     "alive_at": time.monotonic(), "contact_at": self.contact_at,
-                     "ttl_s": self.ttl_s, "term_at": None, "kill_at": None}
+        rec: dict = {
+            "pid": self.pid,
+            "start_ticks": self.start_ticks,
+            "boot_id": self.boot,
+            "alive_at": time.monotonic(),
+            "contact_at": self.contact_at,
+            "ttl_s": self.ttl_s,
+            "term_at": None,
+            "kill_at": None,
+        }
         if self.contact_at is not None and self.ttl_s:
             m = margin(self.ttl_s)
             rec["term_at"] = self.contact_at + self.ttl_s - m

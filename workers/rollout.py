@@ -39,14 +39,20 @@ def build_wheel(dest: Path) -> Path:
     """A wheel of the source tree, built into ``dest``."""
     root = source_tree()
     if root is None:
-        raise RolloutError("klique is not installed from a source tree here: give --package "
-                           "FILE (a wheel or sdist) or --pip-spec 'klique==VERSION'")
+        raise RolloutError(
+            "klique is not installed from a source tree here: give --package "
+            "FILE (a wheel or sdist) or --pip-spec 'klique==VERSION'"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     # a fixed date in the archive: the same sources give the same bytes, so a second rollout
     # copies and reinstalls nothing
     env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
-                           "-w", str(dest), str(root)], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dest), str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     wheels = sorted(dest.glob("klique-*.whl"))
     if proc.returncode != 0 or not wheels:
         raise RolloutError(f"building the wheel failed:\n{proc.stderr.strip()}")
@@ -62,8 +68,10 @@ class HostSummary:
     skipped: int = 0
 
     def line(self) -> str:
-        return (f"ok={self.ok} changed={self.changed} failed={self.failed} "
-                f"unreachable={self.unreachable} skipped={self.skipped}")
+        return (
+            f"ok={self.ok} changed={self.changed} failed={self.failed} "
+            f"unreachable={self.unreachable} skipped={self.skipped}"
+        )
 
 
 @dataclass
@@ -75,8 +83,11 @@ class RolloutResult:
 
     @property
     def ok(self) -> bool:
-        return (self.rc == 0 and bool(self.hosts)
-                and not any(h.failed or h.unreachable for h in self.hosts.values()))
+        return (
+            self.rc == 0
+            and bool(self.hosts)
+            and not any(h.failed or h.unreachable for h in self.hosts.values())
+        )
 
     @property
     def changed(self) -> int:
@@ -93,6 +104,7 @@ def failure_text(res: dict, limit: int = 20) -> list[str]:
         text = str(text or "").strip()
         if text and text not in lines:
             lines.extend(text.splitlines()[-limit:])
+
     add(res.get("msg"))
     if res.get("rc") not in (None, 0) or res.get("stderr") or res.get("module_stderr"):
         add(res.get("stderr") or res.get("module_stderr") or res.get("stdout"))
@@ -122,7 +134,7 @@ def _progress(out: Callable[[str], None], verbose: bool):
             first, *rest = failure_text(res)
             ignored = " (ignored)" if data.get("ignore_errors") else ""
             say(host, f"{task}: {first[:500]}{ignored}", "FAILED")
-            for line in rest:   # the reason, indented under the host's line
+            for line in rest:  # the reason, indented under the host's line
                 out(f"{' ' * (width[0] + 11)}{line[:500]}")
         elif kind == "runner_on_unreachable":
             say(host, f"{task}: {str(res.get('msg', '')).strip()[:500]}", "UNREACH")
@@ -131,6 +143,7 @@ def _progress(out: Callable[[str], None], verbose: bool):
         elif kind == "runner_on_skipped" and verbose:
             say(host, task, "skipped")
         return True
+
     return handler
 
 
@@ -141,16 +154,25 @@ def role_vars(url: str | Iterable[str], pool: str, token_file: Path) -> dict:
     urls = split_urls(url)
     if not urls:
         raise RolloutError("no control-plane URL given (--url or KLIQUE_URL)")
-    return {"klique_url": ",".join(urls), "klique_pool": pool,
-            "klique_token_src": str(token_file)}
+    return {"klique_url": ",".join(urls), "klique_pool": pool, "klique_token_src": str(token_file)}
 
 
-def rollout(inventory: str | Path, pool: str, url: str | Iterable[str],
-            token_file: str | Path, *,
-            prefix: str | None = None, check: bool = False, package: str | Path | None = None,
-            pip_spec: str | None = None, admin_token: str | None = None,
-            extravars: dict | None = None, limit: str | None = None, verbose: bool = False,
-            out: Callable[[str], None] = print) -> RolloutResult:
+def rollout(
+    inventory: str | Path,
+    pool: str,
+    url: str | Iterable[str],
+    token_file: str | Path,
+    *,
+    prefix: str | None = None,
+    check: bool = False,
+    package: str | Path | None = None,
+    pip_spec: str | None = None,
+    admin_token: str | None = None,
+    extravars: dict | None = None,
+    limit: str | None = None,
+    verbose: bool = False,
+    out: Callable[[str], None] = print,
+) -> RolloutResult:
     try:
         import ansible_runner
     except ImportError:
@@ -160,9 +182,11 @@ def rollout(inventory: str | Path, pool: str, url: str | Iterable[str],
         raise RolloutError(f"the inventory {inventory} does not exist")
     token_file = Path(token_file).expanduser().resolve()
     if not token_file.is_file():
-        raise RolloutError(f"the worker token file {token_file} does not exist (kliqued token "
-                           f"create --worker --pool {pool} > FILE)")
-    work = Path(tempfile.mkdtemp(prefix="klique-rollout-"))   # mode 0700
+        raise RolloutError(
+            f"the worker token file {token_file} does not exist (kliqued token "
+            f"create --worker --pool {pool} > FILE)"
+        )
+    work = Path(tempfile.mkdtemp(prefix="klique-rollout-"))  # mode 0700
     try:
         ev = role_vars(url, pool, token_file)
         if prefix:
@@ -181,20 +205,36 @@ def rollout(inventory: str | Path, pool: str, url: str | Iterable[str],
             ev["klique_admin_token"] = admin_token
         ev.update(extravars or {})
         bindir = str(Path(sys.executable).parent)
-        envvars = {"PATH": bindir + os.pathsep + os.environ.get("PATH", os.defpath),
-                   "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-                   "ANSIBLE_PYTHON_INTERPRETER": os.environ.get("ANSIBLE_PYTHON_INTERPRETER",
-                                                                "auto_silent"),
-                   "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles")}
+        envvars = {
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", os.defpath),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            "ANSIBLE_PYTHON_INTERPRETER": os.environ.get(
+                "ANSIBLE_PYTHON_INTERPRETER", "auto_silent"
+            ),
+            "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles"),
+        }
         r = ansible_runner.run(
-            private_data_dir=str(work), playbook=str(PLAYBOOK), inventory=str(inventory),
-            extravars=ev, envvars=envvars, cmdline="--check --diff" if check else None,
-            limit=limit, quiet=True, event_handler=_progress(out, verbose),
-            project_dir=str(ANSIBLE_DIR))
+            private_data_dir=str(work),
+            playbook=str(PLAYBOOK),
+            inventory=str(inventory),
+            extravars=ev,
+            envvars=envvars,
+            cmdline="--check --diff" if check else None,
+            limit=limit,
+            quiet=True,
+            event_handler=_progress(out, verbose),
+            project_dir=str(ANSIBLE_DIR),
+        )
         stats = r.stats or {}
         hosts: dict[str, HostSummary] = {}
-        for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
-                          ("dark", "unreachable"), ("skipped", "skipped")):
+        for key, attr in (
+            ("ok", "ok"),
+            ("changed", "changed"),
+            ("failures", "failed"),
+            ("dark", "unreachable"),
+            ("skipped", "skipped"),
+        ):
             for host, n in (stats.get(key) or {}).items():
                 setattr(hosts.setdefault(host, HostSummary()), attr, n)
         result = RolloutResult(r.rc, r.status, hosts)

@@ -55,21 +55,23 @@ class TaskRecord:
     task: str
     epoch: int
     lease: dict
-    state: str = STARTING               # starting (leased, waiting for GPUs) | running | ended
+    state: str = STARTING  # starting (leased, waiting for GPUs) | running | ended
     leased_at: float = field(default_factory=time.time)
-    milli: int = 0                      # milli-GPUs the lease asked for
+    milli: int = 0  # milli-GPUs the lease asked for
     gpus: list[int] = field(default_factory=list)
-    handle: dict | None = None          # the executor's record (pid, pgid, ...)
+    handle: dict | None = None  # the executor's record (pid, pgid, ...)
     started_at: str | None = None
     log_path: str = ""
-    log_uploaded: int = 0               # bytes of the log the control plane has
-    log_broken: str | None = None       # why the log upload was given up
+    log_uploaded: int = 0  # bytes of the log the control plane has
+    log_broken: str | None = None  # why the log upload was given up
     started_reported: bool = False
-    stop: dict | None = None            # {"reason", "text", "grace_s", "at"}
-    fenced: bool = False                # stale epoch: killed at once, never reported again
-    outcome: dict | None = None         # {"event", "exit_code", "signal", "at", "message"}
-    checkpoint_ns: int | None = None    # the checkpoint file's last seen time (workers/checkpoints.py)
-    checkpoint_at: str | None = None    # the same, RFC 3339: relayed with the heartbeats
+    stop: dict | None = None  # {"reason", "text", "grace_s", "at"}
+    fenced: bool = False  # stale epoch: killed at once, never reported again
+    outcome: dict | None = None  # {"event", "exit_code", "signal", "at", "message"}
+    checkpoint_ns: int | None = (
+        None  # the checkpoint file's last seen time (workers/checkpoints.py)
+    )
+    checkpoint_at: str | None = None  # the same, RFC 3339: relayed with the heartbeats
 
     @property
     def key(self) -> str:
@@ -105,8 +107,10 @@ class StateDir:
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 holder = path.read_text().strip() or "?"
-                raise StateDirBusy(f"another klique-worker (pid {holder}) uses the state dir "
-                                   f"{self.root}; give each worker its own --state-dir") from None
+                raise StateDirBusy(
+                    f"another klique-worker (pid {holder}) uses the state dir "
+                    f"{self.root}; give each worker its own --state-dir"
+                ) from None
             raise
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
@@ -165,8 +169,11 @@ class StateDir:
         """Removes logs (and exit files, and the task's files) of ended tasks older than
         `keep_s` seconds."""
         now, removed = time.time(), 0
-        for d, suffix in ((self.logs, ".log"), (self.root / "run", ".exit"),
-                          (self.root / "run", ".exit.reserve")):
+        for d, suffix in (
+            (self.logs, ".log"),
+            (self.root / "run", ".exit"),
+            (self.root / "run", ".exit.reserve"),
+        ):
             if not d.is_dir():
                 continue
             for path in d.glob(f"*{suffix}"):

@@ -22,8 +22,18 @@ from typing import Any
 import aiohttp
 
 from klique_util.excerpt import excerpt
-from klique_util.tunnel import CHUNK, MAX_BODY, MAX_FRAME, MAX_WS_MESSAGE, WINDOW, \
-    FrameTooLarge, b64, forwardable, frame, unb64
+from klique_util.tunnel import (
+    CHUNK,
+    MAX_BODY,
+    MAX_FRAME,
+    MAX_WS_MESSAGE,
+    WINDOW,
+    FrameTooLarge,
+    b64,
+    forwardable,
+    frame,
+    unb64,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +86,10 @@ class _Relay:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, port: int) -> None:
         self.ws, self.port = ws, port
         # the control plane gives up on an answer after 5 minutes; so does the worker
-        self.app = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(
-            total=None, sock_connect=10, sock_read=300))
+        self.app = aiohttp.ClientSession(
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300),
+        )
         self.lock = asyncio.Lock()
         self.sockets: dict[int, aiohttp.ClientWebSocketResponse] = {}
         self.windows: dict[int, Window] = {}
@@ -114,22 +126,34 @@ class _Relay:
             return
         try:
             async with self.app.request(
-                    str(msg.get("method") or "GET"), url,
-                    headers=[tuple(h) for h in msg.get("headers") or []],
-                    data=unb64(msg.get("body")), allow_redirects=False) as resp:
-                head = {"op": "http", "id": rid, "status": resp.status,
-                        "headers": forwardable(resp.headers.items())}
+                str(msg.get("method") or "GET"),
+                url,
+                headers=[tuple(h) for h in msg.get("headers") or []],
+                data=unb64(msg.get("body")),
+                allow_redirects=False,
+            ) as resp:
+                head = {
+                    "op": "http",
+                    "id": rid,
+                    "status": resp.status,
+                    "headers": forwardable(resp.headers.items()),
+                }
                 if msg.get("stream") is True:
                     await self._stream(rid, head, resp)
                 else:
                     await self._whole(rid, head, resp)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            await self.send({"op": "error", "id": rid, "message": "the session's app does "
-                             f"not answer on its port (yet?), or its answer broke off: "
-                             f"{type(exc).__name__}"})
+            await self.send(
+                {
+                    "op": "error",
+                    "id": rid,
+                    "message": "the session's app does "
+                    f"not answer on its port (yet?), or its answer broke off: "
+                    f"{type(exc).__name__}",
+                }
+            )
 
-    async def _stream(self, rid: int, head: dict[str, Any],
-                      resp: aiohttp.ClientResponse) -> None:
+    async def _stream(self, rid: int, head: dict[str, Any], resp: aiohttp.ClientResponse) -> None:
         """The answer in frames of ``CHUNK`` bytes, each sent when the window has room."""
         window = self.windows[rid] = Window()
         try:
@@ -141,17 +165,22 @@ class _Relay:
         finally:
             self.windows.pop(rid, None)
 
-    async def _whole(self, rid: int, head: dict[str, Any],
-                     resp: aiohttp.ClientResponse) -> None:
+    async def _whole(self, rid: int, head: dict[str, Any], resp: aiohttp.ClientResponse) -> None:
         """The answer in one frame, for a daemon that does not ask for a stream: the whole
         body read (not what one read returns), up to ``MAX_BODY``."""
         body = bytearray()
         async for chunk in resp.content.iter_chunked(CHUNK):
             body += chunk
             if len(body) > MAX_BODY:
-                await self.send({"op": "error", "id": rid, "message": "the app's answer "
-                                 f"is larger than {MAX_BODY // (1024 * 1024)} MiB, the "
-                                 "most a session relays in one response"})
+                await self.send(
+                    {
+                        "op": "error",
+                        "id": rid,
+                        "message": "the app's answer "
+                        f"is larger than {MAX_BODY // (1024 * 1024)} MiB, the "
+                        "most a session relays in one response",
+                    }
+                )
                 return
         await self.send({**head, "body": b64(bytes(body))})
 
@@ -160,11 +189,19 @@ class _Relay:
         try:
             url = self._local("ws", msg)
             app_ws = await self.app.ws_connect(
-                url, headers=[tuple(h) for h in msg.get("headers") or []],
-                max_msg_size=MAX_WS_MESSAGE)
+                url,
+                headers=[tuple(h) for h in msg.get("headers") or []],
+                max_msg_size=MAX_WS_MESSAGE,
+            )
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
-            await self.send({"op": "error", "id": rid, "message": "the session's app refused "
-                             f"the WebSocket: {type(exc).__name__}: {exc}"})
+            await self.send(
+                {
+                    "op": "error",
+                    "id": rid,
+                    "message": "the session's app refused "
+                    f"the WebSocket: {type(exc).__name__}: {exc}",
+                }
+            )
             return
         self.sockets[rid] = app_ws
         await self.send({"op": "ws-open", "id": rid})
@@ -179,8 +216,9 @@ class _Relay:
         finally:
             if self.sockets.pop(rid, None) is not None:
                 try:
-                    await self.send({"op": "ws-close", "id": rid,
-                                     "code": app_ws.close_code or 1000})
+                    await self.send(
+                        {"op": "ws-close", "id": rid, "code": app_ws.close_code or 1000}
+                    )
                 except (ConnectionError, RuntimeError):
                     pass
 
@@ -240,22 +278,33 @@ async def run(client: Any, task: str, epoch: int, port: int) -> None:
         try:
             session = await client.session()
             async with session.ws_connect(
-                    f"{client.base}/sessions/{task}/tunnel", params={"epoch": str(epoch)},
-                    headers=client.auth_headers(), heartbeat=20,
-                    max_msg_size=MAX_FRAME) as ws:
+                f"{client.base}/sessions/{task}/tunnel",
+                params={"epoch": str(epoch)},
+                headers=client.auth_headers(),
+                heartbeat=20,
+                max_msg_size=MAX_FRAME,
+            ) as ws:
                 log.info("session %s: tunnel to the control plane open", task)
                 delay = 0.5
                 await _Relay(ws, port).serve()
             log.info("session %s: tunnel closed by the control plane", task)
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status in (403, 404, 409):
-                log.warning("session %s: the control plane refuses its tunnel (%s %s); "
-                            "not retried", task, exc.status, exc.message)
+                log.warning(
+                    "session %s: the control plane refuses its tunnel (%s %s); not retried",
+                    task,
+                    exc.status,
+                    exc.message,
+                )
                 return
-            log.info("session %s: tunnel refused (%s); retrying in %.1fs", task, exc.status,
-                     delay)
+            log.info("session %s: tunnel refused (%s); retrying in %.1fs", task, exc.status, delay)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            log.info("session %s: tunnel down (%s: %s); retrying in %.1fs", task,
-                     type(exc).__name__, exc, delay)
+            log.info(
+                "session %s: tunnel down (%s: %s); retrying in %.1fs",
+                task,
+                type(exc).__name__,
+                exc,
+                delay,
+            )
         await asyncio.sleep(delay)
         delay = min(delay * 2, 10.0)

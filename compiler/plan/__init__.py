@@ -21,5 +21,17 @@ RENDERERS = {
     "github": render_github,
 }
 
-__all__ = ["AttrChange", "Impact", "ObjectChange", "Plan", "RENDERERS", "Revision", "Side",
-           "make_plan", "render_github", "render_json", "render_markdown", "render_text"]
+__all__ = [
+    "AttrChange",
+    "Impact",
+    "ObjectChange",
+    "Plan",
+    "RENDERERS",
+    "Revision",
+    "Side",
+    "make_plan",
+    "render_github",
+    "render_json",
+    "render_markdown",
+    "render_text",
+]

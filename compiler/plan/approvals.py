@@ -26,8 +26,11 @@ def settings_of(sources: SourceMap) -> Settings:
     """The estate's settings as written (handles and approvers are review data: they are not
     in the compiled estate, so the daemon does not reload when a handle changes)."""
     obj = sources.settings
-    return (obj.model if obj is not None and isinstance(obj.model, Settings)
-            else Settings.model_validate({}))
+    return (
+        obj.model
+        if obj is not None and isinstance(obj.model, Settings)
+        else Settings.model_validate({})
+    )
 
 
 def group_chain(est: CompiledEstate | None, group: str) -> list[Approver]:
@@ -49,8 +52,12 @@ def it_approvers(est: CompiledEstate | None, settings: Settings) -> list[Approve
     if est is None:
         return []
     parents = {g.parent for g in est.groups if g.parent is not None}
-    return [Approver(u, g.name, "it") for g in est.groups
-            if g.parent is None and g.name in parents for u in g.admins]
+    return [
+        Approver(u, g.name, "it")
+        for g in est.groups
+        if g.parent is None and g.name in parents
+        for u in g.admins
+    ]
 
 
 def _dedupe(found: Iterable[Approver], handles: dict[str, str]) -> tuple[Approver, ...]:
@@ -67,8 +74,9 @@ def _groups_of_policies(est: CompiledEstate | None, names: Iterable[str]) -> lis
     return [p.group for n in names if (p := est.policy(n)) is not None]
 
 
-def touched_groups(c: ObjectChange, base: CompiledEstate | None,
-                   head: CompiledEstate | None) -> tuple[list[str], list[str]]:
+def touched_groups(
+    c: ObjectChange, base: CompiledEstate | None, head: CompiledEstate | None
+) -> tuple[list[str], list[str]]:
     """The groups a change touches, in the head and in the base (a rename: the old name)."""
     old = c.old_name or c.name
     if c.kind == "group":
@@ -78,14 +86,20 @@ def touched_groups(c: ObjectChange, base: CompiledEstate | None,
     if c.kind == "profile":
         hp = head.profile(c.name) if head else None
         bp = base.profile(old) if base else None
-        return (_groups_of_policies(head, hp.policies if hp else []),
-                _groups_of_policies(base, bp.policies if bp else []))
+        return (
+            _groups_of_policies(head, hp.policies if hp else []),
+            _groups_of_policies(base, bp.policies if bp else []),
+        )
     return [], []
 
 
-def approvals(changes: Iterable[ObjectChange], base: CompiledEstate | None,
-              head: CompiledEstate | None, base_src: SourceMap,
-              head_src: SourceMap) -> tuple[Approval, ...]:
+def approvals(
+    changes: Iterable[ObjectChange],
+    base: CompiledEstate | None,
+    head: CompiledEstate | None,
+    base_src: SourceMap,
+    head_src: SourceMap,
+) -> tuple[Approval, ...]:
     """One ``Approval`` per change, in the changes' order. Groups are looked up on both
     sides, so moving a team to another department needs both departments' heads."""
     settings = settings_of(head_src if head is not None else base_src)

@@ -39,17 +39,29 @@ def _compile(side: Side) -> tuple[Revision, CompileResult | None]:
         return Revision(side.label, side.commit, None, valid=True, exists=False), None
     result = compile_files(side.files)
     est = result.estate
-    return Revision(side.label, side.commit, est.revision if est else None, valid=est is not None,
-                    exists=True, diagnostics=tuple(result.diagnostics)), result
+    return Revision(
+        side.label,
+        side.commit,
+        est.revision if est else None,
+        valid=est is not None,
+        exists=True,
+        diagnostics=tuple(result.diagnostics),
+    ), result
 
 
 WhatIfHook = Callable[[CompiledEstate, CompiledEstate], WhatIf]
 """Replays demand on (base, head): kliqued's, handed in (the compiler may not import it)."""
 
 
-def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = None,
-              live: LiveState | None = None, running: Running | None = None,
-              whatif: WhatIfHook | None = None) -> Plan:
+def make_plan(
+    base: Side,
+    head: Side,
+    estate_path: str,
+    now_ms: int | None = None,
+    live: LiveState | None = None,
+    running: Running | None = None,
+    whatif: WhatIfHook | None = None,
+) -> Plan:
     """``now_ms``: the plan's time, which decides whether a price change reprices recorded
     usage (default: the live state's time, else the clock: the only thing read here that is
     not an argument). ``live``: the running system's counts (``--against``). ``running``:
@@ -70,19 +82,28 @@ def make_plan(base: Side, head: Side, estate_path: str, now_ms: int | None = Non
     head_src = head_res.sources if head_res else SourceMap()
     renames = find_renames(base_est, head_est, head_src)
     changes = diff(base_est, head_est, base_src, head_src, renames)
-    found = [_locate(i, base_src, head_src)
-             for i in impacts(base_est, head_est, renames, now_ms, live)]
+    found = [
+        _locate(i, base_src, head_src) for i in impacts(base_est, head_est, renames, now_ms, live)
+    ]
     found += stale_base(base_rev, running)
     found += capacity_notes(head_est, live)
     found.sort(key=Impact.sort_key)
     replayed = None
     if whatif is not None:
         replayed = whatif(base_est or empty_estate(), head_est or empty_estate())
-    return Plan(base_rev, head_rev, estate_path, tuple(changes), tuple(found), touched=hunks,
-                live=live,
-                approvals=approvals(changes, base_est, head_est, base_src, head_src),
-                envelopes=envelope_rows(changes, base_est, head_est), running=running,
-                whatif=replayed)
+    return Plan(
+        base_rev,
+        head_rev,
+        estate_path,
+        tuple(changes),
+        tuple(found),
+        touched=hunks,
+        live=live,
+        approvals=approvals(changes, base_est, head_est, base_src, head_src),
+        envelopes=envelope_rows(changes, base_est, head_est),
+        running=running,
+        whatif=replayed,
+    )
 
 
 def stale_base(base: Revision, running: Running | None) -> list[Impact]:
@@ -91,17 +112,28 @@ def stale_base(base: Revision, running: Running | None) -> list[Impact]:
     the one in force."""
     if running is None or not is_stale(base, running):
         return []
-    runs = running.revision[:19] + (f" (commit {running.commit[:7]})" if running.commit
-                                    else "")
-    base_text = (f"{base.short}, revision {base.estate_revision[:19]}"
-                 if base.estate_revision else f"{base.short}, no estate")
-    return [Impact("warn", "stale-base",
-                   f"The daemon at {running.source} runs revision {runs}, not the base "
-                   f"({base_text}): this plan compares the head with an estate that is not "
-                   "in force. Rebase the change on what runs, or plan with --base set to "
-                   "the running commit.",
-                   {"running_revision": running.revision, "running_commit": running.commit,
-                    "base_revision": base.estate_revision, "source": running.source})]
+    runs = running.revision[:19] + (f" (commit {running.commit[:7]})" if running.commit else "")
+    base_text = (
+        f"{base.short}, revision {base.estate_revision[:19]}"
+        if base.estate_revision
+        else f"{base.short}, no estate"
+    )
+    return [
+        Impact(
+            "warn",
+            "stale-base",
+            f"The daemon at {running.source} runs revision {runs}, not the base "
+            f"({base_text}): this plan compares the head with an estate that is not "
+            "in force. Rebase the change on what runs, or plan with --base set to "
+            "the running commit.",
+            {
+                "running_revision": running.revision,
+                "running_commit": running.commit,
+                "base_revision": base.estate_revision,
+                "source": running.source,
+            },
+        )
+    ]
 
 
 def capacity_notes(head: CompiledEstate | None, live: LiveState | None) -> list[Impact]:
@@ -111,13 +143,20 @@ def capacity_notes(head: CompiledEstate | None, live: LiveState | None) -> list[
     if live is None:
         return []
     pools = {p.name for p in head.pools} if head is not None else set()
-    return [Impact("warn", "capacity-mismatch",
-                   f"Pool {pool}: its workers disagree with what it declares ("
-                   + "; ".join(texts) + "). The engine counts the declared capacity: fix "
-                   "the pool's capacity or nodes, or the machines.",
-                   {"pool": pool, "mismatches": list(texts)},
-                   subject=("pool", pool) if pool in pools else None)
-            for pool, texts in sorted(live.capacity_mismatches.items()) if texts]
+    return [
+        Impact(
+            "warn",
+            "capacity-mismatch",
+            f"Pool {pool}: its workers disagree with what it declares ("
+            + "; ".join(texts)
+            + "). The engine counts the declared capacity: fix "
+            "the pool's capacity or nodes, or the machines.",
+            {"pool": pool, "mismatches": list(texts)},
+            subject=("pool", pool) if pool in pools else None,
+        )
+        for pool, texts in sorted(live.capacity_mismatches.items())
+        if texts
+    ]
 
 
 def _locate(impact: Impact, base_src: SourceMap, head_src: SourceMap) -> Impact:

@@ -24,8 +24,7 @@ def destinations(alerts: CAlerts | None) -> dict[str, str]:
         if ch.url:
             out.setdefault(ch.url, f"{ch.kind} channel {ch.name}")
         if ch.smtp_host:
-            out.setdefault(f"smtp://{ch.smtp_host}:{ch.smtp_port}",
-                           f"e-mail channel {ch.name}")
+            out.setdefault(f"smtp://{ch.smtp_host}:{ch.smtp_port}", f"e-mail channel {ch.name}")
     for address in alerts.it:
         out.setdefault(address, "IT recipient")
     for user, address in sorted(alerts.contacts.items()):
@@ -40,9 +39,12 @@ def alert_destinations(base: CompiledEstate, head: CompiledEstate, *_: Any) -> I
     if not new:
         return
     places = "; ".join(f"{d} ({why})" for d, why in new.items())
-    yield Impact("warn", "alert-destination",
-                 f"alerts now go to {len(new)} new place{'s' if len(new) != 1 else ''} "
-                 f"outside Klique: {places}. Each receives group and user names, budgets and "
-                 "task ids: IT approves where the estate's data goes",
-                 {"destinations": [{"to": d, "by": why} for d, why in new.items()]},
-                 ("settings", "settings"))
+    yield Impact(
+        "warn",
+        "alert-destination",
+        f"alerts now go to {len(new)} new place{'s' if len(new) != 1 else ''} "
+        f"outside Klique: {places}. Each receives group and user names, budgets and "
+        "task ids: IT approves where the estate's data goes",
+        {"destinations": [{"to": d, "by": why} for d, why in new.items()]},
+        ("settings", "settings"),
+    )

@@ -26,7 +26,8 @@ def figures(est: CompiledEstate, env: CPolicy) -> EnvelopeFigures:
         limit_milli=env.limit_milli,
         budget_hours_milli=env.budget.hours_milli if env.budget else None,
         budget_period=env.budget.period if env.budget else None,
-        teams=tuple(env.below))
+        teams=tuple(env.below),
+    )
 
 
 def _policies_of_groups(est: CompiledEstate | None, groups: Iterable[str]) -> list[CPolicy]:
@@ -47,8 +48,9 @@ def _envelopes_of(est: CompiledEstate | None, groups: Iterable[str]) -> set[str]
     return out
 
 
-def envelope_rows(changes: Sequence[ObjectChange], base: CompiledEstate | None,
-                  head: CompiledEstate | None) -> tuple[EnvelopeRow, ...]:
+def envelope_rows(
+    changes: Sequence[ObjectChange], base: CompiledEstate | None, head: CompiledEstate | None
+) -> tuple[EnvelopeRow, ...]:
     """Rows for the envelopes that a policy or group change touches, on either side, in
     the head's declaration order (then the base's, for an envelope that is gone)."""
     touched: set[str] = set()
@@ -63,16 +65,22 @@ def envelope_rows(changes: Sequence[ObjectChange], base: CompiledEstate | None,
     renamed = set(old_of.values())
     touched |= {new for new, old in old_of.items() if old in touched}
     order = [p.name for p in (head.policies if head else [])]
-    order += [p.name for p in (base.policies if base else [])
-              if p.name not in order and p.name not in renamed]
+    order += [
+        p.name
+        for p in (base.policies if base else [])
+        if p.name not in order and p.name not in renamed
+    ]
     rows = []
     for name in order:
         if name not in touched:
             continue
         b = base.policy(old_of.get(name, name)) if base else None
         h = head.policy(name) if head else None
-        rows.append(EnvelopeRow(
-            name,
-            figures(base, b) if base is not None and b is not None and b.envelope else None,
-            figures(head, h) if head is not None and h is not None and h.envelope else None))
+        rows.append(
+            EnvelopeRow(
+                name,
+                figures(base, b) if base is not None and b is not None and b.envelope else None,
+                figures(head, h) if head is not None and h is not None and h.envelope else None,
+            )
+        )
     return tuple(rows)

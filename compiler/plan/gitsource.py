@@ -32,8 +32,9 @@ def open_repo(path: str | Path | None = None) -> git.Repo:
     except git.NoSuchPathError:
         raise GitSourceError(f"{where}: no such directory") from None
     except git.InvalidGitRepositoryError:
-        raise GitSourceError(f"{where.resolve()} is not in a git repository; "
-                             "run inside one or pass --repo DIR") from None
+        raise GitSourceError(
+            f"{where.resolve()} is not in a git repository; run inside one or pass --repo DIR"
+        ) from None
 
 
 def repo_dir(repo: git.Repo) -> str:
@@ -63,19 +64,23 @@ def default_base(repo: git.Repo, head: git.Commit | None) -> tuple[str, git.Comm
             continue
         bases = repo.merge_base(head, target)
         if not bases:
-            raise GitSourceError(f"HEAD and '{branch}' have no common history in "
-                                 f"{repo_dir(repo)}; pass --base REV")
+            raise GitSourceError(
+                f"HEAD and '{branch}' have no common history in {repo_dir(repo)}; pass --base REV"
+            )
         return f"merge base with {branch}", bases[0]
-    raise GitSourceError(f"no branch {', '.join(DEFAULT_BRANCHES)} in {repo_dir(repo)} to "
-                         "compare with; pass --base REV")
+    raise GitSourceError(
+        f"no branch {', '.join(DEFAULT_BRANCHES)} in {repo_dir(repo)} to "
+        "compare with; pass --base REV"
+    )
 
 
 def normalise_estate_path(estate_path: str) -> str:
     p = PurePosixPath(estate_path.replace("\\", "/"))
     parts = [x for x in p.parts if x not in (".", "")]
     if p.is_absolute() or ".." in parts:
-        raise GitSourceError(f"--estate-path '{estate_path}' must be relative to the "
-                             "repository root, e.g. estate")
+        raise GitSourceError(
+            f"--estate-path '{estate_path}' must be relative to the repository root, e.g. estate"
+        )
     return "/".join(parts)
 
 
@@ -95,12 +100,16 @@ def files_at(commit: git.Commit, estate_path: str) -> list[SourceFile] | None:
     for item in node.traverse():
         if not isinstance(item, git.Blob) or item.mode == 0o120000:  # symlinks: no target
             continue
-        rel = PurePosixPath(item.path).relative_to(estate_path) if estate_path \
+        rel = (
+            PurePosixPath(item.path).relative_to(estate_path)
+            if estate_path
             else PurePosixPath(item.path)
+        )
         if any(part.startswith(".") for part in rel.parts) or rel.suffix not in YAML_SUFFIXES:
             continue
-        files.append(SourceFile(f"{estate_path}/{rel}" if estate_path else str(rel),
-                                item.data_stream.read()))
+        files.append(
+            SourceFile(f"{estate_path}/{rel}" if estate_path else str(rel), item.data_stream.read())
+        )
     return sorted(files, key=lambda f: f.path)
 
 
@@ -117,12 +126,15 @@ def files_on_disk(repo: git.Repo, estate_path: str) -> list[SourceFile] | None:
         raise GitSourceError(str(exc)) from None
     if root.is_file():
         return [SourceFile(estate_path, files[0].data)]
-    return [SourceFile(f"{estate_path}/{Path(f.path).relative_to(root).as_posix()}", f.data)
-            for f in files]
+    return [
+        SourceFile(f"{estate_path}/{Path(f.path).relative_to(root).as_posix()}", f.data)
+        for f in files
+    ]
 
 
-def read_sides(repo: git.Repo, base: str | None, head: str | None,
-               estate_path: str) -> tuple[Side, Side]:
+def read_sides(
+    repo: git.Repo, base: str | None, head: str | None, estate_path: str
+) -> tuple[Side, Side]:
     """Both sides of the plan. ``head`` None = the working tree; ``base`` None = the merge
     base of the head with the main branch."""
     estate_path = normalise_estate_path(estate_path)
@@ -137,6 +149,8 @@ def read_sides(repo: git.Repo, base: str | None, head: str | None,
     else:
         head_side = Side(head or "HEAD", head_commit.hexsha, files_at(head_commit, estate_path))
     if base_side.files is None and head_side.files is None:
-        raise GitSourceError(f"estate path '{estate_path}' exists at neither revision "
-                             f"({base_side.label}, {head_side.label}); pass --estate-path")
+        raise GitSourceError(
+            f"estate path '{estate_path}' exists at neither revision "
+            f"({base_side.label}, {head_side.label}); pass --estate-path"
+        )
     return base_side, head_side

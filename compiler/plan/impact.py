@@ -36,9 +36,15 @@ def empty_estate() -> CompiledEstate:
     default settings, so adding the first estate is a plan like any other."""
     s = Settings()
     return CompiledEstate(
-        settings=CSettings(pass_interval_s=s.pass_interval, low_watermark_s=s.low_watermark,
-                           currency=s.currency),
-        pools=[], profiles=[], policies=[], groups=[], pricing=[], compute_resources=[],
+        settings=CSettings(
+            pass_interval_s=s.pass_interval, low_watermark_s=s.low_watermark, currency=s.currency
+        ),
+        pools=[],
+        profiles=[],
+        policies=[],
+        groups=[],
+        pricing=[],
+        compute_resources=[],
     ).with_revision()
 
 
@@ -55,9 +61,13 @@ def pool_list(pools: tuple[str, ...] | list[str]) -> str:
     return "[" + ", ".join(pools) + "]"
 
 
-def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
-            renames: Renames = NO_RENAMES, now_ms: int | None = None,
-            live: LiveState | None = None) -> list[Impact]:
+def impacts(
+    base: CompiledEstate | None,
+    head: CompiledEstate | None,
+    renames: Renames = NO_RENAMES,
+    now_ms: int | None = None,
+    live: LiveState | None = None,
+) -> list[Impact]:
     """Every impact of going from ``base`` to ``head``, most severe first. Base names are
     read through ``renames``, so a renamed pool or policy is the same one on both sides.
     ``now_ms`` is the plan's time (prices before it reprice recorded usage); ``live``, the
@@ -65,8 +75,15 @@ def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
     b = base if base is not None else empty_estate()
     h = head if head is not None else empty_estate()
     found: list[Impact] = []
-    for rule in (_headroom, _compute_resources, _budgets, _weights, _capacity, _guarantees,
-                 alert_destinations):
+    for rule in (
+        _headroom,
+        _compute_resources,
+        _budgets,
+        _weights,
+        _capacity,
+        _guarantees,
+        alert_destinations,
+    ):
         found.extend(rule(b, h, renames, live))
     if now_ms is not None:
         found.extend(price_impacts(b, h, now_ms, live))
@@ -74,6 +91,7 @@ def impacts(base: CompiledEstate | None, head: CompiledEstate | None,
 
 
 # --- reservation headroom per policy ---------------------------------------------------------
+
 
 def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[str, Headroom]:
     """Per policy with a reservation: the headroom of the set of pools it reaches."""
@@ -96,8 +114,9 @@ def _headroom_of(est: CompiledEstate, rn: Renames) -> dict[str, Headroom]:
     return out
 
 
-def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
-              live: LiveState | None = None) -> Iterator[Impact]:
+def _headroom(
+    base: CompiledEstate, head: CompiledEstate, rn: Renames, live: LiveState | None = None
+) -> Iterator[Impact]:
     """One line per policy whose reserved pools' headroom changed, before and after: a
     reviewer asks "does my guarantee still fit, and how much is left to lend around it",
     and pool sets that appear and vanish when a pool is added do not answer that."""
@@ -106,32 +125,44 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
     old_capacity = {rn.new("pool", q.name): q.capacity_milli for q in base.pools}
     old_reserved = {rn.new("policy", p.name): p.reservation_milli for p in base.policies}
     changed_pools = [q.name for q in head.pools if old_capacity.get(q.name) != q.capacity_milli]
-    changed_policies = [p.name for p in head.policies
-                        if old_reserved.get(p.name) != p.reservation_milli]
+    changed_policies = [
+        p.name for p in head.policies if old_reserved.get(p.name) != p.reservation_milli
+    ]
     for name in sorted(after):
         a, b = after[name], before.get(name)
         if b is not None and (b.pools, b.capacity_milli, b.reserved_milli) == (
-                a.pools, a.capacity_milli, a.reserved_milli):
+            a.pools,
+            a.capacity_milli,
+            a.reserved_milli,
+        ):
             continue
-        details: dict[str, Any] = {"policy": name, "pools": list(a.pools),
-                                   "after": _headroom_json(a)}
+        details: dict[str, Any] = {
+            "policy": name,
+            "pools": list(a.pools),
+            "after": _headroom_json(a),
+        }
         if b is not None:
             details["before"] = _headroom_json(b)
         # Cite what changed, so an annotation lands on the line that moved the headroom.
-        subject = next((("pool", q) for q in changed_pools if q in a.pools),
-                       next((("policy", p) for p in changed_policies if p in a.policies),
-                            ("policy", name)))
+        subject = next(
+            (("pool", q) for q in changed_pools if q in a.pools),
+            next((("policy", p) for p in changed_policies if p in a.policies), ("policy", name)),
+        )
         where = f"reservation headroom for {name}"
         who = _names(a.policies, "policy")
         if b is None:
-            text = (f"{where}: {gpus(a.headroom_milli)} to lend (capacity "
-                    f"{gpus(a.capacity_milli)} in {_names(a.pools, 'pool')}, reserved "
-                    f"{gpus(a.reserved_milli)} by {who})")
+            text = (
+                f"{where}: {gpus(a.headroom_milli)} to lend (capacity "
+                f"{gpus(a.capacity_milli)} in {_names(a.pools, 'pool')}, reserved "
+                f"{gpus(a.reserved_milli)} by {who})"
+            )
         else:
-            text = (f"{where}: {milli_str(b.headroom_milli)} -> {gpus(a.headroom_milli)} "
-                    f"to lend (capacity {_arrow(b.capacity_milli, a.capacity_milli)} in "
-                    f"{_pools_change(b.pools, a.pools)}, reserved "
-                    f"{_arrow(b.reserved_milli, a.reserved_milli)} by {who})")
+            text = (
+                f"{where}: {milli_str(b.headroom_milli)} -> {gpus(a.headroom_milli)} "
+                f"to lend (capacity {_arrow(b.capacity_milli, a.capacity_milli)} in "
+                f"{_pools_change(b.pools, a.pools)}, reserved "
+                f"{_arrow(b.reserved_milli, a.reserved_milli)} by {who})"
+            )
         severity: Severity
         if a.headroom_milli < 0:
             severity = "error"
@@ -141,12 +172,16 @@ def _headroom(base: CompiledEstate, head: CompiledEstate, rn: Renames,
             # one capacity change would raise a warning for every policy that reaches it.
             tight = a.headroom_milli * 100 < TIGHT_HEADROOM_PERCENT * a.capacity_milli
             severity = "warn" if tight else "info"
-            text += ("; under 25% of the capacity is left to lend" if tight
-                     else "; less capacity is left to lend")
+            text += (
+                "; under 25% of the capacity is left to lend"
+                if tight
+                else "; less capacity is left to lend"
+            )
         else:
             severity = "info"
-        yield Impact(severity, "reservation-headroom", text, details,
-                     subject, rank=a.headroom_milli)
+        yield Impact(
+            severity, "reservation-headroom", text, details, subject, rank=a.headroom_milli
+        )
 
 
 SHOW_NAMES = 3
@@ -163,8 +198,9 @@ def _pools_change(before: tuple[str, ...], after: tuple[str, ...]) -> str:
         return _names(after, "pool")
     if len(before) <= SHOW_NAMES and len(after) <= SHOW_NAMES:
         return f"{pool_list(before)} -> {pool_list(after)}"
-    delta = [f"+{q}" for q in after if q not in before] + [f"-{q}" for q in before
-                                                            if q not in after]
+    delta = [f"+{q}" for q in after if q not in before] + [
+        f"-{q}" for q in before if q not in after
+    ]
     return f"{len(before)} -> {plural(len(after), 'pool')} ({', '.join(delta)})"
 
 
@@ -173,8 +209,12 @@ TIGHT_HEADROOM_PERCENT = 25
 
 
 def _headroom_json(h: Headroom) -> dict[str, Any]:
-    return {"policies": list(h.policies), "capacity_milli": h.capacity_milli,
-            "reserved_milli": h.reserved_milli, "headroom_milli": h.headroom_milli}
+    return {
+        "policies": list(h.policies),
+        "capacity_milli": h.capacity_milli,
+        "reserved_milli": h.reserved_milli,
+        "headroom_milli": h.headroom_milli,
+    }
 
 
 def _arrow(before: int, after: int) -> str:
@@ -185,32 +225,46 @@ def _arrow(before: int, after: int) -> str:
 
 # --- compute resources ----------------------------------------------------------------------
 
-def _compute_resources(base: CompiledEstate, head: CompiledEstate,
-                       rn: Renames,
-                       live: LiveState | None = None) -> Iterator[Impact]:
-    old = {f"{rn.new('policy', c.policy)}/{rn.new('profile', c.profile)}": c
-           for c in base.compute_resources}
+
+def _compute_resources(
+    base: CompiledEstate, head: CompiledEstate, rn: Renames, live: LiveState | None = None
+) -> Iterator[Impact]:
+    old = {
+        f"{rn.new('policy', c.policy)}/{rn.new('profile', c.profile)}": c
+        for c in base.compute_resources
+    }
     new = {c.name: c for c in head.compute_resources}
     for name in sorted(set(old) | set(new)):
         o, n = old.get(name), new.get(name)
         if o is None and n is not None:
-            yield Impact("info", "compute-resource-created",
-                         f"compute resource {name} is created: group {n.group} can send work "
-                         f"to profile {n.profile}",
-                         {"compute_resource": name, "group": n.group}, ("profile", n.profile))
+            yield Impact(
+                "info",
+                "compute-resource-created",
+                f"compute resource {name} is created: group {n.group} can send work "
+                f"to profile {n.profile}",
+                {"compute_resource": name, "group": n.group},
+                ("profile", n.profile),
+            )
         elif n is None and o is not None:
             details: dict[str, Any] = {"compute_resource": o.name, "group": o.group}
-            yield Impact("warn", "compute-resource-removed",
-                         f"compute resource {o.name} is removed: "
-                         + _cancels(o.name, live, details),
-                         details, ("profile", o.profile), "base")
+            yield Impact(
+                "warn",
+                "compute-resource-removed",
+                f"compute resource {o.name} is removed: " + _cancels(o.name, live, details),
+                details,
+                ("profile", o.profile),
+                "base",
+            )
         elif o is not None and n is not None and o.name != n.name:
             details = {"compute_resource": n.name, "before": o.name, "group": n.group}
-            yield Impact("warn", "compute-resource-renamed",
-                         f"compute resource {o.name} becomes {n.name}: to the engine that is a "
-                         f"new compute resource, so of {o.name}: "
-                         + _cancels(o.name, live, details),
-                         details, ("profile", n.profile))
+            yield Impact(
+                "warn",
+                "compute-resource-renamed",
+                f"compute resource {o.name} becomes {n.name}: to the engine that is a "
+                f"new compute resource, so of {o.name}: " + _cancels(o.name, live, details),
+                details,
+                ("profile", n.profile),
+            )
 
 
 def _cancels(running_name: str, live: LiveState | None, details: dict[str, Any]) -> str:
@@ -219,17 +273,24 @@ def _cancels(running_name: str, live: LiveState | None, details: dict[str, Any])
     if live is None:
         return "its queued tasks are cancelled, placed tasks run to their end"
     r = live.resource(running_name)
-    details["live"] = {"queued": r.queued, "placed": r.placed,
-                       "placed_gpus": from_milli(r.placed_gpus_milli)}
-    return (f"it cancels {plural(r.queued, 'queued task')} now; "
-            f"{plural(r.placed, 'placed task')} ({gpus(r.placed_gpus_milli)}) "
-            f"{'runs to its end' if r.placed == 1 else 'run to their end'}")
+    details["live"] = {
+        "queued": r.queued,
+        "placed": r.placed,
+        "placed_gpus": from_milli(r.placed_gpus_milli),
+    }
+    return (
+        f"it cancels {plural(r.queued, 'queued task')} now; "
+        f"{plural(r.placed, 'placed task')} ({gpus(r.placed_gpus_milli)}) "
+        f"{'runs to its end' if r.placed == 1 else 'run to their end'}"
+    )
 
 
 # --- budgets, weights -----------------------------------------------------------------------
 
-def _pairs(base: CompiledEstate, head: CompiledEstate,
-           rn: Renames) -> Iterator[tuple[CPolicy, CPolicy]]:
+
+def _pairs(
+    base: CompiledEstate, head: CompiledEstate, rn: Renames
+) -> Iterator[tuple[CPolicy, CPolicy]]:
     old = {rn.new("policy", p.name): p for p in base.policies}
     for p in head.policies:
         if p.name in old:
@@ -240,8 +301,9 @@ def _budget_text(b: CBudget) -> str:
     return f"{hours(b.hours_milli)} per {b.period}"
 
 
-def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames,
-             live: LiveState | None = None) -> Iterator[Impact]:
+def _budgets(
+    base: CompiledEstate, head: CompiledEstate, rn: Renames, live: LiveState | None = None
+) -> Iterator[Impact]:
     for o, n in _pairs(base, head, rn):
         s = ("policy", n.name)
         name = n.name
@@ -250,52 +312,84 @@ def _budgets(base: CompiledEstate, head: CompiledEstate, rn: Renames,
             continue
         if ob is None and nb is not None:
             details: dict[str, Any] = {"policy": name, "after": nb.model_dump()}
-            yield Impact("warn", "budget-added",
-                         f"{name} now has a budget of {_budget_text(nb)}: the group's work "
-                         f"can now wait for budget, and is requeued when it is used up"
-                         + _spent(o.name, nb, live, details), details, s)
+            yield Impact(
+                "warn",
+                "budget-added",
+                f"{name} now has a budget of {_budget_text(nb)}: the group's work "
+                f"can now wait for budget, and is requeued when it is used up"
+                + _spent(o.name, nb, live, details),
+                details,
+                s,
+            )
             continue
         if nb is None and ob is not None:
-            yield Impact("info", "budget-removed",
-                         f"{name} no longer has a budget (was {_budget_text(ob)}): its work "
-                         f"never waits for budget", {"policy": name, "before": ob.model_dump()},
-                         s)
+            yield Impact(
+                "info",
+                "budget-removed",
+                f"{name} no longer has a budget (was {_budget_text(ob)}): its work "
+                f"never waits for budget",
+                {"policy": name, "before": ob.model_dump()},
+                s,
+            )
             continue
         assert ob is not None and nb is not None
         if nb.period != ob.period:
             details = {"policy": name, "before": ob.period, "after": nb.period}
-            yield Impact("warn", "budget-period",
-                         f"budget period of {name}: {ob.period} -> {nb.period} "
-                         f"({_budget_text(ob)} -> {_budget_text(nb)}); the new period starts "
-                         f"with the next UTC {nb.period}" + _spent(o.name, nb, live, details),
-                         details, s)
+            yield Impact(
+                "warn",
+                "budget-period",
+                f"budget period of {name}: {ob.period} -> {nb.period} "
+                f"({_budget_text(ob)} -> {_budget_text(nb)}); the new period starts "
+                f"with the next UTC {nb.period}" + _spent(o.name, nb, live, details),
+                details,
+                s,
+            )
         elif nb.hours_milli < ob.hours_milli:
-            details = {"policy": name, "before_milli": ob.hours_milli,
-                       "after_milli": nb.hours_milli, "period": nb.period}
-            text = (f"budget of {name} lowered: {milli_str(ob.hours_milli)} -> "
-                    f"{hours(nb.hours_milli)} per {nb.period}")
-            text += (_spent(o.name, nb, live, details) if live is not None else
-                     "; if more is already spent this period, its budgeted work stops until "
-                     "the reset")
+            details = {
+                "policy": name,
+                "before_milli": ob.hours_milli,
+                "after_milli": nb.hours_milli,
+                "period": nb.period,
+            }
+            text = (
+                f"budget of {name} lowered: {milli_str(ob.hours_milli)} -> "
+                f"{hours(nb.hours_milli)} per {nb.period}"
+            )
+            text += (
+                _spent(o.name, nb, live, details)
+                if live is not None
+                else "; if more is already spent this period, its budgeted work stops until "
+                "the reset"
+            )
             yield Impact("warn", "budget-lowered", text, details, s)
         elif nb.hours_milli > ob.hours_milli:
-            yield Impact("info", "budget-raised",
-                         f"budget of {name} raised: {milli_str(ob.hours_milli)} -> "
-                         f"{hours(nb.hours_milli)} per {nb.period}; work waiting for budget "
-                         f"can start at once",
-                         {"policy": name, "before_milli": ob.hours_milli,
-                          "after_milli": nb.hours_milli, "period": nb.period}, s)
+            yield Impact(
+                "info",
+                "budget-raised",
+                f"budget of {name} raised: {milli_str(ob.hours_milli)} -> "
+                f"{hours(nb.hours_milli)} per {nb.period}; work waiting for budget "
+                f"can start at once",
+                {
+                    "policy": name,
+                    "before_milli": ob.hours_milli,
+                    "after_milli": nb.hours_milli,
+                    "period": nb.period,
+                },
+                s,
+            )
         if nb.low_watermark_s != ob.low_watermark_s:
-            yield Impact("info", "budget-low-watermark",
-                         f"start check of {name}: new work starts only if the budget lasts "
-                         f"{duration_str(nb.low_watermark_s)} (was "
-                         f"{duration_str(ob.low_watermark_s)})",
-                         {"policy": name, "before_s": ob.low_watermark_s,
-                          "after_s": nb.low_watermark_s}, s)
+            yield Impact(
+                "info",
+                "budget-low-watermark",
+                f"start check of {name}: new work starts only if the budget lasts "
+                f"{duration_str(nb.low_watermark_s)} (was "
+                f"{duration_str(ob.low_watermark_s)})",
+                {"policy": name, "before_s": ob.low_watermark_s, "after_s": nb.low_watermark_s},
+                s,
+            )
 
 
-def _spent(running_name: str, nb: CBudget, live: LiveState | None,
-           details: dict[str, Any]) -> str:
+def _spent(running_name: str, nb: CBudget, live: LiveState | None, details: dict[str, Any]) -> str:
     """Against the running system: what the group has spent this period, and whether the
     new budget is already used up (then phase 0 preempts its weighted running tasks at the
     next pass: engine.md, "Changes of the estate while work runs")."""
@@ -305,15 +399,20 @@ def _spent(running_name: str, nb: CBudget, live: LiveState | None,
     used = pol.budget_used_milli.get(nb.period, 0)
     details["live"] = {"spent_hours": from_milli(used), "weighted_placed": pol.weighted_placed}
     if used >= nb.hours_milli:
-        return (f"; {hours(used)} are already spent this {nb.period}, so it preempts "
-                f"{plural(pol.weighted_placed, 'running budgeted task')} at once and "
-                f"nothing budgeted starts until the reset")
-    return (f"; {hours(used)} spent this {nb.period}, {hours(nb.hours_milli - used)} left: "
-            "nothing is preempted now")
+        return (
+            f"; {hours(used)} are already spent this {nb.period}, so it preempts "
+            f"{plural(pol.weighted_placed, 'running budgeted task')} at once and "
+            f"nothing budgeted starts until the reset"
+        )
+    return (
+        f"; {hours(used)} spent this {nb.period}, {hours(nb.hours_milli - used)} left: "
+        "nothing is preempted now"
+    )
 
 
-def _weights(base: CompiledEstate, head: CompiledEstate, rn: Renames,
-             live: LiveState | None = None) -> Iterator[Impact]:
+def _weights(
+    base: CompiledEstate, head: CompiledEstate, rn: Renames, live: LiveState | None = None
+) -> Iterator[Impact]:
     old = {rn.new("profile", p.name): p for p in base.profiles}
     policies = {p.name: p for p in head.policies}
     for prof in head.profiles:
@@ -324,20 +423,26 @@ def _weights(base: CompiledEstate, head: CompiledEstate, rn: Renames,
         for pol_name in prof.policies:
             pol = policies.get(pol_name)
             budgeted = pol is not None and pol.budget is not None
-            text = (f"each task of {pol_name} on {prof.name} now burns {milli_str(w1)} "
-                    f"instead of {milli_str(w0)} budget hours per hour ({_percent(w0, w1)})")
+            text = (
+                f"each task of {pol_name} on {prof.name} now burns {milli_str(w1)} "
+                f"instead of {milli_str(w0)} budget hours per hour ({_percent(w0, w1)})"
+            )
             if not budgeted:
                 text += f"; {pol_name} has no budget, so nothing is charged"
-            details: dict[str, Any] = {"profile": prof.name, "policy": pol_name,
-                                       "before_milli": w0, "after_milli": w1, "budgeted": budgeted}
+            details: dict[str, Any] = {
+                "profile": prof.name,
+                "policy": pol_name,
+                "before_milli": w0,
+                "after_milli": w1,
+                "budgeted": budgeted,
+            }
             if live is not None:
                 running = f"{rn.old('policy', pol_name)}/{rn.old('profile', prof.name)}"
                 r = live.resource(running)
                 details["live"] = {"placed": r.placed}
                 text += f"; {plural(r.placed, 'task')} of it running now"
             severity: Severity = "warn" if (w1 > w0 and budgeted) else "info"
-            yield Impact(severity, "time-weight", text,
-                         details, ("profile", prof.name))
+            yield Impact(severity, "time-weight", text, details, ("profile", prof.name))
 
 
 def _percent(before: int, after: int) -> str:
@@ -352,49 +457,78 @@ def _percent(before: int, after: int) -> str:
 
 # --- capacity, reservations and limits ------------------------------------------------------
 
-def _capacity(base: CompiledEstate, head: CompiledEstate, rn: Renames,
-              live: LiveState | None = None) -> Iterator[Impact]:
+
+def _capacity(
+    base: CompiledEstate, head: CompiledEstate, rn: Renames, live: LiveState | None = None
+) -> Iterator[Impact]:
     old = {rn.new("pool", p.name): p for p in base.pools}
     new = {p.name: p for p in head.pools}
     short_pools = _short_pools(head)
     for name in sorted(set(old) | set(new)):
         o, n = old.get(name), new.get(name)
         if n is None and o is not None:
-            details: dict[str, Any] = {"pool": o.name, "before_milli": o.capacity_milli,
-                                       "after_milli": 0}
-            text = (f"pool {o.name} is removed: {gpus(o.capacity_milli)} leave the estate; "
-                    f"its profiles fall back to their other pools")
+            details: dict[str, Any] = {
+                "pool": o.name,
+                "before_milli": o.capacity_milli,
+                "after_milli": 0,
+            }
+            text = (
+                f"pool {o.name} is removed: {gpus(o.capacity_milli)} leave the estate; "
+                f"its profiles fall back to their other pools"
+            )
             if live is not None:
                 q = live.pool(o.name)
                 details["live"] = {"placed": q.placed, "used_gpus": from_milli(q.used_milli)}
-                text += (f"; {plural(q.placed, 'task')} ({gpus(q.used_milli)}) "
-                         f"{'is' if q.placed == 1 else 'are'} placed on it now")
+                text += (
+                    f"; {plural(q.placed, 'task')} ({gpus(q.used_milli)}) "
+                    f"{'is' if q.placed == 1 else 'are'} placed on it now"
+                )
             yield Impact("warn", "capacity-removed", text, details, ("pool", o.name), "base")
         elif o is None and n is not None:
-            yield Impact("info", "capacity-added", f"pool {n.name} adds {gpus(n.capacity_milli)}",
-                         {"pool": n.name, "before_milli": 0, "after_milli": n.capacity_milli},
-                         ("pool", n.name))
+            yield Impact(
+                "info",
+                "capacity-added",
+                f"pool {n.name} adds {gpus(n.capacity_milli)}",
+                {"pool": n.name, "before_milli": 0, "after_milli": n.capacity_milli},
+                ("pool", n.name),
+            )
         elif o is not None and n is not None and o.capacity_milli != n.capacity_milli:
-            details = {"pool": n.name, "before_milli": o.capacity_milli,
-                       "after_milli": n.capacity_milli}
+            details = {
+                "pool": n.name,
+                "before_milli": o.capacity_milli,
+                "after_milli": n.capacity_milli,
+            }
             if n.capacity_milli > o.capacity_milli:
-                yield Impact("info", "capacity-added",
-                             f"capacity of {n.name} raised: {milli_str(o.capacity_milli)} -> "
-                             f"{gpus(n.capacity_milli)}", details, ("pool", n.name))
+                yield Impact(
+                    "info",
+                    "capacity-added",
+                    f"capacity of {n.name} raised: {milli_str(o.capacity_milli)} -> "
+                    f"{gpus(n.capacity_milli)}",
+                    details,
+                    ("pool", n.name),
+                )
                 continue
-            text = (f"capacity of {n.name} lowered: {milli_str(o.capacity_milli)} -> "
-                    f"{gpus(n.capacity_milli)}; nothing is preempted, new work waits until "
-                    f"use falls below it")
+            text = (
+                f"capacity of {n.name} lowered: {milli_str(o.capacity_milli)} -> "
+                f"{gpus(n.capacity_milli)}; nothing is preempted, new work waits until "
+                f"use falls below it"
+            )
             if live is not None:
                 used = live.pool(o.name).used_milli
                 details["live"] = {"used_gpus": from_milli(used)}
-                text += (f"; {gpus(used)} in use now, "
-                         + (f"{gpus(used - n.capacity_milli)} over" if used > n.capacity_milli
-                            else "within it"))
+                text += f"; {gpus(used)} in use now, " + (
+                    f"{gpus(used - n.capacity_milli)} over"
+                    if used > n.capacity_milli
+                    else "within it"
+                )
             if name in short_pools:
-                yield Impact("error", "capacity-removed",
-                             text + "; the reservations that depend on it no longer fit",
-                             details, ("pool", n.name))
+                yield Impact(
+                    "error",
+                    "capacity-removed",
+                    text + "; the reservations that depend on it no longer fit",
+                    details,
+                    ("pool", n.name),
+                )
             else:
                 yield Impact("warn", "capacity-removed", text, details, ("pool", n.name))
 
@@ -409,19 +543,28 @@ def _short_pools(est: CompiledEstate) -> set[str]:
 
 _GUARANTEES: tuple[tuple[str, tuple[Severity, str, str], tuple[Severity, str, str]], ...] = (
     # field, (severity, kind, what follows) when lowered, the same when raised
-    ("reservation", ("warn", "reservation-lowered",
-                     "; its work above that is borrowed and can be reclaimed"),
-                    ("info", "reservation-raised", " guaranteed")),
-    ("limit", ("info", "limit-lowered",
-               "; nothing is preempted, new work waits while the group uses that much"),
-              ("info", "limit-raised", "")),
+    (
+        "reservation",
+        ("warn", "reservation-lowered", "; its work above that is borrowed and can be reclaimed"),
+        ("info", "reservation-raised", " guaranteed"),
+    ),
+    (
+        "limit",
+        (
+            "info",
+            "limit-lowered",
+            "; nothing is preempted, new work waits while the group uses that much",
+        ),
+        ("info", "limit-raised", ""),
+    ),
 )
 """How a change of a policy's reservation or limit reads, by direction (engine.md, "Changes
 of the estate while work runs")."""
 
 
-def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames,
-                live: LiveState | None = None) -> Iterator[Impact]:
+def _guarantees(
+    base: CompiledEstate, head: CompiledEstate, rn: Renames, live: LiveState | None = None
+) -> Iterator[Impact]:
     for o, n in _pairs(base, head, rn):
         for field, lowered, raised in _GUARANTEES:
             before, after = getattr(o, f"{field}_milli"), getattr(n, f"{field}_milli")
@@ -429,19 +572,29 @@ def _guarantees(base: CompiledEstate, head: CompiledEstate, rn: Renames,
                 continue
             severity, kind, tail = lowered if after < before else raised
             verb = "lowered" if after < before else "raised"
-            details: dict[str, Any] = {"policy": n.name, "before_milli": before,
-                                       "after_milli": after}
+            details: dict[str, Any] = {
+                "policy": n.name,
+                "before_milli": before,
+                "after_milli": after,
+            }
             if live is not None and after < before:
                 used = live.policy(o.name).used_milli
                 details["live"] = {"used_gpus": from_milli(used)}
                 if field == "limit":
-                    tail += (f"; the group uses {gpus(used)} now"
-                             + (f", {gpus(used - after)} over the new limit" if used > after
-                                else ""))
+                    tail += f"; the group uses {gpus(used)} now" + (
+                        f", {gpus(used - after)} over the new limit" if used > after else ""
+                    )
                 else:
                     newly = max(0, used - after) - max(0, used - before)
-                    tail += (f"; {gpus(newly)} of its running work become borrowed now"
-                             if newly else "; none of its running work becomes borrowed")
-            yield Impact(severity, kind,
-                         f"{field} of {n.name} {verb}: {milli_str(before)} -> "
-                         f"{gpus(after)}{tail}", details, ("policy", n.name))
+                    tail += (
+                        f"; {gpus(newly)} of its running work become borrowed now"
+                        if newly
+                        else "; none of its running work becomes borrowed"
+                    )
+            yield Impact(
+                severity,
+                kind,
+                f"{field} of {n.name} {verb}: {milli_str(before)} -> {gpus(after)}{tail}",
+                details,
+                ("policy", n.name),
+            )

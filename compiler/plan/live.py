@@ -108,33 +108,49 @@ def _parse(data: Any, source: str) -> LiveState:
     except ValueError as exc:
         raise LiveStateError(f"'at': {exc}") from None
     resources = {
-        name: ResourceLive(_int(v.get("queued"), f"{name}.queued"),
-                           _int(v.get("placed"), f"{name}.placed"),
-                           _milli(v.get("placed_gpus"), f"{name}.placed_gpus"),
-                           _int(v.get("weighted_placed"), f"{name}.weighted_placed"))
-        for name, v in _map(data, "compute_resources").items()}
+        name: ResourceLive(
+            _int(v.get("queued"), f"{name}.queued"),
+            _int(v.get("placed"), f"{name}.placed"),
+            _milli(v.get("placed_gpus"), f"{name}.placed_gpus"),
+            _int(v.get("weighted_placed"), f"{name}.weighted_placed"),
+        )
+        for name, v in _map(data, "compute_resources").items()
+    }
     policies = {}
     for name, v in _map(data, "policies").items():
         used = v.get("budget_used_hours") or {}
         policies[name] = PolicyLive(
-            _milli(v.get("used_gpus"), f"{name}.used_gpus"), _int(v.get("placed"),
-                                                                  f"{name}.placed"),
+            _milli(v.get("used_gpus"), f"{name}.used_gpus"),
+            _int(v.get("placed"), f"{name}.placed"),
             _int(v.get("weighted_placed"), f"{name}.weighted_placed"),
-            {p: _milli(used.get(p, 0), f"{name}.budget_used_hours.{p}") for p in PERIODS})
-    pools = {name: PoolLive(_int(v.get("placed"), f"{name}.placed"),
-                            _milli(v.get("used_gpus"), f"{name}.used_gpus"))
-             for name, v in _map(data, "pools").items()}
+            {p: _milli(used.get(p, 0), f"{name}.budget_used_hours.{p}") for p in PERIODS},
+        )
+    pools = {
+        name: PoolLive(
+            _int(v.get("placed"), f"{name}.placed"), _milli(v.get("used_gpus"), f"{name}.used_gpus")
+        )
+        for name, v in _map(data, "pools").items()
+    }
     usage: dict[str, dict[str, float]] | None = None
     if data.get("usage") is not None:
         usage = {}
         for row in data["usage"]:
-            usage.setdefault(str(row["gpu_type"]), {})[str(row["month"])] = float(
-                row["gpu_hours"])
+            usage.setdefault(str(row["gpu_type"]), {})[str(row["month"])] = float(row["gpu_hours"])
     commit = data.get("commit")
     mismatches: dict[str, tuple[str, ...]] = {}
     for pool, texts in (data.get("capacity_mismatches") or {}).items():
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             raise LiveStateError(f"capacity_mismatches.{pool}: expected a list of strings")
         mismatches[str(pool)] = tuple(texts)
-    return LiveState(source, revision, at, at_ms, resources, policies, pools, usage,
-                     commit if isinstance(commit, str) else None, mismatches)
+    return LiveState(
+        source,
+        revision,
+        at,
+        at_ms,
+        resources,
+        policies,
+        pools,
+        usage,
+        commit if isinstance(commit, str) else None,
+        mismatches,
+    )

@@ -16,8 +16,15 @@ Action = Literal["create", "update", "delete", "rename"]
 Severity = Literal["error", "warn", "info"]
 
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warn": 1, "info": 2}
-KIND_ORDER: dict[str, int] = {"settings": 0, "pool": 1, "profile": 2, "policy": 3, "group": 4,
-                              "price": 5, "estate": 6}
+KIND_ORDER: dict[str, int] = {
+    "settings": 0,
+    "pool": 1,
+    "profile": 2,
+    "policy": 3,
+    "group": 4,
+    "price": 5,
+    "estate": 6,
+}
 """The order of the estate's sections in estate.md: a reviewer reads a plan top down the
 same way they read the estate."""
 
@@ -256,8 +263,11 @@ class Plan:
     @property
     def summary_line(self) -> str:
         if not self.valid:
-            return "Plan failed: " + ("the head estate is invalid." if not self.head.valid
-                                      else "the base estate is invalid.")
+            return "Plan failed: " + (
+                "the head estate is invalid."
+                if not self.head.valid
+                else "the base estate is invalid."
+            )
         if not self.changes:
             return "No changes."
         return f"Plan: {self.add} to add, {self.change} to change, {self.remove} to remove."
@@ -270,8 +280,9 @@ class Plan:
         """Errors of the plan: error impacts, and the errors of a revision that does not
         compile (a failed plan has no impacts, yet it is not error-free)."""
         invalid = [r for r in (self.base, self.head) if not r.valid]
-        return (len(self.impacts_of("error"))
-                + sum(d.is_error for r in invalid for d in r.diagnostics))
+        return len(self.impacts_of("error")) + sum(
+            d.is_error for r in invalid for d in r.diagnostics
+        )
 
     @property
     def exit_code(self) -> int:

@@ -78,8 +78,9 @@ def _month_aligned(ms: int) -> bool:
     return d.day == 1 and (d.hour, d.minute, d.second, d.microsecond) == (0, 0, 0, 0)
 
 
-def price_impacts(base: CompiledEstate, head: CompiledEstate, now_ms: int,
-                  live: LiveState | None = None) -> Iterator[Impact]:
+def price_impacts(
+    base: CompiledEstate, head: CompiledEstate, now_ms: int, live: LiveState | None = None
+) -> Iterator[Impact]:
     """One impact per GPU type and piece of time whose price differs between the two."""
     b_all, h_all = _timelines(base), _timelines(head)
     currency = head.settings.currency
@@ -96,32 +97,45 @@ def price_impacts(base: CompiledEstate, head: CompiledEstate, now_ms: int,
             obj = present[1]
             side: Literal["base", "head"] = "head" if new is not None else "base"
             subject = ("price", f"{obj.gpu_type}@{obj.effective_from}")
-            details: dict[str, Any] = {"gpu_type": gpu_type, "from": _iso(start),
-                             "to": _iso(end) if end is not None else None,
-                             "before": None if old_p is None else str(old_p),
-                             "after": None if new_p is None else str(new_p),
-                             "currency": currency}
-            prices = (f"{_money(old_p, currency)} -> {_money(new_p, currency)} per GPU-hour"
-                      f"{_change(old_p, new_p)}")
+            details: dict[str, Any] = {
+                "gpu_type": gpu_type,
+                "from": _iso(start),
+                "to": _iso(end) if end is not None else None,
+                "before": None if old_p is None else str(old_p),
+                "after": None if new_p is None else str(new_p),
+                "currency": currency,
+            }
+            prices = (
+                f"{_money(old_p, currency)} -> {_money(new_p, currency)} per GPU-hour"
+                f"{_change(old_p, new_p)}"
+            )
             if start >= now_ms:
                 span = f"from {_iso(start)}" + (f" to {_iso(end)}" if end else "")
-                yield Impact("info", "price-changed",
-                             f"price of {gpu_type} {span}: {prices}", details, subject, side)
+                yield Impact(
+                    "info",
+                    "price-changed",
+                    f"price of {gpu_type} {span}: {prices}",
+                    details,
+                    subject,
+                    side,
+                )
                 continue
             until = min(end, now_ms) if end is not None else now_ms
             span = f"{_iso(start)} to {_iso(until)}" + ("" if until == end else " (now)")
-            text = (f"price of {gpu_type} from {_iso(start)}"
-                    + (f" to {_iso(end)}" if end else "")
-                    + f": {prices}; the usage already recorded from {span} is repriced")
+            text = (
+                f"price of {gpu_type} from {_iso(start)}"
+                + (f" to {_iso(end)}" if end else "")
+                + f": {prices}; the usage already recorded from {span} is repriced"
+            )
             if live is not None and live.usage is not None:
                 months = _months(start, until)
                 used = sum(live.usage.get(gpu_type, {}).get(m, 0.0) for m in months)
                 exact = _month_aligned(start) and (until == now_ms or _month_aligned(until))
                 details["recorded_gpu_hours"] = round(used, 6)
                 details["months"] = months
-                text += (f": {used:g} GPU-hours recorded"
-                         + ("" if exact else f" in the months it touches ({months[0]} to "
-                            f"{months[-1]})"))
+                text += f": {used:g} GPU-hours recorded" + (
+                    "" if exact else f" in the months it touches ({months[0]} to {months[-1]})"
+                )
                 if old_p is not None and new_p is not None:
                     delta = (new_p - old_p) * Decimal(str(round(used, 6)))
                     details["cost_change"] = str(delta.quantize(Decimal("0.01")))

@@ -6,8 +6,16 @@ from __future__ import annotations
 from ..diagnostics import Diagnostic, Position
 from . import whatif as wi
 from .model import Impact, ObjectChange, Plan
-from .render_text import (APPROVALS_TITLE, ENVELOPE_COLUMNS, ENVELOPE_TITLE, approval_rows,
-                          approvers_line, attr_text, envelope_cells, object_title)
+from .render_text import (
+    APPROVALS_TITLE,
+    ENVELOPE_COLUMNS,
+    ENVELOPE_TITLE,
+    approval_rows,
+    approvers_line,
+    attr_text,
+    envelope_cells,
+    object_title,
+)
 from .touched import MAX_HUNKS, caused_elsewhere
 
 LEVEL = {"error": "error", "warn": "warning", "info": "notice"}
@@ -21,8 +29,9 @@ def _prop(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(level: str, message: str, pos: Position | None = None,
-               title: str | None = None) -> str:
+def annotation(
+    level: str, message: str, pos: Position | None = None, title: str | None = None
+) -> str:
     props = []
     if pos is not None:
         props.append(f"file={_prop(pos.file)}")
@@ -30,8 +39,11 @@ def annotation(level: str, message: str, pos: Position | None = None,
             props.append(f"line={pos.line}")
     if title:
         props.append(f"title={_prop(title)}")
-    return f"::{level} {','.join(props)}::{_data(message)}" if props \
+    return (
+        f"::{level} {','.join(props)}::{_data(message)}"
+        if props
         else f"::{level}::{_data(message)}"
+    )
 
 
 def diagnostic_annotation(d: Diagnostic, base: bool = False) -> str:
@@ -39,9 +51,11 @@ def diagnostic_annotation(d: Diagnostic, base: bool = False) -> str:
     # would pin them onto lines of the pull request that say something else.
     msg = d.message + (f" (hint: {d.hint})" if d.hint else "")
     if base:
-        return annotation("error" if d.is_error else "warning",
-                          f"base estate: {d.pos}: {msg}" if d.pos else f"base estate: {msg}",
-                          title=d.code)
+        return annotation(
+            "error" if d.is_error else "warning",
+            f"base estate: {d.pos}: {msg}" if d.pos else f"base estate: {msg}",
+            title=d.code,
+        )
     level = "error" if d.is_error else "warning"
     props = []
     if d.pos is not None:
@@ -55,8 +69,9 @@ def diagnostic_annotation(d: Diagnostic, base: bool = False) -> str:
 
 
 def _impact(i: Impact) -> str:
-    return annotation(LEVEL[i.severity], i.message, i.pos if i.side == "head" else None,
-                      f"klique plan: {i.kind}")
+    return annotation(
+        LEVEL[i.severity], i.message, i.pos if i.side == "head" else None, f"klique plan: {i.kind}"
+    )
 
 
 def _change(c: ObjectChange) -> str:
@@ -72,11 +87,16 @@ def caused_annotations(plan: Plan) -> list[str]:
     elsewhere = caused_elsewhere(plan.head.diagnostics, list(plan.touched))
     if not elsewhere:
         return []
-    text = "\n".join(f"this change causes: {d.message} at {d.pos}" if d.pos
-                     else f"this change causes: {d.message}" for d in elsewhere)
-    return [annotation("error", text, Position(h.file, h.first),
-                       "klique plan: caused by this change")
-            for h in plan.touched[:MAX_HUNKS]]
+    text = "\n".join(
+        f"this change causes: {d.message} at {d.pos}"
+        if d.pos
+        else f"this change causes: {d.message}"
+        for d in elsewhere
+    )
+    return [
+        annotation("error", text, Position(h.file, h.first), "klique plan: caused by this change")
+        for h in plan.touched[:MAX_HUNKS]
+    ]
 
 
 def review_annotations(plan: Plan) -> list[str]:
@@ -100,12 +120,20 @@ def whatif_annotations(plan: Plan) -> list[str]:
         return []
     rows = [" | ".join(wi.group_header(w))] + [" | ".join(r) for r in wi.group_cells(w)]
     rows += [""] + [" | ".join(wi.pool_header(w))] + [" | ".join(r) for r in wi.pool_cells(w)]
-    out = [annotation("notice", "\n".join([wi.title(w), *rows, *wi.lending_lines(w), *wi.horizon_lines(w)]),
-                      title="klique plan: what if")]
+    out = [
+        annotation(
+            "notice",
+            "\n".join([wi.title(w), *rows, *wi.lending_lines(w), *wi.horizon_lines(w)]),
+            title="klique plan: what if",
+        )
+    ]
     refused = wi.refused_lines(w)
     if w.refused_head:
-        out.append(annotation("warning", "\n".join(refused),
-                              title="klique plan: demand the head cannot take"))
+        out.append(
+            annotation(
+                "warning", "\n".join(refused), title="klique plan: demand the head cannot take"
+            )
+        )
     elif refused:
         out.append(annotation("notice", "\n".join(refused), title="klique plan: what if"))
     return out
@@ -115,8 +143,14 @@ def render_github(plan: Plan) -> str:
     lines = [diagnostic_annotation(d) for d in plan.head.diagnostics]
     lines += caused_annotations(plan)
     if not plan.base.valid:
-        lines.append(annotation("error", f"the base estate ({plan.base.short}) is invalid; fix "
-                                "it there or pass another --base", title="klique plan"))
+        lines.append(
+            annotation(
+                "error",
+                f"the base estate ({plan.base.short}) is invalid; fix "
+                "it there or pass another --base",
+                title="klique plan",
+            )
+        )
         lines += [diagnostic_annotation(d, base=True) for d in plan.base.diagnostics]
     if plan.valid:
         lines += [_impact(i) for i in plan.impacts]

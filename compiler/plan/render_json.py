@@ -8,8 +8,16 @@ from typing import Any
 
 from ..diagnostics import Position
 from .whatif import whatif_json
-from .model import (Approval, AttrChange, EnvelopeFigures, EnvelopeRow, Impact, ObjectChange,
-                    Plan, Revision)
+from .model import (
+    Approval,
+    AttrChange,
+    EnvelopeFigures,
+    EnvelopeRow,
+    Impact,
+    ObjectChange,
+    Plan,
+    Revision,
+)
 
 FORMAT_VERSION = "1.0"
 
@@ -30,8 +38,13 @@ def _revision(r: Revision) -> dict[str, Any]:
 
 
 def _attr(a: AttrChange) -> dict[str, Any]:
-    return {"path": a.name, "op": a.op, "before": a.before_value, "after": a.after_value,
-            "source": _source(a.pos)}
+    return {
+        "path": a.name,
+        "op": a.op,
+        "before": a.before_value,
+        "after": a.after_value,
+        "source": _source(a.pos),
+    }
 
 
 def _change(c: ObjectChange) -> dict[str, Any]:
@@ -43,37 +56,53 @@ def _change(c: ObjectChange) -> dict[str, Any]:
     }
     if c.old_name is not None:
         out["previous_name"] = c.old_name
-    out.update({
-        "before": c.before,
-        "after": c.after,
-        "source": _source(c.pos),
-        "attributes": [_attr(a) for a in c.attrs],
-    })
+    out.update(
+        {
+            "before": c.before,
+            "after": c.after,
+            "source": _source(c.pos),
+            "attributes": [_attr(a) for a in c.attrs],
+        }
+    )
     return out
 
 
 def _impact(i: Impact) -> dict[str, Any]:
-    return {"severity": i.severity, "kind": i.kind, "message": i.message,
-            "details": i.details, "source": _source(i.pos)}
+    return {
+        "severity": i.severity,
+        "kind": i.kind,
+        "message": i.message,
+        "details": i.details,
+        "source": _source(i.pos),
+    }
 
 
 def _approval(a: Approval) -> dict[str, Any]:
-    return {"address": a.address,
-            "approvers": [{"user": p.user, "handle": p.handle, "group": p.group, "role": p.role}
-                          for p in a.approvers]}
+    return {
+        "address": a.address,
+        "approvers": [
+            {"user": p.user, "handle": p.handle, "group": p.group, "role": p.role}
+            for p in a.approvers
+        ],
+    }
 
 
 def _figures(f: EnvelopeFigures | None) -> dict[str, Any] | None:
     if f is None:
         return None
     r = f.oversubscription
-    return {"group": f.group, "reservation_milli": f.reservation_milli,
-            "shared_reservation_milli": f.shared_milli,
-            "team_limits_milli": f.team_limits_milli, "limit_milli": f.limit_milli,
-            "budget": None if f.budget_hours_milli is None else {
-                "hours_milli": f.budget_hours_milli, "period": f.budget_period},
-            "oversubscription": None if r is None else round(r, 4),
-            "teams": list(f.teams)}
+    return {
+        "group": f.group,
+        "reservation_milli": f.reservation_milli,
+        "shared_reservation_milli": f.shared_milli,
+        "team_limits_milli": f.team_limits_milli,
+        "limit_milli": f.limit_milli,
+        "budget": None
+        if f.budget_hours_milli is None
+        else {"hours_milli": f.budget_hours_milli, "period": f.budget_period},
+        "oversubscription": None if r is None else round(r, 4),
+        "teams": list(f.teams),
+    }
 
 
 def _envelope(e: EnvelopeRow) -> dict[str, Any]:
@@ -87,11 +116,16 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "base": _revision(plan.base),
         "head": _revision(plan.head),
         "valid": plan.valid,
-        "against": None if plan.live is None else {
-            "source": plan.live.source, "revision": plan.live.revision, "at": plan.live.at},
-        "running": None if plan.running is None else {
-            "source": plan.running.source, "revision": plan.running.revision,
-            "commit": plan.running.commit},
+        "against": None
+        if plan.live is None
+        else {"source": plan.live.source, "revision": plan.live.revision, "at": plan.live.at},
+        "running": None
+        if plan.running is None
+        else {
+            "source": plan.running.source,
+            "revision": plan.running.revision,
+            "commit": plan.running.commit,
+        },
         "drift": plan.drift,
         "changes": [_change(c) for c in plan.changes],
         "impacts": [_impact(i) for i in plan.impacts],
@@ -99,11 +133,15 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "approvers": [p.user for p in plan.approvers],
         "envelopes": [_envelope(e) for e in plan.envelopes],
         "whatif": None if plan.whatif is None else whatif_json(plan.whatif),
-        "summary": {"add": plan.add, "change": plan.change, "remove": plan.remove,
-                    "errors": plan.error_count,
-                    "warnings": len(plan.impacts_of("warn")),
-                    "infos": len(plan.impacts_of("info")),
-                    "text": plan.summary_line},
+        "summary": {
+            "add": plan.add,
+            "change": plan.change,
+            "remove": plan.remove,
+            "errors": plan.error_count,
+            "warnings": len(plan.impacts_of("warn")),
+            "infos": len(plan.impacts_of("info")),
+            "text": plan.summary_line,
+        },
         "exit_code": plan.exit_code,
     }
 

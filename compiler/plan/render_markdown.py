@@ -13,8 +13,16 @@ import re
 
 from . import whatif as wi
 from .model import Impact, Plan
-from .render_text import (ENVELOPE_COLUMNS, ENVELOPE_TITLE, against_line, approval_rows,
-                          caused_line, change_lines, envelope_cells, where)
+from .render_text import (
+    ENVELOPE_COLUMNS,
+    ENVELOPE_TITLE,
+    against_line,
+    approval_rows,
+    caused_line,
+    change_lines,
+    envelope_cells,
+    where,
+)
 
 MARKER = "<!-- klique-plan -->"
 MAX_CHARS = 60_000
@@ -23,8 +31,10 @@ SUMMARY_ROWS = 25
 MAX_CELL = 400
 NOTE_ROOM = 600
 BADGE = {"error": "🛑 error", "warn": "⚠️ warn", "info": "ℹ️ info"}
-TRUNCATED = ("… {n} more lines not shown: the plan is too long for one comment. "
-             "Run `kliqued plan` locally, or read the CI job's log.")
+TRUNCATED = (
+    "… {n} more lines not shown: the plan is too long for one comment. "
+    "Run `kliqued plan` locally, or read the CI job's log."
+)
 
 
 def _cell(text: str) -> str:
@@ -58,8 +68,7 @@ def _severity_counts(plan: Plan) -> str:
 
 def _summary(plan: Plan, max_chars: int) -> list[str]:
     lines = [MARKER, "### Klique plan", ""]
-    rev = (f"{_code(plan.estate_path + '/')} at {_code(plan.base.short)} → "
-           f"{_code(plan.head.short)}")
+    rev = f"{_code(plan.estate_path + '/')} at {_code(plan.base.short)} → {_code(plan.head.short)}"
     if not plan.valid:
         lines += [f"**{plan.summary_line}** {rev}", ""]
         caused = caused_line(plan)
@@ -71,8 +80,12 @@ def _summary(plan: Plan, max_chars: int) -> list[str]:
     if against:
         lines += [_cell(against), ""]
     if plan.impacts:
-        lines += [f"Impact: {_severity_counts(plan)}.", "",
-                  "| Severity | Impact | Where |", "|---|---|---|"]
+        lines += [
+            f"Impact: {_severity_counts(plan)}.",
+            "",
+            "| Severity | Impact | Where |",
+            "|---|---|---|",
+        ]
         # The summary is the part that must always be there: it takes a third at most.
         room = max_chars // 3 - sum(len(x) + 1 for x in lines)
         shown = 0
@@ -98,11 +111,16 @@ def _review(plan: Plan) -> list[str]:
         who = ", ".join(_code(p.handle) if p.handle else _cell(p.user) for p in plan.approvers)
         lines += [f"**Approvals needed:** {who} (per change below).", ""]
     if plan.envelopes:
-        lines += [ENVELOPE_TITLE.replace("->", "→"), "",
-                  "| " + " | ".join(ENVELOPE_COLUMNS) + " |",
-                  "|" + "---|" * len(ENVELOPE_COLUMNS)]
-        lines += ["| " + " | ".join(_cell(c.replace(" -> ", " → ")) for c in row) + " |"
-                  for row in envelope_cells(plan)]
+        lines += [
+            ENVELOPE_TITLE.replace("->", "→"),
+            "",
+            "| " + " | ".join(ENVELOPE_COLUMNS) + " |",
+            "|" + "---|" * len(ENVELOPE_COLUMNS),
+        ]
+        lines += [
+            "| " + " | ".join(_cell(c.replace(" -> ", " → ")) for c in row) + " |"
+            for row in envelope_cells(plan)
+        ]
         lines.append("")
     return lines
 
@@ -113,10 +131,9 @@ below."""
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(_cell(h) for h in header) + " |",
-             "|" + "---|" * len(header)]
-            + ["| " + " | ".join(_cell(c.replace(" -> ", " → ")) for c in r) + " |"
-               for r in rows])
+    return ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(_cell(c.replace(" -> ", " → ")) for c in r) + " |" for r in rows
+    ]
 
 
 def _first_screen_rows(w: wi.WhatIf) -> list[list[str]]:
@@ -138,21 +155,19 @@ def _whatif(plan: Plan) -> list[str]:
         return []
     changed = _first_screen_rows(w)
     shown = changed[:WHATIF_ROWS]
-    lines = ["#### " + _cell(wi.title(w).rstrip(":")),
-             "", "Each cell reads base → head."]
+    lines = ["#### " + _cell(wi.title(w).rstrip(":")), "", "Each cell reads base → head."]
     if len(changed) <= 1:
         lines += ["", "*No group's outcome changes.*"]
     lines += ["", *_md_table(wi.group_header(w), shown)]
     if len(changed) > len(shown):
-        lines.append(f"| … {len(changed) - len(shown)} more groups change: see *What if: "
-                     "every group and pool* below |"
-                     + " |" * (len(wi.group_header(w)) - 1))
+        lines.append(
+            f"| … {len(changed) - len(shown)} more groups change: see *What if: "
+            "every group and pool* below |" + " |" * (len(wi.group_header(w)) - 1)
+        )
     lines += ["", *_md_table(wi.pool_header(w), wi.pool_cells(w)), ""]
-    extra = (wi.refused_lines(w, limit=10) + wi.lending_lines(w)
-             + wi.horizon_lines(w))
+    extra = wi.refused_lines(w, limit=10) + wi.lending_lines(w) + wi.horizon_lines(w)
     for line in extra:
-        lines.append(f"- {_cell(line.strip())}" if line.startswith("  ") else
-                     f"**{_cell(line)}**")
+        lines.append(f"- {_cell(line.strip())}" if line.startswith("  ") else f"**{_cell(line)}**")
     return lines + ([""] if extra else [])
 
 
@@ -206,12 +221,22 @@ def render_markdown(plan: Plan, max_chars: int = MAX_CHARS) -> str:
     out = _summary(plan, max_chars)
     blocks: list[tuple[str, list[str], str | None]] = []
     if not plan.head.valid:
-        blocks.append((f"The head estate ({_cell(plan.head.short)}) is invalid",
-                       [d.render() for d in plan.head.diagnostics], "text"))
+        blocks.append(
+            (
+                f"The head estate ({_cell(plan.head.short)}) is invalid",
+                [d.render() for d in plan.head.diagnostics],
+                "text",
+            )
+        )
     if not plan.base.valid:
-        blocks.append((f"The base estate ({_cell(plan.base.short)}) is invalid: fix it there "
-                       "or pass another --base", [d.render() for d in plan.base.diagnostics],
-                       "text"))
+        blocks.append(
+            (
+                f"The base estate ({_cell(plan.base.short)}) is invalid: fix it there "
+                "or pass another --base",
+                [d.render() for d in plan.base.diagnostics],
+                "text",
+            )
+        )
     if plan.valid:
         if plan.changes:
             body: list[str] = []
@@ -221,31 +246,47 @@ def render_markdown(plan: Plan, max_chars: int = MAX_CHARS) -> str:
                 body += [diff_line(x) for x in change_lines(c)]
             blocks.append((f"Changes ({len(plan.changes)})", body, "diff"))
         if plan.impacts:
-            blocks.append((f"All impacts ({len(plan.impacts)})",
-                           [f"- **{i.severity}** {_cell(i.message)}"
-                            + (f" ({_place(i)})" if i.pos else "")
-                            for i in plan.impacts], None))
+            blocks.append(
+                (
+                    f"All impacts ({len(plan.impacts)})",
+                    [
+                        f"- **{i.severity}** {_cell(i.message)}"
+                        + (f" ({_place(i)})" if i.pos else "")
+                        for i in plan.impacts
+                    ],
+                    None,
+                )
+            )
         if plan.whatif is not None and _folded_whatif(plan.whatif):
             w = plan.whatif
-            blocks.append(("What if: every group and pool",
-                           _md_table(wi.group_header(w), wi.group_cells(w)) + [""]
-                           + _md_table(wi.pool_header(w), wi.pool_cells(w)), None))
+            blocks.append(
+                (
+                    "What if: every group and pool",
+                    _md_table(wi.group_header(w), wi.group_cells(w))
+                    + [""]
+                    + _md_table(wi.pool_header(w), wi.pool_cells(w)),
+                    None,
+                )
+            )
         if plan.approvals:
-            blocks.append((f"Approvals per change ({len(plan.approvals)})",
-                           [f"- {_code(a)}: {_cell(who)}" for a, who in approval_rows(plan)],
-                           None))
+            blocks.append(
+                (
+                    f"Approvals per change ({len(plan.approvals)})",
+                    [f"- {_code(a)}: {_cell(who)}" for a, who in approval_rows(plan)],
+                    None,
+                )
+            )
         warnings = [d.render() for d in plan.head.diagnostics if not d.is_error]
         if warnings:
             blocks.append((f"Compiler warnings ({len(warnings)})", warnings, "text"))
     text = "\n".join(out) + "\n"
-    needs = [len("\n".join(_details(title, body, 10**9, code))) + 1
-             for title, body, code in blocks]
+    needs = [len("\n".join(_details(title, body, 10**9, code))) + 1 for title, body, code in blocks]
     for n, (title, body, code) in enumerate(blocks):
         # Each block still to come is promised an equal share of what is left (or less, if
         # it needs less), so a huge diff cannot push the impacts out of the comment.
         remaining = max_chars - 1 - len(text)
         share = remaining // (len(blocks) - n)
-        promised = sum(min(need, share) for need in needs[n + 1:])
+        promised = sum(min(need, share) for need in needs[n + 1 :])
         budget = remaining - max(promised, NOTE_ROOM * (len(blocks) - n - 1))
         if budget < 2 * NOTE_ROOM:
             text += f"*{title}: not shown, the comment is full.*\n"

@@ -12,8 +12,15 @@ from . import whatif as wi
 from .model import AttrChange, EnvelopeFigures, Impact, ObjectChange, Plan
 from .touched import caused_elsewhere
 
-GREEN, RED, YELLOW, CYAN, BOLD, DIM, RESET = ("\033[32m", "\033[31m", "\033[33m", "\033[36m",
-                                              "\033[1m", "\033[2m", "\033[0m")
+GREEN, RED, YELLOW, CYAN, BOLD, DIM, RESET = (
+    "\033[32m",
+    "\033[31m",
+    "\033[33m",
+    "\033[36m",
+    "\033[1m",
+    "\033[2m",
+    "\033[0m",
+)
 OP_COLOUR = {"+": GREEN, "-": RED, "~": YELLOW}
 SEVERITY_COLOUR = {"error": RED + BOLD, "warn": YELLOW, "info": CYAN}
 MAX_ALIGN = 56
@@ -82,29 +89,48 @@ def caused_line(plan: Plan) -> str | None:
         return None
     places = ", ".join(f"{h.file}:{h.first}" for h in plan.touched[:5])
     more = f" and {len(plan.touched) - 5} more" if len(plan.touched) > 5 else ""
-    return (f"{'This error shows' if n == 1 else 'These errors show'} away from the lines "
-            f"the change touched ({places}{more}); the change causes "
-            f"{'it' if n == 1 else 'them'}.")
+    return (
+        f"{'This error shows' if n == 1 else 'These errors show'} away from the lines "
+        f"the change touched ({places}{more}); the change causes "
+        f"{'it' if n == 1 else 'them'}."
+    )
 
 
-APPROVALS_TITLE = ("Approvals needed (admins of the groups each change touches and of the "
-                   "groups above them; IT for shared objects):")
+APPROVALS_TITLE = (
+    "Approvals needed (admins of the groups each change touches and of the "
+    "groups above them; IT for shared objects):"
+)
 NO_APPROVER = "nobody named: set settings.approvers or admins on a top group"
 ENVELOPE_TITLE = "Departments' envelopes the change touches (before -> after):"
-ENVELOPE_COLUMNS = ("envelope", "reserved", "shared", "team limits", "limit", "budget",
-                    "over-subscription")
+ENVELOPE_COLUMNS = (
+    "envelope",
+    "reserved",
+    "shared",
+    "team limits",
+    "limit",
+    "budget",
+    "over-subscription",
+)
 
 
 def approval_rows(plan: Plan) -> list[tuple[str, str]]:
     """(change address, its approvers as text), in the order of the changes."""
-    return [(a.address, ", ".join(p.text for p in a.approvers) or NO_APPROVER)
-            for a in plan.approvals]
+    return [
+        (a.address, ", ".join(p.text for p in a.approvers) or NO_APPROVER) for a in plan.approvals
+    ]
 
 
 def approvers_line(plan: Plan) -> str:
     who = plan.approvers
-    return "All approvers: " + (", ".join(f"{p.user} {p.handle}" if p.handle else p.user
-                                          for p in who) if who else "none named") + "."
+    return (
+        "All approvers: "
+        + (
+            ", ".join(f"{p.user} {p.handle}" if p.handle else p.user for p in who)
+            if who
+            else "none named"
+        )
+        + "."
+    )
 
 
 def _budget(f: EnvelopeFigures) -> str:
@@ -167,8 +193,14 @@ def whatif_lines(plan: Plan) -> list[str]:
     w = plan.whatif
     if w is None:
         return []
-    lines = [wi.title(w), "", *_table([wi.group_header(w), *wi.group_cells(w)]), "",
-             *_table([wi.pool_header(w), *wi.pool_cells(w)]), ""]
+    lines = [
+        wi.title(w),
+        "",
+        *_table([wi.group_header(w), *wi.group_cells(w)]),
+        "",
+        *_table([wi.pool_header(w), *wi.pool_cells(w)]),
+        "",
+    ]
     extra = wi.refused_lines(w) + wi.lending_lines(w) + wi.horizon_lines(w)
     return lines + (extra + [""] if extra else [])
 
@@ -199,16 +231,18 @@ def render_text(plan: Plan, colour: bool = False) -> str:
     if against:
         lines += [against, ""]
     if not plan.head.valid:
-        lines += _diagnostic_block(f"The head estate ({plan.head.short}) is invalid:",
-                                   plan.head.diagnostics)
+        lines += _diagnostic_block(
+            f"The head estate ({plan.head.short}) is invalid:", plan.head.diagnostics
+        )
         lines.append("")
         caused = caused_line(plan)
         if caused:
             lines += [caused, ""]
     if not plan.base.valid:
         lines += _diagnostic_block(
-            f"The base estate ({plan.base.short}) is invalid; fix it there or pass another "
-            "--base:", plan.base.diagnostics)
+            f"The base estate ({plan.base.short}) is invalid; fix it there or pass another --base:",
+            plan.base.diagnostics,
+        )
         lines.append("")
     if not plan.valid:
         lines.append(_paint(plan.summary_line, RED + BOLD, colour))
@@ -223,8 +257,10 @@ def render_text(plan: Plan, colour: bool = False) -> str:
         if plan.impacts:
             lines += ["Impact:", *(impact_line(i, colour) for i in plan.impacts), ""]
         lines += whatif_lines(plan)
-        lines.append(_paint("No changes.", BOLD, colour)
-                     + " The head estate compiles to the same objects as the base.")
+        lines.append(
+            _paint("No changes.", BOLD, colour)
+            + " The head estate compiles to the same objects as the base."
+        )
         return "\n".join(lines) + "\n"
     lines.append("Changes (+ add, - remove, ~ change):")
     lines.append("")
@@ -244,9 +280,11 @@ def render_text(plan: Plan, colour: bool = False) -> str:
 def _notes(plan: Plan) -> list[str]:
     notes = []
     if not plan.base.exists:
-        notes.append(f"{plan.estate_path}/ does not exist at {plan.base.short}: "
-                     "everything is added.")
+        notes.append(
+            f"{plan.estate_path}/ does not exist at {plan.base.short}: everything is added."
+        )
     if not plan.head.exists:
-        notes.append(f"{plan.estate_path}/ does not exist at {plan.head.short}: "
-                     "everything is removed.")
+        notes.append(
+            f"{plan.estate_path}/ does not exist at {plan.head.short}: everything is removed."
+        )
     return notes

@@ -53,8 +53,7 @@ def touched(base: list[SourceFile] | None, head: list[SourceFile] | None) -> lis
                 continue
             # A pure deletion touches no head line: point at the line after it.
             first = j1 + 1
-            out.append(Hunk(f.path, min(first, max(1, len(new_lines))),
-                            max(first, j2)))
+            out.append(Hunk(f.path, min(first, max(1, len(new_lines))), max(first, j2)))
     return out
 
 

@@ -42,13 +42,18 @@ class Figures:
     the last checkpoint, else since the placement: lending.md's lost work)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"tasks": self.tasks, "placed": self.placed, "never_placed": self.never_placed,
-                "wait_s": {"p50": self.wait_p50_s, "p95": self.wait_p95_s,
-                           "max": self.wait_max_s},
-                "over_threshold": self.over_threshold, "gpu_hours": self.gpu_hours,
-                "preemptions": {k: self.preemptions.get(k, 0) for k in PREEMPT_KINDS},
-                "budget_exhaustions": list(self.exhaustions), "cost": self.cost,
-                "lost_gpu_hours": self.lost_gpu_hours}
+        return {
+            "tasks": self.tasks,
+            "placed": self.placed,
+            "never_placed": self.never_placed,
+            "wait_s": {"p50": self.wait_p50_s, "p95": self.wait_p95_s, "max": self.wait_max_s},
+            "over_threshold": self.over_threshold,
+            "gpu_hours": self.gpu_hours,
+            "preemptions": {k: self.preemptions.get(k, 0) for k in PREEMPT_KINDS},
+            "budget_exhaustions": list(self.exhaustions),
+            "cost": self.cost,
+            "lost_gpu_hours": self.lost_gpu_hours,
+        }
 
 
 @dataclass(frozen=True)
@@ -66,12 +71,15 @@ class PoolFigures:
     preemptions: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"capacity": self.capacity, "gpu_hours": self.gpu_hours,
-                "utilisation": self.utilisation, "placed": self.placed,
-                "wait_s": {"p50": self.wait_p50_s, "p95": self.wait_p95_s,
-                           "max": self.wait_max_s},
-                "over_threshold": self.over_threshold,
-                "preemptions": {k: self.preemptions.get(k, 0) for k in PREEMPT_KINDS}}
+        return {
+            "capacity": self.capacity,
+            "gpu_hours": self.gpu_hours,
+            "utilisation": self.utilisation,
+            "placed": self.placed,
+            "wait_s": {"p50": self.wait_p50_s, "p95": self.wait_p95_s, "max": self.wait_max_s},
+            "over_threshold": self.over_threshold,
+            "preemptions": {k: self.preemptions.get(k, 0) for k in PREEMPT_KINDS},
+        }
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,7 @@ class WhatIf:
 
 # ------------------------------------------------------------------ shared wording
 
+
 def duration(seconds: float | None) -> str:
     """``-``, ``45s``, ``12m``, ``1h``, ``3h05m``, ``2d04h``: short enough for a table
     cell."""
@@ -161,23 +170,45 @@ def pair(before: str, after: str) -> str:
     return before if before == after else f"{before} -> {after}"
 
 
-GROUP_COLUMNS = ("group", "tasks", "wait p50", "wait p95", "wait max", "over {t}",
-                 "GPU-hours", "preempted", "budget ran out", "cost")
-POOL_COLUMNS = ("pool", "capacity", "wait p50", "wait p95", "wait max", "over {t}",
-                "GPU-hours", "utilisation", "preempted")
+GROUP_COLUMNS = (
+    "group",
+    "tasks",
+    "wait p50",
+    "wait p95",
+    "wait max",
+    "over {t}",
+    "GPU-hours",
+    "preempted",
+    "budget ran out",
+    "cost",
+)
+POOL_COLUMNS = (
+    "pool",
+    "capacity",
+    "wait p50",
+    "wait p95",
+    "wait max",
+    "over {t}",
+    "GPU-hours",
+    "utilisation",
+    "preempted",
+)
 
 
 def _preempted(f: Figures | PoolFigures) -> str:
-    return ", ".join(f"{f.preemptions.get(k, 0)} {k}" for k in PREEMPT_KINDS
-                     if f.preemptions.get(k, 0)) or "0"
+    return (
+        ", ".join(
+            f"{f.preemptions.get(k, 0)} {k}" for k in PREEMPT_KINDS if f.preemptions.get(k, 0)
+        )
+        or "0"
+    )
 
 
 def _exhausted(f: Figures) -> str:
     if not f.exhaustions:
         return "0"
     first = f.exhaustions[0][:10]
-    return f"{len(f.exhaustions)} (from {first})" if len(f.exhaustions) > 1 else \
-        f"1 ({first})"
+    return f"{len(f.exhaustions)} (from {first})" if len(f.exhaustions) > 1 else f"1 ({first})"
 
 
 LOST_AFTER = GROUP_COLUMNS.index("preempted") + 1
@@ -187,10 +218,17 @@ LOST_AFTER = GROUP_COLUMNS.index("preempted") + 1
 def _group_cells(f: Figures | None, w: WhatIf) -> list[str]:
     if f is None:
         return ["-"] * (len(GROUP_COLUMNS) - 1 + bool(w.lending))
-    cells = [f"{f.tasks:,}", duration(f.wait_p50_s), duration(f.wait_p95_s),
-             duration(f.wait_max_s), f"{f.over_threshold:,}",
-             amount(f.gpu_hours, grouped=True), _preempted(f), _exhausted(f),
-             _cost(f.cost, w.currency)]
+    cells = [
+        f"{f.tasks:,}",
+        duration(f.wait_p50_s),
+        duration(f.wait_p95_s),
+        duration(f.wait_max_s),
+        f"{f.over_threshold:,}",
+        amount(f.gpu_hours, grouped=True),
+        _preempted(f),
+        _exhausted(f),
+        _cost(f.cost, w.currency),
+    ]
     if w.lending:
         cells.insert(LOST_AFTER - 1, amount(f.lost_gpu_hours, grouped=True))
     return cells
@@ -222,21 +260,32 @@ def pool_header(w: WhatIf) -> list[str]:
 def _pool_cells(p: PoolFigures | None) -> list[str]:
     if p is None:
         return ["-"] * (len(POOL_COLUMNS) - 1)
-    return [f"{p.capacity:g}", duration(p.wait_p50_s), duration(p.wait_p95_s),
-            duration(p.wait_max_s), f"{p.over_threshold:,}", amount(p.gpu_hours, grouped=True),
-            _pct(p.utilisation), _preempted(p)]
+    return [
+        f"{p.capacity:g}",
+        duration(p.wait_p50_s),
+        duration(p.wait_p95_s),
+        duration(p.wait_max_s),
+        f"{p.over_threshold:,}",
+        amount(p.gpu_hours, grouped=True),
+        _pct(p.utilisation),
+        _preempted(p),
+    ]
 
 
 def pool_cells(w: WhatIf) -> list[list[str]]:
     """Each pool's row, cells ``base -> head`` where they differ."""
-    return [[r.name, *(pair(x, y) for x, y in zip(_pool_cells(r.base), _pool_cells(r.head)))]
-            for r in w.pools]
+    return [
+        [r.name, *(pair(x, y) for x, y in zip(_pool_cells(r.base), _pool_cells(r.head)))]
+        for r in w.pools
+    ]
 
 
 def title(w: WhatIf) -> str:
     skipped = f", {w.skipped:,} cancelled before running left out" if w.skipped else ""
-    return (f"What if: {w.tasks:,} tasks of real demand ({w.source}, from {w.start}{skipped}) "
-            f"replayed on the base and on the head, from the same empty start:")
+    return (
+        f"What if: {w.tasks:,} tasks of real demand ({w.source}, from {w.start}{skipped}) "
+        f"replayed on the base and on the head, from the same empty start:"
+    )
 
 
 def _names(items: list[str], limit: int = 3) -> str:
@@ -252,19 +301,25 @@ def refused_lines(w: WhatIf, limit: int = 20) -> list[str]:
         if not refused:
             continue
         both = " (left out of both sides)" if side == "head" else ""
-        lines.append(f"{len(refused):,} task{'s' if len(refused) != 1 else ''} of the demand "
-                     f"the {side} cannot take{both}:")
+        lines.append(
+            f"{len(refused):,} task{'s' if len(refused) != 1 else ''} of the demand "
+            f"the {side} cannot take{both}:"
+        )
         reasons: dict[tuple[str, str, str], list[Refused]] = {}
         for r in refused:
             reasons.setdefault((r.resource, r.field, r.message), []).append(r)
         for n, ((resource, fld, message), rs) in enumerate(reasons.items()):
             if n == limit:
-                lines.append(f"  ... and {len(reasons) - limit:,} more reasons (the JSON plan "
-                             "lists every task)")
+                lines.append(
+                    f"  ... and {len(reasons) - limit:,} more reasons (the JSON plan "
+                    "lists every task)"
+                )
                 break
             users = sorted({r.user for r in rs})
-            lines.append(f"  {len(rs):,} on {resource} ({_names([r.task for r in rs])}; "
-                         f"{_names(users)}): {fld}: {message}")
+            lines.append(
+                f"  {len(rs):,} on {resource} ({_names([r.task for r in rs])}; "
+                f"{_names(users)}): {fld}: {message}"
+            )
     return lines
 
 
@@ -272,16 +327,20 @@ def lending_lines(w: WhatIf) -> list[str]:
     """The lending settings the head changes, said once above the tables' reading."""
     if not w.lending:
         return []
-    return [f"The head changes lending ({', '.join(w.lending)}): each group's reclaims, "
-            "rebalances and lost GPU-hours are in its row."]
+    return [
+        f"The head changes lending ({', '.join(w.lending)}): each group's reclaims, "
+        "rebalances and lost GPU-hours are in its row."
+    ]
 
 
 def horizon_lines(w: WhatIf) -> list[str]:
     sides = [s for s, h in (("base", w.horizon_base), ("head", w.horizon_head)) if h]
     if not sides:
         return []
-    return [f"The {' and '.join(sides)} replay stopped at its horizon with work left "
-            "(tasks that never finish there)."]
+    return [
+        f"The {' and '.join(sides)} replay stopped at its horizon with work left "
+        "(tasks that never finish there)."
+    ]
 
 
 def whatif_json(w: WhatIf) -> dict[str, Any]:
@@ -290,16 +349,29 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
         return None if v is None else v.to_json()
 
     def refused(rs: tuple[Refused, ...]) -> list[dict[str, Any]]:
-        return [{"task": r.task, "line": r.line, "resource": r.resource, "user": r.user,
-                 "field": r.field, "message": r.message} for r in rs]
+        return [
+            {
+                "task": r.task,
+                "line": r.line,
+                "resource": r.resource,
+                "user": r.user,
+                "field": r.field,
+                "message": r.message,
+            }
+            for r in rs
+        ]
 
-    return {"source": w.source, "tasks": w.tasks, "skipped": w.skipped, "start": w.start,
-            "end": {"base": w.end_base, "head": w.end_head},
-            "stopped_at_horizon": {"base": w.horizon_base, "head": w.horizon_head},
-            "wait_threshold_s": w.threshold_s, "currency": w.currency,
-            "lending_changes": list(w.lending),
-            "groups": {r.name: {"base": side(r, "base"), "head": side(r, "head")}
-                       for r in w.groups},
-            "pools": {r.name: {"base": side(r, "base"), "head": side(r, "head")}
-                      for r in w.pools},
-            "refused": {"head": refused(w.refused_head), "base": refused(w.refused_base)}}
+    return {
+        "source": w.source,
+        "tasks": w.tasks,
+        "skipped": w.skipped,
+        "start": w.start,
+        "end": {"base": w.end_base, "head": w.end_head},
+        "stopped_at_horizon": {"base": w.horizon_base, "head": w.horizon_head},
+        "wait_threshold_s": w.threshold_s,
+        "currency": w.currency,
+        "lending_changes": list(w.lending),
+        "groups": {r.name: {"base": side(r, "base"), "head": side(r, "head")} for r in w.groups},
+        "pools": {r.name: {"base": side(r, "base"), "head": side(r, "head")} for r in w.pools},
+        "refused": {"head": refused(w.refused_head), "base": refused(w.refused_base)},
+    }

@@ -63,14 +63,15 @@ def split(text: str, max_chars: int = MAX_CHARS) -> list[str]:
         nonlocal cur, size, reopen
         body = cur + closing()
         parts.append("\n".join(body) + "\n")
-        reopen = (["<details><summary>(continued)</summary>", ""] * details
-                  + ([fence] if fence is not None else []))
+        reopen = ["<details><summary>(continued)</summary>", ""] * details + (
+            [fence] if fence is not None else []
+        )
         cur = list(reopen)
         size = sum(len(x) + 1 for x in cur)
 
     for line in text.split("\n")[:-1]:
         while len(line) + 1 > limit - 100:  # a line longer than a part: cut it
-            head, line = line[: limit - 200], line[limit - 200:]
+            head, line = line[: limit - 200], line[limit - 200 :]
             if size + len(head) + 1 + 40 > limit and len(cur) > len(reopen):
                 flush()
             cur.append(head)
@@ -99,7 +100,7 @@ def split(text: str, max_chars: int = MAX_CHARS) -> list[str]:
     for i, p in enumerate(parts, 1):
         head = MARKER if i == 1 else PART.format(i=i)
         if i == 1 and p.startswith(MARKER):
-            p = p[len(MARKER):].lstrip("\n")
+            p = p[len(MARKER) :].lstrip("\n")
         note = f"*Klique plan, part {i} of {n}.*\n\n" if n > 1 else ""
         out.append(f"{head}\n{note}{p}")
     return out
@@ -114,6 +115,7 @@ def part_number(body: str) -> int | None:
 
 
 # ------------------------------------------------------------------ forges
+
 
 class Forge(Protocol):
     def list(self) -> list[tuple[int, str]]: ...
@@ -154,26 +156,34 @@ class GitHub:
     token: str
 
     def __post_init__(self) -> None:
-        self.http = _Http({"Authorization": f"Bearer {self.token}",
-                           "Accept": "application/vnd.github+json",
-                           "X-GitHub-Api-Version": "2022-11-28",
-                           "User-Agent": "kliqued-ci"})
+        self.http = _Http(
+            {
+                "Authorization": f"Bearer {self.token}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": "2022-11-28",
+                "User-Agent": "kliqued-ci",
+            }
+        )
         self.base = f"{self.api.rstrip('/')}/repos/{self.repo}"
 
     def list(self) -> list[tuple[int, str]]:
         out: list[tuple[int, str]] = []
         page = 1
         while True:
-            rows = self.http.call("GET", f"{self.base}/issues/{self.number}/comments"
-                                         f"?per_page={PAGE}&page={page}")
+            rows = self.http.call(
+                "GET", f"{self.base}/issues/{self.number}/comments?per_page={PAGE}&page={page}"
+            )
             out += [(int(c["id"]), c.get("body") or "") for c in rows]
             if len(rows) < PAGE:
                 return out
             page += 1
 
     def create(self, body: str) -> int:
-        return int(self.http.call("POST", f"{self.base}/issues/{self.number}/comments",
-                                  {"body": body})["id"])
+        return int(
+            self.http.call("POST", f"{self.base}/issues/{self.number}/comments", {"body": body})[
+                "id"
+            ]
+        )
 
     def update(self, cid: int, body: str) -> None:
         self.http.call("PATCH", f"{self.base}/issues/comments/{cid}", {"body": body})
@@ -193,17 +203,19 @@ class GitLab:
 
     def __post_init__(self) -> None:
         self.http = _Http({"PRIVATE-TOKEN": self.token, "User-Agent": "kliqued-ci"})
-        self.base = (f"{self.api.rstrip('/')}/projects/{urllib.parse.quote(self.project, '')}"
-                     f"/merge_requests/{self.iid}/notes")
+        self.base = (
+            f"{self.api.rstrip('/')}/projects/{urllib.parse.quote(self.project, '')}"
+            f"/merge_requests/{self.iid}/notes"
+        )
 
     def list(self) -> list[tuple[int, str]]:
         out: list[tuple[int, str]] = []
         page = 1
         while True:
-            rows = self.http.call("GET", f"{self.base}?per_page={PAGE}&page={page}"
-                                         "&sort=asc&order_by=created_at")
-            out += [(int(n["id"]), n.get("body") or "") for n in rows
-                    if not n.get("system")]
+            rows = self.http.call(
+                "GET", f"{self.base}?per_page={PAGE}&page={page}&sort=asc&order_by=created_at"
+            )
+            out += [(int(n["id"]), n.get("body") or "") for n in rows if not n.get("system")]
             if len(rows) < PAGE:
                 return out
             page += 1
@@ -226,7 +238,7 @@ class Posted:
 
     @property
     def text(self) -> str:
-        return (f"{self.created} created, {self.updated} updated, {self.deleted} deleted")
+        return f"{self.created} created, {self.updated} updated, {self.deleted} deleted"
 
 
 def post(forge: Forge, text: str, max_chars: int = MAX_CHARS) -> Posted:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-EXAMPLES = ("git+https://git.example.org/platform/klique.git@<commit>",
-            "tools/klique-0.1.0-py3-none-any.whl")
+EXAMPLES = (
+    "git+https://git.example.org/platform/klique.git@<commit>",
+    "tools/klique-0.1.0-py3-none-any.whl",
+)
 """What to give instead, in every refusal."""
 
 _NAMED = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._ -]*\])?\s*@\s*(?P<rest>.+)$")
@@ -45,15 +47,19 @@ class Install:
     @property
     def comment(self) -> str:
         """The lines the generated file carries above its install step."""
-        return (f"kliqued is installed from a source the organisation pins ({self.kind} "
-                f"{self.pinned_to}), never a bare package name: a name on a public index may "
-                "be anyone's, and this job holds the planner token and pull-requests: write.")
+        return (
+            f"kliqued is installed from a source the organisation pins ({self.kind} "
+            f"{self.pinned_to}), never a bare package name: a name on a public index may "
+            "be anyone's, and this job holds the planner token and pull-requests: write."
+        )
 
 
 def _refuse(value: str, why: str) -> InstallError:
     shown = value if len(value) <= 120 else value[:117] + "..."
-    return InstallError(f"--install {shown!r}: {why}; give the project's git URL at a commit "
-                        f"({EXAMPLES[0]}) or a wheel ({EXAMPLES[1]})")
+    return InstallError(
+        f"--install {shown!r}: {why}; give the project's git URL at a commit "
+        f"({EXAMPLES[0]}) or a wheel ({EXAMPLES[1]})"
+    )
 
 
 def parse(value: str) -> Install:
@@ -64,25 +70,34 @@ def parse(value: str) -> Install:
     named = _NAMED.match(text)
     source = named.group("rest").strip() if named else text
     if not source.startswith("git+") and not _is_wheel(source):
-        raise _refuse(value, "a package name or version is looked up on a public index, "
-                             "where nobody from your organisation owns it, so the job would "
-                             "run whatever is published under that name")
+        raise _refuse(
+            value,
+            "a package name or version is looked up on a public index, "
+            "where nobody from your organisation owns it, so the job would "
+            "run whatever is published under that name",
+        )
     if _UNSAFE.search(source):
-        raise _refuse(value, "it holds a quote, a space, $, a backslash or a backtick, which "
-                             "the generated shell step and YAML would read")
+        raise _refuse(
+            value,
+            "it holds a quote, a space, $, a backslash or a backtick, which "
+            "the generated shell step and YAML would read",
+        )
     if source.startswith("git+"):
         return _git(value, text, source)
     return Install(text, "wheel", source.split("#", 1)[0])
 
 
 def _git(value: str, text: str, source: str) -> Install:
-    parts = urlsplit(source[len("git+"):])
+    parts = urlsplit(source[len("git+") :])
     if parts.scheme not in ("https", "ssh", "http", "file") or not parts.path.strip("/"):
         raise _refuse(value, "a git URL needs a scheme (https, ssh, file) and a path")
     path = parts.path.split("#", 1)[0]
     if "@" not in path:
-        raise _refuse(value, "the git URL names no commit or tag (add @<commit> at its end), "
-                             "so each run would install whatever the default branch holds")
+        raise _refuse(
+            value,
+            "the git URL names no commit or tag (add @<commit> at its end), "
+            "so each run would install whatever the default branch holds",
+        )
     ref = path.rsplit("@", 1)[1]
     if not ref:
         raise _refuse(value, "the git URL's ref after @ is empty")

@@ -150,15 +150,25 @@ def _comment(o: Options, indent: str) -> str:
 
 
 def github(o: Options) -> str:
-    return GITHUB.format(estate=o.estate_path, workflow=GITHUB_PATH, python=o.python,
-                         install=o.install.spec, install_comment=_comment(o, " " * 6),
-                         since=o.since)
+    return GITHUB.format(
+        estate=o.estate_path,
+        workflow=GITHUB_PATH,
+        python=o.python,
+        install=o.install.spec,
+        install_comment=_comment(o, " " * 6),
+        since=o.since,
+    )
 
 
 def gitlab(o: Options) -> str:
-    return GITLAB.format(estate=o.estate_path, workflow=GITLAB_PATH, python=o.python,
-                         install=o.install.spec, install_comment=_comment(o, " " * 4),
-                         since=o.since)
+    return GITLAB.format(
+        estate=o.estate_path,
+        workflow=GITLAB_PATH,
+        python=o.python,
+        install=o.install.spec,
+        install_comment=_comment(o, " " * 4),
+        since=o.since,
+    )
 
 
 WRITERS = {"github": (GITHUB_PATH, github), "gitlab": (GITLAB_PATH, gitlab)}

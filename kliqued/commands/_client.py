@@ -15,9 +15,10 @@ from klique_util.units import DAY_S, HOUR_S, MINUTE_S
 from kliqued.sdk import Client, KliqueError
 
 
-
-SEVERAL_URLS = ("several daemons of one control plane: repeat it, or separate them with "
-                "commas, and the leader is followed")
+SEVERAL_URLS = (
+    "several daemons of one control plane: repeat it, or separate them with "
+    "commas, and the leader is followed"
+)
 """The help every flag naming the control plane ends with (``--url``, ``plan --against``,
 ``plan --what-if-from``, ``workers rollout --url``): one wording, one parsing (:func:`urls`)."""
 
@@ -32,15 +33,30 @@ def urls(values: str | list[str] | None) -> str | None:
 def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
     """--url, --token, --context (and --json) on a user command."""
     g = p.add_argument_group("connection")
-    g.add_argument("--url", metavar="URL", action="append",
-                   help="the server, e.g. http://127.0.0.1:8080 (default: KLIQUE_URL or the "
-                        f"config context); {SEVERAL_URLS}")
-    g.add_argument("--token", metavar="TOKEN", help="the API token (default: KLIQUE_TOKEN or "
-                                                    "the config context)")
-    g.add_argument("--context", metavar="NAME", help="a context of the config file instead of "
-                                                     "its current-context")
-    g.add_argument("--timeout", metavar="S", type=float, default=30.0,
-                   help="seconds to wait for an answer (default: 30)")
+    g.add_argument(
+        "--url",
+        metavar="URL",
+        action="append",
+        help="the server, e.g. http://127.0.0.1:8080 (default: KLIQUE_URL or the "
+        f"config context); {SEVERAL_URLS}",
+    )
+    g.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the API token (default: KLIQUE_TOKEN or the config context)",
+    )
+    g.add_argument(
+        "--context",
+        metavar="NAME",
+        help="a context of the config file instead of its current-context",
+    )
+    g.add_argument(
+        "--timeout",
+        metavar="S",
+        type=float,
+        default=30.0,
+        help="seconds to wait for an answer (default: 30)",
+    )
     if json_flag:
         p.add_argument("--json", action="store_true", help="print the server's JSON")
 
@@ -48,8 +64,13 @@ def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None
 def client(args: argparse.Namespace) -> Client:
     """The SDK's client for the command's flags, declaring the ``cli`` channel: the tasks
     the CLI submits are recorded as sent through it."""
-    return Client.from_config(url=urls(args.url), token=args.token, context=args.context,
-                              timeout=args.timeout, channel="cli")
+    return Client.from_config(
+        url=urls(args.url),
+        token=args.token,
+        context=args.context,
+        timeout=args.timeout,
+        channel="cli",
+    )
 
 
 def fail(message: str) -> int:
@@ -60,6 +81,7 @@ def fail(message: str) -> int:
 def handles_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
     """Turns any SDK or file error into ``kliqued: <message>`` and exit 1, never a
     traceback."""
+
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
         try:
@@ -71,6 +93,7 @@ def handles_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[..., int
         except OSError as exc:
             where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
             return fail(f"{exc.strerror or exc}{':' if where else ''}{where}")
+
     return run
 
 
@@ -79,8 +102,7 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[int] = ()
-          ) -> str:
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[int] = ()) -> str:
     """A plain-text table: a header, columns padded to their widest cell, numbers in the
     ``right`` columns right-aligned."""
     cells = [[cell(v) for v in r] for r in rows]
@@ -91,9 +113,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable
     right = set(right)
 
     def line(values: Sequence[str]) -> str:
-        out = [v.rjust(widths[i]) if i in right else v.ljust(widths[i])
-               for i, v in enumerate(values)]
+        out = [
+            v.rjust(widths[i]) if i in right else v.ljust(widths[i]) for i, v in enumerate(values)
+        ]
         return "  ".join(out).rstrip()
+
     return "\n".join([line(list(headers))] + [line(r) for r in cells])
 
 
@@ -136,8 +160,11 @@ def when(text: str | None, now: datetime | None = None) -> str:
 def ago(seconds: float) -> str:
     for size, unit in ((DAY_S, "d"), (HOUR_S, "h"), (MINUTE_S, "m")):
         if seconds >= size:
-            return f"{seconds / size:.0f}{unit}" if seconds < size * 10 else \
-                f"{seconds // size:.0f}{unit}"
+            return (
+                f"{seconds / size:.0f}{unit}"
+                if seconds < size * 10
+                else f"{seconds // size:.0f}{unit}"
+            )
     return f"{seconds:.0f}s"
 
 

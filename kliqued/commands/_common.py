@@ -17,24 +17,37 @@ DEFAULT_ESTATE = "estate"
 
 def add_command(subparsers, name: str, help: str, description: str, examples: str):
     return subparsers.add_parser(
-        name, help=help, description=description,
-        epilog="examples:\n" + examples.rstrip() + "\n", formatter_class=HelpFormatter)
+        name,
+        help=help,
+        description=description,
+        epilog="examples:\n" + examples.rstrip() + "\n",
+        formatter_class=HelpFormatter,
+    )
 
 
 def github_annotation(d: Diagnostic) -> str:
     """One workflow command per diagnostic; the same text ``kliqued plan --format github``
     writes, so CI shows validate and plan findings alike."""
     from compiler.plan.render_github import diagnostic_annotation
+
     return diagnostic_annotation(d)
 
 
 def print_diagnostics(diags: list[Diagnostic], fmt: str = "text", stream=None) -> None:
     from compiler.diagnostics import render_all
+
     stream = stream or sys.stdout
     if fmt == "json":
         errors = sum(d.is_error for d in diags)
-        json.dump({"errors": errors, "warnings": len(diags) - errors,
-                   "diagnostics": [d.to_json() for d in diags]}, stream, indent=2)
+        json.dump(
+            {
+                "errors": errors,
+                "warnings": len(diags) - errors,
+                "diagnostics": [d.to_json() for d in diags],
+            },
+            stream,
+            indent=2,
+        )
         stream.write("\n")
     elif fmt == "github":
         for d in diags:

@@ -34,43 +34,77 @@ EXAMPLES = """\
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "autoscale", help="scale a cloud pool with its placed work (a loop)",
+        subparsers,
+        "autoscale",
+        help="scale a cloud pool with its placed work (a loop)",
         description="Adds nodes to a `kind: cloud` pool with `autoscale` when placed work waits "
-                    "there (spot first, on-demand when spot is refused, up to autoscale.max "
-                    "GPUs) and releases a node that ran nothing for autoscale.idle_timeout. "
-                    "Reads the pool's settings from the estate and its placed tasks from the "
-                    "control plane (an admin token); nodes come from a provider. Runs until "
-                    "SIGTERM/Ctrl-C, or one round with --once. docs/autoscaling.md.",
-        examples=EXAMPLES)
+        "there (spot first, on-demand when spot is refused, up to autoscale.max "
+        "GPUs) and releases a node that ran nothing for autoscale.idle_timeout. "
+        "Reads the pool's settings from the estate and its placed tasks from the "
+        "control plane (an admin token); nodes come from a provider. Runs until "
+        "SIGTERM/Ctrl-C, or one round with --once. docs/autoscaling.md.",
+        examples=EXAMPLES,
+    )
     p.add_argument("--pool", required=True, metavar="NAME", help="the cloud pool to scale")
-    p.add_argument("--provider", default="local", choices=["local", "ec2"],
-                   help="where nodes come from (default: local, klique-worker processes on "
-                        "this machine; ec2: EC2 instances, docs/autoscaling.md)")
-    p.add_argument("--provider-config", metavar="FILE",
-                   help="the provider's settings, YAML or JSON (local: root, url, token_file, "
-                        "spot_capacity, on_demand_capacity, worker_args; ec2: region, "
-                        "image_id, instance_types, token_ssm_parameter, ...)")
-    p.add_argument("--worker-token-file", metavar="FILE",
-                   help="the pool's worker token, for the workers the local provider starts")
-    p.add_argument("--estate", default=DEFAULT_ESTATE, metavar="DIR",
-                   help=f"the estate with the pool's autoscale settings (default: "
-                        f"{DEFAULT_ESTATE})")
+    p.add_argument(
+        "--provider",
+        default="local",
+        choices=["local", "ec2"],
+        help="where nodes come from (default: local, klique-worker processes on "
+        "this machine; ec2: EC2 instances, docs/autoscaling.md)",
+    )
+    p.add_argument(
+        "--provider-config",
+        metavar="FILE",
+        help="the provider's settings, YAML or JSON (local: root, url, token_file, "
+        "spot_capacity, on_demand_capacity, worker_args; ec2: region, "
+        "image_id, instance_types, token_ssm_parameter, ...)",
+    )
+    p.add_argument(
+        "--worker-token-file",
+        metavar="FILE",
+        help="the pool's worker token, for the workers the local provider starts",
+    )
+    p.add_argument(
+        "--estate",
+        default=DEFAULT_ESTATE,
+        metavar="DIR",
+        help=f"the estate with the pool's autoscale settings (default: {DEFAULT_ESTATE})",
+    )
     p.add_argument("--max", type=int, metavar="GPUS", help="override autoscale.max")
-    p.add_argument("--idle-timeout", metavar="DURATION", help="override autoscale.idle_timeout "
-                                                               "(e.g. 10m, 2s)")
-    p.add_argument("--spot-first", dest="spot_first", action=argparse.BooleanOptionalAction,
-                   default=None, help="override autoscale.spot_first")
-    p.add_argument("--node-gpus", type=int, metavar="N",
-                   help="GPUs of one node (default: the pool's settings.node_gpus, else 1)")
-    p.add_argument("--spot-retry", default="5m", metavar="DURATION",
-                   help="after spot was refused, ask for on-demand for this long (default: 5m)")
-    p.add_argument("--launch-timeout", default="5m", metavar="DURATION",
-                   help="release a node whose worker is not up after this long (default: 5m)")
-    p.add_argument("--interval", default="10s", metavar="DURATION",
-                   help="time between rounds (default: 10s)")
+    p.add_argument(
+        "--idle-timeout", metavar="DURATION", help="override autoscale.idle_timeout (e.g. 10m, 2s)"
+    )
+    p.add_argument(
+        "--spot-first",
+        dest="spot_first",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="override autoscale.spot_first",
+    )
+    p.add_argument(
+        "--node-gpus",
+        type=int,
+        metavar="N",
+        help="GPUs of one node (default: the pool's settings.node_gpus, else 1)",
+    )
+    p.add_argument(
+        "--spot-retry",
+        default="5m",
+        metavar="DURATION",
+        help="after spot was refused, ask for on-demand for this long (default: 5m)",
+    )
+    p.add_argument(
+        "--launch-timeout",
+        default="5m",
+        metavar="DURATION",
+        help="release a node whose worker is not up after this long (default: 5m)",
+    )
+    p.add_argument(
+        "--interval", default="10s", metavar="DURATION", help="time between rounds (default: 10s)"
+    )
     p.add_argument("--once", action="store_true", help="run one round and exit")
-    p.add_argument("--log-level", default="info",
-                   choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_client_flags(p, json_flag=False)
     p.set_defaults(handler=run)
 
@@ -83,6 +117,7 @@ def _load_config(path: str | None) -> dict:
         data = json.loads(text)
     else:
         from ruamel.yaml import YAML
+
         data = YAML(typ="safe").load(text)
     if data is None:
         return {}
@@ -100,23 +135,29 @@ def policy_for(args: argparse.Namespace):
 
     res = compile_dir(args.estate)
     if res.estate is None:
-        raise ValueError(f"the estate {args.estate} does not compile (kliqued validate "
-                         f"{args.estate})")
+        raise ValueError(
+            f"the estate {args.estate} does not compile (kliqued validate {args.estate})"
+        )
     pool = next((p for p in res.estate.pools if p.name == args.pool), None)
     if pool is None:
         raise ValueError(f"no pool {args.pool!r} in the estate {args.estate}")
     if pool.kind != "cloud" or pool.autoscale is None:
-        raise ValueError(f"pool {args.pool} is a {pool.kind} pool without autoscale: only "
-                         "`kind: cloud` pools with `autoscale` are scaled")
+        raise ValueError(
+            f"pool {args.pool} is a {pool.kind} pool without autoscale: only "
+            "`kind: cloud` pools with `autoscale` are scaled"
+        )
     a = pool.autoscale
     node_gpus = args.node_gpus or int(pool.settings.get("node_gpus", 1))
     return res.estate.revision, ScalePolicy(
         max_milli=args.max * MILLI if args.max is not None else a.max_milli,
-        idle_timeout_s=(duration(args.idle_timeout) if args.idle_timeout
-                        else float(a.idle_timeout_s)),
+        idle_timeout_s=(
+            duration(args.idle_timeout) if args.idle_timeout else float(a.idle_timeout_s)
+        ),
         spot_first=a.spot_first if args.spot_first is None else args.spot_first,
-        node_gpus=node_gpus, spot_retry_s=duration(args.spot_retry),
-        launch_timeout_s=duration(args.launch_timeout))
+        node_gpus=node_gpus,
+        spot_retry_s=duration(args.spot_retry),
+        launch_timeout_s=duration(args.launch_timeout),
+    )
 
 
 @handles_errors
@@ -124,25 +165,35 @@ def run(args: argparse.Namespace) -> int:
     from workers.autoscaler import Autoscaler, make_provider
     from workers.cli import duration
 
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         revision, policy = policy_for(args)
         api = client(args)
         # the nodes' workers get every daemon's URL and follow the leader (docs/ha.md), not
         # only the one this client happens to use now
-        provider = make_provider(args.provider, _load_config(args.provider_config),
-                                 url=",".join(api.urls), token_file=args.worker_token_file,
-                                 revision=revision)
+        provider = make_provider(
+            args.provider,
+            _load_config(args.provider_config),
+            url=",".join(api.urls),
+            token_file=args.worker_token_file,
+            revision=revision,
+        )
         interval = duration(args.interval)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"kliqued autoscale: {exc}", file=sys.stderr)
         return 2
     scaler = Autoscaler(api, provider, args.pool, policy)
-    print(f"autoscaling {args.pool}: max {policy.max_gpus} GPU(s), nodes of "
-          f"{policy.node_gpus}, idle timeout {policy.idle_timeout_s:g}s, "
-          f"{'spot first' if policy.spot_first else 'on-demand only'}, provider "
-          f"{args.provider}", file=sys.stderr)
+    print(
+        f"autoscaling {args.pool}: max {policy.max_gpus} GPU(s), nodes of "
+        f"{policy.node_gpus}, idle timeout {policy.idle_timeout_s:g}s, "
+        f"{'spot first' if policy.spot_first else 'on-demand only'}, provider "
+        f"{args.provider}",
+        file=sys.stderr,
+    )
     if args.once:
         print(scaler.step().line())
         return 0
@@ -150,6 +201,5 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))
     scaler.run(interval, stop=lambda: bool(stopping), echo=lambda line: print(line, flush=True))
-    print("autoscaler stopped; its nodes keep running (a new run takes them back)",
-          file=sys.stderr)
+    print("autoscaler stopped; its nodes keep running (a new run takes them back)", file=sys.stderr)
     return 0

@@ -13,25 +13,27 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "budget", help="use, time budget left, burn rate, run-out and waiting "
-                                   "work per policy, as a tree",
+        subparsers,
+        "budget",
+        help="use, time budget left, burn rate, run-out and waiting work per policy, as a tree",
         description="For each policy you may see, as the organisation's tree (a department's "
-                    "policy, an envelope, above its teams' policies, indented): GPUs in use "
-                    "against its reservation and limit; when it has a time budget, the budget "
-                    "hours used and left in the period, the burn rate (budget hours per hour "
-                    "at the current placements) and when the budget runs out at that rate; "
-                    "and the tasks waiting in its subtree. An envelope's figures are its whole "
-                    "subtree's. With settings.lending.order: fair, each "
-                    "policy's share (borrowed GPUs / lend_weight) and lend_weight too. "
-                    "Below the table, each team with waiting work and why its first "
-                    "task waits (the level that holds it back: the team's own limit, the "
-                    "department's, a budget, the pools). With a policy name: that policy in "
-                    "detail, with its alerts and waiting teams, and for an envelope the tree "
-                    "of its subtree.",
+        "policy, an envelope, above its teams' policies, indented): GPUs in use "
+        "against its reservation and limit; when it has a time budget, the budget "
+        "hours used and left in the period, the burn rate (budget hours per hour "
+        "at the current placements) and when the budget runs out at that rate; "
+        "and the tasks waiting in its subtree. An envelope's figures are its whole "
+        "subtree's. With settings.lending.order: fair, each "
+        "policy's share (borrowed GPUs / lend_weight) and lend_weight too. "
+        "Below the table, each team with waiting work and why its first "
+        "task waits (the level that holds it back: the team's own limit, the "
+        "department's, a budget, the pools). With a policy name: that policy in "
+        "detail, with its alerts and waiting teams, and for an envelope the tree "
+        "of its subtree.",
         examples="  kliqued budget                   # every policy you may see, as a tree\n"
-                 "  kliqued budget digital           # a department: its envelope and teams\n"
-                 "  kliqued budget customer-ai       # one team in detail\n"
-                 "  kliqued budget --json")
+        "  kliqued budget digital           # a department: its envelope and teams\n"
+        "  kliqued budget customer-ai       # one team in detail\n"
+        "  kliqued budget --json",
+    )
     p.add_argument("policy", nargs="?", metavar="POLICY", help="one policy in detail")
     add_client_flags(p)
     p.set_defaults(handler=run)
@@ -77,10 +79,13 @@ def tree(policies: list[dict]) -> list[tuple[int, dict]]:
     out: list[tuple[int, dict]] = []
 
     def walk(parent: str | None, depth: int) -> None:
-        for p in sorted(children.get(parent, []),
-                        key=lambda x: ((x.get("path") or x["name"]).split("/"), x["name"])):
+        for p in sorted(
+            children.get(parent, []),
+            key=lambda x: ((x.get("path") or x["name"]).split("/"), x["name"]),
+        ):
             out.append((depth, p))
             walk(p["name"], depth + 1)
+
     walk(None, 0)
     return out
 
@@ -96,18 +101,38 @@ def tree_table(policies: list[dict]) -> str:
         gpus = f"{num(p.get('used'))}/{num(p.get('reservation'))}/{num(p.get('limit'))}"
         lend = [num(p.get("share")), num(p.get("lend_weight"))] if fair else []
         if b:
-            rows.append([name, gpus, *lend, f"{hours(b.get('hours'))} h/{b.get('period')}",
-                         hours(b.get("used_hours")), hours(b.get("left_hours")),
-                         hours(b.get("burn_rate")), short(b.get("runout_at")),
-                         waiting(p.get("waiting"))])
+            rows.append(
+                [
+                    name,
+                    gpus,
+                    *lend,
+                    f"{hours(b.get('hours'))} h/{b.get('period')}",
+                    hours(b.get("used_hours")),
+                    hours(b.get("left_hours")),
+                    hours(b.get("burn_rate")),
+                    short(b.get("runout_at")),
+                    waiting(p.get("waiting")),
+                ]
+            )
         else:
-            rows.append([name, gpus, *lend, "none", "-", "-", "-", "-",
-                         waiting(p.get("waiting"))])
+            rows.append([name, gpus, *lend, "none", "-", "-", "-", "-", waiting(p.get("waiting"))])
     lend_head = ["SHARE", "WEIGHT"] if fair else []
     shift = len(lend_head)
-    return table(["POLICY", "GPUS USED/RES/LIMIT", *lend_head, "BUDGET", "USED H", "LEFT H",
-                  "BURN H/H", "RUN-OUT", "WAITING"], rows,
-                 right=[*range(2, 2 + shift), 3 + shift, 4 + shift, 5 + shift])
+    return table(
+        [
+            "POLICY",
+            "GPUS USED/RES/LIMIT",
+            *lend_head,
+            "BUDGET",
+            "USED H",
+            "LEFT H",
+            "BURN H/H",
+            "RUN-OUT",
+            "WAITING",
+        ],
+        rows,
+        right=[*range(2, 2 + shift), 3 + shift, 4 + shift, 5 + shift],
+    )
 
 
 def waiting(w: dict | None) -> str:
@@ -147,40 +172,56 @@ def detail(p: dict) -> str:
     lines = [f"policy       {p['name']}{place}"]
     if p.get("envelope"):
         shared = p.get("shared_reservation")
-        lines.append(f"envelope     over {', '.join(p.get('below') or []) or '-'}; " + (
-            f"shared reservation {num(shared)} (any policy below may use it)" if shared
-            else "no shared reservation (the policies below reserve all of it)"))
+        lines.append(
+            f"envelope     over {', '.join(p.get('below') or []) or '-'}; "
+            + (
+                f"shared reservation {num(shared)} (any policy below may use it)"
+                if shared
+                else "no shared reservation (the policies below reserve all of it)"
+            )
+        )
     if len(p.get("levels") or []) > 1:
         lines.append(f"counted at   {' > '.join(p['levels'])} (each limit and budget holds)")
-    lines.append(f"GPUs in use  {num(p.get('used'))} of limit {num(p.get('limit'))}, "
-                 f"reservation {num(p.get('reservation'))}, borrowed {num(p.get('borrowed'))}"
-                 + (f"; at most {num(p['user_limit'])} per user" if p.get("user_limit")
-                    else ""))
+    lines.append(
+        f"GPUs in use  {num(p.get('used'))} of limit {num(p.get('limit'))}, "
+        f"reservation {num(p.get('reservation'))}, borrowed {num(p.get('borrowed'))}"
+        + (f"; at most {num(p['user_limit'])} per user" if p.get("user_limit") else "")
+    )
     if "share" in p:  # order: fair (lending.md)
-        lines.append(f"fair share   {num(p['share'])} (borrowed {num(p.get('borrowed'))} / "
-                     f"lend_weight {num(p.get('lend_weight'))}); idle GPUs go to the "
-                     f"lowest share first")
+        lines.append(
+            f"fair share   {num(p['share'])} (borrowed {num(p.get('borrowed'))} / "
+            f"lend_weight {num(p.get('lend_weight'))}); idle GPUs go to the "
+            f"lowest share first"
+        )
     b = p.get("budget")
     if not b:
         lines.append("budget       none (reservation and limit only)")
     else:
         used, total = float(b.get("used_hours") or 0), float(b.get("hours") or 0)
         pct = f" ({percent(used, total)})" if total else ""
-        lines += [f"budget       {hours(b.get('hours'))} budget hours per {b.get('period')}",
-                  f"period       from {when(b.get('period_start'))}",
-                  f"used         {hours(used)} h{pct}",
-                  f"left         {hours(b.get('left_hours'))} h",
-                  f"burn rate    {hours(b.get('burn_rate'))} budget hours per hour",
-                  "runs out     " + (when(b["runout_at"]) if b.get("runout_at")
-                                       else "not at this rate before the reset"),
-                  f"resets       {when(b.get('resets_at'))}"]
+        lines += [
+            f"budget       {hours(b.get('hours'))} budget hours per {b.get('period')}",
+            f"period       from {when(b.get('period_start'))}",
+            f"used         {hours(used)} h{pct}",
+            f"left         {hours(b.get('left_hours'))} h",
+            f"burn rate    {hours(b.get('burn_rate'))} budget hours per hour",
+            "runs out     "
+            + (when(b["runout_at"]) if b.get("runout_at") else "not at this rate before the reset"),
+            f"resets       {when(b.get('resets_at'))}",
+        ]
         for a in b.get("alerts") or []:
             lines.append(f"alert        {when(a.get('at'))}: {a.get('text')}")
     w = p.get("waiting")
     if w is not None:
         teams = w.get("groups") or []
-        lines.append("waiting      " + ("nothing" if not w.get("tasks") else
-                                        f"{team_waiting({**w, 'reason': None})} in "
-                                        f"{len(teams)} team{'' if len(teams) == 1 else 's'}"))
+        lines.append(
+            "waiting      "
+            + (
+                "nothing"
+                if not w.get("tasks")
+                else f"{team_waiting({**w, 'reason': None})} in "
+                f"{len(teams)} team{'' if len(teams) == 1 else 's'}"
+            )
+        )
         lines += [f"  {g['group']}: {team_waiting(g)}" for g in teams]
     return "\n".join(lines)

@@ -12,17 +12,23 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "cancel", help="cancel queued or placed tasks",
+        subparsers,
+        "cancel",
+        help="cancel queued or placed tasks",
         description="Cancels tasks: a queued task leaves its queue, a placed one is stopped "
-                    "and its GPUs freed. Cancelling a task that already ended changes "
-                    "nothing. The owner, the group's admins and platform admins may cancel. "
-                    "Exit 1 if any could not be cancelled.",
+        "and its GPUs freed. Cancelling a task that already ended changes "
+        "nothing. The owner, the group's admins and platform admins may cancel. "
+        "Exit 1 if any could not be cancelled.",
         examples="  kliqued cancel t-01M8K8MWK70000\n"
-                 "  kliqued cancel t-01M8K8MWK70000 --reason 'wrong data set'\n"
-                 "  kliqued cancel t-01M8K8MWK70000 t-01M8K8MWGH0000 --json")
+        "  kliqued cancel t-01M8K8MWK70000 --reason 'wrong data set'\n"
+        "  kliqued cancel t-01M8K8MWK70000 t-01M8K8MWGH0000 --json",
+    )
     p.add_argument("ids", nargs="+", metavar="ID", help="task ids")
-    p.add_argument("--reason", metavar="TEXT",
-                   help="why: the task's owner reads it in `kliqued status` and `logs`")
+    p.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help="why: the task's owner reads it in `kliqued status` and `logs`",
+    )
     add_client_flags(p)
     p.set_defaults(handler=run)
 

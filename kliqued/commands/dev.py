@@ -36,40 +36,66 @@ one token that appears on the terminal is short-lived; the token files last."""
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "dev", help="run the control plane and a local worker (make run)",
+        subparsers,
+        "dev",
+        help="run the control plane and a local worker (make run)",
         description="Starts kliqued serve on the estate (watched) with a database in "
-                    "--dir, a token per user of the estate in DIR/tokens/, and a local "
-                    "klique-worker for a pool (process executor: commands run as processes "
-                    "on this machine, with declared GPUs unless --gpus auto). Prints the URL "
-                    "and export lines for the users, then stays in the foreground: Ctrl-C "
-                    "stops the worker and the daemon cleanly. Logs: DIR/kliqued.log, "
-                    "DIR/worker-<pool>.log; the URL is in DIR/url (port 8080, or the next "
-                    "free one, said when 8080 is taken). One kliqued dev per --dir: a second "
-                    "one stops at once, naming the first (DIR/dev.lock).",
+        "--dir, a token per user of the estate in DIR/tokens/, and a local "
+        "klique-worker for a pool (process executor: commands run as processes "
+        "on this machine, with declared GPUs unless --gpus auto). Prints the URL "
+        "and export lines for the users, then stays in the foreground: Ctrl-C "
+        "stops the worker and the daemon cleanly. Logs: DIR/kliqued.log, "
+        "DIR/worker-<pool>.log; the URL is in DIR/url (port 8080, or the next "
+        "free one, said when 8080 is taken). One kliqued dev per --dir: a second "
+        "one stops at once, naming the first (DIR/dev.lock).",
         examples="  kliqued dev                                   # what make run does\n"
-                 "  kliqued dev --listen 127.0.0.1:9090 --dir /tmp/klique\n"
-                 "  kliqued dev --pool onprem-baremetal --pool onprem-k8s   # two local workers\n"
-                 "  # then, in another terminal, as alice (group llm-research):\n"
-                 "  export KLIQUE_URL=$(cat run/url) KLIQUE_TOKEN=$(cat run/tokens/alice.token)\n"
-                 "  kliqued submit --resource llm-research/l40s-1x -p evals -- \\\n"
-                 "      python -c \"print('hello')\"\n"
-                 "  kliqued logs t-01M8K8MWK70000")
-    p.add_argument("--estate", metavar="DIR", default="estate",
-                   help="the estate directory (default: %(default)s)")
-    p.add_argument("--dir", metavar="DIR", default="run",
-                   help="database, tokens, logs and worker state (default: %(default)s)")
-    p.add_argument("--listen", metavar="HOST:PORT", default=None,
-                   help="where the API listens (default: 127.0.0.1:8080, or the next free "
-                        "port)")
-    p.add_argument("--pool", action="append", default=None, metavar="NAME",
-                   help=f"run a local worker for this pool (repeatable; default: "
-                        f"{DEFAULT_POOL})")
-    p.add_argument("--gpus", default=None, metavar="LIST",
-                   help="the worker's GPUs: auto (nvidia-smi), 0,1,2,3, or none (default: "
-                        "as many declared GPUs as the pool's capacity)")
+        "  kliqued dev --listen 127.0.0.1:9090 --dir /tmp/klique\n"
+        "  kliqued dev --pool onprem-baremetal --pool onprem-k8s   # two local workers\n"
+        "  # then, in another terminal, as alice (group llm-research):\n"
+        "  export KLIQUE_URL=$(cat run/url) KLIQUE_TOKEN=$(cat run/tokens/alice.token)\n"
+        "  kliqued submit --resource llm-research/l40s-1x -p evals -- \\\n"
+        "      python -c \"print('hello')\"\n"
+        "  kliqued logs t-01M8K8MWK70000",
+    )
+    p.add_argument(
+        "--estate",
+        metavar="DIR",
+        default="estate",
+        help="the estate directory (default: %(default)s)",
+    )
+    p.add_argument(
+        "--dir",
+        metavar="DIR",
+        default="run",
+        help="database, tokens, logs and worker state (default: %(default)s)",
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default=None,
+        help="where the API listens (default: 127.0.0.1:8080, or the next free port)",
+    )
+    p.add_argument(
+        "--pool",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help=f"run a local worker for this pool (repeatable; default: {DEFAULT_POOL})",
+    )
+    p.add_argument(
+        "--gpus",
+        default=None,
+        metavar="LIST",
+        help="the worker's GPUs: auto (nvidia-smi), 0,1,2,3, or none (default: "
+        "as many declared GPUs as the pool's capacity)",
+    )
     p.add_argument("--no-worker", action="store_true", help="start no worker")
-    p.add_argument("--grace", default="10s", metavar="DURATION",
-                   help="SIGTERM to SIGKILL for a stopped task (default: %(default)s)")
+    p.add_argument(
+        "--grace",
+        default="10s",
+        metavar="DURATION",
+        help="SIGTERM to SIGKILL for a stopped task (default: %(default)s)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -101,8 +127,10 @@ def _listen(arg: str | None, first: int = DEFAULT_PORT) -> tuple[str, str | None
             port = s.getsockname()[1]
     if port == first:
         return f"127.0.0.1:{port}", None
-    return f"127.0.0.1:{port}", (f"port {first} is in use: listening on 127.0.0.1:{port} "
-                                 "instead (the export lines below say so)")
+    return f"127.0.0.1:{port}", (
+        f"port {first} is in use: listening on 127.0.0.1:{port} "
+        "instead (the export lines below say so)"
+    )
 
 
 def _sessions_listen(listen: str) -> str:
@@ -155,6 +183,7 @@ def _write_secret(path: Path, text: str) -> None:
 
 def _token_ok(url: str, token: str) -> bool:
     from kliqued.sdk import Client, KliqueError
+
     try:
         Client(url, token, timeout=5, retries=0).whoami()
         return True
@@ -180,8 +209,9 @@ def _stop(proc: subprocess.Popen | None, what: str, timeout: float) -> None:
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        print(f"kliqued dev: {what} did not stop within {timeout:.0f} s: killing it",
-              file=sys.stderr)
+        print(
+            f"kliqued dev: {what} did not stop within {timeout:.0f} s: killing it", file=sys.stderr
+        )
         proc.kill()
         proc.wait(5)
 
@@ -195,6 +225,7 @@ def _tail(path: Path, n: int = 30) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from klique_util.filemodes import private_dir, private_umask
+
     private_umask()  # tokens, the database, logs; inherited by the daemon and the workers
     home = Path(args.dir)
     tokens = home / "tokens"
@@ -202,8 +233,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         lock = _hold(home)
     except AlreadyRunning as exc:
-        print(f"kliqued dev: already running in {home}/ ({exc}): use that one, stop it "
-              "(Ctrl-C in its terminal), or give another --dir", file=sys.stderr)
+        print(
+            f"kliqued dev: already running in {home}/ ({exc}): use that one, stop it "
+            "(Ctrl-C in its terminal), or give another --dir",
+            file=sys.stderr,
+        )
         return 1
     try:
         return _run(args, home, tokens, lock)
@@ -217,6 +251,7 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
     from kliqued.sdk import Client, KliqueError
 
     from klique_util.filemodes import original_umask, private_dir
+
     private_dir(tokens)
     result = compile_dir(args.estate)
     if result.estate is None:
@@ -251,23 +286,41 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
     def on_signal(signum, frame) -> None:
         nonlocal stopping
         stopping = True
+
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     serve = None
     try:
         with open(daemon_log, "a") as fh:
             serve = subprocess.Popen(
-                [sys.executable, "-m", "kliqued.cli", "serve", "--estate", args.estate,
-                 "--db", str(home / "kliqued.duckdb"), "--listen", listen,
-                 "--sessions-listen", _sessions_listen(listen)],
-                env=env, stdout=fh, stderr=fh, start_new_session=True,
-                umask=original_umask())  # each sets 077 itself; tasks get the original
+                [
+                    sys.executable,
+                    "-m",
+                    "kliqued.cli",
+                    "serve",
+                    "--estate",
+                    args.estate,
+                    "--db",
+                    str(home / "kliqued.duckdb"),
+                    "--listen",
+                    listen,
+                    "--sessions-listen",
+                    _sessions_listen(listen),
+                ],
+                env=env,
+                stdout=fh,
+                stderr=fh,
+                start_new_session=True,
+                umask=original_umask(),
+            )  # each sets 077 itself; tasks get the original
         procs.append(("kliqued serve", serve, daemon_log))
         admin = Client(url, admin_token, timeout=10, retries=0)
         deadline = time.monotonic() + 60
         while True:
             if serve.poll() is not None:
-                print(f"kliqued dev: kliqued serve exited ({serve.returncode}):\n"
-                      f"{_tail(daemon_log)}", file=sys.stderr)
+                print(
+                    f"kliqued dev: kliqued serve exited ({serve.returncode}):\n{_tail(daemon_log)}",
+                    file=sys.stderr,
+                )
                 return 1
             try:
                 if admin.health().get("status") == "ok":
@@ -275,8 +328,10 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
             except KliqueError:
                 pass
             if time.monotonic() > deadline or stopping:
-                print(f"kliqued dev: kliqued serve did not come up:\n{_tail(daemon_log)}",
-                      file=sys.stderr)
+                print(
+                    f"kliqued dev: kliqued serve did not come up:\n{_tail(daemon_log)}",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(0.1)
         users = sorted({u for g in estate.groups for u in (*g.users, *g.admins)})
@@ -296,23 +351,50 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
                 wlog = home / f"worker-{dw.name}.log"
                 with open(wlog, "a") as fh:
                     w = subprocess.Popen(
-                        [sys.executable, "-m", "workers.cli", "--url", url, "--pool", pool,
-                         "--token-file", str(tfile),
-                         "--state-dir", str(home / f"worker-{dw.name}"),
-                         "--gpus", dw.gpus, "--grace", args.grace],
-                        stdout=fh, stderr=fh, start_new_session=True,
-                        umask=original_umask())
+                        [
+                            sys.executable,
+                            "-m",
+                            "workers.cli",
+                            "--url",
+                            url,
+                            "--pool",
+                            pool,
+                            "--token-file",
+                            str(tfile),
+                            "--state-dir",
+                            str(home / f"worker-{dw.name}"),
+                            "--gpus",
+                            dw.gpus,
+                            "--grace",
+                            args.grace,
+                        ],
+                        stdout=fh,
+                        stderr=fh,
+                        start_new_session=True,
+                        umask=original_umask(),
+                    )
                 procs.append((f"klique-worker ({dw.name})", w, wlog))
         _wait_for_workers(admin, pools, procs, lambda: stopping)
         signer = next((u for u in SHOWN_USERS if u in user_tokens), None)
-        sign_in = None if signer is None else (signer, admin.create_token(
-            signer, name="dashboard sign-in (kliqued dev)", expires_in=SIGN_IN_TTL)["token"])
+        sign_in = (
+            None
+            if signer is None
+            else (
+                signer,
+                admin.create_token(
+                    signer, name="dashboard sign-in (kliqued dev)", expires_in=SIGN_IN_TTL
+                )["token"],
+            )
+        )
         print(banner(url, args, estate, home, pools, user_tokens, sign_in), flush=True)
         while not stopping:
             for what, proc, logf in procs:
                 if proc.poll() is not None:
-                    print(f"kliqued dev: {what} exited ({proc.returncode}); stopping. Its "
-                          f"log ({logf}):\n{_tail(logf)}", file=sys.stderr)
+                    print(
+                        f"kliqued dev: {what} exited ({proc.returncode}); stopping. Its "
+                        f"log ({logf}):\n{_tail(logf)}",
+                        file=sys.stderr,
+                    )
                     return 1
             time.sleep(0.2)
         print("\nkliqued dev: stopping the worker, then the daemon ...", flush=True)
@@ -323,8 +405,11 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         if stopping:
-            print("kliqued dev: stopped (a task still running keeps running; the next "
-                  "kliqued dev takes it back)", flush=True)
+            print(
+                "kliqued dev: stopped (a task still running keeps running; the next "
+                "kliqued dev takes it back)",
+                flush=True,
+            )
 
 
 def _wait_for_workers(admin, pools: list[str], procs: list, stopping) -> None:
@@ -332,6 +417,7 @@ def _wait_for_workers(admin, pools: list[str], procs: list, stopping) -> None:
     so "running" is said once work can run), 60 s at most; a worker that exits is reported
     by the caller's loop."""
     from kliqued.sdk import KliqueError
+
     deadline = time.monotonic() + 60
     while not stopping() and time.monotonic() < deadline:
         if any(proc.poll() is not None for _, proc, _ in procs):
@@ -345,8 +431,15 @@ def _wait_for_workers(admin, pools: list[str], procs: list, stopping) -> None:
         time.sleep(0.1)
 
 
-def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[str],
-           user_tokens: dict[str, str], sign_in: tuple[str, str] | None = None) -> str:
+def banner(
+    url: str,
+    args: argparse.Namespace,
+    estate,
+    home: Path,
+    pools: list[str],
+    user_tokens: dict[str, str],
+    sign_in: tuple[str, str] | None = None,
+) -> str:
     """What ``make run`` prints. Of the tokens, only the dashboard's sign-in token appears
     (a scrollback or a screen share would show it), and it expires in ``SIGN_IN_TTL``: each
     export line reads its 0600 file."""
@@ -354,39 +447,61 @@ def banner(url: str, args: argparse.Namespace, estate, home: Path, pools: list[s
     kq = f"{sys.executable.rsplit('/', 1)[0]}/kliqued"
     rel = os.path.relpath(kq) if kq.startswith(os.getcwd()) else kq
     tokens = home / "tokens"
-    out = [line, f"Klique is running at {url}   (estate {args.estate}/, watched; "
-                 f"revision {estate.revision[:19]})", ""]
+    out = [
+        line,
+        f"Klique is running at {url}   (estate {args.estate}/, watched; "
+        f"revision {estate.revision[:19]})",
+        "",
+    ]
     for pool in pools:
         ws = dev_workers(estate.pool(pool), args.gpus)
         sizes = "+".join(str(len(w.gpus.split(","))) for w in ws)
-        what = (args.gpus if args.gpus else f"{sizes} declared GPUs" if len(ws) == 1 else
-                f"{len(ws)} workers, one per declared machine ({sizes} declared GPUs)")
-        logs = (f"{home}/worker-{ws[0].name}.log" if len(ws) == 1
-                else f"{home}/worker-{pool}-<n>.log")
+        what = (
+            args.gpus
+            if args.gpus
+            else f"{sizes} declared GPUs"
+            if len(ws) == 1
+            else f"{len(ws)} workers, one per declared machine ({sizes} declared GPUs)"
+        )
+        logs = (
+            f"{home}/worker-{ws[0].name}.log" if len(ws) == 1 else f"{home}/worker-{pool}-<n>.log"
+        )
         out.append(f"  worker   {pool}: {what}, process executor, log {logs}")
-    out += [f"  daemon   log {home}/kliqued.log, database {home}/kliqued.duckdb, URL in "
-            f"{home}/url",
-            f"  tokens   {tokens}/<user>.token for every user of the estate "
-            f"({len(user_tokens)}), admin.token, finance.token (each readable by you only)",
-            "", "In another terminal, as one of the example users:", ""]
+    out += [
+        f"  daemon   log {home}/kliqued.log, database {home}/kliqued.duckdb, URL in {home}/url",
+        f"  tokens   {tokens}/<user>.token for every user of the estate "
+        f"({len(user_tokens)}), admin.token, finance.token (each readable by you only)",
+        "",
+        "In another terminal, as one of the example users:",
+        "",
+    ]
     for u in SHOWN_USERS:
         if u in user_tokens:
             groups = [g.name for g in estate.groups if u in g.users]
             out.append(f"  # {u} ({', '.join(groups) or 'admin'})")
             out.append(f"  export KLIQUE_URL={url} KLIQUE_TOKEN=$(cat {tokens}/{u}.token)")
-    out += ["  # the platform admin",
-            f"  export KLIQUE_URL={url} KLIQUE_TOKEN=$(cat {tokens}/admin.token)", "",
-            "Then, as alice (llm-research/l40s-1x: one GPU, bare-metal pool first):", "",
-            f"  {rel} resources          # what you may submit to, and your group's room",
-            f"  {rel} submit --resource llm-research/l40s-1x --project evals -- "
-            "python -c \"print('hello')\"",
-            f"  {rel} status <ID>        # running, then ended (finished), GPU-hours",
-            f"  {rel} logs <ID>          # hello", "",
-            "Ctrl-C stops the worker and the daemon.", line]
+    out += [
+        "  # the platform admin",
+        f"  export KLIQUE_URL={url} KLIQUE_TOKEN=$(cat {tokens}/admin.token)",
+        "",
+        "Then, as alice (llm-research/l40s-1x: one GPU, bare-metal pool first):",
+        "",
+        f"  {rel} resources          # what you may submit to, and your group's room",
+        f"  {rel} submit --resource llm-research/l40s-1x --project evals -- "
+        "python -c \"print('hello')\"",
+        f"  {rel} status <ID>        # running, then ended (finished), GPU-hours",
+        f"  {rel} logs <ID>          # hello",
+        "",
+        "Ctrl-C stops the worker and the daemon.",
+        line,
+    ]
     if sign_in is not None:
         who, token = sign_in
-        out[3:3] = [f"  Dashboard  {url}/  sign in as {who} with the token below (it expires "
-                    f"in {SIGN_IN_TTL}),",
-                    f"             or as anyone else with their file in {tokens}/",
-                    f"  sign-in token: {token}", ""]
+        out[3:3] = [
+            f"  Dashboard  {url}/  sign in as {who} with the token below (it expires "
+            f"in {SIGN_IN_TTL}),",
+            f"             or as anyone else with their file in {tokens}/",
+            f"  sign-in token: {token}",
+            "",
+        ]
     return "\n".join(out)

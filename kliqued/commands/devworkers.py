@@ -35,8 +35,7 @@ def dev_workers(pool: CPool, gpus: str | None = None) -> list[DevWorker]:
         sizes = [int(pool.capacity_milli // MILLI) or 1]
     if len(sizes) == 1:
         return [DevWorker(pool.name, pool.name, _indices(sizes[0]))]
-    return [DevWorker(pool.name, f"{pool.name}-{i}", _indices(n))
-            for i, n in enumerate(sizes, 1)]
+    return [DevWorker(pool.name, f"{pool.name}-{i}", _indices(n)) for i, n in enumerate(sizes, 1)]
 
 
 def _indices(n: int) -> str:

@@ -16,24 +16,36 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "events", help="the event log: what happened to a task, and who did it",
+        subparsers,
+        "events",
+        help="the event log: what happened to a task, and who did it",
         description="The event log, oldest first: submissions, placements, preemptions "
-                    "(with why), cancellations (with who and why), starts and ends reported "
-                    "by workers (exit code, signal, message), budget alerts. A user sees the "
-                    "events of their own tasks, of their admin groups' tasks, and their "
-                    "groups' alerts; admins and finance see every event. A task id you may "
-                    "not see is an error, not an empty log.",
+        "(with why), cancellations (with who and why), starts and ends reported "
+        "by workers (exit code, signal, message), budget alerts. A user sees the "
+        "events of their own tasks, of their admin groups' tasks, and their "
+        "groups' alerts; admins and finance see every event. A task id you may "
+        "not see is an error, not an empty log.",
         examples="  kliqued events --task t-01M8K8MWK70000\n"
-                 "  kliqued events --kind preempted --limit 20\n"
-                 "  kliqued events --since 1200 --json")
+        "  kliqued events --kind preempted --limit 20\n"
+        "  kliqued events --since 1200 --json",
+    )
     p.add_argument("--task", metavar="ID", help="only this task's events")
-    p.add_argument("--kind", metavar="KIND",
-                   help="only this kind (submitted, placed, preempted, cancelled, leased, "
-                        "started, stopped, ended, alert, ...)")
-    p.add_argument("--since", type=int, default=0, metavar="SEQ",
-                   help="only events after this sequence number (default: from the start)")
-    p.add_argument("--limit", type=int, default=200, metavar="N",
-                   help="at most N events (default: 200)")
+    p.add_argument(
+        "--kind",
+        metavar="KIND",
+        help="only this kind (submitted, placed, preempted, cancelled, leased, "
+        "started, stopped, ended, alert, ...)",
+    )
+    p.add_argument(
+        "--since",
+        type=int,
+        default=0,
+        metavar="SEQ",
+        help="only events after this sequence number (default: from the start)",
+    )
+    p.add_argument(
+        "--limit", type=int, default=200, metavar="N", help="at most N events (default: 200)"
+    )
     add_client_flags(p)
     p.set_defaults(handler=run)
 
@@ -42,17 +54,29 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     k = client(args)
     limit = max(args.limit, 1)
-    events = list(itertools.islice(
-        k.events(task=args.task, kind=args.kind, since=args.since,
-                 page_size=min(limit, 1000)), limit))
+    events = list(
+        itertools.islice(
+            k.events(task=args.task, kind=args.kind, since=args.since, page_size=min(limit, 1000)),
+            limit,
+        )
+    )
     if args.json:
         print_json({"events": events})
         return 0
     if not events:
         print("no events" + (f" for {args.task}" if args.task else ""))
         return 0
-    rows = [[e["seq"], (e.get("at") or "-").replace("T", " "), e["kind"], e.get("task") or "-",
-             e.get("actor") or "-", detail(e)] for e in events]
+    rows = [
+        [
+            e["seq"],
+            (e.get("at") or "-").replace("T", " "),
+            e["kind"],
+            e.get("task") or "-",
+            e.get("actor") or "-",
+            detail(e),
+        ]
+        for e in events
+    ]
     print(table(["SEQ", "AT", "KIND", "TASK", "ACTOR", "DETAIL"], rows, right=[0]))
     return 0
 
@@ -63,8 +87,11 @@ def detail(e: dict[str, Any]) -> str:
     d: dict[str, Any] = data if isinstance(data, dict) else {}
     kind = e["kind"]
     if kind == "submitted":
-        return (f"{d.get('resource')}" + (f" project {d['project']}" if d.get("project") else "")
-                + f" via {d.get('channel') or 'api'}")
+        return (
+            f"{d.get('resource')}"
+            + (f" project {d['project']}" if d.get("project") else "")
+            + f" via {d.get('channel') or 'api'}"
+        )
     if kind == "placed":
         size = d.get("size_milli")
         n = "" if size is None else num(from_milli(size))
@@ -72,8 +99,10 @@ def detail(e: dict[str, Any]) -> str:
     if kind in ("preempted", "cancelled"):
         return str(d.get("text") or d.get("kind") or "")
     if kind in ("leased", "started", "stopped", "unleased"):
-        parts = [f"worker {d.get('worker')}" if d.get("worker") else "",
-                 f"attempt {d.get('epoch')}" if d.get("epoch") else ""]
+        parts = [
+            f"worker {d.get('worker')}" if d.get("worker") else "",
+            f"attempt {d.get('epoch')}" if d.get("epoch") else "",
+        ]
         if kind == "stopped":
             parts.append(_exit(d))
         return ", ".join(p for p in parts if p)
@@ -88,8 +117,9 @@ def detail(e: dict[str, Any]) -> str:
         return str(d["text"])
     if d.get("used_units") is not None:
         return f"{hours(unit_hours(d['used_units']))} h"
-    return ", ".join(f"{k}={v}" for k, v in sorted(d.items())
-                     if isinstance(v, (str, int, float)))[:200]
+    return ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if isinstance(v, (str, int, float)))[
+        :200
+    ]
 
 
 def _exit(d: dict[str, Any]) -> str:

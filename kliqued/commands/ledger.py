@@ -18,43 +18,54 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "ledger", help="query (read-only SQL) and export the usage ledger",
+        subparsers,
+        "ledger",
+        help="query (read-only SQL) and export the usage ledger",
         description="The usage ledger records every placement interval against the user, "
-                    "project and group (with the group's path: business unit, department), "
-                    "priced per GPU type (docs/ledger.md). Finance and admins may query it "
-                    "with one read-only SELECT, on a consistent snapshot, within a time "
-                    "limit, and export intervals as CSV or Parquet; a group admin may too, "
-                    "and sees the rows of their groups' subtrees only.",
-        examples="  kliqued ledger sql \"SELECT \\\"group\\\", month, round(sum(gpu_hours), 1) "
-                 "AS gpu_hours FROM usage_monthly GROUP BY ALL ORDER BY ALL\"\n"
-                 "  kliqued ledger sql --csv \"SELECT * FROM usage_priced\" > usage.csv\n"
-                 "  kliqued ledger export --from 2026-11-01 --to 2026-12-01 --format parquet "
-                 "-o nov.parquet")
+        "project and group (with the group's path: business unit, department), "
+        "priced per GPU type (docs/ledger.md). Finance and admins may query it "
+        "with one read-only SELECT, on a consistent snapshot, within a time "
+        "limit, and export intervals as CSV or Parquet; a group admin may too, "
+        "and sees the rows of their groups' subtrees only.",
+        examples='  kliqued ledger sql "SELECT \\"group\\", month, round(sum(gpu_hours), 1) '
+        'AS gpu_hours FROM usage_monthly GROUP BY ALL ORDER BY ALL"\n'
+        '  kliqued ledger sql --csv "SELECT * FROM usage_priced" > usage.csv\n'
+        "  kliqued ledger export --from 2026-11-01 --to 2026-12-01 --format parquet "
+        "-o nov.parquet",
+    )
     sub = p.add_subparsers(dest="ledger_command", metavar="<sql|export|statement|feed|partitions>")
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
     s = sub.add_parser(
-        "sql", help="run one read-only SELECT", formatter_class=HelpFormatter,
+        "sql",
+        help="run one read-only SELECT",
+        formatter_class=HelpFormatter,
         description="Runs one SELECT on the ledger's tables and views (ledger, prices, usage, "
-                    "usage_priced, usage_by_month, usage_monthly, usage_by_level, "
-                    "usage_by_business_unit, usage_by_department, price_periods; the cloud, "
-                    "capacity and idle views of docs/ledger.md) and prints "
-                    "the rows as a "
-                    "table (values as the query returns them), JSON or CSV. Anything but a "
-                    "single SELECT on those relations is refused, as are other tables, the "
-                    "catalog, file and network functions and functions with side effects; a "
-                    "query is stopped 10 s after it reaches the server, and an answer over "
-                    "32 MiB is refused. Exit 1 with the reason when it fails.",
+        "usage_priced, usage_by_month, usage_monthly, usage_by_level, "
+        "usage_by_business_unit, usage_by_department, price_periods; the cloud, "
+        "capacity and idle views of docs/ledger.md) and prints "
+        "the rows as a "
+        "table (values as the query returns them), JSON or CSV. Anything but a "
+        "single SELECT on those relations is refused, as are other tables, the "
+        "catalog, file and network functions and functions with side effects; a "
+        "query is stopped 10 s after it reaches the server, and an answer over "
+        "32 MiB is refused. Exit 1 with the reason when it fails.",
         epilog="examples:\n"
-               "  kliqued ledger sql \"SELECT \\\"user\\\", round(sum(cost), 2) AS eur FROM "
-               "usage_monthly WHERE month = DATE '2026-11-01' GROUP BY ALL ORDER BY eur DESC "
-               "LIMIT 10\"\n"
-               "  kliqued ledger sql \"SELECT month, business_unit, round(cost, 2) AS eur FROM "
-               "usage_by_business_unit ORDER BY ALL\"\n"
-               "  kliqued ledger sql --json \"SELECT * FROM prices\"\n")
+        '  kliqued ledger sql "SELECT \\"user\\", round(sum(cost), 2) AS eur FROM '
+        "usage_monthly WHERE month = DATE '2026-11-01' GROUP BY ALL ORDER BY eur DESC "
+        'LIMIT 10"\n'
+        '  kliqued ledger sql "SELECT month, business_unit, round(cost, 2) AS eur FROM '
+        'usage_by_business_unit ORDER BY ALL"\n'
+        '  kliqued ledger sql --json "SELECT * FROM prices"\n',
+    )
     s.add_argument("sql", metavar="SELECT", help="the query (quote it)")
-    s.add_argument("--limit", type=int, default=10000, metavar="N",
-                   help="at most N rows (default: 10000; the server's maximum is 100000)")
+    s.add_argument(
+        "--limit",
+        type=int,
+        default=10000,
+        metavar="N",
+        help="at most N rows (default: 10000; the server's maximum is 100000)",
+    )
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="print CSV with a header")
     add_client_flags(s, json_flag=False)
@@ -62,86 +73,123 @@ def register(subparsers) -> None:
     s.set_defaults(handler=run_sql)
 
     e = sub.add_parser(
-        "export", help="export intervals as CSV or Parquet", formatter_class=HelpFormatter,
+        "export",
+        help="export intervals as CSV or Parquet",
+        formatter_class=HelpFormatter,
         description="Writes the ledger intervals that overlap [--from, --to) (or the month "
-                    "--period) with their price and cost to a file, whole intervals (not "
-                    "clipped to the range). With --format focus, writes one billing period "
-                    "(--period, a UTC month) as a FOCUS 1.2 cost and usage dataset: one row "
-                    "per interval's piece in that month (docs/ledger.md). The file appears "
-                    "complete or not at all. Parquet is made on this machine from the "
-                    "server's CSV.",
+        "--period) with their price and cost to a file, whole intervals (not "
+        "clipped to the range). With --format focus, writes one billing period "
+        "(--period, a UTC month) as a FOCUS 1.2 cost and usage dataset: one row "
+        "per interval's piece in that month (docs/ledger.md). The file appears "
+        "complete or not at all. Parquet is made on this machine from the "
+        "server's CSV.",
         epilog="examples:\n"
-               "  kliqued ledger export --from 2026-11-01 --to 2026-12-01 -o nov.csv\n"
-               "  kliqued ledger export --from 2026-10-01T00:00:00Z --to 2026-11-01T00:00:00Z "
-               "--format parquet -o oct.parquet\n"
-               "  kliqued ledger export --format focus --period 2026-11 -o nov-focus.csv\n"
-               "  kliqued ledger export --format focus --period 2026-11 -o nov-focus.parquet\n")
-    e.add_argument("--from", dest="start", metavar="TIME",
-                   help="start, RFC 3339 UTC or a date (2026-11-01 = midnight UTC)")
-    e.add_argument("--to", dest="end", metavar="TIME",
-                   help="end (exclusive), same forms")
-    e.add_argument("--period", metavar="YYYY-MM",
-                   help="a UTC month, instead of --from and --to (required for focus)")
-    e.add_argument("--format", choices=("csv", "parquet", "focus"), default=None,
-                   help="csv, parquet or focus (default: from the file's extension, else "
-                        "csv); focus is written as Parquet when the file ends in .parquet")
+        "  kliqued ledger export --from 2026-11-01 --to 2026-12-01 -o nov.csv\n"
+        "  kliqued ledger export --from 2026-10-01T00:00:00Z --to 2026-11-01T00:00:00Z "
+        "--format parquet -o oct.parquet\n"
+        "  kliqued ledger export --format focus --period 2026-11 -o nov-focus.csv\n"
+        "  kliqued ledger export --format focus --period 2026-11 -o nov-focus.parquet\n",
+    )
+    e.add_argument(
+        "--from",
+        dest="start",
+        metavar="TIME",
+        help="start, RFC 3339 UTC or a date (2026-11-01 = midnight UTC)",
+    )
+    e.add_argument("--to", dest="end", metavar="TIME", help="end (exclusive), same forms")
+    e.add_argument(
+        "--period",
+        metavar="YYYY-MM",
+        help="a UTC month, instead of --from and --to (required for focus)",
+    )
+    e.add_argument(
+        "--format",
+        choices=("csv", "parquet", "focus"),
+        default=None,
+        help="csv, parquet or focus (default: from the file's extension, else "
+        "csv); focus is written as Parquet when the file ends in .parquet",
+    )
     e.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
     add_client_flags(e, json_flag=False)
     e.set_defaults(handler=run_export)
 
     st = sub.add_parser(
-        "statement", help="a group's chargeback statement for a month",
+        "statement",
+        help="a group's chargeback statement for a month",
         formatter_class=HelpFormatter,
         description="The chargeback statement of a group's subtree (a team, a department or a "
-                    "business unit) for one UTC month: lines by team, project, user, GPU type "
-                    "and price in force, to the cent, the total and the budgets used. The "
-                    "lines add up to the total, which is the ledger's exact total rounded half "
-                    "up to the cent (docs/ledger.md). Printed as a table, or written as CSV "
-                    "or a printable HTML page (print it to PDF from a browser).",
+        "business unit) for one UTC month: lines by team, project, user, GPU type "
+        "and price in force, to the cent, the total and the budgets used. The "
+        "lines add up to the total, which is the ledger's exact total rounded half "
+        "up to the cent (docs/ledger.md). Printed as a table, or written as CSV "
+        "or a printable HTML page (print it to PDF from a browser).",
         epilog="examples:\n"
-               "  kliqued ledger statement --group ml --period 2026-11\n"
-               "  kliqued ledger statement --group ml --period 2026-11 -o ml-2026-11.html\n"
-               "  kliqued ledger statement --group north --period 2026-11 --format csv "
-               "-o north.csv\n")
+        "  kliqued ledger statement --group ml --period 2026-11\n"
+        "  kliqued ledger statement --group ml --period 2026-11 -o ml-2026-11.html\n"
+        "  kliqued ledger statement --group north --period 2026-11 --format csv "
+        "-o north.csv\n",
+    )
     st.add_argument("--group", required=True, help="a team, department or business unit")
     st.add_argument("--period", required=True, metavar="YYYY-MM", help="the month")
-    st.add_argument("--format", choices=("table", "csv", "html", "json"), default=None,
-                    help="default: from -o's extension (.csv, .html, .json), else a table")
-    st.add_argument("-o", "--output", metavar="FILE",
-                    help="write to FILE (whole or not at all) instead of printing")
+    st.add_argument(
+        "--format",
+        choices=("table", "csv", "html", "json"),
+        default=None,
+        help="default: from -o's extension (.csv, .html, .json), else a table",
+    )
+    st.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write to FILE (whole or not at all) instead of printing",
+    )
     add_client_flags(st, json_flag=False)
     st.set_defaults(handler=run_statement)
 
     fd = sub.add_parser(
-        "feed", help="pull closed intervals after a cursor (for billing systems)",
+        "feed",
+        help="pull closed intervals after a cursor (for billing systems)",
         formatter_class=HelpFormatter,
         description="The billing feed: closed intervals in the order they closed, after "
-                    "--cursor (none: from the start), as CSV on stdout; the cursor to pass "
-                    "next time is printed on stderr (`cursor: N`). No interval comes twice "
-                    "and none is missed, across daemon restarts.",
+        "--cursor (none: from the start), as CSV on stdout; the cursor to pass "
+        "next time is printed on stderr (`cursor: N`). No interval comes twice "
+        "and none is missed, across daemon restarts.",
         epilog="examples:\n"
-               "  kliqued ledger feed > first.csv\n"
-               "  kliqued ledger feed --cursor 1532 --limit 10000 > next.csv\n")
+        "  kliqued ledger feed > first.csv\n"
+        "  kliqued ledger feed --cursor 1532 --limit 10000 > next.csv\n",
+    )
     fd.add_argument("--cursor", default=None, help="the cursor of the previous pull")
-    fd.add_argument("--limit", type=int, default=1000, metavar="N",
-                    help="at most N rows (default 1000, at most 10000)")
+    fd.add_argument(
+        "--limit",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="at most N rows (default 1000, at most 10000)",
+    )
     add_client_flags(fd, json_flag=True)
     fd.set_defaults(handler=run_feed)
 
     pt = sub.add_parser(
-        "partitions", help="write months as FOCUS Parquet partitions (month=YYYY-MM/)",
+        "partitions",
+        help="write months as FOCUS Parquet partitions (month=YYYY-MM/)",
         formatter_class=HelpFormatter,
         description="Writes each month from --from to --to (inclusive) as "
-                    "DIR/month=YYYY-MM/focus.parquet: a FOCUS 1.2 dataset partitioned by "
-                    "month, which DuckDB (read_parquet('DIR/*/*.parquet', hive_partitioning "
-                    "= true)), Spark and Trino read as one table. Re-running a month replaces "
-                    "its file whole (run it daily for the current month).",
+        "DIR/month=YYYY-MM/focus.parquet: a FOCUS 1.2 dataset partitioned by "
+        "month, which DuckDB (read_parquet('DIR/*/*.parquet', hive_partitioning "
+        "= true)), Spark and Trino read as one table. Re-running a month replaces "
+        "its file whole (run it daily for the current month).",
         epilog="examples:\n"
-               "  kliqued ledger partitions --from 2026-01 --to 2026-11 -o /srv/billing/gpu\n")
+        "  kliqued ledger partitions --from 2026-01 --to 2026-11 -o /srv/billing/gpu\n",
+    )
     pt.add_argument("--from", dest="start", required=True, metavar="YYYY-MM")
     pt.add_argument("--to", dest="end", required=True, metavar="YYYY-MM")
-    pt.add_argument("-o", "--output", required=True, metavar="DIR",
-                    help="the directory (created with its parents if missing)")
+    pt.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="the directory (created with its parents if missing)",
+    )
     add_client_flags(pt, json_flag=False)
     pt.set_defaults(handler=run_partitions)
 
@@ -160,13 +208,27 @@ def run_sql(args: argparse.Namespace) -> int:
         print(render_table(res))
     n = len(res["rows"])
     more = " (truncated: raise --limit or aggregate)" if res.get("truncated") else ""
-    print(f"{n} row{'s' if n != 1 else ''} in {res.get('elapsed_ms', 0):g} ms{more}",
-          file=sys.stderr)
+    print(
+        f"{n} row{'s' if n != 1 else ''} in {res.get('elapsed_ms', 0):g} ms{more}", file=sys.stderr
+    )
     return 0
 
 
-NUMERIC = ("DECIMAL", "DOUBLE", "FLOAT", "BIGINT", "INTEGER", "HUGEINT", "SMALLINT", "TINYINT",
-           "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT", "UHUGEINT")
+NUMERIC = (
+    "DECIMAL",
+    "DOUBLE",
+    "FLOAT",
+    "BIGINT",
+    "INTEGER",
+    "HUGEINT",
+    "SMALLINT",
+    "TINYINT",
+    "UBIGINT",
+    "UINTEGER",
+    "USMALLINT",
+    "UTINYINT",
+    "UHUGEINT",
+)
 
 
 def sql_cell(value: Any) -> str:
@@ -187,8 +249,7 @@ def render_table(res: dict) -> str:
     """The answer of ``POST /v1/ledger/sql`` as a plain-text table, numbers right-aligned."""
     types = res.get("types", [])
     numeric = [i for i, t in enumerate(types) if t.split("(")[0] in NUMERIC]
-    return table(res["columns"], [[sql_cell(v) for v in r] for r in res["rows"]],
-                 right=numeric)
+    return table(res["columns"], [[sql_cell(v) for v in r] for r in res["rows"]], right=numeric)
 
 
 def parse_when(text: str, flag: str) -> str:
@@ -199,9 +260,11 @@ def parse_when(text: str, flag: str) -> str:
             return datetime.strptime(t, "%Y-%m-%d").strftime("%Y-%m-%dT00:00:00Z")
         dt = datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise KliqueError(None, "invalid-request",
-                          f"{flag} {text!r} is not a time: write 2026-11-01 or "
-                          "2026-11-01T00:00:00Z") from None
+        raise KliqueError(
+            None,
+            "invalid-request",
+            f"{flag} {text!r} is not a time: write 2026-11-01 or 2026-11-01T00:00:00Z",
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -210,6 +273,7 @@ def parse_when(text: str, flag: str) -> str:
 def month_range(period: str) -> tuple[str, str]:
     """``2026-11`` as the RFC 3339 bounds of that UTC month."""
     from kliqued.ledger.focus import next_month, parse_period
+
     try:
         first = parse_period(period)
     except ValueError as exc:
@@ -223,13 +287,17 @@ def run_export(args: argparse.Namespace) -> int:
     fmt = args.format or container
     if fmt == "focus":
         if not args.period or args.start or args.end:
-            raise KliqueError(None, "invalid-request",
-                              "--format focus exports one billing period: give --period "
-                              "YYYY-MM (and no --from/--to)")
+            raise KliqueError(
+                None,
+                "invalid-request",
+                "--format focus exports one billing period: give --period "
+                "YYYY-MM (and no --from/--to)",
+            )
         month_range(args.period)
         path = client(args).ledger_focus(args.period, args.output, format=container)
-        print(f"wrote {path} (FOCUS 1.2, {container}, billing period {args.period})",
-              file=sys.stderr)
+        print(
+            f"wrote {path} (FOCUS 1.2, {container}, billing period {args.period})", file=sys.stderr
+        )
         return 0
     if args.period:
         if args.start or args.end:
@@ -268,11 +336,16 @@ def run_statement(args: argparse.Namespace) -> int:
         text = res
     if args.output:
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-            raise KliqueError(None, "invalid-request",
-                              f"the directory of {args.output} does not exist: create it first")
+            raise KliqueError(
+                None,
+                "invalid-request",
+                f"the directory of {args.output} does not exist: create it first",
+            )
         write_atomic(args.output, text.encode("utf-8"), mkdir=False)
-        print(f"wrote {args.output} (statement of {args.group} for {args.period}, {fmt})",
-              file=sys.stderr)
+        print(
+            f"wrote {args.output} (statement of {args.group} for {args.period}, {fmt})",
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(text)
     return 0
@@ -284,34 +357,64 @@ _SPLIT_NOTE = {"borrowed_split": " (borrowed: half paid by the lenders)"}
 
 LOST_NOTE = {
     "taker": "GPU-hours a reclaim or rebalance threw away (lost work) are credited to the "
-             "preempted task's group and billed to the group that took the GPUs back "
-             "(settings.attribution.lost_work)",
+    "preempted task's group and billed to the group that took the GPUs back "
+    "(settings.attribution.lost_work)",
     "overhead": "GPU-hours a reclaim or rebalance threw away (lost work) are credited to the "
-                "preempted task's group and charged to overhead "
-                "(settings.attribution.lost_work)"}
+    "preempted task's group and charged to overhead "
+    "(settings.attribution.lost_work)",
+}
 
 
 def render_statement(st: dict) -> str:
     """A statement as a terminal table: the lines, then the total and the budgets."""
     notes = {**_SPLIT_NOTE, "lost_work_credit": f" (lost work: {st.get('lost_work')} pays)"}
-    rows = [[x["group"], (x["project"] or "(none)") + notes.get(x.get("kind", ""), ""),
-             x["user"], x["gpu_type"],
-             x["per_gpu_hour"] or ("" if x.get("kind") == "reserved_idle" else "no price"),
-             x["gpu_hours"], x["cost"]] for x in st["lines"]]
+    rows = [
+        [
+            x["group"],
+            (x["project"] or "(none)") + notes.get(x.get("kind", ""), ""),
+            x["user"],
+            x["gpu_type"],
+            x["per_gpu_hour"] or ("" if x.get("kind") == "reserved_idle" else "no price"),
+            x["gpu_hours"],
+            x["cost"],
+        ]
+        for x in st["lines"]
+    ]
     rows.append(["total", "", "", "", "", st["gpu_hours"], st["total"]])
-    out = [f"statement {st['path']}  {st['period']}  ({st['period_start']} to "
-           f"{st['period_end']})  {st['currency']}",
-           table(["team", "project", "user", "gpu_type", "per_gpu_hour", "gpu_hours", "cost"],
-                 rows, right=[4, 5, 6])]
+    out = [
+        f"statement {st['path']}  {st['period']}  ({st['period_start']} to "
+        f"{st['period_end']})  {st['currency']}",
+        table(
+            ["team", "project", "user", "gpu_type", "per_gpu_hour", "gpu_hours", "cost"],
+            rows,
+            right=[4, 5, 6],
+        ),
+    ]
     if st["budgets"]:
-        out.append(table(["budget", "group", "per", "hours", "used", "used %"],
-                         [[b["policy"], b["group"], b["period"], b["hours"], b["used_hours"],
-                           b.get("used_pct", "")] for b in st["budgets"]], right=[3, 4, 5]))
+        out.append(
+            table(
+                ["budget", "group", "per", "hours", "used", "used %"],
+                [
+                    [
+                        b["policy"],
+                        b["group"],
+                        b["period"],
+                        b["hours"],
+                        b["used_hours"],
+                        b.get("used_pct", ""),
+                    ]
+                    for b in st["budgets"]
+                ],
+                right=[3, 4, 5],
+            )
+        )
     if st["unpriced_gpu_types"]:
         out.append(f"no price (charged 0): {', '.join(st['unpriced_gpu_types'])}")
     if st.get("borrowed") == "split":
-        out.append("borrowed GPU-hours that ran on other groups' idle reserved GPUs are paid "
-                   "half by the borrower, half by the lenders (settings.attribution.borrowed)")
+        out.append(
+            "borrowed GPU-hours that ran on other groups' idle reserved GPUs are paid "
+            "half by the borrower, half by the lenders (settings.attribution.borrowed)"
+        )
     if st.get("lost_work") in LOST_NOTE:
         out.append(LOST_NOTE[st["lost_work"]])
     return "\n\n".join(out) + "\n"
@@ -334,6 +437,7 @@ def run_feed(args: argparse.Namespace) -> int:
 def months(start: str, end: str) -> list[str]:
     """Every month from ``start`` to ``end`` inclusive, as ``YYYY-MM``."""
     from kliqued.ledger.focus import next_month, parse_period
+
     try:
         first, last = parse_period(start), parse_period(end)
     except ValueError as exc:

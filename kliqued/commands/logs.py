@@ -13,25 +13,41 @@ from .status import ended
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "logs", help="a task's log (its stdout and stderr, from its worker)",
+        subparsers,
+        "logs",
+        help="a task's log (its stdout and stderr, from its worker)",
         description="Prints the log of a task: what its command wrote to stdout and stderr, "
-                    "uploaded by the worker that ran it every few seconds and before its end "
-                    "is reported. A task that ran more than once (preempted, or its worker "
-                    "lost) has one log per attempt: all are printed, each under a header, "
-                    "unless --attempt picks one. --follow keeps printing the latest attempt "
-                    "until the task ends. Readable by the task's user, its group's admins "
-                    "and admins. Once the task has ended, why it ended follows on stderr "
-                    "(stdout stays the task's own output).",
+        "uploaded by the worker that ran it every few seconds and before its end "
+        "is reported. A task that ran more than once (preempted, or its worker "
+        "lost) has one log per attempt: all are printed, each under a header, "
+        "unless --attempt picks one. --follow keeps printing the latest attempt "
+        "until the task ends. Readable by the task's user, its group's admins "
+        "and admins. Once the task has ended, why it ended follows on stderr "
+        "(stdout stays the task's own output).",
         examples="  kliqued logs t-01M8K8MWK70000\n"
-                 "  kliqued logs t-01M8K8MWK70000 --follow\n"
-                 "  kliqued logs t-01M8K8MWK70000 --attempt 1")
+        "  kliqued logs t-01M8K8MWK70000 --follow\n"
+        "  kliqued logs t-01M8K8MWK70000 --attempt 1",
+    )
     p.add_argument("id", metavar="ID", help="a task id")
-    p.add_argument("--attempt", type=int, metavar="N",
-                   help="only attempt N (the lease epoch; default: every attempt)")
-    p.add_argument("--follow", "-f", action="store_true",
-                   help="keep printing the latest attempt until the task ends")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S",
-                   help="seconds between reads with --follow (default: 1)")
+    p.add_argument(
+        "--attempt",
+        type=int,
+        metavar="N",
+        help="only attempt N (the lease epoch; default: every attempt)",
+    )
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing the latest attempt until the task ends",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between reads with --follow (default: 1)",
+    )
     add_client_flags(p, json_flag=False)
     p.set_defaults(handler=run)
 
@@ -48,8 +64,9 @@ def _ending(task_id: str, task: dict) -> None:
     notes = []
     if task.get("preemptions"):
         last = task.get("last_preemption") or {}
-        notes.append(f"preempted {task['preemptions']}x, last: "
-                     f"{last.get('text') or last.get('kind') or '-'}")
+        notes.append(
+            f"preempted {task['preemptions']}x, last: {last.get('text') or last.get('kind') or '-'}"
+        )
     text = ended(task) if task.get("state") == "ended" else None
     if text:
         notes.append(f"ended: {text}")

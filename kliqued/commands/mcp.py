@@ -22,16 +22,19 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "mcp", help="serve Klique's MCP tools over stdio to a local agent, as you",
+        subparsers,
+        "mcp",
+        help="serve Klique's MCP tools over stdio to a local agent, as you",
         description="Speaks the Model Context Protocol on stdin/stdout for a local agent "
-                    "client, relaying to the daemon's /mcp with your token: the agent may "
-                    "list the compute resources you may use, submit, show, explain and cancel "
-                    "your tasks, read their logs, and read your groups' budgets and the pools, "
-                    "with your rights and no more. Everything it submits or cancels is "
-                    "recorded as yours, with channel mcp. Configure your agent client to run "
-                    "this command (docs/channels.md).",
+        "client, relaying to the daemon's /mcp with your token: the agent may "
+        "list the compute resources you may use, submit, show, explain and cancel "
+        "your tasks, read their logs, and read your groups' budgets and the pools, "
+        "with your rights and no more. Everything it submits or cancels is "
+        "recorded as yours, with channel mcp. Configure your agent client to run "
+        "this command (docs/channels.md).",
         examples="  KLIQUE_URL=https://klique.example:8443 KLIQUE_TOKEN=kq_... kliqued mcp\n"
-                 "  kliqued mcp --context prod")
+        "  kliqued mcp --context prod",
+    )
     add_client_flags(p, json_flag=False)
     p.set_defaults(handler=run)
 
@@ -59,11 +62,18 @@ async def relay(url: str, token: str, verify: ssl.SSLContext | bool, timeout: fl
     from mcp.client.streamable_http import streamable_http_client
     from mcp.server.stdio import stdio_server
 
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, verify=verify,
-                              timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)))
-    async with http, stdio_server() as (agent_in, agent_out), \
-            streamable_http_client(url, http_client=http) as (daemon_in, daemon_out):
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"},
+        verify=verify,
+        timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
+    )
+    async with (
+        http,
+        stdio_server() as (agent_in, agent_out),
+        streamable_http_client(url, http_client=http) as (daemon_in, daemon_out),
+    ):
         async with anyio.create_task_group() as tg:
+
             async def pump(src: Any, dst: Any, name: str, last: bool) -> None:
                 async for message in src:
                     if isinstance(message, Exception):  # a transport error: said, not fatal
@@ -72,5 +82,6 @@ async def relay(url: str, token: str, verify: ssl.SSLContext | bool, timeout: fl
                     await dst.send(message)
                 if last:  # the agent closed stdin: done
                     tg.cancel_scope.cancel()
+
             tg.start_soon(pump, agent_in, daemon_out, "agent", True)
             tg.start_soon(pump, daemon_in, agent_out, "daemon", False)

@@ -14,23 +14,25 @@ from ._unattended import params, show_refusal
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "pipeline", help="run a pipeline of steps (a DAG of tasks)",
+        subparsers,
+        "pipeline",
+        help="run a pipeline of steps (a DAG of tasks)",
         description="A pipeline file (YAML, schemas/pipeline.schema.json) lists steps, each "
-                    "a task on a compute resource, with the steps it needs, retries, "
-                    "parameters and values passed on (a step writes KEY=VALUE lines to "
-                    "the file named by $KLIQUE_OUTPUTS; later steps name them as "
-                    "${steps.STEP.outputs.KEY}). Steps are sent when the steps they need "
-                    "finished, as you. See docs/channels.md, \"Pipelines\".",
+        "a task on a compute resource, with the steps it needs, retries, "
+        "parameters and values passed on (a step writes KEY=VALUE lines to "
+        "the file named by $KLIQUE_OUTPUTS; later steps name them as "
+        "${steps.STEP.outputs.KEY}). Steps are sent when the steps they need "
+        'finished, as you. See docs/channels.md, "Pipelines".',
         examples="  kliqued pipeline run nightly.yaml --param dataset=imagenet\n"
-                 "  kliqued pipeline status p-01M8K8MWK70000\n"
-                 "  kliqued pipeline status\n"
-                 "  kliqued pipeline cancel p-01M8K8MWK70000\n"
-                 "  kliqued pipeline resume p-01M8K8MWK70000")
+        "  kliqued pipeline status p-01M8K8MWK70000\n"
+        "  kliqued pipeline status\n"
+        "  kliqued pipeline cancel p-01M8K8MWK70000\n"
+        "  kliqued pipeline resume p-01M8K8MWK70000",
+    )
     sub = p.add_subparsers(dest="pipeline_cmd", metavar="<run|status|cancel|resume>")
     r = sub.add_parser("run", help="start a pipeline file")
     r.add_argument("file", metavar="FILE")
-    r.add_argument("--param", action="append", metavar="KEY=VALUE",
-                   help="a parameter (repeatable)")
+    r.add_argument("--param", action="append", metavar="KEY=VALUE", help="a parameter (repeatable)")
     add_client_flags(r)
     st = sub.add_parser("status", help="a pipeline's steps (without an id: your pipelines)")
     st.add_argument("id", nargs="?", metavar="ID")
@@ -38,27 +40,42 @@ def register(subparsers) -> None:
     c = sub.add_parser("cancel", help="cancel a pipeline and its running steps")
     c.add_argument("id", metavar="ID")
     add_client_flags(c)
-    rs = sub.add_parser("resume", help="resume a pipeline paused because its token stopped "
-                                       "working (it then runs on your token)")
+    rs = sub.add_parser(
+        "resume",
+        help="resume a pipeline paused because its token stopped "
+        "working (it then runs on your token)",
+    )
     rs.add_argument("id", metavar="ID")
     add_client_flags(rs)
     p.set_defaults(handler=run)
 
 
 def _show(pr: dict) -> None:
-    print(f"{pr['id']}  {pr['name']}  {pr['state']}"
-          + (f": {pr['text']}" if pr.get("text") else ""))
-    print(table(["STEP", "STATE", "TASK", "TRIES", "NOTE"],
-                [[s["name"], s["state"], s.get("task") or "-", s["attempts"],
-                  s.get("text") or s.get("task_state") or ""] for s in pr["steps"]]))
+    print(
+        f"{pr['id']}  {pr['name']}  {pr['state']}" + (f": {pr['text']}" if pr.get("text") else "")
+    )
+    print(
+        table(
+            ["STEP", "STATE", "TASK", "TRIES", "NOTE"],
+            [
+                [
+                    s["name"],
+                    s["state"],
+                    s.get("task") or "-",
+                    s["attempts"],
+                    s.get("text") or s.get("task_state") or "",
+                ]
+                for s in pr["steps"]
+            ],
+        )
+    )
 
 
 @handles_errors
 def run(args: argparse.Namespace) -> int:
     cmd = getattr(args, "pipeline_cmd", None)
     if cmd is None:
-        print("kliqued pipeline: give run, status, cancel or resume (see --help)",
-              file=sys.stderr)
+        print("kliqued pipeline: give run, status, cancel or resume (see --help)", file=sys.stderr)
         return 2
     k = client(args)
     if cmd == "run":
@@ -78,9 +95,14 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json({"pipelines": items})
         else:
-            print(table(["ID", "NAME", "OWNER", "STATE", "STARTED"],
-                        [[x["id"], x["name"], x["owner"], x["state"], x["started_at"]]
-                         for x in items]) if items else "no pipelines")
+            print(
+                table(
+                    ["ID", "NAME", "OWNER", "STATE", "STARTED"],
+                    [[x["id"], x["name"], x["owner"], x["state"], x["started_at"]] for x in items],
+                )
+                if items
+                else "no pipelines"
+            )
         return 0
     else:
         pr = k.pipeline(args.id)

@@ -29,86 +29,140 @@ FORMATS = ["text", "markdown", "json", "github"]
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "plan", help="show what an estate change does, before it is merged",
+        subparsers,
+        "plan",
+        help="show what an estate change does, before it is merged",
         description="Compiles the estate at two git revisions (read from git objects, no "
-                    "checkout) and shows what changed, object by object and attribute by "
-                    "attribute with file:line, and its impact on work: reservation headroom "
-                    "per pool set, compute resources created or removed, budgets, time "
-                    "weights, capacity; who must approve each change (the admins of the "
-                    "groups it touches and every group above them, IT for pools, profiles, "
-                    "prices and settings) and the departments' envelopes before and after. "
-                    "Exit 0: no changes; 2: changes; 1: a revision is "
-                    "invalid, an impact is an error, or git failed.",
+        "checkout) and shows what changed, object by object and attribute by "
+        "attribute with file:line, and its impact on work: reservation headroom "
+        "per pool set, compute resources created or removed, budgets, time "
+        "weights, capacity; who must approve each change (the admins of the "
+        "groups it touches and every group above them, IT for pools, profiles, "
+        "prices and settings) and the departments' envelopes before and after. "
+        "Exit 0: no changes; 2: changes; 1: a revision is "
+        "invalid, an impact is an error, or git failed.",
         examples="  kliqued plan                          # working tree vs merge base with main\n"
-                 "  kliqued plan --base main --head HEAD  # two commits\n"
-                 "  kliqued plan --format markdown -o plan.md   # a pull-request comment\n"
-                 "  kliqued plan --format github          # annotations in GitHub Actions\n"
-                 "  kliqued plan --repo ../estate-repo --estate-path clusters/estate\n"
-                 "  kliqued plan --against $KLIQUE_URL --token $PLANNER_TOKEN  # live counts\n"
-                 "  kliqued plan --what-if demand.csv     # last weeks' work on both sides\n"
-                 "  kliqued plan --what-if-from $KLIQUE_URL --since 14d --format markdown")
-    p.add_argument("--base", metavar="REV",
-                   help="revision to compare with (default: the merge base of HEAD with main, "
-                        "else origin/main, else master)")
-    p.add_argument("--head", metavar="REV",
-                   help="revision to plan (default: the working tree, files as on disk)")
-    p.add_argument("--estate-path", default=DEFAULT_ESTATE, metavar="PATH",
-                   help="the estate directory, relative to the repository root "
-                        "(default: estate)")
-    p.add_argument("--format", choices=FORMATS, default="text",
-                   help="text (terminal), markdown (PR comment), json, github (annotations)")
-    p.add_argument("--repo", metavar="DIR",
-                   help="the git repository (default: the one containing the current "
-                        "directory)")
+        "  kliqued plan --base main --head HEAD  # two commits\n"
+        "  kliqued plan --format markdown -o plan.md   # a pull-request comment\n"
+        "  kliqued plan --format github          # annotations in GitHub Actions\n"
+        "  kliqued plan --repo ../estate-repo --estate-path clusters/estate\n"
+        "  kliqued plan --against $KLIQUE_URL --token $PLANNER_TOKEN  # live counts\n"
+        "  kliqued plan --what-if demand.csv     # last weeks' work on both sides\n"
+        "  kliqued plan --what-if-from $KLIQUE_URL --since 14d --format markdown",
+    )
+    p.add_argument(
+        "--base",
+        metavar="REV",
+        help="revision to compare with (default: the merge base of HEAD with main, "
+        "else origin/main, else master)",
+    )
+    p.add_argument(
+        "--head",
+        metavar="REV",
+        help="revision to plan (default: the working tree, files as on disk)",
+    )
+    p.add_argument(
+        "--estate-path",
+        default=DEFAULT_ESTATE,
+        metavar="PATH",
+        help="the estate directory, relative to the repository root (default: estate)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (terminal), markdown (PR comment), json, github (annotations)",
+    )
+    p.add_argument(
+        "--repo",
+        metavar="DIR",
+        help="the git repository (default: the one containing the current directory)",
+    )
     live = p.add_argument_group(
         "against the running system",
         "--against reads the daemon's live counts (GET /v1/plan/state, a role:planner "
         "token), so each change says how many tasks it preempts, cancels or leaves over a "
-        "limit")
-    live.add_argument("--against", metavar="URL", action="append",
-                      help=f"the daemon, e.g. https://klique.example.com:8443; {SEVERAL_URLS}")
-    live.add_argument("--token", metavar="TOKEN",
-                      help="a role:planner (or admin) token (default: KLIQUE_TOKEN or the "
-                           "config context)")
-    live.add_argument("--context", metavar="NAME",
-                      help="a context of the client config file for the token")
+        "limit",
+    )
+    live.add_argument(
+        "--against",
+        metavar="URL",
+        action="append",
+        help=f"the daemon, e.g. https://klique.example.com:8443; {SEVERAL_URLS}",
+    )
+    live.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="a role:planner (or admin) token (default: KLIQUE_TOKEN or the config context)",
+    )
+    live.add_argument(
+        "--context", metavar="NAME", help="a context of the client config file for the token"
+    )
     wi = p.add_argument_group(
         "what if (real demand replayed on both sides)",
         "replays the work of a window (kliqued demand export) on the base and the head from "
         "the same empty start, on the daemon's engine in simulated time, and compares per "
         "group and per pool: waits, long waits, GPU-hours, utilisation, preemptions, budget "
-        "exhaustions, cost; the demand the head cannot take is named")
+        "exhaustions, cost; the demand the head cannot take is named",
+    )
     src = wi.add_mutually_exclusive_group()
-    src.add_argument("--what-if", metavar="DEMAND",
-                     help="a demand file (kliqued demand export -o FILE)")
-    src.add_argument("--what-if-from", metavar="URL", action="append",
-                     help="read the demand from the daemon (GET /v1/demand, a role:planner "
-                          "token); also tells a stale base, as --against does; "
-                          f"{SEVERAL_URLS}")
-    wi.add_argument("--since", metavar="WHEN", default=None,
-                    help="with --what-if-from: the window, a duration back from now or an "
-                         "RFC 3339 time (default: 14d)")
-    wi.add_argument("--wait-threshold", metavar="DURATION", default="1h",
-                    help="a task that waited longer than this for its first placement waits "
-                         "long (default: 1h)")
-    p.add_argument("--at", metavar="TIME",
-                   help="the plan's time, RFC 3339 UTC (default: now, or the daemon's with "
-                        "--against): a price that takes effect before it reprices usage "
-                        "already recorded")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the plan here (atomically) instead of to stdout; the exit code "
-                        "is the same")
+    src.add_argument(
+        "--what-if", metavar="DEMAND", help="a demand file (kliqued demand export -o FILE)"
+    )
+    src.add_argument(
+        "--what-if-from",
+        metavar="URL",
+        action="append",
+        help="read the demand from the daemon (GET /v1/demand, a role:planner "
+        "token); also tells a stale base, as --against does; "
+        f"{SEVERAL_URLS}",
+    )
+    wi.add_argument(
+        "--since",
+        metavar="WHEN",
+        default=None,
+        help="with --what-if-from: the window, a duration back from now or an "
+        "RFC 3339 time (default: 14d)",
+    )
+    wi.add_argument(
+        "--wait-threshold",
+        metavar="DURATION",
+        default="1h",
+        help="a task that waited longer than this for its first placement waits long (default: 1h)",
+    )
+    p.add_argument(
+        "--at",
+        metavar="TIME",
+        help="the plan's time, RFC 3339 UTC (default: now, or the daemon's with "
+        "--against): a price that takes effect before it reprices usage "
+        "already recorded",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the plan here (atomically) instead of to stdout; the exit code is the same",
+    )
     p.set_defaults(handler=run)
 
 
-def _replay(rows: list[DemandTask], source: str, threshold_s: int, base: CompiledEstate,
-            head: CompiledEstate) -> WhatIf:
+def _replay(
+    rows: list[DemandTask],
+    source: str,
+    threshold_s: int,
+    base: CompiledEstate,
+    head: CompiledEstate,
+) -> WhatIf:
     return what_if(rows, base, head, source, threshold_s)
 
 
 def _colour(args: argparse.Namespace) -> bool:
-    return (args.format == "text" and not args.output and sys.stdout.isatty()
-            and not os.environ.get("NO_COLOR"))
+    return (
+        args.format == "text"
+        and not args.output
+        and sys.stdout.isatty()
+        and not os.environ.get("NO_COLOR")
+    )
 
 
 def _at(text: str | None) -> int | None:
@@ -123,8 +177,9 @@ def _at(text: str | None) -> int | None:
 def _live(args: argparse.Namespace) -> LiveState:
     """The daemon's live counts; a missing role or an unreachable daemon fails the plan
     (exit 1) rather than silently planning without them."""
-    c = Client.from_config(url=_urls(args.against, "--against"), token=args.token,
-                           context=args.context)
+    c = Client.from_config(
+        url=_urls(args.against, "--against"), token=args.token, context=args.context
+    )
     try:
         return parse_live_state(c.plan_state(), c.url)
     except LiveStateError as exc:
@@ -145,8 +200,9 @@ def _demand(args: argparse.Namespace) -> tuple[list[DemandTask], str, Running | 
     the demand from ``--what-if-from``)."""
     if args.what_if:
         return read_demand(args.what_if), args.what_if, None
-    c = Client.from_config(url=_urls(args.what_if_from, "--what-if-from"), token=args.token,
-                           context=args.context)
+    c = Client.from_config(
+        url=_urls(args.what_if_from, "--what-if-from"), token=args.token, context=args.context
+    )
     d = c.demand(args.since or "14d")
     running = Running(c.url, d.revision, d.commit) if d.revision else None
     return read_demand_text(d.text, d.source), f"{c.url}, last {args.since or '14d'}", running
@@ -188,8 +244,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "text":
         text = render_text(plan, colour=_colour(args))
     else:
-        text = {"markdown": render_markdown, "json": render_json,
-                "github": render_github}[args.format](plan)
+        text = {"markdown": render_markdown, "json": render_json, "github": render_github}[
+            args.format
+        ](plan)
     if args.output:
         write_atomic(args.output, text)
         print(f"kliqued plan: wrote {args.output}: {plan.summary_line}", file=sys.stderr)

@@ -13,19 +13,23 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "resources", help="what you may submit to: size, weight, pools, room",
+        subparsers,
+        "resources",
+        help="what you may submit to: size, weight, pools, room",
         description="The compute resources (policy/profile) you may send work to: GPUs per "
-                    "task (fixed, or from the task with its default and max), the time weight "
-                    "its budget is charged at, its pools in order, what is queued and placed; "
-                    "then each group's room: GPUs used against its reservation and limit, and "
-                    "its budget left this period. Computed by the server from your token's "
-                    "groups. --all adds the resources you may see but not submit to (a group "
-                    "you administer without being one of its users).",
-        examples="  kliqued resources\n"
-                 "  kliqued resources --all\n"
-                 "  kliqued resources --json")
-    p.add_argument("--all", action="store_true",
-                   help="every compute resource you may see, not only those you may submit to")
+        "task (fixed, or from the task with its default and max), the time weight "
+        "its budget is charged at, its pools in order, what is queued and placed; "
+        "then each group's room: GPUs used against its reservation and limit, and "
+        "its budget left this period. Computed by the server from your token's "
+        "groups. --all adds the resources you may see but not submit to (a group "
+        "you administer without being one of its users).",
+        examples="  kliqued resources\n  kliqued resources --all\n  kliqued resources --json",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every compute resource you may see, not only those you may submit to",
+    )
     add_client_flags(p)
     p.set_defaults(handler=run)
 
@@ -38,13 +42,14 @@ def size(r: dict[str, Any]) -> str:
 
 
 def room_line(room: dict[str, Any]) -> str:
-    line = (f"group {room['group']}: {num(room['used'])} GPUs used of reservation "
-            f"{num(room['reservation'])}, limit {num(room['limit'])} "
-            f"({num(room['free'])} free)")
+    line = (
+        f"group {room['group']}: {num(room['used'])} GPUs used of reservation "
+        f"{num(room['reservation'])}, limit {num(room['limit'])} "
+        f"({num(room['free'])} free)"
+    )
     b = room.get("budget")
     if b:
-        line += (f"; budget {hours(b['hours'])} h/{b['period']}, "
-                 f"{hours(b['left_hours'])} h left")
+        line += f"; budget {hours(b['hours'])} h/{b['period']}, {hours(b['left_hours'])} h left"
     else:
         line += "; no time budget"
     return line
@@ -54,19 +59,28 @@ def room_line(room: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     everything = client(args).resources()
     admin_view = not any(r.get("may_submit") for r in everything)
-    shown = everything if args.all or admin_view else [r for r in everything
-                                                       if r.get("may_submit")]
+    shown = everything if args.all or admin_view else [r for r in everything if r.get("may_submit")]
     if args.json:
         print_json({"resources": shown})
         return 0
     if not shown:
-        print("no compute resources: your token's principal is in no group's users "
-              "(kliqued whoami says who it is)")
+        print(
+            "no compute resources: your token's principal is in no group's users "
+            "(kliqued whoami says who it is)"
+        )
         return 0
-    rows = [[r["name"], size(r), num(r.get("time_weight")), ", ".join(r.get("pools") or []),
-             r.get("queued"), r.get("placed")]
-            + (["yes" if r.get("may_submit") else "no"] if args.all else [])
-            for r in shown]
+    rows = [
+        [
+            r["name"],
+            size(r),
+            num(r.get("time_weight")),
+            ", ".join(r.get("pools") or []),
+            r.get("queued"),
+            r.get("placed"),
+        ]
+        + (["yes" if r.get("may_submit") else "no"] if args.all else [])
+        for r in shown
+    ]
     headers = ["RESOURCE", "GPUS", "WEIGHT", "POOLS", "QUEUED", "PLACED"]
     if args.all:
         headers.append("MAY SUBMIT")

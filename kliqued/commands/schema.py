@@ -15,14 +15,20 @@ from ._common import add_command
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "schema", help="print the JSON Schema of estate files",
+        subparsers,
+        "schema",
+        help="print the JSON Schema of estate files",
         description="Prints the JSON Schema that editors use to validate estate files as you "
-                    "type (see the yaml-language-server modeline at the top of each file).",
+        "type (see the yaml-language-server modeline at the top of each file).",
         examples="  kliqued schema -o schemas/estate.schema.json\n"
-                 "  kliqued schema --pipeline -o schemas/pipeline.schema.json")
+        "  kliqued schema --pipeline -o schemas/pipeline.schema.json",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    p.add_argument("--pipeline", action="store_true",
-                   help="the schema of pipeline files (docs/channels.md) instead")
+    p.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="the schema of pipeline files (docs/channels.md) instead",
+    )
     p.set_defaults(handler=run)
 
 

@@ -17,44 +17,63 @@ EXIT_INVALID = 2
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "simulate", help="run scenarios on the engine and check their expectations",
+        subparsers,
+        "simulate",
+        help="run scenarios on the engine and check their expectations",
         description="Runs each scenario file (an estate, a timeline of events and expectations; "
-                    "see spec/scenarios.md) on the same compute policy engine the daemon "
-                    "runs, in simulated time. Exit 0 when every expectation holds, 1 when "
-                    "some do not (each miss is listed with its time, key, expected and "
-                    "found), 2 when a scenario is invalid (with its file and line; nothing "
-                    "is run).\n\n"
-                    "With --trace, replays a CSV of submissions (id,submit,resource,user,"
-                    "project,gpus,runtime) on the estate until every task has ended (or "
-                    "--until), and reports per group and overall: utilisation per pool, wait "
-                    "p50/p95/max, preemptions by reason, GPU-hours, budget hours and budget "
-                    "exhaustions. "
-                    "The whole trace is checked first: a bad row exits 2 with FILE:LINE and "
-                    "nothing is run.",
+        "see spec/scenarios.md) on the same compute policy engine the daemon "
+        "runs, in simulated time. Exit 0 when every expectation holds, 1 when "
+        "some do not (each miss is listed with its time, key, expected and "
+        "found), 2 when a scenario is invalid (with its file and line; nothing "
+        "is run).\n\n"
+        "With --trace, replays a CSV of submissions (id,submit,resource,user,"
+        "project,gpus,runtime) on the estate until every task has ended (or "
+        "--until), and reports per group and overall: utilisation per pool, wait "
+        "p50/p95/max, preemptions by reason, GPU-hours, budget hours and budget "
+        "exhaustions. "
+        "The whole trace is checked first: a bad row exits 2 with FILE:LINE and "
+        "nothing is run.",
         examples="  kliqued simulate ../shared/scenarios/*.yaml\n"
-                 "  kliqued simulate --timeline tests/scenarios/reclaim-sparing.yaml\n"
-                 "  kliqued simulate -q scenarios/budget-raise.yaml   # only misses and errors\n"
-                 "  kliqued simulate --estate estate --trace philly.csv\n"
-                 "  kliqued simulate --trace philly.csv --json > report.json\n"
-                 "  kliqued simulate --trace jobs.csv --start 2026-03-02T00:00:00Z")
+        "  kliqued simulate --timeline tests/scenarios/reclaim-sparing.yaml\n"
+        "  kliqued simulate -q scenarios/budget-raise.yaml   # only misses and errors\n"
+        "  kliqued simulate --estate estate --trace philly.csv\n"
+        "  kliqued simulate --trace philly.csv --json > report.json\n"
+        "  kliqued simulate --trace jobs.csv --start 2026-03-02T00:00:00Z",
+    )
     p.add_argument("files", nargs="*", metavar="FILE", help="scenario YAML files")
-    p.add_argument("--timeline", action="store_true",
-                   help="print every decision with its time and reason")
-    p.add_argument("-q", "--quiet", action="store_true",
-                   help="print only misses and errors (with --trace: no progress)")
+    p.add_argument(
+        "--timeline", action="store_true", help="print every decision with its time and reason"
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only misses and errors (with --trace: no progress)",
+    )
     t = p.add_argument_group("trace replay")
-    t.add_argument("--trace", metavar="FILE",
-                   help="replay this CSV trace instead of running scenarios")
-    t.add_argument("--estate", metavar="DIR", default=DEFAULT_ESTATE,
-                   help="the estate the trace runs on (default: estate)")
+    t.add_argument(
+        "--trace", metavar="FILE", help="replay this CSV trace instead of running scenarios"
+    )
+    t.add_argument(
+        "--estate",
+        metavar="DIR",
+        default=DEFAULT_ESTATE,
+        help="the estate the trace runs on (default: estate)",
+    )
     t.add_argument("--json", action="store_true", help="print the report as JSON")
-    t.add_argument("--start", metavar="TIME",
-                   help="RFC 3339 time that submit offsets count from (default: the first "
-                        "row's time if it is one, else 2026-01-05T00:00:00Z, a Monday)")
-    t.add_argument("--until", metavar="TIME",
-                   help="stop the replay here (an offset such as 30d, or RFC 3339) even if "
-                        "work is left (default: the last submission + the longest runtime + "
-                        "31 days)")
+    t.add_argument(
+        "--start",
+        metavar="TIME",
+        help="RFC 3339 time that submit offsets count from (default: the first "
+        "row's time if it is one, else 2026-01-05T00:00:00Z, a Monday)",
+    )
+    t.add_argument(
+        "--until",
+        metavar="TIME",
+        help="stop the replay here (an offset such as 30d, or RFC 3339) even if "
+        "work is left (default: the last submission + the longest runtime + "
+        "31 days)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -70,13 +89,15 @@ def run(args: argparse.Namespace, out=None, err=None) -> int:
     out = out or sys.stdout
     if getattr(args, "trace", None):
         if args.files:
-            (err or sys.stderr).write("kliqued simulate: give scenario files or --trace, "
-                                      "not both\n")
+            (err or sys.stderr).write(
+                "kliqued simulate: give scenario files or --trace, not both\n"
+            )
             return EXIT_INVALID
         return run_trace(args, out, err or sys.stderr)
     if not args.files:
-        (err or sys.stderr).write("kliqued simulate: no scenario files given (or use "
-                                  "--trace FILE)\n")
+        (err or sys.stderr).write(
+            "kliqued simulate: no scenario files given (or use --trace FILE)\n"
+        )
         return EXIT_INVALID
     worst = EXIT_OK
     for path in args.files:
@@ -95,13 +116,14 @@ def run(args: argparse.Namespace, out=None, err=None) -> int:
         n = sum(sum(len(v) for v in x.checks.values()) for x in sc.expectations)
         if res.ok:
             if not args.quiet:
-                out.write(f"{path}: ok ({sc.name}: {n} expectation"
-                          f"{'s' if n != 1 else ''} hold)\n")
+                out.write(f"{path}: ok ({sc.name}: {n} expectation{'s' if n != 1 else ''} hold)\n")
             continue
         worst = max(worst, EXIT_MISSES)
         for m in res.misses:
-            out.write(f"{path}:{m.line}: at {sc.offset(m.at)} ({format_time(m.at)}): "
-                      f"{m.key}: expected {_show(m.expected)}, found {_show(m.found)}\n")
+            out.write(
+                f"{path}:{m.line}: at {sc.offset(m.at)} ({format_time(m.at)}): "
+                f"{m.key}: expected {_show(m.expected)}, found {_show(m.found)}\n"
+            )
         out.write(f"{path}: {len(res.misses)} of {n} expectations missed ({sc.name})\n")
     return worst
 
@@ -132,8 +154,10 @@ def run_trace(args: argparse.Namespace, out, err) -> int:
         more = exc.count - len(exc.diagnostics)
         if more > 0:
             err.write(f"... and {more} more error{'s' if more != 1 else ''}\n")
-        err.write(f"{args.trace}: invalid trace ({exc.count} error"
-                  f"{'s' if exc.count != 1 else ''}), not run\n")
+        err.write(
+            f"{args.trace}: invalid trace ({exc.count} error"
+            f"{'s' if exc.count != 1 else ''}), not run\n"
+        )
         return EXIT_INVALID
     until = None
     if args.until:

@@ -9,8 +9,17 @@ import shlex
 
 from klique_util.fmt import hours
 
-from ._client import (ago, add_client_flags, client, handles_errors, num, print_json,
-                      reason, table, when)
+from ._client import (
+    ago,
+    add_client_flags,
+    client,
+    handles_errors,
+    num,
+    print_json,
+    reason,
+    table,
+    when,
+)
 from ._common import add_command
 
 STATES = ("active", "queued", "placed", "ended", "all")
@@ -18,24 +27,35 @@ STATES = ("active", "queued", "placed", "ended", "all")
 
 def register(subparsers) -> None:
     p = add_command(
-        subparsers, "status", help="a task in detail, or your tasks as a table",
+        subparsers,
+        "status",
+        help="a task in detail, or your tasks as a table",
         description="With a task id: where the task is (queued with its place in line and "
-                    "why it waits, placed on which pool, or ended and why), its preemptions "
-                    "and its command. Without: the tasks you may see (yours, and your groups' "
-                    "if you are a group admin), queued and placed ones by default.",
+        "why it waits, placed on which pool, or ended and why), its preemptions "
+        "and its command. Without: the tasks you may see (yours, and your groups' "
+        "if you are a group admin), queued and placed ones by default.",
         examples="  kliqued status\n"
-                 "  kliqued status t-01M8K8MWK70000\n"
-                 "  kliqued status --state all --resource llm-research/h100\n"
-                 "  kliqued status --json")
+        "  kliqued status t-01M8K8MWK70000\n"
+        "  kliqued status --state all --resource llm-research/h100\n"
+        "  kliqued status --json",
+    )
     p.add_argument("id", nargs="?", metavar="ID", help="a task id")
-    p.add_argument("--state", choices=STATES, default="active",
-                   help="which tasks to list (default: active = queued and placed)")
+    p.add_argument(
+        "--state",
+        choices=STATES,
+        default="active",
+        help="which tasks to list (default: active = queued and placed)",
+    )
     p.add_argument("--resource", metavar="POLICY/PROFILE", help="only this compute resource")
     p.add_argument("--user", metavar="NAME", help="only this user's tasks (group admins)")
-    p.add_argument("--group", metavar="NAME",
-                   help="only this group's tasks (a department or business unit: its teams')")
-    p.add_argument("--limit", type=int, default=200, metavar="N",
-                   help="list at most N tasks (default: 200)")
+    p.add_argument(
+        "--group",
+        metavar="NAME",
+        help="only this group's tasks (a department or business unit: its teams')",
+    )
+    p.add_argument(
+        "--limit", type=int, default=200, metavar="N", help="list at most N tasks (default: 200)"
+    )
     add_client_flags(p)
     p.set_defaults(handler=run)
 
@@ -54,28 +74,52 @@ def run(args: argparse.Namespace) -> int:
     states = named.get(args.state, [args.state])
     tasks = []
     for state in states:
-        it = k.tasks(state=state, resource=args.resource, user=args.user, group=args.group,
-                     page_size=min(max(args.limit, 1), 1000))
+        it = k.tasks(
+            state=state,
+            resource=args.resource,
+            user=args.user,
+            group=args.group,
+            page_size=min(max(args.limit, 1), 1000),
+        )
         tasks += list(itertools.islice(it, args.limit))
     tasks.sort(key=lambda t: t["submitted_at"] or "")
-    tasks = tasks[-args.limit:] if args.limit > 0 else tasks
+    tasks = tasks[-args.limit :] if args.limit > 0 else tasks
     if args.json:
         print_json({"tasks": tasks})
         return 0
     if not tasks:
-        print("no tasks" + ("" if args.state == "all" else f" ({args.state}); "
-                            "--state all lists ended ones too"))
+        print(
+            "no tasks"
+            + ("" if args.state == "all" else f" ({args.state}); --state all lists ended ones too")
+        )
         return 0
     rows = []
     for t in tasks:
-        where = (f"#{t['position']}" if t["state"] == "queued" and t.get("position")
-                 else t.get("pool") or "-")
-        why = (reason(t.get("waiting_reason")) if t.get("waiting_reason")
-               else ended(t) or "-")
-        rows.append([t["id"], t["resource"], t["user"], t["state"], where, num(t.get("gpus")),
-                     (t.get("submitted_at") or "-").replace("T", " "), why])
-    print(table(["ID", "RESOURCE", "USER", "STATE", "WHERE", "GPUS", "SUBMITTED", "REASON"],
-                rows, right=[5]))
+        where = (
+            f"#{t['position']}"
+            if t["state"] == "queued" and t.get("position")
+            else t.get("pool") or "-"
+        )
+        why = reason(t.get("waiting_reason")) if t.get("waiting_reason") else ended(t) or "-"
+        rows.append(
+            [
+                t["id"],
+                t["resource"],
+                t["user"],
+                t["state"],
+                where,
+                num(t.get("gpus")),
+                (t.get("submitted_at") or "-").replace("T", " "),
+                why,
+            ]
+        )
+    print(
+        table(
+            ["ID", "RESOURCE", "USER", "STATE", "WHERE", "GPUS", "SUBMITTED", "REASON"],
+            rows,
+            right=[5],
+        )
+    )
     return 0
 
 
@@ -86,13 +130,16 @@ def ended(t: dict) -> str | None:
 
 
 def detail(t: dict) -> str:
-    lines = [f"task      {t['id']}",
-             f"state     {t['state']}" + (f" ({ended(t)})" if ended(t) else ""),
-             f"resource  {t['resource']}  (group {t['group']}, policy {t['policy']}, "
-             f"profile {t['profile']})",
-             f"user      {t['user']}" + (f"  project {t['project']}" if t.get("project") else "")
-             + (f"  via {t['channel']}" if t.get("channel") else ""),
-             f"gpus      {num(t.get('gpus'))}"]
+    lines = [
+        f"task      {t['id']}",
+        f"state     {t['state']}" + (f" ({ended(t)})" if ended(t) else ""),
+        f"resource  {t['resource']}  (group {t['group']}, policy {t['policy']}, "
+        f"profile {t['profile']})",
+        f"user      {t['user']}"
+        + (f"  project {t['project']}" if t.get("project") else "")
+        + (f"  via {t['channel']}" if t.get("channel") else ""),
+        f"gpus      {num(t.get('gpus'))}",
+    ]
     if t["state"] == "queued":
         lines.append(f"position  {t.get('position') or '-'}")
         lines.append(f"waiting   {reason(t.get('waiting_reason'))}")
@@ -106,8 +153,10 @@ def detail(t: dict) -> str:
     if t.get("ended_at"):
         lines.append(f"ended     {when(t['ended_at'])}")
     if t.get("worker"):  # issue 5: the worker that ran it, its exit, its GPU-hours
-        lines.append(f"worker    {t['worker']} (attempt {t.get('epoch') or 1})"
-                     + (f", started {when(t['started_at'])}" if t.get("started_at") else ""))
+        lines.append(
+            f"worker    {t['worker']} (attempt {t.get('epoch') or 1})"
+            + (f", started {when(t['started_at'])}" if t.get("started_at") else "")
+        )
     if t.get("exit_code") is not None or t.get("signal"):
         lines.append(f"exit      {t.get('signal') or t.get('exit_code')}")
     if t.get("gpu_hours") is not None and t["state"] == "ended" or t.get("gpu_hours"):
@@ -115,8 +164,10 @@ def detail(t: dict) -> str:
     lines += lending_lines(t)
     if t.get("preemptions"):
         lp = t.get("last_preemption") or {}
-        lines.append(f"preempted {t['preemptions']}x, last {when(lp.get('at'))}: "
-                     f"{lp.get('text') or lp.get('kind')}")
+        lines.append(
+            f"preempted {t['preemptions']}x, last {when(lp.get('at'))}: "
+            f"{lp.get('text') or lp.get('kind')}"
+        )
     if t.get("command"):
         lines.append("command   " + shlex.join(t["command"]))
     if t.get("payload") is not None:
@@ -133,15 +184,18 @@ def lending_lines(t: dict) -> list[str]:
     its preemptions have lost so far. Nothing from a server before them."""
     out = []
     if t.get("protected_until"):
-        out.append(f"protected {when(t['protected_until'])}: not taken back for another "
-                   "group before then")
+        out.append(
+            f"protected {when(t['protected_until'])}: not taken back for another group before then"
+        )
     lost_now = t.get("lost_work_s")
     so_far = t.get("lost_gpu_hours_so_far")
     if lost_now is not None or so_far:
         parts = []
         if lost_now is not None:
-            parts.append(f"{ago(float(lost_now))} if preempted now (since its last "
-                         "checkpoint, else its placement)")
+            parts.append(
+                f"{ago(float(lost_now))} if preempted now (since its last "
+                "checkpoint, else its placement)"
+            )
         if so_far is not None:
             parts.append(f"{hours(so_far)} GPU-hours lost by its preemptions so far")
         out.append("lost work " + "; ".join(parts))

@@ -135,12 +135,14 @@ class TokenBook:
 
     def authenticate(self, header: str | None, now: int) -> Principal:
         if not header:
-            raise ApiError(401, "unauthenticated",
-                           "no token: send the header 'Authorization: Bearer <token>'")
+            raise ApiError(
+                401, "unauthenticated", "no token: send the header 'Authorization: Bearer <token>'"
+            )
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(401, "unauthenticated",
-                           "the Authorization header must be 'Bearer <token>'")
+            raise ApiError(
+                401, "unauthenticated", "the Authorization header must be 'Bearer <token>'"
+            )
         rec = self.by_hash.get(self.hash(token.strip()))
         if rec is None:
             raise ApiError(401, "unauthenticated", "unknown token")

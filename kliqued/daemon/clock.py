@@ -50,6 +50,7 @@ def mono_ns() -> int:
 @dataclass(frozen=True)
 class ClockStep:
     """A step of the wall clock, as one look saw it."""
+
     at_ms: int
     """The daemon's time of the look."""
     wall_ms: int
@@ -67,18 +68,25 @@ class ClockStep:
         return self.wall_ms - self.at_ms
 
     def describe(self) -> str:
-        return (f"the wall clock stepped {self.direction} by {abs(self.step_ms) / 1000:.1f} s "
-                f"(now {self.offset_ms / 1000:+.1f} s off the daemon's time, which keeps "
-                f"running on the monotonic clock and closes the difference at "
-                f"{SLEW * 1e6:.0f} ppm; budgets charge the real elapsed time, not the step)")
+        return (
+            f"the wall clock stepped {self.direction} by {abs(self.step_ms) / 1000:.1f} s "
+            f"(now {self.offset_ms / 1000:+.1f} s off the daemon's time, which keeps "
+            f"running on the monotonic clock and closes the difference at "
+            f"{SLEW * 1e6:.0f} ppm; budgets charge the real elapsed time, not the step)"
+        )
 
 
 class Clock:
     """Wall-clock ms that never go back nor jump: an anchor plus monotonic elapsed time,
     slewed toward the wall clock (see the module docstring)."""
 
-    def __init__(self, wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ns,
-                 step_ms: int = STEP_MS, slew: float = SLEW) -> None:
+    def __init__(
+        self,
+        wall: Callable[[], int] = wall_ms,
+        mono: Callable[[], int] = mono_ns,
+        step_ms: int = STEP_MS,
+        slew: float = SLEW,
+    ) -> None:
         self.wall, self.mono = wall, mono
         self.step_threshold_ms, self.slew = step_ms, slew
         self._base_ms = float(wall())
@@ -128,6 +136,7 @@ class Clock:
             self.steps[step.direction] += 1
         self._seen_offset = offset
         self.offset_ms = offset
-        self._rate = (self.slew if offset > SETTLED_MS else
-                      -self.slew if offset < -SETTLED_MS else 0.0)
+        self._rate = (
+            self.slew if offset > SETTLED_MS else -self.slew if offset < -SETTLED_MS else 0.0
+        )
         return step

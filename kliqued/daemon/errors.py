@@ -73,8 +73,9 @@ class Expired(DaemonError):
 class ApiError(DaemonError):
     """An answer to a request that is not a success: status, contract code, message."""
 
-    def __init__(self, status: int, code: str, message: str,
-                 details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         message = clip(message)  # a caller's value quoted whole would be echoed whole
         super().__init__(message)
         self.status = status

@@ -92,8 +92,17 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
     def row(self, seq: int, at_ms: int) -> tuple:
-        return (seq, at_ms, self.kind, self.task, self.actor, self.revision, self.grp,
-                self.usr, json.dumps(self.data, separators=(",", ":"), ensure_ascii=False))
+        return (
+            seq,
+            at_ms,
+            self.kind,
+            self.task,
+            self.actor,
+            self.revision,
+            self.grp,
+            self.usr,
+            json.dumps(self.data, separators=(",", ":"), ensure_ascii=False),
+        )
 
 
 COLUMNS = ("seq", "at_ms", "kind", "task", "actor", "revision", "grp", "usr", "data")
@@ -131,8 +140,7 @@ def data_fields(cls: type[Payload]) -> tuple[str, ...]:
     replay reads every event of the log through it)."""
     names = _FIELDS.get(cls)
     if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)
-                                     if f.name != "extra")
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name != "extra")
     return names
 
 
@@ -146,6 +154,7 @@ P = TypeVar("P", bound=type[Payload])
 
 def registered(name: str) -> Callable[[P], P]:
     """Registers a payload class under its kind (one class per kind, one kind per class)."""
+
     def register(cls: P) -> P:
         if name in KINDS:
             raise ValueError(f"event kind {name!r} registered twice")
@@ -153,6 +162,7 @@ def registered(name: str) -> Callable[[P], P]:
         KINDS[name] = cls
         _NAMES[cls] = frozenset(data_fields(cls))
         return cls
+
     return register
 
 
@@ -231,6 +241,7 @@ class Preempted(Payload):
 class TaskCheckpointed(Payload):
     """A task's worker relayed a checkpoint (its ``$KLIQUE_CHECKPOINT_FILE`` got a new
     time) in a heartbeat listing the lease at its current epoch."""
+
     epoch: int
     at: int  # the daemon's time of the checkpoint (ms): the worker's, clamped to [placed, now]
     worker: str | None = None
@@ -475,6 +486,7 @@ class ScheduleRun(Payload):
     """Recorded in the same commit as the submission it makes (the task's ``submitted``
     or the pipeline's ``pipeline_started``): after a crash the run is in the log with its
     task, or neither is, so a restart never runs a due time twice."""
+
     id: str
     due: int  # the due time (ms) dealt with: the schedule's cursor after this event
     outcome: str  # submitted, skipped, missed, failed
@@ -515,6 +527,7 @@ class PipelineStep(Payload):
 class PipelineChanged(Payload):
     """Its token ended (``paused``: no further step is sent, those sent run on), or its
     owner resumed it (``running``, bound to ``token``), or a rotation rebound it."""
+
     id: str
     state: str  # paused, running
     text: str | None = None

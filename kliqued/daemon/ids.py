@@ -45,7 +45,7 @@ class IdMaker:
     def seed(self, last_id: str | None) -> None:
         if not last_id or not last_id.startswith(self.prefix):
             return
-        body = last_id[len(self.prefix):]
+        body = last_id[len(self.prefix) :]
         try:
             ms, ctr = _unb32(body[:10]), _unb32(body[10:14])
         except ValueError:
@@ -58,7 +58,7 @@ class IdMaker:
             self.last_ms, self.counter = now_ms, 0
         else:
             self.counter += 1
-            if self.counter >= 32 ** 4:  # 1M ids in one ms: borrow the next ms
+            if self.counter >= 32**4:  # 1M ids in one ms: borrow the next ms
                 self.last_ms, self.counter = self.last_ms + 1, 0
         return f"{self.prefix}{_b32(self.last_ms, 10)}{_b32(self.counter, 4)}"
 

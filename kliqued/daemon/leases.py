@@ -45,12 +45,30 @@ MAX_LOSSES = 3
 
 
 class Lease:
-    __slots__ = ("task", "epoch", "worker", "pool", "size", "leased_at", "leased_mono",
-                 "started_at", "seen_running_at", "status", "stop_reason", "stop_text", "outcome", "rank",
-                 "world", "master_addr", "master_port", "nodes")
+    __slots__ = (
+        "task",
+        "epoch",
+        "worker",
+        "pool",
+        "size",
+        "leased_at",
+        "leased_mono",
+        "started_at",
+        "seen_running_at",
+        "status",
+        "stop_reason",
+        "stop_text",
+        "outcome",
+        "rank",
+        "world",
+        "master_addr",
+        "master_port",
+        "nodes",
+    )
 
-    def __init__(self, task: str, epoch: int, worker: str, pool: str, size: int,
-                 at: int, mono: float) -> None:
+    def __init__(
+        self, task: str, epoch: int, worker: str, pool: str, size: int, at: int, mono: float
+    ) -> None:
         self.task = task
         self.epoch = epoch
         self.worker = worker
@@ -94,8 +112,20 @@ class Lease:
 
 
 class WorkerInfo:
-    __slots__ = ("id", "pool", "hostname", "executor", "gpus", "version", "registered_at",
-                 "last_seen", "lost_at", "leases", "key_hash", "cannot_work")
+    __slots__ = (
+        "id",
+        "pool",
+        "hostname",
+        "executor",
+        "gpus",
+        "version",
+        "registered_at",
+        "last_seen",
+        "lost_at",
+        "leases",
+        "key_hash",
+        "cannot_work",
+    )
 
     def __init__(self, id: str, pool: str) -> None:
         self.id = id
@@ -124,10 +154,16 @@ class WorkerInfo:
         return self.lost_at is not None
 
     def json(self) -> dict[str, Any]:
-        return {"id": self.id, "pool": self.pool, "hostname": self.hostname,
-                "executor": self.executor, "gpus": len(self.gpus), "version": self.version,
-                "lost": self.lost,
-                "running": sorted(f"{t}#{e}" for (t, e) in self.leases)}
+        return {
+            "id": self.id,
+            "pool": self.pool,
+            "hostname": self.hostname,
+            "executor": self.executor,
+            "gpus": len(self.gpus),
+            "version": self.version,
+            "lost": self.lost,
+            "running": sorted(f"{t}#{e}" for (t, e) in self.leases),
+        }
 
 
 def gpu_fits(size: int, free: dict[int, int]) -> bool:

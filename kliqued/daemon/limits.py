@@ -34,8 +34,7 @@ def command_bytes(command: list[str] | None) -> int:
 def payload_bytes(payload: Any) -> int:
     if payload is None:
         return 0
-    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-               .encode("utf-8"))
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def task_bytes(command: list[str] | None, payload: Any) -> int:

@@ -94,8 +94,9 @@ class KliqueRequestHandler(RequestHandler):
     """aiohttp's per-connection protocol, plus the header timeout, the connection count and an
     error answer that echoes nothing the client sent."""
 
-    def __init__(self, *args: Any, limits: Limits, counter: "ConnectionCounter",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, limits: Limits, counter: "ConnectionCounter", **kwargs: Any
+    ) -> None:
         super().__init__(*args, keepalive_timeout=limits.idle_timeout_s, **kwargs)
         self._limits = limits
         self._counter = counter
@@ -128,8 +129,9 @@ class KliqueRequestHandler(RequestHandler):
 
     def _arm_header_timer(self) -> None:
         self._disarm_header_timer()
-        self._header_timer = self._loop.call_later(self._limits.header_timeout_s,
-                                                   self._header_deadline)
+        self._header_timer = self._loop.call_later(
+            self._limits.header_timeout_s, self._header_deadline
+        )
 
     def _disarm_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -139,18 +141,25 @@ class KliqueRequestHandler(RequestHandler):
     def _header_deadline(self) -> None:
         self._header_timer = None
         if self._waiting_for_headers():
-            log.info("closed connections that did not send a request's headers within %g s",
-                     self._limits.header_timeout_s)
+            log.info(
+                "closed connections that did not send a request's headers within %g s",
+                self._limits.header_timeout_s,
+            )
             self.force_close()
 
-    def handle_error(self, request: web.BaseRequest, status: int = 500,
-                     exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
         if not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
         text = _parse_error_text(exc)
-        log.info("answered 400 to a request that is not valid HTTP (%s: %s)",
-                 type(exc).__name__, text)
+        log.info(
+            "answered 400 to a request that is not valid HTTP (%s: %s)", type(exc).__name__, text
+        )
         body = {"error": {"code": "invalid-http", "message": f"malformed HTTP request: {text}"}}
         resp = web.json_response(body, status=status if 400 <= status < 500 else 400)
         resp.force_close()
@@ -164,12 +173,21 @@ class ConnectionCounter:
         self.open = 0
 
 
-_REFUSAL = json.dumps({"error": {"code": "too-many-connections",
-                                 "message": "the daemon has too many open connections; "
-                                            "retry shortly"}}).encode()
-_REFUSAL_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                     b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
-                     + str(len(_REFUSAL)).encode() + b"\r\n\r\n" + _REFUSAL)
+_REFUSAL = json.dumps(
+    {
+        "error": {
+            "code": "too-many-connections",
+            "message": "the daemon has too many open connections; retry shortly",
+        }
+    }
+).encode()
+_REFUSAL_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+    + str(len(_REFUSAL)).encode()
+    + b"\r\n\r\n"
+    + _REFUSAL
+)
 
 
 class _Refused(asyncio.Protocol):
@@ -185,8 +203,9 @@ class ListenSite(web.TCPSite):
     """``web.TCPSite`` whose connections are ``KliqueRequestHandler`` s, capped, and whose TLS
     handshakes are bound by the header timeout too."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, *, limits: Limits,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, runner: web.AppRunner, host: str, port: int, *, limits: Limits, **kwargs: Any
+    ) -> None:
         super().__init__(runner, host, port, **kwargs)
         self.limits = limits
         self.counter = ConnectionCounter()
@@ -203,18 +222,27 @@ class ListenSite(web.TCPSite):
 
         def factory() -> asyncio.BaseProtocol:
             if counter.open >= cap:
-                log.warning("connection limit (%d) reached: new connections get 503 until "
-                            "some close", cap)
+                log.warning(
+                    "connection limit (%d) reached: new connections get 503 until some close", cap
+                )
                 return _Refused()
-            return KliqueRequestHandler(server, loop=loop, limits=limits, counter=counter,
-                                        **handler_kwargs)
+            return KliqueRequestHandler(
+                server, loop=loop, limits=limits, counter=counter, **handler_kwargs
+            )
 
         extra: dict[str, Any] = {}
         if self._ssl_context is not None:
             extra["ssl_handshake_timeout"] = limits.header_timeout_s
         self._server = await loop.create_server(
-            factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
-            reuse_address=self._reuse_address, reuse_port=self._reuse_port, **extra)
+            factory,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+            **extra,
+        )
 
 
 # ---------------------------------------------------------------------- request bodies
@@ -230,15 +258,20 @@ def body_timeout_middleware(timeout_s: float) -> Any:
             try:
                 await asyncio.wait_for(request.read(), timeout_s)
             except asyncio.TimeoutError:
-                log.info("answered 408 to a request whose body did not arrive within %g s",
-                         timeout_s)
-                resp = _error(408, "request-timeout",
-                              f"the request body did not arrive within {timeout_s:g} s")
+                log.info(
+                    "answered 408 to a request whose body did not arrive within %g s", timeout_s
+                )
+                resp = _error(
+                    408,
+                    "request-timeout",
+                    f"the request body did not arrive within {timeout_s:g} s",
+                )
                 resp.force_close()
                 return resp
             except HttpProcessingError as exc:
-                resp = _error(400, "invalid-http",
-                              f"malformed HTTP request body: {_parse_error_text(exc)}")
+                resp = _error(
+                    400, "invalid-http", f"malformed HTTP request body: {_parse_error_text(exc)}"
+                )
                 resp.force_close()
                 return resp
         return await handler(request)
@@ -264,6 +297,8 @@ def plain_http_warning(host: str, tls: bool) -> str | None:
     """The warning printed once at start when tokens would cross a network in clear text."""
     if tls or is_loopback(host):
         return None
-    return (f"serving plain HTTP on {host}, which is not a loopback address: tokens and "
-            f"commands cross the network unencrypted. Give --tls-cert and --tls-key, or put "
-            f"a TLS-terminating proxy in front and listen on 127.0.0.1")
+    return (
+        f"serving plain HTTP on {host}, which is not a loopback address: tokens and "
+        f"commands cross the network unencrypted. Give --tls-cert and --tls-key, or put "
+        f"a TLS-terminating proxy in front and listen on 127.0.0.1"
+    )

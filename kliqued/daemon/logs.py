@@ -81,7 +81,7 @@ class LogStore:
         if end <= virtual:
             return virtual  # already have it (a retry)
         if offset < size:
-            data = data[size - offset:]  # only what the file lacks
+            data = data[size - offset :]  # only what the file lacks
             offset = size
         if size < offset:  # virtual bytes past the cap: dropped
             self._virtual[(task, epoch)] = end
@@ -97,8 +97,10 @@ class LogStore:
             else:
                 if room > 0:
                     fh.write(data[:room])
-                fh.write(f"\n[kliqued: log truncated: this task's logs reached "
-                         f"{self.cap // (1024 * 1024)} MiB; the rest was dropped]\n".encode())
+                fh.write(
+                    f"\n[kliqued: log truncated: this task's logs reached "
+                    f"{self.cap // (1024 * 1024)} MiB; the rest was dropped]\n".encode()
+                )
                 self._virtual[(task, epoch)] = end
         return max(end, size)
 
@@ -106,7 +108,8 @@ class LogStore:
         lock = self._locks.setdefault(f"{task}/{epoch}", asyncio.Lock())
         async with lock:
             return await asyncio.get_running_loop().run_in_executor(
-                None, self._write, task, epoch, offset, data)
+                None, self._write, task, epoch, offset, data
+            )
 
     def _read(self, task: str, epoch: int, offset: int, limit: int) -> tuple[bytes, int]:
         p = self.path(task, epoch)
@@ -118,8 +121,10 @@ class LogStore:
         except FileNotFoundError:
             return b"", 0
 
-    async def read(self, task: str, epoch: int, offset: int, limit: int = MAX_READ
-                   ) -> tuple[bytes, int]:
+    async def read(
+        self, task: str, epoch: int, offset: int, limit: int = MAX_READ
+    ) -> tuple[bytes, int]:
         """(bytes from ``offset``, at most ``limit``; the attempt's stored size)."""
         return await asyncio.get_running_loop().run_in_executor(
-            None, self._read, task, epoch, offset, min(limit, MAX_READ))
+            None, self._read, task, epoch, offset, min(limit, MAX_READ)
+        )

@@ -26,8 +26,10 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # a scheme and its credential anywhere (a header value quoted on its own)
     (re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s'\"\\,;]+"), r"\1\2" + _REDACTED),
     # ``token=...``, ``"secret": "..."``; not "token t-01..." (an id, worth reading)
-    (re.compile(r"(?i)\b(token|secret|password)(['\"]?\s*[=:]\s*['\"]?)[^\s'\"\\,;}]+"),
-     r"\1\2" + _REDACTED),
+    (
+        re.compile(r"(?i)\b(token|secret|password)(['\"]?\s*[=:]\s*['\"]?)[^\s'\"\\,;}]+"),
+        r"\1\2" + _REDACTED,
+    ),
     # Klique's own token shape, wherever it appears
     (re.compile(r"kq_[A-Za-z0-9_\-]{6,}"), "kq_" + _REDACTED),
     # environment assignments of secrets (a command line echoed in an error)
@@ -71,11 +73,20 @@ class FloodFilter(logging.Filter):
     ``window`` seconds; the next one let through says how many were held back. Tracebacks of
     client-caused records are dropped past the first: they are the bulk of a flood."""
 
-    def __init__(self, window: float = 60.0, burst: int = 1,
-                 prefixes: tuple[str, ...] = FLOOD_PRONE, max_kinds: int = 1000) -> None:
+    def __init__(
+        self,
+        window: float = 60.0,
+        burst: int = 1,
+        prefixes: tuple[str, ...] = FLOOD_PRONE,
+        max_kinds: int = 1000,
+    ) -> None:
         super().__init__()
-        self.window, self.burst, self.prefixes, self.max_kinds = (window, burst, prefixes,
-                                                                  max_kinds)
+        self.window, self.burst, self.prefixes, self.max_kinds = (
+            window,
+            burst,
+            prefixes,
+            max_kinds,
+        )
         self._kinds: dict[tuple[str, str, str], list[float | int]] = {}
         """kind -> [window start, let through in this window, held back since last shown]"""
 
@@ -107,7 +118,6 @@ class FloodFilter(logging.Filter):
             record.exc_info, record.exc_text = None, None
         return True
 
-
     def held_back(self) -> list[tuple[str, str, int]]:
         """(logger, message template, count) of records held back and not yet reported; the
         counts are reset."""
@@ -125,8 +135,7 @@ def report_held_back() -> None:
         for f in h.filters:
             if isinstance(f, FloodFilter):
                 for name, msg, count in f.held_back():
-                    log.info(
-                        "%d more log lines of [%s] %r were not shown", count, name, msg)
+                    log.info("%d more log lines of [%s] %r were not shown", count, name, msg)
 
 
 _FORMAT = "%(asctime)s kliqued %(levelname)s %(message)s"
@@ -159,7 +168,7 @@ def setup(stream=None, level: int = logging.INFO) -> logging.Handler:
             return h
     handler = _Handler(stream or sys.stderr)
     handler.setFormatter(_Format(_FORMAT))
-    handler.addFilter(FloodFilter())   # first: a held-back record costs no scrubbing
+    handler.addFilter(FloodFilter())  # first: a held-back record costs no scrubbing
     handler.addFilter(RedactFilter())
     root.addHandler(handler)  # other libraries: warnings and errors (root's default level)
     ours = logging.getLogger("kliqued")

@@ -12,19 +12,69 @@ from typing import Any
 
 
 class TaskRecord:
-    __slots__ = ("id", "resource", "policy", "profile", "group", "user", "actor", "project",
-                 "labels", "command", "payload", "gpus_milli", "submitted_at", "revision",
-                 "idempotency_key", "state", "pool", "placed_at", "ended_at", "end_reason",
-                 "preemptions", "last_preemption", "intervals", "submitted_pass", "leases",
-                 "worker", "started_at", "exit_code", "signal", "lost", "gpu_ms", "size",
-                 "data_bytes", "end_note", "ended_by", "end_message",
-                 "unleased_at", "outputs", "channel", "lost_units", "checkpoint_at")
+    __slots__ = (
+        "id",
+        "resource",
+        "policy",
+        "profile",
+        "group",
+        "user",
+        "actor",
+        "project",
+        "labels",
+        "command",
+        "payload",
+        "gpus_milli",
+        "submitted_at",
+        "revision",
+        "idempotency_key",
+        "state",
+        "pool",
+        "placed_at",
+        "ended_at",
+        "end_reason",
+        "preemptions",
+        "last_preemption",
+        "intervals",
+        "submitted_pass",
+        "leases",
+        "worker",
+        "started_at",
+        "exit_code",
+        "signal",
+        "lost",
+        "gpu_ms",
+        "size",
+        "data_bytes",
+        "end_note",
+        "ended_by",
+        "end_message",
+        "unleased_at",
+        "outputs",
+        "channel",
+        "lost_units",
+        "checkpoint_at",
+    )
 
-    def __init__(self, id: str, resource: str, policy: str, profile: str, group: str,
-                 user: str, actor: str, project: str | None, labels: dict[str, str],
-                 command: list[str] | None, payload: Any, gpus_milli: int | None,
-                 submitted_at: int, revision: str, idempotency_key: str | None,
-                 channel: str = "api") -> None:
+    def __init__(
+        self,
+        id: str,
+        resource: str,
+        policy: str,
+        profile: str,
+        group: str,
+        user: str,
+        actor: str,
+        project: str | None,
+        labels: dict[str, str],
+        command: list[str] | None,
+        payload: Any,
+        gpus_milli: int | None,
+        submitted_at: int,
+        revision: str,
+        idempotency_key: str | None,
+        channel: str = "api",
+    ) -> None:
         self.id = id
         self.resource = resource
         self.policy = policy
@@ -114,7 +164,7 @@ class TaskRecord:
         """The leases of its latest attempt: one, or a gang's members (rank order)."""
         if not self.leases:
             return []
-        return list(self.leases[self.leases[-1].base_epoch - 1:])
+        return list(self.leases[self.leases[-1].base_epoch - 1 :])
 
 
 # ---------------------------------------------------------------------- how it reads

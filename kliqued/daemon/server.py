@@ -138,14 +138,16 @@ def open_store(opts: Options) -> Store:
     from kliqued.daemon.storage.pglog import PgLog
     from kliqued.daemon.storage.pgreader import Readers
     from kliqued.daemon.storage.querypool import QueryPool
+
     log_ = PgLog(opts.db)
     try:
         store = Store(opts.ledger_db, log_, memory_limit=opts.db_memory)
     except BaseException:
         log_.close()
         raise
-    store.finance_queries = QueryPool(None, handles=Readers(opts.ledger_replica or opts.db,
-                                                            opts.ledger_role))
+    store.finance_queries = QueryPool(
+        None, handles=Readers(opts.ledger_replica or opts.db, opts.ledger_role)
+    )
     return store
 
 
@@ -156,7 +158,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _sessions_where(opts: Options, host: str) -> tuple[str, int, tuple[str, str, int | None] | None]:
+def _sessions_where(
+    opts: Options, host: str
+) -> tuple[str, int, tuple[str, str, int | None] | None]:
     """The sessions' listener's host and port, and ``--sessions-domain`` parsed (scheme,
     domain, port) or None; BadOption or OriginError naming the flag."""
     if opts.sessions_listen is None:
@@ -166,8 +170,10 @@ def _sessions_where(opts: Options, host: str) -> tuple[str, int, tuple[str, str,
         try:
             s_host, s_port = parse_listen(opts.sessions_listen)
         except BadOption:
-            raise BadOption("--sessions-listen must be HOST:PORT, e.g. 127.0.0.1:8081; found "
-                            f"{opts.sessions_listen!r}") from None
+            raise BadOption(
+                "--sessions-listen must be HOST:PORT, e.g. 127.0.0.1:8081; found "
+                f"{opts.sessions_listen!r}"
+            ) from None
     domain = parse_domain(opts.sessions_domain) if opts.sessions_domain else None
     return s_host, s_port, domain
 
@@ -186,16 +192,18 @@ def _session_origin(opts: Options, host: str, port: int) -> SessionOrigin:
 
 def _banner(token: str, url: str) -> str:
     line = "=" * 78
-    return (f"\n{line}\n"
-            f"FIRST ADMIN TOKEN: shown once, now. Store it in a password manager.\n\n"
-            f"    {token}\n\n"
-            f"Use it:\n"
-            f"    export KLIQUE_URL={url}\n"
-            f"    export KLIQUE_TOKEN={token}\n"
-            f"    kliqued token create --user alice       # a token for a user\n"
-            f"    curl -H \"Authorization: Bearer $KLIQUE_TOKEN\" {url}/v1/whoami\n"
-            f"(Set KLIQUE_ADMIN_TOKEN before the first start to choose it instead.)\n"
-            f"{line}\n")
+    return (
+        f"\n{line}\n"
+        f"FIRST ADMIN TOKEN: shown once, now. Store it in a password manager.\n\n"
+        f"    {token}\n\n"
+        f"Use it:\n"
+        f"    export KLIQUE_URL={url}\n"
+        f"    export KLIQUE_TOKEN={token}\n"
+        f"    kliqued token create --user alice       # a token for a user\n"
+        f'    curl -H "Authorization: Bearer $KLIQUE_TOKEN" {url}/v1/whoami\n'
+        f"(Set KLIQUE_ADMIN_TOKEN before the first start to choose it instead.)\n"
+        f"{line}\n"
+    )
 
 
 def serve(opts: Options) -> int:
@@ -208,10 +216,14 @@ def serve(opts: Options) -> int:
         print(f"kliqued serve: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if opts.advertise_url is not None and not (
-            opts.advertise_url.startswith(("http://", "https://"))
-            and len(opts.advertise_url.split("://", 1)[1].strip("/")) > 0):
-        print(f"kliqued serve: --advertise-url must be http://HOST:PORT or https://HOST:PORT; "
-              f"found {opts.advertise_url!r}", file=sys.stderr)
+        opts.advertise_url.startswith(("http://", "https://"))
+        and len(opts.advertise_url.split("://", 1)[1].strip("/")) > 0
+    ):
+        print(
+            f"kliqued serve: --advertise-url must be http://HOST:PORT or https://HOST:PORT; "
+            f"found {opts.advertise_url!r}",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     try:
         _sessions_where(opts, host)
@@ -227,8 +239,11 @@ def serve(opts: Options) -> int:
     env_token = os.environ.get("KLIQUE_ADMIN_TOKEN")
     weak = strength.weakness(env_token) if env_token else None
     if weak is not None:
-        print(f"kliqued serve: KLIQUE_ADMIN_TOKEN is too weak to be an admin token: {weak}; "
-              f"{strength.advice()}", file=sys.stderr)
+        print(
+            f"kliqued serve: KLIQUE_ADMIN_TOKEN is too weak to be an admin token: {weak}; "
+            f"{strength.advice()}",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     try:
         store = open_store(opts)
@@ -245,9 +260,9 @@ def serve(opts: Options) -> int:
             return EXIT_ERROR
         if is_url(opts.db):
             from kliqued.daemon.storage import pgreader
+
             pg = store.log
-            warning = store.on_writer(lambda: pgreader.grant(getattr(pg, "conn"),
-                                                             opts.ledger_role))
+            warning = store.on_writer(lambda: pgreader.grant(getattr(pg, "conn"), opts.ledger_role))
             if warning:
                 log.warning("%s", warning)
         if not is_url(opts.db):
@@ -257,8 +272,11 @@ def serve(opts: Options) -> int:
         if not (disk_full(exc) or isinstance(exc, StoreAway) and exc.status == 507):
             raise
         # a start that must write (the schema, the estate, the first token) on a full disk
-        print(f"kliqued serve: error: the disk under {opts.local_db} is full ({first_line(exc)}"
-              f"): free space there, then start kliqued again", file=sys.stderr)
+        print(
+            f"kliqued serve: error: the disk under {opts.local_db} is full ({first_line(exc)}"
+            f"): free space there, then start kliqued again",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     finally:
         try:
@@ -274,21 +292,38 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
     from kliqued.daemon.storage.pglog import PgLog
     from kliqued.daemon.ha.replica import Replica
     from kliqued.daemon.ha.standby import stand_by
+
     assert isinstance(store.log, PgLog)
     advertise = opts.advertise_url or _url(opts, host, port)
     lease = Lease(opts.db, advertise, LeaseSettings.for_ttl(opts.lease_ttl_s))
     lease.before_takeover = store.recover
-    limits = dataclasses.replace(opts.limits, max_connections=connection_cap(
-        opts.limits.max_connections, nofile))
+    limits = dataclasses.replace(
+        opts.limits, max_connections=connection_cap(opts.limits.max_connections, nofile)
+    )
     try:
         while True:
-            replica = Replica(store, opts.local_db, opts.log_cap, _url(opts, host, port),
-                              opts.require_workers, opts.installers)  # the standby's reads
+            replica = Replica(
+                store,
+                opts.local_db,
+                opts.log_cap,
+                _url(opts, host, port),
+                opts.require_workers,
+                opts.installers,
+            )  # the standby's reads
             try:
-                elected = asyncio.run(stand_by(
-                    lease, host, port, limits, _ssl_context(opts), listen_backlog(nofile),
-                    store.catch_up, functools.partial(keyfile.missing, opts.local_db, store),
-                    replica))
+                elected = asyncio.run(
+                    stand_by(
+                        lease,
+                        host,
+                        port,
+                        limits,
+                        _ssl_context(opts),
+                        listen_backlog(nofile),
+                        store.catch_up,
+                        functools.partial(keyfile.missing, opts.local_db, store),
+                        replica,
+                    )
+                )
             finally:
                 replica.close()
             if not elected:
@@ -310,8 +345,10 @@ def _lead_when_elected(opts: Options, store: Store, host: str, port: int, nofile
             lease.epoch = None
             gc.unfreeze()  # the dropped state was frozen out of the collector (_run)
             gc.collect()
-            log.warning("deposed: standing by (the state is rebuilt from the log if this "
-                        "daemon leads again)")
+            log.warning(
+                "deposed: standing by (the state is rebuilt from the log if this "
+                "daemon leads again)"
+            )
     finally:
         lease.release()
         lease.close()
@@ -334,27 +371,44 @@ def _ssl_context(opts: Options) -> ssl.SSLContext | None:
     return ssl_ctx
 
 
-def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
-          lease: "Lease | None" = None) -> int:
+def _lead(
+    opts: Options, store: Store, host: str, port: int, nofile: int, lease: "Lease | None" = None
+) -> int:
     """Rebuild the state from the log, apply the estate, serve until stopped (or, with a
     lease, deposed: EXIT_DEPOSED)."""
     for gid, committed in store.recovered:
-        log.warning("a batch left prepared in %s by an older kliqued (stopped between the "
-                    "two phases of its commit) was %s (%s)", store.log.label,
-                    "committed" if committed else "rolled back", gid)
+        log.warning(
+            "a batch left prepared in %s by an older kliqued (stopped between the "
+            "two phases of its commit) was %s (%s)",
+            store.log.label,
+            "committed" if committed else "rolled back",
+            gid,
+        )
     store.recovered.clear()
     if store.caught_up:
-        log.warning("%d events logged in %s were missing from %s (a new file, a stop "
-                    "before the file had them, or another daemon's lead): copied",
-                    store.caught_up, store.log.label, opts.local_db)
+        log.warning(
+            "%d events logged in %s were missing from %s (a new file, a stop "
+            "before the file had them, or another daemon's lead): copied",
+            store.caught_up,
+            store.log.label,
+            opts.local_db,
+        )
         store.caught_up = 0
     if store.seeded:
-        log.info("ledger: %d intervals copied from %s into %s's empty ledger",
-                 store.seeded, opts.local_db, store.log.label)
+        log.info(
+            "ledger: %d intervals copied from %s into %s's empty ledger",
+            store.seeded,
+            opts.local_db,
+            store.log.label,
+        )
         store.seeded = 0
     if store.seeded_file:
-        log.info("ledger: %d intervals copied from %s into %s", store.seeded_file,
-                 store.log.label, opts.local_db)
+        log.info(
+            "ledger: %d intervals copied from %s into %s",
+            store.seeded_file,
+            store.log.label,
+            opts.local_db,
+        )
         store.seeded_file = 0
 
     d = Daemon()
@@ -367,29 +421,38 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
         print(f"kliqued serve: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if migrated:
-        log.info("%d token hash(es) moved under the token key %s", migrated,
-                 keyfile.key_path(opts.local_db))
+        log.info(
+            "%d token hash(es) moved under the token key %s",
+            migrated,
+            keyfile.key_path(opts.local_db),
+        )
     try:
         stats = rebuild(d, store)
     except ReplayError as exc:
         print(f"kliqued serve: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    log.info("started: %s, replayed %d events (%d tasks) in %.2f s%s", store.log.label,
-             stats.events, stats.tasks, stats.seconds,
-             f" after the snapshot at event {stats.snapshot}" if stats.snapshot else "")
+    log.info(
+        "started: %s, replayed %d events (%d tasks) in %.2f s%s",
+        store.log.label,
+        stats.events,
+        stats.tasks,
+        stats.seconds,
+        f" after the snapshot at event {stats.snapshot}" if stats.snapshot else "",
+    )
     if d.state is not None:  # rows from before the ledger kept paths: the paths of now
         filled = _fill_group_paths(store, d.idx().estate)
         if filled:
-            log.info("ledger: %d intervals given the group paths of %s", filled,
-                     d.estate.revision)
-    d.worker_settings = WorkerSettings(opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s,
-                                       opts.gang_timeout_s)
+            log.info("ledger: %d intervals given the group paths of %s", filled, d.estate.revision)
+    d.worker_settings = WorkerSettings(
+        opts.worker_ttl_s, opts.poll_wait_s, opts.grace_s, opts.gang_timeout_s
+    )
     compiled: CompiledEstate | None = None
     source = None
     follow: DirSource | GitSource | None = None
     snap: Snapshot | None = None
     if opts.git is not None:
         from compiler.plan.gitsource import GitSourceError
+
         try:
             follow = GitSource(opts.git, opts.branch, opts.estate_path, opts.poll_s)
             snap = follow.read()
@@ -412,8 +475,11 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
             for diag in result.diagnostics:
                 print(diag.render(), file=sys.stderr)
             if d.state is None or opts.git is None:
-                print(f"kliqued serve: the estate in {source} is not valid "
-                      f"({len(result.errors)} errors): not starting", file=sys.stderr)
+                print(
+                    f"kliqued serve: the estate in {source} is not valid "
+                    f"({len(result.errors)} errors): not starting",
+                    file=sys.stderr,
+                )
                 return EXIT_INVALID_ESTATE
             # GitOps: the branch is broken right now; run the last applied revision and
             # report the refusal (the follower's first check).
@@ -424,8 +490,22 @@ def _lead(opts: Options, store: Store, host: str, port: int, nofile: int,
     if cap < opts.limits.max_connections:
         log.info("at most %d connections (the open-files limit is %d)", cap, nofile)
     limits = dataclasses.replace(opts.limits, max_connections=cap)
-    return asyncio.run(_run(opts, store, d, compiled, source, host, port, follow, snap,
-                            limits, listen_backlog(nofile), lease))
+    return asyncio.run(
+        _run(
+            opts,
+            store,
+            d,
+            compiled,
+            source,
+            host,
+            port,
+            follow,
+            snap,
+            limits,
+            listen_backlog(nofile),
+            lease,
+        )
+    )
 
 
 def _fill_group_paths(store: Store, compiled: CompiledEstate) -> int:
@@ -434,34 +514,54 @@ def _fill_group_paths(store: Store, compiled: CompiledEstate) -> int:
     them, or neither; returns how many rows. A database from before the ledger recorded
     capacity gets the running revision's from now on (``capacity.record_estate``: a no-op
     when it has it). One transaction, on every ledger the store keeps (``ledger.ops``)."""
-    row = store.conn.execute("SELECT count(*) FROM ledger WHERE group_path IS NULL "
-                             "AND \"group\" IN (SELECT unnest(?::VARCHAR[]))",
-                             [[g.name for g in compiled.groups]]).fetchone()
+    row = store.conn.execute(
+        "SELECT count(*) FROM ledger WHERE group_path IS NULL "
+        'AND "group" IN (SELECT unnest(?::VARCHAR[]))',
+        [[g.name for g in compiled.groups]],
+    ).fetchone()
     missing = row[0] if row else 0
-    store.commit_sync(Batch(ops=[ledger_ops.FillGroupPaths(ledger.group_paths(compiled)),
-                                 ledger_ops.RecordEstate(compiled, int(time.time() * 1000))]))
+    store.commit_sync(
+        Batch(
+            ops=[
+                ledger_ops.FillGroupPaths(ledger.group_paths(compiled)),
+                ledger_ops.RecordEstate(compiled, int(time.time() * 1000)),
+            ]
+        )
+    )
     return int(missing)
 
 
-async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate | None,
-               source: str | None, host: str, port: int,
-               follow: DirSource | GitSource | None = None,
-               snap: Snapshot | None = None, limits: Limits = Limits(),
-               backlog: int = 1024, lease: "Lease | None" = None) -> int:
+async def _run(
+    opts: Options,
+    store: Store,
+    d: Daemon,
+    compiled: CompiledEstate | None,
+    source: str | None,
+    host: str,
+    port: int,
+    follow: DirSource | GitSource | None = None,
+    snap: Snapshot | None = None,
+    limits: Limits = Limits(),
+    backlog: int = 1024,
+    lease: "Lease | None" = None,
+) -> int:
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
         d.st().restart_start_timers(d.clock.now())
         if d.require_workers:  # and autoscalers one timeout to heartbeat again
             from kliqued.daemon.fleet.autoscalers import restart_grace
+
             restart_grace(d, d.clock.now())
     metrics = Metrics(d)
     if lease is not None:  # /metrics says whether this daemon leads, on every daemon
         from kliqued.daemon.ha.standby import role
+
         metrics.role = functools.partial(role, lease)
     seq = Sequencer(d, store, float(interval), metrics=metrics)
     snaps = Snapshotter(d, store, opts.snapshot_every)
-    snaps.on_taken = Compactor(store, -1 if opts.compact_after_s < 0
-                               else int(opts.compact_after_s * 1000))
+    snaps.on_taken = Compactor(
+        store, -1 if opts.compact_after_s < 0 else int(opts.compact_after_s * 1000)
+    )
     seq.between = snaps.maybe
     runner_task = asyncio.create_task(seq.run())
     seq.request_pass(0)  # after a replay, the first pass looks at everything at once
@@ -472,37 +572,50 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         nonlocal exit_code
         exit_code = EXIT_DEPOSED if isinstance(exc, Deposed) else EXIT_ERROR
         stop.set()
+
     seq.on_fatal = fatal
     running_loop = asyncio.get_running_loop()
+
     # the local file's thread failed to apply a batch (PostgreSQL has it): stop as the
     # sequencer's failed commit does; the restart brings the file up to date
     def follow_failed(exc: BaseException) -> None:
         running_loop.call_soon_threadsafe(fatal, exc)
+
     store.on_follow_failed = follow_failed
 
     def deposed() -> None:
         nonlocal exit_code
         exit_code = EXIT_DEPOSED
         stop.set()
+
     if lease is not None:  # the renewal thread found the lease taken
         running = asyncio.get_running_loop()
 
         def lost() -> None:
             running.call_soon_threadsafe(deposed)
+
         lease.on_lost = lost
         if lease.lost.is_set():
             deposed()
 
     commit = snap.commit if snap is not None else None
-    if compiled is not None and (compiled.revision != d.estate.revision
-                                 or commit != d.estate.commit and commit is not None):
-        await seq.submit(lambda now, ov: d.prepare_estate(compiled, source, "kliqued", now, ov,
-                                                          commit),
-                         barrier=True)
+    if compiled is not None and (
+        compiled.revision != d.estate.revision or commit != d.estate.commit and commit is not None
+    ):
+        await seq.submit(
+            lambda now, ov: d.prepare_estate(compiled, source, "kliqued", now, ov, commit),
+            barrier=True,
+        )
         e = compiled
-        log.info("estate applied: %s from %s (%d pools, %d profiles, %d policies, %d compute "
-                 "resources)", e.revision, source, len(e.pools), len(e.profiles),
-                 len(e.policies), len(e.compute_resources))
+        log.info(
+            "estate applied: %s from %s (%d pools, %d profiles, %d policies, %d compute resources)",
+            e.revision,
+            source,
+            len(e.pools),
+            len(e.profiles),
+            len(e.policies),
+            len(e.compute_resources),
+        )
     else:
         log.info("estate: %s (unchanged)", d.estate.revision)
 
@@ -517,13 +630,17 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
     if env_token:
         rec = d.tokens.by_hash.get(d.tokens.hash(env_token))
         if rec is None:
-            await seq.submit(lambda now, ov: d.prepare_token(
-                None, "role:admin", "KLIQUE_ADMIN_TOKEN", now, ov, secret=env_token))
+            await seq.submit(
+                lambda now, ov: d.prepare_token(
+                    None, "role:admin", "KLIQUE_ADMIN_TOKEN", now, ov, secret=env_token
+                )
+            )
         elif rec.refusal(d.clock.now()) is not None:
             log.warning("KLIQUE_ADMIN_TOKEN is not restored: %s", rec.refusal(d.clock.now()))
     elif not d.tokens.by_id:
-        _, token = await seq.submit(lambda now, ov: d.prepare_token(
-            None, "role:admin", "first admin", now, ov))
+        _, token = await seq.submit(
+            lambda now, ov: d.prepare_token(None, "role:admin", "first admin", now, ov)
+        )
         sys.stderr.write(_banner(token, url))
         sys.stderr.flush()
 
@@ -548,16 +665,23 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         await runner_task
         return EXIT_ERROR
     s_host, s_port, _ = _sessions_where(opts, host)
-    session_runner = web.AppRunner(make_session_app(ctx), access_log=None,
-                                   handle_signals=False, shutdown_timeout=5.0)
+    session_runner = web.AppRunner(
+        make_session_app(ctx), access_log=None, handle_signals=False, shutdown_timeout=5.0
+    )
     await session_runner.setup()
-    session_site = ListenSite(session_runner, s_host, s_port, limits=limits,
-                              ssl_context=ssl_ctx, backlog=backlog)
+    session_site = ListenSite(
+        session_runner, s_host, s_port, limits=limits, ssl_context=ssl_ctx, backlog=backlog
+    )
     try:
         await session_site.start()
     except OSError as exc:
-        log.error("cannot listen for sessions on %s:%d: %s (choose another port with "
-                  "--sessions-listen HOST:PORT)", s_host, s_port, exc.strerror or exc)
+        log.error(
+            "cannot listen for sessions on %s:%d: %s (choose another port with "
+            "--sessions-listen HOST:PORT)",
+            s_host,
+            s_port,
+            exc.strerror or exc,
+        )
         await session_runner.cleanup()
         await runner.cleanup()
         await seq.stop()
@@ -571,16 +695,24 @@ async def _run(opts: Options, store: Store, d: Daemon, compiled: CompiledEstate 
         loop.add_signal_handler(sig, stop.set)
     if lease is not None:
         from kliqued.daemon.ha.standby import stop_asked
+
         if stop_asked():  # asked while this daemon was taking over: stop now
             stop.set()
-    log.info("serving on %s (pid %d, %d tasks, engine %s)", url, os.getpid(), len(d.records),
-             "enabled" if d.st().enabled else "disabled")
+    log.info(
+        "serving on %s (pid %d, %d tasks, engine %s)",
+        url,
+        os.getpid(),
+        len(d.records),
+        "enabled" if d.st().enabled else "disabled",
+    )
     warning = plain_http_warning(host, ssl_ctx is not None)
     if warning:
         log.warning(warning)
-    background = [asyncio.create_task(_watch_workers(d, seq, stop)),
-                  asyncio.create_task(watch_clock(d, seq, stop)),
-                  asyncio.create_task(Unattended(d, seq).run(stop))]
+    background = [
+        asyncio.create_task(_watch_workers(d, seq, stop)),
+        asyncio.create_task(watch_clock(d, seq, stop)),
+        asyncio.create_task(Unattended(d, seq).run(stop)),
+    ]
     dispatcher = Dispatcher(d, seq, store)
     seq.on_commit = dispatcher.offer
     resent = await dispatcher.load(d.clock.now())
@@ -622,6 +754,7 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
     from kliqued.daemon.fleet import gang
     from kliqued.daemon.fleet import autoscalers
     from kliqued.daemon.fleet.workers import prepare_gang_timeout, prepare_worker_lost
+
     ttl = d.worker_settings.ttl_s
     step = max(0.05, min(1.0, ttl / 4))
     while not stop.is_set():
@@ -634,9 +767,14 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
         for w in list(d.workers.values()):
             if w.lost or now - w.last_seen <= ttl:
                 continue
-            log.warning("worker %s (pool %s) lost: no heartbeat for %.1f s; its %d task(s) "
-                        "go back to their queues", w.id, w.pool, now - w.last_seen,
-                        len(w.leases))
+            log.warning(
+                "worker %s (pool %s) lost: no heartbeat for %.1f s; its %d task(s) "
+                "go back to their queues",
+                w.id,
+                w.pool,
+                now - w.last_seen,
+                len(w.leases),
+            )
             try:
                 await seq.submit(functools.partial(prepare_worker_lost, d, w.id))
             except StoreAway:  # the store is away: looked at again next round
@@ -645,9 +783,13 @@ async def _watch_workers(d: Daemon, seq: Sequencer, stop: asyncio.Event) -> None
                 log.debug("worker lost not recorded: %s", exc)
                 return
         for pool in autoscalers.overdue(d, now):
-            log.warning("autoscaler of pool %s lost: no heartbeat for %.1f s; the pool takes "
-                        "no work while it has no live worker, and its unstarted tasks go "
-                        "back to their queues", pool, now - d.autoscalers[pool].last_seen)
+            log.warning(
+                "autoscaler of pool %s lost: no heartbeat for %.1f s; the pool takes "
+                "no work while it has no live worker, and its unstarted tasks go "
+                "back to their queues",
+                pool,
+                now - d.autoscalers[pool].last_seen,
+            )
             try:
                 await seq.submit(functools.partial(autoscalers.prepare_lost, d, pool))
             except StoreAway:  # the store is away: looked at again next round

@@ -30,8 +30,10 @@ CONTROL_COOKIE_PREFIX = "klique_"
 """Every cookie the control plane sets starts so (the dashboard's ``klique_session``, the
 sessions' ``klique_app_session``): none reaches an app, none may be set by one."""
 
-CSP = ("frame-ancestors 'self'; connect-src 'self'; form-action 'self'; base-uri 'self'; "
-       "object-src 'none'")
+CSP = (
+    "frame-ancestors 'self'; connect-src 'self'; form-action 'self'; base-uri 'self'; "
+    "object-src 'none'"
+)
 """The session's page may fetch and open WebSockets to its own origin only (not the control
 plane's, not another session's), may be framed by itself only (JupyterLab frames its own
 pages), and posts forms to itself. Scripts and styles are left to the app (JupyterLab and
@@ -63,6 +65,7 @@ class SessionOrigin:
     ``scheme://t-x.domain[:port]`` only (its path keeps ``/sessions/t-x/``, the prefix the
     worker gives the app); None: at ``base/sessions/t-x/``, ``base`` the sessions' listener
     (one origin for every session: see docs/decisions.md)."""
+
     base: str
     domain: str | None = None
     scheme: str = "https"
@@ -85,8 +88,12 @@ class SessionOrigin:
             return None
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
         label, dot, rest = name.lower().partition(".")
-        if not dot or rest != self.domain or not label.startswith("t-") \
-                or not _LABEL.fullmatch(label):
+        if (
+            not dot
+            or rest != self.domain
+            or not label.startswith("t-")
+            or not _LABEL.fullmatch(label)
+        ):
             return None
         return "t-" + label[2:].upper()
 
@@ -102,12 +109,20 @@ def parse_domain(text: str) -> tuple[str, str, int | None]:
         port = parts.port
     except ValueError:
         port = -1
-    if parts.scheme not in ("http", "https") or port == -1 or parts.path not in ("", "/") \
-            or parts.query or parts.username or not domain \
-            or not all(_LABEL.fullmatch(label) for label in domain.split(".")):
-        raise OriginError(f"--sessions-domain must be a DNS domain whose subdomains reach the "
-                          f"sessions' listener, e.g. sessions.example.org or "
-                          f"http://sessions.test:8081; found {text!r}")
+    if (
+        parts.scheme not in ("http", "https")
+        or port == -1
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.username
+        or not domain
+        or not all(_LABEL.fullmatch(label) for label in domain.split("."))
+    ):
+        raise OriginError(
+            f"--sessions-domain must be a DNS domain whose subdomains reach the "
+            f"sessions' listener, e.g. sessions.example.org or "
+            f"http://sessions.test:8081; found {text!r}"
+        )
     return parts.scheme, domain, port
 
 
@@ -124,8 +139,11 @@ def is_control_cookie(name: str) -> bool:
 def app_cookies(header: str) -> str:
     """The browser's ``Cookie`` header as the app may see it: without the control plane's
     cookies (the dashboard's sign-in, the session's own access cookie)."""
-    return "; ".join(part for part in (s.strip() for s in header.split(";"))
-                     if part and not is_control_cookie(_name(part)))
+    return "; ".join(
+        part
+        for part in (s.strip() for s in header.split(";"))
+        if part and not is_control_cookie(_name(part))
+    )
 
 
 def cookie_values(header: str, name: str) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 MIN_LENGTH = 32
 MAX_LENGTH = 256
 MIN_GUESSES_LOG10 = 30.0
-HOW = 'python3 -c "import secrets; print(\'kq_\' + secrets.token_urlsafe(32))"'
+HOW = "python3 -c \"import secrets; print('kq_' + secrets.token_urlsafe(32))\""
 
 
 def weakness(token: str) -> str | None:
@@ -24,11 +24,14 @@ def weakness(token: str) -> str | None:
     if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
         return "it must be printable ASCII without spaces (it travels in an HTTP header)"
     from zxcvbn import zxcvbn
+
     guesses = float(zxcvbn(token[:72])["guesses_log10"])  # its limit; 72 strong is enough
     if guesses < MIN_GUESSES_LOG10:
-        return (f"it is guessable (about 10^{guesses:.0f} guesses by a strength estimate; at "
-                f"least 10^{MIN_GUESSES_LOG10:.0f} are needed): repeats, sequences and words "
-                f"count for little")
+        return (
+            f"it is guessable (about 10^{guesses:.0f} guesses by a strength estimate; at "
+            f"least 10^{MIN_GUESSES_LOG10:.0f} are needed): repeats, sequences and words "
+            f"count for little"
+        )
     return None
 
 

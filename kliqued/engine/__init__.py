@@ -6,11 +6,29 @@ returns what it decided. Times are integer milliseconds since the Unix epoch (UT
 integer milli-GPUs, budget charges integer (weight milli x milliseconds).
 """
 
-from .decisions import (UNSTARTED, Alert, BudgetStatus, Cancellation, Phase, Placement,
-                        PreemptKind, Preemption, Reason, ReasonKind, no_autoscaler_text,
-                        no_worker_text, unstarted_text)
-from .errors import (DuplicateTask, EngineError, StaleResult, SubmissionError,
-                     TimeWentBackwards, UnknownTask)
+from .decisions import (
+    UNSTARTED,
+    Alert,
+    BudgetStatus,
+    Cancellation,
+    Phase,
+    Placement,
+    PreemptKind,
+    Preemption,
+    Reason,
+    ReasonKind,
+    no_autoscaler_text,
+    no_worker_text,
+    unstarted_text,
+)
+from .errors import (
+    DuplicateTask,
+    EngineError,
+    StaleResult,
+    SubmissionError,
+    TimeWentBackwards,
+    UnknownTask,
+)
 from .index import CRInfo, EstateIndex, GroupInfo, PoolInfo
 from .passes import run_pass
 from .reasons import budget_status, waiting_reason, waiting_reasons
@@ -18,10 +36,38 @@ from .result import PassResult
 from .state import ENDED, PLACED, QUEUED, State, Task, check_submission
 
 __all__ = [
-    "UNSTARTED", "no_autoscaler_text", "no_worker_text", "unstarted_text",
-    "Alert", "BudgetStatus", "Cancellation", "Phase", "Placement", "PreemptKind", "Preemption",
-    "Reason", "ReasonKind", "CRInfo", "EstateIndex", "GroupInfo", "PoolInfo", "run_pass",
-    "budget_status", "waiting_reason", "waiting_reasons", "PassResult", "StaleResult",
-    "State", "SubmissionError", "Task", "check_submission", "QUEUED", "PLACED", "ENDED",
-    "EngineError", "DuplicateTask", "UnknownTask", "TimeWentBackwards",
+    "UNSTARTED",
+    "no_autoscaler_text",
+    "no_worker_text",
+    "unstarted_text",
+    "Alert",
+    "BudgetStatus",
+    "Cancellation",
+    "Phase",
+    "Placement",
+    "PreemptKind",
+    "Preemption",
+    "Reason",
+    "ReasonKind",
+    "CRInfo",
+    "EstateIndex",
+    "GroupInfo",
+    "PoolInfo",
+    "run_pass",
+    "budget_status",
+    "waiting_reason",
+    "waiting_reasons",
+    "PassResult",
+    "StaleResult",
+    "State",
+    "SubmissionError",
+    "Task",
+    "check_submission",
+    "QUEUED",
+    "PLACED",
+    "ENDED",
+    "EngineError",
+    "DuplicateTask",
+    "UnknownTask",
+    "TimeWentBackwards",
 ]

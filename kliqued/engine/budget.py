@@ -28,8 +28,17 @@ _KEEP_DAYS = 40
 class Meter:
     """Weighted (budget) and GPU (ledger) time of one group's placed tasks."""
 
-    __slots__ = ("rate", "weighted_tasks", "since", "days", "gpu_rate", "gpu_units",
-                 "gpu_since", "_prior_key", "_prior")
+    __slots__ = (
+        "rate",
+        "weighted_tasks",
+        "since",
+        "days",
+        "gpu_rate",
+        "gpu_units",
+        "gpu_since",
+        "_prior_key",
+        "_prior",
+    )
 
     def __init__(self, now: int) -> None:
         self.rate = 0
@@ -159,8 +168,9 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def next_budget_event(meter: Meter, budget: CBudget, now: int, charging: bool,
-                      raised: frozenset[int] | set[int]) -> int | None:
+def next_budget_event(
+    meter: Meter, budget: CBudget, now: int, charging: bool, raised: frozenset[int] | set[int]
+) -> int | None:
     """The next moment this budget needs a pass on its own: it runs out, or usage crosses an
     alert threshold not yet raised in the period. None when neither happens in this period
     (the period start is a trigger of its own)."""

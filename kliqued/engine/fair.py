@@ -42,8 +42,7 @@ def diverging(a: GroupInfo, b: GroupInfo) -> tuple[str, str]:
     return ta[-1], tb[-1]
 
 
-def fair_pick(index: EstateIndex, state: State,
-              items: Sequence[tuple[Key, GroupInfo, P]]) -> P:
+def fair_pick(index: EstateIndex, state: State, items: Sequence[tuple[Key, GroupInfo, P]]) -> P:
     """The payload of the candidate that goes first under ``order: fair``; ``items`` is not
     empty, each (engine.md's key, the candidate's group, payload)."""
     shares: dict[str, Fraction] = {}
@@ -55,7 +54,7 @@ def fair_pick(index: EstateIndex, state: State,
             lv = it[1].levels
             parts.setdefault(lv[max(0, len(lv) - 1 - depth)], []).append(it)
         if len(parts) == 1:
-            (level, members), = parts.items()
+            ((level, members),) = parts.items()
             if all(len(m[1].levels) - 1 <= depth for m in members):
                 return min(members, key=lambda m: m[0])[2]  # a team: engine.md's order
         else:

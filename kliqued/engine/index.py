@@ -182,14 +182,19 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         epos = {pl: pos.get(pl, len(pos)) for pl in prof.pools}
         ft = prof.from_task
         info = CRInfo(
-            name=cr.name, policy=cr.policy, profile=cr.profile, group=cr.group,
+            name=cr.name,
+            policy=cr.policy,
+            profile=cr.profile,
+            group=cr.group,
             fixed_size=prof.gpus_milli if ft is None else None,
             default_size=ft.default_milli if ft is not None else (prof.gpus_milli or 0),
             max_size=ft.max_milli if ft is not None else None,
-            weight=prof.time_weight_milli, pools=tuple(prof.pools),
+            weight=prof.time_weight_milli,
+            pools=tuple(prof.pools),
             strict=prof.queueing == "strict",
             policy_pos=prof.policies.index(cr.policy) if cr.policy in prof.policies else 0,
-            exec_pos=epos, first_exec_pos=epos[prof.pools[0]] if prof.pools else 0,
+            exec_pos=epos,
+            first_exec_pos=epos[prof.pools[0]] if prof.pools else 0,
             nodes=prof.nodes,
         )
         resources[cr.name] = info
@@ -207,32 +212,49 @@ def _build(estate: CompiledEstate) -> EstateIndex:
     groups: dict[str, GroupInfo] = {}
     for pol in estate.policies:
         cg = cgroups.get(pol.group)
-        rank = ({p: i for i, p in enumerate(cg.project_order)}
-                if cg is not None and cg.project_priority and cg.project_order else None)
+        rank = (
+            {p: i for i, p in enumerate(cg.project_order)}
+            if cg is not None and cg.project_priority and cg.project_order
+            else None
+        )
         chain = tuple(group_of[x] for x in (pol.levels or [pol.name]) if x in group_of)
         groups[pol.group] = GroupInfo(
-            name=pol.group, policy=pol.name, reservation=pol.reservation_milli,
-            limit=pol.limit_milli, budget=pol.budget,
+            name=pol.group,
+            policy=pol.name,
+            reservation=pol.reservation_milli,
+            limit=pol.limit_milli,
+            budget=pol.budget,
             resources=tuple(sorted(by_group.get(pol.group, []))),
-            levels=chain or (pol.group,), envelope=pol.envelope,
+            levels=chain or (pol.group,),
+            envelope=pol.envelope,
             subtree_resources=tuple(sorted(set(subtree_res.get(pol.group, [])))),
-            user_limit=pol.user_limit_milli, project_rank=rank,
+            user_limit=pol.user_limit_milli,
+            project_rank=rank,
             lend_weight=pol.lend_weight_milli,
-            protect_ms=SECOND_MS * (pol.protect_for_s if pol.protect_for_s is not None
-                                    else lending.protect_for_s))
+            protect_ms=SECOND_MS
+            * (pol.protect_for_s if pol.protect_for_s is not None else lending.protect_for_s),
+        )
     for name, group_info in groups.items():
         groups[name] = replace(
-            group_info, outer=tuple((x, groups[x].reservation, groups[x].limit)
-                                    for x in group_info.levels[1:]),
-            budgeted=tuple((x, b, b.low_watermark_s * SECOND_MS) for x in group_info.levels
-                           if (b := groups[x].budget) is not None),
-            sized_by_task=tuple(n for n in group_info.resources
-                                if not resources[n].strict and resources[n].fixed_size is None))
+            group_info,
+            outer=tuple((x, groups[x].reservation, groups[x].limit) for x in group_info.levels[1:]),
+            budgeted=tuple(
+                (x, b, b.low_watermark_s * SECOND_MS)
+                for x in group_info.levels
+                if (b := groups[x].budget) is not None
+            ),
+            sized_by_task=tuple(
+                n
+                for n in group_info.resources
+                if not resources[n].strict and resources[n].fixed_size is None
+            ),
+        )
     group_levels: dict[str, tuple[str, ...]] = {}
     for g in estate.groups:
         up = [g.name] + list(g.ancestors)
-        group_levels[g.name] = tuple(x for x in up
-                                     if x in groups and (x == g.name or groups[x].envelope))
+        group_levels[g.name] = tuple(
+            x for x in up if x in groups and (x == g.name or groups[x].envelope)
+        )
     teams_below: dict[str, list[str]] = {}
     for g in estate.groups:
         gi = groups.get(g.name)
@@ -241,13 +263,23 @@ def _build(estate: CompiledEstate) -> EstateIndex:
         for a in g.ancestors:
             if a not in groups:
                 teams_below.setdefault(a, []).append(g.name)
-    pools = {p.name: PoolInfo(p.name, p.capacity_milli, tuple(by_pool.get(p.name, [])),
-                              p.start_timeout_s * 1000, p.autoscale is not None,
-                              tuple((n.count, n.gpus_milli) for n in p.nodes),
-                              tuple(n.gpus_milli for n in p.nodes for _ in range(n.count)))
-             for p in estate.pools}
+    pools = {
+        p.name: PoolInfo(
+            p.name,
+            p.capacity_milli,
+            tuple(by_pool.get(p.name, [])),
+            p.start_timeout_s * 1000,
+            p.autoscale is not None,
+            tuple((n.count, n.gpus_milli) for n in p.nodes),
+            tuple(n.gpus_milli for n in p.nodes for _ in range(n.count)),
+        )
+        for p in estate.pools
+    }
     return EstateIndex(
-        estate=estate, revision=estate.revision, resources=resources, groups=groups,
+        estate=estate,
+        revision=estate.revision,
+        resources=resources,
+        groups=groups,
         pools=pools,
         users={g.name: frozenset(g.users) for g in estate.groups},
         projects={g.name: frozenset(g.projects) for g in estate.groups},

@@ -18,8 +18,17 @@ from klique_util.fmt import hours, percent
 from klique_util.units import MILLI, from_milli, unit_hours
 
 from .budget import budget_units, next_budget_event, remaining
-from .decisions import (UNSTARTED, Alert, Cancellation, Phase, Placement, Preemption,
-                        no_autoscaler_requeue_text, recalled_text, unstarted_text)
+from .decisions import (
+    UNSTARTED,
+    Alert,
+    Cancellation,
+    Phase,
+    Placement,
+    Preemption,
+    no_autoscaler_requeue_text,
+    recalled_text,
+    unstarted_text,
+)
 from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
@@ -27,9 +36,20 @@ from .fairtree import FairTree, shape_of, scaled_share
 from .rebalance import rebalance_victims
 from .reclaim import choose_victims
 from .result import PassResult
-from .rules import (Key, budget_ok, failing_budget_level, failing_limit_level, first_fit,
-                    fits, headroom, innermost_within, limit_room, order_key, reservation_room,
-                    user_ok)
+from .rules import (
+    Key,
+    budget_ok,
+    failing_budget_level,
+    failing_limit_level,
+    first_fit,
+    fits,
+    headroom,
+    innermost_within,
+    limit_room,
+    order_key,
+    reservation_room,
+    user_ok,
+)
 from .queues import CRQueue
 from .state import State, Task
 from .watch import level_key, pool_hold
@@ -84,8 +104,7 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
     # lending.md: a pass at every moment a placed task's protection ends.
     if state.protection_due(now):
         state.dirty = True
-        state.reclaim.update(n for n, q in state.queues.items()
-                             if q.live and n in index.resources)
+        state.reclaim.update(n for n, q in state.queues.items() if q.live and n in index.resources)
     if not state.dirty and not due and not decisions and not starts:
         return PassResult(index, state, now, decisions, _next_pass_at(index, state, now), 0)
     state.version += 1
@@ -119,6 +138,7 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
 
 
 # ------------------------------------------------------------------------ budgets and time
+
 
 def _due_budget_groups(index: EstateIndex, state: State, now: int) -> set[str]:
     """Groups whose budget needs a look at ``now``: a run-out or alert moment came, a period
@@ -162,18 +182,22 @@ def _requeue_unstarted(state: State, now: int, out: list[Decision]) -> bool:
             continue
         pool = t.pool or ""
         back = state.recalled.pop(t.id, None)
-        text = (recalled_text(back) if back is not None
-                else no_autoscaler_requeue_text(pool) if pool in state.no_autoscaler
-                and pool in state.unavailable else unstarted_text(pool, t.start_timeout))
+        text = (
+            recalled_text(back)
+            if back is not None
+            else no_autoscaler_requeue_text(pool)
+            if pool in state.no_autoscaler and pool in state.unavailable
+            else unstarted_text(pool, t.start_timeout)
+        )
         lost = state.preempt(t, now, UNSTARTED, text)
-        out.append(Preemption(t.id, t.resource, t.group, pool, UNSTARTED, text, None, t.size,
-                              lost))
+        out.append(Preemption(t.id, t.resource, t.group, pool, UNSTARTED, text, None, t.size, lost))
         changed = True
     return changed
 
 
-def _phase_budgets(index: EstateIndex, state: State, now: int, due: set[str],
-                   out: list[Decision]) -> bool:
+def _phase_budgets(
+    index: EstateIndex, state: State, now: int, due: set[str], out: list[Decision]
+) -> bool:
     """Phase 0: a used-up budget preempts the weighted work of its level's whole subtree,
     newest placement first (organisation.md "Budgets at every level"); each victim's reason
     names the nearest of its levels whose budget is used up."""
@@ -194,19 +218,30 @@ def _phase_budgets(index: EstateIndex, state: State, now: int, due: set[str],
         gi = groups[g]
         if gi.envelope:
             teams = [t for t, ti in groups.items() if not ti.envelope and g in ti.levels]
-            victims = sorted((t for team in teams
-                              for t in state.placed_by_group.get(team, {}).values()
-                              if t.weight > 0 and not t.orphan),
-                             key=lambda t: -t.place_seq)
+            victims = sorted(
+                (
+                    t
+                    for team in teams
+                    for t in state.placed_by_group.get(team, {}).values()
+                    if t.weight > 0 and not t.orphan
+                ),
+                key=lambda t: -t.place_seq,
+            )
         else:
-            victims = [t for t in reversed(state.placed_by_group.get(g, {}).values())
-                       if t.weight > 0 and not t.orphan]
+            victims = [
+                t
+                for t in reversed(state.placed_by_group.get(g, {}).values())
+                if t.weight > 0 and not t.orphan
+            ]
         for t in victims:
             pool = t.pool
             text = _budget_text(index, state, t.group, now)
             lost = state.preempt(t, now, "budget", text)
-            out.append(Preemption(t.id, t.resource, t.group, pool or "", "budget", text, None,
-                                  t.size, lost))
+            out.append(
+                Preemption(
+                    t.id, t.resource, t.group, pool or "", "budget", text, None, t.size, lost
+                )
+            )
             changed = True
     return changed
 
@@ -215,7 +250,7 @@ def _budget_text(index: EstateIndex, state: State, group: str, now: int) -> str:
     """``budget used up``, or for an envelope's ``budget of <group> used up``: the nearest
     level of ``group`` whose budget is used up."""
     gi = index.groups.get(group)
-    for x in (gi.levels if gi is not None else (group,)):
+    for x in gi.levels if gi is not None else (group,):
         xi = index.groups.get(x)
         if xi is None or xi.budget is None:
             continue
@@ -224,8 +259,7 @@ def _budget_text(index: EstateIndex, state: State, group: str, now: int) -> str:
     return "budget used up"
 
 
-def _alerts(index: EstateIndex, state: State, now: int, due: set[str],
-            out: list[Decision]) -> None:
+def _alerts(index: EstateIndex, state: State, now: int, due: set[str], out: list[Decision]) -> None:
     for g in sorted(due):
         gi = index.groups.get(g)
         if gi is None or gi.budget is None or not gi.budget.alert_at_milli:
@@ -244,10 +278,19 @@ def _alerts(index: EstateIndex, state: State, now: int, due: set[str],
                 raised[1].add(a)
                 # Worded from the figures, not the threshold: a budget lowered below what is
                 # used crosses every threshold at once, at well over each of them.
-                out.append(Alert(gi.policy, g, a, ps, used, total,
-                                 f"{gi.policy}: {percent(used, total)} of the {b.period}'s "
-                                 f"budget used ({hours(unit_hours(used))} of "
-                                 f"{hours(from_milli(b.hours_milli))} h; alert at {a / 10:g}%)"))
+                out.append(
+                    Alert(
+                        gi.policy,
+                        g,
+                        a,
+                        ps,
+                        used,
+                        total,
+                        f"{gi.policy}: {percent(used, total)} of the {b.period}'s "
+                        f"budget used ({hours(unit_hours(used))} of "
+                        f"{hours(from_milli(b.hours_milli))} h; alert at {a / 10:g}%)",
+                    )
+                )
 
 
 def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
@@ -289,6 +332,7 @@ def _next_pass_at(index: EstateIndex, state: State, now: int) -> int | None:
 
 # ------------------------------------------------------------------------ phases 1 and 3
 
+
 def _head(state: State, gi: GroupInfo, q: CRQueue) -> Task | None:
     """The queue's head as the rules see it: a task its user's limit holds back keeps its
     place but is passed over, even in a strict queue (organisation.md "User limit")."""
@@ -300,9 +344,15 @@ def _head(state: State, gi: GroupInfo, q: CRQueue) -> Task | None:
     return None
 
 
-def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
-               now: int, upto: int | None = None,
-               rooms: dict[str, int] | None = None) -> tuple[Task, str] | None:
+def _candidate(
+    index: EstateIndex,
+    state: State,
+    cr: CRInfo,
+    lend: bool,
+    now: int,
+    upto: int | None = None,
+    rooms: dict[str, int] | None = None,
+) -> tuple[Task, str] | None:
     """The task this compute resource may place now in this phase, and its pool. ``rooms``:
     each group's headroom while nothing is placed (a phase's first look at every queue
     asks once per group, not once per compute resource)."""
@@ -330,8 +380,9 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
         return None
     free = state.free
     if state.node_free:
-        maxfree = max((free.get(p, -1) if cr.nodes > 1 else state.room(p)
-                       for p in cr.pools), default=-1)
+        maxfree = max(
+            (free.get(p, -1) if cr.nodes > 1 else state.room(p) for p in cr.pools), default=-1
+        )
     else:
         maxfree = max((free.get(p, -1) for p in cr.pools), default=-1)
     lim = min(room, maxfree)
@@ -346,8 +397,14 @@ def _candidate(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
     return None
 
 
-def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
-          out: list[Decision], upto: int | None = None) -> bool:
+def _fill(
+    index: EstateIndex,
+    state: State,
+    now: int,
+    phase: Phase,
+    out: list[Decision],
+    upto: int | None = None,
+) -> bool:
     """Phases 1 (``reserve``: within reservation) and 3 (``lend``: up to the limit).
 
     Candidates are compared on (the profile's place in the target pool's execution order, the
@@ -391,28 +448,33 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         need = GANG if cr.nodes > 1 and pool in state.node_free else t.size
         heapq.heappush(by_pool.setdefault(pool, []), (-need, counter, name))
 
-    levels = {level_key(x): index.groups[x] for x in state.freed_levels
-              if x in index.groups} if lend else {}
+    levels = (
+        {level_key(x): index.groups[x] for x in state.freed_levels if x in index.groups}
+        if lend
+        else {}
+    )
 
     def pull(pool: str) -> None:
         """Puts the next parked queue of ``pool`` (or of an envelope's limit) that fits into
         the competition."""
         xi = levels.get(pool)
-        room = (xi.limit - state.used.get(xi.name, 0) if xi is not None
-                else state.room(pool))
+        room = xi.limit - state.used.get(xi.name, 0) if xi is not None else state.room(pool)
         while True:
             nxt = w.next_lend(pool, room)
             if nxt is None:
                 return
             key, v, name, need = nxt
             cr = resources.get(name)
-            if cr is not None and xi is not None and cr.nodes == 1 and not any(
-                    state.room(p) >= need for p in cr.pools):
+            if (
+                cr is not None
+                and xi is not None
+                and cr.nodes == 1
+                and not any(state.room(p) >= need for p in cr.pools)
+            ):
                 # The envelope has room but none of the queue's pools has: it waits for a
                 # pool now. Parked there without a look, so an envelope freeing GPUs does
                 # not wake every queue of its subtree that waits for pools anyway.
-                w.park_lend(name, cr.pools,
-                            [(cr.exec_pos[p],) + key[1:] for p in cr.pools], need)
+                w.park_lend(name, cr.pools, [(cr.exec_pos[p],) + key[1:] for p in cr.pools], need)
                 continue
             gq = index.groups[cr.group] if cr is not None else None
             if cr is not None and gq is not None and xi is None and len(gq.levels) > 1:
@@ -420,8 +482,12 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
                 # is at its limit. It waits on the envelope now, without a look.
                 x = failing_limit_level(index, state, gq, need)
                 if x is not None and x != cr.group:
-                    w.park_lend(name, (level_key(x),),
-                                [(min(cr.exec_pos.values(), default=0),) + key[1:]], need)
+                    w.park_lend(
+                        name,
+                        (level_key(x),),
+                        [(min(cr.exec_pos.values(), default=0),) + key[1:]],
+                        need,
+                    )
                     continue
             heapq.heappush(heap, (key, -v, name, pool))
             return
@@ -453,13 +519,17 @@ def _fill(index: EstateIndex, state: State, now: int, phase: Phase,
         _, t, pool = c
         cr = resources[name]
         gi = groups[cr.group]
-        if (state.free.get(pool, -1) < t.size
-                or (state.node_free and not fits(state, cr, pool, t.size))):
+        if state.free.get(pool, -1) < t.size or (
+            state.node_free and not fits(state, cr, pool, t.size)
+        ):
             evaluate(name)
             continue
         room = headroom(index, state, cr, lend, upto)
-        if (t.size > room or (gi.user_limit is not None and not user_ok(state, gi, t))
-                or not budget_ok(index, state, cr, now)):
+        if (
+            t.size > room
+            or (gi.user_limit is not None and not user_ok(state, gi, t))
+            or not budget_ok(index, state, cr, now)
+        ):
             evaluate(name, {cr.group: room})  # the same headroom: nothing changed since
             continue
         del cand[name]
@@ -526,8 +596,12 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         else:
             # Borrowed work held by an envelope's limit: woken in order as the subtree
             # frees GPUs, like a pool's room.
-            w.park_lend(cr.name, (level_key(x),),
-                        [order_key(cr, min(cr.exec_pos.values(), default=0), head)], need)
+            w.park_lend(
+                cr.name,
+                (level_key(x),),
+                [order_key(cr, min(cr.exec_pos.values(), default=0), head)],
+                need,
+            )
         return
     if not budget_ok(index, state, cr, now):
         # Woken when the level's rate falls, or at its period start.
@@ -546,8 +620,7 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
     if within:
         w.park_reserve(cr.name, pools, need)
     else:
-        w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools],
-                    need)
+        w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools], need)
 
 
 def _hold(state: State, level: str, name: str) -> None:
@@ -559,9 +632,14 @@ def _hold(state: State, level: str, name: str) -> None:
 
 # ------------------------------------------------------------------------ phase 2
 
-def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo,
-                       upto: int | None = None,
-                       rooms: dict[str, int] | None = None) -> Task | None:
+
+def _reclaim_candidate(
+    index: EstateIndex,
+    state: State,
+    cr: CRInfo,
+    upto: int | None = None,
+    rooms: dict[str, int] | None = None,
+) -> Task | None:
     """The head within reservation at one of the first ``upto + 1`` levels (all when None;
     best_effort: the first such task). Limits are not asked here: a reclaim may free an
     envelope's limit too (organisation.md "Reclaim"). A task its user's limit holds back
@@ -572,8 +650,11 @@ def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo,
     gi = index.groups[cr.group]
     room = rooms.get(cr.group) if rooms is not None else None
     if room is None:
-        room = (headroom(index, state, cr, False) if len(gi.levels) == 1
-                else reservation_room(index, state, gi, upto))
+        room = (
+            headroom(index, state, cr, False)
+            if len(gi.levels) == 1
+            else reservation_room(index, state, gi, upto)
+        )
         if rooms is not None:
             rooms[cr.group] = room
     smallest = q.min_size()
@@ -582,8 +663,7 @@ def _reclaim_candidate(index: EstateIndex, state: State, cr: CRInfo,
     return _first_within(state, gi, cr, q, room)
 
 
-def _first_within(state: State, gi: GroupInfo, cr: CRInfo, q: CRQueue,
-                  room: int) -> Task | None:
+def _first_within(state: State, gi: GroupInfo, cr: CRInfo, q: CRQueue, room: int) -> Task | None:
     """The task of ``q`` that ``room`` GPUs would take: strict, its head or none; best
     effort, its first that fits and that the user limit lets start."""
     if cr.strict:
@@ -596,8 +676,9 @@ def _first_within(state: State, gi: GroupInfo, cr: CRInfo, q: CRQueue,
     return None
 
 
-def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
-             upto: int | None = None) -> bool:
+def _reclaim(
+    index: EstateIndex, state: State, now: int, out: list[Decision], upto: int | None = None
+) -> bool:
     """Phase 2: work within reservation takes back borrowed capacity, only as much as it
     needs, in the first pool of its profile where enough can be freed."""
     names = state.reclaim | state.active
@@ -658,8 +739,19 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
                 for v in victims:
                     vpool = v.pool or p
                     lost = state.preempt(v, now, "reclaimed", f"reclaimed by {cr.group}")
-                    out.append(Preemption(v.id, v.resource, v.group, vpool, "reclaimed",
-                                          f"reclaimed by {cr.group}", cr.group, v.size, lost))
+                    out.append(
+                        Preemption(
+                            v.id,
+                            v.resource,
+                            v.group,
+                            vpool,
+                            "reclaimed",
+                            f"reclaimed by {cr.group}",
+                            cr.group,
+                            v.size,
+                            lost,
+                        )
+                    )
                     victim_groups.add(v.group)
                 pool = p
                 break
@@ -674,13 +766,14 @@ def _reclaim(index: EstateIndex, state: State, now: int, out: list[Decision],
         push(name)
         for g in sorted(victim_groups):
             vi = groups.get(g)
-            for n2 in (vi.resources if vi is not None else ()):
+            for n2 in vi.resources if vi is not None else ():
                 if n2 not in done:
                     push(n2)
     return changed
 
 
 # ------------------------------------------------------------------------ lending.md, fair
+
 
 def _live(index: EstateIndex, state: State) -> list[str]:
     return sorted(n for n, q in state.queues.items() if q.live and n in index.resources)
@@ -791,8 +884,9 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                 if r >= least:
                     fit.update(n for need, _, n in es if need <= r)
             fit -= looked
-            later = [(scaled_share(shape, index, state, resources[n].group), lowest[n], n)
-                     for n in fit]
+            later = [
+                (scaled_share(shape, index, state, resources[n].group), lowest[n], n) for n in fit
+            ]
             heapq.heapify(later)
         while later:
             s, lb, n = later[0]
@@ -817,7 +911,9 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             name = tree.pick()
             gi, t, pool = tree.payload(name)
             best: tuple[int, Key] | None = (
-                scaled_share(shape, index, state, gi.name), tree.members[name][0])
+                scaled_share(shape, index, state, gi.name),
+                tree.members[name][0],
+            )
         else:
             best = None
         if later and bring(best):
@@ -850,8 +946,11 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                     continue
                 gn, tn, _ = tree.payload(n)
                 crn = resources[n]
-                if (gn.user_limit is not None or (crn.weight > 0 and gn.budgeted)
-                        or tn.size > headroom(index, state, crn, True)):
+                if (
+                    gn.user_limit is not None
+                    or (crn.weight > 0 and gn.budgeted)
+                    or tn.size > headroom(index, state, crn, True)
+                ):
                     touched.add(n)
         for n in sorted(touched):
             evaluate(n)
@@ -874,12 +973,12 @@ def _lowest_keys(index: EstateIndex) -> dict[str, Key]:
             _LOWEST.clear()
         k = _LOWEST[index.revision] = {
             n: (min(cr.exec_pos.values(), default=0), cr.policy_pos, -1, "")
-            for n, cr in index.resources.items()}
+            for n, cr in index.resources.items()
+        }
     return k
 
 
-def _rebalance_candidate(index: EstateIndex, state: State, cr: CRInfo,
-                         now: int) -> Task | None:
+def _rebalance_candidate(index: EstateIndex, state: State, cr: CRInfo, now: int) -> Task | None:
     """Phase 4's candidate of ``cr``: the task phase 3 would place but for room (strict: its
     head; best_effort: its first such task), i.e. every level's limit, the user limit and
     the budget start check let it start."""
@@ -955,8 +1054,19 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                 for v in victims:
                     vpool = v.pool or p
                     lost = state.preempt(v, now, "rebalanced", text)
-                    out.append(Preemption(v.id, v.resource, v.group, vpool, "rebalanced",
-                                          text, cr.group, v.size, lost))
+                    out.append(
+                        Preemption(
+                            v.id,
+                            v.resource,
+                            v.group,
+                            vpool,
+                            "rebalanced",
+                            text,
+                            cr.group,
+                            v.size,
+                            lost,
+                        )
+                    )
                     moved.extend(groups[v.group].levels if v.group in groups else ())
                 pool = p
                 break
@@ -1139,5 +1249,6 @@ def _group_pools(index: EstateIndex) -> dict[str, tuple[str, ...]]:
             _POOLS.clear()
         k = _POOLS[index.revision] = {
             g: tuple(dict.fromkeys(p for n in gi.resources for p in index.resources[n].pools))
-            for g, gi in index.groups.items()}
+            for g, gi in index.groups.items()
+        }
     return k

@@ -30,8 +30,17 @@ place in line with or without project ranks (2**44 submissions is far beyond any
 
 
 class CRQueue:
-    __slots__ = ("front", "back", "backs", "ranks", "live", "sizes", "stale", "front_seqs",
-                 "back_seqs")
+    __slots__ = (
+        "front",
+        "back",
+        "backs",
+        "ranks",
+        "live",
+        "sizes",
+        "stale",
+        "front_seqs",
+        "back_seqs",
+    )
 
     def __init__(self, ranks: dict[str, int] | None = None) -> None:
         self.ranks = ranks
@@ -40,7 +49,8 @@ class CRQueue:
         self.front: list[tuple[int, int, Task]] = []
         """Heap of (submission seq, token, task) of tasks that ran before."""
         self.backs: list[deque[tuple[Task, int]]] = [
-            deque() for _ in range(len(ranks) + 1 if ranks else 1)]
+            deque() for _ in range(len(ranks) + 1 if ranks else 1)
+        ]
         """Per project rank: (task, token) of tasks that never ran, in submission order."""
         self.back = self.backs[0]
         self.live = 0

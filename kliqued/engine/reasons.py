@@ -14,8 +14,16 @@ from .budget import budget_units, remaining
 from .decisions import BudgetStatus, Reason, no_autoscaler_text, no_worker_text
 from .index import CRInfo, EstateIndex
 from .periods import format_minute, next_period_start, period_start
-from .rules import (BUDGET, CAPACITY, LIMIT, USER_LIMIT, failing_budget_level,
-                    failing_limit_level, first_failing, user_ok)
+from .rules import (
+    BUDGET,
+    CAPACITY,
+    LIMIT,
+    USER_LIMIT,
+    failing_budget_level,
+    failing_limit_level,
+    first_failing,
+    user_ok,
+)
 from .protection import protected_until
 from .reclaim import choose_victims
 from .rules import budget_ok, innermost_within
@@ -26,8 +34,9 @@ def _gpus(milli: int) -> str:
     return milli_str(milli)
 
 
-def waiting_reason(index: EstateIndex, state: State, task_id: str, now: int,
-                   position: int | None = None) -> Reason | None:
+def waiting_reason(
+    index: EstateIndex, state: State, task_id: str, now: int, position: int | None = None
+) -> Reason | None:
     """The reason ``task_id`` waits, or None if it is not queued. ``position`` (0 = the
     head), when the caller keeps it, saves walking a strict queue to find the task."""
     t = state.tasks.get(task_id)
@@ -73,8 +82,11 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
     failing = first_failing(index, state, cr, t.size, now, user=t.user)
     if failing == USER_LIMIT or held:
         used = state.user_used.get((gi.name, t.user), 0)
-        return Reason("user_limit", f"{t.user} at their limit in {gi.name} "
-                                    f"({_gpus(used)}/{_gpus(gi.user_limit or 0)} GPUs)")
+        return Reason(
+            "user_limit",
+            f"{t.user} at their limit in {gi.name} "
+            f"({_gpus(used)}/{_gpus(gi.user_limit or 0)} GPUs)",
+        )
     if failing == LIMIT:
         x = failing_limit_level(index, state, gi, t.size) or gi.name
         xi = index.groups[x]
@@ -82,8 +94,11 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
         who = "group" if x == gi.name else x
         if used >= xi.limit:
             return Reason("limit", f"{who} at limit ({_gpus(used)}/{_gpus(xi.limit)} GPUs)")
-        return Reason("limit", f"{who} near limit ({_gpus(used)}/{_gpus(xi.limit)} GPUs, "
-                               f"the task needs {_gpus(t.size)})")
+        return Reason(
+            "limit",
+            f"{who} near limit ({_gpus(used)}/{_gpus(xi.limit)} GPUs, "
+            f"the task needs {_gpus(t.size)})",
+        )
     if failing == BUDGET:
         x = failing_budget_level(index, state, cr, now) or gi.name
         b = index.groups[x].budget
@@ -92,10 +107,15 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
             left = remaining(m, b, now, state.enabled)
             of = "" if x == gi.name else f" of {x}"
             if left <= 0:
-                return Reason("budget", f"budget{of} used up: resets "
-                                        f"{format_minute(next_period_start(b.period, now))}")
-            return Reason("budget", f"budget start check{of}: {hours(unit_hours(left))} h "
-                                    f"left at {hours(from_milli(m.rate + cr.weight))} h/h")
+                return Reason(
+                    "budget",
+                    f"budget{of} used up: resets {format_minute(next_period_start(b.period, now))}",
+                )
+            return Reason(
+                "budget",
+                f"budget start check{of}: {hours(unit_hours(left))} h "
+                f"left at {hours(from_milli(m.rate + cr.weight))} h/h",
+            )
     if failing == CAPACITY:
         down = [p for p in cr.pools if p in state.unavailable]
         up = [p for p in cr.pools if p not in state.unavailable]
@@ -107,11 +127,15 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
             parts.append(f"no room in pools {', '.join(full)}")
         if split:
             each = milli_str(t.size // max(1, cr.nodes))
-            need = (f"{cr.nodes} machines with {each} GPUs free each" if cr.nodes > 1
-                    else f"machine with {each} GPUs free")
+            need = (
+                f"{cr.nodes} machines with {each} GPUs free each"
+                if cr.nodes > 1
+                else f"machine with {each} GPUs free"
+            )
             rooms = ", ".join(f"{milli_str(state.node_room[p])} in {p}" for p in split)
-            parts.append(f"no {need} in pools {', '.join(split)} (most free on one machine: "
-                         f"{rooms})")
+            parts.append(
+                f"no {need} in pools {', '.join(split)} (most free on one machine: {rooms})"
+            )
         no_scaler = [p for p in down if p in state.no_autoscaler]
         no_worker = [p for p in down if p not in state.no_autoscaler]
         if no_worker:
@@ -127,8 +151,9 @@ def _reason(index: EstateIndex, state: State, t: Task, now: int, pos: int | None
     return Reason("pending", "waits for the next pass")
 
 
-def protected_until_fits(index: EstateIndex, state: State, cr: CRInfo, t: Task,
-                         now: int) -> int | None:
+def protected_until_fits(
+    index: EstateIndex, state: State, cr: CRInfo, t: Task, now: int
+) -> int | None:
     """lending.md's reason: when a task whose reclaim is held back only by protection could
     take its room, i.e. the first moment a protection ends at which the reclaim (the same
     ``choose_victims``, judged at that moment) frees a pool for it; None when it triggers no
@@ -146,15 +171,22 @@ def protected_until_fits(index: EstateIndex, state: State, cr: CRInfo, t: Task,
             if x is not t:
                 return None
             break
-    ends = sorted({e for tasks in state.placed_by_group.values() for v in tasks.values()
-                   if v.status == PLACED and (e := protected_until(index, v)) is not None
-                   and e > now})
+    ends = sorted(
+        {
+            e
+            for tasks in state.placed_by_group.values()
+            for v in tasks.values()
+            if v.status == PLACED and (e := protected_until(index, v)) is not None and e > now
+        }
+    )
     inner = innermost_within(index, state, gi, t.size)
     guarded = gi.levels[inner] if inner is not None else gi.name
     for at in ends:
         for p in cr.pools:
-            if p in state.free and choose_victims(index, state, p, gi, t.size, guarded,
-                                                  cr.nodes, at) is not None:
+            if (
+                p in state.free
+                and choose_victims(index, state, p, gi, t.size, guarded, cr.nodes, at) is not None
+            ):
                 return at
     return None
 
@@ -177,5 +209,6 @@ def budget_status(index: EstateIndex, state: State, policy: str, now: int) -> Bu
         runout = now + max(0, -(-left // rate))
         if runout >= resets:
             runout = None
-    return BudgetStatus(policy, pol.name, b.period, period_start(b.period, now), resets,
-                        total, used, m.rate, runout)
+    return BudgetStatus(
+        policy, pol.name, b.period, period_start(b.period, now), resets, total, used, m.rate, runout
+    )

@@ -24,8 +24,9 @@ from .state import State, Task
 from .victims import victim_key
 
 
-def rebalance_victims(index: EstateIndex, state: State, pool: str, taker: GroupInfo,
-                      size: int, nodes: int, now: int) -> list[Task] | None:
+def rebalance_victims(
+    index: EstateIndex, state: State, pool: str, taker: GroupInfo, size: int, nodes: int, now: int
+) -> list[Task] | None:
     room = _Room(state, pool, size, nodes)
     if not room.short():
         return []
@@ -50,13 +51,17 @@ def rebalance_victims(index: EstateIndex, state: State, pool: str, taker: GroupI
         if not room.short():
             break
         levels = groups[v.group].levels
-        if any(used.get(z, 0) - chosen_in.get(z, 0) - v.size < groups[z].reservation
-               for z in levels if z not in mine):
+        if any(
+            used.get(z, 0) - chosen_in.get(z, 0) - v.size < groups[z].reservation
+            for z in levels
+            if z not in mine
+        ):
             continue  # it would take one of its levels below its reservation
         xi, yi = groups[x], groups[y]
         taker_share = Fraction(max(0, used.get(x, 0) + size - xi.reservation), xi.lend_weight)
-        giver_share = Fraction(used.get(y, 0) - chosen_in.get(y, 0) - v.size - yi.reservation,
-                               yi.lend_weight)
+        giver_share = Fraction(
+            used.get(y, 0) - chosen_in.get(y, 0) - v.size - yi.reservation, yi.lend_weight
+        )
         if taker_share > giver_share:
             continue  # the move would leave the taker above the giver
         chosen.append(v)

@@ -29,8 +29,16 @@ from .state import State, Task
 from .victims import in_victim_order
 
 
-def choose_victims(index: EstateIndex, state: State, pool: str, waiting: GroupInfo, size: int,
-                   guarded: str, nodes: int = 1, now: int = 0) -> list[Task] | None:
+def choose_victims(
+    index: EstateIndex,
+    state: State,
+    pool: str,
+    waiting: GroupInfo,
+    size: int,
+    guarded: str,
+    nodes: int = 1,
+    now: int = 0,
+) -> list[Task] | None:
     """The tasks to preempt so that a task of ``waiting``'s group and ``size`` can be placed
     on ``pool`` under every level's limit, or None when that cannot be done (the pool is
     then passed over). ``guarded`` is the nearest level at which the task is within
@@ -47,8 +55,9 @@ def choose_victims(index: EstateIndex, state: State, pool: str, waiting: GroupIn
     lending = index.protecting or index.least_lost_work
     if not short and len(waiting.levels) == 1 and index.depth == 1 and room.nf is None:
         return _on_pool(index, state, pool, waiting.name, room.need, now if lending else None)
-    return _across_levels(index, state, pool, waiting, guarded, room, short,
-                          now if lending else None)
+    return _across_levels(
+        index, state, pool, waiting, guarded, room, short, now if lending else None
+    )
 
 
 class _Room:
@@ -79,9 +88,16 @@ class _Room:
                     self.nf[i] += sign * amount
 
 
-def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupInfo,
-                   guarded: str, room: _Room, short: dict[str, int],
-                   now: int | None = None) -> list[Task] | None:
+def _across_levels(
+    index: EstateIndex,
+    state: State,
+    pool: str,
+    waiting: GroupInfo,
+    guarded: str,
+    room: _Room,
+    short: dict[str, int],
+    now: int | None = None,
+) -> list[Task] | None:
     """organisation.md's reclaim: a victim is eligible when it is outside ``guarded``'s
     subtree and each of its levels that the waiting task does not share stays at or above
     its reservation; it is useful while it is on ``pool`` and room there is short, or in
@@ -139,8 +155,9 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
                 heapq.heapreplace(heap, (-nxt.place_seq, nxt, it))
             yield t
 
-    stream = (newest_first() if now is None
-              else iter(in_victim_order(pooled, now, index.least_lost_work)))
+    stream = (
+        newest_first() if now is None else iter(in_victim_order(pooled, now, index.least_lost_work))
+    )
     chosen: list[Task] = []
     for t in stream:
         if holds():
@@ -149,8 +166,9 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
             continue
         levels = groups[t.group].levels
         on_pool = t.pool == pool
-        if not ((on_pool and room.short())
-                or any(y in short and freed[y] < short[y] for y in levels)):
+        if not (
+            (on_pool and room.short()) or any(y in short and freed[y] < short[y] for y in levels)
+        ):
             continue  # not useful (and it never becomes useful again)
         if any(z not in mine and excess[z] - t.size < 0 for z in levels):
             continue  # would take one of its levels below its reservation
@@ -183,8 +201,14 @@ def _across_levels(index: EstateIndex, state: State, pool: str, waiting: GroupIn
     return [t for i, t in enumerate(chosen) if i not in spared]
 
 
-def _on_pool(index: EstateIndex, state: State, pool: str, waiting_group: str,
-             need: int, now: int | None = None) -> list[Task] | None:
+def _on_pool(
+    index: EstateIndex,
+    state: State,
+    pool: str,
+    waiting_group: str,
+    need: int,
+    now: int | None = None,
+) -> list[Task] | None:
     """A flat estate's victims on ``pool`` so that ``need`` more milli-GPUs are free there.
     ``now`` given (lending.md's settings in use): protected tasks are passed over and the
     candidates go in the ``victims`` order (``_on_pool_ordered``)."""
@@ -240,13 +264,17 @@ def _on_pool(index: EstateIndex, state: State, pool: str, waiting_group: str,
     return _spared(chosen, freed, need)
 
 
-def _on_pool_ordered(index: EstateIndex, by_group: dict[str, dict[str, Task]],
-                     excess: dict[str, int], need: int, now: int) -> list[Task] | None:
+def _on_pool_ordered(
+    index: EstateIndex,
+    by_group: dict[str, dict[str, Task]],
+    excess: dict[str, int],
+    need: int,
+    now: int,
+) -> list[Task] | None:
     """``_on_pool`` with lending.md's settings: the borrowers' unprotected tasks on the pool
     in the ``victims`` order, each eligible while its group stays at or above its
     reservation; then sparing from the last chosen back, as engine.md says."""
-    pooled = [t for g in excess for t in by_group[g].values()
-              if not protected(index, t, now)]
+    pooled = [t for g in excess for t in by_group[g].values() if not protected(index, t, now)]
     chosen: list[Task] = []
     freed = 0
     for t in in_victim_order(pooled, now, index.least_lost_work):

@@ -24,9 +24,15 @@ if TYPE_CHECKING:
 class PassResult:
     __slots__ = ("index", "_state", "now", "decisions", "next_pass_at", "repeats", "_version")
 
-    def __init__(self, index: "EstateIndex", state: "State", now: int,
-                 decisions: list[Placement | Preemption | Cancellation | Alert],
-                 next_pass_at: int | None, repeats: int) -> None:
+    def __init__(
+        self,
+        index: "EstateIndex",
+        state: "State",
+        now: int,
+        decisions: list[Placement | Preemption | Cancellation | Alert],
+        next_pass_at: int | None,
+        repeats: int,
+    ) -> None:
         self.index = index
         self._state = state
         self.now = now

@@ -58,13 +58,14 @@ def limit_room(index: EstateIndex, state: State, gi: GroupInfo) -> int:
     return room
 
 
-def reservation_room(index: EstateIndex, state: State, gi: GroupInfo,
-                     upto: int | None = None) -> int:
+def reservation_room(
+    index: EstateIndex, state: State, gi: GroupInfo, upto: int | None = None
+) -> int:
     """The largest task of ``gi`` that is within reservation at some level among its first
     ``upto + 1`` (all when None): ``used(x) + s <= reservation(x)`` at one of them."""
     used = state.used
     room = gi.reservation - used.get(gi.name, 0)
-    for x, reservation, _ in (gi.outer if upto is None else gi.outer[:upto]):
+    for x, reservation, _ in gi.outer if upto is None else gi.outer[:upto]:
         r = reservation - used.get(x, 0)
         if r > room:
             room = r
@@ -83,8 +84,9 @@ def innermost_within(index: EstateIndex, state: State, gi: GroupInfo, size: int)
     return None
 
 
-def headroom(index: EstateIndex, state: State, cr: CRInfo, lend: bool,
-             upto: int | None = None) -> int:
+def headroom(
+    index: EstateIndex, state: State, cr: CRInfo, lend: bool, upto: int | None = None
+) -> int:
     """Milli-GPUs ``cr``'s group may still take in this phase (a task fits when its size is
     at most this): under every level's limit, and in phases 1 and 2 (``lend`` False) within
     reservation at one of the first ``upto + 1`` levels (all when None)."""
@@ -146,12 +148,14 @@ def failing_budget_level(index: EstateIndex, state: State, cr: CRInfo, now: int)
 
 def budget_ok(index: EstateIndex, state: State, cr: CRInfo, now: int) -> bool:
     """The budget check: the start check of budget.py at every budgeted level."""
-    return (cr.weight <= 0 or not index.groups[cr.group].budgeted
-            or failing_budget_level(index, state, cr, now) is None)
+    return (
+        cr.weight <= 0
+        or not index.groups[cr.group].budgeted
+        or failing_budget_level(index, state, cr, now) is None
+    )
 
 
-def failing_limit_level(index: EstateIndex, state: State, gi: GroupInfo,
-                        size: int) -> str | None:
+def failing_limit_level(index: EstateIndex, state: State, gi: GroupInfo, size: int) -> str | None:
     """The nearest level whose limit a task of ``size`` would pass, or None."""
     used = state.used
     if used.get(gi.name, 0) + size > gi.limit:
@@ -184,14 +188,24 @@ def first_fit(state: State, cr: CRInfo, size: int) -> str | None:
     return None
 
 
-def first_failing(index: EstateIndex, state: State, cr: CRInfo, size: int, now: int,
-                  lend: bool = True, user: str | None = None) -> Check | None:
+def first_failing(
+    index: EstateIndex,
+    state: State,
+    cr: CRInfo,
+    size: int,
+    now: int,
+    lend: bool = True,
+    user: str | None = None,
+) -> Check | None:
     """The first check a task of ``size`` (of ``user``, when given) of ``cr`` fails in this
     phase, in the order of reasons (user limit, limit, budget, capacity), or None when it
     may be placed. Phase 3 (``lend``) is the one a waiting task's reason speaks of."""
     gi = index.groups[cr.group]
-    if user is not None and gi.user_limit is not None \
-            and state.user_used.get((gi.name, user), 0) + size > gi.user_limit:
+    if (
+        user is not None
+        and gi.user_limit is not None
+        and state.user_used.get((gi.name, user), 0) + size > gi.user_limit
+    ):
         return USER_LIMIT
     if size > headroom(index, state, cr, lend):
         return LIMIT

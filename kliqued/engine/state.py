@@ -34,19 +34,32 @@ def _did_you_mean(index: EstateIndex, resource: str, user: str) -> str:
     """The compute resources ``user`` may send to that ``resource`` may have meant: the same
     profile under a policy (``l40s-1x`` for ``llm-research/l40s-1x``), else a near spelling.
     Only resources of the user's own groups are named, so a refusal tells nothing of others'."""
-    mine = sorted(name for name, cr in index.resources.items()
-                  if user in index.users.get(cr.group, frozenset()))
-    near = [name for name in mine if name.split("/", 1)[-1] == resource] if "/" not in resource \
-        else []
+    mine = sorted(
+        name
+        for name, cr in index.resources.items()
+        if user in index.users.get(cr.group, frozenset())
+    )
+    near = (
+        [name for name in mine if name.split("/", 1)[-1] == resource] if "/" not in resource else []
+    )
     near = near or difflib.get_close_matches(resource, mine, n=3)
     if not near:
         return ""
-    return (f"; did you mean {' or '.join(near)}? (a compute resource is POLICY/PROFILE: "
-            "kliqued resources lists yours)")
+    return (
+        f"; did you mean {' or '.join(near)}? (a compute resource is POLICY/PROFILE: "
+        "kliqued resources lists yours)"
+    )
 
 
-def check_submission(index: EstateIndex, resource: str, user: str, project: str | None,
-                     gpus_milli: int | None, *, require_project: bool = False) -> int:
+def check_submission(
+    index: EstateIndex,
+    resource: str,
+    user: str,
+    project: str | None,
+    gpus_milli: int | None,
+    *,
+    require_project: bool = False,
+) -> int:
     """The task's size in milli-GPUs, or a :class:`SubmissionError` saying why the estate does
     not accept it. The daemon's API and the simulator both call this, so the rules for who may
     send what are written once.
@@ -57,36 +70,52 @@ def check_submission(index: EstateIndex, resource: str, user: str, project: str 
     it records use against a project (docs/decisions.md, issue 10)."""
     cr = index.resources.get(resource)
     if cr is None:
-        raise SubmissionError("resource", f"unknown compute resource {excerpt(resource)}"
-                                          f"{_did_you_mean(index, resource, user)}")
+        raise SubmissionError(
+            "resource",
+            f"unknown compute resource {excerpt(resource)}{_did_you_mean(index, resource, user)}",
+        )
     users = index.users.get(cr.group, frozenset())
     if user not in users:
-        raise SubmissionError("user",
-                              f"user {excerpt(user)} is not in the users of group {cr.group!r}")
+        raise SubmissionError(
+            "user", f"user {excerpt(user)} is not in the users of group {cr.group!r}"
+        )
     projects = index.projects.get(cr.group, frozenset())
     if projects and project not in projects and (project is not None or require_project):
         allowed = ", ".join(sorted(projects))
         if project is None:
-            raise SubmissionError("project", f"project required: group {cr.group!r} records "
-                                  f"its use against a project; give one of {allowed}")
-        raise SubmissionError("project", f"project {excerpt(project)} is not a project of group "
-                              f"{cr.group!r}: give one of {allowed}")
+            raise SubmissionError(
+                "project",
+                f"project required: group {cr.group!r} records "
+                f"its use against a project; give one of {allowed}",
+            )
+        raise SubmissionError(
+            "project",
+            f"project {excerpt(project)} is not a project of group "
+            f"{cr.group!r}: give one of {allowed}",
+        )
     if gpus_milli is not None:
         if cr.fixed_size is not None:
-            raise SubmissionError("gpus", f"profile {cr.profile!r} has a fixed size; a task "
-                                  f"cannot set gpus")
+            raise SubmissionError(
+                "gpus", f"profile {cr.profile!r} has a fixed size; a task cannot set gpus"
+            )
         if gpus_milli < 0:
             raise SubmissionError("gpus", "gpus must be >= 0")
         if cr.max_size is not None and gpus_milli > cr.max_size:
-            raise SubmissionError("gpus", f"gpus {from_milli(gpus_milli):g} is above the "
-                                  f"maximum of profile '{cr.profile}' "
-                                  f"({from_milli(cr.max_size):g})")
+            raise SubmissionError(
+                "gpus",
+                f"gpus {from_milli(gpus_milli):g} is above the "
+                f"maximum of profile '{cr.profile}' "
+                f"({from_milli(cr.max_size):g})",
+            )
     size = cr.size_for(gpus_milli)
     _check_nodes(index, cr, size)
     g = index.groups.get(cr.group)
     if g is not None and size > g.limit:
-        raise SubmissionError("gpus", f"gpus {from_milli(size):g} is above the limit of "
-                              f"group '{cr.group}' ({from_milli(g.limit):g})")
+        raise SubmissionError(
+            "gpus",
+            f"gpus {from_milli(size):g} is above the limit of "
+            f"group '{cr.group}' ({from_milli(g.limit):g})",
+        )
     return size
 
 
@@ -96,9 +125,12 @@ def _check_nodes(index: EstateIndex, cr: CRInfo, size: int) -> None:
     if cr.nodes == 1 and not index.shaped:
         return
     if cr.nodes > 1 and share(size, cr.nodes) is None:
-        raise SubmissionError("gpus", f"gpus {from_milli(size):g} cannot be split evenly over "
-                              f"the {cr.nodes} nodes of profile '{cr.profile}': give a "
-                              f"multiple of {cr.nodes}")
+        raise SubmissionError(
+            "gpus",
+            f"gpus {from_milli(size):g} cannot be split evenly over "
+            f"the {cr.nodes} nodes of profile '{cr.profile}': give a "
+            f"multiple of {cr.nodes}",
+        )
     shaped = [index.pools[p] for p in cr.pools if p in index.pools]
     if not shaped or any(not info.shapes for info in shaped):
         return
@@ -106,10 +138,13 @@ def _check_nodes(index: EstateIndex, cr: CRInfo, size: int) -> None:
         return
     best = max(shaped, key=lambda info: largest_fit(info.shapes, cr.nodes))
     over = f" over {cr.nodes} nodes" if cr.nodes > 1 else ""
-    raise SubmissionError("gpus", f"gpus {from_milli(size):g}{over} fits no machine of the "
-                          f"pools of profile '{cr.profile}': the largest task is "
-                          f"{from_milli(largest_fit(best.shapes, cr.nodes)):g} GPUs{over} "
-                          f"(pool {best.name}: {describe(best.shapes)})")
+    raise SubmissionError(
+        "gpus",
+        f"gpus {from_milli(size):g}{over} fits no machine of the "
+        f"pools of profile '{cr.profile}': the largest task is "
+        f"{from_milli(largest_fit(best.shapes, cr.nodes)):g} GPUs{over} "
+        f"(pool {best.name}: {describe(best.shapes)})",
+    )
 
 
 def shape_fits_info(info: PoolInfo, size: int, nodes: int) -> bool:
@@ -119,8 +154,13 @@ def shape_fits_info(info: PoolInfo, size: int, nodes: int) -> bool:
 class State:
     """Everything that changes; one per daemon or simulation."""
 
-    def __init__(self, index: EstateIndex, now: int, enabled: bool = True,
-                 self_starting: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        index: EstateIndex,
+        now: int,
+        enabled: bool = True,
+        self_starting: set[str] | None = None,
+    ) -> None:
         self.index: EstateIndex | None = None
         self.clock = now
         self.enabled = enabled
@@ -341,8 +381,7 @@ class State:
             return
         gi = idx.groups.get(t.group)
         if gi is not None and gi.protect_ms > 0:
-            heapq.heappush(self.protection_ends,
-                           (t.placed_at + gi.protect_ms, t.place_seq, t.id))
+            heapq.heappush(self.protection_ends, (t.placed_at + gi.protect_ms, t.place_seq, t.id))
 
     def weighted_units(self, group: str, period: Period, now: int) -> int:
         total = 0
@@ -359,9 +398,18 @@ class State:
         self.version += 1
         self.dirty = True
 
-    def submit(self, task_id: str, resource: str, user: str, project: str | None = None,
-               gpus_milli: int | None = None, *, at: int, checked: bool = False,
-               checkpoint_ms: int | None = None) -> Task:
+    def submit(
+        self,
+        task_id: str,
+        resource: str,
+        user: str,
+        project: str | None = None,
+        gpus_milli: int | None = None,
+        *,
+        at: int,
+        checked: bool = False,
+        checkpoint_ms: int | None = None,
+    ) -> Task:
         """Queues a new task at the back of its compute resource. Raises SubmissionError for
         what the estate does not allow, DuplicateTask for a task id already used.
         ``checked``: the caller ran ``check_submission`` against this estate already (the
@@ -372,16 +420,28 @@ class State:
         if task_id in self.tasks:
             raise DuplicateTask(f"task id {excerpt(task_id)} is already used")
         known = self.index.resources.get(resource) if checked else None
-        size = (known.size_for(gpus_milli) if known is not None
-                else check_submission(self.index, resource, user, project, gpus_milli))
+        size = (
+            known.size_for(gpus_milli)
+            if known is not None
+            else check_submission(self.index, resource, user, project, gpus_milli)
+        )
         self._tick(at)
         cr = self.index.resources[resource]
         self.submit_seq += 1
-        t = Task(task_id, resource, cr.group, user, project, gpus_milli, size, cr.weight,
-                 self.submit_seq, at)
+        t = Task(
+            task_id,
+            resource,
+            cr.group,
+            user,
+            project,
+            gpus_milli,
+            size,
+            cr.weight,
+            self.submit_seq,
+            at,
+        )
         t.nodes = cr.nodes
-        t.checkpoint_every = checkpoint_ms if checkpoint_ms is not None and checkpoint_ms > 0 \
-            else 0
+        t.checkpoint_every = checkpoint_ms if checkpoint_ms is not None and checkpoint_ms > 0 else 0
         self.tasks[task_id] = t
         q = self.queues.get(resource)
         if q is None:
@@ -401,8 +461,9 @@ class State:
         if t.checkpoint_at is None or at > t.checkpoint_at:
             t.checkpoint_at = at
 
-    def end(self, task_id: str, at: int, kind: str = "finished",
-            ran_until: int | None = None) -> bool:
+    def end(
+        self, task_id: str, at: int, kind: str = "finished", ran_until: int | None = None
+    ) -> bool:
         """The task finished, failed or was cancelled. A task that already ended is left as
         it is (False). ``ran_until``: a placed task that ended earlier than ``at``, the
         moment the caller heard of it (a worker's report delayed by the worker's restart, a
@@ -436,7 +497,7 @@ class State:
         the span after the last switch is taken back, the rest was never charged)."""
         gi = self.index.groups.get(t.group) if self.index is not None else None
         charged_from = max(start, self.enabled_since)
-        for x in (gi.levels if gi is not None else (t.group,)):
+        for x in gi.levels if gi is not None else (t.group,):
             m = self.meter(x)
             if self.enabled and charged_from < end:
                 m.credit(charged_from, end, t.weight, 0, True)
@@ -471,8 +532,10 @@ class State:
             # change, so looking at the pool's placed tasks here is cheap.
             for t in self._unstarted_on(pool):
                 if t.start_deadline is not None:
-                    heapq.heappush(self.start_deadlines, (max(t.start_deadline, at),
-                                                          t.place_seq, t.id, t.start_token))
+                    heapq.heappush(
+                        self.start_deadlines,
+                        (max(t.start_deadline, at), t.place_seq, t.id, t.start_token),
+                    )
             self._set_available(pool, at)
             return
         self.no_worker.discard(pool)
@@ -495,8 +558,13 @@ class State:
         for other in sorted(self.no_worker):
             for t in self._unstarted_on(other):
                 cr = self.index.resources.get(t.resource)
-                if cr is None or t.orphan or pool not in cr.pools or other not in cr.pools \
-                        or cr.pools.index(pool) > cr.pools.index(other):
+                if (
+                    cr is None
+                    or t.orphan
+                    or pool not in cr.pools
+                    or other not in cr.pools
+                    or cr.pools.index(pool) > cr.pools.index(other)
+                ):
                     continue
                 t.start_token += 1
                 t.start_deadline = at
@@ -531,8 +599,12 @@ class State:
         return info is not None and info.autoscaled and pool not in self.no_autoscaler
 
     def _unstarted_on(self, pool: str) -> list[Task]:
-        return [t for d in self.placed_by_pool_group.get(pool, {}).values()
-                for t in d.values() if not t.started]
+        return [
+            t
+            for d in self.placed_by_pool_group.get(pool, {}).values()
+            for t in d.values()
+            if not t.started
+        ]
 
     def _set_available(self, pool: str, at: int) -> None:
         """Puts ``pool`` in or out of ``unavailable`` (and ``free``) as ``takes_work`` says.
@@ -547,8 +619,7 @@ class State:
             self.free.pop(pool, None)
             if info is not None and info.autoscaled:
                 for t in self._unstarted_on(pool):
-                    heapq.heappush(self.start_deadlines, (at, t.place_seq, t.id,
-                                                          t.start_token))
+                    heapq.heappush(self.start_deadlines, (at, t.place_seq, t.id, t.start_token))
             return
         self.unavailable.discard(pool)
         if info is not None:
@@ -592,15 +663,23 @@ class State:
         t.start_timeout = timeout
         t.start_deadline = at + timeout if timeout > 0 else None
         if t.start_deadline is not None and t.pool in self.no_worker:
-            heapq.heappush(self.start_deadlines,
-                           (t.start_deadline, t.place_seq, t.id, t.start_token))
+            heapq.heappush(
+                self.start_deadlines, (t.start_deadline, t.place_seq, t.id, t.start_token)
+            )
 
     def start_entry_task(self, entry: tuple[int, int, str, int]) -> Task | None:
         t = self.tasks.get(entry[2])
-        if t is not None and t.status == PLACED and not t.started \
-                and t.start_token == entry[3] and t.pool in self.no_worker \
-                and (t.pool in self.unavailable
-                     or (t.start_deadline is not None and entry[0] >= t.start_deadline)):
+        if (
+            t is not None
+            and t.status == PLACED
+            and not t.started
+            and t.start_token == entry[3]
+            and t.pool in self.no_worker
+            and (
+                t.pool in self.unavailable
+                or (t.start_deadline is not None and entry[0] >= t.start_deadline)
+            )
+        ):
             # a pool out of work sends it back at once; otherwise only its deadline does
             return t
         return None
@@ -635,8 +714,9 @@ class State:
         if t is not None and t.status == ENDED:
             del self.tasks[task_id]
             if self.pending_cancellations:
-                self.pending_cancellations = [c for c in self.pending_cancellations
-                                              if c.task != task_id]
+                self.pending_cancellations = [
+                    c for c in self.pending_cancellations if c.task != task_id
+                ]
 
     # ---------------------------------------------------------------- the estate
     def bind(self, index: EstateIndex, at: int) -> list[Cancellation]:
@@ -664,8 +744,9 @@ class State:
                     t.status = ENDED
                     t.end_kind = "cancelled"
                     t.ended_at = at
-                    c = Cancellation(t.id, name, t.group,
-                                     f"compute resource {name} was removed from the estate")
+                    c = Cancellation(
+                        t.id, name, t.group, f"compute resource {name} was removed from the estate"
+                    )
                     cancels.append(c)
                 continue
             for t in list(q):
@@ -679,18 +760,28 @@ class State:
             for t in d.values():
                 t.orphan = t.resource not in index.resources
         self._recount_envelopes(old, index, at)
-        self.unavailable = {p for p in self.no_worker
-                            if p not in index.pools or not index.pools[p].autoscaled
-                            or p in self.no_autoscaler}
-        self.free = {p: info.capacity - self.pool_used.get(p, 0)
-                     for p, info in index.pools.items() if p not in self.unavailable}
+        self.unavailable = {
+            p
+            for p in self.no_worker
+            if p not in index.pools or not index.pools[p].autoscaled or p in self.no_autoscaler
+        }
+        self.free = {
+            p: info.capacity - self.pool_used.get(p, 0)
+            for p, info in index.pools.items()
+            if p not in self.unavailable
+        }
         self._repack_nodes(index)
         self.active = {n for n, q in self.queues.items() if q.live and n in index.resources}
         self.reclaim = set()
         self.held = {}
         watched = {p: len(info.resources) for p, info in index.pools.items()}
-        watched.update({level_key(g): len(gi.subtree_resources)
-                        for g, gi in index.groups.items() if gi.envelope})
+        watched.update(
+            {
+                level_key(g): len(gi.subtree_resources)
+                for g, gi in index.groups.items()
+                if gi.envelope
+            }
+        )
         self.watchers = Watchers(watched)
         self.freed_pools = set(index.pools)
         self.freed_levels = set()
@@ -711,10 +802,13 @@ class State:
         in placement order. A task that no longer fits the declared machines (they shrank)
         still holds its GPUs, on the roomiest machines, which may go below zero: like a
         lowered capacity, that preempts nothing and makes new work wait."""
-        self.node_free = {p: list(info.node_caps) for p, info in index.pools.items()
-                          if info.node_caps}
-        placed = sorted((t for d in self.placed_by_group.values() for t in d.values()),
-                        key=lambda t: t.place_seq)
+        self.node_free = {
+            p: list(info.node_caps) for p, info in index.pools.items() if info.node_caps
+        }
+        placed = sorted(
+            (t for d in self.placed_by_group.values() for t in d.values()),
+            key=lambda t: t.place_seq,
+        )
         for t in placed:
             nf = self.node_free.get(t.pool or "")
             if nf is None:
@@ -757,8 +851,9 @@ class State:
                     below[e].append(g)
         for e, teams in below.items():
             self.used[e] = sum(self.used.get(t, 0) for t in teams)
-            self.meters[e] = Meter.merged([self.meters[t] for t in teams if t in self.meters],
-                                          at, self.enabled)
+            self.meters[e] = Meter.merged(
+                [self.meters[t] for t in teams if t in self.meters], at, self.enabled
+            )
 
     # ---------------------------------------------------------------- used by the pass
     def _dequeue(self, t: Task) -> None:
@@ -916,7 +1011,7 @@ class State:
             idx = self.index
             gi = idx.groups.get(t.group) if idx is not None else None
             units = lost * t.size
-            for x in (gi.levels if gi is not None else (t.group,)):
+            for x in gi.levels if gi is not None else (t.group,):
                 self.lost_units[x] = self.lost_units.get(x, 0) + units
         self._unplace(t, now)
         self.dirty = True

@@ -16,15 +16,52 @@ ENDED = 2
 class Task:
     """One task as the engine sees it; the caller may read it, never write it."""
 
-    __slots__ = ("id", "resource", "group", "user", "project", "requested", "size", "weight",
-                 "seq", "submitted_at", "status", "pool", "placed_at", "place_seq",
-                 "ran_before", "preemptions", "last_preempt_kind", "last_preempt_text",
-                 "end_kind", "ended_at", "orphan", "qtoken", "started", "start_token",
-                 "start_deadline", "start_timeout", "nodes", "alloc", "checkpoint_every",
-                 "checkpoint_at")
+    __slots__ = (
+        "id",
+        "resource",
+        "group",
+        "user",
+        "project",
+        "requested",
+        "size",
+        "weight",
+        "seq",
+        "submitted_at",
+        "status",
+        "pool",
+        "placed_at",
+        "place_seq",
+        "ran_before",
+        "preemptions",
+        "last_preempt_kind",
+        "last_preempt_text",
+        "end_kind",
+        "ended_at",
+        "orphan",
+        "qtoken",
+        "started",
+        "start_token",
+        "start_deadline",
+        "start_timeout",
+        "nodes",
+        "alloc",
+        "checkpoint_every",
+        "checkpoint_at",
+    )
 
-    def __init__(self, id: str, resource: str, group: str, user: str, project: str | None,
-                 requested: int | None, size: int, weight: int, seq: int, at: int) -> None:
+    def __init__(
+        self,
+        id: str,
+        resource: str,
+        group: str,
+        user: str,
+        project: str | None,
+        requested: int | None,
+        size: int,
+        weight: int,
+        seq: int,
+        at: int,
+    ) -> None:
         self.id = id
         self.resource = resource
         self.group = group

@@ -7,9 +7,28 @@ as CSV (and turns CSV into Parquet on the client side). docs/ledger.md describes
 
 from .schema import ensure_schema
 from .sql import LedgerSqlError, SqlResult, run_readonly
-from .writer import (IntervalRow, close_interval, close_intervals, fill_group_paths,
-                     group_paths, open_interval, open_intervals, replace_prices)
+from .writer import (
+    IntervalRow,
+    close_interval,
+    close_intervals,
+    fill_group_paths,
+    group_paths,
+    open_interval,
+    open_intervals,
+    replace_prices,
+)
 
-__all__ = ["ensure_schema", "IntervalRow", "open_interval", "open_intervals", "close_interval",
-           "close_intervals", "replace_prices", "group_paths", "fill_group_paths",
-           "run_readonly", "SqlResult", "LedgerSqlError"]
+__all__ = [
+    "ensure_schema",
+    "IntervalRow",
+    "open_interval",
+    "open_intervals",
+    "close_interval",
+    "close_intervals",
+    "replace_prices",
+    "group_paths",
+    "fill_group_paths",
+    "run_readonly",
+    "SqlResult",
+    "LedgerSqlError",
+]

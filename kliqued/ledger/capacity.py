@@ -50,23 +50,38 @@ def record_estate(conn: Conn, estate: CompiledEstate, at_ms: int) -> bool:
     """Snapshots ``estate``'s pool capacities and reservations from ``at_ms`` on (in the
     caller's transaction). The same revision as the latest snapshot is not recorded again (a
     restart re-applies the running revision); returns whether a snapshot was written."""
-    latest = conn.execute("SELECT revision FROM capacity ORDER BY effective_from DESC "
-                          "LIMIT 1").fetchone()
+    latest = conn.execute(
+        "SELECT revision FROM capacity ORDER BY effective_from DESC LIMIT 1"
+    ).fetchone()
     if latest is not None and latest[0] == estate.revision:
         return False
     at = _ts(at_ms)
-    pools = [(at, estate.revision, p.name, p.kind, p.gpu_type,
-              Decimal(p.capacity_milli) / 1000) for p in estate.pools]
+    pools = [
+        (at, estate.revision, p.name, p.kind, p.gpu_type, Decimal(p.capacity_milli) / 1000)
+        for p in estate.pools
+    ]
     if pools:
-        conn.execute("INSERT INTO capacity VALUES "
-                     + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(pools)),
-                     [v for r in pools for v in r])
+        conn.execute(
+            "INSERT INTO capacity VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(pools)),
+            [v for r in pools for v in r],
+        )
     paths = {g.name: "/".join([*reversed(g.ancestors), g.name]) for g in estate.groups}
-    res = [(at, estate.revision, p.name, p.group, paths.get(p.group, p.group),
-            Decimal(p.reservation_milli) / 1000, reserved_gpu_type(estate, p))
-           for p in estate.policies if p.reservation_milli > 0 and not p.envelope]
+    res = [
+        (
+            at,
+            estate.revision,
+            p.name,
+            p.group,
+            paths.get(p.group, p.group),
+            Decimal(p.reservation_milli) / 1000,
+            reserved_gpu_type(estate, p),
+        )
+        for p in estate.policies
+        if p.reservation_milli > 0 and not p.envelope
+    ]
     if res:
-        conn.execute("INSERT INTO reservations VALUES "
-                     + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(res)),
-                     [v for r in res for v in r])
+        conn.execute(
+            "INSERT INTO reservations VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(res)),
+            [v for r in res for v in r],
+        )
     return True

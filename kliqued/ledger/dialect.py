@@ -99,10 +99,14 @@ class Dialect:
         it (a lateral join; written after ``FROM source alias``)."""
         last = f"greatest({start}, {end} - {self.microsecond})"
         if self.pg:
-            return (f" CROSS JOIN LATERAL generate_series(\n        date_trunc('month', {start}),"
-                    f" {last}, {self.month}) AS m(month_start)")
-        return (f", LATERAL (\n        SELECT unnest(generate_series(date_trunc('month', {start}),"
-                f" {last}, {self.month})) AS month_start) m")
+            return (
+                f" CROSS JOIN LATERAL generate_series(\n        date_trunc('month', {start}),"
+                f" {last}, {self.month}) AS m(month_start)"
+            )
+        return (
+            f", LATERAL (\n        SELECT unnest(generate_series(date_trunc('month', {start}),"
+            f" {last}, {self.month})) AS month_start) m"
+        )
 
     def series(self, start: str, stop: str, step: str) -> str:
         """A set-returning ``generate_series`` in a SELECT list (one row per value)."""
@@ -221,8 +225,9 @@ def cost(d: Dialect, ms: str, gpus: str, price: str) -> str:
         return dec(d, round_div(d, f"({gh}) * {pm}", 10**6))
     small = round_div(d, f"({gh}) * {pm}", 10**6)
     large = f"CAST({round_div(d, f'CAST({gh} AS HUGEINT) * {pm}', 10**6)} AS BIGINT)"
-    return dec(d, f"CASE WHEN {gh} <= {_MAX_BIGINT} // greatest({pm}, 1) THEN {small} "
-               f"ELSE {large} END")
+    return dec(
+        d, f"CASE WHEN {gh} <= {_MAX_BIGINT} // greatest({pm}, 1) THEN {small} ELSE {large} END"
+    )
 
 
 def levels(d: Dialect, alias: str) -> str:
@@ -230,5 +235,4 @@ def levels(d: Dialect, alias: str) -> str:
     team: work is always sent to a team): ``department`` is the group above it and
     ``business_unit`` the group above that, so an estate with or without a company group at
     the top reads the same. NULL where the path is shorter or unknown."""
-    return (f"{d.path_part(alias, 3)} AS business_unit, "
-            f"{d.path_part(alias, 2)} AS department")
+    return f"{d.path_part(alias, 3)} AS business_unit, {d.path_part(alias, 2)} AS department"

@@ -24,15 +24,32 @@ from . import scope
 from .db import AnyLedgerConn, Conn
 
 EXPORT_COLUMNS: list[tuple[str, str]] = [
-    ("interval_id", "VARCHAR"), ("task", "VARCHAR"), ("user", "VARCHAR"),
-    ("project", "VARCHAR"), ("group", "VARCHAR"), ("group_path", "VARCHAR"),
-    ("business_unit", "VARCHAR"), ("department", "VARCHAR"), ("policy", "VARCHAR"),
-    ("profile", "VARCHAR"), ("resource", "VARCHAR"), ("pool", "VARCHAR"),
-    ("gpu_type", "VARCHAR"), ("gpus", "DECIMAL(12,3)"), ("time_weight", "DECIMAL(12,3)"),
-    ("start_at", "TIMESTAMP"), ("end_at", "TIMESTAMP"), ("end_reason", "VARCHAR"),
-    ("revision", "VARCHAR"), ("hours", "DECIMAL(18,6)"), ("gpu_hours", "DECIMAL(18,6)"),
-    ("budget_hours", "DECIMAL(18,6)"), ("per_gpu_hour", "DECIMAL(18,6)"),
-    ("currency", "VARCHAR"), ("cost", "DECIMAL(18,6)"), ("channel", "VARCHAR"),
+    ("interval_id", "VARCHAR"),
+    ("task", "VARCHAR"),
+    ("user", "VARCHAR"),
+    ("project", "VARCHAR"),
+    ("group", "VARCHAR"),
+    ("group_path", "VARCHAR"),
+    ("business_unit", "VARCHAR"),
+    ("department", "VARCHAR"),
+    ("policy", "VARCHAR"),
+    ("profile", "VARCHAR"),
+    ("resource", "VARCHAR"),
+    ("pool", "VARCHAR"),
+    ("gpu_type", "VARCHAR"),
+    ("gpus", "DECIMAL(12,3)"),
+    ("time_weight", "DECIMAL(12,3)"),
+    ("start_at", "TIMESTAMP"),
+    ("end_at", "TIMESTAMP"),
+    ("end_reason", "VARCHAR"),
+    ("revision", "VARCHAR"),
+    ("hours", "DECIMAL(18,6)"),
+    ("gpu_hours", "DECIMAL(18,6)"),
+    ("budget_hours", "DECIMAL(18,6)"),
+    ("per_gpu_hour", "DECIMAL(18,6)"),
+    ("currency", "VARCHAR"),
+    ("cost", "DECIMAL(18,6)"),
+    ("channel", "VARCHAR"),
 ]
 """The CSV's columns and the types they have in the ledger (and in the Parquet file)."""
 
@@ -40,7 +57,7 @@ CHUNK_ROWS = 5000
 _TS = "'%Y-%m-%dT%H:%M:%S.%gZ'"
 
 
-_PG_TS = "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'"
+_PG_TS = '\'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\''
 """The same text in PostgreSQL's ``to_char``."""
 
 
@@ -83,8 +100,14 @@ ORDER BY u.start_at, u.interval_id"""
 """:data:`EXPORT_SQL` in PostgreSQL (the ledger there: docs/ha.md), the whole ledger."""
 
 
-def export_csv(conn: AnyLedgerConn, from_ms: int, to_ms: int, chunk_rows: int = CHUNK_ROWS,
-               groups: Sequence[str] | None = None, pg: bool = False) -> Iterator[str]:
+def export_csv(
+    conn: AnyLedgerConn,
+    from_ms: int,
+    to_ms: int,
+    chunk_rows: int = CHUNK_ROWS,
+    groups: Sequence[str] | None = None,
+    pg: bool = False,
+) -> Iterator[str]:
     """The ledger rows overlapping [from_ms, to_ms) with their price and cost, as CSV text in
     chunks (a header first). Times are RFC 3339 UTC with milliseconds, amounts exact decimal
     text, an empty field is NULL (an open interval has no ``end_at``; its hours run to now).
@@ -106,8 +129,10 @@ def export_csv(conn: AnyLedgerConn, from_ms: int, to_ms: int, chunk_rows: int = 
         if not isinstance(conn, psycopg.Connection):
             raise TypeError("pg=True reads through a psycopg connection")
         cur = conn.cursor(name="ledger_export")
-    result = cur.execute(PG_EXPORT_SQL if pg else EXPORT_SQL.format(scope=where),
-                          [int(to_ms), int(from_ms), int(from_ms)])
+    result = cur.execute(
+        PG_EXPORT_SQL if pg else EXPORT_SQL.format(scope=where),
+        [int(to_ms), int(from_ms), int(from_ms)],
+    )
     header = buf.getvalue()
     buf.seek(0)
     buf.truncate()
@@ -126,8 +151,9 @@ SUMMARY_DIMENSIONS = ("group", "project", "user", "gpu_type", "pool")
 """What the dashboard's usage page breaks GPU-hours and cost down by."""
 
 
-def summary(conn: Conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str] | None = None
-            ) -> list[tuple[str | None, str, str, str]]:
+def summary(
+    conn: Conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str] | None = None
+) -> list[tuple[str | None, str, str, str]]:
     """GPU-hours and cost per value of ``by`` (one of ``SUMMARY_DIMENSIONS``) over exactly the
     rows ``export_csv`` writes for the same range and scope (so a page's totals and its CSV
     download agree): ``(value, gpu_hours, cost, currency)`` as exact decimal text, largest
@@ -137,9 +163,11 @@ def summary(conn: Conn, from_ms: int, to_ms: int, by: str, groups: Sequence[str]
     if to_ms < from_ms:
         raise ValueError(f"the range ends before it starts: from {from_ms} > to {to_ms}")
     where = "" if groups is None else "AND " + scope.visible("u", groups)
-    sql = (f'SELECT u."{by}", CAST(sum(u.gpu_hours) AS VARCHAR), '
-           f"CAST(coalesce(sum(u.cost), 0) AS VARCHAR), coalesce(max(u.currency), '') "
-           f'{ROWS.format(scope=where)} GROUP BY ALL ORDER BY sum(u.gpu_hours) DESC, 1')
+    sql = (
+        f'SELECT u."{by}", CAST(sum(u.gpu_hours) AS VARCHAR), '
+        f"CAST(coalesce(sum(u.cost), 0) AS VARCHAR), coalesce(max(u.currency), '') "
+        f"{ROWS.format(scope=where)} GROUP BY ALL ORDER BY sum(u.gpu_hours) DESC, 1"
+    )
     return conn.execute(sql, [int(to_ms), int(from_ms), int(from_ms)]).fetchall()
 
 
@@ -152,12 +180,16 @@ def parquet_columns(kind: str) -> list[tuple[str, str]]:
     (:mod:`kliqued.ledger.focus`)."""
     if kind == "focus":
         from .focus import PARQUET_COLUMNS
+
         return PARQUET_COLUMNS
     return EXPORT_COLUMNS
 
 
-def csv_to_parquet(csv_path: str | os.PathLike[str], parquet_path: str | os.PathLike[str],
-                   types: Sequence[tuple[str, str]] = EXPORT_COLUMNS) -> int:
+def csv_to_parquet(
+    csv_path: str | os.PathLike[str],
+    parquet_path: str | os.PathLike[str],
+    types: Sequence[tuple[str, str]] = EXPORT_COLUMNS,
+) -> int:
     """Converts an export CSV into Parquet with the column ``types`` (the ledger's by
     default: TIMESTAMP in UTC, DECIMAL amounts), written through a temporary file and a
     rename. Returns the row count. Runs in an in-memory DuckDB of the calling process.
@@ -169,7 +201,8 @@ def csv_to_parquet(csv_path: str | os.PathLike[str], parquet_path: str | os.Path
             row = con.execute(
                 f"COPY (SELECT * FROM read_csv({_sql_text(str(csv_path))}, header = true, "
                 f"columns = {columns}, nullstr = '')) "
-                f"TO {_sql_text(tmp)} (FORMAT parquet, COMPRESSION zstd)").fetchone()
+                f"TO {_sql_text(tmp)} (FORMAT parquet, COMPRESSION zstd)"
+            ).fetchone()
         finally:
             con.close()
     return int(row[0]) if row else 0  # COPY answers one row: the rows written

@@ -49,13 +49,16 @@ def parse_cursor(text: str | None) -> int:
     if text is None or text == "":
         return 0
     if not text.isdigit() or len(text) > 19:
-        raise BadCursor(f"cursor {excerpt(text)} is not one this feed gave out: pass back the "
-                        "`cursor` of the previous answer, or none to start from the beginning")
+        raise BadCursor(
+            f"cursor {excerpt(text)} is not one this feed gave out: pass back the "
+            "`cursor` of the previous answer, or none to start from the beginning"
+        )
     return int(text)
 
 
-def pull(conn: Conn, after: int, limit: int = 1000,
-         groups: Sequence[str] | None = None, pg: bool = False) -> dict[str, Any]:
+def pull(
+    conn: Conn, after: int, limit: int = 1000, groups: Sequence[str] | None = None, pg: bool = False
+) -> dict[str, Any]:
     """Up to ``limit`` closed intervals numbered after ``after``, in closing order:
     ``{"columns", "rows", "cursor", "more"}``; the next pull passes ``cursor``. ``groups``:
     a group admin's subtrees only (the cursor still counts every row, so it never goes
@@ -67,5 +70,9 @@ def pull(conn: Conn, after: int, limit: int = 1000,
     more = len(rows) > limit
     rows = rows[:limit]
     cursor = rows[-1][0] if rows else after
-    return {"columns": COLUMNS, "rows": [dict(zip(COLUMNS, r)) for r in rows],
-            "cursor": str(cursor), "more": more}
+    return {
+        "columns": COLUMNS,
+        "rows": [dict(zip(COLUMNS, r)) for r in rows],
+        "cursor": str(cursor),
+        "more": more,
+    }

@@ -57,7 +57,7 @@ UNIT = "GPU-Hours"
 """ConsumedUnit and PricingUnit (FOCUS's unit format: ``<singular>-<plural time unit>``)."""
 
 _TS = "'%Y-%m-%dT%H:%M:%SZ'"
-_PG_TS = "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'"
+_PG_TS = '\'YYYY-MM-DD"T"HH24:MI:SS"Z"\''
 
 
 def _ts(expr: str, pg: bool = False) -> str:
@@ -70,10 +70,12 @@ def _text(expr: str) -> str:
 
 _ACCOUNT = "string_split(coalesce(u.group_path, u.\"group\"), '/')[1]"
 _PG_ACCOUNT = "split_part(coalesce(u.group_path, u.\"group\"), '/', 1)"
-_SUB = "coalesce(u.group_path, u.\"group\")"
+_SUB = 'coalesce(u.group_path, u."group")'
 _START = "date_trunc('second', u.piece_start)"
-_END = ("CASE WHEN u.piece_end = date_trunc('second', u.piece_end) THEN u.piece_end "
-        "ELSE date_trunc('second', u.piece_end) + INTERVAL '1 second' END")
+_END = (
+    "CASE WHEN u.piece_end = date_trunc('second', u.piece_end) THEN u.piece_end "
+    "ELSE date_trunc('second', u.piece_end) + INTERVAL '1 second' END"
+)
 _LIST_COST = "u.list_cost"
 
 
@@ -97,9 +99,12 @@ def _columns(pg: bool = False) -> list[tuple[str, str, str]]:
         ("CapacityReservationStatus", "VARCHAR", "NULL"),
         ("ChargeCategory", "VARCHAR", "'Usage'"),
         ("ChargeClass", "VARCHAR", "NULL"),
-        ("ChargeDescription", "VARCHAR",
-         "CAST(u.gpus AS VARCHAR) || ' ' || u.gpu_type || ' GPU on ' || u.pool || ' for task ' "
-         "|| u.task || ' (' || u.resource || ')'"),
+        (
+            "ChargeDescription",
+            "VARCHAR",
+            "CAST(u.gpus AS VARCHAR) || ' ' || u.gpu_type || ' GPU on ' || u.pool || ' for task ' "
+            "|| u.task || ' (' || u.resource || ')'",
+        ),
         ("ChargeFrequency", "VARCHAR", "'Usage-Based'"),
         ("ChargePeriodEnd", "TIMESTAMP", _ts(_END, pg)),
         ("ChargePeriodStart", "TIMESTAMP", _ts(_START, pg)),
@@ -132,20 +137,26 @@ def _columns(pg: bool = False) -> list[tuple[str, str, str]]:
         ("ServiceSubcategory", "VARCHAR", _lit(SERVICE[1])),
         ("SkuId", "VARCHAR", "u.gpu_type"),
         ("SkuMeter", "VARCHAR", "'GPU Usage'"),
-        ("SkuPriceDetails", "JSON",
-         "'{{\"x_GpuType\":\"' || u.gpu_type || '\",\"x_EffectiveFrom\":\"' || "
-         f"{_ts('u.price_from', pg)} || '\"}}}}'"),
+        (
+            "SkuPriceDetails",
+            "JSON",
+            '\'{{"x_GpuType":"\' || u.gpu_type || \'","x_EffectiveFrom":"\' || '
+            f"{_ts('u.price_from', pg)} || '\"}}}}'",
+        ),
         ("SkuPriceId", "VARCHAR", f"u.gpu_type || '@' || {_ts('u.price_from', pg)}"),
         ("SubAccountId", "VARCHAR", _SUB),
-        ("SubAccountName", "VARCHAR", "u.\"group\""),
+        ("SubAccountName", "VARCHAR", 'u."group"'),
         ("SubAccountType", "VARCHAR", "'Team'"),
-        ("Tags", "JSON",
-         "'{{\"klique/user\":\"' || u.\"user\" || '\",\"klique/project\":' || "
-         "coalesce('\"' || u.project || '\"', 'null') || ',\"klique/pool\":\"' || u.pool || "
-         "'\",\"klique/gpu_type\":\"' || u.gpu_type || '\",\"klique/policy\":\"' || "
-         "u.policy || '\",\"klique/profile\":\"' || u.profile || '\",\"klique/group\":\"' "
-         "|| u.\"group\" || '\",\"klique/channel\":' || "
-         "coalesce('\"' || u.channel || '\"', 'null') || '}}'"),
+        (
+            "Tags",
+            "JSON",
+            '\'{{"klique/user":"\' || u."user" || \'","klique/project":\' || '
+            "coalesce('\"' || u.project || '\"', 'null') || ',\"klique/pool\":\"' || u.pool || "
+            '\'","klique/gpu_type":"\' || u.gpu_type || \'","klique/policy":"\' || '
+            'u.policy || \'","klique/profile":"\' || u.profile || \'","klique/group":"\' '
+            '|| u."group" || \'","klique/channel":\' || '
+            "coalesce('\"' || u.channel || '\"', 'null') || '}}'",
+        ),
         ("x_IntervalId", "VARCHAR", "u.interval_id"),
         ("x_BusinessUnit", "VARCHAR", "u.business_unit"),
         ("x_Department", "VARCHAR", "u.department"),
@@ -188,6 +199,7 @@ LEFT JOIN prices lp
 WHERE u.month = {month} {scope}"""
 """The period's month pieces with the list price of the price period they are priced in."""
 
+
 def _csv_field(expr: str, typ: str) -> str:
     """SQL for one CSV field of ``expr``: '' for NULL; a JSON object quoted (it always holds
     quotes and commas). Every other text is a name Klique validated (groups, pools, GPU
@@ -202,8 +214,10 @@ def _csv_field(expr: str, typ: str) -> str:
 def _half_cost(micro_mms: str) -> str:
     """Half a sum of thousandths of GPU-ms x price millionths, in currency, rounded half up
     to the millionth."""
-    return (f"CAST(CAST(({micro_mms} + {UNITS_PER_HOUR}) // {2 * UNITS_PER_HOUR} AS "
-            "DECIMAL(38,0)) * 0.000001 AS DECIMAL(18,6))")
+    return (
+        f"CAST(CAST(({micro_mms} + {UNITS_PER_HOUR}) // {2 * UNITS_PER_HOUR} AS "
+        "DECIMAL(38,0)) * 0.000001 AS DECIMAL(18,6))"
+    )
 
 
 def _mms_hours(mms: str) -> str:
@@ -245,11 +259,10 @@ below a cent: kliqued.ledger.lending)."""
 
 _SPLIT_OVERRIDES = {
     "ChargeCategory": "CASE WHEN u.side = 'borrowed' THEN 'Credit' ELSE 'Adjustment' END",
-    "ChargeDescription":
-        "CASE WHEN u.side = 'borrowed' THEN 'Half of the ' || u.gpu_type || ' GPU-hours task ' "
-        "|| u.task || ' borrowed from idle reservations (paid by their groups)' ELSE 'Half of "
-        "the ' || u.gpu_type || ' GPU-hours other groups borrowed from the idle reservation "
-        "of ' || u.policy END",
+    "ChargeDescription": "CASE WHEN u.side = 'borrowed' THEN 'Half of the ' || u.gpu_type || ' GPU-hours task ' "
+    "|| u.task || ' borrowed from idle reservations (paid by their groups)' ELSE 'Half of "
+    "the ' || u.gpu_type || ' GPU-hours other groups borrowed from the idle reservation "
+    "of ' || u.policy END",
     "ChargePeriodStart": _ts("u.piece_start"),
     "ChargePeriodEnd": _ts("u.piece_end"),
     "ConsumedQuantity": "NULL",
@@ -270,8 +283,10 @@ CSV quotes only the JSON columns."""
 def _split_column(name: str, expr: str) -> str:
     if name == "Tags":
         tags = dict(COLUMNS_BY_NAME)["Tags"]
-        lender = ("'{{\"klique/policy\":\"' || u.policy || '\",\"klique/group\":\"' || "
-                  "u.\"group\" || '\",\"klique/gpu_type\":\"' || u.gpu_type || '\"}}'")
+        lender = (
+            '\'{{"klique/policy":"\' || u.policy || \'","klique/group":"\' || '
+            'u."group" || \'","klique/gpu_type":"\' || u.gpu_type || \'"}}\''
+        )
         return _SPLIT_OVERRIDES["Tags"].format(borrower=tags, lender=lender)
     return _SPLIT_OVERRIDES.get(name, expr)
 
@@ -291,8 +306,9 @@ ORDER BY u.piece_start, u.interval_id"""
 """:data:`FOCUS_SQL` in PostgreSQL (the whole ledger; docs/ha.md)."""
 
 SPLIT_SQL = f"""
-SELECT {" || ',' || ".join(_csv_field(_split_column(name, expr), typ)
-                           for name, typ, expr in COLUMNS)}
+SELECT {
+    " || ',' || ".join(_csv_field(_split_column(name, expr), typ) for name, typ, expr in COLUMNS)
+}
 FROM ({_SPLIT_ROWS}) u
 ORDER BY u.side, u."group", u.interval_id, u.policy, u.price_from"""
 """The split rows' CSV lines (``borrowed: split``), after the usage rows."""
@@ -325,12 +341,18 @@ class NoPrice(ValueError):
         super().__init__(
             f"no price for GPU type{'s' if many else ''} {', '.join(gpu_types)} in "
             f"{period:%Y-%m}: add {'them' if many else 'it'} to estate/pricing.yaml with an "
-            "effective_from at or before the usage (docs/ledger.md)")
+            "effective_from at or before the usage (docs/ledger.md)"
+        )
 
 
-def focus_csv(conn: AnyLedgerConn, period: date, groups: Sequence[str] | None = None,
-              chunk_rows: int = 5000, borrowed: str = "borrower",
-              pg: bool = False) -> Iterator[str]:
+def focus_csv(
+    conn: AnyLedgerConn,
+    period: date,
+    groups: Sequence[str] | None = None,
+    chunk_rows: int = 5000,
+    borrowed: str = "borrower",
+    pg: bool = False,
+) -> Iterator[str]:
     """The FOCUS rows of one billing period (a UTC month) as CSV text in chunks, the header
     first. Raises :class:`NoPrice` before any row when usage in the period has no price.
     ``groups``: only their subtrees' rows (a group admin's), None for all. One query at a
@@ -353,13 +375,15 @@ def focus_csv(conn: AnyLedgerConn, period: date, groups: Sequence[str] | None = 
     # pricing them (twice as fast); it is a date object's ISO text, nothing else
     month = f"DATE '{date(period.year, period.month, 1).isoformat()}'"
     where_m = "" if groups is None else "AND " + scope.visible("m", groups)
-    missing = [r[0] for r in conn.execute(UNPRICED_SQL.format(scope=where_m, month=month))
-               .fetchall()]
+    missing = [
+        r[0] for r in conn.execute(UNPRICED_SQL.format(scope=where_m, month=month)).fetchall()
+    ]
     if missing:
         raise NoPrice(period, missing)
     start, end = f"{period:%Y-%m}-01T00:00:00Z", f"{next_month(period):%Y-%m-%d}T00:00:00Z"
-    result = conn.execute(FOCUS_SQL.format(scope=where, month=month, billing_start=start,
-                                           billing_end=end))
+    result = conn.execute(
+        FOCUS_SQL.format(scope=where, month=month, billing_start=start, billing_end=end)
+    )
     yield ",".join(name for name, _, _ in COLUMNS) + "\n"
     while True:
         rows = result.fetchmany(chunk_rows)
@@ -370,8 +394,11 @@ def focus_csv(conn: AnyLedgerConn, period: date, groups: Sequence[str] | None = 
         return
     where_x = "" if groups is None else "AND " + scope.visible("x", groups)
     with month_pieces(conn, period) as pieces:
-        result = conn.execute(SPLIT_SQL.format(scope=where_x, month=month, billing_start=start,
-                                               billing_end=end, pieces=pieces))
+        result = conn.execute(
+            SPLIT_SQL.format(
+                scope=where_x, month=month, billing_start=start, billing_end=end, pieces=pieces
+            )
+        )
         while True:
             rows = result.fetchmany(chunk_rows)
             if not rows:
@@ -386,8 +413,9 @@ def _focus_pg(conn: psycopg.Connection[Any], period: date, chunk_rows: int) -> I
         raise NoPrice(period, missing)
     start, end = f"{period:%Y-%m}-01T00:00:00Z", f"{next_month(period):%Y-%m-%d}T00:00:00Z"
     with conn.cursor(name="ledger_focus") as cur:
-        cur.execute(PG_FOCUS_SQL.format(scope="", month=month, billing_start=start,
-                                        billing_end=end))
+        cur.execute(
+            PG_FOCUS_SQL.format(scope="", month=month, billing_start=start, billing_end=end)
+        )
         yield ",".join(name for name, _, _ in COLUMNS) + "\n"
         while True:
             rows = cur.fetchmany(chunk_rows)

@@ -42,8 +42,17 @@ MAX_SIZE = 1000
 MAX_GROWTH = 10_000
 """The most the sizes of calls nested in one another may multiply to."""
 
-SIZE_ARGUMENTS = {"repeat": 1, "lpad": 1, "rpad": 1, "list_resize": 1, "array_resize": 1,
-                  "bar": 3, "to_base": 2, "bitstring": 1, "equi_width_bins": 2}
+SIZE_ARGUMENTS = {
+    "repeat": 1,
+    "lpad": 1,
+    "rpad": 1,
+    "list_resize": 1,
+    "array_resize": 1,
+    "bar": 3,
+    "to_base": 2,
+    "bitstring": 1,
+    "equi_width_bins": 2,
+}
 """Scalar functions whose result's size is chosen by the argument at this index."""
 
 LIST_BUILDERS = frozenset({"range", "generate_series"})
@@ -61,17 +70,91 @@ FILTERS = frozenset({"list_filter", "filter", "array_filter"})
 MAPS = frozenset({"list_apply", "list_transform", "array_apply", "array_transform", "apply"})
 """Lambdas mapped over a list: the lambda's body is checked as a recursive part is."""
 
-RECURSIVE_SAFE = frozenset({
-    "+", "-", "*", "/", "//", "%", "abs", "round", "floor", "ceil", "ceiling", "sign", "sqrt",
-    "least", "greatest", "coalesce", "ifnull", "nullif", "length", "len", "strlen",
-    "octet_length", "array_length", "cardinality", "date_trunc", "date_part", "datepart",
-    "extract", "date_diff", "datediff", "date_sub", "datesub", "year", "month", "day", "hour",
-    "minute", "second", "epoch", "to_timestamp", "make_date", "last_day", "substring", "substr",
-    "left", "right", "trim", "ltrim", "rtrim", "lower", "upper", "lcase", "ucase",
-    "list_extract", "list_element", "array_extract", "struct_extract", "contains",
-    "starts_with", "ends_with", "prefix", "suffix", "instr", "position", "strpos", "hash",
-    "md5", "min", "max", "count", "sum", "avg", "~~", "!~~", "~~*", "!~~*", "~~~", "regexp_matches", "||", "concat", "not",
-})
+RECURSIVE_SAFE = frozenset(
+    {
+        "+",
+        "-",
+        "*",
+        "/",
+        "//",
+        "%",
+        "abs",
+        "round",
+        "floor",
+        "ceil",
+        "ceiling",
+        "sign",
+        "sqrt",
+        "least",
+        "greatest",
+        "coalesce",
+        "ifnull",
+        "nullif",
+        "length",
+        "len",
+        "strlen",
+        "octet_length",
+        "array_length",
+        "cardinality",
+        "date_trunc",
+        "date_part",
+        "datepart",
+        "extract",
+        "date_diff",
+        "datediff",
+        "date_sub",
+        "datesub",
+        "year",
+        "month",
+        "day",
+        "hour",
+        "minute",
+        "second",
+        "epoch",
+        "to_timestamp",
+        "make_date",
+        "last_day",
+        "substring",
+        "substr",
+        "left",
+        "right",
+        "trim",
+        "ltrim",
+        "rtrim",
+        "lower",
+        "upper",
+        "lcase",
+        "ucase",
+        "list_extract",
+        "list_element",
+        "array_extract",
+        "struct_extract",
+        "contains",
+        "starts_with",
+        "ends_with",
+        "prefix",
+        "suffix",
+        "instr",
+        "position",
+        "strpos",
+        "hash",
+        "md5",
+        "min",
+        "max",
+        "count",
+        "sum",
+        "avg",
+        "~~",
+        "!~~",
+        "~~*",
+        "!~~*",
+        "~~~",
+        "regexp_matches",
+        "||",
+        "concat",
+        "not",
+    }
+)
 """Functions over the query's columns a recursive CTE's recursive part may call: fixed-size
 results, or at most the input and a literal (``||`` and ``concat`` over one column)."""
 
@@ -111,8 +194,10 @@ def _node(node: Any, growth: int, recursive: bool) -> None:
 
 
 def _arguments(node: ParseNode) -> list[ParseNode]:
-    return [a.get("expression") or {} if isinstance(a, dict) and "expression" in a else a
-            for a in node.get("arguments") or node.get("children") or []]
+    return [
+        a.get("expression") or {} if isinstance(a, dict) and "expression" in a else a
+        for a in node.get("arguments") or node.get("children") or []
+    ]
 
 
 def _literal(expr: ParseNode) -> str | None:
@@ -135,9 +220,11 @@ def _size(name: str, expr: ParseNode) -> int:
     except ValueError:
         size = None
     if size is None or size > MAX_SIZE:
-        raise NotAllowed(f"{name}() with a size that is not a small constant builds a value "
-                         f"the query chooses the size of; not available in ledger SQL (use "
-                         f"a whole-number literal of at most {MAX_SIZE})")
+        raise NotAllowed(
+            f"{name}() with a size that is not a small constant builds a value "
+            f"the query chooses the size of; not available in ledger SQL (use "
+            f"a whole-number literal of at most {MAX_SIZE})"
+        )
     return max(size, 1)
 
 
@@ -151,21 +238,27 @@ def _factor(name: str, args: list[ParseNode]) -> int:
         if len(bounds) == 1:
             return _size(name, args[0])
         step = max(abs(bounds[2]) if len(bounds) > 2 else 1, 1)
-        return _size(name, {"class": "CONSTANT", "literal": {
-            "text": str(abs(bounds[1] - bounds[0]) // step + 1)}})
+        return _size(
+            name,
+            {"class": "CONSTANT", "literal": {"text": str(abs(bounds[1] - bounds[0]) // step + 1)}},
+        )
     if name in FORMATTERS:
         fmt = _literal(args[0]) if args else None
         if fmt is None or "*" in fmt or re.search(r"\{[^}]*\{", fmt):
-            raise NotAllowed(f"{name}() with a format that is not a literal, or whose width is "
-                             "an argument, builds a value the query chooses the size of; not "
-                             "available in ledger SQL")
+            raise NotAllowed(
+                f"{name}() with a format that is not a literal, or whose width is "
+                "an argument, builds a value the query chooses the size of; not "
+                "available in ledger SQL"
+            )
         widest = max((int(w) for w in _WIDTH.findall(fmt)), default=1)
         return _size(name, {"class": "CONSTANT", "literal": {"text": str(widest)}})
     if name in REPLACERS:
         replacement = _literal(args[2]) if len(args) > 2 else None
         if replacement is None:
-            raise NotAllowed(f"{name}() with a replacement that is not a literal builds a "
-                             "value the query chooses the size of; not available in ledger SQL")
+            raise NotAllowed(
+                f"{name}() with a replacement that is not a literal builds a "
+                "value the query chooses the size of; not available in ledger SQL"
+            )
         return len(replacement.encode()) + 1
     return 1
 
@@ -175,8 +268,7 @@ def _columns(node: Any) -> int:
         return sum(_columns(n) for n in node)
     if not isinstance(node, dict):
         return 0
-    return (1 if node.get("class") == "COLUMN_REF" else 0) + sum(
-        _columns(v) for v in node.values())
+    return (1 if node.get("class") == "COLUMN_REF" else 0) + sum(_columns(v) for v in node.values())
 
 
 def _function(node: ParseNode, growth: int, recursive: bool) -> int:
@@ -184,26 +276,53 @@ def _function(node: ParseNode, growth: int, recursive: bool) -> int:
     args = _arguments(node)
     lambdas = [a for a in args if isinstance(a, dict) and a.get("class") == "LAMBDA"]
     if lambdas and name not in FILTERS and name not in MAPS:
-        raise NotAllowed(f"{name}() with a lambda can double a value for each element of its "
-                         "list; not available in ledger SQL (unnest the list and aggregate)")
+        raise NotAllowed(
+            f"{name}() with a lambda can double a value for each element of its "
+            "list; not available in ledger SQL (unnest the list and aggregate)"
+        )
     if recursive and _columns(args):
         if name not in RECURSIVE_SAFE:
-            raise NotAllowed(f"{name}() over the columns of a recursive CTE's recursive part "
-                             "can grow a value each round; not available in ledger SQL")
-        if _columns(args) > 1 and name not in ("least", "greatest", "coalesce", "ifnull",
-                                                "nullif", "contains", "starts_with",
-                                                "ends_with", "prefix", "suffix", "instr",
-                                                "position", "strpos", "~~", "!~~", "~~*",
-                                                "!~~*", "~~~", "regexp_matches", "date_diff",
-                                                "datediff", "date_part", "datepart"):
-            raise NotAllowed(f"{name}() over two column references in a recursive CTE's "
-                             "recursive part can double a value each round (s || s); not "
-                             "available in ledger SQL")
+            raise NotAllowed(
+                f"{name}() over the columns of a recursive CTE's recursive part "
+                "can grow a value each round; not available in ledger SQL"
+            )
+        if _columns(args) > 1 and name not in (
+            "least",
+            "greatest",
+            "coalesce",
+            "ifnull",
+            "nullif",
+            "contains",
+            "starts_with",
+            "ends_with",
+            "prefix",
+            "suffix",
+            "instr",
+            "position",
+            "strpos",
+            "~~",
+            "!~~",
+            "~~*",
+            "!~~*",
+            "~~~",
+            "regexp_matches",
+            "date_diff",
+            "datediff",
+            "date_part",
+            "datepart",
+        ):
+            raise NotAllowed(
+                f"{name}() over two column references in a recursive CTE's "
+                "recursive part can double a value each round (s || s); not "
+                "available in ledger SQL"
+            )
     growth *= _factor(name, args)
     if growth > MAX_GROWTH:
-        raise NotAllowed(f"{name}() nested in other calls that multiply a value's size "
-                         f"builds one more than {MAX_GROWTH} times larger than its input; not "
-                         "available in ledger SQL")
+        raise NotAllowed(
+            f"{name}() nested in other calls that multiply a value's size "
+            f"builds one more than {MAX_GROWTH} times larger than its input; not "
+            "available in ledger SQL"
+        )
     return growth
 
 
@@ -216,8 +335,10 @@ def _short_literals(node: Any) -> None:
     elif isinstance(node, dict):
         text = _literal(node)
         if text is not None and len(text.encode()) > MAX_SIZE:
-            raise NotAllowed(f"a literal of {len(text.encode())} bytes in a lambda is repeated "
-                             "for each element of the list; not available in ledger SQL (at "
-                             f"most {MAX_SIZE} bytes)")
+            raise NotAllowed(
+                f"a literal of {len(text.encode())} bytes in a lambda is repeated "
+                "for each element of the list; not available in ledger SQL (at "
+                f"most {MAX_SIZE} bytes)"
+            )
         for value in node.values():
             _short_literals(value)

@@ -63,8 +63,18 @@ from typing import Iterator, cast
 import duckdb
 
 from . import sweep
-from .dialect import (DUCKDB, SNAPSHOTS, SUM_PRECISION, UNITS_PER_MICRO_HOUR, Dialect, dec,
-                      levels, q, round_div, until)
+from .dialect import (
+    DUCKDB,
+    SNAPSHOTS,
+    SUM_PRECISION,
+    UNITS_PER_MICRO_HOUR,
+    Dialect,
+    dec,
+    levels,
+    q,
+    round_div,
+    until,
+)
 
 _INTERVAL = ("interval_id", "task", "user", "project", "group", "policy", "pool", "gpu_type")
 """The interval's columns a borrowed piece carries."""
@@ -76,9 +86,14 @@ millionths of millionths of a millisecond: a piece's share is exact to far below
 NO_BOUND = ("TIMESTAMP '-infinity'", "TIMESTAMP 'infinity'")
 
 
-def _segments_sql(lo: str, hi: str, schema: str, made: dict[str, str] | None = None,
-                  reads: tuple[str, ...] = ("ivr", "seg", "pseg"), d: Dialect = DUCKDB
-                  ) -> str:
+def _segments_sql(
+    lo: str,
+    hi: str,
+    schema: str,
+    made: dict[str, str] | None = None,
+    reads: tuple[str, ...] = ("ivr", "seg", "pseg"),
+    d: Dialect = DUCKDB,
+) -> str:
     """The WITH clauses up to each policy's segments (``seg``, every one, numbered; ``hard``
     when it starts at a month, a snapshot's bound or a price change) and those within a
     recorded snapshot with their reservation (``pseg``, ``hn``: the hard starts so far).
@@ -88,27 +103,38 @@ def _segments_sql(lo: str, hi: str, schema: str, made: dict[str, str] | None = N
     now, end = d.now, until(d)
     cols = ", ".join("l." + q(c) for c in _INTERVAL)
     clauses = [
-        ("snap", f"""
+        (
+            "snap",
+            f"""
     SELECT s.effective_from AS eff, greatest(s.effective_from, {lo}) AS from_at,
            least(s.effective_to, {now}, {hi}) AS until_at
     FROM ({SNAPSHOTS}) s
-    WHERE s.effective_from < least({now}, {hi}) AND least(s.effective_to, {now}, {hi}) > {lo}"""),
-        ("iv", f"""
+    WHERE s.effective_from < least({now}, {hi}) AND least(s.effective_to, {now}, {hi}) > {lo}""",
+        ),
+        (
+            "iv",
+            f"""
     SELECT {cols}, l.group_path, CAST(l.gpus * 1000 AS BIGINT) AS milli, l.start_at,
            greatest(l.start_at, {lo}, (SELECT min(from_at) FROM snap)) AS t0,
            least({end}, {hi}, (SELECT max(until_at) FROM snap)) AS t1
     FROM {schema}ledger l
-    WHERE l.start_at < {hi} AND {end} > {lo}"""),
+    WHERE l.start_at < {hi} AND {end} > {lo}""",
+        ),
         ("ivr", "SELECT * FROM iv WHERE t1 > t0"),
         ("pol", f"SELECT policy FROM ivr UNION SELECT policy FROM {schema}reservations"),
-        ("res", f"""
+        (
+            "res",
+            f"""
     SELECT p.policy, s.from_at, s.until_at,
            CAST(coalesce(r.gpus * 1000, 0) AS BIGINT) AS reserved, r.gpu_type AS res_type,
            r."group" AS res_group, r.group_path AS res_path
     FROM pol p CROSS JOIN snap s
     LEFT JOIN {schema}reservations r ON r.policy = p.policy AND r.effective_from = s.eff
-    WHERE s.until_at > s.from_at"""),
-        ("ev", f"""
+    WHERE s.until_at > s.from_at""",
+        ),
+        (
+            "ev",
+            f"""
     SELECT policy, t0 AS t, milli AS d, false AS hard FROM ivr
     UNION ALL SELECT policy, t1, -milli, false FROM ivr
     UNION ALL SELECT policy, from_at, 0, true FROM res
@@ -120,25 +146,38 @@ def _segments_sql(lo: str, hi: str, schema: str, made: dict[str, str] | None = N
     UNION ALL
     SELECT r.policy, p.effective_from, 0, true FROM res r
     JOIN (SELECT DISTINCT effective_from FROM prices) p
-      ON p.effective_from > r.from_at AND p.effective_from < r.until_at"""),
-        ("bp", "SELECT policy, t, sum(d) AS d, bool_or(hard) AS hard FROM ev "
-               + d.group_by("1, 2")),
-        ("seg", """
+      ON p.effective_from > r.from_at AND p.effective_from < r.until_at""",
+        ),
+        (
+            "bp",
+            "SELECT policy, t, sum(d) AS d, bool_or(hard) AS hard FROM ev " + d.group_by("1, 2"),
+        ),
+        (
+            "seg",
+            """
     SELECT policy, t AS seg_start, lead(t) OVER (PARTITION BY policy ORDER BY t) AS seg_end,
            CAST(sum(d) OVER (PARTITION BY policy ORDER BY t) AS BIGINT) AS in_use,
            row_number() OVER (PARTITION BY policy ORDER BY t) AS idx, hard
-    FROM bp"""),
-        ("pseg0", f"""
+    FROM bp""",
+        ),
+        (
+            "pseg0",
+            f"""
     SELECT s.policy, s.idx, s.seg_start, s.seg_end, s.in_use, r.reserved, r.res_type,
            r.res_group, r.res_path, {d.ms("s.seg_start", "s.seg_end")} AS ms, s.hard
     FROM seg s JOIN res r ON r.policy = s.policy
      AND s.seg_start >= r.from_at AND s.seg_start < r.until_at
-    WHERE s.seg_end > s.seg_start"""),
-        ("pseg", """
+    WHERE s.seg_end > s.seg_start""",
+        ),
+        (
+            "pseg",
+            """
     SELECT *, sum(CASE WHEN in_use > reserved THEN 1 ELSE 0 END)
                   OVER (PARTITION BY policy ORDER BY idx) AS overs,
               sum(CASE WHEN hard THEN 1 ELSE 0 END) OVER (PARTITION BY policy ORDER BY idx) AS hn
-    FROM pseg0""")]
+    FROM pseg0""",
+        ),
+    ]
     made = made or {}
     needed: set[str] = set()
     todo = list(reads)
@@ -149,12 +188,23 @@ def _segments_sql(lo: str, hi: str, schema: str, made: dict[str, str] | None = N
             todo += [] if name in made else _READS[name]
     return "\nWITH " + ",\n".join(
         f"{name} AS (SELECT * FROM {made[name]})" if name in made else f"{name} AS ({body})"
-        for name, body in clauses if name in needed)
+        for name, body in clauses
+        if name in needed
+    )
 
 
-_READS = {"snap": [], "iv": ["snap"], "ivr": ["iv"], "pol": ["ivr"], "res": ["pol", "snap"],
-          "ev": ["ivr", "res"], "bp": ["ev"], "seg": ["bp"], "pseg0": ["seg", "res"],
-          "pseg": ["pseg0"]}
+_READS = {
+    "snap": [],
+    "iv": ["snap"],
+    "ivr": ["iv"],
+    "pol": ["ivr"],
+    "res": ["pol", "snap"],
+    "ev": ["ivr", "res"],
+    "bp": ["ev"],
+    "seg": ["bp"],
+    "pseg0": ["seg", "res"],
+    "pseg": ["pseg0"],
+}
 """The clauses each of :func:`_segments_sql`'s reads: a clause already made leaves out what
 only it needed (each statement's SQL is parsed and planned anew: the less, the sooner)."""
 
@@ -197,12 +247,15 @@ def _floor_scaled(dialect: Dialect, x: str, d: str) -> str:
     if dialect.pg:
         return f"div(CAST({x} AS NUMERIC) * {_SCALE}, {d})"
     r2 = f"(({x}) % ({d}) * 1000000 % ({d}))"
-    return (f"(CAST(({x}) // ({d}) AS HUGEINT) * {_SCALE} + (({x}) % ({d}) * 1000000 // ({d}))"
-            f" * 1000000 + {r2} * 1000000 // ({d}))")
+    return (
+        f"(CAST(({x}) // ({d}) AS HUGEINT) * {_SCALE} + (({x}) % ({d}) * 1000000 // ({d}))"
+        f" * 1000000 + {r2} * 1000000 // ({d}))"
+    )
 
 
 _FINAL = "\nSELECT CAST(date_trunc('month', x.piece_start) AS DATE) AS month, x.*,"
 """The start of the pieces' final SELECT (what precedes it is the WITH clauses)."""
+
 
 def _gp(d: Dialect) -> str:
     """Per GPU type, at each time anything borrowed or idle changes, the running integrals
@@ -229,9 +282,14 @@ bpiece AS (
     JOIN seg e ON e.policy = i.policy AND e.idx = p."last")"""
 
 
-def lending_pieces_sql(lo: str = NO_BOUND[0], hi: str = NO_BOUND[1], schema: str = "",
-                       borrowed: str | None = None, made: dict[str, str] | None = None,
-                       d: Dialect = DUCKDB) -> str:
+def lending_pieces_sql(
+    lo: str = NO_BOUND[0],
+    hi: str = NO_BOUND[1],
+    schema: str = "",
+    borrowed: str | None = None,
+    made: dict[str, str] | None = None,
+    d: Dialect = DUCKDB,
+) -> str:
     """The ``lending_pieces`` rows (below) for the time range [``lo``, ``hi``) (SQL timestamp
     expressions), cut at its ends: at any moment the derivation reads only what was held
     and reserved at that moment, so a month's pieces come out the same from the month's
@@ -298,8 +356,9 @@ LEFT JOIN price_periods pp
       AND x.piece_start >= pp.effective_from AND x.piece_start < pp.effective_to"""
 
 
-def sweep_inputs_sql(lo: str, hi: str, schema: str = "", made: dict[str, str] | None = None
-                     ) -> tuple[str, str]:
+def sweep_inputs_sql(
+    lo: str, hi: str, schema: str = "", made: dict[str, str] | None = None
+) -> tuple[str, str]:
     """The two queries :func:`swept` feeds the sweep: the hard breaks of each policy that is
     ever above its reservation in the range (:class:`kliqued.ledger.sweep.Break`), and those
     policies' intervals with their placement rank and first and past-the-last segment
@@ -340,8 +399,15 @@ def _hours_of(d: Dialect, mms: str) -> str:
 def _cost_of(d: Dialect, mms: str) -> str:
     """A sum of thousandths of GPU-milliseconds times the row's price, rounded half up once
     to the millionth (NULL when unpriced)."""
-    return dec(d, round_div(d, f"sum({d.huge(mms)} * {d.huge('x.per_gpu_hour * 1000000')})",
-                            UNITS_PER_MICRO_HOUR * 1_000_000), SUM_PRECISION)
+    return dec(
+        d,
+        round_div(
+            d,
+            f"sum({d.huge(mms)} * {d.huge('x.per_gpu_hour * 1000000')})",
+            UNITS_PER_MICRO_HOUR * 1_000_000,
+        ),
+        SUM_PRECISION,
+    )
 
 
 def borrowed_usage_sql(pieces: str = "lending_pieces", d: Dialect = DUCKDB) -> str:
@@ -355,8 +421,12 @@ SELECT x.month, x.interval_id, x.task, x."group", x.group_path, {levels(d, "x")}
        {_cost_of(d, "x.borrowed_mms")} AS borrowed_cost,
        {_cost_of(d, "x.lent_mms")} AS lent_cost
 FROM {pieces} x WHERE x.side = 'borrowed'
-{d.group_by('x.month, x.interval_id, x.task, x."group", x.group_path, x.project, x."user", '
-            'x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from')}"""
+{
+        d.group_by(
+            'x.month, x.interval_id, x.task, x."group", x.group_path, x.project, x."user", '
+            "x.policy, x.pool, x.gpu_type, x.per_gpu_hour, x.currency, x.price_from"
+        )
+    }"""
 
 
 def reserved_idle_sql(pieces: str = "lending_pieces", d: Dialect = DUCKDB) -> str:
@@ -374,8 +444,13 @@ FROM {pieces} x WHERE x.side = 'reserved'
 {d.group_by('x.month, x.policy, x."group", x.group_path, x.gpu_type')}"""
 
 
-def swept(conn: duckdb.DuckDBPyConnection, lo: str, hi: str, schema: str = "",
-          made: dict[str, str] | None = None) -> list[sweep.Piece]:
+def swept(
+    conn: duckdb.DuckDBPyConnection,
+    lo: str,
+    hi: str,
+    schema: str = "",
+    made: dict[str, str] | None = None,
+) -> list[sweep.Piece]:
     """The borrowed pieces of [``lo``, ``hi``) by :func:`kliqued.ledger.sweep.borrowed_pieces`
     over each policy that is ever above its reservation there (the others borrow nothing)."""
     breaks_sql, iv_sql = sweep_inputs_sql(lo, hi, schema, made)
@@ -427,20 +502,25 @@ def month_pieces(conn: duckdb.DuckDBPyConnection, period: date) -> Iterator[str]
             extra = ", row_number() OVER () AS n" if clause == "ivr" else ""
             # pseg without the running counts only the SQL's own derivation reads
             source = "pseg0" if clause == "pseg" else clause
-            conn.execute(f"CREATE TEMP TABLE {name}_{clause} AS "
-                         f"{_segments_sql(lo, hi, 'main.', made, (source,))} "
-                         f"SELECT *{extra} FROM {source}")
+            conn.execute(
+                f"CREATE TEMP TABLE {name}_{clause} AS "
+                f"{_segments_sql(lo, hi, 'main.', made, (source,))} "
+                f"SELECT *{extra} FROM {source}"
+            )
             made[clause] = f"temp.main.{name}_{clause}"
         pieces = swept(conn, lo, hi, "main.", made)
         columns = [list(c) for c in zip(*pieces)] if pieces else [[], [], [], []]
         conn.execute(
-            f'CREATE TEMP TABLE {name} AS SELECT unnest($1::BIGINT[]) AS n, '
+            f"CREATE TEMP TABLE {name} AS SELECT unnest($1::BIGINT[]) AS n, "
             f'unnest($2::BIGINT[]) AS "first", unnest($3::BIGINT[]) AS "last", '
-            f'unnest($4::BIGINT[]) AS borrowed', columns)
-        whole = lending_pieces_sql(lo, hi, 'main.', f'temp.main.{name}', made)
+            f"unnest($4::BIGINT[]) AS borrowed",
+            columns,
+        )
+        whole = lending_pieces_sql(lo, hi, "main.", f"temp.main.{name}", made)
         # the running integrals once (every query of the block reads them: both sides)
-        conn.execute(f"CREATE TEMP TABLE {name}_gp AS "
-                     f"{whole.partition(_FINAL)[0]} SELECT * FROM gp")
+        conn.execute(
+            f"CREATE TEMP TABLE {name}_gp AS {whole.partition(_FINAL)[0]} SELECT * FROM gp"
+        )
         made["gp"] = f"temp.main.{name}_gp"
         yield f"({lending_pieces_sql(lo, hi, 'main.', f'temp.main.{name}', made)})"
     finally:
@@ -474,6 +554,7 @@ def views(d: Dialect) -> dict[str, str]:
         # paid for by their borrowers: no GPU-hour is counted twice), and what it lent
         "reserved_idle": reserved_idle_sql(d=d),
     }
+
 
 ORDER: tuple[str, ...] = ("lending_pieces", "borrowed_usage", "reserved_idle")
 """Their creation order (each reads only what comes before it)."""

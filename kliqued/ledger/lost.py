@@ -59,8 +59,9 @@ class PreemptionRow:
     @property
     def lost_gpu_micro_hours(self) -> int:
         """Lost GPU-hours in millionths, rounded half up (as the ledger's hours are)."""
-        return (self.gpus_milli * self.lost_ms + _UNITS_PER_MICRO_HOUR // 2) \
-            // _UNITS_PER_MICRO_HOUR
+        return (
+            self.gpus_milli * self.lost_ms + _UNITS_PER_MICRO_HOUR // 2
+        ) // _UNITS_PER_MICRO_HOUR
 
     @property
     def lost_gpu_hours(self) -> Decimal:
@@ -118,14 +119,26 @@ ON CONFLICT DO NOTHING"""
 
 
 def _columns(rows: list[PreemptionRow], amount: Any, at: Any) -> list[list[Any]]:
-    return [[r.interval_id for r in rows], [r.task for r in rows], [r.user for r in rows],
-            [r.project for r in rows], [r.group for r in rows], [r.group_path for r in rows],
-            [r.policy for r in rows], [r.pool for r in rows], [r.gpu_type for r in rows],
-            [amount(Decimal(r.gpus_milli).scaleb(-3)) for r in rows],
-            [at(r.at_ms) for r in rows], [r.kind for r in rows], [r.reason for r in rows],
-            [r.taker for r in rows], [r.taker_path for r in rows],
-            [int(r.lost_ms) for r in rows], [amount(r.lost_gpu_hours) for r in rows],
-            [r.revision for r in rows]]
+    return [
+        [r.interval_id for r in rows],
+        [r.task for r in rows],
+        [r.user for r in rows],
+        [r.project for r in rows],
+        [r.group for r in rows],
+        [r.group_path for r in rows],
+        [r.policy for r in rows],
+        [r.pool for r in rows],
+        [r.gpu_type for r in rows],
+        [amount(Decimal(r.gpus_milli).scaleb(-3)) for r in rows],
+        [at(r.at_ms) for r in rows],
+        [r.kind for r in rows],
+        [r.reason for r in rows],
+        [r.taker for r in rows],
+        [r.taker_path for r in rows],
+        [int(r.lost_ms) for r in rows],
+        [amount(r.lost_gpu_hours) for r in rows],
+        [r.revision for r in rows],
+    ]
 
 
 def write_duck(conn: Any, rows: Iterable[PreemptionRow]) -> int:

@@ -21,24 +21,28 @@ from .db import Conn
 @dataclass(frozen=True)
 class OpenIntervals:
     """Placements: ledger rows with no end yet (opened before any close of the same batch)."""
+
     rows: tuple[writer.IntervalRow, ...]
 
 
 @dataclass(frozen=True)
 class CloseIntervals:
     """Ends of open intervals, ``(interval_id, end_ms, reason)``; closing twice is a no-op."""
+
     items: tuple[tuple[str, int, str], ...]
 
 
 @dataclass(frozen=True)
 class ReplacePrices:
     """The prices of a newly applied estate (a ``CompiledEstate``)."""
+
     estate: CompiledEstate
 
 
 @dataclass(frozen=True)
 class RecordEstate:
     """The capacity and reservations of an applied estate from ``at_ms`` on."""
+
     estate: CompiledEstate
     at_ms: int
 
@@ -46,12 +50,14 @@ class RecordEstate:
 @dataclass(frozen=True)
 class FillGroupPaths:
     """The paths of the estate in force for rows recorded before the ledger kept them."""
+
     paths: dict[str, str]
 
 
 @dataclass(frozen=True)
 class OpenCloudNode:
     """A cloud node's start (``cloud_nodes``)."""
+
     data: dict[str, Any]
     start_ms: int
     revision: str | None
@@ -60,6 +66,7 @@ class OpenCloudNode:
 @dataclass(frozen=True)
 class CloseCloudNode:
     """A cloud node's end (never before its start)."""
+
     node: str
     end_ms: int
     reason: str
@@ -69,13 +76,30 @@ class CloseCloudNode:
 class RecordPreemptions:
     """The engine's preemptions of a pass with their lost work (``preemptions``,
     :mod:`.lost`); written after the closes of the intervals they ended."""
+
     rows: tuple[lost.PreemptionRow, ...]
 
 
-LedgerWrite = Union[OpenIntervals, CloseIntervals, ReplacePrices, RecordEstate, FillGroupPaths,
-                    OpenCloudNode, CloseCloudNode, RecordPreemptions]
-LEDGER_WRITES = (OpenIntervals, CloseIntervals, ReplacePrices, RecordEstate, FillGroupPaths,
-                 OpenCloudNode, CloseCloudNode, RecordPreemptions)
+LedgerWrite = Union[
+    OpenIntervals,
+    CloseIntervals,
+    ReplacePrices,
+    RecordEstate,
+    FillGroupPaths,
+    OpenCloudNode,
+    CloseCloudNode,
+    RecordPreemptions,
+]
+LEDGER_WRITES = (
+    OpenIntervals,
+    CloseIntervals,
+    ReplacePrices,
+    RecordEstate,
+    FillGroupPaths,
+    OpenCloudNode,
+    CloseCloudNode,
+    RecordPreemptions,
+)
 
 
 def opens(rows: Iterable[writer.IntervalRow]) -> OpenIntervals:

@@ -19,13 +19,30 @@ from __future__ import annotations
 
 from . import lost
 from .dialect import POSTGRESQL
-from .tables import (CAPACITY, CLOUD_NODES, FEED_SEQUENCE, LEDGER, LEDGER_FEED, LEDGER_MONTHLY,
-                     PRICES, RESERVATIONS, pending_table)
+from .tables import (
+    CAPACITY,
+    CLOUD_NODES,
+    FEED_SEQUENCE,
+    LEDGER,
+    LEDGER_FEED,
+    LEDGER_MONTHLY,
+    PRICES,
+    RESERVATIONS,
+    pending_table,
+)
 from .views import LOST_WORK_VIEW, VIEW_ORDER, merge_monthly, views
 from .views import monthly_rows_sql as _monthly_rows
 
-__all__ = ["LOST_WORK_VIEW", "MERGE_MONTHLY", "TABLES", "VIEWS", "lost",
-           "monthly_rows_sql", "view_create", "view_statements"]
+__all__ = [
+    "LOST_WORK_VIEW",
+    "MERGE_MONTHLY",
+    "TABLES",
+    "VIEWS",
+    "lost",
+    "monthly_rows_sql",
+    "view_create",
+    "view_statements",
+]
 
 TABLES = [
     LEDGER.render(POSTGRESQL),
@@ -62,6 +79,6 @@ def view_statements(until: str | None = None) -> list[str]:
     :data:`.views.VIEW_ORDER`): the statements of a migration that changes views.
     ``until``: only the views before that one (a released migration's, which ran before
     the tables of later views existed)."""
-    names = VIEW_ORDER if until is None else VIEW_ORDER[:VIEW_ORDER.index(until)]
+    names = VIEW_ORDER if until is None else VIEW_ORDER[: VIEW_ORDER.index(until)]
     drops = [f"DROP VIEW IF EXISTS {name} CASCADE" for name in reversed(names)]
     return drops + [view_create(name) for name in names]

@@ -36,13 +36,57 @@ from psycopg import errors as pgerrors
 from . import sandbox
 from .sql import MAX_BYTES, LedgerSqlError, SqlResult, _fetch, check_limit, timeout_error
 
-_COMMANDS = frozenset({
-    "insert", "update", "delete", "merge", "create", "drop", "alter", "truncate", "grant",
-    "revoke", "copy", "call", "do", "set", "reset", "begin", "start", "commit", "rollback",
-    "end", "abort", "savepoint", "release", "prepare", "execute", "deallocate", "vacuum",
-    "analyze", "cluster", "reindex", "refresh", "lock", "listen", "notify", "unlisten",
-    "discard", "load", "checkpoint", "comment", "security", "import", "declare", "fetch",
-    "move", "close", "explain", "show"})
+_COMMANDS = frozenset(
+    {
+        "insert",
+        "update",
+        "delete",
+        "merge",
+        "create",
+        "drop",
+        "alter",
+        "truncate",
+        "grant",
+        "revoke",
+        "copy",
+        "call",
+        "do",
+        "set",
+        "reset",
+        "begin",
+        "start",
+        "commit",
+        "rollback",
+        "end",
+        "abort",
+        "savepoint",
+        "release",
+        "prepare",
+        "execute",
+        "deallocate",
+        "vacuum",
+        "analyze",
+        "cluster",
+        "reindex",
+        "refresh",
+        "lock",
+        "listen",
+        "notify",
+        "unlisten",
+        "discard",
+        "load",
+        "checkpoint",
+        "comment",
+        "security",
+        "import",
+        "declare",
+        "fetch",
+        "move",
+        "close",
+        "explain",
+        "show",
+    }
+)
 """First words of PostgreSQL statements other than a query, to say "not read-only"."""
 WORK_MEM = "16MB"
 """Per sort or hash of a finance query: the ledger's aggregates fit; more spills to disk."""
@@ -51,8 +95,10 @@ HASH_MEM_MULTIPLIER = "1"
 TEMP_FILE_LIMIT = "1GB"
 """What a finance query may spill to disk in all (a superuser's setting: on the role)."""
 ROLE_LIMITS: tuple[tuple[str, str], ...] = (
-    ("work_mem", WORK_MEM), ("hash_mem_multiplier", HASH_MEM_MULTIPLIER),
-    ("temp_file_limit", TEMP_FILE_LIMIT))
+    ("work_mem", WORK_MEM),
+    ("hash_mem_multiplier", HASH_MEM_MULTIPLIER),
+    ("temp_file_limit", TEMP_FILE_LIMIT),
+)
 """The finance role's settings, in the order they are set (the last needs a superuser)."""
 _COMMENTS = re.compile(r"(--[^\n]*|/\*.*?\*/)", re.S)
 
@@ -68,9 +114,14 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def run_readonly(conn: psycopg.Connection, sql: str, limit: int = 10000,
-                 timeout_s: float = 10.0, max_bytes: int = MAX_BYTES,
-                 deadline: float | None = None) -> SqlResult:
+def run_readonly(
+    conn: psycopg.Connection,
+    sql: str,
+    limit: int = 10000,
+    timeout_s: float = 10.0,
+    max_bytes: int = MAX_BYTES,
+    deadline: float | None = None,
+) -> SqlResult:
     """Runs one read-only query on ``conn`` (autocommit, logged in as the finance role; no
     transaction open) and returns at most ``limit`` rows (``truncated`` when there were
     more) whose JSON takes at most ``max_bytes``; stopped at ``deadline``
@@ -107,26 +158,37 @@ def run_readonly(conn: psycopg.Connection, sql: str, limit: int = 10000,
     except pgerrors.QueryCanceled:
         raise timeout_error(timeout_s) from None
     except (pgerrors.ProgramLimitExceeded, pgerrors.OutOfMemory) as exc:
-        raise LedgerSqlError("too-large", f"{_first_line(exc)}: the query built a value or "
-                                          "held more than PostgreSQL allows one query (a "
-                                          "value is at most 1 GB); aggregate earlier, select "
-                                          "fewer or shorter values, or add a WHERE") from None
+        raise LedgerSqlError(
+            "too-large",
+            f"{_first_line(exc)}: the query built a value or "
+            "held more than PostgreSQL allows one query (a "
+            "value is at most 1 GB); aggregate earlier, select "
+            "fewer or shorter values, or add a WHERE",
+        ) from None
     except pgerrors.ConfigurationLimitExceeded as exc:
-        raise LedgerSqlError("too-large", f"{_first_line(exc)}: the query spilled more to "
-                                          "disk than a ledger query may (temp_file_limit "
-                                          "of the finance role); add a WHERE or a LIMIT, or "
-                                          "sort and group fewer rows") from None
+        raise LedgerSqlError(
+            "too-large",
+            f"{_first_line(exc)}: the query spilled more to "
+            "disk than a ledger query may (temp_file_limit "
+            "of the finance role); add a WHERE or a LIMIT, or "
+            "sort and group fewer rows",
+        ) from None
     except pgerrors.InsufficientPrivilege as exc:
-        raise LedgerSqlError("not-allowed", f"{_first_line(exc)}: ledger SQL may read only "
-                                            f"{sandbox.allowed_text()} (docs/ledger.md)") from None
+        raise LedgerSqlError(
+            "not-allowed",
+            f"{_first_line(exc)}: ledger SQL may read only "
+            f"{sandbox.allowed_text()} (docs/ledger.md)",
+        ) from None
     except pgerrors.ReadOnlySqlTransaction:
         raise _not_read_only(sql) from None
     except pgerrors.SyntaxError as exc:
         text = _first_line(exc)
         if "multiple commands" in text:
-            raise LedgerSqlError("multiple-statements",
-                                 "more than one statement found; send exactly one SELECT "
-                                 "(remove the extra ';'-separated statements)") from None
+            raise LedgerSqlError(
+                "multiple-statements",
+                "more than one statement found; send exactly one SELECT "
+                "(remove the extra ';'-separated statements)",
+            ) from None
         if _first_word(sql) in _COMMANDS:
             raise _not_read_only(sql) from None
         raise LedgerSqlError("sql-error", text) from None
@@ -135,11 +197,13 @@ def run_readonly(conn: psycopg.Connection, sql: str, limit: int = 10000,
             raise _not_read_only(sql) from None
         raise LedgerSqlError("sql-error", _first_line(exc)) from None
     except RecursionError:
-        raise LedgerSqlError("sql-error", "a value of the answer is nested too deeply for "
-                                          "ledger SQL; flatten it") from None
+        raise LedgerSqlError(
+            "sql-error", "a value of the answer is nested too deeply for ledger SQL; flatten it"
+        ) from None
     except psycopg.OperationalError as exc:
-        raise LedgerSqlError("unavailable", f"the ledger's database cannot be reached: "
-                                            f"{_first_line(exc)}") from None
+        raise LedgerSqlError(
+            "unavailable", f"the ledger's database cannot be reached: {_first_line(exc)}"
+        ) from None
     except psycopg.Error as exc:
         raise LedgerSqlError("sql-error", _first_line(exc)) from None
     elapsed = round((time.perf_counter() - started) * 1000, 1)
@@ -148,6 +212,9 @@ def run_readonly(conn: psycopg.Connection, sql: str, limit: int = 10000,
 
 def _not_read_only(sql: str) -> LedgerSqlError:
     word = _first_word(sql).upper() or "not a query"
-    return LedgerSqlError("not-read-only", f"only SELECT queries may run on the ledger; this "
-                                           f"statement is {word} (the ledger is read-only for "
-                                           "every role)")
+    return LedgerSqlError(
+        "not-read-only",
+        f"only SELECT queries may run on the ledger; this "
+        f"statement is {word} (the ledger is read-only for "
+        "every role)",
+    )

@@ -14,8 +14,17 @@ from typing import Any, Iterable
 
 from .capacity import reserved_gpu_type
 from . import lost
-from .ops import (CloseCloudNode, CloseIntervals, FillGroupPaths, LedgerWrite, OpenCloudNode,
-                  OpenIntervals, RecordEstate, RecordPreemptions, ReplacePrices)
+from .ops import (
+    CloseCloudNode,
+    CloseIntervals,
+    FillGroupPaths,
+    LedgerWrite,
+    OpenCloudNode,
+    OpenIntervals,
+    RecordEstate,
+    RecordPreemptions,
+    ReplacePrices,
+)
 from .pgschema import MERGE_MONTHLY, monthly_rows_sql
 from .schema import FLUSH_AT
 from .writer import IntervalRow
@@ -51,13 +60,27 @@ def open_intervals(cur: Any, rows: Iterable[IntervalRow]) -> int:
     rows = list(rows)
     if not rows:
         return 0
-    cur.execute(_OPEN, [
-        [r.interval_id for r in rows], [r.task for r in rows], [r.user for r in rows],
-        [r.project for r in rows], [r.group for r in rows], [r.policy for r in rows],
-        [r.profile for r in rows], [r.resource for r in rows], [r.pool for r in rows],
-        [r.gpu_type for r in rows], [_milli(r.gpus_milli) for r in rows],
-        [_milli(r.weight_milli) for r in rows], [ts(r.start_ms) for r in rows],
-        [r.revision for r in rows], [r.group_path for r in rows], [r.channel for r in rows]])
+    cur.execute(
+        _OPEN,
+        [
+            [r.interval_id for r in rows],
+            [r.task for r in rows],
+            [r.user for r in rows],
+            [r.project for r in rows],
+            [r.group for r in rows],
+            [r.policy for r in rows],
+            [r.profile for r in rows],
+            [r.resource for r in rows],
+            [r.pool for r in rows],
+            [r.gpu_type for r in rows],
+            [_milli(r.gpus_milli) for r in rows],
+            [_milli(r.weight_milli) for r in rows],
+            [ts(r.start_ms) for r in rows],
+            [r.revision for r in rows],
+            [r.group_path for r in rows],
+            [r.channel for r in rows],
+        ],
+    )
     return int(cur.rowcount)
 
 
@@ -116,14 +139,16 @@ def rebuild_monthly(cur: Any, gpu_types: list[str] | None = None) -> None:
         return
     cur.execute("DELETE FROM ledger_monthly WHERE gpu_type = ANY(%s)", [gpu_types])
     cur.execute("DELETE FROM ledger_monthly_pending WHERE gpu_type = ANY(%s)", [gpu_types])
-    rows = monthly_rows_sql("(SELECT * FROM ledger WHERE end_at IS NOT NULL "
-                            "AND gpu_type = ANY(%s))")
+    rows = monthly_rows_sql(
+        "(SELECT * FROM ledger WHERE end_at IS NOT NULL AND gpu_type = ANY(%s))"
+    )
     # the source appears twice in the rows' query (the two kinds of piece)
     cur.execute(f"INSERT INTO ledger_monthly {rows}", [gpu_types, gpu_types])
 
 
 def _naive_utc(text: str) -> datetime:
     from .writer import _naive_utc as naive
+
     return naive(text)
 
 
@@ -133,13 +158,22 @@ def replace_prices(cur: Any, estate: Any) -> int:
     cur.execute("SELECT gpu_type, effective_from FROM prices")
     before = set(cur.fetchall())
     cur.execute("DELETE FROM prices")
-    rows = [(p.gpu_type, Decimal(p.per_gpu_hour), estate.settings.currency,
-             _naive_utc(p.effective_from),
-             None if p.list_per_gpu_hour is None else Decimal(p.list_per_gpu_hour))
-            for p in estate.pricing]
+    rows = [
+        (
+            p.gpu_type,
+            Decimal(p.per_gpu_hour),
+            estate.settings.currency,
+            _naive_utc(p.effective_from),
+            None if p.list_per_gpu_hour is None else Decimal(p.list_per_gpu_hour),
+        )
+        for p in estate.pricing
+    ]
     if rows:
-        cur.executemany("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from, "
-                        "list_per_gpu_hour) VALUES (%s, %s, %s, %s, %s)", rows)
+        cur.executemany(
+            "INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from, "
+            "list_per_gpu_hour) VALUES (%s, %s, %s, %s, %s)",
+            rows,
+        )
     after = {(r[0], r[3]) for r in rows}
     rebuild_monthly(cur, sorted({g for g, _ in before ^ after}))
     return len(rows)
@@ -152,14 +186,26 @@ def record_estate(cur: Any, estate: Any, at_ms: int) -> bool:
     if latest is not None and latest[0] == estate.revision:
         return False
     at = ts(at_ms)
-    pools = [(at, estate.revision, p.name, p.kind, p.gpu_type, _milli(p.capacity_milli))
-             for p in estate.pools]
+    pools = [
+        (at, estate.revision, p.name, p.kind, p.gpu_type, _milli(p.capacity_milli))
+        for p in estate.pools
+    ]
     if pools:
         cur.executemany("INSERT INTO capacity VALUES (%s, %s, %s, %s, %s, %s)", pools)
     paths = {g.name: "/".join([*reversed(g.ancestors), g.name]) for g in estate.groups}
-    res = [(at, estate.revision, p.name, p.group, paths.get(p.group, p.group),
-            _milli(p.reservation_milli), reserved_gpu_type(estate, p))
-           for p in estate.policies if p.reservation_milli > 0 and not p.envelope]
+    res = [
+        (
+            at,
+            estate.revision,
+            p.name,
+            p.group,
+            paths.get(p.group, p.group),
+            _milli(p.reservation_milli),
+            reserved_gpu_type(estate, p),
+        )
+        for p in estate.policies
+        if p.reservation_milli > 0 and not p.envelope
+    ]
     if res:
         cur.executemany("INSERT INTO reservations VALUES (%s, %s, %s, %s, %s, %s, %s)", res)
     return True
@@ -190,13 +236,27 @@ def open_cloud_node(cur: Any, op: OpenCloudNode) -> None:
         "INSERT INTO cloud_nodes (node, pool, provider, instance_type, lifecycle, gpus, "
         "per_hour, currency, start_at, end_at, end_reason, revision) VALUES "
         "(%s, %s, %s, %s, %s, %s, %s::numeric(18,6), %s, %s, NULL, NULL, %s)",
-        [d["node"], d["pool"], d["provider"], d["instance_type"], d["lifecycle"],
-         int(d["gpus"]), str(d["per_hour"]), d["currency"], ts(op.start_ms), op.revision])
+        [
+            d["node"],
+            d["pool"],
+            d["provider"],
+            d["instance_type"],
+            d["lifecycle"],
+            int(d["gpus"]),
+            str(d["per_hour"]),
+            d["currency"],
+            ts(op.start_ms),
+            op.revision,
+        ],
+    )
 
 
 def close_cloud_node(cur: Any, op: CloseCloudNode) -> None:
-    cur.execute("UPDATE cloud_nodes SET end_at = greatest(start_at, %s), end_reason = %s "
-                "WHERE node = %s AND end_at IS NULL", [ts(op.end_ms), op.reason, op.node])
+    cur.execute(
+        "UPDATE cloud_nodes SET end_at = greatest(start_at, %s), end_reason = %s "
+        "WHERE node = %s AND end_at IS NULL",
+        [ts(op.end_ms), op.reason, op.node],
+    )
 
 
 def apply(cur: Any, op: LedgerWrite) -> object:

@@ -11,12 +11,24 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-_ENV = Environment(loader=PackageLoader("kliqued.ledger", "templates"),
-                   autoescape=select_autoescape(["html", "j2"]), trim_blocks=True,
-                   lstrip_blocks=True)
+_ENV = Environment(
+    loader=PackageLoader("kliqued.ledger", "templates"),
+    autoescape=select_autoescape(["html", "j2"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 
-CSV_COLUMNS = ("group", "project", "user", "gpu_type", "per_gpu_hour", "price_from",
-               "gpu_hours", "budget_hours", "cost")
+CSV_COLUMNS = (
+    "group",
+    "project",
+    "user",
+    "gpu_type",
+    "per_gpu_hour",
+    "price_from",
+    "gpu_hours",
+    "budget_hours",
+    "cost",
+)
 """A line's columns after ``kind`` (``line`` for usage, ``reserved_idle``,
 ``borrowed_split``, ``lent_split``, ``total``)."""
 
@@ -31,8 +43,9 @@ def statement_csv(st: dict[str, Any]) -> str:
     for line in st["lines"]:
         kind = "line" if line.get("kind", "usage") == "usage" else line["kind"]
         w.writerow([*head, kind, *("" if line[c] is None else line[c] for c in CSV_COLUMNS)])
-    w.writerow([*head, "total", "", "", "", "", "", "", st["gpu_hours"], st["budget_hours"],
-                st["total"]])
+    w.writerow(
+        [*head, "total", "", "", "", "", "", "", st["gpu_hours"], st["budget_hours"], st["total"]]
+    )
     return buf.getvalue()
 
 

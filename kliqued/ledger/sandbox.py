@@ -30,34 +30,76 @@ from klique_util.excerpt import excerpt
 ParseNode = dict[str, Any]
 """A node of DuckDB's JSON parse tree (``json_serialize_sql``): JSON objects all the way down."""
 
-RELATIONS = ("ledger", "prices", "price_periods", "usage", "usage_priced", "usage_by_month",
-             "usage_monthly", "usage_by_level", "usage_by_business_unit", "usage_by_department",
-             "cloud_nodes", "cloud_node_usage", "cloud_spend_monthly",
-             "capacity", "reservations", "capacity_periods", "capacity_by_month",
-             "borrowed_usage", "reserved_idle", "estate_use", "idle_cost", "in_use_now",
-             "preemptions", "lost_work")
+RELATIONS = (
+    "ledger",
+    "prices",
+    "price_periods",
+    "usage",
+    "usage_priced",
+    "usage_by_month",
+    "usage_monthly",
+    "usage_by_level",
+    "usage_by_business_unit",
+    "usage_by_department",
+    "cloud_nodes",
+    "cloud_node_usage",
+    "cloud_spend_monthly",
+    "capacity",
+    "reservations",
+    "capacity_periods",
+    "capacity_by_month",
+    "borrowed_usage",
+    "reserved_idle",
+    "estate_use",
+    "idle_cost",
+    "in_use_now",
+    "preemptions",
+    "lost_work",
+)
 """The relations finance's SQL may name: the ledger's tables and documented views (a group
 admin's names the same, over their subtree's rows: :mod:`kliqued.ledger.scope`)."""
 
-BASE_TABLES = ("ledger", "prices", "ledger_monthly", "ledger_monthly_pending", "cloud_nodes",
-               "capacity", "reservations", "preemptions")
+BASE_TABLES = (
+    "ledger",
+    "prices",
+    "ledger_monthly",
+    "ledger_monthly_pending",
+    "cloud_nodes",
+    "capacity",
+    "reservations",
+    "preemptions",
+)
 """The tables the plans of those relations scan (``usage_monthly`` reads the internal
 monthly aggregate; a query may not name it)."""
 
 TABLE_FUNCTIONS = ("range", "generate_series", "unnest")
 """Table functions that compute rows from their arguments only."""
 
-DENIED_FUNCTIONS = frozenset({
-    "nextval", "currval", "setval", "setseed", "write_log", "sleep_ms", "current_setting",
-    "getvariable", "getenv", "checkpoint", "force_checkpoint", "query", "query_table",
-    "json_execute_serialized_sql",
-})
+DENIED_FUNCTIONS = frozenset(
+    {
+        "nextval",
+        "currval",
+        "setval",
+        "setseed",
+        "write_log",
+        "sleep_ms",
+        "current_setting",
+        "getvariable",
+        "getenv",
+        "checkpoint",
+        "force_checkpoint",
+        "query",
+        "query_table",
+        "json_execute_serialized_sql",
+    }
+)
 """Scalar functions with a side effect (a sequence, the RNG, DuckDB's log, a thread held
 asleep) or that read the server's state or settings: DuckDB's non-CONSISTENT functions, less
 the harmless ones (clocks, random, uuid, ids of the current query)."""
 
-_TABLE_REFS = frozenset({"BASE_TABLE", "TABLE_FUNCTION", "SUBQUERY", "JOIN", "EMPTY",
-                         "EXPRESSION_LIST"})
+_TABLE_REFS = frozenset(
+    {"BASE_TABLE", "TABLE_FUNCTION", "SUBQUERY", "JOIN", "EMPTY", "EXPRESSION_LIST"}
+)
 """Kinds of FROM item a query may use (``SHOW_REF``, i.e. DESCRIBE/SUMMARIZE, is not one)."""
 
 
@@ -70,8 +112,10 @@ def allowed_text() -> str:
 
 
 def _refuse_relation(name: str) -> NotAllowed:
-    return NotAllowed(f"{excerpt(name)} is not a ledger table or view: ledger SQL may read only "
-                      f"{allowed_text()} (docs/ledger.md)")
+    return NotAllowed(
+        f"{excerpt(name)} is not a ledger table or view: ledger SQL may read only "
+        f"{allowed_text()} (docs/ledger.md)"
+    )
 
 
 def parsed(conn: Any, sql: str) -> ParseNode:
@@ -81,8 +125,10 @@ def parsed(conn: Any, sql: str) -> ParseNode:
     if tree.get("error"):
         message = tree.get("error_message") or "the query could not be parsed"
         if "Only SELECT" in message:
-            message = ("this form of query is not supported on the ledger (PIVOT, SHOW, "
-                       "DESCRIBE...): write it as a plain SELECT, e.g. with GROUP BY and FILTER")
+            message = (
+                "this form of query is not supported on the ledger (PIVOT, SHOW, "
+                "DESCRIBE...): write it as a plain SELECT, e.g. with GROUP BY and FILTER"
+            )
         raise NotAllowed(message)
     return tree
 
@@ -110,8 +156,10 @@ def _walk(node: Any, scope: frozenset[str], db: str, qualified: bool = True) -> 
             body = entry.get("value") or {}
             query = body.get("query_node") or {}
             here = frozenset(inner)
-            if (query.get("type") == "RECURSIVE_CTE_NODE"
-                    and str(query.get("cte_name", "")).lower() == name):
+            if (
+                query.get("type") == "RECURSIVE_CTE_NODE"
+                and str(query.get("cte_name", "")).lower() == name
+            ):
                 # only the recursive part (right of the UNION) sees the CTE itself
                 _walk({k: v for k, v in body.items() if k != "query_node"}, here, db, qualified)
                 _walk({k: v for k, v in query.items() if k != "right"}, here, db, qualified)
@@ -123,24 +171,34 @@ def _walk(node: Any, scope: frozenset[str], db: str, qualified: bool = True) -> 
         _walk(rest, frozenset(inner), db, qualified)
         return
     kind = node.get("type")
-    if "class" not in node and "sample" in node and "alias" in node \
-            and isinstance(kind, str) and not kind.endswith("_NODE"):
+    if (
+        "class" not in node
+        and "sample" in node
+        and "alias" in node
+        and isinstance(kind, str)
+        and not kind.endswith("_NODE")
+    ):
         _check_table_ref(node, kind, scope, db, qualified)
     if node.get("class") == "FUNCTION":
         name = str(node.get("function_name", "")).lower()
         if name in DENIED_FUNCTIONS:
-            raise NotAllowed(f"{name}() is not available in ledger SQL: it has side effects "
-                             "or reads the server's state")
+            raise NotAllowed(
+                f"{name}() is not available in ledger SQL: it has side effects "
+                "or reads the server's state"
+            )
     for value in node.values():
         _walk(value, scope, db, qualified)
 
 
-def _check_table_ref(node: ParseNode, kind: str, scope: frozenset[str], db: str,
-                     qualified: bool = True) -> None:
+def _check_table_ref(
+    node: ParseNode, kind: str, scope: frozenset[str], db: str, qualified: bool = True
+) -> None:
     if kind not in _TABLE_REFS:
         what = {"SHOW_REF": "DESCRIBE, SUMMARIZE and SHOW"}.get(kind, kind)
-        raise NotAllowed(f"{what} cannot be used in ledger SQL; the tables and views are "
-                         "described in docs/ledger.md")
+        raise NotAllowed(
+            f"{what} cannot be used in ledger SQL; the tables and views are "
+            "described in docs/ledger.md"
+        )
     if kind == "BASE_TABLE":
         name = str(node.get("table_name", "")).lower()
         schema = str(node.get("schema_name", "")).lower()
@@ -149,9 +207,11 @@ def _check_table_ref(node: ParseNode, kind: str, scope: frozenset[str], db: str,
             return  # a CTE of the query
         if (schema or catalog) and not qualified:
             shown = ".".join(p for p in (catalog, schema, name) if p)
-            raise NotAllowed(f"{excerpt(shown)}: name the ledger's tables and views without a "
-                             f"schema or database ({excerpt(name)}), they hold the rows you may "
-                             f"read")
+            raise NotAllowed(
+                f"{excerpt(shown)}: name the ledger's tables and views without a "
+                f"schema or database ({excerpt(name)}), they hold the rows you may "
+                f"read"
+            )
         if not catalog and schema == db:
             catalog, schema = db, ""  # `kliqued.ledger`: the database, not a schema
         if catalog not in ("", db) or schema not in ("", "main") or name not in RELATIONS:
@@ -162,11 +222,16 @@ def _check_table_ref(node: ParseNode, kind: str, scope: frozenset[str], db: str,
     elif kind == "TABLE_FUNCTION":
         fn = node.get("function") or {}
         name = str(fn.get("function_name", "")).lower()
-        if fn.get("class") != "FUNCTION" or name not in TABLE_FUNCTIONS \
-                or str(fn.get("schema", "")).lower() not in ("", "main") \
-                or str(fn.get("catalog", "")).lower() not in ("", "system"):
-            raise NotAllowed(f"table function {name or '?'}() is not available in ledger SQL; "
-                             f"allowed: {', '.join(TABLE_FUNCTIONS)}")
+        if (
+            fn.get("class") != "FUNCTION"
+            or name not in TABLE_FUNCTIONS
+            or str(fn.get("schema", "")).lower() not in ("", "main")
+            or str(fn.get("catalog", "")).lower() not in ("", "system")
+        ):
+            raise NotAllowed(
+                f"table function {name or '?'}() is not available in ledger SQL; "
+                f"allowed: {', '.join(TABLE_FUNCTIONS)}"
+            )
 
 
 def _qualified(name: str) -> tuple[str, ...]:
@@ -179,7 +244,7 @@ def _qualified(name: str) -> tuple[str, ...]:
         if i < n and name[i] == '"':
             j, part = i + 1, []
             while j < n:
-                if name[j] == '"' and name[j + 1:j + 2] == '"':
+                if name[j] == '"' and name[j + 1 : j + 2] == '"':
                     part.append('"')
                     j += 2
                 elif name[j] == '"':
@@ -221,6 +286,8 @@ def check_plan(plan_json: str, database: str, temp: Sequence[str] = ()) -> None:
                 raise _refuse_relation(_qualified(str(table))[-1])
             fn = info.get("Function")
             if fn is not None and str(fn).upper() not in functions:
-                raise NotAllowed(f"table function {str(fn).lower()}() is not available in "
-                                 f"ledger SQL; allowed: {', '.join(TABLE_FUNCTIONS)}")
+                raise NotAllowed(
+                    f"table function {str(fn).lower()}() is not available in "
+                    f"ledger SQL; allowed: {', '.join(TABLE_FUNCTIONS)}"
+                )
         stack.extend(node.get("children") or [])

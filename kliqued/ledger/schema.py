@@ -33,21 +33,45 @@ from __future__ import annotations
 
 from .db import Conn, scalar
 from .dialect import DUCKDB, q
-from .tables import (CAPACITY, CLOUD_NODES, FEED_SEQUENCE, LEDGER, LEDGER_COLUMNS, LEDGER_FEED,
-                     LEDGER_MONTHLY, PREEMPTIONS, PRICES, RESERVATIONS, pending_table)
+from .tables import (
+    CAPACITY,
+    CLOUD_NODES,
+    FEED_SEQUENCE,
+    LEDGER,
+    LEDGER_COLUMNS,
+    LEDGER_FEED,
+    LEDGER_MONTHLY,
+    PREEMPTIONS,
+    PRICES,
+    RESERVATIONS,
+    pending_table,
+)
 from .views import DIMENSIONS, VIEW_ORDER, merge_monthly, monthly_pieces, views
 from .views import monthly_rows_sql as _monthly_rows
 from .views import pieces_sql as _pieces
 
-__all__ = ["DIMENSIONS", "FEED_SEQUENCE", "FLUSH_AT", "LEDGER_COLUMNS", "MONTHLY_TABLE",
-           "VIEWS", "VIEW_ORDER", "ensure_schema", "flush_monthly", "monthly_rows_sql",
-           "pieces_sql", "q", "rebuild_monthly"]
+__all__ = [
+    "DIMENSIONS",
+    "FEED_SEQUENCE",
+    "FLUSH_AT",
+    "LEDGER_COLUMNS",
+    "MONTHLY_TABLE",
+    "VIEWS",
+    "VIEW_ORDER",
+    "ensure_schema",
+    "flush_monthly",
+    "monthly_rows_sql",
+    "pieces_sql",
+    "q",
+    "rebuild_monthly",
+]
 
 FLUSH_AT = 10_000
 """Pending closed intervals folded into ``ledger_monthly`` at once."""
 
-TABLES = [t.render(DUCKDB) for t in (LEDGER, PRICES, CLOUD_NODES, CAPACITY, RESERVATIONS,
-                                     PREEMPTIONS)]
+TABLES = [
+    t.render(DUCKDB) for t in (LEDGER, PRICES, CLOUD_NODES, CAPACITY, RESERVATIONS, PREEMPTIONS)
+]
 """The tables created when missing (the monthly aggregate, its pending rows and the feed are
 created in :func:`ensure_schema`, after the upgrades of older files)."""
 
@@ -84,8 +108,10 @@ def _ensure_feed(conn: Conn) -> None:
         conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {FEED_SEQUENCE} START 1")
         return
     conn.execute(FEED_TABLE)
-    conn.execute("INSERT INTO ledger_feed SELECT row_number() OVER (ORDER BY end_at, "
-                 "interval_id), interval_id FROM ledger WHERE end_at IS NOT NULL")
+    conn.execute(
+        "INSERT INTO ledger_feed SELECT row_number() OVER (ORDER BY end_at, "
+        "interval_id), interval_id FROM ledger WHERE end_at IS NOT NULL"
+    )
     n = int(scalar(conn, "SELECT count(*) FROM ledger_feed"))
     conn.execute(f"DROP SEQUENCE IF EXISTS {FEED_SEQUENCE}")
     conn.execute(f"CREATE SEQUENCE {FEED_SEQUENCE} START {n + 1}")
@@ -97,7 +123,9 @@ def _columns(conn: Conn, table: str) -> list[str] | None:
     rows = conn.execute(
         "SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
         "AND database_name = current_database() AND schema_name = current_schema() "
-        "ORDER BY column_index", [table]).fetchall()
+        "ORDER BY column_index",
+        [table],
+    ).fetchall()
     return [str(r[0]) for r in rows] or None
 
 
@@ -163,8 +191,10 @@ def rebuild_monthly(conn: Conn, gpu_types: list[str] | None = None) -> None:
         return
     types = [list(gpu_types)]
     conn.execute("DELETE FROM ledger_monthly WHERE list_contains(?::VARCHAR[], gpu_type)", types)
-    conn.execute("DELETE FROM ledger_monthly_pending "
-                 "WHERE list_contains(?::VARCHAR[], gpu_type)", types)
-    source = ("(SELECT * FROM ledger WHERE end_at IS NOT NULL "
-              "AND list_contains(?::VARCHAR[], gpu_type))")
+    conn.execute(
+        "DELETE FROM ledger_monthly_pending WHERE list_contains(?::VARCHAR[], gpu_type)", types
+    )
+    source = (
+        "(SELECT * FROM ledger WHERE end_at IS NOT NULL AND list_contains(?::VARCHAR[], gpu_type))"
+    )
     conn.execute(f"INSERT INTO ledger_monthly {monthly_rows_sql(source)}", types * 2)

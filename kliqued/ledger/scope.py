@@ -64,12 +64,15 @@ def scoped(query: str, groups: Sequence[str] | None, pieces: str | None = None) 
 def _prefix(groups: Sequence[str] | None, pieces: str | None = None) -> str:
     ctes: list[tuple[str, str]] = []
     if groups is not None:
-        ctes += [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}")
-                 for t in FILTERED]
+        ctes += [(t, f"SELECT * FROM main.{t} r WHERE {visible('r', groups)}") for t in FILTERED]
         ctes += [(t, f"SELECT * FROM main.{t} WHERE false") for t in HIDDEN]
     where = "" if groups is None else f" WHERE {visible('r', groups)}"
-    ctes += [(name, f"SELECT * FROM {pieces or 'main.' + name} r{where}")
-             if name in DERIVED else (name, VIEWS[name]) for name in VIEW_ORDER]
+    ctes += [
+        (name, f"SELECT * FROM {pieces or 'main.' + name} r{where}")
+        if name in DERIVED
+        else (name, VIEWS[name])
+        for name in VIEW_ORDER
+    ]
     head = ",\n".join(f"{name} AS ({body}\n)" for name, body in ctes)
     return f"WITH {head}\nSELECT * FROM (\n"
 

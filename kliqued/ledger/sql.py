@@ -44,8 +44,15 @@ MAX_BYTES = 32 * 2**20
 """The most bytes the rows of one answer may take as JSON (counted exactly), whatever their
 count."""
 
-CODES = ("not-read-only", "multiple-statements", "not-allowed", "sql-error", "timeout",
-         "too-large", "unavailable")
+CODES = (
+    "not-read-only",
+    "multiple-statements",
+    "not-allowed",
+    "sql-error",
+    "timeout",
+    "too-large",
+    "unavailable",
+)
 """``unavailable``: the database finance's SQL runs on (PostgreSQL, a replica) cannot be
 reached (:mod:`.pgsql`)."""
 
@@ -71,11 +78,17 @@ class SqlResult:
     elapsed_ms: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"columns": self.columns, "types": self.types, "rows": self.rows,
-                "truncated": self.truncated, "elapsed_ms": self.elapsed_ms}
+        return {
+            "columns": self.columns,
+            "types": self.types,
+            "rows": self.rows,
+            "truncated": self.truncated,
+            "elapsed_ms": self.elapsed_ms,
+        }
 
 
 # --- values -------------------------------------------------------------------------------
+
 
 def time_text(value: _dt.datetime) -> str:
     """RFC 3339 UTC: naive timestamps are UTC (the ledger stores UTC), aware ones converted."""
@@ -122,12 +135,27 @@ def to_json_value(value: object) -> JsonValue:
     return str(value)
 
 
-_PLAIN = frozenset({"VARCHAR", "BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT",
-                    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "HUGEINT", "UHUGEINT"})
+_PLAIN = frozenset(
+    {
+        "VARCHAR",
+        "BOOLEAN",
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "HUGEINT",
+        "UHUGEINT",
+    }
+)
 """Types whose Python values are already JSON values: their columns skip conversion."""
 
 
 # --- the query ----------------------------------------------------------------------------
+
 
 def check_read_only(sql: str) -> str:
     """Raises unless ``sql`` is exactly one SELECT statement, as DuckDB's parser sees it;
@@ -141,15 +169,19 @@ def check_read_only(sql: str) -> str:
     if len(statements) == 0:
         raise LedgerSqlError("sql-error", "empty query: send one SELECT statement")
     if len(statements) > 1:
-        raise LedgerSqlError("multiple-statements",
-                             f"{len(statements)} statements found; send exactly one SELECT "
-                             "(remove the extra ';'-separated statements)")
+        raise LedgerSqlError(
+            "multiple-statements",
+            f"{len(statements)} statements found; send exactly one SELECT "
+            "(remove the extra ';'-separated statements)",
+        )
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         name = getattr(kind, "name", str(kind))
-        raise LedgerSqlError("not-read-only",
-                             f"only SELECT queries may run on the ledger; this statement is "
-                             f"{name} (the ledger is read-only for every role)")
+        raise LedgerSqlError(
+            "not-read-only",
+            f"only SELECT queries may run on the ledger; this statement is "
+            f"{name} (the ledger is read-only for every role)",
+        )
     return statements[0].query
 
 
@@ -162,8 +194,9 @@ def _clean(exc: BaseException) -> str:
 def json_size(value: list[Any]) -> int:
     """The bytes ``value`` (a row, or a list of rows) takes in the daemon's JSON answer
     (compact, UTF-8): what the byte cap counts, exactly."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                          default=str).encode("utf-8"))
+    return len(
+        json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
+    )
 
 
 LAST_CHUNK = 2048
@@ -175,17 +208,26 @@ held before its size is known, and a large answer of small rows costs few calls.
 def timeout_error(limit_s: float, queued: bool = False) -> LedgerSqlError:
     """The error of a query past its deadline: ``queued`` when it never got to run."""
     if queued:
-        return LedgerSqlError("timeout", f"the query waited for a free query slot longer than its "
-                                         f"time limit of {limit_s:g} s (other ledger queries "
-                                         "were running); try again, or narrow them")
-    return LedgerSqlError("timeout", f"the query ran longer than {limit_s:g} s and was stopped; "
-                                     "narrow it (a WHERE on start_at) or aggregate more")
+        return LedgerSqlError(
+            "timeout",
+            f"the query waited for a free query slot longer than its "
+            f"time limit of {limit_s:g} s (other ledger queries "
+            "were running); try again, or narrow them",
+        )
+    return LedgerSqlError(
+        "timeout",
+        f"the query ran longer than {limit_s:g} s and was stopped; "
+        "narrow it (a WHERE on start_at) or aggregate more",
+    )
 
 
 def _too_large(max_bytes: int) -> LedgerSqlError:
-    size = (f"{max_bytes / 2**20:g} MiB" if max_bytes >= 2**20 else f"{max_bytes} bytes")
-    return LedgerSqlError("too-large", f"the answer is larger than {size}; add a LIMIT, select "
-                                       "fewer columns, aggregate, or use `kliqued ledger export`")
+    size = f"{max_bytes / 2**20:g} MiB" if max_bytes >= 2**20 else f"{max_bytes} bytes"
+    return LedgerSqlError(
+        "too-large",
+        f"the answer is larger than {size}; add a LIMIT, select "
+        "fewer columns, aggregate, or use `kliqued ledger export`",
+    )
 
 
 def out_of_memory(conn: duckdb.DuckDBPyConnection) -> LedgerSqlError:
@@ -196,24 +238,38 @@ def out_of_memory(conn: duckdb.DuckDBPyConnection) -> LedgerSqlError:
         limit = scalar(conn, "SELECT current_setting('memory_limit')")
     except duckdb.Error:
         limit = "its limit"
-    return LedgerSqlError("too-large", f"the query needed more memory than the ledger's "
-                                       f"database may use ({limit}); aggregate earlier, "
-                                       "select fewer or shorter values, or add a WHERE")
+    return LedgerSqlError(
+        "too-large",
+        f"the query needed more memory than the ledger's "
+        f"database may use ({limit}); aggregate earlier, "
+        "select fewer or shorter values, or add a WHERE",
+    )
 
 
 def check_limit(limit: object) -> None:
     """Raises unless ``limit`` is a row count a query may ask for."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise LedgerSqlError("sql-error", f"limit must be a whole number >= 1, "
-                                         f"found {excerpt(limit)}")
+        raise LedgerSqlError(
+            "sql-error", f"limit must be a whole number >= 1, found {excerpt(limit)}"
+        )
     if limit > MAX_LIMIT:
-        raise LedgerSqlError("too-large", f"limit {limit} is above the maximum of {MAX_LIMIT} "
-                                          "rows; aggregate in SQL or use `kliqued ledger export`")
+        raise LedgerSqlError(
+            "too-large",
+            f"limit {limit} is above the maximum of {MAX_LIMIT} "
+            "rows; aggregate in SQL or use `kliqued ledger export`",
+        )
 
 
-def run_readonly(conn: duckdb.DuckDBPyConnection, sql: str, limit: int = 10000,
-                 timeout_s: float = 10.0, max_bytes: int = MAX_BYTES, deadline: float | None = None,
-                 groups: Sequence[str] | None = None, pieces: str | None = None) -> SqlResult:
+def run_readonly(
+    conn: duckdb.DuckDBPyConnection,
+    sql: str,
+    limit: int = 10000,
+    timeout_s: float = 10.0,
+    max_bytes: int = MAX_BYTES,
+    deadline: float | None = None,
+    groups: Sequence[str] | None = None,
+    pieces: str | None = None,
+) -> SqlResult:
     """Runs one read-only SELECT on ``conn`` (use a cursor of its own: the query runs in its
     own transaction, which must not already be open on it) and returns at most ``limit``
     rows (``truncated`` when there were more) whose JSON takes at most ``max_bytes``.
@@ -250,22 +306,28 @@ def run_readonly(conn: duckdb.DuckDBPyConnection, sql: str, limit: int = 10000,
     except RecursionError:
         # a parse tree, plan or value nested deeper than Python walks (DuckDB's own limit on
         # expression depth is 1,000; its JSON tree is deeper than that)
-        raise LedgerSqlError("sql-error", "the query or a value of its answer is nested too "
-                                          "deeply for ledger SQL; flatten it") from None
+        raise LedgerSqlError(
+            "sql-error",
+            "the query or a value of its answer is nested too deeply for ledger SQL; flatten it",
+        ) from None
     except duckdb.InterruptException:
         raise timeout_error(timeout_s) from None
     except duckdb.OutOfMemoryException:
         raise out_of_memory(conn) from None
     except duckdb.PermissionException as exc:
         first = _clean(exc).splitlines()[0]
-        raise LedgerSqlError("sql-error", "file and network access is disabled on the ledger: "
-                                          f"query its tables and views only ({first})") from None
+        raise LedgerSqlError(
+            "sql-error",
+            "file and network access is disabled on the ledger: "
+            f"query its tables and views only ({first})",
+        ) from None
     except duckdb.Error as exc:
         if watchdog.fired:
             raise timeout_error(timeout_s) from None
         message = _clean(exc)
-        raise LedgerSqlError("sql-error", message if groups is None
-                             else scope.relocate(message)) from None
+        raise LedgerSqlError(
+            "sql-error", message if groups is None else scope.relocate(message)
+        ) from None
     finally:
         try:
             conn.execute("ROLLBACK")
@@ -275,8 +337,12 @@ def run_readonly(conn: duckdb.DuckDBPyConnection, sql: str, limit: int = 10000,
     return SqlResult([d[0] for d in description], types, rows, truncated, elapsed)
 
 
-def _check_sandbox(conn: duckdb.DuckDBPyConnection, query: str, groups: Sequence[str] | None = None,
-                   pieces: str | None = None) -> str:
+def _check_sandbox(
+    conn: duckdb.DuckDBPyConnection,
+    query: str,
+    groups: Sequence[str] | None = None,
+    pieces: str | None = None,
+) -> str:
     """The query's parse tree and plan stay inside the ledger (``sandbox``); returns the SQL
     to run: the query, or for ``groups`` the query over their subtrees' rows only (and with
     ``pieces``, over those lending pieces: :func:`kliqued.ledger.scope.scoped`)."""
@@ -293,8 +359,9 @@ def _check_sandbox(conn: duckdb.DuckDBPyConnection, query: str, groups: Sequence
     return query
 
 
-def _fetch(conn: Fetching, types: list[str], limit: int, max_bytes: int, deadline: float,
-           timeout_s: float) -> tuple[list[list[JsonValue]], bool]:
+def _fetch(
+    conn: Fetching, types: list[str], limit: int, max_bytes: int, deadline: float, timeout_s: float
+) -> tuple[list[list[JsonValue]], bool]:
     """At most ``limit`` rows, converted, counting their exact JSON bytes as they come:
     refused as soon as the answer passes ``max_bytes``, so no more than one chunk beyond the
     cap is ever held."""
@@ -310,7 +377,8 @@ def _fetch(conn: Fetching, types: list[str], limit: int, max_bytes: int, deadlin
         more = len(rows) + len(fetched) > limit
         batch: list[list[JsonValue]] = [
             [to_json_value(v) if c else v for v, c in zip(raw, convert)]
-            for raw in fetched[:limit - len(rows)]]
+            for raw in fetched[: limit - len(rows)]
+        ]
         if batch:
             # the batch's rows as the answer will hold them: the same bytes as each row's
             # json_size plus the commas between them

@@ -81,7 +81,7 @@ def allocate_cents(exact: Sequence[Fraction]) -> tuple[list[Decimal], Decimal]:
         moved = [Fraction(x) - Fraction(str(r)) for x, r in zip(exact, lines)]
         order = sorted(range(len(lines)), key=lambda i: (-moved[i] if diff > 0 else moved[i], i))
         step = CENT if diff > 0 else -CENT
-        for i in order[:abs(diff)]:
+        for i in order[: abs(diff)]:
             lines[i] += step
     return [line.quantize(CENT) for line in lines], total.quantize(CENT)
 
@@ -115,19 +115,27 @@ class Line:
     def exact_cost(self) -> Fraction:
         if self.per_gpu_hour is None:
             return Fraction(0)
-        return (Fraction(self.gpu_milli_ms, 1000 * _HOUR_MS) * Fraction(str(self.per_gpu_hour))
-                * self.share)
+        return (
+            Fraction(self.gpu_milli_ms, 1000 * _HOUR_MS)
+            * Fraction(str(self.per_gpu_hour))
+            * self.share
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "group": self.group, "group_path": self.group_path,
-                "project": self.project,
-                "user": self.user, "gpu_type": self.gpu_type,
-                "per_gpu_hour": None if self.per_gpu_hour is None else str(self.per_gpu_hour),
-                "price_from": self.price_from,
-                "gpu_hours": _hours(self.gpu_milli_ms),
-                "budget_hours": _hours(self.budget_milli_ms),
-                "hours": _hours(self.ms * 1000),
-                "cost": str(self.cost)}
+        return {
+            "kind": self.kind,
+            "group": self.group,
+            "group_path": self.group_path,
+            "project": self.project,
+            "user": self.user,
+            "gpu_type": self.gpu_type,
+            "per_gpu_hour": None if self.per_gpu_hour is None else str(self.per_gpu_hour),
+            "price_from": self.price_from,
+            "gpu_hours": _hours(self.gpu_milli_ms),
+            "budget_hours": _hours(self.budget_milli_ms),
+            "hours": _hours(self.ms * 1000),
+            "cost": str(self.cost),
+        }
 
 
 def _hours(milli_ms: int) -> str:
@@ -166,20 +174,25 @@ class Statement:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "group": self.group, "path": self.path, "period": f"{self.period:%Y-%m}",
+            "group": self.group,
+            "path": self.path,
+            "period": f"{self.period:%Y-%m}",
             "period_start": f"{self.period:%Y-%m-%d}T00:00:00Z",
             "period_end": f"{next_month(self.period):%Y-%m-%d}T00:00:00Z",
             "currency": self.currency,
             "lines": [line.to_json() for line in self.lines],
-            "gpu_hours": _hours(sum(x.gpu_milli_ms for x in self.lines
-                                    if x.kind in ("usage", "reserved_idle"))),
+            "gpu_hours": _hours(
+                sum(x.gpu_milli_ms for x in self.lines if x.kind in ("usage", "reserved_idle"))
+            ),
             "budget_hours": _hours(sum(x.budget_milli_ms for x in self.lines)),
             "total": str(self.total),
             "exact_total": str(round_micro(self.exact_total)),
-            "budgets": self.budgets, "unpriced_gpu_types": self.unpriced,
-            "borrowed": self.borrowed, "lost_work": self.lost_work,
+            "budgets": self.budgets,
+            "unpriced_gpu_types": self.unpriced,
+            "borrowed": self.borrowed,
+            "lost_work": self.lost_work,
             "rounding": "lines and total to the cent, half up; the lines are adjusted by the "
-                        "largest remainders to add up to the total (docs/ledger.md)",
+            "largest remainders to add up to the total (docs/ledger.md)",
         }
 
 
@@ -191,15 +204,19 @@ def group_path_of(conn: duckdb.DuckDBPyConnection, group: str, estate_paths: dic
         return estate_paths[group]
     row = conn.execute(
         "SELECT max(group_path) FROM ledger WHERE list_contains(string_split(group_path, '/'), ?)",
-        [group]).fetchone()
+        [group],
+    ).fetchone()
     if row and row[0]:
         parts = row[0].split("/")
-        return "/".join(parts[:parts.index(group) + 1])
+        return "/".join(parts[: parts.index(group) + 1])
     import difflib
+
     near = difflib.get_close_matches(group, list(estate_paths), n=3)
     hint = f" (did you mean {', '.join(near)}?)" if near else ""
-    raise UnknownGroup(f"unknown group {excerpt(group)}: it is not in the estate and no usage was "
-                       f"ever recorded for it{hint}")
+    raise UnknownGroup(
+        f"unknown group {excerpt(group)}: it is not in the estate and no usage was "
+        f"ever recorded for it{hint}"
+    )
 
 
 RESERVED_IDLE = "(reserved, not used)"
@@ -224,8 +241,9 @@ ORDER BY x.side, x."group", 4, 5, x.policy, x.gpu_type, x.price_from NULLS FIRST
 by price in force."""
 
 
-def _split_lines(conn: duckdb.DuckDBPyConnection, period: date, where: str, pieces: str
-                 ) -> list[Line]:
+def _split_lines(
+    conn: duckdb.DuckDBPyConnection, period: date, where: str, pieces: str
+) -> list[Line]:
     """The lines of ``borrowed: split``: each borrower line's lent GPU-hours credited by
     half (the lenders pay it), each lending policy billed that half, pro rata (kliqued.ledger
     .lending): the same price on both sides, so the credits and shares add up to
@@ -234,12 +252,22 @@ def _split_lines(conn: duckdb.DuckDBPyConnection, period: date, where: str, piec
     sql = _LENDING_SQL.format(scope=where, pieces=pieces)
     for r in conn.execute(sql, [period.isoformat()]).fetchall():
         borrower = r[0] == "borrowed"
-        out.append(Line(group=r[1], group_path=r[2], project=(r[3] or None) if borrower
-                        else LENT, user=r[4], gpu_type=r[6], per_gpu_hour=r[7],
-                        price_from=None if r[9] is None else f"{r[9]:%Y-%m-%dT%H:%M:%SZ}",
-                        gpu_milli_ms=int(r[10]), budget_milli_ms=0, ms=0,
-                        kind="borrowed_split" if borrower else "lent_split",
-                        share=-SPLIT if borrower else SPLIT))
+        out.append(
+            Line(
+                group=r[1],
+                group_path=r[2],
+                project=(r[3] or None) if borrower else LENT,
+                user=r[4],
+                gpu_type=r[6],
+                per_gpu_hour=r[7],
+                price_from=None if r[9] is None else f"{r[9]:%Y-%m-%dT%H:%M:%SZ}",
+                gpu_milli_ms=int(r[10]),
+                budget_milli_ms=0,
+                ms=0,
+                kind="borrowed_split" if borrower else "lent_split",
+                share=-SPLIT if borrower else SPLIT,
+            )
+        )
     return out
 
 
@@ -249,11 +277,18 @@ FROM ({reserved_idle}) r WHERE month = CAST(? AS DATE) AND {scope} AND idle_hour
 ORDER BY "group", policy"""
 
 
-def build(conn: duckdb.DuckDBPyConnection, group: str, period: date, estate_paths: dict[str, str],
-          currency: str, policies: Sequence[Any] = (),
-          visible: Sequence[str] | None = None,
-          reserved_idle: bool = False, borrowed: str = "borrower",
-          lost_work: str = "owner") -> Statement:
+def build(
+    conn: duckdb.DuckDBPyConnection,
+    group: str,
+    period: date,
+    estate_paths: dict[str, str],
+    currency: str,
+    policies: Sequence[Any] = (),
+    visible: Sequence[str] | None = None,
+    reserved_idle: bool = False,
+    borrowed: str = "borrower",
+    lost_work: str = "owner",
+) -> Statement:
     """The statement of ``group``'s subtree for the month ``period``. ``estate_paths``: each
     estate group's path (:func:`kliqued.ledger.writer.group_paths`); ``policies``: the
     estate's compiled policies (for the budgets); ``visible``: the caller's groups when it
@@ -268,17 +303,37 @@ def build(conn: duckdb.DuckDBPyConnection, group: str, period: date, estate_path
     if visible is not None:
         where += " AND " + scope.visible("m", visible)
     rows = conn.execute(LINES_SQL.format(scope=where), [period.isoformat()]).fetchall()
-    lines = [Line(group=r[0], group_path=r[1] or None, project=r[2] or None, user=r[3],
-                  gpu_type=r[4], per_gpu_hour=r[5],
-                  price_from=None if r[7] is None else f"{r[7]:%Y-%m-%dT%H:%M:%SZ}",
-                  gpu_milli_ms=int(r[8]), budget_milli_ms=int(r[9]), ms=int(r[10]))
-             for r in rows]
+    lines = [
+        Line(
+            group=r[0],
+            group_path=r[1] or None,
+            project=r[2] or None,
+            user=r[3],
+            gpu_type=r[4],
+            per_gpu_hour=r[5],
+            price_from=None if r[7] is None else f"{r[7]:%Y-%m-%dT%H:%M:%SZ}",
+            gpu_milli_ms=int(r[8]),
+            budget_milli_ms=int(r[9]),
+            ms=int(r[10]),
+        )
+        for r in rows
+    ]
     currencies = {r[6] for r in rows if r[6]}
     exact = [line.exact_cost for line in lines]
     if reserved_idle or borrowed == "split":  # both derive the month's lending, once
         with lending.month_pieces(conn, period) as pieces:
-            _lending_lines(conn, period, group, visible, reserved_idle, borrowed, pieces,
-                           lines, exact, currencies)
+            _lending_lines(
+                conn,
+                period,
+                group,
+                visible,
+                reserved_idle,
+                borrowed,
+                pieces,
+                lines,
+                exact,
+                currencies,
+            )
     if lost_work != "owner":
         moved = lost_lines(conn, period, group, visible, lost_work, currencies)
         lines += moved
@@ -286,20 +341,36 @@ def build(conn: duckdb.DuckDBPyConnection, group: str, period: date, estate_path
     costs, total = allocate_cents(exact)
     for line, cost in zip(lines, costs):
         line.cost = cost
-    st = Statement(group=group, path=path, period=period,
-                   currency=currencies.pop() if len(currencies) == 1 else currency,
-                   lines=lines, total=total, exact_total=sum(exact, Fraction(0)),
-                   unpriced=sorted({x.gpu_type for x in lines
-                                    if x.per_gpu_hour is None and x.kind == "usage"}),
-                   borrowed=borrowed, lost_work=lost_work)
+    st = Statement(
+        group=group,
+        path=path,
+        period=period,
+        currency=currencies.pop() if len(currencies) == 1 else currency,
+        lines=lines,
+        total=total,
+        exact_total=sum(exact, Fraction(0)),
+        unpriced=sorted(
+            {x.gpu_type for x in lines if x.per_gpu_hour is None and x.kind == "usage"}
+        ),
+        borrowed=borrowed,
+        lost_work=lost_work,
+    )
     st.budgets = _budgets(conn, period, path, policies, estate_paths, visible)
     return st
 
 
-def _lending_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
-                   visible: Sequence[str] | None, reserved_idle: bool, borrowed: str,
-                   pieces: str, lines: list[Line], exact: list[Fraction],
-                   currencies: set[str]) -> None:
+def _lending_lines(
+    conn: duckdb.DuckDBPyConnection,
+    period: date,
+    group: str,
+    visible: Sequence[str] | None,
+    reserved_idle: bool,
+    borrowed: str,
+    pieces: str,
+    lines: list[Line],
+    exact: list[Fraction],
+    currencies: set[str],
+) -> None:
     """Adds the lines that derive the month's lending (``pieces``: :func:`lending
     .month_pieces`) to ``lines``, their exact costs to ``exact``: each policy's reserved idle
     GPU-hours, and with ``split`` the borrowers' credits and the lenders' shares."""
@@ -310,10 +381,21 @@ def _lending_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
         sql = _IDLE_SQL.format(scope=where, reserved_idle=lending.reserved_idle_sql(pieces))
         for r in conn.execute(sql, [period.isoformat()]).fetchall():
             idle_hours, idle_cost = Fraction(str(r[4])), Fraction(str(r[5] or 0))
-            lines.append(Line(group=r[0], group_path=r[1], project=RESERVED_IDLE, user="",
-                              gpu_type=r[3] or "", per_gpu_hour=None, price_from=None,
-                              gpu_milli_ms=int(idle_hours * 1000 * _HOUR_MS), budget_milli_ms=0,
-                              ms=0, kind="reserved_idle"))
+            lines.append(
+                Line(
+                    group=r[0],
+                    group_path=r[1],
+                    project=RESERVED_IDLE,
+                    user="",
+                    gpu_type=r[3] or "",
+                    per_gpu_hour=None,
+                    price_from=None,
+                    gpu_milli_ms=int(idle_hours * 1000 * _HOUR_MS),
+                    budget_milli_ms=0,
+                    ms=0,
+                    kind="reserved_idle",
+                )
+            )
             exact.append(idle_cost)
             if r[6]:
                 currencies.add(r[6])
@@ -326,8 +408,14 @@ def _lending_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
         exact += [line.exact_cost for line in split]
 
 
-def _budgets(conn: duckdb.DuckDBPyConnection, period: date, path: str, policies: Sequence[Any],
-             estate_paths: dict[str, str], visible: Sequence[str] | None) -> list[dict[str, Any]]:
+def _budgets(
+    conn: duckdb.DuckDBPyConnection,
+    period: date,
+    path: str,
+    policies: Sequence[Any],
+    estate_paths: dict[str, str],
+    visible: Sequence[str] | None,
+) -> list[dict[str, Any]]:
     """Each budget of a policy at or below the group: its hours per period and the budget
     hours its subtree used in the month (for a monthly budget, the share used)."""
     prefix = path + "/"
@@ -345,13 +433,20 @@ def _budgets(conn: duckdb.DuckDBPyConnection, period: date, path: str, policies:
             conn,
             f"WITH m AS ({_MONTHLY_PIECES}) SELECT CAST(coalesce(sum(m.budget_ms), 0) * 1000 "
             f"AS HUGEINT) FROM m WHERE m.month = CAST(? AS DATE) AND {where}",
-            [period.isoformat()])
+            [period.isoformat()],
+        )
         hours = Decimal(pol.budget.hours_milli) / 1000
-        entry = {"policy": pol.name, "group": pol.group, "period": pol.budget.period,
-                 "hours": str(hours), "used_hours": _hours(int(used))}
+        entry = {
+            "policy": pol.name,
+            "group": pol.group,
+            "period": pol.budget.period,
+            "hours": str(hours),
+            "used_hours": _hours(int(used)),
+        }
         if pol.budget.period == "month" and hours:
-            entry["used_pct"] = str((Decimal(_hours(int(used))) * 100 / hours)
-                                    .quantize(Decimal("0.1"), ROUND_HALF_UP))
+            entry["used_pct"] = str(
+                (Decimal(_hours(int(used))) * 100 / hours).quantize(Decimal("0.1"), ROUND_HALF_UP)
+            )
         out.append(entry)
     return out
 
@@ -374,12 +469,18 @@ ORDER BY 1, 3, 4, p.gpu_type, pp.effective_from NULLS FIRST"""
 """Lost GPU-milliseconds (thousandths, exact) of the month's reclaims and rebalances, per
 line, at the price in force at each preemption."""
 
-_OWNER_SIDE = "p.\"group\", p.group_path, coalesce(p.project, ''), p.\"user\""
+_OWNER_SIDE = 'p."group", p.group_path, coalesce(p.project, \'\'), p."user"'
 _TAKER_SIDE = "p.taker, p.taker_path, '', ''"
 
 
-def lost_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
-               visible: Sequence[str] | None, lost_work: str, currencies: set[str]) -> list[Line]:
+def lost_lines(
+    conn: duckdb.DuckDBPyConnection,
+    period: date,
+    group: str,
+    visible: Sequence[str] | None,
+    lost_work: str,
+    currencies: set[str],
+) -> list[Line]:
     """The lines that move lost work off its owner (``settings.attribution.lost_work``):
     each preempted task's group is credited its lost GPU-hours (``lost_work_credit``, by
     project and user); with ``taker``, the group that took the GPUs back is billed them
@@ -399,11 +500,22 @@ def lost_lines(conn: duckdb.DuckDBPyConnection, period: date, group: str,
         sql = _LOST_SQL.format(side=side, scope=where)
         for r in conn.execute(sql, [start, end]).fetchall():
             credit = kind == "lost_work_credit"
-            out.append(Line(group=r[0], group_path=r[1], project=(r[2] or None) if credit
-                            else LOST_TAKEN, user=r[3], gpu_type=r[4], per_gpu_hour=r[5],
-                            price_from=None if r[7] is None else f"{r[7]:%Y-%m-%dT%H:%M:%SZ}",
-                            gpu_milli_ms=int(r[8]), budget_milli_ms=0, ms=0, kind=kind,
-                            share=Fraction(-1) if credit else Fraction(1)))
+            out.append(
+                Line(
+                    group=r[0],
+                    group_path=r[1],
+                    project=(r[2] or None) if credit else LOST_TAKEN,
+                    user=r[3],
+                    gpu_type=r[4],
+                    per_gpu_hour=r[5],
+                    price_from=None if r[7] is None else f"{r[7]:%Y-%m-%dT%H:%M:%SZ}",
+                    gpu_milli_ms=int(r[8]),
+                    budget_milli_ms=0,
+                    ms=0,
+                    kind=kind,
+                    share=Fraction(-1) if credit else Fraction(1),
+                )
+            )
             if r[6]:
                 currencies.add(r[6])
     return out

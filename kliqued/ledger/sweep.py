@@ -24,6 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import Iterable, NamedTuple, Sequence
 
+
 class Break(NamedTuple):
     """A segment of a policy that starts at a hard break (the SQL's ``seg`` row with
     ``hard``: a month, a snapshot's bound, a price change; a piece never spans one), with
@@ -72,16 +73,16 @@ def borrowed_pieces(breaks: Sequence[Break], intervals: Iterable[Interval]) -> l
     out: list[Piece] = []
     emit = out.append
     # by rank (lists, not dicts: this loop is the statements' hot path)
-    none = top + 1                  # a rank above every interval's: the boundary when
-    milli = [0] * (none + 1)        # nothing is borrowed
+    none = top + 1  # a rank above every interval's: the boundary when
+    milli = [0] * (none + 1)  # nothing is borrowed
     keys = [0] * (none + 1)
-    held = [0] * (none + 1)         # the borrowed milli of the rank's open piece, 0: none
-    since = [0] * (none + 1)        # the open piece's first segment
-    active: list[int] = []          # the active intervals' ranks, in order
+    held = [0] * (none + 1)  # the borrowed milli of the rank's open piece, 0: none
+    since = [0] * (none + 1)  # the open piece's first segment
+    active: list[int] = []  # the active intervals' ranks, in order
     in_use = 0
-    bound = none                    # the boundary's rank
-    suffix = 0                      # milli of the active ranks at or above the boundary
-    cut = True                      # no piece is open: the next segment opens all it holds
+    bound = none  # the boundary's rank
+    suffix = 0  # milli of the active ranks at or above the boundary
+    cut = True  # no piece is open: the next segment opens all it holds
     reserved: int | None = None
     for idx in sorted({*starts, *ends, *reserved_at}):
         gone = ends.get(idx)

@@ -28,8 +28,18 @@ from .dialect import (
 )
 from .tables import LEDGER, MONTHLY_KEY
 
-DIMENSIONS = ["group", "group_path", "project", "user", "channel", "policy", "profile",
-              "resource", "pool", "gpu_type"]
+DIMENSIONS = [
+    "group",
+    "group_path",
+    "project",
+    "user",
+    "channel",
+    "policy",
+    "profile",
+    "resource",
+    "pool",
+    "gpu_type",
+]
 """What ``ledger_monthly`` and ``usage_monthly`` are broken down by, besides the month."""
 
 _DIMS = ", ".join(q(d) for d in DIMENSIONS)
@@ -87,12 +97,14 @@ def merge_monthly(d: Dialect) -> str:
     """Adds rows (``{rows}``: a query) to ``ledger_monthly``, summing into existing keys."""
     if d.pg:
         key = ", ".join(q(k) for k in MONTHLY_KEY)
-        return ("\nINSERT INTO ledger_monthly {rows}\n"
-                f"ON CONFLICT ({key}) DO UPDATE SET "
-                "pieces = ledger_monthly.pieces + excluded.pieces,\n"
-                "    ms = ledger_monthly.ms + excluded.ms, "
-                "gpu_ms = ledger_monthly.gpu_ms + excluded.gpu_ms,\n"
-                "    budget_ms = ledger_monthly.budget_ms + excluded.budget_ms")
+        return (
+            "\nINSERT INTO ledger_monthly {rows}\n"
+            f"ON CONFLICT ({key}) DO UPDATE SET "
+            "pieces = ledger_monthly.pieces + excluded.pieces,\n"
+            "    ms = ledger_monthly.ms + excluded.ms, "
+            "gpu_ms = ledger_monthly.gpu_ms + excluded.gpu_ms,\n"
+            "    budget_ms = ledger_monthly.budget_ms + excluded.budget_ms"
+        )
     return """
 INSERT INTO ledger_monthly ({rows})
 ON CONFLICT DO UPDATE SET pieces = pieces + excluded.pieces, ms = ms + excluded.ms,
@@ -122,8 +134,17 @@ def _monthly_sums(d: Dialect, a: str) -> str:
        {dec(d, round_div(d, d.huge(f"sum({a}.budget_ms) * 1000"), UNITS_PER_MICRO_HOUR), s)}
            AS budget_hours,
        {d.any_value("p.currency")} AS currency,
-       {dec(d, round_div(d, f"sum({d.huge(f'{a}.gpu_ms * 1000')} * "
-                            f"{d.huge('p.per_gpu_hour * 1000000')})", UNITS_PER_HOUR), s)}
+       {
+        dec(
+            d,
+            round_div(
+                d,
+                f"sum({d.huge(f'{a}.gpu_ms * 1000')} * {d.huge('p.per_gpu_hour * 1000000')})",
+                UNITS_PER_HOUR,
+            ),
+            s,
+        )
+    }
            AS cost"""
 
 
@@ -149,7 +170,6 @@ SELECT gpu_type, per_gpu_hour, currency, effective_from,
        coalesce(lead(effective_from) OVER (PARTITION BY gpu_type ORDER BY effective_from),
                 {FAR_FUTURE}) AS effective_to
 FROM prices""",
-
         "usage": f"""
 SELECT u.*, {levels(d, "u")},
        {hours(d, "u.ms")} AS hours,
@@ -157,17 +177,19 @@ SELECT u.*, {levels(d, "u")},
        {amount_hours(d, "u.ms", "u.time_weight")} AS budget_hours
 FROM (SELECT {cols("l")}, {end} AS until_at,
              {d.ms("l.start_at", end)} AS ms FROM ledger l) u""",
-
         # the price whose period holds the interval's start: DuckDB's ASOF join, a range
         # join on price_periods in PostgreSQL
         "usage_priced": f"""
 SELECT u.*, p.per_gpu_hour, p.currency, p.effective_from AS price_from,
        {cost(d, "u.ms", "u.gpus", "p.per_gpu_hour")} AS cost
 FROM usage u
-""" + ("""LEFT JOIN price_periods p ON u.gpu_type = p.gpu_type
-      AND u.start_at >= p.effective_from AND u.start_at < p.effective_to""" if d.pg else
-       "ASOF LEFT JOIN prices p ON u.gpu_type = p.gpu_type AND u.start_at >= p.effective_from"),
-
+"""
+        + (
+            """LEFT JOIN price_periods p ON u.gpu_type = p.gpu_type
+      AND u.start_at >= p.effective_from AND u.start_at < p.effective_to"""
+            if d.pg
+            else "ASOF LEFT JOIN prices p ON u.gpu_type = p.gpu_type AND u.start_at >= p.effective_from"
+        ),
         # Each piece priced by the price in effect at the piece's start: a hash join on
         # gpu_type and a range test on price_periods, the same answer as an ASOF join and
         # about 7x faster over 10 million rows.
@@ -182,7 +204,6 @@ FROM (SELECT q.*, {levels(d, "q")},
                    l.piece_end, {d.ms("l.piece_start", "l.piece_end")} AS ms
             FROM ({pieces_sql(d, "ledger")}) l) q) p
 {_price_at("p.piece_start")}""",
-
         # usage_by_month summed per month and dimension: the closed intervals from
         # ledger_monthly, the open ones computed live (they are few, and the zonemaps find
         # them).
@@ -195,7 +216,6 @@ SELECT m.month, m."group", nullif(m.group_path, '') AS group_path, {levels(d, "m
 FROM m
 LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_from
 {d.group_by(", ".join("m." + q(k) for k in MONTHLY_KEY[:-1]))}""",
-
         # usage_monthly rolled up to every level of the group path: one row per month and
         # group of any level (a business unit, a department, a team), summing its whole
         # subtree as the paths recorded it, exact from the integer milliseconds like
@@ -203,16 +223,20 @@ LEFT JOIN prices p ON p.gpu_type = m.gpu_type AND p.effective_from = m.price_fro
         "usage_by_level": f"""
 WITH m AS ({mp}),
 x AS (SELECT m.*, {d.split_path("m.group_path")} AS parts FROM m WHERE m.group_path <> ''),
-""" + ("""e AS (SELECT x.*, lv.level FROM x CROSS JOIN LATERAL
-      generate_series(1, cardinality(x.parts)) AS lv(level))""" if d.pg else
-       "e AS (SELECT x.*, unnest(generate_series(1, len(x.parts))) AS level FROM x)") + f"""
+"""
+        + (
+            """e AS (SELECT x.*, lv.level FROM x CROSS JOIN LATERAL
+      generate_series(1, cardinality(x.parts)) AS lv(level))"""
+            if d.pg
+            else "e AS (SELECT x.*, unnest(generate_series(1, len(x.parts))) AS level FROM x)"
+        )
+        + f"""
 SELECT e.month, CAST(e.level AS INTEGER) AS level, e.parts[e.level] AS name,
        array_to_string(e.parts[1:e.level], '/') AS path,
        {_monthly_sums(d, "e")}
 FROM e
 LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
 {d.group_by("1, 2, 3, 4")}""",
-
         # usage_monthly rolled up by business unit (and department) as levels() names them,
         # exact like usage_by_level.
         "usage_by_business_unit": f"""
@@ -223,7 +247,6 @@ FROM e
 LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
 WHERE e.business_unit IS NOT NULL
 {d.group_by("1, 2")}""",
-
         "usage_by_department": f"""
 WITH m AS ({mp}),
 e AS (SELECT m.*, {d.path_part("m", 3)} AS business_unit,
@@ -233,9 +256,7 @@ FROM e
 LEFT JOIN prices p ON p.gpu_type = e.gpu_type AND p.effective_from = e.price_from
 WHERE e.department IS NOT NULL
 {d.group_by("1, 2, 3")}""",
-
         "cloud_node_usage": _cloud_node_usage(d, now),
-
         # cloud spend per month, pool, lifecycle and instance type
         "cloud_spend_monthly": f"""
 SELECT month, pool, lifecycle, instance_type, {d.any_value("currency")} AS currency,
@@ -259,8 +280,9 @@ FROM (
     SELECT c.node, c.pool, c.provider, c.instance_type, c.lifecycle, c.gpus, c.per_hour,
            c.currency, c.start_at, c.end_at, c.end_reason, c.revision,
            CAST(m.month_start AS DATE) AS month,
-           {d.ms("greatest(c.start_at, m.month_start)",
-                 f"least({end}, m.month_start + {d.month})")} AS ms
+           {
+        d.ms("greatest(c.start_at, m.month_start)", f"least({end}, m.month_start + {d.month})")
+    } AS ms
     FROM cloud_nodes c{d.months_of("c.start_at", end)}
 ) n"""
 
@@ -274,7 +296,6 @@ def _capacity_views(d: Dialect) -> dict[str, str]:
         "capacity_periods": f"""
 SELECT c.effective_from, s.effective_to, c.revision, c.pool, c.kind, c.gpu_type, c.gpus
 FROM capacity c JOIN ({SNAPSHOTS}) s ON s.effective_from = c.effective_from""",
-
         # capacity-hours per month and pool, until now, priced like usage (the price in
         # force at each piece's start)
         "capacity_by_month": f"""
@@ -282,10 +303,15 @@ SELECT CAST(p.month_start AS DATE) AS month, p.pool, p.kind, p.gpu_type, p.gpus,
        p.piece_start, p.piece_end, p.ms, {amount_hours(d, "p.ms", "p.gpus")} AS gpu_hours,
        pp.per_gpu_hour, pp.currency, {cost(d, "p.ms", "p.gpus", "pp.per_gpu_hour")} AS cost
 FROM (SELECT q.*, {d.ms("q.piece_start", "q.piece_end")} AS ms
-      FROM ({_month_split(d, "(SELECT *, least(effective_to, " + now + ") AS until_at "
-                             "FROM capacity_periods)", "x.effective_from", "x.until_at")}) q) p
+      FROM ({
+            _month_split(
+                d,
+                "(SELECT *, least(effective_to, " + now + ") AS until_at FROM capacity_periods)",
+                "x.effective_from",
+                "x.until_at",
+            )
+        }) q) p
 {_price_at("p.piece_start")}""",
-
         # the CIO's use of the estate: per month and pool, capacity, use and idle, hours and
         # cost
         "estate_use": f"""
@@ -305,7 +331,6 @@ SELECT coalesce(c.month, u.month) AS month, coalesce(c.pool, u.pool) AS pool, c.
        coalesce(c.currency, u.currency) AS currency, c.capacity_cost,
        coalesce(u.cost, 0) AS cost, c.capacity_cost - coalesce(u.cost, 0) AS idle_cost
 FROM c FULL OUTER JOIN u ON c.month = u.month AND c.pool = u.pool""",
-
         # who pays for idle capacity, per month: the reserving groups for the reserved GPUs
         # nobody used, overhead for the rest; reserved idle + used + unreserved idle =
         # capacity
@@ -329,7 +354,6 @@ SELECT e.month, e.currency, e.capacity_hours, e.used_hours,
        coalesce(b.borrowed_hours, 0) AS borrowed_hours, coalesce(r.lent_hours, 0) AS lent_hours,
        coalesce(r.lent_cost, 0) AS lent_cost
 FROM e LEFT JOIN r ON r.month = e.month LEFT JOIN b ON b.month = e.month""",
-
         # cloud capacity and spend in use now: per pool, declared capacity, GPUs held,
         # cost/hour
         "in_use_now": f"""
@@ -354,10 +378,24 @@ LOST_WORK_VIEW = "lost_work"
 """The view PostgreSQL's migration 5 adds with its table (``preemptions``)."""
 
 VIEW_ORDER: tuple[str, ...] = (
-    "price_periods", "usage", "usage_priced", "usage_by_month", "usage_monthly",
-    "usage_by_level", "usage_by_business_unit", "usage_by_department", "cloud_node_usage",
-    "cloud_spend_monthly", "capacity_periods", "capacity_by_month", *lending.ORDER,
-    "estate_use", "idle_cost", "in_use_now", LOST_WORK_VIEW)
+    "price_periods",
+    "usage",
+    "usage_priced",
+    "usage_by_month",
+    "usage_monthly",
+    "usage_by_level",
+    "usage_by_business_unit",
+    "usage_by_department",
+    "cloud_node_usage",
+    "cloud_spend_monthly",
+    "capacity_periods",
+    "capacity_by_month",
+    *lending.ORDER,
+    "estate_use",
+    "idle_cost",
+    "in_use_now",
+    LOST_WORK_VIEW,
+)
 """The views in an order where each reads only tables and views before it."""
 
 
@@ -366,6 +404,7 @@ def views(d: Dialect) -> dict[str, str]:
     out = {**_usage_views(d), **_capacity_views(d), **lending.views(d)}
     out[LOST_WORK_VIEW] = lost.view_sql(
         cost(d, "p.lost_ms", "p.gpus", "pp.per_gpu_hour"),
-        "CAST(date_trunc('month', p.preempted_at) AS DATE)")
+        "CAST(date_trunc('month', p.preempted_at) AS DATE)",
+    )
     assert set(out) == set(VIEW_ORDER), "every view has its place in VIEW_ORDER"
     return out

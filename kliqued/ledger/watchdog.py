@@ -29,8 +29,7 @@ class Watchdog:
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self.fired = False
-        self._thread = threading.Thread(target=self._run, name="ledger-sql-deadline",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="ledger-sql-deadline", daemon=True)
 
     def start(self) -> "Watchdog":
         self._thread.start()

@@ -88,8 +88,10 @@ INSERT INTO ledger (interval_id, task, "user", project, "group", policy, profile
                     pool, gpu_type, gpus, time_weight, start_at, end_at, end_reason, revision,
                     group_path, channel)
 VALUES {rows}"""
-_OPEN_VALUES_ROW = ("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                    "make_timestamp(CAST(? AS BIGINT) * 1000), NULL, NULL, ?, ?, ?)")
+_OPEN_VALUES_ROW = (
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    "make_timestamp(CAST(? AS BIGINT) * 1000), NULL, NULL, ?, ?, ?)"
+)
 SMALL = 24
 """Below this many rows, a multi-row VALUES with flattened parameters is cheaper than binding
 lists (whose plan costs a few milliseconds whatever the size)."""
@@ -113,24 +115,47 @@ def open_intervals(conn: Conn, rows: Iterable[IntervalRow]) -> int:
     rows = list(rows)
     written = 0
     for i in range(0, len(rows), BATCH):
-        chunk = rows[i:i + BATCH]
+        chunk = rows[i : i + BATCH]
         if len(chunk) < SMALL:
             params = []
             for r in chunk:
-                params += [r.interval_id, r.task, r.user, r.project, r.group, r.policy,
-                           r.profile, r.resource, r.pool, r.gpu_type, milli_str(r.gpus_milli),
-                           milli_str(r.weight_milli), int(r.start_ms), r.revision,
-                           r.group_path, r.channel]
+                params += [
+                    r.interval_id,
+                    r.task,
+                    r.user,
+                    r.project,
+                    r.group,
+                    r.policy,
+                    r.profile,
+                    r.resource,
+                    r.pool,
+                    r.gpu_type,
+                    milli_str(r.gpus_milli),
+                    milli_str(r.weight_milli),
+                    int(r.start_ms),
+                    r.revision,
+                    r.group_path,
+                    r.channel,
+                ]
             sql = _OPEN_VALUES_SQL.format(rows=", ".join([_OPEN_VALUES_ROW] * len(chunk)))
             written += _count(conn.execute(sql, params))
             continue
         columns = [
-            [r.interval_id for r in chunk], [r.task for r in chunk], [r.user for r in chunk],
-            [r.project for r in chunk], [r.group for r in chunk], [r.policy for r in chunk],
-            [r.profile for r in chunk], [r.resource for r in chunk], [r.pool for r in chunk],
-            [r.gpu_type for r in chunk], [milli_str(r.gpus_milli) for r in chunk],
-            [milli_str(r.weight_milli) for r in chunk], [int(r.start_ms) for r in chunk],
-            [r.revision for r in chunk], [r.group_path for r in chunk],
+            [r.interval_id for r in chunk],
+            [r.task for r in chunk],
+            [r.user for r in chunk],
+            [r.project for r in chunk],
+            [r.group for r in chunk],
+            [r.policy for r in chunk],
+            [r.profile for r in chunk],
+            [r.resource for r in chunk],
+            [r.pool for r in chunk],
+            [r.gpu_type for r in chunk],
+            [milli_str(r.gpus_milli) for r in chunk],
+            [milli_str(r.weight_milli) for r in chunk],
+            [int(r.start_ms) for r in chunk],
+            [r.revision for r in chunk],
+            [r.group_path for r in chunk],
             [r.channel for r in chunk],
         ]
         written += _count(conn.execute(_OPEN_SQL, columns))
@@ -149,11 +174,15 @@ UPDATE ledger SET end_at = make_timestamp(CAST(? AS BIGINT) * 1000), end_reason 
 WHERE interval_id = ? AND end_at IS NULL"""
 
 _PENDING_ONE = "INSERT INTO ledger_monthly_pending SELECT * FROM ledger WHERE interval_id = ?"
-_PENDING_MANY = ("INSERT INTO ledger_monthly_pending SELECT * FROM ledger "
-                 "WHERE interval_id IN (SELECT unnest(?::VARCHAR[]))")
+_PENDING_MANY = (
+    "INSERT INTO ledger_monthly_pending SELECT * FROM ledger "
+    "WHERE interval_id IN (SELECT unnest(?::VARCHAR[]))"
+)
 _FEED_ONE = f"INSERT INTO ledger_feed VALUES (nextval('{FEED_SEQUENCE}'), ?)"
-_FEED_MANY = (f"INSERT INTO ledger_feed SELECT nextval('{FEED_SEQUENCE}'), i "
-              "FROM (SELECT unnest(?::VARCHAR[]) AS i)")
+_FEED_MANY = (
+    f"INSERT INTO ledger_feed SELECT nextval('{FEED_SEQUENCE}'), i "
+    "FROM (SELECT unnest(?::VARCHAR[]) AS i)"
+)
 
 
 def close_interval(conn: Conn, interval_id: str, end_ms: int, reason: str) -> bool:
@@ -181,16 +210,21 @@ def close_intervals(conn: Conn, items: Iterable[tuple[str, int, str]]) -> int:
     else:
         closed = 0
         for i in range(0, len(ids), BATCH):
-            chunk = ids[i:i + BATCH]
-            done = [r[0] for r in conn.execute(
-                _CLOSE_SQL, [chunk, [seen[k][0] for k in chunk],
-                             [seen[k][1] for k in chunk]]).fetchall()]
+            chunk = ids[i : i + BATCH]
+            done = [
+                r[0]
+                for r in conn.execute(
+                    _CLOSE_SQL, [chunk, [seen[k][0] for k in chunk], [seen[k][1] for k in chunk]]
+                ).fetchall()
+            ]
             if done:
                 conn.execute(_PENDING_MANY, [done])
                 conn.execute(_FEED_MANY, [done])
             closed += len(done)
-    if closed and conn.execute(
-            "SELECT count(*) FROM ledger_monthly_pending").fetchone()[0] >= FLUSH_AT:
+    if (
+        closed
+        and conn.execute("SELECT count(*) FROM ledger_monthly_pending").fetchone()[0] >= FLUSH_AT
+    ):
         flush_monthly(conn)
     return closed
 
@@ -207,15 +241,23 @@ def replace_prices(conn: Conn, estate: CompiledEstate) -> int:
     nothing: the amount is joined at query time)."""
     before = set(conn.execute("SELECT gpu_type, effective_from FROM prices").fetchall())
     conn.execute("DELETE FROM prices")
-    rows = [(p.gpu_type, Decimal(p.per_gpu_hour), estate.settings.currency,
-             _naive_utc(p.effective_from),
-             None if p.list_per_gpu_hour is None else Decimal(p.list_per_gpu_hour))
-            for p in estate.pricing]
+    rows = [
+        (
+            p.gpu_type,
+            Decimal(p.per_gpu_hour),
+            estate.settings.currency,
+            _naive_utc(p.effective_from),
+            None if p.list_per_gpu_hour is None else Decimal(p.list_per_gpu_hour),
+        )
+        for p in estate.pricing
+    ]
     if rows:
         params = [v for r in rows for v in r]
-        conn.execute("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from, "
-                     "list_per_gpu_hour) VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * len(rows)),
-                     params)
+        conn.execute(
+            "INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from, "
+            "list_per_gpu_hour) VALUES " + ", ".join(["(?, ?, ?, ?, ?)"] * len(rows)),
+            params,
+        )
     after = {(r[0], r[3]) for r in rows}
     rebuild_monthly(conn, sorted({g for g, _ in before ^ after}))
     return len(rows)
@@ -233,8 +275,10 @@ def fill_group_paths(conn: Conn, paths: dict[str, str]) -> int:
     start); returns how many rows it filled. Rows of a group that ``paths`` lacks keep NULL.
     When closed rows were filled, ``ledger_monthly`` (keyed by the path) is rebuilt. Runs in
     the caller's transaction; a no-op once every row has a path."""
-    if not paths or not conn.execute(
-            "SELECT count(*) FROM ledger WHERE group_path IS NULL").fetchone()[0]:
+    if (
+        not paths
+        or not conn.execute("SELECT count(*) FROM ledger WHERE group_path IS NULL").fetchone()[0]
+    ):
         return 0
     lists = [list(paths), list(paths.values())]
     filled = _count(conn.execute(_FILL_SQL.format(table="ledger"), lists))
@@ -245,25 +289,43 @@ def fill_group_paths(conn: Conn, paths: dict[str, str]) -> int:
 
 
 # cloud nodes (kliqued/daemon/state/cloud.py) ------------------------------------------------------
-def open_cloud_node(data: dict[str, Any], start_ms: int, revision: str | None
-                    ) -> Callable[[Conn], None]:
+def open_cloud_node(
+    data: dict[str, Any], start_ms: int, revision: str | None
+) -> Callable[[Conn], None]:
     """The ledger op that records a cloud node's start (``cloud_nodes``), at ``per_hour``."""
+
     def op(conn: Conn) -> None:
         conn.execute(
             "INSERT INTO cloud_nodes (node, pool, provider, instance_type, lifecycle, gpus, "
             "per_hour, currency, start_at, end_at, end_reason, revision) VALUES "
             "(?, ?, ?, ?, ?, ?, CAST(? AS DECIMAL(18,6)), ?, make_timestamp(? * 1000), NULL, "
             "NULL, ?)",
-            [data["node"], data["pool"], data["provider"], data["instance_type"],
-             data["lifecycle"], int(data["gpus"]), str(data["per_hour"]), data["currency"],
-             start_ms, revision])
+            [
+                data["node"],
+                data["pool"],
+                data["provider"],
+                data["instance_type"],
+                data["lifecycle"],
+                int(data["gpus"]),
+                str(data["per_hour"]),
+                data["currency"],
+                start_ms,
+                revision,
+            ],
+        )
+
     return op
 
 
 def close_cloud_node(node: str, end_ms: int, reason: str) -> Callable[[Conn], None]:
     """The ledger op that records a cloud node's end (never before its start)."""
+
     def op(conn: Conn) -> None:
-        conn.execute("UPDATE cloud_nodes SET end_at = greatest(start_at, "
-                     "make_timestamp(? * 1000)), end_reason = ? "
-                     "WHERE node = ? AND end_at IS NULL", [end_ms, reason, node])
+        conn.execute(
+            "UPDATE cloud_nodes SET end_at = greatest(start_at, "
+            "make_timestamp(? * 1000)), end_reason = ? "
+            "WHERE node = ? AND end_at IS NULL",
+            [end_ms, reason, node],
+        )
+
     return op

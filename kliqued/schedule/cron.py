@@ -35,8 +35,9 @@ def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise CronError(f"unknown time zone {excerpt(name)}: use an IANA name such as UTC or "
-                        f"Europe/Paris") from None
+        raise CronError(
+            f"unknown time zone {excerpt(name)}: use an IANA name such as UTC or Europe/Paris"
+        ) from None
 
 
 def _dt(ms: int, tz: ZoneInfo) -> datetime:
@@ -53,8 +54,9 @@ def _sim(expr: str, start: datetime, reverse: bool = False) -> CronSim:
     except CronSimError as exc:
         text = str(exc)
         if "day-of-month" in text:
-            text += (" (out of range, or a day none of its months has: such a schedule "
-                     "would never fire)")
+            text += (
+                " (out of range, or a day none of its months has: such a schedule would never fire)"
+            )
         raise CronError(f"cron {excerpt(expr)}: {text}") from None
 
 
@@ -65,13 +67,16 @@ def check(expr: str, tz_name: str, now_ms: int) -> int:
     tz = zone(tz_name)
     fields = expr.split()
     if len(fields) != 5:
-        raise CronError(f"cron {excerpt(expr)}: expected 5 fields (minute hour day-of-month "
-                        f"month day-of-week), found {len(fields)}")
+        raise CronError(
+            f"cron {excerpt(expr)}: expected 5 fields (minute hour day-of-month "
+            f"month day-of-week), found {len(fields)}"
+        )
     try:
         return _ms(next(_sim(expr, _dt(now_ms, tz))))
     except StopIteration:
-        raise CronError(f"cron {excerpt(expr)} never fires (no matching time in the next 50 "
-                        f"years)") from None
+        raise CronError(
+            f"cron {excerpt(expr)} never fires (no matching time in the next 50 years)"
+        ) from None
 
 
 def after(expr: str, tz_name: str, t_ms: int, n: int = 1) -> list[int]:
@@ -111,8 +116,9 @@ MAX_COUNTED = 10_000
 """Missed due times counted at most (a minutely schedule after a week's outage)."""
 
 
-def due(expr: str, tz_name: str, cursor_ms: int, now_ms: int, missed: str,
-        deadline_ms: int | None) -> Due:
+def due(
+    expr: str, tz_name: str, cursor_ms: int, now_ms: int, missed: str, deadline_ms: int | None
+) -> Due:
     """The due times in (``cursor_ms``, ``now_ms``]: the latest one runs when it is at most
     its starting deadline late (``run-once``: ``deadline_ms``, None meaning any lateness;
     ``skip``: ``LATE_GRACE_MS``); every earlier one, and a latest one past its deadline,

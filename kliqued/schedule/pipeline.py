@@ -33,9 +33,11 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_NODES = 100_000
 """Values a pipeline file may expand to through aliases: about what 256 KiB written out
 holds; the loader allows less to a small file (``compiler.loader.NODES_PER_BYTE``)."""
-LIMITS = Limits(max_bytes=MAX_FILE_BYTES, max_nodes=MAX_NODES,
-                too_large_hint="split the pipeline, or move long arguments into a file the "
-                               "steps read")
+LIMITS = Limits(
+    max_bytes=MAX_FILE_BYTES,
+    max_nodes=MAX_NODES,
+    too_large_hint="split the pipeline, or move long arguments into a file the steps read",
+)
 """The loader's bounds for a pipeline file: the same guard as the estate's, smaller."""
 MAX_ERRORS = 20
 MAX_ERROR_CHARS = 300
@@ -48,19 +50,25 @@ class Step(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=NAME_RE, description="unique in the pipeline")
-    resource: str = Field(min_length=1, max_length=512,
-                          description="the compute resource, <policy>/<profile>")
-    command: list[str] = Field(min_length=1, max_length=10000,
-                               description="the task's command; ${params.X} and "
-                                           "${steps.S.outputs.K} are replaced")
-    needs: list[str] = Field(default_factory=list, max_length=MAX_STEPS,
-                             description="steps that must finish first")
-    retries: int = Field(default=0, ge=0, le=10,
-                         description="times a failed task is sent again")
+    resource: str = Field(
+        min_length=1, max_length=512, description="the compute resource, <policy>/<profile>"
+    )
+    command: list[str] = Field(
+        min_length=1,
+        max_length=10000,
+        description="the task's command; ${params.X} and ${steps.S.outputs.K} are replaced",
+    )
+    needs: list[str] = Field(
+        default_factory=list, max_length=MAX_STEPS, description="steps that must finish first"
+    )
+    retries: int = Field(default=0, ge=0, le=10, description="times a failed task is sent again")
     project: str | None = Field(default=None, min_length=1, max_length=256)
-    gpus: float | None = Field(default=None, ge=0, multiple_of=0.001,
-                               description="size, for profiles whose size comes from the "
-                                           "task")
+    gpus: float | None = Field(
+        default=None,
+        ge=0,
+        multiple_of=0.001,
+        description="size, for profiles whose size comes from the task",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
 
     @property
@@ -75,18 +83,23 @@ class PipelineFile(BaseModel):
     model_config = ConfigDict(extra="forbid", title="Klique pipeline")
     pipeline: str = Field(pattern=NAME_RE, description="the pipeline's name")
     params: dict[str, str | int | float | bool | None] = Field(
-        default_factory=dict, description="parameters and their defaults (null: must be "
-                                          "given at run time)")
+        default_factory=dict,
+        description="parameters and their defaults (null: must be given at run time)",
+    )
     on_failure: Literal["fail-fast", "continue"] = Field(
-        default="fail-fast", description="fail-fast: a failed step (retries used up) "
+        default="fail-fast",
+        description="fail-fast: a failed step (retries used up) "
         "cancels the running ones and nothing more starts; continue: the steps that do not "
-        "need it go on")
+        "need it go on",
+    )
     steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS)
 
 
 def schema() -> dict[str, Any]:
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            **PipelineFile.model_json_schema(mode="validation")}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **PipelineFile.model_json_schema(mode="validation"),
+    }
 
 
 def schema_text() -> str:
@@ -99,8 +112,10 @@ class PipelineError(ValueError):
 
     def __init__(self, errors: list[str], more: int = 0) -> None:
         """``more``: problems found beyond ``errors`` (counted, not worded)."""
-        kept = [e if len(e) <= MAX_ERROR_CHARS else e[:MAX_ERROR_CHARS - 1] + "…"
-                for e in errors[:MAX_ERRORS]]
+        kept = [
+            e if len(e) <= MAX_ERROR_CHARS else e[: MAX_ERROR_CHARS - 1] + "…"
+            for e in errors[:MAX_ERRORS]
+        ]
         if len(errors) + more > MAX_ERRORS:
             kept.append(f"… and {len(errors) + more - MAX_ERRORS} more problems")
         super().__init__("; ".join(kept))
@@ -129,9 +144,9 @@ def refs(text: str) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def substitute(text: str, params: dict[str, str],
-               outputs: dict[str, dict[str, str]]) -> str:
+def substitute(text: str, params: dict[str, str], outputs: dict[str, dict[str, str]]) -> str:
     """``text`` with its references replaced; a missing output is a ``KeyError`` naming it."""
+
     def one(m: re.Match[str]) -> str:
         inner = m.group(1)
         if inner is None:
@@ -144,8 +159,11 @@ def substitute(text: str, params: dict[str, str],
         try:
             return outputs[step][key]
         except KeyError:
-            raise KeyError(f"step {step} gave no output {key} (it writes KEY=VALUE lines "
-                           f"to the file named by $KLIQUE_OUTPUTS)") from None
+            raise KeyError(
+                f"step {step} gave no output {key} (it writes KEY=VALUE lines "
+                f"to the file named by $KLIQUE_OUTPUTS)"
+            ) from None
+
     return _REF.sub(one, text)
 
 
@@ -196,9 +214,12 @@ def parse(file: str, text: str) -> Parsed:
     data = text.encode()
     y = load_yaml(file, data, LIMITS)
     if not y.ok:
-        raise PipelineError([f"{d.pos or file}: {d.message}" + (f" ({d.hint})" if d.hint
-                                                                  else "")
-                             for d in y.diagnostics])
+        raise PipelineError(
+            [
+                f"{d.pos or file}: {d.message}" + (f" ({d.hint})" if d.hint else "")
+                for d in y.diagnostics
+            ]
+        )
     root = y.root
     if not isinstance(root, dict):
         raise PipelineError([f"{file}: a pipeline is a mapping with `pipeline` and `steps`"])
@@ -206,7 +227,7 @@ def parse(file: str, text: str) -> Parsed:
         spec = PipelineFile.model_validate(to_plain(root))
     except ValidationError as exc:
         errs = []
-        for e in exc.errors()[:MAX_ERRORS + 1]:  # the rest only counted
+        for e in exc.errors()[: MAX_ERRORS + 1]:  # the rest only counted
             loc = tuple(e["loc"])
             where = position_of(file, root, loc, key=e["type"] == "extra_forbidden")
             errs.append(f"{where}: {'.'.join(str(x) for x in loc) or 'pipeline'}: {e['msg']}")
@@ -215,18 +236,23 @@ def parse(file: str, text: str) -> Parsed:
 
     def at(*path: str | int) -> str:
         return str(position_of(file, root, path))
+
     names: dict[str, int] = {}
     for i, s in enumerate(spec.steps):
         if s.name in names:
-            errors.append(f"{at('steps', i, 'name')}: step {s.name} is defined twice "
-                          f"(first as steps[{names[s.name]}])")
+            errors.append(
+                f"{at('steps', i, 'name')}: step {s.name} is defined twice "
+                f"(first as steps[{names[s.name]}])"
+            )
         names.setdefault(s.name, i)
     for i, s in enumerate(spec.steps):
         for j, n in enumerate(s.needs):
             if n not in names:
-                errors.append(f"{at('steps', i, 'needs', j)}: step {s.name} needs unknown "
-                              f"step {excerpt(n, quoted=False)}; the steps are "
-                              f"{', '.join(names)}")
+                errors.append(
+                    f"{at('steps', i, 'needs', j)}: step {s.name} needs unknown "
+                    f"step {excerpt(n, quoted=False)}; the steps are "
+                    f"{', '.join(names)}"
+                )
             elif n == s.name:
                 errors.append(f"{at('steps', i, 'needs', j)}: step {s.name} needs itself")
     if errors:
@@ -235,8 +261,10 @@ def parse(file: str, text: str) -> Parsed:
     if cycle:
         first = names[cycle[0]]
         edge = spec.steps[first].needs.index(cycle[1] if len(cycle) > 1 else cycle[0])
-        errors.append(f"{at('steps', first, 'needs', edge)}: the steps form a cycle "
-                      f"(A -> B: A needs B): {' -> '.join(cycle + [cycle[0]])}")
+        errors.append(
+            f"{at('steps', first, 'needs', edge)}: the steps form a cycle "
+            f"(A -> B: A needs B): {' -> '.join(cycle + [cycle[0]])}"
+        )
         raise PipelineError(errors)
     ancestors = _ancestors(spec)
     for i, s in enumerate(spec.steps):
@@ -244,15 +272,20 @@ def parse(file: str, text: str) -> Parsed:
             for kind, a, b in refs(arg):
                 place = at("steps", i, "command", j)
                 if kind == "bad":
-                    errors.append(f"{place}: ${{{excerpt(a, quoted=False)}}} is neither "
-                                  f"${{params.NAME}} nor "
-                                  f"${{steps.STEP.outputs.KEY}} (write $$ for a literal $)")
+                    errors.append(
+                        f"{place}: ${{{excerpt(a, quoted=False)}}} is neither "
+                        f"${{params.NAME}} nor "
+                        f"${{steps.STEP.outputs.KEY}} (write $$ for a literal $)"
+                    )
                 elif kind == "param" and a not in spec.params:
-                    errors.append(f"{place}: parameter {excerpt(a, quoted=False)} is not "
-                                  f"declared in `params`")
+                    errors.append(
+                        f"{place}: parameter {excerpt(a, quoted=False)} is not declared in `params`"
+                    )
                 elif kind == "output" and a not in ancestors[s.name]:
-                    errors.append(f"{place}: step {s.name} uses the outputs of {a}, which "
-                                  f"it does not need (add {a} to its `needs`)")
+                    errors.append(
+                        f"{place}: step {s.name} uses the outputs of {a}, which "
+                        f"it does not need (add {a} to its `needs`)"
+                    )
     if errors:
         raise PipelineError(errors)
     return Parsed(file, text, spec, order, {k: at("params", k) for k in spec.params})
@@ -265,15 +298,19 @@ def bind(parsed: Parsed, given: dict[str, str] | None = None) -> Loaded:
     params: dict[str, str] = {}
     for k, v in (given or {}).items():
         if k not in spec.params:
-            errors.append(f"{file}: parameter {excerpt(k, quoted=False)} is given but not "
-                          f"declared; declared: "
-                          f"{', '.join(spec.params) or 'none'}")
+            errors.append(
+                f"{file}: parameter {excerpt(k, quoted=False)} is given but not "
+                f"declared; declared: "
+                f"{', '.join(spec.params) or 'none'}"
+            )
     for k, default in spec.params.items():
         if given and k in given:
             params[k] = str(given[k])
         elif default is None:
-            errors.append(f"{parsed.param_places[k]}: parameter {k} has no default: give it "
-                          f"(--param {k}=VALUE)")
+            errors.append(
+                f"{parsed.param_places[k]}: parameter {k} has no default: give it "
+                f"(--param {k}=VALUE)"
+            )
         else:
             params[k] = _text(default)
     if errors:
@@ -293,7 +330,7 @@ def _toposort(spec: PipelineFile) -> tuple[list[str], list[str]]:
         stack.append(n)
         for m in needs[n]:
             if state.get(m) == 1:
-                return stack[stack.index(m):]
+                return stack[stack.index(m) :]
             if m not in state:
                 c = visit(m)
                 if c:
@@ -302,6 +339,7 @@ def _toposort(spec: PipelineFile) -> tuple[list[str], list[str]]:
         state[n] = 2
         order.append(n)
         return []
+
     for s in spec.steps:
         if s.name not in state:
             c = visit(s.name)
@@ -320,6 +358,7 @@ def _ancestors(spec: PipelineFile) -> dict[str, set[str]]:
             for m in needs[n]:
                 memo[n] |= {m} | of(m)
         return memo[n]
+
     return {n: of(n) for n in needs}
 
 
@@ -327,7 +366,13 @@ def _ancestors(spec: PipelineFile) -> dict[str, set[str]]:
 
 
 WAITING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED = (
-    "waiting", "running", "succeeded", "failed", "skipped", "cancelled")
+    "waiting",
+    "running",
+    "succeeded",
+    "failed",
+    "skipped",
+    "cancelled",
+)
 
 
 @dataclass
@@ -379,21 +424,25 @@ class TaskEnd:
 Action = Submit | Mark | Finish
 
 
-def advance(spec: PipelineFile, params: dict[str, str], steps: dict[str, StepRun],
-            ended: dict[str, TaskEnd]) -> tuple[list[Action], list[str]]:
+def advance(
+    spec: PipelineFile, params: dict[str, str], steps: dict[str, StepRun], ended: dict[str, TaskEnd]
+) -> tuple[list[Action], list[str]]:
     """What a running pipeline does next, given how its steps' tasks ended (``ended``, by
     task id; a task not in it still runs): the actions in order (each step's new state, the
     attempts to submit, the pipeline's end) and the tasks to cancel (fail-fast). ``steps`` is
     not changed: the daemon records the actions as events, whose reducers change it, so a
     replay rebuilds the same pipeline."""
-    cur = {n: StepRun(r.name, list(r.tasks), r.state, r.text, dict(r.outputs))
-           for n, r in steps.items()}
+    cur = {
+        n: StepRun(r.name, list(r.tasks), r.state, r.text, dict(r.outputs))
+        for n, r in steps.items()
+    }
     actions: list[Action] = []
 
     def mark(name: str, state: str, text: str, outputs: dict[str, str] | None = None) -> None:
         cur[name].state, cur[name].text = state, text
         cur[name].outputs = dict(outputs or {})
         actions.append(Mark(name, state, text, outputs))
+
     by_name = {s.name: s for s in spec.steps}
     failed_now: list[str] = []
     for s in spec.steps:
@@ -406,8 +455,7 @@ def advance(spec: PipelineFile, params: dict[str, str], steps: dict[str, StepRun
         if end.ok:
             mark(s.name, SUCCEEDED, end.text, end.outputs)
         elif len(run.tasks) <= s.retries and not end.text.startswith("cancelled"):
-            actions.append(Submit(s.name, len(run.tasks) + 1,
-                                  _command(s, params, cur)))
+            actions.append(Submit(s.name, len(run.tasks) + 1, _command(s, params, cur)))
         else:
             tries = f" (after {len(run.tasks)} attempts)" if len(run.tasks) > 1 else ""
             mark(s.name, FAILED, f"{end.text}{tries}")
@@ -416,8 +464,11 @@ def advance(spec: PipelineFile, params: dict[str, str], steps: dict[str, StepRun
     failed = failed_now or [r.name for r in cur.values() if r.state == FAILED]
     if failed and spec.on_failure == "fail-fast":
         first = failed[0]
-        cancel = [r.tasks[-1] for r in cur.values()
-                  if r.state == RUNNING and r.tasks and r.tasks[-1] not in ended]
+        cancel = [
+            r.tasks[-1]
+            for r in cur.values()
+            if r.state == RUNNING and r.tasks and r.tasks[-1] not in ended
+        ]
         for r in list(cur.values()):
             if r.state in (WAITING, RUNNING):
                 mark(r.name, CANCELLED, f"not run: step {first} failed (fail-fast)")
@@ -448,7 +499,8 @@ def advance(spec: PipelineFile, params: dict[str, str], steps: dict[str, StepRun
                 actions.append(Submit(name, 1, cmd))
                 run.state = RUNNING  # in this copy only: no second submission below
     if not any(isinstance(a, Submit) for a in actions) and all(
-            r.state not in (WAITING, RUNNING) for r in cur.values()):
+        r.state not in (WAITING, RUNNING) for r in cur.values()
+    ):
         bad_steps = [r.name for r in cur.values() if r.state != SUCCEEDED]
         if bad_steps:
             actions.append(Finish(FAILED, f"steps not succeeded: {', '.join(bad_steps)}"))

@@ -79,8 +79,11 @@ def _server_url(url: str) -> str:
         url = url[:-3]
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise KliqueError(None, "config", f"not a server URL: {url!r} (expected "
-                                          "http://HOST:PORT or https://HOST:PORT)")
+        raise KliqueError(
+            None,
+            "config",
+            f"not a server URL: {url!r} (expected http://HOST:PORT or https://HOST:PORT)",
+        )
     return url
 
 
@@ -116,10 +119,18 @@ class Demand:
 class Client:
     """One server and one token. ``url`` is the server's root (``http://127.0.0.1:8080``)."""
 
-    def __init__(self, url: str | Sequence[str], token: str, timeout: float = 30, *,
-                 retries: int = RETRIES, backoff_s: float = BACKOFF_S,
-                 ca_file: str | None = None, channel: str = "sdk",
-                 failover_s: float = FAILOVER_S) -> None:
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        token: str,
+        timeout: float = 30,
+        *,
+        retries: int = RETRIES,
+        backoff_s: float = BACKOFF_S,
+        ca_file: str | None = None,
+        channel: str = "sdk",
+        failover_s: float = FAILOVER_S,
+    ) -> None:
         """``url``: one server, or several daemons of one control plane (a list, or
         comma-separated: docs/ha.md); the client follows the leader among them."""
         urls = split_urls(url)
@@ -135,15 +146,21 @@ class Client:
         self.backoff_s = backoff_s
         self._ssl = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self._opener = urllib.request.build_opener(
-            _NoRedirect, urllib.request.HTTPSHandler(context=self._ssl))
+            _NoRedirect, urllib.request.HTTPSHandler(context=self._ssl)
+        )
         self.channel = channel
         """Sent as ``X-Klique-Channel`` and recorded with the tasks this client submits:
         ``sdk``, or ``cli`` for the CLI (the daemon refuses any other value)."""
 
     @classmethod
-    def from_config(cls, url: str | None = None, token: str | None = None,
-                    context: str | None = None, timeout: float = 30,
-                    channel: str = "sdk") -> "Client":
+    def from_config(
+        cls,
+        url: str | None = None,
+        token: str | None = None,
+        context: str | None = None,
+        timeout: float = 30,
+        channel: str = "sdk",
+    ) -> "Client":
         """Resolves the URL and token like kubectl (see :mod:`kliqued.sdk.config`)."""
         r = resolve(url, token, context)
         return cls(r.url, r.token, timeout, ca_file=r.ca_file, channel=channel)
@@ -167,8 +184,15 @@ class Client:
         return self._ssl
 
     # ------------------------------------------------------------------ transport
-    def _open(self, method: str, path: str, query: dict | None = None, body: Any = None,
-              headers: dict | None = None, retry: bool | None = None):
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: dict | None = None,
+        body: Any = None,
+        headers: dict | None = None,
+        retry: bool | None = None,
+    ):
         """The raw response of one request (the caller closes it), after retries."""
         rel = f"/v1{path}"
         if query:
@@ -176,8 +200,11 @@ class Client:
             if pairs:
                 rel += "?" + urllib.parse.urlencode(pairs)
         data = None if body is None else json.dumps(body).encode("utf-8")
-        h = {"Accept": "application/json", "User-Agent": USER_AGENT,
-             "X-Klique-Channel": self.channel}
+        h = {
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+            "X-Klique-Channel": self.channel,
+        }
         if self.token:
             h["Authorization"] = f"Bearer {self.token}"
         if data is not None:
@@ -199,16 +226,22 @@ class Client:
                     self._sleep(attempt, exc.headers.get("Retry-After"))
                     continue
                 raise self._http_error(exc, method, path) from None
-            except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
-                    socket.timeout, TimeoutError) as exc:
+            except (
+                urllib.error.URLError,
+                http.client.HTTPException,
+                ConnectionError,
+                socket.timeout,
+                TimeoutError,
+            ) as exc:
                 if not last:
                     self._sleep(attempt)
                     continue
                 raise self._unreachable(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _open_several(self, method: str, path: str, rel: str, data: bytes | None,
-                      h: dict, retry: bool):
+    def _open_several(
+        self, method: str, path: str, rel: str, data: bytes | None, h: dict, retry: bool
+    ):
         """:meth:`_open` with several daemons: a redirect (a standby names the leader) and a
         standby's 503 (no leader yet) move on at once, for any request, since nothing was
         recorded; so does a refused connection. A request safe to repeat also moves on after
@@ -233,8 +266,13 @@ class Client:
                     self._sleep_round(attempt, exc.headers.get("Retry-After"))
                     continue
                 raise self._http_error(exc, method, path, raw) from None
-            except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
-                    socket.timeout, TimeoutError) as exc:
+            except (
+                urllib.error.URLError,
+                http.client.HTTPException,
+                ConnectionError,
+                socket.timeout,
+                TimeoutError,
+            ) as exc:
                 attempt += 1
                 refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
                 if not late and (retry or refused):
@@ -258,7 +296,7 @@ class Client:
         time.sleep(delay)
 
     def _sleep(self, attempt: int, retry_after: str | None = None) -> None:
-        delay = self.backoff_s * (2 ** attempt)
+        delay = self.backoff_s * (2**attempt)
         if retry_after:
             try:
                 delay = max(delay, min(float(retry_after), 10.0))
@@ -269,21 +307,31 @@ class Client:
     def _unreachable(self, exc: BaseException) -> KliqueError:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, ssl.SSLError):
-            return KliqueError(None, "unreachable",
-                               f"TLS to {self.url} failed ({reason}): check the URL's scheme "
-                               "(http or https) and the server's certificate (ca-file in the "
-                               "config context)")
+            return KliqueError(
+                None,
+                "unreachable",
+                f"TLS to {self.url} failed ({reason}): check the URL's scheme "
+                "(http or https) and the server's certificate (ca-file in the "
+                "config context)",
+            )
         if isinstance(reason, (socket.timeout, TimeoutError)):
-            return KliqueError(None, "unreachable",
-                               f"{self.url} did not answer within {self.timeout:g} s: is the "
-                               "server overloaded, or is the URL right?")
+            return KliqueError(
+                None,
+                "unreachable",
+                f"{self.url} did not answer within {self.timeout:g} s: is the "
+                "server overloaded, or is the URL right?",
+            )
         text = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
-        return KliqueError(None, "unreachable",
-                           f"cannot reach {self.url} ({text}): is `kliqued serve` running "
-                           "there? Check --url, KLIQUE_URL or the config context")
+        return KliqueError(
+            None,
+            "unreachable",
+            f"cannot reach {self.url} ({text}): is `kliqued serve` running "
+            "there? Check --url, KLIQUE_URL or the config context",
+        )
 
-    def _http_error(self, exc: urllib.error.HTTPError, method: str, path: str,
-                    raw: bytes | None = None) -> KliqueError:
+    def _http_error(
+        self, exc: urllib.error.HTTPError, method: str, path: str, raw: bytes | None = None
+    ) -> KliqueError:
         """``raw``: the body, when the caller read it already."""
         try:
             raw = exc.read() if raw is None else raw
@@ -298,20 +346,32 @@ class Client:
         except (ValueError, AttributeError, UnicodeDecodeError):
             pass
         if exc.code == 401:
-            message = (f"{message or 'unauthenticated'}: the server at {self.url} does not "
-                       "accept this token (check --token, KLIQUE_TOKEN or the config context)")
+            message = (
+                f"{message or 'unauthenticated'}: the server at {self.url} does not "
+                "accept this token (check --token, KLIQUE_TOKEN or the config context)"
+            )
         if not code:
             code = {401: "unauthenticated", 403: "forbidden", 404: "not-found"}.get(
-                exc.code, "http-error")
+                exc.code, "http-error"
+            )
         if not message:
             snippet = raw[:200].decode("utf-8", "replace").strip()
-            message = (f"{method} {path}: HTTP {exc.code} {exc.reason}"
-                       + (f": {snippet}" if snippet else "")
-                       + (" (is this a kliqued server?)" if exc.code == 404 else ""))
+            message = (
+                f"{method} {path}: HTTP {exc.code} {exc.reason}"
+                + (f": {snippet}" if snippet else "")
+                + (" (is this a kliqued server?)" if exc.code == 404 else "")
+            )
         return KliqueError(exc.code, code, message, details)
 
-    def _call(self, method: str, path: str, query: dict | None = None, body: Any = None,
-              headers: dict | None = None, retry: bool | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: dict | None = None,
+        body: Any = None,
+        headers: dict | None = None,
+        retry: bool | None = None,
+    ) -> Any:
         with self._open(method, path, query, body, headers, retry) as resp:
             raw = resp.read()
             if not raw:
@@ -319,9 +379,11 @@ class Client:
             try:
                 return json.loads(raw.decode("utf-8"))
             except ValueError:
-                raise KliqueError(resp.status, "bad-response",
-                                  f"{method} {path}: the answer is not JSON (is {self.url} a "
-                                  "kliqued server?)") from None
+                raise KliqueError(
+                    resp.status,
+                    "bad-response",
+                    f"{method} {path}: the answer is not JSON (is {self.url} a kliqued server?)",
+                ) from None
 
     @staticmethod
     def _seg(value: str) -> str:
@@ -366,16 +428,18 @@ class Client:
                 revision = resp.headers.get("X-Klique-Revision") or ""
                 commit = resp.headers.get("X-Klique-Commit")
         except (OSError, http.client.HTTPException) as exc:
-            raise KliqueError(None, "unreachable",
-                              f"the demand from {self.url} broke off: {exc}") from None
+            raise KliqueError(
+                None, "unreachable", f"the demand from {self.url} broke off: {exc}"
+            ) from None
         return Demand(text, revision, commit, f"{self.url}/v1/demand")
 
     def demand_export(self, path: str | os.PathLike, since: str | datetime = "14d") -> Demand:
         """:meth:`demand`, written to ``path`` whole or not at all."""
         target = Path(path)
         if target.is_dir() or not target.parent.is_dir():
-            raise KliqueError(None, "invalid-request",
-                              f"{target}: name a file in an existing directory")
+            raise KliqueError(
+                None, "invalid-request", f"{target}: name a file in an existing directory"
+            )
         d = self.demand(since)
         write_atomic(target, d.text, mkdir=False)
         return d
@@ -384,34 +448,57 @@ class Client:
         return self._call("POST", "/engine", body={"enabled": bool(enabled)}, retry=True)
 
     # ------------------------------------------------------------------ tasks
-    def submit(self, resource: str, command: Sequence[str] | str | None = None,
-               payload: Any = None, gpus: float | None = None, project: str | None = None,
-               labels: dict[str, str] | None = None, idempotency_key: str | None = None,
-               user: str | None = None) -> dict:
+    def submit(
+        self,
+        resource: str,
+        command: Sequence[str] | str | None = None,
+        payload: Any = None,
+        gpus: float | None = None,
+        project: str | None = None,
+        labels: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        user: str | None = None,
+    ) -> dict:
         """Sends a task to a compute resource (``policy/profile``); returns the Task with its
         state, place in line and waiting reason. A command given as one string is split like a
         shell would. ``user`` is for admins acting on behalf of a user."""
         if isinstance(command, str):
             command = shlex.split(command)
-        body: dict[str, Any] = {"resource": resource,
-                                "command": list(command) if command is not None else None,
-                                "payload": payload, "gpus": gpus, "project": project,
-                                "labels": dict(labels or {})}
+        body: dict[str, Any] = {
+            "resource": resource,
+            "command": list(command) if command is not None else None,
+            "payload": payload,
+            "gpus": gpus,
+            "project": project,
+            "labels": dict(labels or {}),
+        }
         if user is not None:
             body["user"] = user
         key = idempotency_key or str(uuid.uuid4())
-        return self._call("POST", "/tasks", body=body, headers={"Idempotency-Key": key},
-                          retry=True)
+        return self._call("POST", "/tasks", body=body, headers={"Idempotency-Key": key}, retry=True)
 
     def task(self, id: str) -> dict:
         return self._call("GET", f"/tasks/{self._seg(id)}")
 
-    def tasks(self, state: str | None = None, resource: str | None = None,
-              user: str | None = None, group: str | None = None, page_size: int = 500,
-              after: str | None = None, **filters: Any) -> Iterator[dict]:
+    def tasks(
+        self,
+        state: str | None = None,
+        resource: str | None = None,
+        user: str | None = None,
+        group: str | None = None,
+        page_size: int = 500,
+        after: str | None = None,
+        **filters: Any,
+    ) -> Iterator[dict]:
         """Every task the token may see that matches, across pages (lazily)."""
-        query = {"state": state, "resource": resource, "user": user, "group": group,
-                 "limit": page_size, **filters}
+        query = {
+            "state": state,
+            "resource": resource,
+            "user": user,
+            "group": group,
+            "limit": page_size,
+            **filters,
+        }
         while True:
             page = self._call("GET", "/tasks", {**query, "after": after})
             yield from page.get("tasks", [])
@@ -419,23 +506,30 @@ class Client:
             if not after:
                 return
 
-    def task_log(self, id: str, offset: int = 0, epoch: int | None = None,
-                 limit: int | None = None) -> dict:
+    def task_log(
+        self, id: str, offset: int = 0, epoch: int | None = None, limit: int | None = None
+    ) -> dict:
         """A task's log (one attempt: ``epoch``, default the latest) from byte ``offset``,
         as uploaded by its worker: ``{"data": bytes, "text", "offset", "next_offset",
         "epoch", "epochs": [1, 2, ...], "size", "complete"}``. ``complete`` is true once no
         more of that attempt will come; read again from ``next_offset`` to follow it."""
         query = {"offset": offset, "epoch": epoch, "limit": limit}
-        with self._open("GET", f"/tasks/{self._seg(id)}/log", query,
-                        headers={"Accept": "text/plain"}) as resp:
+        with self._open(
+            "GET", f"/tasks/{self._seg(id)}/log", query, headers={"Accept": "text/plain"}
+        ) as resp:
             data = resp.read()
             h = resp.headers
         epochs = [int(e) for e in (h.get("X-Klique-Epochs") or "").split(",") if e.strip()]
-        return {"data": data, "text": data.decode("utf-8", "replace"), "offset": offset,
-                "next_offset": int(h.get("X-Klique-Next-Offset") or offset + len(data)),
-                "epoch": int(h.get("X-Klique-Epoch") or 0), "epochs": epochs,
-                "size": int(h.get("X-Klique-Log-Size") or 0),
-                "complete": h.get("X-Klique-Log-Complete") == "true"}
+        return {
+            "data": data,
+            "text": data.decode("utf-8", "replace"),
+            "offset": offset,
+            "next_offset": int(h.get("X-Klique-Next-Offset") or offset + len(data)),
+            "epoch": int(h.get("X-Klique-Epoch") or 0),
+            "epochs": epochs,
+            "size": int(h.get("X-Klique-Log-Size") or 0),
+            "complete": h.get("X-Klique-Log-Complete") == "true",
+        }
 
     def cancel(self, id: str, reason: str | None = None) -> dict:
         """Cancels a queued or placed task; cancelling an ended task returns it unchanged.
@@ -445,14 +539,23 @@ class Client:
         return self._call("POST", f"/tasks/{self._seg(id)}/cancel", body=body, retry=True)
 
     # ------------------------------------------------------------------ schedules
-    def create_schedule(self, cron: str, resource: str | None = None,
-                        command: Sequence[str] | str | None = None, *,
-                        pipeline: str | Path | None = None,
-                        params: dict[str, str] | None = None, timezone: str = "UTC",
-                        concurrency: str = "allow", missed: str = "run-once",
-                        deadline: str | None = None, name: str | None = None,
-                        project: str | None = None, gpus: float | None = None,
-                        labels: dict[str, str] | None = None) -> dict:
+    def create_schedule(
+        self,
+        cron: str,
+        resource: str | None = None,
+        command: Sequence[str] | str | None = None,
+        *,
+        pipeline: str | Path | None = None,
+        params: dict[str, str] | None = None,
+        timezone: str = "UTC",
+        concurrency: str = "allow",
+        missed: str = "run-once",
+        deadline: str | None = None,
+        name: str | None = None,
+        project: str | None = None,
+        gpus: float | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> dict:
         """A schedule that sends ``command`` to ``resource`` (or runs the pipeline file
         ``pipeline`` with ``params``) at each time of the 5-field ``cron`` in ``timezone``,
         as the caller. ``concurrency``: allow, forbid or replace a run still going;
@@ -460,15 +563,26 @@ class Client:
         daemon was down for. Not retried: a schedule made twice runs twice."""
         if isinstance(command, str):
             command = shlex.split(command)
-        body: dict[str, Any] = {"cron": cron, "timezone": timezone, "name": name,
-                                "concurrency": concurrency, "missed": missed,
-                                "deadline": deadline}
+        body: dict[str, Any] = {
+            "cron": cron,
+            "timezone": timezone,
+            "name": name,
+            "concurrency": concurrency,
+            "missed": missed,
+            "deadline": deadline,
+        }
         if pipeline is not None:
             body["pipeline"] = self._pipeline_body(pipeline, params)
         else:
-            body.update({"resource": resource, "project": project, "gpus": gpus,
-                         "command": list(command) if command is not None else None,
-                         "labels": dict(labels or {})})
+            body.update(
+                {
+                    "resource": resource,
+                    "project": project,
+                    "gpus": gpus,
+                    "command": list(command) if command is not None else None,
+                    "labels": dict(labels or {}),
+                }
+            )
         return self._call("POST", "/schedules", body=body)
 
     def schedules(self) -> list[dict]:
@@ -488,17 +602,28 @@ class Client:
         self._call("DELETE", f"/schedules/{self._seg(id)}", retry=True)
 
     # ------------------------------------------------------------------ sessions
-    def start_session(self, resource: str, app: str = "jupyter", *,
-                      command: Sequence[str] | None = None, project: str | None = None,
-                      gpus: float | None = None, idle: dict[str, str] | None = None) -> dict:
+    def start_session(
+        self,
+        resource: str,
+        app: str = "jupyter",
+        *,
+        command: Sequence[str] | None = None,
+        project: str | None = None,
+        gpus: float | None = None,
+        idle: dict[str, str] | None = None,
+    ) -> dict:
         """Starts an interactive server (``app``: jupyter, vscode or shell; or ``command``, a
         server on 127.0.0.1:$KLIQUE_SESSION_PORT under $KLIQUE_SESSION_PREFIX) on
         ``resource``, reached at the answer's ``url``. ``idle`` lowers the profile's idle
         limits (``{"cpu": "15m"}``); it cannot raise them. Not retried: two calls start two
         sessions."""
         body: dict[str, Any] = {"resource": resource, "app": app}
-        for key, value in (("command", list(command) if command else None),
-                           ("project", project), ("gpus", gpus), ("idle", idle or None)):
+        for key, value in (
+            ("command", list(command) if command else None),
+            ("project", project),
+            ("gpus", gpus),
+            ("idle", idle or None),
+        ):
             if value is not None:
                 body[key] = value
         return self._call("POST", "/sessions", body=body)
@@ -520,8 +645,11 @@ class Client:
     @staticmethod
     def _pipeline_body(path: str | Path, params: dict[str, str] | None) -> dict[str, Any]:
         p = Path(path)
-        return {"file": p.name, "text": p.read_text(encoding="utf-8"),
-                "params": {str(k): str(v) for k, v in (params or {}).items()}}
+        return {
+            "file": p.name,
+            "text": p.read_text(encoding="utf-8"),
+            "params": {str(k): str(v) for k, v in (params or {}).items()},
+        }
 
     def run_pipeline(self, path: str | Path, params: dict[str, str] | None = None) -> dict:
         """Runs the pipeline file at ``path`` (its text is sent, so errors point into it:
@@ -551,11 +679,15 @@ class Client:
         tasks; ``queued`` is the total)."""
         policy, sep, profile = resource.partition("/")
         if not sep or not policy or not profile:
-            raise KliqueError(None, "invalid-request",
-                              f"a compute resource is written policy/profile, e.g. "
-                              f"team-a/standard; found {resource!r}")
-        return self._call("GET", f"/resources/{self._seg(policy)}/{self._seg(profile)}/queue",
-                          {"limit": limit})
+            raise KliqueError(
+                None,
+                "invalid-request",
+                f"a compute resource is written policy/profile, e.g. "
+                f"team-a/standard; found {resource!r}",
+            )
+        return self._call(
+            "GET", f"/resources/{self._seg(policy)}/{self._seg(profile)}/queue", {"limit": limit}
+        )
 
     def policies(self) -> list[dict]:
         return self._call("GET", "/policies")["policies"]
@@ -566,8 +698,14 @@ class Client:
     def pools(self) -> list[dict]:
         return self._call("GET", "/pools")["pools"]
 
-    def events(self, task: str | None = None, kind: str | None = None, since: int = 0,
-               page_size: int = 500, **filters: Any) -> Iterator[dict]:
+    def events(
+        self,
+        task: str | None = None,
+        kind: str | None = None,
+        since: int = 0,
+        page_size: int = 500,
+        **filters: Any,
+    ) -> Iterator[dict]:
         """The audit log from ``since`` (a sequence number), across pages (lazily)."""
         query = {"task": task, "kind": kind, "limit": page_size, **filters}
         while True:
@@ -579,9 +717,16 @@ class Client:
             since = nxt
 
     # ------------------------------------------------------------------ tokens (admin)
-    def create_token(self, user: str | None = None, *, worker: bool = False,
-                     pool: str | None = None, role: str | None = None,
-                     name: str | None = None, expires_in: str | None = None) -> dict:
+    def create_token(
+        self,
+        user: str | None = None,
+        *,
+        worker: bool = False,
+        pool: str | None = None,
+        role: str | None = None,
+        name: str | None = None,
+        expires_in: str | None = None,
+    ) -> dict:
         """A new token for a user, a worker bound to a pool, or a role (``finance``,
         ``admin``); the answer holds the token text, shown only this once. ``expires_in``:
         a duration (``90d``) after which the token stops working."""
@@ -602,8 +747,9 @@ class Client:
     def tokens(self) -> list[dict]:
         return self._call("GET", "/tokens")["tokens"]
 
-    def rotate_token(self, id: str, grace: str | None = None,
-                     expires_in: str | None = None) -> dict:
+    def rotate_token(
+        self, id: str, grace: str | None = None, expires_in: str | None = None
+    ) -> dict:
         """A new secret for token ``id``'s principal; the old one stops at once, or after
         ``grace`` (``1h``). The answer holds the new token, shown only this once."""
         body: dict[str, Any] = {}
@@ -624,20 +770,34 @@ class Client:
             raise
 
     # ------------------------------------------------------------------ cloud (autoscaler)
-    def record_cloud_node(self, pool: str, node: str, provider: str, instance_type: str,
-                          lifecycle: str, gpus: int) -> dict:
+    def record_cloud_node(
+        self, pool: str, node: str, provider: str, instance_type: str, lifecycle: str, gpus: int
+    ) -> dict:
         """Records a node the autoscaler started (admins): its interval opens in the ledger
         at its price. Idempotent: the same node again answers it as recorded."""
-        return self._call("POST", f"/pools/{self._seg(pool)}/nodes", retry=True, body={
-            "node": node, "provider": provider, "instance_type": instance_type,
-            "lifecycle": lifecycle, "gpus": gpus})
+        return self._call(
+            "POST",
+            f"/pools/{self._seg(pool)}/nodes",
+            retry=True,
+            body={
+                "node": node,
+                "provider": provider,
+                "instance_type": instance_type,
+                "lifecycle": lifecycle,
+                "gpus": gpus,
+            },
+        )
 
     def end_cloud_node(self, pool: str, node: str, reason: str) -> dict | None:
         """Records a node's release (admins); None when the control plane never recorded
         it."""
         try:
-            return self._call("DELETE", f"/pools/{self._seg(pool)}/nodes/{self._seg(node)}",
-                              {"reason": reason[:500]}, retry=True)
+            return self._call(
+                "DELETE",
+                f"/pools/{self._seg(pool)}/nodes/{self._seg(node)}",
+                {"reason": reason[:500]},
+                retry=True,
+            )
         except KliqueError as exc:
             if exc.status == 404:
                 return None
@@ -646,17 +806,29 @@ class Client:
     def autoscaler_heartbeat(self, pool: str, interval_s: float) -> dict:
         """Says that the autoscaler of ``pool`` runs, every ``interval_s`` seconds: an
         autoscaled pool with no live worker takes work only while it does."""
-        return self._call("POST", f"/pools/{self._seg(pool)}/autoscaler", retry=True,
-                          body={"interval_s": interval_s})
+        return self._call(
+            "POST",
+            f"/pools/{self._seg(pool)}/autoscaler",
+            retry=True,
+            body={"interval_s": interval_s},
+        )
 
-    def report_scaling(self, pool: str, cause: str | None, reason: str | None = None,
-                       waiting: int = 0) -> dict:
+    def report_scaling(
+        self, pool: str, cause: str | None, reason: str | None = None, waiting: int = 0
+    ) -> dict:
         """Tells why placed work waits for a node of ``pool`` (``cause``: spend_cap,
         capacity or error), or that it no longer does (None); answers the pool's ``cloud``
         view."""
-        return self._call("POST", f"/pools/{self._seg(pool)}/scaling", retry=True, body={
-            "cause": cause, "reason": reason[:2000] if reason else reason,
-            "waiting": waiting})
+        return self._call(
+            "POST",
+            f"/pools/{self._seg(pool)}/scaling",
+            retry=True,
+            body={
+                "cause": cause,
+                "reason": reason[:2000] if reason else reason,
+                "waiting": waiting,
+            },
+        )
 
     def revoke_token(self, id: str) -> None:
         """Revokes a token (idempotent: revoking it again changes nothing)."""
@@ -667,11 +839,15 @@ class Client:
         """Runs one read-only SELECT on the ledger: ``{columns, types, rows, truncated,
         elapsed_ms}``; DECIMALs come back as exact text, times as RFC 3339 UTC. For finance
         and admins; a group admin's query sees their groups' subtrees only."""
-        return self._call("POST", "/ledger/sql", body={"sql": sql, "limit": limit},
-                          retry=True)
+        return self._call("POST", "/ledger/sql", body={"sql": sql, "limit": limit}, retry=True)
 
-    def ledger_export(self, from_: datetime | str, to: datetime | str,
-                      path: str | os.PathLike, format: str = "csv") -> Path:
+    def ledger_export(
+        self,
+        from_: datetime | str,
+        to: datetime | str,
+        path: str | os.PathLike,
+        format: str = "csv",
+    ) -> Path:
         """Writes the ledger rows overlapping [from_, to) to ``path`` as CSV or Parquet. The
         file appears whole or not at all (a temporary file and a rename); Parquet is made
         locally from the server's CSV with an in-memory DuckDB."""
@@ -690,8 +866,9 @@ class Client:
         ``lines``, ``total``, ``budgets``...; amounts as exact decimal text), or the CSV or
         printable HTML text. An unknown group is ``not-found``."""
         if format not in ("json", "csv", "html"):
-            raise KliqueError(None, "invalid-request",
-                              f"format must be json, csv or html, found {format!r}")
+            raise KliqueError(
+                None, "invalid-request", f"format must be json, csv or html, found {format!r}"
+            )
         query = {"group": group, "period": period, "format": format}
         if format == "json":
             return self._call("GET", "/ledger/statement", query, retry=True)
@@ -703,8 +880,7 @@ class Client:
         start) in the order they closed, ``{columns, rows, cursor, more}``. Keep the
         answer's ``cursor`` (durably, with what you stored of the rows) and pass it to the
         next pull: no row comes twice and none is missed, across daemon restarts."""
-        return self._call("GET", "/ledger/feed", {"cursor": cursor, "limit": limit},
-                          retry=True)
+        return self._call("GET", "/ledger/feed", {"cursor": cursor, "limit": limit}, retry=True)
 
     def ledger_partitions(self, periods: list[str], directory: str | os.PathLike) -> list[Path]:
         """Writes each month of ``periods`` (``2026-11``...) as FOCUS Parquet into
@@ -716,9 +892,11 @@ class Client:
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise KliqueError(None, "invalid-request",
-                              f"cannot create the directory {root}: {exc.strerror or exc}"
-                              ) from None
+            raise KliqueError(
+                None,
+                "invalid-request",
+                f"cannot create the directory {root}: {exc.strerror or exc}",
+            ) from None
         written = []
         for period in periods:
             part = root / f"month={period}"
@@ -733,21 +911,27 @@ class Client:
         ``in_use_now`` (docs/ledger.md)."""
         return self._call("GET", "/ledger/cio", {"period": period}, retry=True)
 
-    def _download(self, endpoint: str, query: dict, path: str | os.PathLike, format: str,
-                  columns: str) -> Path:
+    def _download(
+        self, endpoint: str, query: dict, path: str | os.PathLike, format: str, columns: str
+    ) -> Path:
         """Streams the CSV of ``endpoint`` into ``path``, converted to Parquet with the
         column types of ``columns`` (``ledger`` or ``focus``) when ``format`` says so."""
         if format not in ("csv", "parquet"):
-            raise KliqueError(None, "invalid-request",
-                              f"format must be csv or parquet, found {format!r}")
+            raise KliqueError(
+                None, "invalid-request", f"format must be csv or parquet, found {format!r}"
+            )
         target = Path(path)
         if target.is_dir():
-            raise KliqueError(None, "invalid-request",
-                              f"{target} is a directory: name the file to write")
+            raise KliqueError(
+                None, "invalid-request", f"{target} is a directory: name the file to write"
+            )
         if not target.parent.is_dir():
-            raise KliqueError(None, "invalid-request",
-                              f"the directory {target.parent} does not exist: create it first "
-                              "(an export never creates directories)")
+            raise KliqueError(
+                None,
+                "invalid-request",
+                f"the directory {target.parent} does not exist: create it first "
+                "(an export never creates directories)",
+            )
         # CSV: downloaded next to the target and renamed over it; Parquet: the CSV is a
         # scratch file next to the target, converted (atomically) into it
         place = atomic_path if format == "csv" else scratch_path
@@ -755,9 +939,10 @@ class Client:
         try:
             with place(target, suffix=".csv") as tmp:
                 started = True
-                with open(tmp, "wb") as out, \
-                        self._open("GET", endpoint, query,
-                                   headers={"Accept": "text/csv"}) as resp:
+                with (
+                    open(tmp, "wb") as out,
+                    self._open("GET", endpoint, query, headers={"Accept": "text/csv"}) as resp,
+                ):
                     while True:
                         chunk = resp.read(1 << 16)
                         if not chunk:
@@ -767,14 +952,18 @@ class Client:
                     os.fsync(out.fileno())
                 if format == "parquet":
                     from kliqued.ledger.export import csv_to_parquet, parquet_columns
+
                     csv_to_parquet(tmp, target, parquet_columns(columns))
         except OSError as exc:
             if not started:
-                raise KliqueError(None, "invalid-request",
-                                  f"cannot write in {target.parent}: {exc.strerror}") from None
-            raise KliqueError(None, "unreachable",
-                              f"the export from {self.url} broke off: {exc}") from None
+                raise KliqueError(
+                    None, "invalid-request", f"cannot write in {target.parent}: {exc.strerror}"
+                ) from None
+            raise KliqueError(
+                None, "unreachable", f"the export from {self.url} broke off: {exc}"
+            ) from None
         except http.client.HTTPException as exc:
-            raise KliqueError(None, "unreachable",
-                              f"the export from {self.url} broke off: {exc}") from None
+            raise KliqueError(
+                None, "unreachable", f"the export from {self.url} broke off: {exc}"
+            ) from None
         return target

@@ -87,13 +87,16 @@ def _token_of(ctx: dict, path: Path) -> str | None:
         try:
             return file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigError(f"cannot read the token file {file} of context "
-                              f"{ctx.get('name')!r} in {path}: {exc.strerror}") from None
+            raise ConfigError(
+                f"cannot read the token file {file} of context "
+                f"{ctx.get('name')!r} in {path}: {exc.strerror}"
+            ) from None
     return None
 
 
-def resolve(url: str | None = None, token: str | None = None,
-            context: str | None = None) -> Resolved:
+def resolve(
+    url: str | None = None, token: str | None = None, context: str | None = None
+) -> Resolved:
     """The URL and token to use, or a :class:`ConfigError` naming what is missing and the
     three places it could come from."""
     path = config_path()
@@ -134,15 +137,24 @@ def resolve(url: str | None = None, token: str | None = None,
     if broken is not None and not (u and t):
         raise broken
     if not u:
-        raise ConfigError(f"no server URL: pass --url, set {ENV_URL}, or add a context with a "
-                          f"`url` to {where} (kliqued serve listens on http://127.0.0.1:8080 "
-                          "by default)")
+        raise ConfigError(
+            f"no server URL: pass --url, set {ENV_URL}, or add a context with a "
+            f"`url` to {where} (kliqued serve listens on http://127.0.0.1:8080 "
+            "by default)"
+        )
     if not t:
-        raise ConfigError(f"no token: pass --token, set {ENV_TOKEN}, or add `token` or "
-                          f"`token-file` to {where} (an admin creates tokens with "
-                          "`kliqued token create --user NAME`)")
+        raise ConfigError(
+            f"no token: pass --token, set {ENV_TOKEN}, or add `token` or "
+            f"`token-file` to {where} (an admin creates tokens with "
+            "`kliqued token create --user NAME`)"
+        )
     ca = ctx.get("ca-file") if ctx else None
     if ca:
         ca = str(Path(str(ca)).expanduser())
-    return Resolved(str(u), str(t).strip(), ca, str(chosen) if chosen else None,
-                    f"url from {u_src}, token from {t_src}")
+    return Resolved(
+        str(u),
+        str(t).strip(),
+        ca,
+        str(chosen) if chosen else None,
+        f"url from {u_src}, token from {t_src}",
+    )

@@ -18,8 +18,9 @@ class KliqueError(Exception):
     own (``unreachable``, ``config``, ``bad-response``), ``message`` says what and how to fix
     it."""
 
-    def __init__(self, status: int | None, code: str, message: str,
-                 details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int | None, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code

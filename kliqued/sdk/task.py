@@ -28,9 +28,11 @@ def checkpoint() -> datetime:
     except NotInTask as exc:
         raise KliqueError(None, "not-in-task", str(exc)) from None
     except OSError as exc:
-        raise KliqueError(None, "checkpoint-failed",
-                          f"cannot mark the checkpoint in {exc.filename}: {exc.strerror}") \
-            from None
+        raise KliqueError(
+            None,
+            "checkpoint-failed",
+            f"cannot mark the checkpoint in {exc.filename}: {exc.strerror}",
+        ) from None
     return datetime.fromtimestamp(at, timezone.utc)
 
 

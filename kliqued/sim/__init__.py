@@ -4,5 +4,12 @@ daemon's engine."""
 from .runner import Driver, SimResult, Simulator, simulate
 from .scenario import Scenario, ScenarioError, load_scenario
 
-__all__ = ["Driver", "SimResult", "Simulator", "simulate", "Scenario", "ScenarioError",
-           "load_scenario"]
+__all__ = [
+    "Driver",
+    "SimResult",
+    "Simulator",
+    "simulate",
+    "Scenario",
+    "ScenarioError",
+    "load_scenario",
+]

@@ -99,24 +99,34 @@ class Conversion:
 
     def summary(self, out_name: str) -> str:
         what = "pods" if self.source == "alibaba-openb" else "jobs"
-        lines = [f"read {self.jobs_read:,} {what} ({self.source})"
-                 + (f", skipped {sum(self.skipped.values()):,} that are not jobs"
-                    if self.skipped else "")]
+        lines = [
+            f"read {self.jobs_read:,} {what} ({self.source})"
+            + (
+                f", skipped {sum(self.skipped.values()):,} that are not jobs"
+                if self.skipped
+                else ""
+            )
+        ]
         for reason, n in sorted(self.skipped.items()):
             lines.append(f"  {n:>7,}  {reason}")
         lines.append(f"wrote {len(self.rows):,} tasks to {out_name}")
-        lines.append(f"{'trace user':<18} {'group':<22} {'jobs':>7} {'tasks':>7}  "
-                     f"compute resources")
+        lines.append(
+            f"{'trace user':<18} {'group':<22} {'jobs':>7} {'tasks':>7}  compute resources"
+        )
         for u in sorted(self.jobs_per_user):
             t = self.targets[u]
             crs = self.per_user.get(u, Counter())
-            parts = ", ".join(f"{r} {n:,}"
-                              for r, n in sorted(crs.items(), key=lambda x: (-x[1], x[0])))
-            lines.append(f"{u:<18} {t.group:<22} {self.jobs_per_user[u]:>7,} "
-                         f"{sum(crs.values()):>7,}  {parts}")
+            parts = ", ".join(
+                f"{r} {n:,}" for r, n in sorted(crs.items(), key=lambda x: (-x[1], x[0]))
+            )
+            lines.append(
+                f"{u:<18} {t.group:<22} {self.jobs_per_user[u]:>7,} "
+                f"{sum(crs.values()):>7,}  {parts}"
+            )
         dropped = sum(self.dropped.values())
-        lines.append(f"dropped {dropped:,} job{'s' if dropped != 1 else ''}"
-                     + (":" if dropped else ""))
+        lines.append(
+            f"dropped {dropped:,} job{'s' if dropped != 1 else ''}" + (":" if dropped else "")
+        )
         for reason, n in sorted(self.dropped.items(), key=lambda x: (-x[1], x[0])):
             lines.append(f"  {n:>7,}  {reason}")
         for reason, n in sorted(self.notes.items(), key=lambda x: (-x[1], x[0])):
@@ -126,24 +136,34 @@ class Conversion:
 
 # ------------------------------------------------------------------------ reading sources
 
-def _rows(path: str, required: tuple[str, ...]) -> tuple[list[tuple[int, dict[str, str]]],
-                                                         list[Diagnostic]]:
+
+def _rows(
+    path: str, required: tuple[str, ...]
+) -> tuple[list[tuple[int, dict[str, str]]], list[Diagnostic]]:
     diags: list[Diagnostic] = []
     try:
         fh = open(path, encoding="utf-8-sig", newline="")
     except OSError as exc:
-        raise ConvertError([error("convert", f"cannot read: {exc.strerror or exc}",
-                                  Position(path))]) from None
+        raise ConvertError(
+            [error("convert", f"cannot read: {exc.strerror or exc}", Position(path))]
+        ) from None
     out: list[tuple[int, dict[str, str]]] = []
     with fh:
         reader = csv.DictReader(fh)
         names = reader.fieldnames or []
         missing = [c for c in required if c not in names]
         if missing:
-            raise ConvertError([error("convert", f"missing column"
-                                      f"{'s' if len(missing) > 1 else ''} "
-                                      f"{', '.join(missing)}: is this the right --from?",
-                                      Position(path, 1))])
+            raise ConvertError(
+                [
+                    error(
+                        "convert",
+                        f"missing column"
+                        f"{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(missing)}: is this the right --from?",
+                        Position(path, 1),
+                    )
+                ]
+            )
         for row in reader:
             out.append((reader.line_num, row))
     return out, diags
@@ -157,8 +177,13 @@ def _int(path: str, line: int, row: dict[str, str], col: str, diags: list[Diagno
             raise ValueError
         return v
     except ValueError:
-        diags.append(error("convert", f"{col}: expected a whole number >= 0, found {text!r}",
-                           Position(path, line)))
+        diags.append(
+            error(
+                "convert",
+                f"{col}: expected a whole number >= 0, found {text!r}",
+                Position(path, line),
+            )
+        )
         return 0
 
 
@@ -173,8 +198,9 @@ def read_philly(path: str) -> tuple[list[Job], Counter]:
         jid = (r.get("job_id") or "").strip()
         user = (r.get("user") or "").strip()
         if not jid or not user:
-            diags.append(error("convert", "job_id and user must not be empty",
-                               Position(path, line)))
+            diags.append(
+                error("convert", "job_id and user must not be empty", Position(path, line))
+            )
             continue
         jobs.append(Job(jid, user, sub, n * MILLI, dur))
     if diags:
@@ -187,8 +213,9 @@ def read_alibaba(path: str, n_users: int, seed: int) -> tuple[list[Job], Counter
     """Pods of the Alibaba openb trace as jobs, in creation order. A pod runs from its
     scheduling to its deletion; a pod never scheduled is not a job (skipped, counted). Each
     pod gets one of ``n_users`` trace users at random, from ``seed``."""
-    rows, diags = _rows(path, ("name", "num_gpu", "gpu_milli", "creation_time",
-                               "deletion_time", "scheduled_time"))
+    rows, diags = _rows(
+        path, ("name", "num_gpu", "gpu_milli", "creation_time", "deletion_time", "scheduled_time")
+    )
     rnd = random.Random(seed)
     jobs: list[Job] = []
     skipped: Counter = Counter()
@@ -208,8 +235,13 @@ def read_alibaba(path: str, n_users: int, seed: int) -> tuple[list[Job], Counter
             continue
         scheduled = _int(path, line, r, "scheduled_time", diags)
         if deleted < scheduled:
-            diags.append(error("convert", f"deletion_time {deleted} is before scheduled_time "
-                                          f"{scheduled}", Position(path, line)))
+            diags.append(
+                error(
+                    "convert",
+                    f"deletion_time {deleted} is before scheduled_time {scheduled}",
+                    Position(path, line),
+                )
+            )
             continue
         size = n * milli  # gpu_milli is per GPU: 1000 for a whole one
         jobs.append(Job(name, ALIBABA_USER.format(u), created, size, deleted - scheduled))
@@ -221,10 +253,10 @@ def read_alibaba(path: str, n_users: int, seed: int) -> tuple[list[Job], Counter
 
 # ------------------------------------------------------------------------ the mapping
 
+
 def eligible_groups(index: EstateIndex) -> list[str]:
     """Groups that can take work: a policy, users and at least one compute resource."""
-    return sorted(g for g, gi in index.groups.items()
-                  if gi.resources and index.users.get(g))
+    return sorted(g for g, gi in index.groups.items() if gi.resources and index.users.get(g))
 
 
 def load_mapping(path: str, index: EstateIndex) -> dict[str, Target]:
@@ -242,14 +274,27 @@ def load_mapping(path: str, index: EstateIndex) -> dict[str, Target]:
             return 0
 
     if not isinstance(root, dict) or not isinstance(root.get("users"), dict):
-        raise ConvertError([error("mapping", "expected `users:` mapping each trace user to a "
-                                             "compute resource, a group, or {resource, user}",
-                                  Position(path, 1))])
+        raise ConvertError(
+            [
+                error(
+                    "mapping",
+                    "expected `users:` mapping each trace user to a "
+                    "compute resource, a group, or {resource, user}",
+                    Position(path, 1),
+                )
+            ]
+        )
     users = root["users"]
     for k in root:
         if k != "users":
-            diags.append(error("mapping", f"unknown key {k!r}", Position(path, line_of(root, k)),
-                               "only `users`"))
+            diags.append(
+                error(
+                    "mapping",
+                    f"unknown key {k!r}",
+                    Position(path, line_of(root, k)),
+                    "only `users`",
+                )
+            )
     out: dict[str, Target] = {}
     for tu, v in users.items():
         line = line_of(users, tu)
@@ -263,41 +308,60 @@ def load_mapping(path: str, index: EstateIndex) -> dict[str, Target]:
         elif isinstance(v, dict):
             unknown = [k for k in v if k not in ("resource", "group", "user")]
             if unknown:
-                diags.append(error("mapping", f"{tu}: unknown field {unknown[0]!r}", pos,
-                                   "resource, group or user"))
+                diags.append(
+                    error(
+                        "mapping",
+                        f"{tu}: unknown field {unknown[0]!r}",
+                        pos,
+                        "resource, group or user",
+                    )
+                )
                 continue
             resource = str(v["resource"]) if v.get("resource") is not None else None
             group = str(v["group"]) if v.get("group") is not None else None
             user = str(v["user"]) if v.get("user") is not None else None
         else:
-            diags.append(error("mapping", f"{tu}: expected a compute resource, a group or "
-                                          f"{{resource, user}}", pos))
+            diags.append(
+                error(
+                    "mapping",
+                    f"{tu}: expected a compute resource, a group or {{resource, user}}",
+                    pos,
+                )
+            )
             continue
         if resource is not None:
             cr = index.resources.get(resource)
             if cr is None:
-                diags.append(error("mapping", f"{tu}: unknown compute resource {resource!r}",
-                                   pos))
+                diags.append(error("mapping", f"{tu}: unknown compute resource {resource!r}", pos))
                 continue
             if group is not None and group != cr.group:
-                diags.append(error("mapping", f"{tu}: compute resource {resource} belongs to "
-                                              f"group {cr.group}, not {group}", pos))
+                diags.append(
+                    error(
+                        "mapping",
+                        f"{tu}: compute resource {resource} belongs to "
+                        f"group {cr.group}, not {group}",
+                        pos,
+                    )
+                )
                 continue
             group = cr.group
         if group is None:
             diags.append(error("mapping", f"{tu}: give a compute resource or a group", pos))
             continue
         if group not in index.groups or not index.groups[group].resources:
-            diags.append(error("mapping", f"{tu}: group {group!r} has no compute resources "
-                                          f"in the estate", pos))
+            diags.append(
+                error(
+                    "mapping", f"{tu}: group {group!r} has no compute resources in the estate", pos
+                )
+            )
             continue
         if user is not None and user not in index.users.get(group, frozenset()):
-            diags.append(error("mapping", f"{tu}: user {user!r} is not in the users of group "
-                                          f"{group!r}", pos))
+            diags.append(
+                error("mapping", f"{tu}: user {user!r} is not in the users of group {group!r}", pos)
+            )
             continue
         if user is None and not index.users.get(group):
-            diags.append(error("mapping", f"{tu}: group {group!r} has no users; name one",
-                               pos))
+            diags.append(error("mapping", f"{tu}: group {group!r} has no users; name one", pos))
             continue
         out[str(tu)] = Target(group, resource, user)
     if diags:
@@ -305,8 +369,9 @@ def load_mapping(path: str, index: EstateIndex) -> dict[str, Target]:
     return out
 
 
-def assign(trace_users: list[str], groups: list[str],
-           explicit: dict[str, Target]) -> dict[str, Target]:
+def assign(
+    trace_users: list[str], groups: list[str], explicit: dict[str, Target]
+) -> dict[str, Target]:
     """Each trace user's target: the explicit one, else round-robin over ``groups`` in the
     sorted order of the users not mapped explicitly."""
     out: dict[str, Target] = {}
@@ -353,8 +418,11 @@ class _Chooser:
             if size <= mx and size <= self.room[name]:
                 return name, True
         if size % 1000:
-            fractional = [(abs(s - size), -s, name) for s, name in self.fixed
-                          if 0 < s < 1000 and s <= self.room[name]]
+            fractional = [
+                (abs(s - size), -s, name)
+                for s, name in self.fixed
+                if 0 < s < 1000 and s <= self.room[name]
+            ]
             if fractional:
                 return min(fractional)[2], False
         for s, name in self.fixed:
@@ -366,16 +434,28 @@ class _Chooser:
         return "more GPUs than any profile of the group (or its pools) takes"
 
 
-def convert(source: str, path: str, estate: CompiledEstate, mapping: str | None = None,
-            seed: int = DEFAULT_SEED) -> Conversion:
+def convert(
+    source: str,
+    path: str,
+    estate: CompiledEstate,
+    mapping: str | None = None,
+    seed: int = DEFAULT_SEED,
+) -> Conversion:
     if source not in SOURCES:
         raise ValueError(f"unknown source {source!r}")
     index = EstateIndex.build(estate)
     groups = eligible_groups(index)
     explicit = load_mapping(mapping, index) if mapping else {}
     if not groups and not explicit:
-        raise ConvertError([error("convert", "the estate has no group with a policy, users and "
-                                             "a compute resource to map the trace to")])
+        raise ConvertError(
+            [
+                error(
+                    "convert",
+                    "the estate has no group with a policy, users and "
+                    "a compute resource to map the trace to",
+                )
+            ]
+        )
     if source == "chronus-philly":
         jobs, skipped = read_philly(path)
     else:
@@ -387,12 +467,18 @@ def convert(source: str, path: str, estate: CompiledEstate, mapping: str | None 
             dups.append(j.id)
         seen.add(j.id)
     if dups:
-        raise ConvertError([error("convert", f"job id {dups[0]!r} appears more than once "
-                                             f"({len(dups)} duplicates)", Position(path))])
+        raise ConvertError(
+            [
+                error(
+                    "convert",
+                    f"job id {dups[0]!r} appears more than once ({len(dups)} duplicates)",
+                    Position(path),
+                )
+            ]
+        )
     users = sorted({j.user for j in jobs})
     targets = assign(users, groups, explicit)
-    conv = Conversion(source, len(jobs) + sum(skipped.values()), targets=targets,
-                      skipped=skipped)
+    conv = Conversion(source, len(jobs) + sum(skipped.values()), targets=targets, skipped=skipped)
     choosers: dict[str, _Chooser] = {}
     turn: Counter = Counter()
     for j in jobs:
@@ -409,8 +495,10 @@ def convert(source: str, path: str, estate: CompiledEstate, mapping: str | None 
             else:
                 own = False
                 if cr.fixed_size != j.gpus_milli:
-                    conv.notes["jobs took their compute resource's fixed size instead of "
-                               "their own (--mapping)"] += 1
+                    conv.notes[
+                        "jobs took their compute resource's fixed size instead of "
+                        "their own (--mapping)"
+                    ] += 1
             size = cr.size_for(j.gpus_milli if own else None)
             if size > index.groups[cr.group].limit:
                 conv.dropped["more GPUs than the group's limit"] += 1
@@ -435,7 +523,16 @@ def convert(source: str, path: str, estate: CompiledEstate, mapping: str | None 
             user = members[turn[group] % len(members)]
             turn[group] += 1
         projects = sorted(index.projects.get(group, ()))
-        conv.rows.append((j.id, j.submit_s, resource, user, projects[0] if projects else "",
-                          milli_str(j.gpus_milli) if own else "", j.runtime_s))
+        conv.rows.append(
+            (
+                j.id,
+                j.submit_s,
+                resource,
+                user,
+                projects[0] if projects else "",
+                milli_str(j.gpus_milli) if own else "",
+                j.runtime_s,
+            )
+        )
         conv.per_user.setdefault(j.user, Counter())[resource] += 1
     return conv

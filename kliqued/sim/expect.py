@@ -32,6 +32,7 @@ def check(exp: Expectation, index: EstateIndex, state: State, now: int) -> list[
         for name, want in items.items():
             found = KINDS[kind].check(moment, name, want)
             if found is not HOLDS:
-                misses.append(Miss(now, exp.lines.get((kind, name), exp.line),
-                                   f"{kind}.{name}", want, found))
+                misses.append(
+                    Miss(now, exp.lines.get((kind, name), exp.line), f"{kind}.{name}", want, found)
+                )
     return misses

@@ -31,6 +31,7 @@ class Known:
     """The names a scenario defines, against which an expectation's names are checked: the
     groups, pools and compute resources of the estate and of every ``set``, and the task ids
     submitted."""
+
     groups: set[str]
     pools: set[str]
     resources: set[str]
@@ -38,13 +39,19 @@ class Known:
     policies: set[str] = field(default_factory=set)
 
     def of(self, subject: str) -> set[str]:
-        return {"group": self.groups, "pool": self.pools, "compute resource": self.resources,
-                "task id": self.tasks, "policy": self.policies}[subject]
+        return {
+            "group": self.groups,
+            "pool": self.pools,
+            "compute resource": self.resources,
+            "task id": self.tasks,
+            "policy": self.policies,
+        }[subject]
 
 
 @dataclass(frozen=True)
 class Moment:
     """What a check reads: the estate in force, the engine's state, and the time."""
+
     index: EstateIndex
     state: State
     now: int
@@ -122,6 +129,7 @@ def _gpus(used: Callable[[State], dict[str, int]]) -> Check:
     def check(m: Moment, name: str, want: float) -> Any:
         got = used(m.state).get(name, 0)
         return HOLDS if got == gpus_to_milli(want) else milli_str(got)
+
     return check
 
 
@@ -214,18 +222,21 @@ def _check_waiting_reason(m: Moment, name: str, want: str) -> Any:
     return f"{r.kind}: {r.text}" if r else None
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("running", "group", _number, _check_running),
-    Kind("pools", "pool", _number, _gpus(lambda s: s.pool_used)),
-    Kind("tasks", "task id", _task_state, _check_state),
-    Kind("placed_on", "task id", _pool, _check_placed_on),
-    Kind("queue", "compute resource", _task_list, _check_queue),
-    Kind("preempted", "task id", _preempt, _check_preempted),
-    Kind("budget_used", "group", _number, _check_budget_used),
-    Kind("gpu_hours", "group", _number, _check_gpu_hours),
-    Kind("waiting_reason", "task id", _reason, _check_waiting_reason),
-    Kind("started", "task id", _bool, _check_started),
-    Kind("lost_gpu_hours", "group", _number, _check_lost_gpu_hours),
-    Kind("shares", "policy", _number, _check_share),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("running", "group", _number, _check_running),
+        Kind("pools", "pool", _number, _gpus(lambda s: s.pool_used)),
+        Kind("tasks", "task id", _task_state, _check_state),
+        Kind("placed_on", "task id", _pool, _check_placed_on),
+        Kind("queue", "compute resource", _task_list, _check_queue),
+        Kind("preempted", "task id", _preempt, _check_preempted),
+        Kind("budget_used", "group", _number, _check_budget_used),
+        Kind("gpu_hours", "group", _number, _check_gpu_hours),
+        Kind("waiting_reason", "task id", _reason, _check_waiting_reason),
+        Kind("started", "task id", _bool, _check_started),
+        Kind("lost_gpu_hours", "group", _number, _check_lost_gpu_hours),
+        Kind("shares", "policy", _number, _check_share),
+    )
+}
 """Every expectation kind, in the order scenarios.md lists them (error hints use it)."""

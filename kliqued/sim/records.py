@@ -40,5 +40,4 @@ class Trace:
         finish (a task longer than its budget allows, without a checkpoint) stops there."""
         if not self.tasks:
             return self.start
-        return (self.tasks[-1].at + max(t.runtime_ms for t in self.tasks)
-                + HORIZON_SLACK_MS)
+        return self.tasks[-1].at + max(t.runtime_ms for t in self.tasks) + HORIZON_SLACK_MS

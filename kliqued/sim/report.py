@@ -26,8 +26,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from klique_util.fmt import amount
-from klique_util.units import (HOUR_S, SECOND_MS, UNITS_PER_HOUR, milli_str, ms_to_hours,
-                               unit_hours)
+from klique_util.units import HOUR_S, SECOND_MS, UNITS_PER_HOUR, milli_str, ms_to_hours, unit_hours
 from kliqued.engine import EstateIndex, Placement, Preemption, State
 from kliqued.engine.budget import remaining
 from kliqued.engine.periods import format_time, period_start
@@ -120,8 +119,9 @@ class Collector:
                 self.exhausted.add((group, period_start(gi.budget.period, now)))
 
     # ------------------------------------------------------------------ the report
-    def report(self, trace: "Trace", end: int, passes: int, moments: int,
-               horizon: int | None = None) -> "Report":
+    def report(
+        self, trace: "Trace", end: int, passes: int, moments: int, horizon: int | None = None
+    ) -> "Report":
         """``horizon``: set when the replay stopped there with work left."""
         for tid in list(self.open):
             self._close(tid, end)
@@ -149,8 +149,7 @@ class Collector:
 
         def stats(gs: list[str]) -> dict[str, Any]:
             waits = sorted(w for g in gs for w in self.waits.get(g, ()))
-            pre = {k: sum(self.preemptions.get(g, {}).get(k, 0) for g in gs)
-                   for k in PREEMPT_KINDS}
+            pre = {k: sum(self.preemptions.get(g, {}).get(k, 0) for g in gs) for k in PREEMPT_KINDS}
             area_by_pool: dict[str, int] = {}
             for (pool, g), a in self.gpu_area.items():
                 if g in gs and a:
@@ -160,24 +159,26 @@ class Collector:
                 "placed": len(waits),
                 "never_placed": sum(never.get(g, 0) for g in gs),
                 "unfinished": sum(unfinished.get(g, 0) for g in gs),
-                "wait_s": {"p50": _pct(waits, 0.50), "p95": _pct(waits, 0.95),
-                           "max": waits[-1] / SECOND_MS if waits else None},
+                "wait_s": {
+                    "p50": _pct(waits, 0.50),
+                    "p95": _pct(waits, 0.95),
+                    "max": waits[-1] / SECOND_MS if waits else None,
+                },
                 "preemptions": pre,
-                "lost_gpu_hours": round(unit_hours(sum(self.lost_units.get(g, 0)
-                                                       for g in gs)), 3),
+                "lost_gpu_hours": round(unit_hours(sum(self.lost_units.get(g, 0) for g in gs)), 3),
                 "gpu_hours": round(sum(area_by_pool.values()) / UNITS_PER_HOUR, 3),
                 "budget_hours": round(sum(self.weighted.get(g, 0) for g in gs) / UNITS_PER_HOUR, 3),
                 "budget_exhaustions": sum(exhaust.get(g, 0) for g in gs),
-                "utilisation": {p: util(area_by_pool[p], pools.get(p, 0))
-                                for p in sorted(area_by_pool)},
+                "utilisation": {
+                    p: util(area_by_pool[p], pools.get(p, 0)) for p in sorted(area_by_pool)
+                },
             }
 
         overall = stats(groups)
         pool_area: dict[str, int] = {p: 0 for p in pools}
         for (pool, _), a in self.gpu_area.items():
             pool_area[pool] = pool_area.get(pool, 0) + a
-        overall["utilisation"] = {p: util(pool_area.get(p, 0), c) or 0.0
-                                  for p, c in pools.items()}
+        overall["utilisation"] = {p: util(pool_area.get(p, 0), c) or 0.0 for p, c in pools.items()}
         total_cap = sum(pools.values())
         overall["utilisation_all_pools"] = util(sum(pool_area.values()), total_cap)
         per_group: dict[str, Any] = {}
@@ -185,8 +186,11 @@ class Collector:
             s = stats([g])
             gi = index.groups.get(g)
             b = gi.budget if gi is not None else None
-            s["budget"] = ({"hours": float(milli_str(b.hours_milli)), "period": b.period}
-                           if b is not None else None)
+            s["budget"] = (
+                {"hours": float(milli_str(b.hours_milli)), "period": b.period}
+                if b is not None
+                else None
+            )
             per_group[g] = s
         data = {
             "trace": trace.file,
@@ -197,10 +201,14 @@ class Collector:
             "stopped_at_horizon": horizon is not None,
             "moments": moments,
             "passes": passes,
-            "pools": {p: {"capacity": float(milli_str(c)),
-                          "gpu_hours": round(pool_area.get(p, 0) / UNITS_PER_HOUR, 3),
-                          "utilisation": overall["utilisation"][p]}
-                      for p, c in pools.items()},
+            "pools": {
+                p: {
+                    "capacity": float(milli_str(c)),
+                    "gpu_hours": round(pool_area.get(p, 0) / UNITS_PER_HOUR, 3),
+                    "utilisation": overall["utilisation"][p],
+                }
+                for p, c in pools.items()
+            },
             "overall": overall,
             "groups": per_group,
         }
@@ -258,8 +266,10 @@ class Report:
             f"{d['moments']:,} moments, {d['passes']:,} passes",
         ]
         if d["stopped_at_horizon"]:
-            lines.append(f"stopped at the horizon with {ov['unfinished']:,} tasks unfinished "
-                         f"(--until; default: last submission + longest runtime + 31 days)")
+            lines.append(
+                f"stopped at the horizon with {ov['unfinished']:,} tasks unfinished "
+                f"(--until; default: last submission + longest runtime + 31 days)"
+            )
         lines += [
             "",
             f"{'pool':<24} {'capacity':>9} {'GPU-hours':>11} {'utilisation':>12}",
@@ -267,26 +277,34 @@ class Report:
         cap_total = 0.0
         for name, p in d["pools"].items():
             cap_total += p["capacity"]
-            lines.append(f"{name:<24} {p['capacity']:>9g} {_num(p['gpu_hours']):>11} "
-                         f"{_pctf(p['utilisation']):>12}")
-        lines.append(f"{'all pools':<24} {cap_total:>9g} {_num(ov['gpu_hours']):>11} "
-                     f"{_pctf(ov['utilisation_all_pools']):>12}")
+            lines.append(
+                f"{name:<24} {p['capacity']:>9g} {_num(p['gpu_hours']):>11} "
+                f"{_pctf(p['utilisation']):>12}"
+            )
+        lines.append(
+            f"{'all pools':<24} {cap_total:>9g} {_num(ov['gpu_hours']):>11} "
+            f"{_pctf(ov['utilisation_all_pools']):>12}"
+        )
         lines.append("")
-        head = (f"{'group':<24} {'tasks':>7} {'placed':>7} {'unfin.':>6} {'wait p50':>9} "
-                f"{'p95':>9} {'max':>9} {'reclaimed':>9} {'rebal.':>6} {'budget':>7} "
-                f"{'lost GPU-h':>10} {'GPU-hours':>10} "
-                f"{'budget h':>10} {'ran out':>7}  budget")
+        head = (
+            f"{'group':<24} {'tasks':>7} {'placed':>7} {'unfin.':>6} {'wait p50':>9} "
+            f"{'p95':>9} {'max':>9} {'reclaimed':>9} {'rebal.':>6} {'budget':>7} "
+            f"{'lost GPU-h':>10} {'GPU-hours':>10} "
+            f"{'budget h':>10} {'ran out':>7}  budget"
+        )
         lines.append(head)
 
         def row(name: str, s: dict[str, Any], budget: str) -> str:
             w = s["wait_s"]
             pre = s["preemptions"]
-            return (f"{name:<24} {s['tasks']:>7,} {s['placed']:>7,} {s['unfinished']:>6,} "
-                    f"{fmt_duration(w['p50']):>9} {fmt_duration(w['p95']):>9} "
-                    f"{fmt_duration(w['max']):>9} {pre['reclaimed']:>9,} {pre['rebalanced']:>6,} "
-                    f"{pre['budget']:>7,} {_num(s['lost_gpu_hours']):>10} "
-                    f"{_num(s['gpu_hours']):>10} {_num(s['budget_hours']):>10} "
-                    f"{s['budget_exhaustions']:>7,}  {budget}").rstrip()
+            return (
+                f"{name:<24} {s['tasks']:>7,} {s['placed']:>7,} {s['unfinished']:>6,} "
+                f"{fmt_duration(w['p50']):>9} {fmt_duration(w['p95']):>9} "
+                f"{fmt_duration(w['max']):>9} {pre['reclaimed']:>9,} {pre['rebalanced']:>6,} "
+                f"{pre['budget']:>7,} {_num(s['lost_gpu_hours']):>10} "
+                f"{_num(s['gpu_hours']):>10} {_num(s['budget_hours']):>10} "
+                f"{s['budget_exhaustions']:>7,}  {budget}"
+            ).rstrip()
 
         for name, s in d["groups"].items():
             b = s["budget"]

@@ -20,15 +20,28 @@ from typing import Callable
 
 from compiler.compiled import CompiledEstate
 from compiler.units import milli_str
-from kliqued.engine import (Alert, Cancellation, EstateIndex, PassResult, Placement,
-                            Preemption, State, Task, run_pass)
+from kliqued.engine import (
+    Alert,
+    Cancellation,
+    EstateIndex,
+    PassResult,
+    Placement,
+    Preemption,
+    State,
+    Task,
+    run_pass,
+)
 from kliqued.engine.periods import format_time
 
 from .expect import Miss, check
 from .scenario import Event, Scenario
 
-_PHASE_TEXT = {"reserve": "fill reservation", "reclaim": "reclaim", "lend": "lend idle",
-               "rebalance": "rebalance"}
+_PHASE_TEXT = {
+    "reserve": "fill reservation",
+    "reclaim": "reclaim",
+    "lend": "lend idle",
+    "rebalance": "rebalance",
+}
 
 
 @dataclass(slots=True)
@@ -128,8 +141,9 @@ class Driver:
         r.placed_at = now
         r.token += 1
         self._end_seq += 1
-        heapq.heappush(self.ends, (now + max(0, r.runtime - r.progress), self._end_seq, tid,
-                                   r.token))
+        heapq.heappush(
+            self.ends, (now + max(0, r.runtime - r.progress), self._end_seq, tid, r.token)
+        )
 
     def _unplaced(self, tid: str, now: int, preempted: bool) -> None:
         r = self.runs.get(tid)
@@ -171,11 +185,20 @@ class Driver:
             any_ended = True
 
     # ------------------------------------------------------------------ changes
-    def submit(self, tid: str, resource: str, user: str, project: str | None,
-               gpus_milli: int | None, runtime_ms: int | None, checkpoint_ms: int | None,
-               now: int) -> Task:
-        t = self.state.submit(tid, resource, user, project, gpus_milli, at=now,
-                              checkpoint_ms=checkpoint_ms)
+    def submit(
+        self,
+        tid: str,
+        resource: str,
+        user: str,
+        project: str | None,
+        gpus_milli: int | None,
+        runtime_ms: int | None,
+        checkpoint_ms: int | None,
+        now: int,
+    ) -> Task:
+        t = self.state.submit(
+            tid, resource, user, project, gpus_milli, at=now, checkpoint_ms=checkpoint_ms
+        )
         if runtime_ms is not None:
             self.runs[tid] = _Run(runtime_ms, checkpoint_ms)
         return t
@@ -223,9 +246,13 @@ class Driver:
         self.on_pass(now, res)
         return res
 
-    def drive(self, next_event: Callable[[], int | None], apply: Callable[[int], None],
-              after: Callable[[int], None] | None = None,
-              stop: Callable[[int, bool], bool] | None = None) -> int:
+    def drive(
+        self,
+        next_event: Callable[[], int | None],
+        apply: Callable[[int], None],
+        after: Callable[[int], None] | None = None,
+        stop: Callable[[int, bool], bool] | None = None,
+    ) -> int:
         """The loop. ``next_event()``: the time of the next event or expectation (None when
         there are no more); ``apply(now)``: applies the events due at ``now``; ``after(now)``:
         runs after the passes of ``now`` (expectations); ``stop(t, engine_only)``: True to
@@ -303,8 +330,7 @@ class Simulator(Driver):
         if not self.want_timeline:
             return
         if isinstance(d, Placement):
-            self._log(now, f"place    {d.task} on {d.pool} ({d.resource}, "
-                           f"{_PHASE_TEXT[d.phase]})")
+            self._log(now, f"place    {d.task} on {d.pool} ({d.resource}, {_PHASE_TEXT[d.phase]})")
         elif isinstance(d, Preemption):
             self._log(now, f"preempt  {d.task} from {d.pool} ({d.resource}): {d.text}")
         elif isinstance(d, Cancellation):
@@ -328,11 +354,22 @@ class Simulator(Driver):
             s = ev.submit
             assert s is not None
             for tid in s.ids:
-                self.submit(tid, s.resource, s.user, s.project, s.gpus_milli, s.runtime_ms,
-                            s.checkpoint_ms, now)
+                self.submit(
+                    tid,
+                    s.resource,
+                    s.user,
+                    s.project,
+                    s.gpus_milli,
+                    s.runtime_ms,
+                    s.checkpoint_ms,
+                    now,
+                )
             n = len(s.ids)
-            self._log(now, f"submit   {s.ids[0]}{f' .. {s.ids[-1]}' if n > 1 else ''} "
-                           f"to {s.resource} (user {s.user})")
+            self._log(
+                now,
+                f"submit   {s.ids[0]}{f' .. {s.ids[-1]}' if n > 1 else ''} "
+                f"to {s.resource} (user {s.user})",
+            )
         elif ev.kind in ("finish", "cancel"):
             for tid in ev.tasks:
                 if self.end_task(tid, now, "finished" if ev.kind == "finish" else "cancelled"):
@@ -343,8 +380,9 @@ class Simulator(Driver):
         elif ev.kind == "workers":
             for pool, gpus in ev.workers.items():
                 self.set_workers(pool, gpus, now)
-                self._log(now, f"workers  {pool}: "
-                               f"{milli_str(gpus) + ' GPUs' if gpus else 'none live'}")
+                self._log(
+                    now, f"workers  {pool}: {milli_str(gpus) + ' GPUs' if gpus else 'none live'}"
+                )
         elif ev.kind == "set":
             assert ev.estate is not None
             self.set_estate(ev.estate, now)

@@ -153,8 +153,11 @@ class _Loader:
         try:
             return start + parse_offset(value) * SECOND_MS
         except ValueError:
-            self.err(line, f"unparsable time {value!r}",
-                     "an offset from start such as 30s, 15m, 2h, 1d, or an RFC 3339 time")
+            self.err(
+                line,
+                f"unparsable time {value!r}",
+                "an offset from start such as 30s, 15m, 2h, 1d, or an RFC 3339 time",
+            )
             return None
 
     def duration_ms(self, value: Any, line: int, what: str) -> int | None:
@@ -201,8 +204,11 @@ class _Loader:
         result = compile_documents(docs)
         if not result.ok:
             errs = [d for d in result.diagnostics if d.is_error]
-            self.err(line, f"{what} makes the estate invalid ({len(errs)} "
-                           f"error{'s' if len(errs) != 1 else ''}):")
+            self.err(
+                line,
+                f"{what} makes the estate invalid ({len(errs)} "
+                f"error{'s' if len(errs) != 1 else ''}):",
+            )
             self.diags.extend(errs)
             return None
         return result.estate
@@ -211,8 +217,11 @@ class _Loader:
         parts = str(path).split(".")
         section = parts[0]
         if section not in SET_SECTIONS:
-            self.err(line, f"set {path}: unknown section {section!r}",
-                     f"one of {', '.join(SET_SECTIONS)}")
+            self.err(
+                line,
+                f"set {path}: unknown section {section!r}",
+                f"one of {', '.join(SET_SECTIONS)}",
+            )
             return False
         if section == "settings":
             target = None
@@ -240,8 +249,11 @@ class _Loader:
                 if target is not None:
                     break
             if target is None:
-                self.err(line, f"set {path}: no {section[:-1] if section != 'pricing' else 'price'}"
-                               f" named {name!r} in the estate")
+                self.err(
+                    line,
+                    f"set {path}: no {section[:-1] if section != 'pricing' else 'price'}"
+                    f" named {name!r} in the estate",
+                )
                 return False
             fields = parts[2:]
         if not fields:
@@ -291,8 +303,15 @@ def _read_root(path: str) -> CommentedMap:
     if not loaded.ok:
         raise ScenarioError([d for d in loaded.diagnostics if d.is_error])
     if not isinstance(loaded.root, CommentedMap):
-        raise ScenarioError([error("scenario", "a scenario is a mapping with estate, events "
-                                   "and expect", Position(path, 1))])
+        raise ScenarioError(
+            [
+                error(
+                    "scenario",
+                    "a scenario is a mapping with estate, events and expect",
+                    Position(path, 1),
+                )
+            ]
+        )
     return loaded.root
 
 
@@ -333,8 +352,9 @@ class _Timeline:
     """The events read so far, with what each later event is checked against: the estate in
     force (after the ``set`` events before it), the task ids submitted, the last time."""
 
-    def __init__(self, ld: _Loader, start: int, docs: list[Document],
-                 estate: CompiledEstate) -> None:
+    def __init__(
+        self, ld: _Loader, start: int, docs: list[Document], estate: CompiledEstate
+    ) -> None:
         self.ld = ld
         self.start = start
         self.docs = docs
@@ -346,11 +366,13 @@ class _Timeline:
 
     def known(self) -> Known:
         """Every name the scenario defines, for its expectations."""
-        return Known({g.name for e in self.estates for g in e.groups},
-                     {p.name for e in self.estates for p in e.pools},
-                     {c.name for e in self.estates for c in e.compute_resources},
-                     self.submitted,
-                     {p.name for e in self.estates for p in e.policies})
+        return Known(
+            {g.name for e in self.estates for g in e.groups},
+            {p.name for e in self.estates for p in e.pools},
+            {c.name for e in self.estates for c in e.compute_resources},
+            self.submitted,
+            {p.name for e in self.estates for p in e.policies},
+        )
 
     def event(self, ev: Any, line: int) -> None:
         """One entry of ``events``: its time, then each of its actions in file order."""
@@ -362,8 +384,11 @@ class _Timeline:
         if at is None:
             return
         if self.last_at is not None and at < self.last_at:
-            ld.err(line, "events out of time order: this one is earlier than the one before",
-                   "list events in time order")
+            ld.err(
+                line,
+                "events out of time order: this one is earlier than the one before",
+                "list events in time order",
+            )
         self.last_at = at if self.last_at is None else max(self.last_at, at)
         actions = [k for k in ev if k != "at"]
         if not actions:
@@ -387,8 +412,11 @@ class _Timeline:
             return None
         for f in v:
             if f not in SUBMIT_FIELDS:
-                ld.err(_line(v, f), f"submit: unknown field {f!r}",
-                       f"one of {', '.join(sorted(SUBMIT_FIELDS))}")
+                ld.err(
+                    _line(v, f),
+                    f"submit: unknown field {f!r}",
+                    f"one of {', '.join(sorted(SUBMIT_FIELDS))}",
+                )
         missing = [f for f in ("resource", "user", "id") if f not in v]
         if missing:
             ld.err(kline, f"submit: missing {', '.join(missing)}")
@@ -404,10 +432,14 @@ class _Timeline:
             except ValueError as exc:
                 ld.err(_line(v, "gpus"), f"submit: {exc}")
                 return None
-        runtime = (ld.duration_ms(v["runtime"], _line(v, "runtime"), "runtime")
-                   if "runtime" in v else None)
-        ckpt = (ld.duration_ms(v["checkpoint"], _line(v, "checkpoint"), "checkpoint")
-                if "checkpoint" in v else None)
+        runtime = (
+            ld.duration_ms(v["runtime"], _line(v, "runtime"), "runtime") if "runtime" in v else None
+        )
+        ckpt = (
+            ld.duration_ms(v["checkpoint"], _line(v, "checkpoint"), "checkpoint")
+            if "checkpoint" in v
+            else None
+        )
         resource = str(v["resource"])
         user = str(v["user"])
         project = str(v["project"]) if v.get("project") is not None else None
@@ -422,16 +454,23 @@ class _Timeline:
             if tid in self.submitted:
                 ld.err(_line(v, "id"), f"submit: task id {tid!r} is already used")
         self.submitted.update(ids)
-        return Event(at, kline, "submit", submit=Submit(
-            resource, user, project, ids, gpus, runtime, ckpt or None))
+        return Event(
+            at,
+            kline,
+            "submit",
+            submit=Submit(resource, user, project, ids, gpus, runtime, ckpt or None),
+        )
 
     def _tasks(self, k: str, v: Any, at: int, kline: int) -> Event:
         """``finish`` and ``cancel``: task ids an earlier submit created."""
         ids = self.ld.ids(v, kline)
         for tid in ids:
             if tid not in self.submitted:
-                self.ld.err(kline, f"{k}: unknown task id {tid!r}",
-                            "a task is known once an earlier submit created it")
+                self.ld.err(
+                    kline,
+                    f"{k}: unknown task id {tid!r}",
+                    "a task is known once an earlier submit created it",
+                )
         return Event(at, kline, k, tasks=ids)
 
     def _engine(self, k: str, v: Any, at: int, kline: int) -> Event | None:
@@ -472,8 +511,11 @@ class _Timeline:
         for pool, gpus in v.items():
             pline = _line(v, pool) or kline
             if str(pool) not in self.index.pools:
-                ld.err(pline, f"workers: unknown pool {pool!r}",
-                       f"one of {', '.join(sorted(self.index.pools))}")
+                ld.err(
+                    pline,
+                    f"workers: unknown pool {pool!r}",
+                    f"one of {', '.join(sorted(self.index.pools))}",
+                )
                 continue
             try:
                 out[str(pool)] = to_milli(gpus, f"workers.{pool}")
@@ -482,13 +524,17 @@ class _Timeline:
         return Event(at, kline, "workers", workers=out) if len(out) == len(v) else None
 
     READERS: dict[str, Callable[[_Timeline, str, Any, int, int], Event | None]] = {
-        "submit": _submit, "finish": _tasks, "cancel": _tasks, "engine": _engine, "set": _set,
-        "workers": _workers}
+        "submit": _submit,
+        "finish": _tasks,
+        "cancel": _tasks,
+        "engine": _engine,
+        "set": _set,
+        "workers": _workers,
+    }
     """Each event kind's reader: adding a kind is one method and one entry."""
 
 
-def _expectation(ld: _Loader, ex: Any, line: int, start: int,
-                 known: Known) -> Expectation | None:
+def _expectation(ld: _Loader, ex: Any, line: int, start: int, known: Known) -> Expectation | None:
     """One entry of ``expect``: its time and, for each kind, the names and values checked
     by the kind's entry in kinds.KINDS."""
     if not isinstance(ex, CommentedMap) or "at" not in ex:

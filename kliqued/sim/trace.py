@@ -20,8 +20,7 @@ from compiler.diagnostics import Diagnostic, Position, error
 from compiler.units import parse_time, to_milli
 from klique_util.units import HOUR_S, MINUTE_S, SECOND_MS, to_ms
 
-from kliqued.engine import (EstateIndex, Placement, Preemption, SubmissionError,
-                            check_submission)
+from kliqued.engine import EstateIndex, Placement, Preemption, SubmissionError, check_submission
 from kliqued.engine.periods import period_start
 
 from .records import Trace, TraceTask  # the trace's records
@@ -47,6 +46,7 @@ class TraceError(Exception):
 
 
 # ------------------------------------------------------------------------ values
+
 
 def _seconds_ms(text: str) -> int | None:
     """``12``, ``12.5`` (seconds, at most millisecond precision) as ms; None if not a number."""
@@ -89,6 +89,7 @@ def parse_submit(text: str, start: int) -> int:
 
 # ------------------------------------------------------------------------ loading
 
+
 def load_trace(path: str, estate: CompiledEstate, start: int | None = None) -> Trace:
     """The trace at ``path``, every row checked against ``estate``; raises TraceError.
 
@@ -106,8 +107,9 @@ def load_trace(path: str, estate: CompiledEstate, start: int | None = None) -> T
     try:
         fh = open(path, encoding="utf-8-sig", newline="")
     except OSError as exc:
-        raise TraceError([error("trace", f"cannot read: {exc.strerror or exc}",
-                                Position(path))]) from None
+        raise TraceError(
+            [error("trace", f"cannot read: {exc.strerror or exc}", Position(path))]
+        ) from None
     index = EstateIndex.build(estate)
     tasks: list[TraceTask] = []
     starts = [start]
@@ -124,8 +126,9 @@ def load_trace(path: str, estate: CompiledEstate, start: int | None = None) -> T
     return Trace(path, t0, tasks)
 
 
-def _read(fh: TextIO, index: EstateIndex, starts: list[int | None], out: list[TraceTask],
-          err) -> None:
+def _read(
+    fh: TextIO, index: EstateIndex, starts: list[int | None], out: list[TraceTask], err
+) -> None:
     """Reads every row into ``out``; ``starts[0]`` is the start, set from the first row
     when it is None."""
     reader = csv.reader(fh)
@@ -141,9 +144,12 @@ def _read(fh: TextIO, index: EstateIndex, starts: list[int | None], out: list[Tr
         col.setdefault(n, i)
     missing = [c for c in COLUMNS if c not in col]
     if missing:
-        err(1, f"missing column{'s' if len(missing) > 1 else ''} "
-               f"{', '.join(repr(m) for m in missing)}",
-            f"the header names {', '.join(COLUMNS)} (in any order)")
+        err(
+            1,
+            f"missing column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(m) for m in missing)}",
+            f"the header names {', '.join(COLUMNS)} (in any order)",
+        )
         return
     i_id, i_sub, i_res, i_user, i_proj, i_gpus, i_run = (col[c] for c in COLUMNS)
     i_ck = col.get("checkpoint")
@@ -182,16 +188,23 @@ def _read(fh: TextIO, index: EstateIndex, starts: list[int | None], out: list[Tr
         try:
             at = parse_submit(sub, t0)
         except ValueError as exc:
-            err(line, f"submit: unparsable time {sub!r}: {exc}",
-                "seconds from the start (120, 7.5), a duration (2h30m) or an RFC 3339 time")
+            err(
+                line,
+                f"submit: unparsable time {sub!r}: {exc}",
+                "seconds from the start (120, 7.5), a duration (2h30m) or an RFC 3339 time",
+            )
             ok = False
         if at is not None:
             if at < t0:
                 err(line, f"submit: {sub} is before the start of the replay")
                 ok = False
             elif last_at is not None and at < last_at:
-                err(line, f"rows out of time order: submit {sub} is earlier than the row "
-                          f"before (line {last_line})", "sort the trace by submit time")
+                err(
+                    line,
+                    f"rows out of time order: submit {sub} is earlier than the row "
+                    f"before (line {last_line})",
+                    "sort the trace by submit time",
+                )
                 ok = False
             else:
                 last_at, last_line = at, line
@@ -200,8 +213,11 @@ def _read(fh: TextIO, index: EstateIndex, starts: list[int | None], out: list[Tr
         try:
             runtime = parse_duration_ms(run_text)
         except ValueError as exc:
-            err(line, f"runtime: unparsable duration {run_text!r}: {exc}",
-                "seconds (3600, 90.5) or a duration (1h, 2h30m)")
+            err(
+                line,
+                f"runtime: unparsable duration {run_text!r}: {exc}",
+                "seconds (3600, 90.5) or a duration (1h, 2h30m)",
+            )
             ok = False
         ckpt: int | None = None
         if i_ck is not None and row[i_ck].strip():
@@ -228,11 +244,24 @@ def _read(fh: TextIO, index: EstateIndex, starts: list[int | None], out: list[Tr
             ok = False
         if ok:
             assert at is not None and runtime is not None
-            out.append(TraceTask(line, tid, at, resource, user, project, gpus, runtime, ckpt,
-                                 resources[resource].group))
+            out.append(
+                TraceTask(
+                    line,
+                    tid,
+                    at,
+                    resource,
+                    user,
+                    project,
+                    gpus,
+                    runtime,
+                    ckpt,
+                    resources[resource].group,
+                )
+            )
 
 
 # ------------------------------------------------------------------------ progress
+
 
 class Progress:
     """A progress bar on a terminal (redrawn about 10 times a second), otherwise a line at
@@ -263,17 +292,21 @@ class Progress:
             self.last_draw = now
             width = 30
             fill = int(frac * width)
-            self.stream.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] "
-                              f"{frac * 100:5.1f}%  {events:,} events, {rate:,.0f} events/s, "
-                              f"at {sim_now} ")
+            self.stream.write(
+                f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] "
+                f"{frac * 100:5.1f}%  {events:,} events, {rate:,.0f} events/s, "
+                f"at {sim_now} "
+            )
             self.stream.flush()
             self.shown = True
         else:
             tenth = int(frac * 10)
             if tenth >= self.next_tenth and tenth < 10:
                 self.next_tenth = tenth + 1
-                self.stream.write(f"{self.label}: {tenth * 10}% ({events:,} events, "
-                                  f"{rate:,.0f} events/s, at {sim_now})\n")
+                self.stream.write(
+                    f"{self.label}: {tenth * 10}% ({events:,} events, "
+                    f"{rate:,.0f} events/s, at {sim_now})\n"
+                )
                 self.stream.flush()
                 self.shown = True
 
@@ -284,18 +317,26 @@ class Progress:
         rate = events / wall if wall > 0 else 0.0
         if self.tty:
             self.stream.write("\r\033[K")
-        self.stream.write(f"{self.label}: done, {events:,} events in {wall:.1f} s "
-                          f"({rate:,.0f} events/s)\n")
+        self.stream.write(
+            f"{self.label}: done, {events:,} events in {wall:.1f} s ({rate:,.0f} events/s)\n"
+        )
         self.stream.flush()
 
 
 # ------------------------------------------------------------------------ the replay
 
+
 class Replay(Driver):
     """One trace on one estate, from its start until every task has ended."""
 
-    def __init__(self, trace: Trace, estate: CompiledEstate, *,
-                 progress: TextIO | None = None, until: int | None = None) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        estate: CompiledEstate,
+        *,
+        progress: TextIO | None = None,
+        until: int | None = None,
+    ) -> None:
         super().__init__(estate, trace.start)
         self.trace = trace
         self.until = trace.default_until() if until is None else until
@@ -334,8 +375,16 @@ class Replay(Driver):
             nonlocal pos
             while pos < n and tasks[pos].at <= now:
                 t = tasks[pos]
-                self.submit(t.id, t.resource, t.user, t.project, t.gpus_milli, t.runtime_ms,
-                            t.checkpoint_ms, now)
+                self.submit(
+                    t.id,
+                    t.resource,
+                    t.user,
+                    t.project,
+                    t.gpus_milli,
+                    t.runtime_ms,
+                    t.checkpoint_ms,
+                    now,
+                )
                 col.submitted(t.id, t.group, now)
                 pos += 1
             self.submitted = pos
@@ -343,8 +392,11 @@ class Replay(Driver):
         def after(now: int) -> None:
             self.moments += 1
             if self.moments & 255 == 0:
-                prog.update(self.submitted + self.finished, self.submitted + self.finished,
-                            self._offset(now))
+                prog.update(
+                    self.submitted + self.finished,
+                    self.submitted + self.finished,
+                    self._offset(now),
+                )
 
         def stop(t: int, engine_only: bool) -> bool:
             # engine_only: no submission is left and nothing is placed (every placed task has
@@ -369,15 +421,20 @@ class Replay(Driver):
         self.drive(next_event, apply, after, stop)
         end = self.until if self.stopped_at_horizon else col.last_activity
         prog.finish(self.submitted + self.finished)
-        return col.report(self.trace, end, self.passes, self.moments,
-                          self.until if self.stopped_at_horizon else None)
+        return col.report(
+            self.trace,
+            end,
+            self.passes,
+            self.moments,
+            self.until if self.stopped_at_horizon else None,
+        )
 
     def _offset(self, t: int) -> str:
         s = (t - self.start) // SECOND_MS
         return f"+{s // HOUR_S}h{s % HOUR_S // MINUTE_S:02d}m"
 
 
-def replay(trace: Trace, estate: CompiledEstate, progress: TextIO | None = None,
-           until: int | None = None) -> Report:
+def replay(
+    trace: Trace, estate: CompiledEstate, progress: TextIO | None = None, until: int | None = None
+) -> Report:
     return Replay(trace, estate, progress=progress, until=until).run()
-

@@ -46,18 +46,37 @@ class Page:
 
 
 PAGES = (
-    Page("orchestration", "Orchestration", PEOPLE,
-         "Pools, their workers and use over time, and the live event log."),
-    Page("policy", "Policy", ("admin", "finance", "user"),
-         "Each group's and department's use against reservation and limit, budgets, queues."),
-    Page("my-work", "My work", ("admin", "user"),
-         "Your tasks: where each is, why it waits or was preempted, its logs."),
-    Page("usage", "Usage and cost", ("admin", "finance", "user"),
-         "GPU-hours and cost by group, project, user, GPU type and pool."),
-    Page("audit", "Audit trail", ("admin", "finance", "user"),
-         "Who started what, where it ran, why it was preempted, every estate revision."),
-    Page("estate", "Estate", PEOPLE,
-         "The running revision: its pools, profiles and policies."),
+    Page(
+        "orchestration",
+        "Orchestration",
+        PEOPLE,
+        "Pools, their workers and use over time, and the live event log.",
+    ),
+    Page(
+        "policy",
+        "Policy",
+        ("admin", "finance", "user"),
+        "Each group's and department's use against reservation and limit, budgets, queues.",
+    ),
+    Page(
+        "my-work",
+        "My work",
+        ("admin", "user"),
+        "Your tasks: where each is, why it waits or was preempted, its logs.",
+    ),
+    Page(
+        "usage",
+        "Usage and cost",
+        ("admin", "finance", "user"),
+        "GPU-hours and cost by group, project, user, GPU type and pool.",
+    ),
+    Page(
+        "audit",
+        "Audit trail",
+        ("admin", "finance", "user"),
+        "Who started what, where it ran, why it was preempted, every estate revision.",
+    ),
+    Page("estate", "Estate", PEOPLE, "The running revision: its pools, profiles and policies."),
 )
 BY_SLUG = {pg.slug: pg for pg in PAGES}
 
@@ -94,24 +113,36 @@ GROUP BY ALL ORDER BY 1, 2"""
 intervals that hold the instant."""
 
 
-async def pool_use(store: Store, pools: list[str], now: int, window_s: int
-                   ) -> dict[str, Any]:
+async def pool_use(store: Store, pools: list[str], now: int, window_s: int) -> dict[str, Any]:
     """A line per pool: GPUs in use over the window, sampled ``BUCKETS`` times."""
     step = max(1000, window_s * 1000 // BUCKETS)
     start = now - step * BUCKETS
-    rows = await store.read(lambda cur: cur.execute(POOL_USE_SQL,
-                                                    [start, now, step, start]).fetchall())
+    rows = await store.read(
+        lambda cur: cur.execute(POOL_USE_SQL, [start, now, step, start]).fetchall()
+    )
     times = list(range(start, now + 1, step))
     series: dict[str, dict[int, float]] = {p: {} for p in pools}
     for pool, t, used in rows:
         series.setdefault(pool, {})[t] = used
     x = [iso(t) for t in times]
-    return {"data": [{"type": "scatter", "mode": "lines", "name": pool, "x": x,
-                      "y": [vals.get(t, 0) for t in times], "line": {"shape": "hv"}}
-                     for pool, vals in series.items()],
-            "layout": {"title": {"text": "GPUs in use by pool"},
-                       "yaxis": {"title": {"text": "GPUs"}, "rangemode": "tozero"},
-                       "xaxis": {"title": {"text": "time (UTC)"}}}}
+    return {
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": pool,
+                "x": x,
+                "y": [vals.get(t, 0) for t in times],
+                "line": {"shape": "hv"},
+            }
+            for pool, vals in series.items()
+        ],
+        "layout": {
+            "title": {"text": "GPUs in use by pool"},
+            "yaxis": {"title": {"text": "GPUs"}, "rangemode": "tozero"},
+            "xaxis": {"title": {"text": "time (UTC)"}},
+        },
+    }
 
 
 def pools(d: Daemon, p: Principal) -> list[dict[str, Any]]:
@@ -127,17 +158,27 @@ def pools(d: Daemon, p: Principal) -> list[dict[str, Any]]:
     return out
 
 
-DATA = ("CASE WHEN kind = 'estate_applied' THEN json_object('source', "
-        "json_extract_string(data, '$.source'), 'commit', json_extract_string(data, '$.commit')) "
-        "ELSE data END")
+DATA = (
+    "CASE WHEN kind = 'estate_applied' THEN json_object('source', "
+    "json_extract_string(data, '$.source'), 'commit', json_extract_string(data, '$.commit')) "
+    "ELSE data END"
+)
 """An event's data, without the compiled estate an ``estate_applied`` carries (megabytes for
 an XL estate; the views drop it anyway)."""
-EVENT_SQL = (f"SELECT seq, at_ms, kind, task, actor, revision, {DATA} FROM events{{where}} "
-             "ORDER BY seq DESC LIMIT ?")
+EVENT_SQL = (
+    f"SELECT seq, at_ms, kind, task, actor, revision, {DATA} FROM events{{where}} "
+    "ORDER BY seq DESC LIMIT ?"
+)
 
 
-async def events(d: Daemon, store: Store, p: Principal, limit: int = 30,
-                 search: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+async def events(
+    d: Daemon,
+    store: Store,
+    p: Principal,
+    limit: int = 30,
+    search: str | None = None,
+    kind: str | None = None,
+) -> list[dict[str, Any]]:
     """The newest events ``p`` may read (``GET /v1/events``'s scope), newest first, each with
     a line of text; ``search`` matches a task id, actor, kind or any text of the event."""
     if role(p) not in ("admin", "finance", "user"):
@@ -148,18 +189,30 @@ async def events(d: Daemon, store: Store, p: Principal, limit: int = 30,
         params = [*params, kind]
     if search:
         like = f"%{search}%"
-        where = [*where, "(task ILIKE ? OR actor ILIKE ? OR kind ILIKE ? OR usr ILIKE ? "
-                         "OR grp ILIKE ? OR (kind <> 'estate_applied' AND data ILIKE ?))"]
+        where = [
+            *where,
+            "(task ILIKE ? OR actor ILIKE ? OR kind ILIKE ? OR usr ILIKE ? "
+            "OR grp ILIKE ? OR (kind <> 'estate_applied' AND data ILIKE ?))",
+        ]
         params = [*params, like, like, like, like, like, like]
     sql = EVENT_SQL.format(where=" WHERE " + " AND ".join(where) if where else "")
 
     def run(cur: Any) -> list[dict[str, Any]]:
         out = []
         for r in cur.execute(sql, [*params, limit]).fetchall():
-            out.append({"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3],
-                        "actor": r[4], "revision": r[5],
-                        "data": json.loads(r[6]) if r[6] else {}})
+            out.append(
+                {
+                    "seq": r[0],
+                    "at_ms": r[1],
+                    "kind": r[2],
+                    "task": r[3],
+                    "actor": r[4],
+                    "revision": r[5],
+                    "data": json.loads(r[6]) if r[6] else {},
+                }
+            )
         return out
+
     rows = await store.read(run)
     return [dict(views.event(r), text=event_text(r)) for r in rows]
 
@@ -168,11 +221,13 @@ def event_text(r: dict[str, Any]) -> str:
     """One line saying what happened, as the audit trail reads it."""
     k, data = r["kind"], r["data"] if isinstance(r["data"], dict) else {}
     if k == "submitted":
-        return (f"submitted to {data.get('resource')} by {data.get('user')}"
-                + (f" (project {data['project']})" if data.get("project") else ""))
+        return f"submitted to {data.get('resource')} by {data.get('user')}" + (
+            f" (project {data['project']})" if data.get("project") else ""
+        )
     if k == "placed":
         return f"placed on pool {data.get('pool')}" + (
-            f" ({data['phase']})" if data.get("phase") else "")
+            f" ({data['phase']})" if data.get("phase") else ""
+        )
     if k == "preempted":
         return f"preempted on pool {data.get('pool') or '?'}: {data.get('text')}"
     if k == "cancelled":
@@ -189,8 +244,9 @@ def event_text(r: dict[str, Any]) -> str:
         return f"estate revision {r.get('revision')} applied from {data.get('source')}"
     if k == "estate_refused":
         errs = data.get("errors") or []
-        return (f"estate revision {data.get('revision')} refused: {len(errs)} error(s)"
-                + (f"; first: {errs[0]}" if errs else ""))
+        return f"estate revision {data.get('revision')} refused: {len(errs)} error(s)" + (
+            f"; first: {errs[0]}" if errs else ""
+        )
     if k in ("worker_registered", "worker_lost", "worker_deregistered"):
         who = data.get("worker_id") or data.get("worker")
         return f"{k.replace('_', ' ')}: {who} (pool {data.get('pool')})"
@@ -210,8 +266,7 @@ def matches(q: str | None, *names: str | None) -> bool:
     return not q or any(n is not None and q.lower() in n.lower() for n in names)
 
 
-def policies(d: Daemon, p: Principal, q: str | None = None
-             ) -> tuple[list[dict[str, Any]], int]:
+def policies(d: Daemon, p: Principal, q: str | None = None) -> tuple[list[dict[str, Any]], int]:
     """``GET /v1/policies`` for ``p`` (finance: all; a user: their groups' and the groups
     they administer, departments included) whose policy or group name holds ``q``, each
     with whether it is a department's envelope and its levels (the compiled estate's); the
@@ -220,9 +275,14 @@ def policies(d: Daemon, p: Principal, q: str | None = None
     idx, acc, now = d.idx(), d.acc(), d.clock.now()
     compiled = {c.name: c for c in idx.estate.policies}
     envelope = {c.name for c in idx.estate.policies if c.envelope}
-    names = sorted((n for n, g in idx.group_of_policy.items()
-                    if (p.is_finance or acc.sees_group(p, g)) and matches(q, n, g)),
-                   key=lambda n: (n not in envelope, n))
+    names = sorted(
+        (
+            n
+            for n, g in idx.group_of_policy.items()
+            if (p.is_finance or acc.sees_group(p, g)) and matches(q, n, g)
+        ),
+        key=lambda n: (n not in envelope, n),
+    )
     out = []
     for name in names[:MAX_ROWS]:
         row = views.policy(d, name, now)
@@ -233,9 +293,10 @@ def policies(d: Daemon, p: Principal, q: str | None = None
         row["used_pct"] = _pct(row["used"], row["limit"])
         row["chart"] = None
         out.append(row)
-    budgets = sorted((r for r in out if r["budget"] is not None),
-                     key=lambda r: (r["budget"]["left_hours"] / (r["budget"]["hours"] or 1),
-                                    r["name"]))
+    budgets = sorted(
+        (r for r in out if r["budget"] is not None),
+        key=lambda r: (r["budget"]["left_hours"] / (r["budget"]["hours"] or 1), r["name"]),
+    )
     for r in budgets[:MAX_CHARTS]:
         r["chart"] = burn_down(r["name"], r["budget"], now)
     return out, len(names)
@@ -257,17 +318,34 @@ def burn_down(name: str, b: dict[str, Any], now: int) -> dict[str, Any]:
     else:
         hours_to_end = max(0, parse_iso(end) - now) / 3_600_000
         proj_left = max(0.0, left - rate * hours_to_end)
-    return {"data": [
-        {"type": "scatter", "mode": "lines+markers", "name": "left (used so far)",
-         "x": [start, iso(now)], "y": [hours, left]},
-        {"type": "scatter", "mode": "lines", "name": "projected at the current burn rate",
-         "x": [iso(now), proj_end], "y": [left, proj_left], "line": {"dash": "dash"}}],
-        "layout": {"title": {"text": f"{name}: budget hours left ({b['period']})"},
-                   "yaxis": {"title": {"text": "hours"}, "rangemode": "tozero"}}}
+    return {
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": "left (used so far)",
+                "x": [start, iso(now)],
+                "y": [hours, left],
+            },
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "projected at the current burn rate",
+                "x": [iso(now), proj_end],
+                "y": [left, proj_left],
+                "line": {"dash": "dash"},
+            },
+        ],
+        "layout": {
+            "title": {"text": f"{name}: budget hours left ({b['period']})"},
+            "yaxis": {"title": {"text": "hours"}, "rangemode": "tozero"},
+        },
+    }
 
 
-def queues(d: Daemon, p: Principal, per_queue: int = 20, most: int = 20,
-           q_text: str | None = None) -> tuple[list[dict[str, Any]], int]:
+def queues(
+    d: Daemon, p: Principal, per_queue: int = 20, most: int = 20, q_text: str | None = None
+) -> tuple[list[dict[str, Any]], int]:
     """``GET /v1/resources/{cr}/queue`` of each compute resource ``p`` may read (admins: all,
     users: their groups' and admin groups'; finance reads no queue) whose name holds
     ``q_text``: the ``most`` longest non-empty queues, the first ``per_queue`` entries of
@@ -291,10 +369,17 @@ def queues(d: Daemon, p: Principal, per_queue: int = 20, most: int = 20,
                 break
             rec = d.records[t.id]
             r = d.reason(rec)  # one by one: at most 400, not every queue's
-            entries.append({"id": t.id, "user": t.user, "position": pos,
-                            "gpus": from_milli(t.size), "reason": r.text if r else "",
-                            "submitted_at": iso(t.submitted_at),
-                            "visible": acc.sees_task(p, rec.user, rec.group)})
+            entries.append(
+                {
+                    "id": t.id,
+                    "user": t.user,
+                    "position": pos,
+                    "gpus": from_milli(t.size),
+                    "reason": r.text if r else "",
+                    "submitted_at": iso(t.submitted_at),
+                    "visible": acc.sees_task(p, rec.user, rec.group),
+                }
+            )
         out.append({"resource": name, "queued": q.live, "entries": entries})
     return out, len(waiting)
 
@@ -316,7 +401,7 @@ class TaskIndex:
             self.__init__()  # type: ignore[misc]
             self.version = d.ids_version
         ids, records = d.ids, d.records
-        for tid in ids[self.seen:]:
+        for tid in ids[self.seen :]:
             rec = records.get(tid)
             if rec is None:
                 continue
@@ -333,8 +418,9 @@ class TaskIndex:
         return sorted(mine, reverse=True)
 
 
-def tasks(d: Daemon, p: Principal, index: TaskIndex, limit: int = 100,
-          state: str | None = None) -> list[dict[str, Any]]:
+def tasks(
+    d: Daemon, p: Principal, index: TaskIndex, limit: int = 100, state: str | None = None
+) -> list[dict[str, Any]]:
     """The newest tasks ``p`` may see (``GET /v1/tasks``: a user's own and their admin
     groups' (``Access.sees_task``), an admin's all), newest first. Waiting reasons one by one:
     at most ``limit`` of them, where every reason at once costs a walk of every queue."""
@@ -357,18 +443,30 @@ def tasks(d: Daemon, p: Principal, index: TaskIndex, limit: int = 100,
     return out
 
 
-async def tasks_with_history(d: Daemon, store: Store, p: Principal, index: TaskIndex,
-                             limit: int = 100, state: str | None = None
-                             ) -> list[dict[str, Any]]:
+async def tasks_with_history(
+    d: Daemon,
+    store: Store,
+    p: Principal,
+    index: TaskIndex,
+    limit: int = 100,
+    state: str | None = None,
+) -> list[dict[str, Any]]:
     """:func:`tasks`, with the ended tasks that left memory (history.py) merged in: the
     newest ``limit`` of both."""
     out = tasks(d, p, index, limit, state)
     if state not in (None, "ended") or not (p.is_admin or p.is_user):
         return out
     mine = d.acc().admin_of(p.name) if p.is_user else frozenset()
-    stored = await store.read(lambda cur: history.page(
-        cur, None, limit, visible_user=p.name if p.is_user else None, visible_groups=mine,
-        newest=True))
+    stored = await store.read(
+        lambda cur: history.page(
+            cur,
+            None,
+            limit,
+            visible_user=p.name if p.is_user else None,
+            visible_groups=mine,
+            newest=True,
+        )
+    )
     seen = {t["id"] for t in out}
     out += [views.task(d, r) for r in stored if r.id not in seen and r.id not in d.records]
     out.sort(key=lambda t: t["id"], reverse=True)
@@ -376,8 +474,9 @@ async def tasks_with_history(d: Daemon, store: Store, p: Principal, index: TaskI
 
 
 # --------------------------------------------------------------------------- usage
-async def usage(store: Store, groups: list[str] | None, start: int, end: int, by: str
-                ) -> list[dict[str, Any]]:
+async def usage(
+    store: Store, groups: list[str] | None, start: int, end: int, by: str
+) -> list[dict[str, Any]]:
     """GPU-hours and cost per value of ``by`` over the ledger rows the CSV export writes for
     the same range and scope."""
     rows = await store.read(lambda cur: ledger_export.summary(cur, start, end, by, groups))
@@ -385,11 +484,20 @@ async def usage(store: Store, groups: list[str] | None, start: int, end: int, by
 
 
 def usage_chart(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
-    return {"data": [{"type": "bar", "name": "GPU-hours",
-                      "x": [r["value"] if r["value"] is not None else "(none)" for r in rows],
-                      "y": [float(r["gpu_hours"]) for r in rows]}],
-            "layout": {"title": {"text": f"GPU-hours by {by.replace('_', ' ')}"},
-                       "yaxis": {"title": {"text": "GPU-hours"}}}}
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "name": "GPU-hours",
+                "x": [r["value"] if r["value"] is not None else "(none)" for r in rows],
+                "y": [float(r["gpu_hours"]) for r in rows],
+            }
+        ],
+        "layout": {
+            "title": {"text": f"GPU-hours by {by.replace('_', ' ')}"},
+            "yaxis": {"title": {"text": "GPU-hours"}},
+        },
+    }
 
 
 ESTATE_PARTS = ("estate_use", "idle")
@@ -424,8 +532,9 @@ class FiguresCache:
         self._held: dict[Key, Figures] = {}
         self._running: dict[Key, asyncio.Task[dict[str, Any]]] = {}
 
-    async def get(self, store: Store, groups: list[str] | None, month: dt.date, now_ms: int
-                  ) -> dict[str, Any]:
+    async def get(
+        self, store: Store, groups: list[str] | None, month: dt.date, now_ms: int
+    ) -> dict[str, Any]:
         first = dt.date(month.year, month.month, 1)
         key: Key = (first.isoformat(), None if groups is None else tuple(sorted(groups)))
         held = self._held.get(key)
@@ -446,8 +555,9 @@ class FiguresCache:
         for task in list(self._running.values()):
             task.cancel()
 
-    def _refresh(self, key: Key, store: Store, groups: list[str] | None, first: dt.date,
-                 now_ms: int) -> asyncio.Task[dict[str, Any]]:
+    def _refresh(
+        self, key: Key, store: Store, groups: list[str] | None, first: dt.date, now_ms: int
+    ) -> asyncio.Task[dict[str, Any]]:
         task = self._running.get(key)
         if task is None:
             task = asyncio.create_task(self._compute(key, store, groups, first, now_ms))
@@ -458,11 +568,15 @@ class FiguresCache:
     def _done(self, key: Key, task: asyncio.Task[dict[str, Any]]) -> None:
         self._running.pop(key, None)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("the usage page's CIO figures for %s could not be computed: %s",
-                        key[0], task.exception())
+            log.warning(
+                "the usage page's CIO figures for %s could not be computed: %s",
+                key[0],
+                task.exception(),
+            )
 
-    async def _compute(self, key: Key, store: Store, groups: list[str] | None,
-                       first: dt.date, now_ms: int) -> dict[str, Any]:
+    async def _compute(
+        self, key: Key, store: Store, groups: list[str] | None, first: dt.date, now_ms: int
+    ) -> dict[str, Any]:
         changes = store.ledger_changes  # before reading: a change meanwhile recomputes
         figures = await estate_use(store, groups, first)
         figures["as_of"] = iso(now_ms)
@@ -472,14 +586,12 @@ class FiguresCache:
         return figures
 
 
-async def estate_use(store: Store, groups: list[str] | None, month: dt.date
-                     ) -> dict[str, Any]:
+async def estate_use(store: Store, groups: list[str] | None, month: dt.date) -> dict[str, Any]:
     """The CIO's figures the usage page shows for the month of ``month`` (``GET
     /v1/ledger/cio``'s :data:`ESTATE_PARTS`): use of the estate per pool and who pays for
     idle capacity, in the caller's ledger scope."""
     first = dt.date(month.year, month.month, 1)
-    return await store.read(lambda cur: ledger_cio.figures(cur, first, groups,
-                                                           parts=ESTATE_PARTS))
+    return await store.read(lambda cur: ledger_cio.figures(cur, first, groups, parts=ESTATE_PARTS))
 
 
 def cloud(d: Daemon) -> list[dict[str, Any]]:
@@ -491,19 +603,38 @@ def cloud(d: Daemon) -> list[dict[str, Any]]:
 def estate(d: Daemon) -> dict[str, Any]:
     """``GET /v1/estate`` and the running revision's pools, profiles and policies."""
     e = d.idx().estate
-    return {"info": views.estate(d), "pools": e.pools, "profiles": e.profiles,
-            "policies": e.policies, "groups": e.groups, "settings": e.settings}
+    return {
+        "info": views.estate(d),
+        "pools": e.pools,
+        "profiles": e.profiles,
+        "policies": e.policies,
+        "groups": e.groups,
+        "settings": e.settings,
+    }
 
 
 async def revisions(store: Store, limit: int = 10) -> list[dict[str, Any]]:
     """The newest estate revisions applied or refused (the estate's own events)."""
+
     def run(cur: Any) -> list[dict[str, Any]]:
         rows = cur.execute(
             f"SELECT seq, at_ms, kind, task, actor, revision, {DATA} FROM events "
             "WHERE kind IN ('estate_applied', 'estate_refused') ORDER BY seq DESC LIMIT ?",
-            [limit]).fetchall()
-        return [{"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3], "actor": r[4],
-                 "revision": r[5], "data": json.loads(r[6]) if r[6] else {}} for r in rows]
+            [limit],
+        ).fetchall()
+        return [
+            {
+                "seq": r[0],
+                "at_ms": r[1],
+                "kind": r[2],
+                "task": r[3],
+                "actor": r[4],
+                "revision": r[5],
+                "data": json.loads(r[6]) if r[6] else {},
+            }
+            for r in rows
+        ]
+
     rows = await store.read(run)
     return [dict(views.event(r), text=event_text(r)) for r in rows]
 
@@ -519,16 +650,22 @@ async def last_plan(d: Daemon, store: Store) -> dict[str, Any] | None:
     current = d.estate.revision
 
     def previous(cur: Any) -> tuple[str, int] | None:
-        row = cur.execute("SELECT revision, seq FROM events WHERE kind = 'estate_applied' "
-                          "AND revision <> ? ORDER BY seq DESC LIMIT 1", [current]).fetchone()
+        row = cur.execute(
+            "SELECT revision, seq FROM events WHERE kind = 'estate_applied' "
+            "AND revision <> ? ORDER BY seq DESC LIMIT 1",
+            [current],
+        ).fetchone()
         return None if row is None else (row[0], row[1])
+
     prev = await store.read(previous)
     if prev is None:
         return None
     key = (prev[0], current)
     if key not in LAST_PLAN:
+
         def load(cur: Any) -> Any:
             return cur.execute("SELECT data FROM events WHERE seq = ?", [prev[1]]).fetchone()[0]
+
         before = CompiledEstate.model_validate(json.loads(await store.read(load))["estate"])
         LAST_PLAN.clear()  # one pair is ever shown: the newest
         LAST_PLAN[key] = plan_rows(before, d.idx().estate)
@@ -538,7 +675,16 @@ async def last_plan(d: Daemon, store: Store) -> dict[str, Any] | None:
 def plan_rows(before: CompiledEstate, after: CompiledEstate) -> list[dict[str, Any]]:
     """The Estate page's rows of ``kliqued plan``'s changes from ``before`` to ``after``:
     pure, so the page shows exactly what the plan's diff finds (no sources: no places)."""
-    return [{"kind": c.kind, "name": c.name, "action": c.action, "old_name": c.old_name,
-             "attrs": [{"path": ".".join(a.path), "op": a.op, "before": a.before,
-                        "after": a.after} for a in c.attrs]}
-            for c in diff(before, after, SourceMap(), SourceMap())]
+    return [
+        {
+            "kind": c.kind,
+            "name": c.name,
+            "action": c.action,
+            "old_name": c.old_name,
+            "attrs": [
+                {"path": ".".join(a.path), "op": a.op, "before": a.before, "after": a.after}
+                for a in c.attrs
+            ],
+        }
+        for c in diff(before, after, SourceMap(), SourceMap())
+    ]

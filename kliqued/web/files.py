@@ -46,9 +46,12 @@ async def export(request: web.Request) -> web.StreamResponse:
     try:
         gen = ledger_export.export_csv(cur, a, b, groups=groups)
         if fmt == "csv":
-            resp = web.StreamResponse(headers={
-                "Content-Type": "text/csv; charset=utf-8",
-                "Content-Disposition": f'attachment; filename="{name}"'})
+            resp = web.StreamResponse(
+                headers={
+                    "Content-Type": "text/csv; charset=utf-8",
+                    "Content-Disposition": f'attachment; filename="{name}"',
+                }
+            )
             await resp.prepare(request)
             while (chunk := await loop.run_in_executor(None, next, gen, None)) is not None:
                 await resp.write(chunk.encode("utf-8"))
@@ -63,10 +66,15 @@ async def export(request: web.Request) -> web.StreamResponse:
                         fh.write(chunk)
                 ledger_export.csv_to_parquet(csv_path, pq_path)
                 return Path(pq_path).read_bytes()
+
             body = await loop.run_in_executor(None, write)
-        return web.Response(body=body, headers={
-            "Content-Type": "application/vnd.apache.parquet",
-            "Content-Disposition": f'attachment; filename="{name}"'})
+        return web.Response(
+            body=body,
+            headers={
+                "Content-Type": "application/vnd.apache.parquet",
+                "Content-Disposition": f'attachment; filename="{name}"',
+            },
+        )
     finally:
         cur.close()
 
@@ -89,14 +97,19 @@ async def task_log(request: web.Request) -> web.StreamResponse:
         size = (await c.logs.read(rec.id, rec.epoch, 0, 1))[1]
         start = max(0, size - MAX_READ)
         text, _ = await c.logs.read(rec.id, rec.epoch, start, MAX_READ)
-    return web.Response(body=text, content_type="text/plain", charset="utf-8",
-                        headers={"X-Content-Type-Options": "nosniff",
-                                 "Cache-Control": "no-store"})
+    return web.Response(
+        body=text,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
+    )
 
 
-STATIC_FILES = {"app.js": (STATIC / "app.js", "application/javascript"),
-                "app.css": (STATIC / "app.css", "text/css"),
-                "plotly.min.js": (PLOTLY_JS, "application/javascript")}
+STATIC_FILES = {
+    "app.js": (STATIC / "app.js", "application/javascript"),
+    "app.css": (STATIC / "app.css", "text/css"),
+    "plotly.min.js": (PLOTLY_JS, "application/javascript"),
+}
 
 
 async def static(request: web.Request) -> web.StreamResponse:
@@ -104,6 +117,11 @@ async def static(request: web.Request) -> web.StreamResponse:
     if entry is None:
         raise ApiError(404, "not-found", f"no static file {request.match_info['name'][:40]}")
     path, ctype = entry
-    return web.FileResponse(path, headers={"Content-Type": ctype,
-                                           "Cache-Control": "public, max-age=3600",
-                                           "X-Content-Type-Options": "nosniff"})
+    return web.FileResponse(
+        path,
+        headers={
+            "Content-Type": ctype,
+            "Cache-Control": "public, max-age=3600",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )

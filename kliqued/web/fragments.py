@@ -17,11 +17,11 @@ class Fragments:
     KEEP = 256
 
     def __init__(self) -> None:
-        self._by_key: OrderedDict[Any, asyncio.Future[tuple[int, bytes, dict[str, str]]]] = \
+        self._by_key: OrderedDict[Any, asyncio.Future[tuple[int, bytes, dict[str, str]]]] = (
             OrderedDict()
+        )
 
-    async def once(self, key: Any, make: Callable[[], Awaitable[web.Response]]
-                   ) -> web.Response:
+    async def once(self, key: Any, make: Callable[[], Awaitable[web.Response]]) -> web.Response:
         fut = self._by_key.get(key)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()

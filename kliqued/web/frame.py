@@ -30,9 +30,11 @@ LIVE_REFRESH_S = 15.0
 """A live fragment is re-sent at least this often even with no new event (GPU-hours of
 running work and budgets move with time)."""
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
-       "form-action 'self'; base-uri 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+    "form-action 'self'; base-uri 'none'"
+)
 """Scripts only from this daemon (no inline script: chart data travels in JSON blocks);
 plotly.js sets inline styles on what it draws."""
 
@@ -41,13 +43,19 @@ plotly.js sets inline styles on what it draws."""
 class Web:
     """The dashboard's own state in the application: sessions, live fragments, the task
     index, the CIO figures' cache and the templates."""
+
     sessions: Sessions = field(default_factory=Sessions)
     fragments: Fragments = field(default_factory=Fragments)
     tasks: data.TaskIndex = field(default_factory=data.TaskIndex)
     figures: data.FiguresCache = field(default_factory=data.FiguresCache)
-    env: jinja2.Environment = field(default_factory=lambda: jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
-        autoescape=True, trim_blocks=True, lstrip_blocks=True))
+    env: jinja2.Environment = field(
+        default_factory=lambda: jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+            autoescape=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+    )
 
     def __post_init__(self) -> None:
         self.env.filters["when"] = when
@@ -71,8 +79,9 @@ def redirect(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location, "Cache-Control": "no-store"})
 
 
-def html(request: web.Request, template: str, http_status: int = 200, **values: Any
-         ) -> web.Response:
+def html(
+    request: web.Request, template: str, http_status: int = 200, **values: Any
+) -> web.Response:
     text = state(request).env.get_template(template).render(**values)
     resp = web.Response(text=text, status=http_status, content_type="text/html", charset="utf-8")
     resp.headers["Content-Security-Policy"] = CSP
@@ -85,24 +94,36 @@ def html(request: web.Request, template: str, http_status: int = 200, **values: 
     return resp
 
 
-def error(request: web.Request, status: int, message: str, s: Session | None = None,
-          p: Principal | None = None) -> web.Response:
+def error(
+    request: web.Request,
+    status: int,
+    message: str,
+    s: Session | None = None,
+    p: Principal | None = None,
+) -> web.Response:
     if request.query.get("live"):
         return web.Response(text=message, status=status, content_type="text/plain")
-    return html(request, "error.html", status, status=status, message=message,
-                **chrome(request, p, s, None))
+    return html(
+        request, "error.html", status, status=status, message=message, **chrome(request, p, s, None)
+    )
 
 
-def chrome(request: web.Request, p: Principal | None, s: Session | None,
-           current: data.Page | None) -> dict[str, Any]:
+def chrome(
+    request: web.Request, p: Principal | None, s: Session | None, current: data.Page | None
+) -> dict[str, Any]:
     """What every page's frame shows: who is signed in and the pages they may open."""
     c = ctx(request)
     d = c.daemon
     pages = [pg for pg in data.PAGES if p is not None and data.may_open(d, p, pg)]
-    return {"principal": p, "csrf": s.csrf if s is not None else "", "pages": pages,
-            "current": current, "revision": d.estate.revision if d.ready else "",
-            "pass_ms": int(max(1.0, c.pass_interval_s) * 1000),
-            "refresh_ms": int(LIVE_REFRESH_S * 1000)}
+    return {
+        "principal": p,
+        "csrf": s.csrf if s is not None else "",
+        "pages": pages,
+        "current": current,
+        "revision": d.estate.revision if d.ready else "",
+        "pass_ms": int(max(1.0, c.pass_interval_s) * 1000),
+        "refresh_ms": int(LIVE_REFRESH_S * 1000),
+    }
 
 
 def signed_in(request: web.Request) -> tuple[Session | None, Principal | None, str | None]:
@@ -123,8 +144,7 @@ def signed_in(request: web.Request) -> tuple[Session | None, Principal | None, s
 
 def to_signin(request: web.Request, why: str | None = None) -> web.StreamResponse:
     if request.query.get("live"):
-        return web.Response(status=401, text="signed out: sign in again",
-                            content_type="text/plain")
+        return web.Response(status=401, text="signed out: sign in again", content_type="text/plain")
     target = f"/signin?next={quote(request.path_qs, safe='')}"
     if why:
         target += f"&why={quote(why, safe='')}"

@@ -41,11 +41,11 @@ def page(slug: str, fn: PageFn) -> Callable[[web.Request], Awaitable[web.StreamR
             return to_signin(request, why)
         d = ctx(request).daemon
         if not data.may_open(d, p, pg):
-            return error(request, 403, f"{p.text} may not open {pg.title}: it is for "
-                         f"{_for_whom(pg)}", s, p)
+            return error(
+                request, 403, f"{p.text} may not open {pg.title}: it is for {_for_whom(pg)}", s, p
+            )
         live = bool(request.query.get("live"))
-        if live and request.query.get("seq") == str(d.seq) and \
-                request.query.get("fresh") == "1":
+        if live and request.query.get("seq") == str(d.seq) and request.query.get("fresh") == "1":
             return web.Response(status=204)  # nothing new since the browser's copy
 
         async def render(template: str) -> web.Response:
@@ -54,26 +54,34 @@ def page(slug: str, fn: PageFn) -> Callable[[web.Request], Awaitable[web.StreamR
                 values = await fn(request, p)
             except ApiError as exc:
                 return error(request, exc.status, exc.message, s, p)
-            values.update(chrome(request, p, s, pg), page=pg, seq=seq,
-                          now=iso(d.clock.now()))
+            values.update(chrome(request, p, s, pg), page=pg, seq=seq, now=iso(d.clock.now()))
             resp = html(request, template, **values)
             resp.headers["X-Klique-Seq"] = str(seq)
             return resp
+
         if not live:
             return await render(f"{slug}.html")
         # Browsers of one principal on one view after the same event get one rendering
         # (50 dashboards open would otherwise render 50 times at once).
-        key = (p.text, slug, tuple(sorted((k, v) for k, v in request.query.items()
-                                          if k not in ("live", "seq", "fresh"))),
-               d.seq, int(time.monotonic()))
+        key = (
+            p.text,
+            slug,
+            tuple(
+                sorted(
+                    (k, v) for k, v in request.query.items() if k not in ("live", "seq", "fresh")
+                )
+            ),
+            d.seq,
+            int(time.monotonic()),
+        )
         return await state(request).fragments.once(key, lambda: render(f"live/{slug}.html"))
+
     handler.__name__ = f"page_{slug.replace('-', '_')}"
     return handler
 
 
 def _for_whom(pg: data.Page) -> str:
-    names = {"admin": "admins", "finance": "finance", "planner": "planners",
-             "user": "users"}
+    names = {"admin": "admins", "finance": "finance", "planner": "planners", "user": "users"}
     text = ", ".join(names[r] for r in pg.roles)
     return text + (" (users: the admins of a group)" if pg.slug == "usage" else "")
 
@@ -83,14 +91,24 @@ async def orchestration(request: web.Request, p: Principal) -> dict[str, Any]:
     d = c.daemon
     window = request.query.get("window") or "1h"
     if window not in data.WINDOWS:
-        raise ApiError(400, "invalid-request",
-                       f"window must be one of {', '.join(data.WINDOWS)}, found {excerpt(window)}")
+        raise ApiError(
+            400,
+            "invalid-request",
+            f"window must be one of {', '.join(data.WINDOWS)}, found {excerpt(window)}",
+        )
     pools = data.pools(d, p)
-    chart = await data.pool_use(c.store, [r["name"] for r in pools], d.clock.now(),
-                                data.WINDOWS[window])
+    chart = await data.pool_use(
+        c.store, [r["name"] for r in pools], d.clock.now(), data.WINDOWS[window]
+    )
     events = await data.events(d, c.store, p, limit=30)
-    return {"pools": pools, "chart": chart, "window": window, "windows": list(data.WINDOWS),
-            "events": events, "engine": c.daemon.st().enabled}
+    return {
+        "pools": pools,
+        "chart": chart,
+        "window": window,
+        "windows": list(data.WINDOWS),
+        "events": events,
+        "engine": c.daemon.st().enabled,
+    }
 
 
 async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
@@ -98,10 +116,17 @@ async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
     q = (request.query.get("q") or "").strip()[:100]
     pols, matched = data.policies(d, p, q or None)
     queues, waiting = data.queues(d, p, q_text=q or None)
-    return {"policies": pols, "matched": matched, "q": q, "queues": queues,
-            "waiting": waiting, "fair": d.idx().fair,
-            "alerts": [dict(a, policy=r["name"]) for r in pols if r["budget"]
-                       for a in r["budget"]["alerts"]]}
+    return {
+        "policies": pols,
+        "matched": matched,
+        "q": q,
+        "queues": queues,
+        "waiting": waiting,
+        "fair": d.idx().fair,
+        "alerts": [
+            dict(a, policy=r["name"]) for r in pols if r["budget"] for a in r["budget"]["alerts"]
+        ],
+    }
 
 
 async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
@@ -110,12 +135,18 @@ async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
     wanted = request.query.get("state") or None
     states = ("queued", "placed", "running", "ended")
     if wanted is not None and wanted not in states:
-        raise ApiError(400, "invalid-request",
-                       f"state must be one of {', '.join(states)}, found {excerpt(wanted)}")
+        raise ApiError(
+            400,
+            "invalid-request",
+            f"state must be one of {', '.join(states)}, found {excerpt(wanted)}",
+        )
     admin_of = sorted(d.acc().admin_of(p.name)) if p.is_user else []
-    return {"tasks": await data.tasks_with_history(d, c.store, p, state(request).tasks,
-                                                   state=wanted), "state": wanted,
-            "states": states, "admin_of": admin_of}
+    return {
+        "tasks": await data.tasks_with_history(d, c.store, p, state(request).tasks, state=wanted),
+        "state": wanted,
+        "states": states,
+        "admin_of": admin_of,
+    }
 
 
 def day(request: web.Request, name: str, default: dt.date) -> dt.date:
@@ -125,22 +156,26 @@ def day(request: web.Request, name: str, default: dt.date) -> dt.date:
     try:
         return dt.date.fromisoformat(raw)
     except ValueError:
-        raise ApiError(400, "invalid-request",
-                       f"{name} must be a date, YYYY-MM-DD; found {excerpt(raw)}") from None
+        raise ApiError(
+            400, "invalid-request", f"{name} must be a date, YYYY-MM-DD; found {excerpt(raw)}"
+        ) from None
 
 
 def period(request: web.Request) -> tuple[dt.date, dt.date, int, int]:
     """``from`` and ``to`` (inclusive days, UTC); the current month by default."""
-    today = dt.datetime.fromtimestamp(ctx(request).daemon.clock.now() / 1000, dt.timezone.utc
-                                      ).date()
+    today = dt.datetime.fromtimestamp(
+        ctx(request).daemon.clock.now() / 1000, dt.timezone.utc
+    ).date()
     start = day(request, "from", today.replace(day=1))
     end = day(request, "to", today)
     if end < start:
         raise ApiError(400, "invalid-request", f"to ({end}) is before from ({start})")
     if end >= dt.date(9999, 12, 31):
         raise ApiError(400, "invalid-request", f"to must be before 9999-12-31, found {end}")
-    ms = [int(dt.datetime(x.year, x.month, x.day, tzinfo=dt.timezone.utc).timestamp() * 1000)
-          for x in (start, end + dt.timedelta(days=1))]
+    ms = [
+        int(dt.datetime(x.year, x.month, x.day, tzinfo=dt.timezone.utc).timestamp() * 1000)
+        for x in (start, end + dt.timedelta(days=1))
+    ]
     return start, end, ms[0], ms[1]
 
 
@@ -150,19 +185,30 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
     start, end, a, b = period(request)
     by = request.query.get("by") or "group"
     if by not in ledger_export.SUMMARY_DIMENSIONS:
-        raise ApiError(400, "invalid-request", f"by must be one of "
-                       f"{', '.join(ledger_export.SUMMARY_DIMENSIONS)}, found {excerpt(by)}")
+        raise ApiError(
+            400,
+            "invalid-request",
+            f"by must be one of {', '.join(ledger_export.SUMMARY_DIMENSIONS)}, found {excerpt(by)}",
+        )
     rows = await data.usage(c.store, groups, a, b, by)
     total = sum((Decimal(r["gpu_hours"]) for r in rows), Decimal(0))
     cost = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
-    return {"this_from": start.isoformat(), "this_to": end.isoformat(), "by": by,
-            "rows": rows, "chart": data.usage_chart(rows, by), "scope": groups,
-            "total_hours": total, "total_cost": cost,
-            "currency": c.daemon.idx().estate.settings.currency,
-            "cloud": data.cloud(c.daemon),
-            "estate_use": await state(request).figures.get(c.store, groups, start,
-                                                           c.daemon.clock.now()),
-            "dimensions": ledger_export.SUMMARY_DIMENSIONS}
+    return {
+        "this_from": start.isoformat(),
+        "this_to": end.isoformat(),
+        "by": by,
+        "rows": rows,
+        "chart": data.usage_chart(rows, by),
+        "scope": groups,
+        "total_hours": total,
+        "total_cost": cost,
+        "currency": c.daemon.idx().estate.settings.currency,
+        "cloud": data.cloud(c.daemon),
+        "estate_use": await state(request).figures.get(
+            c.store, groups, start, c.daemon.clock.now()
+        ),
+        "dimensions": ledger_export.SUMMARY_DIMENSIONS,
+    }
 
 
 async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
@@ -177,5 +223,8 @@ async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
 
 async def estate(request: web.Request, p: Principal) -> dict[str, Any]:
     c = ctx(request)
-    return {"estate": data.estate(c.daemon), "revisions": await data.revisions(c.store),
-            "plan": await data.last_plan(c.daemon, c.store)}
+    return {
+        "estate": data.estate(c.daemon),
+        "revisions": await data.revisions(c.store),
+        "plan": await data.last_plan(c.daemon, c.store),
+    }

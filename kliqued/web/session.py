@@ -65,8 +65,9 @@ class Sessions:
         self.cap = cap
         self._by_key: OrderedDict[str, Session] = OrderedDict()
 
-    def open(self, token_id: str, principal: str, token_left_s: float | None = None
-             ) -> tuple[str, Session]:
+    def open(
+        self, token_id: str, principal: str, token_left_s: float | None = None
+    ) -> tuple[str, Session]:
         """A new session of ``token_id``; it ends after ``ttl_s``, or in ``token_left_s``
         (the token's own expiry) if sooner."""
         sid = secrets.token_urlsafe(32)
@@ -110,13 +111,19 @@ def cookie_values(request: web.Request) -> list[str]:
 
 def set_cookie(request: web.Request, resp: web.StreamResponse, sid: str, s: Session) -> None:
     """The cookie expires with the session: ``TTL_S`` or the token's expiry."""
-    resp.set_cookie(COOKIE, sid, max_age=max(0, int(s.expires - time.monotonic())), path="/",
-                    httponly=True, samesite="Strict", secure=request.secure)
+    resp.set_cookie(
+        COOKIE,
+        sid,
+        max_age=max(0, int(s.expires - time.monotonic())),
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )
 
 
 def clear_cookie(request: web.Request, resp: web.StreamResponse) -> None:
-    resp.del_cookie(COOKIE, path="/", httponly=True, samesite="Strict",
-                    secure=request.secure)
+    resp.del_cookie(COOKIE, path="/", httponly=True, samesite="Strict", secure=request.secure)
 
 
 def same_origin(request: web.Request) -> bool:

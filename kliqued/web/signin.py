@@ -27,9 +27,14 @@ async def signin_form(request: web.Request) -> web.StreamResponse:
     s, p, _ = signed_in(request)
     if s is not None:
         return redirect(_next(request.query.get("next")))
-    return html(request, "signin.html", next=_next(request.query.get("next")),
-                why=request.query.get("why"), error=None,
-                **chrome(request, None, None, None))
+    return html(
+        request,
+        "signin.html",
+        next=_next(request.query.get("next")),
+        why=request.query.get("why"),
+        error=None,
+        **chrome(request, None, None, None),
+    )
 
 
 async def signin(request: web.Request) -> web.StreamResponse:
@@ -54,11 +59,17 @@ async def signin(request: web.Request) -> web.StreamResponse:
     if p is not None and p.is_worker:
         problem, p = "token: a worker token cannot sign in; use a person's token", None
     if p is None or p.token_id is None:
-        return html(request, "signin.html", 401, next=target, why=None, error=problem,
-                    **chrome(request, None, None, None))
+        return html(
+            request,
+            "signin.html",
+            401,
+            next=target,
+            why=None,
+            error=problem,
+            **chrome(request, None, None, None),
+        )
     w = state(request)
-    sid, s = w.sessions.open(p.token_id, p.text, d.tokens.seconds_left(p.token_id,
-                                                                       d.clock.now()))
+    sid, s = w.sessions.open(p.token_id, p.text, d.tokens.seconds_left(p.token_id, d.clock.now()))
     resp = redirect(target if target != "/" else f"/{_home(d, p)}")
     session.set_cookie(request, resp, sid, s)
     return resp
@@ -72,12 +83,17 @@ def _home(d: Any, p: Principal) -> str:
 async def signout(request: web.Request) -> web.StreamResponse:
     s, p, _ = signed_in(request)
     if not session.same_origin(request):
-        return error(request, 403, "sign-out refused: the form was sent from another site",
-                     s, p)
+        return error(request, 403, "sign-out refused: the form was sent from another site", s, p)
     form = await request.post()
     if s is not None and not session.csrf_ok(s, form.get("csrf")):  # type: ignore[arg-type]
-        return error(request, 403, "sign-out refused: the form's csrf value is missing or "
-                     "wrong (reload the page and try again)", s, p)
+        return error(
+            request,
+            403,
+            "sign-out refused: the form's csrf value is missing or "
+            "wrong (reload the page and try again)",
+            s,
+            p,
+        )
     for sid in session.cookie_values(request):
         state(request).sessions.close(sid)
     resp = redirect("/signin")

@@ -19,8 +19,7 @@ from compiler.compiled import CompiledEstate
 from compiler.plan.whatif import Figures, PoolFigures, Refused, Row, WhatIf
 from compiler.units import parse_time
 from klique_util.units import SECOND_MS, UNITS_PER_HOUR, to_ms
-from kliqued.engine import (EstateIndex, Placement, Preemption, SubmissionError,
-                            check_submission)
+from kliqued.engine import EstateIndex, Placement, Preemption, SubmissionError, check_submission
 from kliqued.engine.periods import format_time
 from kliqued.sim.report import Report
 from kliqued.sim.trace import Replay, Trace, TraceTask
@@ -31,8 +30,9 @@ DEFAULT_THRESHOLD_S = 3600
 """A task that waited longer than this for its first placement counts as waiting long."""
 
 
-def _accepted(rows: Sequence[DemandTask], index: EstateIndex
-              ) -> tuple[list[DemandTask], list[Refused]]:
+def _accepted(
+    rows: Sequence[DemandTask], index: EstateIndex
+) -> tuple[list[DemandTask], list[Refused]]:
     """The rows ``index`` takes (the engine's submission rule), and the others, named."""
     ok: list[DemandTask] = []
     refused: list[Refused] = []
@@ -82,22 +82,42 @@ class _Replay(Replay):
             if at is not None:
                 self.pool_waits.setdefault(d.pool, []).append(now - at)
         elif isinstance(d, Preemption):
-            for kinds in (self.pool_preempted.setdefault(d.pool, {}),
-                          self.group_preempted.setdefault(d.group, {})):
+            for kinds in (
+                self.pool_preempted.setdefault(d.pool, {}),
+                self.group_preempted.setdefault(d.group, {}),
+            ):
                 kinds[d.kind] = kinds.get(d.kind, 0) + 1
-            self.lost_units[d.group] = (self.lost_units.get(d.group, 0)
-                                        + d.size_milli * d.lost_ms)
+            self.lost_units[d.group] = self.lost_units.get(d.group, 0) + d.size_milli * d.lost_ms
         super().on_decision(now, d)
 
 
 class _Run:
     """One side's replay and the figures read from it."""
 
-    def __init__(self, rows: Sequence[DemandTask], estate: CompiledEstate, index: EstateIndex,
-                 start: int, source: str, threshold_s: int) -> None:
-        tasks = [TraceTask(r.line, r.id, r.at, r.resource, r.user, r.project, r.gpus_milli,
-                           r.runtime_ms, None, index.resources[r.resource].group)
-                 for r in rows]
+    def __init__(
+        self,
+        rows: Sequence[DemandTask],
+        estate: CompiledEstate,
+        index: EstateIndex,
+        start: int,
+        source: str,
+        threshold_s: int,
+    ) -> None:
+        tasks = [
+            TraceTask(
+                r.line,
+                r.id,
+                r.at,
+                r.resource,
+                r.user,
+                r.project,
+                r.gpus_milli,
+                r.runtime_ms,
+                None,
+                index.resources[r.resource].group,
+            )
+            for r in rows
+        ]
         self.replay = _Replay(Trace(source, start, tasks), estate)
         self.report: Report = self.replay.run()
         self.estate = estate
@@ -129,10 +149,20 @@ class _Run:
             for k, n in self.replay.group_preempted.get(g, {}).items():
                 kinds[k] = kinds.get(k, 0) + n
         lost = sum(self.replay.lost_units.get(g, 0) for g in groups)
-        return Figures(stats["tasks"], stats["placed"], stats["never_placed"], w["p50"],
-                       w["p95"], w["max"], over, stats["gpu_hours"], kinds,
-                       exhausted, None if cost is None else round(float(cost), 2),
-                       round(lost / UNITS_PER_HOUR, 3))
+        return Figures(
+            stats["tasks"],
+            stats["placed"],
+            stats["never_placed"],
+            w["p50"],
+            w["p95"],
+            w["max"],
+            over,
+            stats["gpu_hours"],
+            kinds,
+            exhausted,
+            None if cost is None else round(float(cost), 2),
+            round(lost / UNITS_PER_HOUR, 3),
+        )
 
     def group_figures(self) -> dict[str, Figures]:
         data = self.report.data
@@ -145,10 +175,16 @@ class _Run:
         for name, p in self.report.data["pools"].items():
             waits = sorted(self.replay.pool_waits.get(name, ()))
             out[name] = PoolFigures(
-                p["capacity"], p["gpu_hours"], p["utilisation"], len(waits),
-                _pct(waits, 0.50), _pct(waits, 0.95), _pct(waits, 1.0),
+                p["capacity"],
+                p["gpu_hours"],
+                p["utilisation"],
+                len(waits),
+                _pct(waits, 0.50),
+                _pct(waits, 0.95),
+                _pct(waits, 1.0),
                 sum(w > self.threshold_ms for w in waits),
-                dict(self.replay.pool_preempted.get(name, {})))
+                dict(self.replay.pool_preempted.get(name, {})),
+            )
         return out
 
 
@@ -156,8 +192,11 @@ def lending_changes(base: CompiledEstate, head: CompiledEstate) -> tuple[str, ..
     """What the head changes of lending.md's settings, named as the estate writes them
     (``settings.lending.order``, ``lend_weight of team-a``): the plan then shows each
     group's reclaims, rebalances and lost GPU-hours."""
-    out = [f"settings.lending.{k}" for k in ("order", "protect_for_s", "victims")
-           if getattr(base.settings.lending, k) != getattr(head.settings.lending, k)]
+    out = [
+        f"settings.lending.{k}"
+        for k in ("order", "protect_for_s", "victims")
+        if getattr(base.settings.lending, k) != getattr(head.settings.lending, k)
+    ]
     out = [x.removesuffix("_s") for x in out]
     old = {p.name: p for p in base.policies}
     for p in head.policies:
@@ -170,8 +209,14 @@ def lending_changes(base: CompiledEstate, head: CompiledEstate) -> tuple[str, ..
     return tuple(out)
 
 
-def what_if(rows: Sequence[DemandTask], base: CompiledEstate, head: CompiledEstate, source: str,
-            threshold_s: int = DEFAULT_THRESHOLD_S, skipped: int = 0) -> WhatIf:
+def what_if(
+    rows: Sequence[DemandTask],
+    base: CompiledEstate,
+    head: CompiledEstate,
+    source: str,
+    threshold_s: int = DEFAULT_THRESHOLD_S,
+    skipped: int = 0,
+) -> WhatIf:
     """The comparison of ``rows`` replayed on ``base`` and on ``head``.
 
     Rows cancelled before they ever ran are not replayed (nothing ran, so nothing is asked
@@ -184,15 +229,31 @@ def what_if(rows: Sequence[DemandTask], base: CompiledEstate, head: CompiledEsta
     start = live[0].at if live else 0
     first = _Run(both, base, base_idx, start, source, threshold_s)
     # The same estate on both sides (a plan without changes): one replay is both.
-    second = first if head.revision == base.revision else _Run(
-        both, head, head_idx, start, source, threshold_s)
+    second = (
+        first
+        if head.revision == base.revision
+        else _Run(both, head, head_idx, start, source, threshold_s)
+    )
     runs = [first, second]
     gb, gh = runs[0].group_figures(), runs[1].group_figures()
     names = sorted((set(gb) | set(gh)) - {"all"}) + ["all"]
     groups = tuple(Row(n, gb.get(n), gh.get(n)) for n in names)
     pb, ph = runs[0].pool_figures(), runs[1].pool_figures()
     pools = tuple(Row(n, pb.get(n), ph.get(n)) for n in sorted(set(pb) | set(ph)))
-    return WhatIf(source, len(rows), skipped, format_time(start) if live else "-",
-                  runs[0].end, runs[1].end, threshold_s, head.settings.currency, groups, pools,
-                  tuple(refused_head), tuple(refused_base), runs[0].at_horizon,
-                  runs[1].at_horizon, lending_changes(base, head))
+    return WhatIf(
+        source,
+        len(rows),
+        skipped,
+        format_time(start) if live else "-",
+        runs[0].end,
+        runs[1].end,
+        threshold_s,
+        head.settings.currency,
+        groups,
+        pools,
+        tuple(refused_head),
+        tuple(refused_base),
+        runs[0].at_horizon,
+        runs[1].at_horizon,
+        lending_changes(base, head),
+    )

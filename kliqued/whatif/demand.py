@@ -47,8 +47,7 @@ def read_demand(path: str) -> list[DemandTask]:
     except OSError as exc:
         raise DemandError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise DemandError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
-            from None
+        raise DemandError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return read_demand_text(text, path)
 
 
@@ -64,9 +63,11 @@ def read_demand_text(text: str, source: str) -> list[DemandTask]:
         col = {h.strip(): i for i, h in enumerate(header)}
         missing = [c for c in COLUMNS if c not in col]
         if missing:
-            raise DemandError(f"{source}:1: missing column{'s' if len(missing) > 1 else ''} "
-                              f"{', '.join(missing)} (a demand file has "
-                              f"{','.join(EXPORT_COLUMNS)})")
+            raise DemandError(
+                f"{source}:1: missing column{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)} (a demand file has "
+                f"{','.join(EXPORT_COLUMNS)})"
+            )
         start: int | None = None
         for row in reader:
             line = reader.line_num
@@ -128,5 +129,4 @@ def _row(row: list[str], col: dict[str, int], line: int, start: int) -> DemandTa
     resource, user = cell("resource"), cell("user")
     if not resource or not user:
         raise ValueError("resource and user: both are required")
-    return DemandTask(line, tid, at, resource, user, cell("project") or None, gpus, runtime,
-                  status)
+    return DemandTask(line, tid, at, resource, user, cell("project") or None, gpus, runtime, status)

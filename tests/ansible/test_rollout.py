@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ansible_runner", reason="ansible-runner is not installed: "
-                                             "pip install -e '.[ops]' (make test does)")
+pytest.importorskip(
+    "ansible_runner",
+    reason="ansible-runner is not installed: pip install -e '.[ops]' (make test does)",
+)
 
 from kliqued.sdk import Client  # noqa: E402
 from tests.harness.daemon import ADMIN, SMALL_ESTATE, Server  # noqa: E402
@@ -43,20 +45,42 @@ def site(tmp_path_factory):
         token.write_text(api.create_token(worker=True, pool=POOL)["token"] + "\n")
         token.chmod(0o600)
         inventory = tmp / "hosts.ini"
-        inventory.write_text(f"localhost ansible_connection=local "
-                             f"ansible_python_interpreter={sys.executable}\n")
+        inventory.write_text(
+            f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+        )
         wheel = build_wheel(tmp / "dist")
-        extra = {"klique_python": sys.executable, "klique_gpus": "0,1",
-                 "klique_systemd_dir": str(tmp / "systemd"),
-                 "klique_worker_args": "--grace 1s --log-interval 0.2s --retry-max 0.5s"}
+        extra = {
+            "klique_python": sys.executable,
+            "klique_gpus": "0,1",
+            "klique_systemd_dir": str(tmp / "systemd"),
+            "klique_worker_args": "--grace 1s --log-interval 0.2s --retry-max 0.5s",
+        }
         lines: list[str] = []
         t0 = time.monotonic()
-        first = rollout(inventory, POOL, srv.url, token, prefix=str(prefix), package=wheel,
-                        extravars=extra, out=lines.append)
+        first = rollout(
+            inventory,
+            POOL,
+            srv.url,
+            token,
+            prefix=str(prefix),
+            package=wheel,
+            extravars=extra,
+            out=lines.append,
+        )
         first_s = time.monotonic() - t0
-        yield {"srv": srv, "api": api, "token": token, "inventory": inventory, "wheel": wheel,
-               "prefix": prefix, "extra": extra, "first": first, "lines": lines,
-               "first_s": first_s, "tmp": tmp}
+        yield {
+            "srv": srv,
+            "api": api,
+            "token": token,
+            "inventory": inventory,
+            "wheel": wheel,
+            "prefix": prefix,
+            "extra": extra,
+            "first": first,
+            "lines": lines,
+            "first_s": first_s,
+            "tmp": tmp,
+        }
     finally:
         # the worker and the daemon end with the module even when a rollout failed or
         # the worker's stop timed out (each step its own try: no process outlives it)
@@ -84,7 +108,7 @@ def test_first_run_installs_configures_starts_and_registers(site):
     # how long it took is a benchmark figure (docs/benchmarks.md), not a test
     out = "\n".join(site["lines"])
     assert "changed  install the worker" in out
-    assert "skipped" not in out                               # skipped tasks are not printed
+    assert "skipped" not in out  # skipped tasks are not printed
     # installed into the prefix's virtual env
     worker = prefix / "venv" / "bin" / "klique-worker"
     assert worker.exists()
@@ -106,8 +130,12 @@ def test_first_run_installs_configures_starts_and_registers(site):
     workers = {w["id"]: w for w in api._call("GET", "/workers")["workers"]}
     assert workers[wid]["pool"] == POOL and workers[wid]["gpus"] == 2
     task = api.submit("team-a/one", ["sh", "-c", "echo rolled out"], user="alice")
-    done = wait_for(lambda: (t := api.task(task["id"]))["state"] == "ended" and t, 30,
-                    "the task's end", every=0.2)
+    done = wait_for(
+        lambda: (t := api.task(task["id"]))["state"] == "ended" and t,
+        30,
+        "the task's end",
+        every=0.2,
+    )
     assert done["end_reason"] == "finished" and done.get("worker") == wid, done
 
 
@@ -118,10 +146,32 @@ def test_second_run_through_the_cli_changes_nothing(site):
     pid_before = (site["prefix"] / "run" / "klique-worker.pid").read_text()
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "kliqued.cli", "workers", "rollout", "--inventory",
-         str(site["inventory"]), "--pool", POOL, "--url", site["srv"].url, "--token-file",
-         str(site["token"]), "--prefix", str(site["prefix"]), "--package", str(site["wheel"]),
-         *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "kliqued.cli",
+            "workers",
+            "rollout",
+            "--inventory",
+            str(site["inventory"]),
+            "--pool",
+            POOL,
+            "--url",
+            site["srv"].url,
+            "--token-file",
+            str(site["token"]),
+            "--prefix",
+            str(site["prefix"]),
+            "--package",
+            str(site["wheel"]),
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "localhost: ok=" in proc.stdout and " changed=0 " in proc.stdout, proc.stdout
@@ -134,11 +184,20 @@ def test_second_run_through_the_cli_changes_nothing(site):
 def test_the_systemd_unit_renders(site):
     """Rendered from the role's template with the same variables (no systemd runs here)."""
     import jinja2
-    tpl = jinja2.Template((ANSIBLE_DIR / "roles" / "klique_worker" / "templates" /
-                           "klique-worker.service.j2").read_text())
-    unit = tpl.render(ansible_managed="Ansible managed", klique_pool=POOL,
-                      klique_prefix="/opt/klique", klique_user="root",
-                      klique_config_dir="/opt/klique/etc", klique_venv="/opt/klique/venv")
+
+    tpl = jinja2.Template(
+        (
+            ANSIBLE_DIR / "roles" / "klique_worker" / "templates" / "klique-worker.service.j2"
+        ).read_text()
+    )
+    unit = tpl.render(
+        ansible_managed="Ansible managed",
+        klique_pool=POOL,
+        klique_prefix="/opt/klique",
+        klique_user="root",
+        klique_config_dir="/opt/klique/etc",
+        klique_venv="/opt/klique/venv",
+    )
     assert "ExecStart=/opt/klique/venv/bin/klique-worker --url ${KLIQUE_WORKER_URL}" in unit
     assert "EnvironmentFile=/opt/klique/etc/worker.env" in unit
     assert "KillMode=process" in unit and "Restart=always" in unit
@@ -146,12 +205,20 @@ def test_the_systemd_unit_renders(site):
 
 def test_failed_host_exits_1(site, tmp_path):
     inv = tmp_path / "bad.ini"
-    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter="
-                   f"{sys.executable}\n")
+    inv.write_text(
+        f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
     lines: list[str] = []
-    res = rollout(inv, POOL, site["srv"].url, site["token"], prefix=str(tmp_path / "p"),
-                  package=site["wheel"], extravars={"klique_python": "/nonexistent/python3"},
-                  out=lines.append)
+    res = rollout(
+        inv,
+        POOL,
+        site["srv"].url,
+        site["token"],
+        prefix=str(tmp_path / "p"),
+        package=site["wheel"],
+        extravars={"klique_python": "/nonexistent/python3"},
+        out=lines.append,
+    )
     assert not res.ok and res.hosts["localhost"].failed == 1
     assert any("FAILED" in line and "virtual env" in line for line in lines), lines
 
@@ -159,14 +226,26 @@ def test_failed_host_exits_1(site, tmp_path):
 def test_the_reason_of_a_failed_task_is_printed():
     """Issue 10, bug 3: a failed command's line said only "non-zero return code"."""
     from workers.rollout import failure_text
-    res = {"msg": "non-zero return code", "rc": 1, "stdout": "",
-           "stderr": "klique-worker did not start; the end of /x/klique-worker.log:\n"
-                     "klique-worker: --gpus [0, 1]: not a list of GPU indices"}
-    assert failure_text(res) == ["non-zero return code",
-                                 "klique-worker did not start; the end of /x/klique-worker.log:",
-                                 "klique-worker: --gpus [0, 1]: not a list of GPU indices"]
-    loop = {"msg": "One or more items failed", "results": [
-        {"item": "a", "failed": False}, {"item": "b", "failed": True, "msg": "mkdir: denied"}]}
+
+    res = {
+        "msg": "non-zero return code",
+        "rc": 1,
+        "stdout": "",
+        "stderr": "klique-worker did not start; the end of /x/klique-worker.log:\n"
+        "klique-worker: --gpus [0, 1]: not a list of GPU indices",
+    }
+    assert failure_text(res) == [
+        "non-zero return code",
+        "klique-worker did not start; the end of /x/klique-worker.log:",
+        "klique-worker: --gpus [0, 1]: not a list of GPU indices",
+    ]
+    loop = {
+        "msg": "One or more items failed",
+        "results": [
+            {"item": "a", "failed": False},
+            {"item": "b", "failed": True, "msg": "mkdir: denied"},
+        ],
+    }
     assert failure_text(loop) == ["One or more items failed", "item 'b': mkdir: denied"]
     assert failure_text({}) == ["(ansible gave no reason)"]
 
@@ -178,29 +257,51 @@ def test_gpus_from_an_ini_or_yaml_inventory_change_nothing(site, form, tmp_path)
     the flag the first run wrote from `-e klique_gpus=0,1`: nothing changes."""
     if form == "ini":
         inv = tmp_path / "hosts.ini"
-        inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter="
-                       f"{sys.executable} klique_gpus=0,1\n")
+        inv.write_text(
+            f"localhost ansible_connection=local ansible_python_interpreter="
+            f"{sys.executable} klique_gpus=0,1\n"
+        )
     else:
         inv = tmp_path / "hosts.yml"
-        inv.write_text(f"all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
-                       f"      ansible_python_interpreter: {sys.executable}\n"
-                       f"      klique_gpus: [0, 1]\n")
+        inv.write_text(
+            f"all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+            f"      ansible_python_interpreter: {sys.executable}\n"
+            f"      klique_gpus: [0, 1]\n"
+        )
     extra = {k: v for k, v in site["extra"].items() if k != "klique_gpus"}
     lines: list[str] = []
-    res = rollout(inv, POOL, site["srv"].url, site["token"], prefix=str(site["prefix"]),
-                  package=site["wheel"], extravars=extra, out=lines.append)
+    res = rollout(
+        inv,
+        POOL,
+        site["srv"].url,
+        site["token"],
+        prefix=str(site["prefix"]),
+        package=site["wheel"],
+        extravars=extra,
+        out=lines.append,
+    )
     assert res.ok and res.changed == 0, "\n".join(lines)
     assert "KLIQUE_WORKER_GPUS=0,1\n" in (site["prefix"] / "etc" / "worker.env").read_text()
 
 
 def test_bad_gpus_in_an_inventory_are_refused_with_the_variable_named(site, tmp_path):
     inv = tmp_path / "hosts.ini"
-    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter="
-                   f"{sys.executable} klique_gpus=0;1\n")
+    inv.write_text(
+        f"localhost ansible_connection=local ansible_python_interpreter="
+        f"{sys.executable} klique_gpus=0;1\n"
+    )
     extra = {k: v for k, v in site["extra"].items() if k != "klique_gpus"}
     lines: list[str] = []
-    res = rollout(inv, POOL, site["srv"].url, site["token"], prefix=str(site["prefix"]),
-                  package=site["wheel"], extravars=extra, out=lines.append)
+    res = rollout(
+        inv,
+        POOL,
+        site["srv"].url,
+        site["token"],
+        prefix=str(site["prefix"]),
+        package=site["wheel"],
+        extravars=extra,
+        out=lines.append,
+    )
     assert not res.ok
     out = "\n".join(lines)
     assert "FAILED   check klique_gpus: klique_gpus must be auto, none or GPU indices" in out
@@ -212,9 +313,16 @@ def test_zz_a_worker_that_does_not_start_says_why(site):
     followed by the worker's own error (issue 10, bug 3: no reason, even with -v)."""
     extra = dict(site["extra"], klique_worker_args="--cpu-tasks -1")
     lines: list[str] = []
-    res = rollout(site["inventory"], POOL, site["srv"].url, site["token"],
-                  prefix=str(site["prefix"]), package=site["wheel"], extravars=extra,
-                  out=lines.append)
+    res = rollout(
+        site["inventory"],
+        POOL,
+        site["srv"].url,
+        site["token"],
+        prefix=str(site["prefix"]),
+        package=site["wheel"],
+        extravars=extra,
+        out=lines.append,
+    )
     out = "\n".join(lines)
     assert not res.ok and res.hosts["localhost"].failed >= 1, out
     assert "FAILED   restart klique-worker (pid file): non-zero return code" in out, out

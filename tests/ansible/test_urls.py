@@ -41,17 +41,34 @@ def _rendered_for(klique_url: object) -> tuple[str, str, str]:
     the URL its registration check asks, and the worker's ``--url`` values."""
     flag = _render(_fact("klique_url_flag"), klique_url=klique_url)
     first = _render(_fact("klique_register_url"), klique_url_flag=flag)
-    env = _render((ROLE / "templates" / "worker.env.j2").read_text(), klique_url_flag=flag,
-                  ansible_managed="managed", klique_service_name="klique-worker")
+    env = _render(
+        (ROLE / "templates" / "worker.env.j2").read_text(),
+        klique_url_flag=flag,
+        ansible_managed="managed",
+        klique_service_name="klique-worker",
+    )
     line = next(x for x in env.splitlines() if x.startswith("KLIQUE_WORKER_URL="))
     return line, first, flag
 
 
 def test_rollout_carries_every_url_to_the_workers(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("KLIQUE_URL", raising=False)
-    args = build_parser().parse_args([
-        "workers", "rollout", "-i", "hosts.ini", "--pool", "bare", "--url", K1,
-        "--url", f"{K2}, {K3}", "--admin-token", "kq_x"])
+    args = build_parser().parse_args(
+        [
+            "workers",
+            "rollout",
+            "-i",
+            "hosts.ini",
+            "--pool",
+            "bare",
+            "--url",
+            K1,
+            "--url",
+            f"{K2}, {K3}",
+            "--admin-token",
+            "kq_x",
+        ]
+    )
     url, _ = _connection(args)
     assert url == f"{K1},{K2},{K3}"  # repeated and comma-separated, as --url everywhere
     ev = role_vars(url, "bare", tmp_path / "worker.token")
@@ -60,8 +77,7 @@ def test_rollout_carries_every_url_to_the_workers(tmp_path: Path, monkeypatch) -
     assert line == f"KLIQUE_WORKER_URL={K1},{K2},{K3}"
     assert first == K1  # the registration check asks one (a standby redirects it)
     # the worker reads them back as three daemons of one control plane
-    worker = worker_parser().parse_args(["--url", flag, "--pool", "bare",
-                                         "--token-file", "t"])
+    worker = worker_parser().parse_args(["--url", flag, "--pool", "bare", "--token-file", "t"])
     assert split_urls(worker.url) == [K1, K2, K3]
     # the playbook's variable given by hand: a YAML list or an INI tuple work too
     for given in ([K1, K2], (K1, K2), f" {K1} ,{K2},{K1}"):

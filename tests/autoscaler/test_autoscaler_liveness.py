@@ -19,8 +19,9 @@ WORKER_ARGS = ["--grace", "1s", "--retry-max", "0.5s", "--log-interval", "0.2s"]
 
 
 def _ledger_rows(api: Client, task: str) -> list[list]:
-    return api.ledger_sql(f"SELECT interval_id, end_reason FROM ledger WHERE task = '{task}' "
-                          f"ORDER BY start_at")["rows"]
+    return api.ledger_sql(
+        f"SELECT interval_id, end_reason FROM ledger WHERE task = '{task}' ORDER BY start_at"
+    )["rows"]
 
 
 def test_no_autoscaler_no_placement_then_the_local_autoscaler_runs_it(tmp_path):
@@ -29,20 +30,28 @@ def test_no_autoscaler_no_placement_then_the_local_autoscaler_runs_it(tmp_path):
         api = Client(srv.url, ADMIN)
         task = api.submit("team-a/one", ["true"], user="alice")["id"]
         # a few passes (pass_interval 1s): it stays queued, and says why
-        wait_for(lambda: (api.task(task).get("waiting_reason") or {}).get("text")
-                 == "no autoscaler running for burst", 10, "the reason naming the autoscaler")
+        wait_for(
+            lambda: (
+                (api.task(task).get("waiting_reason") or {}).get("text")
+                == "no autoscaler running for burst"
+            ),
+            10,
+            "the reason naming the autoscaler",
+        )
         assert api.task(task)["state"] == "queued"
-        burst, = [p for p in api.pools() if p["name"] == "burst"]
+        (burst,) = [p for p in api.pools() if p["name"] == "burst"]
         assert (burst["takes_work"], burst["autoscaler"]) == (False, {"live": False})
         assert _ledger_rows(api, task) == []  # nothing held, nothing charged
 
         token = tmp_path / "burst.token"
         token.write_text(api.create_token(worker=True, pool="burst")["token"] + "\n")
         token.chmod(0o600)
-        provider = LocalProvider(tmp_path / "nodes", srv.url, token, spot_capacity=0,
-                                 worker_args=WORKER_ARGS)
-        scaler = Autoscaler(api, provider, "burst",
-                            ScalePolicy(max_milli=2000, idle_timeout_s=60, node_gpus=1))
+        provider = LocalProvider(
+            tmp_path / "nodes", srv.url, token, spot_capacity=0, worker_args=WORKER_ARGS
+        )
+        scaler = Autoscaler(
+            api, provider, "burst", ScalePolicy(max_milli=2000, idle_timeout_s=60, node_gpus=1)
+        )
         try:
             scaler.step()  # its heartbeat: the pool takes the task
             wait_for(lambda: api.task(task)["state"] != "queued", 10, "placement")
@@ -59,8 +68,7 @@ def test_no_autoscaler_no_placement_then_the_local_autoscaler_runs_it(tmp_path):
 
 
 def test_a_silent_autoscaler_sends_the_unstarted_work_back_at_once(tmp_path):
-    srv = Server(tmp_path, estate=ESTATE, workers=True,
-                 extra=["--worker-ttl", "1s"]).start()
+    srv = Server(tmp_path, estate=ESTATE, workers=True, extra=["--worker-ttl", "1s"]).start()
     try:
         api = Client(srv.url, ADMIN)
         answer = api.autoscaler_heartbeat("burst", 0.2)  # then it dies: no node launched
@@ -69,11 +77,18 @@ def test_a_silent_autoscaler_sends_the_unstarted_work_back_at_once(tmp_path):
         wait_for(lambda: api.task(task)["state"] == "placed", 10, "placement on burst")
         # the start timeout is 10m; the lost autoscaler (1 s) sends it back long before
         wait_for(lambda: api.task(task)["state"] == "queued", 10, "the requeue")
-        assert (api.task(task).get("waiting_reason") or {}).get("text") \
-            == "no autoscaler running for burst"
+        assert (api.task(task).get("waiting_reason") or {}).get(
+            "text"
+        ) == "no autoscaler running for burst"
         # its interval closes then (the ledger is written just after the event)
-        wait_for(lambda: [r[1] for r in _ledger_rows(api, task)]
-                 == ["requeued: no autoscaler running for burst"], 10, "the interval's close")
+        wait_for(
+            lambda: (
+                [r[1] for r in _ledger_rows(api, task)]
+                == ["requeued: no autoscaler running for burst"]
+            ),
+            10,
+            "the interval's close",
+        )
         assert "autoscaler of pool burst lost" in srv.log()
     finally:
         srv.stop()

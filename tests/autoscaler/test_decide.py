@@ -6,16 +6,24 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
-                                       decide, track_idle)
+from workers.autoscaler.decide import (
+    Launch,
+    NodeView,
+    Observation,
+    ScalePolicy,
+    Terminate,
+    decide,
+    track_idle,
+)
 from tests.harness.examples import examples
 
 POL = ScalePolicy(max_milli=4000, idle_timeout_s=60, spot_first=True, node_gpus=1)
 
 
 def node(id, gpus=1, used=0, idle_since=None, up=True, spot=True, launched_at=0.0, gone=False):
-    return NodeView(id, gpus, spot, launched_at, up=up, gone=gone, used_milli=used,
-                    idle_since=idle_since)
+    return NodeView(
+        id, gpus, spot, launched_at, up=up, gone=gone, used_milli=used, idle_since=idle_since
+    )
 
 
 def launches(actions):
@@ -49,8 +57,9 @@ def test_fallback_to_on_demand_while_spot_is_unavailable():
 
 def test_existing_and_starting_nodes_take_work_first():
     # a starting node (not up yet) counts as room: no second launch for the same task
-    assert decide(Observation(100, POL, (node("a", up=False, launched_at=99),),
-                              waiting=(1000,))) == []
+    assert (
+        decide(Observation(100, POL, (node("a", up=False, launched_at=99),), waiting=(1000,))) == []
+    )
     # fractions pack: 0.5 + 0.5 into one free GPU; a third half needs a node
     acts = decide(Observation(100, POL, (node("a"),), waiting=(500, 500, 500)))
     assert launches(acts) == [Launch(1, True)]
@@ -59,8 +68,7 @@ def test_existing_and_starting_nodes_take_work_first():
 def test_big_task_gets_a_node_of_its_size_and_waits_beyond_max():
     pol = ScalePolicy(4000, 60, node_gpus=1)
     assert launches(decide(Observation(0, pol, waiting=(3000,)))) == [Launch(3, True)]
-    assert launches(decide(Observation(0, pol, (node("a", 2, used=2000),),
-                                       waiting=(3000,)))) == []
+    assert launches(decide(Observation(0, pol, (node("a", 2, used=2000),), waiting=(3000,)))) == []
 
 
 def test_idle_release_after_the_timeout_only():
@@ -75,10 +83,13 @@ def test_idle_release_after_the_timeout_only():
 
 def test_stuck_and_gone_nodes_are_released():
     pol = ScalePolicy(4000, 60, launch_timeout_s=30)
-    acts = decide(Observation(100, pol, (node("a", up=False, launched_at=60),
-                                         node("b", gone=True)), waiting=(1000,)))
+    acts = decide(
+        Observation(
+            100, pol, (node("a", up=False, launched_at=60), node("b", gone=True)), waiting=(1000,)
+        )
+    )
     assert {t.node for t in terminations(acts)} == {"a", "b"}
-    assert launches(acts) == [Launch(1, True)]      # the work still needs a node
+    assert launches(acts) == [Launch(1, True)]  # the work still needs a node
 
 
 def test_track_idle_keeps_the_first_idle_time():
@@ -89,26 +100,38 @@ def test_track_idle_keeps_the_first_idle_time():
 
 
 # properties ----------------------------------------------------------------------------------
-policies = st.builds(ScalePolicy, max_milli=st.integers(0, 16).map(lambda g: g * 1000),
-                     idle_timeout_s=st.floats(1, 600), spot_first=st.booleans(),
-                     node_gpus=st.integers(1, 8))
+policies = st.builds(
+    ScalePolicy,
+    max_milli=st.integers(0, 16).map(lambda g: g * 1000),
+    idle_timeout_s=st.floats(1, 600),
+    spot_first=st.booleans(),
+    node_gpus=st.integers(1, 8),
+)
 milli = st.sampled_from([250, 500, 1000, 2000, 3000, 8000])
-nodes_st = st.lists(st.builds(
-    lambda i, g, frac, idle, up, spot: node(f"n{i}", g, int(g * 1000 * frac),
-                                            None if frac else idle, up, spot, 0.0),
-    st.integers(0, 10 ** 6), st.integers(1, 8), st.sampled_from([0, 0, 0.5, 1]),
-    st.floats(0, 1000), st.booleans(), st.booleans()), max_size=6,
-    unique_by=lambda n: n.id)
+nodes_st = st.lists(
+    st.builds(
+        lambda i, g, frac, idle, up, spot: node(
+            f"n{i}", g, int(g * 1000 * frac), None if frac else idle, up, spot, 0.0
+        ),
+        st.integers(0, 10**6),
+        st.integers(1, 8),
+        st.sampled_from([0, 0, 0.5, 1]),
+        st.floats(0, 1000),
+        st.booleans(),
+        st.booleans(),
+    ),
+    max_size=6,
+    unique_by=lambda n: n.id,
+)
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(policies, nodes_st, st.lists(milli, max_size=12), st.floats(0, 2000),
-       st.floats(-1, 3000))
+@given(policies, nodes_st, st.lists(milli, max_size=12), st.floats(0, 2000), st.floats(-1, 3000))
 def test_properties(pol, nodes, waiting, now, spot_until):
     obs = Observation(now, pol, tuple(nodes), tuple(waiting), spot_until)
     acts = decide(obs)
     dropped = {t.node for t in terminations(acts) if "idle" not in t.reason}
-    live = sum(n.gpus for n in nodes if n.id not in dropped)   # gone or stuck: terminated first
+    live = sum(n.gpus for n in nodes if n.id not in dropped)  # gone or stuck: terminated first
     new = launches(acts)
     # never above max (what exists already may be, if max was lowered: then no launch)
     if new:
@@ -120,15 +143,22 @@ def test_properties(pol, nodes, waiting, now, spot_until):
     byid = {n.id: n for n in nodes}
     for t in terminations(acts):
         n = byid[t.node]
-        assert n.gone or not n.up or (n.used_milli == 0 and n.idle_since is not None
-                                      and now - n.idle_since >= pol.idle_timeout_s)
+        assert (
+            n.gone
+            or not n.up
+            or (
+                n.used_milli == 0
+                and n.idle_since is not None
+                and now - n.idle_since >= pol.idle_timeout_s
+            )
+        )
     # no launch and release of the same capacity for nothing: launches only with waiting work
     if not waiting:
         assert not new
     # no flapping: after the launches happened (starting nodes), nothing more is launched
-    after = tuple(n for n in nodes if n.id not in {t.node for t in terminations(acts)}) + \
-        tuple(node(f"new{i}", a.gpus, up=False, launched_at=now, spot=a.spot)
-              for i, a in enumerate(new))
+    after = tuple(n for n in nodes if n.id not in {t.node for t in terminations(acts)}) + tuple(
+        node(f"new{i}", a.gpus, up=False, launched_at=now, spot=a.spot) for i, a in enumerate(new)
+    )
     again = decide(Observation(now, pol, after, tuple(waiting), spot_until))
     released_gpus = sum(byid[t.node].gpus for t in terminations(acts))
     if not released_gpus:

@@ -9,9 +9,19 @@ import os
 import platform
 import sys
 
-MODULES = ["bench_compiler", "bench_engine", "bench_ledger", "bench_finance", "bench_daemon",
-           "bench_slurm", "bench_workers", "bench_whatif", "bench_web", "bench_failover",
-           "bench_state"]
+MODULES = [
+    "bench_compiler",
+    "bench_engine",
+    "bench_ledger",
+    "bench_finance",
+    "bench_daemon",
+    "bench_slurm",
+    "bench_workers",
+    "bench_whatif",
+    "bench_web",
+    "bench_failover",
+    "bench_state",
+]
 
 
 def machine() -> str:
@@ -25,8 +35,10 @@ def machine() -> str:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python "
-            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}"
+    )
 
 
 def main() -> int:
@@ -45,9 +57,11 @@ def main() -> int:
             ok = row["median_s"] <= row["target_s"] if row.get("target_s") else True
             failed |= not ok
             target = f"{row['target_s'] * 1000:g} ms" if row.get("target_s") else ""
-            print(f"| {row['name']} | {row.get('size', '')} | {row['median_s'] * 1000:.1f} ms "
-                  f"| {row['max_s'] * 1000:.1f} ms | {target} | {'ok' if ok else 'MISS'} |",
-                  flush=True)
+            print(
+                f"| {row['name']} | {row.get('size', '')} | {row['median_s'] * 1000:.1f} ms "
+                f"| {row['max_s'] * 1000:.1f} ms | {target} | {'ok' if ok else 'MISS'} |",
+                flush=True,
+            )
             notes.extend(row.get("extra", []))
     # Notes and sub-tables after the main table, so it stays one Markdown table.
     if notes:

@@ -44,8 +44,10 @@ USERS = {  # user -> compute resources of their group
 
 # --------------------------------------------------------------------------- load generator
 
-async def _load(url: str, tokens: dict[str, str], rate: int, seconds: float,
-                conns: int) -> dict[str, Any]:
+
+async def _load(
+    url: str, tokens: dict[str, str], rate: int, seconds: float, conns: int
+) -> dict[str, Any]:
     import aiohttp
 
     total = int(rate * seconds)
@@ -56,6 +58,7 @@ async def _load(url: str, tokens: dict[str, str], rate: int, seconds: float,
     t0 = time.perf_counter() + 0.2
     connector = aiohttp.TCPConnector(limit=conns)
     async with aiohttp.ClientSession(connector=connector) as session:
+
         async def worker() -> None:
             nonlocal next_i
             while True:
@@ -69,14 +72,22 @@ async def _load(url: str, tokens: dict[str, str], rate: int, seconds: float,
                     await asyncio.sleep(delay)
                 user = users[i % len(users)]
                 res = USERS[user][(i // len(users)) % len(USERS[user])]
-                body: dict[str, Any] = {"resource": res, "project": PROJECT[user],
-                        "command": ["python", "job.py", str(i)]}
+                body: dict[str, Any] = {
+                    "resource": res,
+                    "project": PROJECT[user],
+                    "command": ["python", "job.py", str(i)],
+                }
                 if res.endswith("/batch"):
                     body["gpus"] = 1 + i % 3
                 start = time.perf_counter()
-                async with session.post(f"{url}/v1/tasks", json=body, headers={
+                async with session.post(
+                    f"{url}/v1/tasks",
+                    json=body,
+                    headers={
                         "Authorization": f"Bearer {tokens[user]}",
-                        "Idempotency-Key": f"bench-{i}"}) as resp:
+                        "Idempotency-Key": f"bench-{i}",
+                    },
+                ) as resp:
                     await resp.read()
                     statuses[resp.status] = statuses.get(resp.status, 0) + 1
                 lat.append(time.perf_counter() - start)
@@ -84,9 +95,15 @@ async def _load(url: str, tokens: dict[str, str], rate: int, seconds: float,
         await asyncio.gather(*(worker() for _ in range(conns)))
     elapsed = time.perf_counter() - t0
     lat.sort()
-    return {"n": len(lat), "elapsed_s": elapsed, "rate": len(lat) / elapsed,
-            "p50_s": lat[len(lat) // 2], "p99_s": lat[int(len(lat) * 0.99) - 1],
-            "max_s": lat[-1], "statuses": statuses}
+    return {
+        "n": len(lat),
+        "elapsed_s": elapsed,
+        "rate": len(lat) / elapsed,
+        "p50_s": lat[len(lat) // 2],
+        "p99_s": lat[int(len(lat) * 0.99) - 1],
+        "max_s": lat[-1],
+        "statuses": statuses,
+    }
 
 
 def bench_submissions(db: str | None = None, on: str = "") -> list[dict]:
@@ -96,9 +113,22 @@ def bench_submissions(db: str | None = None, on: str = "") -> list[dict]:
         try:
             tokens = {u: s.token({"user": u}) for u in USERS}
             p = subprocess.run(
-                [sys.executable, "-m", "tests.bench.bench_daemon", "--loadgen", s.url,
-                 json.dumps(tokens), str(RATE), str(SECONDS), str(CONNECTIONS)],
-                cwd=ROOT, capture_output=True, text=True, timeout=SECONDS * 10 + 60)
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.bench.bench_daemon",
+                    "--loadgen",
+                    s.url,
+                    json.dumps(tokens),
+                    str(RATE),
+                    str(SECONDS),
+                    str(CONNECTIONS),
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=SECONDS * 10 + 60,
+            )
             if p.returncode != 0:
                 raise RuntimeError(p.stderr)
             r = json.loads(p.stdout)
@@ -108,14 +138,20 @@ def bench_submissions(db: str | None = None, on: str = "") -> list[dict]:
             s.stop()
     ok_rate = r["rate"] >= RATE * 0.97 and set(r["statuses"]) == {"201"}
     return [
-        {"name": f"submit over loopback{on}, {RATE}/s for {SECONDS} s, {CONNECTIONS} "
-                 f"connections: p99 latency", "size": f"{r['n']} tasks, achieved {r['rate']:.0f}/s"
-                                         f"{'' if ok_rate else ' (rate MISSED)'}",
-         "median_s": r["p99_s"] if ok_rate else float("inf"), "max_s": r["max_s"],
-         "target_s": 0.05,
-         "extra": [f"  p50 {r['p50_s'] * 1000:.1f} ms, p99 {r['p99_s'] * 1000:.1f} ms, max "
-                   f"{r['max_s'] * 1000:.1f} ms; statuses {r['statuses']}; {placed:g} GPUs "
-                   f"placed at the end"]},
+        {
+            "name": f"submit over loopback{on}, {RATE}/s for {SECONDS} s, {CONNECTIONS} "
+            f"connections: p99 latency",
+            "size": f"{r['n']} tasks, achieved {r['rate']:.0f}/s"
+            f"{'' if ok_rate else ' (rate MISSED)'}",
+            "median_s": r["p99_s"] if ok_rate else float("inf"),
+            "max_s": r["max_s"],
+            "target_s": 0.05,
+            "extra": [
+                f"  p50 {r['p50_s'] * 1000:.1f} ms, p99 {r['p99_s'] * 1000:.1f} ms, max "
+                f"{r['max_s'] * 1000:.1f} ms; statuses {r['statuses']}; {placed:g} GPUs "
+                f"placed at the end"
+            ],
+        },
     ]
 
 
@@ -124,6 +160,7 @@ def bench_submissions_pg() -> list[dict]:
     PostgreSQL 15, the local file's copy following it on a thread of its own): a local server started by
     the test harness (a unix socket) with PostgreSQL's durable defaults (fsync on)."""
     from tests.harness.postgres import Postgres, unavailable
+
     why = unavailable()
     if why:
         print(f"bench_daemon: PostgreSQL submissions skipped: {why}", file=sys.stderr)
@@ -137,18 +174,29 @@ def bench_submissions_pg() -> list[dict]:
 
 # --------------------------------------------------------------------------- restart
 
+
 def example_task(i: int) -> dict[str, Any]:
     """The ``i``-th submission of the example estate's state: four users in turn."""
     users = list(USERS)
     user = users[i % len(users)]
     res = USERS[user][(i // len(users)) % len(USERS[user])]
-    return {"resource": res, "user": user, "project": PROJECT[user],
-            "gpus_milli": (1 + i % 3) * 1000 if res.endswith("/batch") else None,
-            "command": ["python", "job.py", str(i)], "payload": None, "labels": {}}
+    return {
+        "resource": res,
+        "user": user,
+        "project": PROJECT[user],
+        "gpus_milli": (1 + i % 3) * 1000 if res.endswith("/batch") else None,
+        "command": ["python", "job.py", str(i)],
+        "payload": None,
+        "labels": {},
+    }
 
 
-def build_state(db: Path, n: int, estate_dir: Path = EXAMPLE_ESTATE,
-                task: Callable[[int], dict[str, Any]] = example_task) -> dict[str, Any]:
+def build_state(
+    db: Path,
+    n: int,
+    estate_dir: Path = EXAMPLE_ESTATE,
+    task: Callable[[int], dict[str, Any]] = example_task,
+) -> dict[str, Any]:
     """Writes ``n`` submissions (``task(i)``: the fields of the ``i``-th; and the passes that
     place what fits) through the daemon's own prepare/commit/apply path, as a live daemon
     would log them."""
@@ -166,8 +214,9 @@ def build_state(db: Path, n: int, estate_dir: Path = EXAMPLE_ESTATE,
     estate = compile_dir(estate_dir).estate
     assert estate is not None
 
-    def commit(prepared: list, pass_events: list | None = None, pass_ops: list | None = None,
-               now: int = 0) -> None:
+    def commit(
+        prepared: list, pass_events: list | None = None, pass_ops: list | None = None, now: int = 0
+    ) -> None:
         batch = Batch(ops=list(pass_ops or []))
         for ev in pass_events or []:
             d.seq += 1
@@ -183,8 +232,7 @@ def build_state(db: Path, n: int, estate_dir: Path = EXAMPLE_ESTATE,
 
     now = d.clock.now()
     commit([d.prepare_estate(estate, str(estate_dir), "bench", now, Overlay())], now=now)
-    commit([d.prepare_token(None, "role:admin", "bench", now, Overlay(), secret=ADMIN)],
-           now=now)
+    commit([d.prepare_token(None, "role:admin", "bench", now, Overlay(), secret=ADMIN)], now=now)
     i = 0
     while i < n:
         now = d.clock.now()
@@ -219,12 +267,20 @@ def bench_restart(repeat: int = 3) -> list[dict]:
             s.stop()
             m = re.findall(r"replayed (\d+) events \((\d+) tasks\) in ([\d.]+) s", s.log())
             replays.append(float(m[-1][2]))
-    return [{"name": "restart with 100,000 tasks in state: start to first healthy answer "
-                     "(whole process)",
-             "size": f"{info['tasks']} tasks ({info['placed']} placed), {info['events']} events",
-             "median_s": statistics.median(times), "max_s": max(times), "target_s": 5.0,
-             "extra": [f"  of which replaying the log: median {statistics.median(replays):.2f} s"
-                       f"; writing the state: {build_s:.1f} s"]}]
+    return [
+        {
+            "name": "restart with 100,000 tasks in state: start to first healthy answer "
+            "(whole process)",
+            "size": f"{info['tasks']} tasks ({info['placed']} placed), {info['events']} events",
+            "median_s": statistics.median(times),
+            "max_s": max(times),
+            "target_s": 5.0,
+            "extra": [
+                f"  of which replaying the log: median {statistics.median(replays):.2f} s"
+                f"; writing the state: {build_s:.1f} s"
+            ],
+        }
+    ]
 
 
 def run() -> list[dict]:

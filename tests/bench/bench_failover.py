@@ -71,18 +71,28 @@ def _round(pg: Postgres, n: int) -> float:
 def run() -> list[dict[str, Any]]:
     why = unavailable()
     if why:
-        return [{"name": "failover: kill -9 to the first placement by the new leader",
-                 "size": f"skipped: {why}", "median_s": 0.0, "max_s": 0.0}]
+        return [
+            {
+                "name": "failover: kill -9 to the first placement by the new leader",
+                "size": f"skipped: {why}",
+                "median_s": 0.0,
+                "max_s": 0.0,
+            }
+        ]
     pg = Postgres().start()
     try:
         times = [_round(pg, i) for i in range(ROUNDS)]
     finally:
         pg.stop()
-    return [{"name": "failover: kill -9 of the leader to the first placement by the new "
-                     "leader",
-             "size": f"2 daemons, lease TTL {TTL}, {TASKS} tasks in the log, {ROUNDS} rounds",
-             "median_s": statistics.median(times), "max_s": max(times),
-             "target_s": TARGET_S}]
+    return [
+        {
+            "name": "failover: kill -9 of the leader to the first placement by the new leader",
+            "size": f"2 daemons, lease TTL {TTL}, {TASKS} tasks in the log, {ROUNDS} rounds",
+            "median_s": statistics.median(times),
+            "max_s": max(times),
+            "target_s": TARGET_S,
+        }
+    ]
 
 
 if __name__ == "__main__":

@@ -25,8 +25,11 @@ from kliqued.ledger.statement import build
 from .bench_ledger import GENERATE, PRICES, ROWS, _row
 
 MONTH = date(2025, 6, 1)
-PATHS = {**{f"group-{i}": f"bu-{i % 2}/dept-{i % 6}/group-{i}" for i in range(30)},
-         "bu-0": "bu-0", "bu-1": "bu-1"}
+PATHS = {
+    **{f"group-{i}": f"bu-{i % 2}/dept-{i % 6}/group-{i}" for i in range(30)},
+    "bu-0": "bu-0",
+    "bu-1": "bu-1",
+}
 
 
 def _focus(conn) -> int:
@@ -38,8 +41,9 @@ def _focus(conn) -> int:
 
 def run(rows: int = ROWS, repeat: int = 3) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        conn = duckdb.connect(str(Path(tmp) / "ledger.duckdb"),
-                              config={"enable_external_access": False})
+        conn = duckdb.connect(
+            str(Path(tmp) / "ledger.duckdb"), config={"enable_external_access": False}
+        )
         ensure_schema(conn)
         conn.execute(PRICES)
         step = 365 * 24 * 3_600_000 // rows
@@ -53,15 +57,27 @@ def run(rows: int = ROWS, repeat: int = 3) -> list[dict]:
             t = time.perf_counter()
             lines = _focus(conn)
             times.append(time.perf_counter() - t)
-        out = [_row("FOCUS 1.2 export of one month (CSV text, focus_csv)", times,
-                    f"{lines:,} charges of a {rows / 1e6:g}M-interval ledger", 10.0)]
+        out = [
+            _row(
+                "FOCUS 1.2 export of one month (CSV text, focus_csv)",
+                times,
+                f"{lines:,} charges of a {rows / 1e6:g}M-interval ledger",
+                10.0,
+            )
+        ]
         times = []
         for _ in range(repeat):
             t = time.perf_counter()
             st = build(conn, "bu-0", MONTH, PATHS, "EUR")
             times.append(time.perf_counter() - t)
-        out.append(_row("chargeback statement of a business unit for a month", times,
-                        f"{len(st.lines):,} lines, {rows / 1e6:g}M-interval ledger", 1.0))
+        out.append(
+            _row(
+                "chargeback statement of a business unit for a month",
+                times,
+                f"{len(st.lines):,} lines, {rows / 1e6:g}M-interval ledger",
+                1.0,
+            )
+        )
         conn.close()
     return out + lending(LENDING_ROWS, repeat)
 
@@ -89,8 +105,9 @@ def lending(rows: int, repeat: int = 3) -> list[dict]:
     """A statement with ``attribution.reserved_idle: group``, and with ``borrowed: split``
     too: both derive the month's borrowing and lending (kliqued/ledger/lending.py), once."""
     with tempfile.TemporaryDirectory() as tmp:
-        conn = duckdb.connect(str(Path(tmp) / "ledger.duckdb"),
-                              config={"enable_external_access": False})
+        conn = duckdb.connect(
+            str(Path(tmp) / "ledger.duckdb"), config={"enable_external_access": False}
+        )
         ensure_schema(conn)
         conn.execute(PRICES)
         conn.execute(GENERATE.format(n=rows, step=max(365 * 24 * 3_600_000 // rows, 1)))
@@ -100,22 +117,30 @@ def lending(rows: int, repeat: int = 3) -> list[dict]:
         conn.execute("COMMIT")
         conn.execute("CHECKPOINT")  # as the daemon's ledger is (and run()'s above)
         out = []
-        for what, kw in (("reserved idle billed to its group", {"reserved_idle": True}),
-                         ("reserved idle and borrowed: split",
-                          {"reserved_idle": True, "borrowed": "split"})):
+        for what, kw in (
+            ("reserved idle billed to its group", {"reserved_idle": True}),
+            ("reserved idle and borrowed: split", {"reserved_idle": True, "borrowed": "split"}),
+        ):
             times = []
             for _ in range(repeat):
                 t = time.perf_counter()
                 st = build(conn, "bu-0", MONTH, PATHS, "EUR", **kw)
                 times.append(time.perf_counter() - t)
-            out.append(_row(f"chargeback statement of a business unit for a month, {what}",
-                            times, f"{len(st.lines):,} lines, {rows / 1e6:g}M-interval "
-                            f"ledger, 30 policies borrowing all month ({repeat} runs)", 1.0))
+            out.append(
+                _row(
+                    f"chargeback statement of a business unit for a month, {what}",
+                    times,
+                    f"{len(st.lines):,} lines, {rows / 1e6:g}M-interval "
+                    f"ledger, 30 policies borrowing all month ({repeat} runs)",
+                    1.0,
+                )
+            )
         conn.close()
     return out
 
 
 if __name__ == "__main__":
     import sys
+
     for r in run(int(sys.argv[1]) if len(sys.argv) > 1 else ROWS):
         print(r)

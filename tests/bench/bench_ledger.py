@@ -78,14 +78,20 @@ def _timed(conn, sql: str, repeat: int) -> list[float]:
 
 
 def _row(name: str, times: list[float], size: str, target: float | None) -> dict:
-    return {"name": name, "median_s": statistics.median(times), "max_s": max(times),
-            "size": size, "target_s": target}
+    return {
+        "name": name,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "size": size,
+        "target_s": target,
+    }
 
 
 def run(rows: int = ROWS, repeat: int = 5) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        conn = duckdb.connect(str(Path(tmp) / "ledger.duckdb"),
-                              config={"enable_external_access": False})
+        conn = duckdb.connect(
+            str(Path(tmp) / "ledger.duckdb"), config={"enable_external_access": False}
+        )
         ensure_schema(conn)
         conn.execute(PRICES)
         step = 365 * 24 * 3_600_000 // rows  # a year of placements
@@ -98,11 +104,16 @@ def run(rows: int = ROWS, repeat: int = 5) -> list[dict]:
         rebuild_monthly(conn)  # what the writer maintains close by close, built in one go
         conn.execute("COMMIT")
         build = time.perf_counter() - t
-        pieces, months, kept = present(conn.execute(
-            "SELECT count(*), count(DISTINCT month), (SELECT count(*) FROM ledger_monthly) "
-            "FROM usage_by_month").fetchone())
-        size = (f"{rows / 1e6:g}M intervals, {pieces - rows:,} more month pieces, {months} "
-                f"months, 30 groups; {kept:,} ledger_monthly rows")
+        pieces, months, kept = present(
+            conn.execute(
+                "SELECT count(*), count(DISTINCT month), (SELECT count(*) FROM ledger_monthly) "
+                "FROM usage_by_month"
+            ).fetchone()
+        )
+        size = (
+            f"{rows / 1e6:g}M intervals, {pieces - rows:,} more month pieces, {months} "
+            f"months, 30 groups; {kept:,} ledger_monthly rows"
+        )
         # one transaction: one now for both (the open intervals' current month grows between
         # two; on a month's first days by more than the check's millionth)
         conn.execute("BEGIN TRANSACTION READ ONLY")
@@ -110,20 +121,37 @@ def run(rows: int = ROWS, repeat: int = 5) -> list[dict]:
         monthly = conn.execute(BY_GROUP_MONTH.format(view="usage_monthly")).fetchall()
         conn.execute("ROLLBACK")
         assert len(by_month) == len(monthly) and all(
-            a[:2] == b[:2] and float(abs(a[2] - b[2])) < 1e-6 * max(1, float(a[2]))
+            a[:2] == b[:2]
+            and float(abs(a[2] - b[2])) < 1e-6 * max(1, float(a[2]))
             and float(abs(a[3] - b[3])) < 1e-6 * max(1, float(a[3]))
-            for a, b in zip(by_month, monthly))
+            for a, b in zip(by_month, monthly)
+        )
         out = [
-            _row("GPU-hours and cost by group and month (usage_monthly)",
-                 _timed(conn, BY_GROUP_MONTH.format(view="usage_monthly"), repeat), size, 1.0),
-            _row("same, computed from the 10M intervals at query time (usage_by_month)",
-                 _timed(conn, BY_GROUP_MONTH.format(view="usage_by_month"), repeat),
-                 f"{rows / 1e6:g}M intervals, generated in {gen:.0f} s; ledger_monthly "
-                 f"built from them in {build:.1f} s", None),
-            _row("GPU-hours and cost by business unit and month (usage_by_business_unit)",
-                 _timed(conn, BY_UNIT_MONTH, repeat), size + ", 2 business units", 1.0),
-            _row("GPU-hours and cost by group and start month (usage_priced, ASOF join)",
-                 _timed(conn, ASOF, max(1, repeat // 2)), f"{rows / 1e6:g}M intervals", None),
+            _row(
+                "GPU-hours and cost by group and month (usage_monthly)",
+                _timed(conn, BY_GROUP_MONTH.format(view="usage_monthly"), repeat),
+                size,
+                1.0,
+            ),
+            _row(
+                "same, computed from the 10M intervals at query time (usage_by_month)",
+                _timed(conn, BY_GROUP_MONTH.format(view="usage_by_month"), repeat),
+                f"{rows / 1e6:g}M intervals, generated in {gen:.0f} s; ledger_monthly "
+                f"built from them in {build:.1f} s",
+                None,
+            ),
+            _row(
+                "GPU-hours and cost by business unit and month (usage_by_business_unit)",
+                _timed(conn, BY_UNIT_MONTH, repeat),
+                size + ", 2 business units",
+                1.0,
+            ),
+            _row(
+                "GPU-hours and cost by group and start month (usage_priced, ASOF join)",
+                _timed(conn, ASOF, max(1, repeat // 2)),
+                f"{rows / 1e6:g}M intervals",
+                None,
+            ),
         ]
         out.append(_write_bench(conn))
         conn.close()
@@ -135,21 +163,43 @@ def _write_bench(conn, batch: int = 5000, rounds: int = 4) -> dict:
     start = 1_767_225_600_000
     times = []
     for r in range(rounds):
-        rows = [IntervalRow(f"w-{r}-{i}#1", f"w-{r}-{i}", "alice", None, "group-1", "group-1",
-                            "profile-1", "group-1/profile-1", "pool-1", "h100-80gb", 1000, 1000,
-                            start + i, "sha256:bench", "bu-1/dept-1/group-1")
-                for i in range(batch)]
+        rows = [
+            IntervalRow(
+                f"w-{r}-{i}#1",
+                f"w-{r}-{i}",
+                "alice",
+                None,
+                "group-1",
+                "group-1",
+                "profile-1",
+                "group-1/profile-1",
+                "pool-1",
+                "h100-80gb",
+                1000,
+                1000,
+                start + i,
+                "sha256:bench",
+                "bu-1/dept-1/group-1",
+            )
+            for i in range(batch)
+        ]
         t = time.perf_counter()
         conn.execute("BEGIN")
         open_intervals(conn, rows)
         close_intervals(conn, [(x.interval_id, start + 3_600_000, "finished") for x in rows])
         conn.execute("COMMIT")
         times.append(time.perf_counter() - t)
-    return _row(f"open + close {batch:,} intervals in one transaction (with ledger_monthly)",
-                times, f"on the {ROWS / 1e6:g}M-row ledger", None)
+    return _row(
+        f"open + close {batch:,} intervals in one transaction (with ledger_monthly)",
+        times,
+        f"on the {ROWS / 1e6:g}M-row ledger",
+        None,
+    )
 
 
 if __name__ == "__main__":
     for r in run():
-        print(f"{r['name']}: median {r['median_s'] * 1000:.0f} ms, max {r['max_s'] * 1000:.0f} ms"
-              f" ({r['size']})")
+        print(
+            f"{r['name']}: median {r['median_s'] * 1000:.0f} ms, max {r['max_s'] * 1000:.0f} ms"
+            f" ({r['size']})"
+        )

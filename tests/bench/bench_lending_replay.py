@@ -49,14 +49,18 @@ def with_lending(src: Path, dest: Path, lending: str) -> Path:
         lines = text.splitlines(keepends=True)
         for i, line in enumerate(lines):
             if line.rstrip() == "settings:":
-                if any(s.lstrip().startswith("lending:") for s in lines[i + 1:]):
-                    raise SetupError(f"{src / path.relative_to(dest)}: settings already has "
-                                     "'lending'; remove it or pass --settings to replace it")
+                if any(s.lstrip().startswith("lending:") for s in lines[i + 1 :]):
+                    raise SetupError(
+                        f"{src / path.relative_to(dest)}: settings already has "
+                        "'lending'; remove it or pass --settings to replace it"
+                    )
                 lines.insert(i + 1, f"  lending: {lending}\n")
                 path.write_text("".join(lines))
                 return dest
-    raise SetupError(f"{src}: no file has a block 'settings:' at the start of a line; add "
-                     "'settings:' to the estate's settings file")
+    raise SetupError(
+        f"{src}: no file has a block 'settings:' at the start of a line; add "
+        "'settings:' to the estate's settings file"
+    )
 
 
 @dataclass(frozen=True)
@@ -103,10 +107,13 @@ def table(a: Run, b: Run) -> str:
     cell ``ordered → fair`` (one value when both are equal)."""
     out = [f"| pool | utilisation {a.label} | {b.label} |", "| --- | ---: | ---: |"]
     for pool, p in a.data["pools"].items():
-        out.append(f"| {pool} | {_pct(p['utilisation'])} | "
-                   f"{_pct(b.data['pools'][pool]['utilisation'])} |")
-    out.append(f"| all pools | {_pct(a.data['overall']['utilisation_all_pools'])} | "
-               f"{_pct(b.data['overall']['utilisation_all_pools'])} |")
+        out.append(
+            f"| {pool} | {_pct(p['utilisation'])} | {_pct(b.data['pools'][pool]['utilisation'])} |"
+        )
+    out.append(
+        f"| all pools | {_pct(a.data['overall']['utilisation_all_pools'])} | "
+        f"{_pct(b.data['overall']['utilisation_all_pools'])} |"
+    )
     out.append("")
     kinds = " | ".join(PREEMPT_KINDS)
     out.append(f"| group | wait p50 | wait p95 | {kinds} | lost GPU-hours | GPU-hours |")
@@ -114,10 +121,13 @@ def table(a: Run, b: Run) -> str:
     groups = [(g, s, b.data["groups"][g]) for g, s in a.data["groups"].items()]
     groups.append(("**all**", a.data["overall"], b.data["overall"]))
     for g, x, y in groups:
-        cells = [_pair(fmt_duration(x["wait_s"]["p50"]), fmt_duration(y["wait_s"]["p50"])),
-                 _pair(fmt_duration(x["wait_s"]["p95"]), fmt_duration(y["wait_s"]["p95"]))]
-        cells += [_pair(f"{x['preemptions'][k]:,}", f"{y['preemptions'][k]:,}")
-                  for k in PREEMPT_KINDS]
+        cells = [
+            _pair(fmt_duration(x["wait_s"]["p50"]), fmt_duration(y["wait_s"]["p50"])),
+            _pair(fmt_duration(x["wait_s"]["p95"]), fmt_duration(y["wait_s"]["p95"])),
+        ]
+        cells += [
+            _pair(f"{x['preemptions'][k]:,}", f"{y['preemptions'][k]:,}") for k in PREEMPT_KINDS
+        ]
         cells.append(_pair(f"{x['lost_gpu_hours']:,.1f}", f"{y['lost_gpu_hours']:,.1f}"))
         cells.append(_pair(f"{x['gpu_hours']:,.0f}", f"{y['gpu_hours']:,.0f}"))
         out.append(f"| {g} | " + " | ".join(cells) + " |")
@@ -125,8 +135,9 @@ def table(a: Run, b: Run) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.bench.bench_lending_replay",
-                                 description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.bench.bench_lending_replay", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--rows", type=int, help="replay only the first N tasks")
     ap.add_argument("--settings", default=LENDING, help=f"the lending mapping ({LENDING})")
     ap.add_argument("--json", help="write both reports to this file")
@@ -140,15 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"bench_lending_replay: {e}", file=sys.stderr)
         return 2
-    print(f"{n:,} tasks of the Chronus-Philly trace on estate/ from {a.data['start']} "
-          f"(simulated; the last task ended after {a.data['duration_h']:.1f} h with {a.label}, "
-          f"{b.data['duration_h']:.1f} h with {b.label}); {a.label}: settings as they are; "
-          f"{b.label}: settings.lending {args.settings}. Each cell: {a.label} → {b.label}.\n"
-          f"Replay time: {a.label} {a.seconds:.0f} s, {b.label} {b.seconds:.0f} s.\n")
+    print(
+        f"{n:,} tasks of the Chronus-Philly trace on estate/ from {a.data['start']} "
+        f"(simulated; the last task ended after {a.data['duration_h']:.1f} h with {a.label}, "
+        f"{b.data['duration_h']:.1f} h with {b.label}); {a.label}: settings as they are; "
+        f"{b.label}: settings.lending {args.settings}. Each cell: {a.label} → {b.label}.\n"
+        f"Replay time: {a.label} {a.seconds:.0f} s, {b.label} {b.seconds:.0f} s.\n"
+    )
     print(table(a, b), end="")
     if args.json:
-        Path(args.json).write_text(json.dumps({a.label: a.data, b.label: b.data}, indent=2)
-                                   + "\n")
+        Path(args.json).write_text(json.dumps({a.label: a.data, b.label: b.data}, indent=2) + "\n")
     return 0
 
 

@@ -33,13 +33,20 @@ GPUS = 8
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _row(name: str, seconds: float, submit_s: float, target_s: float | None = None,
-         note: str = "") -> dict[str, Any]:
+def _row(
+    name: str, seconds: float, submit_s: float, target_s: float | None = None, note: str = ""
+) -> dict[str, Any]:
     rate = TASKS / seconds if seconds else 0.0
-    row = {"name": name, "size": f"{TASKS} tasks, {GPUS} GPUs", "median_s": seconds,
-           "max_s": seconds,
-           "extra": [f"  - {name}: {rate:.1f} jobs/s end to end, submissions took "
-                     f"{submit_s:.2f} s ({TASKS / submit_s:.0f}/s){note}"]}
+    row = {
+        "name": name,
+        "size": f"{TASKS} tasks, {GPUS} GPUs",
+        "median_s": seconds,
+        "max_s": seconds,
+        "extra": [
+            f"  - {name}: {rate:.1f} jobs/s end to end, submissions took "
+            f"{submit_s:.2f} s ({TASKS / submit_s:.0f}/s){note}"
+        ],
+    }
     if target_s:
         row["target_s"] = target_s
     return row
@@ -48,6 +55,7 @@ def _row(name: str, seconds: float, submit_s: float, target_s: float | None = No
 # ------------------------------------------------------------------------------------- Slurm
 def bench_slurm(tmp: Path) -> tuple[float, float] | str:
     from tests.harness.slurm import LocalSlurm, missing_binaries
+
     if missing_binaries():
         return f"Slurm is not installed ({', '.join(missing_binaries())} missing)"
     if os.geteuid() != 0:
@@ -56,14 +64,30 @@ def bench_slurm(tmp: Path) -> tuple[float, float] | str:
         env = slurm.env
         t0 = time.perf_counter()
         for _ in range(TASKS):
-            subprocess.run(["sbatch", "--parsable", "--gres=gpu:1", "--partition",
-                            slurm.partition, "-o", "/dev/null", "--wrap", "true"],
-                           env=env, check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "sbatch",
+                    "--parsable",
+                    "--gres=gpu:1",
+                    "--partition",
+                    slurm.partition,
+                    "-o",
+                    "/dev/null",
+                    "--wrap",
+                    "true",
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
         submitted = time.perf_counter() - t0
+
         def completed() -> bool:
-            out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T"], env=env,
-                                 capture_output=True, text=True).stdout.split()
+            out = subprocess.run(
+                ["squeue", "-h", "-t", "all", "-o", "%T"], env=env, capture_output=True, text=True
+            ).stdout.split()
             return len(out) >= TASKS and all(s == "COMPLETED" for s in out)
+
         wait_for(completed, 600, "the Slurm jobs to complete", every=0.1)
         return time.perf_counter() - t0, submitted
 
@@ -72,10 +96,15 @@ def bench_slurm(tmp: Path) -> tuple[float, float] | str:
 def bench_peer(tmp: Path) -> tuple[float, float]:
     from tests.workers.conftest import WorkerProcess
     from tests.workers.protocol_peer import ProtocolPeer
+
     peer = ProtocolPeer(ttl_s=15, poll_wait_s=30)
     (tmp / "peer").mkdir()
-    w = WorkerProcess(peer, tmp / "peer" / "state", gpus=",".join(map(str, range(GPUS))),
-                      extra=["--log-level", "warning", "--log-interval", "2s"])
+    w = WorkerProcess(
+        peer,
+        tmp / "peer" / "state",
+        gpus=",".join(map(str, range(GPUS))),
+        extra=["--log-level", "warning", "--log-interval", "2s"],
+    )
     try:
         w.start()
         peer.wait_for(lambda: peer.lease_calls, 30, "the worker's first poll")
@@ -135,19 +164,26 @@ def _submit_concurrently(url: str, token: str, n: int) -> None:
     async def main() -> None:
         conn = aiohttp.TCPConnector(limit=32)
         async with aiohttp.ClientSession(connector=conn) as session:
+
             async def one() -> None:
-                async with session.post(f"{url}/v1/tasks", json={
-                        "resource": "team-b/one", "command": ["true"]},
-                        headers={"Authorization": f"Bearer {token}"}) as r:
+                async with session.post(
+                    f"{url}/v1/tasks",
+                    json={"resource": "team-b/one", "command": ["true"]},
+                    headers={"Authorization": f"Bearer {token}"},
+                ) as r:
                     assert r.status == 201, await r.text()
+
             await asyncio.gather(*(one() for _ in range(n)))
+
     asyncio.run(main())
 
 
 def bench_kliqued(tmp: Path) -> tuple[float, float]:
     from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, write_estate
-    estate = write_estate(tmp / "estate", {**ESTATE, "pools.yaml": POOLS,
-                                           "policies.yaml": POLICIES})
+
+    estate = write_estate(
+        tmp / "estate", {**ESTATE, "pools.yaml": POOLS, "policies.yaml": POLICIES}
+    )
     (tmp / "kq").mkdir()
     fs = FleetServer(tmp / "kq", estate=estate, ttl="15s").start()
     worker = None
@@ -164,11 +200,15 @@ def bench_kliqued(tmp: Path) -> tuple[float, float]:
         def ended() -> bool:  # cheap to ask every 0.1 s (not a listing of every task)
             rows = fs.sql("SELECT count(*) FROM ledger WHERE end_at IS NOT NULL")
             return rows[0][0] >= TASKS
+
         wait_for(ended, 600, "all tasks ended", every=0.1)
         took = time.perf_counter() - t0
         tasks = fs.ok("GET", "/v1/tasks?state=ended&limit=1000")["tasks"]
-        bad = [t for t in tasks if t.get("outcome", t.get("end_reason")) not in
-               (None, "finished", "succeeded")]
+        bad = [
+            t
+            for t in tasks
+            if t.get("outcome", t.get("end_reason")) not in (None, "finished", "succeeded")
+        ]
         if bad and os.environ.get("KLIQUE_BENCH_STRICT"):
             raise RuntimeError(f"{len(bad)} tasks did not finish: {bad[0]}")
         return took, submitted
@@ -197,14 +237,26 @@ def run() -> list[dict[str, Any]]:
             except Exception as exc:  # the control plane is another issue's, in progress
                 why = f"the kliqued side failed: {type(exc).__name__}: {exc}"
         if why is None:
-            rows.append(_row("kliqued serve + klique-worker (process, 8 GPUs)", took, submitted,
-                             target_s=slurm_s / 10 if slurm_s else None,
-                             note=(f"; {slurm_s / took:.1f}x Slurm" if slurm_s else "")))
+            rows.append(
+                _row(
+                    "kliqued serve + klique-worker (process, 8 GPUs)",
+                    took,
+                    submitted,
+                    target_s=slurm_s / 10 if slurm_s else None,
+                    note=(f"; {slurm_s / took:.1f}x Slurm" if slurm_s else ""),
+                )
+            )
         else:
             print(f"bench_slurm: kliqued side skipped: {why}", file=sys.stderr)
         took, submitted = bench_peer(tmp)
-        rows.append(_row("klique-worker (process, 8 GPUs) + protocol peer", took, submitted,
-                         note=(f"; {slurm_s / took:.1f}x Slurm" if slurm_s else "")))
+        rows.append(
+            _row(
+                "klique-worker (process, 8 GPUs) + protocol peer",
+                took,
+                submitted,
+                note=(f"; {slurm_s / took:.1f}x Slurm" if slurm_s else ""),
+            )
+        )
     return rows
 
 

@@ -47,24 +47,31 @@ DAY_MS = 86_400_000
 def _b32_sql(expr: str, width: int) -> str:
     """SQL for ``ids._b32(expr, width)`` (Crockford base32, most significant first)."""
     alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-    return " || ".join(f"substr('{alphabet}', ((({expr}) >> {5 * k}) & 31)::INTEGER + 1, 1)"
-                       for k in reversed(range(width)))
+    return " || ".join(
+        f"substr('{alphabet}', ((({expr}) >> {5 * k}) & 31)::INTEGER + 1, 1)"
+        for k in reversed(range(width))
+    )
 
 
-def _generate(conn: Any, n: int, first_seq: int, base_ms: int,
-              kinds: list[tuple[str, str, str, str]]) -> None:
+def _generate(
+    conn: Any, n: int, first_seq: int, base_ms: int, kinds: list[tuple[str, str, str, str]]
+) -> None:
     """``n`` tasks submitted and cancelled from ``base_ms`` on: their two events each and
     their history rows; ``kinds``: (user, resource, project, group) of task ``i`` by
     ``i % len(kinds)``."""
     conn.execute("SET enable_progress_bar = false")
 
     def case(k: int) -> str:
-        return (f"CASE i % {len(kinds)} " + " ".join(
-            f"WHEN {j} THEN '{u[k]}'" for j, u in enumerate(kinds)) + " END")
+        return (
+            f"CASE i % {len(kinds)} "
+            + " ".join(f"WHEN {j} THEN '{u[k]}'" for j, u in enumerate(kinds))
+            + " END"
+        )
+
     conn.execute(f"""
         CREATE TEMP TABLE gen AS
-        SELECT i, 't-' || {_b32_sql(f'{base_ms} + i // 1000', 10)}
-                      || {_b32_sql('i % 1000', 4)} AS id,
+        SELECT i, 't-' || {_b32_sql(f"{base_ms} + i // 1000", 10)}
+                      || {_b32_sql("i % 1000", 4)} AS id,
                {base_ms} + i // 1000 AS at_ms, {case(0)} AS usr, {case(1)} AS res,
                {case(2)} AS project, {case(3)} AS grp
           FROM range({n}) t(i)""")
@@ -129,37 +136,51 @@ def build_history(db: Path, n: int) -> dict[str, Any]:
 
     base = d.clock.now() - 400 * DAY_MS
     commit([d.prepare_estate(estate, str(EXAMPLE_ESTATE), "bench", base, Overlay())], base)
-    commit([d.prepare_token(None, "role:admin", "bench", base, Overlay(), secret=ADMIN)],
-           base)
+    commit([d.prepare_token(None, "role:admin", "bench", base, Overlay(), secret=ADMIN)], base)
     t = time.perf_counter()
-    kinds = [(t["user"], t["resource"], t["project"],
-              d.idx().resources[t["resource"]].group)
-             for t in (example_task(i) for i in range(8))]
+    kinds = [
+        (t["user"], t["resource"], t["project"], d.idx().resources[t["resource"]].group)
+        for t in (example_task(i) for i in range(8))
+    ]
     store.write_local(lambda conn: _generate(conn, n, d.seq + 1, base + 1, kinds))
     last_seq = d.seq + 2 * n
-    first = store.read_sync(lambda cur: present(cur.execute(
-        "SELECT min(id) FROM task_history").fetchone())[0])
-    last = store.read_sync(lambda cur: present(cur.execute(
-        "SELECT max(id) FROM task_history").fetchone())[0])
+    first = store.read_sync(
+        lambda cur: present(cur.execute("SELECT min(id) FROM task_history").fetchone())[0]
+    )
+    last = store.read_sync(
+        lambda cur: present(cur.execute("SELECT max(id) FROM task_history").fetchone())[0]
+    )
     generated_s = time.perf_counter() - t
     d.seq = last_seq
     d.task_ids.seed(last)
     d.clock.at_least(base + n // 1000 + 2000)
     now = d.clock.now()
     ov = Overlay()
-    commit([d.prepare_submit(Principal("user", f["user"]), f, None, now, ov)
-            for f in (example_task(i) for i in range(LIVE))], now)
+    commit(
+        [
+            d.prepare_submit(Principal("user", f["user"]), f, None, now, ov)
+            for f in (example_task(i) for i in range(LIVE))
+        ],
+        now,
+    )
     snap = snapshot.take(d)
     store.write_local(lambda conn: snapshot.write(conn, snap, d.clock.now()))
     store.close()
-    return {"events": d.seq, "first": first, "generated_s": generated_s,
-            "snapshot_mb": len(snap.body) / 2**20}
+    return {
+        "events": d.seq,
+        "first": first,
+        "generated_s": generated_s,
+        "snapshot_mb": len(snap.body) / 2**20,
+    }
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
     """(resident, peak resident) of ``pid`` in MiB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text()
-                  .splitlines() if ":" in line)
+    fields = dict(
+        line.split(":", 1)
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":" in line
+    )
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
 
 
@@ -182,16 +203,28 @@ def bench_history() -> list[dict]:
         m = re.findall(r"replayed (\d+) events \((\d+) tasks\) in ([\d.]+) s", log)
     size = f"{ENDED:,} ended tasks in history, {LIVE} live, {info['events']:,} events"
     return [
-        {"name": "restart with ended tasks in history: start to first healthy answer "
-                 "(snapshot, whole process)", "size": size,
-         "median_s": start_s, "max_s": start_s, "target_s": 5.0,
-         "extra": [f"  replayed after the snapshot: {m[-1][0] if m else '?'} events; "
-                   f"snapshot {info['snapshot_mb']:.1f} MiB; generating the history "
-                   f"{info['generated_s']:.0f} s ({build_s:.0f} s in all)"]},
-        {"name": "daemon memory with ended tasks in history (resident, after reading "
-                 "some back; ms = MiB)", "size": size,
-         "median_s": rss / 1000, "max_s": peak / 1000, "target_s": 1024 / 1000,
-         "extra": [f"  resident {rss:.0f} MiB, peak {peak:.0f} MiB (target 1 GiB)"]},
+        {
+            "name": "restart with ended tasks in history: start to first healthy answer "
+            "(snapshot, whole process)",
+            "size": size,
+            "median_s": start_s,
+            "max_s": start_s,
+            "target_s": 5.0,
+            "extra": [
+                f"  replayed after the snapshot: {m[-1][0] if m else '?'} events; "
+                f"snapshot {info['snapshot_mb']:.1f} MiB; generating the history "
+                f"{info['generated_s']:.0f} s ({build_s:.0f} s in all)"
+            ],
+        },
+        {
+            "name": "daemon memory with ended tasks in history (resident, after reading "
+            "some back; ms = MiB)",
+            "size": size,
+            "median_s": rss / 1000,
+            "max_s": peak / 1000,
+            "target_s": 1024 / 1000,
+            "extra": [f"  resident {rss:.0f} MiB, peak {peak:.0f} MiB (target 1 GiB)"],
+        },
     ]
 
 
@@ -258,12 +291,18 @@ os._exit(0)  # no checkpoint: as kill -9 leaves it
 
 def bench_wal() -> list[dict]:
     from kliqued.daemon.storage.store import CHECKPOINT_WAL
+
     threshold = int(CHECKPOINT_WAL.removesuffix("MB")) * 1000 * 1000
     want = min(threshold, WAL_MB * 1000 * 1000) - 4 * 1000 * 1000  # the last commit's room
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "k.duckdb"
-        out = subprocess.run([sys.executable, "-c", WAL_WRITER, str(db), str(want)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        out = subprocess.run(
+            [sys.executable, "-c", WAL_WRITER, str(db), str(want)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         seq, tasks, snap_seq, wal = (int(x) for x in out.stdout.split())
         s = Server(Path(tmp), estate=EXAMPLE_ESTATE, db=db)
@@ -272,10 +311,16 @@ def bench_wal() -> list[dict]:
         start_s = time.perf_counter() - t
         assert s.ok("GET", "/v1/tasks?limit=1")["tasks"]
         s.stop(timeout=600)
-    return [{"name": "kill -9 restart with the largest WAL (start to first healthy answer)",
-             "size": f"WAL {wal / 2**20:.0f} MiB, {tasks:,} tasks, {seq:,} events, "
-                     f"{seq - snap_seq:,} after the last snapshot",
-             "median_s": start_s, "max_s": start_s, "target_s": None}]
+    return [
+        {
+            "name": "kill -9 restart with the largest WAL (start to first healthy answer)",
+            "size": f"WAL {wal / 2**20:.0f} MiB, {tasks:,} tasks, {seq:,} events, "
+            f"{seq - snap_seq:,} after the last snapshot",
+            "median_s": start_s,
+            "max_s": start_s,
+            "target_s": None,
+        }
+    ]
 
 
 def run() -> list[dict]:

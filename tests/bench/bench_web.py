@@ -40,13 +40,21 @@ PAGES = ["orchestration", "policy", "my-work", "usage", "audit", "estate"]
 def xl_task(resources: list[str]) -> Any:
     """The ``i``-th submission: the compute resources in turn, by one of their group's
     users, one GPU where the task sets its size."""
+
     def task(i: int) -> dict[str, Any]:
         res = resources[i % len(resources)]
         team = res.split("/", 1)[0]
         k = int(team.rsplit("-", 1)[1])
-        return {"resource": res, "user": f"user-{k:04d}{'ab'[i % 2]}",
-                "project": f"proj-{k % 7}", "gpus_milli": None,
-                "command": ["python", "job.py", str(i)], "payload": None, "labels": {}}
+        return {
+            "resource": res,
+            "user": f"user-{k:04d}{'ab'[i % 2]}",
+            "project": f"proj-{k % 7}",
+            "gpus_milli": None,
+            "command": ["python", "job.py", str(i)],
+            "payload": None,
+            "labels": {},
+        }
+
     return task
 
 
@@ -68,10 +76,12 @@ HOLD_S = 10.0
 
 def _passes(s: Server) -> tuple[float, float]:
     text = s.call("GET", "/metrics")[1]
-    total = float(present(re.search(r"^klique_pass_duration_seconds_sum (\S+)$", text,
-                                    re.M)).group(1))
-    count = float(present(re.search(r"^klique_pass_duration_seconds_count (\S+)$", text,
-                                    re.M)).group(1))
+    total = float(
+        present(re.search(r"^klique_pass_duration_seconds_sum (\S+)$", text, re.M)).group(1)
+    )
+    count = float(
+        present(re.search(r"^klique_pass_duration_seconds_count (\S+)$", text, re.M)).group(1)
+    )
     return total, count
 
 
@@ -99,6 +109,7 @@ def fifty_browsers(s: Server, size: str) -> dict[str, Any]:
             with lock:
                 latencies.append(took)
             time.sleep(max(0.0, 1.0 - took))
+
     before = _passes(s)
     threads = [threading.Thread(target=poll, args=(b, i)) for i, b in enumerate(sessions)]
     for t in threads:
@@ -109,15 +120,22 @@ def fifty_browsers(s: Server, size: str) -> dict[str, Any]:
     passes = after[1] - before[1]
     mean_pass = (after[0] - before[0]) / passes if passes else 0.0
     latencies.sort()
-    return {"name": f"{BROWSERS} browsers holding live updates: a live answer", "size": size,
-            "median_s": statistics.median(latencies), "max_s": latencies[-1],
-            "target_s": TARGET_S,
-            "extra": [f"  meanwhile {passes:.0f} engine passes, mean {mean_pass * 1000:.2f} ms; "
-                      f"p99 live answer {latencies[int(len(latencies) * 0.99)] * 1000:.1f} ms"]}
+    return {
+        "name": f"{BROWSERS} browsers holding live updates: a live answer",
+        "size": size,
+        "median_s": statistics.median(latencies),
+        "max_s": latencies[-1],
+        "target_s": TARGET_S,
+        "extra": [
+            f"  meanwhile {passes:.0f} engine passes, mean {mean_pass * 1000:.2f} ms; "
+            f"p99 live answer {latencies[int(len(latencies) * 0.99)] * 1000:.1f} ms"
+        ],
+    }
 
 
 def run(tasks: int = TASKS_IN_STATE) -> list[dict]:
     from compiler.api import compile_dir
+
     with tempfile.TemporaryDirectory() as tmp:
         estate = Path(tmp) / "estate"
         write_xl(estate)
@@ -134,21 +152,31 @@ def run(tasks: int = TASKS_IN_STATE) -> list[dict]:
             admin.sign_in(ADMIN)
             dev = Browser(s.url)
             dev.sign_in(s.token({"user": "user-0007a"}))
-            size = (f"{info['tasks']} tasks ({info['placed']} placed), "
-                    f"{len(resources)} compute resources")
+            size = (
+                f"{info['tasks']} tasks ({info['placed']} placed), "
+                f"{len(resources)} compute resources"
+            )
             rows = []
             for who, b, pages in (("admin", admin, PAGES), ("developer", dev, ["my-work"])):
                 for page in pages:
                     for path, what in ((f"/{page}", "page"), (f"/{page}?live=1", "live")):
                         times = timed(b, path)
-                        rows.append({"name": f"dashboard {page} ({what}) as {who}",
-                                     "size": size, "median_s": statistics.median(times),
-                                     "max_s": max(times), "target_s": TARGET_S})
+                        rows.append(
+                            {
+                                "name": f"dashboard {page} ({what}) as {who}",
+                                "size": size,
+                                "median_s": statistics.median(times),
+                                "max_s": max(times),
+                                "target_s": TARGET_S,
+                            }
+                        )
                         if (page, what) == ("usage", "page"):
                             # the month's CIO figures: computed at start, then held
-                            rows[-1]["extra"] = [f"  usage page's first load "
-                                                 f"{times[0] * 1000:.0f} ms (the month's CIO "
-                                                 f"figures computed at the daemon's start)"]
+                            rows[-1]["extra"] = [
+                                f"  usage page's first load "
+                                f"{times[0] * 1000:.0f} ms (the month's CIO "
+                                f"figures computed at the daemon's start)"
+                            ]
             rows[0]["extra"] = [f"  dashboard state written in {build_s:.1f} s"]
             rows.append(fifty_browsers(s, size))
             return rows

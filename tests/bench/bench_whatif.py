@@ -26,8 +26,19 @@ def _plan(repo: Path, demand: Path) -> tuple[float, int, str]:
     out, err = io.StringIO(), io.StringIO()
     t = time.perf_counter()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["plan", "--repo", str(repo), "--base", "main", "--what-if", str(demand),
-                     "--format", "markdown"])
+        code = main(
+            [
+                "plan",
+                "--repo",
+                str(repo),
+                "--base",
+                "main",
+                "--what-if",
+                str(demand),
+                "--format",
+                "markdown",
+            ]
+        )
     return time.perf_counter() - t, code, out.getvalue() + err.getvalue()
 
 
@@ -54,18 +65,23 @@ def bench_whatif(repeat: int = 2, limit: int | None = None) -> dict | None:
         commit_all(repo, "philly")
         path = estate / "estate.yaml"
         text = path.read_text()
-        path.write_text(text.replace("reservation: 96, limit: 512", "reservation: 96, limit: 128",
-                                     1))
+        path.write_text(
+            text.replace("reservation: 96, limit: 512", "reservation: 96, limit: 128", 1)
+        )
         demand = Path(tmp) / "demand.csv"
         demand.write_text("\n".join(lines) + "\n")
         runs = [_plan(repo, demand) for _ in range(repeat)]
     for _, code, output in runs:
         assert code == 2, output[-2000:]
     times = [t for t, _, _ in runs]
-    return {"name": "kliqued plan --what-if (git, compile, two replays, comparison, markdown)",
-            "size": f"{len(lines) - 1:,} tasks of the Chronus-Philly load, 11 groups, "
-                    "1,280 GPUs, one limit lowered",
-            "median_s": statistics.median(times), "max_s": max(times), "target_s": TARGET_S}
+    return {
+        "name": "kliqued plan --what-if (git, compile, two replays, comparison, markdown)",
+        "size": f"{len(lines) - 1:,} tasks of the Chronus-Philly load, 11 groups, "
+        "1,280 GPUs, one limit lowered",
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "target_s": TARGET_S,
+    }
 
 
 def run() -> list[dict]:

@@ -34,38 +34,67 @@ from tests.harness.wait import wait_for
 WORKERS = 1000
 TASKS = 1000
 BURSTS, PER_BURST = 30, 20
-POOLS = ["onprem-k8s", "onprem-baremetal", "paris-k8s", "hpc-slurm", "aws-eu-burst",
-         "azure-nl-reserved", "neocloud-nordic", "neocloud-de"]
+POOLS = [
+    "onprem-k8s",
+    "onprem-baremetal",
+    "paris-k8s",
+    "hpc-slurm",
+    "aws-eu-burst",
+    "azure-nl-reserved",
+    "neocloud-nordic",
+    "neocloud-de",
+]
 PROJECT = {"alice": "rlhf", "dave": "inspection", "frank": "recsys", "heidi": "ocean-2040"}
 """A project of each user's group (the example groups list projects)."""
-LOAD = {"alice": ["llm-research/h100", "llm-research/bigmem-2x"],
-        "dave": ["vision/standard", "vision/h100"],
-        "frank": ["applied-ml/standard", "applied-ml/finetune-2x"],
-        "heidi": ["climate/batch", "climate/train-4x"]}
+LOAD = {
+    "alice": ["llm-research/h100", "llm-research/bigmem-2x"],
+    "dave": ["vision/standard", "vision/h100"],
+    "frank": ["applied-ml/standard", "applied-ml/finetune-2x"],
+    "heidi": ["climate/batch", "climate/train-4x"],
+}
 
 
 def _passes(log: str) -> list[float]:
     return [float(m) / 1000 for m in re.findall(r"pass: .* \(([\d.]+) ms\)", log)]
 
 
-async def _pollers(url: str, tokens: dict[str, str], n: int, stop: asyncio.Event,
-                   ready: asyncio.Event, counts: dict[str, int]) -> None:
+async def _pollers(
+    url: str,
+    tokens: dict[str, str],
+    n: int,
+    stop: asyncio.Event,
+    ready: asyncio.Event,
+    counts: dict[str, int],
+) -> None:
     import aiohttp
+
     conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn,
-                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+    async with aiohttp.ClientSession(
+        connector=conn, timeout=aiohttp.ClientTimeout(total=60)
+    ) as session:
         registered = 0
 
         async def worker(i: int) -> None:
             nonlocal registered
             pool = POOLS[i % len(POOLS)]
             # the key a worker keeps in its state dir and proves itself with on every call
-            h = {"Authorization": f"Bearer {tokens[pool]}",
-                 "X-Klique-Worker-Key": secrets.token_urlsafe(32)}
+            h = {
+                "Authorization": f"Bearer {tokens[pool]}",
+                "X-Klique-Worker-Key": secrets.token_urlsafe(32),
+            }
             wid = f"w-bench-{i:04d}"
-            async with session.post(f"{url}/v1/workers/register", headers=h, json={
-                    "worker_id": wid, "pool": pool, "hostname": f"h{i}",
-                    "executor": "process", "gpus": [{"index": 0}], "version": "bench"}) as r:
+            async with session.post(
+                f"{url}/v1/workers/register",
+                headers=h,
+                json={
+                    "worker_id": wid,
+                    "pool": pool,
+                    "hostname": f"h{i}",
+                    "executor": "process",
+                    "gpus": [{"index": 0}],
+                    "version": "bench",
+                },
+            ) as r:
                 assert r.status == 200, await r.text()
             registered += 1
             if registered == n:
@@ -74,16 +103,19 @@ async def _pollers(url: str, tokens: dict[str, str], n: int, stop: asyncio.Event
             async def beats() -> None:
                 await asyncio.sleep(5 * i / n)  # staggered: 200 heartbeats/s in all
                 while not stop.is_set():
-                    async with session.post(f"{url}/v1/workers/{wid}/heartbeat", headers=h,
-                                            json={"running": []}) as r:
+                    async with session.post(
+                        f"{url}/v1/workers/{wid}/heartbeat", headers=h, json={"running": []}
+                    ) as r:
                         await r.read()
                     counts["heartbeats"] += 1
                     await asyncio.sleep(5)
+
             hb = asyncio.create_task(beats())
             try:
                 while not stop.is_set():
-                    async with session.post(f"{url}/v1/workers/{wid}/lease?wait=30",
-                                            headers=h, json={"free_gpus": []}) as r:
+                    async with session.post(
+                        f"{url}/v1/workers/{wid}/lease?wait=30", headers=h, json={"free_gpus": []}
+                    ) as r:
                         await r.read()
                     counts["polls"] += 1
             finally:
@@ -98,6 +130,7 @@ async def _pollers(url: str, tokens: dict[str, str], n: int, stop: asyncio.Event
 
 async def _submit_bursts(url: str, tokens: dict[str, str]) -> list[str]:
     import aiohttp
+
     ids: list[str] = []
     users = list(LOAD)
     async with aiohttp.ClientSession() as session:
@@ -107,12 +140,20 @@ async def _submit_bursts(url: str, tokens: dict[str, str]) -> list[str]:
             for _ in range(PER_BURST):
                 user = users[n % len(users)]
                 res = LOAD[user][(n // len(users)) % 2]
-                body: dict[str, Any] = {"resource": res, "command": ["true"],
-                                        "project": PROJECT[user]}
+                body: dict[str, Any] = {
+                    "resource": res,
+                    "command": ["true"],
+                    "project": PROJECT[user],
+                }
                 if res.endswith("/batch"):
                     body["gpus"] = 1
-                reqs.append(session.post(f"{url}/v1/tasks", json=body, headers={
-                    "Authorization": f"Bearer {tokens[user]}"}))
+                reqs.append(
+                    session.post(
+                        f"{url}/v1/tasks",
+                        json=body,
+                        headers={"Authorization": f"Bearer {tokens[user]}"},
+                    )
+                )
                 n += 1
             for coro in asyncio.as_completed([_json(r) for r in reqs]):
                 ids.append((await coro)["id"])
@@ -146,13 +187,15 @@ def _latencies(s: Server) -> list[float]:
 
 def _ms(text: str) -> float:
     from kliqued.daemon.units import parse_iso
+
     return parse_iso(text)
 
 
 def _one_run(workers: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        s = FleetServer(Path(tmp), estate=EXAMPLE_ESTATE, ttl="60s",
-                        extra=["--poll-wait", "30s"]).start()
+        s = FleetServer(
+            Path(tmp), estate=EXAMPLE_ESTATE, ttl="60s", extra=["--poll-wait", "30s"]
+        ).start()
         try:
             users = {u: s.token({"user": u}) for u in LOAD}
             wtokens = {p: s.token({"worker": True, "pool": p}) for p in POOLS}
@@ -162,8 +205,7 @@ def _one_run(workers: int) -> dict[str, Any]:
                 stop, ready = asyncio.Event(), asyncio.Event()
                 bg = None
                 if workers:
-                    bg = asyncio.create_task(_pollers(s.url, wtokens, workers, stop, ready,
-                                                      counts))
+                    bg = asyncio.create_task(_pollers(s.url, wtokens, workers, stop, ready, counts))
                     await asyncio.wait_for(ready.wait(), 60)
                     await asyncio.sleep(1.0)
                 ids = await _submit_bursts(s.url, users)
@@ -172,6 +214,7 @@ def _one_run(workers: int) -> dict[str, Any]:
                 if bg is not None:
                     await bg
                 return ids
+
             ids = asyncio.run(main())
             lat = _latencies(s)
         finally:
@@ -187,58 +230,93 @@ def bench_long_polls() -> list[dict]:
     for label, key in (("engine pass", "passes"), ("submit to placed", "latency")):
         b, w = base[key], busy[key]
         bm, wm = statistics.median(b), statistics.median(w)
-        rows.append({"name": f"{label} with {WORKERS} long-polling workers",
-                     "size": f"{busy['tasks']} tasks in bursts of {PER_BURST}; "
-                             f"{len(w)} samples",
-                     "median_s": wm, "max_s": max(w), "target_s": max(2 * bm, 0.001),
-                     "extra": [f"  baseline without workers: median {bm * 1000:.1f} ms, "
-                               f"max {max(b) * 1000:.1f} ms; with them: {busy['polls']} "
-                               f"polls answered, {busy['heartbeats']} heartbeats"]})
+        rows.append(
+            {
+                "name": f"{label} with {WORKERS} long-polling workers",
+                "size": f"{busy['tasks']} tasks in bursts of {PER_BURST}; {len(w)} samples",
+                "median_s": wm,
+                "max_s": max(w),
+                "target_s": max(2 * bm, 0.001),
+                "extra": [
+                    f"  baseline without workers: median {bm * 1000:.1f} ms, "
+                    f"max {max(b) * 1000:.1f} ms; with them: {busy['polls']} "
+                    f"polls answered, {busy['heartbeats']} heartbeats"
+                ],
+            }
+        )
     return rows
 
 
 def bench_end_to_end() -> list[dict]:
-    files = {**ESTATE,
-             "pools.yaml": ESTATE["pools.yaml"].replace("capacity: 2", "capacity: 8", 1),
-             "policies.yaml": ESTATE["policies.yaml"].replace("limit: 2\n  - name: team-b",
-                                                              "limit: 8\n  - name: team-b")
-             .replace("reservation: 2\n", "reservation: 8\n", 1)}
+    files = {
+        **ESTATE,
+        "pools.yaml": ESTATE["pools.yaml"].replace("capacity: 2", "capacity: 8", 1),
+        "policies.yaml": ESTATE["policies.yaml"]
+        .replace("limit: 2\n  - name: team-b", "limit: 8\n  - name: team-b")
+        .replace("reservation: 2\n", "reservation: 8\n", 1),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         root = write_estate(Path(tmp) / "estate", files)
         s = FleetServer(Path(tmp), estate=root, ttl="15s").start()
         w = None
         try:
             alice = s.token({"user": "alice"})
-            w = RealWorker(s, s.token({"worker": True, "pool": "bare"}), Path(tmp) / "w",
-                           gpus="0,1,2,3,4,5,6,7").start()
+            w = RealWorker(
+                s,
+                s.token({"worker": True, "pool": "bare"}),
+                Path(tmp) / "w",
+                gpus="0,1,2,3,4,5,6,7",
+            ).start()
             time.sleep(1.0)
 
             async def submit_all() -> None:
                 import aiohttp
+
                 conn = aiohttp.TCPConnector(limit=32)
                 async with aiohttp.ClientSession(connector=conn) as session:
+
                     async def one(i: int) -> None:
-                        async with session.post(f"{s.url}/v1/tasks", json={
-                                "resource": "team-a/one", "command": ["true"]}, headers={
-                                "Authorization": f"Bearer {alice}"}) as r:
+                        async with session.post(
+                            f"{s.url}/v1/tasks",
+                            json={"resource": "team-a/one", "command": ["true"]},
+                            headers={"Authorization": f"Bearer {alice}"},
+                        ) as r:
                             assert r.status == 201, await r.text()
+
                     await asyncio.gather(*(one(i) for i in range(TASKS)))
+
             t0 = time.perf_counter()
             asyncio.run(submit_all())
             submitted = time.perf_counter() - t0
-            wait_for(lambda: s.ok("POST", "/v1/ledger/sql", {
-                "sql": "SELECT count(*) FROM ledger WHERE end_reason = 'finished'"})["rows"][0][0]
-                >= TASKS, 600, f"{TASKS} tasks to finish", every=0.1)
+            wait_for(
+                lambda: (
+                    s.ok(
+                        "POST",
+                        "/v1/ledger/sql",
+                        {"sql": "SELECT count(*) FROM ledger WHERE end_reason = 'finished'"},
+                    )["rows"][0][0]
+                    >= TASKS
+                ),
+                600,
+                f"{TASKS} tasks to finish",
+                every=0.1,
+            )
             took = time.perf_counter() - t0
         finally:
             if w is not None:
                 w.stop()
             s.stop()
-    return [{"name": f"{TASKS} tasks `true` through a worker with 8 GPUs, submit to finished "
-                     "(time per task: the whole run divided by the tasks)",
-             "size": f"{TASKS / took:.0f} tasks/s", "median_s": took / TASKS,
-             "max_s": took / TASKS, "target_s": None,
-             "extra": [f"  {took:.1f} s in all; submissions took {submitted:.1f} s"]}]
+    return [
+        {
+            "name": f"{TASKS} tasks `true` through a worker with 8 GPUs, submit to finished "
+            "(time per task: the whole run divided by the tasks)",
+            "size": f"{TASKS / took:.0f} tasks/s",
+            "median_s": took / TASKS,
+            "max_s": took / TASKS,
+            "target_s": None,
+            "extra": [f"  {took:.1f} s in all; submissions took {submitted:.1f} s"],
+        }
+    ]
 
 
 def run() -> list[dict]:

@@ -42,11 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--org", action="store_true", help="issue 12's three-level tree")
     ap.add_argument("--runs", type=int, default=1, help="first passes, each on a new state")
     ap.add_argument("--profile", action="store_true", help="cProfile the first pass")
-    ap.add_argument("--digest", action="store_true",
-                    help="print a digest of the decisions (first pass and --steady passes)")
-    ap.add_argument("--steady", type=int, default=0,
-                    help="steady passes after the first (100 ends + 100 submissions each): "
-                         "their CPU times, or with --digest their decisions")
+    ap.add_argument(
+        "--digest",
+        action="store_true",
+        help="print a digest of the decisions (first pass and --steady passes)",
+    )
+    ap.add_argument(
+        "--steady",
+        type=int,
+        default=0,
+        help="steady passes after the first (100 ends + 100 submissions each): "
+        "their CPU times, or with --digest their decisions",
+    )
     args = ap.parse_args(argv)
     out: dict = {"engine": engine_pkg.__file__, "org": args.org, "wall_s": [], "cpu_s": []}
     h = hashlib.sha256()

@@ -47,9 +47,14 @@ def main(argv: list[str]) -> int:
     for m in (org, flat):
         m.compare_pass = record  # type: ignore[attr-defined]  # set here, read by drive()
         m.assert_quiet = quiet  # type: ignore[attr-defined]  # set here, read by drive()
-    same = settings(max_examples=n, deadline=None, derandomize=True, database=None,
-                    phases=[Phase.explicit, Phase.generate],
-                    suppress_health_check=list(HealthCheck))
+    same = settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
 
     @same
     @given(org_worlds())
@@ -71,8 +76,11 @@ def main(argv: list[str]) -> int:
 
     for test in (hierarchies, flat_worlds, contended):
         test()
-        print(f"{test.__name__}: {counts[0]} worlds, {counts[1]} decisions, "
-              f"digest {h.hexdigest()[:16]}", flush=True)
+        print(
+            f"{test.__name__}: {counts[0]} worlds, {counts[1]} decisions, "
+            f"digest {h.hexdigest()[:16]}",
+            flush=True,
+        )
     return 0
 
 

@@ -28,7 +28,7 @@ async def big(request: web.Request) -> web.StreamResponse:
     resp.content_length = len(body)
     await resp.prepare(request)
     for at in range(0, len(body), 64 * 1024):
-        await resp.write(body[at:at + 64 * 1024])
+        await resp.write(body[at : at + 64 * 1024])
     await resp.write_eof()
     return resp
 

@@ -14,8 +14,9 @@ PREFIX = os.environ["KLIQUE_SESSION_PREFIX"]
 
 
 async def index(request: web.Request) -> web.Response:
-    resp = web.json_response({"hello": "from the session", "path": request.path_qs,
-                              "headers": dict(request.headers)})
+    resp = web.json_response(
+        {"hello": "from the session", "path": request.path_qs, "headers": dict(request.headers)}
+    )
     resp.set_cookie("_xsrf", "app-cookie", path=PREFIX)
     return resp
 
@@ -40,5 +41,4 @@ app.router.add_get(PREFIX, index)
 app.router.add_post(PREFIX + "echo", echo)
 app.router.add_get(PREFIX + "ws", ws)
 print("listening on", os.environ["KLIQUE_SESSION_PORT"], flush=True)
-web.run_app(app, host="127.0.0.1", port=int(os.environ["KLIQUE_SESSION_PORT"]),
-            print=None)
+web.run_app(app, host="127.0.0.1", port=int(os.environ["KLIQUE_SESSION_PORT"]), print=None)

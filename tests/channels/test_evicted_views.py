@@ -36,8 +36,11 @@ def fs(tmp_path: Path):
 def test_an_ended_pipelines_step_says_how_its_evicted_task_ended(fs: FleetServer) -> None:
     alice = fs.alice  # type: ignore[attr-defined]
     pid = fs.ok("POST", "/v1/pipelines", {"text": PIPELINE}, token=alice, expect=201)["id"]
-    step = wait_for(lambda: fs.ok("GET", f"/v1/pipelines/{pid}", token=alice)["steps"][0]
-                    .get("task"), 10, "the step's task")
+    step = wait_for(
+        lambda: fs.ok("GET", f"/v1/pipelines/{pid}", token=alice)["steps"][0].get("task"),
+        10,
+        "the step's task",
+    )
     fs.ok("POST", f"/v1/pipelines/{pid}/cancel", token=alice)
     wait_for(lambda: fs.task(step)["state"] == "ended", 10, "the step's task to end")
     wait_for(lambda: records_in_memory(fs) == 0, 10, "the task evicted")
@@ -50,20 +53,29 @@ def test_an_ended_pipelines_step_says_how_its_evicted_task_ended(fs: FleetServer
 
 
 def test_a_schedules_run_says_how_its_evicted_task_ended(
-        fs: FleetServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs: FleetServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     alice = fs.alice  # type: ignore[attr-defined]
-    sid = fs.ok("POST", "/v1/schedules", {"cron": "0 3 * * *", "resource": "team-a/one",
-                                          "command": ["sleep", "600"]},
-                token=alice, expect=201)["id"]
+    sid = fs.ok(
+        "POST",
+        "/v1/schedules",
+        {"cron": "0 3 * * *", "resource": "team-a/one", "command": ["sleep", "600"]},
+        token=alice,
+        expect=201,
+    )["id"]
     now = datetime.now(timezone.utc)
     due = now.replace(hour=3, minute=0, second=0, microsecond=0)
     due = due if due > now else due + timedelta(days=1)
     assert fs.stop() == 0  # back a minute after the next 03:00: the run is made
-    monkeypatch.setenv(CLOCK_OFFSET_ENV,
-                       str(int((due + timedelta(minutes=1) - now).total_seconds() * 1000)))
+    monkeypatch.setenv(
+        CLOCK_OFFSET_ENV, str(int((due + timedelta(minutes=1) - now).total_seconds() * 1000))
+    )
     fs.start()
-    run = wait_for(lambda: fs.ok("GET", f"/v1/schedules/{sid}", token=alice)["last_runs"],
-                   20, "the schedule's run")[0]
+    run = wait_for(
+        lambda: fs.ok("GET", f"/v1/schedules/{sid}", token=alice)["last_runs"],
+        20,
+        "the schedule's run",
+    )[0]
     tid = run["task"]
     fs.ok("POST", f"/v1/tasks/{tid}/cancel", token=alice)
     wait_for(lambda: fs.task(tid)["state"] == "ended", 10, "the run's task to end")

@@ -49,14 +49,16 @@ def test_a_cycle_is_refused_at_its_place() -> None:
     text = GOOD.replace("    needs: [prepare]\n", "    needs: [prepare, report]\n")
     errs = errors(text)
     assert len(errs) == 1
-    assert errs == ["p.yaml:16:13: the steps form a cycle (A -> B: A needs B): report -> "
-                    "train -> report"]
+    assert errs == [
+        "p.yaml:16:13: the steps form a cycle (A -> B: A needs B): report -> train -> report"
+    ]
 
 
 def test_an_unknown_step_is_refused_at_its_place() -> None:
     errs = errors(GOOD.replace("needs: [train]", "needs: [trian]"))
-    assert errs == ["p.yaml:16:13: step report needs unknown step trian; the steps are "
-                    "prepare, train, report"]
+    assert errs == [
+        "p.yaml:16:13: step report needs unknown step trian; the steps are prepare, train, report"
+    ]
 
 
 def test_a_field_the_schema_does_not_know_is_refused_at_its_name() -> None:
@@ -67,9 +69,11 @@ def test_a_field_the_schema_does_not_know_is_refused_at_its_name() -> None:
 def test_references_are_checked() -> None:
     errs = errors(GOOD.replace("${params.epochs}", "${params.epoch}"))
     assert "parameter epoch is not declared" in errs[0] and errs[0].startswith("p.yaml:13:")
-    errs = errors(GOOD.replace('command: [echo, "cost: $$5"]',
-                               'command: [echo, "${steps.prepare.outputs.path}x"]')
-                  .replace("needs: [train]", "needs: []"))
+    errs = errors(
+        GOOD.replace(
+            'command: [echo, "cost: $$5"]', 'command: [echo, "${steps.prepare.outputs.path}x"]'
+        ).replace("needs: [train]", "needs: []")
+    )
     assert "uses the outputs of prepare, which it does not need" in errs[0]
     errs = errors(GOOD.replace("$$5", "${HOME}"))
     assert "${HOME} is neither" in errs[0]
@@ -103,8 +107,10 @@ def test_advance_sends_roots_then_dependents_with_outputs() -> None:
     assert P.advance(loaded.spec, loaded.params, steps, {}) == ([], [])
     ended = {"t1": P.TaskEnd(True, "finished", {"path": "/data/x"})}
     actions, _ = P.advance(loaded.spec, loaded.params, steps, ended)
-    assert actions == [P.Mark("prepare", P.SUCCEEDED, "finished", {"path": "/data/x"}),
-                       P.Submit("train", 1, ["python", "train.py", "/data/x", "3"])]
+    assert actions == [
+        P.Mark("prepare", P.SUCCEEDED, "finished", {"path": "/data/x"}),
+        P.Submit("train", 1, ["python", "train.py", "/data/x", "3"]),
+    ]
 
 
 def test_advance_retries_then_fails_fast() -> None:
@@ -116,32 +122,44 @@ def test_advance_retries_then_fails_fast() -> None:
     actions, _ = P.advance(loaded.spec, loaded.params, steps, failed)
     assert actions == [P.Submit("train", 2, ["python", "train.py", "/d", "3"])]
     steps["train"].tasks = ["t2", "t3", "t4"]
-    actions, _ = P.advance(loaded.spec, loaded.params, steps,
-                           {"t4": P.TaskEnd(False, "failed: exit code 1")})
+    actions, _ = P.advance(
+        loaded.spec, loaded.params, steps, {"t4": P.TaskEnd(False, "failed: exit code 1")}
+    )
     assert actions[0] == P.Mark("train", P.FAILED, "failed: exit code 1 (after 3 attempts)")
     assert P.Mark("report", P.CANCELLED, "not run: step train failed (fail-fast)") in actions
-    assert actions[-1] == P.Finish(P.FAILED, "step train failed: failed: exit code 1 (after "
-                                             "3 attempts)")
+    assert actions[-1] == P.Finish(
+        P.FAILED, "step train failed: failed: exit code 1 (after 3 attempts)"
+    )
 
 
 def test_continue_skips_only_the_dependents() -> None:
-    text = GOOD.replace("steps:\n", "on_failure: continue\nsteps:\n") + """\
+    text = (
+        GOOD.replace("steps:\n", "on_failure: continue\nsteps:\n")
+        + """\
   - name: other
     resource: team-a/one
     command: ["true"]
 """
+    )
     loaded = P.load("p.yaml", text)
     steps = steps_of(loaded.spec)
     steps["prepare"] = P.StepRun("prepare", ["t1"], P.RUNNING)
     steps["other"] = P.StepRun("other", ["t2"], P.RUNNING)
-    actions, cancel = P.advance(loaded.spec, loaded.params, steps,
-                                {"t1": P.TaskEnd(False, "failed: exit code 2")})
+    actions, cancel = P.advance(
+        loaded.spec, loaded.params, steps, {"t1": P.TaskEnd(False, "failed: exit code 2")}
+    )
     assert cancel == []
-    assert actions == [P.Mark("prepare", P.FAILED, "failed: exit code 2"),
-                       P.Mark("train", P.SKIPPED, "skipped: needs prepare, which failed"),
-                       P.Mark("report", P.SKIPPED, "skipped: needs train, which skipped")]
-    steps.update({n: P.StepRun(n, [], s) for n, s in
-                  (("prepare", P.FAILED), ("train", P.SKIPPED), ("report", P.SKIPPED))})
+    assert actions == [
+        P.Mark("prepare", P.FAILED, "failed: exit code 2"),
+        P.Mark("train", P.SKIPPED, "skipped: needs prepare, which failed"),
+        P.Mark("report", P.SKIPPED, "skipped: needs train, which skipped"),
+    ]
+    steps.update(
+        {
+            n: P.StepRun(n, [], s)
+            for n, s in (("prepare", P.FAILED), ("train", P.SKIPPED), ("report", P.SKIPPED))
+        }
+    )
     steps["other"] = P.StepRun("other", ["t2"], P.RUNNING)
     actions, _ = P.advance(loaded.spec, loaded.params, steps, {"t2": P.TaskEnd(True, "ok")})
     assert actions[-1] == P.Finish(P.FAILED, "steps not succeeded: prepare, train, report")
@@ -151,9 +169,17 @@ def test_a_missing_output_fails_the_step_without_a_task() -> None:
     loaded = P.load("p.yaml", GOOD)
     steps = steps_of(loaded.spec)
     steps["prepare"] = P.StepRun("prepare", ["t1"], P.RUNNING)
-    actions, _ = P.advance(loaded.spec, loaded.params, steps,
-                           {"t1": P.TaskEnd(True, "finished", {})})
+    actions, _ = P.advance(
+        loaded.spec, loaded.params, steps, {"t1": P.TaskEnd(True, "finished", {})}
+    )
     assert not any(isinstance(a, P.Submit) for a in actions)
-    assert P.Mark("train", P.FAILED, "step prepare gave no output path (it writes KEY=VALUE "
-                                     "lines to the file named by $KLIQUE_OUTPUTS)") in actions
+    assert (
+        P.Mark(
+            "train",
+            P.FAILED,
+            "step prepare gave no output path (it writes KEY=VALUE "
+            "lines to the file named by $KLIQUE_OUTPUTS)",
+        )
+        in actions
+    )
     assert isinstance(actions[-1], P.Finish) and actions[-1].state == P.FAILED

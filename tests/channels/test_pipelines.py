@@ -42,8 +42,14 @@ def write(tmp: Path, name: str, text: str) -> Path:
 def cli(fs: FleetServer, token: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": token}
     env.pop("KLIQUE_CONFIG", None)
-    return subprocess.run([PY, "-m", "kliqued.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [PY, "-m", "kliqued.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def pipeline(fs: FleetServer, token: str, pid: str) -> dict:
@@ -51,21 +57,32 @@ def pipeline(fs: FleetServer, token: str, pid: str) -> dict:
 
 
 def ended(fs: FleetServer, token: str, pid: str, timeout: float = 60) -> dict:
-    return wait_for(lambda: (p := pipeline(fs, token, pid))["state"] != "running" and p,
-                    timeout, f"pipeline {pid} to end")
+    return wait_for(
+        lambda: (p := pipeline(fs, token, pid))["state"] != "running" and p,
+        timeout,
+        f"pipeline {pid} to end",
+    )
 
 
 def test_values_pass_between_steps_and_a_failed_step_is_retried(
-        fs: FleetServer, real: Any, tmp_path: Path) -> None:
+    fs: FleetServer, real: Any, tmp_path: Path
+) -> None:
     real("w1")
     out, marker = tmp_path / "result.txt", tmp_path / "flaky.once"
-    make = py("import os, sys; open(os.environ['KLIQUE_OUTPUTS'], 'w').write("
-              "'GREETING=' + sys.argv[1] + '\\n# a comment\\nSIZE=42\\n')",
-              "${params.word}")
-    flaky = py(f"import os, sys; p = {str(marker)!r}\n"
-               "if not os.path.exists(p): open(p, 'w').close(); sys.exit(3)")
-    use = py(f"import sys; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))",
-             "${steps.make.outputs.GREETING}", "${steps.make.outputs.SIZE}")
+    make = py(
+        "import os, sys; open(os.environ['KLIQUE_OUTPUTS'], 'w').write("
+        "'GREETING=' + sys.argv[1] + '\\n# a comment\\nSIZE=42\\n')",
+        "${params.word}",
+    )
+    flaky = py(
+        f"import os, sys; p = {str(marker)!r}\n"
+        "if not os.path.exists(p): open(p, 'w').close(); sys.exit(3)"
+    )
+    use = py(
+        f"import sys; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))",
+        "${steps.make.outputs.GREETING}",
+        "${steps.make.outputs.SIZE}",
+    )
     text = f"""\
 pipeline: etl
 params:
@@ -110,7 +127,8 @@ steps:
 
 
 def test_fail_fast_cancels_the_running_steps_and_continue_skips_only_dependents(
-        fs: FleetServer, real: Any, tmp_path: Path) -> None:
+    fs: FleetServer, real: Any, tmp_path: Path
+) -> None:
     real("w1")
     body = """\
 steps:
@@ -125,34 +143,52 @@ steps:
     needs: [bad]
     command: {ok}
 """
-    fmt = dict(long=py("import time; time.sleep(60)"), bad=py("import sys; sys.exit(3)"),
-               ok=py("pass"))
-    fast = fs.ok("POST", "/v1/pipelines", {"file": "f.yaml", "text": "pipeline: fast\n"
-                                           + body.format(**fmt)}, token=fs.alice, expect=201)
+    fmt = dict(
+        long=py("import time; time.sleep(60)"), bad=py("import sys; sys.exit(3)"), ok=py("pass")
+    )
+    fast = fs.ok(
+        "POST",
+        "/v1/pipelines",
+        {"file": "f.yaml", "text": "pipeline: fast\n" + body.format(**fmt)},
+        token=fs.alice,
+        expect=201,
+    )
     p = ended(fs, fs.alice, fast["id"])
     steps = {s["name"]: s for s in p["steps"]}
-    assert p["state"] == "failed" and p["text"].startswith("step bad failed: failed: exit "
-                                                            "code 3"), p
+    assert p["state"] == "failed" and p["text"].startswith(
+        "step bad failed: failed: exit code 3"
+    ), p
     assert steps["long"]["state"] == "cancelled" and steps["after"]["state"] == "cancelled"
-    wait_for(lambda: fs.task(steps["long"]["task"])["state"] == "ended", 20,
-             "the long step's task to be cancelled")
+    wait_for(
+        lambda: fs.task(steps["long"]["task"])["state"] == "ended",
+        20,
+        "the long step's task to be cancelled",
+    )
     assert fs.task(steps["long"]["task"])["end_reason"] == "cancelled"
     assert steps["after"]["task"] is None  # never submitted
 
     fmt["long"] = py("import time; time.sleep(1)")
-    cont = fs.ok("POST", "/v1/pipelines", {"file": "c.yaml", "text": "pipeline: cont\n"
-                                           "on_failure: continue\n" + body.format(**fmt)},
-                 token=fs.alice, expect=201)
+    cont = fs.ok(
+        "POST",
+        "/v1/pipelines",
+        {"file": "c.yaml", "text": "pipeline: cont\non_failure: continue\n" + body.format(**fmt)},
+        token=fs.alice,
+        expect=201,
+    )
     p = ended(fs, fs.alice, cont["id"])
     steps = {s["name"]: s for s in p["steps"]}
     assert (steps["long"]["state"], steps["bad"]["state"], steps["after"]["state"]) == (
-        "succeeded", "failed", "skipped")
+        "succeeded",
+        "failed",
+        "skipped",
+    )
     assert steps["after"]["text"] == "skipped: needs bad, which failed"
     assert p["state"] == "failed"
 
 
-def test_a_pipeline_survives_a_kill_9_of_the_daemon(fs: FleetServer, real: Any,
-                                              tmp_path: Path) -> None:
+def test_a_pipeline_survives_a_kill_9_of_the_daemon(
+    fs: FleetServer, real: Any, tmp_path: Path
+) -> None:
     real("w1")
     started, out = tmp_path / "first.started", tmp_path / "second.out"
     first = py(f"import time; open({str(started)!r}, 'w').close(); time.sleep(3)")
@@ -168,8 +204,9 @@ steps:
     needs: [first]
     command: {second}
 """
-    pid = fs.ok("POST", "/v1/pipelines", {"file": "long.yaml", "text": text},
-                token=fs.alice, expect=201)["id"]
+    pid = fs.ok(
+        "POST", "/v1/pipelines", {"file": "long.yaml", "text": text}, token=fs.alice, expect=201
+    )["id"]
     wait_for(started.exists, 30, "the first step to start")
     fs.kill()  # kill -9 while the first step runs
     fs.start()
@@ -203,8 +240,12 @@ steps:
 
 
 def test_bad_pipelines_are_refused_with_their_place_and_nothing_submitted(
-        fs: FleetServer, tmp_path: Path) -> None:
-    denied = write(tmp_path, "denied.yaml", """\
+    fs: FleetServer, tmp_path: Path
+) -> None:
+    denied = write(
+        tmp_path,
+        "denied.yaml",
+        """\
 pipeline: denied
 steps:
   - name: ok
@@ -214,27 +255,45 @@ steps:
     resource: team-b/one
     needs: [ok]
     command: [echo, no]
-""")
+""",
+    )
     r = cli(fs, fs.alice, "pipeline", "run", str(denied))
     assert r.returncode == 1
-    assert ("kliqued: denied.yaml: step theirs: user 'alice' is not in the users of group "
-            "'team-b'; alice may submit to team-a/elsewhere, team-a/one") in r.stderr
-    cyc = write(tmp_path, "cycle.yaml", denied.read_text().replace(
-        "    command: [echo, ok]", "    needs: [theirs]\n    command: [echo, ok]"))
+    assert (
+        "kliqued: denied.yaml: step theirs: user 'alice' is not in the users of group "
+        "'team-b'; alice may submit to team-a/elsewhere, team-a/one"
+    ) in r.stderr
+    cyc = write(
+        tmp_path,
+        "cycle.yaml",
+        denied.read_text().replace(
+            "    command: [echo, ok]", "    needs: [theirs]\n    command: [echo, ok]"
+        ),
+    )
     r = cli(fs, fs.alice, "pipeline", "run", str(cyc))
-    assert r.returncode == 1 and ("kliqued: cycle.yaml:9:13: the steps form a cycle (A -> B: "
-                                  "A needs B): theirs -> ok -> theirs") in r.stderr, r.stderr
+    assert (
+        r.returncode == 1
+        and (
+            "kliqued: cycle.yaml:9:13: the steps form a cycle (A -> B: "
+            "A needs B): theirs -> ok -> theirs"
+        )
+        in r.stderr
+    ), r.stderr
     unknown = write(tmp_path, "unknown.yaml", denied.read_text().replace("[ok]", "[ko]"))
     r = cli(fs, fs.alice, "pipeline", "run", str(unknown))
-    assert r.returncode == 1 and ("kliqued: unknown.yaml:8:13: step theirs needs unknown "
-                                  "step ko") in r.stderr, r.stderr
+    assert (
+        r.returncode == 1
+        and ("kliqued: unknown.yaml:8:13: step theirs needs unknown step ko") in r.stderr
+    ), r.stderr
     assert fs.ok("GET", "/v1/pipelines", token=fs.alice)["pipelines"] == []
     assert fs.ok("GET", "/v1/tasks")["tasks"] == []
     # another user's pipeline does not exist for erin; the platform admin sees it
-    ok = write(tmp_path, "ok.yaml", "pipeline: mine\nsteps:\n  - name: a\n    resource: "
-                                    "team-a/one\n    command: [echo, ok]\n")
-    pid = fs.ok("POST", "/v1/pipelines", {"text": ok.read_text()}, token=fs.alice,
-                expect=201)["id"]
+    ok = write(
+        tmp_path,
+        "ok.yaml",
+        "pipeline: mine\nsteps:\n  - name: a\n    resource: team-a/one\n    command: [echo, ok]\n",
+    )
+    pid = fs.ok("POST", "/v1/pipelines", {"text": ok.read_text()}, token=fs.alice, expect=201)["id"]
     assert fs.call("GET", f"/v1/pipelines/{pid}", token=fs.erin)[0] == 404
     assert fs.call("POST", f"/v1/pipelines/{pid}/cancel", token=fs.erin)[0] == 404
     assert fs.ok("GET", f"/v1/pipelines/{pid}")["owner"] == "alice"

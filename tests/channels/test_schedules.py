@@ -34,8 +34,14 @@ def real(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
 def cli(fs: FleetServer, token: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": token}
     env.pop("KLIQUE_CONFIG", None)
-    return subprocess.run([PY, "-m", "kliqued.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [PY, "-m", "kliqued.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def next_3am(now: datetime) -> datetime:
@@ -43,8 +49,9 @@ def next_3am(now: datetime) -> datetime:
     return t if t > now else t + timedelta(days=1)
 
 
-def restart_at(fs: FleetServer, monkeypatch: pytest.MonkeyPatch, offset_ms: int,
-               kill: bool = False) -> None:
+def restart_at(
+    fs: FleetServer, monkeypatch: pytest.MonkeyPatch, offset_ms: int, kill: bool = False
+) -> None:
     if kill:
         fs.kill()  # SIGKILL: no clean stop, no checkpoint
     else:
@@ -58,19 +65,32 @@ def runs(fs: FleetServer, sid: str) -> list[dict]:
 
 
 def test_a_missed_run_runs_once_and_a_kill_9_never_runs_it_twice(
-        fs: FleetServer, real: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs: FleetServer, real: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real("w1")
     out = tmp_path / "nightly.out"
     cmd = [PY, "-c", f"open({str(out)!r}, 'a').write('ran' + chr(10))"]
-    once = fs.ok("POST", "/v1/schedules", {"cron": "0 3 * * *", "resource": "team-a/one",
-                                           "command": cmd, "name": "nightly"},
-                 token=fs.alice, expect=201)
-    skip = fs.ok("POST", "/v1/schedules", {"cron": "0 3 * * *", "resource": "team-a/one",
-                                           "command": cmd, "missed": "skip"},
-                 token=fs.alice, expect=201)
-    late = fs.ok("POST", "/v1/schedules", {"cron": "0 3 * * *", "resource": "team-a/one",
-                                           "command": cmd, "deadline": "5m"},
-                 token=fs.alice, expect=201)
+    once = fs.ok(
+        "POST",
+        "/v1/schedules",
+        {"cron": "0 3 * * *", "resource": "team-a/one", "command": cmd, "name": "nightly"},
+        token=fs.alice,
+        expect=201,
+    )
+    skip = fs.ok(
+        "POST",
+        "/v1/schedules",
+        {"cron": "0 3 * * *", "resource": "team-a/one", "command": cmd, "missed": "skip"},
+        token=fs.alice,
+        expect=201,
+    )
+    late = fs.ok(
+        "POST",
+        "/v1/schedules",
+        {"cron": "0 3 * * *", "resource": "team-a/one", "command": cmd, "deadline": "5m"},
+        token=fs.alice,
+        expect=201,
+    )
     now = datetime.now(timezone.utc)
     first = next_3am(now)
     assert once["next_runs"][0] == first.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -81,7 +101,10 @@ def test_a_missed_run_runs_once_and_a_kill_9_never_runs_it_twice(
     r = wait_for(lambda: runs(fs, once["id"]), 20, "the missed run")
     assert len(r) == 1
     assert (r[0]["due"], r[0]["outcome"], r[0]["missed"]) == (
-        (first + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ"), "submitted", 2)
+        (first + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "submitted",
+        2,
+    )
     fs.kill()  # kill -9 right after the run was recorded
     monkeypatch.setenv(CLOCK_OFFSET_ENV, str(offset))
     fs.start()
@@ -90,8 +113,11 @@ def test_a_missed_run_runs_once_and_a_kill_9_never_runs_it_twice(
     tid = r[0]["task"]
     assert wait_for(lambda: fs.task(tid)["state"] == "ended", 30, "the run's task")
     assert fs.task(tid)["end_reason"] == "finished"
-    mine = [t for t in fs.ok("GET", "/v1/tasks?user=alice", token=fs.alice)["tasks"]
-            if t["labels"].get("klique.schedule") == once["id"]]
+    mine = [
+        t
+        for t in fs.ok("GET", "/v1/tasks?user=alice", token=fs.alice)["tasks"]
+        if t["labels"].get("klique.schedule") == once["id"]
+    ]
     assert [t["id"] for t in mine] == [tid]
     assert out.read_text() == "ran\n"
     # the run is in the log before the submission it makes (one commit)
@@ -107,27 +133,79 @@ def test_a_missed_run_runs_once_and_a_kill_9_never_runs_it_twice(
 
 
 def test_the_cli_refuses_what_cannot_run_and_creates_nothing(fs: FleetServer) -> None:
-    r = cli(fs, fs.alice, "schedule", "create", "--cron", "0 0 30 2 *", "--resource",
-            "team-a/one", "--", "echo", "hi")
+    r = cli(
+        fs,
+        fs.alice,
+        "schedule",
+        "create",
+        "--cron",
+        "0 0 30 2 *",
+        "--resource",
+        "team-a/one",
+        "--",
+        "echo",
+        "hi",
+    )
     assert r.returncode == 1
     assert "would never fire" in r.stderr and "cron '0 0 30 2 *'" in r.stderr, r.stderr
-    r = cli(fs, fs.alice, "schedule", "create", "--cron", "0 2 * * *", "--resource",
-            "team-b/one", "--", "echo", "hi")
+    r = cli(
+        fs,
+        fs.alice,
+        "schedule",
+        "create",
+        "--cron",
+        "0 2 * * *",
+        "--resource",
+        "team-b/one",
+        "--",
+        "echo",
+        "hi",
+    )
     assert r.returncode == 1
-    assert ("user 'alice' is not in the users of group 'team-b'; alice may submit to "
-            "team-a/elsewhere, team-a/one") in r.stderr, r.stderr
-    r = cli(fs, fs.alice, "schedule", "create", "--cron", "0 2 * * *", "--timezone",
-            "Mars/Base", "--resource", "team-a/one", "--", "echo")
+    assert (
+        "user 'alice' is not in the users of group 'team-b'; alice may submit to "
+        "team-a/elsewhere, team-a/one"
+    ) in r.stderr, r.stderr
+    r = cli(
+        fs,
+        fs.alice,
+        "schedule",
+        "create",
+        "--cron",
+        "0 2 * * *",
+        "--timezone",
+        "Mars/Base",
+        "--resource",
+        "team-a/one",
+        "--",
+        "echo",
+    )
     assert r.returncode == 1 and "unknown time zone 'Mars/Base'" in r.stderr
     assert fs.ok("GET", "/v1/schedules", token=fs.alice)["schedules"] == []
-    r = cli(fs, fs.alice, "schedule", "create", "--cron", "0 2 * * *", "--timezone",
-            "Europe/Paris", "--concurrency", "forbid", "--resource", "team-a/one", "--json",
-            "--", "python", "train.py", "--epochs", "3")
+    r = cli(
+        fs,
+        fs.alice,
+        "schedule",
+        "create",
+        "--cron",
+        "0 2 * * *",
+        "--timezone",
+        "Europe/Paris",
+        "--concurrency",
+        "forbid",
+        "--resource",
+        "team-a/one",
+        "--json",
+        "--",
+        "python",
+        "train.py",
+        "--epochs",
+        "3",
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["command"] == ["python", "train.py", "--epochs", "3"]
-    assert (s["owner"], s["timezone"], s["concurrency"]) == ("alice", "Europe/Paris",
-                                                             "forbid")
+    assert (s["owner"], s["timezone"], s["concurrency"]) == ("alice", "Europe/Paris", "forbid")
     r = cli(fs, fs.alice, "schedule", "show", s["id"])
     assert r.returncode == 0 and "next runs:" in r.stdout, r.stdout
     r = cli(fs, fs.alice, "schedule", "list")
@@ -143,8 +221,9 @@ def test_the_cli_refuses_what_cannot_run_and_creates_nothing(fs: FleetServer) ->
     assert fs.call("POST", f"/v1/schedules/{s['id']}/pause", token=fs.erin)[0] == 404
     assert fs.ok("GET", "/v1/schedules", token=fs.erin)["schedules"] == []
     assert fs.ok("GET", f"/v1/schedules/{s['id']}", token=fs.walter)["owner"] == "alice"
-    st, body = fs.call("POST", "/v1/schedules", {"cron": "0 2 * * *", "resource":
-                                                 "team-a/one", "command": ["x"]})
+    st, body = fs.call(
+        "POST", "/v1/schedules", {"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"]}
+    )
     assert st == 403  # a schedule runs as the user who made it: an admin is none
     r = cli(fs, fs.alice, "schedule", "delete", s["id"])
     assert r.returncode == 0
@@ -155,25 +234,64 @@ def test_the_cli_refuses_what_cannot_run_and_creates_nothing(fs: FleetServer) ->
 BAD_SCHEDULES = [
     ({"cron": "0 2 * * *"}, 422, "either a `command` on a `resource` or a `pipeline`"),
     ({"cron": "0 2 * * *", "command": ["x"]}, 422, "resource: a command needs"),
-    ({"cron": "0 2 * * * *", "resource": "team-a/one", "command": ["x"]}, 422,
-     "expected 5 fields"),
-    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "deadline": "soon"},
-     422, "deadline:"),
-    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "missed": "skip",
-      "deadline": "1h"}, 422, "a deadline is for missed: run-once"),
-    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "gpus": 2}, 422,
-     "fixed size"),
-    ({"cron": "0 2 * * *", "resource": "nope/none", "command": ["x"]}, 422,
-     "unknown compute resource"),
-    ({"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"],
-      "concurrency": "sometimes"}, 400, "/concurrency"),
-    ({"cron": "0 2 * * *", "pipeline": {"text": "- just\n- a list\n"}}, 422,
-     "a pipeline is a mapping"),
-    ({"cron": "0 2 * * *", "pipeline": {"text": "pipeline: x\nsteps: []\n"}}, 422,
-     "steps: List should have at least 1 item"),
-    ({"cron": "0 2 * * *", "resource": "team-a/one", "pipeline": {
-        "text": "pipeline: x\nsteps:\n  - {name: a, resource: team-a/one, command: [x]}\n"}},
-     422, "a pipeline's steps name their compute resources"),
+    ({"cron": "0 2 * * * *", "resource": "team-a/one", "command": ["x"]}, 422, "expected 5 fields"),
+    (
+        {"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "deadline": "soon"},
+        422,
+        "deadline:",
+    ),
+    (
+        {
+            "cron": "0 2 * * *",
+            "resource": "team-a/one",
+            "command": ["x"],
+            "missed": "skip",
+            "deadline": "1h",
+        },
+        422,
+        "a deadline is for missed: run-once",
+    ),
+    (
+        {"cron": "0 2 * * *", "resource": "team-a/one", "command": ["x"], "gpus": 2},
+        422,
+        "fixed size",
+    ),
+    (
+        {"cron": "0 2 * * *", "resource": "nope/none", "command": ["x"]},
+        422,
+        "unknown compute resource",
+    ),
+    (
+        {
+            "cron": "0 2 * * *",
+            "resource": "team-a/one",
+            "command": ["x"],
+            "concurrency": "sometimes",
+        },
+        400,
+        "/concurrency",
+    ),
+    (
+        {"cron": "0 2 * * *", "pipeline": {"text": "- just\n- a list\n"}},
+        422,
+        "a pipeline is a mapping",
+    ),
+    (
+        {"cron": "0 2 * * *", "pipeline": {"text": "pipeline: x\nsteps: []\n"}},
+        422,
+        "steps: List should have at least 1 item",
+    ),
+    (
+        {
+            "cron": "0 2 * * *",
+            "resource": "team-a/one",
+            "pipeline": {
+                "text": "pipeline: x\nsteps:\n  - {name: a, resource: team-a/one, command: [x]}\n"
+            },
+        },
+        422,
+        "a pipeline's steps name their compute resources",
+    ),
 ]
 
 
@@ -181,10 +299,15 @@ def test_bad_schedules_and_pipelines_get_a_clear_error_never_a_5xx(fs: FleetServ
     for body, status, words in BAD_SCHEDULES:
         st, answer = fs.call("POST", "/v1/schedules", body, token=fs.alice)
         assert st == status and words in answer["error"]["message"], (body, st, answer)
-    for text, words in (("pipeline: x\nsteps:\n  - name: A!\n", "steps.0.name"),
-                        ("pipeline: [\n", "malformed YAML"),
-                        ("pipeline: x\nsteps:\n  - {name: a, resource: team-a/one, "
-                         "command: [x], gpus: 0.0001}\n", "steps.0.gpus")):
+    for text, words in (
+        ("pipeline: x\nsteps:\n  - name: A!\n", "steps.0.name"),
+        ("pipeline: [\n", "malformed YAML"),
+        (
+            "pipeline: x\nsteps:\n  - {name: a, resource: team-a/one, "
+            "command: [x], gpus: 0.0001}\n",
+            "steps.0.gpus",
+        ),
+    ):
         st, answer = fs.call("POST", "/v1/pipelines", {"text": text}, token=fs.alice)
         assert st == 422 and words in answer["error"]["message"], (text, st, answer)
     assert fs.call("GET", "/v1/schedules/s-nope", token=fs.alice)[0] == 404
@@ -194,18 +317,26 @@ def test_bad_schedules_and_pipelines_get_a_clear_error_never_a_5xx(fs: FleetServ
     assert "Traceback" not in fs.log()
 
 
-def test_the_sdk_makes_lists_and_changes_schedules_and_pipelines(fs: FleetServer,
-                                                                   tmp_path: Path) -> None:
+def test_the_sdk_makes_lists_and_changes_schedules_and_pipelines(
+    fs: FleetServer, tmp_path: Path
+) -> None:
     from kliqued.sdk import Client, KliqueError
+
     k = Client(fs.url, fs.alice)
     path = tmp_path / "nightly.yaml"
-    path.write_text("pipeline: nightly\nparams:\n  day: null\nsteps:\n  - name: a\n"
-                    "    resource: team-a/one\n    command: [echo, '${params.day}']\n")
-    s = k.create_schedule("15 4 * * 1", pipeline=path, params={"day": "monday"},
-                          timezone="Europe/Paris", concurrency="replace",
-                          deadline="2h")
-    assert s["pipeline"] == {"file": "nightly.yaml", "name": "nightly",
-                             "params": {"day": "monday"}}
+    path.write_text(
+        "pipeline: nightly\nparams:\n  day: null\nsteps:\n  - name: a\n"
+        "    resource: team-a/one\n    command: [echo, '${params.day}']\n"
+    )
+    s = k.create_schedule(
+        "15 4 * * 1",
+        pipeline=path,
+        params={"day": "monday"},
+        timezone="Europe/Paris",
+        concurrency="replace",
+        deadline="2h",
+    )
+    assert s["pipeline"] == {"file": "nightly.yaml", "name": "nightly", "params": {"day": "monday"}}
     assert (s["concurrency"], s["missed"], s["deadline_s"]) == ("replace", "run-once", 7200)
     assert len(s["next_runs"]) == 5
     with pytest.raises(KliqueError) as exc:  # a required parameter not given

@@ -21,8 +21,7 @@ import pytest
 
 from klique_util.tunnel import MAX_WS_MESSAGE
 from tests.channels.test_sessions import PROFILES, fetch, reachable
-from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, \
-    write_estate
+from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, write_estate
 from tests.harness.wait import wait_for
 
 APP = [PY, str(Path(__file__).with_name("relay_app.py"))]
@@ -44,16 +43,24 @@ def url(fs: FleetServer, real: Any) -> Iterator[str]:
     """The URL of a running session of relay_app.py, answering through the control plane;
     the session is stopped after the test (its app ends with it)."""
     worker = real("w1")
-    s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter",
-                                       "command": APP}, fs.alice, expect=201)  # type: ignore[attr-defined]
+    s = fs.ok(
+        "POST",
+        "/v1/sessions",
+        {"resource": "team-a/one", "app": "jupyter", "command": APP},
+        fs.alice,
+        expect=201,
+    )  # type: ignore[attr-defined]
     assert reachable(fs, fs.alice, s["id"], s["url"])["hello"] == "relay app"  # type: ignore[attr-defined]
     yield str(s["url"])
     fs.ok("POST", f"/v1/sessions/{s['id']}/stop", token=fs.alice)  # type: ignore[attr-defined]
     wait_for(lambda: fs.task(s["id"])["state"] == "ended", 60, "the session to end")
     # and its app with it: the worker drops a task's record once its process ended (a worker
     # stopped before that leaves the app running until the orphan watch ends it)
-    wait_for(lambda: not list((worker.state_dir / "tasks").glob("*.json")), 60,
-             "the worker to end the session's app")
+    wait_for(
+        lambda: not list((worker.state_dir / "tasks").glob("*.json")),
+        60,
+        "the worker to end the session's app",
+    )
 
 
 def expected(mib: float, seed: int) -> bytes:
@@ -72,28 +79,31 @@ def test_a_large_answer_arrives_whole_and_byte_exact(fs: FleetServer, url: str) 
     # several at once over the one tunnel, each whole (the frames interleave)
 
     async def many() -> list[bytes]:
-        async with aiohttp.ClientSession(
-                headers={"Authorization": f"Bearer {fs.alice}"}) as http:  # type: ignore[attr-defined]
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {fs.alice}"}) as http:  # type: ignore[attr-defined]
+
             async def one(seed: int) -> bytes:
                 async with http.get(f"{url}big?mib=3&seed={seed}") as resp:
                     assert resp.status == 200
                     return await resp.read()
+
             return await asyncio.gather(*(one(seed) for seed in (10, 11, 12)))
+
     assert asyncio.run(many()) == [expected(3, seed) for seed in (10, 11, 12)]
 
 
-def test_an_answer_that_breaks_off_is_an_error_not_a_short_body(
-        fs: FleetServer, url: str) -> None:
+def test_an_answer_that_breaks_off_is_an_error_not_a_short_body(fs: FleetServer, url: str) -> None:
     async def get_cut() -> str:
         async with aiohttp.ClientSession() as http:
-            async with http.get(url + "cut", headers={
-                    "Authorization": f"Bearer {fs.alice}"}) as resp:  # type: ignore[attr-defined]
+            async with http.get(
+                url + "cut", headers={"Authorization": f"Bearer {fs.alice}"}
+            ) as resp:  # type: ignore[attr-defined]
                 assert resp.status == 200  # the head was on its way before the break
                 try:
                     body = await resp.read()
                 except aiohttp.ClientPayloadError as exc:
                     return f"broken: {type(exc).__name__}"
                 return f"read {len(body)} bytes as if whole"
+
     assert asyncio.run(get_cut()).startswith("broken"), "a cut answer looked whole"
     assert fs.log().count("the client's connection is cut") >= 1
     # the tunnel serves on
@@ -101,14 +111,12 @@ def test_an_answer_that_breaks_off_is_an_error_not_a_short_body(
     assert st == 200 and body == expected(1, 3)
 
 
-def test_large_websocket_messages_are_relayed_or_refused_alone(
-        fs: FleetServer, url: str) -> None:
+def test_large_websocket_messages_are_relayed_or_refused_alone(fs: FleetServer, url: str) -> None:
     big = expected(5, 4)
     too_big = MAX_WS_MESSAGE / (1024 * 1024) + 9  # MiB; base64'ed, more than a frame holds
 
     async def go() -> tuple[bytes, str, Any]:
-        async with aiohttp.ClientSession(headers={
-                "Authorization": f"Bearer {fs.alice}"}) as http:  # type: ignore[attr-defined]
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {fs.alice}"}) as http:  # type: ignore[attr-defined]
             async with http.ws_connect(url + "ws", max_msg_size=0) as sock:
                 await sock.send_bytes(big)
                 echoed = await sock.receive_bytes(timeout=60)
@@ -120,6 +128,7 @@ def test_large_websocket_messages_are_relayed_or_refused_alone(
                 await sock.send_str(f"send {too_big}")  # the app sends it
                 closed = await sock.receive(timeout=60)
                 return echoed, "ok", (closed.type, sock.close_code)
+
     echoed, _, (kind, code) = asyncio.run(go())
     assert echoed == big
     assert kind in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), kind

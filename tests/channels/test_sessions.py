@@ -20,21 +20,33 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from tests.daemon.fleet import ESTATE, PY, FleetServer, HttpWorker, real_workers, \
-    running_fleet, write_estate
+from tests.daemon.fleet import (
+    ESTATE,
+    PY,
+    FleetServer,
+    HttpWorker,
+    real_workers,
+    running_fleet,
+    write_estate,
+)
 from tests.harness.daemon import ROOT
 from tests.harness.wait import wait_for
 
 APP = [PY, str(Path(__file__).with_name("session_app.py"))]
-PROFILES = ESTATE["profiles.yaml"].replace(
-    "    policies: [team-a, team-b]\n",
-    "    policies: [team-a, team-b]\n    idle: {wall: 8h, cpu: 30m}\n", 1) + """\
+PROFILES = (
+    ESTATE["profiles.yaml"].replace(
+        "    policies: [team-a, team-b]\n",
+        "    policies: [team-a, team-b]\n    idle: {wall: 8h, cpu: 30m}\n",
+        1,
+    )
+    + """\
   - name: pair
     gpus: 2
     nodes: 2
     pools: [bare]
     policies: [team-a]
 """
+)
 
 
 @pytest.fixture
@@ -53,13 +65,24 @@ def real(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
 def cli(fs: FleetServer, token: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": token}
     env.pop("KLIQUE_CONFIG", None)
-    return subprocess.run([PY, "-m", "kliqued.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [PY, "-m", "kliqued.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def start(fs: FleetServer, token: str, **kw: Any) -> dict:
-    return fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter",
-                                          "command": APP, **kw}, token, expect=201)
+    return fs.ok(
+        "POST",
+        "/v1/sessions",
+        {"resource": "team-a/one", "app": "jupyter", "command": APP, **kw},
+        token,
+        expect=201,
+    )
 
 
 def session(fs: FleetServer, token: str, sid: str) -> dict:
@@ -68,6 +91,7 @@ def session(fs: FleetServer, token: str, sid: str) -> dict:
 
 def fetch(method: str, url: str, token: str | None = None, **kw: Any) -> tuple[int, Any, Any]:
     """(status, body, headers) of one request made by a real HTTP client."""
+
     async def go() -> tuple[int, Any, Any]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         headers.update(kw.pop("headers", {}))
@@ -75,6 +99,7 @@ def fetch(method: str, url: str, token: str | None = None, **kw: Any) -> tuple[i
             async with http.request(method, url, headers=headers, **kw) as resp:
                 body = await resp.read()
                 return resp.status, body, resp.headers
+
     return asyncio.run(go())
 
 
@@ -82,11 +107,13 @@ def reachable(fs: FleetServer, token: str, sid: str, url: str) -> dict:
     def up() -> Any:
         st, body, _ = fetch("GET", url, token)
         return st == 200 and body
+
     return json.loads(wait_for(up, 60, f"session {sid} to answer through its URL"))
 
 
 def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
-        fs: FleetServer, real: Any, tmp_path: Path) -> None:
+    fs: FleetServer, real: Any, tmp_path: Path
+) -> None:
     w = real("w1")
     s = start(fs, fs.alice)  # type: ignore[attr-defined]
     sid, url = s["id"], s["url"]
@@ -112,17 +139,23 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
 
     async def ws() -> list[Any]:
         async with aiohttp.ClientSession() as http:
-            async with http.ws_connect(url + "ws", headers={
-                    "Authorization": f"Bearer {fs.alice}"}) as sock:  # type: ignore[attr-defined]
+            async with http.ws_connect(
+                url + "ws", headers={"Authorization": f"Bearer {fs.alice}"}
+            ) as sock:  # type: ignore[attr-defined]
                 await sock.send_str("ping")
                 first = await sock.receive_str(timeout=10)
                 await sock.send_bytes(b"abc")
                 second = await sock.receive_bytes(timeout=10)
                 return [first, second]
+
     assert asyncio.run(ws()) == ["echo: ping", b"cba"]
     # another user's token, an admin's, none, a forged one: refused, nothing of the app shown
-    for token, status in ((fs.erin, 403), (fs.admin, 403), (None, 401),  # type: ignore[attr-defined]
-                          ("kq_forged", 401)):
+    for token, status in (
+        (fs.erin, 403),
+        (fs.admin, 403),
+        (None, 401),  # type: ignore[attr-defined]
+        ("kq_forged", 401),
+    ):
         st, body, _ = fetch("GET", url, token)
         assert st == status, (token, st, body)
         assert b"from the session" not in body
@@ -133,11 +166,13 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
     async def ws_as(token: str) -> int:
         async with aiohttp.ClientSession() as http:
             try:
-                async with http.ws_connect(url + "ws",
-                                           headers={"Authorization": f"Bearer {token}"}):
+                async with http.ws_connect(
+                    url + "ws", headers={"Authorization": f"Bearer {token}"}
+                ):
                     return 101
             except aiohttp.WSServerHandshakeError as exc:
                 return exc.status
+
     assert asyncio.run(ws_as(fs.erin)) == 403  # type: ignore[attr-defined]
     # only the worker holding the session's lease may open its tunnel
     other_pool = fs.token({"worker": True, "pool": "other"})
@@ -161,6 +196,7 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
                 page2 = await resp2.json()
             async with http.get(link, allow_redirects=False) as again:
                 return resp.status, (page, final, page2), again.status
+
     status, (page, final, page2), again = asyncio.run(browser())
     assert status == 200 and page["hello"] == "from the session"
     assert final == url  # the ticket is gone from the address
@@ -189,8 +225,7 @@ def test_a_session_is_reached_through_the_control_plane_by_its_owner_only(
     assert st == 410 and b"has ended" in body
 
 
-def test_an_idle_session_is_stopped_and_frees_its_gpu_at_once(
-        fs: FleetServer, real: Any) -> None:
+def test_an_idle_session_is_stopped_and_frees_its_gpu_at_once(fs: FleetServer, real: Any) -> None:
     real("w1", gpus="0")
     s = start(fs, fs.alice, idle={"cpu": "2s"})  # type: ignore[attr-defined]
     sid = s["id"]
@@ -199,49 +234,87 @@ def test_an_idle_session_is_stopped_and_frees_its_gpu_at_once(
     # the only GPU is the session's: another task waits behind it
     other = fs.submit(fs.erin, "team-b/one", [PY, "-c", "print('ran')"])  # type: ignore[attr-defined]
     assert fs.task(other)["state"] == "queued"
-    ended = wait_for(lambda: (t := session(fs, fs.alice, sid))["state"]  # type: ignore[attr-defined]
-                     .startswith("stopped") and t, 60, "the idle session to stop")
+    ended = wait_for(
+        lambda: (
+            (t := session(fs, fs.alice, sid))["state"].startswith("stopped")  # type: ignore[attr-defined]
+            and t
+        ),
+        60,
+        "the idle session to stop",
+    )
     assert ended["state"] == "stopped: idle (cpu 2s)"
     # its GPU went to the waiting task at once
-    wait_for(lambda: fs.task(other)["state"] in ("placed", "running", "ended"), 10,
-             "the waiting task to get the freed GPU")
+    wait_for(
+        lambda: fs.task(other)["state"] in ("placed", "running", "ended"),
+        10,
+        "the waiting task to get the freed GPU",
+    )
     out = cli(fs, fs.alice, "session", "show", sid)  # type: ignore[attr-defined]
     assert out.returncode == 0 and "stopped: idle (cpu 2s)" in out.stdout, out
 
 
 def test_a_session_may_lower_its_idle_limits_never_raise_them(fs: FleetServer) -> None:
     before = len(fs.ok("GET", "/v1/tasks")["tasks"])
-    for idle, field, words in (({"cpu": "1h"}, "idle.cpu", "more than the 30m"),
-                               ({"wall": "9h"}, "idle.wall", "more than the 8h"),
-                               ({"gpu": "soon"}, "idle.gpu", "soon")):
-        st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell",
-                                                    "idle": idle}, fs.alice)  # type: ignore[attr-defined]
+    for idle, field, words in (
+        ({"cpu": "1h"}, "idle.cpu", "more than the 30m"),
+        ({"wall": "9h"}, "idle.wall", "more than the 8h"),
+        ({"gpu": "soon"}, "idle.gpu", "soon"),
+    ):
+        st, body = fs.call(
+            "POST",
+            "/v1/sessions",
+            {"resource": "team-a/one", "app": "shell", "idle": idle},
+            fs.alice,
+        )  # type: ignore[attr-defined]
         assert st == 422, body
         assert body["error"]["details"]["field"] == field
         assert words in body["error"]["message"]
-    out = cli(fs, fs.alice, "session", "start", "--resource", "team-a/one",  # type: ignore[attr-defined]
-              "--app", "shell", "--idle-cpu", "2h")
+    out = cli(
+        fs,
+        fs.alice,
+        "session",
+        "start",
+        "--resource",
+        "team-a/one",  # type: ignore[attr-defined]
+        "--app",
+        "shell",
+        "--idle-cpu",
+        "2h",
+    )
     assert out.returncode == 1 and "idle.cpu: 2h is more than the 30m" in out.stderr, out
     # a kind the profile leaves open may be set
-    out = cli(fs, fs.alice, "session", "start", "--resource", "team-a/one",  # type: ignore[attr-defined]
-              "--app", "shell", "--idle-network", "10m")
+    out = cli(
+        fs,
+        fs.alice,
+        "session",
+        "start",
+        "--resource",
+        "team-a/one",  # type: ignore[attr-defined]
+        "--app",
+        "shell",
+        "--idle-network",
+        "10m",
+    )
     assert out.returncode == 0, out.stderr
     assert "idle limits: wall 8h, cpu 30m, network 10m" in out.stdout
     sid = out.stdout.split()[0]
     assert f"/sessions/{sid}/ " in out.stdout and f"url: {fs.url}/sessions" not in out.stdout
     assert session(fs, fs.alice, sid)["app"] == "shell"  # type: ignore[attr-defined]
     # a resource the user may not use: refused, naming those they may
-    st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell"},
-                       fs.erin)  # type: ignore[attr-defined]
+    st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell"}, fs.erin)  # type: ignore[attr-defined]
     assert st == 422 and "erin may submit to team-b/one" in body["error"]["message"]
     # a gang profile (several machines): a session runs on one
-    st, body = fs.call("POST", "/v1/sessions", {"resource": "team-a/pair", "app": "shell"},
-                       fs.alice)  # type: ignore[attr-defined]
+    st, body = fs.call(
+        "POST", "/v1/sessions", {"resource": "team-a/pair", "app": "shell"}, fs.alice
+    )  # type: ignore[attr-defined]
     assert st == 422 and "a session runs on one machine" in body["error"]["message"], body
     # a plain task may not claim to be a session
-    st, body = fs.call("POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"],
-                                             "labels": {"klique.channel": "session"}},
-                       fs.alice)  # type: ignore[attr-defined]
+    st, body = fs.call(
+        "POST",
+        "/v1/tasks",
+        {"resource": "team-a/one", "command": ["true"], "labels": {"klique.channel": "session"}},
+        fs.alice,
+    )  # type: ignore[attr-defined]
     assert st == 422 and body["error"]["details"]["field"] == "labels.klique.channel"
     assert len(fs.ok("GET", "/v1/tasks")["tasks"]) == before + 1
 
@@ -258,7 +331,8 @@ def _jupyter() -> str | None:
 
 
 def test_a_real_jupyterlab_session_runs_code_through_the_control_plane(
-        fs: FleetServer, real: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs: FleetServer, real: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The app's own command (``--app jupyter``: kliqued/daemon/api/sessions.py APPS) on the
     worker, JupyterLab's page and REST API through the URL, and a kernel run over its
     WebSocket, through the tunnel."""
@@ -268,13 +342,18 @@ def test_a_real_jupyterlab_session_runs_code_through_the_control_plane(
     monkeypatch.setenv("PATH", f"{where}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(fs.tmp / "jupyter-runtime"))  # type: ignore[attr-defined]
     real("w1")
-    s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter"},
-              fs.alice, expect=201)  # type: ignore[attr-defined]
+    s = fs.ok(
+        "POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter"}, fs.alice, expect=201
+    )  # type: ignore[attr-defined]
     sid, url = s["id"], s["url"]
     token = fs.alice  # type: ignore[attr-defined]
-    status = json.loads(wait_for(
-        lambda: (r := fetch("GET", url + "api/status", token))[0] == 200 and r[1], 120,
-        "JupyterLab to answer through the session's URL"))
+    status = json.loads(
+        wait_for(
+            lambda: (r := fetch("GET", url + "api/status", token))[0] == 200 and r[1],
+            120,
+            "JupyterLab to answer through the session's URL",
+        )
+    )
     assert "started" in status
     st, page, _ = fetch("GET", url + "lab", token)
     assert st == 200 and b"JupyterLab" in page
@@ -288,23 +367,36 @@ def test_a_real_jupyterlab_session_runs_code_through_the_control_plane(
             async with http.get(url + "lab", headers=auth) as resp:
                 assert resp.status == 200
             xsrf = {c.key: c.value for c in jar}["_xsrf"]
-            async with http.post(url + "api/kernels", json={"name": "python3"},
-                                 headers={**auth, "X-XSRFToken": xsrf}) as resp:
+            async with http.post(
+                url + "api/kernels", json={"name": "python3"}, headers={**auth, "X-XSRFToken": xsrf}
+            ) as resp:
                 assert resp.status == 201, await resp.text()
                 kernel = (await resp.json())["id"]
-            async with http.ws_connect(f"{url}api/kernels/{kernel}/channels",
-                                       headers=auth) as sock:
+            async with http.ws_connect(f"{url}api/kernels/{kernel}/channels", headers=auth) as sock:
                 msg_id = uuid.uuid4().hex
-                await sock.send_json({
-                    "header": {"msg_id": msg_id, "username": "test", "session": msg_id,
-                               "msg_type": "execute_request", "version": "5.3"},
-                    "parent_header": {}, "metadata": {}, "channel": "shell",
-                    "content": {"code": "print(6 * 7)", "silent": False}})
+                await sock.send_json(
+                    {
+                        "header": {
+                            "msg_id": msg_id,
+                            "username": "test",
+                            "session": msg_id,
+                            "msg_type": "execute_request",
+                            "version": "5.3",
+                        },
+                        "parent_header": {},
+                        "metadata": {},
+                        "channel": "shell",
+                        "content": {"code": "print(6 * 7)", "silent": False},
+                    }
+                )
                 while True:
                     msg = await sock.receive_json(timeout=60)
-                    if msg.get("msg_type") == "stream" and \
-                            msg["parent_header"].get("msg_id") == msg_id:
+                    if (
+                        msg.get("msg_type") == "stream"
+                        and msg["parent_header"].get("msg_id") == msg_id
+                    ):
                         return str(msg["content"]["text"])
+
     assert asyncio.run(run_code()).strip() == "42"
     out = cli(fs, fs.alice, "session", "stop", sid)  # type: ignore[attr-defined]
     assert out.returncode == 0, out.stderr

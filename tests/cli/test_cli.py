@@ -14,8 +14,13 @@ BROKEN = REPO / "tests" / "compiler" / "cases"
 
 
 def kliqued(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kliqued.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kliqued.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_validate_example_estate_is_clean() -> None:
@@ -77,8 +82,21 @@ def test_compile_summary() -> None:
     assert r.returncode == 0 and "compute resources" in r.stdout and "unreserved" in r.stdout
 
 
-@pytest.mark.parametrize("command", ["validate", "compile", "schema", "plan", "simulate",
-                                     "whoami", "resources", "events", "cancel", "status"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "validate",
+        "compile",
+        "schema",
+        "plan",
+        "simulate",
+        "whoami",
+        "resources",
+        "events",
+        "cancel",
+        "status",
+    ],
+)
 def test_every_command_has_help_with_an_example(command: str) -> None:
     r = kliqued(command, "--help")
     if r.returncode != 0 and "invalid choice" in r.stderr:
@@ -90,11 +108,12 @@ def test_validate_a_file_cut_off_mid_write_reports_it_and_never_crashes(tmp_path
     """Issue 9, finding 8: ``KeyError: 'llm-research'`` from a policy file cut off inside
     its first policy."""
     import shutil
+
     estate = tmp_path / "estate"
     shutil.copytree(REPO / "estate", estate)
     policy = estate / "policies" / "ai-lab.yaml"
     data = policy.read_bytes()
-    policy.write_bytes(data[:data.index(b"    description: Foundation") + 6])
+    policy.write_bytes(data[: data.index(b"    description: Foundation") + 6])
     r = kliqued("validate", str(estate))
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr and "KeyError" not in r.stderr
@@ -109,5 +128,7 @@ def test_compile_summary_counts_a_departments_reservation_once() -> None:
     r = kliqued("compile", "--summary")
     assert r.returncode == 0, r.stderr
     assert "reserved 89 of 240 GPUs; 151 unreserved for lending" in r.stdout, r.stdout
-    assert "digital                  reservation    8  limit   20  3000 h/month  " \
-           "(envelope: 2 shared)" in r.stdout, r.stdout
+    assert (
+        "digital                  reservation    8  limit   20  3000 h/month  "
+        "(envelope: 2 shared)" in r.stdout
+    ), r.stdout

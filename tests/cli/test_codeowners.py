@@ -31,8 +31,11 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def owners(text: str) -> dict[str, list[str]]:
-    return {line.split()[0]: line.split()[1:] for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {
+        line.split()[0]: line.split()[1:]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def test_files_are_owned_by_their_groups_admins_and_everyone_above(repo: Path, capsys) -> None:
@@ -43,8 +46,7 @@ def test_files_are_owned_by_their_groups_admins_and_everyone_above(repo: Path, c
         # Any other file added later: IT (the admins of the top group, northwind).
         "/clusters/estate/": ["@northwind/it"],
         # The department head (ursula) and the team leads review their teams' policies.
-        "/clusters/estate/policies.yaml": ["@ursula-nw", "@northwind/it", "@rupert",
-                                           "@mallory"],
+        "/clusters/estate/policies.yaml": ["@ursula-nw", "@northwind/it", "@rupert", "@mallory"],
         "/clusters/estate/groups.yaml": ["@northwind/it", "@ursula-nw", "@rupert", "@mallory"],
         "/clusters/estate/pools.yaml": ["@northwind/it"],
         "/clusters/estate/pricing.yaml": ["@northwind/it"],
@@ -62,16 +64,19 @@ def test_files_split_by_team_and_settings_approvers(repo: Path, capsys) -> None:
     head, teams = policies.split("  - name: finance-analytics")
     (est / "policies.yaml").write_text(head)
     (est / "teams.yaml").write_text("policies:\n  - name: finance-analytics" + teams)
-    (est / "settings.yaml").write_text((est / "settings.yaml").read_text()
-                                       + "  approvers: [ian]\n")
+    (est / "settings.yaml").write_text((est / "settings.yaml").read_text() + "  approvers: [ian]\n")
     code, out, err = run(capsys, "../clusters/estate")
     assert code == 0, err
     assert "warning[admin-without-handle]: settings: approver 'ian'" in err
     got = owners(out)
     # Nearest first, object by object: the team's lead, the department, the company; then
     # the next object's owners not already named.
-    assert got["/clusters/estate/teams.yaml"] == ["@rupert", "@ursula-nw", "@northwind/it",
-                                                  "@mallory"]
+    assert got["/clusters/estate/teams.yaml"] == [
+        "@rupert",
+        "@ursula-nw",
+        "@northwind/it",
+        "@mallory",
+    ]
     assert got["/clusters/estate/policies.yaml"] == ["@ursula-nw", "@northwind/it"]
     # settings.approvers replaces the top group's admins for shared files; ian has no
     # handle, so the shared files have no line of their own and nobody is invented.
@@ -121,18 +126,24 @@ def test_an_invalid_estate_gives_its_errors_not_a_file(repo: Path, capsys) -> No
     assert not target.exists()
 
 
-def test_a_single_file_estate_has_no_directory_line(tmp_path: Path, monkeypatch,
-                                                    capsys) -> None:
+def test_a_single_file_estate_has_no_directory_line(tmp_path: Path, monkeypatch, capsys) -> None:
     root = init_repo(tmp_path / "repo")
-    text = "\n".join((ORG / f).read_text() for f in ("settings.yaml", "groups.yaml",
-                                                       "policies.yaml", "pools.yaml",
-                                                       "profiles.yaml", "pricing.yaml"))
+    text = "\n".join(
+        (ORG / f).read_text()
+        for f in (
+            "settings.yaml",
+            "groups.yaml",
+            "policies.yaml",
+            "pools.yaml",
+            "profiles.yaml",
+            "pricing.yaml",
+        )
+    )
     (root / "estate.yaml").write_text(text)
     monkeypatch.chdir(root)
     code, out, err = run(capsys, "estate.yaml")
     assert code == 0, err
-    assert owners(out) == {"/estate.yaml": ["@ursula-nw", "@northwind/it", "@rupert",
-                                            "@mallory"]}
+    assert owners(out) == {"/estate.yaml": ["@ursula-nw", "@northwind/it", "@rupert", "@mallory"]}
 
 
 def test_help_has_an_example(capsys) -> None:

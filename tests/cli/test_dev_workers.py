@@ -33,7 +33,8 @@ def test_the_default_pool_gets_one_worker_per_declared_machine_and_no_warning() 
     assert pool is not None
     workers = dev_workers(pool)
     assert [(w.name, w.gpus) for w in workers] == [
-        (f"{DEFAULT_POOL}-{i}", "0,1,2,3") for i in range(1, 5)]
+        (f"{DEFAULT_POOL}-{i}", "0,1,2,3") for i in range(1, 5)
+    ]
     t = truth(pool, [_as_registered(pool.name, w.name, w.gpus) for w in workers])
     assert t["mismatches"] == [] and t["agree"]
     assert t["reported"]["gpus"] == t["declared"]["gpus"] == 16

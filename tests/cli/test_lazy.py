@@ -26,29 +26,37 @@ def test_each_help_line_is_the_one_its_module_registers() -> None:
 def test_a_client_command_imports_neither_compiler_engine_nor_daemon() -> None:
     """What made ``kliqued whoami --help`` take 1.3-1.6 s: every command module imported,
     and with them the compiler, the engine, the simulator and the daemon."""
-    code = ("import sys\nfrom kliqued.cli import main\n"
-            "try:\n    main(['whoami', '--help'])\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'compiler'\n"
-            "               or m.startswith(('kliqued.engine', 'kliqued.daemon', 'kliqued.sim',"
-            " 'kliqued.ledger', 'kliqued.web', 'pydantic', 'duckdb')))\n"
-            "print('HEAVY', heavy, file=sys.stderr)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys\nfrom kliqued.cli import main\n"
+        "try:\n    main(['whoami', '--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'compiler'\n"
+        "               or m.startswith(('kliqued.engine', 'kliqued.daemon', 'kliqued.sim',"
+        " 'kliqued.ledger', 'kliqued.web', 'pydantic', 'duckdb')))\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "usage: kliqued whoami" in done.stdout
     assert "HEAVY []" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--context", "heidi", "whoami"], ("whoami", ["whoami", "--context", "heidi"])),
-    (["--url=http://a:1", "--token", "t", "status", "-n", "3"],
-     ("status", ["status", "--url=http://a:1", "--token", "t", "-n", "3"])),
-    (["--timeout", "5", "submit", "--", "python", "x.py"],
-     ("submit", ["submit", "--timeout", "5", "--", "python", "x.py"])),
-    (["whoami", "--context", "heidi"], ("whoami", ["whoami", "--context", "heidi"])),
-    (["--help"], (None, ["--help"])),
-    (["--context", "heidi"], (None, ["--context", "heidi"])),
-    (["nonsense"], (None, ["nonsense"])),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--context", "heidi", "whoami"], ("whoami", ["whoami", "--context", "heidi"])),
+        (
+            ["--url=http://a:1", "--token", "t", "status", "-n", "3"],
+            ("status", ["status", "--url=http://a:1", "--token", "t", "-n", "3"]),
+        ),
+        (
+            ["--timeout", "5", "submit", "--", "python", "x.py"],
+            ("submit", ["submit", "--timeout", "5", "--", "python", "x.py"]),
+        ),
+        (["whoami", "--context", "heidi"], ("whoami", ["whoami", "--context", "heidi"])),
+        (["--help"], (None, ["--help"])),
+        (["--context", "heidi"], (None, ["--context", "heidi"])),
+        (["nonsense"], (None, ["nonsense"])),
+    ],
+)
 def test_connection_flags_before_the_command_move_after_it(argv, expected) -> None:
     assert cli._command_of(argv) == expected
 
@@ -56,8 +64,10 @@ def test_connection_flags_before_the_command_move_after_it(argv, expected) -> No
 def test_a_flag_before_the_command_is_used(capsys) -> None:
     """``kliqued --url ... whoami`` reaches the URL given (nothing listens there: the error
     names it), where argparse used to refuse the flag before the command."""
-    assert cli.main(["--url", "http://127.0.0.1:9", "--token", "kq_x", "--timeout", "2",
-                     "whoami"]) == 1
+    assert (
+        cli.main(["--url", "http://127.0.0.1:9", "--token", "kq_x", "--timeout", "2", "whoami"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "127.0.0.1:9" in err and "unrecognized arguments" not in err
 

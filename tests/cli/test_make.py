@@ -15,8 +15,13 @@ pytestmark = pytest.mark.skipif(not shutil.which("make"), reason="make is not in
 
 def make_n(*args: str) -> list[str]:
     """What make would run (-n), as if pyproject.toml had changed (-W): the install steps."""
-    p = subprocess.run(["make", "-n", "-W", "pyproject.toml", *args], cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        ["make", "-n", "-W", "pyproject.toml", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     return p.stdout.splitlines()
 
@@ -59,9 +64,14 @@ def test_make_test_checks_the_import_contracts_before_pytest() -> None:
 def test_system_packages_say_what_will_skip() -> None:
     """Nothing to be found on PATH: it names each missing package and what skips, installs
     nothing (--check), and does not fail the build."""
-    p = subprocess.run(["/bin/bash", "tests/setup/system-packages.sh", "--check"], cwd=REPO,
-                       capture_output=True, text=True, timeout=60,
-                       env={"PATH": "/nonexistent"})
+    p = subprocess.run(
+        ["/bin/bash", "tests/setup/system-packages.sh", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/nonexistent"},
+    )
     assert p.returncode == 0 and p.stdout == ""
     if "podman" not in p.stderr:
         pytest.skip("podman is found outside PATH here")
@@ -77,9 +87,14 @@ def test_system_packages_installs_only_what_is_missing(tmp_path) -> None:
     for name, body in (("apt-get", f'echo "$*" >> {calls}'), ("id", "echo 0")):
         (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
         (tmp_path / name).chmod(0o755)
-    p = subprocess.run(["/bin/bash", "tests/setup/system-packages.sh"], cwd=REPO,
-                       capture_output=True, text=True, timeout=60,
-                       env={"PATH": f"{tmp_path}:/nonexistent"})
+    p = subprocess.run(
+        ["/bin/bash", "tests/setup/system-packages.sh"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{tmp_path}:/nonexistent"},
+    )
     assert p.returncode == 0 and p.stdout == ""
     made = calls.read_text().splitlines()
     assert made[0] == "update -qq"

@@ -16,8 +16,14 @@ def _run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess:
     r, w = os.pipe()
     os.close(r)
     try:
-        return subprocess.run([sys.executable, "-m", "kliqued.cli", *args], cwd=REPO,
-                              stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "kliqued.cli", *args],
+            cwd=REPO,
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(w)
 
@@ -30,8 +36,9 @@ def test_a_closed_pipe_is_silent() -> None:
 
 def test_piped_to_head() -> None:
     """A real shell pipeline to ``head -1``: the first line, nothing on stderr."""
-    cmd = (f"'{sys.executable}' -m kliqued.cli compile estate | head -1; "
-           f"'{sys.executable}' -m kliqued.cli schema | head -1")
-    p = subprocess.run(["sh", "-c", cmd], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)
+    cmd = (
+        f"'{sys.executable}' -m kliqued.cli compile estate | head -1; "
+        f"'{sys.executable}' -m kliqued.cli schema | head -1"
+    )
+    p = subprocess.run(["sh", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.stdout.splitlines() == ["{", "{"] and p.stderr == ""

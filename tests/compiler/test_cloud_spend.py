@@ -32,15 +32,19 @@ def estate(extra: str = "", gpu_type: str = "l40s"):
 
 
 def test_spend_cap_and_node_prices_compile_as_decimal_text():
-    res = estate("      spend_cap: 2500.50\n"
-                 "      node_prices:\n"
-                 "        - {instance_type: g6e.xlarge, on_demand: 1.861, spot: 0.70}\n"
-                 "        - {instance_type: g6e.12xlarge, on_demand: 10.49}\n")
+    res = estate(
+        "      spend_cap: 2500.50\n"
+        "      node_prices:\n"
+        "        - {instance_type: g6e.xlarge, on_demand: 1.861, spot: 0.70}\n"
+        "        - {instance_type: g6e.12xlarge, on_demand: 10.49}\n"
+    )
     assert res.estate is not None, res.diagnostics
     a = res.estate.pool("burst").autoscale
     assert a.spend_cap == "2500.5"
     assert [(n.instance_type, n.on_demand, n.spot) for n in a.node_prices] == [
-        ("g6e.xlarge", "1.861", "0.7"), ("g6e.12xlarge", "10.49", None)]
+        ("g6e.xlarge", "1.861", "0.7"),
+        ("g6e.12xlarge", "10.49", None),
+    ]
     body = json.loads(res.estate.canonical_json())
     assert body["pools"][0]["autoscale"]["spend_cap"] == "2500.5"
 
@@ -53,13 +57,15 @@ def test_unset_they_leave_the_canonical_json_and_revision_alone():
 
 
 def test_a_type_priced_twice_is_an_error_at_its_line():
-    res = estate("      node_prices:\n"
-                 "        - {instance_type: g6e.xlarge, on_demand: 1.861}\n"
-                 "        - {instance_type: g6e.xlarge, on_demand: 2}\n")
+    res = estate(
+        "      node_prices:\n"
+        "        - {instance_type: g6e.xlarge, on_demand: 1.861}\n"
+        "        - {instance_type: g6e.xlarge, on_demand: 2}\n"
+    )
     assert res.estate is None and codes(res) == ["duplicate-price"]
     d = res.diagnostics[0]
     assert "instance type 'g6e.xlarge' is priced twice" in d.message
-    assert (d.pos.line, d.pos.col) == (9, 27)      # the second one's instance_type
+    assert (d.pos.line, d.pos.col) == (9, 27)  # the second one's instance_type
 
 
 def test_a_cap_needs_a_price():
@@ -70,15 +76,18 @@ def test_a_cap_needs_a_price():
     assert "autoscale.spend_cap needs the price of a node" in errors[0].message
     assert errors[0].pos.line == 7
     # node prices are enough
-    ok = estate("      spend_cap: 100\n      node_prices: [{instance_type: x, on_demand: 3}]\n",
-                gpu_type="h100")
+    ok = estate(
+        "      spend_cap: 100\n      node_prices: [{instance_type: x, on_demand: 3}]\n",
+        gpu_type="h100",
+    )
     assert ok.estate is not None
 
 
 def test_bad_values_name_the_field():
     res = estate("      spend_cap: -5\n")
     assert res.estate is None
-    assert any("spend_cap" in d.message and "must be >= 0" in d.message
-               for d in res.diagnostics), [d.message for d in res.diagnostics]
+    assert any("spend_cap" in d.message and "must be >= 0" in d.message for d in res.diagnostics), [
+        d.message for d in res.diagnostics
+    ]
     res = estate("      node_prices: [{instance_type: 'bad type', on_demand: 1}]\n")
     assert res.estate is None and any("instance_type" in d.message for d in res.diagnostics)

@@ -56,16 +56,18 @@ def test_defaults_and_resolution_are_explicit() -> None:
 
 def test_same_bytes_whatever_the_file_split() -> None:
     one = compile_files([SourceFile("all.yaml", (SPLIT_A + SPLIT_B).encode())]).estate
-    two = compile_files([SourceFile("a/pools.yaml", SPLIT_A.encode()),
-                         SourceFile("b/rest.yaml", SPLIT_B.encode())]).estate
+    two = compile_files(
+        [SourceFile("a/pools.yaml", SPLIT_A.encode()), SourceFile("b/rest.yaml", SPLIT_B.encode())]
+    ).estate
     assert one is not None and two is not None
     assert one.canonical_json() == two.canonical_json()
     assert one.revision == two.revision
 
 
 def test_same_bytes_whatever_the_key_order() -> None:
-    reordered = SPLIT_A.replace("{name: onprem, kind: baremetal, capacity: 8",
-                                "{capacity: 8, kind: baremetal, name: onprem")
+    reordered = SPLIT_A.replace(
+        "{name: onprem, kind: baremetal, capacity: 8", "{capacity: 8, kind: baremetal, name: onprem"
+    )
     a = present(compile_text(SPLIT_A + SPLIT_B).estate)
     b = present(compile_text(SPLIT_B + reordered).estate)
     assert a.canonical_json() == b.canonical_json()
@@ -91,8 +93,11 @@ def test_invalid_estate_compiles_to_nothing() -> None:
 
 
 def test_strict_turns_warnings_into_errors() -> None:
-    text = MINIMAL.replace("pricing:\n  - {gpu_type: h100, per_gpu_hour: 2.5, effective_from: "
-                           "\"2026-01-01T00:00:00Z\"}\n", "")
+    text = MINIMAL.replace(
+        "pricing:\n  - {gpu_type: h100, per_gpu_hour: 2.5, effective_from: "
+        '"2026-01-01T00:00:00Z"}\n',
+        "",
+    )
     lenient = compile_text(text)
     assert lenient.ok and [d.code for d in lenient.warnings] == ["missing-price"]
     strict = lenient.strict()

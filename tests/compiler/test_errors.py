@@ -34,4 +34,5 @@ def test_the_old_import_places_still_name_the_same_classes() -> None:
     from compiler.api import EstateReadError as from_api
     from compiler.plan.gitsource import GitSourceError as from_git
     from compiler.plan.live import LiveStateError as from_live
+
     assert (from_api, from_git, from_live) == (EstateReadError, GitSourceError, LiveStateError)

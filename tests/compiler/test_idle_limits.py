@@ -21,7 +21,11 @@ def test_idle_limits_compile_to_seconds_and_leave_other_revisions_alone() -> Non
     nb = present(present(r.estate).profile("nb"))
     assert nb.idle is not None
     assert (nb.idle.wall_s, nb.idle.cpu_s, nb.idle.gpu_s, nb.idle.network_s) == (
-        28800, 1800, None, 900)
+        28800,
+        1800,
+        None,
+        900,
+    )
     assert present(present(r.estate).profile("gpu1")).idle is None
     plain = compile_text(MINIMAL)
     assert '"idle"' not in present(plain.estate).canonical_json()

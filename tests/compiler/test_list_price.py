@@ -23,7 +23,8 @@ def test_a_list_price_compiles_and_reaches_the_ledger() -> None:
     ensure_schema(conn)
     replace_prices(conn, present(res.estate))
     assert conn.execute("SELECT per_gpu_hour, list_per_gpu_hour FROM prices").fetchall() == [
-        (Decimal("2.5"), Decimal("3.4"))]
+        (Decimal("2.5"), Decimal("3.4"))
+    ]
 
 
 def test_without_a_list_price_the_revision_is_unchanged() -> None:
@@ -58,7 +59,8 @@ def test_an_overhead_account_named_like_a_group_is_an_error() -> None:
     assert present(res.diagnostics[0].pos).line == len(MINIMAL.splitlines()) + 2
     res = compile_text(MINIMAL + "settings:\n  attribution: {reserved_idle: everyone}\n")
     assert not res.ok and "reserved_idle" in str(res.diagnostics[0].message) + str(
-        res.diagnostics[0].pos)
+        res.diagnostics[0].pos
+    )
 
 
 def test_borrowed_attribution_compiles_and_defaults_to_the_borrower() -> None:

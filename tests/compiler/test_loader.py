@@ -28,11 +28,13 @@ def test_small_aliases_are_fine() -> None:
     # an unknown section is an error, but the alias itself is not the problem
     result = compile_files([SourceFile("e.yaml", text.encode())])
     assert "yaml-alias-limit" not in codes(result)
-    shared = ("pools:\n  - &p {name: a, kind: baremetal, capacity: 8, gpu_type: h100}\n"
-              "profiles:\n  - {name: x, gpus: 1, pools: [a], policies: [t]}\n"
-              "policies:\n  - {name: t, group: t, limit: 8}\n"
-              "groups:\n  - {name: t}\n"
-              "pricing:\n  - {gpu_type: h100, per_gpu_hour: 1, effective_from: '2026-01-01T00:00:00Z'}\n")
+    shared = (
+        "pools:\n  - &p {name: a, kind: baremetal, capacity: 8, gpu_type: h100}\n"
+        "profiles:\n  - {name: x, gpus: 1, pools: [a], policies: [t]}\n"
+        "policies:\n  - {name: t, group: t, limit: 8}\n"
+        "groups:\n  - {name: t}\n"
+        "pricing:\n  - {gpu_type: h100, per_gpu_hour: 1, effective_from: '2026-01-01T00:00:00Z'}\n"
+    )
     assert compile_files([SourceFile("e.yaml", shared.encode())]).ok
 
 
@@ -103,8 +105,9 @@ def test_a_file_that_does_not_parse_causes_no_false_reference_errors() -> None:
 
 
 def test_an_invalid_profile_is_not_reported_again_as_unknown() -> None:
-    text = MINIMAL.replace("capacity: 8, gpu_type: h100}",
-                           "capacity: 8, gpu_type: h100, execution_order: [gpu1]}")
+    text = MINIMAL.replace(
+        "capacity: 8, gpu_type: h100}", "capacity: 8, gpu_type: h100, execution_order: [gpu1]}"
+    )
     text = text.replace("gpus: 1,", 'gpus: "1",')
     result = compile_files([SourceFile("e.yaml", text.encode())])
     assert codes(result) == ["invalid-value"]

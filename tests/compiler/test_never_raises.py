@@ -101,13 +101,16 @@ def mutate_tree(data: bytes, rng: random.Random, how: str) -> bytes:
 
 
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, len(FILES) - 1), st.sampled_from(["cut", "flip", "delete", "retype"]),
-       st.integers(0, 2**32 - 1))
+@given(
+    st.integers(0, len(FILES) - 1),
+    st.sampled_from(["cut", "flip", "delete", "retype"]),
+    st.integers(0, 2**32 - 1),
+)
 def test_any_mutation_of_any_file_gives_diagnostics(index: int, how: str, seed: int) -> None:
     rng = random.Random(seed)
     data = FILES[index].data
     if how == "cut":
-        data = data[:rng.randrange(len(data) + 1)]
+        data = data[: rng.randrange(len(data) + 1)]
     elif how == "flip":
         raw = bytearray(data)
         for _ in range(rng.randint(1, 4)):

@@ -26,8 +26,7 @@ pricing:
 
 
 def estate(cap=16, nodes="{count: 2, gpus: 8}", gpus="8", pools="[fra]", extra=""):
-    return compile_text(BASE.format(cap=cap, nodes=nodes, gpus=gpus, pools=pools,
-                                    extra=extra))
+    return compile_text(BASE.format(cap=cap, nodes=nodes, gpus=gpus, pools=pools, extra=extra))
 
 
 def diag(result, code):
@@ -42,7 +41,8 @@ def test_nodes_compile_into_the_pool_and_leave_other_revisions_alone() -> None:
     fra = next(p for p in r.estate.pools if p.name == "fra")
     assert [(n.count, n.gpus_milli) for n in fra.nodes] == [(1, 8000), (2, 4000)]
     assert '"nodes"' not in next(p for p in r.estate.pools if p.name == "ams").model_dump_json(
-        exclude_defaults=True)
+        exclude_defaults=True
+    )
     assert "nodes" not in r.estate.canonical_json().split('"name": "ams"')[0][-300:]
 
 

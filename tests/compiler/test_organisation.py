@@ -83,6 +83,7 @@ def test_compiled_json_without_the_new_fields_still_loads() -> None:
     """A compiled estate written before departments (the daemon's last good revision) is
     read with the neutral values."""
     from compiler.compiled import CompiledEstate
+
     est = compile_text(MINIMAL).estate
     assert est is not None
     data = json.loads(est.canonical_json())
@@ -116,11 +117,15 @@ def test_a_shared_reservation_may_be_served_by_any_pool_of_the_subtree() -> None
 
 
 def test_a_cycle_of_parents_with_policies_gives_one_clear_error() -> None:
-    text = MINIMAL.replace("{name: team-a, users: [alice]}",
-                           "{name: team-a, parent: dept}\n  - {name: dept, parent: team-a}")
-    text = text.replace("  - {name: team-a, group: team-a, reservation: 2, limit: 8}",
-                        "  - {name: team-a, group: team-a, reservation: 2, limit: 8}\n"
-                        "  - {name: dept, group: dept, limit: 8}")
+    text = MINIMAL.replace(
+        "{name: team-a, users: [alice]}",
+        "{name: team-a, parent: dept}\n  - {name: dept, parent: team-a}",
+    )
+    text = text.replace(
+        "  - {name: team-a, group: team-a, reservation: 2, limit: 8}",
+        "  - {name: team-a, group: team-a, reservation: 2, limit: 8}\n"
+        "  - {name: dept, group: dept, limit: 8}",
+    )
     result = compile_text(text)
     assert sorted(codes(result)) == ["group-cycle", "unused-policy"]
     (cycle,) = [d for d in result.diagnostics if d.code == "group-cycle"]
@@ -134,10 +139,14 @@ def test_the_example_estate_has_a_department_budget_shared_by_teams_without_one(
     assert est is not None
     # A business unit: below the top, with departments that have teams below them.
     depth = {g.name: len(g.ancestors) for g in est.groups}
-    units = {a for g in est.groups if depth[g.name] == 3 for a in g.ancestors
-             if depth[a] == 1}
+    units = {a for g in est.groups if depth[g.name] == 3 for a in g.ancestors if depth[a] == 1}
     assert units == {"science", "commercial"}
     shared_budget = [
-        p for p in est.policies if p.envelope and p.budget is not None
-        and p.below and all(present(est.policy(b)).budget is None for b in p.below)]
+        p
+        for p in est.policies
+        if p.envelope
+        and p.budget is not None
+        and p.below
+        and all(present(est.policy(b)).budget is None for b in p.below)
+    ]
     assert shared_budget, "no department whose budget is shared by teams without one"

@@ -22,27 +22,53 @@ NAMES = st.sampled_from(["a", "b", "c", "d", "e"])
 def estates(draw) -> dict:
     """Small estates, valid or not: the compiler must handle both without raising."""
     pool_names = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
-    pools = [{"name": f"p{n}", "kind": draw(st.sampled_from(["baremetal", "kubernetes", "hpc"])),
-              "capacity": draw(st.integers(0, 16)), "gpu_type": "h100",
-              "generation": draw(st.integers(2018, 2025))} for n in pool_names]
+    pools = [
+        {
+            "name": f"p{n}",
+            "kind": draw(st.sampled_from(["baremetal", "kubernetes", "hpc"])),
+            "capacity": draw(st.integers(0, 16)),
+            "gpu_type": "h100",
+            "generation": draw(st.integers(2018, 2025)),
+        }
+        for n in pool_names
+    ]
     group_names = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
     policies = []
     for g in group_names:
         limit = draw(st.integers(1, 16))
-        policies.append({"name": f"g{g}", "group": f"g{g}",
-                         "reservation": draw(st.integers(0, limit)), "limit": limit})
+        policies.append(
+            {
+                "name": f"g{g}",
+                "group": f"g{g}",
+                "reservation": draw(st.integers(0, limit)),
+                "limit": limit,
+            }
+        )
     profiles = []
     for i in range(draw(st.integers(1, 3))):
-        chosen = draw(st.lists(st.sampled_from([p["name"] for p in pools]), min_size=1,
-                               unique=True))
-        pols = draw(st.lists(st.sampled_from([p["name"] for p in policies]), min_size=1,
-                             unique=True))
-        profiles.append({"name": f"f{i}", "gpus": draw(st.sampled_from([0, 0.25, 1, 2])),
-                         "pools": chosen, "policies": pols})
-    return {"pools": pools, "profiles": profiles, "policies": policies,
-            "groups": [{"name": f"g{g}"} for g in group_names],
-            "pricing": [{"gpu_type": "h100", "per_gpu_hour": 2.5,
-                         "effective_from": "2026-01-01T00:00:00Z"}]}
+        chosen = draw(
+            st.lists(st.sampled_from([p["name"] for p in pools]), min_size=1, unique=True)
+        )
+        pols = draw(
+            st.lists(st.sampled_from([p["name"] for p in policies]), min_size=1, unique=True)
+        )
+        profiles.append(
+            {
+                "name": f"f{i}",
+                "gpus": draw(st.sampled_from([0, 0.25, 1, 2])),
+                "pools": chosen,
+                "policies": pols,
+            }
+        )
+    return {
+        "pools": pools,
+        "profiles": profiles,
+        "policies": policies,
+        "groups": [{"name": f"g{g}"} for g in group_names],
+        "pricing": [
+            {"gpu_type": "h100", "per_gpu_hour": 2.5, "effective_from": "2026-01-01T00:00:00Z"}
+        ],
+    }
 
 
 def _dump(data: dict) -> bytes:
@@ -67,10 +93,14 @@ def test_compile_is_deterministic_whatever_the_split_and_key_order(data: dict, s
     whole = compile_files([SourceFile("e.yaml", _dump(data))])
     # Same content in another file split (sections into separate files, keys shuffled).
     # Declaration order within a section is kept: it carries meaning (execution order).
-    files = [SourceFile(f"{i:02d}-{k}.yaml", _dump(_shuffled({k: v}, rng)))
-             for i, (k, v) in enumerate(data.items())]
+    files = [
+        SourceFile(f"{i:02d}-{k}.yaml", _dump(_shuffled({k: v}, rng)))
+        for i, (k, v) in enumerate(data.items())
+    ]
     split = compile_files(files)
-    assert sorted(d.message for d in whole.diagnostics) == sorted(d.message for d in split.diagnostics)
+    assert sorted(d.message for d in whole.diagnostics) == sorted(
+        d.message for d in split.diagnostics
+    )
     if whole.estate is None:
         assert split.estate is None
     else:
@@ -90,20 +120,53 @@ def test_arbitrary_bytes_never_raise(data: bytes) -> None:
 
 
 YAML_ATOMS = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-5, 100), st.floats(allow_nan=True),
-              st.text(max_size=8), st.sampled_from(["pools", "name", "gpus", "h100", "1s"])),
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.sampled_from(
-                                ["pools", "profiles", "policies", "groups", "pricing",
-                                 "settings", "name", "kind", "capacity", "gpus", "pools_by",
-                                 "budget", "limit", "x"]), inner, max_size=5)),
-    max_leaves=25)
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-5, 100),
+        st.floats(allow_nan=True),
+        st.text(max_size=8),
+        st.sampled_from(["pools", "name", "gpus", "h100", "1s"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "pools",
+                    "profiles",
+                    "policies",
+                    "groups",
+                    "pricing",
+                    "settings",
+                    "name",
+                    "kind",
+                    "capacity",
+                    "gpus",
+                    "pools_by",
+                    "budget",
+                    "limit",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=5,
+        ),
+    ),
+    max_leaves=25,
+)
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(st.dictionaries(st.sampled_from(["pools", "profiles", "policies", "groups", "pricing",
-                                        "settings", "version", "junk"]), YAML_ATOMS,
-                       max_size=6))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["pools", "profiles", "policies", "groups", "pricing", "settings", "version", "junk"]
+        ),
+        YAML_ATOMS,
+        max_size=6,
+    )
+)
 def test_arbitrary_yaml_structures_never_raise(data: dict) -> None:
     try:
         text = _dump(data)
@@ -115,9 +178,11 @@ def test_arbitrary_yaml_structures_never_raise(data: dict) -> None:
 
 
 @settings(max_examples=examples(150), deadline=None)
-@given(st.dictionaries(st.sampled_from("abcde"), st.integers(0, 10), min_size=1),
-       st.dictionaries(st.sampled_from("pqr"), st.integers(0, 12), min_size=1),
-       st.data())
+@given(
+    st.dictionaries(st.sampled_from("abcde"), st.integers(0, 10), min_size=1),
+    st.dictionaries(st.sampled_from("pqr"), st.integers(0, 12), min_size=1),
+    st.data(),
+)
 def test_max_flow_agrees_with_every_subset(res: dict, cap: dict, data) -> None:
     reach = {p: data.draw(st.lists(st.sampled_from(sorted(cap)), unique=True)) for p in res}
     shortfalls = check_reservations(res, reach, cap)
@@ -152,7 +217,7 @@ def trees(draw) -> dict:
         if not tidy:
             options = [None] + names + extra + ["nowhere"]
         elif name in extra:
-            options = [None] + extra[:extra.index(name)]
+            options = [None] + extra[: extra.index(name)]
         else:
             options = [None] + extra
         parent = draw(st.sampled_from(options))
@@ -163,8 +228,12 @@ def trees(draw) -> dict:
     for name in extra:
         if draw(st.booleans()):
             limit = draw(st.integers(4 if tidy else 1, 32))
-            pol: dict = {"name": name, "group": name, "limit": limit,
-                         "reservation": draw(st.integers(0, 4 if tidy else limit))}
+            pol: dict = {
+                "name": name,
+                "group": name,
+                "limit": limit,
+                "reservation": draw(st.integers(0, 4 if tidy else limit)),
+            }
             if not tidy and draw(st.booleans()):
                 pol["user_limit"] = draw(st.integers(0, 8))
             data["policies"].append(pol)
@@ -173,8 +242,11 @@ def trees(draw) -> dict:
         if tidy and pol["name"] not in extra and pol["group"] in has_parent:
             pol["reservation"] = 0  # the department reserves for its teams
         if pol["name"] not in extra and draw(st.booleans()):
-            pol["user_limit"] = (draw(st.integers(min(2, pol["limit"]), pol["limit"])) if tidy
-                                 else draw(st.integers(0, 8)))
+            pol["user_limit"] = (
+                draw(st.integers(min(2, pol["limit"]), pol["limit"]))
+                if tidy
+                else draw(st.integers(0, 8))
+            )
     return data
 
 
@@ -201,4 +273,5 @@ def test_any_tree_compiles_or_fails_cleanly_and_a_valid_one_is_consistent(data: 
             if p.user_limit_milli is not None:
                 assert p.user_limit_milli <= p.limit_milli
     assert not {c.policy for c in est.compute_resources} & {
-        p.name for p in est.policies if p.envelope}
+        p.name for p in est.policies if p.envelope
+    }

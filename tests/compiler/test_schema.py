@@ -19,7 +19,8 @@ ESTATE_FILES = sorted(p for p in (REPO / "estate").rglob("*") if p.suffix in (".
 
 def test_committed_schema_is_current() -> None:
     assert SCHEMA_FILE.read_text(encoding="utf-8") == estate_schema_text(), (
-        "schemas/estate.schema.json is stale: run `make schema` and commit it")
+        "schemas/estate.schema.json is stale: run `make schema` and commit it"
+    )
 
 
 def test_schema_is_a_valid_json_schema() -> None:
@@ -31,8 +32,10 @@ def test_example_estate_files_match_the_schema(path: Path) -> None:
     loaded = load_yaml(str(path), path.read_bytes())
     assert loaded.ok, loaded.diagnostics
     validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
-    errors = [f"{'/'.join(map(str, e.path))}: {e.message}"
-              for e in validator.iter_errors(to_plain(loaded.root) or {})]
+    errors = [
+        f"{'/'.join(map(str, e.path))}: {e.message}"
+        for e in validator.iter_errors(to_plain(loaded.root) or {})
+    ]
     assert errors == []
 
 

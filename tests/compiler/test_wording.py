@@ -26,8 +26,11 @@ def test_known_names_are_listed_under_a_plural_that_exists() -> None:
 
 def test_no_message_says_1_errors_or_doubles_a_quote() -> None:
     bad = re.compile(r"\b1 (errors|warnings|files|pools|policies)\b|''s|policys")
-    result = compile_text(MINIMAL.replace("policies: [team-a]", "policies: [zzz]")
-                          .replace("capacity: 8", "capacity: 1"))
+    result = compile_text(
+        MINIMAL.replace("policies: [team-a]", "policies: [zzz]").replace(
+            "capacity: 8", "capacity: 1"
+        )
+    )
     for d in result.diagnostics:
         assert not bad.search(d.render()), d.render()
     assert not bad.search(render_all(result.diagnostics))

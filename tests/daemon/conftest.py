@@ -16,11 +16,11 @@ from tests.harness.daemon import Server
 class Principals:
     admin: str
     finance: str
-    alice: str    # team-a user and team-a admin
-    bob: str      # team-a user
-    erin: str     # team-b user: another group
-    walter: str   # admin of the department `lab` (above team-a and team-b), no group member
-    worker: str   # worker:pool-1
+    alice: str  # team-a user and team-a admin
+    bob: str  # team-a user
+    erin: str  # team-b user: another group
+    walter: str  # admin of the department `lab` (above team-a and team-b), no group member
+    worker: str  # worker:pool-1
     revoked: str  # was bob's
 
 
@@ -34,8 +34,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def who(server: Server) -> Principals:
-    revoked = server.ok("POST", "/v1/tokens", {"user": "bob", "name": "to revoke"},
-                        expect=201)
+    revoked = server.ok("POST", "/v1/tokens", {"user": "bob", "name": "to revoke"}, expect=201)
     server.ok("DELETE", f"/v1/tokens/{revoked['id']}", expect=204)
     return Principals(
         admin=server.admin or "",

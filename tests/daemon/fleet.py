@@ -99,14 +99,27 @@ def write_estate(where: Path, files: dict[str, str] | None = None) -> Path:
 class FleetServer(Server):
     """``kliqued serve`` with worker flags (a short TTL), or following a git repository."""
 
-    def __init__(self, tmp: Path, estate: Path | None = None, extra: list[str] | None = None,
-                 ttl: str = "1.5s", **kw: Any) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        estate: Path | None = None,
+        extra: list[str] | None = None,
+        ttl: str = "1.5s",
+        **kw: Any,
+    ) -> None:
         if estate is None and not any(a == "--git" for a in extra or []):
             estate = write_estate(Path(tmp) / "estate")
         kw.setdefault("workers", True)  # pools need a live worker, as in production
         super().__init__(tmp, estate=estate, **kw)
-        self.extra = ["--worker-ttl", ttl, "--poll-wait", "2s", "--stop-grace", "2s",
-                      *(extra or [])]  # Server.argv appends them
+        self.extra = [
+            "--worker-ttl",
+            ttl,
+            "--poll-wait",
+            "2s",
+            "--stop-grace",
+            "2s",
+            *(extra or []),
+        ]  # Server.argv appends them
 
     def events(self, task: str | None = None, kind: str | None = None) -> list[dict]:
         q = "&".join(f"{k}={v}" for k, v in (("task", task), ("kind", kind)) if v)
@@ -116,8 +129,9 @@ class FleetServer(Server):
         return self.ok("GET", f"/v1/tasks/{tid}")
 
     def submit(self, token: str, resource: str, command: list[str], **kw: Any) -> str:
-        return self.ok("POST", "/v1/tasks", {"resource": resource, "command": command, **kw},
-                       token, expect=201)["id"]
+        return self.ok(
+            "POST", "/v1/tasks", {"resource": resource, "command": command, **kw}, token, expect=201
+        )["id"]
 
     def sql(self, sql: str) -> list[list]:
         return self.ok("POST", "/v1/ledger/sql", {"sql": sql})["rows"]
@@ -126,8 +140,15 @@ class FleetServer(Server):
 class HttpWorker:
     """The worker protocol spoken by hand, over real HTTP."""
 
-    def __init__(self, server: Server, token: str, wid: str, pool: str = "bare",
-                 gpus: int = 2, key: str | None = None) -> None:
+    def __init__(
+        self,
+        server: Server,
+        token: str,
+        wid: str,
+        pool: str = "bare",
+        gpus: int = 2,
+        key: str | None = None,
+    ) -> None:
         self.s, self.token, self.id, self.pool, self.gpus = server, token, wid, pool, gpus
         self.at: str | None = None
         """The end time its reports give (a worker's clock); None: the time of sending."""
@@ -135,46 +156,104 @@ class HttpWorker:
         """Its worker key (X-Klique-Worker-Key): what tells it from the pool's other
         workers, which share the token."""
 
-    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
-             timeout: float = 30) -> tuple[int, Any]:
-        return self.s.call(method, path, body, self.token, raw=raw, timeout=timeout,
-                           headers={"X-Klique-Worker-Key": self.key})
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        raw: bytes | None = None,
+        timeout: float = 30,
+    ) -> tuple[int, Any]:
+        return self.s.call(
+            method,
+            path,
+            body,
+            self.token,
+            raw=raw,
+            timeout=timeout,
+            headers={"X-Klique-Worker-Key": self.key},
+        )
 
     def register(self) -> dict:
-        st, body = self.call("POST", "/v1/workers/register", {
-            "worker_id": self.id, "hostname": "test", "pool": self.pool,
-            "executor": "process", "version": "test",
-            "gpus": [{"index": i, "uuid": f"declared-{i}", "memory_mb": None}
-                     for i in range(self.gpus)]})
+        st, body = self.call(
+            "POST",
+            "/v1/workers/register",
+            {
+                "worker_id": self.id,
+                "hostname": "test",
+                "pool": self.pool,
+                "executor": "process",
+                "version": "test",
+                "gpus": [
+                    {"index": i, "uuid": f"declared-{i}", "memory_mb": None}
+                    for i in range(self.gpus)
+                ],
+            },
+        )
         assert st == 200, body
         return body
 
     def lease(self, free: list[int] | None = None, wait: float = 0) -> list[dict]:
-        st, body = self.call("POST", f"/v1/workers/{self.id}/lease?wait={wait}",
-                             {"free_gpus": list(range(self.gpus)) if free is None else free})
+        st, body = self.call(
+            "POST",
+            f"/v1/workers/{self.id}/lease?wait={wait}",
+            {"free_gpus": list(range(self.gpus)) if free is None else free},
+        )
         assert st == 200, body
         return body["leases"]
 
     def heartbeat(self, running: list[tuple[str, int]]) -> dict:
-        st, body = self.call("POST", f"/v1/workers/{self.id}/heartbeat", {
-            "running": [{"task": t, "epoch": e, "state": "running"} for t, e in running]})
+        st, body = self.call(
+            "POST",
+            f"/v1/workers/{self.id}/heartbeat",
+            {"running": [{"task": t, "epoch": e, "state": "running"} for t, e in running]},
+        )
         assert st == 200, body
         return body
 
-    def report(self, task: str, epoch: int, event: str, exit_code: int | None = None,
-               signal_name: str | None = None, message: str | None = None) -> tuple[int, Any]:
-        return self.call("POST", f"/v1/tasks/{task}/report", {
-            "epoch": epoch, "event": event, "exit_code": exit_code, "signal": signal_name,
-            "at": self.at or now_rfc3339(), "message": message})
+    def report(
+        self,
+        task: str,
+        epoch: int,
+        event: str,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
+        message: str | None = None,
+    ) -> tuple[int, Any]:
+        return self.call(
+            "POST",
+            f"/v1/tasks/{task}/report",
+            {
+                "epoch": epoch,
+                "event": event,
+                "exit_code": exit_code,
+                "signal": signal_name,
+                "at": self.at or now_rfc3339(),
+                "message": message,
+            },
+        )
 
 
 class RealWorker:
     """A ``klique-worker`` process (the other engineer's, workers/) against the daemon."""
 
-    def __init__(self, server: Server, token: str, state_dir: Path, pool: str = "bare",
-                 gpus: str = "0,1", grace: str = "2s", extra: list[str] | None = None) -> None:
-        self.s, self.state_dir, self.pool, self.gpus, self.grace = (server, state_dir, pool,
-                                                                    gpus, grace)
+    def __init__(
+        self,
+        server: Server,
+        token: str,
+        state_dir: Path,
+        pool: str = "bare",
+        gpus: str = "0,1",
+        grace: str = "2s",
+        extra: list[str] | None = None,
+    ) -> None:
+        self.s, self.state_dir, self.pool, self.gpus, self.grace = (
+            server,
+            state_dir,
+            pool,
+            gpus,
+            grace,
+        )
         self.extra = list(extra or [])
         """More klique-worker arguments (``--executor slurm --slurm-conf F``)."""
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -191,11 +270,34 @@ class RealWorker:
         self.logs.append(path)
         fh = open(path, "w")
         self.proc = subprocess.Popen(
-            [PY, "-m", "workers.cli", "--url", self.s.url, "--pool", self.pool,
-             "--token-file", str(self.token_file), "--state-dir", str(self.state_dir),
-             "--gpus", self.gpus, "--grace", self.grace, "--retry-max", "0.5s",
-             "--log-interval", "0.2s", "--log-level", "debug", *self.extra],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=fh)
+            [
+                PY,
+                "-m",
+                "workers.cli",
+                "--url",
+                self.s.url,
+                "--pool",
+                self.pool,
+                "--token-file",
+                str(self.token_file),
+                "--state-dir",
+                str(self.state_dir),
+                "--gpus",
+                self.gpus,
+                "--grace",
+                self.grace,
+                "--retry-max",
+                "0.5s",
+                "--log-interval",
+                "0.2s",
+                "--log-level",
+                "debug",
+                *self.extra,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+        )
         fh.close()
         return self
 
@@ -224,8 +326,9 @@ class RealWorker:
         return (self.state_dir / "worker-id").read_text().strip()
 
 
-def running_fleet(tmp_path: Path, users: tuple[str, ...] = ("erin",),
-                  **kw: Any) -> Iterator[FleetServer]:
+def running_fleet(
+    tmp_path: Path, users: tuple[str, ...] = ("erin",), **kw: Any
+) -> Iterator[FleetServer]:
     """The body of the tests' ``fs`` fixtures: a started FleetServer with a token per user in
     ``users`` (as attributes) and ``wt``, a worker token of pool ``bare``; on teardown it
     stops cleanly and its log has no traceback."""
@@ -249,6 +352,7 @@ def real_workers(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
         w = RealWorker(fs, fs.wt, tmp_path / name, gpus=gpus).start()  # type: ignore[attr-defined]
         started.append(w)
         return w
+
     yield make
     for w in started:
         w.stop()
@@ -261,15 +365,19 @@ def trap(tmp: Path, name: str, seconds: float = 60) -> list[str]:
     """A task that writes its pid, then on SIGTERM writes TERM to its marker and exits 0 (a
     training job that checkpoints)."""
     pid, mark = tmp / f"{name}.pid", tmp / f"{name}.term"
-    return [PY, "-c", "import os, signal, sys, time\n"
-                      f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
-                      "def term(*_):\n"
-                      f"    open({str(mark)!r}, 'w').write('TERM')\n"
-                      "    sys.exit(0)\n"
-                      "signal.signal(signal.SIGTERM, term)\n"
-                      "print('started', flush=True)\n"
-                      f"time.sleep({seconds})\n"
-                      "print('done', flush=True)\n"]
+    return [
+        PY,
+        "-c",
+        "import os, signal, sys, time\n"
+        f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
+        "def term(*_):\n"
+        f"    open({str(mark)!r}, 'w').write('TERM')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "print('started', flush=True)\n"
+        f"time.sleep({seconds})\n"
+        "print('done', flush=True)\n",
+    ]
 
 
 def read_json(path: Path) -> Any:

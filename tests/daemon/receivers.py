@@ -22,6 +22,7 @@ class Received:
 @dataclass
 class HttpReceiver:
     """Answers ``fail`` requests with 500, then 200; ``hang`` never answers at all."""
+
     fail: int = 0
     hang: bool = False
     got: list[Received] = field(default_factory=list)
@@ -67,6 +68,7 @@ class HttpReceiver:
         async def down() -> None:
             self._release.set()
             await self._runner.cleanup()
+
         fut = asyncio.run_coroutine_threadsafe(down(), self._loop)
         try:
             fut.result(5)

@@ -25,10 +25,17 @@ from kliqued.daemon.api.routes import Route
 
 from tests.harness.daemon import SMALL_ESTATE, Server
 
-WHO = ["admin", "finance", "planner", "alice", "bob", "erin", "walter", "worker", "none",
-       "revoked"]
-ROLE = {"admin": "admin", "finance": "finance", "planner": "planner", "alice": "user",
-        "bob": "user", "erin": "user", "walter": "user", "worker": "worker"}
+WHO = ["admin", "finance", "planner", "alice", "bob", "erin", "walter", "worker", "none", "revoked"]
+ROLE = {
+    "admin": "admin",
+    "finance": "finance",
+    "planner": "planner",
+    "alice": "user",
+    "bob": "user",
+    "erin": "user",
+    "walter": "user",
+    "worker": "worker",
+}
 
 CMD = {"command": ["true"]}  # a task needs a command or a payload
 DAY = "from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z"
@@ -43,11 +50,20 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "leader": ("leader", "/v1/leader", None, 200, {}),
     "openapi": ("openapi", "/v1/openapi.json", None, 200, {}),
     "whoami": ("whoami", "/v1/whoami", None, 200, {}),
-    "submit": ("submitTask", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
-               201, {"admin": 400, "erin": 422, "walter": 422}),
-    "submit-for-bob": ("submitTask", "/v1/tasks",
-                       {"resource": "team-a/sized", "gpus": 0.001, "user": "bob", **CMD},
-                       201, {"alice": 403, "erin": 403, "walter": 403}),
+    "submit": (
+        "submitTask",
+        "/v1/tasks",
+        {"resource": "team-a/sized", "gpus": 0.001, **CMD},
+        201,
+        {"admin": 400, "erin": 422, "walter": 422},
+    ),
+    "submit-for-bob": (
+        "submitTask",
+        "/v1/tasks",
+        {"resource": "team-a/sized", "gpus": 0.001, "user": "bob", **CMD},
+        201,
+        {"alice": 403, "erin": 403, "walter": 403},
+    ),
     "list-tasks": ("listTasks", "/v1/tasks", None, 200, {}),
     "get-task": ("getTask", "/v1/tasks/{task}", None, 200, TASK_SEEN),
     "cancel-task": ("cancelTask", "/v1/tasks/{task}/cancel", None, 200, TASK_SEEN),
@@ -66,13 +82,28 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "policy": ("getPolicy", "/v1/policies/team-a", None, 200, {"erin": 403}),
     "pools": ("listPools", "/v1/pools", None, 200, {}),
     # the autoscaler's calls (admins): pool-1 is not an autoscaled cloud pool
-    "record-node": ("recordCloudNode", "/v1/pools/pool-1/nodes",
-                    {"node": "i-1", "provider": "ec2", "instance_type": "g6e.xlarge",
-                     "lifecycle": "spot", "gpus": 1}, 422, {}),
+    "record-node": (
+        "recordCloudNode",
+        "/v1/pools/pool-1/nodes",
+        {
+            "node": "i-1",
+            "provider": "ec2",
+            "instance_type": "g6e.xlarge",
+            "lifecycle": "spot",
+            "gpus": 1,
+        },
+        422,
+        {},
+    ),
     "end-node": ("endCloudNode", "/v1/pools/pool-1/nodes/i-none", None, 404, {}),
     "scaling": ("reportScaling", "/v1/pools/pool-1/scaling", {"cause": None}, 422, {}),
-    "autoscaler": ("autoscalerHeartbeat", "/v1/pools/pool-1/autoscaler", {"interval_s": 10},
-                   422, {}),
+    "autoscaler": (
+        "autoscalerHeartbeat",
+        "/v1/pools/pool-1/autoscaler",
+        {"interval_s": 10},
+        422,
+        {},
+    ),
     "events": ("listEvents", "/v1/events", None, 200, {}),
     "get-engine": ("getEngine", "/v1/engine", None, 200, {}),
     "set-engine": ("setEngine", "/v1/engine", {"enabled": True}, 200, {}),
@@ -97,33 +128,45 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
     "cancel-pipeline": ("cancelPipeline", "/v1/pipelines/p-none/cancel", None, 404, {}),
     "resume-pipeline": ("resumePipeline", "/v1/pipelines/p-none/resume", None, 404, {}),
     # group admins (alice: team-a, walter: the department) read their subtree's rows
-    "ledger-sql": ("ledgerSql", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"}, 200,
-                   NO_GROUP_ADMIN),
+    "ledger-sql": ("ledgerSql", "/v1/ledger/sql", {"sql": "SELECT 1 AS one"}, 200, NO_GROUP_ADMIN),
     "ledger-export": ("ledgerExport", f"/v1/ledger/export?{DAY}", None, 200, NO_GROUP_ADMIN),
     # sessions (a session is a task labelled as one: bob's plain task is no session, 404)
-    "start-session": ("startSession", "/v1/sessions",
-                      {"resource": "team-a/sized", "gpus": 0.001, "app": "shell"}, 201,
-                      {"erin": 422, "walter": 422}),
+    "start-session": (
+        "startSession",
+        "/v1/sessions",
+        {"resource": "team-a/sized", "gpus": 0.001, "app": "shell"},
+        201,
+        {"erin": 422, "walter": 422},
+    ),
     "list-sessions": ("listSessions", "/v1/sessions", None, 200, {}),
     "get-session": ("getSession", "/v1/sessions/{task}", None, 404, {}),
     "stop-session": ("stopSession", "/v1/sessions/{task}/stop", None, 404, {}),
     "link-session": ("linkSession", "/v1/sessions/{task}/link", None, 404, {}),
     "session-tunnel": ("sessionTunnel", "/v1/sessions/{task}/tunnel", None, 400, {}),
-    "ledger-focus": ("ledgerFocus", "/v1/ledger/focus?period=2026-01", None, 200,
-                     NO_GROUP_ADMIN),
+    "ledger-focus": ("ledgerFocus", "/v1/ledger/focus?period=2026-01", None, 200, NO_GROUP_ADMIN),
     "ledger-feed": ("ledgerFeed", "/v1/ledger/feed", None, 200, NO_GROUP_ADMIN),
     "ledger-cio": ("ledgerCio", "/v1/ledger/cio?period=2026-01", None, 200, NO_GROUP_ADMIN),
     # team-a's statement: its admin and the department's; erin administers nothing
-    "ledger-statement": ("ledgerStatement", "/v1/ledger/statement?group=team-a&period=2026-01",
-                         None, 200, NO_GROUP_ADMIN),
+    "ledger-statement": (
+        "ledgerStatement",
+        "/v1/ledger/statement?group=team-a&period=2026-01",
+        None,
+        200,
+        NO_GROUP_ADMIN,
+    ),
     # agents over MCP: the door admits people; each tool then has its operation's rights
     # (tests/mcp). Past the door, the answers are the MCP SDK's (stateless: no GET stream,
     # no session to end).
     "mcp": ("mcp", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "ping"}, 200, {}),
     "mcp-stream": ("mcpStream", "/mcp", None, 405, {}),
     "mcp-end": ("mcpEnd", "/mcp", None, 405, {}),
-    "mcp-metadata": ("mcpResourceMetadata", "/.well-known/oauth-protected-resource/mcp", None,
-                     200, {}),
+    "mcp-metadata": (
+        "mcpResourceMetadata",
+        "/.well-known/oauth-protected-resource/mcp",
+        None,
+        200,
+        {},
+    ),
 }
 MCP_OPS = {"mcp", "mcpStream", "mcpEnd"}
 """Operations whose admitted answers are MCP's JSON-RPC, not the API's error shape."""
@@ -177,17 +220,22 @@ def test_matrix(server: Server, who, planner: str, case: str, principal: str) ->
     op, path, body, _, _ = MATRIX[case]
     method = DECLARED[op].method
     want = expected(case, principal)
-    token = {"none": None, "planner": planner}[principal] if principal in (
-        "none", "planner") else getattr(who, principal)
+    token = (
+        {"none": None, "planner": planner}[principal]
+        if principal in ("none", "planner")
+        else getattr(who, principal)
+    )
     if "{task}" in path:
-        t = server.ok("POST", "/v1/tasks", {"resource": "team-a/one", "user": "bob", **CMD},
-                      expect=201)
+        t = server.ok(
+            "POST", "/v1/tasks", {"resource": "team-a/one", "user": "bob", **CMD}, expect=201
+        )
         path = path.replace("{task}", t["id"])
     if "{token}" in path:
         tk = server.ok("POST", "/v1/tokens", {"user": "erin"}, expect=201)
         path = path.replace("{token}", tk["id"])
-    status, data = server.call(method, path, body, token,
-                               headers=MCP_ACCEPT if op in MCP_OPS else None)
+    status, data = server.call(
+        method, path, body, token, headers=MCP_ACCEPT if op in MCP_OPS else None
+    )
     assert status == want, f"{principal} {method} {path}: {status} {data}"
     if status >= 400 and (op not in MCP_OPS or status in (401, 403)):
         assert set(data) == {"error"} and data["error"]["code"] and data["error"]["message"]
@@ -203,29 +251,39 @@ def test_matrix(server: Server, who, planner: str, case: str, principal: str) ->
 
 def test_bad_tokens(server: Server) -> None:
     for header in ("Bearer", "Basic abc", "Bearer kq_unknown", "bearer  "):
-        status, data = server.call("GET", "/v1/whoami", token=None,
-                                   headers={"Authorization": header})
+        status, data = server.call(
+            "GET", "/v1/whoami", token=None, headers={"Authorization": header}
+        )
         assert status == 401 and data["error"]["code"] == "unauthenticated", header
 
 
 def test_visibility_of_lists(server: Server, who) -> None:
     """What each sees, not only whether it may ask."""
-    mine = server.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
-                     token=who.alice, expect=201)
-    bobs = server.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": 0.001, **CMD},
-                     token=who.bob, expect=201)
+    mine = server.ok(
+        "POST",
+        "/v1/tasks",
+        {"resource": "team-a/sized", "gpus": 0.001, **CMD},
+        token=who.alice,
+        expect=201,
+    )
+    bobs = server.ok(
+        "POST",
+        "/v1/tasks",
+        {"resource": "team-a/sized", "gpus": 0.001, **CMD},
+        token=who.bob,
+        expect=201,
+    )
     try:
         ids: Callable[[str], set[str]] = lambda tok: {  # noqa: E731
-            t["id"] for t in server.ok("GET", "/v1/tasks?limit=1000", token=tok)["tasks"]}
-        assert {mine["id"], bobs["id"]} <= ids(who.alice)       # group admin: both
+            t["id"] for t in server.ok("GET", "/v1/tasks?limit=1000", token=tok)["tasks"]
+        }
+        assert {mine["id"], bobs["id"]} <= ids(who.alice)  # group admin: both
         assert bobs["id"] in ids(who.bob) and mine["id"] not in ids(who.bob)
         assert not {mine["id"], bobs["id"]} & ids(who.erin)
-        assert {mine["id"], bobs["id"]} <= ids(who.walter)      # department admin
-        res = {r["name"] for r in server.ok("GET", "/v1/resources", token=who.erin)[
-            "resources"]}
+        assert {mine["id"], bobs["id"]} <= ids(who.walter)  # department admin
+        res = {r["name"] for r in server.ok("GET", "/v1/resources", token=who.erin)["resources"]}
         assert res == {"team-b/one", "team-b/sized"}
-        pol = [p["name"] for p in server.ok("GET", "/v1/policies", token=who.walter)[
-            "policies"]]
+        pol = [p["name"] for p in server.ok("GET", "/v1/policies", token=who.walter)["policies"]]
         assert pol == ["team-a", "team-b"]
     finally:
         for t in (mine, bobs):
@@ -259,10 +317,12 @@ def org(tmp_path_factory):
     s = Server(tmp_path_factory.mktemp("org-access"), estate=ORG_ESTATE).start()
     s.ok("POST", "/v1/engine", {"enabled": False})  # tasks stay queued, with their reasons
     tokens = {n: s.token({"user": n}) for n in ("alice", "bob", "carl", "dana", "nina", "olga")}
-    bob = s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, token=tokens["bob"],
-               expect=201)
-    carl = s.ok("POST", "/v1/tasks", {"resource": "team-c/one", **CMD}, token=tokens["carl"],
-                expect=201)
+    bob = s.ok(
+        "POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, token=tokens["bob"], expect=201
+    )
+    carl = s.ok(
+        "POST", "/v1/tasks", {"resource": "team-c/one", **CMD}, token=tokens["carl"], expect=201
+    )
     yield Org(s, tokens, bob["id"], carl["id"])
     assert s.stop() == 0, s.log()
 
@@ -306,15 +366,22 @@ def test_a_department_head_sees_a_team_below(org: Org, head: str) -> None:
 def test_a_department_head_sees_nothing_of_another_department(org: Org, head: str) -> None:
     assert org.carl_task not in _ids(org, head)
     assert org.carl_task not in _event_tasks(org, head)
-    for method, path in (("GET", f"/v1/tasks/{org.carl_task}"),
-                         ("POST", f"/v1/tasks/{org.carl_task}/cancel"),
-                         ("GET", f"/v1/tasks/{org.carl_task}/log"),
-                         ("GET", f"/v1/events?task={org.carl_task}")):
+    for method, path in (
+        ("GET", f"/v1/tasks/{org.carl_task}"),
+        ("POST", f"/v1/tasks/{org.carl_task}/cancel"),
+        ("GET", f"/v1/tasks/{org.carl_task}/log"),
+        ("GET", f"/v1/events?task={org.carl_task}"),
+    ):
         status, data = org.call(head, method, path)
         assert status == 404, (method, path, data)
-    for path in ("/v1/resources/team-c/one/queue", "/v1/policies/team-c",
-                 "/v1/tasks?group=team-c", "/v1/tasks?group=ops", "/v1/tasks?group=south",
-                 "/v1/tasks?user=carl"):
+    for path in (
+        "/v1/resources/team-c/one/queue",
+        "/v1/policies/team-c",
+        "/v1/tasks?group=team-c",
+        "/v1/tasks?group=ops",
+        "/v1/tasks?group=south",
+        "/v1/tasks?user=carl",
+    ):
         status, data = org.call(head, "GET", path)
         assert status == 403, (path, data)
     status, res = org.call(head, "GET", "/v1/resources")
@@ -325,11 +392,19 @@ def test_a_team_admin_sees_only_their_team(org: Org) -> None:
     """alice administers team-a: not its sibling team-b, nor the department above."""
     assert org.bob_task not in _ids(org, "alice")
     assert org.bob_task not in _event_tasks(org, "alice")
-    for method, path in (("GET", f"/v1/tasks/{org.bob_task}"),
-                         ("POST", f"/v1/tasks/{org.bob_task}/cancel")):
+    for method, path in (
+        ("GET", f"/v1/tasks/{org.bob_task}"),
+        ("POST", f"/v1/tasks/{org.bob_task}/cancel"),
+    ):
         assert org.call("alice", method, path)[0] == 404, path
-    for path in ("/v1/resources/team-b/one/queue", "/v1/policies/team-b", "/v1/policies/ml",
-                 "/v1/tasks?group=team-b", "/v1/tasks?group=ml", "/v1/tasks?user=bob"):
+    for path in (
+        "/v1/resources/team-b/one/queue",
+        "/v1/policies/team-b",
+        "/v1/policies/ml",
+        "/v1/tasks?group=team-b",
+        "/v1/tasks?group=ml",
+        "/v1/tasks?user=bob",
+    ):
         status, data = org.call("alice", "GET", path)
         assert status == 403, (path, data)
     status, pols = org.call("alice", "GET", "/v1/policies")
@@ -342,8 +417,12 @@ def test_another_departments_head_cannot_cancel_and_the_department_head_can(org:
     status, data = org.call("olga", "POST", f"/v1/tasks/{org.bob_task}/cancel")
     assert status == 404, data
     assert org.call("olga", "GET", f"/v1/tasks/{org.bob_task}")[0] == 404
-    status, task = org.call("dana", "POST", f"/v1/tasks/{org.bob_task}/cancel",
-                            {"reason": "the department needs the GPUs"})
+    status, task = org.call(
+        "dana",
+        "POST",
+        f"/v1/tasks/{org.bob_task}/cancel",
+        {"reason": "the department needs the GPUs"},
+    )
     assert status == 200 and task["state"] == "ended", task
     assert task["end"]["text"] == "cancelled by user:dana: the department needs the GPUs"
     status, task = org.call("bob", "GET", f"/v1/tasks/{org.bob_task}")

@@ -22,13 +22,16 @@ SECRET = "test-alert-secret-0123456789"
 
 
 def alert_estate(tmp: Path, channels: str) -> Path:
-    settings = ESTATE["settings.yaml"] + f"""\
+    settings = (
+        ESTATE["settings.yaml"]
+        + f"""\
   alerts:
     contacts: {{erin: erin@example.org, walter: walter@example.org}}
     it: [it@example.org]
     waiting_after: 2s
     channels:
 {channels}"""
+    )
     return write_estate(tmp / "estate", {**ESTATE, "settings.yaml": settings})
 
 
@@ -47,8 +50,7 @@ def lose_a_worker(s: FleetServer, wid: str = "w-1") -> dict:
 
 
 def deliveries(s: FleetServer, channel: str) -> list[dict]:
-    return [e["data"] for e in s.events(kind="alert_delivery")
-            if e["data"]["channel"] == channel]
+    return [e["data"] for e in s.events(kind="alert_delivery") if e["data"]["channel"] == channel]
 
 
 def stop(s: FleetServer) -> None:
@@ -59,14 +61,21 @@ def stop(s: FleetServer) -> None:
 
 def test_a_webhook_failing_twice_gets_the_alert_once_signed(tmp_path, monkeypatch) -> None:
     hook, slack = HttpReceiver(fail=2).start(), HttpReceiver().start()
-    s = start(tmp_path, f"""\
+    s = start(
+        tmp_path,
+        f"""\
       - {{name: ops, kind: webhook, url: "{hook.url}", secret_env: KLIQUE_TEST_ALERT_SECRET}}
       - {{name: chat, kind: slack, url: "{slack.url}", to: [it]}}
-""", monkeypatch)
+""",
+        monkeypatch,
+    )
     try:
         lost = lose_a_worker(s)
-        wait_for(lambda: any(d["status"] == "delivered" for d in deliveries(s, "ops")), 15,
-                 "the webhook delivered")
+        wait_for(
+            lambda: any(d["status"] == "delivered" for d in deliveries(s, "ops")),
+            15,
+            "the webhook delivered",
+        )
         wait_for(lambda: deliveries(s, "chat"), 10, "the slack hook delivered")
         time.sleep(1.5)  # nothing more comes
         assert len(hook.got) == 3 and len(hook.ok) == 1
@@ -75,8 +84,7 @@ def test_a_webhook_failing_twice_gets_the_alert_once_signed(tmp_path, monkeypatc
         r = hook.ok[0]
         ts = r.headers["X-Klique-Timestamp"]
         want = hmac.new(SECRET.encode(), ts.encode() + b"." + r.body, hashlib.sha256)
-        assert hmac.compare_digest(r.headers["X-Klique-Signature"],
-                                   "sha256=" + want.hexdigest())
+        assert hmac.compare_digest(r.headers["X-Klique-Signature"], "sha256=" + want.hexdigest())
         body = json.loads(r.body)
         assert body["kind"] == "worker_lost" and body["seq"] == lost["seq"]
         assert "w-1" in body["title"] and body["recipients"] == ["it@example.org"]
@@ -96,10 +104,14 @@ def test_a_webhook_failing_twice_gets_the_alert_once_signed(tmp_path, monkeypatc
 
 def test_mail_over_smtp(tmp_path, monkeypatch) -> None:
     smtp = SmtpReceiver().start()
-    s = start(tmp_path, f"""\
+    s = start(
+        tmp_path,
+        f"""\
       - {{name: mail, kind: email, smtp_host: 127.0.0.1, smtp_port: {smtp.port},
          sender: klique@example.org}}
-""", monkeypatch)
+""",
+        monkeypatch,
+    )
     try:
         lost = lose_a_worker(s)
         wait_for(lambda: deliveries(s, "mail"), 15, "the mail delivered")
@@ -116,19 +128,26 @@ def test_mail_over_smtp(tmp_path, monkeypatch) -> None:
         smtp.stop()
 
 
-def test_a_receiver_that_never_answers_does_not_slow_the_passes(tmp_path,
-                                                               monkeypatch) -> None:
+def test_a_receiver_that_never_answers_does_not_slow_the_passes(tmp_path, monkeypatch) -> None:
     hang = HttpReceiver(hang=True).start()
-    s = start(tmp_path, f"""\
+    s = start(
+        tmp_path,
+        f"""\
       - {{name: stuck, kind: webhook, url: "{hang.url}", timeout: 30s}}
-""", monkeypatch)
+""",
+        monkeypatch,
+    )
     try:
         lose_a_worker(s)
         wait_for(lambda: hang.got, 10, "the stuck receiver reached")
         seen: list[float] = []
         while len(seen) < 5:  # the passes' own times while the delivery hangs
-            at = datetime.fromisoformat(s.ok("GET", "/v1/engine")["last_pass_at"]
-                                        .replace("Z", "+00:00")).timestamp() * 1000
+            at = (
+                datetime.fromisoformat(
+                    s.ok("GET", "/v1/engine")["last_pass_at"].replace("Z", "+00:00")
+                ).timestamp()
+                * 1000
+            )
             if at not in seen:
                 seen.append(at)
             time.sleep(0.1)
@@ -142,9 +161,13 @@ def test_a_receiver_that_never_answers_does_not_slow_the_passes(tmp_path,
 
 def test_an_undelivered_alert_is_sent_after_a_restart(tmp_path, monkeypatch) -> None:
     down = HttpReceiver(fail=10**6).start()  # fails until the restart
-    s = start(tmp_path, f"""\
+    s = start(
+        tmp_path,
+        f"""\
       - {{name: ops, kind: webhook, url: "{down.url}", secret_env: KLIQUE_TEST_ALERT_SECRET}}
-""", monkeypatch)
+""",
+        monkeypatch,
+    )
     try:
         lost = lose_a_worker(s)
         wait_for(lambda: deliveries(s, "ops"), 10, "a failed attempt recorded")
@@ -152,8 +175,11 @@ def test_an_undelivered_alert_is_sent_after_a_restart(tmp_path, monkeypatch) -> 
         down.fail = 0  # the endpoint is back
         n = len(down.got)
         s.start()
-        wait_for(lambda: any(d["status"] == "delivered" for d in deliveries(s, "ops")), 15,
-                 "delivered after the restart")
+        wait_for(
+            lambda: any(d["status"] == "delivered" for d in deliveries(s, "ops")),
+            15,
+            "delivered after the restart",
+        )
         assert len(down.ok) == 1 and len(down.got) == n + 1
         assert down.ok[0].headers["Idempotency-Key"] == f"klique-alert-{lost['seq']}-ops"
         stop(s)
@@ -167,9 +193,13 @@ def test_an_undelivered_alert_is_sent_after_a_restart(tmp_path, monkeypatch) -> 
 
 def test_work_waiting_past_the_limit_alerts_the_group_admins(tmp_path, monkeypatch) -> None:
     hook = HttpReceiver().start()
-    s = start(tmp_path, f"""\
+    s = start(
+        tmp_path,
+        f"""\
       - {{name: ops, kind: webhook, url: "{hook.url}"}}
-""", monkeypatch)
+""",
+        monkeypatch,
+    )
     try:
         erin = s.token({"user": "erin"})
         tid = s.submit(erin, "team-b/one", ["true"])  # no worker: it waits
@@ -190,10 +220,14 @@ def test_a_budget_threshold_reaches_the_group_admins(tmp_path, monkeypatch) -> N
     policies = ESTATE["policies.yaml"].replace(
         "    reservation: 0\n    limit: 2\n",
         "    reservation: 0\n    limit: 2\n"
-        "    budget: {hours: 0.001, period: day, alert_at: [0.5]}\n")  # 3.6 s
-    estate = alert_estate(tmp_path, f"""\
+        "    budget: {hours: 0.001, period: day, alert_at: [0.5]}\n",
+    )  # 3.6 s
+    estate = alert_estate(
+        tmp_path,
+        f"""\
       - {{name: ops, kind: webhook, url: "{hook.url}", to: [admins]}}
-""")
+""",
+    )
     (estate / "policies.yaml").write_text(policies)
     s = FleetServer(tmp_path, estate=estate, ttl="60s").start()
     try:

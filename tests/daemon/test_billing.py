@@ -35,12 +35,21 @@ def _run_and_end(s: Server, tokens: dict, n: int = 1) -> list[str]:
     ids = []
     for _ in range(n):
         for user, team in TEAMS:
-            t = s.ok("POST", "/v1/tasks", {"resource": f"{team}/one", **CMD},
-                     token=tokens[user], expect=201)
+            t = s.ok(
+                "POST",
+                "/v1/tasks",
+                {"resource": f"{team}/one", **CMD},
+                token=tokens[user],
+                expect=201,
+            )
             ids.append(t["id"])
     for tid in ids:
-        wait_for(lambda: s.ok("GET", f"/v1/tasks/{tid}")["state"] == "placed", 20,
-                 f"{tid} to be placed", every=0.05)
+        wait_for(
+            lambda: s.ok("GET", f"/v1/tasks/{tid}")["state"] == "placed",
+            20,
+            f"{tid} to be placed",
+            every=0.05,
+        )
         time.sleep(0.01)
         s.ok("POST", f"/v1/tasks/{tid}/cancel")
     return ids
@@ -76,33 +85,60 @@ def test_the_feed_gives_each_closed_interval_once_across_a_restart(org):
     assert {r["task"] for r in rows1} == set(first_ids)
     assert [r["seq"] for r in rows1] == sorted(r["seq"] for r in rows1)
     again, same = _pull_all(s, t["finance"], cursor)
-    assert again == [] and same == cursor           # nothing new: nothing twice
+    assert again == [] and same == cursor  # nothing new: nothing twice
     _run_and_end(s, t)
     assert s.stop() == 0, s.log()
     s.start()
     _run_and_end(s, t)
-    wait_for(lambda: s.ok("POST", "/v1/ledger/sql", {
-        "sql": "SELECT count(*) FROM ledger WHERE end_at IS NOT NULL"},
-        token=t["finance"])["rows"] == [[9]], 20, "9 closed intervals")
+    wait_for(
+        lambda: (
+            s.ok(
+                "POST",
+                "/v1/ledger/sql",
+                {"sql": "SELECT count(*) FROM ledger WHERE end_at IS NOT NULL"},
+                token=t["finance"],
+            )["rows"]
+            == [[9]]
+        ),
+        20,
+        "9 closed intervals",
+    )
     rows2, _ = _pull_all(s, t["finance"], cursor)
     ids = [r["interval_id"] for r in rows1 + rows2]
-    assert len(ids) == len(set(ids)) == 9          # none twice, none missed
-    closed = s.ok("POST", "/v1/ledger/sql", {"sql": "SELECT interval_id FROM ledger "
-                                                    "WHERE end_at IS NOT NULL"},
-                  token=t["finance"])["rows"]
+    assert len(ids) == len(set(ids)) == 9  # none twice, none missed
+    closed = s.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {"sql": "SELECT interval_id FROM ledger WHERE end_at IS NOT NULL"},
+        token=t["finance"],
+    )["rows"]
     assert set(ids) == {r[0] for r in closed}
     # the channel: sent to the API directly (schedules and pipelines label theirs)
-    assert {r["channel"] for r in s.ok("POST", "/v1/ledger/sql", {
-        "sql": "SELECT DISTINCT channel FROM ledger"}, token=t["finance"])["rows"]
-        for r in [dict(channel=r[0])]} == {"api"}
+    assert {
+        r["channel"]
+        for r in s.ok(
+            "POST",
+            "/v1/ledger/sql",
+            {"sql": "SELECT DISTINCT channel FROM ledger"},
+            token=t["finance"],
+        )["rows"]
+        for r in [dict(channel=r[0])]
+    } == {"api"}
     # a group admin's feed: their subtree only
     mine, _ = _pull_all(s, t["alice"], None)
     assert {r["group"] for r in mine} == {"team-a"} and len(mine) == 3
 
 
-@pytest.mark.parametrize("query, fragment", [
-    ("cursor=abc", "cursor"), ("cursor=-1", "cursor"), ("limit=0", "limit"),
-    ("limit=x", "limit"), ("limit=100000", "limit")])
+@pytest.mark.parametrize(
+    "query, fragment",
+    [
+        ("cursor=abc", "cursor"),
+        ("cursor=-1", "cursor"),
+        ("limit=0", "limit"),
+        ("limit=x", "limit"),
+        ("limit=100000", "limit"),
+    ],
+)
 def test_a_bad_cursor_or_limit_is_a_400(org, query, fragment):
     s, t = org
     status, body = s.call("GET", f"/v1/ledger/feed?{query}", token=t["finance"])
@@ -117,8 +153,9 @@ def test_focus_over_http(org):
     assert rows and {r["ChargeCategory"] for r in rows} == {"Usage"}
     assert {r["SubAccountId"] for r in rows} >= {"north/ml/team-a", "south/ops/team-c"}
     status, text = s.call("GET", f"/v1/ledger/focus?period={_month()}", token=t["carl"])
-    assert status == 200 and {r["SubAccountName"] for r in csv.DictReader(io.StringIO(text))} \
-        <= {"team-c"}
+    assert status == 200 and {r["SubAccountName"] for r in csv.DictReader(io.StringIO(text))} <= {
+        "team-c"
+    }
     for bad in ("2026-13", "nov", ""):
         status, body = s.call("GET", f"/v1/ledger/focus?period={bad}", token=t["finance"])
         assert status == 400 and "period" in str(body), (bad, body)
@@ -130,41 +167,58 @@ def test_statement_over_http_matches_the_ledger_to_the_cent(org):
     s, t = org
     month = _month()
     st = s.ok("GET", f"/v1/ledger/statement?group=ml&period={month}", token=t["finance"])
-    exact = s.ok("POST", "/v1/ledger/sql", {"sql": (
-        "SELECT sum(cost) FROM usage_monthly WHERE month = date_trunc('month', current_date) "
-        "AND list_contains(string_split(group_path, '/'), 'ml')")}, token=t["finance"])
+    exact = s.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {
+            "sql": (
+                "SELECT sum(cost) FROM usage_monthly WHERE month = date_trunc('month', current_date) "
+                "AND list_contains(string_split(group_path, '/'), 'ml')"
+            )
+        },
+        token=t["finance"],
+    )
     want = Decimal(exact["rows"][0][0]).quantize(Decimal("0.01"), ROUND_HALF_UP)
     # tasks ended (none open), so the ledger does not move between the two reads
     assert Decimal(st["total"]) == want
     assert {x["group"] for x in st["lines"]} == {"team-a", "team-b"}
-    status, html = s.call("GET", f"/v1/ledger/statement?group=ml&period={month}&format=html",
-                          token=t["finance"])
+    status, html = s.call(
+        "GET", f"/v1/ledger/statement?group=ml&period={month}&format=html", token=t["finance"]
+    )
     assert status == 200 and "<!DOCTYPE html>" in html and st["total"] in html
-    status, body = s.call("GET", f"/v1/ledger/statement?group=nowhere&period={month}",
-                          token=t["finance"])
+    status, body = s.call(
+        "GET", f"/v1/ledger/statement?group=nowhere&period={month}", token=t["finance"]
+    )
     assert status == 404 and "unknown group 'nowhere'" in body["error"]["message"], body
-    status, body = s.call("GET", f"/v1/ledger/statement?group=ops&period={month}",
-                          token=t["alice"])
-    assert status == 403 and "outside the groups you administer" in \
-        body["error"]["message"], body
-    assert s.call("GET", f"/v1/ledger/statement?group=team-a&period={month}",
-                  token=t["alice"])[0] == 200
+    status, body = s.call("GET", f"/v1/ledger/statement?group=ops&period={month}", token=t["alice"])
+    assert status == 403 and "outside the groups you administer" in body["error"]["message"], body
+    assert (
+        s.call("GET", f"/v1/ledger/statement?group=team-a&period={month}", token=t["alice"])[0]
+        == 200
+    )
     status, body = s.call("GET", "/v1/ledger/statement?group=ml", token=t["finance"])
     assert status == 400 and "period" in body["error"]["message"]
 
 
 def _cli(s: Server, token: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KLIQUE_URL": s.url, "KLIQUE_TOKEN": token}
-    return subprocess.run([sys.executable, "-m", "kliqued.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "kliqued.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_cli_writes_focus_parquet_statements_and_partitions(org, tmp_path):
     s, t = org
     month = _month()
     out = tmp_path / "focus.parquet"
-    p = _cli(s, t["finance"], "ledger", "export", "--format", "focus", "--period", month,
-             "-o", str(out))
+    p = _cli(
+        s, t["finance"], "ledger", "export", "--format", "focus", "--period", month, "-o", str(out)
+    )
     assert p.returncode == 0, p.stderr
     assert "FOCUS 1.2" in p.stderr
     n = duckdb.connect().execute(f"SELECT count(*) FROM '{out}'").fetchone()[0]
@@ -172,35 +226,46 @@ def test_the_cli_writes_focus_parquet_statements_and_partitions(org, tmp_path):
     p = _cli(s, t["finance"], "ledger", "export", "--format", "focus", "-o", str(out))
     assert p.returncode == 1 and "--period" in p.stderr
     html = tmp_path / "ml.html"
-    p = _cli(s, t["finance"], "ledger", "statement", "--group", "ml", "--period", month,
-             "-o", str(html))
+    p = _cli(
+        s, t["finance"], "ledger", "statement", "--group", "ml", "--period", month, "-o", str(html)
+    )
     assert p.returncode == 0 and html.read_text().startswith("<!DOCTYPE html>"), p.stderr
     p = _cli(s, t["finance"], "ledger", "statement", "--group", "ml", "--period", month)
     assert p.returncode == 0 and "statement north/ml" in p.stdout and "total" in p.stdout
     p = _cli(s, t["finance"], "ledger", "statement", "--group", "nope", "--period", month)
     assert p.returncode == 1 and "unknown group 'nope'" in p.stderr
     parts = tmp_path / "billing" / "gpu"  # created with its parents, as -o's file is
-    p = _cli(s, t["finance"], "ledger", "partitions", "--from", month, "--to", month,
-             "-o", str(parts))
+    p = _cli(
+        s, t["finance"], "ledger", "partitions", "--from", month, "--to", month, "-o", str(parts)
+    )
     assert p.returncode == 0, p.stderr
-    got = duckdb.connect().execute(
-        f"SELECT month, count(*) FROM read_parquet('{parts}/*/*.parquet', "
-        "hive_partitioning = true) GROUP BY 1").fetchall()
+    got = (
+        duckdb.connect()
+        .execute(
+            f"SELECT month, count(*) FROM read_parquet('{parts}/*/*.parquet', "
+            "hive_partitioning = true) GROUP BY 1"
+        )
+        .fetchall()
+    )
     assert got == [(month, n)]
 
 
 def test_capacity_is_recorded_and_the_cio_views_answer(org):
     s, t = org
-    sql = lambda q, who="finance": s.ok("POST", "/v1/ledger/sql", {"sql": q},  # noqa: E731
-                                        token=t[who])["rows"]
-    assert sql("SELECT pool, kind, capacity FROM in_use_now") == [["pool-1", "kubernetes",
-                                                                   "8.000"]]
+    sql = lambda q, who="finance": s.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {"sql": q},  # noqa: E731
+        token=t[who],
+    )["rows"]
+    assert sql("SELECT pool, kind, capacity FROM in_use_now") == [["pool-1", "kubernetes", "8.000"]]
     assert sql("SELECT DISTINCT pool, gpus FROM capacity") == [["pool-1", "8.000"]]
-    month = sql("SELECT month, capacity_hours IS NOT NULL, gpu_hours > 0 FROM estate_use "
-                "WHERE month = date_trunc('month', current_date)")
+    month = sql(
+        "SELECT month, capacity_hours IS NOT NULL, gpu_hours > 0 FROM estate_use "
+        "WHERE month = date_trunc('month', current_date)"
+    )
     assert month and month[0][1:] == [True, True]
-    assert {r[0] for r in sql("SELECT policy FROM reserved_idle")} == {"team-a", "team-b",
-                                                                       "team-c"}
+    assert {r[0] for r in sql("SELECT policy FROM reserved_idle")} == {"team-a", "team-b", "team-c"}
     # a team's admin sees their own reservation only
     assert {r[0] for r in sql("SELECT policy FROM reserved_idle", "carl")} == {"team-c"}
     assert sql("SELECT count(*) FROM idle_cost", "carl")[0][0] >= 1
@@ -213,8 +278,9 @@ def test_the_cio_figures_over_http(org):
     assert [p["pool"] for p in res["estate_use"]] == ["pool-1"]
     assert {b["business_unit"] for b in res["business_units"]} == {"north", "south"}
     idle = res["idle"]
-    total = sum(Decimal(idle[k]) for k in ("used_cost", "reserved_idle_cost",
-                                            "unreserved_idle_cost"))
+    total = sum(
+        Decimal(idle[k]) for k in ("used_cost", "reserved_idle_cost", "unreserved_idle_cost")
+    )
     assert total == Decimal(idle["capacity_cost"])
     assert res["in_use_now"][0]["capacity"] == "8.000"
     mine = s.ok("GET", f"/v1/ledger/cio?period={month}", token=t["carl"])

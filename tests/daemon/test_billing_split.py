@@ -30,11 +30,17 @@ def split(tmp_path_factory):
     settings.write_text(settings.read_text() + "  attribution: {borrowed: split}\n")
     s = Server(tmp_path_factory.mktemp("split"), estate=estate).start()
     carl = s.token({"user": "carl"})
-    ids = [s.ok("POST", "/v1/tasks", {"resource": "team-c/one", **CMD}, token=carl,
-                expect=201)["id"] for _ in range(2)]
+    ids = [
+        s.ok("POST", "/v1/tasks", {"resource": "team-c/one", **CMD}, token=carl, expect=201)["id"]
+        for _ in range(2)
+    ]
     for tid in ids:
-        wait_for(lambda: s.ok("GET", f"/v1/tasks/{tid}")["state"] == "placed", 20,
-                 f"{tid} to be placed", every=0.05)
+        wait_for(
+            lambda: s.ok("GET", f"/v1/tasks/{tid}")["state"] == "placed",
+            20,
+            f"{tid} to be placed",
+            every=0.05,
+        )
     time.sleep(0.5)
     for tid in ids:
         s.ok("POST", f"/v1/tasks/{tid}/cancel")
@@ -54,11 +60,15 @@ def _sql(s: Server, token: str, q: str) -> list:
 def test_the_statements_split_the_lent_hours(split):
     s, t = split
     month = _month()
-    lent = _sql(s, t["finance"], "SELECT sum(lent_hours), sum(borrowed_hours) "
-                                 "FROM borrowed_usage")[0]
-    assert Decimal(lent[0]) > 0 and lent[0] == lent[1]   # 2 idle reserved GPUs, 1 borrowed
-    lenders = _sql(s, t["finance"], "SELECT policy, lent_hours FROM reserved_idle "
-                                    "WHERE lent_hours > 0 ORDER BY policy")
+    lent = _sql(s, t["finance"], "SELECT sum(lent_hours), sum(borrowed_hours) FROM borrowed_usage")[
+        0
+    ]
+    assert Decimal(lent[0]) > 0 and lent[0] == lent[1]  # 2 idle reserved GPUs, 1 borrowed
+    lenders = _sql(
+        s,
+        t["finance"],
+        "SELECT policy, lent_hours FROM reserved_idle WHERE lent_hours > 0 ORDER BY policy",
+    )
     assert [r[0] for r in lenders] == ["team-a", "team-b"]
     assert abs(Decimal(lenders[0][1]) - Decimal(lenders[1][1])) <= Decimal("0.000001")
     c = s.ok("GET", f"/v1/ledger/statement?group=team-c&period={month}", token=t["carl"])
@@ -70,10 +80,12 @@ def test_the_statements_split_the_lent_hours(split):
     assert sorted(x["group"] for x in shares) == ["team-a", "team-b"]
     # the lenders' halves (north) and the borrower's credit (south) cancel out: the two
     # statements' exact totals (each to the millionth) add up to the usage
-    north = s.ok("GET", f"/v1/ledger/statement?group=north&period={month}",
-                 token=t["finance"])["exact_total"]
-    south = s.ok("GET", f"/v1/ledger/statement?group=south&period={month}",
-                 token=t["finance"])["exact_total"]
+    north = s.ok("GET", f"/v1/ledger/statement?group=north&period={month}", token=t["finance"])[
+        "exact_total"
+    ]
+    south = s.ok("GET", f"/v1/ledger/statement?group=south&period={month}", token=t["finance"])[
+        "exact_total"
+    ]
     assert Decimal(north) > 0
     usage = _sql(s, t["finance"], "SELECT sum(cost) FROM usage_monthly")[0][0]
     assert abs(Decimal(north) + Decimal(south) - Decimal(usage)) <= Decimal("0.000001")
@@ -84,8 +96,10 @@ def test_the_focus_export_has_the_credit_and_the_adjustments(split):
     status, body = s.call("GET", f"/v1/ledger/focus?period={_month()}", token=t["finance"])
     assert status == 200, body
     rows = list(csv.DictReader(io.StringIO(body if isinstance(body, str) else body.decode())))
-    kinds = sorted((r["ChargeCategory"], r["SubAccountName"]) for r in rows
-                   if r["ChargeCategory"] != "Usage")
+    kinds = sorted(
+        (r["ChargeCategory"], r["SubAccountName"]) for r in rows if r["ChargeCategory"] != "Usage"
+    )
     assert kinds == [("Adjustment", "team-a"), ("Adjustment", "team-b"), ("Credit", "team-c")]
-    assert sum(Decimal(r["BilledCost"]) for r in rows if r["ChargeCategory"] != "Usage") \
-        .copy_abs() <= Decimal("0.000002")
+    assert sum(
+        Decimal(r["BilledCost"]) for r in rows if r["ChargeCategory"] != "Usage"
+    ).copy_abs() <= Decimal("0.000002")

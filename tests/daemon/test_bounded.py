@@ -27,8 +27,7 @@ def history_ids(s: Server) -> dict[str, int]:
     """Each task id in the history, with how many rows it has."""
     con = duckdb.connect(str(s.local_db), read_only=True)
     try:
-        return dict(con.execute("SELECT id, count(*) FROM task_history GROUP BY id")
-                    .fetchall())
+        return dict(con.execute("SELECT id, count(*) FROM task_history GROUP BY id").fetchall())
     finally:
         con.close()
 
@@ -39,10 +38,16 @@ def test_ended_tasks_leave_memory_and_answer_the_same(tmp_path: Path, db: str | 
     s.start()
     bob = s.token({"user": "bob"})
     erin = s.token({"user": "erin"})
-    keyed = s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob,
-                   headers={"Idempotency-Key": "once"})[1]["id"]
-    ended = [keyed] + [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD},
-                            bob)["id"] for _ in range(3)]
+    keyed = s.call(
+        "POST",
+        "/v1/tasks",
+        {"resource": "team-a/one", **CMD},
+        bob,
+        headers={"Idempotency-Key": "once"},
+    )[1]["id"]
+    ended = [keyed] + [
+        s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"] for _ in range(3)
+    ]
     live = s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"]
     wait_for(lambda: s.ok("GET", f"/v1/tasks/{ended[0]}")["state"] == "placed")
     views: dict[str, dict[str, Any]] = {}
@@ -68,8 +73,13 @@ def test_ended_tasks_leave_memory_and_answer_the_same(tmp_path: Path, db: str | 
     assert [t["id"] for t in rest["tasks"]] == sorted(ended)[2:] and rest["next"] is None
     assert s.ok("GET", "/v1/tasks?state=ended", token=erin)["tasks"] == []
     # a retried Idempotency-Key finds the evicted task
-    status, again = s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob,
-                           headers={"Idempotency-Key": "once"})
+    status, again = s.call(
+        "POST",
+        "/v1/tasks",
+        {"resource": "team-a/one", **CMD},
+        bob,
+        headers={"Idempotency-Key": "once"},
+    )
     assert (status, again) == (200, views[keyed])
 
     # kill -9 and a restart without a snapshot: the whole log replays, the tasks end and
@@ -104,16 +114,20 @@ def test_a_worker_late_on_an_evicted_task_gets_the_same_answers(tmp_path: Path) 
     wait_for(lambda: fs.task(tid)["state"] == "placed")
     (lease,) = w.lease()
     assert w.report(tid, lease["epoch"], "started")[0] == 200
-    assert w.call("POST", f"/v1/tasks/{tid}/log?offset=0&epoch=1", raw=b"hi\n") \
-        == (200, {"size": 3})
+    assert w.call("POST", f"/v1/tasks/{tid}/log?offset=0&epoch=1", raw=b"hi\n") == (
+        200,
+        {"size": 3},
+    )
     st, first = w.report(tid, 1, "finished", 0)
     assert st == 200 and first["task"]["state"] == "ended"
     wait_for(lambda: records_in_memory(fs) == 0, what="the task evicted")
     assert w.report(tid, 1, "finished", 0) == (200, first)
     assert w.report(tid, 1, "failed", 1)[0] == 200  # the lease is closed: nothing changes
     assert w.report(tid, 2, "finished", 0)[0] == 409
-    assert w.call("POST", f"/v1/tasks/{tid}/log?offset=3&epoch=1", raw=b"more\n") \
-        == (200, {"size": 8})
+    assert w.call("POST", f"/v1/tasks/{tid}/log?offset=3&epoch=1", raw=b"more\n") == (
+        200,
+        {"size": 8},
+    )
     assert fs.call("GET", f"/v1/tasks/{tid}/log", token=erin)[1] == "hi\nmore\n"
     assert fs.task(tid) == first["task"]
     assert fs.stop() == 0

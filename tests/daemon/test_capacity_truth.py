@@ -30,43 +30,65 @@ pools:
 
 @pytest.fixture
 def fs(tmp_path):
-    yield from running_fleet(tmp_path, estate=write_estate(tmp_path / "estate",
-                                                           {**ESTATE, "pools.yaml": POOLS}),
-                             ttl="60s")  # the hand-driven workers stay live
+    yield from running_fleet(
+        tmp_path,
+        estate=write_estate(tmp_path / "estate", {**ESTATE, "pools.yaml": POOLS}),
+        ttl="60s",
+    )  # the hand-driven workers stay live
 
 
 def gpus(n: int, model: str | None, memory_mb: int | None) -> list[dict]:
-    return [{"index": i, "uuid": f"GPU-{i}", "memory_mb": memory_mb, "model": model}
-            for i in range(n)]
+    return [
+        {"index": i, "uuid": f"GPU-{i}", "memory_mb": memory_mb, "model": model} for i in range(n)
+    ]
 
 
 def register(fs, wid: str, body_gpus: list[dict]) -> HttpWorker:
     w = HttpWorker(fs, fs.wt, wid)
-    st, body = w.call("POST", "/v1/workers/register", {
-        "worker_id": wid, "hostname": wid, "pool": "bare", "executor": "process",
-        "version": "test", "gpus": body_gpus})
+    st, body = w.call(
+        "POST",
+        "/v1/workers/register",
+        {
+            "worker_id": wid,
+            "hostname": wid,
+            "pool": "bare",
+            "executor": "process",
+            "version": "test",
+            "gpus": body_gpus,
+        },
+    )
     assert st == 200, body
     return w
 
 
 def truth(fs) -> dict:
-    return next(p for p in fs.ok("GET", "/v1/pools")["pools"]
-                if p["name"] == "bare")["capacity_truth"]
+    return next(p for p in fs.ok("GET", "/v1/pools")["pools"] if p["name"] == "bare")[
+        "capacity_truth"
+    ]
 
 
 def cli(fs, *argv: str) -> str:
     env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": fs.admin}
     env.pop("KLIQUE_CONFIG", None)
-    p = subprocess.run([PY, "-m", "kliqued.cli", *argv], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=30)
+    p = subprocess.run(
+        [PY, "-m", "kliqued.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 0, p.stderr
     return p.stdout
 
 
 def metric(fs, name: str, pool: str) -> float:
     text = fs.call("GET", "/metrics")[1]
-    line = next(line for line in text.splitlines()
-                if line.startswith(name + "{") and f'pool="{pool}"' in line)
+    line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith(name + "{") and f'pool="{pool}"' in line
+    )
     return float(line.rsplit(" ", 1)[1])
 
 
@@ -76,8 +98,12 @@ def test_workers_that_match_the_declaration_agree(fs) -> None:
     t = truth(fs)
     assert t["agree"] is True and t["mismatches"] == []
     assert t["declared"] == {"gpus": 4, "gpu_type": "h100-80gb", "machines": [2, 2]}
-    assert t["reported"] == {"workers": 2, "gpus": 4, "models": ["NVIDIA H100 80GB HBM3"],
-                             "machines": [2, 2]}
+    assert t["reported"] == {
+        "workers": 2,
+        "gpus": 4,
+        "models": ["NVIDIA H100 80GB HBM3"],
+        "machines": [2, 2],
+    }
     assert fs.events(kind="capacity_mismatch") == []
     assert metric(fs, "klique_pool_capacity_mismatch", "bare") == 0
     assert metric(fs, "klique_pool_reported_gpus", "bare") == 4
@@ -91,7 +117,8 @@ def test_a_worker_that_disagrees_is_shown_counted_logged_and_noted_for_the_plan(
     assert t["agree"] is False
     assert t["mismatches"] == [
         "worker a reports 4 GPUs; pool bare declares machines of 2",
-        "worker a GPU 0 is a NVIDIA A100-SXM4-40GB; pool bare declares h100-80gb"]
+        "worker a GPU 0 is a NVIDIA A100-SXM4-40GB; pool bare declares h100-80gb",
+    ]
     ev = fs.events(kind="capacity_mismatch")
     assert [e["data"]["worker"] for e in ev] == ["a"]
     assert ev[0]["data"]["mismatches"] == t["mismatches"]
@@ -115,4 +142,5 @@ def test_memory_far_from_the_type_and_too_many_machines_disagree(fs) -> None:
     assert t["mismatches"] == [
         "worker c GPU 0 has 40 GB; pool bare declares h100-80gb",
         "3 live workers in pool bare; it declares 2 machines",
-        "workers of pool bare report 6 GPUs; it declares 4"]
+        "workers of pool bare report 6 GPUs; it declares 4",
+    ]

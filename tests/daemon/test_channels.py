@@ -21,8 +21,7 @@ HEADER = "X-Klique-Channel"
 
 def _submit(s: Server, token: str, channel: str | None = None) -> tuple[int, dict]:
     headers = {HEADER: channel} if channel is not None else None
-    return s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, token,
-                  headers=headers)
+    return s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, token, headers=headers)
 
 
 def _ledger(s: Server, task: str) -> list[tuple]:
@@ -37,8 +36,9 @@ def _submitted(s: Server, task: str) -> dict:
 
 
 @pytest.mark.parametrize("channel, want", [(None, "api"), ("cli", "cli"), ("sdk", "sdk")])
-def test_the_channel_a_client_declares_is_recorded_everywhere(server: Server, who, channel,
-                                                              want) -> None:
+def test_the_channel_a_client_declares_is_recorded_everywhere(
+    server: Server, who, channel, want
+) -> None:
     status, t = _submit(server, who.bob, channel)
     assert status == 201, t
     assert t["channel"] == want and t["user"] == "bob"
@@ -46,18 +46,27 @@ def test_the_channel_a_client_declares_is_recorded_everywhere(server: Server, wh
     assert _submitted(server, t["id"])["data"]["channel"] == want
     wait_for(lambda: _ledger(server, t["id"]), timeout=10)  # placed: an interval opened
     assert _ledger(server, t["id"]) == [(want, "bob")]
-    month = server.ok("POST", "/v1/ledger/sql", {"sql": (
-        "SELECT channel FROM usage_monthly WHERE \"user\" = 'bob' "
-        f"AND channel = '{want}'")})["rows"]
+    month = server.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {
+            "sql": (
+                f"SELECT channel FROM usage_monthly WHERE \"user\" = 'bob' AND channel = '{want}'"
+            )
+        },
+    )["rows"]
     assert month, "usage_monthly has the channel as a dimension"
-    server.ok("POST", f"/v1/tasks/{t['id']}/cancel", token=who.bob,
-              headers={HEADER: channel} if channel else None)
+    server.ok(
+        "POST",
+        f"/v1/tasks/{t['id']}/cancel",
+        token=who.bob,
+        headers={HEADER: channel} if channel else None,
+    )
     cancel = server.ok("GET", f"/v1/events?task={t['id']}&kind=cancelled")["events"]
     assert cancel[0]["data"]["channel"] == want and cancel[0]["actor"] == "user:bob"
 
 
-@pytest.mark.parametrize("value", ["mcp", "schedule", "pipeline", "session", "API", "curl",
-                                   ""])
+@pytest.mark.parametrize("value", ["mcp", "schedule", "pipeline", "session", "API", "curl", ""])
 def test_a_client_cannot_declare_another_channel(server: Server, who, value: str) -> None:
     before = server.ok("GET", "/v1/tasks?user=bob&limit=1000", token=who.bob)["tasks"]
     status, body = _submit(server, who.bob, value)
@@ -86,15 +95,22 @@ def test_an_event_log_from_before_channels_replays_as_api(tmp_path: Path) -> Non
     assert s.stop() == 0
     # the log and the ledger as a daemon from before channels wrote them
     conn = duckdb.connect(str(s.db))
-    rows = conn.execute("SELECT seq, data FROM events WHERE kind IN ('submitted', 'cancelled')"
-                        ).fetchall()
+    rows = conn.execute(
+        "SELECT seq, data FROM events WHERE kind IN ('submitted', 'cancelled')"
+    ).fetchall()
     for seq, data in rows:
         d = json.loads(data)
         d.pop("channel", None)
         conn.execute("UPDATE events SET data = ? WHERE seq = ?", [json.dumps(d), seq])
     conn.execute("DROP VIEW IF EXISTS usage_by_department")
-    for v in ("usage_by_business_unit", "usage_by_level", "usage_monthly", "usage_by_month",
-              "usage_priced", "usage"):
+    for v in (
+        "usage_by_business_unit",
+        "usage_by_level",
+        "usage_monthly",
+        "usage_by_month",
+        "usage_priced",
+        "usage",
+    ):
         conn.execute(f"DROP VIEW IF EXISTS {v}")
     conn.execute("ALTER TABLE ledger DROP COLUMN channel")
     conn.execute("ALTER TABLE ledger_monthly_pending DROP COLUMN channel")
@@ -106,8 +122,11 @@ def test_an_event_log_from_before_channels_replays_as_api(tmp_path: Path) -> Non
     # the ledger's row from before keeps no channel (NULL, docs/ledger.md); the monthly
     # views finance reads count it as sent through the API
     assert _ledger(s, t["id"]) == [(None, "bob")]
-    month = s.ok("POST", "/v1/ledger/sql", {"sql": (
-        "SELECT DISTINCT channel FROM usage_monthly WHERE \"user\" = 'bob'")})["rows"]
+    month = s.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {"sql": ("SELECT DISTINCT channel FROM usage_monthly WHERE \"user\" = 'bob'")},
+    )["rows"]
     assert month == [["api"]]
     # and a new task after the upgrade records its own
     status, t2 = _submit(s, bob, "sdk")

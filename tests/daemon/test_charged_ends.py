@@ -15,8 +15,7 @@ import pytest
 
 from kliqued.daemon.fleet.ends import ran_until
 
-from .fleet import (ESTATE, FleetServer, RealWorker, kill_pids_in, trap, wait_for,
-                    write_estate)
+from .fleet import ESTATE, FleetServer, RealWorker, kill_pids_in, trap, wait_for, write_estate
 
 DOWN_S = 15
 """How long the worker stays down after its task ended (the old code charged it)."""
@@ -31,7 +30,8 @@ def _month() -> tuple[int, int]:
 def fs(tmp_path: Path):
     policies = ESTATE["policies.yaml"].replace(
         "    reservation: 0\n    limit: 2\n",
-        "    reservation: 0\n    limit: 2\n    budget: {hours: 100, period: month}\n")
+        "    reservation: 0\n    limit: 2\n    budget: {hours: 100, period: month}\n",
+    )
     estate = write_estate(tmp_path / "estate", {**ESTATE, "policies.yaml": policies})
     # a TTL longer than the worker's absence: it is not declared lost, its task not requeued
     s = FleetServer(tmp_path, estate=estate, ttl="60s").start()
@@ -44,15 +44,19 @@ def fs(tmp_path: Path):
 
 
 def test_a_task_that_ends_while_its_worker_is_down_is_charged_until_its_end(
-        fs: FleetServer, tmp_path: Path) -> None:
+    fs: FleetServer, tmp_path: Path
+) -> None:
     month = _month()
     w = RealWorker(fs, fs.wt, tmp_path / "w1", gpus="0")  # type: ignore[attr-defined]
     try:
         w.start()
         tid = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "t", 300))  # type: ignore[attr-defined]
         wait_for(lambda: fs.task(tid)["state"] == "running", 30, "running")
-        pid = int(wait_for(lambda: (tmp_path / "t.pid").read_text()
-                           if (tmp_path / "t.pid").exists() else None))
+        pid = int(
+            wait_for(
+                lambda: (tmp_path / "t.pid").read_text() if (tmp_path / "t.pid").exists() else None
+            )
+        )
         time.sleep(2)  # a few seconds of real work
         w.kill9()
         os.kill(pid, signal.SIGTERM)  # the task ends (exit 0) while its worker is down
@@ -68,13 +72,13 @@ def test_a_task_that_ends_while_its_worker_is_down_is_charged_until_its_end(
     t = fs.task(tid)
     assert (t["end_reason"], t["epoch"], t["preemptions"]) == ("finished", 1, 0)
     (ev,) = fs.events(tid, "ended")
-    reported_ms = int(datetime.fromisoformat(ev["at"].replace("Z", "+00:00")).timestamp()
-                      * 1000)
+    reported_ms = int(datetime.fromisoformat(ev["at"].replace("Z", "+00:00")).timestamp() * 1000)
     assert reported_ms - ended_ms >= DOWN_S * 1000  # the report came after the absence
     ((start_ms, end_ms, hours),) = fs.sql(
         f"SELECT epoch_ms(start_at), epoch_ms(end_at), "
         f"date_diff('millisecond', start_at, end_at) / 3600000.0 "
-        f"FROM ledger WHERE task = '{tid}'")
+        f"FROM ledger WHERE task = '{tid}'"
+    )
     # the interval ends at the task's end (the wrapper's record), not at the report
     assert abs(int(end_ms) - ended_ms) < 2000, (end_ms, ended_ms, reported_ms)
     assert int(end_ms) < reported_ms - (DOWN_S - 2) * 1000

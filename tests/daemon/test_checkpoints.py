@@ -27,20 +27,24 @@ def borrower(tmp: Path, name: str) -> list[str]:
     checkpoint``, then sleeps; on SIGTERM it writes the notice it finds (and the checkpoint
     file's name it was given) to ``<name>.seen`` and exits 0."""
     pid, go, seen, marked = (tmp / f"{name}.{x}" for x in ("pid", "go", "seen", "marked"))
-    return [PY, "-c", "import json, os, signal, subprocess, sys, time\n"
-                      f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
-                      "def term(*_):\n"
-                      "    path = os.environ.get('KLIQUE_PREEMPT_FILE')\n"
-                      "    notice = open(path).read() if path and os.path.exists(path) else None\n"
-                      f"    json.dump({{'notice': notice}}, open({str(seen)!r}, 'w'))\n"
-                      "    sys.exit(0)\n"
-                      "signal.signal(signal.SIGTERM, term)\n"
-                      f"while not os.path.exists({str(go)!r}):\n"
-                      "    time.sleep(0.05)\n"
-                      "out = subprocess.run([sys.executable, '-m', 'kliqued.cli', 'checkpoint'],\n"
-                      "                     capture_output=True, text=True)\n"
-                      f"open({str(marked)!r}, 'w').write(str(out.returncode) + out.stdout + out.stderr)\n"
-                      "time.sleep(120)\n"]
+    return [
+        PY,
+        "-c",
+        "import json, os, signal, subprocess, sys, time\n"
+        f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
+        "def term(*_):\n"
+        "    path = os.environ.get('KLIQUE_PREEMPT_FILE')\n"
+        "    notice = open(path).read() if path and os.path.exists(path) else None\n"
+        f"    json.dump({{'notice': notice}}, open({str(seen)!r}, 'w'))\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.05)\n"
+        "out = subprocess.run([sys.executable, '-m', 'kliqued.cli', 'checkpoint'],\n"
+        "                     capture_output=True, text=True)\n"
+        f"open({str(marked)!r}, 'w').write(str(out.returncode) + out.stdout + out.stderr)\n"
+        "time.sleep(120)\n",
+    ]
 
 
 def one(events: list[dict], kind: str) -> dict:
@@ -51,26 +55,32 @@ def one(events: list[dict], kind: str) -> dict:
 
 @pytest.mark.parametrize("victims", ["least_lost_work", "newest"])
 def test_the_reclaim_takes_the_checkpointed_task_and_counts_from_its_checkpoint(
-        tmp_path: Path, victims: str) -> None:
+    tmp_path: Path, victims: str
+) -> None:
     files = dict(ESTATE)
     files["settings.yaml"] += f"  lending:\n    victims: {victims}\n"
     fs = FleetServer(tmp_path, estate=write_estate(tmp_path / "estate", files)).start()
     w: RealWorker | None = None
     try:
         erin, alice = fs.token({"user": "erin"}), fs.token({"user": "alice"})
-        w = RealWorker(fs, fs.token({"worker": True, "pool": "bare"}), tmp_path / "w1",
-                       gpus="0,1").start()
+        w = RealWorker(
+            fs, fs.token({"worker": True, "pool": "bare"}), tmp_path / "w1", gpus="0,1"
+        ).start()
         older = fs.submit(erin, "team-b/one", borrower(tmp_path, "older"))
         wait_for(lambda: fs.task(older)["state"] == "running", 20, "the older task runs")
         younger = fs.submit(erin, "team-b/one", borrower(tmp_path, "younger"))
         wait_for(lambda: fs.task(younger)["state"] == "running", 20, "the younger task runs")
 
-        (tmp_path / "older.go").write_text("")  # the older one checkpoints, after the younger started
+        (tmp_path / "older.go").write_text(
+            ""
+        )  # the older one checkpoints, after the younger started
         wait_for(lambda: (tmp_path / "older.marked").exists(), 20, "kliqued checkpoint ran")
-        assert (tmp_path / "older.marked").read_text().startswith("0checkpoint marked at"), \
-            (tmp_path / "older.marked").read_text()
-        saved = wait_for(lambda: fs.events(older, "task_checkpointed"), 20,
-                         "the worker relayed the checkpoint")[0]
+        assert (tmp_path / "older.marked").read_text().startswith("0checkpoint marked at"), (
+            tmp_path / "older.marked"
+        ).read_text()
+        saved = wait_for(
+            lambda: fs.events(older, "task_checkpointed"), 20, "the worker relayed the checkpoint"
+        )[0]
 
         fs.submit(alice, "team-a/one", [PY, "-c", "import time; time.sleep(1)"])
         preempted = wait_for(lambda: fs.events(kind="preempted"), 20, "a reclaim")
@@ -99,8 +109,9 @@ def test_the_reclaim_takes_the_checkpointed_task_and_counts_from_its_checkpoint(
 
         # The notice was in place when the task's SIGTERM handler ran.
         name = "older" if victim == older else "younger"
-        seen = wait_for(lambda: read_json(tmp_path / f"{name}.seen"), 20,
-                        "the victim's SIGTERM handler ran")
+        seen = wait_for(
+            lambda: read_json(tmp_path / f"{name}.seen"), 20, "the victim's SIGTERM handler ran"
+        )
         assert seen["notice"] is not None, seen
         notice = json.loads(seen["notice"])
         assert notice["reason"] == "preempted" and "team-a" in notice["text"], notice

@@ -16,8 +16,7 @@ from typing import Iterator
 import pytest
 
 from kliqued.daemon.state.clockwatch import CLOCK_FILE_ENV
-from tests.daemon.fleet import (ESTATE, FleetServer, RealWorker, kill_pids_in,
-                                write_estate)
+from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, kill_pids_in, write_estate
 from tests.harness.wait import wait_for
 
 HOUR_MS = 3_600_000
@@ -28,8 +27,7 @@ def mid_month_offset_ms() -> int:
     from their ends whatever day the test runs."""
     now = datetime.now(timezone.utc)
     year, month = (now.year + 1, 1) if now.month == 12 else (now.year, now.month + 1)
-    return int((datetime(year, month, 15, 12, tzinfo=timezone.utc) - now).total_seconds()
-               * 1000)
+    return int((datetime(year, month, 15, 12, tzinfo=timezone.utc) - now).total_seconds() * 1000)
 
 
 class Stepped:
@@ -41,13 +39,15 @@ class Stepped:
         self.file.write_text(str(offset_ms))
         policies = ESTATE["policies.yaml"].replace(
             "    reservation: 2\n    limit: 2\n",
-            "    reservation: 2\n    limit: 2\n    budget: {hours: 100, period: month}\n")
+            "    reservation: 2\n    limit: 2\n    budget: {hours: 100, period: month}\n",
+        )
         estate = write_estate(tmp / "estate", {**ESTATE, "policies.yaml": policies})
         monkeypatch.setenv(CLOCK_FILE_ENV, str(self.file))
         self.s = FleetServer(tmp, estate=estate, ttl="3s").start()
         self.alice = self.s.token({"user": "alice"})
-        self.worker = RealWorker(self.s, self.s.token({"worker": True, "pool": "bare"}),
-                                 tmp / "w1").start()
+        self.worker = RealWorker(
+            self.s, self.s.token({"worker": True, "pool": "bare"}), tmp / "w1"
+        ).start()
 
     def step(self, ms: int) -> None:
         self.offset += ms
@@ -84,7 +84,8 @@ def running(st: Stepped, command: list[str], n: int) -> list[str]:
 
 
 def test_a_forward_hour_charges_the_real_seconds_and_expires_no_token(
-        stepped: list[Stepped], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stepped: list[Stepped], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     st = Stepped(tmp_path, monkeypatch, mid_month_offset_ms())
     stepped.append(st)
     tids = running(st, ["sleep", "120"], 2)  # 2 GPUs of team-a's budget
@@ -99,8 +100,11 @@ def test_a_forward_hour_charges_the_real_seconds_and_expires_no_token(
     assert st.s.call("GET", "/v1/whoami", token=short)[0] == 200  # the 30 min token works
     text = st.metrics()
     assert 'klique_clock_steps_total{direction="forward"} 1.0' in text, text
-    offset = [float(x.split()[1]) for x in text.splitlines()
-              if x.startswith("klique_clock_offset_seconds ")]
+    offset = [
+        float(x.split()[1])
+        for x in text.splitlines()
+        if x.startswith("klique_clock_offset_seconds ")
+    ]
     assert offset and 3590 < offset[0] < 3601, offset
     assert "the wall clock stepped forward by 3600.0 s" in st.s.log()
     (ev,) = st.s.events(kind="clock_step")
@@ -116,20 +120,28 @@ def test_a_forward_hour_charges_the_real_seconds_and_expires_no_token(
 
 
 def test_a_backward_hour_keeps_time_running_and_the_ledger_positive(
-        stepped: list[Stepped], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stepped: list[Stepped], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The machine's clock starts an hour ahead, and lands 25 s before a minute: a cron of
     # every minute is due about 25 s after the start, and after the step back.
     now_ms = time.time_ns() // 1_000_000
     ahead = HOUR_MS + (35_000 - (now_ms + HOUR_MS) % 60_000) % 60_000
     st = Stepped(tmp_path, monkeypatch, ahead)
     stepped.append(st)
-    sched = st.s.ok("POST", "/v1/schedules", {"cron": "* * * * *", "resource": "team-a/one",
-                                             "command": ["true"]},
-                    token=st.alice, expect=201)
-    long_tid, = running(st, ["sleep", "120"], 1)  # open across the step
+    sched = st.s.ok(
+        "POST",
+        "/v1/schedules",
+        {"cron": "* * * * *", "resource": "team-a/one", "command": ["true"]},
+        token=st.alice,
+        expect=201,
+    )
+    (long_tid,) = running(st, ["sleep", "120"], 1)  # open across the step
     st.step(-HOUR_MS)
-    wait_for(lambda: 'klique_clock_steps_total{direction="backward"} 1.0' in st.metrics(),
-             10, "the step counted")
+    wait_for(
+        lambda: 'klique_clock_steps_total{direction="backward"} 1.0' in st.metrics(),
+        10,
+        "the step counted",
+    )
     assert "the wall clock stepped backward by 3" in st.s.log()  # 3600 s, to the look
     # a 5 s task after the step is charged about 5 s (before: 0, the time stood still)
     tid = st.s.submit(st.alice, "team-a/one", ["sleep", "5"])
@@ -142,8 +154,11 @@ def test_a_backward_hour_keeps_time_running_and_the_ledger_positive(
     # Before the fix the daemon's time stood still and this was 0.
     assert 2.0 <= charged_s <= 9, charged_s
     # the schedule of every minute fired after the step (before: silent for the hour)
-    runs = wait_for(lambda: st.s.ok("GET", f"/v1/schedules/{sched['id']}",
-                                    token=st.alice)["last_runs"], 70, "a run of the cron")
+    runs = wait_for(
+        lambda: st.s.ok("GET", f"/v1/schedules/{sched['id']}", token=st.alice)["last_runs"],
+        70,
+        "a run of the cron",
+    )
     dues = [r["due"] for r in runs]
     assert len(dues) == len(set(dues)), dues  # none repeated
     # finance's views: the open interval started after DuckDB's now(), yet no negative use

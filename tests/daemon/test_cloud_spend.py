@@ -30,8 +30,13 @@ pools:
       node_gpus: "1"
   - {name: onprem, kind: baremetal, capacity: 1, gpu_type: l40s-48gb}
 """
-NODE = {"node": "i-0abc", "provider": "ec2", "instance_type": "g6e.xlarge",
-        "lifecycle": "spot", "gpus": 1}
+NODE = {
+    "node": "i-0abc",
+    "provider": "ec2",
+    "instance_type": "g6e.xlarge",
+    "lifecycle": "spot",
+    "gpus": 1,
+}
 
 
 @pytest.fixture
@@ -54,19 +59,35 @@ def kinds(srv) -> list[str]:
 
 
 def test_nodes_spend_cap_alert_ledger_and_restart(srv):
-    assert cloud(srv) == {"month": time.strftime("%Y-%m", time.gmtime()), "currency": "EUR",
-                          "spent": "0", "spend_cap": "20", "capped": False, "nodes": [],
-                          "scaling": None}
-    assert "cloud" not in [p for p in srv.ok("GET", "/v1/pools")["pools"]
-                           if p["name"] == "onprem"][0]
+    assert cloud(srv) == {
+        "month": time.strftime("%Y-%m", time.gmtime()),
+        "currency": "EUR",
+        "spent": "0",
+        "spend_cap": "20",
+        "capped": False,
+        "nodes": [],
+        "scaling": None,
+    }
+    assert (
+        "cloud" not in [p for p in srv.ok("GET", "/v1/pools")["pools"] if p["name"] == "onprem"][0]
+    )
     node = srv.ok("POST", "/v1/pools/burst/nodes", NODE, expect=201)
     assert (node["node"], node["per_hour"], node["lifecycle"]) == ("i-0abc", "18000", "spot")
-    again = srv.ok("POST", "/v1/pools/burst/nodes", NODE, expect=200)   # a retry
+    again = srv.ok("POST", "/v1/pools/burst/nodes", NODE, expect=200)  # a retry
     assert again == node
     # an on-demand node of a type not in node_prices: its GPUs x the gpu_type's price (1.0)
-    od = srv.ok("POST", "/v1/pools/burst/nodes", {**NODE, "node": "i-0def", "gpus": 4,
-                                                  "instance_type": "g6e.12xlarge",
-                                                  "lifecycle": "on-demand"}, expect=201)
+    od = srv.ok(
+        "POST",
+        "/v1/pools/burst/nodes",
+        {
+            **NODE,
+            "node": "i-0def",
+            "gpus": 4,
+            "instance_type": "g6e.12xlarge",
+            "lifecycle": "on-demand",
+        },
+        expect=201,
+    )
     assert od["per_hour"] == "4"
     c = cloud(srv)
     assert [n["node"] for n in c["nodes"]] == ["i-0abc", "i-0def"] and not c["capped"]
@@ -89,28 +110,40 @@ def test_nodes_spend_cap_alert_ledger_and_restart(srv):
     assert 'klique_cloud_nodes{lifecycle="on-demand",pool="burst"} 1.0' in metrics
     assert 'klique_cloud_waiting_tasks{cause="spend_cap",pool="burst"} 2.0' in metrics
     assert 'klique_cloud_waiting_tasks{cause="capacity",pool="burst"} 0.0' in metrics
-    spent = next(float(line.split()[-1]) for line in metrics.splitlines()
-                 if line.startswith('klique_cloud_spend{'))
+    spent = next(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("klique_cloud_spend{")
+    )
     assert spent >= 20
     # released: the intervals close; the ledger's cost is GET /v1/pools' spent
     srv.ok("DELETE", "/v1/pools/burst/nodes/i-0abc?reason=idle")
     srv.ok("DELETE", "/v1/pools/burst/nodes/i-0def?reason=idle")
-    assert srv.ok("DELETE", "/v1/pools/burst/nodes/i-0def?reason=again")["end_reason"] == \
-        "idle"
+    assert srv.ok("DELETE", "/v1/pools/burst/nodes/i-0def?reason=again")["end_reason"] == "idle"
     c = cloud(srv)
     assert c["nodes"] == []
-    rows = srv.ok("POST", "/v1/ledger/sql", {
-        "sql": "SELECT node, lifecycle, instance_type, per_hour, end_reason, hours, cost "
-               "FROM cloud_node_usage ORDER BY node"})["rows"]
+    rows = srv.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {
+            "sql": "SELECT node, lifecycle, instance_type, per_hour, end_reason, hours, cost "
+            "FROM cloud_node_usage ORDER BY node"
+        },
+    )["rows"]
     assert [(r[0], r[1], r[2], r[4]) for r in rows] == [
-        ("i-0abc", "spot", "g6e.xlarge", "idle"), ("i-0def", "on-demand", "g6e.12xlarge",
-                                                  "idle")]
+        ("i-0abc", "spot", "g6e.xlarge", "idle"),
+        ("i-0def", "on-demand", "g6e.12xlarge", "idle"),
+    ]
     assert sum(Decimal(r[6]) for r in rows) == Decimal(c["spent"])
-    monthly = srv.ok("POST", "/v1/ledger/sql", {
-        "sql": "SELECT pool, lifecycle, nodes, cost FROM cloud_spend_monthly "
-               "ORDER BY lifecycle"})["rows"]
-    assert [(r[0], r[1], r[2]) for r in monthly] == [("burst", "on-demand", 1),
-                                                     ("burst", "spot", 1)]
+    monthly = srv.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {"sql": "SELECT pool, lifecycle, nodes, cost FROM cloud_spend_monthly ORDER BY lifecycle"},
+    )["rows"]
+    assert [(r[0], r[1], r[2]) for r in monthly] == [
+        ("burst", "on-demand", 1),
+        ("burst", "spot", 1),
+    ]
     # a restart rebuilds the same spend and wait from the log; the alert is not raised again
     srv.stop()
     srv.start()
@@ -135,8 +168,7 @@ def test_bad_calls_name_what_is_wrong(srv):
     assert status == 404
     status, body = srv.call("POST", "/v1/pools/burst/scaling", {"cause": "spend_cap"})
     assert status == 400 and "reason" in body["error"]["message"]
-    status, body = srv.call("POST", "/v1/pools/burst/scaling", {"cause": "weather",
-                                                               "reason": "x"})
+    status, body = srv.call("POST", "/v1/pools/burst/scaling", {"cause": "weather", "reason": "x"})
     assert status == 400 and "cause" in body["error"]["message"]
     # an ended node's id is not taken again
     srv.ok("POST", "/v1/pools/burst/nodes", NODE, expect=201)
@@ -144,8 +176,9 @@ def test_bad_calls_name_what_is_wrong(srv):
     status, body = srv.call("POST", "/v1/pools/burst/nodes", NODE)
     assert status == 409 and "used once" in body["error"]["message"]
     # only admins record nodes
-    status, _ = srv.call("POST", "/v1/pools/burst/nodes", {**NODE, "node": "i-x"},
-                         token=srv.token("alice"))
+    status, _ = srv.call(
+        "POST", "/v1/pools/burst/nodes", {**NODE, "node": "i-x"}, token=srv.token("alice")
+    )
     assert status == 403
 
 
@@ -155,7 +188,10 @@ def test_a_group_admin_sees_no_cloud_nodes_finance_does(srv):
     srv.ok("POST", "/v1/pools/burst/nodes", NODE, expect=201)
     sql = {"sql": "SELECT count(*) FROM cloud_node_usage"}
     assert srv.ok("POST", "/v1/ledger/sql", sql, token=srv.token("alice"))["rows"] == [[0]]
-    assert srv.ok("POST", "/v1/ledger/sql", sql,
-                  token=srv.token("role:finance"))["rows"] == [[1]]
-    assert srv.ok("POST", "/v1/ledger/sql", {"sql": "SELECT count(*) FROM cloud_nodes"},
-                  token=srv.token("alice"))["rows"] == [[0]]
+    assert srv.ok("POST", "/v1/ledger/sql", sql, token=srv.token("role:finance"))["rows"] == [[1]]
+    assert srv.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {"sql": "SELECT count(*) FROM cloud_nodes"},
+        token=srv.token("alice"),
+    )["rows"] == [[0]]

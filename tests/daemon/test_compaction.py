@@ -22,15 +22,17 @@ def kinds(fs: FleetServer, task: str) -> list[str]:
 
 
 def test_compaction_keeps_decisions_and_answers(tmp_path: Path, db: str | None) -> None:
-    fs = FleetServer(tmp_path, extra=["--compact-after", "0s", "--keep-ended", "0",
-                                      "--snapshot-every", "1000000"], db=db,
-                     ttl="60s").start()
+    fs = FleetServer(
+        tmp_path,
+        extra=["--compact-after", "0s", "--keep-ended", "0", "--snapshot-every", "1000000"],
+        db=db,
+        ttl="60s",
+    ).start()
     erin = fs.token({"user": "erin"})
     w = HttpWorker(fs, fs.token({"worker": True, "pool": "bare"}), "w1")
     w.register()
     done, running = (fs.submit(erin, "team-b/one", ["true"]) for _ in range(2))
-    wait_for(lambda: fs.task(running)["state"] == "placed" and fs.task(done)["state"]
-             == "placed")
+    wait_for(lambda: fs.task(running)["state"] == "placed" and fs.task(done)["state"] == "placed")
     leases = {x["task"]: x["epoch"] for x in w.lease()}
     assert set(leases) == {done, running}
     for tid, epoch in leases.items():

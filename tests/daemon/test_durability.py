@@ -41,10 +41,12 @@ def last_seq(s: Server) -> int:
 
 def settled(s: Server) -> None:
     """Waits until nothing is logged for a while: the passes after the last change ran."""
+
     def quiet() -> bool:
         last = last_seq(s)
         time.sleep(0.15)
         return not s.ok("GET", f"/v1/events?since={last}")["events"]
+
     wait_for(quiet, timeout=10)
 
 
@@ -54,8 +56,10 @@ def snapshot(s: Server) -> dict[str, Any]:
         if p["budget"]:
             for k in ("used_hours", "left_hours", "runout_at"):
                 p["budget"].pop(k)
-    queues = {r["name"]: s.ok("GET", f"/v1/resources/{r['name']}/queue")["queue"]
-              for r in s.ok("GET", "/v1/resources")["resources"]}
+    queues = {
+        r["name"]: s.ok("GET", f"/v1/resources/{r['name']}/queue")["queue"]
+        for r in s.ok("GET", "/v1/resources")["resources"]
+    }
     resources = s.ok("GET", "/v1/resources")
     for r in resources["resources"]:  # a group's room: its budget use grows with time too
         if r["room"]["budget"]:
@@ -66,9 +70,14 @@ def snapshot(s: Server) -> dict[str, Any]:
         if t["state"] != "ended":  # one's are fixed
             t.pop("gpu_hours")
             t.pop("lost_work_s", None)
-    return {"tasks": tasks, "policies": pols, "pools": s.ok("GET", "/v1/pools"),
-            "resources": resources, "queues": queues,
-            "tokens": s.ok("GET", "/v1/tokens")}
+    return {
+        "tasks": tasks,
+        "policies": pols,
+        "pools": s.ok("GET", "/v1/pools"),
+        "resources": resources,
+        "queues": queues,
+        "tokens": s.ok("GET", "/v1/tokens"),
+    }
 
 
 def test_restart_rebuilds_the_same_state(tmp_path: Path, db: str | None) -> None:
@@ -79,15 +88,17 @@ def test_restart_rebuilds_the_same_state(tmp_path: Path, db: str | None) -> None
     wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in a))
     for _ in range(3):
         s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)
-    sized = [s.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": g, **CMD},
-                  bob)["id"]
-             for g in (4, 3, 2, 0.5)]
+    sized = [
+        s.ok("POST", "/v1/tasks", {"resource": "team-a/sized", "gpus": g, **CMD}, bob)["id"]
+        for g in (4, 3, 2, 0.5)
+    ]
     s.ok("POST", f"/v1/tasks/{sized[-1]}/cancel", token=bob)
     settled(s)
     before = snapshot(s)
     pre = [t for t in before["tasks"] if t["preemptions"]]
-    assert len(pre) == 2 and all(t["last_preemption"]["text"] == "reclaimed by team-b"
-                                 for t in pre)  # a reclaim happened, and is rebuilt
+    assert len(pre) == 2 and all(
+        t["last_preemption"]["text"] == "reclaimed by team-b" for t in pre
+    )  # a reclaim happened, and is rebuilt
     assert {t["state"] for t in before["tasks"]} == {"queued", "placed", "ended"}
     seq = last_seq(s)
     assert s.stop() == 0
@@ -126,15 +137,23 @@ class Load(threading.Thread):
                 return
             who = rnd.choice(["bob", "erin"])
             res = "team-a" if who == "bob" else "team-b"
-            body: dict[str, Any] = ({"resource": f"{res}/one", **CMD} if rnd.random() < 0.5
-                                    else {"resource": f"{res}/sized", **CMD,
-                                          "gpus": rnd.choice([0.5, 1, 2])})
+            body: dict[str, Any] = (
+                {"resource": f"{res}/one", **CMD}
+                if rnd.random() < 0.5
+                else {"resource": f"{res}/sized", **CMD, "gpus": rnd.choice([0.5, 1, 2])}
+            )
             key = f"k{i}"
             body["labels"] = {"key": key}
             self.bodies[key] = (who, body)
             try:
-                status, data = self.s.call("POST", "/v1/tasks", body, self.tokens[who],
-                                           headers={"Idempotency-Key": key}, timeout=5)
+                status, data = self.s.call(
+                    "POST",
+                    "/v1/tasks",
+                    body,
+                    self.tokens[who],
+                    headers={"Idempotency-Key": key},
+                    timeout=5,
+                )
             except OSError:
                 self.unknown.add(key)
                 return
@@ -142,8 +161,12 @@ class Load(threading.Thread):
                 self.acked[key] = data["id"]
                 if rnd.random() < 0.2:
                     try:
-                        self.s.call("POST", f"/v1/tasks/{data['id']}/cancel",
-                                    token=self.tokens[who], timeout=5)
+                        self.s.call(
+                            "POST",
+                            f"/v1/tasks/{data['id']}/cancel",
+                            token=self.tokens[who],
+                            timeout=5,
+                        )
                     except OSError:
                         return
             else:
@@ -163,8 +186,11 @@ def killed_under_load(s: Server, acked: int, timeout: float = 60) -> tuple[Load,
     tokens = {"bob": s.token({"user": "bob"}), "erin": s.token({"user": "erin"})}
     load = Load(s, tokens)
     load.start()
-    wait_for(lambda: len(load.acked) > acked or load.errors, timeout=timeout,
-             what=f"{acked} acknowledged submissions")
+    wait_for(
+        lambda: len(load.acked) > acked or load.errors,
+        timeout=timeout,
+        what=f"{acked} acknowledged submissions",
+    )
     s.kill()
     load.join(10)
     assert not load.errors, load.errors[:3]
@@ -191,8 +217,9 @@ def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
         assert by_key.get(key) == [tid], key
     for key in list(load.acked) + sorted(load.unknown):
         who, body = load.bodies[key]
-        status, data = s.call("POST", "/v1/tasks", body, tokens[who],
-                              headers={"Idempotency-Key": key})
+        status, data = s.call(
+            "POST", "/v1/tasks", body, tokens[who], headers={"Idempotency-Key": key}
+        )
         if key in load.acked:
             assert (status, data["id"]) == (200, load.acked[key])
         else:
@@ -200,14 +227,18 @@ def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
     assert len(all_tasks(s)) == len(tasks) + sum(1 for k in load.unknown if k not in by_key)
     settled(s)
     # The ledger: no overlapping intervals of one task; one open interval per placed task.
-    overlaps = ledger_sql(s, """
+    overlaps = ledger_sql(
+        s,
+        """
         SELECT a.interval_id, b.interval_id FROM ledger a JOIN ledger b
           ON a.task = b.task AND a.interval_id < b.interval_id
          AND a.start_at < coalesce(b.end_at, TIMESTAMP '9999-01-01')
-         AND b.start_at < coalesce(a.end_at, TIMESTAMP '9999-01-01')""")
+         AND b.start_at < coalesce(a.end_at, TIMESTAMP '9999-01-01')""",
+    )
     assert overlaps == []
-    open_rows = ledger_sql(s, "SELECT task, count(*) FROM ledger WHERE end_at IS NULL "
-                              "GROUP BY task")
+    open_rows = ledger_sql(
+        s, "SELECT task, count(*) FROM ledger WHERE end_at IS NULL GROUP BY task"
+    )
     placed = {t["id"] for t in all_tasks(s) if t["state"] == "placed"}
     assert {r[0]: r[1] for r in open_rows} == {t: 1 for t in placed}
     # Budgets and the ledger agree: stop everything, then compare team-a's budget use
@@ -219,11 +250,14 @@ def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
     pol = s.ok("GET", "/v1/policies/team-a")["budget"]
     # in SQL both DuckDB and PostgreSQL run (finance's SQL runs in the ledger's database)
     start = f"extract(epoch FROM TIMESTAMP '{pol['period_start'][:19]}')"
-    rows = ledger_sql(s, f"""
+    rows = ledger_sql(
+        s,
+        f"""
         SELECT coalesce(sum(CAST(time_weight AS DOUBLE PRECISION) * CAST(extract(epoch FROM
                  end_at) - greatest(extract(epoch FROM start_at), {start}) AS DOUBLE PRECISION))
                  / 3600.0, 0), count(*)
-          FROM ledger WHERE "group" = 'team-a' AND end_at IS NOT NULL""")
+          FROM ledger WHERE "group" = 'team-a' AND end_at IS NOT NULL""",
+    )
     ledger_hours, n = float(rows[0][0]), int(rows[0][1])
     assert n > 0
     one_ms = 2 * n / 3_600_000  # weight 2, 1 ms per interval
@@ -234,9 +268,24 @@ def test_kill_9_under_load(tmp_path: Path, db: str | None) -> None:
 def test_second_daemon_on_the_same_file_fails(tmp_path: Path) -> None:
     s = Server(tmp_path).start()
     try:
-        p = subprocess.run([sys.executable, "-m", "kliqued.cli", "serve", "--db", str(s.db),
-                            "--estate", str(SMALL_ESTATE), "--listen", "127.0.0.1:0"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kliqued.cli",
+                "serve",
+                "--db",
+                str(s.db),
+                "--estate",
+                str(SMALL_ESTATE),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 1
         assert "in use by another process" in p.stderr and "only one kliqued serve" in p.stderr
     finally:
@@ -247,9 +296,24 @@ def test_invalid_estate_refuses_to_start(tmp_path: Path) -> None:
     bad = tmp_path / "estate"
     bad.mkdir()
     (bad / "pools.yaml").write_text("pools:\n  - name: p\n    kind: kubernetes\n")
-    p = subprocess.run([sys.executable, "-m", "kliqued.cli", "serve", "--db",
-                        str(tmp_path / "k.duckdb"), "--estate", str(bad), "--listen",
-                        "127.0.0.1:0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kliqued.cli",
+            "serve",
+            "--db",
+            str(tmp_path / "k.duckdb"),
+            "--estate",
+            str(bad),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert "not valid" in p.stderr and "pools.yaml" in p.stderr
 

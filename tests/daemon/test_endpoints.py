@@ -20,8 +20,9 @@ def valid(schema: str, data: Any) -> Any:
     return data
 
 
-def submit(s: Server, token: str, body: dict[str, Any], expect: int = 201,
-           **kw: Any) -> dict[str, Any]:
+def submit(
+    s: Server, token: str, body: dict[str, Any], expect: int = 201, **kw: Any
+) -> dict[str, Any]:
     body = {"command": ["true"], **body}  # a task needs a command or a payload
     return valid("Task", s.ok("POST", "/v1/tasks", body, token, expect=expect, **kw))
 
@@ -46,8 +47,7 @@ def test_public_endpoints(server: Server) -> None:
 
 def test_whoami(server: Server, who) -> None:
     a = valid("WhoAmI", server.ok("GET", "/v1/whoami", token=who.alice))
-    assert (a["principal"], a["groups"], a["admin_of"]) == ("user:alice", ["team-a"],
-                                                            ["team-a"])
+    assert (a["principal"], a["groups"], a["admin_of"]) == ("user:alice", ["team-a"], ["team-a"])
     w = server.ok("GET", "/v1/whoami", token=who.walter)
     assert w["groups"] == [] and w["admin_of"] == ["lab", "team-a", "team-b"]
     f = server.ok("GET", "/v1/whoami", token=who.finance)
@@ -57,11 +57,18 @@ def test_whoami(server: Server, who) -> None:
 
 
 def test_submit_place_cancel(server: Server, who) -> None:
-    t = submit(server, who.bob, {"resource": "team-a/sized", "gpus": 1.5, "project": "p1",
-                                 "command": ["python", "train.py"],
-                                 "labels": {"run": "r1"}})
-    assert (t["user"], t["actor"], t["gpus"], t["state"]) == ("bob", "user:bob", 1.5,
-                                                              "queued")
+    t = submit(
+        server,
+        who.bob,
+        {
+            "resource": "team-a/sized",
+            "gpus": 1.5,
+            "project": "p1",
+            "command": ["python", "train.py"],
+            "labels": {"run": "r1"},
+        },
+    )
+    assert (t["user"], t["actor"], t["gpus"], t["state"]) == ("bob", "user:bob", 1.5, "queued")
     assert t["id"].startswith("t-") and t["labels"] == {"run": "r1"}
     placed = wait_for(lambda: (x := task_state(server, t["id"]))["state"] == "placed" and x)
     assert placed["pool"] == "pool-2" and placed["placed_at"] and placed["position"] is None
@@ -86,18 +93,21 @@ def test_idempotency_key(server: Server, who) -> None:
     cancel_all(server, [first["id"], other["id"]])
 
 
-@pytest.mark.parametrize("body,status,code,field", [
-    ({"resource": "team-b/one"}, 422, "submission-refused", "user"),  # not bob's group
-    ({"resource": "team-a/one", "gpus": 1}, 422, "submission-refused", "gpus"),  # fixed size
-    ({"resource": "team-a/sized", "gpus": 5}, 422, "submission-refused", "gpus"),  # above max
-    ({"resource": "nope/none"}, 422, "submission-refused", "resource"),
-    ({"resource": "team-a/sized", "gpus": 1.0005}, 400, "invalid-request", None),
-    ({"resource": "team-a/sized", "gpus": -1}, 400, "invalid-request", None),
-    ({"resource": "team-a/sized", "surprise": 1}, 400, "invalid-request", None),
-    ({"command": ["x"]}, 400, "invalid-request", None),
-    ({"resource": "team-a/sized", "labels": {"k": 1}}, 400, "invalid-request", None),
-    ({"resource": "team-a/one", "user": "alice"}, 403, "forbidden", None),
-])
+@pytest.mark.parametrize(
+    "body,status,code,field",
+    [
+        ({"resource": "team-b/one"}, 422, "submission-refused", "user"),  # not bob's group
+        ({"resource": "team-a/one", "gpus": 1}, 422, "submission-refused", "gpus"),  # fixed size
+        ({"resource": "team-a/sized", "gpus": 5}, 422, "submission-refused", "gpus"),  # above max
+        ({"resource": "nope/none"}, 422, "submission-refused", "resource"),
+        ({"resource": "team-a/sized", "gpus": 1.0005}, 400, "invalid-request", None),
+        ({"resource": "team-a/sized", "gpus": -1}, 400, "invalid-request", None),
+        ({"resource": "team-a/sized", "surprise": 1}, 400, "invalid-request", None),
+        ({"command": ["x"]}, 400, "invalid-request", None),
+        ({"resource": "team-a/sized", "labels": {"k": 1}}, 400, "invalid-request", None),
+        ({"resource": "team-a/one", "user": "alice"}, 403, "forbidden", None),
+    ],
+)
 def test_submission_refused(server: Server, who, body, status, code, field) -> None:
     got, err = server.call("POST", "/v1/tasks", {"command": ["true"], **body}, who.bob)
     assert got == status, err
@@ -124,20 +134,22 @@ def test_admin_on_behalf_of_a_user(server: Server, who) -> None:
     t = submit(server, who.admin, {"resource": "team-a/sized", "user": "bob", "gpus": 0.5})
     assert (t["user"], t["actor"]) == ("bob", "role:admin")
     assert server.ok("GET", f"/v1/tasks/{t['id']}", token=who.bob)["id"] == t["id"]
-    status, err = server.call("POST", "/v1/tasks", {"resource": "team-a/sized",
-                                                    "command": ["true"]}, who.admin)
+    status, err = server.call(
+        "POST", "/v1/tasks", {"resource": "team-a/sized", "command": ["true"]}, who.admin
+    )
     assert status == 400 and "user" in err["error"]["message"]
     cancel_all(server, [t["id"]])
 
 
 def test_queue_positions_and_reasons(server: Server, who) -> None:
-    ids = [submit(server, who.erin, {"resource": "team-b/one", "payload": {"i": i}})["id"]
-           for i in range(10)]
+    ids = [
+        submit(server, who.erin, {"resource": "team-b/one", "payload": {"i": i}})["id"]
+        for i in range(10)
+    ]
     try:
         wait_for(lambda: sum(task_state(server, i)["state"] == "placed" for i in ids) >= 1)
         time.sleep(0.2)
-        q = valid("Queue", server.ok("GET", "/v1/resources/team-b/one/queue",
-                                     token=who.erin))
+        q = valid("Queue", server.ok("GET", "/v1/resources/team-b/one/queue", token=who.erin))
         mine = [e for e in q["queue"] if e["id"] in ids]
         assert len(mine) >= 4  # pool-1 holds 4 at most
         assert [e["position"] for e in q["queue"]] == list(range(1, len(q["queue"]) + 1))
@@ -158,15 +170,24 @@ def test_queue_positions_and_reasons(server: Server, who) -> None:
 
 
 def test_list_filters_and_paging(server: Server, who) -> None:
-    ids = [submit(server, who.bob, {"resource": "team-a/sized", "gpus": 4,
-                                    "labels": {"batch": "paging"}})["id"] for _ in range(5)]
+    ids = [
+        submit(
+            server, who.bob, {"resource": "team-a/sized", "gpus": 4, "labels": {"batch": "paging"}}
+        )["id"]
+        for _ in range(5)
+    ]
     try:
         seen: list[str] = []
         after = ""
         while True:
-            page = valid("TaskList", server.ok(
-                "GET", f"/v1/tasks?user=bob&limit=2{'&after=' + after if after else ''}",
-                token=who.bob))
+            page = valid(
+                "TaskList",
+                server.ok(
+                    "GET",
+                    f"/v1/tasks?user=bob&limit=2{'&after=' + after if after else ''}",
+                    token=who.bob,
+                ),
+            )
             seen += [t["id"] for t in page["tasks"]]
             if not page["next"]:
                 break
@@ -176,8 +197,9 @@ def test_list_filters_and_paging(server: Server, who) -> None:
         assert not {t["id"] for t in erin} & set(ids)
         alice = server.ok("GET", "/v1/tasks?group=team-a&limit=1000", token=who.alice)
         assert set(ids) <= {t["id"] for t in alice["tasks"]}
-        queued = server.ok("GET", "/v1/tasks?state=queued&resource=team-a/sized&limit=1000",
-                           token=who.bob)["tasks"]
+        queued = server.ok(
+            "GET", "/v1/tasks?state=queued&resource=team-a/sized&limit=1000", token=who.bob
+        )["tasks"]
         assert all(t["state"] == "queued" for t in queued)
         status, _ = server.call("GET", "/v1/tasks?state=running", token=who.bob)
         assert status == 400
@@ -224,8 +246,9 @@ def test_events(server: Server, who) -> None:
     assert all(e["task"] != t["id"] for e in erin)
     assert not any(e["kind"] == "token_created" for e in erin)
     walter = server.ok("GET", f"/v1/events?task={t['id']}", token=who.walter)["events"]
-    assert [e["kind"] for e in walter] == ["submitted", "cancelled"] or \
-        [e["kind"] for e in walter] == ["submitted", "placed", "cancelled"]
+    assert [e["kind"] for e in walter] == ["submitted", "cancelled"] or [
+        e["kind"] for e in walter
+    ] == ["submitted", "placed", "cancelled"]
 
 
 def test_engine_switch(server: Server, who) -> None:
@@ -254,8 +277,10 @@ def test_estate(server: Server, who) -> None:
 
 
 def test_tokens(server: Server, who) -> None:
-    made = valid("TokenCreated", server.ok("POST", "/v1/tokens",
-                                           {"user": "dave", "name": "laptop"}, expect=201))
+    made = valid(
+        "TokenCreated",
+        server.ok("POST", "/v1/tokens", {"user": "dave", "name": "laptop"}, expect=201),
+    )
     assert made["principal"] == "user:dave" and made["token"].startswith("kq_")
     assert len(made["token"]) == 46
     listed = valid("TokenList", server.ok("GET", "/v1/tokens"))["tokens"]
@@ -274,20 +299,30 @@ def test_tokens(server: Server, who) -> None:
 
 
 def test_ledger_endpoints(server: Server, who) -> None:
-    res = valid("SqlResult", server.ok("POST", "/v1/ledger/sql",
-                                       {"sql": "SELECT count(*) AS n FROM ledger"},
-                                       token=who.finance))
+    res = valid(
+        "SqlResult",
+        server.ok(
+            "POST", "/v1/ledger/sql", {"sql": "SELECT count(*) AS n FROM ledger"}, token=who.finance
+        ),
+    )
     assert res["columns"] == ["n"]
-    status, err = server.call("POST", "/v1/ledger/sql", {"sql": "DELETE FROM ledger"},
-                              token=who.finance)
+    status, err = server.call(
+        "POST", "/v1/ledger/sql", {"sql": "DELETE FROM ledger"}, token=who.finance
+    )
     assert status == 400, err
-    status, err = server.call("POST", "/v1/ledger/sql",
-                              {"sql": "SELECT * FROM read_csv('/etc/passwd')"},
-                              token=who.finance)
+    status, err = server.call(
+        "POST",
+        "/v1/ledger/sql",
+        {"sql": "SELECT * FROM read_csv('/etc/passwd')"},
+        token=who.finance,
+    )
     assert status == 400, err
 
 
 def test_ledger_export(server: Server, who) -> None:
-    status, csv = server.call("GET", "/v1/ledger/export?from=2026-01-01T00:00:00Z"
-                                     "&to=2100-01-01T00:00:00Z", token=who.finance)
+    status, csv = server.call(
+        "GET",
+        "/v1/ledger/export?from=2026-01-01T00:00:00Z&to=2100-01-01T00:00:00Z",
+        token=who.finance,
+    )
     assert status == 200 and isinstance(csv, str) and "\n" in csv

@@ -13,8 +13,15 @@ from kliqued.daemon.storage.store import DatabaseLocked
 
 
 def test_every_daemon_exception_is_a_daemon_error_importable_where_it_was() -> None:
-    for cls in (Busy, Expired, ReplayError, DatabaseLocked, errors.ApiError,
-                errors.Unavailable, errors.BadOption):
+    for cls in (
+        Busy,
+        Expired,
+        ReplayError,
+        DatabaseLocked,
+        errors.ApiError,
+        errors.Unavailable,
+        errors.BadOption,
+    ):
         assert issubclass(cls, errors.DaemonError), cls
         assert getattr(errors, cls.__name__) is cls
 

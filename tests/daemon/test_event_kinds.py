@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # ``Event("kind", ...)``, ``Event("a" if x else "b", ...)`` and ``Event(NAME, ...)`` with
 # ``NAME = "kind"`` in the same module; not ``asyncio.Event()`` nor the simulator's
 # ``Event(at, ...)``.
-WRITTEN = re.compile(r'\bEvent\(\s*("[a-z_]+"(?:\s+if\s[^,]*?\selse\s+"[a-z_]+")?|[A-Z][A-Z_]*)\s*,')
+WRITTEN = re.compile(
+    r'\bEvent\(\s*("[a-z_]+"(?:\s+if\s[^,]*?\selse\s+"[a-z_]+")?|[A-Z][A-Z_]*)\s*,'
+)
 
 
 def written_kinds() -> dict[str, list[str]]:

@@ -40,8 +40,9 @@ KEY = "kliqued-ledger.duckdb.token-key"
 def pair(tmp_path: Path, pg_url: str, cls: type[S], **kw: Any) -> tuple[S, S]: ...
 @overload
 def pair(tmp_path: Path, pg_url: str, **kw: Any) -> tuple[Server, Server]: ...
-def pair(tmp_path: Path, pg_url: str, cls: type[Server] = Server, **kw: Any
-         ) -> tuple[Server, Server]:
+def pair(
+    tmp_path: Path, pg_url: str, cls: type[Server] = Server, **kw: Any
+) -> tuple[Server, Server]:
     """Two daemons on one database, each with its own ledger file (two machines): the first
     leads; the second, given a copy of the token key (never in the database), stands by."""
     servers = []
@@ -77,26 +78,31 @@ def leader_epoch(url: str) -> int:
 
 
 def test_a_standby_answers_health_redirects_the_rest_and_takes_over_a_clean_stop(
-        tmp_path: Path, pg_url: str) -> None:
+    tmp_path: Path, pg_url: str
+) -> None:
     a, b = pair(tmp_path, pg_url)
     try:
         bob = a.token({"user": "bob"})
         tid = a.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
         health = b.ok("GET", "/v1/health", token=None)
         assert health["status"] == "standby"
-        assert health["leader"] == {"url": a.url, "epoch": 1, "holder": health["leader"][
-            "holder"]}
+        assert health["leader"] == {"url": a.url, "epoch": 1, "holder": health["leader"]["holder"]}
         assert a.ok("GET", "/v1/leader", token=None)["role"] == "leader"
+
         # reads: the standby's own state, following the log (marked as the standby's)
         def standby_read() -> bool:
-            req = urllib.request.Request(f"{b.url}/v1/tasks/{tid}",
-                                         headers={"Authorization": f"Bearer {bob}"})
+            req = urllib.request.Request(
+                f"{b.url}/v1/tasks/{tid}", headers={"Authorization": f"Bearer {bob}"}
+            )
             try:
                 with urllib.request.urlopen(req, timeout=5) as resp:
-                    return (resp.headers.get("X-Klique-Role") == "standby"
-                            and json.loads(resp.read())["id"] == tid)
+                    return (
+                        resp.headers.get("X-Klique-Role") == "standby"
+                        and json.loads(resp.read())["id"] == tid
+                    )
             except urllib.error.HTTPError:
                 return False
+
         wait_for(standby_read, 10, "the standby to answer a read of its own")
         status, body = b.call("GET", f"/v1/tasks/{tid}", token="kq_wrong")
         assert status == 401  # not in its copy of the tokens: the leader's 401 (followed)
@@ -140,8 +146,7 @@ def test_a_standby_answers_health_redirects_the_rest_and_takes_over_a_clean_stop
     assert "Traceback" not in a.log() + b.log()
 
 
-def test_a_paused_leader_is_replaced_and_resumed_cannot_write(tmp_path: Path, pg_url: str
-                                                              ) -> None:
+def test_a_paused_leader_is_replaced_and_resumed_cannot_write(tmp_path: Path, pg_url: str) -> None:
     """SIGSTOP the leader past the TTL: the standby takes over. A request reaches the paused
     leader meanwhile (the kernel queues it); on SIGCONT the old leader's commit is fenced: the
     request gets no 2xx, nothing of it is logged, and the old leader stands by."""
@@ -154,25 +159,40 @@ def test_a_paused_leader_is_replaced_and_resumed_cannot_write(tmp_path: Path, pg
 
         def late_submit() -> None:
             try:
-                answer.append(a.call("POST", "/v1/tasks", {
-                    "resource": "team-a/one", **CMD, "labels": {"who": "paused"}}, bob,
-                    timeout=30))
+                answer.append(
+                    a.call(
+                        "POST",
+                        "/v1/tasks",
+                        {"resource": "team-a/one", **CMD, "labels": {"who": "paused"}},
+                        bob,
+                        timeout=30,
+                    )
+                )
             except OSError as exc:  # the old leader closed the connection stepping down
                 answer.append(exc)
+
         t = threading.Thread(target=late_submit, daemon=True)
         t.start()
         b.wait_ready(15)  # the TTL passes, b takes the lease
         assert leader_epoch(pg_url) == 2
         a.proc.send_signal(signal.SIGCONT)
         t.join(30)
-        assert answer and not (isinstance(answer[0], tuple) and 200 <= answer[0][0] < 300), \
-            answer
+        assert answer and not (isinstance(answer[0], tuple) and 200 <= answer[0][0] < 300), answer
         a.wait_ready(15, "standby")
-        assert [t for t in b.ok("GET", "/v1/tasks?limit=1000")["tasks"]
-                if t["labels"].get("who") == "paused"] == []
+        assert [
+            t
+            for t in b.ok("GET", "/v1/tasks?limit=1000")["tasks"]
+            if t["labels"].get("who") == "paused"
+        ] == []
         with psycopg.connect(pg_url) as conn:
-            assert present(conn.execute("SELECT count(*) FROM events WHERE "
-                                        "data->'labels'->>'who' = 'paused'").fetchone())[0] == 0
+            assert (
+                present(
+                    conn.execute(
+                        "SELECT count(*) FROM events WHERE data->'labels'->>'who' = 'paused'"
+                    ).fetchone()
+                )[0]
+                == 0
+            )
         assert "deposed" in a.log() or "no longer leads" in a.log()
         # b goes on writing (the old leader took no sequence number of its)
         tid = b.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
@@ -205,16 +225,18 @@ class SdkLoad(threading.Thread):
             key = f"k{self.n}"
             cmd = [sys.executable, "-c", f"open({str(self.runs)!r}, 'a').write('{key}\\n')"]
             try:
-                task = self.k.submit("team-a/one", command=cmd, labels={"key": key},
-                                     idempotency_key=key)
+                task = self.k.submit(
+                    "team-a/one", command=cmd, labels={"key": key}, idempotency_key=key
+                )
                 self.acked[key] = task["id"]
             except KliqueError as exc:
                 self.failed[key] = exc.message
             time.sleep(0.02)
 
 
-def test_kill_9_of_the_leader_under_sdk_load_with_a_real_worker(tmp_path: Path, pg_url: str
-                                                                ) -> None:
+def test_kill_9_of_the_leader_under_sdk_load_with_a_real_worker(
+    tmp_path: Path, pg_url: str
+) -> None:
     a, b = pair(tmp_path, pg_url, FleetServer)
     worker = None
     load = None
@@ -222,20 +244,29 @@ def test_kill_9_of_the_leader_under_sdk_load_with_a_real_worker(tmp_path: Path, 
         alice = a.token({"user": "alice"})
         wt = a.token({"worker": True, "pool": "bare"})
         urls = [a.url, b.url]
-        worker = RealWorker(types.SimpleNamespace(url=",".join(urls)), wt,  # type: ignore
-                            tmp_path / "w1").start()
+        worker = RealWorker(
+            types.SimpleNamespace(url=",".join(urls)),  # type: ignore[arg-type]
+            wt,
+            tmp_path / "w1",
+        ).start()
         runs = tmp_path / "runs.txt"
         load = SdkLoad(urls, alice, runs)
         load.start()
-        wait_for(lambda: len(load.acked) >= 20 and runs.exists(), 60,
-                 "20 acknowledged submissions and a task run")
+        wait_for(
+            lambda: len(load.acked) >= 20 and runs.exists(),
+            60,
+            "20 acknowledged submissions and a task run",
+        )
         killed_at = time.monotonic()
         a.kill()
         b.wait_ready(20)
         took_over = time.monotonic() - killed_at
         acked_at_kill = len(load.acked)
-        wait_for(lambda: len(load.acked) >= acked_at_kill + 20, 60,
-                 "20 more acknowledged submissions after the takeover")
+        wait_for(
+            lambda: len(load.acked) >= acked_at_kill + 20,
+            60,
+            "20 more acknowledged submissions after the takeover",
+        )
         load.stop.set()
         load.join(30)
         assert not load.failed, list(load.failed.items())[:3]
@@ -246,6 +277,7 @@ def test_kill_9_of_the_leader_under_sdk_load_with_a_real_worker(tmp_path: Path, 
 
         def all_ended() -> bool:
             return all(t["state"] == "ended" for t in Client([b.url], alice).tasks())
+
         wait_for(all_ended, 120, "every task to run and end")
         lines = runs.read_text().split()
         twice = sorted({k for k in lines if lines.count(k) > 1})
@@ -273,8 +305,9 @@ def test_kill_9_of_the_leader_under_sdk_load_with_a_real_worker(tmp_path: Path, 
     assert worker is not None and "Traceback" not in worker.stderr()
 
 
-def test_a_standby_without_the_token_key_leaves_the_lease_and_says_why(tmp_path: Path,
-                                                                       pg_url: str) -> None:
+def test_a_standby_without_the_token_key_leaves_the_lease_and_says_why(
+    tmp_path: Path, pg_url: str
+) -> None:
     """A standby that could not check the stored tokens (the key not copied to its machine)
     must not take over: it says so at once, and after the leader's death answers 503
     no-leader (Retry-After) until the key is there, then takes over."""
@@ -284,8 +317,11 @@ def test_a_standby_without_the_token_key_leaves_the_lease_and_says_why(tmp_path:
         b.stop()
         (b.tmp / KEY).unlink()
         b.start(wait="standby")
-        wait_for(lambda: "cannot take over: the token key" in b.log(), 10,
-                 "the standby to say it cannot take over")
+        wait_for(
+            lambda: "cannot take over: the token key" in b.log(),
+            10,
+            "the standby to say it cannot take over",
+        )
         # its /metrics is its own even so: with no tokens to check a scrape's, a 503 (its
         # target down), never the leader's health under its name
         status, body = b.call("GET", "/metrics", token=a.token("role:planner"))

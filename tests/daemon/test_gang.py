@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from .fleet import (ESTATE, PY, HttpWorker, pid_alive, read_json, real_workers,
-                    running_fleet, write_estate)
+from .fleet import (
+    ESTATE,
+    PY,
+    HttpWorker,
+    pid_alive,
+    read_json,
+    real_workers,
+    running_fleet,
+    write_estate,
+)
 from tests.harness.wait import wait_for
 
 
@@ -71,8 +79,9 @@ def port() -> int:
 
 @pytest.fixture
 def fs(tmp_path, port):
-    yield from running_fleet(tmp_path, estate=gang_estate(tmp_path, port),
-                             extra=["--gang-timeout", "3s"])
+    yield from running_fleet(
+        tmp_path, estate=gang_estate(tmp_path, port), extra=["--gang-timeout", "3s"]
+    )
 
 
 @pytest.fixture
@@ -83,7 +92,10 @@ def real(fs, tmp_path):
 def rendezvous(tmp: Path) -> list[str]:
     """Each rank writes its environment; rank 0 listens on MASTER_PORT and waits for the
     others to say hello; the others connect to MASTER_ADDR:MASTER_PORT (no torch)."""
-    return [PY, "-c", f"""
+    return [
+        PY,
+        "-c",
+        f"""
 import json, os, socket, time
 env = {{k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
        "NODE_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES")}}
@@ -112,15 +124,17 @@ else:
     assert c.recv(16) == b"ok"
     c.close()
 json.dump({{**env, "heard": heard}}, open({str(tmp)!r} + f"/rank{{rank}}.json", "w"))
-"""]
+""",
+    ]
 
 
 def live_workers(fs) -> int:
     return sum(w["lost_at"] is None for w in fs.ok("GET", "/v1/workers")["workers"])
 
 
-def test_a_gang_runs_on_two_real_workers_with_the_rendezvous_environment(fs, real, tmp_path,
-                                                                          port) -> None:
+def test_a_gang_runs_on_two_real_workers_with_the_rendezvous_environment(
+    fs, real, tmp_path, port
+) -> None:
     real("w1", "0,1")
     real("w2", "0,1")
     # (the engine wakes a waiting gang when GPUs free on its pool, not yet when the pool
@@ -145,7 +159,8 @@ def test_a_gang_runs_on_two_real_workers_with_the_rendezvous_environment(fs, rea
 
 
 def test_no_member_starts_before_all_are_taken_and_a_late_gang_goes_back_with_the_reason(
-        fs) -> None:
+    fs,
+) -> None:
     w1 = HttpWorker(fs, fs.wt, "w1")
     w1.register()
     tid = fs.submit(fs.erin, "team-b/pair", ["true"])
@@ -156,8 +171,7 @@ def test_no_member_starts_before_all_are_taken_and_a_late_gang_goes_back_with_th
     w2.register()
     got2 = w2.lease(wait=0)
     got1 = w1.lease(wait=0)
-    assert [(g["rank"], g["gpus"], g["world"]) for g in got1 + got2] == \
-        [(0, 2.0, 2), (1, 2.0, 2)]
+    assert [(g["rank"], g["gpus"], g["world"]) for g in got1 + got2] == [(0, 2.0, 2), (1, 2.0, 2)]
     env1, env2 = got1[0]["env"], got2[0]["env"]
     assert (env1["RANK"], env2["RANK"], env1["WORLD_SIZE"]) == ("0", "1", "2")
     assert env1["MASTER_ADDR"] == env2["MASTER_ADDR"] == "test"  # rank 0's worker host
@@ -173,6 +187,7 @@ def test_a_gang_not_taken_in_time_goes_back_to_its_queue_with_the_reason(fs) -> 
     def requeued() -> list:
         w1.heartbeat([])  # w1 stays live (its TTL is 1.5 s): one of two members offered
         return fs.events(tid, "preempted")
+
     wait_for(requeued, 15, "the gang requeued")
     ev = fs.events(tid, "preempted")[0]["data"]
     assert ev["kind"] == "gang"
@@ -198,8 +213,9 @@ def test_one_member_failing_stops_the_gang_and_requeues_it_whole(fs) -> None:
     assert pre["kind"] == "lost"
     assert pre["text"] == f"gang member rank {m2['rank']} (worker w2) failed: exit 3"
     stops = w1.heartbeat([(tid, m1["epoch"])])["stop"]
-    assert [(s["task"], s["epoch"], s["reason"]) for s in stops] == \
-        [(tid, m1["epoch"], "preempted")]
+    assert [(s["task"], s["epoch"], s["reason"]) for s in stops] == [
+        (tid, m1["epoch"], "preempted")
+    ]
     assert w1.report(tid, m1["epoch"], "stopped")[0] == 200
     # the whole gang again, at new epochs, once both members are back
     wait_for(lambda: fs.task(tid)["state"] == "placed", 10, lambda: fs.task(tid))
@@ -224,16 +240,19 @@ def test_a_member_that_finishes_waits_for_the_others_and_the_last_ends_the_task(
     assert fs.task(tid)["end_reason"] == "finished"
 
 
-def test_a_lost_member_requeues_the_gang_and_the_other_member_stops(fs, real, tmp_path
-                                                                    ) -> None:
+def test_a_lost_member_requeues_the_gang_and_the_other_member_stops(fs, real, tmp_path) -> None:
     real("w1", "0,1")
     w2 = real("w2", "0,1")
     wait_for(lambda: live_workers(fs) == 2, 20, "two workers")
     marks = [tmp_path / f"m{r}.pid" for r in (0, 1)]
-    cmd = [PY, "-c", "import os, time\n"
-                     f"open({str(tmp_path)!r} + '/m' + os.environ['RANK'] + '.pid', 'w')"
-                     ".write(str(os.getpid()))\n"
-                     "time.sleep(60)\n"]
+    cmd = [
+        PY,
+        "-c",
+        "import os, time\n"
+        f"open({str(tmp_path)!r} + '/m' + os.environ['RANK'] + '.pid', 'w')"
+        ".write(str(os.getpid()))\n"
+        "time.sleep(60)\n",
+    ]
     tid = fs.submit(fs.erin, "team-b/pair", cmd)
     wait_for(lambda: all(m.exists() for m in marks), 30, lambda: fs.task(tid))
     leased = fs.events(tid, "leased")
@@ -270,5 +289,6 @@ def test_a_restart_rebuilds_the_gang_from_its_log(fs) -> None:
     assert fs.task(tid)["state"] == "placed"
     assert w2.report(tid, m2["epoch"], "failed", exit_code=1)[0] == 200
     t = fs.task(tid)
-    assert t["last_preemption"]["text"] == \
-        f"gang member rank {m2['rank']} (worker w2) failed: exit 1"
+    assert (
+        t["last_preemption"]["text"] == f"gang member rank {m2['rank']} (worker w2) failed: exit 1"
+    )

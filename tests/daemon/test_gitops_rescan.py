@@ -18,8 +18,9 @@ def test_a_change_made_before_the_watch_holds_is_seen_by_the_rescan(tmp_path: Pa
     first = src.read()
     assert first.result.estate is not None
     # the edit lands before anything watches: no file event will ever report it
-    (root / "pricing.yaml").write_text(ESTATE["pricing.yaml"].replace(
-        "per_gpu_hour: 1.0", "per_gpu_hour: 1.2"))
+    (root / "pricing.yaml").write_text(
+        ESTATE["pricing.yaml"].replace("per_gpu_hour: 1.0", "per_gpu_hour: 1.2")
+    )
 
     async def first_look() -> str:
         stop = asyncio.Event()
@@ -37,7 +38,8 @@ def test_an_unchanged_directory_is_not_compiled_again(tmp_path: Path) -> None:
     src = DirSource(str(root))
     a = src.read()
     assert src.read() is a  # same digest: the cached snapshot, no second compile
-    (root / "pricing.yaml").write_text(ESTATE["pricing.yaml"].replace(
-        "per_gpu_hour: 1.0", "per_gpu_hour: 1.5"))
+    (root / "pricing.yaml").write_text(
+        ESTATE["pricing.yaml"].replace("per_gpu_hour: 1.0", "per_gpu_hour: 1.5")
+    )
     b = src.read()
     assert b is not a and b.key != a.key

@@ -23,8 +23,12 @@ SHORT = LeaseSettings(ttl_s=0.5, renew_s=0.1)
 
 
 def rows(n: int, first: int = 1) -> list[tuple]:
-    return [Event("submitted", f"T-{i}", "alice", "r1", "g", "alice",
-                  {"resource": "g/one"}).row(i, 1000 + i) for i in range(first, first + n)]
+    return [
+        Event("submitted", f"T-{i}", "alice", "r1", "g", "alice", {"resource": "g/one"}).row(
+            i, 1000 + i
+        )
+        for i in range(first, first + n)
+    ]
 
 
 def open_store(local: Path, url: str) -> Store:
@@ -92,8 +96,7 @@ def test_the_leader_renews_and_a_lost_lease_is_reported(url: str) -> None:
         b.close()
 
 
-def test_a_deposed_leaders_batch_is_refused_and_writes_nothing(url: str, tmp_path: Path
-                                                               ) -> None:
+def test_a_deposed_leaders_batch_is_refused_and_writes_nothing(url: str, tmp_path: Path) -> None:
     store = open_store(tmp_path / "a.duckdb", url)
     a, b = Lease(url, "http://a:1", SHORT), Lease(url, "http://b:1", SHORT)
     try:
@@ -140,7 +143,8 @@ def test_a_takeover_waits_for_the_batch_in_flight(url: str) -> None:
 
 
 def test_a_batch_an_older_leader_left_prepared_is_committed_by_the_standby(
-        prepared_pg_url: str, tmp_path: Path) -> None:
+    prepared_pg_url: str, tmp_path: Path
+) -> None:
     """An older kliqued (its two-phase commit) died between PREPARE and COMMIT PREPARED:
     the prepared batch holds the lease's row, so the standby commits it before taking
     over, and its copy of the events catches up with it."""

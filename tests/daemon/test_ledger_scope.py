@@ -29,6 +29,7 @@ def _wait_for_rows(server: Server, n: int) -> None:
     def reached() -> bool:
         status, res = _sql(server, "admin", "SELECT count(*) FROM ledger")
         return status == 200 and res["rows"][0][0] >= n
+
     try:
         wait_for(reached, 20, f"the ledger to reach {n} rows", every=0.1)
     except AssertionError as exc:
@@ -38,12 +39,15 @@ def _wait_for_rows(server: Server, n: int) -> None:
 @pytest.fixture(scope="module")
 def org(tmp_path_factory):
     s = Server(tmp_path_factory.mktemp("org"), estate=ESTATE).start()
-    tokens = {name: s.token({"user": name})
-              for name in ("alice", "bob", "carl", "dana", "nina", "olga", "sue")}
+    tokens = {
+        name: s.token({"user": name})
+        for name in ("alice", "bob", "carl", "dana", "nina", "olga", "sue")
+    }
     tokens["finance"] = s.token({"role": "finance"})
     for user, team in (("alice", "team-a"), ("bob", "team-b"), ("carl", "team-c")):
-        s.ok("POST", "/v1/tasks", {"resource": f"{team}/one", **CMD}, token=tokens[user],
-             expect=201)
+        s.ok(
+            "POST", "/v1/tasks", {"resource": f"{team}/one", **CMD}, token=tokens[user], expect=201
+        )
     _wait_for_rows(s, 3)
     yield s, tokens
     assert s.stop() == 0, s.log()
@@ -51,14 +55,23 @@ def org(tmp_path_factory):
 
 def test_each_interval_carries_its_group_path(org):
     server, t = org
-    status, res = _sql(server, t["finance"], "SELECT \"group\", group_path, business_unit, "
-                                             "department FROM usage ORDER BY 1")
+    status, res = _sql(
+        server,
+        t["finance"],
+        'SELECT "group", group_path, business_unit, department FROM usage ORDER BY 1',
+    )
     assert status == 200, res
-    assert res["rows"] == [["team-a", "north/ml/team-a", "north", "ml"],
-                           ["team-b", "north/ml/team-b", "north", "ml"],
-                           ["team-c", "south/ops/team-c", "south", "ops"]]
-    status, res = _sql(server, t["finance"], "SELECT business_unit, sum(gpu_hours) > 0 "
-                                             "FROM usage_by_business_unit GROUP BY 1 ORDER BY 1")
+    assert res["rows"] == [
+        ["team-a", "north/ml/team-a", "north", "ml"],
+        ["team-b", "north/ml/team-b", "north", "ml"],
+        ["team-c", "south/ops/team-c", "south", "ops"],
+    ]
+    status, res = _sql(
+        server,
+        t["finance"],
+        "SELECT business_unit, sum(gpu_hours) > 0 "
+        "FROM usage_by_business_unit GROUP BY 1 ORDER BY 1",
+    )
     assert status == 200 and res["rows"] == [["north", True], ["south", True]], res
 
 
@@ -69,10 +82,10 @@ ATTACKS = [
     "SELECT (SELECT string_agg(\"user\", ',') FROM ledger) AS users",
     "WITH ledger AS (SELECT * FROM ledger) SELECT * FROM ledger",
     "WITH x AS (SELECT * FROM usage_by_month) SELECT * FROM x",
-    "SELECT a.task, b.\"user\" FROM ledger a JOIN usage b ON true",
-    "SELECT \"user\" FROM ledger UNION ALL SELECT \"user\" FROM usage_monthly "
+    'SELECT a.task, b."user" FROM ledger a JOIN usage b ON true',
+    'SELECT "user" FROM ledger UNION ALL SELECT "user" FROM usage_monthly '
     "UNION SELECT name FROM usage_by_level",
-    "SELECT count(*), list(\"user\"), histogram(\"group\"), max(group_path) FROM ledger",
+    'SELECT count(*), list("user"), histogram("group"), max(group_path) FROM ledger',
     "SELECT * FROM usage_by_business_unit",
     "SELECT * FROM usage_by_department",
     "SELECT count(*) AS n FROM ledger WHERE CASE WHEN \"user\" = 'carl' THEN error('x') "
@@ -89,17 +102,26 @@ def test_a_department_admin_reads_only_the_department(org, sql):
     assert not [w for w in SOUTH if w in text], text
 
 
-@pytest.mark.parametrize("who,users", [
-    ("finance", ["alice", "bob", "carl"]), ("admin", ["alice", "bob", "carl"]),
-    ("nina", ["alice", "bob"]),     # a business unit's head: its departments and teams
-    ("dana", ["alice", "bob"]),     # a department's head: its teams
-    ("alice", ["alice"]),           # a team's admin: the team
-    ("olga", ["carl"]), ("sue", ["carl"]), ("carl", ["carl"]),
-])
+@pytest.mark.parametrize(
+    "who,users",
+    [
+        ("finance", ["alice", "bob", "carl"]),
+        ("admin", ["alice", "bob", "carl"]),
+        ("nina", ["alice", "bob"]),  # a business unit's head: its departments and teams
+        ("dana", ["alice", "bob"]),  # a department's head: its teams
+        ("alice", ["alice"]),  # a team's admin: the team
+        ("olga", ["carl"]),
+        ("sue", ["carl"]),
+        ("carl", ["carl"]),
+    ],
+)
 def test_who_sees_which_rows(org, who, users):
     server, t = org
-    status, res = _sql(server, t.get(who, "admin"),
-                       "SELECT list(DISTINCT \"user\" ORDER BY \"user\") FROM usage_priced")
+    status, res = _sql(
+        server,
+        t.get(who, "admin"),
+        'SELECT list(DISTINCT "user" ORDER BY "user") FROM usage_priced',
+    )
     assert status == 200 and res["rows"] == [[users]], res
 
 
@@ -107,18 +129,22 @@ def test_a_member_who_administers_nothing_is_refused(org):
     server, t = org
     status, res = _sql(server, t["bob"], "SELECT count(*) FROM ledger")
     assert status == 403 and res["error"]["code"] == "forbidden", res
-    status, _ = server.call("GET", "/v1/ledger/export?from=2026-01-01T00:00:00Z"
-                                   "&to=2100-01-01T00:00:00Z", token=t["bob"])
+    status, _ = server.call(
+        "GET", "/v1/ledger/export?from=2026-01-01T00:00:00Z&to=2100-01-01T00:00:00Z", token=t["bob"]
+    )
     assert status == 403
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT * FROM main.ledger",
-    "SELECT * FROM kliqued.usage",
-    "SELECT * FROM ledger WHERE task IN (SELECT task FROM main.usage)",
-    "SELECT * FROM ledger_monthly",
-    "SELECT * FROM tokens",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM main.ledger",
+        "SELECT * FROM kliqued.usage",
+        "SELECT * FROM ledger WHERE task IN (SELECT task FROM main.usage)",
+        "SELECT * FROM ledger_monthly",
+        "SELECT * FROM tokens",
+    ],
+)
 def test_names_past_the_scope_are_a_clear_400(org, sql):
     server, t = org
     status, res = _sql(server, t["dana"], sql)

@@ -30,8 +30,9 @@ Cli = Callable[..., str]
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        tmp_path: Path) -> Callable[[Server], Cli]:
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> Callable[[Server], Cli]:
     """``kliqued ARGV...`` in-process against a server, as a principal; its stdout."""
     monkeypatch.setenv("KLIQUE_CONFIG", str(tmp_path / "absent.yaml"))
 
@@ -45,7 +46,9 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
             out, err = capsys.readouterr()
             assert rc == 0, (argv, out, err)
             return out
+
         return run
+
     return bind
 
 
@@ -76,8 +79,10 @@ def test_shares_protection_and_lost_work_are_shown(tmp_path: Path, cli: Any) -> 
         run = cli(s)
         bob, erin = s.token("bob"), s.token("erin")
         # 1. team-a alone on pool-1: 4 placed, 2 above its reservation of 2, weight 2
-        a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
-             for _ in range(4)]
+        a = [
+            s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
+            for _ in range(4)
+        ]
         wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in a))
         pa = s.ok("GET", "/v1/policies/team-a")
         assert (pa["borrowed"], pa["share"], pa["lend_weight"]) == (2, 1, 2)
@@ -93,10 +98,11 @@ def test_shares_protection_and_lost_work_are_shown(tmp_path: Path, cli: Any) -> 
         lv = {x["group"]: x for x in pool["by_level"]}
         assert (lv["team-a"]["share"], lv["team-a"]["lend_weight"]) == (1, 2)
         assert "share" not in lv["lab"]  # a group without a policy is no level
-        assert row(run("admin", "pools", "--by-level"), "team-a")[1:] == ["4", "100%", "1",
-                                                                          "2"]
-        assert "fair shares (borrowed GPUs / lend_weight; idle GPUs go to the lowest " \
-               "first): team-a 1 (weight 2)" in run("admin", "pools")
+        assert row(run("admin", "pools", "--by-level"), "team-a")[1:] == ["4", "100%", "1", "2"]
+        assert (
+            "fair shares (borrowed GPUs / lend_weight; idle GPUs go to the lowest "
+            "first): team-a 1 (weight 2)" in run("admin", "pools")
+        )
         m = metrics(s)
         assert m['klique_lending_share{group="team-a",policy="team-a"}'] == 1
         assert m['klique_lend_weight{group="team-a",policy="team-a"}'] == 2
@@ -104,42 +110,67 @@ def test_shares_protection_and_lost_work_are_shown(tmp_path: Path, cli: Any) -> 
         assert m['klique_lost_gpu_seconds_total{group="team-a",policy="team-a"}'] == 0
 
         # 2. team-b takes its reservation back: two of team-a's tasks lose their work
-        b = [s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"]
-             for _ in range(2)]
-        wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in b),
-                 10, "team-b's reclaim")
+        b = [
+            s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"]
+            for _ in range(2)
+        ]
+        wait_for(
+            lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in b),
+            10,
+            "team-b's reclaim",
+        )
+
         def preempted() -> list[int] | None:
-            got = [e["data"]["lost_ms"] for e in s.ok("GET", "/v1/events?limit=1000")["events"]
-                   if e["kind"] == "preempted"]
+            got = [
+                e["data"]["lost_ms"]
+                for e in s.ok("GET", "/v1/events?limit=1000")["events"]
+                if e["kind"] == "preempted"
+            ]
             return got if len(got) == 2 else None
+
         lost_ms = wait_for(preempted, 10, "the two preempted events")
         assert len(lost_ms) == 2 and all(x > 0 for x in lost_ms)
         m = metrics(s)
-        assert m['klique_lost_gpu_seconds_total{group="team-a",policy="team-a"}'] == \
-            pytest.approx(sum(lost_ms) / 1000, abs=1e-9)  # 1 GPU each
+        assert m['klique_lost_gpu_seconds_total{group="team-a",policy="team-a"}'] == pytest.approx(
+            sum(lost_ms) / 1000, abs=1e-9
+        )  # 1 GPU each
         assert m['klique_lost_gpu_seconds_total{group="team-b",policy="team-b"}'] == 0
         preempted_ids = [t for t in a if s.ok("GET", f"/v1/tasks/{t}")["preemptions"]]
         v = s.ok("GET", f"/v1/tasks/{preempted_ids[0]}")
         out = run("bob", "status", preempted_ids[0])
         assert v["lost_gpu_hours_so_far"] > 0 and v["lost_work_s"] is None  # queued again
-        assert f"\nlost work {hours(v['lost_gpu_hours_so_far'])} GPU-hours lost by its " \
-               "preemptions so far\n" in out, out
+        assert (
+            f"\nlost work {hours(v['lost_gpu_hours_so_far'])} GPU-hours lost by its "
+            "preemptions so far\n" in out
+        ), out
         vb = s.ok("GET", f"/v1/tasks/{b[0]}")
         out = run("erin", "status", b[0])
         until = vb["protected_until"].replace("T", " ")[:19]
-        assert re.search(rf"^protected {re.escape(until)}Z \(in (59m|1h)\): not taken back for "
-                         r"another group before then$", out, re.M), out
-        assert re.search(r"^lost work \S+ if preempted now \(since its last checkpoint, else "
-                         r"its placement\); 0 GPU-hours lost by its preemptions so far$",
-                         out, re.M), out
+        assert re.search(
+            rf"^protected {re.escape(until)}Z \(in (59m|1h)\): not taken back for "
+            r"another group before then$",
+            out,
+            re.M,
+        ), out
+        assert re.search(
+            r"^lost work \S+ if preempted now \(since its last checkpoint, else "
+            r"its placement\); 0 GPU-hours lost by its preemptions so far$",
+            out,
+            re.M,
+        ), out
 
         # 3. team-a leaves; team-b borrows the other two GPUs (protected for an hour)
         for t in a:
             s.ok("POST", f"/v1/tasks/{t}/cancel", {"reason": "done"}, bob)
-        b += [s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"]
-              for _ in range(2)]
-        wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in b),
-                 10, "team-b borrows")
+        b += [
+            s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"]
+            for _ in range(2)
+        ]
+        wait_for(
+            lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in b),
+            10,
+            "team-b borrows",
+        )
         assert s.ok("GET", "/v1/policies/team-b")["share"] == 2
         # 4. team-a's task may reclaim, but team-b's borrowed work is protected
         t = s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
@@ -148,8 +179,13 @@ def test_shares_protection_and_lost_work_are_shown(tmp_path: Path, cli: Any) -> 
         first_end = min(ms(s.ok("GET", f"/v1/tasks/{x}")["protected_until"]) for x in b)
         stamp = format_minute(first_end)
         want = f"no room in pools pool-1; borrowed work protected until {stamp}"
-        r = wait_for(lambda: (s.ok("GET", f"/v1/tasks/{t}")["waiting_reason"] or {}).get(
-            "text") == want or None, 10, "the protection's reason")
+        r = wait_for(
+            lambda: (
+                (s.ok("GET", f"/v1/tasks/{t}")["waiting_reason"] or {}).get("text") == want or None
+            ),
+            10,
+            "the protection's reason",
+        )
         assert r and s.ok("GET", f"/v1/tasks/{t}")["waiting_reason"]["kind"] == "capacity"
         assert f"waiting   {want}" in run("bob", "status", t)
         web = Browser(s.url)
@@ -170,8 +206,9 @@ def test_nothing_new_without_fair(tmp_path: Path, cli: Any) -> None:
         run = cli(s)
         s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, s.token("bob"))
         assert "share" not in s.ok("GET", "/v1/policies/team-a")
-        assert all("share" not in x for p in s.ok("GET", "/v1/pools")["pools"]
-                   for x in p["by_level"])
+        assert all(
+            "share" not in x for p in s.ok("GET", "/v1/pools")["pools"] for x in p["by_level"]
+        )
         head = run("admin", "budget").splitlines()[0]
         assert "SHARE" not in head and "WEIGHT" not in head
         assert "fair share" not in run("admin", "pools")

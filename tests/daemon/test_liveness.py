@@ -15,8 +15,17 @@ import pytest
 
 from tests.harness.typed import present
 
-from .fleet import (ESTATE, PY, FleetServer, HttpWorker, real_workers, running_fleet, trap,
-                    wait_for, write_estate)
+from .fleet import (
+    ESTATE,
+    PY,
+    FleetServer,
+    HttpWorker,
+    real_workers,
+    running_fleet,
+    trap,
+    wait_for,
+    write_estate,
+)
 from .server import ROOT
 
 SETTINGS = """\
@@ -52,20 +61,28 @@ def reason(fs: FleetServer, tid: str) -> tuple[str, str] | None:
 def cli(fs: FleetServer, *argv: str) -> str:
     env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": present(fs.admin)}
     env.pop("KLIQUE_CONFIG", None)
-    p = subprocess.run([PY, "-m", "kliqued.cli", *argv], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=30)
+    p = subprocess.run(
+        [PY, "-m", "kliqued.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 0, p.stderr
     return p.stdout
 
 
 def test_a_pool_without_a_live_worker_takes_no_work_until_one_registers(fs, real) -> None:
     tid = fs.submit(fs.erin, "team-b/one", [PY, "-c", "print('hello')"])
-    wait_for(lambda: reason(fs, tid) == ("capacity", "no live worker in bare"), 5,
-             "the reason naming the pool")
+    wait_for(
+        lambda: reason(fs, tid) == ("capacity", "no live worker in bare"),
+        5,
+        "the reason naming the pool",
+    )
     assert fs.task(tid)["state"] == "queued" and not fs.events(tid, "placed")
     bare = pools(fs)["bare"]
-    assert (bare["workers"], bare["takes_work"], bare["used"]) == (
-        {"live": 0, "gpus": 0}, False, 0)
+    assert (bare["workers"], bare["takes_work"], bare["used"]) == ({"live": 0, "gpus": 0}, False, 0)
     out = cli(fs, "pools")
     assert "no live worker in bare, other" in out
     row = next(line for line in out.splitlines() if line.startswith("bare "))
@@ -82,18 +99,23 @@ def test_a_pool_without_a_live_worker_takes_no_work_until_one_registers(fs, real
 
 
 def test_work_no_worker_took_is_requeued_at_the_start_timeout_once_the_worker_is_gone(
-        fs, real, tmp_path: Path) -> None:
+    fs, real, tmp_path: Path
+) -> None:
     w = real(gpus="0")  # one GPU of the pool's declared two: one task runs, one waits
     wait_for(lambda: pools(fs)["bare"]["takes_work"], 10, "the worker registered")
     t1 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "s1"))
     t2 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "s2"))
-    wait_for(lambda: {fs.task(t1)["state"], fs.task(t2)["state"]} == {"running", "placed"},
-             15, "one running, one placed")
+    wait_for(
+        lambda: {fs.task(t1)["state"], fs.task(t2)["state"]} == {"running", "placed"},
+        15,
+        "one running, one placed",
+    )
     waiting = t1 if fs.task(t1)["state"] == "placed" else t2
     running = t2 if waiting == t1 else t1
     kind, text = present(reason(fs, waiting))
     assert kind == "worker" and text.startswith(
-        "placed on bare, waiting for a worker to start it since ")
+        "placed on bare, waiting for a worker to start it since "
+    )
     assert "waiting   placed on bare, waiting for a worker" in cli(fs, "status", waiting)
     # Past its start timeout, the waiting task stays while the pool has a live worker.
     time.sleep(2.5)
@@ -113,8 +135,9 @@ def test_work_no_worker_took_is_requeued_at_the_start_timeout_once_the_worker_is
     # says why it waits.
     q = fs.ok("GET", "/v1/resources/team-b/one/queue")["queue"]
     assert [x["id"] for x in q] == [t1, t2]
-    wait_for(lambda: reason(fs, t1) == ("capacity", "no live worker in bare"), 5,
-             "the head's reason")
+    wait_for(
+        lambda: reason(fs, t1) == ("capacity", "no live worker in bare"), 5, "the head's reason"
+    )
     rows = fs.sql(f"SELECT end_reason FROM ledger WHERE task = '{waiting}'")
     assert rows == [["requeued: not started within 2s on bare"]]
 
@@ -138,8 +161,7 @@ def test_a_restart_gives_unstarted_work_its_start_timeout_again(tmp_path: Path) 
         fs.start()
         wait_for(lambda: fs.events(kind="worker_lost"), 10, "the silent worker lost")
         assert fs.task(tid)["state"] == "placed"
-        assert reason(fs, tid) == ("worker", "placed on bare, not started: "
-                                             "no live worker in bare")
+        assert reason(fs, tid) == ("worker", "placed on bare, not started: no live worker in bare")
         wait_for(lambda: fs.task(tid)["state"] == "queued", 15, "requeued")
         lp = fs.task(tid)["last_preemption"]
         assert lp["text"] == "requeued: not started within 6s on bare"

@@ -32,32 +32,38 @@ def lending_estate(tmp: Path) -> Path:
     settings.write_text(settings.read_text() + "  lending:\n    order: fair\n")
     pol = estate / "policies.yaml"
     text = pol.read_text()
-    text = text.replace("    limit: 10\n    budget:", "    limit: 10\n    lend_weight: 2\n"
-                        "    budget:", 1)
-    text = text.replace("  - name: team-b\n    group: team-b\n    reservation: 2\n"
-                        "    limit: 10\n", "  - name: team-b\n    group: team-b\n"
-                        "    reservation: 2\n    limit: 10\n    protect_for: 1h\n")
+    text = text.replace(
+        "    limit: 10\n    budget:", "    limit: 10\n    lend_weight: 2\n    budget:", 1
+    )
+    text = text.replace(
+        "  - name: team-b\n    group: team-b\n    reservation: 2\n    limit: 10\n",
+        "  - name: team-b\n    group: team-b\n"
+        "    reservation: 2\n    limit: 10\n    protect_for: 1h\n",
+    )
     assert "lend_weight: 2" in text and "protect_for: 1h" in text
     pol.write_text(text)
     return estate
 
 
 def ms(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00"))
-               .astimezone(timezone.utc).timestamp() * 1000)
+    return int(
+        datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
+        * 1000
+    )
 
 
 def reclaim(s: Server) -> tuple[list[str], list[str]]:
     """team-a fills pool-1 (4 GPUs, 2 above its reservation), then team-b takes its
     reservation back: two of team-a's tasks are preempted. Returns both teams' task ids."""
     bob, erin = s.token("bob"), s.token("erin")
-    a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
-         for _ in range(4)]
+    a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"] for _ in range(4)]
     wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in a))
-    b = [s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"]
-         for _ in range(2)]
-    wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in b),
-             10, "team-b's reclaim")
+    b = [s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)["id"] for _ in range(2)]
+    wait_for(
+        lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in b),
+        10,
+        "team-b's reclaim",
+    )
     return a, b
 
 
@@ -72,46 +78,82 @@ def test_each_preemption_is_in_the_ledger_with_its_lost_work(tmp_path: Path, db)
         finance = s.token("role:finance")
         preempted = [t for t in a if s.ok("GET", f"/v1/tasks/{t}")["preemptions"] == 1]
         assert len(preempted) == 2
-        rows = wait_for(lambda: sql(
-            s, "SELECT p.task, p.\"group\", p.\"user\", p.project, p.kind, p.reason, "
-               "p.taker, p.taker_path, p.group_path, p.gpus, p.lost_ms, p.lost_gpu_hours, "
-               "epoch_ms(l.start_at), epoch_ms(l.end_at), p.interval_id "
-               "FROM preemptions p JOIN ledger l USING (interval_id) ORDER BY p.task"
-            if not s.on_postgres else
-            "SELECT p.task, p.\"group\", p.\"user\", p.project, p.kind, p.reason, "
-            "p.taker, p.taker_path, p.group_path, p.gpus, p.lost_ms, p.lost_gpu_hours, "
-            "(extract(epoch FROM l.start_at) * 1000)::bigint, "
-            "(extract(epoch FROM l.end_at) * 1000)::bigint, p.interval_id "
-            "FROM preemptions p JOIN ledger l USING (interval_id) ORDER BY p.task",
-            finance) if len(sql(s, "SELECT * FROM preemptions", finance)) == 2 else None,
-            10, "two preemption rows")
+        rows = wait_for(
+            lambda: (
+                sql(
+                    s,
+                    'SELECT p.task, p."group", p."user", p.project, p.kind, p.reason, '
+                    "p.taker, p.taker_path, p.group_path, p.gpus, p.lost_ms, p.lost_gpu_hours, "
+                    "epoch_ms(l.start_at), epoch_ms(l.end_at), p.interval_id "
+                    "FROM preemptions p JOIN ledger l USING (interval_id) ORDER BY p.task"
+                    if not s.on_postgres
+                    else 'SELECT p.task, p."group", p."user", p.project, p.kind, p.reason, '
+                    "p.taker, p.taker_path, p.group_path, p.gpus, p.lost_ms, p.lost_gpu_hours, "
+                    "(extract(epoch FROM l.start_at) * 1000)::bigint, "
+                    "(extract(epoch FROM l.end_at) * 1000)::bigint, p.interval_id "
+                    "FROM preemptions p JOIN ledger l USING (interval_id) ORDER BY p.task",
+                    finance,
+                )
+                if len(sql(s, "SELECT * FROM preemptions", finance)) == 2
+                else None
+            ),
+            10,
+            "two preemption rows",
+        )
         assert [r[0] for r in rows] == sorted(preempted)
         for r in rows:
-            task, group, user, project, kind, reason, taker, taker_path, path, gpus, \
-                lost_ms, lost_gh, start, end, interval = r
+            (
+                task,
+                group,
+                user,
+                project,
+                kind,
+                reason,
+                taker,
+                taker_path,
+                path,
+                gpus,
+                lost_ms,
+                lost_gh,
+                start,
+                end,
+                interval,
+            ) = r
             assert (group, user, project, kind, reason, taker, taker_path, path) == (
-                "team-a", "bob", "evals", "reclaimed", "reclaimed by team-b", "team-b",
-                "lab/team-b", "lab/team-a")
+                "team-a",
+                "bob",
+                "evals",
+                "reclaimed",
+                "reclaimed by team-b",
+                "team-b",
+                "lab/team-b",
+                "lab/team-a",
+            )
             assert interval == f"{task}#1" and Decimal(gpus) == 1
             # no checkpoint: the whole placement is lost, to the millisecond
             assert lost_ms == end - start and lost_ms > 0
-            assert Decimal(lost_gh) == (Decimal(lost_ms) / 3_600_000).quantize(
-                MICRO, ROUND_HALF_UP)
+            assert Decimal(lost_gh) == (Decimal(lost_ms) / 3_600_000).quantize(MICRO, ROUND_HALF_UP)
         # the same, priced, in the view finance reads (h100-80gb at 2.5 an hour)
-        priced = sql(s, "SELECT task, lost_gpu_hours, per_gpu_hour, lost_cost, currency "
-                        "FROM lost_work ORDER BY task", finance)
+        priced = sql(
+            s,
+            "SELECT task, lost_gpu_hours, per_gpu_hour, lost_cost, currency "
+            "FROM lost_work ORDER BY task",
+            finance,
+        )
         for (task, gh, price, cost, cur), r in zip(priced, rows):
             assert (task, Decimal(price), cur) == (r[0], Decimal("2.5"), "EUR")
             # the ledger's rule: GPU-hours as shown, times the price, half up to the millionth
             assert Decimal(gh) == Decimal(r[11])
-            assert Decimal(cost) == (Decimal(r[11]) * Decimal("2.5")).quantize(
-                MICRO, ROUND_HALF_UP)
+            assert Decimal(cost) == (Decimal(r[11]) * Decimal("2.5")).quantize(MICRO, ROUND_HALF_UP)
         # a team-b admin (dave) sees none of team-a's rows; team-a's admin sees both
         assert sql(s, "SELECT count(*) FROM preemptions", s.token("dave"))[0][0] == 0
         assert sql(s, "SELECT count(*) FROM lost_work", s.token("alice"))[0][0] == 2
         # the event carries it too, for the log's readers
-        ev = [e for e in s.ok("GET", "/v1/events?limit=1000")["events"]
-              if e["kind"] == "preempted" and e["task"] == rows[0][0]]
+        ev = [
+            e
+            for e in s.ok("GET", "/v1/events?limit=1000")["events"]
+            if e["kind"] == "preempted" and e["task"] == rows[0][0]
+        ]
         assert ev and ev[0]["data"]["lost_ms"] == rows[0][10]
         assert ev[0]["data"]["by"] == "team-b" and ev[0]["data"]["size_milli"] == 1000
 

@@ -27,16 +27,20 @@ def scrape(s: Server, token: str | None = None) -> dict[str, Any]:
     assert status == 200, text
     out: dict[str, Any] = {}
     for fam in text_string_to_metric_families(text):
-        out[fam.name] = {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
-                         for smp in fam.samples}
+        out[fam.name] = {
+            (smp.name, tuple(sorted(smp.labels.items()))): smp.value for smp in fam.samples
+        }
     return out
 
 
 def value(m: dict[str, Any], family: str, sample: str | None = None, **labels: str) -> float:
     """The one sample of ``family`` (``sample``: its ``_total``/``_count`` name) whose labels
     include ``labels``."""
-    hits = [v for (name, lab), v in m[family].items()
-            if name == (sample or family) and labels.items() <= dict(lab).items()]
+    hits = [
+        v
+        for (name, lab), v in m[family].items()
+        if name == (sample or family) and labels.items() <= dict(lab).items()
+    ]
     assert len(hits) == 1, (family, labels, m[family])
     return hits[0]
 
@@ -52,14 +56,16 @@ def busy(tmp_path_factory) -> Iterator[Server]:
     GPUs, 2 of them above its reservation), then team-b takes its reservation back."""
     s = Server(tmp_path_factory.mktemp("metrics")).start()
     bob, erin = s.token("bob"), s.token("erin")
-    a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
-         for _ in range(4)]
+    a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"] for _ in range(4)]
     wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in a))
     s.borrowing = scrape(s)  # type: ignore[attr-defined]
     for _ in range(3):
         s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)
-    wait_for(lambda: sum(t["preemptions"] for t in s.ok(
-        "GET", "/v1/tasks?limit=100")["tasks"]) == 2, 10, "the reclaim")
+    wait_for(
+        lambda: sum(t["preemptions"] for t in s.ok("GET", "/v1/tasks?limit=100")["tasks"]) == 2,
+        10,
+        "the reclaim",
+    )
     yield s
     assert s.stop() == 0, s.log()
 
@@ -68,39 +74,55 @@ def test_pools_queues_and_preemptions_match_the_state(busy: Server) -> None:
     before = busy.borrowing  # type: ignore[attr-defined]
     assert value(before, "klique_pool_used_gpus", pool="pool-1") == 4
     assert value(before, "klique_pool_borrowed_gpus", pool="pool-1") == 2
-    wait_for(lambda: value(scrape(busy), "klique_queue_depth", resource="team-b/one") == 1,
-             5, "team-b's third task queued")
+    wait_for(
+        lambda: value(scrape(busy), "klique_queue_depth", resource="team-b/one") == 1,
+        5,
+        "team-b's third task queued",
+    )
     m = scrape(busy)
     tasks = busy.ok("GET", "/v1/tasks?limit=100")["tasks"]
     # Pool used equals the GPUs placed on it; capacity is the estate's.
     for pool, cap in (("pool-1", 4), ("pool-2", 8)):
         placed = sum(t["gpus"] for t in tasks if t["state"] == "placed" and t["pool"] == pool)
         assert value(m, "klique_pool_used_gpus", pool=pool) == placed
-        assert value(m, "klique_pool_capacity_gpus", pool=pool, kind=(
-            "kubernetes" if pool == "pool-1" else "baremetal")) == cap
+        assert (
+            value(
+                m,
+                "klique_pool_capacity_gpus",
+                pool=pool,
+                kind=("kubernetes" if pool == "pool-1" else "baremetal"),
+            )
+            == cap
+        )
         assert value(m, "klique_pool_free_gpus", pool=pool) == cap - placed
     assert value(m, "klique_pool_used_gpus", pool="pool-1") == 4
     assert value(m, "klique_pool_borrowed_gpus", pool="pool-1") == 0  # reclaimed
     # Queue depth equals the tasks queued on each compute resource, as the API lists them.
     for r in busy.ok("GET", "/v1/resources")["resources"]:
         queued = [t for t in tasks if t["state"] == "queued" and t["resource"] == r["name"]]
-        assert value(m, "klique_queue_depth", resource=r["name"], group=r["group"]) \
-            == len(queued)
+        assert value(m, "klique_queue_depth", resource=r["name"], group=r["group"]) == len(queued)
         wait = value(m, "klique_queue_oldest_wait_seconds", resource=r["name"])
         assert (wait > 0) == bool(queued), (r["name"], wait)
     assert value(m, "klique_queue_depth", resource="team-a/one") == 2  # the reclaimed two
     # Counters: where it happened.
-    assert value(m, "klique_preemptions", "klique_preemptions_total", reason="reclaimed",
-                 pool="pool-1") == 2
-    assert value(m, "klique_submissions", "klique_submissions_total",
-                 resource="team-a/one") == 4
-    assert value(m, "klique_submissions", "klique_submissions_total",
-                 resource="team-b/one") == 3
+    assert (
+        value(
+            m, "klique_preemptions", "klique_preemptions_total", reason="reclaimed", pool="pool-1"
+        )
+        == 2
+    )
+    assert value(m, "klique_submissions", "klique_submissions_total", resource="team-a/one") == 4
+    assert value(m, "klique_submissions", "klique_submissions_total", resource="team-b/one") == 3
     assert value(m, "klique_pass_duration_seconds", "klique_pass_duration_seconds_count") >= 2
     # every committed event counted (read twice: an event may commit between the reads)
-    wait_for(lambda: value(scrape(busy), "klique_events_committed",
-                           "klique_events_committed_total") == last_seq(busy),
-             5, "the committed events' counter at the log's last event")
+    wait_for(
+        lambda: (
+            value(scrape(busy), "klique_events_committed", "klique_events_committed_total")
+            == last_seq(busy)
+        ),
+        5,
+        "the committed events' counter at the log's last event",
+    )
 
 
 def test_budgets_estate_and_engine(busy: Server) -> None:
@@ -168,13 +190,16 @@ def test_workers_by_state_and_a_lost_workers_preemption(tmp_path: Path) -> None:
         def lost() -> bool:  # w-2 keeps beating, w-1 is silent
             w2.heartbeat([])
             return s.task(tid)["preemptions"] == 1
+
         wait_for(lost, 8, "w-1 declared lost")
         w2.heartbeat([])
         m = scrape(s)
         assert value(m, "klique_workers", pool="bare", state="lost") == 1
         assert value(m, "klique_workers", pool="bare", state="alive") == 1
-        assert value(m, "klique_preemptions", "klique_preemptions_total", reason="lost",
-                     pool="bare") == 1
+        assert (
+            value(m, "klique_preemptions", "klique_preemptions_total", reason="lost", pool="bare")
+            == 1
+        )
     finally:
         assert s.stop() == 0, s.log()
 
@@ -195,7 +220,7 @@ def test_the_docs_and_the_dashboard_name_only_metrics_that_exist(busy: Server) -
     exposed = {n for n in scraped if METRIC.fullmatch(n)}
     doc = (DOCS / "metrics.md").read_text()
     listed = {families(n) for n in METRIC.findall(doc)}
-    assert listed == exposed, (listed ^ exposed)  # every metric documented, none invented
+    assert listed == exposed, listed ^ exposed  # every metric documented, none invented
     # the rest is prometheus_client's process collector, documented as such
     assert scraped - exposed and all(n.startswith("process_") for n in scraped - exposed)
     assert "`process_*`" in doc
@@ -205,7 +230,12 @@ def test_the_docs_and_the_dashboard_name_only_metrics_that_exist(busy: Server) -
     assert len(exprs) >= 8 and all(METRIC.search(e) for e in exprs)
     used = {families(n) for n in METRIC.findall(text)}  # targets and template variables
     assert used and used <= exposed, used - exposed
-    assert {"klique_pool_used_gpus", "klique_queue_depth", "klique_budget_left_hours",
-            "klique_pass_duration_seconds", "klique_preemptions",
-            "klique_workers"} <= used
+    assert {
+        "klique_pool_used_gpus",
+        "klique_queue_depth",
+        "klique_budget_left_hours",
+        "klique_pass_duration_seconds",
+        "klique_preemptions",
+        "klique_workers",
+    } <= used
     assert "metrics.md" in (ROOT / "README.md").read_text()

@@ -52,9 +52,11 @@ def test_every_served_route_is_declared_and_documented() -> None:
     """The route tables are the one declaration: what is served, its operation id and who
     may call it (the document's "Who" and ``x-klique-roles``)."""
     app = make_app(Context(None, None, None, 1.0, None))  # type: ignore[arg-type]
-    served = {(r.method, r.resource.canonical) for r in app.router.routes()
-              if r.method != "HEAD" and r.resource is not None
-              and r.handler not in (proxy, elsewhere)}
+    served = {
+        (r.method, r.resource.canonical)
+        for r in app.router.routes()
+        if r.method != "HEAD" and r.resource is not None and r.handler not in (proxy, elsewhere)
+    }
     assert served - PAGES == {(r.method, r.path) for r in ROUTES}
     for r in ROUTES:
         op = DOC["paths"][r.path][r.method.lower()]
@@ -82,8 +84,10 @@ def fuzz_server(tmp_path_factory) -> Iterator[Server]:
     # The example estate: the document's examples (llm-research/h100, alice) are valid there.
     s = Server(tmp_path_factory.mktemp("fuzz"), estate=EXAMPLE_ESTATE).start()
     alice = s.token({"user": "alice"})
-    for body in ({"resource": "llm-research/h100", "command": ["true"], "project": "evals"},
-                 {"resource": "llm-research/h100-8x", "command": ["true"], "project": "evals"}):
+    for body in (
+        {"resource": "llm-research/h100", "command": ["true"], "project": "evals"},
+        {"resource": "llm-research/h100-8x", "command": ["true"], "project": "evals"},
+    ):
         s.ok("POST", "/v1/tasks", body, alice, expect=201)
     yield s
     log = s.log()
@@ -95,22 +99,28 @@ def fuzz_server(tmp_path_factory) -> Iterator[Server]:
 # data), 10 examples per operation; the exhaustive coverage phase alone sends ~500.
 # /mcp speaks the MCP specification's JSON-RPC, not this document's shapes: its bad input is
 # tests/mcp/test_mcp_http.py's.
-schema = schemathesis.openapi.from_dict(DOC, config=SchemathesisConfig.from_dict(
-    {"phases": {"coverage": {"enabled": False}, "stateful": {"enabled": False}}})
+schema = schemathesis.openapi.from_dict(
+    DOC,
+    config=SchemathesisConfig.from_dict(
+        {"phases": {"coverage": {"enabled": False}, "stateful": {"enabled": False}}}
+    ),
 ).exclude(path="/mcp")
 
 
 @schema.parametrize()
-@settings(max_examples=10, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_fuzz(case, fuzz_server: Server) -> None:
-    response = case.call(base_url=fuzz_server.url,
-                         headers={"Authorization": f"Bearer {fuzz_server.admin}"})
+    response = case.call(
+        base_url=fuzz_server.url, headers={"Authorization": f"Bearer {fuzz_server.admin}"}
+    )
     assert response.status_code < 500, (case.method, case.path, response.text[:500])
     assert "Traceback" not in response.text
-    case.validate_response(response, checks=[
-        schemathesis.checks.not_a_server_error,
-        schemathesis.checks.status_code_conformance,
-        schemathesis.checks.content_type_conformance,
-        schemathesis.checks.response_schema_conformance,
-    ])
+    case.validate_response(
+        response,
+        checks=[
+            schemathesis.checks.not_a_server_error,
+            schemathesis.checks.status_code_conformance,
+            schemathesis.checks.content_type_conformance,
+            schemathesis.checks.response_schema_conformance,
+        ],
+    )

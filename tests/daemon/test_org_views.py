@@ -29,28 +29,35 @@ def _placed(server: Server, n: int) -> None:
     def reached() -> bool:
         tasks = server.ok("GET", "/v1/tasks?state=placed")["tasks"]
         return len(tasks) >= n
+
     wait_for(reached, 20, f"{n} placed tasks")
 
 
 @pytest.fixture(scope="module")
 def org(tmp_path_factory):
     s = Server(tmp_path_factory.mktemp("org-views"), estate=ESTATE).start()
-    tokens = {n: s.token({"user": n})
-              for n in ("alice", "bob", "carl", "dana", "nina")}
+    tokens = {n: s.token({"user": n}) for n in ("alice", "bob", "carl", "dana", "nina")}
     tokens["finance"] = s.token({"role": "finance"})
     tokens["worker"] = s.token({"worker": True, "pool": "pool-1"})
     for _ in range(2):
-        s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, token=tokens["alice"],
-             expect=201)
+        s.ok(
+            "POST",
+            "/v1/tasks",
+            {"resource": "team-a/one", **CMD},
+            token=tokens["alice"],
+            expect=201,
+        )
     _placed(s, 2)
     for _ in range(2):
-        s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, token=tokens["bob"],
-             expect=201)
+        s.ok(
+            "POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, token=tokens["bob"], expect=201
+        )
     _placed(s, 3)
 
     def settled() -> bool:  # a pass has seen bob's second task: it has its reason
         q = s.ok("GET", "/v1/resources/team-b/one/queue")["queue"]
         return len(q) == 1 and q[0]["waiting_reason"]["kind"] != "pending"
+
     wait_for(settled, 20, "bob's second task to have its reason")
     yield s, tokens
     assert s.stop() == 0, s.log()
@@ -63,8 +70,13 @@ def test_an_envelope_shows_its_place_its_subtree_and_who_waits(org):
     assert ml["envelope"] is True and ml["parent"] is None and ml["levels"] == ["ml"]
     assert ml["depth"] == 0 and ml["path"] == "north/ml"
     assert ml["shared_reservation"] == 1 and ml["below"] == ["team-a", "team-b"]
-    assert ml["waiting"] == {"tasks": 1, "gpus": 1, "groups": [
-        {"group": "team-b", "policy": "team-b", "tasks": 1, "gpus": 1, "reason": AT_LIMIT}]}
+    assert ml["waiting"] == {
+        "tasks": 1,
+        "gpus": 1,
+        "groups": [
+            {"group": "team-b", "policy": "team-b", "tasks": 1, "gpus": 1, "reason": AT_LIMIT}
+        ],
+    }
     b = ml["budget"]  # the department's meter counts all three placed tasks
     assert b["hours"] == 100 and b["burn_rate"] == 3 and b["runout_at"] is not None, b
 
@@ -85,8 +97,7 @@ def test_a_policy_list_is_the_same_as_each_policy(org):
     """The list shares one reason per task across policies; each entry equals its GET but
     for the budget's clock-dependent figures."""
     server, t = org
-    listed = {p["name"]: p for p in server.ok("GET", "/v1/policies", token=t["nina"])[
-        "policies"]}
+    listed = {p["name"]: p for p in server.ok("GET", "/v1/policies", token=t["nina"])["policies"]}
     assert sorted(listed) == ["ml", "team-a", "team-b"]
     for name, p in listed.items():
         one = server.ok("GET", f"/v1/policies/{name}", token=t["nina"])
@@ -94,14 +105,17 @@ def test_a_policy_list_is_the_same_as_each_policy(org):
         assert strip(one) == strip(p), name
 
 
-@pytest.mark.parametrize("who,want", [
-    ("finance", [("north", 0, 3), ("ml", 1, 3), ("team-a", 2, 2), ("team-b", 2, 1)]),
-    ("nina", [("north", 0, 3), ("ml", 1, 3), ("team-a", 2, 2), ("team-b", 2, 1)]),
-    ("dana", [("ml", 1, 3), ("team-a", 2, 2), ("team-b", 2, 1)]),
-    ("bob", [("team-b", 2, 1)]),     # a member: their own team, not the department
-    ("carl", []),                    # another department
-    ("worker", []),
-])
+@pytest.mark.parametrize(
+    "who,want",
+    [
+        ("finance", [("north", 0, 3), ("ml", 1, 3), ("team-a", 2, 2), ("team-b", 2, 1)]),
+        ("nina", [("north", 0, 3), ("ml", 1, 3), ("team-a", 2, 2), ("team-b", 2, 1)]),
+        ("dana", [("ml", 1, 3), ("team-a", 2, 2), ("team-b", 2, 1)]),
+        ("bob", [("team-b", 2, 1)]),  # a member: their own team, not the department
+        ("carl", []),  # another department
+        ("worker", []),
+    ],
+)
 def test_pools_by_level_roll_up_what_the_caller_sees(org, who, want):
     server, t = org
     pools = server.ok("GET", "/v1/pools", token=t[who])["pools"]

@@ -47,7 +47,8 @@ EVENTS = "SELECT seq, at_ms, kind, task, actor, revision, grp, usr, CAST(data AS
 
 
 def test_after_kill_9_the_restarted_daemons_file_equals_postgresql(
-        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(FOLLOW_DELAY_ENV, "1")  # the file lags PostgreSQL by ~1 s
     s = Server(tmp_path, db=pg_url, extra=FLAGS)
     # submissions with keys, a fifth cancelled (intervals close), then SIGKILL
@@ -59,8 +60,7 @@ def test_after_kill_9_the_restarted_daemons_file_equals_postgresql(
     lost = file_rows(s.local_db, "SELECT count(*) FROM ledger")
     # tasks cancelled (then evicted: --keep-ended 0) in the lost window have no history row
     kept = len(file_rows(s.local_db, "SELECT id FROM task_history"))
-    cancelled = pg_rows(pg_url, "SELECT count(DISTINCT task) FROM events "
-                                "WHERE kind = 'cancelled'")
+    cancelled = pg_rows(pg_url, "SELECT count(DISTINCT task) FROM events WHERE kind = 'cancelled'")
     assert kept < int(cancelled[0][0]), (kept, cancelled)
     monkeypatch.delenv(FOLLOW_DELAY_ENV)
     s.start()
@@ -78,12 +78,14 @@ def test_after_kill_9_the_restarted_daemons_file_equals_postgresql(
     assert s.stop() == 0
     assert "were missing from" in s.log()  # the restart copied what the file lost
     # the events' copy
-    assert file_rows(s.local_db, EVENTS.format(t="VARCHAR")) == \
-        pg_rows(pg_url, EVENTS.format(t="TEXT"))
+    assert file_rows(s.local_db, EVENTS.format(t="VARCHAR")) == pg_rows(
+        pg_url, EVENTS.format(t="TEXT")
+    )
     # every table of the ledger, the feed's numbering included
     for table in PgLog.SEED_TABLES:
-        assert file_rows(s.local_db, f"SELECT * FROM {table}") == \
-            pg_rows(pg_url, f"SELECT * FROM {table}"), table
+        assert file_rows(s.local_db, f"SELECT * FROM {table}") == pg_rows(
+            pg_url, f"SELECT * FROM {table}"
+        ), table
     assert file_rows(s.local_db, "SELECT * FROM ledger_behind") == []
     assert int(lost[0][0]) < len(file_rows(s.local_db, "SELECT * FROM ledger"))
     # the history: each evicted (every ended) task once, the lost window's included
@@ -92,7 +94,8 @@ def test_after_kill_9_the_restarted_daemons_file_equals_postgresql(
 
 
 def test_a_read_of_the_file_right_after_a_write_sees_it(
-        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The file thread held back 0.5 s: the audit log of a task just submitted has its
     submission, and a statement asked for just after a cancel has its closed interval."""
     monkeypatch.setenv(FOLLOW_DELAY_ENV, "0.5")
@@ -110,5 +113,6 @@ def test_a_read_of_the_file_right_after_a_write_sees_it(
     assert task["state"] == "ended"
     assert Decimal(st["gpu_hours"]) > 0, st
     assert Decimal(st["gpu_hours"]) == Decimal(str(task["gpu_hours"])).quantize(
-        Decimal("0.000001")), (st, task)
+        Decimal("0.000001")
+    ), (st, task)
     assert s.stop() == 0

@@ -34,13 +34,34 @@ def ms(text: str) -> int:
     return int(datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp() * 1000)
 
 
-def row(n: int, group: str, user: str, start: str, gpus: int = 1000, path: str | None = "",
-        channel: str | None = "cli") -> IntervalRow:
-    paths = {"team-a": "north/ml/team-a", "team-b": "north/ml/team-b",
-             "team-c": "south/ops/team-c"}
-    return IntervalRow(f"T-{n}#1", f"T-{n}", user, "p1" if n % 2 else None, group, group,
-                       "default", f"{group}/one", "pool-1", "h100-80gb", gpus, 1500 * (n % 3),
-                       ms(start), "r1", paths[group] if path == "" else path, channel)
+def row(
+    n: int,
+    group: str,
+    user: str,
+    start: str,
+    gpus: int = 1000,
+    path: str | None = "",
+    channel: str | None = "cli",
+) -> IntervalRow:
+    paths = {"team-a": "north/ml/team-a", "team-b": "north/ml/team-b", "team-c": "south/ops/team-c"}
+    return IntervalRow(
+        f"T-{n}#1",
+        f"T-{n}",
+        user,
+        "p1" if n % 2 else None,
+        group,
+        group,
+        "default",
+        f"{group}/one",
+        "pool-1",
+        "h100-80gb",
+        gpus,
+        1500 * (n % 3),
+        ms(start),
+        "r1",
+        paths[group] if path == "" else path,
+        channel,
+    )
 
 
 def norm(value) -> str:
@@ -70,10 +91,12 @@ def numbers(value):
 def duck_rows(store: Store, sql: str) -> tuple[list[str], list[tuple]]:
     """The file's rows, once it has every batch committed (``Store.read_sync``: the file
     thread applies them after PostgreSQL's commit)."""
+
     def run(cur) -> tuple[list[str], list[tuple]]:
         cur.execute(sql)
         cols = [d[0] for d in cur.description]
         return cols, sorted(tuple(norm(v) for v in r) for r in cur.fetchall())
+
     return store.read_sync(run)
 
 
@@ -97,32 +120,80 @@ def history(estate) -> list[Batch]:
     at = ms("2026-08-01T00:00:00")
     return [
         Batch(ops=[ops.ReplacePrices(estate), ops.RecordEstate(estate, at)]),
-        Batch(ops=[ops.opens([row(1, "team-a", "alice", "2026-08-03T10:00:00"),
-                              row(2, "team-b", "bob", "2026-08-31T22:30:00.250", gpus=2500),
-                              row(3, "team-c", "carl", "2026-09-15T08:00:00"),
-                              row(4, "team-a", "alice", "2026-09-30T23:59:59.999",
-                                  path=None, channel=None)])]),
-        Batch(ops=[ops.closes([("T-1#1", ms("2026-08-03T18:00:00.5"), "finished"),
-                               ("T-2#1", ms("2026-10-02T01:00:00"), "preempted")])]),
-        Batch(ops=[ops.opens([row(5, "team-b", "bob", "2026-10-05T00:00:00", gpus=500),
-                              row(6, "team-c", "carl", "2026-10-06T00:00:00", gpus=8000)]),
-                   ops.closes([("T-3#1", ms("2026-11-01T00:00:00"), "finished"),
-                               ("T-3#1", ms("2026-11-02T00:00:00"), "twice"),
-                               ("T-5#1", ms("2026-10-05T12:00:00"), "cancelled")])]),
-        Batch(ops=[ops.closes([("T-4#1", ms("2026-10-01T00:00:10"), "finished"),
-                               ("T-6#1", ms("2026-10-07T00:00:00"), "finished"),
-                               ("T-6#1", ms("2026-10-08T00:00:00"), "again")]),
-                   ops.FillGroupPaths(writer.group_paths(estate)),
-                   ops.OpenCloudNode({"node": "n1", "pool": "pool-1", "provider": "aws",
-                                      "instance_type": "p5.48xlarge", "lifecycle": "spot",
-                                      "gpus": 8, "per_hour": "31.464", "currency": "EUR"},
-                                     ms("2026-09-30T20:00:00"), "r1"),
-                   ops.CloseCloudNode("n1", ms("2026-10-01T03:15:00"), "idle")]),
+        Batch(
+            ops=[
+                ops.opens(
+                    [
+                        row(1, "team-a", "alice", "2026-08-03T10:00:00"),
+                        row(2, "team-b", "bob", "2026-08-31T22:30:00.250", gpus=2500),
+                        row(3, "team-c", "carl", "2026-09-15T08:00:00"),
+                        row(
+                            4, "team-a", "alice", "2026-09-30T23:59:59.999", path=None, channel=None
+                        ),
+                    ]
+                )
+            ]
+        ),
+        Batch(
+            ops=[
+                ops.closes(
+                    [
+                        ("T-1#1", ms("2026-08-03T18:00:00.5"), "finished"),
+                        ("T-2#1", ms("2026-10-02T01:00:00"), "preempted"),
+                    ]
+                )
+            ]
+        ),
+        Batch(
+            ops=[
+                ops.opens(
+                    [
+                        row(5, "team-b", "bob", "2026-10-05T00:00:00", gpus=500),
+                        row(6, "team-c", "carl", "2026-10-06T00:00:00", gpus=8000),
+                    ]
+                ),
+                ops.closes(
+                    [
+                        ("T-3#1", ms("2026-11-01T00:00:00"), "finished"),
+                        ("T-3#1", ms("2026-11-02T00:00:00"), "twice"),
+                        ("T-5#1", ms("2026-10-05T12:00:00"), "cancelled"),
+                    ]
+                ),
+            ]
+        ),
+        Batch(
+            ops=[
+                ops.closes(
+                    [
+                        ("T-4#1", ms("2026-10-01T00:00:10"), "finished"),
+                        ("T-6#1", ms("2026-10-07T00:00:00"), "finished"),
+                        ("T-6#1", ms("2026-10-08T00:00:00"), "again"),
+                    ]
+                ),
+                ops.FillGroupPaths(writer.group_paths(estate)),
+                ops.OpenCloudNode(
+                    {
+                        "node": "n1",
+                        "pool": "pool-1",
+                        "provider": "aws",
+                        "instance_type": "p5.48xlarge",
+                        "lifecycle": "spot",
+                        "gpus": 8,
+                        "per_hour": "31.464",
+                        "currency": "EUR",
+                    },
+                    ms("2026-09-30T20:00:00"),
+                    "r1",
+                ),
+                ops.CloseCloudNode("n1", ms("2026-10-01T03:15:00"), "idle"),
+            ]
+        ),
     ]
 
 
 def test_every_view_finance_reads_is_the_same_in_postgresql_and_duckdb(
-        tmp_path: Path, pg_url: str, estate, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, pg_url: str, estate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # fold the pending closed intervals into the monthly aggregate every few closes, so
     # that both the aggregate and the pending rows hold some
     monkeypatch.setattr(writer, "FLUSH_AT", 3)
@@ -171,15 +242,19 @@ def test_every_view_finance_reads_is_the_same_in_postgresql_and_duckdb(
                 after = {"duck": int(d["cursor"]), "pg": int(p["cursor"])}
             assert after["duck"] == 6 and d["more"] is False
         # the internal monthly aggregate, its pending rows and the feed match too
-        for sql in ("SELECT * FROM ledger_monthly", "SELECT * FROM ledger_monthly_pending",
-                    "SELECT * FROM ledger_feed"):
+        for sql in (
+            "SELECT * FROM ledger_monthly",
+            "SELECT * FROM ledger_monthly_pending",
+            "SELECT * FROM ledger_feed",
+        ):
             assert pg_rows(pg_url, sql) == duck_rows(store, sql), sql
     finally:
         store.close()
 
 
-def test_ledger_rows_commit_with_their_batch_in_postgresql(tmp_path: Path, pg_url: str,
-                                                          estate) -> None:
+def test_ledger_rows_commit_with_their_batch_in_postgresql(
+    tmp_path: Path, pg_url: str, estate
+) -> None:
     store = Store(str(tmp_path / "l.duckdb"), PgLog(pg_url))
     store.ensure_schema()
     try:
@@ -187,8 +262,12 @@ def test_ledger_rows_commit_with_their_batch_in_postgresql(tmp_path: Path, pg_ur
         store.commit_sync(Batch(rows=[Event("tick").row(1, 1)], ops=[opened]))
         with pytest.raises(ValueError, match="PostgreSQL refused the data"):
             # the same interval opened again: the whole batch, its event included, is undone
-            store.commit_sync(Batch(rows=[Event("tick").row(2, 2)], ops=[
-                ops.opens([row(2, "team-b", "bob", "2026-08-03T11:00:00")]), opened]))
+            store.commit_sync(
+                Batch(
+                    rows=[Event("tick").row(2, 2)],
+                    ops=[ops.opens([row(2, "team-b", "bob", "2026-08-03T11:00:00")]), opened],
+                )
+            )
         with psycopg.connect(pg_url) as conn:
             assert conn.execute("SELECT max(seq) FROM events").fetchone() == (1,)
             assert conn.execute("SELECT interval_id FROM ledger").fetchall() == [("T-1#1",)]
@@ -197,7 +276,8 @@ def test_ledger_rows_commit_with_their_batch_in_postgresql(tmp_path: Path, pg_ur
 
 
 def test_an_existing_duckdb_ledger_is_copied_once_into_an_empty_postgresql_one(
-        tmp_path: Path, pg_url: str, estate) -> None:
+    tmp_path: Path, pg_url: str, estate
+) -> None:
     local = tmp_path / "l.duckdb"
     alone = Store(str(local))  # a ledger kept only in the file, as before
     alone.ensure_schema()
@@ -209,14 +289,22 @@ def test_an_existing_duckdb_ledger_is_copied_once_into_an_empty_postgresql_one(
     try:
         assert store.seeded == 6
         for name in ("usage_monthly", "cloud_spend_monthly", "capacity_periods", "usage"):
-            assert pg_rows(pg_url, f"SELECT * FROM {name}") == \
-                duck_rows(store, f"SELECT * FROM {name}"), name
+            assert pg_rows(pg_url, f"SELECT * FROM {name}") == duck_rows(
+                store, f"SELECT * FROM {name}"
+            ), name
         # the feed's numbers continue after the copied ones
-        store.commit_sync(Batch(rows=[Event("tick").row(1, 1)], ops=[
-            ops.opens([row(9, "team-a", "alice", "2026-11-03T10:00:00")]),
-            ops.closes([("T-9#1", ms("2026-11-03T11:00:00"), "finished")])]))
-        assert pg_rows(pg_url, "SELECT max(seq) AS s, count(*) AS n FROM ledger_feed") == \
-            duck_rows(store, "SELECT max(seq) AS s, count(*) AS n FROM ledger_feed")
+        store.commit_sync(
+            Batch(
+                rows=[Event("tick").row(1, 1)],
+                ops=[
+                    ops.opens([row(9, "team-a", "alice", "2026-11-03T10:00:00")]),
+                    ops.closes([("T-9#1", ms("2026-11-03T11:00:00"), "finished")]),
+                ],
+            )
+        )
+        assert pg_rows(pg_url, "SELECT max(seq) AS s, count(*) AS n FROM ledger_feed") == duck_rows(
+            store, "SELECT max(seq) AS s, count(*) AS n FROM ledger_feed"
+        )
     finally:
         store.close()
     again = Store(str(local), PgLog(pg_url))
@@ -225,8 +313,7 @@ def test_an_existing_duckdb_ledger_is_copied_once_into_an_empty_postgresql_one(
     again.close()
 
 
-def test_a_new_local_file_gets_postgresqls_ledger(tmp_path: Path, pg_url: str,
-                                                 estate) -> None:
+def test_a_new_local_file_gets_postgresqls_ledger(tmp_path: Path, pg_url: str, estate) -> None:
     first = Store(str(tmp_path / "first.duckdb"), PgLog(pg_url))
     first.ensure_schema()
     for seq, batch in enumerate(history(estate), 1):
@@ -240,11 +327,18 @@ def test_a_new_local_file_gets_postgresqls_ledger(tmp_path: Path, pg_url: str,
         assert (store.caught_up, store.seeded_file) == (5, 6)
         for name in sandbox.RELATIONS:
             if name not in UNTIL_NOW:
-                assert pg_rows(pg_url, f"SELECT * FROM {name}") == \
-                    duck_rows(store, f"SELECT * FROM {name}"), name
-        store.commit_sync(Batch(rows=[Event("tick").row(6, 6)], ops=[
-            ops.opens([row(9, "team-a", "alice", "2026-11-03T10:00:00")]),
-            ops.closes([("T-9#1", ms("2026-11-03T11:00:00"), "finished")])]))
+                assert pg_rows(pg_url, f"SELECT * FROM {name}") == duck_rows(
+                    store, f"SELECT * FROM {name}"
+                ), name
+        store.commit_sync(
+            Batch(
+                rows=[Event("tick").row(6, 6)],
+                ops=[
+                    ops.opens([row(9, "team-a", "alice", "2026-11-03T10:00:00")]),
+                    ops.closes([("T-9#1", ms("2026-11-03T11:00:00"), "finished")]),
+                ],
+            )
+        )
         sql = "SELECT * FROM ledger_feed"
         assert pg_rows(pg_url, sql) == duck_rows(store, sql)
     finally:
@@ -252,7 +346,8 @@ def test_a_new_local_file_gets_postgresqls_ledger(tmp_path: Path, pg_url: str,
 
 
 def test_a_file_behind_another_daemons_lead_gets_postgresqls_ledger_again(
-        tmp_path: Path, pg_url: str, estate) -> None:
+    tmp_path: Path, pg_url: str, estate
+) -> None:
     batches = history(estate)
     for seq, batch in enumerate(batches, 1):
         batch.rows.append(Event("tick").row(seq, 1000 + seq))
@@ -272,7 +367,8 @@ def test_a_file_behind_another_daemons_lead_gets_postgresqls_ledger_again(
         assert store.seeded_file == 6
         for name in sandbox.RELATIONS:
             if name not in UNTIL_NOW:
-                assert pg_rows(pg_url, f"SELECT * FROM {name}") == \
-                    duck_rows(store, f"SELECT * FROM {name}"), name
+                assert pg_rows(pg_url, f"SELECT * FROM {name}") == duck_rows(
+                    store, f"SELECT * FROM {name}"
+                ), name
     finally:
         store.close()

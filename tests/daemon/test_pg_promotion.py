@@ -27,12 +27,13 @@ CMD = {"command": ["true"]}
 def both(primary: Postgres, replica: Postgres, db: str) -> str:
     """One URL naming both servers, the replica first: libpq tries them in order and keeps
     the one that takes writes, as a client of a Patroni cluster is configured."""
-    return (f"postgresql://{SUPERUSER}@/{db}?host={replica.dir},{primary.dir}"
-            f"&port={replica.port},{primary.port}&target_session_attrs=read-write")
+    return (
+        f"postgresql://{SUPERUSER}@/{db}?host={replica.dir},{primary.dir}"
+        f"&port={replica.port},{primary.port}&target_session_attrs=read-write"
+    )
 
 
-def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path: Path
-                                                                        ) -> None:
+def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path: Path) -> None:
     why = unavailable()
     if why:
         pytest.skip(why)
@@ -50,9 +51,12 @@ def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path:
 
         s = Server(tmp_path, db=both(primary, replica, "klique")).start()
         bob = s.token({"user": "bob"})
-        acked = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD,
-                                           "labels": {"n": str(i)}}, bob)["id"]
-                 for i in range(10)]
+        acked = [
+            s.ok(
+                "POST", "/v1/tasks", {"resource": "team-a/one", **CMD, "labels": {"n": str(i)}}, bob
+            )["id"]
+            for i in range(10)
+        ]
         with psycopg.connect(replica.url("postgres"), autocommit=True) as conn:
             assert present(conn.execute("SELECT pg_is_in_recovery()").fetchone())[0]  # not written
 
@@ -76,9 +80,13 @@ def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path:
                 s.start(timeout=60)
                 continue
             try:
-                status, body = s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD,
-                                                           "labels": {"n": "late"}}, bob,
-                                      timeout=10)
+                status, body = s.call(
+                    "POST",
+                    "/v1/tasks",
+                    {"resource": "team-a/one", **CMD, "labels": {"n": "late"}},
+                    bob,
+                    timeout=10,
+                )
             except OSError:  # the daemon stopping under the request
                 status, body = 0, {}
             if status == 201:
@@ -90,11 +98,15 @@ def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path:
         tasks = {t["id"]: t for t in s.ok("GET", "/v1/tasks?limit=100", token=bob)["tasks"]}
         assert set(acked) <= set(tasks), "an acknowledged submission was lost"
         assert sorted(t["labels"]["n"] for t in tasks.values()) == sorted(
-            [str(i) for i in range(10)] + ["late"])  # and none twice
+            [str(i) for i in range(10)] + ["late"]
+        )  # and none twice
         with psycopg.connect(replica.url("klique"), autocommit=True) as conn:
             assert not present(conn.execute("SELECT pg_is_in_recovery()").fetchone())[0]
-            logged = present(conn.execute("SELECT count(DISTINCT task) FROM events WHERE "
-                                          "kind = 'submitted'").fetchone())[0]
+            logged = present(
+                conn.execute(
+                    "SELECT count(DISTINCT task) FROM events WHERE kind = 'submitted'"
+                ).fetchone()
+            )[0]
         assert logged == len(acked) + 1
         assert s.stop() == 0
         assert "Traceback" not in s.log()
@@ -108,6 +120,7 @@ def test_the_daemon_carries_on_after_its_databases_replica_is_promoted(tmp_path:
 
 def _sync_replicas(primary: Postgres) -> int:
     with psycopg.connect(primary.url("postgres"), autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = "
-                           "'sync'").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+        ).fetchone()
     return int(row[0]) if row else 0

@@ -20,8 +20,9 @@ from tests.harness.typed import present
 CMD = {"command": ["true"]}
 
 
-def test_tasks_and_tokens_live_in_postgresql_and_survive_a_restart(tmp_path: Path,
-                                                                  pg_url: str) -> None:
+def test_tasks_and_tokens_live_in_postgresql_and_survive_a_restart(
+    tmp_path: Path, pg_url: str
+) -> None:
     s = Server(tmp_path, db=pg_url).start()
     try:
         bob = s.token({"user": "bob"})
@@ -44,21 +45,28 @@ def test_tasks_and_tokens_live_in_postgresql_and_survive_a_restart(tmp_path: Pat
         with psycopg.connect(pg_url) as conn:
             # The engine may commit an event after the read: count up to what was read.
             last = max(e["seq"] for e in events)
-            assert len(events) == present(conn.execute(
-                "SELECT count(*) FROM events WHERE seq <= %s", (last,)).fetchone())[0]
+            assert (
+                len(events)
+                == present(
+                    conn.execute("SELECT count(*) FROM events WHERE seq <= %s", (last,)).fetchone()
+                )[0]
+            )
     finally:
         s.stop()
 
 
-@pytest.mark.parametrize("sql", ["SELECT * FROM tokens", "SELECT data FROM events",
-                                 "SELECT * FROM klique_schema"])
-def test_finance_sql_reaches_only_the_ledger_on_postgresql(tmp_path: Path, pg_url: str,
-                                                           sql: str) -> None:
+@pytest.mark.parametrize(
+    "sql", ["SELECT * FROM tokens", "SELECT data FROM events", "SELECT * FROM klique_schema"]
+)
+def test_finance_sql_reaches_only_the_ledger_on_postgresql(
+    tmp_path: Path, pg_url: str, sql: str
+) -> None:
     s = Server(tmp_path, db=pg_url).start()
     try:
         finance = s.token("role:finance")
-        assert s.ok("POST", "/v1/ledger/sql", {"sql": "SELECT count(*) FROM ledger"},
-                    finance)["rows"] == [[0]]
+        assert s.ok("POST", "/v1/ledger/sql", {"sql": "SELECT count(*) FROM ledger"}, finance)[
+            "rows"
+        ] == [[0]]
         status, body = s.call("POST", "/v1/ledger/sql", {"sql": sql}, finance)
         assert status in (400, 403), body
         assert "token" not in str(body.get("rows", "")) and "hash" not in str(body)
@@ -69,10 +77,26 @@ def test_finance_sql_reaches_only_the_ledger_on_postgresql(tmp_path: Path, pg_ur
 
 
 def serve(db: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kliqued.cli", "serve", "--db", db,
-                           "--ledger-db", str(tmp_path / "l.duckdb"), "--estate",
-                           str(SMALL_ESTATE), "--listen", "127.0.0.1:0"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kliqued.cli",
+            "serve",
+            "--db",
+            db,
+            "--ledger-db",
+            str(tmp_path / "l.duckdb"),
+            "--estate",
+            str(SMALL_ESTATE),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_an_unreachable_database_is_a_clear_error_at_start(tmp_path: Path) -> None:
@@ -82,11 +106,12 @@ def test_an_unreachable_database_is_a_clear_error_at_start(tmp_path: Path) -> No
     assert "Traceback" not in p.stderr and "s3cret" not in p.stderr
 
 
-def test_a_database_migrated_by_a_newer_kliqued_is_refused(tmp_path: Path, pg_url: str
-                                                           ) -> None:
+def test_a_database_migrated_by_a_newer_kliqued_is_refused(tmp_path: Path, pg_url: str) -> None:
     with psycopg.connect(pg_url) as conn:
-        conn.execute("CREATE TABLE klique_schema (version INT PRIMARY KEY, name TEXT NOT NULL, "
-                     "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+        conn.execute(
+            "CREATE TABLE klique_schema (version INT PRIMARY KEY, name TEXT NOT NULL, "
+            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
         conn.execute("INSERT INTO klique_schema (version, name) VALUES (999, 'future')")
     p = serve(pg_url, tmp_path)
     assert p.returncode == 1, p.stderr
@@ -94,8 +119,9 @@ def test_a_database_migrated_by_a_newer_kliqued_is_refused(tmp_path: Path, pg_ur
     assert "Traceback" not in p.stderr
 
 
-def test_a_second_daemon_on_the_same_database_stands_by_and_takes_over(tmp_path: Path,
-                                                                        pg_url: str) -> None:
+def test_a_second_daemon_on_the_same_database_stands_by_and_takes_over(
+    tmp_path: Path, pg_url: str
+) -> None:
     """Another machine on the same database (its own ledger file, the token key copied
     there: the key is never in the database) stands by, and takes over when the first is
     killed (-9: its lease is not released, so after the lease's TTL)."""
@@ -103,8 +129,10 @@ def test_a_second_daemon_on_the_same_database_stands_by_and_takes_over(tmp_path:
     other = Server(tmp_path / "two", db=pg_url)
     try:
         other.tmp.mkdir()
-        shutil.copy(tmp_path / "kliqued-ledger.duckdb.token-key",
-                    other.tmp / "kliqued-ledger.duckdb.token-key")
+        shutil.copy(
+            tmp_path / "kliqued-ledger.duckdb.token-key",
+            other.tmp / "kliqued-ledger.duckdb.token-key",
+        )
         other.extra = ["--lease-ttl", "1s"]
         other.start(wait="standby")
         assert other.ok("GET", "/v1/health", token=None)["leader"]["url"] == s.url
@@ -122,6 +150,7 @@ def test_losing_postgresql_refuses_writes_and_keeps_serving(tmp_path: Path) -> N
     exiting made a routine database restart a control-plane outage). Its reconnection and
     that nothing acknowledged is lost: tests/daemon/test_store_faults.py."""
     from tests.harness.postgres import Postgres, unavailable
+
     if unavailable():
         pytest.skip(present(unavailable()))
     pg = Postgres().start()
@@ -139,8 +168,9 @@ def test_losing_postgresql_refuses_writes_and_keeps_serving(tmp_path: Path) -> N
         pg.stop()
 
 
-def test_a_role_that_may_not_create_the_schema_is_a_clear_error(tmp_path: Path, pg_url: str,
-                                                                postgres) -> None:
+def test_a_role_that_may_not_create_the_schema_is_a_clear_error(
+    tmp_path: Path, pg_url: str, postgres
+) -> None:
     """PostgreSQL 15 lets no role but the owner create in ``public``: a database made by an
     administrator for another owner, with kliqued given a login of its own."""
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -150,6 +180,8 @@ def test_a_role_that_may_not_create_the_schema_is_a_clear_error(tmp_path: Path, 
     p = serve(url, tmp_path)
     assert p.returncode == 1, p.stderr
     assert "cannot bring the schema of postgresql://reader@" in p.stderr
-    assert ("the version table klique_schema: permission denied for schema public "
-            "(kliqued's role must be able to create tables" in p.stderr)
+    assert (
+        "the version table klique_schema: permission denied for schema public "
+        "(kliqued's role must be able to create tables" in p.stderr
+    )
     assert "Traceback" not in p.stderr

@@ -14,7 +14,8 @@ from tests.harness.wait import wait_for
 POOLS = ESTATE["pools.yaml"].replace(
     "  - name: bare\n    kind: baremetal\n    capacity: 2\n    gpu_type: l40s-48gb\n",
     "  - name: bare\n    kind: baremetal\n    capacity: 2\n    gpu_type: l40s-48gb\n"
-    "    settings: {mode: docker, master_port: \"29600\"}\n")
+    '    settings: {mode: docker, master_port: "29600"}\n',
+)
 
 
 @pytest.fixture
@@ -46,8 +47,9 @@ def test_registration_and_every_lease_carry_the_pools_settings(fs, tmp_path) -> 
 
     # IT edits the pool: the next lease carries the new settings, no re-registration
     before = fs.ok("GET", "/v1/estate")["revision"]
-    (tmp_path / "estate" / "pools.yaml").write_text(POOLS.replace(
-        "master_port: \"29600\"", "master_port: \"29700\""))
+    (tmp_path / "estate" / "pools.yaml").write_text(
+        POOLS.replace('master_port: "29600"', 'master_port: "29700"')
+    )
     wait_for(lambda: fs.ok("GET", "/v1/estate")["revision"] != before, 15, "the edit applied")
     second = fs.submit(fs.erin, "team-b/one", ["true"])  # type: ignore[attr-defined]
     lease = _leased(w)

@@ -63,8 +63,9 @@ def test_a_returning_worker_takes_back_work_placed_on_a_later_pool(tmp_path: Pat
     w: RealWorker | None = None
     try:
         erin = fs.token({"user": "erin"})
-        w = RealWorker(fs, fs.token({"worker": True, "pool": "bare"}), tmp_path / "w1",
-                       gpus="0").start()
+        w = RealWorker(
+            fs, fs.token({"worker": True, "pool": "bare"}), tmp_path / "w1", gpus="0"
+        ).start()
         _heartbeat_autoscaler(fs)
         wait_for(lambda: fs.ok("GET", "/v1/workers")["workers"], 15, "the worker registered")
         tid = fs.submit(erin, "team-b/one", trap(tmp_path, "s1"))
@@ -72,17 +73,22 @@ def test_a_returning_worker_takes_back_work_placed_on_a_later_pool(tmp_path: Pat
         assert fs.task(tid)["pool"] == "bare"
 
         w.kill9()  # lost after the TTL (1.5 s): requeued, then placed on burst
-        wait_for(lambda: fs.task(tid)["pool"] == "burst" and fs.task(tid)["state"] == "placed",
-                 15, "placed on burst once bare's worker is lost")
+        wait_for(
+            lambda: fs.task(tid)["pool"] == "burst" and fs.task(tid)["state"] == "placed",
+            15,
+            "placed on burst once bare's worker is lost",
+        )
 
         w.start()  # the same worker comes back: bare is live again
-        wait_for(lambda: (fs.task(tid)["state"], fs.task(tid)["pool"]) == ("running", "bare"),
-                 20, "running on bare again, well before burst's 60 s start timeout")
+        wait_for(
+            lambda: (fs.task(tid)["state"], fs.task(tid)["pool"]) == ("running", "bare"),
+            20,
+            "running on bare again, well before burst's 60 s start timeout",
+        )
         ev = [e["data"] for e in fs.events(tid, "preempted")]
         assert [(e["kind"], e["pool"]) for e in ev][-1] == ("unstarted", "burst")
         assert ev[-1]["text"] == "requeued: bare has a live worker again"
-        rows = fs.sql(f"SELECT pool, end_reason FROM ledger WHERE task = '{tid}' "
-                      f"ORDER BY start_at")
+        rows = fs.sql(f"SELECT pool, end_reason FROM ledger WHERE task = '{tid}' ORDER BY start_at")
         assert [r[0] for r in rows] == ["bare", "burst", "bare"]
         assert rows[0][1] == "worker lost"
         assert rows[1][1] == "requeued: bare has a live worker again"
@@ -96,4 +102,3 @@ def test_a_returning_worker_takes_back_work_placed_on_a_later_pool(tmp_path: Pat
         log = fs.log()
         assert fs.stop() == 0, log
     assert "Traceback" not in log, log
-

@@ -21,9 +21,10 @@ async def _handler(request):  # pragma: no cover - never called
 
 
 def test_role_of_each_kind_of_principal() -> None:
-    assert [role_of(Principal.parse(t)) for t in (
-        "role:admin", "role:finance", "role:planner", "user:bob", "worker:pool-1")] == \
-        list(ROLES)
+    assert [
+        role_of(Principal.parse(t))
+        for t in ("role:admin", "role:finance", "role:planner", "user:bob", "worker:pool-1")
+    ] == list(ROLES)
 
 
 def test_a_refusal_names_the_operation_and_the_roles_it_admits() -> None:
@@ -32,14 +33,16 @@ def test_a_refusal_names_the_operation_and_the_roles_it_admits() -> None:
     with pytest.raises(ApiError) as exc:
         r.check(Principal.parse("user:bob"))
     assert exc.value.status == 403 and exc.value.code == "forbidden"
-    assert exc.value.message == ("user:bob may not call setEngine (POST /v1/engine): it is "
-                                 "for admin")
+    assert exc.value.message == (
+        "user:bob may not call setEngine (POST /v1/engine): it is for admin"
+    )
     assert exc.value.details == {"allowed": ["admin"]}
 
 
 def test_a_hint_is_added_to_the_refusal() -> None:
-    r = Route("POST", "/v1/tasks", _handler, "submitTask", ("admin", "user"),
-              hint="use a user's token")
+    r = Route(
+        "POST", "/v1/tasks", _handler, "submitTask", ("admin", "user"), hint="use a user's token"
+    )
     with pytest.raises(ApiError, match="for admin, user; use a user's token"):
         r.check(Principal.parse("worker:pool-1"))
 
@@ -74,4 +77,3 @@ def test_handlers_do_not_import_the_application() -> None:
                 mod = ("." * node.level) + (node.module or "")
                 assert mod not in ("..app", "kliqued.daemon.api.app"), f.name
                 assert not (mod == ".." and any(a.name == "app" for a in node.names)), f.name
-

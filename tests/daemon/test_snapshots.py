@@ -21,8 +21,9 @@ from tests.harness.wait import wait_for
 def busy(s: Server, n: int = 12) -> None:
     bob = s.token({"user": "bob"})
     erin = s.token({"user": "erin"})
-    ids = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
-           for _ in range(n)]
+    ids = [
+        s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"] for _ in range(n)
+    ]
     for _ in range(3):
         s.ok("POST", "/v1/tasks", {"resource": "team-b/one", **CMD}, erin)
     for t in ids[::3]:
@@ -32,8 +33,11 @@ def busy(s: Server, n: int = 12) -> None:
 
 def started_from(s: Server) -> tuple[int, int]:
     """(events replayed, the snapshot's event or 0) of the last start."""
-    m = re.findall(r"replayed (\d+) events \(\d+ tasks\) in [\d.]+ s"
-                   r"(?: after the snapshot at event (\d+))?", s.log())
+    m = re.findall(
+        r"replayed (\d+) events \(\d+ tasks\) in [\d.]+ s"
+        r"(?: after the snapshot at event (\d+))?",
+        s.log(),
+    )
     assert m, s.log()
     return int(m[-1][0]), int(m[-1][1] or 0)
 
@@ -72,22 +76,34 @@ def test_a_bad_snapshot_is_ignored(tmp_path: Path, db: str | None, spoil: str) -
     con = duckdb.connect(str(s.local_db))
     try:
         assert present(con.execute("SELECT count(*) FROM snapshots").fetchone())[0] >= 1
-        con.execute({"older-format": "UPDATE snapshots SET format = format - 1",
-                     "half-written": "UPDATE snapshots SET body = body[1:size // 2]",
-                     "another-build": "UPDATE snapshots SET build = 'x'"}[spoil])
+        con.execute(
+            {
+                "older-format": "UPDATE snapshots SET format = format - 1",
+                "half-written": "UPDATE snapshots SET body = body[1:size // 2]",
+                "another-build": "UPDATE snapshots SET build = 'x'",
+            }[spoil]
+        )
     finally:
         con.close()
     s.start()
     wait_for(lambda: s.ok("GET", "/v1/engine")["last_pass_at"])
     assert started_from(s) == (seq, 0)  # the whole log
-    assert "not used: " + {"older-format": "format", "half-written": "its body does not",
-                           "another-build": "written by another build"}[spoil] in s.log()
+    assert (
+        "not used: "
+        + {
+            "older-format": "format",
+            "half-written": "its body does not",
+            "another-build": "written by another build",
+        }[spoil]
+        in s.log()
+    )
     assert snapshot(s) == before
     assert s.stop() == 0
 
 
-def test_kill_9_during_a_snapshot(tmp_path: Path, db: str | None,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kill_9_during_a_snapshot(
+    tmp_path: Path, db: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = Server(tmp_path, db=db)
     s.extra = ["--snapshot-every", "30", "--keep-ended", "5"]
     monkeypatch.setenv(TEST_DELAY_ENV, "3")  # the snapshot's copy waits: the kill lands in it
@@ -97,8 +113,11 @@ def test_kill_9_during_a_snapshot(tmp_path: Path, db: str | None,
     load.start()
     assert s.proc is not None
     children = Path(f"/proc/{s.proc.pid}/task/{s.proc.pid}/children")
-    wait_for(lambda: children.read_text().split() or load.errors, timeout=60,
-             what="a snapshot's process forked")
+    wait_for(
+        lambda: children.read_text().split() or load.errors,
+        timeout=60,
+        what="a snapshot's process forked",
+    )
     forked = children.read_text().split()
     s.kill()
     load.join(10)
@@ -113,7 +132,12 @@ def test_kill_9_during_a_snapshot(tmp_path: Path, db: str | None,
     assert all(len(v) == 1 for v in by_key.values()), "a key made two tasks"
     for key, tid in load.acked.items():
         assert by_key.get(key) == [tid], key
-    wait_for(lambda: not Path(f"/proc/{forked[0]}").exists() or
-             "Z" in Path(f"/proc/{forked[0]}/stat").read_text().split()[2], timeout=10,
-             what="the orphaned copy to exit")
+    wait_for(
+        lambda: (
+            not Path(f"/proc/{forked[0]}").exists()
+            or "Z" in Path(f"/proc/{forked[0]}/stat").read_text().split()[2]
+        ),
+        timeout=10,
+        what="the orphaned copy to exit",
+    )
     assert s.stop() == 0

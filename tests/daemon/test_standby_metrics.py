@@ -26,16 +26,19 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def scrape(s: Server, token: str | None) -> tuple[int, dict[str, list], dict[str, str]]:
     """Status, {family: [(labels, value)]} and headers of ``s``'s own answer (redirects are
     not followed)."""
-    req = urllib.request.Request(f"{s.url}/metrics", headers=(
-        {"Authorization": f"Bearer {token}"} if token else {}))
+    req = urllib.request.Request(
+        f"{s.url}/metrics", headers=({"Authorization": f"Bearer {token}"} if token else {})
+    )
     opener = urllib.request.build_opener(_NoRedirect)
     try:
         with opener.open(req, timeout=10) as resp:
             text, status, headers = resp.read().decode(), resp.status, dict(resp.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, {}, dict(exc.headers)
-    fams = {f.name: [(s.labels, s.value) for s in f.samples]
-            for f in text_string_to_metric_families(text)}
+    fams = {
+        f.name: [(s.labels, s.value) for s in f.samples]
+        for f in text_string_to_metric_families(text)
+    }
     return status, fams, headers
 
 
@@ -49,8 +52,7 @@ def test_each_daemon_answers_its_own_metrics(tmp_path: Path, pg_url: str) -> Non
     a, b = pair(tmp_path, pg_url)
     try:
         planner = a.token("role:planner")
-        a.ok("POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"]},
-             a.token("bob"))
+        a.ok("POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"]}, a.token("bob"))
         # the standby answers itself, once it has read the tokens to check the scrape's with
         wait_for(lambda: scrape(b, planner)[0] == 200, 15, "the standby's own /metrics")
         status, fams, headers = scrape(b, planner)
@@ -59,8 +61,11 @@ def test_each_daemon_answers_its_own_metrics(tmp_path: Path, pg_url: str) -> Non
         assert one(fams, "klique_lease_epoch") == 1 == leader_epoch(pg_url)
         lag = one(fams, "klique_replica_lag_events")
         assert lag is not None and lag >= 0
-        wait_for(lambda: one(scrape(b, planner)[1], "klique_replica_lag_events") == 0, 10,
-                 "the standby's replica to follow the log")
+        wait_for(
+            lambda: one(scrape(b, planner)[1], "klique_replica_lag_events") == 0,
+            10,
+            "the standby's replica to follow the log",
+        )
         # its process, not the leader's
         assert present(one(fams, "process_resident_memory_bytes")) > 0
         assert one(fams, "process_start_time_seconds") is not None
@@ -93,10 +98,16 @@ def test_each_daemon_answers_its_own_metrics(tmp_path: Path, pg_url: str) -> Non
         # far ahead) stops following, and its lag keeps growing with the log for all to see
         for seq in (1_000_000, 2_000_000):
             with psycopg.connect(pg_url, autocommit=True) as conn:
-                conn.execute("INSERT INTO events (seq, at_ms, kind, data) VALUES "
-                             "(%s, 0, 'no-such-kind', '{}')", [seq])
-            wait_for(lambda: (one(scrape(a, planner)[1], "klique_replica_lag_events") or 0)
-                     > seq - 1000, 10, "the stuck standby's lag to show")
+                conn.execute(
+                    "INSERT INTO events (seq, at_ms, kind, data) VALUES "
+                    "(%s, 0, 'no-such-kind', '{}')",
+                    [seq],
+                )
+            wait_for(
+                lambda: (one(scrape(a, planner)[1], "klique_replica_lag_events") or 0) > seq - 1000,
+                10,
+                "the stuck standby's lag to show",
+            )
     finally:
         for s in (a, b):
             s.stop()

@@ -31,8 +31,7 @@ def lease(pg_url: str, tmp_path: Path):
     held.release()
     held.close()
     for sig in standby.STOP_SIGNALS:  # as pytest had them
-        signal.signal(sig, signal.SIG_DFL if sig == signal.SIGTERM
-                      else signal.default_int_handler)
+        signal.signal(sig, signal.SIG_DFL if sig == signal.SIGTERM else signal.default_int_handler)
     standby._stop_asked.clear()
 
 

@@ -22,8 +22,14 @@ from tests.harness.wait import wait_for
 
 def _submit(s: Server, token: str) -> tuple[int, Any, str]:
     key = uuid.uuid4().hex
-    code, body = s.call("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, token,
-                        headers={"Idempotency-Key": key}, timeout=10)
+    code, body = s.call(
+        "POST",
+        "/v1/tasks",
+        {"resource": "team-a/one", **CMD},
+        token,
+        headers={"Idempotency-Key": key},
+        timeout=10,
+    )
     return code, body, key
 
 
@@ -71,8 +77,7 @@ def _fill(where: Path) -> Path:
     return filler
 
 
-def test_full_disk_refuses_writes_serves_reads_and_recovers(tmp_path: Path,
-                                                           small_fs: Path) -> None:
+def test_full_disk_refuses_writes_serves_reads_and_recovers(tmp_path: Path, small_fs: Path) -> None:
     s = Server(tmp_path, db=small_fs / "kliqued.duckdb").start()
     try:
         bob = s.token({"user": "bob"})
@@ -105,8 +110,11 @@ def test_full_disk_refuses_writes_serves_reads_and_recovers(tmp_path: Path,
         time.sleep(2.5)  # a retry or two on a still-full disk
         assert s.proc is not None and s.proc.poll() is None, s.log()
         filler.unlink()
-        wait_for(lambda: s.ok("GET", "/v1/health", token=None)["status"] == "ok", 15,
-                 "the daemon to see the space back")
+        wait_for(
+            lambda: s.ok("GET", "/v1/health", token=None)["status"] == "ok",
+            15,
+            "the daemon to see the space back",
+        )
         code, body, _ = _submit(s, bob)
         assert code == 201, body
         accepted.append(body["id"])
@@ -124,8 +132,9 @@ def test_full_disk_refuses_writes_serves_reads_and_recovers(tmp_path: Path,
     assert code != 0, out
     assert "Traceback" not in out, out
     lines = [ln for ln in out.splitlines() if "error" in ln]
-    assert any("kliqued serve: error: the disk under" in ln and "is full" in ln
-               for ln in lines), out
+    assert any("kliqued serve: error: the disk under" in ln and "is full" in ln for ln in lines), (
+        out
+    )
     filler.unlink()
 
 
@@ -133,8 +142,10 @@ def _raw(s: Server, method: str, path: str, token: str) -> tuple[int, Any, dict[
     import json
     import urllib.error
     import urllib.request
-    req = urllib.request.Request(s.url + path, data=json.dumps(
-        {"resource": "team-a/one", **CMD}).encode(), method=method)
+
+    req = urllib.request.Request(
+        s.url + path, data=json.dumps({"resource": "team-a/one", **CMD}).encode(), method=method
+    )
     req.add_header("Content-Type", "application/json")
     req.add_header("Authorization", f"Bearer {token}")
     try:
@@ -146,6 +157,7 @@ def _raw(s: Server, method: str, path: str, token: str) -> tuple[int, Any, dict[
 
 def test_postgresql_outage_refuses_writes_serves_reads_and_reconnects(tmp_path: Path) -> None:
     from tests.harness.postgres import Postgres, unavailable
+
     why = unavailable()
     if why:
         pytest.skip(why)
@@ -179,11 +191,13 @@ def test_postgresql_outage_refuses_writes_serves_reads_and_reconnects(tmp_path: 
         assert s.ok("GET", "/v1/health", token=None)["status"] == "degraded"
         assert s.proc is not None and s.proc.poll() is None, s.log()
         pg.resume()
+
         def accepts() -> bool:
             code, body, _ = _submit(s, bob)
             if code == 201:
                 accepted.append(body["id"])
             return code == 201
+
         wait_for(accepts, 20, "writes to work again")
         assert s.ok("GET", "/v1/health", token=None)["status"] == "ok"
         code, body, _ = _submit(s, bob)

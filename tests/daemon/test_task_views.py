@@ -28,15 +28,20 @@ def test_gpu_hours_count_the_current_placement(server: Server, who) -> None:
 
 def test_a_filter_beyond_ones_rights_is_refused_not_empty(server: Server, who) -> None:
     status, body = server.call("GET", "/v1/tasks?user=alice", token=who.bob)
-    assert status == 403 and body["error"]["message"].startswith(
-        "bob may not see alice's tasks"), body
+    assert status == 403 and body["error"]["message"].startswith("bob may not see alice's tasks"), (
+        body
+    )
     status, body = server.call("GET", "/v1/tasks?group=team-b", token=who.bob)
     assert status == 403 and "bob may not see group team-b's tasks" in body["error"]["message"]
     status, body = server.call("GET", "/v1/tasks?user=nobody", token=who.bob)
     assert status == 403
-    for token, query in ((who.alice, "user=bob"), (who.walter, "user=bob"),
-                         (who.bob, "user=bob"), (who.bob, "group=team-a"),
-                         (who.admin, "user=alice")):
+    for token, query in (
+        (who.alice, "user=bob"),
+        (who.walter, "user=bob"),
+        (who.bob, "user=bob"),
+        (who.bob, "group=team-a"),
+        (who.admin, "user=alice"),
+    ):
         assert server.call("GET", f"/v1/tasks?{query}", token=token)[0] == 200, query
 
 
@@ -54,19 +59,24 @@ def test_why_a_task_ended_and_who_ended_it(tmp_path) -> None:
         assert w.report(failed, 1, "started")[0] == 200
         assert w.report(failed, 1, "failed", 3, message="CUDA out of memory")[0] == 200
         cancelled = s.submit(bob, "team-b/one", ["sleep", "1"])
-        st, t = s.call("POST", f"/v1/tasks/{cancelled}/cancel",
-                       {"reason": "wrong data set"}, erin)
+        st, t = s.call("POST", f"/v1/tasks/{cancelled}/cancel", {"reason": "wrong data set"}, erin)
         assert st == 200, t
         queued = s.submit(bob, "team-b/one", ["true"])
         s.ok("POST", f"/v1/tasks/{queued}/cancel", token=bob)
         for _ in range(2):
             t = s.ok("GET", f"/v1/tasks/{failed}", token=bob)
             assert (t["end_reason"], t["exit_code"]) == ("failed", 3)
-            assert t["end"] == {"text": "failed: exit code 3: CUDA out of memory",
-                                "by": None, "message": "CUDA out of memory"}
+            assert t["end"] == {
+                "text": "failed: exit code 3: CUDA out of memory",
+                "by": None,
+                "message": "CUDA out of memory",
+            }
             t = s.ok("GET", f"/v1/tasks/{cancelled}", token=bob)
-            assert t["end"] == {"text": "cancelled by user:erin: wrong data set",
-                                "by": "user:erin", "message": None}
+            assert t["end"] == {
+                "text": "cancelled by user:erin: wrong data set",
+                "by": "user:erin",
+                "message": None,
+            }
             t = s.ok("GET", f"/v1/tasks/{queued}", token=bob)
             assert t["end"]["text"] == "cancelled by user:bob" and t["end"]["by"] == "user:bob"
             assert s.ok("GET", f"/v1/tasks/{queued}", token=bob)["end_reason"] == "cancelled"

@@ -12,8 +12,14 @@ from tests.harness.daemon import ROOT, Server
 
 def kliqued(server: Server, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KLIQUE_URL": server.url, "KLIQUE_TOKEN": server.admin or ""}
-    return subprocess.run([sys.executable, "-m", "kliqued.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "kliqued.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_token_create_list_revoke(server: Server) -> None:

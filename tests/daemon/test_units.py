@@ -47,9 +47,15 @@ def test_positions_follow_the_engine_queue_order() -> None:
         if r < 0.6:
             g = "team-a" if (step // 100) % 2 == 0 else "team-b"  # borrow, then reclaim
             res = rnd.choice([f"{g}/one", f"{g}/sized"])
-            f: dict[str, Any] = {"resource": res, "user": users[g], "project": None,
-                 "gpus_milli": rnd.choice([500, 1000, 3000]) if res.endswith("sized") else None,
-                 "command": None, "payload": None, "labels": {}}
+            f: dict[str, Any] = {
+                "resource": res,
+                "user": users[g],
+                "project": None,
+                "gpus_milli": rnd.choice([500, 1000, 3000]) if res.endswith("sized") else None,
+                "command": None,
+                "payload": None,
+                "labels": {},
+            }
             d.prepare_submit(Principal("user", users[g]), f, None, now, Overlay()).apply()
         elif r < 0.7:
             live = [t for t, rec in d.records.items() if rec.state != "ended"]
@@ -64,23 +70,37 @@ def test_positions_follow_the_engine_queue_order() -> None:
     assert any(rec.preemptions for rec in d.records.values()), "no reclaim was exercised"
 
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**4),
-                      st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=5))
-json_any = st.recursive(json_leaf, lambda c: st.lists(c, max_size=3) |
-                        st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=6)
+json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10**4),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=5),
+)
+json_any = st.recursive(
+    json_leaf,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=6,
+)
 bodies = st.fixed_dictionaries(
     {"resource": st.one_of(st.text(max_size=8), st.integers())},
-    optional={"command": st.one_of(st.none(), st.lists(st.one_of(st.text(max_size=3),
-                                                                 st.integers()), max_size=3)),
-              "payload": json_any,
-              "gpus": st.one_of(st.none(), st.integers(-2, 9), st.floats(-1, 9)),
-              "project": st.one_of(st.none(), st.text(max_size=3), st.integers()),
-              "user": st.one_of(st.none(), st.text(max_size=3)),
-              "labels": st.one_of(st.dictionaries(st.text(max_size=3),
-                                                  st.one_of(st.text(max_size=3),
-                                                            st.integers()), max_size=3),
-                                  st.integers()),
-              "extra": st.integers()})
+    optional={
+        "command": st.one_of(
+            st.none(), st.lists(st.one_of(st.text(max_size=3), st.integers()), max_size=3)
+        ),
+        "payload": json_any,
+        "gpus": st.one_of(st.none(), st.integers(-2, 9), st.floats(-1, 9)),
+        "project": st.one_of(st.none(), st.text(max_size=3), st.integers()),
+        "user": st.one_of(st.none(), st.text(max_size=3)),
+        "labels": st.one_of(
+            st.dictionaries(
+                st.text(max_size=3), st.one_of(st.text(max_size=3), st.integers()), max_size=3
+            ),
+            st.integers(),
+        ),
+        "extra": st.integers(),
+    },
+)
 
 
 @settings(max_examples=examples(400), deadline=None)

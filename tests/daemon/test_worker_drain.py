@@ -16,20 +16,46 @@ def test_drain_hands_the_tasks_back_and_deregisters(tmp_path) -> None:
     fs = FleetServer(tmp_path).start()
     try:
         erin = fs.token({"user": "erin"})
-        w = RealWorker(fs, fs.token({"worker": True, "pool": "bare"}), tmp_path / "w",
-                       gpus="0")
+        w = RealWorker(fs, fs.token({"worker": True, "pool": "bare"}), tmp_path / "w", gpus="0")
         w.start()
-        present(w.proc).terminate()   # restarted below with --drain
+        present(w.proc).terminate()  # restarted below with --drain
         present(w.proc).wait(10)
         w.proc = subprocess.Popen(
-            [PY, "-m", "workers.cli", "--url", fs.url, "--pool", "bare", "--token-file",
-             str(w.token_file), "--state-dir", str(w.state_dir), "--gpus", "0", "--grace",
-             "2s", "--retry-max", "0.5s", "--log-level", "debug", "--drain"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "drain.stderr", "w"))
+            [
+                PY,
+                "-m",
+                "workers.cli",
+                "--url",
+                fs.url,
+                "--pool",
+                "bare",
+                "--token-file",
+                str(w.token_file),
+                "--state-dir",
+                str(w.state_dir),
+                "--gpus",
+                "0",
+                "--grace",
+                "2s",
+                "--retry-max",
+                "0.5s",
+                "--log-level",
+                "debug",
+                "--drain",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "drain.stderr", "w"),
+        )
         pidfile = tmp_path / "pid"
-        tid = fs.submit(erin, "team-b/one", [PY, "-c", f"import os, time; open('{pidfile}', "
-                                                      f"'w').write(str(os.getpid())); "
-                                                      f"time.sleep(60)"])
+        tid = fs.submit(
+            erin,
+            "team-b/one",
+            [
+                PY,
+                "-c",
+                f"import os, time; open('{pidfile}', 'w').write(str(os.getpid())); time.sleep(60)",
+            ],
+        )
         pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 15, "started"))
         wait_for(lambda: fs.task(tid)["state"] == "running", 10, "running")
         wid = w.worker_id()

@@ -14,16 +14,14 @@ import time
 
 import pytest
 
-from .fleet import (PY, FleetServer, HttpWorker, pid_alive, real_workers, running_fleet,
-                    trap)
+from .fleet import PY, FleetServer, HttpWorker, pid_alive, real_workers, running_fleet, trap
 from tests.harness.wait import wait_for
 
 
 @pytest.fixture
 def fs(request, tmp_path):
     ttl = request.node.get_closest_marker("worker_ttl")
-    yield from running_fleet(tmp_path, ("alice", "erin"),
-                             **({"ttl": ttl.args[0]} if ttl else {}))
+    yield from running_fleet(tmp_path, ("alice", "erin"), **({"ttl": ttl.args[0]} if ttl else {}))
 
 
 def placed(s: FleetServer, tid: str) -> bool:
@@ -33,8 +31,13 @@ def placed(s: FleetServer, tid: str) -> bool:
 # ---------------------------------------------------------------------- by hand, over HTTP
 def test_a_long_poll_answers_when_work_is_placed_and_reports_are_idempotent(fs) -> None:
     w = HttpWorker(fs, fs.wt, "w-one")
-    assert w.register() == {"worker_id": "w-one", "heartbeat_ttl_s": 1.5, "poll_wait_s": 2.0,
-                            "running": [], "settings": {}}  # the pool's: none here
+    assert w.register() == {
+        "worker_id": "w-one",
+        "heartbeat_ttl_s": 1.5,
+        "poll_wait_s": 2.0,
+        "running": [],
+        "settings": {},
+    }  # the pool's: none here
     got: list = []
     poll = threading.Thread(target=lambda: got.append((w.lease(wait=2), time.monotonic())))
     poll.start()
@@ -42,19 +45,34 @@ def test_a_long_poll_answers_when_work_is_placed_and_reports_are_idempotent(fs) 
     t0 = time.monotonic()
     tid = fs.submit(fs.erin, "team-b/one", ["echo", "hi"], labels={"k": "v"})
     poll.join(5)
-    (leases, answered), = got
+    ((leases, answered),) = got
     assert answered - t0 < 1.0, "the held poll answers as soon as the task is placed"
-    assert leases == [{"task": tid, "epoch": 1, "command": ["echo", "hi"], "payload": None,
-                       "gpus": 1, "resource": "team-b/one", "user": "erin", "project": None,
-                       "labels": {"k": "v"}, "grace_s": 2.0, "env": {}, "settings": {}}]
+    assert leases == [
+        {
+            "task": tid,
+            "epoch": 1,
+            "command": ["echo", "hi"],
+            "payload": None,
+            "gpus": 1,
+            "resource": "team-b/one",
+            "user": "erin",
+            "project": None,
+            "labels": {"k": "v"},
+            "grace_s": 2.0,
+            "env": {},
+            "settings": {},
+        }
+    ]
     assert fs.task(tid)["state"] == "placed"
     for _ in range(2):
         assert w.report(tid, 1, "started")[0] == 200
     t = fs.task(tid)
     assert (t["state"], t["worker"], t["epoch"]) == ("running", "w-one", 1) and t["started_at"]
     for _ in range(2):  # a retried upload at the same offset writes nothing twice
-        assert w.call("POST", f"/v1/tasks/{tid}/log?offset=0&epoch=1", raw=b"hi\n") \
-            == (200, {"size": 3})
+        assert w.call("POST", f"/v1/tasks/{tid}/log?offset=0&epoch=1", raw=b"hi\n") == (
+            200,
+            {"size": 3},
+        )
     assert w.call("POST", f"/v1/tasks/{tid}/log?offset=9", raw=b"gap") == (200, {"size": 3})
     first = w.report(tid, 1, "finished", 0)
     again = w.report(tid, 1, "finished", 0)
@@ -62,10 +80,16 @@ def test_a_long_poll_answers_when_work_is_placed_and_reports_are_idempotent(fs) 
     assert w.report(tid, 1, "failed", 1)[0] == 200  # the lease is closed: nothing changes
     t = fs.task(tid)
     assert (t["end_reason"], t["exit_code"], t["signal"]) == ("finished", 0, None)
-    assert [e["kind"] for e in fs.events(tid)] == ["submitted", "placed", "leased", "started",
-                                                   "ended"]
-    rows = fs.sql(f"SELECT interval_id, end_reason, end_at IS NOT NULL FROM ledger "
-                  f"WHERE task = '{tid}'")
+    assert [e["kind"] for e in fs.events(tid)] == [
+        "submitted",
+        "placed",
+        "leased",
+        "started",
+        "ended",
+    ]
+    rows = fs.sql(
+        f"SELECT interval_id, end_reason, end_at IS NOT NULL FROM ledger WHERE task = '{tid}'"
+    )
     assert rows == [[f"{tid}#1", "finished", True]]
     assert fs.call("GET", f"/v1/tasks/{tid}/log", token=fs.erin)[1] == "hi\n"
     assert w.report(tid, 2, "finished", 0)[0] == 409
@@ -78,11 +102,16 @@ def test_worker_tokens_see_only_their_pool_and_logs_only_their_readers(fs) -> No
     stranger = HttpWorker(fs, other, "w-bare")
     assert stranger.call("POST", "/v1/workers/w-bare/lease?wait=0", {"free_gpus": []})[0] == 403
     assert stranger.call("POST", "/v1/workers/w-bare/heartbeat", {"running": []})[0] == 403
-    st, body = fs.call("POST", "/v1/workers/register", {"worker_id": "w-x", "pool": "bare"},
-                       token=other)
+    st, body = fs.call(
+        "POST", "/v1/workers/register", {"worker_id": "w-x", "pool": "bare"}, token=other
+    )
     assert st == 403, body
-    assert fs.call("POST", "/v1/workers/register", {"worker_id": "w-x", "pool": "bare"},
-                   token=fs.alice)[0] == 403
+    assert (
+        fs.call(
+            "POST", "/v1/workers/register", {"worker_id": "w-x", "pool": "bare"}, token=fs.alice
+        )[0]
+        == 403
+    )
     assert fs.call("POST", "/v1/workers/w-bare/lease", {"free_gpus": []})[0] == 403  # admin
     tid = fs.submit(fs.erin, "team-b/one", ["true"])
     wait_for(lambda: placed(fs, tid))
@@ -92,8 +121,14 @@ def test_worker_tokens_see_only_their_pool_and_logs_only_their_readers(fs) -> No
     assert w.call("POST", f"/v1/tasks/{tid}/log?offset=0", raw=b"out\n")[1] == {"size": 4}
     bob = fs.token({"user": "bob"})  # team-b, not its admin: not his task
     walter = fs.token({"user": "walter"})  # admin of the department above team-b
-    for token, status in ((fs.erin, 200), (fs.admin, 200), (walter, 200), (bob, 404),
-                          (fs.alice, 404), (fs.wt, 403)):
+    for token, status in (
+        (fs.erin, 200),
+        (fs.admin, 200),
+        (walter, 200),
+        (bob, 404),
+        (fs.alice, 404),
+        (fs.wt, 403),
+    ):
         assert fs.call("GET", f"/v1/tasks/{tid}/log", token=token)[0] == status, token
     assert fs.ok("GET", "/v1/workers", token=fs.wt)["workers"][0]["id"] == "w-bare"
     assert fs.ok("GET", "/v1/workers", token=other)["workers"] == []
@@ -116,8 +151,11 @@ def test_a_lost_worker_is_fenced_and_its_task_requeued_at_the_front(fs) -> None:
     assert lost[-1]["data"]["worker"] == "w-1"
     assert lost[-1]["data"]["tasks"] == [{"task": tid, "epoch": 1, "status": "active"}]
     # The pool has no live worker left: the task waits, saying why, until w-2 registers.
-    wait_for(lambda: (fs.task(tid)["waiting_reason"] or {}).get("text")
-             == "no live worker in bare", 5, "the reason")
+    wait_for(
+        lambda: (fs.task(tid)["waiting_reason"] or {}).get("text") == "no live worker in bare",
+        5,
+        "the reason",
+    )
     w2.register()
     wait_for(lambda: placed(fs, tid), 5, "placed again")
     assert [x["epoch"] for x in w2.lease()] == [2]
@@ -132,8 +170,7 @@ def test_a_lost_worker_is_fenced_and_its_task_requeued_at_the_front(fs) -> None:
     assert [(s["task"], s["epoch"], s["reason"]) for s in stop] == [(tid, 1, "stale-epoch")]
     assert w2.report(tid, 2, "finished", 0)[0] == 200
     t = fs.task(tid)
-    assert (t["state"], t["end_reason"], t["epoch"], t["worker"]) == ("ended", "finished", 2,
-                                                                      "w-2")
+    assert (t["state"], t["end_reason"], t["epoch"], t["worker"]) == ("ended", "finished", 2, "w-2")
     rows = fs.sql(f"SELECT interval_id, end_reason FROM ledger WHERE task = '{tid}' ORDER BY 1")
     assert rows == [[f"{tid}#1", "worker lost"], [f"{tid}#2", "finished"]]
 
@@ -149,8 +186,11 @@ def test_a_task_lost_three_times_fails(fs) -> None:
         if n == 2:
             assert w.report(tid, n, "failed", message="worker-lost: no record")[0] == 200
         else:
-            wait_for(lambda: fs.task(tid)["preemptions"] >= n
-                     or fs.task(tid)["state"] == "ended", 6, f"loss {n}")
+            wait_for(
+                lambda: fs.task(tid)["preemptions"] >= n or fs.task(tid)["state"] == "ended",
+                6,
+                f"loss {n}",
+            )
     t = fs.task(tid)
     assert (t["state"], t["end_reason"]) == ("ended", "worker lost 3 times")
     rows = fs.sql(f"SELECT end_reason FROM ledger WHERE task = '{tid}' ORDER BY 1")
@@ -189,8 +229,15 @@ def test_stops_go_out_in_heartbeats_and_a_stopping_task_is_not_leased_again(fs) 
     victim = b2 if fs.task(b2)["state"] == "queued" else b1
     keeper = b1 if victim == b2 else b2
     stop = w.heartbeat(running)["stop"]
-    assert stop == [{"task": victim, "epoch": 1, "reason": "preempted",
-                     "text": "reclaimed by team-a", "grace_s": 2.0}]
+    assert stop == [
+        {
+            "task": victim,
+            "epoch": 1,
+            "reason": "preempted",
+            "text": "reclaimed by team-a",
+            "grace_s": 2.0,
+        }
+    ]
     fs.ok("POST", f"/v1/tasks/{keeper}/cancel", token=fs.erin)
     stops = {s["task"]: s["reason"] for s in w.heartbeat(running)["stop"]}
     assert stops == {victim: "preempted", keeper: "cancelled"}
@@ -250,8 +297,9 @@ def test_a_real_worker_runs_a_command_and_its_log_comes_back(fs, real) -> None:
     assert fs.call("GET", f"/v1/tasks/{bad}/log", token=fs.erin)[1] == "oops\n"
 
 
-def test_a_preempted_process_gets_sigterm_and_the_reclaiming_task_starts(fs, real,
-                                                                          tmp_path) -> None:
+def test_a_preempted_process_gets_sigterm_and_the_reclaiming_task_starts(
+    fs, real, tmp_path
+) -> None:
     real(gpus="0,1")
     b1 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "b1"))
     b2 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "b2"))
@@ -267,18 +315,25 @@ def test_a_preempted_process_gets_sigterm_and_the_reclaiming_task_starts(fs, rea
     assert v["last_preemption"]["text"] == "reclaimed by team-a" and v["state"] == "queued"
     stopped = fs.events(victim, "stopped")
     assert stopped and stopped[0]["data"]["reason"] == "preempted"
-    wait_for(lambda: (fs.call("GET", f"/v1/tasks/{a1}/log", token=fs.alice)[1] or "")
-             .startswith("started"), 5, "the reclaiming task's log")
+    wait_for(
+        lambda: (fs.call("GET", f"/v1/tasks/{a1}/log", token=fs.alice)[1] or "").startswith(
+            "started"
+        ),
+        5,
+        "the reclaiming task's log",
+    )
 
 
 @pytest.mark.worker_ttl("4s")  # the orphan of a killed worker stops 2 s after its last call
-def test_kill_9_of_a_worker_requeues_its_tasks_and_fences_the_old_copies(fs, real,
-                                                                         tmp_path) -> None:
+def test_kill_9_of_a_worker_requeues_its_tasks_and_fences_the_old_copies(
+    fs, real, tmp_path
+) -> None:
     w = real(gpus="0,1")
     t1 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "k1"))
     wait_for(lambda: fs.task(t1)["state"] == "running", 15, "running")
-    old_pid = int(wait_for(lambda: (tmp_path / "k1.pid").exists()
-                           and (tmp_path / "k1.pid").read_text()))
+    old_pid = int(
+        wait_for(lambda: (tmp_path / "k1.pid").exists() and (tmp_path / "k1.pid").read_text())
+    )
     w.kill9()
     assert pid_alive(old_pid)  # a worker's death leaves its tasks running for a while
     wait_for(lambda: fs.task(t1)["preemptions"] == 1, 15, "requeued after the TTL")
@@ -290,10 +345,14 @@ def test_kill_9_of_a_worker_requeues_its_tasks_and_fences_the_old_copies(fs, rea
     # (its report answered 409 stale-epoch), and the task runs again at epoch 2.
     w.start()
     wait_for(lambda: not pid_alive(old_pid), 15, "the old copy stopped")
-    wait_for(lambda: fs.task(t1)["state"] == "running" and fs.task(t1)["epoch"] == 2, 15,
-             "running again at epoch 2")
-    wait_for(lambda: (tmp_path / "k1.pid").read_text() not in ("", str(old_pid)), 10,
-             "the new copy")
+    wait_for(
+        lambda: fs.task(t1)["state"] == "running" and fs.task(t1)["epoch"] == 2,
+        15,
+        "running again at epoch 2",
+    )
+    wait_for(
+        lambda: (tmp_path / "k1.pid").read_text() not in ("", str(old_pid)), 10, "the new copy"
+    )
 
 
 # A restart on a loaded machine can take more than 1.5 s, and an orphan stops at TTL - margin
@@ -301,8 +360,11 @@ def test_kill_9_of_a_worker_requeues_its_tasks_and_fences_the_old_copies(fs, rea
 @pytest.mark.worker_ttl("10s")
 def test_a_worker_restart_loses_nothing(fs, real, tmp_path) -> None:
     w = real(gpus="0")
-    tid = fs.submit(fs.erin, "team-b/one", [PY, "-c", "import time; print('a', flush=True); "
-                                                       "time.sleep(1.5); print('b')"])
+    tid = fs.submit(
+        fs.erin,
+        "team-b/one",
+        [PY, "-c", "import time; print('a', flush=True); time.sleep(1.5); print('b')"],
+    )
     wait_for(lambda: fs.task(tid)["state"] == "running", 15, "running")
     w.signal(signal.SIGTERM)
     w.proc.wait(10)  # type: ignore[union-attr]

@@ -53,9 +53,11 @@ def budgets(draw, p: float) -> dict[str, Any] | None:
 def lending_settings(draw) -> dict[str, Any]:
     """settings.lending as IT writes it: every combination of order, protect_for and
     victims (lending.md)."""
-    return {"order": draw(st.sampled_from(["ordered", "fair"])),
-            "protect_for": draw(st.sampled_from(["0s", "0s", "90s", "5m", "20m"])),
-            "victims": draw(st.sampled_from(["newest", "least_lost_work"]))}
+    return {
+        "order": draw(st.sampled_from(["ordered", "fair"])),
+        "protect_for": draw(st.sampled_from(["0s", "0s", "90s", "5m", "20m"])),
+        "victims": draw(st.sampled_from(["newest", "least_lost_work"])),
+    }
 
 
 def lend_weights() -> st.SearchStrategy[float | None]:
@@ -72,8 +74,15 @@ def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEst
     """An estate as IT writes it, and as the compiler builds it. ``borrowing``: teams with
     room to borrow (limits up to 6, few budgets), every team on every profile, and fair
     order, so phase 4 rebalances often (lending.md)."""
-    pools = [{"name": f"p{i}", "kind": "baremetal", "capacity": draw(st.integers(2, 6)),
-              "gpu_type": "h100"} for i in range(draw(st.integers(1, 3)))]
+    pools = [
+        {
+            "name": f"p{i}",
+            "kind": "baremetal",
+            "capacity": draw(st.integers(2, 6)),
+            "gpu_type": "h100",
+        }
+        for i in range(draw(st.integers(1, 3)))
+    ]
     groups: list[dict[str, Any]] = []
     policies: list[dict[str, Any]] = []
     teams: list[str] = []
@@ -122,8 +131,12 @@ def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEst
         if draw(st.integers(0, 4)) == 0:
             return below  # a group with no policy: it only groups others
         res = below + draw(st.integers(0, 1))
-        pol: dict[str, Any] = {"name": name, "group": name, "reservation": res,
-                               "limit": draw(st.integers(max(res, 2), max(res, 8)))}
+        pol: dict[str, Any] = {
+            "name": name,
+            "group": name,
+            "reservation": res,
+            "limit": draw(st.integers(max(res, 2), max(res, 8))),
+        }
         b = draw(budgets(0.1 if borrowing else 0.5))
         if b:
             pol["budget"] = b
@@ -141,13 +154,17 @@ def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEst
     profiles = []
     for j in range(draw(st.integers(1, 3))):
         pl = draw(st.permutations([p["name"] for p in pools]))
-        pl = pl[:draw(st.integers(1, len(pl)))]
+        pl = pl[: draw(st.integers(1, len(pl)))]
         pols = draw(st.permutations(teams))
         if not borrowing:  # borrowing: every team on every profile, so teams compete
-            pols = pols[:draw(st.integers(1, len(pols)))]
-        prof: dict[str, Any] = {"name": f"r{j}", "pools": pl, "policies": pols,
-                                "time_weight": draw(st.sampled_from([0, 1, 2])),
-                                "queueing": draw(st.sampled_from(["strict", "best_effort"]))}
+            pols = pols[: draw(st.integers(1, len(pols)))]
+        prof: dict[str, Any] = {
+            "name": f"r{j}",
+            "pools": pl,
+            "policies": pols,
+            "time_weight": draw(st.sampled_from([0, 1, 2])),
+            "queueing": draw(st.sampled_from(["strict", "best_effort"])),
+        }
         if draw(st.booleans()):
             prof["gpus"] = {"from_task": "gpus", "default": 1, "max": 2}
         else:
@@ -156,8 +173,13 @@ def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEst
     lending = draw(lending_settings())
     if borrowing:
         lending["order"] = "fair"
-    doc = {"settings": {"lending": lending},
-           "pools": pools, "profiles": profiles, "policies": policies, "groups": groups}
+    doc = {
+        "settings": {"lending": lending},
+        "pools": pools,
+        "profiles": profiles,
+        "policies": policies,
+        "groups": groups,
+    }
     estate = compile_doc(doc)
     assume(estate is not None)
     note(f"estate: {json.dumps(doc)}")
@@ -166,12 +188,24 @@ def org_docs(draw, borrowing: bool = False) -> tuple[dict[str, Any], CompiledEst
 
 
 def steps(max_gap: int = 60) -> st.SearchStrategy[list[Step]]:
-    return st.lists(st.tuples(
-        st.integers(0, max_gap),
-        st.lists(st.tuples(st.integers(0, 3).map(bool), st.integers(0, 999),
-                           st.sampled_from([None, 0.5, 1, 2]), st.integers(0, 1),
-                           st.integers(0, 3)),
-                 min_size=1, max_size=6)), min_size=1, max_size=8)
+    return st.lists(
+        st.tuples(
+            st.integers(0, max_gap),
+            st.lists(
+                st.tuples(
+                    st.integers(0, 3).map(bool),
+                    st.integers(0, 999),
+                    st.sampled_from([None, 0.5, 1, 2]),
+                    st.integers(0, 1),
+                    st.integers(0, 3),
+                ),
+                min_size=1,
+                max_size=6,
+            ),
+        ),
+        min_size=1,
+        max_size=8,
+    )
 
 
 Changes = dict[int, CompiledEstate]
@@ -214,19 +248,18 @@ def moves(draw, doc: dict[str, Any], n_steps: int) -> Changes:
 
 
 @st.composite
-def org_worlds(draw, borrowing: bool = False
-               ) -> tuple[CompiledEstate, list[Step], Changes, Checkpoints]:
+def org_worlds(
+    draw, borrowing: bool = False
+) -> tuple[CompiledEstate, list[Step], Changes, Checkpoints]:
     doc, estate = draw(org_docs(borrowing))
     timeline = draw(steps())
     note(f"steps: {timeline}")
     changes = draw(moves(doc, len(timeline)))
-    checkpoints = tuple(draw(st.lists(st.sampled_from([0, 0, 7, 15, 30]), min_size=1,
-                                      max_size=4)))
+    checkpoints = tuple(draw(st.lists(st.sampled_from([0, 0, 7, 15, 30]), min_size=1, max_size=4)))
     return estate, timeline, changes, checkpoints
 
 
-def apply_actions(index, state, actions, now: int, n: int,
-                  checkpoints: Checkpoints = ()) -> int:
+def apply_actions(index, state, actions, now: int, n: int, checkpoints: Checkpoints = ()) -> int:
     """Submits (with a user and a project of the group, and ``checkpoints``' interval) or ends
     tasks; returns the next id number."""
     crs = sorted(index.estate.compute_resources, key=lambda c: c.name)
@@ -253,8 +286,10 @@ def apply_actions(index, state, actions, now: int, n: int,
 def time_limit(seconds: int) -> Iterator[None]:
     """Fails the example (rather than hanging the suite) when the engine does not return:
     a pass that loops is a finding, not a reason to wait forever."""
+
     def expired(signum: int, frame: Any) -> None:
         raise AssertionError(f"no answer within {seconds} s: the engine loops")
+
     old = signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
     try:

@@ -113,32 +113,58 @@ class Org:
         for cr in estate.compute_resources:
             prof = profiles[cr.profile]
             resources[cr.name] = RResource(
-                cr.name, cr.policy, cr.profile, cr.group, tuple(prof.pools),
+                cr.name,
+                cr.policy,
+                cr.profile,
+                cr.group,
+                tuple(prof.pools),
                 prof.queueing == "strict",
-                prof.policies.index(cr.policy) if cr.policy in prof.policies else 0)
+                prof.policies.index(cr.policy) if cr.policy in prof.policies else 0,
+            )
         levels = {p.name: tuple(p.levels) or (p.name,) for p in estate.policies}
-        subtree = {p.name: frozenset(g.name for g in estate.groups
-                                     if g.name == p.group or p.group in g.ancestors)
-                   for p in estate.policies}
-        holders = {g.name for g in estate.groups
-                   if g.policy in policies and not policies[g.policy].envelope}
+        subtree = {
+            p.name: frozenset(
+                g.name for g in estate.groups if g.name == p.group or p.group in g.ancestors
+            )
+            for p in estate.policies
+        }
+        holders = {
+            g.name
+            for g in estate.groups
+            if g.policy in policies and not policies[g.policy].envelope
+        }
         teams = {name: frozenset(groups & holders) for name, groups in subtree.items()}
         chain = {g.name: levels[g.policy] if g.policy in levels else () for g in estate.groups}
-        project_order = {g.name: tuple(g.project_order) for g in estate.groups
-                         if g.project_priority}
+        project_order = {
+            g.name: tuple(g.project_order) for g in estate.groups if g.project_priority
+        }
         exec_pos = {}
         for pool in estate.pools:
             for prof_name in profiles:
                 order = pool.execution_order
-                exec_pos[(pool.name, prof_name)] = (order.index(prof_name)
-                                                    if prof_name in order else len(order))
+                exec_pos[(pool.name, prof_name)] = (
+                    order.index(prof_name) if prof_name in order else len(order)
+                )
         lending = estate.settings.lending
-        protect_ms = {p.name: SECOND_MS * (p.protect_for_s if p.protect_for_s is not None
-                                           else lending.protect_for_s)
-                      for p in estate.policies}
-        org = Org(resources, policies, levels, subtree, teams, chain, project_order,
-                  {p.name: p.capacity_milli for p in estate.pools}, exec_pos,
-                  max((len(x) for x in levels.values()), default=1), lending, protect_ms)
+        protect_ms = {
+            p.name: SECOND_MS
+            * (p.protect_for_s if p.protect_for_s is not None else lending.protect_for_s)
+            for p in estate.policies
+        }
+        org = Org(
+            resources,
+            policies,
+            levels,
+            subtree,
+            teams,
+            chain,
+            project_order,
+            {p.name: p.capacity_milli for p in estate.pools},
+            exec_pos,
+            max((len(x) for x in levels.values()), default=1),
+            lending,
+            protect_ms,
+        )
         _ORGS[estate.revision] = org
         return org
 
@@ -169,11 +195,23 @@ def snapshot(index: EstateIndex, state: State, now: int) -> RState:
         if t.state == "ended":
             continue
         placed = t.state == "placed"
-        tasks[t.id] = RTask(t.id, t.resource, t.group, t.size, t.weight, t.seq,
-                            t.ran_before, t.pool if placed else None,
-                            t.place_seq if placed else 0, t.orphan,
-                            t.user, t.project, t.placed_at if placed else None,
-                            t.checkpoint_every, t.checkpoint_at if placed else None)
+        tasks[t.id] = RTask(
+            t.id,
+            t.resource,
+            t.group,
+            t.size,
+            t.weight,
+            t.seq,
+            t.ran_before,
+            t.pool if placed else None,
+            t.place_seq if placed else 0,
+            t.orphan,
+            t.user,
+            t.project,
+            t.placed_at if placed else None,
+            t.checkpoint_every,
+            t.checkpoint_at if placed else None,
+        )
     remaining = {}
     for name, pol in org.policies.items():
         if pol.budget is not None:
@@ -232,6 +270,7 @@ def queue(rs: RState, resource: str) -> list[RTask]:
         if order and not t.ran_before:
             proj = order.index(t.project) if t.project in order else len(order)
         return (not t.ran_before, proj, t.seq, t.id)
+
     return sorted(q, key=key)
 
 
@@ -241,7 +280,7 @@ def within_at(rs: RState, t: RTask, x: str) -> bool:
 
 def within_reservation(rs: RState, t: RTask, k: int) -> bool:
     """Within reservation at some level among the task's first ``k + 1`` levels."""
-    return any(within_at(rs, t, x) for x in levels(rs, t)[:k + 1])
+    return any(within_at(rs, t, x) for x in levels(rs, t)[: k + 1])
 
 
 def within_limits(rs: RState, t: RTask) -> bool:
@@ -253,8 +292,11 @@ def user_held(rs: RState, t: RTask) -> bool:
     limit = rs.org.policies[levels(rs, t)[0]].user_limit_milli
     if limit is None:
         return False
-    mine = sum(x.size for x in rs.tasks.values()
-               if x.pool is not None and x.group == t.group and x.user == t.user)
+    mine = sum(
+        x.size
+        for x in rs.tasks.values()
+        if x.pool is not None and x.group == t.group and x.user == t.user
+    )
     return mine + t.size > limit
 
 
@@ -439,17 +481,26 @@ def choose_victims(rs: RState, pool: str, t: RTask) -> list[RTask] | None:
     chosen: list[RTask] = []
     if holds(chosen):
         return chosen
-    placed = sorted((x for x in rs.tasks.values()
-                     if x.pool is not None and x.group != t.group and not x.orphan
-                     and x.size > 0), key=lambda x: victim_key(rs, x))
+    placed = sorted(
+        (
+            x
+            for x in rs.tasks.values()
+            if x.pool is not None and x.group != t.group and not x.orphan and x.size > 0
+        ),
+        key=lambda x: victim_key(rs, x),
+    )
     for v in placed:
         if v.group in inside or protected(rs, v):
             continue
-        if any(base_used[z] - freed_in(chosen, z) - v.size < org.policies[z].reservation_milli
-               for z in levels(rs, v) if z not in mine):
+        if any(
+            base_used[z] - freed_in(chosen, z) - v.size < org.policies[z].reservation_milli
+            for z in levels(rs, v)
+            if z not in mine
+        ):
             continue
         useful = (v.pool == pool and room_short(chosen)) or any(
-            v.group in org.subtree[y] and limit_short(chosen, y) for y in mine)
+            v.group in org.subtree[y] and limit_short(chosen, y) for y in mine
+        )
         if not useful:
             continue
         chosen.append(v)
@@ -545,21 +596,25 @@ def rebalance_victims(rs: RState, pool: str, t: RTask) -> list[RTask] | None:
     def eligible(v: RTask, chosen: list[RTask]) -> bool:
         after = chosen + [v]
         for z in levels(rs, v):
-            if z not in mine and (base_used[z] - freed_in(after, z)
-                                  < org.policies[z].reservation_milli):
+            if z not in mine and (
+                base_used[z] - freed_in(after, z) < org.policies[z].reservation_milli
+            ):
                 return False
         if protected(rs, v):
             return False
         x, y = diverging(rs, t, v)
         px, py = org.policies[x], org.policies[y]
-        taker = Fraction(max(0, base_used[x] + t.size - px.reservation_milli),
-                         px.lend_weight_milli)
-        giver = Fraction(base_used[y] - freed_in(after, y) - py.reservation_milli,
-                         py.lend_weight_milli)
+        taker = Fraction(max(0, base_used[x] + t.size - px.reservation_milli), px.lend_weight_milli)
+        giver = Fraction(
+            base_used[y] - freed_in(after, y) - py.reservation_milli, py.lend_weight_milli
+        )
         return taker <= giver
 
-    on_pool = [v for v in rs.tasks.values()
-               if v.pool == pool and v.group != t.group and not v.orphan and v.size > 0]
+    on_pool = [
+        v
+        for v in rs.tasks.values()
+        if v.pool == pool and v.group != t.group and not v.orphan and v.size > 0
+    ]
     on_pool.sort(key=lambda v: (-before[diverging(rs, t, v)[1]], victim_key(rs, v)))
     chosen: list[RTask] = []
     for v in on_pool:
@@ -588,8 +643,11 @@ def rebalance(rs: RState) -> None:
         if c is not None:
             remaining.append(c)
     while remaining:
-        entries = [(order_key(rs, t, rs.org.resources[t.resource].pools[0]), t, "")
-                   for t in remaining if rs.org.resources[t.resource].pools]
+        entries = [
+            (order_key(rs, t, rs.org.resources[t.resource].pools[0]), t, "")
+            for t in remaining
+            if rs.org.resources[t.resource].pools
+        ]
         if not entries:
             return
         t = fair_pick(rs, entries)[1]
@@ -634,8 +692,13 @@ def protected_until(rs: RState, t: RTask) -> int | None:
     pools = [p for p in cr.pools if p not in rs.unavailable]
     if any(choose_victims(rs, p, t) is not None for p in pools):
         return None
-    ends = sorted({present(v.placed_at) + rs.org.protect_ms[rs.org.resources[v.resource].policy]
-                   for v in rs.tasks.values() if v.pool is not None and protected(rs, v)})
+    ends = sorted(
+        {
+            present(v.placed_at) + rs.org.protect_ms[rs.org.resources[v.resource].policy]
+            for v in rs.tasks.values()
+            if v.pool is not None and protected(rs, v)
+        }
+    )
     now = rs.now
     try:
         for end in ends:
@@ -654,10 +717,17 @@ def budgets(rs: RState) -> None:
     out = [x for x, left in rs.remaining.items() if left <= 0]
     if not out:
         return
-    victims = sorted((t for t in rs.tasks.values()
-                      if t.pool is not None and t.weight > 0 and not t.orphan
-                      and any(t.group in rs.org.subtree[x] for x in out)),
-                     key=lambda t: -t.placed_order)
+    victims = sorted(
+        (
+            t
+            for t in rs.tasks.values()
+            if t.pool is not None
+            and t.weight > 0
+            and not t.orphan
+            and any(t.group in rs.org.subtree[x] for x in out)
+        ),
+        key=lambda t: -t.placed_order,
+    )
     for v in victims:
         chain = rs.org.chain.get(v.group) or levels(rs, v)
         nearest = next(x for x in chain if x in out)
@@ -688,5 +758,6 @@ def run_pass(index: EstateIndex, rs: RState) -> list[tuple]:
             rebalance(rs)
         if len(rs.decisions) == before:
             return rs.decisions
-    raise AssertionError(f"the rules did not settle in {REPEATS} repeats at one moment: "
-                         f"{rs.decisions[-12:]}")
+    raise AssertionError(
+        f"the rules did not settle in {REPEATS} repeats at one moment: {rs.decisions[-12:]}"
+    )

@@ -12,9 +12,20 @@ def _estate(hours: float):
     return build_estate(
         pools=[{"name": "p", "capacity": 4}],
         profiles=[{"name": "one", "gpus": 1, "pools": ["p"], "policies": ["a"]}],
-        policies=[{"name": "a", "reservation": 4, "limit": 4,
-                   "budget": {"hours": hours, "period": "day", "alert_at": [0.5, 0.9],
-                              "low_watermark_s": 0}}])
+        policies=[
+            {
+                "name": "a",
+                "reservation": 4,
+                "limit": 4,
+                "budget": {
+                    "hours": hours,
+                    "period": "day",
+                    "alert_at": [0.5, 0.9],
+                    "low_watermark_s": 0,
+                },
+            }
+        ],
+    )
 
 
 def test_alert_text_after_a_budget_is_lowered() -> None:
@@ -35,6 +46,7 @@ def test_small_amounts_keep_their_digits() -> None:
     e = Engine(_estate(0.05))
     e.submit("t1", "a/one")
     e.run(START)
-    texts = [d.text for r in e.advance(START + 2 * MIN) for d in r.decisions
-             if isinstance(d, Alert)]
+    texts = [
+        d.text for r in e.advance(START + 2 * MIN) for d in r.decisions if isinstance(d, Alert)
+    ]
     assert texts == ["a: 50% of the day's budget used (0.025 of 0.05 h; alert at 50%)"]

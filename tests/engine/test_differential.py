@@ -57,7 +57,10 @@ def compare_lending(index: EstateIndex, state: State, res, after: ref.RState) ->
         else:
             want_text = f"borrowed work protected until {format_minute(until)}"
             assert reasons[t.id].kind == "capacity" and text.endswith(want_text), (
-                t.id, text, want_text)
+                t.id,
+                text,
+                want_text,
+            )
 
 
 def compare_pass(index: EstateIndex, state: State, now: int):
@@ -66,9 +69,11 @@ def compare_pass(index: EstateIndex, state: State, now: int):
     expected = Counter(ref.run_pass(index, rs))
     res = run_pass(index, state, now)
     got = real_decisions(res)
-    assert got == expected, (f"at +{(now - START) / MIN:g} min the engine decided\n"
-                             f"  {sorted(got.elements())}\nthe reference\n"
-                             f"  {sorted(expected.elements())}")
+    assert got == expected, (
+        f"at +{(now - START) / MIN:g} min the engine decided\n"
+        f"  {sorted(got.elements())}\nthe reference\n"
+        f"  {sorted(expected.elements())}"
+    )
     # Nothing placeable is left unplaced, no used-up budget is left running.
     after = ref.snapshot(index, state, now)
     compare_lending(index, state, res, after)
@@ -80,11 +85,13 @@ def assert_quiet(index: EstateIndex, state: State, at: int) -> None:
     """At ``at`` (no pass asked for yet), the rules have nothing to do."""
     rs = ref.snapshot(index, state, at)
     assert ref.run_pass(index, rs) == [], (
-        f"at +{(at - START) / MIN:g} min the rules would act but the engine asked for no pass")
+        f"at +{(at - START) / MIN:g} min the rules would act but the engine asked for no pass"
+    )
 
 
-def drive(estate, steps, changes=None, checkpoints: tuple[int, ...] = (),
-          reports: bool = False) -> None:
+def drive(
+    estate, steps, changes=None, checkpoints: tuple[int, ...] = (), reports: bool = False
+) -> None:
     """Runs the timeline. ``changes``: before step i, the estate becomes ``changes[i]`` (the
     next pass binds it); ``checkpoints``: task number n checkpoints every
     ``checkpoints[n % len]`` minutes (0: never); ``reports``: an end action whose ``k`` is a
@@ -122,8 +129,11 @@ def drive(estate, steps, changes=None, checkpoints: tuple[int, ...] = (),
         res = compare_pass(index, state, now)
 
 
-@settings(max_examples=examples(150), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(worlds())
 def test_engine_decides_as_the_reference(world):
     drive(*world)
@@ -133,29 +143,55 @@ def test_engine_decides_as_the_reference(world):
 def contended_worlds(draw):
     """Small pools, every group with a reservation, tasks of mixed sizes: reclaims with
     several victims, sparing and ineligible victims happen often."""
-    pools = [{"name": f"p{i}", "capacity": draw(st.integers(2, 5))}
-             for i in range(draw(st.integers(1, 2)))]
-    policies = [{"name": f"g{i}", "reservation": draw(st.integers(1, 3)),
-                 "limit": draw(st.integers(4, 8))} for i in range(draw(st.integers(2, 3)))]
+    pools = [
+        {"name": f"p{i}", "capacity": draw(st.integers(2, 5))}
+        for i in range(draw(st.integers(1, 2)))
+    ]
+    policies = [
+        {"name": f"g{i}", "reservation": draw(st.integers(1, 3)), "limit": draw(st.integers(4, 8))}
+        for i in range(draw(st.integers(2, 3)))
+    ]
     if draw(st.booleans()):
         policies[0]["budget"] = {"hours": draw(st.sampled_from([0.2, 1])), "period": "day"}
     profiles = []
     for j, pol in enumerate(policies):
         pl = draw(st.permutations([p["name"] for p in pools]))
-        profiles.append({"name": f"r{j}", "pools": pl, "policies": [pol["name"]],
-                         "from_task": (1, 3),
-                         "queueing": draw(st.sampled_from(["strict", "best_effort"]))})
+        profiles.append(
+            {
+                "name": f"r{j}",
+                "pools": pl,
+                "policies": [pol["name"]],
+                "from_task": (1, 3),
+                "queueing": draw(st.sampled_from(["strict", "best_effort"])),
+            }
+        )
     estate = build_estate(pools, profiles, policies)
-    steps = draw(st.lists(st.tuples(
-        st.integers(0, 30),
-        st.lists(st.tuples(st.integers(0, 4).map(bool), st.integers(0, 999),
-                           st.sampled_from([None, 0.5, 1, 1.5, 2, 3])),
-                 min_size=1, max_size=6)), min_size=2, max_size=8))
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 30),
+                st.lists(
+                    st.tuples(
+                        st.integers(0, 4).map(bool),
+                        st.integers(0, 999),
+                        st.sampled_from([None, 0.5, 1, 1.5, 2, 3]),
+                    ),
+                    min_size=1,
+                    max_size=6,
+                ),
+            ),
+            min_size=2,
+            max_size=8,
+        )
+    )
     return estate, steps
 
 
-@settings(max_examples=examples(150), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(contended_worlds())
 def test_engine_reclaims_as_the_reference(world):
     drive(*world)
@@ -164,9 +200,11 @@ def test_engine_reclaims_as_the_reference(world):
 @st.composite
 def lendings(draw) -> CLending:
     """settings.lending: every combination of order, protection and victims (lending.md)."""
-    return CLending(order=draw(st.sampled_from(["ordered", "fair"])),
-                    protect_for_s=draw(st.sampled_from([0, 0, 90, 5 * 60, 20 * 60])),
-                    victims=draw(st.sampled_from(["newest", "least_lost_work"])))
+    return CLending(
+        order=draw(st.sampled_from(["ordered", "fair"])),
+        protect_for_s=draw(st.sampled_from([0, 0, 90, 5 * 60, 20 * 60])),
+        victims=draw(st.sampled_from(["newest", "least_lost_work"])),
+    )
 
 
 @st.composite
@@ -176,13 +214,18 @@ def lending_worlds(draw):
     the lending settings mid-run (lending.md: a changed protect_for applies at once). Pools
     are small and groups borrow, so reclaims, protected victims, fair picks and rebalances
     happen often."""
-    pools = [{"name": f"p{i}", "capacity": draw(st.integers(2, 8))}
-             for i in range(draw(st.integers(1, 2)))]
+    pools = [
+        {"name": f"p{i}", "capacity": draw(st.integers(2, 8))}
+        for i in range(draw(st.integers(1, 2)))
+    ]
     policies = []
     for i in range(draw(st.integers(2, 4))):
-        pol = {"name": f"g{i}", "reservation": draw(st.sampled_from([0, 0, 1, 2])),
-               "limit": draw(st.integers(3, 8)),
-               "lend_weight": draw(st.sampled_from([0.5, 1, 1, 2, 3]))}
+        pol = {
+            "name": f"g{i}",
+            "reservation": draw(st.sampled_from([0, 0, 1, 2])),
+            "limit": draw(st.integers(3, 8)),
+            "lend_weight": draw(st.sampled_from([0.5, 1, 1, 2, 3])),
+        }
         if draw(st.integers(0, 2)) == 0:
             pol["protect_for_s"] = draw(st.sampled_from([0, 5 * 60, 30 * 60]))
         policies.append(pol)
@@ -192,32 +235,51 @@ def lending_worlds(draw):
     for j in range(draw(st.integers(1, 3))):
         pl = draw(st.permutations([p["name"] for p in pools]))
         pols = draw(st.permutations([p["name"] for p in policies]))
-        prof = {"name": f"r{j}", "pools": pl, "policies": pols[:draw(st.integers(1, len(pols)))],
-                "queueing": draw(st.sampled_from(["strict", "best_effort"])),
-                "weight": draw(st.sampled_from([0, 1]))}
+        prof = {
+            "name": f"r{j}",
+            "pools": pl,
+            "policies": pols[: draw(st.integers(1, len(pols)))],
+            "queueing": draw(st.sampled_from(["strict", "best_effort"])),
+            "weight": draw(st.sampled_from([0, 1])),
+        }
         if draw(st.booleans()):
             prof["from_task"] = (1, 3)
         else:
             prof["gpus"] = draw(st.sampled_from([0.5, 1, 2]))
         profiles.append(prof)
     estate = build_estate(pools, profiles, policies, lending=draw(lendings()))
-    steps = draw(st.lists(st.tuples(
-        st.integers(0, 30),
-        st.lists(st.tuples(st.integers(0, 3).map(bool), st.integers(0, 999),
-                           st.sampled_from([None, 0.5, 1, 2, 3])),
-                 min_size=1, max_size=6)), min_size=2, max_size=8))
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 30),
+                st.lists(
+                    st.tuples(
+                        st.integers(0, 3).map(bool),
+                        st.integers(0, 999),
+                        st.sampled_from([None, 0.5, 1, 2, 3]),
+                    ),
+                    min_size=1,
+                    max_size=6,
+                ),
+            ),
+            min_size=2,
+            max_size=8,
+        )
+    )
     changes = {}
     if draw(st.integers(0, 2)) == 0:
         at = draw(st.integers(0, len(steps) - 1))
         changes[at] = build_estate(pools, profiles, policies, lending=draw(lendings()))
         note(f"before step {at}: {changes[at].settings.lending}")
-    checkpoints = tuple(draw(st.lists(st.sampled_from([0, 0, 7, 15, 30]),
-                                      min_size=1, max_size=4)))
+    checkpoints = tuple(draw(st.lists(st.sampled_from([0, 0, 7, 15, 30]), min_size=1, max_size=4)))
     return estate, steps, changes, checkpoints, True
 
 
-@settings(max_examples=examples(150), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(lending_worlds())
 def test_engine_lends_as_the_reference(world):
     drive(*world)

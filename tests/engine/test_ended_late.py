@@ -13,8 +13,8 @@ def _estate():
     return build_estate(
         [{"name": "a", "capacity": 4}],
         [{"name": "gpu2", "gpus": 2, "weight": 1, "pools": ["a"], "policies": ["g"]}],
-        [{"name": "g", "reservation": 4, "limit": 4,
-          "budget": {"hours": 100, "period": "month"}}])
+        [{"name": "g", "reservation": 4, "limit": 4, "budget": {"hours": 100, "period": "month"}}],
+    )
 
 
 def _used(e: Engine, at: int) -> tuple[int, int]:
@@ -61,4 +61,3 @@ def test_no_budget_is_taken_back_for_time_the_engine_was_off() -> None:
     weighted, gpu = _used(e, START + HOUR)
     assert weighted == 1000 * 10 * MIN  # 0-10 charged; 10-20 off; 20-30 taken back
     assert gpu == 2000 * 15 * MIN
-

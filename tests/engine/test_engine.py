@@ -24,10 +24,18 @@ def test_periods_follow_the_utc_calendar() -> None:
 
 
 def _one(budget=None, capacity=8, limit=8, reservation=0, weight=1):
-    return build_estate([{"name": "p", "capacity": capacity}],
-                        [{"name": "gpu1", "pools": ["p"], "policies": ["g"], "weight": weight}],
-                        [{"name": "g", "reservation": reservation, "limit": limit,
-                          **({"budget": budget} if budget else {})}])
+    return build_estate(
+        [{"name": "p", "capacity": capacity}],
+        [{"name": "gpu1", "pools": ["p"], "policies": ["g"], "weight": weight}],
+        [
+            {
+                "name": "g",
+                "reservation": reservation,
+                "limit": limit,
+                **({"budget": budget} if budget else {}),
+            }
+        ],
+    )
 
 
 def test_budget_charge_is_exact_over_a_month() -> None:
@@ -101,9 +109,11 @@ def test_lowered_capacity_preempts_nothing_and_removed_resource_cancels_queue() 
     e.end("t0")
     res = e.run(START + 2 * HOUR)
     assert not res.placements and res.waiting_reason("t4").kind == "capacity"
-    gone = build_estate([{"name": "p", "capacity": 2}],
-                        [{"name": "other", "pools": ["p"], "policies": ["g"]}],
-                        [{"name": "g", "reservation": 0, "limit": 8}])
+    gone = build_estate(
+        [{"name": "p", "capacity": 2}],
+        [{"name": "other", "pools": ["p"], "policies": ["g"]}],
+        [{"name": "g", "reservation": 0, "limit": 8}],
+    )
     e.set_estate(gone)
     res = e.run(START + 3 * HOUR)
     assert [c.task for c in res.cancellations] == ["t4"]
@@ -123,12 +133,17 @@ def test_queues_parked_on_several_pools_all_wake_when_those_pools_free_together(
 
     est = build_estate(
         [{"name": "A", "capacity": 2}, {"name": "B", "capacity": 1}],
-        [{"name": "r", "gpus": 1, "pools": ["A", "B"], "policies": ["g1"]},
-         {"name": "s", "gpus": 1, "pools": ["A"], "policies": ["g2"]},
-         {"name": "t", "gpus": 1, "pools": ["A", "B"], "policies": ["g3"]}],
-        [{"name": "g1", "reservation": 0, "limit": 5},
-         {"name": "g2", "reservation": 0, "limit": 5},
-         {"name": "g3", "reservation": 0, "limit": 5}])
+        [
+            {"name": "r", "gpus": 1, "pools": ["A", "B"], "policies": ["g1"]},
+            {"name": "s", "gpus": 1, "pools": ["A"], "policies": ["g2"]},
+            {"name": "t", "gpus": 1, "pools": ["A", "B"], "policies": ["g3"]},
+        ],
+        [
+            {"name": "g1", "reservation": 0, "limit": 5},
+            {"name": "g2", "reservation": 0, "limit": 5},
+            {"name": "g3", "reservation": 0, "limit": 5},
+        ],
+    )
     idx = EstateIndex.build(est)
     st = State(idx, START)
     for i in range(3):

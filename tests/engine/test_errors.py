@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from kliqued.engine import (DuplicateTask, EngineError, StaleResult, SubmissionError,
-                            TimeWentBackwards, UnknownTask)
+from kliqued.engine import (
+    DuplicateTask,
+    EngineError,
+    StaleResult,
+    SubmissionError,
+    TimeWentBackwards,
+    UnknownTask,
+)
 from kliqued.engine.budget import Meter
 
 from .helpers import START, Engine, build_estate
 
 
 def _engine() -> Engine:
-    return Engine(build_estate([{"name": "p", "capacity": 8}],
-                               [{"name": "gpu1", "pools": ["p"], "policies": ["g"]}],
-                               [{"name": "g", "reservation": 0, "limit": 8}]))
+    return Engine(
+        build_estate(
+            [{"name": "p", "capacity": 8}],
+            [{"name": "gpu1", "pools": ["p"], "policies": ["g"]}],
+            [{"name": "g", "reservation": 0, "limit": 8}],
+        )
+    )
 
 
 def test_a_refused_submission_is_an_engine_error_and_keeps_its_message() -> None:
@@ -49,8 +59,7 @@ def test_time_going_backwards_is_refused_by_the_state_the_pass_and_a_meter() -> 
     meter = Meter(START + 1000)
     with pytest.raises(TimeWentBackwards):
         meter.settle(START, charging=False)
-    assert issubclass(TimeWentBackwards, EngineError) and issubclass(TimeWentBackwards,
-                                                                      ValueError)
+    assert issubclass(TimeWentBackwards, EngineError) and issubclass(TimeWentBackwards, ValueError)
 
 
 def test_a_stale_result_is_an_engine_error() -> None:
@@ -63,20 +72,26 @@ def test_a_stale_result_is_an_engine_error() -> None:
 
 
 def _two_teams() -> Engine:
-    return Engine(build_estate([{"name": "p", "capacity": 8}],
-                               [{"name": "l40s-1x", "pools": ["p"],
-                                 "policies": ["llm-research", "vision"]}],
-                               [{"name": "llm-research", "reservation": 0, "limit": 8,
-                                 "users": ["ana"]},
-                                {"name": "vision", "reservation": 0, "limit": 8,
-                                 "users": ["bo"]}]))
+    return Engine(
+        build_estate(
+            [{"name": "p", "capacity": 8}],
+            [{"name": "l40s-1x", "pools": ["p"], "policies": ["llm-research", "vision"]}],
+            [
+                {"name": "llm-research", "reservation": 0, "limit": 8, "users": ["ana"]},
+                {"name": "vision", "reservation": 0, "limit": 8, "users": ["bo"]},
+            ],
+        )
+    )
 
 
-@pytest.mark.parametrize("given,user,hint", [
-    ("l40s-1x", "ana", "did you mean llm-research/l40s-1x?"),
-    ("llm-reserch/l40s-1x", "ana", "did you mean llm-research/l40s-1x?"),
-    ("l40s-1x", "bo", "did you mean vision/l40s-1x?"),
-])
+@pytest.mark.parametrize(
+    "given,user,hint",
+    [
+        ("l40s-1x", "ana", "did you mean llm-research/l40s-1x?"),
+        ("llm-reserch/l40s-1x", "ana", "did you mean llm-research/l40s-1x?"),
+        ("l40s-1x", "bo", "did you mean vision/l40s-1x?"),
+    ],
+)
 def test_a_resource_without_its_policy_is_refused_with_the_users_own(given, user, hint) -> None:
     """issue 32: ``--resource l40s-1x`` (no policy part) is refused with a suggestion among
     the resources the user may send to, and never names another group's."""

@@ -23,8 +23,10 @@ def _index(org: bool, seed: int) -> EstateIndex:
     if org:
         est = with_hierarchy(est)
     rnd = random.Random(seed)
-    pols = [p.model_copy(update={"lend_weight_milli": rnd.choice((500, 1000, 1500, 3000))})
-            for p in est.policies]
+    pols = [
+        p.model_copy(update={"lend_weight_milli": rnd.choice((500, 1000, 1500, 3000))})
+        for p in est.policies
+    ]
     return EstateIndex.build(est.model_copy(update={"policies": pols}).with_revision())
 
 

@@ -10,9 +10,15 @@ import grimp
 def test_engine_has_no_import_cycle() -> None:
     graph = grimp.build_graph("kliqued", include_external_packages=False)
     mods = sorted(m for m in graph.modules if m.startswith("kliqued.engine"))
-    cycles = sorted({tuple(sorted((a, b))) for a in mods
-                     for b in graph.find_modules_directly_imported_by(a)
-                     if b.startswith("kliqued.engine")
-                     and graph.chain_exists(importer=b, imported=a)})
-    assert cycles == [], f"import cycles in kliqued.engine (each pair imports the other, " \
-                         f"directly or through others): {cycles}"
+    cycles = sorted(
+        {
+            tuple(sorted((a, b)))
+            for a in mods
+            for b in graph.find_modules_directly_imported_by(a)
+            if b.startswith("kliqued.engine") and graph.chain_exists(importer=b, imported=a)
+        }
+    )
+    assert cycles == [], (
+        f"import cycles in kliqued.engine (each pair imports the other, "
+        f"directly or through others): {cycles}"
+    )

@@ -14,25 +14,31 @@ from .org_worlds import org_estates
 from tests.harness.examples import examples
 
 
-@settings(max_examples=examples(80), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(80),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(org_estates())
 def test_resolved_levels_match_the_groups(estate):
     index = EstateIndex.build(estate)
     groups = index.groups
     for gi in groups.values():
-        assert gi.outer == tuple((x, groups[x].reservation, groups[x].limit)
-                                 for x in gi.levels[1:])
+        assert gi.outer == tuple((x, groups[x].reservation, groups[x].limit) for x in gi.levels[1:])
         budgeted = [(x, groups[x].budget) for x in gi.levels if groups[x].budget is not None]
         assert [(x, b) for x, b, _ in gi.budgeted] == budgeted
         assert all(wm == b.low_watermark_s * SECOND_MS for _, b, wm in gi.budgeted)
         cr = index.resources
-        assert gi.sized_by_task == tuple(n for n in gi.resources
-                                         if not cr[n].strict and cr[n].fixed_size is None)
+        assert gi.sized_by_task == tuple(
+            n for n in gi.resources if not cr[n].strict and cr[n].fixed_size is None
+        )
 
 
-@settings(max_examples=examples(20), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(20),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(org_estates())
 def test_what_a_pass_looked_up_of_the_budgets_does_not_outlive_it(estate):
     index = EstateIndex.build(estate)

@@ -15,10 +15,13 @@ from .helpers import MIN, START, Engine, build_estate
 
 def _two_pools(timeout_s: int = 300):
     return build_estate(
-        [{"name": "a", "capacity": 2, "start_timeout_s": timeout_s},
-         {"name": "b", "capacity": 2, "start_timeout_s": timeout_s}],
+        [
+            {"name": "a", "capacity": 2, "start_timeout_s": timeout_s},
+            {"name": "b", "capacity": 2, "start_timeout_s": timeout_s},
+        ],
         [{"name": "gpu1", "pools": ["a", "b"], "policies": ["g"]}],
-        [{"name": "g", "reservation": 0, "limit": 8}])
+        [{"name": "g", "reservation": 0, "limit": 8}],
+    )
 
 
 def _engine(estate) -> Engine:
@@ -71,7 +74,8 @@ def test_unstarted_work_is_requeued_at_its_start_timeout_keeping_its_place() -> 
     res = e.advance(START + 5 * MIN)[-1]
     pre = res.preemptions
     assert [(p.task, p.pool, p.kind, p.text) for p in pre] == [
-        ("y", "a", UNSTARTED, "requeued: not started within 5m on a")]
+        ("y", "a", UNSTARTED, "requeued: not started within 5m on a")
+    ]
     assert e.where("x") == "a"  # it started: it stays
     # y keeps its place: ahead of w, which never ran.
     assert [t.id for t in e.state.queue("g/gpu1")] == ["y", "w"]
@@ -125,10 +129,14 @@ def test_a_removed_compute_resource_keeps_its_unstarted_task() -> None:
     e.submit("x", "g/gpu1")
     e.run()
     e.state.set_pool_live("a", False, START)
-    other = build_estate([{"name": "a", "capacity": 2, "start_timeout_s": 60},
-                          {"name": "b", "capacity": 2, "start_timeout_s": 60}],
-                         [{"name": "cpu", "gpus": 0, "pools": ["a"], "policies": ["g"]}],
-                         [{"name": "g", "reservation": 0, "limit": 8}])
+    other = build_estate(
+        [
+            {"name": "a", "capacity": 2, "start_timeout_s": 60},
+            {"name": "b", "capacity": 2, "start_timeout_s": 60},
+        ],
+        [{"name": "cpu", "gpus": 0, "pools": ["a"], "policies": ["g"]}],
+        [{"name": "g", "reservation": 0, "limit": 8}],
+    )
     e.set_estate(other)
     res = e.run(START + 2 * MIN)
     assert not res.preemptions and e.where("x") == "a"
@@ -154,11 +162,16 @@ def test_an_autoscaled_pool_takes_work_with_no_worker_and_times_out_its_starts()
     """Its nodes come with the demand placed on it, so it takes placements without a live
     worker; a node that never comes is the start timeout's case: the task goes back and is
     placed where a worker is."""
-    e = _engine(build_estate(
-        [{"name": "cloud", "capacity": 4, "autoscale": True, "start_timeout_s": 600},
-         {"name": "onprem", "capacity": 1}],
-        [{"name": "gpu1", "pools": ["cloud", "onprem"], "policies": ["g"]}],
-        [{"name": "g", "reservation": 0, "limit": 8}]))
+    e = _engine(
+        build_estate(
+            [
+                {"name": "cloud", "capacity": 4, "autoscale": True, "start_timeout_s": 600},
+                {"name": "onprem", "capacity": 1},
+            ],
+            [{"name": "gpu1", "pools": ["cloud", "onprem"], "policies": ["g"]}],
+            [{"name": "g", "reservation": 0, "limit": 8}],
+        )
+    )
     e.state.set_pool_live("cloud", False, START)
     e.submit("x", "g/gpu1")
     res = e.run()
@@ -173,10 +186,13 @@ def test_an_autoscaled_pool_takes_work_with_no_worker_and_times_out_its_starts()
 
 def _cloud_and_onprem():
     return build_estate(
-        [{"name": "onprem", "capacity": 1},
-         {"name": "aws-eu-burst", "capacity": 4, "autoscale": True, "start_timeout_s": 600}],
+        [
+            {"name": "onprem", "capacity": 1},
+            {"name": "aws-eu-burst", "capacity": 4, "autoscale": True, "start_timeout_s": 600},
+        ],
         [{"name": "gpu1", "pools": ["onprem", "aws-eu-burst"], "policies": ["g"]}],
-        [{"name": "g", "reservation": 0, "limit": 8}])
+        [{"name": "g", "reservation": 0, "limit": 8}],
+    )
 
 
 def test_an_autoscaled_pool_with_no_autoscaler_takes_no_work_and_the_reason_says_so() -> None:
@@ -191,8 +207,10 @@ def test_an_autoscaled_pool_with_no_autoscaler_takes_no_work_and_the_reason_says
     e.run()
     assert [e.where("a"), e.where("b")] == ["onprem", "queued"]
     r = present(present(e.last).waiting_reason("b"))
-    assert (r.kind, r.text) == ("capacity", "no room in pools onprem; "
-                                            "no autoscaler running for aws-eu-burst")
+    assert (r.kind, r.text) == (
+        "capacity",
+        "no room in pools onprem; no autoscaler running for aws-eu-burst",
+    )
     # its autoscaler starts: the pool takes the waiting work at the next pass
     e.state.set_autoscaler_live("aws-eu-burst", True, START + MIN)
     res = e.run(START + MIN)
@@ -211,7 +229,8 @@ def test_a_lost_autoscaler_sends_the_unstarted_work_back_at_once_not_at_its_time
     e.state.set_autoscaler_live("aws-eu-burst", False, START + 2 * MIN)
     res = e.run(START + 2 * MIN)  # long before the 10m start timeout
     assert [(p.task, p.pool, p.kind, p.text) for p in res.preemptions] == [
-        ("b", "aws-eu-burst", UNSTARTED, "requeued: no autoscaler running for aws-eu-burst")]
+        ("b", "aws-eu-burst", UNSTARTED, "requeued: no autoscaler running for aws-eu-burst")
+    ]
     assert e.where("c") == "aws-eu-burst"  # started: it stays
     assert e.where("b") == "queued" and "aws-eu-burst" in e.state.unavailable
 
@@ -228,7 +247,8 @@ def test_an_autoscaler_back_before_the_pass_keeps_the_unstarted_work_placed() ->
     assert res.preemptions == [] and e.where("b") == "aws-eu-burst"
     res = e.advance(START + 10 * MIN)[-1]  # its start timeout still applies
     assert [(p.task, p.text) for p in res.preemptions] == [
-        ("b", "requeued: not started within 10m on aws-eu-burst")]
+        ("b", "requeued: not started within 10m on aws-eu-burst")
+    ]
 
 
 def test_a_pool_with_a_live_worker_takes_work_whether_or_not_its_autoscaler_runs() -> None:
@@ -256,7 +276,8 @@ def test_a_worker_back_recalls_the_unstarted_work_placed_on_a_later_pool_at_once
     e.state.set_pool_live("onprem", True, START + 2 * MIN)  # the worker is back
     res = e.run(START + 2 * MIN)
     assert [(p.task, p.pool, p.kind, p.text) for p in res.preemptions] == [
-        ("a", "aws-eu-burst", UNSTARTED, "requeued: onprem has a live worker again")]
+        ("a", "aws-eu-burst", UNSTARTED, "requeued: onprem has a live worker again")
+    ]
     assert [(p.task, p.pool) for p in res.placements] == [("a", "onprem")]
     assert e.where("b") == "aws-eu-burst"
     assert e.state.recalled == {}
@@ -265,11 +286,16 @@ def test_a_worker_back_recalls_the_unstarted_work_placed_on_a_later_pool_at_once
 def test_a_worker_back_leaves_work_placed_on_an_earlier_pool_of_the_profile() -> None:
     """Only a later pool's work is recalled: work on a pool the profile lists first would
     only be placed there again (a requeue and a ledger interval for nothing)."""
-    e = _engine(build_estate(
-        [{"name": "cloud", "capacity": 4, "autoscale": True, "start_timeout_s": 600},
-         {"name": "onprem", "capacity": 1}],
-        [{"name": "gpu1", "pools": ["cloud", "onprem"], "policies": ["g"]}],
-        [{"name": "g", "reservation": 0, "limit": 8}]))
+    e = _engine(
+        build_estate(
+            [
+                {"name": "cloud", "capacity": 4, "autoscale": True, "start_timeout_s": 600},
+                {"name": "onprem", "capacity": 1},
+            ],
+            [{"name": "gpu1", "pools": ["cloud", "onprem"], "policies": ["g"]}],
+            [{"name": "g", "reservation": 0, "limit": 8}],
+        )
+    )
     e.state.set_pool_live("cloud", False, START)
     e.state.set_pool_live("onprem", False, START)
     e.submit("x", "g/gpu1")
@@ -279,4 +305,5 @@ def test_a_worker_back_leaves_work_placed_on_an_earlier_pool_of_the_profile() ->
     assert e.run(START + MIN).preemptions == [] and e.where("x") == "cloud"
     res = e.advance(START + 10 * MIN)[-1]  # its start timeout still applies
     assert [(p.task, p.text) for p in res.preemptions] == [
-        ("x", "requeued: not started within 10m on cloud")]
+        ("x", "requeued: not started within 10m on cloud")
+    ]

@@ -11,14 +11,21 @@ from .helpers import Engine, build_estate, g
 
 
 def shaped(nodes: list[tuple[int, float]], capacity: float = 16):
-    est = build_estate([{"name": "p", "capacity": capacity}],
-                       [{"name": "five", "gpus": 5, "pools": ["p"], "policies": ["a"]},
-                        {"name": "gang", "gpus": 8, "pools": ["p"], "policies": ["a"]}],
-                       [{"name": "a", "reservation": 0, "limit": 64}])
-    pools = [p.model_copy(update={"nodes": [CNodes(count=c, gpus_milli=g(x))
-                                            for c, x in nodes]}) for p in est.pools]
-    profiles = [pr.model_copy(update={"nodes": 2}) if pr.name == "gang" else pr
-                for pr in est.profiles]
+    est = build_estate(
+        [{"name": "p", "capacity": capacity}],
+        [
+            {"name": "five", "gpus": 5, "pools": ["p"], "policies": ["a"]},
+            {"name": "gang", "gpus": 8, "pools": ["p"], "policies": ["a"]},
+        ],
+        [{"name": "a", "reservation": 0, "limit": 64}],
+    )
+    pools = [
+        p.model_copy(update={"nodes": [CNodes(count=c, gpus_milli=g(x)) for c, x in nodes]})
+        for p in est.pools
+    ]
+    profiles = [
+        pr.model_copy(update={"nodes": 2}) if pr.name == "gang" else pr for pr in est.profiles
+    ]
     return est.model_copy(update={"pools": pools, "profiles": profiles}).with_revision()
 
 
@@ -43,7 +50,8 @@ def test_a_gang_takes_its_share_on_distinct_machines_or_waits() -> None:
     assert e.where("g0") == "queued"
     r = waiting_reason(e.index, e.state, "g0", e.now)
     assert r is not None and r.text == (
-        "no 2 machines with 4 GPUs free each in pools p (most free on one machine: 8 in p)")
+        "no 2 machines with 4 GPUs free each in pools p (most free on one machine: 8 in p)"
+    )
     e.end("s0")
     e.submit("g1", "a/gang")
     e.run()

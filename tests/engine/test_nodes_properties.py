@@ -25,36 +25,59 @@ from tests.harness.examples import examples
 def worlds(draw):
     pools, shapes = [], {}
     for i in range(draw(st.integers(1, 2))):
-        groups = draw(st.lists(st.tuples(st.integers(1, 3), st.sampled_from([2, 4, 8])),
-                               min_size=1, max_size=2))
+        groups = draw(
+            st.lists(
+                st.tuples(st.integers(1, 3), st.sampled_from([2, 4, 8])), min_size=1, max_size=2
+            )
+        )
         pools.append({"name": f"p{i}", "capacity": sum(c * x for c, x in groups)})
         shapes[f"p{i}"] = groups
-    policies = [{"name": f"g{i}", "reservation": 0, "limit": draw(st.integers(4, 24))}
-                for i in range(draw(st.integers(1, 2)))]
+    policies = [
+        {"name": f"g{i}", "reservation": 0, "limit": draw(st.integers(4, 24))}
+        for i in range(draw(st.integers(1, 2)))
+    ]
     profiles, gangs = [], {}
     for j in range(draw(st.integers(1, 3))):
         pl = draw(st.permutations([p["name"] for p in pools]))
         nodes = draw(st.sampled_from([1, 1, 2]))
-        prof = {"name": f"r{j}", "pools": pl[:draw(st.integers(1, len(pl)))],
-                "policies": [p["name"] for p in policies],
-                "queueing": draw(st.sampled_from(["strict", "best_effort"])),
-                "gpus": draw(st.sampled_from([1, 2, 4] if nodes == 1 else [2, 4, 8]))}
+        prof = {
+            "name": f"r{j}",
+            "pools": pl[: draw(st.integers(1, len(pl)))],
+            "policies": [p["name"] for p in policies],
+            "queueing": draw(st.sampled_from(["strict", "best_effort"])),
+            "gpus": draw(st.sampled_from([1, 2, 4] if nodes == 1 else [2, 4, 8])),
+        }
         if nodes == 1 and draw(st.booleans()):
             del prof["gpus"]
             prof["from_task"] = (1, 8)
         gangs[prof["name"]] = nodes
         profiles.append(prof)
     est = build_estate(pools, profiles, policies)
-    est = est.model_copy(update={
-        "pools": [p.model_copy(update={"nodes": [CNodes(count=c, gpus_milli=g(x))
-                                                 for c, x in shapes[p.name]]})
-                  for p in est.pools],
-        "profiles": [p.model_copy(update={"nodes": gangs[p.name]}) for p in est.profiles],
-    }).with_revision()
-    steps = draw(st.lists(st.tuples(
-        st.integers(0, 30),
-        st.lists(st.tuples(st.booleans(), st.integers(0, 999), st.sampled_from([1, 2, 3, 6])),
-                 min_size=1, max_size=6)), min_size=1, max_size=8))
+    est = est.model_copy(
+        update={
+            "pools": [
+                p.model_copy(
+                    update={"nodes": [CNodes(count=c, gpus_milli=g(x)) for c, x in shapes[p.name]]}
+                )
+                for p in est.pools
+            ],
+            "profiles": [p.model_copy(update={"nodes": gangs[p.name]}) for p in est.profiles],
+        }
+    ).with_revision()
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 30),
+                st.lists(
+                    st.tuples(st.booleans(), st.integers(0, 999), st.sampled_from([1, 2, 3, 6])),
+                    min_size=1,
+                    max_size=6,
+                ),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
     return est, steps
 
 
@@ -73,11 +96,12 @@ def check(index: EstateIndex, state: State) -> None:
     for name, q in state.queues.items():
         cr = index.resources[name]
         tasks = list(q)
-        for t in (tasks[:1] if cr.strict else tasks):
+        for t in tasks[:1] if cr.strict else tasks:
             if t.size <= headroom(index, state, cr, True):
                 assert first_fit(state, cr, t.size) is None, (
                     f"{t.id} ({t.size} over {cr.nodes}) fits {first_fit(state, cr, t.size)} "
-                    f"but was left queued; machines {state.node_free}")
+                    f"but was left queued; machines {state.node_free}"
+                )
 
 
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])

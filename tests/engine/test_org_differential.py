@@ -31,9 +31,11 @@ def compare_pass(index: EstateIndex, state: State, now: int):
     expected = Counter(ref.run_pass(index, rs))
     res = run_pass(index, state, now)
     got = real_decisions(res)
-    assert got == expected, (f"at +{(now - START) / MIN:g} min the engine decided\n"
-                             f"  {sorted(got.elements())}\nthe reference\n"
-                             f"  {sorted(expected.elements())}")
+    assert got == expected, (
+        f"at +{(now - START) / MIN:g} min the engine decided\n"
+        f"  {sorted(got.elements())}\nthe reference\n"
+        f"  {sorted(expected.elements())}"
+    )
     texts = sorted((d.task, d.text) for d in res.decisions if isinstance(d, Preemption))
     assert texts == sorted(rs.texts), "preemption texts differ"
     after = ref.snapshot(index, state, now)
@@ -45,7 +47,8 @@ def compare_pass(index: EstateIndex, state: State, now: int):
 def assert_quiet(index: EstateIndex, state: State, at: int) -> None:
     rs = ref.snapshot(index, state, at)
     assert ref.run_pass(index, rs) == [], (
-        f"at +{(at - START) / MIN:g} min the rules would act but the engine asked for no pass")
+        f"at +{(at - START) / MIN:g} min the rules would act but the engine asked for no pass"
+    )
 
 
 def drive(estate, steps, changes=None, checkpoints=()) -> None:
@@ -73,18 +76,30 @@ def drive(estate, steps, changes=None, checkpoints=()) -> None:
         res = compare_pass(index, state, now)
 
 
-@settings(max_examples=examples(60), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 @given(org_worlds())
 def test_engine_decides_as_the_reference_on_hierarchies(world):
     with time_limit(30):
         drive(*world)
 
 
-@settings(max_examples=examples(40), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 @given(org_worlds(borrowing=True))
 def test_engine_rebalances_as_the_reference_on_hierarchies(world):
     """lending.md on hierarchies where teams borrow: fair order and phase 4 (rebalances

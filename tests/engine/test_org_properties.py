@@ -44,32 +44,45 @@ class Tree:
         est = index.estate
         self.policies = {p.name: p for p in est.policies}
         self.policy_of = {g.name: g.policy for g in est.groups}
-        self.subtree = {p.name: {g.name for g in est.groups
-                                 if g.name == p.group or p.group in g.ancestors}
-                        for p in est.policies}
-        holders = {g.name for g in est.groups
-                   if g.policy in self.policies and not self.policies[g.policy].envelope}
+        self.subtree = {
+            p.name: {g.name for g in est.groups if g.name == p.group or p.group in g.ancestors}
+            for p in est.policies
+        }
+        holders = {
+            g.name
+            for g in est.groups
+            if g.policy in self.policies and not self.policies[g.policy].envelope
+        }
         self.teams = {name: groups & holders for name, groups in self.subtree.items()}
         """Per policy: the teams of its subtree (groups whose policy is not an envelope: they
         hold the tasks; their meters are summed here, never an envelope group's own)."""
         self.capacity = {p.name: p.capacity_milli for p in est.pools}
         lending = est.settings.lending
-        self.protect_ms = {p.name: SECOND_MS * (p.protect_for_s if p.protect_for_s is not None
-                                                else lending.protect_for_s)
-                           for p in est.policies}
+        self.protect_ms = {
+            p.name: SECOND_MS
+            * (p.protect_for_s if p.protect_for_s is not None else lending.protect_for_s)
+            for p in est.policies
+        }
 
     def diverging(self, a: str, b: str) -> tuple[str, str]:
         """lending.md: the first levels, from the top down, where two groups' levels differ."""
-        return next((x, y) for x, y in zip(reversed(self.levels(a)), reversed(self.levels(b)))
-                    if x != y)
+        return next(
+            (x, y) for x, y in zip(reversed(self.levels(a)), reversed(self.levels(b))) if x != y
+        )
 
     def levels(self, group: str) -> list[str]:
         pol = self.policy_of.get(group)
         return list(self.policies[pol].levels or [pol]) if pol else []
 
 
-def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]],
-           res, now: int = 0, placed_at: dict[str, int] | None = None) -> None:
+def replay(
+    tree: Tree,
+    state: State,
+    placed: dict[str, tuple[str, str, str, int]],
+    res,
+    now: int = 0,
+    placed_at: dict[str, int] | None = None,
+) -> None:
     """Applies the pass's decisions one by one to ``placed`` (task -> group, user, pool,
     size) and checks each at its moment; ``placed_at`` (task -> the start of its current
     placement) for protection."""
@@ -89,7 +102,8 @@ def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]
             if d.kind in ("reclaimed", "rebalanced") and d.task in since:
                 pol = tree.policy_of[d.group]
                 assert pol is None or now - since[d.task] >= tree.protect_ms[pol], (
-                    f"{d.kind} took {d.task}, protected since {since[d.task]} at {now}")
+                    f"{d.kind} took {d.task}, protected since {since[d.task]} at {now}"
+                )
             if d.kind == "rebalanced":
                 givers.append(d.group)
             g = placed.pop(d.task)[0]
@@ -99,23 +113,25 @@ def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]
                     if z not in shared:
                         assert used(z) >= tree.policies[z].reservation_milli, (
                             f"reclaim by {d.by} took {d.task} and level {z} below its "
-                            f"reservation ({used(z)} < {tree.policies[z].reservation_milli})")
+                            f"reservation ({used(z)} < {tree.policies[z].reservation_milli})"
+                        )
         elif isinstance(d, Placement):
             levels = tree.levels(d.group)
             since[d.task] = now
             if d.phase in ("reserve", "reclaim"):
-                assert any(used(x) + d.size_milli <= tree.policies[x].reservation_milli
-                           for x in levels), f"{d.task} placed in {d.phase} beyond reservation"
+                assert any(
+                    used(x) + d.size_milli <= tree.policies[x].reservation_milli for x in levels
+                ), f"{d.task} placed in {d.phase} beyond reservation"
             task_user = state.tasks[d.task].user
             placed[d.task] = (d.group, task_user, d.pool, d.size_milli)
             for x in levels:
                 assert used(x) <= tree.policies[x].limit_milli, (
                     f"placing {d.task} took level {x} above its limit "
-                    f"({used(x)} > {tree.policies[x].limit_milli})")
+                    f"({used(x)} > {tree.policies[x].limit_milli})"
+                )
             ul = tree.policies[levels[0]].user_limit_milli
             if ul is not None:
-                mine = sum(s for g, u, _, s in placed.values()
-                           if g == d.group and u == task_user)
+                mine = sum(s for g, u, _, s in placed.values() if g == d.group and u == task_user)
                 assert mine <= ul, f"placing {d.task} took {task_user} above the user limit"
             on_pool = sum(s for _, _, p, s in placed.values() if p == d.pool)
             assert on_pool <= tree.capacity[d.pool], f"pool {d.pool} over capacity"
@@ -124,12 +140,14 @@ def replay(tree: Tree, state: State, placed: dict[str, tuple[str, str, str, int]
                     x, y = tree.diverging(d.group, h)
                     assert share(x) <= share(y), (
                         f"rebalance for {d.group} left {x}'s share {share(x)} above {y}'s "
-                        f"{share(y)}")
+                        f"{share(y)}"
+                    )
             givers = []
 
 
-def check_budgets(tree: Tree, state: State, now: int, exempt: set[str],
-                  peak: dict[str, int]) -> None:
+def check_budgets(
+    tree: Tree, state: State, now: int, exempt: set[str], peak: dict[str, int]
+) -> None:
     """No budget is overrun by one millisecond's charge at its level's peak rate.
 
     ``peak`` keeps, per level, the highest rate (sum of the time weights of the placed tasks
@@ -144,7 +162,8 @@ def check_budgets(tree: Tree, state: State, now: int, exempt: set[str],
         peak[name] = max(peak.get(name, 0), rate)
         over = overrun(tree, state, name, now)
         assert over <= 0 or over < peak[name], (
-            f"budget of {name} overrun by {over} (peak rate {peak[name]})")
+            f"budget of {name} overrun by {over} (peak rate {peak[name]})"
+        )
 
 
 def overrun(tree: Tree, state: State, name: str, now: int) -> int:
@@ -201,24 +220,39 @@ def simulate(estate, steps, changes=None, checkpoints=()) -> None:
         if changes and i in changes:
             index = EstateIndex.build(changes[i])
             tree = Tree(index)
-            exempt |= {x for x, pol in tree.policies.items()
-                       if pol.budget is not None and overrun(tree, state, x, now) > 0}
+            exempt |= {
+                x
+                for x, pol in tree.policies.items()
+                if pol.budget is not None and overrun(tree, state, x, now) > 0
+            }
         n = apply_actions(index, state, actions, now, n, checkpoints)
         res = one_pass(now)
 
 
-@settings(max_examples=examples(60), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 @given(org_worlds())
 def test_organisation_invariants_hold(world):
     with time_limit(30):
         simulate(*world)
 
 
-@settings(max_examples=examples(30), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(30),
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 @given(org_worlds(borrowing=True))
 def test_lending_invariants_hold_where_teams_borrow(world):
     with time_limit(30):

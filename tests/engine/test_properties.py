@@ -26,29 +26,49 @@ def worlds(draw):
         limit = draw(st.integers(3, 6))
         pol = {"name": f"g{i}", "reservation": draw(st.integers(0, 3)), "limit": limit}
         if draw(st.booleans()):
-            pol["budget"] = {"hours": draw(st.sampled_from([0.1, 0.5, 1, 3])),
-                             "period": draw(st.sampled_from(["day", "week"])),
-                             "alert_at": [0.5]}
+            pol["budget"] = {
+                "hours": draw(st.sampled_from([0.1, 0.5, 1, 3])),
+                "period": draw(st.sampled_from(["day", "week"])),
+                "alert_at": [0.5],
+            }
         policies.append(pol)
     profiles = []
     for j in range(draw(st.integers(1, 3))):
         pl = draw(st.permutations([p["name"] for p in pools]))
-        pl = pl[:draw(st.integers(1, len(pl)))]
+        pl = pl[: draw(st.integers(1, len(pl)))]
         pols = draw(st.permutations([p["name"] for p in policies]))
-        pols = pols[:draw(st.integers(1, len(pols)))]
-        prof = {"name": f"r{j}", "pools": pl, "policies": pols,
-                "weight": draw(st.sampled_from([0, 1, 2])),
-                "queueing": draw(st.sampled_from(["strict", "best_effort"]))}
+        pols = pols[: draw(st.integers(1, len(pols)))]
+        prof = {
+            "name": f"r{j}",
+            "pools": pl,
+            "policies": pols,
+            "weight": draw(st.sampled_from([0, 1, 2])),
+            "queueing": draw(st.sampled_from(["strict", "best_effort"])),
+        }
         if draw(st.booleans()):
             prof["from_task"] = (1, 2)
         else:
             prof["gpus"] = draw(st.sampled_from([0.5, 1, 2]))
         profiles.append(prof)
     estate = build_estate(pools, profiles, policies)
-    steps = draw(st.lists(st.tuples(
-        st.integers(0, 90),                      # minutes after the previous step
-        st.lists(st.tuples(st.integers(0, 3).map(bool), st.integers(0, 999), st.sampled_from([None, 1, 2])),
-                 min_size=1, max_size=6)), min_size=1, max_size=8))
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 90),  # minutes after the previous step
+                st.lists(
+                    st.tuples(
+                        st.integers(0, 3).map(bool),
+                        st.integers(0, 999),
+                        st.sampled_from([None, 1, 2]),
+                    ),
+                    min_size=1,
+                    max_size=6,
+                ),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
     return estate, steps
 
 
@@ -104,12 +124,13 @@ def check(index, state, res, now, queue_before=None):
         if isinstance(d, Preemption) and d.kind == "reclaimed":
             gi = index.groups[d.group]
             assert state.used.get(d.group, 0) >= gi.reservation or any(
-                isinstance(e, Placement) and e.group == d.group for e in res.decisions), \
-                "a reclaim took a borrower below its reservation"
+                isinstance(e, Placement) and e.group == d.group for e in res.decisions
+            ), "a reclaim took a borrower below its reservation"
             w = index.groups[d.by]
             assert state.used.get(d.by, 0) <= w.reservation or any(
                 isinstance(e, Placement) and e.group == d.by and e.phase == "lend"
-                for e in res.decisions), "a reclaim served work beyond the reservation"
+                for e in res.decisions
+            ), "a reclaim served work beyond the reservation"
     # Strict queues start in order: what was placed was ahead of everything still queued.
     if queue_before is not None:
         placed_now = {d.task for d in res.decisions if isinstance(d, Placement)}
@@ -120,12 +141,12 @@ def check(index, state, res, now, queue_before=None):
                 continue
             # A task placed and then reclaimed within the same pass is queued again at the
             # front; engine.md lets the next task of the queue be lent in that pass.
-            still = [t for t in before if state.tasks[t].status == 0
-                     and t not in preempted_now]
+            still = [t for t in before if state.tasks[t].status == 0 and t not in preempted_now]
             for tid in before:
                 if tid in placed_now and tid not in preempted_now:
-                    assert not still or before.index(tid) < before.index(still[0]), \
+                    assert not still or before.index(tid) < before.index(still[0]), (
                         f"strict queue {name} started {tid} out of order"
+                    )
     reasons = res.waiting_reasons()
     queued = {t.id for t in state.tasks.values() if t.status == 0}
     # Every queued task knows its place in line, and it is the queue's own order.
@@ -133,12 +154,16 @@ def check(index, state, res, now, queue_before=None):
         order = [t.id for t in state.queue(name)]
         assert [state.position(tid) for tid in order] == list(range(len(order))), name
     assert set(reasons) == queued, "a queued task without a reason"
-    assert all(r.kind != "pending" for r in reasons.values()), \
-        [(k, r) for k, r in reasons.items() if r.kind == "pending"]
+    assert all(r.kind != "pending" for r in reasons.values()), [
+        (k, r) for k, r in reasons.items() if r.kind == "pending"
+    ]
 
 
-FAST = settings(max_examples=examples(100), deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=examples(100),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @FAST

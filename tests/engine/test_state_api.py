@@ -11,10 +11,13 @@ from .helpers import START, Engine, build_estate
 def two_groups() -> Engine:
     """Pools p1, p2 (4 GPUs each); group ``a`` reserves 1 GPU, ``w`` nothing; 1-GPU tasks."""
     pools = [{"name": "p1", "capacity": 4}, {"name": "p2", "capacity": 4}]
-    policies = [{"name": "a", "reservation": 1, "limit": 8},
-                {"name": "w", "reservation": 0, "limit": 8}]
-    profiles = [{"name": f"r{n}", "pools": ["p1", "p2"], "policies": [n], "gpus": 1}
-                for n in ("a", "w")]
+    policies = [
+        {"name": "a", "reservation": 1, "limit": 8},
+        {"name": "w", "reservation": 0, "limit": 8},
+    ]
+    profiles = [
+        {"name": f"r{n}", "pools": ["p1", "p2"], "policies": [n], "gpus": 1} for n in ("a", "w")
+    ]
     return Engine(build_estate(pools, profiles, policies))
 
 
@@ -52,9 +55,13 @@ def removed_resource_cancels() -> Engine:
     e.run(START)
     assert e.where("w1") == "queued"
     pools = [{"name": "p1", "capacity": 4}, {"name": "p2", "capacity": 4}]
-    e.set_estate(build_estate(pools, [{"name": "ra", "pools": ["p1", "p2"], "policies": ["a"],
-                                       "gpus": 1}],
-                              [{"name": "a", "reservation": 1, "limit": 8}]))
+    e.set_estate(
+        build_estate(
+            pools,
+            [{"name": "ra", "pools": ["p1", "p2"], "policies": ["a"], "gpus": 1}],
+            [{"name": "a", "reservation": 1, "limit": 8}],
+        )
+    )
     e.state.bind(e.index, START + 1)
     return e
 
@@ -78,7 +85,7 @@ def test_forget_drops_a_cancellation_not_yet_reported() -> None:
 def test_wait_for_starts_once_per_pool() -> None:
     e = two_groups()
     st = State(e.index, START)
-    assert st.wait_for_starts("p1") is True   # every pool counted starts by itself
+    assert st.wait_for_starts("p1") is True  # every pool counted starts by itself
     assert st.wait_for_starts("p1") is False  # already waiting
     assert st.wait_for_starts("p2") is True
     daemon = State(e.index, START, self_starting=set())

@@ -51,9 +51,15 @@ class Server:
     """Tokens a fixture keeps on its server (``s.alice = s.token({"user": "alice"})``, ``wt``
     a worker's): declared so that the tests reading them are type-checked, set by fixtures."""
 
-    def __init__(self, tmp: Path, estate: Path | None = SMALL_ESTATE,
-                 db: Path | str | None = None, admin: str | None = ADMIN,
-                 workers: bool = False, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        estate: Path | None = SMALL_ESTATE,
+        db: Path | str | None = None,
+        admin: str | None = ADMIN,
+        workers: bool = False,
+        extra: list[str] | None = None,
+    ) -> None:
         """``db``: the DuckDB file (default: one in ``tmp``), or a ``postgresql://`` URL (the
         ``pg_url`` fixture), the ledger's DuckDB file then in ``tmp``. ``workers``: pools
         take work only while they have a live worker, as in production; without it (the API
@@ -78,8 +84,16 @@ class Server:
 
     # ------------------------------------------------------------------ process
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "kliqued.cli", "serve", "--db", str(self.db),
-                "--listen", f"127.0.0.1:{self.port}"]
+        args = [
+            sys.executable,
+            "-m",
+            "kliqued.cli",
+            "serve",
+            "--db",
+            str(self.db),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+        ]
         if self.on_postgres:
             args += ["--ledger-db", str(self.local_db)]
         if self.estate is not None:
@@ -108,8 +122,7 @@ class Server:
         with open(self.log_path, "a") as log:
             log.write(f"--- start {self.starts}\n")
             log.flush()
-            self.proc = subprocess.Popen(self.argv(), cwd=ROOT, env=env, stdout=log,
-                                         stderr=log)
+            self.proc = subprocess.Popen(self.argv(), cwd=ROOT, env=env, stdout=log, stderr=log)
         Server.started.append(self)
         if wait:
             try:
@@ -122,6 +135,7 @@ class Server:
     def wait_ready(self, timeout: float = 30, status: str = "ok") -> None:
         """Until ``/v1/health`` answers ``status`` (``ok``: leading; ``standby``); fails at
         once, with the log, if serve exits."""
+
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"kliqued serve exited {self.proc.returncode}:\n{self.log()}")
@@ -130,6 +144,7 @@ class Server:
             except OSError:
                 return False
             return code == 200 and body.get("status") == status
+
         try:
             wait_for(ready, timeout, "kliqued serve to answer")
         except AssertionError as exc:
@@ -165,14 +180,20 @@ class Server:
             return ""
 
     # ------------------------------------------------------------------ HTTP
-    def call(self, method: str, path: str, body: Any = None, token: str | None = "admin",
-             headers: dict[str, str] | None = None, raw: bytes | None = None,
-             timeout: float = 30) -> tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = "admin",
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+        timeout: float = 30,
+    ) -> tuple[int, Any]:
         """(status, parsed JSON or text). ``token="admin"`` means the admin token."""
         if token == "admin":
             token = self.admin
-        data = raw if raw is not None else (None if body is None else
-                                            json.dumps(body).encode())
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
@@ -186,8 +207,15 @@ class Server:
         except urllib.error.HTTPError as exc:
             return exc.code, _parse(exc.read(), exc.headers.get("Content-Type"))
 
-    def ok(self, method: str, path: str, body: Any = None, token: str | None = "admin",
-           expect: int | tuple[int, ...] = (200, 201, 204), **kw: Any) -> Any:
+    def ok(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = "admin",
+        expect: int | tuple[int, ...] = (200, 201, 204),
+        **kw: Any,
+    ) -> Any:
         status, data = self.call(method, path, body, token, **kw)
         want = (expect,) if isinstance(expect, int) else expect
         assert status in want, f"{method} {path}: {status} {data}"

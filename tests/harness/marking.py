@@ -47,8 +47,13 @@ _BROWSER = re.compile(r"chromium\.launch|sync_playwright\(")
 _SLURM = re.compile(r"(?<![\w.])(LocalSlurm|TwoNodeSlurm)\(")
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(")
 _FIXTURE_MARKS = {
-    "postgres": "postgres", "postgres_prepared": "postgres", "pg_url": "postgres",
-    "prepared_pg_url": "postgres", "slurm": "slurm", "podman": "podman", "browser": "browser",
+    "postgres": "postgres",
+    "postgres_prepared": "postgres",
+    "pg_url": "postgres",
+    "prepared_pg_url": "postgres",
+    "slurm": "slurm",
+    "podman": "podman",
+    "browser": "browser",
 }
 
 

@@ -30,9 +30,11 @@ def find_bin() -> Path | None:
     """The directory holding ``initdb`` and ``postgres``, newest version first."""
     found = shutil.which("initdb")
     candidates = [Path(found).resolve().parent] if found else []
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"),
-                         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-                         reverse=True)
+    candidates += sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
+    )
     for d in candidates:
         if (d / "initdb").exists() and (d / "postgres").exists():
             return d
@@ -42,15 +44,19 @@ def find_bin() -> Path | None:
 def unavailable() -> str | None:
     """Why no PostgreSQL can be started here, or None."""
     if find_bin() is None:
-        return ("PostgreSQL is not installed (no initdb/postgres on PATH or under "
-                "/usr/lib/postgresql/*/bin): install Debian's postgresql package "
-                "(tests/setup/system-packages.sh) to run the PostgreSQL tests")
+        return (
+            "PostgreSQL is not installed (no initdb/postgres on PATH or under "
+            "/usr/lib/postgresql/*/bin): install Debian's postgresql package "
+            "(tests/setup/system-packages.sh) to run the PostgreSQL tests"
+        )
     if os.geteuid() == 0:
         try:
             pwd.getpwnam("postgres")
         except KeyError:
-            return ("running as root and there is no 'postgres' user for the server to run "
-                    "as (PostgreSQL refuses root)")
+            return (
+                "running as root and there is no 'postgres' user for the server to run "
+                "as (PostgreSQL refuses root)"
+            )
     return None
 
 
@@ -80,9 +86,23 @@ class Postgres:
             os.setuid(self._user.pw_uid)
 
     def start(self) -> "Postgres":
-        subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", SUPERUSER,
-                        "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
-                       check=True, capture_output=True, preexec_fn=self._demote)
+        subprocess.run(
+            [
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ],
+            check=True,
+            capture_output=True,
+            preexec_fn=self._demote,
+        )
         return self._run()
 
     def replica(self) -> "Postgres":
@@ -90,21 +110,56 @@ class Postgres:
         configuration written for it) into a directory of its own, ``postgres`` by its pid on
         another free port. Stop it (``stop``) before this one."""
         standby = Postgres(self.prepared_transactions, self.durable)
-        subprocess.run([str(self.bin / "pg_basebackup"), "-D", str(standby.data), "-R",
-                        "-X", "stream", "-c", "fast", "--no-sync", "-h", str(self.dir),
-                        "-p", str(self.port), "-U", SUPERUSER],
-                       check=True, capture_output=True, preexec_fn=self._demote)
+        subprocess.run(
+            [
+                str(self.bin / "pg_basebackup"),
+                "-D",
+                str(standby.data),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+                "-h",
+                str(self.dir),
+                "-p",
+                str(self.port),
+                "-U",
+                SUPERUSER,
+            ],
+            check=True,
+            capture_output=True,
+            preexec_fn=self._demote,
+        )
         return standby._run()
 
     def _run(self) -> "Postgres":
         log = open(self.dir / "server.log", "ab")
-        fast = [] if self.durable else ["-c", "fsync=off", "-c", "full_page_writes=off",
-                                        "-c", "synchronous_commit=off"]
+        fast = (
+            []
+            if self.durable
+            else ["-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"]
+        )
         self.proc = subprocess.Popen(
-            [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
-             "-k", str(self.dir), "-c", "listen_addresses=", *fast,
-             "-c", f"max_prepared_transactions={self.prepared_transactions}"],
-            stdout=log, stderr=log, preexec_fn=self._demote)
+            [
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.dir),
+                "-c",
+                "listen_addresses=",
+                *fast,
+                "-c",
+                f"max_prepared_transactions={self.prepared_transactions}",
+            ],
+            stdout=log,
+            stderr=log,
+            preexec_fn=self._demote,
+        )
         log.close()
         wait_for(self._ready, 30, "PostgreSQL to accept connections")
         return self
@@ -112,19 +167,27 @@ class Postgres:
     def wait_replayed(self, primary: "Postgres", timeout: float = 20) -> None:
         """Waits until this replica has replayed what ``primary`` had written when called."""
         import psycopg
+
         with psycopg.connect(primary.url("postgres"), autocommit=True) as conn:
             lsn = present(conn.execute("SELECT pg_current_wal_lsn()").fetchone())[0]
 
         def caught_up() -> bool:
             with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-                return bool(present(conn.execute(
-                    "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [lsn]).fetchone())[0])
+                return bool(
+                    present(
+                        conn.execute(
+                            "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [lsn]
+                        ).fetchone()
+                    )[0]
+                )
+
         wait_for(caught_up, timeout, "the replica to replay the primary's log")
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"postgres exited {self.proc.returncode}:\n{self.log()}")
         import psycopg
+
         try:
             psycopg.connect(self.url("postgres"), connect_timeout=2).close()
         except psycopg.OperationalError:
@@ -137,6 +200,7 @@ class Postgres:
     def createdb(self, name: str) -> str:
         """A new empty database; its URL."""
         import psycopg
+
         with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)

@@ -25,8 +25,7 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sin
 
 
 def missing_binaries() -> list[str]:
-    return [b for b in BINARIES if shutil.which(b) is None
-            and not Path(f"/usr/sbin/{b}").exists()]
+    return [b for b in BINARIES if shutil.which(b) is None and not Path(f"/usr/sbin/{b}").exists()]
 
 
 def _exists(pid: int) -> bool:
@@ -44,8 +43,14 @@ def _bin(name: str) -> str:
 class LocalSlurm:
     """``with LocalSlurm(tmp, gpus=8) as slurm: slurm.env`` gives SLURM_CONF for commands."""
 
-    def __init__(self, root: Path, gpus: int = 8, cpus: int = 16, partition: str = "gpu",
-                 kill_wait_s: int = 5) -> None:
+    def __init__(
+        self,
+        root: Path,
+        gpus: int = 8,
+        cpus: int = 16,
+        partition: str = "gpu",
+        kill_wait_s: int = 5,
+    ) -> None:
         self.root = Path(root)
         self.gpus = gpus
         self.cpus = cpus
@@ -96,7 +101,8 @@ NodeName={self.host} CPUs={self.cpus} RealMemory=4096 Gres=gpu:{self.gpus} State
 PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
         (r / "gres.conf").write_text(
-            f"NodeName={self.host} Name=gpu File={r}/dev/gpu[0-{self.gpus - 1}]\n")
+            f"NodeName={self.host} Name=gpu File={r}/dev/gpu[0-{self.gpus - 1}]\n"
+        )
 
     def _start_munge(self) -> None:
         run = Path("/run/munge")
@@ -114,8 +120,12 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             shutil.chown(key, "munge", "munge")
         # machine-wide and meant to outlive the run: without the run's marker, so the
         # session-end check of leftovers (tests/harness/leftovers.py) does not count it
-        subprocess.run(["runuser", "-u", "munge", "--", _bin("munged")], check=True,
-                       capture_output=True, env=unmarked_env())
+        subprocess.run(
+            ["runuser", "-u", "munge", "--", _bin("munged")],
+            check=True,
+            capture_output=True,
+            env=unmarked_env(),
+        )
 
     def start(self, timeout_s: float = 30.0) -> "LocalSlurm":
         self._write_config()
@@ -129,9 +139,11 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
         def idle() -> bool:
             nonlocal state
-            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env,
-                                   capture_output=True, text=True).stdout.strip()
+            state = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True
+            ).stdout.strip()
             return state.startswith(("idle", "mixed"))
+
         try:
             wait_for(idle, timeout_s, "the slurm node to become idle", every=0.2)
             return self
@@ -194,7 +206,9 @@ class TwoNodeSlurm(LocalSlurm):
                     link.symlink_to("/dev/null")
         entries = "".join(
             f"NodeName={n} NodeHostname=localhost Port={_free_port()} CPUs={self.cpus} "
-            f"RealMemory=2048 Gres=gpu:{self.gpus} State=UNKNOWN\n" for n in self.nodes)
+            f"RealMemory=2048 Gres=gpu:{self.gpus} State=UNKNOWN\n"
+            for n in self.nodes
+        )
         self.conf.write_text(f"""\
 ClusterName=klique-gang
 SlurmctldHost={self.host}
@@ -222,9 +236,12 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 {entries}PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
-        (r / "gres.conf").write_text("".join(
-            f"NodeName={n} Name=gpu File={r}/dev/{n}-gpu[0-{self.gpus - 1}]\n"
-            for n in self.nodes))
+        (r / "gres.conf").write_text(
+            "".join(
+                f"NodeName={n} Name=gpu File={r}/dev/{n}-gpu[0-{self.gpus - 1}]\n"
+                for n in self.nodes
+            )
+        )
 
     def start(self, timeout_s: float = 30.0) -> "TwoNodeSlurm":
         self._write_config()
@@ -233,15 +250,17 @@ SelectTypeParameters=CR_Core
         subprocess.run([_bin("slurmctld")], env=env, check=True, capture_output=True)
         self._pids.append(self.root / "slurmctld.pid")
         for n in self.nodes:
-            subprocess.run([_bin("slurmd"), "-N", n], env=env, check=True,
-                           capture_output=True)
+            subprocess.run([_bin("slurmd"), "-N", n], env=env, check=True, capture_output=True)
             self._pids.append(self.root / f"slurmd-{n}.pid")
 
         def idle() -> bool:
-            states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env,
-                                    capture_output=True, text=True).stdout.split()
+            states = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True
+            ).stdout.split()
             return len(states) == len(self.nodes) and all(
-                s.startswith(("idle", "mixed")) for s in states)
+                s.startswith(("idle", "mixed")) for s in states
+            )
+
         try:
             wait_for(idle, timeout_s, "the slurm nodes to become idle", every=0.2)
             return self

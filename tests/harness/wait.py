@@ -28,8 +28,12 @@ def _timed_out(timeout: float, what: Awaited) -> AssertionError:
     return AssertionError(f"timed out after {timeout:g} s waiting for {shown}")
 
 
-def wait_for(pred: Callable[[], T | None], timeout: float = 10.0, what: Awaited = "condition",
-             every: float = EVERY_S) -> T:
+def wait_for(
+    pred: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: Awaited = "condition",
+    every: float = EVERY_S,
+) -> T:
     """Calls ``pred`` until it returns something truthy and returns that; AssertionError
     naming ``what`` once ``timeout`` seconds have passed. ``pred`` runs at least once, and
     once more at the deadline, so a slow check is never cut short."""
@@ -43,8 +47,12 @@ def wait_for(pred: Callable[[], T | None], timeout: float = 10.0, what: Awaited 
         time.sleep(every)
 
 
-async def wait_for_async(pred: Callable[[], T | None], timeout: float = 10.0,
-                         what: Awaited = "condition", every: float = EVERY_S) -> T:
+async def wait_for_async(
+    pred: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: Awaited = "condition",
+    every: float = EVERY_S,
+) -> T:
     """``wait_for`` inside a coroutine: sleeps with ``asyncio.sleep`` so that the event loop
     (an executor's subprocess watchers) runs between checks."""
     deadline = time.monotonic() + timeout
@@ -60,9 +68,11 @@ async def wait_for_async(pred: Callable[[], T | None], timeout: float = 10.0,
 def wait_for_text(path: Path, text: str, timeout: float = 20.0) -> str:
     """Waits until the file at ``path`` contains ``text``; returns the file's text. The
     error shows what the file had."""
+
     def has() -> str | None:
         body = path.read_text(errors="replace") if path.exists() else ""
         return body if text in body else None
+
     try:
         return wait_for(has, timeout, f"{text!r} in {path}")
     except AssertionError as exc:

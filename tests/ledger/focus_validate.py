@@ -46,9 +46,12 @@ def validate(path: Path, version: str = VERSION) -> list[str]:
 
     override = Path(path).with_suffix(".override.yaml")
     override.write_text("overrides:\n" + "".join(f"  - {k}\n" for k in NOT_APPLICABLE))
-    rules = SpecRules(override_filename=str(override),
-                      rule_set_path=DEFAULT_VERSION_SETS_PATH,
-                      rules_version=version, column_namespace=None)
+    rules = SpecRules(
+        override_filename=str(override),
+        rule_set_path=DEFAULT_VERSION_SETS_PATH,
+        rules_version=version,
+        column_namespace=None,
+    )
     rules.load()
     data = DataLoader(data_filename=str(Path(path).resolve())).load()
     # focus-validator 1.0.0 reads its ISO 4217 list from the relative path
@@ -60,9 +63,14 @@ def validate(path: Path, version: str = VERSION) -> list[str]:
         if check.status == ChecklistObjectStatus.SKIPPED and name in NOT_APPLICABLE:
             continue
         if check.status != ChecklistObjectStatus.PASSED:
-            failed.append(f"{name}: {check.status.value}: "
-                          f"{getattr(check, 'friendly_name', '') or ''} "
-                          f"{getattr(check, 'error', '') or ''}".strip())
-    failed += [f"{name}: listed as not applicable but not a check of the validator"
-               for name in NOT_APPLICABLE if name not in result.checklist]
+            failed.append(
+                f"{name}: {check.status.value}: "
+                f"{getattr(check, 'friendly_name', '') or ''} "
+                f"{getattr(check, 'error', '') or ''}".strip()
+            )
+    failed += [
+        f"{name}: listed as not applicable but not a check of the validator"
+        for name in NOT_APPLICABLE
+        if name not in result.checklist
+    ]
     return sorted(failed)

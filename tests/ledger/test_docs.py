@@ -23,18 +23,38 @@ def test_the_doc_has_queries():
 
 @pytest.fixture
 def filled(db):
-    set_prices(db, ("h100", "1.85", "2020-01-01"), ("l4", "0.35", "2020-01-01"),
-               ("h100", "1.65", "2026-07-01"))
+    set_prices(
+        db,
+        ("h100", "1.85", "2020-01-01"),
+        ("l4", "0.35", "2020-01-01"),
+        ("h100", "1.65", "2026-07-01"),
+    )
     now = int(time.time() * 1000)
-    rows = [row(i, now - (i + 1) * 20 * H, user=["alice", "bob", "carol"][i % 3],
-                group=["llm-research", "vision"][i % 2], gpu_type=["h100", "l4", "b200"][i % 3],
-                project=[None, "rlhf"][i % 2], gpus_milli=[1000, 8000, 500][i % 3],
-                group_path=["research/ml/llm-research", "product/apps/vision"][i % 2])
-            for i in range(60)]
+    rows = [
+        row(
+            i,
+            now - (i + 1) * 20 * H,
+            user=["alice", "bob", "carol"][i % 3],
+            group=["llm-research", "vision"][i % 2],
+            gpu_type=["h100", "l4", "b200"][i % 3],
+            project=[None, "rlhf"][i % 2],
+            gpus_milli=[1000, 8000, 500][i % 3],
+            group_path=["research/ml/llm-research", "product/apps/vision"][i % 2],
+        )
+        for i in range(60)
+    ]
     open_intervals(db, rows)
-    close_intervals(db, [(r.interval_id, r.start_ms + 10 * H,
-                          ["finished", "reclaimed by vision", "budget used up"][i % 3])
-                         for i, r in enumerate(rows[5:])])
+    close_intervals(
+        db,
+        [
+            (
+                r.interval_id,
+                r.start_ms + 10 * H,
+                ["finished", "reclaimed by vision", "budget used up"][i % 3],
+            )
+            for i, r in enumerate(rows[5:])
+        ],
+    )
     flush_monthly(db)
     close_intervals(db, [(rows[4].interval_id, rows[4].start_ms + H, "failed")] * 3)
     return db
@@ -63,13 +83,17 @@ def out_of_scope(columns: list[str], rows: list[tuple]) -> list[tuple[str, objec
     the fixture's rows are relative to now, and a doc query that keeps the current month's
     reclaims only met such a reason once the month was about six days old.
     """
-    return [(name, cell) for r in rows for name, cell in zip(columns, r)
-            if name != "end_reason" and isinstance(cell, str)
-            and ("vision" in cell or "product" in cell)]
+    return [
+        (name, cell)
+        for r in rows
+        for name, cell in zip(columns, r)
+        if name != "end_reason"
+        and isinstance(cell, str)
+        and ("vision" in cell or "product" in cell)
+    ]
 
 
 def test_the_scope_check_sees_another_groups_row():
     """out_of_scope catches a leaked row, and ignores a reason naming the taker."""
     assert out_of_scope(["group", "end_reason"], [("vision", "finished")]) == [("group", "vision")]
-    assert out_of_scope(["group", "end_reason"],
-                        [("llm-research", "reclaimed by vision")]) == []
+    assert out_of_scope(["group", "end_reason"], [("llm-research", "reclaimed by vision")]) == []

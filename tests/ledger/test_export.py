@@ -10,8 +10,13 @@ import duckdb
 import pytest
 
 from kliqued.ledger import close_intervals, open_intervals
-from kliqued.ledger.export import (EXPORT_COLUMNS, SUMMARY_DIMENSIONS, csv_to_parquet,
-                                   export_csv, summary)
+from kliqued.ledger.export import (
+    EXPORT_COLUMNS,
+    SUMMARY_DIMENSIONS,
+    csv_to_parquet,
+    export_csv,
+    summary,
+)
 
 from .conftest import ms, row, set_prices
 
@@ -19,23 +24,30 @@ from .conftest import ms, row, set_prices
 @pytest.fixture
 def filled(db):
     set_prices(db, ("h100", "2.35", "2026-01-01"), ("h100", "1.95", "2026-07-01"))
-    open_intervals(db, [
-        row(1, "2026-05-31T00:00"),                 # ends before the range
-        row(2, "2026-05-31T23:00", gpus_milli=2000, project=None),  # overlaps the start
-        row(3, "2026-06-15T00:00", user="bob, jr."),  # inside (a name with a comma)
-        row(4, "2026-07-01T00:00"),                 # starts at `to`: outside
-        row(5, "2026-06-20T00:00"),                 # open: overlaps
-    ])
-    close_intervals(db, [("t-1#1", ms("2026-06-01T00:00"), "finished"),
-                         ("t-2#1", ms("2026-06-01T01:00"), "reclaimed by team-b"),
-                         ("t-3#1", ms("2026-06-15T02:30"), "failed"),
-                         ("t-4#1", ms("2026-07-01T01:00"), "finished")])
+    open_intervals(
+        db,
+        [
+            row(1, "2026-05-31T00:00"),  # ends before the range
+            row(2, "2026-05-31T23:00", gpus_milli=2000, project=None),  # overlaps the start
+            row(3, "2026-06-15T00:00", user="bob, jr."),  # inside (a name with a comma)
+            row(4, "2026-07-01T00:00"),  # starts at `to`: outside
+            row(5, "2026-06-20T00:00"),  # open: overlaps
+        ],
+    )
+    close_intervals(
+        db,
+        [
+            ("t-1#1", ms("2026-06-01T00:00"), "finished"),
+            ("t-2#1", ms("2026-06-01T01:00"), "reclaimed by team-b"),
+            ("t-3#1", ms("2026-06-15T02:30"), "failed"),
+            ("t-4#1", ms("2026-07-01T01:00"), "finished"),
+        ],
+    )
     return db
 
 
 def test_export_rows_and_header(filled):
-    chunks = list(export_csv(filled, ms("2026-06-01T00:00"), ms("2026-07-01T00:00"),
-                             chunk_rows=1))
+    chunks = list(export_csv(filled, ms("2026-06-01T00:00"), ms("2026-07-01T00:00"), chunk_rows=1))
     assert len(chunks) == 4  # the header, then one chunk per row
     rows = list(csv.DictReader(io.StringIO("".join(chunks))))
     assert list(rows[0]) == [n for n, _ in EXPORT_COLUMNS]
@@ -84,11 +96,16 @@ def test_csv_to_parquet_round_trip(filled, tmp_path):
     assert csv_to_parquet(src, out) == 5
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp left
     con = duckdb.connect()
-    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM "
-                             f"read_parquet('{out}'))").fetchall())
+    types = dict(
+        con.execute(
+            f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet('{out}'))"
+        ).fetchall()
+    )
     assert types == dict(EXPORT_COLUMNS)
-    back = con.execute(f"SELECT interval_id, gpus, start_at, end_at, project, cost "
-                       f"FROM read_parquet('{out}') ORDER BY interval_id").fetchall()
+    back = con.execute(
+        f"SELECT interval_id, gpus, start_at, end_at, project, cost "
+        f"FROM read_parquet('{out}') ORDER BY interval_id"
+    ).fetchall()
     assert back[1][0] == "t-2#1" and back[1][1] == Decimal("2.000")
     assert back[1][2].isoformat() == "2026-05-31T23:00:00" and back[1][4] is None
     assert back[1][5] == Decimal("9.400000")
@@ -106,13 +123,24 @@ def test_export_never_creates_directories(tmp_path, capsys, monkeypatch):
     client = Client("http://127.0.0.1:9", "kq_test")
     for fmt in ("csv", "parquet"):
         with pytest.raises(KliqueError) as err:
-            client.ledger_export("2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z",
-                                 missing / f"out.{fmt}", format=fmt)
+            client.ledger_export(
+                "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z", missing / f"out.{fmt}", format=fmt
+            )
         assert str(missing) in err.value.message and "does not exist" in err.value.message
     monkeypatch.setenv("KLIQUE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("KLIQUE_TOKEN", "kq_test")
-    rc = main(["ledger", "export", "--from", "2026-01-01", "--to", "2026-02-01",
-               "-o", str(missing / "nov.parquet")])
+    rc = main(
+        [
+            "ledger",
+            "export",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-02-01",
+            "-o",
+            str(missing / "nov.parquet"),
+        ]
+    )
     err_text = capsys.readouterr().err
     assert rc == 1 and str(missing) in err_text and "Traceback" not in err_text
     with pytest.raises(FileNotFoundError):

@@ -30,24 +30,40 @@ def nov(db):
     October, one crossing out into December, fractional GPUs, a list price above the
     contracted one for one period, an interval with no project, and two teams of two
     business units."""
-    set_prices(db, ("h100", "2.35", "2026-01-01"), ("h100", "1.95", "2026-11-15"),
-               ("l4", "0.35", "2026-01-01"))
-    db.execute("UPDATE prices SET list_per_gpu_hour = 3.10 WHERE gpu_type = 'h100' "
-               "AND effective_from = TIMESTAMP '2026-11-15'")
+    set_prices(
+        db,
+        ("h100", "2.35", "2026-01-01"),
+        ("h100", "1.95", "2026-11-15"),
+        ("l4", "0.35", "2026-01-01"),
+    )
+    db.execute(
+        "UPDATE prices SET list_per_gpu_hour = 3.10 WHERE gpu_type = 'h100' "
+        "AND effective_from = TIMESTAMP '2026-11-15'"
+    )
     a, b = "north/ml/team-a", "south/ops/team-b"
-    open_intervals(db, [
-        row(1, "2026-10-31T22:00", group_path=a),                       # crosses in
-        replace(row(2, "2026-11-03T09:00:00.250", gpus_milli=500, group_path=a,
-                    project=None), channel="pipeline"),
-        row(3, "2026-11-20T10:00", user="bob", group="team-b", group_path=b, gpus_milli=2000),
-        row(4, "2026-11-30T23:30", gpu_type="l4", group_path=a),        # crosses out
-        row(5, "2026-12-02T00:00", group_path=a),                       # December only
-    ])
-    close_intervals(db, [("t-1#1", ms("2026-11-01T01:00"), "finished"),
-                         ("t-2#1", ms("2026-11-03T10:30:00.750"), "failed"),
-                         ("t-3#1", ms("2026-11-20T13:00"), "finished"),
-                         ("t-4#1", ms("2026-12-01T00:30"), "finished"),
-                         ("t-5#1", ms("2026-12-02T01:00"), "finished")])
+    open_intervals(
+        db,
+        [
+            row(1, "2026-10-31T22:00", group_path=a),  # crosses in
+            replace(
+                row(2, "2026-11-03T09:00:00.250", gpus_milli=500, group_path=a, project=None),
+                channel="pipeline",
+            ),
+            row(3, "2026-11-20T10:00", user="bob", group="team-b", group_path=b, gpus_milli=2000),
+            row(4, "2026-11-30T23:30", gpu_type="l4", group_path=a),  # crosses out
+            row(5, "2026-12-02T00:00", group_path=a),  # December only
+        ],
+    )
+    close_intervals(
+        db,
+        [
+            ("t-1#1", ms("2026-11-01T01:00"), "finished"),
+            ("t-2#1", ms("2026-11-03T10:30:00.750"), "failed"),
+            ("t-3#1", ms("2026-11-20T13:00"), "finished"),
+            ("t-4#1", ms("2026-12-01T00:30"), "finished"),
+            ("t-5#1", ms("2026-12-02T01:00"), "finished"),
+        ],
+    )
     return db
 
 
@@ -86,10 +102,16 @@ def test_one_row_per_piece_of_the_period_with_its_real_meaning(nov):
     assert r3["InvoiceId"] == "2026-11/south/ops/team-b"
     assert (r3["x_BusinessUnit"], r3["x_Department"]) == ("south", "ops")
     tags = json.loads(r2["Tags"])
-    assert tags == {"klique/user": "alice", "klique/project": None, "klique/pool": "onprem-k8s",
-                    "klique/gpu_type": "h100", "klique/policy": "team-a",
-                    "klique/profile": "standard", "klique/group": "team-a",
-                    "klique/channel": "pipeline"}
+    assert tags == {
+        "klique/user": "alice",
+        "klique/project": None,
+        "klique/pool": "onprem-k8s",
+        "klique/gpu_type": "h100",
+        "klique/policy": "team-a",
+        "klique/profile": "standard",
+        "klique/group": "team-a",
+        "klique/channel": "pipeline",
+    }
     assert r4["BillingCurrency"] == "EUR" and r4["ChargeCategory"] == "Usage"
     assert r4["ResourceId"] == "t-4" and r4["ChargeFrequency"] == "Usage-Based"
 
@@ -97,8 +119,9 @@ def test_one_row_per_piece_of_the_period_with_its_real_meaning(nov):
 def test_costs_add_up_to_the_ledgers_month_pieces(nov):
     rows = rows_of(nov)
     total = sum(Decimal(r["BilledCost"]) for r in rows)
-    ledger = nov.execute("SELECT sum(cost) FROM usage_by_month "
-                         "WHERE month = DATE '2026-11-01'").fetchone()[0]
+    ledger = nov.execute(
+        "SELECT sum(cost) FROM usage_by_month WHERE month = DATE '2026-11-01'"
+    ).fetchone()[0]
     assert total == ledger
 
 
@@ -163,13 +186,20 @@ def test_the_columns_1_1_and_1_2_added_follow_their_rules(nov):
     rows = rows_of(nov)
     present = set(rows[0])
     # 1.1 ServiceSubcategory: one of the allowed values, under its one parent category
-    assert {"ServiceSubcategory", "SkuMeter", "SkuPriceDetails", "BillingAccountType",
-            "SubAccountType", "InvoiceId"} <= present
-    assert present & focus_spec.ADDED_AFTER_1_0 >= {"CapacityReservationId",
-                                                     "CapacityReservationStatus"}
+    assert {
+        "ServiceSubcategory",
+        "SkuMeter",
+        "SkuPriceDetails",
+        "BillingAccountType",
+        "SubAccountType",
+        "InvoiceId",
+    } <= present
+    assert present & focus_spec.ADDED_AFTER_1_0 >= {
+        "CapacityReservationId",
+        "CapacityReservationStatus",
+    }
     for r in rows:
-        assert (r["ServiceCategory"], r["ServiceSubcategory"]) in \
-            focus_spec.SERVICE_SUBCATEGORIES
+        assert (r["ServiceCategory"], r["ServiceSubcategory"]) in focus_spec.SERVICE_SUBCATEGORIES
         # 1.1 SkuMeter: null exactly when SkuId is null
         assert (r["SkuMeter"] == "") == (r["SkuId"] == "")
         # 1.1 SkuPriceDetails: null when SkuPriceId is; keys FOCUS-defined or x_
@@ -183,8 +213,12 @@ def test_the_columns_1_1_and_1_2_added_follow_their_rules(nov):
         assert r["CapacityReservationId"] == "" and r["CapacityReservationStatus"] == ""
         # 1.1 CommitmentDiscountQuantity/Unit and 1.2 PricingCurrency*: Klique has neither
         # commitment discounts nor a second currency, so they are absent, as FOCUS allows
-    assert not present & {"CommitmentDiscountQuantity", "CommitmentDiscountUnit",
-                          "PricingCurrency", "PricingCurrencyEffectiveCost"}
+    assert not present & {
+        "CommitmentDiscountQuantity",
+        "CommitmentDiscountUnit",
+        "PricingCurrency",
+        "PricingCurrencyEffectiveCost",
+    }
 
 
 def test_parquet_keeps_the_focus_types(nov, tmp_path):
@@ -192,9 +226,12 @@ def test_parquet_keeps_the_focus_types(nov, tmp_path):
     src.write_text("".join(focus_csv(nov, NOV)))
     assert csv_to_parquet(src, tmp_path / "focus.parquet", parquet_columns("focus")) == 4
     import duckdb
+
     con = duckdb.connect()
-    types = {r[0]: r[1] for r in con.execute(
-        f"DESCRIBE SELECT * FROM '{tmp_path / 'focus.parquet'}'").fetchall()}
+    types = {
+        r[0]: r[1]
+        for r in con.execute(f"DESCRIBE SELECT * FROM '{tmp_path / 'focus.parquet'}'").fetchall()
+    }
     assert types["BilledCost"] == "DECIMAL(18,6)"
     assert types["ChargePeriodStart"] == "TIMESTAMP"
     total = con.execute(f"SELECT sum(BilledCost) FROM '{tmp_path / 'focus.parquet'}'").fetchone()
@@ -203,8 +240,10 @@ def test_parquet_keeps_the_focus_types(nov, tmp_path):
 
 # --- the FOCUS Foundation's validator, for the 1.0 rules -------------------------------------
 
+
 def test_the_focus_validator_accepts_the_export(nov, tmp_path):
     from tests.ledger.focus_validate import validate
+
     path = tmp_path / "focus.csv"
     path.write_text("".join(focus_csv(nov, NOV)))
     failures = validate(path)
@@ -214,6 +253,7 @@ def test_the_focus_validator_accepts_the_export(nov, tmp_path):
 def test_the_validator_catches_a_broken_export(nov, tmp_path):
     """The validator run above can fail: a bad currency and a missing mandatory column."""
     from tests.ledger.focus_validate import validate
+
     rows = rows_of(nov)
     for r in rows:
         r["BillingCurrency"] = "EURO"

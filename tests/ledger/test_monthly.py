@@ -8,8 +8,13 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 
-from kliqued.ledger import (close_interval, close_intervals, ensure_schema, open_intervals,
-                            replace_prices)
+from kliqued.ledger import (
+    close_interval,
+    close_intervals,
+    ensure_schema,
+    open_intervals,
+    replace_prices,
+)
 from kliqued.ledger import writer
 from kliqued.ledger.schema import flush_monthly, rebuild_monthly
 
@@ -41,9 +46,11 @@ half a millionth."""
 def estate(*prices):
     return SimpleNamespace(
         settings=SimpleNamespace(currency="EUR"),
-        pricing=[SimpleNamespace(gpu_type=g, per_gpu_hour=p, effective_from=f,
-                                 list_per_gpu_hour=None)
-                 for g, p, f in prices])
+        pricing=[
+            SimpleNamespace(gpu_type=g, per_gpu_hour=p, effective_from=f, list_per_gpu_hour=None)
+            for g, p, f in prices
+        ],
+    )
 
 
 def mismatches(db):
@@ -51,45 +58,63 @@ def mismatches(db):
 
 
 def test_monthly_follows_closes_and_price_changes(db):
-    replace_prices(db, estate(("h100", "2.35", "2026-01-01T00:00:00Z"),
-                              ("l4", "0.35", "2026-01-01T00:00:00Z")))
+    replace_prices(
+        db, estate(("h100", "2.35", "2026-01-01T00:00:00Z"), ("l4", "0.35", "2026-01-01T00:00:00Z"))
+    )
     rnd = random.Random(11)
     t0 = ms("2026-01-01T00:00")
     rows = []
     for i in range(400):
         start = t0 + rnd.randrange(0, 300 * 24 * H)
-        rows.append(row(i, start, user=rnd.choice(["alice", "bob"]),
-                        project=rnd.choice(["llm", None]),
-                        gpu_type=rnd.choice(["h100", "l4", "b200"]),
-                        gpus_milli=rnd.choice([250, 1000, 8000]),
-                        weight_milli=rnd.choice([0, 1000, 2500])))
+        rows.append(
+            row(
+                i,
+                start,
+                user=rnd.choice(["alice", "bob"]),
+                project=rnd.choice(["llm", None]),
+                gpu_type=rnd.choice(["h100", "l4", "b200"]),
+                gpus_milli=rnd.choice([250, 1000, 8000]),
+                weight_milli=rnd.choice([0, 1000, 2500]),
+            )
+        )
     open_intervals(db, rows)
     assert mismatches(db) == []  # all open: computed live
-    ends = {r.interval_id: r.start_ms + rnd.choice([0, H, 50 * H, 45 * 24 * H])
-            for r in rows}
+    ends = {r.interval_id: r.start_ms + rnd.choice([0, H, 50 * H, 45 * 24 * H]) for r in rows}
     ids = list(ends)
     close_intervals(db, [(k, ends[k], "finished") for k in ids[:300]])  # a batch
-    for k in ids[300:350]:                                               # one by one
+    for k in ids[300:350]:  # one by one
         assert close_interval(db, k, ends[k], "reclaimed by team-b")
-    close_intervals(db, [(k, ends[k], "x") for k in ids[:10]])           # already closed
+    close_intervals(db, [(k, ends[k], "x") for k in ids[:10]])  # already closed
     assert not close_interval(db, ids[0], ends[ids[0]], "x")
     assert mismatches(db) == []  # closed ones pending, computed live
     assert db.execute("SELECT count(*) FROM ledger_monthly_pending").fetchone()[0] == 350
     assert flush_monthly(db) == 350
     assert mismatches(db) == []
-    assert db.execute("SELECT sum(pieces) FROM ledger_monthly").fetchone()[0] == \
-        db.execute("SELECT count(*) FROM usage_by_month WHERE end_at IS NOT NULL").fetchone()[0]
+    assert (
+        db.execute("SELECT sum(pieces) FROM ledger_monthly").fetchone()[0]
+        == db.execute("SELECT count(*) FROM usage_by_month WHERE end_at IS NOT NULL").fetchone()[0]
+    )
     # a new price period in the middle: the affected GPU type's rows are rebuilt
-    replace_prices(db, estate(("h100", "2.35", "2026-01-01T00:00:00Z"),
-                              ("h100", "1.95", "2026-04-17T06:30:00Z"),
-                              ("l4", "0.35", "2026-01-01T00:00:00Z"),
-                              ("b200", "4.10", "2026-03-01T00:00:00Z")))
+    replace_prices(
+        db,
+        estate(
+            ("h100", "2.35", "2026-01-01T00:00:00Z"),
+            ("h100", "1.95", "2026-04-17T06:30:00Z"),
+            ("l4", "0.35", "2026-01-01T00:00:00Z"),
+            ("b200", "4.10", "2026-03-01T00:00:00Z"),
+        ),
+    )
     assert mismatches(db) == []
     # a changed amount needs no rebuild: it is joined at query time
-    replace_prices(db, estate(("h100", "2.00", "2026-01-01T00:00:00Z"),
-                              ("h100", "1.95", "2026-04-17T06:30:00Z"),
-                              ("l4", "0.40", "2026-01-01T00:00:00Z"),
-                              ("b200", "4.10", "2026-03-01T00:00:00Z")))
+    replace_prices(
+        db,
+        estate(
+            ("h100", "2.00", "2026-01-01T00:00:00Z"),
+            ("h100", "1.95", "2026-04-17T06:30:00Z"),
+            ("l4", "0.40", "2026-01-01T00:00:00Z"),
+            ("b200", "4.10", "2026-03-01T00:00:00Z"),
+        ),
+    )
     assert mismatches(db) == []
     kept = db.execute("SELECT * FROM ledger_monthly ORDER BY ALL").fetchall()
     rebuild_monthly(db)
@@ -108,15 +133,35 @@ def test_monthly_is_built_for_an_older_database(db):
 
 
 def test_usage_monthly_columns(db):
-    open_intervals(db, [row(1, "2026-06-30T12:00", project=None, gpus_milli=2000,
-                            weight_milli=1500)])
+    open_intervals(
+        db, [row(1, "2026-06-30T12:00", project=None, gpus_milli=2000, weight_milli=1500)]
+    )
     close_interval(db, "t-1#1", ms("2026-06-30T14:00"), "finished")
     cur = db.execute("SELECT * FROM usage_monthly")
     cols = [d[0] for d in cur.description]
     r = dict(zip(cols, cur.fetchone()))
-    assert cols == ["month", "group", "group_path", "business_unit", "department", "project",
-                    "user", "channel", "policy", "profile", "resource", "pool", "gpu_type", "pieces", "ms",
-                    "hours", "gpu_hours", "budget_hours", "currency", "cost"]
+    assert cols == [
+        "month",
+        "group",
+        "group_path",
+        "business_unit",
+        "department",
+        "project",
+        "user",
+        "channel",
+        "policy",
+        "profile",
+        "resource",
+        "pool",
+        "gpu_type",
+        "pieces",
+        "ms",
+        "hours",
+        "gpu_hours",
+        "budget_hours",
+        "currency",
+        "cost",
+    ]
     assert r["project"] is None and r["hours"] == 2.0 and r["gpu_hours"] == 4.0
     assert r["group_path"] is None and r["business_unit"] is None  # the row has no path
     assert r["budget_hours"] == Decimal("3.000000") and r["cost"] is None and r["pieces"] == 1

@@ -13,24 +13,27 @@ from kliqued.ledger import LedgerSqlError, open_intervals, run_readonly
 from .conftest import row, set_prices
 
 
-@pytest.mark.parametrize("sql, code", [
-    ("INSERT INTO prices VALUES ('x', 1, 'EUR', TIMESTAMP '2026-01-01')", "not-read-only"),
-    ("UPDATE ledger SET gpus = 0", "not-read-only"),
-    ("DELETE FROM ledger", "not-read-only"),
-    ("CREATE TABLE evil AS SELECT 1", "not-read-only"),
-    ("DROP TABLE ledger", "not-read-only"),
-    ("ATTACH ':memory:' AS other", "not-read-only"),
-    ("COPY ledger TO 'out.csv'", "not-read-only"),
-    ("PRAGMA database_list", "not-read-only"),
-    ("SET threads = 1", "not-read-only"),
-    ("CALL pragma_version()", "not-read-only"),
-    ("EXPLAIN SELECT 1", "not-read-only"),
-    ("SELECT 1; DELETE FROM ledger", "multiple-statements"),
-    ("SELECT 1; SELECT 2", "multiple-statements"),
-    ("SELEC 1", "sql-error"),
-    ("   ", "sql-error"),
-    ("SELECT * FROM no_such_table", "not-allowed"),  # as for a table that exists
-])
+@pytest.mark.parametrize(
+    "sql, code",
+    [
+        ("INSERT INTO prices VALUES ('x', 1, 'EUR', TIMESTAMP '2026-01-01')", "not-read-only"),
+        ("UPDATE ledger SET gpus = 0", "not-read-only"),
+        ("DELETE FROM ledger", "not-read-only"),
+        ("CREATE TABLE evil AS SELECT 1", "not-read-only"),
+        ("DROP TABLE ledger", "not-read-only"),
+        ("ATTACH ':memory:' AS other", "not-read-only"),
+        ("COPY ledger TO 'out.csv'", "not-read-only"),
+        ("PRAGMA database_list", "not-read-only"),
+        ("SET threads = 1", "not-read-only"),
+        ("CALL pragma_version()", "not-read-only"),
+        ("EXPLAIN SELECT 1", "not-read-only"),
+        ("SELECT 1; DELETE FROM ledger", "multiple-statements"),
+        ("SELECT 1; SELECT 2", "multiple-statements"),
+        ("SELEC 1", "sql-error"),
+        ("   ", "sql-error"),
+        ("SELECT * FROM no_such_table", "not-allowed"),  # as for a table that exists
+    ],
+)
 def test_refused_with_the_right_code(db, sql, code):
     with pytest.raises(LedgerSqlError) as err:
         run_readonly(db.cursor(), sql)
@@ -40,9 +43,11 @@ def test_refused_with_the_right_code(db, sql, code):
 
 
 def test_external_access_is_blocked(db):
-    for sql in ["SELECT * FROM read_csv('/etc/passwd')",
-                "SELECT * FROM read_text('/etc/hostname')",
-                "SELECT * FROM read_parquet('https://example.com/x.parquet')"]:
+    for sql in [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM read_parquet('https://example.com/x.parquet')",
+    ]:
         with pytest.raises(LedgerSqlError) as err:
             run_readonly(db.cursor(), sql)
         # refused by the sandbox's allowlist of table functions before DuckDB's own
@@ -67,8 +72,9 @@ def test_timeout_interrupts_and_the_cursor_stays_usable(db):
     cur = db.cursor()
     t = time.perf_counter()
     with pytest.raises(LedgerSqlError) as err:
-        run_readonly(cur, "SELECT count(*) FROM range(100000000) a, range(100000000) b",
-                     timeout_s=0.3)
+        run_readonly(
+            cur, "SELECT count(*) FROM range(100000000) a, range(100000000) b", timeout_s=0.3
+        )
     assert err.value.code == "timeout"
     assert time.perf_counter() - t < 5
     assert run_readonly(cur, "SELECT 42 AS x").rows == [[42]]
@@ -89,25 +95,44 @@ def test_limit_truncates(db):
 
 def test_result_too_large(db):
     with pytest.raises(LedgerSqlError) as err:
-        run_readonly(db.cursor(), "SELECT repeat('x', 1000) FROM range(5000)", limit=5000,
-                     max_bytes=1_000_000)
+        run_readonly(
+            db.cursor(),
+            "SELECT repeat('x', 1000) FROM range(5000)",
+            limit=5000,
+            max_bytes=1_000_000,
+        )
     assert err.value.code == "too-large"
 
 
 def test_values_are_json_ready(db):
     set_prices(db, ("h100", "1.85", "2026-01-01"))
     open_intervals(db, [row(1, 1_767_225_600_123)])  # 2026-01-01T00:00:00.123Z
-    res = run_readonly(db.cursor(), """
+    res = run_readonly(
+        db.cursor(),
+        """
         SELECT interval_id, gpus, per_gpu_hour, start_at, end_at, CAST(start_at AS DATE) AS d,
                'nan'::DOUBLE AS n, INTERVAL 90 MINUTE AS i, [1, 2] AS l,
                {'a': 1.5::DECIMAL(4,2)} AS s,
                TIMESTAMPTZ '2026-01-01 01:00:00+00' AS tz
-        FROM usage_priced""")
+        FROM usage_priced""",
+    )
     assert res.columns[:3] == ["interval_id", "gpus", "per_gpu_hour"]
     assert res.types[1] == "DECIMAL(12,3)" and res.types[3] == "TIMESTAMP"
-    assert res.rows == [["t-1#1", "1.000", "1.850000", "2026-01-01T00:00:00.123Z", None,
-                         "2026-01-01", "NaN", 5400, [1, 2], {"a": "1.50"},
-                         "2026-01-01T01:00:00Z"]]
+    assert res.rows == [
+        [
+            "t-1#1",
+            "1.000",
+            "1.850000",
+            "2026-01-01T00:00:00.123Z",
+            None,
+            "2026-01-01",
+            "NaN",
+            5400,
+            [1, 2],
+            {"a": "1.50"},
+            "2026-01-01T01:00:00Z",
+        ]
+    ]
     json.dumps(res.to_json(), allow_nan=False)
     assert res.elapsed_ms >= 0
 

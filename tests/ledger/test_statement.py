@@ -21,35 +21,65 @@ from kliqued.ledger.statement import UnknownGroup, allocate_cents, build, round_
 from .conftest import ms, row, set_prices
 
 NOV = date(2026, 11, 1)
-PATHS = {"north": "north", "ml": "north/ml", "team-a": "north/ml/team-a",
-         "team-b": "north/ml/team-b", "south": "south", "ops": "south/ops",
-         "team-c": "south/ops/team-c"}
+PATHS = {
+    "north": "north",
+    "ml": "north/ml",
+    "team-a": "north/ml/team-a",
+    "team-b": "north/ml/team-b",
+    "south": "south",
+    "ops": "south/ops",
+    "team-c": "south/ops/team-c",
+}
 
 
 @pytest.fixture
 def ledger(db):
     """Thirds of a cent everywhere: 1/3 GPU for 1 h at 0.01/GPU-hour is 0.00333..."""
-    set_prices(db, ("h100", "2.35", "2026-01-01"), ("h100", "1.95", "2026-11-15"),
-               ("l4", "0.01", "2026-01-01"))
+    set_prices(
+        db,
+        ("h100", "2.35", "2026-01-01"),
+        ("h100", "1.95", "2026-11-15"),
+        ("l4", "0.01", "2026-01-01"),
+    )
     a, b, c = PATHS["team-a"], PATHS["team-b"], PATHS["team-c"]
     rows = [
-        row(1, "2026-10-31T23:00", group_path=a),                          # crosses in
+        row(1, "2026-10-31T23:00", group_path=a),  # crosses in
         row(2, "2026-11-02T08:00", group_path=a, project="rlhf", gpus_milli=333),
         row(3, "2026-11-16T08:00", group_path=a, project="rlhf", gpus_milli=333),
-        row(4, "2026-11-03T00:00", user="bob", group="team-b", group_path=b,
-            gpu_type="l4", gpus_milli=333),
-        row(5, "2026-11-04T00:00", user="bob", group="team-b", group_path=b,
-            gpu_type="l4", gpus_milli=333, project=None),
+        row(
+            4,
+            "2026-11-03T00:00",
+            user="bob",
+            group="team-b",
+            group_path=b,
+            gpu_type="l4",
+            gpus_milli=333,
+        ),
+        row(
+            5,
+            "2026-11-04T00:00",
+            user="bob",
+            group="team-b",
+            group_path=b,
+            gpu_type="l4",
+            gpus_milli=333,
+            project=None,
+        ),
         row(6, "2026-11-05T00:00", user="carl", group="team-c", group_path=c),
-        row(7, "2026-11-29T00:00", group_path=a, project="rlhf"),            # open
+        row(7, "2026-11-29T00:00", group_path=a, project="rlhf"),  # open
     ]
     open_intervals(db, rows)
-    close_intervals(db, [("t-1#1", ms("2026-11-01T02:00"), "finished"),
-                         ("t-2#1", ms("2026-11-02T09:00:00.001"), "finished"),
-                         ("t-3#1", ms("2026-11-16T09:00:00.001"), "finished"),
-                         ("t-4#1", ms("2026-11-03T01:00"), "finished"),
-                         ("t-5#1", ms("2026-11-04T01:00"), "finished"),
-                         ("t-6#1", ms("2026-11-05T03:00"), "finished")])
+    close_intervals(
+        db,
+        [
+            ("t-1#1", ms("2026-11-01T02:00"), "finished"),
+            ("t-2#1", ms("2026-11-02T09:00:00.001"), "finished"),
+            ("t-3#1", ms("2026-11-16T09:00:00.001"), "finished"),
+            ("t-4#1", ms("2026-11-03T01:00"), "finished"),
+            ("t-5#1", ms("2026-11-04T01:00"), "finished"),
+            ("t-6#1", ms("2026-11-05T03:00"), "finished"),
+        ],
+    )
     return db
 
 
@@ -61,7 +91,9 @@ def ledger_total(db, group) -> Decimal:
     """The ledger's own figure: usage_monthly's exact month total, rounded half up once."""
     exact = db.execute(
         "SELECT sum(cost) FROM usage_monthly WHERE month = DATE '2026-11-01' "
-        "AND list_contains(string_split(group_path, '/'), ?)", [group]).fetchone()[0]
+        "AND list_contains(string_split(group_path, '/'), ?)",
+        [group],
+    ).fetchone()[0]
     return exact.quantize(Decimal("0.01"), ROUND_HALF_UP)
 
 
@@ -74,12 +106,14 @@ def test_the_total_is_the_ledgers_to_the_cent(ledger, group):
 
 def test_lines_by_team_project_user_gpu_type_and_price(ledger):
     st_ = statement(ledger, "ml")
-    keys = [(x["group"], x["project"], x["user"], x["gpu_type"], x["per_gpu_hour"])
-            for x in st_["lines"]]
+    keys = [
+        (x["group"], x["project"], x["user"], x["gpu_type"], x["per_gpu_hour"])
+        for x in st_["lines"]
+    ]
     assert keys == [
         ("team-a", "llm", "alice", "h100", "2.350000"),
         ("team-a", "rlhf", "alice", "h100", "2.350000"),
-        ("team-a", "rlhf", "alice", "h100", "1.950000"),   # the price changed on the 15th
+        ("team-a", "rlhf", "alice", "h100", "1.950000"),  # the price changed on the 15th
         ("team-b", None, "bob", "l4", "0.010000"),
         ("team-b", "llm", "bob", "l4", "0.010000"),
     ]
@@ -100,17 +134,17 @@ def test_cents_lost_to_rounding_go_to_the_largest_remainders(ledger):
 def test_allocate_cents_examples():
     third = Fraction(1, 300)  # a third of a cent, three times: one cent, to the first line
     assert allocate_cents([third, third, third]) == (
-        [Decimal("0.01"), Decimal("0.00"), Decimal("0.00")], Decimal("0.01"))
+        [Decimal("0.01"), Decimal("0.00"), Decimal("0.00")],
+        Decimal("0.01"),
+    )
     assert allocate_cents([Fraction(5, 1000)]) == ([Decimal("0.01")], Decimal("0.01"))
     lines, total = allocate_cents([Fraction(4, 1000)] * 3)  # 0.012 -> 0.01: one line 0.01
-    assert total == Decimal("0.01") and sorted(lines) == [Decimal(0), Decimal(0),
-                                                           Decimal("0.01")]
+    assert total == Decimal("0.01") and sorted(lines) == [Decimal(0), Decimal(0), Decimal("0.01")]
     assert round_cent(Fraction(1, 200)) == Decimal("0.01")  # half up
     assert round_cent(Fraction(4999, 1_000_000)) == Decimal("0.00")
 
 
-@given(st.lists(st.fractions(min_value=0, max_value=10_000, max_denominator=10**9),
-                max_size=40))
+@given(st.lists(st.fractions(min_value=0, max_value=10_000, max_denominator=10**9), max_size=40))
 def test_the_rounding_rule_holds_for_any_lines(exact):
     lines, total = allocate_cents(exact)
     assert sum(lines, Decimal(0)) == total
@@ -132,10 +166,12 @@ def test_a_group_gone_from_the_estate_still_has_its_history(ledger):
 
 
 def test_budgets_used(ledger):
-    pol = SimpleNamespace(name="team-a", group="team-a",
-                          budget=SimpleNamespace(hours_milli=100_000, period="month"))
-    other = SimpleNamespace(name="team-c", group="team-c",
-                            budget=SimpleNamespace(hours_milli=5_000, period="month"))
+    pol = SimpleNamespace(
+        name="team-a", group="team-a", budget=SimpleNamespace(hours_milli=100_000, period="month")
+    )
+    other = SimpleNamespace(
+        name="team-c", group="team-c", budget=SimpleNamespace(hours_milli=5_000, period="month")
+    )
     st_ = statement(ledger, "ml", policies=[pol, other])
     assert [b["policy"] for b in st_["budgets"]] == ["team-a"]  # team-c is not under ml
     assert st_["budgets"][0]["hours"] == "100"

@@ -21,10 +21,10 @@ from tests.harness.daemon import Server
 
 @dataclass
 class Tokens:
-    bob: str      # team-a user
-    alice: str    # team-a user and admin
-    erin: str     # team-b user
-    worker: str   # worker:pool-1
+    bob: str  # team-a user
+    alice: str  # team-a user and admin
+    erin: str  # team-b user
+    worker: str  # worker:pool-1
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +38,12 @@ def server(tmp_path_factory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def tokens(server: Server) -> Tokens:
-    return Tokens(bob=server.token({"user": "bob"}), alice=server.token({"user": "alice"}),
-                  erin=server.token({"user": "erin"}),
-                  worker=server.token({"worker": True, "pool": "pool-1"}))
+    return Tokens(
+        bob=server.token({"user": "bob"}),
+        alice=server.token({"user": "alice"}),
+        erin=server.token({"user": "erin"}),
+        worker=server.token({"worker": True, "pool": "pool-1"}),
+    )
 
 
 @asynccontextmanager
@@ -54,12 +57,16 @@ async def mcp_client(url: str, token: str | None) -> AsyncIterator[Client]:
 
 def call(url: str, token: str, tool: str, args: dict[str, Any] | None = None) -> Any:
     """One tool call in a fresh client: ``(is_error, structured content or text)``."""
+
     async def go() -> Any:
         async with mcp_client(url, token) as c:
             res = await c.call_tool(tool, args or {})
             text = "".join(getattr(b, "text", "") for b in res.content)
             if res.is_error:
                 return True, text
-            return False, res.structured_content if res.structured_content is not None \
-                else json.loads(text)
+            return (
+                False,
+                res.structured_content if res.structured_content is not None else json.loads(text),
+            )
+
     return asyncio.run(go())

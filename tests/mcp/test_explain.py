@@ -17,12 +17,21 @@ def test_every_reason_kind_of_the_api_is_explained() -> None:
 
 def test_a_task_s_state_decides_what_is_explained() -> None:
     base = {"id": "t-1", "resource": "a/b", "pool": None, "position": 3}
-    waiting = explain({**base, "state": "queued",
-                       "waiting_reason": {"kind": "order", "text": "behind 2 tasks in a/b"}})
+    waiting = explain(
+        {
+            **base,
+            "state": "queued",
+            "waiting_reason": {"kind": "order", "text": "behind 2 tasks in a/b"},
+        }
+    )
     assert (waiting["kind"], waiting["reason"], waiting["position"]) == (
-        "order", "behind 2 tasks in a/b", 3)
-    ended = explain({**base, "state": "ended", "waiting_reason": None,
-                     "end": {"text": "failed: exit code 3"}})
+        "order",
+        "behind 2 tasks in a/b",
+        3,
+    )
+    ended = explain(
+        {**base, "state": "ended", "waiting_reason": None, "end": {"text": "failed: exit code 3"}}
+    )
     assert (ended["kind"], ended["reason"]) == ("ended", "failed: exit code 3")
     running = explain({**base, "state": "running", "waiting_reason": None})
     assert running["kind"] == "running" and running["reason"] is None

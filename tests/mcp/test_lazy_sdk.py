@@ -8,8 +8,11 @@ import sys
 
 
 def test_the_daemon_starts_without_the_mcp_sdk() -> None:
-    code = ("import sys, kliqued.daemon.server, kliqued.daemon.api.app\n"
-            "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
+    code = (
+        "import sys, kliqued.daemon.server, kliqued.daemon.api.app\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"

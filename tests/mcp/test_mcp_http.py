@@ -20,8 +20,17 @@ from tests.harness.wait import wait_for
 
 from .conftest import Tokens, call, mcp_client
 
-TOOLS = {"whoami", "list_resources", "submit_task", "show_task", "explain_task",
-         "cancel_task", "read_log", "budget", "list_pools"}
+TOOLS = {
+    "whoami",
+    "list_resources",
+    "submit_task",
+    "show_task",
+    "explain_task",
+    "cancel_task",
+    "read_log",
+    "budget",
+    "list_pools",
+}
 
 
 def _url(s: Server) -> str:
@@ -29,24 +38,29 @@ def _url(s: Server) -> str:
 
 
 def _submit(s: Server, token: str, **kw) -> dict:
-    err, task = call(_url(s), token, "submit_task",
-                     {"resource": "team-a/one", "command": ["python", "train.py"], **kw})
+    err, task = call(
+        _url(s),
+        token,
+        "submit_task",
+        {"resource": "team-a/one", "command": ["python", "train.py"], **kw},
+    )
     assert not err, task
     return task
 
 
-def test_the_tools_are_listed_and_act_as_the_token_s_user(server: Server,
-                                                          tokens: Tokens) -> None:
+def test_the_tools_are_listed_and_act_as_the_token_s_user(server: Server, tokens: Tokens) -> None:
     async def go() -> set[str]:
         async with mcp_client(_url(server), tokens.bob) as c:
             return {t.name for t in (await c.list_tools()).tools}
+
     assert asyncio.run(go()) == TOOLS
     err, me = call(_url(server), tokens.bob, "whoami")
     assert not err and me["principal"] == "user:bob" and me["groups"] == ["team-a"]
 
 
-def test_a_submission_is_the_user_s_with_channel_mcp_everywhere(server: Server,
-                                                                tokens: Tokens) -> None:
+def test_a_submission_is_the_user_s_with_channel_mcp_everywhere(
+    server: Server, tokens: Tokens
+) -> None:
     t = _submit(server, tokens.bob, labels={"run": "r1"})
     assert (t["user"], t["actor"], t["channel"]) == ("bob", "user:bob", "mcp")
     # the API, the event log (the audit trail) and the ledger say the same
@@ -58,8 +72,12 @@ def test_a_submission_is_the_user_s_with_channel_mcp_everywhere(server: Server,
     assert server.ok("POST", "/v1/ledger/sql", {"sql": sql})["rows"] == [["bob", "mcp"]]
     err, shown = call(_url(server), tokens.bob, "show_task", {"task_id": t["id"]})
     assert not err and shown["id"] == t["id"] and shown["explained"]["task"] == t["id"]
-    err, done = call(_url(server), tokens.bob, "cancel_task",
-                     {"task_id": t["id"], "reason": "agent was asked to"})
+    err, done = call(
+        _url(server),
+        tokens.bob,
+        "cancel_task",
+        {"task_id": t["id"], "reason": "agent was asked to"},
+    )
     assert not err and done["state"] == "ended"
     ev = server.ok("GET", f"/v1/events?task={t['id']}&kind=cancelled")["events"][0]
     assert ev["actor"] == "user:bob" and ev["data"]["channel"] == "mcp"
@@ -70,18 +88,21 @@ def test_an_agent_cannot_do_what_its_user_cannot(server: Server, tokens: Tokens)
     bobs = _submit(server, tokens.bob)
     before = len(server.ok("GET", "/v1/tasks?limit=1000")["tasks"])
     # erin (team-b) acting through her agent: bob's task does not exist for her
-    for tool, args in (("show_task", {"task_id": bobs["id"]}),
-                       ("explain_task", {"task_id": bobs["id"]}),
-                       ("cancel_task", {"task_id": bobs["id"]}),
-                       ("read_log", {"task_id": bobs["id"]})):
+    for tool, args in (
+        ("show_task", {"task_id": bobs["id"]}),
+        ("explain_task", {"task_id": bobs["id"]}),
+        ("cancel_task", {"task_id": bobs["id"]}),
+        ("read_log", {"task_id": bobs["id"]}),
+    ):
         err, text = call(_url(server), tokens.erin, tool, args)
         assert err and f"no task {bobs['id']} (404 not-found)" in text, (tool, text)
     # ... exactly as a task that does not exist at all
     err, text = call(_url(server), tokens.erin, "show_task", {"task_id": "t-00000000000000"})
     assert err and "no task t-00000000000000 (404 not-found)" in text
     # nor may she send work to team-a's resources: the refusal names what she may use
-    err, text = call(_url(server), tokens.erin, "submit_task",
-                     {"resource": "team-a/one", "command": ["true"]})
+    err, text = call(
+        _url(server), tokens.erin, "submit_task", {"resource": "team-a/one", "command": ["true"]}
+    )
     assert err and "422 submission-refused" in text and "erin may submit to team-b/" in text
     assert len(server.ok("GET", "/v1/tasks?limit=1000")["tasks"]) == before
     assert server.ok("GET", f"/v1/tasks/{bobs['id']}")["state"] != "ended"
@@ -103,15 +124,24 @@ def test_an_agent_cannot_do_what_its_user_cannot(server: Server, tokens: Tokens)
     assert not err and done["end"]["by"] == "user:alice"
 
 
-def _raw(server: Server, token: str | None, body: bytes = b"{}",
-         headers: dict[str, str] | None = None, method: str = "POST",
-         path: str = "/mcp") -> tuple[int, dict, bytes]:
-    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-         **(headers or {})}
+def _raw(
+    server: Server,
+    token: str | None,
+    body: bytes = b"{}",
+    headers: dict[str, str] | None = None,
+    method: str = "POST",
+    path: str = "/mcp",
+) -> tuple[int, dict, bytes]:
+    h = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        **(headers or {}),
+    }
     if token is not None:
         h["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(server.url + path, data=body if method == "POST" else None,
-                                 method=method, headers=h)
+    req = urllib.request.Request(
+        server.url + path, data=body if method == "POST" else None, method=method, headers=h
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, dict(r.headers), r.read()
@@ -119,10 +149,13 @@ def _raw(server: Server, token: str | None, body: bytes = b"{}",
         return e.code, dict(e.headers), e.read()
 
 
-@pytest.mark.parametrize("token, says", [
-    (None, "no token"), ("kq_forged-0000000000000000000000000000000000000", "unknown token")])
+@pytest.mark.parametrize(
+    "token, says",
+    [(None, "no token"), ("kq_forged-0000000000000000000000000000000000000", "unknown token")],
+)
 def test_no_token_or_a_forged_one_is_a_401_in_the_mcp_authorization_shape(
-        server: Server, token: str | None, says: str) -> None:
+    server: Server, token: str | None, says: str
+) -> None:
     init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
     status, headers, body = _raw(server, token, init)
     assert status == 401
@@ -133,21 +166,20 @@ def test_no_token_or_a_forged_one_is_a_401_in_the_mcp_authorization_shape(
     assert meta in www
     assert json.loads(body)["error"]["code"] == "unauthenticated"
     doc = server.ok("GET", "/.well-known/oauth-protected-resource/mcp", token=None)
-    assert doc["resource"] == f"{server.url}/mcp" and doc["bearer_methods_supported"] == [
-        "header"]
+    assert doc["resource"] == f"{server.url}/mcp" and doc["bearer_methods_supported"] == ["header"]
     # the SDK's client fails to connect, and nothing was submitted by anyone
     before = len(server.ok("GET", "/v1/tasks?limit=1000")["tasks"])
 
     async def go() -> None:
         async with mcp_client(_url(server), token) as c:
             await c.call_tool("submit_task", {"resource": "team-a/one", "command": ["x"]})
+
     with pytest.raises(Exception):
         asyncio.run(go())
     assert len(server.ok("GET", "/v1/tasks?limit=1000")["tasks"]) == before
 
 
-def test_a_revoked_token_and_a_worker_token_are_refused(server: Server,
-                                                       tokens: Tokens) -> None:
+def test_a_revoked_token_and_a_worker_token_are_refused(server: Server, tokens: Tokens) -> None:
     made = server.ok("POST", "/v1/tokens", {"user": "bob", "name": "agent"}, expect=201)
     err, me = call(_url(server), made["token"], "whoami")
     assert not err and me["principal"] == "user:bob"
@@ -160,12 +192,10 @@ def test_a_revoked_token_and_a_worker_token_are_refused(server: Server,
 
 def test_bad_input_is_a_clear_tool_error(server: Server, tokens: Tokens) -> None:
     cases: list[tuple[str, dict[str, Any], str]] = [
-        ("submit_task", {"resource": "team-a/nope", "command": ["true"]},
-         "422 submission-refused"),
+        ("submit_task", {"resource": "team-a/nope", "command": ["true"]}, "422 submission-refused"),
         ("submit_task", {"resource": "team-a/one", "command": []}, "needs `command`"),
         ("submit_task", {"resource": "team-a/one", "command": ["a\x00b"]}, "/command/0"),
-        ("submit_task", {"resource": "team-a/sized", "command": ["x"], "gpus": 0.0001},
-         "400"),
+        ("submit_task", {"resource": "team-a/sized", "command": ["x"], "gpus": 0.0001}, "400"),
         ("submit_task", {"resource": "team-a/one"}, "command"),
         ("cancel_task", {"task_id": "t-nope", "reason": "x" * 2000}, "at most 1024"),
         ("read_log", {"task_id": "t-nope", "max_bytes": 0}, "max_bytes 1 to"),
@@ -179,13 +209,17 @@ def test_bad_input_is_a_clear_tool_error(server: Server, tokens: Tokens) -> None
         assert "Traceback" not in text
 
 
-def test_malformed_protocol_messages_are_refused_not_crashed(server: Server,
-                                                             tokens: Tokens) -> None:
-    for body, headers in ((b"{}", None), (b"not json", None), (b"[]", None),
-                          (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
-                           b'"params": {"name": "nope"}}', None),
-                          (b"{}", {"Content-Type": "text/plain"}),
-                          (b"{}", {"Accept": "text/html"})):
+def test_malformed_protocol_messages_are_refused_not_crashed(
+    server: Server, tokens: Tokens
+) -> None:
+    for body, headers in (
+        (b"{}", None),
+        (b"not json", None),
+        (b"[]", None),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "nope"}}', None),
+        (b"{}", {"Content-Type": "text/plain"}),
+        (b"{}", {"Accept": "text/html"}),
+    ):
         status, _, answer = _raw(server, tokens.bob, body, headers)
         assert 200 <= status < 500, (body, status, answer)
     for method in ("GET", "DELETE"):  # stateless: no stream to hold open, no session
@@ -198,8 +232,10 @@ def test_malformed_protocol_messages_are_refused_not_crashed(server: Server,
 def test_explain_a_waiting_task_and_read_its_log(server: Server, tokens: Tokens) -> None:
     # fill team-a's pool-1 (4 GPUs, team-a's limit is 10): the fifth one waits for capacity
     ids = [_submit(server, tokens.alice)["id"] for _ in range(5)]
-    wait_for(lambda: server.ok("GET", f"/v1/tasks/{ids[-1]}")["waiting_reason"]["kind"]
-             != "pending", timeout=10)
+    wait_for(
+        lambda: server.ok("GET", f"/v1/tasks/{ids[-1]}")["waiting_reason"]["kind"] != "pending",
+        timeout=10,
+    )
     err, why = call(_url(server), tokens.alice, "explain_task", {"task_id": ids[-1]})
     assert not err and why["kind"] == "capacity" and "no room in pools pool-1" in why["reason"]
     assert "free" in why["what_you_can_do"]
@@ -210,17 +246,23 @@ def test_explain_a_waiting_task_and_read_its_log(server: Server, tokens: Tokens)
     w.register()
     leases = w.lease()
     lease = next(x for x in leases if x["task"] in ids)
-    st, _ = w.call("POST", f"/v1/tasks/{lease['task']}/log?offset=0&epoch={lease['epoch']}",
-                   raw="epoch 1 loss 0.25\n".encode())
+    st, _ = w.call(
+        "POST",
+        f"/v1/tasks/{lease['task']}/log?offset=0&epoch={lease['epoch']}",
+        raw="epoch 1 loss 0.25\n".encode(),
+    )
     assert st == 200
     err, log = call(_url(server), tokens.alice, "read_log", {"task_id": lease["task"]})
     assert not err and log["text"] == "epoch 1 loss 0.25\n" and log["attempts"] == [1]
     assert log["next_offset"] == len("epoch 1 loss 0.25\n") and log["complete"] is False
-    err, log = call(_url(server), tokens.alice, "read_log",
-                    {"task_id": lease["task"], "offset": 6, "max_bytes": 6})
+    err, log = call(
+        _url(server),
+        tokens.alice,
+        "read_log",
+        {"task_id": lease["task"], "offset": 6, "max_bytes": 6},
+    )
     assert log["text"] == "1 loss" and log["next_offset"] == 12
     err, pools = call(_url(server), tokens.alice, "list_pools")
     assert {p["name"] for p in pools["pools"]} == {"pool-1", "pool-2"}
     for t in ids:
         server.ok("POST", f"/v1/tasks/{t}/cancel")
-

@@ -34,8 +34,9 @@ async def _daemon(tmp: Path) -> tuple[Context, asyncio.Task]:
     runner = asyncio.create_task(seq.run())
     compiled = compile_dir(SMALL_ESTATE).estate
     assert compiled is not None
-    await seq.submit(lambda now, ov: d.prepare_estate(compiled, "test", "test", now, ov),
-                     barrier=True)
+    await seq.submit(
+        lambda now, ov: d.prepare_estate(compiled, "test", "test", now, ov), barrier=True
+    )
     return Context(d, seq, store, 3600.0, LogStore(tmp / "logs")), runner
 
 
@@ -47,9 +48,11 @@ async def _stop(c: Context, runner: asyncio.Task) -> None:
 
 async def _call(server: Any, who: Principal | None, tool: str, args: dict) -> Any:
     """One tool call as ``who`` through the SDK's in-process client."""
+
     async def go() -> Any:
         async with Client(server) as client:
             return await client.call_tool(tool, args)
+
     if who is None:
         return await go()
     with tools.acting_as(who):
@@ -65,8 +68,9 @@ def test_tools_in_process_act_as_the_principal(tmp_path: Path) -> None:
         c, runner = await _daemon(tmp_path)
         try:
             server = tools.build(c)
-            res = await _call(server, BOB, "submit_task",
-                              {"resource": "team-a/one", "command": ["true"]})
+            res = await _call(
+                server, BOB, "submit_task", {"resource": "team-a/one", "command": ["true"]}
+            )
             assert not res.is_error, _text(res)
             t = res.structured_content
             assert (t["user"], t["actor"], t["channel"]) == ("bob", "user:bob", "mcp")
@@ -74,9 +78,11 @@ def test_tools_in_process_act_as_the_principal(tmp_path: Path) -> None:
             assert rec.channel == "mcp" and rec.actor == "user:bob"
             # On a cursor of its own, as the daemon's readers do: the store's connection is
             # its writer's, and DuckDB refuses a second call on it while a commit runs.
-            rows = await c.store.read(lambda cur: cur.execute(
-                "SELECT actor, data->>'channel' FROM events WHERE kind = 'submitted'"
-            ).fetchall())
+            rows = await c.store.read(
+                lambda cur: cur.execute(
+                    "SELECT actor, data->>'channel' FROM events WHERE kind = 'submitted'"
+                ).fetchall()
+            )
             assert rows == [("user:bob", "mcp")]
             # erin's agent: not hers, not even visible
             res = await _call(server, ERIN, "cancel_task", {"task_id": t["id"]})
@@ -85,36 +91,40 @@ def test_tools_in_process_act_as_the_principal(tmp_path: Path) -> None:
             res = await _call(server, BOB, "cancel_task", {"task_id": t["id"]})
             assert not res.is_error and res.structured_content["state"] == "ended"
             # no identity at all: refused, nothing done
-            res = await _call(server, None, "submit_task",
-                              {"resource": "team-a/one", "command": ["true"]})
+            res = await _call(
+                server, None, "submit_task", {"resource": "team-a/one", "command": ["true"]}
+            )
             assert res.is_error and "unauthenticated" in _text(res)
             assert len(c.daemon.records) == 1
         finally:
             await _stop(c, runner)
+
     asyncio.run(go())
 
 
-@pytest.mark.parametrize("who, allowed", [(Principal("role", "finance"), False),
-                                          (Principal("role", "admin"), True)])
-def test_the_route_s_roles_apply_to_its_tool(tmp_path: Path, who: Principal,
-                                             allowed: bool) -> None:
+@pytest.mark.parametrize(
+    "who, allowed", [(Principal("role", "finance"), False), (Principal("role", "admin"), True)]
+)
+def test_the_route_s_roles_apply_to_its_tool(tmp_path: Path, who: Principal, allowed: bool) -> None:
     """finance may read budgets but not submit (submitTask is for users and admins); an
     admin's submission needs a user, as in the API."""
+
     async def go() -> None:
         c, runner = await _daemon(tmp_path)
         try:
             server = tools.build(c)
             res = await _call(server, who, "budget", {})
             assert not res.is_error and res.structured_content["policies"]
-            res = await _call(server, who, "submit_task",
-                              {"resource": "team-a/one", "command": ["true"]})
+            res = await _call(
+                server, who, "submit_task", {"resource": "team-a/one", "command": ["true"]}
+            )
             assert res.is_error
             if allowed:
                 assert "an admin sends work only on behalf of a user" in _text(res)
             else:
-                assert "may not call submitTask" in _text(res) and "(403 forbidden)" in \
-                    _text(res)
+                assert "may not call submitTask" in _text(res) and "(403 forbidden)" in _text(res)
             assert not c.daemon.records
         finally:
             await _stop(c, runner)
+
     asyncio.run(go())

@@ -18,17 +18,22 @@ V1 = ESTATES / "v1"
 V2 = ESTATES / "v2"
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Klique Test", "GIT_AUTHOR_EMAIL": "test@klique.invalid",
-    "GIT_COMMITTER_NAME": "Klique Test", "GIT_COMMITTER_EMAIL": "test@klique.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-05T10:00:00Z", "GIT_COMMITTER_DATE": "2026-01-05T10:00:00Z",
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "Klique Test",
+    "GIT_AUTHOR_EMAIL": "test@klique.invalid",
+    "GIT_COMMITTER_NAME": "Klique Test",
+    "GIT_COMMITTER_EMAIL": "test@klique.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-05T10:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-05T10:00:00Z",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
 }
 
 
 def git(repo: Path, *args: str) -> str:
     env = {**os.environ, **GIT_ENV}
-    done = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+    )
     return done.stdout.strip()
 
 

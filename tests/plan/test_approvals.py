@@ -38,6 +38,7 @@ groups:
 def plan_of(base: str, head: str) -> Plan:
     def side(text: str, label: str) -> Side:
         return Side(label, None, [SourceFile("estate/estate.yaml", text.encode())])
+
     plan = make_plan(side(base, "base"), side(head, "head"), "estate")
     assert plan.valid, plan.head.diagnostics
     return plan
@@ -69,12 +70,22 @@ def test_moving_a_team_needs_both_departments() -> None:
 
 
 def test_shared_objects_go_to_it_and_a_profile_to_its_groups_too() -> None:
-    plan = plan_of(ORG, ORG.replace("capacity: 32", "capacity: 40")
-                   .replace("policies: [fin, cust, ops]", "policies: [cust, fin, ops]"))
+    plan = plan_of(
+        ORG,
+        ORG.replace("capacity: 32", "capacity: 40").replace(
+            "policies: [fin, cust, ops]", "policies: [cust, fin, ops]"
+        ),
+    )
     assert approvers(plan, "pool.onprem") == ["trent"]
     assert plan.approvals[0].approvers[0].role == "it"
-    assert set(approvers(plan, "profile.gpu1")) == {"mallory", "rupert", "ursula", "victor",
-                                                     "trent", "pat"}
+    assert set(approvers(plan, "profile.gpu1")) == {
+        "mallory",
+        "rupert",
+        "ursula",
+        "victor",
+        "trent",
+        "pat",
+    }
     assert plan.envelopes == ()  # a pool or profile changes no envelope's figures
 
 
@@ -104,6 +115,7 @@ policies: [{name: a, group: a, limit: 4}]
 groups: [{name: a, users: [al]}]
 """
     from compiler.plan.render_text import render_text
+
     plan = plan_of(flat, flat.replace("capacity: 8", "capacity: 9"))
     assert approvers(plan, "pool.p") == []
     assert "nobody named: set settings.approvers" in render_text(plan)
@@ -112,16 +124,19 @@ groups: [{name: a, users: [al]}]
 def test_handles_are_review_data_not_a_new_revision() -> None:
     """The engine never reads handles or approvers: editing them makes no plan change."""
     head = ORG.replace('ursula: "@ursula-nw"', 'ursula: "@ursula"').replace(
-        "settings:\n", "settings:\n  approvers: [ian]\n")
+        "settings:\n", "settings:\n  approvers: [ian]\n"
+    )
     plan = plan_of(ORG, head)
     assert plan.base.estate_revision == plan.head.estate_revision
     assert plan.changes == () and plan.approvals == ()
 
 
 def test_a_renamed_envelope_is_one_row_with_both_sides() -> None:
-    head = (ORG.replace("{name: digital, group: digital, reservation: 8, limit: 20,",
-                        "{name: digital-products, renamed_from: digital, group: digital,\n"
-                        "     reservation: 8, limit: 24,"))
+    head = ORG.replace(
+        "{name: digital, group: digital, reservation: 8, limit: 20,",
+        "{name: digital-products, renamed_from: digital, group: digital,\n"
+        "     reservation: 8, limit: 24,",
+    )
     plan = plan_of(ORG, head)
     (row,) = plan.envelopes
     assert row.name == "digital-products"

@@ -36,8 +36,9 @@ PAIRS = {"plan": ("v1", "v2"), "org": ("org1", "org2")}
 def test_golden(tmp_path: Path, capsys, fmt: str, pair: str) -> None:
     v1, v2 = PAIRS[pair]
     repo, base, head = two_commit_repo(tmp_path / "repo", ESTATES / v1, ESTATES / v2)
-    code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main", "--head", "change",
-                              "--format", fmt)
+    code, out, err = run_plan(
+        capsys, "--repo", str(repo), "--base", "main", "--head", "change", "--format", fmt
+    )
     assert code == 2, err
     assert str(tmp_path) not in out
     got = normalise(out, {"base": base, "head": head})
@@ -47,4 +48,5 @@ def test_golden(tmp_path: Path, capsys, fmt: str, pair: str) -> None:
     assert path.exists(), f"{path} is missing: run UPDATE_GOLDEN=1 pytest tests/plan"
     assert got == path.read_text(encoding="utf-8"), (
         f"the {fmt} rendering differs from {path}; if the change is intended, "
-        "run UPDATE_GOLDEN=1 pytest tests/plan and review the diff")
+        "run UPDATE_GOLDEN=1 pytest tests/plan and review the diff"
+    )

@@ -42,8 +42,9 @@ def test_changes_with_places_and_exit_2(repo: Path, capsys) -> None:
     # the rename is one change, and the policy that refers to the group shows no noise
     assert 'group "ml-team"' not in out.replace('group "ml-team" →', "")
     assert 'policy "team-b"' not in out
-    assert "each task of team-a on large now burns 4 instead of 2 budget hours per hour " \
-           "(+100%)" in out
+    assert (
+        "each task of team-a on large now burns 4 instead of 2 budget hours per hour (+100%)" in out
+    )
     assert "compute resource team-c/standard is removed" in out
     assert "\033[" not in out  # not a TTY: no colour
 
@@ -76,8 +77,9 @@ def test_invalid_head_prints_diagnostics_with_positions(repo: Path, capsys) -> N
     assert "estate/profiles.yaml:9:5: error[unknown-field]" in out
     assert "did you mean 'time_weight'?" in out
     assert "Plan failed: the head estate is invalid." in out
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--head", "HEAD",
-                            "--format", "github")
+    code, out, _ = run_plan(
+        capsys, "--repo", str(repo), "--base", "main", "--head", "HEAD", "--format", "github"
+    )
     assert code == 1
     assert "::error file=estate/profiles.yaml,line=9,col=5,title=unknown-field::" in out
 
@@ -136,23 +138,54 @@ def test_absent_estate_at_base_adds_everything(tmp_path: Path, capsys) -> None:
     commit_all(repo, "empty")
     put_estate(repo, V2, "clusters/estate")
     commit_all(repo, "first estate")
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD",
-                            "--estate-path", "clusters/estate/", "--format", "json")
+    code, out, _ = run_plan(
+        capsys,
+        "--repo",
+        str(repo),
+        "--base",
+        "HEAD~1",
+        "--head",
+        "HEAD",
+        "--estate-path",
+        "clusters/estate/",
+        "--format",
+        "json",
+    )
     assert code == 2
     plan = json.loads(out)
     assert plan["base"]["exists"] is False
     assert {c["action"] for c in plan["changes"]} == {"create"}
     assert plan["summary"]["remove"] == 0 and plan["summary"]["add"] == len(plan["changes"])
     assert any(c["source"]["file"] == "clusters/estate/pools/onprem.yaml" for c in plan["changes"])
-    code, _, err = run_plan(capsys, "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD",
-                            "--estate-path", "nowhere")
+    code, _, err = run_plan(
+        capsys,
+        "--repo",
+        str(repo),
+        "--base",
+        "HEAD~1",
+        "--head",
+        "HEAD",
+        "--estate-path",
+        "nowhere",
+    )
     assert code == 1 and "exists at neither revision" in err
 
 
 def test_output_file_is_written_and_exit_code_kept(repo: Path, tmp_path: Path, capsys) -> None:
     target = tmp_path / "out" / "plan.md"
-    code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main", "--head", "change",
-                              "--format", "markdown", "-o", str(target))
+    code, out, err = run_plan(
+        capsys,
+        "--repo",
+        str(repo),
+        "--base",
+        "main",
+        "--head",
+        "change",
+        "--format",
+        "markdown",
+        "-o",
+        str(target),
+    )
     assert code == 2 and out == ""
     text = target.read_text()
     assert text.startswith("<!-- klique-plan -->\n")
@@ -160,12 +193,16 @@ def test_output_file_is_written_and_exit_code_kept(repo: Path, tmp_path: Path, c
 
 
 def test_json_shape(repo: Path, capsys) -> None:
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--head", "change",
-                            "--format", "json")
+    code, out, _ = run_plan(
+        capsys, "--repo", str(repo), "--base", "main", "--head", "change", "--format", "json"
+    )
     plan = json.loads(out)
     assert plan["format_version"] == "1.0"
-    assert {k: plan["summary"][k] for k in ("add", "change", "remove")} == \
-        {"add": 1, "change": 5, "remove": 1}
+    assert {k: plan["summary"][k] for k in ("add", "change", "remove")} == {
+        "add": 1,
+        "change": 5,
+        "remove": 1,
+    }
     assert code == plan["exit_code"] == 2
     rename = next(c for c in plan["changes"] if c["action"] == "rename")
     assert rename["address"] == "group.ml-platform" and rename["previous_name"] == "ml-team"
@@ -188,6 +225,7 @@ def test_help_has_examples() -> None:
 
 def test_v1_and_v2_estates_are_valid() -> None:
     from compiler.api import compile_dir
+
     for d in (V1, V2):
         result = compile_dir(d)
         assert result.ok and not result.diagnostics, result.diagnostics

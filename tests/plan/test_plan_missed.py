@@ -53,7 +53,8 @@ def _revisions(repo: Path, capsys) -> tuple[str, str]:
 
 
 def test_an_alert_webhook_to_an_outside_url_is_a_change_that_it_approves(
-        tmp_path: Path, capsys) -> None:
+    tmp_path: Path, capsys
+) -> None:
     repo = _repo(tmp_path, {"settings.yaml": ("  approvers: [ian]\n", ALERTS)})
     base, head = _revisions(repo, capsys)
     assert base != head
@@ -66,8 +67,9 @@ def test_an_alert_webhook_to_an_outside_url_is_a_change_that_it_approves(
     # the outside place is named as an impact, and IT approves the change
     assert f"warn   alerts now go to 2 new places outside Klique: {WEBHOOK}" in out
     assert "  settings  ian (IT)" in out
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--head", "change",
-                            "--format", "json")
+    code, out, _ = run_plan(
+        capsys, "--repo", str(repo), "--base", "main", "--head", "change", "--format", "json"
+    )
     plan = json.loads(out)
     [approval] = plan["approvals"]
     assert approval["address"] == "settings"
@@ -75,8 +77,15 @@ def test_an_alert_webhook_to_an_outside_url_is_a_change_that_it_approves(
 
 
 def test_the_machines_behind_a_pool_are_a_change(tmp_path: Path, capsys) -> None:
-    repo = _repo(tmp_path, {"pools/onprem.yaml": (
-        "    capacity: 64\n", "    capacity: 64\n    nodes: {count: 8, gpus: 8}\n")})
+    repo = _repo(
+        tmp_path,
+        {
+            "pools/onprem.yaml": (
+                "    capacity: 64\n",
+                "    capacity: 64\n    nodes: {count: 8, gpus: 8}\n",
+            )
+        },
+    )
     base, head = _revisions(repo, capsys)
     assert base != head
     code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--head", "change")

@@ -31,11 +31,13 @@ def no_klique_env(monkeypatch, tmp_path):
 @pytest.fixture
 def run(capsys):
     """`kliqued ARGV...` in-process: (exit code, stdout, stderr)."""
+
     def call(argv):
         capsys.readouterr()
         rc = main(list(argv))
         out, err = capsys.readouterr()
         return rc, out, err
+
     return call
 
 
@@ -47,4 +49,5 @@ def as_user(server, monkeypatch, no_klique_env, run):
     def call(who: str, *argv: str):
         monkeypatch.setenv("KLIQUE_TOKEN", server.token(who))
         return run(argv)
+
     return call

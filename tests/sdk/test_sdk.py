@@ -43,13 +43,16 @@ def test_whoami_and_reading_the_estate(alice, finance):
 def test_submit_status_queue_cancel(alice, admin):
     admin.set_engine(False)  # keep the tasks queued while we look at the queue
     try:
-        first = alice.submit("llm-research/h100", command=["python", "train.py"],
-                             project="rlhf", labels={"run": "1"})
-        second = alice.submit("llm-research/h100", command="python eval.py --fast",
-                              project="evals")
+        first = alice.submit(
+            "llm-research/h100", command=["python", "train.py"], project="rlhf", labels={"run": "1"}
+        )
+        second = alice.submit("llm-research/h100", command="python eval.py --fast", project="evals")
         assert first["state"] == "queued" and first["user"] == "alice"
         assert first["labels"] == {"run": "1"} and second["command"] == [
-            "python", "eval.py", "--fast"]
+            "python",
+            "eval.py",
+            "--fast",
+        ]
         q = alice.queue("llm-research/h100")
         ids = [i["id"] for i in q["queue"]]
         assert ids.index(first["id"]) < ids.index(second["id"])
@@ -66,15 +69,18 @@ def test_submit_status_queue_cancel(alice, admin):
     assert alice.task(first["id"])["pool"]
     # The API shows a pass's placement as soon as the pass made it; its event is readable
     # once that cycle's commit lands (docs/daemon.md), milliseconds later.
-    assert wait_for(lambda: {"submitted", "placed"} <= {
-        e["kind"] for e in alice.events(task=first["id"])}), alice.events(task=first["id"])
+    assert wait_for(
+        lambda: {"submitted", "placed"} <= {e["kind"] for e in alice.events(task=first["id"])}
+    ), alice.events(task=first["id"])
 
 
 def test_idempotency_key_returns_the_first_answer(alice):
-    a = alice.submit("llm-research/h100", command=["true"], project="evals",
-                     idempotency_key="same-key-1")
-    b = alice.submit("llm-research/h100", command=["true"], project="evals",
-                     idempotency_key="same-key-1")
+    a = alice.submit(
+        "llm-research/h100", command=["true"], project="evals", idempotency_key="same-key-1"
+    )
+    b = alice.submit(
+        "llm-research/h100", command=["true"], project="evals", idempotency_key="same-key-1"
+    )
     assert a["id"] == b["id"]
     c = alice.submit("llm-research/h100", command=["true"], project="evals")  # a fresh key
     assert c["id"] != a["id"]
@@ -105,21 +111,26 @@ def test_refusals_carry_the_servers_error(server, alice, finance):
 
 def test_ledger_sql_as_finance(alice, finance):
     t = alice.submit("llm-research/h100", command=["sleep", "1"], project="evals")
-    assert wait_for(lambda: finance.ledger_sql(
-        f"SELECT count(*) FROM ledger WHERE task = '{t['id']}'")["rows"] == [[1]])
+    assert wait_for(
+        lambda: (
+            finance.ledger_sql(f"SELECT count(*) FROM ledger WHERE task = '{t['id']}'")["rows"]
+            == [[1]]
+        )
+    )
     res = finance.ledger_sql(f"""
         SELECT "user", project, gpus, per_gpu_hour, currency, start_at
         FROM usage_priced WHERE task = '{t["id"]}'""")
-    assert res["columns"] == ["user", "project", "gpus", "per_gpu_hour", "currency",
-                              "start_at"]
+    assert res["columns"] == ["user", "project", "gpus", "per_gpu_hour", "currency", "start_at"]
     user, project, gpus, price, currency, start = res["rows"][0]
     assert (user, project, gpus, currency) == ("alice", "evals", "1.000", "EUR")
     assert price in ("1.850000", "2.350000", "1.950000") and start.endswith("Z")
     res = finance.ledger_sql("SELECT * FROM range(50)", limit=5)
     assert res["truncated"] and len(res["rows"]) == 5
-    for sql, code in [("DELETE FROM ledger", "not-read-only"),
-                      ("SELECT 1; SELECT 2", "multiple-statements"),
-                      ("SELECT * FROM read_csv('/etc/passwd')", "not-allowed")]:
+    for sql, code in [
+        ("DELETE FROM ledger", "not-read-only"),
+        ("SELECT 1; SELECT 2", "multiple-statements"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "not-allowed"),
+    ]:
         with pytest.raises(KliqueError) as err:
             finance.ledger_sql(sql)
         assert err.value.code == code and err.value.status == 400
@@ -130,21 +141,32 @@ def test_export_csv_and_parquet(alice, finance, tmp_path):
     t = alice.submit("llm-research/h100", command=["true"], project="evals")
     assert wait_for(lambda: alice.task(t["id"])["state"] == "placed")
     alice.cancel(t["id"])
-    csv_path = finance.ledger_export("2026-01-01T00:00:00Z", "2100-01-01T00:00:00Z",
-                                     tmp_path / "l.csv")
+    csv_path = finance.ledger_export(
+        "2026-01-01T00:00:00Z", "2100-01-01T00:00:00Z", tmp_path / "l.csv"
+    )
     header = csv_path.read_text().splitlines()[0]
     assert header.startswith("interval_id,task,user,project,group")
     (tmp_path / "out").mkdir()  # an export creates no directory (issue 9, finding 15)
-    pq = finance.ledger_export("2026-01-01T00:00:00Z", "2100-01-01T00:00:00Z",
-                               tmp_path / "out" / "l.parquet", format="parquet")
-    rows = duckdb.connect().execute(
-        f"SELECT task, end_reason, typeof(start_at), typeof(gpus) FROM read_parquet('{pq}') "
-        f"WHERE task = '{t['id']}'").fetchall()
+    pq = finance.ledger_export(
+        "2026-01-01T00:00:00Z",
+        "2100-01-01T00:00:00Z",
+        tmp_path / "out" / "l.parquet",
+        format="parquet",
+    )
+    rows = (
+        duckdb.connect()
+        .execute(
+            f"SELECT task, end_reason, typeof(start_at), typeof(gpus) FROM read_parquet('{pq}') "
+            f"WHERE task = '{t['id']}'"
+        )
+        .fetchall()
+    )
     assert rows == [(t["id"], "cancelled", "TIMESTAMP", "DECIMAL(12,3)")]
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["l.csv", "l.parquet", "out"]
     with pytest.raises(KliqueError):
-        finance.ledger_export("2026-01-01T00:00:00Z", "2100-01-01T00:00:00Z",
-                              tmp_path / "x.xlsx", format="xlsx")
+        finance.ledger_export(
+            "2026-01-01T00:00:00Z", "2100-01-01T00:00:00Z", tmp_path / "x.xlsx", format="xlsx"
+        )
 
 
 def test_wrong_url_and_bad_token(server, no_klique_env):
@@ -180,15 +202,17 @@ contexts:
     token: kq_nope
 """)
     monkeypatch.setenv("KLIQUE_CONFIG", str(cfg))
-    assert Client.from_config().whoami()["name"] == "alice"        # current-context
+    assert Client.from_config().whoami()["name"] == "alice"  # current-context
     assert Client.from_config(context="finance").whoami()["roles"]  # --context
     # the environment beats the current context, an explicit --context beats the environment
     monkeypatch.setenv("KLIQUE_TOKEN", server.token("role:finance"))
     assert Client.from_config().whoami()["principal"] == "role:finance"
     assert Client.from_config(context="local").whoami()["name"] == "alice"
     # explicit arguments beat everything
-    assert Client.from_config(token=server.token("alice"),
-                              context="finance").whoami()["name"] == "alice"
+    assert (
+        Client.from_config(token=server.token("alice"), context="finance").whoami()["name"]
+        == "alice"
+    )
     assert Client.from_config(context="elsewhere").url == "http://127.0.0.1:9"
     with pytest.raises(ConfigError) as err:
         Client.from_config(context="nope")

@@ -14,7 +14,10 @@ from tests.harness.daemon import free_port
 
 def test_split_urls_takes_repeats_and_commas_once_in_order() -> None:
     assert split_urls(["http://a:1, http://b:2", "http://a:1", " ", "http://c:3"]) == [
-        "http://a:1", "http://b:2", "http://c:3"]
+        "http://a:1",
+        "http://b:2",
+        "http://c:3",
+    ]
     assert split_urls("http://a:1") == ["http://a:1"]
     assert split_urls(None) == []
 
@@ -35,8 +38,9 @@ def test_the_sdk_skips_a_daemon_that_is_not_there(server, no_klique_env) -> None
     k = Client([dead, server.url], server.token("alice"), failover_s=10)
     task = k.submit("llm-research/h100", command=["true"], project="rlhf")  # refused: safe
     assert k.url == server.url
-    assert Client(f"{dead},{server.url}", server.token("alice")).task(task["id"])["id"] == \
-        task["id"]
+    assert (
+        Client(f"{dead},{server.url}", server.token("alice")).task(task["id"])["id"] == task["id"]
+    )
 
 
 def test_with_one_url_a_dead_daemon_is_still_a_clear_error(no_klique_env) -> None:
@@ -45,8 +49,9 @@ def test_with_one_url_a_dead_daemon_is_still_a_clear_error(no_klique_env) -> Non
         Client(dead, "kq_x", retries=0).whoami()
 
 
-def test_the_cli_takes_url_repeated_and_klique_url_with_commas(server, run, monkeypatch,
-                                                                no_klique_env) -> None:
+def test_the_cli_takes_url_repeated_and_klique_url_with_commas(
+    server, run, monkeypatch, no_klique_env
+) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     token = server.token("alice")
     rc, out, err = run(["whoami", "--url", dead, "--url", server.url, "--token", token])

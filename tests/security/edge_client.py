@@ -12,14 +12,23 @@ from typing import Any
 from tests.harness.daemon import Server
 
 
-def send(server: Server, method: str, path: bytes | str, body: bytes | None = None,
-         token: str | None = None, headers: Mapping[str, bytes | str] | None = None,
-         timeout: float = 30) -> tuple[int, Any]:
+def send(
+    server: Server,
+    method: str,
+    path: bytes | str,
+    body: bytes | None = None,
+    token: str | None = None,
+    headers: Mapping[str, bytes | str] | None = None,
+    timeout: float = 30,
+) -> tuple[int, Any]:
     """(status, parsed JSON or raw bytes). ``path`` and header values may hold any bytes:
     the request is written on the socket as given."""
     target = path if isinstance(path, bytes) else path.encode()
-    lines = [method.encode() + b" " + target + b" HTTP/1.1", b"Host: 127.0.0.1",
-             b"Connection: close"]
+    lines = [
+        method.encode() + b" " + target + b" HTTP/1.1",
+        b"Host: 127.0.0.1",
+        b"Connection: close",
+    ]
     if token:
         lines.append(b"Authorization: Bearer " + token.encode())
     if body is not None:

@@ -23,8 +23,11 @@ def fs(tmp_path):
 
 
 def _beat(w: HttpWorker, tid: str, epoch: int, at: str) -> dict[str, Any]:
-    st, body = w.call("POST", f"/v1/workers/{w.id}/heartbeat", {"running": [
-        {"task": tid, "epoch": epoch, "state": "running", "checkpoint_at": at}]})
+    st, body = w.call(
+        "POST",
+        f"/v1/workers/{w.id}/heartbeat",
+        {"running": [{"task": tid, "epoch": epoch, "state": "running", "checkpoint_at": at}]},
+    )
     assert st == 200, body
     return body
 
@@ -36,7 +39,7 @@ def test_only_the_lease_holder_moves_a_checkpoint_and_never_before_the_placement
     other.register()
     tid = fs.submit(fs.erin, "team-b/one", ["sleep", "60"])
     wait_for(lambda: fs.task(tid)["state"] == "placed", 10, "placed")
-    lease, = holder.lease(wait=2)
+    (lease,) = holder.lease(wait=2)
     epoch = lease["epoch"]
     assert holder.report(tid, epoch, "started")[0] == 200
     placed_at = parse_iso([e for e in fs.events(tid) if e["kind"] == "placed"][0]["at"])
@@ -51,7 +54,7 @@ def test_only_the_lease_holder_moves_a_checkpoint_and_never_before_the_placement
     assert fs.events(tid, "task_checkpointed") == []
 
     _beat(holder, tid, epoch, ahead)  # ahead of the daemon's clock
-    ev, = wait_for(lambda: fs.events(tid, "task_checkpointed"), 10, "the checkpoint")
+    (ev,) = wait_for(lambda: fs.events(tid, "task_checkpointed"), 10, "the checkpoint")
     at = ev["data"]["at"]
     assert ev["data"]["clamped"] is True and ev["data"]["worker"] == "w-holder", ev
     assert placed_at <= at <= parse_iso(ev["at"]), (placed_at, ev)

@@ -19,8 +19,16 @@ import pytest
 from tests.daemon.fleet import FleetServer, HttpWorker
 from tests.harness.typed import present
 
-SHORT = ["--header-timeout", "2s", "--idle-timeout", "5s", "--body-timeout", "2s",
-         "--poll-wait", "5s"]
+SHORT = [
+    "--header-timeout",
+    "2s",
+    "--idle-timeout",
+    "5s",
+    "--body-timeout",
+    "2s",
+    "--poll-wait",
+    "5s",
+]
 
 
 def _connect(port: int) -> socket.socket:
@@ -76,6 +84,7 @@ def test_half_open_and_slowloris_connections_are_closed(short: FleetServer) -> N
                 loris_closed.set()
                 return
             stop.wait(1.0)
+
     t = threading.Thread(target=drip, daemon=True)
     t.start()
     try:
@@ -83,10 +92,12 @@ def test_half_open_and_slowloris_connections_are_closed(short: FleetServer) -> N
         assert max(_health_time(short) for _ in range(5)) < 2.0
         t0 = time.monotonic()
         for s in idle + partial:
-            assert _closed_by_peer(s, within=max(0.1, 6.0 - (time.monotonic() - t0))), \
+            assert _closed_by_peer(s, within=max(0.1, 6.0 - (time.monotonic() - t0))), (
                 "a connection that never finished its headers was left open"
-        assert _closed_by_peer(loris, within=5.0) or loris_closed.is_set(), \
+            )
+        assert _closed_by_peer(loris, within=5.0) or loris_closed.is_set(), (
             "a slowloris connection (one byte a second) was left open"
+        )
         assert _health_time(short) < 2.0
     finally:
         stop.set()
@@ -97,8 +108,7 @@ def test_half_open_and_slowloris_connections_are_closed(short: FleetServer) -> N
     assert len(text) < 20_000, f"{len(text)} bytes of log for 301 slow connections"
 
 
-def test_idle_keepalive_connection_is_closed_but_kept_between_requests(
-        short: FleetServer) -> None:
+def test_idle_keepalive_connection_is_closed_but_kept_between_requests(short: FleetServer) -> None:
     s = _connect(short.port)
     for _ in range(2):  # reused within the idle timeout: kept open
         s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -109,8 +119,7 @@ def test_idle_keepalive_connection_is_closed_but_kept_between_requests(
     s.close()
 
 
-def test_a_keepalive_connection_trickling_its_next_request_is_closed(short: FleetServer
-                                                                      ) -> None:
+def test_a_keepalive_connection_trickling_its_next_request_is_closed(short: FleetServer) -> None:
     """The header timeout restarts at the next request's first byte: a connection that made
     one good request and then sends headers a byte at a time is closed after 2 s, well before
     the idle timeout (5 s) would have closed it."""
@@ -136,9 +145,11 @@ def test_a_keepalive_connection_trickling_its_next_request_is_closed(short: Flee
 
 def test_slow_body_times_out_with_408(short: FleetServer) -> None:
     s = _connect(short.port)
-    s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Authorization: Bearer " + present(short.admin).encode() + b"\r\n"
-              b"Content-Length: 1000\r\n\r\n{\"resource\":")
+    s.sendall(
+        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + present(short.admin).encode() + b"\r\n"
+        b'Content-Length: 1000\r\n\r\n{"resource":'
+    )
     s.settimeout(6)
     data = b""
     try:
@@ -196,10 +207,10 @@ class _TlsServer(FleetServer):
         super().__init__(tmp, extra=[*SHORT, "--tls-cert", str(cert), "--tls-key", str(key)])
         self.url = f"https://127.0.0.1:{self.port}"
 
-    def call(self, method, path, body=None, token="admin", headers=None, raw=None,
-             timeout=30):
+    def call(self, method, path, body=None, token="admin", headers=None, raw=None, timeout=30):
         import ssl
         import urllib.request
+
         ctx = ssl.create_default_context()
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
         opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx))
@@ -214,9 +225,26 @@ class _TlsServer(FleetServer):
 @pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make a certificate")
 def test_tls_serves_and_a_connection_that_never_handshakes_is_closed(tmp_path: Path) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     s = _TlsServer(tmp_path, cert, key).start()
     try:
         silent = [_connect(s.port) for _ in range(20)]  # no ClientHello, ever

@@ -42,20 +42,21 @@ def server(tmp_path_factory):
 
 CMD = {"resource": "team-a/one", "command": ["true"]}
 API = [
-    ("GET", f"/v1/tasks/{LONG}", None),                       # an id in the path
-    ("GET", f"/v1/events?task={LONG}", None),                 # a query parameter
-    ("GET", f"/v1/policies/{LONG}", None),                    # a name in the path
+    ("GET", f"/v1/tasks/{LONG}", None),  # an id in the path
+    ("GET", f"/v1/events?task={LONG}", None),  # a query parameter
+    ("GET", f"/v1/policies/{LONG}", None),  # a name in the path
     ("POST", "/v1/tasks", {"resource": HUGE, "command": ["true"]}),  # a body field
-    ("POST", "/v1/tasks", {**CMD, "labels": {"a": HUGE}}),    # a label's value
-    ("POST", "/v1/tasks", {**CMD, "labels": {HUGE: "a"}}),    # a label's key
+    ("POST", "/v1/tasks", {**CMD, "labels": {"a": HUGE}}),  # a label's value
+    ("POST", "/v1/tasks", {**CMD, "labels": {HUGE: "a"}}),  # a label's key
     ("POST", "/v1/tasks", {**CMD, "project": HUGE}),
-    ("POST", "/v1/tasks", {**CMD, "gpus": HUGE}),             # the wrong type
-    ("POST", "/v1/tasks", {**CMD, HUGE: 1}),                  # an unknown property
+    ("POST", "/v1/tasks", {**CMD, "gpus": HUGE}),  # the wrong type
+    ("POST", "/v1/tasks", {**CMD, HUGE: 1}),  # an unknown property
 ]
 
 
-@pytest.mark.parametrize("method,path,body", API, ids=[f"{m} {p[:20]} {str(b)[:40]}"
-                                                       for m, p, b in API])
+@pytest.mark.parametrize(
+    "method,path,body", API, ids=[f"{m} {p[:20]} {str(b)[:40]}" for m, p, b in API]
+)
 def test_api_refusals_quote_an_excerpt(server, method, path, body) -> None:
     s, bob = server
     status, answer = s.call(method, path, body, bob)
@@ -100,7 +101,7 @@ steps:
 """A pipeline whose step needs a step, uses a parameter, or is given one: each unknown."""
 
 SITES = [
-    ("bob", "GET", f"/v1/resources/{LONG}/one/queue", None),   # no compute resource
+    ("bob", "GET", f"/v1/resources/{LONG}/one/queue", None),  # no compute resource
     ("bob", "GET", f"/v1/sessions/{LONG}", None),
     ("bob", "POST", f"/v1/sessions/{LONG}/stop", {}),
     ("bob", "GET", f"/v1/pipelines/{LONG}", None),
@@ -109,11 +110,11 @@ SITES = [
     ("admin", "DELETE", f"/v1/tokens/{LONG}", None),
     ("admin", "POST", f"/v1/tokens/{LONG}/rotate", {}),
     ("admin", "DELETE", f"/v1/workers/{LONG}", None),
-    ("admin", "POST", f"/v1/pools/{LONG}/autoscaler", {}),      # no pool (cloud)
-    ("worker", "POST", f"/v1/workers/{LONG}/heartbeat", {}),    # the worker protocol
+    ("admin", "POST", f"/v1/pools/{LONG}/autoscaler", {}),  # no pool (cloud)
+    ("worker", "POST", f"/v1/workers/{LONG}/heartbeat", {}),  # the worker protocol
     ("worker", "POST", f"/v1/workers/{LONG}/lease", {}),
-    ("bob", "GET", f"/v1/tasks?limit={LONG}", None),            # an integer parameter
-    ("bob", "GET", f"/v1/tasks?state={LONG}", None),            # a choice
+    ("bob", "GET", f"/v1/tasks?limit={LONG}", None),  # an integer parameter
+    ("bob", "GET", f"/v1/tasks?state={LONG}", None),  # a choice
     ("admin", "GET", f"/v1/demand?since={LONG}", None),
     ("finance", "GET", f"/v1/ledger/focus?period={LONG}", None),
     ("finance", "GET", f"/v1/ledger/statement?group={LONG}&period=2026-11", None),
@@ -132,26 +133,43 @@ SITES = [
     ("bob", "POST", "/v1/schedules", {**CMD, "cron": "0 3 * * * " + "A" * 200}),
     ("bob", "POST", "/v1/schedules", {**CMD, "cron": "A" * 200 + " 3 * * *"}),
     ("bob", "POST", "/v1/tasks", {**CMD, "resource": "team-a/" + "A" * 400}),
-    ("bob", "POST", "/v1/schedules", {**CMD, "cron": "0 3 * * *",
-                                      "resource": "team-a/" + "A" * 400}),
+    (
+        "bob",
+        "POST",
+        "/v1/schedules",
+        {**CMD, "cron": "0 3 * * *", "resource": "team-a/" + "A" * 400},
+    ),
     ("admin", "POST", "/v1/tokens", {"worker": True, "pool": "A" * 200}),  # schema: 256
     ("bob", "POST", "/v1/pipelines", {"text": PIPELINE.format(needs="A" * 3000, arg="x")}),
-    ("bob", "POST", "/v1/pipelines", {"text": PIPELINE.format(needs="", arg="${params."
-                                                              + "A" * 3000 + "}")}),
-    ("bob", "POST", "/v1/pipelines", {"text": PIPELINE.format(needs="", arg="x"),
-                                      "params": {"A" * 3000: "x"}}),
+    (
+        "bob",
+        "POST",
+        "/v1/pipelines",
+        {"text": PIPELINE.format(needs="", arg="${params." + "A" * 3000 + "}")},
+    ),
+    (
+        "bob",
+        "POST",
+        "/v1/pipelines",
+        {"text": PIPELINE.format(needs="", arg="x"), "params": {"A" * 3000: "x"}},
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
 def callers(server) -> dict[str, str]:
     s, bob = server
-    return {"bob": bob, "admin": s.admin or "", "finance": s.token({"role": "finance"}),
-            "worker": s.token({"worker": True, "pool": "pool-1"})}
+    return {
+        "bob": bob,
+        "admin": s.admin or "",
+        "finance": s.token({"role": "finance"}),
+        "worker": s.token({"worker": True, "pool": "pool-1"}),
+    }
 
 
-@pytest.mark.parametrize("who,method,path,body", SITES,
-                         ids=[f"{w} {m} {p[:28]} {str(b)[:40]}" for w, m, p, b in SITES])
+@pytest.mark.parametrize(
+    "who,method,path,body", SITES, ids=[f"{w} {m} {p[:28]} {str(b)[:40]}" for w, m, p, b in SITES]
+)
 def test_every_site_quotes_an_excerpt(server, callers, who, method, path, body) -> None:
     s, _ = server
     status, answer = s.call(method, path, body, callers[who])
@@ -162,8 +180,7 @@ def test_every_site_quotes_an_excerpt(server, callers, who, method, path, body) 
 
 def test_a_channel_header_is_quoted_as_an_excerpt(server) -> None:
     s, bob = server
-    status, answer = s.call("POST", "/v1/tasks", CMD, bob,
-                            headers={"X-Klique-Channel": LONG})
+    status, answer = s.call("POST", "/v1/tasks", CMD, bob, headers={"X-Klique-Channel": LONG})
     assert status == 400, answer
     message = answer["error"]["message"]
     _small_without_the_value(message)
@@ -175,9 +192,17 @@ def test_a_session_host_is_quoted_as_an_excerpt(tmp_path) -> None:
     caller's header."""
     import http.client
     from tests.harness.daemon import free_port
+
     port = free_port()
-    s = Server(tmp_path, extra=["--sessions-listen", f"127.0.0.1:{port}",
-                                "--sessions-domain", f"http://sessions.test:{port}"]).start()
+    s = Server(
+        tmp_path,
+        extra=[
+            "--sessions-listen",
+            f"127.0.0.1:{port}",
+            "--sessions-domain",
+            f"http://sessions.test:{port}",
+        ],
+    ).start()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
@@ -193,13 +218,20 @@ def test_a_session_host_is_quoted_as_an_excerpt(tmp_path) -> None:
     assert "(6001 characters)" in text, text
 
 
-DASHBOARD = ["/orchestration?window=", "/my-work?state=", "/usage?from=", "/usage?by=",
-             "/audit?kind=", "/usage/export?format="]
+DASHBOARD = [
+    "/orchestration?window=",
+    "/my-work?state=",
+    "/usage?from=",
+    "/usage?by=",
+    "/audit?kind=",
+    "/usage/export?format=",
+]
 
 
 @pytest.mark.parametrize("path", DASHBOARD)
 def test_dashboard_error_pages_quote_an_excerpt(server, path) -> None:
     from tests.web.browser import Browser
+
     s, _ = server
     b = Browser(s.url)
     b.sign_in(s.admin or "")

@@ -31,8 +31,7 @@ def umask_022():
 
 
 def _assert_private(paths: list[Path]) -> None:
-    wrong = {str(p): oct(_mode(p)) for p in paths
-             if _mode(p) != (0o700 if p.is_dir() else 0o600)}
+    wrong = {str(p): oct(_mode(p)) for p in paths if _mode(p) != (0o700 if p.is_dir() else 0o600)}
     assert not wrong, f"not private (want files 0600, dirs 0700): {wrong}"
 
 
@@ -43,11 +42,15 @@ def test_daemon_and_worker_files_are_private(tmp_path: Path, umask_022) -> None:
         wt = s.token({"worker": True, "pool": "bare"})
         erin = s.token({"user": "erin"})
         worker = RealWorker(s, wt, tmp_path / "w").start()
-        tid = s.submit(erin, "team-b/one", [PY, "-c", "import os; print('umask', "
-                                            "oct(os.umask(0)))"])
+        tid = s.submit(
+            erin, "team-b/one", [PY, "-c", "import os; print('umask', oct(os.umask(0)))"]
+        )
         wait_for(lambda: s.task(tid)["state"] == "ended", 30, "the task to end")
-        wait_for(lambda: "umask" in (s.call("GET", f"/v1/tasks/{tid}/log")[1] or ""), 10,
-                 "the task's log to come back")
+        wait_for(
+            lambda: "umask" in (s.call("GET", f"/v1/tasks/{tid}/log")[1] or ""),
+            10,
+            "the task's log to come back",
+        )
         log_text = s.call("GET", f"/v1/tasks/{tid}/log")[1]
         assert "umask 0o22" in log_text, f"the task did not get the worker's umask: {log_text}"
         # the daemon: database, WAL, task logs
@@ -70,8 +73,7 @@ def test_daemon_and_worker_files_are_private(tmp_path: Path, umask_022) -> None:
     assert "plain HTTP" not in s.log()  # loopback: nothing to warn about
 
 
-def test_a_database_made_0644_by_an_older_version_is_tightened(tmp_path: Path,
-                                                               umask_022) -> None:
+def test_a_database_made_0644_by_an_older_version_is_tightened(tmp_path: Path, umask_022) -> None:
     s = FleetServer(tmp_path).start()
     s.token({"user": "erin"})
     assert s.stop() == 0

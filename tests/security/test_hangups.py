@@ -20,9 +20,12 @@ BODY = b'{"resource": "team-a/one", "command": ["true"], "labels": {"a": "' + b"
 
 
 def _request(token: str, length: int) -> bytes:
-    return (b"POST /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
-            + token.encode() + b"\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % length)
+    return (
+        b"POST /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+        + token.encode()
+        + b"\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % length
+    )
 
 
 def _hang_up(port: int, data: bytes, reset: bool) -> None:

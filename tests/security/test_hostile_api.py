@@ -39,33 +39,80 @@ class Raw(str):
 
 
 RAW_LEAVES = [
-    "NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" + "0" * 400, "1e-400", "-0",
-    "99999999999999999999999", '"\\ud800"', '"a\\udfff"', '"\\udc80\\ud800"',
-    '"\\ud83d"', '"\\u0000"', '"x\\u0000y"', '"\\u001b[2J"', '"\\u0085"', '"\\u202e"',
-    '"\\t\\n\\r"', "[" * 980 + "]" * 980, '{"a":' * 400 + "1" + "}" * 400,
-    '"' + "x" * 200_000 + '"', '""', "[]", "{}", "null", "true",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "-1e400",
+    "1" + "0" * 400,
+    "1e-400",
+    "-0",
+    "99999999999999999999999",
+    '"\\ud800"',
+    '"a\\udfff"',
+    '"\\udc80\\ud800"',
+    '"\\ud83d"',
+    '"\\u0000"',
+    '"x\\u0000y"',
+    '"\\u001b[2J"',
+    '"\\u0085"',
+    '"\\u202e"',
+    '"\\t\\n\\r"',
+    "[" * 980 + "]" * 980,
+    '{"a":' * 400 + "1" + "}" * 400,
+    '"' + "x" * 200_000 + '"',
+    '""',
+    "[]",
+    "{}",
+    "null",
+    "true",
 ]
 """Values spliced into bodies verbatim."""
 
 HOSTILE_TEXT = [
-    "%00", "a%00b", "%ED%A0%80", "%FF%FE", "%C0%AF", "%0A%0D", "%1B%5B2J", "..%2F..%2Fetc",
-    "NaN", "Infinity", "1e400", "-1", "99999999999999999999999999", "x" * 4000, "",
-    "%E2%80%AE", "%F0%9F%98%80",
+    "%00",
+    "a%00b",
+    "%ED%A0%80",
+    "%FF%FE",
+    "%C0%AF",
+    "%0A%0D",
+    "%1B%5B2J",
+    "..%2F..%2Fetc",
+    "NaN",
+    "Infinity",
+    "1e400",
+    "-1",
+    "99999999999999999999999999",
+    "x" * 4000,
+    "",
+    "%E2%80%AE",
+    "%F0%9F%98%80",
 ]
 """Path and query values, already percent-encoded as a client would send them."""
 
 RAW_BYTES = [b"\xff", b"\xed\xa0\x80", b"a\x00b", b"\x1b[2J", b"\xc3\x28"]
 """Raw (not percent-encoded) bytes in the request target and headers."""
 
-RAW_AUTH = [b"Bearer kq_\xff", b"Bearer \xed\xa0\x80", b"Bearer kq_a\x01", b"\xff",
-            b"Bearer", b"Bearer kq_" + b"k" * 8100, b"Basic YTpi", b"Bearer kq_\x7f"]
+RAW_AUTH = [
+    b"Bearer kq_\xff",
+    b"Bearer \xed\xa0\x80",
+    b"Bearer kq_a\x01",
+    b"\xff",
+    b"Bearer",
+    b"Bearer kq_" + b"k" * 8100,
+    b"Basic YTpi",
+    b"Bearer kq_\x7f",
+]
 """Authorization headers no token has."""
 
 
 def _operations() -> list[tuple[str, str, dict[str, Any]]]:
     doc = document()
-    return [(method.upper(), path, op) for path, ops in doc["paths"].items()
-            for method, op in ops.items()]
+    return [
+        (method.upper(), path, op)
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+    ]
 
 
 OPS = _operations()
@@ -77,8 +124,14 @@ def _dump(v: Any) -> str:
     if isinstance(v, Raw):
         return str(v)
     if isinstance(v, dict):
-        return "{" + ",".join(f"{_dump(k) if isinstance(k, Raw) else json.dumps(k)}:"
-                              f"{_dump(x)}" for k, x in v.items()) + "}"
+        return (
+            "{"
+            + ",".join(
+                f"{_dump(k) if isinstance(k, Raw) else json.dumps(k)}:{_dump(x)}"
+                for k, x in v.items()
+            )
+            + "}"
+        )
     if isinstance(v, list):
         return "[" + ",".join(_dump(x) for x in v) + "]"
     return json.dumps(v, ensure_ascii=False)
@@ -89,12 +142,21 @@ leaf = st.one_of(
     st.text(max_size=12),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.booleans(), st.none())
-value = st.recursive(leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=4),
-    st.dictionaries(st.one_of(st.text(max_size=8),
-                              st.sampled_from(RAW_LEAVES[9:18]).map(Raw)), inner,
-                    max_size=4)), max_leaves=8)
+    st.booleans(),
+    st.none(),
+)
+value = st.recursive(
+    leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.one_of(st.text(max_size=8), st.sampled_from(RAW_LEAVES[9:18]).map(Raw)),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=8,
+)
 
 
 HOSTILE_STRINGS = [Raw(x) for x in RAW_LEAVES[9:18]]
@@ -127,10 +189,18 @@ def mutated(draw: st.DrawFn, plausible: Any) -> Any:
     return draw(value)
 
 
-EXTRA = {"command": ["python", "train.py"], "payload": {"a": ["b"]}, "name": "laptop",
-         "hostname": "gpu01", "labels": {"run": "r1"}, "project": "rlhf",
-         "gpu_free": [{"index": 0, "free": 0.5}], "message": "done", "signal": "SIGTERM",
-         "reports": [{"task": "t-01M8K8MWK70000", "epoch": 1, "event": "finished"}]}
+EXTRA = {
+    "command": ["python", "train.py"],
+    "payload": {"a": ["b"]},
+    "name": "laptop",
+    "hostname": "gpu01",
+    "labels": {"run": "r1"},
+    "project": "rlhf",
+    "gpu_free": [{"index": 0, "free": 0.5}],
+    "message": "done",
+    "signal": "SIGTERM",
+    "reports": [{"task": "t-01M8K8MWK70000", "epoch": 1, "event": "finished"}],
+}
 """Plausible values of fields the document's examples leave out."""
 
 
@@ -159,8 +229,7 @@ def bodies(draw: st.DrawFn, op: dict[str, Any]) -> bytes | None:
     if shape == "any":
         return _dump(draw(value)).encode("utf-8", "surrogatepass")
     names = _props(media["schema"])
-    for name in draw(st.lists(st.sampled_from(names), min_size=1, max_size=3,
-                              unique=True)):
+    for name in draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True)):
         seed = example.get(name, EXTRA.get(name))
         example[name] = draw(mutated(seed)) if seed is not None else draw(value)
     if draw(st.booleans()):
@@ -169,8 +238,7 @@ def bodies(draw: st.DrawFn, op: dict[str, Any]) -> bytes | None:
 
 
 @st.composite
-def targets(draw: st.DrawFn, path: str, op: dict[str, Any], plausible: dict[str, str]
-            ) -> bytes:
+def targets(draw: st.DrawFn, path: str, op: dict[str, Any], plausible: dict[str, str]) -> bytes:
     """The request target: path variables and query parameters, some hostile."""
     out = path.encode()
     query: list[bytes] = []
@@ -193,8 +261,7 @@ def targets(draw: st.DrawFn, path: str, op: dict[str, Any], plausible: dict[str,
                 continue
             choice = draw(st.sampled_from(["absent", "text", "raw"]))
             if choice == "text":
-                query.append(name.encode() + b"=" + draw(st.sampled_from(HOSTILE_TEXT))
-                             .encode())
+                query.append(name.encode() + b"=" + draw(st.sampled_from(HOSTILE_TEXT)).encode())
             elif choice == "raw":
                 query.append(name.encode() + b"=" + draw(st.sampled_from(RAW_BYTES)))
     if draw(st.booleans()):
@@ -208,9 +275,13 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     # onprem-baremetal) are valid there, so mutated examples reach deep.
     s = Server(tmp_path_factory.mktemp("hostile"), estate=EXAMPLE_ESTATE).start()
     tokens: dict[str, str | None] = {
-        "none": None, "admin": s.admin, "finance": s.token({"role": "finance"}),
-        "alice": s.token({"user": "alice"}), "bob": s.token({"user": "bob"}),
-        "worker": s.token({"worker": True, "pool": "onprem-baremetal"})}
+        "none": None,
+        "admin": s.admin,
+        "finance": s.token({"role": "finance"}),
+        "alice": s.token({"user": "alice"}),
+        "bob": s.token({"user": "bob"}),
+        "worker": s.token({"worker": True, "pool": "onprem-baremetal"}),
+    }
     revoked = s.ok("POST", "/v1/tokens", {"user": "carol"}, expect=201)
     s.ok("DELETE", f"/v1/tokens/{revoked['id']}", expect=204)
     tokens["revoked"] = revoked["token"]
@@ -218,15 +289,29 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     example = document()["paths"]["/v1/workers/register"]["post"]["requestBody"]
     reg = example["content"]["application/json"]["example"]
     s.worker_key = secrets.token_urlsafe(32)  # type: ignore[attr-defined]
-    s.ok("POST", "/v1/workers/register", reg, token=tokens["worker"],
-         headers={"X-Klique-Worker-Key": s.worker_key})  # type: ignore[attr-defined]
-    task = s.ok("POST", "/v1/tasks", {"resource": "llm-research/h100", "command": ["true"],
-                                      "project": "evals"},
-                token=tokens["alice"], expect=201)
+    s.ok(
+        "POST",
+        "/v1/workers/register",
+        reg,
+        token=tokens["worker"],
+        headers={"X-Klique-Worker-Key": s.worker_key},  # type: ignore[attr-defined]
+    )
+    task = s.ok(
+        "POST",
+        "/v1/tasks",
+        {"resource": "llm-research/h100", "command": ["true"], "project": "evals"},
+        token=tokens["alice"],
+        expect=201,
+    )
     s.tokens = tokens  # type: ignore[assignment]  # None: the request without a token
-    s.plausible = {"id": task["id"], "worker": reg["worker_id"],  # type: ignore
-                   "token": spare["id"], "policy": "llm-research", "profile": "h100",
-                   "name": "llm-research"}
+    s.plausible = {  # type: ignore[attr-defined]
+        "id": task["id"],
+        "worker": reg["worker_id"],
+        "token": spare["id"],
+        "policy": "llm-research",
+        "profile": "h100",
+        "name": "llm-research",
+    }
     yield s
     code = s.stop()
     assert code == 0, s.log()
@@ -240,16 +325,22 @@ def test_the_suite_covers_every_operation_the_daemon_serves(srv: Server) -> None
 
 
 @pytest.mark.parametrize("method,path,op", OPS, ids=[f"{m} {p}" for m, p, _ in OPS])
-def test_hostile_input_never_gets_a_5xx_nor_stops_the_daemon(srv: Server, method: str,
-                                                             path: str, op: dict) -> None:
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(who=st.sampled_from(sorted(srv.tokens)), body=bodies(op),  # type: ignore
-           target=targets(path, op, srv.plausible),  # type: ignore[attr-defined]
-           key=st.one_of(st.none(), st.sampled_from(RAW_BYTES)),
-           auth=st.one_of(st.none(), st.none(), st.sampled_from(RAW_AUTH)))
-    def check(who: str, body: bytes | None, target: bytes, key: bytes | None,
-              auth: bytes | None) -> None:
+def test_hostile_input_never_gets_a_5xx_nor_stops_the_daemon(
+    srv: Server, method: str, path: str, op: dict
+) -> None:
+    @settings(
+        max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(
+        who=st.sampled_from(sorted(srv.tokens)),
+        body=bodies(op),  # type: ignore
+        target=targets(path, op, srv.plausible),  # type: ignore[attr-defined]
+        key=st.one_of(st.none(), st.sampled_from(RAW_BYTES)),
+        auth=st.one_of(st.none(), st.none(), st.sampled_from(RAW_AUTH)),
+    )
+    def check(
+        who: str, body: bytes | None, target: bytes, key: bytes | None, auth: bytes | None
+    ) -> None:
         headers: dict[str, bytes | str] = {}
         if key is not None:
             headers["Idempotency-Key"] = key
@@ -260,9 +351,12 @@ def test_hostile_input_never_gets_a_5xx_nor_stops_the_daemon(srv: Server, method
             headers["Authorization"], token, who = auth, None, f"raw {auth[:20]!r}"
         status, data = send(srv, method, target, body, token, headers=headers, timeout=20)
         shown = (body or b"")[:300]
-        assert status < 500, (f"{method} {target[:200]!r} as {who}: {status} {data!r:.500}\n"
-                              f"body {shown!r}\nlog tail:\n{srv.log()[-2000:]}")
+        assert status < 500, (
+            f"{method} {target[:200]!r} as {who}: {status} {data!r:.500}\n"
+            f"body {shown!r}\nlog tail:\n{srv.log()[-2000:]}"
+        )
         assert alive(srv), f"{method} {target[:200]!r} as {who} stopped it:\n{srv.log()}"
+
     check()
 
 

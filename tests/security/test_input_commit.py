@@ -29,8 +29,15 @@ ALICE = Principal("user", "alice")
 
 
 def _fields(command: list[str]) -> dict:
-    return {"resource": "team-a/one", "user": "alice", "project": None, "gpus_milli": None,
-            "command": command, "payload": None, "labels": {}}
+    return {
+        "resource": "team-a/one",
+        "user": "alice",
+        "project": None,
+        "gpus_milli": None,
+        "command": command,
+        "payload": None,
+        "labels": {},
+    }
 
 
 async def _run(db: Path) -> tuple[list, Sequencer, Daemon]:
@@ -41,14 +48,17 @@ async def _run(db: Path) -> tuple[list, Sequencer, Daemon]:
     runner = asyncio.create_task(seq.run())
     compiled = compile_dir(SMALL_ESTATE).estate
     assert compiled is not None
-    await seq.submit(lambda now, ov: d.prepare_estate(compiled, "test", "test", now, ov),
-                     barrier=True)
+    await seq.submit(
+        lambda now, ov: d.prepare_estate(compiled, "test", "test", now, ov), barrier=True
+    )
 
     def bad(now: int, ov: object) -> Prepared:  # what the edge would refuse, let through
         return Prepared([Event("submitted", "t-bad", ALICE.text, data={"x": "\ud800"})])
 
-    good = [lambda now, ov, i=i: d.prepare_submit(ALICE, _fields(["echo", str(i)]), None,
-                                                  now, ov) for i in range(3)]
+    good = [
+        lambda now, ov, i=i: d.prepare_submit(ALICE, _fields(["echo", str(i)]), None, now, ov)
+        for i in range(3)
+    ]
     # One batch: nothing yields between these submissions, so one cycle takes all four.
     futs = [asyncio.ensure_future(seq.submit(f)) for f in (good[0], bad, good[1], good[2])]
     results = await asyncio.gather(*futs, return_exceptions=True)
@@ -64,8 +74,9 @@ async def _run(db: Path) -> tuple[list, Sequencer, Daemon]:
     return results, seq, d
 
 
-def test_one_unstorable_request_is_refused_alone(tmp_path: Path,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_one_unstorable_request_is_refused_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = tmp_path / "k.duckdb"
     results, seq, d = asyncio.run(_run(db))
     assert caplog.text.count("committing its parts one by one") == 2

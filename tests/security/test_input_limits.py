@@ -37,8 +37,7 @@ def _big(srv: Server, token: str) -> tuple[int, dict]:
 
 
 def test_payload_and_command_over_their_caps_are_a_413_naming_them(srv: Server) -> None:
-    body = {"resource": "team-a/sized", "command": ["x"],
-            "payload": "p" * limits.MAX_PAYLOAD_BYTES}
+    body = {"resource": "team-a/sized", "command": ["x"], "payload": "p" * limits.MAX_PAYLOAD_BYTES}
     status, data = send(srv, "POST", "/v1/tasks", json.dumps(body).encode(), srv.alice)
     assert status == 413 and data["error"]["message"].startswith("/payload"), data
     body = {"resource": "team-a/sized", "command": ["x" * 1000] * 70}
@@ -91,8 +90,13 @@ def test_listing_pages_are_bounded_in_bytes_and_the_sdk_follows_them(srv: Server
 def test_the_worker_listing_is_paged(srv: Server) -> None:
     worker = srv.token({"worker": True, "pool": "pool-1"})
     for i in range(5):
-        srv.ok("POST", "/v1/workers/register", {"worker_id": f"w-page-{i}", "pool": "pool-1"},
-               token=worker, headers={"X-Klique-Worker-Key": "k" * 43})
+        srv.ok(
+            "POST",
+            "/v1/workers/register",
+            {"worker_id": f"w-page-{i}", "pool": "pool-1"},
+            token=worker,
+            headers={"X-Klique-Worker-Key": "k" * 43},
+        )
     seen: list[str] = []
     after = ""
     while True:

@@ -32,7 +32,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _task(extra: str) -> bytes:
-    return ('{"resource":"team-a/sized",' + extra + '}').encode()
+    return ('{"resource":"team-a/sized",' + extra + "}").encode()
 
 
 def _refused(srv: Server, status: int, data: object, pointer: str) -> None:
@@ -52,31 +52,38 @@ SURROGATE_BODIES = [
 
 
 @pytest.mark.parametrize("extra,pointer", SURROGATE_BODIES)
-def test_lone_surrogate_in_a_task_is_a_400_naming_the_field(srv: Server, extra: str,
-                                                            pointer: str) -> None:
+def test_lone_surrogate_in_a_task_is_a_400_naming_the_field(
+    srv: Server, extra: str, pointer: str
+) -> None:
     status, data = send(srv, "POST", "/v1/tasks", _task(extra), srv.alice)
     _refused(srv, status, data, pointer)
 
 
 def test_a_paired_surrogate_escape_is_ordinary_text(srv: Server) -> None:
-    status, data = send(srv, "POST", "/v1/tasks",
-                        _task('"command":["echo","\\ud83d\\ude00"]'), srv.alice)
+    status, data = send(
+        srv, "POST", "/v1/tasks", _task('"command":["echo","\\ud83d\\ude00"]'), srv.alice
+    )
     assert status == 201, data
-    assert data["command"] == ["echo", "\U0001F600"]
+    assert data["command"] == ["echo", "\U0001f600"]
 
 
 def test_worker_hostname_and_token_name_with_a_surrogate(srv: Server) -> None:
     body = b'{"worker_id":"w-1","pool":"pool-1","hostname":"h\\ud800"}'
     status, data = send(srv, "POST", "/v1/workers/register", body, srv.worker)
     _refused(srv, status, data, "/hostname")
-    status, data = send(srv, "POST", "/v1/tokens", b'{"user":"bob","name":"\\ud800"}',
-                        srv.admin)
+    status, data = send(srv, "POST", "/v1/tokens", b'{"user":"bob","name":"\\ud800"}', srv.admin)
     _refused(srv, status, data, "/name")
 
 
 def test_raw_non_utf8_idempotency_key_is_a_400(srv: Server) -> None:
-    status, data = send(srv, "POST", "/v1/tasks", _task('"command":["echo"]'), srv.alice,
-                        headers={"Idempotency-Key": b"k\xff\xfe"})
+    status, data = send(
+        srv,
+        "POST",
+        "/v1/tasks",
+        _task('"command":["echo"]'),
+        srv.alice,
+        headers={"Idempotency-Key": b"k\xff\xfe"},
+    )
     assert status == 400 and "Idempotency-Key" in data["error"]["message"], data
     assert alive(srv)
 
@@ -89,16 +96,23 @@ def test_raw_surrogate_bytes_in_a_body_are_not_utf8(srv: Server) -> None:
 
 
 def test_nul_and_controls_in_names_are_refused(srv: Server) -> None:
-    for extra, pointer in [('"command":["echo"],"labels":{"a":"b\\u0000"}', "/labels/a"),
-                           ('"command":["echo"],"project":"p1\\u001b[2J"', "/project"),
-                           ('"command":["echo\\u0000"]', "/command/0")]:
+    for extra, pointer in [
+        ('"command":["echo"],"labels":{"a":"b\\u0000"}', "/labels/a"),
+        ('"command":["echo"],"project":"p1\\u001b[2J"', "/project"),
+        ('"command":["echo\\u0000"]', "/command/0"),
+    ]:
         status, data = send(srv, "POST", "/v1/tasks", _task(extra), srv.alice)
         _refused(srv, status, data, pointer)
 
 
 def test_commands_and_payloads_may_hold_tabs_newlines_and_payload_nul(srv: Server) -> None:
-    status, data = send(srv, "POST", "/v1/tasks", _task(
-        '"command":["sh","-c","echo a\\tb\\necho c"],"payload":{"k":"\\u0000"}'), srv.alice)
+    status, data = send(
+        srv,
+        "POST",
+        "/v1/tasks",
+        _task('"command":["sh","-c","echo a\\tb\\necho c"],"payload":{"k":"\\u0000"}'),
+        srv.alice,
+    )
     assert status == 201, data
     assert data["command"][2] == "echo a\tb\necho c" and data["payload"] == {"k": "\x00"}
 
@@ -106,8 +120,11 @@ def test_commands_and_payloads_may_hold_tabs_newlines_and_payload_nul(srv: Serve
 def test_query_and_path_with_bad_text(srv: Server) -> None:
     status, data = send(srv, "GET", "/v1/tasks?user=a%00b", token=srv.alice)
     assert status == 400 and "query parameter user" in data["error"]["message"], data
-    for target in (b"/v1/events?kind=%ED%A0%80", b"/v1/events?kind=\xed\xa0\x80",
-                   b"/v1/tasks/t-\xff"):
+    for target in (
+        b"/v1/events?kind=%ED%A0%80",
+        b"/v1/events?kind=\xed\xa0\x80",
+        b"/v1/tasks/t-\xff",
+    ):
         status, data = send(srv, "GET", target, token=srv.admin)
         assert status in (200, 400, 404), (target, status, data)
     status, data = send(srv, "GET", "/v1/tasks/t-%00", token=srv.alice)
@@ -117,43 +134,63 @@ def test_query_and_path_with_bad_text(srv: Server) -> None:
 
 # ---------------------------------------------------------------- finding 12
 
+
 @pytest.mark.parametrize("gpus", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
 def test_non_finite_gpus_is_a_400_naming_gpus(srv: Server, gpus: str) -> None:
-    status, data = send(srv, "POST", "/v1/tasks", _task(f'"command":["x"],"gpus":{gpus}'),
-                        srv.alice)
+    status, data = send(
+        srv, "POST", "/v1/tasks", _task(f'"command":["x"],"gpus":{gpus}'), srv.alice
+    )
     _refused(srv, status, data, "/gpus")
 
 
 def test_nan_gpu_free_in_a_lease_request_is_a_400(srv: Server) -> None:
     key = {"X-Klique-Worker-Key": "n" * 43}  # the worker's proof of identity
-    send(srv, "POST", "/v1/workers/register", b'{"worker_id":"w-nan","pool":"pool-1"}',
-         srv.worker, headers=key)
-    status, data = send(srv, "POST", "/v1/workers/w-nan/lease?wait=0",
-                        b'{"free_gpus":[],"gpu_free":[{"index":0,"free":NaN}]}', srv.worker,
-                        headers=key)
+    send(
+        srv,
+        "POST",
+        "/v1/workers/register",
+        b'{"worker_id":"w-nan","pool":"pool-1"}',
+        srv.worker,
+        headers=key,
+    )
+    status, data = send(
+        srv,
+        "POST",
+        "/v1/workers/w-nan/lease?wait=0",
+        b'{"free_gpus":[],"gpu_free":[{"index":0,"free":NaN}]}',
+        srv.worker,
+        headers=key,
+    )
     _refused(srv, status, data, "/gpu_free/0/free")
 
 
 def test_huge_integers_are_a_400(srv: Server) -> None:
-    status, data = send(srv, "POST", "/v1/workers/register",
-                        b'{"worker_id":"w-big","pool":"pool-1","gpus":[{"index":' +
-                        b"9" * 30 + b"}]}", srv.worker)
+    status, data = send(
+        srv,
+        "POST",
+        "/v1/workers/register",
+        b'{"worker_id":"w-big","pool":"pool-1","gpus":[{"index":' + b"9" * 30 + b"}]}",
+        srv.worker,
+    )
     _refused(srv, status, data, "/gpus/0/index")
 
 
 @pytest.mark.parametrize("depth", [40, 980, 100_000])
 def test_deep_nesting_is_a_400(srv: Server, depth: int) -> None:
     payload = "[" * depth + "]" * depth
-    status, data = send(srv, "POST", "/v1/tasks", _task(f'"command":["x"],"payload":{payload}'),
-                        srv.alice)
+    status, data = send(
+        srv, "POST", "/v1/tasks", _task(f'"command":["x"],"payload":{payload}'), srv.alice
+    )
     assert status == 400 and "nested deeper" in data["error"]["message"], data
     assert alive(srv)
 
 
 # ---------------------------------------------------------------- finding 15, API part
 
-@pytest.mark.parametrize("extra", ["", '"command":null', '"command":[]',
-                                   '"command":null,"payload":null'])
+
+@pytest.mark.parametrize(
+    "extra", ["", '"command":null', '"command":[]', '"command":null,"payload":null']
+)
 def test_a_task_with_neither_command_nor_payload_is_a_422(srv: Server, extra: str) -> None:
     body = _task(extra) if extra else b'{"resource":"team-a/sized"}'
     status, data = send(srv, "POST", "/v1/tasks", body, srv.alice)
@@ -163,8 +200,7 @@ def test_a_task_with_neither_command_nor_payload_is_a_422(srv: Server, extra: st
 
 
 def test_a_payload_alone_is_a_task(srv: Server) -> None:
-    status, data = send(srv, "POST", "/v1/tasks", _task('"payload":{"notebook":"a"}'),
-                        srv.alice)
+    status, data = send(srv, "POST", "/v1/tasks", _task('"payload":{"notebook":"a"}'), srv.alice)
     assert status == 201, data
     assert json.dumps(data["payload"]) == '{"notebook": "a"}'
 
@@ -184,8 +220,11 @@ any_char = st.integers(0, 0x10FFFF).map(chr)  # surrogates included
 any_text = st.lists(any_char, max_size=6).map("".join)
 any_json = st.recursive(
     st.one_of(any_text, st.integers(-(2**70), 2**70), st.floats(), st.booleans(), st.none()),
-    lambda inner: st.one_of(st.lists(inner, max_size=3),
-                            st.dictionaries(any_text, inner, max_size=3)), max_leaves=12)
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(any_text, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=examples(300), deadline=None)

@@ -64,29 +64,35 @@ SHAPES = {
 def test_a_malformed_header_never_logs_or_echoes_the_token(daemon: Server, shape: str) -> None:
     secret = daemon.token({"user": "alice", "name": f"redaction {shape}"})
     assert daemon.ok("GET", "/v1/whoami", token=secret)  # a valid token
-    line = (b"GET /v1/whoami?t=" + secret.encode() + b"\x00 HTTP/1.1\r\n"
-            if shape == "in the request line" else b"GET /v1/whoami HTTP/1.1\r\n")
-    answer = _raw(daemon.port, line + b"Host: x\r\n" + SHAPES[shape](secret.encode())
-                  + b"\r\n")
+    line = (
+        b"GET /v1/whoami?t=" + secret.encode() + b"\x00 HTTP/1.1\r\n"
+        if shape == "in the request line"
+        else b"GET /v1/whoami HTTP/1.1\r\n"
+    )
+    answer = _raw(daemon.port, line + b"Host: x\r\n" + SHAPES[shape](secret.encode()) + b"\r\n")
     status = answer.split(b" ", 2)[1] if answer else b""
     assert status.startswith(b"4"), answer[:300]
     assert secret.encode() not in answer, "the token was echoed back"
     assert secret[3:23].encode() not in answer
     daemon.ok("GET", "/v1/health", token=None)
     log = daemon.log() + _text_of_files(daemon.tmp)
-    assert secret not in log and secret[3:23] not in log, \
+    assert secret not in log and secret[3:23] not in log, (
         f"the token is in the daemon's log:\n{log[-3000:]}"
+    )
     assert "Traceback" not in daemon.log()
 
 
-@pytest.mark.parametrize("text", [
-    "bad header b'Authorization: Bearer SECRETVALUE123\\x00'",
-    "Got more than 8190 bytes when reading: b'Bearer SECRETVALUE123AAAA...'",
-    "{'Authorization': 'SECRETVALUE123'}",
-    "token kq_SECRETVALUE123abc in a message",
-    "env KLIQUE_TOKEN=SECRETVALUE123 in a command",
-    "{'token': 'SECRETVALUE123', 'name': 'ci'}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "bad header b'Authorization: Bearer SECRETVALUE123\\x00'",
+        "Got more than 8190 bytes when reading: b'Bearer SECRETVALUE123AAAA...'",
+        "{'Authorization': 'SECRETVALUE123'}",
+        "token kq_SECRETVALUE123abc in a message",
+        "env KLIQUE_TOKEN=SECRETVALUE123 in a command",
+        "{'token': 'SECRETVALUE123', 'name': 'ci'}",
+    ],
+)
 def test_the_log_filter_redacts_every_credential_shape(text: str) -> None:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -119,6 +125,7 @@ def test_a_flood_of_one_message_is_shown_once_with_a_count() -> None:
         for i in range(1000):
             lg.warning("connection %s failed", i)
         import time
+
         time.sleep(0.25)
         lg.warning("connection %s failed", "last")
     finally:

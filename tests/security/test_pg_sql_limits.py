@@ -35,8 +35,10 @@ BOMBS = [
     "SELECT count(*) FROM (SELECT g % 50000000 AS k, count(*) FROM "
     "generate_series(1, 100000000) g GROUP BY 1) s",
 ]
-TEMP_BOMB = ("SELECT count(*) FROM (SELECT repeat('x', 8000) || g AS r "
-             "FROM generate_series(1, 10000000) g ORDER BY 1) s")
+TEMP_BOMB = (
+    "SELECT count(*) FROM (SELECT repeat('x', 8000) || g AS r "
+    "FROM generate_series(1, 10000000) g ORDER BY 1) s"
+)
 """A sort of 80 GB: spills to disk, far past any temp_file_limit."""
 
 PEAK_MB = 1536
@@ -63,8 +65,12 @@ def _sql(s: Server, token: str, text: str, **more) -> tuple[int, dict]:
 def _peak_mb(url: str) -> int:
     """The largest peak resident size (VmHWM) of the backends finance's queries ran on."""
     with psycopg.connect(url, autocommit=True) as conn:
-        pids = [r[0] for r in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'kliqued-ledger-sql'")]
+        pids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'kliqued-ledger-sql'"
+            )
+        ]
     peak = 0
     for pid in pids:
         try:
@@ -78,14 +84,21 @@ def _peak_mb(url: str) -> int:
 
 def test_the_finance_role_carries_the_bounds(pg_daemon):
     s, finance, url = pg_daemon
-    body = s.ok("POST", "/v1/ledger/sql", {"sql": "SELECT current_setting('work_mem'), "
-                "current_setting('hash_mem_multiplier'), current_setting('temp_file_limit')"},
-                finance)
+    body = s.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {
+            "sql": "SELECT current_setting('work_mem'), "
+            "current_setting('hash_mem_multiplier'), current_setting('temp_file_limit')"
+        },
+        finance,
+    )
     assert body["rows"] == [[WORK_MEM, "1", TEMP_FILE_LIMIT]], body
     with psycopg.connect(url, autocommit=True) as conn:
         (config,) = conn.execute(
             "SELECT s.setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = "
-            "s.setrole WHERE r.rolname = 'klique_finance' AND s.setdatabase = 0").fetchone()
+            "s.setrole WHERE r.rolname = 'klique_finance' AND s.setdatabase = 0"
+        ).fetchone()
     for name, value in ROLE_LIMITS:
         assert f"{name}={value}" in config, config
 
@@ -135,8 +148,7 @@ def test_a_huge_sort_is_stopped_by_temp_file_limit(postgres):
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             _ledger_tables(conn)
-            limits = tuple((n, "64MB" if n == "temp_file_limit" else v)
-                           for n, v in ROLE_LIMITS)
+            limits = tuple((n, "64MB" if n == "temp_file_limit" else v) for n, v in ROLE_LIMITS)
             assert pgreader.grant(conn, "kd_temp_finance", limits) is None
         readers = pgreader.Readers(url, "kd_temp_finance")
         try:
@@ -163,17 +175,20 @@ def test_a_daemon_that_is_no_superuser_says_what_to_run(postgres):
         conn.execute("CREATE ROLE kd_plain LOGIN CREATEROLE")
         conn.execute("CREATE DATABASE kd_plain OWNER kd_plain")
     try:
-        with psycopg.connect(postgres.url("kd_plain", user="kd_plain"),
-                             autocommit=True) as conn:
+        with psycopg.connect(postgres.url("kd_plain", user="kd_plain"), autocommit=True) as conn:
             _ledger_tables(conn)
             warning = pgreader.grant(conn, "kd_plain_finance")
         assert warning is not None
-        assert ("ALTER ROLE \"kd_plain_finance\" SET temp_file_limit = '1GB'" in warning
-                and "superuser" in warning and "docs/ha.md" in warning), warning
+        assert (
+            "ALTER ROLE \"kd_plain_finance\" SET temp_file_limit = '1GB'" in warning
+            and "superuser" in warning
+            and "docs/ha.md" in warning
+        ), warning
         with psycopg.connect(admin_url, autocommit=True) as conn:
             (config,) = conn.execute(
                 "SELECT s.setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = "
-                "s.setrole WHERE r.rolname = 'kd_plain_finance'").fetchone()
+                "s.setrole WHERE r.rolname = 'kd_plain_finance'"
+            ).fetchone()
         assert f"work_mem={WORK_MEM}" in config and "temp_file_limit=1GB" not in config
     finally:
         _drop(admin_url, "kd_plain", "kd_plain_finance", "kd_plain")

@@ -50,23 +50,34 @@ def real(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
     yield from real_workers(fs, tmp_path)
 
 
-def fetch(method: str, url: str, token: str | None = None, jar: Any = None,
-          **kw: Any) -> tuple[int, bytes, Any]:
+def fetch(
+    method: str, url: str, token: str | None = None, jar: Any = None, **kw: Any
+) -> tuple[int, bytes, Any]:
     async def go() -> tuple[int, bytes, Any]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         headers.update(kw.pop("headers", {}))
         async with aiohttp.ClientSession(cookie_jar=jar) as http:
-            async with http.request(method, url, headers=headers, allow_redirects=False,
-                                    **kw) as resp:
+            async with http.request(
+                method, url, headers=headers, allow_redirects=False, **kw
+            ) as resp:
                 return resp.status, await resp.read(), resp.headers
+
     return asyncio.run(go())
 
 
 def start(fs: FleetServer, token: str, command: list[str]) -> dict:
-    s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell",
-                                       "command": command}, token, expect=201)
-    wait_for(lambda: fetch("GET", s["url"], token)[0] == 200, 60,
-             f"session {s['id']} to answer through its URL")
+    s = fs.ok(
+        "POST",
+        "/v1/sessions",
+        {"resource": "team-a/one", "app": "shell", "command": command},
+        token,
+        expect=201,
+    )
+    wait_for(
+        lambda: fetch("GET", s["url"], token)[0] == 200,
+        60,
+        f"session {s['id']} to answer through its URL",
+    )
     return s
 
 
@@ -83,11 +94,14 @@ def set_cookie(headers: Any, name: str) -> SimpleCookie:
     raise AssertionError(f"no Set-Cookie {name} in {headers}")
 
 
-@pytest.mark.skipif(CHROMIUM is None or sync_playwright is None,
-                    reason="chromium or playwright is missing (tests/setup/system-packages.sh"
-                           " installs chromium; pip install -e '.[test]' playwright)")
+@pytest.mark.skipif(
+    CHROMIUM is None or sync_playwright is None,
+    reason="chromium or playwright is missing (tests/setup/system-packages.sh"
+    " installs chromium; pip install -e '.[test]' playwright)",
+)
 def test_a_hostile_session_opened_by_an_admin_reads_nothing_of_the_dashboard(
-        fs: FleetServer, real: Any) -> None:
+    fs: FleetServer, real: Any
+) -> None:
     real("w1")
     alice = fs.alice  # type: ignore[attr-defined]
     hostile = start(fs, alice, [PY, HOSTILE, fs.url])
@@ -129,8 +143,11 @@ def test_a_hostile_session_opened_by_an_admin_reads_nothing_of_the_dashboard(
             assert "klique_" not in results["cookie"], results
             for path, got in results["reads"].items():
                 assert got.startswith("refused"), (path, got)
-            assert results["frame"] is None or results["frame"].startswith("refused") \
-                or results["frame"] == "", results["frame"]
+            assert (
+                results["frame"] is None
+                or results["frame"].startswith("refused")
+                or results["frame"] == ""
+            ), results["frame"]
             for secret in ((fs.admin or ""), signed, "Audit", "t-0"):
                 assert secret not in text, (secret, text)
 
@@ -165,7 +182,8 @@ def test_a_hostile_session_opened_by_an_admin_reads_nothing_of_the_dashboard(
 
 
 def test_a_revoked_token_ends_its_session_cookie_and_its_dashboard_cookie_at_once(
-        fs: FleetServer, real: Any) -> None:
+    fs: FleetServer, real: Any
+) -> None:
     real("w1")
     made = fs.ok("POST", "/v1/tokens", {"user": "alice", "expires_in": "1h"}, expect=201)
     token, token_id = made["token"], made["id"]
@@ -195,51 +213,78 @@ def test_a_revoked_token_ends_its_session_cookie_and_its_dashboard_cookie_at_onc
     assert re.search(r"revoked", headers["Location"]), headers["Location"]
 
 
-def test_with_a_sessions_domain_each_session_is_served_at_its_own_host_only(
-        tmp_path: Path) -> None:
+def test_with_a_sessions_domain_each_session_is_served_at_its_own_host_only(tmp_path: Path) -> None:
     port = free_port()
     estate = write_estate(tmp_path / "estate", ESTATE)
-    gen = running_fleet(tmp_path, users=("alice",), estate=estate, ttl="10s",
-                        extra=["--sessions-listen", f"127.0.0.1:{port}",
-                               "--sessions-domain", f"http://sessions.test:{port}"])
+    gen = running_fleet(
+        tmp_path,
+        users=("alice",),
+        estate=estate,
+        ttl="10s",
+        extra=[
+            "--sessions-listen",
+            f"127.0.0.1:{port}",
+            "--sessions-domain",
+            f"http://sessions.test:{port}",
+        ],
+    )
     fs = next(gen)
     workers = real_workers(fs, tmp_path)
     try:
         next(workers)("w1")
         alice = fs.alice  # type: ignore[attr-defined]
-        s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell",
-                                           "command": [PY, PLAIN]}, alice, expect=201)
+        s = fs.ok(
+            "POST",
+            "/v1/sessions",
+            {"resource": "team-a/one", "app": "shell", "command": [PY, PLAIN]},
+            alice,
+            expect=201,
+        )
         sid = s["id"]
         host = f"{sid.lower()}.sessions.test:{port}"
         assert s["url"] == f"http://{host}/sessions/{sid}/"
         at = f"http://127.0.0.1:{port}/sessions/{sid}/"
-        page = wait_for(lambda: r if (r := fetch("GET", at, alice, headers={"Host": host}))[0]
-                        == 200 else None, 60, "the session at its own host")
+        page = wait_for(
+            lambda: r if (r := fetch("GET", at, alice, headers={"Host": host}))[0] == 200 else None,
+            60,
+            "the session at its own host",
+        )
         assert json.loads(page[1])["hello"] == "from the session"
         assert "connect-src 'self'" in page[2]["Content-Security-Policy"]
         # its root leads to its path; any other host, or its host with another session's
         # path, serves nothing; nor does the control plane's own host
         st, _, headers = fetch("GET", f"http://127.0.0.1:{port}/", headers={"Host": host})
         assert st == 303 and headers["Location"] == f"/sessions/{sid}/"
-        for other in (f"127.0.0.1:{port}", f"t-0000000000000.sessions.test:{port}",
-                      f"{sid.lower()}.sessions.test.evil:{port}"):
+        for other in (
+            f"127.0.0.1:{port}",
+            f"t-0000000000000.sessions.test:{port}",
+            f"{sid.lower()}.sessions.test.evil:{port}",
+        ):
             st, body, _ = fetch("GET", at, alice, headers={"Host": other})
             assert st == 404 and b"from the session" not in body, (other, st, body)
-        st, body, _ = fetch("GET", f"http://127.0.0.1:{port}/sessions/t-0000000000000/",
-                            alice, headers={"Host": host})
+        st, body, _ = fetch(
+            "GET",
+            f"http://127.0.0.1:{port}/sessions/t-0000000000000/",
+            alice,
+            headers={"Host": host},
+        )
         assert st == 404, body
         st, body, _ = fetch("GET", f"{fs.url}/sessions/{sid}/", alice)
         assert st == 404 and b"from the session" not in body
         # a page of another host of the domain (another session) may not use the cookie
-        st, _, headers = fetch("GET", link(fs, alice, sid).replace(
-            f"http://{host}", f"http://127.0.0.1:{port}"), headers={"Host": host})
+        st, _, headers = fetch(
+            "GET",
+            link(fs, alice, sid).replace(f"http://{host}", f"http://127.0.0.1:{port}"),
+            headers={"Host": host},
+        )
         assert st == 303
         c = set_cookie(headers, "klique_app_session")["klique_app_session"]
         own = {"Host": host, "Cookie": f"klique_app_session={c.value}"}
         assert fetch("GET", at, headers=own)[0] == 200
         assert fetch("GET", at, headers={**own, "Origin": f"http://{host}"})[0] == 200
-        st, body, _ = fetch("GET", at, headers={
-            **own, "Origin": f"http://t-0000000000000.sessions.test:{port}"})
+        st, body, _ = fetch(
+            "GET", at, headers={**own, "Origin": f"http://t-0000000000000.sessions.test:{port}"}
+        )
         assert st == 403 and b"from the session" not in body, body
     finally:
         for g in (workers, gen):

@@ -32,19 +32,34 @@ BOMBS = [
     ("SELECT length(format('{:>2000000000}', 'x'))", "format()"),
     ("SELECT length(bar(1, 0, 1, 2000000000))", "bar()"),
     ("SELECT length(to_base(1, 2, 2000000000))", "to_base()"),
-    ("SELECT length(replace(replace(replace(repeat('a', 1000), 'a', repeat('b', 1000)), 'b', "
-     "repeat('c', 1000)), 'c', 'dddddddddd'))", "replace()"),
+    (
+        "SELECT length(replace(replace(replace(repeat('a', 1000), 'a', repeat('b', 1000)), 'b', "
+        "repeat('c', 1000)), 'c', 'dddddddddd'))",
+        "replace()",
+    ),
     ("SELECT len(list_transform(range(1000), lambda x: repeat('x', 1000)))", "repeat()"),
     ("SELECT len(list_transform(range(1000), lambda x: x || x))", "||"),
     ("SELECT length(list_reduce(range(40), lambda a, b: a || a))", "list_reduce()"),
-    ("WITH RECURSIVE r(i, s) AS (SELECT 1, 'x' UNION ALL SELECT i + 1, s || s FROM r "
-     "WHERE i < 40) SELECT max(length(s)) FROM r", "||"),
-    ("WITH RECURSIVE r(i, s) AS (SELECT 1, 'x' UNION ALL SELECT i + 1, repeat(s, 2) FROM r "
-     "WHERE i < 40) SELECT max(length(s)) FROM r", "repeat()"),
-    ("WITH RECURSIVE r(i, l) AS (SELECT 1, [1] UNION ALL SELECT i + 1, l + l FROM r "
-     "WHERE i < 40) SELECT max(len(l)) FROM r", "+"),
-    ("WITH RECURSIVE r(i, s) AS (SELECT 1, 'ab' UNION ALL SELECT i + 1, "
-     "replace(s, 'a', 'aa') FROM r WHERE i < 40) SELECT max(length(s)) FROM r", "replace()"),
+    (
+        "WITH RECURSIVE r(i, s) AS (SELECT 1, 'x' UNION ALL SELECT i + 1, s || s FROM r "
+        "WHERE i < 40) SELECT max(length(s)) FROM r",
+        "||",
+    ),
+    (
+        "WITH RECURSIVE r(i, s) AS (SELECT 1, 'x' UNION ALL SELECT i + 1, repeat(s, 2) FROM r "
+        "WHERE i < 40) SELECT max(length(s)) FROM r",
+        "repeat()",
+    ),
+    (
+        "WITH RECURSIVE r(i, l) AS (SELECT 1, [1] UNION ALL SELECT i + 1, l + l FROM r "
+        "WHERE i < 40) SELECT max(len(l)) FROM r",
+        "+",
+    ),
+    (
+        "WITH RECURSIVE r(i, s) AS (SELECT 1, 'ab' UNION ALL SELECT i + 1, "
+        "replace(s, 'a', 'aa') FROM r WHERE i < 40) SELECT max(length(s)) FROM r",
+        "replace()",
+    ),
 ]
 """Each took the daemon to GBs, or ran far past its deadline, or would have."""
 
@@ -57,8 +72,11 @@ ALLOWED = [
     ("SELECT count(*) FROM range(100000)", [[100000]]),
     ("SELECT list_filter([1, 2, 3], lambda x: x > 1)", [[[2, 3]]]),
     ("SELECT replace('a,b', ',', ';')", [["a;b"]]),
-    ("WITH RECURSIVE r(n, p) AS (SELECT 1, 'x' UNION ALL SELECT n + 1, p || '/y' FROM r "
-     "WHERE n < 3) SELECT max(n), max(p) FROM r", [[3, "x/y/y"]]),
+    (
+        "WITH RECURSIVE r(n, p) AS (SELECT 1, 'x' UNION ALL SELECT n + 1, p || '/y' FROM r "
+        "WHERE n < 3) SELECT max(n), max(p) FROM r",
+        [[3, "x/y/y"]],
+    ),
 ]
 
 
@@ -88,6 +106,7 @@ def test_small_constant_sizes_still_work(store, sql, rows):
 
 # ------------------------------------------------------------------ over HTTP
 
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     if not Path(__file__).resolve().parents[2].joinpath("..", "shared").exists():
@@ -107,16 +126,19 @@ def _rss_mb(s: Server, field: str) -> float:
     raise AssertionError(f"no {field}")
 
 
-@pytest.mark.parametrize("sql,what", BOMBS[:1] + BOMBS[3:4] + BOMBS[6:7] + BOMBS[8:9]
-                         + BOMBS[11:12] + BOMBS[14:15] + BOMBS[19:20])
+@pytest.mark.parametrize(
+    "sql,what",
+    BOMBS[:1] + BOMBS[3:4] + BOMBS[6:7] + BOMBS[8:9] + BOMBS[11:12] + BOMBS[14:15] + BOMBS[19:20],
+)
 def test_the_daemon_refuses_them_without_growing(daemon, sql, what):
     """The issue's measurements: 7.7-100 s and 2.5-12.5 GB each. Now: refused as
     not-allowed within a second, the daemon's peak memory grows by less than 100 MB."""
     s, finance = daemon
     before = _rss_mb(s, "VmRSS")
     t = time.monotonic()
-    status, body = s.call("POST", "/v1/ledger/sql", {"sql": sql, "timeout_s": 2},
-                          token=finance, timeout=60)
+    status, body = s.call(
+        "POST", "/v1/ledger/sql", {"sql": sql, "timeout_s": 2}, token=finance, timeout=60
+    )
     assert time.monotonic() - t < 2.0
     assert status == 400 and body["error"]["code"] == "not-allowed", body
     assert what in body["error"]["message"] and "Traceback" not in body["error"]["message"]

@@ -36,6 +36,7 @@ def store(tmp_path):
 
 # ------------------------------------------------------------------ answer size
 
+
 def test_the_byte_cap_is_exact(store):
     sql = "SELECT repeat('x', 98) AS s, i FROM range(10) t(i)"
     rows = [["x" * 98, i] for i in range(10)]
@@ -51,8 +52,10 @@ def test_the_byte_cap_is_exact(store):
 def test_a_small_first_row_does_not_hide_large_ones(store):
     """The finding's query: the size was estimated from every 64th row, so a small row 0 let
     63 large ones through."""
-    sql = ("SELECT CASE WHEN range = 0 THEN 'a' ELSE (SELECT string_agg('x', '') FROM range(100000)) END "
-           "FROM range(64)")
+    sql = (
+        "SELECT CASE WHEN range = 0 THEN 'a' ELSE (SELECT string_agg('x', '') FROM range(100000)) END "
+        "FROM range(64)"
+    )
     with pytest.raises(LedgerSqlError) as err:
         run_readonly(store.conn.cursor(), sql, max_bytes=1_000_000)
     assert err.value.code == "too-large"
@@ -70,14 +73,20 @@ def test_bytes_count_as_utf8(store):
 
 
 def test_the_row_cap_is_exact(store):
-    for n, limit, truncated in [(5, 5, False), (6, 5, True), (0, 5, False), (5000, 4999, True),
-                                (4999, 4999, False)]:
+    for n, limit, truncated in [
+        (5, 5, False),
+        (6, 5, True),
+        (0, 5, False),
+        (5000, 4999, True),
+        (4999, 4999, False),
+    ]:
         res = run_readonly(store.conn.cursor(), f"SELECT i FROM range({n}) t(i)", limit=limit)
         assert res.rows == [[i] for i in range(min(n, limit))]
         assert res.truncated is truncated
 
 
 # ------------------------------------------------------------------ deadlines and the pool
+
 
 def test_time_spent_waiting_counts_against_the_limit(store):
     """One thread, two slow queries with a 1 s limit from the same moment: the second one
@@ -86,8 +95,9 @@ def test_time_spent_waiting_counts_against_the_limit(store):
 
     async def one(deadline: float) -> tuple[str, float]:
         try:
-            await pool.run(lambda cur: run_readonly(cur, SLOW, timeout_s=1.0,
-                                                    deadline=deadline), deadline)
+            await pool.run(
+                lambda cur: run_readonly(cur, SLOW, timeout_s=1.0, deadline=deadline), deadline
+            )
         except LedgerSqlError as exc:
             return exc.code, time.monotonic()
         except Expired:
@@ -112,9 +122,12 @@ def test_a_full_line_is_refused_at_once(store):
 
     async def main() -> list[object]:
         deadline = time.monotonic() + 0.8
-        calls = [pool.run(lambda cur: run_readonly(cur, SLOW, timeout_s=0.8,
-                                                   deadline=deadline), deadline)
-                 for _ in range(3)]
+        calls = [
+            pool.run(
+                lambda cur: run_readonly(cur, SLOW, timeout_s=0.8, deadline=deadline), deadline
+            )
+            for _ in range(3)
+        ]
         return await asyncio.gather(*calls, return_exceptions=True)
 
     try:
@@ -133,9 +146,13 @@ def test_shutdown_interrupts_running_queries(store):
     def run() -> None:
         async def main() -> None:
             deadline = time.monotonic() + 30
-            results.append(await asyncio.gather(pool.run(
-                lambda cur: run_readonly(cur, SLOW, deadline=deadline), deadline),
-                return_exceptions=True))
+            results.append(
+                await asyncio.gather(
+                    pool.run(lambda cur: run_readonly(cur, SLOW, deadline=deadline), deadline),
+                    return_exceptions=True,
+                )
+            )
+
         asyncio.run(main())
 
     th = threading.Thread(target=run)
@@ -157,6 +174,7 @@ def test_a_query_past_its_deadline_never_starts(store):
 
 # ------------------------------------------------------------------ over HTTP
 
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     s = Server(tmp_path_factory.mktemp("sql-limits")).start()
@@ -172,10 +190,14 @@ def _sql(s: Server, token: str, sql: str, **extra) -> tuple[int, dict]:
 
 def test_finance_reads_no_tokens_or_events_over_http(daemon):
     s, finance = daemon
-    for sql in ["SELECT * FROM tokens", "SELECT data FROM events",
-                "SELECT * FROM information_schema.tables", "SELECT * FROM duckdb_tables()",
-                "WITH tokens AS (SELECT * FROM tokens) SELECT * FROM tokens",
-                "SELECT * FROM checkpoint()"]:
+    for sql in [
+        "SELECT * FROM tokens",
+        "SELECT data FROM events",
+        "SELECT * FROM information_schema.tables",
+        "SELECT * FROM duckdb_tables()",
+        "WITH tokens AS (SELECT * FROM tokens) SELECT * FROM tokens",
+        "SELECT * FROM checkpoint()",
+    ]:
         status, body = _sql(s, finance, sql)
         assert status == 400 and body["error"]["code"] == "not-allowed", (sql, body)
         assert "hash" not in json.dumps(body)
@@ -194,8 +216,12 @@ def _peak_rss_mb(s: Server) -> float:
 def test_a_huge_answer_is_refused_over_http(daemon):
     """The finding's query returned 504 MB with 200 and took the daemon to 3 GB."""
     s, finance = daemon
-    status, body = _sql(s, finance, "SELECT CASE WHEN range = 0 THEN 'a' ELSE "
-                                    "(SELECT string_agg('x', '') FROM range(8000000)) END FROM range(64)")
+    status, body = _sql(
+        s,
+        finance,
+        "SELECT CASE WHEN range = 0 THEN 'a' ELSE "
+        "(SELECT string_agg('x', '') FROM range(8000000)) END FROM range(64)",
+    )
     assert status == 413, body
     assert body["error"]["code"] == "too-large" and "32 MiB" in body["error"]["message"]
     assert _peak_rss_mb(s) < 1500

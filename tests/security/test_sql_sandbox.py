@@ -18,10 +18,15 @@ SECRET = "f00dfacecafe0123456789abcdef0123456789abcdef0123456789abcdef0123"
 def store(tmp_path):
     s = Store(str(tmp_path / "kliqued.duckdb"))
     s.ensure_schema()
-    s.conn.execute("INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
-                   " VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, 'role:admin')", [SECRET])
-    s.conn.execute("INSERT INTO events VALUES (1, 1, 'submitted', 't-1', 'user:alice', NULL, "
-                   "'team-a', 'alice', '{\"command\": [\"echo\", \"private\"]}')")
+    s.conn.execute(
+        "INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
+        " VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, 'role:admin')",
+        [SECRET],
+    )
+    s.conn.execute(
+        "INSERT INTO events VALUES (1, 1, 'submitted', 't-1', 'user:alice', NULL, "
+        "'team-a', 'alice', '{\"command\": [\"echo\", \"private\"]}')"
+    )
     yield s
     s.close()
 
@@ -85,8 +90,11 @@ def test_finance_reads_only_the_ledger(store, sql):
         run_readonly(store.conn.cursor(), sql)
     assert err.value.code == "not-allowed", err.value.message
     assert SECRET not in err.value.message and "private" not in err.value.message
-    assert "usage_monthly" in err.value.message or "not available" in err.value.message \
+    assert (
+        "usage_monthly" in err.value.message
+        or "not available" in err.value.message
         or "cannot be used" in err.value.message
+    )
 
 
 SIDE_EFFECTS = [
@@ -115,8 +123,10 @@ def test_no_function_with_a_side_effect(store, sql):
 def test_checkpoint_from_ledger_sql_does_not_checkpoint(store):
     """The finding: ``SELECT * FROM checkpoint()`` as finance folded the WAL into the file."""
     wal = store.path + ".wal"
-    store.conn.execute("INSERT INTO events SELECT i + 10, i, 'x', NULL, NULL, NULL, NULL, "
-                       "NULL, NULL FROM range(20000) t(i)")
+    store.conn.execute(
+        "INSERT INTO events SELECT i + 10, i, 'x', NULL, NULL, NULL, NULL, "
+        "NULL, NULL FROM range(20000) t(i)"
+    )
     before = os.path.getsize(wal)
     assert before > 0
     for sql in ("SELECT * FROM checkpoint()", "SELECT * FROM force_checkpoint()"):
@@ -125,16 +135,27 @@ def test_checkpoint_from_ledger_sql_does_not_checkpoint(store):
     assert os.path.getsize(wal) == before
 
 
-@pytest.mark.parametrize("sql, code", [
-    ("CHECKPOINT", "not-read-only"), ("FORCE CHECKPOINT", "not-read-only"),
-    ("SET threads = 1", "not-read-only"), ("RESET threads", "not-read-only"),
-    ("CALL checkpoint()", "not-read-only"), ("PRAGMA enable_profiling", "not-read-only"),
-    ("COPY ledger TO 'x.csv'", "not-read-only"), ("ATTACH ':memory:' AS m", "not-read-only"),
-    ("INSTALL httpfs", "not-read-only"), ("LOAD httpfs", "not-read-only"),
-    ("EXPORT DATABASE 'dir'", "not-read-only"), ("DETACH kliqued", "not-read-only"),
-    ("USE memory", "not-read-only"), ("VACUUM", "not-read-only"),
-    ("SET VARIABLE x = 1", "not-read-only"), ("SELECT 1; CHECKPOINT", "multiple-statements"),
-])
+@pytest.mark.parametrize(
+    "sql, code",
+    [
+        ("CHECKPOINT", "not-read-only"),
+        ("FORCE CHECKPOINT", "not-read-only"),
+        ("SET threads = 1", "not-read-only"),
+        ("RESET threads", "not-read-only"),
+        ("CALL checkpoint()", "not-read-only"),
+        ("PRAGMA enable_profiling", "not-read-only"),
+        ("COPY ledger TO 'x.csv'", "not-read-only"),
+        ("ATTACH ':memory:' AS m", "not-read-only"),
+        ("INSTALL httpfs", "not-read-only"),
+        ("LOAD httpfs", "not-read-only"),
+        ("EXPORT DATABASE 'dir'", "not-read-only"),
+        ("DETACH kliqued", "not-read-only"),
+        ("USE memory", "not-read-only"),
+        ("VACUUM", "not-read-only"),
+        ("SET VARIABLE x = 1", "not-read-only"),
+        ("SELECT 1; CHECKPOINT", "multiple-statements"),
+    ],
+)
 def test_statements_with_side_effects_are_refused(store, sql, code):
     with pytest.raises(LedgerSqlError) as err:
         run_readonly(store.conn.cursor(), sql)
@@ -147,8 +168,7 @@ ALLOWED = [
     "SELECT u.interval_id, u.gpu_type, u.start_at, p.per_gpu_hour, p.effective_from FROM usage "
     "u ASOF LEFT JOIN prices p ON u.gpu_type = p.gpu_type AND u.start_at >= p.effective_from",
     "WITH m AS (SELECT * FROM usage_by_month) SELECT count(*) FROM m",
-    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
-    "SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
     "WITH ledger AS (SELECT 1 AS x) SELECT * FROM ledger",
     "SELECT * FROM main.ledger, kliqued.main.prices, kliqued.usage",
     "SELECT * FROM ledger l JOIN LATERAL (SELECT * FROM prices p "
@@ -169,17 +189,23 @@ def test_the_ledger_and_its_views_stay_readable(store, sql):
 
 def test_a_recursive_cte_sees_itself_only_in_its_recursive_part(store):
     with pytest.raises(LedgerSqlError) as err:
-        run_readonly(store.conn.cursor(), "WITH RECURSIVE tokens AS (SELECT * FROM tokens "
-                                          "UNION ALL SELECT * FROM tokens) SELECT * FROM tokens")
+        run_readonly(
+            store.conn.cursor(),
+            "WITH RECURSIVE tokens AS (SELECT * FROM tokens "
+            "UNION ALL SELECT * FROM tokens) SELECT * FROM tokens",
+        )
     assert err.value.code == "not-allowed"
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT " + "(" * 600 + "1" + ")" * 600,
-    "SELECT " + "-" * 900 + "1",
-    "SELECT " + "[" * 400 + "1" + "]" * 400,
-    "SELECT * FROM " + "(SELECT * " * 300 + "FROM ledger" + ")" * 300,
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT " + "(" * 600 + "1" + ")" * 600,
+        "SELECT " + "-" * 900 + "1",
+        "SELECT " + "[" * 400 + "1" + "]" * 400,
+        "SELECT * FROM " + "(SELECT * " * 300 + "FROM ledger" + ")" * 300,
+    ],
+)
 def test_deep_nesting_is_a_clear_error(store, sql):
     """Python's JSON decoder and walks stop at about 1,000 levels; DuckDB's parser allows
     1,000 levels of expression, whose JSON tree is deeper: a clear 400, never a 500."""
@@ -189,8 +215,7 @@ def test_deep_nesting_is_a_clear_error(store, sql):
         assert err.code in ("sql-error", "not-allowed") and err.message
 
 
-@pytest.mark.parametrize("name", ["kliqued-ledger.duckdb", "my ledger.duckdb",
-                                  'q"uote.duckdb'])
+@pytest.mark.parametrize("name", ["kliqued-ledger.duckdb", "my ledger.duckdb", 'q"uote.duckdb'])
 def test_a_database_file_whose_name_needs_quotes_keeps_its_ledger_readable(tmp_path, name):
     """DuckDB names the database after the file and quotes it in the plan
     (``"kliqued-ledger".main.ledger``): the default --ledger-db of a PostgreSQL log."""

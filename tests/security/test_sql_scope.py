@@ -25,21 +25,33 @@ OTHERS = ("carl", "team-c", "south", "ops", "zed", "gone", SECRET)
 def store(tmp_path):
     s = Store(str(tmp_path / "kliqued.duckdb"))
     s.ensure_schema()
-    s.conn.execute("INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
-                   " VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, 'role:admin')", [SECRET])
-    s.conn.execute("INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from) "
-                   "VALUES ('h100', 2.5, 'EUR', TIMESTAMP '2026-01-01')")
+    s.conn.execute(
+        "INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
+        " VALUES ('tok-1', ?, 'user:alice', 'laptop', 1, 'role:admin')",
+        [SECRET],
+    )
+    s.conn.execute(
+        "INSERT INTO prices (gpu_type, per_gpu_hour, currency, effective_from) "
+        "VALUES ('h100', 2.5, 'EUR', TIMESTAMP '2026-01-01')"
+    )
     t0 = ms("2026-03-01T00:00")
-    open_intervals(s.conn, [
-        row(1, t0, user="alice", group="team-a", group_path="north/ml/team-a"),
-        row(2, t0, user="bob", group="team-b", group_path="north/ml/team-b"),
-        row(3, t0, user="carl", group="team-c", group_path="south/ops/team-c"),
-        row(4, t0, user="zed", group="gone", group_path=None),
-    ])
-    s.conn.execute("UPDATE ledger SET end_at = start_at + INTERVAL 2 HOUR "
-                   "WHERE interval_id IN ('t-2#1', 't-3#1')")
-    s.conn.execute("INSERT INTO ledger_monthly_pending SELECT * FROM ledger "
-                   "WHERE interval_id IN ('t-2#1', 't-3#1')")
+    open_intervals(
+        s.conn,
+        [
+            row(1, t0, user="alice", group="team-a", group_path="north/ml/team-a"),
+            row(2, t0, user="bob", group="team-b", group_path="north/ml/team-b"),
+            row(3, t0, user="carl", group="team-c", group_path="south/ops/team-c"),
+            row(4, t0, user="zed", group="gone", group_path=None),
+        ],
+    )
+    s.conn.execute(
+        "UPDATE ledger SET end_at = start_at + INTERVAL 2 HOUR "
+        "WHERE interval_id IN ('t-2#1', 't-3#1')"
+    )
+    s.conn.execute(
+        "INSERT INTO ledger_monthly_pending SELECT * FROM ledger "
+        "WHERE interval_id IN ('t-2#1', 't-3#1')"
+    )
     yield s
     s.close()
 
@@ -63,22 +75,22 @@ ATTACKS = [
     "WITH usage AS (SELECT 1 AS one) SELECT * FROM usage_priced",
     "WITH RECURSIVE r AS (SELECT * FROM ledger UNION ALL SELECT * FROM r WHERE false) "
     "SELECT * FROM r",
-    "SELECT a.\"user\", b.\"user\" FROM ledger a JOIN usage_by_month b ON true",
-    "SELECT * FROM ledger a FULL JOIN usage_monthly b ON a.\"group\" = b.\"group\"",
-    "SELECT \"user\", group_path FROM ledger UNION SELECT \"user\", group_path FROM usage "
-    "UNION ALL SELECT \"user\", group_path FROM usage_monthly",
+    'SELECT a."user", b."user" FROM ledger a JOIN usage_by_month b ON true',
+    'SELECT * FROM ledger a FULL JOIN usage_monthly b ON a."group" = b."group"',
+    'SELECT "user", group_path FROM ledger UNION SELECT "user", group_path FROM usage '
+    'UNION ALL SELECT "user", group_path FROM usage_monthly',
     "SELECT * FROM usage_priced EXCEPT SELECT * FROM usage_priced WHERE false",
     "SELECT count(*), sum(gpus), string_agg(\"user\", ','), list(group_path), "
-    "max(\"group\"), min(\"group\"), list(DISTINCT task), histogram(\"user\") FROM ledger",
-    "SELECT arg_max(\"user\", start_at), any_value(\"group\") FROM usage",
-    "SELECT \"user\", count(*) FROM ledger GROUP BY ROLLUP (\"user\")",
-    "SELECT \"user\", sum(gpus) OVER () FROM ledger",
+    'max("group"), min("group"), list(DISTINCT task), histogram("user") FROM ledger',
+    'SELECT arg_max("user", start_at), any_value("group") FROM usage',
+    'SELECT "user", count(*) FROM ledger GROUP BY ROLLUP ("user")',
+    'SELECT "user", sum(gpus) OVER () FROM ledger',
     "SELECT * FROM usage_by_month",
     "SELECT * FROM usage_monthly",
     "SELECT * FROM usage_by_level",
     "SELECT * FROM usage_by_business_unit",
     "SELECT * FROM usage_by_department",
-    "SELECT * FROM unnest((SELECT list(\"user\") FROM ledger))",
+    'SELECT * FROM unnest((SELECT list("user") FROM ledger))',
     "SELECT * FROM price_periods, usage_priced",
 ]
 
@@ -87,10 +99,9 @@ PROBES = [
     # the scope's filter runs first, so these must succeed
     "SELECT count(*) FROM ledger WHERE CASE WHEN \"user\" = 'carl' THEN error('seen') "
     "ELSE true END",
-    "SELECT count(*) FROM ledger WHERE \"user\" = 'carl' AND CAST(\"user\" AS INTEGER) = 1",
-    "SELECT sum(CASE WHEN \"group\" = 'team-c' THEN CAST(\"user\" AS INTEGER) END) AS n "
-    "FROM usage",
-    "SELECT count(*) FROM usage_monthly WHERE \"user\" = 'carl' AND error(\"user\") IS NULL",
+    'SELECT count(*) FROM ledger WHERE "user" = \'carl\' AND CAST("user" AS INTEGER) = 1',
+    'SELECT sum(CASE WHEN "group" = \'team-c\' THEN CAST("user" AS INTEGER) END) AS n FROM usage',
+    'SELECT count(*) FROM usage_monthly WHERE "user" = \'carl\' AND error("user") IS NULL',
     "SELECT count(*) FROM usage_by_level WHERE name = 'south' AND error(name) IS NULL",
 ]
 
@@ -116,9 +127,11 @@ def test_a_team_admin_reads_only_their_team(store, sql):
 def test_the_subtrees_figures(store):
     """Aggregates see exactly the subtree's rows: no more, and no fewer."""
     cur = store.conn.cursor()
-    q = ("SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM usage), "
-         "(SELECT string_agg(DISTINCT \"user\", ',' ORDER BY \"user\") FROM usage_priced), "
-         "(SELECT sum(ms) FROM usage_by_department WHERE month = DATE '2026-03-01')")
+    q = (
+        "SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM usage), "
+        '(SELECT string_agg(DISTINCT "user", \',\' ORDER BY "user") FROM usage_priced), '
+        "(SELECT sum(ms) FROM usage_by_department WHERE month = DATE '2026-03-01')"
+    )
     finance = run_readonly(cur, q).rows[0]
     dept = run_readonly(cur, q, groups=["ml"]).rows[0]
     team = run_readonly(cur, q, groups=["team-c"]).rows[0]
@@ -131,21 +144,29 @@ def test_the_subtrees_figures(store):
 
 
 def test_columns_and_order_are_the_querys_own(store):
-    res = run_readonly(store.conn.cursor(), "SELECT \"user\" AS who, interval_id FROM ledger "
-                                            "ORDER BY who DESC", groups=["north"])
-    assert res.columns == ["who", "interval_id"] and res.rows == [["bob", "t-2#1"],
-                                                                  ["alice", "t-1#1"]]
+    res = run_readonly(
+        store.conn.cursor(),
+        'SELECT "user" AS who, interval_id FROM ledger ORDER BY who DESC',
+        groups=["north"],
+    )
+    assert res.columns == ["who", "interval_id"] and res.rows == [
+        ["bob", "t-2#1"],
+        ["alice", "t-1#1"],
+    ]
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT * FROM main.ledger",
-    "SELECT * FROM kliqued.ledger",
-    "SELECT * FROM kliqued.main.usage",
-    "SELECT * FROM ledger WHERE task IN (SELECT task FROM main.usage)",
-    "WITH x AS (SELECT 1) SELECT * FROM main.usage_monthly",
-    "SELECT * FROM ledger_monthly",
-    "SELECT * FROM scoped",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM main.ledger",
+        "SELECT * FROM kliqued.ledger",
+        "SELECT * FROM kliqued.main.usage",
+        "SELECT * FROM ledger WHERE task IN (SELECT task FROM main.usage)",
+        "WITH x AS (SELECT 1) SELECT * FROM main.usage_monthly",
+        "SELECT * FROM ledger_monthly",
+        "SELECT * FROM scoped",
+    ],
+)
 def test_names_past_the_scope_are_refused(store, sql):
     with pytest.raises(LedgerSqlError) as err:
         run_readonly(store.conn.cursor(), sql, groups=["ml"])

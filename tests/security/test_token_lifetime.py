@@ -42,15 +42,25 @@ def new_token(fs: FleetServer, user: str) -> tuple[str, str]:
 def cli(fs: FleetServer, token: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KLIQUE_URL": fs.url, "KLIQUE_TOKEN": token}
     env.pop("KLIQUE_CONFIG", None)
-    return subprocess.run([PY, "-m", "kliqued.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [PY, "-m", "kliqued.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def test_a_revoked_token_pauses_its_schedule_and_only_its_owner_resumes_it(
-        fs: FleetServer) -> None:
+def test_a_revoked_token_pauses_its_schedule_and_only_its_owner_resumes_it(fs: FleetServer) -> None:
     tid, secret = new_token(fs, "alice")
-    s = fs.ok("POST", "/v1/schedules", {"cron": "* * * * *", "resource": "team-a/one",
-                                        "command": ["true"]}, token=secret, expect=201)
+    s = fs.ok(
+        "POST",
+        "/v1/schedules",
+        {"cron": "* * * * *", "resource": "team-a/one", "command": ["true"]},
+        token=secret,
+        expect=201,
+    )
     sid = s["id"]
     assert s["state"] == "active"
     fs.ok("DELETE", f"/v1/tokens/{tid}", expect=204)
@@ -72,16 +82,22 @@ def test_a_revoked_token_pauses_its_schedule_and_only_its_owner_resumes_it(
         assert status == 409, body
         assert "only alice may resume it, with a live token of theirs" in body["error"]["message"]
     assert fs.ok("GET", f"/v1/schedules/{sid}", token=fs.alice)["state"] == "paused"
-    assert not [t for t in fs.ok("GET", "/v1/tasks?user=alice", token=fs.alice)["tasks"]
-                if t["labels"].get("klique.schedule") == sid]
+    assert not [
+        t
+        for t in fs.ok("GET", "/v1/tasks?user=alice", token=fs.alice)["tasks"]
+        if t["labels"].get("klique.schedule") == sid
+    ]
     # a restart replays the pause as it was
     assert fs.stop() == 0
     fs.start()
     again = fs.ok("GET", f"/v1/schedules/{sid}", token=fs.alice)
     assert (again["state"], again["reason"], again["token"]) == ("paused", s["reason"], tid)
     # alice resumes it with a live token: it runs on that token from now on
-    (live,) = [t["id"] for t in fs.ok("GET", "/v1/tokens")["tokens"]
-               if t["principal"] == "user:alice" and t["id"] != tid]  # fs.alice's
+    (live,) = [
+        t["id"]
+        for t in fs.ok("GET", "/v1/tokens")["tokens"]
+        if t["principal"] == "user:alice" and t["id"] != tid
+    ]  # fs.alice's
     r = cli(fs, fs.alice, "schedule", "resume", sid)
     assert r.returncode == 0, r.stderr
     s = fs.ok("GET", f"/v1/schedules/{sid}", token=fs.alice)
@@ -90,11 +106,13 @@ def test_a_revoked_token_pauses_its_schedule_and_only_its_owner_resumes_it(
 
 
 def test_a_pipeline_in_flight_finishes_its_step_and_sends_no_further_one_until_resumed(
-        fs: FleetServer, real: Any, tmp_path: Path) -> None:
+    fs: FleetServer, real: Any, tmp_path: Path
+) -> None:
     real("w1")
     go = tmp_path / "go"
-    first = json.dumps([PY, "-c", f"import os, time\nwhile not os.path.exists({str(go)!r}): "
-                        f"time.sleep(0.1)"])
+    first = json.dumps(
+        [PY, "-c", f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.1)"]
+    )
     text = f"""\
 pipeline: two
 steps:
@@ -111,6 +129,7 @@ steps:
 
     def view() -> dict:
         return fs.ok("GET", f"/v1/pipelines/{pid}", token=fs.alice)
+
     step = wait_for(lambda: view()["steps"][0]["task"], 30, "the first step's task")
     wait_for(lambda: fs.task(step)["state"] == "running", 30, "the first step to run")
     fs.ok("DELETE", f"/v1/tokens/{tid}", expect=204)

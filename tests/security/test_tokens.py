@@ -31,15 +31,36 @@ def server(tmp_path_factory) -> Iterator[Server]:
 def _serve_once(tmp: Path, admin: str) -> subprocess.CompletedProcess:
     """``kliqued serve`` with KLIQUE_ADMIN_TOKEN=admin, expected to refuse at once."""
     env = {**os.environ, "KLIQUE_ADMIN_TOKEN": admin}
-    return subprocess.run([sys.executable, "-m", "kliqued.cli", "serve", "--db",
-                           str(tmp / "k.duckdb"), "--listen", "127.0.0.1:0", "--estate",
-                           str(SMALL_ESTATE)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kliqued.cli",
+            "serve",
+            "--db",
+            str(tmp / "k.duckdb"),
+            "--listen",
+            "127.0.0.1:0",
+            "--estate",
+            str(SMALL_ESTATE),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("weak", ["password123", "password123password123password123",
-                                  "abcdefghijklmnopqrstuvwxyz0123456789",
-                                  "kq_" + "0" * 40])
+@pytest.mark.parametrize(
+    "weak",
+    [
+        "password123",
+        "password123password123password123",
+        "abcdefghijklmnopqrstuvwxyz0123456789",
+        "kq_" + "0" * 40,
+    ],
+)
 def test_a_weak_admin_token_is_refused_with_how_to_make_one(tmp_path, weak) -> None:
     p = _serve_once(tmp_path, weak)
     assert p.returncode == 1, p.stderr
@@ -76,8 +97,11 @@ def test_an_old_database_with_unkeyed_hashes_is_migrated_at_start(tmp_path) -> N
             id VARCHAR PRIMARY KEY, hash VARCHAR NOT NULL UNIQUE, principal VARCHAR NOT NULL,
             name VARCHAR, created_at_ms BIGINT NOT NULL, created_by VARCHAR,
             revoked_at_ms BIGINT)""")
-        c.execute("INSERT INTO tokens VALUES ('tk-01M8K879FR0000', ?, 'role:admin', 'old', 1,"
-                  " 'kliqued', NULL)", [hashlib.sha256(old.encode()).hexdigest()])
+        c.execute(
+            "INSERT INTO tokens VALUES ('tk-01M8K879FR0000', ?, 'role:admin', 'old', 1,"
+            " 'kliqued', NULL)",
+            [hashlib.sha256(old.encode()).hexdigest()],
+        )
     s = Server(tmp_path, db=db, admin=None).start()
     try:
         assert s.ok("GET", "/v1/whoami", token=old)["principal"] == "role:admin"
@@ -85,7 +109,7 @@ def test_an_old_database_with_unkeyed_hashes_is_migrated_at_start(tmp_path) -> N
     finally:
         assert s.stop() == 0
     with duckdb.connect(str(db), read_only=True) as c:
-        (h,), = c.execute("SELECT hash FROM tokens").fetchall()
+        ((h,),) = c.execute("SELECT hash FROM tokens").fetchall()
     assert h.startswith("hmac-sha256:")
 
 
@@ -100,19 +124,22 @@ def test_a_lost_key_file_is_a_clear_refusal_not_a_lockout(tmp_path) -> None:
     assert "Traceback" not in str(exc.value)
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"user": "nobody"}, "user"),                  # in no group of the estate
-    ({"user": " "}, "user"),
-    ({"user": "role:admin"}, "user"),
-    ({"user": "alice\u0000"}, "user"),
-    ({"user": "alice", "name": " "}, "name"),
-    ({"user": "alice", "name": "a\u001b[31mred"}, "name"),
-    ({"user": "alice", "name": "line\u2028break"}, "name"),
-    ({"worker": True, "pool": "no-such-pool"}, "pool"),
-    ({"user": "alice", "expires_in": "soon"}, "expires_in"),
-    ({"user": "alice", "expires_in": "0s"}, "expires_in"),
-    ({"user": "alice", "expires_at": "2020-01-01T00:00:00Z"}, "expires_at"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"user": "nobody"}, "user"),  # in no group of the estate
+        ({"user": " "}, "user"),
+        ({"user": "role:admin"}, "user"),
+        ({"user": "alice\u0000"}, "user"),
+        ({"user": "alice", "name": " "}, "name"),
+        ({"user": "alice", "name": "a\u001b[31mred"}, "name"),
+        ({"user": "alice", "name": "line\u2028break"}, "name"),
+        ({"worker": True, "pool": "no-such-pool"}, "pool"),
+        ({"user": "alice", "expires_in": "soon"}, "expires_in"),
+        ({"user": "alice", "expires_in": "0s"}, "expires_in"),
+        ({"user": "alice", "expires_at": "2020-01-01T00:00:00Z"}, "expires_at"),
+    ],
+)
 def test_token_creation_checks_the_principal_and_name(server: Server, body, field) -> None:
     st, answer = server.call("POST", "/v1/tokens", body)
     if st == 400:  # control characters: refused at the edge already, naming the field
@@ -141,8 +168,9 @@ def test_an_expired_token_is_refused_saying_when(server: Server) -> None:
 
 
 def test_rotation_gives_a_new_secret_and_ends_the_old_one(server: Server) -> None:
-    old = server.ok("POST", "/v1/tokens", {"user": "erin", "name": "ci", "expires_in": "90d"},
-                    expect=201)
+    old = server.ok(
+        "POST", "/v1/tokens", {"user": "erin", "name": "ci", "expires_in": "90d"}, expect=201
+    )
     new = server.ok("POST", f"/v1/tokens/{old['id']}/rotate", expect=201)
     assert new["token"] != old["token"] and new["rotated_from"] == old["id"]
     assert (new["principal"], new["name"]) == ("user:erin", "ci")
@@ -166,8 +194,7 @@ def test_rotation_with_grace_keeps_the_old_token_for_the_grace(server: Server) -
     st, body = server.call("GET", "/v1/whoami", token=old["token"])
     assert st == 401 and "expired" in body["error"]["message"]
     assert server.ok("GET", "/v1/whoami", token=new["token"])["name"] == "dave"
-    assert server.call("POST", f"/v1/tokens/{old['id']}/rotate", {"grace": "forever"})[0] \
-        == 422
+    assert server.call("POST", f"/v1/tokens/{old['id']}/rotate", {"grace": "forever"})[0] == 422
 
 
 def test_expiry_and_rotation_survive_a_restart(server: Server) -> None:

@@ -36,16 +36,19 @@ SMALL_REPLY = 8 * 1024
 def wide_pipeline(args: int = 1800, steps: int = 200) -> str:
     """~4 KB: one step (its command an alias) aliased 200 times, each of its 1,800 command
     values wrong (numbers): 360,000 values and as many errors once expanded."""
-    return ("pipeline: lol\n"
-            f"c: &c [{','.join(['1'] * args)}]\n"
-            "s: &s {name: s, resource: team-a/one, command: *c}\n"
-            f"steps: [{','.join(['*s'] * steps)}]\n")
+    return (
+        "pipeline: lol\n"
+        f"c: &c [{','.join(['1'] * args)}]\n"
+        "s: &s {name: s, resource: team-a/one, command: *c}\n"
+        f"steps: [{','.join(['*s'] * steps)}]\n"
+    )
 
 
 def deep_pipeline(levels: int = 50_000) -> str:
     """100 KB of nested sequences: libyaml's composer recursed in C and crashed the process."""
     return "pipeline: deep\nsteps:\n  - name: s\n    resource: team-a/one\n    command: " + (
-        "[" * levels + "]" * levels + "\n")
+        "[" * levels + "]" * levels + "\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +62,12 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _post(srv: Server, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-    req = urllib.request.Request(srv.url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": f"Bearer {srv.alice}"})  # type: ignore[attr-defined]
+    req = urllib.request.Request(
+        srv.url + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {srv.alice}"},
+    )  # type: ignore[attr-defined]
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
             return resp.status, resp.read()
@@ -76,6 +82,7 @@ def _refused_while_responsive(srv: Server, path: str, body: dict[str, Any]) -> d
 
     def post() -> None:
         out["status"], out["raw"] = _post(srv, path, body)
+
     t = threading.Thread(target=post)
     t.start()
     lags = []
@@ -90,8 +97,7 @@ def _refused_while_responsive(srv: Server, path: str, body: dict[str, Any]) -> d
 
 
 @pytest.mark.parametrize("path", ["/v1/pipelines", "/v1/schedules"])
-def test_an_alias_bomb_pipeline_is_refused_quickly_in_a_few_lines(srv: Server,
-                                                                  path: str) -> None:
+def test_an_alias_bomb_pipeline_is_refused_quickly_in_a_few_lines(srv: Server, path: str) -> None:
     text = wide_pipeline()
     assert len(text) < 4500
     pipe = {"file": "bomb.yaml", "text": text}
@@ -116,8 +122,9 @@ def test_a_deeply_nested_pipeline_is_refused_and_the_daemon_lives(srv: Server) -
 
 def test_refusals_list_a_few_short_problems() -> None:
     """Without aliases too: 200 steps with an unknown field each are 20 lines and a count."""
-    steps = "".join(f"  - {{name: s{i}, resource: team-a/one, command: [x], bad: 1}}\n"
-                    for i in range(200))
+    steps = "".join(
+        f"  - {{name: s{i}, resource: team-a/one, command: [x], bad: 1}}\n" for i in range(200)
+    )
     with pytest.raises(P.PipelineError) as exc:
         P.load("p.yaml", "pipeline: many\nsteps:\n" + steps)
     assert len(exc.value.errors) == P.MAX_ERRORS + 1
@@ -127,9 +134,12 @@ def test_refusals_list_a_few_short_problems() -> None:
 
 def wide_estate(args: int = 1800, items: int = 200) -> bytes:
     """The estate's version of the bomb: one profile (its pools an alias) aliased 200 times."""
-    return ("pools: &ints [" + ",".join(["1"] * args) + "]\n"
-            "profiles: [&p {name: x, gpus: 1, pools: *ints, policies: [t]}"
-            + ",*p" * (items - 1) + "]\n").encode()
+    return (
+        "pools: &ints [" + ",".join(["1"] * args) + "]\n"
+        "profiles: [&p {name: x, gpus: 1, pools: *ints, policies: [t]}"
+        + ",*p" * (items - 1)
+        + "]\n"
+    ).encode()
 
 
 def test_an_alias_bomb_estate_is_refused_by_the_loader_quickly() -> None:
@@ -149,11 +159,19 @@ def test_an_alias_bomb_estate_is_refused_by_the_loader_quickly() -> None:
 def test_a_deeply_nested_estate_does_not_crash_the_loader() -> None:
     """In a child process: before, libyaml's composer crashed it (SIGSEGV)."""
     require_shared()
-    code = ("from compiler.loader import load_yaml\n"
-            "r = load_yaml('d.yaml', b'pools: ' + b'[' * 60000 + b']' * 60000)\n"
-            "print([d.code for d in r.diagnostics])\n")
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env={"PYTHONPATH": str(ROOT)})
+    code = (
+        "from compiler.loader import load_yaml\n"
+        "r = load_yaml('d.yaml', b'pools: ' + b'[' * 60000 + b']' * 60000)\n"
+        "print([d.code for d in r.diagnostics])\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT)},
+    )
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert run.stdout.strip() == "['yaml-depth-limit']"
 
@@ -162,10 +180,13 @@ def many_aliases(args: int = 1400, steps: int = 60) -> str:
     """A valid ~24 KB pipeline whose steps share one long argument list by an alias:
     84,000 values once expanded."""
     flags = "[" + ",".join(f"--option-{i:05d}" for i in range(args)) + "]"
-    out = ["pipeline: shared\nsteps:\n",
-           f"  - {{name: s00, resource: team-a/one, command: &args {flags}}}\n"]
-    out += [f"  - {{name: s{i:02d}, resource: team-a/one, command: *args}}\n"
-            for i in range(1, steps)]
+    out = [
+        "pipeline: shared\nsteps:\n",
+        f"  - {{name: s00, resource: team-a/one, command: &args {flags}}}\n",
+    ]
+    out += [
+        f"  - {{name: s{i:02d}, resource: team-a/one, command: *args}}\n" for i in range(1, steps)
+    ]
     return "".join(out)
 
 
@@ -180,9 +201,11 @@ def test_a_schedules_pipeline_is_parsed_once_not_at_each_run(tmp_path: Path) -> 
     async def go() -> None:
         async with Harness(tmp_path) as h:
             before = pipeline_cache.count()
-            sid = await h.create(resource=None, command=None,
-                                 pipeline={"file": "p.yaml", "text": text, "params": {},
-                                           "name": "shared"})
+            sid = await h.create(
+                resource=None,
+                command=None,
+                pipeline={"file": "p.yaml", "text": text, "params": {}, "name": "shared"},
+            )
             assert pipeline_cache.count() - before == 1  # made: parsed once
             for n in range(1, 4):
                 await h.at(T0 + 10 * MIN * n + 1000)
@@ -197,4 +220,5 @@ def test_a_schedules_pipeline_is_parsed_once_not_at_each_run(tmp_path: Path) -> 
             assert pipeline_cache.count() - mark <= 1
             specs = {id(pr.loaded.spec) for pr in d2.pipelines.items.values()}
             assert len(specs) == 1  # the runs share one parsed form
+
     asyncio.run(go())

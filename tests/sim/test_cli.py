@@ -54,16 +54,21 @@ def test_timeline(tmp_path: Path) -> None:
 
 
 def test_invalid_with_file_and_line(tmp_path: Path) -> None:
-    bad = GOOD % 2 + """  - at: 2s
+    bad = (
+        GOOD % 2
+        + """  - at: 2s
     running: {nobody: 1}
 """
+    )
     bad = bad.replace("user: alice, id: t", "user: mallory, id: t")
-    bad = bad.replace("resource: a/gpu1, user: mallory, id: t, count: 3, project: x}",
-                      "resource: a/gpu1, user: mallory, id: t, count: 3, project: x}\n"
-                      "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: u, gpus: 2, "
-                      "project: x}\n"
-                      "  - at: 0s\n    submit: {resource: a/nope, user: alice, id: v}\n"
-                      "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: w, project: y}")
+    bad = bad.replace(
+        "resource: a/gpu1, user: mallory, id: t, count: 3, project: x}",
+        "resource: a/gpu1, user: mallory, id: t, count: 3, project: x}\n"
+        "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: u, gpus: 2, "
+        "project: x}\n"
+        "  - at: 0s\n    submit: {resource: a/nope, user: alice, id: v}\n"
+        "  - at: 0s\n    submit: {resource: a/gpu1, user: alice, id: w, project: y}",
+    )
     code, out = _run(tmp_path, bad)
     assert code == 2
     assert "s.yaml:10: error[scenario]: submit: user 'mallory'" in out
@@ -73,25 +78,30 @@ def test_invalid_with_file_and_line(tmp_path: Path) -> None:
 
 
 def test_events_out_of_order_and_bad_time(tmp_path: Path) -> None:
-    text = (GOOD % 2).replace("events:\n", "events:\n  - at: 1h\n    finish: []\n"
-                                           "  - at: 5q\n    finish: []\n")
+    text = (GOOD % 2).replace(
+        "events:\n", "events:\n  - at: 1h\n    finish: []\n  - at: 5q\n    finish: []\n"
+    )
     code, out = _run(tmp_path, text)
     assert code == 2
     assert "events out of time order" in out and "unparsable time '5q'" in out
 
 
 def test_set_that_breaks_the_estate_shows_compile_errors(tmp_path: Path) -> None:
-    text = (GOOD % 2).replace("expect:", "  - at: 1h\n    set: {policies.a.reservation: 5}\n"
-                                         "expect:")
+    text = (GOOD % 2).replace(
+        "expect:", "  - at: 1h\n    set: {policies.a.reservation: 5}\nexpect:"
+    )
     code, out = _run(tmp_path, text)
     assert code == 2
     assert "this set makes the estate invalid" in out and "reservation" in out
 
 
 def test_bad_workers_events_and_started_expectations_name_their_line(tmp_path: Path) -> None:
-    text = (GOOD % 2).replace("events:\n", "events:\n  - at: 0s\n    workers: {nope: 1}\n"
-                                           "  - at: 0s\n    workers: {p: -1}\n"
-                                           "  - at: 0s\n    workers: []\n")
+    text = (GOOD % 2).replace(
+        "events:\n",
+        "events:\n  - at: 0s\n    workers: {nope: 1}\n"
+        "  - at: 0s\n    workers: {p: -1}\n"
+        "  - at: 0s\n    workers: []\n",
+    )
     text += "    started: {t-1: yes}\n    preempted: {t-2: unstarted}\n"
     code, out = _run(tmp_path, text)
     assert code == 2, out
@@ -114,8 +124,9 @@ def test_a_pool_with_no_live_worker_in_the_timeline(tmp_path: Path) -> None:
 def test_a_refused_submit_points_at_the_field_at_fault(tmp_path: Path) -> None:
     """The line is the refused field's, from SubmissionError.field: a project named
     ``user-study`` is the project's fault, not the user's."""
-    text = (GOOD % 2).replace("count: 3, project: x}",
-                              "count: 3,\n              project: user-study}")
+    text = (GOOD % 2).replace(
+        "count: 3, project: x}", "count: 3,\n              project: user-study}"
+    )
     code, out = _run(tmp_path, text)
     assert code == 2, out
     assert "s.yaml:11: error[scenario]: submit: project 'user-study'" in out, out

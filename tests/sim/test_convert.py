@@ -40,10 +40,14 @@ pricing:
   - {gpu_type: h100, per_gpu_hour: 2, effective_from: "2026-01-01T00:00:00Z"}
 """
 
-PHILLY_HEADER = ("job_id,user,num_gpu,submit_time,iterations,model_name,duration,interval,"
-                 "expect_time_list,expect_value_list,best_effort,job_type\n")
-OPENB_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-                "creation_time,deletion_time,scheduled_time\n")
+PHILLY_HEADER = (
+    "job_id,user,num_gpu,submit_time,iterations,model_name,duration,interval,"
+    "expect_time_list,expect_value_list,best_effort,job_type\n"
+)
+OPENB_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
 
 
 @pytest.fixture
@@ -58,8 +62,10 @@ def small(tmp_path: Path):
 
 def _philly(tmp_path: Path, jobs: list[tuple[str, str, int, int, int]]) -> Path:
     p = tmp_path / "philly.csv"
-    p.write_text(PHILLY_HEADER + "".join(f"{j},{u},{n},{s},1,m,{d},1,1,1,0,strict\n"
-                                         for j, u, n, s, d in jobs))
+    p.write_text(
+        PHILLY_HEADER
+        + "".join(f"{j},{u},{n},{s},1,m,{d},1,1,1,0,strict\n" for j, u, n, s, d in jobs)
+    )
     return p
 
 
@@ -70,17 +76,28 @@ def _rows(conv) -> list[list[str]]:
 def test_default_mapping(tmp_path: Path, small) -> None:
     _, est = small
     # trace users sorted: u1 -> a, u2 -> b, u3 -> d, u4 -> a (c has no users)
-    path = _philly(tmp_path, [
-        ("1", "u1", 1, 5, 60), ("2", "u1", 0, 6, 60), ("3", "u1", 3, 7, 60),
-        ("4", "u1", 6, 8, 60),                        # above any's max: dropped
-        ("5", "u2", 1, 9, 60), ("6", "u2", 3, 10, 60),  # b: exact, then smallest larger
-        ("7", "u2", 0, 11, 60), ("8", "u2", 5, 12, 60),  # no 0-GPU profile; above limit
-        ("9", "u3", 2, 13, 60),                       # d: nothing of 2 GPUs
-        ("10", "u4", 2, 1, 30),                       # first by submit time
-    ])
+    path = _philly(
+        tmp_path,
+        [
+            ("1", "u1", 1, 5, 60),
+            ("2", "u1", 0, 6, 60),
+            ("3", "u1", 3, 7, 60),
+            ("4", "u1", 6, 8, 60),  # above any's max: dropped
+            ("5", "u2", 1, 9, 60),
+            ("6", "u2", 3, 10, 60),  # b: exact, then smallest larger
+            ("7", "u2", 0, 11, 60),
+            ("8", "u2", 5, 12, 60),  # no 0-GPU profile; above limit
+            ("9", "u3", 2, 13, 60),  # d: nothing of 2 GPUs
+            ("10", "u4", 2, 1, 30),  # first by submit time
+        ],
+    )
     conv = convert("chronus-philly", str(path), est)
-    assert {u: t.group for u, t in conv.targets.items()} == \
-        {"u1": "a", "u2": "b", "u3": "d", "u4": "a"}
+    assert {u: t.group for u, t in conv.targets.items()} == {
+        "u1": "a",
+        "u2": "b",
+        "u3": "d",
+        "u4": "a",
+    }
     assert _rows(conv) == [
         ["10", "1", "a/any", "amy", "", "2", "30"],
         ["1", "5", "a/any", "ann", "", "1", "60"],
@@ -89,9 +106,11 @@ def test_default_mapping(tmp_path: Path, small) -> None:
         ["5", "9", "b/one", "bob", "", "", "60"],
         ["6", "10", "b/four", "bob", "", "", "60"],
     ]
-    assert conv.dropped == {"more GPUs than any profile of the group (or its pools) takes": 2,
-                            "0 GPUs and the group has no 0-GPU profile": 1,
-                            "more GPUs than the group's limit": 1}
+    assert conv.dropped == {
+        "more GPUs than any profile of the group (or its pools) takes": 2,
+        "0 GPUs and the group has no 0-GPU profile": 1,
+        "more GPUs than the group's limit": 1,
+    }
     text = conv.summary("out.csv")
     assert "wrote 6 tasks to out.csv" in text and "dropped 4 jobs" in text
 
@@ -99,19 +118,20 @@ def test_default_mapping(tmp_path: Path, small) -> None:
 def test_alibaba_fractions(tmp_path: Path, small) -> None:
     _, est = small
     path = tmp_path / "openb.csv"
-    path.write_text(OPENB_HEADER
-                    + "pod-0,1,1,1,470,,LS,Running,0,100,0\n"
-                      "pod-1,1,1,1,200,,LS,Running,5,100,10\n"
-                      "pod-2,1,1,1,1000,,LS,Running,6,200,6\n"
-                      "pod-3,1,1,8,1000,,LS,Running,7,200,7\n"
-                      "pod-4,1,1,1,300,,LS,Pending,8,200,\n")
+    path.write_text(
+        OPENB_HEADER + "pod-0,1,1,1,470,,LS,Running,0,100,0\n"
+        "pod-1,1,1,1,200,,LS,Running,5,100,10\n"
+        "pod-2,1,1,1,1000,,LS,Running,6,200,6\n"
+        "pod-3,1,1,8,1000,,LS,Running,7,200,7\n"
+        "pod-4,1,1,1,300,,LS,Pending,8,200,\n"
+    )
     # every synthetic user to b, whose fixed fractional profiles are half and quarter
     mapping = tmp_path / "map.yaml"
     mapping.write_text("users:\n" + "".join(f"  openb-user-{i:02d}: b\n" for i in range(3)))
     conv = convert("alibaba-openb", str(path), est, str(mapping))
     assert [r[:3] + r[5:] for r in _rows(conv)] == [
-        ["pod-0", "0", "b/half", "", "100"],     # 0.47: nearest fractional profile
-        ["pod-1", "5", "b/quarter", "", "90"],   # 0.2: quarter; runs scheduled -> deleted
+        ["pod-0", "0", "b/half", "", "100"],  # 0.47: nearest fractional profile
+        ["pod-1", "5", "b/quarter", "", "90"],  # 0.2: quarter; runs scheduled -> deleted
         ["pod-2", "6", "b/one", "", "194"],
     ]
     assert conv.dropped == {"more GPUs than the group's limit": 1}
@@ -119,22 +139,24 @@ def test_alibaba_fractions(tmp_path: Path, small) -> None:
     # on a from_task profile the task keeps its fraction
     mapping.write_text("users:\n" + "".join(f"  openb-user-{i:02d}: a\n" for i in range(3)))
     conv = convert("alibaba-openb", str(path), est, str(mapping))
-    assert [(r[2], r[5]) for r in _rows(conv)][:3] == \
-        [("a/any", "0.47"), ("a/any", "0.2"), ("a/any", "1")]
+    assert [(r[2], r[5]) for r in _rows(conv)][:3] == [
+        ("a/any", "0.47"),
+        ("a/any", "0.2"),
+        ("a/any", "1"),
+    ]
 
 
 def test_mapping_file(tmp_path: Path, small) -> None:
     _, est = small
-    path = _philly(tmp_path, [("1", "u1", 1, 0, 60), ("2", "u2", 1, 1, 60),
-                              ("3", "u3", 1, 2, 60)])
+    path = _philly(tmp_path, [("1", "u1", 1, 0, 60), ("2", "u2", 1, 1, 60), ("3", "u3", 1, 2, 60)])
     mapping = tmp_path / "map.yaml"
     mapping.write_text("users:\n  u1: {resource: b/two, user: bob}\n  u2: d/one\n")
     conv = convert("chronus-philly", str(path), est, str(mapping))
     # u3 is not mapped: the default round-robin starts over for the unmapped users
-    assert [r[2:4] for r in _rows(conv)] == [["b/two", "bob"], ["d/one", "dan"],
-                                             ["a/any", "amy"]]
-    mapping.write_text("users:\n  u1: b/nope\n  u2: {group: c}\n  u3: {resource: b/one, "
-                       "user: ann}\n")
+    assert [r[2:4] for r in _rows(conv)] == [["b/two", "bob"], ["d/one", "dan"], ["a/any", "amy"]]
+    mapping.write_text(
+        "users:\n  u1: b/nope\n  u2: {group: c}\n  u3: {resource: b/one, user: ann}\n"
+    )
     with pytest.raises(ConvertError) as exc:
         convert("chronus-philly", str(path), est, str(mapping))
     text = str(exc.value)
@@ -142,29 +164,73 @@ def test_mapping_file(tmp_path: Path, small) -> None:
     assert "map.yaml:3:" in text and "map.yaml:4:" in text and "'ann'" in text
 
 
-def test_cli_convert_and_bad_input(tmp_path: Path, small,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_convert_and_bad_input(
+    tmp_path: Path, small, capsys: pytest.CaptureFixture[str]
+) -> None:
     d, _ = small
     path = _philly(tmp_path, [("1", "u1", 1, 0, 60), ("2", "u2", 2, 1, 60)])
     out = tmp_path / "out" / "t.csv"
-    assert main(["trace", "convert", "--from", "chronus-philly", str(path), "--estate", str(d),
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "convert",
+                "--from",
+                "chronus-philly",
+                str(path),
+                "--estate",
+                str(d),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "wrote 2 tasks" in capsys.readouterr().out
     assert main(["simulate", "--estate", str(d), "--trace", str(out), "-q"]) == 0
     capsys.readouterr()
     bad = tmp_path / "bad.csv"
     bad.write_text(PHILLY_HEADER + "1,u1,one,0,1,m,60,1,1,1,0,strict\n")
-    assert main(["trace", "convert", "--from", "chronus-philly", str(bad), "--estate", str(d),
-                 "-o", str(tmp_path / "x.csv")]) == 2
+    assert (
+        main(
+            [
+                "trace",
+                "convert",
+                "--from",
+                "chronus-philly",
+                str(bad),
+                "--estate",
+                str(d),
+                "-o",
+                str(tmp_path / "x.csv"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"{bad}:2: error[convert]: num_gpu: expected a whole number" in err
     assert not (tmp_path / "x.csv").exists()
-    assert main(["trace", "convert", "--from", "alibaba-openb", str(path), "--estate", str(d),
-                 "-o", str(tmp_path / "x.csv")]) == 2
+    assert (
+        main(
+            [
+                "trace",
+                "convert",
+                "--from",
+                "alibaba-openb",
+                str(path),
+                "--estate",
+                str(d),
+                "-o",
+                str(tmp_path / "x.csv"),
+            ]
+        )
+        == 2
+    )
     assert "missing columns" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------ the public traces
+
 
 def _excerpt(src: Path, dst: Path, rows: int) -> Path:
     with src.open() as fh:
@@ -174,12 +240,16 @@ def _excerpt(src: Path, dst: Path, rows: int) -> Path:
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("source,file", [
-    ("chronus-philly", ("traces", "chronus-philly", "trace_job_Philly_MIX1.csv")),
-    ("alibaba-openb", ("traces", "alibaba-openb", "openb_pod_list_default.csv")),
-])
-def test_public_trace_excerpt_replays_on_the_example_estate(tmp_path: Path, source: str,
-                                                            file: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "source,file",
+    [
+        ("chronus-philly", ("traces", "chronus-philly", "trace_job_Philly_MIX1.csv")),
+        ("alibaba-openb", ("traces", "alibaba-openb", "openb_pod_list_default.csv")),
+    ],
+)
+def test_public_trace_excerpt_replays_on_the_example_estate(
+    tmp_path: Path, source: str, file: tuple[str, ...]
+) -> None:
     src = require_shared(*file)
     path = _excerpt(src, tmp_path / "in.csv", 300)
     est = compile_dir(ESTATE).estate

@@ -37,6 +37,5 @@ def test_every_kind_our_docs_document_is_registered() -> None:
 def test_loading_accepts_exactly_the_registered_kinds() -> None:
     assert EXPECT_KEYS == tuple(KINDS)
     for kind in KINDS.values():
-        assert kind.subject in ("group", "pool", "compute resource", "task id", "policy"), \
-            kind.name
+        assert kind.subject in ("group", "pool", "compute resource", "task id", "policy"), kind.name
         assert callable(kind.parse) and callable(kind.check), kind.name

@@ -10,8 +10,7 @@ import pytest
 
 from compiler.api import compile_dir
 from kliqued.engine import EstateIndex
-from tests.bench.bench_lending_replay import (ESTATE, LENDING, Run, SetupError, table,
-                                              with_lending)
+from tests.bench.bench_lending_replay import ESTATE, LENDING, Run, SetupError, table, with_lending
 
 
 def test_the_copy_has_the_lending_settings_and_the_estate_is_untouched(tmp_path: Path) -> None:
@@ -37,16 +36,24 @@ def test_an_estate_that_cannot_take_them_is_a_clear_error(tmp_path: Path) -> Non
 
 
 def _report(p50: float, rebalanced: int, lost: float, util: float) -> dict:
-    g = {"wait_s": {"p50": p50, "p95": 3600.0, "max": 3600.0},
-         "preemptions": {"reclaimed": 1, "rebalanced": rebalanced, "budget": 0},
-         "lost_gpu_hours": lost, "gpu_hours": 10.0}
-    return {"pools": {"p": {"utilisation": util}},
-            "overall": dict(g, utilisation_all_pools=util), "groups": {"team-a": g}}
+    g = {
+        "wait_s": {"p50": p50, "p95": 3600.0, "max": 3600.0},
+        "preemptions": {"reclaimed": 1, "rebalanced": rebalanced, "budget": 0},
+        "lost_gpu_hours": lost,
+        "gpu_hours": 10.0,
+    }
+    return {
+        "pools": {"p": {"utilisation": util}},
+        "overall": dict(g, utilisation_all_pools=util),
+        "groups": {"team-a": g},
+    }
 
 
 def test_the_table_shows_both_runs_side_by_side() -> None:
-    text = table(Run("ordered", _report(60.0, 0, 1.0, 0.5), 1.0),
-                 Run("fair", _report(120.0, 3, 2.25, 0.625), 2.0))
+    text = table(
+        Run("ordered", _report(60.0, 0, 1.0, 0.5), 1.0),
+        Run("fair", _report(120.0, 3, 2.25, 0.625), 2.0),
+    )
     assert "| p | 50.0% | 62.5% |" in text
     # changed cells read ordered -> fair, unchanged ones once
     assert "| team-a | 1m00s → 2m00s | 1h00m00s | 1 | 0 → 3 | 0 | 1.0 → 2.2 | 10 |" in text

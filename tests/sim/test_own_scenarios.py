@@ -18,13 +18,19 @@ def test_own_scenario(path: Path) -> None:
     result = simulate(load_scenario(str(path)))
     assert not result.misses, "\n".join(
         f"line {m.line}: {m.key} at +{(m.at - result.scenario.start) // 1000}s: expected "
-        f"{m.expected}, found {m.found}" for m in result.misses)
+        f"{m.expected}, found {m.found}"
+        for m in result.misses
+    )
 
 
 def test_alerts_once_per_threshold_per_period() -> None:
     from kliqued.engine import Alert
+
     result = simulate(load_scenario(str(HERE / "alerts.yaml")))
     start = result.scenario.start
-    alerts = [((t - start) // 60_000, d.threshold_milli) for t, d in result.decisions
-              if isinstance(d, Alert)]
+    alerts = [
+        ((t - start) // 60_000, d.threshold_milli)
+        for t, d in result.decisions
+        if isinstance(d, Alert)
+    ]
     assert alerts == [(30, 500), (54, 900), (24 * 60 + 30, 500)]

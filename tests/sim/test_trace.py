@@ -35,13 +35,16 @@ HEADER = "id,submit,resource,user,project,gpus,runtime\n"
 # Four GPUs. b takes them all (b-5 waits at b's limit); at 30m a's 2-GPU task, within a's
 # reservation, reclaims the two newest (b-4, b-3); they return when it ends at 1h30m; b-5
 # starts when b-1 and b-2 end at 2h and ends at 4h.
-TRACE = HEADER + """b-1,0,b/gpu1,bob,,,2h
+TRACE = (
+    HEADER
+    + """b-1,0,b/gpu1,bob,,,2h
 b-2,0,b/gpu1,bob,,,2h
 b-3,0,b/gpu1,bob,,,7200
 b-4,0,b/gpu1,bob,,,2h
 b-5,0,b/gpu1,bob,,,2h
 a-1,1800,a/any,alice,x,2,1h
 """
+)
 
 
 @pytest.fixture
@@ -108,17 +111,21 @@ pricing:
 """
 
 
-def test_rebalances_and_lost_work_are_reported(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_rebalances_and_lost_work_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # order: fair. a borrows all 4 GPUs at 0s (checkpoint every 45m); at 1h b (share 0)
     # rebalances two of a's tasks away (a's share 4 -> 2), each 15m past its last checkpoint:
     # 2 x 1 GPU x 0.25 h = 0.5 lost GPU-hours, on a.
     d = tmp_path / "estate"
     d.mkdir()
     (d / "estate.yaml").write_text(FAIR_ESTATE)
-    text = HEADER.rstrip("\n") + ",checkpoint\n" + "".join(
-        f"a-{i},0,a/gpu1,alice,,,2h,45m\n" for i in range(1, 5)) + "".join(
-        f"b-{i},3600,b/gpu1,bob,,,1h,45m\n" for i in range(1, 3))
+    text = (
+        HEADER.rstrip("\n")
+        + ",checkpoint\n"
+        + "".join(f"a-{i},0,a/gpu1,alice,,,2h,45m\n" for i in range(1, 5))
+        + "".join(f"b-{i},3600,b/gpu1,bob,,,1h,45m\n" for i in range(1, 3))
+    )
     trace = _write(tmp_path, text)
     r = _replay(d, trace)
     a, b, ov = r["groups"]["a"], r["groups"]["b"], r["overall"]
@@ -160,8 +167,7 @@ def test_budget_exhaustion_and_checkpoint(tmp_path: Path, estate_dir: Path) -> N
     assert d["end"] == "2026-01-06T02:00:00Z" and a["unfinished"] == 0
 
 
-def test_work_that_never_finishes_stops_at_the_horizon(tmp_path: Path,
-                                                       estate_dir: Path) -> None:
+def test_work_that_never_finishes_stops_at_the_horizon(tmp_path: Path, estate_dir: Path) -> None:
     # Without a checkpoint a 5 h task restarts from zero every day: it can never finish.
     trace = _write(tmp_path, HEADER + "a-1,0,a/any,alice,x,1,5h\n")
     est = present(compile_dir(estate_dir).estate)
@@ -175,23 +181,26 @@ def test_work_that_never_finishes_stops_at_the_horizon(tmp_path: Path,
 
 def test_a_task_no_pool_can_hold_ends_the_replay(tmp_path: Path, estate_dir: Path) -> None:
     # 6 GPUs is within a's limit and the profile's max, but no pool has 6.
-    d = _replay(estate_dir, _write(tmp_path, HEADER + "a-1,0,a/any,alice,x,6,1h\n"
-                                                      "b-1,10,b/gpu1,bob,,,1h\n"))
+    d = _replay(
+        estate_dir, _write(tmp_path, HEADER + "a-1,0,a/any,alice,x,6,1h\nb-1,10,b/gpu1,bob,,,1h\n")
+    )
     assert d["groups"]["a"]["never_placed"] == 1 and d["groups"]["a"]["unfinished"] == 1
     assert d["groups"]["a"]["wait_s"]["p50"] is None
     assert d["end"] == "2026-01-05T01:00:10Z"
 
 
 def test_rfc3339_times_and_start(tmp_path: Path, estate_dir: Path) -> None:
-    text = HEADER + ("b-1,2026-03-02T08:00:00Z,b/gpu1,bob,,,1h\n"
-                     "b-2,2026-03-02T08:30:00Z,b/gpu1,bob,,,90m\n")
+    text = HEADER + (
+        "b-1,2026-03-02T08:00:00Z,b/gpu1,bob,,,1h\nb-2,2026-03-02T08:30:00Z,b/gpu1,bob,,,90m\n"
+    )
     d = _replay(estate_dir, _write(tmp_path, text))
     assert d["start"] == "2026-03-02T08:00:00Z" and d["end"] == "2026-03-02T10:00:00Z"
     assert d["overall"]["gpu_hours"] == 2.5
 
 
-def test_cli_text_and_json_are_deterministic(tmp_path: Path, estate_dir: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_text_and_json_are_deterministic(
+    tmp_path: Path, estate_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = _write(tmp_path, TRACE)
     args = ["simulate", "--estate", str(estate_dir), "--trace", str(trace), "-q"]
     assert main(args + ["--json"]) == 0
@@ -199,8 +208,14 @@ def test_cli_text_and_json_are_deterministic(tmp_path: Path, estate_dir: Path,
     assert main(args + ["--json"]) == 0
     assert capsys.readouterr().out == first
     data = json.loads(first)
-    assert set(data["overall"]) >= {"wait_s", "preemptions", "gpu_hours", "budget_hours",
-                                    "budget_exhaustions", "utilisation"}
+    assert set(data["overall"]) >= {
+        "wait_s",
+        "preemptions",
+        "gpu_hours",
+        "budget_hours",
+        "budget_exhaustions",
+        "utilisation",
+    }
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "81.2%" in text and "2h00m00s" in text
@@ -225,9 +240,14 @@ BAD = [
 
 
 @pytest.mark.parametrize("row,line,message", BAD, ids=[m for _, _, m in BAD])
-def test_bad_rows_exit_2_with_file_and_line(tmp_path: Path, estate_dir: Path,
-                                            capsys: pytest.CaptureFixture[str],
-                                            row: str, line: int, message: str) -> None:
+def test_bad_rows_exit_2_with_file_and_line(
+    tmp_path: Path,
+    estate_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    row: str,
+    line: int,
+    message: str,
+) -> None:
     trace = _write(tmp_path, HEADER + row + "\n")
     code = main(["simulate", "--estate", str(estate_dir), "--trace", str(trace)])
     out = capsys.readouterr()
@@ -240,17 +260,20 @@ def test_bad_rows_exit_2_with_file_and_line(tmp_path: Path, estate_dir: Path,
 def test_group_limit_is_checked(tmp_path: Path) -> None:
     d = tmp_path / "e"
     d.mkdir()
-    (d / "e.yaml").write_text(ESTATE.replace("reservation: 2, limit: 8", "reservation: 2, "
-                                                                          "limit: 5"))
+    (d / "e.yaml").write_text(
+        ESTATE.replace("reservation: 2, limit: 8", "reservation: 2, limit: 5")
+    )
     est = present(compile_dir(d).estate)
     with pytest.raises(TraceError) as exc:
         load_trace(str(_write(tmp_path, HEADER + "a-1,0,a/any,alice,x,6,1h\n")), est)
-    assert "t.csv:2: error[trace]: gpus: gpus 6 is above the limit of group 'a' (5)" \
-        in str(exc.value)
+    assert "t.csv:2: error[trace]: gpus: gpus 6 is above the limit of group 'a' (5)" in str(
+        exc.value
+    )
 
 
-def test_missing_column_and_every_error_listed(tmp_path: Path, estate_dir: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_column_and_every_error_listed(
+    tmp_path: Path, estate_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = _write(tmp_path, "id,submit,resource,user,gpus\nb-1,0,b/gpu1,bob,\n")
     assert main(["simulate", "--estate", str(estate_dir), "--trace", str(trace)]) == 2
     err = capsys.readouterr().err
@@ -263,8 +286,9 @@ def test_missing_column_and_every_error_listed(tmp_path: Path, estate_dir: Path,
     assert all(f"{trace}:{n}:" in err for n in (2, 3, 4)) and "(3 errors)" in err
 
 
-def test_scenarios_and_trace_are_exclusive(tmp_path: Path, estate_dir: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_scenarios_and_trace_are_exclusive(
+    tmp_path: Path, estate_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = _write(tmp_path, TRACE)
     assert main(["simulate", "x.yaml", "--trace", str(trace)]) == 2
     assert main(["simulate"]) == 2
@@ -281,6 +305,7 @@ def test_progress_lines_without_a_terminal() -> None:
         p.update(done, done, "+1h")
     p.finish(100)
     lines = out.getvalue().splitlines()
-    assert [ln.split(":")[1].split("%")[0].strip() for ln in lines[:-1]] == \
-        [str(x) for x in range(10, 100, 10)]
+    assert [ln.split(":")[1].split("%")[0].strip() for ln in lines[:-1]] == [
+        str(x) for x in range(10, 100, 10)
+    ]
     assert "events/s" in lines[0] and lines[-1].startswith("replay: done, 100 events")

@@ -13,9 +13,11 @@ from tests.harness.slurm import LocalSlurm, missing_binaries
 def slurm(tmp_path_factory):
     missing = missing_binaries()
     if missing:
-        pytest.skip(f"Slurm is not installed here ({', '.join(missing)} missing): "
-                    "`make test` installs slurm-wlm and munge from Debian's packages "
-                    "(tests/setup/system-packages.sh)")
+        pytest.skip(
+            f"Slurm is not installed here ({', '.join(missing)} missing): "
+            "`make test` installs slurm-wlm and munge from Debian's packages "
+            "(tests/setup/system-packages.sh)"
+        )
     if os.geteuid() != 0:
         pytest.skip("the local Slurm runs its daemons as root")
     cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), gpus=8)

@@ -74,21 +74,42 @@ json.dump({**env, "heard": heard}, open(sys.argv[1] + f"/rank{rank}.json", "w"))
 
 
 def test_a_gang_runs_one_rank_per_slurm_node_and_the_ranks_meet(slurm2, tmp_path):
-    ex = SlurmExecutor(tmp_path / "state", partition=slurm2.partition, slurm_conf=slurm2.conf,
-                       gpus=[Gpu(i, f"declared-{i}", None) for i in range(4)],
-                       poll_interval_s=0.2)
+    ex = SlurmExecutor(
+        tmp_path / "state",
+        partition=slurm2.partition,
+        slurm_conf=slurm2.conf,
+        gpus=[Gpu(i, f"declared-{i}", None) for i in range(4)],
+        poll_interval_s=0.2,
+    )
     port = free_port()
-    lease = {"task": "g-1", "epoch": 1, "command": [PY, "-c", RANK, str(tmp_path)],
-             "gpus": 4, "nodes": 2, "grace_s": 1.0, "user": "alice", "project": None,
-             "resource": "team/pair", "env": {"MASTER_PORT": str(port)}}
+    lease = {
+        "task": "g-1",
+        "epoch": 1,
+        "command": [PY, "-c", RANK, str(tmp_path)],
+        "gpus": 4,
+        "nodes": 2,
+        "grace_s": 1.0,
+        "user": "alice",
+        "project": None,
+        "resource": "team/pair",
+        "env": {"MASTER_PORT": str(port)},
+    }
     h = ex.start(lease, [0, 1, 2, 3], tmp_path / "g.log")
     try:
-        info = subprocess.run(["scontrol", "show", "job", "-o", h.job_id], env=ex.cmd_env,
-                              capture_output=True, text=True).stdout
+        info = subprocess.run(
+            ["scontrol", "show", "job", "-o", h.job_id],
+            env=ex.cmd_env,
+            capture_output=True,
+            text=True,
+        ).stdout
         assert "NumNodes=2" in info and "TresPerNode=gres:gpu:2" in info, info
-        result = asyncio.run(wait_for_async(
-            lambda: r if isinstance(r := ex.poll(h), Exited) else None, 60,
-            f"slurm job {h.job_id} to end"))
+        result = asyncio.run(
+            wait_for_async(
+                lambda: r if isinstance(r := ex.poll(h), Exited) else None,
+                60,
+                f"slurm job {h.job_id} to end",
+            )
+        )
     finally:
         subprocess.run(["scancel", h.job_id], env=ex.cmd_env, capture_output=True)
     log = (tmp_path / "g.log").read_text() if (tmp_path / "g.log").exists() else ""
@@ -97,7 +118,11 @@ def test_a_gang_runs_one_rank_per_slurm_node_and_the_ranks_meet(slurm2, tmp_path
     assert ranks[0]["heard"] == [1]
     assert {r["SLURMD_NODENAME"] for r in ranks} == {"n1", "n2"}  # one rank per node
     for r, env in enumerate(ranks):
-        assert (env["RANK"], env["NODE_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) \
-            == (str(r), str(r), "2", "1")
+        assert (env["RANK"], env["NODE_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
+            str(r),
+            str(r),
+            "2",
+            "1",
+        )
         assert env["MASTER_PORT"] == str(port) and env["MASTER_ADDR"] == "localhost"
         assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # each node's 2 GRES GPUs

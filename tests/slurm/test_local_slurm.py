@@ -11,8 +11,9 @@ from tests.harness.wait import wait_for
 
 def _state(slurm, job: str) -> str:
     """The job's state in squeue, or "" once it left the queue."""
-    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm.env,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%T"], env=slurm.env, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _wait_gone(slurm, job: str, timeout: float = 30) -> None:
@@ -22,8 +23,14 @@ def _wait_gone(slurm, job: str, timeout: float = 30) -> None:
 def _sbatch(slurm, tmp: Path, script: str, *args: str) -> str:
     path = tmp / "job.sh"
     path.write_text("#!/bin/bash\n" + script)
-    p = subprocess.run(["sbatch", "--parsable", "-o", str(tmp / "out-%j.txt"), *args, str(path)],
-                       env=slurm.env, capture_output=True, text=True, check=True, cwd=tmp)
+    p = subprocess.run(
+        ["sbatch", "--parsable", "-o", str(tmp / "out-%j.txt"), *args, str(path)],
+        env=slurm.env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp,
+    )
     return p.stdout.strip().split(";")[0]
 
 
@@ -35,8 +42,7 @@ def test_gres_gives_gpu_indices(slurm, tmp_path: Path) -> None:
 
 def test_scancel_full_term_reaches_the_batch_script(slurm, tmp_path: Path) -> None:
     marker = tmp_path / "got-term"
-    script = (f"trap 'touch {marker}; exit 0' TERM\n"
-              "sleep 60 &\nwait\n")
+    script = f"trap 'touch {marker}; exit 0' TERM\nsleep 60 &\nwait\n"
     job = _sbatch(slurm, tmp_path, script, "--gres=gpu:1")
     wait_for(lambda: _state(slurm, job) == "RUNNING", 20, f"job {job} to run", every=0.2)
     time.sleep(0.5)

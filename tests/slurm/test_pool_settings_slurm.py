@@ -44,8 +44,11 @@ profiles:
 
 @pytest.fixture
 def fs(slurm, tmp_path) -> Iterator[FleetServer]:
-    files = {**ESTATE, "pools.yaml": HPC_POOL.format(partition=slurm.partition),
-             "profiles.yaml": PROFILES}
+    files = {
+        **ESTATE,
+        "pools.yaml": HPC_POOL.format(partition=slurm.partition),
+        "profiles.yaml": PROFILES,
+    }
     s = FleetServer(tmp_path, estate=write_estate(tmp_path / "estate", files)).start()
     yield s
     log = s.log()
@@ -55,8 +58,9 @@ def fs(slurm, tmp_path) -> Iterator[FleetServer]:
 
 def _job_of(slurm, task: str) -> dict[str, str]:
     """The Slurm job of a task (its name is klique-<task>), as scontrol shows it."""
-    out = subprocess.run(["scontrol", "show", "job", "-o"], env=slurm.env,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "job", "-o"], env=slurm.env, capture_output=True, text=True
+    ).stdout
     for line in out.splitlines():
         fields = parse_keyvalues(line)
         if fields.get("JobName") == f"klique-{task}":
@@ -66,9 +70,13 @@ def _job_of(slurm, task: str) -> dict[str, str]:
 
 def test_a_slurm_job_gets_the_pools_account_partition_and_qos(fs, slurm, tmp_path) -> None:
     erin = fs.token({"user": "erin"})
-    w = RealWorker(fs, fs.token({"worker": True, "pool": "hpc-slurm"}), tmp_path / "w",
-                   pool="hpc-slurm", extra=["--executor", "slurm",
-                                            "--slurm-conf", str(slurm.conf)])
+    w = RealWorker(
+        fs,
+        fs.token({"worker": True, "pool": "hpc-slurm"}),
+        tmp_path / "w",
+        pool="hpc-slurm",
+        extra=["--executor", "slurm", "--slurm-conf", str(slurm.conf)],
+    )
     try:
         w.start()
         tid = fs.submit(erin, "team-b/one", [sys.executable, "-c", "print('ran on slurm')"])

@@ -41,16 +41,29 @@ time.sleep(60)
 
 
 def lease(task: str, command: list[str], gpus: float = 1.0, **extra) -> dict:
-    return {"task": task, "epoch": 1, "command": command, "gpus": gpus, "grace_s": 1.0,
-            "user": "alice", "project": "p", "resource": "team/standard", "env": {},
-            **extra}
+    return {
+        "task": task,
+        "epoch": 1,
+        "command": command,
+        "gpus": gpus,
+        "grace_s": 1.0,
+        "user": "alice",
+        "project": "p",
+        "resource": "team/standard",
+        "env": {},
+        **extra,
+    }
 
 
 @pytest.fixture
 def executor(slurm, tmp_path):
-    ex = SlurmExecutor(tmp_path / "state", partition=slurm.partition, slurm_conf=slurm.conf,
-                       gpus=[Gpu(i, f"declared-{i}", 81920) for i in range(8)],
-                       poll_interval_s=0.2)
+    ex = SlurmExecutor(
+        tmp_path / "state",
+        partition=slurm.partition,
+        slurm_conf=slurm.conf,
+        gpus=[Gpu(i, f"declared-{i}", 81920) for i in range(8)],
+        poll_interval_s=0.2,
+    )
     yield ex
     for h in list(ex._active.values()):
         subprocess.run(["scancel", h.job_id], env=ex.cmd_env, capture_output=True)
@@ -61,26 +74,48 @@ def run(coro):
 
 
 async def wait_exit(ex, h, timeout: float = 20.0) -> Exited:
-    return await wait_for_async(lambda: r if isinstance(r := ex.poll(h), Exited) else None,
-                                timeout, f"slurm job {h.job_id} to end")
+    return await wait_for_async(
+        lambda: r if isinstance(r := ex.poll(h), Exited) else None,
+        timeout,
+        f"slurm job {h.job_id} to end",
+    )
 
 
 def scontrol(ex, job: str) -> str:
-    return subprocess.run(["scontrol", "show", "job", "-o", job], env=ex.cmd_env,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["scontrol", "show", "job", "-o", job], env=ex.cmd_env, capture_output=True, text=True
+    ).stdout
 
 
 # pure ------------------------------------------------------------------------------------------
 def test_the_sbatch_command_line_and_script():
-    cmd = sbatch_command(lease("t/1", ["echo", "a b"], gpus=0.5), partition="gpu",
-                         log_path="/s/logs/t_1.e1.log", workdir="/w")
-    assert cmd == ["sbatch", "--parsable", "--gres=gpu:1", "--partition", "gpu", "--job-name",
-                   "klique-t_1", "--output", "/s/logs/t_1.e1.log", "--open-mode=append",
-                   "--export=ALL", "--chdir", "/w"]
-    assert "--gres=gpu:3" in sbatch_command(lease("x", ["true"], gpus=2.5), partition=None,
-                                            log_path="/l%x", workdir=None)
-    assert "/l%%x" in sbatch_command(lease("x", ["true"]), partition=None, log_path="/l%x",
-                                     workdir=None)
+    cmd = sbatch_command(
+        lease("t/1", ["echo", "a b"], gpus=0.5),
+        partition="gpu",
+        log_path="/s/logs/t_1.e1.log",
+        workdir="/w",
+    )
+    assert cmd == [
+        "sbatch",
+        "--parsable",
+        "--gres=gpu:1",
+        "--partition",
+        "gpu",
+        "--job-name",
+        "klique-t_1",
+        "--output",
+        "/s/logs/t_1.e1.log",
+        "--open-mode=append",
+        "--export=ALL",
+        "--chdir",
+        "/w",
+    ]
+    assert "--gres=gpu:3" in sbatch_command(
+        lease("x", ["true"], gpus=2.5), partition=None, log_path="/l%x", workdir=None
+    )
+    assert "/l%%x" in sbatch_command(
+        lease("x", ["true"]), partition=None, log_path="/l%x", workdir=None
+    )
     script = job_script(lease("t", ["echo", "a b"]), "/s/run/t.e1.exit", "/py", "/w.py")
     assert "/py -I /w.py /s/run/t.e1.exit -- echo 'a b' &" in script
     assert "trap ':' TERM INT HUP" in script and "trap 'kill -KILL 0' USR2" in script
@@ -92,17 +127,33 @@ def test_a_gang_asks_slurm_for_its_nodes_and_runs_one_rank_per_node():
     gives each node's command the rendezvous names (golden command line and script)."""
     gang = lease("g/1", ["python", "train.py", "--lr", "0.1"], gpus=16, nodes=2)
     cmd = sbatch_command(gang, partition="gpu", log_path="/s/logs/g_1.e1.log", workdir=None)
-    assert cmd == ["sbatch", "--parsable", "--nodes", "2", "--ntasks-per-node", "1",
-                   "--gpus-per-node", "8", "--partition", "gpu", "--job-name", "klique-g_1",
-                   "--output", "/s/logs/g_1.e1.log", "--open-mode=append", "--export=ALL"]
+    assert cmd == [
+        "sbatch",
+        "--parsable",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--gpus-per-node",
+        "8",
+        "--partition",
+        "gpu",
+        "--job-name",
+        "klique-g_1",
+        "--output",
+        "/s/logs/g_1.e1.log",
+        "--open-mode=append",
+        "--export=ALL",
+    ]
     script = job_script(gang, "/s/run/g_1.e1.exit", "/py", "/w.py")
     golden = Path(__file__).parent / "golden" / "gang-job.sh"
     if os.environ.get("KLIQUE_UPDATE_GOLDEN"):
         golden.write_text(script)
     assert script == golden.read_text()
     # one node: unchanged (no srun step, GRES as before)
-    one = sbatch_command(lease("x", ["true"], gpus=2, nodes=1), partition=None,
-                         log_path="/l", workdir=None)
+    one = sbatch_command(
+        lease("x", ["true"], gpus=2, nodes=1), partition=None, log_path="/l", workdir=None
+    )
     assert "--gres=gpu:2" in one and "--nodes" not in one
     assert "srun" not in job_script(lease("x", ["true"]), "/e", "/py", "/w.py")
 
@@ -110,9 +161,11 @@ def test_a_gang_asks_slurm_for_its_nodes_and_runs_one_rank_per_node():
 # against the real Slurm ------------------------------------------------------------------------
 def test_a_job_gets_its_gpus_from_gres_and_its_environment(executor, tmp_path):
     log = tmp_path / "a.log"
-    code = ("import os; print('cuda=' + os.environ['CUDA_VISIBLE_DEVICES'], "
-            "os.environ['KLIQUE_TASK_ID'], os.environ['KLIQUE_GPUS'], os.environ['FOO'], "
-            "os.environ.get('KLIQUE_GPU_MEMORY_MB'))")
+    code = (
+        "import os; print('cuda=' + os.environ['CUDA_VISIBLE_DEVICES'], "
+        "os.environ['KLIQUE_TASK_ID'], os.environ['KLIQUE_GPUS'], os.environ['FOO'], "
+        "os.environ.get('KLIQUE_GPU_MEMORY_MB'))"
+    )
     h = executor.start(lease("whole", [PY, "-c", code], gpus=2, env={"FOO": "bar"}), [0, 1], log)
     info = scontrol(executor, h.job_id)
     assert "JobName=klique-whole" in info and "Partition=gpu" in info
@@ -123,8 +176,10 @@ def test_a_job_gets_its_gpus_from_gres_and_its_environment(executor, tmp_path):
     assert log.read_text().split() == ["cuda=0,1", "whole", "2", "bar", "None"]
     # a fraction: one whole GRES GPU (Slurm cannot split one) plus the memory cap variables
     log2 = tmp_path / "f.log"
-    code = ("import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['KLIQUE_GPU_MEMORY_MB'],"
-            " os.environ['CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'])")
+    code = (
+        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['KLIQUE_GPU_MEMORY_MB'],"
+        " os.environ['CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'])"
+    )
     h = executor.start(lease("frac", [PY, "-c", code], gpus=0.25), [3], log2)
     assert "TresPerNode=gres:gpu:1" in scontrol(executor, h.job_id)
     assert run(wait_exit(executor, h)).exit_code == 0
@@ -140,8 +195,13 @@ def test_exit_codes_signals_and_times_come_back(executor, tmp_path):
     assert (r2.exit_code, r2.signal) == (None, "SIGKILL")
     assert r3.exit_code == 127
     # without the wrapper (no python on the node): the exit comes from Slurm's ExitCode
-    bare = SlurmExecutor(tmp_path / "state2", partition="gpu", slurm_conf=executor.cmd_env[
-        "SLURM_CONF"], python="/nonexistent/python", poll_interval_s=0.2)
+    bare = SlurmExecutor(
+        tmp_path / "state2",
+        partition="gpu",
+        slurm_conf=executor.cmd_env["SLURM_CONF"],
+        python="/nonexistent/python",
+        poll_interval_s=0.2,
+    )
     h4 = bare.start(lease("bare", ["sh", "-c", "exit 5"]), [0], tmp_path / "4.log")
     r4 = run(wait_exit(bare, h4))
     assert (r4.exit_code, r4.signal) == (5, None)
@@ -154,7 +214,7 @@ def test_a_stop_reaches_a_trapping_child_as_sigterm(executor, tmp_path):
     wait_for_text(log, "ready")
     t0 = time.monotonic()
     r = run(executor.stop(h, 10))
-    assert time.monotonic() - t0 < 3           # it exited by itself, well within the grace
+    assert time.monotonic() - t0 < 3  # it exited by itself, well within the grace
     assert marker.read_text() == "checkpoint"
     assert (r.exit_code, r.signal) == (0, None)
 
@@ -168,16 +228,25 @@ def test_a_child_ignoring_sigterm_is_killed_after_the_grace(executor, tmp_path):
     took = time.monotonic() - t0
     assert 1.0 <= took < 4.0, took
     assert (r.exit_code, r.signal) == (None, "SIGKILL")
-    state = subprocess.run(["squeue", "-h", "-t", "all", "-j", h.job_id, "-o", "%T"],
-                           env=executor.cmd_env, capture_output=True, text=True).stdout.strip()
+    state = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", h.job_id, "-o", "%T"],
+        env=executor.cmd_env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert state in ("FAILED", "CANCELLED", "COMPLETED", "COMPLETING")
     pids = subprocess.run(["pgrep", "-f", "SIG_IGN"], capture_output=True, text=True).stdout
     assert pids.strip() == "", "the command outlived its job"
 
 
 def test_a_pending_job_is_just_cancelled(slurm, tmp_path):
-    ex = SlurmExecutor(tmp_path / "s", partition="gpu", slurm_conf=slurm.conf,
-                       sbatch_args=["--hold"], poll_interval_s=0.2)
+    ex = SlurmExecutor(
+        tmp_path / "s",
+        partition="gpu",
+        slurm_conf=slurm.conf,
+        sbatch_args=["--hold"],
+        poll_interval_s=0.2,
+    )
     h = ex.start(lease("held", ["true"]), [0], tmp_path / "h.log")
     assert ex.poll(h, fresh=True) is not None and h.state == "PENDING"
     r = run(ex.stop(h, 5))
@@ -186,12 +255,14 @@ def test_a_pending_job_is_just_cancelled(slurm, tmp_path):
 
 def test_adopt_after_a_restart_by_job_id(executor, slurm, tmp_path):
     log = tmp_path / "ad.log"
-    h = executor.start(lease("adopt", [PY, "-c", "import time; time.sleep(1.5); print('done')"]),
-                       [0], log)
+    h = executor.start(
+        lease("adopt", [PY, "-c", "import time; time.sleep(1.5); print('done')"]), [0], log
+    )
     record = json.loads(json.dumps(h.to_record()))
     assert set(record) == {"job_id", "exit_path"}
-    again = SlurmExecutor(tmp_path / "state", partition="gpu", slurm_conf=slurm.conf,
-                          poll_interval_s=0.2)
+    again = SlurmExecutor(
+        tmp_path / "state", partition="gpu", slurm_conf=slurm.conf, poll_interval_s=0.2
+    )
     h2 = again.adopt(record)
     assert again.poll(h2).__class__.__name__ == "Running"
     assert run(wait_exit(again, h2)).exit_code == 0
@@ -206,13 +277,24 @@ def test_adopt_after_a_restart_by_job_id(executor, slurm, tmp_path):
 def test_a_worker_with_the_slurm_executor_runs_leases_end_to_end(slurm, tmp_path):
     peer = ProtocolPeer()
     (tmp_path / "w").mkdir()
-    w = WorkerProcess(peer, tmp_path / "w" / "state", gpus="0,1,2,3",
-                      extra=["--executor", "slurm", "--partition", slurm.partition,
-                             "--slurm-conf", str(slurm.conf)])
+    w = WorkerProcess(
+        peer,
+        tmp_path / "w" / "state",
+        gpus="0,1,2,3",
+        extra=[
+            "--executor",
+            "slurm",
+            "--partition",
+            slurm.partition,
+            "--slurm-conf",
+            str(slurm.conf),
+        ],
+    )
     try:
         w.start()
-        ok = peer.submit([PY, "-c", "import os; print('gpus', os.environ['CUDA_VISIBLE_DEVICES'])"],
-                         gpus=2)
+        ok = peer.submit(
+            [PY, "-c", "import os; print('gpus', os.environ['CUDA_VISIBLE_DEVICES'])"], gpus=2
+        )
         bad = peer.submit(["sh", "-c", "exit 9"])
         marker = tmp_path / "ckpt"
         trap = peer.submit([PY, "-c", TRAPS, str(marker)], grace_s=10)
@@ -225,9 +307,20 @@ def test_a_worker_with_the_slurm_executor_runs_leases_end_to_end(slurm, tmp_path
         # the worker restarts in the middle: the job is taken back by its id
         w.kill9()
         w.start()
-        peer.wait_for(lambda: len([b for _, b, _ in peer.heartbeats
-                                   if any(r["task"] == trap for r in b["running"])]) > 0, 10,
-                      "heartbeat after restart")
+        peer.wait_for(
+            lambda: (
+                len(
+                    [
+                        b
+                        for _, b, _ in peer.heartbeats
+                        if any(r["task"] == trap for r in b["running"])
+                    ]
+                )
+                > 0
+            ),
+            10,
+            "heartbeat after restart",
+        )
         peer.stop(trap, reason="preempted", grace_s=10)
         peer.wait_for(lambda: peer.end(trap), 20, "stopped")
         assert peer.end(trap)["event"] == "stopped" and peer.end(trap)["exit_code"] == 0

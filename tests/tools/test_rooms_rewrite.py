@@ -27,36 +27,75 @@ R = _tool()
 
 CASES = [
     # (file it is in, old text, new text)
-    (None, "from kliqued.daemon.store import Store\n",
-     "from kliqued.daemon.storage.store import Store\n"),
-    (None, "from kliqued.daemon import store, history, events\n",
-     "from kliqued.daemon import events\nfrom kliqued.daemon.state import history\n"
-     "from kliqued.daemon.storage import store\n"),
-    (None, "from kliqued.daemon.core import Daemon, Prepared\n",
-     "from kliqued.daemon.state.daemon import Daemon\n"
-     "from kliqued.daemon.state.prepared import Prepared\n"),
-    (None, "from kliqued.daemon.fleet import prepare_lease\n",
-     "from kliqued.daemon.fleet.workers import prepare_lease\n"),
-    (None, "from kliqued.daemon import fleet, gang\n",
-     "from kliqued.daemon.fleet import workers as fleet, gang\n"),
-    (None, 'monkeypatch.setattr("kliqued.daemon.store.time", fake)\n',
-     'monkeypatch.setattr("kliqued.daemon.storage.store.time", fake)\n'),
-    (None, "python -m kliqued.daemon.handlers.tasks; kliqued/daemon/handlers/tasks.py\n",
-     "python -m kliqued.daemon.api.handlers.tasks; kliqued/daemon/api/handlers/tasks.py\n"),
-    (None, "see kliqued/daemon/fleet.py and kliqued/daemon/lease.py\n",
-     "see kliqued/daemon/fleet/workers.py and kliqued/daemon/ha/lease.py\n"),
-    (None, "from kliqued.daemon.handlers import agents, tasks\n",
-     "from kliqued.daemon.api.agents import routes as agents\n"
-     "from kliqued.daemon.api.handlers import tasks\n"),
-    (None, "from kliqued.daemon.cloud import CloudBook, prepare_started\n",
-     "from kliqued.daemon.fleet.cloud import prepare_started\n"
-     "from kliqued.daemon.state.cloud import CloudBook\n"),
-    (Path("kliqued/daemon/loop.py"), "from .core import Daemon\nfrom .errors import ApiError\n",
-     "from kliqued.daemon.state.daemon import Daemon\nfrom kliqued.daemon.errors import ApiError\n"),
-    (Path("kliqued/daemon/handlers/tasks.py"), "from .. import history\nfrom . import params\n",
-     "from kliqued.daemon.state import history\nfrom kliqued.daemon.api.handlers import params\n"),
-    (None, 'forbidden_modules = ["kliqued.daemon.fleet", "kliqued.daemon.api"]\n',
-     'forbidden_modules = ["kliqued.daemon.fleet", "kliqued.daemon.api"]\n'),
+    (
+        None,
+        "from kliqued.daemon.store import Store\n",
+        "from kliqued.daemon.storage.store import Store\n",
+    ),
+    (
+        None,
+        "from kliqued.daemon import store, history, events\n",
+        "from kliqued.daemon import events\nfrom kliqued.daemon.state import history\n"
+        "from kliqued.daemon.storage import store\n",
+    ),
+    (
+        None,
+        "from kliqued.daemon.core import Daemon, Prepared\n",
+        "from kliqued.daemon.state.daemon import Daemon\n"
+        "from kliqued.daemon.state.prepared import Prepared\n",
+    ),
+    (
+        None,
+        "from kliqued.daemon.fleet import prepare_lease\n",
+        "from kliqued.daemon.fleet.workers import prepare_lease\n",
+    ),
+    (
+        None,
+        "from kliqued.daemon import fleet, gang\n",
+        "from kliqued.daemon.fleet import workers as fleet, gang\n",
+    ),
+    (
+        None,
+        'monkeypatch.setattr("kliqued.daemon.store.time", fake)\n',
+        'monkeypatch.setattr("kliqued.daemon.storage.store.time", fake)\n',
+    ),
+    (
+        None,
+        "python -m kliqued.daemon.handlers.tasks; kliqued/daemon/handlers/tasks.py\n",
+        "python -m kliqued.daemon.api.handlers.tasks; kliqued/daemon/api/handlers/tasks.py\n",
+    ),
+    (
+        None,
+        "see kliqued/daemon/fleet.py and kliqued/daemon/lease.py\n",
+        "see kliqued/daemon/fleet/workers.py and kliqued/daemon/ha/lease.py\n",
+    ),
+    (
+        None,
+        "from kliqued.daemon.handlers import agents, tasks\n",
+        "from kliqued.daemon.api.agents import routes as agents\n"
+        "from kliqued.daemon.api.handlers import tasks\n",
+    ),
+    (
+        None,
+        "from kliqued.daemon.cloud import CloudBook, prepare_started\n",
+        "from kliqued.daemon.fleet.cloud import prepare_started\n"
+        "from kliqued.daemon.state.cloud import CloudBook\n",
+    ),
+    (
+        Path("kliqued/daemon/loop.py"),
+        "from .core import Daemon\nfrom .errors import ApiError\n",
+        "from kliqued.daemon.state.daemon import Daemon\nfrom kliqued.daemon.errors import ApiError\n",
+    ),
+    (
+        Path("kliqued/daemon/handlers/tasks.py"),
+        "from .. import history\nfrom . import params\n",
+        "from kliqued.daemon.state import history\nfrom kliqued.daemon.api.handlers import params\n",
+    ),
+    (
+        None,
+        'forbidden_modules = ["kliqued.daemon.fleet", "kliqued.daemon.api"]\n',
+        'forbidden_modules = ["kliqued.daemon.fleet", "kliqued.daemon.api"]\n',
+    ),
 ]
 
 

@@ -16,11 +16,11 @@ def _listing(d: Path) -> list[str]:
 
 def test_write_atomic_replaces_and_leaves_nothing_else(tmp_path: Path) -> None:
     target = tmp_path / "sub" / "out.json"
-    write_atomic(target, "one\n")                      # creates the missing directory
+    write_atomic(target, "one\n")  # creates the missing directory
     write_atomic(target, b"two\n", fsync=False)
     assert target.read_bytes() == b"two\n"
     assert _listing(target.parent) == ["out.json"]
-    assert target.stat().st_mode & 0o777 == 0o600      # mkstemp's mode, whatever the umask
+    assert target.stat().st_mode & 0o777 == 0o600  # mkstemp's mode, whatever the umask
 
 
 def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path: Path) -> None:
@@ -45,9 +45,9 @@ def test_atomic_path_keeps_the_suffix_and_hides_the_temporary(tmp_path: Path) ->
     target = tmp_path / "rows.parquet"
     with atomic_path(target, suffix=".parquet") as tmp:
         assert tmp.endswith(".parquet") and os.path.basename(tmp).startswith(".rows.parquet.")
-        assert os.path.dirname(tmp) == str(tmp_path)   # same file system: the rename is atomic
+        assert os.path.dirname(tmp) == str(tmp_path)  # same file system: the rename is atomic
         Path(tmp).write_text("data")
-        assert not target.exists()                      # nobody sees it before the end
+        assert not target.exists()  # nobody sees it before the end
     assert target.read_text() == "data"
 
 

@@ -18,21 +18,42 @@ print(json.dumps(sorted({n.split('.')[0] + ('.' + n.split('.')[1] if n.startswit
 
 
 def _loaded(*modules: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", _LOADED, *modules], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _LOADED, *modules], capture_output=True, text=True, check=True
+    )
     return set(json.loads(out.stdout))
 
 
 def test_a_worker_host_loads_neither_compiler_nor_daemon_nor_engine() -> None:
-    loaded = _loaded("workers.cli", "workers.daemon", "workers.state",
-                     "workers.autoscaler.providers", "workers.autoscaler.loop",
-                     "workers.executors.process", "workers.executors.container")
+    loaded = _loaded(
+        "workers.cli",
+        "workers.daemon",
+        "workers.state",
+        "workers.autoscaler.providers",
+        "workers.autoscaler.loop",
+        "workers.executors.process",
+        "workers.executors.container",
+    )
     assert "workers" in loaded and "klique_util" in loaded
-    assert not loaded & {"compiler", "kliqued.commands", "kliqued.daemon", "kliqued.engine",
-                         "kliqued.sim", "kliqued.ledger", "pydantic", "duckdb", "ruamel"}
+    assert not loaded & {
+        "compiler",
+        "kliqued.commands",
+        "kliqued.daemon",
+        "kliqued.engine",
+        "kliqued.sim",
+        "kliqued.ledger",
+        "pydantic",
+        "duckdb",
+        "ruamel",
+    }
 
 
 def test_klique_util_loads_nothing_of_klique() -> None:
-    loaded = _loaded("klique_util.units", "klique_util.files", "klique_util.filemodes",
-                     "klique_util.fmt", "klique_util.cli")
+    loaded = _loaded(
+        "klique_util.units",
+        "klique_util.files",
+        "klique_util.filemodes",
+        "klique_util.fmt",
+        "klique_util.cli",
+    )
     assert not loaded & {"compiler", "kliqued", "workers"}

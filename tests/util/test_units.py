@@ -9,14 +9,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from klique_util import units
-from klique_util.units import (HOUR_MS, MILLI, UNITS_PER_HOUR, from_milli, gpus_to_milli,
-                               milli_str, milli_to_gpus, to_milli, unit_hours)
+from klique_util.units import (
+    HOUR_MS,
+    MILLI,
+    UNITS_PER_HOUR,
+    from_milli,
+    gpus_to_milli,
+    milli_str,
+    milli_to_gpus,
+    to_milli,
+    unit_hours,
+)
 
 
 def test_constants() -> None:
     assert (MILLI, units.SECOND_MS, HOUR_MS, units.DAY_MS) == (1000, 1000, 3_600_000, 86_400_000)
     assert UNITS_PER_HOUR == 3.6e9
-    assert unit_hours(2 * 1000 * HOUR_MS) == 2.0      # two GPUs for one hour, in GPU-hours
+    assert unit_hours(2 * 1000 * HOUR_MS) == 2.0  # two GPUs for one hour, in GPU-hours
     assert units.ms_to_hours(90 * 60 * 1000) == 1.5
 
 
@@ -64,16 +73,21 @@ def test_milli_to_gpus_is_an_int_when_whole() -> None:
 def test_the_api_edge_binds_the_json_rules() -> None:
     """The daemon's ``gpus`` of a request: the same function, numbers only, bounded."""
     from kliqued.daemon.units import gpus, to_milli as api_to_milli
+
     assert api_to_milli(0.25) == 250 and gpus(250) == 0.25 and gpus(None) is None
-    for bad, text in (("2", "gpus must be a number"), (-1, "gpus must be >= 0, found -1"),
-                      (1.0005, "gpus has more than 3 decimal places: 1.0005"),
-                      (10**13, "gpus is too large")):
+    for bad, text in (
+        ("2", "gpus must be a number"),
+        (-1, "gpus must be >= 0, found -1"),
+        (1.0005, "gpus has more than 3 decimal places: 1.0005"),
+        (10**13, "gpus is too large"),
+    ):
         with pytest.raises(ValueError, match=text):
             api_to_milli(bad)
 
 
 def test_to_ms_is_exact() -> None:
     from datetime import datetime, timedelta, timezone
+
     t = datetime(2026, 3, 1, 12, 0, 0, 1000, tzinfo=timezone.utc)
     assert units.to_ms(t) == 1772366400001
     assert units.to_ms(t.astimezone(timezone(timedelta(hours=2)))) == 1772366400001

@@ -38,14 +38,21 @@ class Browser:
         self.url = url
         self.jar = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect())
+            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect()
+        )
         self.csrf = ""
 
-    def request(self, method: str, path: str, form: dict[str, str] | None = None,
-                headers: dict[str, str] | None = None) -> Answer:
+    def request(
+        self,
+        method: str,
+        path: str,
+        form: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
         data = None if form is None else urllib.parse.urlencode(form).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers=headers or {})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers=headers or {}
+        )
         if data is not None:
             req.add_header("Content-Type", "application/x-www-form-urlencoded")
         try:

@@ -33,15 +33,26 @@ except ImportError:  # pragma: no cover - the test extra installs it
     sync_playwright = None  # type: ignore[assignment]
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package "
-                       "`chromium`; tests/setup/system-packages.sh installs it as root): the "
-                       "browser tests skip, tests/web/test_pages.py still checks the HTML"),
-    pytest.mark.skipif(sync_playwright is None, reason="the playwright package is missing: "
-                       "pip install -e '.[test]'"),
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="chromium is not installed (Debian package "
+        "`chromium`; tests/setup/system-packages.sh installs it as root): the "
+        "browser tests skip, tests/web/test_pages.py still checks the HTML",
+    ),
+    pytest.mark.skipif(
+        sync_playwright is None,
+        reason="the playwright package is missing: pip install -e '.[test]'",
+    ),
 ]
 
-DOCS_SHOTS = {"orchestration-admin", "policy-lead", "my-work-developer", "usage-finance",
-              "audit-admin", "estate-admin"}
+DOCS_SHOTS = {
+    "orchestration-admin",
+    "policy-lead",
+    "my-work-developer",
+    "usage-finance",
+    "audit-admin",
+    "estate-admin",
+}
 """The screenshots docs/dashboards.md shows (docs/img/<name>.png)."""
 
 
@@ -74,8 +85,7 @@ the department ``lab`` as an envelope over both teams and budgets to burn down."
 @pytest.fixture
 def fs(tmp_path: Path) -> Iterator[FleetServer]:
     estate = write_estate(tmp_path / "estate", {**ESTATE, "policies.yaml": POLICIES})
-    yield from running_fleet(tmp_path, users=("alice", "bob", "erin", "walter"),
-                             estate=estate)
+    yield from running_fleet(tmp_path, users=("alice", "bob", "erin", "walter"), estate=estate)
 
 
 @pytest.fixture
@@ -97,6 +107,7 @@ def shots(tmp_path: Path) -> Iterator[Any]:
         if docs and name in DOCS_SHOTS:
             Path(docs).mkdir(parents=True, exist_ok=True)
             shutil.copy(path, Path(docs) / f"{name}.png")
+
     yield shot
 
 
@@ -112,8 +123,14 @@ def sign_in(browser: Any, fs: FleetServer, token: str, errors: list[str]) -> Pag
     ctx = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page = ctx.new_page()
     page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}")
-            if r.status >= 400 and not r.url.endswith("/usage") else None)
+    page.on(
+        "response",
+        lambda r: (
+            errors.append(f"HTTP {r.status} {r.url}")
+            if r.status >= 400 and not r.url.endswith("/usage")
+            else None
+        ),
+    )
     page.goto(f"{fs.url}/")
     assert "/signin" in page.url
     assert_accessible(page)
@@ -145,24 +162,35 @@ def assert_accessible(page: Page) -> None:
 
 
 def nav_links(page: Page) -> list[str]:
-    return page.get_by_role("navigation", name="Dashboard pages").get_by_role(
-        "link").all_inner_texts()
+    return (
+        page.get_by_role("navigation", name="Dashboard pages").get_by_role("link").all_inner_texts()
+    )
 
 
 def test_four_people_watch_work_placed_and_preempted_live(
-        fs: FleetServer, real: Any, browser: Any, shots: Any, tmp_path: Path) -> None:
+    fs: FleetServer, real: Any, browser: Any, shots: Any, tmp_path: Path
+) -> None:
     real("w1", "0,1")
-    wait_for(lambda: fs.ok("GET", "/v1/pools")["pools"][0]["workers"]["live"] == 1, 20,
-             "the worker to register")
+    wait_for(
+        lambda: fs.ok("GET", "/v1/pools")["pools"][0]["workers"]["live"] == 1,
+        20,
+        "the worker to register",
+    )
     errors: list[str] = []
     admin = sign_in(browser, fs, fs.admin or "", errors)
-    developer = sign_in(browser, fs, fs.bob, errors)     # team-b user
-    lead = sign_in(browser, fs, fs.erin, errors)         # team-b's admin
+    developer = sign_in(browser, fs, fs.bob, errors)  # team-b user
+    lead = sign_in(browser, fs, fs.erin, errors)  # team-b's admin
     finance = sign_in(browser, fs, fs.token({"role": "finance"}), errors)
 
     # what each is offered
-    assert nav_links(admin) == ["Orchestration", "Policy", "My work", "Usage and cost",
-                                "Audit trail", "Estate"]
+    assert nav_links(admin) == [
+        "Orchestration",
+        "Policy",
+        "My work",
+        "Usage and cost",
+        "Audit trail",
+        "Estate",
+    ]
     assert "Usage and cost" not in nav_links(developer)
     assert "Usage and cost" in nav_links(lead)  # a group admin reads their team's ledger
     assert "My work" not in nav_links(finance)
@@ -200,14 +228,18 @@ def test_four_people_watch_work_placed_and_preempted_live(
     assert lead.locator(f"tr[data-task='{t3}']").count() == 0
     lead.goto(f"{fs.url}/policy")
     assert lead.locator("tr[data-policy]").evaluate_all(
-        "rows => rows.map(r => r.dataset.policy)") == ["team-b"]
+        "rows => rows.map(r => r.dataset.policy)"
+    ) == ["team-b"]
     # the department's admin sees the envelope and both teams, with their burn-downs
     head = sign_in(browser, fs, fs.walter, errors)
     head.goto(f"{fs.url}/policy")
     assert head.locator("tr[data-policy]").evaluate_all(
-        "rows => rows.map(r => r.dataset.policy)") == ["lab", "team-a", "team-b"]
-    assert "department (envelope over team-a, team-b)" in head.locator(
-        "tr[data-policy='lab']").inner_text()
+        "rows => rows.map(r => r.dataset.policy)"
+    ) == ["lab", "team-a", "team-b"]
+    assert (
+        "department (envelope over team-a, team-b)"
+        in head.locator("tr[data-policy='lab']").inner_text()
+    )
     head.get_by_role("heading", name="Burn-down: team-b").wait_for()
     shots(head, "policy-lead")
     lead.goto(f"{fs.url}/orchestration")
@@ -225,8 +257,9 @@ def test_four_people_watch_work_placed_and_preempted_live(
     fs.ok("POST", f"/v1/tasks/{t3}/cancel", {"reason": "done"}, fs.alice)
     for t in (t1, t2):
         fs.ok("POST", f"/v1/tasks/{t}/cancel", {"reason": "done"}, fs.bob)
-    wait_for(lambda: all(fs.task(t)["state"] == "ended" for t in (t1, t2, t3)), 30,
-             "the tasks to end")
+    wait_for(
+        lambda: all(fs.task(t)["state"] == "ended" for t in (t1, t2, t3)), 30, "the tasks to end"
+    )
     finance.goto(f"{fs.url}/usage?from=2000-01-01&to=2100-01-01")
     finance.get_by_role("table", name="By group").wait_for()
     shots(finance, "usage-finance")
@@ -244,8 +277,7 @@ def test_four_people_watch_work_placed_and_preempted_live(
     admin.goto(f"{fs.url}/audit")
     admin.get_by_label("Search").fill(t3)
     admin.get_by_role("button", name="Search").click()
-    admin.locator("tr.ev-submitted:has-text('submitted to team-a/one by alice')"
-                  ).wait_for()
+    admin.locator("tr.ev-submitted:has-text('submitted to team-a/one by alice')").wait_for()
     shots(admin, "audit-admin")
     admin.goto(f"{fs.url}/estate")
     admin.get_by_role("heading", name="Running revision").wait_for()

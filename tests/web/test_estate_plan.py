@@ -29,34 +29,52 @@ def _compiled(text: str) -> CompiledEstate:
 
 
 def _page(before: CompiledEstate, after: CompiledEstate) -> str:
-    info = {"revision": after.revision, "applied_at": None, "source": "estate",
-            "commit": None, "pools": 1, "profiles": 1, "policies": 1,
-            "compute_resources": 1, "refused": None}
-    plan = {"base": before.revision, "head": after.revision,
-            "changes": plan_rows(before, after)}
-    return Web().env.get_template("live/estate.html").render(
-        estate={"info": info, "pools": [], "profiles": [], "policies": []},
-        revisions=[], plan=plan)
+    info = {
+        "revision": after.revision,
+        "applied_at": None,
+        "source": "estate",
+        "commit": None,
+        "pools": 1,
+        "profiles": 1,
+        "policies": 1,
+        "compute_resources": 1,
+        "refused": None,
+    }
+    plan = {"base": before.revision, "head": after.revision, "changes": plan_rows(before, after)}
+    return (
+        Web()
+        .env.get_template("live/estate.html")
+        .render(
+            estate={"info": info, "pools": [], "profiles": [], "policies": []},
+            revisions=[],
+            plan=plan,
+        )
+    )
 
 
 def test_a_new_alert_webhook_is_shown_not_no_effective_change() -> None:
     before = _compiled(ESTATE)
-    after = _compiled(ESTATE.replace(
-        "settings: {currency: EUR}",
-        "settings:\n  currency: EUR\n  alerts:\n    channels:\n"
-        "      - {name: ops, kind: webhook, url: 'https://outside.example.com/hook'}"))
+    after = _compiled(
+        ESTATE.replace(
+            "settings: {currency: EUR}",
+            "settings:\n  currency: EUR\n  alerts:\n    channels:\n"
+            "      - {name: ops, kind: webhook, url: 'https://outside.example.com/hook'}",
+        )
+    )
     assert before.revision != after.revision
     html = _page(before, after)
     assert "No effective change" not in html
     assert "<strong>update</strong> settings" in html
-    assert ("<code>alerts.channels.ops.url</code>: &#34;https://outside.example.com/hook&#34;"
-            in html)
+    assert (
+        "<code>alerts.channels.ops.url</code>: &#34;https://outside.example.com/hook&#34;" in html
+    )
 
 
 def test_a_pools_machines_are_shown_not_no_effective_change() -> None:
     before = _compiled(ESTATE)
-    after = _compiled(ESTATE.replace("gpu_type: h100}",
-                                     "gpu_type: h100, nodes: {count: 2, gpus: 4}}"))
+    after = _compiled(
+        ESTATE.replace("gpu_type: h100}", "gpu_type: h100, nodes: {count: 2, gpus: 4}}")
+    )
     assert before.revision != after.revision
     html = _page(before, after)
     assert "No effective change" not in html

@@ -28,8 +28,9 @@ def store(tmp_path: Path):
     assert result.estate is not None, result.diagnostics
     s = Store(str(tmp_path / "k.duckdb"))
     s.ensure_schema()
-    s.commit_sync(Batch(ops=[ops.ReplacePrices(result.estate),
-                             ops.RecordEstate(result.estate, T0)]))
+    s.commit_sync(
+        Batch(ops=[ops.ReplacePrices(result.estate), ops.RecordEstate(result.estate, T0)])
+    )
     pool = result.estate.pools[0]
     yield s, pool
     s.close()
@@ -40,8 +41,22 @@ def used(fig: dict) -> float:
 
 
 def interval(n: int, pool, start: int) -> IntervalRow:
-    return IntervalRow(f"T-{n}#1", f"T-{n}", "alice", None, "team-a", "team-a", "default",
-                       "team-a/one", pool.name, pool.gpu_type, 1000, 1000, start, None)
+    return IntervalRow(
+        f"T-{n}#1",
+        f"T-{n}",
+        "alice",
+        None,
+        "team-a",
+        "team-a",
+        "default",
+        "team-a/one",
+        pool.name,
+        pool.gpu_type,
+        1000,
+        1000,
+        start,
+        None,
+    )
 
 
 def test_figures_are_reused_until_the_ledger_changed_and_a_minute_passed(store) -> None:
@@ -56,8 +71,14 @@ def test_figures_are_reused_until_the_ledger_changed_and_a_minute_passed(store) 
         assert used(first) == 0
         # unchanged ledger: the same figures at any age
         assert await cache.get(s, None, NOV, now + 10 * FIGURES_FRESH_MS) is first
-        s.commit_sync(Batch(ops=[ops.opens([interval(1, pool, T0)]),
-                                 ops.closes([("T-1#1", T0 + 2 * HOUR, "finished")])]))
+        s.commit_sync(
+            Batch(
+                ops=[
+                    ops.opens([interval(1, pool, T0)]),
+                    ops.closes([("T-1#1", T0 + 2 * HOUR, "finished")]),
+                ]
+            )
+        )
         # changed, but the held figures are younger than a minute: still those
         assert await cache.get(s, None, NOV, now + FIGURES_FRESH_MS - 1) is first
         # older than a minute and the ledger moved: the held ones answer while the new

@@ -21,10 +21,11 @@ def test_policy_page_shows_fair_shares_and_weights(tmp_path: Path) -> None:
     s = Server(tmp_path, estate=lending_estate(tmp_path)).start()
     try:
         bob = s.token("bob")
-        tasks = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
-                 for _ in range(4)]
-        wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed"
-                             for t in tasks))
+        tasks = [
+            s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"]
+            for _ in range(4)
+        ]
+        wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in tasks))
         out = Path(os.environ.get("KLIQUE_ARTIFACTS") or tmp_path) / "screenshots"
         out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as p:
@@ -43,9 +44,12 @@ def test_policy_page_shows_fair_shares_and_weights(tmp_path: Path) -> None:
 
                 def cells(policy: str) -> tuple[str, str, str]:
                     row = page.locator(f"tr[data-policy='{policy}']")
-                    return (row.locator("td").nth(5).inner_text(),
-                            row.locator("td[data-col='share']").inner_text(),
-                            row.locator("td[data-col='lend-weight']").inner_text())
+                    return (
+                        row.locator("td").nth(5).inner_text(),
+                        row.locator("td[data-col='share']").inner_text(),
+                        row.locator("td[data-col='lend-weight']").inner_text(),
+                    )
+
                 # team-a: 4 used, 2 borrowed, weight 2: share 1; team-b borrows nothing
                 assert cells("team-a") == ("2", "1", "2")
                 assert cells("team-b") == ("0", "0", "1")

@@ -27,7 +27,8 @@ def signed_in(server: Server, token: str) -> Browser:
 
 # --------------------------------------------------------------------------- sessions
 def test_without_a_session_pages_redirect_to_the_sign_in_form_and_fragments_are_401(
-        server: Server) -> None:
+    server: Server,
+) -> None:
     b = Browser(server.url)
     for page in PAGES:
         a = b.get(f"/{page}?x=1")
@@ -44,7 +45,8 @@ def test_without_a_session_pages_redirect_to_the_sign_in_form_and_fragments_are_
 
 
 def test_sign_in_sets_a_strict_http_only_session_cookie_and_lands_on_a_page(
-        server: Server, people: People) -> None:
+    server: Server, people: People
+) -> None:
     b = Browser(server.url)
     a = b.post("/signin", {"token": people.bob, "next": "/"})
     assert a.status == 303
@@ -57,15 +59,17 @@ def test_sign_in_sets_a_strict_http_only_session_cookie_and_lands_on_a_page(
     assert "Signed in as <strong>user:bob</strong>" in b.page("/my-work")
     # next= goes back where the person was headed, never to another site
     b2 = Browser(server.url)
-    assert b2.post("/signin", {"token": people.bob, "next": "/audit?q=x"}).location == \
-        "/audit?q=x"
+    assert b2.post("/signin", {"token": people.bob, "next": "/audit?q=x"}).location == "/audit?q=x"
     for evil in ("//evil.example/x", "https://evil.example/", "/\\evil.example"):
-        assert Browser(server.url).post("/signin", {"token": people.bob, "next": evil}
-                                        ).location == "/my-work"
+        assert (
+            Browser(server.url).post("/signin", {"token": people.bob, "next": evil}).location
+            == "/my-work"
+        )
 
 
 def test_a_wrong_or_worker_token_is_refused_with_a_clear_message(
-        server: Server, people: People) -> None:
+    server: Server, people: People
+) -> None:
     b = Browser(server.url)
     a = b.post("/signin", {"token": "kq_not-a-token", "next": "/"})
     assert a.status == 401 and "token: unknown token" in a.text
@@ -78,7 +82,8 @@ def test_a_wrong_or_worker_token_is_refused_with_a_clear_message(
 
 
 def test_csrf_a_post_without_the_session_value_or_from_another_site_is_refused(
-        server: Server, people: People) -> None:
+    server: Server, people: People
+) -> None:
     b = signed_in(server, people.alice)
     assert b.csrf
     a = b.post("/signout", {})
@@ -89,13 +94,13 @@ def test_csrf_a_post_without_the_session_value_or_from_another_site_is_refused(
     assert a.status == 403 and "another site" in a.text
     assert b.get("/policy").status == 200  # still signed in after the refusals
     # login CSRF: a sign-in form posted from another site
-    a = Browser(server.url).post("/signin", {"token": people.alice},
-                                 headers={"Origin": "http://evil.example"})
+    a = Browser(server.url).post(
+        "/signin", {"token": people.alice}, headers={"Origin": "http://evil.example"}
+    )
     assert a.status == 403
     a = b.post("/signout", {"csrf": b.csrf}, headers={"Origin": server.url})
     assert a.status == 303 and a.location == "/signin"
-    assert "klique_session=\"\"" in a.headers["Set-Cookie"] or \
-        "Max-Age=0" in a.headers["Set-Cookie"]
+    assert 'klique_session=""' in a.headers["Set-Cookie"] or "Max-Age=0" in a.headers["Set-Cookie"]
     assert b.get("/policy").status == 303  # the session is gone
 
 
@@ -105,8 +110,9 @@ def test_revoking_the_token_ends_its_sessions(server: Server) -> None:
     assert b.get("/my-work").status == 200
     server.ok("DELETE", f"/v1/tokens/{made['id']}", expect=204)
     a = b.get("/my-work")
-    assert a.status == 303 and "why=token" in present(a.location) \
-        and "revoked" in present(a.location)
+    assert (
+        a.status == 303 and "why=token" in present(a.location) and "revoked" in present(a.location)
+    )
 
 
 # --------------------------------------------------------------------------- who sees what
@@ -116,13 +122,14 @@ def nav(html: str) -> list[str]:
 
 
 def test_each_role_is_offered_and_may_open_only_its_pages(
-        server: Server, people: People, work: Work) -> None:
+    server: Server, people: People, work: Work
+) -> None:
     want = {
         people.admin: set(PAGES),
         people.finance: {"orchestration", "policy", "usage", "audit", "estate"},
         people.planner: {"orchestration", "estate"},
-        people.alice: set(PAGES),                    # a team admin reads the ledger
-        people.bob: set(PAGES) - {"usage"},          # a developer does not
+        people.alice: set(PAGES),  # a team admin reads the ledger
+        people.bob: set(PAGES) - {"usage"},  # a developer does not
     }
     for token, pages in want.items():
         b = signed_in(server, token)
@@ -134,7 +141,8 @@ def test_each_role_is_offered_and_may_open_only_its_pages(
 
 
 def test_my_work_shows_own_tasks_and_admin_groups_tasks_only(
-        server: Server, people: People, work: Work) -> None:
+    server: Server, people: People, work: Work
+) -> None:
     bob = signed_in(server, people.bob).page("/my-work")
     assert work.bob_task in bob
     assert work.alice_task not in bob and work.erin_task not in bob
@@ -147,8 +155,7 @@ def test_my_work_shows_own_tasks_and_admin_groups_tasks_only(
     assert "cancelled by user:bob: test" in bob
 
 
-def test_a_task_log_is_for_who_may_see_the_task(server: Server, people: People,
-                                                work: Work) -> None:
+def test_a_task_log_is_for_who_may_see_the_task(server: Server, people: People, work: Work) -> None:
     erin = signed_in(server, people.erin)
     a = erin.get(f"/my-work/{work.bob_task}/log")
     assert a.status == 404 and f"no task {work.bob_task}" in a.text
@@ -157,10 +164,11 @@ def test_a_task_log_is_for_who_may_see_the_task(server: Server, people: People,
 
 
 def test_policy_view_shows_the_groups_and_department_a_person_may_see(
-        server: Server, people: People, work: Work) -> None:
+    server: Server, people: People, work: Work
+) -> None:
     def policies(token: str) -> set[str]:
-        return set(re.findall(r'data-policy="([^"]+)"', signed_in(server, token).page(
-            "/policy")))
+        return set(re.findall(r'data-policy="([^"]+)"', signed_in(server, token).page("/policy")))
+
     assert policies(people.bob) == {"team-a"}
     assert policies(people.erin) == {"team-b"}
     assert policies(people.walter) == {"team-a", "team-b"}  # the department's admin
@@ -170,8 +178,9 @@ def test_policy_view_shows_the_groups_and_department_a_person_may_see(
     assert "budget hours left" in html
 
 
-def test_orchestration_workers_and_events_by_role(server: Server, people: People,
-                                                  work: Work) -> None:
+def test_orchestration_workers_and_events_by_role(
+    server: Server, people: People, work: Work
+) -> None:
     admin = signed_in(server, people.admin).page("/orchestration")
     assert "Workers and their health" in admin
     assert 'data-pool="pool-1"' in admin and 'data-pool="pool-2"' in admin
@@ -184,8 +193,9 @@ def test_orchestration_workers_and_events_by_role(server: Server, people: People
     assert "No events for you to see." in planner
 
 
-def test_audit_trail_search_finds_visible_events_only(server: Server, people: People,
-                                                      work: Work) -> None:
+def test_audit_trail_search_finds_visible_events_only(
+    server: Server, people: People, work: Work
+) -> None:
     admin = signed_in(server, people.admin)
     html = admin.page(f"/audit?q={work.erin_task}")
     assert work.erin_task in html and work.bob_task not in html
@@ -199,21 +209,23 @@ def test_audit_trail_search_finds_visible_events_only(server: Server, people: Pe
 
 def test_bad_parameters_are_a_400_page_naming_them(server: Server, people: People) -> None:
     b = signed_in(server, people.admin)
-    for path, field in (("/orchestration?window=3y", "window"), ("/usage?from=yesterday",
-                                                                  "from"),
-                        ("/usage?from=2026-12-02&to=2026-12-01", "before"),
-                        ("/usage?by=colour", "by"), ("/my-work?state=asleep", "state"),
-                        ("/usage?from=0001-01-01&to=9999-12-31", "to"),
-                        ("/usage/export?format=xlsx", "format"),
-                        ("/usage/export?from=2026-13-01", "from")):
+    for path, field in (
+        ("/orchestration?window=3y", "window"),
+        ("/usage?from=yesterday", "from"),
+        ("/usage?from=2026-12-02&to=2026-12-01", "before"),
+        ("/usage?by=colour", "by"),
+        ("/my-work?state=asleep", "state"),
+        ("/usage?from=0001-01-01&to=9999-12-31", "to"),
+        ("/usage/export?format=xlsx", "format"),
+        ("/usage/export?from=2026-13-01", "from"),
+    ):
         a = b.get(path)
         assert a.status == 400, path
         assert field in a.text and "Traceback" not in a.text
         assert a.headers["Content-Type"].startswith("text/html")
 
 
-def test_live_fragment_and_its_no_change_answer(server: Server, people: People,
-                                                work: Work) -> None:
+def test_live_fragment_and_its_no_change_answer(server: Server, people: People, work: Work) -> None:
     b = signed_in(server, people.admin)
     a = b.get("/orchestration?live=1")
     assert a.status == 200 and "<html" not in a.text and 'data-pool="pool-1"' in a.text
@@ -222,9 +234,9 @@ def test_live_fragment_and_its_no_change_answer(server: Server, people: People,
     assert b.get(f"/orchestration?live=1&seq={seq}&fresh=0").status == 200
 
 
-def test_browsers_asking_at_once_get_the_same_live_fragment(server: Server,
-                                                              people: People) -> None:
+def test_browsers_asking_at_once_get_the_same_live_fragment(server: Server, people: People) -> None:
     from concurrent.futures import ThreadPoolExecutor
+
     browsers = [signed_in(server, people.admin) for _ in range(8)]
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda b: b.get("/policy?live=1"), browsers))
@@ -238,11 +250,12 @@ def test_browsers_asking_at_once_get_the_same_live_fragment(server: Server,
 
 
 def test_usage_csv_and_parquet_sum_to_the_ledger_and_scope_by_group(
-        server: Server, people: People, work: Work) -> None:
+    server: Server, people: People, work: Work
+) -> None:
     def sums(text: str) -> tuple[Decimal, set[str]]:
         rows = list(csv.DictReader(io.StringIO(text)))
-        return sum((Decimal(r["gpu_hours"]) for r in rows), Decimal(0)), {r["task"]
-                                                                         for r in rows}
+        return sum((Decimal(r["gpu_hours"]) for r in rows), Decimal(0)), {r["task"] for r in rows}
+
     rng = "from=2000-01-01&to=2100-01-01"
     fin = signed_in(server, people.finance)
     a = fin.get(f"/usage/export?format=csv&{rng}")
@@ -250,23 +263,29 @@ def test_usage_csv_and_parquet_sum_to_the_ledger_and_scope_by_group(
     assert "attachment" in a.headers["Content-Disposition"]
     total, tasks = sums(a.text)
     assert {work.bob_task, work.erin_task} <= tasks
-    ended = server.ok("POST", "/v1/ledger/sql", {
-        "sql": f"SELECT sum(gpu_hours) FROM usage WHERE task IN ('{work.bob_task}', "
-               f"'{work.erin_task}')"})["rows"][0][0]
+    ended = server.ok(
+        "POST",
+        "/v1/ledger/sql",
+        {
+            "sql": f"SELECT sum(gpu_hours) FROM usage WHERE task IN ('{work.bob_task}', "
+            f"'{work.erin_task}')"
+        },
+    )["rows"][0][0]
     rows = list(csv.DictReader(io.StringIO(a.text)))
-    assert sum(Decimal(r["gpu_hours"]) for r in rows if r["task"] != work.alice_task) == \
-        Decimal(str(ended))
+    assert sum(Decimal(r["gpu_hours"]) for r in rows if r["task"] != work.alice_task) == Decimal(
+        str(ended)
+    )
     assert total > 0
     # a team admin downloads their team's rows only
-    alice_total, alice_tasks = sums(signed_in(server, people.alice).get(
-        f"/usage/export?format=csv&{rng}").text)
+    alice_total, alice_tasks = sums(
+        signed_in(server, people.alice).get(f"/usage/export?format=csv&{rng}").text
+    )
     assert work.bob_task in alice_tasks and work.erin_task not in alice_tasks
     # Parquet: the same rows
     pq = fin.get(f"/usage/export?format=parquet&{rng}")
     assert pq.status == 200 and pq.body[:4] == b"PAR1"
     con = duckdb.connect()
-    con.execute("CREATE TABLE f AS SELECT * FROM read_parquet($1)",
-                [_tmp_write(pq.body)])
+    con.execute("CREATE TABLE f AS SELECT * FROM read_parquet($1)", [_tmp_write(pq.body)])
     assert present(con.execute("SELECT count(*) FROM f").fetchone())[0] == len(rows)
     # the page's totals are over the same rows
     page = fin.page(f"/usage?{rng}")
@@ -281,6 +300,7 @@ def test_usage_csv_and_parquet_sum_to_the_ledger_and_scope_by_group(
 
 def _tmp_write(body: bytes) -> str:
     import tempfile
+
     f = tempfile.NamedTemporaryFile(suffix=".parquet", delete=False)
     f.write(body)
     f.close()
@@ -288,7 +308,8 @@ def _tmp_write(body: bytes) -> str:
 
 
 def test_static_files_come_from_the_packages_and_pages_carry_a_strict_csp(
-        server: Server, people: People) -> None:
+    server: Server, people: People
+) -> None:
     b = Browser(server.url)
     js = b.get("/static/plotly.min.js")
     assert js.status == 200 and b"plotly" in js.body[:2000].lower()
@@ -312,6 +333,7 @@ def test_estate_page_shows_the_last_plan_after_a_revision(tmp_path) -> None:
     import shutil
     from tests.harness.daemon import SMALL_ESTATE
     from tests.harness.wait import wait_for
+
     estate = tmp_path / "estate"
     shutil.copytree(SMALL_ESTATE, estate)
     s = Server(tmp_path, estate=estate).start()
@@ -321,8 +343,7 @@ def test_estate_page_shows_the_last_plan_after_a_revision(tmp_path) -> None:
         first = s.ok("GET", "/v1/estate")["revision"]
         pol = estate / "policies.yaml"
         pol.write_text(pol.read_text().replace("limit: 10", "limit: 12", 1))
-        wait_for(lambda: s.ok("GET", "/v1/estate")["revision"] != first, 20,
-                 "the new revision")
+        wait_for(lambda: s.ok("GET", "/v1/estate")["revision"] != first, 20, "the new revision")
         html = b.page("/estate")
         assert f"from <code>{first[:19]}</code>" in html
         assert "<strong>update</strong> policy <code>team-a</code>" in html
@@ -335,13 +356,46 @@ def test_odd_input_is_never_a_5xx(server: Server, people: People) -> None:
     """Every page and download with odd values of every parameter it reads: a 4xx or a page,
     never a 5xx (the module's teardown also checks the log has no traceback)."""
     from urllib.parse import quote
+
     b = signed_in(server, people.admin)
-    odd = ["", "x" * 5000, "é ü 中", "%", "'; DROP TABLE events; --", "\\u0000", "<script>",
-           "2026-02-30", "-1", "1e400", "..", "//evil"]
-    paths = ["/orchestration", "/policy", "/my-work", "/usage", "/audit", "/estate",
-             "/usage/export", "/signin"]
-    params = ["window", "q", "state", "from", "to", "by", "kind", "format", "live", "seq",
-              "fresh", "next"]
+    odd = [
+        "",
+        "x" * 5000,
+        "é ü 中",
+        "%",
+        "'; DROP TABLE events; --",
+        "\\u0000",
+        "<script>",
+        "2026-02-30",
+        "-1",
+        "1e400",
+        "..",
+        "//evil",
+    ]
+    paths = [
+        "/orchestration",
+        "/policy",
+        "/my-work",
+        "/usage",
+        "/audit",
+        "/estate",
+        "/usage/export",
+        "/signin",
+    ]
+    params = [
+        "window",
+        "q",
+        "state",
+        "from",
+        "to",
+        "by",
+        "kind",
+        "format",
+        "live",
+        "seq",
+        "fresh",
+        "next",
+    ]
     for path in paths:
         for name in params:
             for value in odd:

@@ -24,12 +24,18 @@ from tests.web.test_browser import CHROMIUM, sync_playwright
 JUPYTER = _jupyter()
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package "
-                       "`chromium`; tests/setup/system-packages.sh installs it as root)"),
-    pytest.mark.skipif(sync_playwright is None, reason="the playwright package is missing: "
-                       "pip install -e '.[test]'"),
-    pytest.mark.skipif(JUPYTER is None, reason="JupyterLab is not installed (pip install -e "
-                       "'.[test]' installs it)"),
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="chromium is not installed (Debian package "
+        "`chromium`; tests/setup/system-packages.sh installs it as root)",
+    ),
+    pytest.mark.skipif(
+        sync_playwright is None,
+        reason="the playwright package is missing: pip install -e '.[test]'",
+    ),
+    pytest.mark.skipif(
+        JUPYTER is None, reason="JupyterLab is not installed (pip install -e '.[test]' installs it)"
+    ),
 ]
 
 
@@ -45,18 +51,23 @@ def real(fs: FleetServer, tmp_path: Path) -> Iterator[Any]:
 
 
 def test_jupyterlab_runs_a_cell_in_chromium_through_the_control_plane(
-        fs: FleetServer, real: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fs: FleetServer, real: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", f"{JUPYTER}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter-runtime"))
     # no layout saved from an earlier run (the launcher shows), none left for the next
     monkeypatch.setenv("JUPYTERLAB_WORKSPACES_DIR", str(tmp_path / "jupyter-workspaces"))
     worker = real("w1")
     token = fs.alice  # type: ignore[attr-defined]
-    s = fs.ok("POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter"}, token,
-              expect=201)
+    s = fs.ok(
+        "POST", "/v1/sessions", {"resource": "team-a/one", "app": "jupyter"}, token, expect=201
+    )
     sid, url = s["id"], s["url"]
-    wait_for(lambda: fetch("GET", url + "api/status", token)[0] == 200, 120,
-             "JupyterLab to answer through the session's URL")
+    wait_for(
+        lambda: fetch("GET", url + "api/status", token)[0] == 200,
+        120,
+        "JupyterLab to answer through the session's URL",
+    )
     link = fs.ok("POST", f"/v1/sessions/{sid}/link", token=token)["url"]
     problems: list[str] = []
     with sync_playwright() as p:
@@ -64,8 +75,7 @@ def test_jupyterlab_runs_a_cell_in_chromium_through_the_control_plane(
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.on("requestfailed", lambda r: problems.append(
-                f"failed: {r.url} {r.failure}"))
+            page.on("requestfailed", lambda r: problems.append(f"failed: {r.url} {r.failure}"))
             page.goto(link)
             console = page.locator(".jp-LauncherCard[data-category='Console']").first
             try:
@@ -80,8 +90,11 @@ def test_jupyterlab_runs_a_cell_in_chromium_through_the_control_plane(
             page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=45_000)
             editor.click()
             page.keyboard.type("6*7")
-            wait_for(lambda: editor.inner_text().strip() == "6*7", 10,
-                     "the code to be in the console's prompt")
+            wait_for(
+                lambda: editor.inner_text().strip() == "6*7",
+                10,
+                "the code to be in the console's prompt",
+            )
             page.keyboard.press("Shift+Enter")
             out = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
             try:
@@ -100,5 +113,8 @@ def test_jupyterlab_runs_a_cell_in_chromium_through_the_control_plane(
     wait_for(lambda: fs.task(sid)["state"] == "ended", 60, "the session to end")
     # and its app with it: the worker drops a task's record once its process ended (a worker
     # stopped before that leaves the app running until the orphan watch ends it)
-    wait_for(lambda: not list((worker.state_dir / "tasks").glob("*.json")), 60,
-             "the worker to end the session's app")
+    wait_for(
+        lambda: not list((worker.state_dir / "tasks").glob("*.json")),
+        60,
+        "the worker to end the session's app",
+    )

@@ -28,12 +28,40 @@ FAIR = ("settings.yaml", "  currency: EUR\n", "  currency: EUR\n  lending:\n    
 
 
 def small_demand() -> list[DemandRow]:
-    rows = [DemandRow("", START_MS, "team-a/one", "alice", None, None, 4 * HOUR_MS,
-                      "user:alice", "finished") for _ in range(12)]
-    rows += [DemandRow("", START_MS + MINUTE_MS, "team-b/one", "bob", None, None,
-                       4 * HOUR_MS, "user:bob", "finished") for _ in range(8)]
-    return [DemandRow(f"t-{i:05d}", r.submit_ms, r.resource, r.user, r.project, r.gpus_milli,
-                      r.runtime_ms, r.channel, r.status) for i, r in enumerate(rows, 1)]
+    rows = [
+        DemandRow(
+            "", START_MS, "team-a/one", "alice", None, None, 4 * HOUR_MS, "user:alice", "finished"
+        )
+        for _ in range(12)
+    ]
+    rows += [
+        DemandRow(
+            "",
+            START_MS + MINUTE_MS,
+            "team-b/one",
+            "bob",
+            None,
+            None,
+            4 * HOUR_MS,
+            "user:bob",
+            "finished",
+        )
+        for _ in range(8)
+    ]
+    return [
+        DemandRow(
+            f"t-{i:05d}",
+            r.submit_ms,
+            r.resource,
+            r.user,
+            r.project,
+            r.gpus_milli,
+            r.runtime_ms,
+            r.channel,
+            r.status,
+        )
+        for i, r in enumerate(rows, 1)
+    ]
 
 
 @pytest.fixture
@@ -44,7 +72,8 @@ def demand(tmp_path: Path) -> Path:
 
 
 def test_changing_order_to_fair_shows_rebalances_lost_work_and_waits(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], demand: Path) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], demand: Path
+) -> None:
     repo = repo_with(tmp_path, FAIR)
     args = ("--repo", str(repo), "--base", "main", "--what-if", str(demand))
     code, out, err = run_plan(capsys, *args, "--format", "json")
@@ -65,8 +94,10 @@ def test_changing_order_to_fair_shows_rebalances_lost_work_and_waits(
     assert w["pools"]["onprem"]["head"]["preemptions"]["rebalanced"] == 4
 
     code, text, _ = run_plan(capsys, *args)
-    assert "The head changes lending (settings.lending.order): each group's reclaims, " \
-           "rebalances and lost GPU-hours are in its row." in text
+    assert (
+        "The head changes lending (settings.lending.order): each group's reclaims, "
+        "rebalances and lost GPU-hours are in its row." in text
+    )
     header = next(line for line in text.splitlines() if line.lstrip().startswith("group"))
     assert "preempted" in header and "lost GPU-hours" in header
     row_a = next(line for line in text.splitlines() if line.lstrip().startswith("team-a"))
@@ -75,8 +106,10 @@ def test_changing_order_to_fair_shows_rebalances_lost_work_and_waits(
     assert "3h59m -> 0s" in row_b, row_b
 
     code, md, _ = run_plan(capsys, *args, "--format", "markdown")
-    assert "| group | tasks | wait p50 | wait p95 | wait max | over 1h | GPU-hours | " \
-           "preempted | lost GPU-hours | budget ran out | cost |" in md
+    assert (
+        "| group | tasks | wait p50 | wait p95 | wait max | over 1h | GPU-hours | "
+        "preempted | lost GPU-hours | budget ran out | cost |" in md
+    )
     assert "0 → 4 rebalanced | 0 → 0.067 |" in md
     assert "**The head changes lending (settings.lending.order)" in md
 
@@ -85,14 +118,16 @@ def test_changing_order_to_fair_shows_rebalances_lost_work_and_waits(
 
 
 def test_without_a_lending_change_the_tables_are_as_before(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], demand: Path) -> None:
-    repo = repo_with(tmp_path, ("policies.yaml", "limit: 12\n  - name: team-b",
-                                "limit: 11\n  - name: team-b"))
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
-                            str(demand))
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], demand: Path
+) -> None:
+    repo = repo_with(
+        tmp_path, ("policies.yaml", "limit: 12\n  - name: team-b", "limit: 11\n  - name: team-b")
+    )
+    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if", str(demand))
     assert code == 2 and "lost GPU-hours" not in out and "changes lending" not in out
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
-                            str(demand), "--format", "json")
+    code, out, _ = run_plan(
+        capsys, "--repo", str(repo), "--base", "main", "--what-if", str(demand), "--format", "json"
+    )
     w = json.loads(out)["whatif"]
     assert w["lending_changes"] == []
     # lost work is counted whatever the settings: JSON carries it (no preemption here)

@@ -44,8 +44,18 @@ def repo_with(tmp: Path, edit: tuple[str, str, str] | None) -> Path:
 
 
 def plan_json(capsys, repo: Path, demand: Path, *extra: str) -> dict:
-    code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
-                              str(demand), "--format", "json", *extra)
+    code, out, err = run_plan(
+        capsys,
+        "--repo",
+        str(repo),
+        "--base",
+        "main",
+        "--what-if",
+        str(demand),
+        "--format",
+        "json",
+        *extra,
+    )
     assert code in (0, 2), err
     return json.loads(out)
 
@@ -54,13 +64,17 @@ def side(plan: dict, group: str, which: str) -> dict:
     return plan["whatif"]["groups"][group][which]
 
 
-LOWER_A = ("policies.yaml", "reservation: 4\n    limit: 12\n  - name: team-b",
-           "reservation: 4\n    limit: 4\n  - name: team-b")
+LOWER_A = (
+    "policies.yaml",
+    "reservation: 4\n    limit: 12\n  - name: team-b",
+    "reservation: 4\n    limit: 4\n  - name: team-b",
+)
 RAISE_C = ("policies.yaml", "hours: 45", "hours: 90")
 
 
 def test_lowering_a_limit_shows_that_groups_longer_waits_and_the_others_gains(
-        tmp_path, capsys, demand) -> None:
+    tmp_path, capsys, demand
+) -> None:
     plan = plan_json(capsys, repo_with(tmp_path, LOWER_A), demand)
     w = plan["whatif"]
     assert w["tasks"] == len(week()) and w["refused"] == {"head": [], "base": []}
@@ -89,18 +103,28 @@ def test_raising_a_budget_shows_fewer_exhaustions(tmp_path, capsys, demand) -> N
     assert len(head["budget_exhaustions"]) < len(base["budget_exhaustions"]), (base, head)
     # When: the start of each day whose budget ran out.
     assert all(t.endswith("T00:00:00Z") for t in base["budget_exhaustions"])
-    assert base["preemptions"]["budget"] + len(base["budget_exhaustions"]) > \
-        head["preemptions"]["budget"] + len(head["budget_exhaustions"])
+    assert base["preemptions"]["budget"] + len(base["budget_exhaustions"]) > head["preemptions"][
+        "budget"
+    ] + len(head["budget_exhaustions"])
 
 
 def test_demand_the_head_cannot_take_is_named(tmp_path, capsys, demand) -> None:
     # team-c loses the big profile, and team-b's big tasks (4 GPUs) exceed its new limit.
-    repo = repo_with(tmp_path, ("profiles.yaml", "max: 8}\n    pools: [onprem]\n"
-                                "    policies: [team-a, team-b, team-c]",
-                                "max: 8}\n    pools: [onprem]\n    policies: [team-a, team-b]"))
+    repo = repo_with(
+        tmp_path,
+        (
+            "profiles.yaml",
+            "max: 8}\n    pools: [onprem]\n    policies: [team-a, team-b, team-c]",
+            "max: 8}\n    pools: [onprem]\n    policies: [team-a, team-b]",
+        ),
+    )
     path = repo / "estate" / "policies.yaml"
-    path.write_text(path.read_text().replace("reservation: 4\n    limit: 12\n  - name: team-c",
-                                             "reservation: 2\n    limit: 3\n  - name: team-c"))
+    path.write_text(
+        path.read_text().replace(
+            "reservation: 4\n    limit: 12\n  - name: team-c",
+            "reservation: 2\n    limit: 3\n  - name: team-c",
+        )
+    )
     plan = plan_json(capsys, repo, demand)
     refused = plan["whatif"]["refused"]["head"]
     expected = [r for r in week() if r.resource in ("team-c/big", "team-b/big")]
@@ -112,21 +136,43 @@ def test_demand_the_head_cannot_take_is_named(tmp_path, capsys, demand) -> None:
     assert by[b.id]["field"] == "gpus", by[b.id]
     # Left out of both sides: the replays compare the same work.
     assert side(plan, "all", "base")["tasks"] == len(week()) - len(expected)
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
-                            str(demand))
+    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if", str(demand))
     assert f"{len(expected)} tasks of the demand the head cannot take" in out
     cs = [r.id for r in expected if r.resource == "team-c/big"]
-    assert (f"  {len(cs)} on team-c/big ({cs[0]}, {cs[1]}, {cs[2]} and {len(cs) - 3} more; "
-            "carol): resource: ") in out
-    code, out, _ = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
-                            str(demand), "--format", "github")
+    assert (
+        f"  {len(cs)} on team-c/big ({cs[0]}, {cs[1]}, {cs[2]} and {len(cs) - 3} more; "
+        "carol): resource: "
+    ) in out
+    code, out, _ = run_plan(
+        capsys,
+        "--repo",
+        str(repo),
+        "--base",
+        "main",
+        "--what-if",
+        str(demand),
+        "--format",
+        "github",
+    )
     assert "::warning title=klique plan%3A demand the head cannot take::" in out
 
 
 def test_the_same_inputs_give_the_same_report(tmp_path, capsys, demand) -> None:
     repo = repo_with(tmp_path, LOWER_A)
-    runs = [run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if", str(demand),
-                     "--format", "markdown")[1] for _ in range(2)]
+    runs = [
+        run_plan(
+            capsys,
+            "--repo",
+            str(repo),
+            "--base",
+            "main",
+            "--what-if",
+            str(demand),
+            "--format",
+            "markdown",
+        )[1]
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1]
     assert "What if: " in runs[0]
 
@@ -134,8 +180,17 @@ def test_the_same_inputs_give_the_same_report(tmp_path, capsys, demand) -> None:
 def test_markdown_golden(tmp_path, capsys, demand) -> None:
     """The pull-request comment with the comparison table (docs/gitops.md shows it)."""
     repo = repo_with(tmp_path, LOWER_A)
-    code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
-                              str(demand), "--format", "markdown")
+    code, out, err = run_plan(
+        capsys,
+        "--repo",
+        str(repo),
+        "--base",
+        "main",
+        "--what-if",
+        str(demand),
+        "--format",
+        "markdown",
+    )
     assert code == 2, err
     text = _normalise(out, demand)
     golden = GOLDEN / "lower-limit.md"
@@ -157,30 +212,34 @@ def test_every_format_carries_the_comparison(tmp_path, capsys, demand) -> None:
 def test_a_bad_demand_file_is_a_clear_error(tmp_path, capsys) -> None:
     repo = repo_with(tmp_path, LOWER_A)
     bad = tmp_path / "bad.csv"
-    bad.write_text("id,submit,resource,user,project,gpus,runtime\n"
-                   "a,2026-01-05T00:00:00Z,team-a/one,alice,,,1h\n"
-                   "b,yesterday,team-a/one,alice,,,1h\n")
-    code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if",
-                              str(bad))
+    bad.write_text(
+        "id,submit,resource,user,project,gpus,runtime\n"
+        "a,2026-01-05T00:00:00Z,team-a/one,alice,,,1h\n"
+        "b,yesterday,team-a/one,alice,,,1h\n"
+    )
+    code, out, err = run_plan(capsys, "--repo", str(repo), "--base", "main", "--what-if", str(bad))
     assert code == 1 and out == ""
     assert f"{bad}:3: submit: unparsable time 'yesterday'" in err
     code, _, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(bad), "--since", "1d")
     assert code == 1 and "--since needs --what-if-from" in err
     code, _, err = run_plan(capsys, "--repo", str(repo), "--since", "1d")
     assert code == 1 and "--since needs --what-if-from" in err
-    code, _, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(bad),
-                            "--wait-threshold", "soon")
+    code, _, err = run_plan(
+        capsys, "--repo", str(repo), "--what-if", str(bad), "--wait-threshold", "soon"
+    )
     assert code == 1 and "--wait-threshold: expected a duration" in err
     code, out, err = run_plan(capsys, "--repo", str(repo), "--what-if", str(tmp_path / "none"))
     assert code == 1 and "none: cannot read" in err
     # A daemon that cannot be reached fails the plan rather than planning without it.
-    code, out, err = run_plan(capsys, "--repo", str(repo), "--what-if-from",
-                              "http://127.0.0.1:9", "--token", "kq_x")
+    code, out, err = run_plan(
+        capsys, "--repo", str(repo), "--what-if-from", "http://127.0.0.1:9", "--token", "kq_x"
+    )
     assert code == 1 and out == "" and "127.0.0.1:9" in err, err
 
 
 def _normalise(text: str, demand: Path) -> str:
     import re
+
     text = text.replace(str(demand), "week.csv")
     return re.sub(r"\(([0-9a-f]{7})\)", "(COMMIT)", text)
 
@@ -190,14 +249,22 @@ def test_the_docs_show_the_real_comment() -> None:
     docs = (HERE.parents[1] / "docs" / "gitops.md").read_text()
     golden = (GOLDEN / "lower-limit.md").read_text()
     start = golden.index("#### What if")
-    table = golden[start: golden.index("<details>", start)].strip()
+    table = golden[start : golden.index("<details>", start)].strip()
     assert table in docs
 
 
-def test_no_changes_replays_once_and_reads_the_same_on_both_sides(tmp_path, capsys,
-                                                                  demand) -> None:
-    code, out, err = run_plan(capsys, "--repo", str(repo_with(tmp_path, None)), "--base",
-                              "main", "--what-if", str(demand), "--format", "json")
+def test_no_changes_replays_once_and_reads_the_same_on_both_sides(tmp_path, capsys, demand) -> None:
+    code, out, err = run_plan(
+        capsys,
+        "--repo",
+        str(repo_with(tmp_path, None)),
+        "--base",
+        "main",
+        "--what-if",
+        str(demand),
+        "--format",
+        "json",
+    )
     assert code == 0, err
     w = json.loads(out)["whatif"]
     assert all(g["base"] == g["head"] for g in w["groups"].values())

@@ -27,15 +27,40 @@ def week(seed: int = 16, days: int = 7) -> list[DemandRow]:
         for hour in range(8, 20):
             for group, rate in RATE.items():
                 for _ in range(rate):
-                    at = (START_MS + (day * 24 + hour) * HOUR_MS
-                          + rng.randrange(60 * MINUTE_S) * SECOND_MS)
+                    at = (
+                        START_MS
+                        + (day * 24 + hour) * HOUR_MS
+                        + rng.randrange(60 * MINUTE_S) * SECOND_MS
+                    )
                     big = rng.random() < 0.15
                     gpus = 4000 if big else None
                     resource = f"{group}/{'big' if big else 'one'}"
                     runtime = rng.randrange(20, 150) * MINUTE_S * SECOND_MS
-                    rows.append(DemandRow("", at, resource, USERS[group], None, gpus,
-                                          runtime, f"user:{USERS[group]}", "finished"))
+                    rows.append(
+                        DemandRow(
+                            "",
+                            at,
+                            resource,
+                            USERS[group],
+                            None,
+                            gpus,
+                            runtime,
+                            f"user:{USERS[group]}",
+                            "finished",
+                        )
+                    )
     rows.sort(key=lambda r: r.submit_ms)
-    return [DemandRow(f"t-{i:05d}", r.submit_ms, r.resource, r.user, r.project,
-                      r.gpus_milli, r.runtime_ms, r.channel, r.status)
-            for i, r in enumerate(rows, 1)]
+    return [
+        DemandRow(
+            f"t-{i:05d}",
+            r.submit_ms,
+            r.resource,
+            r.user,
+            r.project,
+            r.gpus_milli,
+            r.runtime_ms,
+            r.channel,
+            r.status,
+        )
+        for i, r in enumerate(rows, 1)
+    ]

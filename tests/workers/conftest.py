@@ -23,8 +23,9 @@ class WorkerProcess:
     """A real `klique-worker` process against the peer; its stderr goes to a file that a
     failing test prints."""
 
-    def __init__(self, peer: ProtocolPeer, state_dir: Path, gpus: str = "0,1",
-                 extra: list[str] | None = None):
+    def __init__(
+        self, peer: ProtocolPeer, state_dir: Path, gpus: str = "0,1", extra: list[str] | None = None
+    ):
         self.peer, self.state_dir, self.gpus, self.extra = peer, state_dir, gpus, extra or []
         self.token_file = state_dir.parent / "worker.token"
         self.token_file.write_text(peer.token + "\n")
@@ -39,11 +40,34 @@ class WorkerProcess:
         self.runs += 1
         self._stderr = open(self.log_file, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "--url", self.peer.url, "--pool",
-             self.peer.pool, "--token-file", str(self.token_file), "--state-dir",
-             str(self.state_dir), "--gpus", self.gpus, "--grace", "1s", "--retry-max", "0.5s",
-             "--log-interval", "0.2s", "--log-level", "debug", *self.extra],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=self._stderr)
+            [
+                sys.executable,
+                "-m",
+                "workers.cli",
+                "--url",
+                self.peer.url,
+                "--pool",
+                self.peer.pool,
+                "--token-file",
+                str(self.token_file),
+                "--state-dir",
+                str(self.state_dir),
+                "--gpus",
+                self.gpus,
+                "--grace",
+                "1s",
+                "--retry-max",
+                "0.5s",
+                "--log-interval",
+                "0.2s",
+                "--log-level",
+                "debug",
+                *self.extra,
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+        )
         return self
 
     def kill9(self) -> None:
@@ -62,8 +86,10 @@ class WorkerProcess:
         self._stderr.close()
 
     def stderr(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in
-                         sorted(self.state_dir.parent.glob("worker-*.stderr")))
+        return "\n".join(
+            p.read_text(errors="replace")
+            for p in sorted(self.state_dir.parent.glob("worker-*.stderr"))
+        )
 
 
 @pytest.fixture

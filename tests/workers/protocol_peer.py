@@ -34,10 +34,10 @@ class PeerTask:
     gpus: float = 1.0
     grace_s: float = 1.0
     env: dict = field(default_factory=dict)
-    state: str = "queued"          # queued | leased | ended
+    state: str = "queued"  # queued | leased | ended
     epoch: int = 0
     worker: str | None = None
-    events: list[str] = field(default_factory=list)   # accepted report events, in order
+    events: list[str] = field(default_factory=list)  # accepted report events, in order
     end: dict | None = None
 
 
@@ -46,12 +46,17 @@ def _err(status: int, code: str, message: str = "") -> web.Response:
 
 
 class ProtocolPeer:
-    def __init__(self, token: str = "kq_" + "w" * 43, pool: str = "bare", ttl_s: float = 1.5,
-                 poll_wait_s: float = 2.0):
+    def __init__(
+        self,
+        token: str = "kq_" + "w" * 43,
+        pool: str = "bare",
+        ttl_s: float = 1.5,
+        poll_wait_s: float = 2.0,
+    ):
         self.token, self.pool, self.ttl_s, self.poll_wait_s = token, pool, ttl_s, poll_wait_s
         self.tasks: dict[str, PeerTask] = {}
         self.workers: dict[str, dict] = {}
-        self.reports: list[tuple[str, dict, int]] = []    # (task, body, status)
+        self.reports: list[tuple[str, dict, int]] = []  # (task, body, status)
         self.lease_calls: list[tuple[str, dict, float]] = []
         self.heartbeats: list[tuple[str, dict, float]] = []
         self.logs: dict[str, bytearray] = {}
@@ -91,12 +96,15 @@ class ProtocolPeer:
             self._runner = web.AppRunner(app, shutdown_timeout=0.1)
             await self._runner.setup()
             await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
+
         self._call(start())
 
     def down(self) -> None:
         """The control plane is gone: connections are refused until up()."""
+
         async def stop():
             await self._runner.cleanup()
+
         self._call(stop())
 
     def close(self) -> None:
@@ -110,6 +118,7 @@ class ProtocolPeer:
             for t in others:
                 t.cancel()
             await asyncio.gather(*others, return_exceptions=True)
+
         try:
             self._call(cancel_all())
         except Exception:
@@ -118,8 +127,9 @@ class ProtocolPeer:
         self._thread.join(5)
 
     # test-side helpers -------------------------------------------------------------------
-    def submit(self, command: list[str], gpus: float = 1.0, grace_s: float = 1.0,
-               env: dict | None = None) -> str:
+    def submit(
+        self, command: list[str], gpus: float = 1.0, grace_s: float = 1.0, env: dict | None = None
+    ) -> str:
         with self.lock:
             self._n += 1
             tid = f"t-{self._n:04d}"
@@ -127,8 +137,9 @@ class ProtocolPeer:
         self._notify()
         return tid
 
-    def stop(self, task: str, reason: str = "preempted", text: str = "",
-             grace_s: float | None = None) -> None:
+    def stop(
+        self, task: str, reason: str = "preempted", text: str = "", grace_s: float | None = None
+    ) -> None:
         with self.lock:
             t = self.tasks[task]
             stop = {"task": task, "epoch": t.epoch, "reason": reason, "text": text}
@@ -156,15 +167,18 @@ class ProtocolPeer:
 
     def wait_for(self, predicate, timeout: float = 10.0, what: str = "condition"):
         """:func:`tests.harness.wait.wait_for`, each check under the peer's lock."""
+
         def locked():
             with self.lock:
                 return predicate()
+
         return wait_for(locked, timeout, what)
 
     def _notify(self) -> None:
         async def notify():
             async with self._cond:
                 self._cond.notify_all()
+
         asyncio.run_coroutine_threadsafe(notify(), self.loop)
 
     # endpoints ---------------------------------------------------------------------------
@@ -181,18 +195,31 @@ class ProtocolPeer:
             return _err(403, "forbidden", f"the token is bound to pool {self.pool}")
         wid = body["worker_id"]
         with self.lock:
-            self.workers[wid] = {**body, "last_seen": time.monotonic(), "registrations":
-                                 self.workers.get(wid, {}).get("registrations", 0) + 1}
-            running = [{"task": t.id, "epoch": t.epoch} for t in self.tasks.values()
-                       if t.state == "leased" and t.worker == wid]
-        return web.json_response({"worker_id": wid, "heartbeat_ttl_s": self.ttl_s,
-                                  "poll_wait_s": self.poll_wait_s, "running": running})
+            self.workers[wid] = {
+                **body,
+                "last_seen": time.monotonic(),
+                "registrations": self.workers.get(wid, {}).get("registrations", 0) + 1,
+            }
+            running = [
+                {"task": t.id, "epoch": t.epoch}
+                for t in self.tasks.values()
+                if t.state == "leased" and t.worker == wid
+            ]
+        return web.json_response(
+            {
+                "worker_id": wid,
+                "heartbeat_ttl_s": self.ttl_s,
+                "poll_wait_s": self.poll_wait_s,
+                "running": running,
+            }
+        )
 
     def _take(self, wid: str, body: dict) -> list[dict]:
         whole = len(body.get("free_gpus") or [])
-        shared = sorted((round(g["free"] * MILLI) for g in body.get("gpu_free") or []),
-                        reverse=True)
-        cpu_free = body.get("cpu_free")     # CPU-only tasks it still starts (None: any)
+        shared = sorted(
+            (round(g["free"] * MILLI) for g in body.get("gpu_free") or []), reverse=True
+        )
+        cpu_free = body.get("cpu_free")  # CPU-only tasks it still starts (None: any)
         leases = []
         with self.lock:
             for t in self.tasks.values():
@@ -216,10 +243,21 @@ class ProtocolPeer:
                         continue
                     shared[fit[-1]] -= milli
                 t.state, t.epoch, t.worker = "leased", t.epoch + 1, wid
-                leases.append({"task": t.id, "epoch": t.epoch, "command": t.command,
-                               "payload": None, "gpus": t.gpus, "resource": "team/standard",
-                               "user": "alice", "project": "p", "labels": {},
-                               "grace_s": t.grace_s, "env": t.env})
+                leases.append(
+                    {
+                        "task": t.id,
+                        "epoch": t.epoch,
+                        "command": t.command,
+                        "payload": None,
+                        "gpus": t.gpus,
+                        "resource": "team/standard",
+                        "user": "alice",
+                        "project": "p",
+                        "labels": {},
+                        "grace_s": t.grace_s,
+                        "env": t.env,
+                    }
+                )
         return leases
 
     async def lease(self, request: web.Request) -> web.Response:
@@ -270,17 +308,17 @@ class ProtocolPeer:
             t = self.tasks.get(tid)
             if t is None:
                 status, answer = 404, _err(404, "not-found", "no such task")
-            elif body["epoch"] != t.epoch or (body["event"] == "started" and tid in
-                                              self.steal_on_start):
+            elif body["epoch"] != t.epoch or (
+                body["event"] == "started" and tid in self.steal_on_start
+            ):
                 if body["event"] == "started" and tid in self.steal_on_start:
                     self.steal_on_start.discard(tid)
                     t.epoch += 1
                     t.worker = "w-elsewhere"
-                status, answer = 409, _err(409, "stale-epoch",
-                                           f"task {tid} is at epoch {t.epoch}")
+                status, answer = 409, _err(409, "stale-epoch", f"task {tid} is at epoch {t.epoch}")
             else:
                 status = 200
-                if body["event"] not in t.events:   # idempotent: a retry changes nothing
+                if body["event"] not in t.events:  # idempotent: a retry changes nothing
                     t.events.append(body["event"])
                     if body["event"] != "started":
                         t.state, t.end = "ended", body
@@ -301,8 +339,8 @@ class ProtocolPeer:
             if "epoch" in request.query and int(request.query["epoch"]) != t.epoch:
                 return _err(409, "stale-epoch", f"task {tid} is at epoch {t.epoch}")
             log = self.logs.setdefault(tid, bytearray())
-            if offset <= len(log):     # idempotent by offset
-                log[offset:offset + len(data)] = data
+            if offset <= len(log):  # idempotent by offset
+                log[offset : offset + len(data)] = data
             return web.json_response({"size": len(log)})
 
 

@@ -16,8 +16,14 @@ PY = sys.executable
 
 def test_a_task_runs_end_to_end_with_its_log_and_reports(peer, worker):
     worker("0,1")
-    tid = peer.submit([PY, "-c", "import os; print('hello on', os.environ['CUDA_VISIBLE_DEVICES'],"
-                                 " os.environ['KLIQUE_EPOCH'])"])
+    tid = peer.submit(
+        [
+            PY,
+            "-c",
+            "import os; print('hello on', os.environ['CUDA_VISIBLE_DEVICES'],"
+            " os.environ['KLIQUE_EPOCH'])",
+        ]
+    )
     bad = peer.submit(["sh", "-c", "echo oops >&2; exit 3"])
     end = peer.wait_for(lambda: peer.end(tid), 10, "finished")
     assert end["event"] == "finished" and end["exit_code"] == 0 and end["signal"] is None
@@ -33,22 +39,25 @@ def test_a_task_runs_end_to_end_with_its_log_and_reports(peer, worker):
 
 
 def test_long_poll_leases_at_once_and_only_with_free_gpus(peer, worker):
-    peer.poll_wait_s = 10.0                  # a poll is held up to 10 s
+    peer.poll_wait_s = 10.0  # a poll is held up to 10 s
     worker("0", extra=["--cpu-tasks", "0"])  # GPU work only (CPU-only work: the next test)
     peer.wait_for(lambda: peer.lease_calls, 10, "first long-poll")
     time.sleep(1.0)
-    assert len(peer.lease_calls) == 1        # one poll held open: no busy polling
+    assert len(peer.lease_calls) == 1  # one poll held open: no busy polling
     t0 = time.monotonic()
     tid = peer.submit(["sleep", "30"])
     peer.wait_for(lambda: "started" in peer.events(tid), 5, "started")
-    assert time.monotonic() - t0 < 2.0       # the held poll answered as soon as work came
+    assert time.monotonic() - t0 < 2.0  # the held poll answered as soon as work came
     calls = len(peer.lease_calls)
     time.sleep(1.2)
-    assert len(peer.lease_calls) == calls    # its only GPU is busy: it does not ask for work
+    assert len(peer.lease_calls) == calls  # its only GPU is busy: it does not ask for work
     assert peer.lease_calls[-1][1]["free_gpus"] == [0]
     # heartbeats carry the running task
-    peer.wait_for(lambda: {"task": tid, "epoch": 1, "state": "running"} in
-                  peer.heartbeats[-1][1]["running"], 5, "a heartbeat with the task")
+    peer.wait_for(
+        lambda: {"task": tid, "epoch": 1, "state": "running"} in peer.heartbeats[-1][1]["running"],
+        5,
+        "a heartbeat with the task",
+    )
     peer.stop(tid, reason="cancelled", grace_s=0.5)
     peer.wait_for(lambda: peer.end(tid), 5, "stopped")
     assert peer.end(tid)["event"] == "stopped"
@@ -63,14 +72,16 @@ def test_cpu_only_tasks_start_while_every_gpu_is_busy_up_to_the_cap(peer, worker
     peer.wait_for(lambda: "started" in peer.events(gpu_task), 10, "the GPU task started")
     out = tmp_path / "cpu"
     out.mkdir()
-    script = f"import os, time; open('{out}/' + os.environ['KLIQUE_TASK_ID'], 'w').write(" \
-             "os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(30)"
+    script = (
+        f"import os, time; open('{out}/' + os.environ['KLIQUE_TASK_ID'], 'w').write("
+        "os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(30)"
+    )
     cpu = [peer.submit([PY, "-c", script], gpus=0) for _ in range(3)]
     wait_for(lambda: len(list(out.iterdir())) == 2, 10, "two CPU-only tasks running")
     time.sleep(0.5)
-    assert sorted(p.name for p in out.iterdir()) == cpu[:2]   # the cap: 2 at a time
-    assert all(p.read_text() == "" for p in out.iterdir())    # no GPU for them
-    assert peer.tasks[cpu[2]].state == "queued"    # never leased beyond the cap
+    assert sorted(p.name for p in out.iterdir()) == cpu[:2]  # the cap: 2 at a time
+    assert all(p.read_text() == "" for p in out.iterdir())  # no GPU for them
+    assert peer.tasks[cpu[2]].state == "queued"  # never leased beyond the cap
     # it asked with its GPU busy and its free CPU-only slots, and asks no more while all are
     # taken
     last = peer.lease_calls[-1][1]
@@ -92,13 +103,13 @@ def test_a_freed_gpu_is_leased_at_once_while_a_cpu_only_poll_is_held(peer, worke
     worker("0", extra=["--cpu-tasks", "1"])
     first = peer.submit(["sleep", "30"])
     peer.wait_for(lambda: "started" in peer.events(first), 10, "the GPU task started")
-    time.sleep(0.5)                      # a CPU-only poll is held now (no CPU work queued)
+    time.sleep(0.5)  # a CPU-only poll is held now (no CPU work queued)
     second = peer.submit(["sleep", "30"])
     peer.stop(first, grace_s=0.2)
     peer.wait_for(lambda: peer.end(first), 5, "the first stopped")
     t0 = time.monotonic()
     peer.wait_for(lambda: "started" in peer.events(second), 5, "the second started")
-    assert time.monotonic() - t0 < 2.0   # not after the held poll's 10 s
+    assert time.monotonic() - t0 < 2.0  # not after the held poll's 10 s
     gpu_polls = [b for _, b, _ in peer.lease_calls if b["free_gpus"]]
     assert gpu_polls and all(b["cpu_free"] == 0 for b in gpu_polls)
     peer.stop(second, grace_s=0.2)
@@ -116,8 +127,10 @@ def test_fractions_share_one_gpu_up_to_one_gpu_worth(peer, worker, tmp_path):
     worker("0")
     out = tmp_path / "cuda"
     out.mkdir()
-    script = f"import os, time; open('{out}/' + os.environ['KLIQUE_TASK_ID'], 'w').write(" \
-             "os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(30)"
+    script = (
+        f"import os, time; open('{out}/' + os.environ['KLIQUE_TASK_ID'], 'w').write("
+        "os.environ['CUDA_VISIBLE_DEVICES']); time.sleep(30)"
+    )
     tasks = [peer.submit([PY, "-c", script], gpus=g) for g in (0.5, 0.25, 0.5)]
     wait_for(lambda: len(list(out.iterdir())) == 2, 10, "two fractions running")
     time.sleep(0.5)
@@ -146,9 +159,16 @@ def test_stop_instruction_sigterm_then_sigkill_after_the_grace(peer, worker, tmp
     worker("0,1")
     marker = tmp_path / "marker"
     polite = peer.submit([PY, "-c", TRAPS, str(marker)], grace_s=5)
-    stubborn = peer.submit([PY, "-c", "import signal, time\n"
-                            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                            "print('ready', flush=True); time.sleep(60)"], grace_s=0.8)
+    stubborn = peer.submit(
+        [
+            PY,
+            "-c",
+            "import signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True); time.sleep(60)",
+        ],
+        grace_s=0.8,
+    )
     for t in (polite, stubborn):
         peer.wait_for(lambda: b"ready" in peer.log(t), 10, "ready")
     peer.stop(polite, reason="preempted", text="reclaimed by team-b")
@@ -165,14 +185,20 @@ def test_stop_instruction_sigterm_then_sigkill_after_the_grace(peer, worker, tmp
 def test_fencing_a_stale_epoch_kills_the_task_at_once(peer, worker, tmp_path):
     w = worker("0")
     pidfile = tmp_path / "pid"
-    tid = peer.submit([PY, "-c", f"import os, time; open('{pidfile}', 'w').write(str(os.getpid()));"
-                                 " time.sleep(60)"], grace_s=30)
-    peer.steal_on_start.add(tid)   # the started report meets a newer epoch: 409 stale-epoch
+    tid = peer.submit(
+        [
+            PY,
+            "-c",
+            f"import os, time; open('{pidfile}', 'w').write(str(os.getpid())); time.sleep(60)",
+        ],
+        grace_s=30,
+    )
+    peer.steal_on_start.add(tid)  # the started report meets a newer epoch: 409 stale-epoch
     pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 10, "pid"))
     wait_for(lambda: not pid_alive(pid), 3, "fenced task killed (not after its 30s grace)")
     time.sleep(0.5)
     statuses = [(body["event"], status) for t, body, status in peer.reports if t == tid]
-    assert statuses == [("started", 409)]     # forgotten: nothing more is reported
+    assert statuses == [("started", 409)]  # forgotten: nothing more is reported
     wait_for(lambda: not list((w.state_dir / "tasks").glob("*.json")), 5, "record gone")
     # and the worker has its GPU back for new work
     nxt = peer.submit(["true"])
@@ -187,7 +213,7 @@ def test_a_control_plane_that_is_down_is_waited_for(peer, worker):
     peer.up()
     tid = peer.submit(["sh", "-c", "sleep 0.5; echo done"])
     peer.wait_for(lambda: "started" in peer.events(tid), 10, "started")
-    peer.down()                  # the task ends while the control plane is away
+    peer.down()  # the task ends while the control plane is away
     time.sleep(1.5)
     peer.up()
     end = peer.wait_for(lambda: peer.end(tid), 10, "finished after the outage")
@@ -204,12 +230,14 @@ def test_a_restarted_worker_takes_its_task_back_and_reports_its_end(peer, worker
     short = peer.submit(["sh", "-c", "sleep 0.8; exit 0"])
     for t in (long, short):
         peer.wait_for(lambda: "started" in peer.events(t), 10, "started")
-    records = {json.loads(p.read_text())["task"]: json.loads(p.read_text())
-               for p in (w.state_dir / "tasks").glob("*.json")}
+    records = {
+        json.loads(p.read_text())["task"]: json.loads(p.read_text())
+        for p in (w.state_dir / "tasks").glob("*.json")
+    }
     pid = records[long]["handle"]["pid"]
     w.kill9()
-    assert pid_alive(pid)                     # the task outlives its worker
-    time.sleep(1.0)                           # `short` ends while the worker is down
+    assert pid_alive(pid)  # the task outlives its worker
+    time.sleep(1.0)  # `short` ends while the worker is down
     assert peer.end(short) is None
     wid = (w.state_dir / "worker-id").read_text().strip()
     w.start()
@@ -219,7 +247,7 @@ def test_a_restarted_worker_takes_its_task_back_and_reports_its_end(peer, worker
     end = peer.wait_for(lambda: peer.end(long), 10, "long reported")
     assert (end["event"], end["exit_code"]) == ("failed", 4)  # its real exit code
     assert peer.log(long) == b"before\nafter\n"
-    assert len(peer.workers) == 1             # the same worker id
+    assert len(peer.workers) == 1  # the same worker id
     assert peer.events(long) == ["started", "failed"]
     kill_quietly(pid)
 
@@ -230,7 +258,7 @@ def test_a_task_the_control_plane_no_longer_lists_is_stopped_after_a_restart(pee
     peer.wait_for(lambda: "started" in peer.events(tid), 10, "started")
     rec = json.loads(next((w.state_dir / "tasks").glob("*.json")).read_text())
     w.kill9()
-    peer.forget(tid)          # e.g. cancelled while its worker was away
+    peer.forget(tid)  # e.g. cancelled while its worker was away
     w.start()
     wait_for(lambda: not pid_alive(rec["handle"]["pid"]), 10, "unlisted task stopped")
     wait_for(lambda: not list((w.state_dir / "tasks").glob("*.json")), 5, "record gone")
@@ -242,7 +270,7 @@ def test_a_listed_task_the_worker_has_no_record_of_is_reported(peer, worker):
     w.kill9()
     wid = next(iter(peer.workers))
     tid = peer.submit(["true"])
-    with peer.lock:      # leased to this worker, but the answer never reached it
+    with peer.lock:  # leased to this worker, but the answer never reached it
         t = peer.tasks[tid]
         t.state, t.epoch, t.worker = "leased", 1, wid
     w.start()

@@ -19,8 +19,16 @@ from workers.executors.process import ProcessExecutor
 
 
 def lease(command, task="t-1", epoch=1, **extra):
-    return {"task": task, "epoch": epoch, "command": command, "gpus": 1.0, "user": "alice",
-            "project": "llm", "resource": "team-a/standard", **extra}
+    return {
+        "task": task,
+        "epoch": epoch,
+        "command": command,
+        "gpus": 1.0,
+        "user": "alice",
+        "project": "llm",
+        "resource": "team-a/standard",
+        **extra,
+    }
 
 
 def wait_exit(ex, handle, timeout=10.0) -> Exited:
@@ -35,21 +43,26 @@ def test_runs_the_command_with_its_environment_and_captures_the_log(tmp_path):
     (venv / "bin").mkdir(parents=True)
     ex = ProcessExecutor(tmp_path / "state", venv=venv, workdir=tmp_path)
     log = tmp_path / "state" / "logs" / "t-1.e4.log"
-    script = ("import os, sys\n"
-              "for k in ('CUDA_VISIBLE_DEVICES', 'KLIQUE_TASK_ID', 'KLIQUE_EPOCH', "
-              "'VIRTUAL_ENV', 'KLIQUE_USER', 'FROM_LEASE'):\n"
-              "    print(k, os.environ.get(k))\n"
-              "print('PATH0', os.environ['PATH'].split(os.pathsep)[0])\n"
-              "print('CWD', os.getcwd())\n"
-              "print('to stderr', file=sys.stderr)\n"
-              "sys.exit(3)\n")
-    h = ex.start(lease([PY, "-c", script], epoch=4,
-                       env={"FROM_LEASE": "yes", "KLIQUE_TASK_ID": "forged"}), [2, 3], log)
+    script = (
+        "import os, sys\n"
+        "for k in ('CUDA_VISIBLE_DEVICES', 'KLIQUE_TASK_ID', 'KLIQUE_EPOCH', "
+        "'VIRTUAL_ENV', 'KLIQUE_USER', 'FROM_LEASE'):\n"
+        "    print(k, os.environ.get(k))\n"
+        "print('PATH0', os.environ['PATH'].split(os.pathsep)[0])\n"
+        "print('CWD', os.getcwd())\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    h = ex.start(
+        lease([PY, "-c", script], epoch=4, env={"FROM_LEASE": "yes", "KLIQUE_TASK_ID": "forged"}),
+        [2, 3],
+        log,
+    )
     assert os.getpgid(h.pid) == h.pid != os.getpgid(0)  # its own process group
     assert wait_exit(ex, h) == Exited(3, None)
     text = log.read_text()
     assert "CUDA_VISIBLE_DEVICES 2,3" in text
-    assert "KLIQUE_TASK_ID t-1" in text           # a lease cannot override KLIQUE_*
+    assert "KLIQUE_TASK_ID t-1" in text  # a lease cannot override KLIQUE_*
     assert "KLIQUE_EPOCH 4" in text
     assert f"VIRTUAL_ENV {venv.resolve()}" in text
     assert f"PATH0 {venv.resolve() / 'bin'}" in text
@@ -108,10 +121,16 @@ def test_a_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
     ex = ProcessExecutor(tmp_path)
     log = tmp_path / "t.log"
     # the command starts a grandchild in its group: the stop reaches it too
-    h = ex.start(lease(["sh", "-c", f"{PY} -c 'import time; time.sleep(60)' & "
-                                    f"exec {PY} -c '{IGNORES_TERM}'"]), [0], log)
+    h = ex.start(
+        lease(
+            ["sh", "-c", f"{PY} -c 'import time; time.sleep(60)' & exec {PY} -c '{IGNORES_TERM}'"]
+        ),
+        [0],
+        log,
+    )
     wait_for(lambda: _ready(log), 10, "child ready")
     from workers.executors.process import group_members
+
     members = group_members(h.pgid)
     assert len(members) >= 3  # wrapper, command, grandchild
     t0 = time.monotonic()
@@ -138,8 +157,9 @@ def test_the_wrapper_records_the_exit_of_an_adopted_process(tmp_path, fork_serve
     assert h.forked == fork_server
 
     # ended by a signal while nobody watched: the wrapper knows
-    h = first.start(lease(["sh", "-c", "sleep 0.3; kill -TERM $$"], task="t-2"), [0],
-                    tmp_path / "u.log")
+    h = first.start(
+        lease(["sh", "-c", "sleep 0.3; kill -TERM $$"], task="t-2"), [0], tmp_path / "u.log"
+    )
     record = h.to_record()
     if h.popen is not None:
         h.popen.wait()
@@ -149,9 +169,13 @@ def test_the_wrapper_records_the_exit_of_an_adopted_process(tmp_path, fork_serve
 
 def test_a_recycled_pid_is_not_taken_for_the_task(tmp_path):
     ex = ProcessExecutor(tmp_path)
-    record = {"pid": os.getpid(), "pgid": os.getpgid(0), "start_ticks": 1,
-              "exit_path": str(tmp_path / "missing.exit")}
-    result = ex.poll(ex.adopt(record))   # alive pid, other start time: not our task
+    record = {
+        "pid": os.getpid(),
+        "pgid": os.getpgid(0),
+        "start_ticks": 1,
+        "exit_path": str(tmp_path / "missing.exit"),
+    }
+    result = ex.poll(ex.adopt(record))  # alive pid, other start time: not our task
     assert isinstance(result, Exited) and result.exit_code is None and result.message
 
 
@@ -172,6 +196,7 @@ def test_exit_waiter_notices_the_end_at_once(tmp_path):
         adopted = ProcessExecutor(tmp_path).adopt(h2.to_record())
         await asyncio.wait_for(present(ProcessExecutor(tmp_path).exit_waiter(adopted)), 10)
         return took, first, ex.poll(adopted)
+
     took, first, second = asyncio.run(main())
     assert took < 0.5
     assert first == Exited(5, None)
@@ -183,17 +208,27 @@ def test_fork_server_wrapper_keeps_the_semantics(tmp_path):
     """Exit 130 is an exit code, SIGINT a signal; a missing command is 127; the task's
     environment and cwd are the lease's, not the fork server's."""
     ex = ProcessExecutor(tmp_path, workdir=tmp_path)
-    cases = [(["sh", "-c", "exit 130"], Exited(130, None)),
-             (["sh", "-c", "kill -INT $$"], Exited(None, "SIGINT")),
-             (["no-such-command-klique"], Exited(127, None, "cannot run 'no-such-command-klique'")),
-             ([PY, "-c", "import signal, sys; sys.exit(0 if signal.getsignal(signal.SIGINT) "
-                         "is signal.default_int_handler and signal.getsignal(signal.SIGTERM) "
-                         "== signal.SIG_DFL else 9)"], Exited(0, None))]
+    cases = [
+        (["sh", "-c", "exit 130"], Exited(130, None)),
+        (["sh", "-c", "kill -INT $$"], Exited(None, "SIGINT")),
+        (["no-such-command-klique"], Exited(127, None, "cannot run 'no-such-command-klique'")),
+        (
+            [
+                PY,
+                "-c",
+                "import signal, sys; sys.exit(0 if signal.getsignal(signal.SIGINT) "
+                "is signal.default_int_handler and signal.getsignal(signal.SIGTERM) "
+                "== signal.SIG_DFL else 9)",
+            ],
+            Exited(0, None),
+        ),
+    ]
     for i, (cmd, want) in enumerate(cases):
         h = ex.start(lease(cmd, task=f"t-{i}"), [0], tmp_path / f"{i}.log")
         assert h.forked
         assert wait_exit(ex, h) == want, (cmd, (tmp_path / f"{i}.log").read_text())
     with pytest.raises(StartError):
         ProcessExecutor(tmp_path, workdir=tmp_path / "missing").start(
-            lease(["true"], task="t-x"), [0], tmp_path / "x.log")
+            lease(["true"], task="t-x"), [0], tmp_path / "x.log"
+        )
     ex.close()

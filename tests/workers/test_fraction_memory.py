@@ -11,20 +11,24 @@ from workers.gpus import Gpu, fraction_memory_mb, memory_cap_env
 from tests.harness.wait import wait_for
 
 PY = sys.executable
-SHOW = ("import os; print(*(os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', "
-        "'KLIQUE_GPU_MEMORY_FRACTION', 'KLIQUE_GPU_MEMORY_MB', "
-        "'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT')))")
+SHOW = (
+    "import os; print(*(os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', "
+    "'KLIQUE_GPU_MEMORY_FRACTION', 'KLIQUE_GPU_MEMORY_MB', "
+    "'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT')))"
+)
 
 
 def test_the_memory_share_of_a_fraction():
     gpus = [Gpu(0, "GPU-a", 81920), Gpu(1, "GPU-b", 40960), Gpu(2, "declared-2", None)]
     assert memory_cap_env(gpus, [1], 250) == {
-        "KLIQUE_GPU_MEMORY_FRACTION": "0.25", "KLIQUE_GPU_MEMORY_MB": "10240",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M"}     # MPS counts visible devices: 0
+        "KLIQUE_GPU_MEMORY_FRACTION": "0.25",
+        "KLIQUE_GPU_MEMORY_MB": "10240",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
+    }  # MPS counts visible devices: 0
     assert memory_cap_env(gpus, [2], 500) == {"KLIQUE_GPU_MEMORY_FRACTION": "0.5"}
-    assert memory_cap_env(gpus, [0], 1000) == {}             # a whole GPU: no cap
+    assert memory_cap_env(gpus, [0], 1000) == {}  # a whole GPU: no cap
     assert memory_cap_env(gpus, [0, 1], 2000) == {}
-    assert fraction_memory_mb(81920, 333) == 27279            # rounded down, never above
+    assert fraction_memory_mb(81920, 333) == 27279  # rounded down, never above
     assert fraction_memory_mb(None, 500) is None
 
 
@@ -41,9 +45,13 @@ def run(ex, lease_, indices, log):
 def test_the_process_executor_sets_the_cap_of_a_fraction(tmp_path):
     ex = ProcessExecutor(tmp_path / "s", gpus=[Gpu(0, "GPU-a", 81920), Gpu(1, "GPU-b", 24576)])
     assert run(ex, lease(0.5, env={"KLIQUE_GPU_MEMORY_MB": "999999"}), [1], tmp_path / "a") == [
-        "1", "0.5", "12288", "0=12288M"]                     # a lease cannot raise its cap
+        "1",
+        "0.5",
+        "12288",
+        "0=12288M",
+    ]  # a lease cannot raise its cap
     assert run(ex, lease(1.0), [0], tmp_path / "b") == ["0", "None", "None", "None"]
-    unknown = ProcessExecutor(tmp_path / "s2")                # declared GPUs: memory unknown
+    unknown = ProcessExecutor(tmp_path / "s2")  # declared GPUs: memory unknown
     assert run(unknown, lease(0.25), [3], tmp_path / "c") == ["3", "0.25", "None", "None"]
 
 

@@ -16,16 +16,25 @@ from tests.harness.typed import present
 from tests.harness.wait import wait_for
 from tests.workers.protocol_peer import ProtocolPeer
 from tests.workers.conftest import WorkerProcess
-from workers.idle import (IdleLimits, IdleTracker, Sample, cpu_seconds, group_pids,
-                          net_bytes, parse_limits)
+from workers.idle import (
+    IdleLimits,
+    IdleTracker,
+    Sample,
+    cpu_seconds,
+    group_pids,
+    net_bytes,
+    parse_limits,
+)
 
 PY = sys.executable
 
 
 # the decision --------------------------------------------------------------------------------
 def test_limits_from_labels_and_payload_labels_win():
-    lim = parse_limits({"idle.cpu": "30m", "idle.wall": "8h", "other": "x"},
-                       {"idle": {"cpu": "1h", "network": 90, "cpu_threshold": "10%"}})
+    lim = parse_limits(
+        {"idle.cpu": "30m", "idle.wall": "8h", "other": "x"},
+        {"idle": {"cpu": "1h", "network": 90, "cpu_threshold": "10%"}},
+    )
     assert (lim.cpu_s, lim.wall_s, lim.network_s, lim.gpu_s) == (1800, 8 * 3600, 90, None)
     assert lim.cpu_threshold == pytest.approx(0.10)
     assert lim.text == {"wall": "8h", "cpu": "30m", "network": "90"}
@@ -52,12 +61,12 @@ def test_a_network_threshold_that_is_no_number_is_a_value_error() -> None:
 def test_cpu_idle_stops_after_the_limit_only_and_activity_resets_the_clock():
     t = IdleTracker(IdleLimits(cpu_s=10, text={"cpu": "10s"}), started_at=0)
     assert t.observe(Sample(0, cpu_s=0.0)) is None
-    assert t.observe(Sample(5, cpu_s=0.01)) is None          # 0.2% of a core: idle
+    assert t.observe(Sample(5, cpu_s=0.01)) is None  # 0.2% of a core: idle
     assert t.observe(Sample(9.9, cpu_s=0.02)) is None
     assert t.observe(Sample(10, cpu_s=0.02)) == "cpu 10s"
     t = IdleTracker(IdleLimits(cpu_s=10), started_at=0)
     t.observe(Sample(0, cpu_s=0.0))
-    t.observe(Sample(8, cpu_s=4.0))                           # busy until 8
+    t.observe(Sample(8, cpu_s=4.0))  # busy until 8
     assert t.observe(Sample(17, cpu_s=4.0)) is None
     assert t.observe(Sample(18, cpu_s=4.0)) == "cpu 10s"
 
@@ -75,7 +84,7 @@ def test_wall_gpu_network_and_unmeasurable_samples():
     assert all(t.observe(Sample(s)) is None for s in range(0, 100, 5))
     t = IdleTracker(IdleLimits(network_s=5, network_threshold=100), started_at=0)
     t.observe(Sample(0, net_bytes=0))
-    assert t.observe(Sample(4, net_bytes=4000)) is None       # 1000 B/s: active
+    assert t.observe(Sample(4, net_bytes=4000)) is None  # 1000 B/s: active
     assert t.observe(Sample(8, net_bytes=4100)) is None
     assert t.observe(Sample(9, net_bytes=4100)) == "network 5s"
 
@@ -91,12 +100,16 @@ def test_cpu_of_a_process_group_sleeping_and_busy():
     try:
         time.sleep(0.2)
         a = (cpu_seconds(group_pids(sleeper.pid)), cpu_seconds(group_pids(busy.pid)))
+
         # On a loaded machine the busy loop gets less than a core: wait for its CPU time to
         # grow rather than for a fixed wall time (bounded), then compare with the sleeper.
         def grown() -> tuple[float, float] | None:
-            b = (present(cpu_seconds(group_pids(sleeper.pid))),
-                 present(cpu_seconds(group_pids(busy.pid))))
+            b = (
+                present(cpu_seconds(group_pids(sleeper.pid))),
+                present(cpu_seconds(group_pids(busy.pid))),
+            )
             return b if b[1] - a[1] > 0.3 else None
+
         b = wait_for(grown, 15, "the busy loop's CPU time to grow", every=0.2)
         assert b[0] - a[0] < 0.05
         assert net_bytes(sleeper.pid) is not None
@@ -118,7 +131,7 @@ class LabelledPeer(ProtocolPeer):
 
     def submit_labelled(self, command, labels, **kw) -> str:
         tid = f"t-{self._n + 1:04d}"
-        self.labels[tid] = labels      # before the lease can be taken
+        self.labels[tid] = labels  # before the lease can be taken
         assert self.submit(command, **kw) == tid
         return tid
 
@@ -148,15 +161,17 @@ def lworker(lpeer, tmp_path):
 def test_idle_sleep_is_stopped_busy_is_not_wall_stops_it(lpeer, lworker):
     t0 = time.monotonic()
     idle = lpeer.submit_labelled(["sleep", "60"], {"idle.cpu": "2s"}, grace_s=0.5)
-    busy = lpeer.submit_labelled([PY, "-c", "import time\nt=time.time()\n"
-                                  "while time.time()-t < 60: pass"],
-                                 {"idle.cpu": "2s", "idle.wall": "5s"}, grace_s=0.5)
+    busy = lpeer.submit_labelled(
+        [PY, "-c", "import time\nt=time.time()\nwhile time.time()-t < 60: pass"],
+        {"idle.cpu": "2s", "idle.wall": "5s"},
+        grace_s=0.5,
+    )
     end = lpeer.wait_for(lambda: lpeer.end(idle), 15, "the idle task stopped")
     took = time.monotonic() - t0
     assert end["event"] == "stopped" and end["message"] == "idle: cpu 2s"
     assert end["signal"] == "SIGTERM" or end["exit_code"] is not None
     assert 2.0 <= took < 8.0
-    assert lpeer.end(busy) is None                  # busy: still running after the cpu limit
+    assert lpeer.end(busy) is None  # busy: still running after the cpu limit
     end = lpeer.wait_for(lambda: lpeer.end(busy), 15, "the busy task stopped by wall")
     assert end["event"] == "stopped" and end["message"] == "idle: wall 5s"
     assert time.monotonic() - t0 >= 5.0

@@ -24,9 +24,14 @@ kubernetes = pytest.importorskip("kubernetes", reason="pip install 'klique[kuber
 from kubernetes.client import ApiClient  # noqa: E402
 
 from workers.executors.base import Exited, Running, StartError  # noqa: E402
-from workers.executors.k8s_manifest import K8sSettings, PodState, gang_service_manifest, \
-    job_manifest, job_name, \
-    pod_state  # noqa: E402
+from workers.executors.k8s_manifest import (  # noqa: E402
+    K8sSettings,
+    PodState,
+    gang_service_manifest,
+    job_manifest,
+    job_name,
+    pod_state,
+)
 from workers.executors.kubernetes import KubernetesExecutor  # noqa: E402
 from workers.gpus import Gpu  # noqa: E402
 
@@ -40,34 +45,58 @@ def deserialize(name: str, kind: str):
     text = (RECORDED / f"{name}.json").read_text()
     client = ApiClient()
     try:
-        return client.deserialize(text, kind, "application/json")      # client >= 31
-    except TypeError:                                                   # older clients
+        return client.deserialize(text, kind, "application/json")  # client >= 31
+    except TypeError:  # older clients
         # an older client's signature: a response object, no content type
         return client.deserialize(SimpleNamespace(data=text), kind)  # type: ignore[call-arg, arg-type]
 
 
 def lease(**extra) -> dict:
-    return {"task": "t-0042", "epoch": 1, "command": ["python", "train.py", "--lr", "3e-4"],
-            "gpus": 2.0, "grace_s": 30, "user": "alice", "project": "vision",
-            "resource": "research/standard", "env": {"WANDB_MODE": "offline"}, **extra}
+    return {
+        "task": "t-0042",
+        "epoch": 1,
+        "command": ["python", "train.py", "--lr", "3e-4"],
+        "gpus": 2.0,
+        "grace_s": 30,
+        "user": "alice",
+        "project": "vision",
+        "resource": "research/standard",
+        "env": {"WANDB_MODE": "offline"},
+        **extra,
+    }
 
 
 CASES = {
     "k8s-job-whole": (lease(), K8sSettings(namespace="ml-batch", image="train:1"), [0, 1]),
-    "k8s-job-mig-fraction": (lease(gpus=0.5, grace_s=45.5),
-                             K8sSettings(namespace="ml-batch", image="train:1",
-                                         fraction_resource="nvidia.com/mig-1g.10gb"), [2]),
-    "k8s-job-shared-fraction": (lease(gpus=0.25, image="registry.example.com/ml/eval:7"),
-                                K8sSettings(namespace="ml-batch", image="train:1",
-                                            fraction_resource="nvidia.com/gpu.shared",
-                                            fraction_units_per_gpu=4,
-                                            service_account="klique-tasks"), [3]),
-    "k8s-job-fraction-whole-gpu": (lease(gpus=0.5, command=None),
-                                   K8sSettings(namespace="default", image="train:1"), [0]),
+    "k8s-job-mig-fraction": (
+        lease(gpus=0.5, grace_s=45.5),
+        K8sSettings(
+            namespace="ml-batch", image="train:1", fraction_resource="nvidia.com/mig-1g.10gb"
+        ),
+        [2],
+    ),
+    "k8s-job-shared-fraction": (
+        lease(gpus=0.25, image="registry.example.com/ml/eval:7"),
+        K8sSettings(
+            namespace="ml-batch",
+            image="train:1",
+            fraction_resource="nvidia.com/gpu.shared",
+            fraction_units_per_gpu=4,
+            service_account="klique-tasks",
+        ),
+        [3],
+    ),
+    "k8s-job-fraction-whole-gpu": (
+        lease(gpus=0.5, command=None),
+        K8sSettings(namespace="default", image="train:1"),
+        [0],
+    ),
     # issue 15: a gang over 2 nodes, 4 GPUs on each
-    "k8s-job-gang": (lease(gpus=8.0, nodes=2, env={"WANDB_MODE": "offline",
-                                                   "MASTER_PORT": "29400"}),
-                     K8sSettings(namespace="ml-batch", image="train:1"), [0, 1, 2, 3]),
+    "k8s-job-gang": (
+        lease(gpus=8.0, nodes=2, env={"WANDB_MODE": "offline", "MASTER_PORT": "29400"}),
+        K8sSettings(namespace="ml-batch", image="train:1"),
+        [0, 1, 2, 3],
+    ),
 }
 
 
@@ -101,18 +130,22 @@ def test_what_the_manifests_ask_for():
     assert c["resources"] == {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["KLIQUE_GPU_MEMORY_FRACTION"] == "0.5" and "CUDA_VISIBLE_DEVICES" not in env
-    assert "KLIQUE_GPU_MEMORY_MB" not in env        # MIG enforces the instance's memory
-    shared_env = {e["name"]: e["value"] for e in job_manifest(
-        *CASES["k8s-job-shared-fraction"][:2], GPUS, [3])["spec"]["template"]["spec"][
-        "containers"][0]["env"]}
+    assert "KLIQUE_GPU_MEMORY_MB" not in env  # MIG enforces the instance's memory
+    shared_env = {
+        e["name"]: e["value"]
+        for e in job_manifest(*CASES["k8s-job-shared-fraction"][:2], GPUS, [3])["spec"]["template"][
+            "spec"
+        ]["containers"][0]["env"]
+    }
     assert shared_env["KLIQUE_GPU_MEMORY_MB"] == "10240"
     shared = job_manifest(*CASES["k8s-job-shared-fraction"][:2], GPUS, [3])
     assert shared["spec"]["template"]["spec"]["containers"][0]["resources"] == {
-        "limits": {"nvidia.com/gpu.shared": "1"}}
-    three_quarters = job_manifest(lease(gpus=0.75), CASES["k8s-job-shared-fraction"][1], GPUS,
-                                  [3])
+        "limits": {"nvidia.com/gpu.shared": "1"}
+    }
+    three_quarters = job_manifest(lease(gpus=0.75), CASES["k8s-job-shared-fraction"][1], GPUS, [3])
     assert three_quarters["spec"]["template"]["spec"]["containers"][0]["resources"] == {
-        "limits": {"nvidia.com/gpu.shared": "3"}}
+        "limits": {"nvidia.com/gpu.shared": "3"}
+    }
     assert job_name("Team/Run_1" * 10, 12).endswith("-12")
     assert len(job_name("x" * 200, 123456)) <= 63
     with pytest.raises(ValueError, match="no image"):
@@ -121,15 +154,20 @@ def test_what_the_manifests_ask_for():
 
 RECORDED_STATES = [
     ("job-active", "pod-pending-unschedulable", PodState("starting", reason="Unschedulable")),
-    ("job-active", "pod-pending-imagepullbackoff", PodState("starting",
-                                                             reason="ImagePullBackOff")),
+    ("job-active", "pod-pending-imagepullbackoff", PodState("starting", reason="ImagePullBackOff")),
     ("job-active", "pod-running", PodState("running")),
     ("job-complete", "pod-succeeded", PodState("finished", 0, None, "Completed")),
     ("job-failed-backofflimit", "pod-failed-error", PodState("failed", 3, None, "Error")),
-    ("job-failed-backofflimit", "pod-failed-oomkilled",
-     PodState("failed", None, "SIGKILL", "OOMKilled")),
-    ("job-failed-backofflimit", "pod-failed-evicted",
-     PodState("failed", None, "SIGKILL", "ContainerStatusUnknown")),
+    (
+        "job-failed-backofflimit",
+        "pod-failed-oomkilled",
+        PodState("failed", None, "SIGKILL", "OOMKilled"),
+    ),
+    (
+        "job-failed-backofflimit",
+        "pod-failed-evicted",
+        PodState("failed", None, "SIGKILL", "ContainerStatusUnknown"),
+    ),
     ("job-deleting", "pod-deleted-sigterm", PodState("failed", None, "SIGTERM", "Error")),
     ("job-complete", None, PodState("finished", 0, None, "Completed")),
     ("job-failed-backofflimit", None, PodState("failed", None, None, "BackoffLimitExceeded")),
@@ -138,14 +176,19 @@ RECORDED_STATES = [
 ]
 
 
-@pytest.mark.parametrize("job_file,pod_file,expected", RECORDED_STATES,
-                         ids=[f"{j}+{p}" for j, p, _ in RECORDED_STATES])
+@pytest.mark.parametrize(
+    "job_file,pod_file,expected", RECORDED_STATES, ids=[f"{j}+{p}" for j, p, _ in RECORDED_STATES]
+)
 def test_pod_phases_map_to_task_states(job_file, pod_file, expected):
     job = deserialize(job_file, "V1Job") if job_file else None
     pod = deserialize(pod_file, "V1Pod") if pod_file else None
     got = pod_state(job, pod)
     assert (got.state, got.exit_code, got.signal, got.reason) == (
-        expected.state, expected.exit_code, expected.signal, expected.reason)
+        expected.state,
+        expected.exit_code,
+        expected.signal,
+        expected.reason,
+    )
     if pod_file == "pod-failed-error":
         assert got.message.startswith("loss is NaN")
     if pod_file == "pod-pending-unschedulable":
@@ -182,8 +225,15 @@ class FakeApi:
         return "epoch 1 loss 0.9\nepoch 2 loss 0.7\n"
 
     def delete_namespaced_job(self, name, namespace, **kw):
-        self.calls.append(("delete", name, namespace, kw.get("grace_period_seconds"),
-                           kw.get("propagation_policy")))
+        self.calls.append(
+            (
+                "delete",
+                name,
+                namespace,
+                kw.get("grace_period_seconds"),
+                kw.get("propagation_policy"),
+            )
+        )
         if self.on_delete:
             self.on_delete()
 
@@ -194,20 +244,28 @@ def api():
 
 
 def make(api, tmp_path, **settings):
-    s = K8sSettings(namespace="ml-batch", image="registry.example.com/ml/train:2024.05",
-                    **settings)
-    return KubernetesExecutor(tmp_path / "state", settings=s, gpus=GPUS, api=(api, api),
-                              poll_interval_s=0.0, log_interval_s=0.0)
+    s = K8sSettings(namespace="ml-batch", image="registry.example.com/ml/train:2024.05", **settings)
+    return KubernetesExecutor(
+        tmp_path / "state",
+        settings=s,
+        gpus=GPUS,
+        api=(api, api),
+        poll_interval_s=0.0,
+        log_interval_s=0.0,
+    )
 
 
 def test_start_poll_and_finish_with_the_pod_log(api, tmp_path):
     ex = make(api, tmp_path)
     log = tmp_path / "t.log"
     h = ex.start(lease(), [0, 1], log)
-    (_, ns, body), = [c for c in api.calls if c[0] == "create"]
+    ((_, ns, body),) = [c for c in api.calls if c[0] == "create"]
     assert ns == "ml-batch" and body["metadata"]["name"] == "klique-t-0042-1"
-    assert h.to_record() == {"name": "klique-t-0042-1", "namespace": "ml-batch",
-                             "log_path": str(log)}
+    assert h.to_record() == {
+        "name": "klique-t-0042-1",
+        "namespace": "ml-batch",
+        "log_path": str(log),
+    }
     api.pod = deserialize("pod-pending-unschedulable", "V1Pod")
     assert isinstance(ex.poll(h), Running) and h.last.state == "starting"
     api.pod = deserialize("pod-running", "V1Pod")
@@ -215,7 +273,7 @@ def test_start_poll_and_finish_with_the_pod_log(api, tmp_path):
     api.job, api.pod = deserialize("job-complete", "V1Job"), deserialize("pod-succeeded", "V1Pod")
     r = ex.poll(h)
     assert r.exit_code == 0 and r.signal is None and "Completed" in r.message
-    assert log.read_text() == "epoch 1 loss 0.9\nepoch 2 loss 0.7\n"   # copied once
+    assert log.read_text() == "epoch 1 loss 0.9\nepoch 2 loss 0.7\n"  # copied once
     assert ex.poll(h) is r
 
 
@@ -237,9 +295,10 @@ def test_stop_deletes_the_job_with_the_grace_and_foreground_propagation(api, tmp
     def deleted():
         api.job = deserialize("job-deleting", "V1Job")
         api.pod = deserialize("pod-deleted-sigterm", "V1Pod")
+
     api.on_delete = deleted
     r = asyncio.run(ex.stop(h, 12.5))
-    (_, name, ns, grace, policy), = [c for c in api.calls if c[0] == "delete"]
+    ((_, name, ns, grace, policy),) = [c for c in api.calls if c[0] == "delete"]
     assert (name, ns, grace, policy) == ("klique-t-0042-1", "ml-batch", 13, "Foreground")
     assert (r.exit_code, r.signal) == (None, "SIGTERM")
 
@@ -252,6 +311,7 @@ def test_stop_of_a_job_whose_pod_is_already_gone(api, tmp_path):
 
     def gone():
         api.job, api.pod = None, None
+
     api.on_delete = gone
     r = asyncio.run(ex.stop(h, 0))
     assert [c[3] for c in api.calls if c[0] == "delete"] == [0]
@@ -282,8 +342,12 @@ def test_a_gang_is_an_indexed_job_with_a_headless_service_for_its_rendezvous():
     index and the master at index 0's stable name (golden manifests)."""
     manifest = job_manifest(*CASES["k8s-job-gang"][:2], GPUS, [0, 1, 2, 3])
     spec = manifest["spec"]
-    assert (spec["completionMode"], spec["completions"], spec["parallelism"],
-            spec["backoffLimit"]) == ("Indexed", 2, 2, 0)
+    assert (
+        spec["completionMode"],
+        spec["completions"],
+        spec["parallelism"],
+        spec["backoffLimit"],
+    ) == ("Indexed", 2, 2, 0)
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == "klique-t-0042-1"
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
@@ -291,8 +355,7 @@ def test_a_gang_is_an_indexed_job_with_a_headless_service_for_its_rendezvous():
     assert env["MASTER_PORT"]["value"] == "29400" and env["WORLD_SIZE"]["value"] == "2"
     assert "job-completion-index" in env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
     assert pod["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
-    service = gang_service_manifest(CASES["k8s-job-gang"][0], CASES["k8s-job-gang"][1],
-                                    "uid-1")
+    service = gang_service_manifest(CASES["k8s-job-gang"][0], CASES["k8s-job-gang"][1], "uid-1")
     path = GOLDEN / "k8s-service-gang.json"
     text = json.dumps(service, indent=2) + "\n"
     if os.environ.get("KLIQUE_UPDATE_GOLDEN"):

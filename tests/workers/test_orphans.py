@@ -28,8 +28,6 @@ from tests.harness.wait import wait_for
 PY = sys.executable
 
 
-
-
 def _at(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -61,38 +59,43 @@ def test_the_orphan_of_a_killed_worker_is_gone_before_its_task_is_requeued(fs, t
     w1 = real(fs, tmp_path, "w1")
     tid = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "k1"))
     wait_for(lambda: fs.task(tid)["state"] == "running", 20, "running")
-    old = int(wait_for(lambda: (tmp_path / "k1.pid").exists()
-                       and (tmp_path / "k1.pid").read_text()))
+    old = int(
+        wait_for(lambda: (tmp_path / "k1.pid").exists() and (tmp_path / "k1.pid").read_text())
+    )
     w1.kill9()
-    assert pid_alive(old)           # the worker's death alone does not stop its task
+    assert pid_alive(old)  # the worker's death alone does not stop its task
     wait_for(lambda: fs.task(tid)["preemptions"] == 1, 20, "requeued after the TTL")
     lost = fs.events(tid, "preempted")[-1]
     assert lost["data"]["kind"] == "lost"
     # the orphan was stopped (SIGTERM first: it could checkpoint) before the requeue
     assert not pid_alive(old)
     assert (tmp_path / "k1.term").read_text() == "TERM"
-    exit_file, = (tmp_path / "w1" / "run").glob("*.exit")
+    (exit_file,) = (tmp_path / "w1" / "run").glob("*.exit")
     ended = json.loads(exit_file.read_text())
     assert ended["message"].startswith("worker-lost: its worker")
     assert _at(ended["ended_at"]) < _at(lost["at"]), (ended, lost)
     # the requeued copy runs on another worker; the old one is long gone
     real(fs, tmp_path, "w2")
-    wait_for(lambda: fs.task(tid)["state"] == "running" and fs.task(tid)["epoch"] == 2, 20,
-             "running again at epoch 2")
+    wait_for(
+        lambda: fs.task(tid)["state"] == "running" and fs.task(tid)["epoch"] == 2,
+        20,
+        "running again at epoch 2",
+    )
     wait_for(lambda: (tmp_path / "k1.pid").read_text() not in ("", str(old)), 10, "new copy")
     assert not pid_alive(old)
-    task_log, = (tmp_path / "w1" / "logs").glob(f"{tid}.e1.log")
-    assert "worker-lost: its worker" in task_log.read_text()   # why, in the task's own log
+    (task_log,) = (tmp_path / "w1" / "logs").glob(f"{tid}.e1.log")
+    assert "worker-lost: its worker" in task_log.read_text()  # why, in the task's own log
 
 
 def test_a_worker_restarted_quickly_after_kill_9_keeps_its_task(fs, tmp_path):
     w1 = real(fs, tmp_path, "w1")
     tid = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "q1", seconds=9))
     wait_for(lambda: fs.task(tid)["state"] == "running", 20, "running")
-    pid = int(wait_for(lambda: (tmp_path / "q1.pid").exists()
-                       and (tmp_path / "q1.pid").read_text()))
+    pid = int(
+        wait_for(lambda: (tmp_path / "q1.pid").exists() and (tmp_path / "q1.pid").read_text())
+    )
     w1.kill9()
-    w1.start()          # back well within TTL - margin: the task is taken back
+    w1.start()  # back well within TTL - margin: the task is taken back
     # beyond the TTL of the killed worker's last contact: the task still runs
     time.sleep(7)
     assert pid_alive(pid) and not (tmp_path / "q1.term").exists()
@@ -105,16 +108,28 @@ def test_a_worker_restarted_quickly_after_kill_9_keeps_its_task(fs, tmp_path):
 # ------------------------------------------------------------------ the wrapper by itself
 def _liveness(path: Path, pid: int, term_in: float, kill_in: float) -> None:
     now = time.monotonic()
-    path.write_text(json.dumps({"pid": pid, "start_ticks": None, "alive_at": now,
-                                "contact_at": now - 10, "ttl_s": 10, "term_at": now + term_in,
-                                "kill_at": now + kill_in}))
+    path.write_text(
+        json.dumps(
+            {
+                "pid": pid,
+                "start_ticks": None,
+                "alive_at": now,
+                "contact_at": now - 10,
+                "ttl_s": 10,
+                "term_at": now + term_in,
+                "kill_at": now + kill_in,
+            }
+        )
+    )
 
 
 def _wrapped(tmp_path: Path, watch: Path, *cmd: str, orphan_kill: list[str] | None = None):
     extra = ["--orphan-kill", json.dumps(orphan_kill)] if orphan_kill else []
-    return subprocess.Popen([PY, "-I", WRAPPER, str(tmp_path / "t.exit"), "--watch",
-                             str(watch), *extra, "--", *cmd], start_new_session=True,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [PY, "-I", WRAPPER, str(tmp_path / "t.exit"), "--watch", str(watch), *extra, "--", *cmd],
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _dead_pid() -> int:
@@ -127,15 +142,21 @@ def test_the_wrapper_stops_its_task_once_the_worker_is_gone_past_term_at(tmp_pat
     watch = tmp_path / "worker.json"
     _liveness(watch, _dead_pid(), term_in=0.3, kill_in=0.8)
     marker = tmp_path / "killed"
-    p = _wrapped(tmp_path, watch, "sh", "-c", "trap '' TERM; sleep 30 & wait; sleep 30",
-                 orphan_kill=["touch", str(marker)])
+    p = _wrapped(
+        tmp_path,
+        watch,
+        "sh",
+        "-c",
+        "trap '' TERM; sleep 30 & wait; sleep 30",
+        orphan_kill=["touch", str(marker)],
+    )
     t0 = time.monotonic()
     _, err = p.communicate(timeout=10)
     took = time.monotonic() - t0
-    assert 0.2 < took < 3, took       # SIGTERM ignored: SIGKILL at kill_at
+    assert 0.2 < took < 3, took  # SIGTERM ignored: SIGKILL at kill_at
     rec = json.loads((tmp_path / "t.exit").read_text())
     assert rec["signal"] == "SIGKILL" and rec["message"].startswith("worker-lost:")
-    assert b"worker-lost" in err and marker.exists()     # --orphan-kill ran before it
+    assert b"worker-lost" in err and marker.exists()  # --orphan-kill ran before it
 
 
 def test_the_wrapper_leaves_the_task_of_a_live_worker_alone(tmp_path):
@@ -145,7 +166,7 @@ def test_the_wrapper_leaves_the_task_of_a_live_worker_alone(tmp_path):
     me = os.getpid()
     _liveness(watch, me, term_in=-5, kill_in=-4)
     p = _wrapped(tmp_path, watch, "sleep", "1.5")
-    for _ in range(10):   # the worker keeps writing the file
+    for _ in range(10):  # the worker keeps writing the file
         time.sleep(0.1)
         _liveness(watch, me, term_in=-5, kill_in=-4)
     assert p.wait(10) == 0

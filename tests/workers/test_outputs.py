@@ -11,8 +11,10 @@ from workers import outputs
 
 def test_key_value_lines_are_read_and_the_rest_skipped(tmp_path: Path) -> None:
     f = tmp_path / "t.outputs"
-    f.write_text("# written by prep.py\nPATH_OUT=/data/x=1\n\nnot a line\n 9BAD=x\n"
-                 "SIZE = 42\nPATH_OUT=/data/y\n")
+    f.write_text(
+        "# written by prep.py\nPATH_OUT=/data/x=1\n\nnot a line\n 9BAD=x\n"
+        "SIZE = 42\nPATH_OUT=/data/y\n"
+    )
     assert outputs.read(str(f)) == {"PATH_OUT": "/data/y", "SIZE": "42"}
 
 

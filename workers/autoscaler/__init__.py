@@ -10,11 +10,22 @@ releases a node idle for ``autoscale.idle_timeout``. docs/autoscaling.md.
 Run it with ``kliqued autoscale --pool NAME --provider local``.
 """
 
-from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
-                                       decide)
+from workers.autoscaler.decide import Launch, NodeView, Observation, ScalePolicy, Terminate, decide
 from workers.autoscaler.loop import Autoscaler
 from workers.autoscaler.providers import CapacityUnavailable, LocalProvider, Node, Provider
 from workers.autoscaler.registry import make_provider
 
-__all__ = ["Autoscaler", "CapacityUnavailable", "Launch", "LocalProvider", "Node", "NodeView",
-           "Observation", "Provider", "ScalePolicy", "Terminate", "decide", "make_provider"]
+__all__ = [
+    "Autoscaler",
+    "CapacityUnavailable",
+    "Launch",
+    "LocalProvider",
+    "Node",
+    "NodeView",
+    "Observation",
+    "Provider",
+    "ScalePolicy",
+    "Terminate",
+    "decide",
+    "make_provider",
+]

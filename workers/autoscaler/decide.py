@@ -47,10 +47,10 @@ class NodeView:
     gpus: int
     spot: bool
     launched_at: float
-    up: bool = True                    # its worker runs (a starting node: False)
-    gone: bool = False                 # it died or was taken away (spot reclaimed)
-    used_milli: int = 0                # what the tasks it runs take
-    idle_since: float | None = None    # since when it runs nothing (None: it runs something)
+    up: bool = True  # its worker runs (a starting node: False)
+    gone: bool = False  # it died or was taken away (spot reclaimed)
+    used_milli: int = 0  # what the tasks it runs take
+    idle_since: float | None = None  # since when it runs nothing (None: it runs something)
 
     @property
     def free_milli(self) -> int:
@@ -62,7 +62,7 @@ class Observation:
     now: float
     policy: ScalePolicy
     nodes: tuple[NodeView, ...] = ()
-    waiting: tuple[int, ...] = ()      # milli-GPUs of each placed task no node runs yet
+    waiting: tuple[int, ...] = ()  # milli-GPUs of each placed task no node runs yet
     spot_unavailable_until: float = float("-inf")
 
 
@@ -96,12 +96,12 @@ def decide(obs: Observation) -> list[Action]:
     for n in obs.nodes:
         if n.gone:
             actions.append(Terminate(n.id, "gone"))
-    stuck = {n.id for n in live
-             if not n.up and now - n.launched_at >= pol.launch_timeout_s}
+    stuck = {n.id for n in live if not n.up and now - n.launched_at >= pol.launch_timeout_s}
     for n in live:
         if n.id in stuck:
-            actions.append(Terminate(n.id, f"its worker did not come up within "
-                                           f"{pol.launch_timeout_s:g}s"))
+            actions.append(
+                Terminate(n.id, f"its worker did not come up within {pol.launch_timeout_s:g}s")
+            )
     live = [n for n in live if n.id not in stuck]
 
     # 1. the waiting work goes to the room there is
@@ -118,18 +118,27 @@ def decide(obs: Observation) -> list[Action]:
 
     # 2. idle nodes that got no work are released after the idle timeout
     for i, n in enumerate(live):
-        if (n.up and i not in given and n.used_milli == 0 and n.idle_since is not None
-                and now - n.idle_since >= pol.idle_timeout_s):
-            actions.append(Terminate(n.id, f"idle for {now - n.idle_since:.0f}s "
-                                           f"(idle timeout {pol.idle_timeout_s:g}s)"))
+        if (
+            n.up
+            and i not in given
+            and n.used_milli == 0
+            and n.idle_since is not None
+            and now - n.idle_since >= pol.idle_timeout_s
+        ):
+            actions.append(
+                Terminate(
+                    n.id,
+                    f"idle for {now - n.idle_since:.0f}s (idle timeout {pol.idle_timeout_s:g}s)",
+                )
+            )
 
     # 3. new nodes for the rest, within max (released nodes still count until they are gone,
     #    so a release and a launch never race past max)
     total = sum(n.gpus for n in live)
     spot = pol.spot_first and now >= obs.spot_unavailable_until
-    new: list[tuple[int, list[int]]] = []       # (gpus, [milli of its tasks])
+    new: list[tuple[int, list[int]]] = []  # (gpus, [milli of its tasks])
     new_rooms: list[int] = []
-    for milli in unfit:                          # already largest first
+    for milli in unfit:  # already largest first
         i = _fit(new_rooms, milli)
         if i is not None:
             new_rooms[i] -= milli
@@ -137,7 +146,7 @@ def decide(obs: Observation) -> list[Action]:
             continue
         size = max(pol.node_gpus, -(-milli // MILLI))
         if total + size > pol.max_gpus:
-            continue                             # waits: the pool is at its max
+            continue  # waits: the pool is at its max
         total += size
         new.append((size, [milli]))
         new_rooms.append(size * MILLI - milli)
@@ -145,8 +154,7 @@ def decide(obs: Observation) -> list[Action]:
     return actions
 
 
-def track_idle(previous: dict[str, float], used: dict[str, int], now: float
-               ) -> dict[str, float]:
+def track_idle(previous: dict[str, float], used: dict[str, int], now: float) -> dict[str, float]:
     """Since when each node runs nothing: kept across observations (``previous``), started at
     ``now`` for a node found empty, dropped for a node found busy or gone."""
     out = {}

@@ -33,8 +33,15 @@ from functools import partial
 
 from klique_util.units import gpus_to_milli
 from kliqued.sdk import Client, KliqueError
-from workers.autoscaler.decide import (Launch, NodeView, Observation, ScalePolicy, Terminate,
-                                       decide, track_idle)
+from workers.autoscaler.decide import (
+    Launch,
+    NodeView,
+    Observation,
+    ScalePolicy,
+    Terminate,
+    decide,
+    track_idle,
+)
 from workers.autoscaler.providers import CapacityUnavailable, Node, Provider
 from workers.errors import ProviderError
 
@@ -59,16 +66,25 @@ class RoundReport:
         parts = [f"{self.waiting} waiting task(s), {self.nodes} node(s)"]
         if self.held is not None and self.held[0] == "spend_cap":
             parts.append(f"held: {self.held[1]}")
-        parts += [f"launched {n.id} ({n.gpus} GPU(s), {'spot' if n.spot else 'on-demand'})"
-                  for n in self.launched]
+        parts += [
+            f"launched {n.id} ({n.gpus} GPU(s), {'spot' if n.spot else 'on-demand'})"
+            for n in self.launched
+        ]
         parts += [f"released {nid} ({why})" for nid, why in self.terminated]
         parts += [f"refused: {r}" for r in self.refused]
         return "; ".join(parts)
 
 
 class Autoscaler:
-    def __init__(self, client: Client, provider: Provider, pool: str, policy: ScalePolicy,
-                 clock=time.monotonic, wall=time.time):
+    def __init__(
+        self,
+        client: Client,
+        provider: Provider,
+        pool: str,
+        policy: ScalePolicy,
+        clock=time.monotonic,
+        wall=time.time,
+    ):
         self.client, self.provider, self.pool, self.policy = client, provider, pool, policy
         self.clock, self.wall = clock, wall
         self.idle_since: dict[str, float] = {}
@@ -84,8 +100,11 @@ class Autoscaler:
     def placed_tasks(self) -> list[dict]:
         # the control plane filters by pool (GET /v1/tasks?pool=); the check here stays for
         # one that does not know the filter yet
-        return [t for t in self.client.tasks(state="placed", pool=self.pool)
-                if t.get("pool") == self.pool]
+        return [
+            t
+            for t in self.client.tasks(state="placed", pool=self.pool)
+            if t.get("pool") == self.pool
+        ]
 
     def observe(self) -> tuple[Observation, dict[str, Node], int]:
         tasks = self.placed_tasks()
@@ -94,7 +113,7 @@ class Autoscaler:
         by_worker = {n.worker_id: n for n in nodes if n.worker_id}
         held: dict[str, dict[str, int]] = {n.id: dict(n.running or {}) for n in nodes}
         placed = {t["id"]: gpus_to_milli(t.get("gpus") or 1) for t in tasks}
-        for t in tasks:   # the control plane's word, where it gives it
+        for t in tasks:  # the control plane's word, where it gives it
             node = by_worker.get(t.get("worker") or "")
             if node is not None:
                 held[node.id][t["id"]] = placed[t["id"]]
@@ -104,10 +123,19 @@ class Autoscaler:
         waiting = tuple(m for tid, m in placed.items() if tid not in on_nodes)
         used = {n.id: sum(held[n.id].values()) for n in nodes if n.up and not n.gone}
         self.idle_since = track_idle(self.idle_since, used, now)
-        views = tuple(NodeView(
-            n.id, n.gpus, n.spot, launched_at=now - max(0.0, wall - n.launched_at), up=n.up,
-            gone=n.gone, used_milli=sum(held[n.id].values()),
-            idle_since=self.idle_since.get(n.id)) for n in nodes)
+        views = tuple(
+            NodeView(
+                n.id,
+                n.gpus,
+                n.spot,
+                launched_at=now - max(0.0, wall - n.launched_at),
+                up=n.up,
+                gone=n.gone,
+                used_milli=sum(held[n.id].values()),
+                idle_since=self.idle_since.get(n.id),
+            )
+            for n in nodes
+        )
         obs = Observation(now, self.policy, views, waiting, self.spot_unavailable_until)
         return obs, {n.id: n for n in nodes}, len(placed)
 
@@ -117,8 +145,9 @@ class Autoscaler:
         try:
             self.client.autoscaler_heartbeat(self.pool, self.interval_s)
         except KliqueError as exc:
-            log.warning("heartbeat not taken by the control plane (%s): told again next "
-                        "round", exc.message)
+            log.warning(
+                "heartbeat not taken by the control plane (%s): told again next round", exc.message
+            )
 
     def step(self) -> RoundReport:
         report = RoundReport()
@@ -139,11 +168,15 @@ class Autoscaler:
         actions = self._decide(obs, capped)
         if cloud is not None and capped and any(isinstance(a, Launch) for a in decide(obs)):
             # the reason stays the same all month (a changed reason is logged again)
-            report.held = ("spend_cap", f"spend cap reached: {cloud['spend_cap']} "
-                                        f"{cloud['currency']} in {cloud['month']}, no new "
-                                        f"node this month")
-            log.warning("%s (%s spent, %d waiting task(s))", report.held[1], cloud["spent"],
-                        report.waiting)
+            report.held = (
+                "spend_cap",
+                f"spend cap reached: {cloud['spend_cap']} "
+                f"{cloud['currency']} in {cloud['month']}, no new "
+                f"node this month",
+            )
+            log.warning(
+                "%s (%s spent, %d waiting task(s))", report.held[1], cloud["spent"], report.waiting
+            )
         for _ in range(3):
             retry = False
             for action in actions:
@@ -167,8 +200,7 @@ class Autoscaler:
                         report.refused.append(str(exc))
                         if action.spot:
                             log.info("spot refused (%s): on-demand instead", exc)
-                            self.spot_unavailable_until = (self.clock()
-                                                           + self.policy.spot_retry_s)
+                            self.spot_unavailable_until = self.clock() + self.policy.spot_retry_s
                             retry = True
                             break
                         log.warning("on-demand refused (%s): retrying next round", exc)
@@ -179,9 +211,13 @@ class Autoscaler:
                         log.error("%s: retrying next round", exc)
                         report.held = ("error", str(exc))
                         continue
-                    log.info("launched node %s: %d GPU(s), %s, for %d waiting task(s)",
-                             node.id, node.gpus, "spot" if node.spot else "on-demand",
-                             len(action.for_milli))
+                    log.info(
+                        "launched node %s: %d GPU(s), %s, for %d waiting task(s)",
+                        node.id,
+                        node.gpus,
+                        "spot" if node.spot else "on-demand",
+                        len(action.for_milli),
+                    )
                     report.launched.append(node)
             if not retry:
                 break
@@ -220,32 +256,46 @@ class Autoscaler:
             missing = {nid for nid in known - set(live) if nid not in ended}
         except ProviderError as exc:
             log.warning("nodes not reconciled with the control plane: %s", exc)
-            live, missing = {}, set()   # nothing is ended on a failed list
+            live, missing = {}, set()  # nothing is ended on a failed list
         live.update({n.id: n for n in report.launched})
         c = self.client
-        calls: list[Callable[[], object]] = [partial(
-            c.record_cloud_node, self.pool, nid, self.provider.name,
-            str(n.meta.get("instance_type") or f"{self.provider.name}-{n.gpus}gpu"),
-            "spot" if n.spot else "on-demand", n.gpus)
-            for nid, n in live.items() if nid not in known and nid not in ended]
-        calls += [partial(c.end_cloud_node, self.pool, nid, ended[nid])
-                  for nid in known & set(ended)]
-        calls += [partial(c.end_cloud_node, self.pool, nid, "gone")
-                  for nid in missing & self.missing]
+        calls: list[Callable[[], object]] = [
+            partial(
+                c.record_cloud_node,
+                self.pool,
+                nid,
+                self.provider.name,
+                str(n.meta.get("instance_type") or f"{self.provider.name}-{n.gpus}gpu"),
+                "spot" if n.spot else "on-demand",
+                n.gpus,
+            )
+            for nid, n in live.items()
+            if nid not in known and nid not in ended
+        ]
+        calls += [
+            partial(c.end_cloud_node, self.pool, nid, ended[nid]) for nid in known & set(ended)
+        ]
+        calls += [
+            partial(c.end_cloud_node, self.pool, nid, "gone") for nid in missing & self.missing
+        ]
         self.missing = missing - self.missing
         held = report.held if report.waiting else None
         if held != self.reported or not self.told:
+
             def tell_wait() -> None:
                 cause, reason = held if held else (None, None)
                 self.client.report_scaling(self.pool, cause, reason, report.waiting)
                 self.reported, self.told = held, True
+
             calls.append(tell_wait)
         for call in calls:
             try:
                 call()
             except KliqueError as exc:
-                log.warning("the control plane did not take a node or the wait (%s): told "
-                            "again next round", exc.message)
+                log.warning(
+                    "the control plane did not take a node or the wait (%s): told again next round",
+                    exc.message,
+                )
 
     def _deregister(self, node: Node) -> None:
         """The released node's worker leaves the control plane's list (if its own goodbye
@@ -255,22 +305,28 @@ class Autoscaler:
         try:
             gone = self.client.deregister_worker(node.worker_id)
         except KliqueError as exc:
-            log.warning("node %s released, but its worker %s could not be deregistered (%s):"
-                        " the control plane declares it lost after its TTL", node.id,
-                        node.worker_id, exc.message)
+            log.warning(
+                "node %s released, but its worker %s could not be deregistered (%s):"
+                " the control plane declares it lost after its TTL",
+                node.id,
+                node.worker_id,
+                exc.message,
+            )
             return
         if gone is not None:
             log.info("deregistered worker %s of released node %s", node.worker_id, node.id)
 
-    def run(self, interval_s: float = 10.0, rounds: int | None = None,
-            stop=lambda: False, echo=None) -> None:
+    def run(
+        self, interval_s: float = 10.0, rounds: int | None = None, stop=lambda: False, echo=None
+    ) -> None:
         n = 0
         self.interval_s = interval_s
         while not stop():
             started = self.clock()
             report = self.step()
-            if echo is not None and (report.launched or report.terminated or report.refused
-                                     or report.skipped):
+            if echo is not None and (
+                report.launched or report.terminated or report.refused or report.skipped
+            ):
                 echo(report.line())
             n += 1
             if rounds is not None and n >= rounds:

@@ -49,11 +49,11 @@ class Node:
     pool: str
     gpus: int
     spot: bool
-    launched_at: float                 # wall clock (time.time())
-    up: bool = True                    # its worker runs
-    gone: bool = False                 # the machine is gone (crashed, spot reclaimed)
-    worker_id: str | None = None       # the worker's id at the control plane, once known
-    running: dict[str, int] | None = None   # task -> milli-GPUs, if the provider can tell
+    launched_at: float  # wall clock (time.time())
+    up: bool = True  # its worker runs
+    gone: bool = False  # the machine is gone (crashed, spot reclaimed)
+    worker_id: str | None = None  # the worker's id at the control plane, once known
+    running: dict[str, int] | None = None  # task -> milli-GPUs, if the provider can tell
     meta: dict = field(default_factory=dict)
 
 
@@ -81,7 +81,7 @@ def _proc_start(pid: int) -> int | None:
             data = fh.read().decode("ascii", "replace")
     except OSError:
         return None
-    rest = data[data.rindex(")") + 2:].split()
+    rest = data[data.rindex(")") + 2 :].split()
     if rest[0] in ("Z", "X", "x"):
         return None
     return int(rest[19])
@@ -94,37 +94,63 @@ class LocalProvider(Provider):
 
     name = "local"
 
-    def __init__(self, root: str | Path, url: str, token_file: str | Path,
-                 spot_capacity: int | None = None, on_demand_capacity: int | None = None,
-                 worker_args: list[str] | None = None, python: str | None = None):
+    def __init__(
+        self,
+        root: str | Path,
+        url: str,
+        token_file: str | Path,
+        spot_capacity: int | None = None,
+        on_demand_capacity: int | None = None,
+        worker_args: list[str] | None = None,
+        python: str | None = None,
+    ):
         self.root = Path(root).expanduser().resolve()
         self.url, self.token_file = url, str(Path(token_file).expanduser().resolve())
         self.spot_capacity, self.on_demand_capacity = spot_capacity, on_demand_capacity
         self.worker_args = list(worker_args or [])
         self.python = python or sys.executable
-        self._children: dict[int, subprocess.Popen] = {}   # reaped, so no zombie lingers
+        self._children: dict[int, subprocess.Popen] = {}  # reaped, so no zombie lingers
         (self.root / "nodes").mkdir(parents=True, exist_ok=True)
 
     @classmethod
-    def from_config(cls, config: dict, url: str | None = None,
-                    token_file: str | None = None) -> "LocalProvider":
-        known = {"root", "url", "token_file", "spot_capacity", "on_demand_capacity",
-                 "worker_args", "python"}
+    def from_config(
+        cls, config: dict, url: str | None = None, token_file: str | None = None
+    ) -> "LocalProvider":
+        known = {
+            "root",
+            "url",
+            "token_file",
+            "spot_capacity",
+            "on_demand_capacity",
+            "worker_args",
+            "python",
+        }
         unknown = set(config) - known
         if unknown:
-            raise ValueError(f"local provider: unknown setting(s) {sorted(unknown)}; known: "
-                             f"{', '.join(sorted(known))}")
+            raise ValueError(
+                f"local provider: unknown setting(s) {sorted(unknown)}; known: "
+                f"{', '.join(sorted(known))}"
+            )
         url = config.get("url") or url
         token_file = config.get("token_file") or token_file
         if not url or not token_file:
-            raise ValueError("local provider: give the control plane's url and a worker "
-                             "token_file (in the provider config, or --url/--token-file)")
+            raise ValueError(
+                "local provider: give the control plane's url and a worker "
+                "token_file (in the provider config, or --url/--token-file)"
+            )
         root = config.get("root") or os.path.join(
             os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"),
-            "klique-autoscaler")
-        return cls(root, url, token_file, config.get("spot_capacity"),
-                   config.get("on_demand_capacity"), config.get("worker_args"),
-                   config.get("python"))
+            "klique-autoscaler",
+        )
+        return cls(
+            root,
+            url,
+            token_file,
+            config.get("spot_capacity"),
+            config.get("on_demand_capacity"),
+            config.get("worker_args"),
+            config.get("python"),
+        )
 
     def _meta_path(self, node_id: str) -> Path:
         return self.root / "nodes" / f"{node_id}.json"
@@ -136,13 +162,22 @@ class LocalProvider(Provider):
         cap = self.spot_capacity if spot else self.on_demand_capacity
         if cap is not None and self._in_use(pool, spot) + gpus > cap:
             kind = "spot" if spot else "on-demand"
-            raise CapacityUnavailable(f"local provider: no {kind} capacity for {gpus} GPU(s) "
-                                      f"({kind}_capacity {cap})")
-        return self.start_worker(f"n-{pool}-{'s' if spot else 'o'}-{secrets.token_hex(3)}",
-                                 pool, gpus, spot)
+            raise CapacityUnavailable(
+                f"local provider: no {kind} capacity for {gpus} GPU(s) ({kind}_capacity {cap})"
+            )
+        return self.start_worker(
+            f"n-{pool}-{'s' if spot else 'o'}-{secrets.token_hex(3)}", pool, gpus, spot
+        )
 
-    def start_worker(self, node_id: str, pool: str, gpus: int, spot: bool,
-                     worker_id: str | None = None, meta: dict | None = None) -> Node:
+    def start_worker(
+        self,
+        node_id: str,
+        pool: str,
+        gpus: int,
+        spot: bool,
+        worker_id: str | None = None,
+        meta: dict | None = None,
+    ) -> Node:
         """Starts the worker of node ``node_id``: what a cloud node's start-up does, on this
         machine (a cloud provider's emulation mode uses it for the instances the emulator
         reports). ``worker_id`` is written to the state dir first, as a cloud node's
@@ -154,20 +189,54 @@ class LocalProvider(Provider):
         log = open(state_dir / "worker.log", "ab")
         # --drain: a node is released for good, so its worker hands back what it runs and
         # deregisters on the SIGTERM of terminate(), rather than being declared lost
-        argv = [self.python, "-m", "workers.cli", "--url", self.url, "--pool", pool,
-                "--token-file", self.token_file, "--state-dir", str(state_dir),
-                "--gpus", ",".join(str(i) for i in range(gpus)) or "none", "--drain",
-                *self.worker_args]
+        argv = [
+            self.python,
+            "-m",
+            "workers.cli",
+            "--url",
+            self.url,
+            "--pool",
+            pool,
+            "--token-file",
+            self.token_file,
+            "--state-dir",
+            str(state_dir),
+            "--gpus",
+            ",".join(str(i) for i in range(gpus)) or "none",
+            "--drain",
+            *self.worker_args,
+        ]
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
         finally:
             log.close()
-        node = Node(node_id, pool, gpus, spot, time.time(), up=True,
-                    meta={**(meta or {}), "pid": proc.pid, "start": _proc_start(proc.pid),
-                          "state_dir": str(state_dir)})
-        write_atomic(self._meta_path(node_id), json.dumps(
-            {k: v for k, v in asdict(node).items() if k not in ("up", "gone", "running")}))
+        node = Node(
+            node_id,
+            pool,
+            gpus,
+            spot,
+            time.time(),
+            up=True,
+            meta={
+                **(meta or {}),
+                "pid": proc.pid,
+                "start": _proc_start(proc.pid),
+                "state_dir": str(state_dir),
+            },
+        )
+        write_atomic(
+            self._meta_path(node_id),
+            json.dumps(
+                {k: v for k, v in asdict(node).items() if k not in ("up", "gone", "running")}
+            ),
+        )
         self._children[proc.pid] = proc
         return node
 
@@ -189,8 +258,9 @@ class LocalProvider(Provider):
                 continue
             if rec.get("fenced"):
                 continue
-            running[str(rec["task"])] = int(rec.get("milli") or
-                                            gpus_to_milli(rec.get("lease", {}).get("gpus", 1)))
+            running[str(rec["task"])] = int(
+                rec.get("milli") or gpus_to_milli(rec.get("lease", {}).get("gpus", 1))
+            )
         return running
 
     def list(self, pool: str) -> list[Node]:
@@ -244,4 +314,3 @@ class LocalProvider(Provider):
             except subprocess.TimeoutExpired:
                 pass
         self._meta_path(node.id).unlink(missing_ok=True)
-

@@ -28,13 +28,34 @@ TOKEN_FILE = "/etc/klique/worker.token"
 _IMDS = "http://169.254.169.254/latest"
 
 
-def render(*, pool: str, url: str, token_ssm_parameter: str, region: str,
-           revision: str | None = None, worker_command: str = "klique-worker",
-           worker_args: list[str] | None = None, worker_id_prefix: str = "ec2-") -> str:
+def render(
+    *,
+    pool: str,
+    url: str,
+    token_ssm_parameter: str,
+    region: str,
+    revision: str | None = None,
+    worker_command: str = "klique-worker",
+    worker_args: list[str] | None = None,
+    worker_id_prefix: str = "ec2-",
+) -> str:
     """The EC2 user-data (a bash script) that starts the pool's worker on a new instance."""
     q = shlex.quote
-    argv = [worker_command, "--url", url, "--pool", pool, "--token-file", TOKEN_FILE,
-            "--state-dir", STATE_DIR, "--gpus", "auto", "--drain", *(worker_args or [])]
+    argv = [
+        worker_command,
+        "--url",
+        url,
+        "--pool",
+        pool,
+        "--token-file",
+        TOKEN_FILE,
+        "--state-dir",
+        STATE_DIR,
+        "--gpus",
+        "auto",
+        "--drain",
+        *(worker_args or []),
+    ]
     wid = q(STATE_DIR + "/worker-id")
     return f"""#!/bin/bash
 # klique: a node of pool {pool}, started by `kliqued autoscale` (estate {revision or "-"}).

@@ -36,6 +36,7 @@ class Exited:
     says why). `ended_at` (RFC 3339): when it ended, if the executor recorded it (the
     process wrapper does); a task that ended while the worker was down is then reported
     with its true end, not the time the restarted worker noticed (None: noticed now)."""
+
     exit_code: int | None
     signal: str | None = None
     message: str | None = None
@@ -75,8 +76,11 @@ class Executor(ABC, Generic[H]):
         that says otherwise is named in one warning (docs/decisions.md)."""
         pool_value = PoolSettings.from_lease(lease).get(key)
         if pool_value is not None and flag_value and flag_value != pool_value:
-            self.warn_once(f"flag:{key}", f"{flag} {flag_value} is overridden by the pool's "
-                           f"settings.{key}: {pool_value} (the estate wins; drop the flag)")
+            self.warn_once(
+                f"flag:{key}",
+                f"{flag} {flag_value} is overridden by the pool's "
+                f"settings.{key}: {pool_value} (the estate wins; drop the flag)",
+            )
         return pool_value or flag_value or None
 
     @abstractmethod
@@ -104,12 +108,14 @@ def klique_env(lease: dict) -> dict[str, str]:
     """The variables every executor gives a task: the lease's own ``env``, then the
     ``KLIQUE_*`` ones, which a lease cannot override (the task must be able to trust them)."""
     env = {str(k): str(v) for k, v in (lease.get("env") or {}).items()}
-    env.update({
-        "KLIQUE_TASK_ID": str(lease["task"]),
-        "KLIQUE_EPOCH": str(lease["epoch"]),
-        "KLIQUE_GPUS": str(lease.get("gpus", "")),
-        "KLIQUE_USER": str(lease.get("user") or ""),
-        "KLIQUE_PROJECT": str(lease.get("project") or ""),
-        "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
-    })
+    env.update(
+        {
+            "KLIQUE_TASK_ID": str(lease["task"]),
+            "KLIQUE_EPOCH": str(lease["epoch"]),
+            "KLIQUE_GPUS": str(lease.get("gpus", "")),
+            "KLIQUE_USER": str(lease.get("user") or ""),
+            "KLIQUE_PROJECT": str(lease.get("project") or ""),
+            "KLIQUE_RESOURCE": str(lease.get("resource") or ""),
+        }
+    )
     return env

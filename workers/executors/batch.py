@@ -75,32 +75,42 @@ def gres_count(milli: int) -> int:
 @dataclass(frozen=True)
 class JobStatus:
     """One job as the scheduler shows it."""
-    state: str                      # the scheduler's own word (R, Q, F; RUN, PEND, EXIT)
-    active: bool                    # still queued or running: it holds or waits for resources
-    started: bool                   # it has started (a stop signals it rather than cancels)
-    exit_code: int | None = None    # once ended, if the scheduler says
+
+    state: str  # the scheduler's own word (R, Q, F; RUN, PEND, EXIT)
+    active: bool  # still queued or running: it holds or waits for resources
+    started: bool  # it has started (a stop signals it rather than cancels)
+    exit_code: int | None = None  # once ended, if the scheduler says
     signal: str | None = None
-    detail: str = ""                # times, the scheduler's reason: for the task's message
-    exit_text: str = ""             # the exit status in the scheduler's words (Slurm: 7:0)
-    source: str = ""                # where an ended job's status came from (Slurm: scontrol)
+    detail: str = ""  # times, the scheduler's reason: for the task's message
+    exit_text: str = ""  # the exit status in the scheduler's words (Slurm: 7:0)
+    source: str = ""  # where an ended job's status came from (Slurm: scontrol)
 
 
 class Scheduler(ABC):
     """A batch system's commands and the parsers of their outputs (no I/O here)."""
 
     name: str
-    queue_key = "queue"             # the pool setting (and worker flag) naming the job's queue
+    queue_key = "queue"  # the pool setting (and worker flag) naming the job's queue
     queue_flag = "--queue"
-    max_ids: int | None = None      # job ids one status query takes (None: any number)
-    stop_poll_s = 0.5               # how often a stop asks whether the job has ended
+    max_ids: int | None = None  # job ids one status query takes (None: any number)
+    stop_poll_s = 0.5  # how often a stop asks whether the job has ended
 
     @abstractmethod
-    def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
-               extra: list[str], log_path: str | Path | None = None) -> list[str]:
+    def submit(
+        self,
+        lease: dict,
+        *,
+        gpus: int,
+        queue: str | None,
+        workdir: str,
+        extra: list[str],
+        log_path: str | Path | None = None,
+    ) -> list[str]:
         """The submit command line; the script goes to its stdin."""
 
-    def script(self, lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str,
-               python: str) -> str:
+    def script(
+        self, lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str, python: str
+    ) -> str:
         """The job script the submit command gets on its stdin."""
         return batch_script(lease, exit_path, log_path, workdir, self.name, python)
 
@@ -149,26 +159,40 @@ class Scheduler(ABC):
             parts.append(st.state + (f", {st.detail}" if st.detail else ""))
         return parts
 
-    def outcome(self, st: JobStatus | None, *, cancelled_pending: bool,
-                killed_by: str | None) -> tuple[int | None, str | None, str]:
+    def outcome(
+        self, st: JobStatus | None, *, cancelled_pending: bool, killed_by: str | None
+    ) -> tuple[int | None, str | None, str]:
         """(exit code, signal, explanation) of a job that ended without an exit file."""
         if cancelled_pending:
             return None, None, "cancelled before it started"
         if st is not None and (st.exit_code is not None or st.signal is not None):
             return st.exit_code, st.signal, f"exit status from {self.name}"
-        return None, killed_by, ("the job is gone and its end is unknown (no exit file, the "
-                                 "scheduler no longer shows it)")
+        return (
+            None,
+            killed_by,
+            (
+                "the job is gone and its end is unknown (no exit file, the "
+                "scheduler no longer shows it)"
+            ),
+        )
 
 
-def batch_script(lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str,
-                 scheduler: str, python: str = sys.executable, wrapper: str = WRAPPER) -> str:
+def batch_script(
+    lease: dict,
+    exit_path: str | Path,
+    log_path: str | Path,
+    workdir: str,
+    scheduler: str,
+    python: str = sys.executable,
+    wrapper: str = WRAPPER,
+) -> str:
     """The job script of a lease: output appended to the task's log, the command under the
     exit wrapper as ``cmd & wait`` with ``trap ':' TERM`` (the script outlives its command,
     which gets the scheduler's SIGTERM itself and may checkpoint)."""
     cmd = shlex.join(lease["command"])
     py, wr, ex = shlex.quote(python), shlex.quote(wrapper), shlex.quote(str(exit_path))
     return f"""#!/bin/bash
-# klique task {lease['task']} (epoch {lease['epoch']}), submitted by klique-worker ({scheduler}).
+# klique task {lease["task"]} (epoch {lease["epoch"]}), submitted by klique-worker ({scheduler}).
 exec >>{shlex.quote(str(log_path))} 2>&1
 cd {shlex.quote(workdir)} || exit 1
 trap ':' TERM INT HUP
@@ -190,7 +214,7 @@ exit "$_klique_rc"
 class BatchHandle(Handle):
     job_id: str
     exit_path: str
-    submitted_at: float = 0.0       # time.monotonic() of the submission (0: adopted)
+    submitted_at: float = 0.0  # time.monotonic() of the submission (0: adopted)
     status: JobStatus | None = field(default=None, repr=False)
     killed_by: str | None = None
     cancelled_pending: bool = False
@@ -210,11 +234,19 @@ class BatchExecutor(Executor[BatchHandle]):
 
     scheduler: Scheduler
 
-    def __init__(self, state_dir: str | Path, queue: str | None = None,
-                 venv: str | Path | None = None, workdir: str | Path | None = None,
-                 base_env: dict[str, str] | None = None, gpus: list[Gpu] | None = None,
-                 python: str | None = None, batch_args: list[str] | None = None,
-                 poll_interval_s: float = 1.0, kill_wait_s: float = 30.0):
+    def __init__(
+        self,
+        state_dir: str | Path,
+        queue: str | None = None,
+        venv: str | Path | None = None,
+        workdir: str | Path | None = None,
+        base_env: dict[str, str] | None = None,
+        gpus: list[Gpu] | None = None,
+        python: str | None = None,
+        batch_args: list[str] | None = None,
+        poll_interval_s: float = 1.0,
+        kill_wait_s: float = 30.0,
+    ):
         self.run_dir = Path(state_dir) / "run"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.queue = queue
@@ -222,8 +254,9 @@ class BatchExecutor(Executor[BatchHandle]):
         self.python = python or sys.executable
         self.batch_args = list(batch_args or [])
         self.poll_interval_s, self.kill_wait_s = poll_interval_s, kill_wait_s
-        self._env_builder = ProcessExecutor(state_dir, venv=venv, workdir=workdir,
-                                            base_env=base_env, gpus=gpus)
+        self._env_builder = ProcessExecutor(
+            state_dir, venv=venv, workdir=workdir, base_env=base_env, gpus=gpus
+        )
         self.cmd_env = dict(base_env if base_env is not None else os.environ)
         self._active: dict[str, BatchHandle] = {}
         self._snap: dict[str, JobStatus] = {}
@@ -231,15 +264,22 @@ class BatchExecutor(Executor[BatchHandle]):
         self._snap_ok = True
         self._warned_at = 0.0
 
-    def _run(self, cmd: list[str], stdin: str | None = None,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, input=stdin, capture_output=True, text=True,
-                              env=env or self.cmd_env, timeout=CMD_TIMEOUT_S,
-                              umask=original_umask())
+    def _run(
+        self, cmd: list[str], stdin: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            cmd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env or self.cmd_env,
+            timeout=CMD_TIMEOUT_S,
+            umask=original_umask(),
+        )
 
     def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
         env = self._env_builder.environment(lease, gpu_indices)
-        env.pop("CUDA_VISIBLE_DEVICES", None)     # the scheduler sets it from the job's GPUs
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # the scheduler sets it from the job's GPUs
         return env
 
     # Executor ----------------------------------------------------------------------------
@@ -254,11 +294,17 @@ class BatchExecutor(Executor[BatchHandle]):
         exit_path.unlink(missing_ok=True)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         os.close(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
-        self.setting(lease, self.scheduler.queue_key, self.scheduler.queue_flag,
-                     self.queue)  # warns on a clash
-        cmd = self.scheduler.submit(lease, gpus=gres_count(gpus_to_milli(lease.get("gpus"))),
-                                    queue=self.queue, workdir=self.workdir,
-                                    extra=self.batch_args, log_path=log_path)
+        self.setting(
+            lease, self.scheduler.queue_key, self.scheduler.queue_flag, self.queue
+        )  # warns on a clash
+        cmd = self.scheduler.submit(
+            lease,
+            gpus=gres_count(gpus_to_milli(lease.get("gpus"))),
+            queue=self.queue,
+            workdir=self.workdir,
+            extra=self.batch_args,
+            log_path=log_path,
+        )
         script = self.scheduler.script(lease, exit_path, log_path, self.workdir, self.python)
         try:
             p = self._run(cmd, stdin=script, env=self.environment(lease, gpu_indices))
@@ -291,7 +337,7 @@ class BatchExecutor(Executor[BatchHandle]):
         step = self.scheduler.max_ids or max(1, len(ids))
         for i in range(0, len(ids), step):
             try:
-                p = self._run(self.scheduler.status(ids[i:i + step]))
+                p = self._run(self.scheduler.status(ids[i : i + step]))
                 ok = p.returncode == 0 or self.scheduler.unknown_job(p.stderr + p.stdout)
                 err = p.stderr.strip()
             except (OSError, subprocess.SubprocessError) as exc:
@@ -309,8 +355,11 @@ class BatchExecutor(Executor[BatchHandle]):
             now = time.monotonic()
             if now - self._warned_at > 60:
                 self._warned_at = now
-                log.warning("%s status query failed (%s): its jobs are taken as still "
-                            "running", self.scheduler.name, err)
+                log.warning(
+                    "%s status query failed (%s): its jobs are taken as still running",
+                    self.scheduler.name,
+                    err,
+                )
         self._snap_ok = ok
         self._snap_at = time.monotonic()
 
@@ -320,8 +369,9 @@ class BatchExecutor(Executor[BatchHandle]):
         if fresh:
             self._refresh([h.job_id])
         elif self._snap_at < max(h.submitted_at, time.monotonic() - self.poll_interval_s):
-            self._refresh(sorted(j for j, a in self._active.items() if a.result is None)
-                          or [h.job_id])
+            self._refresh(
+                sorted(j for j, a in self._active.items() if a.result is None) or [h.job_id]
+            )
         return self._snap_ok, self._snap.get(h.job_id)
 
     def poll(self, h: BatchHandle, fresh: bool = False) -> Running | Exited:
@@ -349,7 +399,8 @@ class BatchExecutor(Executor[BatchHandle]):
             code, sig, extra = rec.get("exit_code"), rec.get("signal"), rec.get("message")
         else:
             code, sig, extra = self.scheduler.outcome(
-                st, cancelled_pending=h.cancelled_pending, killed_by=h.killed_by)
+                st, cancelled_pending=h.cancelled_pending, killed_by=h.killed_by
+            )
         message = ", ".join(parts) + (f" ({extra})" if extra else "")
         h.result = Exited(code, sig, message)
         self._active.pop(h.job_id, None)

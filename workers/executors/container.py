@@ -57,18 +57,21 @@ log = logging.getLogger(__name__)
 RUNTIMES = ("docker", "podman")
 # exit codes 128+N the container runtimes use for "killed by signal N"
 SIGNAL_EXITS = {128 + s: _signal_name(s) for s in (1, 2, 3, 6, 9, 11, 13, 14, 15)}
-RUNTIME_ERRORS = {125: "the container runtime failed to run the container",
-                  126: "the container's command cannot be invoked",
-                  127: "the container's command was not found"}
+RUNTIME_ERRORS = {
+    125: "the container runtime failed to run the container",
+    126: "the container's command cannot be invoked",
+    127: "the container's command was not found",
+}
 
 
-TASK_MOUNT = "/klique/task"       # the task's own directory, writable
-NOTICE_MOUNT = "/klique/notice"   # the worker's notice, read-only
+TASK_MOUNT = "/klique/task"  # the task's own directory, writable
+NOTICE_MOUNT = "/klique/notice"  # the worker's notice, read-only
 
 
 @dataclass(frozen=True)
 class Mount:
     """A host directory in the container."""
+
     source: str
     target: str
     read_only: bool
@@ -79,16 +82,16 @@ class Mount:
         return ["-v", f"{self.source}:{self.target}" + (":ro" if self.read_only else "")]
 
 
-def task_file_mounts(env: Mapping[str, str], log_path: str) -> tuple[list[Mount],
-                                                                      dict[str, str]]:
+def task_file_mounts(env: Mapping[str, str], log_path: str) -> tuple[list[Mount], dict[str, str]]:
     """(the mounts, the variables' values inside) for the task's files that ``env`` names
     (the worker names them, workers/checkpoints.py): the task's directory writable, the
     notice's read-only. A variable naming a file elsewhere is left as it is (not mounted)."""
     mounts: list[Mount] = []
     inside: dict[str, str] = {}
     for target, host_dir, read_only, names in (
-            (TASK_MOUNT, task_dir(log_path), False, (CHECKPOINT_ENV, outputs.ENV)),
-            (NOTICE_MOUNT, notice_dir(log_path), True, (PREEMPT_ENV,))):
+        (TASK_MOUNT, task_dir(log_path), False, (CHECKPOINT_ENV, outputs.ENV)),
+        (NOTICE_MOUNT, notice_dir(log_path), True, (PREEMPT_ENV,)),
+    ):
         ours = [n for n in names if n in env and os.path.dirname(env[n]) == host_dir]
         if ours:
             mounts.append(Mount(host_dir, target, read_only))
@@ -106,8 +109,9 @@ def task_image(lease: dict, default: str | None) -> str | None:
     return image or default
 
 
-def task_variables(lease: dict, gpu_indices: list[int], gpus: list[Gpu],
-                   fake_gpus: bool) -> dict[str, str]:
+def task_variables(
+    lease: dict, gpu_indices: list[int], gpus: list[Gpu], fake_gpus: bool
+) -> dict[str, str]:
     """The variables a containerised task sees: the lease's env, then the KLIQUE_* ones (which
     it cannot override), CUDA_VISIBLE_DEVICES for declared GPUs, the fraction's memory cap."""
     env = klique_env(lease)
@@ -117,16 +121,34 @@ def task_variables(lease: dict, gpu_indices: list[int], gpus: list[Gpu],
     return env
 
 
-def run_command(runtime: str, lease: dict, gpu_indices: list[int], *, image: str,
-                variables: list[str], fake_gpus: bool, memory_per_gpu_mb: int | None,
-                extra: list[str] | None = None, cli: str | None = None,
-                mounts: list[Mount] | None = None) -> list[str]:
+def run_command(
+    runtime: str,
+    lease: dict,
+    gpu_indices: list[int],
+    *,
+    image: str,
+    variables: list[str],
+    fake_gpus: bool,
+    memory_per_gpu_mb: int | None,
+    extra: list[str] | None = None,
+    cli: str | None = None,
+    mounts: list[Mount] | None = None,
+) -> list[str]:
     """The `docker run` / `podman run` command line of a lease."""
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown container runtime {runtime!r}")
     task, epoch = str(lease["task"]), int(lease["epoch"])
-    cmd = [cli or runtime, "run", "--rm", "--name", container_name(task, epoch),
-           "--label", f"klique.task={task}", "--label", f"klique.epoch={epoch}"]
+    cmd = [
+        cli or runtime,
+        "run",
+        "--rm",
+        "--name",
+        container_name(task, epoch),
+        "--label",
+        f"klique.task={task}",
+        "--label",
+        f"klique.epoch={epoch}",
+    ]
     if gpu_indices and not fake_gpus:
         if runtime == "docker":
             cmd += ["--gpus", '"device=' + ",".join(str(i) for i in gpu_indices) + '"']
@@ -173,11 +195,19 @@ def _own(h: ProcessHandle) -> ContainerHandle:
 class ContainerExecutor(ProcessExecutor):
     """`--executor docker` or `--executor podman`."""
 
-    def __init__(self, state_dir: str | Path, runtime: str = "docker", image: str | None = None,
-                 container_args: list[str] | None = None, cli: str | None = None,
-                 memory_per_gpu_mb: int | None = None, gpus: list[Gpu] | None = None,
-                 base_env: dict[str, str] | None = None, venv: str | Path | None = None,
-                 workdir: str | Path | None = None):
+    def __init__(
+        self,
+        state_dir: str | Path,
+        runtime: str = "docker",
+        image: str | None = None,
+        container_args: list[str] | None = None,
+        cli: str | None = None,
+        memory_per_gpu_mb: int | None = None,
+        gpus: list[Gpu] | None = None,
+        base_env: dict[str, str] | None = None,
+        venv: str | Path | None = None,
+        workdir: str | Path | None = None,
+    ):
         if runtime not in RUNTIMES:
             raise ConfigError(f"unknown container runtime {runtime!r}: docker or podman")
         # the client runs in the worker's own environment (no --venv: that is the image's job)
@@ -187,21 +217,23 @@ class ContainerExecutor(ProcessExecutor):
         self.cli = cli or runtime
         self.image = image
         self.container_args = list(container_args or [])
-        self.fake_gpus = bool(gpus) and all(g.uuid.startswith("declared-")
-                                            for g in gpus or [])
+        self.fake_gpus = bool(gpus) and all(g.uuid.startswith("declared-") for g in gpus or [])
         if memory_per_gpu_mb is None and gpus:
             host = host_memory_mb()
             memory_per_gpu_mb = host // len(gpus) if host else None
         self.memory_per_gpu_mb = memory_per_gpu_mb
 
-    def command_for(self, lease: dict, gpu_indices: list[int],
-                    log_path: str | Path | None = None) -> tuple[list[str], dict]:
+    def command_for(
+        self, lease: dict, gpu_indices: list[int], log_path: str | Path | None = None
+    ) -> tuple[list[str], dict]:
         """(the run command line, the client's environment); with the task's log, its files
         mounted (``task_file_mounts``)."""
         image = task_image(lease, self.image)
         if not image:
-            raise StartError(f"no image for this task: the lease names none and the worker "
-                             f"has no --image ({self.runtime} executor)")
+            raise StartError(
+                f"no image for this task: the lease names none and the worker "
+                f"has no --image ({self.runtime} executor)"
+            )
         if not lease.get("command") and lease.get("command") is not None:
             raise StartError("the task's command is empty")
         command = lease.get("command") or []
@@ -212,10 +244,18 @@ class ContainerExecutor(ProcessExecutor):
         if log_path is not None:
             mounts, inside = task_file_mounts(variables, str(log_path))
             variables.update(inside)
-        cmd = run_command(self.runtime, lease, gpu_indices, image=image,
-                          variables=sorted(variables), fake_gpus=self.fake_gpus,
-                          memory_per_gpu_mb=self.memory_per_gpu_mb,
-                          extra=self.container_args, cli=self.cli, mounts=mounts)
+        cmd = run_command(
+            self.runtime,
+            lease,
+            gpu_indices,
+            image=image,
+            variables=sorted(variables),
+            fake_gpus=self.fake_gpus,
+            memory_per_gpu_mb=self.memory_per_gpu_mb,
+            extra=self.container_args,
+            cli=self.cli,
+            mounts=mounts,
+        )
         env = dict(self.base_env)
         env.update(variables)
         return cmd, env
@@ -223,16 +263,23 @@ class ContainerExecutor(ProcessExecutor):
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ContainerHandle:
         cmd, env = self.command_for(lease, gpu_indices, log_path)
         for d in (task_dir(str(log_path)), notice_dir(str(log_path))):
-            os.makedirs(d, mode=0o700, exist_ok=True)   # a mount's source must exist
+            os.makedirs(d, mode=0o700, exist_ok=True)  # a mount's source must exist
         name = container_name(str(lease["task"]), int(lease["epoch"]))
         self._client_env = env
         try:
             h = super().start({**lease, "command": cmd}, gpu_indices, log_path)
         finally:
             self._client_env = None
-        return ContainerHandle(pid=h.pid, pgid=h.pgid, start_ticks=h.start_ticks,
-                               exit_path=h.exit_path, popen=h.popen, seen_alive=True, name=name,
-                               forked=h.forked)
+        return ContainerHandle(
+            pid=h.pid,
+            pgid=h.pgid,
+            start_ticks=h.start_ticks,
+            exit_path=h.exit_path,
+            popen=h.popen,
+            seen_alive=True,
+            name=name,
+            forked=h.forked,
+        )
 
     _client_env: dict | None = None
 
@@ -248,8 +295,13 @@ class ContainerExecutor(ProcessExecutor):
 
     def adopt(self, record: dict[str, Any]) -> ContainerHandle:
         h = super().adopt(record)
-        return ContainerHandle(pid=h.pid, pgid=h.pgid, start_ticks=h.start_ticks,
-                               exit_path=h.exit_path, name=str(record.get("name") or ""))
+        return ContainerHandle(
+            pid=h.pid,
+            pgid=h.pgid,
+            start_ticks=h.start_ticks,
+            exit_path=h.exit_path,
+            name=str(record.get("name") or ""),
+        )
 
     def poll(self, h: ProcessHandle) -> Running | Exited:
         result = super().poll(h)
@@ -262,23 +314,37 @@ class ContainerExecutor(ProcessExecutor):
         if (r.message or "").startswith("worker-lost"):
             # stopped as an orphan (workers/liveness.py): the message says so, whatever the
             # exit code, so that the task is requeued rather than failed
-            return Exited(None, SIGNAL_EXITS[code], r.message) if code in SIGNAL_EXITS \
-                and r.signal is None else r
+            return (
+                Exited(None, SIGNAL_EXITS[code], r.message)
+                if code in SIGNAL_EXITS and r.signal is None
+                else r
+            )
         if code in SIGNAL_EXITS and r.signal is None:
             hint = ""
             if code == 137 and not h.stopped:
                 hint = " (out of memory, if it had a --memory cap, or docker kill)"
-            return Exited(None, SIGNAL_EXITS[code],
-                          f"container {h.name} exited with {code}: {SIGNAL_EXITS[code]}{hint}")
+            return Exited(
+                None,
+                SIGNAL_EXITS[code],
+                f"container {h.name} exited with {code}: {SIGNAL_EXITS[code]}{hint}",
+            )
         if code in RUNTIME_ERRORS:
-            return Exited(code, None, r.message or f"{RUNTIME_ERRORS[code]} "
-                                                   f"({self.runtime} exit {code}; see the log)")
+            return Exited(
+                code,
+                None,
+                r.message or f"{RUNTIME_ERRORS[code]} ({self.runtime} exit {code}; see the log)",
+            )
         return r
 
     def _cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess | None:
         try:
-            return subprocess.run([self.cli, *args], capture_output=True, text=True,
-                                  timeout=timeout, env=self.base_env)
+            return subprocess.run(
+                [self.cli, *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=self.base_env,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("%s %s failed: %s", self.cli, " ".join(args), exc)
             return None
@@ -288,11 +354,12 @@ class ContainerExecutor(ProcessExecutor):
         if not self._alive(h):
             return self._ended(h)
         h.stopped = True
-        grace = math.ceil(grace_s) if grace_s > 0 else 0   # whole seconds for -t
+        grace = math.ceil(grace_s) if grace_s > 0 else 0  # whole seconds for -t
         if h.name:
             # SIGTERM to the container, SIGKILL after `grace` seconds; returns when it is gone
-            p = await asyncio.to_thread(self._cli, "stop", "-t", str(grace), h.name,
-                                        timeout=grace + 30.0)
+            p = await asyncio.to_thread(
+                self._cli, "stop", "-t", str(grace), h.name, timeout=grace + 30.0
+            )
             if p is not None and p.returncode != 0:
                 log.debug("%s stop %s: %s", self.cli, h.name, p.stderr.strip())
         # the client exits with the container; give it a moment, then end it too

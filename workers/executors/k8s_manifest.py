@@ -20,8 +20,17 @@ from workers.gpus import MILLI, Gpu, memory_cap_env
 MANAGED_BY = "klique-worker"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Kubernetes' own signal convention for a container's exit code: 128 + N
-SIGNALS = {129: "SIGHUP", 130: "SIGINT", 131: "SIGQUIT", 134: "SIGABRT", 137: "SIGKILL",
-           139: "SIGSEGV", 141: "SIGPIPE", 142: "SIGALRM", 143: "SIGTERM"}
+SIGNALS = {
+    129: "SIGHUP",
+    130: "SIGINT",
+    131: "SIGQUIT",
+    134: "SIGABRT",
+    137: "SIGKILL",
+    139: "SIGSEGV",
+    141: "SIGPIPE",
+    142: "SIGALRM",
+    143: "SIGTERM",
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class K8sSettings:
       time-slicing `replicas`); a fraction asks for ceil(fraction x units), at least 1. 1 for
       MIG (one instance, whatever the fraction).
     """
+
     namespace: str = "default"
     image: str | None = None
     fraction_resource: str | None = None
@@ -49,8 +59,11 @@ def for_lease(s: K8sSettings, lease: dict) -> K8sSettings:
     """``s`` with the lease's pool settings over it: the namespace and service account of
     the pool, when it names them."""
     ps = PoolSettings.from_lease(lease)
-    return replace(s, namespace=ps.namespace or s.namespace,
-                   service_account=ps.get("service_account") or s.service_account)
+    return replace(
+        s,
+        namespace=ps.namespace or s.namespace,
+        service_account=ps.get("service_account") or s.service_account,
+    )
 
 
 def dns_label(text: str, limit: int = 63) -> str:
@@ -78,8 +91,9 @@ def gpu_resources(milli: int, s: K8sSettings) -> dict[str, str]:
     return {GPU_RESOURCE: str(max(1, math.ceil(milli / MILLI)))}
 
 
-def task_env(lease: dict, gpus: list[Gpu] | None, gpu_indices: list[int],
-             s: K8sSettings | None = None) -> list[dict]:
+def task_env(
+    lease: dict, gpus: list[Gpu] | None, gpu_indices: list[int], s: K8sSettings | None = None
+) -> list[dict]:
     env = klique_env(lease)
     milli = gpus_to_milli(lease.get("gpus"))
     caps = memory_cap_env(gpus, gpu_indices[:1] if 0 < milli < MILLI else gpu_indices, milli)
@@ -105,37 +119,61 @@ def gang_env(lease: dict, name: str, namespace: str) -> list[dict]:
     same name) the master."""
     nodes = lease_nodes(lease)
     port = str((lease.get("env") or {}).get("MASTER_PORT") or DEFAULT_MASTER_PORT)
-    index = {"valueFrom": {"fieldRef": {
-        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
-    return [{"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{namespace}.svc"},
-            {"name": "MASTER_PORT", "value": port},
-            {"name": "WORLD_SIZE", "value": str(nodes)},
-            {"name": "RANK", **index}, {"name": "NODE_RANK", **index},
-            {"name": "LOCAL_RANK", "value": "0"}, {"name": "LOCAL_WORLD_SIZE", "value": "1"}]
+    index = {
+        "valueFrom": {
+            "fieldRef": {
+                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+            }
+        }
+    }
+    return [
+        {"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{namespace}.svc"},
+        {"name": "MASTER_PORT", "value": port},
+        {"name": "WORLD_SIZE", "value": str(nodes)},
+        {"name": "RANK", **index},
+        {"name": "NODE_RANK", **index},
+        {"name": "LOCAL_RANK", "value": "0"},
+        {"name": "LOCAL_WORLD_SIZE", "value": "1"},
+    ]
 
 
-def gang_service_manifest(lease: dict, s: K8sSettings, owner_uid: str | None = None
-                          ) -> dict[str, Any]:
+def gang_service_manifest(
+    lease: dict, s: K8sSettings, owner_uid: str | None = None
+) -> dict[str, Any]:
     """The headless Service that gives an indexed Job's pods stable names
     (``<job>-<index>.<job>``); owned by the Job, so it goes with it."""
     task, epoch = str(lease["task"]), int(lease["epoch"])
     name = job_name(task, epoch)
     s = for_lease(s, lease)
-    meta: dict[str, Any] = {"name": name, "namespace": s.namespace,
-                            "labels": {**PoolSettings.from_lease(lease).labels,
-                                       "app.kubernetes.io/managed-by": MANAGED_BY,
-                                       "klique.io/task": label_value(task),
-                                       "klique.io/epoch": str(epoch)}}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": s.namespace,
+        "labels": {
+            **PoolSettings.from_lease(lease).labels,
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+            "klique.io/task": label_value(task),
+            "klique.io/epoch": str(epoch),
+        },
+    }
     if owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                    "uid": owner_uid}]
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-            "spec": {"clusterIP": "None", "selector": {"job-name": name},
-                     "publishNotReadyAddresses": True}}
+        meta["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": owner_uid}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"job-name": name},
+            "publishNotReadyAddresses": True,
+        },
+    }
 
 
-def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
-                 gpu_indices: list[int] | None = None) -> dict[str, Any]:
+def job_manifest(
+    lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None, gpu_indices: list[int] | None = None
+) -> dict[str, Any]:
     """The batch/v1 Job of a lease: one pod, never restarted (the control plane requeues),
     `nvidia.com/gpu: N` (or the pool's fraction resource) as limits. A gang over N nodes
     (issue 15) is an indexed Job of N pods, each with its node's share and its rank, all
@@ -151,18 +189,28 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
     s = for_lease(s, lease)
     nodes = lease_nodes(lease)
     payload = lease.get("payload")
-    image = lease.get("image") or (payload.get("image") if isinstance(payload, dict) else None) \
+    image = (
+        lease.get("image")
+        or (payload.get("image") if isinstance(payload, dict) else None)
         or s.image
+    )
     if not image:
-        raise ValueError("no image for this task: the lease names none and the worker has no "
-                         "--image")
-    labels = {**pool.labels, "app.kubernetes.io/managed-by": MANAGED_BY,
-              "klique.io/task": label_value(task), "klique.io/epoch": str(epoch)}
-    annotations = {"klique.io/task": task,
-                   "klique.io/user": str(lease.get("user") or ""),
-                   "klique.io/project": str(lease.get("project") or ""),
-                   "klique.io/resource": str(lease.get("resource") or ""),
-                   "klique.io/gpus": str(lease.get("gpus", ""))}
+        raise ValueError(
+            "no image for this task: the lease names none and the worker has no --image"
+        )
+    labels = {
+        **pool.labels,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "klique.io/task": label_value(task),
+        "klique.io/epoch": str(epoch),
+    }
+    annotations = {
+        "klique.io/task": task,
+        "klique.io/user": str(lease.get("user") or ""),
+        "klique.io/project": str(lease.get("project") or ""),
+        "klique.io/resource": str(lease.get("resource") or ""),
+        "klique.io/gpus": str(lease.get("gpus", "")),
+    }
     env = task_env(lease, gpus, gpu_indices or [], s)
     name = job_name(task, epoch)
     if nodes > 1:
@@ -186,16 +234,25 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
     spec: dict[str, Any] = {"backoffLimit": 0}
     if nodes > 1:
         pod_spec["subdomain"] = name
-        spec.update({"completionMode": "Indexed", "completions": nodes,
-                     "parallelism": nodes})
-    spec.update({"ttlSecondsAfterFinished": s.ttl_after_finished_s,
-                 "template": {"metadata": {"labels": labels, "annotations": annotations},
-                              "spec": pod_spec}})
+        spec.update({"completionMode": "Indexed", "completions": nodes, "parallelism": nodes})
+    spec.update(
+        {
+            "ttlSecondsAfterFinished": s.ttl_after_finished_s,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": pod_spec,
+            },
+        }
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": s.namespace,
-                     "labels": labels, "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "namespace": s.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
         "spec": spec,
     }
 
@@ -203,8 +260,11 @@ def job_manifest(lease: dict, s: K8sSettings, gpus: list[Gpu] | None = None,
 def gang_job(job: Any) -> bool:
     """An indexed Job of several pods (a gang): its own conditions say when it ends."""
     spec = getattr(job, "spec", None)
-    return spec is not None and getattr(spec, "completion_mode", None) == "Indexed" \
+    return (
+        spec is not None
+        and getattr(spec, "completion_mode", None) == "Indexed"
         and (getattr(spec, "completions", None) or 1) > 1
+    )
 
 
 # state mapping --------------------------------------------------------------------------------
@@ -213,6 +273,7 @@ class PodState:
     """A task's state from its Job and Pod: `starting` (Pending), `running`, `finished`
     (Succeeded), `failed` (Failed: exit code or signal, and the reason: OOMKilled, Error,
     Evicted, DeadlineExceeded, ...)."""
+
     state: str
     exit_code: int | None = None
     signal: str | None = None
@@ -247,8 +308,7 @@ def _waiting(pod) -> Any:
     return None
 
 
-def _from_exit(code: int | None, reason: str | None, message: str | None,
-               state: str) -> PodState:
+def _from_exit(code: int | None, reason: str | None, message: str | None, state: str) -> PodState:
     if code is not None and code in SIGNALS:
         return PodState(state, None, SIGNALS[code], reason, message)
     return PodState(state, code, None, reason, message)
@@ -260,8 +320,11 @@ def pod_state(job, pod) -> PodState:
     if gang_job(job):
         # a gang's pods end one by one: the Job's conditions decide (Complete when every
         # index succeeded, Failed at the first failure, backoffLimit 0); until then it runs
-        ended = [c for c in (job.status.conditions if job.status is not None else None) or []
-                 if c.status == "True" and c.type in ("Complete", "Failed")]
+        ended = [
+            c
+            for c in (job.status.conditions if job.status is not None else None) or []
+            if c.status == "True" and c.type in ("Complete", "Failed")
+        ]
         if not ended:
             if phase in ("Succeeded", "Failed"):
                 return PodState("running")
@@ -283,7 +346,7 @@ def pod_state(job, pod) -> PodState:
         waiting = _waiting(pod)
         if waiting is not None:
             return PodState("starting", reason=waiting.reason, message=waiting.message)
-        for cond in pod.status.conditions or []:      # e.g. Unschedulable: no GPU free
+        for cond in pod.status.conditions or []:  # e.g. Unschedulable: no GPU free
             if cond.type == "PodScheduled" and cond.status == "False":
                 return PodState("starting", reason=cond.reason, message=cond.message)
         return PodState("starting", reason=pod.status.reason, message=pod.status.message)

@@ -32,8 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from workers.executors.base import RUNNING, Executor, Exited, Handle, Running, StartError
-from workers.executors.k8s_manifest import MANAGED_BY, K8sSettings, PodState, \
-    gang_service_manifest, job_manifest, lease_nodes, pod_state
+from workers.executors.k8s_manifest import (
+    MANAGED_BY,
+    K8sSettings,
+    PodState,
+    gang_service_manifest,
+    job_manifest,
+    lease_nodes,
+    pod_state,
+)
 from workers.errors import ConfigError
 from workers.gpus import Gpu
 
@@ -47,8 +54,9 @@ def load_client(kubeconfig: str | None = None, context: str | None = None):
     try:
         from kubernetes import client, config
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigError("the Kubernetes executor needs the kubernetes package: "
-                         "pip install 'klique[kubernetes]'") from exc
+        raise ConfigError(
+            "the Kubernetes executor needs the kubernetes package: pip install 'klique[kubernetes]'"
+        ) from exc
     try:
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig, context=context)
@@ -67,7 +75,7 @@ class K8sHandle(Handle):
     name: str
     namespace: str
     log_path: str = ""
-    log_offset: int = 0                      # bytes of the pod's log already in the file
+    log_offset: int = 0  # bytes of the pod's log already in the file
     last: PodState | None = field(default=None, repr=False)
     stopped_with: str | None = None
     result: Exited | None = field(default=None, repr=False)
@@ -93,10 +101,17 @@ def to_exited(h: K8sHandle, st: PodState) -> Exited:
 class KubernetesExecutor(Executor[K8sHandle]):
     name = "kubernetes"
 
-    def __init__(self, state_dir: str | Path, settings: K8sSettings | None = None,
-                 gpus: list[Gpu] | None = None, api: tuple[Any, Any] | None = None,
-                 kubeconfig: str | None = None, context: str | None = None,
-                 poll_interval_s: float = 2.0, log_interval_s: float = 5.0):
+    def __init__(
+        self,
+        state_dir: str | Path,
+        settings: K8sSettings | None = None,
+        gpus: list[Gpu] | None = None,
+        api: tuple[Any, Any] | None = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        poll_interval_s: float = 2.0,
+        log_interval_s: float = 5.0,
+    ):
         self.settings = settings or K8sSettings()
         self.gpus = list(gpus or [])
         self.batch, self.core = api if api is not None else load_client(kubeconfig, context)
@@ -118,15 +133,15 @@ class KubernetesExecutor(Executor[K8sHandle]):
         # given that says otherwise is named once (the default namespace is no choice)
         if self.settings.namespace != "default":
             self.setting(lease, "namespace", "--namespace", self.settings.namespace)
-        self.setting(lease, "service_account", "--service-account",
-                     self.settings.service_account)
+        self.setting(lease, "service_account", "--service-account", self.settings.service_account)
         try:
             manifest = job_manifest(lease, self.settings, self.gpus, gpu_indices)
         except ValueError as exc:
             raise StartError(str(exc)) from exc
         command = lease.get("command")
-        if command is not None and (not isinstance(command, list)
-                                    or not all(isinstance(a, str) for a in command)):
+        if command is not None and (
+            not isinstance(command, list) or not all(isinstance(a, str) for a in command)
+        ):
             raise StartError(f"the task's command must be a list of strings, not {command!r}")
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         self._namespaces.add(ns)
@@ -135,23 +150,29 @@ class KubernetesExecutor(Executor[K8sHandle]):
             created = self.batch.create_namespaced_job(ns, manifest, _request_timeout=30)
         except Exception as exc:
             status = getattr(exc, "status", None)
-            if status != 409:       # 409: it exists (a retried start): take it as it is
+            if status != 409:  # 409: it exists (a retried start): take it as it is
                 raise StartError(f"cannot create job {ns}/{name}: {_api_error(exc)}") from exc
         if lease_nodes(lease) > 1:  # a gang: the pods' stable names for the rendezvous
             uid = getattr(getattr(created, "metadata", None), "uid", None)
             try:
                 self.core.create_namespaced_service(
-                    ns, gang_service_manifest(lease, self.settings, uid), _request_timeout=30)
+                    ns, gang_service_manifest(lease, self.settings, uid), _request_timeout=30
+                )
             except Exception as exc:
                 if getattr(exc, "status", None) != 409:
-                    raise StartError(f"cannot create service {ns}/{name} for the gang's "
-                                     f"rendezvous: {_api_error(exc)}") from exc
+                    raise StartError(
+                        f"cannot create service {ns}/{name} for the gang's "
+                        f"rendezvous: {_api_error(exc)}"
+                    ) from exc
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         return K8sHandle(name=name, namespace=ns, log_path=str(log_path))
 
     def adopt(self, record: dict[str, Any]) -> K8sHandle:
-        h = K8sHandle(name=str(record["name"]), namespace=str(record["namespace"]),
-                      log_path=str(record.get("log_path") or ""))
+        h = K8sHandle(
+            name=str(record["name"]),
+            namespace=str(record["namespace"]),
+            log_path=str(record.get("log_path") or ""),
+        )
         self._namespaces.add(h.namespace)
         try:
             h.log_offset = Path(h.log_path).stat().st_size if h.log_path else 0
@@ -165,24 +186,34 @@ class KubernetesExecutor(Executor[K8sHandle]):
         pods: list[Any] = []
         try:
             for ns in sorted(self._namespaces):
-                jobs += self.batch.list_namespaced_job(ns, label_selector=SELECTOR,
-                                                       _request_timeout=10).items or []
-                pods += self.core.list_namespaced_pod(ns, label_selector=SELECTOR,
-                                                      _request_timeout=10).items or []
+                jobs += (
+                    self.batch.list_namespaced_job(
+                        ns, label_selector=SELECTOR, _request_timeout=10
+                    ).items
+                    or []
+                )
+                pods += (
+                    self.core.list_namespaced_pod(
+                        ns, label_selector=SELECTOR, _request_timeout=10
+                    ).items
+                    or []
+                )
         except Exception as exc:
             now = time.monotonic()
             if now - self._warned_at > 60:
                 self._warned_at = now
-                log.warning("the Kubernetes API failed (%s): its jobs are taken as running",
-                            _api_error(exc))
+                log.warning(
+                    "the Kubernetes API failed (%s): its jobs are taken as running", _api_error(exc)
+                )
             self._snap_ok = False
             self._snap_at = time.monotonic()
             return
         self._jobs = {j.metadata.name: j for j in jobs}
         newest: dict[str, Any] = {}
         for p in pods:
-            owner = (p.metadata.labels or {}).get("job-name") or \
-                (p.metadata.labels or {}).get("batch.kubernetes.io/job-name")
+            owner = (p.metadata.labels or {}).get("job-name") or (p.metadata.labels or {}).get(
+                "batch.kubernetes.io/job-name"
+            )
             if not owner:
                 continue
             if owner not in newest or _created(p) > _created(newest[owner]):
@@ -220,23 +251,25 @@ class KubernetesExecutor(Executor[K8sHandle]):
 
     def _copy_log(self, h: K8sHandle, final: bool = False) -> None:
         now = time.monotonic()
-        if not h.log_path or (not final and now - self._log_at.get(h.name, 0) <
-                              self.log_interval_s):
+        if not h.log_path or (
+            not final and now - self._log_at.get(h.name, 0) < self.log_interval_s
+        ):
             return
         self._log_at[h.name] = now
         pod = self._pods.get(h.name)
         if pod is None:
             return
         try:
-            text = self.core.read_namespaced_pod_log(pod.metadata.name, h.namespace,
-                                                     container="task", _request_timeout=30)
+            text = self.core.read_namespaced_pod_log(
+                pod.metadata.name, h.namespace, container="task", _request_timeout=30
+            )
         except Exception as exc:
             log.debug("log of %s: %s", h.name, _api_error(exc))
             return
         data = text.encode() if isinstance(text, str) else bytes(text or b"")
         if len(data) > h.log_offset:
             with open(h.log_path, "ab") as fh:
-                fh.write(data[h.log_offset:])
+                fh.write(data[h.log_offset :])
             h.log_offset = len(data)
 
     async def stop(self, h: K8sHandle, grace_s: float) -> Exited:
@@ -249,18 +282,22 @@ class KubernetesExecutor(Executor[K8sHandle]):
         body: Any
         try:
             from kubernetes.client import V1DeleteOptions
-            body = V1DeleteOptions(grace_period_seconds=grace,
-                                   propagation_policy="Foreground")
+
+            body = V1DeleteOptions(grace_period_seconds=grace, propagation_policy="Foreground")
         except ImportError:  # pragma: no cover
             body = {"gracePeriodSeconds": grace, "propagationPolicy": "Foreground"}
         try:
-            self.batch.delete_namespaced_job(h.name, h.namespace, grace_period_seconds=grace,
-                                             propagation_policy="Foreground", body=body,
-                                             _request_timeout=30)
+            self.batch.delete_namespaced_job(
+                h.name,
+                h.namespace,
+                grace_period_seconds=grace,
+                propagation_policy="Foreground",
+                body=body,
+                _request_timeout=30,
+            )
         except Exception as exc:
             if getattr(exc, "status", None) != 404:
-                log.warning("deleting job %s/%s failed: %s", h.namespace, h.name,
-                            _api_error(exc))
+                log.warning("deleting job %s/%s failed: %s", h.namespace, h.name, _api_error(exc))
         deadline = time.monotonic() + grace + 30
         while time.monotonic() < deadline:
             self._refresh()
@@ -273,9 +310,17 @@ class KubernetesExecutor(Executor[K8sHandle]):
             elif self._snap_ok:
                 break
             await asyncio.sleep(0.5)
-        last = h.last if h.last is not None and h.last.ended else \
-            PodState("failed", None, h.stopped_with, "Deleted",
-                     f"the job was deleted with a grace of {grace}s")
+        last = (
+            h.last
+            if h.last is not None and h.last.ended
+            else PodState(
+                "failed",
+                None,
+                h.stopped_with,
+                "Deleted",
+                f"the job was deleted with a grace of {grace}s",
+            )
+        )
         h.result = to_exited(h, last)
         return h.result
 

@@ -41,8 +41,16 @@ FIELDS = "jobid stat exit_code start_time finish_time"
 class Lsf(Scheduler):
     name = "lsf"
 
-    def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
-               extra: list[str], log_path: str | Path | None = None) -> list[str]:
+    def submit(
+        self,
+        lease: dict,
+        *,
+        gpus: int,
+        queue: str | None,
+        workdir: str,
+        extra: list[str],
+        log_path: str | Path | None = None,
+    ) -> list[str]:
         """The pool's ``queue`` (``-q``) and ``account`` (``-P``: LSF's project, what its
         accounting charges) come after ``extra``, so the pool's win; ``queue`` (the worker's
         ``--queue``) only when the pool names none."""
@@ -76,7 +84,7 @@ class Lsf(Scheduler):
         out = {}
         for rec in json.loads(text).get("RECORDS") or []:
             if rec.get("ERROR") or not rec.get("JOBID"):
-                continue                       # "Job <123> is not found"
+                continue  # "Job <123> is not found"
             state = str(rec.get("STAT", ""))
             code = sig = None
             if state == "DONE":
@@ -94,8 +102,9 @@ class Lsf(Scheduler):
                 detail.append(f"started {rec['START_TIME']}")
             if rec.get("FINISH_TIME") and rec["FINISH_TIME"] != "-" and state not in ACTIVE:
                 detail.append(f"ended {rec['FINISH_TIME']}")
-            out[str(rec["JOBID"])] = JobStatus(state, state in ACTIVE, state in STARTED, code,
-                                               sig, ", ".join(detail))
+            out[str(rec["JOBID"])] = JobStatus(
+                state, state in ACTIVE, state in STARTED, code, sig, ", ".join(detail)
+            )
         return out
 
     def cancel(self, job_id: str) -> list[str]:

@@ -35,26 +35,36 @@ from workers.executors.batch import BatchExecutor, JobStatus, Scheduler, job_nam
 ACTIVE = frozenset("QHWTSUMBRE")
 STARTED = frozenset("RESU")
 JOB_ID_RE = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9._-]+)?$")
-EXEC_FAILURES = {-1: "JOB_EXEC_FAIL1: the job could not start (before its files)",
-                 -2: "JOB_EXEC_FAIL2: the job could not start (after its files)",
-                 -3: "JOB_EXEC_RETRY: the start failed and will be retried",
-                 -4: "JOB_EXEC_INITABT: the job was aborted at MoM's initialisation",
-                 -5: "JOB_EXEC_INITRST: aborted at initialisation, checkpoint kept",
-                 -6: "JOB_EXEC_INITRMG: aborted at initialisation, migratable",
-                 -7: "JOB_EXEC_BADRESRT: the restart failed",
-                 -10: "JOB_EXEC_FAILUID: the user has no account on the execution host",
-                 -11: "JOB_EXEC_RERUN: the job was requeued (rerun)",
-                 -15: "JOB_EXEC_QUERST: the MoM could not start the job",
-                 -20: "JOB_EXEC_KILL_NCPUS_SUM: killed for using more CPUs than asked",
-                 -25: "JOB_EXEC_KILL_MEM: killed for using more memory than asked",
-                 -29: "JOB_EXEC_KILL_WALLTIME: killed at its walltime"}
+EXEC_FAILURES = {
+    -1: "JOB_EXEC_FAIL1: the job could not start (before its files)",
+    -2: "JOB_EXEC_FAIL2: the job could not start (after its files)",
+    -3: "JOB_EXEC_RETRY: the start failed and will be retried",
+    -4: "JOB_EXEC_INITABT: the job was aborted at MoM's initialisation",
+    -5: "JOB_EXEC_INITRST: aborted at initialisation, checkpoint kept",
+    -6: "JOB_EXEC_INITRMG: aborted at initialisation, migratable",
+    -7: "JOB_EXEC_BADRESRT: the restart failed",
+    -10: "JOB_EXEC_FAILUID: the user has no account on the execution host",
+    -11: "JOB_EXEC_RERUN: the job was requeued (rerun)",
+    -15: "JOB_EXEC_QUERST: the MoM could not start the job",
+    -20: "JOB_EXEC_KILL_NCPUS_SUM: killed for using more CPUs than asked",
+    -25: "JOB_EXEC_KILL_MEM: killed for using more memory than asked",
+    -29: "JOB_EXEC_KILL_WALLTIME: killed at its walltime",
+}
 
 
 class Pbs(Scheduler):
     name = "pbs"
 
-    def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
-               extra: list[str], log_path: str | Path | None = None) -> list[str]:
+    def submit(
+        self,
+        lease: dict,
+        *,
+        gpus: int,
+        queue: str | None,
+        workdir: str,
+        extra: list[str],
+        log_path: str | Path | None = None,
+    ) -> list[str]:
         """The pool's ``queue`` and ``account`` (``-q``, ``-A``) come after ``extra``, so the
         pool's win; ``queue`` (the worker's ``--queue``) only when the pool names none."""
         ps = PoolSettings.from_lease(lease)
@@ -102,8 +112,10 @@ class Pbs(Scheduler):
                 elif status >= 0:
                     code = status
                 else:
-                    detail.append(f"Exit_status {status}, "
-                                  + EXEC_FAILURES.get(status, "PBS could not run the job"))
+                    detail.append(
+                        f"Exit_status {status}, "
+                        + EXEC_FAILURES.get(status, "PBS could not run the job")
+                    )
             started = state in STARTED or bool(attrs.get("stime"))
             out[job] = JobStatus(state, state in ACTIVE, started, code, sig, ", ".join(detail))
         return out

@@ -33,8 +33,15 @@ from typing import Any
 
 from klique_util.filemodes import open_private, original_umask
 from klique_util.units import gpus_to_milli
-from workers.executors.base import (RUNNING, Executor, Exited, Handle, Running, StartError,
-                                    klique_env)
+from workers.executors.base import (
+    RUNNING,
+    Executor,
+    Exited,
+    Handle,
+    Running,
+    StartError,
+    klique_env,
+)
 from workers.errors import ConfigError
 from workers.gpus import Gpu, memory_cap_env
 from workers.liveness import path_in as liveness_path
@@ -56,7 +63,7 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
         return None
     except OSError:
         return None
-    rest = data[data.rindex(")") + 2:].split()
+    rest = data[data.rindex(")") + 2 :].split()
     # fields after "pid (comm)": state is field 3, pgrp field 5, starttime field 22
     return rest[0], int(rest[2]), int(rest[19])
 
@@ -97,18 +104,22 @@ def group_members(pgid: int) -> list[int]:
 
 @dataclass
 class ProcessHandle(Handle):
-    pid: int            # the wrapper's pid, also the process group id
+    pid: int  # the wrapper's pid, also the process group id
     pgid: int
     start_ticks: int | None
     exit_path: str
     popen: subprocess.Popen | None = field(default=None, repr=False)
     seen_alive: bool = False
-    forked: bool = False    # started by the fork server (this run of the worker)
-    killed_by: str | None = None    # the signal the executor sent last
+    forked: bool = False  # started by the fork server (this run of the worker)
+    killed_by: str | None = None  # the signal the executor sent last
 
     def to_record(self) -> dict[str, Any]:
-        return {"pid": self.pid, "pgid": self.pgid, "start_ticks": self.start_ticks,
-                "exit_path": self.exit_path}
+        return {
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "start_ticks": self.start_ticks,
+            "exit_path": self.exit_path,
+        }
 
 
 class ForkServer:
@@ -122,9 +133,13 @@ class ForkServer:
     def _ensure(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = subprocess.Popen(  # tasks get the umask the worker started with
-                [sys.executable, "-I", "-S", WRAPPER, "--serve"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, start_new_session=True, close_fds=True,
-                umask=original_umask())
+                [sys.executable, "-I", "-S", WRAPPER, "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                umask=original_umask(),
+            )
         return self.proc
 
     def _ask(self, req: bytes) -> dict:
@@ -168,10 +183,16 @@ class ForkServer:
 class ProcessExecutor(Executor[ProcessHandle]):
     name = "process"
 
-    def __init__(self, state_dir: str | Path, venv: str | Path | None = None,
-                 workdir: str | Path | None = None, base_env: dict[str, str] | None = None,
-                 gpus: list[Gpu] | None = None, use_fork_server: bool = True):
-        self.gpus = list(gpus or [])     # the worker's GPUs (their memory caps fractions)
+    def __init__(
+        self,
+        state_dir: str | Path,
+        venv: str | Path | None = None,
+        workdir: str | Path | None = None,
+        base_env: dict[str, str] | None = None,
+        gpus: list[Gpu] | None = None,
+        use_fork_server: bool = True,
+    ):
+        self.gpus = list(gpus or [])  # the worker's GPUs (their memory caps fractions)
         self.run_dir = Path(state_dir) / "run"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.venv = Path(venv).resolve() if venv else None
@@ -195,7 +216,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
         env = dict(self.base_env)
         venv = self.venv
         if venv is None and sys.prefix != sys.base_prefix:
-            venv = Path(sys.prefix)         # the worker's own virtual env
+            venv = Path(sys.prefix)  # the worker's own virtual env
         if venv is not None:
             env["VIRTUAL_ENV"] = str(venv)
             env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
@@ -211,8 +232,10 @@ class ProcessExecutor(Executor[ProcessHandle]):
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ProcessHandle:
         command = lease.get("command")
         if not command:
-            raise StartError("the process executor runs commands and this task has none "
-                             "(a payload-only task needs an executor that understands it)")
+            raise StartError(
+                "the process executor runs commands and this task has none "
+                "(a payload-only task needs an executor that understands it)"
+            )
         if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
             raise StartError(f"the task's command must be a list of strings, not {command!r}")
         exit_path = self.run_dir / f"{Path(log_path).stem}.exit"
@@ -222,39 +245,78 @@ class ProcessExecutor(Executor[ProcessHandle]):
         orphan_kill = self.orphan_kill(lease)
         if self.use_fork_server and self.fork_server.broken is None:
             try:
-                answer = self.fork_server.spawn({
-                    "exit_file": str(exit_path), "command": command, "env": env,
-                    "cwd": self.workdir, "log": str(log_path), "watch": self.watch,
-                    "orphan_kill": orphan_kill})
+                answer = self.fork_server.spawn(
+                    {
+                        "exit_file": str(exit_path),
+                        "command": command,
+                        "env": env,
+                        "cwd": self.workdir,
+                        "log": str(log_path),
+                        "watch": self.watch,
+                        "orphan_kill": orphan_kill,
+                    }
+                )
             except (OSError, ValueError) as exc:
                 self.fork_server.broken = str(exc)
-                _log.warning("the wrappers' fork server cannot run (%s): every task's wrapper "
-                            "starts its own Python from now on", exc)
+                _log.warning(
+                    "the wrappers' fork server cannot run (%s): every task's wrapper "
+                    "starts its own Python from now on",
+                    exc,
+                )
             else:
                 if "error" in answer:
                     raise StartError(f"cannot start the task's wrapper: {answer['error']}")
                 pid = int(answer["pid"])
-                return ProcessHandle(pid=pid, pgid=pid, start_ticks=answer.get("start_ticks"),
-                                     exit_path=str(exit_path), seen_alive=True, forked=True)
+                return ProcessHandle(
+                    pid=pid,
+                    pgid=pid,
+                    start_ticks=answer.get("start_ticks"),
+                    exit_path=str(exit_path),
+                    seen_alive=True,
+                    forked=True,
+                )
         with open(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             try:
                 popen = subprocess.Popen(
-                    [sys.executable, "-I", WRAPPER, str(exit_path), "--watch", self.watch,
-                     *(["--orphan-kill", json.dumps(orphan_kill)] if orphan_kill else []),
-                     "--", *command],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True, cwd=self.workdir, env=env,
-                    umask=original_umask())
+                    [
+                        sys.executable,
+                        "-I",
+                        WRAPPER,
+                        str(exit_path),
+                        "--watch",
+                        self.watch,
+                        *(["--orphan-kill", json.dumps(orphan_kill)] if orphan_kill else []),
+                        "--",
+                        *command,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    cwd=self.workdir,
+                    env=env,
+                    umask=original_umask(),
+                )
             except OSError as exc:
                 raise StartError(f"cannot start the task's wrapper: {exc}") from exc
         st = proc_stat(popen.pid)
-        return ProcessHandle(pid=popen.pid, pgid=popen.pid, start_ticks=st[2] if st else None,
-                             exit_path=str(exit_path), popen=popen, seen_alive=True)
+        return ProcessHandle(
+            pid=popen.pid,
+            pgid=popen.pid,
+            start_ticks=st[2] if st else None,
+            exit_path=str(exit_path),
+            popen=popen,
+            seen_alive=True,
+        )
 
     def adopt(self, record: dict[str, Any]) -> ProcessHandle:
-        return ProcessHandle(pid=int(record["pid"]), pgid=int(record["pgid"]),
-                             start_ticks=record.get("start_ticks"),
-                             exit_path=str(record["exit_path"]))
+        return ProcessHandle(
+            pid=int(record["pid"]),
+            pgid=int(record["pgid"]),
+            start_ticks=record.get("start_ticks"),
+            exit_path=str(record["exit_path"]),
+        )
 
     def close(self) -> None:
         """Ends the fork server (the wrappers it forked live on)."""
@@ -293,6 +355,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
             cleanup()
             if not fut.done():
                 fut.set_result(None)
+
         loop.add_reader(fd, ready)
         fut.add_done_callback(cleanup)
         return fut
@@ -318,8 +381,12 @@ class ProcessExecutor(Executor[ProcessHandle]):
         try:
             data = json.loads(Path(h.exit_path).read_text(encoding="utf-8"))
             ended_at = data.get("ended_at")
-            return Exited(data.get("exit_code"), data.get("signal"), data.get("message"),
-                          ended_at if isinstance(ended_at, str) else None)
+            return Exited(
+                data.get("exit_code"),
+                data.get("signal"),
+                data.get("message"),
+                ended_at if isinstance(ended_at, str) else None,
+            )
         except (OSError, ValueError):
             pass
         if h.popen is not None and h.popen.returncode is not None:
@@ -331,8 +398,12 @@ class ProcessExecutor(Executor[ProcessHandle]):
             return Exited(None, h.killed_by)
         if h.forked:
             return Exited(None, None, "the wrapper ended without recording the task's exit")
-        return Exited(None, None, "the task ended while the worker was down and its exit was "
-                                  "not recorded (its wrapper was killed)")
+        return Exited(
+            None,
+            None,
+            "the task ended while the worker was down and its exit was "
+            "not recorded (its wrapper was killed)",
+        )
 
     def _signal_group(self, h: ProcessHandle, sig: int) -> None:
         try:

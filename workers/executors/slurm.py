@@ -60,18 +60,48 @@ from workers.executors.batch import (
 from workers.executors.process import WRAPPER, _signal_name
 from workers.gpus import Gpu
 
-__all__ = ["ACTIVE_STATES", "NOT_STARTED_STATES", "JobInfo", "Slurm", "SlurmExecutor",
-           "SlurmHandle", "gres_count", "job_name", "job_script", "lease_nodes",
-           "parse_exit_code", "parse_keyvalues", "sbatch_command"]
+__all__ = [
+    "ACTIVE_STATES",
+    "NOT_STARTED_STATES",
+    "JobInfo",
+    "Slurm",
+    "SlurmExecutor",
+    "SlurmHandle",
+    "gres_count",
+    "job_name",
+    "job_script",
+    "lease_nodes",
+    "parse_exit_code",
+    "parse_keyvalues",
+    "sbatch_command",
+]
 
 log = logging.getLogger(__name__)
 
 # squeue states in which the job still holds (or waits for) its resources
-ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                 "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT",
-                 "STOPPED", "RESV_DEL_HOLD"}
-NOT_STARTED_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                      "RESV_DEL_HOLD"}
+ACTIVE_STATES = {
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+    "RESV_DEL_HOLD",
+}
+NOT_STARTED_STATES = {
+    "PENDING",
+    "CONFIGURING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESV_DEL_HOLD",
+}
 SlurmHandle = BatchHandle
 """A Slurm job's handle is the batch executor's (job id and exit file)."""
 
@@ -87,8 +117,14 @@ def lease_nodes(lease: dict) -> int:
     return n if isinstance(n, int) and n > 1 else 1
 
 
-def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
-                   workdir: str | None, extra: list[str] | None = None) -> list[str]:
+def sbatch_command(
+    lease: dict,
+    *,
+    partition: str | None,
+    log_path: str | Path,
+    workdir: str | None,
+    extra: list[str] | None = None,
+) -> list[str]:
     """The sbatch command line of a lease (the script goes to sbatch's stdin). A gang over
     N nodes asks for ``--nodes N --ntasks-per-node 1 --gpus-per-node G`` (its GPUs split
     evenly, as the control plane placed it): Slurm's own multi-node placement.
@@ -109,8 +145,14 @@ def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
         cmd.append(f"--gres=gpu:{n}")
     if partition and not ps.partition:
         cmd += ["--partition", partition]
-    cmd += ["--job-name", job_name(lease["task"]), "--output", _slurm_path(log_path),
-            "--open-mode=append", "--export=ALL"]
+    cmd += [
+        "--job-name",
+        job_name(lease["task"]),
+        "--output",
+        _slurm_path(log_path),
+        "--open-mode=append",
+        "--export=ALL",
+    ]
     if workdir:
         cmd += ["--chdir", str(workdir)]
     cmd += list(extra or [])
@@ -120,8 +162,9 @@ def sbatch_command(lease: dict, *, partition: str | None, log_path: str | Path,
     return cmd
 
 
-def job_script(lease: dict, exit_path: str | Path, python: str = sys.executable,
-               wrapper: str = WRAPPER) -> str:
+def job_script(
+    lease: dict, exit_path: str | Path, python: str = sys.executable, wrapper: str = WRAPPER
+) -> str:
     """The batch script of a lease (see the module's docstring); its command was checked to
     be a list of strings (``start``)."""
     cmd = shlex.join(lease["command"])
@@ -137,11 +180,13 @@ MASTER_ADDR=$(scontrol show node "$_klique_first" -o | grep -o 'NodeAddr=[^ ]*' 
 export MASTER_ADDR="${{MASTER_ADDR:-$_klique_first}}"
 export MASTER_PORT="${{MASTER_PORT:-29500}}" WORLD_SIZE="$SLURM_JOB_NUM_NODES" LOCAL_WORLD_SIZE=1
 """
-        cmd = (f"srun --nodes {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 /bin/sh -c "
-               "'RANK=$SLURM_NODEID NODE_RANK=$SLURM_NODEID LOCAL_RANK=0 "
-               "&& export RANK NODE_RANK LOCAL_RANK && exec \"$@\"' klique-rank " + cmd)
+        cmd = (
+            f"srun --nodes {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 /bin/sh -c "
+            "'RANK=$SLURM_NODEID NODE_RANK=$SLURM_NODEID LOCAL_RANK=0 "
+            '&& export RANK NODE_RANK LOCAL_RANK && exec "$@"\' klique-rank ' + cmd
+        )
     return f"""#!/bin/bash
-# klique task {lease['task']} (epoch {lease['epoch']}), submitted by klique-worker.
+# klique task {lease["task"]} (epoch {lease["epoch"]}), submitted by klique-worker.
 # A stop is `scancel --signal=TERM --full` (the task gets SIGTERM; this script keeps waiting
 # for it), then after the grace `scancel --batch --signal=USR2` (SIGKILL to the task's process
 # group, this script included) and a hard `scancel`.
@@ -196,8 +241,9 @@ def _rfc3339(slurm_time: str | None) -> str | None:
 @dataclass(frozen=True)
 class JobInfo:
     """An ended job as scontrol, sacct or the jobcomp file recorded it."""
+
     state: str | None = None
-    exit_code: str | None = None     # "code:signal"
+    exit_code: str | None = None  # "code:signal"
     start: str | None = None
     end: str | None = None
     source: str = ""
@@ -211,8 +257,16 @@ class JobInfo:
         if end is not None and not active:
             detail.append(f"ended {end}")
         code, sig = parse_exit_code(self.exit_code)
-        return JobStatus(self.state or "", active, start is not None, code, sig,
-                         ", ".join(detail), str(self.exit_code), self.source)
+        return JobStatus(
+            self.state or "",
+            active,
+            start is not None,
+            code,
+            sig,
+            ", ".join(detail),
+            str(self.exit_code),
+            self.source,
+        )
 
 
 def parse_scontrol_job(stdout: str) -> JobInfo | None:
@@ -220,8 +274,9 @@ def parse_scontrol_job(stdout: str) -> JobInfo | None:
     if not stdout.strip():
         return None
     kv = parse_keyvalues(stdout)
-    return JobInfo(kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"),
-                   kv.get("EndTime"), "scontrol")
+    return JobInfo(
+        kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"), kv.get("EndTime"), "scontrol"
+    )
 
 
 def parse_sacct(stdout: str, job_id: str) -> JobInfo | None:
@@ -243,8 +298,9 @@ def parse_jobcomp(lines: Iterable[str], job_id: str) -> JobInfo | None:
     if not found:
         return None
     kv = parse_keyvalues(found)
-    return JobInfo(kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"),
-                   kv.get("EndTime"), "jobcomp")
+    return JobInfo(
+        kv.get("JobState"), kv.get("ExitCode"), kv.get("StartTime"), kv.get("EndTime"), "jobcomp"
+    )
 
 
 def parse_config(stdout: str) -> dict[str, str]:
@@ -265,15 +321,25 @@ class Slurm(Scheduler):
     max_ids = 200
     stop_poll_s = 0.2
 
-    def submit(self, lease: dict, *, gpus: int, queue: str | None, workdir: str,
-               extra: list[str], log_path: str | Path | None = None) -> list[str]:
+    def submit(
+        self,
+        lease: dict,
+        *,
+        gpus: int,
+        queue: str | None,
+        workdir: str,
+        extra: list[str],
+        log_path: str | Path | None = None,
+    ) -> list[str]:
         """``sbatch_command``: its GPUs per node from the lease (a gang's are split), so
         ``gpus`` is not used."""
-        return sbatch_command(lease, partition=queue, log_path=log_path or "/dev/null",
-                              workdir=workdir, extra=extra)
+        return sbatch_command(
+            lease, partition=queue, log_path=log_path or "/dev/null", workdir=workdir, extra=extra
+        )
 
-    def script(self, lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str,
-               python: str) -> str:
+    def script(
+        self, lease: dict, exit_path: str | Path, log_path: str | Path, workdir: str, python: str
+    ) -> str:
         """``job_script`` (sbatch writes the log and changes the directory itself)."""
         return job_script(lease, exit_path, python)
 
@@ -311,7 +377,7 @@ class Slurm(Scheduler):
         return ["scancel", job_id]
 
     def after_kill(self, job_id: str) -> list[str] | None:
-        return ["scancel", job_id]    # the job's steps or strays, if any
+        return ["scancel", job_id]  # the job's steps or strays, if any
 
     def describe(self, job_id: str, st: JobStatus | None) -> list[str]:
         parts = [f"slurm job {job_id}"]
@@ -322,11 +388,18 @@ class Slurm(Scheduler):
                 parts.append(st.detail)
         return parts
 
-    def outcome(self, st: JobStatus | None, *, cancelled_pending: bool,
-                killed_by: str | None) -> tuple[int | None, str | None, str]:
+    def outcome(
+        self, st: JobStatus | None, *, cancelled_pending: bool, killed_by: str | None
+    ) -> tuple[int | None, str | None, str]:
         if st is None or not st.source:
-            return None, killed_by, ("the job is gone and its end is unknown (no exit file, "
-                                     "slurmctld no longer knows it, no accounting)")
+            return (
+                None,
+                killed_by,
+                (
+                    "the job is gone and its end is unknown (no exit file, "
+                    "slurmctld no longer knows it, no accounting)"
+                ),
+            )
         if st.state == "CANCELLED" and (cancelled_pending or not st.started):
             return None, None, "cancelled before it started"
         code, sig = st.exit_code, st.signal
@@ -342,14 +415,30 @@ class SlurmExecutor(BatchExecutor):
     name = "slurm"
     scheduler = Slurm()
 
-    def __init__(self, state_dir: str | Path, partition: str | None = None,
-                 slurm_conf: str | Path | None = None, venv: str | Path | None = None,
-                 workdir: str | Path | None = None, base_env: dict[str, str] | None = None,
-                 gpus: list[Gpu] | None = None, python: str | None = None,
-                 sbatch_args: list[str] | None = None, poll_interval_s: float = 1.0):
-        super().__init__(state_dir, queue=partition, venv=venv, workdir=workdir,
-                         base_env=base_env, gpus=gpus, python=python, batch_args=sbatch_args,
-                         poll_interval_s=poll_interval_s)
+    def __init__(
+        self,
+        state_dir: str | Path,
+        partition: str | None = None,
+        slurm_conf: str | Path | None = None,
+        venv: str | Path | None = None,
+        workdir: str | Path | None = None,
+        base_env: dict[str, str] | None = None,
+        gpus: list[Gpu] | None = None,
+        python: str | None = None,
+        sbatch_args: list[str] | None = None,
+        poll_interval_s: float = 1.0,
+    ):
+        super().__init__(
+            state_dir,
+            queue=partition,
+            venv=venv,
+            workdir=workdir,
+            base_env=base_env,
+            gpus=gpus,
+            python=python,
+            batch_args=sbatch_args,
+            poll_interval_s=poll_interval_s,
+        )
         self.partition = partition
         if slurm_conf:
             self.cmd_env["SLURM_CONF"] = str(Path(slurm_conf).resolve())
@@ -358,7 +447,7 @@ class SlurmExecutor(BatchExecutor):
     def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
         env = super().environment(lease, gpu_indices)  # CUDA_VISIBLE_DEVICES: from GRES
         for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
-            del env[key]                                # the worker's own allocation, if any
+            del env[key]  # the worker's own allocation, if any
         if "SLURM_CONF" in self.cmd_env:
             env["SLURM_CONF"] = self.cmd_env["SLURM_CONF"]
         return env
@@ -386,8 +475,18 @@ class SlurmExecutor(BatchExecutor):
         conf = self.config()
         if conf.get("AccountingStorageType", "").endswith("slurmdbd"):
             try:
-                p = self._run(["sacct", "-X", "-P", "-n", "-o",
-                               "JobID,State,ExitCode,Start,End", "-j", job_id])
+                p = self._run(
+                    [
+                        "sacct",
+                        "-X",
+                        "-P",
+                        "-n",
+                        "-o",
+                        "JobID,State,ExitCode,Start,End",
+                        "-j",
+                        job_id,
+                    ]
+                )
                 if (info := parse_sacct(p.stdout, job_id)) is not None:
                     return info
             except (OSError, subprocess.SubprocessError):

@@ -104,13 +104,13 @@ def _alive(pid: object, start_ticks: object) -> bool:
             data = fh.read().decode("ascii", "replace")
     except OSError:
         try:
-            os.kill(pid, 0)   # no /proc: whether the pid exists at all
+            os.kill(pid, 0)  # no /proc: whether the pid exists at all
         except ProcessLookupError:
             return False
         except OSError:
             return True
         return True
-    rest = data[data.rindex(")") + 2:].split()
+    rest = data[data.rindex(")") + 2 :].split()
     if rest[0] in ("Z", "X", "x"):
         return False
     return start_ticks is None or int(rest[19]) == start_ticks
@@ -138,14 +138,15 @@ def _group_kill(sig: int) -> None:
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 data = fh.read().decode("ascii", "replace")
-            if int(data[data.rindex(")") + 2:].split()[2]) == group:
+            if int(data[data.rindex(")") + 2 :].split()[2]) == group:
                 os.kill(int(name), sig)
         except (OSError, ValueError, IndexError):
             continue
 
 
-def watch_worker(watch: str, done: threading.Event, stopped: dict[str, str],
-                 orphan_kill: list[str] | None = None) -> None:
+def watch_worker(
+    watch: str, done: threading.Event, stopped: dict[str, str], orphan_kill: list[str] | None = None
+) -> None:
     """The orphan watch (see the module's docstring): returns when the task is done, or
     once it was killed. ``stopped["message"]`` says why it was stopped."""
     termed = False
@@ -161,9 +162,13 @@ def watch_worker(watch: str, done: threading.Event, stopped: dict[str, str],
                     if now >= kill_at:
                         if orphan_kill:
                             try:
-                                subprocess.run(orphan_kill, stdin=subprocess.DEVNULL,
-                                               stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL, timeout=10)
+                                subprocess.run(
+                                    orphan_kill,
+                                    stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL,
+                                    timeout=10,
+                                )
                             except (OSError, subprocess.SubprocessError):
                                 pass
                         _group_kill(signal.SIGKILL)
@@ -175,18 +180,26 @@ def watch_worker(watch: str, done: threading.Event, stopped: dict[str, str],
                             f"last contact with the control plane was "
                             f"{now - float(info.get('contact_at') or now):.1f}s ago; stopped "
                             f"before the control plane requeues it (heartbeat TTL "
-                            f"{info.get('ttl_s')}s)")
-                        sys.stderr.write(f"[klique-worker {_now()}] {stopped['message']}: "
-                                         f"SIGTERM now, SIGKILL in "
-                                         f"{max(0.0, kill_at - now):.1f}s\n")
+                            f"{info.get('ttl_s')}s)"
+                        )
+                        sys.stderr.write(
+                            f"[klique-worker {_now()}] {stopped['message']}: "
+                            f"SIGTERM now, SIGKILL in "
+                            f"{max(0.0, kill_at - now):.1f}s\n"
+                        )
                         sys.stderr.flush()
                         _group_kill(signal.SIGTERM)
                     delay = max(0.01, min(delay, (kill_at if termed else term_at) - now))
         done.wait(delay)
 
 
-def run(exit_file: str, command: list[str], env: dict[str, str] | None = None,
-        watch: str | None = None, orphan_kill: list[str] | None = None) -> int:
+def run(
+    exit_file: str,
+    command: list[str],
+    env: dict[str, str] | None = None,
+    watch: str | None = None,
+    orphan_kill: list[str] | None = None,
+) -> int:
     """Runs ``command`` (in ``env``, else this process's environment), waits for it, records
     its end in ``exit_file``; returns the wrapper's own exit code. ``watch``: the worker's
     liveness file (stop the task when its worker is gone, see the module's docstring)."""
@@ -199,15 +212,24 @@ def run(exit_file: str, command: list[str], env: dict[str, str] | None = None,
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         sys.stderr.write(f"[klique-worker] cannot run {command[0]!r}: {exc.strerror or exc}\n")
         sys.stderr.flush()
-        _write_exit_reserved(exit_file, {"exit_code": code, "signal": None, "pid": None,
-                                         "ended_at": _now(),
-                                         "message": f"cannot run {command[0]!r}"}, reserve)
+        _write_exit_reserved(
+            exit_file,
+            {
+                "exit_code": code,
+                "signal": None,
+                "pid": None,
+                "ended_at": _now(),
+                "message": f"cannot run {command[0]!r}",
+            },
+            reserve,
+        )
         return code
     done = threading.Event()
     stopped: dict[str, str] = {}
     if watch:
-        threading.Thread(target=watch_worker, args=(watch, done, stopped, orphan_kill),
-                         daemon=True).start()
+        threading.Thread(
+            target=watch_worker, args=(watch, done, stopped, orphan_kill), daemon=True
+        ).start()
     rc = child.wait()
     done.set()
     record: dict[str, Any]
@@ -272,8 +294,10 @@ def main(argv: list[str]) -> int:
     while len(rest) >= 2 and rest[0] in ("--watch", "--orphan-kill"):
         opts[rest[0]], rest = rest[1], rest[2:]
     if not argv or len(rest) < 2 or rest[0] != "--":
-        sys.stderr.write("usage: wrapper.py EXIT_FILE [--watch FILE [--orphan-kill JSON]] -- "
-                         "COMMAND [ARGS...] | --serve\n")
+        sys.stderr.write(
+            "usage: wrapper.py EXIT_FILE [--watch FILE [--orphan-kill JSON]] -- "
+            "COMMAND [ARGS...] | --serve\n"
+        )
         return 2
     kill = json.loads(opts["--orphan-kill"]) if "--orphan-kill" in opts else None
     return run(argv[0], rest[1:], watch=opts.get("--watch"), orphan_kill=kill)
@@ -284,7 +308,7 @@ def _start_ticks(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read().decode("ascii", "replace")
-        return int(data[data.rindex(")") + 2:].split()[19])
+        return int(data[data.rindex(")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -368,8 +392,10 @@ def serve() -> int:
         try:
             answer = _spawn(json.loads(line))
         except OSError as exc:
-            answer = {"error": f"{type(exc).__name__}: {exc.strerror or exc}"
-                               + (f": {exc.filename}" if exc.filename else "")}
+            answer = {
+                "error": f"{type(exc).__name__}: {exc.strerror or exc}"
+                + (f": {exc.filename}" if exc.filename else "")
+            }
         except (ValueError, KeyError, TypeError) as exc:
             answer = {"error": f"bad request: {exc}"}
         _reap()

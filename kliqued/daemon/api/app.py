@@ -24,8 +24,26 @@ from kliqued.daemon.api.agents.endpoint import ENDPOINT, Endpoint, www_authentic
 from kliqued.daemon.errors import ApiError, StoreAway
 from kliqued.daemon.listener import log as listener_log
 from kliqued.daemon.api.agents import routes as agents
-from kliqued.daemon.api.handlers import demand, engine, estate, events, leader, ledger, meta, metrics
-from kliqued.daemon.api.handlers import pipelines, plan, policies, pools, resources, schedules, sessions, tasks
+from kliqued.daemon.api.handlers import (
+    demand,
+    engine,
+    estate,
+    events,
+    leader,
+    ledger,
+    meta,
+    metrics,
+)
+from kliqued.daemon.api.handlers import (
+    pipelines,
+    plan,
+    policies,
+    pools,
+    resources,
+    schedules,
+    sessions,
+    tasks,
+)
 from kliqued.daemon.api.handlers import tokens, workers
 from kliqued.daemon.api.inputs import check_params
 from kliqued.daemon.api.openapi import document
@@ -39,19 +57,41 @@ hangups = listener_log  # clients that hang up: the listener's own logger, flood
 """Client-driven records (logsetup.FLOOD_PRONE): a flood of hang-ups is aggregated."""
 
 MAX_BODY = 1024 * 1024
-ROUTES: list[Route] = [*meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.ROUTES,
-                       *policies.ROUTES, *pools.ROUTES, *events.ROUTES, *engine.ROUTES,
-                       *estate.ROUTES, *plan.ROUTES, *demand.ROUTES, *tokens.ROUTES,
-                       *ledger.ROUTES, *metrics.ROUTES, *schedules.ROUTES, *pipelines.ROUTES,
-                       *sessions.ROUTES, *agents.ROUTES, *leader.ROUTES]
+ROUTES: list[Route] = [
+    *meta.ROUTES,
+    *tasks.ROUTES,
+    *workers.ROUTES,
+    *resources.ROUTES,
+    *policies.ROUTES,
+    *pools.ROUTES,
+    *events.ROUTES,
+    *engine.ROUTES,
+    *estate.ROUTES,
+    *plan.ROUTES,
+    *demand.ROUTES,
+    *tokens.ROUTES,
+    *ledger.ROUTES,
+    *metrics.ROUTES,
+    *schedules.ROUTES,
+    *pipelines.ROUTES,
+    *sessions.ROUTES,
+    *agents.ROUTES,
+    *leader.ROUTES,
+]
 """Every route the daemon serves, with who may call it: the one declaration."""
 TABLE = table(ROUTES)
 PUBLIC = frozenset(r.path for r in ROUTES if r.public)
 """Paths served without a token (the input middleware skips their Authorization header)."""
 
-_HTTP_CODES = {400: "invalid-request", 401: "unauthenticated", 403: "forbidden",
-               404: "not-found", 405: "method-not-allowed", 413: "request-too-large",
-               415: "unsupported-media-type"}
+_HTTP_CODES = {
+    400: "invalid-request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "request-too-large",
+    415: "unsupported-media-type",
+}
 
 
 @web.middleware
@@ -79,18 +119,32 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             msg = exc.reason or "HTTP error"
         return reply({"error": {"code": code, "message": msg}}, exc.status)
     except ConnectionError as exc:  # the client went away; aiohttp's own errors included
-        hangups.info("a client hung up during %s %s (%s)", request.method, request.path,
-                     type(exc).__name__)
-        resp = reply({"error": {"code": "invalid-request",
-                                "message": "the connection was closed mid-request"}}, 400)
+        hangups.info(
+            "a client hung up during %s %s (%s)", request.method, request.path, type(exc).__name__
+        )
+        resp = reply(
+            {
+                "error": {
+                    "code": "invalid-request",
+                    "message": "the connection was closed mid-request",
+                }
+            },
+            400,
+        )
         resp.force_close()
         return resp
     except Exception:
         eid = uuid.uuid4().hex[:12]
         log.exception("error %s on %s %s", eid, request.method, request.path)
-        return reply({"error": {"code": "internal",
-                                "message": f"internal error {eid}; the daemon's log has "
-                                           f"the details"}}, 500)
+        return reply(
+            {
+                "error": {
+                    "code": "internal",
+                    "message": f"internal error {eid}; the daemon's log has the details",
+                }
+            },
+            500,
+        )
 
 
 @web.middleware
@@ -103,10 +157,17 @@ async def input_middleware(request: web.Request, handler: Handler) -> web.Stream
     if exc is None:
         check_params(request.query, request.match_info, request.headers)
         auth = request.headers.get("Authorization")
-        if auth is not None and request.path not in PUBLIC and not (
-                auth.isascii() and auth.isprintable()):
-            raise ApiError(401, "unauthenticated", "the Authorization header holds "
-                           "characters no token has (a token is printable ASCII)")
+        if (
+            auth is not None
+            and request.path not in PUBLIC
+            and not (auth.isascii() and auth.isprintable())
+        ):
+            raise ApiError(
+                401,
+                "unauthenticated",
+                "the Authorization header holds "
+                "characters no token has (a token is printable ASCII)",
+            )
     return await handler(request)
 
 
@@ -151,8 +212,9 @@ passed in by ``kliqued serve``'s command, since the daemon never imports ``kliqu
 
 
 def make_app(context: Context, installers: Sequence[Installer] = ()) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY,
-                          middlewares=[errors_middleware, input_middleware, auth_middleware])
+    app = web.Application(
+        client_max_size=MAX_BODY, middlewares=[errors_middleware, input_middleware, auth_middleware]
+    )
     app[CTX] = context
     app[DOC] = document(context.server_url, ROUTES)
     mcp = app[ENDPOINT] = Endpoint(context)  # the MCP SDK starts at the first call

@@ -85,11 +85,12 @@ def check_text(where: str, value: str, kind: int = NAME) -> None:
     """Refuses ``value`` (found at ``where``) if it holds a character ``kind`` forbids."""
     m = _BAD[kind].search(value)
     if m is not None:
-        allowed = {NAME: "names and ids hold no control characters",
-                   FREE: "text holds no NUL",
-                   ANY: "JSON text must be valid Unicode"}[kind]
-        _refuse(where, f"contains {describe(m.group())} at character {m.start()}; "
-                       f"{allowed}")
+        allowed = {
+            NAME: "names and ids hold no control characters",
+            FREE: "text holds no NUL",
+            ANY: "JSON text must be valid Unicode",
+        }[kind]
+        _refuse(where, f"contains {describe(m.group())} at character {m.start()}; {allowed}")
 
 
 class _Rules:
@@ -101,12 +102,11 @@ class _Rules:
 
     @staticmethod
     def _match(pattern: list[str], path: list[str]) -> bool:
-        return len(pattern) == len(path) and all(
-            p == "*" or p == s for p, s in zip(pattern, path))
+        return len(pattern) == len(path) and all(p == "*" or p == s for p, s in zip(pattern, path))
 
     def kind(self, path: list[str]) -> int:
         for pat in self.data:
-            if len(path) >= len(pat) and self._match(pat, path[:len(pat)]):
+            if len(path) >= len(pat) and self._match(pat, path[: len(pat)]):
                 return ANY
         return FREE if any(self._match(pat, path) for pat in self.free) else NAME
 
@@ -123,16 +123,19 @@ def parse_body(raw: bytes, schema: str | None = None) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ApiError(400, "invalid-json", f"the body is not UTF-8 (byte {exc.start})",
-                       {"pointer": ""}) from None
+        raise ApiError(
+            400, "invalid-json", f"the body is not UTF-8 (byte {exc.start})", {"pointer": ""}
+        ) from None
     try:
         body = json.loads(text)
     except RecursionError:
-        raise bad_request(f"the body is nested deeper than {MAX_DEPTH} levels",
-                          {"pointer": ""}) from None
+        raise bad_request(
+            f"the body is nested deeper than {MAX_DEPTH} levels", {"pointer": ""}
+        ) from None
     except ValueError as exc:
-        raise ApiError(400, "invalid-json", f"the body is not JSON: {str(exc)[:200]}",
-                       {"pointer": ""}) from None
+        raise ApiError(
+            400, "invalid-json", f"the body is not JSON: {str(exc)[:200]}", {"pointer": ""}
+        ) from None
     check_tree(body, schema)
     return body
 
@@ -153,8 +156,7 @@ def check_tree(body: Any, schema: str | None = None) -> None:
                 check_text(_pointer(path), value, rules.kind(path))
         elif t is dict or t is list:
             if depth >= MAX_DEPTH:
-                _refuse(_pointer(_unwind(node)), f"nested deeper than {MAX_DEPTH} levels",
-                        schema)
+                _refuse(_pointer(_unwind(node)), f"nested deeper than {MAX_DEPTH} levels", schema)
             if t is dict:
                 for k, v in value.items():
                     if not k.isascii() or _ASCII_CTRL.search(k) is not None:
@@ -170,8 +172,11 @@ def check_tree(body: Any, schema: str | None = None) -> None:
                     push((v, (node, str(i)), depth + 1))
         elif t is float:
             if not math.isfinite(value):
-                _refuse(_pointer(_unwind(node)), "numbers must be finite (no NaN, Infinity "
-                                                 "or values beyond 1.8e308)", schema)
+                _refuse(
+                    _pointer(_unwind(node)),
+                    "numbers must be finite (no NaN, Infinity or values beyond 1.8e308)",
+                    schema,
+                )
         elif t is int:
             if not -INT_MAX <= value <= INT_MAX:
                 _refuse(_pointer(_unwind(node)), "integers must fit in 64 bits", schema)
@@ -194,8 +199,9 @@ def _pointer(path: list[str]) -> str:
     return "".join("/" + _seg(p) for p in path)
 
 
-def check_params(query: Mapping[str, str], path: Mapping[str, str],
-                 headers: Mapping[str, str]) -> None:
+def check_params(
+    query: Mapping[str, str], path: Mapping[str, str], headers: Mapping[str, str]
+) -> None:
     """The query string, the path's variables and the headers the API reads: names."""
     for k, v in _items(query):
         check_text("query parameter name", k)

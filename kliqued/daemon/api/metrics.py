@@ -25,8 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
-                               disable_created_metrics, generate_latest)
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -39,8 +46,7 @@ from kliqued.daemon.events import Event
 if TYPE_CHECKING:
     from kliqued.daemon.state.daemon import Daemon
 
-PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                5.0)
+PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Seconds: a steady pass takes milliseconds, a pass over the XL state up to about a
 second."""
 
@@ -59,6 +65,7 @@ def _g(milli: int) -> float:
 @dataclass(frozen=True)
 class Role:
     """A daemon's part in its control plane, as its ``/metrics`` says it."""
+
     leader: bool
     """Leads: holds the lease, or is the one daemon of a DuckDB file."""
     epoch: int | None = None
@@ -82,18 +89,27 @@ class RoleCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         r = self.role()
-        leader = GaugeMetricFamily("klique_leader", "1 on the daemon that leads (holds the "
-                                   "lease, or the one daemon of a DuckDB file), 0 on a standby")
+        leader = GaugeMetricFamily(
+            "klique_leader",
+            "1 on the daemon that leads (holds the "
+            "lease, or the one daemon of a DuckDB file), 0 on a standby",
+        )
         leader.add_metric([], 1 if r.leader else 0)
         yield leader
-        epoch = GaugeMetricFamily("klique_lease_epoch", "The lease's epoch this daemon last "
-                                  "saw, its own while it leads (none with a DuckDB file)")
+        epoch = GaugeMetricFamily(
+            "klique_lease_epoch",
+            "The lease's epoch this daemon last "
+            "saw, its own while it leads (none with a DuckDB file)",
+        )
         if r.epoch is not None:
             epoch.add_metric([], r.epoch)
         yield epoch
-        lag = GaugeMetricFamily("klique_replica_lag_events", "A standby: events in the log "
-                                "its state for reads has not applied, at its last look (none "
-                                "on the leader)")
+        lag = GaugeMetricFamily(
+            "klique_replica_lag_events",
+            "A standby: events in the log "
+            "its state for reads has not applied, at its last look (none "
+            "on the leader)",
+        )
         if r.replica_lag is not None:
             lag.add_metric([], r.replica_lag)
         yield lag
@@ -109,14 +125,18 @@ class ClockCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         clock = self.d.clock
-        steps = CounterMetricFamily("klique_clock_steps", "Steps of the wall clock seen "
-                                    "since the daemon started (more than 2 s at once)",
-                                    labels=["direction"])
+        steps = CounterMetricFamily(
+            "klique_clock_steps",
+            "Steps of the wall clock seen since the daemon started (more than 2 s at once)",
+            labels=["direction"],
+        )
         for direction, n in sorted(clock.steps.items()):
             steps.add_metric([direction], n)
         yield steps
-        offset = GaugeMetricFamily("klique_clock_offset_seconds", "The wall clock minus the "
-                                   "daemon's time (monotonic, slewed toward the wall clock)")
+        offset = GaugeMetricFamily(
+            "klique_clock_offset_seconds",
+            "The wall clock minus the daemon's time (monotonic, slewed toward the wall clock)",
+        )
         offset.add_metric([], clock.offset_ms / SECOND_MS)
         yield offset
 
@@ -130,14 +150,19 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         d = self.d
         yield CounterMetricFamily(
-            "klique_events_committed", "Events in the durable event log (its last sequence "
-            "number): counts across restarts", value=d.seq)
+            "klique_events_committed",
+            "Events in the durable event log (its last sequence number): counts across restarts",
+            value=d.seq,
+        )
         ready = GaugeMetricFamily("klique_ready", "1 once the daemon has an estate and state")
         ready.add_metric([], 1 if d.ready else 0)
         yield ready
-        held = GaugeMetricFamily("klique_task_records", "Task records in memory: tasks not "
-                                 "yet ended and the latest ended ones (--keep-ended); older "
-                                 "ones are in the task history (docs/ha.md)")
+        held = GaugeMetricFamily(
+            "klique_task_records",
+            "Task records in memory: tasks not "
+            "yet ended and the latest ended ones (--keep-ended); older "
+            "ones are in the task history (docs/ha.md)",
+        )
         held.add_metric([], len(d.records))
         yield held
         if not d.ready:
@@ -151,17 +176,24 @@ class StateCollector(Collector):
 
     def _estate(self) -> Iterator[Metric]:
         d, st = self.d, self.d.st()
-        info = GaugeMetricFamily("klique_estate_info", "The running estate revision (1)",
-                                 labels=["revision", "commit", "source"])
+        info = GaugeMetricFamily(
+            "klique_estate_info",
+            "The running estate revision (1)",
+            labels=["revision", "commit", "source"],
+        )
         info.add_metric([d.estate.revision, d.estate.commit or "", d.estate.source or ""], 1)
         yield info
-        applied = GaugeMetricFamily("klique_estate_applied_timestamp_seconds",
-                                    "When the running revision was applied")
+        applied = GaugeMetricFamily(
+            "klique_estate_applied_timestamp_seconds", "When the running revision was applied"
+        )
         if d.estate.applied_at is not None:
             applied.add_metric([], d.estate.applied_at / SECOND_MS)
         yield applied
-        refused = GaugeMetricFamily("klique_estate_refused", "1 while the last revision "
-                                    "offered (GitOps reload) was refused", labels=["revision"])
+        refused = GaugeMetricFamily(
+            "klique_estate_refused",
+            "1 while the last revision offered (GitOps reload) was refused",
+            labels=["revision"],
+        )
         r = views.refused(d.estate.refused)
         if r is not None:
             refused.add_metric([str(r.get("revision") or "")], 1)
@@ -169,38 +201,62 @@ class StateCollector(Collector):
         enabled = GaugeMetricFamily("klique_engine_enabled", "1 while the engine places work")
         enabled.add_metric([], 1 if st.enabled else 0)
         yield enabled
-        last = GaugeMetricFamily("klique_last_pass_timestamp_seconds",
-                                 "When the last engine pass ran")
+        last = GaugeMetricFamily(
+            "klique_last_pass_timestamp_seconds", "When the last engine pass ran"
+        )
         if d.last_pass_at is not None:
             last.add_metric([], d.last_pass_at / SECOND_MS)
         yield last
 
     def _pools(self) -> Iterator[Metric]:
         labels = ["pool", "kind", "gpu_type"]
-        fams = {k: GaugeMetricFamily(f"klique_pool_{k}_gpus", text, labels=labels)
-                for k, text in (("capacity", "GPUs the pool has"),
-                                ("used", "GPUs placed on the pool"),
-                                ("borrowed", "GPUs on the pool held by groups above their "
-                                             "reservation (reclaimable)"),
-                                ("free", "GPUs not placed"))}
-        takes = GaugeMetricFamily("klique_pool_takes_work", "1 while the pool takes "
-                                  "placements (a live worker, or autoscaled)", labels=labels)
-        spend = GaugeMetricFamily("klique_cloud_spend", "An autoscaled pool's cloud spend "
-                                  "this UTC month, running nodes up to now (cloud.py)",
-                                  labels=["pool", "currency"])
-        cap = GaugeMetricFamily("klique_cloud_spend_cap", "An autoscaled pool's monthly "
-                                "spend cap (pools with one)", labels=["pool", "currency"])
-        nodes = GaugeMetricFamily("klique_cloud_nodes", "An autoscaled pool's running nodes "
-                                  "by lifecycle", labels=["pool", "lifecycle"])
-        waits = GaugeMetricFamily("klique_cloud_waiting_tasks", "Placed tasks that wait for "
-                                  "a node the autoscaler cannot add, by cause",
-                                  labels=["pool", "cause"])
-        reported = GaugeMetricFamily("klique_pool_reported_gpus", "GPUs the pool's live "
-                                     "workers report (the engine counts the declared "
-                                     "capacity)", labels=labels)
-        mismatch = GaugeMetricFamily("klique_pool_capacity_mismatch", "How many ways the "
-                                     "pool's live workers disagree with what it declares "
-                                     "(0: they agree)", labels=labels)
+        fams = {
+            k: GaugeMetricFamily(f"klique_pool_{k}_gpus", text, labels=labels)
+            for k, text in (
+                ("capacity", "GPUs the pool has"),
+                ("used", "GPUs placed on the pool"),
+                (
+                    "borrowed",
+                    "GPUs on the pool held by groups above their reservation (reclaimable)",
+                ),
+                ("free", "GPUs not placed"),
+            )
+        }
+        takes = GaugeMetricFamily(
+            "klique_pool_takes_work",
+            "1 while the pool takes placements (a live worker, or autoscaled)",
+            labels=labels,
+        )
+        spend = GaugeMetricFamily(
+            "klique_cloud_spend",
+            "An autoscaled pool's cloud spend this UTC month, running nodes up to now (cloud.py)",
+            labels=["pool", "currency"],
+        )
+        cap = GaugeMetricFamily(
+            "klique_cloud_spend_cap",
+            "An autoscaled pool's monthly spend cap (pools with one)",
+            labels=["pool", "currency"],
+        )
+        nodes = GaugeMetricFamily(
+            "klique_cloud_nodes",
+            "An autoscaled pool's running nodes by lifecycle",
+            labels=["pool", "lifecycle"],
+        )
+        waits = GaugeMetricFamily(
+            "klique_cloud_waiting_tasks",
+            "Placed tasks that wait for a node the autoscaler cannot add, by cause",
+            labels=["pool", "cause"],
+        )
+        reported = GaugeMetricFamily(
+            "klique_pool_reported_gpus",
+            "GPUs the pool's live workers report (the engine counts the declared capacity)",
+            labels=labels,
+        )
+        mismatch = GaugeMetricFamily(
+            "klique_pool_capacity_mismatch",
+            "How many ways the pool's live workers disagree with what it declares (0: they agree)",
+            labels=labels,
+        )
         for p in views.pools(self.d):
             key = [p["name"], p["kind"], p["gpu_type"] or ""]
             for k, fam in fams.items():
@@ -212,12 +268,15 @@ class StateCollector(Collector):
                 if c["spend_cap"] is not None:
                     cap.add_metric([p["name"], c["currency"]], float(c["spend_cap"]))
                 for life in ("spot", "on-demand"):
-                    nodes.add_metric([p["name"], life], sum(
-                        1 for n in c["nodes"] if n["lifecycle"] == life))
+                    nodes.add_metric(
+                        [p["name"], life], sum(1 for n in c["nodes"] if n["lifecycle"] == life)
+                    )
                 s = c["scaling"]
                 for cause in ("spend_cap", "capacity", "error"):
-                    waits.add_metric([p["name"], cause], s["waiting"] if s is not None
-                                     and s["cause"] == cause else 0)
+                    waits.add_metric(
+                        [p["name"], cause],
+                        s["waiting"] if s is not None and s["cause"] == cause else 0,
+                    )
             truth = p["capacity_truth"]
             reported.add_metric(key, float(truth["reported"]["gpus"]))
             mismatch.add_metric(key, float(len(truth["mismatches"])))
@@ -228,13 +287,17 @@ class StateCollector(Collector):
         d = self.d
         idx, st, now = d.idx(), d.st(), d.clock.now()
         labels = ["resource", "group"]
-        depth = GaugeMetricFamily("klique_queue_depth", "Tasks queued on the compute "
-                                  "resource", labels=labels)
-        oldest = GaugeMetricFamily("klique_queue_oldest_wait_seconds", "How long the task "
-                                   "queued longest (since its submission) has waited; 0 "
-                                   "when none waits", labels=labels)
-        placed = GaugeMetricFamily("klique_resource_placed_tasks", "Tasks placed from the "
-                                   "compute resource", labels=labels)
+        depth = GaugeMetricFamily(
+            "klique_queue_depth", "Tasks queued on the compute resource", labels=labels
+        )
+        oldest = GaugeMetricFamily(
+            "klique_queue_oldest_wait_seconds",
+            "How long the task queued longest (since its submission) has waited; 0 when none waits",
+            labels=labels,
+        )
+        placed = GaugeMetricFamily(
+            "klique_resource_placed_tasks", "Tasks placed from the compute resource", labels=labels
+        )
         for name, cr in idx.resources.items():
             key = [name, cr.group]
             q = st.queues.get(name)
@@ -250,19 +313,25 @@ class StateCollector(Collector):
         d = self.d
         idx, st, now = d.idx(), d.st(), d.clock.now()
         labels = ["policy", "group"]
-        gauges = {k: GaugeMetricFamily(f"klique_policy_{k}_gpus", text, labels=labels)
-                  for k, text in (("used", "GPUs the policy's group holds"),
-                                  ("reservation", "GPUs reserved for the group"),
-                                  ("limit", "The most GPUs the group may hold"))}
+        gauges = {
+            k: GaugeMetricFamily(f"klique_policy_{k}_gpus", text, labels=labels)
+            for k, text in (
+                ("used", "GPUs the policy's group holds"),
+                ("reservation", "GPUs reserved for the group"),
+                ("limit", "The most GPUs the group may hold"),
+            )
+        }
         blabels = ["policy", "group", "period"]
-        budget = {k: GaugeMetricFamily(f"klique_budget_{k}", text, labels=blabels)
-                  for k, text in (("hours", "The budget of the period (budget hours)"),
-                                  ("used_hours", "Budget hours used in the current period"),
-                                  ("left_hours", "Budget hours left in the current period "
-                                                 "(negative once overrun)"),
-                                  ("burn_rate", "Budget hours used per hour at the current "
-                                                "placements"),
-                                  ("resets_timestamp_seconds", "When the period ends"))}
+        budget = {
+            k: GaugeMetricFamily(f"klique_budget_{k}", text, labels=blabels)
+            for k, text in (
+                ("hours", "The budget of the period (budget hours)"),
+                ("used_hours", "Budget hours used in the current period"),
+                ("left_hours", "Budget hours left in the current period (negative once overrun)"),
+                ("burn_rate", "Budget hours used per hour at the current placements"),
+                ("resets_timestamp_seconds", "When the period ends"),
+            )
+        }
         for name, g in idx.group_of_policy.items():
             gi = idx.groups[g]
             gauges["used"].add_metric([name, g], _g(st.used.get(g, 0)))
@@ -287,15 +356,23 @@ class StateCollector(Collector):
         d = self.d
         idx, st = d.idx(), d.st()
         labels = ["policy", "group"]
-        share = GaugeMetricFamily("klique_lending_share", "With order: fair: the level's "
-                                  "borrowed GPUs / lend_weight (the ratio idle GPUs are "
-                                  "shared by, lowest first)", labels=labels)
-        weight = GaugeMetricFamily("klique_lend_weight", "With order: fair: the level's "
-                                   "lend_weight", labels=labels)
-        lost = CounterMetricFamily("klique_lost_gpu_seconds", "GPU-seconds of work lost by "
-                                   "the preemptions of the level's tasks (its subtree's, for "
-                                   "a department), since its last checkpoint or placement",
-                                   labels=labels)
+        share = GaugeMetricFamily(
+            "klique_lending_share",
+            "With order: fair: the level's "
+            "borrowed GPUs / lend_weight (the ratio idle GPUs are "
+            "shared by, lowest first)",
+            labels=labels,
+        )
+        weight = GaugeMetricFamily(
+            "klique_lend_weight", "With order: fair: the level's lend_weight", labels=labels
+        )
+        lost = CounterMetricFamily(
+            "klique_lost_gpu_seconds",
+            "GPU-seconds of work lost by "
+            "the preemptions of the level's tasks (its subtree's, for "
+            "a department), since its last checkpoint or placement",
+            labels=labels,
+        )
         for name, g in idx.group_of_policy.items():
             fair = treeviews.fair_share(d, g)
             if fair:
@@ -310,9 +387,13 @@ class StateCollector(Collector):
         for w in d.workers.values():
             key = (w.pool, views.worker_state(d, w))
             counts[key] = counts.get(key, 0) + 1
-        fam = GaugeMetricFamily("klique_workers", "Registered workers by pool and state "
-                                "(alive: heard from within the TTL; silent: not lately; "
-                                "lost: declared lost)", labels=["pool", "state"])
+        fam = GaugeMetricFamily(
+            "klique_workers",
+            "Registered workers by pool and state "
+            "(alive: heard from within the TTL; silent: not lately; "
+            "lost: declared lost)",
+            labels=["pool", "state"],
+        )
         for (pool, state), n in sorted(counts.items()):
             fam.add_metric([pool, state], n)
         yield fam
@@ -322,8 +403,9 @@ class Metrics:
     """One daemon's metrics: its registry, the counters the sequencer increments, the state
     collector (``state``: a leader's), its role and its process."""
 
-    def __init__(self, daemon: "Daemon", role: Callable[[], Role] | None = None,
-                 state: bool = True) -> None:
+    def __init__(
+        self, daemon: "Daemon", role: Callable[[], Role] | None = None, state: bool = True
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.role: Callable[[], Role] = role or (lambda: LEADER)
         """What ``klique_leader`` and its neighbours read at each scrape; the server sets a
@@ -333,21 +415,38 @@ class Metrics:
         self.registry.register(ClockCollector(daemon))  # every daemon's own clock
         own = self.registry if state else None  # a standby's are kept out of its answer
         self.pass_seconds = Histogram(
-            "klique_pass_duration_seconds", "Duration of an engine pass", buckets=PASS_BUCKETS,
-            registry=own)
+            "klique_pass_duration_seconds",
+            "Duration of an engine pass",
+            buckets=PASS_BUCKETS,
+            registry=own,
+        )
         self.submissions = Counter(
-            "klique_submissions", "Tasks submitted (committed) since the daemon started",
-            ["resource"], registry=own)
+            "klique_submissions",
+            "Tasks submitted (committed) since the daemon started",
+            ["resource"],
+            registry=own,
+        )
         self.preemptions = Counter(
-            "klique_preemptions", "Preemptions since the daemon started, by reason (reclaim, "
-            "lost, returned, ...) and pool", ["reason", "pool"], registry=own)
+            "klique_preemptions",
+            "Preemptions since the daemon started, by reason (reclaim, "
+            "lost, returned, ...) and pool",
+            ["reason", "pool"],
+            registry=own,
+        )
         self.store_unavailable = Gauge(
-            "klique_store_unavailable", "1 while the event log cannot be written (disk full, "
+            "klique_store_unavailable",
+            "1 while the event log cannot be written (disk full, "
             "PostgreSQL unreachable): writes are refused, reads answer; by kind",
-            ["kind"], registry=self.registry)
+            ["kind"],
+            registry=self.registry,
+        )
         self.store_outages = Counter(
-            "klique_store_outages", "Times the event log became unwritable since the daemon "
-            "started, by kind (disk-full, unreachable)", ["kind"], registry=self.registry)
+            "klique_store_outages",
+            "Times the event log became unwritable since the daemon "
+            "started, by kind (disk-full, unreachable)",
+            ["kind"],
+            registry=self.registry,
+        )
         for kind in ("disk-full", "unreachable"):
             self.store_unavailable.labels(kind).set(0)
         if state:
@@ -369,8 +468,9 @@ class Metrics:
             if ev.kind == "submitted":
                 self.submissions.labels(str(ev.data.get("resource") or "")).inc()
             elif ev.kind == "preempted":
-                self.preemptions.labels(str(ev.data.get("kind") or ""),
-                                        str(ev.data.get("pool") or "")).inc()
+                self.preemptions.labels(
+                    str(ev.data.get("kind") or ""), str(ev.data.get("pool") or "")
+                ).inc()
 
     def render(self) -> bytes:
         """The exposition text of every metric."""

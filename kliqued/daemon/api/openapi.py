@@ -22,710 +22,1389 @@ from kliqued.daemon.state.channels import CHANNELS, DECLARED, HEADER  # noqa: E4
 
 URN = "urn:kliqued:openapi"
 
-TIME = {"type": "string", "format": "date-time",
-        "description": "RFC 3339 UTC, e.g. 2026-11-29T08:00:00Z (milliseconds allowed)"}
+TIME = {
+    "type": "string",
+    "format": "date-time",
+    "description": "RFC 3339 UTC, e.g. 2026-11-29T08:00:00Z (milliseconds allowed)",
+}
 TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 NAME = {"type": "string", "minLength": 1, "maxLength": 256}
-_DURATION = {"type": ["string", "integer", "null"], "maxLength": 32, "minimum": 0,
-             "description": "a duration: 90d, 12h, 30m, 45s, 2w, or whole seconds"}
+_DURATION = {
+    "type": ["string", "integer", "null"],
+    "maxLength": 32,
+    "minimum": 0,
+    "description": "a duration: 90d, 12h, 30m, 45s, 2w, or whole seconds",
+}
 _TOKEN_OPTS: dict[str, Any] = {
     "name": {"type": ["string", "null"], "maxLength": 256},
-    "expires_in": {**_DURATION, "description": "the token stops working this long after "
-                                               "its creation (e.g. 90d); default: never"},
-    "expires_at": {**TIME_OR_NULL, "description": "or: the instant it stops working"}}
+    "expires_in": {
+        **_DURATION,
+        "description": "the token stops working this long after "
+        "its creation (e.g. 90d); default: never",
+    },
+    "expires_at": {**TIME_OR_NULL, "description": "or: the instant it stops working"},
+}
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _obj(props: dict[str, Any], required: list[str] | None = None,
-         extra: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": props,
-                           "required": list(props) if required is None else required}
+def _obj(
+    props: dict[str, Any], required: list[str] | None = None, extra: bool = False
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": "object",
+        "properties": props,
+        "required": list(props) if required is None else required,
+    }
     if not extra:
         out["additionalProperties"] = False
     return out
 
 
 FAIR_SHARE: dict[str, Any] = {
-    "share": {"type": "number", "minimum": 0,
-              "description": "with settings.lending.order: fair only: the level's borrowed "
-                             "GPUs / lend_weight (lending.md)"},
-    "lend_weight": {"type": "number", "exclusiveMinimum": 0,
-                    "description": "with settings.lending.order: fair only"}}
+    "share": {
+        "type": "number",
+        "minimum": 0,
+        "description": "with settings.lending.order: fair only: the level's borrowed "
+        "GPUs / lend_weight (lending.md)",
+    },
+    "lend_weight": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": "with settings.lending.order: fair only",
+    },
+}
 """A level's fair share, present only under ``order: fair`` (lending.md)."""
 
-POLICY_REQUIRED = ["name", "group", "reservation", "limit", "used", "borrowed", "budget",
-                   "envelope", "parent", "levels", "depth", "path", "shared_reservation",
-                   "below", "user_limit", "waiting"]
+POLICY_REQUIRED = [
+    "name",
+    "group",
+    "reservation",
+    "limit",
+    "used",
+    "borrowed",
+    "budget",
+    "envelope",
+    "parent",
+    "levels",
+    "depth",
+    "path",
+    "shared_reservation",
+    "below",
+    "user_limit",
+    "waiting",
+]
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"oneOf": [{"type": "null"}, schema]}
 
 
-_OUTPUTS = {"type": ["object", "null"], "maxProperties": 100,
-            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},
-            "additionalProperties": {"type": "string", "maxLength": 4096},
-            "description": "a finished task's KEY=VALUE lines from the file named by "
-                           "$KLIQUE_OUTPUTS (pipelines pass them to later steps)"}
+_OUTPUTS = {
+    "type": ["object", "null"],
+    "maxProperties": 100,
+    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},
+    "additionalProperties": {"type": "string", "maxLength": 4096},
+    "description": "a finished task's KEY=VALUE lines from the file named by "
+    "$KLIQUE_OUTPUTS (pipelines pass them to later steps)",
+}
 
 SCHEMAS: dict[str, Any] = {
-    "Error": _obj({"error": _obj({
-        "code": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$"},
-        "message": {"type": "string"},
-        "details": {"type": "object"}}, required=["code", "message"])}),
-    "Health": _obj({"status": {"type": "string", "enum": ["ok", "starting"]},
-                    "revision": {"type": "string"},
-                    "engine": {"type": "string", "enum": ["enabled", "disabled"]}}),
-    "WhoAmI": _obj({
-        "principal": {"type": "string"},
-        "kind": {"type": "string", "enum": ["user", "worker", "role"]},
-        "name": {"type": "string"},
-        "groups": {"type": "array", "items": {"type": "string"}},
-        "admin_of": {"type": "array", "items": {"type": "string"}},
-        "roles": {"type": "array", "items": {"type": "string", "enum": ["admin", "finance", "planner"]}},
-        "token_id": {"type": ["string", "null"]}}),
-    "TaskSubmission": _obj({
-        "resource": {"type": "string", "minLength": 1, "maxLength": 512,
-                     "description": "compute resource, <policy>/<profile>",
-                     "examples": ["llm-research/h100"]},
-        "command": {"type": ["array", "null"], "items": {"type": "string"},
-                    "maxItems": 10000},
-        "payload": {"description": "any JSON value, for channels that send data rather "
-                                   "than a command"},
-        "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001,
-                 "description": "size, only for profiles whose size comes from the task"},
-        "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-        "labels": {"type": "object", "additionalProperties": {"type": "string",
-                                                              "maxLength": 1024},
-                   "propertyNames": {"minLength": 1, "maxLength": 128},
-                   "maxProperties": 64},
-        "user": {"type": ["string", "null"], "minLength": 1, "maxLength": 256,
-                 "description": "admins only: the user the task is sent for"},
-    }, required=["resource"]),
-    "Reason": _obj({"kind": {"type": "string",
-                             "enum": ["order", "user_limit", "limit", "budget", "capacity",
-                                      "pending", "worker"]},
-                    "text": {"type": "string"}}),
-    "Task": _obj({
-        "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$"},
-        "resource": {"type": "string"}, "policy": {"type": "string"},
-        "profile": {"type": "string"}, "group": {"type": "string"},
-        "user": {"type": "string"},
-        "actor": {"type": "string", "description": "the principal that sent it"},
-        "channel": {"type": "string", "enum": list(CHANNELS),
-                    "description": "how it was sent: `cli`, `sdk` (declared by the client "
-                                   "in `X-Klique-Channel`), `api` (no header), or by the "
-                                   "daemon itself for `mcp`, `schedule`, `pipeline`, "
-                                   "`session`"},
-        "project": {"type": ["string", "null"]},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "command": {"type": ["array", "null"], "items": {"type": "string"}},
-        "payload": {},
-        "gpus": {"type": ["number", "null"]},
-        "state": {"type": "string", "enum": ["queued", "placed", "running", "ended"],
-                  "description": "`running` is a sub-state of `placed`: placed, and its "
-                                 "worker reported it started"},
-        "end_reason": {"type": ["string", "null"]},
-        "pool": {"type": ["string", "null"],
-                 "description": "where it is placed (ended: where it last ran)"},
-        "submitted_at": TIME, "placed_at": TIME_OR_NULL, "ended_at": TIME_OR_NULL,
-        "position": {"type": ["integer", "null"], "minimum": 1},
-        "waiting_reason": _nullable(_ref("Reason")),
-        "preemptions": {"type": "integer", "minimum": 0},
-        "last_preemption": _nullable(_obj({"kind": {"type": "string"},
-                                           "text": {"type": "string"}, "at": TIME})),
-        "revision": {"type": "string"},
-        "worker": {"type": ["string", "null"], "description": "the worker of its latest "
-                                                             "lease"},
-        "epoch": {"type": "integer", "minimum": 0,
-                  "description": "its latest lease's fencing epoch (0: never leased)"},
-        "started_at": {**TIME_OR_NULL, "description": "when its current attempt started"},
-        "exit_code": {"type": ["integer", "null"]},
-        "signal": {"type": ["string", "null"], "description": "e.g. SIGKILL"},
-        "outputs": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
-                    "description": "what it wrote to $KLIQUE_OUTPUTS, once finished"},
-        "gpu_hours": {"type": "number", "minimum": 0,
-                      "description": "GPU-hours of its placements, the current one up to "
-                                     "now included"},
-        "end": _nullable(_obj({
-            "text": {"type": "string", "description": "why it ended, e.g. `failed: exit "
-                                                      "code 3: CUDA out of memory`, "
-                                                      "`cancelled by user:erin: reason`"},
-            "by": {"type": ["string", "null"],
-                   "description": "who cancelled it: a principal, or `estate`"},
-            "message": {"type": ["string", "null"],
-                        "description": "the message of the worker's report that ended it"}})),
-        "protected_until": {**TIME_OR_NULL,
-                            "description": "a placed task: when its protection (lending.md "
-                                           "protect_for) ends; null without one"},
-        "lost_work_s": {"type": ["number", "null"], "minimum": 0,
-                        "description": "a placed task: the work a preemption now would lose "
-                                       "(since its last checkpoint, else its placement)"},
-        "lost_gpu_hours_so_far": {"type": "number", "minimum": 0,
-                                  "description": "GPU-hours its preemptions have lost"},
-    }),
-    "ScheduleCreate": _obj({
-        "cron": {"type": "string", "minLength": 1, "maxLength": 256,
-                 "description": "standard 5-field cron (minute hour day-of-month month "
-                                "day-of-week), read in `timezone`",
-                 "examples": ["0 2 * * *"]},
-        "timezone": {"type": ["string", "null"], "minLength": 1, "maxLength": 64,
-                     "description": "an IANA time zone (default UTC)"},
-        "name": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-        "resource": {"type": ["string", "null"], "minLength": 1, "maxLength": 512},
-        "command": {"type": ["array", "null"], "items": {"type": "string"},
-                    "maxItems": 10000},
-        "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-        "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
-        "labels": {"type": "object", "additionalProperties": {"type": "string",
-                                                              "maxLength": 1024},
-                   "propertyNames": {"minLength": 1, "maxLength": 128},
-                   "maxProperties": 64},
-        "pipeline": _nullable(_ref("PipelineRunRequest")),
-        "concurrency": {"type": ["string", "null"], "enum": ["allow", "forbid", "replace",
-                                                             None],
-                        "description": "a run while the previous one still runs: runs "
-                                       "beside it, is skipped, or replaces it"},
-        "missed": {"type": ["string", "null"], "enum": ["run-once", "skip", None],
-                   "description": "due times passed while the daemon was down: the "
-                                  "latest runs once (within `deadline`), or none"},
-        "deadline": {**_DURATION, "description": "run-once: how late a missed run may "
-                                                 "still start (default: any)"},
-    }, required=["cron"]),
-    "SessionStart": _obj({
-        "resource": {"type": "string", "minLength": 1, "maxLength": 512,
-                     "description": "compute resource, <policy>/<profile>"},
-        "app": {"type": "string", "enum": ["jupyter", "vscode", "shell"]},
-        "command": {"type": ["array", "null"], "items": {"type": "string"},
-                    "minItems": 1, "maxItems": 10000,
-                    "description": "instead of the app's usual command: a server that "
-                                   "listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path "
-                                   "$KLIQUE_SESSION_PREFIX"},
-        "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-        "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
-        "idle": _obj({k: {**_DURATION, "description": f"idle limit `{k}`: at most the "
-                          "profile's (a session may lower its limits, never raise them)"}
-                      for k in ("wall", "cpu", "gpu", "network")}, required=[]),
-    }, required=["resource", "app"]),
-    "Session": _obj({
-        "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$",
-                "description": "its task's id"},
-        "task": {"type": "string"}, "user": {"type": "string"},
-        "resource": {"type": "string"}, "app": {"type": ["string", "null"]},
-        "state": {"type": "string", "description": "queued, starting, running, or how it "
-                                                   "ended (`stopped: idle (cpu 30m)`)"},
-        "url": {"type": "string", "description": "where its owner reaches it"},
-        "idle": {"type": "object", "additionalProperties": {"type": "string"},
-                 "description": "its idle limits"},
-        "connected": {"type": "boolean",
-                      "description": "its worker's tunnel is open: the URL answers"}}),
+    "Error": _obj(
+        {
+            "error": _obj(
+                {
+                    "code": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$"},
+                    "message": {"type": "string"},
+                    "details": {"type": "object"},
+                },
+                required=["code", "message"],
+            )
+        }
+    ),
+    "Health": _obj(
+        {
+            "status": {"type": "string", "enum": ["ok", "starting"]},
+            "revision": {"type": "string"},
+            "engine": {"type": "string", "enum": ["enabled", "disabled"]},
+        }
+    ),
+    "WhoAmI": _obj(
+        {
+            "principal": {"type": "string"},
+            "kind": {"type": "string", "enum": ["user", "worker", "role"]},
+            "name": {"type": "string"},
+            "groups": {"type": "array", "items": {"type": "string"}},
+            "admin_of": {"type": "array", "items": {"type": "string"}},
+            "roles": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["admin", "finance", "planner"]},
+            },
+            "token_id": {"type": ["string", "null"]},
+        }
+    ),
+    "TaskSubmission": _obj(
+        {
+            "resource": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 512,
+                "description": "compute resource, <policy>/<profile>",
+                "examples": ["llm-research/h100"],
+            },
+            "command": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 10000},
+            "payload": {
+                "description": "any JSON value, for channels that send data rather than a command"
+            },
+            "gpus": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "multipleOf": 0.001,
+                "description": "size, only for profiles whose size comes from the task",
+            },
+            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+            "labels": {
+                "type": "object",
+                "additionalProperties": {"type": "string", "maxLength": 1024},
+                "propertyNames": {"minLength": 1, "maxLength": 128},
+                "maxProperties": 64,
+            },
+            "user": {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": 256,
+                "description": "admins only: the user the task is sent for",
+            },
+        },
+        required=["resource"],
+    ),
+    "Reason": _obj(
+        {
+            "kind": {
+                "type": "string",
+                "enum": ["order", "user_limit", "limit", "budget", "capacity", "pending", "worker"],
+            },
+            "text": {"type": "string"},
+        }
+    ),
+    "Task": _obj(
+        {
+            "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$"},
+            "resource": {"type": "string"},
+            "policy": {"type": "string"},
+            "profile": {"type": "string"},
+            "group": {"type": "string"},
+            "user": {"type": "string"},
+            "actor": {"type": "string", "description": "the principal that sent it"},
+            "channel": {
+                "type": "string",
+                "enum": list(CHANNELS),
+                "description": "how it was sent: `cli`, `sdk` (declared by the client "
+                "in `X-Klique-Channel`), `api` (no header), or by the "
+                "daemon itself for `mcp`, `schedule`, `pipeline`, "
+                "`session`",
+            },
+            "project": {"type": ["string", "null"]},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "command": {"type": ["array", "null"], "items": {"type": "string"}},
+            "payload": {},
+            "gpus": {"type": ["number", "null"]},
+            "state": {
+                "type": "string",
+                "enum": ["queued", "placed", "running", "ended"],
+                "description": "`running` is a sub-state of `placed`: placed, and its "
+                "worker reported it started",
+            },
+            "end_reason": {"type": ["string", "null"]},
+            "pool": {
+                "type": ["string", "null"],
+                "description": "where it is placed (ended: where it last ran)",
+            },
+            "submitted_at": TIME,
+            "placed_at": TIME_OR_NULL,
+            "ended_at": TIME_OR_NULL,
+            "position": {"type": ["integer", "null"], "minimum": 1},
+            "waiting_reason": _nullable(_ref("Reason")),
+            "preemptions": {"type": "integer", "minimum": 0},
+            "last_preemption": _nullable(
+                _obj({"kind": {"type": "string"}, "text": {"type": "string"}, "at": TIME})
+            ),
+            "revision": {"type": "string"},
+            "worker": {"type": ["string", "null"], "description": "the worker of its latest lease"},
+            "epoch": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "its latest lease's fencing epoch (0: never leased)",
+            },
+            "started_at": {**TIME_OR_NULL, "description": "when its current attempt started"},
+            "exit_code": {"type": ["integer", "null"]},
+            "signal": {"type": ["string", "null"], "description": "e.g. SIGKILL"},
+            "outputs": {
+                "type": ["object", "null"],
+                "additionalProperties": {"type": "string"},
+                "description": "what it wrote to $KLIQUE_OUTPUTS, once finished",
+            },
+            "gpu_hours": {
+                "type": "number",
+                "minimum": 0,
+                "description": "GPU-hours of its placements, the current one up to now included",
+            },
+            "end": _nullable(
+                _obj(
+                    {
+                        "text": {
+                            "type": "string",
+                            "description": "why it ended, e.g. `failed: exit "
+                            "code 3: CUDA out of memory`, "
+                            "`cancelled by user:erin: reason`",
+                        },
+                        "by": {
+                            "type": ["string", "null"],
+                            "description": "who cancelled it: a principal, or `estate`",
+                        },
+                        "message": {
+                            "type": ["string", "null"],
+                            "description": "the message of the worker's report that ended it",
+                        },
+                    }
+                )
+            ),
+            "protected_until": {
+                **TIME_OR_NULL,
+                "description": "a placed task: when its protection (lending.md "
+                "protect_for) ends; null without one",
+            },
+            "lost_work_s": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "description": "a placed task: the work a preemption now would lose "
+                "(since its last checkpoint, else its placement)",
+            },
+            "lost_gpu_hours_so_far": {
+                "type": "number",
+                "minimum": 0,
+                "description": "GPU-hours its preemptions have lost",
+            },
+        }
+    ),
+    "ScheduleCreate": _obj(
+        {
+            "cron": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 256,
+                "description": "standard 5-field cron (minute hour day-of-month month "
+                "day-of-week), read in `timezone`",
+                "examples": ["0 2 * * *"],
+            },
+            "timezone": {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": 64,
+                "description": "an IANA time zone (default UTC)",
+            },
+            "name": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+            "resource": {"type": ["string", "null"], "minLength": 1, "maxLength": 512},
+            "command": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 10000},
+            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+            "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
+            "labels": {
+                "type": "object",
+                "additionalProperties": {"type": "string", "maxLength": 1024},
+                "propertyNames": {"minLength": 1, "maxLength": 128},
+                "maxProperties": 64,
+            },
+            "pipeline": _nullable(_ref("PipelineRunRequest")),
+            "concurrency": {
+                "type": ["string", "null"],
+                "enum": ["allow", "forbid", "replace", None],
+                "description": "a run while the previous one still runs: runs "
+                "beside it, is skipped, or replaces it",
+            },
+            "missed": {
+                "type": ["string", "null"],
+                "enum": ["run-once", "skip", None],
+                "description": "due times passed while the daemon was down: the "
+                "latest runs once (within `deadline`), or none",
+            },
+            "deadline": {
+                **_DURATION,
+                "description": "run-once: how late a missed run may still start (default: any)",
+            },
+        },
+        required=["cron"],
+    ),
+    "SessionStart": _obj(
+        {
+            "resource": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 512,
+                "description": "compute resource, <policy>/<profile>",
+            },
+            "app": {"type": "string", "enum": ["jupyter", "vscode", "shell"]},
+            "command": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "minItems": 1,
+                "maxItems": 10000,
+                "description": "instead of the app's usual command: a server that "
+                "listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path "
+                "$KLIQUE_SESSION_PREFIX",
+            },
+            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+            "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
+            "idle": _obj(
+                {
+                    k: {
+                        **_DURATION,
+                        "description": f"idle limit `{k}`: at most the "
+                        "profile's (a session may lower its limits, never raise them)",
+                    }
+                    for k in ("wall", "cpu", "gpu", "network")
+                },
+                required=[],
+            ),
+        },
+        required=["resource", "app"],
+    ),
+    "Session": _obj(
+        {
+            "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$", "description": "its task's id"},
+            "task": {"type": "string"},
+            "user": {"type": "string"},
+            "resource": {"type": "string"},
+            "app": {"type": ["string", "null"]},
+            "state": {
+                "type": "string",
+                "description": "queued, starting, running, or how it "
+                "ended (`stopped: idle (cpu 30m)`)",
+            },
+            "url": {"type": "string", "description": "where its owner reaches it"},
+            "idle": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "its idle limits",
+            },
+            "connected": {
+                "type": "boolean",
+                "description": "its worker's tunnel is open: the URL answers",
+            },
+        }
+    ),
     "SessionList": _obj({"sessions": {"type": "array", "items": _ref("Session")}}),
     "SessionLink": _obj({"url": {"type": "string"}, "expires_in_s": {"type": "integer"}}),
-    "ScheduleRun": _obj({
-        "due": TIME, "at": TIME,
-        "outcome": {"type": "string", "enum": ["submitted", "skipped", "missed", "failed"]},
-        "text": {"type": ["string", "null"]}, "task": {"type": ["string", "null"]},
-        "pipeline": {"type": ["string", "null"]}, "missed": {"type": "integer"},
-        "state": {"type": ["string", "null"],
-                  "description": "its task's state now (or how it ended), or its "
-                                 "pipeline's"}}),
-    "Schedule": _obj({
-        "id": {"type": "string", "pattern": "^s-[0-9A-Z]{14}$"},
-        "name": {"type": ["string", "null"]}, "owner": {"type": "string"},
-        "cron": {"type": "string"}, "timezone": {"type": "string"},
-        "resource": {"type": ["string", "null"]},
-        "command": {"type": ["array", "null"], "items": {"type": "string"}},
-        "project": {"type": ["string", "null"]}, "gpus": {"type": ["number", "null"]},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "pipeline": _nullable(_obj({"file": {"type": "string"},
-                                    "name": {"type": ["string", "null"]},
-                                    "params": {"type": "object"}})),
-        "concurrency": {"type": "string", "enum": ["allow", "forbid", "replace"]},
-        "missed": {"type": "string", "enum": ["run-once", "skip"]},
-        "deadline_s": {"type": ["integer", "null"]},
-        "state": {"type": "string", "enum": ["active", "paused", "stopped"]},
-        "reason": {"type": ["string", "null"],
-                   "description": "why it is paused or stopped"},
-        "token": {"type": ["string", "null"],
-                  "description": "the id of the token it runs on (never the secret): the "
-                                 "one that made it, or its owner's that resumed it; null "
-                                 "for a schedule made before schedules recorded it"},
-        "created_at": TIME,
-        "next_runs": {"type": "array", "items": TIME},
-        "last_runs": {"type": "array", "items": _ref("ScheduleRun"),
-                      "description": "newest first"}}),
+    "ScheduleRun": _obj(
+        {
+            "due": TIME,
+            "at": TIME,
+            "outcome": {"type": "string", "enum": ["submitted", "skipped", "missed", "failed"]},
+            "text": {"type": ["string", "null"]},
+            "task": {"type": ["string", "null"]},
+            "pipeline": {"type": ["string", "null"]},
+            "missed": {"type": "integer"},
+            "state": {
+                "type": ["string", "null"],
+                "description": "its task's state now (or how it ended), or its pipeline's",
+            },
+        }
+    ),
+    "Schedule": _obj(
+        {
+            "id": {"type": "string", "pattern": "^s-[0-9A-Z]{14}$"},
+            "name": {"type": ["string", "null"]},
+            "owner": {"type": "string"},
+            "cron": {"type": "string"},
+            "timezone": {"type": "string"},
+            "resource": {"type": ["string", "null"]},
+            "command": {"type": ["array", "null"], "items": {"type": "string"}},
+            "project": {"type": ["string", "null"]},
+            "gpus": {"type": ["number", "null"]},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "pipeline": _nullable(
+                _obj(
+                    {
+                        "file": {"type": "string"},
+                        "name": {"type": ["string", "null"]},
+                        "params": {"type": "object"},
+                    }
+                )
+            ),
+            "concurrency": {"type": "string", "enum": ["allow", "forbid", "replace"]},
+            "missed": {"type": "string", "enum": ["run-once", "skip"]},
+            "deadline_s": {"type": ["integer", "null"]},
+            "state": {"type": "string", "enum": ["active", "paused", "stopped"]},
+            "reason": {"type": ["string", "null"], "description": "why it is paused or stopped"},
+            "token": {
+                "type": ["string", "null"],
+                "description": "the id of the token it runs on (never the secret): the "
+                "one that made it, or its owner's that resumed it; null "
+                "for a schedule made before schedules recorded it",
+            },
+            "created_at": TIME,
+            "next_runs": {"type": "array", "items": TIME},
+            "last_runs": {
+                "type": "array",
+                "items": _ref("ScheduleRun"),
+                "description": "newest first",
+            },
+        }
+    ),
     "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}}),
-    "PipelineRunRequest": _obj({
-        "file": {"type": ["string", "null"], "minLength": 1, "maxLength": 1024,
-                 "description": "the file's name, for positions in errors"},
-        "text": {"type": "string", "minLength": 1, "maxLength": 262144,
-                 "description": "the pipeline file (YAML; schemas/pipeline.schema.json)"},
-        "params": {"type": ["object", "null"], "maxProperties": 100,
-                   "additionalProperties": {"type": "string", "maxLength": 4096}},
-    }, required=["text"]),
-    "PipelineStep": _obj({
-        "name": {"type": "string"}, "resource": {"type": "string"},
-        "needs": {"type": "array", "items": {"type": "string"}},
-        "state": {"type": "string", "enum": ["waiting", "running", "succeeded", "failed",
-                                             "skipped", "cancelled"]},
-        "text": {"type": ["string", "null"]}, "attempts": {"type": "integer"},
-        "task": {"type": ["string", "null"]},
-        "tasks": {"type": "array", "items": {"type": "string"}},
-        "task_state": {"type": ["string", "null"]},
-        "outputs": {"type": "object", "additionalProperties": {"type": "string"}}}),
-    "Pipeline": _obj({
-        "id": {"type": "string", "pattern": "^p-[0-9A-Z]{14}$"},
-        "name": {"type": "string"}, "owner": {"type": "string"},
-        "file": {"type": "string"},
-        "params": {"type": "object", "additionalProperties": {"type": "string"}},
-        "on_failure": {"type": "string", "enum": ["fail-fast", "continue"]},
-        "schedule": {"type": ["string", "null"]},
-        "state": {"type": "string", "enum": ["running", "paused", "succeeded", "failed",
-                                             "cancelled"]},
-        "token": {"type": ["string", "null"],
-                  "description": "the id of the token its steps are sent on"},
-        "text": {"type": ["string", "null"],
-                 "description": "why it is paused, or how it ended"},
-        "started_at": TIME, "ended_at": TIME_OR_NULL,
-        "steps": {"type": "array", "items": _ref("PipelineStep")}}),
+    "PipelineRunRequest": _obj(
+        {
+            "file": {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": 1024,
+                "description": "the file's name, for positions in errors",
+            },
+            "text": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 262144,
+                "description": "the pipeline file (YAML; schemas/pipeline.schema.json)",
+            },
+            "params": {
+                "type": ["object", "null"],
+                "maxProperties": 100,
+                "additionalProperties": {"type": "string", "maxLength": 4096},
+            },
+        },
+        required=["text"],
+    ),
+    "PipelineStep": _obj(
+        {
+            "name": {"type": "string"},
+            "resource": {"type": "string"},
+            "needs": {"type": "array", "items": {"type": "string"}},
+            "state": {
+                "type": "string",
+                "enum": ["waiting", "running", "succeeded", "failed", "skipped", "cancelled"],
+            },
+            "text": {"type": ["string", "null"]},
+            "attempts": {"type": "integer"},
+            "task": {"type": ["string", "null"]},
+            "tasks": {"type": "array", "items": {"type": "string"}},
+            "task_state": {"type": ["string", "null"]},
+            "outputs": {"type": "object", "additionalProperties": {"type": "string"}},
+        }
+    ),
+    "Pipeline": _obj(
+        {
+            "id": {"type": "string", "pattern": "^p-[0-9A-Z]{14}$"},
+            "name": {"type": "string"},
+            "owner": {"type": "string"},
+            "file": {"type": "string"},
+            "params": {"type": "object", "additionalProperties": {"type": "string"}},
+            "on_failure": {"type": "string", "enum": ["fail-fast", "continue"]},
+            "schedule": {"type": ["string", "null"]},
+            "state": {
+                "type": "string",
+                "enum": ["running", "paused", "succeeded", "failed", "cancelled"],
+            },
+            "token": {
+                "type": ["string", "null"],
+                "description": "the id of the token its steps are sent on",
+            },
+            "text": {
+                "type": ["string", "null"],
+                "description": "why it is paused, or how it ended",
+            },
+            "started_at": TIME,
+            "ended_at": TIME_OR_NULL,
+            "steps": {"type": "array", "items": _ref("PipelineStep")},
+        }
+    ),
     "PipelineList": _obj({"pipelines": {"type": "array", "items": _ref("Pipeline")}}),
-    "CancelRequest": _obj({"reason": {"type": ["string", "null"], "maxLength": 1024,
-                                      "description": "why, shown to the task's owner"}},
-                          required=[]),
-    "TaskList": _obj({"tasks": {"type": "array", "items": _ref("Task")},
-                      "next": {"type": ["string", "null"]}}),
-    "Resource": _obj({
-        "name": {"type": "string"}, "policy": {"type": "string"},
-        "profile": {"type": "string"}, "group": {"type": "string"},
-        "gpus": {"type": ["number", "null"]},
-        "from_task": _nullable(_obj({"default": {"type": "number"},
-                                     "max": {"type": ["number", "null"]}})),
-        "time_weight": {"type": "number"},
-        "pools": {"type": "array", "items": {"type": "string"}},
-        "queued": {"type": "integer", "minimum": 0},
-        "placed": {"type": "integer", "minimum": 0},
-        "may_submit": {"type": "boolean",
-                       "description": "the caller is one of the group's users"},
-        "room": _obj({
-            "group": {"type": "string"}, "used": {"type": "number"},
-            "reservation": {"type": "number"}, "limit": {"type": "number"},
-            "free": {"type": "number", "description": "GPUs below the group's limit"},
-            "budget": _nullable(_obj({
-                "hours": {"type": "number"}, "period": {"type": "string"},
-                "used_hours": {"type": "number"}, "left_hours": {"type": "number"},
-                "resets_at": TIME}))})}),
+    "CancelRequest": _obj(
+        {
+            "reason": {
+                "type": ["string", "null"],
+                "maxLength": 1024,
+                "description": "why, shown to the task's owner",
+            }
+        },
+        required=[],
+    ),
+    "TaskList": _obj(
+        {"tasks": {"type": "array", "items": _ref("Task")}, "next": {"type": ["string", "null"]}}
+    ),
+    "Resource": _obj(
+        {
+            "name": {"type": "string"},
+            "policy": {"type": "string"},
+            "profile": {"type": "string"},
+            "group": {"type": "string"},
+            "gpus": {"type": ["number", "null"]},
+            "from_task": _nullable(
+                _obj({"default": {"type": "number"}, "max": {"type": ["number", "null"]}})
+            ),
+            "time_weight": {"type": "number"},
+            "pools": {"type": "array", "items": {"type": "string"}},
+            "queued": {"type": "integer", "minimum": 0},
+            "placed": {"type": "integer", "minimum": 0},
+            "may_submit": {
+                "type": "boolean",
+                "description": "the caller is one of the group's users",
+            },
+            "room": _obj(
+                {
+                    "group": {"type": "string"},
+                    "used": {"type": "number"},
+                    "reservation": {"type": "number"},
+                    "limit": {"type": "number"},
+                    "free": {"type": "number", "description": "GPUs below the group's limit"},
+                    "budget": _nullable(
+                        _obj(
+                            {
+                                "hours": {"type": "number"},
+                                "period": {"type": "string"},
+                                "used_hours": {"type": "number"},
+                                "left_hours": {"type": "number"},
+                                "resets_at": TIME,
+                            }
+                        )
+                    ),
+                }
+            ),
+        }
+    ),
     "ResourceList": _obj({"resources": {"type": "array", "items": _ref("Resource")}}),
-    "QueueEntry": _obj({
-        "id": {"type": "string"}, "user": {"type": "string"},
-        "position": {"type": "integer", "minimum": 1}, "gpus": {"type": "number"},
-        "waiting_reason": _nullable(_ref("Reason")), "submitted_at": TIME}),
-    "Queue": _obj({"resource": {"type": "string"},
-                   "queued": {"type": "integer", "minimum": 0},
-                   "queue": {"type": "array", "items": _ref("QueueEntry")}}),
+    "QueueEntry": _obj(
+        {
+            "id": {"type": "string"},
+            "user": {"type": "string"},
+            "position": {"type": "integer", "minimum": 1},
+            "gpus": {"type": "number"},
+            "waiting_reason": _nullable(_ref("Reason")),
+            "submitted_at": TIME,
+        }
+    ),
+    "Queue": _obj(
+        {
+            "resource": {"type": "string"},
+            "queued": {"type": "integer", "minimum": 0},
+            "queue": {"type": "array", "items": _ref("QueueEntry")},
+        }
+    ),
     "Alert": _obj({"threshold": {"type": "number"}, "at": TIME, "text": {"type": "string"}}),
-    "Budget": _obj({
-        "hours": {"type": "number"},
-        "period": {"type": "string", "enum": ["day", "week", "month"]},
-        "period_start": TIME, "resets_at": TIME,
-        "used_hours": {"type": "number"}, "left_hours": {"type": "number"},
-        "burn_rate": {"type": "number", "description": "budget hours per hour"},
-        "runout_at": TIME_OR_NULL,
-        "alerts": {"type": "array", "items": _ref("Alert")}}),
-    "WaitingGroup": _obj({
-        "group": {"type": "string"}, "policy": {"type": "string"},
-        "tasks": {"type": "integer", "minimum": 1}, "gpus": {"type": "number"},
-        "reason": {**_nullable(_ref("Reason")),
-                   "description": "why its first waiting task (the queue head that waited "
-                                  "longest) waits"}}),
-    "Waiting": _obj({
-        "tasks": {"type": "integer", "minimum": 0}, "gpus": {"type": "number"},
-        "groups": {"type": "array", "items": _ref("WaitingGroup"),
-                   "description": "each team of the subtree with queued work"}}),
-    "Policy": _obj({
-        "name": {"type": "string"}, "group": {"type": "string"},
-        "reservation": {"type": "number"}, "limit": {"type": "number"},
-        "used": {"type": "number"}, "borrowed": {"type": "number"},
-        "budget": _nullable(_ref("Budget")),
-        "envelope": {"type": "boolean", "description": "the policy of a group with groups "
-                                                      "below it: its numbers are the subtree's"},
-        "parent": {"type": ["string", "null"], "description": "the envelope just above"},
-        "levels": {"type": "array", "items": {"type": "string"},
-                   "description": "the policies a task of the group counts at, itself first"},
-        "depth": {"type": "integer", "minimum": 0, "description": "envelopes above it"},
-        "path": {"type": "string", "description": "its group's path, top first"},
-        "shared_reservation": {"type": ["number", "null"],
-                               "description": "an envelope's reservation that no policy "
-                                              "below holds: any of them may use it"},
-        "below": {"type": "array", "items": {"type": "string"},
-                  "description": "an envelope's policies just below it"},
-        "user_limit": {"type": ["number", "null"]},
-        "waiting": _ref("Waiting"),
-        **FAIR_SHARE}, required=POLICY_REQUIRED),
+    "Budget": _obj(
+        {
+            "hours": {"type": "number"},
+            "period": {"type": "string", "enum": ["day", "week", "month"]},
+            "period_start": TIME,
+            "resets_at": TIME,
+            "used_hours": {"type": "number"},
+            "left_hours": {"type": "number"},
+            "burn_rate": {"type": "number", "description": "budget hours per hour"},
+            "runout_at": TIME_OR_NULL,
+            "alerts": {"type": "array", "items": _ref("Alert")},
+        }
+    ),
+    "WaitingGroup": _obj(
+        {
+            "group": {"type": "string"},
+            "policy": {"type": "string"},
+            "tasks": {"type": "integer", "minimum": 1},
+            "gpus": {"type": "number"},
+            "reason": {
+                **_nullable(_ref("Reason")),
+                "description": "why its first waiting task (the queue head that waited "
+                "longest) waits",
+            },
+        }
+    ),
+    "Waiting": _obj(
+        {
+            "tasks": {"type": "integer", "minimum": 0},
+            "gpus": {"type": "number"},
+            "groups": {
+                "type": "array",
+                "items": _ref("WaitingGroup"),
+                "description": "each team of the subtree with queued work",
+            },
+        }
+    ),
+    "Policy": _obj(
+        {
+            "name": {"type": "string"},
+            "group": {"type": "string"},
+            "reservation": {"type": "number"},
+            "limit": {"type": "number"},
+            "used": {"type": "number"},
+            "borrowed": {"type": "number"},
+            "budget": _nullable(_ref("Budget")),
+            "envelope": {
+                "type": "boolean",
+                "description": "the policy of a group with groups "
+                "below it: its numbers are the subtree's",
+            },
+            "parent": {"type": ["string", "null"], "description": "the envelope just above"},
+            "levels": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "the policies a task of the group counts at, itself first",
+            },
+            "depth": {"type": "integer", "minimum": 0, "description": "envelopes above it"},
+            "path": {"type": "string", "description": "its group's path, top first"},
+            "shared_reservation": {
+                "type": ["number", "null"],
+                "description": "an envelope's reservation that no policy "
+                "below holds: any of them may use it",
+            },
+            "below": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "an envelope's policies just below it",
+            },
+            "user_limit": {"type": ["number", "null"]},
+            "waiting": _ref("Waiting"),
+            **FAIR_SHARE,
+        },
+        required=POLICY_REQUIRED,
+    ),
     "PolicyList": _obj({"policies": {"type": "array", "items": _ref("Policy")}}),
-    "Pool": _obj({
-        "name": {"type": "string"},
-        "kind": {"type": "string", "enum": ["kubernetes", "baremetal", "hpc", "cloud"]},
-        "gpu_type": {"type": "string"}, "capacity": {"type": "number"},
-        "used": {"type": "number"}, "borrowed": {"type": "number"},
-        "free": {"type": "number"},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "workers": _obj({"live": {"type": "integer", "minimum": 0},
-                         "gpus": {"type": "integer", "minimum": 0}}),
-        "takes_work": {"type": "boolean",
-                       "description": "false: no live worker (nor, for an autoscaled "
-                                      "pool, a running autoscaler), so no new placements"},
-        "autoscaled": {"type": "boolean"},
-        "start_timeout_s": {"type": "integer", "minimum": 0},
-        "by_level": {"type": "array", "description": "GPUs used here by each group the "
-                                                     "caller sees, rolled up the tree, top "
-                                                     "first",
-                     "items": _obj({"group": {"type": "string"}, "path": {"type": "string"},
-                                    "depth": {"type": "integer", "minimum": 0},
-                                    "used": {"type": "number"}, **FAIR_SHARE},
-                                   required=["group", "path", "depth", "used"])},
-        "cloud": _nullable(_ref("PoolCloud")),
-        "autoscaler": _obj({"live": {"type": "boolean", "description": "its autoscaler "
-                                     "heartbeats; with no live worker the pool takes work "
-                                     "only while it does"}}),
-        "capacity_truth": _obj({
-            "declared": _obj({"gpus": {"type": "number"}, "gpu_type": {"type": "string"},
-                              "machines": {"type": "array", "items": {"type": "integer"},
-                                           "description": "GPUs of each declared machine, "
-                                                          "largest first"}},
-                             required=["gpus", "gpu_type"]),
-            "reported": _obj({"workers": {"type": "integer", "minimum": 0},
-                              "gpus": {"type": "integer", "minimum": 0},
-                              "models": {"type": "array", "items": {"type": "string"}},
-                              "machines": {"type": "array", "items": {"type": "integer"},
-                                           "description": "GPUs of each live worker"}}),
-            "agree": {"type": "boolean"},
-            "mismatches": {"type": "array", "items": {"type": "string"}}})},
-        required=["name", "kind", "gpu_type", "capacity", "used", "borrowed", "free",
-                  "labels", "workers", "takes_work", "autoscaled", "start_timeout_s", "by_level"]),
-    "CloudNode": _obj({
-        "node": {"type": "string"}, "provider": {"type": "string"},
-        "instance_type": {"type": "string"},
-        "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
-        "gpus": {"type": "integer", "minimum": 0},
-        "per_hour": {"type": "string", "description": "decimal text in the estate's currency: "
-                                                      "the node's price an hour"},
-        "since": TIME, "ended_at": TIME_OR_NULL, "end_reason": {"type": ["string", "null"]}}),
-    "PoolCloud": _obj({
-        "month": {"type": "string", "description": "the UTC month, YYYY-MM"},
-        "currency": {"type": "string"},
-        "spent": {"type": "string", "description": "this month's cloud spend of the pool "
-                                                   "(running nodes up to now), decimal text"},
-        "spend_cap": {"type": ["string", "null"]},
-        "capped": {"type": "boolean", "description": "spent reached spend_cap: the "
-                                                     "autoscaler adds no node"},
-        "nodes": {"type": "array", "items": _ref("CloudNode")},
-        "scaling": _nullable(_obj({
-            "cause": {"type": "string", "enum": ["spend_cap", "capacity", "error"]},
-            "reason": {"type": ["string", "null"]},
-            "waiting": {"type": "integer", "minimum": 0}, "since": TIME}))}),
-    "CloudNodeStart": _obj({
-        "node": {"type": "string", "minLength": 1, "maxLength": 256,
-                 "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]*$",
-                 "description": "the provider's id of the node (an EC2 instance id)"},
-        "provider": {"type": "string", "minLength": 1, "maxLength": 64,
-                     "pattern": "^[a-z0-9][a-z0-9_-]*$"},
-        "instance_type": {"type": "string", "minLength": 1, "maxLength": 100,
-                          "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
-        "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
-        "gpus": {"type": "integer", "minimum": 0, "maximum": 1024}}),
-    "ScalingReport": _obj({
-        "cause": {"type": ["string", "null"], "enum": ["spend_cap", "capacity", "error", None],
-                  "description": "why placed work waits for a node; null: it no longer does"},
-        "reason": {"type": ["string", "null"], "maxLength": 2000},
-        "waiting": {"type": "integer", "minimum": 0, "maximum": 10_000_000}},
-        required=["cause"]),
-    "AutoscalerHeartbeat": _obj({
-        "interval_s": {"type": "number", "minimum": 0, "maximum": 3600,
-                       "description": "its round interval: it is lost after the workers' TTL "
-                                      "or three rounds, whichever is longer"}},
-        required=[]),
-    "AutoscalerAlive": _obj({
-        "pool": {"type": "string"}, "live": {"type": "boolean"},
-        "timeout_s": {"type": "number", "description": "silent this long, it is lost"}}),
+    "Pool": _obj(
+        {
+            "name": {"type": "string"},
+            "kind": {"type": "string", "enum": ["kubernetes", "baremetal", "hpc", "cloud"]},
+            "gpu_type": {"type": "string"},
+            "capacity": {"type": "number"},
+            "used": {"type": "number"},
+            "borrowed": {"type": "number"},
+            "free": {"type": "number"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "workers": _obj(
+                {
+                    "live": {"type": "integer", "minimum": 0},
+                    "gpus": {"type": "integer", "minimum": 0},
+                }
+            ),
+            "takes_work": {
+                "type": "boolean",
+                "description": "false: no live worker (nor, for an autoscaled "
+                "pool, a running autoscaler), so no new placements",
+            },
+            "autoscaled": {"type": "boolean"},
+            "start_timeout_s": {"type": "integer", "minimum": 0},
+            "by_level": {
+                "type": "array",
+                "description": "GPUs used here by each group the "
+                "caller sees, rolled up the tree, top "
+                "first",
+                "items": _obj(
+                    {
+                        "group": {"type": "string"},
+                        "path": {"type": "string"},
+                        "depth": {"type": "integer", "minimum": 0},
+                        "used": {"type": "number"},
+                        **FAIR_SHARE,
+                    },
+                    required=["group", "path", "depth", "used"],
+                ),
+            },
+            "cloud": _nullable(_ref("PoolCloud")),
+            "autoscaler": _obj(
+                {
+                    "live": {
+                        "type": "boolean",
+                        "description": "its autoscaler "
+                        "heartbeats; with no live worker the pool takes work "
+                        "only while it does",
+                    }
+                }
+            ),
+            "capacity_truth": _obj(
+                {
+                    "declared": _obj(
+                        {
+                            "gpus": {"type": "number"},
+                            "gpu_type": {"type": "string"},
+                            "machines": {
+                                "type": "array",
+                                "items": {"type": "integer"},
+                                "description": "GPUs of each declared machine, largest first",
+                            },
+                        },
+                        required=["gpus", "gpu_type"],
+                    ),
+                    "reported": _obj(
+                        {
+                            "workers": {"type": "integer", "minimum": 0},
+                            "gpus": {"type": "integer", "minimum": 0},
+                            "models": {"type": "array", "items": {"type": "string"}},
+                            "machines": {
+                                "type": "array",
+                                "items": {"type": "integer"},
+                                "description": "GPUs of each live worker",
+                            },
+                        }
+                    ),
+                    "agree": {"type": "boolean"},
+                    "mismatches": {"type": "array", "items": {"type": "string"}},
+                }
+            ),
+        },
+        required=[
+            "name",
+            "kind",
+            "gpu_type",
+            "capacity",
+            "used",
+            "borrowed",
+            "free",
+            "labels",
+            "workers",
+            "takes_work",
+            "autoscaled",
+            "start_timeout_s",
+            "by_level",
+        ],
+    ),
+    "CloudNode": _obj(
+        {
+            "node": {"type": "string"},
+            "provider": {"type": "string"},
+            "instance_type": {"type": "string"},
+            "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
+            "gpus": {"type": "integer", "minimum": 0},
+            "per_hour": {
+                "type": "string",
+                "description": "decimal text in the estate's currency: the node's price an hour",
+            },
+            "since": TIME,
+            "ended_at": TIME_OR_NULL,
+            "end_reason": {"type": ["string", "null"]},
+        }
+    ),
+    "PoolCloud": _obj(
+        {
+            "month": {"type": "string", "description": "the UTC month, YYYY-MM"},
+            "currency": {"type": "string"},
+            "spent": {
+                "type": "string",
+                "description": "this month's cloud spend of the pool "
+                "(running nodes up to now), decimal text",
+            },
+            "spend_cap": {"type": ["string", "null"]},
+            "capped": {
+                "type": "boolean",
+                "description": "spent reached spend_cap: the autoscaler adds no node",
+            },
+            "nodes": {"type": "array", "items": _ref("CloudNode")},
+            "scaling": _nullable(
+                _obj(
+                    {
+                        "cause": {"type": "string", "enum": ["spend_cap", "capacity", "error"]},
+                        "reason": {"type": ["string", "null"]},
+                        "waiting": {"type": "integer", "minimum": 0},
+                        "since": TIME,
+                    }
+                )
+            ),
+        }
+    ),
+    "CloudNodeStart": _obj(
+        {
+            "node": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 256,
+                "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]*$",
+                "description": "the provider's id of the node (an EC2 instance id)",
+            },
+            "provider": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 64,
+                "pattern": "^[a-z0-9][a-z0-9_-]*$",
+            },
+            "instance_type": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 100,
+                "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$",
+            },
+            "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
+            "gpus": {"type": "integer", "minimum": 0, "maximum": 1024},
+        }
+    ),
+    "ScalingReport": _obj(
+        {
+            "cause": {
+                "type": ["string", "null"],
+                "enum": ["spend_cap", "capacity", "error", None],
+                "description": "why placed work waits for a node; null: it no longer does",
+            },
+            "reason": {"type": ["string", "null"], "maxLength": 2000},
+            "waiting": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
+        },
+        required=["cause"],
+    ),
+    "AutoscalerHeartbeat": _obj(
+        {
+            "interval_s": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 3600,
+                "description": "its round interval: it is lost after the workers' TTL "
+                "or three rounds, whichever is longer",
+            }
+        },
+        required=[],
+    ),
+    "AutoscalerAlive": _obj(
+        {
+            "pool": {"type": "string"},
+            "live": {"type": "boolean"},
+            "timeout_s": {"type": "number", "description": "silent this long, it is lost"},
+        }
+    ),
     "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
-    "Event": _obj({
-        "seq": {"type": "integer", "minimum": 1}, "at": TIME,
-        "kind": {"type": "string"}, "task": {"type": ["string", "null"]},
-        "actor": {"type": ["string", "null"]}, "revision": {"type": ["string", "null"]},
-        "data": {"type": "object"}}),
-    "EventList": _obj({"events": {"type": "array", "items": _ref("Event")},
-                       "next": {"type": ["integer", "null"]}}),
-    "Engine": _obj({"enabled": {"type": "boolean"}, "last_pass_at": TIME_OR_NULL,
-                    "pass_interval_s": {"type": "number"}, "revision": {"type": "string"}}),
+    "Event": _obj(
+        {
+            "seq": {"type": "integer", "minimum": 1},
+            "at": TIME,
+            "kind": {"type": "string"},
+            "task": {"type": ["string", "null"]},
+            "actor": {"type": ["string", "null"]},
+            "revision": {"type": ["string", "null"]},
+            "data": {"type": "object"},
+        }
+    ),
+    "EventList": _obj(
+        {"events": {"type": "array", "items": _ref("Event")}, "next": {"type": ["integer", "null"]}}
+    ),
+    "Engine": _obj(
+        {
+            "enabled": {"type": "boolean"},
+            "last_pass_at": TIME_OR_NULL,
+            "pass_interval_s": {"type": "number"},
+            "revision": {"type": "string"},
+        }
+    ),
     "EngineSwitch": _obj({"enabled": {"type": "boolean"}}),
-    "PlanState": _obj({
-        "revision": {"type": "string"}, "commit": {"type": ["string", "null"]}, "at": TIME,
-        "compute_resources": {"type": "object", "additionalProperties": _obj({
-            "queued": {"type": "integer"}, "placed": {"type": "integer"},
-            "placed_gpus": {"type": "number"}, "weighted_placed": {"type": "integer"}})},
-        "policies": {"type": "object", "additionalProperties": _obj({
-            "group": {"type": "string"}, "used_gpus": {"type": "number"},
-            "placed": {"type": "integer"}, "weighted_placed": {"type": "integer"},
-            "budget_used_hours": _obj({p: {"type": "number"}
-                                       for p in ("day", "week", "month")})})},
-        "pools": {"type": "object", "additionalProperties": _obj({
-            "placed": {"type": "integer"}, "used_gpus": {"type": "number"}})},
-        "usage": {"type": "array", "items": _obj({
-            "gpu_type": {"type": "string"}, "month": {"type": "string"},
-            "gpu_hours": {"type": "number"}})},
-        "capacity_mismatches": {
-            "type": "object", "additionalProperties": {"type": "array",
-                                                       "items": {"type": "string"}},
-            "description": "per pool: how its live workers disagree with what it declares"}},
-        required=["revision", "commit", "at", "compute_resources", "policies", "pools",
-                  "usage"]),
-    "Estate": _obj({
-        "revision": {"type": "string"}, "applied_at": TIME_OR_NULL,
-        "source": {"type": ["string", "null"]},
-        "commit": {"type": ["string", "null"],
-                   "description": "the git commit it was read from (--git)"},
-        "pools": {"type": "integer"}, "profiles": {"type": "integer"},
-        "policies": {"type": "integer"}, "compute_resources": {"type": "integer"},
-        "refused": _nullable(_obj({"revision": {"type": ["string", "null"]},
-                                   "commit": {"type": ["string", "null"]},
-                                   "at": TIME, "source": {"type": ["string", "null"]},
-                                   "errors": {"type": "array", "items": {"type": "string"}}},
-                                  required=["revision", "at", "errors"]))}),
+    "PlanState": _obj(
+        {
+            "revision": {"type": "string"},
+            "commit": {"type": ["string", "null"]},
+            "at": TIME,
+            "compute_resources": {
+                "type": "object",
+                "additionalProperties": _obj(
+                    {
+                        "queued": {"type": "integer"},
+                        "placed": {"type": "integer"},
+                        "placed_gpus": {"type": "number"},
+                        "weighted_placed": {"type": "integer"},
+                    }
+                ),
+            },
+            "policies": {
+                "type": "object",
+                "additionalProperties": _obj(
+                    {
+                        "group": {"type": "string"},
+                        "used_gpus": {"type": "number"},
+                        "placed": {"type": "integer"},
+                        "weighted_placed": {"type": "integer"},
+                        "budget_used_hours": _obj(
+                            {p: {"type": "number"} for p in ("day", "week", "month")}
+                        ),
+                    }
+                ),
+            },
+            "pools": {
+                "type": "object",
+                "additionalProperties": _obj(
+                    {"placed": {"type": "integer"}, "used_gpus": {"type": "number"}}
+                ),
+            },
+            "usage": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "gpu_type": {"type": "string"},
+                        "month": {"type": "string"},
+                        "gpu_hours": {"type": "number"},
+                    }
+                ),
+            },
+            "capacity_mismatches": {
+                "type": "object",
+                "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                "description": "per pool: how its live workers disagree with what it declares",
+            },
+        },
+        required=["revision", "commit", "at", "compute_resources", "policies", "pools", "usage"],
+    ),
+    "Estate": _obj(
+        {
+            "revision": {"type": "string"},
+            "applied_at": TIME_OR_NULL,
+            "source": {"type": ["string", "null"]},
+            "commit": {
+                "type": ["string", "null"],
+                "description": "the git commit it was read from (--git)",
+            },
+            "pools": {"type": "integer"},
+            "profiles": {"type": "integer"},
+            "policies": {"type": "integer"},
+            "compute_resources": {"type": "integer"},
+            "refused": _nullable(
+                _obj(
+                    {
+                        "revision": {"type": ["string", "null"]},
+                        "commit": {"type": ["string", "null"]},
+                        "at": TIME,
+                        "source": {"type": ["string", "null"]},
+                        "errors": {"type": "array", "items": {"type": "string"}},
+                    },
+                    required=["revision", "at", "errors"],
+                )
+            ),
+        }
+    ),
     "TokenRequest": {
         "oneOf": [
             _obj({"user": NAME, **_TOKEN_OPTS}, required=["user"]),
-            _obj({"worker": {"const": True}, "pool": NAME, **_TOKEN_OPTS},
-                 required=["worker", "pool"]),
-            _obj({"role": {"type": "string", "enum": ["admin", "finance", "planner"]},
-                  **_TOKEN_OPTS},
-                 required=["role"]),
-        ]},
-    "TokenRotation": _obj({
-        "grace": {**_DURATION, "description": "how long the old token keeps working (e.g. "
-                                               "1h); default 0: it stops at once"},
-        "expires_in": _TOKEN_OPTS["expires_in"], "expires_at": _TOKEN_OPTS["expires_at"]},
-        required=[]),
-    "TokenCreated": _obj({"id": {"type": "string"},
-                          "token": {"type": "string", "pattern": "^kq_"},
-                          "principal": {"type": "string"}, "name": {"type": ["string", "null"]},
-                          "created_at": TIME, "expires_at": TIME_OR_NULL,
-                          "rotated_from": {"type": ["string", "null"]}},
-                         required=["id", "token", "principal", "name", "created_at",
-                                   "expires_at"]),
-    "Token": _obj({"id": {"type": "string"}, "principal": {"type": "string"},
-                   "name": {"type": ["string", "null"]}, "created_at": TIME,
-                   "created_by": {"type": ["string", "null"]}, "revoked_at": TIME_OR_NULL,
-                   "expires_at": TIME_OR_NULL}),
+            _obj(
+                {"worker": {"const": True}, "pool": NAME, **_TOKEN_OPTS},
+                required=["worker", "pool"],
+            ),
+            _obj(
+                {
+                    "role": {"type": "string", "enum": ["admin", "finance", "planner"]},
+                    **_TOKEN_OPTS,
+                },
+                required=["role"],
+            ),
+        ]
+    },
+    "TokenRotation": _obj(
+        {
+            "grace": {
+                **_DURATION,
+                "description": "how long the old token keeps working (e.g. "
+                "1h); default 0: it stops at once",
+            },
+            "expires_in": _TOKEN_OPTS["expires_in"],
+            "expires_at": _TOKEN_OPTS["expires_at"],
+        },
+        required=[],
+    ),
+    "TokenCreated": _obj(
+        {
+            "id": {"type": "string"},
+            "token": {"type": "string", "pattern": "^kq_"},
+            "principal": {"type": "string"},
+            "name": {"type": ["string", "null"]},
+            "created_at": TIME,
+            "expires_at": TIME_OR_NULL,
+            "rotated_from": {"type": ["string", "null"]},
+        },
+        required=["id", "token", "principal", "name", "created_at", "expires_at"],
+    ),
+    "Token": _obj(
+        {
+            "id": {"type": "string"},
+            "principal": {"type": "string"},
+            "name": {"type": ["string", "null"]},
+            "created_at": TIME,
+            "created_by": {"type": ["string", "null"]},
+            "revoked_at": TIME_OR_NULL,
+            "expires_at": TIME_OR_NULL,
+        }
+    ),
     "TokenList": _obj({"tokens": {"type": "array", "items": _ref("Token")}}),
-    "LedgerSql": _obj({"sql": {"type": "string", "minLength": 1, "maxLength": 100_000},
-                       "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
-                       "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 10,
-                                     "description": "time limit counted from arrival "
-                                                    "(default and maximum 10)"}},
-                      required=["sql"]),
-    "WorkerRegistration": _obj({
-        "worker_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
-        "hostname": {"type": ["string", "null"], "maxLength": 256},
-        "pool": NAME,
-        "executor": {"type": ["string", "null"], "maxLength": 64},
-        "gpus": {"type": "array", "maxItems": 1024, "items": {"type": "object"}},
-        "version": {"type": ["string", "null"], "maxLength": 64}},
-        required=["worker_id", "pool"], extra=True),
-    "Registered": _obj({
-        "worker_id": {"type": "string"}, "heartbeat_ttl_s": {"type": "number"},
-        "poll_wait_s": {"type": "number"},
-        "running": {"type": "array", "items": _ref("LeaseRef")},
-        "settings": {"type": "object", "additionalProperties": {"type": "string"},
-                     "description": "the pool's settings in the estate in force (partition, "
-                                    "account, namespace, ...): docs/executors.md"}}),
-    "LeaseRef": _obj({"task": {"type": "string"}, "epoch": {"type": "integer",
-                                                             "minimum": 1}}),
-    "LeaseRequest": _obj({
-        "free_gpus": {"type": "array", "items": {"type": "integer", "minimum": 0},
-                      "maxItems": 1024, "description": "indices of entirely free GPUs"},
-        "gpu_free": {"type": ["array", "null"], "maxItems": 1024,
-                     "items": _obj({"index": {"type": "integer", "minimum": 0},
-                                    "free": {"type": "number", "minimum": 0,
-                                             "maximum": 1}}, extra=True),
-                     "description": "room on every GPU with room (fractions)"},
-        "cpu_free": {"type": "integer", "minimum": 0, "maximum": 1000000,
-                     "description": "CPU-only (0-GPU) tasks the worker starts now; absent: "
-                                    "no limit"}},
-        required=["free_gpus"], extra=True),
-    "Lease": _obj({
-        "task": {"type": "string"}, "epoch": {"type": "integer", "minimum": 1},
-        "command": {"type": ["array", "null"], "items": {"type": "string"}},
-        "payload": {}, "gpus": {"type": "number"}, "resource": {"type": "string"},
-        "user": {"type": "string"}, "project": {"type": ["string", "null"]},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "grace_s": {"type": "number"},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}},
-        "settings": {"type": "object", "additionalProperties": {"type": "string"},
-                     "description": "the pool's settings in the estate in force (partition, "
-                                    "account, namespace, ...): docs/executors.md"},
-        "rank": {"type": "integer", "minimum": 0,
-                 "description": "a gang member's rank (issue 15)"},
-        "world": {"type": "integer", "minimum": 2, "description": "a gang's members"},
-        "nodes": {"type": "integer", "minimum": 2,
-                  "description": "the nodes a gang spans (a Slurm or Kubernetes worker "
-                                 "takes it whole)"}},
-        required=["task", "epoch", "command", "payload", "gpus", "resource", "user",
-                  "project", "labels", "grace_s", "env"]),
+    "LedgerSql": _obj(
+        {
+            "sql": {"type": "string", "minLength": 1, "maxLength": 100_000},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+            "timeout_s": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": 10,
+                "description": "time limit counted from arrival (default and maximum 10)",
+            },
+        },
+        required=["sql"],
+    ),
+    "WorkerRegistration": _obj(
+        {
+            "worker_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+            "hostname": {"type": ["string", "null"], "maxLength": 256},
+            "pool": NAME,
+            "executor": {"type": ["string", "null"], "maxLength": 64},
+            "gpus": {"type": "array", "maxItems": 1024, "items": {"type": "object"}},
+            "version": {"type": ["string", "null"], "maxLength": 64},
+        },
+        required=["worker_id", "pool"],
+        extra=True,
+    ),
+    "Registered": _obj(
+        {
+            "worker_id": {"type": "string"},
+            "heartbeat_ttl_s": {"type": "number"},
+            "poll_wait_s": {"type": "number"},
+            "running": {"type": "array", "items": _ref("LeaseRef")},
+            "settings": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "the pool's settings in the estate in force (partition, "
+                "account, namespace, ...): docs/executors.md",
+            },
+        }
+    ),
+    "LeaseRef": _obj({"task": {"type": "string"}, "epoch": {"type": "integer", "minimum": 1}}),
+    "LeaseRequest": _obj(
+        {
+            "free_gpus": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0},
+                "maxItems": 1024,
+                "description": "indices of entirely free GPUs",
+            },
+            "gpu_free": {
+                "type": ["array", "null"],
+                "maxItems": 1024,
+                "items": _obj(
+                    {
+                        "index": {"type": "integer", "minimum": 0},
+                        "free": {"type": "number", "minimum": 0, "maximum": 1},
+                    },
+                    extra=True,
+                ),
+                "description": "room on every GPU with room (fractions)",
+            },
+            "cpu_free": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 1000000,
+                "description": "CPU-only (0-GPU) tasks the worker starts now; absent: no limit",
+            },
+        },
+        required=["free_gpus"],
+        extra=True,
+    ),
+    "Lease": _obj(
+        {
+            "task": {"type": "string"},
+            "epoch": {"type": "integer", "minimum": 1},
+            "command": {"type": ["array", "null"], "items": {"type": "string"}},
+            "payload": {},
+            "gpus": {"type": "number"},
+            "resource": {"type": "string"},
+            "user": {"type": "string"},
+            "project": {"type": ["string", "null"]},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "grace_s": {"type": "number"},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "settings": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "the pool's settings in the estate in force (partition, "
+                "account, namespace, ...): docs/executors.md",
+            },
+            "rank": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "a gang member's rank (issue 15)",
+            },
+            "world": {"type": "integer", "minimum": 2, "description": "a gang's members"},
+            "nodes": {
+                "type": "integer",
+                "minimum": 2,
+                "description": "the nodes a gang spans (a Slurm or Kubernetes worker "
+                "takes it whole)",
+            },
+        },
+        required=[
+            "task",
+            "epoch",
+            "command",
+            "payload",
+            "gpus",
+            "resource",
+            "user",
+            "project",
+            "labels",
+            "grace_s",
+            "env",
+        ],
+    ),
     "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
-    "Heartbeat": _obj({"running": {"type": "array", "maxItems": 100_000, "items": _obj({
-        "task": {"type": "string"}, "epoch": {"type": "integer"},
-        "state": {"type": "string"},
-        "checkpoint_at": {"type": "string", "maxLength": 64,
-                          "description": "the task's last checkpoint (its "
-                                         "$KLIQUE_CHECKPOINT_FILE's time, RFC 3339, the "
-                                         "worker's clock): lending.md's lost work counts "
-                                         "from it"}}, required=["task", "epoch"], extra=True)},
-        "cannot_work": {"type": ["string", "null"], "maxLength": 500,
-                        "description": "why the worker takes no work now (its state dir "
-                                       "cannot be written); shown on the worker"}},
-        required=["running"], extra=True),
-    "StopInstruction": _obj({
-        "task": {"type": "string"}, "epoch": {"type": "integer"},
-        "reason": {"type": "string",
-                   "enum": ["preempted", "cancelled", "budget", "stale-epoch"]},
-        "text": {"type": "string"}, "grace_s": {"type": "number"}}),
-    "HeartbeatAnswer": _obj({"stop": {"type": "array", "items": _ref("StopInstruction")},
-                             "ttl_s": {"type": "number"}}),
-    "TaskReport": _obj({
-        "epoch": {"type": "integer", "minimum": 1},
-        "event": {"type": "string", "enum": ["started", "finished", "failed", "stopped",
-                                             "lost"]},
-        "exit_code": {"type": ["integer", "null"]},
-        "signal": {"type": ["string", "null"], "maxLength": 32},
-        "at": {"type": ["string", "null"], "maxLength": 64},
-        "message": {"type": ["string", "null"], "maxLength": 4096},
-        "outputs": _OUTPUTS,
-        "reason": {"type": ["string", "null"], "maxLength": 64,
-                   "description": "for a `stopped` the worker decided itself: `idle` (an "
-                                  "idle limit: the task ends `stopped: idle (<limit>)`) or "
-                                  "`shutdown` (handed back on a clean shutdown: requeued, "
-                                  "not counted as lost) or `cannot-work` (handed back by a "
-                                  "worker that cannot work, e.g. a full state dir: the "
-                                  "same)"}},
-        required=["epoch", "event"], extra=True),
+    "Heartbeat": _obj(
+        {
+            "running": {
+                "type": "array",
+                "maxItems": 100_000,
+                "items": _obj(
+                    {
+                        "task": {"type": "string"},
+                        "epoch": {"type": "integer"},
+                        "state": {"type": "string"},
+                        "checkpoint_at": {
+                            "type": "string",
+                            "maxLength": 64,
+                            "description": "the task's last checkpoint (its "
+                            "$KLIQUE_CHECKPOINT_FILE's time, RFC 3339, the "
+                            "worker's clock): lending.md's lost work counts "
+                            "from it",
+                        },
+                    },
+                    required=["task", "epoch"],
+                    extra=True,
+                ),
+            },
+            "cannot_work": {
+                "type": ["string", "null"],
+                "maxLength": 500,
+                "description": "why the worker takes no work now (its state dir "
+                "cannot be written); shown on the worker",
+            },
+        },
+        required=["running"],
+        extra=True,
+    ),
+    "StopInstruction": _obj(
+        {
+            "task": {"type": "string"},
+            "epoch": {"type": "integer"},
+            "reason": {
+                "type": "string",
+                "enum": ["preempted", "cancelled", "budget", "stale-epoch"],
+            },
+            "text": {"type": "string"},
+            "grace_s": {"type": "number"},
+        }
+    ),
+    "HeartbeatAnswer": _obj(
+        {"stop": {"type": "array", "items": _ref("StopInstruction")}, "ttl_s": {"type": "number"}}
+    ),
+    "TaskReport": _obj(
+        {
+            "epoch": {"type": "integer", "minimum": 1},
+            "event": {
+                "type": "string",
+                "enum": ["started", "finished", "failed", "stopped", "lost"],
+            },
+            "exit_code": {"type": ["integer", "null"]},
+            "signal": {"type": ["string", "null"], "maxLength": 32},
+            "at": {"type": ["string", "null"], "maxLength": 64},
+            "message": {"type": ["string", "null"], "maxLength": 4096},
+            "outputs": _OUTPUTS,
+            "reason": {
+                "type": ["string", "null"],
+                "maxLength": 64,
+                "description": "for a `stopped` the worker decided itself: `idle` (an "
+                "idle limit: the task ends `stopped: idle (<limit>)`) or "
+                "`shutdown` (handed back on a clean shutdown: requeued, "
+                "not counted as lost) or `cannot-work` (handed back by a "
+                "worker that cannot work, e.g. a full state dir: the "
+                "same)",
+            },
+        },
+        required=["epoch", "event"],
+        extra=True,
+    ),
     "ReportAnswer": _obj({"task": _ref("Task")}),
-    "WorkerReports": _obj({"reports": {"type": "array", "minItems": 1, "maxItems": 1000,
-                                       "items": _obj({
-        "task": {"type": "string", "minLength": 1, "maxLength": 128},
-        "epoch": {"type": "integer", "minimum": 1},
-        "event": {"type": "string", "enum": ["started", "finished", "failed", "stopped",
-                                             "lost"]},
-        "exit_code": {"type": ["integer", "null"]},
-        "signal": {"type": ["string", "null"], "maxLength": 32},
-        "at": {"type": ["string", "null"], "maxLength": 64},
-        "message": {"type": ["string", "null"], "maxLength": 4096},
-        "outputs": _OUTPUTS,
-        "reason": {"type": ["string", "null"], "maxLength": 64}},
-        required=["task", "epoch", "event"], extra=True)}}, required=["reports"]),
-    "ReportResults": _obj({"results": {"type": "array", "items": _obj({
-        "task": {"type": "string"}, "epoch": {"type": "integer"},
-        "status": {"type": "integer"}, "error": {"type": "object"}})}}),
-    "Deregistered": _obj({"worker": {"type": "string"}, "pool": {"type": "string"},
-                          "requeued": {"type": "array", "items": {"type": "string"}}}),
+    "WorkerReports": _obj(
+        {
+            "reports": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 1000,
+                "items": _obj(
+                    {
+                        "task": {"type": "string", "minLength": 1, "maxLength": 128},
+                        "epoch": {"type": "integer", "minimum": 1},
+                        "event": {
+                            "type": "string",
+                            "enum": ["started", "finished", "failed", "stopped", "lost"],
+                        },
+                        "exit_code": {"type": ["integer", "null"]},
+                        "signal": {"type": ["string", "null"], "maxLength": 32},
+                        "at": {"type": ["string", "null"], "maxLength": 64},
+                        "message": {"type": ["string", "null"], "maxLength": 4096},
+                        "outputs": _OUTPUTS,
+                        "reason": {"type": ["string", "null"], "maxLength": 64},
+                    },
+                    required=["task", "epoch", "event"],
+                    extra=True,
+                ),
+            }
+        },
+        required=["reports"],
+    ),
+    "ReportResults": _obj(
+        {
+            "results": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "task": {"type": "string"},
+                        "epoch": {"type": "integer"},
+                        "status": {"type": "integer"},
+                        "error": {"type": "object"},
+                    }
+                ),
+            }
+        }
+    ),
+    "Deregistered": _obj(
+        {
+            "worker": {"type": "string"},
+            "pool": {"type": "string"},
+            "requeued": {"type": "array", "items": {"type": "string"}},
+        }
+    ),
     "LogSize": _obj({"size": {"type": "integer", "minimum": 0}}),
-    "Worker": _obj({
-        "id": {"type": "string"}, "pool": {"type": "string"},
-        "hostname": {"type": ["string", "null"]}, "executor": {"type": ["string", "null"]},
-        "gpus": {"type": "integer"}, "version": {"type": ["string", "null"]},
-        "registered_at": TIME_OR_NULL,
-        "state": {"type": "string", "enum": ["alive", "silent", "lost"]},
-        "lost_at": TIME_OR_NULL,
-        "cannot_work": {"type": ["string", "null"],
-                        "description": "why the worker says it takes no work now"},
-        "leases": {"type": "array", "items": _obj({
-            "task": {"type": "string"}, "epoch": {"type": "integer"},
-            "status": {"type": "string", "enum": ["active", "stopping"]}})}}),
-    "WorkerList": _obj({"workers": {"type": "array", "items": _ref("Worker")},
-                        "next": {"type": ["string", "null"]}}),
-    "SqlResult": _obj({"columns": {"type": "array", "items": {"type": "string"}},
-                       "types": {"type": "array", "items": {"type": "string"}},
-                       "rows": {"type": "array", "items": {"type": "array"}},
-                       "truncated": {"type": "boolean"},
-                       "elapsed_ms": {"type": "number"}}),
+    "Worker": _obj(
+        {
+            "id": {"type": "string"},
+            "pool": {"type": "string"},
+            "hostname": {"type": ["string", "null"]},
+            "executor": {"type": ["string", "null"]},
+            "gpus": {"type": "integer"},
+            "version": {"type": ["string", "null"]},
+            "registered_at": TIME_OR_NULL,
+            "state": {"type": "string", "enum": ["alive", "silent", "lost"]},
+            "lost_at": TIME_OR_NULL,
+            "cannot_work": {
+                "type": ["string", "null"],
+                "description": "why the worker says it takes no work now",
+            },
+            "leases": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "task": {"type": "string"},
+                        "epoch": {"type": "integer"},
+                        "status": {"type": "string", "enum": ["active", "stopping"]},
+                    }
+                ),
+            },
+        }
+    ),
+    "WorkerList": _obj(
+        {
+            "workers": {"type": "array", "items": _ref("Worker")},
+            "next": {"type": ["string", "null"]},
+        }
+    ),
+    "SqlResult": _obj(
+        {
+            "columns": {"type": "array", "items": {"type": "string"}},
+            "types": {"type": "array", "items": {"type": "string"}},
+            "rows": {"type": "array", "items": {"type": "array"}},
+            "truncated": {"type": "boolean"},
+            "elapsed_ms": {"type": "number"},
+        }
+    ),
 }
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
-           "the JSON pointer of the field (`/command/1`) or the parameter it is about. "
-           "Refused at the edge: lone UTF-16 surrogates anywhere, control characters in "
-           "names and ids, NUL in commands, NaN, Infinity and numbers beyond a double or "
-           "64 bits, nesting deeper than 32",
+    "the JSON pointer of the field (`/command/1`) or the parameter it is about. "
+    "Refused at the edge: lone UTF-16 surrogates anywhere, control characters in "
+    "names and ids, NUL in commands, NaN, Infinity and numbers beyond a double or "
+    "64 bits, nesting deeper than 32",
     "401": "no token, an unknown token or a revoked one (`unauthenticated`)",
     "403": "the principal may not do this (`forbidden`)",
     "404": "no such object, or not visible to the caller (`not-found`)",
     "405": "the method is not served here (`method-not-allowed`)",
     "406": "MCP: the Accept header must take application/json and text/event-stream",
     "413": "body over 1 MiB (`request-too-large`), or a task's command or payload over "
-           "64 KiB (`too-large`)",
+    "64 KiB (`too-large`)",
     "415": "MCP: the body must be application/json",
     "409": "a stale fencing epoch (`stale-epoch`: stop this copy of the task), or a "
-           "conflict (`conflict`)",
+    "conflict (`conflict`)",
     "422": "the estate does not allow it (`submission-refused`, `unknown-pool`), a task "
-           "with neither command nor payload (`invalid-task`), or data the event log cannot "
-           "store (`unstorable`), a cloud node for a pool that does not autoscale "
-           "(`not-autoscaled`)",
+    "with neither command nor payload (`invalid-task`), or data the event log cannot "
+    "store (`unstorable`), a cloud node for a pool that does not autoscale "
+    "(`not-autoscaled`)",
     "429": "the user's tasks not yet ended already hold 16 MiB of commands and payloads "
-           "(`user-quota`): wait for some to end, or cancel some",
+    "(`user-quota`): wait for some to end, or cancel some",
     "500": "an unexpected error, logged with the id in the message (`internal`)",
     "503": "shutting down, or the log cannot be written (`unavailable`)",
 }
 
 
 def _err(*codes: str) -> dict[str, Any]:
-    return {c: {"description": _ERRORS[c],
-                "content": {"application/json": {"schema": _ref("Error")}}}
-            for c in codes}
+    return {
+        c: {"description": _ERRORS[c], "content": {"application/json": {"schema": _ref("Error")}}}
+        for c in codes
+    }
 
 
 def _ok(schema: str, code: str = "200", desc: str = "OK") -> dict[str, Any]:
-    return {code: {"description": desc,
-                   "content": {"application/json": {"schema": _ref(schema)}}}}
+    return {code: {"description": desc, "content": {"application/json": {"schema": _ref(schema)}}}}
 
 
 def _q(name: str, schema: dict[str, Any], desc: str) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema,
-            "description": desc}
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": desc}
 
 
 def _p(name: str, desc: str, example: str | None = None) -> dict[str, Any]:
-    out = {"name": name, "in": "path", "required": True,
-           "schema": {"type": "string", "minLength": 1}, "description": desc}
+    out = {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1},
+        "description": desc,
+    }
     if example is not None:
         out["example"] = example
     return out
 
 
 EXAMPLES: dict[str, Any] = {
-    "TaskSubmission": {"resource": "llm-research/h100", "command": ["python", "train.py"],
-                       "project": "rlhf", "labels": {"run": "r42"}, "user": "alice"},
+    "TaskSubmission": {
+        "resource": "llm-research/h100",
+        "command": ["python", "train.py"],
+        "project": "rlhf",
+        "labels": {"run": "r42"},
+        "user": "alice",
+    },
     "EngineSwitch": {"enabled": True},
     "TokenRequest": {"user": "alice", "name": "alice's laptop"},
-    "LedgerSql": {"sql": "SELECT \"group\", sum(gpu_hours) FROM usage GROUP BY 1",
-                  "limit": 100},
-    "WorkerRegistration": {"worker_id": "w-gpu01-1a2b3c4d", "hostname": "gpu01",
-                           "pool": "onprem-baremetal", "executor": "process",
-                           "gpus": [{"index": 0, "uuid": "GPU-0", "memory_mb": 49152,
-                                     "model": "NVIDIA L40S"}],
-                           "version": "0.1.0"},
+    "LedgerSql": {"sql": 'SELECT "group", sum(gpu_hours) FROM usage GROUP BY 1', "limit": 100},
+    "WorkerRegistration": {
+        "worker_id": "w-gpu01-1a2b3c4d",
+        "hostname": "gpu01",
+        "pool": "onprem-baremetal",
+        "executor": "process",
+        "gpus": [{"index": 0, "uuid": "GPU-0", "memory_mb": 49152, "model": "NVIDIA L40S"}],
+        "version": "0.1.0",
+    },
     "LeaseRequest": {"free_gpus": [0, 1]},
-    "CloudNodeStart": {"node": "i-0abc1234def567890", "provider": "ec2",
-                       "instance_type": "g6e.xlarge", "lifecycle": "spot", "gpus": 1},
+    "CloudNodeStart": {
+        "node": "i-0abc1234def567890",
+        "provider": "ec2",
+        "instance_type": "g6e.xlarge",
+        "lifecycle": "spot",
+        "gpus": 1,
+    },
     "AutoscalerHeartbeat": {"interval_s": 10},
-    "ScalingReport": {"cause": "capacity", "waiting": 2,
-                      "reason": "ec2: no on-demand capacity for 1 GPU(s): g6e.xlarge: "
-                                "InsufficientInstanceCapacity"},
-    "Heartbeat": {"running": [{"task": "t-01M8K8MWK70000", "epoch": 1,
-                               "state": "running"}]},
-    "TaskReport": {"epoch": 1, "event": "finished", "exit_code": 0, "signal": None,
-                   "at": "2026-11-29T08:00:00Z", "message": None},
+    "ScalingReport": {
+        "cause": "capacity",
+        "waiting": 2,
+        "reason": "ec2: no on-demand capacity for 1 GPU(s): g6e.xlarge: "
+        "InsufficientInstanceCapacity",
+    },
+    "Heartbeat": {"running": [{"task": "t-01M8K8MWK70000", "epoch": 1, "state": "running"}]},
+    "TaskReport": {
+        "epoch": 1,
+        "event": "finished",
+        "exit_code": 0,
+        "signal": None,
+        "at": "2026-11-29T08:00:00Z",
+        "message": None,
+    },
 }
 
 
@@ -737,20 +1416,32 @@ def _body(schema: str) -> dict[str, Any]:
 
 
 AUTH_ERR = ("400", "401", "403", "413", "500", "503")
-CHANNEL_HEADER = {"name": HEADER, "in": "header", "required": False,
-                  "schema": {"type": "string", "enum": list(DECLARED)},
-                  "description": "the client's channel, recorded with the task and in the "
-                                 "ledger (the CLI sends `cli`, the SDK `sdk`); absent: `api`. "
-                                 "Any other value is a 400"}
+CHANNEL_HEADER = {
+    "name": HEADER,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "enum": list(DECLARED)},
+    "description": "the client's channel, recorded with the task and in the "
+    "ledger (the CLI sends `cli`, the SDK `sdk`); absent: `api`. "
+    "Any other value is a 400",
+}
 LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
 
 
-def _op(op_id: str, summary: str, responses: dict[str, Any],
-        params: list[dict[str, Any]] | None = None, body: str | None = None,
-        errors: tuple[str, ...] = AUTH_ERR) -> dict[str, Any]:
+def _op(
+    op_id: str,
+    summary: str,
+    responses: dict[str, Any],
+    params: list[dict[str, Any]] | None = None,
+    body: str | None = None,
+    errors: tuple[str, ...] = AUTH_ERR,
+) -> dict[str, Any]:
     """An operation; who may call it is added by ``document`` from the route tables."""
-    out: dict[str, Any] = {"operationId": op_id, "summary": summary,
-                           "responses": {**responses, **_err(*errors)}}
+    out: dict[str, Any] = {
+        "operationId": op_id,
+        "summary": summary,
+        "responses": {**responses, **_err(*errors)},
+    }
     if params:
         out["parameters"] = params
     if body:
@@ -758,352 +1449,746 @@ def _op(op_id: str, summary: str, responses: dict[str, Any],
     return out
 
 
-_MCP_ANSWER = {"200": {"description": "the MCP exchange's answer (JSON-RPC)",
-                       "content": {"application/json": {"schema": {"type": "object"}}}}}
+_MCP_ANSWER = {
+    "200": {
+        "description": "the MCP exchange's answer (JSON-RPC)",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
 
 PATHS: dict[str, Any] = {
     "/mcp": {
-        "post": _op("mcp", "Model Context Protocol, streamable HTTP (docs/channels.md): an "
-                           "agent's tool calls, run with its user's rights; JSON-RPC "
-                           "bodies, as the MCP specification defines them", _MCP_ANSWER,
-                    errors=("400", "401", "403", "406", "413", "415", "500")),
-        "get": _op("mcpStream", "MCP: the server-to-client stream (stateless here: 405)",
-                   {}, errors=("401", "403", "405")),
-        "delete": _op("mcpEnd", "MCP: end a session (stateless here: 405)", {},
-                      errors=("401", "403", "405"))},
-    "/.well-known/oauth-protected-resource/mcp": {"get": _op(
-        "mcpResourceMetadata", "the protected resource metadata of /mcp (RFC 9728), named "
-                               "by its 401 answers",
-        {"200": {"description": "resource, bearer_methods_supported, resource_name",
-                 "content": {"application/json": {"schema": {"type": "object"}}}}},
-        errors=("500",))},
-    "/v1/health": {"get": _op("health", "liveness, revision and engine switch",
-                              _ok("Health"), errors=("500",))},
-    "/v1/leader": {"get": _op(
-        "leader", "which daemon leads (docs/ha.md); a standby answers it too, with "
-                  "status standby",
-        {"200": {"description": "status, role (leader or standby), self (this daemon's "
-                                "URL), leader (url, epoch, holder; null while none)",
-                 "content": {"application/json": {"schema": {"type": "object"}}}}},
-        errors=("500",))},
-    "/v1/openapi.json": {"get": _op(
-        "openapi", "this document",
-        {"200": {"description": "the OpenAPI 3.1 document",
-                 "content": {"application/json": {"schema": {"type": "object"}}}}},
-        errors=("500",))},
-    "/metrics": {"get": _op(
-        "metrics", "Prometheus metrics (docs/metrics.md)",
-        {"200": {"description": "the Prometheus text exposition format 0.0.4",
-                 "content": {"text/plain": {"schema": {"type": "string"}}}}})},
-    "/v1/whoami": {"get": _op("whoami", "the caller's principal, groups and roles",
-                              _ok("WhoAmI"))},
+        "post": _op(
+            "mcp",
+            "Model Context Protocol, streamable HTTP (docs/channels.md): an "
+            "agent's tool calls, run with its user's rights; JSON-RPC "
+            "bodies, as the MCP specification defines them",
+            _MCP_ANSWER,
+            errors=("400", "401", "403", "406", "413", "415", "500"),
+        ),
+        "get": _op(
+            "mcpStream",
+            "MCP: the server-to-client stream (stateless here: 405)",
+            {},
+            errors=("401", "403", "405"),
+        ),
+        "delete": _op(
+            "mcpEnd", "MCP: end a session (stateless here: 405)", {}, errors=("401", "403", "405")
+        ),
+    },
+    "/.well-known/oauth-protected-resource/mcp": {
+        "get": _op(
+            "mcpResourceMetadata",
+            "the protected resource metadata of /mcp (RFC 9728), named by its 401 answers",
+            {
+                "200": {
+                    "description": "resource, bearer_methods_supported, resource_name",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+            errors=("500",),
+        )
+    },
+    "/v1/health": {
+        "get": _op("health", "liveness, revision and engine switch", _ok("Health"), errors=("500",))
+    },
+    "/v1/leader": {
+        "get": _op(
+            "leader",
+            "which daemon leads (docs/ha.md); a standby answers it too, with status standby",
+            {
+                "200": {
+                    "description": "status, role (leader or standby), self (this daemon's "
+                    "URL), leader (url, epoch, holder; null while none)",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+            errors=("500",),
+        )
+    },
+    "/v1/openapi.json": {
+        "get": _op(
+            "openapi",
+            "this document",
+            {
+                "200": {
+                    "description": "the OpenAPI 3.1 document",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+            errors=("500",),
+        )
+    },
+    "/metrics": {
+        "get": _op(
+            "metrics",
+            "Prometheus metrics (docs/metrics.md)",
+            {
+                "200": {
+                    "description": "the Prometheus text exposition format 0.0.4",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        )
+    },
+    "/v1/whoami": {"get": _op("whoami", "the caller's principal, groups and roles", _ok("WhoAmI"))},
     "/v1/tasks": {
         "post": _op(
-            "submitTask", "send a task to a compute resource",
-            {**_ok("Task", "201", "created"),
-             **_ok("Task", "200", "a retry: the task first created with this "
-                                  "Idempotency-Key")},
-            params=[{"name": "Idempotency-Key", "in": "header", "required": False,
-                     "schema": {"type": "string", "minLength": 1, "maxLength": 256},
-                     "description": "a retry with the same key and principal returns the "
-                                    "first task (200) instead of creating another"},
-                    CHANNEL_HEADER],
-            body="TaskSubmission", errors=AUTH_ERR + ("422", "429")),
+            "submitTask",
+            "send a task to a compute resource",
+            {
+                **_ok("Task", "201", "created"),
+                **_ok("Task", "200", "a retry: the task first created with this Idempotency-Key"),
+            },
+            params=[
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+                    "description": "a retry with the same key and principal returns the "
+                    "first task (200) instead of creating another",
+                },
+                CHANNEL_HEADER,
+            ],
+            body="TaskSubmission",
+            errors=AUTH_ERR + ("422", "429"),
+        ),
         "get": _op(
-            "listTasks", "tasks, newest last, in pages (a page also stops once its tasks "
-                         "hold 4 MiB of commands and payloads: follow `next`)",
+            "listTasks",
+            "tasks, newest last, in pages (a page also stops once its tasks "
+            "hold 4 MiB of commands and payloads: follow `next`)",
             _ok("TaskList"),
-            params=[_q("state", {"type": "string", "enum": ["queued", "placed", "ended"]},
-                       "only tasks in this state (`placed` includes `running` ones)"),
-                    _q("resource", {"type": "string"}, "only this compute resource"),
-                    _q("user", {"type": "string"}, "only this user's tasks"),
-                    _q("group", {"type": "string"}, "only this group's tasks"),
-                    _q("pool", {"type": "string"}, "only tasks placed (or last placed) on "
-                                                   "this pool"),
-                    _q("limit", LIMIT, "page size"),
-                    _q("after", {"type": "string"}, "the `next` of the previous page")]),
+            params=[
+                _q(
+                    "state",
+                    {"type": "string", "enum": ["queued", "placed", "ended"]},
+                    "only tasks in this state (`placed` includes `running` ones)",
+                ),
+                _q("resource", {"type": "string"}, "only this compute resource"),
+                _q("user", {"type": "string"}, "only this user's tasks"),
+                _q("group", {"type": "string"}, "only this group's tasks"),
+                _q("pool", {"type": "string"}, "only tasks placed (or last placed) on this pool"),
+                _q("limit", LIMIT, "page size"),
+                _q("after", {"type": "string"}, "the `next` of the previous page"),
+            ],
+        ),
     },
-    "/v1/tasks/{id}": {"get": _op("getTask", "one task, with its place in line and reason",
-                                  _ok("Task"),
-                                  params=[_p("id", "task id")],
-                                  errors=AUTH_ERR + ("404",))},
-    "/v1/tasks/{id}/cancel": {"post": _op(
-        "cancelTask", "cancel a queued or placed task (idempotent)",
-        _ok("Task"), params=[_p("id", "task id"), CHANNEL_HEADER],
-        body="CancelRequest", errors=AUTH_ERR + ("404",))},
-    "/v1/tasks/{id}/report": {"post": _op(
-        "reportTask", "a worker reports a lease's start or end (idempotent; fenced by epoch)",
-        _ok("ReportAnswer"),
-        params=[_p("id", "task id")], body="TaskReport",
-        errors=AUTH_ERR + ("404", "409"))},
-    "/v1/tasks/{id}/log": {
-        "post": {**_op(
-            "uploadTaskLog", "a worker uploads a task's log from byte `offset` (idempotent "
-                             "by offset; at most 256 KiB a call)",
-            _ok("LogSize"),
-            params=[_p("id", "task id"),
-                    {**_q("offset", {"type": "integer", "minimum": 0},
-                          "byte offset of this chunk in the attempt's log"),
-                     "required": True},
-                    _q("epoch", {"type": "integer", "minimum": 1},
-                       "the lease's epoch (default: the task's latest); a fenced one is 409")],
-            errors=AUTH_ERR + ("404", "409")),
-            "requestBody": {"required": True, "content": {
-                "application/octet-stream": {"schema": {"type": "string",
-                                                        "format": "binary"}}}}},
+    "/v1/tasks/{id}": {
         "get": _op(
-            "getTaskLog", "a task's log (one attempt), from byte `offset`",
-            {"200": {"description": "the log as text; headers X-Klique-Epoch, "
-                                    "X-Klique-Epochs, X-Klique-Log-Size, "
-                                    "X-Klique-Next-Offset, X-Klique-Log-Complete",
-                     "content": {"text/plain": {"schema": {"type": "string"}}}}},
-            params=[_p("id", "task id"),
-                    _q("offset", {"type": "integer", "minimum": 0, "default": 0},
-                       "from this byte"),
-                    _q("epoch", {"type": "integer", "minimum": 0},
-                       "which attempt (default: the latest)"),
-                    _q("limit", {"type": "integer", "minimum": 1, "maximum": 4194304},
-                       "at most this many bytes")],
-            errors=AUTH_ERR + ("404",)),
+            "getTask",
+            "one task, with its place in line and reason",
+            _ok("Task"),
+            params=[_p("id", "task id")],
+            errors=AUTH_ERR + ("404",),
+        )
     },
-    "/v1/workers": {"get": _op("listWorkers", "registered workers and their leases",
-                               _ok("WorkerList"),
-                               params=[_q("pool", {"type": "string"},
-                                          "only this pool's workers"),
-                                       _q("limit", {**LIMIT, "default": 1000},
-                                          "page size (by worker id)"),
-                                       _q("after", {"type": "string"},
-                                          "the `next` of the previous page")])},
-    "/v1/pools/{pool}/nodes": {"post": _op(
-        "recordCloudNode", "a node the autoscaler started: its interval opens in the ledger "
-                           "(cloud_nodes) at its price; the same node again answers 200",
-        {**_ok("CloudNode", "201", "recorded"), **_ok("CloudNode", "200", "already recorded")},
-        params=[_p("pool", "an autoscaled cloud pool")], body="CloudNodeStart",
-        errors=AUTH_ERR + ("404", "409", "422"))},
-    "/v1/pools/{pool}/nodes/{node}": {"delete": _op(
-        "endCloudNode", "a node the autoscaler released: its interval closes",
-        _ok("CloudNode"),
-        params=[_p("pool", "the node's pool"), _p("node", "the node's id"),
-                _q("reason", {"type": "string", "maxLength": 500}, "why it was released")],
-        errors=AUTH_ERR + ("404",))},
-    "/v1/pools/{pool}/autoscaler": {"post": _op(
-        "autoscalerHeartbeat", "the pool's autoscaler runs (each round): an autoscaled pool "
-                               "with no live worker takes work only while it does",
-        _ok("AutoscalerAlive"), params=[_p("pool", "an autoscaled cloud pool")],
-        body="AutoscalerHeartbeat", errors=AUTH_ERR + ("404", "422"))},
-    "/v1/pools/{pool}/scaling": {"post": _op(
-        "reportScaling", "why placed work waits for a node (logged when it changes; the "
-                         "month's first spend-cap wait raises spend_cap_reached)",
-        _ok("PoolCloud"), params=[_p("pool", "an autoscaled cloud pool")],
-        body="ScalingReport", errors=AUTH_ERR + ("404", "422"))},
-    "/v1/workers/{id}": {"delete": _op(
-        "deregisterWorker", "a worker leaves: its active leases' tasks go back to the front "
-                            "of their queues (see docs/worker-protocol.md)",
-        _ok("Deregistered"),
-        params=[_p("id", "worker id")], errors=AUTH_ERR + ("404",))},
-    "/v1/workers/{id}/reports": {"post": _op(
-        "reportTasks", "several reports of one worker in one request and one transaction; "
-                       "one result each (200, or the error the single report would get)",
-        _ok("ReportResults"),
-        params=[_p("id", "worker id")], body="WorkerReports", errors=AUTH_ERR + ("404",))},
-    "/v1/workers/register": {"post": _op(
-        "registerWorker", "a worker registers with its pool and GPUs; the answer lists the "
-                          "leases the control plane believes it holds",
-        _ok("Registered"), body="WorkerRegistration",
-        errors=AUTH_ERR + ("409", "422"))},
-    "/v1/workers/{id}/lease": {"post": _op(
-        "leaseTasks", "long poll: placed tasks of the worker's pool that fit its free GPUs",
-        _ok("Leases"),
-        params=[_p("id", "worker id"),
-                _q("wait", {"type": "number", "minimum": 0, "maximum": 3600},
-                   "seconds to wait for work at most (capped by poll_wait_s)")],
-        body="LeaseRequest", errors=AUTH_ERR + ("404",))},
-    "/v1/workers/{id}/heartbeat": {"post": _op(
-        "workerHeartbeat", "renews the worker's TTL; answers stop instructions",
-        _ok("HeartbeatAnswer"),
-        params=[_p("id", "worker id")], body="Heartbeat", errors=AUTH_ERR + ("404",))},
-    "/v1/resources": {"get": _op(
-        "listResources", "the compute resources the caller may use or see",
-        _ok("ResourceList"))},
-    "/v1/resources/{policy}/{profile}/queue": {"get": _op(
-        "getQueue", "a compute resource's queue, in order",
-        _ok("Queue"),
-        params=[_p("policy", "policy name", "llm-research"),
+    "/v1/tasks/{id}/cancel": {
+        "post": _op(
+            "cancelTask",
+            "cancel a queued or placed task (idempotent)",
+            _ok("Task"),
+            params=[_p("id", "task id"), CHANNEL_HEADER],
+            body="CancelRequest",
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/tasks/{id}/report": {
+        "post": _op(
+            "reportTask",
+            "a worker reports a lease's start or end (idempotent; fenced by epoch)",
+            _ok("ReportAnswer"),
+            params=[_p("id", "task id")],
+            body="TaskReport",
+            errors=AUTH_ERR + ("404", "409"),
+        )
+    },
+    "/v1/tasks/{id}/log": {
+        "post": {
+            **_op(
+                "uploadTaskLog",
+                "a worker uploads a task's log from byte `offset` (idempotent "
+                "by offset; at most 256 KiB a call)",
+                _ok("LogSize"),
+                params=[
+                    _p("id", "task id"),
+                    {
+                        **_q(
+                            "offset",
+                            {"type": "integer", "minimum": 0},
+                            "byte offset of this chunk in the attempt's log",
+                        ),
+                        "required": True,
+                    },
+                    _q(
+                        "epoch",
+                        {"type": "integer", "minimum": 1},
+                        "the lease's epoch (default: the task's latest); a fenced one is 409",
+                    ),
+                ],
+                errors=AUTH_ERR + ("404", "409"),
+            ),
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                },
+            },
+        },
+        "get": _op(
+            "getTaskLog",
+            "a task's log (one attempt), from byte `offset`",
+            {
+                "200": {
+                    "description": "the log as text; headers X-Klique-Epoch, "
+                    "X-Klique-Epochs, X-Klique-Log-Size, "
+                    "X-Klique-Next-Offset, X-Klique-Log-Complete",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+            params=[
+                _p("id", "task id"),
+                _q("offset", {"type": "integer", "minimum": 0, "default": 0}, "from this byte"),
+                _q(
+                    "epoch",
+                    {"type": "integer", "minimum": 0},
+                    "which attempt (default: the latest)",
+                ),
+                _q(
+                    "limit",
+                    {"type": "integer", "minimum": 1, "maximum": 4194304},
+                    "at most this many bytes",
+                ),
+            ],
+            errors=AUTH_ERR + ("404",),
+        ),
+    },
+    "/v1/workers": {
+        "get": _op(
+            "listWorkers",
+            "registered workers and their leases",
+            _ok("WorkerList"),
+            params=[
+                _q("pool", {"type": "string"}, "only this pool's workers"),
+                _q("limit", {**LIMIT, "default": 1000}, "page size (by worker id)"),
+                _q("after", {"type": "string"}, "the `next` of the previous page"),
+            ],
+        )
+    },
+    "/v1/pools/{pool}/nodes": {
+        "post": _op(
+            "recordCloudNode",
+            "a node the autoscaler started: its interval opens in the ledger "
+            "(cloud_nodes) at its price; the same node again answers 200",
+            {**_ok("CloudNode", "201", "recorded"), **_ok("CloudNode", "200", "already recorded")},
+            params=[_p("pool", "an autoscaled cloud pool")],
+            body="CloudNodeStart",
+            errors=AUTH_ERR + ("404", "409", "422"),
+        )
+    },
+    "/v1/pools/{pool}/nodes/{node}": {
+        "delete": _op(
+            "endCloudNode",
+            "a node the autoscaler released: its interval closes",
+            _ok("CloudNode"),
+            params=[
+                _p("pool", "the node's pool"),
+                _p("node", "the node's id"),
+                _q("reason", {"type": "string", "maxLength": 500}, "why it was released"),
+            ],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/pools/{pool}/autoscaler": {
+        "post": _op(
+            "autoscalerHeartbeat",
+            "the pool's autoscaler runs (each round): an autoscaled pool "
+            "with no live worker takes work only while it does",
+            _ok("AutoscalerAlive"),
+            params=[_p("pool", "an autoscaled cloud pool")],
+            body="AutoscalerHeartbeat",
+            errors=AUTH_ERR + ("404", "422"),
+        )
+    },
+    "/v1/pools/{pool}/scaling": {
+        "post": _op(
+            "reportScaling",
+            "why placed work waits for a node (logged when it changes; the "
+            "month's first spend-cap wait raises spend_cap_reached)",
+            _ok("PoolCloud"),
+            params=[_p("pool", "an autoscaled cloud pool")],
+            body="ScalingReport",
+            errors=AUTH_ERR + ("404", "422"),
+        )
+    },
+    "/v1/workers/{id}": {
+        "delete": _op(
+            "deregisterWorker",
+            "a worker leaves: its active leases' tasks go back to the front "
+            "of their queues (see docs/worker-protocol.md)",
+            _ok("Deregistered"),
+            params=[_p("id", "worker id")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/workers/{id}/reports": {
+        "post": _op(
+            "reportTasks",
+            "several reports of one worker in one request and one transaction; "
+            "one result each (200, or the error the single report would get)",
+            _ok("ReportResults"),
+            params=[_p("id", "worker id")],
+            body="WorkerReports",
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/workers/register": {
+        "post": _op(
+            "registerWorker",
+            "a worker registers with its pool and GPUs; the answer lists the "
+            "leases the control plane believes it holds",
+            _ok("Registered"),
+            body="WorkerRegistration",
+            errors=AUTH_ERR + ("409", "422"),
+        )
+    },
+    "/v1/workers/{id}/lease": {
+        "post": _op(
+            "leaseTasks",
+            "long poll: placed tasks of the worker's pool that fit its free GPUs",
+            _ok("Leases"),
+            params=[
+                _p("id", "worker id"),
+                _q(
+                    "wait",
+                    {"type": "number", "minimum": 0, "maximum": 3600},
+                    "seconds to wait for work at most (capped by poll_wait_s)",
+                ),
+            ],
+            body="LeaseRequest",
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/workers/{id}/heartbeat": {
+        "post": _op(
+            "workerHeartbeat",
+            "renews the worker's TTL; answers stop instructions",
+            _ok("HeartbeatAnswer"),
+            params=[_p("id", "worker id")],
+            body="Heartbeat",
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/resources": {
+        "get": _op(
+            "listResources", "the compute resources the caller may use or see", _ok("ResourceList")
+        )
+    },
+    "/v1/resources/{policy}/{profile}/queue": {
+        "get": _op(
+            "getQueue",
+            "a compute resource's queue, in order",
+            _ok("Queue"),
+            params=[
+                _p("policy", "policy name", "llm-research"),
                 _p("profile", "profile name", "h100"),
-                _q("limit", {"type": "integer", "minimum": 1, "maximum": 10000,
-                             "default": 1000}, "at most this many entries, from the head")],
-        errors=AUTH_ERR + ("404",))},
-    "/v1/policies": {"get": _op(
-        "listPolicies", "use against reservation and limit, budgets, burn rate, alerts",
-        _ok("PolicyList"))},
-    "/v1/policies/{name}": {"get": _op(
-        "getPolicy", "one policy", _ok("Policy"),
-        params=[_p("name", "policy name", "llm-research")], errors=AUTH_ERR + ("404",))},
-    "/v1/pools": {"get": _op("listPools", "pools with capacity, used, borrowed and free",
-                             _ok("PoolList"))},
-    "/v1/events": {"get": _op(
-        "listEvents", "the event and audit log, in pages (a page also stops after 4 MiB "
-                      "of event data: follow `next`)",
-        _ok("EventList"),
-        params=[_q("task", {"type": "string"}, "one task's events (404 for a task the "
-                                                   "caller may not see)"),
+                _q(
+                    "limit",
+                    {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+                    "at most this many entries, from the head",
+                ),
+            ],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/policies": {
+        "get": _op(
+            "listPolicies",
+            "use against reservation and limit, budgets, burn rate, alerts",
+            _ok("PolicyList"),
+        )
+    },
+    "/v1/policies/{name}": {
+        "get": _op(
+            "getPolicy",
+            "one policy",
+            _ok("Policy"),
+            params=[_p("name", "policy name", "llm-research")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/pools": {
+        "get": _op("listPools", "pools with capacity, used, borrowed and free", _ok("PoolList"))
+    },
+    "/v1/events": {
+        "get": _op(
+            "listEvents",
+            "the event and audit log, in pages (a page also stops after 4 MiB "
+            "of event data: follow `next`)",
+            _ok("EventList"),
+            params=[
+                _q(
+                    "task",
+                    {"type": "string"},
+                    "one task's events (404 for a task the caller may not see)",
+                ),
                 _q("kind", {"type": "string"}, "one kind, e.g. preempted"),
-                _q("since", {"type": "integer", "minimum": 0},
-                   "events after this seq (the `next` of the previous page)"),
-                _q("limit", LIMIT, "page size")], errors=AUTH_ERR + ("404",))},
+                _q(
+                    "since",
+                    {"type": "integer", "minimum": 0},
+                    "events after this seq (the `next` of the previous page)",
+                ),
+                _q("limit", LIMIT, "page size"),
+            ],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
     "/v1/engine": {
         "get": _op("getEngine", "the engine switch and its last pass", _ok("Engine")),
-        "post": _op("setEngine", "switch the engine on or off", _ok("Engine"),
-                    body="EngineSwitch"),
+        "post": _op("setEngine", "switch the engine on or off", _ok("Engine"), body="EngineSwitch"),
     },
-    "/v1/estate": {"get": _op("getEstate", "the running estate revision, and the last "
-                                           "refused one", _ok("Estate"))},
-    "/v1/plan/state": {"get": _op(
-        "getPlanState", "the running revision and the live counts `kliqued plan --against` "
-        "reads: per compute resource, policy and pool; GPU-hours per GPU type and month",
-        _ok("PlanState"))},
-    "/v1/demand": {"get": _op(
-        "getDemand", "the work submitted in a window, as a trace CSV (id, submit, resource, "
-        "user, project, gpus, runtime, channel, status): what `kliqued plan --what-if-from` "
-        "replays; the running revision in X-Klique-Revision",
-        {"200": {"description": "CSV, tasks in submission order",
-                 "content": {"text/csv": {"schema": {"type": "string"}}}}},
-        params=[_q("since", {"type": "string", "default": "14d"},
-                   "a duration back from now (14d, 36h) or an RFC 3339 time")])},
+    "/v1/estate": {
+        "get": _op(
+            "getEstate", "the running estate revision, and the last refused one", _ok("Estate")
+        )
+    },
+    "/v1/plan/state": {
+        "get": _op(
+            "getPlanState",
+            "the running revision and the live counts `kliqued plan --against` "
+            "reads: per compute resource, policy and pool; GPU-hours per GPU type and month",
+            _ok("PlanState"),
+        )
+    },
+    "/v1/demand": {
+        "get": _op(
+            "getDemand",
+            "the work submitted in a window, as a trace CSV (id, submit, resource, "
+            "user, project, gpus, runtime, channel, status): what `kliqued plan --what-if-from` "
+            "replays; the running revision in X-Klique-Revision",
+            {
+                "200": {
+                    "description": "CSV, tasks in submission order",
+                    "content": {"text/csv": {"schema": {"type": "string"}}},
+                }
+            },
+            params=[
+                _q(
+                    "since",
+                    {"type": "string", "default": "14d"},
+                    "a duration back from now (14d, 36h) or an RFC 3339 time",
+                )
+            ],
+        )
+    },
     "/v1/tokens": {
-        "post": _op("createToken", "a token for a user, a worker (one pool) or a role",
-                    _ok("TokenCreated", "201", "created: the only time the token "
-                                               "is shown"),
-                    body="TokenRequest", errors=AUTH_ERR + ("422",)),
+        "post": _op(
+            "createToken",
+            "a token for a user, a worker (one pool) or a role",
+            _ok("TokenCreated", "201", "created: the only time the token is shown"),
+            body="TokenRequest",
+            errors=AUTH_ERR + ("422",),
+        ),
         "get": _op("listTokens", "every token (never the secret)", _ok("TokenList")),
     },
-    "/v1/tokens/{id}/rotate": {"post": _op(
-        "rotateToken", "a new secret for the same principal and name; the old token stops "
-                       "at once, or after `grace`", _ok("TokenCreated", "201"),
-        params=[_p("id", "token id")], body="TokenRotation",
-        errors=AUTH_ERR + ("404", "409", "422"))},
-    "/v1/tokens/{id}": {"delete": _op(
-        "revokeToken", "revoke a token (idempotent)", {"204": {"description": "revoked"}},
-        params=[_p("id", "token id")],
-        errors=AUTH_ERR + ("404",))},
-    "/v1/ledger/sql": {"post": _op(
-        "ledgerSql", "read-only SQL on the usage ledger (one statement, a snapshot, no file "
-                     "or network access, a time limit)",
-        _ok("SqlResult"), body="LedgerSql", errors=AUTH_ERR + ("422",))},
-    "/v1/ledger/export": {"get": _op(
-        "ledgerExport", "ledger intervals overlapping [from, to), as CSV",
-        {"200": {"description": "CSV, streamed",
-                 "content": {"text/csv": {"schema": {"type": "string"}}}}},
-        params=[{**_q("from", TIME, "start (inclusive)"), "required": True},
+    "/v1/tokens/{id}/rotate": {
+        "post": _op(
+            "rotateToken",
+            "a new secret for the same principal and name; the old token stops "
+            "at once, or after `grace`",
+            _ok("TokenCreated", "201"),
+            params=[_p("id", "token id")],
+            body="TokenRotation",
+            errors=AUTH_ERR + ("404", "409", "422"),
+        )
+    },
+    "/v1/tokens/{id}": {
+        "delete": _op(
+            "revokeToken",
+            "revoke a token (idempotent)",
+            {"204": {"description": "revoked"}},
+            params=[_p("id", "token id")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/ledger/sql": {
+        "post": _op(
+            "ledgerSql",
+            "read-only SQL on the usage ledger (one statement, a snapshot, no file "
+            "or network access, a time limit)",
+            _ok("SqlResult"),
+            body="LedgerSql",
+            errors=AUTH_ERR + ("422",),
+        )
+    },
+    "/v1/ledger/export": {
+        "get": _op(
+            "ledgerExport",
+            "ledger intervals overlapping [from, to), as CSV",
+            {
+                "200": {
+                    "description": "CSV, streamed",
+                    "content": {"text/csv": {"schema": {"type": "string"}}},
+                }
+            },
+            params=[
+                {**_q("from", TIME, "start (inclusive)"), "required": True},
                 {**_q("to", TIME, "end (exclusive)"), "required": True},
-                _q("format", {"type": "string", "enum": ["csv"], "default": "csv"},
-                   "csv (the CLI writes parquet from it)")])},
+                _q(
+                    "format",
+                    {"type": "string", "enum": ["csv"], "default": "csv"},
+                    "csv (the CLI writes parquet from it)",
+                ),
+            ],
+        )
+    },
     "/v1/schedules": {
-        "post": _op("createSchedule", "a schedule: a command or a pipeline run by cron as "
-                                      "the user who makes it",
-                    _ok("Schedule", "201", "created"), body="ScheduleCreate",
-                    errors=AUTH_ERR + ("422", "429")),
+        "post": _op(
+            "createSchedule",
+            "a schedule: a command or a pipeline run by cron as the user who makes it",
+            _ok("Schedule", "201", "created"),
+            body="ScheduleCreate",
+            errors=AUTH_ERR + ("422", "429"),
+        ),
         "get": _op("listSchedules", "the schedules the caller may see", _ok("ScheduleList")),
     },
     "/v1/schedules/{id}": {
-        "get": _op("getSchedule", "one schedule, with its next and last runs",
-                   _ok("Schedule"), params=[_p("id", "schedule id")],
-                   errors=AUTH_ERR + ("404",)),
-        "delete": _op("deleteSchedule", "delete a schedule (its running tasks go on)",
-                      {"204": {"description": "deleted"}}, params=[_p("id", "schedule id")],
-                      errors=AUTH_ERR + ("404",)),
+        "get": _op(
+            "getSchedule",
+            "one schedule, with its next and last runs",
+            _ok("Schedule"),
+            params=[_p("id", "schedule id")],
+            errors=AUTH_ERR + ("404",),
+        ),
+        "delete": _op(
+            "deleteSchedule",
+            "delete a schedule (its running tasks go on)",
+            {"204": {"description": "deleted"}},
+            params=[_p("id", "schedule id")],
+            errors=AUTH_ERR + ("404",),
+        ),
     },
-    "/v1/schedules/{id}/pause": {"post": _op(
-        "pauseSchedule", "no run until resumed (idempotent)", _ok("Schedule"),
-        params=[_p("id", "schedule id")], errors=AUTH_ERR + ("404", "409"))},
-    "/v1/schedules/{id}/resume": {"post": _op(
-        "resumeSchedule", "runs again from the next due time (a stopped one: once its "
-                          "owner may send its work again); by its owner, it runs on the "
-                          "caller's token from now on; anyone else resumes it only while "
-                          "the token it runs on still works", _ok("Schedule"),
-        params=[_p("id", "schedule id")], errors=AUTH_ERR + ("404", "409"))},
+    "/v1/schedules/{id}/pause": {
+        "post": _op(
+            "pauseSchedule",
+            "no run until resumed (idempotent)",
+            _ok("Schedule"),
+            params=[_p("id", "schedule id")],
+            errors=AUTH_ERR + ("404", "409"),
+        )
+    },
+    "/v1/schedules/{id}/resume": {
+        "post": _op(
+            "resumeSchedule",
+            "runs again from the next due time (a stopped one: once its "
+            "owner may send its work again); by its owner, it runs on the "
+            "caller's token from now on; anyone else resumes it only while "
+            "the token it runs on still works",
+            _ok("Schedule"),
+            params=[_p("id", "schedule id")],
+            errors=AUTH_ERR + ("404", "409"),
+        )
+    },
     "/v1/sessions": {
-        "post": _op("startSession", "start an interactive server (a session) as a task",
-                    _ok("Session", "201", "started"), body="SessionStart",
-                    errors=AUTH_ERR + ("422", "429")),
-        "get": _op("listSessions", "the sessions the caller may see", _ok("SessionList"))},
-    "/v1/sessions/{id}": {"get": _op("getSession", "one session", _ok("Session"),
-                                     params=[_p("id", "session id")],
-                                     errors=AUTH_ERR + ("404",))},
-    "/v1/sessions/{id}/stop": {"post": _op(
-        "stopSession", "stop a session (idempotent)", _ok("Session"),
-        params=[_p("id", "session id")], errors=AUTH_ERR + ("404",))},
-    "/v1/sessions/{id}/link": {"post": _op(
-        "linkSession", "a one-time link (2 minutes) that opens the session in a browser",
-        _ok("SessionLink"), params=[_p("id", "session id")], errors=AUTH_ERR + ("404",))},
-    "/v1/sessions/{id}/tunnel": {"get": _op(
-        "sessionTunnel", "a WebSocket from the worker running the session: its requests are "
-                         "relayed over it",
-        {"101": {"description": "switching to the WebSocket protocol"}},
-        params=[_p("id", "session id"), _q("epoch", {"type": "integer", "minimum": 1},
-                                            "the lease's epoch")],
-        errors=AUTH_ERR + ("404", "409"))},
+        "post": _op(
+            "startSession",
+            "start an interactive server (a session) as a task",
+            _ok("Session", "201", "started"),
+            body="SessionStart",
+            errors=AUTH_ERR + ("422", "429"),
+        ),
+        "get": _op("listSessions", "the sessions the caller may see", _ok("SessionList")),
+    },
+    "/v1/sessions/{id}": {
+        "get": _op(
+            "getSession",
+            "one session",
+            _ok("Session"),
+            params=[_p("id", "session id")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/sessions/{id}/stop": {
+        "post": _op(
+            "stopSession",
+            "stop a session (idempotent)",
+            _ok("Session"),
+            params=[_p("id", "session id")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/sessions/{id}/link": {
+        "post": _op(
+            "linkSession",
+            "a one-time link (2 minutes) that opens the session in a browser",
+            _ok("SessionLink"),
+            params=[_p("id", "session id")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/sessions/{id}/tunnel": {
+        "get": _op(
+            "sessionTunnel",
+            "a WebSocket from the worker running the session: its requests are relayed over it",
+            {"101": {"description": "switching to the WebSocket protocol"}},
+            params=[
+                _p("id", "session id"),
+                _q("epoch", {"type": "integer", "minimum": 1}, "the lease's epoch"),
+            ],
+            errors=AUTH_ERR + ("404", "409"),
+        )
+    },
     "/v1/pipelines": {
-        "post": _op("runPipeline", "run a pipeline file (every step checked first)",
-                    _ok("Pipeline", "201", "started"), body="PipelineRunRequest",
-                    errors=AUTH_ERR + ("422", "429")),
+        "post": _op(
+            "runPipeline",
+            "run a pipeline file (every step checked first)",
+            _ok("Pipeline", "201", "started"),
+            body="PipelineRunRequest",
+            errors=AUTH_ERR + ("422", "429"),
+        ),
         "get": _op("listPipelines", "the pipelines the caller may see", _ok("PipelineList")),
     },
-    "/v1/pipelines/{id}": {"get": _op(
-        "getPipeline", "one pipeline with its steps", _ok("Pipeline"),
-        params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404",))},
-    "/v1/pipelines/{id}/cancel": {"post": _op(
-        "cancelPipeline", "cancel a running pipeline: its steps' tasks too (idempotent)",
-        _ok("Pipeline"), params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404",))},
-    "/v1/pipelines/{id}/resume": {"post": _op(
-        "resumePipeline", "resume a pipeline paused because its token stopped working: by "
-                          "its owner only, bound to the caller's token from now on",
-        _ok("Pipeline"), params=[_p("id", "pipeline id")], errors=AUTH_ERR + ("404", "409"))},
-    "/v1/ledger/focus": {"get": _op(
-        "ledgerFocus", "one billing period (a UTC month) as a FOCUS 1.2 cost and usage "
-                       "dataset, CSV; usage without a price is refused (`no-price`, naming "
-                       "the GPU types)",
-        {"200": {"description": "CSV, streamed",
-                 "content": {"text/csv": {"schema": {"type": "string"}}}}},
-        params=[{**_q("period", {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
-                      "the month, YYYY-MM"), "required": True}],
-        errors=AUTH_ERR + ("422",))},
-    "/v1/ledger/statement": {"get": _op(
-        "ledgerStatement", "the chargeback statement of a group's subtree (a team, department "
-                           "or business unit) for one month: lines by team, project, user, "
-                           "GPU type and price, to the cent, with the budgets used",
-        {"200": {"description": "the statement (JSON), or as CSV or a printable HTML page",
-                 "content": {"application/json": {"schema": {"type": "object"}},
-                             "text/csv": {"schema": {"type": "string"}},
-                             "text/html": {"schema": {"type": "string"}}}}},
-        params=[{**_q("group", {"type": "string", "minLength": 1}, "the group"),
-                 "required": True},
-                {**_q("period", {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
-                      "the month, YYYY-MM"), "required": True},
-                _q("format", {"type": "string", "enum": ["json", "csv", "html"],
-                              "default": "json"}, "json, csv or html")],
-        errors=AUTH_ERR + ("404", "422"))},
-    "/v1/ledger/feed": {"get": _op(
-        "ledgerFeed", "the billing feed: closed intervals in the order they closed, after "
-                      "`cursor`; pass the answer's `cursor` to the next call (no row twice, "
-                      "none missed, across restarts)",
-        {"200": {"description": "`{columns, rows, cursor, more}`",
-                 "content": {"application/json": {"schema": {"type": "object"}}}}},
-        params=[_q("cursor", {"type": "string", "pattern": "^[0-9]{0,19}$"},
-                   "the `cursor` of the previous answer; none: from the start"),
-                _q("limit", {"type": "integer", "minimum": 1, "maximum": 10000,
-                             "default": 1000}, "at most this many rows")],
-        errors=AUTH_ERR + ("422",))},
-    "/v1/ledger/cio": {"get": _op(
-        "ledgerCio", "the CIO's figures for a month: use of the estate per pool, GPU-hours and "
-                     "spend by business unit, idle capacity and who pays for it, cloud "
-                     "capacity and spend in use now",
-        {"200": {"description": "`{period, period_start, period_end, estate_use, "
-                                "business_units, idle, in_use_now}`",
-                 "content": {"application/json": {"schema": {"type": "object"}}}}},
-        params=[{**_q("period", {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
-                      "the month, YYYY-MM"), "required": True}],
-        errors=AUTH_ERR + ("422",))},
+    "/v1/pipelines/{id}": {
+        "get": _op(
+            "getPipeline",
+            "one pipeline with its steps",
+            _ok("Pipeline"),
+            params=[_p("id", "pipeline id")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/pipelines/{id}/cancel": {
+        "post": _op(
+            "cancelPipeline",
+            "cancel a running pipeline: its steps' tasks too (idempotent)",
+            _ok("Pipeline"),
+            params=[_p("id", "pipeline id")],
+            errors=AUTH_ERR + ("404",),
+        )
+    },
+    "/v1/pipelines/{id}/resume": {
+        "post": _op(
+            "resumePipeline",
+            "resume a pipeline paused because its token stopped working: by "
+            "its owner only, bound to the caller's token from now on",
+            _ok("Pipeline"),
+            params=[_p("id", "pipeline id")],
+            errors=AUTH_ERR + ("404", "409"),
+        )
+    },
+    "/v1/ledger/focus": {
+        "get": _op(
+            "ledgerFocus",
+            "one billing period (a UTC month) as a FOCUS 1.2 cost and usage "
+            "dataset, CSV; usage without a price is refused (`no-price`, naming "
+            "the GPU types)",
+            {
+                "200": {
+                    "description": "CSV, streamed",
+                    "content": {"text/csv": {"schema": {"type": "string"}}},
+                }
+            },
+            params=[
+                {
+                    **_q(
+                        "period",
+                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        "the month, YYYY-MM",
+                    ),
+                    "required": True,
+                }
+            ],
+            errors=AUTH_ERR + ("422",),
+        )
+    },
+    "/v1/ledger/statement": {
+        "get": _op(
+            "ledgerStatement",
+            "the chargeback statement of a group's subtree (a team, department "
+            "or business unit) for one month: lines by team, project, user, "
+            "GPU type and price, to the cent, with the budgets used",
+            {
+                "200": {
+                    "description": "the statement (JSON), or as CSV or a printable HTML page",
+                    "content": {
+                        "application/json": {"schema": {"type": "object"}},
+                        "text/csv": {"schema": {"type": "string"}},
+                        "text/html": {"schema": {"type": "string"}},
+                    },
+                }
+            },
+            params=[
+                {**_q("group", {"type": "string", "minLength": 1}, "the group"), "required": True},
+                {
+                    **_q(
+                        "period",
+                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        "the month, YYYY-MM",
+                    ),
+                    "required": True,
+                },
+                _q(
+                    "format",
+                    {"type": "string", "enum": ["json", "csv", "html"], "default": "json"},
+                    "json, csv or html",
+                ),
+            ],
+            errors=AUTH_ERR + ("404", "422"),
+        )
+    },
+    "/v1/ledger/feed": {
+        "get": _op(
+            "ledgerFeed",
+            "the billing feed: closed intervals in the order they closed, after "
+            "`cursor`; pass the answer's `cursor` to the next call (no row twice, "
+            "none missed, across restarts)",
+            {
+                "200": {
+                    "description": "`{columns, rows, cursor, more}`",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+            params=[
+                _q(
+                    "cursor",
+                    {"type": "string", "pattern": "^[0-9]{0,19}$"},
+                    "the `cursor` of the previous answer; none: from the start",
+                ),
+                _q(
+                    "limit",
+                    {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+                    "at most this many rows",
+                ),
+            ],
+            errors=AUTH_ERR + ("422",),
+        )
+    },
+    "/v1/ledger/cio": {
+        "get": _op(
+            "ledgerCio",
+            "the CIO's figures for a month: use of the estate per pool, GPU-hours and "
+            "spend by business unit, idle capacity and who pays for it, cloud "
+            "capacity and spend in use now",
+            {
+                "200": {
+                    "description": "`{period, period_start, period_end, estate_use, "
+                    "business_units, idle, in_use_now}`",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+            params=[
+                {
+                    **_q(
+                        "period",
+                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        "the month, YYYY-MM",
+                    ),
+                    "required": True,
+                }
+            ],
+            errors=AUTH_ERR + ("422",),
+        )
+    },
 }
 PATHS["/v1/tasks/{id}/cancel"]["post"]["requestBody"]["required"] = False  # reason: optional
 
@@ -1143,31 +2228,38 @@ def _paths(routes: Iterable[Declared]) -> dict[str, Any]:
             if r is None:
                 raise ValueError(f"{method.upper()} {path} has no route declaration")
             if r.operation_id != op["operationId"]:
-                raise ValueError(f"{method.upper()} {path}: operation {op['operationId']} "
-                                 f"is declared as {r.operation_id}")
+                raise ValueError(
+                    f"{method.upper()} {path}: operation {op['operationId']} "
+                    f"is declared as {r.operation_id}"
+                )
             who = {"description": f"Who: {r.who}.", "x-klique-roles": list(r.allowed)}
             out[path][method] = {**op, **who, **({"security": []} if r.public else {})}
     return out
 
 
-def document(server_url: str | None = None,
-             routes: Iterable[Declared] | None = None) -> dict[str, Any]:
+def document(
+    server_url: str | None = None, routes: Iterable[Declared] | None = None
+) -> dict[str, Any]:
     """The document; with ``routes`` (the daemon's route tables), each operation says who
     may call it (without: the schemas and operations only, as request validation needs)."""
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
-        "info": {"title": "kliqued", "version": "1",
-                 "description": "Klique control plane API: tasks, queues, policies, pools, "
-                                "the audit log, the engine switch, tokens and the usage "
-                                "ledger. Errors are `{\"error\": {\"code\", \"message\"}}`. "
-                                "GPU amounts are numbers with at most 3 decimals; times are "
-                                "RFC 3339 UTC."},
+        "info": {
+            "title": "kliqued",
+            "version": "1",
+            "description": "Klique control plane API: tasks, queues, policies, pools, "
+            "the audit log, the engine switch, tokens and the usage "
+            'ledger. Errors are `{"error": {"code", "message"}}`. '
+            "GPU amounts are numbers with at most 3 decimals; times are "
+            "RFC 3339 UTC.",
+        },
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
         "paths": PATHS if routes is None else _paths(routes),
         "components": {
             "schemas": SCHEMAS,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                           "description": "kq_... token"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "kq_... token"}
+            },
         },
         "security": [{"bearer": []}],
     }
@@ -1194,8 +2286,9 @@ def submission_surely_valid(body: Any) -> bool:
     if type(r) is not str or not 1 <= len(r) <= 512:
         return False
     c = body.get("command")
-    if c is not None and (type(c) is not list or len(c) > 10000
-                          or any(type(x) is not str for x in c)):
+    if c is not None and (
+        type(c) is not list or len(c) > 10000 or any(type(x) is not str for x in c)
+    ):
         return False
     g = body.get("gpus")
     if g is not None and (type(g) is not int or g < 0):
@@ -1215,8 +2308,8 @@ def submission_surely_valid(body: Any) -> bool:
 @lru_cache(maxsize=None)
 def validator(schema: str) -> Draft202012Validator:
     """A validator for ``components.schemas[schema]``, references resolved in the document."""
-    resource = Resource.from_contents({"$defs": {}, **document()},
-                                      default_specification=DRAFT202012)
+    resource = Resource.from_contents(
+        {"$defs": {}, **document()}, default_specification=DRAFT202012
+    )
     registry = Registry().with_resource(URN, resource)
-    return Draft202012Validator({"$ref": f"{URN}#/components/schemas/{schema}"},
-                                registry=registry)
+    return Draft202012Validator({"$ref": f"{URN}#/components/schemas/{schema}"}, registry=registry)

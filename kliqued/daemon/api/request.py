@@ -89,8 +89,10 @@ def reworded(e: Any) -> str:
         known = e.schema.get("properties", {})
         extra = [k for k in e.instance if k not in known]
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
-        return (f"unexpected properties {', '.join(excerpt(k) for k in extra[:3])}{more} "
-                f"(additional properties are not allowed)")
+        return (
+            f"unexpected properties {', '.join(excerpt(k) for k in extra[:3])}{more} "
+            f"(additional properties are not allowed)"
+        )
     message = str(e.message)
     whole = repr(e.instance)
     if len(whole) > EXCERPT and whole in message:
@@ -98,16 +100,18 @@ def reworded(e: Any) -> str:
     return clip(message, 2 * EXCERPT + 120)
 
 
-async def read_json(request: web.Request, schema: str,
-                    surely_valid: Callable[[Any], bool] | None = None) -> dict[str, Any]:
+async def read_json(
+    request: web.Request, schema: str, surely_valid: Callable[[Any], bool] | None = None
+) -> dict[str, Any]:
     """The body, parsed and validated against the OpenAPI schema ``schema`` (skipped when
     ``surely_valid`` vouches for it: a conservative fast check of a hot path)."""
     body = parse_body(await request.read(), schema)  # text, numbers, depth: inputs.py
     return valid(body, schema, surely_valid)
 
 
-def valid(body: Any, schema: str,
-          surely_valid: Callable[[Any], bool] | None = None) -> dict[str, Any]:
+def valid(
+    body: Any, schema: str, surely_valid: Callable[[Any], bool] | None = None
+) -> dict[str, Any]:
     """``body`` (parsed JSON, its text already checked) validated against the OpenAPI schema
     ``schema``: a 400 naming the first wrong place. The daemon's own channels (MCP,
     schedules, pipelines) check the bodies they build with it, as a client's are checked."""
@@ -117,6 +121,7 @@ def valid(body: Any, schema: str,
     if errors:
         e = errors[0]
         where = "".join(f"/{p}" for p in e.path) or "(body)"
-        raise bad_request(f"{where}: {reworded(e)}",
-                          {"schema": schema, "path": [str(p) for p in e.path]})
+        raise bad_request(
+            f"{where}: {reworded(e)}", {"schema": schema, "path": [str(p) for p in e.path]}
+        )
     return body

@@ -67,10 +67,13 @@ class Route:
         """403 unless ``p``'s role may call this route, saying which roles may."""
         if role_of(p) not in self.allowed:
             hint = f"; {self.hint}" if self.hint else ""
-            raise ApiError(403, "forbidden",
-                           f"{p.text} may not call {self.operation_id} ({self.method} "
-                           f"{self.path}): it is for {', '.join(self.allowed)}{hint}",
-                           {"allowed": list(self.allowed)})
+            raise ApiError(
+                403,
+                "forbidden",
+                f"{p.text} may not call {self.operation_id} ({self.method} "
+                f"{self.path}): it is for {', '.join(self.allowed)}{hint}",
+                {"allowed": list(self.allowed)},
+            )
 
 
 def table(routes: Iterable[Route]) -> dict[tuple[str, str], Route]:

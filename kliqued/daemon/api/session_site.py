@@ -34,13 +34,14 @@ async def _host_routing(request: web.Request, handler: Handler) -> web.StreamRes
         return await handler(request)
     task = origin.task_of_host(request.host)
     if task is None:
-        raise not_found(f"no session at host {excerpt(request.host)}: a session's URL is "
-                        f"https://<its id>.{origin.domain}/ (GET /v1/sessions/{{id}})")
+        raise not_found(
+            f"no session at host {excerpt(request.host)}: a session's URL is "
+            f"https://<its id>.{origin.domain}/ (GET /v1/sessions/{{id}})"
+        )
     if request.path in ("/", ""):
         raise web.HTTPSeeOther(f"{PREFIX}{task}/")
     if request.match_info.get("id") != task:
-        raise not_found(f"host {request.host} serves session {task} only, under "
-                        f"{PREFIX}{task}/")
+        raise not_found(f"host {request.host} serves session {task} only, under {PREFIX}{task}/")
     return await handler(request)
 
 
@@ -59,8 +60,7 @@ async def _add_headers(request: web.Request, resp: web.StreamResponse) -> None:
 def make_session_app(context: Context) -> web.Application:
     """The sessions' listener's application; how it routes (by path, or by host) follows
     ``context.session_origin``, set once the listener is bound."""
-    app = web.Application(client_max_size=MAX_BODY,
-                          middlewares=[errors_middleware, _host_routing])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_middleware, _host_routing])
     app[CTX] = context
     app.on_response_prepare.append(_add_headers)
     app.router.add_route("*", handlers.PROXY_PATH, handlers.proxy)

@@ -33,16 +33,28 @@ PREFIX = "/sessions/"
 APPS: dict[str, list[str]] = {
     # each listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path $KLIQUE_SESSION_PREFIX
     # (the worker sets both); the control plane authenticates, so the app asks for nothing
-    "jupyter": ["sh", "-c", 'exec jupyter lab --no-browser --ip=127.0.0.1 '
-                '--port="$KLIQUE_SESSION_PORT" --ServerApp.base_url="$KLIQUE_SESSION_PREFIX" '
-                "--IdentityProvider.token= --ServerApp.password= "
-                "--ServerApp.allow_origin='*' --ServerApp.allow_remote_access=True "
-                # a container's tasks often run as root; only the tunnel reaches it
-                "--allow-root"],
-    "vscode": ["sh", "-c", 'exec code-server --bind-addr "127.0.0.1:$KLIQUE_SESSION_PORT" '
-               "--auth none --disable-telemetry"],
-    "shell": ["sh", "-c", 'exec ttyd --interface 127.0.0.1 --port "$KLIQUE_SESSION_PORT" '
-              '--base-path "${KLIQUE_SESSION_PREFIX%/}" --writable bash -l'],
+    "jupyter": [
+        "sh",
+        "-c",
+        "exec jupyter lab --no-browser --ip=127.0.0.1 "
+        '--port="$KLIQUE_SESSION_PORT" --ServerApp.base_url="$KLIQUE_SESSION_PREFIX" '
+        "--IdentityProvider.token= --ServerApp.password= "
+        "--ServerApp.allow_origin='*' --ServerApp.allow_remote_access=True "
+        # a container's tasks often run as root; only the tunnel reaches it
+        "--allow-root",
+    ],
+    "vscode": [
+        "sh",
+        "-c",
+        'exec code-server --bind-addr "127.0.0.1:$KLIQUE_SESSION_PORT" '
+        "--auth none --disable-telemetry",
+    ],
+    "shell": [
+        "sh",
+        "-c",
+        'exec ttyd --interface 127.0.0.1 --port "$KLIQUE_SESSION_PORT" '
+        '--base-path "${KLIQUE_SESSION_PREFIX%/}" --writable bash -l',
+    ],
 }
 
 
@@ -50,8 +62,9 @@ def _invalid(field: str, message: str) -> ApiError:
     return ApiError(422, "invalid-field", f"{field}: {message}", {"field": field})
 
 
-def idle_labels(profile: str, ceiling: CIdle | None, asked: dict[str, Any] | None
-                ) -> dict[str, str]:
+def idle_labels(
+    profile: str, ceiling: CIdle | None, asked: dict[str, Any] | None
+) -> dict[str, str]:
     """The session's idle limits as the worker's ``idle.<kind>`` labels: the profile's,
     each lowered to what the user asked; a 422 naming ``idle.<kind>`` for a value that is no
     duration or is above the profile's."""
@@ -68,22 +81,38 @@ def idle_labels(profile: str, ceiling: CIdle | None, asked: dict[str, Any] | Non
             if seconds <= 0:
                 raise _invalid(f"idle.{kind}", "an idle limit must be more than 0")
             if limit is not None and seconds > limit:
-                raise _invalid(f"idle.{kind}", f"{duration_str(seconds)} is more than the "
-                               f"{duration_str(limit)} that profile {profile} allows: a "
-                               "session may lower its idle limits, never raise them")
+                raise _invalid(
+                    f"idle.{kind}",
+                    f"{duration_str(seconds)} is more than the "
+                    f"{duration_str(limit)} that profile {profile} allows: a "
+                    "session may lower its idle limits, never raise them",
+                )
             limit = seconds
         if limit is not None:
             out[f"idle.{kind}"] = duration_str(limit)
     return out
 
 
-def submission(user: str, resource: str, app: str, command: list[str] | None,
-               project: str | None, gpus_milli: int | None, idle: dict[str, str]
-               ) -> dict[str, Any]:
+def submission(
+    user: str,
+    resource: str,
+    app: str,
+    command: list[str] | None,
+    project: str | None,
+    gpus_milli: int | None,
+    idle: dict[str, str],
+) -> dict[str, Any]:
     """The task a session is: the one place that names the channel ``session``."""
-    return {"resource": resource, "user": user, "project": project,
-            "gpus_milli": gpus_milli, "command": command or list(APPS[app]), "payload": None,
-            "labels": {CHANNEL_LABEL: CHANNEL, APP_LABEL: app, **idle}, "channel": CHANNEL}
+    return {
+        "resource": resource,
+        "user": user,
+        "project": project,
+        "gpus_milli": gpus_milli,
+        "command": command or list(APPS[app]),
+        "payload": None,
+        "labels": {CHANNEL_LABEL: CHANNEL, APP_LABEL: app, **idle},
+        "channel": CHANNEL,
+    }
 
 
 def is_session(rec: TaskRecord) -> bool:
@@ -105,9 +134,17 @@ def view(rec: TaskRecord, url: str, connected: bool) -> dict[str, Any]:
     """``url``: where the session is served (``SessionOrigin.url``), never the control
     plane's own origin."""
     idle = {k[5:]: v for k, v in rec.labels.items() if k.startswith("idle.")}
-    return {"id": rec.id, "user": rec.user, "resource": rec.resource,
-            "app": rec.labels.get(APP_LABEL), "state": state(rec), "url": url,
-            "idle": idle, "connected": connected, "task": rec.id}
+    return {
+        "id": rec.id,
+        "user": rec.user,
+        "resource": rec.resource,
+        "app": rec.labels.get(APP_LABEL),
+        "state": state(rec),
+        "url": url,
+        "idle": idle,
+        "connected": connected,
+        "task": rec.id,
+    }
 
 
 # reaching a session from a browser --------------------------------------------------------
@@ -148,8 +185,9 @@ class Passes:
         self.tickets[ticket] = Pass(task, user, token_id, time.monotonic() + LINK_TTL_S)
         return ticket
 
-    def redeem(self, ticket: str, task: str, life_s: Callable[[str], float | None]
-               ) -> tuple[str, int] | None:
+    def redeem(
+        self, ticket: str, task: str, life_s: Callable[[str], float | None]
+    ) -> tuple[str, int] | None:
         """A new cookie for a valid ticket of ``task`` (the ticket is spent) and its max age
         in seconds; else None. ``life_s(token_id)`` is how long the link's token still works
         (None: no expiry; 0 or less: it no longer does)."""
@@ -165,8 +203,7 @@ class Passes:
         self.cookies[cookie] = Pass(task, p.user, p.token_id, time.monotonic() + ttl)
         return cookie, int(ttl)
 
-    def holder(self, cookies: list[str], task: str, usable: Callable[[str], bool]
-               ) -> str | None:
+    def holder(self, cookies: list[str], task: str, usable: Callable[[str], bool]) -> str | None:
         """The user a cookie among ``cookies`` (every value the browser sent) lets into
         ``task``: bound to it, not expired, its token still ``usable``; else None. A cookie
         whose token no longer works is forgotten."""

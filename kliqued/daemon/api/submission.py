@@ -27,8 +27,15 @@ from kliqued.daemon.api.request import Context, valid
 from kliqued.daemon.units import to_milli
 
 
-async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
-                    key: str | None = None, *, checked: bool = False) -> tuple[int, TaskRecord]:
+async def submit_as(
+    c: Context,
+    p: Principal,
+    body: Any,
+    channel: Channel,
+    key: str | None = None,
+    *,
+    checked: bool = False,
+) -> tuple[int, TaskRecord]:
     """Submits ``body`` (a ``TaskSubmission``) for principal ``p`` through ``channel``.
 
     Returns ``(201, record)`` for a new task, ``(200, record)`` for a retry with the same
@@ -43,14 +50,22 @@ async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
         body = valid(body, "TaskSubmission", submission_surely_valid)
     d = c.daemon
     if not body.get("command") and body.get("payload") is None:
-        raise ApiError(422, "invalid-task", "a task needs `command` (a non-empty list of "
-                       "arguments) or `payload` (data for its channel); both are missing",
-                       {"fields": ["command", "payload"]})
+        raise ApiError(
+            422,
+            "invalid-task",
+            "a task needs `command` (a non-empty list of "
+            "arguments) or `payload` (data for its channel); both are missing",
+            {"fields": ["command", "payload"]},
+        )
     data_bytes = _sized(body)
     if "klique.channel" in (body.get("labels") or {}):
-        raise ApiError(422, "invalid-field", "labels.klique.channel: the control plane sets "
-                       "a task's channel (a session is started with POST /v1/sessions)",
-                       {"field": "labels.klique.channel"})
+        raise ApiError(
+            422,
+            "invalid-field",
+            "labels.klique.channel: the control plane sets "
+            "a task's channel (a session is started with POST /v1/sessions)",
+            {"field": "labels.klique.channel"},
+        )
     user = body.get("user")
     if p.is_admin:
         if not user:
@@ -65,10 +80,16 @@ async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
         gpus = None if body.get("gpus") is None else to_milli(body["gpus"])
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    fields = {"resource": body["resource"], "user": user, "project": body.get("project"),
-              "gpus_milli": gpus, "command": body.get("command"),
-              "payload": body.get("payload"), "labels": body.get("labels") or {},
-              "channel": channel}
+    fields = {
+        "resource": body["resource"],
+        "user": user,
+        "project": body.get("project"),
+        "gpus_milli": gpus,
+        "command": body.get("command"),
+        "payload": body.get("payload"),
+        "labels": body.get("labels") or {},
+        "channel": channel,
+    }
     if key is not None and (p.text, key) not in d.idem and d.eviction.may_hold(p.text, key):
         # a retry of a task evicted long after it ended (history.py): the same answer
         old = await c.store.read(lambda cur: history.by_key(cur, p.text, key))
@@ -77,13 +98,16 @@ async def submit_as(c: Context, p: Principal, body: Any, channel: Channel,
             return 200, old
     if key is None or (p.text, key) not in d.idem:
         try:  # fail fast; the sequencer checks again against the estate of the commit
-            check_submission(d.idx(), fields["resource"], user, fields["project"], gpus,
-                             require_project=True)
+            check_submission(
+                d.idx(), fields["resource"], user, fields["project"], gpus, require_project=True
+            )
         except SubmissionError as exc:
-            raise ApiError(422, "submission-refused", with_options(d, user, body, exc),
-                           {"field": exc.field}) from None
+            raise ApiError(
+                422, "submission-refused", with_options(d, user, body, exc), {"field": exc.field}
+            ) from None
     status, task_id = await c.seq.submit(
-        lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes))
+        lambda now, ov: d.prepare_submit(p, fields, key, now, ov, data_bytes)
+    )
     rec = await history.recall(c.store, d, task_id)
     assert rec is not None  # in memory, or its row committed before it left
     return status, rec
@@ -102,15 +126,22 @@ def _sized(body: dict) -> int:
     """The task's data bytes; a command or payload over its cap is a 413 naming it."""
     cmd = limits.command_bytes(body.get("command"))
     if cmd > limits.MAX_COMMAND_BYTES:
-        raise ApiError(413, "too-large", f"/command: {limits.mib(cmd)}; a task's command may "
-                       f"hold {limits.mib(limits.MAX_COMMAND_BYTES)} at most (put data in a "
-                       f"file the task reads)", {"pointer": "/command", "bytes": cmd,
-                                                 "limit_bytes": limits.MAX_COMMAND_BYTES})
+        raise ApiError(
+            413,
+            "too-large",
+            f"/command: {limits.mib(cmd)}; a task's command may "
+            f"hold {limits.mib(limits.MAX_COMMAND_BYTES)} at most (put data in a "
+            f"file the task reads)",
+            {"pointer": "/command", "bytes": cmd, "limit_bytes": limits.MAX_COMMAND_BYTES},
+        )
     pay = limits.payload_bytes(body.get("payload"))
     if pay > limits.MAX_PAYLOAD_BYTES:
-        raise ApiError(413, "too-large", f"/payload: {limits.mib(pay)}; a task's payload may "
-                       f"hold {limits.mib(limits.MAX_PAYLOAD_BYTES)} at most (send a "
-                       f"reference to the data instead)",
-                       {"pointer": "/payload", "bytes": pay,
-                        "limit_bytes": limits.MAX_PAYLOAD_BYTES})
+        raise ApiError(
+            413,
+            "too-large",
+            f"/payload: {limits.mib(pay)}; a task's payload may "
+            f"hold {limits.mib(limits.MAX_PAYLOAD_BYTES)} at most (send a "
+            f"reference to the data instead)",
+            {"pointer": "/payload", "bytes": pay, "limit_bytes": limits.MAX_PAYLOAD_BYTES},
+        )
     return cmd + pay

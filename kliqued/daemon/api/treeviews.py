@@ -52,10 +52,12 @@ def tree(estate: CompiledEstate) -> Tree:
         if not p.envelope:
             for level in p.levels or [p.name]:
                 teams.setdefault(level, []).append(p.group)
-    t = Tree(policies={p.name: p for p in estate.policies},
-             ancestors={g.name: tuple(g.ancestors) for g in estate.groups},
-             depth={g.name: len(g.ancestors) for g in estate.groups},
-             teams={p: tuple(sorted(gs)) for p, gs in teams.items()})
+    t = Tree(
+        policies={p.name: p for p in estate.policies},
+        ancestors={g.name: tuple(g.ancestors) for g in estate.groups},
+        depth={g.name: len(g.ancestors) for g in estate.groups},
+        teams={p: tuple(sorted(gs)) for p, gs in teams.items()},
+    )
     with _LOCK:
         _TREES[estate.revision] = t
         while len(_TREES) > 4:
@@ -70,11 +72,16 @@ def place(d: Daemon, name: str) -> dict[str, Any]:
     shared reservation and the policies just below it."""
     cp = tree(d.idx().estate).policies[name]
     levels = list(cp.levels) or [name]
-    return {"envelope": cp.envelope, "parent": levels[1] if len(levels) > 1 else None,
-            "levels": levels, "depth": len(levels) - 1,
-            "path": d.group_path.get(cp.group, cp.group),
-            "shared_reservation": gpus(cp.shared_reservation_milli) if cp.envelope else None,
-            "below": list(cp.below), "user_limit": gpus(cp.user_limit_milli)}
+    return {
+        "envelope": cp.envelope,
+        "parent": levels[1] if len(levels) > 1 else None,
+        "levels": levels,
+        "depth": len(levels) - 1,
+        "path": d.group_path.get(cp.group, cp.group),
+        "shared_reservation": gpus(cp.shared_reservation_milli) if cp.envelope else None,
+        "below": list(cp.below),
+        "user_limit": gpus(cp.user_limit_milli),
+    }
 
 
 ReasonOf = Callable[[TaskRecord], "dict[str, str] | None"]
@@ -127,9 +134,15 @@ class Waiting:
             tasks += n
             milli += m
             rec = self.d.records.get(first.id) if first is not None else None
-            groups.append({"group": team, "policy": idx.groups[team].policy, "tasks": n,
-                           "gpus": gpus(m),
-                           "reason": self.reason(rec) if rec is not None else None})
+            groups.append(
+                {
+                    "group": team,
+                    "policy": idx.groups[team].policy,
+                    "tasks": n,
+                    "gpus": gpus(m),
+                    "reason": self.reason(rec) if rec is not None else None,
+                }
+            )
         return {"tasks": tasks, "gpus": gpus(milli), "groups": groups}
 
 
@@ -146,8 +159,16 @@ def by_level(d: Daemon, pool: str, sees: Callable[[str], bool]) -> list[dict[str
             rolled[x] = rolled.get(x, 0) + milli
     paths = {g: d.group_path.get(g, g) for g in rolled if sees(g)}
     order = sorted(paths, key=lambda g: paths[g].split("/"))
-    return [{"group": g, "path": paths[g], "depth": t.depth.get(g, 0),
-             "used": gpus(rolled[g]), **fair_share(d, g)} for g in order]
+    return [
+        {
+            "group": g,
+            "path": paths[g],
+            "depth": t.depth.get(g, 0),
+            "used": gpus(rolled[g]),
+            **fair_share(d, g),
+        }
+        for g in order
+    ]
 
 
 def fair_share(d: Daemon, group: str) -> dict[str, float]:
@@ -159,5 +180,7 @@ def fair_share(d: Daemon, group: str) -> dict[str, float]:
     gi = idx.groups.get(group)
     if not idx.fair or gi is None:
         return {}
-    return {"share": round(float(share(idx, d.st(), group)), 6),
-            "lend_weight": from_milli(gi.lend_weight)}
+    return {
+        "share": round(float(share(idx, d.st(), group)), 6),
+        "lend_weight": from_milli(gi.lend_weight),
+    }

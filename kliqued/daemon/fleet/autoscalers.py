@@ -18,20 +18,27 @@ from kliqued.daemon.state.prepared import Overlay, Prepared
 def overdue(d: Daemon, mono: float) -> list[str]:
     """The pools whose autoscaler has been silent past its timeout and is not yet lost."""
     ttl = d.worker_settings.ttl_s
-    return [a.pool for a in d.autoscalers.values()
-            if not a.lost and mono - a.last_seen > timeout_s(ttl, a.interval_s)]
+    return [
+        a.pool
+        for a in d.autoscalers.values()
+        if not a.lost and mono - a.last_seen > timeout_s(ttl, a.interval_s)
+    ]
 
 
 def _interval(body: dict[str, Any]) -> float:
     v = body.get("interval_s", 0)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_INTERVAL_S:
-        raise bad_request(f"/interval_s: the autoscaler's round interval in seconds, from 0 "
-                          f"to {MAX_INTERVAL_S:.0f}; found {v!r}", {"field": "interval_s"})
+        raise bad_request(
+            f"/interval_s: the autoscaler's round interval in seconds, from 0 "
+            f"to {MAX_INTERVAL_S:.0f}; found {v!r}",
+            {"field": "interval_s"},
+        )
     return float(v)
 
 
-def prepare_heartbeat(d: Daemon, p: Principal, pool_name: str, body: dict[str, Any],
-                      now: int, ov: Overlay) -> Prepared:
+def prepare_heartbeat(
+    d: Daemon, p: Principal, pool_name: str, body: dict[str, Any], now: int, ov: Overlay
+) -> Prepared:
     """The autoscaler of ``pool_name`` runs: renews its timeout; one that was not live makes
     the pool take work again (a pass follows)."""
     pool = _cloud_pool(d, pool_name)
@@ -44,8 +51,12 @@ def prepare_heartbeat(d: Daemon, p: Principal, pool_name: str, body: dict[str, A
             a = d.autoscalers[pool.name] = AutoscalerInfo(pool.name, d.mono())
         a.last_seen, a.interval_s, a.lost = d.mono(), interval, False
         d._sync_pool(pool.name, now)
-        return {"pool": pool.name, "live": True,
-                "timeout_s": timeout_s(d.worker_settings.ttl_s, interval)}
+        return {
+            "pool": pool.name,
+            "live": True,
+            "timeout_s": timeout_s(d.worker_settings.ttl_s, interval),
+        }
+
     return Prepared(apply=apply, wants_pass=not was_live)
 
 
@@ -58,6 +69,7 @@ def prepare_lost(d: Daemon, pool: str, now: int, ov: Overlay) -> Prepared:
             return
         a.lost = True
         d._sync_pool(pool, now)
+
     return Prepared(apply=apply, wants_pass=True)
 
 

@@ -53,8 +53,7 @@ def machines(p: CPool) -> list[int]:
     pool declares none)."""
     if not p.nodes:
         return []
-    return sorted((n.gpus_milli // 1000 for n in p.nodes for _ in range(n.count)),
-                  reverse=True)
+    return sorted((n.gpus_milli // 1000 for n in p.nodes for _ in range(n.count)), reverse=True)
 
 
 def worker_mismatches(p: CPool, w: WorkerInfo) -> list[str]:
@@ -63,24 +62,35 @@ def worker_mismatches(p: CPool, w: WorkerInfo) -> list[str]:
     count = len(w.gpus)
     shapes = sorted({n.gpus_milli // 1000 for n in p.nodes})
     if shapes and count and count not in shapes:
-        out.append(f"worker {w.id} reports {count} GPUs; pool {p.name} declares machines of "
-                   f"{', '.join(str(s) for s in shapes)}")
+        out.append(
+            f"worker {w.id} reports {count} GPUs; pool {p.name} declares machines of "
+            f"{', '.join(str(s) for s in shapes)}"
+        )
     elif not shapes and count > _gpus(p):
-        out.append(f"worker {w.id} reports {count} GPUs, more than pool {p.name}'s capacity "
-                   f"({_gpus(p):g})")
+        out.append(
+            f"worker {w.id} reports {count} GPUs, more than pool {p.name}'s capacity ({_gpus(p):g})"
+        )
     family = _family(p.gpu_type)
     want_mb = _declared_memory_mb(p.gpu_type)
     for g in w.gpus:
         model = g.get("model") if isinstance(g, dict) else None
-        if isinstance(model, str) and model and family and family not in \
-                re.sub(r"[^a-z0-9]", "", model.lower()):
-            out.append(f"worker {w.id} GPU {g.get('index')} is a {model}; pool {p.name} "
-                       f"declares {p.gpu_type}")
+        if (
+            isinstance(model, str)
+            and model
+            and family
+            and family not in re.sub(r"[^a-z0-9]", "", model.lower())
+        ):
+            out.append(
+                f"worker {w.id} GPU {g.get('index')} is a {model}; pool {p.name} "
+                f"declares {p.gpu_type}"
+            )
             break
         mem = g.get("memory_mb") if isinstance(g, dict) else None
         if isinstance(mem, int) and want_mb and abs(mem - want_mb) > want_mb // 10:
-            out.append(f"worker {w.id} GPU {g.get('index')} has {mem / 1024:.0f} GB; pool "
-                       f"{p.name} declares {p.gpu_type}")
+            out.append(
+                f"worker {w.id} GPU {g.get('index')} has {mem / 1024:.0f} GB; pool "
+                f"{p.name} declares {p.gpu_type}"
+            )
             break
     return out
 
@@ -95,22 +105,40 @@ def truth(p: CPool, workers: list[WorkerInfo]) -> dict[str, Any]:
     ``kliqued dev`` starts is checked against it without a daemon."""
     live = sorted(workers, key=lambda w: w.id)
     reported = sum(len(w.gpus) for w in live)
-    models = sorted({str(g.get("model")) for w in live for g in w.gpus
-                     if isinstance(g, dict) and g.get("model")})
+    models = sorted(
+        {
+            str(g.get("model"))
+            for w in live
+            for g in w.gpus
+            if isinstance(g, dict) and g.get("model")
+        }
+    )
     mismatches = [text for w in live for text in worker_mismatches(p, w)]
     declared_machines = machines(p)
     if declared_machines and len(live) > len(declared_machines):
-        mismatches.append(f"{len(live)} live workers in pool {p.name}; it declares "
-                          f"{len(declared_machines)} machines")
+        mismatches.append(
+            f"{len(live)} live workers in pool {p.name}; it declares "
+            f"{len(declared_machines)} machines"
+        )
     if reported > _gpus(p):
-        mismatches.append(f"workers of pool {p.name} report {reported} GPUs; it declares "
-                          f"{_gpus(p):g}")
+        mismatches.append(
+            f"workers of pool {p.name} report {reported} GPUs; it declares {_gpus(p):g}"
+        )
     out: dict[str, Any] = {
-        "declared": {"gpus": _gpus(p), "gpu_type": p.gpu_type,
-                     **({"machines": declared_machines} if declared_machines else {})},
-        "reported": {"workers": len(live), "gpus": reported, "models": models,
-                     "machines": sorted((len(w.gpus) for w in live), reverse=True)},
-        "agree": not mismatches, "mismatches": mismatches}
+        "declared": {
+            "gpus": _gpus(p),
+            "gpu_type": p.gpu_type,
+            **({"machines": declared_machines} if declared_machines else {}),
+        },
+        "reported": {
+            "workers": len(live),
+            "gpus": reported,
+            "models": models,
+            "machines": sorted((len(w.gpus) for w in live), reverse=True),
+        },
+        "agree": not mismatches,
+        "mismatches": mismatches,
+    }
     return out
 
 

@@ -38,8 +38,9 @@ def parse_at(value: Any) -> int | None:
     return int(t.timestamp() * 1000)
 
 
-def ran_until(reported_at: Any, placed_at: int | None, seen_running_at: int | None,
-              now: int) -> int:
+def ran_until(
+    reported_at: Any, placed_at: int | None, seen_running_at: int | None, now: int
+) -> int:
     """The end to charge: the report's ``at`` within [the placement and the last heartbeat
     that listed the task running, ``now``]; ``now`` when ``at`` is missing or unreadable."""
     at = parse_at(reported_at)

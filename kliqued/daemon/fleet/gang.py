@@ -105,7 +105,7 @@ def members(d: Daemon, rec: TaskRecord, wid: str, nodes: int) -> list[str] | Non
         got.append(wid)
     if len(got) < nodes:
         return None
-    chosen = got[:nodes - 1]
+    chosen = got[: nodes - 1]
     return chosen + [wid] if wid not in chosen else got[:nodes]
 
 
@@ -114,20 +114,27 @@ def rendezvous_env(lease: Lease) -> dict[str, str]:
     torchrun inside it with ``--nnodes $WORLD_SIZE --node_rank $NODE_RANK``)."""
     if lease.world <= 1:
         return {}
-    return {"MASTER_ADDR": lease.master_addr or "localhost",
-            "MASTER_PORT": str(lease.master_port or DEFAULT_MASTER_PORT),
-            "WORLD_SIZE": str(lease.world), "RANK": str(lease.rank),
-            "NODE_RANK": str(lease.rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-            "KLIQUE_GANG_NODES": str(lease.world),
-            "KLIQUE_GPUS_PER_NODE": f"{from_milli(lease.size):g}"}
+    return {
+        "MASTER_ADDR": lease.master_addr or "localhost",
+        "MASTER_PORT": str(lease.master_port or DEFAULT_MASTER_PORT),
+        "WORLD_SIZE": str(lease.world),
+        "RANK": str(lease.rank),
+        "NODE_RANK": str(lease.rank),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "KLIQUE_GANG_NODES": str(lease.world),
+        "KLIQUE_GPUS_PER_NODE": f"{from_milli(lease.size):g}",
+    }
 
 
 def timeout_text(d: Daemon, rec: TaskRecord, timeout_s: float) -> str:
     nodes = nodes_of(d, rec)
     got = len(offers(d, rec))
-    return (f"gang of {nodes} nodes: only {got} of {nodes} workers of pool {rec.pool} could "
-            f"take a member ({from_milli(share(rec, nodes)):g} GPUs free on each) within "
-            f"{timeout_s:g}s")
+    return (
+        f"gang of {nodes} nodes: only {got} of {nodes} workers of pool {rec.pool} could "
+        f"take a member ({from_milli(share(rec, nodes)):g} GPUs free on each) within "
+        f"{timeout_s:g}s"
+    )
 
 
 def overdue(d: Daemon, timeout_s: float, now_ms: int) -> list[str]:

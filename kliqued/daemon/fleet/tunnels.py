@@ -50,6 +50,7 @@ class Answer:
     """The head of the app's answer to one relayed request, and its body as it arrives
     (``chunks``); ``close`` tells the worker to stop sending it when it was not read to
     its end."""
+
     tunnel: Tunnel
     rid: int
     status: int
@@ -70,8 +71,9 @@ class Answer:
             try:
                 msg = await asyncio.wait_for(self.frames.get(), ANSWER_TIMEOUT_S)
             except asyncio.TimeoutError:
-                raise BrokenAnswer(f"no more of the app's answer within "
-                                   f"{ANSWER_TIMEOUT_S:g} s") from None
+                raise BrokenAnswer(
+                    f"no more of the app's answer within {ANSWER_TIMEOUT_S:g} s"
+                ) from None
             op = msg.get("op")
             if op == "http-end":
                 self.done = True
@@ -93,15 +95,17 @@ class Answer:
                 pass
 
 
-async def respond(request: web.BaseRequest, answer: Answer,
-                  headers: CIMultiDict[str] | None = None) -> web.StreamResponse:
+async def respond(
+    request: web.BaseRequest, answer: Answer, headers: CIMultiDict[str] | None = None
+) -> web.StreamResponse:
     """The app's answer, streamed to the client as it arrives over the tunnel; cut (the
     connection closed before the body's end) when the answer breaks off, and stopped at the
     worker when the client goes away. ``headers``: the answer's headers as the client may
     get them (the session proxy's filter); by default its forwardable ones."""
     if headers is None:
-        headers = CIMultiDict((k, v) for k, v in
-                              forwardable((str(h[0]), str(h[1])) for h in answer.headers))
+        headers = CIMultiDict(
+            (k, v) for k, v in forwardable((str(h[0]), str(h[1])) for h in answer.headers)
+        )
     out = web.StreamResponse(status=answer.status, headers=headers)
     try:
         await out.prepare(request)
@@ -109,8 +113,13 @@ async def respond(request: web.BaseRequest, answer: Answer,
             await out.write(chunk)
         await out.write_eof()
     except BrokenAnswer as exc:
-        log.warning("session %s: %s %s: %s; the client's connection is cut",
-                    answer.tunnel.task, request.method, request.path, exc)
+        log.warning(
+            "session %s: %s %s: %s; the client's connection is cut",
+            answer.tunnel.task,
+            request.method,
+            request.path,
+            exc,
+        )
         if request.transport is not None:
             request.transport.close()
     except (ConnectionError, ApiError):
@@ -139,8 +148,9 @@ class Tunnel:
         except (ConnectionError, RuntimeError) as exc:
             raise _gone(self.task, f"its worker's tunnel broke ({exc})") from None
 
-    async def request(self, method: str, path: str, headers: list[list[str]],
-                      body: bytes) -> Answer:
+    async def request(
+        self, method: str, path: str, headers: list[list[str]], body: bytes
+    ) -> Answer:
         """Sends one HTTP request to the app and waits for the head of its answer (a 502
         when the worker cannot reach the app or it does not answer in time); the body
         follows, read with ``Answer.chunks`` (``respond``)."""
@@ -148,15 +158,25 @@ class Tunnel:
         frames: asyncio.Queue = asyncio.Queue()
         self.exchanges[rid] = frames
         try:
-            await self._send({"op": "http", "id": rid, "method": method, "path": path,
-                              "headers": headers, "body": b64(body), "stream": True})
+            await self._send(
+                {
+                    "op": "http",
+                    "id": rid,
+                    "method": method,
+                    "path": path,
+                    "headers": headers,
+                    "body": b64(body),
+                    "stream": True,
+                }
+            )
             head = await asyncio.wait_for(frames.get(), ANSWER_TIMEOUT_S)
         except asyncio.TimeoutError:
             self.exchanges.pop(rid, None)
             if not self.closed:  # the worker may still be at it
                 await self._send({"op": "http-cancel", "id": rid})
-            raise _gone(self.task, f"the app did not answer within "
-                                   f"{ANSWER_TIMEOUT_S:g} s") from None
+            raise _gone(
+                self.task, f"the app did not answer within {ANSWER_TIMEOUT_S:g} s"
+            ) from None
         except BaseException:
             self.exchanges.pop(rid, None)
             raise
@@ -164,9 +184,15 @@ class Tunnel:
             self.exchanges.pop(rid, None)
             raise _gone(self.task, str(head.get("message") or "the app did not answer"))
         streamed = head.get("stream") is True
-        return Answer(self, rid, int(head.get("status") or 502), head.get("headers") or [],
-                      frames, whole=None if streamed else unb64(head.get("body")),
-                      done=not streamed)
+        return Answer(
+            self,
+            rid,
+            int(head.get("status") or 502),
+            head.get("headers") or [],
+            frames,
+            whole=None if streamed else unb64(head.get("body")),
+            done=not streamed,
+        )
 
     async def open_ws(self, path: str, headers: list[list[str]]) -> tuple[int, asyncio.Queue]:
         """Opens a WebSocket to the app at ``path``: its exchange id and the queue its

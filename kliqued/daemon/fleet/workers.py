@@ -33,9 +33,21 @@ from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 from kliqued.daemon.errors import ApiError, forbidden
 from kliqued.daemon.events import Event
-from kliqued.daemon.leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, LOST_FAIL_TEXT, LOST_TEXT,
-                     MAX_LOSSES, RETURNED, RETURNED_TEXT, STOPPING, Lease, WorkerInfo,
-                     gpu_fits)
+from kliqued.daemon.leases import (
+    ACTIVE,
+    CLOSED,
+    FENCED,
+    GANG_MEMBER_DONE,
+    LOST_FAIL_TEXT,
+    LOST_TEXT,
+    MAX_LOSSES,
+    RETURNED,
+    RETURNED_TEXT,
+    STOPPING,
+    Lease,
+    WorkerInfo,
+    gpu_fits,
+)
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.units import gpus, parse_iso
 
@@ -63,8 +75,15 @@ class Refused(ApiError):
 
 
 def refused_event(d: Daemon, p: Principal, exc: Refused, task: str | None = None) -> Event:
-    return Event("worker_refused", task, p.text, d.idx().revision, None, None,
-                 {**exc.audit, "reason": exc.code})
+    return Event(
+        "worker_refused",
+        task,
+        p.text,
+        d.idx().revision,
+        None,
+        None,
+        {**exc.audit, "reason": exc.code},
+    )
 
 
 def prepare_refused(d: Daemon, p: Principal, exc: Refused, now: int, ov: Overlay) -> Prepared:
@@ -85,31 +104,41 @@ def _no_key(key_hash: str | None) -> str:
 
 def check_key(w: WorkerInfo, key_hash: str | None, call: str) -> None:
     if not _same_key(w, key_hash):
-        raise Refused(403, "wrong-worker-key",
-                      f"worker {w.id} registered with another key: this is not worker {w.id} "
-                      f"(each worker keeps its own key in its state dir){_no_key(key_hash)}",
-                      {"call": call, "worker": w.id})
+        raise Refused(
+            403,
+            "wrong-worker-key",
+            f"worker {w.id} registered with another key: this is not worker {w.id} "
+            f"(each worker keeps its own key in its state dir){_no_key(key_hash)}",
+            {"call": call, "worker": w.id},
+        )
 
 
 def check_register(d: Daemon, wid: str, key_hash: str) -> None:
     """A registration may take an id only with the key the id was first registered with."""
     w = d.workers.get(wid)
     if w is not None and not _same_key(w, key_hash):
-        raise Refused(409, "worker-id-taken",
-                      f"worker id {wid} belongs to another worker (registered with another "
-                      f"key): give this worker its own state dir, or an admin deregisters "
-                      f"{wid} first (DELETE /v1/workers/{wid})",
-                      {"call": "register", "worker": wid})
+        raise Refused(
+            409,
+            "worker-id-taken",
+            f"worker id {wid} belongs to another worker (registered with another "
+            f"key): give this worker its own state dir, or an admin deregisters "
+            f"{wid} first (DELETE /v1/workers/{wid})",
+            {"call": "register", "worker": wid},
+        )
 
 
 def stale(rec: TaskRecord, epoch: int) -> ApiError:
-    return ApiError(409, "stale-epoch",
-                    f"task {rec.id}: epoch {epoch} is not a lease the control plane still "
-                    f"knows (the task's latest epoch is {rec.epoch}); stop this copy")
+    return ApiError(
+        409,
+        "stale-epoch",
+        f"task {rec.id}: epoch {epoch} is not a lease the control plane still "
+        f"knows (the task's latest epoch is {rec.epoch}); stop this copy",
+    )
 
 
-def worker_of(d: Daemon, p: Principal, wid: str, key_hash: str | None,
-              call: str = "worker") -> WorkerInfo:
+def worker_of(
+    d: Daemon, p: Principal, wid: str, key_hash: str | None, call: str = "worker"
+) -> WorkerInfo:
     """The worker ``wid`` for a worker token of its pool carrying ``wid``'s key: 403 for
     another pool or key (the routes admit worker tokens only: handlers/workers.py), 404 for
     an unknown or lost worker (it registers again)."""
@@ -120,8 +149,11 @@ def worker_of(d: Daemon, p: Principal, wid: str, key_hash: str | None,
         raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to {p.name}")
     check_key(w, key_hash, call)
     if w.lost:
-        raise ApiError(404, "not-found", f"worker {wid} was declared lost (no heartbeat "
-                                         f"within its TTL): register again")
+        raise ApiError(
+            404,
+            "not-found",
+            f"worker {wid} was declared lost (no heartbeat within its TTL): register again",
+        )
     return w
 
 
@@ -130,19 +162,31 @@ def leases_of(w: WorkerInfo) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- register
-def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
-                     ov: Overlay, key_hash: str) -> Prepared:
+def prepare_register(
+    d: Daemon, p: Principal, body: dict[str, Any], now: int, ov: Overlay, key_hash: str
+) -> Prepared:
     wid = body["worker_id"]
     w = d.workers.get(wid)
     if w is not None and w.pool != body["pool"]:
-        raise ApiError(409, "conflict", f"worker id {wid} is registered with pool {w.pool}; "
-                                        f"a worker keeps its pool (give it another state dir)")
+        raise ApiError(
+            409,
+            "conflict",
+            f"worker id {wid} is registered with pool {w.pool}; "
+            f"a worker keeps its pool (give it another state dir)",
+        )
     check_register(d, wid, key_hash)
-    data = {"worker_id": wid, "pool": body["pool"], "hostname": body.get("hostname"),
-            "executor": body.get("executor"), "gpus": body.get("gpus") or [],
-            "version": body.get("version"), "key_hash": key_hash}
-    ev = Event("worker_registered", None, p.text, d.idx().revision, None, None,
-               {"worker": wid, **data})
+    data = {
+        "worker_id": wid,
+        "pool": body["pool"],
+        "hostname": body.get("hostname"),
+        "executor": body.get("executor"),
+        "gpus": body.get("gpus") or [],
+        "version": body.get("version"),
+        "key_hash": key_hash,
+    }
+    ev = Event(
+        "worker_registered", None, p.text, d.idx().revision, None, None, {"worker": wid, **data}
+    )
     events = [ev]
     pool = capacity.pool_of(d, body["pool"])
     if pool is not None:  # issue 15: what this worker reports against what the pool declares
@@ -150,15 +194,29 @@ def prepare_register(d: Daemon, p: Principal, body: dict[str, Any], now: int,
         probe.gpus = [g for g in data["gpus"] if isinstance(g, dict)]
         wrong = capacity.worker_mismatches(pool, probe)
         if wrong:
-            events.append(Event("capacity_mismatch", None, p.text, d.idx().revision, None,
-                                None, {"worker": wid, "pool": body["pool"],
-                                       "mismatches": wrong}))
+            events.append(
+                Event(
+                    "capacity_mismatch",
+                    None,
+                    p.text,
+                    d.idx().revision,
+                    None,
+                    None,
+                    {"worker": wid, "pool": body["pool"], "mismatches": wrong},
+                )
+            )
 
     def apply() -> dict[str, Any]:
         w: WorkerInfo = reducers.apply(d, ev, now)
         s = d.worker_settings
-        return {"worker_id": wid, "heartbeat_ttl_s": s.ttl_s, "poll_wait_s": s.poll_wait_s,
-                "running": leases_of(w), "settings": pool_settings(d, w.pool)}
+        return {
+            "worker_id": wid,
+            "heartbeat_ttl_s": s.ttl_s,
+            "poll_wait_s": s.poll_wait_s,
+            "running": leases_of(w),
+            "settings": pool_settings(d, w.pool),
+        }
+
     return Prepared(events, [], apply)
 
 
@@ -167,8 +225,9 @@ def room(body: dict[str, Any]) -> dict[int, int]:
     """The room in milli-GPUs on each GPU with room (keyed by its place in the request) from
     a lease request: ``gpu_free`` when the worker sends it, else its entirely free GPUs."""
     if body.get("gpu_free") is not None:
-        shared = [max(0, min(MILLI, gpus_to_milli(float(g.get("free", 0)))))
-                  for g in body["gpu_free"]]
+        shared = [
+            max(0, min(MILLI, gpus_to_milli(float(g.get("free", 0))))) for g in body["gpu_free"]
+        ]
     else:
         shared = [MILLI] * len(body.get("free_gpus") or [])
     return {n: f for n, f in enumerate(shared) if f}
@@ -181,8 +240,9 @@ def _stopping(rec: TaskRecord, ov: Overlay) -> bool:
     return False
 
 
-def candidates(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = None
-               ) -> list[TaskRecord]:
+def candidates(
+    d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = None
+) -> list[TaskRecord]:
     """Placed tasks of the worker's pool that no worker holds, no older attempt of which
     is still stopping, and that fit the worker's room, oldest placement first. A gang
     (issue 15, gang.py) is among them when the worker fits a member and either has not
@@ -195,8 +255,9 @@ def has_work(d: Daemon, w: WorkerInfo, body: dict[str, Any]) -> bool:
     return bool(d.undelivered.get(w.id)) or bool(candidates(d, w, body))
 
 
-def _scan(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = None
-          ) -> tuple[list[TaskRecord], set[str]]:
+def _scan(
+    d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = None
+) -> tuple[list[TaskRecord], set[str]]:
     """``candidates``, and the gangs the worker fits a member of (its offers stay)."""
     waiting = d.unleased.get(w.pool)
     if not waiting:
@@ -211,15 +272,20 @@ def _scan(d: Daemon, w: WorkerInfo, body: dict[str, Any], ov: Overlay | None = N
         if n >= SCAN or len(out) >= MAX_LEASES:
             break
         rec = d.records.get(tid)
-        if rec is None or rec.state != "placed" or tid in ov.leased or tid in ov.ended \
-                or tid in ov.requeued or _stopping(rec, ov):
+        if (
+            rec is None
+            or rec.state != "placed"
+            or tid in ov.leased
+            or tid in ov.ended
+            or tid in ov.requeued
+            or _stopping(rec, ov)
+        ):
             continue
         nodes = gang.nodes_of(d, rec)
         if nodes > 1 and not gang.spreads(w):
             if gpu_fits(gang.share(rec, nodes), free):
                 fits_gangs.add(tid)
-                if not gang.offered(d, rec, w.id) \
-                        or gang.members(d, rec, w.id, nodes) is not None:
+                if not gang.offered(d, rec, w.id) or gang.members(d, rec, w.id, nodes) is not None:
                     out.append(rec)
             continue
         if not rec.size and cpu_free is not None:
@@ -240,19 +306,34 @@ def pool_settings(d: Daemon, pool: str) -> dict[str, str]:
 
 
 def lease_json(d: Daemon, rec: TaskRecord, lease: Lease) -> dict[str, Any]:
-    return {"task": rec.id, "epoch": lease.epoch, "command": rec.command,
-            "settings": pool_settings(d, lease.pool),
-            "payload": rec.payload, "gpus": gpus(lease.size), "resource": rec.resource,
-            "user": rec.user, "project": rec.project, "labels": rec.labels,
-            "grace_s": d.worker_settings.grace_s, "env": gang.rendezvous_env(lease),
-            **gang.lease_extra(lease)}
+    return {
+        "task": rec.id,
+        "epoch": lease.epoch,
+        "command": rec.command,
+        "settings": pool_settings(d, lease.pool),
+        "payload": rec.payload,
+        "gpus": gpus(lease.size),
+        "resource": rec.resource,
+        "user": rec.user,
+        "project": rec.project,
+        "labels": rec.labels,
+        "grace_s": d.worker_settings.grace_s,
+        "env": gang.rendezvous_env(lease),
+        **gang.lease_extra(lease),
+    }
 
 
-def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: int,
-                  ov: Overlay) -> Prepared:
+def prepare_lease(
+    d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: int, ov: Overlay
+) -> Prepared:
     w = d.workers.get(wid)
-    if w is None or w.lost or wid in ov.lost or p.token_id in ov.revoked \
-            or not d.tokens.usable(p.token_id, now):
+    if (
+        w is None
+        or w.lost
+        or wid in ov.lost
+        or p.token_id in ov.revoked
+        or not d.tokens.usable(p.token_id, now)
+    ):
         return Prepared(apply=lambda: [])  # a revoked token's poll gets nothing
     if d.undelivered.get(wid):
         return _deliver(d, w)
@@ -275,10 +356,23 @@ def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: 
             continue
         ov.leased.add(rec.id)
         epoch = rec.epoch + 1
-        events.append(Event("leased", rec.id, p.text, rev, rec.group, rec.user,
-                            {"worker": wid, "epoch": epoch, "pool": w.pool,
-                             "size_milli": rec.size or 0,
-                             **({"nodes": nodes} if nodes > 1 else {})}))
+        events.append(
+            Event(
+                "leased",
+                rec.id,
+                p.text,
+                rev,
+                rec.group,
+                rec.user,
+                {
+                    "worker": wid,
+                    "epoch": epoch,
+                    "pool": w.pool,
+                    "size_milli": rec.size or 0,
+                    **({"nodes": nodes} if nodes > 1 else {}),
+                },
+            )
+        )
     mono = d.mono()
 
     def apply() -> list[dict[str, Any]]:
@@ -298,24 +392,43 @@ def prepare_lease(d: Daemon, p: Principal, wid: str, body: dict[str, Any], now: 
         if others and d.on_work is not None:
             d.on_work(w.pool)
         return out
+
     return Prepared(events, [], apply)
 
 
-def _gang_leases(d: Daemon, p: Principal, rec: TaskRecord, chosen: list[str], nodes: int,
-                 rev: str) -> list[Event]:
+def _gang_leases(
+    d: Daemon, p: Principal, rec: TaskRecord, chosen: list[str], nodes: int, rev: str
+) -> list[Event]:
     """The ``nodes`` member leases of a gang, one per chosen worker, rank 0 the master."""
     master = d.workers[chosen[0]]
     base = rec.epoch + 1
     port = gang.master_port(d, rec.pool or "")
-    return [Event("leased", rec.id, p.text, rev, rec.group, rec.user,
-                  {"worker": member, "epoch": base + rank, "pool": rec.pool,
-                   "size_milli": gang.share(rec, nodes), "rank": rank, "world": nodes,
-                   "master_addr": master.hostname or "localhost", "master_port": port})
-            for rank, member in enumerate(chosen)]
+    return [
+        Event(
+            "leased",
+            rec.id,
+            p.text,
+            rev,
+            rec.group,
+            rec.user,
+            {
+                "worker": member,
+                "epoch": base + rank,
+                "pool": rec.pool,
+                "size_milli": gang.share(rec, nodes),
+                "rank": rank,
+                "world": nodes,
+                "master_addr": master.hostname or "localhost",
+                "master_port": port,
+            },
+        )
+        for rank, member in enumerate(chosen)
+    ]
 
 
 def _deliver(d: Daemon, w: WorkerInfo) -> Prepared:
     """Gang member leases made for ``w`` on another worker's poll: its answer now."""
+
     def apply() -> list[dict[str, Any]]:
         out = []
         for key in d.undelivered.pop(w.id, []):
@@ -324,6 +437,7 @@ def _deliver(d: Daemon, w: WorkerInfo) -> Prepared:
             if lease is not None and lease.status == ACTIVE and rec is not None:
                 out.append(lease_json(d, rec, lease))
         return out
+
     return Prepared(apply=apply)
 
 
@@ -332,27 +446,52 @@ def prepare_gang_timeout(d: Daemon, task_id: str, now: int, ov: Overlay) -> Prep
     queue with the reason (kind ``gang``, not counted as a loss)."""
     rec = d.records.get(task_id)
     timeout = d.worker_settings.gang_timeout_s
-    if rec is None or task_id not in gang.overdue(d, timeout, now) or task_id in ov.leased \
-            or task_id in ov.ended or task_id in ov.requeued:
+    if (
+        rec is None
+        or task_id not in gang.overdue(d, timeout, now)
+        or task_id in ov.leased
+        or task_id in ov.ended
+        or task_id in ov.requeued
+    ):
         return Prepared()
     ov.requeued.add(task_id)
     text = gang.timeout_text(d, rec, timeout)
     interval = rec.interval_id
-    ev = Event("preempted", task_id, "kliqued", d.idx().revision, rec.group, rec.user,
-               {"kind": gang.GANG, "text": text, "pool": rec.pool, "interval": interval,
-                **d.lost_now(task_id, now)})
+    ev = Event(
+        "preempted",
+        task_id,
+        "kliqued",
+        d.idx().revision,
+        rec.group,
+        rec.user,
+        {
+            "kind": gang.GANG,
+            "text": text,
+            "pool": rec.pool,
+            "interval": interval,
+            **d.lost_now(task_id, now),
+        },
+    )
 
     def apply() -> None:
         d.gang_offers.pop(task_id, None)
         reducers.apply(d, ev, now)
-    return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, text)],
-                    frees=True)
+
+    return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, text)], frees=True)
 
 
 # ---------------------------------------------------------------------- losing a task
-def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor: str,
-          detail: dict[str, Any], returned: bool = False, text: str | None = None
-          ) -> Prepared:
+def _lose(
+    d: Daemon,
+    rec: TaskRecord,
+    lease: Lease,
+    now: int,
+    ov: Overlay,
+    actor: str,
+    detail: dict[str, Any],
+    returned: bool = False,
+    text: str | None = None,
+) -> Prepared:
     """The task's worker is gone (or says it lost the task): back to the front of its queue
     with ``worker lost``, or failed the third time. ``returned``: the worker handed it back
     (it stopped it on a clean shutdown and said so): back to the front, not counted as a
@@ -361,45 +500,87 @@ def _lose(d: Daemon, rec: TaskRecord, lease: Lease, now: int, ov: Overlay, actor
     rev = d.idx().revision
     interval = rec.interval_id
     if text is None and lease.world > 1:
-        text = f"gang member rank {lease.rank} (worker {lease.worker}): " + \
-            (RETURNED_TEXT if returned else LOST_TEXT)
+        text = f"gang member rank {lease.rank} (worker {lease.worker}): " + (
+            RETURNED_TEXT if returned else LOST_TEXT
+        )
     ov.leases[lease.key] = CLOSED if returned else FENCED
-    data = {"pool": rec.pool, "epoch": lease.epoch, "worker": lease.worker,
-            "interval": interval, **detail}
+    data = {
+        "pool": rec.pool,
+        "epoch": lease.epoch,
+        "worker": lease.worker,
+        "interval": interval,
+        **detail,
+    }
     cost = d.lost_now(rec.id, now) if rec.state == "placed" else {}
     if returned:
         ov.requeued.add(rec.id)
-        ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
-                   {"kind": RETURNED, "text": text or RETURNED_TEXT, "by": lease.worker,
-                    **data, **cost})
+        ev = Event(
+            "preempted",
+            rec.id,
+            actor,
+            rev,
+            rec.group,
+            rec.user,
+            {"kind": RETURNED, "text": text or RETURNED_TEXT, "by": lease.worker, **data, **cost},
+        )
 
         def apply_returned() -> None:
             reducers.apply(d, ev, now)
-        return Prepared([ev], [], apply_returned, wants_pass=True,
-                        closes=[(interval, now, text or RETURNED_TEXT)], frees=True)
+
+        return Prepared(
+            [ev],
+            [],
+            apply_returned,
+            wants_pass=True,
+            closes=[(interval, now, text or RETURNED_TEXT)],
+            frees=True,
+        )
     if rec.lost + 1 >= MAX_LOSSES:
         ov.ended.add(rec.id)
-        ev = Event("ended", rec.id, actor, rev, rec.group, rec.user,
-                   {"kind": "failed", "lost": True, **data,
-                    "reason": f"{LOST_FAIL_TEXT}, last: {text}" if text else LOST_FAIL_TEXT})
+        ev = Event(
+            "ended",
+            rec.id,
+            actor,
+            rev,
+            rec.group,
+            rec.user,
+            {
+                "kind": "failed",
+                "lost": True,
+                **data,
+                "reason": f"{LOST_FAIL_TEXT}, last: {text}" if text else LOST_FAIL_TEXT,
+            },
+        )
 
         def apply() -> None:
             reducers.apply(d, ev, now)
     else:
         ov.requeued.add(rec.id)
-        ev = Event("preempted", rec.id, actor, rev, rec.group, rec.user,
-                   {"kind": "lost", "text": text or LOST_TEXT, "by": lease.worker, **data,
-                    **cost})
+        ev = Event(
+            "preempted",
+            rec.id,
+            actor,
+            rev,
+            rec.group,
+            rec.user,
+            {"kind": "lost", "text": text or LOST_TEXT, "by": lease.worker, **data, **cost},
+        )
 
         def apply() -> None:
             reducers.apply(d, ev, now)
-    return Prepared([ev], [], apply, wants_pass=True,
-                    closes=[(interval, now, text or LOST_TEXT)])
+
+    return Prepared([ev], [], apply, wants_pass=True, closes=[(interval, now, text or LOST_TEXT)])
 
 
-def _requeue_leases(d: Daemon, w: WorkerInfo, now: int, ov: Overlay, actor: str,
-                    extra: dict[str, Any], closed_as: Callable[[str], str]
-                    ) -> tuple[list[Prepared], list[dict[str, Any]]]:
+def _requeue_leases(
+    d: Daemon,
+    w: WorkerInfo,
+    now: int,
+    ov: Overlay,
+    actor: str,
+    extra: dict[str, Any],
+    closed_as: Callable[[str], str],
+) -> tuple[list[Prepared], list[dict[str, Any]]]:
     """A worker that is gone (lost, or deregistered) gives back every task it holds: each
     placed task under its current lease goes back to the front of its queue, and every
     lease of the worker ends (``closed_as`` of its status)."""
@@ -409,9 +590,14 @@ def _requeue_leases(d: Daemon, w: WorkerInfo, now: int, ov: Overlay, actor: str,
         status = ov.leases.get(lease.key, lease.status)
         rec = d.records.get(lease.task)
         tasks.append({"task": lease.task, "epoch": lease.epoch, "status": status})
-        if rec is not None and status == ACTIVE and rec.state == "placed" \
-                and _current(rec, lease) and rec.id not in ov.ended \
-                and rec.id not in ov.requeued:
+        if (
+            rec is not None
+            and status == ACTIVE
+            and rec.state == "placed"
+            and _current(rec, lease)
+            and rec.id not in ov.ended
+            and rec.id not in ov.requeued
+        ):
             subs.append(_lose(d, rec, lease, now, ov, actor, extra))
         ov.leases[lease.key] = closed_as(status)
     return subs, tasks
@@ -420,8 +606,7 @@ def _requeue_leases(d: Daemon, w: WorkerInfo, now: int, ov: Overlay, actor: str,
 def _current(rec: TaskRecord, lease: Lease) -> bool:
     """Whether ``lease`` belongs to the task's latest attempt (a gang: any member)."""
     last = rec.current_lease
-    return last is not None and lease.task == last.task \
-        and lease.base_epoch == last.base_epoch
+    return last is not None and lease.task == last.task and lease.base_epoch == last.base_epoch
 
 
 def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
@@ -431,43 +616,64 @@ def prepare_worker_lost(d: Daemon, wid: str, now: int, ov: Overlay) -> Prepared:
     ov.lost.add(wid)
     rev = d.idx().revision
     subs, tasks = _requeue_leases(d, w, now, ov, "kliqued", {}, lambda status: FENCED)
-    ev = Event("worker_lost", None, "kliqued", rev, None, None,
-               {"worker": wid, "pool": w.pool, "tasks": tasks,
-                "ttl_s": d.worker_settings.ttl_s})
+    ev = Event(
+        "worker_lost",
+        None,
+        "kliqued",
+        rev,
+        None,
+        None,
+        {"worker": wid, "pool": w.pool, "tasks": tasks, "ttl_s": d.worker_settings.ttl_s},
+    )
 
     def apply() -> None:
         reducers.apply(d, ev, now)
         for s in subs:
             s.apply()
-    return Prepared([ev] + [e for s in subs for e in s.events], [], apply,
-                    wants_pass=bool(subs), closes=[c for s in subs for c in s.closes])
+
+    return Prepared(
+        [ev] + [e for s in subs for e in s.events],
+        [],
+        apply,
+        wants_pass=bool(subs),
+        closes=[c for s in subs for c in s.closes],
+    )
 
 
 # ---------------------------------------------------------------------- reports
-def lease_for_report(d: Daemon, p: Principal, task_id: str, epoch: int,
-                     key_hash: str | None, call: str = "report"
-                     ) -> tuple[TaskRecord, Lease | None]:
+def lease_for_report(
+    d: Daemon, p: Principal, task_id: str, epoch: int, key_hash: str | None, call: str = "report"
+) -> tuple[TaskRecord, Lease | None]:
     """The task and its lease ``epoch``, for the worker holding that lease (its pool's
     token and its key): 403 for another pool or another worker of the pool, 404 for no
     such task."""
     rec = d.record(task_id)
     lease = rec.lease(epoch)
-    pool = lease.pool if lease is not None else (rec.current_lease.pool if rec.leases
-                                                 else rec.pool)
+    pool = lease.pool if lease is not None else (rec.current_lease.pool if rec.leases else rec.pool)
     if pool != p.name:
         raise forbidden(f"task {task_id} is not on pool {p.name}")
     holder = d.workers.get(lease.worker) if lease is not None else None
     if holder is not None and not _same_key(holder, key_hash):
-        raise Refused(403, "not-lease-holder",
-                      f"task {task_id} epoch {epoch} is held by worker {holder.id}, and this "
-                      f"caller is not that worker (its key differs): only the holder reports "
-                      f"on a lease{_no_key(key_hash)}",
-                      {"call": call, "task": task_id, "epoch": epoch, "holder": holder.id})
+        raise Refused(
+            403,
+            "not-lease-holder",
+            f"task {task_id} epoch {epoch} is held by worker {holder.id}, and this "
+            f"caller is not that worker (its key differs): only the holder reports "
+            f"on a lease{_no_key(key_hash)}",
+            {"call": call, "task": task_id, "epoch": epoch, "holder": holder.id},
+        )
     return rec, lease
 
 
-def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], now: int,
-                   ov: Overlay, key_hash: str | None) -> Prepared:
+def prepare_report(
+    d: Daemon,
+    p: Principal,
+    task_id: str,
+    body: dict[str, Any],
+    now: int,
+    ov: Overlay,
+    key_hash: str | None,
+) -> Prepared:
     epoch, event = int(body["epoch"]), body["event"]
     rec, lease = lease_for_report(d, p, task_id, epoch, key_hash)
     if lease is None:
@@ -481,8 +687,14 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         return done  # a retry: it changes nothing
     rev = d.idx().revision
     message = body.get("message")
-    data = {"worker": lease.worker, "epoch": epoch, "exit_code": body.get("exit_code"),
-            "signal": body.get("signal"), "message": message, "at": body.get("at")}
+    data = {
+        "worker": lease.worker,
+        "epoch": epoch,
+        "exit_code": body.get("exit_code"),
+        "signal": body.get("signal"),
+        "message": message,
+        "at": body.get("at"),
+    }
     ended_here = task_id in ov.ended or task_id in ov.requeued
     if status == ACTIVE and ended_here:
         status = STOPPING  # an earlier request of the batch ends or requeues it
@@ -495,9 +707,11 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         def apply_started() -> str:
             reducers.apply(d, ev, now)
             return task_id
+
         return Prepared([ev], [], apply_started)
-    lost = event == "lost" or (event == "failed" and isinstance(message, str)
-                               and message.startswith("worker-lost"))
+    lost = event == "lost" or (
+        event == "failed" and isinstance(message, str) and message.startswith("worker-lost")
+    )
     if status == ACTIVE:
         if lost or event == "stopped":
             # The worker lost it, or stopped it without being told to: it did not end by
@@ -505,18 +719,30 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
             if event == "stopped" and body.get("reason") in ("shutdown", "cannot-work"):
                 # handed back: a clean shutdown, or a worker that cannot work (its state
                 # dir is full, issue 26): requeued at the front, no loss counted
-                sub = _lose(d, rec, lease, now, ov, p.text,
-                            {"report": event, "message": message}, returned=True,
-                            text=(f"handed back: {message}" if body.get("reason")
-                                  == "cannot-work" and message else None))
-                return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
-                                sub.closes, frees=True)
+                sub = _lose(
+                    d,
+                    rec,
+                    lease,
+                    now,
+                    ov,
+                    p.text,
+                    {"report": event, "message": message},
+                    returned=True,
+                    text=(
+                        f"handed back: {message}"
+                        if body.get("reason") == "cannot-work" and message
+                        else None
+                    ),
+                )
+                return Prepared(
+                    sub.events, [], lambda: (sub.apply(), task_id)[1], True, sub.closes, frees=True
+                )
             idle = event == "stopped" and _idle_text(body)
             if not idle:
-                sub = _lose(d, rec, lease, now, ov, p.text,
-                            {"report": event, "message": message})
-                return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True,
-                                sub.closes, frees=True)
+                sub = _lose(d, rec, lease, now, ov, p.text, {"report": event, "message": message})
+                return Prepared(
+                    sub.events, [], lambda: (sub.apply(), task_id)[1], True, sub.closes, frees=True
+                )
         if lease.world > 1:
             member = _gang_member_end(d, p, rec, lease, event, body, data, now, ov)
             if member is not None:
@@ -530,66 +756,131 @@ def prepare_report(d: Daemon, p: Principal, task_id: str, body: dict[str, Any], 
         if event == "stopped":  # the worker stopped an idle session (workers/idle.py)
             reason = f"stopped: idle ({_idle_text(body)})"
         outputs = body.get("outputs") if event == "finished" else None
-        ev = Event("ended", task_id, p.text, rev, rec.group, rec.user,
-                   {"kind": event, **data, "interval": interval, "ran_until": until,
-                    **({"reason": reason} if reason else {}),
-                    **({"outputs": outputs} if outputs else {})})
+        ev = Event(
+            "ended",
+            task_id,
+            p.text,
+            rev,
+            rec.group,
+            rec.user,
+            {
+                "kind": event,
+                **data,
+                "interval": interval,
+                "ran_until": until,
+                **({"reason": reason} if reason else {}),
+                **({"outputs": outputs} if outputs else {}),
+            },
+        )
 
         def apply_ended() -> str:
             reducers.apply(d, ev, now)
             return task_id
-        return Prepared([ev], [], apply_ended, True, [(interval, until, reason or event)],
-                        frees=True)
+
+        return Prepared(
+            [ev], [], apply_ended, True, [(interval, until, reason or event)], frees=True
+        )
     # A lease told to stop: its process is gone.
     ov.leases[key] = CLOSED
-    if event == "finished" and rec.state == "queued" and not ended_here and lease.world == 1 \
-            and task_id not in ov.leased and lease.stop_reason in ("preempted", "budget"):
+    if (
+        event == "finished"
+        and rec.state == "queued"
+        and not ended_here
+        and lease.world == 1
+        and task_id not in ov.leased
+        and lease.stop_reason in ("preempted", "budget")
+    ):
         # It completed before the stop reached it: done, not run again.
         ov.ended.add(task_id)
-        ev = Event("ended", task_id, p.text, rev, rec.group, rec.user,
-                   {"kind": "finished", **data, "interval": None, "after_stop": True})
+        ev = Event(
+            "ended",
+            task_id,
+            p.text,
+            rev,
+            rec.group,
+            rec.user,
+            {"kind": "finished", **data, "interval": None, "after_stop": True},
+        )
 
         def apply_done() -> str:
             reducers.apply(d, ev, now)
             return task_id
+
         return Prepared([ev], [], apply_done, True, frees=True)
-    ev = Event("stopped", task_id, p.text, rev, rec.group, rec.user,
-               {**data, "report": event, "reason": lease.stop_reason})
+    ev = Event(
+        "stopped",
+        task_id,
+        p.text,
+        rev,
+        rec.group,
+        rec.user,
+        {**data, "report": event, "reason": lease.stop_reason},
+    )
 
     def apply_stopped() -> str:
         reducers.apply(d, ev, now)
         return task_id
+
     return Prepared([ev], [], apply_stopped)
 
 
-def _gang_member_end(d: Daemon, p: Principal, rec: TaskRecord, lease: Lease, event: str,
-                     body: dict[str, Any], data: dict[str, Any], now: int, ov: Overlay
-                     ) -> Prepared | None:
+def _gang_member_end(
+    d: Daemon,
+    p: Principal,
+    rec: TaskRecord,
+    lease: Lease,
+    event: str,
+    body: dict[str, Any],
+    data: dict[str, Any],
+    now: int,
+    ov: Overlay,
+) -> Prepared | None:
     """A gang member's own end (issue 15): a failure stops the gang and requeues it whole
     (counted like a loss: the third time the task fails); a member that finished closes its
     lease and the task ends with the last one (None: this report ends the task)."""
     task_id = rec.id
     if event == "failed":
-        why = f"exit {body.get('exit_code')}" if body.get("signal") is None \
+        why = (
+            f"exit {body.get('exit_code')}"
+            if body.get("signal") is None
             else f"signal {body.get('signal')}"
-        sub = _lose(d, rec, lease, now, ov, p.text, {"report": event,
-                                                     "message": body.get("message")},
-                    text=f"gang member rank {lease.rank} (worker {lease.worker}) failed: {why}")
-        return Prepared(sub.events, [], lambda: (sub.apply(), task_id)[1], True, sub.closes,
-                        frees=True)
+        )
+        sub = _lose(
+            d,
+            rec,
+            lease,
+            now,
+            ov,
+            p.text,
+            {"report": event, "message": body.get("message")},
+            text=f"gang member rank {lease.rank} (worker {lease.worker}) failed: {why}",
+        )
+        return Prepared(
+            sub.events, [], lambda: (sub.apply(), task_id)[1], True, sub.closes, frees=True
+        )
     if event != "finished":
         return None
     others = [m for m in rec.attempt() if m.key != lease.key]
-    if all(ov.leases.get(m.key, m.status) == CLOSED
-           and (m.outcome == "finished" or m.key in ov.leases) for m in others):
+    if all(
+        ov.leases.get(m.key, m.status) == CLOSED and (m.outcome == "finished" or m.key in ov.leases)
+        for m in others
+    ):
         return None  # the last member: the task is done
     ov.leases[lease.key] = CLOSED
-    ev = Event("stopped", task_id, p.text, d.idx().revision, rec.group, rec.user,
-               {**data, "report": "finished", "reason": GANG_MEMBER_DONE})
+    ev = Event(
+        "stopped",
+        task_id,
+        p.text,
+        d.idx().revision,
+        rec.group,
+        rec.user,
+        {**data, "report": "finished", "reason": GANG_MEMBER_DONE},
+    )
 
     def apply() -> str:
         reducers.apply(d, ev, now)
         return task_id
+
     return Prepared([ev], [], apply)
 
 
@@ -597,15 +888,21 @@ def _idle_text(body: dict[str, Any]) -> str | None:
     """The limit an idle stop reports (``cpu 30m``): a ``stopped`` report with ``reason:
     "idle"``, or (workers before the field) a message ``idle: cpu 30m``."""
     message = body.get("message")
-    text = message[5:].strip() if isinstance(message, str) and message.startswith("idle:") \
-        else None
+    text = message[5:].strip() if isinstance(message, str) and message.startswith("idle:") else None
     if body.get("reason") == "idle":
         return text or (message if isinstance(message, str) and message else "limit")
     return text
 
 
-def prepare_reports(d: Daemon, p: Principal, wid: str, items: list[dict[str, Any]],
-                    now: int, ov: Overlay, key_hash: str | None) -> Prepared:
+def prepare_reports(
+    d: Daemon,
+    p: Principal,
+    wid: str,
+    items: list[dict[str, Any]],
+    now: int,
+    ov: Overlay,
+    key_hash: str | None,
+) -> Prepared:
     """Several reports of one worker as one change (one transaction); each is prepared as
     ``POST /tasks/{id}/report`` would be, against what the earlier ones do, and a refused
     one (stale epoch, unknown task) is answered on its own without refusing the others."""
@@ -638,6 +935,7 @@ def prepare_reports(d: Daemon, p: Principal, wid: str, items: list[dict[str, Any
         for a in applies:
             a()
         return results
+
     return Prepared(events, ops, apply, wants, closes, frees=frees)
 
 
@@ -652,25 +950,49 @@ def prepare_deregister(d: Daemon, p: Principal, wid: str, now: int, ov: Overlay)
         raise ApiError(404, "not-found", f"no worker {excerpt(wid, quoted=False)}")
     ov.lost.add(wid)
     rev = d.idx().revision
-    subs, tasks = _requeue_leases(d, w, now, ov, p.text, {"deregistered": True},
-                                  lambda status: FENCED if status == ACTIVE else CLOSED)
-    ev = Event("worker_deregistered", None, p.text, rev, None, None,
-               {"worker": wid, "pool": w.pool, "tasks": tasks})
+    subs, tasks = _requeue_leases(
+        d,
+        w,
+        now,
+        ov,
+        p.text,
+        {"deregistered": True},
+        lambda status: FENCED if status == ACTIVE else CLOSED,
+    )
+    ev = Event(
+        "worker_deregistered",
+        None,
+        p.text,
+        rev,
+        None,
+        None,
+        {"worker": wid, "pool": w.pool, "tasks": tasks},
+    )
 
     def apply() -> dict[str, Any]:
         reducers.apply(d, ev, now)
         for sub in subs:
             sub.apply()
-        return {"worker": wid, "pool": w.pool, "requeued": [t["task"] for t in tasks
-                                            if t["status"] == ACTIVE]}
-    return Prepared([ev] + [e for sub in subs for e in sub.events], [], apply,
-                    wants_pass=bool(subs), closes=[c for sub in subs for c in sub.closes],
-                    frees=bool(subs))
+        return {
+            "worker": wid,
+            "pool": w.pool,
+            "requeued": [t["task"] for t in tasks if t["status"] == ACTIVE],
+        }
+
+    return Prepared(
+        [ev] + [e for sub in subs for e in sub.events],
+        [],
+        apply,
+        wants_pass=bool(subs),
+        closes=[c for sub in subs for c in sub.closes],
+        frees=bool(subs),
+    )
 
 
 # ---------------------------------------------------------------------- heartbeats
-def heartbeat(d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: float
-              ) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+def heartbeat(
+    d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: float
+) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
     """Stop instructions for the worker (its leases told to stop; fencing of copies it
     lists that are no longer its own), and the active leases it does not list long after
     they were leased (their answer never reached it)."""
@@ -691,11 +1013,20 @@ def heartbeat(d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: 
     mono = d.mono()
     for lease in w.leases.values():
         if lease.status == STOPPING:
-            stops.append({"task": lease.task, "epoch": lease.epoch,
-                          "reason": lease.stop_reason or "preempted",
-                          "text": lease.stop_text or "", "grace_s": grace})
-        elif lease.status == ACTIVE and lease.key not in listed \
-                and mono - lease.leased_mono > withdraw_after_s:
+            stops.append(
+                {
+                    "task": lease.task,
+                    "epoch": lease.epoch,
+                    "reason": lease.stop_reason or "preempted",
+                    "text": lease.stop_text or "",
+                    "grace_s": grace,
+                }
+            )
+        elif (
+            lease.status == ACTIVE
+            and lease.key not in listed
+            and mono - lease.leased_mono > withdraw_after_s
+        ):
             withdraw.append(lease.key)
     for task, epoch in sorted(listed):
         if (task, epoch) in w.leases:
@@ -704,9 +1035,15 @@ def heartbeat(d: Daemon, w: WorkerInfo, body: dict[str, Any], withdraw_after_s: 
         held = rec.lease(epoch) if rec is not None else None
         if held is not None and held.status == CLOSED and held.worker == w.id:
             continue  # its last report was acknowledged; the worker forgets it
-        stops.append({"task": task, "epoch": epoch, "reason": "stale-epoch",
-                      "text": f"this worker no longer holds task {task} at epoch {epoch}",
-                      "grace_s": 0})
+        stops.append(
+            {
+                "task": task,
+                "epoch": epoch,
+                "reason": "stale-epoch",
+                "text": f"this worker no longer holds task {task} at epoch {epoch}",
+                "grace_s": 0,
+            }
+        )
     return stops, withdraw
 
 
@@ -735,8 +1072,9 @@ def checkpoints(d: Daemon, w: WorkerInfo, body: dict[str, Any]) -> list[tuple[st
     return out
 
 
-def prepare_checkpoints(d: Daemon, p: Principal, wid: str,
-                        items: list[tuple[str, int, str]], now: int, ov: Overlay) -> Prepared:
+def prepare_checkpoints(
+    d: Daemon, p: Principal, wid: str, items: list[tuple[str, int, str]], now: int, ov: Overlay
+) -> Prepared:
     """``task_checkpointed`` for each relayed checkpoint still new at ``now``: the lease is
     still this worker's and active, the task still placed. The worker's time is clamped to
     ``now`` (a clock ahead of the daemon's; the daemon's time is the one lost work is
@@ -747,53 +1085,103 @@ def prepare_checkpoints(d: Daemon, p: Principal, wid: str,
     for task, epoch, reported in items:
         rec = d.records.get(task)
         lease = rec.lease(epoch) if rec is not None else None
-        if rec is None or lease is None or lease.worker != wid or rec.state != "placed" \
-                or ov.leases.get(lease.key, lease.status) != ACTIVE or task in ov.ended \
-                or task in ov.requeued or rec.placed_at is None:
+        if (
+            rec is None
+            or lease is None
+            or lease.worker != wid
+            or rec.state != "placed"
+            or ov.leases.get(lease.key, lease.status) != ACTIVE
+            or task in ov.ended
+            or task in ov.requeued
+            or rec.placed_at is None
+        ):
             continue
         at = parse_iso(reported)
         clamped = at > now
         at = min(at, now)
         if at < rec.placed_at or (rec.checkpoint_at is not None and at <= rec.checkpoint_at):
             continue
-        events.append(Event("task_checkpointed", task, p.text, rev, rec.group, rec.user,
-                            {"epoch": epoch, "at": at, "worker": wid, "reported": reported,
-                             "clamped": clamped}))
+        events.append(
+            Event(
+                "task_checkpointed",
+                task,
+                p.text,
+                rev,
+                rec.group,
+                rec.user,
+                {"epoch": epoch, "at": at, "worker": wid, "reported": reported, "clamped": clamped},
+            )
+        )
 
     def apply() -> None:
         for ev in events:
             reducers.apply(d, ev, now)
+
     return Prepared(events, [], apply)
 
 
-def prepare_withdraw(d: Daemon, p: Principal, wid: str, keys: list[tuple[str, int]],
-                     now: int, ov: Overlay) -> Prepared:
+def prepare_withdraw(
+    d: Daemon, p: Principal, wid: str, keys: list[tuple[str, int]], now: int, ov: Overlay
+) -> Prepared:
     rev = d.idx().revision
     events = []
     subs: list[Prepared] = []
     for task, epoch in keys:
         rec = d.records.get(task)
         lease = rec.lease(epoch) if rec is not None else None
-        if rec is None or lease is None or lease.worker != wid \
-                or ov.leases.get(lease.key, lease.status) != ACTIVE or task in ov.ended \
-                or task in ov.requeued:
+        if (
+            rec is None
+            or lease is None
+            or lease.worker != wid
+            or ov.leases.get(lease.key, lease.status) != ACTIVE
+            or task in ov.ended
+            or task in ov.requeued
+        ):
             continue
         if lease.world > 1:  # a gang member never taken: the gang goes back whole
-            subs.append(_lose(d, rec, lease, now, ov, p.text, {}, returned=True,
-                              text=f"gang member rank {lease.rank}: worker {wid} never took "
-                                   f"its lease"))
+            subs.append(
+                _lose(
+                    d,
+                    rec,
+                    lease,
+                    now,
+                    ov,
+                    p.text,
+                    {},
+                    returned=True,
+                    text=f"gang member rank {lease.rank}: worker {wid} never took its lease",
+                )
+            )
             ov.leases[lease.key] = FENCED
             continue
         ov.leases[lease.key] = FENCED
-        events.append(Event("unleased", task, p.text, rev, rec.group, rec.user,
-                            {"worker": wid, "epoch": epoch,
-                             "text": "the worker never listed this lease in its heartbeats"}))
+        events.append(
+            Event(
+                "unleased",
+                task,
+                p.text,
+                rev,
+                rec.group,
+                rec.user,
+                {
+                    "worker": wid,
+                    "epoch": epoch,
+                    "text": "the worker never listed this lease in its heartbeats",
+                },
+            )
+        )
 
     def apply() -> None:
         for ev in events:
             reducers.apply(d, ev, now)
         for sub in subs:
             sub.apply()
-    return Prepared(events + [e for sub in subs for e in sub.events], [], apply,
-                    wants_pass=bool(subs), closes=[c for sub in subs for c in sub.closes],
-                    frees=bool(subs))
+
+    return Prepared(
+        events + [e for sub in subs for e in sub.events],
+        [],
+        apply,
+        wants_pass=bool(subs),
+        closes=[c for sub in subs for c in sub.closes],
+        frees=bool(subs),
+    )

@@ -50,6 +50,7 @@ LOCK_TIMEOUT = "1s"
 @dataclass(frozen=True)
 class LeaderInfo:
     """The lease row as one read saw it."""
+
     epoch: int
     holder: str | None
     url: str | None
@@ -79,8 +80,13 @@ def new_holder() -> str:
 class Lease:
     """The lease as one daemon sees it, on a PostgreSQL connection of its own."""
 
-    def __init__(self, url: str, advertise_url: str | None,
-                 settings: LeaseSettings = LeaseSettings(), holder: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        advertise_url: str | None,
+        settings: LeaseSettings = LeaseSettings(),
+        holder: str | None = None,
+    ) -> None:
         self.url = url
         self.advertise_url = advertise_url
         self.settings = settings
@@ -105,8 +111,9 @@ class Lease:
     # ------------------------------------------------------------------ connection
     def _c(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.url, autocommit=True,
-                                         application_name="kliqued-lease", connect_timeout=5)
+            self._conn = psycopg.connect(
+                self.url, autocommit=True, application_name="kliqued-lease", connect_timeout=5
+            )
         return self._conn
 
     def _drop(self) -> None:
@@ -120,9 +127,14 @@ class Lease:
     # ------------------------------------------------------------------ the row
     def read(self) -> LeaderInfo:
         with self._lock:
-            row = self._c().execute(
-                "SELECT epoch, holder, url, expires_at > clock_timestamp() FROM klique_leader "
-                "WHERE id = 1").fetchone()
+            row = (
+                self._c()
+                .execute(
+                    "SELECT epoch, holder, url, expires_at > clock_timestamp() FROM klique_leader "
+                    "WHERE id = 1"
+                )
+                .fetchone()
+            )
         assert row is not None, "klique_leader has its row from migration 2"
         self.leader = LeaderInfo(int(row[0]), row[1], row[2], bool(row[3]))
         return self.leader
@@ -142,7 +154,8 @@ class Lease:
                 "expires_at = clock_timestamp() + make_interval(secs => %s), "
                 "acquired_at = clock_timestamp() WHERE id = 1 AND epoch = %s "
                 "AND expires_at <= clock_timestamp() RETURNING epoch",
-                [self.holder, self.advertise_url, self.settings.ttl_s, seen.epoch])
+                [self.holder, self.advertise_url, self.settings.ttl_s, seen.epoch],
+            )
         except psycopg.errors.LockNotAvailable:
             return False  # a batch still holds the row: next time
         if row is None:
@@ -164,7 +177,9 @@ class Lease:
             row = self._update_row(
                 "UPDATE klique_leader SET expires_at = clock_timestamp() + "
                 "make_interval(secs => %s) WHERE id = 1 AND epoch = %s AND holder = %s "
-                "RETURNING 1", [self.settings.ttl_s, self.epoch, self.holder])
+                "RETURNING 1",
+                [self.settings.ttl_s, self.epoch, self.holder],
+            )
         except psycopg.errors.LockNotAvailable:
             return True
         if row is not None:
@@ -199,10 +214,11 @@ class Lease:
             with self._lock:
                 self._c().execute(
                     "UPDATE klique_leader SET expires_at = '-infinity' WHERE id = 1 AND "
-                    "epoch = %s AND holder = %s", [self.epoch, self.holder])
+                    "epoch = %s AND holder = %s",
+                    [self.epoch, self.holder],
+                )
         except psycopg.Error as exc:
-            log.warning("the lease was not released (%s): a standby takes over after its TTL",
-                        exc)
+            log.warning("the lease was not released (%s): a standby takes over after its TTL", exc)
         self.epoch = None
 
     # ------------------------------------------------------------------ renewal thread
@@ -238,8 +254,7 @@ class Lease:
             who = f"epoch {info.epoch}, {info.holder} at {info.url}"
         except psycopg.Error:
             who = "unknown"
-        log.warning("deposed: the lease (epoch %s) was taken (%s); standing by", self.epoch,
-                    who)
+        log.warning("deposed: the lease (epoch %s) was taken (%s); standing by", self.epoch, who)
         self.epoch = None
         self.lost.set()
         if self.on_lost is not None:

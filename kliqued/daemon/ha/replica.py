@@ -39,11 +39,26 @@ from kliqued.daemon.storage.store import Store
 
 log = logging.getLogger(__name__)
 
-READS = frozenset({
-    "/v1/tasks", "/v1/tasks/{id}", "/v1/resources", "/v1/resources/{policy}/{profile}/queue",
-    "/v1/policies", "/v1/policies/{name}", "/v1/pools", "/v1/estate", "/v1/engine",
-    "/v1/whoami", "/v1/events", "/v1/schedules", "/v1/schedules/{id}", "/v1/pipelines",
-    "/v1/pipelines/{id}", "/v1/openapi.json"})
+READS = frozenset(
+    {
+        "/v1/tasks",
+        "/v1/tasks/{id}",
+        "/v1/resources",
+        "/v1/resources/{policy}/{profile}/queue",
+        "/v1/policies",
+        "/v1/policies/{name}",
+        "/v1/pools",
+        "/v1/estate",
+        "/v1/engine",
+        "/v1/whoami",
+        "/v1/events",
+        "/v1/schedules",
+        "/v1/schedules/{id}",
+        "/v1/pipelines",
+        "/v1/pipelines/{id}",
+        "/v1/openapi.json",
+    }
+)
 """The GET operations a standby answers itself (their canonical paths). Not the plan's live
 counts (``/v1/plan/state``): they include the workers' reports and the ledger's usage, which
 only the leader has, so ``kliqued plan --against STANDBY,LEADER`` is the leader's plan."""
@@ -52,8 +67,15 @@ only the leader has, so ``kliqued plan --against STANDBY,LEADER`` is the leader'
 class Replica:
     """The standby's state and the application that reads it."""
 
-    def __init__(self, store: Store, local_db: str, log_cap: int, server_url: str,
-                 require_workers: bool, installers: Sequence[Installer] = ()) -> None:
+    def __init__(
+        self,
+        store: Store,
+        local_db: str,
+        log_cap: int,
+        server_url: str,
+        require_workers: bool,
+        installers: Sequence[Installer] = (),
+    ) -> None:
         self.store = store
         self.installers = installers
         """Adapters' routes (the dashboard's) its application serves, as the leader's."""
@@ -69,8 +91,14 @@ class Replica:
         ``/metrics``), even if following stopped since."""
         self.log_seq: int | None = None
         """The log's last sequence number at the last look (``fetch``)."""
-        self.ctx = Context(self.d, Sequencer(self.d, store, metrics=Metrics(self.d)), store, 1.0,
-                           LogStore.beside(local_db, log_cap), server_url=server_url)
+        self.ctx = Context(
+            self.d,
+            Sequencer(self.d, store, metrics=Metrics(self.d)),
+            store,
+            1.0,
+            LogStore.beside(local_db, log_cap),
+            server_url=server_url,
+        )
 
     def app(self) -> web.Application:
         return make_app(self.ctx, self.installers)
@@ -80,8 +108,11 @@ class Replica:
         if not (self.ready and self.d.ready) or request.method not in ("GET", "HEAD"):
             return False
         route = route_of(request)
-        return (route is not None and route.path in READS
-                and self.knows_token(request.headers.get("Authorization")))
+        return (
+            route is not None
+            and route.path in READS
+            and self.knows_token(request.headers.get("Authorization"))
+        )
 
     def knows_token(self, header: str | None) -> bool:
         """Whether the request's bearer token is in this state's copy of the tokens table.
@@ -110,8 +141,11 @@ class Replica:
             return False
         self.d.tokens.hasher = TokenHasher(keyfile.load(path, must_exist=True))
         stats = rebuild(self.d, cast(Store, _Reads(self._reader())))
-        log.info("standing by: %d events replayed (%d tasks) for the reads served here",
-                 stats.events, stats.tasks)
+        log.info(
+            "standing by: %d events replayed (%d tasks) for the reads served here",
+            stats.events,
+            stats.tasks,
+        )
         self.loaded = True
         return True
 

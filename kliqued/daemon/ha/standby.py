@@ -80,22 +80,36 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     lease = request.app[LEASE]
     leader = leader_view(lease.leader)
     if request.method in ("GET", "HEAD") and request.path in ("/v1/health", "/v1/leader"):
-        return reply({"status": "standby", "role": "standby", "self": lease.advertise_url,
-                      "leader": leader})
+        return reply(
+            {"status": "standby", "role": "standby", "self": lease.advertise_url, "leader": leader}
+        )
     if request.path == METRICS:  # no tokens to check the scrape's with yet
-        return _unavailable("not-ready", "this kliqued stands by and has not loaded its "
-                                         "state yet (the token key beside its --ledger-db?): "
-                                         "it cannot check the scrape's token")
+        return _unavailable(
+            "not-ready",
+            "this kliqued stands by and has not loaded its "
+            "state yet (the token key beside its --ledger-db?): "
+            "it cannot check the scrape's token",
+        )
     if leader is not None and leader["url"]:
         target = leader["url"].rstrip("/") + request.path_qs
-        resp = reply({"error": {"code": "not-leader",
-                                "message": f"this kliqued stands by; the leader is "
-                                           f"{leader['url']}: repeat the request there"}}, 307)
+        resp = reply(
+            {
+                "error": {
+                    "code": "not-leader",
+                    "message": f"this kliqued stands by; the leader is "
+                    f"{leader['url']}: repeat the request there",
+                }
+            },
+            307,
+        )
         resp.headers["Location"] = target
         return resp
-    return _unavailable("no-leader", "this kliqued stands by and no leader is known right "
-                                     "now (a takeover within seconds); nothing was "
-                                     "recorded: retry")
+    return _unavailable(
+        "no-leader",
+        "this kliqued stands by and no leader is known right "
+        "now (a takeover within seconds); nothing was "
+        "recorded: retry",
+    )
 
 
 def _unavailable(code: str, message: str) -> web.Response:
@@ -120,29 +134,39 @@ def make_standby_app(lease: Lease, replica: "Replica | None" = None) -> web.Appl
         @web.middleware
         async def standby_first(request: web.Request, handler: Any) -> web.StreamResponse:
             own = request.path == METRICS and replica.loaded  # the route's token check runs
-            if request.path in ("/v1/health", "/v1/leader") or not (
-                    own or replica.serves(request)):
+            if request.path in ("/v1/health", "/v1/leader") or not (own or replica.serves(request)):
                 return await _answer(request)
             resp = await handler(request)
             resp.headers[ROLE_HEADER] = "standby"  # a read of the standby's state
             return resp
+
         app.middlewares.insert(0, standby_first)
     app[LEASE] = lease
     return app
 
 
-async def stand_by(lease: Lease, host: str, port: int, limits: Limits,
-                   ssl_ctx: ssl.SSLContext | None, backlog: int,
-                   tail: Callable[[], None] | None = None,
-                   unready: Callable[[], str | None] | None = None,
-                   replica: "Replica | None" = None) -> bool:
+async def stand_by(
+    lease: Lease,
+    host: str,
+    port: int,
+    limits: Limits,
+    ssl_ctx: ssl.SSLContext | None,
+    backlog: int,
+    tail: Callable[[], None] | None = None,
+    unready: Callable[[], str | None] | None = None,
+    replica: "Replica | None" = None,
+) -> bool:
     """Serves the standby answers until the lease is this daemon's (True) or a stop signal
     (False). The listener is closed on return: the leader's application opens it again.
     ``tail`` (every ``TAIL_S``, in a thread) keeps the local copy of the events near the log,
     so that a takeover has little to copy. ``unready`` says why this daemon could not lead
     now (its token key missing): it then leaves the lease to others."""
-    runner = web.AppRunner(make_standby_app(lease, replica), access_log=None,
-                           handle_signals=False, shutdown_timeout=1.0)
+    runner = web.AppRunner(
+        make_standby_app(lease, replica),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=1.0,
+    )
     await runner.setup()
     site = ListenSite(runner, host, port, limits=limits, ssl_context=ssl_ctx, backlog=backlog)
     stop = asyncio.Event()
@@ -201,8 +225,13 @@ TAIL_S = 2.0
 """How often a standby brings its copy of the events up to the log."""
 
 
-async def _every(step: Callable[[], Awaitable[bool]], period_s: float, stop: asyncio.Event,
-                 failure: str, on_failure: Callable[[], None] | None = None) -> None:
+async def _every(
+    step: Callable[[], Awaitable[bool]],
+    period_s: float,
+    stop: asyncio.Event,
+    failure: str,
+    on_failure: Callable[[], None] | None = None,
+) -> None:
     """Runs ``step`` every ``period_s`` until ``stop`` or until it returns False. A step that
     raises (the database away, the file refused) is retried at the next period, and said
     once per outage (``failure``, with the exception) rather than every time;
@@ -228,9 +257,11 @@ async def _every(step: Callable[[], Awaitable[bool]], period_s: float, stop: asy
 
 async def _tail(tail: Callable[[], None], stop: asyncio.Event) -> None:
     """Brings the local copy of the events up to the log every ``TAIL_S``."""
+
     async def step() -> bool:
         await asyncio.to_thread(tail)
         return True
+
     await _every(step, TAIL_S, stop, "the events' copy is not brought up to the log")
 
 
@@ -254,8 +285,10 @@ async def _follow(replica: "Replica", stop: asyncio.Event) -> None:
             try:
                 replica.apply(rows, tokens)
             except Exception:
-                log.exception("standing by: the log does not apply to the standby's "
-                              "state; its reads go to the leader from now on")
+                log.exception(
+                    "standing by: the log does not apply to the standby's "
+                    "state; its reads go to the leader from now on"
+                )
                 replica.ready = False
                 stuck = True
                 return True
@@ -264,12 +297,13 @@ async def _follow(replica: "Replica", stop: asyncio.Event) -> None:
 
     def unready() -> None:
         replica.ready = False
-    await _every(step, FOLLOW_S, stop, "the state for reads does not follow the log",
-                 unready)
+
+    await _every(step, FOLLOW_S, stop, "the state for reads does not follow the log", unready)
 
 
-async def _watch(lease: Lease, stop: asyncio.Event,
-                 unready: Callable[[], str | None] | None) -> bool:
+async def _watch(
+    lease: Lease, stop: asyncio.Event, unready: Callable[[], str | None] | None
+) -> bool:
     seen: tuple | None = None
     failing = False
     said: str | None = None
@@ -290,8 +324,11 @@ async def _watch(lease: Lease, stop: asyncio.Event,
             failing = False
         except psycopg.Error as exc:
             if not failing:  # once per outage, not every look
-                log.warning("cannot read the lease in %s: %s", safe_label(lease.url),
-                            str(exc).strip().splitlines()[0])
+                log.warning(
+                    "cannot read the lease in %s: %s",
+                    safe_label(lease.url),
+                    str(exc).strip().splitlines()[0],
+                )
             failing = True
             lease.close()
         info = lease.leader
@@ -299,8 +336,12 @@ async def _watch(lease: Lease, stop: asyncio.Event,
         if now != seen:
             seen = now
             if info is not None and info.live:
-                log.info("standing by: the leader is %s (epoch %d, %s)", info.url, info.epoch,
-                         info.holder)
+                log.info(
+                    "standing by: the leader is %s (epoch %d, %s)",
+                    info.url,
+                    info.epoch,
+                    info.holder,
+                )
         try:
             await asyncio.wait_for(stop.wait(), wait_s(lease.settings))
         except asyncio.TimeoutError:

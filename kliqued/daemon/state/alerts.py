@@ -57,6 +57,7 @@ are stale news (and an estate that newly declares channels does not flood them).
 @dataclass(frozen=True, slots=True)
 class AlertNote:
     """One alert as people read it."""
+
     seq: int
     at_ms: int
     kind: str
@@ -66,46 +67,55 @@ class AlertNote:
     data: dict[str, Any]
 
 
-def describe(seq: int, at_ms: int, kind: str, grp: str | None,
-             data: dict[str, Any]) -> AlertNote:
+def describe(seq: int, at_ms: int, kind: str, grp: str | None, data: dict[str, Any]) -> AlertNote:
     """The words of an alert, from its event."""
     if kind == "alert":
         used, total = data.get("used_units", 0), data.get("budget_units", 0) or 1
-        title = ("budget used up" if used >= total else "budget threshold crossed")
+        title = "budget used up" if used >= total else "budget threshold crossed"
         title = f"{data.get('policy')}: {title}"
         text = data.get("text") or title
     elif kind == WAITING:
         title = f"{data.get('resource')}: work waiting for {data.get('waited_s')} s"
-        text = (f"task {data.get('task')} of {data.get('user')} at the head of "
-                f"{data.get('resource')} has waited {data.get('waited_s')} s since its "
-                f"submission (why: `kliqued queue {data.get('resource')}`)")
+        text = (
+            f"task {data.get('task')} of {data.get('user')} at the head of "
+            f"{data.get('resource')} has waited {data.get('waited_s')} s since its "
+            f"submission (why: `kliqued queue {data.get('resource')}`)"
+        )
     elif kind == SPEND_CAP:
         title = f"cloud spend cap reached: pool {data.get('pool')} ({data.get('month')})"
-        text = (f"pool {data.get('pool')} spent {data.get('spent')} {data.get('currency')} of "
-                f"its {data.get('spend_cap')} {data.get('currency')} cap in "
-                f"{data.get('month')}: the autoscaler adds no node until the next month or a "
-                f"higher autoscale.spend_cap; {data.get('waiting')} placed task(s) wait "
-                f"(`kliqued pools`)")
+        text = (
+            f"pool {data.get('pool')} spent {data.get('spent')} {data.get('currency')} of "
+            f"its {data.get('spend_cap')} {data.get('currency')} cap in "
+            f"{data.get('month')}: the autoscaler adds no node until the next month or a "
+            f"higher autoscale.spend_cap; {data.get('waiting')} placed task(s) wait "
+            f"(`kliqued pools`)"
+        )
     elif kind == CLOCK_STEP:
         step_s = abs(int(data.get("step_ms") or 0)) / 1000
         title = f"clock stepped {data.get('direction')} by {step_s:.1f} s"
-        text = (f"the wall clock of the daemon's machine jumped {data.get('direction')} by "
-                f"{step_s:.1f} s; the daemon's time did not jump (it runs on the monotonic "
-                f"clock, {int(data.get('offset_ms') or 0) / 1000:+.1f} s off the wall clock, "
-                f"and closes the gap slowly): budgets charge the real elapsed time, leases "
-                f"and tokens neither expired nor extended by the step. Check the machine's "
-                f"time source (NTP, chrony)")
+        text = (
+            f"the wall clock of the daemon's machine jumped {data.get('direction')} by "
+            f"{step_s:.1f} s; the daemon's time did not jump (it runs on the monotonic "
+            f"clock, {int(data.get('offset_ms') or 0) / 1000:+.1f} s off the wall clock, "
+            f"and closes the gap slowly): budgets charge the real elapsed time, leases "
+            f"and tokens neither expired nor extended by the step. Check the machine's "
+            f"time source (NTP, chrony)"
+        )
     elif kind == "worker_lost":
         title = f"worker lost: {data.get('worker')} (pool {data.get('pool')})"
         tasks = data.get("tasks") or []
-        text = (f"worker {data.get('worker')} of pool {data.get('pool')} stopped answering "
-                f"(no heartbeat for {data.get('ttl_s')} s); {len(tasks)} task(s) requeued")
+        text = (
+            f"worker {data.get('worker')} of pool {data.get('pool')} stopped answering "
+            f"(no heartbeat for {data.get('ttl_s')} s); {len(tasks)} task(s) requeued"
+        )
     else:
         title = f"estate revision refused: {data.get('revision') or data.get('commit')}"
         errors = data.get("errors") or []
         first = errors[0] if errors else ""
-        text = (f"the estate from {data.get('source')} was refused with {len(errors)} "
-                f"error(s); the running revision stays. {first}").strip()
+        text = (
+            f"the estate from {data.get('source')} was refused with {len(errors)} "
+            f"error(s); the running revision stays. {first}"
+        ).strip()
     return AlertNote(seq, at_ms, kind, grp, title, str(text), data)
 
 
@@ -119,7 +129,7 @@ def recipients(estate: CompiledEstate, channel: CAlertChannel, note: AlertNote) 
     out: list[str] = []
     if "admins" in channel.to and note.group:
         g = estate.group(note.group)
-        for user in (g.admins if g is not None else []):
+        for user in g.admins if g is not None else []:
             addr = alerts.contacts.get(user)
             if addr and addr not in out:
                 out.append(addr)
@@ -150,8 +160,9 @@ def _secret(ch: CAlertChannel) -> bytes | None:
             with open(ch.secret_file, "rb") as f:
                 return f.read().strip()
         except OSError as exc:
-            raise DeliveryError(f"cannot read the secret file {ch.secret_file}: "
-                                f"{exc.strerror}") from None
+            raise DeliveryError(
+                f"cannot read the secret file {ch.secret_file}: {exc.strerror}"
+            ) from None
     return None
 
 
@@ -162,14 +173,22 @@ class DeliveryError(Exception):
 def payload(note: AlertNote, ch: CAlertChannel, to: list[str], key: str) -> dict[str, Any]:
     if ch.kind == "slack":
         return {"text": f"*{note.title}*\n{note.text}"}
-    return {"id": key, "kind": note.kind, "seq": note.seq,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(note.at_ms / 1000)),
-            "title": note.title, "text": note.text, "group": note.group,
-            "recipients": to, "data": note.data}
+    return {
+        "id": key,
+        "kind": note.kind,
+        "seq": note.seq,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(note.at_ms / 1000)),
+        "title": note.title,
+        "text": note.text,
+        "group": note.group,
+        "recipients": to,
+        "data": note.data,
+    }
 
 
-async def _post(session: aiohttp.ClientSession, note: AlertNote, ch: CAlertChannel,
-                to: list[str], key: str) -> None:
+async def _post(
+    session: aiohttp.ClientSession, note: AlertNote, ch: CAlertChannel, to: list[str], key: str
+) -> None:
     body = json.dumps(payload(note, ch, to, key), separators=(",", ":")).encode()
     headers = {"Content-Type": "application/json", "Idempotency-Key": key}
     secret = _secret(ch)
@@ -179,8 +198,9 @@ async def _post(session: aiohttp.ClientSession, note: AlertNote, ch: CAlertChann
         headers["X-Klique-Signature"] = sign(secret, ts, body)
     assert ch.url is not None
     try:
-        async with session.post(ch.url, data=body, headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=ch.timeout_s)) as resp:
+        async with session.post(
+            ch.url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=ch.timeout_s)
+        ) as resp:
             if resp.status // 100 != 2:
                 raise DeliveryError(f"{ch.url} answered {resp.status}")
     except asyncio.TimeoutError:
@@ -208,6 +228,7 @@ def _mail(note: AlertNote, ch: CAlertChannel, to: list[str], key: str) -> None:
 @dataclass
 class Dispatcher:
     """Delivers alerts from committed events, with retries and exponential backoff."""
+
     d: Daemon
     seq: Sequencer
     store: Store
@@ -234,20 +255,26 @@ class Dispatcher:
                 try:
                     self._queue.put_nowait(row)
                 except asyncio.QueueFull:
-                    log.warning("alert %d not queued (queue full): it is sent after the "
-                                "next restart", row[0])
+                    log.warning(
+                        "alert %d not queued (queue full): it is sent after the next restart",
+                        row[0],
+                    )
 
     async def load(self, now_ms: int) -> int:
         """Queues what the log raised and did not deliver (recent ones only)."""
+
         def read(cur: Any) -> tuple[list[tuple], list[tuple], list[tuple]]:
-            cur.execute(f"SELECT {', '.join(COLUMNS)} FROM events WHERE list_contains(?, kind) "
-                        "AND at_ms >= ? ORDER BY seq",
-                        [list(ALERTING), now_ms - RESEND_WINDOW_MS])
+            cur.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM events WHERE list_contains(?, kind) "
+                "AND at_ms >= ? ORDER BY seq",
+                [list(ALERTING), now_ms - RESEND_WINDOW_MS],
+            )
             raised = cur.fetchall()
             cur.execute("SELECT data FROM events WHERE kind = ?", [DELIVERY])
             delivered = cur.fetchall()
             cur.execute("SELECT task FROM events WHERE kind = ?", [WAITING])
             return raised, delivered, cur.fetchall()
+
         raised, deliveries, waited = await self.store.read(read)
         self._waited.update(t for (t,) in waited)
         for (text,) in deliveries:
@@ -284,13 +311,29 @@ class Dispatcher:
             raise_for = []
             for name, q in self.d.st().queues.items():
                 t = q.head()
-                if (t is not None and not t.ran_before and t.id not in self._waited
-                        and now - t.submitted_at >= after * 1000):
+                if (
+                    t is not None
+                    and not t.ran_before
+                    and t.id not in self._waited
+                    and now - t.submitted_at >= after * 1000
+                ):
                     self._waited.add(t.id)
-                    raise_for.append(Event(WAITING, t.id, "kliqued", self.d.estate.revision,
-                                           t.group, t.user,
-                                           {"resource": name, "task": t.id, "user": t.user,
-                                            "waited_s": (now - t.submitted_at) // 1000}))
+                    raise_for.append(
+                        Event(
+                            WAITING,
+                            t.id,
+                            "kliqued",
+                            self.d.estate.revision,
+                            t.group,
+                            t.user,
+                            {
+                                "resource": name,
+                                "task": t.id,
+                                "user": t.user,
+                                "waited_s": (now - t.submitted_at) // 1000,
+                            },
+                        )
+                    )
             if raise_for:
                 try:
                     await self.seq.submit(lambda now, ov: Prepared(events=raise_for))
@@ -323,19 +366,24 @@ class Dispatcher:
             try:
                 async with self._sem:
                     if ch.kind == "email":
-                        await asyncio.wait_for(asyncio.to_thread(_mail, note, ch, to, key),
-                                               ch.timeout_s + 1)
+                        await asyncio.wait_for(
+                            asyncio.to_thread(_mail, note, ch, to, key), ch.timeout_s + 1
+                        )
                     else:
                         assert self._session is not None
                         await _post(self._session, note, ch, to, key)
             except (DeliveryError, asyncio.TimeoutError) as exc:
                 error = str(exc) or f"no answer within {ch.timeout_s} s"
                 last = attempt == self.max_attempts
-                await self._record(note, ch, key, attempt, "given_up" if last else "failed",
-                                   error)
+                await self._record(note, ch, key, attempt, "given_up" if last else "failed", error)
                 if last:
-                    log.error("alert %d to %s given up after %d attempts: %s", note.seq,
-                              ch.name, attempt, error)
+                    log.error(
+                        "alert %d to %s given up after %d attempts: %s",
+                        note.seq,
+                        ch.name,
+                        attempt,
+                        error,
+                    )
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff_s)
@@ -343,10 +391,22 @@ class Dispatcher:
             await self._record(note, ch, key, attempt, "delivered", None)
             return
 
-    async def _record(self, note: AlertNote, ch: CAlertChannel, key: str, attempt: int,
-                      status: str, error: str | None) -> None:
-        data = {"alert": note.seq, "channel": ch.name, "key": key, "attempt": attempt,
-                "status": status}
+    async def _record(
+        self,
+        note: AlertNote,
+        ch: CAlertChannel,
+        key: str,
+        attempt: int,
+        status: str,
+        error: str | None,
+    ) -> None:
+        data = {
+            "alert": note.seq,
+            "channel": ch.name,
+            "key": key,
+            "attempt": attempt,
+            "status": status,
+        }
         if error:
             data["error"] = error[:500]
         ev = Event(DELIVERY, None, "kliqued", self.d.estate.revision, note.group, None, data)

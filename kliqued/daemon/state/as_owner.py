@@ -15,8 +15,9 @@ from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
 
 
-def prepare_as_owner(d: Daemon, owner: str, channel: str, fields: dict[str, Any],
-                     key: str, now: int, ov: Overlay) -> Prepared:
+def prepare_as_owner(
+    d: Daemon, owner: str, channel: str, fields: dict[str, Any], key: str, now: int, ov: Overlay
+) -> Prepared:
     """The one place where an unattended channel (a schedule, a pipeline) sends a task as its
     owner: the owner's own identity (``user:<owner>`` is the actor, as if they had sent it),
     their access checked now by the same ``check_submission`` as any submission, the channel
@@ -25,9 +26,16 @@ def prepare_as_owner(d: Daemon, owner: str, channel: str, fields: dict[str, Any]
     owner may not send it (no longer in the group, the resource gone, their quota)."""
     assert channel in UNATTENDED
     labels = {**(fields.get("labels") or {}), "klique.channel": channel}
-    body = {"resource": fields["resource"], "user": owner, "project": fields.get("project"),
-            "gpus_milli": fields.get("gpus_milli"), "command": fields.get("command"),
-            "payload": None, "labels": labels, "channel": channel}
+    body = {
+        "resource": fields["resource"],
+        "user": owner,
+        "project": fields.get("project"),
+        "gpus_milli": fields.get("gpus_milli"),
+        "command": fields.get("command"),
+        "payload": None,
+        "labels": labels,
+        "channel": channel,
+    }
     return d.prepare_submit(Principal("user", owner), body, key, now, ov)
 
 

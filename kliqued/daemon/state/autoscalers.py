@@ -37,5 +37,3 @@ def timeout_s(ttl_s: float, interval_s: float) -> float:
     """How long an autoscaler may stay silent: the workers' TTL, or three of its rounds if
     that is longer (an autoscaler heartbeats once a round, by default every 10 s)."""
     return max(ttl_s, ROUNDS_MISSED * interval_s)
-
-

@@ -34,24 +34,43 @@ def prepare_revoke(d: Daemon, p: Principal, token_id: str, now: int, ov: Overlay
 
 
 def _pause_bound(d: Daemon, token_id: str, why: str, now: int) -> Prepared:
-    parts = [schedules.prepare_pause_for(d, s.id, why, now)
-             for s in d.schedules.active() if s.token == token_id]
-    parts += [pipelines.prepare_pause_for(d, pr.id, why, now)
-              for pr in d.pipelines.running() if pr.token == token_id]
+    parts = [
+        schedules.prepare_pause_for(d, s.id, why, now)
+        for s in d.schedules.active()
+        if s.token == token_id
+    ]
+    parts += [
+        pipelines.prepare_pause_for(d, pr.id, why, now)
+        for pr in d.pipelines.running()
+        if pr.token == token_id
+    ]
     return merged(parts)
 
 
-def prepare_rotate(d: Daemon, p: Principal, token_id: str, grace_ms: int,
-                   expires_at: int | None, now: int, ov: Overlay) -> Prepared:
+def prepare_rotate(
+    d: Daemon,
+    p: Principal,
+    token_id: str,
+    grace_ms: int,
+    expires_at: int | None,
+    now: int,
+    ov: Overlay,
+) -> Prepared:
     """The token rotated (``Daemon.prepare_rotate``), and every schedule and unended pipeline
     bound to it rebound to the new token in the same commit, their state unchanged. Answers
     what the rotation answers."""
     rotate = d.prepare_rotate(p, token_id, grace_ms, expires_at, now, ov)
     new_id = rotate.events[0].data["id"]
-    parts = [schedules.prepare_rebind(d, s.id, new_id, now)
-             for s in d.schedules.items.values() if s.token == token_id]
-    parts += [pipelines.prepare_rebind(d, pr.id, new_id, now)
-              for pr in d.pipelines.unended() if pr.token == token_id]
+    parts = [
+        schedules.prepare_rebind(d, s.id, new_id, now)
+        for s in d.schedules.items.values()
+        if s.token == token_id
+    ]
+    parts += [
+        pipelines.prepare_rebind(d, pr.id, new_id, now)
+        for pr in d.pipelines.unended()
+        if pr.token == token_id
+    ]
     answer: list[Any] = []
     first = rotate.apply
     rotate.apply = lambda: answer.append(first())
@@ -61,5 +80,6 @@ def prepare_rotate(d: Daemon, p: Principal, token_id: str, grace_ms: int,
     def apply() -> Any:
         inner()
         return answer[0]
+
     out.apply = apply
     return out

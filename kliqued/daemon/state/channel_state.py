@@ -106,13 +106,25 @@ class ScheduleBook:
 
     # --- reducers' targets (live and replay)
     def on_created(self, data: dict[str, Any], at: int) -> Schedule:
-        s = Schedule(data["id"], data["owner"], data["cron"], data.get("timezone") or "UTC",
-                     at, data.get("resource"), data.get("command"), data.get("project"),
-                     data.get("gpus_milli"), dict(data.get("labels") or {}),
-                     data.get("pipeline"), data.get("concurrency") or "allow",
-                     data.get("missed") or "run-once", data.get("deadline_s"),
-                     data.get("name"), token=data.get("token"),
-                     cursor=data.get("cursor") or at)
+        s = Schedule(
+            data["id"],
+            data["owner"],
+            data["cron"],
+            data.get("timezone") or "UTC",
+            at,
+            data.get("resource"),
+            data.get("command"),
+            data.get("project"),
+            data.get("gpus_milli"),
+            dict(data.get("labels") or {}),
+            data.get("pipeline"),
+            data.get("concurrency") or "allow",
+            data.get("missed") or "run-once",
+            data.get("deadline_s"),
+            data.get("name"),
+            token=data.get("token"),
+            cursor=data.get("cursor") or at,
+        )
         if s.pipeline is not None:
             try:
                 s.parsed = pipeline_cache.load(s.pipeline).parsed
@@ -122,8 +134,15 @@ class ScheduleBook:
         self.ids.seed(s.id)
         return s
 
-    def on_changed(self, sid: str, state: str, reason: str | None, at: int,
-                   cursor: int | None = None, token: str | None = None) -> None:
+    def on_changed(
+        self,
+        sid: str,
+        state: str,
+        reason: str | None,
+        at: int,
+        cursor: int | None = None,
+        token: str | None = None,
+    ) -> None:
         s = self.items.get(sid)
         if s is None:
             return
@@ -198,13 +217,23 @@ class PipelineBook:
         try:
             loaded = pipeline_cache.load(data)
         except ApiError as exc:
-            log.warning("pipeline %s is not rebuilt: its file no longer loads: %s",
-                        data["id"], exc.message)
+            log.warning(
+                "pipeline %s is not rebuilt: its file no longer loads: %s", data["id"], exc.message
+            )
             self.ids.seed(data["id"])
             return None
-        pr = PipelineRun(data["id"], data["owner"], data["name"], data["file"],
-                         loaded.parsed.text, dict(loaded.params), at, loaded,
-                         data.get("schedule"), data.get("token"))
+        pr = PipelineRun(
+            data["id"],
+            data["owner"],
+            data["name"],
+            data["file"],
+            loaded.parsed.text,
+            dict(loaded.params),
+            at,
+            loaded,
+            data.get("schedule"),
+            data.get("token"),
+        )
         pr.steps = {s.name: P.StepRun(s.name) for s in loaded.spec.steps}
         self.items[pr.id] = pr
         self.ids.seed(pr.id)
@@ -222,8 +251,7 @@ class PipelineBook:
         if data.get("outputs") is not None:
             run.outputs = dict(data["outputs"])
 
-    def on_changed(self, pid: str, state: str, text: str | None,
-                   token: str | None) -> None:
+    def on_changed(self, pid: str, state: str, text: str | None, token: str | None) -> None:
         """Paused (its token ended), running again (resumed), or rebound (a rotation: the
         state unchanged, ``token`` the new one)."""
         pr = self.items.get(pid)

@@ -25,8 +25,7 @@ from kliqued.daemon.errors import bad_request
 
 Channel = Literal["cli", "sdk", "api", "mcp", "schedule", "pipeline", "session"]
 
-CHANNELS: tuple[Channel, ...] = ("cli", "sdk", "api", "mcp", "schedule", "pipeline",
-                                 "session")
+CHANNELS: tuple[Channel, ...] = ("cli", "sdk", "api", "mcp", "schedule", "pipeline", "session")
 """Every channel, in the order docs and the OpenAPI enum list them."""
 
 DECLARED: tuple[Channel, ...] = ("cli", "sdk")
@@ -51,10 +50,12 @@ def declared(headers: Mapping[str, str]) -> Channel:
     for c in DECLARED:
         if value == c:
             return c
-    why = (" (set by the daemon itself, never by a client)" if value in SERVER else "")
-    raise bad_request(f"header {HEADER}: {excerpt(value)} is not a channel a client may declare"
-                      f"{why}; it may be {' or '.join(DECLARED)}, or absent (api)",
-                      {"header": HEADER, "allowed": list(DECLARED)})
+    why = " (set by the daemon itself, never by a client)" if value in SERVER else ""
+    raise bad_request(
+        f"header {HEADER}: {excerpt(value)} is not a channel a client may declare"
+        f"{why}; it may be {' or '.join(DECLARED)}, or absent (api)",
+        {"header": HEADER, "allowed": list(DECLARED)},
+    )
 
 
 def stored(value: object) -> Channel:
@@ -68,5 +69,3 @@ def stored(value: object) -> Channel:
 
 UNATTENDED: tuple[Channel, ...] = ("schedule", "pipeline")
 """The channels that send tasks as their owner with nobody at a keyboard."""
-
-

@@ -44,8 +44,9 @@ def _offset_env() -> int:
     except ValueError:
         log.warning("%s=%r is not whole milliseconds: ignored", CLOCK_OFFSET_ENV, raw)
         return 0
-    log.warning("%s: the clock runs %d ms off the wall clock (tests only)", CLOCK_OFFSET_ENV,
-                offset)
+    log.warning(
+        "%s: the clock runs %d ms off the wall clock (tests only)", CLOCK_OFFSET_ENV, offset
+    )
     return offset
 
 
@@ -64,8 +65,11 @@ def injected_wall() -> Callable[[], int] | None:
     if not name:
         return None if offset == 0 else (lambda: wall_ms() + offset)
     path = Path(name)
-    log.warning("%s=%s: the wall clock is moved by the offset in that file (tests only)",
-                CLOCK_FILE_ENV, name)
+    log.warning(
+        "%s=%s: the wall clock is moved by the offset in that file (tests only)",
+        CLOCK_FILE_ENV,
+        name,
+    )
     return lambda: wall_ms() + offset + _file_offset(path)
 
 
@@ -76,9 +80,20 @@ def make_clock() -> Clock:
 
 
 def step_event(d: Daemon, step: ClockStep) -> Event:
-    return Event("clock_step", None, "kliqued", d.estate.revision, None, None,
-                 {"direction": step.direction, "step_ms": step.step_ms,
-                  "offset_ms": step.offset_ms, "wall_ms": step.wall_ms})
+    return Event(
+        "clock_step",
+        None,
+        "kliqued",
+        d.estate.revision,
+        None,
+        None,
+        {
+            "direction": step.direction,
+            "step_ms": step.step_ms,
+            "offset_ms": step.offset_ms,
+            "wall_ms": step.wall_ms,
+        },
+    )
 
 
 def look(d: Daemon) -> ClockStep | None:
@@ -89,8 +104,9 @@ def look(d: Daemon) -> ClockStep | None:
     return step
 
 
-async def watch_clock(d: Daemon, seq: Sequencer, stop: asyncio.Event,
-                      every_s: float = LOOK_S) -> None:
+async def watch_clock(
+    d: Daemon, seq: Sequencer, stop: asyncio.Event, every_s: float = LOOK_S
+) -> None:
     """Looks at the wall clock every ``every_s`` until ``stop``; a step is recorded as a
     ``clock_step`` alert."""
     while not stop.is_set():

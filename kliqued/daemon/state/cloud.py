@@ -48,7 +48,7 @@ class CloudNode:
     instance_type: str
     lifecycle: str
     gpus: int
-    per_hour: str          # decimal text, settings.currency, fixed at the start
+    per_hour: str  # decimal text, settings.currency, fixed at the start
     currency: str
     start_ms: int
     end_ms: int | None = None
@@ -65,10 +65,17 @@ class CloudNode:
         return ((b - a) * micro + HOUR_MS // 2) // HOUR_MS
 
     def view(self) -> dict[str, Any]:
-        return {"node": self.node, "provider": self.provider,
-                "instance_type": self.instance_type, "lifecycle": self.lifecycle,
-                "gpus": self.gpus, "per_hour": self.per_hour, "since": iso(self.start_ms),
-                "ended_at": iso(self.end_ms), "end_reason": self.end_reason}
+        return {
+            "node": self.node,
+            "provider": self.provider,
+            "instance_type": self.instance_type,
+            "lifecycle": self.lifecycle,
+            "gpus": self.gpus,
+            "per_hour": self.per_hour,
+            "since": iso(self.start_ms),
+            "ended_at": iso(self.end_ms),
+            "end_reason": self.end_reason,
+        }
 
 
 @dataclass
@@ -88,18 +95,21 @@ def month_label(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m")
 
 
-def price_of(estate: CompiledEstate, pool: CPool, instance_type: str, lifecycle: str,
-             gpus: int, at_ms: int) -> str:
+def price_of(
+    estate: CompiledEstate, pool: CPool, instance_type: str, lifecycle: str, gpus: int, at_ms: int
+) -> str:
     """A node's price an hour: its instance type's ``node_prices`` entry (spot if it is spot
     and the entry has one), else GPUs x the gpu_type's price in force at ``at_ms``, else 0."""
     a = pool.autoscale
-    for n in (a.node_prices if a is not None else ()):
+    for n in a.node_prices if a is not None else ():
         if n.instance_type == instance_type:
             price = n.spot if lifecycle == "spot" and n.spot is not None else n.on_demand
             return _text(Decimal(price))
     at = datetime.fromtimestamp(at_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    prices = sorted((p for p in estate.pricing if p.gpu_type == pool.gpu_type
-                     and p.effective_from <= at), key=lambda p: p.effective_from)
+    prices = sorted(
+        (p for p in estate.pricing if p.gpu_type == pool.gpu_type and p.effective_from <= at),
+        key=lambda p: p.effective_from,
+    )
     if not prices:
         return "0"
     return _text(Decimal(prices[-1].per_gpu_hour) * gpus)
@@ -122,9 +132,17 @@ class CloudBook:
 
     # reducers ------------------------------------------------------------------------------
     def on_started(self, data: dict[str, Any], at: int) -> CloudNode:
-        n = CloudNode(data["node"], data["pool"], data["provider"], data["instance_type"],
-                      data["lifecycle"], int(data["gpus"]), str(data["per_hour"]),
-                      data.get("currency") or "", at)
+        n = CloudNode(
+            data["node"],
+            data["pool"],
+            data["provider"],
+            data["instance_type"],
+            data["lifecycle"],
+            int(data["gpus"]),
+            str(data["per_hour"]),
+            data.get("currency") or "",
+            at,
+        )
         self.forget_before(month_start(at))
         self.nodes[n.node] = n
         return n
@@ -139,8 +157,9 @@ class CloudBook:
         if data.get("cause") is None:
             self.scaling.pop(pool, None)
         else:
-            self.scaling[pool] = Scaling(data.get("cause"), data.get("reason"),
-                                         int(data.get("waiting") or 0), at)
+            self.scaling[pool] = Scaling(
+                data.get("cause"), data.get("reason"), int(data.get("waiting") or 0), at
+            )
 
     def on_capped(self, pool: str, month: str) -> None:
         self.capped_alerts.add((pool, month))
@@ -168,7 +187,3 @@ def cap_micro(pool: CPool) -> int | None:
 
 def _money(micro: int) -> str:
     return format((Decimal(micro) * MICRO).quantize(MICRO).normalize(), "f")
-
-
-
-

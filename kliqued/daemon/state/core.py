@@ -18,8 +18,15 @@ from typing import Any, Callable
 
 from compiler.compiled import CIdle, CompiledEstate
 from klique_util.excerpt import excerpt
-from kliqued.engine import (EstateIndex, PassResult, Reason, State, no_worker_text, waiting_reason,
-                            waiting_reasons)
+from kliqued.engine import (
+    EstateIndex,
+    PassResult,
+    Reason,
+    State,
+    no_worker_text,
+    waiting_reason,
+    waiting_reasons,
+)
 from klique_util.units import unit_hours
 from kliqued.engine.victims import lost_work as engine_lost_work
 from kliqued.ledger import writer as ledger
@@ -33,8 +40,17 @@ from kliqued.daemon.clock import Clock
 from kliqued.daemon.state.cloud import CloudBook
 from kliqued.daemon.errors import not_found
 from kliqued.daemon.ids import IdMaker
-from kliqued.daemon.leases import (ACTIVE, CLOSED, FENCED, GANG_MEMBER_DONE, RETURNED, STOP_REASON,
-                     STOPPING, Lease, WorkerInfo)
+from kliqued.daemon.leases import (
+    ACTIVE,
+    CLOSED,
+    FENCED,
+    GANG_MEMBER_DONE,
+    RETURNED,
+    STOP_REASON,
+    STOPPING,
+    Lease,
+    WorkerInfo,
+)
 from kliqued.daemon.state.channel_state import PipelineBook, ScheduleBook
 from kliqued.daemon.state.history import Eviction, Recalled
 from kliqued.daemon.records import TaskRecord
@@ -44,6 +60,7 @@ from kliqued.daemon.units import iso
 log = logging.getLogger(__name__)
 
 PENDING = Reason("pending", "waits for the next pass")
+
 
 @dataclass
 class EstateInfo:
@@ -182,8 +199,7 @@ class DaemonState:
         if many:
             cached = self._reasons
             if cached is None or cached[0] != st.version:
-                cached = self._reasons = (st.version, waiting_reasons(self.idx(), st,
-                                                                      st.clock))
+                cached = self._reasons = (st.version, waiting_reasons(self.idx(), st, st.clock))
             return cached[1].get(rec.id)
         # With its position known the engine skips walking the queue to find it (O(n) in a
         # strict queue).
@@ -234,20 +250,25 @@ class DaemonState:
         if pool is None or rec.id not in self.unleased.get(pool, {}):
             return None
         if pool in self.st().no_worker:
-            return Reason("worker", f"placed on {pool}, not started: "
-                                    f"{no_worker_text(pool)}")
-        since = rec.placed_at if rec.unleased_at is None else max(rec.placed_at or 0,
-                                                                   rec.unleased_at)
+            return Reason("worker", f"placed on {pool}, not started: {no_worker_text(pool)}")
+        since = (
+            rec.placed_at if rec.unleased_at is None else max(rec.placed_at or 0, rec.unleased_at)
+        )
         live = self.live_workers(pool)
         if live and all(w.cannot_work for w in live):
-            return Reason("worker", f"placed on {pool}, not started: its workers cannot work "
-                                    f"({'; '.join(f'{w.id}: {w.cannot_work}' for w in live)})")
-        return Reason("worker", f"placed on {pool}, waiting for a worker to start it since "
-                                f"{iso(since)}")
+            return Reason(
+                "worker",
+                f"placed on {pool}, not started: its workers cannot work "
+                f"({'; '.join(f'{w.id}: {w.cannot_work}' for w in live)})",
+            )
+        return Reason(
+            "worker", f"placed on {pool}, waiting for a worker to start it since {iso(since)}"
+        )
 
     # ------------------------------------------------------------------ changes (live and replay)
-    def on_estate(self, compiled: CompiledEstate, source: str | None, at: int,
-                  commit: str | None = None) -> None:
+    def on_estate(
+        self, compiled: CompiledEstate, source: str | None, at: int, commit: str | None = None
+    ) -> None:
         index = EstateIndex.build(compiled)
         if self.state is None:
             # workers report every start (on_leased)
@@ -264,17 +285,39 @@ class DaemonState:
         # A revision applied after a refused one supersedes the refusal.
         self.estate = EstateInfo(compiled.revision, at, source, None, commit)
 
-    def on_submitted(self, task_id: str, at: int, actor: str, revision: str,
-                     data: dict[str, Any]) -> TaskRecord:
+    def on_submitted(
+        self, task_id: str, at: int, actor: str, revision: str, data: dict[str, Any]
+    ) -> TaskRecord:
         st = self.st()
         # Checked against the estate when it was prepared, and the log replays in order.
-        t = st.submit(task_id, data["resource"], data["user"], data.get("project"),
-                      data.get("gpus_milli"), at=at, checked=True)
+        t = st.submit(
+            task_id,
+            data["resource"],
+            data["user"],
+            data.get("project"),
+            data.get("gpus_milli"),
+            at=at,
+            checked=True,
+        )
         cr = self.idx().resources[t.resource]
-        rec = TaskRecord(task_id, t.resource, cr.policy, cr.profile, t.group, t.user, actor,
-                         t.project, data.get("labels") or {}, data.get("command"),
-                         data.get("payload"), data.get("gpus_milli"), at, revision,
-                         data.get("idempotency_key"), channels.stored(data.get("channel")))
+        rec = TaskRecord(
+            task_id,
+            t.resource,
+            cr.policy,
+            cr.profile,
+            t.group,
+            t.user,
+            actor,
+            t.project,
+            data.get("labels") or {},
+            data.get("command"),
+            data.get("payload"),
+            data.get("gpus_milli"),
+            at,
+            revision,
+            data.get("idempotency_key"),
+            channels.stored(data.get("channel")),
+        )
         rec.submitted_pass = self.passes
         rec.data_bytes = limits.task_bytes(rec.command, rec.payload)
         self.stored[rec.user] += rec.data_bytes
@@ -332,13 +375,25 @@ class DaemonState:
         if w is not None:
             w.leases.pop(lease.key, None)
         rec = self.records.get(lease.task)
-        if rec is not None and rec.state == "placed" and rec.id in self.unleased.get(
-                rec.pool or "", {}) and self.on_work is not None and rec.pool is not None:
+        if (
+            rec is not None
+            and rec.state == "placed"
+            and rec.id in self.unleased.get(rec.pool or "", {})
+            and self.on_work is not None
+            and rec.pool is not None
+        ):
             self.on_work(rec.pool)  # a task waiting for its old attempt to stop may go now
 
-    def on_preempted(self, task_id: str, at: int, kind: str, text: str,
-                     replay: bool, epoch: int | None = None,
-                     lost_ms: int | None = None) -> TaskRecord:
+    def on_preempted(
+        self,
+        task_id: str,
+        at: int,
+        kind: str,
+        text: str,
+        replay: bool,
+        epoch: int | None = None,
+        lost_ms: int | None = None,
+    ) -> TaskRecord:
         """``lost_ms``: the work the engine's decision says it lost (lending.md); a replay
         and a daemon-made preemption (a lost worker) get it from ``State.preempt``."""
         st = self.st()
@@ -357,8 +412,11 @@ class DaemonState:
                 rec.lost += 1
             lease = rec.lease(epoch) if epoch is not None else rec.current_lease
             if lease is not None and lease.status in (ACTIVE, STOPPING):
-                self._end_lease(lease, FENCED if kind == "lost" else CLOSED,
-                                None if kind == "lost" else "stopped")
+                self._end_lease(
+                    lease,
+                    FENCED if kind == "lost" else CLOSED,
+                    None if kind == "lost" else "stopped",
+                )
             # a gang: the other members stop (requeued whole, issue 15)
             self._stop_lease(rec, "preempted", text)
         else:
@@ -371,12 +429,21 @@ class DaemonState:
         self.placed_count[rec.resource] -= 1
         return rec
 
-    def on_ended(self, task_id: str, at: int, kind: str, reason: str | None = None,
-                 epoch: int | None = None, exit_code: int | None = None,
-                 signal: str | None = None, lost: bool = False, by: str | None = None,
-                 message: str | None = None,
-                 outputs: dict[str, str] | None = None,
-                 ran_until: int | None = None) -> TaskRecord | None:
+    def on_ended(
+        self,
+        task_id: str,
+        at: int,
+        kind: str,
+        reason: str | None = None,
+        epoch: int | None = None,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        lost: bool = False,
+        by: str | None = None,
+        message: str | None = None,
+        outputs: dict[str, str] | None = None,
+        ran_until: int | None = None,
+    ) -> TaskRecord | None:
         """Finished, failed or cancelled (by a request, or because the estate removed its
         compute resource: the engine already ended it then). ``epoch``: the lease whose
         report ended it (closed), or which was lost (``lost``: fenced); without it, a
@@ -446,8 +513,7 @@ class DaemonState:
             self.on_work(w.pool)
         return w
 
-    def on_leased(self, task_id: str, worker: str, epoch: int, at: int,
-                  p: Any = None) -> Lease:
+    def on_leased(self, task_id: str, worker: str, epoch: int, at: int, p: Any = None) -> Lease:
         """``p``: the ``leased`` payload (a gang member's rank and rendezvous, issue 15)."""
         rec = self.records[task_id]
         w = self.workers[worker]
@@ -486,9 +552,12 @@ class DaemonState:
         """The fields of a ``preempted`` event that say what it cost (lending.md): the
         ledger keeps them per preemption."""
         rec = self.records.get(task_id)
-        return {"size_milli": size_milli, "lost_ms": lost_ms,
-                "lost_gpu_hours": unit_hours(size_milli * lost_ms),
-                "checkpoint_at": rec.checkpoint_at if rec is not None else None}
+        return {
+            "size_milli": size_milli,
+            "lost_ms": lost_ms,
+            "lost_gpu_hours": unit_hours(size_milli * lost_ms),
+            "checkpoint_at": rec.checkpoint_at if rec is not None else None,
+        }
 
     def lost_now(self, task_id: str, now: int) -> dict[str, Any]:
         """:meth:`lost_work` of a placed task the daemon itself requeues at ``now`` (its
@@ -517,8 +586,11 @@ class DaemonState:
         lease = rec.lease(epoch)
         if lease is not None and lease.status in (ACTIVE, STOPPING):
             # a gang member that finished while the others still run (issue 15)
-            member_done = lease.world > 1 and data.get("report") == "finished" \
+            member_done = (
+                lease.world > 1
+                and data.get("report") == "finished"
                 and data.get("reason") == GANG_MEMBER_DONE
+            )
             self._end_lease(lease, CLOSED, "finished" if member_done else "stopped")
         if epoch == rec.epoch:
             rec.exit_code, rec.signal = data.get("exit_code"), data.get("signal")
@@ -560,8 +632,11 @@ class DaemonState:
         if w is None:
             return
         for lease in list(w.leases.values()):
-            self._end_lease(lease, FENCED if lease.status == ACTIVE else CLOSED,
-                            None if lease.status == ACTIVE else "stopped")
+            self._end_lease(
+                lease,
+                FENCED if lease.status == ACTIVE else CLOSED,
+                None if lease.status == ACTIVE else "stopped",
+            )
         w.leases.clear()
         self._sync_pool(w.pool, at)
 

@@ -18,9 +18,14 @@ from typing import Any
 
 from compiler.compiled import CompiledEstate
 from klique_util.excerpt import excerpt
-from kliqued.engine import (Alert, Cancellation, Placement,
-                            Preemption, SubmissionError,
-                            check_submission)
+from kliqued.engine import (
+    Alert,
+    Cancellation,
+    Placement,
+    Preemption,
+    SubmissionError,
+    check_submission,
+)
 from kliqued.ledger import lost as ledger_lost
 from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
@@ -52,6 +57,7 @@ class Daemon(DaemonState):
         """One engine pass at ``now``: the State changes at once; the returned events and
         ledger writes are committed by the sequencer before any later change."""
         from kliqued.engine import run_pass
+
         idx, st = self.idx(), self.st()
         res = run_pass(idx, st, now)
         self.last_result = res
@@ -67,28 +73,65 @@ class Daemon(DaemonState):
         for d in res.decisions:
             if isinstance(d, Placement):
                 rec = self.records[d.task]
-                ev = Event("placed", d.task, "engine", rev, rec.group, rec.user,
-                           {"pool": d.pool, "resource": d.resource, "size_milli": d.size_milli,
-                            "phase": d.phase, "interval": None})
+                ev = Event(
+                    "placed",
+                    d.task,
+                    "engine",
+                    rev,
+                    rec.group,
+                    rec.user,
+                    {
+                        "pool": d.pool,
+                        "resource": d.resource,
+                        "size_milli": d.size_milli,
+                        "phase": d.phase,
+                        "interval": None,
+                    },
+                )
                 reducers.apply(self, ev, now, decided=True)
                 ev.data["interval"] = rec.interval_id  # the one this placement opened
                 events.append(ev)
                 t = st.tasks[d.task]
-                opens.append(dict(
-                    interval_id=rec.interval_id, task=rec.id, user=rec.user,
-                    project=rec.project, group=rec.group, policy=rec.policy,
-                    profile=rec.profile, resource=rec.resource, pool=d.pool,
-                    gpu_type=self.gpu_type.get(d.pool, ""), gpus_milli=t.size,
-                    weight_milli=t.weight, start_ms=now, revision=rev,
-                    group_path=self.group_path.get(rec.group), channel=rec.channel))
+                opens.append(
+                    dict(
+                        interval_id=rec.interval_id,
+                        task=rec.id,
+                        user=rec.user,
+                        project=rec.project,
+                        group=rec.group,
+                        policy=rec.policy,
+                        profile=rec.profile,
+                        resource=rec.resource,
+                        pool=d.pool,
+                        gpu_type=self.gpu_type.get(d.pool, ""),
+                        gpus_milli=t.size,
+                        weight_milli=t.weight,
+                        start_ms=now,
+                        revision=rev,
+                        group_path=self.group_path.get(rec.group),
+                        channel=rec.channel,
+                    )
+                )
                 counts["placed"] += 1
             elif isinstance(d, Preemption):
                 rec = self.records[d.task]
                 interval = rec.interval_id
-                ev = Event("preempted", d.task, "engine", rev, rec.group, rec.user,
-                           {"pool": d.pool, "kind": d.kind, "text": d.text, "by": d.by,
-                            "interval": interval,
-                            **self.lost_work(d.task, d.size_milli, d.lost_ms)})
+                ev = Event(
+                    "preempted",
+                    d.task,
+                    "engine",
+                    rev,
+                    rec.group,
+                    rec.user,
+                    {
+                        "pool": d.pool,
+                        "kind": d.kind,
+                        "text": d.text,
+                        "by": d.by,
+                        "interval": interval,
+                        **self.lost_work(d.task, d.size_milli, d.lost_ms),
+                    },
+                )
                 reducers.apply(self, ev, now, decided=True)
                 events.append(ev)
                 closes.append((interval, now, d.text))
@@ -97,17 +140,28 @@ class Daemon(DaemonState):
                 counts["preempted"] += 1
             elif isinstance(d, Cancellation):
                 known = self.records.get(d.task)
-                ev = Event("cancelled", d.task, "engine", rev, d.group,
-                           known.user if known else None,
-                           {"text": d.text, "by": "estate", "interval": None})
+                ev = Event(
+                    "cancelled",
+                    d.task,
+                    "engine",
+                    rev,
+                    d.group,
+                    known.user if known else None,
+                    {"text": d.text, "by": "estate", "interval": None},
+                )
                 reducers.apply(self, ev, now, decided=True)
                 events.append(ev)
                 counts["cancelled"] += 1
             elif isinstance(d, Alert):
-                data = {"policy": d.policy, "group": d.group,
-                        "threshold_milli": d.threshold_milli, "period_start": d.period_start,
-                        "used_units": d.used_units, "budget_units": d.budget_units,
-                        "text": d.text}
+                data = {
+                    "policy": d.policy,
+                    "group": d.group,
+                    "threshold_milli": d.threshold_milli,
+                    "period_start": d.period_start,
+                    "used_units": d.used_units,
+                    "budget_units": d.budget_units,
+                    "text": d.text,
+                }
                 ev = Event("alert", None, "engine", rev, d.group, None, data)
                 reducers.apply(self, ev, now, decided=True)
                 events.append(ev)
@@ -120,21 +174,41 @@ class Daemon(DaemonState):
             ops.append(ledger_ops.RecordPreemptions(tuple(lost_rows)))
         return events, ops, counts
 
-    def _preemption_row(self, rec: TaskRecord, d: Preemption, interval: str, now: int,
-                        rev: str) -> ledger_lost.PreemptionRow:
+    def _preemption_row(
+        self, rec: TaskRecord, d: Preemption, interval: str, now: int, rev: str
+    ) -> ledger_lost.PreemptionRow:
         """The ledger's row of an engine preemption (lending.md: task, group, user,
         project, reason, the group that took the GPUs back, its lost GPU-hours)."""
         return ledger_lost.PreemptionRow(
-            interval_id=interval, task=rec.id, user=rec.user, project=rec.project,
-            group=rec.group, group_path=self.group_path.get(rec.group), policy=rec.policy,
-            pool=d.pool, gpu_type=self.gpu_type.get(d.pool, ""), gpus_milli=d.size_milli,
-            at_ms=now, kind=d.kind, reason=d.text, taker=d.by,
+            interval_id=interval,
+            task=rec.id,
+            user=rec.user,
+            project=rec.project,
+            group=rec.group,
+            group_path=self.group_path.get(rec.group),
+            policy=rec.policy,
+            pool=d.pool,
+            gpu_type=self.gpu_type.get(d.pool, ""),
+            gpus_milli=d.size_milli,
+            at_ms=now,
+            kind=d.kind,
+            reason=d.text,
+            taker=d.by,
             taker_path=None if d.by is None else self.group_path.get(d.by),
-            lost_ms=d.lost_ms, revision=rev)
+            lost_ms=d.lost_ms,
+            revision=rev,
+        )
 
     # ------------------------------------------------------------------ requests
-    def prepare_submit(self, p: Principal, f: dict[str, Any], key: str | None, now: int,
-                       ov: Overlay, data_bytes: int | None = None) -> Prepared:
+    def prepare_submit(
+        self,
+        p: Principal,
+        f: dict[str, Any],
+        key: str | None,
+        now: int,
+        ov: Overlay,
+        data_bytes: int | None = None,
+    ) -> Prepared:
         if key is not None:
             existing = ov.keys.get((p.text, key)) or self.idem.get((p.text, key))
             if existing is not None:
@@ -144,17 +218,26 @@ class Daemon(DaemonState):
         user = f["user"]
         held = self.stored[user] + ov.stored[user]
         if data_bytes and held + data_bytes > self.max_user_bytes:
-            raise ApiError(429, "user-quota", f"{user}'s tasks not yet ended hold "
-                           f"{limits.mib(held)} of commands and payloads; this one "
-                           f"({limits.mib(data_bytes)}) would pass the limit of "
-                           f"{limits.mib(self.max_user_bytes)} per user: wait for some to "
-                           f"end, or cancel some",
-                           {"held_bytes": held, "task_bytes": data_bytes,
-                            "limit_bytes": self.max_user_bytes})
+            raise ApiError(
+                429,
+                "user-quota",
+                f"{user}'s tasks not yet ended hold "
+                f"{limits.mib(held)} of commands and payloads; this one "
+                f"({limits.mib(data_bytes)}) would pass the limit of "
+                f"{limits.mib(self.max_user_bytes)} per user: wait for some to "
+                f"end, or cancel some",
+                {"held_bytes": held, "task_bytes": data_bytes, "limit_bytes": self.max_user_bytes},
+            )
         idx = self.idx()
         try:
-            check_submission(idx, f["resource"], f["user"], f.get("project"),
-                             f.get("gpus_milli"), require_project=True)
+            check_submission(
+                idx,
+                f["resource"],
+                f["user"],
+                f.get("project"),
+                f.get("gpus_milli"),
+                require_project=True,
+            )
         except SubmissionError as exc:
             raise ApiError(422, "submission-refused", str(exc), {"field": exc.field}) from None
         cr = idx.resources[f["resource"]]
@@ -168,10 +251,18 @@ class Daemon(DaemonState):
         def apply() -> tuple[int, str]:
             reducers.apply(self, ev, now)
             return 201, task_id
+
         return Prepared([ev], [], apply, wants_pass=True)
 
-    def prepare_cancel(self, p: Principal, task_id: str, now: int, ov: Overlay,
-                       reason: str | None = None, channel: str = "api") -> Prepared:
+    def prepare_cancel(
+        self,
+        p: Principal,
+        task_id: str,
+        now: int,
+        ov: Overlay,
+        reason: str | None = None,
+        channel: str = "api",
+    ) -> Prepared:
         """Cancels a task at ``p``'s request made through ``channel`` (recorded in the
         event, as a submission's is: the audit trail tells an agent's cancel from a
         person's). A task no longer in memory ended long ago (history.py): nothing to do,
@@ -183,10 +274,22 @@ class Daemon(DaemonState):
         placed = rec.state == "placed" and task_id not in ov.requeued
         interval = rec.interval_id if placed else None
         text = f"cancelled by {p.text}" + (f": {reason}" if reason else "")
-        ev = Event("cancelled", task_id, p.text, self.idx().revision, rec.group, rec.user,
-                   {"text": text, "by": "request",
-                    "was": rec.state if placed or rec.state != "placed" else "queued",
-                    "pool": rec.pool, "interval": interval, "channel": channel})
+        ev = Event(
+            "cancelled",
+            task_id,
+            p.text,
+            self.idx().revision,
+            rec.group,
+            rec.user,
+            {
+                "text": text,
+                "by": "request",
+                "was": rec.state if placed or rec.state != "placed" else "queued",
+                "pool": rec.pool,
+                "interval": interval,
+                "channel": channel,
+            },
+        )
         ops: list[DbOp] = []
         if interval is not None:
             ops.append(ledger_ops.closes([(interval, now, "cancelled")]))
@@ -194,6 +297,7 @@ class Daemon(DaemonState):
         def apply() -> str:
             reducers.apply(self, ev, now)
             return task_id
+
         return Prepared([ev], ops, apply, wants_pass=True)
 
     def prepare_engine(self, p: Principal, enabled: bool, now: int, ov: Overlay) -> Prepared:
@@ -201,49 +305,75 @@ class Daemon(DaemonState):
         if current == enabled:
             return Prepared()
         ov.enabled = enabled
-        ev = Event("engine_enabled" if enabled else "engine_disabled", None, p.text,
-                   self.idx().revision)
+        ev = Event(
+            "engine_enabled" if enabled else "engine_disabled", None, p.text, self.idx().revision
+        )
 
         def apply() -> None:
             reducers.apply(self, ev, now)
+
         return Prepared([ev], [], apply, wants_pass=True)
 
-    def prepare_estate(self, compiled: CompiledEstate, source: str | None, actor: str,
-                       now: int, ov: Overlay, commit: str | None = None) -> Prepared:
+    def prepare_estate(
+        self,
+        compiled: CompiledEstate,
+        source: str | None,
+        actor: str,
+        now: int,
+        ov: Overlay,
+        commit: str | None = None,
+    ) -> Prepared:
         data: dict[str, Any] = {"source": source, "estate": compiled.model_dump(mode="json")}
         if commit is not None:
             data["commit"] = commit
         ev = Event("estate_applied", None, actor, compiled.revision, None, None, data)
-        ops: list[DbOp] = [ledger_ops.ReplacePrices(compiled),
-                           ledger_ops.RecordEstate(compiled, now)]
+        ops: list[DbOp] = [
+            ledger_ops.ReplacePrices(compiled),
+            ledger_ops.RecordEstate(compiled, now),
+        ]
 
         def apply() -> str:
             # What the ``estate_applied`` reducer does, minus reading the estate back from
             # its JSON: the compiled estate is at hand.
             self.on_estate(compiled, source, now, commit)
             return compiled.revision
+
         return Prepared([ev], ops, apply, wants_pass=True)
 
     def prepare_refused(self, refused: dict[str, Any], now: int, ov: Overlay) -> Prepared:
         """An estate revision that does not compile: logged, shown by GET /v1/estate, while
         the running revision keeps running."""
-        ev = Event("estate_refused", None, "kliqued", self.estate.revision, None, None,
-                   refused)
+        ev = Event("estate_refused", None, "kliqued", self.estate.revision, None, None, refused)
 
         def apply() -> None:
             reducers.apply(self, ev, now)
+
         return Prepared([ev], [], apply)
 
-    def prepare_token(self, p: Principal | None, principal: str, name: str | None,
-                      now: int, ov: Overlay, secret: str | None = None,
-                      expires_at: int | None = None,
-                      rotated_from: str | None = None) -> Prepared:
+    def prepare_token(
+        self,
+        p: Principal | None,
+        principal: str,
+        name: str | None,
+        now: int,
+        ov: Overlay,
+        secret: str | None = None,
+        expires_at: int | None = None,
+        rotated_from: str | None = None,
+    ) -> Prepared:
         """A new token for ``principal``; ``secret`` is given only for KLIQUE_ADMIN_TOKEN.
         Only its keyed hash is stored (ids.TokenHasher)."""
         token = secret or new_token()
         tid = self.token_ids.next(now)
-        rec = TokenRecord(tid, self.tokens.hash(token), principal, name, now,
-                          p.text if p else "kliqued", expires_at=expires_at)
+        rec = TokenRecord(
+            tid,
+            self.tokens.hash(token),
+            principal,
+            name,
+            now,
+            p.text if p else "kliqued",
+            expires_at=expires_at,
+        )
         data: dict[str, Any] = {"id": tid, "principal": principal, "name": name}
         if expires_at is not None:
             data["expires_at"] = expires_at
@@ -251,12 +381,20 @@ class Daemon(DaemonState):
             data["rotated_from"] = rotated_from
         ev = Event("token_created", None, rec.created_by, None, None, None, data)
 
-        op = TokenInsert(rec.id, rec.hash, rec.principal, rec.name, rec.created_at,
-                         rec.created_by, rec.expires_at)
+        op = TokenInsert(
+            rec.id,
+            rec.hash,
+            rec.principal,
+            rec.name,
+            rec.created_at,
+            rec.created_by,
+            rec.expires_at,
+        )
 
         def apply() -> tuple[TokenRecord, str]:
             self.tokens.add(rec)
             return rec, token
+
         return Prepared([ev], [op], apply)
 
     def prepare_revoke(self, p: Principal, token_id: str, now: int, ov: Overlay) -> Prepared:
@@ -272,10 +410,18 @@ class Daemon(DaemonState):
 
         def apply() -> None:
             rec.revoked_at = now
+
         return Prepared([ev], [op], apply)
 
-    def prepare_rotate(self, p: Principal, token_id: str, grace_ms: int,
-                       expires_at: int | None, now: int, ov: Overlay) -> Prepared:
+    def prepare_rotate(
+        self,
+        p: Principal,
+        token_id: str,
+        grace_ms: int,
+        expires_at: int | None,
+        now: int,
+        ov: Overlay,
+    ) -> Prepared:
         """A new secret for the principal of ``token_id`` (same name; the same lifetime
         unless ``expires_at`` is given), and the old token ends: now, or after
         ``grace_ms`` (so the holders can switch without a gap)."""
@@ -284,22 +430,37 @@ class Daemon(DaemonState):
             raise not_found(f"no token {excerpt(token_id, quoted=False)}")
         why = old.refusal(now)
         if why is not None or token_id in ov.revoked:
-            raise ApiError(409, "conflict", f"{why or f'token {token_id} was revoked'}: "
-                           f"create a new token instead (kliqued token create)")
+            raise ApiError(
+                409,
+                "conflict",
+                f"{why or f'token {token_id} was revoked'}: "
+                f"create a new token instead (kliqued token create)",
+            )
         ov.revoked.add(token_id)
         if expires_at is None and old.expires_at is not None:
             expires_at = now + (old.expires_at - old.created_at)
-        created = self.prepare_token(p, old.principal, old.name, now, ov,
-                                     expires_at=expires_at, rotated_from=token_id)
+        created = self.prepare_token(
+            p, old.principal, old.name, now, ov, expires_at=expires_at, rotated_from=token_id
+        )
         new_id = created.events[0].data["id"]
         end = now + grace_ms
         if old.expires_at is not None:
             end = min(end, old.expires_at)
-        ev = Event("token_rotated", None, p.text, None, None, None,
-                   {"id": token_id, "to": new_id, "old_ends_at": end})
+        ev = Event(
+            "token_rotated",
+            None,
+            p.text,
+            None,
+            None,
+            None,
+            {"id": token_id, "to": new_id, "old_ends_at": end},
+        )
 
-        op = (TokenUpdate(token_id, "expires_at_ms", end) if grace_ms > 0
-              else TokenUpdate(token_id, "revoked_at_ms", now))
+        op = (
+            TokenUpdate(token_id, "expires_at_ms", end)
+            if grace_ms > 0
+            else TokenUpdate(token_id, "revoked_at_ms", now)
+        )
 
         def apply() -> tuple[TokenRecord, str, TokenRecord]:
             if grace_ms > 0:
@@ -308,4 +469,5 @@ class Daemon(DaemonState):
                 old.revoked_at = now
             rec, token = created.apply()
             return rec, token, old
+
         return Prepared(created.events + [ev], created.ops + [op], apply)

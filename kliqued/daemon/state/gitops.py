@@ -60,8 +60,11 @@ def _compile(files: list[SourceFile], where: str) -> CompileResult:
         return compile_files(files)
     except Exception as exc:  # noqa: BLE001 - reported as a refusal, with the traceback
         log.exception("the compiler failed on %s", where)
-        return _refusal(where, f"the compiler failed on this revision ({type(exc).__name__}: "
-                        f"{exc}); please report it", "internal-error")
+        return _refusal(
+            where,
+            f"the compiler failed on this revision ({type(exc).__name__}: {exc}); please report it",
+            "internal-error",
+        )
 
 
 class DirSource:
@@ -90,19 +93,28 @@ class DirSource:
 
     async def changes(self, stop: asyncio.Event) -> AsyncIterator[None]:
         import watchfiles
-        async for _ in watchfiles.awatch(self.path, debounce=self.debounce_ms, step=50,
-                                         stop_event=stop, recursive=True,
-                                         ignore_permission_denied=True,
-                                         rust_timeout=self.rescan_ms, yield_on_timeout=True):
+
+        async for _ in watchfiles.awatch(
+            self.path,
+            debounce=self.debounce_ms,
+            step=50,
+            stop_event=stop,
+            recursive=True,
+            ignore_permission_denied=True,
+            rust_timeout=self.rescan_ms,
+            yield_on_timeout=True,
+        ):
             yield None
 
 
 class GitSource:
     """A branch of a git repository, polled; the estate read from the commit's tree."""
 
-    def __init__(self, repo: str, branch: str = "main", estate_path: str = "estate",
-                 poll_s: float = 30.0) -> None:
+    def __init__(
+        self, repo: str, branch: str = "main", estate_path: str = "estate", poll_s: float = 30.0
+    ) -> None:
         from compiler.plan.gitsource import normalise_estate_path
+
         self.repo_path = repo
         self.branch = branch
         self.estate_path = normalise_estate_path(estate_path)
@@ -114,6 +126,7 @@ class GitSource:
     def repo(self) -> Any:
         if self._repo is None:
             from compiler.plan.gitsource import open_repo
+
             self._repo = open_repo(self.repo_path)
         return self._repo
 
@@ -121,6 +134,7 @@ class GitSource:
         """The branch's commit: the remote's after a fetch when there is a remote, else the
         local branch."""
         from compiler.plan.gitsource import resolve
+
         repo = self.repo()
         if repo.remotes:
             remote = next((r for r in repo.remotes if r.name == "origin"), repo.remotes[0])
@@ -130,27 +144,39 @@ class GitSource:
                 return resolve(repo, f"{remote.name}/{self.branch}")
             except Exception as exc:  # the network, credentials: keep the last good one
                 if not self._warned:
-                    log.warning("git fetch %s %s failed (%s); trying again every %.0f s",
-                                remote.name, self.branch, str(exc).strip().splitlines()[-1]
-                                if str(exc).strip() else type(exc).__name__, self.poll_s)
+                    log.warning(
+                        "git fetch %s %s failed (%s); trying again every %.0f s",
+                        remote.name,
+                        self.branch,
+                        str(exc).strip().splitlines()[-1]
+                        if str(exc).strip()
+                        else type(exc).__name__,
+                        self.poll_s,
+                    )
                     self._warned = True
                 raise
         return resolve(repo, self.branch)
 
     def read(self) -> Snapshot:
         from compiler.plan.gitsource import GitSourceError, files_at
+
         try:
             commit = self.head()
         except GitSourceError as exc:
-            return Snapshot(f"error:{exc}", _refusal(self.repo_path, str(exc)),
-                            label=self.label)
+            return Snapshot(f"error:{exc}", _refusal(self.repo_path, str(exc)), label=self.label)
         sha = commit.hexsha
         label = f"{self.label} {sha[:12]}"
         files = files_at(commit, self.estate_path)
         if files is None:
-            return Snapshot(sha, _refusal(self.estate_path or ".",
-                                          f"no estate at '{self.estate_path}' in commit "
-                                          f"{sha[:12]}"), sha, label)
+            return Snapshot(
+                sha,
+                _refusal(
+                    self.estate_path or ".",
+                    f"no estate at '{self.estate_path}' in commit {sha[:12]}",
+                ),
+                sha,
+                label,
+            )
         return Snapshot(sha, _compile(files, label), sha, label)
 
     async def changes(self, stop: asyncio.Event) -> AsyncIterator[None]:
@@ -181,8 +207,9 @@ def rendered(result: CompileResult) -> list[str]:
 class Follower:
     """Reads the source on every change, applies what is new and valid, refuses the rest."""
 
-    def __init__(self, source: DirSource | GitSource, d: Any, seq: Any,
-                 last_key: str | None = None) -> None:
+    def __init__(
+        self, source: DirSource | GitSource, d: Any, seq: Any, last_key: str | None = None
+    ) -> None:
         self.source = source
         self.d = d
         self.seq = seq
@@ -198,8 +225,10 @@ class Follower:
             if isinstance(self.source, GitSource):  # a fetch failed: said once; try later
                 log.debug("estate source %s: %s", self.source.label, exc)
             else:
-                log.exception("estate source %s could not be read; trying on its next "
-                              "change", self.source.label)
+                log.exception(
+                    "estate source %s could not be read; trying on its next change",
+                    self.source.label,
+                )
             return
         if snap.key == self.last_key:
             return
@@ -215,11 +244,19 @@ class Follower:
         result = snap.result
         if result.estate is None:
             errors = rendered(result)
-            refused = {"revision": None, "commit": snap.commit, "source": snap.label,
-                       "errors": errors}
-            log.error("estate refused: %s is not valid (%s); still running %s:\n%s",
-                      snap.label, plural(len(errors), "error"), d.estate.revision,
-                      "\n".join(errors))
+            refused = {
+                "revision": None,
+                "commit": snap.commit,
+                "source": snap.label,
+                "errors": errors,
+            }
+            log.error(
+                "estate refused: %s is not valid (%s); still running %s:\n%s",
+                snap.label,
+                plural(len(errors), "error"),
+                d.estate.revision,
+                "\n".join(errors),
+            )
             await self.seq.submit(lambda now, ov: d.prepare_refused(refused, now, ov))
             self.refused += 1
             return
@@ -228,19 +265,32 @@ class Follower:
             log.info("estate: %s unchanged (%s)", compiled.revision, snap.label)
             return
         _warn_repricing(d.idx().estate, compiled, d.clock.now())
-        await self.seq.submit(lambda now, ov: d.prepare_estate(
-            compiled, snap.label, "kliqued", now, ov, snap.commit), barrier=True)
+        await self.seq.submit(
+            lambda now, ov: d.prepare_estate(compiled, snap.label, "kliqued", now, ov, snap.commit),
+            barrier=True,
+        )
         self.applied += 1
         e = compiled
-        log.info("estate applied: %s from %s (%s, %s, %s, %s)", e.revision, snap.label,
-                 plural(len(e.pools), "pool"), plural(len(e.profiles), "profile"),
-                 plural(len(e.policies), "policy"),
-                 plural(len(e.compute_resources), "compute resource"))
+        log.info(
+            "estate applied: %s from %s (%s, %s, %s, %s)",
+            e.revision,
+            snap.label,
+            plural(len(e.pools), "pool"),
+            plural(len(e.profiles), "profile"),
+            plural(len(e.policies), "policy"),
+            plural(len(e.compute_resources), "compute resource"),
+        )
 
     async def run(self) -> None:
-        log.info("following the estate: %s", self.source.label + (
-            f" (every {self.source.poll_s:g} s)" if isinstance(self.source, GitSource)
-            else " (watching)"))
+        log.info(
+            "following the estate: %s",
+            self.source.label
+            + (
+                f" (every {self.source.poll_s:g} s)"
+                if isinstance(self.source, GitSource)
+                else " (watching)"
+            ),
+        )
         try:
             async for _ in self.source.changes(self.stop):
                 if self.stop.is_set():

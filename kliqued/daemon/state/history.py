@@ -51,12 +51,21 @@ KEY_GRACE_MS = 10 * 60 * 1000
 """An evicted task's Idempotency-Key stays in memory this long more: a submission checked
 against the history just before the eviction still finds it when prepared."""
 
-COLUMNS = ("id", "usr", "grp", "resource", "pool", "actor", "idem_key", "submitted_at_ms",
-           "ended_at_ms", "doc")
+COLUMNS = (
+    "id",
+    "usr",
+    "grp",
+    "resource",
+    "pool",
+    "actor",
+    "idem_key",
+    "submitted_at_ms",
+    "ended_at_ms",
+    "doc",
+)
 
 
 _STAGE = "task_history_stage"
-
 
 
 class Holder(Protocol):
@@ -83,6 +92,7 @@ class Holder(Protocol):
 
     def ids_dropped(self, n: int) -> None: ...
 
+
 # ---------------------------------------------------------------------- (de)serialization
 def _lease_doc(lease: Lease) -> dict[str, Any]:
     return {k: getattr(lease, k) for k in Lease.__slots__ if k != "leased_mono"}
@@ -103,19 +113,41 @@ def to_row(rec: TaskRecord) -> tuple:
         if k == "leases" and v is not None:
             v = [_lease_doc(x) for x in v]
         doc[k] = v
-    return (rec.id, rec.user, rec.group, rec.resource, rec.pool, rec.actor,
-            rec.idempotency_key, rec.submitted_at, rec.ended_at,
-            json.dumps(doc, separators=(",", ":")))
+    return (
+        rec.id,
+        rec.user,
+        rec.group,
+        rec.resource,
+        rec.pool,
+        rec.actor,
+        rec.idempotency_key,
+        rec.submitted_at,
+        rec.ended_at,
+        json.dumps(doc, separators=(",", ":")),
+    )
 
 
 def from_doc(text: str) -> TaskRecord:
     """The ``TaskRecord`` a row was written from (fields added since: their defaults)."""
     doc = json.loads(text)
-    rec = TaskRecord(doc["id"], doc["resource"], doc["policy"], doc["profile"], doc["group"],
-                     doc["user"], doc["actor"], doc.get("project"), doc.get("labels") or {},
-                     doc.get("command"), doc.get("payload"), doc.get("gpus_milli"),
-                     doc["submitted_at"], doc.get("revision") or "",
-                     doc.get("idempotency_key"), doc.get("channel") or "api")
+    rec = TaskRecord(
+        doc["id"],
+        doc["resource"],
+        doc["policy"],
+        doc["profile"],
+        doc["group"],
+        doc["user"],
+        doc["actor"],
+        doc.get("project"),
+        doc.get("labels") or {},
+        doc.get("command"),
+        doc.get("payload"),
+        doc.get("gpus_milli"),
+        doc["submitted_at"],
+        doc.get("revision") or "",
+        doc.get("idempotency_key"),
+        doc.get("channel") or "api",
+    )
     for k in TaskRecord.__slots__:
         if k in doc:
             setattr(rec, k, doc[k])
@@ -149,8 +181,7 @@ def write(conn: duckdb.DuckDBPyConnection, rows: list[tuple], dedupe: bool = Tru
             app.clear()
             raise
         return len(rows)
-    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} AS SELECT * FROM task_history "
-                 f"LIMIT 0")
+    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} AS SELECT * FROM task_history LIMIT 0")
     app = conn.appender(_STAGE)
     try:
         app.append_rows(rows)
@@ -160,14 +191,18 @@ def write(conn: duckdb.DuckDBPyConnection, rows: list[tuple], dedupe: bool = Tru
         raise
     lo = min(r[0] for r in rows)
     hi = max(r[0] for r in rows)
-    conn.execute(f"INSERT INTO task_history SELECT s.* FROM {_STAGE} s WHERE s.id NOT IN "
-                 f"(SELECT id FROM task_history WHERE id BETWEEN ? AND ?)", [lo, hi])
+    conn.execute(
+        f"INSERT INTO task_history SELECT s.* FROM {_STAGE} s WHERE s.id NOT IN "
+        f"(SELECT id FROM task_history WHERE id BETWEEN ? AND ?)",
+        [lo, hi],
+    )
     conn.execute(f"DELETE FROM {_STAGE}")
     return len(rows)
 
 
-def write_records(conn: duckdb.DuckDBPyConnection, recs: list[TaskRecord],
-                  dedupe: bool = True) -> int:
+def write_records(
+    conn: duckdb.DuckDBPyConnection, recs: list[TaskRecord], dedupe: bool = True
+) -> int:
     """:func:`write` of ``recs``, serialized here, on the store's writer thread: an
     evicted record no longer changes (ended, every lease given back), and the event loop
     keeps serving meanwhile."""
@@ -181,32 +216,46 @@ def mark_stored(d: Holder, store: Store) -> int:
     ids = list(d.eviction.ended)
     found: set[str] = set()
     for i in range(0, len(ids), 1000):
-        part = ids[i:i + 1000]
-        found.update(r[0] for r in store.read_sync(lambda cur: cur.execute(
-            f"SELECT id FROM task_history WHERE id IN ({', '.join('?' * len(part))})",
-            part).fetchall()))
+        part = ids[i : i + 1000]
+        found.update(
+            r[0]
+            for r in store.read_sync(
+                lambda cur: cur.execute(
+                    f"SELECT id FROM task_history WHERE id IN ({', '.join('?' * len(part))})", part
+                ).fetchall()
+            )
+        )
     d.eviction.stored = found
     return len(found)
 
 
 # ---------------------------------------------------------------------- reads
 def get(cur: duckdb.DuckDBPyConnection, task_id: str) -> TaskRecord | None:
-    row = cur.execute("SELECT doc FROM task_history WHERE id = ? LIMIT 1",
-                      [task_id]).fetchone()
+    row = cur.execute("SELECT doc FROM task_history WHERE id = ? LIMIT 1", [task_id]).fetchone()
     return from_doc(row[0]) if row else None
 
 
 def by_key(cur: duckdb.DuckDBPyConnection, actor: str, key: str) -> TaskRecord | None:
-    row = cur.execute("SELECT doc FROM task_history WHERE actor = ? AND idem_key = ? "
-                      "LIMIT 1", [actor, key]).fetchone()
+    row = cur.execute(
+        "SELECT doc FROM task_history WHERE actor = ? AND idem_key = ? LIMIT 1", [actor, key]
+    ).fetchone()
     return from_doc(row[0]) if row else None
 
 
-def page(cur: duckdb.DuckDBPyConnection, after: str | None, limit: int, *,
-         resource: str | None = None, user: str | None = None,
-         groups: Iterable[str] | None = None, pool: str | None = None,
-         visible_user: str | None = None, visible_groups: Iterable[str] | None = None,
-         submitted_from: int | None = None, newest: bool = False) -> list[TaskRecord]:
+def page(
+    cur: duckdb.DuckDBPyConnection,
+    after: str | None,
+    limit: int,
+    *,
+    resource: str | None = None,
+    user: str | None = None,
+    groups: Iterable[str] | None = None,
+    pool: str | None = None,
+    visible_user: str | None = None,
+    visible_groups: Iterable[str] | None = None,
+    submitted_from: int | None = None,
+    newest: bool = False,
+) -> list[TaskRecord]:
     """Up to ``limit`` evicted tasks in id order after ``after`` (``newest``: the newest,
     newest first), with the listing's filters; ``visible_user``/``visible_groups``: a
     user's own tasks and their groups'."""
@@ -230,8 +279,10 @@ def page(cur: duckdb.DuckDBPyConnection, after: str | None, limit: int, *,
     if submitted_from is not None:
         where.append("submitted_at_ms >= ?")
         params.append(submitted_from)
-    sql = (f"SELECT doc FROM task_history{' WHERE ' + ' AND '.join(where) if where else ''}"
-           f" ORDER BY id{' DESC' if newest else ''} LIMIT ?")
+    sql = (
+        f"SELECT doc FROM task_history{' WHERE ' + ' AND '.join(where) if where else ''}"
+        f" ORDER BY id{' DESC' if newest else ''} LIMIT ?"
+    )
     return [from_doc(r[0]) for r in cur.execute(sql, [*params, limit]).fetchall()]
 
 
@@ -239,8 +290,7 @@ def page(cur: duckdb.DuckDBPyConnection, after: str | None, limit: int, *,
 def pipeline_steps(d: Holder) -> set[str]:
     """The latest task of each step of the running pipelines: how it ended (its outputs)
     decides the pipeline's next step, read from memory by the unattended loop."""
-    return {run.tasks[-1] for pr in d.pipelines.running() for run in pr.steps.values()
-            if run.tasks}
+    return {run.tasks[-1] for pr in d.pipelines.running() for run in pr.steps.values() if run.tasks}
 
 
 class Eviction:
@@ -284,8 +334,11 @@ class Eviction:
                 continue
             if pinned is None:
                 pinned = pipeline_steps(d)
-            if rec.leases and any(x.status in (ACTIVE, STOPPING) for x in rec.leases) \
-                    or tid in pinned:
+            if (
+                rec.leases
+                and any(x.status in (ACTIVE, STOPPING) for x in rec.leases)
+                or tid in pinned
+            ):
                 held.append(tid)  # looked at again once more tasks have ended
                 continue
             out.append(rec)
@@ -303,8 +356,7 @@ class Eviction:
             self.stored.discard(rec.id)
             if rec.idempotency_key is not None:
                 self.evicted_keys.add(f"{rec.actor}\0{rec.idempotency_key}")
-                self.keys.append((now + KEY_GRACE_MS, (rec.actor, rec.idempotency_key),
-                                  rec.id))
+                self.keys.append((now + KEY_GRACE_MS, (rec.actor, rec.idempotency_key), rec.id))
         d.ids_dropped(len(recs))
         while self.keys and self.keys[0][0] <= now:
             _, key, tid = self.keys.popleft()
@@ -351,8 +403,7 @@ async def recall(store: Store, d: Holder, task_id: str) -> TaskRecord | None:
     return rec
 
 
-async def recall_all(store: Store, d: Holder, task_ids: Iterable[str]
-                     ) -> dict[str, TaskRecord]:
+async def recall_all(store: Store, d: Holder, task_ids: Iterable[str]) -> dict[str, TaskRecord]:
     """Tasks ``task_ids`` from memory, the evicted ones read back from ``task_history`` in one
     query (a schedule's runs, a pipeline's steps: a list of them must not cost a read each);
     tasks with no record are left out. Not kept in ``d.recalled``: a list of schedules may
@@ -366,11 +417,14 @@ async def recall_all(store: Store, d: Holder, task_ids: Iterable[str]
         elif tid:
             missing.append(tid)
     if missing:
+
         def read(cur: duckdb.DuckDBPyConnection) -> list[TaskRecord]:
-            rows = cur.execute("SELECT DISTINCT ON (id) doc FROM task_history "
-                               "WHERE list_contains(?, id)", [missing]).fetchall()
+            rows = cur.execute(
+                "SELECT DISTINCT ON (id) doc FROM task_history WHERE list_contains(?, id)",
+                [missing],
+            ).fetchall()
             return [from_doc(r[0]) for r in rows]
+
         for rec in await store.read(read):
             out[rec.id] = rec
     return out
-

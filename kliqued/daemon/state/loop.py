@@ -80,8 +80,15 @@ SLOW_COMMIT_S = 0.1
 PrepareFn = Callable[[int, Overlay], Prepared]
 
 _DATA_ERRORS: tuple[type[BaseException], ...] = (
-    duckdb.InvalidInputException, duckdb.ConversionException, duckdb.ConstraintException,
-    duckdb.TypeMismatchException, UnicodeError, TypeError, ValueError, OverflowError)
+    duckdb.InvalidInputException,
+    duckdb.ConversionException,
+    duckdb.ConstraintException,
+    duckdb.TypeMismatchException,
+    UnicodeError,
+    TypeError,
+    ValueError,
+    OverflowError,
+)
 """Errors a commit raises for the data it was given (not for the database or the disk):
 retrying the batch item by item finds the item, and the rest can be committed."""
 
@@ -89,15 +96,18 @@ retrying the batch item by item finds the item, and the rest can be committed.""
 def unstorable(exc: BaseException) -> bool:
     """True when ``exc`` is about the batch's data, so the store itself is still sound."""
     return isinstance(exc, _DATA_ERRORS) and not isinstance(
-        exc, (duckdb.IOException, duckdb.FatalException, duckdb.InternalException))
+        exc, (duckdb.IOException, duckdb.FatalException, duckdb.InternalException)
+    )
 
 
 def _refusal(exc: BaseException) -> Unavailable:
     """What the requests of a batch that could not be written get: a 503, nothing recorded
     (a deposed leader's clients retry at the new leader)."""
     if isinstance(exc, Deposed):
-        return Unavailable("this kliqued no longer leads (another took the lease): nothing "
-                           "was recorded; retry, at the leader")
+        return Unavailable(
+            "this kliqued no longer leads (another took the lease): nothing "
+            "was recorded; retry, at the leader"
+        )
     return Unavailable("the event log cannot be written")
 
 
@@ -106,6 +116,7 @@ class _Held:
     """What a commit failed on while the store was away (module docstring): the pass's
     part, already in the State, to commit when the store is back; the batch's requests,
     refused, to apply only if the log turns out to have the whole batch after all."""
+
     base: int
     """``d.seq`` before the batch."""
     batch: Batch
@@ -148,8 +159,9 @@ class Meter(Protocol):
 
 
 class Sequencer:
-    def __init__(self, daemon: Daemon, store: Store, pass_interval_s: float = 1.0, *,
-                 metrics: Meter) -> None:
+    def __init__(
+        self, daemon: Daemon, store: Store, pass_interval_s: float = 1.0, *, metrics: Meter
+    ) -> None:
         self.d = daemon
         self.store = store
         self.pass_interval_s = pass_interval_s
@@ -264,9 +276,12 @@ class Sequencer:
         if isinstance(exc, Deposed):
             log.warning("kliqued: %s; no longer leading", exc)
         else:
-            log.error("kliqued: cannot write the event log (%s: %s); stopping so "
-                      "that a restart rebuilds the state from what is durable",
-                      type(exc).__name__, exc)
+            log.error(
+                "kliqued: cannot write the event log (%s: %s); stopping so "
+                "that a restart rebuilds the state from what is durable",
+                type(exc).__name__,
+                exc,
+            )
         for r in self._pending:
             if not r.future.done():
                 r.future.set_exception(_refusal(exc))
@@ -278,9 +293,14 @@ class Sequencer:
     def _go_away(self, fault: StoreFault, held: _Held) -> None:
         self.away, self._held = fault, held
         self.metrics.store_away(fault.kind)
-        log.error("kliqued: the store is away: %s; writes are refused (%s), reads answer from "
-                  "memory, %d event(s) of the engine's pass are held; retrying every %d s",
-                  fault.text(), fault.refusal().status, len(held.batch.rows), RETRY_AFTER_S)
+        log.error(
+            "kliqued: the store is away: %s; writes are refused (%s), reads answer from "
+            "memory, %d event(s) of the engine's pass are held; retrying every %d s",
+            fault.text(),
+            fault.refusal().status,
+            len(held.batch.rows),
+            RETRY_AFTER_S,
+        )
 
     async def _ride_out(self) -> None:
         """One round while the store is away: refuse what waits, sleep, try the store. Back:
@@ -294,7 +314,7 @@ class Sequencer:
         self._pending.clear()
         if self._stopping:
             self.away = None  # the held part is lost with the process: the restart's pass
-            return            # decides again from the log, which never had it
+            return  # decides again from the log, which never had it
         try:
             await asyncio.wait_for(self._wake.wait(), RETRY_AFTER_S)
         except asyncio.TimeoutError:
@@ -307,8 +327,12 @@ class Sequencer:
             logged = await self.store.last_seq_async()
             if logged == held.base + len(held.rows) and len(held.rows) > len(held.batch.rows):
                 # PostgreSQL committed the whole batch but its answer was lost
-                log.warning("the batch of events %d..%d was committed after all (its COMMIT's "
-                            "answer was lost): applied", held.base + 1, logged)
+                log.warning(
+                    "the batch of events %d..%d was committed after all (its COMMIT's "
+                    "answer was lost): applied",
+                    held.base + 1,
+                    logged,
+                )
                 self.d.seq = logged
                 self._committed(held.rows)
                 for r, p in held.prepared:
@@ -323,7 +347,8 @@ class Sequencer:
                 raise StoreMismatch(
                     f"the log has events up to {logged} but this daemon expected "
                     f"{held.base + len(held.batch.rows)} when the store came back (another "
-                    f"daemon wrote meanwhile?): stopping; the restart rebuilds the state")
+                    f"daemon wrote meanwhile?): stopping; the restart rebuilds the state"
+                )
         except Exception as exc:
             fault = classify(exc, self.store.log.label)
             if fault is None:
@@ -334,8 +359,11 @@ class Sequencer:
             self.d.eviction.drop(self.d, held.evicting, self.d.clock.now())
         self.away, self._held = None, None
         self.metrics.store_back()
-        log.warning("kliqued: the store is back after %.1f s (%s); writes accepted again",
-                    time.monotonic() - held.since, away.text())
+        log.warning(
+            "kliqued: the store is back after %.1f s (%s); writes accepted again",
+            time.monotonic() - held.since,
+            away.text(),
+        )
         self.request_pass(SETTLE_S)
 
     async def _cycle(self) -> None:
@@ -357,15 +385,18 @@ class Sequencer:
             nxt = d.last_result.next_pass_at if d.last_result is not None else None
             self._engine_at = None if nxt is None else mono + max(0, nxt - now) / SECOND_MS
             if counts:
-                log.info("pass: %s (%.1f ms)", ", ".join(f"{n} {k}" for k, n in
-                                                         sorted(counts.items())),
-                         (time.perf_counter() - t0) * 1000)
+                log.info(
+                    "pass: %s (%.1f ms)",
+                    ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+                    (time.perf_counter() - t0) * 1000,
+                )
         # Ended records past what memory keeps: their rows in this commit, out of memory
         # once it is durable (history.py).
         evicting = d.eviction.due(d) if d.ready and not self._stopping else []
         if evicting:
-            batch.ops.append(partial(history.write_records,
-                                     recs=d.eviction.unstored(evicting), dedupe=False))
+            batch.ops.append(
+                partial(history.write_records, recs=d.eviction.unstored(evicting), dedupe=False)
+            )
         # Requests, in arrival order, up to (and alone if it is) a barrier.
         taken: list[_Request] = []
         while self._pending:
@@ -407,8 +438,7 @@ class Sequencer:
             try:
                 for i, ev in enumerate(events):
                     d.seq += 1
-                    at = (d.last_pass_at if i < pass_events and d.last_pass_at is not None
-                          else now)
+                    at = d.last_pass_at if i < pass_events and d.last_pass_at is not None else now
                     batch.rows.append(ev.row(d.seq, at))
                 await self.store.commit(batch)
                 self.metrics.count(events[pass_events:])
@@ -420,21 +450,34 @@ class Sequencer:
                         if not r.future.done():
                             r.future.set_exception(fault.refusal())
                     d.seq = base + pass_events
-                    self._go_away(fault, _Held(
-                        base, Batch(batch.rows[:pass_events], batch.ops[:pass_ops]),
-                        evicting, batch.rows, prepared, time.monotonic()))
+                    self._go_away(
+                        fault,
+                        _Held(
+                            base,
+                            Batch(batch.rows[:pass_events], batch.ops[:pass_ops]),
+                            evicting,
+                            batch.rows,
+                            prepared,
+                            time.monotonic(),
+                        ),
+                    )
                     return
                 if not unstorable(exc):
                     for r, _ in prepared:
                         if not r.future.done():
                             r.future.set_exception(_refusal(exc))
                     raise
-                log.warning("a commit of %d events was refused for its data (%s: %s); "
-                            "committing its parts one by one", len(batch.rows),
-                            type(exc).__name__, str(exc)[:200])
+                log.warning(
+                    "a commit of %d events was refused for its data (%s: %s); "
+                    "committing its parts one by one",
+                    len(batch.rows),
+                    type(exc).__name__,
+                    str(exc)[:200],
+                )
                 d.seq = base
-                await self._isolate(events[:pass_events], batch.ops[:pass_ops],
-                                    [r for r, _ in prepared])
+                await self._isolate(
+                    events[:pass_events], batch.ops[:pass_ops], [r for r, _ in prepared]
+                )
                 if evicting:
                     d.eviction.drop(d, evicting, d.clock.now())
                 return
@@ -461,8 +504,9 @@ class Sequencer:
             r.future.set_result(result)
         return wants_pass or p.wants_pass, soon or (p.wants_pass and p.frees)
 
-    async def _isolate(self, pass_events: list[Event], pass_ops: list[Any],
-                       requests: list[_Request]) -> None:
+    async def _isolate(
+        self, pass_events: list[Event], pass_ops: list[Any], requests: list[_Request]
+    ) -> None:
         """After a commit refused for its data: the pass's part (already in the State, so it
         must be durable: its failure is fatal), then each request alone, prepared again
         against the State as the earlier ones left it, committed, applied and answered. A
@@ -499,12 +543,21 @@ class Sequencer:
                         r.future.set_exception(Unavailable("the event log cannot be written"))
                         raise
                     eid = uuid.uuid4().hex[:12]
-                    log.error("error %s: a request's data cannot be stored (%s: %s); it is "
-                              "refused, the daemon goes on", eid, type(exc).__name__,
-                              str(exc)[:500])
-                    r.future.set_exception(ApiError(
-                        422, "unstorable", f"the request's data cannot be stored; nothing "
-                        f"was recorded (error {eid}: the daemon's log has the details)"))
+                    log.error(
+                        "error %s: a request's data cannot be stored (%s: %s); it is "
+                        "refused, the daemon goes on",
+                        eid,
+                        type(exc).__name__,
+                        str(exc)[:500],
+                    )
+                    r.future.set_exception(
+                        ApiError(
+                            422,
+                            "unstorable",
+                            f"the request's data cannot be stored; nothing "
+                            f"was recorded (error {eid}: the daemon's log has the details)",
+                        )
+                    )
                     continue
             wants_pass, soon = self._apply(r, p, wants_pass, soon)
         if wants_pass:

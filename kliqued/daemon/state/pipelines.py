@@ -59,15 +59,17 @@ def check_access(d: Daemon, owner: str, loaded: P.Loaded, file: str) -> None:
     for s in loaded.spec.steps:
         gpus = s.gpus_milli
         try:
-            check_submission(d.idx(), s.resource, owner, s.project, gpus,
-                             require_project=True)
+            check_submission(d.idx(), s.resource, owner, s.project, gpus, require_project=True)
         except SubmissionError as exc:
             mine = submittable(d, owner)
-            errors.append(f"{file}: step {s.name}: {exc}; {owner} may submit to "
-                          f"{', '.join(mine) if mine else 'nothing'}")
+            errors.append(
+                f"{file}: step {s.name}: {exc}; {owner} may submit to "
+                f"{', '.join(mine) if mine else 'nothing'}"
+            )
     if errors:
-        raise ApiError(422, "submission-refused", "; ".join(errors),
-                       {"errors": errors, "field": "resource"})
+        raise ApiError(
+            422, "submission-refused", "; ".join(errors), {"errors": errors, "field": "resource"}
+        )
 
 
 def visible(d: Daemon, p: Principal, pr: PipelineRun) -> bool:
@@ -85,8 +87,9 @@ def step_tasks(pr: PipelineRun) -> list[str]:
     return [run.tasks[-1] for run in pr.steps.values() if run.tasks]
 
 
-def view(d: Daemon, pr: PipelineRun, known: Mapping[str, TaskRecord] | None = None
-         ) -> dict[str, Any]:
+def view(
+    d: Daemon, pr: PipelineRun, known: Mapping[str, TaskRecord] | None = None
+) -> dict[str, Any]:
     """``known``: its steps' tasks that left memory, read back (``history.recall_all``): an
     ended pipeline's steps still say how their tasks ended."""
     steps = []
@@ -94,24 +97,51 @@ def view(d: Daemon, pr: PipelineRun, known: Mapping[str, TaskRecord] | None = No
         run = pr.steps[s.name]
         task = run.tasks[-1] if run.tasks else None
         rec = (d.find(task) or (known or {}).get(task)) if task else None
-        steps.append({"name": s.name, "resource": s.resource, "needs": s.needs,
-                      "state": run.state, "text": run.text, "attempts": len(run.tasks),
-                      "task": task, "tasks": list(run.tasks),
-                      "task_state": None if rec is None else (
-                          task_state(rec) if rec.state != "ended" else end_text(rec)),
-                      "outputs": run.outputs})
-    return {"id": pr.id, "name": pr.name, "owner": pr.owner, "file": pr.file,
-            "params": pr.params, "on_failure": pr.loaded.spec.on_failure,
-            "schedule": pr.schedule, "state": pr.state, "token": pr.token,
-            "text": pr.reason if pr.state == "paused" else pr.text_end,
-            "started_at": iso(pr.started_at), "ended_at": iso(pr.ended_at), "steps": steps}
+        steps.append(
+            {
+                "name": s.name,
+                "resource": s.resource,
+                "needs": s.needs,
+                "state": run.state,
+                "text": run.text,
+                "attempts": len(run.tasks),
+                "task": task,
+                "tasks": list(run.tasks),
+                "task_state": None
+                if rec is None
+                else (task_state(rec) if rec.state != "ended" else end_text(rec)),
+                "outputs": run.outputs,
+            }
+        )
+    return {
+        "id": pr.id,
+        "name": pr.name,
+        "owner": pr.owner,
+        "file": pr.file,
+        "params": pr.params,
+        "on_failure": pr.loaded.spec.on_failure,
+        "schedule": pr.schedule,
+        "state": pr.state,
+        "token": pr.token,
+        "text": pr.reason if pr.state == "paused" else pr.text_end,
+        "started_at": iso(pr.started_at),
+        "ended_at": iso(pr.ended_at),
+        "steps": steps,
+    }
 
 
 # ---------------------------------------------------------------------- changes
 
 
-def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: Overlay,
-                  schedule: str | None = None, loaded: P.Loaded | None = None) -> Prepared:
+def prepare_start(
+    d: Daemon,
+    p: Principal,
+    spec: dict[str, Any],
+    now: int,
+    ov: Overlay,
+    schedule: str | None = None,
+    loaded: P.Loaded | None = None,
+) -> Prepared:
     """A new run of the pipeline ``spec`` ({file, text, params}) by user ``p``: loaded,
     every step checked for the user, then ``pipeline_started``; the loop sends the first
     steps. ``loaded``: the file already parsed (by the handler, off the event loop, or the
@@ -123,20 +153,38 @@ def prepare_start(d: Daemon, p: Principal, spec: dict[str, Any], now: int, ov: O
     running = sum(r.owner == p.name for r in d.pipelines.unended())
     running += ov.made[("pipeline", p.name)]
     if running >= MAX_RUNNING_PER_OWNER:
-        raise ApiError(429, "user-quota", f"{p.name} has {running} pipelines running, the "
-                       f"most a user may: wait for some to end, or cancel some",
-                       {"running": running, "limit": MAX_RUNNING_PER_OWNER})
+        raise ApiError(
+            429,
+            "user-quota",
+            f"{p.name} has {running} pipelines running, the "
+            f"most a user may: wait for some to end, or cancel some",
+            {"running": running, "limit": MAX_RUNNING_PER_OWNER},
+        )
     ov.made[("pipeline", p.name)] += 1
     pid = d.pipelines.ids.next(now)
-    ev = Event("pipeline_started", None, p.text, d.idx().revision, None, p.name,
-               {"id": pid, "owner": p.name, "token": p.token_id,
-                "name": loaded.spec.pipeline, "file": file,
-                "text": loaded.parsed.text, "params": loaded.params,
-                "schedule": schedule})
+    ev = Event(
+        "pipeline_started",
+        None,
+        p.text,
+        d.idx().revision,
+        None,
+        p.name,
+        {
+            "id": pid,
+            "owner": p.name,
+            "token": p.token_id,
+            "name": loaded.spec.pipeline,
+            "file": file,
+            "text": loaded.parsed.text,
+            "params": loaded.params,
+            "schedule": schedule,
+        },
+    )
 
     def apply() -> str:
         reducers.apply(d, ev, now)
         return pid
+
     return Prepared([ev], [], apply, wants_pass=False)
 
 
@@ -160,8 +208,7 @@ def pending(d: Daemon, pr: PipelineRun) -> bool:
     return bool(actions or cancel)
 
 
-def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay,
-                    at: int | None = None) -> Prepared:
+def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay, at: int | None = None) -> Prepared:
     """What the pipeline does now (``pipeline.advance``), as events: steps' new states,
     the tasks of the steps whose dependencies finished (submitted as the owner, each in the
     commit of its ``pipeline_step``), cancellations (fail-fast), and its end; or, if its
@@ -183,39 +230,64 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay,
     def own(kind: str, data: dict[str, Any], task: str | None = None) -> Prepared:
         ev = Event(kind, task, "kliqued", rev, None, pr.owner, {"id": pr.id, **data})
         return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
+
     for running in cancel:
-        parts.append(d.prepare_cancel(owner, running, now, ov,
-                                      f"pipeline {pr.id} fails fast"))
+        parts.append(d.prepare_cancel(owner, running, now, ov, f"pipeline {pr.id} fails fast"))
     for a in actions:
         if isinstance(a, P.Submit):
             step = by_name[a.step]
-            fields = {"resource": step.resource, "project": step.project,
-                      "gpus_milli": step.gpus_milli,
-                      "command": a.command,
-                      "labels": {**step.labels, "klique.pipeline": pr.id,
-                                 "klique.step": step.name}}
+            fields = {
+                "resource": step.resource,
+                "project": step.project,
+                "gpus_milli": step.gpus_milli,
+                "command": a.command,
+                "labels": {**step.labels, "klique.pipeline": pr.id, "klique.step": step.name},
+            }
             try:
                 key = f"pipeline:{pr.id}:{a.step}:{a.attempt}"
                 sub = prepare_as_owner(d, pr.owner, "pipeline", fields, key, now, ov)
             except ApiError as exc:
-                parts.append(own("pipeline_step", {"step": a.step, "state": P.FAILED,
-                                                   "text": f"not submitted: {exc.message}"}))
+                parts.append(
+                    own(
+                        "pipeline_step",
+                        {
+                            "step": a.step,
+                            "state": P.FAILED,
+                            "text": f"not submitted: {exc.message}",
+                        },
+                    )
+                )
                 continue
             tid = sent(d, pr.owner, sub, key, ov)
-            parts.append(own("pipeline_step", {"step": a.step, "state": P.RUNNING,
-                                               "task": tid, "attempt": a.attempt,
-                                               "text": None}, tid))
+            parts.append(
+                own(
+                    "pipeline_step",
+                    {
+                        "step": a.step,
+                        "state": P.RUNNING,
+                        "task": tid,
+                        "attempt": a.attempt,
+                        "text": None,
+                    },
+                    tid,
+                )
+            )
             parts.append(sub)
         elif isinstance(a, P.Mark):
-            parts.append(own("pipeline_step", {"step": a.step, "state": a.state,
-                                               "text": a.text, "outputs": a.outputs}))
+            parts.append(
+                own(
+                    "pipeline_step",
+                    {"step": a.step, "state": a.state, "text": a.text, "outputs": a.outputs},
+                )
+            )
         else:
             parts.append(own("pipeline_ended", {"state": a.state, "text": a.text}))
     return merged(parts)
 
 
-def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
-                   reason: str | None = None) -> Prepared:
+def prepare_cancel(
+    d: Daemon, p: Principal, pid: str, now: int, ov: Overlay, reason: str | None = None
+) -> Prepared:
     """Cancels its running steps' tasks, marks the rest cancelled, and ends it."""
     pr = d.pipelines.get(pid)
     if pr.state not in ("running", "paused"):
@@ -230,12 +302,31 @@ def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
         if run.tasks:
             rec = d.records.get(run.tasks[-1])
             if rec is not None and rec.state != "ended":
-                parts.append(d.prepare_cancel(p, rec.id, now, ov, reason or
-                                              f"pipeline {pid} cancelled"))
-        evs.append(Event("pipeline_step", None, p.text, rev, None, pr.owner,
-                         {"id": pid, "step": run.name, "state": P.CANCELLED, "text": text}))
-    evs.append(Event("pipeline_ended", None, p.text, rev, None, pr.owner,
-                     {"id": pid, "state": P.CANCELLED, "text": text}))
+                parts.append(
+                    d.prepare_cancel(p, rec.id, now, ov, reason or f"pipeline {pid} cancelled")
+                )
+        evs.append(
+            Event(
+                "pipeline_step",
+                None,
+                p.text,
+                rev,
+                None,
+                pr.owner,
+                {"id": pid, "step": run.name, "state": P.CANCELLED, "text": text},
+            )
+        )
+    evs.append(
+        Event(
+            "pipeline_ended",
+            None,
+            p.text,
+            rev,
+            None,
+            pr.owner,
+            {"id": pid, "state": P.CANCELLED, "text": text},
+        )
+    )
     parts.append(Prepared(evs, [], lambda: [reducers.apply(d, e, now) for e in evs]))
     out = merged(parts)
     inner = out.apply
@@ -243,6 +334,7 @@ def prepare_cancel(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay,
     def apply() -> str:
         inner()
         return pid
+
     out.apply = apply
     return out
 
@@ -251,10 +343,20 @@ def prepare_pause_for(d: Daemon, pid: str, why: str, now: int) -> Prepared:
     """Paused because the token it runs on ended (``why`` says which and when): its steps
     already sent run to their end, no further step is sent."""
     pr = d.pipelines.items[pid]
-    ev = Event("pipeline_changed", None, "kliqued", d.idx().revision, None, pr.owner,
-               {"id": pid, "state": "paused",
-                "text": f"paused: {why}; no further step is sent until {pr.owner} resumes "
-                        f"it with a live token (kliqued pipeline resume {pid})"})
+    ev = Event(
+        "pipeline_changed",
+        None,
+        "kliqued",
+        d.idx().revision,
+        None,
+        pr.owner,
+        {
+            "id": pid,
+            "state": "paused",
+            "text": f"paused: {why}; no further step is sent until {pr.owner} resumes "
+            f"it with a live token (kliqued pipeline resume {pid})",
+        },
+    )
     return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
 
 
@@ -270,8 +372,15 @@ def prepare_lapsed(d: Daemon, pid: str, at: int, now: int, ov: Overlay) -> Prepa
 def prepare_rebind(d: Daemon, pid: str, token: str, now: int) -> Prepared:
     """Bound to ``token`` (its token was rotated), its state unchanged."""
     pr = d.pipelines.items[pid]
-    ev = Event("pipeline_changed", None, "kliqued", d.idx().revision, None, pr.owner,
-               {"id": pid, "state": pr.state, "text": pr.reason, "token": token})
+    ev = Event(
+        "pipeline_changed",
+        None,
+        "kliqued",
+        d.idx().revision,
+        None,
+        pr.owner,
+        {"id": pid, "state": pr.state, "text": pr.reason, "token": token},
+    )
     return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
 
 
@@ -282,21 +391,36 @@ def prepare_resume(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay) -> 
     ended, and it runs on its owner's own credential, never on another's."""
     pr = d.pipelines.get(pid)
     if pr.state not in ("running", "paused"):
-        raise ApiError(409, "conflict", f"pipeline {pid} has ended ({pr.state}): run the "
-                       f"file again (kliqued pipeline run)")
+        raise ApiError(
+            409,
+            "conflict",
+            f"pipeline {pid} has ended ({pr.state}): run the file again (kliqued pipeline run)",
+        )
     if not (p.is_user and p.name == pr.owner and p.token_id is not None):
         if pr.state == "running":
             return Prepared(apply=lambda: pid)
-        raise ApiError(409, "conflict", f"pipeline {pid} runs as {pr.owner}: only "
-                       f"{pr.owner} may resume it, with a live token of theirs (kliqued "
-                       f"pipeline resume {pid}), which binds it to that token",
-                       {"owner": pr.owner, "token": pr.token})
+        raise ApiError(
+            409,
+            "conflict",
+            f"pipeline {pid} runs as {pr.owner}: only "
+            f"{pr.owner} may resume it, with a live token of theirs (kliqued "
+            f"pipeline resume {pid}), which binds it to that token",
+            {"owner": pr.owner, "token": pr.token},
+        )
     if pr.state == "running" and pr.token == p.token_id:
         return Prepared(apply=lambda: pid)
-    ev = Event("pipeline_changed", None, p.text, d.idx().revision, None, pr.owner,
-               {"id": pid, "state": "running", "text": None, "token": p.token_id})
+    ev = Event(
+        "pipeline_changed",
+        None,
+        p.text,
+        d.idx().revision,
+        None,
+        pr.owner,
+        {"id": pid, "state": "running", "text": None, "token": p.token_id},
+    )
 
     def apply() -> str:
         reducers.apply(d, ev, now)
         return pid
+
     return Prepared([ev], [], apply)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from kliqued.daemon.events import Event
 from kliqued.daemon.storage.store import DbOp
 
+
 @dataclass
 class Prepared:
     """A request's change, validated, waiting for its commit."""
@@ -47,6 +48,7 @@ def merged(parts: list[Prepared]) -> Prepared:
         for a in applies:
             result = a()
         return result
+
     out.apply = apply
     return out
 

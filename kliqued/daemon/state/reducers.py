@@ -41,28 +41,42 @@ def _placed(d: DaemonState, ev: Event, p: E.Placed, at: int, decided: bool) -> A
 
 
 def _preempted(d: DaemonState, ev: Event, p: E.Preempted, at: int, decided: bool) -> Any:
-    return d.on_preempted(_task(ev), at, p.kind, p.text, replay=not decided, epoch=p.epoch,
-                          lost_ms=p.lost_ms)
+    return d.on_preempted(
+        _task(ev), at, p.kind, p.text, replay=not decided, epoch=p.epoch, lost_ms=p.lost_ms
+    )
 
 
-def _task_checkpointed(d: DaemonState, ev: Event, p: E.TaskCheckpointed, at: int,
-                       decided: bool) -> Any:
+def _task_checkpointed(
+    d: DaemonState, ev: Event, p: E.TaskCheckpointed, at: int, decided: bool
+) -> Any:
     d.on_checkpointed(_task(ev), p.epoch, p.at)
 
 
 def _cancelled(d: DaemonState, ev: Event, p: E.Cancelled, at: int, decided: bool) -> Any:
-    return d.on_ended(_task(ev), at, "cancelled", reason=p.text,
-                      by=ev.actor if p.by == "request" else p.by)
+    return d.on_ended(
+        _task(ev), at, "cancelled", reason=p.text, by=ev.actor if p.by == "request" else p.by
+    )
 
 
 def _ended(d: DaemonState, ev: Event, p: E.Ended, at: int, decided: bool) -> Any:
-    return d.on_ended(_task(ev), at, p.kind, p.reason, p.epoch, p.exit_code, p.signal,
-                      bool(p.lost), message=p.message, outputs=p.outputs,
-                      ran_until=p.ran_until)
+    return d.on_ended(
+        _task(ev),
+        at,
+        p.kind,
+        p.reason,
+        p.epoch,
+        p.exit_code,
+        p.signal,
+        bool(p.lost),
+        message=p.message,
+        outputs=p.outputs,
+        ran_until=p.ran_until,
+    )
 
 
-def _worker_registered(d: DaemonState, ev: Event, p: E.WorkerRegistered, at: int,
-                       decided: bool) -> Any:
+def _worker_registered(
+    d: DaemonState, ev: Event, p: E.WorkerRegistered, at: int, decided: bool
+) -> Any:
     return d.on_worker_registered(p.to_data(), at)
 
 
@@ -86,14 +100,16 @@ def _worker_lost(d: DaemonState, ev: Event, p: E.WorkerLost, at: int, decided: b
     d.on_worker_lost(p.worker, at)
 
 
-def _worker_deregistered(d: DaemonState, ev: Event, p: E.WorkerDeregistered, at: int,
-                         decided: bool) -> Any:
+def _worker_deregistered(
+    d: DaemonState, ev: Event, p: E.WorkerDeregistered, at: int, decided: bool
+) -> Any:
     d.on_worker_deregistered(p.worker, at)
 
 
 def _engine(enabled: bool) -> Reducer:
     def reduce(d: DaemonState, ev: Event, p: Any, at: int, decided: bool) -> None:
         d.on_engine(enabled, at)
+
     return reduce
 
 
@@ -101,23 +117,27 @@ def _alert(d: DaemonState, ev: Event, p: E.AlertRaised, at: int, decided: bool) 
     d.on_alert(p.to_data(), at, replay=not decided)
 
 
-def _schedule_created(d: DaemonState, ev: Event, p: E.ScheduleCreated, at: int,
-                      decided: bool) -> Any:
+def _schedule_created(
+    d: DaemonState, ev: Event, p: E.ScheduleCreated, at: int, decided: bool
+) -> Any:
     return d.schedules.on_created(p.to_data(), at)
 
 
-def _schedule_changed(d: DaemonState, ev: Event, p: E.ScheduleChanged, at: int,
-                      decided: bool) -> Any:
+def _schedule_changed(
+    d: DaemonState, ev: Event, p: E.ScheduleChanged, at: int, decided: bool
+) -> Any:
     d.schedules.on_changed(p.id, p.state, p.reason, at, p.cursor, p.token)
 
 
 def _schedule_run(d: DaemonState, ev: Event, p: E.ScheduleRun, at: int, decided: bool) -> Any:
-    d.schedules.on_run(p.id, Run(p.due, at, p.outcome, p.text, p.task, p.pipeline_id,
-                                 p.missed, p.first_missed))
+    d.schedules.on_run(
+        p.id, Run(p.due, at, p.outcome, p.text, p.task, p.pipeline_id, p.missed, p.first_missed)
+    )
 
 
-def _pipeline_started(d: DaemonState, ev: Event, p: E.PipelineStarted, at: int,
-                      decided: bool) -> Any:
+def _pipeline_started(
+    d: DaemonState, ev: Event, p: E.PipelineStarted, at: int, decided: bool
+) -> Any:
     return d.pipelines.on_started(p.to_data(), at)
 
 
@@ -125,8 +145,9 @@ def _pipeline_step(d: DaemonState, ev: Event, p: E.PipelineStep, at: int, decide
     d.pipelines.on_step(p.to_data())
 
 
-def _pipeline_changed(d: DaemonState, ev: Event, p: E.PipelineChanged, at: int,
-                      decided: bool) -> Any:
+def _pipeline_changed(
+    d: DaemonState, ev: Event, p: E.PipelineChanged, at: int, decided: bool
+) -> Any:
     d.pipelines.on_changed(p.id, p.state, p.text, p.token)
 
 
@@ -134,13 +155,15 @@ def _pipeline_ended(d: DaemonState, ev: Event, p: E.PipelineEnded, at: int, deci
     d.pipelines.on_ended(p.id, p.state, p.text, at)
 
 
-def _cloud_node_started(d: DaemonState, ev: Event, p: E.CloudNodeStarted, at: int,
-                        decided: bool) -> Any:
+def _cloud_node_started(
+    d: DaemonState, ev: Event, p: E.CloudNodeStarted, at: int, decided: bool
+) -> Any:
     return d.cloud.on_started(p.to_data(), at)
 
 
-def _cloud_node_ended(d: DaemonState, ev: Event, p: E.CloudNodeEnded, at: int,
-                      decided: bool) -> Any:
+def _cloud_node_ended(
+    d: DaemonState, ev: Event, p: E.CloudNodeEnded, at: int, decided: bool
+) -> Any:
     return d.cloud.on_ended(p.node, at, p.reason)
 
 
@@ -148,8 +171,9 @@ def _scaling_waits(d: DaemonState, ev: Event, p: E.ScalingWaits, at: int, decide
     d.cloud.on_scaling(p.pool, p.to_data(), at)
 
 
-def _spend_cap_reached(d: DaemonState, ev: Event, p: E.SpendCapReached, at: int,
-                       decided: bool) -> Any:
+def _spend_cap_reached(
+    d: DaemonState, ev: Event, p: E.SpendCapReached, at: int, decided: bool
+) -> Any:
     d.cloud.on_capped(p.pool, p.month)
 
 

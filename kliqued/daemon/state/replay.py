@@ -58,7 +58,8 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
     start = d.snapshot_at = snapshot.load(d, store, store.last_seq()) if bounded else 0
     evict_at = d.eviction.keep + history.EVICT_PER_CYCLE if bounded else None
     for seq, at, kind, task, actor, revision, grp, usr, data_text in (
-            store.read_events(after=start) if start else store.read_events()):
+        store.read_events(after=start) if start else store.read_events()
+    ):
         n += 1
         if evict_at is not None and len(d.eviction.ended) > evict_at:
             _evict(d, store, at)  # memory stays bounded through a long log
@@ -69,8 +70,9 @@ def _rebuild(d: Daemon, store: Store) -> ReplayStats:
             if kind == "submitted":
                 last_task = task
         except Exception as exc:
-            raise ReplayError(f"event {seq} ({kind} {task or ''}) does not replay: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise ReplayError(
+                f"event {seq} ({kind} {task or ''}) does not replay: {type(exc).__name__}: {exc}"
+            ) from exc
         d.seq = seq
     d.task_ids.seed(last_task)
     for tid, h, principal, name, created, by, revoked, expires in store.read_tokens():

@@ -75,17 +75,24 @@ def run_tasks(s: Schedule) -> list[str]:
     return [r.task for r in s.runs if r.task is not None]
 
 
-def view(d: Daemon, s: Schedule, now: int, n_next: int = 5,
-         known: Mapping[str, TaskRecord] | None = None) -> dict[str, Any]:
+def view(
+    d: Daemon, s: Schedule, now: int, n_next: int = 5, known: Mapping[str, TaskRecord] | None = None
+) -> dict[str, Any]:
     """``known``: its runs' tasks that left memory, read back (``history.recall_all``), so an
     old run still says how its task ended."""
-    nxt = (when.after(s.cron, s.timezone, max(s.cursor, now), n_next)
-           if s.state == "active" else [])
+    nxt = when.after(s.cron, s.timezone, max(s.cursor, now), n_next) if s.state == "active" else []
     runs = []
     for r in reversed(s.runs):
-        item: dict[str, Any] = {"due": iso(r.due), "at": iso(r.at), "outcome": r.outcome,
-                                "text": r.text, "task": r.task, "pipeline": r.pipeline,
-                                "missed": r.missed, "state": None}
+        item: dict[str, Any] = {
+            "due": iso(r.due),
+            "at": iso(r.at),
+            "outcome": r.outcome,
+            "text": r.text,
+            "task": r.task,
+            "pipeline": r.pipeline,
+            "missed": r.missed,
+            "state": None,
+        }
         rec = None if r.task is None else (d.find(r.task) or (known or {}).get(r.task))
         if rec is not None:
             item["state"] = task_state(rec) if rec.state != "ended" else end_text(rec)
@@ -94,31 +101,51 @@ def view(d: Daemon, s: Schedule, now: int, n_next: int = 5,
         runs.append(item)
     pipe = None
     if s.pipeline is not None:
-        pipe = {"file": s.pipeline.get("file"), "name": s.pipeline.get("name"),
-                "params": s.pipeline.get("params") or {}}
-    return {"id": s.id, "name": s.name, "owner": s.owner, "cron": s.cron,
-            "timezone": s.timezone, "resource": s.resource, "command": s.command,
-            "project": s.project,
-            "gpus": gpus(s.gpus_milli),
-            "labels": s.labels, "pipeline": pipe, "concurrency": s.concurrency,
-            "missed": s.missed, "deadline_s": s.deadline_s, "state": s.state,
-            "reason": s.reason, "token": s.token, "created_at": iso(s.created_at),
-            "next_runs": [iso(t) for t in nxt], "last_runs": runs}
+        pipe = {
+            "file": s.pipeline.get("file"),
+            "name": s.pipeline.get("name"),
+            "params": s.pipeline.get("params") or {},
+        }
+    return {
+        "id": s.id,
+        "name": s.name,
+        "owner": s.owner,
+        "cron": s.cron,
+        "timezone": s.timezone,
+        "resource": s.resource,
+        "command": s.command,
+        "project": s.project,
+        "gpus": gpus(s.gpus_milli),
+        "labels": s.labels,
+        "pipeline": pipe,
+        "concurrency": s.concurrency,
+        "missed": s.missed,
+        "deadline_s": s.deadline_s,
+        "state": s.state,
+        "reason": s.reason,
+        "token": s.token,
+        "created_at": iso(s.created_at),
+        "next_runs": [iso(t) for t in nxt],
+        "last_runs": runs,
+    }
 
 
 # ---------------------------------------------------------------------- changes
 
 
-def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int,
-                   ov: Overlay) -> Prepared:
+def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int, ov: Overlay) -> Prepared:
     """``f`` is checked (handlers/schedules.py); the id is made here, in log order. A user
     has at most ``MAX_PER_OWNER`` schedules (each holds its command or pipeline file)."""
     held = sum(s.owner == p.name for s in d.schedules.items.values())
     held += ov.made[("schedule", p.name)]
     if held >= MAX_PER_OWNER:
-        raise ApiError(429, "user-quota", f"{p.name} has {held} schedules, the most a user "
-                       f"may have: delete some (kliqued schedule delete)",
-                       {"held": held, "limit": MAX_PER_OWNER})
+        raise ApiError(
+            429,
+            "user-quota",
+            f"{p.name} has {held} schedules, the most a user "
+            f"may have: delete some (kliqued schedule delete)",
+            {"held": held, "limit": MAX_PER_OWNER},
+        )
     ov.made[("schedule", p.name)] += 1
     sid = d.schedules.ids.next(now)
     data = {"id": sid, "owner": p.name, "token": p.token_id, **f}
@@ -127,31 +154,57 @@ def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int,
     def apply() -> str:
         reducers.apply(d, ev, now)
         return sid
+
     return Prepared([ev], [], apply)
 
 
-def prepare_change(d: Daemon, actor: str, sid: str, state: str, reason: str | None,
-                   now: int, ov: Overlay, cursor: int | None = None) -> Prepared:
+def prepare_change(
+    d: Daemon,
+    actor: str,
+    sid: str,
+    state: str,
+    reason: str | None,
+    now: int,
+    ov: Overlay,
+    cursor: int | None = None,
+) -> Prepared:
     """``cursor``: for a resume, the time from which due times count again (the handler's
     clock; recorded, so a replay rebuilds the same cursor)."""
     s = d.schedules.get(sid)
     if s.state == state or (state == "paused" and s.state != "active"):
         if state == "paused" and s.state == "stopped":
-            raise ApiError(409, "conflict", f"schedule {sid} is stopped ({s.reason}): "
-                           f"resume it once the reason is fixed, or delete it")
+            raise ApiError(
+                409,
+                "conflict",
+                f"schedule {sid} is stopped ({s.reason}): "
+                f"resume it once the reason is fixed, or delete it",
+            )
         return Prepared(apply=lambda: sid)
-    ev = Event("schedule_changed", None, actor, d.idx().revision, None, s.owner,
-               {"id": sid, "state": state, "reason": reason,
-                **({"cursor": cursor} if cursor is not None else {})})
+    ev = Event(
+        "schedule_changed",
+        None,
+        actor,
+        d.idx().revision,
+        None,
+        s.owner,
+        {
+            "id": sid,
+            "state": state,
+            "reason": reason,
+            **({"cursor": cursor} if cursor is not None else {}),
+        },
+    )
 
     def apply() -> str:
         reducers.apply(d, ev, now)
         return sid
+
     return Prepared([ev], [], apply)
 
 
-def prepare_resume(d: Daemon, p: Principal, sid: str, now: int, ov: Overlay,
-                   at: int | None = None) -> Prepared:
+def prepare_resume(
+    d: Daemon, p: Principal, sid: str, now: int, ov: Overlay, at: int | None = None
+) -> Prepared:
     """Resumed by ``p``, in the sequencer (so no revocation slips between the check and the
     commit). Its owner resumes it with the live token of this request, and it runs on that
     token from now on; anyone else who may see it (an admin) resumes it only while the token
@@ -165,30 +218,57 @@ def prepare_resume(d: Daemon, p: Principal, sid: str, now: int, ov: Overlay,
     if token is None:
         why = d.tokens.ended(s.token, at)
         if why is not None:
-            raise ApiError(409, "conflict", f"schedule {sid} runs as {s.owner} on token "
-                           f"{s.token}, which no longer works ({why}): only {s.owner} may "
-                           f"resume it, with a live token of theirs (kliqued schedule "
-                           f"resume {sid}), which binds it to that token",
-                           {"token": s.token, "owner": s.owner})
+            raise ApiError(
+                409,
+                "conflict",
+                f"schedule {sid} runs as {s.owner} on token "
+                f"{s.token}, which no longer works ({why}): only {s.owner} may "
+                f"resume it, with a live token of theirs (kliqued schedule "
+                f"resume {sid}), which binds it to that token",
+                {"token": s.token, "owner": s.owner},
+            )
     if s.state == "active" and token in (None, s.token):
         return Prepared(apply=lambda: sid)
-    ev = Event("schedule_changed", None, p.text, d.idx().revision, None, s.owner,
-               {"id": sid, "state": "active", "reason": None, "cursor": at,
-                **({"token": token} if token is not None else {})})
+    ev = Event(
+        "schedule_changed",
+        None,
+        p.text,
+        d.idx().revision,
+        None,
+        s.owner,
+        {
+            "id": sid,
+            "state": "active",
+            "reason": None,
+            "cursor": at,
+            **({"token": token} if token is not None else {}),
+        },
+    )
 
     def apply() -> str:
         reducers.apply(d, ev, now)
         return sid
+
     return Prepared([ev], [], apply)
 
 
 def prepare_pause_for(d: Daemon, sid: str, why: str, now: int) -> Prepared:
     """Paused because the token it runs on ended (``why`` says which and when)."""
     s = d.schedules.items[sid]
-    ev = Event("schedule_changed", None, "kliqued", d.idx().revision, None, s.owner,
-               {"id": sid, "state": "paused",
-                "reason": f"paused: {why}; {s.owner} resumes it with a live token "
-                          f"(kliqued schedule resume {sid})"})
+    ev = Event(
+        "schedule_changed",
+        None,
+        "kliqued",
+        d.idx().revision,
+        None,
+        s.owner,
+        {
+            "id": sid,
+            "state": "paused",
+            "reason": f"paused: {why}; {s.owner} resumes it with a live token "
+            f"(kliqued schedule resume {sid})",
+        },
+    )
     return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
 
 
@@ -205,8 +285,15 @@ def prepare_lapsed(d: Daemon, sid: str, at: int, now: int, ov: Overlay) -> Prepa
 def prepare_rebind(d: Daemon, sid: str, token: str, now: int) -> Prepared:
     """Bound to ``token`` (its token was rotated), its state and reason unchanged."""
     s = d.schedules.items[sid]
-    ev = Event("schedule_changed", None, "kliqued", d.idx().revision, None, s.owner,
-               {"id": sid, "state": s.state, "reason": s.reason, "token": token})
+    ev = Event(
+        "schedule_changed",
+        None,
+        "kliqued",
+        d.idx().revision,
+        None,
+        s.owner,
+        {"id": sid, "state": s.state, "reason": s.reason, "token": token},
+    )
     return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
 
 
@@ -243,32 +330,64 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
     rev = d.idx().revision
     owner = Principal("user", s.owner)
 
-    def run_event(due: int, outcome: str, text: str | None, task: str | None = None,
-                  pipeline: str | None = None) -> Event:
-        return Event("schedule_run", task, "kliqued", rev, None, s.owner,
-                     {"id": s.id, "due": due, "outcome": outcome, "text": text,
-                      "task": task, "pipeline_id": pipeline, "missed": dec.missed,
-                      "first_missed": dec.first_missed})
+    def run_event(
+        due: int,
+        outcome: str,
+        text: str | None,
+        task: str | None = None,
+        pipeline: str | None = None,
+    ) -> Event:
+        return Event(
+            "schedule_run",
+            task,
+            "kliqued",
+            rev,
+            None,
+            s.owner,
+            {
+                "id": s.id,
+                "due": due,
+                "outcome": outcome,
+                "text": text,
+                "task": task,
+                "pipeline_id": pipeline,
+                "missed": dec.missed,
+                "first_missed": dec.first_missed,
+            },
+        )
+
     if dec.run is None:
         last = iso(dec.cursor)
-        ev = run_event(dec.cursor, "missed", f"{dec.missed} due time(s) up to {last} missed "
-                       f"(missed: {s.missed}" + (f", deadline {s.deadline_s} s)"
-                                                 if s.deadline_s is not None else ")"))
+        ev = run_event(
+            dec.cursor,
+            "missed",
+            f"{dec.missed} due time(s) up to {last} missed "
+            f"(missed: {s.missed}"
+            + (f", deadline {s.deadline_s} s)" if s.deadline_s is not None else ")"),
+        )
         return _with(d, Prepared(), [ev], now)
     due = dec.run
     # Who may still send this: the owner's access, now, as for any submission.
     why = denied(d, s)
     if why is not None:
         ev = run_event(due, "failed", why)
-        stop = Event("schedule_changed", None, "kliqued", rev, None, s.owner,
-                     {"id": s.id, "state": "stopped", "reason": why})
+        stop = Event(
+            "schedule_changed",
+            None,
+            "kliqued",
+            rev,
+            None,
+            s.owner,
+            {"id": s.id, "state": "stopped", "reason": why},
+        )
         return _with(d, Prepared(), [ev, stop], now)
     live = live_runs(d, s)
     parts: list[Prepared] = []
     if live and s.concurrency == "forbid":
         what = ", ".join(r.task or r.pipeline or "?" for r in live)
-        ev = run_event(due, "skipped", f"the previous run ({what}) still runs "
-                                       f"(concurrency: forbid)")
+        ev = run_event(
+            due, "skipped", f"the previous run ({what}) still runs (concurrency: forbid)"
+        )
         return _with(d, Prepared(), [ev], now)
     if live and s.concurrency == "replace":
         for r in live:
@@ -279,19 +398,40 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
                 parts.append(pipelines.prepare_cancel(d, owner, r.pipeline, now, ov, why))
     try:
         if s.pipeline is not None:
-            sub = pipelines.prepare_start(d, Principal("user", s.owner, s.token),
-                                          s.pipeline, now, ov, schedule=s.id,
-                                          loaded=_loaded(s))
+            sub = pipelines.prepare_start(
+                d,
+                Principal("user", s.owner, s.token),
+                s.pipeline,
+                now,
+                ov,
+                schedule=s.id,
+                loaded=_loaded(s),
+            )
             pid = sub.events[0].data["id"]
             ev = run_event(due, "submitted", None, pipeline=pid)
         else:
-            sub = prepare_as_owner(d, s.owner, "schedule", {
-                "resource": s.resource, "project": s.project, "gpus_milli": s.gpus_milli,
-                "command": s.command, "labels": {**s.labels, "klique.schedule": s.id}},
-                _key(s, due), now, ov)
+            sub = prepare_as_owner(
+                d,
+                s.owner,
+                "schedule",
+                {
+                    "resource": s.resource,
+                    "project": s.project,
+                    "gpus_milli": s.gpus_milli,
+                    "command": s.command,
+                    "labels": {**s.labels, "klique.schedule": s.id},
+                },
+                _key(s, due),
+                now,
+                ov,
+            )
             tid = sent(d, s.owner, sub, _key(s, due), ov)
-            ev = run_event(due, "submitted", None if sub.events else
-                           "sent already under this run's idempotency key", task=tid)
+            ev = run_event(
+                due,
+                "submitted",
+                None if sub.events else "sent already under this run's idempotency key",
+                task=tid,
+            )
     except ApiError as exc:  # its quota, a pipeline that no longer loads: this run fails
         ev = run_event(due, "failed", exc.message)
         return _with(d, merged(parts), [ev], now)
@@ -312,8 +452,7 @@ def denied(d: Daemon, s: Schedule) -> str | None:
         resources = [(s.resource, s.project, s.gpus_milli)]
     for resource, project, milli in resources:
         try:
-            check_submission(d.idx(), resource, s.owner, project, milli,
-                             require_project=True)
+            check_submission(d.idx(), resource, s.owner, project, milli, require_project=True)
         except SubmissionError as exc:
             return f"stopped: {s.owner} may no longer send to {resource}: {exc}"
     return None
@@ -331,8 +470,9 @@ def _loaded(s: Schedule) -> P.Loaded:
         raise pipeline_cache.api_error(exc) from None
 
 
-def _with(d: Daemon, before: Prepared, own: list[Event], now: int,
-          after: Prepared | None = None) -> Prepared:
+def _with(
+    d: Daemon, before: Prepared, own: list[Event], now: int, after: Prepared | None = None
+) -> Prepared:
     """``before``'s events, then ``own`` (applied through the reducers), then ``after``'s:
     one commit, applied in log order."""
     parts = [before, Prepared(own, [], lambda: [reducers.apply(d, e, now) for e in own])]

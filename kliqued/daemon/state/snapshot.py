@@ -51,16 +51,36 @@ EVERY = 100_000
 KEEP = 2
 """Snapshots kept: the newest, and the one before it should the newest not load."""
 
-FIELDS = ("index", "state", "access", "gpu_type", "session_idle", "group_path", "records",
-          "ids", "placed_count", "stored", "idem", "alerts", "estate", "seq", "task_ids",
-          "passes", "workers", "unleased", "schedules", "pipelines", "cloud", "eviction")
+FIELDS = (
+    "index",
+    "state",
+    "access",
+    "gpu_type",
+    "session_idle",
+    "group_path",
+    "records",
+    "ids",
+    "placed_count",
+    "stored",
+    "idem",
+    "alerts",
+    "estate",
+    "seq",
+    "task_ids",
+    "passes",
+    "workers",
+    "unleased",
+    "schedules",
+    "pipelines",
+    "cloud",
+    "eviction",
+)
 """The Daemon's attributes a snapshot holds. Not: tokens (their table is their state),
 live-only bookkeeping (gang offers, undelivered leases, the last pass's result, the reasons'
 cache, the records read back from the history), and what comes from flags."""
 
 
-_SOURCES = ("kliqued/daemon", "kliqued/engine", "kliqued/schedule", "compiler",
-            "klique_util")
+_SOURCES = ("kliqued/daemon", "kliqued/engine", "kliqued/schedule", "compiler", "klique_util")
 _build: str | None = None
 
 
@@ -120,11 +140,15 @@ def take(d: Daemon) -> Taken:
 def write(conn: duckdb.DuckDBPyConnection, snap: Taken, now_ms: int) -> None:
     """Stores ``snap`` and drops all but the newest :data:`KEEP` (in the caller's
     transaction)."""
-    conn.execute("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 [snap.seq, FORMAT, build_id(), snap.sha256, len(snap.body), now_ms,
-                  snap.body])
-    conn.execute("DELETE FROM snapshots WHERE seq NOT IN (SELECT seq FROM snapshots "
-                 "ORDER BY seq DESC LIMIT ?)", [KEEP])
+    conn.execute(
+        "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [snap.seq, FORMAT, build_id(), snap.sha256, len(snap.body), now_ms, snap.body],
+    )
+    conn.execute(
+        "DELETE FROM snapshots WHERE seq NOT IN (SELECT seq FROM snapshots "
+        "ORDER BY seq DESC LIMIT ?)",
+        [KEEP],
+    )
 
 
 # ---------------------------------------------------------------------- loading
@@ -133,8 +157,9 @@ def load(d: Daemon, store: Store, last_seq: int) -> int:
     replay goes on after it), 0 when none is usable (a full replay)."""
     cur = store.conn.cursor()
     try:
-        heads = cur.execute("SELECT seq, format, build, sha256, size FROM snapshots "
-                            "ORDER BY seq DESC").fetchall()
+        heads = cur.execute(
+            "SELECT seq, format, build, sha256, size FROM snapshots ORDER BY seq DESC"
+        ).fetchall()
         for seq, fmt, build, sha, size in heads:
             why = None
             if fmt != FORMAT:
@@ -144,8 +169,9 @@ def load(d: Daemon, store: Store, last_seq: int) -> int:
             elif seq > last_seq:
                 why = f"it is past the log's last event ({last_seq})"
             if why is None:
-                row = cur.execute("SELECT body FROM snapshots WHERE seq = ? AND sha256 = ?",
-                                  [seq, sha]).fetchone()
+                row = cur.execute(
+                    "SELECT body FROM snapshots WHERE seq = ? AND sha256 = ?", [seq, sha]
+                ).fetchone()
                 body = bytes(row[0]) if row else b""
                 if len(body) != size or hashlib.sha256(body).hexdigest() != sha:
                     why = "its body does not match its size and checksum (half-written)"
@@ -219,11 +245,16 @@ class Snapshotter:
             raise RuntimeError(f"the snapshot's process ended with status {status}")
         snap = Taken(seq, body, sha.decode())
         now = self.d.clock.now()
-        await loop.run_in_executor(None, self.store.write_local,
-                                   lambda conn: write(conn, snap, now))
+        await loop.run_in_executor(
+            None, self.store.write_local, lambda conn: write(conn, snap, now)
+        )
         self.taken += 1
-        log.info("snapshot at event %d: %.1f MiB in %.2f s", seq, len(body) / 2**20,
-                 time.perf_counter() - t0)
+        log.info(
+            "snapshot at event %d: %.1f MiB in %.2f s",
+            seq,
+            len(body) / 2**20,
+            time.perf_counter() - t0,
+        )
         await loop.run_in_executor(None, self._after, seq)
 
     on_taken: Callable[[int], object] | None = None
@@ -271,7 +302,7 @@ def _child(d: Daemon, w: int) -> None:
         data = hashlib.sha256(body).hexdigest().encode() + b"\n" + body
         view = memoryview(data)
         while view:
-            view = view[os.write(w, view[:1 << 20]):]
+            view = view[os.write(w, view[: 1 << 20]) :]
         code = 0
     finally:
         os._exit(code)

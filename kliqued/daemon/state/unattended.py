@@ -27,8 +27,13 @@ resolution is a minute)."""
 
 
 class Unattended:
-    def __init__(self, d: Daemon, seq: Sequencer, now: Callable[[], int] | None = None,
-                 tick_s: float = TICK_S) -> None:
+    def __init__(
+        self,
+        d: Daemon,
+        seq: Sequencer,
+        now: Callable[[], int] | None = None,
+        tick_s: float = TICK_S,
+    ) -> None:
         self.d, self.seq, self.tick_s = d, seq, tick_s
         self.now = now or d.clock.now
         self.revision: str | None = None

@@ -38,17 +38,18 @@ AFTER_MS = 30 * 24 * 3600 * 1000
 """Default retention of the chatter after a task ends (``kliqued serve --compact-after``)."""
 
 
-
 def delete_sql(mark: str) -> str:
     """The DELETE, in either dialect (``mark``: ``?`` for DuckDB, ``%s`` for psycopg),
     with parameters (upto_seq, ended_from_ms, ended_before_ms, upto_seq): the chatter of the
     tasks that ended in the window, up to the snapshot, whose log ends there."""
     kinds = ", ".join(f"'{k}'" for k in NOISE)
     ends = ", ".join(f"'{k}'" for k in ENDS)
-    return (f"DELETE FROM events WHERE kind IN ({kinds}) AND seq <= {mark} AND task IN ("
-            f"SELECT e.task FROM events e WHERE e.kind IN ({ends}) AND e.task IS NOT NULL"
-            f" AND e.at_ms >= {mark} AND e.at_ms < {mark} AND NOT EXISTS ("
-            f"SELECT 1 FROM events l WHERE l.task = e.task AND l.seq > {mark}))")
+    return (
+        f"DELETE FROM events WHERE kind IN ({kinds}) AND seq <= {mark} AND task IN ("
+        f"SELECT e.task FROM events e WHERE e.kind IN ({ends}) AND e.task IS NOT NULL"
+        f" AND e.at_ms >= {mark} AND e.at_ms < {mark} AND NOT EXISTS ("
+        f"SELECT 1 FROM events l WHERE l.task = e.task AND l.seq > {mark}))"
+    )
 
 
 class Compactor:
@@ -72,14 +73,20 @@ class Compactor:
         if before <= since:
             return 0
         removed = self.store.compact(delete_sql, [upto_seq, since, before, upto_seq])
-        self.store.write_local(lambda conn: conn.execute(
-            "INSERT INTO log_compactions VALUES (?, ?, ?, ?, ?)",
-            [now, upto_seq, since, before, removed]))
+        self.store.write_local(
+            lambda conn: conn.execute(
+                "INSERT INTO log_compactions VALUES (?, ?, ?, ?, ?)",
+                [now, upto_seq, since, before, removed],
+            )
+        )
         if removed:
-            log.info("log compaction: %d worker events of tasks ended before %s removed "
-                     "(up to event %d)", removed,
-                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(before / 1000)),
-                     upto_seq)
+            log.info(
+                "log compaction: %d worker events of tasks ended before %s removed "
+                "(up to event %d)",
+                removed,
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(before / 1000)),
+                upto_seq,
+            )
         return removed
 
 
@@ -87,6 +94,7 @@ def _window(cur: duckdb.DuckDBPyConnection, upto_seq: int) -> tuple[int, int]:
     """(where the last run's window ended, the time of event ``upto_seq``)."""
     row = cur.execute("SELECT max(ended_before_ms) FROM log_compactions").fetchone()
     since = int(row[0]) if row and row[0] is not None else 0
-    row = cur.execute("SELECT at_ms FROM events WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
-                      [upto_seq]).fetchone()
+    row = cur.execute(
+        "SELECT at_ms FROM events WHERE seq <= ? ORDER BY seq DESC LIMIT 1", [upto_seq]
+    ).fetchone()
     return since, int(row[0]) if row else 0

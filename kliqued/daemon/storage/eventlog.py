@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TokenInsert:
     """A new token row (only the keyed hash of its secret)."""
+
     id: str
     hash: str
     principal: str
@@ -37,6 +38,7 @@ class TokenInsert:
 @dataclass(frozen=True)
 class TokenUpdate:
     """One column of one token changes: revoked, its end moved, or its hash re-keyed."""
+
     id: str
     column: Literal["revoked_at_ms", "expires_at_ms", "hash"]
     value: Any
@@ -44,18 +46,27 @@ class TokenUpdate:
 
 TokenWrite = Union[TokenInsert, TokenUpdate]
 
-TOKEN_COLUMNS = ("id", "hash", "principal", "name", "created_at_ms", "created_by",
-                 "revoked_at_ms", "expires_at_ms")
+TOKEN_COLUMNS = (
+    "id",
+    "hash",
+    "principal",
+    "name",
+    "created_at_ms",
+    "created_by",
+    "revoked_at_ms",
+    "expires_at_ms",
+)
 """The order of a token row as :meth:`EventLog.read_tokens` returns it."""
 
-INSERT_TOKEN = ("INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by, "
-                "expires_at_ms) VALUES ({p})")
+INSERT_TOKEN = (
+    "INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by, "
+    "expires_at_ms) VALUES ({p})"
+)
 UPDATABLE = frozenset({"revoked_at_ms", "expires_at_ms", "hash"})
 
 
 def token_params(w: TokenInsert) -> list[Any]:
-    return [w.id, w.hash, w.principal, w.name, w.created_at_ms, w.created_by,
-            w.expires_at_ms]
+    return [w.id, w.hash, w.principal, w.name, w.created_at_ms, w.created_by, w.expires_at_ms]
 
 
 class EventLog(Protocol):
@@ -81,8 +92,9 @@ class EventLog(Protocol):
 
     def begin(self) -> None: ...
 
-    def write(self, rows: list[tuple], tokens: list[TokenWrite],
-              ledger: Sequence[LedgerWrite] = ()) -> None:
+    def write(
+        self, rows: list[tuple], tokens: list[TokenWrite], ledger: Sequence[LedgerWrite] = ()
+    ) -> None:
         """Stages a batch's event rows (seq assigned, in order) and token writes, and its
         ledger writes when this log keeps a ledger of its own (PostgreSQL's)."""
 
@@ -116,6 +128,7 @@ class DuckLog:
 
     def migrate(self) -> None:
         from kliqued.daemon.storage.schema import SCHEMA
+
         for stmt in SCHEMA:
             self.conn.execute(stmt)
 
@@ -126,8 +139,9 @@ class DuckLog:
     def read_events(self, after: int = 0, chunk: int = 20_000) -> Iterator[tuple]:
         cur = self.conn.cursor()
         try:
-            cur.execute(f"SELECT {', '.join(COLUMNS)} FROM events WHERE seq > ? ORDER BY seq",
-                        [after])
+            cur.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM events WHERE seq > ? ORDER BY seq", [after]
+            )
             while True:
                 rows = cur.fetchmany(chunk)
                 if not rows:
@@ -138,13 +152,15 @@ class DuckLog:
 
     def read_tokens(self) -> list[tuple]:
         return self.conn.execute(
-            f"SELECT {', '.join(TOKEN_COLUMNS)} FROM tokens ORDER BY id").fetchall()
+            f"SELECT {', '.join(TOKEN_COLUMNS)} FROM tokens ORDER BY id"
+        ).fetchall()
 
     def begin(self) -> None:
         pass
 
-    def write(self, rows: list[tuple], tokens: list[TokenWrite],
-              ledger: Sequence[LedgerWrite] = ()) -> None:
+    def write(
+        self, rows: list[tuple], tokens: list[TokenWrite], ledger: Sequence[LedgerWrite] = ()
+    ) -> None:
         """``ledger`` is ignored: the ledger in this file is written by the Store on the same
         connection (``ledger.ops.apply_duck``)."""
         if rows:
@@ -157,8 +173,7 @@ class DuckLog:
                 self.conn.execute(INSERT_TOKEN.format(p=", ".join("?" * 7)), token_params(w))
             else:
                 assert w.column in UPDATABLE
-                self.conn.execute(f"UPDATE tokens SET {w.column} = ? WHERE id = ?",
-                                  [w.value, w.id])
+                self.conn.execute(f"UPDATE tokens SET {w.column} = ? WHERE id = ?", [w.value, w.id])
 
     def commit(self) -> None:
         pass

@@ -43,7 +43,8 @@ def load(path: Path, must_exist: bool) -> bytes:
             f"the token key {path} is missing, but the database holds tokens hashed with it: "
             f"restore the file from the backup it was saved with (without it no stored token "
             f"can be checked). To start over with new tokens instead, delete the rows of the "
-            f"'tokens' table and start again (a new first admin token is printed).")
+            f"'tokens' table and start again (a new first admin token is printed)."
+        )
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # made by someone else just now
@@ -65,11 +66,14 @@ def _read(path: Path) -> bytes:
         text = path.read_text(encoding="ascii").strip()
         key = bytes.fromhex(text)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"the token key {path} is unreadable ({exc}): restore it from "
-                           f"its backup") from None
+        raise KeyFileError(
+            f"the token key {path} is unreadable ({exc}): restore it from its backup"
+        ) from None
     if len(key) < KEY_BYTES:
-        raise KeyFileError(f"the token key {path} is {len(key)} bytes; it must hold "
-                           f"{KEY_BYTES} random bytes as hex: restore it from its backup")
+        raise KeyFileError(
+            f"the token key {path} is {len(key)} bytes; it must hold "
+            f"{KEY_BYTES} random bytes as hex: restore it from its backup"
+        )
     return key
 
 
@@ -78,11 +82,14 @@ def missing(db: str | Path, store: "Store") -> str | None:
     keyed tokens and the key is not beside ``db`` (never made here: a standby must get the
     leader's key, docs/ha.md). None when it could."""
     from kliqued.daemon.ids import TokenHasher
+
     path = key_path(db)
     if path.exists() or not any(TokenHasher.is_keyed(r[1]) for r in store.read_tokens()):
         return None
-    return (f"the token key {path} is missing, but the database holds tokens hashed with "
-            f"it: copy it from the leader's machine (it is never in the database)")
+    return (
+        f"the token key {path} is missing, but the database holds tokens hashed with "
+        f"it: copy it from the leader's machine (it is never in the database)"
+    )
 
 
 def open_hasher(db: str | Path, store: "Store") -> tuple["TokenHasher", int]:
@@ -94,6 +101,7 @@ def open_hasher(db: str | Path, store: "Store") -> tuple["TokenHasher", int]:
     from kliqued.daemon.storage.eventlog import TokenUpdate
     from kliqued.daemon.ids import TokenHasher
     from kliqued.daemon.storage.store import Batch
+
     rows = store.read_tokens()
     keyed = any(TokenHasher.is_keyed(r[1]) for r in rows)
     hasher = TokenHasher(load(key_path(db), must_exist=keyed))

@@ -21,8 +21,14 @@ from kliqued.ledger import pgschema, pgwriter
 from kliqued.ledger.ops import LedgerWrite
 
 from kliqued.daemon.errors import DaemonError
-from kliqued.daemon.storage.eventlog import INSERT_TOKEN, TOKEN_COLUMNS, UPDATABLE, TokenInsert, TokenWrite, \
-    token_params
+from kliqued.daemon.storage.eventlog import (
+    INSERT_TOKEN,
+    TOKEN_COLUMNS,
+    UPDATABLE,
+    TokenInsert,
+    TokenWrite,
+    token_params,
+)
 from kliqued.daemon.events import COLUMNS
 from kliqued.daemon.errors import Deposed
 
@@ -32,27 +38,38 @@ FENCE_SQL = "SELECT epoch FROM klique_leader WHERE id = 1 FOR SHARE"
 no room above it)."""
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
-    (1, "events and tokens", [
-        """CREATE TABLE events (
+    (
+        1,
+        "events and tokens",
+        [
+            """CREATE TABLE events (
             seq BIGINT PRIMARY KEY, at_ms BIGINT NOT NULL, kind TEXT NOT NULL, task TEXT,
             actor TEXT, revision TEXT, grp TEXT, usr TEXT, data JSON)""",
-        "CREATE INDEX events_task ON events (task) WHERE task IS NOT NULL",
-        "CREATE INDEX events_kind ON events (kind)",
-        """CREATE TABLE tokens (
+            "CREATE INDEX events_task ON events (task) WHERE task IS NOT NULL",
+            "CREATE INDEX events_kind ON events (kind)",
+            """CREATE TABLE tokens (
             id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, principal TEXT NOT NULL,
             name TEXT, created_at_ms BIGINT NOT NULL, created_by TEXT,
             revoked_at_ms BIGINT, expires_at_ms BIGINT)""",
-    ]),
-    (2, "the leader's lease", [
-        """CREATE TABLE klique_leader (
+        ],
+    ),
+    (
+        2,
+        "the leader's lease",
+        [
+            """CREATE TABLE klique_leader (
             id INT PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL, holder TEXT, url TEXT,
             expires_at TIMESTAMPTZ NOT NULL, acquired_at TIMESTAMPTZ)""",
-        "INSERT INTO klique_leader (id, epoch, expires_at) VALUES (1, 0, '-infinity')",
-    ]),
+            "INSERT INTO klique_leader (id, epoch, expires_at) VALUES (1, 0, '-infinity')",
+        ],
+    ),
     (3, "ledger tables", pgschema.TABLES),
     (4, "ledger views", pgschema.view_statements(until=pgschema.LOST_WORK_VIEW)),
-    (5, "lost work: preemptions", [pgschema.lost.PG_TABLE,
-                                   pgschema.view_create(pgschema.LOST_WORK_VIEW)]),
+    (
+        5,
+        "lost work: preemptions",
+        [pgschema.lost.PG_TABLE, pgschema.view_create(pgschema.LOST_WORK_VIEW)],
+    ),
 ]
 """(version, what it does, statements): append only; a released migration never changes."""
 
@@ -101,10 +118,14 @@ class PgLog:
         except psycopg.Error as exc:
             hint = ""
             if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-                hint = (" (kliqued's role must be able to create tables: make it the "
-                        "database's owner, createdb -O ROLE, or GRANT CREATE ON SCHEMA public)")
-            raise PgError(f"cannot bring the schema of {self.label} up to date: "
-                          f"{self._applying}: {_first_line(exc)}{hint}") from None
+                hint = (
+                    " (kliqued's role must be able to create tables: make it the "
+                    "database's owner, createdb -O ROLE, or GRANT CREATE ON SCHEMA public)"
+                )
+            raise PgError(
+                f"cannot bring the schema of {self.label} up to date: "
+                f"{self._applying}: {_first_line(exc)}{hint}"
+            ) from None
 
     _applying = "the version table klique_schema"
 
@@ -114,22 +135,25 @@ class PgLog:
             self._applying = "the version table klique_schema"
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS klique_schema (version INT PRIMARY KEY, "
-                "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+                "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
             row = self.conn.execute("SELECT max(version) FROM klique_schema").fetchone()
             have = int(row[0]) if row and row[0] is not None else 0
             known = MIGRATIONS[-1][0]
             if have > known:
                 raise PgError(
                     f"{self.label} has schema version {have}, newer than this kliqued knows "
-                    f"({known}): run the kliqued that migrated it, or a newer one")
+                    f"({known}): run the kliqued that migrated it, or a newer one"
+                )
             for version, name, statements in MIGRATIONS:
                 if version <= have:
                     continue
                 self._applying = f"migration {version} ({name})"
                 for stmt in statements:
                     self.conn.execute(stmt)
-                self.conn.execute("INSERT INTO klique_schema (version, name) VALUES (%s, %s)",
-                                  [version, name])
+                self.conn.execute(
+                    "INSERT INTO klique_schema (version, name) VALUES (%s, %s)", [version, name]
+                )
 
     def schema_version(self) -> int:
         row = self.conn.execute("SELECT max(version) FROM klique_schema").fetchone()
@@ -144,20 +168,25 @@ class PgLog:
         # a server-side cursor: a long log streams in chunks, not all in memory at once
         with self.conn.transaction(), self.conn.cursor(name="klique_replay") as cur:
             cur.itersize = chunk
-            cur.execute(f"SELECT {', '.join(COLUMNS[:-1])}, data::text FROM events "
-                        f"WHERE seq > %s ORDER BY seq", [after])
+            cur.execute(
+                f"SELECT {', '.join(COLUMNS[:-1])}, data::text FROM events "
+                f"WHERE seq > %s ORDER BY seq",
+                [after],
+            )
             yield from cur
 
     def read_tokens(self) -> list[tuple]:
         return self.conn.execute(
-            f"SELECT {', '.join(TOKEN_COLUMNS)} FROM tokens ORDER BY id").fetchall()
+            f"SELECT {', '.join(TOKEN_COLUMNS)} FROM tokens ORDER BY id"
+        ).fetchall()
 
     # ------------------------------------------------------------------ writes
     def begin(self) -> None:
         self.conn.execute("BEGIN")
 
-    def write(self, rows: list[tuple], tokens: list[TokenWrite],
-              ledger: Sequence[LedgerWrite] = ()) -> None:
+    def write(
+        self, rows: list[tuple], tokens: list[TokenWrite], ledger: Sequence[LedgerWrite] = ()
+    ) -> None:
         """Stages the batch's events, token writes and ledger writes (the ledger is in this
         database too: ``kliqued.ledger.pgwriter``). A value PostgreSQL refuses (a NUL in
         text, a number out of range, a key taken) is a ``ValueError``: the sequencer's sign
@@ -168,15 +197,18 @@ class PgLog:
         except (psycopg.DataError, psycopg.IntegrityError) as exc:
             raise ValueError(f"PostgreSQL refused the data: {_first_line(exc)}") from exc
 
-    def _write(self, rows: list[tuple], tokens: list[TokenWrite],
-               ledger: Sequence[LedgerWrite]) -> None:
+    def _write(
+        self, rows: list[tuple], tokens: list[TokenWrite], ledger: Sequence[LedgerWrite]
+    ) -> None:
         with self.conn.cursor() as cur:
             if self.fence is not None:
                 row = cur.execute(FENCE_SQL).fetchone()
                 if row is None or int(row[0]) != self.fence:
-                    raise Deposed(f"this daemon's lease (epoch {self.fence}) is no longer the "
-                                  f"leader's (epoch {row[0] if row else None}): the batch is "
-                                  f"not written")
+                    raise Deposed(
+                        f"this daemon's lease (epoch {self.fence}) is no longer the "
+                        f"leader's (epoch {row[0] if row else None}): the batch is "
+                        f"not written"
+                    )
             if rows:
                 with cur.copy(f"COPY events ({', '.join(COLUMNS)}) FROM STDIN") as copy:
                     for r in rows:
@@ -186,14 +218,22 @@ class PgLog:
                     cur.execute(INSERT_TOKEN.format(p=", ".join(["%s"] * 7)), token_params(w))
                 else:
                     assert w.column in UPDATABLE
-                    cur.execute(f"UPDATE tokens SET {w.column} = %s WHERE id = %s",
-                                [w.value, w.id])
+                    cur.execute(f"UPDATE tokens SET {w.column} = %s WHERE id = %s", [w.value, w.id])
             for op in ledger:
                 pgwriter.apply(cur, op)
 
     # ------------------------------------------------------------------ the ledger's seed
-    SEED_TABLES = ("ledger", "prices", "cloud_nodes", "capacity", "reservations",
-                   "ledger_monthly", "ledger_monthly_pending", "ledger_feed", "preemptions")
+    SEED_TABLES = (
+        "ledger",
+        "prices",
+        "cloud_nodes",
+        "capacity",
+        "reservations",
+        "ledger_monthly",
+        "ledger_monthly_pending",
+        "ledger_feed",
+        "preemptions",
+    )
     """The ledger's tables, copied once from the DuckDB file of a deployment whose ledger
     was kept there before this database held one (:meth:`seed_ledger`)."""
 
@@ -211,22 +251,28 @@ class PgLog:
         copied = 0
         with self.conn.transaction(), self.conn.cursor() as cur:
             for table in self.SEED_TABLES:
-                cur.execute("SELECT column_name FROM information_schema.columns WHERE "
-                            "table_schema = current_schema() AND table_name = %s "
-                            "ORDER BY ordinal_position", [table])
+                cur.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE "
+                    "table_schema = current_schema() AND table_name = %s "
+                    "ORDER BY ordinal_position",
+                    [table],
+                )
                 columns = [r[0] for r in cur.fetchall()]
                 quoted = ", ".join(f'"{c}"' for c in columns)
                 with cur.copy(f"COPY {table} ({quoted}) FROM STDIN") as copy:
                     for row in read(table, columns):
                         copy.write_row(row)
                         copied += table == "ledger"
-            cur.execute("SELECT setval('ledger_feed_seq', coalesce(max(seq), 0) + 1, false) "
-                        "FROM ledger_feed")
+            cur.execute(
+                "SELECT setval('ledger_feed_seq', coalesce(max(seq), 0) + 1, false) "
+                "FROM ledger_feed"
+            )
         return copied
 
     def ledger_fingerprint(self) -> tuple:
         """``store.FINGERPRINT`` of this ledger."""
         from kliqued.daemon.storage.store import FINGERPRINT
+
         row = self.conn.execute(FINGERPRINT).fetchone()
         return tuple(int(v) for v in row) if row else ()
 
@@ -234,15 +280,21 @@ class PgLog:
         """A ledger table's columns and its rows (streamed by a server-side cursor): what
         fills a new local file's copy of the ledger (``Store._seed_ledger``)."""
         assert table in self.SEED_TABLES
-        columns = [r[0] for r in self.conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = "
-            "current_schema() AND table_name = %s ORDER BY ordinal_position", [table])]
+        columns = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+                "current_schema() AND table_name = %s ORDER BY ordinal_position",
+                [table],
+            )
+        ]
 
         def rows() -> Iterator[tuple]:
             with self.conn.transaction(), self.conn.cursor(name=f"klique_{table}") as cur:
                 cur.itersize = 20_000
                 cur.execute(f"SELECT * FROM {table}")
                 yield from cur
+
         return columns, rows()
 
     # ------------------------------------------------------------------ prepared batches
@@ -255,9 +307,14 @@ class PgLog:
     def pending(self) -> list[str]:
         """This database's prepared batches left by an older kliqued that stopped between
         its two phases (kliqued now commits each batch in one transaction)."""
-        return [g for (g,) in self.conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
-            "current_database() ORDER BY prepared", [GID_PREFIX + "%"])]
+        return [
+            g
+            for (g,) in self.conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
+                "current_database() ORDER BY prepared",
+                [GID_PREFIX + "%"],
+            )
+        ]
 
     def compact(self, sql: Callable[[str], str], params: list[Any]) -> int:
         """A transaction of its own, fenced as a batch is: a deposed leader deletes
@@ -266,9 +323,11 @@ class PgLog:
             if self.fence is not None:
                 row = cur.execute(FENCE_SQL).fetchone()
                 if row is None or int(row[0]) != self.fence:
-                    raise Deposed(f"this daemon's lease (epoch {self.fence}) is no longer the "
-                                  f"leader's (epoch {row[0] if row else None}): the log is "
-                                  f"not compacted")
+                    raise Deposed(
+                        f"this daemon's lease (epoch {self.fence}) is no longer the "
+                        f"leader's (epoch {row[0] if row else None}): the log is "
+                        f"not compacted"
+                    )
             cur.execute(sql("%s"), params)
             return max(0, cur.rowcount)
 
@@ -282,8 +341,9 @@ class PgLog:
             self.conn.close()
         except psycopg.Error:
             pass
-        self.conn = psycopg.connect(self.url, autocommit=True, application_name="kliqued",
-                                    connect_timeout=5)
+        self.conn = psycopg.connect(
+            self.url, autocommit=True, application_name="kliqued", connect_timeout=5
+        )
 
     def commit(self) -> None:
         """The batch is durable when this returns (PostgreSQL's COMMIT)."""

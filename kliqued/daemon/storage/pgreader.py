@@ -48,8 +48,9 @@ FEED = ("ledger_feed",)
 (``kliqued.ledger.feed``; the intervals' ids in closing order, nothing more)."""
 
 
-def grant(conn: psycopg.Connection, role: str = ROLE,
-          limits: tuple[tuple[str, str], ...] = ROLE_LIMITS) -> str | None:
+def grant(
+    conn: psycopg.Connection, role: str = ROLE, limits: tuple[tuple[str, str], ...] = ROLE_LIMITS
+) -> str | None:
     """Makes ``role`` finance's read-only role with the settings ``limits`` (see the module's
     docstring); returns a warning when it cannot (the role is missing and kliqued may not
     create it or set a limit; another daemon granting at the same moment), None when
@@ -61,8 +62,7 @@ def grant(conn: psycopg.Connection, role: str = ROLE,
         return f"could not grant finance's role {role} its reads ({first}): docs/ha.md"
 
 
-def _grant(conn: psycopg.Connection, role: str,
-           limits: tuple[tuple[str, str], ...]) -> str | None:
+def _grant(conn: psycopg.Connection, role: str, limits: tuple[tuple[str, str], ...]) -> str | None:
     ident = sql.Identifier(role)
     with conn.transaction():
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone()
@@ -70,35 +70,43 @@ def _grant(conn: psycopg.Connection, role: str,
         try:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident))
         except psycopg.errors.InsufficientPrivilege:
-            return (f"finance's SQL needs the role {role}, and kliqued's role may not create "
-                    f"it: as PostgreSQL's admin, CREATE ROLE {role} LOGIN PASSWORD '...'; "
-                    f"until then ledger SQL answers that it cannot log in (docs/ha.md)")
+            return (
+                f"finance's SQL needs the role {role}, and kliqued's role may not create "
+                f"it: as PostgreSQL's admin, CREATE ROLE {role} LOGIN PASSWORD '...'; "
+                f"until then ledger SQL answers that it cannot log in (docs/ha.md)"
+            )
         except psycopg.errors.DuplicateObject:
             pass  # another daemon made it meanwhile
     with conn.transaction():
         try:
             with conn.transaction():
-                conn.execute(sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on")
-                             .format(ident))
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(ident)
+                )
         except psycopg.errors.InsufficientPrivilege:
-            log.info("cannot ALTER ROLE %s (no CREATEROLE): its queries are read-only by their "
-                     "own transactions", role)
+            log.info(
+                "cannot ALTER ROLE %s (no CREATEROLE): its queries are read-only by their "
+                "own transactions",
+                role,
+            )
         conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {}").format(ident))
-        conn.execute(sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}")
-                     .format(ident))
-        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(
-            sql.SQL(", ").join(sql.Identifier(r) for r in (*sandbox.RELATIONS, *FEED)), ident))
+        conn.execute(sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}").format(ident))
+        conn.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(
+                sql.SQL(", ").join(sql.Identifier(r) for r in (*sandbox.RELATIONS, *FEED)), ident
+            )
+        )
     return _limit(conn, role, limits)
 
 
-def _limit(conn: psycopg.Connection, role: str,
-           limits: tuple[tuple[str, str], ...]) -> str | None:
+def _limit(conn: psycopg.Connection, role: str, limits: tuple[tuple[str, str], ...]) -> str | None:
     """Sets ``limits`` on ``role`` (its sessions' defaults); returns what the administrator
     should run for those kliqued's role may not set, or None."""
     refused = []
     for name, value in limits:
         statement = sql.SQL("ALTER ROLE {} SET {} = {}").format(
-            sql.Identifier(role), sql.SQL(name), sql.Literal(value))
+            sql.Identifier(role), sql.SQL(name), sql.Literal(value)
+        )
         try:
             with conn.transaction():
                 conn.execute(statement)
@@ -106,10 +114,12 @@ def _limit(conn: psycopg.Connection, role: str,
             refused.append(statement.as_string(conn))
     if not refused:
         return None
-    return (f"kliqued's role may not set all the bounds of finance's queries on {role} "
-            f"(temp_file_limit needs a superuser): as PostgreSQL's superuser, run "
-            f"{'; '.join(refused)}; until then a query's spill to disk is bounded by its "
-            f"deadline only (docs/ha.md)")
+    return (
+        f"kliqued's role may not set all the bounds of finance's queries on {role} "
+        f"(temp_file_limit needs a superuser): as PostgreSQL's superuser, run "
+        f"{'; '.join(refused)}; until then a query's spill to disk is bounded by its "
+        f"deadline only (docs/ha.md)"
+    )
 
 
 def reader_url(url: str, role: str = ROLE) -> str:
@@ -140,8 +150,10 @@ class Readers:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
         except psycopg.Error as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise LedgerSqlError("unavailable", f"the ledger's database {self.label} cannot "
-                                                f"be used for ledger SQL: {first}") from None
+            raise LedgerSqlError(
+                "unavailable",
+                f"the ledger's database {self.label} cannot be used for ledger SQL: {first}",
+            ) from None
         self._local.conn = conn
         with self._lock:
             self._all.add(conn)
@@ -155,8 +167,10 @@ class Readers:
             conn = psycopg.connect(self.url, connect_timeout=5)
         except psycopg.Error as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise LedgerSqlError("unavailable", f"the ledger's database {self.label} cannot "
-                                                f"be used for the export: {first}") from None
+            raise LedgerSqlError(
+                "unavailable",
+                f"the ledger's database {self.label} cannot be used for the export: {first}",
+            ) from None
         conn.read_only = True
         return conn
 
@@ -167,8 +181,10 @@ class Readers:
             return fn(handle)
         except psycopg.OperationalError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise LedgerSqlError("unavailable", f"the ledger's database {self.label} was lost "
-                                                f"during the read: {first}") from None
+            raise LedgerSqlError(
+                "unavailable",
+                f"the ledger's database {self.label} was lost during the read: {first}",
+            ) from None
 
     def release(self, handle: Any) -> None:
         """Kept for the thread's next query; a broken one is dropped."""

@@ -61,9 +61,14 @@ class DuckCursors:
 
 
 class QueryPool:
-    def __init__(self, conn: Any, threads: int = 2, max_waiting: int = 8,
-                 handles: Handles | None = None,
-                 before: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        threads: int = 2,
+        max_waiting: int = 8,
+        handles: Handles | None = None,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """``conn``: the DuckDB connection whose cursors run the queries, or ``handles``:
         where they run instead (PostgreSQL: ``pgreader.Readers``). ``before``: awaited
         before each query (the Store's ``settled``: the file has what was committed)."""
@@ -73,7 +78,8 @@ class QueryPool:
         self.threads = threads
         self.max_waiting = max_waiting
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="ledger-sql")
+            threads, thread_name_prefix="ledger-sql"
+        )
         self._pending = 0  # running + waiting; changed on the event loop's thread only
         self._running: set[Any] = set()  # cursors of running queries, for shutdown
         self._lock = threading.Lock()
@@ -87,8 +93,10 @@ class QueryPool:
         :class:`Busy` when the line is full and :class:`Expired` when ``deadline``
         (``time.monotonic()``) passes before a thread takes it."""
         if self._pending >= self.threads + self.max_waiting:
-            raise Busy(f"{self._pending} ledger queries are running or waiting "
-                       f"(at most {self.threads} run at once)")
+            raise Busy(
+                f"{self._pending} ledger queries are running or waiting "
+                f"(at most {self.threads} run at once)"
+            )
         self._pending += 1
         if self._before is not None:
             try:
@@ -117,7 +125,8 @@ class QueryPool:
             wrapped = asyncio.wrap_future(future)
             try:
                 return await asyncio.wait_for(
-                    asyncio.shield(wrapped), max(0.0, deadline - time.monotonic()) + GRACE_S)
+                    asyncio.shield(wrapped), max(0.0, deadline - time.monotonic()) + GRACE_S
+                )
             except asyncio.TimeoutError:
                 if future.cancel() or not started.done():
                     raise Expired() from None

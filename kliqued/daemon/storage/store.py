@@ -53,11 +53,13 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_WAL = "256MB"
 
-FINGERPRINT = ("SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM ledger WHERE "
-               "end_at IS NULL), (SELECT coalesce(max(seq), 0) FROM ledger_feed), "
-               "(SELECT count(*) FROM prices), (SELECT count(*) FROM capacity), "
-               "(SELECT count(*) FROM cloud_nodes), (SELECT count(*) FROM cloud_nodes WHERE "
-               "end_at IS NULL), (SELECT count(*) FROM preemptions)")
+FINGERPRINT = (
+    "SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM ledger WHERE "
+    "end_at IS NULL), (SELECT coalesce(max(seq), 0) FROM ledger_feed), "
+    "(SELECT count(*) FROM prices), (SELECT count(*) FROM capacity), "
+    "(SELECT count(*) FROM cloud_nodes), (SELECT count(*) FROM cloud_nodes WHERE "
+    "end_at IS NULL), (SELECT count(*) FROM preemptions)"
+)
 """What tells a local copy of the ledger from PostgreSQL's, in SQL both run: rows opened
 and closed, prices, capacity snapshots, cloud nodes (a copy behind another daemon's lead
 differs in one of them)."""
@@ -96,8 +98,9 @@ class Batch:
 
 
 class Store:
-    def __init__(self, path: str, log: EventLog | None = None,
-                 memory_limit: str = DEFAULT_MEMORY) -> None:
+    def __init__(
+        self, path: str, log: EventLog | None = None, memory_limit: str = DEFAULT_MEMORY
+    ) -> None:
         """``path``: the DuckDB file; ``log``: where the events and tokens are kept when not
         in that file (PostgreSQL); ``memory_limit``: the most memory DuckDB may use (its
         ``memory_limit``, e.g. ``2GB``), which also bounds a finance query's (a query that
@@ -105,8 +108,9 @@ class Store:
         self.path = path
         self.recovered = []
         try:
-            self.conn = duckdb.connect(path, config={"enable_external_access": False,
-                                                     "memory_limit": memory_limit})
+            self.conn = duckdb.connect(
+                path, config={"enable_external_access": False, "memory_limit": memory_limit}
+            )
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower():
@@ -114,15 +118,19 @@ class Store:
                 who = f" (process {pid.group(1)})" if pid else ""
                 raise DatabaseLocked(
                     f"{path} is in use by another process{who}: only one kliqued serve may "
-                    f"open a database; stop it first, or give another --db") from None
+                    f"open a database; stop it first, or give another --db"
+                ) from None
             raise
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="db-write")
         self._readers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="db-read")
         self.log: EventLog = log or DuckLog(self.conn, path)
         self._copy: DuckLog | None = None if log is None else DuckLog(self.conn, path)
         """The local copy of the events (audit reads) when the log is elsewhere."""
-        self._filer = (self._writer if log is None else
-                       concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="db-file"))
+        self._filer = (
+            self._writer
+            if log is None
+            else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="db-file")
+        )
         """The thread of every write to the DuckDB file: the write thread itself with DuckDB
         alone (the file is the log); with PostgreSQL a thread of its own, which the file's
         part of each batch is handed to (:meth:`_hand`), so that its jobs run in commit
@@ -139,8 +147,11 @@ class Store:
         """Told (on the file thread) when the file thread fails: the daemon's fatal path."""
         self._follow_delay = float(os.environ.get(FOLLOW_DELAY_ENV) or 0) if log else 0.0
         if self._follow_delay:
-            logging.getLogger(__name__).warning("%s: the file thread waits %.2f s before each batch (tests only)",
-                         FOLLOW_DELAY_ENV, self._follow_delay)
+            logging.getLogger(__name__).warning(
+                "%s: the file thread waits %.2f s before each batch (tests only)",
+                FOLLOW_DELAY_ENV,
+                self._follow_delay,
+            )
         self.ledger_queries = QueryPool(self.conn, before=self.settled)
         """Finance's SQL: threads of its own, so event reads never wait behind it."""
         self.finance_queries: QueryPool | None = None
@@ -210,7 +221,8 @@ class Store:
             raise StoreMismatch(
                 f"{self.path} holds events up to {have} but {self.log.label} only up to "
                 f"{logged}: they are not the same deployment's (was the database restored "
-                f"from an older backup?). Give the --ledger-db written with this database")
+                f"from an older backup?). Give the --ledger-db written with this database"
+            )
         if have < logged:
             self.conn.execute("BEGIN TRANSACTION")
             try:
@@ -222,8 +234,11 @@ class Store:
                         batch = []
                 copy.write(batch, [])
                 # the ledger's writes of these events are not here: known behind
-                self.conn.execute("INSERT INTO ledger_behind SELECT ? WHERE NOT EXISTS "
-                                  "(SELECT 1 FROM ledger_behind)", [have])
+                self.conn.execute(
+                    "INSERT INTO ledger_behind SELECT ? WHERE NOT EXISTS "
+                    "(SELECT 1 FROM ledger_behind)",
+                    [have],
+                )
                 self.conn.execute("COMMIT")
             except BaseException:
                 copy.rollback()
@@ -244,15 +259,19 @@ class Store:
         log = self.log
         if not hasattr(log, "seed_ledger"):
             return
-        has = self.conn.execute("SELECT (SELECT count(*) FROM ledger) + "
-                                "(SELECT count(*) FROM capacity)").fetchone()
+        has = self.conn.execute(
+            "SELECT (SELECT count(*) FROM ledger) + (SELECT count(*) FROM capacity)"
+        ).fetchone()
         file_empty = not (has and has[0])
         pg_empty = getattr(log, "ledger_empty")()
         behind = self._one("SELECT count(*) FROM ledger_behind") > 0
         if pg_empty and not file_empty:
             self.seeded = log.seed_ledger(self._file_table)
-        elif not pg_empty and (file_empty or behind or self._one_row(FINGERPRINT)
-                               != getattr(log, "ledger_fingerprint")()):
+        elif not pg_empty and (
+            file_empty
+            or behind
+            or self._one_row(FINGERPRINT) != getattr(log, "ledger_fingerprint")()
+        ):
             self.seeded_file = self._fill_file(log, replace=not file_empty)
         if behind:
             self.conn.execute("DELETE FROM ledger_behind")
@@ -281,8 +300,10 @@ class Store:
             for table in log.SEED_TABLES:
                 columns, rows = log.read_table(table)
                 if ledger_schema._columns(self.conn, table) != columns:
-                    raise StoreMismatch(f"{self.path}'s {table} has other columns than "
-                                        f"{log.label}'s: give a new --ledger-db")
+                    raise StoreMismatch(
+                        f"{self.path}'s {table} has other columns than "
+                        f"{log.label}'s: give a new --ledger-db"
+                    )
                 appender = self.conn.appender(table)
                 batch: list[tuple] = []
                 for row in rows:
@@ -343,8 +364,9 @@ class Store:
     def _commit_file(self, batch: Batch) -> None:
         """The DuckDB file is the log: the events, tokens and the ledger in one transaction."""
         conn = self.conn
-        tokens: list[TokenWrite] = [op for op in batch.ops
-                                    if isinstance(op, (TokenInsert, TokenUpdate))]
+        tokens: list[TokenWrite] = [
+            op for op in batch.ops if isinstance(op, (TokenInsert, TokenUpdate))
+        ]
         conn.execute("BEGIN TRANSACTION")
         try:
             self.log.write(batch.rows, tokens)
@@ -369,9 +391,11 @@ class Store:
         failure of the file thread before is this batch's failure: nothing of it is
         written, and the daemon stops (the restart brings the file up to date)."""
         if self.follow_failed is not None:
-            raise CopyBehind(f"{self.path} could not apply a batch committed in "
-                             f"{self.log.label} ({self.follow_failed}): stopping; the restart "
-                             f"brings the file up to date")
+            raise CopyBehind(
+                f"{self.path} could not apply a batch committed in "
+                f"{self.log.label} ({self.follow_failed}): stopping; the restart "
+                f"brings the file up to date"
+            )
         tokens: list[TokenWrite] = []
         ledger: list[LedgerWrite] = []
         local: list[DbOp] = []
@@ -439,9 +463,15 @@ class Store:
                 except Exception:
                     pass
             self.follow_failed = exc
-            log.error("kliqued: %s could not apply %d batch(es) committed in %s (%s: %s); "
-                      "stopping: the restart brings the file up to date", self.path,
-                      len(parts), self.log.label, type(exc).__name__, exc)
+            log.error(
+                "kliqued: %s could not apply %d batch(es) committed in %s (%s: %s); "
+                "stopping: the restart brings the file up to date",
+                self.path,
+                len(parts),
+                self.log.label,
+                type(exc).__name__,
+                exc,
+            )
             if self.on_follow_failed is not None:
                 try:
                     self.on_follow_failed(exc)
@@ -451,8 +481,11 @@ class Store:
             self._applied += len(parts)
 
     def _undo(self) -> None:
-        for undo in (self.log.rollback, *((self._copy.rollback,) if self._copy else ()),
-                     lambda: self.conn.execute("ROLLBACK")):
+        for undo in (
+            self.log.rollback,
+            *((self._copy.rollback,) if self._copy else ()),
+            lambda: self.conn.execute("ROLLBACK"),
+        ):
             try:
                 undo()
             except Exception:
@@ -463,6 +496,7 @@ class Store:
         thread: what only this file keeps and replay writes (the evicted tasks' history,
         snapshots), while the log may still be streaming the replay's events; with
         PostgreSQL after every batch handed to the file before it."""
+
         def run() -> None:
             self.conn.execute("BEGIN TRANSACTION")
             try:
@@ -471,6 +505,7 @@ class Store:
                 self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
+
         self._filer.submit(run).result()
 
     def read_sync(self, fn: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
@@ -522,8 +557,11 @@ class Store:
             return
         free = free_bytes(self.path)
         if free is not None and free < RESUME_FREE_BYTES:
-            raise OSError(errno.ENOSPC, f"No space left on device: {free} bytes free beside "
-                                        f"{self.path}, {RESUME_FREE_BYTES} wanted to resume")
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device: {free} bytes free beside "
+                f"{self.path}, {RESUME_FREE_BYTES} wanted to resume",
+            )
 
     async def last_seq_async(self) -> int:
         """:meth:`last_seq` from the event loop (the write thread reads it)."""
@@ -561,8 +599,10 @@ class Store:
 
     def _refuse_if_failed(self) -> None:
         if self.follow_failed is not None:
-            raise Unavailable(f"the local file {self.path} is behind the log and kliqued is "
-                              f"stopping; retry after its restart")
+            raise Unavailable(
+                f"the local file {self.path} is behind the log and kliqued is "
+                f"stopping; retry after its restart"
+            )
 
     async def cursor(self) -> duckdb.DuckDBPyConnection:
         """A fresh cursor of the file once it is :meth:`settled` (streamed exports); the
@@ -582,15 +622,24 @@ class Store:
                 return fn(cur)
             finally:
                 cur.close()
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, run)
 
-    def page_events(self, cur: duckdb.DuckDBPyConnection, where: list[str], params: list,
-                    limit: int, max_bytes: int) -> tuple[list[dict], bool]:
+    def page_events(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        where: list[str],
+        params: list,
+        limit: int,
+        max_bytes: int,
+    ) -> tuple[list[dict], bool]:
         """At most ``limit`` events in log order, the page also stopping once its events' data
         passes ``max_bytes`` (at least one event): (events, whether more may follow)."""
-        sql = (f"SELECT seq, at_ms, kind, task, actor, revision, data FROM events"
-               f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq LIMIT ?")
+        sql = (
+            f"SELECT seq, at_ms, kind, task, actor, revision, data FROM events"
+            f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY seq LIMIT ?"
+        )
         cur.execute(sql, [*params, limit])
         out: list[dict] = []
         budget = max_bytes
@@ -601,14 +650,24 @@ class Store:
             if budget < 0:
                 return out, True
             budget -= len(r[6] or "") + 256
-            out.append({"seq": r[0], "at_ms": r[1], "kind": r[2], "task": r[3], "actor": r[4],
-                        "revision": r[5], "data": json.loads(r[6]) if r[6] else {}})
+            out.append(
+                {
+                    "seq": r[0],
+                    "at_ms": r[1],
+                    "kind": r[2],
+                    "task": r[3],
+                    "actor": r[4],
+                    "revision": r[5],
+                    "data": json.loads(r[6]) if r[6] else {},
+                }
+            )
         return out, True
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
         """Checkpoint (the WAL folded into the file) and close; called after the last
         commit. The file thread first applies what is queued (its jobs run in order)."""
+
         def fin() -> None:
             if self._copy is not None:
                 self._copy.close()
@@ -616,6 +675,7 @@ class Store:
                 self.log.close()
             self.conn.execute("CHECKPOINT")
             self.conn.close()
+
         self._readers.shutdown(wait=True)
         self.ledger_queries.shutdown()
         if self.finance_queries is not None:

@@ -41,6 +41,7 @@ _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 class StoreFault:
     """The store is away: what kind, where (a path or a URL without password), and the first
     line of what the database said."""
+
     kind: FaultKind
     where: str
     detail: str
@@ -54,14 +55,22 @@ class StoreFault:
         """What a write gets while the store is away: 507 Insufficient Storage for a full
         disk, 503 otherwise; either way with ``Retry-After`` and nothing recorded."""
         if self.kind == "disk-full":
-            return StoreAway(507, "insufficient-storage",
-                             f"the event log cannot be written: the {self.text()}; nothing "
-                             f"was recorded. Reads still answer; retry once space is freed "
-                             f"(kliqued resumes by itself)", RETRY_AFTER_S)
-        return StoreAway(503, "store-unavailable",
-                         f"the event log cannot be written: kliqued {self.text()}; nothing "
-                         f"was recorded. Reads still answer; retry shortly (kliqued "
-                         f"reconnects by itself)", RETRY_AFTER_S)
+            return StoreAway(
+                507,
+                "insufficient-storage",
+                f"the event log cannot be written: the {self.text()}; nothing "
+                f"was recorded. Reads still answer; retry once space is freed "
+                f"(kliqued resumes by itself)",
+                RETRY_AFTER_S,
+            )
+        return StoreAway(
+            503,
+            "store-unavailable",
+            f"the event log cannot be written: kliqued {self.text()}; nothing "
+            f"was recorded. Reads still answer; retry shortly (kliqued "
+            f"reconnects by itself)",
+            RETRY_AFTER_S,
+        )
 
 
 def first_line(exc: BaseException) -> str:

@@ -17,8 +17,9 @@ from multidict import CIMultiDict
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]],
-                    Callable[[Message], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[
+    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
+]
 
 
 def scope_of(request: web.Request) -> Scope:
@@ -26,13 +27,18 @@ def scope_of(request: web.Request) -> Scope:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     sock = request.transport.get_extra_info("sockname") if request.transport else None
     return {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": f"{request.version.major}.{request.version.minor}",
-        "method": request.method, "scheme": request.scheme, "path": request.path,
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
         "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
-        "root_path": "", "query_string": request.query_string.encode("latin-1"),
-        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                    for k, v in request.headers.items()],
+        "root_path": "",
+        "query_string": request.query_string.encode("latin-1"),
+        "headers": [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()
+        ],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
         "server": tuple(sock[:2]) if isinstance(sock, tuple) else None,
         "state": {},
@@ -58,8 +64,9 @@ async def serve(app: ASGIApp, request: web.Request, body: bytes) -> web.StreamRe
     async def send(message: Message) -> None:
         nonlocal resp
         if message["type"] == "http.response.start":
-            headers = CIMultiDict((k.decode("latin-1"), v.decode("latin-1"))
-                                  for k, v in message.get("headers", ()))
+            headers = CIMultiDict(
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", ())
+            )
             resp = web.StreamResponse(status=message["status"], headers=headers)
         elif message["type"] == "http.response.body":
             if resp is None:

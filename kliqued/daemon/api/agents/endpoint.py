@@ -52,13 +52,16 @@ class Endpoint:
         from mcp.server.transport_security import TransportSecuritySettings
 
         from kliqued.daemon.api.agents import tools
+
         self.server = server = tools.build(self.context)
         # No DNS-rebinding host check: every request must carry a bearer token, which a page
         # that rebinds a name to the daemon cannot send (docs/decisions.md, Channels: MCP).
         self.app = server.streamable_http_app(
-            streamable_http_path=PATH, stateless_http=True, json_response=True,
-            transport_security=TransportSecuritySettings(
-                enable_dns_rebinding_protection=False))
+            streamable_http_path=PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
 
     async def _run(self) -> None:
         assert self.server is not None
@@ -102,6 +105,7 @@ class Endpoint:
         body = await request.read()
         await self._started()
         from kliqued.daemon.api.agents import tools  # loaded by _started
+
         with tools.acting_as(principal):
             return await asgi.serve(self.app, request, body)
 
@@ -114,8 +118,11 @@ def metadata(request: web.Request) -> dict[str, Any]:
     resource, and that a bearer token goes in the Authorization header. No authorization
     server is named: tokens are made with ``kliqued token create`` (docs/identity.md)."""
     base = f"{request.scheme}://{request.host}"
-    return {"resource": base + PATH, "bearer_methods_supported": ["header"],
-            "resource_name": "Klique (MCP)"}
+    return {
+        "resource": base + PATH,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Klique (MCP)",
+    }
 
 
 def www_authenticate(request: web.Request, description: str) -> str:

@@ -21,8 +21,12 @@ async def mcp(request: web.Request) -> web.StreamResponse:
 async def mcp_stream(request: web.Request) -> web.StreamResponse:
     """The MCP server-to-client stream: not offered (the spec's 405). The endpoint is
     stateless, so nothing would ever come on it, and each one would hold a connection."""
-    raise ApiError(405, "method-not-allowed", "GET /mcp: this MCP endpoint is stateless and "
-                   "offers no server-to-client stream; send requests with POST /mcp")
+    raise ApiError(
+        405,
+        "method-not-allowed",
+        "GET /mcp: this MCP endpoint is stateless and "
+        "offers no server-to-client stream; send requests with POST /mcp",
+    )
 
 
 async def resource_metadata(request: web.Request) -> web.Response:
@@ -33,11 +37,32 @@ PEOPLE = ("admin", "finance", "user")
 RULE = "each tool: the rights of the API operation it stands for (docs/channels.md)"
 
 ROUTES = [
-    Route("POST", PATH, mcp, "mcp", PEOPLE, rule=RULE,
-          hint="an agent acts as a person: use a user's token"),
-    Route("GET", PATH, mcp_stream, "mcpStream", PEOPLE, rule=RULE,
-          hint="an agent acts as a person: use a user's token"),
-    Route("DELETE", PATH, mcp, "mcpEnd", PEOPLE, rule=RULE,
-          hint="an agent acts as a person: use a user's token"),
+    Route(
+        "POST",
+        PATH,
+        mcp,
+        "mcp",
+        PEOPLE,
+        rule=RULE,
+        hint="an agent acts as a person: use a user's token",
+    ),
+    Route(
+        "GET",
+        PATH,
+        mcp_stream,
+        "mcpStream",
+        PEOPLE,
+        rule=RULE,
+        hint="an agent acts as a person: use a user's token",
+    ),
+    Route(
+        "DELETE",
+        PATH,
+        mcp,
+        "mcpEnd",
+        PEOPLE,
+        rule=RULE,
+        hint="an agent acts as a person: use a user's token",
+    ),
     Route("GET", METADATA_PATH, resource_metadata, "mcpResourceMetadata", PUBLIC),
 ]

@@ -39,9 +39,17 @@ ACTING_AS: ContextVar[Principal | None] = ContextVar("klique_mcp_principal", def
 request's token (``endpoint.py``), or by an in-process caller (``acting_as``). The SDK carries
 it from the HTTP request to the tool call (it copies the sender's context per message)."""
 
-OPS: dict[str, Route] = {r.operation_id: r for r in (
-    *meta.ROUTES, *tasks.ROUTES, *workers.ROUTES, *resources.ROUTES, *policies.ROUTES,
-    *pools.ROUTES)}
+OPS: dict[str, Route] = {
+    r.operation_id: r
+    for r in (
+        *meta.ROUTES,
+        *tasks.ROUTES,
+        *workers.ROUTES,
+        *resources.ROUTES,
+        *policies.ROUTES,
+        *pools.ROUTES,
+    )
+}
 """The API operations the tools stand for, with who may call them (the route tables)."""
 
 LOG_BYTES = 64 * 1024
@@ -54,7 +62,8 @@ INSTRUCTIONS = (
     "reason means and what the user can do; read_log reads a task's output; cancel_task stops "
     "it; budget shows the group's GPU-hours used, left, burn rate and projected run-out; "
     "list_pools shows capacity. Everything you submit or cancel is recorded as the user's, "
-    "through the mcp channel.")
+    "through the mcp channel."
+)
 
 T = TypeVar("T")
 
@@ -92,16 +101,23 @@ async def _now(value: T) -> T:
 
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-CHANGE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                         open_world_hint=False)
-STOP = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                       open_world_hint=False)
+CHANGE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+STOP = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
 
 
 def build(c: Context) -> MCPServer:
     """The MCP server of a running daemon (``c``), with its tools."""
-    server = MCPServer("klique", title="Klique GPU allocation", instructions=INSTRUCTIONS,
-                       version="1", warn_on_duplicate_tools=True)
+    server = MCPServer(
+        "klique",
+        title="Klique GPU allocation",
+        instructions=INSTRUCTIONS,
+        version="1",
+        warn_on_duplicate_tools=True,
+    )
     d = c.daemon
 
     @server.tool(annotations=READ)
@@ -117,9 +133,14 @@ def build(c: Context) -> MCPServer:
         return await _as("listResources", lambda p: _now(resources.resources_of(d, p)))
 
     @server.tool(annotations=CHANGE)
-    async def submit_task(resource: str, command: list[str], gpus: float | None = None,
-                          project: str | None = None, labels: dict[str, str] | None = None,
-                          idempotency_key: str | None = None) -> dict[str, Any]:
+    async def submit_task(
+        resource: str,
+        command: list[str],
+        gpus: float | None = None,
+        project: str | None = None,
+        labels: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
         """Send a task (a command and its arguments, e.g. ["python", "train.py"]) to a
         compute resource the user may use (list_resources, `may_submit`). `gpus` only for a
         resource whose size comes from the task; `project` where the group asks for one.
@@ -133,21 +154,23 @@ def build(c: Context) -> MCPServer:
         async def go(p: Principal) -> dict[str, Any]:
             _, rec = await submit_as(c, p, body, "mcp", idempotency_key)
             return views.task(d, rec)
+
         return await _as("submitTask", go)
 
     @server.tool(annotations=READ)
     async def show_task(task_id: str) -> dict[str, Any]:
         """A task: its state, where it is (pool, worker), its place in line and why it waits
         (`waiting_reason`), or why it ended (`end`); with the reason explained."""
+
         async def go(p: Principal) -> dict[str, Any]:
             await history.recall(c.store, d, task_id)  # an ended task evicted since
             view = views.task(d, tasks.visible_task(d, p, task_id))
             return {**view, "explained": explain(view)}
+
         return await _as("getTask", go)
 
     @server.tool(annotations=READ)
-    async def explain_task(task_id: str | None = None, kind: str | None = None
-                           ) -> dict[str, Any]:
+    async def explain_task(task_id: str | None = None, kind: str | None = None) -> dict[str, Any]:
         """A task's reason in plain words: what it means and what the user can do. Give a
         `task_id`, or a reason `kind` alone (order, user_limit, limit, budget, capacity,
         pending, worker)."""
@@ -160,8 +183,9 @@ def build(c: Context) -> MCPServer:
                 raise ToolError(clip(str(exc))) from None
         tid = task_id or ""
         await history.recall(c.store, d, tid)  # an ended task evicted since
-        return await _as("getTask", lambda p: _now(explain(
-            views.task(d, tasks.visible_task(d, p, tid)))))
+        return await _as(
+            "getTask", lambda p: _now(explain(views.task(d, tasks.visible_task(d, p, tid))))
+        )
 
     @server.tool(annotations=STOP)
     async def cancel_task(task_id: str, reason: str | None = None) -> dict[str, Any]:
@@ -169,26 +193,35 @@ def build(c: Context) -> MCPServer:
         frees its GPUs). Cancelling an ended task changes nothing. `reason` is recorded."""
         if reason is not None and len(reason) > 1024:
             raise ToolError("reason: at most 1024 characters")
-        return await _as("cancelTask", lambda p: tasks.cancel_as(c, p, task_id, reason,
-                                                                 "mcp"))
+        return await _as("cancelTask", lambda p: tasks.cancel_as(c, p, task_id, reason, "mcp"))
 
     @server.tool(annotations=READ)
-    async def read_log(task_id: str, attempt: int | None = None, offset: int = 0,
-                       max_bytes: int = LOG_BYTES) -> dict[str, Any]:
+    async def read_log(
+        task_id: str, attempt: int | None = None, offset: int = 0, max_bytes: int = LOG_BYTES
+    ) -> dict[str, Any]:
         """A task's output (stdout and stderr), from byte `offset`, at most `max_bytes`
         (up to 1 MiB). `attempt` is a placement's number (default: the latest; `attempts`
         lists them). Read on from `next_offset`; `complete` says the attempt has ended."""
-        if offset < 0 or not 1 <= max_bytes <= workers.MAX_READ or (
-                attempt is not None and attempt < 1):
-            raise ToolError(f"offset must be >= 0, max_bytes 1 to {workers.MAX_READ}, "
-                            "attempt >= 1")
+        if (
+            offset < 0
+            or not 1 <= max_bytes <= workers.MAX_READ
+            or (attempt is not None and attempt < 1)
+        ):
+            raise ToolError(f"offset must be >= 0, max_bytes 1 to {workers.MAX_READ}, attempt >= 1")
 
         async def go(p: Principal) -> dict[str, Any]:
             log = await workers.log_of(c, p, task_id, attempt, offset, max_bytes)
-            return {"task": task_id, "attempt": log.epoch, "attempts": log.epochs,
-                    "text": log.data.decode("utf-8", "replace"), "offset": offset,
-                    "next_offset": log.next_offset, "size": log.size,
-                    "complete": log.complete}
+            return {
+                "task": task_id,
+                "attempt": log.epoch,
+                "attempts": log.epochs,
+                "text": log.data.decode("utf-8", "replace"),
+                "offset": offset,
+                "next_offset": log.next_offset,
+                "size": log.size,
+                "complete": log.complete,
+            }
+
         return await _as("getTaskLog", go)
 
     @server.tool(annotations=READ)
@@ -196,15 +229,18 @@ def build(c: Context) -> MCPServer:
         """The budgets of the user's groups (or one `policy`): GPU-hours used and left in
         the period, the burn rate (budget hours per hour), the projected run-out (null: not
         before the reset), when it resets, and GPUs used against reservation and limit."""
+
         def go(p: Principal) -> dict[str, Any]:
             out = policies.policies_of(d, p)
             if policy is not None:
                 out["policies"] = [x for x in out["policies"] if x["name"] == policy]
                 if not out["policies"]:
                     name = excerpt(policy, quoted=False)
-                    raise ApiError(404, "not-found", f"no policy {name} among those "
-                                   f"{p.text} may see")
+                    raise ApiError(
+                        404, "not-found", f"no policy {name} among those {p.text} may see"
+                    )
             return out
+
         return await _as("listPolicies", lambda p: _now(go(p)))
 
     @server.tool(annotations=READ)

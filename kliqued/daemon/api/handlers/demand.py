@@ -37,8 +37,10 @@ def since_ms(text: str | None, now: int) -> int:
     try:
         return now - parse_duration(text) * SECOND_MS
     except ValueError:
-        raise ValueError("since: expected a duration back from now (14d, 36h) or an RFC 3339 "
-                         f"time, found {excerpt(text)}") from None
+        raise ValueError(
+            "since: expected a duration back from now (14d, 36h) or an RFC 3339 "
+            f"time, found {excerpt(text)}"
+        ) from None
 
 
 def status(rec: TaskRecord) -> str:
@@ -60,18 +62,27 @@ def placed_ms(rec: TaskRecord, now: int) -> int:
     return ms
 
 
-def demand_rows(d: Daemon, start: int, now: int,
-                stored: Iterable[TaskRecord] = ()) -> Iterator[DemandRow]:
+def demand_rows(
+    d: Daemon, start: int, now: int, stored: Iterable[TaskRecord] = ()
+) -> Iterator[DemandRow]:
     """The tasks submitted at or after ``start``, in submission order (id order): those in
     memory and ``stored``, the ended ones that left it (history.py)."""
     records = d.records
-    recs = [r for r in (records.get(i) for i in d.ids)
-            if r is not None and r.submitted_at >= start]
+    recs = [r for r in (records.get(i) for i in d.ids) if r is not None and r.submitted_at >= start]
     recs += [r for r in stored if r.id not in records]
     recs.sort(key=lambda r: r.id)
     for rec in recs:
-        yield DemandRow(rec.id, rec.submitted_at, rec.resource, rec.user, rec.project,
-                        rec.gpus_milli, placed_ms(rec, now), rec.channel, status(rec))
+        yield DemandRow(
+            rec.id,
+            rec.submitted_at,
+            rec.resource,
+            rec.user,
+            rec.project,
+            rec.gpus_milli,
+            placed_ms(rec, now),
+            rec.channel,
+            status(rec),
+        )
 
 
 async def demand(request: web.Request) -> web.Response:
@@ -83,17 +94,30 @@ async def demand(request: web.Request) -> web.Response:
         raise bad_request(str(exc)) from None
     if start > now:
         raise bad_request("since: the window starts in the future")
-    headers = {"X-Klique-Revision": d.estate.revision,
-               "Content-Disposition": 'attachment; filename="demand.csv"'}
+    headers = {
+        "X-Klique-Revision": d.estate.revision,
+        "Content-Disposition": 'attachment; filename="demand.csv"',
+    }
     if d.estate.commit:
         headers["X-Klique-Commit"] = d.estate.commit
-    stored = await ctx(request).store.read(lambda cur: history.page(
-        cur, None, 2**62, submitted_from=start))
-    return web.Response(text=to_csv(demand_rows(d, start, now, stored)), content_type="text/csv",
-                        charset="utf-8", headers=headers)
+    stored = await ctx(request).store.read(
+        lambda cur: history.page(cur, None, 2**62, submitted_from=start)
+    )
+    return web.Response(
+        text=to_csv(demand_rows(d, start, now, stored)),
+        content_type="text/csv",
+        charset="utf-8",
+        headers=headers,
+    )
 
 
 ROUTES = [
-    Route("GET", "/v1/demand", demand, "getDemand", ("admin", "planner"),
-          hint="CI's `kliqued plan --what-if-from` holds a role:planner token"),
+    Route(
+        "GET",
+        "/v1/demand",
+        demand,
+        "getDemand",
+        ("admin", "planner"),
+        hint="CI's `kliqued plan --what-if-from` holds a role:planner token",
+    ),
 ]

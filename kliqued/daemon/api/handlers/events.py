@@ -28,8 +28,13 @@ def scope(d: Daemon, p: Principal) -> tuple[list[str], list]:
     acc = d.acc()
     admin = sorted(acc.admin_of(p.name))
     groups = sorted(acc.groups_of(p.name) | acc.admin_of(p.name))
-    return (["(usr = ? OR list_contains(?::VARCHAR[], grp) OR "
-             "(kind = 'alert' AND list_contains(?::VARCHAR[], grp)))"], [p.name, admin, groups])
+    return (
+        [
+            "(usr = ? OR list_contains(?::VARCHAR[], grp) OR "
+            "(kind = 'alert' AND list_contains(?::VARCHAR[], grp)))"
+        ],
+        [p.name, admin, groups],
+    )
 
 
 async def list_events(request: web.Request) -> web.Response:
@@ -45,8 +50,11 @@ async def list_events(request: web.Request) -> web.Response:
     params: list = [since]
     if task is not None:
         rec = await history.recall(c.store, d, task)
-        if rec is None or not d.acc().sees_task(p, rec.user, rec.group) and not (
-                p.is_admin or p.is_finance):
+        if (
+            rec is None
+            or not d.acc().sees_task(p, rec.user, rec.group)
+            and not (p.is_admin or p.is_finance)
+        ):
             # as GET /tasks/{id}: another user's task is not disclosed, and an empty log
             # would read as "nothing happened"
             raise not_found(f"no task {excerpt(task, quoted=False)}")
@@ -58,13 +66,24 @@ async def list_events(request: web.Request) -> web.Response:
     cond, args = scope(d, p)
     where += cond
     params += args
-    rows, more = await c.store.read(lambda cur: c.store.page_events(
-        cur, where, params, limit, limits.MAX_PAGE_BYTES))
-    return reply({"events": [views.event(r) for r in rows],
-                  "next": rows[-1]["seq"] if more and rows else None})
+    rows, more = await c.store.read(
+        lambda cur: c.store.page_events(cur, where, params, limit, limits.MAX_PAGE_BYTES)
+    )
+    return reply(
+        {
+            "events": [views.event(r) for r in rows],
+            "next": rows[-1]["seq"] if more and rows else None,
+        }
+    )
 
 
 ROUTES = [
-    Route("GET", "/v1/events", list_events, "listEvents", ("admin", "finance", "user"),
-          rule="a user: their tasks, their admin groups' tasks and their groups' alerts"),
+    Route(
+        "GET",
+        "/v1/events",
+        list_events,
+        "listEvents",
+        ("admin", "finance", "user"),
+        rule="a user: their tasks, their admin groups' tasks and their groups' alerts",
+    ),
 ]

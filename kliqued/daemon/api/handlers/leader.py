@@ -13,14 +13,26 @@ async def leader(request: web.Request) -> web.Response:
     c = ctx(request)
     lease = c.lease
     if lease is None:  # a DuckDB file: one daemon, the leader by construction
-        return reply({"status": "ok", "role": "leader", "self": c.server_url,
-                      "leader": {"url": c.server_url, "epoch": None, "holder": None}})
+        return reply(
+            {
+                "status": "ok",
+                "role": "leader",
+                "self": c.server_url,
+                "leader": {"url": c.server_url, "epoch": None, "holder": None},
+            }
+        )
     if not lease.holds():  # paused past its lease: a standby may lead by now (docs/ha.md)
-        return reply({"status": "standby", "role": "standby", "self": lease.advertise_url,
-                      "leader": None})
-    return reply({"status": "ok", "role": "leader", "self": lease.advertise_url,
-                  "leader": {"url": lease.advertise_url, "epoch": lease.epoch,
-                             "holder": lease.holder}})
+        return reply(
+            {"status": "standby", "role": "standby", "self": lease.advertise_url, "leader": None}
+        )
+    return reply(
+        {
+            "status": "ok",
+            "role": "leader",
+            "self": lease.advertise_url,
+            "leader": {"url": lease.advertise_url, "epoch": lease.epoch, "holder": lease.holder},
+        }
+    )
 
 
 ROUTES = [Route("GET", "/v1/leader", leader, "leader", PUBLIC)]

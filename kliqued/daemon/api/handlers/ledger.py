@@ -45,8 +45,9 @@ def scope(d: Daemon, p: Principal) -> list[str] | None:
         heads = sorted(g.name for g in index.estate.groups if p.name in g.admins)
         if heads:
             return heads
-    raise forbidden("the ledger is for finance, admins and group admins (who read their "
-                    "groups' subtrees)")
+    raise forbidden(
+        "the ledger is for finance, admins and group admins (who read their groups' subtrees)"
+    )
 
 
 def _pool(c, groups: list[str] | None) -> tuple[QueryPool, bool]:
@@ -74,18 +75,21 @@ async def sql(request: web.Request) -> web.Response:
     timeout = float(body.get("timeout_s", TIMEOUT_S))
     deadline = arrived + timeout
     pool, pg = _pool(c, groups)
-    run = (lambda cur: ledger_sql.run_readonly(cur, body["sql"], limit=limit,
-                                               timeout_s=timeout, deadline=deadline,
-                                               groups=groups))
+    run = lambda cur: ledger_sql.run_readonly(
+        cur, body["sql"], limit=limit, timeout_s=timeout, deadline=deadline, groups=groups
+    )
     if pg:  # PostgreSQL's privileges, not DuckDB's sandbox (docs/ha.md)
         from kliqued.ledger import pgsql
-        run = (lambda conn: pgsql.run_readonly(conn, body["sql"], limit=limit,
-                                               timeout_s=timeout, deadline=deadline))
+
+        run = lambda conn: pgsql.run_readonly(
+            conn, body["sql"], limit=limit, timeout_s=timeout, deadline=deadline
+        )
     try:
         res = await pool.run(run, deadline)
     except Busy as exc:
-        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
-                       {"retry_after_s": 2}) from None
+        raise ApiError(
+            503, "busy", f"{exc}; try again in a few seconds", {"retry_after_s": 2}
+        ) from None
     except Expired:
         err = ledger_sql.timeout_error(timeout, queued=True)
         raise ApiError(STATUS["timeout"], err.code, err.message) from None
@@ -101,8 +105,12 @@ async def export(request: web.Request) -> web.StreamResponse:
     if end < start:
         raise bad_request("`to` is before `from`")
     pg = _pool(ctx(request), groups)[1]
-    return await _stream_csv(request, lambda cur: ledger_export.export_csv(
-        cur, start, end, groups=groups, pg=pg), f"ledger.{fmt}", pg=pg)
+    return await _stream_csv(
+        request,
+        lambda cur: ledger_export.export_csv(cur, start, end, groups=groups, pg=pg),
+        f"ledger.{fmt}",
+        pg=pg,
+    )
 
 
 def _borrowed(request: web.Request) -> str:
@@ -128,9 +136,14 @@ async def focus(request: web.Request) -> web.StreamResponse:
     # derived on DuckDB only for now: docs/ha.md)
     pg = _pool(ctx(request), groups)[1] and borrowed != "split"
     try:
-        return await _stream_csv(request, lambda cur: ledger_focus.focus_csv(
-            cur, period, groups=groups, borrowed=borrowed, pg=pg),
-            f"focus-{period:%Y-%m}.csv", pg=pg)
+        return await _stream_csv(
+            request,
+            lambda cur: ledger_focus.focus_csv(
+                cur, period, groups=groups, borrowed=borrowed, pg=pg
+            ),
+            f"focus-{period:%Y-%m}.csv",
+            pg=pg,
+        )
     except ledger_focus.NoPrice as exc:
         raise ApiError(422, "no-price", str(exc), {"gpu_types": exc.gpu_types}) from None
 
@@ -159,10 +172,10 @@ async def statement(request: web.Request) -> web.Response:
     index = c.daemon.index
     estate = index.estate if index is not None else None
     paths = ledger_writer.group_paths(estate) if estate is not None else {}
-    if groups is not None and group in paths and \
-            not set(paths[group].split("/")) & set(groups):
-        raise forbidden(f"the statement of {group} is outside the groups you administer "
-                        f"({', '.join(groups)})")
+    if groups is not None and group in paths and not set(paths[group].split("/")) & set(groups):
+        raise forbidden(
+            f"the statement of {group} is outside the groups you administer ({', '.join(groups)})"
+        )
 
     borrowed = _borrowed(request)
     # the statement reads the local file's ledger (with PostgreSQL, its copy): its lines
@@ -174,15 +187,20 @@ async def statement(request: web.Request) -> web.Response:
         try:
             attribution = estate.settings.attribution if estate else None
             return ledger_statement.build(
-                cur, group, period, paths, estate.settings.currency if estate else "EUR",
-                estate.policies if estate else (), visible=groups,
-                reserved_idle=attribution is not None
-                and attribution.reserved_idle == "group",
+                cur,
+                group,
+                period,
+                paths,
+                estate.settings.currency if estate else "EUR",
+                estate.policies if estate else (),
+                visible=groups,
+                reserved_idle=attribution is not None and attribution.reserved_idle == "group",
                 borrowed=borrowed,
-                lost_work=attribution.lost_work if attribution is not None else "owner"
+                lost_work=attribution.lost_work if attribution is not None else "owner",
             ).to_json()
         finally:
             cur.execute("ROLLBACK")
+
     try:
         body = await pool.run(run, arrived + TIMEOUT_S)
     except ledger_statement.UnknownGroup as exc:
@@ -190,16 +208,19 @@ async def statement(request: web.Request) -> web.Response:
     except ledger_sql.LedgerSqlError as exc:  # PostgreSQL's reader cannot be reached
         raise ApiError(STATUS.get(exc.code, 400), exc.code, exc.message) from None
     except Busy as exc:
-        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
-                       {"retry_after_s": 2}) from None
+        raise ApiError(
+            503, "busy", f"{exc}; try again in a few seconds", {"retry_after_s": 2}
+        ) from None
     except Expired:
         raise ApiError(422, "timeout", "the statement did not finish in time") from None
     if fmt == "csv":
-        return web.Response(text=ledger_render.statement_csv(body), content_type="text/csv",
-                            charset="utf-8")
+        return web.Response(
+            text=ledger_render.statement_csv(body), content_type="text/csv", charset="utf-8"
+        )
     if fmt == "html":
-        return web.Response(text=ledger_render.statement_html(body), content_type="text/html",
-                            charset="utf-8")
+        return web.Response(
+            text=ledger_render.statement_html(body), content_type="text/html", charset="utf-8"
+        )
     return reply(body)
 
 
@@ -215,16 +236,18 @@ async def feed(request: web.Request) -> web.Response:
         raise bad_request(str(exc)) from None
     raw = request.query.get("limit", "1000")
     if not raw.isdigit() or not 1 <= int(raw) <= ledger_feed.MAX_LIMIT:
-        raise bad_request(f"limit must be a whole number from 1 to {ledger_feed.MAX_LIMIT}, "
-                          f"found {excerpt(raw)}")
+        raise bad_request(
+            f"limit must be a whole number from 1 to {ledger_feed.MAX_LIMIT}, found {excerpt(raw)}"
+        )
     pool, pg = _pool(c, groups)
     try:
         body = await pool.run(
-            lambda cur: ledger_feed.pull(cur, after, int(raw), groups, pg=pg),
-            arrived + TIMEOUT_S)
+            lambda cur: ledger_feed.pull(cur, after, int(raw), groups, pg=pg), arrived + TIMEOUT_S
+        )
     except Busy as exc:
-        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
-                       {"retry_after_s": 2}) from None
+        raise ApiError(
+            503, "busy", f"{exc}; try again in a few seconds", {"retry_after_s": 2}
+        ) from None
     except Expired:
         raise ApiError(422, "timeout", "the feed did not answer in time") from None
     except ledger_sql.LedgerSqlError as exc:  # PostgreSQL's reader cannot be reached
@@ -247,10 +270,12 @@ async def cio(request: web.Request) -> web.Response:
         raise bad_request(str(exc)) from None
     try:  # on the local file's ledger: the figures derive lending (docs/ha.md)
         body = await c.store.ledger_queries.run(
-            lambda cur: ledger_cio.figures(cur, period, groups), arrived + TIMEOUT_S)
+            lambda cur: ledger_cio.figures(cur, period, groups), arrived + TIMEOUT_S
+        )
     except Busy as exc:
-        raise ApiError(503, "busy", f"{exc}; try again in a few seconds",
-                       {"retry_after_s": 2}) from None
+        raise ApiError(
+            503, "busy", f"{exc}; try again in a few seconds", {"retry_after_s": 2}
+        ) from None
     except Expired:
         raise ApiError(422, "timeout", "the figures did not finish in time") from None
     except ledger_sql.LedgerSqlError as exc:
@@ -258,8 +283,9 @@ async def cio(request: web.Request) -> web.Response:
     return reply(body)
 
 
-async def _stream_csv(request: web.Request, make, filename: str,
-                      pg: bool = False) -> web.StreamResponse:
+async def _stream_csv(
+    request: web.Request, make, filename: str, pg: bool = False
+) -> web.StreamResponse:
     """Streams the CSV chunks of ``make(cursor)`` (a generator, run off the event loop on a
     cursor of its own); an error raised before the first chunk propagates before any byte
     is sent, so it becomes an ordinary error answer. ``pg``: ``make`` gets a connection of
@@ -279,9 +305,12 @@ async def _stream_csv(request: web.Request, make, filename: str,
     try:
         gen = make(cur)
         first = await loop.run_in_executor(None, next, gen, None)
-        resp = web.StreamResponse(headers={
-            "Content-Type": "text/csv; charset=utf-8",
-            "Content-Disposition": f'attachment; filename="{filename}"'})
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/csv; charset=utf-8",
+                "Content-Disposition": f'attachment; filename="{filename}"',
+            }
+        )
         await resp.prepare(request)
         chunk = first
         while chunk is not None:

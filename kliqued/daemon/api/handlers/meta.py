@@ -14,8 +14,11 @@ async def health(request: web.Request) -> web.Response:
     if not d.ready:
         return reply({"status": "starting", "revision": "", "engine": "disabled"})
     away = ctx(request).seq.away
-    body = {"status": "ok", "revision": d.estate.revision,
-            "engine": "enabled" if d.st().enabled else "disabled"}
+    body = {
+        "status": "ok",
+        "revision": d.estate.revision,
+        "engine": "enabled" if d.st().enabled else "disabled",
+    }
     if away is not None:  # reads answer, writes are refused until the store is back
         body["status"] = "degraded"
         body["degraded"] = f"store unavailable ({away.text()})"

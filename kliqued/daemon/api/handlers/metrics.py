@@ -20,6 +20,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 ROUTES = [
-    Route("GET", "/metrics", metrics, "metrics", ("admin", "planner"),
-          hint="a Prometheus scrape sends a role:planner token as its bearer token"),
+    Route(
+        "GET",
+        "/metrics",
+        metrics,
+        "metrics",
+        ("admin", "planner"),
+        hint="a Prometheus scrape sends a role:planner token as its bearer token",
+    ),
 ]

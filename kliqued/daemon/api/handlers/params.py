@@ -10,8 +10,7 @@ from kliqued.daemon.errors import bad_request
 from kliqued.daemon.units import parse_iso
 
 
-def int_param(request: web.Request, name: str, default: int | None, lo: int,
-              hi: int) -> int | None:
+def int_param(request: web.Request, name: str, default: int | None, lo: int, hi: int) -> int | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
@@ -24,8 +23,9 @@ def int_param(request: web.Request, name: str, default: int | None, lo: int,
     return v
 
 
-def str_param(request: web.Request, name: str, choices: tuple[str, ...] | None = None
-              ) -> str | None:
+def str_param(
+    request: web.Request, name: str, choices: tuple[str, ...] | None = None
+) -> str | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None

@@ -33,12 +33,16 @@ async def run(request: web.Request) -> web.Response:
     d = c.daemon
     p = principal(request)
     body = await read_json(request, "PipelineRunRequest")
-    spec = {"file": body.get("file") or "pipeline.yaml", "text": body["text"],
-            "params": body.get("params") or {}}
+    spec = {
+        "file": body.get("file") or "pipeline.yaml",
+        "text": body["text"],
+        "params": body.get("params") or {},
+    }
     loaded = await pipeline_cache.load_async(spec)  # parsed off the event loop, once
     pipelines.check_access(d, p.name, loaded, spec["file"])  # fail fast
-    pid = await c.seq.submit(lambda now, ov: pipelines.prepare_start(d, p, spec, now, ov,
-                                                                     loaded=loaded))
+    pid = await c.seq.submit(
+        lambda now, ov: pipelines.prepare_start(d, p, spec, now, ov, loaded=loaded)
+    )
     return reply(pipelines.view(d, d.pipelines.items[pid]), 201)
 
 
@@ -55,8 +59,9 @@ async def list_pipelines(request: web.Request) -> web.Response:
     p = principal(request)
     shown = [pr for pr in d.pipelines.items.values() if pipelines.visible(d, p, pr)]
     # every listed step's evicted task in one read, not one per pipeline
-    known = await history.recall_all(c.store, d, (t for pr in shown
-                                                  for t in pipelines.step_tasks(pr)))
+    known = await history.recall_all(
+        c.store, d, (t for pr in shown for t in pipelines.step_tasks(pr))
+    )
     return reply({"pipelines": [pipelines.view(d, pr, known) for pr in shown]})
 
 
@@ -87,15 +92,26 @@ async def resume(request: web.Request) -> web.Response:
 SEE = "a user: their own pipelines and those of users in groups they administer"
 
 ROUTES = [
-    Route("POST", "/v1/pipelines", run, "runPipeline", ("user",),
-          rule="a user: every step to their groups' compute resources",
-          hint="use a user's token: a pipeline runs as the user who starts it"),
-    Route("GET", "/v1/pipelines", list_pipelines, "listPipelines", ("admin", "user"),
-          rule=SEE),
-    Route("GET", "/v1/pipelines/{id}", get_pipeline, "getPipeline", ("admin", "user"),
-          rule=SEE),
-    Route("POST", "/v1/pipelines/{id}/cancel", cancel, "cancelPipeline", ("admin", "user"),
-          rule=SEE),
-    Route("POST", "/v1/pipelines/{id}/resume", resume, "resumePipeline", ("admin", "user"),
-          rule=SEE + "; only its owner resumes a paused one (on their own token)"),
+    Route(
+        "POST",
+        "/v1/pipelines",
+        run,
+        "runPipeline",
+        ("user",),
+        rule="a user: every step to their groups' compute resources",
+        hint="use a user's token: a pipeline runs as the user who starts it",
+    ),
+    Route("GET", "/v1/pipelines", list_pipelines, "listPipelines", ("admin", "user"), rule=SEE),
+    Route("GET", "/v1/pipelines/{id}", get_pipeline, "getPipeline", ("admin", "user"), rule=SEE),
+    Route(
+        "POST", "/v1/pipelines/{id}/cancel", cancel, "cancelPipeline", ("admin", "user"), rule=SEE
+    ),
+    Route(
+        "POST",
+        "/v1/pipelines/{id}/resume",
+        resume,
+        "resumePipeline",
+        ("admin", "user"),
+        rule=SEE + "; only its owner resumes a paused one (on their own token)",
+    ),
 ]

@@ -38,14 +38,20 @@ def live_state(d: Any, now: int) -> dict[str, Any]:
     crs: dict[str, dict[str, Any]] = {}
     for name in sorted(idx.resources):
         q = st.queues.get(name)
-        crs[name] = {"queued": q.live if q is not None else 0, "placed": 0, "placed_gpus": 0,
-                     "weighted_placed": 0}
+        crs[name] = {
+            "queued": q.live if q is not None else 0,
+            "placed": 0,
+            "placed_gpus": 0,
+            "weighted_placed": 0,
+        }
     pools: dict[str, dict[str, Any]] = {
         p.name: {"placed": 0, "used_gpus": milli_to_gpus(st.pool_used.get(p.name, 0))}
-        for p in idx.estate.pools}
+        for p in idx.estate.pools
+    }
     for t in st.placed_tasks():
-        c = crs.setdefault(t.resource, {"queued": 0, "placed": 0, "placed_gpus": 0,
-                                        "weighted_placed": 0})
+        c = crs.setdefault(
+            t.resource, {"queued": 0, "placed": 0, "placed_gpus": 0, "weighted_placed": 0}
+        )
         c["placed"] += 1
         c["placed_gpus"] += t.size
         c["weighted_placed"] += t.weight > 0
@@ -58,13 +64,22 @@ def live_state(d: Any, now: int) -> dict[str, Any]:
         m = st.meters.get(g)
         placed = st.placed_of(g)
         policies[name] = {
-            "group": g, "used_gpus": milli_to_gpus(st.used.get(g, 0)), "placed": len(placed),
+            "group": g,
+            "used_gpus": milli_to_gpus(st.used.get(g, 0)),
+            "placed": len(placed),
             "weighted_placed": sum(t.weight > 0 for t in placed),
-            "budget_used_hours": {p: _hours(m.used(p, now, st.enabled)) if m else 0.0
-                                  for p in PERIODS},
+            "budget_used_hours": {
+                p: _hours(m.used(p, now, st.enabled)) if m else 0.0 for p in PERIODS
+            },
         }
-    return {"revision": d.estate.revision, "commit": d.estate.commit, "at": iso(now),
-            "compute_resources": crs, "policies": policies, "pools": pools}
+    return {
+        "revision": d.estate.revision,
+        "commit": d.estate.commit,
+        "at": iso(now),
+        "compute_resources": crs,
+        "policies": policies,
+        "pools": pools,
+    }
 
 
 async def plan_state(request: web.Request) -> web.Response:
@@ -72,15 +87,23 @@ async def plan_state(request: web.Request) -> web.Response:
     d = c.daemon
     out = live_state(d, d.clock.now())
     # issue 15: the plan notes pools whose workers disagree with what they declare
-    out["capacity_mismatches"] = {p.name: t for p in d.idx().estate.pools
-                                  if (t := capacity.pool_truth(d, p)["mismatches"])}
+    out["capacity_mismatches"] = {
+        p.name: t for p in d.idx().estate.pools if (t := capacity.pool_truth(d, p)["mismatches"])
+    }
     rows = await c.store.read(lambda cur: cur.execute(USAGE_SQL).fetchall())
-    out["usage"] = [{"gpu_type": g, "month": m, "gpu_hours": round(float(h or 0), 6)}
-                    for g, m, h in rows]
+    out["usage"] = [
+        {"gpu_type": g, "month": m, "gpu_hours": round(float(h or 0), 6)} for g, m, h in rows
+    ]
     return reply(out)
 
 
 ROUTES = [
-    Route("GET", "/v1/plan/state", plan_state, "getPlanState", ("admin", "planner"),
-          hint="CI's `kliqued plan --against` holds a role:planner token"),
+    Route(
+        "GET",
+        "/v1/plan/state",
+        plan_state,
+        "getPlanState",
+        ("admin", "planner"),
+        hint="CI's `kliqued plan --against` holds a role:planner token",
+    ),
 ]

@@ -25,8 +25,9 @@ def policies_of(d: Daemon, p: Principal) -> dict[str, Any]:
     use, what is left, the burn rate and the projected run-out."""
     idx, acc = d.idx(), d.acc()
     now = d.clock.now()
-    names = sorted(n for n, g in idx.group_of_policy.items()
-                   if p.is_finance or acc.sees_group(p, g))
+    names = sorted(
+        n for n, g in idx.group_of_policy.items() if p.is_finance or acc.sees_group(p, g)
+    )
     waits = views.waiting(d)
     return {"policies": [views.policy(d, n, now, waits) for n in names]}
 

@@ -31,6 +31,7 @@ def pools_of(d: Daemon, p: Principal) -> dict[str, Any]:
 
     def sees(group: str) -> bool:
         return p.is_finance or acc.sees_group(p, group)
+
     return {"pools": views.pools(d, p.name if p.is_worker else None, sees)}
 
 
@@ -42,7 +43,8 @@ async def node_started(request: web.Request) -> web.Response:
     pool = request.match_info["pool"]
     body = await read_json(request, "CloudNodeStart")
     node, created = await c.seq.submit(
-        lambda now, ov: cloud.prepare_started(c.daemon, p, pool, body, now, ov), barrier=True)
+        lambda now, ov: cloud.prepare_started(c.daemon, p, pool, body, now, ov), barrier=True
+    )
     return reply(node, 201 if created else 200)
 
 
@@ -53,11 +55,12 @@ async def node_ended(request: web.Request) -> web.Response:
     pool, node = request.match_info["pool"], request.match_info["node"]
     reason = request.query.get("reason") or "released"
     if len(reason) > REASON_MAX:
-        raise bad_request(f"reason: at most {REASON_MAX} characters, found {len(reason)}",
-                          {"field": "reason"})
+        raise bad_request(
+            f"reason: at most {REASON_MAX} characters, found {len(reason)}", {"field": "reason"}
+        )
     answer = await c.seq.submit(
-        lambda now, ov: cloud.prepare_ended(c.daemon, p, pool, node, reason, now, ov),
-        barrier=True)
+        lambda now, ov: cloud.prepare_ended(c.daemon, p, pool, node, reason, now, ov), barrier=True
+    )
     return reply(answer)
 
 
@@ -69,7 +72,8 @@ async def scaling(request: web.Request) -> web.Response:
     pool = request.match_info["pool"]
     body = await read_json(request, "ScalingReport")
     answer = await c.seq.submit(
-        lambda now, ov: cloud.prepare_scaling(c.daemon, p, pool, body, now, ov), barrier=True)
+        lambda now, ov: cloud.prepare_scaling(c.daemon, p, pool, body, now, ov), barrier=True
+    )
     return reply(answer)
 
 
@@ -81,20 +85,50 @@ async def autoscaler_heartbeat(request: web.Request) -> web.Response:
     pool = request.match_info["pool"]
     body = await read_json(request, "AutoscalerHeartbeat")
     answer = await c.seq.submit(
-        lambda now, ov: autoscalers.prepare_heartbeat(c.daemon, p, pool, body, now, ov))
+        lambda now, ov: autoscalers.prepare_heartbeat(c.daemon, p, pool, body, now, ov)
+    )
     return reply(answer)
 
 
 ROUTES = [
-    Route("GET", "/v1/pools", list_pools, "listPools", ANY,
-          rule="a worker: its own pool; `by_level`: the groups the caller sees, as for "
-               "policies"),
-    Route("POST", "/v1/pools/{pool}/nodes", node_started, "recordCloudNode", ADMIN,
-          rule="an autoscaled cloud pool"),
-    Route("DELETE", "/v1/pools/{pool}/nodes/{node}", node_ended, "endCloudNode", ADMIN,
-          rule="a node recorded in that pool"),
-    Route("POST", "/v1/pools/{pool}/scaling", scaling, "reportScaling", ADMIN,
-          rule="an autoscaled cloud pool"),
-    Route("POST", "/v1/pools/{pool}/autoscaler", autoscaler_heartbeat, "autoscalerHeartbeat",
-          ADMIN, rule="an autoscaled cloud pool"),
+    Route(
+        "GET",
+        "/v1/pools",
+        list_pools,
+        "listPools",
+        ANY,
+        rule="a worker: its own pool; `by_level`: the groups the caller sees, as for policies",
+    ),
+    Route(
+        "POST",
+        "/v1/pools/{pool}/nodes",
+        node_started,
+        "recordCloudNode",
+        ADMIN,
+        rule="an autoscaled cloud pool",
+    ),
+    Route(
+        "DELETE",
+        "/v1/pools/{pool}/nodes/{node}",
+        node_ended,
+        "endCloudNode",
+        ADMIN,
+        rule="a node recorded in that pool",
+    ),
+    Route(
+        "POST",
+        "/v1/pools/{pool}/scaling",
+        scaling,
+        "reportScaling",
+        ADMIN,
+        rule="an autoscaled cloud pool",
+    ),
+    Route(
+        "POST",
+        "/v1/pools/{pool}/autoscaler",
+        autoscaler_heartbeat,
+        "autoscalerHeartbeat",
+        ADMIN,
+        rule="an autoscaled cloud pool",
+    ),
 ]

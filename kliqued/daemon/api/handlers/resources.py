@@ -52,16 +52,34 @@ async def queue(request: web.Request) -> web.Response:
     many = len(tasks) > 20
     for pos, t in enumerate(tasks, 1):
         rec = d.records[t.id]
-        entries.append({"id": t.id, "user": t.user, "position": pos, "gpus": gpus(t.size),
-                        "waiting_reason": views.reason_json(d.reason(rec, many)),
-                        "submitted_at": iso(t.submitted_at)})
-    return reply({"resource": name, "queued": q.live if q is not None else 0,
-                  "queue": entries})
+        entries.append(
+            {
+                "id": t.id,
+                "user": t.user,
+                "position": pos,
+                "gpus": gpus(t.size),
+                "waiting_reason": views.reason_json(d.reason(rec, many)),
+                "submitted_at": iso(t.submitted_at),
+            }
+        )
+    return reply({"resource": name, "queued": q.live if q is not None else 0, "queue": entries})
 
 
 ROUTES = [
-    Route("GET", "/v1/resources", list_resources, "listResources", ("admin", "finance", "user"),
-          rule="a user: their groups' compute resources"),
-    Route("GET", "/v1/resources/{policy}/{profile}/queue", queue, "getQueue",
-          ("admin", "user"), rule="a user: the queues of groups they are in or administer"),
+    Route(
+        "GET",
+        "/v1/resources",
+        list_resources,
+        "listResources",
+        ("admin", "finance", "user"),
+        rule="a user: their groups' compute resources",
+    ),
+    Route(
+        "GET",
+        "/v1/resources/{policy}/{profile}/queue",
+        queue,
+        "getQueue",
+        ("admin", "user"),
+        rule="a user: the queues of groups they are in or administer",
+    ),
 ]

@@ -36,8 +36,9 @@ def _invalid(field: str, message: str) -> ApiError:
     return ApiError(422, "invalid-field", f"{field}: {message}", {"field": field})
 
 
-def _fields(request: web.Request, body: dict[str, Any], now: int,
-            loaded: P.Loaded | None = None) -> dict[str, Any]:
+def _fields(
+    request: web.Request, body: dict[str, Any], now: int, loaded: P.Loaded | None = None
+) -> dict[str, Any]:
     """The schedule's fields, each checked; a 422 naming the first that is wrong.
     ``loaded``: the body's pipeline, already parsed (off the event loop, by ``create``)."""
     d = ctx(request).daemon
@@ -58,47 +59,72 @@ def _fields(request: web.Request, body: dict[str, Any], now: int,
             raise _invalid("deadline", "must be more than 0 and at most 366d")
     missed = body.get("missed") or "run-once"
     if missed == "skip" and deadline_s is not None:
-        raise _invalid("deadline", "a deadline is for missed: run-once (skip runs only what "
-                                   "is on time)")
-    f: dict[str, Any] = {"cron": body["cron"], "timezone": tz,
-                         "concurrency": body.get("concurrency") or "allow",
-                         "missed": missed, "deadline_s": deadline_s,
-                         "name": body.get("name")}
+        raise _invalid(
+            "deadline", "a deadline is for missed: run-once (skip runs only what is on time)"
+        )
+    f: dict[str, Any] = {
+        "cron": body["cron"],
+        "timezone": tz,
+        "concurrency": body.get("concurrency") or "allow",
+        "missed": missed,
+        "deadline_s": deadline_s,
+        "name": body.get("name"),
+    }
     pipe = body.get("pipeline")
     if (pipe is None) == (not body.get("command")):
-        raise ApiError(422, "invalid-schedule", "a schedule runs either a `command` on a "
-                       "`resource` or a `pipeline`: give one of them",
-                       {"fields": ["command", "pipeline"]})
+        raise ApiError(
+            422,
+            "invalid-schedule",
+            "a schedule runs either a `command` on a `resource` or a `pipeline`: give one of them",
+            {"fields": ["command", "pipeline"]},
+        )
     if pipe is not None:
         if body.get("resource") is not None:
             raise _invalid("resource", "a pipeline's steps name their compute resources")
         if loaded is None:
             loaded = pipeline_cache.load(pipe)
         check_access(d, owner, loaded, pipe.get("file") or "pipeline.yaml")
-        f["pipeline"] = {"file": pipe.get("file") or "pipeline.yaml", "text": pipe["text"],
-                         "params": pipe.get("params") or {}, "name": loaded.spec.pipeline}
+        f["pipeline"] = {
+            "file": pipe.get("file") or "pipeline.yaml",
+            "text": pipe["text"],
+            "params": pipe.get("params") or {},
+            "name": loaded.spec.pipeline,
+        }
         return f
     if not body.get("resource"):
         raise _invalid("resource", "a command needs the compute resource it runs on")
     cmd = limits.command_bytes(body.get("command"))
     if cmd > limits.MAX_COMMAND_BYTES:
-        raise ApiError(413, "too-large", f"/command: {limits.mib(cmd)}; the limit is "
-                       f"{limits.mib(limits.MAX_COMMAND_BYTES)}")
+        raise ApiError(
+            413,
+            "too-large",
+            f"/command: {limits.mib(cmd)}; the limit is {limits.mib(limits.MAX_COMMAND_BYTES)}",
+        )
     try:
         gpus = None if body.get("gpus") is None else to_milli(body["gpus"])
     except ValueError as exc:
         raise _invalid("gpus", str(exc)) from None
     try:
-        check_submission(d.idx(), body["resource"], owner, body.get("project"), gpus,
-                         require_project=True)
+        check_submission(
+            d.idx(), body["resource"], owner, body.get("project"), gpus, require_project=True
+        )
     except SubmissionError as exc:
         mine = submittable(d, owner)
-        raise ApiError(422, "submission-refused", f"{exc}; {owner} may submit to "
-                       f"{', '.join(mine) if mine else 'nothing'}",
-                       {"field": exc.field}) from None
-    f.update({"resource": body["resource"], "command": body["command"],
-              "project": body.get("project"), "gpus_milli": gpus,
-              "labels": body.get("labels") or {}})
+        raise ApiError(
+            422,
+            "submission-refused",
+            f"{exc}; {owner} may submit to {', '.join(mine) if mine else 'nothing'}",
+            {"field": exc.field},
+        ) from None
+    f.update(
+        {
+            "resource": body["resource"],
+            "command": body["command"],
+            "project": body.get("project"),
+            "gpus_milli": gpus,
+            "labels": body.get("labels") or {},
+        }
+    )
     return f
 
 
@@ -138,8 +164,7 @@ async def list_schedules(request: web.Request) -> web.Response:
     p = principal(request)
     shown = [s for s in d.schedules.items.values() if schedules.visible(d, p, s)]
     # every listed run's evicted task in one read, not one per schedule
-    known = await history.recall_all(c.store, d, (t for s in shown
-                                                  for t in schedules.run_tasks(s)))
+    known = await history.recall_all(c.store, d, (t for s in shown for t in schedules.run_tasks(s)))
     now = d.clock.now()
     return reply({"schedules": [schedules.view(d, s, now, 1, known) for s in shown]})
 
@@ -161,29 +186,61 @@ def _changer(state: str):
         if state == "active":  # by its owner: bound to this request's token
             await c.seq.submit(lambda now, ov: schedules.prepare_resume(d, p, s.id, now, ov))
             return reply(await _view(request, d.schedules.items[s.id]))
-        await c.seq.submit(lambda now, ov: schedules.prepare_change(
-            d, p.text, s.id, state, None if state == "active" else f"{state} by {p.text}",
-            now, ov, now if state == "active" else None))
+        await c.seq.submit(
+            lambda now, ov: schedules.prepare_change(
+                d,
+                p.text,
+                s.id,
+                state,
+                None if state == "active" else f"{state} by {p.text}",
+                now,
+                ov,
+                now if state == "active" else None,
+            )
+        )
         if state == "deleted":
             return web.Response(status=204)
         return reply(await _view(request, d.schedules.items[s.id]))
+
     return change
 
 
 SEE = "a user: their own schedules and those of users in groups they administer"
 
 ROUTES = [
-    Route("POST", "/v1/schedules", create, "createSchedule", ("user",),
-          rule="a user: runs as that user, to their groups' compute resources",
-          hint="use a user's token: a schedule runs as the user who made it"),
-    Route("GET", "/v1/schedules", list_schedules, "listSchedules", ("admin", "user"),
-          rule=SEE),
-    Route("GET", "/v1/schedules/{id}", get_schedule, "getSchedule", ("admin", "user"),
-          rule=SEE),
-    Route("POST", "/v1/schedules/{id}/pause", _changer("paused"), "pauseSchedule",
-          ("admin", "user"), rule=SEE),
-    Route("POST", "/v1/schedules/{id}/resume", _changer("active"), "resumeSchedule",
-          ("admin", "user"), rule=SEE),
-    Route("DELETE", "/v1/schedules/{id}", _changer("deleted"), "deleteSchedule",
-          ("admin", "user"), rule=SEE),
+    Route(
+        "POST",
+        "/v1/schedules",
+        create,
+        "createSchedule",
+        ("user",),
+        rule="a user: runs as that user, to their groups' compute resources",
+        hint="use a user's token: a schedule runs as the user who made it",
+    ),
+    Route("GET", "/v1/schedules", list_schedules, "listSchedules", ("admin", "user"), rule=SEE),
+    Route("GET", "/v1/schedules/{id}", get_schedule, "getSchedule", ("admin", "user"), rule=SEE),
+    Route(
+        "POST",
+        "/v1/schedules/{id}/pause",
+        _changer("paused"),
+        "pauseSchedule",
+        ("admin", "user"),
+        rule=SEE,
+    ),
+    Route(
+        "POST",
+        "/v1/schedules/{id}/resume",
+        _changer("active"),
+        "resumeSchedule",
+        ("admin", "user"),
+        rule=SEE,
+    ),
+    Route(
+        "DELETE",
+        "/v1/schedules/{id}",
+        _changer("deleted"),
+        "deleteSchedule",
+        ("admin", "user"),
+        rule=SEE,
+    ),
 ]

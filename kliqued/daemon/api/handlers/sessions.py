@@ -18,8 +18,15 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 
 from klique_util.excerpt import excerpt
-from klique_util.tunnel import MAX_FRAME, MAX_WS_MESSAGE, FrameTooLarge, b64, close_code, \
-    forwardable, unb64
+from klique_util.tunnel import (
+    MAX_FRAME,
+    MAX_WS_MESSAGE,
+    FrameTooLarge,
+    b64,
+    close_code,
+    forwardable,
+    unb64,
+)
 from kliqued.engine import SubmissionError, check_submission
 from kliqued.daemon import session_origin
 from kliqued.daemon.api import sessions
@@ -42,8 +49,11 @@ def _url(request: web.Request, task: str) -> str:
     listener)."""
     origin = ctx(request).session_origin
     if origin is None:
-        raise ApiError(503, "sessions-unavailable", "the sessions' listener is not up on "
-                       "this daemon: ask the leader")
+        raise ApiError(
+            503,
+            "sessions-unavailable",
+            "the sessions' listener is not up on this daemon: ask the leader",
+        )
     return origin.url(task)
 
 
@@ -59,8 +69,9 @@ async def _session(request: web.Request) -> TaskRecord:
 
 
 def _view(request: web.Request, rec: TaskRecord) -> dict[str, Any]:
-    return sessions.view(rec, _url(request, rec.id),
-                         ctx(request).tunnels.get(rec.id, rec.epoch) is not None)
+    return sessions.view(
+        rec, _url(request, rec.id), ctx(request).tunnels.get(rec.id, rec.epoch) is not None
+    )
 
 
 async def start(request: web.Request) -> web.Response:
@@ -75,24 +86,31 @@ async def start(request: web.Request) -> web.Response:
         raise ApiError(422, "invalid-field", f"gpus: {exc}", {"field": "gpus"}) from None
     cr = d.idx().resources.get(body["resource"])
     try:  # fail fast; the sequencer checks again against the estate of the commit
-        check_submission(d.idx(), body["resource"], p.name, body.get("project"), gpus,
-                         require_project=True)
+        check_submission(
+            d.idx(), body["resource"], p.name, body.get("project"), gpus, require_project=True
+        )
     except SubmissionError as exc:
-        raise ApiError(422, "submission-refused", with_options(d, p.name, body, exc),
-                       {"field": exc.field}) from None
+        raise ApiError(
+            422, "submission-refused", with_options(d, p.name, body, exc), {"field": exc.field}
+        ) from None
     assert cr is not None
     if cr.nodes > 1:
-        raise ApiError(422, "invalid-field", f"resource: a session runs on one machine, and "
-                       f"profile {cr.profile} spans {cr.nodes} (a gang): choose a compute "
-                       "resource of one node", {"field": "resource"})
+        raise ApiError(
+            422,
+            "invalid-field",
+            f"resource: a session runs on one machine, and "
+            f"profile {cr.profile} spans {cr.nodes} (a gang): choose a compute "
+            "resource of one node",
+            {"field": "resource"},
+        )
     idle = sessions.idle_labels(cr.profile, d.session_idle.get(cr.profile), body.get("idle"))
-    fields = sessions.submission(p.name, body["resource"], app, body.get("command"),
-                                 body.get("project"), gpus, idle)
+    fields = sessions.submission(
+        p.name, body["resource"], app, body.get("command"), body.get("project"), gpus, idle
+    )
     key = request.headers.get("Idempotency-Key")
     if key is not None and not 1 <= len(key) <= 256:
         raise bad_request("Idempotency-Key must be 1 to 256 characters")
-    status, task_id = await c.seq.submit(
-        lambda now, ov: d.prepare_submit(p, fields, key, now, ov))
+    status, task_id = await c.seq.submit(lambda now, ov: d.prepare_submit(p, fields, key, now, ov))
     return reply(_view(request, d.records[task_id]), status)
 
 
@@ -101,8 +119,13 @@ async def list_sessions(request: web.Request) -> web.Response:
     p = principal(request)
     acc = d.acc()
     records = d.records  # sessions in memory: live ones and those ended lately
-    out = [rec for tid in d.ids if (rec := records.get(tid)) is not None
-           and sessions.is_session(rec) and acc.sees_task(p, rec.user, rec.group)]
+    out = [
+        rec
+        for tid in d.ids
+        if (rec := records.get(tid)) is not None
+        and sessions.is_session(rec)
+        and acc.sees_task(p, rec.user, rec.group)
+    ]
     return reply({"sessions": [_view(request, r) for r in out[-1000:]]})
 
 
@@ -116,8 +139,7 @@ async def stop(request: web.Request) -> web.Response:
     p = principal(request)
     rec = await _session(request)
     if rec.state != "ended":
-        await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov,
-                                                            "session stopped"))
+        await c.seq.submit(lambda now, ov: d.prepare_cancel(p, rec.id, now, ov, "session stopped"))
     c.session_passes.forget(rec.id)
     return reply(_view(request, rec))
 
@@ -128,12 +150,17 @@ async def link(request: web.Request) -> web.Response:
     rec = await _session(request)
     if p.name != rec.user:
         raise forbidden(f"session {rec.id} is {rec.user}'s: only its owner may open it")
-    c.session_passes.drop_ended(lambda tid: tid not in c.daemon.records
-                                or c.daemon.records[tid].state == "ended")
+    c.session_passes.drop_ended(
+        lambda tid: tid not in c.daemon.records or c.daemon.records[tid].state == "ended"
+    )
     assert p.token_id is not None  # a user's token: the cookie ends with it
     ticket = c.session_passes.link(rec.id, p.name, p.token_id)
-    return reply({"url": f"{_url(request, rec.id)}?klique_ticket={ticket}",
-                  "expires_in_s": int(sessions.LINK_TTL_S)})
+    return reply(
+        {
+            "url": f"{_url(request, rec.id)}?klique_ticket={ticket}",
+            "expires_in_s": int(sessions.LINK_TTL_S),
+        }
+    )
 
 
 async def tunnel(request: web.Request) -> web.StreamResponse:
@@ -148,9 +175,14 @@ async def tunnel(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "invalid-request", "epoch is required: the lease's epoch")
     key = _key_hash(request)
     rec, lease = await _audited(
-        request, lambda: fleet.lease_for_report(d, p, tid, epoch, key, "tunnel"))
-    if lease is None or lease.status in (CLOSED, FENCED) or rec.state == "ended" \
-            or epoch != rec.epoch:  # only the task's latest lease serves it
+        request, lambda: fleet.lease_for_report(d, p, tid, epoch, key, "tunnel")
+    )
+    if (
+        lease is None
+        or lease.status in (CLOSED, FENCED)
+        or rec.state == "ended"
+        or epoch != rec.epoch
+    ):  # only the task's latest lease serves it
         raise fleet.stale(rec, epoch)
     if not sessions.is_session(rec):
         raise ApiError(409, "not-a-session", f"task {tid} is not a session")
@@ -169,35 +201,51 @@ def _owner(request: web.Request, c: Context, rec: TaskRecord) -> web.StreamRespo
     ticket = request.query.get("klique_ticket")
     if ticket is not None:
         made = c.session_passes.redeem(
-            ticket, rec.id, lambda tid: d.tokens.seconds_left(tid, d.clock.now()))
+            ticket, rec.id, lambda tid: d.tokens.seconds_left(tid, d.clock.now())
+        )
         if made is None:
-            raise ApiError(401, "unauthenticated", "this session link was used already or "
-                           f"has expired: run `kliqued session open {rec.id}` for a new one")
+            raise ApiError(
+                401,
+                "unauthenticated",
+                "this session link was used already or "
+                f"has expired: run `kliqued session open {rec.id}` for a new one",
+            )
         cookie, max_age = made
         query = [(k, v) for k, v in request.query.items() if k != "klique_ticket"]
         target = request.rel_url.with_query(query) if query else request.rel_url.with_query(None)
         resp = web.HTTPSeeOther(str(target))
-        resp.set_cookie(sessions.COOKIE, cookie, path=f"{sessions.PREFIX}{rec.id}/",
-                        max_age=max_age, httponly=True, samesite="Lax",
-                        secure=request.secure)
+        resp.set_cookie(
+            sessions.COOKIE,
+            cookie,
+            path=f"{sessions.PREFIX}{rec.id}/",
+            max_age=max_age,
+            httponly=True,
+            samesite="Lax",
+            secure=request.secure,
+        )
         return resp
     auth = request.headers.get("Authorization")
     if auth is not None:
         p = d.tokens.authenticate(auth, d.clock.now())
         if not (p.is_user and p.name == rec.user):
-            raise forbidden(f"{p.text} may not use session {rec.id}: a session is reached by "
-                            "the user who started it only")
+            raise forbidden(
+                f"{p.text} may not use session {rec.id}: a session is reached by "
+                "the user who started it only"
+            )
         return None
     cookies = session_origin.cookie_values(request.headers.get("Cookie", ""), sessions.COOKIE)
-    user = c.session_passes.holder(cookies, rec.id,
-                                   lambda tid: d.tokens.usable(tid, d.clock.now()))
+    user = c.session_passes.holder(cookies, rec.id, lambda tid: d.tokens.usable(tid, d.clock.now()))
     if user == rec.user:
         _same_origin(request, rec.id)
         return None
-    raise ApiError(401, "unauthenticated", f"session {rec.id} is reached with its owner's "
-                   "token (Authorization: Bearer) or from the link `kliqued session open "
-                   f"{rec.id}` prints (a link's cookie ends with the token that asked for "
-                   "it)")
+    raise ApiError(
+        401,
+        "unauthenticated",
+        f"session {rec.id} is reached with its owner's "
+        "token (Authorization: Bearer) or from the link `kliqued session open "
+        f"{rec.id}` prints (a link's cookie ends with the token that asked for "
+        "it)",
+    )
 
 
 def _same_origin(request: web.Request, task: str) -> None:
@@ -209,10 +257,11 @@ def _same_origin(request: web.Request, task: str) -> None:
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    if origin == "null" or origin.split("://", 1)[-1].rstrip("/").lower() \
-            != request.host.lower():
-        raise forbidden(f"session {task}: a request from {origin} may not use this "
-                        "session's cookie (only the session's own pages may)")
+    if origin == "null" or origin.split("://", 1)[-1].rstrip("/").lower() != request.host.lower():
+        raise forbidden(
+            f"session {task}: a request from {origin} may not use this "
+            "session's cookie (only the session's own pages may)"
+        )
 
 
 def _answer_headers(answer: list[list[str]], prefix: str) -> CIMultiDict[str]:
@@ -244,8 +293,12 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         raise ApiError(410, "session-ended", f"session {tid} has ended: {sessions.state(rec)}")
     tun = c.tunnels.get(tid, rec.epoch)
     if tun is None:
-        raise ApiError(503, "session-starting", f"session {tid} is {sessions.state(rec)}; "
-                       "its app is not reachable yet: try again in a few seconds")
+        raise ApiError(
+            503,
+            "session-starting",
+            f"session {tid} is {sessions.state(rec)}; "
+            "its app is not reachable yet: try again in a few seconds",
+        )
     headers = forwardable(request.headers.items(), frozenset({"authorization", "cookie"}))
     cookie = session_origin.app_cookies(request.headers.get("Cookie", ""))
     if cookie:
@@ -258,8 +311,9 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     return await tunnels.respond(request, answer, out)  # streamed, however large
 
 
-async def _relay_ws(request: web.Request, tun: Any, path: str,
-                    headers: list[list[str]]) -> web.WebSocketResponse:
+async def _relay_ws(
+    request: web.Request, tun: Any, path: str, headers: list[list[str]]
+) -> web.WebSocketResponse:
     rid, queue = await tun.open_ws(path, headers)
     ws = web.WebSocketResponse(max_msg_size=MAX_WS_MESSAGE)  # larger: closed with 1009
     await ws.prepare(request)
@@ -290,15 +344,34 @@ async def _relay_ws(request: web.Request, tun: Any, path: str,
 
 
 ROUTES = [
-    Route("POST", "/v1/sessions", start, "startSession", ("user",),
-          rule="a user: on their groups' compute resources", hint="use a user's token"),
+    Route(
+        "POST",
+        "/v1/sessions",
+        start,
+        "startSession",
+        ("user",),
+        rule="a user: on their groups' compute resources",
+        hint="use a user's token",
+    ),
     Route("GET", "/v1/sessions", list_sessions, "listSessions", PEOPLE, rule=SEE_TASK),
     Route("GET", "/v1/sessions/{id}", get_session, "getSession", PEOPLE, rule=SEE_TASK),
     Route("POST", "/v1/sessions/{id}/stop", stop, "stopSession", PEOPLE, rule=SEE_TASK),
-    Route("POST", "/v1/sessions/{id}/link", link, "linkSession", ("user",),
-          rule="the session's owner only"),
-    Route("GET", "/v1/sessions/{id}/tunnel", tunnel, "sessionTunnel", ("worker",),
-          rule="the worker holding the session's lease"),
+    Route(
+        "POST",
+        "/v1/sessions/{id}/link",
+        link,
+        "linkSession",
+        ("user",),
+        rule="the session's owner only",
+    ),
+    Route(
+        "GET",
+        "/v1/sessions/{id}/tunnel",
+        tunnel,
+        "sessionTunnel",
+        ("worker",),
+        rule="the worker holding the session's lease",
+    ),
 ]
 PROXY_PATH = "/sessions/{id}/{tail:.*}"
 """Served by the sessions' listener only (``session_site``), outside the API's route table:
@@ -308,5 +381,7 @@ any method, the owner's token or cookie checked by ``proxy`` itself (``_owner``)
 async def elsewhere(request: web.Request) -> web.StreamResponse:
     """``/sessions/...`` on the control plane's own listener: 404, saying where sessions
     are. A session's page served here would run as the dashboard."""
-    raise not_found("sessions are not served on the control plane's origin: "
-                    "GET /v1/sessions/{id} gives a session's URL, on its own origin")
+    raise not_found(
+        "sessions are not served on the control plane's origin: "
+        "GET /v1/sessions/{id} gives a session's URL, on its own origin"
+    )

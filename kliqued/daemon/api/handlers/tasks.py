@@ -41,31 +41,42 @@ def visible_task(d: Daemon, p: Principal, task_id: str) -> TaskRecord:
     return rec
 
 
-def _may_filter(acc: Access, name: str, mine: frozenset[str], user: str | None,
-                group: str | None) -> None:
+def _may_filter(
+    acc: Access, name: str, mine: frozenset[str], user: str | None, group: str | None
+) -> None:
     """A filter on tasks the caller may not see is a 403 saying so, not an empty list that
     reads as "no tasks" (issue 10): another user's tasks are for their groups' admins."""
     if user is not None and user != name and not acc.groups_of(user) & mine:
-        raise forbidden(f"{name} may not see {user}'s tasks: only the admins of {user}'s "
-                        "groups and platform admins may")
+        raise forbidden(
+            f"{name} may not see {user}'s tasks: only the admins of {user}'s "
+            "groups and platform admins may"
+        )
     if group is not None and group not in mine and group not in acc.groups_of(name):
-        raise forbidden(f"{name} may not see group {group}'s tasks: {name} is neither in it "
-                        "nor one of its admins")
+        raise forbidden(
+            f"{name} may not see group {group}'s tasks: {name} is neither in it "
+            "nor one of its admins"
+        )
 
 
 async def submit(request: web.Request) -> web.Response:
     body = await read_json(request, "TaskSubmission", submission_surely_valid)
-    status, rec = await submit_as(ctx(request), principal(request), body,
-                                  channels.declared(request.headers),
-                                  request.headers.get("Idempotency-Key"), checked=True)
+    status, rec = await submit_as(
+        ctx(request),
+        principal(request),
+        body,
+        channels.declared(request.headers),
+        request.headers.get("Idempotency-Key"),
+        checked=True,
+    )
     return reply(views.task(ctx(request).daemon, rec), status)
 
 
 async def get_task(request: web.Request) -> web.Response:
     c = ctx(request)
     await history.recall(c.store, c.daemon, request.match_info["id"])
-    return reply(views.task(c.daemon, visible_task(c.daemon, principal(request),
-                                                   request.match_info["id"])))
+    return reply(
+        views.task(c.daemon, visible_task(c.daemon, principal(request), request.match_info["id"]))
+    )
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -78,8 +89,9 @@ async def cancel(request: web.Request) -> web.Response:
     return reply(await cancel_as(c, p, rec.id, reason, channels.declared(request.headers)))
 
 
-async def cancel_as(c: Context, p: Principal, task_id: str, reason: str | None,
-                    channel: Channel) -> dict[str, Any]:
+async def cancel_as(
+    c: Context, p: Principal, task_id: str, reason: str | None, channel: Channel
+) -> dict[str, Any]:
     """``cancelTask`` for ``p`` through ``channel``: a task they may not see is a 404;
     cancelling an ended task changes nothing (idempotent). Returns the task's view."""
     d = c.daemon
@@ -112,9 +124,19 @@ async def list_tasks(request: web.Request) -> web.Response:
     # those in memory; an id in both (a replay evicting again) is shown once, from memory.
     stored: list[TaskRecord] = []
     if state in (None, "ended"):
-        stored = await c.store.read(lambda cur: history.page(
-            cur, after, limit + 1, resource=resource, user=user, groups=in_group, pool=pool,
-            visible_user=p.name if p.is_user else None, visible_groups=mine))
+        stored = await c.store.read(
+            lambda cur: history.page(
+                cur,
+                after,
+                limit + 1,
+                resource=resource,
+                user=user,
+                groups=in_group,
+                pool=pool,
+                visible_user=p.name if p.is_user else None,
+                visible_groups=mine,
+            )
+        )
     start = bisect_right(d.ids, after) if after else 0
     out: list[TaskRecord] = []
     more = False
@@ -138,8 +160,12 @@ async def list_tasks(request: web.Request) -> web.Response:
         out.append(rec)
         budget -= rec.data_bytes + 1024  # with the rest of its view
     many = sum(r.state == "queued" for r in out) > 20
-    return reply({"tasks": [views.task(d, r, many) for r in out],
-                  "next": out[-1].id if more and out else None})
+    return reply(
+        {
+            "tasks": [views.task(d, r, many) for r in out],
+            "next": out[-1].id if more and out else None,
+        }
+    )
 
 
 def _merged(d: Daemon, ids: list[str], stored: list[TaskRecord]) -> Iterator[TaskRecord]:
@@ -166,9 +192,16 @@ PEOPLE = ("admin", "user")
 SEE_TASK = "a user: their own tasks and those of groups they administer"
 
 ROUTES = [
-    Route("POST", "/v1/tasks", submit, "submitTask", PEOPLE,
-          rule="a user: to their groups' compute resources; an admin: on behalf of a user, "
-               "with `user`", hint="use a user's token"),
+    Route(
+        "POST",
+        "/v1/tasks",
+        submit,
+        "submitTask",
+        PEOPLE,
+        rule="a user: to their groups' compute resources; an admin: on behalf of a user, "
+        "with `user`",
+        hint="use a user's token",
+    ),
     Route("GET", "/v1/tasks", list_tasks, "listTasks", PEOPLE, rule=SEE_TASK),
     Route("GET", "/v1/tasks/{id}", get_task, "getTask", PEOPLE, rule=SEE_TASK),
     Route("POST", "/v1/tasks/{id}/cancel", cancel, "cancelTask", PEOPLE, rule=SEE_TASK),

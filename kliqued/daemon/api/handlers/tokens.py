@@ -54,20 +54,30 @@ def _principal(request: web.Request, body: dict[str, Any]) -> str:
     if "user" in body:
         user = body["user"]
         if not _USER.match(user):
-            raise _invalid("user", f"{excerpt(user)} is not a user name (letters, digits and "
-                                   f"._@+- , starting with a letter or digit; at most 128)")
+            raise _invalid(
+                "user",
+                f"{excerpt(user)} is not a user name (letters, digits and "
+                f"._@+- , starting with a letter or digit; at most 128)",
+            )
         acc = d.acc()
         if not acc.groups_of(user) and not acc.admin_of(user):
-            raise ApiError(422, "unknown-user",
-                           f"user: {excerpt(user)} is in no group of the running estate (neither "
-                           f"in a group's users nor its admins): add them to groups.yaml first",
-                           {"field": "user"})
+            raise ApiError(
+                422,
+                "unknown-user",
+                f"user: {excerpt(user)} is in no group of the running estate (neither "
+                f"in a group's users nor its admins): add them to groups.yaml first",
+                {"field": "user"},
+            )
         return f"user:{user}"
     if body.get("worker"):
         pool = body["pool"]
         if d.idx().estate.pool(pool) is None:
-            raise ApiError(422, "unknown-pool", f"pool: no pool {excerpt(pool)} in the running "
-                                                f"estate", {"field": "pool"})
+            raise ApiError(
+                422,
+                "unknown-pool",
+                f"pool: no pool {excerpt(pool)} in the running estate",
+                {"field": "pool"},
+            )
         return f"worker:{pool}"
     return f"role:{body['role']}"
 
@@ -127,9 +137,17 @@ def _end_polls(c: Any, principal: str) -> None:
 
 
 def _created(rec: Any, token: str, status: int = 201) -> web.Response:
-    return reply({"id": rec.id, "token": token, "principal": rec.principal,
-                  "name": rec.name, "created_at": iso(rec.created_at),
-                  "expires_at": iso(rec.expires_at)}, status)
+    return reply(
+        {
+            "id": rec.id,
+            "token": token,
+            "principal": rec.principal,
+            "name": rec.name,
+            "created_at": iso(rec.created_at),
+            "expires_at": iso(rec.expires_at),
+        },
+        status,
+    )
 
 
 async def create(request: web.Request) -> web.Response:
@@ -140,8 +158,8 @@ async def create(request: web.Request) -> web.Response:
     name = _name(body)
     expires = _expires_at(body, c.daemon.clock.now())
     rec, token = await c.seq.submit(
-        lambda now, ov: c.daemon.prepare_token(p, target, name, now, ov,
-                                               expires_at=expires))
+        lambda now, ov: c.daemon.prepare_token(p, target, name, now, ov, expires_at=expires)
+    )
     return _created(rec, token)
 
 
@@ -155,19 +173,27 @@ async def rotate(request: web.Request) -> web.Response:
     grace = _duration_ms(body, "grace") or 0
     expires = _expires_at(body, c.daemon.clock.now())
     rec, token, old = await c.seq.submit(
-        lambda now, ov: binding.prepare_rotate(c.daemon, p, tid, grace, expires, now, ov))
+        lambda now, ov: binding.prepare_rotate(c.daemon, p, tid, grace, expires, now, ov)
+    )
     if old.revoked_at is not None:
         _end_polls(c, old.principal)
-    answer = {"id": rec.id, "token": token, "principal": rec.principal, "name": rec.name,
-              "created_at": iso(rec.created_at), "expires_at": iso(rec.expires_at),
-              "rotated_from": old.id}
+    answer = {
+        "id": rec.id,
+        "token": token,
+        "principal": rec.principal,
+        "name": rec.name,
+        "created_at": iso(rec.created_at),
+        "expires_at": iso(rec.expires_at),
+        "rotated_from": old.id,
+    }
     return reply(answer, 201)
 
 
 async def list_tokens(request: web.Request) -> web.Response:
     book = ctx(request).daemon.tokens
-    return reply({"tokens": [views.token(r) for r in sorted(book.by_id.values(),
-                                                            key=lambda r: r.id)]})
+    return reply(
+        {"tokens": [views.token(r) for r in sorted(book.by_id.values(), key=lambda r: r.id)]}
+    )
 
 
 async def revoke(request: web.Request) -> web.Response:

@@ -39,10 +39,13 @@ def _key_hash(request: web.Request, required: bool = False) -> str | None:
     if key is None and not required:
         return None
     if not key or not fleet.KEY_RE.match(key):
-        raise bad_request(f"header {fleet.KEY_HEADER}: a worker proves which worker it is with "
-                          f"the random key it keeps in its state dir (32 to 128 characters of "
-                          f"A-Z a-z 0-9 _ -); {'missing' if not key else 'malformed'}: "
-                          f"upgrade klique-worker", {"header": fleet.KEY_HEADER})
+        raise bad_request(
+            f"header {fleet.KEY_HEADER}: a worker proves which worker it is with "
+            f"the random key it keeps in its state dir (32 to 128 characters of "
+            f"A-Z a-z 0-9 _ -); {'missing' if not key else 'malformed'}: "
+            f"upgrade klique-worker",
+            {"header": fleet.KEY_HEADER},
+        )
     return ctx(request).daemon.tokens.hash(key)
 
 
@@ -74,8 +77,7 @@ async def register(request: web.Request) -> web.Response:
     key = _key_hash(request, required=True)
     assert key is not None
     await _audited(request, lambda: fleet.check_register(d, body["worker_id"], key))
-    answer = await c.seq.submit(
-        lambda now, ov: fleet.prepare_register(d, p, body, now, ov, key))
+    answer = await c.seq.submit(lambda now, ov: fleet.prepare_register(d, p, body, now, ov, key))
     return reply(answer)
 
 
@@ -101,6 +103,7 @@ async def lease(request: web.Request) -> web.Response:
 
     def prepare(now: int, ov: fleet.Overlay) -> fleet.Prepared:
         return fleet.prepare_lease(d, p, wid, body, now, ov)
+
     while True:
         why = d.tokens.by_id[p.token_id].refusal(d.clock.now()) if p.token_id else None
         if why is not None:  # revoked or expired while polling: the poll ends now
@@ -159,8 +162,10 @@ async def report(request: web.Request) -> web.Response:
     key = _key_hash(request)
     epoch = int(body["epoch"])
     await history.recall(c.store, d, tid)  # a late retry for a task evicted since
-    await _audited(request,  # 403/404 before queueing
-                   lambda: fleet.lease_for_report(d, p, tid, epoch, key))
+    await _audited(
+        request,  # 403/404 before queueing
+        lambda: fleet.lease_for_report(d, p, tid, epoch, key),
+    )
     await c.seq.submit(lambda now, ov: fleet.prepare_report(d, p, tid, body, now, ov, key))
     rec = await history.recall(c.store, d, tid)
     assert rec is not None
@@ -186,7 +191,8 @@ async def reports(request: web.Request) -> web.Response:
         if d.find(str(item["task"])) is None:
             await history.recall(c.store, d, str(item["task"]))
     results = await c.seq.submit(
-        lambda now, ov: fleet.prepare_reports(d, p, wid, items, now, ov, key))
+        lambda now, ov: fleet.prepare_reports(d, p, wid, items, now, ov, key)
+    )
     if not w.lost:
         w.last_seen = d.mono()
     return reply({"results": results})
@@ -205,8 +211,7 @@ async def deregister(request: web.Request) -> web.Response:
         if w is None:
             raise ApiError(404, "not-found", f"no worker {excerpt(wid, quoted=False)}")
         if w.pool != p.name:
-            raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to "
-                            f"{p.name}")
+            raise forbidden(f"worker {wid} serves pool {w.pool}; this token is bound to {p.name}")
         key = _key_hash(request)
         await _audited(request, lambda: fleet.check_key(w, key, "deregister"))
     answer = await c.seq.submit(lambda now, ov: fleet.prepare_deregister(d, p, wid, now, ov))
@@ -227,8 +232,9 @@ async def upload_log(request: web.Request) -> web.Response:
     epoch = int_param(request, "epoch", rec.epoch, 1, 2**31)
     assert epoch is not None
     key = _key_hash(request)
-    rec, lease = await _audited(request,
-                                lambda: fleet.lease_for_report(d, p, tid, epoch, key, "log"))
+    rec, lease = await _audited(
+        request, lambda: fleet.lease_for_report(d, p, tid, epoch, key, "log")
+    )
     if lease is None or lease.status == FENCED:
         raise fleet.stale(rec, epoch)
     data = await request.read()
@@ -245,13 +251,14 @@ async def read_log(request: web.Request) -> web.StreamResponse:
     limit = int_param(request, "limit", MAX_READ, 1, MAX_READ)
     assert epoch is not None and offset is not None and limit is not None
     log = await log_of(c, principal(request), rec.id, epoch, offset, limit)
-    headers = {"X-Klique-Epoch": str(log.epoch),
-               "X-Klique-Epochs": ",".join(str(e) for e in log.epochs),
-               "X-Klique-Log-Size": str(log.size),
-               "X-Klique-Next-Offset": str(log.next_offset),
-               "X-Klique-Log-Complete": "true" if log.complete else "false"}
-    return web.Response(body=log.data, headers=headers, content_type="text/plain",
-                        charset="utf-8")
+    headers = {
+        "X-Klique-Epoch": str(log.epoch),
+        "X-Klique-Epochs": ",".join(str(e) for e in log.epochs),
+        "X-Klique-Log-Size": str(log.size),
+        "X-Klique-Next-Offset": str(log.next_offset),
+        "X-Klique-Log-Complete": "true" if log.complete else "false",
+    }
+    return web.Response(body=log.data, headers=headers, content_type="text/plain", charset="utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,8 +273,14 @@ class LogPiece:
     complete: bool
 
 
-async def log_of(c: Context, p: Principal, task_id: str, epoch: int | None = None,
-                 offset: int = 0, limit: int = MAX_READ) -> LogPiece:
+async def log_of(
+    c: Context,
+    p: Principal,
+    task_id: str,
+    epoch: int | None = None,
+    offset: int = 0,
+    limit: int = MAX_READ,
+) -> LogPiece:
     """``getTaskLog`` for ``p``: at most ``limit`` bytes of the log of attempt ``epoch`` (None:
     the latest) of a task they may see, from byte ``offset``; a 404 for another's task."""
     await history.recall(c.store, c.daemon, task_id)
@@ -279,10 +292,12 @@ async def log_of(c: Context, p: Principal, task_id: str, epoch: int | None = Non
     else:
         data, size = await c.logs.read(rec.id, epoch, offset, limit)
     lease = rec.lease(epoch)
-    complete = rec.epoch == 0 and rec.state == "ended" or (
-        lease is not None and lease.status in (CLOSED, FENCED))
-    return LogPiece(data, epoch, list(range(1, rec.epoch + 1)), size, offset + len(data),
-                    complete)
+    complete = (
+        rec.epoch == 0
+        and rec.state == "ended"
+        or (lease is not None and lease.status in (CLOSED, FENCED))
+    )
+    return LogPiece(data, epoch, list(range(1, rec.epoch + 1)), size, offset + len(data), complete)
 
 
 async def list_workers(request: web.Request) -> web.Response:
@@ -292,11 +307,23 @@ async def list_workers(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", 1000, 1, 1000)
     assert limit is not None
     after = request.query.get("after") or ""
-    ws = sorted((w for w in d.workers.values() if (p.is_admin or w.pool == p.name)
-                 and (pool is None or w.pool == pool) and w.id > after), key=lambda w: w.id)
+    ws = sorted(
+        (
+            w
+            for w in d.workers.values()
+            if (p.is_admin or w.pool == p.name)
+            and (pool is None or w.pool == pool)
+            and w.id > after
+        ),
+        key=lambda w: w.id,
+    )
     page = ws[:limit]  # worker ids are any a worker token registers: pages keep it bounded
-    return reply({"workers": [views.worker(d, w) for w in page],
-                  "next": page[-1].id if len(ws) > limit else None})
+    return reply(
+        {
+            "workers": [views.worker(d, w) for w in page],
+            "next": page[-1].id if len(ws) > limit else None,
+        }
+    )
 
 
 WORKER = ("worker",)
@@ -305,18 +332,36 @@ LEASE_HOLDER = "the worker holding the lease (its pool's token and its worker ke
 
 ROUTES = [
     Route("POST", "/v1/tasks/{id}/report", report, "reportTask", WORKER, rule=LEASE_HOLDER),
-    Route("POST", "/v1/tasks/{id}/log", upload_log, "uploadTaskLog", WORKER,
-          rule=LEASE_HOLDER),
+    Route("POST", "/v1/tasks/{id}/log", upload_log, "uploadTaskLog", WORKER, rule=LEASE_HOLDER),
     Route("GET", "/v1/tasks/{id}/log", read_log, "getTaskLog", PEOPLE, rule=SEE_TASK),
-    Route("POST", "/v1/workers/register", register, "registerWorker", WORKER,
-          rule="a token of the pool it registers with",
-          hint="register with a worker token (kliqued token create --worker --pool NAME)"),
-    Route("GET", "/v1/workers", list_workers, "listWorkers", ("admin", "worker"),
-          rule="a worker: its pool's workers"),
+    Route(
+        "POST",
+        "/v1/workers/register",
+        register,
+        "registerWorker",
+        WORKER,
+        rule="a token of the pool it registers with",
+        hint="register with a worker token (kliqued token create --worker --pool NAME)",
+    ),
+    Route(
+        "GET",
+        "/v1/workers",
+        list_workers,
+        "listWorkers",
+        ("admin", "worker"),
+        rule="a worker: its pool's workers",
+    ),
     Route("POST", "/v1/workers/{id}/lease", lease, "leaseTasks", WORKER, rule=OWN_WORKER),
-    Route("POST", "/v1/workers/{id}/heartbeat", heartbeat, "workerHeartbeat", WORKER,
-          rule=OWN_WORKER),
+    Route(
+        "POST", "/v1/workers/{id}/heartbeat", heartbeat, "workerHeartbeat", WORKER, rule=OWN_WORKER
+    ),
     Route("POST", "/v1/workers/{id}/reports", reports, "reportTasks", WORKER, rule=OWN_WORKER),
-    Route("DELETE", "/v1/workers/{id}", deregister, "deregisterWorker", ("admin", "worker"),
-          rule=OWN_WORKER),
+    Route(
+        "DELETE",
+        "/v1/workers/{id}",
+        deregister,
+        "deregisterWorker",
+        ("admin", "worker"),
+        rule=OWN_WORKER,
+    ),
 ]
