@@ -42,6 +42,7 @@ run: $(RUN_STAMP)
 # which tests will skip), the import contracts (pyproject.toml), then every test.
 test: $(STAMP) system-packages
 	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
@@ -51,6 +52,7 @@ test: $(STAMP) system-packages
 # The lint's rules: [tool.ruff.lint] in pyproject.toml.
 check: $(STAMP)
 	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -n 2 -m "$(QUICK)"
