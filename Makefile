@@ -45,7 +45,7 @@ test: $(STAMP) system-packages
 	$(BIN)/ruff format --check
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -n $(WORKERS)
 
 # The quick loop (under 2 minutes): lint, types, the import contracts, and the tests that
 # start no daemon, cluster, container, database or browser, on Hypothesis's `dev` profile.

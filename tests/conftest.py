@@ -9,11 +9,12 @@ import itertools
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
-from tests.harness import leftovers, marking
+from tests.harness import leftovers, marking, scheduling
 from tests.harness.examples import DEV_MAX, profile
 
 settings.register_profile("ci", settings())  # Hypothesis's defaults: today's counts, exactly
@@ -95,6 +96,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     marking.apply(items)
+    problems = scheduling.check_shared(marking.shared_services(items))
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> scheduling.FileScheduling:
+    """Under ``-n``: a file at a time per worker, the test Slurm's folder at a time."""
+    return scheduling.FileScheduling(config, log)
 
 
 @pytest.hookimpl(trylast=True)

@@ -9,6 +9,8 @@ to the hosts from a file on the controller (``token_file``: never in the extra v
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -35,6 +37,28 @@ def source_tree() -> Path | None:
     return None
 
 
+class _building:
+    """One wheel build of a source tree at a time on this machine: setuptools builds in the
+    tree's own ``build/`` directory, so two rollouts started at once from one checkout (two
+    operators, two pools) failed with ``File exists: build/bdist...``. The lock is a file in
+    the temporary directory named by the tree's path, never in the tree."""
+
+    def __init__(self, root: Path) -> None:
+        digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+        self.path = Path(tempfile.gettempdir()) / f"klique-wheel-{digest}.lock"
+        self._fh: int | None = None
+
+    def __enter__(self) -> None:
+        self._fh = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._fh, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            os.close(self._fh)
+            self._fh = None
+
+
 def build_wheel(dest: Path) -> Path:
     """A wheel of the source tree, built into ``dest``."""
     root = source_tree()
@@ -47,12 +71,23 @@ def build_wheel(dest: Path) -> Path:
     # a fixed date in the archive: the same sources give the same bytes, so a second rollout
     # copies and reinstalls nothing
     env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dest), str(root)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    with _building(root):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--quiet",
+                "-w",
+                str(dest),
+                str(root),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
     wheels = sorted(dest.glob("klique-*.whl"))
     if proc.returncode != 0 or not wheels:
         raise RolloutError(f"building the wheel failed:\n{proc.stderr.strip()}")

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Literal
 
+from klique_util.fmt import hours
 from klique_util.units import SECOND_MS, to_ms
 
 from ..compiled import CompiledEstate, CPrice
@@ -133,7 +134,7 @@ def price_impacts(
                 exact = _month_aligned(start) and (until == now_ms or _month_aligned(until))
                 details["recorded_gpu_hours"] = round(used, 6)
                 details["months"] = months
-                text += f": {used:g} GPU-hours recorded" + (
+                text += f": {hours(used)} GPU-hours recorded" + (
                     "" if exact else f" in the months it touches ({months[0]} to {months[-1]})"
                 )
                 if old_p is not None and new_p is not None:

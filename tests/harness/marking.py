@@ -6,9 +6,10 @@ test is marked ``daemon`` when its function, a fixture it uses, or a function of
 they call (followed a few levels) starts one. The same reading gives ``browser``; the
 fixtures give ``postgres``, ``slurm`` and ``podman``; folders give ``slurm`` and ``slow``.
 
-Two markers also place tests under xdist (``--dist loadgroup``): the tests of the one test
-Slurm (slurmctld and slurmd on Slurm's fixed ports) and of Podman (one image store, one image
-name imported once) each run in one worker, one after another.
+Two markers also name machine-wide services, the one test Slurm (slurmctld and slurmd on
+Slurm's fixed ports) and Podman (one image store, one image name imported once), whose tests
+must run one at a time: tests/harness/scheduling.py hands the suite to xdist's workers by
+file, and checks that each service's tests fall in one scope.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ MARKERS = {
 QUICK_EXCLUDED = tuple(MARKERS)
 """``make check`` runs what none of these mark."""
 
-GROUPS = {"slurm": "slurm", "podman": "podman"}
-"""Marker -> the xdist group its tests share."""
+SHARED = ("slurm", "podman")
+"""The markers of machine-wide services, whose tests run one at a time
+(tests/harness/scheduling.py)."""
 
 SLOW_PATHS = ("ansible/", "e2e/")
 """Folders (relative to tests/) or files whose every test is slow."""
@@ -135,6 +137,8 @@ def apply(items: list[pytest.Item]) -> None:
         have = {m.name for m in item.iter_markers()}
         for name in sorted(marks_for(item, reader) - have):
             item.add_marker(getattr(pytest.mark, name))
-        for marker, group in GROUPS.items():
-            if item.get_closest_marker(marker) is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def shared_services(items: list[pytest.Item]) -> dict[str, list[str]]:
+    """The node ids of the tests of each machine-wide service (:data:`SHARED`)."""
+    return {m: [i.nodeid for i in items if i.get_closest_marker(m) is not None] for m in SHARED}

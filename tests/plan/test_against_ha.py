@@ -90,4 +90,4 @@ def _stable(value: object) -> str:
     """The plan's part with its numbers blanked: the usage and times move with the clock
     between the two runs, the rest (what changes, each impact, the envelopes, the what-if's
     rows) must be the same."""
-    return re.sub(r"\d+(\.\d+)?", "N", json.dumps(value, sort_keys=True))
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", json.dumps(value, sort_keys=True))

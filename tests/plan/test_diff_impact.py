@@ -483,3 +483,25 @@ def test_the_diff_shows_user_limit_and_project_priority_in_the_listed_order() ->
         "projects": ("+", None, "[zeta, alpha]"),
         "project_priority": ("+", None, "true"),
     }
+
+
+def test_a_backdated_price_says_a_tiny_usage_in_decimals() -> None:
+    """The GPU-hours recorded read as people write them (``0.000095``), never in Python's
+    ``:g`` exponent form (``9.5e-05``), which a fresh clone's run met in a plan's message."""
+    from compiler.plan.live import LiveState
+    from compiler.plan.prices import price_impacts
+
+    head = BASE.replace(
+        '  - {gpu_type: h100, per_gpu_hour: 2.5, effective_from: "2026-01-01T00:00:00Z"}\n',
+        '  - {gpu_type: h100, per_gpu_hour: 2.5, effective_from: "2026-01-01T00:00:00Z"}\n'
+        '  - {gpu_type: h100, per_gpu_hour: 3, effective_from: "2026-09-01T00:00:00Z"}\n',
+    )
+    b = compile_files([SourceFile("estate/estate.yaml", BASE.encode())]).estate
+    h = compile_files([SourceFile("estate/estate.yaml", head.encode())]).estate
+    assert b is not None and h is not None
+    live = LiveState(
+        "test", b.revision, "2026-09-21T00:00:00Z", NOW, {}, {}, {}, {"h100": {"2026-09": 0.000095}}
+    )
+    [i] = [i for i in price_impacts(b, h, NOW, live) if i.kind == "price-backdated"]
+    assert ": 0.000095 GPU-hours recorded" in i.message, i.message
+    assert "e-0" not in i.message

@@ -189,7 +189,13 @@ async def stand_by(
             tasks.append(asyncio.create_task(_follow(replica, stop)))
         try:
             # a stop that came while the lease was being taken wins: the caller releases it
-            got = await _watch(lease, stop, unready) and not stop.is_set()
+            got = await _watch(lease, stop, unready)
+            if got:
+                # a signal that landed during the takeover is a byte in the loop's wakeup pipe
+                # whose callback may still be queued behind the takeover's result (seen under
+                # load): a short turn of the loop runs it before the outcome is read
+                await asyncio.sleep(TAKEOVER_SETTLE_S)
+            got = got and not stop.is_set()
         finally:
             if replica is not None:
                 replica.ready = False
@@ -205,6 +211,10 @@ async def stand_by(
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+TAKEOVER_SETTLE_S = 0.05
+"""After the lease is taken, how long the standby's loop runs on before it reads whether a
+stop came meanwhile (a takeover is rare: 50 ms is nothing beside the replay that follows)."""
 
 _stop_asked = threading.Event()
 """Set by a stop signal: read by the leader's loop when it starts, so a signal that came
