@@ -195,7 +195,7 @@ class EstateRefused(Payload):
 
 
 @registered("submitted")
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)  # spelled out: mypy sees its fields
 class Submitted(Payload):
     resource: str
     user: str
