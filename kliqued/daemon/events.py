@@ -4,7 +4,8 @@ Kinds (``data`` fields in brackets):
 - ``estate_applied`` [source, estate: the compiled estate's JSON]
 - ``submitted`` [resource, user, project, gpus_milli, command, payload, labels,
   idempotency_key, channel] (``actor`` is the principal that sent it, ``usr`` the task's
-  user, ``channel`` how: channels.py; missing in logs from before it: ``api``)
+  user, ``channel`` how: channels.py; missing in logs from before it: ``api``; written from
+  a ``state.submission.Submission``, read back typed into the task's record)
 - ``placed`` [pool, resource, size_milli, phase, interval]
 - ``preempted`` [pool, kind, text, by, interval; size_milli, lost_ms, lost_gpu_hours and
   checkpoint_at: lending.md's lost work, from the last checkpoint reported, else the
@@ -195,7 +196,7 @@ class EstateRefused(Payload):
 
 
 @registered("submitted")
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)  # spelled out: mypy sees its fields
 class Submitted(Payload):
     resource: str
     user: str

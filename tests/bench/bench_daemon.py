@@ -205,6 +205,7 @@ def build_state(
     from kliqued.daemon.auth import Principal
     from kliqued.daemon.state.daemon import Daemon
     from kliqued.daemon.state.prepared import Overlay
+    from kliqued.daemon.state.submission import Submission
     from kliqued.daemon.storage.store import Batch, Store
 
     store = Store(str(db))
@@ -240,7 +241,9 @@ def build_state(
         prepared = []
         for _ in range(min(1000, n - i)):
             f = task(i)
-            prepared.append(d.prepare_submit(Principal("user", f["user"]), f, None, now, ov))
+            prepared.append(
+                d.prepare_submit(Principal("user", f["user"]), Submission(**f), now, ov)
+            )
             i += 1
         commit(prepared, now=now)
         now = d.clock.now()

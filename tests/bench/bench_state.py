@@ -114,6 +114,7 @@ def build_history(db: Path, n: int) -> dict[str, Any]:
     from kliqued.daemon.auth import Principal
     from kliqued.daemon.state.daemon import Daemon
     from kliqued.daemon.state.prepared import Overlay
+    from kliqued.daemon.state.submission import Submission
     from kliqued.daemon.storage.store import Batch, Store
 
     store = Store(str(db))
@@ -158,7 +159,7 @@ def build_history(db: Path, n: int) -> dict[str, Any]:
     ov = Overlay()
     commit(
         [
-            d.prepare_submit(Principal("user", f["user"]), f, None, now, ov)
+            d.prepare_submit(Principal("user", f["user"]), Submission(**f), now, ov)
             for f in (example_task(i) for i in range(LIVE))
         ],
         now,
@@ -240,6 +241,7 @@ from kliqued.daemon.storage import keyfile
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay
+from kliqued.daemon.state.submission import Submission
 from kliqued.daemon.storage.store import Batch, Store
 
 db, wal_bytes = Path(sys.argv[1]), int(sys.argv[2])
@@ -274,7 +276,7 @@ i = last_snap = 0
 while not wal.exists() or wal.stat().st_size < wal_bytes:
     now = d.clock.now()
     ov = Overlay()
-    prepared = [d.prepare_submit(Principal("user", f["user"]), f, None, now, ov)
+    prepared = [d.prepare_submit(Principal("user", f["user"]), Submission(**f), now, ov)
                 for f in (example_task(i + k) for k in range(500))]
     i += 500
     commit(prepared, now=now)

@@ -13,6 +13,7 @@ from compiler.api import compile_dir
 from kliqued.daemon.state import schedules
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.daemon import Daemon
+from kliqued.daemon.state.submission import Submission
 from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.state.replay import rebuild
@@ -311,7 +312,9 @@ def test_a_key_already_used_by_the_owner_is_recorded_not_retried_forever(tmp_pat
                 "labels": {},
             }
             _, mine = await h.seq.submit(
-                lambda now, ov: h.d.prepare_submit(ALICE, fields, key, now, ov)
+                lambda now, ov: h.d.prepare_submit(
+                    ALICE, Submission(**fields, idempotency_key=key), now, ov
+                )
             )
             assert await h.at(T0 + 10 * MIN) == 1
             assert await h.at(T0 + 10 * MIN + 1) == 0

@@ -13,6 +13,7 @@ from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay
+from kliqued.daemon.state.submission import Submission
 from kliqued.daemon.ids import IdMaker
 from kliqued.daemon.api.openapi import submission_surely_valid, validator
 
@@ -56,7 +57,7 @@ def test_positions_follow_the_engine_queue_order() -> None:
                 "payload": None,
                 "labels": {},
             }
-            d.prepare_submit(Principal("user", users[g]), f, None, now, Overlay()).apply()
+            d.prepare_submit(Principal("user", users[g]), Submission(**f), now, Overlay()).apply()
         elif r < 0.7:
             live = [t for t, rec in d.records.items() if rec.state != "ended"]
             if live:

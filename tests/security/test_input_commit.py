@@ -17,6 +17,7 @@ from compiler.api import compile_dir
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Prepared
+from kliqued.daemon.state.submission import Submission
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import Event
 from kliqued.daemon.api.metrics import Metrics
@@ -56,7 +57,9 @@ async def _run(db: Path) -> tuple[list, Sequencer, Daemon]:
         return Prepared([Event("submitted", "t-bad", ALICE.text, data={"x": "\ud800"})])
 
     good = [
-        lambda now, ov, i=i: d.prepare_submit(ALICE, _fields(["echo", str(i)]), None, now, ov)
+        lambda now, ov, i=i: d.prepare_submit(
+            ALICE, Submission(**_fields(["echo", str(i)])), now, ov
+        )
         for i in range(3)
     ]
     # One batch: nothing yields between these submissions, so one cycle takes all four.

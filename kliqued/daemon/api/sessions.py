@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from compiler.compiled import CIdle
@@ -21,10 +21,12 @@ from compiler.units import parse_duration
 from klique_util.units import duration_str
 
 from kliqued.daemon.errors import ApiError
+from kliqued.daemon.state.channels import Channel
 from kliqued.daemon.records import TaskRecord
+from kliqued.daemon.state.submission import Submission
 from kliqued.daemon.api.views import end_text
 
-CHANNEL = "session"
+CHANNEL: Channel = "session"
 CHANNEL_LABEL = "klique.channel"
 APP_LABEL = "klique.session"
 KINDS = ("wall", "cpu", "gpu", "network")
@@ -93,26 +95,10 @@ def idle_labels(
     return out
 
 
-def submission(
-    user: str,
-    resource: str,
-    app: str,
-    command: list[str] | None,
-    project: str | None,
-    gpus_milli: int | None,
-    idle: dict[str, str],
-) -> dict[str, Any]:
-    """The task a session is: the one place that names the channel ``session``."""
-    return {
-        "resource": resource,
-        "user": user,
-        "project": project,
-        "gpus_milli": gpus_milli,
-        "command": command or list(APPS[app]),
-        "payload": None,
-        "labels": {CHANNEL_LABEL: CHANNEL, APP_LABEL: app, **idle},
-        "channel": CHANNEL,
-    }
+def submission(sub: Submission, app: str, idle: dict[str, str]) -> Submission:
+    """The task a session is (``sub``, checked by ``from_body`` with the channel
+    ``session``), labelled: the one place that names the session's labels."""
+    return replace(sub, labels={CHANNEL_LABEL: CHANNEL, APP_LABEL: app, **idle})
 
 
 def is_session(rec: TaskRecord) -> bool:

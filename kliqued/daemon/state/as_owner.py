@@ -7,36 +7,49 @@ the live state's own import of ``channels.stored`` must not pull in (issue 27).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping
 
 from kliqued.daemon.auth import Principal
-from kliqued.daemon.state.channels import UNATTENDED
+from kliqued.daemon.state.channels import UNATTENDED, Channel
 from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.prepared import Overlay, Prepared
+from kliqued.daemon.state.submission import Submission
 
 
 def prepare_as_owner(
-    d: Daemon, owner: str, channel: str, fields: dict[str, Any], key: str, now: int, ov: Overlay
+    d: Daemon,
+    owner: str,
+    channel: Channel,
+    key: str,
+    now: int,
+    ov: Overlay,
+    *,
+    resource: str,
+    project: str | None,
+    gpus_milli: int | None,
+    command: list[str] | None,
+    labels: Mapping[str, str],
 ) -> Prepared:
     """The one place where an unattended channel (a schedule, a pipeline) sends a task as its
-    owner: the owner's own identity (``user:<owner>`` is the actor, as if they had sent it),
-    their access checked now by the same ``check_submission`` as any submission, the channel
-    recorded with the task (and named in its labels, ``klique.channel``). Idempotent by
-    ``key`` (the schedule's due time, the pipeline step's attempt): an ``ApiError`` when the
-    owner may not send it (no longer in the group, the resource gone, their quota)."""
+    owner: a ``Submission`` with the owner's own identity (``user:<owner>`` is the actor, as
+    if they had sent it), their access checked now by the same ``submission.refusal`` as any
+    submission (in ``prepare_submit``), the channel recorded with the task (and named in its
+    labels, ``klique.channel``). Its fields were checked by ``submission.from_body`` when the
+    schedule was made, or by the pipeline file's checks. Idempotent by ``key`` (the
+    schedule's due time, the pipeline step's attempt): an ``ApiError`` when the owner may not
+    send it (no longer in the group, the resource gone, their quota)."""
     assert channel in UNATTENDED
-    labels = {**(fields.get("labels") or {}), "klique.channel": channel}
-    body = {
-        "resource": fields["resource"],
-        "user": owner,
-        "project": fields.get("project"),
-        "gpus_milli": fields.get("gpus_milli"),
-        "command": fields.get("command"),
-        "payload": None,
-        "labels": labels,
-        "channel": channel,
-    }
-    return d.prepare_submit(Principal("user", owner), body, key, now, ov)
+    sub = Submission(
+        resource=resource,
+        user=owner,
+        project=project,
+        gpus_milli=gpus_milli,
+        command=command,
+        labels={**labels, "klique.channel": channel},
+        channel=channel,
+        idempotency_key=key,
+    )
+    return d.prepare_submit(Principal("user", owner), sub, now, ov)
 
 
 def sent(d: Daemon, owner: str, sub: Prepared, key: str, ov: Overlay) -> str | None:

@@ -9,8 +9,9 @@ event, its API view, its ledger intervals and the usage views finance reads. The
 - ``mcp``, ``schedule``, ``pipeline``, ``session``: set by the daemon code that submits,
   never taken from a client, so finance can trust them: ``submission.submit_as`` for a
   request's handler (the API, MCP's tools), ``as_owner.prepare_as_owner`` for the unattended
-  channels, which submit inside the sequencer as their owner. Both end in
-  ``Daemon.prepare_submit`` with the channel in the ``submitted`` event.
+  channels, which submit inside the sequencer as their owner, a session's start for
+  ``session``. All end in ``Daemon.prepare_submit`` with a ``submission.Submission`` whose
+  channel the ``submitted`` event records.
 
 An event log written before channels existed replays its tasks as ``api``.
 """

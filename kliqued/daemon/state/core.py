@@ -32,7 +32,7 @@ from kliqued.engine.victims import lost_work as engine_lost_work
 from kliqued.ledger import writer as ledger
 
 
-from kliqued.daemon import limits
+from kliqued.daemon import events as E, limits
 from kliqued.daemon.state import channels
 from kliqued.daemon.auth import Access, TokenBook
 from kliqued.daemon.state.autoscalers import AutoscalerInfo
@@ -286,16 +286,18 @@ class DaemonState:
         self.estate = EstateInfo(compiled.revision, at, source, None, commit)
 
     def on_submitted(
-        self, task_id: str, at: int, actor: str, revision: str, data: dict[str, Any]
+        self, task_id: str, at: int, actor: str, revision: str, sub: E.Submitted
     ) -> TaskRecord:
+        """The task of a ``submitted`` event, read from its typed payload into the engine's
+        ``State`` and the task's record."""
         st = self.st()
         # Checked against the estate when it was prepared, and the log replays in order.
         t = st.submit(
             task_id,
-            data["resource"],
-            data["user"],
-            data.get("project"),
-            data.get("gpus_milli"),
+            sub.resource,
+            sub.user,
+            sub.project,
+            sub.gpus_milli,
             at=at,
             checked=True,
         )
@@ -309,14 +311,14 @@ class DaemonState:
             t.user,
             actor,
             t.project,
-            data.get("labels") or {},
-            data.get("command"),
-            data.get("payload"),
-            data.get("gpus_milli"),
+            sub.labels or {},
+            sub.command,
+            sub.payload,
+            sub.gpus_milli,
             at,
             revision,
-            data.get("idempotency_key"),
-            channels.stored(data.get("channel")),
+            sub.idempotency_key,
+            channels.stored(sub.channel),
         )
         rec.submitted_pass = self.passes
         rec.data_bytes = limits.task_bytes(rec.command, rec.payload)

@@ -23,8 +23,6 @@ from kliqued.engine import (
     Cancellation,
     Placement,
     Preemption,
-    SubmissionError,
-    check_submission,
 )
 from kliqued.ledger import lost as ledger_lost
 from kliqued.ledger import ops as ledger_ops
@@ -32,7 +30,7 @@ from kliqued.ledger import writer as ledger
 
 
 from kliqued.daemon import limits
-from kliqued.daemon.state import reducers
+from kliqued.daemon.state import reducers, submission
 from kliqued.daemon.auth import Principal, TokenRecord
 from kliqued.daemon.errors import ApiError, not_found
 from kliqued.daemon.events import Event
@@ -42,6 +40,7 @@ from kliqued.daemon.storage.eventlog import TokenInsert, TokenUpdate
 from kliqued.daemon.storage.store import DbOp
 from kliqued.daemon.state.core import DaemonState
 from kliqued.daemon.state.prepared import Overlay, Prepared
+from kliqued.daemon.state.submission import Submission
 
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ class Daemon(DaemonState):
         self.last_pass_at = now
         events: list[Event] = []
         ops: list[DbOp] = []
-        opens: list[dict[str, Any]] = []
+        opens: list[ledger.IntervalRow] = []
         closes: list[tuple[str, int, str]] = []
         lost_rows: list[ledger_lost.PreemptionRow] = []
         counts: Counter[str] = Counter()
@@ -92,26 +91,7 @@ class Daemon(DaemonState):
                 ev.data["interval"] = rec.interval_id  # the one this placement opened
                 events.append(ev)
                 t = st.tasks[d.task]
-                opens.append(
-                    dict(
-                        interval_id=rec.interval_id,
-                        task=rec.id,
-                        user=rec.user,
-                        project=rec.project,
-                        group=rec.group,
-                        policy=rec.policy,
-                        profile=rec.profile,
-                        resource=rec.resource,
-                        pool=d.pool,
-                        gpu_type=self.gpu_type.get(d.pool, ""),
-                        gpus_milli=t.size,
-                        weight_milli=t.weight,
-                        start_ms=now,
-                        revision=rev,
-                        group_path=self.group_path.get(rec.group),
-                        channel=rec.channel,
-                    )
-                )
+                opens.append(self._interval_row(rec, d.pool, t.size, t.weight, now, rev))
                 counts["placed"] += 1
             elif isinstance(d, Preemption):
                 rec = self.records[d.task]
@@ -167,12 +147,36 @@ class Daemon(DaemonState):
                 events.append(ev)
                 counts["alerts"] += 1
         if opens:  # opened before closed: a task lent and reclaimed in one pass has both
-            ops.append(ledger_ops.opens(ledger.IntervalRow(**f) for f in opens))
+            ops.append(ledger_ops.opens(opens))
         if closes:
             ops.append(ledger_ops.closes(closes))
         if lost_rows:
             ops.append(ledger_ops.RecordPreemptions(tuple(lost_rows)))
         return events, ops, counts
+
+    def _interval_row(
+        self, rec: TaskRecord, pool: str, size: int, weight: int, now: int, rev: str
+    ) -> ledger.IntervalRow:
+        """The ledger's row of a placement, from the task's typed record: its user, project
+        and channel are what its ``submitted`` event recorded (``Submission.event``)."""
+        return ledger.IntervalRow(
+            interval_id=rec.interval_id,
+            task=rec.id,
+            user=rec.user,
+            project=rec.project,
+            group=rec.group,
+            policy=rec.policy,
+            profile=rec.profile,
+            resource=rec.resource,
+            pool=pool,
+            gpu_type=self.gpu_type.get(pool, ""),
+            gpus_milli=size,
+            weight_milli=weight,
+            start_ms=now,
+            revision=rev,
+            group_path=self.group_path.get(rec.group),
+            channel=rec.channel,
+        )
 
     def _preemption_row(
         self, rec: TaskRecord, d: Preemption, interval: str, now: int, rev: str
@@ -200,22 +204,18 @@ class Daemon(DaemonState):
         )
 
     # ------------------------------------------------------------------ requests
-    def prepare_submit(
-        self,
-        p: Principal,
-        f: dict[str, Any],
-        key: str | None,
-        now: int,
-        ov: Overlay,
-        data_bytes: int | None = None,
-    ) -> Prepared:
+    def prepare_submit(self, p: Principal, sub: Submission, now: int, ov: Overlay) -> Prepared:
+        """The ``submitted`` event of ``sub`` (checked at its edge by
+        ``submission.from_body``) sent by ``p``: the answer of its idempotency key if it
+        names a task already, a 429 over the user's quota, and the estate's check again,
+        against the estate of this commit (it may have changed since the edge)."""
+        key = sub.idempotency_key
         if key is not None:
             existing = ov.keys.get((p.text, key)) or self.idem.get((p.text, key))
             if existing is not None:
                 return Prepared(apply=lambda: (200, existing))
-        if data_bytes is None:
-            data_bytes = limits.task_bytes(f.get("command"), f.get("payload"))
-        user = f["user"]
+        data_bytes = sub.data_bytes
+        user = sub.user
         held = self.stored[user] + ov.stored[user]
         if data_bytes and held + data_bytes > self.max_user_bytes:
             raise ApiError(
@@ -229,21 +229,13 @@ class Daemon(DaemonState):
                 {"held_bytes": held, "task_bytes": data_bytes, "limit_bytes": self.max_user_bytes},
             )
         idx = self.idx()
-        try:
-            check_submission(
-                idx,
-                f["resource"],
-                f["user"],
-                f.get("project"),
-                f.get("gpus_milli"),
-                require_project=True,
-            )
-        except SubmissionError as exc:
-            raise ApiError(422, "submission-refused", str(exc), {"field": exc.field}) from None
-        cr = idx.resources[f["resource"]]
+        exc = submission.refusal(idx, sub.resource, user, sub.project, sub.gpus_milli)
+        if exc is not None:
+            raise ApiError(422, "submission-refused", str(exc), {"field": exc.field})
+        cr = idx.resources[sub.resource]
         task_id = self.task_ids.next(now)
-        data = {**f, "idempotency_key": key}
-        ev = Event("submitted", task_id, p.text, idx.revision, cr.group, f["user"], data)
+        data = sub.event().to_data()
+        ev = Event("submitted", task_id, p.text, idx.revision, cr.group, user, data)
         if key is not None:
             ov.keys[(p.text, key)] = task_id
         ov.stored[user] += data_bytes

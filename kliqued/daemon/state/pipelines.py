@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import pipeline as P
 
-from kliqued.daemon.state import pipeline_cache, reducers
+from kliqued.daemon.state import pipeline_cache, reducers, submission
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.channel_state import PipelineRun
 from kliqued.daemon.state.as_owner import prepare_as_owner, sent
@@ -40,10 +39,8 @@ MAX_RUNNING_PER_OWNER = 100
 
 
 def submittable(d: Daemon, user: str) -> list[str]:
-    """The compute resources ``user`` may send work to: those of the groups listing them in
-    ``users``."""
-    idx = d.idx()
-    return sorted(n for n, cr in idx.resources.items() if user in idx.users.get(cr.group, ()))
+    """The compute resources ``user`` may send work to (``submission.submittable``)."""
+    return submission.submittable(d.idx(), user)
 
 
 def load_for(spec: dict[str, Any]) -> P.Loaded:
@@ -56,15 +53,12 @@ def check_access(d: Daemon, owner: str, loaded: P.Loaded, file: str) -> None:
     """Every step's compute resource, for ``owner``, now: a 422 naming the step (and what
     the owner may use) before anything is submitted."""
     errors = []
-    for s in loaded.spec.steps:
-        gpus = s.gpus_milli
-        try:
-            check_submission(d.idx(), s.resource, owner, s.project, gpus, require_project=True)
-        except SubmissionError as exc:
-            mine = submittable(d, owner)
+    idx = d.idx()
+    for s in loaded.spec.steps:  # the one check of a submission, each step's
+        exc = submission.refusal(idx, s.resource, owner, s.project, s.gpus_milli)
+        if exc is not None:
             errors.append(
-                f"{file}: step {s.name}: {exc}; {owner} may submit to "
-                f"{', '.join(mine) if mine else 'nothing'}"
+                f"{file}: step {s.name}: {submission.with_options(idx, owner, s.resource, exc)}"
             )
     if errors:
         raise ApiError(
@@ -236,16 +230,21 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay, at: int | None =
     for a in actions:
         if isinstance(a, P.Submit):
             step = by_name[a.step]
-            fields = {
-                "resource": step.resource,
-                "project": step.project,
-                "gpus_milli": step.gpus_milli,
-                "command": a.command,
-                "labels": {**step.labels, "klique.pipeline": pr.id, "klique.step": step.name},
-            }
             try:
                 key = f"pipeline:{pr.id}:{a.step}:{a.attempt}"
-                sub = prepare_as_owner(d, pr.owner, "pipeline", fields, key, now, ov)
+                sub = prepare_as_owner(
+                    d,
+                    pr.owner,
+                    "pipeline",
+                    key,
+                    now,
+                    ov,
+                    resource=step.resource,
+                    project=step.project,
+                    gpus_milli=step.gpus_milli,
+                    command=a.command,
+                    labels={**step.labels, "klique.pipeline": pr.id, "klique.step": step.name},
+                )
             except ApiError as exc:
                 parts.append(
                     own(

@@ -32,8 +32,9 @@ def _estate_refused(d: DaemonState, ev: Event, p: E.EstateRefused, at: int, deci
 
 
 def _submitted(d: DaemonState, ev: Event, p: E.Submitted, at: int, decided: bool) -> Any:
-    # The stored data as it is: the payload only checked its shape (no copy per task).
-    return d.on_submitted(_task(ev), at, ev.actor or "", ev.revision or "", ev.data)
+    # The typed payload (``Submission.event`` wrote it): its fields refer to the stored data's
+    # values, not copies of them.
+    return d.on_submitted(_task(ev), at, ev.actor or "", ev.revision or "", p)
 
 
 def _placed(d: DaemonState, ev: Event, p: E.Placed, at: int, decided: bool) -> Any:

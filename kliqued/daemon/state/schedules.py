@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron as when
 from kliqued.schedule import pipeline as P
 
-from kliqued.daemon.state import pipeline_cache, pipelines, reducers
+from kliqued.daemon.state import pipeline_cache, pipelines, reducers, submission
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.state.channel_state import Run, Schedule
 from kliqued.daemon.state.as_owner import prepare_as_owner, sent
@@ -410,20 +409,19 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
             pid = sub.events[0].data["id"]
             ev = run_event(due, "submitted", None, pipeline=pid)
         else:
+            assert s.resource is not None  # a schedule of a command names its resource
             sub = prepare_as_owner(
                 d,
                 s.owner,
                 "schedule",
-                {
-                    "resource": s.resource,
-                    "project": s.project,
-                    "gpus_milli": s.gpus_milli,
-                    "command": s.command,
-                    "labels": {**s.labels, "klique.schedule": s.id},
-                },
                 _key(s, due),
                 now,
                 ov,
+                resource=s.resource,
+                project=s.project,
+                gpus_milli=s.gpus_milli,
+                command=s.command,
+                labels={**s.labels, "klique.schedule": s.id},
             )
             tid = sent(d, s.owner, sub, _key(s, due), ov)
             ev = run_event(
@@ -451,10 +449,9 @@ def denied(d: Daemon, s: Schedule) -> str | None:
     elif s.resource is not None:
         resources = [(s.resource, s.project, s.gpus_milli)]
     for resource, project, milli in resources:
-        try:
-            check_submission(d.idx(), resource, s.owner, project, milli, require_project=True)
-        except SubmissionError as exc:
-            return f"stopped: {s.owner} may no longer send to {resource}: {exc}"
+        why = submission.refusal(d.idx(), resource, s.owner, project, milli)
+        if why is not None:
+            return f"stopped: {s.owner} may no longer send to {resource}: {why}"
     return None
 
 

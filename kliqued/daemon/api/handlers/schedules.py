@@ -15,19 +15,16 @@ from aiohttp import web
 
 from compiler.units import parse_duration
 from klique_util.excerpt import excerpt
-from kliqued.engine import SubmissionError, check_submission
 from kliqued.schedule import cron
 from kliqued.schedule import pipeline as P
 
-from kliqued.daemon import limits
-from kliqued.daemon.state.pipelines import submittable
 from kliqued.daemon.state import history, pipeline_cache, schedules
 from kliqued.daemon.state.channel_state import Schedule
+from kliqued.daemon.state.submission import from_body
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.state.pipelines import check_access
 from kliqued.daemon.api.request import ctx, principal, read_json, reply
 from kliqued.daemon.api.routes import Route
-from kliqued.daemon.units import to_milli
 
 MAX_DEADLINE_S = 366 * 24 * 3600
 
@@ -93,36 +90,16 @@ def _fields(
         return f
     if not body.get("resource"):
         raise _invalid("resource", "a command needs the compute resource it runs on")
-    cmd = limits.command_bytes(body.get("command"))
-    if cmd > limits.MAX_COMMAND_BYTES:
-        raise ApiError(
-            413,
-            "too-large",
-            f"/command: {limits.mib(cmd)}; the limit is {limits.mib(limits.MAX_COMMAND_BYTES)}",
-        )
-    try:
-        gpus = None if body.get("gpus") is None else to_milli(body["gpus"])
-    except ValueError as exc:
-        raise _invalid("gpus", str(exc)) from None
-    try:
-        check_submission(
-            d.idx(), body["resource"], owner, body.get("project"), gpus, require_project=True
-        )
-    except SubmissionError as exc:
-        mine = submittable(d, owner)
-        raise ApiError(
-            422,
-            "submission-refused",
-            f"{exc}; {owner} may submit to {', '.join(mine) if mine else 'nothing'}",
-            {"field": exc.field},
-        ) from None
+    task = {k: body.get(k) for k in ("resource", "command", "project", "gpus", "labels")}
+    # the same checks as a task sent now (sizes, the estate's), as the owner
+    sub = from_body(d.idx(), principal(request), task, "schedule")
     f.update(
         {
-            "resource": body["resource"],
-            "command": body["command"],
-            "project": body.get("project"),
-            "gpus_milli": gpus,
-            "labels": body.get("labels") or {},
+            "resource": sub.resource,
+            "command": sub.command,
+            "project": sub.project,
+            "gpus_milli": sub.gpus_milli,
+            "labels": dict(sub.labels),
         }
     )
     return f

@@ -27,19 +27,17 @@ from klique_util.tunnel import (
     forwardable,
     unb64,
 )
-from kliqued.engine import SubmissionError, check_submission
 from kliqued.daemon import session_origin
 from kliqued.daemon.api import sessions
 from kliqued.daemon.fleet import workers as fleet, tunnels
 from kliqued.daemon.state import history
-from kliqued.daemon.errors import ApiError, bad_request, forbidden, not_found
+from kliqued.daemon.errors import ApiError, forbidden, not_found
 from kliqued.daemon.leases import CLOSED, FENCED
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.api.request import Context, ctx, principal, read_json, reply
 from kliqued.daemon.api.routes import Route
-from kliqued.daemon.units import to_milli
 from kliqued.daemon.api.handlers.params import int_param
-from kliqued.daemon.api.submission import with_options
+from kliqued.daemon.state.submission import from_body
 from kliqued.daemon.api.handlers.tasks import PEOPLE, SEE_TASK, _visible
 from kliqued.daemon.api.handlers.workers import _audited, _key_hash
 
@@ -80,20 +78,15 @@ async def start(request: web.Request) -> web.Response:
     p = principal(request)
     body = await read_json(request, "SessionStart")
     app = body["app"]
-    try:
-        gpus = None if body.get("gpus") is None else to_milli(body["gpus"])
-    except ValueError as exc:
-        raise ApiError(422, "invalid-field", f"gpus: {exc}", {"field": "gpus"}) from None
-    cr = d.idx().resources.get(body["resource"])
-    try:  # fail fast; the sequencer checks again against the estate of the commit
-        check_submission(
-            d.idx(), body["resource"], p.name, body.get("project"), gpus, require_project=True
-        )
-    except SubmissionError as exc:
-        raise ApiError(
-            422, "submission-refused", with_options(d, p.name, body, exc), {"field": exc.field}
-        ) from None
-    assert cr is not None
+    task = {
+        "resource": body["resource"],
+        "command": body.get("command") or list(sessions.APPS[app]),
+        "project": body.get("project"),
+        "gpus": body.get("gpus"),
+    }
+    key = request.headers.get("Idempotency-Key")
+    sub = from_body(d.idx(), p, task, sessions.CHANNEL, key)
+    cr = d.idx().resources[sub.resource]
     if cr.nodes > 1:
         raise ApiError(
             422,
@@ -104,13 +97,8 @@ async def start(request: web.Request) -> web.Response:
             {"field": "resource"},
         )
     idle = sessions.idle_labels(cr.profile, d.session_idle.get(cr.profile), body.get("idle"))
-    fields = sessions.submission(
-        p.name, body["resource"], app, body.get("command"), body.get("project"), gpus, idle
-    )
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= 256:
-        raise bad_request("Idempotency-Key must be 1 to 256 characters")
-    status, task_id = await c.seq.submit(lambda now, ov: d.prepare_submit(p, fields, key, now, ov))
+    sub = sessions.submission(sub, app, idle)
+    status, task_id = await c.seq.submit(lambda now, ov: d.prepare_submit(p, sub, now, ov))
     return reply(_view(request, d.records[task_id]), status)
 
 
