@@ -103,8 +103,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     live process carrying this run's marker is a leak. Printed, killed, and the run fails.
     The check comes before the harness kills the servers it remembers, so that safety net
     never hides a leak from it."""
+    from tests.harness.inproc import stop_leftovers
+
+    left = stop_leftovers()  # the in-process daemons of this process (each xdist worker's own)
+    if left:
+        session.config.get_terminal_writer().line(
+            "\nin-process daemons left running by their tests (stopped now): " + ", ".join(left),
+            red=True,
+            bold=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # the controller checks once for all its workers
+        return  # the controller checks once for all its workers' processes
     me = os.getpid()
     xdist = session.config.pluginmanager.has_plugin("dsession")
     # under xdist the controller's own children are its workers (the tests run in them)

@@ -25,7 +25,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 MARKERS = {
     "slow": "takes long on its own (rollouts, whole-program runs, long waits): not in make check",
-    "daemon": "starts a real `kliqued serve` (a subprocess)",
+    "daemon": "runs a real `kliqued serve` (a subprocess, or in process: tests/harness/inproc.py)",
     "slurm": "uses the test Slurm cluster (one at a time: xdist group `slurm`)",
     "podman": "runs real containers with Podman (one at a time: xdist group `podman`)",
     "postgres": "uses the session's real PostgreSQL",
@@ -42,7 +42,9 @@ GROUPS = {"slurm": "slurm", "podman": "podman"}
 SLOW_PATHS = ("ansible/", "e2e/")
 """Folders (relative to tests/) or files whose every test is slow."""
 
-_DAEMON = re.compile(r"(?<![\w.])(Server|FleetServer|_TlsServer|running_fleet)\(|\"serve\"")
+_DAEMON = re.compile(
+    r"(?<![\w.])(Server|FleetServer|_TlsServer|InProcServer|running_fleet)\(|\"serve\""
+)
 _BROWSER = re.compile(r"chromium\.launch|sync_playwright\(")
 _SLURM = re.compile(r"(?<![\w.])(LocalSlurm|TwoNodeSlurm)\(")
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(")
