@@ -28,7 +28,7 @@ class Principals:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Iterator[Server]:
+def server(tmp_path_factory) -> Iterator[InProcServer]:
     s = InProcServer(tmp_path_factory.mktemp("daemon")).start()
     yield s
     code = s.stop()
