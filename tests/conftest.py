@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,19 @@ def pg_url(postgres, request) -> str:
 _DB_COUNTER = itertools.count()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_inproc_daemon_left() -> Iterator[None]:
+    """An in-process daemon (tests/harness/inproc.py) still running when the session's
+    fixtures end is a leak, as a leftover process is: stopped, and an error at the last
+    test's teardown names it. A fixture rather than the session-end hook: under xdist an
+    error here fails the run from the worker that has it. Set up first, so torn down after
+    the fixtures that own the shared daemons."""
+    yield
+    inproc = sys.modules.get("tests.harness.inproc")  # not imported: nothing was started
+    left = inproc.stop_leftovers() if inproc is not None else []
+    assert not left, f"in-process daemons left running by their tests (stopped now): {left}"
+
+
 # ---------------------------------------------------------------------------- the suite
 
 
@@ -103,18 +118,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     live process carrying this run's marker is a leak. Printed, killed, and the run fails.
     The check comes before the harness kills the servers it remembers, so that safety net
     never hides a leak from it."""
-    from tests.harness.inproc import stop_leftovers
-
-    left = stop_leftovers()  # the in-process daemons of this process (each xdist worker's own)
-    if left:
-        session.config.get_terminal_writer().line(
-            "\nin-process daemons left running by their tests (stopped now): " + ", ".join(left),
-            red=True,
-            bold=True,
-        )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # the controller checks once for all its workers' processes
+        return  # the controller checks once for all its workers
     me = os.getpid()
     xdist = session.config.pluginmanager.has_plugin("dsession")
     # under xdist the controller's own children are its workers (the tests run in them)
