@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,19 @@ def pg_url(postgres, request) -> str:
 
 
 _DB_COUNTER = itertools.count()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_inproc_daemon_left() -> Iterator[None]:
+    """An in-process daemon (tests/harness/inproc.py) still running when the session's
+    fixtures end is a leak, as a leftover process is: stopped, and an error at the last
+    test's teardown names it. A fixture rather than the session-end hook: under xdist an
+    error here fails the run from the worker that has it. Set up first, so torn down after
+    the fixtures that own the shared daemons."""
+    yield
+    inproc = sys.modules.get("tests.harness.inproc")  # not imported: nothing was started
+    left = inproc.stop_leftovers() if inproc is not None else []
+    assert not left, f"in-process daemons left running by their tests (stopped now): {left}"
 
 
 # ---------------------------------------------------------------------------- the suite

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import TYPE_CHECKING
 
 from klique_util.units import SECOND_MS, UNIT_SECONDS
 
 from ._common import add_command
+
+if TYPE_CHECKING:
+    from kliqued.daemon.server import Options
 
 _UNITS = {"ms": 1 / SECOND_MS, **UNIT_SECONDS}
 
@@ -320,45 +324,52 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kliqued.daemon.listener import Limits
-    from kliqued.daemon.server import Options, serve
-    from kliqued.web.routes import install as dashboard  # injected: the daemon imports no web
+    from kliqued.daemon.server import serve
 
     if args.git and args.estate:
         print("kliqued serve: give --estate DIR or --git REPO, not both")
         return 1
-    return serve(
-        Options(
-            args.estate,
-            args.db,
-            args.listen,
-            args.tls_cert,
-            args.tls_key,
-            watch=args.watch,
-            git=args.git,
-            branch=args.branch,
-            estate_path=args.estate_path,
-            poll_s=args.poll,
-            worker_ttl_s=args.worker_ttl,
-            poll_wait_s=args.poll_wait,
-            grace_s=args.stop_grace,
-            gang_timeout_s=args.gang_timeout,
-            log_cap=args.log_cap,
-            db_memory=args.db_memory,
-            limits=Limits(
-                args.header_timeout, args.idle_timeout, args.body_timeout, args.max_connections
-            ),
-            require_workers=args.require_workers,
-            ledger_db=args.ledger_db,
-            advertise_url=args.advertise_url,
-            lease_ttl_s=args.lease_ttl,
-            ledger_replica=args.ledger_replica,
-            ledger_role=args.ledger_role,
-            keep_ended=args.keep_ended,
-            snapshot_every=args.snapshot_every,
-            compact_after_s=args.compact_after,
-            sessions_listen=args.sessions_listen,
-            sessions_domain=args.sessions_domain,
-            installers=(dashboard,),
-        )
+    return serve(options(args))
+
+
+def options(args: argparse.Namespace) -> "Options":
+    """The daemon's options from the command's arguments, the dashboard installed: also
+    what the tests' in-process daemon runs (tests/harness/inproc.py), so that it is the
+    daemon this command starts."""
+    from kliqued.daemon.listener import Limits
+    from kliqued.daemon.server import Options
+    from kliqued.web.routes import install as dashboard  # injected: the daemon imports no web
+
+    return Options(
+        args.estate,
+        args.db,
+        args.listen,
+        args.tls_cert,
+        args.tls_key,
+        watch=args.watch,
+        git=args.git,
+        branch=args.branch,
+        estate_path=args.estate_path,
+        poll_s=args.poll,
+        worker_ttl_s=args.worker_ttl,
+        poll_wait_s=args.poll_wait,
+        grace_s=args.stop_grace,
+        gang_timeout_s=args.gang_timeout,
+        log_cap=args.log_cap,
+        db_memory=args.db_memory,
+        limits=Limits(
+            args.header_timeout, args.idle_timeout, args.body_timeout, args.max_connections
+        ),
+        require_workers=args.require_workers,
+        ledger_db=args.ledger_db,
+        advertise_url=args.advertise_url,
+        lease_ttl_s=args.lease_ttl,
+        ledger_replica=args.ledger_replica,
+        ledger_role=args.ledger_role,
+        keep_ended=args.keep_ended,
+        snapshot_every=args.snapshot_every,
+        compact_after_s=args.compact_after,
+        sessions_listen=args.sessions_listen,
+        sessions_domain=args.sessions_domain,
+        installers=(dashboard,),
     )

@@ -20,7 +20,7 @@ import ssl
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from aiohttp import web
 
@@ -30,6 +30,7 @@ from kliqued.ledger import ops as ledger_ops
 from kliqued.ledger import writer as ledger
 
 from kliqued.daemon.api.app import Context, Installer, make_app
+from kliqued.daemon.clock import Clock
 from kliqued.daemon.api.metrics import Metrics
 from kliqued.daemon.session_origin import OriginError, SessionOrigin, parse_domain
 from kliqued.daemon.api.session_site import make_session_app
@@ -125,6 +126,52 @@ class Options:
         return self.ledger_db if is_url(self.db) else self.db
 
 
+@dataclass
+class Serving:
+    """A daemon serving in this process (:class:`Embedded`): what its host needs to reach it
+    and to stop it. ``stop`` is the daemon's own stop (what SIGTERM sets), set through
+    :meth:`request_stop` from any thread."""
+
+    loop: asyncio.AbstractEventLoop
+    stop: asyncio.Event
+    url: str
+    daemon: Daemon
+    ctx: Context
+
+    def request_stop(self) -> None:
+        """As SIGTERM: stop accepting, finish requests in flight, checkpoint; thread-safe."""
+        self.loop.call_soon_threadsafe(self.stop.set)
+
+
+@dataclass
+class Embedded:
+    """``serve`` run inside another program's process, on a thread of its own (the tests'
+    in-process harness, tests/harness/inproc.py): the same start, replay, estate, token, app
+    and stop as ``kliqued serve``, with what belongs to the process given here instead.
+
+    Why a seam rather than a second composition: the tests that need no process boundary
+    must still test the daemon an operator runs, so the one composition root builds it. What
+    differs is only what a process owns and a host process must keep: signals (a thread
+    cannot take them: :meth:`Serving.request_stop` instead), the umask, the root logger,
+    the collector's tuning (``gc.freeze``), and the environment (the admin token, the
+    clock)."""
+
+    admin_token: str | None = None
+    """Instead of ``KLIQUE_ADMIN_TOKEN``: the process's environment is the host's."""
+    clock: Callable[[], Clock] | None = None
+    """Instead of ``make_clock``: a clock the host steps."""
+    mono: Callable[[], float] | None = None
+    """Instead of ``time.monotonic`` for the daemon's TTLs (workers', autoscalers')."""
+    serving: Callable[[Serving], None] = lambda serving: None
+    """Called on the daemon's thread once it listens, with its handle."""
+
+
+def _admin_token(embedded: Embedded | None) -> str | None:
+    if embedded is not None:
+        return embedded.admin_token
+    return os.environ.get("KLIQUE_ADMIN_TOKEN")
+
+
 def is_url(db: str) -> bool:
     """``--db`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
     return db.startswith(("postgresql://", "postgres://"))
@@ -206,9 +253,14 @@ def _banner(token: str, url: str) -> str:
     )
 
 
-def serve(opts: Options) -> int:
-    logsetup.setup()
-    private_umask()  # the database, its WAL and the task logs: 0600, their directories 0700
+def serve(opts: Options, embedded: Embedded | None = None) -> int:
+    """``kliqued serve`` until stopped; its exit code. ``embedded``: run inside a host
+    process (:class:`Embedded`), a DuckDB file only."""
+    if embedded is None:
+        logsetup.setup()
+        private_umask()  # the database, its WAL and the task logs: 0600, their directories 0700
+    elif is_url(opts.db):
+        raise ValueError("an embedded daemon runs on a DuckDB file, not PostgreSQL")
     nofile = raise_nofile()
     try:
         host, port = parse_listen(opts.listen)
@@ -236,7 +288,7 @@ def serve(opts: Options) -> int:
     if bool(opts.tls_cert) != bool(opts.tls_key):
         print("kliqued serve: give both --tls-cert and --tls-key, or neither", file=sys.stderr)
         return EXIT_ERROR
-    env_token = os.environ.get("KLIQUE_ADMIN_TOKEN")
+    env_token = _admin_token(embedded)
     weak = strength.weakness(env_token) if env_token else None
     if weak is not None:
         print(
@@ -266,7 +318,7 @@ def serve(opts: Options) -> int:
             if warning:
                 log.warning("%s", warning)
         if not is_url(opts.db):
-            return _lead(opts, store, host, port, nofile)
+            return _lead(opts, store, host, port, nofile, embedded=embedded)
         return _lead_when_elected(opts, store, host, port, nofile)
     except Exception as exc:
         if not (disk_full(exc) or isinstance(exc, StoreAway) and exc.status == 507):
@@ -372,7 +424,13 @@ def _ssl_context(opts: Options) -> ssl.SSLContext | None:
 
 
 def _lead(
-    opts: Options, store: Store, host: str, port: int, nofile: int, lease: "Lease | None" = None
+    opts: Options,
+    store: Store,
+    host: str,
+    port: int,
+    nofile: int,
+    lease: "Lease | None" = None,
+    embedded: Embedded | None = None,
 ) -> int:
     """Rebuild the state from the log, apply the estate, serve until stopped (or, with a
     lease, deposed: EXIT_DEPOSED)."""
@@ -414,7 +472,10 @@ def _lead(
     d = Daemon()
     d.require_workers = opts.require_workers  # before replay: it decides availability
     d.eviction.keep = opts.keep_ended
-    d.clock = make_clock()  # before replay: the log's times continue on it
+    # before replay: the log's times continue on it
+    d.clock = make_clock() if embedded is None or embedded.clock is None else embedded.clock()
+    if embedded is not None and embedded.mono is not None:
+        d.mono = embedded.mono
     try:
         d.tokens.hasher, migrated = keyfile.open_hasher(opts.local_db, store)
     except keyfile.KeyFileError as exc:
@@ -504,6 +565,7 @@ def _lead(
             limits,
             listen_backlog(nofile),
             lease,
+            embedded,
         )
     )
 
@@ -544,6 +606,7 @@ async def _run(
     limits: Limits = Limits(),
     backlog: int = 1024,
     lease: "Lease | None" = None,
+    embedded: Embedded | None = None,
 ) -> int:
     interval = (compiled or d.idx().estate).settings.pass_interval_s or 1
     if d.ready:  # a restart: tasks no worker took get their start timeout again from now
@@ -622,11 +685,12 @@ async def _run(
     # A long-lived heap (every task, queue and record) makes the collector's full passes
     # long pauses; what was rebuilt at start is frozen out of them, and collections made
     # rarer (measured: p99 latency under load).
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 50)
+    if embedded is None:  # the host's heap and its collector are the host's
+        gc.freeze()
+        gc.set_threshold(20_000, 20, 50)
 
     url = _url(opts, host, port)
-    env_token = os.environ.get("KLIQUE_ADMIN_TOKEN")
+    env_token = _admin_token(embedded)
     if env_token:
         rec = d.tokens.by_hash.get(d.tokens.hash(env_token))
         if rec is None:
@@ -691,8 +755,11 @@ async def _run(
     ctx.session_origin = _session_origin(opts, s_host, bound)
     log.info("sessions served at %s", ctx.session_origin.url("t-ID"))
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if embedded is None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    else:  # a thread takes no signals: the host stops it through the handle
+        embedded.serving(Serving(loop, stop, url, d, ctx))
     if lease is not None:
         from kliqued.daemon.ha.standby import stop_asked
 

@@ -1,6 +1,8 @@
 """Fixtures: one shared daemon on the small test estate, with a token per kind of principal.
 
-Tests that stop, kill or restart a daemon start their own (see test_durability.py)."""
+The shared daemon runs in the test process (tests/harness/inproc.py): the tests using it put
+the API under test, no process boundary. Tests that stop, kill or restart a daemon start
+their own subprocess (see test_durability.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 
 
 @dataclass
@@ -25,8 +28,8 @@ class Principals:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("daemon")).start()
+def server(tmp_path_factory) -> Iterator[InProcServer]:
+    s = InProcServer(tmp_path_factory.mktemp("daemon")).start()
     yield s
     code = s.stop()
     assert code == 0, s.log()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 from tests.harness.wait import wait_for
 
 ESTATE = Path(__file__).resolve().parent / "estate_org"
@@ -28,7 +29,7 @@ def split(tmp_path_factory):
     shutil.copytree(ESTATE, estate)
     settings = estate / "settings.yaml"
     settings.write_text(settings.read_text() + "  attribution: {borrowed: split}\n")
-    s = Server(tmp_path_factory.mktemp("split"), estate=estate).start()
+    s = InProcServer(tmp_path_factory.mktemp("split"), estate=estate).start()
     carl = s.token({"user": "carl"})
     ids = [
         s.ok("POST", "/v1/tasks", {"resource": "team-c/one", **CMD}, token=carl, expect=201)["id"]

@@ -12,6 +12,7 @@ import duckdb
 import pytest
 
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 from tests.harness.wait import wait_for
 
 ESTATE = Path(__file__).resolve().parent / "estate_org"
@@ -38,7 +39,7 @@ def _wait_for_rows(server: Server, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def org(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("org"), estate=ESTATE).start()
+    s = InProcServer(tmp_path_factory.mktemp("org"), estate=ESTATE).start()
     tokens = {
         name: s.token({"user": name})
         for name in ("alice", "bob", "carl", "dana", "nina", "olga", "sue")

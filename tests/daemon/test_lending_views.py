@@ -22,6 +22,7 @@ from kliqued.cli import main
 from kliqued.engine.periods import format_minute
 from tests.daemon.test_lost_work import CMD, lending_estate, ms
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 from tests.harness.typed import present
 from tests.harness.wait import wait_for
 from tests.web.browser import Browser
@@ -74,7 +75,7 @@ def row(text: str, first: str) -> list[str]:
 
 
 def test_shares_protection_and_lost_work_are_shown(tmp_path: Path, cli: Any) -> None:
-    s = Server(tmp_path, estate=lending_estate(tmp_path)).start()
+    s = InProcServer(tmp_path, estate=lending_estate(tmp_path)).start()
     try:
         run = cli(s)
         bob, erin = s.token("bob"), s.token("erin")
@@ -201,7 +202,7 @@ def test_shares_protection_and_lost_work_are_shown(tmp_path: Path, cli: Any) -> 
 def test_nothing_new_without_fair(tmp_path: Path, cli: Any) -> None:
     """With the default ``order: ordered``, the views are as they were: no share, no weight
     (the lost work metric is there whatever the order)."""
-    s = Server(tmp_path).start()
+    s = InProcServer(tmp_path).start()
     try:
         run = cli(s)
         s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, s.token("bob"))

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon.fleet import FleetServer, HttpWorker
+from tests.harness.inproc import InProcServer
 from tests.harness.daemon import ROOT, Server
 from tests.harness.wait import wait_for
 
@@ -54,7 +55,7 @@ def last_seq(s: Server) -> int:
 def busy(tmp_path_factory) -> Iterator[Server]:
     """The small estate with work placed, queued and reclaimed: team-a fills pool-1 (4
     GPUs, 2 of them above its reservation), then team-b takes its reservation back."""
-    s = Server(tmp_path_factory.mktemp("metrics")).start()
+    s = InProcServer(tmp_path_factory.mktemp("metrics")).start()
     bob, erin = s.token("bob"), s.token("erin")
     a = [s.ok("POST", "/v1/tasks", {"resource": "team-a/one", **CMD}, bob)["id"] for _ in range(4)]
     wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in a))

@@ -19,6 +19,7 @@ from kliqued.web.routes import ROUTES as DASHBOARD
 from kliqued.daemon.api.handlers.sessions import elsewhere, proxy
 
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
+from tests.harness.inproc import InProcServer
 
 DOC = document(routes=ROUTES)
 PAGES = {(m, p) for m, p, _ in DASHBOARD}
@@ -82,7 +83,7 @@ def test_contract_mentions_every_documented_route() -> None:
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory) -> Iterator[Server]:
     # The example estate: the document's examples (llm-research/h100, alice) are valid there.
-    s = Server(tmp_path_factory.mktemp("fuzz"), estate=EXAMPLE_ESTATE).start()
+    s = InProcServer(tmp_path_factory.mktemp("fuzz"), estate=EXAMPLE_ESTATE).start()
     alice = s.token({"user": "alice"})
     for body in (
         {"resource": "llm-research/h100", "command": ["true"], "project": "evals"},

@@ -18,6 +18,7 @@ from kliqued.cli import main
 from kliqued.daemon.api.openapi import validator
 
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 from tests.harness.wait import wait_for
 
 ESTATE = Path(__file__).resolve().parent / "estate_org"
@@ -35,7 +36,7 @@ def _placed(server: Server, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def org(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("org-views"), estate=ESTATE).start()
+    s = InProcServer(tmp_path_factory.mktemp("org-views"), estate=ESTATE).start()
     tokens = {n: s.token({"user": n}) for n in ("alice", "bob", "carl", "dana", "nina")}
     tokens["finance"] = s.token({"role": "finance"})
     tokens["worker"] = s.token({"worker": True, "pool": "pool-1"})

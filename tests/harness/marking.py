@@ -26,9 +26,9 @@ TESTS = Path(__file__).resolve().parents[1]
 
 MARKERS = {
     "slow": "takes long on its own (rollouts, whole-program runs, long waits): not in make check",
-    "daemon": "starts a real `kliqued serve` (a subprocess)",
-    "slurm": "uses the test Slurm cluster (one at a time: xdist group `slurm`)",
-    "podman": "runs real containers with Podman (one at a time: xdist group `podman`)",
+    "daemon": "runs a real `kliqued serve` (a subprocess, or in process: tests/harness/inproc.py)",
+    "slurm": "uses the test Slurm cluster (one at a time: all under tests/slurm/, one xdist scope)",
+    "podman": "runs real containers with Podman (one at a time: all in one file, one xdist scope)",
     "postgres": "uses the session's real PostgreSQL",
     "browser": "drives a real Chromium through Playwright",
 }
@@ -44,7 +44,9 @@ SHARED = ("slurm", "podman")
 SLOW_PATHS = ("ansible/", "e2e/")
 """Folders (relative to tests/) or files whose every test is slow."""
 
-_DAEMON = re.compile(r"(?<![\w.])(Server|FleetServer|_TlsServer|running_fleet)\(|\"serve\"")
+_DAEMON = re.compile(
+    r"(?<![\w.])(Server|FleetServer|_TlsServer|InProcServer|running_fleet)\(|\"serve\""
+)
 _BROWSER = re.compile(r"chromium\.launch|sync_playwright\(")
 _SLURM = re.compile(r"(?<![\w.])(LocalSlurm|TwoNodeSlurm)\(")
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(")

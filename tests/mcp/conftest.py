@@ -17,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Tokens:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("mcp")).start()
+    s = InProcServer(tmp_path_factory.mktemp("mcp")).start()
     yield s
     log = s.log()
     assert s.stop() == 0, log

@@ -10,11 +10,12 @@ import pytest
 from kliqued.cli import main
 
 from tests.harness.daemon import EXAMPLE_ESTATE, Server, free_port  # noqa: F401 (old path)
+from tests.harness.inproc import InProcServer
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("kliqued"), estate=EXAMPLE_ESTATE).start()
+    srv = InProcServer(tmp_path_factory.mktemp("kliqued"), estate=EXAMPLE_ESTATE).start()
     yield srv
     code = srv.stop()
     assert code == 0, srv.log()

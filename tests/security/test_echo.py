@@ -12,6 +12,7 @@ import pytest
 
 from klique_util.excerpt import EXCERPT, clip, excerpt
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 from tests.mcp.conftest import call
 
 HUGE = "A" * 200_000
@@ -35,7 +36,7 @@ def test_excerpt_is_short_escaped_and_says_the_length() -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("echo")).start()
+    s = InProcServer(tmp_path_factory.mktemp("echo")).start()
     yield s, s.token({"user": "bob"})
     assert s.stop() == 0, s.log()
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from kliqued.daemon.api.openapi import document
 from tests.harness.daemon import EXAMPLE_ESTATE, Server
+from tests.harness.inproc import InProcServer
 from tests.harness.examples import examples
 
 from .edge_client import alive, send
@@ -273,7 +274,7 @@ def targets(draw: st.DrawFn, path: str, op: dict[str, Any], plausible: dict[str,
 def srv(tmp_path_factory: pytest.TempPathFactory):
     # The example estate: the document's examples (alice, llm-research/h100, the pool
     # onprem-baremetal) are valid there, so mutated examples reach deep.
-    s = Server(tmp_path_factory.mktemp("hostile"), estate=EXAMPLE_ESTATE).start()
+    s = InProcServer(tmp_path_factory.mktemp("hostile"), estate=EXAMPLE_ESTATE).start()
     tokens: dict[str, str | None] = {
         "none": None,
         "admin": s.admin,

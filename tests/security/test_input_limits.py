@@ -11,6 +11,7 @@ import pytest
 from kliqued.daemon import limits
 from kliqued.sdk.client import Client
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 from tests.harness.typed import present
 
 from .edge_client import alive, send
@@ -23,7 +24,7 @@ PER_TASK = limits.command_bytes(["echo", BIG_ARG]) + limits.payload_bytes(BIG_PA
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory):
-    s = Server(tmp_path_factory.mktemp("edge-limits")).start()
+    s = InProcServer(tmp_path_factory.mktemp("edge-limits")).start()
     s.alice = s.token({"user": "alice"})  # type: ignore[attr-defined]
     s.bob = s.token({"user": "bob"})  # type: ignore[attr-defined]
     yield s

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.api.inputs import check_tree
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 
 from .edge_client import alive, send
 from tests.harness.examples import examples
@@ -23,7 +24,7 @@ from tests.harness.examples import examples
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory):
-    s = Server(tmp_path_factory.mktemp("edge-text")).start()
+    s = InProcServer(tmp_path_factory.mktemp("edge-text")).start()
     s.alice = s.token({"user": "alice"})  # type: ignore[attr-defined]
     s.worker = s.token({"worker": True, "pool": "pool-1"})  # type: ignore[attr-defined]
     yield s

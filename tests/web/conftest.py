@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.harness.daemon import Server
+from tests.harness.inproc import InProcServer
 from tests.harness.wait import wait_for
 
 
@@ -33,7 +34,7 @@ class Work:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("web")).start()
+    s = InProcServer(tmp_path_factory.mktemp("web")).start()
     yield s
     log = s.log()
     assert s.stop() == 0, log
