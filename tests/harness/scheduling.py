@@ -15,6 +15,7 @@ scope of a node id.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
@@ -50,7 +51,23 @@ def check_shared(marked: Mapping[str, Iterable[str]]) -> list[str]:
 
 
 class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]
-    """xdist's scope scheduler with :func:`scope_of` as the scope."""
+    """xdist's scope scheduler with :func:`scope_of` as the scope, and every item of a node
+    id sent, not only the first."""
 
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        """As xdist's, but a unit's tests are sent by every index of their node ids: the scope
+        scheduler keys a unit by node id and sends ``collection.index(nodeid)``, so items that
+        share a node id (schemathesis's 61 operations of ``test_openapi.py::test_fuzz`` under
+        pytest 9.2) ran once and the other 60 were never run, silently."""
+        scope, work_unit = self.workqueue.popitem(last=False)
+        self.assigned_work.setdefault(node, {})[scope] = work_unit
+        wanted = {nodeid for nodeid, done in work_unit.items() if not done}
+        node.send_runtest_some(indexes_of(self.registered_collections[node], wanted))
+
+
+def indexes_of(collection: list[str], wanted: set[str]) -> list[int]:
+    """Every position of the wanted node ids in a worker's collection, in its order."""
+    return [i for i, nodeid in enumerate(collection) if nodeid in wanted]
