@@ -1,8 +1,10 @@
-"""The OpenAPI 3.1 document served at ``/v1/openapi.json``, written as data.
+"""The OpenAPI 3.1 document served at ``/v1/openapi.json``.
 
 It is the API's authority (api-contract.md): request bodies are validated against its own
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
-validates the document and fuzzes the API from it.
+validates the document and fuzzes the API from it. The request bodies' schemas are generated
+from their models (``models/requests.py``, ``REQUEST_SCHEMAS``); the operations and the
+response schemas are written here as data (docs/decisions.md, issue 27 item 3).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from referencing import Registry, Resource  # noqa: E402
 from referencing.jsonschema import DRAFT202012  # noqa: E402
 
 from kliqued.daemon.state.channels import CHANNELS, DECLARED, HEADER  # noqa: E402
+from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
+from kliqued.daemon.api.models.schema import components  # noqa: E402
 
 URN = "urn:kliqued:openapi"
 
@@ -28,22 +32,6 @@ TIME = {
     "description": "RFC 3339 UTC, e.g. 2026-11-29T08:00:00Z (milliseconds allowed)",
 }
 TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
-NAME = {"type": "string", "minLength": 1, "maxLength": 256}
-_DURATION = {
-    "type": ["string", "integer", "null"],
-    "maxLength": 32,
-    "minimum": 0,
-    "description": "a duration: 90d, 12h, 30m, 45s, 2w, or whole seconds",
-}
-_TOKEN_OPTS: dict[str, Any] = {
-    "name": {"type": ["string", "null"], "maxLength": 256},
-    "expires_in": {
-        **_DURATION,
-        "description": "the token stops working this long after "
-        "its creation (e.g. 90d); default: never",
-    },
-    "expires_at": {**TIME_OR_NULL, "description": "or: the instant it stops working"},
-}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -102,15 +90,6 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"oneOf": [{"type": "null"}, schema]}
 
 
-_OUTPUTS = {
-    "type": ["object", "null"],
-    "maxProperties": 100,
-    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},
-    "additionalProperties": {"type": "string", "maxLength": 4096},
-    "description": "a finished task's KEY=VALUE lines from the file named by "
-    "$KLIQUE_OUTPUTS (pipelines pass them to later steps)",
-}
-
 SCHEMAS: dict[str, Any] = {
     "Error": _obj(
         {
@@ -144,41 +123,6 @@ SCHEMAS: dict[str, Any] = {
             },
             "token_id": {"type": ["string", "null"]},
         }
-    ),
-    "TaskSubmission": _obj(
-        {
-            "resource": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 512,
-                "description": "compute resource, <policy>/<profile>",
-                "examples": ["llm-research/h100"],
-            },
-            "command": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 10000},
-            "payload": {
-                "description": "any JSON value, for channels that send data rather than a command"
-            },
-            "gpus": {
-                "type": ["number", "null"],
-                "minimum": 0,
-                "multipleOf": 0.001,
-                "description": "size, only for profiles whose size comes from the task",
-            },
-            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "labels": {
-                "type": "object",
-                "additionalProperties": {"type": "string", "maxLength": 1024},
-                "propertyNames": {"minLength": 1, "maxLength": 128},
-                "maxProperties": 64,
-            },
-            "user": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "maxLength": 256,
-                "description": "admins only: the user the task is sent for",
-            },
-        },
-        required=["resource"],
     ),
     "Reason": _obj(
         {
@@ -289,87 +233,6 @@ SCHEMAS: dict[str, Any] = {
             },
         }
     ),
-    "ScheduleCreate": _obj(
-        {
-            "cron": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 256,
-                "description": "standard 5-field cron (minute hour day-of-month month "
-                "day-of-week), read in `timezone`",
-                "examples": ["0 2 * * *"],
-            },
-            "timezone": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "maxLength": 64,
-                "description": "an IANA time zone (default UTC)",
-            },
-            "name": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "resource": {"type": ["string", "null"], "minLength": 1, "maxLength": 512},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 10000},
-            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
-            "labels": {
-                "type": "object",
-                "additionalProperties": {"type": "string", "maxLength": 1024},
-                "propertyNames": {"minLength": 1, "maxLength": 128},
-                "maxProperties": 64,
-            },
-            "pipeline": _nullable(_ref("PipelineRunRequest")),
-            "concurrency": {
-                "type": ["string", "null"],
-                "enum": ["allow", "forbid", "replace", None],
-                "description": "a run while the previous one still runs: runs "
-                "beside it, is skipped, or replaces it",
-            },
-            "missed": {
-                "type": ["string", "null"],
-                "enum": ["run-once", "skip", None],
-                "description": "due times passed while the daemon was down: the "
-                "latest runs once (within `deadline`), or none",
-            },
-            "deadline": {
-                **_DURATION,
-                "description": "run-once: how late a missed run may still start (default: any)",
-            },
-        },
-        required=["cron"],
-    ),
-    "SessionStart": _obj(
-        {
-            "resource": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 512,
-                "description": "compute resource, <policy>/<profile>",
-            },
-            "app": {"type": "string", "enum": ["jupyter", "vscode", "shell"]},
-            "command": {
-                "type": ["array", "null"],
-                "items": {"type": "string"},
-                "minItems": 1,
-                "maxItems": 10000,
-                "description": "instead of the app's usual command: a server that "
-                "listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path "
-                "$KLIQUE_SESSION_PREFIX",
-            },
-            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
-            "idle": _obj(
-                {
-                    k: {
-                        **_DURATION,
-                        "description": f"idle limit `{k}`: at most the "
-                        "profile's (a session may lower its limits, never raise them)",
-                    }
-                    for k in ("wall", "cpu", "gpu", "network")
-                },
-                required=[],
-            ),
-        },
-        required=["resource", "app"],
-    ),
     "Session": _obj(
         {
             "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$", "description": "its task's id"},
@@ -453,28 +316,6 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}}),
-    "PipelineRunRequest": _obj(
-        {
-            "file": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "maxLength": 1024,
-                "description": "the file's name, for positions in errors",
-            },
-            "text": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 262144,
-                "description": "the pipeline file (YAML; schemas/pipeline.schema.json)",
-            },
-            "params": {
-                "type": ["object", "null"],
-                "maxProperties": 100,
-                "additionalProperties": {"type": "string", "maxLength": 4096},
-            },
-        },
-        required=["text"],
-    ),
     "PipelineStep": _obj(
         {
             "name": {"type": "string"},
@@ -519,16 +360,6 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "PipelineList": _obj({"pipelines": {"type": "array", "items": _ref("Pipeline")}}),
-    "CancelRequest": _obj(
-        {
-            "reason": {
-                "type": ["string", "null"],
-                "maxLength": 1024,
-                "description": "why, shown to the task's owner",
-            }
-        },
-        required=[],
-    ),
     "TaskList": _obj(
         {"tasks": {"type": "array", "items": _ref("Task")}, "next": {"type": ["string", "null"]}}
     ),
@@ -807,55 +638,6 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "CloudNodeStart": _obj(
-        {
-            "node": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 256,
-                "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]*$",
-                "description": "the provider's id of the node (an EC2 instance id)",
-            },
-            "provider": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 64,
-                "pattern": "^[a-z0-9][a-z0-9_-]*$",
-            },
-            "instance_type": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 100,
-                "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$",
-            },
-            "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
-            "gpus": {"type": "integer", "minimum": 0, "maximum": 1024},
-        }
-    ),
-    "ScalingReport": _obj(
-        {
-            "cause": {
-                "type": ["string", "null"],
-                "enum": ["spend_cap", "capacity", "error", None],
-                "description": "why placed work waits for a node; null: it no longer does",
-            },
-            "reason": {"type": ["string", "null"], "maxLength": 2000},
-            "waiting": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
-        },
-        required=["cause"],
-    ),
-    "AutoscalerHeartbeat": _obj(
-        {
-            "interval_s": {
-                "type": "number",
-                "minimum": 0,
-                "maximum": 3600,
-                "description": "its round interval: it is lost after the workers' TTL "
-                "or three rounds, whichever is longer",
-            }
-        },
-        required=[],
-    ),
     "AutoscalerAlive": _obj(
         {
             "pool": {"type": "string"},
@@ -886,7 +668,6 @@ SCHEMAS: dict[str, Any] = {
             "revision": {"type": "string"},
         }
     ),
-    "EngineSwitch": _obj({"enabled": {"type": "boolean"}}),
     "PlanState": _obj(
         {
             "revision": {"type": "string"},
@@ -968,34 +749,6 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "TokenRequest": {
-        "oneOf": [
-            _obj({"user": NAME, **_TOKEN_OPTS}, required=["user"]),
-            _obj(
-                {"worker": {"const": True}, "pool": NAME, **_TOKEN_OPTS},
-                required=["worker", "pool"],
-            ),
-            _obj(
-                {
-                    "role": {"type": "string", "enum": ["admin", "finance", "planner"]},
-                    **_TOKEN_OPTS,
-                },
-                required=["role"],
-            ),
-        ]
-    },
-    "TokenRotation": _obj(
-        {
-            "grace": {
-                **_DURATION,
-                "description": "how long the old token keeps working (e.g. "
-                "1h); default 0: it stops at once",
-            },
-            "expires_in": _TOKEN_OPTS["expires_in"],
-            "expires_at": _TOKEN_OPTS["expires_at"],
-        },
-        required=[],
-    ),
     "TokenCreated": _obj(
         {
             "id": {"type": "string"},
@@ -1020,31 +773,6 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "TokenList": _obj({"tokens": {"type": "array", "items": _ref("Token")}}),
-    "LedgerSql": _obj(
-        {
-            "sql": {"type": "string", "minLength": 1, "maxLength": 100_000},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
-            "timeout_s": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "maximum": 10,
-                "description": "time limit counted from arrival (default and maximum 10)",
-            },
-        },
-        required=["sql"],
-    ),
-    "WorkerRegistration": _obj(
-        {
-            "worker_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
-            "hostname": {"type": ["string", "null"], "maxLength": 256},
-            "pool": NAME,
-            "executor": {"type": ["string", "null"], "maxLength": 64},
-            "gpus": {"type": "array", "maxItems": 1024, "items": {"type": "object"}},
-            "version": {"type": ["string", "null"], "maxLength": 64},
-        },
-        required=["worker_id", "pool"],
-        extra=True,
-    ),
     "Registered": _obj(
         {
             "worker_id": {"type": "string"},
@@ -1060,36 +788,6 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "LeaseRef": _obj({"task": {"type": "string"}, "epoch": {"type": "integer", "minimum": 1}}),
-    "LeaseRequest": _obj(
-        {
-            "free_gpus": {
-                "type": "array",
-                "items": {"type": "integer", "minimum": 0},
-                "maxItems": 1024,
-                "description": "indices of entirely free GPUs",
-            },
-            "gpu_free": {
-                "type": ["array", "null"],
-                "maxItems": 1024,
-                "items": _obj(
-                    {
-                        "index": {"type": "integer", "minimum": 0},
-                        "free": {"type": "number", "minimum": 0, "maximum": 1},
-                    },
-                    extra=True,
-                ),
-                "description": "room on every GPU with room (fractions)",
-            },
-            "cpu_free": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": 1000000,
-                "description": "CPU-only (0-GPU) tasks the worker starts now; absent: no limit",
-            },
-        },
-        required=["free_gpus"],
-        extra=True,
-    ),
     "Lease": _obj(
         {
             "task": {"type": "string"},
@@ -1137,39 +835,6 @@ SCHEMAS: dict[str, Any] = {
         ],
     ),
     "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
-    "Heartbeat": _obj(
-        {
-            "running": {
-                "type": "array",
-                "maxItems": 100_000,
-                "items": _obj(
-                    {
-                        "task": {"type": "string"},
-                        "epoch": {"type": "integer"},
-                        "state": {"type": "string"},
-                        "checkpoint_at": {
-                            "type": "string",
-                            "maxLength": 64,
-                            "description": "the task's last checkpoint (its "
-                            "$KLIQUE_CHECKPOINT_FILE's time, RFC 3339, the "
-                            "worker's clock): lending.md's lost work counts "
-                            "from it",
-                        },
-                    },
-                    required=["task", "epoch"],
-                    extra=True,
-                ),
-            },
-            "cannot_work": {
-                "type": ["string", "null"],
-                "maxLength": 500,
-                "description": "why the worker takes no work now (its state dir "
-                "cannot be written); shown on the worker",
-            },
-        },
-        required=["running"],
-        extra=True,
-    ),
     "StopInstruction": _obj(
         {
             "task": {"type": "string"},
@@ -1185,61 +850,7 @@ SCHEMAS: dict[str, Any] = {
     "HeartbeatAnswer": _obj(
         {"stop": {"type": "array", "items": _ref("StopInstruction")}, "ttl_s": {"type": "number"}}
     ),
-    "TaskReport": _obj(
-        {
-            "epoch": {"type": "integer", "minimum": 1},
-            "event": {
-                "type": "string",
-                "enum": ["started", "finished", "failed", "stopped", "lost"],
-            },
-            "exit_code": {"type": ["integer", "null"]},
-            "signal": {"type": ["string", "null"], "maxLength": 32},
-            "at": {"type": ["string", "null"], "maxLength": 64},
-            "message": {"type": ["string", "null"], "maxLength": 4096},
-            "outputs": _OUTPUTS,
-            "reason": {
-                "type": ["string", "null"],
-                "maxLength": 64,
-                "description": "for a `stopped` the worker decided itself: `idle` (an "
-                "idle limit: the task ends `stopped: idle (<limit>)`) or "
-                "`shutdown` (handed back on a clean shutdown: requeued, "
-                "not counted as lost) or `cannot-work` (handed back by a "
-                "worker that cannot work, e.g. a full state dir: the "
-                "same)",
-            },
-        },
-        required=["epoch", "event"],
-        extra=True,
-    ),
     "ReportAnswer": _obj({"task": _ref("Task")}),
-    "WorkerReports": _obj(
-        {
-            "reports": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 1000,
-                "items": _obj(
-                    {
-                        "task": {"type": "string", "minLength": 1, "maxLength": 128},
-                        "epoch": {"type": "integer", "minimum": 1},
-                        "event": {
-                            "type": "string",
-                            "enum": ["started", "finished", "failed", "stopped", "lost"],
-                        },
-                        "exit_code": {"type": ["integer", "null"]},
-                        "signal": {"type": ["string", "null"], "maxLength": 32},
-                        "at": {"type": ["string", "null"], "maxLength": 64},
-                        "message": {"type": ["string", "null"], "maxLength": 4096},
-                        "outputs": _OUTPUTS,
-                        "reason": {"type": ["string", "null"], "maxLength": 64},
-                    },
-                    required=["task", "epoch", "event"],
-                    extra=True,
-                ),
-            }
-        },
-        required=["reports"],
-    ),
     "ReportResults": _obj(
         {
             "results": {
@@ -1306,6 +917,12 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
 }
+
+REQUEST_SCHEMAS = components(REQUESTS)
+"""The request bodies' schemas, generated from their models (``models/requests.py``)."""
+if REQUEST_SCHEMAS.keys() & SCHEMAS.keys():
+    raise ValueError(f"written twice: {sorted(REQUEST_SCHEMAS.keys() & SCHEMAS.keys())}")
+SCHEMAS.update(REQUEST_SCHEMAS)
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
