@@ -1885,7 +1885,19 @@ def document(
     return doc
 
 
-_SUBMISSION_KEYS = frozenset(SCHEMAS["TaskSubmission"]["properties"])
+_SUBMISSION = SCHEMAS["TaskSubmission"]["properties"]
+_SUBMISSION_KEYS = frozenset(_SUBMISSION)
+_RESOURCE = (_SUBMISSION["resource"]["minLength"], _SUBMISSION["resource"]["maxLength"])
+_COMMAND_MAX = _SUBMISSION["command"]["maxItems"]
+_NAME_MAX = min(_SUBMISSION["project"]["maxLength"], _SUBMISSION["user"]["maxLength"])
+_LABELS_MAX = _SUBMISSION["labels"]["maxProperties"]
+_LABEL_KEY = (
+    _SUBMISSION["labels"]["propertyNames"]["minLength"],
+    _SUBMISSION["labels"]["propertyNames"]["maxLength"],
+)
+_LABEL_MAX = _SUBMISSION["labels"]["additionalProperties"]["maxLength"]
+"""The fast check's bounds, read from the model's schema (``models.requests.TaskSubmission``)
+so that a bound changed there is changed here (the names' minimum is 1 in both)."""
 
 
 def _opt_str(v: Any, hi: int) -> bool:
@@ -1900,24 +1912,26 @@ def submission_surely_valid(body: Any) -> bool:
     if type(body) is not dict or not body.keys() <= _SUBMISSION_KEYS:
         return False
     r = body.get("resource")
-    if type(r) is not str or not 1 <= len(r) <= 512:
+    if type(r) is not str or not _RESOURCE[0] <= len(r) <= _RESOURCE[1]:
         return False
     c = body.get("command")
     if c is not None and (
-        type(c) is not list or len(c) > 10000 or any(type(x) is not str for x in c)
+        type(c) is not list or len(c) > _COMMAND_MAX or any(type(x) is not str for x in c)
     ):
         return False
     g = body.get("gpus")
     if g is not None and (type(g) is not int or g < 0):
         return False  # fractions: the schema checks multipleOf
-    if not (_opt_str(body.get("project"), 256) and _opt_str(body.get("user"), 256)):
+    if not (_opt_str(body.get("project"), _NAME_MAX) and _opt_str(body.get("user"), _NAME_MAX)):
         return False
-    labels = body.get("labels")
-    if labels is not None:
-        if type(labels) is not dict or len(labels) > 64:
+    if "labels" in body:  # an object, never null
+        labels = body["labels"]
+        if type(labels) is not dict or len(labels) > _LABELS_MAX:
             return False
         for k, v in labels.items():
-            if not 1 <= len(k) <= 128 or type(v) is not str or len(v) > 1024:
+            if not _LABEL_KEY[0] <= len(k) <= _LABEL_KEY[1] or type(v) is not str:
+                return False
+            if len(v) > _LABEL_MAX:
                 return False
     return True
 
