@@ -1,8 +1,8 @@
 """The request schemas generated from the models (kliqued/daemon/api/models) against the
 ones written by hand before them (``openapi_requests_before.json``, frozen when they were
-replaced): the same schema keyword for keyword once words and references are set aside,
-and the same answer, first error included, on every body the tests use and on bodies drawn
-near each old schema's bounds (hypothesis-jsonschema is not installed: ``near`` below draws
+replaced; ``openapi_responses_before.json``, the answers'): the same schema keyword for
+keyword once words and references are set aside, and the same answer, first error
+included, on every body the tests use and on values drawn near each old schema's bounds (hypothesis-jsonschema is not installed: ``near`` below draws
 them, valid and just invalid)."""
 
 from __future__ import annotations
@@ -20,13 +20,19 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from kliqued.daemon.api.models.requests import REQUESTS
+from kliqued.daemon.api.models.responses import RESPONSES
 from kliqued.daemon.api.openapi import EXAMPLES, document
 
 from tests.harness.examples import examples
 
-BEFORE: dict[str, Any] = json.loads(
-    (Path(__file__).parent / "openapi_requests_before.json").read_text()
-)
+HERE = Path(__file__).parent
+REQUESTS_BEFORE: dict[str, Any] = json.loads((HERE / "openapi_requests_before.json").read_text())
+RESPONSES_BEFORE: dict[str, Any] = json.loads((HERE / "openapi_responses_before.json").read_text())
+# Where the hand-written schema was wrong and the model is not: a batch's accepted report has
+# no `error` (fleet/workers.py `prepare_reports`), which the old schema required
+# (tests/daemon/test_worker_answers.py shows the answer).
+RESPONSES_BEFORE["ReportResults"]["properties"]["results"]["items"]["required"].remove("error")
+BEFORE = {**REQUESTS_BEFORE, **RESPONSES_BEFORE}
 NAMES = sorted(BEFORE)
 WORDS = {"description", "examples", "example"}
 URN = "urn:test:openapi"
@@ -62,7 +68,11 @@ def test_every_request_body_of_the_document_comes_from_a_model() -> None:
         for op in ops.values()
         if "application/json" in op.get("requestBody", {}).get("content", {})
     }
-    assert bodies == set(BEFORE) == {m.__name__ for m in REQUESTS}
+    assert bodies == set(REQUESTS_BEFORE) == {m.__name__ for m in REQUESTS}
+
+
+def test_the_answers_replaced_by_models_come_from_them() -> None:
+    assert set(RESPONSES_BEFORE) == {m.__name__ for m in RESPONSES}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -139,7 +149,13 @@ def _answer(which: str, name: str, body: Any) -> list[tuple[list[str], str, str]
     """Every error, in the order ``request.valid`` sorts them (it answers with the first):
     its place, its keyword and its words."""
     errors = sorted(_validator(which, name).iter_errors(body), key=lambda e: list(e.path))
-    return [([str(p) for p in e.path], str(e.validator), e.message) for e in errors]
+    return [([str(p) for p in e.path], _keyword(e), e.message) for e in errors]
+
+
+def _keyword(e: Any) -> str:
+    """The keyword that failed at the value's place (``propertyNames`` for a key's
+    ``pattern``, which jsonschema reports as the inner keyword)."""
+    return "propertyNames" if "propertyNames" in e.schema_path else str(e.validator)
 
 
 def _agree(name: str, body: Any) -> None:
@@ -329,7 +345,7 @@ def _object(s: dict[str, Any], schemas: dict[str, Any]) -> st.SearchStrategy[dic
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_same_answer_on_bodies_near_the_old_schema(name: str) -> None:
+def test_same_answer_on_values_near_the_old_schema(name: str) -> None:
     @settings(
         max_examples=examples(150),
         deadline=None,

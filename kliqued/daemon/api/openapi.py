@@ -2,9 +2,10 @@
 
 It is the API's authority (api-contract.md): request bodies are validated against its own
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
-validates the document and fuzzes the API from it. The request bodies' schemas are generated
-from their models (``models/requests.py``, ``REQUEST_SCHEMAS``); the operations and the
-response schemas are written here as data (docs/decisions.md, issue 27 item 3).
+validates the document and fuzzes the API from it. The request bodies' schemas and the plainer
+answers' are generated from their models (``models/requests.py``, ``models/responses.py``:
+``GENERATED``); the operations and the larger answers are written here as data
+(docs/decisions.md, issue 27 item 3).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from referencing.jsonschema import DRAFT202012  # noqa: E402
 
 from kliqued.daemon.state.channels import CHANNELS, DECLARED, HEADER  # noqa: E402
 from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
+from kliqued.daemon.api.models.responses import RESPONSES  # noqa: E402
 from kliqued.daemon.api.models.schema import components  # noqa: E402
 
 URN = "urn:kliqued:openapi"
@@ -91,48 +93,6 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
-    "Error": _obj(
-        {
-            "error": _obj(
-                {
-                    "code": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$"},
-                    "message": {"type": "string"},
-                    "details": {"type": "object"},
-                },
-                required=["code", "message"],
-            )
-        }
-    ),
-    "Health": _obj(
-        {
-            "status": {"type": "string", "enum": ["ok", "starting"]},
-            "revision": {"type": "string"},
-            "engine": {"type": "string", "enum": ["enabled", "disabled"]},
-        }
-    ),
-    "WhoAmI": _obj(
-        {
-            "principal": {"type": "string"},
-            "kind": {"type": "string", "enum": ["user", "worker", "role"]},
-            "name": {"type": "string"},
-            "groups": {"type": "array", "items": {"type": "string"}},
-            "admin_of": {"type": "array", "items": {"type": "string"}},
-            "roles": {
-                "type": "array",
-                "items": {"type": "string", "enum": ["admin", "finance", "planner"]},
-            },
-            "token_id": {"type": ["string", "null"]},
-        }
-    ),
-    "Reason": _obj(
-        {
-            "kind": {
-                "type": "string",
-                "enum": ["order", "user_limit", "limit", "budget", "capacity", "pending", "worker"],
-            },
-            "text": {"type": "string"},
-        }
-    ),
     "Task": _obj(
         {
             "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$"},
@@ -258,7 +218,6 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "SessionList": _obj({"sessions": {"type": "array", "items": _ref("Session")}}),
-    "SessionLink": _obj({"url": {"type": "string"}, "expires_in_s": {"type": "integer"}}),
     "ScheduleRun": _obj(
         {
             "due": TIME,
@@ -638,13 +597,6 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "AutoscalerAlive": _obj(
-        {
-            "pool": {"type": "string"},
-            "live": {"type": "boolean"},
-            "timeout_s": {"type": "number", "description": "silent this long, it is lost"},
-        }
-    ),
     "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
     "Event": _obj(
         {
@@ -659,14 +611,6 @@ SCHEMAS: dict[str, Any] = {
     ),
     "EventList": _obj(
         {"events": {"type": "array", "items": _ref("Event")}, "next": {"type": ["integer", "null"]}}
-    ),
-    "Engine": _obj(
-        {
-            "enabled": {"type": "boolean"},
-            "last_pass_at": TIME_OR_NULL,
-            "pass_interval_s": {"type": "number"},
-            "revision": {"type": "string"},
-        }
     ),
     "PlanState": _obj(
         {
@@ -749,45 +693,6 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "TokenCreated": _obj(
-        {
-            "id": {"type": "string"},
-            "token": {"type": "string", "pattern": "^kq_"},
-            "principal": {"type": "string"},
-            "name": {"type": ["string", "null"]},
-            "created_at": TIME,
-            "expires_at": TIME_OR_NULL,
-            "rotated_from": {"type": ["string", "null"]},
-        },
-        required=["id", "token", "principal", "name", "created_at", "expires_at"],
-    ),
-    "Token": _obj(
-        {
-            "id": {"type": "string"},
-            "principal": {"type": "string"},
-            "name": {"type": ["string", "null"]},
-            "created_at": TIME,
-            "created_by": {"type": ["string", "null"]},
-            "revoked_at": TIME_OR_NULL,
-            "expires_at": TIME_OR_NULL,
-        }
-    ),
-    "TokenList": _obj({"tokens": {"type": "array", "items": _ref("Token")}}),
-    "Registered": _obj(
-        {
-            "worker_id": {"type": "string"},
-            "heartbeat_ttl_s": {"type": "number"},
-            "poll_wait_s": {"type": "number"},
-            "running": {"type": "array", "items": _ref("LeaseRef")},
-            "settings": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "the pool's settings in the estate in force (partition, "
-                "account, namespace, ...): docs/executors.md",
-            },
-        }
-    ),
-    "LeaseRef": _obj({"task": {"type": "string"}, "epoch": {"type": "integer", "minimum": 1}}),
     "Lease": _obj(
         {
             "task": {"type": "string"},
@@ -835,45 +740,7 @@ SCHEMAS: dict[str, Any] = {
         ],
     ),
     "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
-    "StopInstruction": _obj(
-        {
-            "task": {"type": "string"},
-            "epoch": {"type": "integer"},
-            "reason": {
-                "type": "string",
-                "enum": ["preempted", "cancelled", "budget", "stale-epoch"],
-            },
-            "text": {"type": "string"},
-            "grace_s": {"type": "number"},
-        }
-    ),
-    "HeartbeatAnswer": _obj(
-        {"stop": {"type": "array", "items": _ref("StopInstruction")}, "ttl_s": {"type": "number"}}
-    ),
     "ReportAnswer": _obj({"task": _ref("Task")}),
-    "ReportResults": _obj(
-        {
-            "results": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "task": {"type": "string"},
-                        "epoch": {"type": "integer"},
-                        "status": {"type": "integer"},
-                        "error": {"type": "object"},
-                    }
-                ),
-            }
-        }
-    ),
-    "Deregistered": _obj(
-        {
-            "worker": {"type": "string"},
-            "pool": {"type": "string"},
-            "requeued": {"type": "array", "items": {"type": "string"}},
-        }
-    ),
-    "LogSize": _obj({"size": {"type": "integer", "minimum": 0}}),
     "Worker": _obj(
         {
             "id": {"type": "string"},
@@ -918,11 +785,12 @@ SCHEMAS: dict[str, Any] = {
     ),
 }
 
-REQUEST_SCHEMAS = components(REQUESTS)
-"""The request bodies' schemas, generated from their models (``models/requests.py``)."""
-if REQUEST_SCHEMAS.keys() & SCHEMAS.keys():
-    raise ValueError(f"written twice: {sorted(REQUEST_SCHEMAS.keys() & SCHEMAS.keys())}")
-SCHEMAS.update(REQUEST_SCHEMAS)
+GENERATED = components((*REQUESTS, *RESPONSES))
+"""The schemas generated from models: every request body (``models/requests.py``) and the
+plainer answers (``models/responses.py``)."""
+if GENERATED.keys() & SCHEMAS.keys():
+    raise ValueError(f"written twice: {sorted(GENERATED.keys() & SCHEMAS.keys())}")
+SCHEMAS.update(GENERATED)
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "

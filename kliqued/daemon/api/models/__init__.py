@@ -1,2 +1,3 @@
-"""The API's typed request models, the one definition the OpenAPI document's request
-schemas are generated from (``schema.components``)."""
+"""The API's typed models: every request body (``requests``) and the plainer answers
+(``responses``), the one definition the OpenAPI document's schemas for them are generated
+from (``schema.components``)."""
