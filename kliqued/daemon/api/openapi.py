@@ -193,31 +193,6 @@ SCHEMAS: dict[str, Any] = {
             },
         }
     ),
-    "Session": _obj(
-        {
-            "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$", "description": "its task's id"},
-            "task": {"type": "string"},
-            "user": {"type": "string"},
-            "resource": {"type": "string"},
-            "app": {"type": ["string", "null"]},
-            "state": {
-                "type": "string",
-                "description": "queued, starting, running, or how it "
-                "ended (`stopped: idle (cpu 30m)`)",
-            },
-            "url": {"type": "string", "description": "where its owner reaches it"},
-            "idle": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "its idle limits",
-            },
-            "connected": {
-                "type": "boolean",
-                "description": "its worker's tunnel is open: the URL answers",
-            },
-        }
-    ),
-    "SessionList": _obj({"sessions": {"type": "array", "items": _ref("Session")}}),
     "ScheduleRun": _obj(
         {
             "due": TIME,
@@ -363,24 +338,6 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "ResourceList": _obj({"resources": {"type": "array", "items": _ref("Resource")}}),
-    "QueueEntry": _obj(
-        {
-            "id": {"type": "string"},
-            "user": {"type": "string"},
-            "position": {"type": "integer", "minimum": 1},
-            "gpus": {"type": "number"},
-            "waiting_reason": _nullable(_ref("Reason")),
-            "submitted_at": TIME,
-        }
-    ),
-    "Queue": _obj(
-        {
-            "resource": {"type": "string"},
-            "queued": {"type": "integer", "minimum": 0},
-            "queue": {"type": "array", "items": _ref("QueueEntry")},
-        }
-    ),
-    "Alert": _obj({"threshold": {"type": "number"}, "at": TIME, "text": {"type": "string"}}),
     "Budget": _obj(
         {
             "hours": {"type": "number"},
@@ -554,22 +511,6 @@ SCHEMAS: dict[str, Any] = {
             "by_level",
         ],
     ),
-    "CloudNode": _obj(
-        {
-            "node": {"type": "string"},
-            "provider": {"type": "string"},
-            "instance_type": {"type": "string"},
-            "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
-            "gpus": {"type": "integer", "minimum": 0},
-            "per_hour": {
-                "type": "string",
-                "description": "decimal text in the estate's currency: the node's price an hour",
-            },
-            "since": TIME,
-            "ended_at": TIME_OR_NULL,
-            "end_reason": {"type": ["string", "null"]},
-        }
-    ),
     "PoolCloud": _obj(
         {
             "month": {"type": "string", "description": "the UTC month, YYYY-MM"},
@@ -598,20 +539,6 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
-    "Event": _obj(
-        {
-            "seq": {"type": "integer", "minimum": 1},
-            "at": TIME,
-            "kind": {"type": "string"},
-            "task": {"type": ["string", "null"]},
-            "actor": {"type": ["string", "null"]},
-            "revision": {"type": ["string", "null"]},
-            "data": {"type": "object"},
-        }
-    ),
-    "EventList": _obj(
-        {"events": {"type": "array", "items": _ref("Event")}, "next": {"type": ["integer", "null"]}}
-    ),
     "PlanState": _obj(
         {
             "revision": {"type": "string"},
@@ -693,96 +620,7 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "Lease": _obj(
-        {
-            "task": {"type": "string"},
-            "epoch": {"type": "integer", "minimum": 1},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}},
-            "payload": {},
-            "gpus": {"type": "number"},
-            "resource": {"type": "string"},
-            "user": {"type": "string"},
-            "project": {"type": ["string", "null"]},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "grace_s": {"type": "number"},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "settings": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "the pool's settings in the estate in force (partition, "
-                "account, namespace, ...): docs/executors.md",
-            },
-            "rank": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "a gang member's rank (issue 15)",
-            },
-            "world": {"type": "integer", "minimum": 2, "description": "a gang's members"},
-            "nodes": {
-                "type": "integer",
-                "minimum": 2,
-                "description": "the nodes a gang spans (a Slurm or Kubernetes worker "
-                "takes it whole)",
-            },
-        },
-        required=[
-            "task",
-            "epoch",
-            "command",
-            "payload",
-            "gpus",
-            "resource",
-            "user",
-            "project",
-            "labels",
-            "grace_s",
-            "env",
-        ],
-    ),
-    "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
     "ReportAnswer": _obj({"task": _ref("Task")}),
-    "Worker": _obj(
-        {
-            "id": {"type": "string"},
-            "pool": {"type": "string"},
-            "hostname": {"type": ["string", "null"]},
-            "executor": {"type": ["string", "null"]},
-            "gpus": {"type": "integer"},
-            "version": {"type": ["string", "null"]},
-            "registered_at": TIME_OR_NULL,
-            "state": {"type": "string", "enum": ["alive", "silent", "lost"]},
-            "lost_at": TIME_OR_NULL,
-            "cannot_work": {
-                "type": ["string", "null"],
-                "description": "why the worker says it takes no work now",
-            },
-            "leases": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "task": {"type": "string"},
-                        "epoch": {"type": "integer"},
-                        "status": {"type": "string", "enum": ["active", "stopping"]},
-                    }
-                ),
-            },
-        }
-    ),
-    "WorkerList": _obj(
-        {
-            "workers": {"type": "array", "items": _ref("Worker")},
-            "next": {"type": ["string", "null"]},
-        }
-    ),
-    "SqlResult": _obj(
-        {
-            "columns": {"type": "array", "items": {"type": "string"}},
-            "types": {"type": "array", "items": {"type": "string"}},
-            "rows": {"type": "array", "items": {"type": "array"}},
-            "truncated": {"type": "boolean"},
-            "elapsed_ms": {"type": "number"},
-        }
-    ),
 }
 
 GENERATED = components((*REQUESTS, *RESPONSES))

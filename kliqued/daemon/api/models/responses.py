@@ -22,6 +22,12 @@ Time = Annotated[
 ]
 
 
+_SETTINGS = (
+    "the pool's settings in the estate in force (partition, account, namespace, ...): "
+    "docs/executors.md"
+)
+
+
 class ErrorBody(BaseModel):
     """What went wrong: a code for programs, a message for people, and where."""
 
@@ -125,10 +131,7 @@ class Registered(BaseModel):
     heartbeat_ttl_s: float
     poll_wait_s: float
     running: list[LeaseRef]
-    settings: dict[str, str] = Field(
-        description="the pool's settings in the estate in force (partition, account, "
-        "namespace, ...): docs/executors.md"
-    )
+    settings: dict[str, str] = Field(description=_SETTINGS)
 
 
 class StopInstruction(BaseModel):
@@ -171,6 +174,150 @@ class Deregistered(BaseModel):
     requeued: list[str]
 
 
+class Session(BaseModel):
+    model_config = _CLOSED
+    id: Annotated[str, Field(pattern="^t-[0-9A-Z]{14}$")] = Field(description="its task's id")
+    task: str
+    user: str
+    resource: str
+    app: str | None
+    state: str = Field(
+        description="queued, starting, running, or how it ended (`stopped: idle (cpu 30m)`)"
+    )
+    url: str = Field(description="where its owner reaches it")
+    idle: dict[str, str] = Field(description="its idle limits")
+    connected: bool = Field(description="its worker's tunnel is open: the URL answers")
+
+
+class SessionList(BaseModel):
+    model_config = _CLOSED
+    sessions: list[Session]
+
+
+class Alert(BaseModel):
+    model_config = _CLOSED
+    threshold: float
+    at: Time
+    text: str
+
+
+class WorkerLease(BaseModel):
+    """A lease a worker holds, and whether it is being stopped."""
+
+    model_config = _CLOSED
+    task: str
+    epoch: int
+    status: Literal["active", "stopping"]
+
+
+class Worker(BaseModel):
+    model_config = _CLOSED
+    id: str
+    pool: str
+    hostname: str | None
+    executor: str | None
+    gpus: int
+    version: str | None
+    registered_at: datetime | None
+    state: Literal["alive", "silent", "lost"]
+    lost_at: datetime | None
+    cannot_work: str | None = Field(description="why the worker says it takes no work now")
+    leases: list[WorkerLease]
+
+
+class WorkerList(BaseModel):
+    model_config = _CLOSED
+    workers: list[Worker]
+    next: str | None
+
+
+class SqlResult(BaseModel):
+    model_config = _CLOSED
+    columns: list[str]
+    types: list[str]
+    rows: list[list[Any]]
+    truncated: bool
+    elapsed_ms: float
+
+
+class CloudNode(BaseModel):
+    model_config = _CLOSED
+    node: str
+    provider: str
+    instance_type: str
+    lifecycle: Literal["spot", "on-demand"]
+    gpus: Annotated[int, Field(ge=0)]
+    per_hour: str = Field(
+        description="decimal text in the estate's currency: the node's price an hour"
+    )
+    since: Time
+    ended_at: datetime | None
+    end_reason: str | None
+
+
+class Event(BaseModel):
+    model_config = _CLOSED
+    seq: Annotated[int, Field(ge=1)]
+    at: Time
+    kind: str
+    task: str | None
+    actor: str | None
+    revision: str | None
+    data: dict[str, Any]
+
+
+class EventList(BaseModel):
+    model_config = _CLOSED
+    events: list[Event]
+    next: int | None
+
+
+class QueueEntry(BaseModel):
+    model_config = _CLOSED
+    id: str
+    user: str
+    position: Annotated[int, Field(ge=1)]
+    gpus: float
+    waiting_reason: Reason | None
+    submitted_at: Time
+
+
+class Queue(BaseModel):
+    model_config = _CLOSED
+    resource: str
+    queued: Annotated[int, Field(ge=0)]
+    queue: list[QueueEntry]
+
+
+class Lease(BaseModel):
+    """A task leased to a worker: what it runs, on how much, with what. ``rank``, ``world``
+    and ``nodes`` only for a gang's member (their defaults are not in the document)."""
+
+    model_config = _CLOSED
+    task: str
+    epoch: Annotated[int, Field(ge=1)]
+    command: list[str] | None
+    payload: Any
+    gpus: float
+    resource: str
+    user: str
+    project: str | None
+    labels: dict[str, str]
+    grace_s: float
+    env: dict[str, str]
+    settings: dict[str, str] = Field(default_factory=dict, description=_SETTINGS)
+    rank: Annotated[int, Field(ge=0)] = Field(0, description="a gang member's rank (issue 15)")
+    world: Annotated[int, Field(ge=2)] = Field(2, description="a gang's members")
+    nodes: Annotated[int, Field(ge=2)] = Field(
+        2, description="the nodes a gang spans (a Slurm or Kubernetes worker takes it whole)"
+    )
+
+
+class Leases(BaseModel):
+    model_config = _CLOSED
+    leases: list[Lease]
+
+
 RESPONSES: tuple[type[BaseModel], ...] = (
     Error,
     Health,
@@ -189,5 +336,18 @@ RESPONSES: tuple[type[BaseModel], ...] = (
     HeartbeatAnswer,
     ReportResults,
     Deregistered,
+    Session,
+    SessionList,
+    Alert,
+    Worker,
+    WorkerList,
+    SqlResult,
+    CloudNode,
+    Event,
+    EventList,
+    QueueEntry,
+    Queue,
+    Lease,
+    Leases,
 )
 """The answers whose schemas are generated, by the name the operations use."""

@@ -132,7 +132,7 @@ def _literal(node: dict[str, Any]) -> dict[str, Any]:
 
 def tidy(node: Any) -> Any:
     """A generated schema as the document writes it: no titles, no defaults (the handlers
-    apply theirs), no ``additionalProperties: true`` (the default), ``const`` without its
+    apply theirs), no ``additionalProperties: true`` nor ``items: {}`` (the defaults), ``const`` without its
     redundant type, optional values as type lists, keys in ``ORDER``."""
     if isinstance(node, list):
         return [tidy(v) for v in node]
@@ -141,6 +141,8 @@ def tidy(node: Any) -> Any:
     out: dict[str, Any] = {}
     for k, v in node.items():
         if k in ("title", "default") or (k == "additionalProperties" and v is True):
+            continue
+        if k == "items" and v == {}:  # any item: the default
             continue
         out[k] = {n: tidy(s) for n, s in v.items()} if k in _NAMED else tidy(v)
     if "const" in out:
