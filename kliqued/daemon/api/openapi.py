@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator  # noqa: E402
 from referencing import Registry, Resource  # noqa: E402
 from referencing.jsonschema import DRAFT202012  # noqa: E402
 
-from kliqued.daemon.state.channels import CHANNELS, DECLARED, HEADER  # noqa: E402
+from kliqued.daemon.state.channels import DECLARED, HEADER  # noqa: E402
 from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
 from kliqued.daemon.api.models.responses import RESPONSES  # noqa: E402
 from kliqued.daemon.api.models.schema import components  # noqa: E402
@@ -93,106 +93,6 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
-    "Task": _obj(
-        {
-            "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$"},
-            "resource": {"type": "string"},
-            "policy": {"type": "string"},
-            "profile": {"type": "string"},
-            "group": {"type": "string"},
-            "user": {"type": "string"},
-            "actor": {"type": "string", "description": "the principal that sent it"},
-            "channel": {
-                "type": "string",
-                "enum": list(CHANNELS),
-                "description": "how it was sent: `cli`, `sdk` (declared by the client "
-                "in `X-Klique-Channel`), `api` (no header), or by the "
-                "daemon itself for `mcp`, `schedule`, `pipeline`, "
-                "`session`",
-            },
-            "project": {"type": ["string", "null"]},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}},
-            "payload": {},
-            "gpus": {"type": ["number", "null"]},
-            "state": {
-                "type": "string",
-                "enum": ["queued", "placed", "running", "ended"],
-                "description": "`running` is a sub-state of `placed`: placed, and its "
-                "worker reported it started",
-            },
-            "end_reason": {"type": ["string", "null"]},
-            "pool": {
-                "type": ["string", "null"],
-                "description": "where it is placed (ended: where it last ran)",
-            },
-            "submitted_at": TIME,
-            "placed_at": TIME_OR_NULL,
-            "ended_at": TIME_OR_NULL,
-            "position": {"type": ["integer", "null"], "minimum": 1},
-            "waiting_reason": _nullable(_ref("Reason")),
-            "preemptions": {"type": "integer", "minimum": 0},
-            "last_preemption": _nullable(
-                _obj({"kind": {"type": "string"}, "text": {"type": "string"}, "at": TIME})
-            ),
-            "revision": {"type": "string"},
-            "worker": {"type": ["string", "null"], "description": "the worker of its latest lease"},
-            "epoch": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "its latest lease's fencing epoch (0: never leased)",
-            },
-            "started_at": {**TIME_OR_NULL, "description": "when its current attempt started"},
-            "exit_code": {"type": ["integer", "null"]},
-            "signal": {"type": ["string", "null"], "description": "e.g. SIGKILL"},
-            "outputs": {
-                "type": ["object", "null"],
-                "additionalProperties": {"type": "string"},
-                "description": "what it wrote to $KLIQUE_OUTPUTS, once finished",
-            },
-            "gpu_hours": {
-                "type": "number",
-                "minimum": 0,
-                "description": "GPU-hours of its placements, the current one up to now included",
-            },
-            "end": _nullable(
-                _obj(
-                    {
-                        "text": {
-                            "type": "string",
-                            "description": "why it ended, e.g. `failed: exit "
-                            "code 3: CUDA out of memory`, "
-                            "`cancelled by user:erin: reason`",
-                        },
-                        "by": {
-                            "type": ["string", "null"],
-                            "description": "who cancelled it: a principal, or `estate`",
-                        },
-                        "message": {
-                            "type": ["string", "null"],
-                            "description": "the message of the worker's report that ended it",
-                        },
-                    }
-                )
-            ),
-            "protected_until": {
-                **TIME_OR_NULL,
-                "description": "a placed task: when its protection (lending.md "
-                "protect_for) ends; null without one",
-            },
-            "lost_work_s": {
-                "type": ["number", "null"],
-                "minimum": 0,
-                "description": "a placed task: the work a preemption now would lose "
-                "(since its last checkpoint, else its placement)",
-            },
-            "lost_gpu_hours_so_far": {
-                "type": "number",
-                "minimum": 0,
-                "description": "GPU-hours its preemptions have lost",
-            },
-        }
-    ),
     "ScheduleRun": _obj(
         {
             "due": TIME,

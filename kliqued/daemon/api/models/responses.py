@@ -1,10 +1,11 @@
-"""The API's plainer answers as pydantic models: the shapes whose schemas the document
-generates (``schema.components``), as it does the requests' (``requests``).
+"""The API's plainer answers, and the task, as pydantic models: the shapes whose schemas
+the document generates (``schema.components``), as it does the requests' (``requests``).
 
-The views (``views.py``) still build these answers as dicts; the suite checks every answer
-it gets against the document's schema (tests/daemon/test_endpoints.py, test_org_views.py),
-so a view and its model cannot drift apart unseen. The larger shapes (a task, a policy, a
-pool, a schedule, ...) are still written in ``openapi.py`` (docs/decisions.md, issue 27
+The views (``views.py``) still build these answers as dicts; the suite checks the answers it
+gets against the document's schema (tests/daemon/test_endpoints.py, test_worker_answers.py,
+test_org_views.py, the schemathesis run of test_openapi.py), so a view and its model cannot
+drift apart unseen where the suite calls it. The larger shapes (a policy, a pool, a
+resource, a schedule, ...) are still written in ``openapi.py`` (docs/decisions.md, issue 27
 item 3).
 """
 
@@ -14,6 +15,8 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kliqued.daemon.state.channels import CHANNELS
 
 _CLOSED = ConfigDict(extra="forbid")
 
@@ -318,6 +321,87 @@ class Leases(BaseModel):
     leases: list[Lease]
 
 
+class Preemption(BaseModel):
+    """A task's latest preemption: its kind, in words, and when."""
+
+    model_config = _CLOSED
+    kind: str
+    text: str
+    at: Time
+
+
+class TaskEnd(BaseModel):
+    """Why a task ended and who ended it."""
+
+    model_config = _CLOSED
+    text: str = Field(
+        description="why it ended, e.g. `failed: exit code 3: CUDA out of memory`, "
+        "`cancelled by user:erin: reason`"
+    )
+    by: str | None = Field(description="who cancelled it: a principal, or `estate`")
+    message: str | None = Field(description="the message of the worker's report that ended it")
+
+
+class Task(BaseModel):
+    model_config = _CLOSED
+    id: Annotated[str, Field(pattern="^t-[0-9A-Z]{14}$")]
+    resource: str
+    policy: str
+    profile: str
+    group: str
+    user: str
+    actor: str = Field(description="the principal that sent it")
+    channel: Annotated[str, Field(json_schema_extra={"enum": list(CHANNELS)})] = Field(
+        description="how it was sent: `cli`, `sdk` (declared by the client in "
+        "`X-Klique-Channel`), `api` (no header), or by the daemon itself for `mcp`, "
+        "`schedule`, `pipeline`, `session`"
+    )
+    project: str | None
+    labels: dict[str, str]
+    command: list[str] | None
+    payload: Any
+    gpus: float | None
+    state: Literal["queued", "placed", "running", "ended"] = Field(
+        description="`running` is a sub-state of `placed`: placed, and its worker reported "
+        "it started"
+    )
+    end_reason: str | None
+    pool: str | None = Field(description="where it is placed (ended: where it last ran)")
+    submitted_at: Time
+    placed_at: datetime | None
+    ended_at: datetime | None
+    position: Annotated[int | None, Field(ge=1)]
+    waiting_reason: Reason | None
+    preemptions: Annotated[int, Field(ge=0)]
+    last_preemption: Preemption | None
+    revision: str
+    worker: str | None = Field(description="the worker of its latest lease")
+    epoch: Annotated[int, Field(ge=0)] = Field(
+        description="its latest lease's fencing epoch (0: never leased)"
+    )
+    started_at: datetime | None = Field(description="when its current attempt started")
+    exit_code: int | None
+    signal: str | None = Field(description="e.g. SIGKILL")
+    outputs: dict[str, str] | None = Field(
+        description="what it wrote to $KLIQUE_OUTPUTS, once finished"
+    )
+    gpu_hours: Annotated[float, Field(ge=0)] = Field(
+        description="GPU-hours of its placements, the current one up to now included"
+    )
+    end: TaskEnd | None
+    protected_until: datetime | None = Field(
+        description="a placed task: when its protection (lending.md protect_for) ends; null "
+        "without one"
+    )
+    lost_work_s: Annotated[float | None, Field(ge=0)] = Field(
+        description="a placed task: the work a preemption now would lose (since its last "
+        "checkpoint, else its placement)"
+    )
+    lost_gpu_hours_so_far: Annotated[float, Field(ge=0)] = Field(
+        description="GPU-hours its preemptions have lost"
+    )
+
+
 RESPONSES: tuple[type[BaseModel], ...] = (
     Error,
     Health,
@@ -349,5 +433,6 @@ RESPONSES: tuple[type[BaseModel], ...] = (
     Queue,
     Lease,
     Leases,
+    Task,
 )
 """The answers whose schemas are generated, by the name the operations use."""
