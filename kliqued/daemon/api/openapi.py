@@ -93,110 +93,6 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
-    "ScheduleRun": _obj(
-        {
-            "due": TIME,
-            "at": TIME,
-            "outcome": {"type": "string", "enum": ["submitted", "skipped", "missed", "failed"]},
-            "text": {"type": ["string", "null"]},
-            "task": {"type": ["string", "null"]},
-            "pipeline": {"type": ["string", "null"]},
-            "missed": {"type": "integer"},
-            "state": {
-                "type": ["string", "null"],
-                "description": "its task's state now (or how it ended), or its pipeline's",
-            },
-        }
-    ),
-    "Schedule": _obj(
-        {
-            "id": {"type": "string", "pattern": "^s-[0-9A-Z]{14}$"},
-            "name": {"type": ["string", "null"]},
-            "owner": {"type": "string"},
-            "cron": {"type": "string"},
-            "timezone": {"type": "string"},
-            "resource": {"type": ["string", "null"]},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}},
-            "project": {"type": ["string", "null"]},
-            "gpus": {"type": ["number", "null"]},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "pipeline": _nullable(
-                _obj(
-                    {
-                        "file": {"type": "string"},
-                        "name": {"type": ["string", "null"]},
-                        "params": {"type": "object"},
-                    }
-                )
-            ),
-            "concurrency": {"type": "string", "enum": ["allow", "forbid", "replace"]},
-            "missed": {"type": "string", "enum": ["run-once", "skip"]},
-            "deadline_s": {"type": ["integer", "null"]},
-            "state": {"type": "string", "enum": ["active", "paused", "stopped"]},
-            "reason": {"type": ["string", "null"], "description": "why it is paused or stopped"},
-            "token": {
-                "type": ["string", "null"],
-                "description": "the id of the token it runs on (never the secret): the "
-                "one that made it, or its owner's that resumed it; null "
-                "for a schedule made before schedules recorded it",
-            },
-            "created_at": TIME,
-            "next_runs": {"type": "array", "items": TIME},
-            "last_runs": {
-                "type": "array",
-                "items": _ref("ScheduleRun"),
-                "description": "newest first",
-            },
-        }
-    ),
-    "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}}),
-    "PipelineStep": _obj(
-        {
-            "name": {"type": "string"},
-            "resource": {"type": "string"},
-            "needs": {"type": "array", "items": {"type": "string"}},
-            "state": {
-                "type": "string",
-                "enum": ["waiting", "running", "succeeded", "failed", "skipped", "cancelled"],
-            },
-            "text": {"type": ["string", "null"]},
-            "attempts": {"type": "integer"},
-            "task": {"type": ["string", "null"]},
-            "tasks": {"type": "array", "items": {"type": "string"}},
-            "task_state": {"type": ["string", "null"]},
-            "outputs": {"type": "object", "additionalProperties": {"type": "string"}},
-        }
-    ),
-    "Pipeline": _obj(
-        {
-            "id": {"type": "string", "pattern": "^p-[0-9A-Z]{14}$"},
-            "name": {"type": "string"},
-            "owner": {"type": "string"},
-            "file": {"type": "string"},
-            "params": {"type": "object", "additionalProperties": {"type": "string"}},
-            "on_failure": {"type": "string", "enum": ["fail-fast", "continue"]},
-            "schedule": {"type": ["string", "null"]},
-            "state": {
-                "type": "string",
-                "enum": ["running", "paused", "succeeded", "failed", "cancelled"],
-            },
-            "token": {
-                "type": ["string", "null"],
-                "description": "the id of the token its steps are sent on",
-            },
-            "text": {
-                "type": ["string", "null"],
-                "description": "why it is paused, or how it ended",
-            },
-            "started_at": TIME,
-            "ended_at": TIME_OR_NULL,
-            "steps": {"type": "array", "items": _ref("PipelineStep")},
-        }
-    ),
-    "PipelineList": _obj({"pipelines": {"type": "array", "items": _ref("Pipeline")}}),
-    "TaskList": _obj(
-        {"tasks": {"type": "array", "items": _ref("Task")}, "next": {"type": ["string", "null"]}}
-    ),
     "Resource": _obj(
         {
             "name": {"type": "string"},
@@ -520,7 +416,6 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "ReportAnswer": _obj({"task": _ref("Task")}),
 }
 
 GENERATED = components((*REQUESTS, *RESPONSES))

@@ -1,12 +1,13 @@
-"""The API's plainer answers, and the task, as pydantic models: the shapes whose schemas
-the document generates (``schema.components``), as it does the requests' (``requests``).
+"""The API's answers as pydantic models, all but the organisation's (policies, pools,
+resources, budgets) and the estate's: the shapes whose schemas the document generates
+(``schema.components``), as it does the requests' (``requests``).
 
 The views (``views.py``) still build these answers as dicts; the suite checks the answers it
 gets against the document's schema (tests/daemon/test_endpoints.py, test_worker_answers.py,
-test_org_views.py, the schemathesis run of test_openapi.py), so a view and its model cannot
-drift apart unseen where the suite calls it. The larger shapes (a policy, a pool, a
-resource, a schedule, ...) are still written in ``openapi.py`` (docs/decisions.md, issue 27
-item 3).
+tests/channels/test_channel_answers.py, the schemathesis run of test_openapi.py), so a view
+and its model cannot drift apart unseen where the suite calls it. The organisation's shapes
+(a policy, a pool, a resource, ...) are still written in ``openapi.py`` (docs/decisions.md,
+issue 27 item 3).
 """
 
 from __future__ import annotations
@@ -402,6 +403,109 @@ class Task(BaseModel):
     )
 
 
+class TaskList(BaseModel):
+    model_config = _CLOSED
+    tasks: list[Task]
+    next: str | None
+
+
+class ReportAnswer(BaseModel):
+    model_config = _CLOSED
+    task: Task
+
+
+class ScheduleRun(BaseModel):
+    model_config = _CLOSED
+    due: Time
+    at: Time
+    outcome: Literal["submitted", "skipped", "missed", "failed"]
+    text: str | None
+    task: str | None
+    pipeline: str | None
+    missed: int
+    state: str | None = Field(
+        description="its task's state now (or how it ended), or its pipeline's"
+    )
+
+
+class SchedulePipeline(BaseModel):
+    """The pipeline a schedule runs: its file, its name, the parameters it is given."""
+
+    model_config = _CLOSED
+    file: str
+    name: str | None
+    params: dict[str, Any]
+
+
+class Schedule(BaseModel):
+    model_config = _CLOSED
+    id: Annotated[str, Field(pattern="^s-[0-9A-Z]{14}$")]
+    name: str | None
+    owner: str
+    cron: str
+    timezone: str
+    resource: str | None
+    command: list[str] | None
+    project: str | None
+    gpus: float | None
+    labels: dict[str, str]
+    pipeline: SchedulePipeline | None
+    concurrency: Literal["allow", "forbid", "replace"]
+    missed: Literal["run-once", "skip"]
+    deadline_s: int | None
+    state: Literal["active", "paused", "stopped"]
+    reason: str | None = Field(description="why it is paused or stopped")
+    token: str | None = Field(
+        description="the id of the token it runs on (never the secret): the one that made "
+        "it, or its owner's that resumed it; null for a schedule made before schedules "
+        "recorded it"
+    )
+    created_at: Time
+    next_runs: list[Time]
+    last_runs: list[ScheduleRun] = Field(description="newest first")
+
+
+class ScheduleList(BaseModel):
+    model_config = _CLOSED
+    schedules: list[Schedule]
+
+
+class PipelineStep(BaseModel):
+    model_config = _CLOSED
+    name: str
+    resource: str
+    needs: list[str]
+    state: Literal["waiting", "running", "succeeded", "failed", "skipped", "cancelled"]
+    text: str | None
+    attempts: int
+    task: str | None
+    tasks: list[str]
+    task_state: str | None
+    outputs: dict[str, str]
+
+
+class Pipeline(BaseModel):
+    model_config = _CLOSED
+    id: Annotated[str, Field(pattern="^p-[0-9A-Z]{14}$")]
+    name: str
+    owner: str
+    file: str
+    params: dict[str, str]
+    on_failure: Literal["fail-fast", "continue"]
+    schedule: str | None
+    state: Literal["running", "paused", "succeeded", "failed", "cancelled"]
+    token: str | None = Field(description="the id of the token its steps are sent on")
+    text: str | None = Field(description="why it is paused, or how it ended")
+    started_at: Time
+    ended_at: datetime | None
+    steps: list[PipelineStep]
+
+
+class PipelineList(BaseModel):
+    model_config = _CLOSED
+    pipelines: list[Pipeline]
+
+
 RESPONSES: tuple[type[BaseModel], ...] = (
     Error,
     Health,
@@ -434,5 +538,13 @@ RESPONSES: tuple[type[BaseModel], ...] = (
     Lease,
     Leases,
     Task,
+    TaskList,
+    ReportAnswer,
+    ScheduleRun,
+    Schedule,
+    ScheduleList,
+    PipelineStep,
+    Pipeline,
+    PipelineList,
 )
 """The answers whose schemas are generated, by the name the operations use."""
