@@ -2,9 +2,9 @@
 
 It is the API's authority (api-contract.md): request bodies are validated against its own
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
-validates the document and fuzzes the API from it. The request bodies' schemas and the plainer
+validates the document and fuzzes the API from it. The request bodies' schemas and most
 answers' are generated from their models (``models/requests.py``, ``models/responses.py``:
-``GENERATED``); the operations and the larger answers are written here as data
+``GENERATED``); the operations and the organisation's answers are written here as data
 (docs/decisions.md, issue 27 item 3).
 """
 
@@ -419,8 +419,8 @@ SCHEMAS: dict[str, Any] = {
 }
 
 GENERATED = components((*REQUESTS, *RESPONSES))
-"""The schemas generated from models: every request body (``models/requests.py``) and the
-plainer answers (``models/responses.py``)."""
+"""The schemas generated from models: every request body (``models/requests.py``) and
+every answer but the organisation's and the estate's (``models/responses.py``)."""
 if GENERATED.keys() & SCHEMAS.keys():
     raise ValueError(f"written twice: {sorted(GENERATED.keys() & SCHEMAS.keys())}")
 SCHEMAS.update(GENERATED)
