@@ -4,8 +4,8 @@ It is the API's authority (api-contract.md): request bodies are validated agains
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
 validates the document and fuzzes the API from it. The request bodies' schemas and most
 answers' are generated from their models (``models/requests.py``, ``models/responses.py``:
-``GENERATED``); the operations and the organisation's answers are written here as data
-(docs/decisions.md, issue 27 item 3).
+``GENERATED``); the operations and the policies', pools', plan state's and estate's
+answers are written here as data (docs/decisions.md, issue 27 item 3).
 """
 
 from __future__ import annotations
@@ -93,84 +93,6 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, Any] = {
-    "Resource": _obj(
-        {
-            "name": {"type": "string"},
-            "policy": {"type": "string"},
-            "profile": {"type": "string"},
-            "group": {"type": "string"},
-            "gpus": {"type": ["number", "null"]},
-            "from_task": _nullable(
-                _obj({"default": {"type": "number"}, "max": {"type": ["number", "null"]}})
-            ),
-            "time_weight": {"type": "number"},
-            "pools": {"type": "array", "items": {"type": "string"}},
-            "queued": {"type": "integer", "minimum": 0},
-            "placed": {"type": "integer", "minimum": 0},
-            "may_submit": {
-                "type": "boolean",
-                "description": "the caller is one of the group's users",
-            },
-            "room": _obj(
-                {
-                    "group": {"type": "string"},
-                    "used": {"type": "number"},
-                    "reservation": {"type": "number"},
-                    "limit": {"type": "number"},
-                    "free": {"type": "number", "description": "GPUs below the group's limit"},
-                    "budget": _nullable(
-                        _obj(
-                            {
-                                "hours": {"type": "number"},
-                                "period": {"type": "string"},
-                                "used_hours": {"type": "number"},
-                                "left_hours": {"type": "number"},
-                                "resets_at": TIME,
-                            }
-                        )
-                    ),
-                }
-            ),
-        }
-    ),
-    "ResourceList": _obj({"resources": {"type": "array", "items": _ref("Resource")}}),
-    "Budget": _obj(
-        {
-            "hours": {"type": "number"},
-            "period": {"type": "string", "enum": ["day", "week", "month"]},
-            "period_start": TIME,
-            "resets_at": TIME,
-            "used_hours": {"type": "number"},
-            "left_hours": {"type": "number"},
-            "burn_rate": {"type": "number", "description": "budget hours per hour"},
-            "runout_at": TIME_OR_NULL,
-            "alerts": {"type": "array", "items": _ref("Alert")},
-        }
-    ),
-    "WaitingGroup": _obj(
-        {
-            "group": {"type": "string"},
-            "policy": {"type": "string"},
-            "tasks": {"type": "integer", "minimum": 1},
-            "gpus": {"type": "number"},
-            "reason": {
-                **_nullable(_ref("Reason")),
-                "description": "why its first waiting task (the queue head that waited "
-                "longest) waits",
-            },
-        }
-    ),
-    "Waiting": _obj(
-        {
-            "tasks": {"type": "integer", "minimum": 0},
-            "gpus": {"type": "number"},
-            "groups": {
-                "type": "array",
-                "items": _ref("WaitingGroup"),
-                "description": "each team of the subtree with queued work",
-            },
-        }
-    ),
     "Policy": _obj(
         {
             "name": {"type": "string"},
@@ -420,7 +342,7 @@ SCHEMAS: dict[str, Any] = {
 
 GENERATED = components((*REQUESTS, *RESPONSES))
 """The schemas generated from models: every request body (``models/requests.py``) and
-every answer but the organisation's and the estate's (``models/responses.py``)."""
+every answer but the policies', the pools', the plan state's and the estate's (``models/responses.py``)."""
 if GENERATED.keys() & SCHEMAS.keys():
     raise ValueError(f"written twice: {sorted(GENERATED.keys() & SCHEMAS.keys())}")
 SCHEMAS.update(GENERATED)

@@ -1,13 +1,12 @@
-"""The API's answers as pydantic models, all but the organisation's (policies, pools,
-resources, budgets) and the estate's: the shapes whose schemas the document generates
-(``schema.components``), as it does the requests' (``requests``).
+"""The API's answers as pydantic models, all but the policies', the pools', the plan state's
+and the estate's: the shapes whose schemas the document generates (``schema.components``),
+as it does the requests' (``requests``).
 
 The views (``views.py``) still build these answers as dicts; the suite checks the answers it
 gets against the document's schema (tests/daemon/test_endpoints.py, test_worker_answers.py,
 tests/channels/test_channel_answers.py, the schemathesis run of test_openapi.py), so a view
-and its model cannot drift apart unseen where the suite calls it. The organisation's shapes
-(a policy, a pool, a resource, ...) are still written in ``openapi.py`` (docs/decisions.md,
-issue 27 item 3).
+and its model cannot drift apart unseen where the suite calls it. Those four are still
+written in ``openapi.py`` (docs/decisions.md, issue 27 item 3).
 """
 
 from __future__ import annotations
@@ -506,6 +505,89 @@ class PipelineList(BaseModel):
     pipelines: list[Pipeline]
 
 
+class FromTask(BaseModel):
+    """A profile whose size the task gives: the size without one, and the most it may ask."""
+
+    model_config = _CLOSED
+    default: float
+    max: float | None
+
+
+class RoomBudget(BaseModel):
+    """The group's budget in a resource's room: hours, period, used, left, reset."""
+
+    model_config = _CLOSED
+    hours: float
+    period: str
+    used_hours: float
+    left_hours: float
+    resets_at: Time
+
+
+class Room(BaseModel):
+    """A group's room where it may submit: GPUs used against reservation and limit."""
+
+    model_config = _CLOSED
+    group: str
+    used: float
+    reservation: float
+    limit: float
+    free: float = Field(description="GPUs below the group's limit")
+    budget: RoomBudget | None
+
+
+class Resource(BaseModel):
+    model_config = _CLOSED
+    name: str
+    policy: str
+    profile: str
+    group: str
+    gpus: float | None
+    from_task: FromTask | None
+    time_weight: float
+    pools: list[str]
+    queued: Annotated[int, Field(ge=0)]
+    placed: Annotated[int, Field(ge=0)]
+    may_submit: bool = Field(description="the caller is one of the group's users")
+    room: Room
+
+
+class ResourceList(BaseModel):
+    model_config = _CLOSED
+    resources: list[Resource]
+
+
+class Budget(BaseModel):
+    model_config = _CLOSED
+    hours: float
+    period: Literal["day", "week", "month"]
+    period_start: Time
+    resets_at: Time
+    used_hours: float
+    left_hours: float
+    burn_rate: float = Field(description="budget hours per hour")
+    runout_at: datetime | None
+    alerts: list[Alert]
+
+
+class WaitingGroup(BaseModel):
+    model_config = _CLOSED
+    group: str
+    policy: str
+    tasks: Annotated[int, Field(ge=1)]
+    gpus: float
+    reason: Reason | None = Field(
+        description="why its first waiting task (the queue head that waited longest) waits"
+    )
+
+
+class Waiting(BaseModel):
+    model_config = _CLOSED
+    tasks: Annotated[int, Field(ge=0)]
+    gpus: float
+    groups: list[WaitingGroup] = Field(description="each team of the subtree with queued work")
+
+
 RESPONSES: tuple[type[BaseModel], ...] = (
     Error,
     Health,
@@ -546,5 +628,10 @@ RESPONSES: tuple[type[BaseModel], ...] = (
     PipelineStep,
     Pipeline,
     PipelineList,
+    Resource,
+    ResourceList,
+    Budget,
+    WaitingGroup,
+    Waiting,
 )
 """The answers whose schemas are generated, by the name the operations use."""
