@@ -98,6 +98,7 @@ bodies = st.fixed_dictionaries(
                 st.text(max_size=3), st.one_of(st.text(max_size=3), st.integers()), max_size=3
             ),
             st.integers(),
+            st.none(),
         ),
         "extra": st.integers(),
     },
@@ -109,6 +110,15 @@ bodies = st.fixed_dictionaries(
 def test_fast_submission_check_never_accepts_what_the_schema_refuses(body) -> None:
     if submission_surely_valid(body):
         assert validator("TaskSubmission").is_valid(body), body
+
+
+def test_fast_submission_check_leaves_null_labels_to_the_schema() -> None:
+    """``labels`` is an object or absent: the schema refuses null, so the fast check must not
+    vouch for it (it once read ``labels: null`` as no labels)."""
+    body = {"resource": "a/b", "labels": None}
+    assert not validator("TaskSubmission").is_valid(body)
+    assert not submission_surely_valid(body)
+    assert submission_surely_valid({"resource": "a/b", "labels": {}})
 
 
 def test_task_ids_sort_in_issue_order() -> None:

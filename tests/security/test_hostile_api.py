@@ -211,7 +211,7 @@ def _props(schema: dict[str, Any]) -> list[str]:
         schema = SCHEMAS[schema["$ref"].rsplit("/", 1)[1]]
     names = list(schema.get("properties", {}))
     for branch in schema.get("oneOf", []):
-        names += [n for n in branch.get("properties", {}) if n not in names]
+        names += [n for n in _props(branch) if n not in names]
     return names
 
 

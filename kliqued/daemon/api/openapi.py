@@ -1,8 +1,11 @@
-"""The OpenAPI 3.1 document served at ``/v1/openapi.json``, written as data.
+"""The OpenAPI 3.1 document served at ``/v1/openapi.json``.
 
 It is the API's authority (api-contract.md): request bodies are validated against its own
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
-validates the document and fuzzes the API from it.
+validates the document and fuzzes the API from it. The request bodies' schemas and most
+answers' are generated from their models (``models/requests.py``, ``models/responses.py``:
+``GENERATED``); the operations and the policies', pools', plan state's and estate's
+answers are written here as data (docs/decisions.md, issue 27 item 3).
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from jsonschema import Draft202012Validator  # noqa: E402
 from referencing import Registry, Resource  # noqa: E402
 from referencing.jsonschema import DRAFT202012  # noqa: E402
 
-from kliqued.daemon.state.channels import CHANNELS, DECLARED, HEADER  # noqa: E402
+from kliqued.daemon.state.channels import DECLARED, HEADER  # noqa: E402
+from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
+from kliqued.daemon.api.models.responses import RESPONSES  # noqa: E402
+from kliqued.daemon.api.models.schema import components  # noqa: E402
 
 URN = "urn:kliqued:openapi"
 
@@ -28,22 +34,6 @@ TIME = {
     "description": "RFC 3339 UTC, e.g. 2026-11-29T08:00:00Z (milliseconds allowed)",
 }
 TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
-NAME = {"type": "string", "minLength": 1, "maxLength": 256}
-_DURATION = {
-    "type": ["string", "integer", "null"],
-    "maxLength": 32,
-    "minimum": 0,
-    "description": "a duration: 90d, 12h, 30m, 45s, 2w, or whole seconds",
-}
-_TOKEN_OPTS: dict[str, Any] = {
-    "name": {"type": ["string", "null"], "maxLength": 256},
-    "expires_in": {
-        **_DURATION,
-        "description": "the token stops working this long after "
-        "its creation (e.g. 90d); default: never",
-    },
-    "expires_at": {**TIME_OR_NULL, "description": "or: the instant it stops working"},
-}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -102,532 +92,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"oneOf": [{"type": "null"}, schema]}
 
 
-_OUTPUTS = {
-    "type": ["object", "null"],
-    "maxProperties": 100,
-    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},
-    "additionalProperties": {"type": "string", "maxLength": 4096},
-    "description": "a finished task's KEY=VALUE lines from the file named by "
-    "$KLIQUE_OUTPUTS (pipelines pass them to later steps)",
-}
-
 SCHEMAS: dict[str, Any] = {
-    "Error": _obj(
-        {
-            "error": _obj(
-                {
-                    "code": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$"},
-                    "message": {"type": "string"},
-                    "details": {"type": "object"},
-                },
-                required=["code", "message"],
-            )
-        }
-    ),
-    "Health": _obj(
-        {
-            "status": {"type": "string", "enum": ["ok", "starting"]},
-            "revision": {"type": "string"},
-            "engine": {"type": "string", "enum": ["enabled", "disabled"]},
-        }
-    ),
-    "WhoAmI": _obj(
-        {
-            "principal": {"type": "string"},
-            "kind": {"type": "string", "enum": ["user", "worker", "role"]},
-            "name": {"type": "string"},
-            "groups": {"type": "array", "items": {"type": "string"}},
-            "admin_of": {"type": "array", "items": {"type": "string"}},
-            "roles": {
-                "type": "array",
-                "items": {"type": "string", "enum": ["admin", "finance", "planner"]},
-            },
-            "token_id": {"type": ["string", "null"]},
-        }
-    ),
-    "TaskSubmission": _obj(
-        {
-            "resource": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 512,
-                "description": "compute resource, <policy>/<profile>",
-                "examples": ["llm-research/h100"],
-            },
-            "command": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 10000},
-            "payload": {
-                "description": "any JSON value, for channels that send data rather than a command"
-            },
-            "gpus": {
-                "type": ["number", "null"],
-                "minimum": 0,
-                "multipleOf": 0.001,
-                "description": "size, only for profiles whose size comes from the task",
-            },
-            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "labels": {
-                "type": "object",
-                "additionalProperties": {"type": "string", "maxLength": 1024},
-                "propertyNames": {"minLength": 1, "maxLength": 128},
-                "maxProperties": 64,
-            },
-            "user": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "maxLength": 256,
-                "description": "admins only: the user the task is sent for",
-            },
-        },
-        required=["resource"],
-    ),
-    "Reason": _obj(
-        {
-            "kind": {
-                "type": "string",
-                "enum": ["order", "user_limit", "limit", "budget", "capacity", "pending", "worker"],
-            },
-            "text": {"type": "string"},
-        }
-    ),
-    "Task": _obj(
-        {
-            "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$"},
-            "resource": {"type": "string"},
-            "policy": {"type": "string"},
-            "profile": {"type": "string"},
-            "group": {"type": "string"},
-            "user": {"type": "string"},
-            "actor": {"type": "string", "description": "the principal that sent it"},
-            "channel": {
-                "type": "string",
-                "enum": list(CHANNELS),
-                "description": "how it was sent: `cli`, `sdk` (declared by the client "
-                "in `X-Klique-Channel`), `api` (no header), or by the "
-                "daemon itself for `mcp`, `schedule`, `pipeline`, "
-                "`session`",
-            },
-            "project": {"type": ["string", "null"]},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}},
-            "payload": {},
-            "gpus": {"type": ["number", "null"]},
-            "state": {
-                "type": "string",
-                "enum": ["queued", "placed", "running", "ended"],
-                "description": "`running` is a sub-state of `placed`: placed, and its "
-                "worker reported it started",
-            },
-            "end_reason": {"type": ["string", "null"]},
-            "pool": {
-                "type": ["string", "null"],
-                "description": "where it is placed (ended: where it last ran)",
-            },
-            "submitted_at": TIME,
-            "placed_at": TIME_OR_NULL,
-            "ended_at": TIME_OR_NULL,
-            "position": {"type": ["integer", "null"], "minimum": 1},
-            "waiting_reason": _nullable(_ref("Reason")),
-            "preemptions": {"type": "integer", "minimum": 0},
-            "last_preemption": _nullable(
-                _obj({"kind": {"type": "string"}, "text": {"type": "string"}, "at": TIME})
-            ),
-            "revision": {"type": "string"},
-            "worker": {"type": ["string", "null"], "description": "the worker of its latest lease"},
-            "epoch": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "its latest lease's fencing epoch (0: never leased)",
-            },
-            "started_at": {**TIME_OR_NULL, "description": "when its current attempt started"},
-            "exit_code": {"type": ["integer", "null"]},
-            "signal": {"type": ["string", "null"], "description": "e.g. SIGKILL"},
-            "outputs": {
-                "type": ["object", "null"],
-                "additionalProperties": {"type": "string"},
-                "description": "what it wrote to $KLIQUE_OUTPUTS, once finished",
-            },
-            "gpu_hours": {
-                "type": "number",
-                "minimum": 0,
-                "description": "GPU-hours of its placements, the current one up to now included",
-            },
-            "end": _nullable(
-                _obj(
-                    {
-                        "text": {
-                            "type": "string",
-                            "description": "why it ended, e.g. `failed: exit "
-                            "code 3: CUDA out of memory`, "
-                            "`cancelled by user:erin: reason`",
-                        },
-                        "by": {
-                            "type": ["string", "null"],
-                            "description": "who cancelled it: a principal, or `estate`",
-                        },
-                        "message": {
-                            "type": ["string", "null"],
-                            "description": "the message of the worker's report that ended it",
-                        },
-                    }
-                )
-            ),
-            "protected_until": {
-                **TIME_OR_NULL,
-                "description": "a placed task: when its protection (lending.md "
-                "protect_for) ends; null without one",
-            },
-            "lost_work_s": {
-                "type": ["number", "null"],
-                "minimum": 0,
-                "description": "a placed task: the work a preemption now would lose "
-                "(since its last checkpoint, else its placement)",
-            },
-            "lost_gpu_hours_so_far": {
-                "type": "number",
-                "minimum": 0,
-                "description": "GPU-hours its preemptions have lost",
-            },
-        }
-    ),
-    "ScheduleCreate": _obj(
-        {
-            "cron": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 256,
-                "description": "standard 5-field cron (minute hour day-of-month month "
-                "day-of-week), read in `timezone`",
-                "examples": ["0 2 * * *"],
-            },
-            "timezone": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "maxLength": 64,
-                "description": "an IANA time zone (default UTC)",
-            },
-            "name": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "resource": {"type": ["string", "null"], "minLength": 1, "maxLength": 512},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 10000},
-            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
-            "labels": {
-                "type": "object",
-                "additionalProperties": {"type": "string", "maxLength": 1024},
-                "propertyNames": {"minLength": 1, "maxLength": 128},
-                "maxProperties": 64,
-            },
-            "pipeline": _nullable(_ref("PipelineRunRequest")),
-            "concurrency": {
-                "type": ["string", "null"],
-                "enum": ["allow", "forbid", "replace", None],
-                "description": "a run while the previous one still runs: runs "
-                "beside it, is skipped, or replaces it",
-            },
-            "missed": {
-                "type": ["string", "null"],
-                "enum": ["run-once", "skip", None],
-                "description": "due times passed while the daemon was down: the "
-                "latest runs once (within `deadline`), or none",
-            },
-            "deadline": {
-                **_DURATION,
-                "description": "run-once: how late a missed run may still start (default: any)",
-            },
-        },
-        required=["cron"],
-    ),
-    "SessionStart": _obj(
-        {
-            "resource": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 512,
-                "description": "compute resource, <policy>/<profile>",
-            },
-            "app": {"type": "string", "enum": ["jupyter", "vscode", "shell"]},
-            "command": {
-                "type": ["array", "null"],
-                "items": {"type": "string"},
-                "minItems": 1,
-                "maxItems": 10000,
-                "description": "instead of the app's usual command: a server that "
-                "listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path "
-                "$KLIQUE_SESSION_PREFIX",
-            },
-            "project": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
-            "gpus": {"type": ["number", "null"], "minimum": 0, "multipleOf": 0.001},
-            "idle": _obj(
-                {
-                    k: {
-                        **_DURATION,
-                        "description": f"idle limit `{k}`: at most the "
-                        "profile's (a session may lower its limits, never raise them)",
-                    }
-                    for k in ("wall", "cpu", "gpu", "network")
-                },
-                required=[],
-            ),
-        },
-        required=["resource", "app"],
-    ),
-    "Session": _obj(
-        {
-            "id": {"type": "string", "pattern": "^t-[0-9A-Z]{14}$", "description": "its task's id"},
-            "task": {"type": "string"},
-            "user": {"type": "string"},
-            "resource": {"type": "string"},
-            "app": {"type": ["string", "null"]},
-            "state": {
-                "type": "string",
-                "description": "queued, starting, running, or how it "
-                "ended (`stopped: idle (cpu 30m)`)",
-            },
-            "url": {"type": "string", "description": "where its owner reaches it"},
-            "idle": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "its idle limits",
-            },
-            "connected": {
-                "type": "boolean",
-                "description": "its worker's tunnel is open: the URL answers",
-            },
-        }
-    ),
-    "SessionList": _obj({"sessions": {"type": "array", "items": _ref("Session")}}),
-    "SessionLink": _obj({"url": {"type": "string"}, "expires_in_s": {"type": "integer"}}),
-    "ScheduleRun": _obj(
-        {
-            "due": TIME,
-            "at": TIME,
-            "outcome": {"type": "string", "enum": ["submitted", "skipped", "missed", "failed"]},
-            "text": {"type": ["string", "null"]},
-            "task": {"type": ["string", "null"]},
-            "pipeline": {"type": ["string", "null"]},
-            "missed": {"type": "integer"},
-            "state": {
-                "type": ["string", "null"],
-                "description": "its task's state now (or how it ended), or its pipeline's",
-            },
-        }
-    ),
-    "Schedule": _obj(
-        {
-            "id": {"type": "string", "pattern": "^s-[0-9A-Z]{14}$"},
-            "name": {"type": ["string", "null"]},
-            "owner": {"type": "string"},
-            "cron": {"type": "string"},
-            "timezone": {"type": "string"},
-            "resource": {"type": ["string", "null"]},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}},
-            "project": {"type": ["string", "null"]},
-            "gpus": {"type": ["number", "null"]},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "pipeline": _nullable(
-                _obj(
-                    {
-                        "file": {"type": "string"},
-                        "name": {"type": ["string", "null"]},
-                        "params": {"type": "object"},
-                    }
-                )
-            ),
-            "concurrency": {"type": "string", "enum": ["allow", "forbid", "replace"]},
-            "missed": {"type": "string", "enum": ["run-once", "skip"]},
-            "deadline_s": {"type": ["integer", "null"]},
-            "state": {"type": "string", "enum": ["active", "paused", "stopped"]},
-            "reason": {"type": ["string", "null"], "description": "why it is paused or stopped"},
-            "token": {
-                "type": ["string", "null"],
-                "description": "the id of the token it runs on (never the secret): the "
-                "one that made it, or its owner's that resumed it; null "
-                "for a schedule made before schedules recorded it",
-            },
-            "created_at": TIME,
-            "next_runs": {"type": "array", "items": TIME},
-            "last_runs": {
-                "type": "array",
-                "items": _ref("ScheduleRun"),
-                "description": "newest first",
-            },
-        }
-    ),
-    "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}}),
-    "PipelineRunRequest": _obj(
-        {
-            "file": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "maxLength": 1024,
-                "description": "the file's name, for positions in errors",
-            },
-            "text": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 262144,
-                "description": "the pipeline file (YAML; schemas/pipeline.schema.json)",
-            },
-            "params": {
-                "type": ["object", "null"],
-                "maxProperties": 100,
-                "additionalProperties": {"type": "string", "maxLength": 4096},
-            },
-        },
-        required=["text"],
-    ),
-    "PipelineStep": _obj(
-        {
-            "name": {"type": "string"},
-            "resource": {"type": "string"},
-            "needs": {"type": "array", "items": {"type": "string"}},
-            "state": {
-                "type": "string",
-                "enum": ["waiting", "running", "succeeded", "failed", "skipped", "cancelled"],
-            },
-            "text": {"type": ["string", "null"]},
-            "attempts": {"type": "integer"},
-            "task": {"type": ["string", "null"]},
-            "tasks": {"type": "array", "items": {"type": "string"}},
-            "task_state": {"type": ["string", "null"]},
-            "outputs": {"type": "object", "additionalProperties": {"type": "string"}},
-        }
-    ),
-    "Pipeline": _obj(
-        {
-            "id": {"type": "string", "pattern": "^p-[0-9A-Z]{14}$"},
-            "name": {"type": "string"},
-            "owner": {"type": "string"},
-            "file": {"type": "string"},
-            "params": {"type": "object", "additionalProperties": {"type": "string"}},
-            "on_failure": {"type": "string", "enum": ["fail-fast", "continue"]},
-            "schedule": {"type": ["string", "null"]},
-            "state": {
-                "type": "string",
-                "enum": ["running", "paused", "succeeded", "failed", "cancelled"],
-            },
-            "token": {
-                "type": ["string", "null"],
-                "description": "the id of the token its steps are sent on",
-            },
-            "text": {
-                "type": ["string", "null"],
-                "description": "why it is paused, or how it ended",
-            },
-            "started_at": TIME,
-            "ended_at": TIME_OR_NULL,
-            "steps": {"type": "array", "items": _ref("PipelineStep")},
-        }
-    ),
-    "PipelineList": _obj({"pipelines": {"type": "array", "items": _ref("Pipeline")}}),
-    "CancelRequest": _obj(
-        {
-            "reason": {
-                "type": ["string", "null"],
-                "maxLength": 1024,
-                "description": "why, shown to the task's owner",
-            }
-        },
-        required=[],
-    ),
-    "TaskList": _obj(
-        {"tasks": {"type": "array", "items": _ref("Task")}, "next": {"type": ["string", "null"]}}
-    ),
-    "Resource": _obj(
-        {
-            "name": {"type": "string"},
-            "policy": {"type": "string"},
-            "profile": {"type": "string"},
-            "group": {"type": "string"},
-            "gpus": {"type": ["number", "null"]},
-            "from_task": _nullable(
-                _obj({"default": {"type": "number"}, "max": {"type": ["number", "null"]}})
-            ),
-            "time_weight": {"type": "number"},
-            "pools": {"type": "array", "items": {"type": "string"}},
-            "queued": {"type": "integer", "minimum": 0},
-            "placed": {"type": "integer", "minimum": 0},
-            "may_submit": {
-                "type": "boolean",
-                "description": "the caller is one of the group's users",
-            },
-            "room": _obj(
-                {
-                    "group": {"type": "string"},
-                    "used": {"type": "number"},
-                    "reservation": {"type": "number"},
-                    "limit": {"type": "number"},
-                    "free": {"type": "number", "description": "GPUs below the group's limit"},
-                    "budget": _nullable(
-                        _obj(
-                            {
-                                "hours": {"type": "number"},
-                                "period": {"type": "string"},
-                                "used_hours": {"type": "number"},
-                                "left_hours": {"type": "number"},
-                                "resets_at": TIME,
-                            }
-                        )
-                    ),
-                }
-            ),
-        }
-    ),
-    "ResourceList": _obj({"resources": {"type": "array", "items": _ref("Resource")}}),
-    "QueueEntry": _obj(
-        {
-            "id": {"type": "string"},
-            "user": {"type": "string"},
-            "position": {"type": "integer", "minimum": 1},
-            "gpus": {"type": "number"},
-            "waiting_reason": _nullable(_ref("Reason")),
-            "submitted_at": TIME,
-        }
-    ),
-    "Queue": _obj(
-        {
-            "resource": {"type": "string"},
-            "queued": {"type": "integer", "minimum": 0},
-            "queue": {"type": "array", "items": _ref("QueueEntry")},
-        }
-    ),
-    "Alert": _obj({"threshold": {"type": "number"}, "at": TIME, "text": {"type": "string"}}),
-    "Budget": _obj(
-        {
-            "hours": {"type": "number"},
-            "period": {"type": "string", "enum": ["day", "week", "month"]},
-            "period_start": TIME,
-            "resets_at": TIME,
-            "used_hours": {"type": "number"},
-            "left_hours": {"type": "number"},
-            "burn_rate": {"type": "number", "description": "budget hours per hour"},
-            "runout_at": TIME_OR_NULL,
-            "alerts": {"type": "array", "items": _ref("Alert")},
-        }
-    ),
-    "WaitingGroup": _obj(
-        {
-            "group": {"type": "string"},
-            "policy": {"type": "string"},
-            "tasks": {"type": "integer", "minimum": 1},
-            "gpus": {"type": "number"},
-            "reason": {
-                **_nullable(_ref("Reason")),
-                "description": "why its first waiting task (the queue head that waited "
-                "longest) waits",
-            },
-        }
-    ),
-    "Waiting": _obj(
-        {
-            "tasks": {"type": "integer", "minimum": 0},
-            "gpus": {"type": "number"},
-            "groups": {
-                "type": "array",
-                "items": _ref("WaitingGroup"),
-                "description": "each team of the subtree with queued work",
-            },
-        }
-    ),
     "Policy": _obj(
         {
             "name": {"type": "string"},
@@ -764,22 +229,6 @@ SCHEMAS: dict[str, Any] = {
             "by_level",
         ],
     ),
-    "CloudNode": _obj(
-        {
-            "node": {"type": "string"},
-            "provider": {"type": "string"},
-            "instance_type": {"type": "string"},
-            "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
-            "gpus": {"type": "integer", "minimum": 0},
-            "per_hour": {
-                "type": "string",
-                "description": "decimal text in the estate's currency: the node's price an hour",
-            },
-            "since": TIME,
-            "ended_at": TIME_OR_NULL,
-            "end_reason": {"type": ["string", "null"]},
-        }
-    ),
     "PoolCloud": _obj(
         {
             "month": {"type": "string", "description": "the UTC month, YYYY-MM"},
@@ -807,86 +256,7 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "CloudNodeStart": _obj(
-        {
-            "node": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 256,
-                "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]*$",
-                "description": "the provider's id of the node (an EC2 instance id)",
-            },
-            "provider": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 64,
-                "pattern": "^[a-z0-9][a-z0-9_-]*$",
-            },
-            "instance_type": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 100,
-                "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$",
-            },
-            "lifecycle": {"type": "string", "enum": ["spot", "on-demand"]},
-            "gpus": {"type": "integer", "minimum": 0, "maximum": 1024},
-        }
-    ),
-    "ScalingReport": _obj(
-        {
-            "cause": {
-                "type": ["string", "null"],
-                "enum": ["spend_cap", "capacity", "error", None],
-                "description": "why placed work waits for a node; null: it no longer does",
-            },
-            "reason": {"type": ["string", "null"], "maxLength": 2000},
-            "waiting": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
-        },
-        required=["cause"],
-    ),
-    "AutoscalerHeartbeat": _obj(
-        {
-            "interval_s": {
-                "type": "number",
-                "minimum": 0,
-                "maximum": 3600,
-                "description": "its round interval: it is lost after the workers' TTL "
-                "or three rounds, whichever is longer",
-            }
-        },
-        required=[],
-    ),
-    "AutoscalerAlive": _obj(
-        {
-            "pool": {"type": "string"},
-            "live": {"type": "boolean"},
-            "timeout_s": {"type": "number", "description": "silent this long, it is lost"},
-        }
-    ),
     "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
-    "Event": _obj(
-        {
-            "seq": {"type": "integer", "minimum": 1},
-            "at": TIME,
-            "kind": {"type": "string"},
-            "task": {"type": ["string", "null"]},
-            "actor": {"type": ["string", "null"]},
-            "revision": {"type": ["string", "null"]},
-            "data": {"type": "object"},
-        }
-    ),
-    "EventList": _obj(
-        {"events": {"type": "array", "items": _ref("Event")}, "next": {"type": ["integer", "null"]}}
-    ),
-    "Engine": _obj(
-        {
-            "enabled": {"type": "boolean"},
-            "last_pass_at": TIME_OR_NULL,
-            "pass_interval_s": {"type": "number"},
-            "revision": {"type": "string"},
-        }
-    ),
-    "EngineSwitch": _obj({"enabled": {"type": "boolean"}}),
     "PlanState": _obj(
         {
             "revision": {"type": "string"},
@@ -968,344 +338,14 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
-    "TokenRequest": {
-        "oneOf": [
-            _obj({"user": NAME, **_TOKEN_OPTS}, required=["user"]),
-            _obj(
-                {"worker": {"const": True}, "pool": NAME, **_TOKEN_OPTS},
-                required=["worker", "pool"],
-            ),
-            _obj(
-                {
-                    "role": {"type": "string", "enum": ["admin", "finance", "planner"]},
-                    **_TOKEN_OPTS,
-                },
-                required=["role"],
-            ),
-        ]
-    },
-    "TokenRotation": _obj(
-        {
-            "grace": {
-                **_DURATION,
-                "description": "how long the old token keeps working (e.g. "
-                "1h); default 0: it stops at once",
-            },
-            "expires_in": _TOKEN_OPTS["expires_in"],
-            "expires_at": _TOKEN_OPTS["expires_at"],
-        },
-        required=[],
-    ),
-    "TokenCreated": _obj(
-        {
-            "id": {"type": "string"},
-            "token": {"type": "string", "pattern": "^kq_"},
-            "principal": {"type": "string"},
-            "name": {"type": ["string", "null"]},
-            "created_at": TIME,
-            "expires_at": TIME_OR_NULL,
-            "rotated_from": {"type": ["string", "null"]},
-        },
-        required=["id", "token", "principal", "name", "created_at", "expires_at"],
-    ),
-    "Token": _obj(
-        {
-            "id": {"type": "string"},
-            "principal": {"type": "string"},
-            "name": {"type": ["string", "null"]},
-            "created_at": TIME,
-            "created_by": {"type": ["string", "null"]},
-            "revoked_at": TIME_OR_NULL,
-            "expires_at": TIME_OR_NULL,
-        }
-    ),
-    "TokenList": _obj({"tokens": {"type": "array", "items": _ref("Token")}}),
-    "LedgerSql": _obj(
-        {
-            "sql": {"type": "string", "minLength": 1, "maxLength": 100_000},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
-            "timeout_s": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "maximum": 10,
-                "description": "time limit counted from arrival (default and maximum 10)",
-            },
-        },
-        required=["sql"],
-    ),
-    "WorkerRegistration": _obj(
-        {
-            "worker_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
-            "hostname": {"type": ["string", "null"], "maxLength": 256},
-            "pool": NAME,
-            "executor": {"type": ["string", "null"], "maxLength": 64},
-            "gpus": {"type": "array", "maxItems": 1024, "items": {"type": "object"}},
-            "version": {"type": ["string", "null"], "maxLength": 64},
-        },
-        required=["worker_id", "pool"],
-        extra=True,
-    ),
-    "Registered": _obj(
-        {
-            "worker_id": {"type": "string"},
-            "heartbeat_ttl_s": {"type": "number"},
-            "poll_wait_s": {"type": "number"},
-            "running": {"type": "array", "items": _ref("LeaseRef")},
-            "settings": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "the pool's settings in the estate in force (partition, "
-                "account, namespace, ...): docs/executors.md",
-            },
-        }
-    ),
-    "LeaseRef": _obj({"task": {"type": "string"}, "epoch": {"type": "integer", "minimum": 1}}),
-    "LeaseRequest": _obj(
-        {
-            "free_gpus": {
-                "type": "array",
-                "items": {"type": "integer", "minimum": 0},
-                "maxItems": 1024,
-                "description": "indices of entirely free GPUs",
-            },
-            "gpu_free": {
-                "type": ["array", "null"],
-                "maxItems": 1024,
-                "items": _obj(
-                    {
-                        "index": {"type": "integer", "minimum": 0},
-                        "free": {"type": "number", "minimum": 0, "maximum": 1},
-                    },
-                    extra=True,
-                ),
-                "description": "room on every GPU with room (fractions)",
-            },
-            "cpu_free": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": 1000000,
-                "description": "CPU-only (0-GPU) tasks the worker starts now; absent: no limit",
-            },
-        },
-        required=["free_gpus"],
-        extra=True,
-    ),
-    "Lease": _obj(
-        {
-            "task": {"type": "string"},
-            "epoch": {"type": "integer", "minimum": 1},
-            "command": {"type": ["array", "null"], "items": {"type": "string"}},
-            "payload": {},
-            "gpus": {"type": "number"},
-            "resource": {"type": "string"},
-            "user": {"type": "string"},
-            "project": {"type": ["string", "null"]},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "grace_s": {"type": "number"},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "settings": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "the pool's settings in the estate in force (partition, "
-                "account, namespace, ...): docs/executors.md",
-            },
-            "rank": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "a gang member's rank (issue 15)",
-            },
-            "world": {"type": "integer", "minimum": 2, "description": "a gang's members"},
-            "nodes": {
-                "type": "integer",
-                "minimum": 2,
-                "description": "the nodes a gang spans (a Slurm or Kubernetes worker "
-                "takes it whole)",
-            },
-        },
-        required=[
-            "task",
-            "epoch",
-            "command",
-            "payload",
-            "gpus",
-            "resource",
-            "user",
-            "project",
-            "labels",
-            "grace_s",
-            "env",
-        ],
-    ),
-    "Leases": _obj({"leases": {"type": "array", "items": _ref("Lease")}}),
-    "Heartbeat": _obj(
-        {
-            "running": {
-                "type": "array",
-                "maxItems": 100_000,
-                "items": _obj(
-                    {
-                        "task": {"type": "string"},
-                        "epoch": {"type": "integer"},
-                        "state": {"type": "string"},
-                        "checkpoint_at": {
-                            "type": "string",
-                            "maxLength": 64,
-                            "description": "the task's last checkpoint (its "
-                            "$KLIQUE_CHECKPOINT_FILE's time, RFC 3339, the "
-                            "worker's clock): lending.md's lost work counts "
-                            "from it",
-                        },
-                    },
-                    required=["task", "epoch"],
-                    extra=True,
-                ),
-            },
-            "cannot_work": {
-                "type": ["string", "null"],
-                "maxLength": 500,
-                "description": "why the worker takes no work now (its state dir "
-                "cannot be written); shown on the worker",
-            },
-        },
-        required=["running"],
-        extra=True,
-    ),
-    "StopInstruction": _obj(
-        {
-            "task": {"type": "string"},
-            "epoch": {"type": "integer"},
-            "reason": {
-                "type": "string",
-                "enum": ["preempted", "cancelled", "budget", "stale-epoch"],
-            },
-            "text": {"type": "string"},
-            "grace_s": {"type": "number"},
-        }
-    ),
-    "HeartbeatAnswer": _obj(
-        {"stop": {"type": "array", "items": _ref("StopInstruction")}, "ttl_s": {"type": "number"}}
-    ),
-    "TaskReport": _obj(
-        {
-            "epoch": {"type": "integer", "minimum": 1},
-            "event": {
-                "type": "string",
-                "enum": ["started", "finished", "failed", "stopped", "lost"],
-            },
-            "exit_code": {"type": ["integer", "null"]},
-            "signal": {"type": ["string", "null"], "maxLength": 32},
-            "at": {"type": ["string", "null"], "maxLength": 64},
-            "message": {"type": ["string", "null"], "maxLength": 4096},
-            "outputs": _OUTPUTS,
-            "reason": {
-                "type": ["string", "null"],
-                "maxLength": 64,
-                "description": "for a `stopped` the worker decided itself: `idle` (an "
-                "idle limit: the task ends `stopped: idle (<limit>)`) or "
-                "`shutdown` (handed back on a clean shutdown: requeued, "
-                "not counted as lost) or `cannot-work` (handed back by a "
-                "worker that cannot work, e.g. a full state dir: the "
-                "same)",
-            },
-        },
-        required=["epoch", "event"],
-        extra=True,
-    ),
-    "ReportAnswer": _obj({"task": _ref("Task")}),
-    "WorkerReports": _obj(
-        {
-            "reports": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 1000,
-                "items": _obj(
-                    {
-                        "task": {"type": "string", "minLength": 1, "maxLength": 128},
-                        "epoch": {"type": "integer", "minimum": 1},
-                        "event": {
-                            "type": "string",
-                            "enum": ["started", "finished", "failed", "stopped", "lost"],
-                        },
-                        "exit_code": {"type": ["integer", "null"]},
-                        "signal": {"type": ["string", "null"], "maxLength": 32},
-                        "at": {"type": ["string", "null"], "maxLength": 64},
-                        "message": {"type": ["string", "null"], "maxLength": 4096},
-                        "outputs": _OUTPUTS,
-                        "reason": {"type": ["string", "null"], "maxLength": 64},
-                    },
-                    required=["task", "epoch", "event"],
-                    extra=True,
-                ),
-            }
-        },
-        required=["reports"],
-    ),
-    "ReportResults": _obj(
-        {
-            "results": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "task": {"type": "string"},
-                        "epoch": {"type": "integer"},
-                        "status": {"type": "integer"},
-                        "error": {"type": "object"},
-                    }
-                ),
-            }
-        }
-    ),
-    "Deregistered": _obj(
-        {
-            "worker": {"type": "string"},
-            "pool": {"type": "string"},
-            "requeued": {"type": "array", "items": {"type": "string"}},
-        }
-    ),
-    "LogSize": _obj({"size": {"type": "integer", "minimum": 0}}),
-    "Worker": _obj(
-        {
-            "id": {"type": "string"},
-            "pool": {"type": "string"},
-            "hostname": {"type": ["string", "null"]},
-            "executor": {"type": ["string", "null"]},
-            "gpus": {"type": "integer"},
-            "version": {"type": ["string", "null"]},
-            "registered_at": TIME_OR_NULL,
-            "state": {"type": "string", "enum": ["alive", "silent", "lost"]},
-            "lost_at": TIME_OR_NULL,
-            "cannot_work": {
-                "type": ["string", "null"],
-                "description": "why the worker says it takes no work now",
-            },
-            "leases": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "task": {"type": "string"},
-                        "epoch": {"type": "integer"},
-                        "status": {"type": "string", "enum": ["active", "stopping"]},
-                    }
-                ),
-            },
-        }
-    ),
-    "WorkerList": _obj(
-        {
-            "workers": {"type": "array", "items": _ref("Worker")},
-            "next": {"type": ["string", "null"]},
-        }
-    ),
-    "SqlResult": _obj(
-        {
-            "columns": {"type": "array", "items": {"type": "string"}},
-            "types": {"type": "array", "items": {"type": "string"}},
-            "rows": {"type": "array", "items": {"type": "array"}},
-            "truncated": {"type": "boolean"},
-            "elapsed_ms": {"type": "number"},
-        }
-    ),
 }
+
+GENERATED = components((*REQUESTS, *RESPONSES))
+"""The schemas generated from models: every request body (``models/requests.py``) and
+every answer but the policies', the pools', the plan state's and the estate's (``models/responses.py``)."""
+if GENERATED.keys() & SCHEMAS.keys():
+    raise ValueError(f"written twice: {sorted(GENERATED.keys() & SCHEMAS.keys())}")
+SCHEMAS.update(GENERATED)
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
@@ -2268,7 +1308,19 @@ def document(
     return doc
 
 
-_SUBMISSION_KEYS = frozenset(SCHEMAS["TaskSubmission"]["properties"])
+_SUBMISSION = SCHEMAS["TaskSubmission"]["properties"]
+_SUBMISSION_KEYS = frozenset(_SUBMISSION)
+_RESOURCE = (_SUBMISSION["resource"]["minLength"], _SUBMISSION["resource"]["maxLength"])
+_COMMAND_MAX = _SUBMISSION["command"]["maxItems"]
+_NAME_MAX = min(_SUBMISSION["project"]["maxLength"], _SUBMISSION["user"]["maxLength"])
+_LABELS_MAX = _SUBMISSION["labels"]["maxProperties"]
+_LABEL_KEY = (
+    _SUBMISSION["labels"]["propertyNames"]["minLength"],
+    _SUBMISSION["labels"]["propertyNames"]["maxLength"],
+)
+_LABEL_MAX = _SUBMISSION["labels"]["additionalProperties"]["maxLength"]
+"""The fast check's bounds, read from the model's schema (``models.requests.TaskSubmission``)
+so that a bound changed there is changed here (the names' minimum is 1 in both)."""
 
 
 def _opt_str(v: Any, hi: int) -> bool:
@@ -2283,24 +1335,26 @@ def submission_surely_valid(body: Any) -> bool:
     if type(body) is not dict or not body.keys() <= _SUBMISSION_KEYS:
         return False
     r = body.get("resource")
-    if type(r) is not str or not 1 <= len(r) <= 512:
+    if type(r) is not str or not _RESOURCE[0] <= len(r) <= _RESOURCE[1]:
         return False
     c = body.get("command")
     if c is not None and (
-        type(c) is not list or len(c) > 10000 or any(type(x) is not str for x in c)
+        type(c) is not list or len(c) > _COMMAND_MAX or any(type(x) is not str for x in c)
     ):
         return False
     g = body.get("gpus")
     if g is not None and (type(g) is not int or g < 0):
         return False  # fractions: the schema checks multipleOf
-    if not (_opt_str(body.get("project"), 256) and _opt_str(body.get("user"), 256)):
+    if not (_opt_str(body.get("project"), _NAME_MAX) and _opt_str(body.get("user"), _NAME_MAX)):
         return False
-    labels = body.get("labels")
-    if labels is not None:
-        if type(labels) is not dict or len(labels) > 64:
+    if "labels" in body:  # an object, never null
+        labels = body["labels"]
+        if type(labels) is not dict or len(labels) > _LABELS_MAX:
             return False
         for k, v in labels.items():
-            if not 1 <= len(k) <= 128 or type(v) is not str or len(v) > 1024:
+            if not _LABEL_KEY[0] <= len(k) <= _LABEL_KEY[1] or type(v) is not str:
+                return False
+            if len(v) > _LABEL_MAX:
                 return False
     return True
 

@@ -10,6 +10,12 @@ log's actor is the user, the channel says an agent did it.
 
 A refusal is a tool error (``isError``) whose text is the API's message and status, never a
 traceback; an agent reads it and tells its user.
+
+A tool's input schema is the MCP SDK's, from the function's signature, with each argument
+that is also a field of the API's request body (``BODIES``) described by the document's
+schema of that field, generated from the API's models (``models/requests.py``): an agent
+sees the bounds and words the API applies. The API still checks the values (``submit_as``
+validates the body), so its refusals keep their words.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 
 from klique_util.excerpt import clip, excerpt
@@ -29,6 +36,7 @@ from kliqued.daemon.state import history
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.api.handlers import meta, policies, pools, resources, tasks, workers
+from kliqued.daemon.api.openapi import SCHEMAS
 from kliqued.daemon.api.request import Context
 from kliqued.daemon.api.routes import Route
 from kliqued.daemon.api.submission import submit_as
@@ -109,30 +117,62 @@ STOP = ToolAnnotations(
 )
 
 
+BODIES = {"submit_task": "TaskSubmission", "cancel_task": "CancelRequest"}
+"""The tools whose arguments are fields of an API request body, and that body's schema."""
+
+
+def _required(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field's schema for an argument the tool requires: without ``null`` (the signature
+    has no default, so an agent must give a value)."""
+    kinds = schema.get("type")
+    if isinstance(kinds, list) and "null" in kinds:
+        rest = [k for k in kinds if k != "null"]
+        return {**schema, "type": rest[0] if len(rest) == 1 else rest}
+    return schema
+
+
+def with_api_fields(tool: Tool) -> Tool:
+    """``tool`` with the input schema of each argument that is a field of its API body
+    replaced by the document's schema of that field (generated from the API's models)."""
+    body = SCHEMAS.get(BODIES.get(tool.name, ""))
+    if body is None:
+        return tool
+    params = tool.parameters
+    required = set(params.get("required", []))
+    props = dict(params.get("properties", {}))
+    for name, schema in body["properties"].items():
+        if name in props:
+            props[name] = _required(schema) if name in required else schema
+    return tool.model_copy(update={"parameters": {**params, "properties": props}})
+
+
 def build(c: Context) -> MCPServer:
     """The MCP server of a running daemon (``c``), with its tools."""
-    server = MCPServer(
-        "klique",
-        title="Klique GPU allocation",
-        instructions=INSTRUCTIONS,
-        version="1",
-        warn_on_duplicate_tools=True,
-    )
     d = c.daemon
+    made: list[tuple[Callable[..., Any], ToolAnnotations]] = []
 
-    @server.tool(annotations=READ)
+    def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A tool of the server (made below, once all are defined: ``with_api_fields``)."""
+
+        def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+            made.append((fn, annotations))
+            return fn
+
+        return add
+
+    @tool(READ)
     async def whoami() -> dict[str, Any]:
         """Who the agent acts as: the user, their groups and the groups they administer."""
         return await _as("whoami", lambda p: _now(views.whoami(d, p)))
 
-    @server.tool(annotations=READ)
+    @tool(READ)
     async def list_resources() -> dict[str, Any]:
         """The compute resources (POLICY/PROFILE) the user may see, with `may_submit` for
         the ones they may send work to, their GPUs per task, pools, queue length and their
         group's room (GPUs used against reservation and limit, budget left)."""
         return await _as("listResources", lambda p: _now(resources.resources_of(d, p)))
 
-    @server.tool(annotations=CHANGE)
+    @tool(CHANGE)
     async def submit_task(
         resource: str,
         command: list[str],
@@ -157,7 +197,7 @@ def build(c: Context) -> MCPServer:
 
         return await _as("submitTask", go)
 
-    @server.tool(annotations=READ)
+    @tool(READ)
     async def show_task(task_id: str) -> dict[str, Any]:
         """A task: its state, where it is (pool, worker), its place in line and why it waits
         (`waiting_reason`), or why it ended (`end`); with the reason explained."""
@@ -169,7 +209,7 @@ def build(c: Context) -> MCPServer:
 
         return await _as("getTask", go)
 
-    @server.tool(annotations=READ)
+    @tool(READ)
     async def explain_task(task_id: str | None = None, kind: str | None = None) -> dict[str, Any]:
         """A task's reason in plain words: what it means and what the user can do. Give a
         `task_id`, or a reason `kind` alone (order, user_limit, limit, budget, capacity,
@@ -187,7 +227,7 @@ def build(c: Context) -> MCPServer:
             "getTask", lambda p: _now(explain(views.task(d, tasks.visible_task(d, p, tid))))
         )
 
-    @server.tool(annotations=STOP)
+    @tool(STOP)
     async def cancel_task(task_id: str, reason: str | None = None) -> dict[str, Any]:
         """Cancel a queued or running task of the user's (a running one is stopped and
         frees its GPUs). Cancelling an ended task changes nothing. `reason` is recorded."""
@@ -195,7 +235,7 @@ def build(c: Context) -> MCPServer:
             raise ToolError("reason: at most 1024 characters")
         return await _as("cancelTask", lambda p: tasks.cancel_as(c, p, task_id, reason, "mcp"))
 
-    @server.tool(annotations=READ)
+    @tool(READ)
     async def read_log(
         task_id: str, attempt: int | None = None, offset: int = 0, max_bytes: int = LOG_BYTES
     ) -> dict[str, Any]:
@@ -224,7 +264,7 @@ def build(c: Context) -> MCPServer:
 
         return await _as("getTaskLog", go)
 
-    @server.tool(annotations=READ)
+    @tool(READ)
     async def budget(policy: str | None = None) -> dict[str, Any]:
         """The budgets of the user's groups (or one `policy`): GPU-hours used and left in
         the period, the burn rate (budget hours per hour), the projected run-out (null: not
@@ -243,9 +283,16 @@ def build(c: Context) -> MCPServer:
 
         return await _as("listPolicies", lambda p: _now(go(p)))
 
-    @server.tool(annotations=READ)
+    @tool(READ)
     async def list_pools() -> dict[str, Any]:
         """The pools: GPU type, capacity, GPUs used, borrowed and free, live workers."""
         return await _as("listPools", lambda p: _now(pools.pools_of(d, p)))
 
-    return server
+    return MCPServer(
+        "klique",
+        title="Klique GPU allocation",
+        instructions=INSTRUCTIONS,
+        version="1",
+        warn_on_duplicate_tools=True,
+        tools=[with_api_fields(Tool.from_function(fn, annotations=a)) for fn, a in made],
+    )

@@ -1,0 +1,58 @@
+"""The MCP tools' input schemas take the API's words and bounds: each argument that is a
+field of the API's request body is described by the document's schema of that field,
+generated from the API's models (kliqued/daemon/api/models/requests.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+
+from kliqued.daemon.api.agents import tools
+from kliqued.daemon.api.openapi import SCHEMAS
+
+from tests.mcp.test_mcp_inprocess import _daemon, _stop
+
+
+def _input_schemas(tmp_path: Path) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        c, runner = await _daemon(tmp_path)
+        try:
+            async with Client(tools.build(c)) as client:
+                return {t.name: t.input_schema for t in (await client.list_tools()).tools}
+        finally:
+            await _stop(c, runner)
+
+    return asyncio.run(go())
+
+
+def test_tool_arguments_that_are_api_fields_have_the_api_s_schema(tmp_path: Path) -> None:
+    schemas = _input_schemas(tmp_path)
+    submit, body = schemas["submit_task"], SCHEMAS["TaskSubmission"]["properties"]
+    for name in ("resource", "gpus", "project", "labels"):
+        assert submit["properties"][name] == body[name], name
+    # command: required by the tool, so the body's array without its null
+    assert submit["properties"]["command"] == {**body["command"], "type": "array"}
+    assert submit["required"] == ["resource", "command"]
+    assert submit["properties"]["gpus"]["multipleOf"] == 0.001  # the bounds reach the agent
+    cancel = schemas["cancel_task"]
+    assert cancel["properties"]["reason"] == SCHEMAS["CancelRequest"]["properties"]["reason"]
+    assert cancel["required"] == ["task_id"]
+    # arguments that are not body fields keep the SDK's schema from the signature
+    assert submit["properties"]["idempotency_key"]["anyOf"] == [
+        {"type": "string"},
+        {"type": "null"},
+    ]
+    assert set(schemas) == {
+        "whoami",
+        "list_resources",
+        "submit_task",
+        "show_task",
+        "explain_task",
+        "cancel_task",
+        "read_log",
+        "budget",
+        "list_pools",
+    }
