@@ -55,7 +55,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -n 2 -m "$(QUICK)"
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q -n $(WORKERS) -m "$(QUICK)"
 
 system-packages:
 	@tests/setup/system-packages.sh

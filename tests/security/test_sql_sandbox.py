@@ -5,6 +5,8 @@ DuckDB file opened as ``kliqued serve`` opens it."""
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +16,12 @@ from kliqued.ledger import LedgerSqlError, run_readonly
 SECRET = "f00dfacecafe0123456789abcdef0123456789abcdef0123456789abcdef0123"
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = Store(str(tmp_path / "kliqued.duckdb"))
+@pytest.fixture(scope="module")
+def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The database every test starts from, built once (its schema alone takes 0.15 s): each
+    test gets a copy of the file, so what one test does reaches no other."""
+    path = tmp_path_factory.mktemp("sandbox") / "kliqued.duckdb"
+    s = Store(str(path))
     s.ensure_schema()
     s.conn.execute(
         "INSERT INTO tokens (id, hash, principal, name, created_at_ms, created_by)"
@@ -27,6 +32,15 @@ def store(tmp_path):
         "INSERT INTO events VALUES (1, 1, 'submitted', 't-1', 'user:alice', NULL, "
         "'team-a', 'alice', '{\"command\": [\"echo\", \"private\"]}')"
     )
+    s.close()
+    return path
+
+
+@pytest.fixture
+def store(_built: Path, tmp_path: Path):
+    copy = tmp_path / "kliqued.duckdb"
+    shutil.copy(_built, copy)
+    s = Store(str(copy))
     yield s
     s.close()
 
