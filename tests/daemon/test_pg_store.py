@@ -142,6 +142,9 @@ def test_a_failing_file_part_is_fatal_and_the_restart_catches_up(
 
     try:
         store.commit_sync(Batch(rows=rows(1)))
+        # The file thread coalesces the parts queued when it runs (one transaction): wait
+        # for the first to be applied, or both would be rolled back together.
+        store.read_sync(lambda cur: None)
         store.commit_sync(Batch(rows=rows(1, first=2), ops=[file_write_fails]))
         with pytest.raises(Unavailable, match="behind the log"):
             store.read_sync(lambda cur: None)
