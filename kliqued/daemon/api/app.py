@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from aiohttp import web
 
 from kliqued.daemon.api.agents.endpoint import ENDPOINT, Endpoint, www_authenticate
-from kliqued.daemon.errors import ApiError, StoreAway
+from kliqued.daemon.errors import ApiError, MethodNotAllowed, StoreAway
 from kliqued.daemon.listener import log as listener_log
 from kliqued.daemon.api.agents import routes as agents
 from kliqued.daemon.api.handlers import (
@@ -104,6 +104,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             resp.headers["WWW-Authenticate"] = www_authenticate(request, exc.message)
         if isinstance(exc, StoreAway):  # RFC 9110: when to try again
             resp.headers["Retry-After"] = str(exc.retry_after_s)
+        if isinstance(exc, MethodNotAllowed):  # RFC 9110: a 405 names what is served
+            resp.headers["Allow"] = ", ".join(exc.allow)
         return resp
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -114,10 +116,16 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         elif exc.status == 404:
             msg = f"no route {request.method} {request.path}; see /v1/openapi.json"
         elif exc.status == 405:
-            msg = f"{request.method} is not allowed on {request.path}"
+            allow = exc.headers.get("Allow", "")
+            msg = f"{request.method} is not allowed on {request.path}" + (
+                f"; it serves {allow}" if allow else ""
+            )
         else:
             msg = exc.reason or "HTTP error"
-        return reply({"error": {"code": code, "message": msg}}, exc.status)
+        resp = reply({"error": {"code": code, "message": msg}}, exc.status)
+        if exc.status == 405 and "Allow" in exc.headers:  # RFC 9110: a 405 must carry it
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
     except ConnectionError as exc:  # the client went away; aiohttp's own errors included
         hangups.info(
             "a client hung up during %s %s (%s)", request.method, request.path, type(exc).__name__

@@ -596,7 +596,8 @@ PATHS: dict[str, Any] = {
         ),
         "get": _op(
             "listTasks",
-            "tasks, newest last, in pages (a page also stops once its tasks "
+            "tasks, oldest first (or newest first: `order`), in pages (a page also stops "
+            "once its tasks "
             "hold 4 MiB of commands and payloads: follow `next`)",
             _ok("TaskList"),
             params=[
@@ -609,6 +610,12 @@ PATHS: dict[str, Any] = {
                 _q("user", {"type": "string"}, "only this user's tasks"),
                 _q("group", {"type": "string"}, "only this group's tasks"),
                 _q("pool", {"type": "string"}, "only tasks placed (or last placed) on this pool"),
+                _q(
+                    "order",
+                    {"type": "string", "enum": ["oldest", "newest"]},
+                    "`newest`: newest first (as `kliqued status` and the dashboard list them); "
+                    "default `oldest`",
+                ),
                 _q("limit", LIMIT, "page size"),
                 _q("after", {"type": "string"}, "the `next` of the previous page"),
             ],
