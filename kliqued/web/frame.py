@@ -14,6 +14,8 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+
+from klique_util import fmt
 from aiohttp import web
 
 from kliqued.daemon.auth import Principal
@@ -59,6 +61,9 @@ class Web:
 
     def __post_init__(self) -> None:
         self.env.filters["when"] = when
+        # one number format everywhere, as the CLI prints (klique_util.fmt): no exponent,
+        # no trailing .0, three significant digits
+        self.env.filters["amount"] = fmt.amount
 
 
 WEB = web.AppKey("web", Web)
