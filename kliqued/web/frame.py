@@ -135,7 +135,7 @@ def signed_in(request: web.Request) -> tuple[Session | None, Principal | None, s
         return None, None, None
     d = ctx(request).daemon
     rec = d.tokens.by_id.get(s.token_id)
-    why = "the token was removed" if rec is None else rec.refusal(d.clock.now())
+    why = "the token was removed" if rec is None else d.tokens.refusal(rec, d.clock.now())
     if why is not None:
         w.sessions.close(sid)
         return None, None, why

@@ -15,7 +15,10 @@ the tests that need a provider skip. ``make test`` installs the package first
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+from html.parser import HTMLParser
 import os
 import secrets
 import shutil
@@ -231,3 +234,106 @@ class Provider:
             self._terminate()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _Forms(HTMLParser):
+    """The forms of a page: action, method and the named inputs' values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[dict[str, Any]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "form":
+            self.forms.append(
+                {
+                    "action": a.get("action") or "",
+                    "method": (a.get("method") or "get").lower(),
+                    "inputs": {},
+                }
+            )
+        elif tag in ("input", "button") and self.forms and a.get("name"):
+            self.forms[-1]["inputs"].setdefault(a["name"], a.get("value") or "")
+
+
+def walk(provider: Provider, url: str, login: str, http: httpx.Client | None = None) -> str | None:
+    """A person at the provider's development login form, as a browser would be: follows
+    redirects within the provider, fills ``login`` (any name is accepted) and confirms
+    consent, until a redirect leaves the provider (returned: the client's redirect URI with
+    ``code`` and ``state``) or a page has no form left (None: the device grant's success
+    page). What a browser test does with Chromium, for the tests whose subject is not the
+    browser (``kliqued login``, the daemon's checks)."""
+    own = http or httpx.Client(follow_redirects=False, timeout=10)
+    try:
+        r = own.get(url)
+        for _ in range(20):
+            if r.is_redirect:
+                loc = str(r.headers["location"])
+                target = str(r.url.join(loc))
+                if not target.startswith(provider.issuer):
+                    return target
+                r = own.get(target)
+                continue
+            assert r.status_code == 200, f"{r.url}: {r.status_code} {r.text[:500]}"
+            forms = _Forms()
+            forms.feed(r.text)
+            posts = [f for f in forms.forms if f["method"] == "post"]
+            if not posts:
+                return None
+            form = posts[0]
+            data = dict(form["inputs"])
+            if "login" in data:
+                data["login"], data["password"] = login, "any"
+            data.pop("abort", None)
+            r = own.post(str(r.url.join(form["action"] or str(r.url))), data=data)
+        raise AssertionError(f"no end to the sign-in after 20 pages (last {r.url})")
+    finally:
+        if http is None:
+            own.close()
+
+
+def pkce_pair() -> tuple[str, str]:
+    """(verifier, S256 challenge)."""
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def code_tokens(provider: Provider, login: str, client_id: str = "klique") -> dict[str, Any]:
+    """The token endpoint's answer (``id_token``, ``access_token``) for ``login``, signed in
+    through the authorization code grant with PKCE and the development form."""
+    verifier, challenge = pkce_pair()
+    redirect = "http://127.0.0.1:9/callback"
+    query = httpx.QueryParams(
+        client_id=client_id,
+        response_type="code",
+        scope="openid profile email",
+        redirect_uri=redirect,
+        code_challenge=challenge,
+        code_challenge_method="S256",
+        state=secrets.token_urlsafe(8),
+        nonce=secrets.token_urlsafe(8),
+    )
+    back = walk(provider, f"{provider.issuer}/auth?{query}", login)
+    assert back is not None, "the provider did not redirect back"
+    code = httpx.URL(back).params["code"]
+    r = httpx.post(
+        f"{provider.issuer}/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": redirect,
+            "client_id": client_id,
+            "code_verifier": verifier,
+        },
+        timeout=10,
+    )
+    r.raise_for_status()
+    answer: dict[str, Any] = r.json()
+    return answer
+
+
+def id_token(provider: Provider, login: str) -> str:
+    token: str = code_tokens(provider, login)["id_token"]
+    return token

@@ -66,6 +66,9 @@ const provider = new Provider(issuer, {
     Session: 600,
   },
   pkce: { required: () => true },
+  // Claims in the ID token itself, as Keycloak, Entra ID and Okta put preferred_username and
+  // email there: the daemon maps people by the ID token, not by a userinfo call.
+  conformIdTokenClaims: false,
 });
 provider.proxy = false;
 
