@@ -85,6 +85,21 @@ def oidc_actions():
         provider.stop()
 
 
+@pytest.fixture
+def idp_server(tmp_path: Path, oidc_people: Any, oidc_actions: Any) -> Iterator[Any]:
+    """A daemon (in process) whose estate trusts the session's providers
+    (tests/harness/oidc_estate.py): ``corp`` for people, ``github`` for CI jobs."""
+    from tests.harness.inproc import InProcServer
+    from tests.harness.oidc_estate import write_estate
+
+    estate = write_estate(tmp_path / "estate", oidc_people, oidc_actions)
+    s = InProcServer(tmp_path, estate).start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
 @pytest.fixture(scope="session")
 def postgres_prepared():
     """A PostgreSQL that takes prepared transactions (``max_prepared_transactions``), for

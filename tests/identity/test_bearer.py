@@ -14,7 +14,7 @@ from tests.harness.inproc import InProcServer
 from tests.harness.oidc import Provider, id_token
 from tests.harness.wait import wait_for
 
-from .conftest import write_estate
+from tests.harness.oidc_estate import write_estate
 
 
 def events(s: InProcServer, kind: str) -> list[dict]:

@@ -1,17 +1,14 @@
-"""A daemon whose estate trusts the session's real providers (tests/harness/oidc.py): the
-``corp`` provider for people, and ``github`` (the Actions-shaped issuer) for the
-``example-org/estate`` repository's main branch."""
+"""The estate of the sign-in tests (tests/identity, tests/security/test_oidc_*.py; the root
+conftest's ``idp_server``): the small estate trusting the session's real providers
+(tests/harness/oidc.py), ``corp`` for people and ``github`` (the Actions-shaped issuer) for
+the ``example-org/estate`` repository's main branch."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.harness.daemon import SMALL_ESTATE
-from tests.harness.inproc import InProcServer
 from tests.harness.oidc import Provider
 
 
@@ -38,15 +35,3 @@ def write_estate(dest: Path, people: Provider, actions: Provider, extra: str = "
     base = (SMALL_ESTATE / "settings.yaml").read_text()
     (dest / "settings.yaml").write_text(base + identity_yaml(people, actions, extra))
     return dest
-
-
-@pytest.fixture
-def idp_server(
-    tmp_path: Path, oidc_people: Provider, oidc_actions: Provider
-) -> Iterator[InProcServer]:
-    estate = write_estate(tmp_path / "estate", oidc_people, oidc_actions)
-    s = InProcServer(tmp_path, estate).start()
-    try:
-        yield s
-    finally:
-        s.stop()
