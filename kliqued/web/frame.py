@@ -22,6 +22,7 @@ from kliqued.daemon.api.request import ctx
 
 from . import data, session
 from .fragments import Fragments
+from .pending import PendingSignins
 from .session import Session, Sessions
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +49,8 @@ class Web:
     fragments: Fragments = field(default_factory=Fragments)
     tasks: data.TaskIndex = field(default_factory=data.TaskIndex)
     figures: data.FiguresCache = field(default_factory=data.FiguresCache)
+    oidc: PendingSignins = field(default_factory=PendingSignins)
+    """Sign-ins through an identity provider started and not finished (oidc.py)."""
     env: jinja2.Environment = field(
         default_factory=lambda: jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")),
