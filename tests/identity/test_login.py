@@ -85,6 +85,30 @@ def test_login_stores_a_short_lived_token_the_cli_and_sdk_use(
     )
 
 
+def test_kliqued_mcp_relays_as_the_signed_in_person(
+    idp_server: InProcServer, oidc_people: Provider, config: Path
+) -> None:
+    """The agent channel uses the same context: ``kliqued mcp`` over stdio, as bob."""
+    import asyncio
+
+    from mcp import Client as McpClient
+    from mcp import StdioServerParameters
+
+    login(idp_server.url, oidc_people, "bob")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kliqued.cli", "mcp"],
+        env=dict(os.environ),
+        cwd=str(ROOT),
+    )
+
+    async def go() -> dict:
+        async with McpClient(params) as c:
+            return (await c.call_tool("whoami", {})).structured_content or {}
+
+    assert asyncio.run(go())["principal"] == "user:bob"
+
+
 def test_a_token_near_its_end_is_renewed_through_the_provider(
     tmp_path: Path, oidc_people: Provider, oidc_actions: Provider, config: Path
 ) -> None:
