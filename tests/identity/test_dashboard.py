@@ -6,6 +6,8 @@ browser, an authorization code redeemed twice, a person the estate does not name
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 
 from tests.harness.inproc import InProcServer
@@ -116,3 +118,21 @@ def test_a_person_the_estate_does_not_name_gets_no_session(
         r = sign_in(s, oidc_people, "mallory", b)
         assert r.status_code == 403 and "in no group of the running estate" in r.text
         assert b.get(f"{s.url}/my-work").status_code in (302, 303)
+
+
+def test_removing_the_person_from_the_estate_ends_their_dashboard_session(
+    tmp_path: Path, idp_server: InProcServer, oidc_people: Provider
+) -> None:
+    from tests.harness.wait import wait_for
+
+    s = idp_server
+    with browser() as b:
+        assert sign_in(s, oidc_people, "bob", b).status_code == 303
+        assert b.get(f"{s.url}/my-work").status_code == 200
+        before = s.ok("GET", "/v1/estate")["revision"]
+        groups = tmp_path / "estate" / "groups.yaml"
+        groups.write_text(groups.read_text().replace("users: [alice, bob]", "users: [alice]"))
+        wait_for(lambda: s.ok("GET", "/v1/estate")["revision"] != before, 20, "the new revision")
+        r = b.get(f"{s.url}/my-work")
+        assert r.status_code == 303 and r.headers["location"].startswith("/signin?")
+        assert "no%20longer%20in%20the%20running%20estate" in r.headers["location"]

@@ -44,6 +44,20 @@ def test_an_expired_token_past_the_leeway(idp_server: InProcServer, oidc_people:
     assert "the token expired on" in refused(s, token)
 
 
+def test_a_token_not_valid_yet_beyond_the_leeway(
+    idp_server: InProcServer, oidc_actions: Provider
+) -> None:
+    """``nbf``/``iat`` ahead of the daemon's clock: within the 60 s leeway accepted (clock
+    skew), beyond it refused, saying so."""
+    s = idp_server
+    skewed = oidc_actions.actions_token("klique", skew="30")
+    assert s.ok("GET", "/v1/plan/state", token=skewed)["revision"]
+    ahead = oidc_actions.actions_token("klique", skew="600")
+    got, body = s.call("GET", "/v1/plan/state", token=ahead)
+    assert got == 401 and "is not valid yet" in body["error"]["message"], body
+    assert "beyond the leeway of 60s" in body["error"]["message"]
+
+
 def test_a_key_the_provider_never_published(
     idp_server: InProcServer, oidc_people: Provider
 ) -> None:
