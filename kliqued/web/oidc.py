@@ -32,6 +32,7 @@ from kliqued.daemon.identity.verify import verify
 from . import session
 from .frame import error, redirect, state
 from .pending import TTL_S, Pending
+from .signin import _home, _next
 
 COOKIE = "kq_oidc"
 PATH = "/signin/oidc"
@@ -43,8 +44,6 @@ def _refused(request: web.Request, why: str, status: int = 400) -> web.Response:
 
 
 async def start(request: web.Request) -> web.StreamResponse:
-    from .signin import _next
-
     d = ctx(request).daemon
     ident = d.idx().estate.settings.identity
     name = request.query.get("provider", "")
@@ -140,8 +139,6 @@ async def callback(request: web.Request) -> web.StreamResponse:
     sid, s = state(request).sessions.open(
         rec.id, rec.principal, d.tokens.seconds_left(rec.id, d.clock.now())
     )
-    from .signin import _home
-
     target = pending.next if pending.next != "/" else f"/{_home(d, who.principal)}"
     resp = redirect(target)
     session.set_cookie(request, resp, sid, s)

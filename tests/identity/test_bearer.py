@@ -168,3 +168,50 @@ def test_an_unreachable_provider_is_a_clear_503_and_the_daemon_serves_on(
         )
     finally:
         s.stop()
+
+
+def test_a_silent_provider_holds_one_request_not_the_daemon(
+    tmp_path: Path, oidc_people: Provider, oidc_actions: Provider
+) -> None:
+    """A provider that accepts connections and never answers (a listening socket nobody
+    reads): the token's request waits for the fetch's timeout (5 s, on a thread) and gets a
+    503 naming the provider, while the daemon answers everything else at once."""
+    import socket
+    import threading
+    import time
+
+    from tests.security.forged import forge
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections complete in the kernel's backlog; nothing ever answers
+    issuer = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    extra = f"      - name: silent\n        issuer: {issuer}\n        audience: klique\n"
+    estate = write_estate(tmp_path / "estate", oidc_people, oidc_actions)
+    text = (estate / "settings.yaml").read_text()
+    (estate / "settings.yaml").write_text(
+        text.replace("    workloads:\n", extra + "    workloads:\n")
+    )
+    s = InProcServer(tmp_path, estate).start()
+    try:
+        answer: list[tuple[int, dict]] = []
+        waiting = threading.Thread(
+            target=lambda: answer.append(
+                s.call("GET", "/v1/whoami", token=forge(issuer, "klique", "alice"))
+            )
+        )
+        started = time.monotonic()
+        waiting.start()
+        wait_for(lambda: waiting.is_alive() and time.monotonic() - started > 0.5, 5, "the wait")
+        for _ in range(5):  # the daemon serves while the fetch waits
+            t = time.monotonic()
+            assert s.ok("GET", "/v1/health", token=None)["status"] == "ok"
+            assert time.monotonic() - t < 1.0
+        waiting.join(30)
+        [(status, body)] = answer
+        assert status == 503 and body["error"]["code"] == "provider-unreachable"
+        assert issuer in body["error"]["message"]
+        assert 4.0 < time.monotonic() - started < 20
+    finally:
+        s.stop()
+        silent.close()
