@@ -23,6 +23,8 @@ from kliqued.daemon.units import iso
 
 Kind = Literal["user", "worker", "role"]
 _KINDS: dict[str, Kind] = {"user": "user", "worker": "worker", "role": "role"}
+OIDC = "oidc:"
+"""The ``token_id`` prefix of a principal that came with a provider's JWT (issue 30)."""
 ROLES = ("admin", "finance", "planner")
 """``planner``: CI's read-only role for ``kliqued plan --against``; it reads the running
 revision and the live counts of ``GET /v1/plan/state`` (and the estate), nothing else."""
@@ -145,6 +147,19 @@ class TokenBook:
         if rec is None or self.refusal(rec, now) is not None:
             return 0.0
         return None if rec.expires_at is None else (rec.expires_at - now) / 1000
+
+    def require_booked(self, p: Principal, what: str) -> None:
+        """409 when ``p`` came with an identity provider's own token (``oidc:...``, issue
+        30): ``what`` (a schedule, a pipeline, a session's link) is bound to the token of
+        the request and lives as long as it, which only a token of this book can say."""
+        if p.token_id is not None and p.token_id.startswith(OIDC) and p.token_id not in self.by_id:
+            raise ApiError(
+                409,
+                "conflict",
+                f"{what} is bound to the token of the request, and this one is the identity "
+                "provider's own: sign in with `kliqued login` (or the dashboard) and use the "
+                "Klique token it stores",
+            )
 
     def authenticate(self, header: str | None, now: int) -> Principal:
         if not header:

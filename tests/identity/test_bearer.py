@@ -215,3 +215,19 @@ def test_a_silent_provider_holds_one_request_not_the_daemon(
     finally:
         s.stop()
         silent.close()
+
+
+def test_a_schedule_is_bound_to_a_klique_token_not_the_providers(
+    idp_server: InProcServer, oidc_people: Provider
+) -> None:
+    """A schedule runs on the token of the request that made it and pauses when it ends:
+    the provider's own token is refused there, with what to do; the Klique token of a
+    sign-in is taken."""
+    s = idp_server
+    body = {"cron": "0 2 * * *", "resource": "team-a/one", "command": ["true"]}
+    jwt = id_token(oidc_people, "bob")
+    status, refused = s.call("POST", "/v1/schedules", body, token=jwt)
+    assert status == 409 and "kliqued login" in refused["error"]["message"]
+    got = s.ok("POST", "/v1/signin", {"id_token": jwt}, token=None)
+    made = s.ok("POST", "/v1/schedules", body, token=got["token"], expect=201)
+    assert made["token"] == got["id"] and made["state"] == "active"

@@ -24,7 +24,7 @@ from compiler.compiled import CWorkload
 
 from kliqued.daemon.api.request import ctx, read_json, reply
 from kliqued.daemon.api.routes import PUBLIC, Route
-from kliqued.daemon.auth import Principal
+from kliqued.daemon.auth import OIDC, Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.identity import mapping
 from kliqued.daemon.identity.verify import Verified, looks_like_jwt, verify
@@ -46,7 +46,7 @@ async def bearer(request: web.Request, token: str) -> Principal:
     digest = hashlib.sha256(token.encode()).hexdigest()
     if c.seen.first(digest, v.expires_ms, d.clock.now()):
         await c.seq.submit(lambda now, ov: d.prepare_signed_in(who, "bearer", now, ov))
-    return Principal(who.principal.kind, who.principal.name, f"oidc:{who.provider}:{digest[:12]}")
+    return Principal(who.principal.kind, who.principal.name, f"{OIDC}{who.provider}:{digest[:12]}")
 
 
 async def providers(request: web.Request) -> web.Response:
