@@ -16,6 +16,7 @@ the tests that need a provider skip. ``make test`` installs the package first
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 from html.parser import HTMLParser
@@ -49,17 +50,23 @@ def installed() -> bool:
 
 
 def install() -> None:
-    """``npm install oidc-provider@9`` into :data:`CACHE` (a no-op when present)."""
+    """``npm install oidc-provider@9`` into :data:`CACHE` (a no-op when present), under a
+    file lock: xdist's workers may all ask at once on a machine where ``make test`` did
+    not install it first."""
     if installed():
         return
     CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--silent", f"oidc-provider@{VERSION}"],
-        cwd=CACHE,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    with open(CACHE / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed():
+            return
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--silent", f"oidc-provider@{VERSION}"],
+            cwd=CACHE,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
 
 
 def unavailable() -> str | None:
