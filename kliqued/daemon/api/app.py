@@ -44,7 +44,8 @@ from kliqued.daemon.api.handlers import (
     sessions,
     tasks,
 )
-from kliqued.daemon.api.handlers import tokens, workers
+from kliqued.daemon.api.handlers import signin, tokens, workers
+from kliqued.daemon.identity.verify import looks_like_jwt
 from kliqued.daemon.api.inputs import check_params
 from kliqued.daemon.api.openapi import document
 from kliqued.daemon.api.request import CTX, DOC, Context, ctx, reply
@@ -70,6 +71,7 @@ ROUTES: list[Route] = [
     *plan.ROUTES,
     *demand.ROUTES,
     *tokens.ROUTES,
+    *signin.ROUTES,
     *ledger.ROUTES,
     *metrics.ROUTES,
     *schedules.ROUTES,
@@ -207,7 +209,12 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     if not route.public:
         d = ctx(request).daemon
-        p = d.tokens.authenticate(request.headers.get("Authorization"), d.clock.now())
+        header = request.headers.get("Authorization")
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() == "bearer" and looks_like_jwt(token.strip()):
+            p = await signin.bearer(request, token.strip())  # a provider's token (issue 30)
+        else:
+            p = d.tokens.authenticate(header, d.clock.now())
         route.check(p)
         request["principal"] = p
     return await handler(request)

@@ -412,6 +412,7 @@ EXAMPLES: dict[str, Any] = {
     },
     "EngineSwitch": {"enabled": True},
     "TokenRequest": {"user": "alice", "name": "alice's laptop"},
+    "SignInRequest": {"id_token": "eyJhbGciOiJSUzI1NiIs..."},
     "LedgerSql": {"sql": 'SELECT "group", sum(gpu_hours) FROM usage GROUP BY 1', "limit": 100},
     "WorkerRegistration": {
         "worker_id": "w-gpu01-1a2b3c4d",
@@ -937,6 +938,24 @@ PATHS: dict[str, Any] = {
             errors=AUTH_ERR + ("422",),
         ),
         "get": _op("listTokens", "every token (never the secret)", _ok("TokenList")),
+    },
+    "/v1/signin": {
+        "get": _op(
+            "listIdentityProviders",
+            "the identity providers people sign in with (settings.identity): what "
+            "`kliqued login` and the dashboard start a sign-in from",
+            _ok("IdentityProviders"),
+            errors=("500",),
+        ),
+        "post": _op(
+            "signIn",
+            "an ID token of a trusted provider for a short-lived Klique token "
+            "(settings.identity.token_lifetime) of the estate user it names; the audit "
+            "records the provider and subject",
+            _ok("TokenCreated", "201", "signed in: the only time the token is shown"),
+            body="SignInRequest",
+            errors=("400", "401", "403", "413", "422", "500", "503"),
+        ),
     },
     "/v1/tokens/{id}/rotate": {
         "post": _op(

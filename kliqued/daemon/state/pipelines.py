@@ -140,6 +140,8 @@ def prepare_start(
     every step checked for the user, then ``pipeline_started``; the loop sends the first
     steps. ``loaded``: the file already parsed (by the handler, off the event loop, or the
     schedule's), so that preparing in the sequencer reads no file."""
+    if schedule is None:
+        d.tokens.require_booked(p, "a pipeline")
     if loaded is None:
         loaded = load_for(spec)
     file = spec.get("file") or "pipeline.yaml"
@@ -388,6 +390,7 @@ def prepare_resume(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay) -> 
     now on; the loop then sends what is due (the ends of the steps that ran meanwhile
     included). Nobody else resumes it: a pipeline is paused only because the token it ran on
     ended, and it runs on its owner's own credential, never on another's."""
+    d.tokens.require_booked(p, "a resumed pipeline")
     pr = d.pipelines.get(pid)
     if pr.state not in ("running", "paused"):
         raise ApiError(

@@ -135,6 +135,7 @@ def view(
 def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int, ov: Overlay) -> Prepared:
     """``f`` is checked (handlers/schedules.py); the id is made here, in log order. A user
     has at most ``MAX_PER_OWNER`` schedules (each holds its command or pipeline file)."""
+    d.tokens.require_booked(p, "a schedule")
     held = sum(s.owner == p.name for s in d.schedules.items.values())
     held += ov.made[("schedule", p.name)]
     if held >= MAX_PER_OWNER:
@@ -213,6 +214,8 @@ def prepare_resume(
     sequencer's ``now`` without it)."""
     at = now if at is None else at
     s = d.schedules.get(sid)
+    if p.is_user and p.name == s.owner:
+        d.tokens.require_booked(p, "a resumed schedule")
     token = p.token_id if p.is_user and p.name == s.owner else None
     if token is None:
         why = d.tokens.ended(s.token, at)

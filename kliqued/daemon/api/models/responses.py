@@ -122,6 +122,21 @@ class TokenCreated(BaseModel):
     rotated_from: str | None = None
 
 
+class IdentityProvider(BaseModel):
+    model_config = _CLOSED
+    name: str
+    issuer: str
+    client_id: str
+    scopes: list[str]
+
+
+class IdentityProviders(BaseModel):
+    """What a client needs to start a sign-in (``kliqued login``, the dashboard)."""
+
+    model_config = _CLOSED
+    providers: list[IdentityProvider]
+
+
 class LeaseRef(BaseModel):
     model_config = _CLOSED
     task: str
@@ -590,6 +605,7 @@ class Waiting(BaseModel):
 
 RESPONSES: tuple[type[BaseModel], ...] = (
     Error,
+    IdentityProviders,
     Health,
     WhoAmI,
     Reason,
