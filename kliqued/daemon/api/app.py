@@ -47,7 +47,7 @@ from kliqued.daemon.api.handlers import (
 from kliqued.daemon.api.handlers import tokens, workers
 from kliqued.daemon.api.inputs import check_params
 from kliqued.daemon.api.openapi import document
-from kliqued.daemon.api.request import CTX, DOC, Context, ctx, reply
+from kliqued.daemon.api.request import CTX, DOC, PRINCIPAL, Context, ctx, reply
 from kliqued.daemon.api.routes import Handler, Route, table
 
 __all__ = ["Context", "ROUTES", "make_app"]
@@ -201,7 +201,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         d = ctx(request).daemon
         p = d.tokens.authenticate(request.headers.get("Authorization"), d.clock.now())
         route.check(p)
-        request["principal"] = p
+        request[PRINCIPAL] = p
     return await handler(request)
 
 
