@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -234,7 +235,7 @@ def _two_sides(
     parallel: bool | None,
 ) -> tuple[Side, Side]:
     """Both sides' replays: the head's in a forked child while this process replays the
-    base, when ``parallel`` (None: with two CPUs or more, fork available and at least
+    base, when ``parallel`` (None: on Linux with two CPUs or more, and at least
     ``PARALLEL_MIN_TASKS`` tasks). The replays are deterministic and share nothing, so the
     figures are the same either way (tests/whatif/test_parallel.py); a child that dies
     (killed, out of memory) costs only time: its side is replayed here."""
@@ -242,7 +243,7 @@ def _two_sides(
         parallel = (
             len(rows) >= PARALLEL_MIN_TASKS
             and _cpus() > 1
-            and "fork" in multiprocessing.get_all_start_methods()
+            and sys.platform == "linux"  # fork is safe here; macOS's frameworks are not
         )
     if not parallel:
         first = replay_side(rows, base, start, source, threshold_s)
