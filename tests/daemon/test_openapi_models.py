@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from kliqued.daemon.api.models.estate import ESTATE_ANSWERS
 from kliqued.daemon.api.models.requests import REQUESTS
 from kliqued.daemon.api.models.responses import RESPONSES
 from kliqued.daemon.api.openapi import EXAMPLES, document
@@ -76,7 +77,20 @@ def test_every_request_body_of_the_document_comes_from_a_model() -> None:
 
 
 def test_the_answers_replaced_by_models_come_from_them() -> None:
-    assert set(RESPONSES_BEFORE) | RESPONSES_SINCE == {m.__name__ for m in RESPONSES}
+    assert set(RESPONSES_BEFORE) | RESPONSES_SINCE == {
+        m.__name__ for m in (*RESPONSES, *ESTATE_ANSWERS)
+    }
+
+
+def test_every_schema_of_the_document_comes_from_a_model() -> None:
+    """No schema is written by hand any more: each one the document holds is a model's or
+    one a model uses (``$defs``), and every hand-written one has its model."""
+    from kliqued.daemon.api.models.schema import components
+
+    assert document()["components"]["schemas"] == components(
+        (*REQUESTS, *RESPONSES, *ESTATE_ANSWERS)
+    )
+    assert set(BEFORE) <= set(document()["components"]["schemas"])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -48,7 +48,7 @@ from kliqued.daemon.api.handlers import signin, tokens, workers
 from kliqued.daemon.identity.verify import looks_like_jwt
 from kliqued.daemon.api.inputs import check_params
 from kliqued.daemon.api.openapi import document
-from kliqued.daemon.api.request import CTX, DOC, Context, ctx, reply
+from kliqued.daemon.api.request import CTX, DOC, PRINCIPAL, Context, ctx, reply
 from kliqued.daemon.api.routes import Handler, Route, table
 
 __all__ = ["Context", "ROUTES", "make_app"]
@@ -216,7 +216,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         else:
             p = d.tokens.authenticate(header, d.clock.now())
         route.check(p)
-        request["principal"] = p
+        request[PRINCIPAL] = p
     return await handler(request)
 
 

@@ -75,9 +75,14 @@ def ctx(request: web.Request) -> Context:
     return request.app[CTX]
 
 
+PRINCIPAL = web.RequestKey("principal", Principal)
+"""The authenticated caller, put on the request by the auth middleware: a typed key (a
+string key is aiohttp's ``NotAppKeyWarning`` and an ``Any`` to mypy)."""
+
+
 def principal(request: web.Request) -> Principal:
     """The authenticated caller (set by the auth middleware on every non-public route)."""
-    return request["principal"]
+    return request[PRINCIPAL]
 
 
 def dumps(data: Any) -> str:

@@ -38,6 +38,13 @@ MAX_RUNNING_PER_OWNER = 100
 """Pipelines a user may have running at once (each holds its file and its steps' state)."""
 
 
+def _changed(d: Daemon, pr: PipelineRun, data: dict[str, Any], actor: str = "kliqued") -> Event:
+    """A ``pipeline_changed`` event of ``pr`` (filed under its owner) with ``data``, by
+    ``actor``: the daemon itself unless a caller changes it. Every change of a pipeline's
+    state or token is one, made here."""
+    return Event("pipeline_changed", None, actor, d.idx().revision, None, pr.owner, data)
+
+
 def submittable(d: Daemon, user: str) -> list[str]:
     """The compute resources ``user`` may send work to (``submission.submittable``)."""
     return submission.submittable(d.idx(), user)
@@ -344,13 +351,9 @@ def prepare_pause_for(d: Daemon, pid: str, why: str, now: int) -> Prepared:
     """Paused because the token it runs on ended (``why`` says which and when): its steps
     already sent run to their end, no further step is sent."""
     pr = d.pipelines.items[pid]
-    ev = Event(
-        "pipeline_changed",
-        None,
-        "kliqued",
-        d.idx().revision,
-        None,
-        pr.owner,
+    ev = _changed(
+        d,
+        pr,
         {
             "id": pid,
             "state": "paused",
@@ -373,15 +376,7 @@ def prepare_lapsed(d: Daemon, pid: str, at: int, now: int, ov: Overlay) -> Prepa
 def prepare_rebind(d: Daemon, pid: str, token: str, now: int) -> Prepared:
     """Bound to ``token`` (its token was rotated), its state unchanged."""
     pr = d.pipelines.items[pid]
-    ev = Event(
-        "pipeline_changed",
-        None,
-        "kliqued",
-        d.idx().revision,
-        None,
-        pr.owner,
-        {"id": pid, "state": pr.state, "text": pr.reason, "token": token},
-    )
+    ev = _changed(d, pr, {"id": pid, "state": pr.state, "text": pr.reason, "token": token})
     return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
 
 
@@ -411,14 +406,8 @@ def prepare_resume(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay) -> 
         )
     if pr.state == "running" and pr.token == p.token_id:
         return Prepared(apply=lambda: pid)
-    ev = Event(
-        "pipeline_changed",
-        None,
-        p.text,
-        d.idx().revision,
-        None,
-        pr.owner,
-        {"id": pid, "state": "running", "text": None, "token": p.token_id},
+    ev = _changed(
+        d, pr, {"id": pid, "state": "running", "text": None, "token": p.token_id}, actor=p.text
     )
 
     def apply() -> str:
