@@ -189,7 +189,11 @@ def role_vars(url: str | Iterable[str], pool: str, token_file: Path) -> dict:
     urls = split_urls(url)
     if not urls:
         raise RolloutError("no control-plane URL given (--url or KLIQUE_URL)")
-    return {"klique_worker_url": ",".join(urls), "klique_worker_pool": pool, "klique_worker_token_src": str(token_file)}
+    return {
+        "klique_worker_url": ",".join(urls),
+        "klique_worker_pool": pool,
+        "klique_worker_token_src": str(token_file),
+    }
 
 
 def rollout(
