@@ -10,6 +10,7 @@ from aiohttp import web
 
 from kliqued.daemon.api.request import CTX
 
+from .errors import html_errors
 from .files import export, static, task_log
 from .frame import WEB, Web
 from .pages import audit, estate, my_work, orchestration, page, policy, usage
@@ -57,6 +58,7 @@ session check instead of the API's bearer token."""
 def install(app: web.Application) -> None:
     """Adds the dashboard's routes and state to the daemon's application."""
     app[WEB] = Web()
+    app.middlewares.insert(0, html_errors)  # outermost: it reads the error middleware's JSON
     app.on_startup.append(_warm)
     app.on_cleanup.append(_stop)
     for method, path, handler in ROUTES:

@@ -282,6 +282,13 @@ def test_four_people_watch_work_placed_and_preempted_live(
     admin.goto(f"{fs.url}/estate")
     admin.get_by_role("heading", name="Running revision").wait_for()
     shots(admin, "estate-admin")
+    # a wrong URL: a page in the site's frame, not the API's JSON (issue 32)
+    gone = admin.goto(f"{fs.url}/no-such-page")
+    assert gone is not None and gone.status == 404
+    admin.get_by_role("heading", name="404: not found").wait_for()
+    assert admin.get_by_role("link", name="Back to the dashboard").is_visible()
+    shots(admin, "not-found-admin")
+    errors.remove(f"HTTP 404 {fs.url}/no-such-page")  # the one error this test asked for
 
     # keyboard: the skip link is the first stop and leads to the content
     admin.keyboard.press("Tab")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from decimal import Decimal
 
@@ -425,3 +426,26 @@ def test_numbers_read_as_the_cli_prints_them(server: Server, people: People, wor
         assert not noise, (page, noise)
     estate = re.sub(r"<[^>]+>", " ", b.page("/estate"))
     assert re.search(r"\b1000 h per month\b", estate), estate  # team-a's budget
+
+
+# --------------------------------------------------------------------------- errors
+def test_a_browser_gets_html_404_and_405_pages_and_a_client_json(
+    server: Server, people: People
+) -> None:
+    """Issue 32: a wrong URL answered the API's raw JSON in the browser. A page request
+    (Accept: text/html) gets a page in the site's frame; the API's paths and clients that
+    do not ask for HTML keep the contract's JSON."""
+    b = signed_in(server, people.bob)
+    html = {"Accept": "text/html,application/xhtml+xml"}
+    a = b.get("/no-such-page", headers=html)
+    assert a.status == 404 and a.headers["Content-Type"].startswith("text/html")
+    assert "404: not found" in a.text and "There is no page at /no-such-page." in a.text
+    assert "Signed in as <strong>user:bob</strong>" in a.text  # the site's frame
+    a = b.get("/signout", headers=html)  # a form's target: POST only
+    assert a.status == 405 and a.headers["Content-Type"].startswith("text/html")
+    assert "POST" in a.headers["Allow"] and "GET is not allowed on /signout" in a.text
+    # the API's own paths, and a client without text/html: JSON, as the contract says
+    for path, headers in (("/v1/nope", html), ("/no-such-page", {"Accept": "*/*"})):
+        a = b.get(path, headers=headers)
+        assert a.status == 404 and a.headers["Content-Type"].startswith("application/json")
+        assert json.loads(a.text)["error"]["code"] == "not-found"
