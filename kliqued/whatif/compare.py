@@ -216,24 +216,35 @@ def what_if(
     source: str,
     threshold_s: int = DEFAULT_THRESHOLD_S,
     skipped: int = 0,
+    cache: dict[tuple[str, int], object] | None = None,
 ) -> WhatIf:
     """The comparison of ``rows`` replayed on ``base`` and on ``head``.
 
     Rows cancelled before they ever ran are not replayed (nothing ran, so nothing is asked
-    of the estate); ``skipped`` counts those the caller left out already."""
+    of the estate); ``skipped`` counts those the caller left out already. ``cache``: replays
+    kept by (estate revision, rows replayed) across calls with the same ``rows``, so a
+    caller comparing several heads with one base (``kliqued advise``) replays the base
+    once."""
     live = [r for r in rows if not (r.status == "cancelled" and r.runtime_ms == 0)]
     skipped += len(rows) - len(live)
     base_idx, head_idx = EstateIndex.build(base), EstateIndex.build(head)
     head_ok, refused_head = _accepted(live, head_idx)
     both, refused_base = _accepted(head_ok, base_idx)
     start = live[0].at if live else 0
-    first = _Run(both, base, base_idx, start, source, threshold_s)
+
+    def run(estate: CompiledEstate, index: EstateIndex) -> _Run:
+        key = (estate.revision, len(both))
+        kept = cache.get(key) if cache is not None else None
+        if isinstance(kept, _Run):
+            return kept
+        made = _Run(both, estate, index, start, source, threshold_s)
+        if cache is not None:
+            cache[key] = made
+        return made
+
+    first = run(base, base_idx)
     # The same estate on both sides (a plan without changes): one replay is both.
-    second = (
-        first
-        if head.revision == base.revision
-        else _Run(both, head, head_idx, start, source, threshold_s)
-    )
+    second = first if head.revision == base.revision else run(head, head_idx)
     runs = [first, second]
     gb, gh = runs[0].group_figures(), runs[1].group_figures()
     names = sorted((set(gb) | set(gh)) - {"all"}) + ["all"]
