@@ -29,6 +29,8 @@ IDLE = 0.8
 
 FACTORS = (1.5, 2.0)
 
+ADJECTIVE = {"day": "daily", "week": "weekly", "month": "monthly"}
+
 
 def _reach(estate: CompiledEstate, group: str) -> list[str]:
     """The pools a group's compute resources may use, in the estate's order."""
@@ -108,7 +110,7 @@ def propose(
                 if pos is not None and pos.line and after > hours and key not in seen:
                     seen.add(key)
                     why = (
-                        f"{name}'s p95 wait was {duration(p95)}; its {pol.budget.period}ly "
+                        f"{name}'s p95 wait was {duration(p95)}; its {ADJECTIVE[pol.budget.period]} "
                         f"budget of {hours:g} h ran out {len(f.exhaustions)} time(s)"
                     )
                     out.append(

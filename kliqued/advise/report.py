@@ -36,7 +36,7 @@ def _groups_table(w: WhatIf, after: bool) -> list[str]:
         if after:
             out.append(f"| {name} | {_p50(b)} -> {_p50(h)} | {_p95(b)} -> {_p95(h)} |")
         else:
-            out.append(f"| {name} | {b.tasks if b else 0} | {_p50(b)} | {_p95(b)} |")
+            out.append(f"| {name} | {b.tasks if b else 0:,} | {_p50(b)} | {_p95(b)} |")
     return out
 
 
@@ -52,12 +52,13 @@ def _pools_table(w: WhatIf, after: bool) -> list[str]:
 
 
 def _who(p: Proposal) -> str:
-    seen: list[str] = []
+    """Each approver once, with the nearest group that makes them one."""
+    seen: dict[str, str] = {}
     for a in p.approvers:
-        text = f"{a.user} ({'admin of ' if a.role == 'group' else 'above: '}{a.group})"
-        if text not in seen:
-            seen.append(text)
-    return ", ".join(seen) or "IT"
+        seen.setdefault(
+            a.user, f"{a.user} ({'admin of ' if a.role == 'group' else 'above: '}{a.group})"
+        )
+    return ", ".join(seen.values()) or "IT"
 
 
 def render_markdown(a: Advice) -> str:
@@ -65,7 +66,7 @@ def render_markdown(a: Advice) -> str:
     lines = [
         "# Klique advice",
         "",
-        f"Demand: {a.source} ({b.tasks} tasks, {b.start} to {b.end_base} replayed); estate "
+        f"Demand: {a.source} ({b.tasks:,} tasks, {b.start} to {b.end_base} replayed); estate "
         f"`{a.estate}`" + (f"; only the subtree of `{a.subtree}`" if a.subtree else "") + ".",
         "Rule: a change is kept when its group's p95 wait (to the first placement) falls, "
         "no other group's rises by more than 10% and no other group is left with tasks "
@@ -106,7 +107,10 @@ def render_markdown(a: Advice) -> str:
             "",
             "## The kept changes together",
             "",
-            "Replayed together on the same demand, against the estate as it is:",
+            "Replayed together on the same demand, against the estate as it is (the "
+            f"last task ends at {a.together.end_base} as it is, {a.together.end_head} with "
+            "the changes: utilisation is over each side's own span, so work that ends "
+            "sooner reads as a busier estate):",
             "",
             *_groups_table(a.together, after=True),
             "",
