@@ -154,11 +154,33 @@ def test_dry_run_task_answers_and_stores_nothing(tmp_path: Path) -> None:
                 ).fetchall()
             )
             assert rows == [(0,)]
+            # a task that waits: show_task carries its forecast (pool-2 holds 8 GPUs)
+            sized = {"resource": "team-a/sized", "command": ["true"], "gpus": 3}
+            ids = []
+            for _ in range(3):
+                res = await _call(server, BOB, "submit_task", sized)
+                ids.append(res.structured_content["id"])
+            d = c.daemon
+            for _ in range(200):  # two placed, and a pass has seen the third
+                recs = [d.records[t] for t in ids]
+                if sum(r.state == "placed" for r in recs) == 2 and all(
+                    r.submitted_pass < d.passes for r in recs
+                ):
+                    break
+                await asyncio.sleep(0.05)
+            waiting = next(t for t in ids if c.daemon.records[t].state == "queued")
+            res = await _call(server, BOB, "show_task", {"task_id": waiting})
+
+            assert res.structured_content["forecast"] == {
+                "start_at": None,
+                "basis": "unknown",
+                "text": "unknown: waits for capacity",
+            }
             res = await _call(server, ERIN, "dry_run_task", args)
             sub = await _call(server, ERIN, "submit_task", args)
             assert res.is_error and sub.is_error
             assert _text(res).replace("dry_run_task", "submit_task") == _text(sub)
-            assert c.daemon.records == {}
+            assert len(c.daemon.records) == 3  # bob's three; no dry run left a task
         finally:
             await _stop(c, runner)
 
