@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 
 from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from kliqued.engine import EstateIndex, Placement, Preemption, State, SubmissionError, run_pass
 from kliqued.engine.dryrun import dry_run, forecast
@@ -20,6 +21,7 @@ from kliqued.engine.dryrun import dry_run, forecast
 from .helpers import MIN, START, build_estate
 from .org_worlds import apply_actions, org_worlds
 from .test_differential import contended_worlds, lending_worlds
+from .test_nodes_properties import worlds as node_worlds
 from .test_properties import worlds
 from tests.harness.examples import examples
 
@@ -112,7 +114,10 @@ def drive(estate, steps, changes=None, apply=None) -> None:
                 if submit:
                     cr = index.resources[crs[k % len(crs)]]
                     g = None if cr.fixed_size is not None else round((gpus or 1) * 1000)
-                    state.submit(f"t{n}", cr.name, "u", None, g, at=now)
+                    try:
+                        state.submit(f"t{n}", cr.name, "u", None, g, at=now)
+                    except SubmissionError:
+                        pass  # a size no machine holds (the node worlds)
                     n += 1
                 elif state.tasks:
                     state.end(sorted(state.tasks)[k % len(state.tasks)], now)
@@ -138,6 +143,26 @@ def test_dry_run_agrees_when_it_reclaims(world):
 def test_dry_run_agrees_with_lending(world):
     estate, steps, changes, _checkpoints, _reports = world
     drive(estate, steps, changes)
+
+
+@SETTINGS
+@given(node_worlds(), st.integers(0, 4))
+def test_dry_run_agrees_on_machines_and_gangs(world, reservation):
+    """Pools that declare their machines, gangs over several of them (issue 15), and a
+    reservation for the first group so that reclaims must find room on one machine."""
+    estate, steps = world
+    first = estate.policies[0]
+    estate = estate.model_copy(
+        update={
+            "policies": [
+                first.model_copy(
+                    update={"reservation_milli": min(reservation * 1000, first.limit_milli)}
+                ),
+                *estate.policies[1:],
+            ]
+        }
+    ).with_revision()
+    drive(estate, steps)
 
 
 @SETTINGS
