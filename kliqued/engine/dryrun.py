@@ -393,7 +393,15 @@ def _forecast(
     if kind == "order":
         # Not before the head of its queue can start: the head's own forecast.
         gi = index.groups[cr.group]
-        head = next((x for x in state.queues[cr.name] if user_ok(state, gi, x)), None)
+        q = state.queues[cr.name]
+        # Without a user limit the head is the queue's own (``head`` drops the entries of
+        # tasks that left, as every pass does: no decision changes); walking the queue from
+        # its start would step over every one of them on each call.
+        head = (
+            q.head()
+            if gi.user_limit is None
+            else next((x for x in q if user_ok(state, gi, x)), None)
+        )
         if head is not None and head is not t:
             first = _forecast(
                 index, state, cr, head, _reason(index, state, head, now, 0), now, ends
