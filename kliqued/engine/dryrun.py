@@ -6,8 +6,9 @@
 hundreds a second. So :func:`dry_run` asks the pass's own rule functions (``rules``,
 ``reclaim.choose_victims``, ``rebalance.rebalance_victims``, ``reasons``) the questions the
 pass would ask about the new task, in the order the phases ask them, against the live state
-as the last pass left it, and changes nothing it decides with (it may add the empty queue
-of a compute resource that never had a task, as a submission would). A settled state (the last pass ran to its
+as the last pass left it, and changes nothing it decides with: it may add the empty queue
+of a compute resource that never had a task (as a submission would), and asking a strict
+queue for its head drops the entries of tasks that left it (as every pass does). A settled state (the last pass ran to its
 fixed point, so every task that could be placed was) is what makes that exact: the task
 added is the only new candidate, so whether it is placed, where, in which phase and whom it
 takes from follow from the same checks. ``tests/engine/test_dryrun.py`` holds it to that:
