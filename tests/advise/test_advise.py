@@ -140,3 +140,36 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "--group nope: no such group" in capsys.readouterr().err
     assert main(["advise", "--estate", str(d), "--demand", str(dem), "--since", "7d"]) == 1
     assert "--since needs --against" in capsys.readouterr().err
+
+
+def test_against_a_daemon_reads_its_demand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--against URL``: the demand is the daemon's own (``GET /v1/demand``, a planner
+    token), replayed on the estate given; a user's token is refused with the API's words."""
+    from tests.harness.daemon import SMALL_ESTATE
+    from tests.harness.inproc import InProcServer
+    from tests.harness.wait import wait_for
+
+    s = InProcServer(tmp_path).start()
+    try:
+        bob = s.token("bob")
+        ids = [
+            s.ok("POST", "/v1/tasks", {"resource": "team-a/one", "command": ["x"]}, bob)["id"]
+            for _ in range(3)
+        ]
+        wait_for(lambda: all(s.ok("GET", f"/v1/tasks/{t}")["state"] == "placed" for t in ids))
+        monkeypatch.setenv("KLIQUE_CONFIG", str(tmp_path / "absent.yaml"))
+        planner = s.token("role:planner")
+        argv = ["advise", "--estate", str(SMALL_ESTATE), "--against", s.url, "--json"]
+        capsys.readouterr()
+        assert main(argv + ["--token", planner]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["source"] == f"{s.url}, last 14d" and data["proposals"] == []
+        assert main(argv[:-1] + ["--token", planner]) == 0  # the report: bob's three tasks
+        assert f"Demand: {s.url}, last 14d (3 tasks, " in capsys.readouterr().out
+        assert main(argv + ["--token", bob]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("kliqued advise: ") and "Traceback" not in err
+    finally:
+        s.stop()
