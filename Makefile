@@ -13,7 +13,7 @@ RUN_STAMP := $(VENV)/.installed-run
 # runs it in one process.
 WORKERS ?= 3
 # What `make check` leaves to `make test` (the markers: CONTRIBUTING.md).
-QUICK := not (slow or daemon or slurm or podman or postgres or browser)
+QUICK := not (slow or daemon or slurm or podman or postgres or browser or oidc)
 # pytest's assertion rewriting caches its result as bytecode: with PYTHONDONTWRITEBYTECODE
 # set, every run (and every xdist worker) rewrites ~600 modules again (25-30 s of collection).
 export PYTHONDONTWRITEBYTECODE :=
@@ -41,6 +41,7 @@ run: $(RUN_STAMP)
 # Slurm, Podman and the rest from Debian's packages when root with apt-get (else it says
 # which tests will skip), the import contracts (pyproject.toml), then every test.
 test: $(STAMP) system-packages
+	@tests/setup/oidc-provider.sh $(VENV)
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import compiled as c
 from .hierarchy import organisation
-from .models import Alerts, Group, Policy, Pool, Price, Profile, Settings
+from .models import Alerts, Group, Identity, Policy, Pool, Price, Profile, Settings
 from .resolve import execution_order, pool_capacity, resolve_pools
 from .source import SourceMap
 from .units import money_str
@@ -189,6 +189,7 @@ def build(sources: SourceMap) -> c.CompiledEstate:
             if settings.attribution is None
             else c.CAttribution(**settings.attribution.model_dump()),
             lending=_lending(settings),
+            identity=_identity(settings.identity),
         ),
         pools=sorted(cpools, key=lambda x: x.name),
         profiles=sorted(cprofiles, key=lambda x: x.name),
@@ -198,6 +199,50 @@ def build(sources: SourceMap) -> c.CompiledEstate:
         compute_resources=sorted(resources, key=lambda x: x.name),
     )
     return estate.with_revision()
+
+
+def _identity(identity: Identity | None) -> c.CIdentity | None:
+    """The sign-in settings, compiled: the users maps turned to claim value -> user (the
+    look-up a sign-in makes), lists sorted by name."""
+    if identity is None:
+        return None
+    providers = [
+        c.CPeopleProvider(
+            name=p.name,
+            issuer=p.issuer,
+            audience=p.audience,
+            client_id=p.client_id or p.audience,
+            user_claim=p.user_claim,
+            users={value: user for user, value in p.users.items()},
+            algorithms=list(p.algorithms),
+            leeway_s=p.leeway,
+            scopes=list(p.scopes),
+        )
+        for p in sorted(identity.providers, key=lambda x: x.name)
+    ]
+    workloads = [
+        c.CWorkload(
+            name=w.name,
+            issuer=w.issuer,
+            audience=w.audience,
+            claims=dict(w.claims),
+            role=w.role,
+            algorithms=list(w.algorithms),
+            leeway_s=w.leeway,
+        )
+        for w in sorted(identity.workloads, key=lambda x: x.name)
+    ]
+    r = identity.roles
+    return c.CIdentity(
+        providers=providers,
+        workloads=workloads,
+        roles={
+            "admin": sorted(set(r.admin)),
+            "finance": sorted(set(r.finance)),
+            "planner": sorted(set(r.planner)),
+        },
+        token_lifetime_s=identity.token_lifetime,
+    )
 
 
 def _lending(settings: Settings) -> c.CLending:

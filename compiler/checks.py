@@ -18,6 +18,7 @@ from .idle_checks import check_profile_idle
 from .node_checks import check_pool_nodes, check_profile_nodes
 from .setting_checks import check_pool_settings
 from .lending_checks import check_lending
+from .identity_checks import check_identity
 from .org_checks import check_connection, check_handles, check_tree, listed_envelope
 from .reservations import check_reservations
 from .resolve import allowed, pool_capacity, resolve_pools
@@ -74,6 +75,7 @@ def run_checks(sources: SourceMap) -> list[Diagnostic]:
     diags += check_tree(org, policies, groups)
     diags += check_handles(sources.settings, groups)
     diags += check_lending(org, policies, sources.settings)
+    diags += check_identity(sources.settings, groups)
 
     resolved: dict[str, list[str]] = {}
     for name, obj in profiles.items():

@@ -57,6 +57,51 @@ class CSettings(_Frozen):
     when absent, like ``alerts``."""
     lending: CLending = CLending()
     """lending.md; left out of the canonical JSON at its defaults."""
+    identity: "CIdentity | None" = None
+    """Sign-in through identity providers (docs/identity.md); left out of the canonical JSON
+    when absent, like ``alerts``."""
+
+
+class CPeopleProvider(_Frozen):
+    """An identity provider people sign in with."""
+
+    name: str
+    issuer: str
+    audience: str
+    client_id: str
+    """The public client of the dashboard and ``kliqued login`` (the audience when unset)."""
+    user_claim: str
+    users: dict[str, str]
+    """Claim value -> estate user, for the users whose value is not their name."""
+    algorithms: list[str]
+    leeway_s: int
+    scopes: list[str]
+
+
+class CWorkload(_Frozen):
+    """A CI token service: a job whose token matches every claim condition acts as
+    ``role``."""
+
+    name: str
+    issuer: str
+    audience: str
+    claims: dict[str, str]
+    """Claim -> the value it must have (a trailing ``*``: a prefix)."""
+    role: Literal["planner"]
+    algorithms: list[str]
+    leeway_s: int
+
+
+class CIdentity(_Frozen):
+    providers: list[CPeopleProvider]
+    workloads: list[CWorkload]
+    roles: dict[str, list[str]]
+    """Role (admin, finance, planner) -> the users who hold it, sorted."""
+    token_lifetime_s: int
+
+    def in_estate(self, user: str) -> bool:
+        """Whether ``user`` holds a role here (a person in no group may still be finance)."""
+        return any(user in users for users in self.roles.values())
 
 
 class CAlertChannel(_Frozen):
@@ -252,7 +297,7 @@ class CompiledEstate(_Frozen):
         """The data the revision digest covers, as JSON values: the plan's diff walks this
         same form, so every difference that gives a new revision is one the plan can show."""
         body = self.model_dump(mode="json")
-        for key in ("alerts", "attribution"):
+        for key in ("alerts", "attribution", "identity"):
             if body["settings"].get(key) is None:
                 body["settings"].pop(key, None)
         lending = body["settings"].get("lending")

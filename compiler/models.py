@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -262,6 +263,158 @@ class Lending(_Model):
     )
 
 
+ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
+"""The signatures an identity provider may use: asymmetric only. ``none`` and the HMAC
+algorithms (HS*) are not expressible, so no estate can accept an unsigned token or one
+signed with a secret the daemon would have to share."""
+Algorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"]
+CLAIM_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
+Claim = Annotated[str, Field(pattern=CLAIM_PATTERN, description="a JWT claim name")]
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _issuer(value: Any) -> str:
+    """An issuer is an https URL (OpenID Connect Discovery 1.0, section 3); plain http only
+    on the loopback, for a provider on the same machine (development, the tests)."""
+    if not isinstance(value, str):
+        raise ValueError(f"an issuer must be a URL, found {value!r}")
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        host = None
+    if not host or parts.query or parts.fragment or " " in value:
+        raise ValueError(
+            f"{value!r} is not an issuer URL: write it as the provider's tokens carry it in "
+            "'iss', such as https://login.example.org/realms/research"
+        )
+    if parts.scheme == "http" and host in _LOOPBACK_HOSTS:
+        return value
+    if parts.scheme != "https":
+        raise ValueError(
+            f"issuer {value!r} must use https (http is accepted only on 127.0.0.1, localhost "
+            "or ::1)"
+        )
+    return value
+
+
+Issuer = Annotated[
+    str,
+    BeforeValidator(_issuer),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^(https://|http://(127\.0\.0\.1|localhost|\[::1\])[:/])[^ ?#]+$",
+            "description": "the provider's issuer URL, exactly as its tokens' 'iss' (https; "
+            "http only on the loopback)",
+        }
+    ),
+]
+Audience_ = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^\s]+$",
+        description="the value the tokens' 'aud' must contain",
+    ),
+]
+
+
+def _default_algorithms() -> list[Algorithm]:
+    return ["RS256", "ES256"]
+
+
+class _Issued(_Model):
+    """What every trusted issuer has: where its keys are, what its tokens must say."""
+
+    name: Name = Field(description="the provider's name in the audit log and the dashboard")
+    issuer: Issuer
+    audience: Audience_
+    algorithms: list[Algorithm] = Field(
+        default_factory=_default_algorithms,
+        min_length=1,
+        description="the signature algorithms accepted (never none or HS*)",
+    )
+    leeway: Duration = Field(
+        "60s",
+        validate_default=True,
+        description="clock skew allowed on exp, nbf and iat (at most 5m)",
+    )
+
+
+class PeopleProvider(_Issued):
+    """A site's identity provider for people (Keycloak, Entra ID, Okta, Google, Dex): it
+    says who someone is; what they may do stays in this estate (groups and roles)."""
+
+    client_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="the public client (PKCE) the dashboard and kliqued login use; "
+        "default: the audience",
+    )
+    user_claim: Claim = Field(
+        "preferred_username",
+        description="the claim whose value is the estate user (or is mapped by 'users'): "
+        "preferred_username, email, upn, ...",
+    )
+    users: dict[User, Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=dict,
+        description="estate user -> their value of user_claim, where the two differ "
+        "(alice: a.smith@example.org); a value not listed is the user's own name",
+    )
+    scopes: list[Annotated[str, Field(pattern=r"^[!-~]+$")]] = Field(
+        default_factory=lambda: ["openid", "profile", "email"],
+        description="the scopes the dashboard and kliqued login ask for",
+    )
+
+
+class WorkloadIssuer(_Issued):
+    """A CI system's token service (GitHub Actions, GitLab): a job whose ID token matches
+    every claim condition acts as ``role``, with no stored secret."""
+
+    claims: dict[Claim, Annotated[str, Field(min_length=1, max_length=512)]] = Field(
+        description="claim -> the value it must have; a value ending in '*' matches by prefix "
+        "(ref: refs/heads/release-*). At least one, and name the repository or project: an "
+        "issuer like GitHub's signs tokens for every repository on it"
+    )
+    role: Literal["planner"] = Field(
+        "planner",
+        description="the principal a matching job acts as (planner: read-only, for "
+        "kliqued plan --against)",
+    )
+
+
+class Roles(_Model):
+    """Who holds a platform role when they sign in through a provider: reviewed in git like
+    any change. Department heads are the groups' ``admins`` (groups.yaml), not a role here."""
+
+    admin: list[User] = Field(default_factory=list, description="platform admins")
+    finance: list[User] = Field(default_factory=list, description="the ledger's readers")
+    planner: list[User] = Field(
+        default_factory=list, description="people who may read the plan state (as CI does)"
+    )
+
+
+class Identity(_Model):
+    """Sign-in with the organisation's identity (extension; docs/identity.md)."""
+
+    providers: list[PeopleProvider] = Field(
+        default_factory=list, description="identity providers people sign in with"
+    )
+    workloads: list[WorkloadIssuer] = Field(
+        default_factory=list, description="CI token services trusted for jobs"
+    )
+    roles: Roles = Field(default_factory=Roles)
+    token_lifetime: Duration = Field(
+        "8h",
+        validate_default=True,
+        description="how long the Klique token made at a sign-in (dashboard, kliqued login) "
+        "lives; kliqued login renews it (at most 7d)",
+    )
+
+
 class Settings(_Model):
     pass_interval: Duration = Field(
         "1s", validate_default=True, description="how often the engine runs a pass"
@@ -298,6 +451,11 @@ class Settings(_Model):
         None,
         description="protection of young borrowed work, least lost work first and "
         "fair shares between borrowers (lending.md)",
+    )
+    identity: Identity | None = Field(
+        None,
+        description="sign-in through identity providers for people and CI token services "
+        "for jobs (extension; docs/identity.md)",
     )
 
 

@@ -49,6 +49,9 @@ def atomic_path(
     (``.parquet``)."""
     with scratch_path(path, suffix=suffix, mkdir=mkdir) as tmp:
         yield tmp
+        # private whatever the writer did: DuckDB's COPY replaces the file with the umask's
+        # mode (0644 beside the CSV export's 0600 before this)
+        os.chmod(tmp, 0o600)
         os.replace(tmp, path)
 
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "serve": "run the control plane daemon (API, engine, ledger)",
     "dev": "run the control plane and a local worker (make run)",
     "token": "create, list, rotate and revoke API tokens (admins)",
+    "login": "sign in through your organisation's identity provider",
     "whoami": "who your token is: principal, groups, admin of, role",
     "resources": "what you may submit to: size, weight, pools, room",
     "submit": "send a task to a compute resource",

@@ -53,6 +53,54 @@ def postgres():
 
 
 @pytest.fixture(scope="session")
+def oidc_people():
+    """One real OpenID Provider for the session, shaped like a site's (tests/harness/oidc.py):
+    the client ``klique`` (public, PKCE; the device grant). Skips, saying why, without
+    Node.js/npm."""
+    from tests.harness.oidc import Client, Provider, unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    provider = Provider("people", [Client("klique")]).start()
+    try:
+        yield provider
+    finally:
+        provider.stop()
+
+
+@pytest.fixture(scope="session")
+def oidc_actions():
+    """A second real provider shaped like GitHub Actions' token service (``repository``,
+    ``ref`` claims; ``ACTIONS_ID_TOKEN_REQUEST_URL``)."""
+    from tests.harness.oidc import Provider, unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    provider = Provider("actions").start()
+    try:
+        yield provider
+    finally:
+        provider.stop()
+
+
+@pytest.fixture
+def idp_server(tmp_path: Path, oidc_people: Any, oidc_actions: Any) -> Iterator[Any]:
+    """A daemon (in process) whose estate trusts the session's providers
+    (tests/harness/oidc_estate.py): ``corp`` for people, ``github`` for CI jobs."""
+    from tests.harness.inproc import InProcServer
+    from tests.harness.oidc_estate import write_estate
+
+    estate = write_estate(tmp_path / "estate", oidc_people, oidc_actions)
+    s = InProcServer(tmp_path, estate).start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
 def postgres_prepared():
     """A PostgreSQL that takes prepared transactions (``max_prepared_transactions``), for
     the tests of batches an older kliqued left prepared (its two-phase commit); started

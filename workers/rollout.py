@@ -183,13 +183,17 @@ def _progress(out: Callable[[str], None], verbose: bool):
 
 
 def role_vars(url: str | Iterable[str], pool: str, token_file: Path) -> dict:
-    """The role's required variables. ``klique_url`` carries every daemon's URL, comma-
+    """The role's required variables. ``klique_worker_url`` carries every daemon's URL, comma-
     separated (``split_urls``: ``--url a --url b`` or ``--url a,b``), and the role gives the
     workers all of them, so they follow the leader (docs/ha.md)."""
     urls = split_urls(url)
     if not urls:
         raise RolloutError("no control-plane URL given (--url or KLIQUE_URL)")
-    return {"klique_url": ",".join(urls), "klique_pool": pool, "klique_token_src": str(token_file)}
+    return {
+        "klique_worker_url": ",".join(urls),
+        "klique_worker_pool": pool,
+        "klique_worker_token_src": str(token_file),
+    }
 
 
 def rollout(
@@ -225,9 +229,9 @@ def rollout(
     try:
         ev = role_vars(url, pool, token_file)
         if prefix:
-            ev["klique_prefix"] = str(Path(prefix).resolve())
+            ev["klique_worker_prefix"] = str(Path(prefix).resolve())
         if pip_spec:
-            ev["klique_pip_spec"] = pip_spec
+            ev["klique_worker_pip_spec"] = pip_spec
         else:
             pkg = Path(package).resolve() if package else build_wheel(work / "dist")
             # the same path on every run, so an unchanged build copies nothing
@@ -235,9 +239,9 @@ def rollout(
             stable.parent.mkdir(parents=True, exist_ok=True)
             if not stable.exists() or stable.read_bytes() != pkg.read_bytes():
                 shutil.copyfile(pkg, stable)
-            ev["klique_package"] = str(stable)
+            ev["klique_worker_package"] = str(stable)
         if admin_token:
-            ev["klique_admin_token"] = admin_token
+            ev["klique_worker_admin_token"] = admin_token
         ev.update(extravars or {})
         bindir = str(Path(sys.executable).parent)
         envvars = {

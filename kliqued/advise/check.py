@@ -15,6 +15,7 @@ from compiler.compiled import CompiledEstate
 from compiler.plan.approvals import group_chain
 from compiler.plan.whatif import Figures, WhatIf
 from kliqued.whatif import what_if
+from kliqued.whatif.compare import Side
 from kliqued.whatif.demand import DemandTask
 
 from .edit import EditError, compiled, edited, patch
@@ -100,7 +101,7 @@ def advise(
             names = ", ".join(sorted(g.name for g in base.groups))
             raise AdviseError(f"--group {subtree}: no such group; the estate has {names}")
         groups = {g.name for g in base.groups if g.name == subtree or subtree in g.ancestors}
-    runs: dict[tuple[str, int], object] = {}
+    runs: dict[tuple[str, int], Side] = {}
     baseline = what_if(rows, base, base, source, threshold_s, cache=runs)
     proposals: list[Proposal] = []
     for target, change in propose(base, res.sources, baseline, threshold_s, groups, max_groups):

@@ -1,8 +1,10 @@
 """The CI definitions ``kliqued ci init`` writes: GitHub Actions and GitLab CI.
 
 Each validates the estate, plans the pull request with the what-if against the control
-plane (a ``role:planner`` token kept as a CI secret: the plan reads the live counts and the
-last weeks' demand, and says when the base is not the revision in force), keeps the plan in
+plane (the job's own ID token, no stored secret: GitHub's ``id-token: write``, GitLab's
+``id_tokens``; the estate trusts the CI issuer for its repository in
+``settings.identity.workloads`` and the job acts as ``role:planner``: the plan reads the live
+counts and the last weeks' demand, and says when the base is not the revision in force), keeps the plan in
 one pull-request comment (``kliqued ci comment``) and fails the check on an invalid estate
 or an error-level impact only (a plan's exit 2, "changes", is not a failure).
 """
@@ -30,9 +32,12 @@ class Options:
 
 GITHUB = """\
 # Written by `kliqued ci init github` (docs/gitops.md). Set the repository variable
-# KLIQUE_URL (the control plane; several daemons comma-separated) and the secret
-# KLIQUE_PLANNER_TOKEN (`kliqued token create --role planner --name estate-ci`); without
-# them the plan compares the two revisions only.
+# KLIQUE_URL (the control plane; several daemons comma-separated); without it the plan
+# compares the two revisions only. No secret: the job proves who it is with its own ID token
+# (id-token: write below), which the estate trusts for this repository (docs/identity.md):
+#   settings: {{identity: {{workloads: [{{name: github, audience: klique,
+#     issuer: "https://token.actions.githubusercontent.com",
+#     claims: {{repository: your-org/your-estate}}}}]}}}}
 name: klique-plan
 
 on:
@@ -44,6 +49,7 @@ on:
 permissions:
   contents: read
   pull-requests: write  # to post and update the plan comment
+  id-token: write  # the job's ID token: kliqued plan reads the live counts with it
 
 concurrency:  # a new push cancels the run for the previous one
   group: klique-plan-${{{{ github.event.pull_request.number }}}}
@@ -54,7 +60,7 @@ jobs:
     runs-on: ubuntu-latest
     env:
       KLIQUE_URL: ${{{{ vars.KLIQUE_URL }}}}
-      KLIQUE_TOKEN: ${{{{ secrets.KLIQUE_PLANNER_TOKEN }}}}
+      KLIQUE_AUDIENCE: ${{{{ vars.KLIQUE_AUDIENCE || 'klique' }}}}  # settings.identity's audience
     steps:
       - uses: actions/checkout@v5
         with:
@@ -111,10 +117,12 @@ GITLAB = """\
 # Written by `kliqued ci init gitlab` (docs/gitops.md). Include it from .gitlab-ci.yml:
 #   include:
 #     - local: {workflow}
-# CI/CD variables: KLIQUE_URL (the control plane; several daemons comma-separated),
-# KLIQUE_TOKEN (masked: a role:planner token, `kliqued token create --role planner --name
-# estate-ci`) and KLIQUE_BOT_TOKEN (masked: a project access token, role Reporter, scope
-# api, to post the plan note).
+# CI/CD variables: KLIQUE_URL (the control plane; several daemons comma-separated) and
+# KLIQUE_BOT_TOKEN (masked: a project access token, role Reporter, scope api, to post the
+# plan note). No Klique secret: the job's ID token (id_tokens below) proves who it is, and
+# the estate trusts GitLab for this project (docs/identity.md):
+#   settings: {{identity: {{workloads: [{{name: gitlab, audience: klique,
+#     issuer: "https://gitlab.com", claims: {{project_path: "group/estate"}}}}]}}}}
 klique-plan:
   image: python:{python}
   rules:
@@ -124,6 +132,9 @@ klique-plan:
         - "{workflow}"
   variables:
     GIT_DEPTH: "0"
+  id_tokens:
+    KLIQUE_ID_TOKEN:  # kliqued plan reads the live counts with it
+      aud: klique  # settings.identity's audience
   script:
     # {install_comment}
     - pip install "{install}"

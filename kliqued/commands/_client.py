@@ -8,11 +8,13 @@ import functools
 import json
 import sys
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from klique_util.leader import split_urls
 from klique_util.units import DAY_S, HOUR_S, MINUTE_S
-from kliqued.sdk import Client, KliqueError
+
+if TYPE_CHECKING:
+    from kliqued.sdk import Client
 
 
 SEVERAL_URLS = (
@@ -63,7 +65,11 @@ def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None
 
 def client(args: argparse.Namespace) -> Client:
     """The SDK's client for the command's flags, declaring the ``cli`` channel: the tasks
-    the CLI submits are recorded as sent through it."""
+    the CLI submits are recorded as sent through it. The SDK (``http.client``, ``ssl``,
+    ``email``: a third of ``kliqued whoami --help``'s start) is imported here, when a
+    command runs, not when its parser is built (tests/cli/test_lazy.py)."""
+    from kliqued.sdk.client import Client
+
     return Client.from_config(
         url=urls(args.url),
         token=args.token,
@@ -84,6 +90,8 @@ def handles_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[..., int
 
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
+        from kliqued.sdk.errors import KliqueError  # light: no HTTP stack
+
         try:
             return fn(args)
         except KliqueError as exc:

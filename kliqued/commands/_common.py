@@ -3,6 +3,7 @@ formatter and ``write_atomic`` are in ``klique_util``: ``klique-worker`` uses th
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -13,6 +14,13 @@ if TYPE_CHECKING:  # the compiler is imported by the commands that print diagnos
     from compiler.diagnostics import Diagnostic  # so that client commands start fast
 
 DEFAULT_ESTATE = "estate"
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of 1 or more, refused with the value it was given."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
 
 
 def add_command(subparsers, name: str, help: str, description: str, examples: str):

@@ -76,6 +76,13 @@ def register(subparsers) -> None:
         help="where the API listens (default: 127.0.0.1:8080, or the next free port)",
     )
     p.add_argument(
+        "--sessions-listen",
+        metavar="HOST:PORT",
+        default=None,
+        help="where interactive sessions are served, an origin of its own (default: the "
+        "API's port + 1, or the next free port)",
+    )
+    p.add_argument(
         "--pool",
         action="append",
         default=None,
@@ -304,7 +311,7 @@ def _run(args: argparse.Namespace, home: Path, tokens: Path, lock: Any) -> int:
                     "--listen",
                     listen,
                     "--sessions-listen",
-                    _sessions_listen(listen),
+                    args.sessions_listen or _sessions_listen(listen),
                 ],
                 env=env,
                 stdout=fh,

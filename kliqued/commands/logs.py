@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ._client import add_client_flags, client, handles_errors
+from ._client import add_client_flags, client, handles_errors, reason
 from ._common import add_command
 from .status import ended
 
@@ -76,6 +76,18 @@ def _ending(task_id: str, task: dict) -> None:
             print(f"==> {task_id} {note}", file=sys.stderr)
 
 
+def not_yet(task: dict) -> str | None:
+    """Why a task has no log yet, for a task that has not started: ``no log yet: queued
+    (waiting: ...)`` or ``no log yet: placed on POOL, not started yet``; None otherwise."""
+    state = task.get("state")
+    if state == "queued":
+        why = task.get("waiting_reason")
+        return "no log yet: queued" + (f" ({reason(why)})" if why else "")
+    if state == "placed" and not task.get("started_at"):
+        return f"no log yet: placed on {task.get('pool') or '-'}, not started yet"
+    return None
+
+
 @handles_errors
 def run(args: argparse.Namespace) -> int:
     k = client(args)
@@ -95,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
             _write(page["data"])
             offset = page["next_offset"]
         epoch = e
+    if not first["size"] and not first["epochs"]:
+        note = not_yet(k.task(args.id))
+        if note:  # on stderr: stdout stays the task's own output
+            print(f"==> {args.id} {note}", file=sys.stderr)
     if not args.follow:
         _ending(args.id, k.task(args.id))
         return 0

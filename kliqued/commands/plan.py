@@ -18,6 +18,8 @@ from compiler.units import parse_duration, parse_time
 from klique_util.files import write_atomic
 from klique_util.units import to_ms
 from kliqued.sdk import Client, KliqueError
+from kliqued.sdk.config import ENV_TOKEN
+from kliqued.sdk.workload import job_id_token
 from kliqued.whatif import DemandError, what_if
 from kliqued.whatif.demand import DemandTask, read_demand, read_demand_text
 
@@ -47,6 +49,7 @@ def register(subparsers) -> None:
         "  kliqued plan --format github          # annotations in GitHub Actions\n"
         "  kliqued plan --repo ../estate-repo --estate-path clusters/estate\n"
         "  kliqued plan --against $KLIQUE_URL --token $PLANNER_TOKEN  # live counts\n"
+        "  kliqued plan --against $KLIQUE_URL   # in CI: the job's own ID token, no secret\n"
         "  kliqued plan --what-if demand.csv     # last weeks' work on both sides\n"
         "  kliqued plan --what-if-from $KLIQUE_URL --since 14d --format markdown",
     )
@@ -93,7 +96,15 @@ def register(subparsers) -> None:
     live.add_argument(
         "--token",
         metavar="TOKEN",
-        help="a role:planner (or admin) token (default: KLIQUE_TOKEN or the config context)",
+        help="a role:planner (or admin) token (default: KLIQUE_TOKEN, else the CI job's own "
+        "ID token: KLIQUE_ID_TOKEN, or GitHub Actions' with id-token: write; else the config "
+        "context)",
+    )
+    live.add_argument(
+        "--audience",
+        metavar="AUD",
+        help="the audience a GitHub Actions ID token is asked for: the daemon's "
+        "settings.identity.workloads audience (default: KLIQUE_AUDIENCE or klique)",
     )
     live.add_argument(
         "--context", metavar="NAME", help="a context of the client config file for the token"
@@ -178,12 +189,21 @@ def _live(args: argparse.Namespace) -> LiveState:
     """The daemon's live counts; a missing role or an unreachable daemon fails the plan
     (exit 1) rather than silently planning without them."""
     c = Client.from_config(
-        url=_urls(args.against, "--against"), token=args.token, context=args.context
+        url=_urls(args.against, "--against"), token=_token(args), context=args.context
     )
     try:
         return parse_live_state(c.plan_state(), c.url)
     except LiveStateError as exc:
         raise LiveStateError(f"{c.url}/v1/plan/state: {exc}") from None
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """``--token``, else ``KLIQUE_TOKEN``, else the CI job's own ID token (GitHub Actions'
+    ``id-token: write``, GitLab's ``id_tokens``: no stored secret), else the config context's
+    (None here: ``Client.from_config`` reads it)."""
+    if args.token or os.environ.get(ENV_TOKEN):
+        return args.token or os.environ[ENV_TOKEN]
+    return job_id_token(args.audience)
 
 
 def _urls(values: list[str], flag: str) -> str:
@@ -201,7 +221,7 @@ def _demand(args: argparse.Namespace) -> tuple[list[DemandTask], str, Running | 
     if args.what_if:
         return read_demand(args.what_if), args.what_if, None
     c = Client.from_config(
-        url=_urls(args.what_if_from, "--what-if-from"), token=args.token, context=args.context
+        url=_urls(args.what_if_from, "--what-if-from"), token=_token(args), context=args.context
     )
     d = c.demand(args.since or "14d")
     running = Running(c.url, d.revision, d.commit) if d.revision else None

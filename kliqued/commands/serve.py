@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from klique_util.units import SECOND_MS, UNIT_SECONDS
 
-from ._common import add_command
+from ._common import add_command, positive_int
 
 if TYPE_CHECKING:
     from kliqued.daemon.server import Options
@@ -38,12 +38,6 @@ def _memory(text: str) -> str:
     if n < 64 * 1024**2:
         raise argparse.ArgumentTypeError(f"{text!r} is below 64MiB: DuckDB needs more to run")
     return f"{n}B"
-
-
-def _positive(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
 
 
 def _whole(text: str) -> int:
@@ -240,7 +234,7 @@ def register(subparsers) -> None:
     c.add_argument(
         "--max-connections",
         metavar="N",
-        type=_positive,
+        type=positive_int,
         default=10_000,
         help="open connections at most; more get 503 at once. Kept below the "
         "open-files limit, which is raised to its hard limit at start "

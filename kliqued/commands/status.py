@@ -20,7 +20,7 @@ from ._client import (
     table,
     when,
 )
-from ._common import add_command
+from ._common import add_command, positive_int
 
 STATES = ("active", "queued", "placed", "ended", "all")
 
@@ -55,7 +55,11 @@ def register(subparsers) -> None:
         help="only this group's tasks (a department or business unit: its teams')",
     )
     p.add_argument(
-        "--limit", type=int, default=200, metavar="N", help="list at most N tasks (default: 200)"
+        "--limit",
+        type=positive_int,
+        default=200,
+        metavar="N",
+        help="list the newest N tasks, newest first (default: 200)",
     )
     add_client_flags(p)
     p.set_defaults(handler=run)
@@ -80,11 +84,13 @@ def run(args: argparse.Namespace) -> int:
             resource=args.resource,
             user=args.user,
             group=args.group,
-            page_size=min(max(args.limit, 1), 1000),
+            page_size=min(args.limit, 1000),
+            newest_first=True,
         )
         tasks += list(itertools.islice(it, args.limit))
-    tasks.sort(key=lambda t: t["submitted_at"] or "")
-    tasks = tasks[-args.limit :] if args.limit > 0 else tasks
+    # newest first, as squeue, sacct and the dashboard list them (ids grow with submission)
+    tasks.sort(key=lambda t: t["id"], reverse=True)
+    tasks = tasks[: args.limit]
     if args.json:
         print_json({"tasks": tasks})
         return 0

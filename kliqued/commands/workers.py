@@ -12,7 +12,7 @@ from ._common import add_command
 EXAMPLES = """\
   # roll workers out to a new pool in three commands (docs/rollout.md)
   kliqued token create --worker --pool onprem-baremetal > worker.token && chmod 600 worker.token
-  printf '[gpu]\\ngpu-01.example.com klique_gpus=0,1,2,3\\ngpu-02.example.com\\n' > hosts.ini
+  printf '[gpu]\\ngpu-01.example.com klique_worker_gpus=0,1,2,3\\ngpu-02.example.com\\n' > hosts.ini
   kliqued workers rollout --inventory hosts.ini --pool onprem-baremetal \\
       --url https://klique.example.com --token-file worker.token
 
@@ -27,7 +27,7 @@ EXAMPLES = """\
   # this machine, into a directory of its own, from a given wheel
   printf 'localhost ansible_connection=local\\n' > local.ini
   kliqued workers rollout --inventory local.ini --pool dev --token-file worker.token \\
-      --prefix /tmp/klique-dev --package dist/klique-0.1.0-py3-none-any.whl -e klique_gpus=0,1
+      --prefix /tmp/klique-dev --package dist/klique-0.1.0-py3-none-any.whl -e klique_worker_gpus=0,1
 """
 
 
@@ -58,7 +58,7 @@ def register(subparsers) -> None:
         required=True,
         metavar="FILE",
         help="an Ansible inventory (INI or YAML); host variables such as "
-        "klique_gpus override the defaults per host",
+        "klique_worker_gpus override the defaults per host",
     )
     r.add_argument("--pool", required=True, metavar="NAME", help="the pool the workers serve")
     r.add_argument(
@@ -94,7 +94,7 @@ def register(subparsers) -> None:
         "--pip-spec",
         metavar="SPEC",
         help="install with pip from an index instead, e.g. 'klique==0.1.0' "
-        "(with -e klique_pip_index_url=URL)",
+        "(with -e klique_worker_pip_index_url=URL)",
     )
     r.add_argument(
         "--check", action="store_true", help="only say what would change (Ansible's check mode)"

@@ -11,6 +11,7 @@ which and when.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,8 @@ from kliqued.daemon.units import iso
 
 Kind = Literal["user", "worker", "role"]
 _KINDS: dict[str, Kind] = {"user": "user", "worker": "worker", "role": "role"}
+OIDC = "oidc:"
+"""The ``token_id`` prefix of a principal that came with a provider's JWT (issue 30)."""
 ROLES = ("admin", "finance", "planner")
 """``planner``: CI's read-only role for ``kliqued plan --against``; it reads the running
 revision and the live counts of ``GET /v1/plan/state`` (and the estate), nothing else."""
@@ -97,6 +100,18 @@ class TokenBook:
         self.hasher = hasher
         self.by_hash: dict[str, TokenRecord] = {}
         self.by_id: dict[str, TokenRecord] = {}
+        self.still: Callable[[TokenRecord], str | None] | None = None
+        """Why a token made at a sign-in no longer works under the running estate (its
+        person removed, their role or provider gone), or None: set by the daemon
+        (identity.mapping.signin_refusal), so a removal ends every such token at once."""
+
+    def refusal(self, rec: TokenRecord, now: int) -> str | None:
+        """Why ``rec`` does not work at ``now``: revoked, expired, or its sign-in's person
+        no longer in the estate; None when it works."""
+        why = rec.refusal(now)
+        if why is None and self.still is not None:
+            why = self.still(rec)
+        return why
 
     def hash(self, secret: str) -> str:
         if self.hasher is None:
@@ -111,7 +126,7 @@ class TokenBook:
         """Whether the token ``token_id`` still works (long polls check it while they
         wait: a revoked or expired token's poll ends at once)."""
         rec = self.by_id.get(token_id or "")
-        return rec is not None and rec.refusal(now) is None
+        return rec is not None and self.refusal(rec, now) is None
 
     def ended(self, token_id: str | None, at: int) -> str | None:
         """Why the token a schedule or pipeline is bound to no longer works at ``at``
@@ -122,16 +137,29 @@ class TokenBook:
         rec = self.by_id.get(token_id)
         if rec is None:
             return f"token {token_id} is no longer known"
-        return rec.refusal(at)
+        return self.refusal(rec, at)
 
     def seconds_left(self, token_id: str | None, now: int) -> float | None:
         """How long the token ``token_id`` still works from ``now``: None when it has no
         expiry, 0 when it no longer works. A browser cookie opened with it lives no longer
         (the dashboard's, a session's)."""
         rec = self.by_id.get(token_id or "")
-        if rec is None or rec.refusal(now) is not None:
+        if rec is None or self.refusal(rec, now) is not None:
             return 0.0
         return None if rec.expires_at is None else (rec.expires_at - now) / 1000
+
+    def require_booked(self, p: Principal, what: str) -> None:
+        """409 when ``p`` came with an identity provider's own token (``oidc:...``, issue
+        30): ``what`` (a schedule, a pipeline, a session's link) is bound to the token of
+        the request and lives as long as it, which only a token of this book can say."""
+        if p.token_id is not None and p.token_id.startswith(OIDC) and p.token_id not in self.by_id:
+            raise ApiError(
+                409,
+                "conflict",
+                f"{what} is bound to the token of the request, and this one is the identity "
+                "provider's own: sign in with `kliqued login` (or the dashboard) and use the "
+                "Klique token it stores",
+            )
 
     def authenticate(self, header: str | None, now: int) -> Principal:
         if not header:
@@ -146,7 +174,7 @@ class TokenBook:
         rec = self.by_hash.get(self.hash(token.strip()))
         if rec is None:
             raise ApiError(401, "unauthenticated", "unknown token")
-        why = rec.refusal(now)
+        why = self.refusal(rec, now)
         if why is not None:
             raise ApiError(401, "unauthenticated", why)
         return Principal.parse(rec.principal, rec.id)

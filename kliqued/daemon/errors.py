@@ -102,6 +102,15 @@ def not_found(message: str) -> ApiError:
     return ApiError(404, "not-found", message)
 
 
+class MethodNotAllowed(ApiError):
+    """A 405 with the methods the path does serve: the error middleware sends them as the
+    ``Allow`` header (RFC 9110 15.5.6: a 405 MUST carry it)."""
+
+    def __init__(self, message: str, allow: tuple[str, ...]) -> None:
+        super().__init__(405, "method-not-allowed", message)
+        self.allow = allow
+
+
 class Unavailable(ApiError):
     """The daemon is shutting down or its log cannot be written: nothing was recorded."""
 

@@ -33,6 +33,10 @@ Kinds (``data`` fields in brackets):
 - ``token_created`` [id, principal, name, expires_at?, rotated_from?] / ``token_revoked``
   [id] / ``token_rotated`` [id, to, old_ends_at] (the old token ends then: at once, or after
   the rotation's grace)
+- ``signed_in`` [provider, subject, principal, person?, via, token?] (a person or a CI job
+  proved who they are with a token of a provider the estate trusts, issue 30: ``via`` is
+  ``bearer`` (its first request with that token), ``signin`` (``POST /v1/signin``: a Klique
+  token ``token`` made for it) or ``dashboard``; never the provider's token itself)
 - ``capacity_mismatch`` [worker, pool, mismatches] (a registering worker's GPUs disagree
   with what its pool declares, issue 15; the engine still counts the declared capacity)
 - ``worker_refused`` [call, worker, holder?, reason] (a worker call that did not prove the
@@ -409,6 +413,17 @@ class TokenRotated(Payload):
     id: str
     to: str | None = None
     old_ends_at: int | None = None
+
+
+@registered("signed_in")
+@_frozen
+class SignedIn(Payload):
+    provider: str
+    subject: str
+    principal: str
+    person: str | None = None
+    via: str | None = None
+    token: str | None = None
 
 
 @registered("worker_refused")

@@ -10,6 +10,7 @@ finish (their changes are committed), checkpoint the file, exit 0.
 from __future__ import annotations
 
 import asyncio
+import errno
 import dataclasses
 import functools
 import gc
@@ -737,7 +738,24 @@ async def _run(
         session_runner, s_host, s_port, limits=limits, ssl_context=ssl_ctx, backlog=backlog
     )
     try:
-        await session_site.start()
+        try:
+            await session_site.start()
+        except OSError as exc:
+            if opts.sessions_listen is not None or exc.errno != errno.EADDRINUSE or not s_port:
+                raise
+            # the default (the API's port + 1) is taken: any free port is as good an origin
+            # of its own, and the API gives each session's URL; an explicit one is fatal
+            log.warning(
+                "the sessions' default port %s:%d is in use (%s): serving sessions on a "
+                "free port instead (--sessions-listen HOST:PORT fixes one)",
+                s_host,
+                s_port,
+                exc.strerror or exc,
+            )
+            session_site = ListenSite(
+                session_runner, s_host, 0, limits=limits, ssl_context=ssl_ctx, backlog=backlog
+            )
+            await session_site.start()
     except OSError as exc:
         log.error(
             "cannot listen for sessions on %s:%d: %s (choose another port with "

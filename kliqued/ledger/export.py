@@ -193,11 +193,23 @@ def csv_to_parquet(
     """Converts an export CSV into Parquet with the column ``types`` (the ledger's by
     default: TIMESTAMP in UTC, DECIMAL amounts), written through a temporary file and a
     rename. Returns the row count. Runs in an in-memory DuckDB of the calling process.
-    Creates no directory: a missing one raises ``FileNotFoundError``."""
-    columns = "{" + ", ".join(f"{_sql_text(n)}: {_sql_text(t)}" for n, t in types) + "}"
+    Creates no directory: a missing one raises ``FileNotFoundError``.
+
+    Timestamps are written as instants (``TIMESTAMPTZ``: Parquet's ``isAdjustedToUTC=true``),
+    since every time in the ledger is UTC: a naive one reads as local time in tools that
+    honour the flag. The file is private (0600), as the CSV export is."""
+    columns = (
+        "{"
+        + ", ".join(
+            f"{_sql_text(n)}: {_sql_text('TIMESTAMPTZ' if t == 'TIMESTAMP' else t)}"
+            for n, t in types
+        )
+        + "}"
+    )
     with atomic_path(parquet_path, suffix=".parquet") as tmp:
         con = duckdb.connect(":memory:")
         try:
+            con.execute("SET TimeZone = 'UTC'")  # the CSV's times are UTC (a trailing Z)
             row = con.execute(
                 f"COPY (SELECT * FROM read_csv({_sql_text(str(csv_path))}, header = true, "
                 f"columns = {columns}, nullstr = '')) "

@@ -521,15 +521,18 @@ class Client:
         group: str | None = None,
         page_size: int = 500,
         after: str | None = None,
+        newest_first: bool = False,
         **filters: Any,
     ) -> Iterator[dict]:
-        """Every task the token may see that matches, across pages (lazily)."""
+        """Every task the token may see that matches, across pages (lazily), oldest first
+        (``newest_first``: newest first, so the first N are the latest N)."""
         query = {
             "state": state,
             "resource": resource,
             "user": user,
             "group": group,
             "limit": page_size,
+            "order": "newest" if newest_first else None,
             **filters,
         }
         while True:

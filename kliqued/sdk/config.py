@@ -16,6 +16,10 @@ The config file is ``$KLIQUE_CONFIG`` or ``~/.config/klique/config.yaml``::
         url: https://klique.northwind.example:8443   # or a list: several daemons
         token-file: ~/.config/klique/alice.token   # or: token: kq_...
         ca-file: ~/.config/klique/ca.pem           # optional, a private CA for HTTPS
+
+A context written by ``kliqued login`` (issue 30) also has ``token-expires`` and ``login``:
+its token is renewed through the identity provider when it nears its end
+(:mod:`kliqued.sdk.login`), so the CLI, the SDK and ``kliqued mcp`` all stay signed in.
 """
 
 from __future__ import annotations
@@ -121,6 +125,12 @@ def resolve(
         return str(value) if value else None
 
     def pick(explicit: str | None, env_name: str, key: str) -> tuple[str | None, str | None]:
+        if key == "token" and ctx and not explicit and (context or not os.environ.get(env_name)):
+            from .login import renew_if_due  # a sign-in's token near its end (kliqued login)
+
+            renewed = renew_if_due(path, str(ctx.get("name")))
+            if renewed:
+                ctx["token"] = renewed
         if explicit:
             return explicit, "argument"
         if context and from_ctx(key):

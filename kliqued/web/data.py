@@ -244,7 +244,7 @@ def event_text(r: dict[str, Any]) -> str:
         return f"estate revision {r.get('revision')} applied from {data.get('source')}"
     if k == "estate_refused":
         errs = data.get("errors") or []
-        return f"estate revision {data.get('revision')} refused: {len(errs)} error(s)" + (
+        return f"{refused_what(data)} refused: {len(errs)} error(s)" + (
             f"; first: {errs[0]}" if errs else ""
         )
     if k in ("worker_registered", "worker_lost", "worker_deregistered"):
@@ -471,6 +471,21 @@ async def tasks_with_history(
     out += [views.task(d, r) for r in stored if r.id not in seen and r.id not in d.records]
     out.sort(key=lambda t: t["id"], reverse=True)
     return out[:limit]
+
+
+def refused_what(data: dict[str, Any]) -> str:
+    """What a refused estate was, in words: an estate that does not compile has no
+    revision (its hash is the compiled estate's), so its commit and where it came from
+    name it (``estate at commit 1a2b3c4d5e6f from git:main``), never ``revision None``."""
+    if data.get("revision"):
+        return f"estate revision {data['revision']}"
+    commit = str(data.get("commit") or "")[:12]
+    source = data.get("source")
+    return (
+        "estate"
+        + (f" at commit {commit}" if commit else "")
+        + (f" from {source}" if source else "")
+    )
 
 
 # --------------------------------------------------------------------------- usage

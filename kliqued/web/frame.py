@@ -14,6 +14,8 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+
+from klique_util import fmt
 from aiohttp import web
 
 from kliqued.daemon.auth import Principal
@@ -22,6 +24,7 @@ from kliqued.daemon.api.request import ctx
 
 from . import data, session
 from .fragments import Fragments
+from .pending import PendingSignins
 from .session import Session, Sessions
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +51,8 @@ class Web:
     fragments: Fragments = field(default_factory=Fragments)
     tasks: data.TaskIndex = field(default_factory=data.TaskIndex)
     figures: data.FiguresCache = field(default_factory=data.FiguresCache)
+    oidc: PendingSignins = field(default_factory=PendingSignins)
+    """Sign-ins through an identity provider started and not finished (oidc.py)."""
     env: jinja2.Environment = field(
         default_factory=lambda: jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")),
@@ -59,6 +64,9 @@ class Web:
 
     def __post_init__(self) -> None:
         self.env.filters["when"] = when
+        # one number format everywhere, as the CLI prints (klique_util.fmt): no exponent,
+        # no trailing .0, three significant digits
+        self.env.filters["amount"] = fmt.amount
 
 
 WEB = web.AppKey("web", Web)
@@ -135,7 +143,7 @@ def signed_in(request: web.Request) -> tuple[Session | None, Principal | None, s
         return None, None, None
     d = ctx(request).daemon
     rec = d.tokens.by_id.get(s.token_id)
-    why = "the token was removed" if rec is None else rec.refusal(d.clock.now())
+    why = "the token was removed" if rec is None else d.tokens.refusal(rec, d.clock.now())
     if why is not None:
         w.sessions.close(sid)
         return None, None, why

@@ -13,6 +13,7 @@ from kliqued.daemon.api.request import CTX
 from .files import export, static, task_log
 from .frame import WEB, Web
 from .pages import audit, estate, my_work, orchestration, page, policy, usage
+from . import oidc
 from .signin import root, signin, signin_form, signout
 
 
@@ -37,6 +38,8 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", "/signin", signin_form),
     ("POST", "/signin", signin),
     ("POST", "/signout", signout),
+    ("GET", oidc.PATH, oidc.start),
+    ("GET", oidc.CALLBACK, oidc.callback),
     ("GET", "/orchestration", page("orchestration", orchestration)),
     ("GET", "/policy", page("policy", policy)),
     ("GET", "/my-work", page("my-work", my_work)),

@@ -33,8 +33,16 @@ async def signin_form(request: web.Request) -> web.StreamResponse:
         next=_next(request.query.get("next")),
         why=request.query.get("why"),
         error=None,
+        providers=_providers(request),
         **chrome(request, None, None, None),
     )
+
+
+def _providers(request: web.Request) -> list[str]:
+    """The identity providers of the running estate (settings.identity): one button each."""
+    d = ctx(request).daemon
+    ident = d.idx().estate.settings.identity if d.ready else None
+    return [p.name for p in ident.providers] if ident else []
 
 
 async def signin(request: web.Request) -> web.StreamResponse:
@@ -66,6 +74,7 @@ async def signin(request: web.Request) -> web.StreamResponse:
             next=target,
             why=None,
             error=problem,
+            providers=_providers(request),
             **chrome(request, None, None, None),
         )
     w = state(request)

@@ -12,6 +12,12 @@ so the same demand and estates give the same figures.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Sequence
 
@@ -28,6 +34,10 @@ from .demand import DemandTask
 
 DEFAULT_THRESHOLD_S = 3600
 """A task that waited longer than this for its first placement counts as waiting long."""
+PARALLEL_MIN_TASKS = 2000
+"""From this many tasks the head's replay runs in a child process beside the base's (on a
+machine with two CPUs or more): below it a replay takes well under a second, less than
+what starting a process costs to pay back."""
 
 
 def _accepted(
@@ -188,6 +198,65 @@ class _Run:
         return out
 
 
+@dataclass(frozen=True)
+class Side:
+    """What the comparison reads of one side's replay: its figures per group and per pool,
+    when it ended and whether at the horizon. Plain records, so that a side replayed in a
+    child process comes back whole (the replay's state stays in the child)."""
+
+    groups: dict[str, Figures]
+    pools: dict[str, PoolFigures]
+    end: str
+    at_horizon: bool
+
+
+def replay_side(
+    rows: Sequence[DemandTask], estate: CompiledEstate, start: int, source: str, threshold_s: int
+) -> Side:
+    """One side replayed and read: the function a child process runs for the head."""
+    run = _Run(rows, estate, EstateIndex.build(estate), start, source, threshold_s)
+    return Side(run.group_figures(), run.pool_figures(), run.end, run.at_horizon)
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _two_sides(
+    rows: Sequence[DemandTask],
+    base: CompiledEstate,
+    head: CompiledEstate,
+    start: int,
+    source: str,
+    threshold_s: int,
+    parallel: bool | None,
+) -> tuple[Side, Side]:
+    """Both sides' replays: the head's in a forked child while this process replays the
+    base, when ``parallel`` (None: on Linux with two CPUs or more, and at least
+    ``PARALLEL_MIN_TASKS`` tasks). The replays are deterministic and share nothing, so the
+    figures are the same either way (tests/whatif/test_parallel.py); a child that dies
+    (killed, out of memory) costs only time: its side is replayed here."""
+    if parallel is None:
+        parallel = (
+            len(rows) >= PARALLEL_MIN_TASKS
+            and _cpus() > 1
+            and sys.platform == "linux"  # fork is safe here; macOS's frameworks are not
+        )
+    if not parallel:
+        first = replay_side(rows, base, start, source, threshold_s)
+        return first, replay_side(rows, head, start, source, threshold_s)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        future = pool.submit(replay_side, rows, head, start, source, threshold_s)
+        first = replay_side(rows, base, start, source, threshold_s)
+        try:
+            return first, future.result()
+        except BrokenProcessPool:
+            return first, replay_side(rows, head, start, source, threshold_s)
+
+
 def lending_changes(base: CompiledEstate, head: CompiledEstate) -> tuple[str, ...]:
     """What the head changes of lending.md's settings, named as the estate writes them
     (``settings.lending.order``, ``lend_weight of team-a``): the plan then shows each
@@ -216,55 +285,54 @@ def what_if(
     source: str,
     threshold_s: int = DEFAULT_THRESHOLD_S,
     skipped: int = 0,
-    cache: dict[tuple[str, int], object] | None = None,
+    parallel: bool | None = None,
+    cache: dict[tuple[str, int], Side] | None = None,
 ) -> WhatIf:
-    """The comparison of ``rows`` replayed on ``base`` and on ``head``.
+    """The comparison of ``rows`` replayed on ``base`` and on ``head`` (the two replays
+    side by side in two processes: ``_two_sides``).
 
     Rows cancelled before they ever ran are not replayed (nothing ran, so nothing is asked
-    of the estate); ``skipped`` counts those the caller left out already. ``cache``: replays
-    kept by (estate revision, rows replayed) across calls with the same ``rows``, so a
-    caller comparing several heads with one base (``kliqued advise``) replays the base
-    once."""
+    of the estate); ``skipped`` counts those the caller left out already. ``cache``: the
+    sides replayed, kept by (estate revision, rows replayed) across calls with the same
+    ``rows``, so a caller comparing several heads with one base (``kliqued advise``)
+    replays the base once."""
     live = [r for r in rows if not (r.status == "cancelled" and r.runtime_ms == 0)]
     skipped += len(rows) - len(live)
     base_idx, head_idx = EstateIndex.build(base), EstateIndex.build(head)
     head_ok, refused_head = _accepted(live, head_idx)
     both, refused_base = _accepted(head_ok, base_idx)
     start = live[0].at if live else 0
-
-    def run(estate: CompiledEstate, index: EstateIndex) -> _Run:
-        key = (estate.revision, len(both))
-        kept = cache.get(key) if cache is not None else None
-        if isinstance(kept, _Run):
-            return kept
-        made = _Run(both, estate, index, start, source, threshold_s)
-        if cache is not None:
-            cache[key] = made
-        return made
-
-    first = run(base, base_idx)
-    # The same estate on both sides (a plan without changes): one replay is both.
-    second = first if head.revision == base.revision else run(head, head_idx)
-    runs = [first, second]
-    gb, gh = runs[0].group_figures(), runs[1].group_figures()
+    kb, kh = (base.revision, len(both)), (head.revision, len(both))
+    kept_b = cache.get(kb) if cache is not None else None
+    kept_h = cache.get(kh) if cache is not None else None
+    if head.revision == base.revision:  # a plan without changes: one replay is both
+        first = second = kept_b or replay_side(both, base, start, source, threshold_s)
+    elif kept_b is not None:
+        first = kept_b
+        second = kept_h or replay_side(both, head, start, source, threshold_s)
+    else:
+        first, second = _two_sides(both, base, head, start, source, threshold_s, parallel)
+    if cache is not None:
+        cache[kb], cache[kh] = first, second
+    gb, gh = first.groups, second.groups
     names = sorted((set(gb) | set(gh)) - {"all"}) + ["all"]
     groups = tuple(Row(n, gb.get(n), gh.get(n)) for n in names)
-    pb, ph = runs[0].pool_figures(), runs[1].pool_figures()
+    pb, ph = first.pools, second.pools
     pools = tuple(Row(n, pb.get(n), ph.get(n)) for n in sorted(set(pb) | set(ph)))
     return WhatIf(
         source,
         len(rows),
         skipped,
         format_time(start) if live else "-",
-        runs[0].end,
-        runs[1].end,
+        first.end,
+        second.end,
         threshold_s,
         head.settings.currency,
         groups,
         pools,
         tuple(refused_head),
         tuple(refused_base),
-        runs[0].at_horizon,
-        runs[1].at_horizon,
+        first.at_horizon,
+        second.at_horizon,
         lending_changes(base, head),
     )

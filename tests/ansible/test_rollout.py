@@ -50,9 +50,9 @@ def site(tmp_path_factory):
         )
         wheel = build_wheel(tmp / "dist")
         extra = {
-            "klique_python": sys.executable,
-            "klique_gpus": "0,1",
-            "klique_systemd_dir": str(tmp / "systemd"),
+            "klique_worker_python": sys.executable,
+            "klique_worker_gpus": "0,1",
+            "klique_worker_systemd_dir": str(tmp / "systemd"),
             "klique_worker_args": "--grace 1s --log-interval 0.2s --retry-max 0.5s",
         }
         lines: list[str] = []
@@ -107,7 +107,7 @@ def test_first_run_installs_configures_starts_and_registers(site):
     assert list(first.hosts) == ["localhost"] and first.changed > 0
     # how long it took is a benchmark figure (docs/benchmarks.md), not a test
     out = "\n".join(site["lines"])
-    assert "changed  install the worker" in out
+    assert "changed  Install the worker" in out
     assert "skipped" not in out  # skipped tasks are not printed
     # installed into the prefix's virtual env
     worker = prefix / "venv" / "bin" / "klique-worker"
@@ -176,7 +176,7 @@ def test_second_run_through_the_cli_changes_nothing(site):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "localhost: ok=" in proc.stdout and " changed=0 " in proc.stdout, proc.stdout
     assert "failed=0" in proc.stdout and "1 host(s) done, 0 change(s)" in proc.stdout
-    assert "ok       start the worker without systemd (pid file)" in proc.stdout
+    assert "ok       Start the worker without systemd (pid file)" in proc.stdout
     assert (site["prefix"] / "run" / "klique-worker.pid").read_text() == pid_before
     assert took < 60
 
@@ -192,11 +192,11 @@ def test_the_systemd_unit_renders(site):
     )
     unit = tpl.render(
         ansible_managed="Ansible managed",
-        klique_pool=POOL,
-        klique_prefix="/opt/klique",
-        klique_user="root",
-        klique_config_dir="/opt/klique/etc",
-        klique_venv="/opt/klique/venv",
+        klique_worker_pool=POOL,
+        klique_worker_prefix="/opt/klique",
+        klique_worker_user="root",
+        klique_worker_config_dir="/opt/klique/etc",
+        klique_worker_venv="/opt/klique/venv",
     )
     assert "ExecStart=/opt/klique/venv/bin/klique-worker --url ${KLIQUE_WORKER_URL}" in unit
     assert "EnvironmentFile=/opt/klique/etc/worker.env" in unit
@@ -216,11 +216,11 @@ def test_failed_host_exits_1(site, tmp_path):
         site["token"],
         prefix=str(tmp_path / "p"),
         package=site["wheel"],
-        extravars={"klique_python": "/nonexistent/python3"},
+        extravars={"klique_worker_python": "/nonexistent/python3"},
         out=lines.append,
     )
     assert not res.ok and res.hosts["localhost"].failed == 1
-    assert any("FAILED" in line and "virtual env" in line for line in lines), lines
+    assert any("FAILED" in line and "Virtual env" in line for line in lines), lines
 
 
 def test_the_reason_of_a_failed_task_is_printed():
@@ -252,23 +252,23 @@ def test_the_reason_of_a_failed_task_is_printed():
 
 @pytest.mark.parametrize("form", ["ini", "yaml"])
 def test_gpus_from_an_ini_or_yaml_inventory_change_nothing(site, form, tmp_path):
-    """Issue 10, bug 3: `host klique_gpus=0,1` in an INI inventory (read as a list by
+    """Issue 10, bug 3: `host klique_worker_gpus=0,1` in an INI inventory (read as a list by
     Ansible) wrote KLIQUE_WORKER_GPUS=[0, 1] and the worker did not start. Both forms give
-    the flag the first run wrote from `-e klique_gpus=0,1`: nothing changes."""
+    the flag the first run wrote from `-e klique_worker_gpus=0,1`: nothing changes."""
     if form == "ini":
         inv = tmp_path / "hosts.ini"
         inv.write_text(
             f"localhost ansible_connection=local ansible_python_interpreter="
-            f"{sys.executable} klique_gpus=0,1\n"
+            f"{sys.executable} klique_worker_gpus=0,1\n"
         )
     else:
         inv = tmp_path / "hosts.yml"
         inv.write_text(
             f"all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
             f"      ansible_python_interpreter: {sys.executable}\n"
-            f"      klique_gpus: [0, 1]\n"
+            f"      klique_worker_gpus: [0, 1]\n"
         )
-    extra = {k: v for k, v in site["extra"].items() if k != "klique_gpus"}
+    extra = {k: v for k, v in site["extra"].items() if k != "klique_worker_gpus"}
     lines: list[str] = []
     res = rollout(
         inv,
@@ -288,9 +288,9 @@ def test_bad_gpus_in_an_inventory_are_refused_with_the_variable_named(site, tmp_
     inv = tmp_path / "hosts.ini"
     inv.write_text(
         f"localhost ansible_connection=local ansible_python_interpreter="
-        f"{sys.executable} klique_gpus=0;1\n"
+        f"{sys.executable} klique_worker_gpus=0;1\n"
     )
-    extra = {k: v for k, v in site["extra"].items() if k != "klique_gpus"}
+    extra = {k: v for k, v in site["extra"].items() if k != "klique_worker_gpus"}
     lines: list[str] = []
     res = rollout(
         inv,
@@ -304,7 +304,10 @@ def test_bad_gpus_in_an_inventory_are_refused_with_the_variable_named(site, tmp_
     )
     assert not res.ok
     out = "\n".join(lines)
-    assert "FAILED   check klique_gpus: klique_gpus must be auto, none or GPU indices" in out
+    assert (
+        "FAILED   Check klique_worker_gpus: klique_worker_gpus must be auto, none or GPU indices"
+        in out
+    )
     assert "not 0;1" in out
 
 
@@ -325,6 +328,6 @@ def test_zz_a_worker_that_does_not_start_says_why(site):
     )
     out = "\n".join(lines)
     assert not res.ok and res.hosts["localhost"].failed >= 1, out
-    assert "FAILED   restart klique-worker (pid file): non-zero return code" in out, out
+    assert "FAILED   Restart klique-worker (pid file): non-zero return code" in out, out
     assert "klique-worker did not start" in out
     assert "klique-worker: --cpu-tasks must be 0 or more, not -1" in out

@@ -36,16 +36,16 @@ def _render(text: str, **variables: object) -> str:
     return jinja2.Environment().from_string(text).render(**variables).strip()
 
 
-def _rendered_for(klique_url: object) -> tuple[str, str, str]:
-    """What the role makes of ``klique_url``: the worker's environment file's URL line,
+def _rendered_for(klique_worker_url: object) -> tuple[str, str, str]:
+    """What the role makes of ``klique_worker_url``: the worker's environment file's URL line,
     the URL its registration check asks, and the worker's ``--url`` values."""
-    flag = _render(_fact("klique_url_flag"), klique_url=klique_url)
-    first = _render(_fact("klique_register_url"), klique_url_flag=flag)
+    flag = _render(_fact("klique_worker_url_flag"), klique_worker_url=klique_worker_url)
+    first = _render(_fact("klique_worker_register_url"), klique_worker_url_flag=flag)
     env = _render(
         (ROLE / "templates" / "worker.env.j2").read_text(),
-        klique_url_flag=flag,
+        klique_worker_url_flag=flag,
         ansible_managed="managed",
-        klique_service_name="klique-worker",
+        klique_worker_service_name="klique-worker",
     )
     line = next(x for x in env.splitlines() if x.startswith("KLIQUE_WORKER_URL="))
     return line, first, flag
@@ -72,8 +72,8 @@ def test_rollout_carries_every_url_to_the_workers(tmp_path: Path, monkeypatch) -
     url, _ = _connection(args)
     assert url == f"{K1},{K2},{K3}"  # repeated and comma-separated, as --url everywhere
     ev = role_vars(url, "bare", tmp_path / "worker.token")
-    assert ev["klique_url"] == f"{K1},{K2},{K3}"
-    line, first, flag = _rendered_for(ev["klique_url"])
+    assert ev["klique_worker_url"] == f"{K1},{K2},{K3}"
+    line, first, flag = _rendered_for(ev["klique_worker_url"])
     assert line == f"KLIQUE_WORKER_URL={K1},{K2},{K3}"
     assert first == K1  # the registration check asks one (a standby redirects it)
     # the worker reads them back as three daemons of one control plane

@@ -77,7 +77,10 @@ def test_the_workflow_validates_plans_with_the_what_if_comments_and_fails_on_1(t
     main(["ci", "init", "github", "--repo", str(tmp_path), *PINNED])
     wf = YAML(typ="safe").load((tmp_path / GITHUB_PATH).read_text())
     job = wf["jobs"]["plan"]
-    assert job["env"]["KLIQUE_TOKEN"] == "${{ secrets.KLIQUE_PLANNER_TOKEN }}"
+    # No stored secret (issue 30): the job's own ID token, which kliqued plan asks for.
+    assert wf["permissions"]["id-token"] == "write"
+    assert "KLIQUE_TOKEN" not in job["env"] and "KLIQUE_PLANNER" not in str(wf)
+    assert job["env"]["KLIQUE_AUDIENCE"] == "${{ vars.KLIQUE_AUDIENCE || 'klique' }}"
     script = "\n".join(s.get("run", "") for s in job["steps"])
     commands = kliqued_lines(script)
     assert [c[1] for c in commands] == ["validate", "plan", "ci"]
@@ -102,6 +105,7 @@ def test_gitlab_job(tmp_path) -> None:
     for argv in commands:
         parser.parse_args(argv[1:])
     assert job["rules"][0]["if"] == '$CI_PIPELINE_SOURCE == "merge_request_event"'
+    assert job["id_tokens"] == {"KLIQUE_ID_TOKEN": {"aud": "klique"}}  # no stored secret
 
 
 # --- what the job installs: a pinned source, never a bare name (issue 25, item 9) ---------

@@ -25,13 +25,15 @@ def test_each_help_line_is_the_one_its_module_registers() -> None:
 
 def test_a_client_command_imports_neither_compiler_engine_nor_daemon() -> None:
     """What made ``kliqued whoami --help`` take 1.3-1.6 s: every command module imported,
-    and with them the compiler, the engine, the simulator and the daemon."""
+    and with them the compiler, the engine, the simulator and the daemon; and the SDK's
+    HTTP stack, imported only when a command runs."""
     code = (
         "import sys\nfrom kliqued.cli import main\n"
         "try:\n    main(['whoami', '--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'compiler'\n"
         "               or m.startswith(('kliqued.engine', 'kliqued.daemon', 'kliqued.sim',"
-        " 'kliqued.ledger', 'kliqued.web', 'pydantic', 'duckdb')))\n"
+        " 'kliqued.ledger', 'kliqued.web', 'kliqued.sdk.client', 'http.client',"
+        " 'pydantic', 'duckdb')))\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

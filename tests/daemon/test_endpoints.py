@@ -4,6 +4,8 @@ one-GPU tasks, pool-2 8 GPUs of task-sized work)."""
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import pytest
@@ -126,6 +128,15 @@ def test_bad_bodies(server: Server, who) -> None:
     assert status == 404 and err["error"]["code"] == "not-found"
     status, err = server.call("PUT", "/v1/tasks", {}, token=who.bob)
     assert status == 405 and err["error"]["code"] == "method-not-allowed"
+    assert "it serves" in err["error"]["message"]
+    # RFC 9110: a 405 carries Allow (schemathesis found 51 operations without it)
+    req = urllib.request.Request(
+        server.url + "/v1/tasks", method="PUT", headers={"Authorization": f"Bearer {who.bob}"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=10)
+    assert refused.value.code == 405
+    assert {"GET", "POST"} <= {m.strip() for m in refused.value.headers["Allow"].split(",")}
     status, err = server.call("GET", "/v1/tasks?limit=0", token=who.bob)
     assert status == 400 and "limit" in err["error"]["message"]
 

@@ -21,6 +21,7 @@ from klique_util.fmt import hours
 from kliqued.cli import main
 from kliqued.engine.periods import format_minute
 from tests.daemon.test_lost_work import CMD, lending_estate, ms
+from tests.harness import promtool
 from tests.harness.daemon import Server
 from tests.harness.inproc import InProcServer
 from tests.harness.typed import present
@@ -57,6 +58,7 @@ def metrics(s: Server) -> dict[str, float]:
     """``/metrics`` as {``name{labels}``: value}."""
     status, text = s.call("GET", "/metrics", token=s.token("role:planner"))
     assert status == 200, text
+    assert promtool.problems(text) == ""  # the shares, weights and lost work too
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):

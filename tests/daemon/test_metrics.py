@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon.fleet import FleetServer, HttpWorker
+from tests.harness import promtool
 from tests.harness.inproc import InProcServer
 from tests.harness.daemon import ROOT, Server
 from tests.harness.wait import wait_for
@@ -126,17 +127,28 @@ def test_pools_queues_and_preemptions_match_the_state(busy: Server) -> None:
     )
 
 
+@pytest.mark.skipif(promtool.PROMTOOL is None, reason=promtool.MISSING)
+def test_promtool_accepts_the_metrics(busy: Server) -> None:
+    """What operators run on a scrape: ``promtool check metrics`` (naming, base units,
+    help and type lines) finds nothing, on an estate with budgets, reclaims and queues
+    (under ``order: fair``: tests/daemon/test_lending_views.py)."""
+    status, text = busy.call("GET", "/metrics", token=busy.token("role:planner"))
+    assert status == 200 and "klique_budget_seconds" in text
+    assert promtool.problems(text) == ""
+
+
 def test_budgets_estate_and_engine(busy: Server) -> None:
     pol = {p["name"]: p for p in busy.ok("GET", "/v1/policies")["policies"]}
     m = scrape(busy)
-    assert value(m, "klique_budget_hours", policy="team-a", period="month") == 1000
-    used = value(m, "klique_budget_used_hours", policy="team-a")
-    left = value(m, "klique_budget_left_hours", policy="team-a")
-    assert used > 0 and used + left == pytest.approx(1000)
-    # the API's figure (rounded), read a moment earlier
-    assert used >= pol["team-a"]["budget"]["used_hours"] - 1e-4
+    # in seconds, Prometheus' base unit (promtool refuses hours)
+    assert value(m, "klique_budget_seconds", policy="team-a", period="month") == 1000 * 3600
+    used = value(m, "klique_budget_used_seconds", policy="team-a")
+    left = value(m, "klique_budget_left_seconds", policy="team-a")
+    assert used > 0 and used + left == pytest.approx(1000 * 3600)
+    # the API's figure (hours, rounded), read a moment earlier
+    assert used / 3600 >= pol["team-a"]["budget"]["used_hours"] - 1e-4
     assert value(m, "klique_budget_burn_rate", policy="team-a") == 2  # two 1-GPU tasks
-    assert not [k for k in m["klique_budget_hours"] if dict(k[1])["policy"] == "team-b"]
+    assert not [k for k in m["klique_budget_seconds"] if dict(k[1])["policy"] == "team-b"]
     assert value(m, "klique_policy_used_gpus", policy="team-b", group="team-b") == 2
     assert value(m, "klique_policy_reservation_gpus", policy="team-a") == 2
     assert value(m, "klique_policy_limit_gpus", policy="team-a") == 10
@@ -234,7 +246,7 @@ def test_the_docs_and_the_dashboard_name_only_metrics_that_exist(busy: Server) -
     assert {
         "klique_pool_used_gpus",
         "klique_queue_depth",
-        "klique_budget_left_hours",
+        "klique_budget_left_seconds",
         "klique_pass_duration_seconds",
         "klique_preemptions",
         "klique_workers",

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from kliqued.daemon.api.models.estate import ESTATE_ANSWERS
 from kliqued.daemon.api.models.requests import REQUESTS
 from kliqued.daemon.api.models.responses import RESPONSES
 from kliqued.daemon.api.openapi import EXAMPLES, document
@@ -33,6 +34,10 @@ RESPONSES_BEFORE: dict[str, Any] = json.loads((HERE / "openapi_responses_before.
 # (tests/daemon/test_worker_answers.py shows the answer).
 RESPONSES_BEFORE["ReportResults"]["properties"]["results"]["items"]["required"].remove("error")
 BEFORE = {**REQUESTS_BEFORE, **RESPONSES_BEFORE}
+REQUESTS_SINCE = {"SignInRequest"}
+RESPONSES_SINCE = {"IdentityProviders"}
+"""Models of operations added after the hand-written schemas were frozen (issue 30's
+sign-in): nothing to compare them with, so only their presence is checked."""
 NAMES = sorted(BEFORE)
 WORDS = {"description", "examples", "example"}
 URN = "urn:test:openapi"
@@ -68,11 +73,24 @@ def test_every_request_body_of_the_document_comes_from_a_model() -> None:
         for op in ops.values()
         if "application/json" in op.get("requestBody", {}).get("content", {})
     }
-    assert bodies == set(REQUESTS_BEFORE) == {m.__name__ for m in REQUESTS}
+    assert bodies == set(REQUESTS_BEFORE) | REQUESTS_SINCE == {m.__name__ for m in REQUESTS}
 
 
 def test_the_answers_replaced_by_models_come_from_them() -> None:
-    assert set(RESPONSES_BEFORE) == {m.__name__ for m in RESPONSES}
+    assert set(RESPONSES_BEFORE) | RESPONSES_SINCE == {
+        m.__name__ for m in (*RESPONSES, *ESTATE_ANSWERS)
+    }
+
+
+def test_every_schema_of_the_document_comes_from_a_model() -> None:
+    """No schema is written by hand any more: each one the document holds is a model's or
+    one a model uses (``$defs``), and every hand-written one has its model."""
+    from kliqued.daemon.api.models.schema import components
+
+    assert document()["components"]["schemas"] == components(
+        (*REQUESTS, *RESPONSES, *ESTATE_ANSWERS)
+    )
+    assert set(BEFORE) <= set(document()["components"]["schemas"])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -167,7 +185,7 @@ def _agree(name: str, body: Any) -> None:
 
 
 CORPUS: list[tuple[str, Any]] = [
-    *EXAMPLES.items(),
+    *((n, b) for n, b in EXAMPLES.items() if n not in REQUESTS_SINCE),
     ("TaskSubmission", {"resource": "a/b"}),
     ("TaskSubmission", {"resource": "a/b", "gpus": 0.5, "labels": {"k": "v"}, "extra": 1}),
     ("TaskSubmission", {"resource": "", "gpus": 0.0005}),

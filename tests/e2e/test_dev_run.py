@@ -27,7 +27,18 @@ KLIQUED = [sys.executable, "-m", "kliqued.cli"]
 def start(tmp: Path, port: int) -> tuple[subprocess.Popen, str]:
     out = tmp / f"dev-{time.monotonic_ns()}.out"
     proc = subprocess.Popen(
-        [*KLIQUED, "dev", "--dir", str(tmp / "run"), "--listen", f"127.0.0.1:{port}"],
+        [
+            *KLIQUED,
+            "dev",
+            "--dir",
+            str(tmp / "run"),
+            "--listen",
+            f"127.0.0.1:{port}",
+            # the kernel's choice: port + 1 (the default) is an ephemeral port here, which
+            # parallel tests' connections may hold (a CI run met it)
+            "--sessions-listen",
+            f"127.0.0.1:{free_port()}",
+        ],
         cwd=ROOT,
         stdout=open(out, "w"),
         stderr=subprocess.STDOUT,

@@ -31,6 +31,7 @@ MARKERS = {
     "podman": "runs real containers with Podman (one at a time: all in one file, one xdist scope)",
     "postgres": "uses the session's real PostgreSQL",
     "browser": "drives a real Chromium through Playwright",
+    "oidc": "uses a real OpenID Provider (npm oidc-provider on Node.js: tests/harness/oidc.py)",
 }
 """Registered in pyproject.toml (``--strict-markers``); kept here to test they are."""
 
@@ -58,6 +59,8 @@ _FIXTURE_MARKS = {
     "slurm": "slurm",
     "podman": "podman",
     "browser": "browser",
+    "oidc_people": "oidc",
+    "oidc_actions": "oidc",
 }
 
 

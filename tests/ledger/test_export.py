@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import timezone
 from decimal import Decimal
 
 import duckdb
@@ -101,13 +102,21 @@ def test_csv_to_parquet_round_trip(filled, tmp_path):
             f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet('{out}'))"
         ).fetchall()
     )
-    assert types == dict(EXPORT_COLUMNS)
+    # the ledger's times are instants: TIMESTAMPTZ, Parquet's isAdjustedToUTC=true
+    stamp = "TIMESTAMP WITH TIME ZONE"
+    assert types == {n: stamp if t == "TIMESTAMP" else t for n, t in EXPORT_COLUMNS}
+    flags = con.execute(
+        f"SELECT name, logical_type FROM parquet_schema('{out}') WHERE name IN ('start_at', 'end_at')"
+    ).fetchall()
+    assert len(flags) == 2 and all("isAdjustedToUTC=1" in str(t) for _, t in flags), flags
+    assert oct(out.stat().st_mode & 0o777) == oct(0o600)  # private, as the CSV export
     back = con.execute(
         f"SELECT interval_id, gpus, start_at, end_at, project, cost "
         f"FROM read_parquet('{out}') ORDER BY interval_id"
     ).fetchall()
     assert back[1][0] == "t-2#1" and back[1][1] == Decimal("2.000")
-    assert back[1][2].isoformat() == "2026-05-31T23:00:00" and back[1][4] is None
+    start = back[1][2].astimezone(timezone.utc)
+    assert start.isoformat() == "2026-05-31T23:00:00+00:00" and back[1][4] is None
     assert back[1][5] == Decimal("9.400000")
     assert back[4][3] is None  # the open interval
 

@@ -218,14 +218,22 @@ def test_malformed_protocol_messages_are_refused_not_crashed(
         (b"not json", None),
         (b"[]", None),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "nope"}}', None),
-        (b"{}", {"Content-Type": "text/plain"}),
         (b"{}", {"Accept": "text/html"}),
     ):
         status, _, answer = _raw(server, tokens.bob, body, headers)
         assert 200 <= status < 500, (body, status, answer)
     for method in ("GET", "DELETE"):  # stateless: no stream to hold open, no session
-        status, _, _ = _raw(server, tokens.bob, method=method)
+        status, headers, answer = _raw(server, tokens.bob, method=method)
         assert status == 405, method
+        # the OpenAPI entry's answer: the contract's error, with the Allow header RFC 9110 wants
+        assert headers.get("Allow") == "POST", (method, headers)
+        assert json.loads(answer)["error"]["code"] == "method-not-allowed", answer
+    # a body that is not JSON: the contract's 415, not the SDK's own answer
+    for ctype in ("text/plain", "application/octet-stream"):
+        status, _, answer = _raw(server, tokens.bob, b"{}", {"Content-Type": ctype})
+        assert status == 415, (ctype, answer)
+        err = json.loads(answer)["error"]
+        assert err["code"] == "unsupported-media-type" and ctype in err["message"]
     status, _, _ = _raw(server, tokens.bob, b"x" * (2 * 1024 * 1024))
     assert status == 413
 

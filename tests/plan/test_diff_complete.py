@@ -162,6 +162,36 @@ def _lending(doc: Doc) -> Doc:
     return lend
 
 
+def _identity(doc: Doc) -> Doc:
+    ident: Doc = doc["settings"].setdefault("identity", {})
+    return ident
+
+
+PROVIDER = {"name": "corp", "issuer": "https://login.example.org", "audience": "klique"}
+WORKLOAD = {
+    "name": "github",
+    "issuer": "https://token.actions.githubusercontent.com",
+    "audience": "klique",
+    "claims": {"repository": "org/estate"},
+}
+
+
+def _provider(doc: Doc) -> Doc:
+    provs = _identity(doc).setdefault("providers", [])
+    if not provs:
+        provs.append(dict(PROVIDER))
+    p: Doc = provs[0]
+    return p
+
+
+def _workload(doc: Doc) -> Doc:
+    loads = _identity(doc).setdefault("workloads", [])
+    if not loads:
+        loads.append(copy.deepcopy(WORKLOAD))
+    w: Doc = loads[0]
+    return w
+
+
 def _autoscale(doc: Doc) -> Doc:
     a: Doc = _pool(doc, "cloud")["autoscale"]
     return a
@@ -274,6 +304,82 @@ MUTATIONS: list[Mutation] = [
         _set(_settings, "start_timeout", [None, "10m", "20m"]),
     ),
     m("settings.approvers (review data only)", "", _set(_settings, "approvers", [None, ["dana"]])),
+    # settings.identity (issue 30)
+    m(
+        "settings.identity",
+        "CSettings.identity CIdentity.providers CIdentity.workloads",
+        _set(_settings, "identity", [None, {"providers": [PROVIDER]}, {"workloads": [WORKLOAD]}]),
+    ),
+    m(
+        "identity.roles",
+        "CIdentity.roles",
+        _set(_identity, "roles", [{}, {"admin": ["dana"]}, {"finance": ["carol"]}]),
+    ),
+    m(
+        "identity.token_lifetime",
+        "CIdentity.token_lifetime_s",
+        _set(_identity, "token_lifetime", [None, "8h", "1h"]),
+    ),
+    m("provider name", "CPeopleProvider.name", _set(_provider, "name", ["corp", "sso"])),
+    m(
+        "provider issuer",
+        "CPeopleProvider.issuer",
+        _set(_provider, "issuer", ["https://login.example.org", "https://sso.example.org"]),
+    ),
+    m(
+        "provider audience",
+        "CPeopleProvider.audience",
+        _set(_provider, "audience", ["klique", "gpu"]),
+    ),
+    m(
+        "provider client_id",
+        "CPeopleProvider.client_id",
+        _set(_provider, "client_id", [None, "web"]),
+    ),
+    m(
+        "provider user_claim",
+        "CPeopleProvider.user_claim",
+        _set(_provider, "user_claim", [None, "email"]),
+    ),
+    m(
+        "provider users",
+        "CPeopleProvider.users",
+        _set(_provider, "users", [{}, {"alice": "a@example.org"}, {"alice": "b@example.org"}]),
+    ),
+    m(
+        "provider algorithms",
+        "CPeopleProvider.algorithms",
+        _set(_provider, "algorithms", [None, ["RS256"], ["ES256"]]),
+    ),
+    m("provider leeway", "CPeopleProvider.leeway_s", _set(_provider, "leeway", [None, "30s"])),
+    m("provider scopes", "CPeopleProvider.scopes", _set(_provider, "scopes", [None, ["openid"]])),
+    m("workload name", "CWorkload.name", _set(_workload, "name", ["github", "gh"])),
+    m(
+        "workload issuer",
+        "CWorkload.issuer",
+        _set(
+            _workload,
+            "issuer",
+            ["https://token.actions.githubusercontent.com", "https://gitlab.example.org"],
+        ),
+    ),
+    m("workload audience", "CWorkload.audience", _set(_workload, "audience", ["klique", "gpu"])),
+    m(
+        "workload claims",
+        "CWorkload.claims",
+        _set(
+            _workload,
+            "claims",
+            [{"repository": "org/estate"}, {"repository": "org/other", "ref": "refs/heads/*"}],
+        ),
+    ),
+    m("workload role (one value today)", "CWorkload.role", _set(_workload, "role", ["planner"])),
+    m(
+        "workload algorithms",
+        "CWorkload.algorithms",
+        _set(_workload, "algorithms", [None, ["RS256"]]),
+    ),
+    m("workload leeway", "CWorkload.leeway_s", _set(_workload, "leeway", [None, "2m"])),
     m(
         "settings.alerts",
         "CSettings.alerts CAlerts.channels",

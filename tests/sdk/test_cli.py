@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import duckdb
+import pytest
 
 from kliqued.sdk import Client
 from tests.conftest import REPO
@@ -262,3 +263,55 @@ def test_status_into_a_closed_pipe_is_silent(server, tmp_path):
         assert p.stdout.startswith("ID") and p.stderr == ""
     finally:
         alice.cancel(tid)
+
+
+def test_status_lists_the_newest_first_and_limit_takes_the_newest(server, as_user, capsys):
+    """``status --limit N`` shows the newest N, newest first (as squeue, sacct and the
+    dashboard), across pages of the API's ``order=newest``; a limit below 1 is refused."""
+    admin = Client(server.url, server.admin)
+    admin.set_engine(False)
+    ids = []
+    try:
+        for _ in range(5):
+            rc, out, err = as_user(
+                "alice", "submit", "-r", "llm-research/h100", "-p", "evals", "--", "true"
+            )
+            assert rc == 0, err
+            ids.append(out.split()[0])
+        rc, out, err = as_user("alice", "status", "--limit", "2", "--json")
+        assert rc == 0, err
+        assert [t["id"] for t in json.loads(out)["tasks"]] == [ids[4], ids[3]]
+        rc, out, _ = as_user("alice", "status", "--limit", "3")
+        listed = [line.split()[0] for line in out.splitlines()[1:]]
+        assert listed == [ids[4], ids[3], ids[2]]
+        # the API's pages, newest first, one task a page: no task twice, none missed
+        alice = Client(server.url, server.token("alice"))
+        paged = [t["id"] for t in alice.tasks(state="queued", page_size=1, newest_first=True)]
+        assert paged[:5] == ids[::-1] and len(paged) == len(set(paged))
+        with pytest.raises(SystemExit) as refused:  # argparse's usage error
+            as_user("alice", "status", "--limit", "0")
+        assert refused.value.code == 2
+        assert "'0' is not a positive whole number" in capsys.readouterr().err
+    finally:
+        for i in ids:
+            as_user("alice", "cancel", i)
+        admin.set_engine(True)
+
+
+def test_logs_of_a_queued_task_says_why_there_is_none(server, as_user):
+    admin = Client(server.url, server.admin)
+    admin.set_engine(False)
+    try:
+        rc, out, err = as_user(
+            "alice", "submit", "-r", "llm-research/h100", "-p", "evals", "--", "true"
+        )
+        assert rc == 0, err
+        task_id = out.split()[0]
+        rc, out, err = as_user("alice", "logs", task_id)
+        assert rc == 0 and out == ""
+        assert err.startswith(f"==> {task_id} no log yet: queued (")
+        as_user("alice", "cancel", task_id)
+        rc, out, err = as_user("alice", "logs", task_id)
+        assert rc == 0 and "no log yet" not in err and "ended: cancelled" in err
+    finally:
+        admin.set_engine(True)

@@ -17,7 +17,10 @@ PACKAGES=(
     "runc|cmd:runc|the container executor's real tests (tests/workers/test_container.py)"
     "busybox-static|file:/bin/busybox|the container executor's real tests (their image is a busybox root filesystem)"
     "postgresql|glob:/usr/lib/postgresql/*/bin/postgres|the PostgreSQL backend's tests (tests/daemon/test_pg_*.py, the restart test on postgresql)"
+    "prometheus|cmd:promtool|the promtool check of /metrics (tests/daemon/test_metrics.py, test_lending_views.py)"
     "chromium|cmd:chromium|the dashboard's browser tests (tests/web/test_browser.py; the HTML is still checked without it)"
+    "nodejs|cmd:node|the sign-in tests on a real OpenID Provider (tests/identity, tests/security/test_oidc_*.py)"
+    "npm|cmd:npm|the sign-in tests on a real OpenID Provider (tests/identity, tests/security/test_oidc_*.py)"
 )
 
 present() {

@@ -405,3 +405,23 @@ def test_odd_input_is_never_a_5xx(server: Server, people: People) -> None:
     for value in odd:
         a = Browser(server.url).post("/signin", {"token": value, "next": value})
         assert a.status in (401, 403), (value, a.status)
+
+
+# --------------------------------------------------------------------------- numbers
+NUMBER_NOISE = re.compile(r"\d\.\d+e-\d+|\b\d+\.0\b(?! ?%)")
+"""What the CLI never prints (klique_util.fmt): an exponent (``3.4e-05``) or a whole
+number with ``.0`` (``32.0``, ``600.0 h``)."""
+
+
+def test_numbers_read_as_the_cli_prints_them(server: Server, people: People, work: Work) -> None:
+    """Issue 32: GPU-hours came out as ``3.4e-05``, capacities as ``32.0``, budgets as
+    ``600.0 h``. Every page's visible text is checked (attribute values are the machine's)."""
+    b = signed_in(server, people.admin)
+    for page in PAGES:
+        html = b.page(f"/{page}")
+        html = re.sub(r"<script.*?</script>", " ", html, flags=re.S)  # charts' data
+        text = re.sub(r"<[^>]+>", " ", html)  # the visible text, not attributes or markup
+        noise = [text[max(0, m.start() - 60) : m.end() + 20] for m in NUMBER_NOISE.finditer(text)]
+        assert not noise, (page, noise)
+    estate = re.sub(r"<[^>]+>", " ", b.page("/estate"))
+    assert re.search(r"\b1000 h per month\b", estate), estate  # team-a's budget

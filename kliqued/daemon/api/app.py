@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from aiohttp import web
 
 from kliqued.daemon.api.agents.endpoint import ENDPOINT, Endpoint, www_authenticate
-from kliqued.daemon.errors import ApiError, StoreAway
+from kliqued.daemon.errors import ApiError, MethodNotAllowed, StoreAway
 from kliqued.daemon.listener import log as listener_log
 from kliqued.daemon.api.agents import routes as agents
 from kliqued.daemon.api.handlers import (
@@ -44,10 +44,11 @@ from kliqued.daemon.api.handlers import (
     sessions,
     tasks,
 )
-from kliqued.daemon.api.handlers import tokens, workers
+from kliqued.daemon.api.handlers import signin, tokens, workers
+from kliqued.daemon.identity.verify import looks_like_jwt
 from kliqued.daemon.api.inputs import check_params
 from kliqued.daemon.api.openapi import document
-from kliqued.daemon.api.request import CTX, DOC, Context, ctx, reply
+from kliqued.daemon.api.request import CTX, DOC, PRINCIPAL, Context, ctx, reply
 from kliqued.daemon.api.routes import Handler, Route, table
 
 __all__ = ["Context", "ROUTES", "make_app"]
@@ -70,6 +71,7 @@ ROUTES: list[Route] = [
     *plan.ROUTES,
     *demand.ROUTES,
     *tokens.ROUTES,
+    *signin.ROUTES,
     *ledger.ROUTES,
     *metrics.ROUTES,
     *schedules.ROUTES,
@@ -104,6 +106,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             resp.headers["WWW-Authenticate"] = www_authenticate(request, exc.message)
         if isinstance(exc, StoreAway):  # RFC 9110: when to try again
             resp.headers["Retry-After"] = str(exc.retry_after_s)
+        if isinstance(exc, MethodNotAllowed):  # RFC 9110: a 405 names what is served
+            resp.headers["Allow"] = ", ".join(exc.allow)
         return resp
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -114,10 +118,16 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         elif exc.status == 404:
             msg = f"no route {request.method} {request.path}; see /v1/openapi.json"
         elif exc.status == 405:
-            msg = f"{request.method} is not allowed on {request.path}"
+            allow = exc.headers.get("Allow", "")
+            msg = f"{request.method} is not allowed on {request.path}" + (
+                f"; it serves {allow}" if allow else ""
+            )
         else:
             msg = exc.reason or "HTTP error"
-        return reply({"error": {"code": code, "message": msg}}, exc.status)
+        resp = reply({"error": {"code": code, "message": msg}}, exc.status)
+        if exc.status == 405 and "Allow" in exc.headers:  # RFC 9110: a 405 must carry it
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
     except ConnectionError as exc:  # the client went away; aiohttp's own errors included
         hangups.info(
             "a client hung up during %s %s (%s)", request.method, request.path, type(exc).__name__
@@ -199,9 +209,14 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     if not route.public:
         d = ctx(request).daemon
-        p = d.tokens.authenticate(request.headers.get("Authorization"), d.clock.now())
+        header = request.headers.get("Authorization")
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() == "bearer" and looks_like_jwt(token.strip()):
+            p = await signin.bearer(request, token.strip())  # a provider's token (issue 30)
+        else:
+            p = d.tokens.authenticate(header, d.clock.now())
         route.check(p)
-        request["principal"] = p
+        request[PRINCIPAL] = p
     return await handler(request)
 
 

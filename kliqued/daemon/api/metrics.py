@@ -37,7 +37,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from klique_util.units import SECOND_MS, from_milli
+from klique_util.units import HOUR_S, SECOND_MS, from_milli
 from kliqued.engine import budget_status
 
 from kliqued.daemon.api import treeviews, views
@@ -325,10 +325,13 @@ class StateCollector(Collector):
         budget = {
             k: GaugeMetricFamily(f"klique_budget_{k}", text, labels=blabels)
             for k, text in (
-                ("hours", "The budget of the period (budget hours)"),
-                ("used_hours", "Budget hours used in the current period"),
-                ("left_hours", "Budget hours left in the current period (negative once overrun)"),
-                ("burn_rate", "Budget hours used per hour at the current placements"),
+                ("seconds", "The budget of the period (budget seconds: budget hours x 3600)"),
+                ("used_seconds", "Budget seconds used in the current period"),
+                (
+                    "left_seconds",
+                    "Budget seconds left in the current period (negative once overrun)",
+                ),
+                ("burn_rate", "Budget used per unit of time at the current placements"),
                 ("resets_timestamp_seconds", "When the period ends"),
             )
         }
@@ -341,9 +344,11 @@ class StateCollector(Collector):
             if b is None or gi.budget is None:
                 continue
             key = [name, g, b.period]
-            budget["hours"].add_metric(key, from_milli(gi.budget.hours_milli))
-            budget["used_hours"].add_metric(key, b.used_hours)
-            budget["left_hours"].add_metric(key, b.left_hours)
+            # Prometheus' base unit is the second (promtool refuses hours); the dashboard
+            # and the CLI keep hours
+            budget["seconds"].add_metric(key, from_milli(gi.budget.hours_milli) * HOUR_S)
+            budget["used_seconds"].add_metric(key, b.used_hours * HOUR_S)
+            budget["left_seconds"].add_metric(key, b.left_hours * HOUR_S)
             budget["burn_rate"].add_metric(key, b.burn_rate)
             budget["resets_timestamp_seconds"].add_metric(key, b.resets_at / SECOND_MS)
         yield from gauges.values()

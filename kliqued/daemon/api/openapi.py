@@ -2,10 +2,10 @@
 
 It is the API's authority (api-contract.md): request bodies are validated against its own
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
-validates the document and fuzzes the API from it. The request bodies' schemas and most
-answers' are generated from their models (``models/requests.py``, ``models/responses.py``:
-``GENERATED``); the operations and the policies', pools', plan state's and estate's
-answers are written here as data (docs/decisions.md, issue 27 item 3).
+validates the document and fuzzes the API from it. Every schema, request bodies' and
+answers', is generated from its model (``models/requests.py``, ``models/responses.py``,
+``models/estate.py``: ``SCHEMAS``); the operations are written here as data
+(docs/decisions.md, issue 27 item 3).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from referencing.jsonschema import DRAFT202012  # noqa: E402
 from kliqued.daemon.state.channels import DECLARED, HEADER  # noqa: E402
 from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
 from kliqued.daemon.api.models.responses import RESPONSES  # noqa: E402
+from kliqued.daemon.api.models.estate import ESTATE_ANSWERS  # noqa: E402
 from kliqued.daemon.api.models.schema import components  # noqa: E402
 
 URN = "urn:kliqued:openapi"
@@ -33,319 +34,15 @@ TIME = {
     "format": "date-time",
     "description": "RFC 3339 UTC, e.g. 2026-11-29T08:00:00Z (milliseconds allowed)",
 }
-TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _obj(
-    props: dict[str, Any], required: list[str] | None = None, extra: bool = False
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "type": "object",
-        "properties": props,
-        "required": list(props) if required is None else required,
-    }
-    if not extra:
-        out["additionalProperties"] = False
-    return out
-
-
-FAIR_SHARE: dict[str, Any] = {
-    "share": {
-        "type": "number",
-        "minimum": 0,
-        "description": "with settings.lending.order: fair only: the level's borrowed "
-        "GPUs / lend_weight (lending.md)",
-    },
-    "lend_weight": {
-        "type": "number",
-        "exclusiveMinimum": 0,
-        "description": "with settings.lending.order: fair only",
-    },
-}
-"""A level's fair share, present only under ``order: fair`` (lending.md)."""
-
-POLICY_REQUIRED = [
-    "name",
-    "group",
-    "reservation",
-    "limit",
-    "used",
-    "borrowed",
-    "budget",
-    "envelope",
-    "parent",
-    "levels",
-    "depth",
-    "path",
-    "shared_reservation",
-    "below",
-    "user_limit",
-    "waiting",
-]
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"oneOf": [{"type": "null"}, schema]}
-
-
-SCHEMAS: dict[str, Any] = {
-    "Policy": _obj(
-        {
-            "name": {"type": "string"},
-            "group": {"type": "string"},
-            "reservation": {"type": "number"},
-            "limit": {"type": "number"},
-            "used": {"type": "number"},
-            "borrowed": {"type": "number"},
-            "budget": _nullable(_ref("Budget")),
-            "envelope": {
-                "type": "boolean",
-                "description": "the policy of a group with groups "
-                "below it: its numbers are the subtree's",
-            },
-            "parent": {"type": ["string", "null"], "description": "the envelope just above"},
-            "levels": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "the policies a task of the group counts at, itself first",
-            },
-            "depth": {"type": "integer", "minimum": 0, "description": "envelopes above it"},
-            "path": {"type": "string", "description": "its group's path, top first"},
-            "shared_reservation": {
-                "type": ["number", "null"],
-                "description": "an envelope's reservation that no policy "
-                "below holds: any of them may use it",
-            },
-            "below": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "an envelope's policies just below it",
-            },
-            "user_limit": {"type": ["number", "null"]},
-            "waiting": _ref("Waiting"),
-            **FAIR_SHARE,
-        },
-        required=POLICY_REQUIRED,
-    ),
-    "PolicyList": _obj({"policies": {"type": "array", "items": _ref("Policy")}}),
-    "Pool": _obj(
-        {
-            "name": {"type": "string"},
-            "kind": {"type": "string", "enum": ["kubernetes", "baremetal", "hpc", "cloud"]},
-            "gpu_type": {"type": "string"},
-            "capacity": {"type": "number"},
-            "used": {"type": "number"},
-            "borrowed": {"type": "number"},
-            "free": {"type": "number"},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-            "workers": _obj(
-                {
-                    "live": {"type": "integer", "minimum": 0},
-                    "gpus": {"type": "integer", "minimum": 0},
-                }
-            ),
-            "takes_work": {
-                "type": "boolean",
-                "description": "false: no live worker (nor, for an autoscaled "
-                "pool, a running autoscaler), so no new placements",
-            },
-            "autoscaled": {"type": "boolean"},
-            "start_timeout_s": {"type": "integer", "minimum": 0},
-            "by_level": {
-                "type": "array",
-                "description": "GPUs used here by each group the "
-                "caller sees, rolled up the tree, top "
-                "first",
-                "items": _obj(
-                    {
-                        "group": {"type": "string"},
-                        "path": {"type": "string"},
-                        "depth": {"type": "integer", "minimum": 0},
-                        "used": {"type": "number"},
-                        **FAIR_SHARE,
-                    },
-                    required=["group", "path", "depth", "used"],
-                ),
-            },
-            "cloud": _nullable(_ref("PoolCloud")),
-            "autoscaler": _obj(
-                {
-                    "live": {
-                        "type": "boolean",
-                        "description": "its autoscaler "
-                        "heartbeats; with no live worker the pool takes work "
-                        "only while it does",
-                    }
-                }
-            ),
-            "capacity_truth": _obj(
-                {
-                    "declared": _obj(
-                        {
-                            "gpus": {"type": "number"},
-                            "gpu_type": {"type": "string"},
-                            "machines": {
-                                "type": "array",
-                                "items": {"type": "integer"},
-                                "description": "GPUs of each declared machine, largest first",
-                            },
-                        },
-                        required=["gpus", "gpu_type"],
-                    ),
-                    "reported": _obj(
-                        {
-                            "workers": {"type": "integer", "minimum": 0},
-                            "gpus": {"type": "integer", "minimum": 0},
-                            "models": {"type": "array", "items": {"type": "string"}},
-                            "machines": {
-                                "type": "array",
-                                "items": {"type": "integer"},
-                                "description": "GPUs of each live worker",
-                            },
-                        }
-                    ),
-                    "agree": {"type": "boolean"},
-                    "mismatches": {"type": "array", "items": {"type": "string"}},
-                }
-            ),
-        },
-        required=[
-            "name",
-            "kind",
-            "gpu_type",
-            "capacity",
-            "used",
-            "borrowed",
-            "free",
-            "labels",
-            "workers",
-            "takes_work",
-            "autoscaled",
-            "start_timeout_s",
-            "by_level",
-        ],
-    ),
-    "PoolCloud": _obj(
-        {
-            "month": {"type": "string", "description": "the UTC month, YYYY-MM"},
-            "currency": {"type": "string"},
-            "spent": {
-                "type": "string",
-                "description": "this month's cloud spend of the pool "
-                "(running nodes up to now), decimal text",
-            },
-            "spend_cap": {"type": ["string", "null"]},
-            "capped": {
-                "type": "boolean",
-                "description": "spent reached spend_cap: the autoscaler adds no node",
-            },
-            "nodes": {"type": "array", "items": _ref("CloudNode")},
-            "scaling": _nullable(
-                _obj(
-                    {
-                        "cause": {"type": "string", "enum": ["spend_cap", "capacity", "error"]},
-                        "reason": {"type": ["string", "null"]},
-                        "waiting": {"type": "integer", "minimum": 0},
-                        "since": TIME,
-                    }
-                )
-            ),
-        }
-    ),
-    "PoolList": _obj({"pools": {"type": "array", "items": _ref("Pool")}}),
-    "PlanState": _obj(
-        {
-            "revision": {"type": "string"},
-            "commit": {"type": ["string", "null"]},
-            "at": TIME,
-            "compute_resources": {
-                "type": "object",
-                "additionalProperties": _obj(
-                    {
-                        "queued": {"type": "integer"},
-                        "placed": {"type": "integer"},
-                        "placed_gpus": {"type": "number"},
-                        "weighted_placed": {"type": "integer"},
-                    }
-                ),
-            },
-            "policies": {
-                "type": "object",
-                "additionalProperties": _obj(
-                    {
-                        "group": {"type": "string"},
-                        "used_gpus": {"type": "number"},
-                        "placed": {"type": "integer"},
-                        "weighted_placed": {"type": "integer"},
-                        "budget_used_hours": _obj(
-                            {p: {"type": "number"} for p in ("day", "week", "month")}
-                        ),
-                    }
-                ),
-            },
-            "pools": {
-                "type": "object",
-                "additionalProperties": _obj(
-                    {"placed": {"type": "integer"}, "used_gpus": {"type": "number"}}
-                ),
-            },
-            "usage": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "gpu_type": {"type": "string"},
-                        "month": {"type": "string"},
-                        "gpu_hours": {"type": "number"},
-                    }
-                ),
-            },
-            "capacity_mismatches": {
-                "type": "object",
-                "additionalProperties": {"type": "array", "items": {"type": "string"}},
-                "description": "per pool: how its live workers disagree with what it declares",
-            },
-        },
-        required=["revision", "commit", "at", "compute_resources", "policies", "pools", "usage"],
-    ),
-    "Estate": _obj(
-        {
-            "revision": {"type": "string"},
-            "applied_at": TIME_OR_NULL,
-            "source": {"type": ["string", "null"]},
-            "commit": {
-                "type": ["string", "null"],
-                "description": "the git commit it was read from (--git)",
-            },
-            "pools": {"type": "integer"},
-            "profiles": {"type": "integer"},
-            "policies": {"type": "integer"},
-            "compute_resources": {"type": "integer"},
-            "refused": _nullable(
-                _obj(
-                    {
-                        "revision": {"type": ["string", "null"]},
-                        "commit": {"type": ["string", "null"]},
-                        "at": TIME,
-                        "source": {"type": ["string", "null"]},
-                        "errors": {"type": "array", "items": {"type": "string"}},
-                    },
-                    required=["revision", "at", "errors"],
-                )
-            ),
-        }
-    ),
-}
-
-GENERATED = components((*REQUESTS, *RESPONSES))
-"""The schemas generated from models: every request body (``models/requests.py``) and
-every answer but the policies', the pools', the plan state's and the estate's (``models/responses.py``)."""
-if GENERATED.keys() & SCHEMAS.keys():
-    raise ValueError(f"written twice: {sorted(GENERATED.keys() & SCHEMAS.keys())}")
-SCHEMAS.update(GENERATED)
+SCHEMAS: dict[str, Any] = components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS))
+"""The document's schemas, all generated from models: every request body
+(``models/requests.py``) and every answer (``models/responses.py``, ``models/estate.py``)."""
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
@@ -412,6 +109,7 @@ EXAMPLES: dict[str, Any] = {
     },
     "EngineSwitch": {"enabled": True},
     "TokenRequest": {"user": "alice", "name": "alice's laptop"},
+    "SignInRequest": {"id_token": "eyJhbGciOiJSUzI1NiIs..."},
     "LedgerSql": {"sql": 'SELECT "group", sum(gpu_hours) FROM usage GROUP BY 1', "limit": 100},
     "WorkerRegistration": {
         "worker_id": "w-gpu01-1a2b3c4d",
@@ -603,7 +301,8 @@ PATHS: dict[str, Any] = {
         ),
         "get": _op(
             "listTasks",
-            "tasks, newest last, in pages (a page also stops once its tasks "
+            "tasks, oldest first (or newest first: `order`), in pages (a page also stops "
+            "once its tasks "
             "hold 4 MiB of commands and payloads: follow `next`)",
             _ok("TaskList"),
             params=[
@@ -616,6 +315,12 @@ PATHS: dict[str, Any] = {
                 _q("user", {"type": "string"}, "only this user's tasks"),
                 _q("group", {"type": "string"}, "only this group's tasks"),
                 _q("pool", {"type": "string"}, "only tasks placed (or last placed) on this pool"),
+                _q(
+                    "order",
+                    {"type": "string", "enum": ["oldest", "newest"]},
+                    "`newest`: newest first (as `kliqued status` and the dashboard list them); "
+                    "default `oldest`",
+                ),
                 _q("limit", LIMIT, "page size"),
                 _q("after", {"type": "string"}, "the `next` of the previous page"),
             ],
@@ -937,6 +642,24 @@ PATHS: dict[str, Any] = {
             errors=AUTH_ERR + ("422",),
         ),
         "get": _op("listTokens", "every token (never the secret)", _ok("TokenList")),
+    },
+    "/v1/signin": {
+        "get": _op(
+            "listIdentityProviders",
+            "the identity providers people sign in with (settings.identity): what "
+            "`kliqued login` and the dashboard start a sign-in from",
+            _ok("IdentityProviders"),
+            errors=("500",),
+        ),
+        "post": _op(
+            "signIn",
+            "an ID token of a trusted provider for a short-lived Klique token "
+            "(settings.identity.token_lifetime) of the estate user it names; the audit "
+            "records the provider and subject",
+            _ok("TokenCreated", "201", "signed in: the only time the token is shown"),
+            body="SignInRequest",
+            errors=("400", "401", "403", "413", "422", "500", "503"),
+        ),
     },
     "/v1/tokens/{id}/rotate": {
         "post": _op(

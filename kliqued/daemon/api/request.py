@@ -17,6 +17,8 @@ from aiohttp import web
 from klique_util.excerpt import EXCERPT, clip, excerpt
 
 from kliqued.daemon.auth import Principal
+from kliqued.daemon.identity.keys import KeyCache
+from kliqued.daemon.identity.seen import SeenTokens
 from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.errors import bad_request
 from kliqued.daemon.api.inputs import parse_body
@@ -49,6 +51,10 @@ class Context:
     session_origin: SessionOrigin | None = None
     """Where sessions are served (their own listener, or one subdomain each): never this
     application's origin. None until the sessions' listener is up."""
+    keys: KeyCache = field(default_factory=KeyCache)
+    """The signing keys of the identity providers the estate trusts (issue 30), cached."""
+    seen: SeenTokens = field(default_factory=SeenTokens)
+    """Bearer tokens of providers whose first use was audited."""
     lease: Any = None
     """The leader's lease (``lease.Lease``) with ``--db postgresql://...``; None with a
     DuckDB file (one daemon, always the leader)."""
@@ -69,9 +75,14 @@ def ctx(request: web.Request) -> Context:
     return request.app[CTX]
 
 
+PRINCIPAL = web.RequestKey("principal", Principal)
+"""The authenticated caller, put on the request by the auth middleware: a typed key (a
+string key is aiohttp's ``NotAppKeyWarning`` and an ``Any`` to mypy)."""
+
+
 def principal(request: web.Request) -> Principal:
     """The authenticated caller (set by the auth middleware on every non-public route)."""
-    return request["principal"]
+    return request[PRINCIPAL]
 
 
 def dumps(data: Any) -> str:

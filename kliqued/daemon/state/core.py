@@ -34,7 +34,8 @@ from kliqued.ledger import writer as ledger
 
 from kliqued.daemon import events as E, limits
 from kliqued.daemon.state import channels
-from kliqued.daemon.auth import Access, TokenBook
+from kliqued.daemon.auth import Access, TokenBook, TokenRecord
+from kliqued.daemon.identity.mapping import signin_refusal
 from kliqued.daemon.state.autoscalers import AutoscalerInfo
 from kliqued.daemon.clock import Clock
 from kliqued.daemon.state.cloud import CloudBook
@@ -115,6 +116,7 @@ class DaemonState:
         """Per user: the command and payload bytes of their tasks not yet ended."""
         self.idem: dict[tuple[str, str], str] = {}
         self.tokens = TokenBook()
+        self.tokens.still = self._signin_still
         self.alerts: dict[str, list[dict[str, Any]]] = {}
         self.estate = EstateInfo()
         self.seq = 0
@@ -165,6 +167,12 @@ class DaemonState:
     def acc(self) -> Access:
         assert self.access is not None
         return self.access
+
+    def _signin_still(self, rec: TokenRecord) -> str | None:
+        """A sign-in's token against the running estate (before one: nothing to say)."""
+        if self.index is None or self.access is None:
+            return None
+        return signin_refusal(rec, self.index.estate, self.access)
 
     def find(self, task_id: str) -> TaskRecord | None:
         """The task's record: in memory, or evicted and read back lately

@@ -35,6 +35,7 @@ from kliqued.daemon.auth import Principal, TokenRecord
 from kliqued.daemon.errors import ApiError, not_found
 from kliqued.daemon.events import Event
 from kliqued.daemon.ids import new_token
+from kliqued.daemon.identity.mapping import SignedIn, signin_creator
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.storage.eventlog import TokenInsert, TokenUpdate
 from kliqued.daemon.storage.store import DbOp
@@ -352,9 +353,11 @@ class Daemon(DaemonState):
         secret: str | None = None,
         expires_at: int | None = None,
         rotated_from: str | None = None,
+        created_by: str | None = None,
     ) -> Prepared:
         """A new token for ``principal``; ``secret`` is given only for KLIQUE_ADMIN_TOKEN.
-        Only its keyed hash is stored (ids.TokenHasher)."""
+        Only its keyed hash is stored (ids.TokenHasher). ``created_by``: a sign-in's
+        ``signin:<provider>:<person>`` (identity.mapping), else the caller."""
         token = secret or new_token()
         tid = self.token_ids.next(now)
         rec = TokenRecord(
@@ -363,7 +366,7 @@ class Daemon(DaemonState):
             principal,
             name,
             now,
-            p.text if p else "kliqued",
+            created_by or (p.text if p else "kliqued"),
             expires_at=expires_at,
         )
         data: dict[str, Any] = {"id": tid, "principal": principal, "name": name}
@@ -388,6 +391,42 @@ class Daemon(DaemonState):
             return rec, token
 
         return Prepared([ev], [op], apply)
+
+    def prepare_signed_in(self, s: SignedIn, via: str, now: int, ov: Overlay) -> Prepared:
+        """The audit's record of a sign-in: the provider and subject, whom they act as."""
+        return Prepared([self._signed_in_event(s, via, None)], [], lambda: None)
+
+    def _signed_in_event(self, s: SignedIn, via: str, token: str | None) -> Event:
+        data: dict[str, Any] = {
+            "provider": s.provider,
+            "subject": s.subject,
+            "principal": s.principal.text,
+            "via": via,
+        }
+        if s.person is not None:
+            data["person"] = s.person
+        if token is not None:
+            data["token"] = token
+        return Event("signed_in", None, s.principal.text, None, None, s.person, data)
+
+    def prepare_signin_token(
+        self, s: SignedIn, via: str, lifetime_ms: int, now: int, ov: Overlay
+    ) -> Prepared:
+        """A sign-in that gets a Klique token (``kliqued login``, the dashboard): the audit's
+        record and the token, in one commit. The token ends with its lifetime, or at once
+        when its person leaves the estate (identity.mapping.signin_refusal)."""
+        created = self.prepare_token(
+            None,
+            s.principal.text,
+            f"sign-in through {s.provider}",
+            now,
+            ov,
+            expires_at=now + lifetime_ms,
+            created_by=signin_creator(s),
+        )
+        tid = created.events[0].data["id"]
+        created.events.insert(0, self._signed_in_event(s, via, tid))
+        return created
 
     def prepare_revoke(self, p: Principal, token_id: str, now: int, ov: Overlay) -> Prepared:
         rec = self.tokens.by_id.get(token_id)

@@ -256,13 +256,13 @@ def page(
     submitted_from: int | None = None,
     newest: bool = False,
 ) -> list[TaskRecord]:
-    """Up to ``limit`` evicted tasks in id order after ``after`` (``newest``: the newest,
-    newest first), with the listing's filters; ``visible_user``/``visible_groups``: a
+    """Up to ``limit`` evicted tasks in id order after ``after`` (``newest``: newest first,
+    before ``after``), with the listing's filters; ``visible_user``/``visible_groups``: a
     user's own tasks and their groups'."""
     where: list[str] = []
     params: list[Any] = []
     if after is not None:
-        where.append("id > ?")
+        where.append("id < ?" if newest else "id > ?")
         params.append(after)
     for col, val in (("resource", resource), ("usr", user), ("pool", pool)):
         if val is not None:

@@ -38,6 +38,13 @@ MAX_RUNNING_PER_OWNER = 100
 """Pipelines a user may have running at once (each holds its file and its steps' state)."""
 
 
+def _changed(d: Daemon, pr: PipelineRun, data: dict[str, Any], actor: str = "kliqued") -> Event:
+    """A ``pipeline_changed`` event of ``pr`` (filed under its owner) with ``data``, by
+    ``actor``: the daemon itself unless a caller changes it. Every change of a pipeline's
+    state or token is one, made here."""
+    return Event("pipeline_changed", None, actor, d.idx().revision, None, pr.owner, data)
+
+
 def submittable(d: Daemon, user: str) -> list[str]:
     """The compute resources ``user`` may send work to (``submission.submittable``)."""
     return submission.submittable(d.idx(), user)
@@ -140,6 +147,8 @@ def prepare_start(
     every step checked for the user, then ``pipeline_started``; the loop sends the first
     steps. ``loaded``: the file already parsed (by the handler, off the event loop, or the
     schedule's), so that preparing in the sequencer reads no file."""
+    if schedule is None:
+        d.tokens.require_booked(p, "a pipeline")
     if loaded is None:
         loaded = load_for(spec)
     file = spec.get("file") or "pipeline.yaml"
@@ -342,13 +351,9 @@ def prepare_pause_for(d: Daemon, pid: str, why: str, now: int) -> Prepared:
     """Paused because the token it runs on ended (``why`` says which and when): its steps
     already sent run to their end, no further step is sent."""
     pr = d.pipelines.items[pid]
-    ev = Event(
-        "pipeline_changed",
-        None,
-        "kliqued",
-        d.idx().revision,
-        None,
-        pr.owner,
+    ev = _changed(
+        d,
+        pr,
         {
             "id": pid,
             "state": "paused",
@@ -371,15 +376,7 @@ def prepare_lapsed(d: Daemon, pid: str, at: int, now: int, ov: Overlay) -> Prepa
 def prepare_rebind(d: Daemon, pid: str, token: str, now: int) -> Prepared:
     """Bound to ``token`` (its token was rotated), its state unchanged."""
     pr = d.pipelines.items[pid]
-    ev = Event(
-        "pipeline_changed",
-        None,
-        "kliqued",
-        d.idx().revision,
-        None,
-        pr.owner,
-        {"id": pid, "state": pr.state, "text": pr.reason, "token": token},
-    )
+    ev = _changed(d, pr, {"id": pid, "state": pr.state, "text": pr.reason, "token": token})
     return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
 
 
@@ -388,6 +385,7 @@ def prepare_resume(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay) -> 
     now on; the loop then sends what is due (the ends of the steps that ran meanwhile
     included). Nobody else resumes it: a pipeline is paused only because the token it ran on
     ended, and it runs on its owner's own credential, never on another's."""
+    d.tokens.require_booked(p, "a resumed pipeline")
     pr = d.pipelines.get(pid)
     if pr.state not in ("running", "paused"):
         raise ApiError(
@@ -408,14 +406,8 @@ def prepare_resume(d: Daemon, p: Principal, pid: str, now: int, ov: Overlay) -> 
         )
     if pr.state == "running" and pr.token == p.token_id:
         return Prepared(apply=lambda: pid)
-    ev = Event(
-        "pipeline_changed",
-        None,
-        p.text,
-        d.idx().revision,
-        None,
-        pr.owner,
-        {"id": pid, "state": "running", "text": None, "token": p.token_id},
+    ev = _changed(
+        d, pr, {"id": pid, "state": "running", "text": None, "token": p.token_id}, actor=p.text
     )
 
     def apply() -> str:

@@ -213,6 +213,7 @@ REDUCERS: dict[str, Reducer] = {
     "token_revoked": _audit_only,
     "token_rotated": _audit_only,
     "worker_refused": _audit_only,
+    "signed_in": _audit_only,
     "capacity_mismatch": _audit_only,
     "waiting_alert": _audit_only,
     "clock_step": _audit_only,

@@ -39,6 +39,14 @@ from kliqued.daemon.records import end_text, state as task_state
 MAX_PER_OWNER = 100
 """Schedules a user may have (docs/decisions.md, "Schedules and pipelines")."""
 
+
+def _changed(d: Daemon, s: Schedule, data: dict[str, Any], actor: str = "kliqued") -> Event:
+    """A ``schedule_changed`` event of ``s`` (filed under its owner) with ``data``, by
+    ``actor``: the daemon itself unless a caller changes it. Every change of a schedule's
+    state or token is one, made here."""
+    return Event("schedule_changed", None, actor, d.idx().revision, None, s.owner, data)
+
+
 # ---------------------------------------------------------------------- reading
 
 
@@ -135,6 +143,7 @@ def view(
 def prepare_create(d: Daemon, p: Principal, f: dict[str, Any], now: int, ov: Overlay) -> Prepared:
     """``f`` is checked (handlers/schedules.py); the id is made here, in log order. A user
     has at most ``MAX_PER_OWNER`` schedules (each holds its command or pipeline file)."""
+    d.tokens.require_booked(p, "a schedule")
     held = sum(s.owner == p.name for s in d.schedules.items.values())
     held += ov.made[("schedule", p.name)]
     if held >= MAX_PER_OWNER:
@@ -179,19 +188,16 @@ def prepare_change(
                 f"resume it once the reason is fixed, or delete it",
             )
         return Prepared(apply=lambda: sid)
-    ev = Event(
-        "schedule_changed",
-        None,
-        actor,
-        d.idx().revision,
-        None,
-        s.owner,
+    ev = _changed(
+        d,
+        s,
         {
             "id": sid,
             "state": state,
             "reason": reason,
             **({"cursor": cursor} if cursor is not None else {}),
         },
+        actor=actor,
     )
 
     def apply() -> str:
@@ -213,6 +219,8 @@ def prepare_resume(
     sequencer's ``now`` without it)."""
     at = now if at is None else at
     s = d.schedules.get(sid)
+    if p.is_user and p.name == s.owner:
+        d.tokens.require_booked(p, "a resumed schedule")
     token = p.token_id if p.is_user and p.name == s.owner else None
     if token is None:
         why = d.tokens.ended(s.token, at)
@@ -228,13 +236,9 @@ def prepare_resume(
             )
     if s.state == "active" and token in (None, s.token):
         return Prepared(apply=lambda: sid)
-    ev = Event(
-        "schedule_changed",
-        None,
-        p.text,
-        d.idx().revision,
-        None,
-        s.owner,
+    ev = _changed(
+        d,
+        s,
         {
             "id": sid,
             "state": "active",
@@ -242,6 +246,7 @@ def prepare_resume(
             "cursor": at,
             **({"token": token} if token is not None else {}),
         },
+        actor=p.text,
     )
 
     def apply() -> str:
@@ -254,13 +259,9 @@ def prepare_resume(
 def prepare_pause_for(d: Daemon, sid: str, why: str, now: int) -> Prepared:
     """Paused because the token it runs on ended (``why`` says which and when)."""
     s = d.schedules.items[sid]
-    ev = Event(
-        "schedule_changed",
-        None,
-        "kliqued",
-        d.idx().revision,
-        None,
-        s.owner,
+    ev = _changed(
+        d,
+        s,
         {
             "id": sid,
             "state": "paused",
@@ -284,15 +285,7 @@ def prepare_lapsed(d: Daemon, sid: str, at: int, now: int, ov: Overlay) -> Prepa
 def prepare_rebind(d: Daemon, sid: str, token: str, now: int) -> Prepared:
     """Bound to ``token`` (its token was rotated), its state and reason unchanged."""
     s = d.schedules.items[sid]
-    ev = Event(
-        "schedule_changed",
-        None,
-        "kliqued",
-        d.idx().revision,
-        None,
-        s.owner,
-        {"id": sid, "state": s.state, "reason": s.reason, "token": token},
-    )
+    ev = _changed(d, s, {"id": sid, "state": s.state, "reason": s.reason, "token": token})
     return Prepared([ev], [], lambda: reducers.apply(d, ev, now))
 
 
@@ -370,15 +363,7 @@ def prepare_run(d: Daemon, sid: str, decide_at: int, now: int, ov: Overlay) -> P
     why = denied(d, s)
     if why is not None:
         ev = run_event(due, "failed", why)
-        stop = Event(
-            "schedule_changed",
-            None,
-            "kliqued",
-            rev,
-            None,
-            s.owner,
-            {"id": s.id, "state": "stopped", "reason": why},
-        )
+        stop = _changed(d, s, {"id": s.id, "state": "stopped", "reason": why})
         return _with(d, Prepared(), [ev, stop], now)
     live = live_runs(d, s)
     parts: list[Prepared] = []

@@ -142,6 +142,7 @@ async def link(request: web.Request) -> web.Response:
         lambda tid: tid not in c.daemon.records or c.daemon.records[tid].state == "ended"
     )
     assert p.token_id is not None  # a user's token: the cookie ends with it
+    c.daemon.tokens.require_booked(p, "a session's link")
     ticket = c.session_passes.link(rec.id, p.name, p.token_id)
     return reply(
         {

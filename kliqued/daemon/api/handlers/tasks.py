@@ -7,8 +7,8 @@ not see is a 404, as if it did not exist: task ids are not disclosed to other us
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from typing import Any, Iterator
+from bisect import bisect_left, bisect_right
+from typing import Any, Iterator, Sequence
 
 from aiohttp import web
 
@@ -122,6 +122,7 @@ async def list_tasks(request: web.Request) -> web.Response:
     group = str_param(request, "group")
     pool = str_param(request, "pool")
     after = str_param(request, "after")
+    newest = str_param(request, "order", ("oldest", "newest")) == "newest"
     limit = int_param(request, "limit", 100, 1, 1000)
     assert limit is not None
     acc = d.acc()
@@ -146,13 +147,19 @@ async def list_tasks(request: web.Request) -> web.Response:
                 pool=pool,
                 visible_user=p.name if p.is_user else None,
                 visible_groups=mine,
+                newest=newest,
             )
         )
-    start = bisect_right(d.ids, after) if after else 0
+    if newest:
+        end = bisect_left(d.ids, after) if after else len(d.ids)
+        ids: Sequence[str] = d.ids[end - 1 :: -1] if end else []
+    else:
+        start = bisect_right(d.ids, after) if after else 0
+        ids = d.ids[start:] if start else d.ids
     out: list[TaskRecord] = []
     more = False
     budget = limits.MAX_PAGE_BYTES
-    for rec in _merged(d, d.ids[start:] if start else d.ids, stored):
+    for rec in _merged(d, ids, stored, newest):
         if state is not None and rec.state != state:
             continue
         if resource is not None and rec.resource != resource:
@@ -179,15 +186,18 @@ async def list_tasks(request: web.Request) -> web.Response:
     )
 
 
-def _merged(d: Daemon, ids: list[str], stored: list[TaskRecord]) -> Iterator[TaskRecord]:
-    """The records of ``ids`` in memory and ``stored`` (evicted), in id order."""
+def _merged(
+    d: Daemon, ids: Sequence[str], stored: list[TaskRecord], newest: bool = False
+) -> Iterator[TaskRecord]:
+    """The records of ``ids`` in memory and ``stored`` (evicted), in id order (``newest``:
+    both are newest first, and so is the result)."""
     records = d.records
     i = 0
     for tid in ids:
         rec = records.get(tid)
         if rec is None:
             continue  # evicted since: in ``stored`` if it is on this page
-        while i < len(stored) and stored[i].id < tid:
+        while i < len(stored) and (stored[i].id > tid if newest else stored[i].id < tid):
             if stored[i].id not in records:
                 yield stored[i]
             i += 1

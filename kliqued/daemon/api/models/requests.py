@@ -195,6 +195,20 @@ class TokenRequest(RootModel[UserTokenRequest | WorkerTokenRequest | RoleTokenRe
     (with ``pool``) and ``role``."""
 
 
+class SignInRequest(BaseModel):
+    """A sign-in: an ID token of a provider the estate trusts, for a Klique token."""
+
+    model_config = _FORBID
+    id_token: Annotated[str, Field(min_length=1, max_length=16384)] = Field(
+        description="the provider's ID token (a JWT), just received from its token endpoint"
+    )
+    role: Literal["admin", "finance", "planner"] | None = Field(
+        None,
+        description="act as this role (settings.identity.roles must list you); "
+        "default: as yourself",
+    )
+
+
 class TokenRotation(BaseModel):
     model_config = _FORBID
     grace: Duration = Field(
@@ -348,6 +362,7 @@ REQUESTS: tuple[type[BaseModel], ...] = (
     EngineSwitch,
     TokenRequest,
     TokenRotation,
+    SignInRequest,
     LedgerSql,
     WorkerRegistration,
     LeaseRequest,

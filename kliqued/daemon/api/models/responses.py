@@ -1,12 +1,12 @@
-"""The API's answers as pydantic models, all but the policies', the pools', the plan state's
-and the estate's: the shapes whose schemas the document generates (``schema.components``),
-as it does the requests' (``requests``).
+"""The API's answers as pydantic models, all but the estate's view (its policies, pools,
+plan state and revision: ``estate``): the shapes whose schemas the document generates
+(``schema.components``), as it does the requests' (``requests``).
 
 The views (``views.py``) still build these answers as dicts; the suite checks the answers it
 gets against the document's schema (tests/daemon/test_endpoints.py, test_worker_answers.py,
 tests/channels/test_channel_answers.py, the schemathesis run of test_openapi.py), so a view
-and its model cannot drift apart unseen where the suite calls it. Those four are still
-written in ``openapi.py`` (docs/decisions.md, issue 27 item 3).
+and its model cannot drift apart unseen where the suite calls it (docs/decisions.md, issue 27
+item 3).
 """
 
 from __future__ import annotations
@@ -120,6 +120,21 @@ class TokenCreated(BaseModel):
     created_at: Time
     expires_at: datetime | None
     rotated_from: str | None = None
+
+
+class IdentityProvider(BaseModel):
+    model_config = _CLOSED
+    name: str
+    issuer: str
+    client_id: str
+    scopes: list[str]
+
+
+class IdentityProviders(BaseModel):
+    """What a client needs to start a sign-in (``kliqued login``, the dashboard)."""
+
+    model_config = _CLOSED
+    providers: list[IdentityProvider]
 
 
 class LeaseRef(BaseModel):
@@ -679,6 +694,7 @@ class Waiting(BaseModel):
 
 RESPONSES: tuple[type[BaseModel], ...] = (
     Error,
+    IdentityProviders,
     Health,
     WhoAmI,
     Reason,
