@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "pools": "capacity, use, borrowed GPUs and live workers per pool",
     "ledger": "query (read-only SQL) and export the usage ledger",
     "demand": "export the demand of a window (what-if input)",
+    "advise": "estate changes that would have shortened real waits, checked by what-if",
     "ci": "set up CI for an estate repository (plan comment, what-if)",
     "schedule": "run a command or a pipeline on a cron schedule",
     "pipeline": "run a pipeline of steps (a DAG of tasks)",

@@ -183,3 +183,69 @@ def gitlab(o: Options) -> str:
 
 
 WRITERS = {"github": (GITHUB_PATH, github), "gitlab": (GITLAB_PATH, gitlab)}
+
+ADVISE_GITHUB_PATH = ".github/workflows/klique-advise.yml"
+
+ADVISE_GITHUB = """\
+# Written by `kliqued ci init github --advise` (docs/advisor.md). Every Monday: `kliqued
+# advise` replays the last weeks' demand of the control plane on the estate, and when a
+# change would have shortened a group's waits without lengthening another's by more than
+# 10%, opens a pull request with the patch and the report (the plan workflow then runs on
+# it). Needs the repository variable KLIQUE_URL and the secret KLIQUE_PLANNER_TOKEN.
+name: klique-advise
+
+on:
+  schedule:
+    - cron: "17 6 * * 1"
+  workflow_dispatch:
+
+permissions:
+  contents: write
+  pull-requests: write
+
+jobs:
+  advise:
+    runs-on: ubuntu-latest
+    env:
+      KLIQUE_URL: ${{{{ vars.KLIQUE_URL }}}}
+      KLIQUE_TOKEN: ${{{{ secrets.KLIQUE_PLANNER_TOKEN }}}}
+      GH_TOKEN: ${{{{ secrets.GITHUB_TOKEN }}}}
+    steps:
+      - uses: actions/checkout@v5
+
+      - uses: actions/setup-python@v6
+        with:
+          python-version: "{python}"
+
+      # {install_comment}
+      - name: Install kliqued
+        run: pip install "{install}"
+
+      - name: Advise from the last weeks' demand
+        run: |
+          kliqued advise --estate "{estate}" --against "$KLIQUE_URL" --since "{since}" \\
+            --patch advice.patch -o advice.md
+          cat advice.md >> "$GITHUB_STEP_SUMMARY"
+
+      - name: Open a pull request with the kept changes
+        run: |
+          if [ ! -s advice.patch ]; then echo "no change to propose"; exit 0; fi
+          branch="klique-advice/$(date -u +%Y-%m-%d)"
+          git config user.name "klique-advise"
+          git config user.email "klique-advise@users.noreply.github.com"
+          git switch -c "$branch"
+          git apply advice.patch
+          git commit -am "Estate changes advised by kliqued advise (last {since})"
+          git push origin "$branch"
+          gh pr create --title "Klique advice: $(date -u +%Y-%m-%d)" --body-file advice.md
+"""
+
+
+def github_advise(o: Options) -> str:
+    return ADVISE_GITHUB.format(
+        estate=o.estate_path,
+        python=o.python,
+        install=o.install.spec,
+        install_comment=_comment(o, " " * 6),
+        since=o.since,
+    )

@@ -31,6 +31,8 @@ def register(subparsers) -> None:
         "git+https://git.example.org/platform/klique.git@<commit>\n"
         "  kliqued ci init gitlab --estate-path clusters/estate --install "
         "tools/klique-0.1.0-py3-none-any.whl\n"
+        "  kliqued ci init github --advise --install "
+        "git+https://git.example.org/platform/klique.git@<commit>\n"
         "  kliqued ci comment github --file plan.md --pr 42",
     )
     sub = p.add_subparsers(dest="ci_command", metavar="<init|comment>")
@@ -76,6 +78,12 @@ def register(subparsers) -> None:
         "-o", "--output", metavar="FILE", help="write here instead of the forge's usual place"
     )
     i.add_argument("--force", action="store_true", help="replace an existing file")
+    i.add_argument(
+        "--advise",
+        action="store_true",
+        help="github only: write the weekly `kliqued advise` workflow instead, which opens "
+        "a pull request with the changes that would have shortened waits (docs/advisor.md)",
+    )
     i.set_defaults(handler=run_init)
 
     c = sub.add_parser(
@@ -110,6 +118,15 @@ def register(subparsers) -> None:
 
 def run_init(args: argparse.Namespace) -> int:
     rel, make = workflows.WRITERS[args.forge]
+    if args.advise:
+        if args.forge != "github":
+            print(
+                "kliqued ci init: --advise is written for github only; on GitLab, schedule "
+                "a pipeline that runs `kliqued advise --against $KLIQUE_URL --patch FILE`",
+                file=sys.stderr,
+            )
+            return 2
+        rel, make = workflows.ADVISE_GITHUB_PATH, workflows.github_advise
     target = Path(args.output) if args.output else Path(args.repo) / rel
     if target.exists() and not args.force:
         print(f"kliqued ci init: {target} exists; --force replaces it", file=sys.stderr)

@@ -31,7 +31,8 @@ def register(subparsers) -> None:
         "status",
         help="a task in detail, or your tasks as a table",
         description="With a task id: where the task is (queued with its place in line and "
-        "why it waits, placed on which pool, or ended and why), its preemptions "
+        "why it waits and its earliest start, placed on which pool, or ended and "
+        "why), its preemptions "
         "and its command. Without: the tasks you may see (yours, and your groups' "
         "if you are a group admin), queued and placed ones by default.",
         examples="  kliqued status\n"
@@ -107,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
             else t.get("pool") or "-"
         )
         why = reason(t.get("waiting_reason")) if t.get("waiting_reason") else ended(t) or "-"
+        start = (t.get("forecast") or {}).get("start_at")
+        if start:  # issue 31: the earliest start the estate knows
+            why += f" (earliest {start.replace('T', ' ')})"
         rows.append(
             [
                 t["id"],
@@ -149,6 +153,8 @@ def detail(t: dict) -> str:
     if t["state"] == "queued":
         lines.append(f"position  {t.get('position') or '-'}")
         lines.append(f"waiting   {reason(t.get('waiting_reason'))}")
+        if t.get("forecast"):
+            lines.append(f"earliest  {t['forecast']['text']}")
     if t.get("pool"):
         lines.append(f"pool      {t['pool']}")
     if t["state"] == "placed" and t.get("waiting_reason"):  # no worker took it yet

@@ -477,6 +477,39 @@ class Client:
         key = idempotency_key or str(uuid.uuid4())
         return self._call("POST", "/tasks", body=body, headers={"Idempotency-Key": key}, retry=True)
 
+    def dry_run(
+        self,
+        resource: str,
+        command: Sequence[str] | str | None = None,
+        payload: Any = None,
+        gpus: float | None = None,
+        project: str | None = None,
+        labels: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> dict:
+        """What the engine would do with this task if it were sent now, with nothing stored
+        (``POST /v1/tasks`` with ``dry_run: true``): placed (``pool``, ``phase``, the
+        ``victims`` it would take GPUs from) or waiting (``waiting_reason``, ``position``),
+        the ``budgets`` with it, ``cost_per_hour`` and ``forecast`` (the earliest start the
+        estate can know). Refused where ``submit`` would be, with the same error.
+
+        Example: ``Client.from_config().dry_run("llm-research/h100", "python train.py",
+        project="rlhf")["outcome"]``."""
+        if isinstance(command, str):
+            command = shlex.split(command)
+        body: dict[str, Any] = {
+            "resource": resource,
+            "command": list(command) if command is not None else None,
+            "payload": payload,
+            "gpus": gpus,
+            "project": project,
+            "labels": dict(labels or {}),
+            "dry_run": True,
+        }
+        if user is not None:
+            body["user"] = user
+        return self._call("POST", "/tasks", body=body, retry=True)
+
     def task(self, id: str) -> dict:
         return self._call("GET", f"/tasks/{self._seg(id)}")
 

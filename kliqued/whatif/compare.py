@@ -286,22 +286,34 @@ def what_if(
     threshold_s: int = DEFAULT_THRESHOLD_S,
     skipped: int = 0,
     parallel: bool | None = None,
+    cache: dict[tuple[str, int], Side] | None = None,
 ) -> WhatIf:
     """The comparison of ``rows`` replayed on ``base`` and on ``head`` (the two replays
     side by side in two processes: ``_two_sides``).
 
     Rows cancelled before they ever ran are not replayed (nothing ran, so nothing is asked
-    of the estate); ``skipped`` counts those the caller left out already."""
+    of the estate); ``skipped`` counts those the caller left out already. ``cache``: the
+    sides replayed, kept by (estate revision, rows replayed) across calls with the same
+    ``rows``, so a caller comparing several heads with one base (``kliqued advise``)
+    replays the base once."""
     live = [r for r in rows if not (r.status == "cancelled" and r.runtime_ms == 0)]
     skipped += len(rows) - len(live)
     base_idx, head_idx = EstateIndex.build(base), EstateIndex.build(head)
     head_ok, refused_head = _accepted(live, head_idx)
     both, refused_base = _accepted(head_ok, base_idx)
     start = live[0].at if live else 0
+    kb, kh = (base.revision, len(both)), (head.revision, len(both))
+    kept_b = cache.get(kb) if cache is not None else None
+    kept_h = cache.get(kh) if cache is not None else None
     if head.revision == base.revision:  # a plan without changes: one replay is both
-        first = second = replay_side(both, base, start, source, threshold_s)
+        first = second = kept_b or replay_side(both, base, start, source, threshold_s)
+    elif kept_b is not None:
+        first = kept_b
+        second = kept_h or replay_side(both, head, start, source, threshold_s)
     else:
         first, second = _two_sides(both, base, head, start, source, threshold_s, parallel)
+    if cache is not None:
+        cache[kb], cache[kh] = first, second
     gb, gh = first.groups, second.groups
     names = sorted((set(gb) | set(gh)) - {"all"}) + ["all"]
     groups = tuple(Row(n, gb.get(n), gh.get(n)) for n in names)

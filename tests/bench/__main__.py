@@ -21,6 +21,7 @@ MODULES = [
     "bench_web",
     "bench_failover",
     "bench_state",
+    "bench_dryrun",
 ]
 
 

@@ -202,3 +202,23 @@ def test_the_default_is_the_commit_or_wheel_this_kliqued_came_from() -> None:
         is None
     )
     assert install.from_direct_url(None) is None
+
+
+def test_the_weekly_advise_workflow(tmp_path, capsys) -> None:
+    """``--advise`` (issue 31): a scheduled workflow that passes actionlint and runs
+    ``kliqued advise`` with flags it accepts; GitHub only."""
+    from kliqued.ci.workflows import ADVISE_GITHUB_PATH
+
+    assert main(["ci", "init", "github", "--advise", "--repo", str(tmp_path), *PINNED]) == 0
+    path = tmp_path / ADVISE_GITHUB_PATH
+    done = subprocess.run([actionlint(), "-no-color", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = YAML(typ="safe").load(path.read_text())
+    assert doc["on"]["schedule"] == [{"cron": "17 6 * * 1"}]
+    steps = doc["jobs"]["advise"]["steps"]
+    script = next(s["run"] for s in steps if s.get("name") == "Advise from the last weeks' demand")
+    (line,) = kliqued_lines(script)
+    args = build_parser("advise").parse_args(line[1:])
+    assert (args.against, args.since, args.patch) == ("$KLIQUE_URL", "14d", "advice.patch")
+    assert main(["ci", "init", "gitlab", "--advise", "--repo", str(tmp_path), *PINNED]) == 2
+    assert "--advise is written for github only" in capsys.readouterr().err

@@ -24,6 +24,7 @@ TOOLS = {
     "whoami",
     "list_resources",
     "submit_task",
+    "dry_run_task",
     "show_task",
     "explain_task",
     "cancel_task",

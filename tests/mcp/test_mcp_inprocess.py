@@ -128,3 +128,60 @@ def test_the_route_s_roles_apply_to_its_tool(tmp_path: Path, who: Principal, all
             await _stop(c, runner)
 
     asyncio.run(go())
+
+
+def test_dry_run_task_answers_and_stores_nothing(tmp_path: Path) -> None:
+    """Issue 31: an agent asks before it sends. bob's dry run on team-a/one answers placed
+    on pool-1 within team-a's reservation, with its cost and the budget with it; nothing is
+    stored (no task, no event); erin (not in team-a) is refused as submit_task refuses her;
+    a task that then waits shows its forecast in show_task."""
+
+    async def go() -> None:
+        c, runner = await _daemon(tmp_path)
+        try:
+            server = tools.build(c)
+            args = {"resource": "team-a/one", "command": ["true"]}
+            res = await _call(server, BOB, "dry_run_task", args)
+            assert not res.is_error, _text(res)
+            a = res.structured_content
+            assert (a["outcome"], a["pool"], a["phase"]) == ("placed", "pool-1", "reserve")
+            assert a["cost_per_hour"] == 2.5 and a["budgets"][0]["burn_rate_with"] == 1
+            assert a["forecast"]["basis"] == "now"
+            assert c.daemon.records == {}
+            rows = await c.store.read(
+                lambda cur: cur.execute(
+                    "SELECT count(*) FROM events WHERE task IS NOT NULL"
+                ).fetchall()
+            )
+            assert rows == [(0,)]
+            # a task that waits: show_task carries its forecast (pool-2 holds 8 GPUs)
+            sized = {"resource": "team-a/sized", "command": ["true"], "gpus": 3}
+            ids = []
+            for _ in range(3):
+                res = await _call(server, BOB, "submit_task", sized)
+                ids.append(res.structured_content["id"])
+            d = c.daemon
+            for _ in range(200):  # two placed, and a pass has seen the third
+                recs = [d.records[t] for t in ids]
+                if sum(r.state == "placed" for r in recs) == 2 and all(
+                    r.submitted_pass < d.passes for r in recs
+                ):
+                    break
+                await asyncio.sleep(0.05)
+            waiting = next(t for t in ids if c.daemon.records[t].state == "queued")
+            res = await _call(server, BOB, "show_task", {"task_id": waiting})
+
+            assert res.structured_content["forecast"] == {
+                "start_at": None,
+                "basis": "unknown",
+                "text": "unknown: waits for capacity",
+            }
+            res = await _call(server, ERIN, "dry_run_task", args)
+            sub = await _call(server, ERIN, "submit_task", args)
+            assert res.is_error and sub.is_error
+            assert _text(res).replace("dry_run_task", "submit_task") == _text(sub)
+            assert len(c.daemon.records) == 3  # bob's three; no dry run left a task
+        finally:
+            await _stop(c, runner)
+
+    asyncio.run(go())

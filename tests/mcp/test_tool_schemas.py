@@ -37,6 +37,10 @@ def test_tool_arguments_that_are_api_fields_have_the_api_s_schema(tmp_path: Path
     assert submit["properties"]["command"] == {**body["command"], "type": "array"}
     assert submit["required"] == ["resource", "command"]
     assert submit["properties"]["gpus"]["multipleOf"] == 0.001  # the bounds reach the agent
+    dry = schemas["dry_run_task"]  # issue 31: the same fields as submit_task's
+    for name in ("resource", "command", "gpus", "project", "labels"):
+        assert dry["properties"][name] == submit["properties"][name], name
+    assert dry["required"] == ["resource", "command"]
     cancel = schemas["cancel_task"]
     assert cancel["properties"]["reason"] == SCHEMAS["CancelRequest"]["properties"]["reason"]
     assert cancel["required"] == ["task_id"]
@@ -49,6 +53,7 @@ def test_tool_arguments_that_are_api_fields_have_the_api_s_schema(tmp_path: Path
         "whoami",
         "list_resources",
         "submit_task",
+        "dry_run_task",
         "show_task",
         "explain_task",
         "cancel_task",

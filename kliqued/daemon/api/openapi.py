@@ -276,7 +276,14 @@ PATHS: dict[str, Any] = {
             "send a task to a compute resource",
             {
                 **_ok("Task", "201", "created"),
-                **_ok("Task", "200", "a retry: the task first created with this Idempotency-Key"),
+                "200": {
+                    "description": "a retry: the task first created with this "
+                    "Idempotency-Key; or, with `dry_run: true`, what the engine would do "
+                    "(nothing stored)",
+                    "content": {
+                        "application/json": {"schema": {"oneOf": [_ref("Task"), _ref("DryRun")]}}
+                    },
+                },
             },
             params=[
                 {
@@ -1064,6 +1071,8 @@ def submission_surely_valid(body: Any) -> bool:
     if c is not None and (
         type(c) is not list or len(c) > _COMMAND_MAX or any(type(x) is not str for x in c)
     ):
+        return False
+    if "dry_run" in body and type(body["dry_run"]) is not bool:
         return False
     g = body.get("gpus")
     if g is not None and (type(g) is not int or g < 0):

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from klique_util.units import from_milli, unit_hours
 from kliqued.engine import budget_status
+from kliqued.engine.dryrun import Forecast, forecast
 from kliqued.engine.protection import protected_until
 from kliqued.engine.victims import lost_work
 
@@ -24,6 +25,22 @@ from kliqued.daemon.units import gpus, iso
 
 def reason_json(r: Any) -> dict[str, str] | None:
     return None if r is None else {"kind": r.kind, "text": r.text}
+
+
+def forecast_json(f: Forecast | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return {"start_at": iso(f.start_at), "basis": f.basis, "text": f.text}
+
+
+def task_forecast(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any] | None:
+    """A queued task's forecast (issue 31), from the state the last pass left, as its
+    reason is; none in a long listing (``many``: a protection's end is a walk over the
+    placed tasks) nor before a pass has seen the task."""
+    if many or rec.state != "queued" or rec.submitted_pass >= d.passes:
+        return None
+    st = d.st()
+    return forecast_json(forecast(d.idx(), st, rec.id, st.clock))
 
 
 def gpu_hours(rec: TaskRecord, now: int) -> float:
@@ -80,6 +97,7 @@ def task(d: Daemon, rec: TaskRecord, many: bool = False) -> dict[str, Any]:
         "end": end(rec),
         "outputs": rec.outputs,
         **lending(d, rec, t),
+        "forecast": task_forecast(d, rec, many),
     }
 
 

@@ -40,6 +40,7 @@ from kliqued.daemon.api.openapi import SCHEMAS
 from kliqued.daemon.api.request import Context
 from kliqued.daemon.api.routes import Route
 from kliqued.daemon.api.submission import submit_as
+from kliqued.daemon.api.dryrun import dry_run_as
 from kliqued.daemon.api.agents.explain import explain, explain_kind
 
 ACTING_AS: ContextVar[Principal | None] = ContextVar("klique_mcp_principal", default=None)
@@ -65,8 +66,10 @@ LOG_BYTES = 64 * 1024
 
 INSTRUCTIONS = (
     "Klique allocates GPUs. You act as the user whose token you hold, with exactly their "
-    "rights. list_resources shows where they may send work (may_submit); submit_task sends a "
-    "command there; show_task says where a task is and why it waits; explain_task says what a "
+    "rights. list_resources shows where they may send work (may_submit); dry_run_task says "
+    "what would happen if a task were sent now (where, whom it displaces, budget, cost, "
+    "earliest start) without sending it; submit_task sends a "
+    "command there; show_task says where a task is, why it waits and its earliest start; explain_task says what a "
     "reason means and what the user can do; read_log reads a task's output; cancel_task stops "
     "it; budget shows the group's GPU-hours used, left, burn rate and projected run-out; "
     "list_pools shows capacity. Everything you submit or cancel is recorded as the user's, "
@@ -117,7 +120,11 @@ STOP = ToolAnnotations(
 )
 
 
-BODIES = {"submit_task": "TaskSubmission", "cancel_task": "CancelRequest"}
+BODIES = {
+    "submit_task": "TaskSubmission",
+    "dry_run_task": "TaskSubmission",
+    "cancel_task": "CancelRequest",
+}
 """The tools whose arguments are fields of an API request body, and that body's schema."""
 
 
@@ -196,6 +203,27 @@ def build(c: Context) -> MCPServer:
             return views.task(d, rec)
 
         return await _as("submitTask", go)
+
+    @tool(READ)
+    async def dry_run_task(
+        resource: str,
+        command: list[str],
+        gpus: float | None = None,
+        project: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Ask before sending: what the engine would do with this task if submit_task sent
+        it now, with nothing stored and nothing changed. Returns `outcome` (placed or
+        waiting); placed: `pool`, `phase` and the `victims` it would take GPUs from (with
+        their protection); waiting: `waiting_reason` and `position`; the group's `budgets`
+        with it running (burn rate, run-out, whether the start check passes);
+        `cost_per_hour`; `forecast`, the earliest start the estate can know. Refused
+        exactly where submit_task would be."""
+        body: dict[str, Any] = {"resource": resource, "command": command, "dry_run": True}
+        for k, v in (("gpus", gpus), ("project", project), ("labels", labels)):
+            if v is not None:
+                body[k] = v
+        return await _as("submitTask", lambda p: _now(dry_run_as(c, p, body, "mcp")))
 
     @tool(READ)
     async def show_task(task_id: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.api.request import Context, ctx, principal, read_json, reply
 from kliqued.daemon.api.routes import Route
 from kliqued.daemon.api.submission import submit_as
+from kliqued.daemon.api.dryrun import dry_run_as
 from kliqued.daemon.api.handlers.params import int_param, str_param
 
 
@@ -60,6 +61,16 @@ def _may_filter(
 
 async def submit(request: web.Request) -> web.Response:
     body = await read_json(request, "TaskSubmission", submission_surely_valid)
+    if body.get("dry_run"):  # issue 31: the same checks, nothing stored
+        return reply(
+            dry_run_as(
+                ctx(request),
+                principal(request),
+                body,
+                channels.declared(request.headers),
+                checked=True,
+            )
+        )
     status, rec = await submit_as(
         ctx(request),
         principal(request),

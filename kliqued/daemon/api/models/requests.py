@@ -72,6 +72,13 @@ class TaskSubmission(BaseModel):
     user: Annotated[str | None, Field(min_length=1, max_length=256)] = Field(
         None, description="admins only: the user the task is sent for"
     )
+    dry_run: bool = Field(
+        False,
+        description="true: nothing is stored; the answer (200, `DryRun`) says what the engine "
+        "would do with the task now: placed (pool, phase, whom it would reclaim or "
+        "rebalance) or waiting (reason, place in line), the budget with it, its cost per "
+        "hour and the earliest start the estate can know (issue 31)",
+    )
 
 
 class PipelineRunRequest(BaseModel):

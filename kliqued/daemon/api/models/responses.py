@@ -357,6 +357,18 @@ class TaskEnd(BaseModel):
     message: str | None = Field(description="the message of the worker's report that ended it")
 
 
+class Forecast(BaseModel):
+    """The earliest time a waiting task could start that the estate can know (issue 31)."""
+
+    model_config = _CLOSED
+    start_at: datetime | None = Field(description="null: unknown (`text` says what it waits for)")
+    basis: Literal["now", "budget-reset", "protection-end", "task-end", "unknown"]
+    text: str = Field(
+        description="e.g. `not before 2026-12-08 00:00 UTC: the budget resets`, "
+        "`unknown: waits for capacity`"
+    )
+
+
 class Task(BaseModel):
     model_config = _CLOSED
     id: Annotated[str, Field(pattern="^t-[0-9A-Z]{14}$")]
@@ -415,6 +427,83 @@ class Task(BaseModel):
     lost_gpu_hours_so_far: Annotated[float, Field(ge=0)] = Field(
         description="GPU-hours its preemptions have lost"
     )
+    forecast: Forecast | None = Field(
+        description="a queued task: the earliest start the estate can know (issue 31); null "
+        "otherwise, and in a page with more than 20 queued tasks"
+    )
+
+
+class DryRunVictim(BaseModel):
+    """A placed task the dry-run task would take GPUs from."""
+
+    model_config = _CLOSED
+    task: str | None = Field(description="its id, when the caller may see it (else null)")
+    user: str | None = Field(description="its user, when the caller may see the task")
+    group: str
+    resource: str
+    pool: str
+    gpus: float
+    kind: Literal["reclaimed", "rebalanced"]
+    lost_work_s: Annotated[float, Field(ge=0)] = Field(
+        description="the work it would lose (since its last checkpoint, else its placement)"
+    )
+    protected_until: datetime | None = Field(
+        description="when its protection ended (protected work is never taken); null: its "
+        "policy protects nothing"
+    )
+
+
+class DryRunBudget(BaseModel):
+    """One budgeted level of the task's group: now, and with the task running."""
+
+    model_config = _CLOSED
+    group: str
+    policy: str
+    period: Literal["day", "week", "month"]
+    resets_at: Time
+    hours: float
+    used_hours: float
+    left_hours: float
+    burn_rate: float = Field(description="budget hours per hour now")
+    burn_rate_with: float = Field(description="budget hours per hour with the task running")
+    runout_at: datetime | None = Field(description="at the rate now, if before the reset")
+    runout_with_at: datetime | None = Field(description="with the task running")
+    start_check: Literal["passes", "fails"] = Field(
+        description="whether the budget start check (the low watermark) lets it start now"
+    )
+
+
+class DryRun(BaseModel):
+    """What the engine would do with a task sent now (``dry_run: true``): nothing stored."""
+
+    model_config = _CLOSED
+    dry_run: Literal[True]
+    resource: str
+    group: str
+    user: str
+    gpus: float
+    at: Time = Field(description="the moment the answer is for")
+    settled: bool = Field(
+        description="false: a pass is due that has not run yet (work just submitted or "
+        "ended, a budget or protection moment), which may change the answer"
+    )
+    outcome: Literal["placed", "waiting"]
+    pool: str | None
+    phase: Literal["reserve", "reclaim", "lend", "rebalance"] | None = Field(
+        description="which phase would place it: within reservation, by reclaiming borrowed "
+        "GPUs, on idle capacity lent, or by rebalancing (order: fair)"
+    )
+    victims: list[DryRunVictim]
+    waiting_reason: Reason | None
+    position: Annotated[int, Field(ge=1)] = Field(description="its place in line (1: the head)")
+    budgets: list[DryRunBudget]
+    cost_per_hour: float | None = Field(
+        description="its GPUs at the price of `price_pool` (where it would run, else its "
+        "profile's first pool); null: no price for that GPU type"
+    )
+    currency: str
+    price_pool: str | None
+    forecast: Forecast
 
 
 class TaskList(BaseModel):
@@ -636,6 +725,10 @@ RESPONSES: tuple[type[BaseModel], ...] = (
     Lease,
     Leases,
     Task,
+    Forecast,
+    DryRunVictim,
+    DryRunBudget,
+    DryRun,
     TaskList,
     ReportAnswer,
     ScheduleRun,
