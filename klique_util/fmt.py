@@ -55,3 +55,21 @@ def percent(part: float, whole: float) -> str:
     if whole <= 0:
         return "100%"
     return f"{math.floor(part * 100 / whole)}%"
+
+
+def span(seconds: float) -> str:
+    """A duration as people say it, to two units: ``45s``, ``9m 52s``, ``2h 5m``,
+    ``3d 4h``, ``2w 1d``; never a bare count of seconds past a minute (issue 32: alerts read
+    ``waited 592 s``)."""
+    total = max(0, int(seconds))
+    units = (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    parts: list[str] = []
+    for name, size in units:
+        if total >= size or (name == "s" and not parts):
+            n, total = divmod(total, size)
+            parts.append(f"{n}{name}")
+            if len(parts) == 2:
+                break
+        elif parts:
+            break  # the next unit down is zero: '2h' not '2h 0m'
+    return " ".join(parts)

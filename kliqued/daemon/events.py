@@ -42,7 +42,7 @@ Kinds (``data`` fields in brackets):
 - ``worker_refused`` [call, worker, holder?, reason] (a worker call that did not prove the
   identity it claims: another worker's id, lease or key; refused with 403)
 - ``estate_refused`` [revision, commit, source, errors] (GitOps reload)
-- ``waiting_alert`` [resource, task, user, waited_s] / ``alert_delivery`` [alert, channel,
+- ``waiting_alert`` [resource, task, user, waited_s, reason?] / ``alert_delivery`` [alert, channel,
   key, attempt, status, error?] (alerts.py: a queue's head waited too long; one delivery
   attempt of an alert to a channel)
 - ``schedule_created`` [id, owner, token?, cron, timezone, resource, command, ...,
@@ -439,6 +439,7 @@ class WaitingAlert(Payload):
     task: str | None = None
     user: str | None = None
     waited_s: int | None = None
+    reason: str | None = None  # why it waits, as status said when the alert was raised
 
 
 @registered("clock_step")

@@ -252,6 +252,8 @@ def event_text(r: dict[str, Any]) -> str:
         return f"{k.replace('_', ' ')}: {who} (pool {data.get('pool')})"
     if k in ("alert", "waiting_alert"):
         return str(data.get("text") or k)
+    if k == "alert_delivery":
+        return delivery_text(data)
     return k.replace("_", " ")
 
 
@@ -471,6 +473,17 @@ async def tasks_with_history(
     out += [views.task(d, r) for r in stored if r.id not in seen and r.id not in d.records]
     out.sort(key=lambda t: t["id"], reverse=True)
     return out[:limit]
+
+
+def delivery_text(data: dict[str, Any]) -> str:
+    """One delivery attempt of an alert, with its channel and outcome (the audit trail
+    showed a bare ``alert delivery``): ``alert #12 to ops-email: delivered (attempt 1)``,
+    ``... : retry (attempt 2): connection refused``."""
+    status = str(data.get("status") or "attempted").replace("_", " ")
+    text = f"alert #{data.get('alert')} to {data.get('channel') or 'a channel'}: {status}" + (
+        f" (attempt {data['attempt']})" if data.get("attempt") else ""
+    )
+    return text + (f": {data['error']}" if data.get("error") else "")
 
 
 def refused_what(data: dict[str, Any]) -> str:

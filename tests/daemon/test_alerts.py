@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -208,6 +209,14 @@ def test_work_waiting_past_the_limit_alerts_the_group_admins(tmp_path, monkeypat
         assert body["kind"] == "waiting_alert" and body["data"]["task"] == tid
         assert body["recipients"] == ["erin@example.org", "it@example.org"]
         assert body["data"]["waited_s"] >= 2
+        # the words people read: a duration as people say it, and why it waits (issue 32)
+        assert re.search(r"has waited \d+s since its submission: \S", body["text"]), body
+        assert body["data"]["reason"] and body["data"]["reason"] in body["text"]
+        assert " s since" not in body["text"] and "waiting for" in body["title"]
+        deliveries_said = [
+            e for e in s.ok("GET", "/v1/events?kind=alert_delivery&limit=100")["events"]
+        ]
+        assert deliveries_said and deliveries_said[0]["data"]["channel"] == "ops"
         time.sleep(2)
         assert len(hook.ok) == 1  # once per task
     finally:

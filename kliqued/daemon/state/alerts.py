@@ -28,6 +28,8 @@ from typing import Any
 
 import aiohttp
 
+from klique_util import fmt
+
 from compiler.compiled import CAlertChannel, CompiledEstate
 
 from kliqued.daemon.state.daemon import Daemon
@@ -75,11 +77,14 @@ def describe(seq: int, at_ms: int, kind: str, grp: str | None, data: dict[str, A
         title = f"{data.get('policy')}: {title}"
         text = data.get("text") or title
     elif kind == WAITING:
-        title = f"{data.get('resource')}: work waiting for {data.get('waited_s')} s"
+        waited = fmt.span(int(data.get("waited_s") or 0))
+        why = data.get("reason")
+        title = f"{data.get('resource')}: work waiting for {waited}"
         text = (
             f"task {data.get('task')} of {data.get('user')} at the head of "
-            f"{data.get('resource')} has waited {data.get('waited_s')} s since its "
-            f"submission (why: `kliqued queue {data.get('resource')}`)"
+            f"{data.get('resource')} has waited {waited} since its submission"
+            + (f": {why}" if why else "")
+            + f" (`kliqued queue {data.get('resource')}`)"
         )
     elif kind == SPEND_CAP:
         title = f"cloud spend cap reached: pool {data.get('pool')} ({data.get('month')})"
@@ -318,6 +323,8 @@ class Dispatcher:
                     and now - t.submitted_at >= after * 1000
                 ):
                     self._waited.add(t.id)
+                    rec = self.d.records.get(t.id)
+                    why = self.d.reason(rec) if rec is not None else None
                     raise_for.append(
                         Event(
                             WAITING,
@@ -331,6 +338,7 @@ class Dispatcher:
                                 "task": t.id,
                                 "user": t.user,
                                 "waited_s": (now - t.submitted_at) // 1000,
+                                **({"reason": why.text} if why is not None else {}),
                             },
                         )
                     )
