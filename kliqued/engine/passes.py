@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+from typing import Callable
 
 from klique_util.fmt import hours, percent
 from klique_util.units import MILLI, from_milli, unit_hours
@@ -32,6 +33,7 @@ from .decisions import (
 from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
+from .fairpark import Entry
 from .fairtree import FairTree, shape_of, scaled_share
 from .rebalance import rebalance_victims
 from .reclaim import choose_victims
@@ -558,17 +560,18 @@ def _fill(
     return changed
 
 
-def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
+def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> int | None:
     """After phase 3 a compute resource with nothing placeable sleeps until something it
     waits on changes: a level's usage falls or a budget resets (it is held at each of its
     levels and woken with any of them), or, when only room holds it back, one of its pools
-    gains room. It is also remembered for phase 2 when its head is within reservation."""
+    gains room. It is also remembered for phase 2 when its head is within reservation.
+    Returns the version of its parking on pools for room (lent work), else None."""
     state.active.discard(cr.name)
     q = state.queues.get(cr.name)
     w = state.watchers
     if q is None or not q.live:
         state.reclaim.discard(cr.name)
-        return
+        return None
     gi = index.groups[cr.group]
     head = _head(state, gi, q) if cr.strict or gi.user_limit is not None else q.head()
     within = _reclaim_candidate(index, state, cr) is not None
@@ -578,7 +581,7 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         state.reclaim.discard(cr.name)
     if head is None:
         _hold(state, cr.group, cr.name)  # every task held by its user's limit
-        return
+        return None
     if cr.strict:
         need = head.size
     elif gi.user_limit is not None:
@@ -602,11 +605,11 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
                 [order_key(cr, min(cr.exec_pos.values(), default=0), head)],
                 need,
             )
-        return
+        return None
     if not budget_ok(index, state, cr, now):
         # Woken when the level's rate falls, or at its period start.
         _hold(state, failing_budget_level(index, state, cr, now) or cr.group, cr.name)
-        return
+        return None
     pools = cr.pools
     if cr.nodes > 1 and any(p in state.node_free for p in pools):
         # A gang waits on a pool that declares its machines until GPUs free there: whether
@@ -616,11 +619,11 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
                 _hold(state, pool_hold(p), cr.name)
         pools = tuple(p for p in pools if p not in state.node_free)
         if not pools:
-            return
+            return None
     if within:
         w.park_reserve(cr.name, pools, need)
-    else:
-        w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools], need)
+        return None
+    return w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools], need)
 
 
 def _hold(state: State, level: str, name: str) -> None:
@@ -809,13 +812,36 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             for x in c[0].levels:
                 by_level[x].discard(name)
 
+    # A flat estate's fair pick is the lowest (share, key) (``fair.fair_pick`` with one
+    # level): the queues parked for room are kept in that order across passes
+    # (``state.fair_parking``) and looked at lazily, only while one could come before the
+    # tree's pick (docs/decisions.md E3, and "Issue 28: ..." for the parking).
+    lazy = index.depth == 1
+    fp = state.fair_parking
+    shape = tree.shape
+    lowest = _lowest_keys(index)
+
+    def share_of(n: str) -> int:
+        return scaled_share(shape, index, state, resources[n].group)
+
+    def park_fair(cr: CRInfo, v: int, put: Callable[[str, Entry], None]) -> None:
+        """Files ``cr``'s lend parking (version ``v``) on each of its pools."""
+        e = w.lend_at[cr.name]
+        s = scaled_share(shape, index, state, cr.group)
+        tight, low = _fair_bound(index, state, cr, lowest)
+        pos = cr.exec_pos
+        for p in e[1]:
+            put(p, (s, (pos[p],) + low[1:] if tight else low, cr.name, v))
+
     def evaluate(name: str) -> None:
         cr = resources[name]
         w.forget(name)
         drop(name)
         c = _candidate(index, state, cr, True, now)
         if c is None:
-            _park(index, state, cr, now)
+            v = _park(index, state, cr, now)
+            if lazy and v is not None:
+                park_fair(cr, v, fp.parked)
             return
         t, pool = c
         gi = groups[cr.group]
@@ -830,22 +856,21 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             by_level.setdefault(x, set()).add(name)
 
     names = set(state.active)
-    # A flat estate's fair pick is the lowest (share, key) (``fair.fair_pick`` with one
-    # level): the queues a pool's room wakes are looked at lazily, in that order.
-    lazy = index.depth == 1
-    woken: dict[str, list[tuple[str, int]]] = {}
-    """A queue a pool's room would wake → (pool, size it needs there) of each such pool."""
-    peeked: dict[str, tuple[int, list[tuple[int, int, str]]]] = {}
-    """Pool → (the least size needed, its entries that woke queues)."""
-    for p in state.freed_pools:
-        if lazy:
-            es = w.peek_lend(p, state.room(p))
-            if es:
-                peeked[p] = (min(e[0] for e in es), es)
-            for need, _, n in es:
-                woken.setdefault(n, []).append((p, need))
-        else:
+    freed = frozenset(state.freed_pools)
+    if lazy:
+        # Shares that fell since the last phase 3: their parked queues may come earlier.
+        for g in state.share_fell:
+            fell = groups.get(g)
+            if fell is None:
+                continue
+            for n in fell.resources:
+                e = w.lend_parking(n)
+                if e is not None:
+                    park_fair(resources[n], e[0], fp.push)
+    else:
+        for p in state.freed_pools:
             w.wake_lend(p, state.room(p), names)
+    state.share_fell.clear()
     for x in state.freed_levels:
         xi = groups.get(x)
         if xi is not None:
@@ -854,44 +879,67 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         q = state.queues.get(name)
         if q is not None and q.live and name in resources:
             evaluate(name)
-    shape = tree.shape
-    lowest = _lowest_keys(index)
-    later: list[tuple[int, Key, str]] = []
-    for name in woken:
-        cr = resources.get(name)
-        if name in names or cr is None:
-            continue
-        later.append((scaled_share(shape, index, state, cr.group), lowest[name], name))
-    heapq.heapify(later)
     looked = set(names)
 
+    def current(n: str, v: int) -> bool:
+        e = w.lend_parking(n)
+        return e is not None and e[0] == v and n in resources
+
     def may_fit(n: str) -> bool:
-        """Whether some pool that woke ``n`` still has the room it needs there."""
+        """Whether a pool that gained room (``freed``) and that ``n`` waits on still has
+        the room it needs; a queue looked at in this phase waits for the next."""
+        if n in looked:
+            return False
+        e = w.lend_parking(n)
+        if e is None:
+            return False
+        need = e[2]
         room = state.room
-        return any(room(p) >= need for p, need in woken[n])
+        return any(p in freed and room(p) >= need for p in e[1])
+
+    def fits_on(n: str, p: str) -> bool | None:
+        """Whether ``n``'s entry on ``p`` (a pool that gained room) is to be looked at now:
+        the pool has the room it needs; None when it has none for any queue parked there."""
+        r = state.room(p)
+        e = w.lend_parking(n)
+        if e is not None and r >= e[2]:
+            return n not in looked
+        least = w.lend_need.get(p)
+        return None if not least or r < least[0][0] else False
+
+    if lazy:
+        fp.start(sorted(freed))
+
+    later: list[tuple[int, Key, str]] = []
+    endgame = False
 
     def bring(best: tuple[int, Key] | None) -> bool:
-        """Looks at the next woken queue whose (share, lowest possible key) comes before
+        """Looks at the next parked queue whose (share, lowest possible key) comes before
         ``best`` (the tree's pick); False when none does. A queue that no longer may fit
         is left parked as it was, unlooked at: it has no candidate."""
-        nonlocal later
-        if best is None:
-            # Rooms only shrink in this phase: keep only the queues not looked at yet that
-            # some pool still has room for (most pools are full by now: one comparison).
+        nonlocal later, endgame
+        if not endgame and best is not None:
+            n = fp.first_before(best, current, share_of, fits_on)
+            if n is None:
+                return False
+            looked.add(n)
+            evaluate(n)
+            return True
+        if not endgame:
+            # The tree is empty. Rooms only shrink in this phase: keep only the queues not
+            # looked at yet that some pool still has room for (most pools are full by now).
+            endgame = True
             fit: set[str] = set()
-            for p, (least, es) in peeked.items():
+            for p in sorted(freed):
                 r = state.room(p)
-                if r >= least:
-                    fit.update(n for need, _, n in es if need <= r)
+                if r >= 0:
+                    fit.update(n for need, _, n in w.peek_lend(p, r) if need <= r)
             fit -= looked
-            later = [
-                (scaled_share(shape, index, state, resources[n].group), lowest[n], n) for n in fit
-            ]
+            later = [(share_of(n), lowest[n], n) for n in fit if n in resources]
             heapq.heapify(later)
         while later:
             s, lb, n = later[0]
-            cr = resources[n]
-            now_s = scaled_share(shape, index, state, cr.group)
+            now_s = share_of(n)
             if now_s != s:  # its group placed since: its share rose
                 heapq.heapreplace(later, (now_s, lb, n))
                 continue
@@ -916,7 +964,7 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             )
         else:
             best = None
-        if later and bring(best):
+        if lazy and bring(best):
             continue
         if best is None:
             break
@@ -954,6 +1002,8 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                     touched.add(n)
         for n in sorted(touched):
             evaluate(n)
+    if lazy:
+        fp.settle(current, lambda p: len(index.pools[p].resources) if p in index.pools else 0)
     w.restore()
     state.freed_pools.clear()
     state.freed_levels.clear()
@@ -976,6 +1026,27 @@ def _lowest_keys(index: EstateIndex) -> dict[str, Key]:
             for n, cr in index.resources.items()
         }
     return k
+
+
+def _fair_bound(
+    index: EstateIndex, state: State, cr: CRInfo, lowest: dict[str, Key]
+) -> tuple[bool, Key]:
+    """A key no candidate of ``cr``'s queue comes before while the queue stays as it is (a
+    queue that changes is looked at before its parking is read again), and whether its
+    first place holds per pool (True: on each pool, the profile's place there) or over all
+    of them. Without a user limit and for one machine, a candidate goes to a pool with the
+    room its queue parked for, so the pool it is filed on bounds it; a strict queue's
+    candidate is its head, so its submission and id are known too. Otherwise
+    ``_lowest_keys``'s."""
+    low = lowest[cr.name]
+    if cr.nodes != 1 or index.groups[cr.group].user_limit is not None:
+        return False, low
+    if cr.strict:
+        q = state.queues.get(cr.name)
+        h = q.head() if q is not None else None
+        if h is not None:
+            return True, (low[0], low[1], h.seq, h.id)
+    return True, low
 
 
 def _rebalance_candidate(index: EstateIndex, state: State, cr: CRInfo, now: int) -> Task | None:
@@ -1003,6 +1074,9 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     phase ends at once, without fixing its candidates (the steady pass's case)."""
     if state.rebalance_idle == (now, state.version):
         return False  # it did nothing, and nothing was placed or preempted since
+    if index.depth == 1 and _nobody_takes(index, state):
+        state.rebalance_idle = (now, state.version)
+        return False
     resources = index.resources
     groups = index.groups
     givers = Givers(index, state, now)
@@ -1081,6 +1155,42 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         givers.moved(levels)
         givers.rose(gi)
     return changed
+
+
+def _nobody_takes(index: EstateIndex, state: State) -> bool:
+    """On a flat estate, whether no team could take anything in phase 4 (takers.py): the
+    figures of the teams that changed since the last look are brought up to date first. A
+    necessary condition of ``Givers.any_taker``: when this says nobody, so would it."""
+    tb = state.takers
+    groups = index.groups
+    names = groups.keys() if tb.fresh else state.taker_dirty
+    tb.fresh = False
+    factor = shape_of(index).factor
+    used = state.used
+    queues = state.queues
+    placed = state.placed_by_group
+    for g in names:
+        gi = groups.get(g)
+        if gi is None:
+            continue
+        smallest: int | None = None
+        for name in gi.resources:
+            q = queues.get(name)
+            if q is not None and q.live and q.sizes:
+                m = min(q.sizes)
+                if smallest is None or m < smallest:
+                    smallest = m
+        u = used.get(g, 0)
+        f = factor[g]
+        after: int | None = None
+        if smallest is not None:
+            a = u + smallest - gi.reservation
+            after = a * f if a > 0 else 0
+        least = min((t.size for t in placed.get(g, {}).values() if t.size > 0), default=None)
+        give = (u - least - gi.reservation) * f if least is not None else None
+        tb.set(g, after, give)
+    state.taker_dirty.clear()
+    return tb.nobody_takes()
 
 
 def _may_act(state: State, givers: "Givers", gi: GroupInfo, cr: CRInfo, size: int) -> bool:
