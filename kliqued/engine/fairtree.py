@@ -89,6 +89,10 @@ class FairTree(Generic[P]):
         """Node → heap of (first key, child) (a team: (key, candidate name))."""
         self.by_rank: dict[str, list[tuple[int, Key, str]]] = {}
         """Envelope or root → heap of (scaled share, first key, child)."""
+        self.ranked: dict[str, tuple[int, Key]] = {}
+        """Child → the (share, first key) of its newest entry in its parent's rank heap,
+        while that entry is there: the same entry is not pushed twice (a placement's
+        refresh and ``moved`` often push the same)."""
 
     def __len__(self) -> int:
         return len(self.members)
@@ -128,11 +132,14 @@ class FairTree(Generic[P]):
             if h is None:  # a team: its first candidate
                 return self._top_member(node)
             first = self.first
+            ranked = self.ranked
             while True:
                 s, k, child = h[0]
                 if first.get(child) == k and self._share(child) == s:
                     break
                 heapq.heappop(h)
+                if ranked.get(child) == (s, k):
+                    del ranked[child]
             node = child
 
     # ------------------------------------------------------------ inside
@@ -169,7 +176,11 @@ class FairTree(Generic[P]):
         return h[0][0] if h else None
 
     def _push_rank(self, up: str, x: str, k: Key) -> None:
-        heapq.heappush(self.by_rank.setdefault(up, []), (self._share(x), k, x))
+        s = self._share(x)
+        if self.ranked.get(x) == (s, k):
+            return
+        self.ranked[x] = (s, k)
+        heapq.heappush(self.by_rank.setdefault(up, []), (s, k, x))
 
     def _refresh(self, node: str) -> None:
         """Recomputes ``node``'s first key and carries a change up to the root."""
@@ -184,7 +195,8 @@ class FairTree(Generic[P]):
                 first.pop(node, None)
             else:
                 first[node] = k
-                heapq.heappush(self.by_key.setdefault(up, []), (k, node))
+                if up != ROOT:  # the root's first key is never asked for
+                    heapq.heappush(self.by_key.setdefault(up, []), (k, node))
                 self._push_rank(up, node, k)
             if up not in self.by_rank:
                 self.by_rank[up] = []

@@ -34,7 +34,7 @@ from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
 from .fairpark import Entry
-from .fairtree import FairTree, shape_of, scaled_share
+from .fairtree import FairTree, scaled_share, shape_of
 from .rebalance import rebalance_victims
 from .reclaim import choose_victims
 from .result import PassResult
@@ -796,6 +796,11 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     resources = index.resources
     groups = index.groups
     w = state.watchers
+    # A flat estate's fair pick is the lowest (share, key) (``fair.fair_pick`` with one
+    # level): the queues parked for room are kept in that order across passes
+    # (``state.fair_parking``) and looked at lazily, only while one could come before the
+    # tree's pick (docs/decisions.md E3, and issue 28's speed section).
+    lazy = index.depth == 1
     tree: FairTree[tuple[GroupInfo, Task, str]] = FairTree(index, state)
     # Per pool, its candidates by the size they need there, largest first (``_fill``'s
     # list): after a placement only those that no longer fit are popped, not every
@@ -812,11 +817,6 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             for x in c[0].levels:
                 by_level[x].discard(name)
 
-    # A flat estate's fair pick is the lowest (share, key) (``fair.fair_pick`` with one
-    # level): the queues parked for room are kept in that order across passes
-    # (``state.fair_parking``) and looked at lazily, only while one could come before the
-    # tree's pick (docs/decisions.md E3, and "Issue 28: ..." for the parking).
-    lazy = index.depth == 1
     fp = state.fair_parking
     shape = tree.shape
     lowest = _lowest_keys(index)
@@ -836,9 +836,9 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     def evaluate(name: str) -> None:
         cr = resources[name]
         w.forget(name)
-        drop(name)
         c = _candidate(index, state, cr, True, now)
         if c is None:
+            drop(name)
             v = _park(index, state, cr, now)
             if lazy and v is not None:
                 park_fair(cr, v, fp.parked)
@@ -912,6 +912,7 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
 
     later: list[tuple[int, Key, str]] = []
     endgame = False
+    best: tuple[int, Key] | None
 
     def bring(best: tuple[int, Key] | None) -> bool:
         """Looks at the next parked queue whose (share, lowest possible key) comes before
@@ -958,21 +959,20 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         if len(tree):
             name = tree.pick()
             gi, t, pool = tree.payload(name)
-            best: tuple[int, Key] | None = (
-                scaled_share(shape, index, state, gi.name),
-                tree.members[name][0],
-            )
+            # Only a parked queue could come before the pick (none in play: a first pass).
+            if lazy and (later if endgame else fp.tops):
+                best = (scaled_share(shape, index, state, gi.name), tree.members[name][0])
+                if bring(best):
+                    continue
         else:
-            best = None
-        if lazy and bring(best):
-            continue
-        if best is None:
+            if lazy and bring(None):
+                continue
             break
-        drop(name)
+        # Not taken out of the tree first: looking at the queue again below replaces its
+        # candidate (or drops it), which costs one refresh of the tree rather than two.
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "lend"))
         changed = True
-        tree.moved(gi.levels)
         # What the placement can change: its queue, room on its pool, and the headroom,
         # user limit and budget rate at its levels.
         # On the pool, only candidates that no longer fit there move (``_fill`` does the
@@ -996,12 +996,13 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                 crn = resources[n]
                 if (
                     gn.user_limit is not None
-                    or (crn.weight > 0 and gn.budgeted)
                     or tn.size > headroom(index, state, crn, True)
+                    or (crn.weight > 0 and gn.budgeted and not budget_ok(index, state, crn, now))
                 ):
                     touched.add(n)
         for n in sorted(touched):
             evaluate(n)
+        tree.moved(gi.levels)
     if lazy:
         fp.settle(current, lambda p: len(index.pools[p].resources) if p in index.pools else 0)
     w.restore()
