@@ -623,6 +623,8 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> int | None:
     if within:
         w.park_reserve(cr.name, pools, need)
         return None
+    if index.fair and index.depth == 1:
+        return w.park_lend(cr.name, pools, None, need)  # ordered by FairParking instead
     return w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools], need)
 
 
@@ -879,6 +881,10 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         q = state.queues.get(name)
         if q is not None and q.live and name in resources:
             evaluate(name)
+        elif name in resources:
+            # Nothing queued: it leaves the active set as ``_fill`` has it leave (through
+            # ``_park``), or phases 1 and 2 would look at every queue ever emptied.
+            _park(index, state, resources[name], now)
     looked = set(names)
 
     def current(n: str, v: int) -> bool:

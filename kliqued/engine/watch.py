@@ -63,18 +63,24 @@ class Watchers:
     def current(self, name: str, v: int) -> bool:
         return self.version.get(name) == v
 
-    def park_lend(self, name: str, pools: tuple[str, ...], keys: list[Key], need: int) -> int:
-        """Parks ``name`` on ``pools`` (each with its key there) for ``need``; its version."""
+    def park_lend(
+        self, name: str, pools: tuple[str, ...], keys: list[Key] | None, need: int
+    ) -> int:
+        """Parks ``name`` on ``pools`` (each with its key there) for ``need``; its version.
+        ``keys`` None: only by size (``order: fair`` on a flat estate orders the parked
+        queues itself, in ``FairParking``, and never wakes them by key)."""
         v = self.forget(name)
         on: list[str] = []
-        for p, key in zip(pools, keys):
+        for i, p in enumerate(pools):
             h = self.lend.get(p)
             if h is None:
                 continue
             on.append(p)
-            heapq.heappush(h, (key, v, name, need))
-            heapq.heappush(self.lend_need[p], (need, v, name))
-            if len(h) > 256 and len(h) > 4 * self._users.get(p, 0):
+            if keys is not None:
+                heapq.heappush(h, (keys[i], v, name, need))
+            hn = self.lend_need[p]
+            heapq.heappush(hn, (need, v, name))
+            if len(hn) > 256 and len(hn) > 4 * self._users.get(p, 0):
                 self._compact(p)
         self.lend_at[name] = (v, tuple(on), need)
         return v
