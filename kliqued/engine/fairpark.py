@@ -67,45 +67,50 @@ class FairParking:
     def first_before(
         self,
         best: tuple[int, Key] | None,
-        current: Callable[[str, int], bool],
+        version: dict[str, int],
         share: Callable[[str], int],
         fits: Callable[[str, str], bool | None],
     ) -> str | None:
         """The queue of the lowest entry in play below ``best`` (None: any) whose parking is
-        ``current`` and that fits its pool now. ``fits(name, pool)``: True, False (the
-        entry waits for the next phase) or None (the pool has no room for any queue left:
-        it leaves the merge). None when no entry below ``best`` is left."""
+        current (``version``: the watchers' versions; an entry's parking is current while
+        its queue's version is the entry's) and that fits its pool now. ``share(queue)``:
+        its group's scaled share now. ``fits(name, pool)``: True, False (the entry waits for
+        the next phase) or None (the pool has no room for any queue left: it leaves the
+        merge). None when no entry below ``best`` is left."""
         tops = self.tops
         heaps = self.heaps
+        pop, replace = heapq.heappop, heapq.heapreplace
         while tops:
-            t = tops[0]
-            p = t[4]
+            p = tops[0][4]
             h = heaps[p]
-            if not h or h[0] != t[:4]:  # the pool's top moved since
-                if h:
-                    heapq.heapreplace(tops, h[0] + (p,))
+            s, lb, n, v = e = h[0]
+            if version.get(n) != v:
+                pop(h)
+            else:
+                now_s = share(n)
+                if now_s != s:  # its group placed since: its share rose (or a fresher entry)
+                    replace(h, (now_s, lb, n, v))
                 else:
-                    heapq.heappop(tops)
-                continue
-            s, lb, n, v = h[0]
-            if not current(n, v):
-                heapq.heappop(h)
-                continue
-            now_s = share(n)
-            if now_s != s:  # its group placed since: its share rose (or a fresher entry)
-                heapq.heapreplace(h, (now_s, lb, n, v))
-                continue
-            if best is not None and (s, lb) >= best:
-                return None
-            ok = fits(n, p)
-            if ok is None:
-                heapq.heappop(tops)  # the pool is full: nothing on it can come now
-                continue
-            e = heapq.heappop(h)
-            if not ok:
-                self.aside.append((p, e))
-                continue
-            return n
+                    if best is not None and (s, lb) >= best:
+                        return None
+                    ok = fits(n, p)
+                    if ok is None:
+                        pop(tops)  # the pool is full: nothing on it can come now
+                        continue
+                    pop(h)
+                    if h:
+                        replace(tops, h[0] + (p,))
+                    else:
+                        pop(tops)
+                    if ok:
+                        return n
+                    self.aside.append((p, e))
+                    continue
+            # The pool's top moved: so does its place in the merge.
+            if h:
+                replace(tops, h[0] + (p,))
+            else:
+                pop(tops)
         return None
 
     def settle(self, current: Callable[[str, int], bool], users: Callable[[str], int]) -> None:

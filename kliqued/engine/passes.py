@@ -861,14 +861,25 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     freed = frozenset(state.freed_pools)
     if lazy:
         # Shares that fell since the last phase 3: their parked queues may come earlier.
+        heaps = fp.heaps
+        push = heapq.heappush
         for g in state.share_fell:
             fell = groups.get(g)
             if fell is None:
                 continue
+            s = scaled_share(shape, index, state, g)
             for n in fell.resources:
                 e = w.lend_parking(n)
-                if e is not None:
-                    park_fair(resources[n], e[0], fp.push)
+                if e is None:
+                    continue
+                cr = resources[n]
+                tight, low = _fair_bound(index, state, cr, lowest)
+                pos = cr.exec_pos
+                for p in e[1]:
+                    h = heaps.get(p)
+                    if h is None:
+                        h = heaps[p] = []
+                    push(h, (s, (pos[p], low[1], low[2], low[3]) if tight else low, n, e[0]))
     else:
         for p in state.freed_pools:
             w.wake_lend(p, state.room(p), names)
@@ -926,7 +937,7 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         is left parked as it was, unlooked at: it has no candidate."""
         nonlocal later, endgame
         if not endgame and best is not None:
-            n = fp.first_before(best, current, share_of, fits_on)
+            n = fp.first_before(best, w.version, share_of, fits_on)
             if n is None:
                 return False
             looked.add(n)
