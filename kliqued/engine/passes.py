@@ -120,9 +120,17 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
             changed |= _phase_budgets(index, state, now, due, decisions)
         # organisation.md "innermost guarantee first": phases 1 and 2 for work within
         # reservation at its own level, then through the envelope above, and so on outward.
+        # A round skips in phase 1 the queues the round before looked at that no envelope
+        # of the new round can serve, while no reclaim freed anything (``_served``).
+        looked: set[str] | None = None
         for upto in range(index.depth):
-            changed |= _fill(index, state, now, "reserve", decisions, upto)
+            skip = _served(index, state, looked, upto) if looked is not None else None
+            looked = set()
+            changed |= _fill(index, state, now, "reserve", decisions, upto, skip, looked)
+            n0 = len(decisions)
             changed |= _reclaim(index, state, now, decisions, upto)
+            if any(isinstance(d, Preemption) for d in decisions[n0:]):
+                looked = None
         if index.fair:
             # lending.md: phase 3 by lowest share, then phase 4 (rebalance).
             changed |= _lend_fair(index, state, now, decisions)
@@ -406,8 +414,12 @@ def _fill(
     phase: Phase,
     out: list[Decision],
     upto: int | None = None,
+    skip: Callable[[str], bool] | None = None,
+    looked: set[str] | None = None,
 ) -> bool:
     """Phases 1 (``reserve``: within reservation) and 3 (``lend``: up to the limit).
+    ``skip``: active queues known to have no candidate (not looked at); ``looked``: gets
+    the queues this phase looked at first (all active ones, skipped or not).
 
     Candidates are compared on (the profile's place in the target pool's execution order, the
     policy's place on the profile, submission, task id); after each placement only what it
@@ -420,6 +432,8 @@ def _fill(
     if not lend:
         for p in state.freed_pools:
             w.wake_reserve(p, state.room(p), state.active)
+    if looked is not None:
+        looked.update(state.active)
     if not state.active and not (lend and (state.freed_pools or state.freed_levels)):
         if lend:
             state.freed_pools.clear()
@@ -496,7 +510,8 @@ def _fill(
 
     rooms: dict[str, int] = {}  # nothing is placed (nor used) while these are looked at
     for name in sorted(state.active):
-        evaluate(name, rooms)
+        if skip is None or not skip(name):
+            evaluate(name, rooms)
     if lend:
         for p in sorted(state.freed_pools):
             pull(p)
@@ -558,6 +573,37 @@ def _fill(
         state.freed_pools.clear()
         state.freed_levels.clear()
     return changed
+
+
+def _served(index: EstateIndex, state: State, before: set[str], upto: int) -> Callable[[str], bool]:
+    """Which active queues round ``upto`` of phase 1 may pass over (issue 29): those the
+    round before looked at (``before``), when its phase 2 preempted nothing, whose every
+    envelope of levels 1..``upto`` has less reservation room than the queue's smallest
+    task. The round before left them without a candidate (its phase 1 places or looks
+    again at every candidate it makes, and its phase 2 only placed: rooms shrank, usage and
+    rates rose), and the new round's rule differs from the last only by those envelopes,
+    which cannot take any of their tasks; so they have none now either."""
+    used = state.used
+    resources = index.resources
+    groups = index.groups
+    queues = state.queues
+
+    def skip(name: str) -> bool:
+        if name not in before:
+            return False
+        cr = resources.get(name)
+        if cr is None:
+            return False
+        q = queues.get(name)
+        smallest = q.min_size() if q is not None and q.live else None
+        if smallest is None:
+            return True  # nothing queued: no candidate in any round
+        for x, reservation, _ in groups[cr.group].outer[:upto]:
+            if reservation - used.get(x, 0) >= smallest:
+                return False
+        return True
+
+    return skip
 
 
 def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> int | None:
