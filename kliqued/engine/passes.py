@@ -34,7 +34,7 @@ from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
 from .fairpark import Entry
-from .fairtree import FairTree, scaled_share, shape_of
+from .fairtree import FairTree, FlatTree, scaled_share, shape_of
 from .rebalance import rebalance_victims
 from .reclaim import choose_victims
 from .result import PassResult
@@ -849,7 +849,9 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     # (``state.fair_parking``) and looked at lazily, only while one could come before the
     # tree's pick (docs/decisions.md E3, and issue 28's speed section).
     lazy = index.depth == 1
-    tree: FairTree[tuple[GroupInfo, Task, str]] = FairTree(index, state)
+    tree: FairTree[tuple[GroupInfo, Task, str]] | FlatTree[tuple[GroupInfo, Task, str]] = (
+        FlatTree(index, state) if lazy else FairTree(index, state)
+    )
     # Per pool, its candidates by the size they need there, largest first (``_fill``'s
     # list): after a placement only those that no longer fit are popped, not every
     # candidate aimed at the pool looked at. An entry is current while its version is.
@@ -883,7 +885,9 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
 
     def evaluate(name: str) -> None:
         cr = resources[name]
-        w.forget(name)
+        member = name in tree
+        if not member:  # a candidate has no parking to forget: it was forgotten to become one
+            w.forget(name)
         c = _candidate(index, state, cr, True, now)
         if c is None:
             drop(name)
@@ -900,8 +904,9 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         # A gang's fit is not one number: it is looked at again after every placement there.
         need = GANG if cr.nodes > 1 and pool in state.node_free else t.size
         heapq.heappush(by_pool.setdefault(pool, []), (-need, counter, name))
-        for x in gi.levels:
-            by_level.setdefault(x, set()).add(name)
+        if not member:
+            for x in gi.levels:
+                by_level.setdefault(x, set()).add(name)
 
     names = set(state.active)
     freed = frozenset(state.freed_pools)
