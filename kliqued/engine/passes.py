@@ -1237,7 +1237,7 @@ def _nobody_takes(index: EstateIndex, state: State) -> bool:
     factor = shape_of(index).factor
     used = state.used
     queues = state.queues
-    placed = state.placed_by_group
+    placed = state.placed_sizes
     for g in names:
         gi = groups.get(g)
         if gi is None:
@@ -1255,7 +1255,7 @@ def _nobody_takes(index: EstateIndex, state: State) -> bool:
         if smallest is not None:
             a = u + smallest - gi.reservation
             after = a * f if a > 0 else 0
-        least = min((t.size for t in placed.get(g, {}).values() if t.size > 0), default=None)
+        least = min((z for z in placed.get(g, ()) if z > 0), default=None)
         give = (u - least - gi.reservation) * f if least is not None else None
         tb.set(g, after, give)
     state.taker_dirty.clear()

@@ -183,6 +183,9 @@ class State:
         self.node_room: dict[str, int] = {}
         """Per pool that declares nodes: the most room on one machine."""
         self.placed_by_group: dict[str, dict[str, Task]] = {}
+        self.placed_sizes: dict[str, dict[int, int]] = {}
+        """Per group: how many placed tasks have each size (phase 4's gate asks for the
+        smallest; takers.py)."""
         self.placed_by_pool_group: dict[str, dict[str, dict[str, Task]]] = {}
         self.pool_group_used: dict[str, dict[str, int]] = {}
         self.meters: dict[str, Meter] = {}
@@ -932,6 +935,10 @@ class State:
                 nf[i] -= each
             self.node_room[pool] = max(nf)
         self.placed_by_group.setdefault(g, {})[t.id] = t
+        ps = self.placed_sizes.get(g)
+        if ps is None:
+            ps = self.placed_sizes[g] = {}
+        ps[size] = ps.get(size, 0) + 1
         self.taker_dirty.add(g)
         self.placed_by_pool_group.setdefault(pool, {}).setdefault(g, {})[t.id] = t
         pg = self.pool_group_used.setdefault(pool, {})
@@ -988,6 +995,12 @@ class State:
             if gang:
                 self.active.update(n for n in gang if n in self.queues)
         del self.placed_by_group[g][t.id]
+        ps = self.placed_sizes[g]
+        left = ps[size] - 1
+        if left:
+            ps[size] = left
+        else:
+            del ps[size]
         del self.placed_by_pool_group[pool][g][t.id]
         self.pool_group_used[pool][g] -= size
         t.pool = None
