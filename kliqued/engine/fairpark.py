@@ -44,7 +44,8 @@ class FairParking:
         self.aside: list[tuple[str, Entry]] = []
 
     def push(self, pool: str, e: Entry) -> None:
-        """A fresh entry on ``pool`` for a queue parked before this phase (its share fell)."""
+        """Files ``e`` in ``pool``'s heap (fair phase 3 files the fresh entries of the queues
+        whose share fell straight into ``heaps``, the same way, in its hot loop)."""
         h = self.heaps.get(pool)
         if h is None:
             h = self.heaps[pool] = []

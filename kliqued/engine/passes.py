@@ -833,13 +833,14 @@ def _live(index: EstateIndex, state: State) -> list[str]:
 def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:
     """Phase 3 with ``order: fair`` (lending.md): the same candidates as ``_fill``'s, the
     one placed next the one ``fair.fair_pick`` would choose (lowest share from the top
-    down), kept by a ``FairTree`` so a placement costs the levels it touches, not the number
-    of candidates. It looks at the queues ``_fill`` looks at, plus every queue parked on a
+    down), kept by a ``FairTree`` (a ``FlatTree`` on a flat estate) so a placement costs the
+    levels it touches, not the number of candidates. It looks at the queues ``_fill`` looks at, plus every queue parked on a
     pool or envelope that gained room and could fit there (shares, not the pool's order,
     choose among them; a queue parked on a full pool has no candidate, as ``_fill``
     assumes); a queue with no candidate is parked as ``_fill`` parks it. On a flat estate
     the woken queues are looked at lazily, only while one could come before the tree's pick
-    (docs/decisions.md E3); after a placement only what it changed is looked at again
+    (docs/decisions.md E3), read from ``state.fair_parking``, which keeps them by share
+    across passes (issue 28, S1); after a placement only what it changed is looked at again
     (E4)."""
     resources = index.resources
     groups = index.groups
@@ -1140,7 +1141,8 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     A candidate whose share after the move would be no lower than every sibling's share at
     each of its levels can take from nobody (``Givers``); while every candidate is such,
     nothing changes and no room frees, so when no queue's group could take anything the
-    phase ends at once, without fixing its candidates (the steady pass's case)."""
+    phase ends at once, without fixing its candidates (the steady pass's case). On a flat
+    estate the bounds kept across passes say so first, most passes (``_nobody_takes``)."""
     if state.rebalance_idle == (now, state.version):
         return False  # it did nothing, and nothing was placed or preempted since
     if index.depth == 1 and _nobody_takes(index, state):
