@@ -834,10 +834,11 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     """Phase 3 with ``order: fair`` (lending.md): the same candidates as ``_fill``'s, the
     one placed next the one ``fair.fair_pick`` would choose (lowest share from the top
     down), kept by a ``FairTree`` (a ``FlatTree`` on a flat estate) so a placement costs the
-    levels it touches, not the number of candidates. It looks at the queues ``_fill`` looks at, plus every queue parked on a
-    pool or envelope that gained room and could fit there (shares, not the pool's order,
-    choose among them; a queue parked on a full pool has no candidate, as ``_fill``
-    assumes); a queue with no candidate is parked as ``_fill`` parks it. On a flat estate
+    levels it touches, not the number of candidates. It looks at the queues ``_fill`` looks
+    at, plus every queue parked on a pool or envelope that gained room and could fit there
+    (shares, not the pool's order, choose among them; a queue parked on a full pool has no
+    candidate, as ``_fill`` assumes); a queue with no candidate is parked as ``_fill``
+    parks it. On a flat estate
     the woken queues are looked at lazily, only while one could come before the tree's pick
     (docs/decisions.md E3), read from ``state.fair_parking``, which keeps them by share
     across passes (issue 28, S1); after a placement only what it changed is looked at again
