@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+from typing import Callable
 
 from klique_util.fmt import hours, percent
 from klique_util.units import MILLI, from_milli, unit_hours
@@ -32,7 +33,8 @@ from .decisions import (
 from .errors import TimeWentBackwards
 from .index import CRInfo, EstateIndex, GroupInfo
 from .periods import next_period_start, period_start
-from .fairtree import FairTree, shape_of, scaled_share
+from .fairpark import Entry
+from .fairtree import FairTree, FlatTree, scaled_share, shape_of
 from .rebalance import rebalance_victims
 from .reclaim import choose_victims
 from .result import PassResult
@@ -118,9 +120,17 @@ def _run_pass(index: EstateIndex, state: State, now: int) -> PassResult:
             changed |= _phase_budgets(index, state, now, due, decisions)
         # organisation.md "innermost guarantee first": phases 1 and 2 for work within
         # reservation at its own level, then through the envelope above, and so on outward.
+        # A round skips in phase 1 the queues the round before looked at that no envelope
+        # of the new round can serve, while no reclaim freed anything (``_served``).
+        looked: set[str] | None = None
         for upto in range(index.depth):
-            changed |= _fill(index, state, now, "reserve", decisions, upto)
+            skip = _served(index, state, looked, upto) if looked is not None else None
+            looked = set()
+            changed |= _fill(index, state, now, "reserve", decisions, upto, skip, looked)
+            n0 = len(decisions)
             changed |= _reclaim(index, state, now, decisions, upto)
+            if any(isinstance(d, Preemption) for d in decisions[n0:]):
+                looked = None
         if index.fair:
             # lending.md: phase 3 by lowest share, then phase 4 (rebalance).
             changed |= _lend_fair(index, state, now, decisions)
@@ -404,8 +414,12 @@ def _fill(
     phase: Phase,
     out: list[Decision],
     upto: int | None = None,
+    skip: Callable[[str], bool] | None = None,
+    looked: set[str] | None = None,
 ) -> bool:
     """Phases 1 (``reserve``: within reservation) and 3 (``lend``: up to the limit).
+    ``skip``: active queues known to have no candidate (not looked at); ``looked``: gets
+    the queues this phase looked at first (all active ones, skipped or not).
 
     Candidates are compared on (the profile's place in the target pool's execution order, the
     policy's place on the profile, submission, task id); after each placement only what it
@@ -418,6 +432,8 @@ def _fill(
     if not lend:
         for p in state.freed_pools:
             w.wake_reserve(p, state.room(p), state.active)
+    if looked is not None:
+        looked.update(state.active)
     if not state.active and not (lend and (state.freed_pools or state.freed_levels)):
         if lend:
             state.freed_pools.clear()
@@ -494,7 +510,8 @@ def _fill(
 
     rooms: dict[str, int] = {}  # nothing is placed (nor used) while these are looked at
     for name in sorted(state.active):
-        evaluate(name, rooms)
+        if skip is None or not skip(name):
+            evaluate(name, rooms)
     if lend:
         for p in sorted(state.freed_pools):
             pull(p)
@@ -558,17 +575,49 @@ def _fill(
     return changed
 
 
-def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
+def _served(index: EstateIndex, state: State, before: set[str], upto: int) -> Callable[[str], bool]:
+    """Which active queues round ``upto`` of phase 1 may pass over (issue 29): those the
+    round before looked at (``before``), when its phase 2 preempted nothing, whose every
+    envelope of levels 1..``upto`` has less reservation room than the queue's smallest
+    task. The round before left them without a candidate (its phase 1 places or looks
+    again at every candidate it makes, and its phase 2 only placed: rooms shrank, usage and
+    rates rose), and the new round's rule differs from the last only by those envelopes,
+    which cannot take any of their tasks; so they have none now either."""
+    used = state.used
+    resources = index.resources
+    groups = index.groups
+    queues = state.queues
+
+    def skip(name: str) -> bool:
+        if name not in before:
+            return False
+        cr = resources.get(name)
+        if cr is None:
+            return False
+        q = queues.get(name)
+        smallest = q.min_size() if q is not None and q.live else None
+        if smallest is None:
+            return True  # nothing queued: no candidate in any round
+        for x, reservation, _ in groups[cr.group].outer[:upto]:
+            if reservation - used.get(x, 0) >= smallest:
+                return False
+        return True
+
+    return skip
+
+
+def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> int | None:
     """After phase 3 a compute resource with nothing placeable sleeps until something it
     waits on changes: a level's usage falls or a budget resets (it is held at each of its
     levels and woken with any of them), or, when only room holds it back, one of its pools
-    gains room. It is also remembered for phase 2 when its head is within reservation."""
+    gains room. It is also remembered for phase 2 when its head is within reservation.
+    Returns the version of its parking on pools for room (lent work), else None."""
     state.active.discard(cr.name)
     q = state.queues.get(cr.name)
     w = state.watchers
     if q is None or not q.live:
         state.reclaim.discard(cr.name)
-        return
+        return None
     gi = index.groups[cr.group]
     head = _head(state, gi, q) if cr.strict or gi.user_limit is not None else q.head()
     within = _reclaim_candidate(index, state, cr) is not None
@@ -578,7 +627,7 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
         state.reclaim.discard(cr.name)
     if head is None:
         _hold(state, cr.group, cr.name)  # every task held by its user's limit
-        return
+        return None
     if cr.strict:
         need = head.size
     elif gi.user_limit is not None:
@@ -602,11 +651,11 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
                 [order_key(cr, min(cr.exec_pos.values(), default=0), head)],
                 need,
             )
-        return
+        return None
     if not budget_ok(index, state, cr, now):
         # Woken when the level's rate falls, or at its period start.
         _hold(state, failing_budget_level(index, state, cr, now) or cr.group, cr.name)
-        return
+        return None
     pools = cr.pools
     if cr.nodes > 1 and any(p in state.node_free for p in pools):
         # A gang waits on a pool that declares its machines until GPUs free there: whether
@@ -616,11 +665,13 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> None:
                 _hold(state, pool_hold(p), cr.name)
         pools = tuple(p for p in pools if p not in state.node_free)
         if not pools:
-            return
+            return None
     if within:
         w.park_reserve(cr.name, pools, need)
-    else:
-        w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools], need)
+        return None
+    if index.fair and index.depth == 1:
+        return w.park_lend(cr.name, pools, None, need)  # ordered by FairParking instead
+    return w.park_lend(cr.name, pools, [order_key(cr, cr.exec_pos[p], head) for p in pools], need)
 
 
 def _hold(state: State, level: str, name: str) -> None:
@@ -782,18 +833,27 @@ def _live(index: EstateIndex, state: State) -> list[str]:
 def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) -> bool:
     """Phase 3 with ``order: fair`` (lending.md): the same candidates as ``_fill``'s, the
     one placed next the one ``fair.fair_pick`` would choose (lowest share from the top
-    down), kept by a ``FairTree`` so a placement costs the levels it touches, not the number
-    of candidates. It looks at the queues ``_fill`` looks at, plus every queue parked on a
-    pool or envelope that gained room and could fit there (shares, not the pool's order,
-    choose among them; a queue parked on a full pool has no candidate, as ``_fill``
-    assumes); a queue with no candidate is parked as ``_fill`` parks it. On a flat estate
+    down), kept by a ``FairTree`` (a ``FlatTree`` on a flat estate) so a placement costs the
+    levels it touches, not the number of candidates. It looks at the queues ``_fill`` looks
+    at, plus every queue parked on a pool or envelope that gained room and could fit there
+    (shares, not the pool's order, choose among them; a queue parked on a full pool has no
+    candidate, as ``_fill`` assumes); a queue with no candidate is parked as ``_fill``
+    parks it. On a flat estate
     the woken queues are looked at lazily, only while one could come before the tree's pick
-    (docs/decisions.md E3); after a placement only what it changed is looked at again
+    (docs/decisions.md E3), read from ``state.fair_parking``, which keeps them by share
+    across passes (issue 28, S1); after a placement only what it changed is looked at again
     (E4)."""
     resources = index.resources
     groups = index.groups
     w = state.watchers
-    tree: FairTree[tuple[GroupInfo, Task, str]] = FairTree(index, state)
+    # A flat estate's fair pick is the lowest (share, key) (``fair.fair_pick`` with one
+    # level): the queues parked for room are kept in that order across passes
+    # (``state.fair_parking``) and looked at lazily, only while one could come before the
+    # tree's pick (docs/decisions.md E3, and issue 28's speed section).
+    lazy = index.depth == 1
+    tree: FairTree[tuple[GroupInfo, Task, str]] | FlatTree[tuple[GroupInfo, Task, str]] = (
+        FlatTree(index, state) if lazy else FairTree(index, state)
+    )
     # Per pool, its candidates by the size they need there, largest first (``_fill``'s
     # list): after a placement only those that no longer fit are popped, not every
     # candidate aimed at the pool looked at. An entry is current while its version is.
@@ -809,13 +869,33 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
             for x in c[0].levels:
                 by_level[x].discard(name)
 
+    fp = state.fair_parking
+    shape = tree.shape
+    lowest = _lowest_keys(index)
+
+    def share_of(n: str) -> int:
+        return scaled_share(shape, index, state, resources[n].group)
+
+    def park_fair(cr: CRInfo, v: int, put: Callable[[str, Entry], None]) -> None:
+        """Files ``cr``'s lend parking (version ``v``) on each of its pools."""
+        e = w.lend_at[cr.name]
+        s = scaled_share(shape, index, state, cr.group)
+        tight, low = _fair_bound(index, state, cr, lowest)
+        pos = cr.exec_pos
+        for p in e[1]:
+            put(p, (s, (pos[p],) + low[1:] if tight else low, cr.name, v))
+
     def evaluate(name: str) -> None:
         cr = resources[name]
-        w.forget(name)
-        drop(name)
+        member = name in tree
+        if not member:  # a candidate has no parking to forget: it was forgotten to become one
+            w.forget(name)
         c = _candidate(index, state, cr, True, now)
         if c is None:
-            _park(index, state, cr, now)
+            drop(name)
+            v = _park(index, state, cr, now)
+            if lazy and v is not None:
+                park_fair(cr, v, fp.parked)
             return
         t, pool = c
         gi = groups[cr.group]
@@ -826,26 +906,37 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         # A gang's fit is not one number: it is looked at again after every placement there.
         need = GANG if cr.nodes > 1 and pool in state.node_free else t.size
         heapq.heappush(by_pool.setdefault(pool, []), (-need, counter, name))
-        for x in gi.levels:
-            by_level.setdefault(x, set()).add(name)
+        if not member:
+            for x in gi.levels:
+                by_level.setdefault(x, set()).add(name)
 
     names = set(state.active)
-    # A flat estate's fair pick is the lowest (share, key) (``fair.fair_pick`` with one
-    # level): the queues a pool's room wakes are looked at lazily, in that order.
-    lazy = index.depth == 1
-    woken: dict[str, list[tuple[str, int]]] = {}
-    """A queue a pool's room would wake → (pool, size it needs there) of each such pool."""
-    peeked: dict[str, tuple[int, list[tuple[int, int, str]]]] = {}
-    """Pool → (the least size needed, its entries that woke queues)."""
-    for p in state.freed_pools:
-        if lazy:
-            es = w.peek_lend(p, state.room(p))
-            if es:
-                peeked[p] = (min(e[0] for e in es), es)
-            for need, _, n in es:
-                woken.setdefault(n, []).append((p, need))
-        else:
+    freed = frozenset(state.freed_pools)
+    if lazy:
+        # Shares that fell since the last phase 3: their parked queues may come earlier.
+        heaps = fp.heaps
+        push = heapq.heappush
+        for g in state.share_fell:
+            fell = groups.get(g)
+            if fell is None:
+                continue
+            s = scaled_share(shape, index, state, g)
+            for n in fell.resources:
+                e = w.lend_parking(n)
+                if e is None:
+                    continue
+                cr = resources[n]
+                tight, low = _fair_bound(index, state, cr, lowest)
+                pos = cr.exec_pos
+                for p in e[1]:
+                    h = heaps.get(p)
+                    if h is None:
+                        h = heaps[p] = []
+                    push(h, (s, (pos[p], low[1], low[2], low[3]) if tight else low, n, e[0]))
+    else:
+        for p in state.freed_pools:
             w.wake_lend(p, state.room(p), names)
+    state.share_fell.clear()
     for x in state.freed_levels:
         xi = groups.get(x)
         if xi is not None:
@@ -854,44 +945,72 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         q = state.queues.get(name)
         if q is not None and q.live and name in resources:
             evaluate(name)
-    shape = tree.shape
-    lowest = _lowest_keys(index)
-    later: list[tuple[int, Key, str]] = []
-    for name in woken:
-        cr = resources.get(name)
-        if name in names or cr is None:
-            continue
-        later.append((scaled_share(shape, index, state, cr.group), lowest[name], name))
-    heapq.heapify(later)
+        elif name in resources:
+            # Nothing queued: it leaves the active set as ``_fill`` has it leave (through
+            # ``_park``), or phases 1 and 2 would look at every queue ever emptied.
+            _park(index, state, resources[name], now)
     looked = set(names)
 
+    def current(n: str, v: int) -> bool:
+        e = w.lend_parking(n)
+        return e is not None and e[0] == v and n in resources
+
     def may_fit(n: str) -> bool:
-        """Whether some pool that woke ``n`` still has the room it needs there."""
+        """Whether a pool that gained room (``freed``) and that ``n`` waits on still has
+        the room it needs; a queue looked at in this phase waits for the next."""
+        if n in looked:
+            return False
+        e = w.lend_parking(n)
+        if e is None:
+            return False
+        need = e[2]
         room = state.room
-        return any(room(p) >= need for p, need in woken[n])
+        return any(p in freed and room(p) >= need for p in e[1])
+
+    def fits_on(n: str, p: str) -> bool | None:
+        """Whether ``n``'s entry on ``p`` (a pool that gained room) is to be looked at now:
+        the pool has the room it needs; None when it has none for any queue parked there."""
+        r = state.room(p)
+        e = w.lend_parking(n)
+        if e is not None and r >= e[2]:
+            return n not in looked
+        least = w.lend_need.get(p)
+        return None if not least or r < least[0][0] else False
+
+    if lazy:
+        fp.start(sorted(freed))
+
+    later: list[tuple[int, Key, str]] = []
+    endgame = False
+    best: tuple[int, Key] | None
 
     def bring(best: tuple[int, Key] | None) -> bool:
-        """Looks at the next woken queue whose (share, lowest possible key) comes before
+        """Looks at the next parked queue whose (share, lowest possible key) comes before
         ``best`` (the tree's pick); False when none does. A queue that no longer may fit
         is left parked as it was, unlooked at: it has no candidate."""
-        nonlocal later
-        if best is None:
-            # Rooms only shrink in this phase: keep only the queues not looked at yet that
-            # some pool still has room for (most pools are full by now: one comparison).
+        nonlocal later, endgame
+        if not endgame and best is not None:
+            n = fp.first_before(best, w.version, share_of, fits_on)
+            if n is None:
+                return False
+            looked.add(n)
+            evaluate(n)
+            return True
+        if not endgame:
+            # The tree is empty. Rooms only shrink in this phase: keep only the queues not
+            # looked at yet that some pool still has room for (most pools are full by now).
+            endgame = True
             fit: set[str] = set()
-            for p, (least, es) in peeked.items():
+            for p in sorted(freed):
                 r = state.room(p)
-                if r >= least:
-                    fit.update(n for need, _, n in es if need <= r)
+                if r >= 0:
+                    fit.update(n for need, _, n in w.peek_lend(p, r) if need <= r)
             fit -= looked
-            later = [
-                (scaled_share(shape, index, state, resources[n].group), lowest[n], n) for n in fit
-            ]
+            later = [(share_of(n), lowest[n], n) for n in fit if n in resources]
             heapq.heapify(later)
         while later:
             s, lb, n = later[0]
-            cr = resources[n]
-            now_s = scaled_share(shape, index, state, cr.group)
+            now_s = share_of(n)
             if now_s != s:  # its group placed since: its share rose
                 heapq.heapreplace(later, (now_s, lb, n))
                 continue
@@ -910,21 +1029,20 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         if len(tree):
             name = tree.pick()
             gi, t, pool = tree.payload(name)
-            best: tuple[int, Key] | None = (
-                scaled_share(shape, index, state, gi.name),
-                tree.members[name][0],
-            )
+            # Only a parked queue could come before the pick (none in play: a first pass).
+            if lazy and (later if endgame else fp.tops):
+                best = (scaled_share(shape, index, state, gi.name), tree.members[name][0])
+                if bring(best):
+                    continue
         else:
-            best = None
-        if later and bring(best):
-            continue
-        if best is None:
+            if lazy and bring(None):
+                continue
             break
-        drop(name)
+        # Not taken out of the tree first: looking at the queue again below replaces its
+        # candidate (or drops it), which costs one refresh of the tree rather than two.
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "lend"))
         changed = True
-        tree.moved(gi.levels)
         # What the placement can change: its queue, room on its pool, and the headroom,
         # user limit and budget rate at its levels.
         # On the pool, only candidates that no longer fit there move (``_fill`` does the
@@ -948,12 +1066,15 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                 crn = resources[n]
                 if (
                     gn.user_limit is not None
-                    or (crn.weight > 0 and gn.budgeted)
                     or tn.size > headroom(index, state, crn, True)
+                    or (crn.weight > 0 and gn.budgeted and not budget_ok(index, state, crn, now))
                 ):
                     touched.add(n)
         for n in sorted(touched):
             evaluate(n)
+        tree.moved(gi.levels)
+    if lazy:
+        fp.settle(current, lambda p: len(index.pools[p].resources) if p in index.pools else 0)
     w.restore()
     state.freed_pools.clear()
     state.freed_levels.clear()
@@ -978,6 +1099,27 @@ def _lowest_keys(index: EstateIndex) -> dict[str, Key]:
     return k
 
 
+def _fair_bound(
+    index: EstateIndex, state: State, cr: CRInfo, lowest: dict[str, Key]
+) -> tuple[bool, Key]:
+    """A key no candidate of ``cr``'s queue comes before while the queue stays as it is (a
+    queue that changes is looked at before its parking is read again), and whether its
+    first place holds per pool (True: on each pool, the profile's place there) or over all
+    of them. Without a user limit and for one machine, a candidate goes to a pool with the
+    room its queue parked for, so the pool it is filed on bounds it; a strict queue's
+    candidate is its head, so its submission and id are known too. Otherwise
+    ``_lowest_keys``'s."""
+    low = lowest[cr.name]
+    if cr.nodes != 1 or index.groups[cr.group].user_limit is not None:
+        return False, low
+    if cr.strict:
+        q = state.queues.get(cr.name)
+        h = q.head() if q is not None else None
+        if h is not None:
+            return True, (low[0], low[1], h.seq, h.id)
+    return True, low
+
+
 def _rebalance_candidate(index: EstateIndex, state: State, cr: CRInfo, now: int) -> Task | None:
     """Phase 4's candidate of ``cr``: the task phase 3 would place but for room (strict: its
     head; best_effort: its first such task), i.e. every level's limit, the user limit and
@@ -1000,9 +1142,13 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     A candidate whose share after the move would be no lower than every sibling's share at
     each of its levels can take from nobody (``Givers``); while every candidate is such,
     nothing changes and no room frees, so when no queue's group could take anything the
-    phase ends at once, without fixing its candidates (the steady pass's case)."""
+    phase ends at once, without fixing its candidates (the steady pass's case). On a flat
+    estate the bounds kept across passes say so first, most passes (``_nobody_takes``)."""
     if state.rebalance_idle == (now, state.version):
         return False  # it did nothing, and nothing was placed or preempted since
+    if index.depth == 1 and _nobody_takes(index, state):
+        state.rebalance_idle = (now, state.version)
+        return False
     resources = index.resources
     groups = index.groups
     givers = Givers(index, state, now)
@@ -1081,6 +1227,42 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         givers.moved(levels)
         givers.rose(gi)
     return changed
+
+
+def _nobody_takes(index: EstateIndex, state: State) -> bool:
+    """On a flat estate, whether no team could take anything in phase 4 (takers.py): the
+    figures of the teams that changed since the last look are brought up to date first. A
+    necessary condition of ``Givers.any_taker``: when this says nobody, so would it."""
+    tb = state.takers
+    groups = index.groups
+    names = groups.keys() if tb.fresh else state.taker_dirty
+    tb.fresh = False
+    factor = shape_of(index).factor
+    used = state.used
+    queues = state.queues
+    placed = state.placed_sizes
+    for g in names:
+        gi = groups.get(g)
+        if gi is None:
+            continue
+        smallest: int | None = None
+        for name in gi.resources:
+            q = queues.get(name)
+            if q is not None and q.live and q.sizes:
+                m = min(q.sizes)
+                if smallest is None or m < smallest:
+                    smallest = m
+        u = used.get(g, 0)
+        f = factor[g]
+        after: int | None = None
+        if smallest is not None:
+            a = u + smallest - gi.reservation
+            after = a * f if a > 0 else 0
+        least = min((z for z in placed.get(g, ()) if z > 0), default=None)
+        give = (u - least - gi.reservation) * f if least is not None else None
+        tb.set(g, after, give)
+    state.taker_dirty.clear()
+    return tb.nobody_takes()
 
 
 def _may_act(state: State, givers: "Givers", gi: GroupInfo, cr: CRInfo, size: int) -> bool:

@@ -117,18 +117,21 @@ class CRQueue:
         self.stale = 0
 
     def head(self) -> "Task | None":
+        # ``_valid`` written out: the hot path of every pass (each placement asks it).
         front = self.front
-        while front and not self._valid(front[0][2], front[0][1]):
+        while front:
+            _, tok, t = front[0]
+            if t.status == QUEUED and t.qtoken == tok:
+                return t
             heapq.heappop(front)
             self.stale -= 1
-        if front:
-            return front[0][2]
         for back in self.backs:
-            while back and not self._valid(back[0][0], back[0][1]):
+            while back:
+                t, tok = back[0]
+                if t.status == QUEUED and t.qtoken == tok:
+                    return t
                 back.popleft()
                 self.stale -= 1
-            if back:
-                return back[0][0]
         return None
 
     def oldest(self) -> "Task | None":

@@ -19,6 +19,8 @@ from klique_util.units import from_milli
 
 from .budget import Meter
 from .decisions import Cancellation
+from .fairpark import FairParking
+from .takers import TakerBounds
 from .errors import DuplicateTask, SubmissionError, TimeWentBackwards, UnknownTask
 from .index import CRInfo, EstateIndex, PoolInfo
 from .periods import Period
@@ -181,6 +183,9 @@ class State:
         self.node_room: dict[str, int] = {}
         """Per pool that declares nodes: the most room on one machine."""
         self.placed_by_group: dict[str, dict[str, Task]] = {}
+        self.placed_sizes: dict[str, dict[int, int]] = {}
+        """Per group: how many placed tasks have each size (phase 4's gate asks for the
+        smallest; takers.py)."""
         self.placed_by_pool_group: dict[str, dict[str, dict[str, Task]]] = {}
         self.pool_group_used: dict[str, dict[str, int]] = {}
         self.meters: dict[str, Meter] = {}
@@ -207,6 +212,15 @@ class State:
         """Per group: its compute resources that phase 3 left waiting on the group's limit or
         budget (no pool watches them), woken when the group's usage falls."""
         self.watchers = Watchers({})
+        self.fair_parking = FairParking()
+        """``order: fair`` on a flat estate: the lend-parked queues by share (passes)."""
+        self.share_fell: set[str] = set()
+        """Groups whose usage fell since the last fair phase 3 (their shares fell)."""
+        self.takers = TakerBounds()
+        """``order: fair`` on a flat estate: phase 4's gate (passes, takers.py)."""
+        self.taker_dirty: set[str] = set()
+        """Groups whose usage, placed tasks or queued tasks changed since the gate last
+        looked at them."""
         self.rate_changed: set[str] = set()
         self.triggers: list[tuple[int, str, int]] = []
         self.trigger_version: dict[str, int] = {}
@@ -449,6 +463,7 @@ class State:
             q = self.queues[resource] = CRQueue(gi.project_rank if gi is not None else None)
         q.push(t)
         self.active.add(resource)
+        self.taker_dirty.add(cr.group)
         return t
 
     def checkpoint(self, task_id: str, at: int) -> None:
@@ -783,6 +798,10 @@ class State:
             }
         )
         self.watchers = Watchers(watched)
+        self.fair_parking = FairParking()
+        self.share_fell = set()
+        self.takers = TakerBounds()
+        self.taker_dirty = set()
         self.freed_pools = set(index.pools)
         self.freed_levels = set()
         # A changed protect_for applies to placed tasks at once (lending.md).
@@ -859,6 +878,7 @@ class State:
     def _dequeue(self, t: Task) -> None:
         q = self.queues[t.resource]
         q.left(t)
+        self.taker_dirty.add(t.group)
         t.status = ENDED  # provisional; callers set the final status
         if self.index is not None and t.resource in self.index.resources:
             self.active.add(t.resource)
@@ -915,6 +935,11 @@ class State:
                 nf[i] -= each
             self.node_room[pool] = max(nf)
         self.placed_by_group.setdefault(g, {})[t.id] = t
+        ps = self.placed_sizes.get(g)
+        if ps is None:
+            ps = self.placed_sizes[g] = {}
+        ps[size] = ps.get(size, 0) + 1
+        self.taker_dirty.add(g)
         self.placed_by_pool_group.setdefault(pool, {}).setdefault(g, {})[t.id] = t
         pg = self.pool_group_used.setdefault(pool, {})
         pg[g] = pg.get(g, 0) + size
@@ -952,6 +977,8 @@ class State:
                 m.weighted_tasks -= 1
         self.rate_changed.update(levels)
         self.user_used[(g, t.user)] -= size
+        self.share_fell.add(g)
+        self.taker_dirty.add(g)
         self.pool_used[pool] -= size
         if pool in self.free:
             self.free[pool] += size
@@ -968,6 +995,12 @@ class State:
             if gang:
                 self.active.update(n for n in gang if n in self.queues)
         del self.placed_by_group[g][t.id]
+        ps = self.placed_sizes[g]
+        left = ps[size] - 1
+        if left:
+            ps[size] = left
+        else:
+            del ps[size]
         del self.placed_by_pool_group[pool][g][t.id]
         self.pool_group_used[pool][g] -= size
         t.pool = None

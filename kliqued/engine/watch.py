@@ -38,7 +38,7 @@ def level_key(group: str) -> str:
 
 
 class Watchers:
-    __slots__ = ("version", "lend", "lend_need", "reserve", "_aside", "_users")
+    __slots__ = ("version", "lend", "lend_need", "reserve", "lend_at", "_aside", "_users")
 
     def __init__(self, pools: dict[str, int]) -> None:
         """``pools``: each pool and how many compute resources use it (to bound garbage)."""
@@ -49,6 +49,9 @@ class Watchers:
         self.lend_need: dict[str, list[tuple[int, int, str]]] = {p: [] for p in pools}
         """The same entries by size, to know at once whether any could fit."""
         self.reserve: dict[str, list[tuple[int, int, str]]] = {p: [] for p in pools}
+        self.lend_at: dict[str, tuple[int, tuple[str, ...], int]] = {}
+        """Per resource, its last lend parking: (version, the pools or envelopes it waits
+        on, size needed); current while its version is (``lend_parking``)."""
         self._aside: dict[str, list[tuple[Key, int, str, int]]] = {}
 
     def forget(self, name: str) -> int:
@@ -60,16 +63,33 @@ class Watchers:
     def current(self, name: str, v: int) -> bool:
         return self.version.get(name) == v
 
-    def park_lend(self, name: str, pools: tuple[str, ...], keys: list[Key], need: int) -> None:
+    def park_lend(
+        self, name: str, pools: tuple[str, ...], keys: list[Key] | None, need: int
+    ) -> int:
+        """Parks ``name`` on ``pools`` (each with its key there) for ``need``; its version.
+        ``keys`` None: only by size (``order: fair`` on a flat estate orders the parked
+        queues itself, in ``FairParking``, and never wakes them by key)."""
         v = self.forget(name)
-        for p, key in zip(pools, keys):
+        on: list[str] = []
+        for i, p in enumerate(pools):
             h = self.lend.get(p)
             if h is None:
                 continue
-            heapq.heappush(h, (key, v, name, need))
-            heapq.heappush(self.lend_need[p], (need, v, name))
-            if len(h) > 256 and len(h) > 4 * self._users.get(p, 0):
+            on.append(p)
+            if keys is not None:
+                heapq.heappush(h, (keys[i], v, name, need))
+            hn = self.lend_need[p]
+            heapq.heappush(hn, (need, v, name))
+            if len(hn) > 256 and len(hn) > 4 * self._users.get(p, 0):
                 self._compact(p)
+        self.lend_at[name] = (v, tuple(on), need)
+        return v
+
+    def lend_parking(self, name: str) -> tuple[int, tuple[str, ...], int] | None:
+        """(version, pools, size needed) of ``name``'s lend parking while it is current:
+        the queue has not been looked at since it parked."""
+        e = self.lend_at.get(name)
+        return e if e is not None and self.version.get(name) == e[0] else None
 
     def park_reserve(self, name: str, pools: tuple[str, ...], need: int) -> None:
         v = self.forget(name)

@@ -9,6 +9,7 @@ same placements and preemptions, in the same order, and the same next pass momen
     .venv/bin/python -m tests.bench.engine_first_pass --org --profile  # where time goes
     .venv/bin/python -m tests.bench.engine_first_pass --org --digest --steady 20
     .venv/bin/python -m tests.bench.engine_first_pass --org --steady 100  # steady CPU times
+    .venv/bin/python -m tests.bench.engine_first_pass --lending --steady 30 --profile-steady
 
 Run from another checkout's directory (``cd ../base && <this venv's python> -m ...``), it
 measures that checkout's engine: its own directory comes first on ``sys.path``.
@@ -40,6 +41,16 @@ def _digest(h: "hashlib._Hash", res) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--org", action="store_true", help="issue 12's three-level tree")
+    ap.add_argument(
+        "--lending",
+        action="store_true",
+        help="lending.md's three settings on (fair, protect_for, least_lost_work)",
+    )
+    ap.add_argument(
+        "--profile-steady",
+        action="store_true",
+        help="with --steady: cProfile the steady passes instead of the first",
+    )
     ap.add_argument("--runs", type=int, default=1, help="first passes, each on a new state")
     ap.add_argument("--profile", action="store_true", help="cProfile the first pass")
     ap.add_argument(
@@ -55,12 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         "their CPU times, or with --digest their decisions",
     )
     args = ap.parse_args(argv)
-    out: dict = {"engine": engine_pkg.__file__, "org": args.org, "wall_s": [], "cpu_s": []}
+    out: dict = {
+        "engine": engine_pkg.__file__,
+        "org": args.org,
+        "lending": args.lending,
+        "wall_s": [],
+        "cpu_s": [],
+    }
     h = hashlib.sha256()
     for _ in range(args.runs):
-        xl = XL(org=args.org)
+        xl = XL(org=args.org, lending=args.lending)
         xl.now += 1000
-        prof = cProfile.Profile() if args.profile else None
+        prof = cProfile.Profile() if args.profile and not args.profile_steady else None
         c = time.process_time()
         t = time.perf_counter()
         if prof is not None:
@@ -86,7 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.steady:
             xl.steady(3)  # as bench_xl: the first passes after the fill park waiting queues
             cpu: list[float] = []
+            sprof = cProfile.Profile() if args.profile_steady else None
+            if sprof is not None:
+                sprof.enable()
             xl.steady(args.steady, cpu=cpu)
+            if sprof is not None:
+                sprof.disable()
+                pstats.Stats(sprof, stream=sys.stderr).sort_stats("tottime").print_stats(30)
             out.setdefault("steady_cpu_ms", []).extend(round(x * 1000, 2) for x in cpu)
         del res
         xl.release()

@@ -4,7 +4,7 @@ The differential tests compare each pass with the reference engine as a multiset
 meant to make the engine faster without changing anything must also keep the order of the
 decisions and the moments of the next passes. This drives the same worlds as
 tests/engine/test_org_differential.py and test_differential.py (hierarchies, flat estates,
-contended ones), generated derandomized so that two checkouts draw the same ones, and prints
+contended ones, flat estates with lending.md's settings drawn), generated derandomized so that two checkouts draw the same ones, and prints
 one digest per kind; run it in both checkouts with the same Python and compare:
 
     .venv/bin/python -m tests.bench.engine_worlds_digest 2000
@@ -74,7 +74,13 @@ def main(argv: list[str]) -> int:
         counts[0] += 1
         flat.drive(*world)
 
-    for test in (hierarchies, flat_worlds, contended):
+    @same
+    @given(flat.lending_worlds())
+    def lending(world) -> None:
+        counts[0] += 1
+        flat.drive(*world)
+
+    for test in (hierarchies, flat_worlds, contended, lending):
         test()
         print(
             f"{test.__name__}: {counts[0]} worlds, {counts[1]} decisions, "

@@ -1,6 +1,7 @@
-"""The incremental fair choice (``fairtree.FairTree``, issue 28) against the naive walk
-(``fair.fair_pick``) on random states: the same candidate at every step, flat and under a
-three-level tree, with random weights, usage and candidates coming and going."""
+"""The incremental fair choice (``fairtree.FairTree``, issue 28, and ``fairtree.FlatTree``,
+its flat form) against the naive walk (``fair.fair_pick``) on random states: the same
+candidate at every step, flat and under a three-level tree, with random weights, usage and
+candidates coming and going."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from kliqued.engine import EstateIndex, State
 from kliqued.engine.fair import fair_pick
-from kliqued.engine.fairtree import FairTree
+from kliqued.engine.fairtree import FairTree, FlatTree
 from kliqued.engine.index import GroupInfo
 from kliqued.engine.rules import Key
 
@@ -30,9 +31,9 @@ def _index(org: bool, seed: int) -> EstateIndex:
     return EstateIndex.build(est.model_copy(update={"policies": pols}).with_revision())
 
 
-@pytest.mark.parametrize("org", [False, True])
+@pytest.mark.parametrize(("org", "flat_tree"), [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("seed", range(6))
-def test_tree_picks_what_fair_pick_picks(org: bool, seed: int) -> None:
+def test_tree_picks_what_fair_pick_picks(org: bool, flat_tree: bool, seed: int) -> None:
     index = _index(org, seed)
     state = State(index, START)
     rnd = random.Random(seed)
@@ -41,7 +42,9 @@ def test_tree_picks_what_fair_pick_picks(org: bool, seed: int) -> None:
     for x, xi in groups.items():  # shares from 0 to well above, some levels equal
         used[x] = xi.reservation + rnd.choice((-2, 0, 0, 1, 2, 5)) * 1000
     names = sorted(index.resources)
-    tree: FairTree[str] = FairTree(index, state)
+    tree: FairTree[str] | FlatTree[str] = (
+        FlatTree(index, state) if flat_tree else FairTree(index, state)
+    )
     cands: dict[str, tuple[Key, GroupInfo]] = {}
 
     def put(name: str) -> None:
