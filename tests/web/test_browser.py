@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -205,6 +206,9 @@ def test_four_people_watch_work_placed_and_preempted_live(
     t1 = fs.submit(fs.bob, "team-b/one", trap(tmp_path, "b1"))
     t2 = fs.submit(fs.bob, "team-b/one", trap(tmp_path, "b2"))
     admin.locator(f"tr.ev-placed:has-text('{t1}')").wait_for(timeout=20_000)
+    # the page changed live: its time is UTC and 24-hour, as every time printed (issue 32)
+    stamp = admin.locator("[data-live-time]").text_content() or ""
+    assert re.fullmatch(r"Updated \d\d:\d\d:\d\d\.", stamp), stamp
     developer.locator(f"tr[data-task='{t1}'][data-state='running']").wait_for(timeout=20_000)
     developer.locator(f"tr[data-task='{t2}'][data-state='running']").wait_for(timeout=20_000)
     admin.locator("tr[data-pool='bare'] [data-used]:text-is('2')").wait_for(timeout=10_000)

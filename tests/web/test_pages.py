@@ -449,3 +449,17 @@ def test_a_browser_gets_html_404_and_405_pages_and_a_client_json(
         a = b.get(path, headers=headers)
         assert a.status == 404 and a.headers["Content-Type"].startswith("application/json")
         assert json.loads(a.text)["error"]["code"] == "not-found"
+
+
+def test_one_time_convention_said_once(server: Server, people: People, work: Work) -> None:
+    """Issue 32: "Updated 1:28:45 AM" (the browser's zone, 12-hour) beside "as of
+    2026-12-07 01:28:44" (UTC). Every time is UTC and 24-hour, and each page says so once,
+    in its footer; the live status line is written in UTC by app.js."""
+    b = signed_in(server, people.admin)
+    for page in PAGES:
+        html = re.sub(r"<script.*?</script>", " ", b.page(f"/{page}"), flags=re.S)
+        text = re.sub(r"<[^>]+>", " ", html)
+        assert text.count("UTC") == 1 and "All times are UTC, 24-hour." in text, page
+        assert not re.search(r"\b(AM|PM)\b", text), page
+    js = b.get("/static/app.js").text
+    assert "toLocaleTimeString" not in js and "toISOString().slice(11, 19)" in js

@@ -26,7 +26,8 @@
   }
   function updated() {
     var t = document.querySelector("[data-live-time]");
-    if (t) { t.textContent = "Updated " + new Date().toLocaleTimeString() + "."; }
+    // UTC and 24-hour, as every time the pages print (the footer says so once)
+    if (t) { t.textContent = "Updated " + new Date().toISOString().slice(11, 19) + "."; }
     if (paused) { paused = false; status("Live updates resumed."); }
   }
 
