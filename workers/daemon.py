@@ -46,6 +46,7 @@ import shlex
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,9 +54,9 @@ from pathlib import Path
 from klique_util.files import write_atomic
 from klique_util.poolsettings import PoolSettings
 from klique_util.units import DAY_S, gpus_to_milli
-from workers import __version__, checkpoints, idle, outputs, tunnel
+from workers import __version__, checkpoints, durable, idle, outputs, tunnel
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
-from workers.executors.base import Executor, Exited, Handle, StartError
+from workers.executors.base import Executor, Exited, Handle, Start, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator
 from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
@@ -144,6 +145,8 @@ class WorkerDaemon:
         self._down_logged = 0.0
         self._register_lock = asyncio.Lock()
         self._dirty: set[Path] = set()  # records written but not fsync'ed yet
+        self._janitor = ThreadPoolExecutor(1, thread_name_prefix="janitor")
+        """Removes the files of forgotten tasks, in order, off the event loop."""
         self._batch_reports = True  # the control plane has POST /workers/{id}/reports
         # what the tasks' wrappers watch to stop orphans in time (workers/liveness.py)
         self.liveness = Liveness(state.root)
@@ -275,16 +278,20 @@ class WorkerDaemon:
         paths, self._dirty = self._dirty, set()
         try:
             await asyncio.get_running_loop().run_in_executor(
-                None, _fsync_all, paths, self.state.tasks
+                None, durable.fsync_together, paths, self.state.tasks
             )
         except OSError as exc:  # the report goes anyway: acknowledged, it is the record
             self._state_fault(exc)
 
     def _forget(self, rec: TaskRecord) -> None:
-        self.state.delete(rec)
-        if rec.log_path:
-            outputs.remove(outputs.path_for(rec.log_path))
-            checkpoints.clear(rec.log_path)
+        """The task's last report was acknowledged: out of memory now, its files (the
+        record, its outputs, its checkpoint directories) removed by the janitor thread, since
+        an unlink or rmdir costs milliseconds here and the lease and report loops share this
+        event loop. Nothing reads them any more: the acknowledged report is the record, a
+        new lease is a new epoch (another key), and a restart that still finds the record
+        reports the end again, which the control plane acknowledges as a repeat, as it did
+        when the worker died between the answer and the unlink."""
+        self._janitor.submit(_remove_files, self.state.tasks / f"{rec.key}.json", rec.log_path)
         self._dirty.discard(self.state.tasks / f"{rec.key}.json")
         self._unsaved.pop(rec.key, None)
         self.records.pop(rec.key, None)
@@ -566,8 +573,12 @@ class WorkerDaemon:
         self._end(rec, "stopped", message=self._stop_text(rec))
 
     def _place_pending(self) -> None:
+        """Starts every leased task that has room now, oldest lease first, in one batch
+        (``_start_all``)."""
         if not self.registered.is_set():
             return
+        batch: list[tuple[TaskRecord, list[int]]] = []
+        cpu_slots = self.cfg.cpu_tasks - self._cpu_running()
         for rec in sorted(self.records.values(), key=lambda r: r.leased_at):
             if rec.state != STARTING or rec.fenced:
                 continue
@@ -578,41 +589,51 @@ class WorkerDaemon:
                 self._end(rec, "stopped", message=self._stop_text(rec))
                 continue
             if rec.milli == 0:
-                if self._cpu_running() >= self.cfg.cpu_tasks:
+                if cpu_slots <= 0:
                     continue  # waits for a CPU-only slot
-                self._start(rec, [])
+                cpu_slots -= 1
+                batch.append((rec, []))
                 continue
             gpus = self.alloc.place(rec.milli)
             if gpus is None:
                 continue  # waits for GPUs (a task being stopped frees them)
-            self._start(rec, gpus)
+            batch.append((rec, gpus))
+        if batch:
+            self._start_all(batch)
 
-    def _start(self, rec: TaskRecord, gpus: list[int]) -> None:
-        rec.gpus = gpus
-        out_path = outputs.path_for(rec.log_path)
-        outputs.remove(out_path)  # a file from an earlier attempt is not this one's
-        checkpoints.prepare(rec.log_path)  # nor its checkpoint mark and notice
-        env = {
-            **(rec.lease.get("env") or {}),
-            outputs.ENV: out_path,
-            **checkpoints.task_env(rec.log_path),
-        }
-        if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
-            rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
-            env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
-        lease = {**rec.lease, "env": env}
-        try:
-            handle = self.executor.start(lease, gpus, Path(rec.log_path))
-        except StartError as exc:
-            self.alloc.release(gpus, rec.milli)
-            self._end(rec, "failed", message=str(exc))
-            return
-        rec.state, rec.handle, rec.started_at = RUNNING, handle.to_record(), now_rfc3339()
-        self.handles[rec.key] = handle
-        self._save(rec)
-        log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
-        self._supervise(rec)
-        self._open_tunnel(rec)
+    def _start_all(self, batch: list[tuple[TaskRecord, list[int]]]) -> None:
+        """Starts the batch's tasks (their GPUs taken) with one ``start_many`` of the
+        executor: the process executor's fork server forks them all before it waits for
+        any, where one start after the other cost a round of the scheduler each (10 to 25
+        ms a task on a busy machine, with this event loop blocked). Each record is on disk
+        (``accept``) before its start, and written with its handle after, as before."""
+        starts: list[Start] = []
+        for rec, gpus in batch:
+            rec.gpus = gpus
+            out_path = outputs.path_for(rec.log_path)
+            outputs.remove(out_path)  # a file from an earlier attempt is not this one's
+            checkpoints.prepare(rec.log_path)  # nor its checkpoint mark and notice
+            env = {
+                **(rec.lease.get("env") or {}),
+                outputs.ENV: out_path,
+                **checkpoints.task_env(rec.log_path),
+            }
+            if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
+                rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
+                env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
+            starts.append(Start({**rec.lease, "env": env}, gpus, Path(rec.log_path)))
+        results = self.executor.start_many(starts)
+        for (rec, gpus), handle in zip(batch, results):
+            if isinstance(handle, StartError):
+                self.alloc.release(gpus, rec.milli)
+                self._end(rec, "failed", message=str(handle))
+                continue
+            rec.state, rec.handle, rec.started_at = RUNNING, handle.to_record(), now_rfc3339()
+            self.handles[rec.key] = handle
+            self._save(rec)
+            log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
+            self._supervise(rec)
+            self._open_tunnel(rec)
         self.outbox_wake.set()
 
     def _cpu_running(self) -> int:
@@ -1220,6 +1241,7 @@ class WorkerDaemon:
             close = getattr(self.executor, "close", None)
             if close is not None:
                 close()
+            self._janitor.shutdown(wait=True)  # the forgotten tasks' files are gone
             await self.client.close()
             alive = sum(r.state == RUNNING for r in self.records.values())
             log.info(
@@ -1229,18 +1251,12 @@ class WorkerDaemon:
             )
 
 
-def _fsync_all(paths: set[Path], directory: Path) -> None:
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue  # forgotten since
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fd = os.open(directory, os.O_RDONLY)
+def _remove_files(record: Path, log_path: str) -> None:
+    """A forgotten task's record, outputs and checkpoint directories (the janitor's job)."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        record.unlink(missing_ok=True)
+        if log_path:
+            outputs.remove(outputs.path_for(log_path))
+            checkpoints.clear(log_path)
+    except OSError as exc:  # a full or read-only disk: the start's pruning retries
+        log.warning("cannot remove the files of %s: %s", record.stem, exc)
