@@ -64,6 +64,10 @@ from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
 log = logging.getLogger(__name__)
 
 
+ROOM_AFTER_S = 0.05
+"""A freed GPU is asked for with the report of its end, or this long after it at the latest
+(``WorkerDaemon._room_soon``)."""
+
 HEADROOM = 1 << 20
 """Free bytes the state dir needs before a fault of a full disk counts as over."""
 
@@ -377,7 +381,20 @@ class WorkerDaemon:
         if rec.state == RUNNING and rec.gpus:
             self.alloc.release(rec.gpus, rec.milli)
         if rec.state in (RUNNING, STARTING):
-            (self.cpu_room if rec.milli == 0 else self.room).set()
+            self._room_soon(self.cpu_room if rec.milli == 0 else self.room)
+
+    def _room_soon(self, room: asyncio.Event) -> None:
+        """The lease loop asks for the freed room with the report of the end (``_flush_all``
+        sets both rooms just before it sends a batch with an end), or after ``ROOM_AFTER_S``
+        at the latest. A poll sent at the first end of a batch would be held with that one
+        GPU as its room (a held poll keeps the room it was sent with), so the placements on
+        the GPUs the rest of the batch frees would wait for another poll and another
+        commit; sent with the report, it is held while the report is committed and gets
+        every placement of the pass that follows, in that pass's commit."""
+        try:
+            asyncio.get_running_loop().call_later(ROOM_AFTER_S, room.set)
+        except RuntimeError:  # no loop (load() before run): the first lease round asks
+            room.set()
 
     # startup -----------------------------------------------------------------------------
     def load(self) -> None:
@@ -989,6 +1006,9 @@ class WorkerDaemon:
         if not items:
             return
         await self._make_durable()
+        if any(body["event"] != "started" for _, body in items):
+            self.room.set()  # the lease loops ask for what these ends free (``_room_soon``)
+            self.cpu_room.set()
         try:
             sent_at = time.monotonic()
             answers = await self.client.reports(
