@@ -4,7 +4,8 @@ Asyncio loops over one state (``self.records``):
 
 - lease (two of them): long-polls ``/workers/{id}/lease`` while some GPU has room and no
   lease is waiting for GPUs, and, in a request of its own, while a CPU-only slot
-  (``--cpu-tasks``) is free; each lease is recorded on disk before anything else happens;
+  (``--cpu-tasks``) is free; a lease's record is on disk with its pid right after its start,
+  or at once when it waits for room (``_write_waiting``);
 - heartbeat: every TTL/3, carries the tasks it runs, receives stop instructions;
 - outbox: uploads the logs, then sends the reports (started, then finished/failed/stopped)
   of every task at once in one request (``POST /workers/{id}/reports``; one request a task
@@ -149,6 +150,7 @@ class WorkerDaemon:
         self._down_logged = 0.0
         self._register_lock = asyncio.Lock()
         self._dirty: set[Path] = set()  # records written but not fsync'ed yet
+        self._unwritten: set[str] = set()  # leases accepted, not written yet (_write_waiting)
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="janitor")
         """Removes the files of forgotten tasks, in order, off the event loop."""
         self._batch_reports = True  # the control plane has POST /workers/{id}/reports
@@ -214,6 +216,7 @@ class WorkerDaemon:
         it is the truth, and in ``_unsaved`` for ``retry_state`` (a raise here used to end
         the lease loop, the outbox and the task's supervisor, silently)."""
         path = self.state.tasks / f"{rec.key}.json"
+        self._unwritten.discard(rec.key)
         try:
             write_atomic(path, json.dumps(rec.to_json()), fsync=False, mkdir=False)
         except OSError as exc:
@@ -536,7 +539,7 @@ class WorkerDaemon:
         )
         rec.log_path = str(self.state.log_path(rec))
         self.records[rec.key] = rec
-        self._save(rec)
+        self._unwritten.add(rec.key)  # on disk once the lease round placed it (_write_waiting)
         command = shlex.join(lease.get("command") or []) or "(no command)"
         log.info(
             "leased task %s (epoch %s, %s GPUs): %s",
@@ -730,12 +733,29 @@ class WorkerDaemon:
             backoff.reset()
             self._reachable()
             self._contact(sent_at)
-            for lease in leases:
-                try:
-                    self.accept(lease)
-                except (KeyError, ValueError, TypeError) as exc:
-                    log.error("ignoring a malformed lease %r: %s", lease, exc)
-            self._place_pending()
+            try:
+                for lease in leases:
+                    try:
+                        self.accept(lease)
+                    except (KeyError, ValueError, TypeError) as exc:
+                        log.error("ignoring a malformed lease %r: %s", lease, exc)
+                self._place_pending()
+            finally:
+                self._write_waiting()
+
+    def _write_waiting(self) -> None:
+        """Writes the records of the leases just accepted that did not start (they wait for
+        room): a restart must find them. A lease started at once was written with its pid
+        right after its start (``_start_all``), and one that ended at once with its end: its
+        first write, the lease alone, bought nothing (before the start nothing of it runs,
+        and a worker killed there finds the control plane listing a task it has no record
+        of, which it reports lost: requeued at the front), and it was a third of the
+        records' renames, each one waiting on the file system's journal here."""
+        for key in list(self._unwritten):
+            rec = self.records.get(key)
+            if rec is not None:
+                self._save(rec)
+        self._unwritten.clear()
 
     # heartbeats and stop instructions ----------------------------------------------------
     def running_list(self) -> list[dict]:
