@@ -4,7 +4,8 @@ Asyncio loops over one state (``self.records``):
 
 - lease (two of them): long-polls ``/workers/{id}/lease`` while some GPU has room and no
   lease is waiting for GPUs, and, in a request of its own, while a CPU-only slot
-  (``--cpu-tasks``) is free; each lease is recorded on disk before anything else happens;
+  (``--cpu-tasks``) is free; a lease's record is on disk with its pid right after its start,
+  or at once when it waits for room (``_write_waiting``);
 - heartbeat: every TTL/3, carries the tasks it runs, receives stop instructions;
 - outbox: uploads the logs, then sends the reports (started, then finished/failed/stopped)
   of every task at once in one request (``POST /workers/{id}/reports``; one request a task
@@ -46,6 +47,7 @@ import shlex
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,15 +55,19 @@ from pathlib import Path
 from klique_util.files import write_atomic
 from klique_util.poolsettings import PoolSettings
 from klique_util.units import DAY_S, gpus_to_milli
-from workers import __version__, checkpoints, idle, outputs, tunnel
+from workers import __version__, checkpoints, durable, idle, outputs, tunnel
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
-from workers.executors.base import Executor, Exited, Handle, StartError
+from workers.executors.base import Executor, Exited, Handle, Start, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator
 from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
 
 log = logging.getLogger(__name__)
 
+
+ROOM_AFTER_S = 0.05
+"""A freed GPU is asked for with the report of its end, or this long after it at the latest
+(``WorkerDaemon._room_soon``)."""
 
 HEADROOM = 1 << 20
 """Free bytes the state dir needs before a fault of a full disk counts as over."""
@@ -144,6 +150,9 @@ class WorkerDaemon:
         self._down_logged = 0.0
         self._register_lock = asyncio.Lock()
         self._dirty: set[Path] = set()  # records written but not fsync'ed yet
+        self._unwritten: set[str] = set()  # leases accepted, not written yet (_write_waiting)
+        self._janitor = ThreadPoolExecutor(1, thread_name_prefix="janitor")
+        """Removes the files of forgotten tasks, in order, off the event loop."""
         self._batch_reports = True  # the control plane has POST /workers/{id}/reports
         # what the tasks' wrappers watch to stop orphans in time (workers/liveness.py)
         self.liveness = Liveness(state.root)
@@ -207,6 +216,7 @@ class WorkerDaemon:
         it is the truth, and in ``_unsaved`` for ``retry_state`` (a raise here used to end
         the lease loop, the outbox and the task's supervisor, silently)."""
         path = self.state.tasks / f"{rec.key}.json"
+        self._unwritten.discard(rec.key)
         try:
             write_atomic(path, json.dumps(rec.to_json()), fsync=False, mkdir=False)
         except OSError as exc:
@@ -275,16 +285,20 @@ class WorkerDaemon:
         paths, self._dirty = self._dirty, set()
         try:
             await asyncio.get_running_loop().run_in_executor(
-                None, _fsync_all, paths, self.state.tasks
+                None, durable.fsync_together, paths, self.state.tasks
             )
         except OSError as exc:  # the report goes anyway: acknowledged, it is the record
             self._state_fault(exc)
 
     def _forget(self, rec: TaskRecord) -> None:
-        self.state.delete(rec)
-        if rec.log_path:
-            outputs.remove(outputs.path_for(rec.log_path))
-            checkpoints.clear(rec.log_path)
+        """The task's last report was acknowledged: out of memory now, its files (the
+        record, its outputs, its checkpoint directories) removed by the janitor thread, since
+        an unlink or rmdir costs milliseconds here and the lease and report loops share this
+        event loop. Nothing reads them any more: the acknowledged report is the record, a
+        new lease is a new epoch (another key), and a restart that still finds the record
+        reports the end again, which the control plane acknowledges as a repeat, as it did
+        when the worker died between the answer and the unlink."""
+        self._janitor.submit(_remove_files, self.state.tasks / f"{rec.key}.json", rec.log_path)
         self._dirty.discard(self.state.tasks / f"{rec.key}.json")
         self._unsaved.pop(rec.key, None)
         self.records.pop(rec.key, None)
@@ -370,7 +384,20 @@ class WorkerDaemon:
         if rec.state == RUNNING and rec.gpus:
             self.alloc.release(rec.gpus, rec.milli)
         if rec.state in (RUNNING, STARTING):
-            (self.cpu_room if rec.milli == 0 else self.room).set()
+            self._room_soon(self.cpu_room if rec.milli == 0 else self.room)
+
+    def _room_soon(self, room: asyncio.Event) -> None:
+        """The lease loop asks for the freed room with the report of the end (``_flush_all``
+        sets both rooms just before it sends a batch with an end), or after ``ROOM_AFTER_S``
+        at the latest. A poll sent at the first end of a batch would be held with that one
+        GPU as its room (a held poll keeps the room it was sent with), so the placements on
+        the GPUs the rest of the batch frees would wait for another poll and another
+        commit; sent with the report, it is held while the report is committed and gets
+        every placement of the pass that follows, in that pass's commit."""
+        try:
+            asyncio.get_running_loop().call_later(ROOM_AFTER_S, room.set)
+        except RuntimeError:  # no loop (load() before run): the first lease round asks
+            room.set()
 
     # startup -----------------------------------------------------------------------------
     def load(self) -> None:
@@ -512,7 +539,7 @@ class WorkerDaemon:
         )
         rec.log_path = str(self.state.log_path(rec))
         self.records[rec.key] = rec
-        self._save(rec)
+        self._unwritten.add(rec.key)  # on disk once the lease round placed it (_write_waiting)
         command = shlex.join(lease.get("command") or []) or "(no command)"
         log.info(
             "leased task %s (epoch %s, %s GPUs): %s",
@@ -566,8 +593,12 @@ class WorkerDaemon:
         self._end(rec, "stopped", message=self._stop_text(rec))
 
     def _place_pending(self) -> None:
+        """Starts every leased task that has room now, oldest lease first, in one batch
+        (``_start_all``)."""
         if not self.registered.is_set():
             return
+        batch: list[tuple[TaskRecord, list[int]]] = []
+        cpu_slots = self.cfg.cpu_tasks - self._cpu_running()
         for rec in sorted(self.records.values(), key=lambda r: r.leased_at):
             if rec.state != STARTING or rec.fenced:
                 continue
@@ -578,41 +609,51 @@ class WorkerDaemon:
                 self._end(rec, "stopped", message=self._stop_text(rec))
                 continue
             if rec.milli == 0:
-                if self._cpu_running() >= self.cfg.cpu_tasks:
+                if cpu_slots <= 0:
                     continue  # waits for a CPU-only slot
-                self._start(rec, [])
+                cpu_slots -= 1
+                batch.append((rec, []))
                 continue
             gpus = self.alloc.place(rec.milli)
             if gpus is None:
                 continue  # waits for GPUs (a task being stopped frees them)
-            self._start(rec, gpus)
+            batch.append((rec, gpus))
+        if batch:
+            self._start_all(batch)
 
-    def _start(self, rec: TaskRecord, gpus: list[int]) -> None:
-        rec.gpus = gpus
-        out_path = outputs.path_for(rec.log_path)
-        outputs.remove(out_path)  # a file from an earlier attempt is not this one's
-        checkpoints.prepare(rec.log_path)  # nor its checkpoint mark and notice
-        env = {
-            **(rec.lease.get("env") or {}),
-            outputs.ENV: out_path,
-            **checkpoints.task_env(rec.log_path),
-        }
-        if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
-            rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
-            env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
-        lease = {**rec.lease, "env": env}
-        try:
-            handle = self.executor.start(lease, gpus, Path(rec.log_path))
-        except StartError as exc:
-            self.alloc.release(gpus, rec.milli)
-            self._end(rec, "failed", message=str(exc))
-            return
-        rec.state, rec.handle, rec.started_at = RUNNING, handle.to_record(), now_rfc3339()
-        self.handles[rec.key] = handle
-        self._save(rec)
-        log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
-        self._supervise(rec)
-        self._open_tunnel(rec)
+    def _start_all(self, batch: list[tuple[TaskRecord, list[int]]]) -> None:
+        """Starts the batch's tasks (their GPUs taken) with one ``start_many`` of the
+        executor: the process executor's fork server forks them all before it waits for
+        any, where one start after the other cost a round of the scheduler each (10 to 25
+        ms a task on a busy machine, with this event loop blocked). Each record is on disk
+        (``accept``) before its start, and written with its handle after, as before."""
+        starts: list[Start] = []
+        for rec, gpus in batch:
+            rec.gpus = gpus
+            out_path = outputs.path_for(rec.log_path)
+            outputs.remove(out_path)  # a file from an earlier attempt is not this one's
+            checkpoints.prepare(rec.log_path)  # nor its checkpoint mark and notice
+            env = {
+                **(rec.lease.get("env") or {}),
+                outputs.ENV: out_path,
+                **checkpoints.task_env(rec.log_path),
+            }
+            if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
+                rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
+                env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
+            starts.append(Start({**rec.lease, "env": env}, gpus, Path(rec.log_path)))
+        results = self.executor.start_many(starts)
+        for (rec, gpus), handle in zip(batch, results):
+            if isinstance(handle, StartError):
+                self.alloc.release(gpus, rec.milli)
+                self._end(rec, "failed", message=str(handle))
+                continue
+            rec.state, rec.handle, rec.started_at = RUNNING, handle.to_record(), now_rfc3339()
+            self.handles[rec.key] = handle
+            self._save(rec)
+            log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
+            self._supervise(rec)
+            self._open_tunnel(rec)
         self.outbox_wake.set()
 
     def _cpu_running(self) -> int:
@@ -692,12 +733,29 @@ class WorkerDaemon:
             backoff.reset()
             self._reachable()
             self._contact(sent_at)
-            for lease in leases:
-                try:
-                    self.accept(lease)
-                except (KeyError, ValueError, TypeError) as exc:
-                    log.error("ignoring a malformed lease %r: %s", lease, exc)
-            self._place_pending()
+            try:
+                for lease in leases:
+                    try:
+                        self.accept(lease)
+                    except (KeyError, ValueError, TypeError) as exc:
+                        log.error("ignoring a malformed lease %r: %s", lease, exc)
+                self._place_pending()
+            finally:
+                self._write_waiting()
+
+    def _write_waiting(self) -> None:
+        """Writes the records of the leases just accepted that did not start (they wait for
+        room): a restart must find them. A lease started at once was written with its pid
+        right after its start (``_start_all``), and one that ended at once with its end: its
+        first write, the lease alone, bought nothing (before the start nothing of it runs,
+        and a worker killed there finds the control plane listing a task it has no record
+        of, which it reports lost: requeued at the front), and it was a third of the
+        records' renames, each one waiting on the file system's journal here."""
+        for key in list(self._unwritten):
+            rec = self.records.get(key)
+            if rec is not None:
+                self._save(rec)
+        self._unwritten.clear()
 
     # heartbeats and stop instructions ----------------------------------------------------
     def running_list(self) -> list[dict]:
@@ -968,6 +1026,9 @@ class WorkerDaemon:
         if not items:
             return
         await self._make_durable()
+        if any(body["event"] != "started" for _, body in items):
+            self.room.set()  # the lease loops ask for what these ends free (``_room_soon``)
+            self.cpu_room.set()
         try:
             sent_at = time.monotonic()
             answers = await self.client.reports(
@@ -1220,6 +1281,7 @@ class WorkerDaemon:
             close = getattr(self.executor, "close", None)
             if close is not None:
                 close()
+            self._janitor.shutdown(wait=True)  # the forgotten tasks' files are gone
             await self.client.close()
             alive = sum(r.state == RUNNING for r in self.records.values())
             log.info(
@@ -1229,18 +1291,12 @@ class WorkerDaemon:
             )
 
 
-def _fsync_all(paths: set[Path], directory: Path) -> None:
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue  # forgotten since
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fd = os.open(directory, os.O_RDONLY)
+def _remove_files(record: Path, log_path: str) -> None:
+    """A forgotten task's record, outputs and checkpoint directories (the janitor's job)."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        record.unlink(missing_ok=True)
+        if log_path:
+            outputs.remove(outputs.path_for(log_path))
+            checkpoints.clear(log_path)
+    except OSError as exc:  # a full or read-only disk: the start's pruning retries
+        log.warning("cannot remove the files of %s: %s", record.stem, exc)

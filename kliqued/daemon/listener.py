@@ -256,7 +256,11 @@ def body_timeout_middleware(timeout_s: float) -> Any:
     async def body_timeout(request: web.Request, handler: Any) -> web.StreamResponse:
         if request.body_exists:
             try:
-                await asyncio.wait_for(request.read(), timeout_s)
+                if request.content.is_eof():  # all here already (most bodies): no wait
+                    await request.read()
+                else:  # a timeout scope, not wait_for's task a request
+                    async with asyncio.timeout(timeout_s):
+                        await request.read()
             except asyncio.TimeoutError:
                 log.info(
                     "answered 408 to a request whose body did not arrive within %g s", timeout_s

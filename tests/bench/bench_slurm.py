@@ -9,8 +9,13 @@ side by side:
 3. through the same worker against the protocol's reference peer (tests/workers/
    protocol_peer.py): the worker's own overhead without the control plane's.
 
-The issue's goal: Klique at least 10x Slurm's jobs/s; the kliqued row's target is a tenth of
-Slurm's time. A side that cannot run here (no Slurm, not root) is left out with a note.
+The goal (issue 6, then issue 29): Klique at least 17x Slurm's jobs/s in the same run; the
+kliqued row's target is Slurm's time divided by ``RATIO_TARGET``, and its note gives the
+ratio. Both sides always run: the kliqued side failing is an error of the run, not a skipped
+row. Only the Slurm side can be left out, when it cannot run on this machine (no Slurm, not
+root), and the table's notes then say so. The kliqued row's note also gives the CPU a task
+cost the daemon, the worker and its fork server (with the wrappers and tasks): on a machine
+whose cores are shared, the rate is about the CPU share it gets divided by that.
 
 Run: ``PATH=$PWD/.venv/bin:$PATH .venv/bin/python -m tests.bench bench_slurm``.
 """
@@ -30,7 +35,11 @@ from tests.harness.wait import wait_for
 
 TASKS = 500
 GPUS = 8
+RATIO_TARGET = 17
+"""Issue 29: kliqued at least 17x the local Slurm's jobs/s, measured in the same run."""
 ROOT = Path(__file__).resolve().parents[2]
+WORKER_FLAGS = ["--log-level", "info", "--log-interval", "1s"]
+"""The worker as deployed (its default log level), not the tests' debug logging."""
 
 
 def _row(
@@ -147,11 +156,14 @@ policies:
 """
 
 
-def kliqued_ready() -> str | None:
-    app = ROOT / "kliqued" / "daemon" / "app.py"
-    if not app.exists() or "/v1/workers/register" not in app.read_text():
-        return "the control plane has no worker endpoints yet"
-    return None
+def all_ended(server: Any) -> bool:
+    """No task queued or placed: asked every 0.1 s, so from memory (two listings of one
+    task), not through the ledger's SQL, whose checks cost the daemon a tenth of its CPU in
+    this run."""
+    return not any(
+        server.ok("GET", f"/v1/tasks?state={state}&limit=1")["tasks"]
+        for state in ("queued", "placed")
+    )
 
 
 def _submit_concurrently(url: str, token: str, n: int) -> None:
@@ -178,7 +190,32 @@ def _submit_concurrently(url: str, token: str, n: int) -> None:
     asyncio.run(main())
 
 
-def bench_kliqued(tmp: Path) -> tuple[float, float]:
+def cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and of its children it has waited for (Linux /proc; 0 where
+    it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as fh:
+                out += [int(x) for x in fh.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def bench_kliqued(tmp: Path, cpu: dict[str, float] | None = None) -> tuple[float, float]:
+    """``cpu``, if given, gets the CPU seconds the run cost: the daemon, the worker, and the
+    worker's children (its fork server, with the wrappers and tasks it reaped): what bounds
+    the rate on a machine whose cores are shared."""
     from tests.daemon.fleet import ESTATE, FleetServer, RealWorker, write_estate
 
     estate = write_estate(
@@ -190,27 +227,31 @@ def bench_kliqued(tmp: Path) -> tuple[float, float]:
     try:
         user = fs.token({"user": "erin"})
         wt = fs.token({"worker": True, "pool": "bare"})
-        worker = RealWorker(fs, wt, tmp / "kq" / "w", gpus=",".join(map(str, range(GPUS))))
+        worker = RealWorker(
+            fs, wt, tmp / "kq" / "w", gpus=",".join(map(str, range(GPUS))), extra=WORKER_FLAGS
+        )
         worker.start()
         wait_for(lambda: fs.ok("GET", "/v1/workers").get("workers"), 30, "the worker registered")
+        assert fs.proc is not None and worker.proc is not None
+        pids = {"daemon": fs.proc.pid, "worker": worker.proc.pid}
+        before = {k: cpu_s(pid) for k, pid in pids.items()}
+        helpers = {pid: cpu_s(pid) for pid in children(worker.proc.pid)}
         t0 = time.perf_counter()
         _submit_concurrently(fs.url, user, TASKS)
         submitted = time.perf_counter() - t0
 
-        def ended() -> bool:  # cheap to ask every 0.1 s (not a listing of every task)
-            rows = fs.sql("SELECT count(*) FROM ledger WHERE end_at IS NOT NULL")
-            return rows[0][0] >= TASKS
-
-        wait_for(ended, 600, "all tasks ended", every=0.1)
+        wait_for(lambda: all_ended(fs), 600, "all tasks ended", every=0.1)
         took = time.perf_counter() - t0
-        tasks = fs.ok("GET", "/v1/tasks?state=ended&limit=1000")["tasks"]
-        bad = [
-            t
-            for t in tasks
-            if t.get("outcome", t.get("end_reason")) not in (None, "finished", "succeeded")
-        ]
-        if bad and os.environ.get("KLIQUE_BENCH_STRICT"):
-            raise RuntimeError(f"{len(bad)} tasks did not finish: {bad[0]}")
+        if cpu is not None:
+            cpu.update({k: cpu_s(pid) - before[k] for k, pid in pids.items()})
+            cpu["wrappers"] = sum(
+                cpu_s(pid) - helpers.get(pid, 0.0) for pid in children(worker.proc.pid)
+            )
+        ended, finished = fs.sql(
+            "SELECT count(*), count(*) FILTER (end_reason = 'finished') FROM ledger"
+        )[0]
+        if ended != TASKS or finished != TASKS:
+            raise RuntimeError(f"{ended} of {TASKS} tasks ended, {finished} finished")
         return took, submitted
     finally:
         if worker is not None:
@@ -230,24 +271,23 @@ def run() -> list[dict[str, Any]]:
             slurm_s = slurm[0]
             print(f"bench_slurm: Slurm {slurm[0]:.1f} s", file=sys.stderr, flush=True)
             rows.append(_row("sbatch into the local Slurm", slurm[0], slurm[1]))
-        why = kliqued_ready()
-        if why is None:
-            try:
-                took, submitted = bench_kliqued(tmp)
-            except Exception as exc:  # the control plane is another issue's, in progress
-                why = f"the kliqued side failed: {type(exc).__name__}: {exc}"
-        if why is None:
-            rows.append(
-                _row(
-                    "kliqued serve + klique-worker (process, 8 GPUs)",
-                    took,
-                    submitted,
-                    target_s=slurm_s / 10 if slurm_s else None,
-                    note=(f"; {slurm_s / took:.1f}x Slurm" if slurm_s else ""),
-                )
+        cpu: dict[str, float] = {}
+        took, submitted = bench_kliqued(tmp, cpu)
+        print(f"bench_slurm: kliqued {took:.1f} s", file=sys.stderr, flush=True)
+        per_task = ", ".join(f"{k} {v / TASKS * 1000:.1f} ms" for k, v in cpu.items())
+        row = _row(
+            "kliqued serve + klique-worker (process, 8 GPUs)",
+            took,
+            submitted,
+            target_s=slurm_s / RATIO_TARGET if slurm_s else None,
+            note=(
+                f"; {slurm_s / took:.1f}x Slurm (target {RATIO_TARGET}x)"
+                if slurm_s
+                else f"; no ratio: {slurm}"
             )
-        else:
-            print(f"bench_slurm: kliqued side skipped: {why}", file=sys.stderr)
+            + f"; CPU a task: {per_task}",
+        )
+        rows.append(row)
         took, submitted = bench_peer(tmp)
         rows.append(
             _row(

@@ -3,8 +3,9 @@
 1. **1,000 workers long-polling.** ``kliqued serve`` on the example estate; 1,000 simulated
    workers (one process, aiohttp, spread over the 8 pools) register, hold long polls with no
    free GPU and heartbeat every 5 s, while a load generator submits 600 one-GPU tasks in
-   bursts (every placement wakes the polls of its pool). The same load without the workers
-   is the baseline. Measured: the engine pass time (the daemon's ``pass:`` log lines) and the
+   bursts (every placement wakes the polls of its pool). The baseline is the same load with
+   one worker per pool (a pool with no live worker takes no work, so a baseline without
+   any worker would place nothing and time no pass). Measured: the engine pass time (the daemon's ``pass:`` log lines) and the
    latency from a task's submission to its placement (event log times). Target: within
    twice the baseline.
 2. **1,000 trivial tasks end to end.** A real ``klique-worker`` with 8 declared GPUs on a
@@ -55,7 +56,20 @@ LOAD = {
 
 
 def _passes(log: str) -> list[float]:
+    """The engine passes' times from the daemon's ``pass: 3 placed (1.2 ms)`` lines (the
+    sequencer logs a pass that did something)."""
     return [float(m) / 1000 for m in re.findall(r"pass: .* \(([\d.]+) ms\)", log)]
+
+
+def _samples(run: dict[str, Any], key: str, what: str) -> list[float]:
+    """``run[key]``, or an error saying why there is nothing to take a median of."""
+    got: list[float] = run[key]
+    if not got:
+        raise RuntimeError(
+            f"bench_workers: no {what} with {run['workers']} workers ({run['tasks']} tasks "
+            f"submitted): did any pool have a live worker? (the daemon's log: {run['log']})"
+        )
+    return got
 
 
 async def _pollers(
@@ -220,15 +234,22 @@ def _one_run(workers: int) -> dict[str, Any]:
         finally:
             s.stop()
         passes = _passes(s.log())
-        return {"passes": passes, "latency": lat, "tasks": len(ids), **counts}
+        return {
+            "passes": passes,
+            "latency": lat,
+            "tasks": len(ids),
+            "workers": workers,
+            "log": s.log()[-2000:],
+            **counts,
+        }
 
 
 def bench_long_polls() -> list[dict]:
-    base = _one_run(0)
+    base = _one_run(len(POOLS))
     busy = _one_run(WORKERS)
     rows = []
     for label, key in (("engine pass", "passes"), ("submit to placed", "latency")):
-        b, w = base[key], busy[key]
+        b, w = _samples(base, key, label), _samples(busy, key, label)
         bm, wm = statistics.median(b), statistics.median(w)
         rows.append(
             {
@@ -238,7 +259,7 @@ def bench_long_polls() -> list[dict]:
                 "max_s": max(w),
                 "target_s": max(2 * bm, 0.001),
                 "extra": [
-                    f"  baseline without workers: median {bm * 1000:.1f} ms, "
+                    f"  baseline with {len(POOLS)} workers (one per pool): median {bm * 1000:.1f} ms, "
                     f"max {max(b) * 1000:.1f} ms; with them: {busy['polls']} "
                     f"polls answered, {busy['heartbeats']} heartbeats"
                 ],

@@ -304,6 +304,17 @@ def test_a_preempted_process_gets_sigterm_and_the_reclaiming_task_starts(
     b1 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "b1"))
     b2 = fs.submit(fs.erin, "team-b/one", trap(tmp_path, "b2"))
     wait_for(lambda: fs.task(b1)["state"] == fs.task(b2)["state"] == "running", 15, "b running")
+    # "running" is the worker's word that the process started, not that its SIGTERM handler
+    # is set: a Python task prints "started" once it is (the stop could come first, and the
+    # task then die of the signal without its checkpoint)
+    for t in (b1, b2):
+        wait_for(
+            lambda t=t: (fs.call("GET", f"/v1/tasks/{t}/log", token=fs.erin)[1] or "").startswith(
+                "started"
+            ),
+            15,
+            "b's handlers set",
+        )
     a1 = fs.submit(fs.alice, "team-a/one", trap(tmp_path, "a1"))
     wait_for(lambda: fs.task(a1)["state"] == "running", 15, "the reclaiming task running")
     victim = b2 if fs.task(b2)["state"] == "queued" else b1

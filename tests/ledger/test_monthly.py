@@ -182,3 +182,28 @@ def test_pending_closes_are_folded_in_every_flush_at(db, monkeypatch):
     ensure_schema(db)  # a start folds pending ones in
     assert db.execute(pending).fetchone()[0] == 0
     assert mismatches(db) == []
+
+
+def test_the_fold_comes_at_flush_at_with_closes_one_by_one(db, monkeypatch):
+    """The pending closes are counted in the table only when this connection's tally says
+    they may have reached ``FLUSH_AT`` (issue 29: one statement less in most commits); the
+    fold still comes on the close that makes the table's count reach it, and a close made
+    through another path (``close_interval``, which the tally does not see) moves it
+    earlier, since the table's count decides."""
+    monkeypatch.setattr(writer, "FLUSH_AT", 4)
+    open_intervals(db, [row(i, "2026-03-01T00:00") for i in range(12)])
+    pending = "SELECT count(*) FROM ledger_monthly_pending"
+    at = ms("2026-03-01T01:00")
+    seen = []
+    for i in range(4):
+        close_intervals(db, [(f"t-{i}#1", at, "finished")])
+        seen.append(db.execute(pending).fetchone()[0])
+    assert seen == [1, 2, 3, 0]  # folded on the fourth
+    close_interval(db, "t-4#1", at, "finished")  # behind the tally's back: 1 pending
+    close_interval(db, "t-5#1", at, "finished")  # 2
+    close_intervals(db, [("t-6#1", at, "finished")])  # 3 pending; the tally says 1
+    close_intervals(db, [("t-7#1", at, "finished"), ("t-8#1", at, "finished")])
+    assert db.execute(pending).fetchone()[0] == 5  # tally 3 < 4: not looked at yet
+    close_intervals(db, [("t-9#1", at, "finished")])  # the tally reaches 4: counted, 6
+    assert db.execute(pending).fetchone()[0] == 0
+    assert mismatches(db) == []

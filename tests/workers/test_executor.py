@@ -15,6 +15,7 @@ from tests.harness.typed import present
 from tests.harness.wait import wait_for
 from tests.workers.conftest import pid_alive
 from workers.executors import RUNNING, Exited, StartError
+from workers.executors.base import Start
 from workers.executors.process import ProcessExecutor
 
 
@@ -232,3 +233,47 @@ def test_fork_server_wrapper_keeps_the_semantics(tmp_path):
             lease(["true"], task="t-x"), [0], tmp_path / "x.log"
         )
     ex.close()
+
+
+def test_a_batch_of_starts_is_forked_together_each_with_its_own_outcome(tmp_path):
+    """``start_many`` (the worker's batch, issue 29): one request to the fork server for
+    every lease; each gets its own wrapper, process group and exit record, in order, and a
+    lease that cannot start is that item's StartError without holding the others back."""
+    ex = ProcessExecutor(tmp_path)
+    starts = [
+        Start(lease(["sh", "-c", f"exit {i}"], task=f"t-{i}"), [i], tmp_path / f"{i}.log")
+        for i in range(5)
+    ]
+    starts[2] = Start(lease([], task="t-2"), [2], tmp_path / "2.log")  # no command
+    handles = ex.start_many(starts)
+    assert isinstance(handles[2], StartError)
+    ok = [h for h in handles if not isinstance(h, StartError)]
+    assert len(ok) == 4 and all(h.forked for h in ok)
+    assert len({h.pgid for h in ok}) == 4  # a process group each
+    assert [wait_exit(ex, h) for h in ok] == [Exited(i, None) for i in (0, 1, 3, 4)]
+    ex.close()
+
+
+def test_the_forked_wrapper_closes_every_inherited_descriptor():
+    """The fork server's child closes every descriptor from 3 up before it runs the task
+    (now those /proc/self/fd lists, not 65,536 numbers one by one: issue 29), including
+    ones left open without close-on-exec."""
+    from workers.executors import wrapper
+
+    extra = [os.open(os.devnull, os.O_RDONLY) for _ in range(3)]
+    extra.append(os.dup2(extra[0], 200))  # a gap: not only the lowest numbers
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 2
+            try:
+                wrapper._close_fds_from(3)
+                left = {int(f) for f in os.listdir("/proc/self/fd")}
+                code = 0 if left <= {0, 1, 2, 3} else 1  # 3: the listing's own
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        for fd in extra:
+            os.close(fd)

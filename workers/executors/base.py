@@ -47,6 +47,15 @@ class Exited:
         return {"exit_code": self.exit_code, "signal": self.signal, "message": self.message}
 
 
+@dataclass(frozen=True)
+class Start:
+    """One item of ``Executor.start_many``: what ``start`` takes."""
+
+    lease: dict
+    gpu_indices: list[int]
+    log_path: Path
+
+
 class Handle(ABC):
     @abstractmethod
     def to_record(self) -> dict[str, Any]:
@@ -87,6 +96,19 @@ class Executor(ABC, Generic[H]):
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> H:
         """Starts the lease's command on the given GPUs, its output appended to `log_path`.
         Raises StartError if it cannot."""
+
+    def start_many(self, starts: list[Start]) -> list[H | StartError]:
+        """Starts several leases at once (the worker's batch: the GPUs a round of reports
+        freed); each item's handle, or the ``StartError`` it could not start with, in order.
+        One ``start`` after the other here; the process executor forks them all before it
+        waits for any (process.py)."""
+        out: list[H | StartError] = []
+        for s in starts:
+            try:
+                out.append(self.start(s.lease, s.gpu_indices, s.log_path))
+            except StartError as exc:
+                out.append(exc)
+        return out
 
     @abstractmethod
     def poll(self, handle: H) -> Running | Exited:

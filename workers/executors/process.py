@@ -39,6 +39,7 @@ from workers.executors.base import (
     Exited,
     Handle,
     Running,
+    Start,
     StartError,
     klique_env,
 )
@@ -142,7 +143,7 @@ class ForkServer:
             )
         return self.proc
 
-    def _ask(self, req: bytes) -> dict:
+    def _ask(self, req: bytes) -> Any:
         proc = self._ensure()
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(req)
@@ -157,13 +158,21 @@ class ForkServer:
         return json.loads(line)
 
     def spawn(self, req: dict) -> dict:
-        data = json.dumps(req).encode() + b"\n"
+        return self.spawn_many([req])[0]
+
+    def spawn_many(self, reqs: list[dict]) -> list[dict]:
+        """One request line for the whole batch (wrapper.py forks them all, then waits for
+        each); an answer a request, in order."""
+        data = json.dumps(reqs).encode() + b"\n"
         with self.lock:
             try:
-                return self._ask(data)
+                answers = self._ask(data)
             except (OSError, ValueError):
                 self.close()
-                return self._ask(data)  # once more with a new server
+                answers = self._ask(data)  # once more with a new server
+        if not isinstance(answers, list) or len(answers) != len(reqs):
+            raise ValueError(f"the fork server answered {answers!r} to {len(reqs)} requests")
+        return answers
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -229,7 +238,9 @@ class ProcessExecutor(Executor[ProcessHandle]):
         return env
 
     # Executor ----------------------------------------------------------------------------
-    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ProcessHandle:
+    def _request(self, lease: dict, gpu_indices: list[int], log_path: Path) -> dict:
+        """The fork server's request for a lease (its checks first: a ``StartError`` names
+        what is wrong with it); the exit file of an earlier attempt removed."""
         command = lease.get("command")
         if not command:
             raise StartError(
@@ -241,40 +252,85 @@ class ProcessExecutor(Executor[ProcessHandle]):
         exit_path = self.run_dir / f"{Path(log_path).stem}.exit"
         exit_path.unlink(missing_ok=True)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        env = self.environment(lease, gpu_indices)
-        orphan_kill = self.orphan_kill(lease)
+        return {
+            "exit_file": str(exit_path),
+            "command": command,
+            "env": self.environment(lease, gpu_indices),
+            "cwd": self.workdir,
+            "log": str(log_path),
+            "watch": self.watch,
+            "orphan_kill": self.orphan_kill(lease),
+        }
+
+    def _forked(self, req: dict, answer: dict) -> ProcessHandle:
+        if "error" in answer:
+            raise StartError(f"cannot start the task's wrapper: {answer['error']}")
+        pid = int(answer["pid"])
+        return ProcessHandle(
+            pid=pid,
+            pgid=pid,
+            start_ticks=answer.get("start_ticks"),
+            exit_path=req["exit_file"],
+            seen_alive=True,
+            forked=True,
+        )
+
+    def _server_broken(self, exc: Exception) -> None:
+        self.fork_server.broken = str(exc)
+        _log.warning(
+            "the wrappers' fork server cannot run (%s): every task's wrapper "
+            "starts its own Python from now on",
+            exc,
+        )
+
+    def start_many(self, starts: list[Start]) -> list[ProcessHandle | StartError]:
+        """Every lease's wrapper from one request to the fork server, which forks them all
+        before it waits for any (wrapper.py); one after the other without it, or for a
+        subclass with a ``start`` of its own (the container executor)."""
+        if (
+            type(self).start is not ProcessExecutor.start
+            or not self.use_fork_server
+            or self.fork_server.broken is not None
+        ):
+            return super().start_many(starts)
+        out: list[ProcessHandle | StartError | None] = []
+        reqs: list[tuple[int, dict]] = []
+        for s in starts:
+            try:
+                reqs.append((len(out), self._request(s.lease, s.gpu_indices, s.log_path)))
+                out.append(None)
+            except StartError as exc:
+                out.append(exc)
+        if reqs:
+            try:
+                answers = self.fork_server.spawn_many([r for _, r in reqs])
+            except (OSError, ValueError) as exc:
+                self._server_broken(exc)
+                for i, _ in reqs:
+                    s = starts[i]
+                    try:
+                        out[i] = self.start(s.lease, s.gpu_indices, s.log_path)
+                    except StartError as err:
+                        out[i] = err
+            else:
+                for (i, req), answer in zip(reqs, answers):
+                    try:
+                        out[i] = self._forked(req, answer)
+                    except StartError as exc:
+                        out[i] = exc
+        return [h for h in out if h is not None]
+
+    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ProcessHandle:
+        req = self._request(lease, gpu_indices, log_path)
         if self.use_fork_server and self.fork_server.broken is None:
             try:
-                answer = self.fork_server.spawn(
-                    {
-                        "exit_file": str(exit_path),
-                        "command": command,
-                        "env": env,
-                        "cwd": self.workdir,
-                        "log": str(log_path),
-                        "watch": self.watch,
-                        "orphan_kill": orphan_kill,
-                    }
-                )
+                answer = self.fork_server.spawn(req)
             except (OSError, ValueError) as exc:
-                self.fork_server.broken = str(exc)
-                _log.warning(
-                    "the wrappers' fork server cannot run (%s): every task's wrapper "
-                    "starts its own Python from now on",
-                    exc,
-                )
+                self._server_broken(exc)
             else:
-                if "error" in answer:
-                    raise StartError(f"cannot start the task's wrapper: {answer['error']}")
-                pid = int(answer["pid"])
-                return ProcessHandle(
-                    pid=pid,
-                    pgid=pid,
-                    start_ticks=answer.get("start_ticks"),
-                    exit_path=str(exit_path),
-                    seen_alive=True,
-                    forked=True,
-                )
+                return self._forked(req, answer)
+        exit_path = Path(req["exit_file"])
+        command, env, orphan_kill = req["command"], req["env"], req["orphan_kill"]
         with open(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             try:
                 popen = subprocess.Popen(

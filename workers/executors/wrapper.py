@@ -35,7 +35,9 @@ machine), more than everything else a trivial task costs. So the worker keeps on
     python -I -S wrapper.py --serve
 
 running (``ProcessExecutor``): it reads one JSON request a line on stdin (``{"exit_file",
-"command", "env", "cwd", "log"}``, optionally ``"watch"`` and ``"orphan_kill"``), forks,
+"command", "env", "cwd", "log"}``, optionally ``"watch"`` and ``"orphan_kill"``; or a list
+of those, answered with a list: the worker's batch, forked all before any is waited for),
+forks,
 and the forked child becomes exactly the wrapper above (a session and process group of its own, stdin ``/dev/null``, stdout and stderr
 appended to ``log``, in ``cwd``, then ``run``: the same code as the command-line form), and
 answers ``{"pid", "start_ticks"}`` (or ``{"error"}``) on stdout. A fork of this small process
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -144,8 +147,38 @@ def _group_kill(sig: int) -> None:
             continue
 
 
+class _ChildExit:
+    """The child's end as ``watch_worker`` waits for it (``is_set``, ``wait``): a pidfd the
+    wrapper's one thread polls between its looks at the liveness file, where a second
+    thread blocked in ``wait()`` cost a thread's start a task (issue 29: most of a trivial
+    task's wrapper). Linux 5.3+; ``of`` gives None elsewhere (then the thread, as before)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def of(cls, pid: int) -> "_ChildExit | None":
+        try:
+            return cls(os.pidfd_open(pid))
+        except (AttributeError, OSError):
+            return None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        return bool(ready)
+
+    def is_set(self) -> bool:
+        return self.wait(0)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def watch_worker(
-    watch: str, done: threading.Event, stopped: dict[str, str], orphan_kill: list[str] | None = None
+    watch: str,
+    done: threading.Event | _ChildExit,
+    stopped: dict[str, str],
+    orphan_kill: list[str] | None = None,
 ) -> None:
     """The orphan watch (see the module's docstring): returns when the task is done, or
     once it was killed. ``stopped["message"]`` says why it was stopped."""
@@ -224,14 +257,22 @@ def run(
             reserve,
         )
         return code
-    done = threading.Event()
     stopped: dict[str, str] = {}
-    if watch:
-        threading.Thread(
-            target=watch_worker, args=(watch, done, stopped, orphan_kill), daemon=True
-        ).start()
-    rc = child.wait()
-    done.set()
+    exited = _ChildExit.of(child.pid) if watch else None
+    if watch and exited is not None:  # the watch in this thread, until the child ends
+        try:
+            watch_worker(watch, exited, stopped, orphan_kill)
+        finally:
+            exited.close()
+        rc = child.wait()
+    else:
+        done = threading.Event()
+        if watch:
+            threading.Thread(
+                target=watch_worker, args=(watch, done, stopped, orphan_kill), daemon=True
+            ).start()
+        rc = child.wait()
+        done.set()
     record: dict[str, Any]
     if rc < 0:
         record = {"exit_code": None, "signal": _signal_name(-rc)}
@@ -313,6 +354,23 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+def _close_fds_from(low: int) -> None:
+    """Closes every descriptor from ``low`` up in a forked child: those ``/proc/self/fd``
+    lists (a handful), not all 65,536 numbers one by one (``os.closerange`` here: about 3 ms
+    a task, most of a spawn's cost). Without /proc, the whole range."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):
+        os.closerange(low, 1 << 16)
+        return
+    for fd in fds:
+        if fd >= low:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed already
+                pass
+
+
 def _reap(*_: object) -> None:
     while True:
         try:
@@ -323,7 +381,10 @@ def _reap(*_: object) -> None:
             return
 
 
-def _spawn(req: dict) -> dict:
+def _fork(req: dict, mask: set[int | signal.Signals]) -> tuple[int, int]:
+    """Forks the wrapper of ``req`` (SIGCHLD blocked by the caller; ``mask``: the signal
+    mask to give the child); returns its pid and the read end of a pipe that reaches EOF
+    once the child leads its own session. Raises (nothing forked) for a bad request."""
     exit_file, command = str(req["exit_file"]), [str(a) for a in req["command"]]
     watch = str(req["watch"]) if req.get("watch") else None
     orphan_kill = [str(a) for a in req["orphan_kill"]] if req.get("orphan_kill") else None
@@ -338,22 +399,20 @@ def _spawn(req: dict) -> dict:
     except OSError:
         os.close(log_fd)
         raise
-    # SIGCHLD stays blocked until the child's start time is read: the child cannot be reaped
-    # (and its pid reused) before that.
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-    ready_r, ready_w = os.pipe()  # closed by the child once it leads its own session
+    ready_r, ready_w = -1, -1
     try:
+        ready_r, ready_w = os.pipe()  # closed by the child once it leads its own session
         pid = os.fork()
         if pid == 0:  # the wrapper
             code = 126
             try:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 os.setsid()
                 os.dup2(null_fd, 0)
                 os.dup2(log_fd, 1)
                 os.dup2(log_fd, 2)
-                os.closerange(3, 1 << 16)  # ready_w too: the server may answer now
+                _close_fds_from(3)  # ready_w too: the server may answer now
                 if cwd:
                     os.chdir(cwd)
                 code = run(exit_file, command, env, watch, orphan_kill)
@@ -368,18 +427,73 @@ def _spawn(req: dict) -> dict:
                 except Exception:
                     pass
                 os._exit(code & 0xFF)
-        os.close(ready_w)
-        ready_w = -1
-        os.read(ready_r, 1)  # EOF once the child has its own session
-        ticks = _start_ticks(pid)
+    except BaseException:
+        if ready_r >= 0:
+            os.close(ready_r)
+        raise
     finally:
-        os.close(ready_r)
         if ready_w >= 0:
             os.close(ready_w)
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
         os.close(log_fd)
         os.close(null_fd)
-    return {"pid": pid, "start_ticks": ticks}
+    return pid, ready_r
+
+
+def _refusal(exc: BaseException) -> dict:
+    if isinstance(exc, OSError):
+        return {
+            "error": f"{type(exc).__name__}: {exc.strerror or exc}"
+            + (f": {exc.filename}" if exc.filename else "")
+        }
+    return {"error": f"bad request: {exc}"}
+
+
+def _spawn_many(reqs: list[dict]) -> list[dict]:
+    """Forks every request's wrapper first, then waits for each to lead its session: one
+    round of the children's start-up for the whole batch rather than one per task (on a
+    busy machine each wait is a trip through the scheduler). Answers in request order:
+    ``{"pid", "start_ticks"}`` or ``{"error"}``. SIGCHLD stays blocked until every child's
+    start time is read: no child can be reaped (and its pid reused) before that."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    forked: list[tuple[int, int] | dict] = []
+    try:
+        for req in reqs:
+            try:
+                forked.append(_fork(req, old))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                forked.append(_refusal(exc))
+        answers: list[dict] = []
+        for i, item in enumerate(forked):
+            if isinstance(item, dict):
+                answers.append(item)
+                continue
+            pid, ready_r = item
+            forked[i] = {}  # its pipe is closed below, whatever happens
+            try:
+                os.read(ready_r, 1)  # EOF once the child has its own session
+            finally:
+                os.close(ready_r)
+            answers.append({"pid": pid, "start_ticks": _start_ticks(pid)})
+        return answers
+    finally:
+        for item in forked:
+            if isinstance(item, tuple):
+                os.close(item[1])
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _spawn(req: dict) -> dict:
+    """One wrapper (the command-line form's tests and callers): raises for a bad request."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        pid, ready_r = _fork(req, old)
+        try:
+            os.read(ready_r, 1)
+        finally:
+            os.close(ready_r)
+        return {"pid": pid, "start_ticks": _start_ticks(pid)}
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def serve() -> int:
@@ -389,15 +503,15 @@ def serve() -> int:
         line = inp.readline()
         if not line:
             return 0  # the worker is gone; the wrappers live on
+        answer: dict | list[dict]
         try:
-            answer = _spawn(json.loads(line))
-        except OSError as exc:
-            answer = {
-                "error": f"{type(exc).__name__}: {exc.strerror or exc}"
-                + (f": {exc.filename}" if exc.filename else "")
-            }
-        except (ValueError, KeyError, TypeError) as exc:
-            answer = {"error": f"bad request: {exc}"}
+            req = json.loads(line)
+            if isinstance(req, list):  # a batch: a list of answers, in order
+                answer = _spawn_many([r if isinstance(r, dict) else {} for r in req])
+            else:
+                answer = _spawn(req)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            answer = _refusal(exc)
         _reap()
         out.write(json.dumps(answer).encode() + b"\n")
         out.flush()
