@@ -7,6 +7,8 @@ loses nothing."""
 
 from __future__ import annotations
 
+import functools
+
 import json
 import signal
 import threading
@@ -307,14 +309,13 @@ def test_a_preempted_process_gets_sigterm_and_the_reclaiming_task_starts(
     # "running" is the worker's word that the process started, not that its SIGTERM handler
     # is set: a Python task prints "started" once it is (the stop could come first, and the
     # task then die of the signal without its checkpoint)
+
+    def handlers_set(task_id: str) -> bool:
+        log = fs.call("GET", f"/v1/tasks/{task_id}/log", token=fs.erin)[1] or ""
+        return str(log).startswith("started")
+
     for t in (b1, b2):
-        wait_for(
-            lambda t=t: (fs.call("GET", f"/v1/tasks/{t}/log", token=fs.erin)[1] or "").startswith(
-                "started"
-            ),
-            15,
-            "b's handlers set",
-        )
+        wait_for(functools.partial(handlers_set, t), 15, "b's handlers set")
     a1 = fs.submit(fs.alice, "team-a/one", trap(tmp_path, "a1"))
     wait_for(lambda: fs.task(a1)["state"] == "running", 15, "the reclaiming task running")
     victim = b2 if fs.task(b2)["state"] == "queued" else b1
