@@ -161,7 +161,8 @@ def test_export_csv_and_parquet(alice, finance, tmp_path):
         )
         .fetchall()
     )
-    assert rows == [(t["id"], "cancelled", "TIMESTAMP", "DECIMAL(12,3)")]
+    # times are UTC instants (isAdjustedToUTC=true), amounts exact
+    assert rows == [(t["id"], "cancelled", "TIMESTAMP WITH TIME ZONE", "DECIMAL(12,3)")]
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["l.csv", "l.parquet", "out"]
     with pytest.raises(KliqueError):
         finance.ledger_export(
