@@ -462,18 +462,7 @@ class Client:
         """Sends a task to a compute resource (``policy/profile``); returns the Task with its
         state, place in line and waiting reason. A command given as one string is split like a
         shell would. ``user`` is for admins acting on behalf of a user."""
-        if isinstance(command, str):
-            command = shlex.split(command)
-        body: dict[str, Any] = {
-            "resource": resource,
-            "command": list(command) if command is not None else None,
-            "payload": payload,
-            "gpus": gpus,
-            "project": project,
-            "labels": dict(labels or {}),
-        }
-        if user is not None:
-            body["user"] = user
+        body = _task_body(resource, command, payload, gpus, project, labels, user)
         key = idempotency_key or str(uuid.uuid4())
         return self._call("POST", "/tasks", body=body, headers={"Idempotency-Key": key}, retry=True)
 
@@ -495,20 +484,8 @@ class Client:
 
         Example: ``Client.from_config().dry_run("llm-research/h100", "python train.py",
         project="rlhf")["outcome"]``."""
-        if isinstance(command, str):
-            command = shlex.split(command)
-        body: dict[str, Any] = {
-            "resource": resource,
-            "command": list(command) if command is not None else None,
-            "payload": payload,
-            "gpus": gpus,
-            "project": project,
-            "labels": dict(labels or {}),
-            "dry_run": True,
-        }
-        if user is not None:
-            body["user"] = user
-        return self._call("POST", "/tasks", body=body, retry=True)
+        body = _task_body(resource, command, payload, gpus, project, labels, user)
+        return self._call("POST", "/tasks", body={**body, "dry_run": True}, retry=True)
 
     def task(self, id: str) -> dict:
         return self._call("GET", f"/tasks/{self._seg(id)}")
@@ -1003,3 +980,29 @@ class Client:
                 None, "unreachable", f"the export from {self.url} broke off: {exc}"
             ) from None
         return target
+
+
+def _task_body(
+    resource: str,
+    command: Sequence[str] | str | None,
+    payload: Any,
+    gpus: float | None,
+    project: str | None,
+    labels: dict[str, str] | None,
+    user: str | None,
+) -> dict[str, Any]:
+    """A ``TaskSubmission`` body, as ``submit`` and ``dry_run`` send it: a command given as
+    one string is split as a shell would; ``user`` only when acting for someone."""
+    if isinstance(command, str):
+        command = shlex.split(command)
+    body: dict[str, Any] = {
+        "resource": resource,
+        "command": list(command) if command is not None else None,
+        "payload": payload,
+        "gpus": gpus,
+        "project": project,
+        "labels": dict(labels or {}),
+    }
+    if user is not None:
+        body["user"] = user
+    return body
