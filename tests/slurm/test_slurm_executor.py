@@ -11,11 +11,12 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.harness.wait import wait_for_async, wait_for_text
+from tests.harness.wait import wait_for, wait_for_async, wait_for_text
 from tests.workers.conftest import WorkerProcess
 from tests.workers.protocol_peer import ProtocolPeer
 from workers.executors.base import Exited
@@ -221,8 +222,16 @@ def test_a_stop_reaches_a_trapping_child_as_sigterm(executor, tmp_path):
 
 def test_a_child_ignoring_sigterm_is_killed_after_the_grace(executor, tmp_path):
     log = tmp_path / "i.log"
-    h = executor.start(lease("ignores", [PY, "-c", IGNORES]), [0], log)
+    # a marker of this test's own command: other tests (tests/workers) run SIG_IGN scripts
+    # in parallel xdist workers, and a bare `pgrep -f SIG_IGN` saw theirs (a run met it)
+    marker = f"slurm-grace-{uuid.uuid4().hex}"
+    h = executor.start(lease("ignores", [PY, "-c", IGNORES + f"# {marker}\n"]), [0], log)
     wait_for_text(log, "ready")
+
+    def pids() -> str:
+        return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+
+    assert pids().strip(), "the marker finds the running command (else the check below is void)"
     t0 = time.monotonic()
     r = run(executor.stop(h, 1.0))
     took = time.monotonic() - t0
@@ -235,8 +244,8 @@ def test_a_child_ignoring_sigterm_is_killed_after_the_grace(executor, tmp_path):
         text=True,
     ).stdout.strip()
     assert state in ("FAILED", "CANCELLED", "COMPLETED", "COMPLETING")
-    pids = subprocess.run(["pgrep", "-f", "SIG_IGN"], capture_output=True, text=True).stdout
-    assert pids.strip() == "", "the command outlived its job"
+    # the kill is sent; its reaping by slurmstepd may take a moment
+    wait_for(lambda: pids().strip() == "", 5, "the command gone with its job")
 
 
 def test_a_pending_job_is_just_cancelled(slurm, tmp_path):
