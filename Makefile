@@ -11,7 +11,7 @@ RUN_STAMP := $(VENV)/.installed-run
 # The suite in parallel (pytest-xdist): most tests wait on subprocesses and sockets, so more
 # workers than the 2 cores pay (docs/decisions.md, issue 27 part 5). `make test WORKERS=1`
 # runs it in one process.
-WORKERS ?= 3
+WORKERS ?= 4
 # What `make check` leaves to `make test` (the markers: CONTRIBUTING.md).
 QUICK := not (slow or daemon or slurm or podman or postgres or browser or oidc)
 # pytest's assertion rewriting caches its result as bytecode: with PYTHONDONTWRITEBYTECODE
