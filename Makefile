@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-run
 .PHONY: run check test system-packages bench schema scenarios screenshots clean
 
 # The suite in parallel (pytest-xdist): most tests wait on subprocesses and sockets, so more
-# workers than the 2 cores pay (docs/decisions.md, issue 27 part 5). `make test WORKERS=1`
+# workers than the 2 cores pay (docs/decisions.md, issue 27 part 5; 4 since issue 32). `make test WORKERS=1`
 # runs it in one process.
 WORKERS ?= 4
 # What `make check` leaves to `make test` (the markers: CONTRIBUTING.md).
