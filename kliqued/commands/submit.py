@@ -93,31 +93,22 @@ def run(args: argparse.Namespace) -> int:
             "nothing to run: give a command after `--` (kliqued submit "
             "--resource R -- python train.py) or a --payload",
         )
-    if args.dry_run:
-        answer = client(args).dry_run(
-            args.resource,
-            command=cmd or None,
-            payload=payload,
-            gpus=args.gpus,
-            project=args.project,
-            labels=labels,
-            user=args.user,
-        )
-        if args.json:
-            print_json(answer)
-        else:
-            print(describe_dry_run(answer))
-        return 0
-    task = client(args).submit(
-        args.resource,
+    task_args = dict(
         command=cmd or None,
         payload=payload,
         gpus=args.gpus,
         project=args.project,
         labels=labels,
-        idempotency_key=args.idempotency_key,
         user=args.user,
     )
+    if args.dry_run:
+        answer = client(args).dry_run(args.resource, **task_args)
+        if args.json:
+            print_json(answer)
+        else:
+            print(describe_dry_run(answer))
+        return 0
+    task = client(args).submit(args.resource, **task_args, idempotency_key=args.idempotency_key)
     if args.json:
         print_json(task)
     else:
