@@ -137,6 +137,16 @@ def unit_hours(units: int | float) -> float:
     return units / UNITS_PER_HOUR
 
 
+def unit_hours_micro(units: int) -> float:
+    """Engine charge units as hours rounded half up to the millionth, in integers, as the
+    ledger rounds its statements: a task's ``gpu_hours`` then reads what its statement line
+    reads (``round()`` on the float rounds ``0.0002675`` down, the ledger up)."""
+    whole, rest = divmod(abs(units) * 1_000_000, UNITS_PER_HOUR)
+    if 2 * rest >= UNITS_PER_HOUR:
+        whole += 1
+    return (whole if units >= 0 else -whole) / 1_000_000
+
+
 def ms_to_hours(ms: int | float) -> float:
     """A duration in ms as hours."""
     return ms / HOUR_MS

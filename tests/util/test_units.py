@@ -92,3 +92,22 @@ def test_to_ms_is_exact() -> None:
     assert units.to_ms(t) == 1772366400001
     assert units.to_ms(t.astimezone(timezone(timedelta(hours=2)))) == 1772366400001
     assert units.to_ms(datetime(1969, 12, 31, 23, 59, 59, tzinfo=timezone.utc)) == -1000
+
+
+def test_unit_hours_micro_rounds_half_up_as_the_ledger() -> None:
+    """963 ms of one GPU is 0.0002675 h exactly: the statement says 0.000268, and a task's
+    ``gpu_hours`` said 0.000267 (``round`` on the float) until both rounded alike."""
+    assert units.unit_hours_micro(963 * units.MILLI) == 0.000268
+    assert round(units.unit_hours(963 * units.MILLI), 6) == 0.000267  # the old, different way
+    assert units.unit_hours_micro(-963 * units.MILLI) == -0.000268
+    assert units.unit_hours_micro(0) == 0.0
+
+
+@given(st.integers(min_value=0, max_value=10**18))
+def test_unit_hours_micro_reads_as_the_statement(n: int) -> None:
+    from fractions import Fraction
+
+    from kliqued.ledger.statement import round_micro
+
+    expected = round_micro(Fraction(n, units.UNITS_PER_HOUR))
+    assert Decimal(str(units.unit_hours_micro(n))).quantize(Decimal("0.000001")) == expected

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from compiler.compiled import CompiledEstate
-from klique_util.units import from_milli, unit_hours
+from klique_util.units import from_milli, unit_hours, unit_hours_micro
 from kliqued.engine import SubmissionError
 from kliqued.engine.dryrun import DryRun, dry_run
 
@@ -125,8 +125,8 @@ def view(d: Daemon, p: Principal, a: DryRun, now: int) -> dict[str, Any]:
                 "period": b.period,
                 "resets_at": iso(b.resets_at),
                 "hours": unit_hours(b.budget_units),
-                "used_hours": round(unit_hours(b.used_units), 6),
-                "left_hours": round(unit_hours(b.budget_units - b.used_units), 6),
+                "used_hours": unit_hours_micro(b.used_units),
+                "left_hours": unit_hours_micro(b.budget_units - b.used_units),
                 "burn_rate": from_milli(b.rate_milli),
                 "burn_rate_with": from_milli(b.rate_with_milli),
                 "runout_at": iso(b.runout_at),

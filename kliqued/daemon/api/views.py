@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from klique_util.units import from_milli, unit_hours
+from klique_util.units import from_milli, unit_hours_micro
 from kliqued.engine import budget_status
 from kliqued.engine.dryrun import Forecast, forecast
 from kliqued.engine.protection import protected_until
@@ -50,7 +50,7 @@ def gpu_hours(rec: TaskRecord, now: int) -> float:
     ms = rec.gpu_ms
     if rec.state == "placed" and rec.placed_at is not None and rec.size:
         ms += rec.size * max(0, now - rec.placed_at)
-    return round(unit_hours(ms), 6)
+    return unit_hours_micro(ms)
 
 
 def end(rec: TaskRecord) -> dict[str, Any] | None:
@@ -111,7 +111,7 @@ def lending(d: Daemon, rec: TaskRecord, t: Any) -> dict[str, Any]:
     return {
         "protected_until": iso(until),
         "lost_work_s": round(lost_now / 1000, 3) if placed else None,
-        "lost_gpu_hours_so_far": round(unit_hours(rec.lost_units), 6),
+        "lost_gpu_hours_so_far": unit_hours_micro(rec.lost_units),
     }
 
 

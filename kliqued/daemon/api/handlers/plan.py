@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from klique_util.units import milli_to_gpus, unit_hours
+from klique_util.units import milli_to_gpus, unit_hours_micro
 
 from kliqued.daemon.fleet import capacity
 from kliqued.daemon.api.request import ctx, reply
@@ -27,7 +27,7 @@ FROM usage_monthly GROUP BY ALL ORDER BY gpu_type, month"""
 
 
 def _hours(units: int) -> float:
-    return round(unit_hours(units), 6)
+    return unit_hours_micro(units)
 
 
 def live_state(d: Any, now: int) -> dict[str, Any]:
