@@ -50,7 +50,19 @@ def register(subparsers) -> None:
         help="with --against: the window, a duration back from now or an RFC 3339 time "
         "(default: 14d)",
     )
-    p.add_argument("--token", metavar="TOKEN", help="with --against: the API token")
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="with --against: a role:planner (or admin) token (default: KLIQUE_TOKEN, else "
+        "the CI job's own ID token: KLIQUE_ID_TOKEN, or GitHub Actions' with id-token: "
+        "write; else the config context)",
+    )
+    p.add_argument(
+        "--audience",
+        metavar="AUD",
+        help="the audience a GitHub Actions ID token is asked for: the daemon's "
+        "settings.identity.workloads audience (default: KLIQUE_AUDIENCE or klique)",
+    )
     p.add_argument("--context", metavar="NAME", help="with --against: a config context")
     p.add_argument(
         "--group",
@@ -93,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     from kliqued.sdk import Client, KliqueError
     from kliqued.whatif import DemandError, read_demand, read_demand_text
 
+    from ._client import ci_token
+
     if args.since is not None and not args.against:
         return _fail("--since needs --against (a demand file is already a window)")
     if args.max_groups < 1:
@@ -105,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
         if args.demand:
             rows, source = read_demand(args.demand), args.demand
         else:
-            c = Client.from_config(url=args.against, token=args.token, context=args.context)
+            token = ci_token(args.token, args.audience)
+            c = Client.from_config(url=args.against, token=token, context=args.context)
             d = c.demand(args.since or "14d")
             rows = read_demand_text(d.text, d.source)
             source = f"{c.url}, last {args.since or '14d'}"
