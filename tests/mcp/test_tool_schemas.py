@@ -1,6 +1,6 @@
 """The MCP tools' input schemas take the API's words and bounds: each argument that is a
 field of the API's request body is described by the document's schema of that field,
-generated from the API's models (kliqued/daemon/api/models/requests.py)."""
+generated from the API's models (kliqued/api_models/requests.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ traceback; an agent reads it and tells its user.
 
 A tool's input schema is the MCP SDK's, from the function's signature, with each argument
 that is also a field of the API's request body (``BODIES``) described by the document's
-schema of that field, generated from the API's models (``models/requests.py``): an agent
+schema of that field, generated from the API's models (``kliqued/api_models/requests.py``): an agent
 sees the bounds and words the API applies. The API still checks the values (``submit_as``
 validates the body), so its refusals keep their words.
 """
