@@ -67,6 +67,8 @@ def task(
     )
     if payload is not None:
         body["payload"] = payload
+    if type(gpus) is int:  # valid as given; the daemon's fast check of a submission takes ints
+        body["gpus"] = gpus
     return body
 
 

@@ -184,6 +184,7 @@ def test_a_body_carries_what_was_given_and_no_defaults(recorder: Recorder, tmp_p
         {"resource": "team-a/one", "command": ["python", "train.py", "--fast"], "labels": {}},
     )
     assert by_path[1][1]["payload"] == {"rows": [1, None, "x"]} and by_path[1][1]["gpus"] == 0.5
+    assert type(by_path[3][1]["gpus"]) is int  # as given: the daemon's fast check takes ints
     assert by_path[2][1] == {
         "resource": "team-a/one",
         "command": ["true"],
