@@ -3,8 +3,9 @@
 It is the API's authority (api-contract.md): request bodies are validated against its own
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
 validates the document and fuzzes the API from it. Every schema, request bodies' and
-answers', is generated from its model (``models/requests.py``, ``models/responses.py``,
-``models/estate.py``: ``SCHEMAS``); the operations are written here as data
+answers', is generated from its model (``kliqued/api_models``: ``requests.py``,
+``responses.py``, ``estate.py``; ``SCHEMAS``), the models the SDK and the MCP tools build
+their bodies with too; the operations are written here as data
 (docs/decisions.md, issue 27 item 3).
 """
 
@@ -22,10 +23,10 @@ from referencing import Registry, Resource  # noqa: E402
 from referencing.jsonschema import DRAFT202012  # noqa: E402
 
 from kliqued.daemon.state.channels import DECLARED, HEADER  # noqa: E402
-from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
-from kliqued.daemon.api.models.responses import RESPONSES  # noqa: E402
-from kliqued.daemon.api.models.estate import ESTATE_ANSWERS  # noqa: E402
-from kliqued.daemon.api.models.schema import components  # noqa: E402
+from kliqued.api_models.requests import REQUESTS  # noqa: E402
+from kliqued.api_models.responses import RESPONSES  # noqa: E402
+from kliqued.api_models.estate import ESTATE_ANSWERS  # noqa: E402
+from kliqued.api_models.schema import components  # noqa: E402
 
 URN = "urn:kliqued:openapi"
 
@@ -42,7 +43,7 @@ def _ref(name: str) -> dict[str, str]:
 
 SCHEMAS: dict[str, Any] = components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS))
 """The document's schemas, all generated from models: every request body
-(``models/requests.py``) and every answer (``models/responses.py``, ``models/estate.py``)."""
+(``api_models/requests.py``) and every answer (``api_models/responses.py``, ``estate.py``)."""
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
