@@ -160,8 +160,35 @@ def test_a_task_log_is_for_who_may_see_the_task(server: Server, people: People, 
     erin = signed_in(server, people.erin)
     a = erin.get(f"/my-work/{work.bob_task}/log")
     assert a.status == 404 and f"no task {work.bob_task}" in a.text
-    a = signed_in(server, people.bob).get(f"/my-work/{work.bob_task}/log")
+    assert erin.get(f"/my-work/{work.bob_task}/log.txt").status == 404
+    bob = signed_in(server, people.bob)
+    # issue 32: a page in the site's frame (the live tail is tests/web/test_dashboard_browser)
+    a = bob.get(f"/my-work/{work.bob_task}/log")
+    assert a.status == 200 and a.headers["Content-Type"].startswith("text/html")
+    assert (
+        f"Log of {work.bob_task}" in a.text and "Signed in as <strong>user:bob</strong>" in a.text
+    )
+    assert f'href="/my-work/{work.bob_task}/log.txt"' in a.text
+    # and the raw text at its own URL, for tools
+    a = bob.get(f"/my-work/{work.bob_task}/log.txt")
     assert a.status == 200 and a.headers["Content-Type"].startswith("text/plain")
+    assert a.headers["X-Klique-Task-State"] == "ended"
+    a = bob.get(f"/my-work/{work.bob_task}/log.txt?offset=-1")
+    assert a.status == 400 and "offset must be a byte count" in a.text
+    assert a.headers["Content-Type"].startswith("text/plain")
+
+
+def test_a_log_read_is_cut_at_whole_characters() -> None:
+    from kliqued.web.logpage import utf8_end, utf8_start
+
+    text = "ab é € 😀".encode()
+    for cut in range(len(text) + 1):
+        head = text[:cut][: utf8_end(text[:cut])]
+        head.decode("utf-8")  # never a broken character at the end
+        tail = text[cut:][utf8_start(text[cut:]) :]
+        tail.decode("utf-8")  # nor at the start
+        assert len(head) >= cut - 3
+    assert utf8_end("é".encode()[:1]) == 0 and utf8_end(b"ab") == 2
 
 
 def test_policy_view_shows_the_groups_and_department_a_person_may_see(

