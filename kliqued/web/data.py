@@ -167,7 +167,7 @@ DATA = (
 an XL estate; the views drop it anyway)."""
 EVENT_SQL = (
     f"SELECT seq, at_ms, kind, task, actor, revision, {DATA} FROM events{{where}} "
-    "ORDER BY seq DESC LIMIT ?"
+    "ORDER BY seq DESC LIMIT ? OFFSET ?"
 )
 
 
@@ -178,15 +178,20 @@ async def events(
     limit: int = 30,
     search: str | None = None,
     kind: str | None = None,
+    actor: str | None = None,
+    task: str | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
     """The newest events ``p`` may read (``GET /v1/events``'s scope), newest first, each with
-    a line of text; ``search`` matches a task id, actor, kind or any text of the event."""
+    a line of text, from the ``offset``-th; ``search`` matches a task id, actor, kind or any
+    text of the event; ``kind``, ``actor`` and ``task`` are exact."""
     if role(p) not in ("admin", "finance", "user"):
         return []
     where, params = events_api.scope(d, p)
-    if kind:
-        where = [*where, "kind = ?"]
-        params = [*params, kind]
+    for column, value in (("kind", kind), ("actor", actor), ("task", task)):
+        if value:
+            where = [*where, f"{column} = ?"]
+            params = [*params, value]
     if search:
         like = f"%{search}%"
         where = [
@@ -199,7 +204,7 @@ async def events(
 
     def run(cur: Any) -> list[dict[str, Any]]:
         out = []
-        for r in cur.execute(sql, [*params, limit]).fetchall():
+        for r in cur.execute(sql, [*params, limit, offset]).fetchall():
             out.append(
                 {
                     "seq": r[0],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 import time
+from urllib.parse import urlencode
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -211,14 +212,75 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
     }
 
 
+AUDIT_PAGE = 50
+"""Events on one page of the audit trail (it was one 7,000-pixel page after 25 minutes)."""
+MAX_PAGE = 100_000
+
+
+def _text(request: web.Request, name: str, most: int = 200) -> str | None:
+    return (request.query.get(name) or "").strip()[:most] or None
+
+
+def page_number(request: web.Request) -> int:
+    raw = request.query.get("page") or "1"
+    if not raw.isdigit() or not 1 <= int(raw[:7]) <= MAX_PAGE:
+        raise ApiError(
+            400,
+            "invalid-request",
+            f"page must be a number from 1 to {MAX_PAGE}, found {excerpt(raw)}",
+        )
+    return int(raw)
+
+
+def audit_url(filters: dict[str, str | None], page_no: int) -> str:
+    """The audit trail's URL for ``filters`` at page ``page_no``: what a link to the next or
+    previous page keeps, and what a person bookmarks or sends."""
+    query = {k: v for k, v in filters.items() if v}
+    if page_no > 1:
+        query["page"] = str(page_no)
+    return "/audit" + (f"?{urlencode(query)}" if query else "")
+
+
 async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
+    """The newest events ``p`` may read, :data:`AUDIT_PAGE` a page, filtered by the URL's
+    ``q`` (any text), ``actor``, ``kind`` and ``task`` (exact), at its ``page``: the filters
+    and the page stay in the URL, so a view can be reloaded, bookmarked and sent."""
     c = ctx(request)
-    q = (request.query.get("q") or "").strip()[:200]
-    kind = request.query.get("kind") or None
+    filters = {
+        "q": _text(request, "q"),
+        "actor": _text(request, "actor"),
+        "kind": _text(request, "kind"),
+        "task": _text(request, "task"),
+    }
+    kind = filters["kind"]
     if kind is not None and kind not in KINDS:
         raise ApiError(400, "invalid-request", f"kind: no event kind {excerpt(kind)}")
-    events = await data.events(c.daemon, c.store, p, limit=200, search=q or None, kind=kind)
-    return {"events": events, "q": q, "kind": kind, "kinds": sorted(KINDS)}
+    page_no = page_number(request)
+    got = await data.events(
+        c.daemon,
+        c.store,
+        p,
+        limit=AUDIT_PAGE + 1,
+        search=filters["q"],
+        kind=kind,
+        actor=filters["actor"],
+        task=filters["task"],
+        offset=(page_no - 1) * AUDIT_PAGE,
+    )
+    first = (page_no - 1) * AUDIT_PAGE + 1
+    return {
+        "events": got[:AUDIT_PAGE],
+        "q": filters["q"] or "",
+        "actor": filters["actor"] or "",
+        "task": filters["task"] or "",
+        "kind": kind,
+        "kinds": sorted(KINDS),
+        "page_no": page_no,
+        "first": first,
+        "last": first + min(len(got), AUDIT_PAGE) - 1,
+        "newer_url": audit_url(filters, page_no - 1) if page_no > 1 else None,
+        "older_url": audit_url(filters, page_no + 1) if len(got) > AUDIT_PAGE else None,
+    }
 
 
 async def estate(request: web.Request, p: Principal) -> dict[str, Any]:

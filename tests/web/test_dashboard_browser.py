@@ -145,3 +145,36 @@ def test_the_task_log_is_a_page_that_follows_the_log_escaped(
     dev.locator("[data-task-state]:text-is('ended')").wait_for(timeout=30_000)
     dev.locator("[data-log-status]:has-text('The task ended')").wait_for(timeout=30_000)
     assert not errors, errors
+
+
+def test_the_audit_trail_pages_keep_their_filters_in_the_url(
+    fs: FleetServer, worker: Any, browser: Any, tmp: Path
+) -> None:
+    """Item 2: filters and the page in the URL, links to the next and previous pages."""
+    for i in range(30):  # bob's: 30 submitted and 30 cancelled, beside everyone else's
+        tid = fs.submit(fs.bob, "team-b/one", ["true"])  # type: ignore[attr-defined]
+        fs.ok("POST", f"/v1/tasks/{tid}/cancel", {"reason": f"n{i}"}, fs.bob)  # type: ignore[attr-defined]
+    errors: list[str] = []
+    admin = sign_in(browser, fs, fs.admin or "", errors)
+    admin.goto(f"{fs.url}/audit")
+    admin.get_by_label("Who").fill("user:bob")
+    admin.get_by_role("button", name="Search").click()
+    admin.wait_for_url("**/audit?**actor=user%3Abob**")
+    first = admin.locator("tr[data-seq]").evaluate_all("rows => rows.map(r => +r.dataset.seq)")
+    assert len(first) == 50
+    who = admin.locator("tr[data-seq] td:nth-child(5)").all_inner_texts()
+    assert set(who) == {"user:bob"}, set(who)
+    assert admin.get_by_role("link", name="← Previous page (newer)").count() == 0
+    admin.get_by_role("link", name="Next page (older) →").first.click()
+    admin.wait_for_url(lambda u: "page=2" in u and "actor=user%3Abob" in u)
+    assert admin.get_by_label("Who").input_value() == "user:bob"  # the filter kept
+    second = admin.locator("tr[data-seq]").evaluate_all("rows => rows.map(r => +r.dataset.seq)")
+    assert second and max(second) < min(first)
+    assert set(admin.locator("tr[data-seq] td:nth-child(5)").all_inner_texts()) == {"user:bob"}
+    admin.get_by_role("navigation", name="Pages of events (top)").wait_for()
+    shot(admin, "audit-paged-admin", tmp)
+    admin.get_by_role("link", name="← Previous page (newer)").first.click()
+    admin.wait_for_url(lambda u: "page=" not in u and "actor=user%3Abob" in u)
+    again = admin.locator("tr[data-seq]").evaluate_all("rows => rows.map(r => +r.dataset.seq)")
+    assert again[-1] == first[-1]
+    assert not errors, errors

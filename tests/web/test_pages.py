@@ -37,7 +37,8 @@ def test_without_a_session_pages_redirect_to_the_sign_in_form_and_fragments_are_
         assert a.location == f"/signin?next=%2F{page}%3Fx%3D1"
     assert b.get("/orchestration?live=1").status == 401
     assert b.get("/usage/export?format=csv").status == 401
-    assert b.get("/my-work/t-000/log").status == 401
+    assert b.get("/my-work/t-000/log.txt").status == 401  # the raw log, for tools
+    assert b.get("/my-work/t-000/log").status == 303  # the log's page: sign in first
     a = b.get("/")
     assert a.status == 303 and present(a.location).startswith("/signin")
     form = b.get("/signin")
