@@ -21,7 +21,9 @@ from klique_util.excerpt import excerpt
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import KINDS
+from kliqued.daemon.api import sessions
 from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
+from kliqued.daemon.api.handlers.sessions import origin_url
 from kliqued.daemon.api.request import ctx
 from kliqued.daemon.units import iso
 from kliqued.ledger import export as ledger_export
@@ -56,6 +58,8 @@ def page(slug: str, fn: PageFn) -> Callable[[web.Request], Awaitable[web.StreamR
             except ApiError as exc:
                 return error(request, exc.status, exc.message, s, p)
             values.update(chrome(request, p, s, pg), page=pg, seq=seq, now=iso(d.clock.now()))
+            if live:  # shared by the principal's sessions: no session value (app.js fills it)
+                values["csrf"] = ""
             resp = html(request, template, **values)
             resp.headers["X-Klique-Seq"] = str(seq)
             return resp
@@ -142,8 +146,17 @@ async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
             f"state must be one of {', '.join(states)}, found {excerpt(wanted)}",
         )
     admin_of = sorted(d.acc().admin_of(p.name)) if p.is_user else []
+    tasks = await data.tasks_with_history(d, c.store, p, state(request).tasks, state=wanted)
+    for t in tasks:
+        if t["labels"].get(sessions.CHANNEL_LABEL) == sessions.CHANNEL:
+            t["session"] = {
+                "url": origin_url(c, t["id"]),
+                "app": t["labels"].get(sessions.APP_LABEL),
+                "mine": p.is_user and p.name == t["user"],
+            }
     return {
-        "tasks": await data.tasks_with_history(d, c.store, p, state(request).tasks, state=wanted),
+        "tasks": tasks,
+        "back": "/my-work" + (f"?state={wanted}" if wanted else ""),
         "state": wanted,
         "states": states,
         "admin_of": admin_of,

@@ -12,7 +12,7 @@ from kliqued.daemon.api.request import CTX
 
 from .errors import html_errors
 from .files import export, static
-from . import logpage
+from . import actions, logpage
 from .frame import WEB, Web
 from .pages import audit, estate, my_work, orchestration, page, policy, usage
 from . import oidc
@@ -47,6 +47,8 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", "/my-work", page("my-work", my_work)),
     ("GET", "/my-work/{id}/log", logpage.page),
     ("GET", "/my-work/{id}/log.txt", logpage.raw),
+    ("POST", "/my-work/{id}/cancel", actions.cancel),
+    ("GET", "/my-work/{id}/session", actions.open_session),
     ("GET", "/usage", page("usage", usage)),
     ("GET", "/usage/export", export),
     ("GET", "/audit", page("audit", audit)),

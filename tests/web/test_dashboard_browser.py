@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.channels.test_sessions import APP
 from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, write_estate
 from tests.harness.wait import wait_for
 from tests.web.test_browser import (
@@ -30,7 +31,12 @@ from tests.web.test_browser import (
 
 __all__ = ["pytestmark"]
 
-DOCS_SHOTS = {"task-log-developer", "audit-paged-admin", "usage-lead"}
+DOCS_SHOTS = {
+    "task-log-developer",
+    "audit-paged-admin",
+    "my-work-actions-developer",
+    "usage-lead",
+}
 """The screenshots of this file docs/dashboards.md shows (docs/img/<name>.png)."""
 
 
@@ -108,6 +114,15 @@ def waits_for(go: Path, first: str, second: str) -> list[str]:
     ]
 
 
+def answer(dialog: Any, seen: list[str], accept: bool) -> None:
+    """Answers the browser's question (``confirm``), noting what it asked."""
+    seen.append(dialog.message)
+    if accept:
+        dialog.accept()
+    else:
+        dialog.dismiss()
+
+
 HOSTILE = "<b>not bold</b> & <script>window.kliquePwned = 1</script>"
 
 
@@ -177,4 +192,70 @@ def test_the_audit_trail_pages_keep_their_filters_in_the_url(
     admin.wait_for_url(lambda u: "page=" not in u and "actor=user%3Abob" in u)
     again = admin.locator("tr[data-seq]").evaluate_all("rows => rows.map(r => +r.dataset.seq)")
     assert again[-1] == first[-1]
+    assert not errors, errors
+
+
+def test_cancel_and_open_a_session_from_my_work(
+    fs: FleetServer, worker: Any, browser: Any, tmp: Path
+) -> None:
+    """Item 3: a cancel button (the API's rights, CSRF) and a running session's link, which
+    opens the session on its own origin."""
+    errors: list[str] = []
+    s = fs.ok(
+        "POST",
+        "/v1/sessions",
+        {"resource": "team-b/one", "app": "jupyter", "command": APP},
+        fs.bob,  # type: ignore[attr-defined]
+        expect=201,
+    )
+    sid, url = s["id"], s["url"]
+    dev = sign_in(browser, fs, fs.bob, errors)  # type: ignore[attr-defined]
+    dev.goto(f"{fs.url}/my-work")
+    row = dev.locator(f"tr[data-task='{sid}']")
+    link = row.get_by_role("link", name=f"Open session {sid}")
+    link.wait_for(timeout=60_000)  # live, once the session runs
+    assert row.locator(f"[data-session-url='{url}']").count() == 1
+    shot(dev, "my-work-actions-developer", tmp)
+    with dev.context.expect_page() as opened:
+        link.click()
+    app = opened.value
+    app.wait_for_load_state()
+    assert app.url.startswith(url) and not app.url.startswith(fs.url)  # its own origin
+    assert "from the session" in app.content()  # the app itself, reached with the link's cookie
+    app.close()
+    # the team's admin sees it and may cancel it, not open it
+    lead = sign_in(browser, fs, fs.erin, errors)  # type: ignore[attr-defined]
+    lead.goto(f"{fs.url}/my-work")
+    lead_row = lead.locator(f"tr[data-task='{sid}']")
+    lead_row.get_by_text("(only bob may open it)").wait_for()
+    assert lead_row.get_by_role("link", name=f"Open session {sid}").count() == 0
+    # the row as a live update brings it (a fragment holds no CSRF value: app.js fills it)
+    lead_row.evaluate("r => { r.dataset.old = '1'; }")
+    lead.evaluate("document.querySelector('[data-live]').setAttribute('data-seq', '0')")
+    wait_for(
+        lambda: lead.locator(f"tr[data-task='{sid}'][data-old]").count() == 0,
+        30,
+        "a live update of My work",
+    )
+    assert lead_row.locator("input[name=csrf]").input_value() != ""
+    asked: list[str] = []
+    lead.once("dialog", lambda d: answer(d, asked, True))
+    lead_row.get_by_role("button", name=f"Cancel {sid}").click()
+    lead.wait_for_load_state()
+    assert asked and sid in asked[0]
+    lead.locator(f"tr[data-task='{sid}'][data-state='ended']").wait_for(timeout=30_000)
+    shot(lead, "my-work-cancelled-lead", tmp)
+    assert fs.task(sid)["end"]["text"] == "cancelled by user:erin: from the dashboard"
+    # dismissing the question cancels nothing
+    t = fs.submit(fs.bob, "team-b/one", waits_for(tmp / "never", "x", "y"))  # type: ignore[attr-defined]
+    dev.goto(f"{fs.url}/my-work")
+    dismissed: list[str] = []
+    dev.once("dialog", lambda d: answer(d, dismissed, False))
+    dev.evaluate("window.kliqueMark = 'no reload'")
+    dev.locator(f"tr[data-task='{t}']").get_by_role("button", name=f"Cancel {t}").click()
+    assert dismissed and dev.evaluate("window.kliqueMark") == "no reload"  # not sent
+    assert fs.task(t)["state"] != "ended"
+    dev.once("dialog", lambda d: d.accept())
+    dev.locator(f"tr[data-task='{t}']").get_by_role("button", name=f"Cancel {t}").click()
+    dev.locator(f"tr[data-task='{t}'][data-state='ended']").wait_for(timeout=30_000)
     assert not errors, errors

@@ -491,3 +491,74 @@ def test_one_time_convention_said_once(server: Server, people: People, work: Wor
         assert not re.search(r"\b(AM|PM)\b", text), page
     js = b.get("/static/app.js").text
     assert "toLocaleTimeString" not in js and "toISOString().slice(11, 19)" in js
+
+
+# --------------------------------------------------------------------------- actions
+def test_cancel_from_my_work_has_the_apis_rights_and_csrf(server: Server, people: People) -> None:
+    """Issue 32: a cancel button for one's own and one's team's tasks, with the API's
+    rights (who may see the task) and the CSRF checks of every dashboard form."""
+    tid = server.ok(
+        "POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"]}, people.bob, expect=201
+    )["id"]
+    form = f'action="/my-work/{tid}/cancel"'
+    bob = signed_in(server, people.bob)
+    assert form in bob.page("/my-work")
+    # the live part is shared by a person's sessions: no session value in it
+    live = bob.get("/my-work?live=1").text
+    assert form in live and 'name="csrf" value="" data-csrf' in live
+    # another team's user: the API's 404, and nothing cancelled
+    erin = signed_in(server, people.erin)
+    erin.page("/my-work")
+    a = erin.post(f"/my-work/{tid}/cancel", {"csrf": erin.csrf})
+    assert a.status == 404 and f"no task {tid}" in a.text
+    # finance sees no tasks and cancels none
+    fin = signed_in(server, people.finance)
+    fin.page("/usage")
+    a = fin.post(f"/my-work/{tid}/cancel", {"csrf": fin.csrf})
+    assert a.status == 403
+    # no CSRF value, a wrong one, another site: refused
+    assert bob.post(f"/my-work/{tid}/cancel", {}).status == 403
+    assert bob.post(f"/my-work/{tid}/cancel", {"csrf": "forged"}).status == 403
+    a = bob.post(
+        f"/my-work/{tid}/cancel", {"csrf": bob.csrf}, headers={"Origin": "http://evil.example"}
+    )
+    assert a.status == 403 and "another site" in a.text
+    assert server.ok("GET", f"/v1/tasks/{tid}")["state"] != "ended"
+    # the team's admin cancels it, and lands back on My work
+    alice = signed_in(server, people.alice)
+    assert form in alice.page("/my-work?state=placed") or form in alice.page("/my-work")
+    a = alice.post(f"/my-work/{tid}/cancel", {"csrf": alice.csrf, "back": "/my-work?state=ended"})
+    assert a.status == 303 and a.location == "/my-work?state=ended"
+    view = server.ok("GET", f"/v1/tasks/{tid}")
+    assert view["state"] == "ended"
+    assert view["end"]["text"] == "cancelled by user:alice: from the dashboard", view["end"]
+    assert form not in bob.page("/my-work")  # no button for an ended task
+    # a "back" elsewhere is not followed
+    a = alice.post(f"/my-work/{tid}/cancel", {"csrf": alice.csrf, "back": "https://evil.example/"})
+    assert a.status == 303 and a.location == "/my-work"
+
+
+def test_a_sessions_link_is_for_its_owner(server: Server, people: People, work: Work) -> None:
+    """Issue 32: a link to a running session: its URL on its own origin, and for its owner
+    the one-time link that lets the browser in (docs/channels.md)."""
+    s = server.ok(
+        "POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell"}, people.bob, expect=201
+    )
+    sid, url = s["id"], s["url"]
+    assert not url.startswith(server.url)  # an origin of its own
+    bob = signed_in(server, people.bob)
+    page = bob.page("/my-work")
+    assert f'data-session-url="{url}"' in page
+    alice = signed_in(server, people.alice)  # the team's admin sees it, may not open it
+    assert "(only bob may open it)" in alice.page("/my-work")
+    a = alice.get(f"/my-work/{sid}/session")
+    assert a.status == 403 and "only its owner may open it" in a.text
+    assert signed_in(server, people.erin).get(f"/my-work/{sid}/session").status == 404
+    a = bob.get(f"/my-work/{sid}/session")
+    assert a.status == 303 and present(a.location).startswith(url + "?klique_ticket=")
+    bob.post(f"/my-work/{sid}/cancel", {"csrf": bob.csrf})
+    a = bob.get(f"/my-work/{sid}/session")
+    assert a.status == 410 and "ended" in a.text
+    # a plain task is no session
+    a = bob.get(f"/my-work/{work.bob_task}/session")
+    assert a.status == 404 and "is not a session" in a.text
