@@ -20,6 +20,7 @@ from typing import Any
 from compiler.compiled import CompiledEstate
 from compiler.plan.diff import diff
 from compiler.source import SourceMap
+from klique_util.tree import policy_tree
 from klique_util.units import from_milli
 from kliqued.daemon.api import views
 from kliqued.daemon.state import history
@@ -277,7 +278,8 @@ def policies(d: Daemon, p: Principal, q: str | None = None) -> tuple[list[dict[s
     """``GET /v1/policies`` for ``p`` (finance: all; a user: their groups' and the groups
     they administer, departments included) whose policy or group name holds ``q``, each
     with whether it is a department's envelope and its levels (the compiled estate's); the
-    first ``MAX_ROWS``, departments first, and how many matched. The ``MAX_CHARTS`` budgets
+    first ``MAX_ROWS``, departments first, in the organisation's tree order with each one's
+    ``depth`` (``klique_util.tree``, as ``kliqued budget``), and how many matched. The ``MAX_CHARTS`` budgets
     with the least left get a burn-down chart."""
     idx, acc, now = d.idx(), d.acc(), d.clock.now()
     compiled = {c.name: c for c in idx.estate.policies}
@@ -300,6 +302,12 @@ def policies(d: Daemon, p: Principal, q: str | None = None) -> tuple[list[dict[s
         row["used_pct"] = _pct(row["used"], row["limit"])
         row["chart"] = None
         out.append(row)
+    # the organisation's tree, as ``kliqued budget`` prints it: a department above its teams
+    shown = {r["name"] for r in out}
+    out = [
+        dict(r, depth=depth, parent=next((x for x in r["levels"][1:] if x in shown), None))
+        for depth, r in policy_tree(out)
+    ]
     budgets = sorted(
         (r for r in out if r["budget"] is not None),
         key=lambda r: (r["budget"]["left_hours"] / (r["budget"]["hours"] or 1), r["name"]),
