@@ -67,6 +67,8 @@ class Web:
         # one number format everywhere, as the CLI prints (klique_util.fmt): no exponent,
         # no trailing .0, three significant digits
         self.env.filters["amount"] = fmt.amount
+        # and one money format: to the cent, "< 0.01" for a cost under half a cent
+        self.env.filters["money"] = fmt.money
 
 
 WEB = web.AppKey("web", Web)

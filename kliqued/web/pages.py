@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from klique_util import fmt
 from klique_util.excerpt import excerpt
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
@@ -25,7 +26,7 @@ from kliqued.daemon.api import sessions
 from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
 from kliqued.daemon.api.handlers.sessions import origin_url
 from kliqued.daemon.api.request import ctx
-from kliqued.daemon.units import iso
+from kliqued.daemon.units import iso, parse_iso
 from kliqued.ledger import export as ledger_export
 
 from . import data
@@ -205,6 +206,12 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
             f"by must be one of {', '.join(ledger_export.SUMMARY_DIMENSIONS)}, found {excerpt(by)}",
         )
     rows = await data.usage(c.store, groups, a, b, by)
+    now = c.daemon.clock.now()
+    # a page opened shows figures at most a minute old; its live refresh may show older
+    # ones while new ones are computed (FiguresCache)
+    figures = await state(request).figures.get(
+        c.store, groups, start, now, fresh=not request.query.get("live")
+    )
     total = sum((Decimal(r["gpu_hours"]) for r in rows), Decimal(0))
     cost = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
     return {
@@ -218,9 +225,8 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
         "total_cost": cost,
         "currency": c.daemon.idx().estate.settings.currency,
         "cloud": data.cloud(c.daemon),
-        "estate_use": await state(request).figures.get(
-            c.store, groups, start, c.daemon.clock.now()
-        ),
+        "estate_use": figures,
+        "estate_age": fmt.span((now - parse_iso(figures["as_of"])) / 1000),
         "dimensions": ledger_export.SUMMARY_DIMENSIONS,
     }
 

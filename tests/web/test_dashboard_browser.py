@@ -11,7 +11,9 @@ Skips, saying why, when chromium or Playwright is absent."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +22,7 @@ import pytest
 from tests.channels.test_sessions import APP
 from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, write_estate
 from tests.harness.wait import wait_for
+from tests.web.test_pages import MONEY
 from tests.web.test_browser import (
     CHROMIUM,
     POLICIES,
@@ -258,4 +261,31 @@ def test_cancel_and_open_a_session_from_my_work(
     dev.once("dialog", lambda d: d.accept())
     dev.locator(f"tr[data-task='{t}']").get_by_role("button", name=f"Cancel {t}").click()
     dev.locator(f"tr[data-task='{t}'][data-state='ended']").wait_for(timeout=30_000)
+    assert not errors, errors
+
+
+def test_usage_says_whose_figures_and_how_old_in_one_money_format(
+    fs: FleetServer, worker: Any, browser: Any, tmp: Path
+) -> None:
+    """Items 5 and 6: a team admin's Usage page separates the estate's capacity from the
+    team's own use, says how old the figures are (never more than a minute on a page
+    opened), and every cost reads in one format."""
+    t = fs.submit(fs.bob, "team-b/one", ["true"])  # type: ignore[attr-defined]
+    wait_for(lambda: fs.task(t)["state"] == "ended", 60, "a task of team-b to run")
+    errors: list[str] = []
+    lead = sign_in(browser, fs, fs.erin, errors)  # type: ignore[attr-defined]
+    lead.goto(f"{fs.url}/usage")
+    lead.get_by_role("heading", name="Your groups' own use: team-b and the groups below").wait_for()
+    lead.get_by_role(
+        "heading", name=re.compile("^The estate's capacity, .*: shared by every group$")
+    ).wait_for()
+    lead.get_by_role("heading", name=re.compile("^Your groups' use of it, ")).wait_for()
+    age = lead.locator("[data-estate-age]").inner_text()
+    m = re.search(r"\((\d+)s ago;", age)
+    assert m and int(m.group(1)) <= 60, age
+    own = lead.get_by_role("table", name=re.compile("^GPU-hours and cost of team-b per pool"))
+    assert Decimal(own.locator("tr:has(th:text-is('bare')) td").first.inner_text()) > 0
+    money = lead.locator("[data-money]").all_inner_texts()
+    assert money and all(MONEY.match(x) for x in money if x), money
+    shot(lead, "usage-lead", tmp)
     assert not errors, errors

@@ -4,6 +4,7 @@ kind of person sees on each page what the API shows them and nothing more (issue
 from __future__ import annotations
 
 import csv
+import html as htmllib
 import io
 import json
 import re
@@ -562,3 +563,57 @@ def test_a_sessions_link_is_for_its_owner(server: Server, people: People, work: 
     # a plain task is no session
     a = bob.get(f"/my-work/{work.bob_task}/session")
     assert a.status == 404 and "is not a session" in a.text
+
+
+# --------------------------------------------------------------------------- usage
+MONEY = re.compile(r"^(< 0\.01|> -0\.01|-?\d{1,3}(,\d{3})*\.\d\d)( [A-Z]{3})?$")
+"""One money format (klique_util.fmt.money): to the cent, thousands grouped, ``< 0.01`` for
+a cost under half a cent."""
+
+
+def test_costs_read_in_one_money_format(server: Server, people: People, work: Work) -> None:
+    """Issue 32: cost rows read ``0.000267`` beside a total of ``0.00``."""
+    fin = signed_in(server, people.finance)
+    html = fin.page("/usage?from=2000-01-01&to=2100-01-01&by=user")
+    cells = [
+        (exact, htmllib.unescape(shown))
+        for exact, shown in re.findall(
+            r'<td class="num" data-cost="([^"]*)"><span data-money>([^<]*)</span></td>', html
+        )
+    ]
+    assert cells, html[:2000]
+    for exact, shown in cells:
+        assert MONEY.match(shown), shown
+        if Decimal(exact) != 0 and abs(Decimal(exact)) < Decimal("0.005"):
+            assert shown.startswith("< 0.01"), (exact, shown)  # never "0.00" for a cost
+    total = re.search(r'data-total-cost="([^"]*)"><span data-money>([^<]*)</span>', html)
+    assert total is not None and MONEY.match(htmllib.unescape(total.group(2))), total
+    exact = Decimal(total.group(1))
+    assert exact == sum(Decimal(e) for e, _ in cells)  # the rows add up to the total
+    # every cost the page shows, the estate's figures too
+    for page in (html, fin.page("/usage"), signed_in(server, people.alice).page("/usage")):
+        money = [htmllib.unescape(m) for m in re.findall(r"<span data-money>([^<]*)</span>", page)]
+        assert money and all(MONEY.match(m) for m in money if m), money
+
+
+def test_a_team_admins_usage_separates_the_estates_capacity_from_their_own_use(
+    server: Server, people: People, work: Work
+) -> None:
+    """Issue 32: a team admin's Usage page mixed the estate's capacity and overhead with the
+    team's own use without saying so."""
+    alice = signed_in(server, people.alice)  # team-a's admin
+    html = alice.page("/usage")
+    own = html.split('data-estate-scope="own"', 1)[1]
+    estate = html.split('data-estate-scope="team"', 1)[1].split('data-estate-scope="own"', 1)[0]
+    assert "shared by every group" in estate and "data-estate-capacity" in estate
+    assert "Your GPU-hours" not in estate and "Used GPU-hours" not in estate
+    assert "Your groups' use of it" in own and "Your GPU-hours" in own
+    assert "Capacity GPU-hours" not in own
+    assert "Your groups' own use: team-a" in html
+    # no estate-wide overhead beside a team's use: that is IT's and finance's figure
+    assert "idle and unreserved <span data-money>" not in html and "(overhead)" not in html
+    assert re.search(r"figures as of [\d-]+ [\d:]+ \(\d+s ago;", html), html
+    # finance sees the whole estate's figures, labelled as such
+    fin = signed_in(server, people.finance).page("/usage")
+    assert 'data-estate-scope="estate"' in fin and 'data-estate-scope="own"' not in fin
+    assert "Use by everyone" in fin and "(overhead)" in fin
