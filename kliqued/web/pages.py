@@ -29,7 +29,7 @@ from kliqued.daemon.api.request import ctx
 from kliqued.daemon.units import iso, parse_iso
 from kliqued.ledger import export as ledger_export
 
-from . import data
+from . import advice, data
 from .frame import chrome, error, html, signed_in, state, to_signin
 
 
@@ -118,7 +118,8 @@ async def orchestration(request: web.Request, p: Principal) -> dict[str, Any]:
 
 
 async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
-    d = ctx(request).daemon
+    c = ctx(request)
+    d = c.daemon
     q = (request.query.get("q") or "").strip()[:100]
     pols, matched = data.policies(d, p, q or None)
     queues, waiting = data.queues(d, p, q_text=q or None)
@@ -129,6 +130,9 @@ async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
         "queues": queues,
         "waiting": waiting,
         "fair": d.idx().fair,
+        "advice": advice.shown(
+            d, p, state(request).advice, advice.path_of(c.store.path), d.clock.now()
+        ),
         "alerts": [
             dict(a, policy=r["name"]) for r in pols if r["budget"] for a in r["budget"]["alerts"]
         ],

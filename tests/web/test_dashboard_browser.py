@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from kliqued.cli import main
 from tests.channels.test_sessions import APP
 from tests.daemon.fleet import ESTATE, PY, FleetServer, real_workers, running_fleet, write_estate
 from tests.harness.wait import wait_for
@@ -38,6 +39,7 @@ DOCS_SHOTS = {
     "task-log-developer",
     "audit-paged-admin",
     "my-work-actions-developer",
+    "policy-advice-head",
     "usage-lead",
 }
 """The screenshots of this file docs/dashboards.md shows (docs/img/<name>.png)."""
@@ -288,4 +290,36 @@ def test_usage_says_whose_figures_and_how_old_in_one_money_format(
     money = lead.locator("[data-money]").all_inner_texts()
     assert money and all(MONEY.match(x) for x in money if x), money
     shot(lead, "usage-lead", tmp)
+    assert not errors, errors
+
+
+def test_a_department_head_sees_the_advice_for_their_subtree(
+    fs: FleetServer, worker: Any, browser: Any, tmp: Path
+) -> None:
+    """Item 7 (issue 31): the advice ``kliqued advise --publish`` left in the daemon's
+    directory, on the Policy page of lab's admin: team-a's limit held six tasks back while
+    its two pools were half used, and raising it is kept."""
+    lines = ["id,submit,resource,user,project,gpus,runtime"]
+    lines += [f"a{i},0,team-a/one,alice,,,3600" for i in range(3)]
+    lines += [f"e{i},0,team-a/elsewhere,alice,,,3600" for i in range(3)]
+    dem = tmp / "demand.csv"
+    dem.write_text("\n".join(lines) + "\n")
+    argv = ["advise", "--estate", str(tmp / "estate"), "--demand", str(dem)]
+    assert main([*argv, "--publish", str(Path(fs.db).parent)]) == 0
+    errors: list[str] = []
+    head = sign_in(browser, fs, fs.walter, errors)  # type: ignore[attr-defined]
+    head.goto(f"{fs.url}/policy")
+    head.get_by_role("heading", name="Advice for your subtree: lab and the groups below").wait_for()
+    kept = head.locator("[data-advice-status='kept'] th").all_inner_texts()
+    assert kept == ["team-a: limit 2 -> 3"], kept
+    row = head.locator("[data-advice-status='kept']").inner_text()
+    assert "2h → 1h" in row and "walter" in row
+    assert "demand.csv" in head.locator("[data-advice-made]").inner_text()
+    head.locator("[data-advice]").scroll_into_view_if_needed()
+    shot(head, "policy-advice-head", tmp)
+    # a developer gets no advice section
+    dev = sign_in(browser, fs, fs.bob, errors)  # type: ignore[attr-defined]
+    dev.goto(f"{fs.url}/policy")
+    dev.get_by_role("heading", name="Groups and departments").wait_for()
+    assert dev.locator("[data-advice]").count() == 0
     assert not errors, errors
