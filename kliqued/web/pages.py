@@ -272,7 +272,7 @@ async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
     filters = {
         "q": _text(request, "q"),
         "actor": _text(request, "actor"),
-        "kind": _text(request, "kind"),
+        "kind": request.query.get("kind") or None,  # whole: a wrong one is quoted back
         "task": _text(request, "task"),
     }
     kind = filters["kind"]
