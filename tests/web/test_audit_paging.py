@@ -13,6 +13,7 @@ import pytest
 
 from kliqued.web.pages import AUDIT_PAGE
 from tests.harness.inproc import InProcServer
+from tests.harness.wait import wait_for
 
 from .browser import Browser
 
@@ -38,6 +39,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcServer]:
             "POST", "/v1/tasks", {"resource": "team-b/one", "command": ["true"]}, erin, expect=201
         )["id"]
         s.bob, s.erin = bob, erin  # type: ignore[attr-defined]
+        # the log quiet before the pages are read: erin's task placed, its event written
+        wait_for(
+            lambda: s.ok("GET", f"/v1/tasks/{s.erin_task}")["state"] == "placed",  # type: ignore[attr-defined]
+            10,
+            "erin's task to be placed",
+        )
         yield s
     finally:
         log = s.log()
