@@ -255,6 +255,10 @@ class CRQueue:
                         break
                 if done:
                     return None
+        else:  # few buckets: the head first (often the answer), else one look at each
+            h = self.head()
+            if h is None or ok(h):
+                return h
         for _, t in self._fronts():
             if ok(t):
                 return t
