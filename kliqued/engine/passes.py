@@ -575,6 +575,18 @@ def _fill(
         for n2 in gi.sized_by_task:
             if n2 != name and n2 in cand:
                 evaluate(n2)
+        if gi.user_limit is not None:
+            # The user's usage rose: in the group's other queues a task that user's limit
+            # let go may now be held and the rules' head be a later task (organisation.md
+            # "User limit"), also in a queue parked or held waiting for room. Looked at
+            # again now; in phase 1 also left active, so phase 3 parks it again if needed.
+            for n2 in gi.resources:
+                if n2 != name and n2 not in gi.sized_by_task:
+                    q2 = state.queues.get(n2)
+                    if q2 is not None and q2.live:
+                        if not lend:
+                            state.active.add(n2)
+                        evaluate(n2)
     if lend:
         w.restore()
         state.freed_pools.clear()
@@ -820,6 +832,15 @@ def _reclaim(
         state.active.add(name)
         queued.pop(name, None)
         push(name)
+        if gi.user_limit is not None:
+            # As in _fill: the user's usage rose, so another queue's head as the user limit
+            # sees it may be a later task now; phase 2 and phase 3 look at it again.
+            for n2 in gi.resources:
+                if n2 != name and n2 not in done:
+                    q2 = state.queues.get(n2)
+                    if q2 is not None and q2.live:
+                        state.active.add(n2)
+                        push(n2)
         for g in sorted(victim_groups):
             vi = groups.get(g)
             for n2 in vi.resources if vi is not None else ():
