@@ -1096,6 +1096,14 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                     or (crn.weight > 0 and gn.budgeted and not budget_ok(index, state, crn, now))
                 ):
                     touched.add(n)
+        if gi.user_limit is not None:
+            # Parked queues too (decisions, issues 28 and 29, F1): the user's usage rose, so
+            # a strict queue's head as the user limit sees it may be a later task now.
+            for n in gi.resources:
+                if n not in touched:
+                    q2 = state.queues.get(n)
+                    if q2 is not None and q2.live:
+                        touched.add(n)
         for n in sorted(touched):
             evaluate(n)
         tree.moved(gi.levels)
@@ -1244,6 +1252,10 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "rebalance"))
         state.active.add(name)
+        if gi.user_limit is not None:  # looked at again by the repeat (F1)
+            state.active.update(
+                n for n in gi.resources if (q2 := state.queues.get(n)) is not None and q2.live
+            )
         levels = tuple(dict.fromkeys(moved))
         givers.moved(levels)
         givers.rose(gi)
