@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 import heapq
-from typing import Callable
+from typing import Callable, Iterable
 
 from klique_util.fmt import hours, percent
 from klique_util.units import MILLI, from_milli, unit_hours
@@ -348,10 +348,7 @@ def _head(state: State, gi: GroupInfo, q: CRQueue) -> Task | None:
     place but is passed over, even in a strict queue (organisation.md "User limit")."""
     if gi.user_limit is None:
         return q.head()
-    for t in q:
-        if user_ok(state, gi, t):
-            return t
-    return None
+    return q.first(lambda t: user_ok(state, gi, t))
 
 
 def _candidate(
@@ -399,12 +396,22 @@ def _candidate(
     if smallest > lim or not budget_ok(index, state, cr, now):
         return None
     limited = gi.user_limit is not None
-    for t in q:
-        if t.size <= lim and (not limited or user_ok(state, gi, t)):
-            pool = first_fit(state, cr, t.size)
-            if pool is not None:
-                return t, pool
-    return None
+    fits: dict[int, str | None] = {}  # size → its first pool (the state holds still here)
+
+    def ok(t: Task) -> bool:
+        size = t.size
+        if size > lim or (limited and not user_ok(state, gi, t)):
+            return False
+        if size not in fits:
+            fits[size] = first_fit(state, cr, size)
+        return fits[size] is not None
+
+    t = q.first(ok)
+    if t is None:
+        return None
+    pool = fits[t.size]
+    assert pool is not None
+    return t, pool
 
 
 def _fill(
@@ -568,6 +575,18 @@ def _fill(
         for n2 in gi.sized_by_task:
             if n2 != name and n2 in cand:
                 evaluate(n2)
+        if gi.user_limit is not None:
+            # The user's usage rose: in the group's other queues a task that user's limit
+            # let go may now be held and the rules' head be a later task (organisation.md
+            # "User limit"), also in a queue parked or held waiting for room. Looked at
+            # again now; in phase 1 also left active, so phase 3 parks it again if needed.
+            for n2 in gi.resources:
+                if n2 != name and n2 not in gi.sized_by_task:
+                    q2 = state.queues.get(n2)
+                    if q2 is not None and q2.live:
+                        if not lend:
+                            state.active.add(n2)
+                        evaluate(n2)
     if lend:
         w.restore()
         state.freed_pools.clear()
@@ -633,7 +652,7 @@ def _park(index: EstateIndex, state: State, cr: CRInfo, now: int) -> int | None:
     elif gi.user_limit is not None:
         # The smallest task its user's limit lets go: the room a watcher wakes it for must
         # be room it can use, or a pool gaining room would wake it again and again.
-        need = min(t.size for t in q if user_ok(state, gi, t))
+        need = q.min_size_where(lambda t: user_ok(state, gi, t)) or 0
     else:
         need = q.min_size() or 0
     if need > headroom(index, state, cr, True):
@@ -720,11 +739,9 @@ def _first_within(state: State, gi: GroupInfo, cr: CRInfo, q: CRQueue, room: int
     if cr.strict:
         t = _head(state, gi, q)
         return t if t is not None and t.size <= room else None
-    limited = gi.user_limit is not None
-    for t in q:
-        if t.size <= room and (not limited or user_ok(state, gi, t)):
-            return t
-    return None
+    if gi.user_limit is None:
+        return q.first(lambda t: t.size <= room)
+    return q.first(lambda t: t.size <= room and user_ok(state, gi, t))
 
 
 def _reclaim(
@@ -815,6 +832,15 @@ def _reclaim(
         state.active.add(name)
         queued.pop(name, None)
         push(name)
+        if gi.user_limit is not None:
+            # As in _fill: the user's usage rose, so another queue's head as the user limit
+            # sees it may be a later task now; phase 2 and phase 3 look at it again.
+            for n2 in gi.resources:
+                if n2 != name and n2 not in done:
+                    q2 = state.queues.get(n2)
+                    if q2 is not None and q2.live:
+                        state.active.add(n2)
+                        push(n2)
         for g in sorted(victim_groups):
             vi = groups.get(g)
             for n2 in vi.resources if vi is not None else ():
@@ -1070,6 +1096,14 @@ def _lend_fair(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                     or (crn.weight > 0 and gn.budgeted and not budget_ok(index, state, crn, now))
                 ):
                     touched.add(n)
+        if gi.user_limit is not None:
+            # Parked queues too (decisions, issues 28 and 29, F1): the user's usage rose, so
+            # a strict queue's head as the user limit sees it may be a later task now.
+            for n in gi.resources:
+                if n not in touched:
+                    q2 = state.queues.get(n)
+                    if q2 is not None and q2.live:
+                        touched.add(n)
         for n in sorted(touched):
             evaluate(n)
         tree.moved(gi.levels)
@@ -1156,38 +1190,35 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         state.rebalance_idle = (now, state.version)
         return False
     fixed: list[tuple[str, CRInfo, Task]] = []
-    acts = False
+    actors: list[tuple[str, CRInfo, Task]] = []
+    flat = index.depth == 1
     for name in _live(index, state):
         cr = resources[name]
         t = _rebalance_candidate(index, state, cr, now)
         if t is not None and first_fit(state, cr, t.size) is None:
             fixed.append((name, cr, t))
-            if not acts:
-                acts = _may_act(state, givers, groups[cr.group], cr, t.size)
-    if not acts:
+            if (flat or not actors) and _may_act(state, givers, groups[cr.group], cr, t.size):
+                actors.append((name, cr, t))
+    if not actors:
         # Every candidate, at its turn, would be passed over by the same checks as below:
         # none fits, and none has a pool where ``rebalance_victims`` could find a victim.
         # Passing one over changes nothing, so the state at each turn is the state now and
         # the phase decides nothing: it ends without ordering its candidates.
         state.rebalance_idle = (now, state.version)
         return False
-    tree: FairTree[Task] = FairTree(index, state)
-    for name, cr, t in fixed:
-        tree.add(name, order_key(cr, cr.first_exec_pos, t), groups[t.group], t)
-    changed = False
-    while len(tree):
-        name = tree.pick()
-        t = tree.remove(name)
-        cr = resources[name]
+
+    def turn(name: str, cr: CRInfo, t: Task) -> tuple[str, ...] | None:
+        """Candidate ``t``'s turn: placed (with victims if it must), returning the levels
+        whose usage moved, or passed over (None, nothing changed)."""
         now_cand = _rebalance_candidate(index, state, cr, now)
-        if now_cand is not t or t is None:
-            continue  # no longer its queue's candidate (a victim went back in front of it)
+        if now_cand is not t:
+            return None  # no longer its queue's candidate (a victim went back in front of it)
         gi = groups[cr.group]
         pool = first_fit(state, cr, t.size)
         moved: list[str] = list(gi.levels)
         if pool is None:
             if not givers.may_take(gi, t.size):
-                continue  # no level it could take from: rebalance_victims finds nobody
+                return None  # no level it could take from: rebalance_victims finds nobody
             for p in cr.pools:
                 if p not in state.free:
                     continue
@@ -1217,15 +1248,77 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                 pool = p
                 break
             else:
-                continue  # no pool can be freed enough: preempt nothing
+                return None  # no pool can be freed enough: preempt nothing
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "rebalance"))
-        changed = True
         state.active.add(name)
+        if gi.user_limit is not None:  # looked at again by the repeat (F1)
+            state.active.update(
+                n for n in gi.resources if (q2 := state.queues.get(n)) is not None and q2.live
+            )
         levels = tuple(dict.fromkeys(moved))
-        tree.moved(levels)
         givers.moved(levels)
         givers.rose(gi)
+        return levels
+
+    def none_can_act(rest: Iterable[tuple[str, CRInfo, Task]]) -> bool:
+        """As before the loop: every candidate left would, at its turn, fit nowhere and find
+        no pool to take from; passing one over changes nothing, so the rest of the phase
+        would decide nothing."""
+        return not any(
+            first_fit(state, c, x.size) is not None
+            or _may_act(state, givers, groups[c.group], c, x.size)
+            for _, c, x in rest
+        )
+
+    rest = fixed
+    if flat:
+        # On a flat estate the fair order, while no share moves, is (the team's share,
+        # engine.md's key): the tree picks the team with the lowest (share, first key),
+        # then that team's first candidate. Until the first move, a candidate that cannot
+        # act is passed over at its turn with nothing changed, so only the actors are taken
+        # in that order; at the first move, every candidate before the mover was passed
+        # over, and those after it go on through the tree (issue 28's steady p99: a
+        # rebalancing pass moved one task, then picked its ~6,000 other candidates).
+        shape = shape_of(index)
+        shares: dict[str, int] = {}  # every team's share before any move
+        for _, _, x in fixed:
+            if x.group not in shares:
+                shares[x.group] = scaled_share(shape, index, state, x.group)
+
+        def rank(e: tuple[str, CRInfo, Task]) -> tuple[int, Key]:
+            _, c, x = e
+            return shares[x.group], order_key(c, c.first_exec_pos, x)
+
+        for e in sorted(actors, key=rank):
+            mark = rank(e)
+            if turn(*e) is not None:
+                rest = [f for f in fixed if rank(f) > mark]
+                break
+        else:
+            return False
+        if none_can_act(rest):
+            return True
+    tree: FairTree[Task] = FairTree(index, state)
+    left: dict[str, tuple[str, CRInfo, Task]] = {}
+    for e in rest:
+        name, cr, t = e
+        tree.add(name, order_key(cr, cr.first_exec_pos, t), groups[t.group], t)
+        left[name] = e
+    changed = flat
+    while len(tree):
+        name = tree.pick()
+        t = tree.remove(name)
+        e = left.pop(name)
+        if t is None:
+            continue
+        levels = turn(name, e[1], t)
+        if levels is None:
+            continue
+        changed = True
+        tree.moved(levels)
+        if none_can_act(left.values()):
+            break
     return changed
 
 

@@ -305,3 +305,43 @@ def test_a_department_left_with_no_team_keeps_none_of_the_hours_its_team_took_aw
     with time_limit(30):
         drive(estate, steps, {3: moved})
         simulate(estate, steps, {3: moved})
+
+
+def test_a_placement_that_holds_a_users_head_lets_the_next_task_of_a_strict_queue_go():
+    """organisation.md, User limit: a task its user's limit holds keeps its place but is
+    passed over, even in a strict queue. Here ``any``'s head t4 (u0, 2 GPUs) waits for the
+    team's limit (room 1.5); then t7 (u0, 0.5 on ``half``) is placed, which puts t4 past
+    u0's limit of 2, so ``any``'s head as the rules see it is t6 (0.5), which fits: the same
+    pass places it. The engine left it queued with the reason "waits for the next pass"
+    (test_org_properties found it): only best_effort queues were looked at again after a
+    placement of their group."""
+    estate = compile_doc(
+        {
+            "pools": [_pool("p", 4)],
+            "profiles": [
+                {"name": "half", "pools": ["p"], "policies": ["t"], "gpus": 0.5},
+                {
+                    "name": "any",
+                    "pools": ["p"],
+                    "policies": ["t"],
+                    "gpus": {"from_task": "gpus", "default": 1, "max": 2},
+                },
+            ],
+            "policies": [
+                {"name": "t", "group": "t", "reservation": 0, "limit": 2, "user_limit": 2}
+            ],
+            "groups": [{"name": "t", "users": ["u0", "u1"]}],
+        }
+    )
+    assert estate is not None
+    index = EstateIndex.build(estate)
+    state = State(index, START)
+    state.submit("t0", "t/half", "u1", None, None, at=START)
+    assert [p.task for p in run_pass(index, state, START + 1).placements] == ["t0"]
+    state.submit("t4", "t/any", "u0", None, 2000, at=START + 2)
+    state.submit("t6", "t/any", "u0", None, 500, at=START + 3)
+    state.submit("t7", "t/half", "u0", None, None, at=START + 4)
+    res = run_pass(index, state, START + 5)
+    assert sorted(p.task for p in res.placements) == ["t6", "t7"]
+    reasons = res.waiting_reasons()
+    assert set(reasons) == {"t4"} and reasons["t4"].kind == "user_limit", reasons
