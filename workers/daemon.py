@@ -69,6 +69,11 @@ ROOM_AFTER_S = 0.05
 """A freed GPU is asked for with the report of its end, or this long after it at the latest
 (``WorkerDaemon._room_soon``)."""
 
+STARTED_AFTER_S = 0.05
+"""A batch's ``started`` reports go this long after the start at the latest, or with the
+first end reported before that: a short task's start and end then go in one request and one
+commit of the control plane, not two (issue 29). The report carries the start's own time."""
+
 HEADROOM = 1 << 20
 """Free bytes the state dir needs before a fault of a full disk counts as over."""
 
@@ -307,7 +312,12 @@ class WorkerDaemon:
         new lease is a new epoch (another key), and a restart that still finds the record
         reports the end again, which the control plane acknowledges as a repeat, as it did
         when the worker died between the answer and the unlink."""
-        self._janitor.submit(_remove_files, self.state.tasks / f"{rec.key}.json", rec.log_path)
+        self._janitor.submit(
+            _remove_files,
+            self.state.tasks / f"{rec.key}.json",
+            rec.log_path,
+            self.executor.leftovers(rec.key),
+        )
         self._dirty.discard(self.state.tasks / f"{rec.key}.json")
         self._unsaved.pop(rec.key, None)
         self.records.pop(rec.key, None)
@@ -340,9 +350,12 @@ class WorkerDaemon:
         sig=None,
         message: str | None = None,
         ended_at: str | None = None,
+        save: bool = True,
     ) -> None:
         """``ended_at``: when the task ended, if its executor recorded it (the control plane
-        charges until then); else now, when the worker sees it."""
+        charges until then); else now, when the worker sees it. ``save`` False: the end is
+        not written to the task's record, which stays ``running`` on disk, because a restart
+        would derive this same end again from what is on disk (``_finish``)."""
         self._free_room(rec)
         rec.state = ENDED
         rec.outcome = {
@@ -360,7 +373,8 @@ class WorkerDaemon:
             # why it was stopped: the control plane's instruction, or the worker's own
             # decision ("idle": an idle limit; "shutdown": handed back by --drain)
             rec.outcome["reason"] = rec.stop.get("reason")
-        self._save(rec)
+        if save:
+            self._save(rec)
         self.outbox_wake.set()
         log.info(
             "task %s (epoch %s) %s: exit code %s, signal %s%s",
@@ -725,7 +739,7 @@ class WorkerDaemon:
             log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
             self._supervise(rec)
             self._open_tunnel(rec)
-        self.outbox_wake.set()
+        asyncio.get_running_loop().call_later(STARTED_AFTER_S, self.outbox_wake.set)
 
     def _cpu_running(self) -> int:
         """CPU-only tasks holding a slot (running, or being stopped)."""
@@ -1034,7 +1048,19 @@ class WorkerDaemon:
             event, message = "finished", result.message
         else:
             event, message = "failed", result.message
-        self._end(rec, event, result.exit_code, result.signal, message, result.ended_at)
+        # the exit is in the wrapper's exit file (fsync'ed by it), the stop in the record
+        # already: a restart before the report adopts the record, finds the wrapper gone,
+        # and ends the task the same way, so the end's record write bought nothing but a
+        # rename that waits on the journal (issue 29)
+        self._end(
+            rec,
+            event,
+            result.exit_code,
+            result.signal,
+            message,
+            result.ended_at,
+            save=not result.recorded or rec.handle is None,
+        )
         self._place_pending()
 
     # reports and logs --------------------------------------------------------------------
@@ -1130,9 +1156,9 @@ class WorkerDaemon:
             status = int(answer.get("status", 200))
             if 200 <= status < 300:
                 if body["event"] == "started":
+                    # not written: a restart reports the start again, which the control
+                    # plane acknowledges as a repeat (a rename less a task: issue 29)
                     rec.started_reported = True
-                    if rec.state != ENDED:
-                        self._save(rec)
                 else:
                     log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch, body["event"])
                     self._forget(rec)
@@ -1369,10 +1395,13 @@ def _test_pause(path: str, keys: list[str]) -> None:
     time.sleep(3600)
 
 
-def _remove_files(record: Path, log_path: str) -> None:
-    """A forgotten task's record, outputs and checkpoint directories (the janitor's job)."""
+def _remove_files(record: Path, log_path: str, leftovers: list[Path]) -> None:
+    """A forgotten task's record, outputs, checkpoint directories and what its executor
+    left (the wrapper's start marker): the janitor's job."""
     try:
         record.unlink(missing_ok=True)
+        for path in leftovers:
+            path.unlink(missing_ok=True)
         if log_path:
             outputs.remove(outputs.path_for(log_path))
             checkpoints.clear(log_path)

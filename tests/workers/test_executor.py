@@ -307,13 +307,24 @@ def test_a_start_leaves_its_marker_until_its_exit_records_it(tmp_path, fork_serv
     assert ex.poll(adopted) is RUNNING
     gate.touch()
     assert wait_exit(ex, h) == Exited(3, None)
-    assert not (tmp_path / "run" / "t-1.e1.exit.reserve").exists()
+    # the worker that handed a mark removes the marker once it forgot the task
+    marker = tmp_path / "run" / "t-1.e1.exit.reserve"
+    assert marker.exists() and ex.leftovers("t-1.e1") == [marker]
+    marker.unlink()
     ended = ex.started("t-1.e1")  # from the exit record now
     assert ended is not None and ended.handle["pid"] == h.pid and ended.mark == mark
     assert ended.started_at == running.started_at
     assert wait_exit(ex, ex.adopt(ended.handle)) == Exited(3, None)
     if h.popen is not None:
         h.popen.wait()
+    # without a mark (a batch job's wrapper) the wrapper removes its marker itself
+    (h2,) = ex.start_many(
+        [Start(lease(["true"], task="t-3"), [0], tmp_path / "logs" / "t-3.e1.log")]
+    )
+    assert not isinstance(h2, StartError)
+    wait_exit(ex, h2)
+    assert ex.started("t-3.e1") is not None
+    assert not (tmp_path / "run" / "t-3.e1.exit.reserve").exists()
     ex.close()
 
 

@@ -34,8 +34,9 @@ def _at(text: str) -> float:
 
 
 @pytest.fixture
-def fs(tmp_path):
-    s = FleetServer(tmp_path, ttl="6s").start()
+def fs(tmp_path, request):
+    ttl = request.node.get_closest_marker("worker_ttl")
+    s = FleetServer(tmp_path, ttl=ttl.args[0] if ttl else "6s").start()
     s.erin = s.token({"user": "erin"})  # type: ignore[attr-defined]
     s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
     workers: list[RealWorker] = []
@@ -118,6 +119,7 @@ def _counted(tmp_path: Path, name: str, seconds: float) -> list[str]:
     ]
 
 
+@pytest.mark.worker_ttl("30s")  # the pause and the restart, on a busy machine, fit in it
 def test_a_worker_killed_between_the_start_and_its_record_runs_each_task_once(fs, tmp_path):
     """kill -9 after the fork server forked the batch's wrappers and before the worker wrote
     their records (the test hook holds it there): the restarted worker finds no record, but

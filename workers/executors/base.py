@@ -42,6 +42,9 @@ class Exited:
     message: str | None = None
     ended_at: str | None = field(default=None, compare=False)
     """Not part of the outcome's equality: the same exit, whenever it was read."""
+    recorded: bool = field(default=False, compare=False)
+    """Read from a record on disk that outlives the worker (the wrapper's exit file): a
+    restarted worker reads the same exit there again, so the worker need not record it."""
 
     def to_json(self) -> dict:
         return {"exit_code": self.exit_code, "signal": self.signal, "message": self.message}
@@ -136,6 +139,10 @@ class Executor(ABC, Generic[H]):
         here: only the process executor's wrappers leave a mark (workers/executors/
         wrapper.py); a batch job started in that window runs twice (docs/workers.md)."""
         return None
+
+    def leftovers(self, key: str) -> list[Path]:
+        """Files of the record ``key`` the worker removes once it forgot the task."""
+        return []
 
     def started_keys(self) -> list[str]:
         """The keys whose start left a mark that a live start may still hold (``started``

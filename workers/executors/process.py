@@ -282,6 +282,10 @@ class ProcessExecutor(Executor[ProcessHandle]):
             mark if isinstance(mark, dict) else None,
         )
 
+    def leftovers(self, key: str) -> list[Path]:
+        """The wrapper's start marker (with its reserve): kept until the end is reported."""
+        return [self.run_dir / f"{key}.exit.reserve"]
+
     def started_keys(self) -> list[str]:
         suffix = ".exit.reserve"
         return sorted(p.name[: -len(suffix)] for p in self.run_dir.glob(f"*{suffix}"))
@@ -512,6 +516,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
                 data.get("signal"),
                 data.get("message"),
                 ended_at if isinstance(ended_at, str) else None,
+                recorded=True,
             )
         except (OSError, ValueError):
             pass

@@ -17,7 +17,9 @@ the worker's child, still reports its real exit code: its result is never lost.
 may answer) the wrapper writes ``EXIT_FILE.reserve``: a JSON line ``{"pid", "start_ticks",
 "started_at", "mark"}`` (``mark``: what the worker handed with the start, ``--mark JSON``:
 the task's record) padded with NULs to ``RESERVE`` bytes, which are also the disk space kept
-for the exit record (below). The exit record repeats that line as ``"start"``. A worker
+for the exit record (below). The exit record repeats that line as ``"start"``; the marker is removed
+once the exit is recorded, by the wrapper, or by the worker that handed a mark once it has
+reported the end. A worker
 killed after the start and before it wrote the task's record finds one of the two at its
 restart, so it takes the running wrapper back rather than starting the task a second time.
 ``--hold FD``: a descriptor (the worker's ``run/spawn.lock``, flock'ed) closed once the
@@ -66,22 +68,29 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: the fork server forks this process for every task,
+    import threading  # and a smaller one forks faster (issue 29)
 
 
 def _write_exit(path: str, record: dict) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".exit.", dir=directory)
+    """Atomically, and durable before the rename: a temporary name of this process's own
+    (its pid and the exit file's name: no other writer), not ``tempfile`` (whose import
+    alone was a fifth of the fork server's memory, copied at every fork)."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            os.write(fd, json.dumps(record).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -89,6 +98,49 @@ def _write_exit(path: str, record: dict) -> None:
         except OSError:
             pass
         raise
+
+
+SIGNALS_DEFAULT = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
+)
+"""What Python ignores at its start and ``subprocess`` restores for a child
+(``restore_signals``): the task starts with the default dispositions."""
+
+
+def spawn_task(command: list[str], env: dict[str, str] | None) -> int:
+    """Starts the task's command (``posix_spawn``: a vfork and an exec) and returns its pid,
+    as ``subprocess.Popen(command, env=env)`` did: the program looked up on the ``PATH`` of
+    ``env`` (the task's, which a virtual env changes) when its name has no ``/``; a name
+    found nowhere raises ``FileNotFoundError``, one found but not runnable
+    ``PermissionError``. Without ``subprocess`` this process is smaller to fork."""
+    environ = os.environ if env is None else env
+    program = command[0]
+    if "/" not in program:
+        found, denied = None, False
+        for directory in os.get_exec_path(environ):
+            path = os.path.join(directory, program)
+            if os.path.isfile(path):
+                if os.access(path, os.X_OK):
+                    found = path
+                    break
+                denied = True
+        if found is None:
+            if denied:
+                raise PermissionError(13, "Permission denied", program)
+            raise FileNotFoundError(2, "No such file or directory", program)
+        program = found
+    return os.posix_spawn(program, command, environ, setsigdef=SIGNALS_DEFAULT)
+
+
+def _wait_code(pid: int) -> int:
+    """The child's end as ``Popen.returncode`` says it: the exit code, or minus the
+    signal."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries already
+            continue
+        return os.waitstatus_to_exitcode(status)
 
 
 def _now() -> str:
@@ -190,7 +242,7 @@ class _ChildExit:
 
 def watch_worker(
     watch: str,
-    done: threading.Event | _ChildExit,
+    done: "threading.Event | _ChildExit",
     stopped: dict[str, str],
     orphan_kill: list[str] | None = None,
 ) -> None:
@@ -208,6 +260,8 @@ def watch_worker(
                 if worker_gone(info, now):
                     if now >= kill_at:
                         if orphan_kill:
+                            import subprocess  # rare: a container's kill by name
+
                             try:
                                 subprocess.run(
                                     orphan_kill,
@@ -258,7 +312,7 @@ def run(
     start = marked.start if marked is not None else None
     reserve = marked.path if marked is not None and marked.reserved else None
     try:
-        child = subprocess.Popen(command, env=env)
+        child = spawn_task(command, env)
     except OSError as exc:
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         sys.stderr.write(f"[klique-worker] cannot run {command[0]!r}: {exc.strerror or exc}\n")
@@ -278,29 +332,32 @@ def run(
         )
         return code
     stopped: dict[str, str] = {}
-    exited = _ChildExit.of(child.pid) if watch else None
+    exited = _ChildExit.of(child) if watch else None
     if watch and exited is not None:  # the watch in this thread, until the child ends
         try:
             watch_worker(watch, exited, stopped, orphan_kill)
         finally:
             exited.close()
-        rc = child.wait()
-    else:
+        rc = _wait_code(child)
+    elif watch:
+        import threading  # no pidfd here: the watch on a thread of its own
+
         done = threading.Event()
-        if watch:
-            threading.Thread(
-                target=watch_worker, args=(watch, done, stopped, orphan_kill), daemon=True
-            ).start()
-        rc = child.wait()
+        threading.Thread(
+            target=watch_worker, args=(watch, done, stopped, orphan_kill), daemon=True
+        ).start()
+        rc = _wait_code(child)
         done.set()
-    record: dict[str, Any]
+    else:
+        rc = _wait_code(child)
+    record: dict[str, object]
     if rc < 0:
         record = {"exit_code": None, "signal": _signal_name(-rc)}
         code = 128 - rc
     else:
         record = {"exit_code": rc, "signal": None}
         code = rc
-    record.update(pid=child.pid, ended_at=_now(), start=start)
+    record.update(pid=child, ended_at=_now(), start=start)
     if stopped.get("message"):
         record["message"] = stopped["message"]
     _write_exit_reserved(exit_file, record, reserve, marked)
@@ -364,7 +421,10 @@ def _write_exit_reserved(
     exit_file: str, record: dict, reserve: str | None, marked: Marker | None = None
 ) -> None:
     """Records the exit; if the disk is full, frees the reserve and tries once more. The
-    marker goes once the exit is recorded (the exit record repeats its ``start``)."""
+    marker goes once the exit is recorded (the exit record repeats its ``start``), unless a
+    worker handed a mark: that worker removes it when it forgets the task, off the task's
+    path (an unlink waits on the file system's journal, and the worker notices the end only
+    once this process has exited)."""
     try:
         _write_exit(exit_file, record)
     except OSError:
@@ -374,7 +434,7 @@ def _write_exit_reserved(
         reserve = None
         _write_exit(exit_file, record)
     finally:
-        if marked is not None:
+        if marked is not None and marked.start.get("mark") is None:
             marked.remove()
 
 
