@@ -69,11 +69,6 @@ ROOM_AFTER_S = 0.05
 """A freed GPU is asked for with the report of its end, or this long after it at the latest
 (``WorkerDaemon._room_soon``)."""
 
-STARTED_AFTER_S = 0.05
-"""A batch's ``started`` reports go this long after the start at the latest, or with the
-first end reported before that: a short task's start and end then go in one request and one
-commit of the control plane, not two (issue 29). The report carries the start's own time."""
-
 HEADROOM = 1 << 20
 """Free bytes the state dir needs before a fault of a full disk counts as over."""
 
@@ -739,7 +734,7 @@ class WorkerDaemon:
             log.info("started task %s (epoch %s) on GPUs %s", rec.task, rec.epoch, gpus or "none")
             self._supervise(rec)
             self._open_tunnel(rec)
-        asyncio.get_running_loop().call_later(STARTED_AFTER_S, self.outbox_wake.set)
+        self.outbox_wake.set()
 
     def _cpu_running(self) -> int:
         """CPU-only tasks holding a slot (running, or being stopped)."""
