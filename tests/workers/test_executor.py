@@ -389,3 +389,31 @@ def test_a_restart_ends_a_fork_server_that_never_lets_the_lock_go(tmp_path, monk
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_the_wrapper_looks_the_program_up_on_the_tasks_own_path(tmp_path):
+    """``spawn_task`` (posix_spawn, issue 29) finds a program as ``subprocess`` did with
+    ``env``: on the task's ``PATH`` (a virtual env's ``bin/`` first), not the wrapper's; a
+    program found but not runnable is a PermissionError (126), one found nowhere a
+    FileNotFoundError (127)."""
+    from workers.executors import wrapper
+
+    own, other = tmp_path / "own", tmp_path / "other"
+    own.mkdir()
+    other.mkdir()
+    (own / "klique-probe").write_text("#!/bin/sh\nexit 5\n")
+    (own / "klique-probe").chmod(0o755)
+    (other / "klique-probe").write_text("#!/bin/sh\nexit 6\n")  # first, but not runnable
+    (other / "klique-probe").chmod(0o644)
+    (other / "klique-noexec").write_text("")
+    env = {"PATH": f"{other}:{own}"}
+    assert wrapper._wait_code(wrapper.spawn_task(["klique-probe"], env)) == 5
+    with pytest.raises(PermissionError):
+        wrapper.spawn_task(["klique-noexec"], env)
+    with pytest.raises(FileNotFoundError):
+        wrapper.spawn_task(["klique-probe"], {"PATH": str(tmp_path)})
+    # SIGPIPE at its default in the task (Python ignores it in the wrapper)
+    code = wrapper._wait_code(
+        wrapper.spawn_task(["sh", "-c", "kill -PIPE $$"], {"PATH": os.environ["PATH"]})
+    )
+    assert code == -13
