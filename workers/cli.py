@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     from workers.executors import make_executor
     from workers.executors.k8s_manifest import K8sSettings
     from workers.gpus import Gpu, GpuDiscoveryError, discover
+    from workers.errors import SpawnsUnsettled
     from workers.state import StateDir, StateDirBusy, default_state_dir
 
     state_dir = args.state_dir or str(default_state_dir())
@@ -288,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 service_account=args.service_account,
             ),
         )
-    except (GpuDiscoveryError, StateDirBusy, ValueError, OSError) as exc:
+        executor.settle()  # the earlier run's starts are done (or marked): workers/daemon.py
+    except (GpuDiscoveryError, StateDirBusy, SpawnsUnsettled, ValueError, OSError) as exc:
         print(f"klique-worker: {exc}", file=sys.stderr)
         return 2
     log.info("GPUs: %s, %s", [g.index for g in gpus], source)

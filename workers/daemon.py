@@ -57,7 +57,7 @@ from klique_util.poolsettings import PoolSettings
 from klique_util.units import DAY_S, gpus_to_milli
 from workers import __version__, checkpoints, durable, idle, outputs, tunnel
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
-from workers.executors.base import Executor, Exited, Handle, Start, StartError
+from workers.executors.base import Executor, Exited, Handle, Start, Started, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator
 from workers.liveness import WRITE_EVERY_S, Liveness
 from workers.state import ENDED, RUNNING, STARTING, StateDir, TaskRecord
@@ -71,6 +71,15 @@ ROOM_AFTER_S = 0.05
 
 HEADROOM = 1 << 20
 """Free bytes the state dir needs before a fault of a full disk counts as over."""
+
+TEST_PAUSE_ENV = "KLIQUE_WORKER_TEST_PAUSE_AFTER_START"
+"""Tests only: a file path. After the executor started a batch and before its records are
+written, the worker writes the batch's record keys to that file and sleeps, so that a test
+can ``kill -9`` it inside that window (tests/workers/test_orphans.py)."""
+
+MARK_FIELDS = ("task", "epoch", "lease", "milli", "gpus", "log_path", "leased_at")
+"""The fields of a task's record handed with its start (``Start.mark``): what a restart
+rebuilds the record from when the worker died before writing it."""
 
 
 def now_rfc3339() -> str:
@@ -298,7 +307,12 @@ class WorkerDaemon:
         new lease is a new epoch (another key), and a restart that still finds the record
         reports the end again, which the control plane acknowledges as a repeat, as it did
         when the worker died between the answer and the unlink."""
-        self._janitor.submit(_remove_files, self.state.tasks / f"{rec.key}.json", rec.log_path)
+        self._janitor.submit(
+            _remove_files,
+            self.state.tasks / f"{rec.key}.json",
+            rec.log_path,
+            self.executor.leftovers(rec.key),
+        )
         self._dirty.discard(self.state.tasks / f"{rec.key}.json")
         self._unsaved.pop(rec.key, None)
         self.records.pop(rec.key, None)
@@ -331,9 +345,12 @@ class WorkerDaemon:
         sig=None,
         message: str | None = None,
         ended_at: str | None = None,
+        save: bool = True,
     ) -> None:
         """``ended_at``: when the task ended, if its executor recorded it (the control plane
-        charges until then); else now, when the worker sees it."""
+        charges until then); else now, when the worker sees it. ``save`` False: the end is
+        not written to the task's record, which stays ``running`` on disk, because a restart
+        would derive this same end again from what is on disk (``_finish``)."""
         self._free_room(rec)
         rec.state = ENDED
         rec.outcome = {
@@ -351,7 +368,8 @@ class WorkerDaemon:
             # why it was stopped: the control plane's instruction, or the worker's own
             # decision ("idle": an idle limit; "shutdown": handed back by --drain)
             rec.outcome["reason"] = rec.stop.get("reason")
-        self._save(rec)
+        if save:
+            self._save(rec)
         self.outbox_wake.set()
         log.info(
             "task %s (epoch %s) %s: exit code %s, signal %s%s",
@@ -402,13 +420,19 @@ class WorkerDaemon:
     # startup -----------------------------------------------------------------------------
     def load(self) -> None:
         """Reads the records an earlier run left; takes back the tasks that were running
-        (their processes are watched by pid; their exits come from the wrapper's file)."""
+        (their processes are watched by pid; their exits come from the wrapper's file),
+        also those it started and was killed before recording (``_take_back_started``)."""
         # first of all: this process is the worker the tasks' wrappers watch now
         self.liveness.inherit()
         self.liveness.write()
+        self.executor.settle()  # every start the earlier run asked for has left its mark
         for rec in self.state.load_all():
             self.records[rec.key] = rec
-            if rec.state == RUNNING and rec.handle is not None:
+            if rec.state == STARTING and not rec.fenced:
+                found = self.executor.started(rec.key)
+                if found is not None:
+                    self._take_back_started(found, rec)
+            elif rec.state == RUNNING and rec.handle is not None:
                 handle = self.executor.adopt(rec.handle)
                 try:
                     self.alloc.take(rec.gpus, rec.milli)
@@ -427,7 +451,55 @@ class WorkerDaemon:
                 self._open_tunnel(rec)
             elif rec.state == RUNNING:  # the worker died between start and its record
                 self._end(rec, "failed", message="the worker restarted while starting the task")
+        for key in self.executor.started_keys():  # started, never recorded, still running
+            if key not in self.records:
+                found = self.executor.started(key)
+                if found is not None and found.mark is not None:
+                    self._take_back_started(found, None, only_running=True)
         self.state.prune_logs(self.cfg.log_retention_s, set(self.records))
+
+    def _take_back_started(
+        self, found: Started, rec: TaskRecord | None, only_running: bool = False
+    ) -> TaskRecord | None:
+        """A task an earlier run of this worker started and was killed before recording
+        (its record still ``starting``, or none at all): its wrapper ran, so it is taken
+        back like any running task (its start reported, its end read from its exit file),
+        never started a second time. The record comes from ``rec`` or from the mark the
+        start carried. ``only_running``: only if its wrapper still runs (a leftover marker
+        of a task long reported is not a task)."""
+        if rec is None:
+            if found.mark is None:
+                return None
+            try:
+                rec = TaskRecord.from_json(found.mark)
+            except TypeError:
+                return None
+            rec.log_path = rec.log_path or str(self.state.log_path(rec))
+        handle = self.executor.adopt(found.handle)
+        if only_running and isinstance(self.executor.poll(handle), Exited):
+            return None
+        if found.mark is not None and found.mark.get("task") == rec.task:
+            rec.gpus = [int(i) for i in found.mark.get("gpus") or []]
+        rec.state, rec.handle = RUNNING, found.handle
+        rec.started_at = found.started_at or now_rfc3339()
+        rec.started_reported = False
+        try:
+            self.alloc.take(rec.gpus, rec.milli)
+        except Exception as exc:  # a changed --gpus list
+            log.warning("task %s: its GPUs %s cannot be taken back (%s)", rec.task, rec.gpus, exc)
+        self.records[rec.key] = rec
+        self.handles[rec.key] = handle
+        self._save(rec)
+        log.warning(
+            "task %s (epoch %s): started by the earlier run of this worker (wrapper pid %s), "
+            "which was stopped before it recorded the start: taken back, not started again",
+            rec.task,
+            rec.epoch,
+            found.handle.get("pid"),
+        )
+        self._supervise(rec)
+        self._open_tunnel(rec)
+        return rec
 
     def register_body(self) -> dict:
         return {
@@ -507,23 +579,28 @@ class WorkerDaemon:
                     None,
                 )
         for task, epoch in sorted(listed):
-            if not self._find(task, epoch):
-                log.warning(
-                    "the control plane lists task %s (epoch %s) on this worker, which "
-                    "has no record of it: reporting it as failed",
-                    task,
-                    epoch,
-                )
-                rec = TaskRecord(task=task, epoch=epoch, lease={"task": task, "epoch": epoch})
-                rec.log_path = str(self.state.log_path(rec))
-                self.records[rec.key] = rec
-                self._end(
-                    rec,
-                    "failed",
-                    message="worker-lost: the worker restarted and has "
-                    "no record of this task (its state dir was lost or the lease never "
-                    "reached it)",
-                )
+            if self._find(task, epoch):
+                continue
+            probe = TaskRecord(task=task, epoch=epoch, lease={"task": task, "epoch": epoch})
+            found = self.executor.started(probe.key)
+            if found is not None and self._take_back_started(found, None) is not None:
+                continue  # started and killed before its record: taken back, reported
+            log.warning(
+                "the control plane lists task %s (epoch %s) on this worker, which "
+                "has no record of it: reporting it as failed",
+                task,
+                epoch,
+            )
+            rec = TaskRecord(task=task, epoch=epoch, lease={"task": task, "epoch": epoch})
+            rec.log_path = str(self.state.log_path(rec))
+            self.records[rec.key] = rec
+            self._end(
+                rec,
+                "failed",
+                message="worker-lost: the worker restarted and has "
+                "no record of this task (its state dir was lost or the lease never "
+                "reached it)",
+            )
 
     # leases ------------------------------------------------------------------------------
     def accept(self, lease: dict) -> None:
@@ -641,8 +718,11 @@ class WorkerDaemon:
             if tunnel.is_session(rec.lease):  # its app listens on a local port of its own
                 rec.lease = {**rec.lease, "session_port": tunnel.free_port()}
                 env.update(tunnel.session_env(rec.task, rec.lease["session_port"]))
-            starts.append(Start({**rec.lease, "env": env}, gpus, Path(rec.log_path)))
+            mark = {k: getattr(rec, k) for k in MARK_FIELDS}
+            starts.append(Start({**rec.lease, "env": env}, gpus, Path(rec.log_path), mark))
         results = self.executor.start_many(starts)
+        if TEST_PAUSE_ENV in os.environ:
+            _test_pause(os.environ[TEST_PAUSE_ENV], [rec.key for rec, _ in batch])
         for (rec, gpus), handle in zip(batch, results):
             if isinstance(handle, StartError):
                 self.alloc.release(gpus, rec.milli)
@@ -963,7 +1043,19 @@ class WorkerDaemon:
             event, message = "finished", result.message
         else:
             event, message = "failed", result.message
-        self._end(rec, event, result.exit_code, result.signal, message, result.ended_at)
+        # the exit is in the wrapper's exit file (fsync'ed by it), the stop in the record
+        # already: a restart before the report adopts the record, finds the wrapper gone,
+        # and ends the task the same way, so the end's record write bought nothing but a
+        # rename that waits on the journal (issue 29)
+        self._end(
+            rec,
+            event,
+            result.exit_code,
+            result.signal,
+            message,
+            result.ended_at,
+            save=not result.recorded or rec.handle is None,
+        )
         self._place_pending()
 
     # reports and logs --------------------------------------------------------------------
@@ -1059,9 +1151,9 @@ class WorkerDaemon:
             status = int(answer.get("status", 200))
             if 200 <= status < 300:
                 if body["event"] == "started":
+                    # not written: a restart reports the start again, which the control
+                    # plane acknowledges as a repeat (a rename less a task: issue 29)
                     rec.started_reported = True
-                    if rec.state != ENDED:
-                        self._save(rec)
                 else:
                     log.info("task %s (epoch %s): %s reported", rec.task, rec.epoch, body["event"])
                     self._forget(rec)
@@ -1291,10 +1383,20 @@ class WorkerDaemon:
             )
 
 
-def _remove_files(record: Path, log_path: str) -> None:
-    """A forgotten task's record, outputs and checkpoint directories (the janitor's job)."""
+def _test_pause(path: str, keys: list[str]) -> None:
+    """``TEST_PAUSE_ENV``: says which records were started, then blocks the worker (a
+    test kills it here)."""
+    write_atomic(Path(path), "\n".join(keys) + "\n")
+    time.sleep(3600)
+
+
+def _remove_files(record: Path, log_path: str, leftovers: list[Path]) -> None:
+    """A forgotten task's record, outputs, checkpoint directories and what its executor
+    left (the wrapper's start marker): the janitor's job."""
     try:
         record.unlink(missing_ok=True)
+        for path in leftovers:
+            path.unlink(missing_ok=True)
         if log_path:
             outputs.remove(outputs.path_for(log_path))
             checkpoints.clear(log_path)

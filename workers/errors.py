@@ -11,6 +11,8 @@ it without loading anything else.
 - :class:`GpuDiscoveryError`: the GPUs cannot be found (``nvidia-smi`` failing, a bad
   ``--gpus``); ``workers/cli.py`` prints it and exits with 2.
 - :class:`StateDirBusy`: another worker holds the state directory's lock; the same.
+- :class:`SpawnsUnsettled`: a start of an earlier run of the worker still holds
+  ``run/spawn.lock`` (workers/executors/spawnlock.py); the same.
 - :class:`Unreachable`: no answer from the control plane (connection, TLS, timeout); the
   daemon's loops retry with backoff.
 - :class:`ApiError`: the control plane answered with an error (status, code, message); the
@@ -45,6 +47,11 @@ class GpuDiscoveryError(WorkerError):
 
 class StateDirBusy(WorkerError):
     """Another worker holds the state directory."""
+
+
+class SpawnsUnsettled(WorkerError):
+    """A start of an earlier run of the worker may still be under way: the worker cannot
+    tell which of its tasks started."""
 
 
 class Unreachable(WorkerError):

@@ -9,6 +9,12 @@
     STATE_DIR/logs/<key>.log.task/  what the task writes: checkpoint, outputs
     STATE_DIR/logs/<key>.log.notice/ the stop's notice, for the task (workers/checkpoints.py)
     STATE_DIR/run/<key>.exit        the task's exit, written by the wrapper
+    STATE_DIR/run/<key>.exit.reserve the wrapper's start marker (its pid, the task's record)
+                                    and the disk space its exit record may need; removed
+                                    once the exit is recorded
+    STATE_DIR/run/spawn.lock        flock'ed by the worker and whatever starts wrappers for
+                                    it, until their markers are written
+                                    (workers/executors/spawnlock.py)
 
 ``<key>`` is ``<task>.e<epoch>``: the same task leased again (a new epoch) is another record.
 A record lives from the lease until the control plane acknowledged the task's last report.

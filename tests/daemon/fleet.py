@@ -256,6 +256,8 @@ class RealWorker:
         )
         self.extra = list(extra or [])
         """More klique-worker arguments (``--executor slurm --slurm-conf F``)."""
+        self.env: dict[str, str] = {}
+        """More environment for the next ``start`` (a test hook of the worker)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         self.token_file = state_dir.parent / f"{state_dir.name}.token"
         self.token_file.write_text(token + "\n")
@@ -297,6 +299,7 @@ class RealWorker:
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=fh,
+            env={**os.environ, **self.env} if self.env else None,
         )
         fh.close()
         return self

@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 from tests.harness.wait import wait_for
 from tests.workers.conftest import kill_quietly, pid_alive
+from workers.daemon import MARK_FIELDS
+from workers.executors.base import Start
+from workers.executors.process import ProcessExecutor
+from workers.state import StateDir, TaskRecord
 
 PY = sys.executable
 
@@ -276,3 +281,43 @@ def test_a_listed_task_the_worker_has_no_record_of_is_reported(peer, worker):
     w.start()
     end = peer.wait_for(lambda: peer.end(tid), 10, "reported")
     assert end["event"] == "failed" and end["message"].startswith("worker-lost:")
+
+
+def test_a_waiting_lease_started_just_before_a_kill_9_is_taken_back_not_started_again(
+    peer, worker, tmp_path
+):
+    """Issue 29: a lease that waited for room has a ``starting`` record; the worker started
+    it (the fork server forked its wrapper) and was killed before it wrote the record again
+    with the pid. Its restart finds the wrapper's start marker and takes the task back: it
+    runs once, reported started and finished at its epoch."""
+    peer.ttl_s = 10.0  # the restart comes well before the orphan's deadline
+    w = worker("0")
+    peer.wait_for(lambda: peer.workers, 10, "registered")
+    wid = next(iter(peer.workers))
+    w.kill9()
+    runs = tmp_path / "runs"
+    tid = peer.submit(
+        [PY, "-c", f"open({str(runs)!r}, 'a').write('ran\\n'); import time; time.sleep(1)"]
+    )
+    with peer.lock:  # leased to this worker before it was killed
+        t = peer.tasks[tid]
+        t.state, t.epoch, t.worker = "leased", 1, wid
+    # what the killed run left: the record as the lease round wrote it (``starting``, no
+    # GPUs yet), and the wrapper its batch start forked with the record's mark
+    state = StateDir(w.state_dir)
+    lease = {"task": tid, "epoch": 1, "command": t.command, "gpus": 1.0, "grace_s": 1.0}
+    rec = TaskRecord(task=tid, epoch=1, lease=lease, milli=1000)
+    rec.log_path = str(state.log_path(rec))
+    (state.tasks / f"{rec.key}.json").write_text(json.dumps(rec.to_json()))
+    rec.gpus = [0]
+    ex = ProcessExecutor(w.state_dir)
+    (h,) = ex.start_many(
+        [Start(lease, [0], Path(rec.log_path), {k: getattr(rec, k) for k in MARK_FIELDS})]
+    )
+    ex.close()  # the fork server goes with the killed worker's pipe
+    w.start()
+    end = peer.wait_for(lambda: peer.end(tid), 15, "reported")
+    assert (end["event"], end["exit_code"]) == ("finished", 0), end
+    assert peer.events(tid) == ["started", "finished"]
+    assert runs.read_text() == "ran\n"  # once
+    assert "taken back, not started again" in w.log_file.read_text()

@@ -277,3 +277,143 @@ def test_the_forked_wrapper_closes_every_inherited_descriptor():
     finally:
         for fd in extra:
             os.close(fd)
+
+
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_a_start_leaves_its_marker_until_its_exit_records_it(tmp_path, fork_server):
+    """Issue 29: the wrapper marks its start (``run/<key>.exit.reserve``: its pid and the
+    worker's mark) before the task runs, and its exit record repeats it; ``started`` reads
+    either, so a worker killed before it recorded the start takes the wrapper back."""
+    ex = ProcessExecutor(tmp_path, use_fork_server=fork_server)
+    mark = {"task": "t-1", "epoch": 1, "gpus": [0]}
+    log = tmp_path / "logs" / "t-1.e1.log"
+    gate = tmp_path / "gate"
+    (h,) = ex.start_many(
+        [
+            Start(
+                lease(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 3"]),
+                [0],
+                log,
+                mark,
+            )
+        ]
+    )
+    assert not isinstance(h, StartError)
+    assert ex.started("t-2.e1") is None  # never started
+    running = wait_for(lambda: ex.started("t-1.e1"), 10, "the marker")
+    assert running.handle["pid"] == h.pid and running.mark == mark
+    assert (tmp_path / "run" / "t-1.e1.exit.reserve").stat().st_size >= 8192  # the reserve
+    adopted = ProcessExecutor(tmp_path).adopt(running.handle)
+    assert ex.poll(adopted) is RUNNING
+    gate.touch()
+    assert wait_exit(ex, h) == Exited(3, None)
+    # the worker that handed a mark removes the marker once it forgot the task
+    marker = tmp_path / "run" / "t-1.e1.exit.reserve"
+    assert marker.exists() and ex.leftovers("t-1.e1") == [marker]
+    marker.unlink()
+    ended = ex.started("t-1.e1")  # from the exit record now
+    assert ended is not None and ended.handle["pid"] == h.pid and ended.mark == mark
+    assert ended.started_at == running.started_at
+    assert wait_exit(ex, ex.adopt(ended.handle)) == Exited(3, None)
+    if h.popen is not None:
+        h.popen.wait()
+    # without a mark (a batch job's wrapper) the wrapper removes its marker itself
+    (h2,) = ex.start_many(
+        [Start(lease(["true"], task="t-3"), [0], tmp_path / "logs" / "t-3.e1.log")]
+    )
+    assert not isinstance(h2, StartError)
+    wait_exit(ex, h2)
+    assert ex.started("t-3.e1") is not None
+    assert not (tmp_path / "run" / "t-3.e1.exit.reserve").exists()
+    ex.close()
+
+
+def _locked(path: Path) -> bool:
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_a_restart_waits_until_the_fork_server_of_the_killed_worker_is_done(tmp_path):
+    """The spawn lock (workers/executors/spawnlock.py): the fork server holds it while it
+    lives, so a worker killed while a start request was under way leaves it held until the
+    server has forked (and the wrappers marked) everything asked of it."""
+    import threading
+
+    first = ProcessExecutor(tmp_path)
+    h = first.start(lease(["true"]), [0], tmp_path / "t.log")
+    wait_exit(first, h)
+    lock = tmp_path / "run" / "spawn.lock"
+    first.spawn_lock.close()  # the worker is gone; its fork server is not
+    assert _locked(lock)
+    again = ProcessExecutor(tmp_path)
+    settled = threading.Thread(target=again.settle)
+    settled.start()
+    try:
+        assert settled.is_alive()
+        first.fork_server.close()  # the server reads EOF (the worker's pipe) and exits
+        settled.join(10)
+        assert not settled.is_alive()
+    finally:
+        first.fork_server.close()
+        settled.join(10)
+    assert again.spawn_lock._fd is not None
+    again.close()
+    assert not _locked(lock)
+
+
+def test_a_restart_ends_a_fork_server_that_never_lets_the_lock_go(tmp_path, monkeypatch):
+    import signal
+
+    from workers.executors import spawnlock
+
+    first = ProcessExecutor(tmp_path)
+    wait_exit(first, first.start(lease(["true"]), [0], tmp_path / "t.log"))
+    server = present(first.fork_server.proc)
+    first.spawn_lock.close()
+    os.kill(server.pid, signal.SIGSTOP)  # hung
+    monkeypatch.setattr(spawnlock, "WAIT_S", 0.3)
+    try:
+        again = ProcessExecutor(tmp_path)
+        again.settle()  # ends the recorded server, then takes the lock
+        assert server.wait(5) == -signal.SIGKILL
+        again.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def test_the_wrapper_looks_the_program_up_on_the_tasks_own_path(tmp_path):
+    """``spawn_task`` (posix_spawn, issue 29) finds a program as ``subprocess`` did with
+    ``env``: on the task's ``PATH`` (a virtual env's ``bin/`` first), not the wrapper's; a
+    program found but not runnable is a PermissionError (126), one found nowhere a
+    FileNotFoundError (127)."""
+    from workers.executors import wrapper
+
+    own, other = tmp_path / "own", tmp_path / "other"
+    own.mkdir()
+    other.mkdir()
+    (own / "klique-probe").write_text("#!/bin/sh\nexit 5\n")
+    (own / "klique-probe").chmod(0o755)
+    (other / "klique-probe").write_text("#!/bin/sh\nexit 6\n")  # first, but not runnable
+    (other / "klique-probe").chmod(0o644)
+    (other / "klique-noexec").write_text("")
+    env = {"PATH": f"{other}:{own}"}
+    assert wrapper._wait_code(wrapper.spawn_task(["klique-probe"], env)) == 5
+    with pytest.raises(PermissionError):
+        wrapper.spawn_task(["klique-noexec"], env)
+    with pytest.raises(FileNotFoundError):
+        wrapper.spawn_task(["klique-probe"], {"PATH": str(tmp_path)})
+    # SIGPIPE at its default in the task (Python ignores it in the wrapper)
+    code = wrapper._wait_code(
+        wrapper.spawn_task(["sh", "-c", "kill -PIPE $$"], {"PATH": os.environ["PATH"]})
+    )
+    assert code == -13

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.fleet import FleetServer, RealWorker, kill_pids_in, pid_alive, trap
+from workers.daemon import TEST_PAUSE_ENV
 from workers.executors.process import WRAPPER
 from workers.liveness import Liveness, margin
 from tests.harness.wait import wait_for
@@ -33,8 +34,9 @@ def _at(text: str) -> float:
 
 
 @pytest.fixture
-def fs(tmp_path):
-    s = FleetServer(tmp_path, ttl="6s").start()
+def fs(tmp_path, request):
+    ttl = request.node.get_closest_marker("worker_ttl")
+    s = FleetServer(tmp_path, ttl=ttl.args[0] if ttl else "6s").start()
     s.erin = s.token({"user": "erin"})  # type: ignore[attr-defined]
     s.wt = s.token({"worker": True, "pool": "bare"})  # type: ignore[attr-defined]
     workers: list[RealWorker] = []
@@ -103,6 +105,51 @@ def test_a_worker_restarted_quickly_after_kill_9_keeps_its_task(fs, tmp_path):
     t = fs.task(tid)
     assert (t["end_reason"], t["epoch"], t["preemptions"]) == ("finished", 1, 0), t
     assert not fs.events(kind="worker_lost")
+
+
+def _counted(tmp_path: Path, name: str, seconds: float) -> list[str]:
+    """A task that appends a line to ``<name>.runs`` each time it starts, then sleeps."""
+    runs = tmp_path / f"{name}.runs"
+    return [
+        PY,
+        "-c",
+        "import os, time\n"
+        f"open({str(runs)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+        f"time.sleep({seconds})\n",
+    ]
+
+
+@pytest.mark.worker_ttl("30s")  # the pause and the restart, on a busy machine, fit in it
+def test_a_worker_killed_between_the_start_and_its_record_runs_each_task_once(fs, tmp_path):
+    """kill -9 after the fork server forked the batch's wrappers and before the worker wrote
+    their records (the test hook holds it there): the restarted worker finds no record, but
+    the wrappers' start markers (or, for a task that ended meanwhile, its exit record); it
+    takes both tasks back and reports them, and neither starts a second time."""
+    short = fs.submit(fs.erin, "team-b/one", _counted(tmp_path, "short", 0.2))
+    long = fs.submit(fs.erin, "team-b/one", _counted(tmp_path, "long", 3))
+    paused = tmp_path / "paused"
+    w1 = RealWorker(fs, fs.wt, tmp_path / "w1", gpus="0,1")
+    w1.env = {TEST_PAUSE_ENV: str(paused)}
+    fs.workers.append(w1)
+    w1.start()
+    keys = wait_for(lambda: paused.exists() and paused.read_text().split(), 20, "the pause")
+    assert sorted(keys) == sorted([f"{short}.e1", f"{long}.e1"]), keys  # one batch, both
+    run = tmp_path / "w1" / "run"
+    assert not list((tmp_path / "w1" / "tasks").glob("*.json"))  # no record written yet
+    w1.kill9()
+    # the short task ends while its worker is down: only its exit record is left
+    wait_for(lambda: (run / f"{short}.e1.exit").exists(), 10, "short's exit")
+    assert (run / f"{long}.e1.exit.reserve").exists()  # the long one's wrapper still runs
+    w1.env = {}
+    w1.start()  # back well within TTL - margin
+    for tid in (short, long):
+        wait_for(lambda: fs.task(tid)["state"] == "ended", 20, f"{tid} ended")
+        t = fs.task(tid)
+        assert (t["end_reason"], t["epoch"], t["preemptions"]) == ("finished", 1, 0), t
+    for name in ("short", "long"):
+        assert len((tmp_path / f"{name}.runs").read_text().split()) == 1, name  # ran once
+    assert not fs.events(kind="worker_lost")
+    assert "taken back, not started again" in w1.stderr()
 
 
 # ------------------------------------------------------------------ the wrapper by itself

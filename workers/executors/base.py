@@ -42,6 +42,9 @@ class Exited:
     message: str | None = None
     ended_at: str | None = field(default=None, compare=False)
     """Not part of the outcome's equality: the same exit, whenever it was read."""
+    recorded: bool = field(default=False, compare=False)
+    """Read from a record on disk that outlives the worker (the wrapper's exit file): a
+    restarted worker reads the same exit there again, so the worker need not record it."""
 
     def to_json(self) -> dict:
         return {"exit_code": self.exit_code, "signal": self.signal, "message": self.message}
@@ -49,11 +52,25 @@ class Exited:
 
 @dataclass(frozen=True)
 class Start:
-    """One item of ``Executor.start_many``: what ``start`` takes."""
+    """One item of ``Executor.start_many``: what ``start`` takes, and ``mark``: what the
+    worker wants back from ``started`` if it is killed before it records this start (the
+    task's record, JSON)."""
 
     lease: dict
     gpu_indices: list[int]
     log_path: Path
+    mark: dict | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """A start that an earlier run of the worker made and may not have recorded
+    (``Executor.started``): the handle's record (for ``adopt``), when it started, and the
+    ``mark`` handed with it."""
+
+    handle: dict[str, Any]
+    started_at: str | None
+    mark: dict | None
 
 
 class Handle(ABC):
@@ -109,6 +126,28 @@ class Executor(ABC, Generic[H]):
             except StartError as exc:
                 out.append(exc)
         return out
+
+    def settle(self) -> None:
+        """Waits until no start made by an earlier run of the worker is still under way
+        (called once at the worker's start, before it reads its records). Nothing to wait
+        for here."""
+
+    def started(self, key: str) -> Started | None:
+        """What this executor knows of a start of the record ``key`` (``<task>.e<epoch>``)
+        made by an earlier run of the worker, which that run may have been killed before
+        recording: the worker then takes it back instead of starting the task twice. None
+        here: only the process executor's wrappers leave a mark (workers/executors/
+        wrapper.py); a batch job started in that window runs twice (docs/workers.md)."""
+        return None
+
+    def leftovers(self, key: str) -> list[Path]:
+        """Files of the record ``key`` the worker removes once it forgot the task."""
+        return []
+
+    def started_keys(self) -> list[str]:
+        """The keys whose start left a mark that a live start may still hold (``started``
+        then says more)."""
+        return []
 
     @abstractmethod
     def poll(self, handle: H) -> Running | Exited:

@@ -48,7 +48,7 @@ from klique_util.units import gpus_to_milli
 from workers import outputs
 from workers.checkpoints import notice_dir, task_dir
 from workers.errors import ConfigError
-from workers.executors.base import Exited, Running, StartError, klique_env
+from workers.executors.base import Exited, Running, Started, StartError, klique_env
 from workers.executors.process import ProcessExecutor, ProcessHandle, _signal_name
 from workers.gpus import MILLI, Gpu, memory_cap_env
 
@@ -260,14 +260,16 @@ class ContainerExecutor(ProcessExecutor):
         env.update(variables)
         return cmd, env
 
-    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ContainerHandle:
+    def start(
+        self, lease: dict, gpu_indices: list[int], log_path: Path, mark: dict | None = None
+    ) -> ContainerHandle:
         cmd, env = self.command_for(lease, gpu_indices, log_path)
         for d in (task_dir(str(log_path)), notice_dir(str(log_path))):
             os.makedirs(d, mode=0o700, exist_ok=True)  # a mount's source must exist
         name = container_name(str(lease["task"]), int(lease["epoch"]))
         self._client_env = env
         try:
-            h = super().start({**lease, "command": cmd}, gpu_indices, log_path)
+            h = super().start({**lease, "command": cmd}, gpu_indices, log_path, mark)
         finally:
             self._client_env = None
         return ContainerHandle(
@@ -292,6 +294,15 @@ class ContainerExecutor(ProcessExecutor):
         if self._client_env is not None:
             return self._client_env
         return super().environment(lease, gpu_indices)
+
+    def started(self, key: str) -> Started | None:
+        """As the process executor's, with the container's name (from the task's record
+        in the marker)."""
+        found = super().started(key)
+        if found is None or found.mark is None:
+            return found
+        name = container_name(str(found.mark.get("task")), int(found.mark.get("epoch") or 0))
+        return Started({**found.handle, "name": name}, found.started_at, found.mark)
 
     def adopt(self, record: dict[str, Any]) -> ContainerHandle:
         h = super().adopt(record)

@@ -40,9 +40,11 @@ from workers.executors.base import (
     Handle,
     Running,
     Start,
+    Started,
     StartError,
     klique_env,
 )
+from workers.executors.spawnlock import SpawnLock
 from workers.errors import ConfigError
 from workers.gpus import Gpu, memory_cap_env
 from workers.liveness import path_in as liveness_path
@@ -124,23 +126,30 @@ class ProcessHandle(Handle):
 
 
 class ForkServer:
-    """The worker's ``wrapper.py --serve`` (see wrapper.py): one JSON line a request."""
+    """The worker's ``wrapper.py --serve`` (see wrapper.py): one JSON line a request. It
+    holds the worker's spawn lock (spawnlock.py), and so does each wrapper it forks until
+    its start marker is written."""
 
-    def __init__(self) -> None:
+    def __init__(self, spawn_lock: SpawnLock | None = None) -> None:
         self.proc: subprocess.Popen | None = None
         self.lock = threading.Lock()
         self.broken: str | None = None
+        self.spawn_lock = spawn_lock
 
     def _ensure(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
+            held = (self.spawn_lock.fd(),) if self.spawn_lock is not None else ()
             self.proc = subprocess.Popen(  # tasks get the umask the worker started with
                 [sys.executable, "-I", "-S", WRAPPER, "--serve"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=held,
                 umask=original_umask(),
             )
+            if self.spawn_lock is not None:
+                self.spawn_lock.holder(self.proc.pid)
         return self.proc
 
     def _ask(self, req: bytes) -> Any:
@@ -210,7 +219,8 @@ class ProcessExecutor(Executor[ProcessHandle]):
         self.workdir = str(workdir) if workdir else None
         self.base_env = dict(base_env if base_env is not None else os.environ)
         self.use_fork_server = use_fork_server
-        self.fork_server = ForkServer()
+        self.spawn_lock = SpawnLock(self.run_dir)
+        self.fork_server = ForkServer(self.spawn_lock)
         # the worker's liveness file: each wrapper stops its task once the worker is gone
         # for longer than the control plane waits before requeueing it (workers/liveness.py)
         self.watch = str(liveness_path(state_dir))
@@ -238,7 +248,51 @@ class ProcessExecutor(Executor[ProcessHandle]):
         return env
 
     # Executor ----------------------------------------------------------------------------
-    def _request(self, lease: dict, gpu_indices: list[int], log_path: Path) -> dict:
+    def settle(self) -> None:
+        """Takes the spawn lock (spawnlock.py): once it is held, every start an earlier run
+        of the worker asked for has left its marker or never happened."""
+        self.spawn_lock.fd()
+
+    def started(self, key: str) -> Started | None:
+        """The wrapper of ``key`` ran if its exit record or its start marker exists
+        (wrapper.py): its ``start`` line gives the handle. The exit record is read first and
+        again after the marker, since the wrapper writes the one and then removes the
+        other."""
+        exit_path = self.run_dir / f"{key}.exit"
+        start = _start_of_exit(exit_path)
+        if start is None:
+            start = _start_of_marker(Path(f"{exit_path}.reserve"))
+        if start is None:
+            start = _start_of_exit(exit_path)
+        if start is None:
+            return None
+        pid, ticks = start.get("pid"), start.get("start_ticks")
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        handle = ProcessHandle(
+            pid=pid,
+            pgid=pid,
+            start_ticks=ticks if isinstance(ticks, int) else None,
+            exit_path=str(exit_path),
+        )
+        at, mark = start.get("started_at"), start.get("mark")
+        return Started(
+            handle.to_record(),
+            at if isinstance(at, str) else None,
+            mark if isinstance(mark, dict) else None,
+        )
+
+    def leftovers(self, key: str) -> list[Path]:
+        """The wrapper's start marker (with its reserve): kept until the end is reported."""
+        return [self.run_dir / f"{key}.exit.reserve"]
+
+    def started_keys(self) -> list[str]:
+        suffix = ".exit.reserve"
+        return sorted(p.name[: -len(suffix)] for p in self.run_dir.glob(f"*{suffix}"))
+
+    def _request(
+        self, lease: dict, gpu_indices: list[int], log_path: Path, mark: dict | None = None
+    ) -> dict:
         """The fork server's request for a lease (its checks first: a ``StartError`` names
         what is wrong with it); the exit file of an earlier attempt removed."""
         command = lease.get("command")
@@ -260,6 +314,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
             "log": str(log_path),
             "watch": self.watch,
             "orphan_kill": self.orphan_kill(lease),
+            "mark": mark,
         }
 
     def _forked(self, req: dict, answer: dict) -> ProcessHandle:
@@ -292,12 +347,12 @@ class ProcessExecutor(Executor[ProcessHandle]):
             or not self.use_fork_server
             or self.fork_server.broken is not None
         ):
-            return super().start_many(starts)
+            return self._one_by_one(starts)
         out: list[ProcessHandle | StartError | None] = []
         reqs: list[tuple[int, dict]] = []
         for s in starts:
             try:
-                reqs.append((len(out), self._request(s.lease, s.gpu_indices, s.log_path)))
+                reqs.append((len(out), self._request(s.lease, s.gpu_indices, s.log_path, s.mark)))
                 out.append(None)
             except StartError as exc:
                 out.append(exc)
@@ -309,7 +364,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
                 for i, _ in reqs:
                     s = starts[i]
                     try:
-                        out[i] = self.start(s.lease, s.gpu_indices, s.log_path)
+                        out[i] = self.start(s.lease, s.gpu_indices, s.log_path, s.mark)
                     except StartError as err:
                         out[i] = err
             else:
@@ -320,8 +375,21 @@ class ProcessExecutor(Executor[ProcessHandle]):
                         out[i] = exc
         return [h for h in out if h is not None]
 
-    def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> ProcessHandle:
-        req = self._request(lease, gpu_indices, log_path)
+    def _one_by_one(self, starts: list[Start]) -> list[ProcessHandle | StartError]:
+        out: list[ProcessHandle | StartError] = []
+        for s in starts:
+            try:
+                out.append(self.start(s.lease, s.gpu_indices, s.log_path, s.mark))
+            except StartError as exc:
+                out.append(exc)
+        return out
+
+    def start(
+        self, lease: dict, gpu_indices: list[int], log_path: Path, mark: dict | None = None
+    ) -> ProcessHandle:
+        """``mark``: the task's record, written by the wrapper into its start marker before
+        the task runs (wrapper.py), for a worker restarted before it recorded the start."""
+        req = self._request(lease, gpu_indices, log_path, mark)
         if self.use_fork_server and self.fork_server.broken is None:
             try:
                 answer = self.fork_server.spawn(req)
@@ -331,6 +399,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
                 return self._forked(req, answer)
         exit_path = Path(req["exit_file"])
         command, env, orphan_kill = req["command"], req["env"], req["orphan_kill"]
+        held = self.spawn_lock.fd()  # the wrapper holds it until its marker is written
         with open(open_private(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
             try:
                 popen = subprocess.Popen(
@@ -342,6 +411,9 @@ class ProcessExecutor(Executor[ProcessHandle]):
                         "--watch",
                         self.watch,
                         *(["--orphan-kill", json.dumps(orphan_kill)] if orphan_kill else []),
+                        *(["--mark", json.dumps(mark)] if mark is not None else []),
+                        "--hold",
+                        str(held),
                         "--",
                         *command,
                     ],
@@ -350,6 +422,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
+                    pass_fds=(held,),
                     cwd=self.workdir,
                     env=env,
                     umask=original_umask(),
@@ -375,8 +448,9 @@ class ProcessExecutor(Executor[ProcessHandle]):
         )
 
     def close(self) -> None:
-        """Ends the fork server (the wrappers it forked live on)."""
+        """Ends the fork server (the wrappers it forked live on) and lets the spawn lock go."""
         self.fork_server.close()
+        self.spawn_lock.close()
 
     def exit_waiter(self, h: ProcessHandle) -> asyncio.Future | None:
         """A future done as soon as the task's wrapper is gone (a pidfd on the event loop),
@@ -442,6 +516,7 @@ class ProcessExecutor(Executor[ProcessHandle]):
                 data.get("signal"),
                 data.get("message"),
                 ended_at if isinstance(ended_at, str) else None,
+                recorded=True,
             )
         except (OSError, ValueError):
             pass
@@ -502,6 +577,27 @@ class ProcessExecutor(Executor[ProcessHandle]):
         while time.monotonic() < deadline and self._alive(h):
             await asyncio.sleep(POLL_S)
         return self._ended(h)
+
+
+def _start_of_exit(path: Path) -> dict | None:
+    """The ``start`` line an exit record repeats (wrapper.py), or None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    start = data.get("start") if isinstance(data, dict) else None
+    return start if isinstance(start, dict) else None
+
+
+def _start_of_marker(path: Path) -> dict | None:
+    """The JSON line at the head of a start marker (wrapper.py), or None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read()
+        start = json.loads(head.split(b"\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    return start if isinstance(start, dict) else None
 
 
 def _signal_name(signum: int) -> str:

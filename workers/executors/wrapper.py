@@ -1,15 +1,30 @@
 """The tiny wrapper every task command runs under.
 
-    python -I wrapper.py EXIT_FILE [--watch WORKER_FILE [--orphan-kill JSON]] -- COMMAND...
+    python -I wrapper.py EXIT_FILE [--watch WORKER_FILE [--orphan-kill JSON]] [--mark JSON]
+        [--hold FD] -- COMMAND...
 
 It starts COMMAND as its child (same process group, same stdout/stderr: the task's log),
 waits for it and writes its end to EXIT_FILE atomically:
 
-    {"exit_code": 0 | null, "signal": "SIGTERM" | null, "pid": <child pid>, "ended_at": "..."}
+    {"exit_code": 0 | null, "signal": "SIGTERM" | null, "pid": <child pid>, "ended_at": "...",
+     "start": {"pid": <the wrapper's pid>, "start_ticks", "started_at", "mark"}}
 
 and then exits with the child's code (128 + signal number for a signal). The worker reads
 EXIT_FILE when the wrapper is gone, so a task whose worker restarted, and which is no longer
 the worker's child, still reports its real exit code: its result is never lost.
+
+**The start marker.** Before it runs COMMAND (in the fork server's child: before the server
+may answer) the wrapper writes ``EXIT_FILE.reserve``: a JSON line ``{"pid", "start_ticks",
+"started_at", "mark"}`` (``mark``: what the worker handed with the start, ``--mark JSON``:
+the task's record) padded with NULs to ``RESERVE`` bytes, which are also the disk space kept
+for the exit record (below). The exit record repeats that line as ``"start"``; the marker is removed
+once the exit is recorded, by the wrapper, or by the worker that handed a mark once it has
+reported the end. A worker
+killed after the start and before it wrote the task's record finds one of the two at its
+restart, so it takes the running wrapper back rather than starting the task a second time.
+``--hold FD``: a descriptor (the worker's ``run/spawn.lock``, flock'ed) closed once the
+marker is written; a restarted worker takes that lock before it reads the markers, so every
+start still under way has left its marker by then.
 
 The wrapper ignores SIGTERM/SIGINT/SIGHUP sent to the task's process group (the worker sends
 SIGTERM to the group on a stop instruction; the command itself decides what to do with it),
@@ -35,11 +50,12 @@ machine), more than everything else a trivial task costs. So the worker keeps on
     python -I -S wrapper.py --serve
 
 running (``ProcessExecutor``): it reads one JSON request a line on stdin (``{"exit_file",
-"command", "env", "cwd", "log"}``, optionally ``"watch"`` and ``"orphan_kill"``; or a list
+"command", "env", "cwd", "log"}``, optionally ``"watch"``, ``"orphan_kill"`` and ``"mark"``; or a list
 of those, answered with a list: the worker's batch, forked all before any is waited for),
 forks,
 and the forked child becomes exactly the wrapper above (a session and process group of its own, stdin ``/dev/null``, stdout and stderr
-appended to ``log``, in ``cwd``, then ``run``: the same code as the command-line form), and
+appended to ``log``, its start marker written, in ``cwd``, then ``run``: the same code as the
+command-line form), and
 answers ``{"pid", "start_ticks"}`` (or ``{"error"}``) on stdout. A fork of this small process
 costs about a millisecond. The wrappers do not depend on the server once forked: if the
 server or the worker dies, they keep running and still record the exit. The server reaps
@@ -52,22 +68,29 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: the fork server forks this process for every task,
+    import threading  # and a smaller one forks faster (issue 29)
 
 
 def _write_exit(path: str, record: dict) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".exit.", dir=directory)
+    """Atomically, and durable before the rename: a temporary name of this process's own
+    (its pid and the exit file's name: no other writer), not ``tempfile`` (whose import
+    alone was a fifth of the fork server's memory, copied at every fork)."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            os.write(fd, json.dumps(record).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -75,6 +98,49 @@ def _write_exit(path: str, record: dict) -> None:
         except OSError:
             pass
         raise
+
+
+SIGNALS_DEFAULT = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)
+)
+"""What Python ignores at its start and ``subprocess`` restores for a child
+(``restore_signals``): the task starts with the default dispositions."""
+
+
+def spawn_task(command: list[str], env: dict[str, str] | None) -> int:
+    """Starts the task's command (``posix_spawn``: a vfork and an exec) and returns its pid,
+    as ``subprocess.Popen(command, env=env)`` did: the program looked up on the ``PATH`` of
+    ``env`` (the task's, which a virtual env changes) when its name has no ``/``; a name
+    found nowhere raises ``FileNotFoundError``, one found but not runnable
+    ``PermissionError``. Without ``subprocess`` this process is smaller to fork."""
+    environ = os.environ if env is None else env
+    program = command[0]
+    if "/" not in program:
+        found, denied = None, False
+        for directory in os.get_exec_path(environ):
+            path = os.path.join(directory, program)
+            if os.path.isfile(path):
+                if os.access(path, os.X_OK):
+                    found = path
+                    break
+                denied = True
+        if found is None:
+            if denied:
+                raise PermissionError(13, "Permission denied", program)
+            raise FileNotFoundError(2, "No such file or directory", program)
+        program = found
+    return os.posix_spawn(program, command, environ, setsigdef=SIGNALS_DEFAULT)
+
+
+def _wait_code(pid: int) -> int:
+    """The child's end as ``Popen.returncode`` says it: the exit code, or minus the
+    signal."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries already
+            continue
+        return os.waitstatus_to_exitcode(status)
 
 
 def _now() -> str:
@@ -176,7 +242,7 @@ class _ChildExit:
 
 def watch_worker(
     watch: str,
-    done: threading.Event | _ChildExit,
+    done: "threading.Event | _ChildExit",
     stopped: dict[str, str],
     orphan_kill: list[str] | None = None,
 ) -> None:
@@ -194,6 +260,8 @@ def watch_worker(
                 if worker_gone(info, now):
                     if now >= kill_at:
                         if orphan_kill:
+                            import subprocess  # rare: a container's kill by name
+
                             try:
                                 subprocess.run(
                                     orphan_kill,
@@ -232,15 +300,19 @@ def run(
     env: dict[str, str] | None = None,
     watch: str | None = None,
     orphan_kill: list[str] | None = None,
+    marked: "Marker | None" = None,
 ) -> int:
     """Runs ``command`` (in ``env``, else this process's environment), waits for it, records
     its end in ``exit_file``; returns the wrapper's own exit code. ``watch``: the worker's
-    liveness file (stop the task when its worker is gone, see the module's docstring)."""
+    liveness file (stop the task when its worker is gone, see the module's docstring).
+    ``marked``: the start marker, written already (``mark_start``); else none is written
+    here (the command-line form writes it in ``main``)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
-    reserve = _reserve(exit_file)
+    start = marked.start if marked is not None else None
+    reserve = marked.path if marked is not None and marked.reserved else None
     try:
-        child = subprocess.Popen(command, env=env)
+        child = spawn_task(command, env)
     except OSError as exc:
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         sys.stderr.write(f"[klique-worker] cannot run {command[0]!r}: {exc.strerror or exc}\n")
@@ -253,37 +325,42 @@ def run(
                 "pid": None,
                 "ended_at": _now(),
                 "message": f"cannot run {command[0]!r}",
+                "start": start,
             },
             reserve,
+            marked,
         )
         return code
     stopped: dict[str, str] = {}
-    exited = _ChildExit.of(child.pid) if watch else None
+    exited = _ChildExit.of(child) if watch else None
     if watch and exited is not None:  # the watch in this thread, until the child ends
         try:
             watch_worker(watch, exited, stopped, orphan_kill)
         finally:
             exited.close()
-        rc = child.wait()
-    else:
+        rc = _wait_code(child)
+    elif watch:
+        import threading  # no pidfd here: the watch on a thread of its own
+
         done = threading.Event()
-        if watch:
-            threading.Thread(
-                target=watch_worker, args=(watch, done, stopped, orphan_kill), daemon=True
-            ).start()
-        rc = child.wait()
+        threading.Thread(
+            target=watch_worker, args=(watch, done, stopped, orphan_kill), daemon=True
+        ).start()
+        rc = _wait_code(child)
         done.set()
-    record: dict[str, Any]
+    else:
+        rc = _wait_code(child)
+    record: dict[str, object]
     if rc < 0:
         record = {"exit_code": None, "signal": _signal_name(-rc)}
         code = 128 - rc
     else:
         record = {"exit_code": rc, "signal": None}
         code = rc
-    record.update(pid=child.pid, ended_at=_now())
+    record.update(pid=child, ended_at=_now(), start=start)
     if stopped.get("message"):
         record["message"] = stopped["message"]
-    _write_exit_reserved(exit_file, record, reserve)
+    _write_exit_reserved(exit_file, record, reserve, marked)
     return code
 
 
@@ -293,24 +370,61 @@ they are given back just before the exit is recorded, so the task's true end is 
 to ENOSPC (issue 26)."""
 
 
-def _reserve(exit_file: str) -> str | None:
-    path = exit_file + ".reserve"
-    try:
-        with open(path, "wb") as fh:
-            fh.write(b"\0" * RESERVE)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError:
+class Marker:
+    """The start marker this wrapper wrote (``EXIT_FILE.reserve``): its ``start`` line, and
+    whether the file also holds the ``RESERVE`` bytes (a full disk may leave the line only)."""
+
+    def __init__(self, path: str, start: dict, reserved: bool) -> None:
+        self.path, self.start, self.reserved = path, start, reserved
+
+    def remove(self) -> None:
         try:
-            os.unlink(path)
+            os.unlink(self.path)
         except OSError:
             pass
+
+
+def mark_start(exit_file: str, mark: object = None) -> Marker | None:
+    """Writes the start marker (see the module's docstring): the line first, then the NULs
+    that make it ``RESERVE`` bytes. Not fsync'ed: it is read by a worker restarted on this
+    machine's running kernel (a crash of the machine ends the wrapper too), and the blocks
+    are reserved by the write itself (delayed allocation accounts them then). None when not
+    even the line could be written (the disk is full): the task still runs, unmarked."""
+    path = exit_file + ".reserve"
+    me = os.getpid()
+    start = {"pid": me, "start_ticks": _start_ticks(me), "started_at": _now(), "mark": mark}
+    line = json.dumps(start).encode() + b"\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    except OSError:
         return None
-    return path
+    try:
+        try:
+            os.write(fd, line)
+        except OSError:
+            os.close(fd)
+            fd = -1
+            os.unlink(path)
+            return None
+        try:
+            os.write(fd, b"\0" * max(0, RESERVE - len(line)))
+            reserved = True
+        except OSError:
+            reserved = False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return Marker(path, start, reserved)
 
 
-def _write_exit_reserved(exit_file: str, record: dict, reserve: str | None) -> None:
-    """Records the exit; if the disk is full, frees the reserve and tries once more."""
+def _write_exit_reserved(
+    exit_file: str, record: dict, reserve: str | None, marked: Marker | None = None
+) -> None:
+    """Records the exit; if the disk is full, frees the reserve and tries once more. The
+    marker goes once the exit is recorded (the exit record repeats its ``start``), unless a
+    worker handed a mark: that worker removes it when it forgets the task, off the task's
+    path (an unlink waits on the file system's journal, and the worker notices the end only
+    once this process has exited)."""
     try:
         _write_exit(exit_file, record)
     except OSError:
@@ -320,11 +434,8 @@ def _write_exit_reserved(exit_file: str, record: dict, reserve: str | None) -> N
         reserve = None
         _write_exit(exit_file, record)
     finally:
-        if reserve is not None:
-            try:
-                os.unlink(reserve)
-            except OSError:
-                pass
+        if marked is not None and marked.start.get("mark") is None:
+            marked.remove()
 
 
 def main(argv: list[str]) -> int:
@@ -332,16 +443,22 @@ def main(argv: list[str]) -> int:
         return serve()
     opts: dict[str, str] = {}
     rest = argv[1:]
-    while len(rest) >= 2 and rest[0] in ("--watch", "--orphan-kill"):
+    while len(rest) >= 2 and rest[0] in ("--watch", "--orphan-kill", "--mark", "--hold"):
         opts[rest[0]], rest = rest[1], rest[2:]
     if not argv or len(rest) < 2 or rest[0] != "--":
         sys.stderr.write(
-            "usage: wrapper.py EXIT_FILE [--watch FILE [--orphan-kill JSON]] -- "
-            "COMMAND [ARGS...] | --serve\n"
+            "usage: wrapper.py EXIT_FILE [--watch FILE [--orphan-kill JSON]] [--mark JSON] "
+            "[--hold FD] -- COMMAND [ARGS...] | --serve\n"
         )
         return 2
     kill = json.loads(opts["--orphan-kill"]) if "--orphan-kill" in opts else None
-    return run(argv[0], rest[1:], watch=opts.get("--watch"), orphan_kill=kill)
+    marked = mark_start(argv[0], json.loads(opts["--mark"]) if "--mark" in opts else None)
+    if "--hold" in opts:  # the marker is on disk: a restarted worker may read it now
+        try:
+            os.close(int(opts["--hold"]))
+        except (OSError, ValueError):
+            pass
+    return run(argv[0], rest[1:], watch=opts.get("--watch"), orphan_kill=kill, marked=marked)
 
 
 # ------------------------------------------------------------------------- the fork server
@@ -386,6 +503,7 @@ def _fork(req: dict, mask: set[int | signal.Signals]) -> tuple[int, int]:
     mask to give the child); returns its pid and the read end of a pipe that reaches EOF
     once the child leads its own session. Raises (nothing forked) for a bad request."""
     exit_file, command = str(req["exit_file"]), [str(a) for a in req["command"]]
+    mark = req.get("mark")
     watch = str(req["watch"]) if req.get("watch") else None
     orphan_kill = [str(a) for a in req["orphan_kill"]] if req.get("orphan_kill") else None
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
@@ -412,10 +530,13 @@ def _fork(req: dict, mask: set[int | signal.Signals]) -> tuple[int, int]:
                 os.dup2(null_fd, 0)
                 os.dup2(log_fd, 1)
                 os.dup2(log_fd, 2)
-                _close_fds_from(3)  # ready_w too: the server may answer now
+                # the marker before the answer: a worker killed from here on finds it
+                marked = mark_start(exit_file, mark)
+                # ready_w (the server may answer now) and the worker's spawn lock too
+                _close_fds_from(3)
                 if cwd:
                     os.chdir(cwd)
-                code = run(exit_file, command, env, watch, orphan_kill)
+                code = run(exit_file, command, env, watch, orphan_kill, marked)
             except BaseException as exc:  # pragma: no cover - a broken child
                 try:
                     os.write(2, f"[klique-worker] the task's wrapper failed: {exc}\n".encode())
