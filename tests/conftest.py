@@ -169,13 +169,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> scheduling.F
     return scheduling.FileScheduling(config, log)
 
 
+DURATIONS_ENV = "KLIQUE_TEST_DURATIONS"
+"""A file to write each scope's seconds to at the end of a run (merged into what it holds):
+the order in which tests/harness/scheduling.py hands the scopes out
+(``KLIQUE_TEST_DURATIONS=tests/harness/durations.json make test`` refreshes it)."""
+
 _FINISHED: list[str] = []
 """The node ids of the tests whose teardown was reported (on the controller, under xdist)."""
+
+
+_SECONDS: dict[str, float] = {}
+"""Seconds per xdist scope (set-up, call and teardown of its tests), for ``KLIQUE_TEST_DURATIONS``."""
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "teardown":
         _FINISHED.append(report.nodeid)
+    scope = scheduling.scope_of(report.nodeid)
+    _SECONDS[scope] = _SECONDS.get(scope, 0.0) + report.duration
 
 
 def _unrun(session: pytest.Session) -> str | None:
@@ -200,6 +211,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     never hides a leak from it."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # the controller checks once for all its workers
+    out = os.environ.get(DURATIONS_ENV)
+    if out and _SECONDS:
+        scheduling.record(_SECONDS, Path(out))
     me = os.getpid()
     xdist = session.config.pluginmanager.has_plugin("dsession")
     # under xdist the controller's own children are its workers (the tests run in them)

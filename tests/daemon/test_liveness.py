@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kliqued.daemon.server import CLOCK_OFFSET_ENV
 from tests.harness.typed import present
 
 from .fleet import (
@@ -36,6 +37,10 @@ settings:
   currency: EUR
   start_timeout: 2s
 """
+
+
+DOWN_MS = 7000
+"""How long the daemon is down in the restart test: longer than its 6 s start timeout."""
 
 
 @pytest.fixture
@@ -142,10 +147,14 @@ def test_work_no_worker_took_is_requeued_at_the_start_timeout_once_the_worker_is
     assert rows == [["requeued: not started within 2s on bare"]]
 
 
-def test_a_restart_gives_unstarted_work_its_start_timeout_again(tmp_path: Path) -> None:
+def test_a_restart_gives_unstarted_work_its_start_timeout_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The daemon was down longer than the start timeout: its known worker gets a full TTL
     to come back, and once it is lost the task no worker took is requeued a full start
-    timeout after the restart, not at once."""
+    timeout after the restart, not at once. The 7 s down are stepped, not slept: the
+    restarted daemon's clock runs ``DOWN_MS`` ahead (``KLIQUED_TEST_CLOCK_OFFSET_MS``), which
+    to it is time that passed while it was down."""
     settings = SETTINGS.replace("start_timeout: 2s", "start_timeout: 6s")
     estate = write_estate(tmp_path / "estate", {**ESTATE, "settings.yaml": settings})
     fs = FleetServer(tmp_path, estate=estate).start()
@@ -156,9 +165,10 @@ def test_a_restart_gives_unstarted_work_its_start_timeout_again(tmp_path: Path) 
         tid = fs.submit(erin, "team-b/one", ["sleep", "100"])
         wait_for(lambda: fs.task(tid)["state"] == "placed", 10, "placed")  # never leased
         assert fs.stop() == 0
-        time.sleep(7)  # longer than the start timeout
-        restarted = time.time()
+        monkeypatch.setenv(CLOCK_OFFSET_ENV, str(DOWN_MS))  # down longer than the timeout
+        restarted = time.time() + DOWN_MS / 1000  # on the restarted daemon's clock
         fs.start()
+        assert f"the clock runs {DOWN_MS} ms off" in fs.log()  # the step took
         wait_for(lambda: fs.events(kind="worker_lost"), 10, "the silent worker lost")
         assert fs.task(tid)["state"] == "placed"
         assert reason(fs, tid) == ("worker", "placed on bare, not started: no live worker in bare")

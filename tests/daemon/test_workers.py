@@ -43,7 +43,7 @@ def test_a_long_poll_answers_when_work_is_placed_and_reports_are_idempotent(fs) 
     got: list = []
     poll = threading.Thread(target=lambda: got.append((w.lease(wait=2), time.monotonic())))
     poll.start()
-    time.sleep(0.3)
+    time.sleep(0.3)  # the poll is parked before the submission: its answer is timed from it
     t0 = time.monotonic()
     tid = fs.submit(fs.erin, "team-b/one", ["echo", "hi"], labels={"k": "v"})
     poll.join(5)

@@ -10,7 +10,6 @@ import secrets
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import duckdb
 import pytest
 
 from tests.harness.daemon import ADMIN, ROOT, SMALL_ESTATE, Server
+from tests.harness.inproc import InProcServer
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +25,17 @@ def server(tmp_path_factory) -> Iterator[Server]:
     s = Server(tmp_path_factory.mktemp("tokens")).start()
     yield s
     if s.proc is not None and s.proc.poll() is None:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def stepped(tmp_path_factory) -> Iterator[InProcServer]:
+    """A daemon in process whose clock the test steps past a token's expiry instead of
+    sleeping through it (no process boundary is under test there)."""
+    s = InProcServer(tmp_path_factory.mktemp("tokens-stepped")).start()
+    try:
+        yield s
+    finally:
         s.stop()
 
 
@@ -155,13 +166,14 @@ def test_a_group_admin_outside_every_group_may_have_a_token(server: Server) -> N
     assert server.ok("POST", "/v1/tokens", {"user": "walter"}, expect=201)["token"]
 
 
-def test_an_expired_token_is_refused_saying_when(server: Server) -> None:
+def test_an_expired_token_is_refused_saying_when(stepped: InProcServer) -> None:
+    server = stepped
     made = server.ok("POST", "/v1/tokens", {"user": "bob", "expires_in": "2s"}, expect=201)
     assert made["expires_at"] is not None
     assert server.ok("GET", "/v1/whoami", token=made["token"])["name"] == "bob"
     listed = {t["id"]: t for t in server.ok("GET", "/v1/tokens")["tokens"]}
     assert listed[made["id"]]["expires_at"] == made["expires_at"]
-    time.sleep(2.2)
+    server.step(2.2)
     st, body = server.call("GET", "/v1/whoami", token=made["token"])
     assert st == 401
     assert body["error"]["message"] == f"token {made['id']} expired on {made['expires_at']}"
@@ -183,14 +195,15 @@ def test_rotation_gives_a_new_secret_and_ends_the_old_one(server: Server) -> Non
     assert server.call("POST", "/v1/tokens/tk-nope/rotate")[0] == 404
 
 
-def test_rotation_with_grace_keeps_the_old_token_for_the_grace(server: Server) -> None:
+def test_rotation_with_grace_keeps_the_old_token_for_the_grace(stepped: InProcServer) -> None:
+    server = stepped
     old = server.ok("POST", "/v1/tokens", {"user": "dave"}, expect=201)
     new = server.ok("POST", f"/v1/tokens/{old['id']}/rotate", {"grace": "2s"}, expect=201)
     assert new["expires_at"] is None
     assert server.ok("GET", "/v1/whoami", token=old["token"])["name"] == "dave"
     listed = {t["id"]: t for t in server.ok("GET", "/v1/tokens")["tokens"]}
     assert listed[old["id"]]["expires_at"] is not None
-    time.sleep(2.2)
+    server.step(2.2)
     st, body = server.call("GET", "/v1/whoami", token=old["token"])
     assert st == 401 and "expired" in body["error"]["message"]
     assert server.ok("GET", "/v1/whoami", token=new["token"])["name"] == "dave"

@@ -45,7 +45,7 @@ def test_scancel_full_term_reaches_the_batch_script(slurm, tmp_path: Path) -> No
     script = f"trap 'touch {marker}; exit 0' TERM\nsleep 60 &\nwait\n"
     job = _sbatch(slurm, tmp_path, script, "--gres=gpu:1")
     wait_for(lambda: _state(slurm, job) == "RUNNING", 20, f"job {job} to run", every=0.2)
-    time.sleep(0.5)
+    time.sleep(0.5)  # RUNNING is slurmd's word: the batch shell may not have set its trap yet
     subprocess.run(["scancel", "--signal=TERM", "--full", job], env=slurm.env, check=True)
     _wait_gone(slurm, job)
     assert marker.exists()
