@@ -50,7 +50,7 @@ Kinds (``data`` fields in brackets):
   cursor?, token?] (``token``: the schedule is bound to that token from now on: a resume by
   its owner, a rotation) / ``schedule_run`` [id, due, outcome, task?, pipeline_id?, missed]
   (committed with the submission it makes) / ``pipeline_started`` [id, owner, token?, name,
-  file, text, params, schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?,
+  file, text, params, project?, schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?,
   text, outputs?] / ``pipeline_changed`` [id, state: paused|running, text, token?] (its
   token ended; resumed, or rebound by a rotation) / ``pipeline_ended`` [id, state, text]
   (docs/channels.md, "The token a schedule runs on")
@@ -479,7 +479,7 @@ class ScheduleCreated(Payload):
     project: str | None = None
     gpus_milli: int | None = None
     labels: dict[str, str] | None = None
-    pipeline: dict[str, Any] | None = None  # {file, text, params}: a pipeline per run
+    pipeline: dict[str, Any] | None = None  # {file, text, params, project?}: a pipeline per run
     concurrency: str = "allow"
     missed: str = "run-once"
     deadline_s: int | None = None
@@ -524,6 +524,7 @@ class PipelineStarted(Payload):
     file: str
     text: str
     params: dict[str, str] = field(default_factory=dict)
+    project: str | None = None  # the run's project, for the steps naming none
     schedule: str | None = None
 
 

@@ -585,7 +585,7 @@ class Client:
             "deadline": deadline,
         }
         if pipeline is not None:
-            body["pipeline"] = self._pipeline_body(pipeline, params)
+            body["pipeline"] = self._pipeline_body(pipeline, params, project)
         else:
             body.update(
                 {
@@ -656,18 +656,27 @@ class Client:
 
     # ------------------------------------------------------------------ pipelines
     @staticmethod
-    def _pipeline_body(path: str | Path, params: dict[str, str] | None) -> dict[str, Any]:
+    def _pipeline_body(
+        path: str | Path, params: dict[str, str] | None, project: str | None = None
+    ) -> dict[str, Any]:
         p = Path(path)
         return {
             "file": p.name,
             "text": p.read_text(encoding="utf-8"),
             "params": {str(k): str(v) for k, v in (params or {}).items()},
+            "project": project,
         }
 
-    def run_pipeline(self, path: str | Path, params: dict[str, str] | None = None) -> dict:
+    def run_pipeline(
+        self,
+        path: str | Path,
+        params: dict[str, str] | None = None,
+        project: str | None = None,
+    ) -> dict:
         """Runs the pipeline file at ``path`` (its text is sent, so errors point into it:
-        ``file:line:col``); returns the pipeline with its steps. Not retried."""
-        return self._call("POST", "/pipelines", body=self._pipeline_body(path, params))
+        ``file:line:col``); returns the pipeline with its steps. ``project``: the steps'
+        project where a step names none (before the file's ``project``). Not retried."""
+        return self._call("POST", "/pipelines", body=self._pipeline_body(path, params, project))
 
     def pipelines(self) -> list[dict]:
         return self._call("GET", "/pipelines")["pipelines"]

@@ -92,6 +92,9 @@ class PipelineRunRequest(BaseModel):
     params: Annotated[
         dict[str, Annotated[str, Field(max_length=4096)]] | None, Field(max_length=100)
     ] = None
+    project: Annotated[str | None, Field(min_length=1, max_length=256)] = Field(
+        None, description="the project of the steps that name none (before the file's own)"
+    )
 
 
 class ScheduleCreate(BaseModel):
