@@ -180,11 +180,17 @@ def waiting(d: Daemon) -> treeviews.Waiting:
 
 
 def policy(
-    d: Daemon, name: str, now: int, waits: treeviews.Waiting | None = None
+    d: Daemon,
+    name: str,
+    now: int,
+    waits: treeviews.Waiting | None = None,
+    alerts_for: Principal | None = None,
 ) -> dict[str, Any]:
     """A policy: its use, its budget in the current period, its place in the organisation
     tree and who is waiting in its subtree. An envelope's ``used`` and budget count its
-    whole subtree (the engine's counters), so burn rate and run-out hold at every level."""
+    whole subtree (the engine's counters), so burn rate and run-out hold at every level.
+    The budget's ``alerts`` are there only when ``alerts_for`` may act on them
+    (``Access.fixes_budget``; None: everyone)."""
     idx, st = d.idx(), d.st()
     g = idx.group_of_policy[name]
     gi = idx.groups[g]
@@ -217,16 +223,21 @@ def policy(
             "left_hours": b.left_hours,
             "burn_rate": b.burn_rate,
             "runout_at": iso(b.runout_at),
-            "alerts": alerts,
         }
+        if alerts_for is None or d.acc().fixes_budget(alerts_for, g):
+            out["budget"]["alerts"] = alerts
     return out
 
 
 def pools(
-    d: Daemon, only: str | None = None, sees: Callable[[str], bool] = lambda g: False
+    d: Daemon,
+    only: str | None = None,
+    sees: Callable[[str], bool] = lambda g: False,
+    truth: bool = True,
 ) -> list[dict[str, Any]]:
     """Every pool (``only``: one), with ``by_level``: the GPUs each group of the tree that
-    ``sees`` admits uses there, rolled up the tree."""
+    ``sees`` admits uses there, rolled up the tree; with ``capacity_truth`` when ``truth``
+    (its warnings are for those who can fix a pool or a machine: ``Access.fixes_pools``)."""
     st = d.st()
     borrowed = st.borrowed_by_pool()
     now = d.clock.now()
@@ -252,10 +263,10 @@ def pools(
                 "autoscaled": p.autoscale is not None,
                 "start_timeout_s": p.start_timeout_s,
                 "by_level": treeviews.by_level(d, p.name, sees),
-                # issue 15: declared against what the live workers report
-                "capacity_truth": capacity.pool_truth(d, p),
             }
         )
+        if truth:  # issue 15: declared against what the live workers report
+            out[-1]["capacity_truth"] = capacity.pool_truth(d, p)
         if p.autoscale is not None:  # its nodes, spend and scaling (cloud.py)
             out[-1]["cloud"] = cloud.view(d, p, now)
             # issue 25: with no live worker it takes work only while its autoscaler runs

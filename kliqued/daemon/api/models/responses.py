@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from kliqued.daemon.state.channels import CHANNELS
 
@@ -671,7 +672,9 @@ class Budget(BaseModel):
     left_hours: float
     burn_rate: float = Field(description="budget hours per hour")
     runout_at: datetime | None
-    alerts: list[Alert]
+    alerts: list[Alert] | SkipJsonSchema[None] = Field(
+        None, description="this period's alerts: for those who can act on them"
+    )
 
 
 class WaitingGroup(BaseModel):
