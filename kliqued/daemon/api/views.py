@@ -247,26 +247,25 @@ def pools(
             continue
         used = st.pool_used.get(p.name, 0)
         live = d.live_workers(p.name)
-        out.append(
-            {
-                "name": p.name,
-                "kind": p.kind,
-                "gpu_type": p.gpu_type,
-                "capacity": gpus(p.capacity_milli),
-                "used": gpus(used),
-                "borrowed": gpus(borrowed.get(p.name, 0)),
-                "free": gpus(max(0, p.capacity_milli - used)),
-                "labels": p.labels,
-                # liveness (issue 10): who can start the work placed here
-                "workers": {"live": len(live), "gpus": sum(len(w.gpus) for w in live)},
-                "takes_work": p.name not in st.unavailable,
-                "autoscaled": p.autoscale is not None,
-                "start_timeout_s": p.start_timeout_s,
-                "by_level": treeviews.by_level(d, p.name, sees),
-            }
-        )
+        row: dict[str, Any] = {
+            "name": p.name,
+            "kind": p.kind,
+            "gpu_type": p.gpu_type,
+            "capacity": gpus(p.capacity_milli),
+            "used": gpus(used),
+            "borrowed": gpus(borrowed.get(p.name, 0)),
+            "free": gpus(max(0, p.capacity_milli - used)),
+            "labels": p.labels,
+            # liveness (issue 10): who can start the work placed here
+            "workers": {"live": len(live), "gpus": sum(len(w.gpus) for w in live)},
+            "takes_work": p.name not in st.unavailable,
+            "autoscaled": p.autoscale is not None,
+            "start_timeout_s": p.start_timeout_s,
+            "by_level": treeviews.by_level(d, p.name, sees),
+        }
+        out.append(row)
         if truth:  # issue 15: declared against what the live workers report
-            out[-1]["capacity_truth"] = capacity.pool_truth(d, p)
+            row["capacity_truth"] = capacity.pool_truth(d, p)
         if p.autoscale is not None:  # its nodes, spend and scaling (cloud.py)
             out[-1]["cloud"] = cloud.view(d, p, now)
             # issue 25: with no live worker it takes work only while its autoscaler runs
