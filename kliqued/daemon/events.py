@@ -15,7 +15,7 @@ Kinds (``data`` fields in brackets):
 - ``cancelled`` [text, by: request|estate, interval|null; a request's channel]
 - ``ended`` [kind: finished|failed, epoch, worker, exit_code, signal, message, interval;
   reason and lost for a task lost the third time] (a worker's report)
-- ``worker_registered`` [worker, pool, hostname, executor, gpus, version, key_hash] (the
+- ``worker_registered`` [worker, pool, hostname, executor, gpus, version, key_hash, apps?] (the
   keyed hash of the worker's key, which binds the id to that worker: never shown by the API)
 - ``leased`` [worker, epoch, pool, size_milli; a gang's rank, world, master_addr,
   master_port, or nodes when one worker spreads it] / ``started`` [worker, epoch, ...] /
@@ -296,6 +296,7 @@ class WorkerRegistered(Payload):
     gpus: list[Any] = field(default_factory=list)
     version: str | None = None
     key_hash: str | None = None
+    apps: list[str] | None = None  # the session apps it can start; None: it did not say
 
 
 @registered("capacity_mismatch")

@@ -55,6 +55,35 @@ SINCE: list[tuple[str, tuple[str, ...], Any]] = [
             "runout_at",
         ],
     ),
+    # issue 32: the session apps a worker can start, said at registration and shown
+    (
+        "WorkerRegistration",
+        ("properties", "apps"),
+        {
+            "type": ["array", "null"],
+            "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$"},
+            "maxItems": 32,
+        },
+    ),
+    ("Worker", ("properties", "apps"), {"type": ["array", "null"], "items": {"type": "string"}}),
+    (
+        "Worker",
+        ("required",),
+        [
+            "id",
+            "pool",
+            "hostname",
+            "executor",
+            "gpus",
+            "version",
+            "registered_at",
+            "state",
+            "lost_at",
+            "cannot_work",
+            "leases",
+            "apps",
+        ],
+    ),
 ]
 """Changes made on purpose since the schemas were frozen: (schema, path, its value now),
 applied to the frozen copy so the comparisons below hold the rest as it was."""

@@ -20,6 +20,7 @@ from compiler.compiled import CIdle
 from compiler.units import parse_duration
 from klique_util.units import duration_str
 
+from kliqued.daemon.apps import APP_LABEL, CHANNEL_LABEL
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.state.channels import Channel
 from kliqued.daemon.records import TaskRecord
@@ -27,8 +28,6 @@ from kliqued.daemon.state.submission import Submission
 from kliqued.daemon.api.views import end_text
 
 CHANNEL: Channel = "session"
-CHANNEL_LABEL = "klique.channel"
-APP_LABEL = "klique.session"
 KINDS = ("wall", "cpu", "gpu", "network")
 PREFIX = "/sessions/"
 

@@ -373,6 +373,7 @@ def worker(d: Daemon, w: Any) -> dict[str, Any]:
         "state": worker_state(d, w),
         "lost_at": iso(w.lost_at),
         "cannot_work": w.cannot_work,
+        "apps": w.apps,
         "leases": [
             {"task": lease.task, "epoch": lease.epoch, "status": lease.status}
             for lease in sorted(w.leases.values(), key=lambda x: x.key)

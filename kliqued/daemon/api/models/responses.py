@@ -242,6 +242,9 @@ class Worker(BaseModel):
     lost_at: datetime | None
     cannot_work: str | None = Field(description="why the worker says it takes no work now")
     leases: list[WorkerLease]
+    apps: list[str] | None = Field(
+        description="the session apps it can start (null: it did not say)"
+    )
 
 
 class WorkerList(BaseModel):
