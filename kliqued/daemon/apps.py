@@ -17,12 +17,43 @@ from kliqued.daemon.records import TaskRecord
 CHANNEL_LABEL = "klique.channel"
 APP_LABEL = "klique.session"
 
+APPS: dict[str, list[str]] = {
+    # each listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path $KLIQUE_SESSION_PREFIX
+    # (the worker sets both); the control plane authenticates, so the app asks for nothing
+    "jupyter": [
+        "sh",
+        "-c",
+        "exec jupyter lab --no-browser --ip=127.0.0.1 "
+        '--port="$KLIQUE_SESSION_PORT" --ServerApp.base_url="$KLIQUE_SESSION_PREFIX" '
+        "--IdentityProvider.token= --ServerApp.password= "
+        "--ServerApp.allow_origin='*' --ServerApp.allow_remote_access=True "
+        # a container's tasks often run as root; only the tunnel reaches it
+        "--allow-root",
+    ],
+    "vscode": [
+        "sh",
+        "-c",
+        'exec code-server --bind-addr "127.0.0.1:$KLIQUE_SESSION_PORT" '
+        "--auth none --disable-telemetry",
+    ],
+    "shell": [
+        "sh",
+        "-c",
+        'exec ttyd --interface 127.0.0.1 --port "$KLIQUE_SESSION_PORT" '
+        '--base-path "${KLIQUE_SESSION_PREFIX%/}" --writable bash -l',
+    ],
+}
+"""Each app's command (kliqued/daemon/api/sessions.py starts a session with it); its program
+is ``klique_util.session_apps.PROGRAMS``'s."""
+
 
 def app_of(rec: TaskRecord) -> str | None:
-    """The app a session's task runs; None for any other task."""
+    """The app whose program a session's task needs; None for any other task, and for a
+    session running its own command (``-- CMD...``: its program is its user's affair)."""
     if rec.labels.get(CHANNEL_LABEL) != "session":
         return None
-    return rec.labels.get(APP_LABEL)
+    app = rec.labels.get(APP_LABEL)
+    return app if app is not None and rec.command == APPS.get(app) else None
 
 
 def can_start(w: WorkerInfo, rec: TaskRecord) -> bool:

@@ -58,8 +58,11 @@ def test_a_session_no_worker_of_its_pools_can_start_is_refused_at_once(tmp_path:
         assert "pip install jupyterlab" in err["message"]
         workers = s.ok("GET", "/v1/workers")["workers"]
         assert [(w["id"], w["apps"]) for w in workers] == [("w-1", ["shell"])]
-        # an app it has goes to it
+        # an app it has goes to it; so does a session of one's own command (-- CMD...)
         st, body = start(s, "shell")
+        assert st == 201, body
+        own = {"resource": "team-a/one", "app": "jupyter", "command": ["my-server"]}
+        st, body = s.call("POST", "/v1/sessions", own, s.token("alice"))
         assert st == 201, body
     finally:
         assert s.stop() == 0, s.log()

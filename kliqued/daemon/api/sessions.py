@@ -31,33 +31,6 @@ CHANNEL: Channel = "session"
 KINDS = ("wall", "cpu", "gpu", "network")
 PREFIX = "/sessions/"
 
-APPS: dict[str, list[str]] = {
-    # each listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path $KLIQUE_SESSION_PREFIX
-    # (the worker sets both); the control plane authenticates, so the app asks for nothing
-    "jupyter": [
-        "sh",
-        "-c",
-        "exec jupyter lab --no-browser --ip=127.0.0.1 "
-        '--port="$KLIQUE_SESSION_PORT" --ServerApp.base_url="$KLIQUE_SESSION_PREFIX" '
-        "--IdentityProvider.token= --ServerApp.password= "
-        "--ServerApp.allow_origin='*' --ServerApp.allow_remote_access=True "
-        # a container's tasks often run as root; only the tunnel reaches it
-        "--allow-root",
-    ],
-    "vscode": [
-        "sh",
-        "-c",
-        'exec code-server --bind-addr "127.0.0.1:$KLIQUE_SESSION_PORT" '
-        "--auth none --disable-telemetry",
-    ],
-    "shell": [
-        "sh",
-        "-c",
-        'exec ttyd --interface 127.0.0.1 --port "$KLIQUE_SESSION_PORT" '
-        '--base-path "${KLIQUE_SESSION_PREFIX%/}" --writable bash -l',
-    ],
-}
-
 
 def _invalid(field: str, message: str) -> ApiError:
     return ApiError(422, "invalid-field", f"{field}: {message}", {"field": field})

@@ -81,7 +81,7 @@ async def start(request: web.Request) -> web.Response:
     app = body["app"]
     task = {
         "resource": body["resource"],
-        "command": body.get("command") or list(sessions.APPS[app]),
+        "command": body.get("command") or list(apps.APPS[app]),
         "project": body.get("project"),
         "gpus": body.get("gpus"),
     }
@@ -98,7 +98,7 @@ async def start(request: web.Request) -> web.Response:
             {"field": "resource"},
         )
     known = [w for w in d.workers.values() if w.pool in cr.pools]
-    if apps.missing_everywhere(app, known):
+    if task["command"] == apps.APPS[app] and apps.missing_everywhere(app, known):
         raise ApiError(
             422,
             "app-unavailable",
