@@ -26,6 +26,13 @@ from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
 from kliqued.daemon.api.models.responses import RESPONSES  # noqa: E402
 from kliqued.daemon.api.models.estate import ESTATE_ANSWERS  # noqa: E402
 from kliqued.daemon.api.models.schema import components  # noqa: E402
+from kliqued.daemon.api.schema_rules import (  # noqa: E402
+    SINCE_PATTERN,
+    UTC_TIME_PATTERN,
+    name_rule,
+    with_name_rule,
+)
+from kliqued.ledger.focus import MONTH_PATTERN  # noqa: E402
 
 URN = "urn:kliqued:openapi"
 
@@ -36,13 +43,21 @@ TIME = {
 }
 
 
+UTC_TIME = {**TIME, "pattern": UTC_TIME_PATTERN}
+"""A time parameter: what ``params.time_param`` reads (``Z`` only)."""
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-SCHEMAS: dict[str, Any] = components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS))
+SCHEMAS: dict[str, Any] = with_name_rule(
+    components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS)), [m.__name__ for m in REQUESTS]
+)
 """The document's schemas, all generated from models: every request body
-(``models/requests.py``) and every answer (``models/responses.py``, ``models/estate.py``)."""
+(``models/requests.py``) and every answer (``models/responses.py``, ``models/estate.py``);
+the request bodies' names with the rule that they hold no control character
+(``schema_rules``)."""
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
@@ -63,7 +78,9 @@ _ERRORS = {
     "422": "the estate does not allow it (`submission-refused`, `unknown-pool`), a task "
     "with neither command nor payload (`invalid-task`), or data the event log cannot "
     "store (`unstorable`), a cloud node for a pool that does not autoscale "
-    "(`not-autoscaled`)",
+    "(`not-autoscaled`), or a value of the right form that no schema can judge: a date "
+    "the calendar lacks, an unknown time zone, what only an admin's call needs "
+    "(`invalid-field`)",
     "429": "the user's tasks not yet ended already hold 16 MiB of commands and payloads "
     "(`user-quota`): wait for some to end, or cancel some",
     "500": "an unexpected error, logged with the id in the message (`internal`)",
@@ -83,7 +100,14 @@ def _ok(schema: str, code: str = "200", desc: str = "OK") -> dict[str, Any]:
 
 
 def _q(name: str, schema: dict[str, Any], desc: str) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema, "description": desc}
+    """A query parameter; a name's text holds no control character (``schema_rules``)."""
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": name_rule(schema),
+        "description": desc,
+    }
 
 
 def _p(name: str, desc: str, example: str | None = None) -> dict[str, Any]:
@@ -91,7 +115,7 @@ def _p(name: str, desc: str, example: str | None = None) -> dict[str, Any]:
         "name": name,
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "minLength": 1},
+        "schema": name_rule({"type": "string", "minLength": 1}),
         "description": desc,
     }
     if example is not None:
@@ -627,10 +651,11 @@ PATHS: dict[str, Any] = {
             params=[
                 _q(
                     "since",
-                    {"type": "string", "default": "14d"},
+                    {"type": "string", "default": "14d", "pattern": SINCE_PATTERN},
                     "a duration back from now (14d, 36h) or an RFC 3339 time",
                 )
             ],
+            errors=AUTH_ERR + ("422",),
         )
     },
     "/v1/tokens": {
@@ -702,8 +727,8 @@ PATHS: dict[str, Any] = {
                 }
             },
             params=[
-                {**_q("from", TIME, "start (inclusive)"), "required": True},
-                {**_q("to", TIME, "end (exclusive)"), "required": True},
+                {**_q("from", UTC_TIME, "start (inclusive)"), "required": True},
+                {**_q("to", UTC_TIME, "end (exclusive)"), "required": True},
                 _q(
                     "format",
                     {"type": "string", "enum": ["csv"], "default": "csv"},
@@ -862,7 +887,7 @@ PATHS: dict[str, Any] = {
                 {
                     **_q(
                         "period",
-                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        {"type": "string", "pattern": MONTH_PATTERN},
                         "the month, YYYY-MM",
                     ),
                     "required": True,
@@ -892,7 +917,7 @@ PATHS: dict[str, Any] = {
                 {
                     **_q(
                         "period",
-                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        {"type": "string", "pattern": MONTH_PATTERN},
                         "the month, YYYY-MM",
                     ),
                     "required": True,
@@ -950,7 +975,7 @@ PATHS: dict[str, Any] = {
                 {
                     **_q(
                         "period",
-                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        {"type": "string", "pattern": MONTH_PATTERN},
                         "the month, YYYY-MM",
                     ),
                     "required": True,
