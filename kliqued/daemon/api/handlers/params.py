@@ -49,7 +49,10 @@ def time_param(request: web.Request, name: str) -> int:
     if not raw:
         raise bad_request(f"{name} is required (RFC 3339 UTC, e.g. 2026-11-01T00:00:00Z)")
     if not _UTC_TIME.match(raw):
-        raise bad_request(f"{name}: not an RFC 3339 UTC time, e.g. 2026-11-01T00:00:00Z")
+        raise bad_request(
+            f"{name}: expected an RFC 3339 UTC time such as 2026-11-01T00:00:00Z, "
+            f"found {excerpt(raw)}"
+        )
     try:
         return parse_iso(raw)
     except ValueError as exc:
