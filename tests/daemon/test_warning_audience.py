@@ -112,3 +112,19 @@ def test_the_event_log_gives_budget_alerts_to_the_groups_admins(server: InProcSe
 
     assert [e["data"]["policy"] for e in alerts("erin")] == ["team-b"]
     assert alerts("bob") == []
+
+
+def test_the_dashboards_policy_page_shows_alerts_to_those_who_get_them(
+    server: InProcServer,
+) -> None:
+    from tests.web.browser import Browser
+
+    def policy_page(who: str) -> str:
+        b = Browser(server.url)
+        b.sign_in(server.token(who))
+        return b.page("/policy")
+
+    erin = policy_page("erin")
+    assert "Alerts this period" in erin and "team-b" in erin
+    bob = policy_page("bob")
+    assert "team-b" in bob and "Alerts this period" not in bob
