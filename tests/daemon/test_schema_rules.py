@@ -41,6 +41,19 @@ def test_a_control_character_in_a_name_is_refused_by_the_schema() -> None:
     assert param("/v1/tasks/{id}", "id")["pattern"] == NAME_PATTERN
 
 
+def test_a_body_the_daemon_builds_is_refused_in_words(server: InProcServer) -> None:
+    """The MCP tools' bodies skip the edge's text check: the schema refuses them, said as
+    the edge says it, naming the place."""
+    from kliqued.daemon.api.request import valid
+    from kliqued.daemon.errors import ApiError
+
+    with pytest.raises(ApiError) as refused:
+        valid({"resource": "llm-research/h100", "project": "ev\x1bals"}, "TaskSubmission")
+    assert refused.value.message == (
+        "/project: contains a control character; names and ids hold no control characters"
+    )
+
+
 def test_a_period_is_a_month_in_the_schema_and_the_daemon(server: InProcServer) -> None:
     month = Draft202012Validator(param("/v1/ledger/focus", "period"))
     assert month.is_valid("2026-11") and not month.is_valid("0000-00")

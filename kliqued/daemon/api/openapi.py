@@ -10,6 +10,7 @@ answers', is generated from its model (``models/requests.py``, ``models/response
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Iterable, Protocol
 
@@ -1078,8 +1079,16 @@ _LABEL_MAX = _SUBMISSION["labels"]["additionalProperties"]["maxLength"]
 so that a bound changed there is changed here (the names' minimum is 1 in both)."""
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""What ``schema_rules.NAME_PATTERN`` refuses in a name."""
+
+
+def _name(v: Any, hi: int) -> bool:
+    return type(v) is str and 1 <= len(v) <= hi and _CONTROL.search(v) is None
+
+
 def _opt_str(v: Any, hi: int) -> bool:
-    return v is None or (type(v) is str and 1 <= len(v) <= hi)
+    return v is None or _name(v, hi)
 
 
 def submission_surely_valid(body: Any) -> bool:
@@ -1090,7 +1099,7 @@ def submission_surely_valid(body: Any) -> bool:
     if type(body) is not dict or not body.keys() <= _SUBMISSION_KEYS:
         return False
     r = body.get("resource")
-    if type(r) is not str or not _RESOURCE[0] <= len(r) <= _RESOURCE[1]:
+    if type(r) is not str or not _RESOURCE[0] <= len(r) <= _RESOURCE[1] or _CONTROL.search(r):
         return False
     c = body.get("command")
     if c is not None and (
@@ -1111,7 +1120,7 @@ def submission_surely_valid(body: Any) -> bool:
         for k, v in labels.items():
             if not _LABEL_KEY[0] <= len(k) <= _LABEL_KEY[1] or type(v) is not str:
                 return False
-            if len(v) > _LABEL_MAX:
+            if len(v) > _LABEL_MAX or _CONTROL.search(k) or _CONTROL.search(v):
                 return False
     return True
 
