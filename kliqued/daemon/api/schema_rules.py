@@ -25,8 +25,11 @@ SINCE_PATTERN = (
 """``GET /v1/demand``'s ``since``, in the document and checked first (issue 32): a value of
 this form the calendar refuses (a 30 February) is a 422, any other a 400."""
 
-UTC_TIME_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,9})?Z$"
-"""A time parameter's form, in the document (issue 32): RFC 3339 in UTC (``Z``)."""
+UTC_TIME_PATTERN = (
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,9})?(Z|[+]00:00)$"
+)
+"""A time parameter's form, in the document (issue 32): RFC 3339 in UTC (``Z`` or
+``+00:00``)."""
 
 _KEEP = ("pattern", "format", "enum", "const")
 
