@@ -71,7 +71,7 @@ scenarios: $(RUN_STAMP)
 
 # The dashboard's screenshots in docs/img (docs/dashboards.md), taken by its browser test.
 screenshots: $(STAMP)
-	KLIQUE_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest tests/web/test_browser.py -q
+	KLIQUE_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest tests/web/test_browser.py tests/web/test_dashboard_browser.py -q
 
 schema: $(RUN_STAMP)
 	$(BIN)/kliqued schema -o schemas/estate.schema.json

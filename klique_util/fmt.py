@@ -10,7 +10,7 @@ zeros, is never written with an exponent, and zero is ``0`` whatever its sign.
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 SIGNIFICANT = 3
 
@@ -41,6 +41,29 @@ def amount(
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
+
+
+def money(value: float | Decimal | str | None, currency: str | None = None) -> str:
+    """A cost as people read it, one rule for every page (issue 32: cost rows read
+    ``0.000267`` beside a total of ``0.00``): to the cent, thousands grouped
+    (``1,234.50``); a cost that is not zero but under half a cent reads ``< 0.01`` (or
+    ``> -0.01``), never ``0.00``, so a row is not read as free; ``currency`` after it.
+    Exact decimal text (the ledger's) is read as a Decimal and rounded half up; None and
+    other text are returned as :func:`amount` returns them."""
+    if value is None:
+        return "-"
+    try:
+        d = value if isinstance(value, Decimal) else Decimal(str(value))
+    except ArithmeticError:
+        return str(value)
+    if not d.is_finite():
+        return str(value)
+    cents = d.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    if cents == 0 and d != 0:
+        text = "< 0.01" if d > 0 else "> -0.01"
+    else:
+        text = f"{cents:,.2f}" if cents != 0 else "0.00"
+    return f"{text} {currency}" if currency else text
 
 
 def hours(value: float | Decimal | str | None) -> str:

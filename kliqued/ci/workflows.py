@@ -191,7 +191,9 @@ ADVISE_GITHUB = """\
 # advise` replays the last weeks' demand of the control plane on the estate, and when a
 # change would have shortened a group's waits without lengthening another's by more than
 # 10%, opens a pull request with the patch and the report (the plan workflow then runs on
-# it). Needs the repository variable KLIQUE_URL and the secret KLIQUE_PLANNER_TOKEN.
+# it). Needs the repository variable KLIQUE_URL. No Klique secret: the job reads the demand
+# with its own ID token (id-token: write below), which the estate trusts for this
+# repository as a planner (settings.identity.workloads; docs/identity.md).
 name: klique-advise
 
 on:
@@ -202,13 +204,14 @@ on:
 permissions:
   contents: write
   pull-requests: write
+  id-token: write  # the job's ID token: kliqued advise reads the demand with it
 
 jobs:
   advise:
     runs-on: ubuntu-latest
     env:
       KLIQUE_URL: ${{{{ vars.KLIQUE_URL }}}}
-      KLIQUE_TOKEN: ${{{{ secrets.KLIQUE_PLANNER_TOKEN }}}}
+      KLIQUE_AUDIENCE: ${{{{ vars.KLIQUE_AUDIENCE || 'klique' }}}}  # settings.identity's audience
       GH_TOKEN: ${{{{ secrets.GITHUB_TOKEN }}}}
     steps:
       - uses: actions/checkout@v5
@@ -241,6 +244,61 @@ jobs:
 """
 
 
+ADVISE_GITLAB_PATH = ".gitlab/klique-advise.gitlab-ci.yml"
+
+ADVISE_GITLAB = """\
+# Written by `kliqued ci init gitlab --advise` (docs/advisor.md). Include it from
+# .gitlab-ci.yml (include: - local: {workflow}) and add a pipeline schedule (Build >
+# Pipeline schedules, e.g. "17 6 * * 1") with the variable KLIQUE_ADVISE=1: `kliqued
+# advise` replays the last weeks' demand of the control plane on the estate, and when a
+# change would have shortened a group's waits without lengthening another's by more than
+# 10%, pushes a branch that opens a merge request with the patch (the plan job then runs on
+# it). CI/CD variables: KLIQUE_URL, and KLIQUE_BOT_TOKEN (masked: a project access token,
+# role Developer, scope write_repository, to push the branch). No Klique secret: the job's
+# ID token (id_tokens below) proves who it is, and the estate trusts GitLab for this
+# project as a planner (settings.identity.workloads; docs/identity.md).
+klique-advise:
+  image: python:{python}
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "schedule" && $KLIQUE_ADVISE == "1"
+  id_tokens:
+    KLIQUE_ID_TOKEN:  # kliqued advise reads the demand with it
+      aud: klique  # settings.identity's audience
+  script:
+    # {install_comment}
+    - pip install "{install}"
+    - kliqued advise --estate "{estate}" --against "$KLIQUE_URL" --since "{since}"
+      --patch advice.patch -o advice.md
+    - cat advice.md
+    - |
+      if [ ! -s advice.patch ]; then echo "no change to propose"; exit 0; fi
+      branch="klique-advice/$(date -u +%Y-%m-%d)"
+      git config user.name "klique-advise"
+      git config user.email "klique-advise@noreply.invalid"
+      git switch -c "$branch"
+      git apply advice.patch
+      git commit -am "Estate changes advised by kliqued advise (last {since})"
+      git push "https://klique-advise:${{KLIQUE_BOT_TOKEN}}@${{CI_SERVER_HOST}}/${{CI_PROJECT_PATH}}.git" \
+        "$branch" -o merge_request.create -o merge_request.target="$CI_DEFAULT_BRANCH" \
+        -o merge_request.title="Klique advice: $(date -u +%Y-%m-%d)" \
+        -o merge_request.description="$(head -c 60000 advice.md)"
+  artifacts:
+    paths: [advice.md, advice.patch]
+    when: always
+"""
+
+
+def gitlab_advise(o: Options) -> str:
+    return ADVISE_GITLAB.format(
+        estate=o.estate_path,
+        workflow=ADVISE_GITLAB_PATH,
+        python=o.python,
+        install=o.install.spec,
+        install_comment=_comment(o, " " * 4),
+        since=o.since,
+    )
+
+
 def github_advise(o: Options) -> str:
     return ADVISE_GITHUB.format(
         estate=o.estate_path,
@@ -249,3 +307,9 @@ def github_advise(o: Options) -> str:
         install_comment=_comment(o, " " * 6),
         since=o.since,
     )
+
+
+ADVISE_WRITERS = {
+    "github": (ADVISE_GITHUB_PATH, github_advise),
+    "gitlab": (ADVISE_GITLAB_PATH, gitlab_advise),
+}

@@ -32,6 +32,21 @@ def urls(values: str | list[str] | None) -> str | None:
     return ",".join(listed) if listed else None
 
 
+def ci_token(token: str | None, aud: str | None) -> str | None:
+    """The token a CI-run command (``plan --against``, ``plan --what-if-from``, ``advise
+    --against``) sends: ``--token``, else ``KLIQUE_TOKEN``, else the CI job's own ID token
+    (GitHub Actions' ``id-token: write``, GitLab's ``id_tokens``: no stored secret), else
+    None (``Client.from_config`` then reads the config context's)."""
+    import os
+
+    from kliqued.sdk.config import ENV_TOKEN
+    from kliqued.sdk.workload import job_id_token
+
+    if token or os.environ.get(ENV_TOKEN):
+        return token or os.environ[ENV_TOKEN]
+    return job_id_token(aud)
+
+
 def add_client_flags(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
     """--url, --token, --context (and --json) on a user command."""
     g = p.add_argument_group("connection")

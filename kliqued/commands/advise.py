@@ -4,8 +4,12 @@ behind us, each checked with the what-if on the same demand (issue 31; docs/advi
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+import os
 import sys
+
+from klique_util import advice_file
 
 from ._common import add_command
 
@@ -29,7 +33,8 @@ def register(subparsers) -> None:
         examples="  kliqued advise --estate estate/ --demand demand.csv\n"
         "  kliqued advise --against $KLIQUE_URL --since 14d --patch advice.patch "
         "-o advice.md\n"
-        "  kliqued advise --demand demand.csv --group ai-lab   # a department's subtree",
+        "  kliqued advise --demand demand.csv --group ai-lab   # a department's subtree\n"
+        "  kliqued advise --against $KLIQUE_URL --publish /var/lib/klique   # for the dashboard",
     )
     p.add_argument(
         "--estate",
@@ -50,7 +55,19 @@ def register(subparsers) -> None:
         help="with --against: the window, a duration back from now or an RFC 3339 time "
         "(default: 14d)",
     )
-    p.add_argument("--token", metavar="TOKEN", help="with --against: the API token")
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="with --against: a role:planner (or admin) token (default: KLIQUE_TOKEN, else "
+        "the CI job's own ID token: KLIQUE_ID_TOKEN, or GitHub Actions' with id-token: "
+        "write; else the config context)",
+    )
+    p.add_argument(
+        "--audience",
+        metavar="AUD",
+        help="the audience a GitHub Actions ID token is asked for: the daemon's "
+        "settings.identity.workloads audience (default: KLIQUE_AUDIENCE or klique)",
+    )
     p.add_argument("--context", metavar="NAME", help="with --against: a config context")
     p.add_argument(
         "--group",
@@ -76,6 +93,13 @@ def register(subparsers) -> None:
         "-o", "--output", metavar="FILE", help="write the report here instead of to stdout"
     )
     p.add_argument("--json", action="store_true", help="print the advice as JSON instead")
+    p.add_argument(
+        "--publish",
+        metavar="DIR",
+        help="also write the advice to DIR/advice.json for the dashboard: DIR is the "
+        "daemon's directory (where its DuckDB file is); a department head then sees the "
+        "advice for their subtree on the Policy page",
+    )
     p.set_defaults(handler=run)
 
 
@@ -93,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     from kliqued.sdk import Client, KliqueError
     from kliqued.whatif import DemandError, read_demand, read_demand_text
 
+    from ._client import ci_token
+
     if args.since is not None and not args.against:
         return _fail("--since needs --against (a demand file is already a window)")
     if args.max_groups < 1:
@@ -105,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         if args.demand:
             rows, source = read_demand(args.demand), args.demand
         else:
-            c = Client.from_config(url=args.against, token=args.token, context=args.context)
+            token = ci_token(args.token, args.audience)
+            c = Client.from_config(url=args.against, token=token, context=args.context)
             d = c.demand(args.since or "14d")
             rows = read_demand_text(d.text, d.source)
             source = f"{c.url}, last {args.since or '14d'}"
@@ -118,10 +145,20 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(args.patch, patch)
         kept = len(advice.kept)
         print(f"kliqued advise: wrote {args.patch}: {kept} change(s)", file=sys.stderr)
+    report = render_markdown(advice)
+    if args.publish:
+        if not os.path.isdir(args.publish):
+            return _fail(
+                f"--publish {args.publish}: no such directory (the daemon's directory, "
+                "where its DuckDB file is)"
+            )
+        path = os.path.join(args.publish, advice_file.FILE)
+        write_atomic(path, advice_file.dumps(published(advice, report, patch)))
+        print(f"kliqued advise: published {path}", file=sys.stderr)
     if args.json:
         text = json.dumps(_json(advice), indent=2) + "\n"
     else:
-        text = render_markdown(advice)
+        text = report
     if args.output:
         write_atomic(args.output, text)
         print(f"kliqued advise: wrote {args.output}", file=sys.stderr)
@@ -161,3 +198,39 @@ def _json(advice) -> dict:
             for p in advice.proposals
         ],
     }
+
+
+def published(advice, report: str, patch: str) -> advice_file.PublishedAdvice:
+    """The advice as the dashboard reads it (klique_util/advice_file.py)."""
+
+    def p95(f) -> float | None:
+        return None if f is None else f.wait_p95_s
+
+    changes = tuple(
+        advice_file.PublishedChange(
+            policy=p.change.policy,
+            group=p.change.group,
+            target=p.target,
+            label=p.change.label,
+            why=p.change.why,
+            status="kept" if p in advice.kept else ("helps" if p.accepted else "dropped"),
+            verdict=p.verdict,
+            p95_before_s=p95(p.before),
+            p95_after_s=p95(p.after),
+            worst_other=None
+            if p.worst_other is None
+            else f"{p.worst_other[0]} {p.worst_other[1]:+.0%}",
+            approvers=tuple(dict.fromkeys(a.user for a in p.approvers)),
+        )
+        for p in advice.proposals
+    )
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return advice_file.PublishedAdvice(
+        generated_at=now,
+        source=advice.source,
+        estate=str(advice.estate),
+        subtree=advice.subtree,
+        changes=changes,
+        report=report,
+        patch=patch,
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from klique_util.fmt import hours, percent
+from klique_util.tree import policy_tree
 
 from ._client import add_client_flags, client, handles_errors, num, print_json, table, when
 from ._common import add_command
@@ -65,29 +66,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def tree(policies: list[dict]) -> list[tuple[int, dict]]:
-    """The policies in tree order, each with its indentation: a policy under the nearest
-    envelope above it that is in the list (``levels``), siblings in the organisation's order
-    (by their groups' paths, so the teams of a department without a policy stay together).
-    A policy whose envelopes are not in the list (not yours to see, or none) starts a tree
-    of its own."""
-    names = {p["name"] for p in policies}
-    children: dict[str | None, list[dict]] = {}
-    for p in policies:
-        up = next((x for x in (p.get("levels") or [])[1:] if x in names), None)
-        children.setdefault(up, []).append(p)
-    out: list[tuple[int, dict]] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for p in sorted(
-            children.get(parent, []),
-            key=lambda x: ((x.get("path") or x["name"]).split("/"), x["name"]),
-        ):
-            out.append((depth, p))
-            walk(p["name"], depth + 1)
-
-    walk(None, 0)
-    return out
+tree = policy_tree
+"""The policies in the organisation's tree order (``klique_util.tree``: the dashboard's too)."""
 
 
 def tree_table(policies: list[dict]) -> str:

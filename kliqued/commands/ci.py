@@ -24,7 +24,8 @@ def register(subparsers) -> None:
         help="set up CI for an estate repository (plan comment, what-if)",
         description="init writes a GitHub Actions workflow or a GitLab CI job that validates "
         "the estate, plans each pull request with the what-if against the "
-        "control plane (a role:planner token as a CI secret), keeps the plan in "
+        "control plane (the job's own ID token, trusted by the estate: no stored secret), "
+        "keeps the plan in "
         "one comment and fails the check on an invalid estate (docs/gitops.md). "
         "comment posts or updates that comment, split when too long.",
         examples="  kliqued ci init github --install "
@@ -32,6 +33,8 @@ def register(subparsers) -> None:
         "  kliqued ci init gitlab --estate-path clusters/estate --install "
         "tools/klique-0.1.0-py3-none-any.whl\n"
         "  kliqued ci init github --advise --install "
+        "git+https://git.example.org/platform/klique.git@<commit>\n"
+        "  kliqued ci init gitlab --advise --install "
         "git+https://git.example.org/platform/klique.git@<commit>\n"
         "  kliqued ci comment github --file plan.md --pr 42",
     )
@@ -81,8 +84,9 @@ def register(subparsers) -> None:
     i.add_argument(
         "--advise",
         action="store_true",
-        help="github only: write the weekly `kliqued advise` workflow instead, which opens "
-        "a pull request with the changes that would have shortened waits (docs/advisor.md)",
+        help="write the weekly `kliqued advise` job instead, which opens a pull (GitHub) or "
+        "merge (GitLab) request with the changes that would have shortened waits "
+        "(docs/advisor.md)",
     )
     i.set_defaults(handler=run_init)
 
@@ -119,14 +123,7 @@ def register(subparsers) -> None:
 def run_init(args: argparse.Namespace) -> int:
     rel, make = workflows.WRITERS[args.forge]
     if args.advise:
-        if args.forge != "github":
-            print(
-                "kliqued ci init: --advise is written for github only; on GitLab, schedule "
-                "a pipeline that runs `kliqued advise --against $KLIQUE_URL --patch FILE`",
-                file=sys.stderr,
-            )
-            return 2
-        rel, make = workflows.ADVISE_GITHUB_PATH, workflows.github_advise
+        rel, make = workflows.ADVISE_WRITERS[args.forge]
     target = Path(args.output) if args.output else Path(args.repo) / rel
     if target.exists() and not args.force:
         print(f"kliqued ci init: {target} exists; --force replaces it", file=sys.stderr)

@@ -18,12 +18,10 @@ from compiler.units import parse_duration, parse_time
 from klique_util.files import write_atomic
 from klique_util.units import to_ms
 from kliqued.sdk import Client, KliqueError
-from kliqued.sdk.config import ENV_TOKEN
-from kliqued.sdk.workload import job_id_token
 from kliqued.whatif import DemandError, what_if
 from kliqued.whatif.demand import DemandTask, read_demand, read_demand_text
 
-from ._client import SEVERAL_URLS, urls
+from ._client import SEVERAL_URLS, ci_token, urls
 from ._common import DEFAULT_ESTATE, add_command
 
 FORMATS = ["text", "markdown", "json", "github"]
@@ -198,12 +196,7 @@ def _live(args: argparse.Namespace) -> LiveState:
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    """``--token``, else ``KLIQUE_TOKEN``, else the CI job's own ID token (GitHub Actions'
-    ``id-token: write``, GitLab's ``id_tokens``: no stored secret), else the config context's
-    (None here: ``Client.from_config`` reads it)."""
-    if args.token or os.environ.get(ENV_TOKEN):
-        return args.token or os.environ[ENV_TOKEN]
-    return job_id_token(args.audience)
+    return ci_token(args.token, args.audience)
 
 
 def _urls(values: list[str], flag: str) -> str:

@@ -1,4 +1,4 @@
-"""A synchronous client for the kliqued HTTP API (docs/api-contract.md), standard library only.
+"""A synchronous client for the kliqued HTTP API (docs/api-contract.md) on the standard library.
 
     from kliqued.sdk import Client
     k = Client.from_config()                 # --url/--token, KLIQUE_URL/KLIQUE_TOKEN, config
@@ -9,6 +9,10 @@ Every method returns the server's JSON (dicts and lists) and raises :class:`Kliq
 any failure. GETs and requests that are safe to repeat (a submission carries an
 ``Idempotency-Key``, a fresh one per call unless given; cancel and the engine switch are
 idempotent) are retried on connection errors and 503, three times with backoff.
+
+A request body is made by the API's own models (``bodies``, on ``kliqued/api_models``, the
+ones the OpenAPI document is generated from), loaded at the first call that sends one: an
+argument of the wrong shape is a ``KliqueError`` (``invalid-request``) before any request.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shlex
 import socket
 import ssl
 import time
@@ -445,7 +448,9 @@ class Client:
         return d
 
     def set_engine(self, enabled: bool) -> dict:
-        return self._call("POST", "/engine", body={"enabled": bool(enabled)}, retry=True)
+        from .bodies import engine
+
+        return self._call("POST", "/engine", body=engine("set_engine", enabled), retry=True)
 
     # ------------------------------------------------------------------ tasks
     def submit(
@@ -461,8 +466,12 @@ class Client:
     ) -> dict:
         """Sends a task to a compute resource (``policy/profile``); returns the Task with its
         state, place in line and waiting reason. A command given as one string is split like a
-        shell would. ``user`` is for admins acting on behalf of a user."""
-        body = _task_body(resource, command, payload, gpus, project, labels, user)
+        shell would. ``user`` is for admins acting on behalf of a user. An argument of the
+        wrong shape (``gpus=0.0005``) is refused before any request, as the API would refuse
+        it (``invalid-request``, naming the argument)."""
+        from .bodies import task
+
+        body = task("submit", resource, command, payload, gpus, project, labels, user)
         key = idempotency_key or str(uuid.uuid4())
         return self._call("POST", "/tasks", body=body, headers={"Idempotency-Key": key}, retry=True)
 
@@ -484,8 +493,10 @@ class Client:
 
         Example: ``Client.from_config().dry_run("llm-research/h100", "python train.py",
         project="rlhf")["outcome"]``."""
-        body = _task_body(resource, command, payload, gpus, project, labels, user)
-        return self._call("POST", "/tasks", body={**body, "dry_run": True}, retry=True)
+        from .bodies import task
+
+        body = task("dry_run", resource, command, payload, gpus, project, labels, user, True)
+        return self._call("POST", "/tasks", body=body, retry=True)
 
     def task(self, id: str) -> dict:
         return self._call("GET", f"/tasks/{self._seg(id)}")
@@ -548,7 +559,9 @@ class Client:
         """Cancels a queued or placed task; cancelling an ended task returns it unchanged.
         ``reason`` is shown to the task's owner (``end.text``: ``cancelled by user:x:
         reason``)."""
-        body = {"reason": reason} if reason else None
+        from .bodies import cancel
+
+        body = cancel("cancel", reason)
         return self._call("POST", f"/tasks/{self._seg(id)}/cancel", body=body, retry=True)
 
     # ------------------------------------------------------------------ schedules
@@ -574,28 +587,24 @@ class Client:
         as the caller. ``concurrency``: allow, forbid or replace a run still going;
         ``missed``: run-once (within ``deadline``, e.g. "2h") or skip the due times the
         daemon was down for. Not retried: a schedule made twice runs twice."""
-        if isinstance(command, str):
-            command = shlex.split(command)
-        body: dict[str, Any] = {
-            "cron": cron,
-            "timezone": timezone,
-            "name": name,
-            "concurrency": concurrency,
-            "missed": missed,
-            "deadline": deadline,
-        }
-        if pipeline is not None:
-            body["pipeline"] = self._pipeline_body(pipeline, params, project)
-        else:
-            body.update(
-                {
-                    "resource": resource,
-                    "project": project,
-                    "gpus": gpus,
-                    "command": list(command) if command is not None else None,
-                    "labels": dict(labels or {}),
-                }
-            )
+        from .bodies import schedule
+
+        body = schedule(
+            "create_schedule",
+            cron,
+            resource,
+            command,
+            pipeline,
+            params,
+            timezone,
+            concurrency,
+            missed,
+            deadline,
+            name,
+            project,
+            gpus,
+            labels,
+        )
         return self._call("POST", "/schedules", body=body)
 
     def schedules(self) -> list[dict]:
@@ -623,22 +632,16 @@ class Client:
         command: Sequence[str] | None = None,
         project: str | None = None,
         gpus: float | None = None,
-        idle: dict[str, str] | None = None,
+        idle: dict[str, str | int] | None = None,
     ) -> dict:
         """Starts an interactive server (``app``: jupyter, vscode or shell; or ``command``, a
         server on 127.0.0.1:$KLIQUE_SESSION_PORT under $KLIQUE_SESSION_PREFIX) on
         ``resource``, reached at the answer's ``url``. ``idle`` lowers the profile's idle
-        limits (``{"cpu": "15m"}``); it cannot raise them. Not retried: two calls start two
-        sessions."""
-        body: dict[str, Any] = {"resource": resource, "app": app}
-        for key, value in (
-            ("command", list(command) if command else None),
-            ("project", project),
-            ("gpus", gpus),
-            ("idle", idle or None),
-        ):
-            if value is not None:
-                body[key] = value
+        limits (``{"cpu": "15m"}``, or whole seconds); it cannot raise them. Not retried: two
+        calls start two sessions."""
+        from .bodies import session
+
+        body = session("start_session", resource, app, command, project, gpus, idle)
         return self._call("POST", "/sessions", body=body)
 
     def sessions(self) -> list[dict]:
@@ -655,18 +658,6 @@ class Client:
         return self._call("POST", f"/sessions/{self._seg(id)}/link")["url"]
 
     # ------------------------------------------------------------------ pipelines
-    @staticmethod
-    def _pipeline_body(
-        path: str | Path, params: dict[str, str] | None, project: str | None = None
-    ) -> dict[str, Any]:
-        p = Path(path)
-        return {
-            "file": p.name,
-            "text": p.read_text(encoding="utf-8"),
-            "params": {str(k): str(v) for k, v in (params or {}).items()},
-            "project": project,
-        }
-
     def run_pipeline(
         self,
         path: str | Path,
@@ -676,7 +667,10 @@ class Client:
         """Runs the pipeline file at ``path`` (its text is sent, so errors point into it:
         ``file:line:col``); returns the pipeline with its steps. ``project``: the steps'
         project where a step names none (before the file's ``project``). Not retried."""
-        return self._call("POST", "/pipelines", body=self._pipeline_body(path, params, project))
+        from .bodies import pipeline
+
+        body = pipeline("run_pipeline", path, params, project)
+        return self._call("POST", "/pipelines", body=body)
 
     def pipelines(self) -> list[dict]:
         return self._call("GET", "/pipelines")["pipelines"]
@@ -751,19 +745,11 @@ class Client:
     ) -> dict:
         """A new token for a user, a worker bound to a pool, or a role (``finance``,
         ``admin``); the answer holds the token text, shown only this once. ``expires_in``:
-        a duration (``90d``) after which the token stops working."""
-        body: dict[str, Any] = {}
-        if expires_in is not None:
-            body["expires_in"] = expires_in
-        if user is not None:
-            body["user"] = user
-        if worker:
-            body["worker"] = True
-            body["pool"] = pool
-        if role is not None:
-            body["role"] = role
-        if name is not None:
-            body["name"] = name
+        a duration (``90d``) after which the token stops working. Exactly one of ``user``,
+        ``worker`` (with ``pool``) and ``role``."""
+        from .bodies import token
+
+        body = token("create_token", user, worker, pool, role, name, expires_in)
         return self._call("POST", "/tokens", body=body)
 
     def tokens(self) -> list[dict]:
@@ -774,11 +760,9 @@ class Client:
     ) -> dict:
         """A new secret for token ``id``'s principal; the old one stops at once, or after
         ``grace`` (``1h``). The answer holds the new token, shown only this once."""
-        body: dict[str, Any] = {}
-        if grace is not None:
-            body["grace"] = grace
-        if expires_in is not None:
-            body["expires_in"] = expires_in
+        from .bodies import rotation
+
+        body = rotation("rotate_token", grace, expires_in)
         return self._call("POST", f"/tokens/{self._seg(id)}/rotate", body=body)
 
     def deregister_worker(self, id: str) -> dict | None:
@@ -797,18 +781,10 @@ class Client:
     ) -> dict:
         """Records a node the autoscaler started (admins): its interval opens in the ledger
         at its price. Idempotent: the same node again answers it as recorded."""
-        return self._call(
-            "POST",
-            f"/pools/{self._seg(pool)}/nodes",
-            retry=True,
-            body={
-                "node": node,
-                "provider": provider,
-                "instance_type": instance_type,
-                "lifecycle": lifecycle,
-                "gpus": gpus,
-            },
-        )
+        from .bodies import cloud_node
+
+        body = cloud_node("record_cloud_node", node, provider, instance_type, lifecycle, gpus)
+        return self._call("POST", f"/pools/{self._seg(pool)}/nodes", retry=True, body=body)
 
     def end_cloud_node(self, pool: str, node: str, reason: str) -> dict | None:
         """Records a node's release (admins); None when the control plane never recorded
@@ -828,12 +804,10 @@ class Client:
     def autoscaler_heartbeat(self, pool: str, interval_s: float) -> dict:
         """Says that the autoscaler of ``pool`` runs, every ``interval_s`` seconds: an
         autoscaled pool with no live worker takes work only while it does."""
-        return self._call(
-            "POST",
-            f"/pools/{self._seg(pool)}/autoscaler",
-            retry=True,
-            body={"interval_s": interval_s},
-        )
+        from .bodies import autoscaler_heartbeat
+
+        body = autoscaler_heartbeat("autoscaler_heartbeat", interval_s)
+        return self._call("POST", f"/pools/{self._seg(pool)}/autoscaler", retry=True, body=body)
 
     def report_scaling(
         self, pool: str, cause: str | None, reason: str | None = None, waiting: int = 0
@@ -841,16 +815,10 @@ class Client:
         """Tells why placed work waits for a node of ``pool`` (``cause``: spend_cap,
         capacity or error), or that it no longer does (None); answers the pool's ``cloud``
         view."""
-        return self._call(
-            "POST",
-            f"/pools/{self._seg(pool)}/scaling",
-            retry=True,
-            body={
-                "cause": cause,
-                "reason": reason[:2000] if reason else reason,
-                "waiting": waiting,
-            },
-        )
+        from .bodies import scaling
+
+        body = scaling("report_scaling", cause, reason, waiting)
+        return self._call("POST", f"/pools/{self._seg(pool)}/scaling", retry=True, body=body)
 
     def revoke_token(self, id: str) -> None:
         """Revokes a token (idempotent: revoking it again changes nothing)."""
@@ -861,7 +829,10 @@ class Client:
         """Runs one read-only SELECT on the ledger: ``{columns, types, rows, truncated,
         elapsed_ms}``; DECIMALs come back as exact text, times as RFC 3339 UTC. For finance
         and admins; a group admin's query sees their groups' subtrees only."""
-        return self._call("POST", "/ledger/sql", body={"sql": sql, "limit": limit}, retry=True)
+        from .bodies import ledger_sql
+
+        body = ledger_sql("ledger_sql", sql, limit)
+        return self._call("POST", "/ledger/sql", body=body, retry=True)
 
     def ledger_export(
         self,
@@ -989,29 +960,3 @@ class Client:
                 None, "unreachable", f"the export from {self.url} broke off: {exc}"
             ) from None
         return target
-
-
-def _task_body(
-    resource: str,
-    command: Sequence[str] | str | None,
-    payload: Any,
-    gpus: float | None,
-    project: str | None,
-    labels: dict[str, str] | None,
-    user: str | None,
-) -> dict[str, Any]:
-    """A ``TaskSubmission`` body, as ``submit`` and ``dry_run`` send it: a command given as
-    one string is split as a shell would; ``user`` only when acting for someone."""
-    if isinstance(command, str):
-        command = shlex.split(command)
-    body: dict[str, Any] = {
-        "resource": resource,
-        "command": list(command) if command is not None else None,
-        "payload": payload,
-        "gpus": gpus,
-        "project": project,
-        "labels": dict(labels or {}),
-    }
-    if user is not None:
-        body["user"] = user
-    return body

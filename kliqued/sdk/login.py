@@ -101,10 +101,9 @@ def provider_of(url: str, name: str | None, ca_file: str | None = None) -> dict[
 
 
 def _exchange(url: str, id_token: str, role: str | None, ca_file: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"id_token": id_token}
-    if role:
-        body["role"] = role
-    return _api(url, "/v1/signin", body, ca_file)
+    from .bodies import signin
+
+    return _api(url, "/v1/signin", signin("login", id_token, role or None), ca_file)
 
 
 def device_login(

@@ -20,6 +20,7 @@ from typing import Any
 from compiler.compiled import CompiledEstate
 from compiler.plan.diff import diff
 from compiler.source import SourceMap
+from klique_util.tree import policy_tree
 from klique_util.units import from_milli
 from kliqued.daemon.api import views
 from kliqued.daemon.state import history
@@ -167,7 +168,7 @@ DATA = (
 an XL estate; the views drop it anyway)."""
 EVENT_SQL = (
     f"SELECT seq, at_ms, kind, task, actor, revision, {DATA} FROM events{{where}} "
-    "ORDER BY seq DESC LIMIT ?"
+    "ORDER BY seq DESC LIMIT ? OFFSET ?"
 )
 
 
@@ -178,15 +179,20 @@ async def events(
     limit: int = 30,
     search: str | None = None,
     kind: str | None = None,
+    actor: str | None = None,
+    task: str | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
     """The newest events ``p`` may read (``GET /v1/events``'s scope), newest first, each with
-    a line of text; ``search`` matches a task id, actor, kind or any text of the event."""
+    a line of text, from the ``offset``-th; ``search`` matches a task id, actor, kind or any
+    text of the event; ``kind``, ``actor`` and ``task`` are exact."""
     if role(p) not in ("admin", "finance", "user"):
         return []
     where, params = events_api.scope(d, p)
-    if kind:
-        where = [*where, "kind = ?"]
-        params = [*params, kind]
+    for column, value in (("kind", kind), ("actor", actor), ("task", task)):
+        if value:
+            where = [*where, f"{column} = ?"]
+            params = [*params, value]
     if search:
         like = f"%{search}%"
         where = [
@@ -199,7 +205,7 @@ async def events(
 
     def run(cur: Any) -> list[dict[str, Any]]:
         out = []
-        for r in cur.execute(sql, [*params, limit]).fetchall():
+        for r in cur.execute(sql, [*params, limit, offset]).fetchall():
             out.append(
                 {
                     "seq": r[0],
@@ -272,7 +278,8 @@ def policies(d: Daemon, p: Principal, q: str | None = None) -> tuple[list[dict[s
     """``GET /v1/policies`` for ``p`` (finance: all; a user: their groups' and the groups
     they administer, departments included) whose policy or group name holds ``q``, each
     with whether it is a department's envelope and its levels (the compiled estate's); the
-    first ``MAX_ROWS``, departments first, and how many matched. The ``MAX_CHARTS`` budgets
+    first ``MAX_ROWS``, departments first, in the organisation's tree order with each one's
+    ``depth`` (``klique_util.tree``, as ``kliqued budget``), and how many matched. The ``MAX_CHARTS`` budgets
     with the least left get a burn-down chart."""
     idx, acc, now = d.idx(), d.acc(), d.clock.now()
     compiled = {c.name: c for c in idx.estate.policies}
@@ -295,6 +302,12 @@ def policies(d: Daemon, p: Principal, q: str | None = None) -> tuple[list[dict[s
         row["used_pct"] = _pct(row["used"], row["limit"])
         row["chart"] = None
         out.append(row)
+    # the organisation's tree, as ``kliqued budget`` prints it: a department above its teams
+    shown = {r["name"] for r in out}
+    out = [
+        dict(r, depth=depth, parent=next((x for x in r["levels"][1:] if x in shown), None))
+        for depth, r in policy_tree(out)
+    ]
     budgets = sorted(
         (r for r in out if r["budget"] is not None),
         key=lambda r: (r["budget"]["left_hours"] / (r["budget"]["hours"] or 1), r["name"]),
@@ -532,15 +545,21 @@ ESTATE_PARTS = ("estate_use", "idle")
 """The CIO figures the usage page shows (kliqued/web/templates/live/usage.html)."""
 
 FIGURES_FRESH_MS = 60_000
-"""How old the usage page's CIO figures may be while the ledger keeps changing: they are
-the month's sums (capacity, idle, lending derived from every interval of the month), costly
-on a large ledger, and a minute moves them by a minute's use. An unchanged ledger reuses them
-at any age."""
+"""How old the usage page's CIO figures may be: they are the month's sums (capacity, idle,
+lending derived from every interval of the month), costly on a large ledger, and a minute
+moves them by a minute's use. They move with time even when the ledger does not (the
+month's capacity and the open intervals count up to now), so age alone decides (issue 32:
+the page showed a 14-minute-old all-zero snapshot on first view)."""
+
+
+FRESH_WAIT_S = 3.0
+"""How long a page opened waits for new figures before it shows the held ones with their
+age (the live refresh brings the new ones once computed): an XL estate's month takes a
+second or more to derive, and a page must not hang on it."""
 
 
 @dataclass
 class Figures:
-    changes: int
     at_ms: int
     figures: dict[str, Any]
 
@@ -549,11 +568,12 @@ Key = tuple[str, "tuple[str, ...] | None"]
 
 
 class FiguresCache:
-    """The usage page's CIO figures per month and ledger scope. Stale while revalidating:
-    figures the ledger has moved past (and older than :data:`FIGURES_FRESH_MS`) are still
-    answered, while one computation in the background replaces them; only a month and scope
-    never computed waits for it. The page and its live refresh (every second, per open
-    browser) would otherwise derive a month's lending each time (issue 13's 300 ms target;
+    """The usage page's CIO figures per month and ledger scope. A page opened (``fresh``)
+    gets figures at most :data:`FIGURES_FRESH_MS` old, waiting for them (up to
+    :data:`FRESH_WAIT_S`) if the held ones are older: what a person reads first is current. The page's live refresh (every second,
+    per open browser) is stale while revalidating: older figures are still answered while
+    one computation in the background replaces them; only a month and scope never computed
+    waits. Each refresh would otherwise derive a month's lending (issue 13's 300 ms target;
     docs/benchmarks.md). :meth:`warm` computes the whole estate's current month at start."""
 
     def __init__(self) -> None:
@@ -561,16 +581,29 @@ class FiguresCache:
         self._running: dict[Key, asyncio.Task[dict[str, Any]]] = {}
 
     async def get(
-        self, store: Store, groups: list[str] | None, month: dt.date, now_ms: int
+        self,
+        store: Store,
+        groups: list[str] | None,
+        month: dt.date,
+        now_ms: int,
+        fresh: bool = False,
     ) -> dict[str, Any]:
+        """The figures of ``month`` in ``groups``' scope; ``fresh`` (a page opened, not its
+        live refresh): never older than :data:`FIGURES_FRESH_MS`."""
         first = dt.date(month.year, month.month, 1)
         key: Key = (first.isoformat(), None if groups is None else tuple(sorted(groups)))
         held = self._held.get(key)
-        if held is not None:
-            if held.changes != store.ledger_changes and now_ms - held.at_ms >= FIGURES_FRESH_MS:
-                self._refresh(key, store, groups, first, now_ms)
+        if held is not None and now_ms - held.at_ms < FIGURES_FRESH_MS:
             return held.figures
-        return await asyncio.shield(self._refresh(key, store, groups, first, now_ms))
+        task = self._refresh(key, store, groups, first, now_ms)
+        if held is None:
+            return await asyncio.shield(task)
+        if fresh:
+            try:
+                return await asyncio.wait_for(asyncio.shield(task), FRESH_WAIT_S)
+            except asyncio.TimeoutError:  # an XL month: the held ones, their age shown
+                pass
+        return held.figures
 
     def warm(self, store: Store, month: dt.date, now_ms: int) -> None:
         """Starts computing the whole estate's figures for ``month`` (what finance and the
@@ -605,12 +638,11 @@ class FiguresCache:
     async def _compute(
         self, key: Key, store: Store, groups: list[str] | None, first: dt.date, now_ms: int
     ) -> dict[str, Any]:
-        changes = store.ledger_changes  # before reading: a change meanwhile recomputes
         figures = await estate_use(store, groups, first)
         figures["as_of"] = iso(now_ms)
         if len(self._held) > 256:  # scopes and months a daemon's lifetime sees: keep few
             self._held.clear()
-        self._held[key] = Figures(changes, now_ms, figures)
+        self._held[key] = Figures(now_ms, figures)
         return figures
 
 

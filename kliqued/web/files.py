@@ -1,4 +1,4 @@
-"""What the dashboard sends besides pages: the ledger download (CSV, Parquet), task logs, and
+"""What the dashboard sends besides pages: the ledger download (CSV, Parquet) and
 the static files (the page script and style, and plotly.js from the installed package)."""
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from pathlib import Path
 from aiohttp import web
 
 from klique_util.excerpt import excerpt
-from kliqued.daemon.state import history
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
-from kliqued.daemon.logs import MAX_READ
 from kliqued.daemon.api.request import ctx
 from kliqued.ledger import export as ledger_export
 
@@ -79,35 +77,10 @@ async def export(request: web.Request) -> web.StreamResponse:
         cur.close()
 
 
-async def task_log(request: web.Request) -> web.StreamResponse:
-    """A task's log (its newest attempt), for who may see the task (``GET
-    /v1/tasks/{id}/log``'s rule); another user's task is a 404, as in the API."""
-    try:
-        p = signed_or_401(request, "my-work")
-    except ApiError as exc:
-        return error(request, exc.status, exc.message)
-    c = ctx(request)
-    d = c.daemon
-    rec = await history.recall(c.store, d, request.match_info["id"])
-    if rec is None or not d.acc().sees_task(p, rec.user, rec.group):
-        return error(request, 404, f"no task {request.match_info['id'][:40]}")
-    if rec.epoch == 0:
-        text = b"(no log: the task has not run)"
-    else:
-        size = (await c.logs.read(rec.id, rec.epoch, 0, 1))[1]
-        start = max(0, size - MAX_READ)
-        text, _ = await c.logs.read(rec.id, rec.epoch, start, MAX_READ)
-    return web.Response(
-        body=text,
-        content_type="text/plain",
-        charset="utf-8",
-        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
-    )
-
-
 STATIC_FILES = {
     "app.js": (STATIC / "app.js", "application/javascript"),
     "app.css": (STATIC / "app.css", "text/css"),
+    "log.js": (STATIC / "log.js", "application/javascript"),
     "plotly.min.js": (PLOTLY_JS, "application/javascript"),
 }
 

@@ -23,6 +23,7 @@ from kliqued.daemon.errors import ApiError
 from kliqued.daemon.api.request import ctx
 
 from . import data, session
+from .advice import AdviceCache, wait
 from .fragments import Fragments
 from .pending import PendingSignins
 from .session import Session, Sessions
@@ -51,6 +52,8 @@ class Web:
     fragments: Fragments = field(default_factory=Fragments)
     tasks: data.TaskIndex = field(default_factory=data.TaskIndex)
     figures: data.FiguresCache = field(default_factory=data.FiguresCache)
+    advice: AdviceCache = field(default_factory=AdviceCache)
+    """The advice ``kliqued advise --publish`` left in the daemon's directory (advice.py)."""
     oidc: PendingSignins = field(default_factory=PendingSignins)
     """Sign-ins through an identity provider started and not finished (oidc.py)."""
     env: jinja2.Environment = field(
@@ -67,6 +70,9 @@ class Web:
         # one number format everywhere, as the CLI prints (klique_util.fmt): no exponent,
         # no trailing .0, three significant digits
         self.env.filters["amount"] = fmt.amount
+        # and one money format: to the cent, "< 0.01" for a cost under half a cent
+        self.env.filters["money"] = fmt.money
+        self.env.filters["wait"] = wait
 
 
 WEB = web.AppKey("web", Web)

@@ -12,20 +12,24 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 import time
+from urllib.parse import urlencode
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from klique_util import fmt
 from klique_util.excerpt import excerpt
 from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.events import KINDS
+from kliqued.daemon.api import sessions
 from kliqued.daemon.api.handlers.ledger import scope as ledger_scope
+from kliqued.daemon.api.handlers.sessions import origin_url
 from kliqued.daemon.api.request import ctx
-from kliqued.daemon.units import iso
+from kliqued.daemon.units import iso, parse_iso
 from kliqued.ledger import export as ledger_export
 
-from . import data
+from . import advice, data
 from .frame import chrome, error, html, signed_in, state, to_signin
 
 
@@ -55,6 +59,8 @@ def page(slug: str, fn: PageFn) -> Callable[[web.Request], Awaitable[web.StreamR
             except ApiError as exc:
                 return error(request, exc.status, exc.message, s, p)
             values.update(chrome(request, p, s, pg), page=pg, seq=seq, now=iso(d.clock.now()))
+            if live:  # shared by the principal's sessions: no session value (app.js fills it)
+                values["csrf"] = ""
             resp = html(request, template, **values)
             resp.headers["X-Klique-Seq"] = str(seq)
             return resp
@@ -112,7 +118,8 @@ async def orchestration(request: web.Request, p: Principal) -> dict[str, Any]:
 
 
 async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
-    d = ctx(request).daemon
+    c = ctx(request)
+    d = c.daemon
     q = (request.query.get("q") or "").strip()[:100]
     pols, matched = data.policies(d, p, q or None)
     queues, waiting = data.queues(d, p, q_text=q or None)
@@ -123,6 +130,9 @@ async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
         "queues": queues,
         "waiting": waiting,
         "fair": d.idx().fair,
+        "advice": advice.shown(
+            d, p, state(request).advice, advice.path_of(c.store.path), d.clock.now()
+        ),
         "alerts": [
             dict(a, policy=r["name"])
             for r in pols
@@ -146,8 +156,17 @@ async def my_work(request: web.Request, p: Principal) -> dict[str, Any]:
             f"state must be one of {', '.join(states)}, found {excerpt(wanted)}",
         )
     admin_of = sorted(d.acc().admin_of(p.name)) if p.is_user else []
+    tasks = await data.tasks_with_history(d, c.store, p, state(request).tasks, state=wanted)
+    for t in tasks:
+        if t["labels"].get(sessions.CHANNEL_LABEL) == sessions.CHANNEL:
+            t["session"] = {
+                "url": origin_url(c, t["id"]),
+                "app": t["labels"].get(sessions.APP_LABEL),
+                "mine": p.is_user and p.name == t["user"],
+            }
     return {
-        "tasks": await data.tasks_with_history(d, c.store, p, state(request).tasks, state=wanted),
+        "tasks": tasks,
+        "back": "/my-work" + (f"?state={wanted}" if wanted else ""),
         "state": wanted,
         "states": states,
         "admin_of": admin_of,
@@ -196,6 +215,12 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
             f"by must be one of {', '.join(ledger_export.SUMMARY_DIMENSIONS)}, found {excerpt(by)}",
         )
     rows = await data.usage(c.store, groups, a, b, by)
+    now = c.daemon.clock.now()
+    # a page opened shows figures at most a minute old; its live refresh may show older
+    # ones while new ones are computed (FiguresCache)
+    figures = await state(request).figures.get(
+        c.store, groups, start, now, fresh=not request.query.get("live")
+    )
     total = sum((Decimal(r["gpu_hours"]) for r in rows), Decimal(0))
     cost = sum((Decimal(r["cost"]) for r in rows), Decimal(0))
     return {
@@ -209,21 +234,81 @@ async def usage(request: web.Request, p: Principal) -> dict[str, Any]:
         "total_cost": cost,
         "currency": c.daemon.idx().estate.settings.currency,
         "cloud": data.cloud(c.daemon),
-        "estate_use": await state(request).figures.get(
-            c.store, groups, start, c.daemon.clock.now()
-        ),
+        "estate_use": figures,
+        "estate_age": fmt.span((now - parse_iso(figures["as_of"])) / 1000),
         "dimensions": ledger_export.SUMMARY_DIMENSIONS,
     }
 
 
+AUDIT_PAGE = 50
+"""Events on one page of the audit trail (it was one 7,000-pixel page after 25 minutes)."""
+MAX_PAGE = 100_000
+
+
+def _text(request: web.Request, name: str, most: int = 200) -> str | None:
+    return (request.query.get(name) or "").strip()[:most] or None
+
+
+def page_number(request: web.Request) -> int:
+    raw = request.query.get("page") or "1"
+    if not raw.isdigit() or not 1 <= int(raw[:7]) <= MAX_PAGE:
+        raise ApiError(
+            400,
+            "invalid-request",
+            f"page must be a number from 1 to {MAX_PAGE}, found {excerpt(raw)}",
+        )
+    return int(raw)
+
+
+def audit_url(filters: dict[str, str | None], page_no: int) -> str:
+    """The audit trail's URL for ``filters`` at page ``page_no``: what a link to the next or
+    previous page keeps, and what a person bookmarks or sends."""
+    query = {k: v for k, v in filters.items() if v}
+    if page_no > 1:
+        query["page"] = str(page_no)
+    return "/audit" + (f"?{urlencode(query)}" if query else "")
+
+
 async def audit(request: web.Request, p: Principal) -> dict[str, Any]:
+    """The newest events ``p`` may read, :data:`AUDIT_PAGE` a page, filtered by the URL's
+    ``q`` (any text), ``actor``, ``kind`` and ``task`` (exact), at its ``page``: the filters
+    and the page stay in the URL, so a view can be reloaded, bookmarked and sent."""
     c = ctx(request)
-    q = (request.query.get("q") or "").strip()[:200]
-    kind = request.query.get("kind") or None
+    filters = {
+        "q": _text(request, "q"),
+        "actor": _text(request, "actor"),
+        "kind": request.query.get("kind") or None,  # whole: a wrong one is quoted back
+        "task": _text(request, "task"),
+    }
+    kind = filters["kind"]
     if kind is not None and kind not in KINDS:
         raise ApiError(400, "invalid-request", f"kind: no event kind {excerpt(kind)}")
-    events = await data.events(c.daemon, c.store, p, limit=200, search=q or None, kind=kind)
-    return {"events": events, "q": q, "kind": kind, "kinds": sorted(KINDS)}
+    page_no = page_number(request)
+    got = await data.events(
+        c.daemon,
+        c.store,
+        p,
+        limit=AUDIT_PAGE + 1,
+        search=filters["q"],
+        kind=kind,
+        actor=filters["actor"],
+        task=filters["task"],
+        offset=(page_no - 1) * AUDIT_PAGE,
+    )
+    first = (page_no - 1) * AUDIT_PAGE + 1
+    return {
+        "events": got[:AUDIT_PAGE],
+        "q": filters["q"] or "",
+        "actor": filters["actor"] or "",
+        "task": filters["task"] or "",
+        "kind": kind,
+        "kinds": sorted(KINDS),
+        "page_no": page_no,
+        "first": first,
+        "last": first + min(len(got), AUDIT_PAGE) - 1,
+        "newer_url": audit_url(filters, page_no - 1) if page_no > 1 else None,
+        "older_url": audit_url(filters, page_no + 1) if len(got) > AUDIT_PAGE else None,
+    }
 
 
 async def estate(request: web.Request, p: Principal) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from aiohttp import web
 from kliqued.daemon.api.request import CTX
 
 from .errors import html_errors
-from .files import export, static, task_log
+from .files import export, static
+from . import actions, logpage
 from .frame import WEB, Web
 from .pages import audit, estate, my_work, orchestration, page, policy, usage
 from . import oidc
@@ -44,7 +45,10 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", "/orchestration", page("orchestration", orchestration)),
     ("GET", "/policy", page("policy", policy)),
     ("GET", "/my-work", page("my-work", my_work)),
-    ("GET", "/my-work/{id}/log", task_log),
+    ("GET", "/my-work/{id}/log", logpage.page),
+    ("GET", "/my-work/{id}/log.txt", logpage.raw),
+    ("POST", "/my-work/{id}/cancel", actions.cancel),
+    ("GET", "/my-work/{id}/session", actions.open_session),
     ("GET", "/usage", page("usage", usage)),
     ("GET", "/usage/export", export),
     ("GET", "/audit", page("audit", audit)),

@@ -1,5 +1,5 @@
 """The schedules' and pipelines' answers against the document's schemas, now generated from
-models (kliqued/daemon/api/models/responses.py): a schedule of a command, one of a pipeline,
+models (kliqued/api_models/responses.py): a schedule of a command, one of a pipeline,
 a pipeline run and the task lists they make, from a real daemon, validate against
 ``Schedule``, ``ScheduleList``, ``Pipeline``, ``PipelineList`` and ``TaskList``."""
 

@@ -204,9 +204,10 @@ def test_the_default_is_the_commit_or_wheel_this_kliqued_came_from() -> None:
     assert install.from_direct_url(None) is None
 
 
-def test_the_weekly_advise_workflow(tmp_path, capsys) -> None:
+def test_the_weekly_advise_workflow(tmp_path) -> None:
     """``--advise`` (issue 31): a scheduled workflow that passes actionlint and runs
-    ``kliqued advise`` with flags it accepts; GitHub only."""
+    ``kliqued advise`` with flags it accepts, with the job's own ID token (no stored
+    planner secret: issue 30)."""
     from kliqued.ci.workflows import ADVISE_GITHUB_PATH
 
     assert main(["ci", "init", "github", "--advise", "--repo", str(tmp_path), *PINNED]) == 0
@@ -215,10 +216,32 @@ def test_the_weekly_advise_workflow(tmp_path, capsys) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     doc = YAML(typ="safe").load(path.read_text())
     assert doc["on"]["schedule"] == [{"cron": "17 6 * * 1"}]
+    assert doc["permissions"]["id-token"] == "write"
+    assert "secrets.KLIQUE" not in path.read_text()
     steps = doc["jobs"]["advise"]["steps"]
     script = next(s["run"] for s in steps if s.get("name") == "Advise from the last weeks' demand")
     (line,) = kliqued_lines(script)
     args = build_parser("advise").parse_args(line[1:])
     assert (args.against, args.since, args.patch) == ("$KLIQUE_URL", "14d", "advice.patch")
-    assert main(["ci", "init", "gitlab", "--advise", "--repo", str(tmp_path), *PINNED]) == 2
-    assert "--advise is written for github only" in capsys.readouterr().err
+
+
+def test_the_weekly_advise_job_on_gitlab(tmp_path) -> None:
+    """``ci init gitlab --advise``: a job for a pipeline schedule, with an ID token for
+    Klique, that runs ``kliqued advise`` with flags it accepts and pushes a branch that
+    opens a merge request (GitLab's push options) only when there is a patch."""
+    from kliqued.ci.workflows import ADVISE_GITLAB_PATH
+
+    assert main(["ci", "init", "gitlab", "--advise", "--repo", str(tmp_path), *PINNED]) == 0
+    text = (tmp_path / ADVISE_GITLAB_PATH).read_text()
+    job = YAML(typ="safe").load(text)["klique-advise"]
+    assert job["rules"] == [{"if": '$CI_PIPELINE_SOURCE == "schedule" && $KLIQUE_ADVISE == "1"'}]
+    assert job["id_tokens"] == {"KLIQUE_ID_TOKEN": {"aud": "klique"}}
+    script = "\n".join(job["script"])
+    (line,) = kliqued_lines(script)
+    args = build_parser("advise").parse_args(line[1:])
+    assert (args.against, args.since, args.patch) == ("$KLIQUE_URL", "14d", "advice.patch")
+    assert 'if [ ! -s advice.patch ]; then echo "no change to propose"; exit 0; fi' in script
+    assert "-o merge_request.create" in script and "KLIQUE_BOT_TOKEN" in script
+    # the script's shell parses (bash -n), as the runner's sh would run it
+    done = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -209,3 +209,33 @@ def test_forecast_of_a_budget_reset_in_status(
         assert f"(earliest {reset.replace('T', ' ')})" in capsys.readouterr().out
     finally:
         s.stop()
+
+
+def test_the_price_in_force_is_the_latest_effective_at_the_time() -> None:
+    """``price_per_gpu_hour``: the pool's GPU type's price whose ``effective_from`` is the
+    latest at or before the time; none before the first; another type's never; a new estate
+    is read again (the prices are kept per estate)."""
+    from decimal import Decimal
+
+    from compiler.api import compile_dir
+    from compiler.compiled import CPrice
+    from kliqued.daemon.api.dryrun import price_per_gpu_hour
+    from kliqued.daemon.units import parse_iso
+
+    estate = compile_dir(SMALL_ESTATE).estate
+    assert estate is not None
+    gpu = next(p.gpu_type for p in estate.pools if p.name == "pool-1")
+    prices = [
+        CPrice(gpu_type=gpu, per_gpu_hour="2.5", effective_from="2026-01-01T00:00:00Z"),
+        CPrice(gpu_type=gpu, per_gpu_hour="3.1", effective_from="2026-07-01T00:00:00Z"),
+        CPrice(gpu_type="other", per_gpu_hour="9", effective_from="2026-03-01T00:00:00Z"),
+    ]
+    e = estate.model_copy(update={"pricing": prices})
+    at = parse_iso
+    assert price_per_gpu_hour(e, "pool-1", at("2025-12-31T23:59:59Z")) is None
+    assert price_per_gpu_hour(e, "pool-1", at("2026-01-01T00:00:00Z")) == Decimal("2.5")
+    assert price_per_gpu_hour(e, "pool-1", at("2026-06-30T23:59:59Z")) == Decimal("2.5")
+    assert price_per_gpu_hour(e, "pool-1", at("2026-07-01T00:00:00Z")) == Decimal("3.1")
+    assert price_per_gpu_hour(e, "no-such-pool", at("2026-07-01T00:00:00Z")) is None
+    cheaper = e.model_copy(update={"pricing": prices[:1]})
+    assert price_per_gpu_hour(cheaper, "pool-1", at("2026-08-01T00:00:00Z")) == Decimal("2.5")

@@ -1,4 +1,4 @@
-"""The request schemas generated from the models (kliqued/daemon/api/models) against the
+"""The request schemas generated from the models (kliqued/api_models) against the
 ones written by hand before them (``openapi_requests_before.json``, frozen when they were
 replaced; ``openapi_responses_before.json``, the answers'): the same schema keyword for
 keyword once words and references are set aside, and the same answer, first error
@@ -19,9 +19,9 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from kliqued.daemon.api.models.estate import ESTATE_ANSWERS
-from kliqued.daemon.api.models.requests import REQUESTS
-from kliqued.daemon.api.models.responses import RESPONSES
+from kliqued.api_models.estate import ESTATE_ANSWERS
+from kliqued.api_models.requests import REQUESTS
+from kliqued.api_models.responses import RESPONSES
 from kliqued.daemon.api.openapi import EXAMPLES, document
 from kliqued.daemon.api.schema_rules import with_name_rule
 
@@ -158,7 +158,7 @@ def test_the_answers_replaced_by_models_come_from_them() -> None:
 def test_every_schema_of_the_document_comes_from_a_model() -> None:
     """No schema is written by hand any more: each one the document holds is a model's or
     one a model uses (``$defs``), and every hand-written one has its model."""
-    from kliqued.daemon.api.models.schema import components
+    from kliqued.api_models.schema import components
 
     assert document()["components"]["schemas"] == with_name_rule(
         components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS)), [m.__name__ for m in REQUESTS]

@@ -1,5 +1,5 @@
 """The worker protocol's answers against the document's schemas, now that these are
-generated from models (kliqued/daemon/api/models/responses.py): what a real daemon answers a
+generated from models (kliqued/api_models/responses.py): what a real daemon answers a
 worker, spoken by hand over HTTP, validates against ``Registered``, ``Leases``,
 ``HeartbeatAnswer`` (with a stop instruction), ``LogSize``, ``ReportAnswer``,
 ``ReportResults`` and ``Deregistered``."""

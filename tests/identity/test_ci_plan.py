@@ -99,3 +99,25 @@ def test_without_id_token_permission_the_plan_says_what_is_missing(
     )
     assert code == 1 and "Traceback" not in err
     assert "answered HTTP 401; give the workflow `permissions: id-token: write`" in err
+
+
+def test_advise_against_with_only_the_jobs_id_token(
+    tmp_path: Path, idp_server: InProcServer, job_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The weekly advise job (``kliqued ci init --advise``) reads the demand with the job's
+    own ID token too: no stored planner secret (issue 31's job, issue 30's rule)."""
+    from kliqued.cli import main
+
+    s = idp_server
+    alice = s.token({"user": "alice"})
+    s.ok("POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"]}, token=alice)
+    report = tmp_path / "advice.md"
+    code = main(
+        ["advise", "--estate", str(tmp_path / "estate"), "--against", s.url, "-o", str(report)]
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert s.url in report.read_text()  # the demand's source: the daemon, read as the planner
+    signed = s.ok("GET", "/v1/events?kind=signed_in")["events"]
+    assert {e["data"]["provider"] for e in signed} == {"github"}
+    assert {e["actor"] for e in signed} == {"role:planner"}

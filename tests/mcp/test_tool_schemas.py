@@ -1,6 +1,6 @@
 """The MCP tools' input schemas take the API's words and bounds: each argument that is a
 field of the API's request body is described by the document's schema of that field,
-generated from the API's models (kliqued/daemon/api/models/requests.py)."""
+generated from the API's models (kliqued/api_models/requests.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client
+from mcp.server.mcpserver.tools import Tool
 
+from kliqued.api_models.requests import TaskSubmission
+from kliqued.api_models.schema import components
 from kliqued.daemon.api.agents import tools
 from kliqued.daemon.api.openapi import SCHEMAS
 
@@ -60,4 +64,39 @@ def test_tool_arguments_that_are_api_fields_have_the_api_s_schema(tmp_path: Path
         "read_log",
         "budget",
         "list_pools",
+    }
+
+
+def test_every_argument_of_a_body_tool_is_a_field_of_its_model(tmp_path: Path) -> None:
+    """The tools, the document and the SDK share one model per body: a tool's argument is a
+    field of it (with the schema generated from the model itself, not only the document's
+    copy) or one of the declared others."""
+    schemas = _input_schemas(tmp_path)
+    assert set(tools.BODIES) == {"submit_task", "dry_run_task", "cancel_task"}
+    for name, model in tools.BODIES.items():
+        own = components([model])[model.__name__]["properties"]
+        tool = schemas[name]
+        for arg, schema in tool["properties"].items():
+            if arg in tools.NOT_FIELDS:
+                assert arg not in model.model_fields, (name, arg)
+                continue
+            assert arg in model.model_fields, (name, arg)
+            want = tools._required(own[arg]) if arg in tool["required"] else own[arg]
+            assert schema == want, (name, arg)
+
+
+def test_a_tool_argument_that_is_no_field_of_its_model_fails_the_build() -> None:
+    """A field renamed in the model (``gpus`` to ``gpu_count``, say) cannot leave the tool
+    behind: the server is not built."""
+
+    async def submit_task(resource: str, command: list[str], gpu_count: float) -> None:
+        """A tool whose argument drifted from ``TaskSubmission``."""
+
+    with pytest.raises(ValueError, match="gpu_count is no field of TaskSubmission"):
+        tools.with_api_fields(Tool.from_function(submit_task))
+    with pytest.raises(TypeError, match="gpu_count: no field of TaskSubmission"):
+        tools.api_body(TaskSubmission, resource="a/b", gpu_count=1)
+    assert tools.api_body(TaskSubmission, resource="a/b", gpus=None, labels={}) == {
+        "resource": "a/b",
+        "labels": {},
     }

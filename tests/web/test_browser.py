@@ -240,10 +240,12 @@ def test_four_people_watch_work_placed_and_preempted_live(
     assert head.locator("tr[data-policy]").evaluate_all(
         "rows => rows.map(r => r.dataset.policy)"
     ) == ["lab", "team-a", "team-b"]
-    assert (
-        "department (envelope over team-a, team-b)"
-        in head.locator("tr[data-policy='lab']").inner_text()
-    )
+    # as the organisation's tree (issue 32), as `kliqued budget` prints it
+    assert head.locator("tr[data-policy]").evaluate_all(
+        "rows => rows.map(r => r.dataset.depth)"
+    ) == ["0", "1", "1"]
+    assert "department" in head.locator("tr[data-policy='lab'] th").inner_text()
+    assert "under lab:" in head.locator("tr[data-policy='team-b'] th").inner_text()
     head.get_by_role("heading", name="Burn-down: team-b").wait_for()
     shots(head, "policy-lead")
     lead.goto(f"{fs.url}/orchestration")

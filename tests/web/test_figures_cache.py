@@ -1,6 +1,7 @@
 """The usage page's CIO figures are cached per month and scope (kliqued/web/data.py
-``FiguresCache``): computed again once the ledger changed and the held ones are older than
-a minute, reused otherwise; on a real DuckDB store with the example estate's capacity."""
+``FiguresCache``): reused for a minute; older ones are computed again, in the background
+for a live refresh, awaited for a page opened; on a real DuckDB store with the example
+estate's capacity."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def interval(n: int, pool, start: int) -> IntervalRow:
     )
 
 
-def test_figures_are_reused_until_the_ledger_changed_and_a_minute_passed(store) -> None:
+def test_figures_are_reused_for_a_minute_and_a_page_opened_never_gets_older_ones(store) -> None:
     s, pool = store
     cache = FiguresCache()
 
@@ -69,8 +70,6 @@ def test_figures_are_reused_until_the_ledger_changed_and_a_minute_passed(store) 
         assert set(first) >= {"estate_use", "idle", "as_of"}
         assert "lending" not in first and "business_units" not in first  # only the page's
         assert used(first) == 0
-        # unchanged ledger: the same figures at any age
-        assert await cache.get(s, None, NOV, now + 10 * FIGURES_FRESH_MS) is first
         s.commit_sync(
             Batch(
                 ops=[
@@ -79,20 +78,20 @@ def test_figures_are_reused_until_the_ledger_changed_and_a_minute_passed(store) 
                 ]
             )
         )
-        # changed, but the held figures are younger than a minute: still those
+        # younger than a minute: the held ones, for a page and its live refresh alike
         assert await cache.get(s, None, NOV, now + FIGURES_FRESH_MS - 1) is first
-        # older than a minute and the ledger moved: the held ones answer while the new
-        # ones are computed in the background, then the new ones
+        assert await cache.get(s, None, NOV, now + FIGURES_FRESH_MS - 1, fresh=True) is first
+        # older: a live refresh gets the held ones while new ones are computed ...
         at = now + FIGURES_FRESH_MS
         assert await cache.get(s, None, NOV, at) is first
-        later = first
-        for _ in range(200):
-            later = await cache.get(s, None, NOV, at)
-            if later is not first:
-                break
-            await asyncio.sleep(0.02)
-        assert later is not first and used(later) == pytest.approx(2.0)
-        assert later["as_of"] > first["as_of"]
+        # ... and a page opened waits for the new ones (issue 32: a 14-minute-old all-zero
+        # snapshot on first view)
+        opened = await cache.get(s, None, NOV, at, fresh=True)
+        assert opened is not first and used(opened) == pytest.approx(2.0)
+        assert opened["as_of"] > first["as_of"]
+        # the month's capacity counts up to now: an unchanged ledger still ages
+        later = await cache.get(s, None, NOV, at + FIGURES_FRESH_MS, fresh=True)
+        assert later is not opened and later["as_of"] > opened["as_of"]
         # another scope is its own entry
         scoped = await cache.get(s, ["team-b"], NOV, at)
         assert scoped is not later and used(scoped) == 0

@@ -45,7 +45,7 @@ def test_policy_page_shows_fair_shares_and_weights(tmp_path: Path) -> None:
                 def cells(policy: str) -> tuple[str, str, str]:
                     row = page.locator(f"tr[data-policy='{policy}']")
                     return (
-                        row.locator("td").nth(5).inner_text(),
+                        row.locator("td[data-col='borrowed']").inner_text(),
                         row.locator("td[data-col='share']").inner_text(),
                         row.locator("td[data-col='lend-weight']").inner_text(),
                     )

@@ -4,6 +4,7 @@ kind of person sees on each page what the API shows them and nothing more (issue
 from __future__ import annotations
 
 import csv
+import html as htmllib
 import io
 import json
 import re
@@ -37,7 +38,8 @@ def test_without_a_session_pages_redirect_to_the_sign_in_form_and_fragments_are_
         assert a.location == f"/signin?next=%2F{page}%3Fx%3D1"
     assert b.get("/orchestration?live=1").status == 401
     assert b.get("/usage/export?format=csv").status == 401
-    assert b.get("/my-work/t-000/log").status == 401
+    assert b.get("/my-work/t-000/log.txt").status == 401  # the raw log, for tools
+    assert b.get("/my-work/t-000/log").status == 303  # the log's page: sign in first
     a = b.get("/")
     assert a.status == 303 and present(a.location).startswith("/signin")
     form = b.get("/signin")
@@ -160,8 +162,35 @@ def test_a_task_log_is_for_who_may_see_the_task(server: Server, people: People, 
     erin = signed_in(server, people.erin)
     a = erin.get(f"/my-work/{work.bob_task}/log")
     assert a.status == 404 and f"no task {work.bob_task}" in a.text
-    a = signed_in(server, people.bob).get(f"/my-work/{work.bob_task}/log")
+    assert erin.get(f"/my-work/{work.bob_task}/log.txt").status == 404
+    bob = signed_in(server, people.bob)
+    # issue 32: a page in the site's frame (the live tail is tests/web/test_dashboard_browser)
+    a = bob.get(f"/my-work/{work.bob_task}/log")
+    assert a.status == 200 and a.headers["Content-Type"].startswith("text/html")
+    assert (
+        f"Log of {work.bob_task}" in a.text and "Signed in as <strong>user:bob</strong>" in a.text
+    )
+    assert f'href="/my-work/{work.bob_task}/log.txt"' in a.text
+    # and the raw text at its own URL, for tools
+    a = bob.get(f"/my-work/{work.bob_task}/log.txt")
     assert a.status == 200 and a.headers["Content-Type"].startswith("text/plain")
+    assert a.headers["X-Klique-Task-State"] == "ended"
+    a = bob.get(f"/my-work/{work.bob_task}/log.txt?offset=-1")
+    assert a.status == 400 and "offset must be a byte count" in a.text
+    assert a.headers["Content-Type"].startswith("text/plain")
+
+
+def test_a_log_read_is_cut_at_whole_characters() -> None:
+    from kliqued.web.logpage import utf8_end, utf8_start
+
+    text = "ab é € 😀".encode()
+    for cut in range(len(text) + 1):
+        head = text[:cut][: utf8_end(text[:cut])]
+        head.decode("utf-8")  # never a broken character at the end
+        tail = text[cut:][utf8_start(text[cut:]) :]
+        tail.decode("utf-8")  # nor at the start
+        assert len(head) >= cut - 3
+    assert utf8_end("é".encode()[:1]) == 0 and utf8_end(b"ab") == 2
 
 
 def test_policy_view_shows_the_groups_and_department_a_person_may_see(
@@ -463,3 +492,128 @@ def test_one_time_convention_said_once(server: Server, people: People, work: Wor
         assert not re.search(r"\b(AM|PM)\b", text), page
     js = b.get("/static/app.js").text
     assert "toLocaleTimeString" not in js and "toISOString().slice(11, 19)" in js
+
+
+# --------------------------------------------------------------------------- actions
+def test_cancel_from_my_work_has_the_apis_rights_and_csrf(server: Server, people: People) -> None:
+    """Issue 32: a cancel button for one's own and one's team's tasks, with the API's
+    rights (who may see the task) and the CSRF checks of every dashboard form."""
+    tid = server.ok(
+        "POST", "/v1/tasks", {"resource": "team-a/one", "command": ["true"]}, people.bob, expect=201
+    )["id"]
+    form = f'action="/my-work/{tid}/cancel"'
+    bob = signed_in(server, people.bob)
+    assert form in bob.page("/my-work")
+    # the live part is shared by a person's sessions: no session value in it
+    live = bob.get("/my-work?live=1").text
+    assert form in live and 'name="csrf" value="" data-csrf' in live
+    # another team's user: the API's 404, and nothing cancelled
+    erin = signed_in(server, people.erin)
+    erin.page("/my-work")
+    a = erin.post(f"/my-work/{tid}/cancel", {"csrf": erin.csrf})
+    assert a.status == 404 and f"no task {tid}" in a.text
+    # finance sees no tasks and cancels none
+    fin = signed_in(server, people.finance)
+    fin.page("/usage")
+    a = fin.post(f"/my-work/{tid}/cancel", {"csrf": fin.csrf})
+    assert a.status == 403
+    # no CSRF value, a wrong one, another site: refused
+    assert bob.post(f"/my-work/{tid}/cancel", {}).status == 403
+    assert bob.post(f"/my-work/{tid}/cancel", {"csrf": "forged"}).status == 403
+    a = bob.post(
+        f"/my-work/{tid}/cancel", {"csrf": bob.csrf}, headers={"Origin": "http://evil.example"}
+    )
+    assert a.status == 403 and "another site" in a.text
+    assert server.ok("GET", f"/v1/tasks/{tid}")["state"] != "ended"
+    # the team's admin cancels it, and lands back on My work
+    alice = signed_in(server, people.alice)
+    assert form in alice.page("/my-work?state=placed") or form in alice.page("/my-work")
+    a = alice.post(f"/my-work/{tid}/cancel", {"csrf": alice.csrf, "back": "/my-work?state=ended"})
+    assert a.status == 303 and a.location == "/my-work?state=ended"
+    view = server.ok("GET", f"/v1/tasks/{tid}")
+    assert view["state"] == "ended"
+    assert view["end"]["text"] == "cancelled by user:alice: from the dashboard", view["end"]
+    assert form not in bob.page("/my-work")  # no button for an ended task
+    # a "back" elsewhere is not followed
+    a = alice.post(f"/my-work/{tid}/cancel", {"csrf": alice.csrf, "back": "https://evil.example/"})
+    assert a.status == 303 and a.location == "/my-work"
+
+
+def test_a_sessions_link_is_for_its_owner(server: Server, people: People, work: Work) -> None:
+    """Issue 32: a link to a running session: its URL on its own origin, and for its owner
+    the one-time link that lets the browser in (docs/channels.md)."""
+    s = server.ok(
+        "POST", "/v1/sessions", {"resource": "team-a/one", "app": "shell"}, people.bob, expect=201
+    )
+    sid, url = s["id"], s["url"]
+    assert not url.startswith(server.url)  # an origin of its own
+    bob = signed_in(server, people.bob)
+    page = bob.page("/my-work")
+    assert f'data-session-url="{url}"' in page
+    alice = signed_in(server, people.alice)  # the team's admin sees it, may not open it
+    assert "(only bob may open it)" in alice.page("/my-work")
+    a = alice.get(f"/my-work/{sid}/session")
+    assert a.status == 403 and "only its owner may open it" in a.text
+    assert signed_in(server, people.erin).get(f"/my-work/{sid}/session").status == 404
+    a = bob.get(f"/my-work/{sid}/session")
+    assert a.status == 303 and present(a.location).startswith(url + "?klique_ticket=")
+    bob.post(f"/my-work/{sid}/cancel", {"csrf": bob.csrf})
+    a = bob.get(f"/my-work/{sid}/session")
+    assert a.status == 410 and "ended" in a.text
+    # a plain task is no session
+    a = bob.get(f"/my-work/{work.bob_task}/session")
+    assert a.status == 404 and "is not a session" in a.text
+
+
+# --------------------------------------------------------------------------- usage
+MONEY = re.compile(r"^(< 0\.01|> -0\.01|-?\d{1,3}(,\d{3})*\.\d\d)( [A-Z]{3})?$")
+"""One money format (klique_util.fmt.money): to the cent, thousands grouped, ``< 0.01`` for
+a cost under half a cent."""
+
+
+def test_costs_read_in_one_money_format(server: Server, people: People, work: Work) -> None:
+    """Issue 32: cost rows read ``0.000267`` beside a total of ``0.00``."""
+    fin = signed_in(server, people.finance)
+    html = fin.page("/usage?from=2000-01-01&to=2100-01-01&by=user")
+    cells = [
+        (exact, htmllib.unescape(shown))
+        for exact, shown in re.findall(
+            r'<td class="num" data-cost="([^"]*)"><span data-money>([^<]*)</span></td>', html
+        )
+    ]
+    assert cells, html[:2000]
+    for exact, shown in cells:
+        assert MONEY.match(shown), shown
+        if Decimal(exact) != 0 and abs(Decimal(exact)) < Decimal("0.005"):
+            assert shown.startswith("< 0.01"), (exact, shown)  # never "0.00" for a cost
+    total = re.search(r'data-total-cost="([^"]*)"><span data-money>([^<]*)</span>', html)
+    assert total is not None and MONEY.match(htmllib.unescape(total.group(2))), total
+    exact = Decimal(total.group(1))
+    assert exact == sum(Decimal(e) for e, _ in cells)  # the rows add up to the total
+    # every cost the page shows, the estate's figures too
+    for page in (html, fin.page("/usage"), signed_in(server, people.alice).page("/usage")):
+        money = [htmllib.unescape(m) for m in re.findall(r"<span data-money>([^<]*)</span>", page)]
+        assert money and all(MONEY.match(m) for m in money if m), money
+
+
+def test_a_team_admins_usage_separates_the_estates_capacity_from_their_own_use(
+    server: Server, people: People, work: Work
+) -> None:
+    """Issue 32: a team admin's Usage page mixed the estate's capacity and overhead with the
+    team's own use without saying so."""
+    alice = signed_in(server, people.alice)  # team-a's admin
+    html = alice.page("/usage")
+    own = html.split('data-estate-scope="own"', 1)[1]
+    estate = html.split('data-estate-scope="team"', 1)[1].split('data-estate-scope="own"', 1)[0]
+    assert "shared by every group" in estate and "data-estate-capacity" in estate
+    assert "Your GPU-hours" not in estate and "Used GPU-hours" not in estate
+    assert "Your groups' use of it" in own and "Your GPU-hours" in own
+    assert "Capacity GPU-hours" not in own
+    assert "Your groups' own use: team-a" in html
+    # no estate-wide overhead beside a team's use: that is IT's and finance's figure
+    assert "idle and unreserved <span data-money>" not in html and "(overhead)" not in html
+    assert re.search(r"figures as of [\d-]+ [\d:]+ \(\d+s ago;", html), html
+    # finance sees the whole estate's figures, labelled as such
+    fin = signed_in(server, people.finance).page("/usage")
+    assert 'data-estate-scope="estate"' in fin and 'data-estate-scope="own"' not in fin
+    assert "Use by everyone" in fin and "(overhead)" in fin

@@ -13,6 +13,8 @@ disclosed, as ``GET /v1/tasks/{id}`` would not).
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -30,7 +32,7 @@ from kliqued.daemon.errors import ApiError
 from kliqued.daemon.state.channels import Channel
 from kliqued.daemon.state.daemon import Daemon
 from kliqued.daemon.state.submission import from_body
-from kliqued.daemon.units import gpus, iso
+from kliqued.daemon.units import gpus, iso, parse_iso
 
 
 def dry_run_as(
@@ -63,18 +65,38 @@ def settled(d: Daemon, now: int) -> bool:
     return not st.dirty and (due is None or due > now)
 
 
+@dataclass(frozen=True)
+class _Prices:
+    """One estate's prices by pool, times as ms: a dry run looks one up per answer, and
+    formatting ``now`` to compare it with the estates' texts was a third of the view."""
+
+    estate: CompiledEstate
+    by_pool: dict[str, list[tuple[int, Decimal]]]
+    """The pool's GPU type's prices, oldest first: (effective from, per GPU-hour)."""
+
+
+_PRICES: _Prices | None = None
+
+
+def _prices(estate: CompiledEstate) -> _Prices:
+    global _PRICES
+    if _PRICES is None or _PRICES.estate is not estate:
+        by_type: dict[str, list[tuple[int, Decimal]]] = {}
+        for pr in estate.pricing:
+            by_type.setdefault(pr.gpu_type, []).append(
+                (parse_iso(pr.effective_from), Decimal(pr.per_gpu_hour))
+            )
+        for rows in by_type.values():
+            rows.sort(key=lambda r: r[0])
+        _PRICES = _Prices(estate, {p.name: by_type.get(p.gpu_type, []) for p in estate.pools})
+    return _PRICES
+
+
 def price_per_gpu_hour(estate: CompiledEstate, pool: str, at: int) -> Decimal | None:
     """The price in force at ``at`` for ``pool``'s GPU type (``pricing``), or None."""
-    gpu_type = next((p.gpu_type for p in estate.pools if p.name == pool), None)
-    if gpu_type is None:
-        return None
-    when = iso(at) or ""
-    best = None
-    for pr in estate.pricing:
-        if pr.gpu_type == gpu_type and pr.effective_from <= when:
-            if best is None or pr.effective_from >= best.effective_from:
-                best = pr
-    return None if best is None else Decimal(best.per_gpu_hour)
+    rows = _prices(estate).by_pool.get(pool, [])
+    i = bisect_right(rows, at, key=lambda r: r[0])
+    return rows[i - 1][1] if i else None
 
 
 def view(d: Daemon, p: Principal, a: DryRun, now: int) -> dict[str, Any]:

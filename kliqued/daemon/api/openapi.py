@@ -3,8 +3,9 @@
 It is the API's authority (api-contract.md): request bodies are validated against its own
 schemas (``validator``), so the document and the checks cannot drift, and the test suite
 validates the document and fuzzes the API from it. Every schema, request bodies' and
-answers', is generated from its model (``models/requests.py``, ``models/responses.py``,
-``models/estate.py``: ``SCHEMAS``); the operations are written here as data
+answers', is generated from its model (``kliqued/api_models``: ``requests.py``,
+``responses.py``, ``estate.py``; ``SCHEMAS``), the models the SDK and the MCP tools build
+their bodies with too; the operations are written here as data
 (docs/decisions.md, issue 27 item 3).
 """
 
@@ -23,10 +24,10 @@ from referencing import Registry, Resource  # noqa: E402
 from referencing.jsonschema import DRAFT202012  # noqa: E402
 
 from kliqued.daemon.state.channels import DECLARED, HEADER  # noqa: E402
-from kliqued.daemon.api.models.requests import REQUESTS  # noqa: E402
-from kliqued.daemon.api.models.responses import RESPONSES  # noqa: E402
-from kliqued.daemon.api.models.estate import ESTATE_ANSWERS  # noqa: E402
-from kliqued.daemon.api.models.schema import components  # noqa: E402
+from kliqued.api_models.requests import REQUESTS  # noqa: E402
+from kliqued.api_models.responses import RESPONSES  # noqa: E402
+from kliqued.api_models.estate import ESTATE_ANSWERS  # noqa: E402
+from kliqued.api_models.schema import components  # noqa: E402
 from kliqued.daemon.api.schema_rules import (  # noqa: E402
     SINCE_PATTERN,
     UTC_TIME_PATTERN,
@@ -56,7 +57,7 @@ SCHEMAS: dict[str, Any] = with_name_rule(
     components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS)), [m.__name__ for m in REQUESTS]
 )
 """The document's schemas, all generated from models: every request body
-(``models/requests.py``) and every answer (``models/responses.py``, ``models/estate.py``);
+(``api_models/requests.py``) and every answer (``api_models/responses.py``, ``estate.py``);
 the request bodies' names with the rule that they hold no control character
 (``schema_rules``)."""
 

@@ -18,16 +18,13 @@ An event log written before channels existed replays its tasks as ``api``.
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from typing import Mapping
 
 from klique_util.excerpt import excerpt
 
+from kliqued.api_models.channels import CHANNELS as CHANNELS
+from kliqued.api_models.channels import Channel as Channel
 from kliqued.daemon.errors import bad_request
-
-Channel = Literal["cli", "sdk", "api", "mcp", "schedule", "pipeline", "session"]
-
-CHANNELS: tuple[Channel, ...] = ("cli", "sdk", "api", "mcp", "schedule", "pipeline", "session")
-"""Every channel, in the order docs and the OpenAPI enum list them."""
 
 DECLARED: tuple[Channel, ...] = ("cli", "sdk")
 """What a client may declare in the header."""

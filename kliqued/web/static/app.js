@@ -31,6 +31,22 @@
     if (paused) { paused = false; status("Live updates resumed."); }
   }
 
+  // Forms in the live part (cancel) carry the session's CSRF value: a live fragment is
+  // shared by the principal's sessions and holds none, so it is copied from the page's
+  // sign-out form, which has it.
+  function fillCsrf(root) {
+    var own = document.querySelector("form.signout input[name=csrf]");
+    if (!own) { return; }
+    root.querySelectorAll("input[data-csrf]").forEach(function (el) {
+      if (!el.value) { el.value = own.value; }
+    });
+  }
+  // A cancel asks first: a click cannot end a week of training by accident.
+  document.addEventListener("submit", function (e) {
+    var q = e.target.getAttribute && e.target.getAttribute("data-confirm");
+    if (q && !window.confirm(q)) { e.preventDefault(); }
+  });
+
   if (!live) { return; }
   var passMs = Math.max(1000, parseInt(live.getAttribute("data-pass-ms"), 10) || 1000);
   var refreshMs = parseInt(live.getAttribute("data-refresh-ms"), 10) || 15000;
@@ -57,6 +73,7 @@
         if (got.seq) { live.setAttribute("data-seq", got.seq); }
         lastFull = Date.now();
         drawCharts(live);
+        fillCsrf(live);
         updated();
       }
       setTimeout(tick, passMs);

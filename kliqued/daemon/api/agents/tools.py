@@ -12,10 +12,14 @@ A refusal is a tool error (``isError``) whose text is the API's message and stat
 traceback; an agent reads it and tells its user.
 
 A tool's input schema is the MCP SDK's, from the function's signature, with each argument
-that is also a field of the API's request body (``BODIES``) described by the document's
-schema of that field, generated from the API's models (``models/requests.py``): an agent
-sees the bounds and words the API applies. The API still checks the values (``submit_as``
-validates the body), so its refusals keep their words.
+that is a field of the API's request body (``BODIES``: the body's model, from
+``kliqued/api_models/requests.py``, the models the document and the SDK use) described by the
+document's schema of that field: an agent sees the bounds and words the API applies. An
+argument of such a tool is a field of its model or one of ``NOT_FIELDS``; any other is an
+error when the server is built (``with_api_fields``), so a field renamed in the model cannot
+leave a tool behind unseen. A tool's body holds only its model's fields (``api_body``); the
+API still checks the values (``submit_as`` validates the body against the document), so its
+refusals keep their words.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import contextlib
 from contextvars import ContextVar
 from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
+from pydantic import BaseModel
+
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
@@ -31,6 +37,7 @@ from mcp_types import ToolAnnotations
 
 from klique_util.excerpt import clip, excerpt
 
+from kliqued.api_models.requests import CancelRequest, TaskSubmission
 from kliqued.daemon.api import views
 from kliqued.daemon.state import history
 from kliqued.daemon.auth import Principal
@@ -120,12 +127,32 @@ STOP = ToolAnnotations(
 )
 
 
-BODIES = {
-    "submit_task": "TaskSubmission",
-    "dry_run_task": "TaskSubmission",
-    "cancel_task": "CancelRequest",
+BODIES: dict[str, type[BaseModel]] = {
+    "submit_task": TaskSubmission,
+    "dry_run_task": TaskSubmission,
+    "cancel_task": CancelRequest,
 }
-"""The tools whose arguments are fields of an API request body, and that body's schema."""
+"""The tools whose arguments are fields of an API request body, and that body's model."""
+
+NOT_FIELDS = {
+    "idempotency_key": "the Idempotency-Key header",
+    "task_id": "the task in the path",
+}
+"""The arguments of a ``BODIES`` tool that are not fields of its body, and where they go."""
+
+REASON_MAX: int = SCHEMAS["CancelRequest"]["properties"]["reason"]["maxLength"]
+"""A cancellation's reason at most: the model's bound, checked before the task is looked up
+(``tasks.cancel_as`` takes the reason, not a body)."""
+
+
+def api_body(model: type[BaseModel], **fields: Any) -> dict[str, Any]:
+    """A tool's body for ``model``: the fields given, none of them ``null``. A name that is
+    no field of ``model`` is the tool's own bug, said at once (the API would refuse it as an
+    unexpected property, naming no tool)."""
+    unknown = set(fields) - set(model.model_fields)
+    if unknown:
+        raise TypeError(f"{', '.join(sorted(unknown))}: no field of {model.__name__}")
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _required(schema: dict[str, Any]) -> dict[str, Any]:
@@ -140,16 +167,24 @@ def _required(schema: dict[str, Any]) -> dict[str, Any]:
 
 def with_api_fields(tool: Tool) -> Tool:
     """``tool`` with the input schema of each argument that is a field of its API body
-    replaced by the document's schema of that field (generated from the API's models)."""
-    body = SCHEMAS.get(BODIES.get(tool.name, ""))
-    if body is None:
+    replaced by the document's schema of that field (generated from the body's model). An
+    argument that is neither a field of the model nor one of ``NOT_FIELDS`` is an error."""
+    model = BODIES.get(tool.name)
+    if model is None:
         return tool
+    body = SCHEMAS[model.__name__]["properties"]
     params = tool.parameters
     required = set(params.get("required", []))
     props = dict(params.get("properties", {}))
-    for name, schema in body["properties"].items():
-        if name in props:
-            props[name] = _required(schema) if name in required else schema
+    strays = set(props) - set(body) - set(NOT_FIELDS)
+    if strays:
+        raise ValueError(
+            f"MCP tool {tool.name}: {', '.join(sorted(strays))} is no field of "
+            f"{model.__name__} (kliqued/api_models/requests.py): rename the argument, or "
+            "add it to NOT_FIELDS with where it goes"
+        )
+    for name in props.keys() & body.keys():
+        props[name] = _required(body[name]) if name in required else body[name]
     return tool.model_copy(update={"parameters": {**params, "properties": props}})
 
 
@@ -193,10 +228,14 @@ def build(c: Context) -> MCPServer:
         resource whose size comes from the task; `project` where the group asks for one.
         Give the same `idempotency_key` when retrying, so a retry never sends it twice.
         Returns the task: its id, state and, while it waits, why."""
-        body: dict[str, Any] = {"resource": resource, "command": command}
-        for k, v in (("gpus", gpus), ("project", project), ("labels", labels)):
-            if v is not None:
-                body[k] = v
+        body = api_body(
+            TaskSubmission,
+            resource=resource,
+            command=command,
+            gpus=gpus,
+            project=project,
+            labels=labels,
+        )
 
         async def go(p: Principal) -> dict[str, Any]:
             _, rec = await submit_as(c, p, body, "mcp", idempotency_key)
@@ -219,10 +258,15 @@ def build(c: Context) -> MCPServer:
         with it running (burn rate, run-out, whether the start check passes);
         `cost_per_hour`; `forecast`, the earliest start the estate can know. Refused
         exactly where submit_task would be."""
-        body: dict[str, Any] = {"resource": resource, "command": command, "dry_run": True}
-        for k, v in (("gpus", gpus), ("project", project), ("labels", labels)):
-            if v is not None:
-                body[k] = v
+        body = api_body(
+            TaskSubmission,
+            resource=resource,
+            command=command,
+            gpus=gpus,
+            project=project,
+            labels=labels,
+            dry_run=True,
+        )
         return await _as("submitTask", lambda p: _now(dry_run_as(c, p, body, "mcp")))
 
     @tool(READ)
@@ -259,8 +303,8 @@ def build(c: Context) -> MCPServer:
     async def cancel_task(task_id: str, reason: str | None = None) -> dict[str, Any]:
         """Cancel a queued or running task of the user's (a running one is stopped and
         frees its GPUs). Cancelling an ended task changes nothing. `reason` is recorded."""
-        if reason is not None and len(reason) > 1024:
-            raise ToolError("reason: at most 1024 characters")
+        if reason is not None and len(reason) > REASON_MAX:
+            raise ToolError(f"reason: at most {REASON_MAX} characters")
         return await _as("cancelTask", lambda p: tasks.cancel_as(c, p, task_id, reason, "mcp"))
 
     @tool(READ)

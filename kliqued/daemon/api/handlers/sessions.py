@@ -32,6 +32,7 @@ from kliqued.daemon import apps, session_origin
 from kliqued.daemon.api import sessions
 from kliqued.daemon.fleet import workers as fleet, tunnels
 from kliqued.daemon.state import history
+from kliqued.daemon.auth import Principal
 from kliqued.daemon.errors import ApiError, forbidden, not_found
 from kliqued.daemon.leases import CLOSED, FENCED
 from kliqued.daemon.records import TaskRecord
@@ -144,23 +145,41 @@ async def stop(request: web.Request) -> web.Response:
 
 
 async def link(request: web.Request) -> web.Response:
-    c = ctx(request)
-    p = principal(request)
     rec = await _session(request)
+    return reply(
+        {
+            "url": one_time_link(ctx(request), principal(request), rec),
+            "expires_in_s": int(sessions.LINK_TTL_S),
+        }
+    )
+
+
+def origin_url(c: Context, task: str) -> str | None:
+    """Session ``task``'s URL on its own origin, or None where this daemon serves no
+    sessions (a standby): what the dashboard shows beside a running session."""
+    return None if c.session_origin is None else c.session_origin.url(task)
+
+
+def one_time_link(c: Context, p: Principal, rec: TaskRecord) -> str:
+    """A one-time link to session ``rec`` for its owner ``p`` (``POST
+    /v1/sessions/{id}/link``, and the dashboard's *Open session*): a browser that follows it
+    gets the session's cookie on the session's origin. Anyone else: 403."""
     if p.name != rec.user:
         raise forbidden(f"session {rec.id} is {rec.user}'s: only its owner may open it")
+    url = origin_url(c, rec.id)
+    if url is None:
+        raise ApiError(
+            503,
+            "sessions-unavailable",
+            "the sessions' listener is not up on this daemon: ask the leader",
+        )
     c.session_passes.drop_ended(
         lambda tid: tid not in c.daemon.records or c.daemon.records[tid].state == "ended"
     )
     assert p.token_id is not None  # a user's token: the cookie ends with it
     c.daemon.tokens.require_booked(p, "a session's link")
     ticket = c.session_passes.link(rec.id, p.name, p.token_id)
-    return reply(
-        {
-            "url": f"{_url(request, rec.id)}?klique_ticket={ticket}",
-            "expires_in_s": int(sessions.LINK_TTL_S),
-        }
-    )
+    return f"{url}?klique_ticket={ticket}"
 
 
 async def tunnel(request: web.Request) -> web.StreamResponse:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from kliqued.daemon.state.channels import CHANNELS
+from kliqued.api_models.channels import CHANNELS
 
 _CLOSED = ConfigDict(extra="forbid")
 

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from kliqued.daemon.api.models.responses import Budget, CloudNode, Time, Waiting
+from kliqued.api_models.responses import Budget, CloudNode, Time, Waiting
 
 _CLOSED = ConfigDict(extra="forbid")
 
