@@ -9,6 +9,7 @@ import os
 import re
 import sys
 
+from klique_util import session_apps
 from klique_util.cli import HelpFormatter
 from klique_util.units import DAY_S, SECOND_MS, UNIT_SECONDS
 from workers.errors import ConfigError
@@ -214,6 +215,17 @@ def parser() -> argparse.ArgumentParser:
         default=7.0 * DAY_S,
         help="how long logs of ended tasks are kept in the state dir (default: 7d)",
     )
+    p.add_argument(
+        "--session-apps",
+        default=None,
+        metavar="LIST",
+        help="the session apps this worker says it can start, comma-separated ("
+        + ", ".join(session_apps.PROGRAMS)
+        + "), or 'none' (default: those whose program the tasks find on their PATH at start: "
+        + ", ".join(f"{a}: {p}" for a, p in session_apps.PROGRAMS.items())
+        + "; a container or batch executor, whose tasks run elsewhere, advertises none "
+        "unless told)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument(
         "--drain",
@@ -225,8 +237,28 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _apps(text: str | None) -> list[str] | None | str:
+    """``--session-apps``: None (detect), the apps named, or an error's text."""
+    if text is None:
+        return None
+    if text.strip() == "none":
+        return []
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in session_apps.PROGRAMS]
+    if unknown:
+        return (
+            f"unknown app {', '.join(unknown)}; the apps are "
+            f"{', '.join(session_apps.PROGRAMS)} (or 'none')"
+        )
+    return sorted(set(names))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    apps = _apps(args.session_apps)
+    if isinstance(apps, str):
+        print(f"klique-worker: --session-apps: {apps}", file=sys.stderr)
+        return 2
     if args.cpu_tasks is not None and args.cpu_tasks < 0:
         print(
             f"klique-worker: --cpu-tasks must be 0 or more, not {args.cpu_tasks}", file=sys.stderr
@@ -308,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         log_retention_s=args.log_retention,
         drain=args.drain,
         cpu_tasks=(default_cpu_tasks() if args.cpu_tasks is None else args.cpu_tasks),
+        session_apps=apps,
     )
 
     async def run() -> str | None:

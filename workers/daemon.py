@@ -57,6 +57,7 @@ from klique_util.poolsettings import PoolSettings
 from klique_util.units import DAY_S, gpus_to_milli
 from workers import __version__, checkpoints, durable, idle, outputs, tunnel
 from workers.client import LOG_CHUNK, ApiError, ControlPlaneClient, StaleEpoch, Unreachable
+from klique_util import session_apps
 from workers.executors.base import Executor, Exited, Handle, Start, Started, StartError
 from workers.gpus import MILLI, Gpu, GpuAllocator
 from workers.liveness import WRITE_EVERY_S, Liveness
@@ -100,6 +101,15 @@ class WorkerConfig:
     hostname: str = ""
     drain: bool = False  # on shutdown: stop and hand back every task, then deregister
     cpu_tasks: int = 1  # CPU-only (0-GPU) tasks run at once, beside the GPU tasks
+    session_apps: list[str] | None = None
+    """The session apps it says it can start (``--session-apps``); None: those whose program
+    the executor's tasks find on their PATH (``klique_util.session_apps``)."""
+
+
+def _detected(executor: Executor) -> list[str] | None:
+    """The session apps the executor's tasks find on their PATH (None: it cannot tell)."""
+    path = executor.task_path()
+    return None if path is None else session_apps.detect(path)
 
 
 def default_cpu_tasks() -> int:
@@ -149,6 +159,8 @@ class WorkerDaemon:
         self.stop_events: dict[str, asyncio.Event] = {}
         self.ttl_s = 15.0
         self.poll_wait_s = 30.0
+        self.apps = cfg.session_apps if cfg.session_apps is not None else _detected(executor)
+        """The session apps it advertises, found once at start (None: it cannot tell)."""
         self.registered = asyncio.Event()
         self.room = asyncio.Event()  # set when GPUs were freed or a lease placed
         self.cpu_room = asyncio.Event()  # set when a CPU-only slot was freed
@@ -502,7 +514,7 @@ class WorkerDaemon:
         return rec
 
     def register_body(self) -> dict:
-        return {
+        body = {
             "worker_id": self.worker_id,
             "hostname": self.cfg.hostname or socket.gethostname(),
             "pool": self.cfg.pool,
@@ -510,6 +522,9 @@ class WorkerDaemon:
             "gpus": [g.to_json() for g in self.gpus],
             "version": __version__,
         }
+        if self.apps is not None:
+            body["apps"] = self.apps
+        return body
 
     async def register(self) -> None:
         """Registers (until it works) and reconciles the control plane's `running` list with

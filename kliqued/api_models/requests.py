@@ -92,6 +92,9 @@ class PipelineRunRequest(BaseModel):
     params: Annotated[
         dict[str, Annotated[str, Field(max_length=4096)]] | None, Field(max_length=100)
     ] = None
+    project: Annotated[str | None, Field(min_length=1, max_length=256)] = Field(
+        None, description="the project of the steps that name none (before the file's own)"
+    )
 
 
 class ScheduleCreate(BaseModel):
@@ -236,6 +239,14 @@ class WorkerRegistration(BaseModel):
     executor: Annotated[str | None, Field(max_length=64)] = None
     gpus: Annotated[list[dict[str, Any]], Field(max_length=1024)] = Field(default_factory=list)
     version: Annotated[str | None, Field(max_length=64)] = None
+    apps: Annotated[
+        list[Annotated[str, Field(pattern="^[a-z0-9][a-z0-9_-]{0,31}$")]] | None,
+        Field(max_length=32),
+    ] = Field(
+        None,
+        description="the session apps it can start (their program found at its start); "
+        "absent: it does not say, and any session may be sent to it",
+    )
 
 
 class GpuRoom(BaseModel):

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from kliqued.api_models.channels import CHANNELS
 
@@ -241,6 +242,9 @@ class Worker(BaseModel):
     lost_at: datetime | None
     cannot_work: str | None = Field(description="why the worker says it takes no work now")
     leases: list[WorkerLease]
+    apps: list[str] | None = Field(
+        description="the session apps it can start (null: it did not say)"
+    )
 
 
 class WorkerList(BaseModel):
@@ -671,7 +675,9 @@ class Budget(BaseModel):
     left_hours: float
     burn_rate: float = Field(description="budget hours per hour")
     runout_at: datetime | None
-    alerts: list[Alert]
+    alerts: list[Alert] | SkipJsonSchema[None] = Field(
+        None, description="this period's alerts: for those who can act on them"
+    )
 
 
 class WaitingGroup(BaseModel):

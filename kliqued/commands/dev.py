@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from klique_util import session_apps
 
 from ._common import add_command
 from .devworkers import dev_workers
@@ -438,6 +439,35 @@ def _wait_for_workers(admin, pools: list[str], procs: list, stopping) -> None:
         time.sleep(0.1)
 
 
+def session_lines(rel: str, path: str | None = None) -> list[str]:
+    """What ``make run`` says of sessions: the apps its workers can start (their tasks' PATH:
+    this virtual env's ``bin`` first, as the process executor sets it) and how to enable the
+    others. ``make run`` installs none (JupyterLab is some 100 MB of packages: the first run
+    stays fast; docs/decisions.md, issue 32)."""
+    bindir = os.path.dirname(sys.executable)
+    found = session_apps.detect(
+        path if path is not None else f"{bindir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    )
+    out = [
+        "Sessions (kliqued session start --app APP): the workers can start "
+        + (", ".join(found) if found else "none of jupyter, vscode, shell")
+        + "."
+    ]
+    if "jupyter" not in found:
+        out.append(
+            f"  JupyterLab: {os.path.join(bindir, 'pip')} install jupyterlab, then make run again"
+        )
+    if found:
+        app = "jupyter" if "jupyter" in found else found[0]
+        out.append(
+            f"  {rel} session start --resource llm-research/l40s-1x --project evals --app {app}"
+        )
+    for app in ("vscode", "shell"):
+        if app not in found:
+            out.append(f"  {app}: {session_apps.enable_hint(app)}")
+    return out + [""]
+
+
 def banner(
     url: str,
     args: argparse.Namespace,
@@ -499,6 +529,7 @@ def banner(
         f"  {rel} status <ID>        # running, then ended (finished), GPU-hours",
         f"  {rel} logs <ID>          # hello",
         "",
+        *session_lines(rel),
         "Ctrl-C stops the worker and the daemon.",
         line,
     ]

@@ -22,8 +22,8 @@ def register(subparsers) -> None:
         description="The event log, oldest first: submissions, placements, preemptions "
         "(with why), cancellations (with who and why), starts and ends reported "
         "by workers (exit code, signal, message), budget alerts. A user sees the "
-        "events of their own tasks, of their admin groups' tasks, and their "
-        "groups' alerts; admins and finance see every event. A task id you may "
+        "events of their own tasks, and of their admin groups' tasks and "
+        "budget alerts; admins and finance see every event. A task id you may "
         "not see is an error, not an empty log.",
         examples="  kliqued events --task t-01M8K8MWK70000\n"
         "  kliqued events --kind preempted --limit 20\n"

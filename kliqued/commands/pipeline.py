@@ -24,6 +24,7 @@ def register(subparsers) -> None:
         "${steps.STEP.outputs.KEY}). Steps are sent when the steps they need "
         'finished, as you. See docs/channels.md, "Pipelines".',
         examples="  kliqued pipeline run nightly.yaml --param dataset=imagenet\n"
+        "  kliqued pipeline run nightly.yaml --project rlhf\n"
         "  kliqued pipeline status p-01M8K8MWK70000\n"
         "  kliqued pipeline status\n"
         "  kliqued pipeline cancel p-01M8K8MWK70000\n"
@@ -33,6 +34,12 @@ def register(subparsers) -> None:
     r = sub.add_parser("run", help="start a pipeline file")
     r.add_argument("file", metavar="FILE")
     r.add_argument("--param", action="append", metavar="KEY=VALUE", help="a parameter (repeatable)")
+    r.add_argument(
+        "--project",
+        metavar="NAME",
+        help="the project the steps' use is recorded against, for the steps that name none "
+        "(overrides the file's `project`)",
+    )
     add_client_flags(r)
     st = sub.add_parser("status", help="a pipeline's steps (without an id: your pipelines)")
     st.add_argument("id", nargs="?", metavar="ID")
@@ -80,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     k = client(args)
     if cmd == "run":
         try:
-            pr = k.run_pipeline(args.file, params(args.param))
+            pr = k.run_pipeline(args.file, params(args.param), project=args.project)
         except argparse.ArgumentTypeError as exc:
             print(f"kliqued pipeline run: {exc}", file=sys.stderr)
             return 2

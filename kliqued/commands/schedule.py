@@ -73,7 +73,11 @@ def register(subparsers) -> None:
         help="run-once: how late a missed run may still start, e.g. 2h (default: any)",
     )
     c.add_argument("--name", help="a note")
-    c.add_argument("--project", metavar="NAME")
+    c.add_argument(
+        "--project",
+        metavar="NAME",
+        help="the project the use is recorded against (a pipeline: for its steps naming none)",
+    )
     c.add_argument("--gpus", type=float, metavar="N")
     c.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     add_client_flags(c)

@@ -199,6 +199,13 @@ class Access:
         self._member = {u: frozenset(s) for u, s in member.items()}
         self._admin = {u: frozenset(s) for u, s in admin.items()}
         self._below = {g: frozenset(s) for g, s in below.items()}
+        parents = {g.parent for g in estate.groups if g.parent is not None}
+        self._it = frozenset(
+            u for g in estate.groups if g.parent is None and g.name in parents for u in g.admins
+        )
+        """IT: the admins of each top group with groups below it, whom ``kliqued plan`` asks
+        to approve pools when the estate names no ``settings.approvers`` (review data, not
+        in the compiled estate: compiler/plan/approvals.py)."""
 
     def subtree(self, group: str) -> frozenset[str]:
         """``group`` and every group below it, at any depth (an unknown group: itself)."""
@@ -210,6 +217,17 @@ class Access:
 
     def admin_of(self, user: str) -> frozenset[str]:
         return self._admin.get(user, frozenset())
+
+    def fixes_pools(self, p: Principal) -> bool:
+        """Whether warnings about pools and their machines (capacity truth) are for ``p``:
+        those who can change a pool or a machine, platform admins and IT; a researcher
+        cannot act on them (issue 32)."""
+        return p.is_admin or (p.is_user and p.name in self._it)
+
+    def fixes_budget(self, p: Principal, group: str) -> bool:
+        """Whether ``group``'s budget alerts are for ``p``: its admins (the team lead and the
+        heads above), who change its budget or its work, finance and platform admins."""
+        return p.is_admin or p.is_finance or (p.is_user and group in self.admin_of(p.name))
 
     def sees_group(self, p: Principal, group: str) -> bool:
         """Queues, policies and usage of ``group``."""

@@ -15,7 +15,7 @@ Kinds (``data`` fields in brackets):
 - ``cancelled`` [text, by: request|estate, interval|null; a request's channel]
 - ``ended`` [kind: finished|failed, epoch, worker, exit_code, signal, message, interval;
   reason and lost for a task lost the third time] (a worker's report)
-- ``worker_registered`` [worker, pool, hostname, executor, gpus, version, key_hash] (the
+- ``worker_registered`` [worker, pool, hostname, executor, gpus, version, key_hash, apps?] (the
   keyed hash of the worker's key, which binds the id to that worker: never shown by the API)
 - ``leased`` [worker, epoch, pool, size_milli; a gang's rank, world, master_addr,
   master_port, or nodes when one worker spreads it] / ``started`` [worker, epoch, ...] /
@@ -50,7 +50,7 @@ Kinds (``data`` fields in brackets):
   cursor?, token?] (``token``: the schedule is bound to that token from now on: a resume by
   its owner, a rotation) / ``schedule_run`` [id, due, outcome, task?, pipeline_id?, missed]
   (committed with the submission it makes) / ``pipeline_started`` [id, owner, token?, name,
-  file, text, params, schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?,
+  file, text, params, project?, schedule?] / ``pipeline_step`` [id, step, state, task?, attempt?,
   text, outputs?] / ``pipeline_changed`` [id, state: paused|running, text, token?] (its
   token ended; resumed, or rebound by a rotation) / ``pipeline_ended`` [id, state, text]
   (docs/channels.md, "The token a schedule runs on")
@@ -296,6 +296,7 @@ class WorkerRegistered(Payload):
     gpus: list[Any] = field(default_factory=list)
     version: str | None = None
     key_hash: str | None = None
+    apps: list[str] | None = None  # the session apps it can start; None: it did not say
 
 
 @registered("capacity_mismatch")
@@ -479,7 +480,7 @@ class ScheduleCreated(Payload):
     project: str | None = None
     gpus_milli: int | None = None
     labels: dict[str, str] | None = None
-    pipeline: dict[str, Any] | None = None  # {file, text, params}: a pipeline per run
+    pipeline: dict[str, Any] | None = None  # {file, text, params, project?}: a pipeline per run
     concurrency: str = "allow"
     missed: str = "run-once"
     deadline_s: int | None = None
@@ -524,6 +525,7 @@ class PipelineStarted(Payload):
     file: str
     text: str
     params: dict[str, str] = field(default_factory=dict)
+    project: str | None = None  # the run's project, for the steps naming none
     schedule: str | None = None
 
 

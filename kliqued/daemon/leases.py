@@ -125,6 +125,7 @@ class WorkerInfo:
         "leases",
         "key_hash",
         "cannot_work",
+        "apps",
     )
 
     def __init__(self, id: str, pool: str) -> None:
@@ -140,6 +141,9 @@ class WorkerInfo:
         self.lost_at: int | None = None
         self.leases: dict[tuple[str, int], Lease] = {}
         """Its active and stopping leases."""
+        self.apps: list[str] | None = None
+        """The session apps it said at registration it can start; None: it did not say (a
+        worker older than the field), so it is sent any session."""
         self.cannot_work: str | None = None
         """Why the worker says it takes no work now (its last heartbeat's ``cannot_work``:
         its state dir is full), or None. Volatile like ``last_seen``: not an event; the

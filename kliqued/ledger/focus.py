@@ -173,14 +173,20 @@ COLUMNS_BY_NAME = [(name, expr) for name, _, expr in COLUMNS]
 
 FOCUS_VERSION = "1.2"
 
-_PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
+MONTH_PATTERN = "^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])$"
+"""A month, YYYY-MM, from 1970 (the ledger's times are epoch milliseconds) to 2999: the
+API's ``period`` says it in its schema (issue 32: ``0000-00`` was schema-valid and refused)."""
+_PERIOD = re.compile(MONTH_PATTERN)
 
 
 def parse_period(text: str) -> date:
     """``2026-11`` as the first day of that month; ValueError naming the expected form."""
-    m = _PERIOD.match(text.strip())
-    if not m or not 1 <= int(m.group(2)) <= 12:
-        raise ValueError(f"period {excerpt(text)} is not a month: write it as YYYY-MM (2026-11)")
+    m = _PERIOD.match(text)
+    if not m:
+        raise ValueError(
+            f"period {excerpt(text)} is not a month from 1970 to 2999: write it as YYYY-MM "
+            "(2026-11)"
+        )
     return date(int(m.group(1)), int(m.group(2)), 1)
 
 

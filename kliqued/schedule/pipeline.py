@@ -62,7 +62,13 @@ class Step(BaseModel):
         default_factory=list, max_length=MAX_STEPS, description="steps that must finish first"
     )
     retries: int = Field(default=0, ge=0, le=10, description="times a failed task is sent again")
-    project: str | None = Field(default=None, min_length=1, max_length=256)
+    project: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="the project this step's use is recorded against (default: the run's "
+        "--project, else the pipeline's `project`)",
+    )
     gpus: float | None = Field(
         default=None,
         ge=0,
@@ -82,6 +88,13 @@ class PipelineFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", title="Klique pipeline")
     pipeline: str = Field(pattern=NAME_RE, description="the pipeline's name")
+    project: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="the project the steps' use is recorded against, for the steps that "
+        "name none (a run's --project comes first)",
+    )
     params: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict,
         description="parameters and their defaults (null: must be given at run time)",
@@ -192,21 +205,31 @@ class Loaded:
     parsed: Parsed
     params: dict[str, str]
     """Every parameter's value for this run (defaults, then what the caller gave)."""
+    project: str | None = None
+    """The run's project (``kliqued pipeline run --project``), for the steps naming none."""
 
     @property
     def spec(self) -> PipelineFile:
         return self.parsed.spec
+
+    def project_of(self, step: Step) -> str | None:
+        """The project a step's task is recorded against: the step's own, else the run's,
+        else the file's (a step is the most specific; a run's flag overrides the file's
+        default, as ``--param`` does a parameter's)."""
+        return step.project or self.project or self.spec.project
 
     @property
     def order(self) -> list[str]:
         return self.parsed.order
 
 
-def load(file: str, text: str, given: dict[str, str] | None = None) -> Loaded:
-    """Reads, validates and checks a pipeline; ``given``: parameter values for this run.
-    A ``PipelineError`` lists the problems found (the first ``MAX_ERRORS``), each with its
-    place."""
-    return bind(parse(file, text), given)
+def load(
+    file: str, text: str, given: dict[str, str] | None = None, project: str | None = None
+) -> Loaded:
+    """Reads, validates and checks a pipeline; ``given``: parameter values for this run,
+    ``project``: its project for the steps naming none. A ``PipelineError`` lists the
+    problems found (the first ``MAX_ERRORS``), each with its place."""
+    return bind(parse(file, text), given, project)
 
 
 def parse(file: str, text: str) -> Parsed:
@@ -291,7 +314,7 @@ def parse(file: str, text: str) -> Parsed:
     return Parsed(file, text, spec, order, {k: at("params", k) for k in spec.params})
 
 
-def bind(parsed: Parsed, given: dict[str, str] | None = None) -> Loaded:
+def bind(parsed: Parsed, given: dict[str, str] | None = None, project: str | None = None) -> Loaded:
     """A parsed pipeline with its run's parameters (cheap: no file is read)."""
     spec, file = parsed.spec, parsed.file
     errors: list[str] = []
@@ -315,7 +338,7 @@ def bind(parsed: Parsed, given: dict[str, str] | None = None) -> Loaded:
             params[k] = _text(default)
     if errors:
         raise PipelineError(errors)
-    return Loaded(parsed, params)
+    return Loaded(parsed, params, project or None)
 
 
 def _toposort(spec: PipelineFile) -> tuple[list[str], list[str]]:

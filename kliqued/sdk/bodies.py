@@ -99,7 +99,7 @@ def schedule(
     }
     names: dict[tuple[str | int, ...], str] = {}
     if pipeline is not None:
-        data["pipeline"] = _pipeline_data(pipeline, params)
+        data["pipeline"] = _pipeline_data(pipeline, params, project)
         names = {
             ("pipeline", "text"): f"the pipeline file {pipeline}",
             ("pipeline", "params"): "params",
@@ -138,10 +138,13 @@ def session(
     return checked(call, m.SessionStart, data)
 
 
-def pipeline(call: str, path: str | Path, params: Mapping[str, str] | None) -> dict[str, Any]:
-    """A ``PipelineRunRequest``: the file's name (for positions in errors) and its text."""
+def pipeline(
+    call: str, path: str | Path, params: Mapping[str, str] | None, project: str | None = None
+) -> dict[str, Any]:
+    """A ``PipelineRunRequest``: the file's name (for positions in errors), its text, and
+    the run's project for the steps that name none."""
     names: dict[tuple[str | int, ...], str] = {("text",): f"the pipeline file {path}"}
-    return checked(call, m.PipelineRunRequest, _pipeline_data(path, params), names)
+    return checked(call, m.PipelineRunRequest, _pipeline_data(path, params, project), names)
 
 
 def token(
@@ -239,12 +242,15 @@ def _command(call: str, command: Sequence[str] | str | None) -> Any:
     return command
 
 
-def _pipeline_data(path: str | Path, params: Mapping[str, str] | None) -> dict[str, Any]:
+def _pipeline_data(
+    path: str | Path, params: Mapping[str, str] | None, project: str | None = None
+) -> dict[str, Any]:
     p = Path(path)
     return {
         "file": p.name,
         "text": p.read_text(encoding="utf-8"),
         "params": {str(k): str(v) for k, v in (params or {}).items()},
+        "project": project,
     }
 
 

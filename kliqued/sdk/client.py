@@ -658,12 +658,19 @@ class Client:
         return self._call("POST", f"/sessions/{self._seg(id)}/link")["url"]
 
     # ------------------------------------------------------------------ pipelines
-    def run_pipeline(self, path: str | Path, params: dict[str, str] | None = None) -> dict:
+    def run_pipeline(
+        self,
+        path: str | Path,
+        params: dict[str, str] | None = None,
+        project: str | None = None,
+    ) -> dict:
         """Runs the pipeline file at ``path`` (its text is sent, so errors point into it:
-        ``file:line:col``); returns the pipeline with its steps. Not retried."""
+        ``file:line:col``); returns the pipeline with its steps. ``project``: the steps'
+        project where a step names none (before the file's ``project``). Not retried."""
         from .bodies import pipeline
 
-        return self._call("POST", "/pipelines", body=pipeline("run_pipeline", path, params))
+        body = pipeline("run_pipeline", path, params, project)
+        return self._call("POST", "/pipelines", body=body)
 
     def pipelines(self) -> list[dict]:
         return self._call("GET", "/pipelines")["pipelines"]

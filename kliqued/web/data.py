@@ -149,7 +149,7 @@ async def pool_use(store: Store, pools: list[str], now: int, window_s: int) -> d
 def pools(d: Daemon, p: Principal) -> list[dict[str, Any]]:
     """``GET /v1/pools`` (any token), each with its workers for an admin (``GET
     /v1/workers`` is an admin's)."""
-    out = views.pools(d)
+    out = views.pools(d, truth=d.acc().fixes_pools(p))
     if p.is_admin:
         by_pool: dict[str, list[dict[str, Any]]] = {}
         for w in sorted(d.workers.values(), key=lambda w: w.id):
@@ -294,7 +294,7 @@ def policies(d: Daemon, p: Principal, q: str | None = None) -> tuple[list[dict[s
     )
     out = []
     for name in names[:MAX_ROWS]:
-        row = views.policy(d, name, now)
+        row = views.policy(d, name, now, alerts_for=p)
         c = compiled.get(name)
         row["envelope"] = bool(c is not None and c.envelope)
         row["levels"] = list(c.levels) if c is not None else [name]

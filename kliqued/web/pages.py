@@ -134,8 +134,13 @@ async def policy(request: web.Request, p: Principal) -> dict[str, Any]:
             d, p, state(request).advice, advice.path_of(c.store.path), d.clock.now()
         ),
         "alerts": [
-            dict(a, policy=r["name"]) for r in pols if r["budget"] for a in r["budget"]["alerts"]
+            dict(a, policy=r["name"])
+            for r in pols
+            if r["budget"]
+            for a in r["budget"].get("alerts", [])
         ],
+        # budget alerts are for those who can act on them (Access.fixes_budget)
+        "alerts_shown": any(r["budget"] and "alerts" in r["budget"] for r in pols),
     }
 
 

@@ -183,3 +183,15 @@ def test_a_missing_output_fails_the_step_without_a_task() -> None:
         in actions
     )
     assert isinstance(actions[-1], P.Finish) and actions[-1].state == P.FAILED
+
+
+def test_a_step_takes_its_own_project_else_the_runs_else_the_files() -> None:
+    text = GOOD.replace("pipeline: nightly\n", "pipeline: nightly\nproject: evals\n").replace(
+        "    needs: [train]\n", "    needs: [train]\n    project: rlhf\n"
+    )
+    by = {s.name: s for s in P.load("p.yaml", text).spec.steps}
+    file_only = P.load("p.yaml", text)
+    assert [file_only.project_of(by[n]) for n in ("prepare", "report")] == ["evals", "rlhf"]
+    run = P.load("p.yaml", text, project="foundation-7b")
+    assert [run.project_of(by[n]) for n in ("prepare", "report")] == ["foundation-7b", "rlhf"]
+    assert P.load("p.yaml", GOOD).project_of(by["prepare"]) is None

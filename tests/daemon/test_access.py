@@ -58,7 +58,7 @@ MATRIX: dict[str, tuple[str, str, Any, int, dict[str, int]]] = {
         "/v1/tasks",
         {"resource": "team-a/sized", "gpus": 0.001, **CMD},
         201,
-        {"admin": 400, "erin": 422, "walter": 422},
+        {"admin": 422, "erin": 422, "walter": 422},
     ),
     "submit-for-bob": (
         "submitTask",

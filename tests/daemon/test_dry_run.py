@@ -104,7 +104,7 @@ def test_a_dry_run_has_the_rights_and_checks_of_a_submission(server: InProcServe
     status, err = s.call(
         "POST", "/v1/tasks", {"resource": "team-b/one", "dry_run": True, **CMD}, s.admin
     )
-    assert status == 400 and "on behalf of a user" in err["error"]["message"]
+    assert status == 422 and "on behalf of a user" in err["error"]["message"]
     assert s.ok("GET", "/v1/tasks")["tasks"] == []
 
 

@@ -148,7 +148,7 @@ def test_admin_on_behalf_of_a_user(server: Server, who) -> None:
     status, err = server.call(
         "POST", "/v1/tasks", {"resource": "team-a/sized", "command": ["true"]}, who.admin
     )
-    assert status == 400 and "user" in err["error"]["message"]
+    assert status == 422 and err["error"]["details"]["field"] == "user", err
     cancel_all(server, [t["id"]])
 
 

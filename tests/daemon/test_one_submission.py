@@ -98,7 +98,7 @@ def test_from_body_refuses_each_wrong_submission_as_the_api_did() -> None:
     assert (err.status, err.code) == (422, "invalid-field")
     assert err.details == {"field": "labels.klique.channel"}
     err = _refused(idx, ADMIN, ok)
-    assert err.status == 400 and "on behalf of a user" in err.message
+    assert err.status == 422 and "on behalf of a user" in err.message  # issue 32
     err = _refused(idx, BOB, {**ok, "user": "alice"})
     assert err.status == 403 and "only an admin" in err.message
     err = _refused(idx, BOB, ok, key="k" * 257)

@@ -86,6 +86,7 @@ def test_make_run_runs_a_users_command_end_to_end(tmp_path) -> None:
             assert token not in banner  # no lasting token on the terminal
         # the dashboard's URL and a short-lived sign-in token (issue 13)
         assert f"Dashboard  {url}/  sign in as alice" in banner
+        assert "Sessions (kliqued session start --app APP): the workers can start" in banner
         sign_in = present(re.search(r"sign-in token: (\S+)", banner)).group(1)
         b = Browser(url)
         assert b.post("/signin", {"token": sign_in}).location == "/orchestration"

@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver.tools import Tool
 
+from kliqued.daemon.api.schema_rules import with_name_rule
 from kliqued.api_models.requests import TaskSubmission
 from kliqued.api_models.schema import components
 from kliqued.daemon.api.agents import tools
@@ -74,7 +75,8 @@ def test_every_argument_of_a_body_tool_is_a_field_of_its_model(tmp_path: Path) -
     schemas = _input_schemas(tmp_path)
     assert set(tools.BODIES) == {"submit_task", "dry_run_task", "cancel_task"}
     for name, model in tools.BODIES.items():
-        own = components([model])[model.__name__]["properties"]
+        # the model's own schema, with the rule the document states for a request's names
+        own = with_name_rule(components([model]), [model.__name__])[model.__name__]["properties"]
         tool = schemas[name]
         for arg, schema in tool["properties"].items():
             if arg in tools.NOT_FIELDS:

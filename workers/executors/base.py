@@ -109,6 +109,13 @@ class Executor(ABC, Generic[H]):
             )
         return pool_value or flag_value or None
 
+    def task_path(self) -> str | None:
+        """The PATH this executor's tasks run with on this host, where a session's app is
+        looked for (``klique_util.session_apps.detect``); None when this host cannot tell (an
+        image's or another node's programs): the worker then advertises no apps unless
+        ``--session-apps`` names them."""
+        return None
+
     @abstractmethod
     def start(self, lease: dict, gpu_indices: list[int], log_path: Path) -> H:
         """Starts the lease's command on the given GPUs, its output appended to `log_path`.

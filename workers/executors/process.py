@@ -231,14 +231,23 @@ class ProcessExecutor(Executor[ProcessHandle]):
         return None
 
     # environment -------------------------------------------------------------------------
+    def _venv(self) -> Path | None:
+        if self.venv is None and sys.prefix != sys.base_prefix:
+            return Path(sys.prefix)  # the worker's own virtual env
+        return self.venv
+
+    def task_path(self) -> str:
+        """The tasks' PATH: the virtual env's ``bin`` first, as :meth:`environment` sets."""
+        path = self.base_env.get("PATH", os.defpath)
+        venv = self._venv()
+        return path if venv is None else f"{venv / 'bin'}{os.pathsep}{path}"
+
     def environment(self, lease: dict, gpu_indices: list[int]) -> dict[str, str]:
         env = dict(self.base_env)
-        venv = self.venv
-        if venv is None and sys.prefix != sys.base_prefix:
-            venv = Path(sys.prefix)  # the worker's own virtual env
+        venv = self._venv()
         if venv is not None:
             env["VIRTUAL_ENV"] = str(venv)
-            env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
+            env["PATH"] = self.task_path()
             env.pop("PYTHONHOME", None)
         env.update(klique_env(lease))
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)

@@ -11,6 +11,7 @@ their bodies with too; the operations are written here as data
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Iterable, Protocol
 
@@ -27,6 +28,13 @@ from kliqued.api_models.requests import REQUESTS  # noqa: E402
 from kliqued.api_models.responses import RESPONSES  # noqa: E402
 from kliqued.api_models.estate import ESTATE_ANSWERS  # noqa: E402
 from kliqued.api_models.schema import components  # noqa: E402
+from kliqued.daemon.api.schema_rules import (  # noqa: E402
+    SINCE_PATTERN,
+    UTC_TIME_PATTERN,
+    name_rule,
+    with_name_rule,
+)
+from kliqued.ledger.focus import MONTH_PATTERN  # noqa: E402
 
 URN = "urn:kliqued:openapi"
 
@@ -37,13 +45,21 @@ TIME = {
 }
 
 
+UTC_TIME = {**TIME, "pattern": UTC_TIME_PATTERN}
+"""A time parameter: what ``params.time_param`` reads (``Z`` only)."""
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-SCHEMAS: dict[str, Any] = components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS))
+SCHEMAS: dict[str, Any] = with_name_rule(
+    components((*REQUESTS, *RESPONSES, *ESTATE_ANSWERS)), [m.__name__ for m in REQUESTS]
+)
 """The document's schemas, all generated from models: every request body
-(``api_models/requests.py``) and every answer (``api_models/responses.py``, ``estate.py``)."""
+(``api_models/requests.py``) and every answer (``api_models/responses.py``, ``estate.py``);
+the request bodies' names with the rule that they hold no control character
+(``schema_rules``)."""
 
 _ERRORS = {
     "400": "invalid request (`invalid-request`, `invalid-json`); the message starts with "
@@ -64,7 +80,9 @@ _ERRORS = {
     "422": "the estate does not allow it (`submission-refused`, `unknown-pool`), a task "
     "with neither command nor payload (`invalid-task`), or data the event log cannot "
     "store (`unstorable`), a cloud node for a pool that does not autoscale "
-    "(`not-autoscaled`)",
+    "(`not-autoscaled`), or a value of the right form that no schema can judge: a date "
+    "the calendar lacks, an unknown time zone, what only an admin's call needs "
+    "(`invalid-field`)",
     "429": "the user's tasks not yet ended already hold 16 MiB of commands and payloads "
     "(`user-quota`): wait for some to end, or cancel some",
     "500": "an unexpected error, logged with the id in the message (`internal`)",
@@ -84,7 +102,14 @@ def _ok(schema: str, code: str = "200", desc: str = "OK") -> dict[str, Any]:
 
 
 def _q(name: str, schema: dict[str, Any], desc: str) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema, "description": desc}
+    """A query parameter; a name's text holds no control character (``schema_rules``)."""
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": name_rule(schema),
+        "description": desc,
+    }
 
 
 def _p(name: str, desc: str, example: str | None = None) -> dict[str, Any]:
@@ -92,7 +117,7 @@ def _p(name: str, desc: str, example: str | None = None) -> dict[str, Any]:
         "name": name,
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "minLength": 1},
+        "schema": name_rule({"type": "string", "minLength": 1}),
         "description": desc,
     }
     if example is not None:
@@ -628,10 +653,11 @@ PATHS: dict[str, Any] = {
             params=[
                 _q(
                     "since",
-                    {"type": "string", "default": "14d"},
+                    {"type": "string", "default": "14d", "pattern": SINCE_PATTERN},
                     "a duration back from now (14d, 36h) or an RFC 3339 time",
                 )
             ],
+            errors=AUTH_ERR + ("422",),
         )
     },
     "/v1/tokens": {
@@ -703,8 +729,8 @@ PATHS: dict[str, Any] = {
                 }
             },
             params=[
-                {**_q("from", TIME, "start (inclusive)"), "required": True},
-                {**_q("to", TIME, "end (exclusive)"), "required": True},
+                {**_q("from", UTC_TIME, "start (inclusive)"), "required": True},
+                {**_q("to", UTC_TIME, "end (exclusive)"), "required": True},
                 _q(
                     "format",
                     {"type": "string", "enum": ["csv"], "default": "csv"},
@@ -863,7 +889,7 @@ PATHS: dict[str, Any] = {
                 {
                     **_q(
                         "period",
-                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        {"type": "string", "pattern": MONTH_PATTERN},
                         "the month, YYYY-MM",
                     ),
                     "required": True,
@@ -893,7 +919,7 @@ PATHS: dict[str, Any] = {
                 {
                     **_q(
                         "period",
-                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        {"type": "string", "pattern": MONTH_PATTERN},
                         "the month, YYYY-MM",
                     ),
                     "required": True,
@@ -951,7 +977,7 @@ PATHS: dict[str, Any] = {
                 {
                     **_q(
                         "period",
-                        {"type": "string", "pattern": r"^\d{4}-\d{2}$"},
+                        {"type": "string", "pattern": MONTH_PATTERN},
                         "the month, YYYY-MM",
                     ),
                     "required": True,
@@ -1054,8 +1080,16 @@ _LABEL_MAX = _SUBMISSION["labels"]["additionalProperties"]["maxLength"]
 so that a bound changed there is changed here (the names' minimum is 1 in both)."""
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""What ``schema_rules.NAME_PATTERN`` refuses in a name."""
+
+
+def _name(v: Any, hi: int) -> bool:
+    return type(v) is str and 1 <= len(v) <= hi and _CONTROL.search(v) is None
+
+
 def _opt_str(v: Any, hi: int) -> bool:
-    return v is None or (type(v) is str and 1 <= len(v) <= hi)
+    return v is None or _name(v, hi)
 
 
 def submission_surely_valid(body: Any) -> bool:
@@ -1066,7 +1100,7 @@ def submission_surely_valid(body: Any) -> bool:
     if type(body) is not dict or not body.keys() <= _SUBMISSION_KEYS:
         return False
     r = body.get("resource")
-    if type(r) is not str or not _RESOURCE[0] <= len(r) <= _RESOURCE[1]:
+    if type(r) is not str or not _RESOURCE[0] <= len(r) <= _RESOURCE[1] or _CONTROL.search(r):
         return False
     c = body.get("command")
     if c is not None and (
@@ -1087,7 +1121,7 @@ def submission_surely_valid(body: Any) -> bool:
         for k, v in labels.items():
             if not _LABEL_KEY[0] <= len(k) <= _LABEL_KEY[1] or type(v) is not str:
                 return False
-            if len(v) > _LABEL_MAX:
+            if len(v) > _LABEL_MAX or _CONTROL.search(k) or _CONTROL.search(v):
                 return False
     return True
 

@@ -25,6 +25,7 @@ from kliqued.daemon.api.inputs import parse_body
 from kliqued.daemon.logs import LogStore
 from kliqued.daemon.state.loop import Sequencer
 from kliqued.daemon.api.openapi import validator
+from kliqued.daemon.api.schema_rules import NAME_PATTERN
 from kliqued.daemon.session_origin import SessionOrigin
 from kliqued.daemon.api.sessions import Passes
 from kliqued.daemon.storage.store import Store
@@ -104,6 +105,8 @@ def reworded(e: Any) -> str:
             f"unexpected properties {', '.join(excerpt(k) for k in extra[:3])}{more} "
             f"(additional properties are not allowed)"
         )
+    if e.validator == "pattern" and e.validator_value == NAME_PATTERN:
+        return "contains a control character; names and ids hold no control characters"
     message = str(e.message)
     whole = repr(e.instance)
     if len(whole) > EXCERPT and whole in message:

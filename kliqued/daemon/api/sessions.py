@@ -20,6 +20,7 @@ from compiler.compiled import CIdle
 from compiler.units import parse_duration
 from klique_util.units import duration_str
 
+from kliqued.daemon.apps import APP_LABEL, CHANNEL_LABEL
 from kliqued.daemon.errors import ApiError
 from kliqued.daemon.state.channels import Channel
 from kliqued.daemon.records import TaskRecord
@@ -27,37 +28,8 @@ from kliqued.daemon.state.submission import Submission
 from kliqued.daemon.api.views import end_text
 
 CHANNEL: Channel = "session"
-CHANNEL_LABEL = "klique.channel"
-APP_LABEL = "klique.session"
 KINDS = ("wall", "cpu", "gpu", "network")
 PREFIX = "/sessions/"
-
-APPS: dict[str, list[str]] = {
-    # each listens on 127.0.0.1:$KLIQUE_SESSION_PORT under the path $KLIQUE_SESSION_PREFIX
-    # (the worker sets both); the control plane authenticates, so the app asks for nothing
-    "jupyter": [
-        "sh",
-        "-c",
-        "exec jupyter lab --no-browser --ip=127.0.0.1 "
-        '--port="$KLIQUE_SESSION_PORT" --ServerApp.base_url="$KLIQUE_SESSION_PREFIX" '
-        "--IdentityProvider.token= --ServerApp.password= "
-        "--ServerApp.allow_origin='*' --ServerApp.allow_remote_access=True "
-        # a container's tasks often run as root; only the tunnel reaches it
-        "--allow-root",
-    ],
-    "vscode": [
-        "sh",
-        "-c",
-        'exec code-server --bind-addr "127.0.0.1:$KLIQUE_SESSION_PORT" '
-        "--auth none --disable-telemetry",
-    ],
-    "shell": [
-        "sh",
-        "-c",
-        'exec ttyd --interface 127.0.0.1 --port "$KLIQUE_SESSION_PORT" '
-        '--base-path "${KLIQUE_SESSION_PREFIX%/}" --writable bash -l',
-    ],
-}
 
 
 def _invalid(field: str, message: str) -> ApiError:

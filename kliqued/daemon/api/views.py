@@ -180,11 +180,17 @@ def waiting(d: Daemon) -> treeviews.Waiting:
 
 
 def policy(
-    d: Daemon, name: str, now: int, waits: treeviews.Waiting | None = None
+    d: Daemon,
+    name: str,
+    now: int,
+    waits: treeviews.Waiting | None = None,
+    alerts_for: Principal | None = None,
 ) -> dict[str, Any]:
     """A policy: its use, its budget in the current period, its place in the organisation
     tree and who is waiting in its subtree. An envelope's ``used`` and budget count its
-    whole subtree (the engine's counters), so burn rate and run-out hold at every level."""
+    whole subtree (the engine's counters), so burn rate and run-out hold at every level.
+    The budget's ``alerts`` are there only when ``alerts_for`` may act on them
+    (``Access.fixes_budget``; None: everyone)."""
     idx, st = d.idx(), d.st()
     g = idx.group_of_policy[name]
     gi = idx.groups[g]
@@ -217,16 +223,21 @@ def policy(
             "left_hours": b.left_hours,
             "burn_rate": b.burn_rate,
             "runout_at": iso(b.runout_at),
-            "alerts": alerts,
         }
+        if alerts_for is None or d.acc().fixes_budget(alerts_for, g):
+            out["budget"]["alerts"] = alerts
     return out
 
 
 def pools(
-    d: Daemon, only: str | None = None, sees: Callable[[str], bool] = lambda g: False
+    d: Daemon,
+    only: str | None = None,
+    sees: Callable[[str], bool] = lambda g: False,
+    truth: bool = True,
 ) -> list[dict[str, Any]]:
     """Every pool (``only``: one), with ``by_level``: the GPUs each group of the tree that
-    ``sees`` admits uses there, rolled up the tree."""
+    ``sees`` admits uses there, rolled up the tree; with ``capacity_truth`` when ``truth``
+    (its warnings are for those who can fix a pool or a machine: ``Access.fixes_pools``)."""
     st = d.st()
     borrowed = st.borrowed_by_pool()
     now = d.clock.now()
@@ -236,26 +247,25 @@ def pools(
             continue
         used = st.pool_used.get(p.name, 0)
         live = d.live_workers(p.name)
-        out.append(
-            {
-                "name": p.name,
-                "kind": p.kind,
-                "gpu_type": p.gpu_type,
-                "capacity": gpus(p.capacity_milli),
-                "used": gpus(used),
-                "borrowed": gpus(borrowed.get(p.name, 0)),
-                "free": gpus(max(0, p.capacity_milli - used)),
-                "labels": p.labels,
-                # liveness (issue 10): who can start the work placed here
-                "workers": {"live": len(live), "gpus": sum(len(w.gpus) for w in live)},
-                "takes_work": p.name not in st.unavailable,
-                "autoscaled": p.autoscale is not None,
-                "start_timeout_s": p.start_timeout_s,
-                "by_level": treeviews.by_level(d, p.name, sees),
-                # issue 15: declared against what the live workers report
-                "capacity_truth": capacity.pool_truth(d, p),
-            }
-        )
+        row: dict[str, Any] = {
+            "name": p.name,
+            "kind": p.kind,
+            "gpu_type": p.gpu_type,
+            "capacity": gpus(p.capacity_milli),
+            "used": gpus(used),
+            "borrowed": gpus(borrowed.get(p.name, 0)),
+            "free": gpus(max(0, p.capacity_milli - used)),
+            "labels": p.labels,
+            # liveness (issue 10): who can start the work placed here
+            "workers": {"live": len(live), "gpus": sum(len(w.gpus) for w in live)},
+            "takes_work": p.name not in st.unavailable,
+            "autoscaled": p.autoscale is not None,
+            "start_timeout_s": p.start_timeout_s,
+            "by_level": treeviews.by_level(d, p.name, sees),
+        }
+        out.append(row)
+        if truth:  # issue 15: declared against what the live workers report
+            row["capacity_truth"] = capacity.pool_truth(d, p)
         if p.autoscale is not None:  # its nodes, spend and scaling (cloud.py)
             out[-1]["cloud"] = cloud.view(d, p, now)
             # issue 25: with no live worker it takes work only while its autoscaler runs
@@ -363,6 +373,7 @@ def worker(d: Daemon, w: Any) -> dict[str, Any]:
         "state": worker_state(d, w),
         "lost_at": iso(w.lost_at),
         "cannot_work": w.cannot_work,
+        "apps": w.apps,
         "leases": [
             {"task": lease.task, "epoch": lease.epoch, "status": lease.status}
             for lease in sorted(w.leases.values(), key=lambda x: x.key)

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from klique_util.excerpt import excerpt
 from klique_util.units import MILLI, gpus_to_milli
 
+from kliqued.daemon import apps
 from kliqued.daemon.fleet import capacity, ends, gang
 from kliqued.daemon.state import reducers
 from kliqued.daemon.auth import Principal
@@ -183,6 +184,7 @@ def prepare_register(
         "gpus": body.get("gpus") or [],
         "version": body.get("version"),
         "key_hash": key_hash,
+        "apps": body.get("apps"),
     }
     ev = Event(
         "worker_registered", None, p.text, d.idx().revision, None, None, {"worker": wid, **data}
@@ -287,6 +289,8 @@ def _scan(
                 fits_gangs.add(tid)
                 if not gang.offered(d, rec, w.id) or gang.members(d, rec, w.id, nodes) is not None:
                     out.append(rec)
+            continue
+        if not apps.can_start(w, rec):  # a session of an app it lacks: another worker's
             continue
         if not rec.size and cpu_free is not None:
             if cpu_free <= 0:

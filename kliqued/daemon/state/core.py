@@ -32,7 +32,7 @@ from kliqued.engine.victims import lost_work as engine_lost_work
 from kliqued.ledger import writer as ledger
 
 
-from kliqued.daemon import events as E, limits
+from kliqued.daemon import apps, events as E, limits
 from kliqued.daemon.state import channels
 from kliqued.daemon.auth import Access, TokenBook, TokenRecord
 from kliqued.daemon.identity.mapping import signin_refusal
@@ -263,6 +263,9 @@ class DaemonState:
             rec.placed_at if rec.unleased_at is None else max(rec.placed_at or 0, rec.unleased_at)
         )
         live = self.live_workers(pool)
+        app = apps.app_of(rec)
+        if app is not None and live and not any(apps.can_start(w, rec) for w in live):
+            return Reason("worker", apps.lacking(app, pool, live))
         if live and all(w.cannot_work for w in live):
             return Reason(
                 "worker",
@@ -513,6 +516,7 @@ class DaemonState:
         w.executor = data.get("executor")
         w.gpus = list(data.get("gpus") or [])
         w.version = data.get("version")
+        w.apps = data.get("apps")
         w.registered_at = at
         if w.key_hash is None:  # the first registration with a key binds the id to it
             w.key_hash = data.get("key_hash")

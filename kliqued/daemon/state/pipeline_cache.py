@@ -60,11 +60,11 @@ def api_error(exc: P.PipelineError) -> ApiError:
 
 
 def load(spec: dict[str, Any]) -> P.Loaded:
-    """A stored pipeline (``{file, text, params}``) bound to its parameters; a 422 naming
-    each problem."""
+    """A stored pipeline (``{file, text, params, project}``) bound to its parameters and
+    project; a 422 naming each problem."""
     try:
         parsed = parse(spec.get("file") or "pipeline.yaml", spec.get("text") or "")
-        return P.bind(parsed, spec.get("params") or {})
+        return P.bind(parsed, spec.get("params") or {}, spec.get("project"))
     except P.PipelineError as exc:
         raise api_error(exc) from None
 

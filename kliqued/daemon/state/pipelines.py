@@ -60,16 +60,18 @@ def check_access(d: Daemon, owner: str, loaded: P.Loaded, file: str) -> None:
     """Every step's compute resource, for ``owner``, now: a 422 naming the step (and what
     the owner may use) before anything is submitted."""
     errors = []
+    fields: list[str] = []
     idx = d.idx()
     for s in loaded.spec.steps:  # the one check of a submission, each step's
-        exc = submission.refusal(idx, s.resource, owner, s.project, s.gpus_milli)
+        exc = submission.refusal(idx, s.resource, owner, loaded.project_of(s), s.gpus_milli)
         if exc is not None:
             errors.append(
                 f"{file}: step {s.name}: {submission.with_options(idx, owner, s.resource, exc)}"
             )
+            fields.append(exc.field)
     if errors:
         raise ApiError(
-            422, "submission-refused", "; ".join(errors), {"errors": errors, "field": "resource"}
+            422, "submission-refused", "; ".join(errors), {"errors": errors, "field": fields[0]}
         )
 
 
@@ -143,7 +145,7 @@ def prepare_start(
     schedule: str | None = None,
     loaded: P.Loaded | None = None,
 ) -> Prepared:
-    """A new run of the pipeline ``spec`` ({file, text, params}) by user ``p``: loaded,
+    """A new run of the pipeline ``spec`` ({file, text, params, project}) by user ``p``: loaded,
     every step checked for the user, then ``pipeline_started``; the loop sends the first
     steps. ``loaded``: the file already parsed (by the handler, off the event loop, or the
     schedule's), so that preparing in the sequencer reads no file."""
@@ -180,6 +182,7 @@ def prepare_start(
             "file": file,
             "text": loaded.parsed.text,
             "params": loaded.params,
+            "project": loaded.project,
             "schedule": schedule,
         },
     )
@@ -249,7 +252,7 @@ def prepare_advance(d: Daemon, pid: str, now: int, ov: Overlay, at: int | None =
                     now,
                     ov,
                     resource=step.resource,
-                    project=step.project,
+                    project=pr.loaded.project_of(step),
                     gpus_milli=step.gpus_milli,
                     command=a.command,
                     labels={**step.labels, "klique.pipeline": pr.id, "klique.step": step.name},

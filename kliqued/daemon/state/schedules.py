@@ -121,7 +121,7 @@ def view(
         "timezone": s.timezone,
         "resource": s.resource,
         "command": s.command,
-        "project": s.project,
+        "project": s.project if s.pipeline is None else s.pipeline.get("project"),
         "gpus": gpus(s.gpus_milli),
         "labels": s.labels,
         "pipeline": pipe,
@@ -430,7 +430,9 @@ def denied(d: Daemon, s: Schedule) -> str | None:
             loaded = _loaded(s)
         except ApiError as exc:
             return exc.message
-        resources = [(st.resource, st.project, st.gpus_milli) for st in loaded.spec.steps]
+        resources = [
+            (st.resource, loaded.project_of(st), st.gpus_milli) for st in loaded.spec.steps
+        ]
     elif s.resource is not None:
         resources = [(s.resource, s.project, s.gpus_milli)]
     for resource, project, milli in resources:
@@ -447,7 +449,7 @@ def _loaded(s: Schedule) -> P.Loaded:
     if s.parsed is None:
         raise ApiError(422, "invalid-pipeline", s.invalid or "the pipeline does not load")
     try:
-        return P.bind(s.parsed, s.pipeline.get("params") or {})
+        return P.bind(s.parsed, s.pipeline.get("params") or {}, s.pipeline.get("project"))
     except P.PipelineError as exc:
         raise pipeline_cache.api_error(exc) from None
 

@@ -159,8 +159,13 @@ def from_body(
         )
     user = body.get("user")
     if p.is_admin:
-        if not user:
-            raise bad_request("an admin sends work only on behalf of a user: give `user`")
+        if not user:  # who calls decides it, which no schema can say: 422 (issue 32)
+            raise ApiError(
+                422,
+                "invalid-field",
+                "user: an admin sends work only on behalf of a user: give `user`",
+                {"field": "user"},
+            )
     elif user is None:
         user = p.name
     elif user != p.name:

@@ -9,6 +9,7 @@ log rebuilds at start), so the export costs no database read. For admins and the
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Iterator
 
 from aiohttp import web
@@ -20,20 +21,35 @@ from klique_util.units import SECOND_MS
 
 from kliqued.daemon.state import history
 from kliqued.daemon.state.daemon import Daemon
-from kliqued.daemon.errors import bad_request
+from kliqued.daemon.errors import ApiError, bad_request
 from kliqued.daemon.records import TaskRecord
 from kliqued.daemon.api.request import ctx
+from kliqued.daemon.api.schema_rules import SINCE_PATTERN
 from kliqued.daemon.api.routes import Route
 from kliqued.daemon.units import parse_iso
 
 DEFAULT_SINCE = "14d"
+_SINCE = re.compile(SINCE_PATTERN)
+
+
+class NotADate(ValueError):
+    """``since`` has the form of a time the calendar refuses."""
 
 
 def since_ms(text: str | None, now: int) -> int:
-    """``14d`` (a duration back from ``now``) or an RFC 3339 time; ValueError says why."""
-    text = (text or DEFAULT_SINCE).strip()
+    """``14d`` (a duration back from ``now``) or an RFC 3339 time; ValueError says why
+    (:class:`NotADate` for a well-formed time that is none)."""
+    text = DEFAULT_SINCE if text is None else text
+    if not _SINCE.match(text):
+        raise ValueError(
+            "since: expected a duration back from now (14d, 36h) or an RFC 3339 "
+            f"time, found {excerpt(text)}"
+        )
     if "T" in text:
-        return parse_iso(text)
+        try:
+            return parse_iso(text)
+        except ValueError as exc:
+            raise NotADate(f"since: {exc}") from None
     try:
         return now - parse_duration(text) * SECOND_MS
     except ValueError:
@@ -90,10 +106,14 @@ async def demand(request: web.Request) -> web.Response:
     now = d.clock.now()
     try:
         start = since_ms(request.query.get("since"), now)
+    except NotADate as exc:
+        raise ApiError(422, "invalid-field", str(exc), {"field": "since"}) from None
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    if start > now:
-        raise bad_request("since: the window starts in the future")
+    if start > now:  # the clock's, not the form's
+        raise ApiError(
+            422, "invalid-field", "since: the window starts in the future", {"field": "since"}
+        )
     headers = {
         "X-Klique-Revision": d.estate.revision,
         "Content-Disposition": 'attachment; filename="demand.csv"',

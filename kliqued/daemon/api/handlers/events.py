@@ -20,21 +20,14 @@ from kliqued.daemon.api.handlers.params import int_param, str_param
 
 def scope(d: Daemon, p: Principal) -> tuple[list[str], list]:
     """The SQL conditions (and their parameters) on ``events`` that keep what ``p`` may read:
-    everything for admins and finance; for a user, their tasks, their admin groups' tasks and
-    their groups' alerts (the route's rule; the web UI's event log and audit trail use it
-    too)."""
+    everything for admins and finance; for a user, their tasks and their admin groups' events,
+    budget alerts included (the route's rule; the web UI's event log and audit trail use it
+    too). A group's budget alerts are for its admins, who can act on them, not for every
+    member (``Access.fixes_budget``, issue 32)."""
     if not p.is_user:
         return [], []
-    acc = d.acc()
-    admin = sorted(acc.admin_of(p.name))
-    groups = sorted(acc.groups_of(p.name) | acc.admin_of(p.name))
-    return (
-        [
-            "(usr = ? OR list_contains(?::VARCHAR[], grp) OR "
-            "(kind = 'alert' AND list_contains(?::VARCHAR[], grp)))"
-        ],
-        [p.name, admin, groups],
-    )
+    admin = sorted(d.acc().admin_of(p.name))
+    return (["(usr = ? OR list_contains(?::VARCHAR[], grp))"], [p.name, admin])
 
 
 async def list_events(request: web.Request) -> web.Response:
@@ -84,6 +77,6 @@ ROUTES = [
         list_events,
         "listEvents",
         ("admin", "finance", "user"),
-        rule="a user: their tasks, their admin groups' tasks and their groups' alerts",
+        rule="a user: their tasks, and their admin groups' tasks and budget alerts",
     ),
 ]

@@ -37,6 +37,7 @@ async def run(request: web.Request) -> web.Response:
         "file": body.get("file") or "pipeline.yaml",
         "text": body["text"],
         "params": body.get("params") or {},
+        "project": body.get("project"),
     }
     loaded = await pipeline_cache.load_async(spec)  # parsed off the event loop, once
     pipelines.check_access(d, p.name, loaded, spec["file"])  # fail fast

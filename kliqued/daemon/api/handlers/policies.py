@@ -29,7 +29,7 @@ def policies_of(d: Daemon, p: Principal) -> dict[str, Any]:
         n for n, g in idx.group_of_policy.items() if p.is_finance or acc.sees_group(p, g)
     )
     waits = views.waiting(d)
-    return {"policies": [views.policy(d, n, now, waits) for n in names]}
+    return {"policies": [views.policy(d, n, now, waits, alerts_for=p) for n in names]}
 
 
 async def get_policy(request: web.Request) -> web.Response:
@@ -41,7 +41,7 @@ async def get_policy(request: web.Request) -> web.Response:
         raise not_found(f"no policy {excerpt(name, quoted=False)}")
     if not (p.is_finance or d.acc().sees_group(p, g)):
         raise forbidden(f"{p.text} is not in group {g}")
-    return reply(views.policy(d, name, d.clock.now()))
+    return reply(views.policy(d, name, d.clock.now(), alerts_for=p))
 
 
 SEERS = ("admin", "finance", "user")

@@ -26,13 +26,14 @@ async def list_pools(request: web.Request) -> web.Response:
 def pools_of(d: Daemon, p: Principal) -> dict[str, Any]:
     """``listPools`` for ``p`` (a worker: its own pool only; ``by_level``: the use of the
     groups ``p`` may see, as for policies: a department head sees their teams on each
-    pool)."""
+    pool; ``capacity_truth`` and its warnings for those who can fix a pool or a machine)."""
     acc = d.acc()
 
     def sees(group: str) -> bool:
         return p.is_finance or acc.sees_group(p, group)
 
-    return {"pools": views.pools(d, p.name if p.is_worker else None, sees)}
+    only = p.name if p.is_worker else None
+    return {"pools": views.pools(d, only, sees, truth=acc.fixes_pools(p))}
 
 
 async def node_started(request: web.Request) -> web.Response:

@@ -85,6 +85,7 @@ def _fields(
             "file": pipe.get("file") or "pipeline.yaml",
             "text": pipe["text"],
             "params": pipe.get("params") or {},
+            "project": pipe.get("project"),
             "name": loaded.spec.pipeline,
         }
         return f

@@ -27,7 +27,8 @@ from klique_util.tunnel import (
     forwardable,
     unb64,
 )
-from kliqued.daemon import session_origin
+from klique_util.session_apps import enable_hint
+from kliqued.daemon import apps, session_origin
 from kliqued.daemon.api import sessions
 from kliqued.daemon.fleet import workers as fleet, tunnels
 from kliqued.daemon.state import history
@@ -81,7 +82,7 @@ async def start(request: web.Request) -> web.Response:
     app = body["app"]
     task = {
         "resource": body["resource"],
-        "command": body.get("command") or list(sessions.APPS[app]),
+        "command": body.get("command") or list(apps.APPS[app]),
         "project": body.get("project"),
         "gpus": body.get("gpus"),
     }
@@ -96,6 +97,16 @@ async def start(request: web.Request) -> web.Response:
             f"profile {cr.profile} spans {cr.nodes} (a gang): choose a compute "
             "resource of one node",
             {"field": "resource"},
+        )
+    known = [w for w in d.workers.values() if w.pool in cr.pools]
+    if task["command"] == apps.APPS[app] and apps.missing_everywhere(app, known):
+        raise ApiError(
+            422,
+            "app-unavailable",
+            f"app: no worker of {', '.join(cr.pools)} (the pools of {sub.resource}) can "
+            f"start {app}: each says at registration which apps it can start, and none "
+            f"listed {app}; {enable_hint(app)}, then restart the worker, or choose another app",
+            {"field": "app", "workers": sorted(w.id for w in known)[:20]},
         )
     idle = sessions.idle_labels(cr.profile, d.session_idle.get(cr.profile), body.get("idle"))
     sub = sessions.submission(sub, app, idle)
