@@ -84,9 +84,15 @@ def test_the_leader_renews_and_a_lost_lease_is_reported(url: str) -> None:
         a.start_renewing()
         time.sleep(3.0)  # longer than the TTL: renewed all along
         assert not b.try_acquire() and present(b.leader).live
-        with psycopg.connect(url, autocommit=True) as conn:  # as if a's renewals stalled
-            conn.execute("UPDATE klique_leader SET expires_at = '-infinity'")
-        assert b.try_acquire()
+        # as if a's renewals stalled: its lease expired and b takes over. a's renewal thread
+        # may renew in between (every 0.2 s; under load, often), so expire again until b
+        # takes it (CI saw b refused once)
+        taken, deadline = False, time.monotonic() + 5
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not taken and time.monotonic() < deadline:
+                conn.execute("UPDATE klique_leader SET expires_at = '-infinity'")
+                taken = b.try_acquire()
+        assert taken, "b never took the expired lease over"
         deadline = time.monotonic() + 3
         while not lost and time.monotonic() < deadline:
             time.sleep(0.05)
