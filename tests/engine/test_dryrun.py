@@ -10,6 +10,8 @@ state must be left exactly as it was (its version, its tasks).
 
 from __future__ import annotations
 
+import pytest
+
 import copy
 
 from hypothesis import HealthCheck, given, note, settings
@@ -138,6 +140,7 @@ def test_dry_run_agrees_when_it_reclaims(world):
     drive(*world)
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 @SETTINGS
 @given(lending_worlds())
 def test_dry_run_agrees_with_lending(world):
@@ -165,6 +168,7 @@ def test_dry_run_agrees_on_machines_and_gangs(world, reservation):
     drive(estate, steps)
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 @SETTINGS
 @given(org_worlds(borrowing=True))
 def test_dry_run_agrees_on_hierarchies(world):

@@ -371,6 +371,7 @@ def test_the_statements_and_overhead_add_up_to_the_capacity(lent, borrowed):
     assert Decimal(st["total"]) + unreserved == capacity
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_the_cio_figures_derive_the_month_alone_with_the_same_answer(lent):
     """figures() reads the month's lending pieces only; finance's SQL, the whole ledger's."""
     from kliqued.ledger import run_readonly

@@ -121,6 +121,7 @@ def _pieces(conn, relation: str) -> list[tuple]:
     ).fetchall()
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ledger)
 def test_the_sweep_gets_the_pieces_the_sql_defines(spec):

@@ -9,6 +9,8 @@ intervals run up to now) are read from both in one transaction, so both see the 
 
 from __future__ import annotations
 
+import pytest
+
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -183,6 +185,7 @@ def _duck_catalog(conn: duckdb.DuckDBPyConnection, db: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_duckdb_schema_is_the_one_before() -> None:
     conn = duckdb.connect(":memory:", config={"enable_external_access": False})
     try:

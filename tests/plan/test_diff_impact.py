@@ -248,6 +248,7 @@ def _huge(n: int, capacity: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_markdown_stays_under_the_comment_limit_for_a_huge_diff() -> None:
     plan = plan_of(_huge(400, 8), _huge(400, 4))
     assert len(plan.changes) == 800

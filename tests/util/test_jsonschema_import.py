@@ -17,6 +17,7 @@ def run(code: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_the_daemon_imports_without_the_iri_grammar() -> None:
     assert (
         run("import sys, kliqued.daemon.server; print('rfc3987_syntax' in sys.modules)") == "False"

@@ -158,6 +158,7 @@ def lworker(lpeer, tmp_path):
         sys.stderr.write(w.stderr())
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_idle_sleep_is_stopped_busy_is_not_wall_stops_it(lpeer, lworker):
     t0 = time.monotonic()
     idle = lpeer.submit_labelled(["sleep", "60"], {"idle.cpu": "2s"}, grace_s=0.5)
@@ -180,6 +181,7 @@ def test_idle_sleep_is_stopped_busy_is_not_wall_stops_it(lpeer, lworker):
     assert "idle limits: cpu 2s" in log and "stop (idle: cpu 2s)" in log
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_a_task_without_limits_or_with_bad_ones_runs_on(lpeer, lworker):
     plain = lpeer.submit_labelled(["sleep", "3"], {}, grace_s=0.5)
     bad = lpeer.submit_labelled(["sleep", "3"], {"idle.cpu": "whenever"}, grace_s=0.5)
