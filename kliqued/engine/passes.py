@@ -1192,8 +1192,26 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     fixed: list[tuple[str, CRInfo, Task]] = []
     actors: list[tuple[str, CRInfo, Task]] = []
     flat = index.depth == 1
-    for name in _live(index, state):
+    live = _live(index, state)
+    # Flat: the queues of teams that cannot take (takers.py's figures, current since
+    # ``_nobody_takes``) whose smallest task fits in no pool are not listed now: their
+    # candidate, if any, is in ``fixed`` and not an actor. They are listed only when a move
+    # needs them (``list_before_move``, ``unlisted_can_act``; docs/decisions.md, L1).
+    later: dict[str, list[str]] = {}  # team -> its queues not listed
+    later_min: dict[str, int] = {}  # team -> the smallest task of those queues
+    taking = _taking_teams(state) if flat else None
+    top_free = max(state.free.values(), default=-1)
+    queues = state.queues
+    for name in live:
         cr = resources[name]
+        if taking is not None and cr.group not in taking:
+            m = queues[name].min_size()
+            if m is not None and m > top_free:
+                g = cr.group
+                later.setdefault(g, []).append(name)
+                if m < later_min.get(g, m + 1):
+                    later_min[g] = m
+                continue
         t = _rebalance_candidate(index, state, cr, now)
         if t is not None and first_fit(state, cr, t.size) is None:
             fixed.append((name, cr, t))
@@ -1207,6 +1225,82 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         state.rebalance_idle = (now, state.version)
         return False
 
+    shape = shape_of(index)
+    shares: dict[str, int] = {}
+    """Every listed team's share before any move (phase 3's order in phase 4)."""
+
+    def share_of(g: str) -> int:
+        s = shares.get(g)
+        if s is None:
+            s = shares[g] = scaled_share(shape, index, state, g)
+        return s
+
+    if flat:
+        for _, _, x in fixed:
+            share_of(x.group)
+
+    def rank(e: tuple[str, CRInfo, Task]) -> tuple[int, Key]:
+        _, c, x = e
+        return shares[x.group], order_key(c, c.first_exec_pos, x)
+
+    extra: dict[str, tuple[str, CRInfo, Task]] = {}
+    """The unlisted queues' candidates as they were at the phase's start, once listed."""
+
+    taker: list[str] = []
+
+    def list_before_move(team: str, touched: set[str]) -> None:
+        """Before the first move (by ``team``): the unlisted queues of the teams it touches
+        (the taker's, the victims') get their candidate and share as they are now, the
+        phase's start. A team the move does not touch keeps its queues, usage, user usage
+        and budget, so its queues' candidates can be listed after the move, the same."""
+        taker.append(team)
+        for g in touched:
+            for name in later.pop(g, ()):
+                cr = resources[name]
+                t = _rebalance_candidate(index, state, cr, now)
+                if t is not None:
+                    share_of(t.group)
+                    extra[name] = (name, cr, t)
+
+    def unlisted_can_act(mark: tuple[int, Key]) -> bool:
+        """After the first move: whether some candidate of the queues still unlisted (teams
+        the move did not touch) comes after ``mark`` and fits somewhere or may take, as
+        ``none_can_act`` asks; one whose smallest task fits in no pool and may take from
+        none cannot (a larger task neither), so only the others are listed."""
+        if extra and not none_can_act(e for e in extra.values() if rank(e) > mark):
+            return True
+        if not later:
+            return False
+        top = max(state.free.values(), default=-1)
+        # Every pool's give now is at most the highest of the teams' figures before the
+        # move (a victim's team only lost usage and tasks), the taker's found again; an
+        # untouched team's ``after`` is still its own: above that give and with no task
+        # that fits anywhere, none of its queues can act (takers.py's bound, per team).
+        tb = state.takers
+        mine = _team_figures(index, state, groups[taker[0]])[1]
+        give = max(tb.top_give(), mine if mine is not None else -1)
+        names: list[str] = []
+        for g, ns in later.items():
+            a = tb.after.get(g)
+            if a is None or a <= give or later_min[g] <= top:
+                names.extend(ns)
+        for name in names:
+            cr = resources[name]
+            m = queues[name].min_size()
+            if m is None:
+                continue
+            gi = groups[cr.group]
+            if m > top and not _may_act(state, givers, gi, cr, m):
+                continue
+            t = _rebalance_candidate(index, state, cr, now)
+            if t is None:
+                continue
+            e = (name, cr, t)
+            share_of(t.group)
+            if rank(e) > mark and not none_can_act((e,)):
+                return True
+        return False
+
     def turn(name: str, cr: CRInfo, t: Task) -> tuple[str, ...] | None:
         """Candidate ``t``'s turn: placed (with victims if it must), returning the levels
         whose usage moved, or passed over (None, nothing changed)."""
@@ -1216,6 +1310,7 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         gi = groups[cr.group]
         pool = first_fit(state, cr, t.size)
         moved: list[str] = list(gi.levels)
+        victims: list[Task] = []
         if pool is None:
             if not givers.may_take(gi, t.size):
                 return None  # no level it could take from: rebalance_victims finds nobody
@@ -1224,31 +1319,34 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                     continue
                 if not givers.may_take_on(p, gi, t.size):
                     continue  # nobody on the pool has a share above its share after
-                victims = rebalance_victims(index, state, p, gi, t.size, cr.nodes, now)
-                if victims is None:
+                found = rebalance_victims(index, state, p, gi, t.size, cr.nodes, now)
+                if found is None:
                     continue
-                text = f"rebalanced for {cr.group}"
-                for v in victims:
-                    vpool = v.pool or p
-                    lost = state.preempt(v, now, "rebalanced", text)
-                    out.append(
-                        Preemption(
-                            v.id,
-                            v.resource,
-                            v.group,
-                            vpool,
-                            "rebalanced",
-                            text,
-                            cr.group,
-                            v.size,
-                            lost,
-                        )
-                    )
-                    moved.extend(groups[v.group].levels if v.group in groups else ())
+                victims = found
                 pool = p
                 break
             else:
                 return None  # no pool can be freed enough: preempt nothing
+        if later:
+            list_before_move(cr.group, {cr.group, *(v.group for v in victims)})
+        text = f"rebalanced for {cr.group}"
+        for v in victims:
+            vpool = v.pool or pool
+            lost = state.preempt(v, now, "rebalanced", text)
+            out.append(
+                Preemption(
+                    v.id,
+                    v.resource,
+                    v.group,
+                    vpool,
+                    "rebalanced",
+                    text,
+                    cr.group,
+                    v.size,
+                    lost,
+                )
+            )
+            moved.extend(groups[v.group].levels if v.group in groups else ())
         state.place(t, pool, now)
         out.append(Placement(t.id, name, t.group, pool, t.size, "rebalance"))
         state.active.add(name)
@@ -1280,16 +1378,6 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
         # in that order; at the first move, every candidate before the mover was passed
         # over, and those after it go on through the tree (issue 28's steady p99: a
         # rebalancing pass moved one task, then picked its ~6,000 other candidates).
-        shape = shape_of(index)
-        shares: dict[str, int] = {}  # every team's share before any move
-        for _, _, x in fixed:
-            if x.group not in shares:
-                shares[x.group] = scaled_share(shape, index, state, x.group)
-
-        def rank(e: tuple[str, CRInfo, Task]) -> tuple[int, Key]:
-            _, c, x = e
-            return shares[x.group], order_key(c, c.first_exec_pos, x)
-
         for e in sorted(actors, key=rank):
             mark = rank(e)
             if turn(*e) is not None:
@@ -1297,8 +1385,20 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
                 break
         else:
             return False
-        if none_can_act(rest):
+        if none_can_act(rest) and not unlisted_can_act(mark):
             return True
+        if later or extra:  # the tree takes every candidate after the mover, in listing order
+            for ns in later.values():
+                for name in ns:
+                    cr = resources[name]
+                    t = _rebalance_candidate(index, state, cr, now)
+                    if t is not None:
+                        share_of(t.group)
+                        extra[name] = (name, cr, t)
+            later.clear()
+            known = {e[0]: e for e in fixed}
+            listed = (extra.get(name) or known.get(name) for name in live)
+            rest = [f for f in listed if f is not None and rank(f) > mark]
     tree: FairTree[Task] = FairTree(index, state)
     left: dict[str, tuple[str, CRInfo, Task]] = {}
     for e in rest:
@@ -1322,6 +1422,16 @@ def _rebalance(index: EstateIndex, state: State, now: int, out: list[Decision]) 
     return changed
 
 
+def _taking_teams(state: State) -> set[str]:
+    """On a flat estate, right after ``_nobody_takes`` said someone may take: the teams whose
+    share after their smallest queued task is at most the highest give (takers.py). Any
+    other team's candidate has ``may_take_on`` false on every pool (its share after the
+    move is above every pool's give), so it is no actor of phase 4."""
+    tb = state.takers
+    top = tb.top_give()
+    return {g for g, a in tb.after.items() if a <= top}
+
+
 def _nobody_takes(index: EstateIndex, state: State) -> bool:
     """On a flat estate, whether no team could take anything in phase 4 (takers.py): the
     figures of the teams that changed since the last look are brought up to date first. A
@@ -1330,32 +1440,36 @@ def _nobody_takes(index: EstateIndex, state: State) -> bool:
     groups = index.groups
     names = groups.keys() if tb.fresh else state.taker_dirty
     tb.fresh = False
-    factor = shape_of(index).factor
-    used = state.used
-    queues = state.queues
-    placed = state.placed_sizes
     for g in names:
         gi = groups.get(g)
-        if gi is None:
-            continue
-        smallest: int | None = None
-        for name in gi.resources:
-            q = queues.get(name)
-            if q is not None and q.live and q.sizes:
-                m = min(q.sizes)
-                if smallest is None or m < smallest:
-                    smallest = m
-        u = used.get(g, 0)
-        f = factor[g]
-        after: int | None = None
-        if smallest is not None:
-            a = u + smallest - gi.reservation
-            after = a * f if a > 0 else 0
-        least = min((z for z in placed.get(g, ()) if z > 0), default=None)
-        give = (u - least - gi.reservation) * f if least is not None else None
-        tb.set(g, after, give)
+        if gi is not None:
+            tb.set(g, *_team_figures(index, state, gi))
     state.taker_dirty.clear()
     return tb.nobody_takes()
+
+
+def _team_figures(index: EstateIndex, state: State, gi: GroupInfo) -> tuple[int | None, int | None]:
+    """Takers.py's two figures of a top-level team now: its share after taking its smallest
+    queued task (None: nothing queued) and its highest possible give (None: nothing placed
+    above size 0), both scaled."""
+    g = gi.name
+    queues = state.queues
+    smallest: int | None = None
+    for name in gi.resources:
+        q = queues.get(name)
+        if q is not None and q.live and q.sizes:
+            m = min(q.sizes)
+            if smallest is None or m < smallest:
+                smallest = m
+    u = state.used.get(g, 0)
+    f = shape_of(index).factor[g]
+    after: int | None = None
+    if smallest is not None:
+        a = u + smallest - gi.reservation
+        after = a * f if a > 0 else 0
+    least = min((z for z in state.placed_sizes.get(g, ()) if z > 0), default=None)
+    give = (u - least - gi.reservation) * f if least is not None else None
+    return after, give
 
 
 def _may_act(state: State, givers: "Givers", gi: GroupInfo, cr: CRInfo, size: int) -> bool:

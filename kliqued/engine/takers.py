@@ -55,6 +55,13 @@ class TakerBounds:
             self.high = [(-g, t) for t, g in self.give.items()]
             heapq.heapify(self.high)
 
+    def top_give(self) -> int:
+        """The highest current ``give`` (-1: none), dropping stale tops."""
+        high, give = self.high, self.give
+        while high and give.get(high[0][1]) != -high[0][0]:
+            heapq.heappop(high)
+        return -high[0][0] if high else -1
+
     def nobody_takes(self) -> bool:
         """Whether ``low_after > top_give``: no team can take anything in phase 4."""
         low, high = self.low, self.high

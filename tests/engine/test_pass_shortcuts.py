@@ -6,6 +6,9 @@ would say so too.
   stands in front of (``Givers.any_taker``) must say so as well.
 - An outer round of phase 1 (``passes._served``) passes over queues the round before looked
   at; every queue it passes over must have no candidate in that round.
+- Phase 4 on a flat estate lists the queues of teams that cannot take only when a move
+  needs them (``passes._taking_teams``): each world is run twice, listing every queue and
+  listing later, and the decisions must be the same, in order.
 
 The engine runs for real on tests/engine's random worlds (the differential tests' timelines,
 without the reference); the two functions are wrapped to check each answer against the full
@@ -121,12 +124,65 @@ def test_outer_rounds_pass_over_no_candidate(world) -> None:
         org.drive(*world)
 
 
+def _recorder(log: list[tuple[int, list[str], int | None]]) -> Callable[..., PassResult]:
+    def record(index: EstateIndex, state: State, now: int) -> PassResult:
+        res = run_pass(index, state, now)
+        log.append((now, [repr(d) for d in res.decisions], res.next_pass_at))
+        return res
+
+    return record
+
+
+def _counted_taking(real: Callable[[State], set[str]]) -> Callable[[State], set[str]]:
+    def taking(state: State) -> set[str]:
+        teams = real(state)
+        assert state.index is not None
+        SEEN["teams phase 4 did not list"] += len(set(state.index.groups) - teams)
+        return teams
+
+    return taking
+
+
+def _every_team(state: State) -> set[str]:
+    assert state.index is not None
+    return set(state.index.groups)
+
+
+@settings(
+    max_examples=examples(100),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(flat.lending_worlds())
+def test_phase4_listing_teams_later_decides_the_same(world) -> None:
+    """Phase 4 lists the queues of teams that cannot take only when a move needs them
+    (``passes._taking_teams``, decisions L1): every decision, in order, and every next
+    pass moment must be those of listing every queue at the phase's start."""
+    logs: list[list[tuple[int, list[str], int | None]]] = []
+    for taking in (_every_team, _counted_taking(passes._taking_teams)):
+        log: list[tuple[int, list[str], int | None]] = []
+        real = passes._taking_teams
+        saved = (flat.compare_pass, flat.assert_quiet)
+        setattr(passes, "_taking_teams", taking)
+        setattr(flat, "compare_pass", _recorder(log))
+        setattr(flat, "assert_quiet", _quiet)
+        try:
+            flat.drive(*world)
+        finally:
+            setattr(passes, "_taking_teams", real)
+            setattr(flat, "compare_pass", saved[0])
+            setattr(flat, "assert_quiet", saved[1])
+        logs.append(log)
+    assert logs[0] == logs[1]
+
+
 def test_the_shortcuts_were_exercised() -> None:
-    """Run after the two above (a module's tests run in file order, also under xdist):
-    both shortcuts answered "nothing" somewhere, so their checks above checked something."""
+    """Run after the three above (a module's tests run in file order, also under xdist):
+    each shortcut answered "nothing" somewhere, so the checks above checked something."""
     if not SEEN:
         import pytest
 
         pytest.skip("run with the two tests above (alone, it has nothing to look at)")
     assert SEEN["gate said nobody"] > 0, SEEN
     assert SEEN["queues passed over"] > 0, SEEN
+    assert SEEN["teams phase 4 did not list"] > 0, SEEN
