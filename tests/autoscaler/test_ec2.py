@@ -272,6 +272,7 @@ class TaskWorkerPeer(CloudPeer):
         )
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_cloud_node_runs_work_as_a_worker_and_is_released(ec2, tmp_path):
     """Spot refused by the emulator -> on-demand in the same round; the instance's worker
     (ec2-<id>) registers, runs the task, and the idle node is terminated in EC2."""

@@ -72,6 +72,7 @@ def cloud(tmp_path):
     peer.close()
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_scale_up_on_demand_fallback_run_and_release_after_idle(cloud):
     peer, provider, _ = cloud
     pol = ScalePolicy(max_milli=2000, idle_timeout_s=2, spot_first=True, node_gpus=1)

@@ -13,7 +13,7 @@ import os
 
 PROFILE_VAR = "HYPOTHESIS_PROFILE"
 PROFILES = ("ci", "dev")
-DEV_MAX = 25
+DEV_MAX = 15
 """The most examples a property runs under ``dev``."""
 
 

@@ -72,38 +72,55 @@ def _source(obj: Any) -> str:
 
 
 class _Reader:
-    """What a test's code does, read from its sources (each source read once)."""
+    """What a test's code does, read from its sources: each function's source read once,
+    whatever the pattern (``inspect.getsource`` parses a class's whole module: it was 8 of
+    the collection's 19 s, every worker, before each source was kept)."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[Any, str], bool] = {}
+        self._sources: dict[Any, str] = {}
+        self._calls: dict[Any, list[Callable[..., Any]]] = {}
+        self._files: dict[str, bool] = {}
+
+    def source(self, fn: Any) -> str:
+        if fn not in self._sources:
+            self._sources[fn] = _source(fn)
+        return self._sources[fn]
+
+    def in_tests(self, obj: Any) -> bool:
+        """Whether ``obj`` is the tests' own code (kept by file)."""
+        code = getattr(obj, "__code__", None)
+        try:
+            file = code.co_filename if code is not None else inspect.getfile(obj)
+        except (TypeError, OSError):
+            return False
+        if file not in self._files:
+            self._files[file] = Path(file).resolve().is_relative_to(TESTS)
+        return self._files[file]
 
     def does(self, fn: Callable[..., Any], pattern: re.Pattern[str], depth: int = 3) -> bool:
         key = (fn, pattern.pattern)
         if key in self._seen:
             return self._seen[key]
         self._seen[key] = False  # recursion guard
-        src = _source(fn)
+        src = self.source(fn)
         found = bool(pattern.search(src))
         if not found and depth > 0:
-            found = any(self.does(g, pattern, depth - 1) for g in _called_tests_code(fn, src))
+            found = any(self.does(g, pattern, depth - 1) for g in self.called(fn, src))
         self._seen[key] = found
         return found
 
-
-def _called_tests_code(fn: Callable[..., Any], src: str) -> Iterable[Callable[..., Any]]:
-    """The functions and classes of the tests' own code that ``fn`` calls by name."""
-    names = getattr(fn, "__globals__", {})
-    for name in set(_CALL.findall(src)):
-        g = names.get(name)
-        if isinstance(g, (FunctionType, type)) and _in_tests(g):
-            yield g
-
-
-def _in_tests(obj: Any) -> bool:
-    try:
-        return Path(inspect.getfile(obj)).resolve().is_relative_to(TESTS)
-    except (TypeError, OSError):
-        return False
+    def called(self, fn: Callable[..., Any], src: str) -> list[Callable[..., Any]]:
+        """The functions and classes of the tests' own code that ``fn`` calls by name."""
+        if fn not in self._calls:
+            names = getattr(fn, "__globals__", {})
+            found: list[Callable[..., Any]] = []
+            for name in sorted(set(_CALL.findall(src))):
+                g = names.get(name)
+                if isinstance(g, (FunctionType, type)) and self.in_tests(g):
+                    found.append(g)
+            self._calls[fn] = found
+        return self._calls[fn]
 
 
 def _fixture_funcs(item: pytest.Item) -> Iterable[tuple[str, Callable[..., Any]]]:
@@ -126,7 +143,7 @@ def marks_for(item: pytest.Item, reader: _Reader) -> set[str]:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "postgresql" in map(str, callspec.params.values()):
         marks.add("postgres")  # tests/daemon's `db` fixture, run on both backends
-    code = [f for _, f in fixtures if _in_tests(f)]
+    code = [f for _, f in fixtures if reader.in_tests(f)]
     fn = getattr(item, "function", None)
     if fn is not None:
         code.append(fn)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_the_daemon_starts_without_the_mcp_sdk() -> None:
     code = (
         "import sys, kliqued.daemon.server, kliqued.daemon.api.app\n"

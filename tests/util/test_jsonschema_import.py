@@ -24,6 +24,7 @@ def test_the_daemon_imports_without_the_iri_grammar() -> None:
     )
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_jsonschema_validates_and_the_grammar_stays_importable() -> None:
     code = (
         "from klique_util.jsonschema_import import import_jsonschema\n"

@@ -4,6 +4,8 @@ a control plane that is down, and the worker's own restart (kill -9) losing noth
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import sys
 import time
@@ -43,6 +45,7 @@ def test_a_task_runs_end_to_end_with_its_log_and_reports(peer, worker):
     assert [g["index"] for g in reg["gpus"]] == [0, 1]
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_long_poll_leases_at_once_and_only_with_free_gpus(peer, worker):
     peer.poll_wait_s = 10.0  # a poll is held up to 10 s
     worker("0", extra=["--cpu-tasks", "0"])  # GPU work only (CPU-only work: the next test)
@@ -69,6 +72,7 @@ def test_long_poll_leases_at_once_and_only_with_free_gpus(peer, worker):
     peer.wait_for(lambda: len(peer.lease_calls) > calls, 5, "polling again once free")
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_cpu_only_tasks_start_while_every_gpu_is_busy_up_to_the_cap(peer, worker, tmp_path):
     """Issue 10, bug 2: a 0-GPU task placed on a full pool started only once a GPU freed."""
     peer.poll_wait_s = 10.0
@@ -128,6 +132,7 @@ def test_a_worker_without_gpus_runs_cpu_only_tasks(peer, worker):
     assert end["event"] == "finished" and peer.log(tid) == b"cpu only\n"
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_fractions_share_one_gpu_up_to_one_gpu_worth(peer, worker, tmp_path):
     worker("0")
     out = tmp_path / "cuda"
@@ -210,6 +215,7 @@ def test_fencing_a_stale_epoch_kills_the_task_at_once(peer, worker, tmp_path):
     peer.wait_for(lambda: peer.end(nxt), 10, "next task")
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_a_control_plane_that_is_down_is_waited_for(peer, worker):
     peer.down()
     w = worker("0")
@@ -227,6 +233,7 @@ def test_a_control_plane_that_is_down_is_waited_for(peer, worker):
     assert "reachable again" in w.log_file.read_text()
 
 
+@pytest.mark.slow  # long on its own: make test, not make check
 def test_a_restarted_worker_takes_its_task_back_and_reports_its_end(peer, worker, tmp_path):
     # a TTL the restart fits in: past TTL - margin an orphan stops (tests/workers/test_orphans.py)
     peer.ttl_s = 10.0
