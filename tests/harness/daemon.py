@@ -76,6 +76,8 @@ class Server:
         self.sessions_port = free_port()
         """The sessions' listener (kliqued serve's default, the API's port + 1, may be taken
         by another test's daemon or worker); kept across restarts, as a session's URL is."""
+        self._retry = 2
+        """First starts left to retry on a port taken between free_port() and the bind."""
         self.proc: subprocess.Popen | None = None
         self.log_path = self.tmp / f"serve-{self.port}.log"
         self.starts = 0
@@ -127,6 +129,18 @@ class Server:
         if wait:
             try:
                 self.wait_ready(timeout, wait if isinstance(wait, str) else "ok")
+            except RuntimeError as exc:
+                self._end()
+                # free_port() can only say a port was free when asked: another process may
+                # take it before serve binds it. On a first start, ports the harness chose
+                # are chosen again (a restart keeps its ports: tests hold the URL).
+                if self.starts == 1 and "address already in use" in str(exc) and self._retry:
+                    self._retry -= 1
+                    self.port, self.sessions_port = free_port(), free_port()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    self.starts = 0
+                    return self.start(wait, timeout)
+                raise
             except BaseException:
                 self._end()  # a daemon that never became ready must not outlive its test
                 raise
